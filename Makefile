@@ -1,0 +1,104 @@
+# agentsnet build. Targets: all, lint, test, check (lint + test), demo, bench, fuzz.
+# Quiet by default; V=1 shows the commands.
+
+CC      ?= cc
+ifeq ($(CC),cc)
+CC      := gcc
+endif
+PKGS    := liburing libcares yaml-0.1 libxxhash libssl libcrypto
+WARN    := -Wall -Wextra -Werror -Wshadow -Wconversion -Wimplicit-fallthrough -Wvla -Wformat=2
+CFLAGS_BASE := -std=c17 -D_GNU_SOURCE $(WARN) -I. -pthread -g \
+	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+
+# Two trees: release (build/rel) and the sanitized tree the tests run (build/san).
+REL_CFLAGS := $(CFLAGS_BASE) -O2
+SAN_CFLAGS := $(CFLAGS_BASE) -O1 -DAN_DEBUG -fno-omit-frame-pointer -fsanitize=address,undefined \
+	-fno-sanitize-recover=all
+SAN_LDFLAGS := -fsanitize=address,undefined
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+LIB_SRC := $(sort $(wildcard core/*.c policy/*.c tls/*.c))
+BIN_SRC := tools/agentsnetd.c
+UNIT_SRC := $(sort $(wildcard tests/unit/*/*.c))
+HEADERS := $(sort $(wildcard core/*.h policy/*.h tls/*.h))
+
+REL_OBJ := $(LIB_SRC:%.c=build/rel/%.o)
+SAN_OBJ := $(LIB_SRC:%.c=build/san/%.o)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=build/san/tests/unit/%)
+
+.PHONY: all lint test check demo bench fuzz deps clean unit integ
+.DEFAULT_GOAL := all
+
+all: build/rel/agentsnetd build/san/agentsnetd
+
+deps:
+	$(Q)./tools/deps.sh
+
+build/rel/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(REL_CFLAGS) -MMD -MP -c $< -o $@
+
+build/san/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC-SAN  $<")
+	$(Q)$(CC) $(SAN_CFLAGS) -MMD -MP -c $< -o $@
+
+build/rel/libagentsnet.a: $(REL_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+build/san/libagentsnet.a: $(SAN_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+build/rel/agentsnetd: build/rel/tools/agentsnetd.o build/rel/libagentsnet.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
+build/san/agentsnetd: build/san/tools/agentsnetd.o build/san/libagentsnet.a
+	@$(if $(Q),echo "  LD-SAN  $@")
+	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# A unit test may #include the .c under test; the archive then supplies the rest.
+build/san/tests/unit/%: tests/unit/%.c build/san/libagentsnet.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TEST-CC $<")
+	$(Q)$(CC) $(SAN_CFLAGS) -Wno-conversion -MMD -MP -o $@ $< build/san/libagentsnet.a \
+		$(LDLIBS) $(CHECK_LIBS)
+
+unit: $(UNIT_BIN)
+	$(Q)tests/run-unit.sh $(UNIT_BIN)
+
+integ: build/san/agentsnetd build/rel/agentsnetd
+	$(Q)tests/integ/run.sh
+
+test: unit integ
+
+lint:
+	$(Q)tests/lint.sh
+
+check: deps
+	$(Q)$(MAKE) --no-print-directory lint
+	$(Q)$(MAKE) --no-print-directory all $(UNIT_BIN)
+	$(Q)$(MAKE) --no-print-directory test
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd
+	$(Q)demo/run.sh
+
+bench:
+	$(Q)./tools/deps.sh bench
+	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd
+	$(Q)bench/run.sh
+
+fuzz:
+	$(Q)tests/fuzz/run.sh
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

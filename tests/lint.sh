@@ -1,0 +1,53 @@
+#!/bin/sh
+# `make lint`: the house-style rules a tool can check (STYLE.md sections 1, 4, 11).
+#  1. clang-format leaves every C file unchanged;
+#  2. every header compiles on its own;
+#  3. no banned function, and raw malloc/free only in core/pool.c;
+#  4. include direction: core/ includes neither policy/ nor tls/.
+set -u
+cd "$(dirname "$0")/.."
+fail=0
+src=$(git ls-files -co --exclude-standard '*.c' '*.h' 2>/dev/null | grep -v '^build/')
+proj=$(printf '%s\n' $src | grep -E '^(core|policy|tls|tools)/')
+
+for f in $src; do
+	if ! clang-format --dry-run -Werror "$f" >/dev/null 2>&1; then
+		echo "lint: $f: not clang-format clean (run: clang-format -i $f)"
+		fail=1
+	fi
+done
+
+cflags="-std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -I. $(pkg-config --cflags liburing libcares yaml-0.1 libxxhash libssl 2>/dev/null)"
+for h in $(printf '%s\n' $proj | grep '\.h$'); do
+	if ! printf '#include "%s"\n#include "%s"\n' "$h" "$h" | gcc $cflags -x c -fsyntax-only - 2>/tmp/lint.$$; then
+		echo "lint: $h: does not compile on its own (or twice):"
+		sed 's/^/    /' /tmp/lint.$$
+		fail=1
+	fi
+done
+rm -f /tmp/lint.$$
+
+banned='\b(strcpy|strcat|sprintf|vsprintf|strtok|atoi|atol|gets|alloca)[[:space:]]*\('
+for f in $proj; do
+	# Comment lines are prose, not code.
+	code=$(sed -e 's:^[[:space:]]*/\{0,1\}\*.*$::' -e 's://.*$::' "$f")
+	hits=$(printf '%s\n' "$code" | grep -nE "$banned" | grep -v 'snprintf\|vsnprintf')
+	if [ -n "$hits" ]; then
+		echo "lint: $f: banned function:"; echo "$hits" | sed 's/^/    /'; fail=1
+	fi
+	if [ "$f" != core/pool.c ]; then
+		hits=$(printf '%s\n' "$code" | grep -nE '(^|[^_a-z])(malloc|calloc|realloc|free)[[:space:]]*\(')
+		if [ -n "$hits" ]; then
+			echo "lint: $f: raw allocation outside core/pool.c:"; echo "$hits" | sed 's/^/    /'; fail=1
+		fi
+	fi
+done
+
+for f in $(printf '%s\n' $proj | grep '^core/'); do
+	if grep -nE '#include "(policy|tls)/' "$f" >/dev/null; then
+		echo "lint: $f: core/ may not include policy/ or tls/"; fail=1
+	fi
+done
+
+[ $fail -eq 0 ] && echo "  LINT    ok"
+exit $fail

@@ -1,0 +1,55 @@
+#!/bin/sh
+# Installs every Debian package agentsnet needs to build, test and benchmark.
+# Idempotent: packages already present are skipped, `apt-get update` runs at most
+# once, and the script is a no-op when nothing is missing.
+#
+#   tools/deps.sh            build + test packages
+#   tools/deps.sh bench      also the peers and load tools used by `make bench`
+set -eu
+
+BUILD_PKGS="build-essential pkg-config clang-format liburing-dev libssl-dev libxxhash-dev \
+libc-ares-dev libyaml-dev libidn2-dev libseccomp-dev libnghttp2-dev check \
+libbenchmark-dev iproute2 curl openssl python3 nodejs npm"
+BENCH_PKGS="wrk haproxy nginx-light squid tinyproxy"
+
+want="$BUILD_PKGS"
+if [ "${1:-}" = "bench" ]; then
+	want="$want $BENCH_PKGS"
+fi
+
+missing=""
+for p in $want; do
+	if ! dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -q '^installed$'; then
+		# A tool installed outside apt (e.g. node from a distribution image) counts.
+		case "$p" in
+		nodejs) command -v node >/dev/null 2>&1 && continue ;;
+		npm) command -v npm >/dev/null 2>&1 && continue ;;
+		python3) command -v python3 >/dev/null 2>&1 && continue ;;
+		esac
+		missing="$missing $p"
+	fi
+done
+
+if [ -n "$missing" ]; then
+	SUDO=""
+	if [ "$(id -u)" -ne 0 ]; then
+		SUDO="sudo"
+	fi
+	echo "deps: installing:$missing"
+	$SUDO apt-get update -qq
+	# Peers are started by the benchmark itself, never as system services.
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+		$missing >/dev/null
+	for svc in haproxy nginx squid tinyproxy; do
+		if command -v systemctl >/dev/null 2>&1; then
+			$SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
+		fi
+	done
+fi
+
+# Node test client: undici's ProxyAgent gives Node 20's fetch() a proxy.
+if [ -f tests/integ/node/package.json ] && [ ! -d tests/integ/node/node_modules/undici ]; then
+	echo "deps: npm ci in tests/integ/node"
+	(cd tests/integ/node && npm ci --silent --no-audit --no-fund >/dev/null)
+fi
+exit 0
