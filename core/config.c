@@ -1,0 +1,55 @@
+/*
+ * Defaults and ownership for struct config. Parsing lives with the policy
+ * loader (policy/), which fills this struct; the engine only reads it.
+ */
+#include "core/config.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "core/limits.h"
+#include "core/pool.h"
+
+int config_set_string(char **slot, const char *value)
+{
+	char *copy = NULL;
+
+	if (value != NULL) {
+		copy = pool_strndup(value, strlen(value));
+		if (copy == NULL)
+			return -ENOMEM;
+	}
+	pool_free(*slot);
+	*slot = copy;
+	return 0;
+}
+
+int config_init_defaults(struct config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->conns_per_worker = LIMITS_CONNS_PER_WORKER_DEFAULT;
+	cfg->pipes_per_worker = LIMITS_PIPES_PER_WORKER_DEFAULT;
+	cfg->head_timeout_ms = LIMITS_HEAD_TIMEOUT_MS_DEFAULT;
+	cfg->connect_timeout_ms = LIMITS_CONNECT_TIMEOUT_MS_DEFAULT;
+	cfg->dns_timeout_ms = LIMITS_DNS_TIMEOUT_MS_DEFAULT;
+	cfg->idle_timeout_ms = LIMITS_IDLE_TIMEOUT_MS_DEFAULT;
+	if (config_set_string(&cfg->socket_dir, "/run/agentsnet") != 0 ||
+	    config_set_string(&cfg->audit_path, "/var/log/agentsnet/audit.jsonl") != 0) {
+		config_free(cfg);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void config_free(struct config *cfg)
+{
+	for (uint32_t i = 0; i < cfg->sandbox_count; i++)
+		AN_FREE(&cfg->sandboxes[i].id);
+	AN_FREE(&cfg->sandboxes);
+	AN_FREE(&cfg->socket_dir);
+	AN_FREE(&cfg->audit_path);
+	AN_FREE(&cfg->dns_servers);
+	AN_FREE(&cfg->tcp_listen);
+	AN_FREE(&cfg->tcp_sandbox);
+	memset(cfg, 0, sizeof(*cfg));
+}

@@ -1,0 +1,43 @@
+/*
+ * The daemon's settings, as loaded from the policy file's `daemon:` section
+ * and the command line. Owned by the daemon; the engine borrows it for its
+ * whole life. The policy proper (profiles, rules, resolver) is separate and
+ * opaque to core/, see core/verdict.h.
+ */
+#ifndef AN_CORE_CONFIG_H
+#define AN_CORE_CONFIG_H
+
+#include <stdint.h>
+
+#define CONFIG_SANDBOX_ID_BYTES_MAX 64u
+
+struct config_sandbox {
+	char *id;         /* owned; [A-Za-z0-9_.-]{1,63}, not starting with '.' */
+	uint32_t profile; /* index into the policy's profiles */
+};
+
+struct config {
+	char *socket_dir;  /* owned; sandbox sockets: <socket_dir>/sandboxes/<id>/egress.sock */
+	char *audit_path;  /* owned; JSON lines, "-" for stdout */
+	char *dns_servers; /* owned; c-ares CSV "ip[:port],...", NULL: /etc/resolv.conf */
+	char *tcp_listen;  /* owned; "127.0.0.1:PORT" or NULL: no TCP listener */
+	char *tcp_sandbox; /* owned; sandbox id TCP connections are served as */
+	uint32_t workers;  /* 0: one per online core */
+	uint32_t conns_per_worker;
+	uint32_t pipes_per_worker; /* 0 disables splice: every relay copies */
+	uint32_t head_timeout_ms;
+	uint32_t connect_timeout_ms;
+	uint32_t dns_timeout_ms;
+	uint32_t idle_timeout_ms;
+	uint32_t sandbox_count;
+	struct config_sandbox *sandboxes; /* owned array of sandbox_count */
+};
+
+/* Fills <cfg> with the built-in defaults (paths under /run and /var/log). 0 or -ENOMEM. */
+int config_init_defaults(struct config *cfg);
+/* Replaces the owned string *<slot> with a copy of <value> (NULL clears). 0 or -ENOMEM. */
+int config_set_string(char **slot, const char *value);
+/* Releases everything <cfg> owns and zeroes it. */
+void config_free(struct config *cfg);
+
+#endif /* AN_CORE_CONFIG_H */

@@ -1,0 +1,69 @@
+/*
+ * Every limit in one place (STYLE.md section 8), with its unit in the name and
+ * the reason for its value. Configurable limits have their default here and
+ * their bounds checked where the configuration is loaded.
+ */
+#ifndef AN_CORE_LIMITS_H
+#define AN_CORE_LIMITS_H
+
+#include <assert.h>
+
+/* Request line: longer than any URI a real client sends; 414 beyond it. */
+#define LIMITS_REQUEST_LINE_BYTES_MAX 8192u
+/* Whole request head, request line included: 431 beyond it (nginx/HAProxy use 8-16k). */
+#define LIMITS_HEAD_BYTES_MAX 16384u
+/* Header fields in one head: 431 beyond it. */
+#define LIMITS_HEADERS_MAX 100u
+/* Response head from an upstream (absolute-form forwarding): 502 beyond it. */
+#define LIMITS_RESPONSE_HEAD_BYTES_MAX 16384u
+/* Host names (RFC 1035 presentation form, 253 plus a trailing dot and slack). */
+#define LIMITS_HOST_BYTES_MAX 255u
+
+/* Provided-buffer ring: buffers per worker and bytes each (a page multiple). */
+#define LIMITS_BUFRING_ENTRIES      1024u
+#define LIMITS_BUFRING_BUFFER_BYTES 16384u
+/* Completions reaped per loop turn: bounds the work between two submits. */
+#define LIMITS_CQES_PER_TURN 256u
+/* SQ and CQ sizes; the CQ is larger so multishot bursts never overflow it. */
+#define LIMITS_SQ_ENTRIES 4096u
+#define LIMITS_CQ_ENTRIES 16384u
+
+/* Connections per worker (client side); each tunnel also uses one upstream slot. */
+#define LIMITS_CONNS_PER_WORKER_DEFAULT 32768u
+/* Direct-descriptor table per ring: two per tunnel plus listeners and slack. */
+#define LIMITS_FIXED_FILES_PER_WORKER 65536u
+
+/* Pipes per worker for splice relays (each pipe is two fds and up to 64 KiB of
+ * kernel pages): 64 MiB per user is the kernel's soft cap, see ENGINE-NOTES.md. */
+#define LIMITS_PIPES_PER_WORKER_DEFAULT 128u
+#define LIMITS_PIPE_BYTES               (256u * 1024u)
+
+/* Timeouts (milliseconds). */
+#define LIMITS_HEAD_TIMEOUT_MS_DEFAULT    10000u
+#define LIMITS_CONNECT_TIMEOUT_MS_DEFAULT 10000u
+#define LIMITS_DNS_TIMEOUT_MS_DEFAULT     5000u
+#define LIMITS_IDLE_TIMEOUT_MS_DEFAULT    300000u
+/* Timer wheel: slot width and slot count; must cover the longest timeout. */
+#define LIMITS_TIMER_TICK_MS 100u
+#define LIMITS_TIMER_SLOTS   4096u
+
+/* Audit: records per per-worker ring (about 920 bytes each) and the worst-case
+ * formatted line (every field full of bytes that need six-character escapes). */
+#define LIMITS_AUDIT_RING_RECORDS 4096u
+#define LIMITS_AUDIT_LINE_BYTES   8192u
+
+/* Worker threads: at most this many, whatever the core count. */
+#define LIMITS_WORKERS_MAX 64u
+/* Sandboxes a daemon serves. */
+#define LIMITS_SANDBOXES_MAX 65536u
+
+static_assert((LIMITS_BUFRING_ENTRIES & (LIMITS_BUFRING_ENTRIES - 1)) == 0,
+	      "buffer ring size must be a power of two");
+static_assert((LIMITS_TIMER_SLOTS & (LIMITS_TIMER_SLOTS - 1)) == 0,
+	      "timer slots must be a power of two");
+static_assert(LIMITS_REQUEST_LINE_BYTES_MAX < LIMITS_HEAD_BYTES_MAX,
+	      "the request line is part of the head");
+static_assert((LIMITS_AUDIT_RING_RECORDS & (LIMITS_AUDIT_RING_RECORDS - 1)) == 0,
+	      "audit ring size must be a power of two");
+
+#endif /* AN_CORE_LIMITS_H */

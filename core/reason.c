@@ -1,0 +1,116 @@
+/*
+ * Tables behind core/reason.h. One row per code, indexed by the enum, checked
+ * for completeness at compile time so a new code cannot ship without its
+ * status and instruction. The instructions are written for an agent reading
+ * a tool result: what happened and what to do next, in one line.
+ */
+#include "core/reason.h"
+
+#include <assert.h>
+
+#include "core/an.h"
+
+struct reason_row {
+	const char *code;
+	uint16_t status;
+	const char *instruction;
+};
+
+static const struct reason_row reason_rows[] = {
+	[REASON_NONE] = { "none", 200, "" },
+	[REASON_HOST_NOT_ALLOWED] = { "host_not_allowed", 403,
+				      "This host is not on the sandbox's allowlist; do not retry. Ask the operator to add a rule if the task needs it." },
+	[REASON_PORT_NOT_ALLOWED] = { "port_not_allowed", 403,
+				      "This host is allowed only on other ports; retry on an allowed port or ask the operator." },
+	[REASON_PRIVATE_ADDRESS] = { "private_address", 403,
+				     "The host resolves to a private, loopback or link-local address, which the sandbox may not reach; do not retry." },
+	[REASON_TIER_UNAVAILABLE] = { "tier_unavailable", 403,
+				      "The rule for this host uses a tier this daemon does not serve yet; do not retry." },
+	[REASON_BAD_REQUEST] = { "bad_request", 400,
+				 "The request is malformed (RFC 9112); fix the request line or headers and retry." },
+	[REASON_NOT_A_PROXY_REQUEST] = { "not_a_proxy_request", 400,
+					 "Send CONNECT host:port or an absolute-form URI (http://host/path) to this proxy." },
+	[REASON_URI_TOO_LONG] = { "uri_too_long", 414,
+				  "The request line is too long; shorten the URI and retry." },
+	[REASON_HEADERS_TOO_LARGE] = { "headers_too_large", 431,
+				       "The request headers are too large; send fewer or smaller headers." },
+	[REASON_BODY_TOO_LARGE] = { "body_too_large", 413,
+				    "The request body exceeds the sandbox's limit; send a smaller body." },
+	[REASON_REQUEST_TIMEOUT] = { "request_timeout", 408,
+				     "The request head did not arrive in time; send the whole request head promptly." },
+	[REASON_DNS_FAILED] = { "dns_failed", 502,
+				"The host name could not be resolved; check the spelling, retry later if it should exist." },
+	[REASON_UPSTREAM_UNREACHABLE] = { "upstream_unreachable", 502,
+					  "The upstream refused or dropped the connection; retry later." },
+	[REASON_UPSTREAM_TIMEOUT] = { "upstream_timeout", 504,
+				      "The upstream did not answer in time; retry later." },
+	[REASON_UPSTREAM_BAD_RESPONSE] = { "upstream_bad_response", 502,
+					   "The upstream sent a malformed response; retry later or report it." },
+	[REASON_OVERLOADED] = { "overloaded", 503,
+				"The proxy is at its connection limit; retry after a short wait." },
+	[REASON_METHOD_NOT_ALLOWED] = { "method_not_allowed", 405,
+					"This method is not allowed here; use another method." },
+};
+static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
+
+static const char *const tier_names[] = {
+	[TIER_DENY] = "deny", [TIER_PASSTHROUGH] = "passthrough", [TIER_LOCAL] = "local",
+	[TIER_FAKE] = "fake", [TIER_INJECT] = "inject",
+};
+static_assert(AN_ARRAY_LEN(tier_names) == TIER__COUNT, "every tier needs a name");
+
+const char *reason_tier_name(enum tier t)
+{
+	AN_ASSERT((unsigned)t < TIER__COUNT);
+	return tier_names[t];
+}
+
+const char *reason_code(enum reason r)
+{
+	AN_ASSERT((unsigned)r < REASON__COUNT);
+	return reason_rows[r].code;
+}
+
+uint16_t reason_status(enum reason r)
+{
+	AN_ASSERT((unsigned)r < REASON__COUNT);
+	return reason_rows[r].status;
+}
+
+const char *reason_instruction(enum reason r)
+{
+	AN_ASSERT((unsigned)r < REASON__COUNT);
+	return reason_rows[r].instruction;
+}
+
+const char *reason_phrase(uint16_t status)
+{
+	switch (status) {
+	case 200:
+		return "OK";
+	case 400:
+		return "Bad Request";
+	case 403:
+		return "Forbidden";
+	case 405:
+		return "Method Not Allowed";
+	case 408:
+		return "Request Timeout";
+	case 413:
+		return "Content Too Large";
+	case 414:
+		return "URI Too Long";
+	case 429:
+		return "Too Many Requests";
+	case 431:
+		return "Request Header Fields Too Large";
+	case 502:
+		return "Bad Gateway";
+	case 503:
+		return "Service Unavailable";
+	case 504:
+		return "Gateway Timeout";
+	default:
+		return "Error";
+	}
+}
