@@ -1,0 +1,151 @@
+/*
+ * HTTP/1.1 message heads (RFC 9112), parsed strictly and without allocation.
+ *
+ * Every function borrows its input: results are pointer+length views into the
+ * caller's buffer, valid while the buffer is. Nothing here reads past <len>.
+ * The parsers are incremental in the simplest way: call again with more bytes
+ * and they start over (heads are small; re-scanning is cheaper than state).
+ */
+#ifndef AN_CORE_HTTP1_H
+#define AN_CORE_HTTP1_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/limits.h"
+#include "core/reason.h"
+
+struct http1_header {
+	const char *name;
+	size_t name_len;
+	const char *value; /* leading and trailing whitespace removed */
+	size_t value_len;
+};
+
+enum http1_form {
+	HTTP1_FORM_ORIGIN = 0, /* GET /path */
+	HTTP1_FORM_ABSOLUTE,   /* GET http://host[:port]/path */
+	HTTP1_FORM_AUTHORITY,  /* CONNECT host:port */
+	HTTP1_FORM_ASTERISK,   /* OPTIONS * */
+};
+
+/* How the body of a message is delimited (RFC 9112 section 6.3). */
+enum http1_body {
+	HTTP1_BODY_NONE = 0,
+	HTTP1_BODY_LENGTH,  /* exactly content_length bytes */
+	HTTP1_BODY_CHUNKED, /* chunked transfer coding, scanned by http1_chunked_scan */
+	HTTP1_BODY_CLOSE,   /* response only: until the upstream closes */
+};
+
+struct http1_request {
+	const char *method;
+	size_t method_len;
+	const char *target; /* the request-target as sent */
+	size_t target_len;
+	enum http1_form form;
+	/* Authority of absolute- and authority-form targets; host has no brackets. */
+	const char *authority; /* host[:port] exactly as in the target */
+	size_t authority_len;
+	const char *host;
+	size_t host_len;
+	uint16_t port; /* explicit, or 80 for http:// (absolute form); never 0 on success */
+	/* Absolute form: path and query to send upstream in origin form ("/" if empty). */
+	const char *path;
+	size_t path_len;
+	uint8_t version_minor; /* 1 for HTTP/1.1, 0 for HTTP/1.0 */
+	bool is_connect;
+	bool keep_alive; /* HTTP/1.1 without "Connection: close", or 1.0 with keep-alive */
+	bool expect_continue;
+	enum http1_body body;    /* NONE, LENGTH or CHUNKED */
+	uint64_t content_length; /* valid when body == HTTP1_BODY_LENGTH */
+	const char *host_header; /* value of Host, NULL when absent */
+	size_t host_header_len;
+	uint32_t header_count;
+	struct http1_header headers[LIMITS_HEADERS_MAX];
+	size_t head_len; /* bytes from the request line to the blank line, inclusive */
+};
+
+struct http1_response {
+	uint16_t status;
+	uint8_t version_minor;
+	bool keep_alive;
+	enum http1_body body; /* before applying the request method; see http1_response_body */
+	uint64_t content_length;
+	uint32_t header_count;
+	struct http1_header headers[LIMITS_HEADERS_MAX];
+	size_t head_len;
+};
+
+/*
+ * Parses the request head at <buf>/<len> into <req>.
+ *
+ * Returns head_len (> 0) when a whole head is present, -EAGAIN when more bytes
+ * are needed (and the limits are not yet exceeded), or -EPROTO with *<why> set:
+ *   REASON_URI_TOO_LONG       request line over LIMITS_REQUEST_LINE_BYTES_MAX;
+ *   REASON_HEADERS_TOO_LARGE  head over LIMITS_HEAD_BYTES_MAX, or more than
+ *                             LIMITS_HEADERS_MAX fields;
+ *   REASON_BAD_REQUEST        anything RFC 9112 forbids or we refuse as a
+ *                             smuggling risk: bare CR or LF, NUL or other CTLs,
+ *                             obs-fold, whitespace before the colon, empty or
+ *                             invalid field names, bad method token, version
+ *                             other than HTTP/1.0 and 1.1, duplicate or
+ *                             conflicting Content-Length, Transfer-Encoding with
+ *                             Content-Length, Transfer-Encoding other than a
+ *                             final "chunked", Transfer-Encoding on HTTP/1.0,
+ *                             CONNECT whose target is not host:port, an
+ *                             absolute form other than http:// (or with
+ *                             userinfo), a missing or duplicate Host in HTTP/1.1,
+ *                             a port that is not 1..65535.
+ * Leading empty lines (RFC 9112 section 2.2) are skipped and count in head_len.
+ * Origin and asterisk forms parse successfully; refusing them is the caller's
+ * policy. Borrows <buf>; writes only <req> and <why>.
+ */
+ssize_t http1_parse_request(const char *buf, size_t len, struct http1_request *req,
+			    enum reason *why);
+
+/*
+ * Parses a response head. Returns head_len, -EAGAIN, or -EPROTO for a malformed
+ * or oversize (LIMITS_RESPONSE_HEAD_BYTES_MAX) head, with the same strictness on
+ * framing headers as requests. Borrows <buf>.
+ */
+ssize_t http1_parse_response(const char *buf, size_t len, struct http1_response *resp);
+
+/*
+ * The body framing of <resp> given the request it answers: NONE for 1xx, 204,
+ * 304 and any response to HEAD, or 2xx to CONNECT; otherwise resp->body.
+ */
+enum http1_body http1_response_body(const struct http1_response *resp, bool request_was_head);
+
+/* True when <name>/<len> equals <lit> ignoring ASCII case. */
+bool http1_name_is(const char *name, size_t len, const char *lit);
+
+/*
+ * Writes the head to send upstream for an absolute-form <req>: the request line
+ * in origin form with HTTP/1.1, every header except hop-by-hop ones (Connection
+ * and the names it lists, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection and
+ * every Proxy-* field) and Host, then "Host: <authority>" (RFC 9112 section 3.2.2:
+ * a proxy replaces Host with the target's authority), then the blank line.
+ * Returns the bytes written, or -EMSGSIZE when <cap> is too small. Borrows <req>.
+ */
+ssize_t http1_write_origin_head(const struct http1_request *req, char *out, size_t cap);
+
+/* Incremental scanner for a chunked body: finds where the message ends. */
+struct http1_chunked {
+	uint64_t chunk_left; /* data bytes left in the current chunk */
+	uint32_t state;      /* private to core/http1.c */
+	uint32_t line_len;   /* bytes of the current size or trailer line */
+	bool done;           /* the last chunk and trailer section are complete */
+};
+
+/*
+ * Scans <len> bytes of a chunked body that continue the stream <s> has seen so
+ * far. Returns the bytes that belong to this message (== len unless the message
+ * ended inside the buffer; then s->done is set), or -EPROTO on a malformed size
+ * line, a chunk size over 2^62, a size or trailer line over 4 KiB, or bare CR/LF.
+ * The bytes are only inspected, never changed: the relay forwards them as-is.
+ */
+ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len);
+
+#endif /* AN_CORE_HTTP1_H */

@@ -1,0 +1,225 @@
+/*
+ * libFuzzer driver for core/http1.c: every input is fed to the request parser,
+ * the response parser and the chunked scanner, and the results are checked
+ * against invariants rather than expected values:
+ *   - results are one of the documented ones, with a reason exactly on -EPROTO;
+ *   - head_len <= len, and every view lies inside the head (the "/" of an empty
+ *     absolute-form path is the one view that may point elsewhere);
+ *   - a head that parses also parses when cut at head_len, and one byte less
+ *     is -EAGAIN (the parser never decides on bytes it has not seen);
+ *   - an absolute-form head is rewritten by http1_write_origin_head into an
+ *     exactly-sized buffer, one byte less is -EMSGSIZE, and the rewrite parses
+ *     again with the same method and body framing;
+ *   - the chunked scanner gives the same answer for the whole input, for two
+ *     pieces split anywhere, and for one byte at a time.
+ *
+ * fuzz-sources: core/http1.c core/an.c core/reason.c core/pool.c
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/an.h"
+#include "core/http1.h"
+#include "core/pool.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static bool view_inside(const char *p, size_t n, const char *buf, size_t len)
+{
+	uintptr_t lo = (uintptr_t)buf;
+	uintptr_t at = (uintptr_t)p;
+
+	if (p == NULL)
+		return n == 0;
+	return at >= lo && at - lo <= len && n <= len - (at - lo);
+}
+
+static void check_headers(const struct http1_header *h, uint32_t count, const char *buf, size_t len)
+{
+	AN_ASSERT(count <= LIMITS_HEADERS_MAX);
+	for (uint32_t i = 0; i < count; i++) {
+		AN_ASSERT(h[i].name_len > 0);
+		AN_ASSERT(view_inside(h[i].name, h[i].name_len, buf, len));
+		AN_ASSERT(view_inside(h[i].value, h[i].value_len, buf, len));
+	}
+}
+
+static void check_request_views(const struct http1_request *req, const char *buf, size_t len)
+{
+	AN_ASSERT(req->method_len >= 1 && req->method_len <= 32);
+	AN_ASSERT(view_inside(req->method, req->method_len, buf, len));
+	AN_ASSERT(view_inside(req->target, req->target_len, buf, len));
+	AN_ASSERT(view_inside(req->authority, req->authority_len, buf, len));
+	AN_ASSERT(view_inside(req->host, req->host_len, buf, len));
+	AN_ASSERT(view_inside(req->host_header, req->host_header_len, buf, len));
+	if (!view_inside(req->path, req->path_len, buf, len))
+		AN_ASSERT(req->path_len == 1 && req->path[0] == '/');
+	AN_ASSERT(req->host_len <= LIMITS_HOST_BYTES_MAX);
+	AN_ASSERT(req->version_minor <= 1);
+	if (req->version_minor == 1)
+		AN_ASSERT(req->host_header != NULL);
+	bool has_authority = req->form == HTTP1_FORM_ABSOLUTE || req->form == HTTP1_FORM_AUTHORITY;
+	AN_ASSERT(has_authority == (req->port != 0));
+	AN_ASSERT(has_authority == (req->host_len != 0));
+	AN_ASSERT(req->is_connect == (req->form == HTTP1_FORM_AUTHORITY));
+	AN_ASSERT(req->body != HTTP1_BODY_CLOSE);
+	if (req->body != HTTP1_BODY_LENGTH)
+		AN_ASSERT(req->content_length == 0);
+	check_headers(req->headers, req->header_count, buf, len);
+}
+
+/* The rewrite fits exactly, refuses one byte less, and parses again the same way. */
+static void check_origin_head(const struct http1_request *req)
+{
+	size_t cap = req->head_len + 2 * LIMITS_HOST_BYTES_MAX;
+	char *out = pool_malloc(cap);
+	struct http1_request *again = pool_malloc(sizeof(*again));
+	enum reason why;
+
+	AN_ASSERT(out != NULL && again != NULL);
+	ssize_t n = http1_write_origin_head(req, out, cap);
+	AN_ASSERT(n > 0 && (size_t)n <= cap);
+	AN_ASSERT(http1_write_origin_head(req, out, (size_t)n - 1) == -EMSGSIZE);
+	AN_ASSERT(http1_write_origin_head(req, out, (size_t)n) == n);
+	ssize_t rc = http1_parse_request(out, (size_t)n, again, &why);
+	if (rc == -EPROTO) {
+		/* Only a limit may refuse it: the rewrite can be a little longer. */
+		AN_ASSERT(why == REASON_URI_TOO_LONG || why == REASON_HEADERS_TOO_LARGE);
+	} else {
+		AN_ASSERT(rc == n);
+		AN_ASSERT(again->form == HTTP1_FORM_ORIGIN);
+		AN_ASSERT(again->version_minor == 1);
+		AN_ASSERT(again->method_len == req->method_len);
+		AN_ASSERT(memcmp(again->method, req->method, req->method_len) == 0);
+		AN_ASSERT(again->body == req->body);
+		AN_ASSERT(again->content_length == req->content_length);
+		AN_ASSERT(again->host_header_len == req->authority_len);
+	}
+	pool_free(again);
+	pool_free(out);
+}
+
+static void check_request(const char *buf, size_t len)
+{
+	struct http1_request *req = pool_malloc(sizeof(*req));
+	enum reason why = REASON__COUNT;
+
+	AN_ASSERT(req != NULL);
+	ssize_t rc = http1_parse_request(buf, len, req, &why);
+	if (rc == -EAGAIN) {
+		AN_ASSERT(why == REASON_NONE);
+		AN_ASSERT(len <= LIMITS_HEAD_BYTES_MAX);
+	} else if (rc == -EPROTO) {
+		AN_ASSERT(why == REASON_BAD_REQUEST || why == REASON_URI_TOO_LONG ||
+			  why == REASON_HEADERS_TOO_LARGE);
+	} else {
+		AN_ASSERT(rc > 0 && (size_t)rc <= len);
+		AN_ASSERT((size_t)rc <= LIMITS_HEAD_BYTES_MAX);
+		AN_ASSERT(req->head_len == (size_t)rc);
+		AN_ASSERT(why == REASON_NONE);
+		check_request_views(req, buf, (size_t)rc);
+		if (req->form == HTTP1_FORM_ABSOLUTE)
+			check_origin_head(req);
+		AN_ASSERT(http1_parse_request(buf, (size_t)rc - 1, req, &why) == -EAGAIN);
+		AN_ASSERT(http1_parse_request(buf, (size_t)rc, req, &why) == rc);
+	}
+	pool_free(req);
+}
+
+static void check_response(const char *buf, size_t len)
+{
+	struct http1_response *resp = pool_malloc(sizeof(*resp));
+
+	AN_ASSERT(resp != NULL);
+	ssize_t rc = http1_parse_response(buf, len, resp);
+	AN_ASSERT(rc > 0 || rc == -EAGAIN || rc == -EPROTO);
+	if (rc == -EAGAIN)
+		AN_ASSERT(len <= LIMITS_RESPONSE_HEAD_BYTES_MAX);
+	if (rc > 0) {
+		AN_ASSERT((size_t)rc <= len && (size_t)rc <= LIMITS_RESPONSE_HEAD_BYTES_MAX);
+		AN_ASSERT(resp->head_len == (size_t)rc);
+		AN_ASSERT(resp->status >= 100 && resp->status <= 599);
+		AN_ASSERT(resp->version_minor <= 1);
+		check_headers(resp->headers, resp->header_count, buf, (size_t)rc);
+		enum http1_body b = http1_response_body(resp, false);
+		AN_ASSERT(b == HTTP1_BODY_NONE || b == resp->body);
+		AN_ASSERT(http1_response_body(resp, true) == HTTP1_BODY_NONE);
+		AN_ASSERT(http1_parse_response(buf, (size_t)rc - 1, resp) == -EAGAIN);
+	}
+	pool_free(resp);
+}
+
+/* Feeds one piece to <s>; false once the scan has stopped (done or error). */
+static bool chunked_feed(struct http1_chunked *s, const char *p, size_t n, ssize_t *used)
+{
+	ssize_t rc = http1_chunked_scan(s, p, n);
+
+	if (rc < 0) {
+		*used = rc;
+		return false;
+	}
+	AN_ASSERT((size_t)rc <= n);
+	if (!s->done)
+		AN_ASSERT((size_t)rc == n);
+	*used += rc;
+	return !s->done;
+}
+
+/* Scans <len> bytes as two pieces split at <split>. */
+static ssize_t chunked_two(const char *buf, size_t len, size_t split, struct http1_chunked *s)
+{
+	ssize_t used = 0;
+
+	memset(s, 0, sizeof(*s));
+	if (chunked_feed(s, buf, split, &used))
+		chunked_feed(s, buf + split, len - split, &used);
+	return used;
+}
+
+/* Scans <len> bytes one byte at a time. */
+static ssize_t chunked_bytes(const char *buf, size_t len, struct http1_chunked *s)
+{
+	ssize_t used = 0;
+
+	memset(s, 0, sizeof(*s));
+	for (size_t i = 0; i < len; i++) {
+		if (!chunked_feed(s, buf + i, 1, &used))
+			break;
+	}
+	return used;
+}
+
+static void check_chunked(const char *buf, size_t len)
+{
+	struct http1_chunked whole;
+	struct http1_chunked piece;
+
+	if (len == 0)
+		return;
+	ssize_t rc = chunked_two(buf, len, len, &whole);
+	AN_ASSERT(rc == -EPROTO || (rc >= 0 && (size_t)rc <= len));
+	if (rc >= 0 && !whole.done)
+		AN_ASSERT((size_t)rc == len);
+	size_t split = (size_t)(uint8_t)buf[0] % (len + 1);
+	AN_ASSERT(chunked_two(buf, len, split, &piece) == rc);
+	AN_ASSERT(piece.done == whole.done);
+	AN_ASSERT(chunked_bytes(buf, len, &piece) == rc);
+	AN_ASSERT(piece.done == whole.done);
+	if (whole.done)
+		AN_ASSERT(http1_chunked_scan(&whole, buf, len) == 0);
+	if (rc == -EPROTO)
+		AN_ASSERT(http1_chunked_scan(&whole, buf, len) == -EPROTO);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *buf = (const char *)data;
+
+	check_request(buf, size);
+	check_response(buf, size);
+	check_chunked(buf, size);
+	return 0;
+}

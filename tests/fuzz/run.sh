@@ -1,0 +1,66 @@
+#!/bin/sh
+# `make fuzz`: builds every tests/fuzz/*.c as a libFuzzer binary (clang, with
+# ASan and UBSan) and runs each for ${FUZZ_SECONDS:-30} seconds on its seed
+# corpus tests/fuzz/corpus/<name>/, with inputs up to ${FUZZ_MAX_LEN:-20480}
+# bytes. A driver lists the library sources it needs on a "fuzz-sources:" line
+# in its top comment; without one it gets the default below. New inputs go to
+# build/fuzz/corpus/<name>/ (the seeds stay as they are), crashes to
+# build/fuzz/<name>-crash-*. Exit 0 when every driver ran clean, 1 on a build
+# failure or a crash, 77 when clang's libFuzzer is missing.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+
+secs=${FUZZ_SECONDS:-30}
+cc=${FUZZ_CC:-clang}
+max_len=${FUZZ_MAX_LEN:-20480}
+out=build/fuzz
+flags="-std=c17 -D_GNU_SOURCE -DAN_DEBUG -I. -g -O1 -fno-omit-frame-pointer \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
+default_src="core/an.c core/reason.c core/pool.c"
+
+mkdir -p "$out"
+probe="$out/.probe.c"
+printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+	'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);' \
+	'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' \
+	>"$probe"
+# shellcheck disable=SC2086 # $flags is a list
+if ! $cc $flags -o "$out/.probe" "$probe" >/dev/null 2>&1; then
+	echo "  SKIP    fuzz: $cc cannot build a libFuzzer binary (install clang and libclang-rt-dev)"
+	exit 77
+fi
+
+fail=0
+for f in tests/fuzz/*.c; do
+	[ -e "$f" ] || continue
+	name=$(basename "$f" .c)
+	src=$(sed -n 's/^[[:space:]*]*fuzz-sources:[[:space:]]*//p' "$f" | head -n 1)
+	[ -n "$src" ] || src=$default_src
+	echo "  FUZZ-CC $f"
+	# shellcheck disable=SC2086 # word splitting of the flag and source lists is wanted
+	if ! $cc $flags -o "$out/$name" "$f" $src >"$out/$name.build.log" 2>&1; then
+		echo "  FAIL    $name: build failed"
+		sed 's/^/    /' "$out/$name.build.log"
+		fail=1
+		continue
+	fi
+	mkdir -p "$out/corpus/$name"
+	seeds=tests/fuzz/corpus/$name
+	[ -d "$seeds" ] || seeds=
+	echo "  FUZZ    $name (${secs}s)"
+	# shellcheck disable=SC2086 # $seeds is empty or one directory
+	# max_len above the 16 KiB head limits, so the fuzzer can cross them.
+	"$out/$name" -max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+		-artifact_prefix="$out/$name-" -print_final_stats=1 \
+		"$out/corpus/$name" $seeds >"$out/$name.log" 2>&1
+	rc=$?
+	if [ $rc -ne 0 ]; then
+		echo "  FAIL    $name (exit $rc), log: $out/$name.log"
+		tail -n 60 "$out/$name.log" | sed 's/^/    /'
+		fail=1
+	else
+		runs=$(sed -n 's/^stat::number_of_executed_units:[[:space:]]*//p' "$out/$name.log")
+		echo "  PASS    $name (${runs:-?} runs)"
+	fi
+done
+exit $fail

@@ -1,0 +1,1259 @@
+/*
+ * Unit tests for core/http1.c. Every input is copied so that it ends right
+ * before a PROT_NONE page: a parser that reads one byte past <len> crashes
+ * the test instead of passing by luck. Output buffers of the head writer are
+ * placed the same way, so writing one byte past <cap> crashes too.
+ */
+#include "../../../core/http1.c"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define GUARD_AREA_BYTES (64u * 1024u)
+
+struct guard {
+	char *base;
+	size_t size; /* usable bytes before the PROT_NONE page */
+};
+
+static struct guard guard_in;
+static struct guard guard_out;
+
+static void guard_init(struct guard *g)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t size = (GUARD_AREA_BYTES + page - 1) / page * page;
+	char *m =
+	    mmap(NULL, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	ck_assert_int_eq(mprotect(m + size, page, PROT_NONE), 0);
+	g->base = m;
+	g->size = size;
+}
+
+/* Returns where <n> bytes must start to end right before the guard page. */
+static char *guard_end(struct guard *g, size_t n)
+{
+	if (g->base == NULL)
+		guard_init(g);
+	ck_assert_uint_le(n, g->size);
+	return g->base + g->size - n;
+}
+
+static const char *guard_place(struct guard *g, const void *s, size_t n)
+{
+	char *dst = guard_end(g, n);
+
+	if (n > 0)
+		memcpy(dst, s, n);
+	return dst;
+}
+
+static ssize_t req_parse_n(const char *s, size_t n, struct http1_request *req, enum reason *why)
+{
+	const char *b = guard_place(&guard_in, s, n);
+
+	return http1_parse_request(b, n, req, why);
+}
+
+static ssize_t req_parse(const char *s, struct http1_request *req, enum reason *why)
+{
+	return req_parse_n(s, strlen(s), req, why);
+}
+
+static ssize_t resp_parse_n(const char *s, size_t n, struct http1_response *resp)
+{
+	const char *b = guard_place(&guard_in, s, n);
+
+	return http1_parse_response(b, n, resp);
+}
+
+static ssize_t resp_parse(const char *s, struct http1_response *resp)
+{
+	return resp_parse_n(s, strlen(s), resp);
+}
+
+#define ck_view_eq(p, n, want)                                                             \
+	ck_assert_msg((n) == strlen(want) && ((n) == 0 || memcmp((p), (want), (n)) == 0),  \
+		      "view '%.*s' (%zu) != '%s'", (int)(n), (p) ? (const char *)(p) : "", \
+		      (size_t)(n), (want))
+
+/* Parses <s>, which must be one whole valid head, and returns the request. */
+static void req_ok(const char *s, struct http1_request *req)
+{
+	enum reason why = REASON__COUNT;
+	ssize_t rc = req_parse(s, req, &why);
+
+	ck_assert_msg(rc == (ssize_t)strlen(s), "'%s': rc %zd, want %zu (why %d)", s, rc, strlen(s),
+		      (int)why);
+	ck_assert_int_eq(why, REASON_NONE);
+	ck_assert_uint_eq(req->head_len, strlen(s));
+}
+
+struct bad_case {
+	const char *name;
+	const char *in;
+	size_t len; /* 0: strlen(in) */
+	enum reason why;
+};
+
+static void req_bad_cases(const struct bad_case *cases, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct http1_request req;
+		enum reason why = REASON__COUNT;
+		size_t len = cases[i].len ? cases[i].len : strlen(cases[i].in);
+		ssize_t rc = req_parse_n(cases[i].in, len, &req, &why);
+		ck_assert_msg(rc == -EPROTO && why == cases[i].why,
+			      "%s: rc %zd why %d, want rc %d why %d", cases[i].name, rc, (int)why,
+			      -EPROTO, (int)cases[i].why);
+	}
+}
+
+/* A growable-in-place text builder for the big heads of the limit tests. */
+struct text {
+	char buf[GUARD_AREA_BYTES];
+	size_t len;
+};
+
+static void text_add(struct text *t, const char *s)
+{
+	size_t n = strlen(s);
+
+	ck_assert_uint_le(t->len + n, sizeof(t->buf));
+	memcpy(t->buf + t->len, s, n);
+	t->len += n;
+}
+
+static void text_fill(struct text *t, char c, size_t n)
+{
+	ck_assert_uint_le(t->len + n, sizeof(t->buf));
+	memset(t->buf + t->len, c, n);
+	t->len += n;
+}
+
+/* Replaces the first <old_len> bytes of <t> with <s>. */
+static void text_replace_prefix(struct text *t, size_t old_len, const char *s)
+{
+	size_t n = strlen(s);
+
+	ck_assert_uint_ge(t->len, old_len);
+	ck_assert_uint_le(t->len - old_len + n, sizeof(t->buf));
+	memmove(t->buf + n, t->buf + old_len, t->len - old_len);
+	memcpy(t->buf, s, n);
+	t->len = t->len - old_len + n;
+}
+
+static struct text scratch;
+
+/* ---- the class table ---- */
+
+START_TEST(test_class_table)
+{
+	const char *tchar_extra = "!#$%&'*+-.^_`|~";
+
+	for (int c = 0; c < 256; c++) {
+		bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+		bool digit = c >= '0' && c <= '9';
+		bool hex = digit || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+		bool tchar = alpha || digit || (c != 0 && strchr(tchar_extra, c) != NULL);
+		bool target = c >= 0x21 && c <= 0x7e && c != '#';
+		bool value = c == '\t' || (c >= 0x20 && c != 0x7f);
+		bool host = alpha || digit || c == '-' || c == '.' || c == '_' || c == '~';
+		bool ipv6 = hex || c == ':' || c == '.';
+		unsigned want = (tchar ? HC_TCHAR : 0) | (target ? HC_TARGET : 0) |
+				(value ? HC_VALUE : 0) | (host ? HC_HOST : 0) |
+				(ipv6 ? HC_IPV6 : 0) | (hex ? HC_HEX : 0) | (digit ? HC_DIGIT : 0);
+		ck_assert_msg(http1_class[c] == want, "byte 0x%02x: class 0x%02x, want 0x%02x", c,
+			      http1_class[c], want);
+	}
+}
+END_TEST
+
+START_TEST(test_name_is)
+{
+	ck_assert(http1_name_is("Content-Length", 14, "content-length"));
+	ck_assert(http1_name_is("HOST", 4, "host"));
+	ck_assert(http1_name_is("host", 4, "HoSt"));
+	ck_assert(!http1_name_is("hosts", 5, "host"));
+	ck_assert(!http1_name_is("hos", 3, "host"));
+	ck_assert(!http1_name_is("hosu", 4, "host"));
+	ck_assert(http1_name_is("", 0, ""));
+	ck_assert(!http1_name_is("", 0, "x"));
+	/* Case folding is ASCII letters only: '@' and '`' differ by 0x20 too. */
+	ck_assert(!http1_name_is("@", 1, "`"));
+}
+END_TEST
+
+/* ---- valid requests ---- */
+
+START_TEST(test_connect_name)
+{
+	struct http1_request req;
+
+	req_ok("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n"
+	       "User-Agent: curl/8.0\r\n\r\n",
+	       &req);
+	ck_view_eq(req.method, req.method_len, "CONNECT");
+	ck_assert(req.is_connect);
+	ck_assert_int_eq(req.form, HTTP1_FORM_AUTHORITY);
+	ck_view_eq(req.target, req.target_len, "example.com:443");
+	ck_view_eq(req.authority, req.authority_len, "example.com:443");
+	ck_view_eq(req.host, req.host_len, "example.com");
+	ck_assert_uint_eq(req.port, 443);
+	ck_assert_uint_eq(req.version_minor, 1);
+	ck_assert(req.keep_alive);
+	ck_assert_int_eq(req.body, HTTP1_BODY_NONE);
+	ck_assert_uint_eq(req.header_count, 2);
+	ck_view_eq(req.headers[1].name, req.headers[1].name_len, "User-Agent");
+	ck_view_eq(req.headers[1].value, req.headers[1].value_len, "curl/8.0");
+	ck_view_eq(req.host_header, req.host_header_len, "example.com:443");
+
+	/* CONNECT with "Content-Length: 0" is tolerated: still no body. */
+	req_ok("CONNECT a-b_c.example:8443 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", &req);
+	ck_view_eq(req.host, req.host_len, "a-b_c.example");
+	ck_assert_uint_eq(req.port, 8443);
+	ck_assert_int_eq(req.body, HTTP1_BODY_NONE);
+
+	req_ok("CONNECT x:1 HTTP/1.0\r\n\r\n", &req);
+	ck_assert_uint_eq(req.port, 1);
+	ck_assert_uint_eq(req.version_minor, 0);
+	ck_assert_ptr_null(req.host_header);
+	req_ok("CONNECT x:65535 HTTP/1.1\r\nHost: x\r\n\r\n", &req);
+	ck_assert_uint_eq(req.port, 65535);
+	req_ok("CONNECT x:00443 HTTP/1.1\r\nHost: x\r\n\r\n", &req);
+	ck_assert_uint_eq(req.port, 443);
+}
+END_TEST
+
+START_TEST(test_connect_ip)
+{
+	struct http1_request req;
+
+	req_ok("CONNECT 10.0.0.1:8443 HTTP/1.1\r\nHost: 10.0.0.1:8443\r\n\r\n", &req);
+	ck_view_eq(req.host, req.host_len, "10.0.0.1");
+	ck_assert_uint_eq(req.port, 8443);
+
+	req_ok("CONNECT [::1]:443 HTTP/1.1\r\nHost: [::1]:443\r\n\r\n", &req);
+	ck_view_eq(req.host, req.host_len, "::1");
+	ck_view_eq(req.authority, req.authority_len, "[::1]:443");
+	ck_assert_uint_eq(req.port, 443);
+
+	req_ok("CONNECT [2001:db8::ffff:1.2.3.4]:80 HTTP/1.1\r\nHost: a\r\n\r\n", &req);
+	ck_view_eq(req.host, req.host_len, "2001:db8::ffff:1.2.3.4");
+	ck_assert_uint_eq(req.port, 80);
+
+	req_ok("CONNECT [fe80::1%25eth0]:22 HTTP/1.1\r\nHost: a\r\n\r\n", &req);
+	ck_view_eq(req.host, req.host_len, "fe80::1%25eth0");
+	ck_assert_uint_eq(req.port, 22);
+}
+END_TEST
+
+START_TEST(test_absolute_form)
+{
+	struct http1_request req;
+
+	req_ok("GET http://example.com/a/b?x=1&y=2 HTTP/1.1\r\nHost: example.com\r\n\r\n", &req);
+	ck_assert_int_eq(req.form, HTTP1_FORM_ABSOLUTE);
+	ck_assert(!req.is_connect);
+	ck_view_eq(req.authority, req.authority_len, "example.com");
+	ck_view_eq(req.host, req.host_len, "example.com");
+	ck_assert_uint_eq(req.port, 80);
+	ck_view_eq(req.path, req.path_len, "/a/b?x=1&y=2");
+
+	req_ok("POST http://example.com:8080/upload HTTP/1.1\r\nHost: h\r\n"
+	       "Content-Length: 42\r\n\r\n",
+	       &req);
+	ck_view_eq(req.authority, req.authority_len, "example.com:8080");
+	ck_view_eq(req.host, req.host_len, "example.com");
+	ck_assert_uint_eq(req.port, 8080);
+	ck_view_eq(req.path, req.path_len, "/upload");
+	ck_assert_int_eq(req.body, HTTP1_BODY_LENGTH);
+	ck_assert_uint_eq(req.content_length, 42);
+
+	req_ok("GET http://example.com HTTP/1.1\r\nHost: h\r\n\r\n", &req);
+	ck_view_eq(req.path, req.path_len, "/");
+	ck_assert_uint_eq(req.port, 80);
+
+	req_ok("GET HTTP://Example.COM:81 HTTP/1.1\r\nHost: h\r\n\r\n", &req);
+	ck_view_eq(req.host, req.host_len, "Example.COM");
+	ck_assert_uint_eq(req.port, 81);
+	ck_view_eq(req.path, req.path_len, "/");
+
+	req_ok("GET http://example.com?q=1 HTTP/1.1\r\nHost: h\r\n\r\n", &req);
+	ck_view_eq(req.authority, req.authority_len, "example.com");
+	ck_view_eq(req.path, req.path_len, "?q=1");
+
+	req_ok("GET http://[::1]:8080/x HTTP/1.1\r\nHost: h\r\n\r\n", &req);
+	ck_view_eq(req.host, req.host_len, "::1");
+	ck_assert_uint_eq(req.port, 8080);
+	ck_view_eq(req.path, req.path_len, "/x");
+
+	req_ok("GET http://[::1] HTTP/1.1\r\nHost: h\r\n\r\n", &req);
+	ck_view_eq(req.host, req.host_len, "::1");
+	ck_assert_uint_eq(req.port, 80);
+}
+END_TEST
+
+START_TEST(test_origin_and_asterisk)
+{
+	struct http1_request req;
+
+	req_ok("GET /index.html?a=b HTTP/1.1\r\nHost: example.com\r\n\r\n", &req);
+	ck_assert_int_eq(req.form, HTTP1_FORM_ORIGIN);
+	ck_assert_ptr_null(req.host);
+	ck_assert_uint_eq(req.host_len, 0);
+	ck_assert_ptr_null(req.authority);
+	ck_assert_uint_eq(req.port, 0);
+	ck_view_eq(req.path, req.path_len, "/index.html?a=b");
+	ck_view_eq(req.host_header, req.host_header_len, "example.com");
+
+	req_ok("OPTIONS * HTTP/1.1\r\nHost: example.com\r\n\r\n", &req);
+	ck_assert_int_eq(req.form, HTTP1_FORM_ASTERISK);
+	ck_view_eq(req.target, req.target_len, "*");
+	ck_assert_uint_eq(req.port, 0);
+
+	/* Methods are case-sensitive: "connect" is an extension method, not CONNECT. */
+	req_ok("connect /x HTTP/1.1\r\nHost: a\r\n\r\n", &req);
+	ck_assert(!req.is_connect);
+	ck_assert_int_eq(req.form, HTTP1_FORM_ORIGIN);
+}
+END_TEST
+
+START_TEST(test_http10_and_keep_alive)
+{
+	struct http1_request req;
+
+	req_ok("GET http://x/ HTTP/1.0\r\n\r\n", &req);
+	ck_assert_uint_eq(req.version_minor, 0);
+	ck_assert(!req.keep_alive);
+	ck_assert_uint_eq(req.header_count, 0);
+
+	req_ok("GET http://x/ HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", &req);
+	ck_assert(req.keep_alive);
+	req_ok("GET http://x/ HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n", &req);
+	ck_assert(!req.keep_alive);
+
+	req_ok("GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n", &req);
+	ck_assert(req.keep_alive);
+	req_ok("GET http://x/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", &req);
+	ck_assert(!req.keep_alive);
+	req_ok("GET http://x/ HTTP/1.1\r\nHost: x\r\nConnection: Upgrade,  CLOSE \r\n\r\n", &req);
+	ck_assert(!req.keep_alive);
+	req_ok("GET http://x/ HTTP/1.1\r\nHost: x\r\nConnection: foo\r\nConnection: close\r\n\r\n",
+	       &req);
+	ck_assert(!req.keep_alive);
+	req_ok("GET http://x/ HTTP/1.1\r\nHost: x\r\nConnection: closed\r\n\r\n", &req);
+	ck_assert(req.keep_alive);
+}
+END_TEST
+
+START_TEST(test_header_trimming)
+{
+	struct http1_request req;
+
+	req_ok("GET / HTTP/1.1\r\nHost:x\r\nX-A:   v  \t\r\nX-B:\r\nX-C: a \t b\r\nX-D:\t \r\n"
+	       "X-E: caf\xc3\xa9\r\n\r\n",
+	       &req);
+	ck_assert_uint_eq(req.header_count, 6);
+	ck_view_eq(req.headers[0].value, req.headers[0].value_len, "x");
+	ck_view_eq(req.headers[1].name, req.headers[1].name_len, "X-A");
+	ck_view_eq(req.headers[1].value, req.headers[1].value_len, "v");
+	ck_view_eq(req.headers[2].value, req.headers[2].value_len, "");
+	ck_view_eq(req.headers[3].value, req.headers[3].value_len, "a \t b");
+	ck_view_eq(req.headers[4].value, req.headers[4].value_len, "");
+	ck_view_eq(req.headers[5].value, req.headers[5].value_len, "caf\xc3\xa9");
+}
+END_TEST
+
+START_TEST(test_leading_crlf_and_pipelining)
+{
+	struct http1_request req;
+	enum reason why;
+	const char *s = "\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n";
+
+	req_ok(s, &req);
+	ck_view_eq(req.method, req.method_len, "GET");
+
+	const char *two = "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET /";
+	ssize_t rc = req_parse(two, &req, &why);
+	ck_assert_int_eq(rc, (ssize_t)(strlen(two) - strlen("abcGET /")));
+	ck_assert_uint_eq(req.content_length, 3);
+}
+END_TEST
+
+START_TEST(test_framing_valid)
+{
+	struct http1_request req;
+
+	req_ok("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", &req);
+	ck_assert_int_eq(req.body, HTTP1_BODY_LENGTH);
+	ck_assert_uint_eq(req.content_length, 0);
+	req_ok("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n", &req);
+	ck_assert_uint_eq(req.content_length, UINT64_MAX);
+	req_ok("POST / HTTP/1.1\r\nHost: a\r\ncontent-length:007\r\n\r\n", &req);
+	ck_assert_uint_eq(req.content_length, 7);
+	req_ok("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", &req);
+	ck_assert_int_eq(req.body, HTTP1_BODY_CHUNKED);
+	req_ok("POST / HTTP/1.1\r\nHost: a\r\ntransfer-encoding:  Chunked \r\n\r\n", &req);
+	ck_assert_int_eq(req.body, HTTP1_BODY_CHUNKED);
+	req_ok("GET / HTTP/1.1\r\nHost: a\r\n\r\n", &req);
+	ck_assert_int_eq(req.body, HTTP1_BODY_NONE);
+	ck_assert(!req.expect_continue);
+	req_ok("PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n",
+	       &req);
+	ck_assert(req.expect_continue);
+	req_ok("PUT / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", &req);
+	ck_assert(!req.expect_continue);
+	/* Host: empty (RFC 9112 3.2), bracketed, with a port. */
+	req_ok("GET / HTTP/1.1\r\nHost:\r\n\r\n", &req);
+	ck_assert_ptr_nonnull(req.host_header);
+	ck_assert_uint_eq(req.host_header_len, 0);
+	req_ok("GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", &req);
+	req_ok("GET / HTTP/1.1\r\nhost: Example.com:80\r\n\r\n", &req);
+	req_ok("PROPFIND / HTTP/1.1\r\nHost: a\r\n\r\n", &req);
+}
+END_TEST
+
+/* ---- invalid requests, each with its reason ---- */
+
+#define BR REASON_BAD_REQUEST
+/* A case whose input holds a NUL: its length comes from the literal. */
+#define BIN_CASE(name, lit)                    \
+	{                                      \
+		name, lit, sizeof(lit) - 1, BR \
+	}
+
+static const struct bad_case bad_syntax[] = {
+	{ "bare CR in request line", "GET / HTTP/1.1\rHost: a\r\n\r\n", 0, BR },
+	{ "bare CR in target", "GET /a\rb HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "bare CR in value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n", 0, BR },
+	{ "bare CR ends value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\r\r\n\r\n", 0, BR },
+	{ "bare CR as blank line", "GET / HTTP/1.1\r\nHost: a\r\n\rX", 0, BR },
+	{ "bare CR leading", "\rGET / HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "bare LF request line", "GET / HTTP/1.1\nHost: a\r\n\r\n", 0, BR },
+	{ "bare LF everywhere", "GET / HTTP/1.1\nHost: a\n\n", 0, BR },
+	{ "bare LF after field", "GET / HTTP/1.1\r\nHost: a\n\r\n", 0, BR },
+	{ "bare LF blank line", "GET / HTTP/1.1\r\nHost: a\r\n\n", 0, BR },
+	{ "bare LF leading", "\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "bare LF in value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\nb\r\n\r\n", 0, BR },
+	BIN_CASE("NUL in target", "GET /\0 HTTP/1.1\r\nHost: a\r\n\r\n"),
+	BIN_CASE("NUL in value", "GET / HTTP/1.1\r\nHost: a\0\r\n\r\n"),
+	BIN_CASE("NUL in name", "GET / HTTP/1.1\r\nHo\0st: a\r\n\r\n"),
+	BIN_CASE("NUL in method", "G\0T / HTTP/1.1\r\nHost: a\r\n\r\n"),
+	BIN_CASE("NUL leading", "\0GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+	{ "CTL in value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\x01z\r\n\r\n", 0, BR },
+	{ "DEL in value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\x7fz\r\n\r\n", 0, BR },
+	{ "ESC in target", "GET /\x1b HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "non-ASCII in target", "GET /caf\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "fragment in target", "GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "obs-fold", "GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", 0, BR },
+	{ "obs-fold tab", "GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n\tb\r\n\r\n", 0, BR },
+	{ "space before first field", "GET / HTTP/1.1\r\n Host: a\r\n\r\n", 0, BR },
+	{ "space before colon", "GET / HTTP/1.1\r\nHost : a\r\n\r\n", 0, BR },
+	{ "tab before colon", "GET / HTTP/1.1\r\nHost\t: a\r\n\r\n", 0, BR },
+	{ "empty name", "GET / HTTP/1.1\r\nHost: a\r\n: x\r\n\r\n", 0, BR },
+	{ "no colon", "GET / HTTP/1.1\r\nHost a\r\n\r\n", 0, BR },
+	{ "bad name char", "GET / HTTP/1.1\r\nHo(st: a\r\n\r\n", 0, BR },
+	{ "bad method char", "G@T / HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "tab after method", "GET\t/ HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "empty method", " / HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "method 33 bytes", "ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG / HTTP/1.1\r\nHost: a\r\n\r\n", 0,
+	  BR },
+	{ "double SP", "GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "SP before version twice", "GET /  HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "HTTP/0.9", "GET /\r\n\r\n", 0, BR },
+	{ "HTTP/2.0", "GET / HTTP/2.0\r\nHost: a\r\n\r\n", 0, BR },
+	{ "HTTP/1.2", "GET / HTTP/1.2\r\nHost: a\r\n\r\n", 0, BR },
+	{ "http/1.1", "GET / http/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "HTTP/1.10", "GET / HTTP/1.10\r\nHost: a\r\n\r\n", 0, BR },
+	{ "trailing SP", "GET / HTTP/1.1 \r\nHost: a\r\n\r\n", 0, BR },
+	{ "GET asterisk", "GET * HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "relative target", "GET a/b HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+};
+
+static const struct bad_case bad_framing[] = {
+	{ "dup CL equal",
+	  "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 0, BR },
+	{ "dup CL differ",
+	  "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\ncontent-length: 6\r\n\r\n", 0, BR },
+	{ "CL list", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 0, BR },
+	{ "CL then TE",
+	  "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+	  0, BR },
+	{ "TE then CL",
+	  "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+	  0, BR },
+	{ "TE gzip", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 0, BR },
+	{ "TE gzip, chunked",
+	  "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 0, BR },
+	{ "TE chunked, chunked",
+	  "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 0, BR },
+	{ "TE twice",
+	  "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+	  0, BR },
+	{ "TE empty", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n", 0, BR },
+	{ "TE chunked;x", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;x=1\r\n\r\n", 0,
+	  BR },
+	{ "TE on 1.0", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 0, BR },
+	{ "CL +5", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 0, BR },
+	{ "CL -1", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 0, BR },
+	{ "CL 5 5", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5 5\r\n\r\n", 0, BR },
+	{ "CL 0x5", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n", 0, BR },
+	{ "CL empty", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n", 0, BR },
+	{ "CL overflow",
+	  "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551616\r\n\r\n", 0, BR },
+	{ "CL overflow long",
+	  "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n", 0, BR },
+	{ "missing Host", "GET / HTTP/1.1\r\nX: a\r\n\r\n", 0, BR },
+	{ "missing Host absolute", "GET http://a/ HTTP/1.1\r\n\r\n", 0, BR },
+	{ "missing Host CONNECT", "CONNECT a:443 HTTP/1.1\r\n\r\n", 0, BR },
+	{ "dup Host", "GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 0, BR },
+	{ "dup Host 1.0", "GET / HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n", 0, BR },
+	{ "Host userinfo", "GET / HTTP/1.1\r\nHost: u@a\r\n\r\n", 0, BR },
+	{ "Host space", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 0, BR },
+	{ "Host port 0", "GET / HTTP/1.1\r\nHost: a:0\r\n\r\n", 0, BR },
+	{ "Host port 65536", "GET / HTTP/1.1\r\nHost: a:65536\r\n\r\n", 0, BR },
+	{ "CONNECT with body", "CONNECT a:443 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", 0,
+	  BR },
+	{ "CONNECT chunked",
+	  "CONNECT a:443 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", 0, BR },
+};
+
+static const struct bad_case bad_target[] = {
+	{ "CONNECT no port", "CONNECT example.com HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT empty port", "CONNECT example.com: HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT port 0", "CONNECT example.com:0 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT port 65536", "CONNECT example.com:65536 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT port huge", "CONNECT example.com:99999999999 HTTP/1.1\r\nHost: a\r\n\r\n", 0,
+	  BR },
+	{ "CONNECT port letters", "CONNECT example.com:44a HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT userinfo", "CONNECT user@example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT userinfo pass", "CONNECT u:p@example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0,
+	  BR },
+	{ "CONNECT empty host", "CONNECT :443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT bad host char", "CONNECT ex!ample.com:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT percent host", "CONNECT ex%41mple.com:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT path", "CONNECT example.com:443/x HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT origin form", "CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT absolute form", "CONNECT http://a:443/ HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT bare IPv6", "CONNECT ::1:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT unclosed bracket", "CONNECT [::1:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT empty brackets", "CONNECT []:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT IPv4 in brackets", "CONNECT [1.2.3.4]:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT bracket junk", "CONNECT [::1]x:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT bracket no port", "CONNECT [::1] HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT bracket letters", "CONNECT [::g]:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT empty zone", "CONNECT [fe80::1%]:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "CONNECT bad zone", "CONNECT [fe80::1%e/0]:443 HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "https absolute", "GET https://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "ftp absolute", "GET ftp://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "http no slashes", "GET http:example.com/ HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "absolute userinfo", "GET http://user@example.com/ HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "absolute userinfo pw", "GET http://u:p@example.com/ HTTP/1.1\r\nHost: a\r\n\r\n", 0,
+	  BR },
+	{ "absolute empty host", "GET http:///path HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "absolute empty", "GET http:// HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "absolute port 0", "GET http://a:0/ HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "absolute port 65536", "GET http://a:65536/ HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "absolute empty port", "GET http://a:/ HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+	{ "scheme-less", "GET example.com/path HTTP/1.1\r\nHost: a\r\n\r\n", 0, BR },
+};
+
+START_TEST(test_bad_syntax)
+{
+	req_bad_cases(bad_syntax, AN_ARRAY_LEN(bad_syntax));
+}
+END_TEST
+
+START_TEST(test_bad_framing)
+{
+	req_bad_cases(bad_framing, AN_ARRAY_LEN(bad_framing));
+}
+END_TEST
+
+START_TEST(test_bad_target)
+{
+	req_bad_cases(bad_target, AN_ARRAY_LEN(bad_target));
+}
+END_TEST
+
+/* ---- limits at N and N+1 ---- */
+
+/* "GET /aaa... HTTP/1.1" whose length, CRLF excluded, is exactly <line_len>. */
+static void build_request_line(struct text *t, size_t line_len)
+{
+	size_t fixed = strlen("GET / HTTP/1.1");
+
+	ck_assert_uint_ge(line_len, fixed);
+	t->len = 0;
+	text_add(t, "GET /");
+	text_fill(t, 'a', line_len - fixed);
+	text_add(t, " HTTP/1.1");
+	ck_assert_uint_eq(t->len, line_len);
+}
+
+START_TEST(test_limit_request_line)
+{
+	const size_t n = LIMITS_REQUEST_LINE_BYTES_MAX;
+	struct http1_request req;
+	enum reason why;
+
+	build_request_line(&scratch, n);
+	text_add(&scratch, "\r\nHost: a\r\n\r\n");
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), (ssize_t)scratch.len);
+	ck_assert_uint_eq(req.target_len, n - strlen("GET  HTTP/1.1"));
+	/* Incomplete at N, and at N plus the CR: still waiting. */
+	ck_assert_int_eq(req_parse_n(scratch.buf, n, &req, &why), -EAGAIN);
+	ck_assert_int_eq(req_parse_n(scratch.buf, n + 1, &req, &why), -EAGAIN);
+	ck_assert_int_eq(why, REASON_NONE);
+	/* Leading empty lines do not count in the request line. */
+	scratch.len = 0;
+	text_add(&scratch, "\r\n\r\nGET /");
+	text_fill(&scratch, 'a', n - strlen("GET / HTTP/1.1"));
+	text_add(&scratch, " HTTP/1.1\r\nHost: a\r\n\r\n");
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), (ssize_t)scratch.len);
+
+	build_request_line(&scratch, n + 1);
+	text_add(&scratch, "\r\nHost: a\r\n\r\n");
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_URI_TOO_LONG);
+	/* Incomplete but already N + 1 bytes long, with or without its CR. */
+	ck_assert_int_eq(req_parse_n(scratch.buf, n + 1, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_URI_TOO_LONG);
+	ck_assert_int_eq(req_parse_n(scratch.buf, n + 2, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_URI_TOO_LONG);
+	ck_assert_int_eq(req_parse_n(scratch.buf, n, &req, &why), -EAGAIN);
+	/* Far too long, and a long line that is also malformed beyond N. */
+	build_request_line(&scratch, 3 * n);
+	text_add(&scratch, "\r\nHost: a\r\n\r\n");
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_URI_TOO_LONG);
+	scratch.buf[n + 10] = '\n';
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_URI_TOO_LONG);
+}
+END_TEST
+
+/* A complete head of exactly <head_len> bytes: request line, Host, one filler field. */
+static void build_head(struct text *t, size_t head_len)
+{
+	const char *start = "GET / HTTP/1.1\r\nHost: a\r\nX-Fill: ";
+
+	t->len = 0;
+	text_add(t, start);
+	ck_assert_uint_ge(head_len, t->len + 4);
+	text_fill(t, 'f', head_len - t->len - 4);
+	text_add(t, "\r\n\r\n");
+	ck_assert_uint_eq(t->len, head_len);
+}
+
+START_TEST(test_limit_head_bytes)
+{
+	const size_t n = LIMITS_HEAD_BYTES_MAX;
+	struct http1_request req;
+	enum reason why;
+
+	build_head(&scratch, n);
+	ck_assert_int_eq(req_parse_n(scratch.buf, n, &req, &why), (ssize_t)n);
+	ck_assert_int_eq(why, REASON_NONE);
+	/* Bytes after a head of N (the body) do not matter. */
+	text_add(&scratch, "body");
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), (ssize_t)n);
+	/* Incomplete head of N bytes: wait. */
+	ck_assert_int_eq(req_parse_n(scratch.buf, n - 1, &req, &why), -EAGAIN);
+
+	build_head(&scratch, n + 1);
+	ck_assert_int_eq(req_parse_n(scratch.buf, n + 1, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_HEADERS_TOO_LARGE);
+	/* Incomplete: N bytes is not yet too large, N + 1 is. */
+	ck_assert_int_eq(req_parse_n(scratch.buf, n, &req, &why), -EAGAIN);
+	ck_assert_int_eq(why, REASON_NONE);
+	scratch.buf[n] = 'f';
+	ck_assert_int_eq(req_parse_n(scratch.buf, n + 1, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_HEADERS_TOO_LARGE);
+
+	/* Leading empty lines count toward the head: an endless stream of them is refused. */
+	scratch.len = 0;
+	for (size_t i = 0; i < n / 2; i++)
+		text_add(&scratch, "\r\n");
+	text_add(&scratch, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_HEADERS_TOO_LARGE);
+	ck_assert_int_eq(req_parse_n(scratch.buf, n, &req, &why), -EAGAIN);
+}
+END_TEST
+
+static void build_fields(struct text *t, uint32_t count)
+{
+	char line[64];
+
+	t->len = 0;
+	text_add(t, "GET / HTTP/1.1\r\nHost: a\r\n");
+	for (uint32_t i = 1; i < count; i++) {
+		snprintf(line, sizeof(line), "X-%u: %u\r\n", i, i);
+		text_add(t, line);
+	}
+	text_add(t, "\r\n");
+}
+
+START_TEST(test_limit_header_count)
+{
+	struct http1_request req;
+	enum reason why;
+
+	build_fields(&scratch, LIMITS_HEADERS_MAX);
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), (ssize_t)scratch.len);
+	ck_assert_uint_eq(req.header_count, LIMITS_HEADERS_MAX);
+	ck_view_eq(req.headers[LIMITS_HEADERS_MAX - 1].name,
+		   req.headers[LIMITS_HEADERS_MAX - 1].name_len, "X-99");
+
+	build_fields(&scratch, LIMITS_HEADERS_MAX + 1);
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_HEADERS_TOO_LARGE);
+	/* Refused as soon as field N + 1 starts, before the head is complete. */
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len - 10, &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_HEADERS_TOO_LARGE);
+}
+END_TEST
+
+START_TEST(test_limit_method_and_host)
+{
+	struct http1_request req;
+	enum reason why;
+
+	req_ok("ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEF / HTTP/1.1\r\nHost: a\r\n\r\n", &req);
+	ck_assert_uint_eq(req.method_len, 32);
+	/* A 33-byte method is refused even before the line is complete. */
+	ck_assert_int_eq(req_parse("ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG", &req, &why), -EPROTO);
+	ck_assert_int_eq(why, REASON_BAD_REQUEST);
+	ck_assert_int_eq(req_parse("ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEF", &req, &why), -EAGAIN);
+
+	for (size_t host_len = LIMITS_HOST_BYTES_MAX; host_len <= LIMITS_HOST_BYTES_MAX + 1;
+	     host_len++) {
+		bool ok = host_len <= LIMITS_HOST_BYTES_MAX;
+		const char *forms[] = { "CONNECT ", "GET http://" };
+		for (size_t f = 0; f < AN_ARRAY_LEN(forms); f++) {
+			scratch.len = 0;
+			text_add(&scratch, forms[f]);
+			text_fill(&scratch, 'h', host_len);
+			text_add(&scratch, f == 0 ? ":443" : "/");
+			text_add(&scratch, " HTTP/1.1\r\nHost: a\r\n\r\n");
+			ssize_t rc = req_parse_n(scratch.buf, scratch.len, &req, &why);
+			ck_assert_int_eq(rc, ok ? (ssize_t)scratch.len : -EPROTO);
+			if (ok)
+				ck_assert_uint_eq(req.host_len, host_len);
+			else
+				ck_assert_int_eq(why, REASON_BAD_REQUEST);
+		}
+	}
+}
+END_TEST
+
+/* ---- truncation: every prefix of a valid head waits for more ---- */
+
+static const char *const valid_heads[] = {
+	"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nProxy-Authorization: Basic "
+	"eDp5\r\n\r\n",
+	"CONNECT [::1]:443 HTTP/1.1\r\nHost: [::1]:443\r\n\r\n",
+	"GET http://example.com:8080/a?b=c HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n"
+	"Connection: keep-alive\r\n\r\n",
+	"\r\n\r\nPOST http://x/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+	"Expect: 100-continue\r\n\r\n",
+	"GET http://x HTTP/1.0\r\n\r\n",
+	"OPTIONS * HTTP/1.1\r\nHost: x\r\nX-Empty:\r\nX-Pad:   v \t\r\n\r\n",
+};
+
+START_TEST(test_truncation)
+{
+	for (size_t k = 0; k < AN_ARRAY_LEN(valid_heads); k++) {
+		const char *s = valid_heads[k];
+		size_t n = strlen(s);
+		struct http1_request req;
+		enum reason why;
+		ck_assert_int_eq(req_parse_n(s, n, &req, &why), (ssize_t)n);
+		for (size_t i = 0; i < n; i++) {
+			why = REASON__COUNT;
+			ssize_t rc = req_parse_n(s, i, &req, &why);
+			ck_assert_msg(rc == -EAGAIN && why == REASON_NONE,
+				      "head %zu prefix %zu: rc %zd why %d, want %d", k, i, rc,
+				      (int)why, -EAGAIN);
+		}
+	}
+}
+END_TEST
+
+/* ---- the origin head writer ---- */
+
+static ssize_t write_at_guard(const struct http1_request *req, size_t cap, const char **out)
+{
+	char *dst = guard_end(&guard_out, cap);
+
+	*out = dst;
+	return http1_write_origin_head(req, dst, cap);
+}
+
+static void expect_origin_head(const char *in, const char *want)
+{
+	struct http1_request req;
+	const char *out;
+	size_t n = strlen(want);
+
+	req_ok(in, &req);
+	ssize_t rc = write_at_guard(&req, n, &out);
+	ck_assert_msg(rc == (ssize_t)n && memcmp(out, want, n) == 0, "rc %zd '%.*s', want '%s'", rc,
+		      rc > 0 ? (int)rc : 0, out, want);
+	ck_assert_int_eq(write_at_guard(&req, n + 100, &out), (ssize_t)n);
+	ck_assert_int_eq(memcmp(out, want, n), 0);
+	/* Every cap short of the exact size is refused, and nothing is written past it. */
+	for (size_t cap = 0; cap < n; cap++)
+		ck_assert_int_eq(write_at_guard(&req, cap, &out), -EMSGSIZE);
+}
+
+START_TEST(test_origin_head_strips)
+{
+	expect_origin_head("GET http://example.com:8080/p?q=1 HTTP/1.0\r\n"
+			   "Host: evil.example\r\n"
+			   "User-Agent: t\r\n"
+			   "Connection: keep-alive, X-Secret, close\r\n"
+			   "Keep-Alive: timeout=5\r\n"
+			   "Proxy-Authorization: Basic eDp5\r\n"
+			   "Proxy-Connection: keep-alive\r\n"
+			   "proxy-foo: 1\r\n"
+			   "x-secret: s\r\n"
+			   "TE: trailers\r\n"
+			   "Trailer: X-T\r\n"
+			   "Upgrade: h2c\r\n"
+			   "Accept:   */*  \r\n"
+			   "\r\n",
+			   "GET /p?q=1 HTTP/1.1\r\n"
+			   "User-Agent: t\r\n"
+			   "Accept: */*\r\n"
+			   "Host: example.com:8080\r\n"
+			   "\r\n");
+}
+END_TEST
+
+START_TEST(test_origin_head_forms)
+{
+	/* Connection cannot strip the framing: the body would become a second request. */
+	expect_origin_head("POST http://a/x HTTP/1.1\r\nHost: a\r\n"
+			   "Connection: Content-Length, transfer-encoding\r\n"
+			   "Content-Length: 3\r\n\r\n",
+			   "POST /x HTTP/1.1\r\nContent-Length: 3\r\nHost: a\r\n\r\n");
+	expect_origin_head("GET http://a HTTP/1.1\r\nHost: b\r\n\r\n",
+			   "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+	expect_origin_head("GET http://a?q HTTP/1.1\r\nHost: b\r\n\r\n",
+			   "GET /?q HTTP/1.1\r\nHost: a\r\n\r\n");
+	expect_origin_head("GET http://[::1]:81/ HTTP/1.1\r\nHost: b\r\nX-Proxy: kept\r\n\r\n",
+			   "GET / HTTP/1.1\r\nX-Proxy: kept\r\nHost: [::1]:81\r\n\r\n");
+	/* Origin form (an inner request on a terminated tier) keeps its Host value. */
+	expect_origin_head("GET /v1/models HTTP/1.1\r\nhost: api.example\r\nConnection: te\r\n"
+			   "Te: trailers\r\nAuthorization: Bearer x\r\n\r\n",
+			   "GET /v1/models HTTP/1.1\r\nAuthorization: Bearer x\r\n"
+			   "Host: api.example\r\n\r\n");
+	expect_origin_head("GET / HTTP/1.0\r\n\r\n", "GET / HTTP/1.1\r\n\r\n");
+}
+END_TEST
+
+START_TEST(test_origin_head_round_trip)
+{
+	struct http1_request req;
+	struct http1_request again;
+	enum reason why;
+	const char *out;
+
+	build_fields(&scratch, LIMITS_HEADERS_MAX);
+	text_replace_prefix(&scratch, strlen("GET /"), "GET http://h:1/");
+	ck_assert_int_eq(req_parse_n(scratch.buf, scratch.len, &req, &why), (ssize_t)scratch.len);
+	ssize_t rc = write_at_guard(&req, LIMITS_HEAD_BYTES_MAX, &out);
+	ck_assert_int_gt(rc, 0);
+	char copy[LIMITS_HEAD_BYTES_MAX];
+	memcpy(copy, out, (size_t)rc);
+	ck_assert_int_eq(req_parse_n(copy, (size_t)rc, &again, &why), rc);
+	ck_assert_uint_eq(again.header_count, LIMITS_HEADERS_MAX);
+	ck_view_eq(again.host_header, again.host_header_len, "h:1");
+}
+END_TEST
+
+/* ---- responses ---- */
+
+START_TEST(test_response_valid)
+{
+	struct http1_response r;
+	const char *s;
+
+	s = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nServer: x\r\n\r\nhello";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s) - 5);
+	ck_assert_uint_eq(r.status, 200);
+	ck_assert_uint_eq(r.version_minor, 1);
+	ck_assert(r.keep_alive);
+	ck_assert_int_eq(r.body, HTTP1_BODY_LENGTH);
+	ck_assert_uint_eq(r.content_length, 5);
+	ck_assert_uint_eq(r.header_count, 2);
+	ck_assert_int_eq(http1_response_body(&r, false), HTTP1_BODY_LENGTH);
+	ck_assert_int_eq(http1_response_body(&r, true), HTTP1_BODY_NONE);
+
+	s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	ck_assert_int_eq(r.body, HTTP1_BODY_CHUNKED);
+	s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	ck_assert_int_eq(r.body, HTTP1_BODY_CHUNKED);
+	s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	ck_assert_int_eq(r.body, HTTP1_BODY_CHUNKED);
+	s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	ck_assert_int_eq(r.body, HTTP1_BODY_CLOSE);
+	s = "HTTP/1.1 200 OK\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	ck_assert_int_eq(r.body, HTTP1_BODY_CLOSE);
+	s = "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	ck_assert(r.keep_alive);
+	ck_assert_uint_eq(r.version_minor, 0);
+	s = "HTTP/1.0 200 OK\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	ck_assert(!r.keep_alive);
+	s = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	ck_assert(!r.keep_alive);
+	/* An empty reason phrase, with or without its SP; obs-text in the phrase. */
+	s = "HTTP/1.1 204\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	ck_assert_uint_eq(r.status, 204);
+	s = "HTTP/1.1 404 \r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	s = "HTTP/1.1 200 \xc3\xa9\tok\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+	/* Host is not special in a response. */
+	s = "HTTP/1.1 200 OK\r\nHost: a\r\nHost: b\r\n\r\n";
+	ck_assert_int_eq(resp_parse(s, &r), (ssize_t)strlen(s));
+}
+END_TEST
+
+START_TEST(test_response_body_rules)
+{
+	struct http1_response r;
+	static const struct {
+		const char *head;
+		bool head_request;
+		enum http1_body want;
+	} cases[] = {
+		{ "HTTP/1.1 100 Continue\r\n\r\n", false, HTTP1_BODY_NONE },
+		{ "HTTP/1.1 101 Switching Protocols\r\n\r\n", false, HTTP1_BODY_NONE },
+		{ "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", false, HTTP1_BODY_NONE },
+		{ "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", false,
+		  HTTP1_BODY_NONE },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true, HTTP1_BODY_NONE },
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true, HTTP1_BODY_NONE },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false, HTTP1_BODY_LENGTH },
+		{ "HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n", false,
+		  HTTP1_BODY_CHUNKED },
+		{ "HTTP/1.1 404 Not Found\r\n\r\n", false, HTTP1_BODY_CLOSE },
+		{ "HTTP/1.1 199 Misc\r\n\r\n", false, HTTP1_BODY_NONE },
+		{ "HTTP/1.1 205 Reset\r\nContent-Length: 0\r\n\r\n", false, HTTP1_BODY_LENGTH },
+	};
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		ck_assert_int_eq(resp_parse(cases[i].head, &r), (ssize_t)strlen(cases[i].head));
+		ck_assert_msg(http1_response_body(&r, cases[i].head_request) == cases[i].want,
+			      "case %zu: body %d, want %d", i,
+			      (int)http1_response_body(&r, cases[i].head_request),
+			      (int)cases[i].want);
+	}
+}
+END_TEST
+
+START_TEST(test_response_invalid)
+{
+	static const char *const bad[] = {
+		"HTTP/1.1 200 OK\nContent-Length: 1\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX: a\rb\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX : a\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: ,\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+		"HTTP/1.1 20 OK\r\n\r\n",
+		"HTTP/1.1 2000 OK\r\n\r\n",
+		"HTTP/1.1 099 OK\r\n\r\n",
+		"HTTP/1.1 600 OK\r\n\r\n",
+		"HTTP/1.1 abc OK\r\n\r\n",
+		"HTTP/1.1  200 OK\r\n\r\n",
+		"HTTP/2 200 OK\r\n\r\n",
+		"HTTP/1.2 200 OK\r\n\r\n",
+		"http/1.1 200 OK\r\n\r\n",
+		"HTTP/1.1 200 O\x01K\r\n\r\n",
+		"\r\nHTTP/1.1 200 OK\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n\n",
+	};
+	struct http1_response r;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
+		ssize_t rc = resp_parse(bad[i], &r);
+		ck_assert_msg(rc == -EPROTO, "case %zu '%s': rc %zd, want %d", i, bad[i], rc,
+			      -EPROTO);
+	}
+}
+END_TEST
+
+START_TEST(test_response_limits_and_truncation)
+{
+	const size_t n = LIMITS_RESPONSE_HEAD_BYTES_MAX;
+	struct http1_response r;
+	const char *s = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A:  b \r\n\r\n";
+
+	for (size_t i = 0; i < strlen(s); i++)
+		ck_assert_int_eq(resp_parse_n(s, i, &r), -EAGAIN);
+
+	scratch.len = 0;
+	text_add(&scratch, "HTTP/1.1 200 OK\r\nX-Fill: ");
+	text_fill(&scratch, 'f', n - scratch.len - 4);
+	text_add(&scratch, "\r\n\r\n");
+	ck_assert_int_eq(resp_parse_n(scratch.buf, scratch.len, &r), (ssize_t)n);
+	ck_assert_int_eq(resp_parse_n(scratch.buf, n - 1, &r), -EAGAIN);
+	scratch.len = 0;
+	text_add(&scratch, "HTTP/1.1 200 OK\r\nX-Fill: ");
+	text_fill(&scratch, 'f', n + 1 - scratch.len - 4);
+	text_add(&scratch, "\r\n\r\n");
+	ck_assert_int_eq(resp_parse_n(scratch.buf, scratch.len, &r), -EPROTO);
+	ck_assert_int_eq(resp_parse_n(scratch.buf, n, &r), -EAGAIN);
+	ck_assert_int_eq(resp_parse_n(scratch.buf, n + 1, &r), -EPROTO);
+
+	build_fields(&scratch, LIMITS_HEADERS_MAX);
+	text_replace_prefix(&scratch, strlen("GET / HTTP/1.1\r\n"), "HTTP/1.1 200 OK\r\n");
+	ck_assert_int_eq(resp_parse_n(scratch.buf, scratch.len, &r), (ssize_t)scratch.len);
+	ck_assert_uint_eq(r.header_count, LIMITS_HEADERS_MAX);
+	build_fields(&scratch, LIMITS_HEADERS_MAX + 1);
+	text_replace_prefix(&scratch, strlen("GET / HTTP/1.1\r\n"), "HTTP/1.1 200 OK\r\n");
+	ck_assert_int_eq(resp_parse_n(scratch.buf, scratch.len, &r), -EPROTO);
+}
+END_TEST
+
+/* ---- the chunked scanner ---- */
+
+static const char chunked_msg[] = "4;ext=1\r\nWiki\r\n"
+				  "5 ; a=\"b c\";flag\r\npedia\r\n"
+				  "E\r\n in\r\n\r\nchunks.\r\n"
+				  "000a\r\n0123456789\r\n"
+				  "0;last\r\nX-Trailer: v\r\nX-T2:\r\n\r\n";
+static const char chunked_next[] = "GET / HTTP/1.1\r\n";
+
+/* Scans <n> bytes at the guard page; returns the scan result. */
+static ssize_t chunk_scan_at_guard(struct http1_chunked *s, const char *p, size_t n)
+{
+	const char *b = guard_place(&guard_in, p, n);
+
+	return http1_chunked_scan(s, b, n);
+}
+
+START_TEST(test_chunked_whole_and_split)
+{
+	char all[sizeof(chunked_msg) + sizeof(chunked_next)];
+	const size_t msg_len = sizeof(chunked_msg) - 1;
+	const size_t len = msg_len + sizeof(chunked_next) - 1;
+
+	memcpy(all, chunked_msg, msg_len);
+	memcpy(all + msg_len, chunked_next, sizeof(chunked_next) - 1);
+
+	struct http1_chunked s = { 0 };
+	ck_assert_int_eq(chunk_scan_at_guard(&s, all, len), (ssize_t)msg_len);
+	ck_assert(s.done);
+	ck_assert_int_eq(chunk_scan_at_guard(&s, all, len), 0);
+
+	/* One byte at a time. */
+	memset(&s, 0, sizeof(s));
+	size_t used = 0;
+	for (size_t i = 0; i < len && !s.done; i++) {
+		ssize_t rc = chunk_scan_at_guard(&s, all + i, 1);
+		ck_assert_int_eq(rc, 1);
+		used += (size_t)rc;
+	}
+	ck_assert(s.done);
+	ck_assert_uint_eq(used, msg_len);
+
+	/* Every two-way split. */
+	for (size_t k = 0; k <= len; k++) {
+		memset(&s, 0, sizeof(s));
+		ssize_t a = chunk_scan_at_guard(&s, all, k);
+		ck_assert_int_ge(a, 0);
+		ssize_t b = chunk_scan_at_guard(&s, all + k, len - k);
+		ck_assert_int_ge(b, 0);
+		ck_assert_msg((size_t)(a + b) == msg_len && s.done,
+			      "split %zu: %zd + %zd, want %zu", k, a, b, msg_len);
+		ck_assert_int_eq(a, k <= msg_len ? (ssize_t)k : (ssize_t)msg_len);
+	}
+}
+END_TEST
+
+START_TEST(test_chunked_small)
+{
+	struct http1_chunked s = { 0 };
+
+	ck_assert_int_eq(chunk_scan_at_guard(&s, "0\r\n\r\n", 5), 5);
+	ck_assert(s.done);
+	memset(&s, 0, sizeof(s));
+	ck_assert_int_eq(chunk_scan_at_guard(&s, "", 0), 0);
+	ck_assert(!s.done);
+	ck_assert_int_eq(chunk_scan_at_guard(&s, "1\r\nx\r\n", 6), 6);
+	ck_assert(!s.done);
+	ck_assert_int_eq(chunk_scan_at_guard(&s, "0\r\n\r\nrest", 9), 5);
+	ck_assert(s.done);
+	/* 2^62 is the largest size accepted. */
+	memset(&s, 0, sizeof(s));
+	ck_assert_int_eq(chunk_scan_at_guard(&s, "4000000000000000\r\nab", 20), 20);
+	ck_assert_uint_eq(s.chunk_left, (1ull << 62) - 2);
+	memset(&s, 0, sizeof(s));
+	ck_assert_int_eq(chunk_scan_at_guard(&s, "aBcDeF\r\n", 8), 8);
+	ck_assert_uint_eq(s.chunk_left, 0xabcdefu);
+}
+END_TEST
+
+static void chunked_bad(const char *name, const char *in, size_t n)
+{
+	struct http1_chunked s = { 0 };
+	ssize_t rc = chunk_scan_at_guard(&s, in, n);
+
+	ck_assert_msg(rc == -EPROTO, "%s: rc %zd, want %d", name, rc, -EPROTO);
+	ck_assert(!s.done);
+	/* The error is sticky. */
+	ck_assert_int_eq(chunk_scan_at_guard(&s, "0\r\n\r\n", 5), -EPROTO);
+}
+
+START_TEST(test_chunked_malformed)
+{
+	static const struct {
+		const char *name;
+		const char *in;
+		size_t len; /* 0: strlen(in) */
+	} cases[] = {
+		{ "empty size", "\r\n", 0 },
+		{ "non-hex size", "g\r\n", 0 },
+		{ "0x prefix", "0x5\r\nhello\r\n0\r\n\r\n", 0 },
+		{ "negative", "-1\r\n", 0 },
+		{ "plus", "+1\r\n", 0 },
+		{ "bare LF after size", "4\nWiki\r\n0\r\n\r\n", 0 },
+		{ "bare CR after size", "4\rWiki\r\n0\r\n\r\n", 0 },
+		{ "LF in extension", "4;a\nb\r\nWiki\r\n0\r\n\r\n", 0 },
+		{ "NUL in extension", "4;a\0b\r\nWiki\r\n0\r\n\r\n",
+		  sizeof("4;a\0b\r\nWiki\r\n0\r\n\r\n") - 1 },
+		{ "NUL as size", "\0\r\n", 3 },
+		{ "BWS without extension", "4 \r\nWiki\r\n0\r\n\r\n", 0 },
+		{ "junk after size", "4x\r\nWiki\r\n0\r\n\r\n", 0 },
+		{ "data too long", "4\r\nWikiX\r\n0\r\n\r\n", 0 },
+		{ "bare LF after data", "4\r\nWiki\n0\r\n\r\n", 0 },
+		{ "bare CR after data", "4\r\nWiki\r0\r\n\r\n", 0 },
+		{ "bare LF final", "0\r\n\n", 0 },
+		{ "bare CR final", "0\r\n\rX", 0 },
+		{ "bare LF trailer", "0\r\nX: y\n\r\n", 0 },
+		{ "obs-fold trailer", "0\r\nX: y\r\n z\r\n\r\n", 0 },
+		{ "trailer no colon", "0\r\nX y\r\n\r\n", 0 },
+		{ "trailer empty name", "0\r\n: y\r\n\r\n", 0 },
+		{ "trailer CTL", "0\r\nX: \x01\r\n\r\n", 0 },
+		{ "size over 2^62", "4000000000000001\r\n", 0 },
+		{ "size overflow", "10000000000000000\r\n", 0 },
+	};
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		size_t n = cases[i].len ? cases[i].len : strlen(cases[i].in);
+		chunked_bad(cases[i].name, cases[i].in, n);
+	}
+}
+END_TEST
+
+START_TEST(test_chunked_line_limit)
+{
+	const size_t n = HTTP1_CHUNK_LINE_BYTES_MAX;
+	struct http1_chunked s = { 0 };
+
+	/* Size line of exactly N bytes (CRLF excluded), then N + 1. */
+	for (size_t line = n; line <= n + 1; line++) {
+		scratch.len = 0;
+		text_add(&scratch, "1;");
+		text_fill(&scratch, 'e', line - 2);
+		text_add(&scratch, "\r\nx\r\n0\r\n\r\n");
+		memset(&s, 0, sizeof(s));
+		ssize_t rc = chunk_scan_at_guard(&s, scratch.buf, scratch.len);
+		ck_assert_int_eq(rc, line == n ? (ssize_t)scratch.len : -EPROTO);
+	}
+	/* A trailer line of N bytes, then N + 1. */
+	for (size_t line = n; line <= n + 1; line++) {
+		scratch.len = 0;
+		text_add(&scratch, "0\r\nX:");
+		text_fill(&scratch, 'v', line - 2);
+		text_add(&scratch, "\r\n\r\n");
+		memset(&s, 0, sizeof(s));
+		ssize_t rc = chunk_scan_at_guard(&s, scratch.buf, scratch.len);
+		ck_assert_int_eq(rc, line == n ? (ssize_t)scratch.len : -EPROTO);
+	}
+	/* Leading zeros count in the line too. */
+	scratch.len = 0;
+	text_fill(&scratch, '0', n + 1);
+	memset(&s, 0, sizeof(s));
+	ck_assert_int_eq(chunk_scan_at_guard(&s, scratch.buf, scratch.len), -EPROTO);
+	memset(&s, 0, sizeof(s));
+	ck_assert_int_eq(chunk_scan_at_guard(&s, scratch.buf, n), (ssize_t)n);
+}
+END_TEST
+
+static Suite *http1_suite(void)
+{
+	Suite *s = suite_create("http1");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_class_table);
+	tcase_add_test(tc, test_name_is);
+	tcase_add_test(tc, test_connect_name);
+	tcase_add_test(tc, test_connect_ip);
+	tcase_add_test(tc, test_absolute_form);
+	tcase_add_test(tc, test_origin_and_asterisk);
+	tcase_add_test(tc, test_http10_and_keep_alive);
+	tcase_add_test(tc, test_header_trimming);
+	tcase_add_test(tc, test_leading_crlf_and_pipelining);
+	tcase_add_test(tc, test_framing_valid);
+	tcase_add_test(tc, test_bad_syntax);
+	tcase_add_test(tc, test_bad_framing);
+	tcase_add_test(tc, test_bad_target);
+	tcase_add_test(tc, test_limit_request_line);
+	tcase_add_test(tc, test_limit_head_bytes);
+	tcase_add_test(tc, test_limit_header_count);
+	tcase_add_test(tc, test_limit_method_and_host);
+	tcase_add_test(tc, test_truncation);
+	tcase_add_test(tc, test_origin_head_strips);
+	tcase_add_test(tc, test_origin_head_forms);
+	tcase_add_test(tc, test_origin_head_round_trip);
+	tcase_add_test(tc, test_response_valid);
+	tcase_add_test(tc, test_response_body_rules);
+	tcase_add_test(tc, test_response_invalid);
+	tcase_add_test(tc, test_response_limits_and_truncation);
+	tcase_add_test(tc, test_chunked_whole_and_split);
+	tcase_add_test(tc, test_chunked_small);
+	tcase_add_test(tc, test_chunked_malformed);
+	tcase_add_test(tc, test_chunked_line_limit);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(http1_suite());
+
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
