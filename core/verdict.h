@@ -1,0 +1,49 @@
+/*
+ * The engine's view of the policy: one verdict per request, through a table
+ * of functions the daemon installs at start-up.
+ *
+ * core/ may not include policy/ (dependencies point one way), so the engine
+ * sees the compiled policy only as an opaque snapshot plus these operations.
+ * The snapshot is immutable; every pointer a verdict carries is borrowed from
+ * it and stays valid while the snapshot does.
+ */
+#ifndef AN_CORE_VERDICT_H
+#define AN_CORE_VERDICT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "core/reason.h"
+
+struct verdict {
+	enum tier tier;
+	enum reason reason;      /* REASON_NONE unless tier == TIER_DENY */
+	const char *rule;        /* id of the deciding rule, NULL when no rule matched */
+	const char *instruction; /* the rule's text for the agent, NULL for the default */
+	const char *upstream;    /* TIER_LOCAL: "host:port" to relay to, else NULL */
+};
+
+struct verdict_ops {
+	/*
+	 * Decides <host>/<host_len> (as the client sent it, not normalised) on
+	 * <port> for profile <profile>. Always fills <out>; never fails.
+	 */
+	void (*decide)(const void *policy, uint32_t profile, const char *host, size_t host_len,
+		       uint16_t port, struct verdict *out);
+	/*
+	 * Looks <host> up in the policy's static resolver table. Writes up to
+	 * <cap> addresses with <port> set and returns how many (0: not listed).
+	 */
+	int (*static_lookup)(const void *policy, const char *host, size_t host_len, uint16_t port,
+			     struct sockaddr_storage *out, int cap);
+	/*
+	 * True when <sa> may be connected to: a public unicast address, or a
+	 * private/loopback/link-local/ULA/mapped one that the policy names in
+	 * resolver.allow_private.
+	 */
+	bool (*address_permitted)(const void *policy, const struct sockaddr *sa);
+};
+
+#endif /* AN_CORE_VERDICT_H */

@@ -1,0 +1,114 @@
+/*
+ * Host lookup for one profile: which rule, if any, decides a host.
+ *
+ * First cut: flat hash tables (exact names, wildcard suffixes, IP literals).
+ * A later issue replaces the inside with a reversed-label hash-trie; the
+ * interface is kept to build, normalise, lookup and decide so that it can.
+ */
+#ifndef AN_POLICY_ACL_H
+#define AN_POLICY_ACL_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/limits.h"
+#include "core/verdict.h"
+#include "policy/strtab.h"
+
+/* Room for any normalised host: a 253-byte name or an IPv6 literal, plus a NUL. */
+#define ACL_HOST_NORM_BYTES 256u
+/* A DNS name in presentation form without the trailing dot (RFC 1035 section 2.3.4). */
+#define ACL_NAME_BYTES_MAX  253u
+#define ACL_LABEL_BYTES_MAX 63u
+
+static_assert(ACL_NAME_BYTES_MAX + 1 <= ACL_HOST_NORM_BYTES, "a name and its NUL must fit");
+static_assert(ACL_NAME_BYTES_MAX + 2 <= LIMITS_HOST_BYTES_MAX, "a name and a trailing dot fit");
+
+enum acl_kind {
+	ACL_KIND_NAME = 0, /* exact host name */
+	ACL_KIND_WILDCARD, /* "*.<host>": any name strictly below <host>, never <host> itself */
+	ACL_KIND_IP,       /* IP literal, in canonical inet_ntop form */
+};
+
+/*
+ * One rule, as the policy loader builds it. Every pointer is owned by the
+ * rule (released by acl_rule_free); an acl only borrows rules.
+ */
+struct acl_rule {
+	char *id;          /* unique within the profile */
+	char *host;        /* normalised; the suffix for ACL_KIND_WILDCARD */
+	char *owner;       /* who asked for the rule */
+	char *reason;      /* why it exists */
+	char *instruction; /* one line for the agent, or NULL */
+	char *upstream;    /* TIER_LOCAL: "host:port", else NULL */
+	uint16_t *ports;   /* port_count allowed ports; NULL and 0: any port */
+	uint32_t host_len;
+	uint32_t line; /* where the host is written in the policy file (1-based) */
+	uint32_t col;
+	uint16_t port_count;
+	uint8_t kind; /* enum acl_kind */
+	uint8_t tier; /* enum tier */
+};
+
+struct acl {
+	struct strtab names;          /* normalised name -> rule index */
+	struct strtab wildcards;      /* suffix -> rule index */
+	struct strtab ips;            /* canonical IP text -> rule index */
+	const struct acl_rule *rules; /* borrowed */
+	uint32_t rule_count;
+};
+
+/*
+ * Indexes the <count> rules at <rules> (borrowed: they must outlive <a> and
+ * not move) into <a>. Returns 0; -EEXIST when two rules have the same kind
+ * and host, with *<dup_first> < *<dup_second> their indexes (<a> is left
+ * empty); or -ENOMEM/-E2BIG. Control path only; the result is immutable.
+ */
+int acl_build(struct acl *a, const struct acl_rule *rules, uint32_t count, uint32_t *dup_first,
+	      uint32_t *dup_second);
+
+/*
+ * Normalises <host>/<len> as a client or a rule spells it into <out> (<cap> at
+ * least ACL_HOST_NORM_BYTES), NUL-terminated. IP literals ("192.0.2.1",
+ * "::1", "[::1]") become canonical inet_ntop text with *<kind> ACL_KIND_IP;
+ * names are lower-cased, lose one trailing dot and get ACL_KIND_NAME. Refuses
+ * (-EINVAL, *<why> a static message when <why> is not NULL) empty labels,
+ * names over 253 bytes or labels over 63, bytes outside [A-Za-z0-9-_.], IPv6
+ * zones, and names whose last label is numeric ("1.2.3", "0x7f.1",
+ * "2130706433"), which some resolvers would read as an IPv4 address.
+ * Returns the length written. Borrows <host>; callable from any thread.
+ */
+int acl_normalise(const char *host, size_t len, char *out, size_t cap, enum acl_kind *kind,
+		  const char **why);
+
+/*
+ * The rule deciding the normalised <host>/<len> of <kind> (ACL_KIND_NAME or
+ * ACL_KIND_IP), or NULL. Names try the exact table, then each parent suffix
+ * from longest to shortest among wildcards. Returns a borrowed rule.
+ */
+const struct acl_rule *acl_lookup(const struct acl *a, const char *host, size_t len,
+				  enum acl_kind kind);
+
+/* True when <r> allows <port>: it lists no ports, or lists this one. */
+bool acl_port_allowed(const struct acl_rule *r, uint16_t port);
+
+/*
+ * The verdict for <host>/<len> as the client sent it, on <port>. Always fills
+ * <out>: TIER_DENY/REASON_HOST_NOT_ALLOWED for a host that does not normalise
+ * or that no rule matches (rule NULL), or that a deny rule matches;
+ * TIER_DENY/REASON_PORT_NOT_ALLOWED when the rule lists other ports;
+ * otherwise the rule's tier with REASON_NONE. Pointers are borrowed from the
+ * rules. Data path: no allocation, thread-safe.
+ */
+void acl_decide(const struct acl *a, const char *host, size_t len, uint16_t port,
+		struct verdict *out);
+
+/* Releases what <r> owns and zeroes it. */
+void acl_rule_free(struct acl_rule *r);
+
+/* Releases the tables of <a> (never the rules) and zeroes it. */
+void acl_free(struct acl *a);
+
+#endif /* AN_POLICY_ACL_H */

@@ -1,0 +1,1940 @@
+/*
+ * The policy file loader and the compiled policy behind policy_verdict_ops.
+ *
+ * libyaml's event API drives a recursive descent that mirrors the schema:
+ * one function per section, each reading exactly the events its value may
+ * contain. The walk is schema-driven, so nothing is ever skipped: an unknown
+ * key, a wrong type or a bad value stops the load at once, at the mark of the
+ * offending event, with one "name:line:col: message" and nothing changed.
+ * Rejected: the document API (a second tree of every node, and it resolves
+ * aliases, so an alias bomb becomes exponential work) and a hand-written
+ * parser (DESIGN.md section 8). Aliases, anchors and tags are refused: a
+ * policy is read by people reviewing it, and every value means what it says.
+ *
+ * Keys of one mapping are matched against a small table and tracked in a
+ * bitmask (duplicates, mandatory keys). Cross-references whose order in the
+ * file is free (a sandbox's profile, daemon.tcp_sandbox) are resolved after
+ * the whole document. Everything a load produces goes into a fresh struct
+ * policy plus a staged struct config; the caller's config is written only
+ * after the last check passed.
+ *
+ * Uniqueness (profile names, rule ids, hosts, sandbox ids, static hosts) is
+ * checked with hash tables, never by pairwise comparison: 100k rules load in
+ * well under a second. Limits are in policy/policy.h; each is an error with
+ * its position, never a truncation.
+ *
+ * Checklist when adding a key: the key table and the switch of its section,
+ * docs/policy.md (example and reference), tests/unit/policy/policy.c.
+ */
+#include "policy/policy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#include "core/an.h"
+#include "core/pool.h"
+#include "core/reason.h"
+#include "policy/acl.h"
+#include "policy/addr.h"
+#include "policy/strtab.h"
+
+struct policy_profile {
+	char *name;
+	struct acl_rule *rules; /* owned array of rule_count */
+	uint32_t rule_count;
+	uint32_t rule_cap;
+	struct acl acl; /* indexes rules; built when the profile's rules are complete */
+};
+
+/* One resolver.hosts entry: addresses with port 0. */
+struct policy_host {
+	char *name; /* normalised */
+	struct sockaddr_storage *addrs;
+	uint32_t name_len;
+	uint32_t addr_count;
+};
+
+struct policy {
+	struct policy_profile *profiles;
+	struct policy_host *hosts;
+	struct addr_cidr *allow; /* resolver.allow_private */
+	struct strtab profile_index;
+	struct strtab host_index;
+	uint32_t profile_count;
+	uint32_t profile_cap;
+	uint32_t host_count;
+	uint32_t host_cap;
+	uint32_t allow_count;
+	uint32_t allow_cap;
+	uint32_t rule_count;
+};
+
+/* A sandbox's profile as written, resolved once every profile is known. */
+struct sandbox_ref {
+	char *profile;
+	yaml_mark_t mark;
+};
+
+struct loader {
+	yaml_parser_t parser;
+	yaml_event_t ev;
+	bool ev_live;  /* ev holds an event to delete */
+	bool ev_again; /* the next loader_next hands out ev again */
+	const char *name;
+	const char *input;
+	size_t input_len;
+	char *err;
+	size_t err_cap;
+	yaml_mark_t key_mark; /* of the key loader_key read last */
+	struct policy *p;
+	struct config next; /* staged: strings set and sandboxes read by this load */
+	uint32_t uints_set; /* bit i: uint_fields[i] was given */
+	uint32_t sandbox_cap;
+	struct sandbox_ref *refs; /* parallel to next.sandboxes */
+	struct strtab sandbox_ids;
+	yaml_mark_t tcp_sandbox_mark;
+};
+
+struct keyset {
+	const char *section;
+	const char *const *keys;
+	uint32_t count;
+};
+
+typedef int (*item_fn)(struct loader *ld, void *ctx, uint32_t index);
+
+#define SHOW_BYTES     72u
+#define HOSTPORT_BYTES (INET6_ADDRSTRLEN + sizeof("[]:65535"))
+
+/* --- messages ---------------------------------------------------------- */
+
+/* Copies <s>/<len> for a message: printable ASCII kept, anything else '?', cut at 60 bytes. */
+static const char *show(const void *s, size_t len, char *buf)
+{
+	const unsigned char *u = s;
+	size_t n = len > 60 ? 60 : len;
+
+	AN_ASSERT(buf != NULL);
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (u[i] >= 0x20 && u[i] < 0x7f) ? (char)u[i] : '?';
+	if (n < len)
+		memcpy(buf + n, "...", 4);
+	else
+		buf[n] = '\0';
+	AN_ASSERT(strlen(buf) < SHOW_BYTES);
+	return buf;
+}
+
+static const char *ev_text(const struct loader *ld)
+{
+	AN_ASSERT(ld->ev.type == YAML_SCALAR_EVENT);
+	return (const char *)ld->ev.data.scalar.value;
+}
+
+static size_t ev_len(const struct loader *ld)
+{
+	AN_ASSERT(ld->ev.type == YAML_SCALAR_EVENT);
+	return ld->ev.data.scalar.length;
+}
+
+__attribute__((format(printf, 3, 4))) static int fail(struct loader *ld, yaml_mark_t m,
+						      const char *fmt, ...)
+{
+	va_list ap;
+
+	AN_ASSERT(fmt != NULL);
+	if (ld->err_cap == 0)
+		return -EINVAL;
+	AN_ASSERT(ld->err != NULL);
+	int n = snprintf(ld->err, ld->err_cap, "%s:%zu:%zu: ", ld->name, m.line + 1, m.column + 1);
+	if (n >= 0 && (size_t)n < ld->err_cap) {
+		va_start(ap, fmt);
+		vsnprintf(ld->err + n, ld->err_cap - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+static int fail_oom(struct loader *ld)
+{
+	AN_ASSERT(ld->name != NULL);
+	if (ld->err_cap > 0)
+		snprintf(ld->err, ld->err_cap, "%s: out of memory", ld->name);
+	return -ENOMEM;
+}
+
+/* The mark of byte <offset> of the input: libyaml reports reader errors by offset. */
+static yaml_mark_t mark_at(const struct loader *ld, size_t offset)
+{
+	yaml_mark_t m = { 0, 0, 0 };
+
+	AN_ASSERT(ld->input != NULL || ld->input_len == 0);
+	if (offset > ld->input_len)
+		offset = ld->input_len;
+	for (size_t i = 0; i < offset; i++) {
+		if (ld->input[i] == '\n') {
+			m.line++;
+			m.column = 0;
+		} else {
+			m.column++;
+		}
+	}
+	m.index = offset;
+	AN_ASSERT(m.line <= offset && m.column <= offset);
+	return m;
+}
+
+static int fail_yaml(struct loader *ld)
+{
+	const yaml_parser_t *y = &ld->parser;
+	const char *problem = y->problem != NULL ? y->problem : "unknown error";
+
+	AN_ASSERT(y->error != YAML_NO_ERROR);
+	AN_ASSERT(!ld->ev_live);
+	if (y->error == YAML_MEMORY_ERROR)
+		return fail_oom(ld);
+	if (y->error == YAML_READER_ERROR)
+		return fail(ld, mark_at(ld, y->problem_offset), "YAML: %s", problem);
+	/* libyaml reads an unquoted "*.example.com" as a malformed alias. */
+	if (y->context != NULL && strcmp(y->context, "while scanning an alias") == 0)
+		return fail(
+		    ld, y->context_mark,
+		    "YAML reads an unquoted '*' as an alias: quote wildcard hosts (\"*.example.com\")");
+	/* The problem mark is where libyaml gave up; the context mark is where the construct began. */
+	if (y->context != NULL)
+		return fail(ld, y->problem_mark, "YAML: %s (%s at line %zu, column %zu)", problem,
+			    y->context, y->context_mark.line + 1, y->context_mark.column + 1);
+	return fail(ld, y->problem_mark, "YAML: %s", problem);
+}
+
+/* --- events -------------------------------------------------------------- */
+
+static const yaml_char_t *ev_anchor_or_tag(const yaml_event_t *ev, bool tag)
+{
+	switch (ev->type) {
+	case YAML_SCALAR_EVENT:
+		return tag ? ev->data.scalar.tag : ev->data.scalar.anchor;
+	case YAML_SEQUENCE_START_EVENT:
+		return tag ? ev->data.sequence_start.tag : ev->data.sequence_start.anchor;
+	case YAML_MAPPING_START_EVENT:
+		return tag ? ev->data.mapping_start.tag : ev->data.mapping_start.anchor;
+	default:
+		return NULL;
+	}
+}
+
+/* Makes the next event current in ld->ev. 0, or an error already formatted. */
+static int loader_next(struct loader *ld)
+{
+	if (ld->ev_again) {
+		AN_ASSERT(ld->ev_live);
+		ld->ev_again = false;
+		return 0;
+	}
+	if (ld->ev_live) {
+		yaml_event_delete(&ld->ev);
+		ld->ev_live = false;
+	}
+	if (!yaml_parser_parse(&ld->parser, &ld->ev))
+		return fail_yaml(ld);
+	ld->ev_live = true;
+	if (ld->ev.type == YAML_ALIAS_EVENT || ev_anchor_or_tag(&ld->ev, false) != NULL)
+		return fail(ld, ld->ev.start_mark, "YAML anchors and aliases are not supported");
+	if (ev_anchor_or_tag(&ld->ev, true) != NULL)
+		return fail(ld, ld->ev.start_mark, "YAML tags are not supported");
+	AN_ASSERT(ld->ev_live && !ld->ev_again);
+	return 0;
+}
+
+static int loader_start(struct loader *ld, yaml_event_type_t type, const char *what)
+{
+	AN_ASSERT(type == YAML_MAPPING_START_EVENT || type == YAML_SEQUENCE_START_EVENT);
+	int rc = loader_next(ld);
+	if (rc != 0)
+		return rc;
+	if (ld->ev.type == type)
+		return 0;
+	return fail(ld, ld->ev.start_mark, "%s must be %s", what,
+		    type == YAML_MAPPING_START_EVENT ? "a mapping" : "a sequence");
+}
+
+static bool ev_is_null(const struct loader *ld)
+{
+	static const char *const nulls[] = { "", "~", "null", "Null", "NULL" };
+
+	if (ld->ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return false;
+	for (size_t i = 0; i < AN_ARRAY_LEN(nulls); i++) {
+		if (ev_len(ld) == strlen(nulls[i]) &&
+		    memcmp(ev_text(ld), nulls[i], ev_len(ld)) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Reads a scalar that is not null into ld->ev; <type> names what was expected. */
+static int loader_scalar(struct loader *ld, const char *what, const char *type)
+{
+	int rc = loader_next(ld);
+
+	if (rc != 0)
+		return rc;
+	if (ld->ev.type != YAML_SCALAR_EVENT || ev_is_null(ld))
+		return fail(ld, ld->ev.start_mark, "%s must be %s", what, type);
+	AN_ASSERT(ld->ev.data.scalar.value != NULL);
+	return 0;
+}
+
+static void list_keys(const struct keyset *ks, char *buf, size_t cap)
+{
+	size_t used = 0;
+
+	AN_ASSERT(cap > 0);
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < ks->count && used < cap; i++) {
+		int n = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", ks->keys[i]);
+		if (n < 0)
+			break;
+		used += (size_t)n;
+	}
+	AN_ASSERT(buf[cap - 1] == '\0' || used < cap);
+}
+
+/*
+ * Reads the next key of a mapping with the keys of <ks>: returns 1 with
+ * *<key> its index (and ld->key_mark its position), 0 at the end of the
+ * mapping, or an error for a non-string, unknown or repeated key.
+ */
+static int loader_key(struct loader *ld, const struct keyset *ks, uint32_t *seen, uint32_t *key)
+{
+	char shown[SHOW_BYTES];
+	char expected[256];
+
+	AN_ASSERT(ks->count <= 32);
+	AN_ASSERT(*seen < (1ull << ks->count));
+	int rc = loader_next(ld);
+	if (rc != 0)
+		return rc;
+	if (ld->ev.type == YAML_MAPPING_END_EVENT)
+		return 0;
+	if (ld->ev.type != YAML_SCALAR_EVENT)
+		return fail(ld, ld->ev.start_mark, "keys in %s must be strings", ks->section);
+	ld->key_mark = ld->ev.start_mark;
+	for (uint32_t i = 0; i < ks->count; i++) {
+		if (ev_len(ld) != strlen(ks->keys[i]) ||
+		    memcmp(ev_text(ld), ks->keys[i], ev_len(ld)))
+			continue;
+		if (*seen & (1u << i))
+			return fail(ld, ld->key_mark, "duplicate key \"%s\" in %s", ks->keys[i],
+				    ks->section);
+		*seen |= 1u << i;
+		*key = i;
+		return 1;
+	}
+	list_keys(ks, expected, sizeof(expected));
+	return fail(ld, ld->key_mark, "unknown key \"%s\" in %s (expected one of: %s)",
+		    show(ev_text(ld), ev_len(ld), shown), ks->section, expected);
+}
+
+/* Fails at <m> for the first of the <mandatory> keys missing from <seen>. */
+static int check_mandatory(struct loader *ld, const struct keyset *ks, uint32_t mandatory,
+			   uint32_t seen, yaml_mark_t m)
+{
+	AN_ASSERT(ks->count <= 32);
+	AN_ASSERT(mandatory != 0);
+	for (uint32_t i = 0; i < ks->count; i++) {
+		if ((mandatory & (1u << i)) && !(seen & (1u << i)))
+			return fail(ld, m, "missing mandatory key \"%s\" in %s", ks->keys[i],
+				    ks->section);
+	}
+	return 0;
+}
+
+/*
+ * Reads a sequence, calling <fn> once per item with the item's first event
+ * pending. At most <max> items; <nonempty> refuses an empty one.
+ */
+static int loader_seq(struct loader *ld, const char *what, uint32_t max, bool nonempty, item_fn fn,
+		      void *ctx)
+{
+	int rc = loader_start(ld, YAML_SEQUENCE_START_EVENT, what);
+	uint32_t i = 0;
+
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	for (;; i++) {
+		rc = loader_next(ld);
+		if (rc != 0)
+			return rc;
+		if (ld->ev.type == YAML_SEQUENCE_END_EVENT)
+			break;
+		if (i == max)
+			return fail(ld, ld->ev.start_mark, "%s has more than %u entries", what,
+				    max);
+		ld->ev_again = true;
+		rc = fn(ld, ctx, i);
+		if (rc != 0)
+			return rc;
+		AN_ASSERT(!ld->ev_again);
+	}
+	if (nonempty && i == 0)
+		return fail(ld, start, "%s must not be empty", what);
+	AN_ASSERT(i <= max);
+	return 0;
+}
+
+/*
+ * Reads a mapping with free-form keys (names), calling <fn> once per entry
+ * with the key as ld->ev and ld->key_mark. At least one entry, at most <max>.
+ */
+static int loader_map(struct loader *ld, const char *what, uint32_t max, item_fn fn, void *ctx)
+{
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, what);
+	uint32_t i = 0;
+
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	for (;; i++) {
+		rc = loader_next(ld);
+		if (rc != 0)
+			return rc;
+		if (ld->ev.type == YAML_MAPPING_END_EVENT)
+			break;
+		if (ld->ev.type != YAML_SCALAR_EVENT || ev_is_null(ld))
+			return fail(ld, ld->ev.start_mark, "keys in %s must be strings", what);
+		if (i == max)
+			return fail(ld, ld->ev.start_mark, "%s has more than %u entries", what,
+				    max);
+		ld->key_mark = ld->ev.start_mark;
+		rc = fn(ld, ctx, i);
+		if (rc != 0)
+			return rc;
+		AN_ASSERT(!ld->ev_again);
+	}
+	if (i == 0)
+		return fail(ld, start, "%s must not be empty", what);
+	AN_ASSERT(i <= max);
+	return 0;
+}
+
+/* --- scalar values -------------------------------------------------------- */
+
+/* Parses decimal digits; saturates at UINT64_MAX. False for anything else. */
+static bool parse_decimal(const char *s, size_t len, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	AN_ASSERT(s != NULL || len == 0);
+	if (len == 0)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		uint64_t d = (uint64_t)(s[i] - '0');
+		v = v > (UINT64_MAX - d) / 10 ? UINT64_MAX : v * 10 + d;
+	}
+	*out = v;
+	AN_ASSERT(len > 0);
+	return true;
+}
+
+static int loader_uint(struct loader *ld, const char *what, uint64_t min, uint64_t max,
+		       uint64_t *out)
+{
+	char shown[SHOW_BYTES];
+	uint64_t v = 0;
+
+	AN_ASSERT(min <= max);
+	int rc = loader_scalar(ld, what, "an integer");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	size_t sign = len > 1 && s[0] == '-' ? 1 : 0;
+	bool plain = ld->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+	if (!plain || !parse_decimal(s + sign, len - sign, &v))
+		return fail(ld, ld->ev.start_mark, "%s must be an integer", what);
+	if (len - sign > 1 && s[sign] == '0')
+		return fail(ld, ld->ev.start_mark, "%s must not have leading zeros", what);
+	if (sign != 0 || v < min || v > max)
+		return fail(ld, ld->ev.start_mark, "%s must be %llu..%llu, got %s", what,
+			    (unsigned long long)min, (unsigned long long)max, show(s, len, shown));
+	*out = v;
+	AN_ASSERT(v >= min && v <= max);
+	return 0;
+}
+
+/* No C0 control bytes and no DEL: the text may end up in an HTTP header line. */
+static bool text_is_clean(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c < 0x20 || c == 0x7f)
+			return false;
+	}
+	return true;
+}
+
+/* Reads one line of text (owner, reason, instruction) into the owned *<out>. */
+static int loader_text(struct loader *ld, const char *what, char **out)
+{
+	AN_ASSERT(*out == NULL);
+	int rc = loader_scalar(ld, what, "a string");
+	if (rc != 0)
+		return rc;
+	if (ev_len(ld) == 0)
+		return fail(ld, ld->ev.start_mark, "%s must not be empty", what);
+	if (ev_len(ld) > POLICY_TEXT_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark, "%s is longer than %u bytes", what,
+			    POLICY_TEXT_BYTES_MAX);
+	if (!text_is_clean(ev_text(ld), ev_len(ld)))
+		return fail(ld, ld->ev.start_mark,
+			    "%s must be one line without control characters (no CR, LF, tab)",
+			    what);
+	*out = pool_strndup(ev_text(ld), ev_len(ld));
+	if (*out == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(strlen(*out) == ev_len(ld));
+	return 0;
+}
+
+/* Sandbox ids and profile names: [A-Za-z0-9_.-]{1,63}, not starting with '.'. */
+static bool is_id(const char *s, size_t len)
+{
+	if (len == 0 || len > CONFIG_SANDBOX_ID_BYTES_MAX - 1 || s[0] == '.')
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+		if (!ok)
+			return false;
+	}
+	AN_ASSERT(len <= POLICY_PROFILE_NAME_BYTES_MAX);
+	return true;
+}
+
+/* Rule ids: [A-Za-z0-9_.:/@+-]{1,95}. */
+static bool is_rule_id(const char *s, size_t len)
+{
+	if (len == 0 || len > POLICY_RULE_ID_BYTES_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || strchr("_.:/@+-", c) != NULL;
+		if (!ok || c == '\0')
+			return false;
+	}
+	AN_ASSERT(len <= POLICY_RULE_ID_BYTES_MAX);
+	return true;
+}
+
+static void *grow_array(void *arr, uint32_t *cap, uint32_t count, size_t elem)
+{
+	AN_ASSERT(count <= *cap);
+	if (count < *cap)
+		return arr;
+	uint32_t n = *cap == 0 ? 8 : *cap * 2;
+	char *a = pool_realloc(arr, (size_t)n * elem);
+	if (a == NULL)
+		return NULL;
+	memset(a + (size_t)*cap * elem, 0, (size_t)(n - *cap) * elem);
+	*cap = n;
+	AN_ASSERT(count < *cap);
+	return a;
+}
+
+/* --- host:port ------------------------------------------------------------- */
+
+struct hostport {
+	const char *host;
+	size_t host_len;
+	uint16_t port; /* 0: none given */
+	bool bracketed;
+};
+
+static const char *parse_port(const char *s, size_t len, uint16_t *port)
+{
+	uint64_t v = 0;
+
+	AN_ASSERT(port != NULL);
+	if (len > 5 || !parse_decimal(s, len, &v) || s[0] == '0' || v > 65535)
+		return "the port must be 1..65535";
+	*port = (uint16_t)v;
+	AN_ASSERT(*port >= 1);
+	return NULL;
+}
+
+/* Splits "[v6]:port", "[v6]", "v6", "host:port" or "host". NULL, or why not. */
+static const char *split_hostport(const char *s, size_t len, struct hostport *hp)
+{
+	const char *port = NULL;
+	const char *colon = memchr(s, ':', len);
+
+	AN_ASSERT(hp != NULL);
+	memset(hp, 0, sizeof(*hp));
+	hp->host = s;
+	hp->host_len = len;
+	if (len > 0 && s[0] == '[') {
+		const char *close = memchr(s, ']', len);
+		if (close == NULL)
+			return "'[' without ']'";
+		hp->host = s + 1;
+		hp->host_len = (size_t)(close - s) - 1;
+		hp->bracketed = true;
+		if (close + 1 < s + len && close[1] != ':')
+			return "expected ':' after ']'";
+		port = close + 1 < s + len ? close + 2 : NULL;
+	} else if (colon != NULL && memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) == NULL) {
+		hp->host_len = (size_t)(colon - s);
+		port = colon + 1;
+	}
+	if (hp->host_len == 0)
+		return "the host is empty";
+	AN_ASSERT(hp->host + hp->host_len <= s + len);
+	if (port != NULL)
+		return parse_port(port, len - (size_t)(port - s), &hp->port);
+	return NULL;
+}
+
+/* Canonical "ip", "ip:port" or "[ip6]:port" of <ss> (port 0: none). */
+static void format_addr(const struct sockaddr_storage *ss, uint16_t port, char *buf, size_t cap)
+{
+	char ip[INET6_ADDRSTRLEN];
+	const void *bin = ss->ss_family == AF_INET
+			      ? (const void *)&((const struct sockaddr_in *)ss)->sin_addr
+			      : (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr;
+
+	AN_ASSERT(cap >= HOSTPORT_BYTES);
+	AN_ASSERT(ss->ss_family == AF_INET || ss->ss_family == AF_INET6);
+	const char *text = inet_ntop(ss->ss_family, bin, ip, sizeof(ip));
+	AN_ASSERT(text != NULL);
+	if (port == 0)
+		snprintf(buf, cap, "%s", ip);
+	else if (ss->ss_family == AF_INET6)
+		snprintf(buf, cap, "[%s]:%u", ip, port);
+	else
+		snprintf(buf, cap, "%s:%u", ip, port);
+}
+
+/*
+ * Reads "<ip>[:port]" into <ss>/<port>: the port is mandatory when
+ * <port_required>. Brackets are for IPv6 only.
+ */
+static int loader_ip_port(struct loader *ld, const char *what, bool port_required,
+			  struct sockaddr_storage *ss, uint16_t *port)
+{
+	char shown[SHOW_BYTES];
+	struct hostport hp;
+
+	AN_ASSERT(ss != NULL && port != NULL);
+	int rc = loader_scalar(ld, what, "a string");
+	if (rc != 0)
+		return rc;
+	const char *why = split_hostport(ev_text(ld), ev_len(ld), &hp);
+	if (why == NULL && addr_parse_ip(hp.host, hp.host_len, ss) != 0)
+		why = "not an IPv4 or IPv6 address";
+	if (why == NULL && hp.bracketed && ss->ss_family != AF_INET6)
+		why = "brackets are for IPv6 addresses";
+	if (why == NULL && port_required && hp.port == 0)
+		why = "the port is missing";
+	if (why != NULL)
+		return fail(ld, ld->ev.start_mark, "invalid %s \"%s\": %s", what,
+			    show(ev_text(ld), ev_len(ld), shown), why);
+	*port = hp.port;
+	AN_ASSERT(!port_required || *port != 0);
+	return 0;
+}
+
+/* --- daemon --------------------------------------------------------------- */
+
+struct uint_field {
+	const char *key;
+	uint32_t min;
+	uint32_t max;
+	size_t offset; /* of the uint32_t in struct config */
+};
+
+enum { UF_WORKERS, UF_CONNS, UF_PIPES, UF_HEAD, UF_CONNECT, UF_DNS, UF_IDLE, UF__COUNT };
+
+static const struct uint_field uint_fields[] = {
+	[UF_WORKERS] = { "workers", 0, POLICY_WORKERS_MAX, offsetof(struct config, workers) },
+	[UF_CONNS] = { "conns_per_worker", POLICY_CONNS_PER_WORKER_MIN, POLICY_CONNS_PER_WORKER_MAX,
+		       offsetof(struct config, conns_per_worker) },
+	[UF_PIPES] = { "pipes_per_worker", 0, POLICY_PIPES_PER_WORKER_MAX,
+		       offsetof(struct config, pipes_per_worker) },
+	[UF_HEAD] = { "head_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
+		      offsetof(struct config, head_timeout_ms) },
+	[UF_CONNECT] = { "connect_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
+			 offsetof(struct config, connect_timeout_ms) },
+	[UF_DNS] = { "dns_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
+		     offsetof(struct config, dns_timeout_ms) },
+	[UF_IDLE] = { "idle_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
+		      offsetof(struct config, idle_timeout_ms) },
+};
+static_assert(AN_ARRAY_LEN(uint_fields) == UF__COUNT, "every staged integer needs a row");
+
+static int stage_uint(struct loader *ld, uint32_t field)
+{
+	const struct uint_field *f = &uint_fields[field];
+	uint64_t v = 0;
+
+	AN_ASSERT(field < UF__COUNT);
+	int rc = loader_uint(ld, f->key, f->min, f->max, &v);
+	if (rc != 0)
+		return rc;
+	uint32_t v32 = (uint32_t)v;
+	memcpy((char *)&ld->next + f->offset, &v32, sizeof(v32));
+	ld->uints_set |= 1u << field;
+	AN_ASSERT(v32 == v);
+	return 0;
+}
+
+/* An absolute path (or "-" when <dash_ok>) into the staged *<slot>. */
+static int stage_path(struct loader *ld, const char *what, bool dash_ok, char **slot)
+{
+	AN_ASSERT(*slot == NULL);
+	int rc = loader_scalar(ld, what, "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	bool dash = dash_ok && len == 1 && s[0] == '-';
+	if (!dash && (len == 0 || s[0] != '/'))
+		return fail(ld, ld->ev.start_mark, "%s must be an absolute path%s", what,
+			    dash_ok ? " or \"-\"" : "");
+	if (len > POLICY_PATH_BYTES_MAX || !text_is_clean(s, len))
+		return fail(ld, ld->ev.start_mark,
+			    "%s must be at most %u bytes without control characters", what,
+			    POLICY_PATH_BYTES_MAX);
+	*slot = pool_strndup(s, len);
+	if (*slot == NULL)
+		return fail_oom(ld);
+	AN_ASSERT((*slot)[0] == '/' || dash);
+	return 0;
+}
+
+static int stage_tcp_listen(struct loader *ld)
+{
+	char buf[HOSTPORT_BYTES];
+	struct sockaddr_storage ss;
+	uint16_t port = 0;
+
+	AN_ASSERT(ld->next.tcp_listen == NULL);
+	int rc = loader_ip_port(ld, "tcp_listen", true, &ss, &port);
+	if (rc != 0)
+		return rc;
+	if (addr_classify((const struct sockaddr *)&ss) != ADDR_LOOPBACK)
+		return fail(
+		    ld, ld->ev.start_mark,
+		    "tcp_listen must be a loopback address:port (127.0.0.1:PORT or [::1]:PORT)");
+	format_addr(&ss, port, buf, sizeof(buf));
+	ld->next.tcp_listen = pool_strndup(buf, strlen(buf));
+	if (ld->next.tcp_listen == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(port != 0);
+	return 0;
+}
+
+static int stage_tcp_sandbox(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(ld->next.tcp_sandbox == NULL);
+	int rc = loader_scalar(ld, "tcp_sandbox", "a string");
+	if (rc != 0)
+		return rc;
+	if (!is_id(ev_text(ld), ev_len(ld)))
+		return fail(ld, ld->ev.start_mark, "invalid tcp_sandbox \"%s\"",
+			    show(ev_text(ld), ev_len(ld), shown));
+	ld->tcp_sandbox_mark = ld->ev.start_mark;
+	ld->next.tcp_sandbox = pool_strndup(ev_text(ld), ev_len(ld));
+	if (ld->next.tcp_sandbox == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(ld->next.tcp_sandbox[0] != '\0');
+	return 0;
+}
+
+static const char *const timeout_keys[] = { "head_ms", "connect_ms", "dns_ms", "idle_ms" };
+static const struct keyset timeout_keyset = { "daemon.timeouts", timeout_keys,
+					      AN_ARRAY_LEN(timeout_keys) };
+
+static int parse_timeouts(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "timeouts");
+	if (rc != 0)
+		return rc;
+	while ((rc = loader_key(ld, &timeout_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < AN_ARRAY_LEN(timeout_keys));
+		rc = stage_uint(ld, UF_HEAD + key);
+		if (rc != 0)
+			return rc;
+	}
+	AN_ASSERT(rc <= 0);
+	return rc;
+}
+
+enum {
+	DK_SOCKET_DIR,
+	DK_AUDIT_LOG,
+	DK_WORKERS,
+	DK_CONNS,
+	DK_PIPES,
+	DK_TCP_LISTEN,
+	DK_TCP_SANDBOX,
+	DK_TIMEOUTS,
+	DK__COUNT
+};
+static const char *const daemon_keys[] = {
+	[DK_SOCKET_DIR] = "socket_dir",   [DK_AUDIT_LOG] = "audit_log",
+	[DK_WORKERS] = "workers",         [DK_CONNS] = "conns_per_worker",
+	[DK_PIPES] = "pipes_per_worker",  [DK_TCP_LISTEN] = "tcp_listen",
+	[DK_TCP_SANDBOX] = "tcp_sandbox", [DK_TIMEOUTS] = "timeouts",
+};
+static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
+static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
+
+static int daemon_value(struct loader *ld, uint32_t key)
+{
+	AN_ASSERT(key < DK__COUNT);
+	AN_ASSERT(ld->ev_live);
+	switch (key) {
+	case DK_SOCKET_DIR:
+		return stage_path(ld, "socket_dir", false, &ld->next.socket_dir);
+	case DK_AUDIT_LOG:
+		return stage_path(ld, "audit_log", true, &ld->next.audit_path);
+	case DK_WORKERS:
+		return stage_uint(ld, UF_WORKERS);
+	case DK_CONNS:
+		return stage_uint(ld, UF_CONNS);
+	case DK_PIPES:
+		return stage_uint(ld, UF_PIPES);
+	case DK_TCP_LISTEN:
+		return stage_tcp_listen(ld);
+	case DK_TCP_SANDBOX:
+		return stage_tcp_sandbox(ld);
+	case DK_TIMEOUTS:
+		return parse_timeouts(ld);
+	default:
+		(void)AN_NEVER(true);
+		return -EINVAL;
+	}
+}
+
+static int parse_daemon(struct loader *ld)
+{
+	yaml_mark_t listen_mark = { 0, 0, 0 };
+	yaml_mark_t sandbox_mark = { 0, 0, 0 };
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ld->next.tcp_listen == NULL && ld->next.tcp_sandbox == NULL);
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "daemon");
+	if (rc != 0)
+		return rc;
+	while ((rc = loader_key(ld, &daemon_keyset, &seen, &key)) > 0) {
+		if (key == DK_TCP_LISTEN)
+			listen_mark = ld->key_mark;
+		if (key == DK_TCP_SANDBOX)
+			sandbox_mark = ld->key_mark;
+		rc = daemon_value(ld, key);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	if ((seen & (1u << DK_TCP_LISTEN)) && !(seen & (1u << DK_TCP_SANDBOX)))
+		return fail(ld, listen_mark, "tcp_sandbox is mandatory with tcp_listen");
+	if ((seen & (1u << DK_TCP_SANDBOX)) && !(seen & (1u << DK_TCP_LISTEN)))
+		return fail(ld, sandbox_mark, "tcp_sandbox is only allowed with tcp_listen");
+	AN_ASSERT((ld->next.tcp_listen == NULL) == (ld->next.tcp_sandbox == NULL));
+	return 0;
+}
+
+/* --- resolver -------------------------------------------------------------- */
+
+struct csv {
+	char buf[POLICY_DNS_SERVERS_MAX * (HOSTPORT_BYTES + 1)];
+	size_t len;
+};
+
+static int server_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct csv *csv = ctx;
+	struct sockaddr_storage ss;
+	char one[HOSTPORT_BYTES];
+	uint16_t port = 0;
+
+	AN_ASSERT(index < POLICY_DNS_SERVERS_MAX);
+	int rc = loader_ip_port(ld, "DNS server", false, &ss, &port);
+	if (rc != 0)
+		return rc;
+	format_addr(&ss, port, one, sizeof(one));
+	int n = snprintf(csv->buf + csv->len, sizeof(csv->buf) - csv->len, "%s%s",
+			 index > 0 ? "," : "", one);
+	AN_ASSERT(n > 0 && (size_t)n < sizeof(csv->buf) - csv->len);
+	csv->len += (size_t)n;
+	return 0;
+}
+
+static int parse_servers(struct loader *ld)
+{
+	struct csv csv = { .len = 0 };
+
+	AN_ASSERT(ld->next.dns_servers == NULL);
+	int rc = loader_seq(ld, "servers", POLICY_DNS_SERVERS_MAX, true, server_item, &csv);
+	if (rc != 0)
+		return rc;
+	ld->next.dns_servers = pool_strndup(csv.buf, csv.len);
+	if (ld->next.dns_servers == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(csv.len > 0);
+	return 0;
+}
+
+static int host_addr_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct policy_host *h = ctx;
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(index < POLICY_STATIC_ADDRS_MAX);
+	int rc = loader_scalar(ld, "an address", "a string");
+	if (rc != 0)
+		return rc;
+	if (addr_parse_ip(ev_text(ld), ev_len(ld), &h->addrs[index]) != 0)
+		return fail(ld, ld->ev.start_mark,
+			    "invalid address \"%s\" for %s: expected an IPv4 or IPv6 literal",
+			    show(ev_text(ld), ev_len(ld), shown), h->name);
+	h->addr_count = index + 1;
+	AN_ASSERT(h->addr_count <= POLICY_STATIC_ADDRS_MAX);
+	return 0;
+}
+
+/* Pushes a zeroed static host named by the key in ld->ev; fails on a bad or repeated name. */
+static int push_static_host(struct loader *ld, struct policy_host **out)
+{
+	struct policy *p = ld->p;
+	char norm[ACL_HOST_NORM_BYTES];
+	char shown[SHOW_BYTES];
+	enum acl_kind kind;
+	const char *why = NULL;
+	uint32_t first = 0;
+
+	AN_ASSERT(ld->ev.type == YAML_SCALAR_EVENT);
+	AN_ASSERT(p->host_count == p->host_index.count);
+	int n = acl_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
+	if (n >= 0 && kind != ACL_KIND_NAME)
+		why = "an IP literal needs no static entry";
+	if (n < 0 || why != NULL)
+		return fail(ld, ld->key_mark, "invalid host \"%s\" in resolver.hosts: %s",
+			    show(ev_text(ld), ev_len(ld), shown), why);
+	struct policy_host *hosts =
+	    grow_array(p->hosts, &p->host_cap, p->host_count, sizeof(*hosts));
+	if (hosts == NULL)
+		return fail_oom(ld);
+	p->hosts = hosts;
+	struct policy_host *h = &p->hosts[p->host_count];
+	h->name = pool_strndup(norm, (size_t)n);
+	h->addrs = pool_calloc(POLICY_STATIC_ADDRS_MAX, sizeof(*h->addrs));
+	p->host_count++;
+	if (h->name == NULL || h->addrs == NULL)
+		return fail_oom(ld);
+	h->name_len = (uint32_t)n;
+	int rc = strtab_insert(&p->host_index, h->name, h->name_len, p->host_count - 1, &first);
+	if (rc == -EEXIST)
+		return fail(ld, ld->key_mark, "duplicate host \"%s\" in resolver.hosts", h->name);
+	if (rc != 0)
+		return fail_oom(ld);
+	*out = h;
+	AN_ASSERT(p->host_count == p->host_index.count);
+	return 0;
+}
+
+static int static_host_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct policy_host *h = NULL;
+
+	AN_ASSERT(ctx == NULL);
+	AN_ASSERT(index < POLICY_STATIC_HOSTS_MAX);
+	int rc = push_static_host(ld, &h);
+	if (rc != 0)
+		return rc;
+	rc = loader_seq(ld, h->name, POLICY_STATIC_ADDRS_MAX, true, host_addr_item, h);
+	if (rc != 0)
+		return rc;
+	/* Shrinking cannot fail in practice; keep the larger block if it does. */
+	struct sockaddr_storage *fit = pool_realloc(h->addrs, h->addr_count * sizeof(*fit));
+	if (fit != NULL)
+		h->addrs = fit;
+	return 0;
+}
+
+static int allow_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct policy *p = ld->p;
+	struct addr_cidr c;
+	char shown[SHOW_BYTES];
+	const char *why = NULL;
+
+	AN_ASSERT(ctx == NULL && index == p->allow_count);
+	int rc = loader_scalar(ld, "a CIDR", "a string");
+	if (rc != 0)
+		return rc;
+	show(ev_text(ld), ev_len(ld), shown);
+	if (addr_cidr_parse(ev_text(ld), ev_len(ld), &c, &why) != 0)
+		return fail(ld, ld->ev.start_mark, "invalid CIDR \"%s\": %s", shown, why);
+	if (addr_cidr_never_permitted(&c))
+		return fail(
+		    ld, ld->ev.start_mark,
+		    "allow_private entry \"%s\" can never match: multicast and unspecified addresses are never permitted",
+		    shown);
+	struct addr_cidr *allow = grow_array(p->allow, &p->allow_cap, p->allow_count, sizeof(c));
+	if (allow == NULL)
+		return fail_oom(ld);
+	p->allow = allow;
+	p->allow[p->allow_count++] = c;
+	AN_ASSERT(p->allow_count <= POLICY_ALLOW_PRIVATE_MAX);
+	return 0;
+}
+
+enum { RK_SERVERS, RK_HOSTS, RK_ALLOW_PRIVATE, RK__COUNT };
+static const char *const resolver_keys[] = {
+	[RK_SERVERS] = "servers",
+	[RK_HOSTS] = "hosts",
+	[RK_ALLOW_PRIVATE] = "allow_private",
+};
+static const struct keyset resolver_keyset = { "resolver", resolver_keys, RK__COUNT };
+
+static int parse_resolver(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "resolver");
+	if (rc != 0)
+		return rc;
+	while ((rc = loader_key(ld, &resolver_keyset, &seen, &key)) > 0) {
+		if (key == RK_SERVERS)
+			rc = parse_servers(ld);
+		else if (key == RK_HOSTS)
+			rc = loader_map(ld, "hosts", POLICY_STATIC_HOSTS_MAX, static_host_item,
+					NULL);
+		else
+			rc = loader_seq(ld, "allow_private", POLICY_ALLOW_PRIVATE_MAX, false,
+					allow_item, NULL);
+		if (rc != 0)
+			return rc;
+	}
+	AN_ASSERT(rc <= 0);
+	AN_ASSERT(ld->p->allow_count <= POLICY_ALLOW_PRIVATE_MAX);
+	return rc;
+}
+
+/* --- rules ---------------------------------------------------------------- */
+
+enum {
+	RULE_HOST,
+	RULE_PORTS,
+	RULE_TIER,
+	RULE_OWNER,
+	RULE_REASON,
+	RULE_INSTRUCTION,
+	RULE_UPSTREAM,
+	RULE_ID,
+	RULE__COUNT
+};
+static const char *const rule_keys[] = {
+	[RULE_HOST] = "host",         [RULE_PORTS] = "ports",   [RULE_TIER] = "tier",
+	[RULE_OWNER] = "owner",       [RULE_REASON] = "reason", [RULE_INSTRUCTION] = "instruction",
+	[RULE_UPSTREAM] = "upstream", [RULE_ID] = "id",
+};
+static_assert(AN_ARRAY_LEN(rule_keys) == RULE__COUNT, "every rule key needs a name");
+static const struct keyset rule_keyset = { "a rule", rule_keys, RULE__COUNT };
+static const uint32_t rule_mandatory =
+    (1u << RULE_HOST) | (1u << RULE_TIER) | (1u << RULE_OWNER) | (1u << RULE_REASON);
+
+/* Where a rule's keys are, for checks that need the whole rule. */
+struct rule_marks {
+	yaml_mark_t start;
+	yaml_mark_t tier;
+	yaml_mark_t ports;
+	yaml_mark_t upstream;
+	yaml_mark_t id;
+};
+
+struct profile_ctx {
+	struct policy_profile *profile;
+	struct strtab ids; /* rule id -> index, for duplicates */
+};
+
+static uint32_t mark_u32(size_t v)
+{
+	return v >= UINT32_MAX ? UINT32_MAX : (uint32_t)v + 1;
+}
+
+/* Validates a "*.<suffix>" rule host into <norm>; returns the length or an error. */
+static int wildcard_host(struct loader *ld, char *norm, const char *shown)
+{
+	enum acl_kind kind;
+	const char *why = NULL;
+
+	AN_ASSERT(ev_len(ld) >= 1 && ev_text(ld)[0] == '*');
+	if (ev_len(ld) == 1)
+		return fail(
+		    ld, ld->ev.start_mark,
+		    "host \"*\" is refused: name a host (\"example.com\") or the sub-domains of one (\"*.example.com\")");
+	if (ev_text(ld)[1] != '.')
+		return fail(ld, ld->ev.start_mark,
+			    "invalid host \"%s\": a wildcard is \"*.\" followed by a domain",
+			    shown);
+	int n =
+	    acl_normalise(ev_text(ld) + 2, ev_len(ld) - 2, norm, ACL_HOST_NORM_BYTES, &kind, &why);
+	if (n < 0)
+		return fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown, why);
+	if (kind == ACL_KIND_IP)
+		return fail(ld, ld->ev.start_mark,
+			    "invalid host \"%s\": a wildcard cannot cover IP addresses", shown);
+	if (memchr(norm, '.', (size_t)n) == NULL)
+		return fail(
+		    ld, ld->ev.start_mark,
+		    "host \"%s\" is refused: a wildcard must be below a registrable domain (\"*.example.com\", not \"*.com\")",
+		    shown);
+	AN_ASSERT(n > 0);
+	return n;
+}
+
+static int parse_rule_host(struct loader *ld, struct acl_rule *r)
+{
+	char norm[ACL_HOST_NORM_BYTES];
+	char shown[SHOW_BYTES];
+	enum acl_kind kind = ACL_KIND_NAME;
+	const char *why = NULL;
+	int n;
+
+	AN_ASSERT(r->host == NULL);
+	int rc = loader_scalar(ld, "host", "a string");
+	if (rc != 0)
+		return rc;
+	show(ev_text(ld), ev_len(ld), shown);
+	r->line = mark_u32(ld->ev.start_mark.line);
+	r->col = mark_u32(ld->ev.start_mark.column);
+	if (ev_len(ld) > 0 && ev_text(ld)[0] == '*') {
+		n = wildcard_host(ld, norm, shown);
+		kind = ACL_KIND_WILDCARD;
+	} else {
+		n = acl_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
+		if (n < 0)
+			return fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown, why);
+	}
+	if (n < 0)
+		return n;
+	r->host = pool_strndup(norm, (size_t)n);
+	if (r->host == NULL)
+		return fail_oom(ld);
+	r->host_len = (uint32_t)n;
+	r->kind = (uint8_t)kind;
+	AN_ASSERT(r->host_len > 0);
+	return 0;
+}
+
+static int port_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct acl_rule *r = ctx;
+	uint64_t v = 0;
+
+	AN_ASSERT(index < POLICY_RULE_PORTS_MAX && index == r->port_count);
+	int rc = loader_uint(ld, "port", 1, 65535, &v);
+	if (rc != 0)
+		return rc;
+	for (uint16_t i = 0; i < r->port_count; i++) {
+		if (r->ports[i] == v)
+			return fail(ld, ld->ev.start_mark, "duplicate port %llu",
+				    (unsigned long long)v);
+	}
+	r->ports[r->port_count++] = (uint16_t)v;
+	AN_ASSERT(v >= 1 && v <= 65535);
+	return 0;
+}
+
+static int parse_ports(struct loader *ld, struct acl_rule *r)
+{
+	AN_ASSERT(r->ports == NULL);
+	r->ports = pool_calloc(POLICY_RULE_PORTS_MAX, sizeof(*r->ports));
+	if (r->ports == NULL)
+		return fail_oom(ld);
+	int rc = loader_seq(ld, "ports", POLICY_RULE_PORTS_MAX, true, port_item, r);
+	if (rc != 0)
+		return rc;
+	uint16_t *fit = pool_realloc(r->ports, r->port_count * sizeof(*fit));
+	if (fit != NULL)
+		r->ports = fit;
+	AN_ASSERT(r->port_count > 0);
+	return 0;
+}
+
+static int parse_tier(struct loader *ld, struct acl_rule *r, yaml_mark_t *mark)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(mark != NULL);
+	int rc = loader_scalar(ld, "tier", "a string");
+	if (rc != 0)
+		return rc;
+	*mark = ld->ev.start_mark;
+	for (uint32_t t = 0; t < TIER__COUNT; t++) {
+		const char *name = reason_tier_name((enum tier)t);
+
+		if (ev_len(ld) == strlen(name) && memcmp(ev_text(ld), name, ev_len(ld)) == 0) {
+			r->tier = (uint8_t)t;
+			return 0;
+		}
+	}
+	AN_ASSERT(TIER__COUNT == 5);
+	return fail(ld, ld->ev.start_mark,
+		    "unknown tier \"%s\" (expected passthrough, local, fake, inject or deny)",
+		    show(ev_text(ld), ev_len(ld), shown));
+}
+
+static int parse_upstream(struct loader *ld, struct acl_rule *r)
+{
+	char norm[ACL_HOST_NORM_BYTES];
+	char shown[SHOW_BYTES];
+	char buf[ACL_HOST_NORM_BYTES + sizeof("[]:65535")];
+	enum acl_kind kind = ACL_KIND_NAME;
+	struct hostport hp;
+
+	AN_ASSERT(r->upstream == NULL);
+	int rc = loader_scalar(ld, "upstream", "a string");
+	if (rc != 0)
+		return rc;
+	const char *why = split_hostport(ev_text(ld), ev_len(ld), &hp);
+	if (why == NULL && hp.port == 0)
+		why = "expected host:port";
+	int n = -1;
+	if (why == NULL)
+		n = acl_normalise(hp.host, hp.host_len, norm, sizeof(norm), &kind, &why);
+	bool v6 = n > 0 && kind == ACL_KIND_IP && memchr(norm, ':', (size_t)n) != NULL;
+	if (why == NULL && hp.bracketed && !v6)
+		why = "brackets are for IPv6 addresses";
+	if (why != NULL || n < 0)
+		return fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
+			    show(ev_text(ld), ev_len(ld), shown), why);
+	snprintf(buf, sizeof(buf), v6 ? "[%s]:%u" : "%s:%u", norm, hp.port);
+	r->upstream = pool_strndup(buf, strlen(buf));
+	if (r->upstream == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(hp.port >= 1 && hp.port <= 65535);
+	return 0;
+}
+
+static int parse_rule_id(struct loader *ld, struct acl_rule *r, yaml_mark_t *mark)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(r->id == NULL);
+	int rc = loader_scalar(ld, "id", "a string");
+	if (rc != 0)
+		return rc;
+	*mark = ld->ev.start_mark;
+	if (!is_rule_id(ev_text(ld), ev_len(ld)))
+		return fail(ld, ld->ev.start_mark,
+			    "invalid rule id \"%s\": use 1-%u of [A-Za-z0-9_.:/@+-]",
+			    show(ev_text(ld), ev_len(ld), shown), POLICY_RULE_ID_BYTES_MAX);
+	r->id = pool_strndup(ev_text(ld), ev_len(ld));
+	if (r->id == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(r->id[0] != '\0');
+	return 0;
+}
+
+static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struct rule_marks *m)
+{
+	AN_ASSERT(key < RULE__COUNT);
+	AN_ASSERT(r != NULL && m != NULL);
+	switch (key) {
+	case RULE_HOST:
+		return parse_rule_host(ld, r);
+	case RULE_PORTS:
+		m->ports = ld->key_mark;
+		return parse_ports(ld, r);
+	case RULE_TIER:
+		return parse_tier(ld, r, &m->tier);
+	case RULE_OWNER:
+		return loader_text(ld, "owner", &r->owner);
+	case RULE_REASON:
+		return loader_text(ld, "reason", &r->reason);
+	case RULE_INSTRUCTION:
+		return loader_text(ld, "instruction", &r->instruction);
+	case RULE_UPSTREAM:
+		m->upstream = ld->key_mark;
+		return parse_upstream(ld, r);
+	case RULE_ID:
+		return parse_rule_id(ld, r, &m->id);
+	default:
+		(void)AN_NEVER(true);
+		return -EINVAL;
+	}
+}
+
+/* Whole-rule checks once every key is read, then the id (default "<profile>/<n>"). */
+static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rule *r,
+		       uint32_t index, uint32_t seen, const struct rule_marks *m)
+{
+	char buf[POLICY_RULE_ID_BYTES_MAX + 1];
+	uint32_t first = 0;
+
+	AN_ASSERT(index < pc->profile->rule_count);
+	int rc = check_mandatory(ld, &rule_keyset, rule_mandatory, seen, m->start);
+	if (rc != 0)
+		return rc;
+	if (r->tier == TIER_LOCAL && r->upstream == NULL)
+		return fail(ld, m->tier,
+			    "tier local needs an upstream (\"host:port\" to relay to)");
+	if (r->tier != TIER_LOCAL && r->upstream != NULL)
+		return fail(ld, m->upstream, "upstream is only allowed with tier local");
+	if (r->tier == TIER_DENY && r->ports != NULL)
+		return fail(ld, m->ports,
+			    "ports cannot be combined with tier deny, which refuses every port");
+	yaml_mark_t id_mark = r->id != NULL ? m->id : m->start;
+	if (r->id == NULL) {
+		snprintf(buf, sizeof(buf), "%s/%u", pc->profile->name, index + 1);
+		r->id = pool_strndup(buf, strlen(buf));
+		if (r->id == NULL)
+			return fail_oom(ld);
+	}
+	rc = strtab_insert(&pc->ids, r->id, strlen(r->id), index, &first);
+	if (rc == -EEXIST)
+		return fail(ld, id_mark,
+			    "duplicate rule id \"%s\" in profile \"%s\" (first at line %u)", r->id,
+			    pc->profile->name, pc->profile->rules[first].line);
+	if (rc != 0)
+		return fail_oom(ld);
+	AN_ASSERT(r->owner != NULL && r->reason != NULL && r->host != NULL);
+	return 0;
+}
+
+static int rule_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct profile_ctx *pc = ctx;
+	struct policy_profile *pr = pc->profile;
+	struct rule_marks m;
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(index == pr->rule_count);
+	if (ld->p->rule_count >= POLICY_RULES_MAX)
+		return fail(ld, ld->ev.start_mark, "the policy has more than %u rules",
+			    POLICY_RULES_MAX);
+	struct acl_rule *rules =
+	    grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
+	if (rules == NULL)
+		return fail_oom(ld);
+	pr->rules = rules;
+	struct acl_rule *r = &pr->rules[pr->rule_count++];
+	ld->p->rule_count++;
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "a rule");
+	if (rc != 0)
+		return rc;
+	memset(&m, 0, sizeof(m));
+	m.start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &rule_keyset, &seen, &key)) > 0) {
+		rc = rule_value(ld, r, key, &m);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	AN_ASSERT(ld->p->rule_count <= POLICY_RULES_MAX);
+	return rule_finish(ld, pc, r, index, seen, &m);
+}
+
+/* Indexes the profile's rules; the only error left to find is a repeated host. */
+static int profile_build(struct loader *ld, struct policy_profile *pr)
+{
+	uint32_t first = 0;
+	uint32_t second = 0;
+
+	int rc = acl_build(&pr->acl, pr->rules, pr->rule_count, &first, &second);
+	if (rc == -EEXIST) {
+		const struct acl_rule *r = &pr->rules[second];
+		yaml_mark_t m = { 0, r->line - 1, r->col - 1 };
+
+		AN_ASSERT(first < second);
+		return fail(ld, m, "duplicate host \"%s%s\" in profile \"%s\" (first at line %u)",
+			    r->kind == ACL_KIND_WILDCARD ? "*." : "", r->host, pr->name,
+			    pr->rules[first].line);
+	}
+	if (rc != 0)
+		return fail_oom(ld);
+	AN_ASSERT(pr->acl.rule_count == pr->rule_count);
+	return 0;
+}
+
+static const char *const profile_keys[] = { "rules" };
+static const struct keyset profile_keyset = { "a profile", profile_keys, 1 };
+
+static int parse_profile(struct loader *ld, struct policy_profile *pr)
+{
+	struct profile_ctx pc = { .profile = pr };
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "a profile");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while (rc == 0 && (rc = loader_key(ld, &profile_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key == 0);
+		rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, &pc);
+	}
+	strtab_free(&pc.ids);
+	if (rc == 0)
+		rc = check_mandatory(ld, &profile_keyset, 1, seen, start);
+	if (rc == 0)
+		rc = profile_build(ld, pr);
+	AN_ASSERT(rc <= 0);
+	return rc;
+}
+
+static int profile_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct policy *p = ld->p;
+	char shown[SHOW_BYTES];
+	uint32_t first = 0;
+
+	AN_ASSERT(ctx == NULL && index == p->profile_count);
+	if (!is_id(ev_text(ld), ev_len(ld)))
+		return fail(
+		    ld, ld->key_mark,
+		    "invalid profile name \"%s\": use 1-63 of [A-Za-z0-9_.-], not starting with '.'",
+		    show(ev_text(ld), ev_len(ld), shown));
+	struct policy_profile *profiles =
+	    grow_array(p->profiles, &p->profile_cap, p->profile_count, sizeof(*profiles));
+	if (profiles == NULL)
+		return fail_oom(ld);
+	p->profiles = profiles;
+	struct policy_profile *pr = &p->profiles[p->profile_count++];
+	pr->name = pool_strndup(ev_text(ld), ev_len(ld));
+	if (pr->name == NULL)
+		return fail_oom(ld);
+	int rc = strtab_insert(&p->profile_index, pr->name, ev_len(ld), index, &first);
+	if (rc == -EEXIST)
+		return fail(ld, ld->key_mark, "duplicate profile \"%s\"", pr->name);
+	if (rc != 0)
+		return fail_oom(ld);
+	AN_ASSERT(p->profile_index.count == p->profile_count);
+	return parse_profile(ld, pr);
+}
+
+/* --- sandboxes ------------------------------------------------------------- */
+
+enum { SK_ID, SK_PROFILE, SK__COUNT };
+static const char *const sandbox_keys[] = { [SK_ID] = "id", [SK_PROFILE] = "profile" };
+static const struct keyset sandbox_keyset = { "a sandbox", sandbox_keys, SK__COUNT };
+
+static int sandbox_value(struct loader *ld, uint32_t key, uint32_t index)
+{
+	struct config_sandbox *sb = &ld->next.sandboxes[index];
+	struct sandbox_ref *ref = &ld->refs[index];
+	char shown[SHOW_BYTES];
+	uint32_t first = 0;
+
+	AN_ASSERT(key < SK__COUNT);
+	AN_ASSERT(index < ld->next.sandbox_count);
+	int rc = loader_scalar(ld, sandbox_keys[key], "a string");
+	if (rc != 0)
+		return rc;
+	if (!is_id(ev_text(ld), ev_len(ld)))
+		return fail(ld, ld->ev.start_mark,
+			    "invalid %s \"%s\": use 1-63 of [A-Za-z0-9_.-], not starting with '.'",
+			    key == SK_ID ? "sandbox id" : "profile name",
+			    show(ev_text(ld), ev_len(ld), shown));
+	char *copy = pool_strndup(ev_text(ld), ev_len(ld));
+	if (copy == NULL)
+		return fail_oom(ld);
+	if (key == SK_PROFILE) {
+		ref->profile = copy;
+		ref->mark = ld->ev.start_mark;
+		return 0;
+	}
+	sb->id = copy;
+	rc = strtab_insert(&ld->sandbox_ids, sb->id, ev_len(ld), index, &first);
+	if (rc == -EEXIST)
+		return fail(ld, ld->ev.start_mark, "duplicate sandbox id \"%s\"", sb->id);
+	AN_ASSERT(key == SK_ID);
+	return rc == 0 ? 0 : fail_oom(ld);
+}
+
+static int sandbox_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct config *next = &ld->next;
+	uint32_t cap = ld->sandbox_cap;
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ctx == NULL && index == next->sandbox_count);
+	struct config_sandbox *sbs = grow_array(next->sandboxes, &cap, index, sizeof(*sbs));
+	if (sbs == NULL)
+		return fail_oom(ld);
+	next->sandboxes = sbs;
+	struct sandbox_ref *refs = grow_array(ld->refs, &ld->sandbox_cap, index, sizeof(*refs));
+	if (refs == NULL)
+		return fail_oom(ld);
+	ld->refs = refs;
+	AN_ASSERT(cap == ld->sandbox_cap);
+	next->sandbox_count++;
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "a sandbox");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &sandbox_keyset, &seen, &key)) > 0) {
+		rc = sandbox_value(ld, key, index);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	return check_mandatory(ld, &sandbox_keyset, (1u << SK_ID) | (1u << SK_PROFILE), seen,
+			       start);
+}
+
+/* --- document --------------------------------------------------------------- */
+
+static int parse_version(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+	uint64_t v = 0;
+
+	AN_ASSERT(ld->ev_live);
+	int rc = loader_scalar(ld, "version", "an integer");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	size_t sign = len > 1 && s[0] == '-' ? 1 : 0;
+	if (ld->ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
+	    !parse_decimal(s + sign, len - sign, &v))
+		return fail(ld, ld->ev.start_mark, "version must be an integer");
+	if (len != 1 || s[0] != '1')
+		return fail(ld, ld->ev.start_mark,
+			    "unsupported policy version %s (this daemon reads version 1)",
+			    show(s, len, shown));
+	AN_ASSERT(v == 1);
+	return 0;
+}
+
+enum { TK_VERSION, TK_DAEMON, TK_RESOLVER, TK_PROFILES, TK_SANDBOXES, TK__COUNT };
+static const char *const top_keys[] = {
+	[TK_VERSION] = "version",   [TK_DAEMON] = "daemon",       [TK_RESOLVER] = "resolver",
+	[TK_PROFILES] = "profiles", [TK_SANDBOXES] = "sandboxes",
+};
+static const struct keyset top_keyset = { "the policy", top_keys, TK__COUNT };
+
+static int top_value(struct loader *ld, uint32_t key)
+{
+	AN_ASSERT(key < TK__COUNT);
+	AN_ASSERT(ld->p != NULL);
+	switch (key) {
+	case TK_VERSION:
+		return parse_version(ld);
+	case TK_DAEMON:
+		return parse_daemon(ld);
+	case TK_RESOLVER:
+		return parse_resolver(ld);
+	case TK_PROFILES:
+		return loader_map(ld, "profiles", POLICY_PROFILES_MAX, profile_item, NULL);
+	case TK_SANDBOXES:
+		return loader_seq(ld, "sandboxes", LIMITS_SANDBOXES_MAX, false, sandbox_item, NULL);
+	default:
+		(void)AN_NEVER(true);
+		return -EINVAL;
+	}
+}
+
+static int parse_top(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ld->p != NULL && ld->p->profile_count == 0);
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "the policy");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &top_keyset, &seen, &key)) > 0) {
+		rc = top_value(ld, key);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	rc =
+	    check_mandatory(ld, &top_keyset, (1u << TK_VERSION) | (1u << TK_PROFILES), seen, start);
+	AN_ASSERT(rc != 0 || ld->p->profile_count > 0);
+	return rc;
+}
+
+/* Sandbox profiles and tcp_sandbox, once every profile and sandbox is known. */
+static int resolve_refs(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+	uint32_t index = 0;
+
+	for (uint32_t i = 0; i < ld->next.sandbox_count; i++) {
+		const struct sandbox_ref *ref = &ld->refs[i];
+
+		AN_ASSERT(ref->profile != NULL);
+		if (strtab_find(&ld->p->profile_index, ref->profile, strlen(ref->profile), &index))
+			return fail(ld, ref->mark, "unknown profile \"%s\"", ref->profile);
+		ld->next.sandboxes[i].profile = index;
+	}
+	const char *tcp = ld->next.tcp_sandbox;
+	if (tcp != NULL && strtab_find(&ld->sandbox_ids, tcp, strlen(tcp), &index) != 0)
+		return fail(ld, ld->tcp_sandbox_mark,
+			    "tcp_sandbox \"%s\" is not a sandbox listed under sandboxes",
+			    show(tcp, strlen(tcp), shown));
+	AN_ASSERT(ld->p->profile_count > 0);
+	return 0;
+}
+
+static int parse_stream(struct loader *ld)
+{
+	int rc = loader_next(ld);
+
+	if (rc != 0)
+		return rc;
+	AN_ASSERT(ld->ev.type == YAML_STREAM_START_EVENT);
+	rc = loader_next(ld);
+	if (rc != 0)
+		return rc;
+	if (ld->ev.type == YAML_STREAM_END_EVENT)
+		return fail(ld, ld->ev.start_mark, "the policy is empty");
+	AN_ASSERT(ld->ev.type == YAML_DOCUMENT_START_EVENT);
+	rc = parse_top(ld);
+	if (rc == 0)
+		rc = loader_next(ld);
+	if (rc != 0)
+		return rc;
+	AN_ASSERT(ld->ev.type == YAML_DOCUMENT_END_EVENT);
+	rc = loader_next(ld);
+	if (rc != 0)
+		return rc;
+	if (ld->ev.type != YAML_STREAM_END_EVENT)
+		return fail(ld, ld->ev.start_mark, "only one YAML document is allowed");
+	return resolve_refs(ld);
+}
+
+/* --- load ------------------------------------------------------------------- */
+
+static void move_string(char **to, char **from)
+{
+	if (*from == NULL)
+		return;
+	pool_free(*to);
+	*to = *from;
+	*from = NULL;
+	AN_ASSERT(*to != NULL);
+}
+
+/* Moves what the load staged into <cfg>; cannot fail. */
+static void apply_config(struct loader *ld, struct config *cfg)
+{
+	struct config *next = &ld->next;
+
+	AN_ASSERT(cfg != next);
+	move_string(&cfg->socket_dir, &next->socket_dir);
+	move_string(&cfg->audit_path, &next->audit_path);
+	move_string(&cfg->dns_servers, &next->dns_servers);
+	move_string(&cfg->tcp_listen, &next->tcp_listen);
+	move_string(&cfg->tcp_sandbox, &next->tcp_sandbox);
+	for (uint32_t i = 0; i < UF__COUNT; i++) {
+		if (ld->uints_set & (1u << i))
+			memcpy((char *)cfg + uint_fields[i].offset,
+			       (const char *)next + uint_fields[i].offset, sizeof(uint32_t));
+	}
+	for (uint32_t i = 0; i < cfg->sandbox_count; i++)
+		AN_FREE(&cfg->sandboxes[i].id);
+	AN_FREE(&cfg->sandboxes);
+	cfg->sandboxes = next->sandboxes;
+	cfg->sandbox_count = next->sandbox_count;
+	next->sandboxes = NULL;
+	next->sandbox_count = 0;
+	AN_ASSERT(cfg->sandbox_count == 0 || cfg->sandboxes != NULL);
+}
+
+static void loader_cleanup(struct loader *ld)
+{
+	if (ld->ev_live)
+		yaml_event_delete(&ld->ev);
+	yaml_parser_delete(&ld->parser);
+	/* Every slot up to the capacity is zeroed or owned, whoever took the sandboxes. */
+	for (uint32_t i = 0; i < ld->sandbox_cap; i++)
+		AN_FREE(&ld->refs[i].profile);
+	AN_FREE(&ld->refs);
+	strtab_free(&ld->sandbox_ids);
+	config_free(&ld->next);
+	policy_free(ld->p);
+	ld->p = NULL;
+}
+
+int policy_load_buffer(const char *name, const char *yaml, size_t len, struct config *cfg,
+		       struct policy **out, char *err, size_t err_cap)
+{
+	struct loader ld = { .name = name, .input = yaml, .input_len = len };
+
+	AN_ASSERT(name != NULL && yaml != NULL);
+	AN_ASSERT(cfg != NULL && out != NULL);
+	AN_ASSERT(err != NULL || err_cap == 0);
+	*out = NULL;
+	ld.err = err;
+	ld.err_cap = err_cap;
+	if (err_cap > 0)
+		err[0] = '\0';
+	if (len > POLICY_FILE_BYTES_MAX) {
+		if (err_cap > 0)
+			snprintf(err, err_cap, "%s: larger than %u bytes", name,
+				 POLICY_FILE_BYTES_MAX);
+		return -EFBIG;
+	}
+	ld.p = pool_calloc(1, sizeof(*ld.p));
+	if (ld.p == NULL)
+		return fail_oom(&ld);
+	if (!yaml_parser_initialize(&ld.parser)) {
+		policy_free(ld.p);
+		return fail_oom(&ld);
+	}
+	yaml_parser_set_input_string(&ld.parser, (const unsigned char *)yaml, len);
+	int rc = parse_stream(&ld);
+	if (rc == 0) {
+		apply_config(&ld, cfg);
+		*out = ld.p;
+		ld.p = NULL;
+	}
+	loader_cleanup(&ld);
+	AN_ASSERT((rc == 0) == (*out != NULL));
+	return rc;
+}
+
+/* Reads all of <fd> into an owned buffer; at most POLICY_FILE_BYTES_MAX bytes. */
+static int read_all(int fd, char **buf, size_t *len)
+{
+	size_t cap = 64 * 1024;
+	size_t used = 0;
+	char *b = pool_malloc(cap);
+
+	AN_ASSERT(fd >= 0);
+	AN_ASSERT(buf != NULL && len != NULL);
+	if (b == NULL)
+		return -ENOMEM;
+	for (;;) {
+		if (used == cap) {
+			char *nb = cap > POLICY_FILE_BYTES_MAX ? NULL : pool_realloc(b, cap * 2);
+			if (nb == NULL) {
+				pool_free(b);
+				return cap > POLICY_FILE_BYTES_MAX ? -EFBIG : -ENOMEM;
+			}
+			b = nb;
+			cap *= 2;
+		}
+		ssize_t n = read(fd, b + used, cap - used);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1) {
+			int e = errno;
+			pool_free(b);
+			return -e;
+		}
+		if (n == 0)
+			break;
+		used += (size_t)n;
+	}
+	*buf = b;
+	*len = used;
+	return used > POLICY_FILE_BYTES_MAX ? -EFBIG : 0;
+}
+
+int policy_load_file(const char *path, struct config *cfg, struct policy **out, char *err,
+		     size_t err_cap)
+{
+	char *buf = NULL;
+	size_t len = 0;
+
+	AN_ASSERT(path != NULL && out != NULL);
+	AN_ASSERT(err != NULL || err_cap == 0);
+	*out = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd == -1) {
+		int e = errno;
+		if (err_cap > 0)
+			snprintf(err, err_cap, "%s: open: %s", path, strerror(e));
+		return -e;
+	}
+	struct stat st;
+	int rc = 0;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > POLICY_FILE_BYTES_MAX)
+		rc = -EFBIG;
+	if (rc == 0)
+		rc = read_all(fd, &buf, &len);
+	close(fd);
+	if (rc == 0)
+		rc = policy_load_buffer(path, buf, len, cfg, out, err, err_cap);
+	else if (rc == -EFBIG && err_cap > 0)
+		snprintf(err, err_cap, "%s: larger than %u bytes", path, POLICY_FILE_BYTES_MAX);
+	else if (err_cap > 0)
+		snprintf(err, err_cap, "%s: read: %s", path, strerror(-rc));
+	pool_free(buf);
+	return rc;
+}
+
+/* --- the compiled policy ------------------------------------------------------ */
+
+static const char default_yaml[] =
+    "# agentsnet built-in policy: used when no policy file is given.\n"
+    "version: 1\n"
+    "profiles:\n"
+    "  default:\n"
+    "    rules:\n"
+    "      - host: example.com\n"
+    "        tier: fake\n"
+    "        owner: agentsnet\n"
+    "        reason: \"demo task target: answered locally by the fake-response tier\"\n"
+    "      - host: ollama.internal\n"
+    "        tier: local\n"
+    "        upstream: \"127.0.0.1:11434\"\n"
+    "        owner: agentsnet\n"
+    "        reason: local model server\n"
+    "sandboxes:\n"
+    "  - id: default\n"
+    "    profile: default\n";
+
+const char *policy_default_yaml(void)
+{
+	AN_ASSERT(default_yaml[sizeof(default_yaml) - 1] == '\0');
+	return default_yaml;
+}
+
+void policy_free(struct policy *p)
+{
+	if (p == NULL)
+		return;
+	AN_ASSERT(p->profile_count <= p->profile_cap);
+	AN_ASSERT(p->host_count <= p->host_cap);
+	for (uint32_t i = 0; i < p->profile_count; i++) {
+		struct policy_profile *pr = &p->profiles[i];
+
+		acl_free(&pr->acl);
+		for (uint32_t j = 0; j < pr->rule_count; j++)
+			acl_rule_free(&pr->rules[j]);
+		AN_FREE(&pr->rules);
+		AN_FREE(&pr->name);
+	}
+	for (uint32_t i = 0; i < p->host_count; i++) {
+		AN_FREE(&p->hosts[i].name);
+		AN_FREE(&p->hosts[i].addrs);
+	}
+	AN_FREE(&p->profiles);
+	AN_FREE(&p->hosts);
+	AN_FREE(&p->allow);
+	strtab_free(&p->profile_index);
+	strtab_free(&p->host_index);
+	pool_free(p);
+}
+
+int policy_profile_index(const struct policy *p, const char *name)
+{
+	uint32_t index = 0;
+
+	AN_ASSERT(p != NULL && name != NULL);
+	if (strtab_find(&p->profile_index, name, strlen(name), &index) != 0)
+		return -ENOENT;
+	AN_ASSERT(index < p->profile_count);
+	return (int)index;
+}
+
+uint32_t policy_profile_count(const struct policy *p)
+{
+	AN_ASSERT(p != NULL);
+	return p->profile_count;
+}
+
+const char *policy_profile_name(const struct policy *p, uint32_t index)
+{
+	AN_ASSERT(p != NULL);
+	AN_ASSERT(index < p->profile_count);
+	return p->profiles[index].name;
+}
+
+uint32_t policy_rule_count(const struct policy *p)
+{
+	AN_ASSERT(p != NULL);
+	return p->rule_count;
+}
+
+static void policy_decide(const void *snapshot, uint32_t profile, const char *host, size_t host_len,
+			  uint16_t port, struct verdict *out)
+{
+	const struct policy *p = snapshot;
+
+	AN_ASSERT(p != NULL);
+	AN_ASSERT(profile < p->profile_count);
+	acl_decide(&p->profiles[profile].acl, host, host_len, port, out);
+}
+
+static int policy_static_lookup(const void *snapshot, const char *host, size_t host_len,
+				uint16_t port, struct sockaddr_storage *out, int cap)
+{
+	const struct policy *p = snapshot;
+	char norm[ACL_HOST_NORM_BYTES];
+	enum acl_kind kind;
+	uint32_t index = 0;
+
+	AN_ASSERT(p != NULL);
+	AN_ASSERT(out != NULL || cap <= 0);
+	int n = acl_normalise(host, host_len, norm, sizeof(norm), &kind, NULL);
+	if (n < 0 || kind != ACL_KIND_NAME || cap <= 0)
+		return 0;
+	if (strtab_find(&p->host_index, norm, (size_t)n, &index) != 0)
+		return 0;
+	const struct policy_host *h = &p->hosts[index];
+	int count = h->addr_count < (uint32_t)cap ? (int)h->addr_count : cap;
+	for (int i = 0; i < count; i++) {
+		out[i] = h->addrs[i];
+		if (out[i].ss_family == AF_INET)
+			((struct sockaddr_in *)&out[i])->sin_port = htons(port);
+		else
+			((struct sockaddr_in6 *)&out[i])->sin6_port = htons(port);
+	}
+	return count;
+}
+
+static bool policy_address_permitted(const void *snapshot, const struct sockaddr *sa)
+{
+	const struct policy *p = snapshot;
+
+	AN_ASSERT(p != NULL);
+	AN_ASSERT(sa != NULL);
+	return addr_permitted(p->allow, p->allow_count, sa);
+}
+
+const struct verdict_ops policy_verdict_ops = {
+	.decide = policy_decide,
+	.static_lookup = policy_static_lookup,
+	.address_permitted = policy_address_permitted,
+};

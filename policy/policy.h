@@ -1,0 +1,125 @@
+/*
+ * The policy file (schema version 1, docs/policy.md): loading, validation and
+ * the compiled, immutable result the engine consults through core/verdict.h.
+ */
+#ifndef AN_POLICY_POLICY_H
+#define AN_POLICY_POLICY_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/limits.h"
+#include "core/verdict.h"
+
+/*
+ * Limits of the policy file. Each is checked at load with a file:line:col
+ * error; the bounds of the daemon settings are here because the loader is
+ * where STYLE.md section 8 says they are checked.
+ */
+/* Whole file: far beyond any hand-written policy, small enough to read at once. */
+#define POLICY_FILE_BYTES_MAX (64u * 1024u * 1024u)
+/*
+ * Rules over all profiles: 2.6 times the 100k design point (which loads in
+ * about 0.2 s, mostly libyaml). A rule costs about 200 bytes and a reload
+ * holds two snapshots, so this also bounds the daemon's policy memory.
+ */
+#define POLICY_RULES_MAX (1u << 18)
+/* Profiles: at most one per sandbox is ever useful. */
+#define POLICY_PROFILES_MAX LIMITS_SANDBOXES_MAX
+/* Ports listed on one rule: an allowlist, not a range syntax. */
+#define POLICY_RULE_PORTS_MAX 64u
+/* Rule ids: fit the audit record's rule field (95 bytes and a NUL). */
+#define POLICY_RULE_ID_BYTES_MAX 95u
+/* Profile names: like sandbox ids, so "<profile>/<index>" ids fit the above. */
+#define POLICY_PROFILE_NAME_BYTES_MAX (CONFIG_SANDBOX_ID_BYTES_MAX - 1u)
+/* owner, reason, instruction: one header line an agent reads, not an essay. */
+#define POLICY_TEXT_BYTES_MAX 512u
+/* socket_dir and audit_log. */
+#define POLICY_PATH_BYTES_MAX 4095u
+/* resolver.servers: c-ares tries them in order; more than this is a mistake. */
+#define POLICY_DNS_SERVERS_MAX 16u
+/* resolver.hosts: names, and addresses per name. */
+#define POLICY_STATIC_HOSTS_MAX 65536u
+#define POLICY_STATIC_ADDRS_MAX 16u
+/* resolver.allow_private networks: scanned linearly on every connect. */
+#define POLICY_ALLOW_PRIVATE_MAX 256u
+
+/* Bounds of the daemon settings (defaults in core/limits.h). */
+#define POLICY_WORKERS_MAX          LIMITS_WORKERS_MAX
+#define POLICY_CONNS_PER_WORKER_MIN 16u
+#define POLICY_CONNS_PER_WORKER_MAX 1048576u
+#define POLICY_PIPES_PER_WORKER_MAX 4096u
+#define POLICY_TIMEOUT_MS_MIN       1u
+#define POLICY_TIMEOUT_MS_MAX       3600000u
+
+static_assert(POLICY_RULE_ID_BYTES_MAX >= POLICY_PROFILE_NAME_BYTES_MAX + 1 + 7,
+	      "default rule ids \"<profile>/<index>\" must fit");
+static_assert(LIMITS_CONNS_PER_WORKER_DEFAULT >= POLICY_CONNS_PER_WORKER_MIN &&
+		  LIMITS_CONNS_PER_WORKER_DEFAULT <= POLICY_CONNS_PER_WORKER_MAX,
+	      "the default must be valid");
+static_assert(LIMITS_PIPES_PER_WORKER_DEFAULT <= POLICY_PIPES_PER_WORKER_MAX,
+	      "the default must be valid");
+static_assert(LIMITS_IDLE_TIMEOUT_MS_DEFAULT <= POLICY_TIMEOUT_MS_MAX, "the default must be valid");
+
+struct policy; /* opaque, immutable once loaded */
+
+/*
+ * Loads the policy file <path> (at most POLICY_FILE_BYTES_MAX bytes).
+ *
+ * On success returns 0 with *<out> owned by the caller (release it with
+ * policy_free), and fills <cfg>, which the caller initialised with
+ * config_init_defaults: every key of the `daemon:` section overrides the
+ * value there, resolver.servers becomes cfg->dns_servers, and the sandboxes
+ * replace cfg->sandboxes (profile indexes refer to *<out>).
+ *
+ * On failure <cfg> is unchanged, *<out> is NULL, and "<path>:<line>:<col>:
+ * <what is wrong>" (1-based, of the offending key or value) is written to
+ * <err>/<err_cap> (truncated to fit; <err> may be NULL when <err_cap> is 0).
+ * Returns -EINVAL for any content error (YAML syntax included), -EFBIG for
+ * a file that is too large, -ENOMEM, or -errno from open/read (then the
+ * message is "<path>: <call>: <strerror>").
+ *
+ * Control path only (start-up, reload); the result may be shared read-only
+ * by every worker.
+ */
+int policy_load_file(const char *path, struct config *cfg, struct policy **out, char *err,
+		     size_t err_cap);
+
+/*
+ * As policy_load_file, from the <len> bytes at <yaml> (borrowed; need not be
+ * NUL-terminated); <name> stands for the path in messages.
+ */
+int policy_load_buffer(const char *name, const char *yaml, size_t len, struct config *cfg,
+		       struct policy **out, char *err, size_t err_cap);
+
+/*
+ * The built-in policy (NUL-terminated, static): one sandbox "default" on
+ * profile "default", which answers example.com from the fake-response tier
+ * and relays ollama.internal to a local model server on 127.0.0.1:11434.
+ */
+const char *policy_default_yaml(void);
+
+/* Takes and releases <p>; NULL is accepted. */
+void policy_free(struct policy *p);
+
+/* The index of the profile called <name>, or -ENOENT. Borrows both. */
+int policy_profile_index(const struct policy *p, const char *name);
+
+/* Profiles in <p> (at least 1). */
+uint32_t policy_profile_count(const struct policy *p);
+
+/* The name of profile <index> (< policy_profile_count), borrowed from <p>. */
+const char *policy_profile_name(const struct policy *p, uint32_t index);
+
+/* Rules in all profiles of <p>. */
+uint32_t policy_rule_count(const struct policy *p);
+
+/*
+ * The table the daemon installs into the engine, with a struct policy as the
+ * opaque snapshot. All three operations are thread-safe and never allocate.
+ */
+extern const struct verdict_ops policy_verdict_ops;
+
+#endif /* AN_POLICY_POLICY_H */

@@ -1,0 +1,551 @@
+/*
+ * policy/acl.c: normalisation (every refusal, each limit at N and N+1, input
+ * ending right before a PROT_NONE page), lookup order (exact before wildcard,
+ * longest wildcard first, never the apex), ports, tiers, IP literal rules,
+ * duplicates, and 100k generated rules built in well under a second.
+ */
+#include "../../../policy/acl.c"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* --- input that ends right before an inaccessible page ----------------------- */
+
+static char *guard_base;
+static size_t guard_page;
+
+static void guard_setup(void)
+{
+	guard_page = (size_t)sysconf(_SC_PAGESIZE);
+	guard_base =
+	    mmap(NULL, 2 * guard_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(guard_base, MAP_FAILED);
+	ck_assert_int_eq(mprotect(guard_base + guard_page, guard_page, PROT_NONE), 0);
+}
+
+static void guard_teardown(void)
+{
+	ck_assert_int_eq(munmap(guard_base, 2 * guard_page), 0);
+}
+
+/* Copies <len> bytes so that the last one is the last readable byte. */
+static const char *guarded(const char *s, size_t len)
+{
+	ck_assert_uint_le(len, guard_page);
+	char *p = guard_base + guard_page - len;
+	memcpy(p, s, len);
+	return p;
+}
+
+/* --- rules ------------------------------------------------------------------- */
+
+struct rule_spec {
+	const char *host; /* "*.x" for wildcards */
+	enum tier tier;
+	const char *id;
+	const uint16_t *ports;
+	uint16_t port_count;
+};
+
+static void make_rule(struct acl_rule *r, const char *host, enum tier tier, const char *id)
+{
+	char norm[ACL_HOST_NORM_BYTES];
+	enum acl_kind kind = ACL_KIND_NAME;
+	bool wild = host[0] == '*';
+	const char *why = NULL;
+
+	memset(r, 0, sizeof(*r));
+	int n = acl_normalise(host + (wild ? 2 : 0), strlen(host) - (wild ? 2 : 0), norm,
+			      sizeof(norm), &kind, &why);
+	ck_assert_msg(n > 0, "%s: %s", host, why);
+	r->host = pool_strndup(norm, (size_t)n);
+	r->host_len = (uint32_t)n;
+	r->kind = (uint8_t)(wild ? ACL_KIND_WILDCARD : kind);
+	r->tier = (uint8_t)tier;
+	r->id = pool_strndup(id, strlen(id));
+	r->owner = pool_strndup("o", 1);
+	r->reason = pool_strndup("r", 1);
+	if (tier == TIER_LOCAL)
+		r->upstream = pool_strndup("127.0.0.1:11434", 15);
+}
+
+static void set_ports(struct acl_rule *r, const uint16_t *ports, uint16_t n)
+{
+	r->ports = pool_calloc(n, sizeof(*r->ports));
+	memcpy(r->ports, ports, n * sizeof(*ports));
+	r->port_count = n;
+}
+
+static struct acl_rule *build(const struct rule_spec *specs, uint32_t n, struct acl *a)
+{
+	struct acl_rule *rules = pool_calloc(n, sizeof(*rules));
+	uint32_t first = 0;
+	uint32_t second = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		make_rule(&rules[i], specs[i].host, specs[i].tier, specs[i].id);
+		if (specs[i].port_count > 0)
+			set_ports(&rules[i], specs[i].ports, specs[i].port_count);
+	}
+	ck_assert_int_eq(acl_build(a, rules, n, &first, &second), 0);
+	return rules;
+}
+
+static void release(struct acl *a, struct acl_rule *rules, uint32_t n)
+{
+	acl_free(a);
+	for (uint32_t i = 0; i < n; i++)
+		acl_rule_free(&rules[i]);
+	pool_free(rules);
+}
+
+static struct verdict decide(const struct acl *a, const char *host, uint16_t port)
+{
+	struct verdict v;
+
+	acl_decide(a, guarded(host, strlen(host)), strlen(host), port, &v);
+	return v;
+}
+
+/* The deciding rule's id, or "-" for none. */
+static const char *rule_of(const struct acl *a, const char *host)
+{
+	struct verdict v = decide(a, host, 443);
+
+	return v.rule != NULL ? v.rule : "-";
+}
+
+#define ck_assert_rule(a, host, want) ck_assert_str_eq(rule_of((a), (host)), (want))
+
+/* --- normalisation -------------------------------------------------------------- */
+
+static int norm(const char *host, char *out, enum acl_kind *kind, const char **why)
+{
+	return acl_normalise(guarded(host, strlen(host)), strlen(host), out, ACL_HOST_NORM_BYTES,
+			     kind, why);
+}
+
+struct norm_case {
+	const char *in;
+	const char *out; /* NULL: refused */
+	enum acl_kind kind;
+	const char *why;
+};
+
+START_TEST(test_normalise_table)
+{
+	static const struct norm_case cases[] = {
+		{ "example.com", "example.com", ACL_KIND_NAME, NULL },
+		{ "EXAMPLE.Com", "example.com", ACL_KIND_NAME, NULL },
+		{ "example.com.", "example.com", ACL_KIND_NAME, NULL },
+		{ "localhost", "localhost", ACL_KIND_NAME, NULL },
+		{ "a_b-c.example", "a_b-c.example", ACL_KIND_NAME, NULL },
+		{ "123.example", "123.example", ACL_KIND_NAME, NULL },
+		{ "xn--bcher-kva.example", "xn--bcher-kva.example", ACL_KIND_NAME, NULL },
+		{ "192.0.2.1", "192.0.2.1", ACL_KIND_IP, NULL },
+		{ "192.0.2.1.", "192.0.2.1", ACL_KIND_IP, NULL },
+		{ "2001:DB8:0:0::1", "2001:db8::1", ACL_KIND_IP, NULL },
+		{ "[2001:db8::1]", "2001:db8::1", ACL_KIND_IP, NULL },
+		{ "::FFFF:192.0.2.1", "::ffff:192.0.2.1", ACL_KIND_IP, NULL },
+		{ "0:0:0:0:0:0:0:1", "::1", ACL_KIND_IP, NULL },
+		{ "", NULL, ACL_KIND_IP, "empty host" },
+		{ ".", NULL, ACL_KIND_NAME, "empty host" },
+		{ "example.com..", NULL, ACL_KIND_NAME, "empty label" },
+		{ ".example.com", NULL, ACL_KIND_NAME, "empty label" },
+		{ "a..b", NULL, ACL_KIND_NAME, "empty label" },
+		{ "a b.example", NULL, ACL_KIND_NAME,
+		  "character outside [A-Za-z0-9-_.] (use the xn-- form of IDNs)" },
+		{ "a*.example", NULL, ACL_KIND_NAME,
+		  "character outside [A-Za-z0-9-_.] (use the xn-- form of IDNs)" },
+		{ "b\xc3\xbc"
+		  "cher.example",
+		  NULL, ACL_KIND_NAME,
+		  "character outside [A-Za-z0-9-_.] (use the xn-- form of IDNs)" },
+		{ "a/b", NULL, ACL_KIND_NAME,
+		  "character outside [A-Za-z0-9-_.] (use the xn-- form of IDNs)" },
+		{ "1.2.3", NULL, ACL_KIND_NAME,
+		  "the last label is numeric but the host is not a valid IPv4 address" },
+		{ "2130706433", NULL, ACL_KIND_NAME,
+		  "the last label is numeric but the host is not a valid IPv4 address" },
+		{ "0x7f.1", NULL, ACL_KIND_NAME,
+		  "the last label is numeric but the host is not a valid IPv4 address" },
+		{ "127.0.0.0x1", NULL, ACL_KIND_NAME,
+		  "the last label is numeric but the host is not a valid IPv4 address" },
+		{ "01.2.3.4", NULL, ACL_KIND_NAME,
+		  "the last label is numeric but the host is not a valid IPv4 address" },
+		{ "example.0x", NULL, ACL_KIND_NAME,
+		  "the last label is numeric but the host is not a valid IPv4 address" },
+		{ "fe80::1%eth0", NULL, ACL_KIND_IP, "IPv6 zone identifiers are refused" },
+		{ "[fe80::1%25eth0]", NULL, ACL_KIND_IP, "IPv6 zone identifiers are refused" },
+		{ "[192.0.2.1]", NULL, ACL_KIND_IP, "invalid IPv6 address" },
+		{ "[::1", NULL, ACL_KIND_IP, "invalid IPv6 address" },
+		{ "1::2::3", NULL, ACL_KIND_IP, "invalid IPv6 address" },
+		{ "example.com:443", NULL, ACL_KIND_IP, "invalid IPv6 address" },
+	};
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		char out[ACL_HOST_NORM_BYTES];
+		enum acl_kind kind = ACL_KIND_WILDCARD;
+		const char *why = NULL;
+		int n = norm(cases[i].in, out, &kind, &why);
+
+		if (cases[i].out != NULL) {
+			ck_assert_msg(n >= 0, "%s refused: %s", cases[i].in, why);
+			ck_assert_str_eq(out, cases[i].out);
+			ck_assert_int_eq(n, strlen(cases[i].out));
+		} else {
+			ck_assert_msg(n == -EINVAL, "%s accepted as %s", cases[i].in, out);
+			ck_assert_msg(strcmp(why, cases[i].why) == 0, "%s: why \"%s\"", cases[i].in,
+				      why);
+		}
+		ck_assert_msg(kind == cases[i].kind, "%s: kind %d", cases[i].in, (int)kind);
+	}
+}
+END_TEST
+
+START_TEST(test_normalise_nul_byte)
+{
+	char out[ACL_HOST_NORM_BYTES];
+	enum acl_kind kind;
+
+	ck_assert_int_eq(
+	    acl_normalise(guarded("a\0b.example", 11), 11, out, sizeof(out), &kind, NULL), -EINVAL);
+	ck_assert_int_eq(acl_normalise(guarded("1.2.3.4\0", 8), 8, out, sizeof(out), &kind, NULL),
+			 -EINVAL);
+	ck_assert_int_eq(acl_normalise(guarded("::1\0", 4), 4, out, sizeof(out), &kind, NULL),
+			 -EINVAL);
+}
+END_TEST
+
+/* A name of <len> bytes made of 63-byte labels (the last one shorter). */
+static void long_name(char *buf, size_t len, size_t label)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (i + 1) % (label + 1) == 0 ? '.' : 'a';
+	buf[len] = '\0';
+	if (buf[len - 1] == '.')
+		buf[len - 1] = 'a';
+}
+
+START_TEST(test_normalise_limits)
+{
+	char name[300];
+	char out[ACL_HOST_NORM_BYTES];
+	enum acl_kind kind;
+	const char *why = NULL;
+
+	/* Name length: 253 accepted, 254 refused; a trailing dot does not count. */
+	long_name(name, 253, 63);
+	ck_assert_int_eq(norm(name, out, &kind, &why), 253);
+	memcpy(name + 253, ".", 2);
+	ck_assert_int_eq(norm(name, out, &kind, &why), 253);
+	long_name(name, 254, 63);
+	ck_assert_int_eq(norm(name, out, &kind, &why), -EINVAL);
+	ck_assert_str_eq(why, "host longer than 253 bytes");
+	memcpy(name + 254, ".", 2);
+	ck_assert_int_eq(norm(name, out, &kind, &why), -EINVAL);
+	ck_assert_str_eq(why, "host longer than 253 bytes");
+	/* Input far beyond the limit is refused without being copied. */
+	long_name(name, 299, 63);
+	ck_assert_int_eq(norm(name, out, &kind, &why), -EINVAL);
+	ck_assert_str_eq(why, "host longer than 253 bytes");
+	/* Label length: 63 accepted, 64 refused. */
+	long_name(name, 63, 63);
+	memcpy(name + 63, ".example", 9);
+	ck_assert_int_eq(norm(name, out, &kind, &why), 71);
+	long_name(name, 64, 64);
+	memcpy(name + 64, ".example", 9);
+	ck_assert_int_eq(norm(name, out, &kind, &why), -EINVAL);
+	ck_assert_str_eq(why, "label longer than 63 bytes");
+	memcpy(name, "example.", 8);
+	long_name(name + 8, 64, 64);
+	ck_assert_int_eq(norm(name, out, &kind, &why), -EINVAL);
+	ck_assert_str_eq(why, "label longer than 63 bytes");
+}
+END_TEST
+
+/* --- lookup and decide ------------------------------------------------------------ */
+
+START_TEST(test_exact_beats_wildcard)
+{
+	static const struct rule_spec specs[] = {
+		{ "*.example.com", TIER_PASSTHROUGH, "wild", NULL, 0 },
+		{ "a.example.com", TIER_FAKE, "exact", NULL, 0 },
+	};
+	struct acl a;
+	struct acl_rule *rules = build(specs, 2, &a);
+
+	ck_assert_rule(&a, "a.example.com", "exact");
+	ck_assert_int_eq(decide(&a, "a.example.com", 443).tier, TIER_FAKE);
+	ck_assert_rule(&a, "b.example.com", "wild");
+	ck_assert_int_eq(decide(&a, "b.example.com", 443).tier, TIER_PASSTHROUGH);
+	ck_assert_rule(&a, "x.a.example.com", "wild");
+	/* The apex is not matched by *.example.com. */
+	ck_assert_rule(&a, "example.com", "-");
+	ck_assert_rule(&a, "com", "-");
+	ck_assert_rule(&a, "notexample.com", "-");
+	ck_assert_rule(&a, "example.com.evil", "-");
+	release(&a, rules, 2);
+}
+END_TEST
+
+START_TEST(test_longest_wildcard_wins)
+{
+	static const struct rule_spec specs[] = {
+		{ "*.example.com", TIER_PASSTHROUGH, "w1", NULL, 0 },
+		{ "*.b.example.com", TIER_FAKE, "w2", NULL, 0 },
+		{ "*.c.b.example.com", TIER_INJECT, "w3", NULL, 0 },
+	};
+	struct acl a;
+	struct acl_rule *rules = build(specs, 3, &a);
+
+	ck_assert_rule(&a, "a.b.example.com", "w2");
+	ck_assert_rule(&a, "x.y.a.b.example.com", "w2");
+	ck_assert_rule(&a, "b.example.com", "w1");
+	ck_assert_rule(&a, "c.b.example.com", "w2");
+	ck_assert_rule(&a, "d.c.b.example.com", "w3");
+	ck_assert_rule(&a, "z.example.com", "w1");
+	ck_assert_rule(&a, "example.com", "-");
+	ck_assert_int_eq(decide(&a, "d.c.b.example.com", 443).tier, TIER_INJECT);
+	release(&a, rules, 3);
+}
+END_TEST
+
+START_TEST(test_case_and_trailing_dot)
+{
+	static const struct rule_spec specs[] = {
+		{ "Api.Example.COM.", TIER_PASSTHROUGH, "api", NULL, 0 },
+		{ "*.CDN.example.com", TIER_PASSTHROUGH, "cdn", NULL, 0 },
+	};
+	struct acl a;
+	struct acl_rule *rules = build(specs, 2, &a);
+
+	ck_assert_rule(&a, "api.example.com", "api");
+	ck_assert_rule(&a, "API.EXAMPLE.COM", "api");
+	ck_assert_rule(&a, "api.example.com.", "api");
+	ck_assert_rule(&a, "API.example.com.", "api");
+	ck_assert_rule(&a, "api.example.com..", "-");
+	ck_assert_rule(&a, ".api.example.com", "-");
+	ck_assert_rule(&a, "X.Cdn.Example.Com.", "cdn");
+	ck_assert_rule(&a, "cdn.example.com", "-");
+	struct verdict v = decide(&a, "api.example.com..", 443);
+	ck_assert_int_eq(v.tier, TIER_DENY);
+	ck_assert_int_eq(v.reason, REASON_HOST_NOT_ALLOWED);
+	ck_assert_ptr_null(v.rule);
+	release(&a, rules, 2);
+}
+END_TEST
+
+START_TEST(test_ports_and_tiers)
+{
+	static const uint16_t tls[] = { 443, 8443 };
+	static const uint16_t edges[] = { 1, 65535 };
+	static const struct rule_spec specs[] = {
+		{ "tls.example", TIER_PASSTHROUGH, "tls", tls, 2 },
+		{ "edges.example", TIER_PASSTHROUGH, "edges", edges, 2 },
+		{ "any.example", TIER_FAKE, "any", NULL, 0 },
+		{ "blocked.example", TIER_DENY, "blocked", NULL, 0 },
+		{ "model.internal", TIER_LOCAL, "model", NULL, 0 },
+	};
+	struct acl a;
+	struct acl_rule *rules = build(specs, 5, &a);
+	rules[0].instruction = pool_strndup("use 443", 7);
+	rules[3].instruction = pool_strndup("blocked", 7);
+
+	struct verdict v = decide(&a, "tls.example", 443);
+	ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(v.reason, REASON_NONE);
+	ck_assert_str_eq(v.rule, "tls");
+	ck_assert_str_eq(v.instruction, "use 443");
+	ck_assert_ptr_null(v.upstream);
+	ck_assert_int_eq(decide(&a, "tls.example", 8443).tier, TIER_PASSTHROUGH);
+	v = decide(&a, "tls.example", 80);
+	ck_assert_int_eq(v.tier, TIER_DENY);
+	ck_assert_int_eq(v.reason, REASON_PORT_NOT_ALLOWED);
+	ck_assert_str_eq(v.rule, "tls");
+	ck_assert_str_eq(v.instruction, "use 443");
+	ck_assert_int_eq(decide(&a, "tls.example", 442).reason, REASON_PORT_NOT_ALLOWED);
+	ck_assert_int_eq(decide(&a, "tls.example", 444).reason, REASON_PORT_NOT_ALLOWED);
+	ck_assert_int_eq(decide(&a, "edges.example", 1).reason, REASON_NONE);
+	ck_assert_int_eq(decide(&a, "edges.example", 65535).reason, REASON_NONE);
+	ck_assert_int_eq(decide(&a, "edges.example", 2).reason, REASON_PORT_NOT_ALLOWED);
+	ck_assert_int_eq(decide(&a, "edges.example", 65534).reason, REASON_PORT_NOT_ALLOWED);
+	ck_assert_int_eq(decide(&a, "any.example", 1).tier, TIER_FAKE);
+	ck_assert_int_eq(decide(&a, "any.example", 65535).tier, TIER_FAKE);
+	v = decide(&a, "blocked.example", 443);
+	ck_assert_int_eq(v.tier, TIER_DENY);
+	ck_assert_int_eq(v.reason, REASON_HOST_NOT_ALLOWED);
+	ck_assert_str_eq(v.rule, "blocked");
+	ck_assert_str_eq(v.instruction, "blocked");
+	v = decide(&a, "model.internal", 80);
+	ck_assert_int_eq(v.tier, TIER_LOCAL);
+	ck_assert_str_eq(v.upstream, "127.0.0.1:11434");
+	v = decide(&a, "nothing.example", 443);
+	ck_assert_int_eq(v.tier, TIER_DENY);
+	ck_assert_int_eq(v.reason, REASON_HOST_NOT_ALLOWED);
+	ck_assert_ptr_null(v.rule);
+	ck_assert_ptr_null(v.instruction);
+	release(&a, rules, 5);
+}
+END_TEST
+
+START_TEST(test_ip_literal_rules)
+{
+	static const struct rule_spec specs[] = {
+		{ "192.0.2.1", TIER_PASSTHROUGH, "v4", NULL, 0 },
+		{ "2001:db8::1", TIER_PASSTHROUGH, "v6", NULL, 0 },
+		{ "*.2.1.example", TIER_PASSTHROUGH, "wild", NULL, 0 },
+	};
+	struct acl a;
+	struct acl_rule *rules = build(specs, 3, &a);
+
+	ck_assert_int_eq(rules[0].kind, ACL_KIND_IP);
+	ck_assert_int_eq(rules[1].kind, ACL_KIND_IP);
+	ck_assert_rule(&a, "192.0.2.1", "v4");
+	ck_assert_rule(&a, "192.0.2.1.", "v4");
+	ck_assert_rule(&a, "192.0.2.2", "-");
+	ck_assert_rule(&a, "::ffff:192.0.2.1", "-");
+	ck_assert_rule(&a, "2001:db8::1", "v6");
+	ck_assert_rule(&a, "2001:DB8:0000:0:0:0:0:1", "v6");
+	ck_assert_rule(&a, "[2001:db8::1]", "v6");
+	ck_assert_rule(&a, "2001:db8::1%eth0", "-");
+	ck_assert_rule(&a, "2001:db8::2", "-");
+	/* Other spellings of an IPv4 address are not names and match nothing. */
+	ck_assert_rule(&a, "3221225985", "-");
+	ck_assert_rule(&a, "0xc0.0.2.1", "-");
+	ck_assert_rule(&a, "192.0.513", "-");
+	ck_assert_rule(&a, "0300.0.2.1", "-");
+	/* An IP literal never falls back to a wildcard. */
+	ck_assert_rule(&a, "x.2.1.example", "wild");
+	release(&a, rules, 3);
+}
+END_TEST
+
+START_TEST(test_duplicates)
+{
+	struct acl_rule rules[4];
+	struct acl a;
+	uint32_t first = 99;
+	uint32_t second = 99;
+
+	make_rule(&rules[0], "a.example", TIER_PASSTHROUGH, "1");
+	make_rule(&rules[1], "*.a.example", TIER_PASSTHROUGH, "2");
+	make_rule(&rules[2], "192.0.2.1", TIER_PASSTHROUGH, "3");
+	make_rule(&rules[3], "A.Example.", TIER_FAKE, "4");
+	/* Apex and wildcard of one name are different hosts. */
+	ck_assert_int_eq(acl_build(&a, rules, 3, &first, &second), 0);
+	acl_free(&a);
+	ck_assert_int_eq(acl_build(&a, rules, 4, &first, &second), -EEXIST);
+	ck_assert_uint_eq(first, 0);
+	ck_assert_uint_eq(second, 3);
+	ck_assert_ptr_null(a.names.slots);
+	for (int i = 0; i < 4; i++)
+		acl_rule_free(&rules[i]);
+}
+END_TEST
+
+START_TEST(test_empty_acl)
+{
+	struct acl a;
+	uint32_t first = 0;
+	uint32_t second = 0;
+
+	ck_assert_int_eq(acl_build(&a, NULL, 0, &first, &second), 0);
+	ck_assert_rule(&a, "example.com", "-");
+	ck_assert_rule(&a, "192.0.2.1", "-");
+	acl_free(&a);
+}
+END_TEST
+
+/* --- scale --------------------------------------------------------------------------- */
+
+#define GEN_RULES 100000u
+
+static void gen_host(uint32_t i, char *buf, size_t cap)
+{
+	switch (i % 3) {
+	case 0:
+		snprintf(buf, cap, "host%u.zone%u.test", i, i % 97);
+		break;
+	case 1:
+		snprintf(buf, cap, "*.w%u.test", i);
+		break;
+	default:
+		snprintf(buf, cap, "10.%u.%u.%u", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+		break;
+	}
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+START_TEST(test_100k_rules)
+{
+	struct acl_rule *rules = pool_calloc(GEN_RULES, sizeof(*rules));
+	char host[64];
+	char id[16];
+	struct acl a;
+	uint32_t first = 0;
+	uint32_t second = 0;
+
+	for (uint32_t i = 0; i < GEN_RULES; i++) {
+		gen_host(i, host, sizeof(host));
+		snprintf(id, sizeof(id), "r%u", i);
+		make_rule(&rules[i], host, TIER_PASSTHROUGH, id);
+	}
+	double t0 = now_s();
+	ck_assert_int_eq(acl_build(&a, rules, GEN_RULES, &first, &second), 0);
+	double built = now_s() - t0;
+	printf("acl: built %u rules in %.3f s\n", GEN_RULES, built);
+	ck_assert_msg(built < 1.0, "build took %.3f s", built);
+	for (uint32_t i = 0; i < GEN_RULES; i++) {
+		gen_host(i, host, sizeof(host));
+		const char *q = host[0] == '*' ? host + 1 : host; /* ".w<i>.test" */
+		char sub[80];
+		snprintf(sub, sizeof(sub), "%s%s", host[0] == '*' ? "a" : "", q);
+		snprintf(id, sizeof(id), "r%u", i);
+		ck_assert_str_eq(rule_of(&a, sub), id);
+		if (host[0] == '*')
+			ck_assert_rule(&a, host + 2, "-"); /* the apex */
+		snprintf(sub, sizeof(sub), "miss%u.zone%u.test", i, i % 97);
+		ck_assert_rule(&a, sub, "-");
+	}
+	ck_assert_rule(&a, "10.255.255.255", "-");
+	release(&a, rules, GEN_RULES);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("policy/acl");
+	TCase *tc = tcase_create("acl");
+
+	tcase_add_checked_fixture(tc, guard_setup, guard_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_normalise_table);
+	tcase_add_test(tc, test_normalise_nul_byte);
+	tcase_add_test(tc, test_normalise_limits);
+	tcase_add_test(tc, test_exact_beats_wildcard);
+	tcase_add_test(tc, test_longest_wildcard_wins);
+	tcase_add_test(tc, test_case_and_trailing_dot);
+	tcase_add_test(tc, test_ports_and_tiers);
+	tcase_add_test(tc, test_ip_literal_rules);
+	tcase_add_test(tc, test_duplicates);
+	tcase_add_test(tc, test_empty_acl);
+	tcase_add_test(tc, test_100k_rules);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
