@@ -1,0 +1,1761 @@
+/*
+ * The connection state machine (DESIGN.md sections 3, 4 and 6).
+ *
+ * A conn starts in HEAD with a multishot receive on the client socket: each
+ * completion's bytes are copied into a pooled head buffer and the head is
+ * re-parsed (heads are small; the parser is one pass). A complete head is
+ * decided against the policy, the name resolved (literal, static table or
+ * c-ares) and every address checked before a direct-descriptor socket is
+ * connected with a linked timeout. Every refusal goes through respond():
+ * audit record first (its id is in the answer), then the deny-contract
+ * response, then LINGER, which shuts our side and drains the client until EOF
+ * so the kernel never resets a response the client has not read.
+ *
+ * CONNECT becomes TUNNEL: two independent relays. A relay waits with a poll
+ * (no buffer, no pipe: an idle tunnel holds nothing), takes a pipe from the
+ * worker's pool and splices socket -> pipe -> socket while data keeps coming,
+ * then gives the pipe back. With no pipe free it copies through one provided
+ * buffer instead. EOF on one side becomes shutdown(SHUT_WR) on the other; an
+ * error on either aborts both. Absolute-form requests become FORWARD: the head
+ * is rewritten in origin form, the bodies are copied with their framing
+ * tracked (Content-Length or chunked), and a finished exchange returns the
+ * conn to HEAD with the upstream kept for the next request to the same host.
+ *
+ * Bytes the client sent after its head, before the multishot receive was
+ * cancelled, are "early data": the tail of the head buffer plus a short FIFO
+ * of provided buffers, forwarded before the relay proper starts.
+ *
+ * Invariants: each operation kind has at most one SQE in flight (a bit in
+ * c->ops); a conn is freed only in CLOSING with no op, cancel or lookup in
+ * flight; buffers and pipes a conn holds are released only then or by the
+ * completion that ends their use.
+ */
+#include "core/conn.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <xxhash.h>
+
+#include "core/an.h"
+#include "core/audit.h"
+#include "core/compat.h"
+#include "core/deny.h"
+#include "core/engine.h"
+#include "core/log.h"
+#include "core/ud.h"
+#include "core/worker.h"
+
+enum conn_state {
+	ST_HEAD = 0,
+	ST_RESOLVE,
+	ST_CONNECT,
+	ST_TUNNEL,
+	ST_FORWARD,
+	ST_RESPOND,
+	ST_LINGER,
+	ST_CLOSING,
+};
+
+/* Operation kinds; the up/down relay kinds are OP_DIR_BASE + dir * OP_DIR_COUNT + kind. */
+enum conn_op {
+	OP_HEAD_RECV = 0,
+	OP_SOCKET,
+	OP_CONNECT,
+	OP_CONNECT_TIMEOUT,
+	OP_NODELAY_U,
+	OP_NODELAY_C,
+	OP_CANCEL,
+	OP_DIR_BASE,
+};
+
+enum relay_op {
+	ROP_POLL = 0,
+	ROP_SPLICE_IN,
+	ROP_SPLICE_OUT,
+	ROP_RECV,
+	ROP_SEND,
+	ROP_SHUT,
+	OP_DIR_COUNT,
+};
+
+static_assert(OP_DIR_BASE + 2 * OP_DIR_COUNT <= CONN_OP_COUNT, "op codes must fit");
+static_assert(CONN_OP_COUNT <= 32, "ops is a 32-bit mask");
+
+enum relay_state {
+	R_IDLE = 0,
+	R_PRELUDE, /* sending what must precede the relay (200 reply, early data) */
+	R_POLL,
+	R_SPLICE_IN,
+	R_SPLICE_OUT,
+	R_RECV,
+	R_SEND,
+	R_SHUT,
+	R_DONE,
+};
+
+enum { DIR_UP = 0, DIR_DOWN = 1 };
+
+/* c->flags */
+#define F_TCP_CLIENT   0x01u /* accepted on the TCP listener */
+#define F_HEAD_STOP    0x02u /* do not re-arm the head receive */
+#define F_CLIENT_EOF   0x04u /* the client half-closed before the relay started */
+#define F_REUSABLE     0x08u /* the open upstream may serve the next request */
+#define F_DNS          0x10u /* a lookup is in flight: do not free */
+#define F_NO_KEEPALIVE 0x20u /* close after this exchange */
+#define F_NOBUFS       0x40u /* on the worker's nobufs list */
+
+#define CONN_LINGER_MS 2000u
+/*
+ * A splice-in of at least this much means the source is streaming: the relay
+ * splices again at once instead of polling first. Sockets are non-blocking,
+ * so a source that went quiet costs one -EAGAIN, never a blocked io-wq thread
+ * (io_uring runs every splice in its worker threads).
+ */
+#define CONN_STREAMING_BYTES (16u * 1024u)
+
+static const char reply_established[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
+static const char reply_overloaded[] =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    "X-Agent-Reason: overloaded\r\nX-Agent-Instruction: The proxy is at its connection limit; "
+    "retry after a short wait.\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 40\r\n"
+    "\r\n{\"reason\":\"overloaded\",\"status\":503}\n\n\n";
+
+static void conn_close(struct conn *c);
+static void respond(struct conn *c, enum reason why);
+static void relay_arm(struct conn *c, int dir);
+static void up_prelude_step(struct conn *c);
+static void fwd_up_step(struct conn *c);
+static void fwd_down_recv(struct conn *c);
+static void head_recv_arm(struct conn *c);
+static void request_finish(struct conn *c);
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static inline struct ring *conn_ring(struct conn *c)
+{
+	return &c->w->ring;
+}
+
+static inline uint32_t op_bit(uint32_t op)
+{
+	AN_DASSERT(op < CONN_OP_COUNT);
+	return 1u << op;
+}
+
+static inline uint32_t dir_op(int dir, uint32_t rop)
+{
+	return OP_DIR_BASE + (uint32_t)dir * OP_DIR_COUNT + rop;
+}
+
+static inline struct relay *relay_of(struct conn *c, int dir)
+{
+	return dir == DIR_UP ? &c->up : &c->down;
+}
+
+static inline int relay_src(const struct conn *c, int dir)
+{
+	return dir == DIR_UP ? c->cfd : c->ufd;
+}
+
+static inline int relay_dst(const struct conn *c, int dir)
+{
+	return dir == DIR_UP ? c->ufd : c->cfd;
+}
+
+static struct io_uring_sqe *conn_sqe(struct conn *c, uint32_t op)
+{
+	AN_ASSERT((c->ops & op_bit(op)) == 0);
+	struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
+	c->ops |= op_bit(op);
+	io_uring_sqe_set_data64(sqe, ud_encode(c, op));
+	return sqe;
+}
+
+static void prep_send(struct conn *c, uint32_t op, int fd, const void *p, size_t len)
+{
+	struct io_uring_sqe *sqe = conn_sqe(c, op);
+	io_uring_prep_send(sqe, fd, p, len, MSG_NOSIGNAL);
+	sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+static void prep_recv_select(struct conn *c, uint32_t op, int fd)
+{
+	struct io_uring_sqe *sqe = conn_sqe(c, op);
+	io_uring_prep_recv(sqe, fd, NULL, conn_ring(c)->buf_bytes, 0);
+	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_BUFFER_SELECT;
+	sqe->buf_group = RING_BGID;
+}
+
+/*
+ * Closes a direct descriptor. The close references no conn memory, so it is
+ * not tracked: its completion is skipped on success, and a failure (which
+ * would mean the slot was already empty) arrives with user_data 0.
+ */
+static void close_slot(struct conn *c, int32_t *slot)
+{
+	AN_ASSERT(*slot >= 0);
+	struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
+	io_uring_prep_close_direct(sqe, (unsigned)*slot);
+	io_uring_sqe_set_data64(sqe, 0);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	*slot = -1;
+}
+
+static const struct engine_sandbox *conn_sandbox(const struct conn *c)
+{
+	return &c->w->e->sandboxes[c->sandbox];
+}
+
+static uint64_t upstream_key(const char *host, size_t len, uint16_t port)
+{
+	return XXH3_64bits_withSeed(host, len, port);
+}
+
+/* ---- audit ---------------------------------------------------------- */
+
+static void addr_format(const union conn_addr *a, char *out, size_t cap)
+{
+	char ip[INET6_ADDRSTRLEN];
+
+	if (a->sa.sa_family == AF_INET) {
+		inet_ntop(AF_INET, &a->v4.sin_addr, ip, sizeof(ip));
+		snprintf(out, cap, "%s:%u", ip, ntohs(a->v4.sin_port));
+	} else if (a->sa.sa_family == AF_INET6) {
+		inet_ntop(AF_INET6, &a->v6.sin6_addr, ip, sizeof(ip));
+		snprintf(out, cap, "[%s]:%u", ip, ntohs(a->v6.sin6_port));
+	} else {
+		out[0] = '\0';
+	}
+}
+
+static void record_common(const struct conn *c, struct audit_record *rec)
+{
+	rec->conn_id = c->id;
+	rec->port = c->port;
+	rec->tier = c->tier;
+	rec->reason = c->reason;
+	const char *sb = conn_sandbox(c)->id;
+	audit_copy(rec->sandbox, sizeof(rec->sandbox), sb, strlen(sb));
+	audit_copy(rec->method, sizeof(rec->method), c->method, c->method_len);
+	audit_copy(rec->host, sizeof(rec->host), c->host, c->host_len);
+	if (c->rule != NULL)
+		audit_copy(rec->rule, sizeof(rec->rule), c->rule, strlen(c->rule));
+	if (c->path_len != 0 && c->head != NULL)
+		audit_copy(rec->path, sizeof(rec->path), c->head + c->path_off, c->path_len);
+}
+
+/* Writes the decision record for the current request; sets c->decision_id. */
+static void audit_decision(struct conn *c, bool allowed, uint16_t status)
+{
+	struct audit_ring *ar = c->w->audit;
+
+	c->decision_id = audit_next_id(ar);
+	c->status = status;
+	struct audit_record *rec = audit_claim(ar);
+	if (rec == NULL)
+		return; /* counted as dropped by the ring */
+	rec->kind = AUDIT_DECISION;
+	rec->id = c->decision_id;
+	rec->allowed = allowed;
+	rec->status = status;
+	record_common(c, rec);
+	if (allowed && c->addr_next < c->addr_count)
+		addr_format(&c->addrs[c->addr_next], rec->addr, sizeof(rec->addr));
+	audit_commit(ar, rec);
+}
+
+static void audit_close_record(struct conn *c)
+{
+	struct audit_ring *ar = c->w->audit;
+	struct audit_record *rec = audit_claim(ar);
+
+	if (rec == NULL)
+		return;
+	rec->kind = AUDIT_CLOSE;
+	rec->id = audit_next_id(ar);
+	rec->allowed = c->reason == REASON_NONE && c->requests > 0;
+	rec->status = c->status;
+	record_common(c, rec);
+	rec->path[0] = '\0';
+	rec->bytes_up = c->bytes_up + c->up.bytes;
+	rec->bytes_down = c->bytes_down + c->down.bytes;
+	rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
+	if (c->addr_next < c->addr_count && c->requests > 0 && c->reason == REASON_NONE)
+		addr_format(&c->addrs[c->addr_next], rec->addr, sizeof(rec->addr));
+	audit_commit(ar, rec);
+}
+
+/* ---- lifetime ------------------------------------------------------- */
+
+static void early_release_all(struct conn *c)
+{
+	struct ring *r = conn_ring(c);
+
+	while (c->early_count > 0) {
+		ring_buf_return(r, c->early_bid[c->early_first]);
+		c->early_first = (uint8_t)((c->early_first + 1) % CONN_EARLY_MAX);
+		c->early_count--;
+	}
+	c->early_buf_off = 0;
+}
+
+static void relay_release(struct conn *c, struct relay *r)
+{
+	if (r->holds_buf) {
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+	}
+	if (r->pipe != NULL) {
+		pipepool_put(&c->w->pipes, r->pipe, r->pipe_bytes != 0);
+		r->pipe = NULL;
+		r->pipe_bytes = 0;
+	}
+}
+
+static void buffers_release(struct conn *c)
+{
+	if (c->head != NULL) {
+		pool_put(&c->w->heads, c->head);
+		c->head = NULL;
+	}
+	if (c->out != NULL) {
+		pool_put(&c->w->heads, c->out);
+		c->out = NULL;
+	}
+	if (c->resp != NULL) {
+		pool_put(&c->w->heads, c->resp);
+		c->resp = NULL;
+	}
+	c->head_fill = 0;
+	c->head_len = 0;
+	c->early_off = 0;
+	c->resp_fill = 0;
+	c->path_len = 0;
+}
+
+static void nobufs_unlink(struct conn *c)
+{
+	if ((c->flags & F_NOBUFS) == 0)
+		return;
+	for (struct conn **pp = &c->w->nobufs; *pp != NULL; pp = &(*pp)->nobufs_next) {
+		if (*pp == c) {
+			*pp = c->nobufs_next;
+			break;
+		}
+	}
+	c->flags &= (uint8_t)~F_NOBUFS;
+}
+
+static void conn_maybe_free(struct conn *c)
+{
+	struct worker *w = c->w;
+
+	if (c->state != ST_CLOSING || c->ops != 0 || c->cancels != 0 || (c->flags & F_DNS))
+		return;
+	AN_ASSERT(c->cfd == -1);
+	AN_ASSERT(c->ufd == -1);
+	audit_close_record(c);
+	early_release_all(c);
+	relay_release(c, &c->up);
+	relay_release(c, &c->down);
+	buffers_release(c);
+	nobufs_unlink(c);
+	timer_disarm(w->timers, &c->timer);
+	if (c->live_prev != NULL)
+		c->live_prev->live_next = c->live_next;
+	else
+		w->live = c->live_next;
+	if (c->live_next != NULL)
+		c->live_next->live_prev = c->live_prev;
+	pool_put(&w->conns, c);
+}
+
+static void conn_close(struct conn *c)
+{
+	if (c->state == ST_CLOSING)
+		return;
+	c->state = ST_CLOSING;
+	timer_disarm(c->w->timers, &c->timer);
+	uint32_t pending = c->ops;
+	for (uint32_t op = 0; op < CONN_OP_COUNT; op++) {
+		if ((pending & op_bit(op)) == 0)
+			continue;
+		struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
+		io_uring_prep_cancel64(sqe, ud_encode(c, op), 0);
+		io_uring_sqe_set_data64(sqe, ud_encode(c, OP_CANCEL));
+		c->cancels++;
+	}
+	if (c->cfd >= 0)
+		close_slot(c, &c->cfd);
+	if (c->ufd >= 0)
+		close_slot(c, &c->ufd);
+}
+
+void conn_abort(struct conn *c)
+{
+	conn_close(c);
+	conn_maybe_free(c);
+}
+
+/* ---- accept ---------------------------------------------------------- */
+
+/* The conn pool is empty: answer 503 from static memory and close, untracked. */
+static void refuse_overloaded(struct worker *w, int slot)
+{
+	struct io_uring_sqe *sqe = ring_sqe(&w->ring);
+	io_uring_prep_send(sqe, slot, reply_overloaded, sizeof(reply_overloaded) - 1, MSG_NOSIGNAL);
+	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK | IOSQE_CQE_SKIP_SUCCESS;
+	io_uring_sqe_set_data64(sqe, 0);
+	sqe = ring_sqe(&w->ring);
+	io_uring_prep_close_direct(sqe, (unsigned)slot);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	io_uring_sqe_set_data64(sqe, 0);
+	w->stats.refused_overload++;
+}
+
+static void set_nodelay(struct conn *c, uint32_t op, int fd)
+{
+	if (!c->w->e->features.setsockopt_cmd)
+		return;
+	c->nodelay = 1;
+	struct io_uring_sqe *sqe = conn_sqe(c, op);
+	compat_prep_setsockopt(sqe, fd, IPPROTO_TCP, TCP_NODELAY, &c->nodelay, sizeof(c->nodelay));
+	sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
+{
+	struct worker *w = l->w;
+
+	if ((cqe_flags & IORING_CQE_F_MORE) == 0)
+		l->armed = false; /* the worker re-arms it */
+	if (res < 0) {
+		if (res != -ECANCELED)
+			log_warn("worker %u: accept: %s", w->index, strerror(-res));
+		return;
+	}
+	struct conn *c = w->stopping ? NULL : pool_take(&w->conns);
+	if (c == NULL) {
+		refuse_overloaded(w, res);
+		return;
+	}
+	w->stats.accepted++;
+	c->w = w;
+	c->id = ((uint64_t)w->index << 48) | ++w->next_conn_seq;
+	c->cfd = res;
+	c->ufd = -1;
+	c->sandbox = l->sandbox;
+	c->state = ST_HEAD;
+	c->start_ms = w->now_ms;
+	c->active_ms = w->now_ms;
+	c->live_next = w->live;
+	if (w->live != NULL)
+		w->live->live_prev = c;
+	w->live = c;
+	if (l->tcp) {
+		c->flags |= F_TCP_CLIENT;
+		set_nodelay(c, OP_NODELAY_C, c->cfd);
+	}
+	head_recv_arm(c);
+	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
+}
+
+/* ---- request head ------------------------------------------------------ */
+
+static void head_recv_arm(struct conn *c)
+{
+	AN_ASSERT(c->cfd >= 0);
+	struct io_uring_sqe *sqe = conn_sqe(c, OP_HEAD_RECV);
+	io_uring_prep_recv_multishot(sqe, c->cfd, NULL, 0, 0);
+	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_BUFFER_SELECT;
+	sqe->buf_group = RING_BGID;
+}
+
+static void head_recv_stop(struct conn *c)
+{
+	c->flags |= F_HEAD_STOP;
+	if ((c->ops & op_bit(OP_HEAD_RECV)) == 0)
+		return;
+	struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
+	io_uring_prep_cancel64(sqe, ud_encode(c, OP_HEAD_RECV), 0);
+	io_uring_sqe_set_data64(sqe, ud_encode(c, OP_CANCEL));
+	c->cancels++;
+}
+
+static void nobufs_wait(struct conn *c)
+{
+	if (c->flags & F_NOBUFS)
+		return;
+	c->flags |= F_NOBUFS;
+	c->nobufs_next = c->w->nobufs;
+	c->w->nobufs = c;
+}
+
+/* Parses the head buffer; on a complete head, decides. */
+static void head_parse(struct conn *c);
+
+static void head_data(struct conn *c, uint16_t bid, uint32_t len)
+{
+	struct ring *r = conn_ring(c);
+
+	if (c->state == ST_HEAD && c->head_len == 0) {
+		if (c->head == NULL) {
+			c->head = pool_take(&c->w->heads);
+			if (c->head == NULL) {
+				ring_buf_return(r, bid);
+				respond(c, REASON_OVERLOADED);
+				return;
+			}
+		}
+		/* The buffer always has room for one more receive past the limit. */
+		AN_ASSERT(c->head_fill <= LIMITS_HEAD_BYTES_MAX);
+		AN_ASSERT(c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES);
+		memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
+		c->head_fill += len;
+		ring_buf_return(r, bid);
+		head_parse(c);
+		return;
+	}
+	if (c->state == ST_RESPOND || c->state == ST_LINGER || c->state == ST_CLOSING) {
+		ring_buf_return(r, bid);
+		return;
+	}
+	/* Early data: the client sent more before we answered. Keep it in order. */
+	if (c->early_count == CONN_EARLY_MAX) {
+		ring_buf_return(r, bid);
+		log_debug("conn %llx: early data over %u buffers", (unsigned long long)c->id,
+			  CONN_EARLY_MAX);
+		conn_close(c);
+		return;
+	}
+	uint32_t slot = (c->early_first + c->early_count) % CONN_EARLY_MAX;
+	c->early_bid[slot] = bid;
+	c->early_len[slot] = (uint16_t)len;
+	c->early_count++;
+	if (c->state == ST_TUNNEL)
+		up_prelude_step(c);
+	else if (c->state == ST_FORWARD)
+		fwd_up_step(c);
+}
+
+static bool head_recv_wanted(const struct conn *c)
+{
+	if (c->cfd < 0 || (c->flags & (F_HEAD_STOP | F_CLIENT_EOF)))
+		return false;
+	return c->state == ST_HEAD || c->state == ST_RESOLVE || c->state == ST_CONNECT ||
+	       c->state == ST_RESPOND || c->state == ST_LINGER;
+}
+
+static void head_eof(struct conn *c)
+{
+	c->flags |= F_CLIENT_EOF;
+	switch (c->state) {
+	case ST_HEAD:
+		/* A keep-alive client leaving, or one that gave up mid-head. */
+		conn_close(c);
+		break;
+	case ST_LINGER:
+		conn_close(c);
+		break;
+	case ST_RESOLVE:
+	case ST_CONNECT:
+		/* The agent may half-close after CONNECT's request; keep going, and
+		 * shut the upstream's write side once the tunnel is up. */
+		break;
+	default:
+		break;
+	}
+}
+
+static void on_head_recv(struct conn *c, int res, uint32_t cqe_flags)
+{
+	bool more = (cqe_flags & IORING_CQE_F_MORE) != 0;
+	bool out_of_buffers = false;
+
+	if (!more)
+		c->ops &= ~op_bit(OP_HEAD_RECV);
+	if (res > 0) {
+		AN_ASSERT(cqe_flags & IORING_CQE_F_BUFFER);
+		uint16_t bid = (uint16_t)(cqe_flags >> IORING_CQE_BUFFER_SHIFT);
+		ring_buf_taken(conn_ring(c), bid);
+		c->active_ms = c->w->now_ms;
+		head_data(c, bid, (uint32_t)res);
+	} else if (res == 0) {
+		head_eof(c);
+	} else if (res == -ENOBUFS) {
+		out_of_buffers = true;
+	} else if (res != -ECANCELED && c->state == ST_HEAD) {
+		conn_close(c);
+	}
+	if (c->state == ST_CLOSING)
+		return;
+	if (!more && head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0) {
+		if (out_of_buffers)
+			nobufs_wait(c); /* re-armed once buffers come back */
+		else
+			head_recv_arm(c);
+	}
+	if (!more && c->state == ST_TUNNEL)
+		up_prelude_step(c);
+	else if (!more && c->state == ST_FORWARD)
+		fwd_up_step(c);
+}
+
+/* ---- deciding -------------------------------------------------------- */
+
+static void request_copy(struct conn *c, const struct http1_request *req)
+{
+	size_t mlen = req->method_len < sizeof(c->method) ? req->method_len : sizeof(c->method) - 1;
+	memcpy(c->method, req->method, mlen);
+	c->method_len = (uint8_t)mlen;
+	size_t hlen =
+	    req->host != NULL && req->host_len <= LIMITS_HOST_BYTES_MAX ? req->host_len : 0;
+	if (hlen > 0)
+		memcpy(c->host, req->host, hlen);
+	c->host[hlen] = '\0';
+	c->host_len = (uint8_t)hlen;
+	c->port = req->port;
+	c->path_len = 0;
+	if (req->form == HTTP1_FORM_ABSOLUTE) {
+		c->path_off = (uint16_t)(req->path - c->head);
+		c->path_len = (uint16_t)(req->path_len < UINT16_MAX ? req->path_len : UINT16_MAX);
+	}
+}
+
+static void resolve_start(struct conn *c);
+static void forward_start(struct conn *c);
+
+static void decide(struct conn *c, const struct http1_request *req)
+{
+	const struct engine *e = c->w->e;
+	struct verdict v;
+
+	c->requests++;
+	c->w->stats.requests++;
+	request_copy(c, req);
+	if (req->form != HTTP1_FORM_ABSOLUTE && req->form != HTTP1_FORM_AUTHORITY) {
+		respond(c, REASON_NOT_A_PROXY_REQUEST);
+		return;
+	}
+	e->ops->decide(e->policy, conn_sandbox(c)->profile, c->host, c->host_len, c->port, &v);
+	c->tier = (uint8_t)v.tier;
+	c->rule = v.rule;
+	c->instruction = v.instruction;
+	if (v.tier == TIER_DENY) {
+		respond(c, v.reason != REASON_NONE ? v.reason : REASON_HOST_NOT_ALLOWED);
+		return;
+	}
+	if (v.tier != TIER_PASSTHROUGH && v.tier != TIER_LOCAL) {
+		respond(c, REASON_TIER_UNAVAILABLE);
+		return;
+	}
+	c->keep_alive = req->keep_alive;
+	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
+	c->req_body = (uint8_t)req->body;
+	c->req_left = req->content_length;
+	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
+	uint64_t key = upstream_key(c->host, c->host_len, c->port) ^ (uint64_t)v.tier;
+	if (c->ufd >= 0 && (req->is_connect || key != c->upstream_key || !(c->flags & F_REUSABLE)))
+		close_slot(c, &c->ufd);
+	c->flags &= (uint8_t)~F_REUSABLE;
+	c->upstream_key = key;
+	c->reused_upstream = c->ufd >= 0;
+	if (c->ufd >= 0) {
+		forward_start(c);
+		return;
+	}
+	if (v.tier == TIER_LOCAL && v.upstream == NULL) {
+		respond(c, REASON_TIER_UNAVAILABLE);
+		return;
+	}
+	c->upstream_local = v.upstream;
+	resolve_start(c);
+}
+
+static void head_parse(struct conn *c)
+{
+	struct http1_request req;
+	enum reason why = REASON_BAD_REQUEST;
+
+	ssize_t n = http1_parse_request(c->head, c->head_fill, &req, &why);
+	if (n == -EAGAIN)
+		return;
+	timer_disarm(c->w->timers, &c->timer);
+	if (n < 0) {
+		c->host_len = 0;
+		c->method_len = 0;
+		c->path_len = 0;
+		c->port = 0;
+		c->rule = NULL;
+		c->instruction = NULL;
+		c->tier = TIER_DENY;
+		respond(c, why);
+		return;
+	}
+	c->head_len = (uint32_t)n;
+	c->early_off = 0;
+	decide(c, &req);
+}
+
+/* ---- resolving and connecting ------------------------------------------ */
+
+static void connect_next(struct conn *c);
+
+/* Keeps the addresses the policy permits (all of them for a local upstream). */
+static void addrs_accept(struct conn *c, const struct sockaddr_storage *addrs, uint32_t count)
+{
+	const struct engine *e = c->w->e;
+	bool checked = c->tier != TIER_LOCAL;
+
+	c->addr_count = 0;
+	c->addr_next = 0;
+	for (uint32_t i = 0; i < count && c->addr_count < CONN_ADDRS_MAX; i++) {
+		const struct sockaddr *sa = (const struct sockaddr *)&addrs[i];
+		if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
+			continue;
+		if (checked && !e->ops->address_permitted(e->policy, sa))
+			continue;
+		size_t len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+						      : sizeof(struct sockaddr_in6);
+		memcpy(&c->addrs[c->addr_count++], sa, len);
+	}
+	if (c->addr_count == 0) {
+		respond(c, REASON_PRIVATE_ADDRESS);
+		return;
+	}
+	connect_next(c);
+}
+
+static void on_dns(void *arg, int status, const struct sockaddr_storage *addrs, uint32_t count)
+{
+	struct conn *c = arg;
+
+	c->flags &= (uint8_t)~F_DNS;
+	if (c->state == ST_RESOLVE) {
+		timer_disarm(c->w->timers, &c->timer);
+		if (status != 0)
+			respond(c, REASON_DNS_FAILED);
+		else
+			addrs_accept(c, addrs, count);
+	}
+	conn_maybe_free(c);
+}
+
+/* Parses an IP literal <host> (no brackets) with <port> into <out>. */
+static bool literal_addr(const char *host, uint16_t port, struct sockaddr_storage *out)
+{
+	memset(out, 0, sizeof(*out));
+	struct sockaddr_in *v4 = (struct sockaddr_in *)out;
+	if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons(port);
+		return true;
+	}
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)out;
+	if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons(port);
+		return true;
+	}
+	return false;
+}
+
+/* Splits a local upstream "host:port" / "[v6]:port" into <host> and <port>. */
+static bool upstream_split(const char *up, char *host, size_t cap, uint16_t *port)
+{
+	const char *colon = strrchr(up, ':');
+	if (colon == NULL || colon == up)
+		return false;
+	const char *h = up;
+	size_t hlen = (size_t)(colon - up);
+	if (h[0] == '[' && hlen >= 2 && h[hlen - 1] == ']') {
+		h++;
+		hlen -= 2;
+	}
+	unsigned long p = 0;
+	for (const char *d = colon + 1; *d != '\0'; d++) {
+		if (*d < '0' || *d > '9' || p > 65535)
+			return false;
+		p = p * 10 + (unsigned long)(*d - '0');
+	}
+	if (hlen == 0 || hlen >= cap || p == 0 || p > 65535)
+		return false;
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	*port = (uint16_t)p;
+	return true;
+}
+
+static void resolve_start(struct conn *c)
+{
+	const struct engine *e = c->w->e;
+	struct sockaddr_storage addrs[CONN_ADDRS_MAX];
+	char name[LIMITS_HOST_BYTES_MAX + 1];
+	uint16_t port = c->port;
+
+	memcpy(name, c->host, (size_t)c->host_len + 1);
+	if (c->tier == TIER_LOCAL &&
+	    !upstream_split(c->upstream_local, name, sizeof(name), &port)) {
+		respond(c, REASON_TIER_UNAVAILABLE);
+		return;
+	}
+	if (literal_addr(name, port, &addrs[0])) {
+		addrs_accept(c, addrs, 1);
+		return;
+	}
+	int n =
+	    e->ops->static_lookup(e->policy, name, strlen(name), port, addrs, (int)CONN_ADDRS_MAX);
+	if (n > 0) {
+		addrs_accept(c, addrs, (uint32_t)n);
+		return;
+	}
+	c->state = ST_RESOLVE;
+	c->flags |= F_DNS;
+	timer_arm(c->w->timers, &c->timer, e->cfg->dns_timeout_ms + 1000u);
+	int ret = dns_resolve(&c->w->dns, name, port, on_dns, c);
+	if (ret != 0) {
+		c->flags &= (uint8_t)~F_DNS;
+		respond(c, REASON_DNS_FAILED);
+	}
+}
+
+static void connect_next(struct conn *c)
+{
+	if (c->addr_next >= c->addr_count) {
+		bool timed_out = c->connect_err == -ETIMEDOUT || c->connect_err == -ECANCELED;
+		c->addr_next = 0;
+		respond(c, timed_out ? REASON_UPSTREAM_TIMEOUT : REASON_UPSTREAM_UNREACHABLE);
+		return;
+	}
+	c->state = ST_CONNECT;
+	struct io_uring_sqe *sqe = conn_sqe(c, OP_SOCKET);
+	int family = c->addrs[c->addr_next].sa.sa_family;
+	/* Direct descriptors are never inherited: SOCK_CLOEXEC is refused for them. */
+	io_uring_prep_socket_direct_alloc(sqe, family, SOCK_STREAM | SOCK_NONBLOCK, 0, 0);
+}
+
+static void on_socket(struct conn *c, int res)
+{
+	if (c->state != ST_CONNECT) {
+		if (res >= 0) {
+			int32_t slot = res;
+			close_slot(c, &slot);
+		}
+		return;
+	}
+	if (res < 0) {
+		log_warn("socket: %s", strerror(-res));
+		respond(c, REASON_OVERLOADED);
+		return;
+	}
+	c->ufd = res;
+	set_nodelay(c, OP_NODELAY_U, c->ufd);
+	const union conn_addr *a = &c->addrs[c->addr_next];
+	socklen_t len = a->sa.sa_family == AF_INET ? sizeof(a->v4) : sizeof(a->v6);
+	struct io_uring_sqe *sqe = conn_sqe(c, OP_CONNECT);
+	io_uring_prep_connect(sqe, c->ufd, &a->sa, len);
+	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK;
+	uint32_t ms = c->w->e->cfg->connect_timeout_ms;
+	c->connect_ts.tv_sec = ms / 1000u;
+	c->connect_ts.tv_nsec = (long long)(ms % 1000u) * 1000000;
+	sqe = conn_sqe(c, OP_CONNECT_TIMEOUT);
+	io_uring_prep_link_timeout(sqe, &c->connect_ts, 0);
+}
+
+static void tunnel_start(struct conn *c);
+
+static void on_connect(struct conn *c, int res)
+{
+	if (c->state != ST_CONNECT)
+		return;
+	if (res < 0) {
+		c->connect_err = res == -ECANCELED ? -ETIMEDOUT : res;
+		close_slot(c, &c->ufd);
+		c->addr_next++;
+		connect_next(c);
+		return;
+	}
+	if (c->method_len == 7 && memcmp(c->method, "CONNECT", 7) == 0)
+		tunnel_start(c);
+	else
+		forward_start(c);
+}
+
+/* ---- tunnel ----------------------------------------------------------- */
+
+static void tunnel_start(struct conn *c)
+{
+	c->state = ST_TUNNEL;
+	c->reason = REASON_NONE;
+	audit_decision(c, true, 200);
+	head_recv_stop(c);
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	c->down.state = R_PRELUDE;
+	c->out_ptr = reply_established;
+	c->out_len = sizeof(reply_established) - 1;
+	c->out_off = 0;
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
+	c->up.state = R_PRELUDE;
+	if (c->flags & F_CLIENT_EOF)
+		c->up.eof = true;
+	up_prelude_step(c);
+}
+
+/*
+ * The next early-data slice to forward: the head buffer's tail first, then
+ * the FIFO. Returns its length (0: none) and sets *<p>.
+ */
+static uint32_t early_peek(struct conn *c, const char **p)
+{
+	if (c->head != NULL && c->head_len + c->early_off < c->head_fill) {
+		*p = c->head + c->head_len + c->early_off;
+		return c->head_fill - c->head_len - c->early_off;
+	}
+	if (c->early_count == 0)
+		return 0;
+	uint16_t bid = c->early_bid[c->early_first];
+	*p = (const char *)ring_buf(conn_ring(c), bid) + c->early_buf_off;
+	return c->early_len[c->early_first] - c->early_buf_off;
+}
+
+/* Marks <n> early bytes consumed (sent, or counted as body). */
+static void early_consume(struct conn *c, uint32_t n)
+{
+	if (c->head != NULL && c->head_len + c->early_off < c->head_fill) {
+		AN_ASSERT(n <= c->head_fill - c->head_len - c->early_off);
+		c->early_off += n;
+		return;
+	}
+	AN_ASSERT(c->early_count > 0);
+	c->early_buf_off += n;
+	AN_ASSERT(c->early_buf_off <= c->early_len[c->early_first]);
+	if (c->early_buf_off == c->early_len[c->early_first]) {
+		ring_buf_return(conn_ring(c), c->early_bid[c->early_first]);
+		c->early_first = (uint8_t)((c->early_first + 1) % CONN_EARLY_MAX);
+		c->early_count--;
+		c->early_buf_off = 0;
+	}
+}
+
+static void up_prelude_step(struct conn *c)
+{
+	struct relay *r = &c->up;
+
+	if (c->state != ST_TUNNEL || r->state != R_PRELUDE)
+		return;
+	if (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND)))
+		return;
+	const char *p;
+	uint32_t n = early_peek(c, &p);
+	if (n > 0) {
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, n);
+		return;
+	}
+	if (c->ops & op_bit(OP_HEAD_RECV))
+		return; /* the cancelled receive may still deliver bytes */
+	buffers_release(c);
+	r->state = R_IDLE;
+	relay_arm(c, DIR_UP);
+}
+
+static void relay_shut(struct conn *c, int dir)
+{
+	struct relay *r = relay_of(c, dir);
+
+	r->state = R_SHUT;
+	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_SHUT));
+	io_uring_prep_shutdown(sqe, relay_dst(c, dir), SHUT_WR);
+	sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+static void relay_arm(struct conn *c, int dir)
+{
+	struct relay *r = relay_of(c, dir);
+
+	AN_ASSERT(r->pipe == NULL);
+	AN_ASSERT(!r->holds_buf);
+	if (r->eof) {
+		relay_shut(c, dir);
+		return;
+	}
+	if (c->w->pipes.capacity > 0) {
+		r->state = R_POLL;
+		struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_POLL));
+		io_uring_prep_poll_add(sqe, relay_src(c, dir), POLLIN);
+		sqe->flags |= IOSQE_FIXED_FILE;
+		return;
+	}
+	r->state = R_RECV;
+	prep_recv_select(c, dir_op(dir, ROP_RECV), relay_src(c, dir));
+}
+
+static void splice_in(struct conn *c, int dir)
+{
+	struct relay *r = relay_of(c, dir);
+	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_SPLICE_IN));
+
+	r->state = R_SPLICE_IN;
+	io_uring_prep_splice(sqe, relay_src(c, dir), -1, r->pipe->write_fd, -1,
+			     c->w->pipes.pipe_bytes, SPLICE_F_FD_IN_FIXED | SPLICE_F_MOVE);
+}
+
+static void splice_out(struct conn *c, int dir)
+{
+	struct relay *r = relay_of(c, dir);
+	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_SPLICE_OUT));
+
+	r->state = R_SPLICE_OUT;
+	io_uring_prep_splice(sqe, r->pipe->read_fd, -1, relay_dst(c, dir), -1, r->pipe_bytes,
+			     SPLICE_F_MOVE);
+	sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+/* Both directions finished cleanly: the tunnel is over. */
+static void relay_maybe_done(struct conn *c)
+{
+	if (c->up.state == R_DONE && c->down.state == R_DONE)
+		conn_close(c);
+}
+
+static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+{
+	struct relay *r = relay_of(c, dir);
+	struct worker *w = c->w;
+
+	(void)cqe_flags;
+	c->active_ms = w->now_ms;
+	if (res < 0 && res != -EAGAIN && !(rop == ROP_RECV && res == -ENOBUFS)) {
+		conn_close(c); /* reset, broken pipe, or cancelled: abort both ways */
+		return;
+	}
+	switch (rop) {
+	case ROP_POLL:
+		if (r->poll_out) {
+			r->poll_out = false;
+			splice_out(c, dir);
+			break;
+		}
+		r->pipe = pipepool_take(&w->pipes);
+		if (r->pipe != NULL) {
+			w->stats.splice_relays++;
+			splice_in(c, dir);
+		} else {
+			w->stats.copy_relays++;
+			r->state = R_RECV;
+			prep_recv_select(c, dir_op(dir, ROP_RECV), relay_src(c, dir));
+		}
+		break;
+	case ROP_SPLICE_IN:
+		if (res == -EAGAIN) {
+			pipepool_put(&w->pipes, r->pipe, 0);
+			r->pipe = NULL;
+			relay_arm(c, dir);
+		} else if (res == 0) {
+			pipepool_put(&w->pipes, r->pipe, 0);
+			r->pipe = NULL;
+			r->eof = true;
+			relay_shut(c, dir);
+		} else {
+			r->pipe_bytes += (uint32_t)res;
+			r->bytes += (uint64_t)res;
+			r->full_fill = (uint32_t)res >= CONN_STREAMING_BYTES;
+			splice_out(c, dir);
+		}
+		break;
+	case ROP_SPLICE_OUT:
+		if (res == -EAGAIN) {
+			/* The destination's send buffer is full: wait until it drains. */
+			r->poll_out = true;
+			r->state = R_POLL;
+			struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_POLL));
+			io_uring_prep_poll_add(sqe, relay_dst(c, dir), POLLOUT);
+			sqe->flags |= IOSQE_FIXED_FILE;
+			break;
+		}
+		if (res <= 0) {
+			conn_close(c);
+			break;
+		}
+		AN_ASSERT((uint32_t)res <= r->pipe_bytes);
+		r->pipe_bytes -= (uint32_t)res;
+		if (r->pipe_bytes > 0) {
+			splice_out(c, dir);
+		} else if (r->full_fill) {
+			splice_in(c, dir);
+		} else {
+			pipepool_put(&w->pipes, r->pipe, 0);
+			r->pipe = NULL;
+			relay_arm(c, dir);
+		}
+		break;
+	case ROP_RECV:
+		if (res == -ENOBUFS || res == -EAGAIN) {
+			r->state = R_IDLE;
+			nobufs_wait(c);
+		} else if (res == 0) {
+			r->eof = true;
+			relay_shut(c, dir);
+		} else {
+			r->buf_off = 0;
+			r->buf_len = (uint32_t)res;
+			r->bytes += (uint64_t)res;
+			r->state = R_SEND;
+			prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir),
+				  ring_buf(conn_ring(c), r->bid), r->buf_len);
+		}
+		break;
+	case ROP_SEND:
+		if (r->state == R_PRELUDE) {
+			if (dir == DIR_UP) {
+				c->bytes_up += (uint64_t)res;
+				early_consume(c, (uint32_t)res);
+				up_prelude_step(c);
+			} else {
+				c->out_off += (uint32_t)res;
+				if (c->out_off < c->out_len) {
+					prep_send(c, dir_op(dir, ROP_SEND), c->cfd,
+						  c->out_ptr + c->out_off, c->out_len - c->out_off);
+				} else {
+					r->state = R_IDLE;
+					relay_arm(c, dir);
+				}
+			}
+			break;
+		}
+		r->buf_off += (uint32_t)res;
+		if (r->buf_off < r->buf_len) {
+			prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir),
+				  ring_buf(conn_ring(c), r->bid) + r->buf_off,
+				  r->buf_len - r->buf_off);
+		} else {
+			ring_buf_return(conn_ring(c), r->bid);
+			r->holds_buf = false;
+			relay_arm(c, dir);
+		}
+		break;
+	case ROP_SHUT:
+		r->state = R_DONE;
+		relay_maybe_done(c);
+		break;
+	default:
+		AN_ASSERT(!"unknown relay op");
+	}
+}
+
+/* ---- absolute-form forwarding ------------------------------------------ */
+
+/* How many of <n> bytes at <p> belong to the request body; sets req_done. */
+static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
+{
+	if (c->req_done)
+		return 0;
+	if (c->req_body == HTTP1_BODY_LENGTH) {
+		uint64_t m = c->req_left < n ? c->req_left : n;
+		c->req_left -= m;
+		c->req_done = c->req_left == 0;
+		return (int64_t)m;
+	}
+	AN_ASSERT(c->req_body == HTTP1_BODY_CHUNKED);
+	ssize_t m = http1_chunked_scan(&c->req_chunks, p, n);
+	if (m < 0)
+		return m;
+	c->req_done = c->req_chunks.done;
+	return m;
+}
+
+static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
+{
+	if (c->resp_done)
+		return 0;
+	switch (c->resp_body) {
+	case HTTP1_BODY_NONE:
+		c->resp_done = true;
+		return 0;
+	case HTTP1_BODY_LENGTH: {
+		uint64_t m = c->resp_left < n ? c->resp_left : n;
+		c->resp_left -= m;
+		c->resp_done = c->resp_left == 0;
+		return (int64_t)m;
+	}
+	case HTTP1_BODY_CHUNKED: {
+		ssize_t m = http1_chunked_scan(&c->resp_chunks, p, n);
+		if (m >= 0)
+			c->resp_done = c->resp_chunks.done;
+		return m;
+	}
+	default:
+		return n; /* until the upstream closes */
+	}
+}
+
+static void forward_start(struct conn *c)
+{
+	struct http1_request req;
+	enum reason why;
+
+	c->state = ST_FORWARD;
+	c->reason = REASON_NONE;
+	head_recv_stop(c);
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	/* Re-parse: the head buffer is unchanged, so this cannot fail. */
+	ssize_t n = http1_parse_request(c->head, c->head_len, &req, &why);
+	AN_ASSERT(n == (ssize_t)c->head_len);
+	if (c->out == NULL)
+		c->out = pool_take(&c->w->heads);
+	ssize_t len = c->out ? http1_write_origin_head(&req, c->out, WORKER_HEAD_BUFFER_BYTES) : -1;
+	if (len < 0) {
+		respond(c, c->out ? REASON_HEADERS_TOO_LARGE : REASON_OVERLOADED);
+		return;
+	}
+	c->out_len = (uint32_t)len;
+	c->out_off = 0;
+	c->req_done = c->req_body == HTTP1_BODY_NONE ||
+		      (c->req_body == HTTP1_BODY_LENGTH && c->req_left == 0);
+	c->resp_done = false;
+	c->resp_head_done = false;
+	c->resp_fill = 0;
+	memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
+	c->up.state = R_IDLE;
+	c->down.state = R_IDLE;
+	fwd_up_step(c);
+	fwd_down_recv(c);
+}
+
+static void fwd_up_step(struct conn *c)
+{
+	struct relay *r = &c->up;
+
+	if (c->state != ST_FORWARD || (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))) ||
+	    (c->ops & op_bit(dir_op(DIR_UP, ROP_RECV))))
+		return;
+	if (c->out_off < c->out_len) {
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out + c->out_off,
+			  c->out_len - c->out_off);
+		return;
+	}
+	if (c->req_done) {
+		request_finish(c);
+		return;
+	}
+	const char *p;
+	uint32_t n = early_peek(c, &p);
+	if (n > 0) {
+		int64_t m = req_frame(c, p, n);
+		if (m < 0) {
+			conn_close(c);
+			return;
+		}
+		/* Bytes past the body are the next request: request_finish carries them. */
+		if (m == 0) {
+			request_finish(c);
+			return;
+		}
+		r->state = R_PRELUDE;
+		r->buf_off = 0;
+		r->buf_len = (uint32_t)m;
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, (size_t)m);
+		return;
+	}
+	if (c->ops & op_bit(OP_HEAD_RECV))
+		return; /* the cancelled head receive may still deliver body bytes */
+	r->state = R_RECV;
+	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
+}
+
+static void on_fwd_up(struct conn *c, uint32_t rop, int res)
+{
+	struct relay *r = &c->up;
+
+	if (res <= 0 && !(rop == ROP_RECV && (res == -ENOBUFS || res == -EAGAIN))) {
+		conn_close(c); /* client gone mid-body, or upstream refused our bytes */
+		return;
+	}
+	if (rop == ROP_RECV) {
+		if (res < 0) {
+			r->state = R_IDLE;
+			nobufs_wait(c);
+			return;
+		}
+		const char *p = (const char *)ring_buf(conn_ring(c), r->bid);
+		int64_t m = req_frame(c, p, (uint32_t)res);
+		if (m < 0) {
+			conn_close(c);
+			return;
+		}
+		if (m < res)
+			c->flags |= F_NO_KEEPALIVE;
+		r->state = R_SEND;
+		r->buf_off = 0;
+		r->buf_len = (uint32_t)m;
+		if (m == 0) {
+			ring_buf_return(conn_ring(c), r->bid);
+			r->holds_buf = false;
+			fwd_up_step(c);
+			return;
+		}
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, (size_t)m);
+		return;
+	}
+	AN_ASSERT(rop == ROP_SEND);
+	c->bytes_up += (uint64_t)res;
+	if (c->out_off < c->out_len) {
+		c->out_off += (uint32_t)res;
+		fwd_up_step(c);
+		return;
+	}
+	r->buf_off += (uint32_t)res;
+	if (r->state == R_PRELUDE)
+		early_consume(c, (uint32_t)res);
+	if (r->buf_off < r->buf_len) {
+		const char *p;
+		if (r->state == R_PRELUDE)
+			early_peek(c, &p);
+		else
+			p = (const char *)ring_buf(conn_ring(c), r->bid) + r->buf_off;
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, r->buf_len - r->buf_off);
+		return;
+	}
+	if (r->state == R_SEND && r->holds_buf) {
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+	}
+	r->state = R_IDLE;
+	fwd_up_step(c);
+}
+
+static void fwd_down_recv(struct conn *c)
+{
+	if (c->state != ST_FORWARD || c->resp_done || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
+		return;
+	c->down.state = R_RECV;
+	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
+}
+
+/* The upstream closed or failed before answering. */
+static void fwd_no_response(struct conn *c)
+{
+	if (c->reused_upstream && c->req_body == HTTP1_BODY_NONE &&
+	    !(c->ops & op_bit(dir_op(DIR_UP, ROP_SEND)))) {
+		/* A kept-alive upstream closed while idle: retry once, fresh. */
+		c->reused_upstream = false;
+		close_slot(c, &c->ufd);
+		c->out_off = 0;
+		c->state = ST_CONNECT;
+		connect_next(c);
+		return;
+	}
+	respond(c, REASON_UPSTREAM_UNREACHABLE);
+}
+
+/* Parses the response head gathered in c->resp; sends it when complete. */
+static void fwd_resp_head(struct conn *c)
+{
+	struct http1_response resp;
+
+	ssize_t n = http1_parse_response(c->resp, c->resp_fill, &resp);
+	if (n == -EAGAIN) {
+		fwd_down_recv(c);
+		return;
+	}
+	if (n < 0 || resp.status == 101) {
+		respond(c, REASON_UPSTREAM_BAD_RESPONSE);
+		return;
+	}
+	c->resp_head_len = (uint32_t)n;
+	bool interim = resp.status >= 100 && resp.status < 200;
+	if (!interim) {
+		c->resp_head_done = true;
+		c->resp_body = (uint8_t)http1_response_body(&resp, c->head_method);
+		c->resp_left = resp.content_length;
+		c->resp_keep_alive = resp.keep_alive;
+		audit_decision(c, true, resp.status);
+	}
+	uint32_t send_len = c->resp_head_len;
+	if (!interim) {
+		int64_t m = resp_frame(c, c->resp + n, c->resp_fill - (uint32_t)n);
+		if (m < 0) {
+			conn_close(c);
+			return;
+		}
+		if ((uint32_t)m < c->resp_fill - (uint32_t)n)
+			c->flags |= F_NO_KEEPALIVE; /* bytes past the response: don't reuse */
+		send_len += (uint32_t)m;
+	}
+	c->down.state = R_PRELUDE;
+	c->down.buf_off = 0;
+	c->down.buf_len = send_len;
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->resp, send_len);
+}
+
+static void on_fwd_down_recv(struct conn *c, int res)
+{
+	struct relay *r = &c->down;
+	struct ring *ring = conn_ring(c);
+
+	if (res == -ENOBUFS || res == -EAGAIN) {
+		r->state = R_IDLE;
+		nobufs_wait(c);
+		return;
+	}
+	if (res <= 0) {
+		if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE) {
+			c->resp_done = true;
+			c->flags |= F_NO_KEEPALIVE;
+			request_finish(c);
+		} else if (!c->resp_head_done && c->resp_fill == 0) {
+			fwd_no_response(c);
+		} else if (!c->resp_head_done) {
+			respond(c, REASON_UPSTREAM_BAD_RESPONSE);
+		} else {
+			conn_close(c); /* cut mid-body: the client sees the short body */
+		}
+		return;
+	}
+	if (!c->resp_head_done) {
+		if (c->resp == NULL)
+			c->resp = pool_take(&c->w->heads);
+		if (c->resp == NULL) {
+			ring_buf_return(ring, r->bid);
+			r->holds_buf = false;
+			conn_close(c);
+			return;
+		}
+		AN_ASSERT(c->resp_fill + (uint32_t)res <= WORKER_HEAD_BUFFER_BYTES);
+		memcpy(c->resp + c->resp_fill, ring_buf(ring, r->bid), (size_t)res);
+		c->resp_fill += (uint32_t)res;
+		ring_buf_return(ring, r->bid);
+		r->holds_buf = false;
+		fwd_resp_head(c);
+		return;
+	}
+	const char *p = (const char *)ring_buf(ring, r->bid);
+	int64_t m = resp_frame(c, p, (uint32_t)res);
+	if (m < 0) {
+		conn_close(c);
+		return;
+	}
+	if (m < res)
+		c->flags |= F_NO_KEEPALIVE;
+	r->state = R_SEND;
+	r->buf_off = 0;
+	r->buf_len = (uint32_t)m;
+	if (m == 0) {
+		ring_buf_return(ring, r->bid);
+		r->holds_buf = false;
+		request_finish(c);
+		return;
+	}
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, p, (size_t)m);
+}
+
+static void on_fwd_down_send(struct conn *c, int res)
+{
+	struct relay *r = &c->down;
+
+	if (res <= 0) {
+		conn_close(c);
+		return;
+	}
+	c->bytes_down += (uint64_t)res;
+	r->buf_off += (uint32_t)res;
+	if (r->buf_off < r->buf_len) {
+		const char *base =
+		    r->state == R_PRELUDE ? c->resp : (const char *)ring_buf(conn_ring(c), r->bid);
+		prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, base + r->buf_off,
+			  r->buf_len - r->buf_off);
+		return;
+	}
+	if (r->state == R_SEND && r->holds_buf) {
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+	}
+	if (r->state == R_PRELUDE && !c->resp_head_done) {
+		/* An interim (1xx) response went out: the final one follows it. */
+		uint32_t rest = c->resp_fill - c->resp_head_len;
+		memmove(c->resp, c->resp + c->resp_head_len, rest);
+		c->resp_fill = rest;
+		r->state = R_IDLE;
+		if (rest > 0)
+			fwd_resp_head(c);
+		else
+			fwd_down_recv(c);
+		return;
+	}
+	r->state = R_IDLE;
+	if (c->resp_done)
+		request_finish(c);
+	else
+		fwd_down_recv(c);
+}
+
+static void linger_start(struct conn *c);
+
+/* Both halves of an exchange are done: keep the conn for the next request or close. */
+static void request_finish(struct conn *c)
+{
+	uint32_t busy = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
+			op_bit(dir_op(DIR_DOWN, ROP_SEND)) | op_bit(dir_op(DIR_DOWN, ROP_RECV));
+
+	if (c->state != ST_FORWARD || !c->req_done || !c->resp_done || (c->ops & busy))
+		return;
+	const char *p;
+	uint32_t next_len = early_peek(c, &p);
+	/* A pipelined next request is carried over when it sits in the head buffer. */
+	bool carry =
+	    next_len > 0 && c->early_count == 0 && p >= c->head && p < c->head + c->head_fill;
+	bool keep = c->keep_alive && c->resp_keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
+		    c->resp_body != HTTP1_BODY_CLOSE && (next_len == 0 || carry) &&
+		    !(c->ops & op_bit(OP_HEAD_RECV));
+	if (!keep) {
+		linger_start(c);
+		return;
+	}
+	if (carry) {
+		char *head = c->head;
+		memmove(head, p, next_len);
+		c->head = NULL; /* kept across the release below */
+		buffers_release(c);
+		c->head = head;
+		c->head_fill = next_len;
+	} else {
+		buffers_release(c);
+	}
+	c->flags |= F_REUSABLE;
+	c->flags &= (uint8_t)~F_HEAD_STOP;
+	c->rule = NULL;
+	c->state = ST_HEAD;
+	c->up.state = R_IDLE;
+	c->down.state = R_IDLE;
+	head_recv_arm(c);
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (carry)
+		head_parse(c);
+}
+
+/* ---- refusals --------------------------------------------------------- */
+
+static void respond(struct conn *c, enum reason why)
+{
+	struct worker *w = c->w;
+	char audit_id[AUDIT_ID_BYTES];
+
+	if (c->state == ST_CLOSING)
+		return;
+	if (c->ops & op_bit(dir_op(DIR_DOWN, ROP_SEND))) {
+		conn_close(c); /* already answering: the client sees the connection end */
+		return;
+	}
+	AN_ASSERT(why != REASON_NONE);
+	c->reason = (uint8_t)why;
+	w->stats.denied++;
+	audit_decision(c, false, reason_status(why));
+	audit_format_id(w->e->audit, c->decision_id, audit_id);
+	if (c->ufd >= 0)
+		close_slot(c, &c->ufd);
+	/* Early-data buffers may still be under a send: they go when the conn does.
+	 * Likewise the origin-form head in c->out: then the answer goes in c->resp. */
+	char **buf = (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))) ? &c->resp : &c->out;
+	if (*buf == NULL)
+		*buf = pool_take(&w->heads);
+	struct deny_info d = {
+		.reason = why,
+		.rule = c->rule,
+		.instruction = c->instruction,
+		.host = c->host_len ? c->host : NULL,
+		.host_len = c->host_len,
+		.port = c->port,
+		.sandbox = conn_sandbox(c)->id,
+		.audit_id = audit_id,
+		.retry_after_s = reason_status(why) == 503 ? 1u : 0u,
+	};
+	ssize_t n = *buf ? deny_format(&d, *buf, WORKER_HEAD_BUFFER_BYTES) : -ENOMEM;
+	if (n > 0) {
+		c->out_ptr = *buf;
+		c->out_len = (uint32_t)n;
+	} else {
+		c->out_ptr = reply_overloaded;
+		c->out_len = sizeof(reply_overloaded) - 1;
+	}
+	c->out_off = 0;
+	c->state = ST_RESPOND;
+	c->down.state = R_PRELUDE;
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
+	/* Keep reading (and discarding) so the client's unread bytes never reset us. */
+	c->flags &= (uint8_t)~F_HEAD_STOP;
+	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
+		head_recv_arm(c);
+	timer_arm(w->timers, &c->timer, CONN_LINGER_MS * 2);
+}
+
+/* Our answer is out: shut our side and drain the client until EOF or timeout. */
+static void linger_start(struct conn *c)
+{
+	c->state = ST_LINGER;
+	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS);
+	if (c->ufd >= 0)
+		close_slot(c, &c->ufd);
+	if (c->ops & op_bit(dir_op(DIR_DOWN, ROP_SHUT)))
+		return;
+	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(DIR_DOWN, ROP_SHUT));
+	io_uring_prep_shutdown(sqe, c->cfd, SHUT_WR);
+	sqe->flags |= IOSQE_FIXED_FILE;
+	c->flags &= (uint8_t)~F_HEAD_STOP;
+	if (c->flags & F_CLIENT_EOF)
+		return; /* nothing left to drain: closed when the shutdown completes */
+	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
+		head_recv_arm(c);
+}
+
+/* Relay-kind completions outside TUNNEL and FORWARD: answering and lingering. */
+static void on_other(struct conn *c, int dir, uint32_t rop, int res)
+{
+	if (c->state == ST_RESPOND && dir == DIR_DOWN && rop == ROP_SEND) {
+		if (res <= 0) {
+			conn_close(c);
+			return;
+		}
+		c->out_off += (uint32_t)res;
+		if (c->out_off < c->out_len) {
+			prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr + c->out_off,
+				  c->out_len - c->out_off);
+			return;
+		}
+		linger_start(c);
+		return;
+	}
+	if (c->state == ST_LINGER && rop == ROP_SHUT) {
+		if (res < 0 || (c->flags & F_CLIENT_EOF))
+			conn_close(c);
+		return;
+	}
+	/* Anything else is a leftover of an abandoned relay: its resources are
+	 * released with the conn. */
+}
+
+/* ---- dispatch --------------------------------------------------------- */
+
+static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags);
+
+void conn_on_cqe(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
+{
+	if (op == OP_HEAD_RECV) {
+		on_head_recv(c, res, cqe_flags);
+	} else if (op == OP_CANCEL) {
+		AN_ASSERT(c->cancels > 0);
+		c->cancels--;
+	} else {
+		on_op(c, op, res, cqe_flags);
+	}
+	/* The one place a conn is freed: after its last completion was handled. */
+	if (c->state == ST_CLOSING)
+		conn_maybe_free(c);
+}
+
+static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
+{
+	AN_ASSERT(op < CONN_OP_COUNT);
+	AN_ASSERT(c->ops & op_bit(op));
+	c->ops &= ~op_bit(op);
+	switch (op) {
+	case OP_SOCKET:
+		on_socket(c, res);
+		break;
+	case OP_CONNECT:
+		on_connect(c, res);
+		break;
+	case OP_CONNECT_TIMEOUT:
+		break;
+	case OP_NODELAY_U:
+	case OP_NODELAY_C:
+		if (res < 0)
+			log_debug("setsockopt(TCP_NODELAY): %s", strerror(-res));
+		break;
+	default: {
+		int dir = (int)((op - OP_DIR_BASE) / OP_DIR_COUNT);
+		uint32_t rop = (op - OP_DIR_BASE) % OP_DIR_COUNT;
+		struct relay *r = relay_of(c, dir);
+		if (rop == ROP_RECV && res > 0) {
+			AN_ASSERT(cqe_flags & IORING_CQE_F_BUFFER);
+			r->bid = (uint16_t)(cqe_flags >> IORING_CQE_BUFFER_SHIFT);
+			r->holds_buf = true;
+			ring_buf_taken(conn_ring(c), r->bid);
+		}
+		if (c->state == ST_TUNNEL) {
+			on_relay(c, dir, rop, res, cqe_flags);
+		} else if (c->state == ST_FORWARD) {
+			c->active_ms = c->w->now_ms;
+			if (dir == DIR_UP)
+				on_fwd_up(c, rop, res);
+			else if (rop == ROP_RECV)
+				on_fwd_down_recv(c, res);
+			else if (rop == ROP_SEND)
+				on_fwd_down_send(c, res);
+		} else {
+			on_other(c, dir, rop, res);
+		}
+		break;
+	}
+	}
+}
+
+void conn_on_timer(struct conn *c)
+{
+	struct worker *w = c->w;
+
+	switch (c->state) {
+	case ST_HEAD:
+		if (c->head_fill == 0)
+			conn_close(c); /* idle keep-alive, or a client that never spoke */
+		else
+			respond(c, REASON_REQUEST_TIMEOUT);
+		break;
+	case ST_RESOLVE:
+		respond(c, REASON_DNS_FAILED);
+		break;
+	case ST_TUNNEL:
+	case ST_FORWARD: {
+		uint64_t idle_ms = w->e->cfg->idle_timeout_ms;
+		uint64_t quiet = w->now_ms - c->active_ms;
+		if (quiet >= idle_ms)
+			conn_close(c);
+		else
+			timer_arm(w->timers, &c->timer, (uint32_t)(idle_ms - quiet));
+		break;
+	}
+	case ST_CONNECT:
+		break; /* the linked timeout bounds the connect */
+	default:
+		conn_close(c);
+		break;
+	}
+	conn_maybe_free(c);
+}
+
+void conn_on_buffers(struct conn *c)
+{
+	c->flags &= (uint8_t)~F_NOBUFS;
+	if (c->state == ST_CLOSING) {
+		conn_maybe_free(c);
+		return;
+	}
+	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
+		head_recv_arm(c);
+	if (c->state == ST_TUNNEL) {
+		for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
+			struct relay *r = relay_of(c, dir);
+			if (r->state == R_IDLE && !r->holds_buf && r->pipe == NULL)
+				relay_arm(c, dir);
+		}
+	} else if (c->state == ST_FORWARD) {
+		if (c->up.state == R_IDLE)
+			fwd_up_step(c);
+		if (c->down.state == R_IDLE)
+			fwd_down_recv(c);
+	}
+	conn_maybe_free(c);
+}

@@ -1,0 +1,141 @@
+/*
+ * A client connection and everything done for it: reading request heads,
+ * deciding, resolving, connecting upstream, relaying (splice or copy), and
+ * answering refusals in-band. The conn owns its upstream socket too, so one
+ * pool object is one tunnel.
+ */
+#ifndef AN_CORE_CONN_H
+#define AN_CORE_CONN_H
+
+#include <linux/time_types.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/http1.h"
+#include "core/limits.h"
+#include "core/pipepool.h"
+#include "core/timer.h"
+
+struct worker;
+struct worker_listener;
+
+/* One direction of a relay: up is sandbox -> upstream, down the reverse. */
+struct relay {
+	uint8_t state;
+	bool eof;     /* the source has sent its last byte */
+	uint16_t bid; /* copy path: the provided buffer being sent */
+	bool holds_buf;
+	bool full_fill;         /* the last splice-in was large: the source is streaming */
+	bool poll_out;          /* the poll in flight waits for the destination to drain */
+	uint32_t buf_off;       /* copy path: sent so far from the buffer */
+	uint32_t buf_len;       /* copy path: bytes in the buffer */
+	uint32_t pipe_bytes;    /* splice path: bytes inside the pipe */
+	struct pipe_pair *pipe; /* splice path: held only while bytes move */
+	uint64_t bytes;         /* relayed so far */
+};
+
+union conn_addr {
+	struct sockaddr sa;
+	struct sockaddr_in v4;
+	struct sockaddr_in6 v6;
+};
+
+#define CONN_ADDRS_MAX 4u
+/* Early-data buffers one conn may hold: the kernel posts at most 32 multishot
+ * receive completions per wake-up, and one wake-up can pass before the cancel lands. */
+#define CONN_EARLY_MAX 32u
+
+struct conn {
+	struct worker *w;
+	struct conn *live_next; /* worker's list of live conns */
+	struct conn *live_prev;
+	struct conn *nobufs_next; /* worker's list waiting for buffers */
+	uint64_t id;
+	uint32_t ops;     /* bit per operation kind in flight */
+	uint16_t cancels; /* cancel SQEs in flight */
+	uint8_t state;
+	uint8_t flags;
+	int32_t cfd; /* fixed slot of the client socket */
+	int32_t ufd; /* fixed slot of the upstream socket, -1 when none */
+	uint32_t sandbox;
+	struct timer_entry timer;
+	uint64_t start_ms;
+	uint64_t active_ms; /* last byte moved or request seen */
+	/* Head buffer: the request head, then early data after it. */
+	char *head;
+	uint32_t head_fill;
+	uint32_t head_len;  /* parsed head length, 0 until complete */
+	uint32_t early_off; /* early data forwarded so far (from head_len) */
+	/* Early data that arrived in provided buffers after the head (FIFO). */
+	uint8_t early_first;
+	uint8_t early_count;
+	uint16_t early_bid[CONN_EARLY_MAX];
+	uint16_t early_len[CONN_EARLY_MAX];
+	uint32_t early_buf_off; /* consumed from the first FIFO buffer */
+	/* Response head from the upstream (forwarding), pooled like the head. */
+	char *resp;
+	uint32_t resp_fill;
+	uint32_t resp_head_len;
+	uint16_t path_off; /* absolute form: the path inside the head buffer */
+	uint16_t path_len;
+	/* Outgoing buffer: refusal or origin-form head. */
+	char *out;
+	const char *out_ptr; /* what is being sent (out or a static string) */
+	uint32_t out_len;
+	uint32_t out_off;
+	struct relay up;
+	struct relay down;
+	/* The request being served. */
+	uint8_t tier;
+	uint8_t reason;
+	uint8_t addr_count;
+	uint8_t addr_next;
+	uint16_t port;
+	uint16_t status;
+	int32_t connect_err;
+	const char *rule;           /* borrowed from the policy snapshot */
+	const char *instruction;    /* borrowed from the policy snapshot */
+	const char *upstream_local; /* TIER_LOCAL: "host:port" to relay to, borrowed */
+	uint64_t decision_id;
+	uint32_t requests;
+	uint8_t host_len;
+	uint8_t method_len;
+	char method[16];
+	char host[LIMITS_HOST_BYTES_MAX + 1];
+	union conn_addr addrs[CONN_ADDRS_MAX];
+	uint64_t upstream_key; /* host+port hash of the open upstream (forwarding reuse) */
+	struct __kernel_timespec connect_ts;
+	int nodelay;
+	/* Absolute-form forwarding: framing of the request and response bodies. */
+	uint8_t req_body;
+	uint8_t resp_body;
+	bool req_done;
+	bool resp_done;
+	bool resp_head_done;
+	bool keep_alive;
+	bool head_method;
+	bool reused_upstream; /* this request went to a kept-alive upstream */
+	bool resp_keep_alive;
+	uint64_t req_left;
+	uint64_t resp_left;
+	struct http1_chunked req_chunks;
+	struct http1_chunked resp_chunks;
+	uint64_t bytes_up;
+	uint64_t bytes_down;
+} __attribute__((aligned(16)));
+
+/* Handles a listener's accept completion (<res> is the new fixed slot or -errno). */
+void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags);
+/* Handles the completion of operation <op> of <c>. */
+void conn_on_cqe(struct conn *c, uint32_t op, int res, uint32_t cqe_flags);
+/* Handles the expiry of <c>'s timer. */
+void conn_on_timer(struct conn *c);
+/* Re-arms the receive that ran out of provided buffers. */
+void conn_on_buffers(struct conn *c);
+/* Aborts <c> (daemon stopping): closes both sides; freed when its ops are done. */
+void conn_abort(struct conn *c);
+/* Upper bound of the op codes conn_on_cqe takes; user_data ops above it are the worker's. */
+#define CONN_OP_COUNT 24u
+
+#endif /* AN_CORE_CONN_H */

@@ -1,0 +1,330 @@
+/*
+ * The worker loop. One thread per core, pinned, owning one ring:
+ *
+ *   loop:  submit everything prepared and wait for at least one completion,
+ *          bounded by the nearest timer or DNS deadline (one enter per turn);
+ *          copy up to LIMITS_CQES_PER_TURN completions out and mark them seen
+ *          in one step; then run their handlers (no handler runs from inside
+ *          submit or reap); then expire timers, run resolver timeouts and
+ *          re-arm receives that ran out of provided buffers.
+ *
+ * Stopping: engine_stop writes the worker's eventfd; the worker stops its
+ * accepts, aborts every live connection and keeps looping until nothing is in
+ * flight, then checks that every pool is full again and reports a leak if not.
+ */
+#include "core/worker.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/an.h"
+#include "core/audit.h"
+#include "core/conn.h"
+#include "core/engine.h"
+#include "core/limits.h"
+#include "core/log.h"
+#include "core/ud.h"
+
+struct worker_cqe {
+	uint64_t ud;
+	int32_t res;
+	uint32_t flags;
+};
+
+static void accept_arm(struct worker *w, struct worker_listener *l)
+{
+	struct io_uring_sqe *sqe = ring_sqe(&w->ring);
+	io_uring_prep_multishot_accept_direct(sqe, l->fd, NULL, NULL, SOCK_NONBLOCK);
+	io_uring_sqe_set_data64(sqe, ud_encode(l, WORKER_OP_ACCEPT));
+	l->armed = true;
+}
+
+static void wake_arm(struct worker *w)
+{
+	struct io_uring_sqe *sqe = ring_sqe(&w->ring);
+	io_uring_prep_read(sqe, w->wake_fd, &w->wake_value, sizeof(w->wake_value), 0);
+	io_uring_sqe_set_data64(sqe, ud_encode(w, WORKER_OP_WAKE));
+}
+
+/*
+ * Pins the thread to one CPU of those it was allowed to run on (the set the
+ * daemon was started with, e.g. by taskset), the <index>-th modulo their
+ * count, so workers spread over the allowed cores and never onto others.
+ */
+static void pin_to_core(struct worker *w)
+{
+	cpu_set_t allowed;
+	cpu_set_t one;
+
+	if (pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed) != 0)
+		return;
+	int count = CPU_COUNT(&allowed);
+	if (count <= 1)
+		return;
+	int want = (int)(w->index % (uint32_t)count);
+	for (size_t cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+		if (!CPU_ISSET(cpu, &allowed) || want-- > 0)
+			continue;
+		CPU_ZERO(&one);
+		CPU_SET(cpu, &one);
+		if (pthread_setaffinity_np(pthread_self(), sizeof(one), &one) != 0)
+			log_warn("worker %u: could not pin to CPU %zu", w->index, cpu);
+		return;
+	}
+}
+
+static int worker_setup(struct worker *w)
+{
+	const struct engine *e = w->e;
+	const struct config *cfg = e->cfg;
+
+	int ret = ring_init(&w->ring, &e->features, LIMITS_SQ_ENTRIES, LIMITS_CQ_ENTRIES,
+			    LIMITS_FIXED_FILES_PER_WORKER, LIMITS_BUFRING_ENTRIES,
+			    LIMITS_BUFRING_BUFFER_BYTES);
+	if (ret != 0) {
+		log_error("worker %u: io_uring set-up: %s", w->index, strerror(-ret));
+		return ret;
+	}
+	ret = pool_init(&w->conns, "conns", sizeof(struct conn), cfg->conns_per_worker);
+	if (ret == 0)
+		ret =
+		    pool_init(&w->heads, "heads", WORKER_HEAD_BUFFER_BYTES, cfg->conns_per_worker);
+	if (ret != 0) {
+		log_error("worker %u: pools: %s", w->index, strerror(-ret));
+		return ret;
+	}
+	uint32_t pipes = e->features.splice ? cfg->pipes_per_worker : 0;
+	ret = pipepool_init(&w->pipes, pipes, LIMITS_PIPE_BYTES);
+	if (ret != 0) {
+		log_error("worker %u: pipe pool of %u: %s", w->index, pipes, strerror(-ret));
+		return ret;
+	}
+	w->timers = pool_malloc(sizeof(*w->timers));
+	if (w->timers == NULL)
+		return -ENOMEM;
+	w->now_ms = timer_now_ms();
+	timer_wheel_init(w->timers, w->now_ms);
+	dns_init(&w->dns, &w->ring, cfg->dns_servers, cfg->dns_timeout_ms);
+	w->audit = audit_ring_get(e->audit, w->index);
+	for (uint32_t i = 0; i < w->listener_count; i++)
+		accept_arm(w, &w->listeners[i]);
+	wake_arm(w);
+	return 0;
+}
+
+static void worker_teardown(struct worker *w)
+{
+	bool leak = false;
+
+	if (pool_in_use(&w->conns) != 0 || pool_in_use(&w->heads) != 0 ||
+	    pipepool_in_use(&w->pipes) != 0 || w->ring.bufs_out != 0 || w->dns.polls_pending != 0) {
+		log_error(
+		    "worker %u: leak at exit: conns=%u heads=%u pipes=%u buffers=%u dns_polls=%u",
+		    w->index, pool_in_use(&w->conns), pool_in_use(&w->heads),
+		    pipepool_in_use(&w->pipes), w->ring.bufs_out, w->dns.polls_pending);
+		leak = true;
+		atomic_fetch_add(&w->e->leaks, 1);
+	}
+	log_info(
+	    "worker %u: stopped: accepted=%llu requests=%llu denied=%llu splice=%llu "
+	    "copy=%llu overload=%llu cqes=%llu enters=%llu",
+	    w->index, (unsigned long long)w->stats.accepted, (unsigned long long)w->stats.requests,
+	    (unsigned long long)w->stats.denied, (unsigned long long)w->stats.splice_relays,
+	    (unsigned long long)w->stats.copy_relays, (unsigned long long)w->stats.refused_overload,
+	    (unsigned long long)w->stats.cqes, (unsigned long long)w->stats.enters);
+	if (leak)
+		return; /* keep the evidence; the process exits non-zero */
+	pipepool_destroy(&w->pipes);
+	pool_destroy(&w->conns);
+	pool_destroy(&w->heads);
+	ring_destroy(&w->ring);
+	AN_FREE(&w->timers);
+}
+
+static void worker_begin_stop(struct worker *w)
+{
+	w->stopping = true;
+	for (uint32_t i = 0; i < w->listener_count; i++) {
+		struct worker_listener *l = &w->listeners[i];
+		if (!l->armed)
+			continue;
+		struct io_uring_sqe *sqe = ring_sqe(&w->ring);
+		io_uring_prep_cancel64(sqe, ud_encode(l, WORKER_OP_ACCEPT), 0);
+		io_uring_sqe_set_data64(sqe, 0);
+	}
+	struct conn *c = w->live;
+	while (c != NULL) {
+		struct conn *next = c->live_next;
+		conn_abort(c); /* may free c */
+		c = next;
+	}
+	dns_shutdown(&w->dns);
+}
+
+static void dispatch(struct worker *w, const struct worker_cqe *q)
+{
+	uint32_t op = ud_op(q->ud);
+	void *obj = ud_object(q->ud);
+
+	if (q->ud == 0)
+		return; /* untracked: skipped-on-success closes and cancels */
+	if (op < CONN_OP_COUNT) {
+		conn_on_cqe(obj, op, q->res, q->flags);
+	} else if (op == WORKER_OP_ACCEPT) {
+		struct worker_listener *l = obj;
+		conn_on_accept(l, q->res, q->flags);
+		if (l->armed || w->stopping || l->paused)
+			return;
+		if (q->res < 0 && q->res != -ECANCELED) {
+			l->paused = true;
+			l->retry_at_ms = w->now_ms + WORKER_ACCEPT_RETRY_MS;
+			w->listeners_paused++;
+		} else {
+			accept_arm(w, l);
+		}
+	} else if (op == DNS_OP_POLL) {
+		dns_on_cqe(&w->dns, obj, q->res);
+	} else if (op == WORKER_OP_WAKE) {
+		if (!w->stopping)
+			worker_begin_stop(w);
+	} else {
+		AN_ASSERT(!"unknown user_data op");
+	}
+}
+
+static uint32_t reap(struct worker *w, struct worker_cqe *batch)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head;
+	uint32_t n = 0;
+
+	io_uring_for_each_cqe(&w->ring.uring, head, cqe)
+	{
+		batch[n].ud = cqe->user_data;
+		batch[n].res = cqe->res;
+		batch[n].flags = cqe->flags;
+		if (++n == LIMITS_CQES_PER_TURN)
+			break;
+	}
+	io_uring_cq_advance(&w->ring.uring, n);
+	return n;
+}
+
+static void run_timers(struct worker *w)
+{
+	struct timer_entry *expired[64];
+	uint32_t n;
+
+	do {
+		n = timer_wheel_expire(w->timers, w->now_ms, expired, AN_ARRAY_LEN(expired));
+		for (uint32_t i = 0; i < n; i++) {
+			struct conn *c =
+			    (struct conn *)((char *)expired[i] - offsetof(struct conn, timer));
+			conn_on_timer(c);
+		}
+	} while (n == AN_ARRAY_LEN(expired));
+}
+
+static void run_nobufs(struct worker *w)
+{
+	/* Re-arm only once half the buffers are back (liburing's proxy advice). */
+	if (w->nobufs == NULL || w->ring.bufs_out > w->ring.buf_count / 2)
+		return;
+	struct conn *list = w->nobufs;
+	w->nobufs = NULL;
+	while (list != NULL) {
+		struct conn *c = list;
+		list = c->nobufs_next;
+		c->nobufs_next = NULL;
+		conn_on_buffers(c);
+	}
+}
+
+static void run_paused_accepts(struct worker *w)
+{
+	if (w->listeners_paused == 0 || w->stopping)
+		return;
+	for (uint32_t i = 0; i < w->listener_count; i++) {
+		struct worker_listener *l = &w->listeners[i];
+		if (!l->paused || w->now_ms < l->retry_at_ms)
+			continue;
+		l->paused = false;
+		w->listeners_paused--;
+		accept_arm(w, l);
+	}
+}
+
+static int32_t wait_ms(struct worker *w)
+{
+	int32_t t = timer_wheel_wait_ms(w->timers, w->now_ms);
+	int32_t d = dns_wait_ms(&w->dns);
+
+	if (d >= 0 && (t < 0 || d < t))
+		t = d;
+	if (w->nobufs != NULL && (t < 0 || t > 10))
+		t = 10;
+	if (w->listeners_paused > 0 && (t < 0 || t > (int32_t)WORKER_ACCEPT_RETRY_MS))
+		t = (int32_t)WORKER_ACCEPT_RETRY_MS;
+	return t;
+}
+
+static bool worker_drained(const struct worker *w)
+{
+	return w->stopping && w->live == NULL && w->dns.polls_pending == 0;
+}
+
+static void worker_loop(struct worker *w)
+{
+	struct worker_cqe batch[LIMITS_CQES_PER_TURN];
+
+	while (!worker_drained(w)) {
+		int32_t t = wait_ms(w);
+		struct __kernel_timespec ts = { .tv_sec = t / 1000,
+						.tv_nsec = (t % 1000) * 1000000L };
+		struct io_uring_cqe *cqe = NULL;
+		int ret = io_uring_submit_and_wait_timeout(&w->ring.uring, &cqe, 1,
+							   t >= 0 ? &ts : NULL, NULL);
+		w->ring.sq_unsent = 0;
+		w->stats.enters++;
+		if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
+			log_error("worker %u: io_uring_enter: %s", w->index, strerror(-ret));
+		w->now_ms = timer_now_ms();
+		/* Timers first: this also moves the wheel's clock to now, so timers
+		 * the handlers below arm count from now, not from the last wake-up. */
+		run_timers(w);
+		uint32_t n;
+		do {
+			n = reap(w, batch);
+			w->stats.cqes += n;
+			for (uint32_t i = 0; i < n; i++)
+				dispatch(w, &batch[i]);
+		} while (n == LIMITS_CQES_PER_TURN);
+		dns_tick(&w->dns);
+		run_nobufs(w);
+		run_paused_accepts(w);
+	}
+	/* Submit the last closes so the kernel releases every descriptor. */
+	io_uring_submit(&w->ring.uring);
+}
+
+void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pin_to_core(w);
+	w->start_error = worker_setup(w);
+	atomic_fetch_add(&w->e->workers_ready, 1);
+	if (w->start_error != 0)
+		return NULL;
+	worker_loop(w);
+	worker_teardown(w);
+	return NULL;
+}

@@ -1,0 +1,83 @@
+/*
+ * A worker: one thread, one ring, and everything its connections use (pools,
+ * buffers, pipes, timers, resolver, audit ring). Workers share nothing; each
+ * sandbox's listener and connections live on exactly one worker.
+ */
+#ifndef AN_CORE_WORKER_H
+#define AN_CORE_WORKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/dns.h"
+#include "core/pipepool.h"
+#include "core/pool.h"
+#include "core/ring.h"
+#include "core/timer.h"
+
+struct conn;
+struct engine;
+struct audit_ring;
+
+#define WORKER_OP_ACCEPT 0xe0u /* user_data op of a listener's multishot accept */
+#define WORKER_OP_WAKE   0xe1u /* the stop eventfd's read */
+/* A failing accept (descriptor table full, say) is retried this much later, not spun on. */
+#define WORKER_ACCEPT_RETRY_MS 100u
+
+struct worker_listener {
+	struct worker *w;
+	int fd;           /* borrowed from the engine (or owned: TCP, see tcp) */
+	uint32_t sandbox; /* index in engine->sandboxes */
+	bool tcp;         /* TCP listener: owned by this worker (SO_REUSEPORT) */
+	bool armed;       /* multishot accept in flight */
+	bool paused;      /* accept failed: re-armed after WORKER_ACCEPT_RETRY_MS */
+	uint64_t retry_at_ms;
+} __attribute__((aligned(16)));
+
+struct worker_stats {
+	uint64_t accepted;
+	uint64_t refused_overload; /* accepts answered 503 because the conn pool was empty */
+	uint64_t requests;
+	uint64_t denied;
+	uint64_t splice_relays;
+	uint64_t copy_relays;
+	uint64_t cqes;
+	uint64_t enters;
+};
+
+struct worker {
+	uint32_t index;
+	struct engine *e;
+	pthread_t thread;
+	int wake_fd; /* eventfd written by engine_stop */
+	uint64_t wake_value;
+	struct ring ring;
+	struct pool conns; /* struct conn */
+	struct pool heads; /* head/response buffers of LIMITS_HEAD_BYTES_MAX + slack */
+	struct pipepool pipes;
+	struct timer_wheel *timers; /* owned (large) */
+	struct dns dns;
+	struct audit_ring *audit;
+	uint32_t listener_count;
+	uint32_t listeners_paused;
+	struct worker_listener *listeners; /* owned array */
+	struct conn *live;                 /* every conn not yet freed */
+	struct conn *nobufs;               /* conns waiting for buffers to re-arm a receive */
+	uint64_t now_ms;                   /* loop-turn clock */
+	uint64_t next_conn_seq;
+	bool stopping;
+	int start_error; /* set before workers_ready is bumped */
+	struct worker_stats stats;
+};
+
+/* A pooled head buffer: the head limit plus one receive, so a receive always fits. */
+/* Free head buffers kept resident: enough for a busy worker's requests in flight;
+ * a burst beyond it (thousands of tunnels opening at once) gives its pages back. */
+#define WORKER_HEADS_WARM        256u
+#define WORKER_HEAD_BUFFER_BYTES (LIMITS_HEAD_BYTES_MAX + LIMITS_BUFRING_BUFFER_BYTES)
+
+/* The thread body: set-up, loop, tear-down. <arg> is the struct worker. */
+void *worker_main(void *arg);
+
+#endif /* AN_CORE_WORKER_H */
