@@ -1,0 +1,298 @@
+/*
+ * agentsnetd: the host daemon. Loads the policy (a file, or the embedded
+ * default), applies command-line overrides, probes io_uring, opens the audit
+ * trail, starts the engine and waits for a signal: SIGINT/SIGTERM stop it.
+ * The exit status is 0 only when the engine stopped with nothing leaked.
+ *
+ * This file is the top of the dependency graph: it is the one place that
+ * wires policy/ into core/ (through core/verdict.h), so core/ never includes
+ * policy/.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/an.h"
+#include "core/audit.h"
+#include "core/config.h"
+#include "core/dns.h"
+#include "core/engine.h"
+#include "core/limits.h"
+#include "core/log.h"
+#include "core/ring.h"
+#include "policy/policy.h"
+
+#define AGENTSNETD_VERSION "0.1.0"
+
+struct options {
+	const char *config_path;
+	const char *check_path;
+	const char *socket_dir;
+	const char *audit_path;
+	const char *tcp_listen;
+	const char *tcp_sandbox;
+	long workers; /* -1: from the file */
+	bool debug;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: agentsnetd [--config FILE] [--socket-dir DIR] [--audit FILE|-]\n"
+		"                  [--workers N] [--listen 127.0.0.1:PORT --listen-sandbox ID]\n"
+		"                  [--debug]\n"
+		"       agentsnetd --check-config FILE\n"
+		"With no --config, runs on the embedded default policy.\n");
+}
+
+static int parse_number(const char *s, long max, long *out)
+{
+	long v = 0;
+
+	if (*s == '\0')
+		return -EINVAL;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9' || v > max)
+			return -EINVAL;
+		v = v * 10 + (*s - '0');
+	}
+	if (v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_options(int argc, char **argv, struct options *o)
+{
+	static const struct option longs[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "check-config", required_argument, NULL, 'C' },
+		{ "socket-dir", required_argument, NULL, 's' },
+		{ "audit", required_argument, NULL, 'a' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "listen-sandbox", required_argument, NULL, 'L' },
+		{ "debug", no_argument, NULL, 'd' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt;
+
+	*o = (struct options){ .workers = -1 };
+	while ((opt = getopt_long(argc, argv, "c:", longs, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			o->config_path = optarg;
+			break;
+		case 'C':
+			o->check_path = optarg;
+			break;
+		case 's':
+			o->socket_dir = optarg;
+			break;
+		case 'a':
+			o->audit_path = optarg;
+			break;
+		case 'w':
+			if (parse_number(optarg, LIMITS_WORKERS_MAX, &o->workers) != 0) {
+				fprintf(stderr, "agentsnetd: --workers %s: not 0..%u\n", optarg,
+					LIMITS_WORKERS_MAX);
+				return 2;
+			}
+			break;
+		case 'l':
+			o->tcp_listen = optarg;
+			break;
+		case 'L':
+			o->tcp_sandbox = optarg;
+			break;
+		case 'd':
+			o->debug = true;
+			break;
+		case 'V':
+			printf("agentsnetd %s\n", AGENTSNETD_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	return -1;
+}
+
+static int load(const struct options *o, struct config *cfg, struct policy **pol)
+{
+	char err[512];
+	const char *path = o->check_path ? o->check_path : o->config_path;
+	int ret;
+
+	if (config_init_defaults(cfg) != 0)
+		return -ENOMEM;
+	if (path != NULL) {
+		ret = policy_load_file(path, cfg, pol, err, sizeof(err));
+	} else {
+		const char *yaml = policy_default_yaml();
+		ret = policy_load_buffer("<embedded default policy>", yaml, strlen(yaml), cfg, pol,
+					 err, sizeof(err));
+	}
+	if (ret != 0) {
+		fprintf(stderr, "%s\n", err);
+		return ret;
+	}
+	return 0;
+}
+
+static int apply_overrides(const struct options *o, struct config *cfg)
+{
+	int ret = 0;
+
+	if (o->socket_dir != NULL)
+		ret |= config_set_string(&cfg->socket_dir, o->socket_dir);
+	if (o->audit_path != NULL)
+		ret |= config_set_string(&cfg->audit_path, o->audit_path);
+	if (o->tcp_listen != NULL)
+		ret |= config_set_string(&cfg->tcp_listen, o->tcp_listen);
+	if (o->tcp_sandbox != NULL)
+		ret |= config_set_string(&cfg->tcp_sandbox, o->tcp_sandbox);
+	if (o->workers >= 0)
+		cfg->workers = (uint32_t)o->workers;
+	if (cfg->workers == 0) {
+		long cores = sysconf(_SC_NPROCESSORS_ONLN);
+		cfg->workers = cores > 0 ? (uint32_t)cores : 1u;
+	}
+	if (cfg->workers > LIMITS_WORKERS_MAX)
+		cfg->workers = LIMITS_WORKERS_MAX;
+	if (cfg->tcp_listen != NULL && cfg->tcp_sandbox == NULL && cfg->sandbox_count > 0)
+		ret |= config_set_string(&cfg->tcp_sandbox, cfg->sandboxes[0].id);
+	return ret == 0 ? 0 : -ENOMEM;
+}
+
+static void notice(struct audit *a, uint32_t ring, const char *detail)
+{
+	struct audit_ring *r = audit_ring_get(a, ring);
+	struct audit_record *rec = audit_claim(r);
+
+	if (rec == NULL)
+		return;
+	rec->kind = AUDIT_NOTICE;
+	rec->id = audit_next_id(r);
+	rec->allowed = true;
+	audit_copy(rec->detail, sizeof(rec->detail), detail, strlen(detail));
+	audit_commit(r, rec);
+}
+
+/* Blocks until SIGINT or SIGTERM. SIGHUP (reload) arrives with issue #5's policy reload. */
+static void wait_for_stop(void)
+{
+	sigset_t set;
+	int sig = 0;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	for (;;) {
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			log_warn("SIGHUP: policy reload is not supported yet; restart to reload");
+			continue;
+		}
+		log_info("signal %d: stopping", sig);
+		return;
+	}
+}
+
+static int serve(struct config *cfg, struct policy *pol)
+{
+	struct engine e;
+	struct audit *audit = NULL;
+	char features[256];
+
+	memset(&e, 0, sizeof(e));
+	int ret = ring_probe(&e.features);
+	if (ret != 0) {
+		log_error("io_uring is unavailable: %s", strerror(-ret));
+		return 1;
+	}
+	ring_features_describe(&e.features, features, sizeof(features));
+	log_info("%s", features);
+	if (!e.features.socket_direct || !e.features.multishot_recv) {
+		log_error("this kernel lacks direct sockets or multishot receive (Linux >= 6.0)");
+		return 1;
+	}
+	ret = audit_open(cfg->audit_path, cfg->workers + 1, &audit);
+	if (ret != 0) {
+		log_error("audit %s: %s", cfg->audit_path, strerror(-ret));
+		return 1;
+	}
+	if (dns_library_init() != 0) {
+		audit_close(audit);
+		return 1;
+	}
+	e.cfg = cfg;
+	e.policy = pol;
+	e.ops = &policy_verdict_ops;
+	e.audit = audit;
+	ret = engine_start(&e);
+	if (ret == 0) {
+		notice(audit, cfg->workers, "daemon_started");
+		fprintf(stderr, "agentsnetd: ready (%u sandboxes, %u workers, audit %s)\n",
+			cfg->sandbox_count, cfg->workers, cfg->audit_path);
+		wait_for_stop();
+		ret = engine_stop(&e);
+		notice(audit, cfg->workers,
+		       ret == 0 ? "daemon_stopped" : "daemon_stopped_with_leak");
+	}
+	dns_library_cleanup();
+	audit_close(audit);
+	return ret == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o;
+	struct config cfg;
+	struct policy *pol = NULL;
+	sigset_t set;
+
+	int rc = parse_options(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	log_set_level(o.debug ? LOG_DEBUG : LOG_INFO);
+	/* Every thread inherits this mask; only wait_for_stop takes the signals. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (load(&o, &cfg, &pol) != 0) {
+		config_free(&cfg);
+		return 1;
+	}
+	if (o.check_path != NULL) {
+		printf("%s: ok (%u profiles, %u rules, %u sandboxes)\n", o.check_path,
+		       policy_profile_count(pol), policy_rule_count(pol), cfg.sandbox_count);
+		policy_free(pol);
+		config_free(&cfg);
+		return 0;
+	}
+	rc = apply_overrides(&o, &cfg) == 0 ? serve(&cfg, pol) : 1;
+	policy_free(pol);
+	config_free(&cfg);
+	return rc;
+}
