@@ -1,0 +1,852 @@
+#!/usr/bin/env python3
+"""agentsnet integration suite: real clients in a real network namespace.
+
+Layout of one run (everything on loopback, nothing can leave the machine):
+
+    sandbox netns  agentsnet-it-<id>      only lo; clients (curl, Python, Node)
+                                          talk to forwarder.py on 127.0.0.1:8080
+          | Unix pathname socket <tmp>/sock/sandboxes/sb1/egress.sock
+    upstream netns agentsnet-it-<id>-up   only lo; agentsnetd and origin.py
+                                          (HTTPS and plain-HTTP origins)
+
+The daemon runs in a namespace of its own too, so that even a daemon that
+wrongly connects to a private or external address sends nothing off the host
+(it fails with "network unreachable" instead, and the case still fails).
+
+Each case is one JSON file in cases/ (see cases/README.md for the format):
+which client, what request, the expected response and the audit records it
+must leave. After the cases the daemon gets SIGTERM and must exit 0 with a
+stderr free of sanitizer reports; then the audit file is checked as a whole.
+
+Prints one line per check and a closing "integ: N passed, N failed".
+Exit 0 pass, 1 fail, 77 skip (with the reason).
+"""
+
+import argparse
+import base64
+import fnmatch
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIG_BYTES = 100 * 1024 * 1024
+BIG_SEED = 20240601
+CHUNKED_BYTES = 300000
+PROXY_ADDR = "127.0.0.1:8080"
+SANDBOX = "sb1"
+OTHER_SANDBOX = "sb2"
+CASE_TIMEOUT_S = 60
+READY_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 30
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
+                   "assertion failed")
+SKIP = 77
+
+
+class Skip(Exception):
+    pass
+
+
+class Fatal(Exception):
+    pass
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def run(cmd, **kw):
+    kw.setdefault("check", True)
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run(cmd, **kw)
+
+
+def client_env(tmp, extra=None):
+    """A clean environment: no proxy variables inherited from the host."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "LANG": "C.UTF-8"}
+    env.update(extra or {})
+    return env
+
+
+# ---- fixtures ---------------------------------------------------------------
+
+
+def make_pki(tmp):
+    """Test CA and a leaf for origin.test, with the openssl CLI."""
+    ca_key, ca_pem = os.path.join(tmp, "ca.key"), os.path.join(tmp, "ca.pem")
+    leaf_key, leaf_pem = os.path.join(tmp, "leaf.key"), os.path.join(tmp, "leaf.pem")
+    csr, ext = os.path.join(tmp, "leaf.csr"), os.path.join(tmp, "leaf.ext")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run(["openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", ca_pem, "-days", "2",
+         "-subj", "/CN=agentsnet integ test CA",
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+    run(["openssl", "req", *ec, "-keyout", leaf_key, "-out", csr, "-subj", "/CN=origin.test"])
+    with open(ext, "w", encoding="ascii") as f:
+        f.write("basicConstraints=critical,CA:FALSE\n"
+                "keyUsage=critical,digitalSignature\n"
+                "extendedKeyUsage=serverAuth\n"
+                "subjectAltName=DNS:origin.test\n"
+                "authorityKeyIdentifier=keyid\n"
+                "subjectKeyIdentifier=hash\n")
+    run(["openssl", "x509", "-req", "-in", csr, "-CA", ca_pem, "-CAkey", ca_key,
+         "-CAcreateserial", "-out", leaf_pem, "-days", "2", "-extfile", ext])
+    return ca_pem, leaf_pem, leaf_key
+
+
+def make_data(tmp):
+    """The origin's files; returns their sha256 and lengths as template variables."""
+    rng = random.Random(BIG_SEED)
+    h = hashlib.sha256()
+    with open(os.path.join(tmp, "big.bin"), "wb") as f:
+        left = BIG_BYTES
+        while left > 0:
+            block = rng.randbytes(min(left, 4 * 1024 * 1024))
+            h.update(block)
+            f.write(block)
+            left -= len(block)
+    small = json.dumps({"service": "origin.test", "ok": True,
+                        "items": [{"n": i, "sq": i * i} for i in range(50)]},
+                       sort_keys=True, indent=1).encode("utf-8") + b"\n"
+    chunked = rng.randbytes(CHUNKED_BYTES)
+    for name, data in (("small.json", small), ("chunked.bin", chunked)):
+        with open(os.path.join(tmp, name), "wb") as f:
+            f.write(data)
+    return {
+        "big_sha256": h.hexdigest(), "big_len": BIG_BYTES,
+        "small_sha256": hashlib.sha256(small).hexdigest(), "small_len": len(small),
+        "chunked_sha256": hashlib.sha256(chunked).hexdigest(), "chunked_len": len(chunked),
+    }
+
+
+# ---- templates --------------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"\{\{([a-z0-9_]+)\}\}")
+
+
+def substitute(obj, vars_):
+    """Replaces {{name}} in every string of <obj>; "{{n}}" alone keeps n's type."""
+    if isinstance(obj, str):
+        whole = PLACEHOLDER.fullmatch(obj)
+        if whole:
+            return vars_[whole.group(1)]
+        return PLACEHOLDER.sub(lambda m: str(vars_[m.group(1)]), obj)
+    if isinstance(obj, list):
+        return [substitute(x, vars_) for x in obj]
+    if isinstance(obj, dict):
+        return {k: substitute(v, vars_) for k, v in obj.items()}
+    return obj
+
+
+def expand_pieces(pieces):
+    """Raw request text from pieces: strings; {"repeat": s, "times": n};
+    {"pad_header": NAME, "head_bytes": N}: a header line sized so that the
+    head (everything before it, it, and the pieces after it) is N bytes."""
+    out = []
+    pad_at = None
+    for p in pieces:
+        if isinstance(p, str):
+            out.append(p)
+        elif "repeat" in p:
+            out.append(p["repeat"] * p["times"])
+        else:
+            pad_at = len(out)
+            out.append(p)
+    if pad_at is not None:
+        p = out[pad_at]
+        others = sum(len(x) for i, x in enumerate(out) if i != pad_at)
+        fill = p["head_bytes"] - others - len(p["pad_header"]) - len(": \r\n")
+        out[pad_at] = "%s: %s\r\n" % (p["pad_header"], "p" * fill)
+    return "".join(out).encode("latin-1")
+
+
+# ---- processes and namespaces -----------------------------------------------
+
+
+class Procs:
+    """Every process the suite starts, stopped by PID at the end."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, name, cmd, **kw):
+        p = subprocess.Popen(cmd, **kw)
+        self.procs.append((name, p))
+        return p
+
+    def stop(self, p, sig=signal.SIGTERM, timeout=10):
+        if p.poll() is None:
+            p.send_signal(sig)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return p.returncode
+
+    def stop_all(self):
+        for _name, p in reversed(self.procs):
+            self.stop(p)
+
+
+def netns_add(name):
+    run(["ip", "netns", "add", name])
+    run(["ip", "-n", name, "link", "set", "lo", "up"])
+    links = run(["ip", "-n", name, "-o", "link", "show"]).stdout.decode()
+    if [line.split(":")[1].strip() for line in links.splitlines()] != ["lo"]:
+        raise Fatal("namespace %s has interfaces other than lo:\n%s" % (name, links))
+
+
+def netns_del(name):
+    subprocess.run(["ip", "netns", "del", name], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise Fatal("timed out after %ds waiting for %s" % (timeout, what))
+
+
+def read_text(path):
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+# ---- checks -----------------------------------------------------------------
+
+
+def json_path(doc, path):
+    """Walks "a.b.0.c"; returns (True, value) or (False, None)."""
+    cur = doc
+    for part in path.split("."):
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return False, None
+    return True, cur
+
+
+def check_headers(errs, label, got, want, present, absent):
+    got = got or {}
+    for name, value in (want or {}).items():
+        if got.get(name.lower()) != value:
+            errs.append("%s %s: got %r, want %r" % (label, name, got.get(name.lower()), value))
+    for name in present or []:
+        if not got.get(name.lower()):
+            errs.append("%s %s: missing" % (label, name))
+    for name in absent or []:
+        if name.lower() in got:
+            errs.append("%s %s: present (%r), must be absent" % (label, name, got[name.lower()]))
+
+
+def check_json(errs, resp, want, present, absent):
+    if not (want or present or absent):
+        return
+    try:
+        doc = json.loads(resp.get("body") or "")
+    except ValueError:
+        errs.append("body is not JSON: %r" % (resp.get("body") or "")[:200])
+        return
+    for path, value in (want or {}).items():
+        found, got = json_path(doc, path)
+        if not found or got != value:
+            errs.append("body.%s: got %r, want %r" % (path, got if found else "<absent>", value))
+    for path in present or []:
+        found, got = json_path(doc, path)
+        if not found or got in (None, ""):
+            errs.append("body.%s: missing or empty" % path)
+    for path in absent or []:
+        found, got = json_path(doc, path)
+        if found and got is not None:
+            errs.append("body.%s: %r, must be absent or null" % (path, got))
+
+
+SPECIAL_KEYS = {"headers", "headers_present", "headers_absent", "connect_headers", "json",
+                "json_present", "json_absent", "body_contains", "error_contains"}
+
+
+def check_response(resp, want):
+    """Compares one client result with one "expect" block; returns error strings."""
+    errs = []
+    if resp is None:
+        return ["no response"]
+    for key, value in want.items():
+        if key not in SPECIAL_KEYS and resp.get(key) != value:
+            errs.append("%s: got %r, want %r" % (key, resp.get(key), value))
+    check_headers(errs, "header", resp.get("headers"), want.get("headers"),
+                  want.get("headers_present"), want.get("headers_absent"))
+    if "connect_headers" in want:
+        check_headers(errs, "CONNECT header", resp.get("connect_headers"),
+                      want["connect_headers"], None, None)
+    check_json(errs, resp, want.get("json"), want.get("json_present"), want.get("json_absent"))
+    if "body_contains" in want and want["body_contains"] not in (resp.get("body") or ""):
+        errs.append("body does not contain %r" % want["body_contains"])
+    if "error_contains" in want and want["error_contains"] not in (resp.get("error") or ""):
+        errs.append("error %r does not contain %r" % (resp.get("error"), want["error_contains"]))
+    return errs
+
+
+def check_refusal(resp, refusals):
+    """The deny contract, for any response carrying X-Agent-Reason."""
+    headers = resp.get("headers") or {}
+    reason = headers.get("x-agent-reason")
+    if reason is None:
+        return []
+    errs = []
+    instruction = headers.get("x-agent-instruction", "")
+    if not instruction or "\n" in instruction or "\r" in instruction:
+        errs.append("X-Agent-Instruction missing or not one line: %r" % instruction)
+    if not headers.get("content-type", "").startswith("application/json"):
+        errs.append("refusal Content-Type %r" % headers.get("content-type"))
+    try:
+        doc = json.loads(resp.get("body") or "")
+    except ValueError:
+        return errs + ["refusal body is not JSON: %r" % (resp.get("body") or "")[:200]]
+    for field in ("reason", "instruction", "host", "port", "sandbox", "audit_id", "status"):
+        if field not in doc:
+            errs.append("refusal body lacks %r" % field)
+    if doc.get("reason") != reason:
+        errs.append("body reason %r != header %r" % (doc.get("reason"), reason))
+    if doc.get("instruction") != instruction:
+        errs.append("body instruction != X-Agent-Instruction")
+    if doc.get("status") != resp.get("status"):
+        errs.append("body status %r != response status %r" % (doc.get("status"),
+                                                              resp.get("status")))
+    if "x-agent-audit-id" in headers and headers["x-agent-audit-id"] != doc.get("audit_id"):
+        errs.append("X-Agent-Audit-Id %r != body audit_id %r" % (headers["x-agent-audit-id"],
+                                                                 doc.get("audit_id")))
+    rule = headers.get("x-agent-rule")
+    if rule is not None and doc.get("rule") != rule:
+        errs.append("body rule %r != X-Agent-Rule %r" % (doc.get("rule"), rule))
+    if rule is None and doc.get("rule"):
+        errs.append("body rule %r without an X-Agent-Rule header" % doc.get("rule"))
+    refusals.append(doc)
+    return errs
+
+
+# ---- clients ----------------------------------------------------------------
+
+
+class Suite:
+    def __init__(self, args):
+        self.args = args
+        self.procs = Procs()
+        self.passed = 0
+        self.failed = 0
+        self.refusals = []  # deny bodies seen, checked against the audit file
+        self.audit_wants = []  # (case name, expected records, same connection)
+        self.tmp = None
+        self.vars = {}
+
+    def result(self, name, errs, detail=None):
+        if errs:
+            self.failed += 1
+            log("not ok - %s" % name)
+            for e in errs:
+                log("    %s" % e)
+            if detail is not None and self.args.verbose:
+                log("    result: %s" % json.dumps(detail)[:4000])
+        else:
+            self.passed += 1
+            log("ok - %s" % name)
+
+    def in_sandbox(self, cmd):
+        return ["ip", "netns", "exec", self.args.netns, *cmd]
+
+    def forwarder_count(self):
+        text = read_text(os.path.join(self.tmp, "forwarder.stats")).strip()
+        return int(text) if text else -1
+
+    def run_python(self, spec, timeout, in_sandbox=True):
+        cmd = ["python3", os.path.join(HERE, "client.py")]
+        proc = subprocess.run(self.in_sandbox(cmd) if in_sandbox else cmd,
+                              input=json.dumps(spec).encode(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=timeout,
+                              env=client_env(self.tmp), check=False)
+        if proc.returncode != 0:
+            return {"error": "client.py exit %d: %s" % (proc.returncode,
+                                                        proc.stderr.decode()[-2000:])}
+        return json.loads(proc.stdout)
+
+    def client_curl(self, case, timeout):
+        urls = case["urls"] if "urls" in case else [case["url"]]
+        hdr = os.path.join(self.tmp, "curl.headers")
+        cmd = ["curl", "-sS", "--max-time", str(timeout - 5), "-x",
+               case.get("proxy", "http://" + PROXY_ADDR), "--cacert", self.vars["ca"],
+               "-D", hdr, "-w", "%{json}\\n", *case.get("curl_args", [])]
+        bodies = []
+        for i, url in enumerate(urls):
+            bodies.append(os.path.join(self.tmp, "curl.body.%d" % i))
+            cmd += ["-o", bodies[-1], url]
+        for path in [hdr] + bodies:
+            if os.path.exists(path):
+                os.unlink(path)
+        proc = subprocess.run(self.in_sandbox(cmd), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=timeout,
+                              env=client_env(self.tmp), check=False)
+        transfers = [json.loads(x) for x in proc.stdout.decode().splitlines() if x.strip()]
+        blocks = parse_header_blocks(read_text(hdr))
+        out = []
+        for i, path in enumerate(bodies):
+            t = transfers[i] if i < len(transfers) else {}
+            data = b""
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    data = f.read()
+            r = {"status": t.get("http_code"), "connect_status": t.get("http_connect"),
+                 "num_connects": t.get("num_connects"), "curl_exit": proc.returncode,
+                 "body_len": len(data), "body_sha256": hashlib.sha256(data).hexdigest(),
+                 "body": data.decode("utf-8", "replace") if len(data) <= 65536 else None,
+                 "error": proc.stderr.decode()[-500:]}
+            if len(urls) == 1 and urls[0].startswith("https:"):
+                # The first head answers the CONNECT; a second one, if any, the request.
+                r["connect_headers"] = blocks[0] if blocks else {}
+                if len(blocks) > 1:
+                    r["headers"] = blocks[-1]
+            elif len(urls) == 1 and blocks:
+                r["headers"] = blocks[-1]
+            out.append(r)
+        return out
+
+    def client_node(self, case, timeout):
+        node_dir = os.path.join(HERE, "node")
+        if not os.path.isdir(os.path.join(node_dir, "node_modules", "undici")):
+            return [{"error": "tests/integ/node/node_modules/undici missing: run tools/deps.sh"}]
+        spec = {"url": case["url"], "proxy": "http://" + PROXY_ADDR,
+                "method": case.get("method", "GET"), "headers": case.get("headers", {}),
+                "body": case.get("body"), "timeout_s": timeout - 5}
+        proc = subprocess.run(self.in_sandbox(["node", os.path.join(node_dir, "fetch.js"),
+                                               json.dumps(spec)]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                              env=client_env(self.tmp, {"NODE_EXTRA_CA_CERTS": self.vars["ca"]}),
+                              check=False)
+        if proc.returncode != 0:
+            return [{"error": "node exit %d: %s" % (proc.returncode, proc.stderr.decode()[-2000:])}]
+        return [json.loads(proc.stdout)]
+
+    def client_python(self, case, timeout):
+        spec = {"mode": "urllib", "url": case["url"], "proxy": "http://" + PROXY_ADDR,
+                "cafile": self.vars["ca"], "method": case.get("method", "GET"),
+                "headers": case.get("headers", {}), "body": case.get("body"),
+                "timeout_s": timeout - 5}
+        return [self.run_python(spec, timeout)]
+
+    def client_httpclient(self, case, timeout):
+        spec = {"mode": "httpclient", "proxy_addr": PROXY_ADDR, "requests": case["requests"],
+                "timeout_s": timeout - 5}
+        return self.responses(self.run_python(spec, timeout))
+
+    def client_raw(self, case, timeout):
+        spec = {"mode": "raw", "send_b64": base64.b64encode(expand_pieces(case["request"]))
+                .decode(), "responses": case.get("responses", 1), "timeout_s": timeout - 5,
+                "shut_wr": case.get("shut_wr", False), "connect": case.get("connect", False)}
+        sandbox = case.get("sandbox")
+        if sandbox:
+            spec["unix"] = os.path.join(self.vars["sock_dir"], "sandboxes", sandbox,
+                                        "egress.sock")
+        else:
+            spec["proxy_addr"] = PROXY_ADDR
+        return self.responses(self.run_python(spec, timeout, in_sandbox=not sandbox))
+
+    def responses(self, got):
+        """A multi-response result as a list; a failure shows as one more entry."""
+        self.last_extra = got
+        out = list(got.get("responses", []))
+        if got.get("error") or not out:
+            out.append({"error": got.get("error")})
+        return out
+
+    def client_direct(self, case, timeout):
+        got = self.run_python({"mode": "direct", "targets": case["targets"]}, timeout)
+        return [got]
+
+    def client_check_config(self, case, timeout):
+        if case.get("config_file") == "policy":
+            path = self.vars["policy"]
+        else:
+            path = os.path.join(self.tmp, "check-%s.yaml" % case["name"])
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("\n".join(case["config"]) + "\n")
+        proc = subprocess.run([self.args.daemon, "--check-config", path],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout, env=daemon_env(), check=False)
+        err = proc.stderr.decode("utf-8", "replace")
+        r = {"exit": proc.returncode, "stderr": err}
+        r["sanitizer"] = [m for m in SANITIZER_MARKS if m in err]
+        m = re.match(re.escape(path) + r":(\d+):(\d+): \S", err)
+        if m:
+            r["line"], r["col"] = int(m.group(1)), int(m.group(2))
+        return [r]
+
+    # ---- one case -----------------------------------------------------------
+
+    def run_case(self, case):
+        name = case["name"]
+        timeout = case.get("timeout_s", CASE_TIMEOUT_S)
+        handler = getattr(self, "client_" + case["client"])
+        self.last_extra = None
+        t0 = time.monotonic()
+        fwd_before = self.forwarder_count()
+        try:
+            results = handler(case, timeout)
+        except subprocess.TimeoutExpired:
+            self.result(name, ["client timed out after %ds" % timeout])
+            return
+        except (ValueError, KeyError, IndexError, OSError) as e:
+            self.result(name, ["harness error: %s: %s" % (type(e).__name__, e)])
+            return
+        errs = []
+        wants = case.get("expect_each") or [case.get("expect", {})]
+        if len(results) != len(wants):
+            errs.append("%d responses, want %d" % (len(results), len(wants)))
+        for i, (resp, want) in enumerate(zip(results, wants)):
+            prefix = "response %d: " % (i + 1) if len(wants) > 1 else ""
+            errs += [prefix + e for e in check_response(resp, want)]
+            errs += [prefix + e for e in check_refusal(resp, self.refusals)]
+            if resp.get("sanitizer"):
+                errs.append("stderr contains %s:\n%s" % (resp["sanitizer"], resp["stderr"][-3000:]))
+            if case["client"] == "check_config" and want.get("exit") == 1 and "line" not in resp:
+                errs.append("stderr does not start with %s:LINE:COL: message: %r"
+                            % ("FILE", resp.get("stderr", "")[:300]))
+        if case.get("same_connection"):
+            ports = {r.get("local_port") for r in results}
+            if len(ports) != 1:
+                errs.append("requests used %d client connections (%s), want 1" % (len(ports),
+                                                                                 sorted(ports)))
+        if "forwarder_connections" in case:
+            made = self.forwarder_count() - fwd_before
+            if made != case["forwarder_connections"]:
+                errs.append("client made %d connections to the proxy, want %d"
+                            % (made, case["forwarder_connections"]))
+        if case.get("audit"):
+            self.audit_wants.append((name, case["audit"], case.get("audit_same_conn", False)))
+        self.result("%s (%.1fs)" % (name, time.monotonic() - t0), errs,
+                    {"results": results, "extra": self.last_extra})
+
+    # ---- set-up and tear-down -----------------------------------------------
+
+    def start_origin(self, leaf_pem, leaf_key):
+        p = self.procs.start("origin", ["ip", "netns", "exec", self.args.upns, "python3",
+                                        os.path.join(HERE, "origin.py"), "--dir", self.tmp,
+                                        "--cert", leaf_pem, "--key", leaf_key],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        line = p.stdout.readline()
+        if not line:
+            raise Fatal("origin.py exited before listening")
+        return json.loads(line)
+
+    def free_ports(self):
+        """Ports nothing listens on in the upstream namespace (it is ours alone)."""
+        code = ("import socket\n"
+                "t = socket.socket(); t.bind(('127.0.0.1', 0))\n"
+                "u = socket.socket(type=socket.SOCK_DGRAM); u.bind(('127.0.0.1', 0))\n"
+                "print(t.getsockname()[1], u.getsockname()[1])\n")
+        out = run(["ip", "netns", "exec", self.args.upns, "python3", "-c", code]).stdout.split()
+        return int(out[0]), int(out[1])
+
+    def start_daemon(self):
+        err_path = os.path.join(self.tmp, "daemon.stderr")
+        self.daemon_err_path = err_path
+        err = open(err_path, "wb")
+        self.daemon = self.procs.start(
+            "agentsnetd", ["ip", "netns", "exec", self.args.upns, self.args.daemon,
+                           "--config", self.vars["policy"]],
+            stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=daemon_env())
+        err.close()
+        try:
+            wait_for(lambda: "agentsnetd: ready" in read_text(err_path)
+                     or self.daemon.poll() is not None, READY_TIMEOUT_S, "agentsnetd: ready")
+        except Fatal:
+            raise Fatal("agentsnetd not ready; stderr:\n" + read_text(err_path)[-4000:])
+        if self.daemon.poll() is not None:
+            raise Fatal("agentsnetd exited %d at start; stderr:\n%s"
+                        % (self.daemon.returncode, read_text(err_path)[-4000:]))
+
+    def start_forwarder(self):
+        sock = os.path.join(self.vars["sock_dir"], "sandboxes", SANDBOX, "egress.sock")
+        if not os.path.exists(sock):
+            raise Fatal("agentsnetd is ready but %s does not exist" % sock)
+        err_path = os.path.join(self.tmp, "forwarder.stderr")
+        err = open(err_path, "wb")
+        self.forwarder = self.procs.start(
+            "forwarder", self.in_sandbox(["python3", os.path.join(HERE, "forwarder.py"),
+                                          "--listen", PROXY_ADDR, "--unix", sock, "--stats",
+                                          os.path.join(self.tmp, "forwarder.stats")]),
+            stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=client_env(self.tmp))
+        err.close()
+        wait_for(lambda: "forwarder: ready" in read_text(err_path)
+                 or self.forwarder.poll() is not None, 10, "forwarder: ready")
+        if self.forwarder.poll() is not None:
+            raise Fatal("forwarder exited: " + read_text(err_path))
+
+    def stop_daemon(self):
+        """SIGTERM; the run fails on a non-zero exit or any sanitizer report."""
+        t0 = time.monotonic()
+        self.daemon.send_signal(signal.SIGTERM)
+        errs = []
+        try:
+            code = self.daemon.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.daemon.kill()
+            code = self.daemon.wait()
+            errs.append("did not exit within %ds of SIGTERM" % STOP_TIMEOUT_S)
+        if code != 0:
+            errs.append("exit status %d, want 0" % code)
+        text = read_text(self.daemon_err_path)
+        for mark in SANITIZER_MARKS:
+            if mark in text:
+                errs.append("stderr contains %r" % mark)
+        if errs:
+            errs.append("stderr (last 6000 bytes):\n" + text[-6000:])
+        self.result("daemon stops on SIGTERM with exit 0 and a clean stderr (%.1fs)"
+                    % (time.monotonic() - t0), errs)
+
+    # ---- the audit file -----------------------------------------------------
+
+    def check_audit(self):
+        path = self.vars["audit"]
+        records, errs = [], []
+        for n, line in enumerate(read_text(path).splitlines(), 1):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                errs.append("line %d is not JSON: %r" % (n, line[:200]))
+        for r in records:
+            for field in ("ts", "id", "event"):
+                if field not in r:
+                    errs.append("record without %r: %r" % (field, r))
+            if r.get("event") == "decision" and r.get("decision") not in ("allow", "deny"):
+                errs.append("decision record with decision %r" % r.get("decision"))
+        if not records:
+            errs.append("audit file %s is empty" % path)
+        self.result("audit: every line of %d parses as JSON" % len(records), errs)
+
+        missing = []
+        for case, wants, same_conn in self.audit_wants:
+            conns = set()
+            for want in wants:
+                found = [r for r in records if audit_match(r, want)]
+                if not found:
+                    missing.append("%s: no record matches %s" % (case, json.dumps(want)))
+                conns.update(r.get("conn") for r in found)
+            if same_conn and len(conns) > 1:
+                missing.append("%s: records on %d connections %s, want one" % (
+                    case, len(conns), sorted(conns)))
+        self.result("audit: the %d expected records exist" % sum(
+            len(w[1]) for w in self.audit_wants), missing)
+
+        lost = ["%s: %s" % (r.get("detail"), {k: r[k] for k in ("dropped", "lost") if k in r})
+                for r in records if r.get("dropped") or r.get("lost")]
+        self.result("audit: no record was dropped", lost)
+
+        by_id = {str(r.get("id")): r for r in records}
+        bad = []
+        for doc in self.refusals:
+            rec = by_id.get(str(doc.get("audit_id")))
+            if rec is None:
+                bad.append("audit_id %r (%s %s:%s) has no record" % (
+                    doc.get("audit_id"), doc.get("reason"), doc.get("host"), doc.get("port")))
+                continue
+            for field in ("reason", "host", "port", "sandbox"):
+                if field in doc and rec.get(field) != doc[field] and (rec.get(field) or doc[field]):
+                    bad.append("audit_id %s: record %s %r != body %r" % (
+                        doc.get("audit_id"), field, rec.get(field), doc[field]))
+            if rec.get("event") != "decision" or rec.get("decision") != "deny":
+                bad.append("audit_id %s: record is not a deny decision: %r"
+                           % (doc.get("audit_id"), rec))
+        self.result("audit: each of %d refusals' audit_id names its deny decision record"
+                    % len(self.refusals), bad)
+
+
+def audit_match(rec, want):
+    for key, value in want.items():
+        got = rec.get(key)
+        if isinstance(value, dict):
+            if "min" in value and not (isinstance(got, int) and got >= value["min"]):
+                return False
+            if value.get("present") and got in (None, ""):
+                return False
+        elif got != value:
+            return False
+    return True
+
+
+def parse_header_blocks(text):
+    """curl -D output: one {name: value} per response head, in order."""
+    blocks = []
+    for line in text.split("\n"):
+        line = line.rstrip("\r")
+        if line.startswith("HTTP/"):
+            blocks.append({})
+        elif ":" in line and blocks:
+            name, value = line.split(":", 1)
+            key = name.strip().lower()
+            cur = blocks[-1]
+            cur[key] = value.strip() if key not in cur else cur[key] + ", " + value.strip()
+    return blocks
+
+
+def daemon_env():
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:halt_on_error=1:abort_on_error=0")
+    env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+    return env
+
+
+def load_cases(pattern):
+    cases = []
+    case_dir = os.path.join(HERE, "cases")
+    for fname in sorted(os.listdir(case_dir)):
+        if not fname.endswith(".json"):
+            continue
+        with open(os.path.join(case_dir, fname), encoding="utf-8") as f:
+            case = json.load(f)
+        case["name"] = fname[: -len(".json")]
+        if pattern and not fnmatch.fnmatch(case["name"], pattern):
+            continue
+        cases.append(case)
+    return cases
+
+
+def preflight(args):
+    if os.geteuid() != 0:
+        raise Skip("network namespaces need root")
+    for tool in ("ip", "curl", "openssl", "node"):
+        if shutil.which(tool) is None:
+            raise Skip("%s is not installed (tools/deps.sh installs it)" % tool)
+    if not os.access(args.daemon, os.X_OK):
+        raise Fatal("daemon %s is not built (make build/san/agentsnetd)" % args.daemon)
+    probe = "agentsnet-it-probe-%d" % os.getpid()
+    if subprocess.run(["ip", "netns", "add", probe], stderr=subprocess.PIPE,
+                      check=False).returncode != 0:
+        raise Skip("cannot create a network namespace here")
+    netns_del(probe)
+
+
+def render_policy(suite):
+    with open(os.path.join(HERE, "policy.yaml.in"), encoding="utf-8") as f:
+        text = f.read()
+    text = PLACEHOLDER.sub(lambda m: str(suite.vars[m.group(1)]), text)
+    with open(suite.vars["policy"], "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def run_suite(suite, cases):
+    args = suite.args
+    t0 = time.monotonic()
+    ca_pem, leaf_pem, leaf_key = make_pki(suite.tmp)
+    suite.vars.update(make_data(suite.tmp))
+    log("# fixtures ready in %.1fs (%s)" % (time.monotonic() - t0, suite.tmp))
+    netns_add(args.upns)
+    netns_add(args.netns)
+    ports = suite.start_origin(leaf_pem, leaf_key)
+    closed_port, dns_port = suite.free_ports()
+    sock_dir = os.path.join(suite.tmp, "sock")
+    os.mkdir(sock_dir)
+    suite.vars.update(ports)
+    suite.vars.update({
+        "ca": ca_pem, "tmp": suite.tmp, "sock_dir": sock_dir, "closed_port": closed_port,
+        "dns_port": dns_port, "audit": os.path.join(suite.tmp, "audit.jsonl"),
+        "policy": os.path.join(suite.tmp, "policy.yaml"), "proxy": "http://" + PROXY_ADDR,
+        "sandbox": SANDBOX, "other_sandbox": OTHER_SANDBOX,
+    })
+    render_policy(suite)
+    log("# origin https:%d http:%d, closed tcp:%d udp:%d" % (
+        ports["https_port"], ports["http_port"], closed_port, dns_port))
+
+    static = [c for c in cases if c["client"] == "check_config"]
+    live = [c for c in cases if c["client"] != "check_config"]
+    for case in static:
+        suite.run_case(substitute(case, suite.vars))
+    if not live:
+        return
+    suite.start_daemon()
+    suite.start_forwarder()
+    log("# agentsnetd and forwarder ready")
+    for case in live:
+        if suite.daemon.poll() is not None:
+            suite.result(case["name"], ["not run: agentsnetd is gone"])
+            continue
+        suite.run_case(substitute(case, suite.vars))
+        if suite.daemon.poll() is not None:
+            log("# agentsnetd exited %d during %s; stderr:\n%s" % (
+                suite.daemon.returncode, case["name"],
+                read_text(suite.daemon_err_path)[-4000:]))
+    suite.procs.stop(suite.forwarder)
+    suite.stop_daemon()
+    suite.check_audit()
+
+
+def main():
+    ap = argparse.ArgumentParser(description="agentsnet integration suite")
+    ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "san", "agentsnetd"))
+    ap.add_argument("--netns", default="agentsnet-it-%d" % os.getpid(),
+                    help="name of the sandbox namespace (the upstream one adds -up)")
+    ap.add_argument("--cases", default=None, help="glob of case names to run")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    args.daemon = os.path.abspath(args.daemon)
+    args.upns = args.netns + "-up"
+
+    try:
+        preflight(args)
+    except Skip as e:
+        log("integ: SKIP: %s" % e)
+        return SKIP
+    except Fatal as e:
+        log("integ: FAIL: %s" % e)
+        return 1
+
+    suite = Suite(args)
+    suite.tmp = tempfile.mkdtemp(prefix="agentsnet-it-")
+    status = 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        run_suite(suite, load_cases(args.cases))
+    except Fatal as e:
+        log("not ok - set-up: %s" % e)
+        suite.failed += 1
+    except subprocess.CalledProcessError as e:
+        log("not ok - set-up: %s: %s" % (" ".join(e.cmd), (e.stderr or b"").decode()[-2000:]))
+        suite.failed += 1
+    finally:
+        suite.procs.stop_all()
+        netns_del(args.netns)
+        netns_del(args.upns)
+        if args.keep or (suite.failed and args.verbose):
+            log("# kept %s" % suite.tmp)
+        else:
+            shutil.rmtree(suite.tmp, ignore_errors=True)
+    if suite.failed == 0 and suite.passed == 0:
+        log("integ: no case ran")
+        status = 1
+    elif suite.failed:
+        status = 1
+    log("integ: %d passed, %d failed" % (suite.passed, suite.failed))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

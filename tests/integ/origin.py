@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The upstream origins of the integration suite: one HTTPS and one plain-HTTP
+server on 127.0.0.1, threaded, HTTP/1.1 with keep-alive.
+
+Both serve the same resources from the fixture directory <dir>:
+    GET  /big          big.bin (100 MiB of deterministic bytes), Content-Length
+    GET  /small.json   small.json, application/json
+    GET  /chunked      chunked.bin, sent with Transfer-Encoding: chunked
+    *    /echo         JSON: method, path, request headers (names lower case),
+                       body length, sha256 and text, and the peer address
+Request bodies may be Content-Length or chunked. TLS is set up per connection
+in the handler thread, so a client that stalls in its handshake never blocks
+the accept loop.
+
+    origin.py --dir DIR --cert leaf.pem --key leaf.key
+
+Prints one JSON line {"https_port": N, "http_port": N} on stdout when both
+listen; stops on SIGTERM or when stdin closes. Logs requests to DIR/origin.log.
+"""
+
+import argparse
+import hashlib
+import http.server
+import json
+import os
+import signal
+import socketserver
+import ssl
+import sys
+import threading
+
+SEND_BYTES = 1024 * 1024
+CHUNK_PIECES = (1, 1000, 65536, 7, 123457)
+LOG_LOCK = threading.Lock()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "agentsnet-integ-origin"
+
+    def log_message(self, fmt, *args):
+        with LOG_LOCK, open(self.server.log_path, "a", encoding="utf-8") as f:
+            f.write("%s %s %s\n" % (self.server.name, self.address_string(), fmt % args))
+
+    def read_body(self):
+        te = self.headers.get("Transfer-Encoding", "")
+        if te.lower() == "chunked":
+            parts = []
+            while True:
+                size_line = self.rfile.readline(4096)
+                size = int(size_line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline(4096) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline(4096)
+        length = int(self.headers.get("Content-Length", "0"))
+        return self.rfile.read(length) if length > 0 else b""
+
+    def send_file(self, name, ctype):
+        path = os.path.join(self.server.fixture_dir, name)
+        size = os.path.getsize(path)
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        with open(path, "rb") as f:
+            while True:
+                data = f.read(SEND_BYTES)
+                if not data:
+                    break
+                self.wfile.write(data)
+
+    def send_chunked(self):
+        with open(os.path.join(self.server.fixture_dir, "chunked.bin"), "rb") as f:
+            data = f.read()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        off = 0
+        for n in CHUNK_PIECES:
+            piece = data[off : off + n]
+            off += n
+            if piece:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        if off < len(data):
+            rest = data[off:]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(rest), rest))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def send_echo(self, body):
+        headers = {}
+        for name, value in self.headers.items():
+            key = name.lower()
+            headers[key] = value if key not in headers else headers[key] + ", " + value
+        try:
+            text = body.decode("utf-8") if len(body) <= 65536 else None
+        except UnicodeDecodeError:
+            text = None
+        doc = {
+            "origin": self.server.name,
+            "method": self.command,
+            "path": self.path,
+            "version": self.request_version,
+            "headers": headers,
+            "body_len": len(body),
+            "body_sha256": hashlib.sha256(body).hexdigest(),
+            "body": text,
+            "peer": "%s:%d" % self.client_address[:2],
+        }
+        out = json.dumps(doc, sort_keys=True).encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def route(self):
+        body = self.read_body()
+        path = self.path.split("?", 1)[0]
+        if path == "/echo":
+            self.send_echo(body)
+        elif path == "/big" and self.command in ("GET", "HEAD"):
+            self.send_file("big.bin", "application/octet-stream")
+        elif path == "/small.json" and self.command in ("GET", "HEAD"):
+            self.send_file("small.json", "application/json")
+        elif path == "/chunked" and self.command == "GET":
+            self.send_chunked()
+        else:
+            self.send_error(404)
+
+    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = route
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, name, fixture_dir, log_path, tls_ctx):
+        self.name = name
+        self.fixture_dir = fixture_dir
+        self.log_path = log_path
+        self.tls_ctx = tls_ctx
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    def finish_request(self, request, client_address):
+        if self.tls_ctx is not None:
+            request.settimeout(30)
+            try:
+                request = self.tls_ctx.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as e:
+                with LOG_LOCK, open(self.log_path, "a", encoding="utf-8") as f:
+                    f.write("%s %s tls handshake failed: %s\n" % (self.name, client_address, e))
+                return
+            request.settimeout(None)
+        self.RequestHandlerClass(request, client_address, self)
+
+    def handle_error(self, request, client_address):
+        with LOG_LOCK, open(self.log_path, "a", encoding="utf-8") as f:
+            f.write("%s %s error: %r\n" % (self.name, client_address, sys.exc_info()[1]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--cert", required=True)
+    ap.add_argument("--key", required=True)
+    args = ap.parse_args()
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(args.cert, args.key)
+    log_path = os.path.join(args.dir, "origin.log")
+    servers = [
+        Server("https", args.dir, log_path, ctx),
+        Server("http", args.dir, log_path, None),
+    ]
+    for s in servers:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(
+        json.dumps({"https_port": servers[0].server_address[1],
+                    "http_port": servers[1].server_address[1]}),
+        flush=True,
+    )
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    while not stop.wait(0.5):
+        pass
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+#!/bin/sh
+# `make integ`: the integration suite (tests/integ/integ.py) under a global
+# timeout. Exit 0 pass, 1 fail, 77 skip (the reason is printed).
+#
+#   tests/integ/run.sh [integ.py options, e.g. --cases '04*' -v --keep]
+#
+# AGENTSNETD overrides the daemon under test (default: build/san/agentsnetd);
+# AN_INTEG_TIMEOUT_S the global timeout (default 900 s). The namespaces are
+# named after this shell's PID and deleted here too, so that they go even when
+# the timeout had to kill the suite.
+set -u
+cd "$(dirname "$0")/../.."
+
+daemon=${AGENTSNETD:-build/san/agentsnetd}
+limit=${AN_INTEG_TIMEOUT_S:-900}
+ns="agentsnet-it-$$"
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "integ: SKIP: network namespaces need root"
+	exit 77
+fi
+for tool in ip python3 timeout; do
+	if ! command -v "$tool" >/dev/null 2>&1; then
+		echo "integ: SKIP: $tool is not installed"
+		exit 77
+	fi
+done
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+	echo "integ: SKIP: python3 >= 3.11 needed"
+	exit 77
+fi
+
+cleanup() {
+	ip netns del "$ns" 2>/dev/null
+	ip netns del "$ns-up" 2>/dev/null
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+timeout --kill-after=15 "$limit" python3 -u tests/integ/integ.py --daemon "$daemon" \
+	--netns "$ns" "$@"
+rc=$?
+case $rc in
+0 | 1 | 77) ;;
+124 | 137)
+	echo "integ: FAIL: global timeout of ${limit}s"
+	rc=1
+	;;
+*)
+	echo "integ: FAIL: integ.py exited $rc"
+	rc=1
+	;;
+esac
+exit $rc
