@@ -1,0 +1,44 @@
+#!/bin/sh
+# `make bench` (not part of `make check`): builds the load client and origin
+# (bench/tunnel.c), then bench/bench.py measures agentsnetd against direct
+# connections on loopback and prints one table; the figures also go to
+# bench/results/latest.json. Every step is bounded in time.
+#
+# AGENTSNETD overrides the daemon (default build/rel/agentsnetd);
+# AN_BENCH_TIMEOUT_S the global timeout (default 900 s); AN_BENCH_STRICT=1
+# makes a missed target fail the run.
+set -u
+cd "$(dirname "$0")/.."
+
+daemon=${AGENTSNETD:-build/rel/agentsnetd}
+limit=${AN_BENCH_TIMEOUT_S:-900}
+for tool in gcc python3 taskset timeout wrk; do
+	if ! command -v "$tool" >/dev/null 2>&1; then
+		echo "bench: $tool is missing (tools/deps.sh bench installs it)"
+		exit 1
+	fi
+done
+if [ ! -x "$daemon" ]; then
+	echo "bench: $daemon is not built (make build/rel/agentsnetd)"
+	exit 1
+fi
+
+work=$(mktemp -d /tmp/agentsnet-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM HUP
+
+# Project code: the house flags, optimised.
+if ! gcc -O2 -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wconversion \
+	-Wimplicit-fallthrough -Wvla -Wformat=2 -I. -o "$work/tunnel" bench/tunnel.c core/an.c; then
+	echo "bench: bench/tunnel.c does not build"
+	exit 1
+fi
+
+timeout --kill-after=15 "$limit" python3 -u bench/bench.py --daemon "$daemon" \
+	--tunnel "$work/tunnel" --work "$work" --results bench/results/latest.json
+rc=$?
+if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+	echo "bench: FAIL: global timeout of ${limit}s"
+	rc=1
+fi
+exit $rc
