@@ -212,6 +212,8 @@ daemon:
   tcp_listen: 127.0.0.1:%(tcp)d
   tcp_sandbox: bench
 resolver:
+  # Loopback only: the system resolver's address must never see a query.
+  servers: ["127.0.0.1:9"]
   hosts: {%(name)s: [127.0.0.1]}
   allow_private: [127.0.0.1/32]
 profiles:

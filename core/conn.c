@@ -125,7 +125,9 @@ static const char reply_overloaded[] =
     "retry after a short wait.\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 40\r\n"
     "\r\n{\"reason\":\"overloaded\",\"status\":503}\n\n\n";
 
-static void conn_close(struct conn *c);
+/* Closes both sides; the debug log names the line that decided it. */
+static void conn_close_at(struct conn *c, int line);
+#define conn_close(c) conn_close_at((c), __LINE__)
 static void respond(struct conn *c, enum reason why);
 static void relay_arm(struct conn *c, int dir);
 static void up_prelude_step(struct conn *c);
@@ -375,10 +377,15 @@ static void conn_maybe_free(struct conn *c)
 	pool_put(&w->conns, c);
 }
 
-static void conn_close(struct conn *c)
+static void conn_close_at(struct conn *c, int line)
 {
 	if (c->state == ST_CLOSING)
 		return;
+	static const char *const state_names[] = { "head",    "resolve", "connect", "tunnel",
+						   "forward", "respond", "linger" };
+	static_assert(AN_ARRAY_LEN(state_names) == ST_CLOSING, "a name per state");
+	log_debug("conn %llx: closing in %s (conn.c:%d)", (unsigned long long)c->id,
+		  state_names[c->state], line);
 	c->state = ST_CLOSING;
 	timer_disarm(c->w->timers, &c->timer);
 	uint32_t pending = c->ops;
@@ -999,9 +1006,11 @@ static void splice_in(struct conn *c, int dir)
 	struct relay *r = relay_of(c, dir);
 	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_SPLICE_IN));
 
+	AN_ASSERT(r->pipe_bytes < c->w->pipes.pipe_bytes);
 	r->state = R_SPLICE_IN;
 	io_uring_prep_splice(sqe, relay_src(c, dir), -1, r->pipe->write_fd, -1,
-			     c->w->pipes.pipe_bytes, SPLICE_F_FD_IN_FIXED | SPLICE_F_MOVE);
+			     c->w->pipes.pipe_bytes - r->pipe_bytes,
+			     SPLICE_F_FD_IN_FIXED | SPLICE_F_MOVE);
 }
 
 static void splice_out(struct conn *c, int dir)
@@ -1051,21 +1060,28 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 		}
 		break;
 	case ROP_SPLICE_IN:
-		if (res == -EAGAIN) {
+		if (res == -EAGAIN || res == 0) {
+			/* Source drained (or ended): flush what the pipe gathered first. */
+			r->eof = res == 0;
+			r->full_fill = false;
+			if (r->pipe_bytes > 0) {
+				splice_out(c, dir);
+				break;
+			}
 			pipepool_put(&w->pipes, r->pipe, 0);
 			r->pipe = NULL;
-			relay_arm(c, dir);
-		} else if (res == 0) {
-			pipepool_put(&w->pipes, r->pipe, 0);
-			r->pipe = NULL;
-			r->eof = true;
-			relay_shut(c, dir);
-		} else {
-			r->pipe_bytes += (uint32_t)res;
-			r->bytes += (uint64_t)res;
-			r->full_fill = (uint32_t)res >= CONN_STREAMING_BYTES;
-			splice_out(c, dir);
+			relay_arm(c, dir); /* polls again, or shuts dst on EOF */
+			break;
 		}
+		r->pipe_bytes += (uint32_t)res;
+		r->bytes += (uint64_t)res;
+		r->full_fill = (uint32_t)res >= CONN_STREAMING_BYTES;
+		/* While the source streams, gather up to half a pipe before sending:
+		 * fewer, larger sends mean fewer wake-ups of the receiver. */
+		if (r->full_fill && r->pipe_bytes <= w->pipes.pipe_bytes / 2)
+			splice_in(c, dir);
+		else
+			splice_out(c, dir);
 		break;
 	case ROP_SPLICE_OUT:
 		if (res == -EAGAIN) {
@@ -1085,7 +1101,7 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 		r->pipe_bytes -= (uint32_t)res;
 		if (r->pipe_bytes > 0) {
 			splice_out(c, dir);
-		} else if (r->full_fill) {
+		} else if (r->full_fill && !r->eof) {
 			splice_in(c, dir);
 		} else {
 			pipepool_put(&w->pipes, r->pipe, 0);
@@ -1498,8 +1514,11 @@ static void linger_start(struct conn *c);
 /* Both halves of an exchange are done: keep the conn for the next request or close. */
 static void request_finish(struct conn *c)
 {
+	/* The cancelled head receive counts too: its last completion may still
+	 * bring early bytes, and it re-runs this function when it arrives. */
 	uint32_t busy = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
-			op_bit(dir_op(DIR_DOWN, ROP_SEND)) | op_bit(dir_op(DIR_DOWN, ROP_RECV));
+			op_bit(dir_op(DIR_DOWN, ROP_SEND)) | op_bit(dir_op(DIR_DOWN, ROP_RECV)) |
+			op_bit(OP_HEAD_RECV);
 
 	if (c->state != ST_FORWARD || !c->req_done || !c->resp_done || (c->ops & busy))
 		return;
@@ -1509,8 +1528,7 @@ static void request_finish(struct conn *c)
 	bool carry =
 	    next_len > 0 && c->early_count == 0 && p >= c->head && p < c->head + c->head_fill;
 	bool keep = c->keep_alive && c->resp_keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
-		    c->resp_body != HTTP1_BODY_CLOSE && (next_len == 0 || carry) &&
-		    !(c->ops & op_bit(OP_HEAD_RECV));
+		    c->resp_body != HTTP1_BODY_CLOSE && (next_len == 0 || carry);
 	if (!keep) {
 		linger_start(c);
 		return;

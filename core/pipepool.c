@@ -20,7 +20,7 @@ static int pipe_open(struct pipe_pair *p, uint32_t pipe_bytes)
 
 	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == -1)
 		return -errno;
-	/* Best effort: past the per-user soft cap the kernel keeps one page. */
+	/* Best effort: past the per-user soft cap the kernel refuses to grow it. */
 	if (pipe_bytes != 0)
 		(void)fcntl(fds[1], F_SETPIPE_SZ, (int)pipe_bytes);
 	p->read_fd = fds[0];
@@ -52,6 +52,12 @@ int pipepool_init(struct pipepool *pp, uint32_t count, uint32_t pipe_bytes)
 	}
 	for (uint32_t i = 0; i < count; i++) {
 		int ret = pipe_open(&pp->pipes[i], pipe_bytes);
+		if (ret == 0) {
+			/* Relays size their splices by the smallest pipe actually made. */
+			int got = fcntl(pp->pipes[i].write_fd, F_GETPIPE_SZ);
+			if (got > 0 && (uint32_t)got < pp->pipe_bytes)
+				pp->pipe_bytes = (uint32_t)got;
+		}
 		if (ret != 0) {
 			pp->capacity = i;
 			pp->free_count = i;

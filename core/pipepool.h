@@ -21,7 +21,7 @@ struct pipepool {
 	uint32_t capacity;
 	uint32_t free_count;
 	uint32_t retired;      /* pipes whose replacement failed */
-	uint32_t pipe_bytes;   /* capacity each pipe was given (F_SETPIPE_SZ) */
+	uint32_t pipe_bytes;   /* capacity of the smallest pipe made (F_GETPIPE_SZ) */
 	uint64_t failed_takes; /* takes refused: the relay copied instead */
 	uint64_t replaced;     /* pipes closed with bytes inside and re-created */
 };

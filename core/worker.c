@@ -275,7 +275,14 @@ static int32_t wait_ms(struct worker *w)
 
 static bool worker_drained(const struct worker *w)
 {
-	return w->stopping && w->live == NULL && w->dns.polls_pending == 0;
+	if (!w->stopping || w->live != NULL || w->dns.polls_pending != 0)
+		return false;
+	/* Every cancelled accept must have posted its last completion too. */
+	for (uint32_t i = 0; i < w->listener_count; i++) {
+		if (w->listeners[i].armed)
+			return false;
+	}
+	return true;
 }
 
 static void worker_loop(struct worker *w)
