@@ -30,6 +30,7 @@ import json
 import socket
 import ssl
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -183,12 +184,30 @@ def run_raw(spec):
             if not data:
                 result["eof"] = True
             buf += data
+        if spec.get("wait_close_s") and not result["eof"]:
+            result["closed_after_s"] = wait_close(sock, spec["wait_close_s"])
     except OSError as e:
         result["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
         sock.close()
     result["leftover_len"] = len(buf)
     return result
+
+
+def wait_close(sock, limit_s):
+    """Seconds until the peer closes an idle connection, None if it does not
+    within limit_s (bytes arriving meanwhile are an error: it was not idle)."""
+    t0 = time.monotonic()
+    sock.settimeout(limit_s)
+    try:
+        data = sock.recv(READ_BYTES)
+    except socket.timeout:
+        return None
+    except ConnectionResetError:
+        data = b""
+    if data:
+        raise OSError("%d unexpected bytes on an idle connection" % len(data))
+    return round(time.monotonic() - t0, 2)
 
 
 def run_direct(spec):

@@ -460,7 +460,8 @@ class Suite:
     def client_raw(self, case, timeout):
         spec = {"mode": "raw", "send_b64": base64.b64encode(expand_pieces(case["request"]))
                 .decode(), "responses": case.get("responses", 1), "timeout_s": timeout - 5,
-                "shut_wr": case.get("shut_wr", False), "connect": case.get("connect", False)}
+                "shut_wr": case.get("shut_wr", False), "connect": case.get("connect", False),
+                "wait_close_s": case.get("wait_close_s", 0)}
         sandbox = case.get("sandbox")
         if sandbox:
             spec["unix"] = os.path.join(self.vars["sock_dir"], "sandboxes", sandbox,
@@ -534,6 +535,12 @@ class Suite:
             if len(ports) != 1:
                 errs.append("requests used %d client connections (%s), want 1" % (len(ports),
                                                                                  sorted(ports)))
+        if "closed_after_s" in case:
+            lo, hi = case["closed_after_s"]
+            got = (self.last_extra or {}).get("closed_after_s")
+            if got is None or not lo <= got <= hi:
+                errs.append("the proxy closed the idle connection after %s s, want %s..%s s"
+                            % (got, lo, hi))
         if "forwarder_connections" in case:
             made = self.forwarder_count() - fwd_before
             if made != case["forwarder_connections"]:

@@ -40,6 +40,14 @@ trap 'exit 1' INT TERM HUP
 timeout --kill-after=15 "$limit" python3 -u tests/integ/integ.py --daemon "$daemon" \
 	--netns "$ns" "$@"
 rc=$?
+# The copy relay with splice switched off (the kill switch of the fast path):
+# the tunnel cases again, bytes checked by sha256 both ways.
+if [ $rc -eq 0 ] && [ $# -eq 0 ]; then
+	echo "integ: tunnel cases again with AN_NO_SPLICE=1 (copy relay)"
+	AN_NO_SPLICE=1 timeout --kill-after=15 "$limit" python3 -u tests/integ/integ.py \
+		--daemon "$daemon" --netns "$ns" --cases '0[12]*'
+	rc=$?
+fi
 case $rc in
 0 | 1 | 77) ;;
 124 | 137)
