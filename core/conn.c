@@ -1209,6 +1209,42 @@ static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
 	}
 }
 
+typedef int64_t (*frame_fn)(struct conn *c, const char *p, uint32_t n);
+
+/*
+ * Sends on the part of the <res> bytes direction <dir> just received that
+ * belongs to the current message, as <frame> delimits it. Bytes past the
+ * message are dropped and the conn is not kept alive (a pipelining client
+ * retries them, RFC 9112 section 9.3.2). Returns the bytes sent, 0 when the
+ * message had already ended (the buffer is back in the ring), or -1 when the
+ * framing was malformed (the conn is closing).
+ */
+static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
+{
+	struct relay *r = relay_of(c, dir);
+	const char *p = (const char *)ring_buf(conn_ring(c), r->bid);
+
+	AN_ASSERT(r->holds_buf);
+	AN_ASSERT(res > 0);
+	int64_t m = frame(c, p, (uint32_t)res);
+	if (m < 0) {
+		conn_close(c);
+		return -1;
+	}
+	if (m < res)
+		c->flags |= F_NO_KEEPALIVE;
+	r->state = R_SEND;
+	r->buf_off = 0;
+	r->buf_len = (uint32_t)m;
+	if (m == 0) {
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+		return 0;
+	}
+	prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir), p, (size_t)m);
+	return m;
+}
+
 static void forward_start(struct conn *c)
 {
 	struct http1_request req;
@@ -1297,24 +1333,8 @@ static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 			nobufs_wait(c);
 			return;
 		}
-		const char *p = (const char *)ring_buf(conn_ring(c), r->bid);
-		int64_t m = req_frame(c, p, (uint32_t)res);
-		if (m < 0) {
-			conn_close(c);
-			return;
-		}
-		if (m < res)
-			c->flags |= F_NO_KEEPALIVE;
-		r->state = R_SEND;
-		r->buf_off = 0;
-		r->buf_len = (uint32_t)m;
-		if (m == 0) {
-			ring_buf_return(conn_ring(c), r->bid);
-			r->holds_buf = false;
+		if (fwd_send_framed(c, DIR_UP, res, req_frame) == 0)
 			fwd_up_step(c);
-			return;
-		}
-		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, (size_t)m);
 		return;
 	}
 	AN_ASSERT(rop == ROP_SEND);
@@ -1449,24 +1469,8 @@ static void on_fwd_down_recv(struct conn *c, int res)
 		fwd_resp_head(c);
 		return;
 	}
-	const char *p = (const char *)ring_buf(ring, r->bid);
-	int64_t m = resp_frame(c, p, (uint32_t)res);
-	if (m < 0) {
-		conn_close(c);
-		return;
-	}
-	if (m < res)
-		c->flags |= F_NO_KEEPALIVE;
-	r->state = R_SEND;
-	r->buf_off = 0;
-	r->buf_len = (uint32_t)m;
-	if (m == 0) {
-		ring_buf_return(ring, r->bid);
-		r->holds_buf = false;
+	if (fwd_send_framed(c, DIR_DOWN, res, resp_frame) == 0)
 		request_finish(c);
-		return;
-	}
-	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, p, (size_t)m);
 }
 
 static void on_fwd_down_send(struct conn *c, int res)
