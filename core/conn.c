@@ -210,7 +210,7 @@ static void close_slot(struct conn *c, int32_t *slot)
 
 static const struct engine_sandbox *conn_sandbox(const struct conn *c)
 {
-	return &c->w->e->sandboxes[c->sandbox];
+	return c->w->e->sandboxes[c->sandbox];
 }
 
 static uint64_t upstream_key(const char *host, size_t len, uint16_t port)
@@ -362,6 +362,9 @@ static void conn_maybe_free(struct conn *c)
 	AN_ASSERT(c->cfd == -1);
 	AN_ASSERT(c->ufd == -1);
 	audit_close_record(c);
+	struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
+	AN_ASSERT(sb->conns > 0);
+	sb->conns--;
 	early_release_all(c);
 	relay_release(c, &c->up);
 	relay_release(c, &c->down);
@@ -446,11 +449,20 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 			log_warn("worker %u: accept: %s", w->index, strerror(-res));
 		return;
 	}
+	if (l->removing) {
+		int32_t slot = res; /* the sandbox is going away: no answer to give */
+		struct io_uring_sqe *sqe = ring_sqe(&w->ring);
+		io_uring_prep_close_direct(sqe, (unsigned)slot);
+		io_uring_sqe_set_data64(sqe, 0);
+		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+		return;
+	}
 	struct conn *c = w->stopping ? NULL : pool_take(&w->conns);
 	if (c == NULL) {
 		refuse_overloaded(w, res);
 		return;
 	}
+	w->e->sandboxes[l->sandbox]->conns++;
 	w->stats.accepted++;
 	c->w = w;
 	c->id = ((uint64_t)w->index << 48) | ++w->next_conn_seq;

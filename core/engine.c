@@ -9,6 +9,10 @@
  * stale one (connect refused) is replaced. Sandboxes are spread over the
  * workers round-robin; the optional TCP listener is bound once per worker
  * with SO_REUSEPORT so the kernel spreads its connections over the cores.
+ *
+ * Run-time sandboxes are recorded as <socket_dir>/registry/<id> ("profile
+ * <name>"), outside every sandbox's own directory: a sandbox can write into
+ * the directory it has mounted, so nothing the daemon trusts may live there.
  */
 #include "core/engine.h"
 
@@ -20,6 +24,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -37,7 +43,7 @@ static int mkdir_one(const char *path, mode_t mode)
 	return 0;
 }
 
-static int mkdir_parents(const char *dir, mode_t mode)
+int engine_mkdir_parents(const char *dir, mode_t mode)
 {
 	char tmp[PATH_MAX];
 
@@ -72,36 +78,45 @@ static int socket_path_claim(const struct sockaddr_un *sun)
 	return 0;
 }
 
-static int listen_unix(struct engine_sandbox *sb, const char *socket_dir)
+int engine_listen_unix(const char *path, mode_t mode, bool nonblock)
 {
-	char dir[PATH_MAX];
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 
-	snprintf(dir, sizeof(dir), "%s/sandboxes/%s", socket_dir, sb->id);
-	int n = snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/egress.sock", dir);
-	if (n < 0 || (size_t)n >= sizeof(sun.sun_path)) {
-		log_error("sandbox %s: socket path %s/egress.sock is longer than %zu bytes", sb->id,
-			  dir, sizeof(sun.sun_path) - 1);
+	if (strlen(path) >= sizeof(sun.sun_path))
 		return -ENAMETOOLONG;
-	}
-	int ret = mkdir_parents(dir, 0755);
-	if (ret == 0)
-		ret = socket_path_claim(&sun);
-	if (ret != 0) {
-		log_error("sandbox %s: %s: %s", sb->id, sun.sun_path, strerror(-ret));
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	int ret = socket_path_claim(&sun);
+	if (ret != 0)
 		return ret;
-	}
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
 	if (fd == -1)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ||
-	    chmod(sun.sun_path, 0666) == -1 || listen(fd, 4096) == -1) {
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 || chmod(path, mode) == -1 ||
+	    listen(fd, 4096) == -1) {
 		ret = -errno;
-		log_error("sandbox %s: %s: %s", sb->id, sun.sun_path, strerror(-ret));
 		close(fd);
 		return ret;
 	}
-	memcpy(sb->path, sun.sun_path, sizeof(sb->path));
+	return fd;
+}
+
+static int listen_unix(struct engine_sandbox *sb, const char *socket_dir)
+{
+	char dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/sandboxes/%s", socket_dir, sb->id);
+	int n = snprintf(sb->path, sizeof(sb->path), "%s/egress.sock", dir);
+	if (n < 0 || (size_t)n >= sizeof(sb->path)) {
+		log_error("sandbox %s: socket path %s/egress.sock is longer than %zu bytes", sb->id,
+			  dir, sizeof(sb->path) - 1);
+		return -ENAMETOOLONG;
+	}
+	int ret = engine_mkdir_parents(dir, 0755);
+	int fd = ret == 0 ? engine_listen_unix(sb->path, 0666, true) : ret;
+	if (fd < 0) {
+		log_error("sandbox %s: %s: %s", sb->id, sb->path, strerror(-fd));
+		return fd;
+	}
 	sb->listen_fd = fd;
 	return 0;
 }
@@ -163,28 +178,171 @@ static uint32_t worker_count_for(const struct config *cfg)
 	return n < LIMITS_WORKERS_MAX ? n : LIMITS_WORKERS_MAX;
 }
 
+bool engine_sandbox_id_valid(const char *id)
+{
+	size_t n = strlen(id);
+
+	if (n == 0 || n >= CONFIG_SANDBOX_ID_BYTES_MAX || id[0] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char ch = id[i];
+		bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			  (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+/* The slot of active sandbox <id>, or -1. Caller holds the lock (or is start-up). */
+static int sandbox_find(const struct engine *e, const char *id)
+{
+	for (uint32_t i = 0; i < e->sandbox_used; i++) {
+		const struct engine_sandbox *sb = e->sandboxes[i];
+		if (sb->state != SANDBOX_FREE && strcmp(sb->id, id) == 0)
+			return (int)i;
+	}
+	return -1;
+}
+
+/* A free slot, allocating a new one past sandbox_used if needed; -1 when full. */
+static int sandbox_slot(struct engine *e)
+{
+	for (uint32_t i = 0; i < e->sandbox_used; i++) {
+		if (e->sandboxes[i]->state == SANDBOX_FREE)
+			return (int)i;
+	}
+	if (e->sandbox_used == LIMITS_SANDBOXES_MAX)
+		return -1;
+	struct engine_sandbox *sb = pool_calloc(1, sizeof(*sb));
+	if (sb == NULL)
+		return -1;
+	sb->listen_fd = -1;
+	e->sandboxes[e->sandbox_used] = sb;
+	return (int)e->sandbox_used++;
+}
+
+/* Fills slot <idx> for <id> and opens its socket; the slot stays FREE on failure. */
+static int sandbox_open(struct engine *e, int idx, const char *id, const char *profile_name,
+			uint32_t profile, bool dynamic)
+{
+	struct engine_sandbox *sb = e->sandboxes[idx];
+
+	AN_ASSERT(sb->state == SANDBOX_FREE);
+	AN_ASSERT(sb->conns == 0);
+	snprintf(sb->id, sizeof(sb->id), "%s", id);
+	snprintf(sb->profile_name, sizeof(sb->profile_name), "%s", profile_name);
+	sb->profile = profile;
+	sb->dynamic = dynamic;
+	sb->worker = e->next_worker++ % e->worker_count;
+	int ret = listen_unix(sb, e->cfg->socket_dir);
+	if (ret != 0)
+		return ret;
+	sb->state = SANDBOX_ACTIVE;
+	e->sandbox_active++;
+	return 0;
+}
+
+static void sandbox_close(struct engine *e, struct engine_sandbox *sb)
+{
+	if (sb->listen_fd >= 0) {
+		close(sb->listen_fd);
+		unlink(sb->path);
+		sb->listen_fd = -1;
+	}
+	if (sb->state != SANDBOX_FREE)
+		e->sandbox_active--;
+	sb->state = SANDBOX_FREE;
+}
+
+static void registry_path(const struct engine *e, const char *id, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/registry/%s", e->cfg->socket_dir, id);
+}
+
+static int registry_write(const struct engine *e, const char *id, const char *profile_name)
+{
+	char dir[PATH_MAX];
+	char path[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/registry", e->cfg->socket_dir);
+	int ret = engine_mkdir_parents(dir, 0700);
+	if (ret != 0)
+		return ret;
+	registry_path(e, id, path, sizeof(path));
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd == -1)
+		return -errno;
+	char line[128];
+	int n = snprintf(line, sizeof(line), "profile %s\n", profile_name);
+	ssize_t wrote = write(fd, line, (size_t)n);
+	ret = wrote == n ? 0 : -EIO;
+	close(fd);
+	return ret;
+}
+
+/* Reads registry record <id>: "profile <name>". 0 or -errno. */
+static int registry_read(const struct engine *e, const char *id, char *profile, size_t cap)
+{
+	char path[PATH_MAX];
+	char line[128];
+
+	registry_path(e, id, path, sizeof(path));
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd == -1)
+		return -errno;
+	ssize_t n = read(fd, line, sizeof(line) - 1);
+	close(fd);
+	if (n <= 8 || memcmp(line, "profile ", 8) != 0)
+		return -EINVAL;
+	line[n] = '\0';
+	line[strcspn(line, "\n")] = '\0';
+	size_t len = strlen(line + 8);
+	if (len == 0 || len >= cap)
+		return -EINVAL;
+	memcpy(profile, line + 8, len + 1);
+	return 0;
+}
+
+/* Removes a run-time sandbox's directory: its own entries, then the directory. */
+static void sandbox_dir_remove(const struct engine *e, const char *id)
+{
+	char dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/sandboxes/%s", e->cfg->socket_dir, id);
+	DIR *d = opendir(dir);
+	if (d != NULL) {
+		struct dirent *de;
+		while ((de = readdir(d)) != NULL) {
+			if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+				unlinkat(dirfd(d), de->d_name, 0); /* never follows a link */
+		}
+		closedir(d);
+	}
+	if (rmdir(dir) == -1 && errno != ENOENT)
+		log_warn("sandbox %s: %s: %s (left in place)", id, dir, strerror(errno));
+}
+
 static int sandboxes_open(struct engine *e)
 {
 	const struct config *cfg = e->cfg;
 
-	e->sandbox_count = cfg->sandbox_count;
-	e->sandboxes =
-	    pool_calloc(cfg->sandbox_count ? cfg->sandbox_count : 1, sizeof(*e->sandboxes));
+	e->sandboxes = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*e->sandboxes));
 	if (e->sandboxes == NULL)
 		return -ENOMEM;
 	e->tcp_sandbox = -1;
 	for (uint32_t i = 0; i < cfg->sandbox_count; i++) {
-		struct engine_sandbox *sb = &e->sandboxes[i];
-		AN_ASSERT(strlen(cfg->sandboxes[i].id) < sizeof(sb->id));
-		snprintf(sb->id, sizeof(sb->id), "%s", cfg->sandboxes[i].id);
-		sb->profile = cfg->sandboxes[i].profile;
-		sb->worker = i % e->worker_count;
-		sb->listen_fd = -1;
-		if (cfg->tcp_sandbox != NULL && strcmp(cfg->tcp_sandbox, sb->id) == 0)
-			e->tcp_sandbox = (int)i;
-		int ret = listen_unix(sb, cfg->socket_dir);
+		int idx = sandbox_slot(e);
+		if (idx < 0)
+			return -ENOMEM;
+		const char *id = cfg->sandboxes[i].id;
+		uint32_t profile = cfg->sandboxes[i].profile;
+		int ret = sandbox_open(e, idx, id, e->ops->profile_name(e->policy, profile),
+				       profile, false);
 		if (ret != 0)
 			return ret;
+		if (cfg->tcp_sandbox != NULL && strcmp(cfg->tcp_sandbox, id) == 0)
+			e->tcp_sandbox = idx;
 	}
 	if (cfg->tcp_listen != NULL && e->tcp_sandbox < 0) {
 		log_error("tcp_sandbox %s: no such sandbox",
@@ -194,69 +352,89 @@ static int sandboxes_open(struct engine *e)
 	return 0;
 }
 
+/* Re-adopts every registry record; ones that no longer fit are logged and dropped. */
+static void registry_adopt(struct engine *e)
+{
+	char dir[PATH_MAX];
+	char profile[CONFIG_SANDBOX_ID_BYTES_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/registry", e->cfg->socket_dir);
+	DIR *d = opendir(dir);
+	if (d == NULL)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		char sandbox_dir[PATH_MAX];
+		int ret = engine_sandbox_id_valid(de->d_name)
+			      ? registry_read(e, de->d_name, profile, sizeof(profile))
+			      : -EINVAL;
+		if (ret == 0)
+			ret = engine_sandbox_add(e, de->d_name, profile, sandbox_dir,
+						 sizeof(sandbox_dir));
+		if (ret == 0)
+			log_info("sandbox %s: re-adopted (profile %s)", de->d_name, profile);
+		else if (ret != -EEXIST)
+			log_warn("sandbox %s: registry record not adopted: %s", de->d_name,
+				 strerror(-ret));
+	}
+	closedir(d);
+}
+
 static int worker_prepare(struct engine *e, struct worker *w, uint32_t index)
 {
 	const struct config *cfg = e->cfg;
-	uint32_t n = 0;
 
 	w->index = index;
 	w->e = e;
+	pthread_mutex_init(&w->cmd_lock, NULL);
+	pthread_cond_init(&w->cmd_done, NULL);
 	w->wake_fd = eventfd(0, EFD_CLOEXEC);
 	if (w->wake_fd == -1)
 		return -errno;
-	for (uint32_t i = 0; i < e->sandbox_count; i++)
-		n += e->sandboxes[i].worker == index;
-	n += cfg->tcp_listen != NULL;
-	w->listeners = pool_calloc(n ? n : 1, sizeof(*w->listeners));
-	if (w->listeners == NULL)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < e->sandbox_count; i++) {
-		if (e->sandboxes[i].worker != index)
+	for (uint32_t i = 0; i < e->sandbox_used; i++) {
+		const struct engine_sandbox *sb = e->sandboxes[i];
+		if (sb->state != SANDBOX_ACTIVE || sb->worker != index)
 			continue;
-		struct worker_listener *l = &w->listeners[w->listener_count++];
-		*l = (struct worker_listener){ .w = w,
-					       .fd = e->sandboxes[i].listen_fd,
-					       .sandbox = i };
+		if (worker_listener_add(w, sb->listen_fd, i, false) != 0)
+			return -ENOMEM;
 	}
 	if (cfg->tcp_listen != NULL) {
 		int fd = listen_tcp(cfg->tcp_listen);
 		if (fd < 0)
 			return fd;
-		struct worker_listener *l = &w->listeners[w->listener_count++];
-		*l = (struct worker_listener){
-			.w = w, .fd = fd, .sandbox = (uint32_t)e->tcp_sandbox, .tcp = true
-		};
+		if (worker_listener_add(w, fd, (uint32_t)e->tcp_sandbox, true) != 0) {
+			close(fd);
+			return -ENOMEM;
+		}
 	}
 	return 0;
 }
 
 static void worker_release(struct worker *w)
 {
-	for (uint32_t i = 0; i < w->listener_count; i++) {
-		if (w->listeners[i].tcp)
-			close(w->listeners[i].fd);
-	}
-	AN_FREE(&w->listeners);
+	worker_listeners_free(w);
 	if (w->wake_fd > 0)
 		close(w->wake_fd);
 	w->wake_fd = -1;
+	pthread_mutex_destroy(&w->cmd_lock);
+	pthread_cond_destroy(&w->cmd_done);
 }
 
 static void sandboxes_close(struct engine *e)
 {
-	for (uint32_t i = 0; i < e->sandbox_count && e->sandboxes != NULL; i++) {
-		struct engine_sandbox *sb = &e->sandboxes[i];
-		if (sb->listen_fd < 0)
-			continue;
-		close(sb->listen_fd);
-		unlink(sb->path);
-		sb->listen_fd = -1;
+	for (uint32_t i = 0; i < e->sandbox_used && e->sandboxes != NULL; i++) {
+		sandbox_close(e, e->sandboxes[i]);
+		AN_FREE(&e->sandboxes[i]);
 	}
 	AN_FREE(&e->sandboxes);
+	e->sandbox_used = 0;
 }
 
 static void workers_join(struct engine *e, uint32_t started)
 {
+	atomic_store(&e->stop, true);
 	for (uint32_t i = 0; i < started; i++) {
 		uint64_t one = 1;
 		ssize_t ret = write(e->workers[i].wake_fd, &one, sizeof(one));
@@ -274,6 +452,7 @@ int engine_start(struct engine *e)
 {
 	uint32_t started = 0;
 
+	pthread_mutex_init(&e->lock, NULL);
 	e->worker_count = worker_count_for(e->cfg);
 	e->workers = pool_calloc(e->worker_count, sizeof(*e->workers));
 	if (e->workers == NULL)
@@ -295,16 +474,95 @@ int engine_start(struct engine *e)
 		ret = e->workers[i].start_error;
 	if (ret != 0) {
 		workers_join(e, started);
+		pthread_mutex_destroy(&e->lock);
 		return ret;
 	}
-	log_info("serving %u sandboxes on %u workers%s%s", e->sandbox_count, e->worker_count,
+	registry_adopt(e);
+	log_info("serving %u sandboxes on %u workers%s%s", e->sandbox_active, e->worker_count,
 		 e->cfg->tcp_listen ? ", tcp " : "", e->cfg->tcp_listen ? e->cfg->tcp_listen : "");
 	return 0;
 }
 
 int engine_stop(struct engine *e)
 {
-	atomic_store(&e->stop, true);
 	workers_join(e, e->worker_count);
+	pthread_mutex_destroy(&e->lock);
 	return atomic_load(&e->leaks) == 0 ? 0 : -EFAULT;
+}
+
+int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name, char *dir,
+		       size_t cap)
+{
+	if (!engine_sandbox_id_valid(id))
+		return -EINVAL;
+	int profile = e->ops->profile_index(e->policy, profile_name);
+	if (profile < 0)
+		return -ENOENT;
+	struct worker_cmd *cmd = pool_calloc(1, sizeof(*cmd));
+	if (cmd == NULL)
+		return -ENOMEM;
+	pthread_mutex_lock(&e->lock);
+	int ret = sandbox_find(e, id) >= 0 ? -EEXIST : 0;
+	int idx = ret == 0 ? sandbox_slot(e) : -1;
+	if (ret == 0 && idx < 0)
+		ret = -ENOSPC;
+	if (ret == 0)
+		ret = sandbox_open(e, idx, id, profile_name, (uint32_t)profile, true);
+	if (ret == 0)
+		ret = registry_write(e, id, profile_name);
+	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == SANDBOX_ACTIVE)
+		sandbox_close(e, e->sandboxes[idx]);
+	if (ret == 0) {
+		struct engine_sandbox *sb = e->sandboxes[idx];
+		snprintf(dir, cap, "%s/sandboxes/%s", e->cfg->socket_dir, id);
+		*cmd = (struct worker_cmd){ .kind = WORKER_CMD_ADD, .sandbox = (uint32_t)idx };
+		worker_cmd_post(&e->workers[sb->worker], cmd); /* the worker frees it */
+		cmd = NULL;
+	}
+	pthread_mutex_unlock(&e->lock);
+	pool_free(cmd);
+	return ret;
+}
+
+int engine_sandbox_remove(struct engine *e, const char *id)
+{
+	struct worker_cmd cmd = { .kind = WORKER_CMD_REMOVE };
+	char path[PATH_MAX];
+
+	pthread_mutex_lock(&e->lock);
+	int idx = sandbox_find(e, id);
+	int ret = idx < 0 ? -ENOENT : 0;
+	struct engine_sandbox *sb = idx >= 0 ? e->sandboxes[idx] : NULL;
+	if (ret == 0 && (!sb->dynamic || sb->state != SANDBOX_ACTIVE))
+		ret = sb->dynamic ? -ENOENT : -EPERM;
+	if (ret != 0) {
+		pthread_mutex_unlock(&e->lock);
+		return ret;
+	}
+	sb->state = SANDBOX_REMOVING;
+	cmd.sandbox = (uint32_t)idx;
+	struct worker *w = &e->workers[sb->worker];
+	worker_cmd_post(w, &cmd);
+	pthread_mutex_unlock(&e->lock);
+	/* The worker must be done with the slot before it is released. */
+	while (worker_cmd_wait(w, &cmd, 5000) != 0)
+		log_warn("sandbox %s: still closing its connections", id);
+	pthread_mutex_lock(&e->lock);
+	registry_path(e, id, path, sizeof(path));
+	unlink(path);
+	sandbox_close(e, sb);
+	sandbox_dir_remove(e, id);
+	pthread_mutex_unlock(&e->lock);
+	return 0;
+}
+
+void engine_sandbox_foreach(struct engine *e, void *arg,
+			    void (*fn)(void *arg, const struct engine_sandbox *sb))
+{
+	pthread_mutex_lock(&e->lock);
+	for (uint32_t i = 0; i < e->sandbox_used; i++) {
+		if (e->sandboxes[i]->state == SANDBOX_ACTIVE)
+			fn(arg, e->sandboxes[i]);
+	}
+	pthread_mutex_unlock(&e->lock);
 }

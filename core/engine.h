@@ -1,19 +1,30 @@
 /*
- * The engine: what every worker shares (read-only after start-up) and the
- * calls the daemon makes to start and stop it.
+ * The engine: what every worker shares and the calls the daemon makes to
+ * start it, stop it, and add or remove sandboxes while it runs.
  *
  * The daemon loads the configuration and policy, then engine_start creates
- * the sandbox listeners, one worker thread per core (each pinned, each with
- * its own ring) and waits until all are serving. engine_stop asks every
- * worker to close its connections, joins them and reports leaks.
+ * the listeners of the sandboxes the file names, one worker thread per core
+ * (each pinned, each with its own ring) and waits until all are serving.
+ * Sandboxes added at run time (engine_sandbox_add, from the control socket)
+ * are recorded in <socket_dir>/registry/ and re-adopted by the next start,
+ * so a daemon restart does not strand a running sandbox. engine_stop asks
+ * every worker to close its connections, joins them and reports leaks.
+ *
+ * Threads: the sandbox table is written only under <lock> by the control
+ * path; a worker reads a sandbox only after a command for it reached the
+ * worker through its queue (which orders the two), and a slot is reused only
+ * after its worker has dropped every reference.
  */
 #ifndef AN_CORE_ENGINE_H
 #define AN_CORE_ENGINE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "core/config.h"
 #include "core/ring.h"
@@ -22,11 +33,21 @@
 struct audit;
 struct worker;
 
+enum engine_sandbox_state {
+	SANDBOX_FREE = 0, /* slot unused (or released after a removal) */
+	SANDBOX_ACTIVE,
+	SANDBOX_REMOVING, /* its worker is closing the listener and connections */
+};
+
 struct engine_sandbox {
 	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
+	char profile_name[CONFIG_SANDBOX_ID_BYTES_MAX];
 	uint32_t profile;
 	uint32_t worker; /* the worker that owns its listener and connections */
 	int listen_fd;   /* owned; the sandbox's egress socket, -1 when none */
+	bool dynamic;    /* added at run time: recorded in the registry, removable */
+	uint8_t state;   /* enum engine_sandbox_state; written under engine.lock */
+	uint32_t conns;  /* live connections; owned by the worker */
 	char path[108];  /* the socket's path (sun_path) */
 };
 
@@ -38,27 +59,70 @@ struct engine {
 	struct ring_features features;
 	uint32_t worker_count;
 	struct worker *workers; /* owned array */
-	uint32_t sandbox_count;
-	struct engine_sandbox *sandboxes; /* owned array */
-	int tcp_sandbox;                  /* index served on the TCP listener, -1: none */
+	pthread_mutex_t lock;   /* the sandbox table, for the control path */
+	uint32_t sandbox_used;  /* slots handed out so far: indexes below it */
+	uint32_t sandbox_active;
+	struct engine_sandbox **sandboxes; /* owned table of LIMITS_SANDBOXES_MAX slots */
+	int tcp_sandbox;                   /* index served on the TCP listener, -1: none */
+	uint32_t next_worker;              /* round-robin for new sandboxes */
 	atomic_uint workers_ready;
 	atomic_bool stop;
 	atomic_uint leaks; /* workers that found a leak at exit */
 };
 
 /*
- * Creates listeners for every sandbox in <cfg> and starts the workers.
- * <e> must be zeroed with cfg, policy, ops and audit set. Returns 0 once every
- * worker is serving, or -errno with the cause logged (a socket path in use by
- * a live daemon is -EADDRINUSE). On failure nothing is left running.
+ * Creates listeners for every sandbox in <cfg> and for every one recorded in
+ * the registry, and starts the workers. <e> must be zeroed with cfg, policy,
+ * ops and audit set. Returns 0 once every worker is serving, or -errno with
+ * the cause logged (a socket path in use by a live daemon is -EADDRINUSE). On
+ * failure nothing is left running.
  */
 int engine_start(struct engine *e);
 
 /*
  * Stops accepting, aborts every connection, joins the workers and closes the
- * listeners (unlinking their sockets). Returns 0, or -EFAULT when any worker
- * ended with a connection, buffer, pipe or operation still outstanding.
+ * listeners (unlinking their sockets; registry records stay for the next
+ * start). Returns 0, or -EFAULT when any worker ended with a connection,
+ * buffer, pipe or operation still outstanding.
  */
 int engine_stop(struct engine *e);
+
+/*
+ * Adds sandbox <id> on profile <profile_name> while the engine runs: creates
+ * its directory and listening socket, records it in the registry and hands
+ * it to a worker. Writes the sandbox's directory to <dir>/<cap>. Returns 0,
+ * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
+ * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached) or the
+ * -errno of a failed socket step. Control path only (takes the lock).
+ */
+int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name, char *dir,
+		       size_t cap);
+
+/*
+ * Removes run-time sandbox <id>: its worker stops accepting and aborts its
+ * connections; then the socket, registry record and directory are removed.
+ * Waits for the worker (at most a few seconds). Returns 0, -ENOENT, -EPERM
+ * (the sandbox comes from the policy file) or -ETIMEDOUT.
+ */
+int engine_sandbox_remove(struct engine *e, const char *id);
+
+/* Calls <fn> for every active sandbox, under the lock. */
+void engine_sandbox_foreach(struct engine *e, void *arg,
+			    void (*fn)(void *arg, const struct engine_sandbox *sb));
+
+/* True when <id> is a valid sandbox id. */
+bool engine_sandbox_id_valid(const char *id);
+
+/*
+ * Creates <dir> and its missing parents with <mode>. 0 or -errno. Any thread.
+ */
+int engine_mkdir_parents(const char *dir, mode_t mode);
+
+/*
+ * Listens on the Unix socket <path> (chmod <mode>). A stale socket file is
+ * replaced; one a live process still serves is left alone: -EADDRINUSE.
+ * Returns the descriptor or -errno (-ENAMETOOLONG past sun_path). Any thread.
+ */
+int engine_listen_unix(const char *path, mode_t mode, bool nonblock);
 
 #endif /* AN_CORE_ENGINE_H */

@@ -44,6 +44,10 @@ struct verdict_ops {
 	 * resolver.allow_private.
 	 */
 	bool (*address_permitted)(const void *policy, const struct sockaddr *sa);
+	/* The index of profile <name> (NUL-terminated), or -ENOENT. */
+	int (*profile_index)(const void *policy, const char *name);
+	/* The name of profile <index> (borrowed from the snapshot). */
+	const char *(*profile_name)(const void *policy, uint32_t index);
 };
 
 #endif /* AN_CORE_VERDICT_H */

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/an.h"
@@ -111,8 +112,8 @@ static int worker_setup(struct worker *w)
 	timer_wheel_init(w->timers, w->now_ms);
 	dns_init(&w->dns, &w->ring, cfg->dns_servers, cfg->dns_timeout_ms);
 	w->audit = audit_ring_get(e->audit, w->index);
-	for (uint32_t i = 0; i < w->listener_count; i++)
-		accept_arm(w, &w->listeners[i]);
+	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next)
+		accept_arm(w, l);
 	wake_arm(w);
 	return 0;
 }
@@ -149,8 +150,7 @@ static void worker_teardown(struct worker *w)
 static void worker_begin_stop(struct worker *w)
 {
 	w->stopping = true;
-	for (uint32_t i = 0; i < w->listener_count; i++) {
-		struct worker_listener *l = &w->listeners[i];
+	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
 		if (!l->armed)
 			continue;
 		struct io_uring_sqe *sqe = ring_sqe(&w->ring);
@@ -166,6 +166,165 @@ static void worker_begin_stop(struct worker *w)
 	dns_shutdown(&w->dns);
 }
 
+/* ---- run-time sandbox commands ------------------------------------------ */
+
+int worker_listener_add(struct worker *w, int fd, uint32_t sandbox, bool tcp)
+{
+	struct worker_listener *l = pool_calloc(1, sizeof(*l));
+
+	if (l == NULL)
+		return -ENOMEM;
+	*l = (struct worker_listener){ .w = w, .fd = fd, .sandbox = sandbox, .tcp = tcp };
+	l->next = w->listeners;
+	if (w->listeners != NULL)
+		w->listeners->prev = l;
+	w->listeners = l;
+	w->listener_count++;
+	return 0;
+}
+
+static void listener_unlink(struct worker *w, struct worker_listener *l)
+{
+	AN_ASSERT(!l->armed);
+	AN_ASSERT(w->listener_count > 0);
+	if (l->prev != NULL)
+		l->prev->next = l->next;
+	else
+		w->listeners = l->next;
+	if (l->next != NULL)
+		l->next->prev = l->prev;
+	if (l->paused)
+		w->listeners_paused--;
+	w->listener_count--;
+	if (l->tcp)
+		close(l->fd);
+	pool_free(l);
+}
+
+void worker_listeners_free(struct worker *w)
+{
+	while (w->listeners != NULL) {
+		w->listeners->armed = false;
+		listener_unlink(w, w->listeners);
+	}
+}
+
+void worker_cmd_post(struct worker *w, struct worker_cmd *cmd)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&w->cmd_lock);
+	cmd->done = false;
+	cmd->next = w->cmds;
+	w->cmds = cmd;
+	pthread_mutex_unlock(&w->cmd_lock);
+	ssize_t ret = write(w->wake_fd, &one, sizeof(one));
+	AN_ASSERT(ret == (ssize_t)sizeof(one));
+}
+
+int worker_cmd_wait(struct worker *w, struct worker_cmd *cmd, uint32_t timeout_ms)
+{
+	struct timespec until;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000u;
+	until.tv_nsec += (long)(timeout_ms % 1000u) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&w->cmd_lock);
+	while (!cmd->done && ret == 0)
+		ret = pthread_cond_timedwait(&w->cmd_done, &w->cmd_lock, &until);
+	bool done = cmd->done;
+	pthread_mutex_unlock(&w->cmd_lock);
+	return done ? 0 : -ETIMEDOUT;
+}
+
+static void cmd_complete(struct worker *w, struct worker_cmd *cmd)
+{
+	pthread_mutex_lock(&w->cmd_lock);
+	cmd->done = true;
+	pthread_cond_broadcast(&w->cmd_done);
+	pthread_mutex_unlock(&w->cmd_lock);
+}
+
+static struct worker_listener *listener_of(struct worker *w, uint32_t sandbox)
+{
+	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
+		if (l->sandbox == sandbox && !l->tcp)
+			return l;
+	}
+	return NULL;
+}
+
+/* Stops sandbox <cmd->sandbox>: no more accepts, every conn aborted. */
+static void cmd_remove_begin(struct worker *w, struct worker_cmd *cmd)
+{
+	struct worker_listener *l = listener_of(w, cmd->sandbox);
+
+	if (l != NULL) {
+		l->removing = true;
+		if (l->armed) {
+			struct io_uring_sqe *sqe = ring_sqe(&w->ring);
+			io_uring_prep_cancel64(sqe, ud_encode(l, WORKER_OP_ACCEPT), 0);
+			io_uring_sqe_set_data64(sqe, 0);
+		}
+	}
+	struct conn *c = w->live;
+	while (c != NULL) {
+		struct conn *next = c->live_next;
+		if (c->sandbox == cmd->sandbox)
+			conn_abort(c); /* may free c */
+		c = next;
+	}
+	cmd->next = w->removals;
+	w->removals = cmd;
+}
+
+static void run_cmds(struct worker *w)
+{
+	pthread_mutex_lock(&w->cmd_lock);
+	struct worker_cmd *list = w->cmds;
+	w->cmds = NULL;
+	pthread_mutex_unlock(&w->cmd_lock);
+	while (list != NULL) {
+		struct worker_cmd *cmd = list;
+		list = cmd->next;
+		if (cmd->kind == WORKER_CMD_REMOVE) {
+			cmd_remove_begin(w, cmd);
+			continue;
+		}
+		const struct engine_sandbox *sb = w->e->sandboxes[cmd->sandbox];
+		if (worker_listener_add(w, sb->listen_fd, cmd->sandbox, false) == 0)
+			accept_arm(w, w->listeners);
+		else
+			log_error("worker %u: sandbox %s: no memory for its listener", w->index,
+				  sb->id);
+		pool_free(cmd); /* adds are fire-and-forget: the worker owns them */
+	}
+}
+
+/* Completes removals whose listener is disarmed and whose conns are all gone. */
+static void run_removals(struct worker *w)
+{
+	struct worker_cmd **pp = &w->removals;
+
+	while (*pp != NULL) {
+		struct worker_cmd *cmd = *pp;
+		struct worker_listener *l = listener_of(w, cmd->sandbox);
+		if ((l != NULL && l->armed) || w->e->sandboxes[cmd->sandbox]->conns != 0) {
+			pp = &cmd->next;
+			continue;
+		}
+		if (l != NULL)
+			listener_unlink(w, l);
+		*pp = cmd->next;
+		cmd_complete(w, cmd);
+	}
+}
+
 static void dispatch(struct worker *w, const struct worker_cqe *q)
 {
 	uint32_t op = ud_op(q->ud);
@@ -178,7 +337,7 @@ static void dispatch(struct worker *w, const struct worker_cqe *q)
 	} else if (op == WORKER_OP_ACCEPT) {
 		struct worker_listener *l = obj;
 		conn_on_accept(l, q->res, q->flags);
-		if (l->armed || w->stopping || l->paused)
+		if (l->armed || w->stopping || l->paused || l->removing)
 			return;
 		if (q->res < 0 && q->res != -ECANCELED) {
 			l->paused = true;
@@ -190,8 +349,13 @@ static void dispatch(struct worker *w, const struct worker_cqe *q)
 	} else if (op == DNS_OP_POLL) {
 		dns_on_cqe(&w->dns, obj, q->res);
 	} else if (op == WORKER_OP_WAKE) {
-		if (!w->stopping)
-			worker_begin_stop(w);
+		if (atomic_load(&w->e->stop)) {
+			if (!w->stopping)
+				worker_begin_stop(w);
+		} else {
+			wake_arm(w);
+			run_cmds(w);
+		}
 	} else {
 		AN_ASSERT(!"unknown user_data op");
 	}
@@ -249,8 +413,7 @@ static void run_paused_accepts(struct worker *w)
 {
 	if (w->listeners_paused == 0 || w->stopping)
 		return;
-	for (uint32_t i = 0; i < w->listener_count; i++) {
-		struct worker_listener *l = &w->listeners[i];
+	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
 		if (!l->paused || w->now_ms < l->retry_at_ms)
 			continue;
 		l->paused = false;
@@ -278,8 +441,8 @@ static bool worker_drained(const struct worker *w)
 	if (!w->stopping || w->live != NULL || w->dns.polls_pending != 0)
 		return false;
 	/* Every cancelled accept must have posted its last completion too. */
-	for (uint32_t i = 0; i < w->listener_count; i++) {
-		if (w->listeners[i].armed)
+	for (const struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
+		if (l->armed)
 			return false;
 	}
 	return true;
@@ -314,6 +477,8 @@ static void worker_loop(struct worker *w)
 		dns_tick(&w->dns);
 		run_nobufs(w);
 		run_paused_accepts(w);
+		if (w->removals != NULL)
+			run_removals(w);
 	}
 	/* Submit the last closes so the kernel releases every descriptor. */
 	io_uring_submit(&w->ring.uring);

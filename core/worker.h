@@ -27,13 +27,29 @@ struct audit_ring;
 
 struct worker_listener {
 	struct worker *w;
-	int fd;           /* borrowed from the engine (or owned: TCP, see tcp) */
+	struct worker_listener *next; /* the worker's list */
+	struct worker_listener *prev;
+	int fd;           /* borrowed from the sandbox (or owned: TCP, see tcp) */
 	uint32_t sandbox; /* index in engine->sandboxes */
 	bool tcp;         /* TCP listener: owned by this worker (SO_REUSEPORT) */
 	bool armed;       /* multishot accept in flight */
 	bool paused;      /* accept failed: re-armed after WORKER_ACCEPT_RETRY_MS */
+	bool removing;    /* its sandbox is being removed: freed once disarmed */
 	uint64_t retry_at_ms;
 } __attribute__((aligned(16)));
+
+enum worker_cmd_kind {
+	WORKER_CMD_ADD = 0, /* start accepting on sandbox <sandbox>'s socket */
+	WORKER_CMD_REMOVE,  /* stop accepting, abort its conns; done when all are gone */
+};
+
+/* A request from the control path; the sender owns it and waits on <done> for removals. */
+struct worker_cmd {
+	struct worker_cmd *next;
+	enum worker_cmd_kind kind;
+	uint32_t sandbox;
+	bool done; /* set under the worker's cmd_lock, signalled on cmd_done */
+};
 
 struct worker_stats {
 	uint64_t accepted;
@@ -61,10 +77,14 @@ struct worker {
 	struct audit_ring *audit;
 	uint32_t listener_count;
 	uint32_t listeners_paused;
-	struct worker_listener *listeners; /* owned array */
-	struct conn *live;                 /* every conn not yet freed */
-	struct conn *nobufs;               /* conns waiting for buffers to re-arm a receive */
-	uint64_t now_ms;                   /* loop-turn clock */
+	struct worker_listener *listeners; /* owned list */
+	pthread_mutex_t cmd_lock;          /* guards cmds and every cmd's done */
+	pthread_cond_t cmd_done;
+	struct worker_cmd *cmds;     /* queued by the control path, taken on wake-up */
+	struct worker_cmd *removals; /* removals waiting for their conns to close */
+	struct conn *live;           /* every conn not yet freed */
+	struct conn *nobufs;         /* conns waiting for buffers to re-arm a receive */
+	uint64_t now_ms;             /* loop-turn clock */
 	uint64_t next_conn_seq;
 	bool stopping;
 	int start_error; /* set before workers_ready is bumped */
@@ -79,5 +99,17 @@ struct worker {
 
 /* The thread body: set-up, loop, tear-down. <arg> is the struct worker. */
 void *worker_main(void *arg);
+
+/*
+ * Queues <cmd> for worker <w> and wakes it. Any thread. For WORKER_CMD_REMOVE
+ * the caller then waits with worker_cmd_wait.
+ */
+void worker_cmd_post(struct worker *w, struct worker_cmd *cmd);
+/* Waits until <w> has completed <cmd>, at most <timeout_ms>. 0 or -ETIMEDOUT. */
+int worker_cmd_wait(struct worker *w, struct worker_cmd *cmd, uint32_t timeout_ms);
+/* Adds a listener for sandbox <sandbox> on <fd> before the worker starts. 0 or -ENOMEM. */
+int worker_listener_add(struct worker *w, int fd, uint32_t sandbox, bool tcp);
+/* Frees the listeners (closing owned TCP ones). The worker thread has ended. */
+void worker_listeners_free(struct worker *w);
 
 #endif /* AN_CORE_WORKER_H */

@@ -1933,8 +1933,20 @@ static bool policy_address_permitted(const void *snapshot, const struct sockaddr
 	return addr_permitted(p->allow, p->allow_count, sa);
 }
 
+static int policy_profile_index_op(const void *policy, const char *name)
+{
+	return policy_profile_index(policy, name);
+}
+
+static const char *policy_profile_name_op(const void *policy, uint32_t index)
+{
+	return policy_profile_name(policy, index);
+}
+
 const struct verdict_ops policy_verdict_ops = {
 	.decide = policy_decide,
 	.static_lookup = policy_static_lookup,
 	.address_permitted = policy_address_permitted,
+	.profile_index = policy_profile_index_op,
+	.profile_name = policy_profile_name_op,
 };

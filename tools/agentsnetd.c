@@ -20,6 +20,7 @@
 #include "core/an.h"
 #include "core/audit.h"
 #include "core/config.h"
+#include "core/control.h"
 #include "core/dns.h"
 #include "core/engine.h"
 #include "core/limits.h"
@@ -249,14 +250,23 @@ static int serve(struct config *cfg, struct policy *pol)
 	e.audit = audit;
 	ret = engine_start(&e);
 	if (ret == 0) {
+		struct control ctl;
+		ret = control_start(&ctl, &e, (gid_t)-1);
+		if (ret != 0) {
+			engine_stop(&e);
+			goto out;
+		}
 		notice(audit, cfg->workers, "daemon_started");
-		fprintf(stderr, "agentsnetd: ready (%u sandboxes, %u workers, audit %s)\n",
-			cfg->sandbox_count, cfg->workers, cfg->audit_path);
+		fprintf(stderr,
+			"agentsnetd: ready (%u sandboxes, %u workers, audit %s, control %s)\n",
+			e.sandbox_active, cfg->workers, cfg->audit_path, ctl.path);
 		wait_for_stop();
+		control_stop(&ctl);
 		ret = engine_stop(&e);
 		notice(audit, cfg->workers,
 		       ret == 0 ? "daemon_stopped" : "daemon_stopped_with_leak");
 	}
+out:
 	dns_library_cleanup();
 	audit_close(audit);
 	return ret == 0 ? 0 : 1;

@@ -1,0 +1,295 @@
+/*
+ * Control socket. One thread, one connection at a time: requests are rare
+ * (a sandbox starting or ending) and each is short, so serial handling keeps
+ * the engine's table changes trivially ordered. A client gets 5 seconds to
+ * send its line, which is at most CONTROL_LINE_BYTES_MAX; anything else is
+ * answered "error bad_request". Answers are built in a growable buffer
+ * because `sandbox ls` lists up to LIMITS_SANDBOXES_MAX lines.
+ *
+ * Grammar (docs/control.md):
+ *   ping                       -> ok agentsnetd <version>
+ *   sandbox add <id> <profile> -> ok <directory>
+ *   sandbox rm <id>            -> ok
+ *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <directory>"
+ *   errors                     -> error <code> <message>
+ */
+#include "core/control.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "core/an.h"
+#include "core/engine.h"
+#include "core/log.h"
+#include "core/pool.h"
+
+#define CONTROL_LINE_BYTES_MAX 512u
+#define CONTROL_VERSION        "0.1.0"
+
+struct answer {
+	char *p;
+	size_t len;
+	size_t cap;
+	bool failed;
+};
+
+static void answer_add(struct answer *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void answer_add(struct answer *a, const char *fmt, ...)
+{
+	va_list ap;
+
+	for (int attempt = 0; attempt < 2 && !a->failed; attempt++) {
+		va_start(ap, fmt);
+		int n = vsnprintf(a->p ? a->p + a->len : NULL, a->p ? a->cap - a->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			a->failed = true;
+			return;
+		}
+		if (a->p != NULL && (size_t)n < a->cap - a->len) {
+			a->len += (size_t)n;
+			return;
+		}
+		size_t want =
+		    a->cap * 2 > a->len + (size_t)n + 1 ? a->cap * 2 : a->len + (size_t)n + 64;
+		char *grown = pool_realloc(a->p, want);
+		if (grown == NULL) {
+			a->failed = true;
+			return;
+		}
+		a->p = grown;
+		a->cap = want;
+	}
+}
+
+static void list_one(void *arg, const struct engine_sandbox *sb)
+{
+	struct answer *a = arg;
+
+	answer_add(a, "%s %s %.*s\n", sb->id, sb->profile_name[0] ? sb->profile_name : "-",
+		   (int)(strlen(sb->path) - strlen("/egress.sock")), sb->path);
+}
+
+static void count_one(void *arg, const struct engine_sandbox *sb)
+{
+	(void)sb;
+	(*(uint32_t *)arg)++;
+}
+
+static void handle_add(struct engine *e, const char *id, const char *profile, struct answer *a)
+{
+	char dir[4096];
+
+	int ret = engine_sandbox_add(e, id, profile, dir, sizeof(dir));
+	switch (ret) {
+	case 0:
+		log_info("sandbox %s: added (profile %s)", id, profile);
+		answer_add(a, "ok %s\n", dir);
+		break;
+	case -EINVAL:
+		answer_add(
+		    a,
+		    "error bad_id sandbox ids are [A-Za-z0-9_.-]{1,63}, not starting with '.'\n");
+		break;
+	case -ENOENT:
+		answer_add(a, "error no_such_profile the policy has no profile %s\n", profile);
+		break;
+	case -EEXIST:
+		answer_add(a, "error exists sandbox %s is already registered\n", id);
+		break;
+	case -ENOSPC:
+		answer_add(a, "error limit the daemon serves its maximum number of sandboxes\n");
+		break;
+	default:
+		answer_add(a, "error internal %s\n", strerror(-ret));
+		break;
+	}
+}
+
+static void handle_rm(struct engine *e, const char *id, struct answer *a)
+{
+	int ret = engine_sandbox_remove(e, id);
+
+	if (ret == 0) {
+		log_info("sandbox %s: removed", id);
+		answer_add(a, "ok\n");
+	} else if (ret == -ENOENT) {
+		answer_add(a, "error no_such_sandbox no run-time sandbox %s\n", id);
+	} else if (ret == -EPERM) {
+		answer_add(a, "error bad_request sandbox %s comes from the policy file\n", id);
+	} else {
+		answer_add(a, "error internal %s\n", strerror(-ret));
+	}
+}
+
+/* Splits <line> into at most 4 space-separated words; returns how many. */
+static int split_words(char *line, char **words, int max)
+{
+	int n = 0;
+
+	for (char *p = line; *p != '\0' && n <= max;) {
+		while (*p == ' ')
+			*p++ = '\0';
+		if (*p == '\0')
+			break;
+		if (n == max)
+			return max + 1;
+		words[n++] = p;
+		while (*p != '\0' && *p != ' ')
+			p++;
+	}
+	return n;
+}
+
+char *control_handle(struct engine *e, const char *line, size_t *len)
+{
+	char copy[CONTROL_LINE_BYTES_MAX];
+	char *w[4];
+	struct answer a = { 0 };
+
+	size_t n = strlen(line);
+	if (n >= sizeof(copy)) {
+		answer_add(&a, "error bad_request request line too long\n");
+	} else {
+		memcpy(copy, line, n + 1);
+		int count = split_words(copy, w, 4);
+		bool sandbox = count >= 2 && strcmp(w[0], "sandbox") == 0;
+		if (count == 1 && strcmp(w[0], "ping") == 0) {
+			answer_add(&a, "ok agentsnetd %s\n", CONTROL_VERSION);
+		} else if (sandbox && count == 4 && strcmp(w[1], "add") == 0) {
+			handle_add(e, w[2], w[3], &a);
+		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {
+			handle_rm(e, w[2], &a);
+		} else if (sandbox && count == 2 && strcmp(w[1], "ls") == 0) {
+			uint32_t active = 0;
+			engine_sandbox_foreach(e, &active, count_one);
+			answer_add(&a, "ok %u\n", active);
+			engine_sandbox_foreach(e, &a, list_one);
+		} else {
+			answer_add(&a, "error bad_request unknown request (see docs/control.md)\n");
+		}
+	}
+	if (a.failed) {
+		AN_FREE(&a.p);
+		return NULL;
+	}
+	*len = a.len;
+	return a.p;
+}
+
+/* Reads one line (up to '\n' or EOF) within the socket's receive timeout. */
+static ssize_t read_line(int fd, char *buf, size_t cap)
+{
+	size_t got = 0;
+
+	while (got < cap - 1) {
+		ssize_t n = read(fd, buf + got, cap - 1 - got);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (memchr(buf, '\n', got) != NULL)
+			break;
+	}
+	buf[got] = '\0';
+	char *nl = strchr(buf, '\n');
+	if (nl == NULL && got == cap - 1)
+		return -EMSGSIZE;
+	if (nl != NULL)
+		*nl = '\0';
+	size_t len = strlen(buf);
+	if (len > 0 && buf[len - 1] == '\r')
+		buf[--len] = '\0';
+	return (ssize_t)len;
+}
+
+static void serve_one(struct control *ctl, int fd)
+{
+	char line[CONTROL_LINE_BYTES_MAX];
+	struct timeval tv = { .tv_sec = 5 };
+	size_t len = 0;
+
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	ssize_t n = read_line(fd, line, sizeof(line));
+	char *out = n < 0 ? NULL : control_handle(ctl->e, line, &len);
+	const char *reply = out;
+	if (n < 0) {
+		reply = "error bad_request request line too long\n";
+		len = strlen(reply);
+	} else if (out == NULL) {
+		reply = "error internal out of memory\n";
+		len = strlen(reply);
+	}
+	for (size_t off = 0; off < len;) {
+		ssize_t w = send(fd, reply + off, len - off, MSG_NOSIGNAL);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+	pool_free(out);
+}
+
+static void *control_main(void *arg)
+{
+	struct control *ctl = arg;
+
+	for (;;) {
+		int fd = accept4(ctl->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd == -1 && (errno == EINTR || errno == ECONNABORTED))
+			continue;
+		if (fd == -1)
+			break; /* control_stop shut the socket down */
+		serve_one(ctl, fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+int control_start(struct control *ctl, struct engine *e, gid_t group)
+{
+	memset(ctl, 0, sizeof(*ctl));
+	ctl->e = e;
+	ctl->listen_fd = -1;
+	int n = snprintf(ctl->path, sizeof(ctl->path), "%s/control.sock", e->cfg->socket_dir);
+	if (n < 0 || (size_t)n >= sizeof(ctl->path))
+		return -ENAMETOOLONG;
+	int ret = engine_mkdir_parents(e->cfg->socket_dir, 0755);
+	int fd = ret == 0 ? engine_listen_unix(ctl->path, 0660, false) : ret;
+	if (fd < 0) {
+		log_error("control socket %s: %s", ctl->path, strerror(-fd));
+		return fd;
+	}
+	if (group != (gid_t)-1 && chown(ctl->path, (uid_t)-1, group) == -1)
+		log_warn("control socket %s: chown to group %u: %s", ctl->path, (unsigned)group,
+			 strerror(errno));
+	ctl->listen_fd = fd;
+	ret = -pthread_create(&ctl->thread, NULL, control_main, ctl);
+	if (ret != 0) {
+		close(fd);
+		unlink(ctl->path);
+		ctl->listen_fd = -1;
+	}
+	return ret;
+}
+
+void control_stop(struct control *ctl)
+{
+	if (ctl->listen_fd < 0)
+		return;
+	/* Wakes the blocked accept with an error: the thread ends. */
+	shutdown(ctl->listen_fd, SHUT_RDWR);
+	pthread_join(ctl->thread, NULL);
+	close(ctl->listen_fd);
+	unlink(ctl->path);
+	ctl->listen_fd = -1;
+}

@@ -1,0 +1,43 @@
+/*
+ * The control socket: how operators and `agentsnet run` add, remove and list
+ * sandboxes while the daemon runs (docs/control.md).
+ *
+ * <socket_dir>/control.sock, mode 0660, served by one thread: one request
+ * line per connection, answered with "ok ..." or "error <code> <message>"
+ * lines, then closed. It is never visible inside a sandbox (agentsnet run
+ * mounts a fresh /run over it).
+ */
+#ifndef AN_CORE_CONTROL_H
+#define AN_CORE_CONTROL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct engine;
+
+struct control {
+	struct engine *e; /* borrowed */
+	int listen_fd;
+	pthread_t thread;
+	char path[108];
+};
+
+/*
+ * Creates the control socket under <e>'s socket_dir (a stale one is
+ * replaced, a live one is -EADDRINUSE), owned by group <group> when it is not
+ * -1, and starts its thread. Returns 0 or -errno (logged).
+ */
+int control_start(struct control *ctl, struct engine *e, gid_t group);
+
+/* Stops the thread, closes and unlinks the socket. */
+void control_stop(struct control *ctl);
+
+/*
+ * Handles one request line <line> (NUL-terminated, no newline) and returns
+ * the whole answer (lines ending in '\n'), owned by the caller (pool_free),
+ * with its length in *<len>; NULL when out of memory. Exposed for tests.
+ */
+char *control_handle(struct engine *e, const char *line, size_t *len);
+
+#endif /* AN_CORE_CONTROL_H */
