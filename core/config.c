@@ -51,5 +51,6 @@ void config_free(struct config *cfg)
 	AN_FREE(&cfg->dns_servers);
 	AN_FREE(&cfg->tcp_listen);
 	AN_FREE(&cfg->tcp_sandbox);
+	AN_FREE(&cfg->control_group);
 	memset(cfg, 0, sizeof(*cfg));
 }

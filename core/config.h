@@ -17,12 +17,13 @@ struct config_sandbox {
 };
 
 struct config {
-	char *socket_dir;  /* owned; sandbox sockets: <socket_dir>/sandboxes/<id>/egress.sock */
-	char *audit_path;  /* owned; JSON lines, "-" for stdout */
-	char *dns_servers; /* owned; c-ares CSV "ip[:port],...", NULL: /etc/resolv.conf */
-	char *tcp_listen;  /* owned; "127.0.0.1:PORT" or NULL: no TCP listener */
-	char *tcp_sandbox; /* owned; sandbox id TCP connections are served as */
-	uint32_t workers;  /* 0: one per online core */
+	char *socket_dir;    /* owned; sandbox sockets: <socket_dir>/sandboxes/<id>/egress.sock */
+	char *audit_path;    /* owned; JSON lines, "-" for stdout */
+	char *dns_servers;   /* owned; c-ares CSV "ip[:port],...", NULL: /etc/resolv.conf */
+	char *tcp_listen;    /* owned; "127.0.0.1:PORT" or NULL: no TCP listener */
+	char *tcp_sandbox;   /* owned; sandbox id TCP connections are served as */
+	char *control_group; /* owned; group allowed on the control socket, NULL: the daemon's */
+	uint32_t workers;    /* 0: one per online core */
 	uint32_t conns_per_worker;
 	uint32_t pipes_per_worker; /* 0 disables splice: every relay copies */
 	uint32_t head_timeout_ms;

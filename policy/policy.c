@@ -769,6 +769,39 @@ static int stage_tcp_sandbox(struct loader *ld)
 	return 0;
 }
 
+/* A POSIX portable group name; whether it exists is checked when the daemon starts. */
+static bool is_group_name(const char *s, size_t len)
+{
+	if (len == 0 || len > 32 || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char ch = s[i];
+		bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			  (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static int stage_control_group(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(ld->next.control_group == NULL);
+	int rc = loader_scalar(ld, "control_group", "a string");
+	if (rc != 0)
+		return rc;
+	if (!is_group_name(ev_text(ld), ev_len(ld)))
+		return fail(ld, ld->ev.start_mark, "invalid control_group \"%s\"",
+			    show(ev_text(ld), ev_len(ld), shown));
+	ld->next.control_group = pool_strndup(ev_text(ld), ev_len(ld));
+	if (ld->next.control_group == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(ld->next.control_group[0] != '\0');
+	return 0;
+}
+
 static const char *const timeout_keys[] = { "head_ms", "connect_ms", "dns_ms", "idle_ms" };
 static const struct keyset timeout_keyset = { "daemon.timeouts", timeout_keys,
 					      AN_ARRAY_LEN(timeout_keys) };
@@ -800,13 +833,19 @@ enum {
 	DK_TCP_LISTEN,
 	DK_TCP_SANDBOX,
 	DK_TIMEOUTS,
+	DK_CONTROL_GROUP,
 	DK__COUNT
 };
 static const char *const daemon_keys[] = {
-	[DK_SOCKET_DIR] = "socket_dir",   [DK_AUDIT_LOG] = "audit_log",
-	[DK_WORKERS] = "workers",         [DK_CONNS] = "conns_per_worker",
-	[DK_PIPES] = "pipes_per_worker",  [DK_TCP_LISTEN] = "tcp_listen",
-	[DK_TCP_SANDBOX] = "tcp_sandbox", [DK_TIMEOUTS] = "timeouts",
+	[DK_SOCKET_DIR] = "socket_dir",
+	[DK_AUDIT_LOG] = "audit_log",
+	[DK_WORKERS] = "workers",
+	[DK_CONNS] = "conns_per_worker",
+	[DK_PIPES] = "pipes_per_worker",
+	[DK_TCP_LISTEN] = "tcp_listen",
+	[DK_TCP_SANDBOX] = "tcp_sandbox",
+	[DK_TIMEOUTS] = "timeouts",
+	[DK_CONTROL_GROUP] = "control_group",
 };
 static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
 static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
@@ -832,6 +871,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return stage_tcp_sandbox(ld);
 	case DK_TIMEOUTS:
 		return parse_timeouts(ld);
+	case DK_CONTROL_GROUP:
+		return stage_control_group(ld);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -1664,6 +1705,7 @@ static void apply_config(struct loader *ld, struct config *cfg)
 	move_string(&cfg->dns_servers, &next->dns_servers);
 	move_string(&cfg->tcp_listen, &next->tcp_listen);
 	move_string(&cfg->tcp_sandbox, &next->tcp_sandbox);
+	move_string(&cfg->control_group, &next->control_group);
 	for (uint32_t i = 0; i < UF__COUNT; i++) {
 		if (ld->uints_set & (1u << i))
 			memcpy((char *)cfg + uint_fields[i].offset,

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -217,6 +218,23 @@ static void wait_for_stop(void)
 	}
 }
 
+/* The gid of <name>, or -1 when <name> is NULL. 0 or -ENOENT (logged). */
+static int control_group_resolve(const char *name, gid_t *gid)
+{
+	struct group grp;
+	struct group *found = NULL;
+	char buf[4096];
+
+	if (name == NULL)
+		return 0;
+	if (getgrnam_r(name, &grp, buf, sizeof(buf), &found) != 0 || found == NULL) {
+		log_error("daemon.control_group: no group named %s", name);
+		return -ENOENT;
+	}
+	*gid = found->gr_gid;
+	return 0;
+}
+
 static int serve(struct config *cfg, struct policy *pol)
 {
 	struct engine e;
@@ -251,7 +269,10 @@ static int serve(struct config *cfg, struct policy *pol)
 	ret = engine_start(&e);
 	if (ret == 0) {
 		struct control ctl;
-		ret = control_start(&ctl, &e, (gid_t)-1);
+		gid_t group = (gid_t)-1;
+		ret = control_group_resolve(cfg->control_group, &group);
+		if (ret == 0)
+			ret = control_start(&ctl, &e, group);
 		if (ret != 0) {
 			engine_stop(&e);
 			goto out;

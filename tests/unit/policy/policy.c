@@ -781,6 +781,13 @@ START_TEST(test_daemon_settings)
 	ck_assert_str_eq(cfg.tcp_sandbox, "b");
 	ck_assert_uint_eq(cfg.idle_timeout_ms, 7);
 	ck_assert_uint_eq(cfg.head_timeout_ms, LIMITS_HEAD_TIMEOUT_MS_DEFAULT);
+	ck_assert_ptr_null(cfg.control_group);
+	expect_ok(MINIMAL "daemon:\n  control_group: agentsnet-ops\n");
+	ck_assert_str_eq(cfg.control_group, "agentsnet-ops");
+	expect_error("version: 1\ndaemon:\n  control_group: \"-x\"\n",
+		     "t.yaml:3:18: invalid control_group \"-x\"");
+	expect_error("version: 1\ndaemon:\n  control_group: \"a b\"\n",
+		     "t.yaml:3:18: invalid control_group \"a b\"");
 	expect_error("version: 1\ndaemon:\n  socket_dir: run/agentsnet\n",
 		     "t.yaml:3:15: socket_dir must be an absolute path");
 	expect_error("version: 1\ndaemon:\n  socket_dir: \"-\"\n",
