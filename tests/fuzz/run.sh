@@ -3,7 +3,8 @@
 # ASan and UBSan) and runs each for ${FUZZ_SECONDS:-30} seconds on its seed
 # corpus tests/fuzz/corpus/<name>/, with inputs up to ${FUZZ_MAX_LEN:-20480}
 # bytes. A driver lists the library sources it needs on a "fuzz-sources:" line
-# in its top comment; without one it gets the default below. New inputs go to
+# (or several) in its top comment, and the pkg-config names of the libraries it
+# links on "fuzz-libs:" lines; without sources it gets the default below. New inputs go to
 # build/fuzz/corpus/<name>/ (the seeds stay as they are), crashes to
 # build/fuzz/<name>-crash-*. Exit 0 when every driver ran clean, 1 on a build
 # failure or a crash, 77 when clang's libFuzzer is missing.
@@ -34,11 +35,15 @@ fail=0
 for f in tests/fuzz/*.c; do
 	[ -e "$f" ] || continue
 	name=$(basename "$f" .c)
-	src=$(sed -n 's/^[[:space:]*]*fuzz-sources:[[:space:]]*//p' "$f" | head -n 1)
+	src=$(sed -n 's/^[[:space:]*]*fuzz-sources:[[:space:]]*//p' "$f" | tr '\n' ' ')
 	[ -n "$src" ] || src=$default_src
+	# pkg-config names of the libraries a driver links ("fuzz-libs:" lines).
+	pkgs=$(sed -n 's/^[[:space:]*]*fuzz-libs:[[:space:]]*//p' "$f" | tr '\n' ' ')
+	libs=""
+	[ -z "$pkgs" ] || libs=$(pkg-config --libs $pkgs)
 	echo "  FUZZ-CC $f"
 	# shellcheck disable=SC2086 # word splitting of the flag and source lists is wanted
-	if ! $cc $flags -o "$out/$name" "$f" $src >"$out/$name.build.log" 2>&1; then
+	if ! $cc $flags -o "$out/$name" "$f" $src $libs >"$out/$name.build.log" 2>&1; then
 		echo "  FAIL    $name: build failed"
 		sed 's/^/    /' "$out/$name.build.log"
 		fail=1
