@@ -9,6 +9,7 @@
  * Grammar (docs/control.md):
  *   ping                       -> ok agentsnetd <version>
  *   sandbox add <id> <profile> -> ok <directory>
+ *   sandbox add <id> <profile> owned -> the same, tied to the caller's process
  *   sandbox rm <id>            -> ok
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <directory>"
  *   errors                     -> error <code> <message>
@@ -84,11 +85,12 @@ static void count_one(void *arg, const struct engine_sandbox *sb)
 	(*(uint32_t *)arg)++;
 }
 
-static void handle_add(struct engine *e, const char *id, const char *profile, struct answer *a)
+static void handle_add(struct engine *e, const char *id, const char *profile,
+		       const struct engine_owner *owner, struct answer *a)
 {
 	char dir[4096];
 
-	int ret = engine_sandbox_add(e, id, profile, dir, sizeof(dir));
+	int ret = engine_sandbox_add(e, id, profile, owner, dir, sizeof(dir));
 	switch (ret) {
 	case 0:
 		log_info("sandbox %s: added (profile %s)", id, profile);
@@ -149,10 +151,11 @@ static int split_words(char *line, char **words, int max)
 	return n;
 }
 
-char *control_handle(struct engine *e, const char *line, size_t *len)
+char *control_handle(struct engine *e, const char *line, const struct engine_owner *owner,
+		     size_t *len)
 {
 	char copy[CONTROL_LINE_BYTES_MAX];
-	char *w[4];
+	char *w[5];
 	struct answer a = { 0 };
 
 	size_t n = strlen(line);
@@ -160,12 +163,18 @@ char *control_handle(struct engine *e, const char *line, size_t *len)
 		answer_add(&a, "error bad_request request line too long\n");
 	} else {
 		memcpy(copy, line, n + 1);
-		int count = split_words(copy, w, 4);
+		int count = split_words(copy, w, 5);
 		bool sandbox = count >= 2 && strcmp(w[0], "sandbox") == 0;
 		if (count == 1 && strcmp(w[0], "ping") == 0) {
 			answer_add(&a, "ok agentsnetd %s\n", CONTROL_VERSION);
 		} else if (sandbox && count == 4 && strcmp(w[1], "add") == 0) {
-			handle_add(e, w[2], w[3], &a);
+			handle_add(e, w[2], w[3], NULL, &a);
+		} else if (sandbox && count == 5 && strcmp(w[1], "add") == 0 &&
+			   strcmp(w[4], "owned") == 0) {
+			if (owner == NULL || owner->pid <= 0)
+				answer_add(&a, "error bad_request \"owned\" needs a caller pid\n");
+			else
+				handle_add(e, w[2], w[3], owner, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {
 			handle_rm(e, w[2], &a);
 		} else if (sandbox && count == 2 && strcmp(w[1], "ls") == 0) {
@@ -220,8 +229,13 @@ static void serve_one(struct control *ctl, int fd)
 
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	struct ucred cred;
+	socklen_t cred_len = sizeof(cred);
+	struct engine_owner owner = { 0 };
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 && cred.pid > 0)
+		(void)engine_owner_of(cred.pid, &owner);
 	ssize_t n = read_line(fd, line, sizeof(line));
-	char *out = n < 0 ? NULL : control_handle(ctl->e, line, &len);
+	char *out = n < 0 ? NULL : control_handle(ctl->e, line, &owner, &len);
 	const char *reply = out;
 	if (n < 0) {
 		reply = "error bad_request request line too long\n";

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 struct engine;
+struct engine_owner;
 
 struct control {
 	struct engine *e; /* borrowed */
@@ -38,6 +39,7 @@ void control_stop(struct control *ctl);
  * the whole answer (lines ending in '\n'), owned by the caller (pool_free),
  * with its length in *<len>; NULL when out of memory. Exposed for tests.
  */
-char *control_handle(struct engine *e, const char *line, size_t *len);
+char *control_handle(struct engine *e, const char *line, const struct engine_owner *owner,
+		     size_t *len);
 
 #endif /* AN_CORE_CONTROL_H */

@@ -260,7 +260,36 @@ static void registry_path(const struct engine *e, const char *id, char *out, siz
 	snprintf(out, cap, "%s/registry/%s", e->cfg->socket_dir, id);
 }
 
-static int registry_write(const struct engine *e, const char *id, const char *profile_name)
+int engine_owner_of(int32_t pid, struct engine_owner *o)
+{
+	char path[64];
+	char stat[1024];
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd == -1)
+		return -ESRCH;
+	ssize_t n = read(fd, stat, sizeof(stat) - 1);
+	close(fd);
+	if (n <= 0)
+		return -ESRCH;
+	stat[n] = '\0';
+	/* The command name may hold spaces and parentheses: fields count from the last ')'. */
+	char *p = strrchr(stat, ')');
+	for (int field = 2; p != NULL && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (p == NULL)
+		return -ESRCH;
+	uint64_t ticks = 0;
+	for (p++; *p >= '0' && *p <= '9'; p++)
+		ticks = ticks * 10 + (uint64_t)(*p - '0');
+	o->pid = pid;
+	o->start_ticks = ticks;
+	return 0;
+}
+
+static int registry_write(const struct engine *e, const char *id, const char *profile_name,
+			  const struct engine_owner *owner)
 {
 	char dir[PATH_MAX];
 	char path[PATH_MAX];
@@ -273,19 +302,23 @@ static int registry_write(const struct engine *e, const char *id, const char *pr
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd == -1)
 		return -errno;
-	char line[128];
+	char line[192];
 	int n = snprintf(line, sizeof(line), "profile %s\n", profile_name);
+	if (owner != NULL && owner->pid > 0)
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "owner %d %llu\n",
+			      (int)owner->pid, (unsigned long long)owner->start_ticks);
 	ssize_t wrote = write(fd, line, (size_t)n);
 	ret = wrote == n ? 0 : -EIO;
 	close(fd);
 	return ret;
 }
 
-/* Reads registry record <id>: "profile <name>". 0 or -errno. */
-static int registry_read(const struct engine *e, const char *id, char *profile, size_t cap)
+/* Reads registry record <id>: "profile <name>" [+ "owner <pid> <ticks>"]. 0 or -errno. */
+static int registry_read(const struct engine *e, const char *id, char *profile, size_t cap,
+			 struct engine_owner *owner)
 {
 	char path[PATH_MAX];
-	char line[128];
+	char line[192];
 
 	registry_path(e, id, path, sizeof(path));
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -296,6 +329,16 @@ static int registry_read(const struct engine *e, const char *id, char *profile, 
 	if (n <= 8 || memcmp(line, "profile ", 8) != 0)
 		return -EINVAL;
 	line[n] = '\0';
+	*owner = (struct engine_owner){ 0 };
+	char *second = strchr(line, '\n');
+	if (second != NULL && strncmp(second + 1, "owner ", 6) == 0) {
+		int pid = 0;
+		unsigned long long ticks = 0;
+		if (sscanf(second + 7, "%d %llu", &pid, &ticks) != 2 || pid <= 0)
+			return -EINVAL;
+		owner->pid = pid;
+		owner->start_ticks = ticks;
+	}
 	line[strcspn(line, "\n")] = '\0';
 	size_t len = strlen(line + 8);
 	if (len == 0 || len >= cap)
@@ -352,6 +395,16 @@ static int sandboxes_open(struct engine *e)
 	return 0;
 }
 
+/* Removes run-time sandbox <id>'s record and directory. */
+static void registry_drop(const struct engine *e, const char *id)
+{
+	char path[PATH_MAX];
+
+	registry_path(e, id, path, sizeof(path));
+	unlink(path);
+	sandbox_dir_remove(e, id);
+}
+
 /* Re-adopts every registry record; ones that no longer fit are logged and dropped. */
 static void registry_adopt(struct engine *e)
 {
@@ -367,11 +420,23 @@ static void registry_adopt(struct engine *e)
 		if (de->d_name[0] == '.')
 			continue;
 		char sandbox_dir[PATH_MAX];
+		struct engine_owner owner = { 0 };
+		struct engine_owner now = { 0 };
 		int ret = engine_sandbox_id_valid(de->d_name)
-			      ? registry_read(e, de->d_name, profile, sizeof(profile))
+			      ? registry_read(e, de->d_name, profile, sizeof(profile), &owner)
 			      : -EINVAL;
+		if (ret == 0 && owner.pid > 0 &&
+		    (engine_owner_of(owner.pid, &now) != 0 ||
+		     now.start_ticks != owner.start_ticks)) {
+			/* Its agentsnet run ended while the daemon was down: nothing to adopt. */
+			registry_drop(e, de->d_name);
+			log_info("sandbox %s: its owner (pid %d) is gone; record removed",
+				 de->d_name, (int)owner.pid);
+			continue;
+		}
 		if (ret == 0)
-			ret = engine_sandbox_add(e, de->d_name, profile, sandbox_dir,
+			ret = engine_sandbox_add(e, de->d_name, profile,
+						 owner.pid > 0 ? &owner : NULL, sandbox_dir,
 						 sizeof(sandbox_dir));
 		if (ret == 0)
 			log_info("sandbox %s: re-adopted (profile %s)", de->d_name, profile);
@@ -490,8 +555,8 @@ int engine_stop(struct engine *e)
 	return atomic_load(&e->leaks) == 0 ? 0 : -EFAULT;
 }
 
-int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name, char *dir,
-		       size_t cap)
+int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
+		       const struct engine_owner *owner, char *dir, size_t cap)
 {
 	if (!engine_sandbox_id_valid(id))
 		return -EINVAL;
@@ -509,7 +574,7 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	if (ret == 0)
 		ret = sandbox_open(e, idx, id, profile_name, (uint32_t)profile, true);
 	if (ret == 0)
-		ret = registry_write(e, id, profile_name);
+		ret = registry_write(e, id, profile_name, owner);
 	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == SANDBOX_ACTIVE)
 		sandbox_close(e, e->sandboxes[idx]);
 	if (ret == 0) {
@@ -527,7 +592,6 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 int engine_sandbox_remove(struct engine *e, const char *id)
 {
 	struct worker_cmd cmd = { .kind = WORKER_CMD_REMOVE };
-	char path[PATH_MAX];
 
 	pthread_mutex_lock(&e->lock);
 	int idx = sandbox_find(e, id);
@@ -548,10 +612,8 @@ int engine_sandbox_remove(struct engine *e, const char *id)
 	while (worker_cmd_wait(w, &cmd, 5000) != 0)
 		log_warn("sandbox %s: still closing its connections", id);
 	pthread_mutex_lock(&e->lock);
-	registry_path(e, id, path, sizeof(path));
-	unlink(path);
 	sandbox_close(e, sb);
-	sandbox_dir_remove(e, id);
+	registry_drop(e, id);
 	pthread_mutex_unlock(&e->lock);
 	return 0;
 }

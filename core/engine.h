@@ -39,6 +39,19 @@ enum engine_sandbox_state {
 	SANDBOX_REMOVING, /* its worker is closing the listener and connections */
 };
 
+/*
+ * The process a run-time sandbox lives as long as (`agentsnet run`), named by
+ * pid and start time so a recycled pid is not mistaken for it. pid 0: none,
+ * the registration is permanent until `sandbox rm`.
+ */
+struct engine_owner {
+	int32_t pid;
+	uint64_t start_ticks; /* /proc/<pid>/stat field 22 */
+};
+
+/* Fills <o> for process <pid>. 0, or -ESRCH when it is gone. Any thread. */
+int engine_owner_of(int32_t pid, struct engine_owner *o);
+
 struct engine_sandbox {
 	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
 	char profile_name[CONFIG_SANDBOX_ID_BYTES_MAX];
@@ -89,14 +102,15 @@ int engine_stop(struct engine *e);
 
 /*
  * Adds sandbox <id> on profile <profile_name> while the engine runs: creates
- * its directory and listening socket, records it in the registry and hands
- * it to a worker. Writes the sandbox's directory to <dir>/<cap>. Returns 0,
+ * its directory and listening socket, records it in the registry (with
+ * <owner> when not NULL: a later start drops the record if that process is
+ * gone) and hands it to a worker. Writes the sandbox's directory to <dir>/<cap>. Returns 0,
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
  * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached) or the
  * -errno of a failed socket step. Control path only (takes the lock).
  */
-int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name, char *dir,
-		       size_t cap);
+int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
+		       const struct engine_owner *owner, char *dir, size_t cap);
 
 /*
  * Removes run-time sandbox <id>: its worker stops accepting and aborts its
