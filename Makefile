@@ -36,7 +36,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=build/san/tests/unit/%)
 .PHONY: all lint test check demo bench fuzz deps clean unit integ
 .DEFAULT_GOAL := all
 
-all: build/rel/agentsnetd build/san/agentsnetd
+all: build/rel/agentsnetd build/san/agentsnetd build/rel/agentsnet build/san/agentsnet build/rel/agentsnet-bridge build/san/agentsnet-bridge
 
 deps:
 	$(Q)./tools/deps.sh
@@ -63,6 +63,24 @@ build/san/agentsnetd: build/san/tools/agentsnetd.o build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
+AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/ctl.o tools/sandbox.o
+build/rel/agentsnet: $(AGENTSNET_OBJ:%=build/rel/%) build/rel/libagentsnet.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
+build/san/agentsnet: $(AGENTSNET_OBJ:%=build/san/%) build/san/libagentsnet.a
+	@$(if $(Q),echo "  LD-SAN  $@")
+	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The sandbox's init: static, linking only libc and libseccomp (tools/bridge.c).
+BRIDGE_LIBS := -lseccomp
+build/rel/agentsnet-bridge: build/rel/tools/bridge.o build/rel/core/an.o
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -static -Wl,--strip-debug -o $@ $^ $(BRIDGE_LIBS)
+build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/core/an.o
+	@$(if $(Q),echo "  LD-SAN  $@")
+	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(BRIDGE_LIBS)
+build/san/tests/unit/tools/bridge: LDLIBS += $(BRIDGE_LIBS)
+
 # A unit test may #include the .c under test; the archive then supplies the rest.
 build/san/tests/unit/%: tests/unit/%.c build/san/libagentsnet.a
 	@mkdir -p $(dir $@)
@@ -73,7 +91,7 @@ build/san/tests/unit/%: tests/unit/%.c build/san/libagentsnet.a
 unit: $(UNIT_BIN)
 	$(Q)tests/run-unit.sh $(UNIT_BIN)
 
-integ: build/san/agentsnetd build/rel/agentsnetd
+integ: all
 	$(Q)tests/integ/run.sh
 
 test: unit integ

@@ -1,0 +1,546 @@
+/*
+ * agentsnet: the operator CLI. `ca init` makes the demo CA (tools/ca.c);
+ * `sandbox add|rm|ls` and `ping` speak the control protocol (tools/ctl.c);
+ * `run` registers a sandbox, runs a command through the bridge in it
+ * (tools/sandbox.c) and unregisters it again.
+ *
+ * Exit codes of the daemon-facing commands: 0 ok, 1 the daemon said error
+ * (or a local step failed), 2 usage, 3 the daemon is not reachable. `run`
+ * exits with the bridge's status, which is the agent's; if the bridge was
+ * killed by a signal, `run` kills itself with the same one after cleaning
+ * up, so a calling shell sees exactly what it would have seen without us.
+ *
+ * `run` blocks its signals before its first step and keeps them blocked
+ * (sandbox_wait takes them synchronously), so every exit path, a signal
+ * included, goes through the `sandbox rm` at the end. Only a SIGKILL skips
+ * it; the sandbox itself still dies then (PR_SET_PDEATHSIG), and the daemon
+ * keeps the registration until `agentsnet sandbox rm`.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/an.h"
+#include "tools/ca.h"
+#include "tools/ctl.h"
+#include "tools/sandbox.h"
+
+#define AGENTSNET_VERSION        "0.1.0"
+#define AGENTSNET_SOCKET_DIR     "/run/agentsnet"
+#define AGENTSNET_SOCKET_DIR_ENV "AGENTSNET_SOCKET_DIR"
+#define AGENTSNET_BRIDGE_NAME    "agentsnet-bridge"
+#define AGENTSNET_PROFILE        "default"
+
+static const char usage_text[] =
+    "usage: agentsnet ca init --dir DIR [--days N] [--force] [--roots FILE]\n"
+    "       agentsnet sandbox add ID [--profile NAME] [--socket-dir DIR]\n"
+    "       agentsnet sandbox rm ID [--socket-dir DIR]\n"
+    "       agentsnet sandbox ls [--socket-dir DIR]\n"
+    "       agentsnet ping [--socket-dir DIR]\n"
+    "       agentsnet run [--sandbox ID] [--profile NAME] [--socket-dir DIR] [--bridge PATH]\n"
+    "                     [--ca PATH] [--public-url URL] -- CMD [ARGS...]\n"
+    "       agentsnet --help | --version\n"
+    "\n"
+    "ca init     writes DIR/ca.key (0600), DIR/ca.pem and DIR/bundle.pem (host roots + CA,\n"
+    "            the file to mount as AGENT_CA_CERT); --days 1..3650, default 397.\n"
+    "sandbox     registers, removes or lists sandboxes on the running agentsnetd.\n"
+    "run         runs CMD through agentsnet-bridge in a sandbox with no network but lo,\n"
+    "            its egress socket at /run/agentsnet/sandbox/egress.sock; exits with\n"
+    "            CMD's status. --sandbox defaults to run-<pid>, --profile to default,\n"
+    "            --bridge to the agentsnet-bridge next to this binary (or on PATH).\n"
+    "\n"
+    "--socket-dir defaults to $AGENTSNET_SOCKET_DIR, else /run/agentsnet.\n"
+    "Exit codes: 0 ok, 1 error, 2 usage, 3 agentsnetd not reachable; run: CMD's status.\n";
+
+static int usage_error(const char *what)
+{
+	AN_ASSERT(what != NULL);
+	AN_ASSERT(what[0] != '\0');
+	fprintf(stderr, "agentsnet: %s (see agentsnet --help)\n", what);
+	return CTL_EXIT_USAGE;
+}
+
+static const char *default_socket_dir(void)
+{
+	const char *env = getenv(AGENTSNET_SOCKET_DIR_ENV);
+
+	return env != NULL && env[0] != '\0' ? env : AGENTSNET_SOCKET_DIR;
+}
+
+/* Parses a decimal in 0..<max>; -EINVAL otherwise. */
+static int parse_u32(const char *s, uint32_t max, uint32_t *out)
+{
+	uint64_t v = 0;
+
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(out != NULL);
+	if (*s == '\0' || strlen(s) > 10)
+		return -EINVAL;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	if (v > max)
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* ---- ca init ---- */
+
+static int ca_main(int argc, char **argv)
+{
+	static const struct option longs[] = {
+		{ "dir", required_argument, NULL, 'd' }, { "days", required_argument, NULL, 'n' },
+		{ "force", no_argument, NULL, 'f' },     { "roots", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },      { NULL, 0, NULL, 0 },
+	};
+	struct ca_options o = { .days = CA_DAYS_DEFAULT };
+	struct ca_result r;
+	char err[PATH_MAX + 256];
+	int opt;
+
+	AN_ASSERT(argc >= 1);
+	AN_ASSERT(strcmp(argv[0], "ca") == 0);
+	if (argc < 2 || strcmp(argv[1], "init") != 0)
+		return usage_error("ca: the only subcommand is init");
+	optind = 0;
+	while ((opt = getopt_long(argc - 1, argv + 1, "", longs, NULL)) != -1) {
+		if (opt == 'd')
+			o.dir = optarg;
+		else if (opt == 'n' && parse_u32(optarg, CA_DAYS_MAX, &o.days) == 0 && o.days > 0)
+			continue;
+		else if (opt == 'n')
+			return usage_error("ca init: --days must be 1..3650");
+		else if (opt == 'f')
+			o.force = true;
+		else if (opt == 'r')
+			o.host_roots = optarg;
+		else if (opt == 'h')
+			return fputs(usage_text, stdout) >= 0 ? 0 : 1;
+		else
+			return usage_error("ca init: unknown option");
+	}
+	if (o.dir == NULL || optind != argc - 1)
+		return usage_error("ca init: --dir DIR is required, and nothing else");
+	int ret = ca_init(&o, &r, err, sizeof(err));
+	if (ret != 0) {
+		fprintf(stderr, "agentsnet: ca init: %s\n", err);
+		return ret == -EINVAL ? CTL_EXIT_USAGE : CTL_EXIT_ERROR;
+	}
+	printf("agentsnet: created \"%s\", valid %u days\n"
+	       "  key     %s (mode 0600: keep it on this host)\n"
+	       "  cert    %s\n"
+	       "  bundle  %s (host roots + CA: mount it as AGENT_CA_CERT)\n"
+	       "  SHA-256 %s\n",
+	       r.subject_cn, o.days, r.key_path, r.cert_path, r.bundle_path, r.fingerprint);
+	return 0;
+}
+
+/* ---- The control commands ---- */
+
+static void control_path(const char *socket_dir, char *out, size_t cap)
+{
+	AN_ASSERT(socket_dir != NULL);
+	AN_ASSERT(cap > 0);
+	size_t len = strlen(socket_dir);
+	while (len > 1 && socket_dir[len - 1] == '/')
+		len--;
+	snprintf(out, cap, "%.*s/%s", (int)len, socket_dir, CTL_SOCKET_NAME);
+}
+
+/*
+ * Sends the request <words> (<n> of them) to the daemon under <socket_dir>
+ * and prints what went wrong, if anything. Returns an exit code; <r> holds
+ * the answer, if there was one, for the caller to free.
+ */
+static int control(const char *socket_dir, int n, const char *const *words, struct ctl_reply *r)
+{
+	char path[PATH_MAX], req[CTL_REQUEST_BYTES_MAX], err[PATH_MAX + 128];
+
+	AN_ASSERT(n >= 1);
+	AN_ASSERT(r != NULL);
+	*r = (struct ctl_reply){ .code = "", .text = "" };
+	if (ctl_request_format(req, sizeof(req), n, words) < 0)
+		return usage_error("bad request: sandbox ids and profile names are "
+				   "[A-Za-z0-9_.-]{1,63}, not starting with '.'");
+	control_path(socket_dir, path, sizeof(path));
+	int ret = ctl_call(path, req, CTL_TIMEOUT_MS_DEFAULT, r, err, sizeof(err));
+	if (ret != 0) {
+		fprintf(stderr, "agentsnet: %s\n", err);
+		return ctl_unreachable(ret) ? CTL_EXIT_UNREACHABLE : CTL_EXIT_ERROR;
+	}
+	if (!r->ok) {
+		fprintf(stderr, "agentsnet: error %s: %s\n", r->code, r->text);
+		return CTL_EXIT_ERROR;
+	}
+	return CTL_EXIT_OK;
+}
+
+static int print_answer(const char *verb, struct ctl_reply *r)
+{
+	AN_ASSERT(r->ok);
+	AN_ASSERT(verb != NULL);
+	if (strcmp(verb, "ls") == 0) {
+		if (ctl_ls_check(r) != 0) {
+			fprintf(stderr, "agentsnet: malformed answer to sandbox ls\n");
+			return CTL_EXIT_ERROR;
+		}
+		for (const char *l = r->more; l != NULL; l = ctl_reply_next(r, l))
+			printf("%s\n", l);
+	} else if (r->text[0] != '\0') {
+		printf("%s\n", r->text);
+	}
+	return fflush(stdout) == 0 ? CTL_EXIT_OK : CTL_EXIT_ERROR;
+}
+
+/* `sandbox add|rm|ls ...` (<argv>[0] is "sandbox") and `ping` (<argv>[0] is "ping"). */
+static int control_main(int argc, char **argv)
+{
+	static const struct option longs[] = {
+		{ "socket-dir", required_argument, NULL, 's' },
+		{ "profile", required_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *socket_dir = default_socket_dir(), *profile = NULL;
+	const char *words[4] = { argv[0] };
+	struct ctl_reply r;
+	int opt, n = 1;
+
+	AN_ASSERT(argc >= 1);
+	AN_ASSERT(argv[0] != NULL);
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+		if (opt == 's')
+			socket_dir = optarg;
+		else if (opt == 'p')
+			profile = optarg;
+		else if (opt == 'h')
+			return fputs(usage_text, stdout) >= 0 ? 0 : 1;
+		else
+			return usage_error("unknown option");
+	}
+	for (int i = optind; i < argc && n < 4; i++)
+		words[n++] = argv[i];
+	bool ping = strcmp(argv[0], "ping") == 0;
+	bool add = !ping && n >= 2 && strcmp(words[1], "add") == 0;
+	if (optind + n - 1 != argc || (ping && n != 1) || (!ping && n < 2) ||
+	    (profile != NULL && !add))
+		return usage_error("wrong arguments");
+	if (add && n == 3)
+		words[n++] = profile != NULL ? profile : AGENTSNET_PROFILE;
+	int rc = control(socket_dir, n, words, &r);
+	if (rc == CTL_EXIT_OK)
+		rc = print_answer(ping ? "ping" : words[1], &r);
+	ctl_reply_free(&r);
+	return rc;
+}
+
+/* ---- run ---- */
+
+struct run_options {
+	const char *id;
+	const char *profile;
+	const char *socket_dir;
+	const char *bridge;
+	const char *ca;
+	const char *public_url;
+	char **cmd;
+	char id_buf[32];
+};
+
+static int run_parse(int argc, char **argv, struct run_options *o)
+{
+	static const struct option longs[] = {
+		{ "sandbox", required_argument, NULL, 'i' },
+		{ "profile", required_argument, NULL, 'p' },
+		{ "socket-dir", required_argument, NULL, 's' },
+		{ "bridge", required_argument, NULL, 'b' },
+		{ "ca", required_argument, NULL, 'c' },
+		{ "public-url", required_argument, NULL, 'u' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt;
+
+	AN_ASSERT(argc >= 1);
+	AN_ASSERT(o != NULL);
+	optind = 0;
+	/* "+": the first word that is not an option starts the command. */
+	while ((opt = getopt_long(argc, argv, "+", longs, NULL)) != -1) {
+		const char **slot = opt == 'i'   ? &o->id
+				    : opt == 'p' ? &o->profile
+				    : opt == 's' ? &o->socket_dir
+				    : opt == 'b' ? &o->bridge
+				    : opt == 'c' ? &o->ca
+				    : opt == 'u' ? &o->public_url
+						 : NULL;
+		if (opt == 'h')
+			return fputs(usage_text, stdout) >= 0 ? 0 : 1;
+		if (slot == NULL)
+			return usage_error("run: unknown option");
+		*slot = optarg;
+	}
+	if (optind >= argc)
+		return usage_error("run: no command (agentsnet run [OPTIONS] -- CMD [ARGS...])");
+	o->cmd = argv + optind;
+	if (o->id == NULL) {
+		snprintf(o->id_buf, sizeof(o->id_buf), "run-%ld", (long)getpid());
+		o->id = o->id_buf;
+	}
+	if (!ctl_id_valid(o->id) || !ctl_profile_valid(o->profile))
+		return usage_error("run: sandbox ids and profile names are [A-Za-z0-9_.-]{1,63}, "
+				   "not starting with '.'");
+	return -1;
+}
+
+/* The bridge next to this binary, else the first on PATH; into <out> (PATH_MAX bytes). */
+static int find_bridge(char *out)
+{
+	char exe[PATH_MAX], cand[PATH_MAX];
+
+	AN_ASSERT(out != NULL);
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		int len =
+		    snprintf(cand, sizeof(cand), "%s/%s", dirname(exe), AGENTSNET_BRIDGE_NAME);
+		if (len > 0 && (size_t)len < sizeof(cand) && access(cand, X_OK) == 0)
+			return realpath(cand, out) != NULL ? 0 : -errno;
+	}
+	const char *path = getenv("PATH");
+	while (path != NULL && *path != '\0') {
+		const char *end = strchr(path, ':');
+		size_t len = end != NULL ? (size_t)(end - path) : strlen(path);
+		int m =
+		    snprintf(cand, sizeof(cand), "%.*s/%s", (int)len, path, AGENTSNET_BRIDGE_NAME);
+		if (len > 0 && m > 0 && (size_t)m < sizeof(cand) && access(cand, X_OK) == 0)
+			return realpath(cand, out) != NULL ? 0 : -errno;
+		path = end != NULL ? end + 1 : NULL;
+	}
+	AN_ASSERT(out[0] == '\0');
+	return -ENOENT;
+}
+
+/* Canonical paths, checked here so a missing file is a clear error, not a failed exec. */
+static int run_resolve(const struct run_options *o, char *bridge, char *ca, char *socket_dir)
+{
+	AN_ASSERT(bridge != NULL);
+	AN_ASSERT(ca != NULL);
+	AN_ASSERT(socket_dir != NULL);
+	AN_ASSERT(o->cmd != NULL);
+	bridge[0] = '\0';
+	if (o->bridge != NULL ? realpath(o->bridge, bridge) == NULL : find_bridge(bridge) != 0) {
+		fprintf(stderr,
+			"agentsnet: %s: not found (build it with `make build/rel/%s`, or pass "
+			"--bridge PATH)\n",
+			o->bridge != NULL ? o->bridge : AGENTSNET_BRIDGE_NAME,
+			AGENTSNET_BRIDGE_NAME);
+		return CTL_EXIT_ERROR;
+	}
+	if (access(bridge, X_OK) == -1) {
+		fprintf(stderr, "agentsnet: %s: %s\n", bridge, strerror(errno));
+		return CTL_EXIT_ERROR;
+	}
+	if (o->ca != NULL && (realpath(o->ca, ca) == NULL || access(ca, R_OK) == -1)) {
+		fprintf(stderr, "agentsnet: --ca %s: %s\n", o->ca, strerror(errno));
+		return CTL_EXIT_ERROR;
+	}
+	if (realpath(o->socket_dir, socket_dir) == NULL) {
+		char path[PATH_MAX];
+		control_path(o->socket_dir, path, sizeof(path));
+		fprintf(stderr, "agentsnet: agentsnetd is not running (no control socket at %s)\n",
+			path);
+		return CTL_EXIT_UNREACHABLE;
+	}
+	if (strcmp(socket_dir, "/") == 0)
+		return usage_error("run: --socket-dir / cannot be hidden from the sandbox");
+	return -1;
+}
+
+/*
+ * The daemon is gone, so it cannot remove our registration: do what its
+ * `sandbox rm` would (the record, then the directory and what is in it), so
+ * a restarted daemon does not re-adopt a sandbox that no longer runs. Only
+ * this sandbox's own files; unlinkat never follows a link.
+ */
+static void sandbox_remove_files(const struct run_options *o)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/registry/%s", o->socket_dir, o->id);
+	if (unlink(path) == -1 && errno != ENOENT) {
+		fprintf(stderr, "agentsnet: %s: %s (agentsnetd drops it when it next starts)\n",
+			path, strerror(errno));
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/sandboxes/%s", o->socket_dir, o->id);
+	DIR *d = opendir(path);
+	if (d != NULL) {
+		struct dirent *de;
+		while ((de = readdir(d)) != NULL) {
+			if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+				unlinkat(dirfd(d), de->d_name, 0);
+		}
+		closedir(d);
+	}
+	if (rmdir(path) == -1 && errno != ENOENT)
+		fprintf(stderr, "agentsnet: %s: %s\n", path, strerror(errno));
+}
+
+static void sandbox_remove(const struct run_options *o)
+{
+	const char *words[] = { "sandbox", "rm", o->id };
+	struct ctl_reply r;
+
+	AN_ASSERT(o->id != NULL);
+	AN_ASSERT(o->socket_dir != NULL);
+	int rc = control(o->socket_dir, (int)AN_ARRAY_LEN(words), words, &r);
+	if (rc == CTL_EXIT_UNREACHABLE) {
+		fprintf(stderr, "agentsnet: agentsnetd is gone; removing sandbox %s's files\n",
+			o->id);
+		sandbox_remove_files(o);
+	} else if (rc != CTL_EXIT_OK) {
+		fprintf(stderr, "agentsnet: could not unregister sandbox %s (see above)\n", o->id);
+	}
+	ctl_reply_free(&r);
+}
+
+/* Registers the sandbox and puts its canonical directory in <dir>; unregisters on failure. */
+static int sandbox_add(const struct run_options *o, char *dir)
+{
+	const char *words[] = { "sandbox", "add", o->id, o->profile, "owned" };
+	struct ctl_reply r;
+
+	AN_ASSERT(dir != NULL);
+	AN_ASSERT(o->id != NULL);
+	AN_ASSERT(o->profile != NULL);
+	int rc = control(o->socket_dir, (int)AN_ARRAY_LEN(words), words, &r);
+	if (rc == CTL_EXIT_OK && (r.text[0] != '/' || realpath(r.text, dir) == NULL)) {
+		fprintf(stderr, "agentsnet: sandbox %s: bad directory from agentsnetd: \"%s\"\n",
+			o->id, r.text);
+		sandbox_remove(o);
+		rc = CTL_EXIT_ERROR;
+	}
+	ctl_reply_free(&r);
+	return rc;
+}
+
+/* The bridge's status as ours; a death by signal is repeated on ourselves. */
+static int exit_status(int wstatus)
+{
+	sigset_t set;
+
+	AN_ASSERT(WIFEXITED(wstatus) || WIFSIGNALED(wstatus));
+	if (WIFEXITED(wstatus))
+		return WEXITSTATUS(wstatus);
+	int sig = WTERMSIG(wstatus);
+	AN_ASSERT(sig > 0);
+	AN_ASSERT(sig < NSIG);
+	fflush(NULL);
+	signal(sig, SIG_DFL);
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	sigprocmask(SIG_UNBLOCK, &set, NULL);
+	raise(sig);
+	return 128 + sig; /* a signal that does not kill (or a core limit that stops it) */
+}
+
+/* Runs the sandbox: -1 with the bridge's wait status in <wstatus>, or an exit code. */
+static int run_sandbox(const struct run_options *o, struct sandbox_spec *spec, int *wstatus)
+{
+	struct sandbox sb;
+	char err[SANDBOX_ERROR_BYTES + 256];
+
+	AN_ASSERT(spec->dir != NULL);
+	AN_ASSERT(o->id != NULL);
+	/* A signal that came while we registered: act as if it had killed the agent. */
+	int sig = sandbox_signal_pending();
+	if (sig != 0) {
+		*wstatus = sig;
+		AN_ASSERT(WIFSIGNALED(*wstatus));
+		return -1;
+	}
+	int ret = sandbox_start(spec, &sb, err, sizeof(err));
+	if (ret != 0) {
+		fprintf(stderr, "agentsnet: sandbox %s: %s\n", o->id, err);
+		return CTL_EXIT_ERROR;
+	}
+	ret = sandbox_wait(&sb, wstatus);
+	if (ret != 0) {
+		fprintf(stderr, "agentsnet: waitpid: %s\n", strerror(-ret));
+		return CTL_EXIT_ERROR;
+	}
+	return -1;
+}
+
+static int run_main(int argc, char **argv)
+{
+	struct run_options o = { .profile = AGENTSNET_PROFILE, .socket_dir = default_socket_dir() };
+	static char bridge[PATH_MAX], ca[PATH_MAX], socket_dir[PATH_MAX], dir[PATH_MAX],
+	    cwd[PATH_MAX];
+	struct sandbox_spec spec = { .uid = getuid(), .gid = getgid() };
+	char err[512];
+
+	AN_ASSERT(argc >= 1);
+	AN_ASSERT(strcmp(argv[0], "run") == 0);
+	int rc = run_parse(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	sandbox_signals_block(&spec.child_mask);
+	rc = run_resolve(&o, bridge, ca, socket_dir);
+	if (rc >= 0)
+		return rc;
+	spec.userns = sandbox_needs_userns();
+	if (spec.userns && sandbox_userns_allowed(err, sizeof(err)) != 0) {
+		fprintf(stderr, "agentsnet: %s\n", err);
+		return CTL_EXIT_ERROR;
+	}
+	rc = sandbox_add(&o, dir);
+	if (rc != CTL_EXIT_OK)
+		return rc;
+	spec.dir = dir;
+	spec.socket_dir = socket_dir;
+	spec.bridge = bridge;
+	spec.ca_path = o.ca != NULL ? ca : NULL;
+	spec.public_url = o.public_url;
+	spec.cwd = getcwd(cwd, sizeof(cwd));
+	spec.cmd = o.cmd;
+	fflush(NULL);
+	int wstatus = 0;
+	rc = run_sandbox(&o, &spec, &wstatus);
+	sandbox_remove(&o);
+	return rc >= 0 ? rc : exit_status(wstatus);
+}
+
+int main(int argc, char **argv)
+{
+	AN_ASSERT(argc >= 0);
+	AN_ASSERT(argc == 0 || argv[0] != NULL);
+	if (argc < 2)
+		return usage_error("no command");
+	const char *cmd = argv[1];
+	if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0)
+		return fputs(usage_text, stdout) >= 0 ? 0 : 1;
+	if (strcmp(cmd, "--version") == 0) {
+		printf("agentsnet %s\n", AGENTSNET_VERSION);
+		return 0;
+	}
+	if (strcmp(cmd, "ca") == 0)
+		return ca_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "sandbox") == 0 || strcmp(cmd, "ping") == 0)
+		return control_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "run") == 0)
+		return run_main(argc - 1, argv + 1);
+	return usage_error("unknown command");
+}

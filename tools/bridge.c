@@ -1,0 +1,1637 @@
+/*
+ * agentsnet-bridge: the sandbox's init (DESIGN.md section 2). It listens on 127.0.0.1:8080 and
+ * relays each connection to the mounted egress socket; it listens on the mounted ingress socket
+ * and relays each connection to 127.0.0.1:$AGENT_INGRESS_PORT; it sets the variables of
+ * DESIGN.md section 1 from one table (bridge_vars); then it forks the agent under a seccomp
+ * filter and stays as its PID 1: signals forwarded, every child reaped, the agent's status
+ * returned as its own (exit code, or 128 + signal).
+ *
+ * One thread and one epoll set do everything: both listeners, every relay and a signalfd.
+ * A relay direction is a pipe and non-blocking splice, socket -> pipe -> socket, with
+ * edge-triggered events: a direction fills its pipe only when the pipe is empty and then drains
+ * it completely, so an EAGAIN on the fill always means "source dry" and an EAGAIN on the drain
+ * "destination full", and the edge it then waits for is the right one. A direction that used
+ * its byte budget yields to a ready queue, so one bulk transfer cannot starve the others. EOF
+ * becomes shutdown(SHUT_WR) on the other side (half-close); an error aborts both sides, with a
+ * reset on the TCP side, so the agent sees a connection error, never a hang or a truncated
+ * answer that looks whole. Rejected: two blocking threads per connection (2048 threads count
+ * against a container's pids limit, and fork() after threads is unsafe for the child that
+ * builds the filter); io_uring (the bridge links only libc and libseccomp, and stays small);
+ * a copy loop through user memory.
+ *
+ * The agent gets its own process group and, when the bridge's group owns the terminal, the
+ * terminal, as docker's --init does: ^C and SIGWINCH then reach the agent once, not once from
+ * the terminal and once forwarded. A job-control stop of the agent is passed on to the bridge's
+ * own group, so a shell above `agentsnet run` sees its job stop, and SIGCONT hands the terminal
+ * back. When the agent exits, what is left of its group is killed and the bridge exits.
+ * Invariants: conns_in_use counts slots with in_use; a free slot holds no descriptor; a slot
+ * is on the ready queue at most once (queued).
+ */
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "core/an.h"
+
+/*
+ * The bridge's limits. They are the bridge's own (it links no other project module), so they
+ * live here rather than in core/limits.h.
+ */
+/* Relayed connections at once: far above what one agent opens, and each costs 6 descriptors. */
+#define BRIDGE_CONNS_MAX    1024u
+#define BRIDGE_FDS_PER_CONN 6u
+/* Descriptors kept for stdio, epoll, signalfd, listeners and the spare; the rest are relays. */
+#define BRIDGE_FDS_RESERVED 32u
+/* epoll events and accepts handled per loop turn, so no source starves the others. */
+#define BRIDGE_EVENTS_PER_TURN  64
+#define BRIDGE_ACCEPTS_PER_TURN 64u
+/* Bytes one direction moves before it yields to the others: 16 default-sized pipes. */
+#define BRIDGE_PUMP_BYTES_MAX (1u << 20)
+/* Bytes asked of one splice into a pipe; the pipe's size is the real bound. */
+#define BRIDGE_SPLICE_BYTES (1u << 20)
+
+/* Exit codes of the bridge's own failures, as env(1), timeout(1) and `docker run` use them. */
+#define BRIDGE_EXIT_FAILURE  125
+#define BRIDGE_EXIT_NOEXEC   126
+#define BRIDGE_EXIT_NOTFOUND 127
+
+#define BRIDGE_EGRESS_DEFAULT   "/run/agentsnet/sandbox/egress.sock"
+#define BRIDGE_INGRESS_DEFAULT  "/run/agentsnet/sandbox/ingress.sock"
+#define BRIDGE_LISTEN_DEFAULT   "127.0.0.1:8080"
+#define BRIDGE_NO_PROXY_DEFAULT "localhost,127.0.0.1"
+#define BRIDGE_INGRESS_PORT_DEF 8081
+
+static_assert(BRIDGE_CONNS_MAX <= (1u << 20), "a slot index must fit the event word");
+static_assert(BRIDGE_SPLICE_BYTES <= BRIDGE_PUMP_BYTES_MAX, "one fill fits the budget");
+
+struct bridge_opts {
+	const char *egress_path;
+	const char *ingress_path;
+	const char *ca_path;    /* NULL: no CA bundle mounted */
+	const char *public_url; /* NULL: no public URL */
+	const char *no_proxy;
+	char **cmd; /* borrowed from argv, NULL-terminated; NULL when none was given */
+	struct sockaddr_storage listen_sa;
+	socklen_t listen_sa_len;
+	uint16_t ingress_port;
+	bool print_env;
+	bool no_seccomp;
+	bool help;
+	char proxy_url[64];        /* http://<listen address>:<port> */
+	char ingress_port_text[8]; /* decimal */
+};
+
+/*
+ * Where each variable's value comes from. Adding a source: also extend var_value().
+ */
+enum var_src {
+	VAR_PROXY,
+	VAR_NO_PROXY,
+	VAR_INGRESS_PORT,
+	VAR_PUBLIC_URL,
+	VAR_CA,
+	VAR_ONE,
+};
+
+struct bridge_var {
+	const char *name;
+	enum var_src src;
+	const char *reader; /* who reads it, for --help */
+};
+
+/*
+ * The agent's environment: set in this order, printed by --print-env, listed by --help. A
+ * variable the caller already set is overwritten: the sandbox's contract wins, because a proxy
+ * or CA variable inherited from the image points at something this sandbox cannot reach.
+ * The exception is AGENT_NO_PROXY, which the caller may set (and NO_PROXY/no_proxy follow it).
+ * Without a CA bundle the CA variables are left as the caller set them. ALL_PROXY/all_proxy are
+ * deliberately not set: clients read them with SOCKS semantics too, the listener speaks only
+ * the HTTP proxy protocol, and every client that reads both prefers the scheme variables below.
+ * Adding a runtime: add its variables here; the unit test checks every row.
+ */
+static const struct bridge_var bridge_vars[] = {
+	{ "AGENT_HTTP_PROXY", VAR_PROXY, "the agent (DESIGN.md section 1)" },
+	{ "AGENT_HTTPS_PROXY", VAR_PROXY, "the agent" },
+	{ "AGENT_NO_PROXY", VAR_NO_PROXY, "the agent (the caller may set it)" },
+	{ "AGENT_INGRESS_PORT", VAR_INGRESS_PORT, "the agent: bind 127.0.0.1 on it for ingress" },
+	{ "AGENT_PUBLIC_URL", VAR_PUBLIC_URL, "the agent: the URL third parties call back" },
+	{ "AGENT_CA_CERT", VAR_CA, "the agent: the CA bundle (host roots + agentsnet CA)" },
+	{ "HTTP_PROXY", VAR_PROXY, "Python, Go, Deno, Node >= 22.21, AWS SDKs, pip" },
+	{ "http_proxy", VAR_PROXY, "curl (which ignores HTTP_PROXY), git, wget" },
+	{ "HTTPS_PROXY", VAR_PROXY, "Python, Go, Deno, Node >= 22.21, AWS SDKs, pip" },
+	{ "https_proxy", VAR_PROXY, "curl, git, wget" },
+	{ "NO_PROXY", VAR_NO_PROXY, "most clients" },
+	{ "no_proxy", VAR_NO_PROXY, "curl, git, wget" },
+	{ "NODE_USE_ENV_PROXY", VAR_ONE, "Node >= 22.21 and 24: fetch and http use the above" },
+	{ "npm_config_proxy", VAR_PROXY, "npm" },
+	{ "npm_config_https_proxy", VAR_PROXY, "npm" },
+	{ "CARGO_HTTP_PROXY", VAR_PROXY, "cargo" },
+	{ "NODE_EXTRA_CA_CERTS", VAR_CA, "Node (added to its built-in roots)" },
+	{ "REQUESTS_CA_BUNDLE", VAR_CA, "Python requests (replaces its roots)" },
+	{ "SSL_CERT_FILE", VAR_CA, "OpenSSL users: Python ssl and urllib, Ruby, Go, uv" },
+	{ "CURL_CA_BUNDLE", VAR_CA, "curl" },
+	{ "GIT_SSL_CAINFO", VAR_CA, "git" },
+	{ "PIP_CERT", VAR_CA, "pip" },
+	{ "npm_config_cafile", VAR_CA, "npm" },
+	{ "CARGO_HTTP_CAINFO", VAR_CA, "cargo" },
+	{ "DENO_CERT", VAR_CA, "Deno" },
+	{ "AWS_CA_BUNDLE", VAR_CA, "AWS CLI and SDKs" },
+};
+
+/* Signals the bridge passes on to the agent; SIGCHLD and SIGCONT it handles itself. */
+static const int bridge_forwarded[] = {
+	SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH
+};
+
+enum conn_kind {
+	CONN_EGRESS,  /* fd[0] TCP from the agent, fd[1] the egress Unix socket */
+	CONN_INGRESS, /* fd[0] Unix from the daemon, fd[1] TCP to the agent's port */
+};
+
+/* One direction of a relay: fd[side] -> pipe -> fd[1 - side]. */
+struct bridge_half {
+	int pipe_rd;
+	int pipe_wr;
+	uint32_t in_pipe; /* bytes spliced into the pipe and not yet out */
+	bool eof;         /* the source reached end of stream */
+	bool shut;        /* the destination was shut down for writing */
+};
+
+struct bridge_conn {
+	int fd[2];
+	struct bridge_half half[2];
+	uint32_t gen; /* tells a stale event from one for the slot's current connection */
+	enum conn_kind kind;
+	bool connecting; /* fd[1] has a connect in progress */
+	bool in_use;
+	bool queued; /* on the ready queue; survives the slot's reuse (see ready_run) */
+};
+
+struct bridge {
+	int ep;
+	int sig_fd;     /* -1 when the caller handles signals (tests) */
+	int tcp_fd;     /* the proxy listener */
+	int ingress_fd; /* -1: no ingress */
+	int spare_fd;   /* given up to accept-and-close when out of descriptors */
+	int tty_fd;     /* stdin when it is a terminal, else -1 */
+	const char *egress_path;
+	const char *ingress_path;
+	dev_t ingress_dev; /* the socket file we bound, removed on exit only if still ours */
+	ino_t ingress_ino;
+	struct sockaddr_in ingress_target;
+	char ingress_name[24]; /* 127.0.0.1:<port>, for notices */
+	pid_t agent_pid;
+	int agent_status;
+	bool agent_done;
+	bool agent_stopped;
+	bool egress_failing; /* state-change logging: one line when it fails, one when back */
+	bool ingress_failing;
+	bool limit_logged;
+	uint32_t conns_max;
+	uint32_t conns_in_use;
+	uint32_t gen_next;
+	uint32_t free_count;
+	uint32_t ready_count;
+	struct rlimit nofile_orig;
+	uint32_t free_stack[BRIDGE_CONNS_MAX];
+	uint32_t ready[BRIDGE_CONNS_MAX];
+	struct bridge_conn conns[BRIDGE_CONNS_MAX];
+};
+
+enum ev_tag {
+	TAG_SIGNAL = 1,
+	TAG_TCP_LISTEN,
+	TAG_INGRESS_LISTEN,
+	TAG_CONN,
+};
+
+enum pump {
+	PUMP_WAIT,  /* waits for an edge on a socket */
+	PUMP_YIELD, /* used its budget; on the ready queue */
+	PUMP_DONE,  /* source at EOF and destination shut down */
+	PUMP_ERROR,
+};
+
+static uint64_t ev_pack(enum ev_tag tag, uint32_t idx, uint32_t side, uint32_t gen)
+{
+	AN_ASSERT(idx < BRIDGE_CONNS_MAX);
+	AN_ASSERT(side <= 1);
+	return (uint64_t)gen << 32 | (uint64_t)idx << 4 | (uint64_t)side << 3 | (uint64_t)tag;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One line on stderr, prefixed; stderr is unbuffered, so it is written at once. */
+static void say(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		return;
+	}
+	fprintf(stderr, "agentsnet-bridge: %s\n", line);
+}
+
+/* ---- Options ------------------------------------------------------------------------------ */
+
+/* Accepts 1..65535 in plain decimal, nothing else. Returns 0 or -EINVAL. */
+static int parse_port(const char *s, uint16_t *out)
+{
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(out != NULL);
+	uint32_t v = 0;
+	size_t len = strlen(s);
+	if (len == 0 || len > 5) {
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9') {
+			return -EINVAL;
+		}
+		v = v * 10u + (uint32_t)(s[i] - '0');
+	}
+	if (v == 0 || v > 65535u) {
+		return -EINVAL;
+	}
+	*out = (uint16_t)v;
+	return 0;
+}
+
+/*
+ * Parses <s> as 127.x.y.z:port or [::1]:port into <o>'s listen address and proxy URL. Anything
+ * else, names included (there is no resolver in a sandbox), is refused: -EINVAL.
+ */
+static int parse_listen(struct bridge_opts *o, const char *s)
+{
+	AN_ASSERT(o != NULL);
+	AN_ASSERT(s != NULL);
+	char host[INET6_ADDRSTRLEN];
+	const char *colon = strrchr(s, ':');
+	const char *h = s;
+	size_t hlen = colon != NULL ? (size_t)(colon - s) : 0;
+	bool v6 = s[0] == '[';
+	if (v6) {
+		h = s + 1;
+		if (hlen < 2 || s[hlen - 1] != ']') {
+			return -EINVAL;
+		}
+		hlen -= 2;
+	}
+	if (colon == NULL || hlen == 0 || hlen >= sizeof(host)) {
+		return -EINVAL;
+	}
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	uint16_t port;
+	if (parse_port(colon + 1, &port) != 0) {
+		return -EINVAL;
+	}
+	memset(&o->listen_sa, 0, sizeof(o->listen_sa));
+	int n;
+	if (v6) {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&o->listen_sa;
+		if (inet_pton(AF_INET6, host, &sin6->sin6_addr) != 1 ||
+		    !IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr)) {
+			return -EINVAL;
+		}
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(port);
+		o->listen_sa_len = sizeof(*sin6);
+		n = snprintf(o->proxy_url, sizeof(o->proxy_url), "http://[::1]:%u", port);
+	} else {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&o->listen_sa;
+		if (inet_pton(AF_INET, host, &sin->sin_addr) != 1 ||
+		    (ntohl(sin->sin_addr.s_addr) >> 24) != 127u) {
+			return -EINVAL;
+		}
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(port);
+		o->listen_sa_len = sizeof(*sin);
+		n = snprintf(o->proxy_url, sizeof(o->proxy_url), "http://%s:%u", host, port);
+	}
+	AN_ASSERT(n > 0 && (size_t)n < sizeof(o->proxy_url));
+	return 0;
+}
+
+/*
+ * A value that goes into the environment and into --print-env's NAME=VALUE lines: not empty,
+ * no control bytes (a newline would forge a line). Returns 0 or -EINVAL.
+ */
+static int check_text(const char *s)
+{
+	AN_ASSERT(s != NULL);
+	if (s[0] == '\0') {
+		return -EINVAL;
+	}
+	for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+		if (*p < 0x20 || *p == 0x7f) {
+			return -EINVAL;
+		}
+	}
+	AN_ASSERT(strlen(s) > 0);
+	return 0;
+}
+
+/* Returns the environment variable <name> when it is set and not empty, else <def>. */
+static const char *env_or(const char *name, const char *def)
+{
+	AN_ASSERT(name != NULL);
+	const char *v = getenv(name);
+	return v != NULL && v[0] != '\0' ? v : def;
+}
+
+/* Checks the options that came from flags or the environment; the message goes to <err>. */
+static int opts_check(struct bridge_opts *o, char *err, size_t err_len)
+{
+	AN_ASSERT(o->egress_path != NULL);
+	AN_ASSERT(o->ingress_path != NULL);
+	struct sockaddr_un sun;
+	const char *paths[] = { o->egress_path, o->ingress_path };
+	for (size_t i = 0; i < AN_ARRAY_LEN(paths); i++) {
+		if (check_text(paths[i]) != 0 || strlen(paths[i]) >= sizeof(sun.sun_path)) {
+			snprintf(err, err_len, "socket path '%s': empty, too long or not text",
+				 paths[i]);
+			return -EINVAL;
+		}
+	}
+	const char *texts[] = { o->ca_path, o->public_url, o->no_proxy };
+	for (size_t i = 0; i < AN_ARRAY_LEN(texts); i++) {
+		if (texts[i] != NULL && check_text(texts[i]) != 0) {
+			snprintf(err, err_len, "'%s': control characters are refused", texts[i]);
+			return -EINVAL;
+		}
+	}
+	if (o->cmd == NULL && !o->print_env && !o->help) {
+		snprintf(err, err_len, "no command given (agentsnet-bridge [options] -- CMD...)");
+		return -EINVAL;
+	}
+	int n = snprintf(o->ingress_port_text, sizeof(o->ingress_port_text), "%u", o->ingress_port);
+	AN_ASSERT(n > 0 && (size_t)n < sizeof(o->ingress_port_text));
+	return 0;
+}
+
+/* Fills <o> with the defaults, which come from the environment (the contract's names). */
+static int opts_defaults(struct bridge_opts *o, char *err, size_t err_len)
+{
+	AN_ASSERT(o != NULL);
+	AN_ASSERT(err != NULL);
+	memset(o, 0, sizeof(*o));
+	o->egress_path = env_or("AGENTSNET_EGRESS_SOCKET", BRIDGE_EGRESS_DEFAULT);
+	o->ingress_path = env_or("AGENTSNET_INGRESS_SOCKET", BRIDGE_INGRESS_DEFAULT);
+	o->ca_path = env_or("AGENT_CA_CERT", NULL);
+	o->public_url = env_or("AGENT_PUBLIC_URL", NULL);
+	o->no_proxy = env_or("AGENT_NO_PROXY", BRIDGE_NO_PROXY_DEFAULT);
+	o->ingress_port = BRIDGE_INGRESS_PORT_DEF;
+	const char *port = env_or("AGENT_INGRESS_PORT", NULL);
+	if (port != NULL && parse_port(port, &o->ingress_port) != 0) {
+		snprintf(err, err_len, "AGENT_INGRESS_PORT '%s': not a port (1-65535)", port);
+		return -EINVAL;
+	}
+	int rc = parse_listen(o, BRIDGE_LISTEN_DEFAULT);
+	AN_ASSERT(rc == 0);
+	return 0;
+}
+
+/*
+ * Parses <argv> into <o>: flags override the environment's defaults; the command starts at
+ * "--" or at the first argument that is not an option. Returns 0, or -EINVAL with a message
+ * in <err>. Borrows argv for the lifetime of <o>.
+ */
+static int opts_parse(struct bridge_opts *o, int argc, char **argv, char *err, size_t err_len)
+{
+	AN_ASSERT(argc >= 1);
+	AN_ASSERT(err_len > 0);
+	static const struct option longs[] = {
+		{ "egress", required_argument, NULL, 'e' },
+		{ "ingress", required_argument, NULL, 'i' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "ingress-port", required_argument, NULL, 'p' },
+		{ "ca", required_argument, NULL, 'c' },
+		{ "public-url", required_argument, NULL, 'u' },
+		{ "print-env", no_argument, NULL, 'E' },
+		{ "no-seccomp", no_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	err[0] = '\0';
+	if (opts_defaults(o, err, err_len) != 0) {
+		return -EINVAL;
+	}
+	optind = 0; /* glibc: a full re-initialisation, so the parser can run more than once */
+	opterr = 0;
+	for (;;) {
+		int c = getopt_long(argc, argv, "+h", longs, NULL);
+		if (c == -1) {
+			break;
+		}
+		switch (c) {
+		case 'e':
+			o->egress_path = optarg;
+			break;
+		case 'i':
+			o->ingress_path = optarg;
+			break;
+		case 'l':
+			if (parse_listen(o, optarg) != 0) {
+				snprintf(err, err_len,
+					 "--listen '%s': not a loopback address and port "
+					 "(127.0.0.1:8080 or [::1]:8080)",
+					 optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'p':
+			if (parse_port(optarg, &o->ingress_port) != 0) {
+				snprintf(err, err_len, "--ingress-port '%s': not a port (1-65535)",
+					 optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'c':
+			o->ca_path = optarg;
+			break;
+		case 'u':
+			o->public_url = optarg;
+			break;
+		case 'E':
+			o->print_env = true;
+			break;
+		case 'S':
+			o->no_seccomp = true;
+			break;
+		case 'h':
+			o->help = true;
+			break;
+		default:
+			snprintf(err, err_len, "unknown option or missing value: '%s'",
+				 argv[optind - 1]);
+			return -EINVAL;
+		}
+	}
+	o->cmd = optind < argc ? &argv[optind] : NULL;
+	return opts_check(o, err, err_len);
+}
+
+/* ---- The agent's environment -------------------------------------------------------------- */
+
+/* Returns the value <src> gives under <o>, or NULL when the variable is not set. */
+static const char *var_value(const struct bridge_opts *o, enum var_src src)
+{
+	AN_ASSERT(o != NULL);
+	AN_ASSERT(o->proxy_url[0] != '\0');
+	switch (src) {
+	case VAR_PROXY:
+		return o->proxy_url;
+	case VAR_NO_PROXY:
+		return o->no_proxy;
+	case VAR_INGRESS_PORT:
+		return o->ingress_port_text;
+	case VAR_PUBLIC_URL:
+		return o->public_url;
+	case VAR_CA:
+		return o->ca_path;
+	case VAR_ONE:
+		return "1";
+	}
+	(void)AN_NEVER(true);
+	return NULL;
+}
+
+/* Sets every variable of the table that has a value. Returns 0 or -ENOMEM. */
+static int env_apply(const struct bridge_opts *o)
+{
+	AN_ASSERT(o != NULL);
+	size_t set = 0;
+	for (size_t i = 0; i < AN_ARRAY_LEN(bridge_vars); i++) {
+		const char *v = var_value(o, bridge_vars[i].src);
+		if (v == NULL) {
+			continue;
+		}
+		if (setenv(bridge_vars[i].name, v, 1) == -1) {
+			return -errno;
+		}
+		set++;
+	}
+	AN_ASSERT(set <= AN_ARRAY_LEN(bridge_vars));
+	return 0;
+}
+
+/* Writes what env_apply() would set, one NAME=VALUE line each, in table order. */
+static void env_print(const struct bridge_opts *o, FILE *out)
+{
+	AN_ASSERT(o != NULL);
+	AN_ASSERT(out != NULL);
+	for (size_t i = 0; i < AN_ARRAY_LEN(bridge_vars); i++) {
+		const char *v = var_value(o, bridge_vars[i].src);
+		if (v != NULL) {
+			fprintf(out, "%s=%s\n", bridge_vars[i].name, v);
+		}
+	}
+}
+
+static void usage(FILE *out)
+{
+	AN_ASSERT(out != NULL);
+	fputs("usage: agentsnet-bridge [--egress PATH] [--ingress PATH] [--listen 127.0.0.1:8080]\n"
+	      "                        [--ingress-port N] [--ca PATH] [--public-url URL]\n"
+	      "                        [--print-env] [--no-seccomp] -- CMD [ARGS...]\n"
+	      "defaults: $AGENTSNET_EGRESS_SOCKET (" BRIDGE_EGRESS_DEFAULT "),\n"
+	      "  $AGENTSNET_INGRESS_SOCKET (" BRIDGE_INGRESS_DEFAULT "),\n"
+	      "  $AGENT_INGRESS_PORT (8081), $AGENT_CA_CERT, $AGENT_PUBLIC_URL, $AGENT_NO_PROXY\n"
+	      "exit status: CMD's (128 + N if killed by signal N); 125 the bridge failed,\n"
+	      "  126 CMD could not run, 127 CMD not found\n"
+	      "the agent's environment (overrides the caller's):\n",
+	      out);
+	for (size_t i = 0; i < AN_ARRAY_LEN(bridge_vars); i++) {
+		fprintf(out, "  %-24s %s\n", bridge_vars[i].name, bridge_vars[i].reader);
+	}
+}
+
+/* ---- The agent's seccomp filter ----------------------------------------------------------- */
+
+struct filter_rule {
+	int nr;
+	unsigned int argc;
+	struct scmp_arg_cmp cmp[2];
+};
+
+/*
+ * The side doors a network namespace leaves open, refused with EPERM (an error the agent can
+ * report, not a kill): AF_VSOCK (not namespaced: reaches the host or hypervisor), AF_PACKET
+ * and SOCK_RAW in any family, route netlink (interfaces and routes), and io_uring, whose
+ * socket and connect operations never pass through this filter. The kernel reads these
+ * arguments as 32-bit ints, so each comparison masks the low 32 bits: a value with junk in the
+ * high half would otherwise miss the rule and still mean AF_VSOCK to the kernel.
+ */
+static int filter_add_rules(scmp_filter_ctx ctx)
+{
+	AN_ASSERT(ctx != NULL);
+	const uint64_t low32 = 0xffffffffu;
+	const struct filter_rule rules[] = {
+		{ SCMP_SYS(socket), 1, { SCMP_A0(SCMP_CMP_MASKED_EQ, low32, AF_VSOCK) } },
+		{ SCMP_SYS(socket), 1, { SCMP_A0(SCMP_CMP_MASKED_EQ, low32, AF_PACKET) } },
+		/* The type carries SOCK_NONBLOCK and SOCK_CLOEXEC above its low 4 bits. */
+		{ SCMP_SYS(socket), 1, { SCMP_A1(SCMP_CMP_MASKED_EQ, 0xfu, SOCK_RAW) } },
+		{ SCMP_SYS(socket),
+		  2,
+		  { SCMP_A0(SCMP_CMP_MASKED_EQ, low32, AF_NETLINK),
+		    SCMP_A2(SCMP_CMP_MASKED_EQ, low32, NETLINK_ROUTE) } },
+		{ SCMP_SYS(io_uring_setup), 0, { { 0 } } },
+		{ SCMP_SYS(io_uring_enter), 0, { { 0 } } },
+		{ SCMP_SYS(io_uring_register), 0, { { 0 } } },
+	};
+	for (size_t i = 0; i < AN_ARRAY_LEN(rules); i++) {
+		const struct filter_rule *r = &rules[i];
+		AN_ASSERT(r->argc <= AN_ARRAY_LEN(r->cmp));
+		int rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), r->nr, r->argc, r->cmp);
+		if (rc != 0) {
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Builds the filter into <*out> (owned by the caller: seccomp_release). Default allow. Only the
+ * native architecture is in the filter, and any other (i386 through int 0x80, x32 through the
+ * x32 syscall bit, both of which would reach socket() under other numbers) kills the process.
+ * Returns 0 or a negative errno from libseccomp.
+ */
+static int filter_build(scmp_filter_ctx *out)
+{
+	AN_ASSERT(out != NULL);
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (ctx == NULL) {
+		return -ENOMEM;
+	}
+	int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+	if (rc == 0) {
+		rc = seccomp_attr_set(ctx, SCMP_FLTATR_API_SYSRAWRC, 1);
+	}
+	if (rc == 0) {
+		rc = filter_add_rules(ctx);
+	}
+	if (rc != 0) {
+		seccomp_release(ctx);
+		return rc;
+	}
+	*out = ctx;
+	AN_ASSERT(*out != NULL);
+	return 0;
+}
+
+/*
+ * Loads <ctx> into the calling process. Without no_new_privs where the kernel allows it (the
+ * caller holds CAP_SYS_ADMIN in its user namespace), so setuid programs such as sudo keep
+ * working in privileged sandboxes; the filter is inherited across every exec either way, so
+ * no_new_privs adds nothing to it. Otherwise with no_new_privs. Returns 0 or -errno.
+ */
+static int filter_load(scmp_filter_ctx ctx)
+{
+	AN_ASSERT(ctx != NULL);
+	int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+	if (rc == 0) {
+		rc = seccomp_load(ctx);
+	}
+	if (rc == -EACCES || rc == -EPERM) {
+		rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1);
+		if (rc == 0) {
+			rc = seccomp_load(ctx);
+		}
+	}
+	AN_ASSERT(rc <= 0);
+	return rc;
+}
+
+/* ---- Connections -------------------------------------------------------------------------- */
+
+static void fd_close(int *fd)
+{
+	AN_ASSERT(fd != NULL);
+	if (*fd >= 0) {
+		int rc = close(*fd);
+		AN_ASSERT(rc == 0 || errno != EBADF);
+	}
+	*fd = -1;
+}
+
+/* Closes <*fd> with a reset (SO_LINGER 0), so the peer sees ECONNRESET rather than an EOF. */
+static void fd_close_reset(int *fd)
+{
+	AN_ASSERT(fd != NULL);
+	AN_ASSERT(*fd >= 0);
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	(void)setsockopt(*fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	fd_close(fd);
+}
+
+static void set_nodelay(int fd)
+{
+	AN_ASSERT(fd >= 0);
+	/* A relay must not add Nagle delays to writes the agent or its peer already sized. */
+	int one = 1;
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static socklen_t unix_addr(struct sockaddr_un *sun, const char *path)
+{
+	AN_ASSERT(path != NULL);
+	size_t len = strlen(path);
+	AN_ASSERT(len < sizeof(sun->sun_path)); /* opts_check refused longer paths */
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	memcpy(sun->sun_path, path, len + 1);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
+}
+
+/* Takes a free slot, or NULL at the limit. The slot's descriptors are all -1. */
+static struct bridge_conn *conn_take(struct bridge *b)
+{
+	AN_ASSERT(b->free_count + b->conns_in_use == b->conns_max);
+	if (b->free_count == 0) {
+		return NULL;
+	}
+	struct bridge_conn *c = &b->conns[b->free_stack[--b->free_count]];
+	AN_ASSERT(!c->in_use);
+	c->in_use = true;
+	c->connecting = false;
+	c->gen = b->gen_next++;
+	for (int i = 0; i < 2; i++) {
+		AN_ASSERT(c->fd[i] == -1);
+		c->half[i] = (struct bridge_half){ .pipe_rd = -1, .pipe_wr = -1 };
+	}
+	b->conns_in_use++;
+	return c;
+}
+
+/* Closes every descriptor of <c> (with a reset on the TCP side if <reset>) and frees it. */
+static void conn_close(struct bridge *b, struct bridge_conn *c, bool reset)
+{
+	AN_ASSERT(c->in_use);
+	AN_ASSERT(b->conns_in_use > 0);
+	int tcp = c->kind == CONN_EGRESS ? 0 : 1;
+	if (reset && c->fd[tcp] >= 0) {
+		fd_close_reset(&c->fd[tcp]);
+	}
+	for (int i = 0; i < 2; i++) {
+		fd_close(&c->fd[i]);
+		fd_close(&c->half[i].pipe_rd);
+		fd_close(&c->half[i].pipe_wr);
+	}
+	c->in_use = false;
+	b->free_stack[b->free_count++] = (uint32_t)(c - b->conns);
+	b->conns_in_use--;
+	if (b->conns_in_use < b->conns_max) {
+		b->limit_logged = false;
+	}
+}
+
+/* Logs a change of reachability of one relay target: once when it fails, once when back. */
+static void target_state(bool *failing, bool ok, const char *what, const char *name, int err)
+{
+	AN_ASSERT(failing != NULL);
+	AN_ASSERT(ok || err > 0);
+	if (ok && *failing) {
+		say("%s %s: reachable again", what, name);
+	} else if (!ok && !*failing) {
+		say("%s %s: %s (closing connections until it is back)", what, name, strerror(err));
+	}
+	*failing = !ok;
+}
+
+/* Connects <c>'s destination. Returns 0 (c->connecting tells if it is still in progress). */
+static int conn_dial(struct bridge *b, struct bridge_conn *c)
+{
+	AN_ASSERT(c->fd[1] == -1);
+	int family = c->kind == CONN_EGRESS ? AF_UNIX : AF_INET;
+	c->fd[1] = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (c->fd[1] == -1) {
+		return -errno;
+	}
+	int rc;
+	if (c->kind == CONN_EGRESS) {
+		struct sockaddr_un sun;
+		socklen_t len = unix_addr(&sun, b->egress_path);
+		/* A full backlog is EAGAIN here, not "in progress": the connection is refused. */
+		rc = connect(c->fd[1], (struct sockaddr *)&sun, len);
+		int err = rc == -1 ? errno : 0;
+		target_state(&b->egress_failing, rc == 0, "egress socket", b->egress_path, err);
+		return rc == 0 ? 0 : -err;
+	}
+	AN_ASSERT(ntohl(b->ingress_target.sin_addr.s_addr) == INADDR_LOOPBACK);
+	set_nodelay(c->fd[1]);
+	rc = connect(c->fd[1], (struct sockaddr *)&b->ingress_target, sizeof(b->ingress_target));
+	if (rc == -1 && errno == EINPROGRESS) {
+		c->connecting = true;
+		return 0;
+	}
+	int err = rc == -1 ? errno : 0;
+	target_state(&b->ingress_failing, rc == 0, "ingress port", b->ingress_name, err);
+	return rc == 0 ? 0 : -err;
+}
+
+/* Creates <c>'s two pipes and registers both sockets, edge-triggered. Returns 0 or -errno. */
+static int conn_arm(struct bridge *b, struct bridge_conn *c)
+{
+	AN_ASSERT(c->fd[0] >= 0);
+	AN_ASSERT(c->fd[1] >= 0);
+	for (int i = 0; i < 2; i++) {
+		int p[2];
+		if (pipe2(p, O_NONBLOCK | O_CLOEXEC) == -1) {
+			return -errno;
+		}
+		c->half[i].pipe_rd = p[0];
+		c->half[i].pipe_wr = p[1];
+	}
+	uint32_t idx = (uint32_t)(c - b->conns);
+	for (uint32_t side = 0; side < 2; side++) {
+		struct epoll_event ev = {
+			.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+			.data.u64 = ev_pack(TAG_CONN, idx, side, c->gen),
+		};
+		if (epoll_ctl(b->ep, EPOLL_CTL_ADD, c->fd[side], &ev) == -1) {
+			return -errno;
+		}
+	}
+	return 0;
+}
+
+/* Takes the accepted <fd> (of <kind>) and relays it, or closes it if it cannot be served. */
+static void conn_open(struct bridge *b, enum conn_kind kind, int fd)
+{
+	AN_ASSERT(fd >= 0);
+	AN_ASSERT(b->conns_in_use <= b->conns_max);
+	struct bridge_conn *c = conn_take(b);
+	if (c == NULL) {
+		if (!b->limit_logged) {
+			say("%u connections open: closing new ones until some end", b->conns_max);
+			b->limit_logged = true;
+		}
+		if (kind == CONN_EGRESS) {
+			fd_close_reset(&fd);
+		}
+		fd_close(&fd);
+		return;
+	}
+	c->kind = kind;
+	c->fd[0] = fd;
+	if (kind == CONN_EGRESS) {
+		set_nodelay(fd);
+	}
+	int rc = conn_dial(b, c);
+	if (rc == 0) {
+		rc = conn_arm(b, c);
+	}
+	if (rc != 0) {
+		conn_close(b, c, true);
+	}
+}
+
+/*
+ * Moves one direction of <c> until a socket would block, the budget is used, or the stream
+ * ends. Fills the pipe only when it is empty (see the design comment for why).
+ */
+static enum pump half_pump(struct bridge_half *h, int src, int dst)
+{
+	AN_ASSERT(src >= 0 && dst >= 0);
+	AN_ASSERT(h->pipe_rd >= 0 && h->pipe_wr >= 0);
+	const unsigned int flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
+	uint32_t moved = 0;
+	while (!h->shut) {
+		if (h->in_pipe > 0) {
+			ssize_t n = splice(h->pipe_rd, NULL, dst, NULL, h->in_pipe, flags);
+			if (n > 0) {
+				AN_ASSERT((size_t)n <= h->in_pipe);
+				h->in_pipe -= (uint32_t)n;
+				continue;
+			}
+			if (n == -1 && errno == EINTR) {
+				continue;
+			}
+			return n == -1 && errno == EAGAIN ? PUMP_WAIT : PUMP_ERROR;
+		}
+		if (h->eof) {
+			if (shutdown(dst, SHUT_WR) == -1 && errno != ENOTCONN) {
+				return PUMP_ERROR;
+			}
+			h->shut = true;
+			break;
+		}
+		if (moved >= BRIDGE_PUMP_BYTES_MAX) {
+			return PUMP_YIELD;
+		}
+		ssize_t n = splice(src, NULL, h->pipe_wr, NULL, BRIDGE_SPLICE_BYTES, flags);
+		if (n > 0) {
+			AN_ASSERT((size_t)n <= BRIDGE_SPLICE_BYTES);
+			h->in_pipe = (uint32_t)n;
+			moved += (uint32_t)n;
+		} else if (n == 0) {
+			h->eof = true;
+		} else if (errno != EINTR) {
+			/* The pipe is empty, so EAGAIN can only mean the source is dry. */
+			return errno == EAGAIN ? PUMP_WAIT : PUMP_ERROR;
+		}
+	}
+	return PUMP_DONE;
+}
+
+static void ready_push(struct bridge *b, struct bridge_conn *c)
+{
+	AN_ASSERT(c->in_use);
+	if (c->queued) {
+		return;
+	}
+	AN_ASSERT(b->ready_count < BRIDGE_CONNS_MAX);
+	c->queued = true;
+	b->ready[b->ready_count++] = (uint32_t)(c - b->conns);
+}
+
+/* Runs both directions of <c>, then closes it when both ended or one failed. */
+static void conn_pump(struct bridge *b, struct bridge_conn *c)
+{
+	AN_ASSERT(c->in_use);
+	AN_ASSERT(!c->connecting);
+	enum pump up = half_pump(&c->half[0], c->fd[0], c->fd[1]);
+	if (up == PUMP_ERROR) {
+		conn_close(b, c, true);
+		return;
+	}
+	enum pump down = half_pump(&c->half[1], c->fd[1], c->fd[0]);
+	if (down == PUMP_ERROR) {
+		conn_close(b, c, true);
+	} else if (up == PUMP_DONE && down == PUMP_DONE) {
+		conn_close(b, c, false);
+	} else if (up == PUMP_YIELD || down == PUMP_YIELD) {
+		ready_push(b, c);
+	}
+}
+
+/* Finishes <c>'s connect in progress. Returns true when <c> is still open and connected. */
+static bool conn_connected(struct bridge *b, struct bridge_conn *c, uint32_t side, uint32_t ev)
+{
+	AN_ASSERT(c->connecting);
+	AN_ASSERT(c->kind == CONN_INGRESS);
+	if (side == 0) {
+		/* The daemon gave up before the agent answered: do not wait for the connect. */
+		if ((ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+			conn_close(b, c, true);
+		}
+		return false;
+	}
+	if ((ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0) {
+		return false;
+	}
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (getsockopt(c->fd[1], SOL_SOCKET, SO_ERROR, &err, &len) == -1) {
+		err = errno;
+	}
+	target_state(&b->ingress_failing, err == 0, "ingress port", b->ingress_name, err);
+	if (err != 0) {
+		conn_close(b, c, true);
+		return false;
+	}
+	c->connecting = false;
+	return true;
+}
+
+static void on_conn_event(struct bridge *b, uint64_t data, uint32_t events)
+{
+	uint32_t idx = (uint32_t)(data >> 4) & 0xfffffffu;
+	uint32_t side = (uint32_t)(data >> 3) & 1u;
+	AN_ASSERT(idx < b->conns_max);
+	struct bridge_conn *c = &b->conns[idx];
+	if (!c->in_use || c->gen != (uint32_t)(data >> 32)) {
+		return; /* an event for a connection closed earlier in this batch */
+	}
+	if (c->connecting && !conn_connected(b, c, side, events)) {
+		return;
+	}
+	AN_ASSERT(!c->connecting);
+	conn_pump(b, c);
+}
+
+/*
+ * Pumps the connections that yielded. Each is popped before it is pumped, and one that yields
+ * again goes to the back, so the queue never holds a slot twice. A popped slot may have been
+ * closed (and even reused) since it was queued: pumping a connection with nothing to move is
+ * harmless, and a reused one still connecting is skipped.
+ */
+static void ready_run(struct bridge *b)
+{
+	uint32_t n = b->ready_count;
+	AN_ASSERT(n <= BRIDGE_CONNS_MAX);
+	for (uint32_t i = 0; i < n; i++) {
+		struct bridge_conn *c = &b->conns[b->ready[i]];
+		AN_ASSERT(c->queued);
+		c->queued = false;
+		if (c->in_use && !c->connecting) {
+			conn_pump(b, c);
+		}
+	}
+	AN_ASSERT(b->ready_count >= n);
+	b->ready_count -= n;
+	memmove(b->ready, b->ready + n, b->ready_count * sizeof(b->ready[0]));
+}
+
+/*
+ * Out of descriptors with a connection waiting: a level-triggered listener would wake the loop
+ * for it forever. Gives up the spare descriptor to accept the connection and close it at once.
+ */
+static void accept_shed(struct bridge *b, int lfd)
+{
+	AN_ASSERT(lfd >= 0);
+	fd_close(&b->spare_fd);
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	fd_close(&fd);
+	b->spare_fd = eventfd(0, EFD_CLOEXEC);
+	AN_ASSERT(fd == -1);
+}
+
+static void on_accept(struct bridge *b, int lfd, enum conn_kind kind)
+{
+	AN_ASSERT(lfd >= 0);
+	AN_ASSERT(kind == CONN_EGRESS || kind == CONN_INGRESS);
+	for (uint32_t i = 0; i < BRIDGE_ACCEPTS_PER_TURN; i++) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			conn_open(b, kind, fd);
+			continue;
+		}
+		if (errno == EMFILE || errno == ENFILE) {
+			if (b->spare_fd < 0) {
+				return; /* nothing to give up; the next turn retries */
+			}
+			accept_shed(b, lfd);
+		} else if (errno != ECONNABORTED && errno != EINTR && errno != EPROTO) {
+			return; /* EAGAIN: drained; ENOBUFS, ENOMEM: the next turn retries */
+		}
+	}
+}
+
+/* ---- Listeners ---------------------------------------------------------------------------- */
+
+static int epoll_add(struct bridge *b, int fd, uint64_t data)
+{
+	AN_ASSERT(b->ep >= 0);
+	AN_ASSERT(fd >= 0);
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = data };
+	return epoll_ctl(b->ep, EPOLL_CTL_ADD, fd, &ev) == -1 ? -errno : 0;
+}
+
+/* Listens on the loopback TCP address <sa> (the proxy port). Returns 0 or -errno. */
+static int bridge_listen(struct bridge *b, const struct sockaddr *sa, socklen_t len)
+{
+	AN_ASSERT(b->tcp_fd == -1);
+	AN_ASSERT(sa->sa_family == AF_INET || sa->sa_family == AF_INET6);
+	int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd == -1) {
+		return -errno;
+	}
+	int one = 1;
+	int rc = 0;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == -1 ||
+	    bind(fd, sa, len) == -1 || listen(fd, SOMAXCONN) == -1) {
+		rc = -errno;
+	}
+	if (rc == 0) {
+		rc = epoll_add(b, fd, ev_pack(TAG_TCP_LISTEN, 0, 0, 0));
+	}
+	if (rc != 0) {
+		fd_close(&fd);
+		return rc;
+	}
+	b->tcp_fd = fd;
+	return 0;
+}
+
+/*
+ * Makes <path> free for bind: removes a stale socket (no one accepts on it), but never a live
+ * one (-EADDRINUSE: another bridge or the daemon serves it) or a file that is not a socket
+ * (-EEXIST). Returns 0 or -errno.
+ */
+static int ingress_clear_stale(const char *path)
+{
+	AN_ASSERT(path != NULL);
+	struct stat st;
+	if (lstat(path, &st) == -1) {
+		return errno == ENOENT ? 0 : -errno;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		return -EEXIST;
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd == -1) {
+		return -errno;
+	}
+	struct sockaddr_un sun;
+	socklen_t len = unix_addr(&sun, path);
+	int rc = connect(fd, (struct sockaddr *)&sun, len);
+	int err = rc == -1 ? errno : 0;
+	fd_close(&fd);
+	if (rc == 0 || err == EAGAIN) {
+		return -EADDRINUSE;
+	}
+	if (err != ECONNREFUSED) {
+		return -err;
+	}
+	if (unlink(path) == -1 && errno != ENOENT) {
+		return -errno;
+	}
+	AN_ASSERT(fd == -1);
+	return 0;
+}
+
+static int ingress_bind(struct bridge *b, const char *path)
+{
+	AN_ASSERT(b->ingress_fd == -1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd == -1) {
+		return -errno;
+	}
+	struct sockaddr_un sun;
+	socklen_t len = unix_addr(&sun, path);
+	struct stat st;
+	int rc = 0;
+	/* The daemon connects from the host, as another user: the directory guards the file. */
+	if (bind(fd, (struct sockaddr *)&sun, len) == -1 || chmod(path, 0666) == -1 ||
+	    lstat(path, &st) == -1 || listen(fd, SOMAXCONN) == -1) {
+		rc = -errno;
+	}
+	if (rc == 0) {
+		rc = epoll_add(b, fd, ev_pack(TAG_INGRESS_LISTEN, 0, 0, 0));
+	}
+	if (rc != 0) {
+		fd_close(&fd);
+		return rc;
+	}
+	b->ingress_fd = fd;
+	b->ingress_dev = st.st_dev;
+	b->ingress_ino = st.st_ino;
+	AN_ASSERT(b->ingress_fd >= 0);
+	return 0;
+}
+
+/*
+ * Listens on the ingress socket <path> and relays to 127.0.0.1:<port>. Optional: on failure
+ * (no directory, not writable, a live socket there) prints one notice and returns -errno;
+ * the bridge runs on without ingress.
+ */
+static int bridge_ingress(struct bridge *b, const char *path, uint16_t port)
+{
+	AN_ASSERT(path != NULL);
+	AN_ASSERT(port > 0);
+	memset(&b->ingress_target, 0, sizeof(b->ingress_target));
+	b->ingress_target.sin_family = AF_INET;
+	b->ingress_target.sin_port = htons(port);
+	b->ingress_target.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int n = snprintf(b->ingress_name, sizeof(b->ingress_name), "127.0.0.1:%u", port);
+	AN_ASSERT(n > 0 && (size_t)n < sizeof(b->ingress_name));
+	int rc = ingress_clear_stale(path);
+	if (rc == 0) {
+		rc = ingress_bind(b, path);
+	}
+	if (rc != 0) {
+		say("ingress disabled: %s: %s", path,
+		    rc == -EADDRINUSE ? "a live socket is already there" : strerror(-rc));
+		return rc;
+	}
+	b->ingress_path = path;
+	return 0;
+}
+
+/* Removes the ingress socket file, only if it is still the one this bridge bound. */
+static void ingress_remove(struct bridge *b)
+{
+	if (b->ingress_path == NULL) {
+		return;
+	}
+	AN_ASSERT(b->ingress_fd >= 0);
+	struct stat st;
+	if (lstat(b->ingress_path, &st) == 0 && st.st_dev == b->ingress_dev &&
+	    st.st_ino == b->ingress_ino) {
+		(void)unlink(b->ingress_path);
+	}
+	b->ingress_path = NULL;
+	AN_ASSERT(b->ingress_path == NULL);
+}
+
+/* ---- The bridge's state ------------------------------------------------------------------- */
+
+/* Sets <b> up with no listener and at most <conns_max> relays. Returns 0 or -errno. */
+static int bridge_init(struct bridge *b, uint32_t conns_max)
+{
+	AN_ASSERT(conns_max >= 1);
+	AN_ASSERT(conns_max <= BRIDGE_CONNS_MAX);
+	memset(b, 0, sizeof(*b));
+	b->sig_fd = b->tcp_fd = b->ingress_fd = b->tty_fd = -1;
+	b->conns_max = conns_max;
+	for (uint32_t i = 0; i < BRIDGE_CONNS_MAX; i++) {
+		struct bridge_conn *c = &b->conns[i];
+		c->fd[0] = c->fd[1] = -1;
+		for (int s = 0; s < 2; s++) {
+			c->half[s].pipe_rd = c->half[s].pipe_wr = -1;
+		}
+	}
+	for (uint32_t i = 0; i < conns_max; i++) {
+		b->free_stack[i] = conns_max - 1 - i;
+	}
+	b->free_count = conns_max;
+	b->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (b->ep == -1) {
+		return -errno;
+	}
+	b->spare_fd = eventfd(0, EFD_CLOEXEC);
+	if (b->spare_fd == -1) {
+		int err = errno;
+		fd_close(&b->ep);
+		return -err;
+	}
+	return 0;
+}
+
+/* Closes every relay, listener and descriptor of <b>, and removes its ingress socket. */
+static void bridge_destroy(struct bridge *b)
+{
+	AN_ASSERT(b->conns_in_use <= b->conns_max);
+	for (uint32_t i = 0; i < b->conns_max; i++) {
+		if (b->conns[i].in_use) {
+			conn_close(b, &b->conns[i], false);
+		}
+	}
+	ingress_remove(b);
+	fd_close(&b->tcp_fd);
+	fd_close(&b->ingress_fd);
+	fd_close(&b->sig_fd);
+	fd_close(&b->spare_fd);
+	fd_close(&b->ep);
+	AN_ASSERT(b->conns_in_use == 0);
+}
+
+/*
+ * Raises the soft descriptor limit to what BRIDGE_CONNS_MAX relays need (the hard limit caps
+ * it) and returns how many relays fit. The caller's limit goes to <orig>, for the agent.
+ */
+static uint32_t nofile_raise(struct rlimit *orig)
+{
+	AN_ASSERT(orig != NULL);
+	const rlim_t want = (rlim_t)BRIDGE_CONNS_MAX * BRIDGE_FDS_PER_CONN + BRIDGE_FDS_RESERVED;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == -1) {
+		rl.rlim_cur = rl.rlim_max = 1024;
+	}
+	*orig = rl;
+	if (rl.rlim_cur < want) {
+		struct rlimit raised = rl;
+		raised.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+		if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+			rl = raised;
+		}
+	}
+	rlim_t fit = rl.rlim_cur > BRIDGE_FDS_RESERVED + BRIDGE_FDS_PER_CONN
+			 ? (rl.rlim_cur - BRIDGE_FDS_RESERVED) / BRIDGE_FDS_PER_CONN
+			 : 1;
+	uint32_t n = fit < BRIDGE_CONNS_MAX ? (uint32_t)fit : BRIDGE_CONNS_MAX;
+	AN_ASSERT(n >= 1 && n <= BRIDGE_CONNS_MAX);
+	return n;
+}
+
+/* ---- PID 1 duties ------------------------------------------------------------------------- */
+
+static void signal_set(sigset_t *set)
+{
+	AN_ASSERT(set != NULL);
+	sigemptyset(set);
+	for (size_t i = 0; i < AN_ARRAY_LEN(bridge_forwarded); i++) {
+		sigaddset(set, bridge_forwarded[i]);
+	}
+	sigaddset(set, SIGCHLD);
+	sigaddset(set, SIGCONT);
+	AN_ASSERT(sigismember(set, SIGCHLD) == 1);
+}
+
+/* Gives the terminal to the agent's group if the bridge's group has it. */
+static void tty_give(struct bridge *b)
+{
+	AN_ASSERT(b->agent_pid > 0);
+	if (b->tty_fd >= 0 && tcgetpgrp(b->tty_fd) == getpgrp()) {
+		/* SIGTTOU is ignored in the bridge, so this works from any group. */
+		(void)tcsetpgrp(b->tty_fd, b->agent_pid);
+	}
+}
+
+/*
+ * The agent stopped on <sig>. A stop on terminal input or output while the bridge's group owns
+ * the terminal only means the agent lacked it: hand it over and continue. Any other job-control
+ * stop (^Z, or background terminal access) is passed on to the bridge's own group, so the shell
+ * that runs it sees its job stop; the SIGCONT that resumes the job resumes the agent.
+ */
+static void agent_stopped(struct bridge *b, int sig)
+{
+	AN_ASSERT(b->agent_pid > 0);
+	AN_ASSERT(!b->agent_done);
+	if (sig != SIGTSTP && sig != SIGTTIN && sig != SIGTTOU) {
+		return; /* SIGSTOP: whoever stopped it continues it */
+	}
+	b->agent_stopped = true;
+	if (sig != SIGTSTP && b->tty_fd >= 0 && tcgetpgrp(b->tty_fd) == getpgrp()) {
+		tty_give(b);
+		(void)kill(-b->agent_pid, SIGCONT);
+		b->agent_stopped = false;
+		return;
+	}
+	/* Stops this process too, unless it is a namespace's init; SIGCONT arrives either way. */
+	(void)kill(0, sig);
+}
+
+static void on_sigcont(struct bridge *b)
+{
+	AN_ASSERT(b->agent_pid > 0);
+	tty_give(b);
+	if (b->agent_stopped) {
+		(void)kill(-b->agent_pid, SIGCONT);
+		b->agent_stopped = false;
+	}
+	AN_ASSERT(!b->agent_stopped);
+}
+
+/* Records the agent's end (exit code, or 128 + signal) or passes on its stop. */
+static void agent_changed(struct bridge *b, int st)
+{
+	AN_ASSERT(b->agent_pid > 0);
+	AN_ASSERT(!b->agent_done);
+	if (WIFSTOPPED(st)) {
+		agent_stopped(b, WSTOPSIG(st));
+	} else if (WIFEXITED(st)) {
+		b->agent_status = WEXITSTATUS(st);
+		b->agent_done = true;
+	} else if (WIFSIGNALED(st)) {
+		b->agent_status = 128 + WTERMSIG(st);
+		b->agent_done = true;
+	}
+}
+
+/*
+ * Reaps every child that changed state, orphans re-parented to the bridge included. Each is
+ * looked at before it is reaped: when it is the agent and it has exited, what is left of its
+ * process group is killed first, while the agent's zombie still holds the group's id (so the
+ * id cannot have been reused by someone else's group).
+ */
+static void reap_children(struct bridge *b)
+{
+	AN_ASSERT(b->agent_pid > 0);
+	for (;;) {
+		siginfo_t si = { 0 };
+		if (waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | WNOHANG | WNOWAIT) == -1) {
+			if (errno == EINTR) {
+				continue;
+			}
+			AN_ASSERT(errno == ECHILD);
+			return;
+		}
+		if (si.si_pid == 0) {
+			return;
+		}
+		bool mine = si.si_pid == b->agent_pid && !b->agent_done;
+		if (mine && si.si_code != CLD_STOPPED && si.si_code != CLD_TRAPPED) {
+			(void)kill(-b->agent_pid, SIGKILL);
+		}
+		int st;
+		pid_t pid = waitpid(si.si_pid, &st, WNOHANG | WUNTRACED);
+		if (pid == si.si_pid && mine) {
+			agent_changed(b, st);
+		}
+	}
+}
+
+/*
+ * Handles the queued signals: SIGCHLD reaps, SIGCONT resumes a stopped agent, the rest go to
+ * the agent. The terminal's own signals (^C, SIGWINCH) reach the bridge only while the agent's
+ * group does not own the terminal, so passing every one on never delivers one twice.
+ */
+static void on_signals(struct bridge *b)
+{
+	AN_ASSERT(b->sig_fd >= 0);
+	bool reap = false;
+	for (;;) {
+		struct signalfd_siginfo si;
+		ssize_t n = read(b->sig_fd, &si, sizeof(si));
+		if (n == -1 && errno == EINTR) {
+			continue;
+		}
+		if (n != (ssize_t)sizeof(si)) {
+			AN_ASSERT(n == -1 && errno == EAGAIN);
+			break;
+		}
+		int sig = (int)si.ssi_signo;
+		if (sig == SIGCHLD) {
+			reap = true;
+		} else if (sig == SIGCONT) {
+			on_sigcont(b);
+		} else if (b->agent_pid > 0 && !b->agent_done) {
+			(void)kill(b->agent_pid, sig);
+		}
+	}
+	if (reap) {
+		reap_children(b);
+	}
+}
+
+/* ---- The loop ----------------------------------------------------------------------------- */
+
+static void on_event(struct bridge *b, const struct epoll_event *ev)
+{
+	uint64_t data = ev->data.u64;
+	AN_ASSERT((data & 7u) >= TAG_SIGNAL);
+	switch ((enum ev_tag)(data & 7u)) {
+	case TAG_SIGNAL:
+		on_signals(b);
+		break;
+	case TAG_TCP_LISTEN:
+		on_accept(b, b->tcp_fd, CONN_EGRESS);
+		break;
+	case TAG_INGRESS_LISTEN:
+		on_accept(b, b->ingress_fd, CONN_INGRESS);
+		break;
+	case TAG_CONN:
+		on_conn_event(b, data, ev->events);
+		break;
+	default:
+		(void)AN_NEVER(true);
+		break;
+	}
+}
+
+/*
+ * Waits up to <timeout_ms> (-1: forever; 0 while connections are queued) for events, handles
+ * them, then pumps the queued connections. Returns the number of events or -errno.
+ */
+static int bridge_turn(struct bridge *b, int timeout_ms)
+{
+	AN_ASSERT(b->ep >= 0);
+	struct epoll_event evs[BRIDGE_EVENTS_PER_TURN];
+	int n = epoll_wait(b->ep, evs, BRIDGE_EVENTS_PER_TURN, b->ready_count > 0 ? 0 : timeout_ms);
+	if (n == -1) {
+		return errno == EINTR ? 0 : -errno;
+	}
+	for (int i = 0; i < n; i++) {
+		on_event(b, &evs[i]);
+	}
+	ready_run(b);
+	AN_ASSERT(b->conns_in_use <= b->conns_max);
+	return n;
+}
+
+/* ---- Start-up ----------------------------------------------------------------------------- */
+
+/*
+ * In the forked child: the agent's own process group (and the terminal, if the bridge's group
+ * had it), death with the bridge, the caller's descriptor limit, the filter, the default signal
+ * mask and dispositions, then exec. Never returns.
+ */
+static _Noreturn void child_exec(struct bridge *b, scmp_filter_ctx filter, char **cmd, pid_t parent)
+{
+	AN_ASSERT(cmd != NULL && cmd[0] != NULL);
+	AN_ASSERT(parent > 0);
+	(void)setpgid(0, 0);
+	if (b->tty_fd >= 0 && tcgetpgrp(b->tty_fd) == getpgid(parent)) {
+		(void)tcsetpgrp(b->tty_fd, getpid());
+	}
+	/* Without the bridge there is no network: end with it rather than run on, stranded. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 || getppid() != parent) {
+		_exit(BRIDGE_EXIT_FAILURE);
+	}
+	(void)setrlimit(RLIMIT_NOFILE, &b->nofile_orig);
+	if (filter != NULL) {
+		int rc = filter_load(filter);
+		if (rc != 0) {
+			say("seccomp: %s", strerror(-rc));
+			_exit(BRIDGE_EXIT_FAILURE);
+		}
+	}
+	for (int sig = 1; sig < NSIG; sig++) {
+		(void)signal(sig, SIG_DFL); /* EINVAL for SIGKILL, SIGSTOP and libc's own */
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	(void)sigprocmask(SIG_SETMASK, &none, NULL);
+	execvp(cmd[0], cmd);
+	int err = errno;
+	say("exec %s: %s", cmd[0], strerror(err));
+	_exit(err == ENOENT ? BRIDGE_EXIT_NOTFOUND : BRIDGE_EXIT_NOEXEC);
+}
+
+/* Signals, descriptors, listeners, environment; prints its own errors. Returns 0 or -errno. */
+static int bridge_setup(struct bridge *b, const struct bridge_opts *o)
+{
+	AN_ASSERT(o->cmd != NULL);
+	sigset_t set;
+	signal_set(&set);
+	/* Blocked before the fork, so a signal sent before the loop runs is queued, not lost. */
+	if (sigprocmask(SIG_BLOCK, &set, NULL) == -1) {
+		return -errno;
+	}
+	(void)signal(SIGPIPE, SIG_IGN); /* a closed peer is EPIPE from splice */
+	(void)signal(SIGTTOU, SIG_IGN); /* notices and tcsetpgrp from a background group */
+	struct rlimit orig;
+	uint32_t conns_max = nofile_raise(&orig);
+	int rc = bridge_init(b, conns_max);
+	if (rc != 0) {
+		say("epoll: %s", strerror(-rc));
+		return rc;
+	}
+	b->nofile_orig = orig;
+	b->egress_path = o->egress_path;
+	b->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	rc = b->sig_fd == -1 ? -errno : epoll_add(b, b->sig_fd, TAG_SIGNAL);
+	if (rc != 0) {
+		say("signalfd: %s", strerror(-rc));
+		return rc;
+	}
+	rc = bridge_listen(b, (const struct sockaddr *)&o->listen_sa, o->listen_sa_len);
+	if (rc != 0) {
+		say("listen on %s: %s", o->proxy_url + strlen("http://"), strerror(-rc));
+		return rc;
+	}
+	(void)bridge_ingress(b, o->ingress_path, o->ingress_port);
+	struct stat st;
+	if (stat(o->egress_path, &st) == -1) {
+		say("egress socket %s: %s (the daemon's sandbox directory is not mounted?)",
+		    o->egress_path, strerror(errno));
+	}
+	rc = env_apply(o);
+	if (rc != 0) {
+		say("setenv: %s", strerror(-rc));
+	}
+	return rc;
+}
+
+/* The loop while the agent runs. Returns the agent's status, or 125 if the loop failed. */
+static int bridge_wait(struct bridge *b)
+{
+	AN_ASSERT(b->agent_pid > 0);
+	AN_ASSERT(b->sig_fd >= 0);
+	int status;
+	for (;;) {
+		int rc = bridge_turn(b, -1);
+		if (rc < 0) {
+			say("epoll_wait: %s", strerror(-rc));
+			(void)kill(-b->agent_pid, SIGKILL);
+			status = BRIDGE_EXIT_FAILURE;
+			break;
+		}
+		if (b->agent_done) {
+			status = b->agent_status;
+			break;
+		}
+	}
+	if (b->tty_fd >= 0 && tcgetpgrp(b->tty_fd) == b->agent_pid) {
+		(void)tcsetpgrp(b->tty_fd, getpgrp());
+	}
+	bridge_destroy(b);
+	return status;
+}
+
+/* Runs the agent <o->cmd> under the bridge and returns the bridge's exit status. */
+static int bridge_run(struct bridge *b, const struct bridge_opts *o)
+{
+	AN_ASSERT(o->cmd != NULL);
+	if (o->ca_path != NULL && access(o->ca_path, R_OK) == -1) {
+		say("CA bundle %s: %s", o->ca_path, strerror(errno));
+		return BRIDGE_EXIT_FAILURE;
+	}
+	scmp_filter_ctx filter = NULL;
+	int rc = bridge_setup(b, o);
+	if (rc == 0 && !o->no_seccomp) {
+		rc = filter_build(&filter);
+		if (rc != 0) {
+			say("seccomp filter: %s", strerror(-rc));
+		}
+	}
+	if (rc != 0) {
+		bridge_destroy(b);
+		return BRIDGE_EXIT_FAILURE;
+	}
+	if (o->no_seccomp) {
+		say("--no-seccomp: the agent runs without its socket filter (tests only)");
+	}
+	if (getpid() != 1) {
+		(void)prctl(PR_SET_CHILD_SUBREAPER, 1); /* orphans come to the bridge, as to init */
+	}
+	b->tty_fd = isatty(STDIN_FILENO) ? STDIN_FILENO : -1;
+	say("ready");
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid == 0) {
+		child_exec(b, filter, o->cmd, parent);
+	}
+	if (filter != NULL) {
+		seccomp_release(filter);
+	}
+	if (pid == -1) {
+		say("fork: %s", strerror(errno));
+		bridge_destroy(b);
+		return BRIDGE_EXIT_FAILURE;
+	}
+	b->agent_pid = pid;
+	(void)setpgid(pid, pid); /* also here, so no signal to the group can race the child */
+	return bridge_wait(b);
+}
+
+/* Parses the command line and runs; returns the process's exit status. */
+static int bridge_main(int argc, char **argv)
+{
+	static struct bridge bridge;
+	struct bridge_opts o;
+	char err[256];
+	if (opts_parse(&o, argc, argv, err, sizeof(err)) != 0) {
+		say("%s (see --help)", err);
+		return BRIDGE_EXIT_FAILURE;
+	}
+	if (o.help) {
+		usage(stdout);
+		return 0;
+	}
+	if (o.print_env) {
+		env_print(&o, stdout);
+		return 0;
+	}
+	return bridge_run(&bridge, &o);
+}
+
+#ifndef BRIDGE_NO_MAIN
+int main(int argc, char **argv)
+{
+	int status = bridge_main(argc, argv);
+	/* _exit: nothing that runs at exit (a sanitizer's report, say) may change the status. */
+	fflush(NULL);
+	_exit(status);
+}
+#endif
