@@ -37,6 +37,11 @@ import sys
 import tempfile
 import time
 
+from integlib import (SANITIZER_MARKS, SKIP, Fatal, Procs, Skip, audit_match, client_env,
+                      daemon_env, free_ports, log, make_pki, netns_add, netns_del, read_audit,
+                      read_text, render_file, start_daemon, start_origin, stop_daemon,
+                      substitute, wait_for)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BIG_BYTES = 100 * 1024 * 1024
@@ -46,63 +51,9 @@ PROXY_ADDR = "127.0.0.1:8080"
 SANDBOX = "sb1"
 OTHER_SANDBOX = "sb2"
 CASE_TIMEOUT_S = 60
-READY_TIMEOUT_S = 30
-STOP_TIMEOUT_S = 30
-SANITIZER_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
-                   "assertion failed")
-SKIP = 77
-
-
-class Skip(Exception):
-    pass
-
-
-class Fatal(Exception):
-    pass
-
-
-def log(msg):
-    print(msg, flush=True)
-
-
-def run(cmd, **kw):
-    kw.setdefault("check", True)
-    kw.setdefault("stdout", subprocess.PIPE)
-    kw.setdefault("stderr", subprocess.PIPE)
-    return subprocess.run(cmd, **kw)
-
-
-def client_env(tmp, extra=None):
-    """A clean environment: no proxy variables inherited from the host."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "LANG": "C.UTF-8"}
-    env.update(extra or {})
-    return env
 
 
 # ---- fixtures ---------------------------------------------------------------
-
-
-def make_pki(tmp):
-    """Test CA and a leaf for origin.test, with the openssl CLI."""
-    ca_key, ca_pem = os.path.join(tmp, "ca.key"), os.path.join(tmp, "ca.pem")
-    leaf_key, leaf_pem = os.path.join(tmp, "leaf.key"), os.path.join(tmp, "leaf.pem")
-    csr, ext = os.path.join(tmp, "leaf.csr"), os.path.join(tmp, "leaf.ext")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    run(["openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", ca_pem, "-days", "2",
-         "-subj", "/CN=agentsnet integ test CA",
-         "-addext", "basicConstraints=critical,CA:TRUE",
-         "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
-    run(["openssl", "req", *ec, "-keyout", leaf_key, "-out", csr, "-subj", "/CN=origin.test"])
-    with open(ext, "w", encoding="ascii") as f:
-        f.write("basicConstraints=critical,CA:FALSE\n"
-                "keyUsage=critical,digitalSignature\n"
-                "extendedKeyUsage=serverAuth\n"
-                "subjectAltName=DNS:origin.test\n"
-                "authorityKeyIdentifier=keyid\n"
-                "subjectKeyIdentifier=hash\n")
-    run(["openssl", "x509", "-req", "-in", csr, "-CA", ca_pem, "-CAkey", ca_key,
-         "-CAcreateserial", "-out", leaf_pem, "-days", "2", "-extfile", ext])
-    return ca_pem, leaf_pem, leaf_key
 
 
 def make_data(tmp):
@@ -132,23 +83,6 @@ def make_data(tmp):
 
 # ---- templates --------------------------------------------------------------
 
-PLACEHOLDER = re.compile(r"\{\{([a-z0-9_]+)\}\}")
-
-
-def substitute(obj, vars_):
-    """Replaces {{name}} in every string of <obj>; "{{n}}" alone keeps n's type."""
-    if isinstance(obj, str):
-        whole = PLACEHOLDER.fullmatch(obj)
-        if whole:
-            return vars_[whole.group(1)]
-        return PLACEHOLDER.sub(lambda m: str(vars_[m.group(1)]), obj)
-    if isinstance(obj, list):
-        return [substitute(x, vars_) for x in obj]
-    if isinstance(obj, dict):
-        return {k: substitute(v, vars_) for k, v in obj.items()}
-    return obj
-
-
 def expand_pieces(pieces):
     """Raw request text from pieces: strings; {"repeat": s, "times": n};
     {"pad_header": NAME, "head_bytes": N}: a header line sized so that the
@@ -172,63 +106,6 @@ def expand_pieces(pieces):
 
 
 # ---- processes and namespaces -----------------------------------------------
-
-
-class Procs:
-    """Every process the suite starts, stopped by PID at the end."""
-
-    def __init__(self):
-        self.procs = []
-
-    def start(self, name, cmd, **kw):
-        p = subprocess.Popen(cmd, **kw)
-        self.procs.append((name, p))
-        return p
-
-    def stop(self, p, sig=signal.SIGTERM, timeout=10):
-        if p.poll() is None:
-            p.send_signal(sig)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        return p.returncode
-
-    def stop_all(self):
-        for _name, p in reversed(self.procs):
-            self.stop(p)
-
-
-def netns_add(name):
-    run(["ip", "netns", "add", name])
-    run(["ip", "-n", name, "link", "set", "lo", "up"])
-    links = run(["ip", "-n", name, "-o", "link", "show"]).stdout.decode()
-    if [line.split(":")[1].strip() for line in links.splitlines()] != ["lo"]:
-        raise Fatal("namespace %s has interfaces other than lo:\n%s" % (name, links))
-
-
-def netns_del(name):
-    subprocess.run(["ip", "netns", "del", name], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
-
-
-def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise Fatal("timed out after %ds waiting for %s" % (timeout, what))
-
-
-def read_text(path):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
 
 
 # ---- checks -----------------------------------------------------------------
@@ -554,41 +431,16 @@ class Suite:
     # ---- set-up and tear-down -----------------------------------------------
 
     def start_origin(self, leaf_pem, leaf_key):
-        p = self.procs.start("origin", ["ip", "netns", "exec", self.args.upns, "python3",
-                                        os.path.join(HERE, "origin.py"), "--dir", self.tmp,
-                                        "--cert", leaf_pem, "--key", leaf_key],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        line = p.stdout.readline()
-        if not line:
-            raise Fatal("origin.py exited before listening")
-        return json.loads(line)
+        return start_origin(self.procs, self.args.upns, self.tmp, leaf_pem, leaf_key)
 
     def free_ports(self):
         """Ports nothing listens on in the upstream namespace (it is ours alone)."""
-        code = ("import socket\n"
-                "t = socket.socket(); t.bind(('127.0.0.1', 0))\n"
-                "u = socket.socket(type=socket.SOCK_DGRAM); u.bind(('127.0.0.1', 0))\n"
-                "print(t.getsockname()[1], u.getsockname()[1])\n")
-        out = run(["ip", "netns", "exec", self.args.upns, "python3", "-c", code]).stdout.split()
-        return int(out[0]), int(out[1])
+        return free_ports(self.args.upns)
 
     def start_daemon(self):
-        err_path = os.path.join(self.tmp, "daemon.stderr")
-        self.daemon_err_path = err_path
-        err = open(err_path, "wb")
-        self.daemon = self.procs.start(
-            "agentsnetd", ["ip", "netns", "exec", self.args.upns, self.args.daemon,
-                           "--config", self.vars["policy"]],
-            stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=daemon_env())
-        err.close()
-        try:
-            wait_for(lambda: "agentsnetd: ready" in read_text(err_path)
-                     or self.daemon.poll() is not None, READY_TIMEOUT_S, "agentsnetd: ready")
-        except Fatal:
-            raise Fatal("agentsnetd not ready; stderr:\n" + read_text(err_path)[-4000:])
-        if self.daemon.poll() is not None:
-            raise Fatal("agentsnetd exited %d at start; stderr:\n%s"
-                        % (self.daemon.returncode, read_text(err_path)[-4000:]))
+        self.daemon_err_path = os.path.join(self.tmp, "daemon.stderr")
+        self.daemon = start_daemon(self.procs, self.args.upns, self.args.daemon,
+                                   self.vars["policy"], self.daemon_err_path)
 
     def start_forwarder(self):
         sock = os.path.join(self.vars["sock_dir"], "sandboxes", SANDBOX, "egress.sock")
@@ -610,22 +462,7 @@ class Suite:
     def stop_daemon(self):
         """SIGTERM; the run fails on a non-zero exit or any sanitizer report."""
         t0 = time.monotonic()
-        self.daemon.send_signal(signal.SIGTERM)
-        errs = []
-        try:
-            code = self.daemon.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.daemon.kill()
-            code = self.daemon.wait()
-            errs.append("did not exit within %ds of SIGTERM" % STOP_TIMEOUT_S)
-        if code != 0:
-            errs.append("exit status %d, want 0" % code)
-        text = read_text(self.daemon_err_path)
-        for mark in SANITIZER_MARKS:
-            if mark in text:
-                errs.append("stderr contains %r" % mark)
-        if errs:
-            errs.append("stderr (last 6000 bytes):\n" + text[-6000:])
+        errs = stop_daemon(self.daemon, self.daemon_err_path)
         self.result("daemon stops on SIGTERM with exit 0 and a clean stderr (%.1fs)"
                     % (time.monotonic() - t0), errs)
 
@@ -633,12 +470,7 @@ class Suite:
 
     def check_audit(self):
         path = self.vars["audit"]
-        records, errs = [], []
-        for n, line in enumerate(read_text(path).splitlines(), 1):
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                errs.append("line %d is not JSON: %r" % (n, line[:200]))
+        records, errs = read_audit(path)
         for r in records:
             for field in ("ts", "id", "event"):
                 if field not in r:
@@ -686,19 +518,6 @@ class Suite:
                     % len(self.refusals), bad)
 
 
-def audit_match(rec, want):
-    for key, value in want.items():
-        got = rec.get(key)
-        if isinstance(value, dict):
-            if "min" in value and not (isinstance(got, int) and got >= value["min"]):
-                return False
-            if value.get("present") and got in (None, ""):
-                return False
-        elif got != value:
-            return False
-    return True
-
-
 def parse_header_blocks(text):
     """curl -D output: one {name: value} per response head, in order."""
     blocks = []
@@ -712,13 +531,6 @@ def parse_header_blocks(text):
             cur = blocks[-1]
             cur[key] = value.strip() if key not in cur else cur[key] + ", " + value.strip()
     return blocks
-
-
-def daemon_env():
-    env = dict(os.environ)
-    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:halt_on_error=1:abort_on_error=0")
-    env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
-    return env
 
 
 def load_cases(pattern):
@@ -752,11 +564,7 @@ def preflight(args):
 
 
 def render_policy(suite):
-    with open(os.path.join(HERE, "policy.yaml.in"), encoding="utf-8") as f:
-        text = f.read()
-    text = PLACEHOLDER.sub(lambda m: str(suite.vars[m.group(1)]), text)
-    with open(suite.vars["policy"], "w", encoding="utf-8") as f:
-        f.write(text)
+    render_file(os.path.join(HERE, "policy.yaml.in"), suite.vars["policy"], suite.vars)
 
 
 def run_suite(suite, cases):

@@ -8,6 +8,8 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /chunked      chunked.bin, sent with Transfer-Encoding: chunked
     *    /echo         JSON: method, path, request headers (names lower case),
                        body length, sha256 and text, and the peer address
+    GET  /files/PATH   the static file DIR/files/PATH (a dumb-HTTP git
+                       repository, an npm packument), 404 when absent
 Request bodies may be Content-Length or chunked. TLS is set up per connection
 in the handler thread, so a client that stalls in its handshake never blocks
 the accept loop.
@@ -74,6 +76,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     break
                 self.wfile.write(data)
 
+    def send_static(self, rel):
+        parts = rel.split("/")
+        name = os.path.join("files", *parts)
+        path = os.path.join(self.server.fixture_dir, name)
+        if any(p in ("", ".", "..") for p in parts) or not os.path.isfile(path):
+            self.send_error(404)
+            return
+        ctype = "application/octet-stream"
+        if path.endswith(".json") or "/npm/" in path:
+            ctype = "application/json"
+        elif path.endswith("/info/refs") or path.endswith("/HEAD"):
+            ctype = "text/plain"
+        self.send_file(name, ctype)
+
     def send_chunked(self):
         with open(os.path.join(self.server.fixture_dir, "chunked.bin"), "rb") as f:
             data = f.read()
@@ -130,6 +146,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_file("small.json", "application/json")
         elif path == "/chunked" and self.command == "GET":
             self.send_chunked()
+        elif path.startswith("/files/") and self.command in ("GET", "HEAD"):
+            self.send_static(path[len("/files/") :])
         else:
             self.send_error(404)
 

@@ -1,13 +1,16 @@
 #!/bin/sh
 # `make integ`: the integration suite (tests/integ/integ.py) under a global
-# timeout. Exit 0 pass, 1 fail, 77 skip (the reason is printed).
+# timeout, then the sandbox pass (tests/integ/sandbox.py: clients inside real
+# `agentsnet run` sandboxes). Exit 0 pass, 1 fail, 77 skip (the reason is printed).
 #
 #   tests/integ/run.sh [integ.py options, e.g. --cases '04*' -v --keep]
 #
 # AGENTSNETD overrides the daemon under test (default: build/san/agentsnetd);
-# AN_INTEG_TIMEOUT_S the global timeout (default 900 s). The namespaces are
-# named after this shell's PID and deleted here too, so that they go even when
-# the timeout had to kill the suite.
+# AN_INTEG_TIMEOUT_S the global timeout (default 900 s), AN_SANDBOX_TIMEOUT_S
+# the sandbox pass's (180 s). The namespaces are named after this shell's PID
+# and deleted here too, so that they go even when the timeout had to kill the
+# suite. The sandbox pass runs only without options; alone it is
+# `python3 tests/integ/sandbox.py [--cases GLOB] [--tests GLOB] -v`.
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -33,6 +36,7 @@ fi
 cleanup() {
 	ip netns del "$ns" 2>/dev/null
 	ip netns del "$ns-up" 2>/dev/null
+	rm -rf "/etc/netns/$ns" "/run/$ns" "/run/$ns-dbus"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
@@ -47,6 +51,19 @@ if [ $rc -eq 0 ] && [ $# -eq 0 ]; then
 	AN_NO_SPLICE=1 timeout --kill-after=15 "$limit" python3 -u tests/integ/integ.py \
 		--daemon "$daemon" --netns "$ns" --cases '0[12]*'
 	rc=$?
+fi
+# The sandbox pass reuses the names: its host namespace is "$ns", its daemon's
+# socket directory /run/$ns (both removed by cleanup above).
+if [ $# -eq 0 ]; then
+	echo "integ: sandbox pass (tests/integ/sandbox.py)"
+	timeout --kill-after=15 "${AN_SANDBOX_TIMEOUT_S:-180}" python3 -u tests/integ/sandbox.py \
+		--daemon "$daemon" --netns "$ns"
+	sb=$?
+	case $sb in
+	0 | 77) ;;
+	124 | 137) echo "integ: FAIL: sandbox pass timed out" && rc=1 ;;
+	*) rc=1 ;;
+	esac
 fi
 case $rc in
 0 | 1 | 77) ;;

