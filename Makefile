@@ -105,7 +105,8 @@ check: deps
 	$(Q)$(MAKE) --no-print-directory test
 
 demo: deps
-	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd
+	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd build/rel/agentsnet \
+		build/rel/agentsnet-bridge
 	$(Q)demo/run.sh
 
 bench:
