@@ -58,7 +58,8 @@ static const char usage_text[] =
     "            --bridge to the agentsnet-bridge next to this binary (or on PATH).\n"
     "\n"
     "--socket-dir defaults to $AGENTSNET_SOCKET_DIR, else /run/agentsnet.\n"
-    "Exit codes: 0 ok, 1 error, 2 usage, 3 agentsnetd not reachable; run: CMD's status.\n";
+    "Exit codes: 0 ok, 1 error, 2 usage, 3 agentsnetd not reachable; run: CMD's status,\n"
+    "or 125 when the sandbox could not be started (the message says why).\n";
 
 static int usage_error(const char *what)
 {
@@ -484,7 +485,27 @@ static int run_sandbox(const struct run_options *o, struct sandbox_spec *spec, i
 	return -1;
 }
 
+/*
+ * `agentsnet run`'s own failures exit with AGENTSNET_RUN_FAILED, never with a
+ * code an agent could also return (as `docker run` does): a caller can tell
+ * "the sandbox could not start" from "the agent exited 1". Usage errors of
+ * `run` itself keep CTL_EXIT_USAGE (2), before anything was attempted.
+ */
+#define AGENTSNET_RUN_FAILED 125
+
+static int run_main_inner(int argc, char **argv, bool *started);
+
 static int run_main(int argc, char **argv)
+{
+	bool started = false;
+	int rc = run_main_inner(argc, argv, &started);
+
+	if (!started && rc != CTL_EXIT_OK && rc != CTL_EXIT_USAGE)
+		return AGENTSNET_RUN_FAILED;
+	return rc;
+}
+
+static int run_main_inner(int argc, char **argv, bool *started)
 {
 	struct run_options o = { .profile = AGENTSNET_PROFILE, .socket_dir = default_socket_dir() };
 	static char bridge[PATH_MAX], ca[PATH_MAX], socket_dir[PATH_MAX], dir[PATH_MAX],
@@ -520,6 +541,7 @@ static int run_main(int argc, char **argv)
 	int wstatus = 0;
 	rc = run_sandbox(&o, &spec, &wstatus);
 	sandbox_remove(&o);
+	*started = rc < 0;
 	return rc >= 0 ? rc : exit_status(wstatus);
 }
 
