@@ -232,8 +232,9 @@ static void serve_one(struct control *ctl, int fd)
 	struct ucred cred;
 	socklen_t cred_len = sizeof(cred);
 	struct engine_owner owner = { 0 };
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 && cred.pid > 0)
-		(void)engine_owner_of(cred.pid, &owner);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 && cred.pid > 0 &&
+	    engine_owner_of(cred.pid, &owner) == 0)
+		owner.uid = cred.uid;
 	ssize_t n = read_line(fd, line, sizeof(line));
 	char *out = n < 0 ? NULL : control_handle(ctl->e, line, &owner, &len);
 	const char *reply = out;

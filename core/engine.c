@@ -580,6 +580,9 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	if (ret == 0) {
 		struct engine_sandbox *sb = e->sandboxes[idx];
 		snprintf(dir, cap, "%s/sandboxes/%s", e->cfg->socket_dir, id);
+		if (owner != NULL && owner->uid != 0 && chown(dir, owner->uid, (gid_t)-1) == -1)
+			log_warn("sandbox %s: chown %s to uid %u: %s", id, dir, owner->uid,
+				 strerror(errno));
 		*cmd = (struct worker_cmd){ .kind = WORKER_CMD_ADD, .sandbox = (uint32_t)idx };
 		worker_cmd_post(&e->workers[sb->worker], cmd); /* the worker frees it */
 		cmd = NULL;

@@ -46,6 +46,7 @@ enum engine_sandbox_state {
  */
 struct engine_owner {
 	int32_t pid;
+	uint32_t uid;         /* the caller's user: a non-root one gets the directory */
 	uint64_t start_ticks; /* /proc/<pid>/stat field 22 */
 };
 
@@ -104,7 +105,8 @@ int engine_stop(struct engine *e);
  * Adds sandbox <id> on profile <profile_name> while the engine runs: creates
  * its directory and listening socket, records it in the registry (with
  * <owner> when not NULL: a later start drops the record if that process is
- * gone) and hands it to a worker. Writes the sandbox's directory to <dir>/<cap>. Returns 0,
+ * gone; a non-root owner also owns the directory, so its `agentsnet run` can
+ * create the sandbox's ingress socket there) and hands it to a worker. Writes the sandbox's directory to <dir>/<cap>. Returns 0,
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
  * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached) or the
  * -errno of a failed socket step. Control path only (takes the lock).
