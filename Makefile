@@ -36,7 +36,8 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=build/san/tests/unit/%)
 .PHONY: all lint test check demo bench fuzz deps clean unit integ
 .DEFAULT_GOAL := all
 
-all: build/rel/agentsnetd build/san/agentsnetd build/rel/agentsnet build/san/agentsnet build/rel/agentsnet-bridge build/san/agentsnet-bridge
+all: build/rel/agentsnetd build/san/agentsnetd build/rel/agentsnet build/san/agentsnet \
+	build/rel/agentsnet-bridge build/san/agentsnet-bridge
 
 deps:
 	$(Q)./tools/deps.sh

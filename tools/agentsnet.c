@@ -537,9 +537,15 @@ static int run_main_inner(int argc, char **argv, bool *started)
 	spec.public_url = o.public_url;
 	spec.cwd = getcwd(cwd, sizeof(cwd));
 	spec.cmd = o.cmd;
+	spec.ingress_fd = sandbox_ingress_listen(dir);
+	if (spec.ingress_fd < 0)
+		fprintf(stderr, "agentsnet: %s/ingress.sock: %s: ingress disabled\n", dir,
+			strerror(-spec.ingress_fd));
 	fflush(NULL);
 	int wstatus = 0;
 	rc = run_sandbox(&o, &spec, &wstatus);
+	if (spec.ingress_fd >= 0)
+		close(spec.ingress_fd);
 	sandbox_remove(&o);
 	*started = rc < 0;
 	return rc >= 0 ? rc : exit_status(wstatus);

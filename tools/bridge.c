@@ -1,31 +1,30 @@
 /*
- * agentsnet-bridge: the sandbox's init (DESIGN.md section 2). It listens on 127.0.0.1:8080 and
- * relays each connection to the mounted egress socket; it listens on the mounted ingress socket
- * and relays each connection to 127.0.0.1:$AGENT_INGRESS_PORT; it sets the variables of
- * DESIGN.md section 1 from one table (bridge_vars); then it forks the agent under a seccomp
- * filter and stays as its PID 1: signals forwarded, every child reaped, the agent's status
- * returned as its own (exit code, or 128 + signal).
+ * agentsnet-bridge: the sandbox's init (DESIGN.md section 2). It relays 127.0.0.1:8080 to the
+ * mounted egress socket and the mounted ingress socket to 127.0.0.1:$AGENT_INGRESS_PORT, sets
+ * the variables of DESIGN.md section 1 from one table (bridge_vars), forks the agent under a
+ * seccomp filter and stays as its PID 1: signals forwarded, every child reaped, the agent's
+ * status returned as its own (exit code, or 128 + signal).
  *
- * One thread and one epoll set do everything: both listeners, every relay and a signalfd.
- * A relay direction is a pipe and non-blocking splice, socket -> pipe -> socket, with
- * edge-triggered events: a direction fills its pipe only when the pipe is empty and then drains
- * it completely, so an EAGAIN on the fill always means "source dry" and an EAGAIN on the drain
- * "destination full", and the edge it then waits for is the right one. A direction that used
- * its byte budget yields to a ready queue, so one bulk transfer cannot starve the others. EOF
- * becomes shutdown(SHUT_WR) on the other side (half-close); an error aborts both sides, with a
- * reset on the TCP side, so the agent sees a connection error, never a hang or a truncated
- * answer that looks whole. Rejected: two blocking threads per connection (2048 threads count
- * against a container's pids limit, and fork() after threads is unsafe for the child that
- * builds the filter); io_uring (the bridge links only libc and libseccomp, and stays small);
- * a copy loop through user memory.
+ * One thread and one epoll set do everything: listeners, relays and a signalfd. A relay
+ * direction is a pipe and non-blocking splice, edge-triggered: a direction fills its pipe only
+ * when it is empty and then drains it completely, so EAGAIN on the fill means "source dry" and
+ * EAGAIN on the drain "destination full", and the edge it waits for is the right one. A
+ * direction that used its byte budget yields to a ready queue, so no transfer starves the
+ * others. EOF becomes shutdown(SHUT_WR) on the other side (half-close). The daemon going away
+ * ends the stream toward the agent at once; when the daemon stops reading (an early 403, 413),
+ * what the agent still sends is dropped, so the answer arrives and the close is a FIN, not a
+ * reset that would destroy it in flight. A failure on the agent's side aborts both sides, with
+ * a reset toward TCP: the agent sees a connection error, never a hang. Rejected: two blocking
+ * threads per connection (up to 2048 threads against a container's pids limit, and fork()
+ * after threads is unsafe for the child that builds the filter); io_uring (the bridge links
+ * only libc and libseccomp); a copy loop through user memory.
  *
  * The agent gets its own process group and, when the bridge's group owns the terminal, the
- * terminal, as docker's --init does: ^C and SIGWINCH then reach the agent once, not once from
- * the terminal and once forwarded. A job-control stop of the agent is passed on to the bridge's
- * own group, so a shell above `agentsnet run` sees its job stop, and SIGCONT hands the terminal
- * back. When the agent exits, what is left of its group is killed and the bridge exits.
- * Invariants: conns_in_use counts slots with in_use; a free slot holds no descriptor; a slot
- * is on the ready queue at most once (queued).
+ * terminal (as docker --init does): ^C and SIGWINCH reach it once, not once from the terminal
+ * and once forwarded. A job-control stop of the agent is passed on to the bridge's group, so a
+ * shell above sees its job stop; SIGCONT hands the terminal back. When the agent exits, what is
+ * left of its group is killed. Invariants: conns_in_use counts slots with in_use; a free slot
+ * holds no descriptor; a slot is on the ready queue at most once (queued).
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -94,7 +93,8 @@ struct bridge_opts {
 	const char *ca_path;    /* NULL: no CA bundle mounted */
 	const char *public_url; /* NULL: no public URL */
 	const char *no_proxy;
-	char **cmd; /* borrowed from argv, NULL-terminated; NULL when none was given */
+	char **cmd;     /* borrowed from argv, NULL-terminated; NULL when none was given */
+	int ingress_fd; /* an inherited ingress listener (--ingress-fd), or -1 */
 	struct sockaddr_storage listen_sa;
 	socklen_t listen_sa_len;
 	uint16_t ingress_port;
@@ -179,6 +179,8 @@ struct bridge_half {
 	uint32_t in_pipe; /* bytes spliced into the pipe and not yet out */
 	bool eof;         /* the source reached end of stream */
 	bool shut;        /* the destination was shut down for writing */
+	bool src_unix;    /* the source is the daemon's socket (else the agent's TCP) */
+	bool discard;     /* the daemon stopped reading: what the agent sends is dropped */
 };
 
 struct bridge_conn {
@@ -409,6 +411,7 @@ static int opts_defaults(struct bridge_opts *o, char *err, size_t err_len)
 	o->public_url = env_or("AGENT_PUBLIC_URL", NULL);
 	o->no_proxy = env_or("AGENT_NO_PROXY", BRIDGE_NO_PROXY_DEFAULT);
 	o->ingress_port = BRIDGE_INGRESS_PORT_DEF;
+	o->ingress_fd = -1;
 	const char *port = env_or("AGENT_INGRESS_PORT", NULL);
 	if (port != NULL && parse_port(port, &o->ingress_port) != 0) {
 		snprintf(err, err_len, "AGENT_INGRESS_PORT '%s': not a port (1-65535)", port);
@@ -417,6 +420,88 @@ static int opts_defaults(struct bridge_opts *o, char *err, size_t err_len)
 	int rc = parse_listen(o, BRIDGE_LISTEN_DEFAULT);
 	AN_ASSERT(rc == 0);
 	return 0;
+}
+
+enum {
+	OPT_EGRESS = 256,
+	OPT_INGRESS,
+	OPT_LISTEN,
+	OPT_INGRESS_PORT,
+	OPT_CA,
+	OPT_PUBLIC_URL,
+	OPT_PRINT_ENV,
+	OPT_NO_SECCOMP,
+	OPT_INGRESS_FD,
+};
+
+/* Accepts a descriptor number in plain decimal, 0..99999999. Returns 0 or -EINVAL. */
+static int parse_fd(const char *s, int *out)
+{
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(out != NULL);
+	size_t len = strlen(s);
+	if (len == 0 || len > 8 || strspn(s, "0123456789") != len) {
+		return -EINVAL;
+	}
+	int v = 0;
+	for (size_t i = 0; i < len; i++) {
+		v = v * 10 + (s[i] - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+/* Applies the option <c> with its argument <arg> to <o>. Returns 0 or -EINVAL with <err>. */
+static int opt_apply(struct bridge_opts *o, int c, char *arg, char *err, size_t err_len)
+{
+	AN_ASSERT(o != NULL);
+	AN_ASSERT(err_len > 0);
+	switch (c) {
+	case OPT_EGRESS:
+		o->egress_path = arg;
+		return 0;
+	case OPT_INGRESS:
+		o->ingress_path = arg;
+		return 0;
+	case OPT_LISTEN:
+		if (parse_listen(o, arg) != 0) {
+			snprintf(err, err_len,
+				 "--listen '%s': not a loopback address and port (127.0.0.1:8080 "
+				 "or [::1]:8080)",
+				 arg);
+			return -EINVAL;
+		}
+		return 0;
+	case OPT_INGRESS_PORT:
+		if (parse_port(arg, &o->ingress_port) != 0) {
+			snprintf(err, err_len, "--ingress-port '%s': not a port (1-65535)", arg);
+			return -EINVAL;
+		}
+		return 0;
+	case OPT_CA:
+		o->ca_path = arg;
+		return 0;
+	case OPT_PUBLIC_URL:
+		o->public_url = arg;
+		return 0;
+	case OPT_PRINT_ENV:
+		o->print_env = true;
+		return 0;
+	case OPT_NO_SECCOMP:
+		o->no_seccomp = true;
+		return 0;
+	case OPT_INGRESS_FD:
+		if (parse_fd(arg, &o->ingress_fd) != 0) {
+			snprintf(err, err_len, "--ingress-fd '%s': not a descriptor number", arg);
+			return -EINVAL;
+		}
+		return 0;
+	case 'h':
+		o->help = true;
+		return 0;
+	default:
+		return -EINVAL;
+	}
 }
 
 /*
@@ -429,14 +514,15 @@ static int opts_parse(struct bridge_opts *o, int argc, char **argv, char *err, s
 	AN_ASSERT(argc >= 1);
 	AN_ASSERT(err_len > 0);
 	static const struct option longs[] = {
-		{ "egress", required_argument, NULL, 'e' },
-		{ "ingress", required_argument, NULL, 'i' },
-		{ "listen", required_argument, NULL, 'l' },
-		{ "ingress-port", required_argument, NULL, 'p' },
-		{ "ca", required_argument, NULL, 'c' },
-		{ "public-url", required_argument, NULL, 'u' },
-		{ "print-env", no_argument, NULL, 'E' },
-		{ "no-seccomp", no_argument, NULL, 'S' },
+		{ "egress", required_argument, NULL, OPT_EGRESS },
+		{ "ingress", required_argument, NULL, OPT_INGRESS },
+		{ "listen", required_argument, NULL, OPT_LISTEN },
+		{ "ingress-port", required_argument, NULL, OPT_INGRESS_PORT },
+		{ "ca", required_argument, NULL, OPT_CA },
+		{ "public-url", required_argument, NULL, OPT_PUBLIC_URL },
+		{ "print-env", no_argument, NULL, OPT_PRINT_ENV },
+		{ "no-seccomp", no_argument, NULL, OPT_NO_SECCOMP },
+		{ "ingress-fd", required_argument, NULL, OPT_INGRESS_FD },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -451,47 +537,11 @@ static int opts_parse(struct bridge_opts *o, int argc, char **argv, char *err, s
 		if (c == -1) {
 			break;
 		}
-		switch (c) {
-		case 'e':
-			o->egress_path = optarg;
-			break;
-		case 'i':
-			o->ingress_path = optarg;
-			break;
-		case 'l':
-			if (parse_listen(o, optarg) != 0) {
-				snprintf(err, err_len,
-					 "--listen '%s': not a loopback address and port "
-					 "(127.0.0.1:8080 or [::1]:8080)",
-					 optarg);
-				return -EINVAL;
+		if (opt_apply(o, c, optarg, err, err_len) != 0) {
+			if (err[0] == '\0') {
+				snprintf(err, err_len, "unknown option or missing value: '%s'",
+					 argv[optind - 1]);
 			}
-			break;
-		case 'p':
-			if (parse_port(optarg, &o->ingress_port) != 0) {
-				snprintf(err, err_len, "--ingress-port '%s': not a port (1-65535)",
-					 optarg);
-				return -EINVAL;
-			}
-			break;
-		case 'c':
-			o->ca_path = optarg;
-			break;
-		case 'u':
-			o->public_url = optarg;
-			break;
-		case 'E':
-			o->print_env = true;
-			break;
-		case 'S':
-			o->no_seccomp = true;
-			break;
-		case 'h':
-			o->help = true;
-			break;
-		default:
-			snprintf(err, err_len, "unknown option or missing value: '%s'",
-				 argv[optind - 1]);
 			return -EINVAL;
 		}
 	}
@@ -559,9 +609,10 @@ static void env_print(const struct bridge_opts *o, FILE *out)
 static void usage(FILE *out)
 {
 	AN_ASSERT(out != NULL);
-	fputs("usage: agentsnet-bridge [--egress PATH] [--ingress PATH] [--listen 127.0.0.1:8080]\n"
-	      "                        [--ingress-port N] [--ca PATH] [--public-url URL]\n"
-	      "                        [--print-env] [--no-seccomp] -- CMD [ARGS...]\n"
+	fputs("usage: agentsnet-bridge [--egress PATH] [--ingress PATH | --ingress-fd FD]\n"
+	      "                        [--listen 127.0.0.1:8080] [--ingress-port N] [--ca PATH]\n"
+	      "                        [--public-url URL] [--print-env] [--no-seccomp]\n"
+	      "                        -- CMD [ARGS...]\n"
 	      "defaults: $AGENTSNET_EGRESS_SOCKET (" BRIDGE_EGRESS_DEFAULT "),\n"
 	      "  $AGENTSNET_INGRESS_SOCKET (" BRIDGE_INGRESS_DEFAULT "),\n"
 	      "  $AGENT_INGRESS_PORT (8081), $AGENT_CA_CERT, $AGENT_PUBLIC_URL, $AGENT_NO_PROXY\n"
@@ -728,6 +779,7 @@ static struct bridge_conn *conn_take(struct bridge *b)
 		c->half[i] = (struct bridge_half){ .pipe_rd = -1, .pipe_wr = -1 };
 	}
 	b->conns_in_use++;
+	AN_ASSERT(b->conns_in_use <= b->conns_max);
 	return c;
 }
 
@@ -842,6 +894,9 @@ static void conn_open(struct bridge *b, enum conn_kind kind, int fd)
 	}
 	c->kind = kind;
 	c->fd[0] = fd;
+	/* half[i] reads fd[i]; the daemon's Unix socket is fd[1] for egress, fd[0] for ingress. */
+	c->half[0].src_unix = kind == CONN_INGRESS;
+	c->half[1].src_unix = kind == CONN_EGRESS;
 	if (kind == CONN_EGRESS) {
 		set_nodelay(fd);
 	}
@@ -854,31 +909,87 @@ static void conn_open(struct bridge *b, enum conn_kind kind, int fd)
 	}
 }
 
+/* Where discarded bytes go: one buffer, as the bridge has one thread. */
+static uint8_t bridge_discard_buf[16384];
+
+/* Reads and drops what <fd> holds, up to one buffer. Returns bytes, 0 at EOF, or -errno. */
+static ssize_t discard_read(int fd)
+{
+	AN_ASSERT(fd >= 0);
+	ssize_t n = read(fd, bridge_discard_buf, sizeof(bridge_discard_buf));
+	AN_ASSERT(n <= (ssize_t)sizeof(bridge_discard_buf));
+	return n >= 0 ? n : -errno;
+}
+
 /*
- * Moves one direction of <c> until a socket would block, the budget is used, or the stream
- * ends. Fills the pipe only when it is empty (see the design comment for why).
+ * A write to the daemon's socket failed: the daemon stopped reading, typically after an early
+ * answer (403, 413) and a close. From now on the direction drops what the agent still sends,
+ * so the answer coming the other way reaches the agent and the final close is a FIN; closing
+ * with the agent's data unread would send a reset, which destroys the answer still in flight.
+ */
+static int half_discard_start(struct bridge_half *h)
+{
+	AN_ASSERT(!h->src_unix);
+	AN_ASSERT(!h->discard);
+	while (h->in_pipe > 0) {
+		ssize_t n = discard_read(h->pipe_rd);
+		if (n <= 0) {
+			return n == 0 ? -EIO : (int)n;
+		}
+		h->in_pipe -= (uint32_t)n;
+	}
+	h->discard = true;
+	return 0;
+}
+
+/* Empties the pipe into <dst>: PUMP_DONE when empty, PUMP_WAIT when <dst> is full, or
+ * PUMP_ERROR. */
+static enum pump half_drain(struct bridge_half *h, int dst)
+{
+	AN_ASSERT(dst >= 0);
+	while (h->in_pipe > 0) {
+		ssize_t n = splice(h->pipe_rd, NULL, dst, NULL, h->in_pipe,
+				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (n > 0) {
+			AN_ASSERT((size_t)n <= h->in_pipe);
+			h->in_pipe -= (uint32_t)n;
+			continue;
+		}
+		int err = n == -1 ? errno : EIO; /* 0 cannot happen with bytes in the pipe */
+		if (err == EINTR) {
+			continue;
+		}
+		if (err == EAGAIN) {
+			return PUMP_WAIT;
+		}
+		bool daemon_gone = err == EPIPE || err == ECONNRESET || err == ENOTCONN;
+		if (h->src_unix || !daemon_gone || half_discard_start(h) != 0) {
+			return PUMP_ERROR; /* the agent's side failed: nothing more can reach it */
+		}
+	}
+	AN_ASSERT(h->in_pipe == 0);
+	return PUMP_DONE;
+}
+
+/*
+ * Moves one direction of a relay until a socket would block, the budget is used, or the
+ * stream ends. Fills the pipe only when it is empty (see the design comment for why). The
+ * daemon's socket reports its close as ECONNRESET when it left bytes of ours unread, and only
+ * once everything it sent has been read: that is an end of stream, not a failure. A reset on
+ * the agent's side is a failure: the caller aborts the connection.
  */
 static enum pump half_pump(struct bridge_half *h, int src, int dst)
 {
 	AN_ASSERT(src >= 0 && dst >= 0);
 	AN_ASSERT(h->pipe_rd >= 0 && h->pipe_wr >= 0);
-	const unsigned int flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
 	uint32_t moved = 0;
 	while (!h->shut) {
-		if (h->in_pipe > 0) {
-			ssize_t n = splice(h->pipe_rd, NULL, dst, NULL, h->in_pipe, flags);
-			if (n > 0) {
-				AN_ASSERT((size_t)n <= h->in_pipe);
-				h->in_pipe -= (uint32_t)n;
-				continue;
-			}
-			if (n == -1 && errno == EINTR) {
-				continue;
-			}
-			return n == -1 && errno == EAGAIN ? PUMP_WAIT : PUMP_ERROR;
+		enum pump drained = half_drain(h, dst);
+		if (drained != PUMP_DONE) {
+			return drained;
 		}
 		if (h->eof) {
-			if (shutdown(dst, SHUT_WR) == -1 && errno != ENOTCONN) {
+			if (shutdown(dst, SHUT_WR) == -1 && errno != ENOTCONN && !h->discard) {
 				return PUMP_ERROR;
 			}
 			h->shut = true;
@@ -887,16 +998,22 @@ static enum pump half_pump(struct bridge_half *h, int src, int dst)
 		if (moved >= BRIDGE_PUMP_BYTES_MAX) {
 			return PUMP_YIELD;
 		}
-		ssize_t n = splice(src, NULL, h->pipe_wr, NULL, BRIDGE_SPLICE_BYTES, flags);
+		ssize_t n = h->discard ? discard_read(src)
+				       : splice(src, NULL, h->pipe_wr, NULL, BRIDGE_SPLICE_BYTES,
+						SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (n == -1) {
+			n = -errno;
+		}
 		if (n > 0) {
 			AN_ASSERT((size_t)n <= BRIDGE_SPLICE_BYTES);
-			h->in_pipe = (uint32_t)n;
+			h->in_pipe = h->discard ? 0 : (uint32_t)n;
 			moved += (uint32_t)n;
-		} else if (n == 0) {
+		} else if (n == -EAGAIN) {
+			return PUMP_WAIT; /* the pipe is empty, so only the source can be dry */
+		} else if (n == 0 || (n != -EINTR && h->src_unix)) {
 			h->eof = true;
-		} else if (errno != EINTR) {
-			/* The pipe is empty, so EAGAIN can only mean the source is dry. */
-			return errno == EAGAIN ? PUMP_WAIT : PUMP_ERROR;
+		} else if (n != -EINTR) {
+			return PUMP_ERROR;
 		}
 	}
 	return PUMP_DONE;
@@ -1140,11 +1257,54 @@ static int ingress_bind(struct bridge *b, const char *path)
 }
 
 /*
- * Listens on the ingress socket <path> and relays to 127.0.0.1:<port>. Optional: on failure
- * (no directory, not writable, a live socket there) prints one notice and returns -errno;
- * the bridge runs on without ingress.
+ * Takes <fd>, a listening Unix stream socket the caller bound and passed down (agentsnet run
+ * binds the ingress socket on the host side, where the daemon can reach it, and passes it as
+ * --ingress-fd). The caller owns the socket file, so the bridge never removes it. Returns 0,
+ * -ENOTSOCK or -EINVAL (not a listening Unix stream socket; <fd> is then left alone).
  */
-static int bridge_ingress(struct bridge *b, const char *path, uint16_t port)
+static int ingress_adopt(struct bridge *b, int fd)
+{
+	AN_ASSERT(b->ingress_fd == -1);
+	AN_ASSERT(fd >= 0);
+	struct stat st;
+	if (fstat(fd, &st) == -1) {
+		return -errno;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		return -ENOTSOCK;
+	}
+	int domain = 0;
+	int type = 0;
+	int listening = 0;
+	socklen_t len = sizeof(int);
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == -1 ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == -1 ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == -1) {
+		return -errno;
+	}
+	if (domain != AF_UNIX || type != SOCK_STREAM || listening != 1) {
+		return -EINVAL;
+	}
+	int fl = fcntl(fd, F_GETFL);
+	/* Close-on-exec: the agent must not hold, or accept on, the ingress listener. */
+	if (fl == -1 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) == -1 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) == -1) {
+		return -errno;
+	}
+	int rc = epoll_add(b, fd, ev_pack(TAG_INGRESS_LISTEN, 0, 0, 0));
+	if (rc == 0) {
+		b->ingress_fd = fd;
+	}
+	return rc;
+}
+
+/*
+ * Listens for ingress on the inherited listener <fd> or, when <fd> is -1, on the socket
+ * <path>, and relays to 127.0.0.1:<port>. Optional: on failure (no directory, not writable, a
+ * live socket there, a bad descriptor) prints one notice and returns -errno; the bridge runs
+ * on without ingress.
+ */
+static int bridge_ingress(struct bridge *b, const char *path, int fd, uint16_t port)
 {
 	AN_ASSERT(path != NULL);
 	AN_ASSERT(port > 0);
@@ -1154,13 +1314,23 @@ static int bridge_ingress(struct bridge *b, const char *path, uint16_t port)
 	b->ingress_target.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	int n = snprintf(b->ingress_name, sizeof(b->ingress_name), "127.0.0.1:%u", port);
 	AN_ASSERT(n > 0 && (size_t)n < sizeof(b->ingress_name));
+	if (fd >= 0) {
+		int rc = ingress_adopt(b, fd);
+		if (rc != 0) {
+			say("ingress disabled: --ingress-fd %d: %s", fd,
+			    rc == -EINVAL ? "not a listening Unix stream socket" : strerror(-rc));
+		}
+		return rc;
+	}
 	int rc = ingress_clear_stale(path);
 	if (rc == 0) {
 		rc = ingress_bind(b, path);
 	}
 	if (rc != 0) {
-		say("ingress disabled: %s: %s", path,
-		    rc == -EADDRINUSE ? "a live socket is already there" : strerror(-rc));
+		const char *why = rc == -EADDRINUSE ? "a live socket is already there"
+				  : rc == -EEXIST   ? "there is a file that is not a socket"
+						    : strerror(-rc);
+		say("ingress disabled: %s: %s", path, why);
 		return rc;
 	}
 	b->ingress_path = path;
@@ -1281,6 +1451,7 @@ static void signal_set(sigset_t *set)
 static void tty_give(struct bridge *b)
 {
 	AN_ASSERT(b->agent_pid > 0);
+	AN_ASSERT(b->tty_fd == -1 || b->tty_fd == STDIN_FILENO);
 	if (b->tty_fd >= 0 && tcgetpgrp(b->tty_fd) == getpgrp()) {
 		/* SIGTTOU is ignored in the bridge, so this works from any group. */
 		(void)tcsetpgrp(b->tty_fd, b->agent_pid);
@@ -1408,6 +1579,7 @@ static void on_signals(struct bridge *b)
 
 static void on_event(struct bridge *b, const struct epoll_event *ev)
 {
+	AN_ASSERT(b->ep >= 0);
 	uint64_t data = ev->data.u64;
 	AN_ASSERT((data & 7u) >= TAG_SIGNAL);
 	switch ((enum ev_tag)(data & 7u)) {
@@ -1492,14 +1664,7 @@ static _Noreturn void child_exec(struct bridge *b, scmp_filter_ctx filter, char 
 static int bridge_setup(struct bridge *b, const struct bridge_opts *o)
 {
 	AN_ASSERT(o->cmd != NULL);
-	sigset_t set;
-	signal_set(&set);
-	/* Blocked before the fork, so a signal sent before the loop runs is queued, not lost. */
-	if (sigprocmask(SIG_BLOCK, &set, NULL) == -1) {
-		return -errno;
-	}
-	(void)signal(SIGPIPE, SIG_IGN); /* a closed peer is EPIPE from splice */
-	(void)signal(SIGTTOU, SIG_IGN); /* notices and tcsetpgrp from a background group */
+	AN_ASSERT(o->listen_sa_len > 0);
 	struct rlimit orig;
 	uint32_t conns_max = nofile_raise(&orig);
 	int rc = bridge_init(b, conns_max);
@@ -1508,6 +1673,14 @@ static int bridge_setup(struct bridge *b, const struct bridge_opts *o)
 		return rc;
 	}
 	b->nofile_orig = orig;
+	sigset_t set;
+	signal_set(&set);
+	/* Blocked before the fork, so a signal sent before the loop runs is queued, not lost. */
+	if (sigprocmask(SIG_BLOCK, &set, NULL) == -1) {
+		return -errno;
+	}
+	(void)signal(SIGPIPE, SIG_IGN); /* a closed peer is EPIPE from splice */
+	(void)signal(SIGTTOU, SIG_IGN); /* notices and tcsetpgrp from a background group */
 	b->egress_path = o->egress_path;
 	b->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 	rc = b->sig_fd == -1 ? -errno : epoll_add(b, b->sig_fd, TAG_SIGNAL);
@@ -1520,7 +1693,7 @@ static int bridge_setup(struct bridge *b, const struct bridge_opts *o)
 		say("listen on %s: %s", o->proxy_url + strlen("http://"), strerror(-rc));
 		return rc;
 	}
-	(void)bridge_ingress(b, o->ingress_path, o->ingress_port);
+	(void)bridge_ingress(b, o->ingress_path, o->ingress_fd, o->ingress_port);
 	struct stat st;
 	if (stat(o->egress_path, &st) == -1) {
 		say("egress socket %s: %s (the daemon's sandbox directory is not mounted?)",
@@ -1562,7 +1735,8 @@ static int bridge_wait(struct bridge *b)
 /* Runs the agent <o->cmd> under the bridge and returns the bridge's exit status. */
 static int bridge_run(struct bridge *b, const struct bridge_opts *o)
 {
-	AN_ASSERT(o->cmd != NULL);
+	AN_ASSERT(o->cmd != NULL && o->cmd[0] != NULL);
+	AN_ASSERT(b != NULL);
 	if (o->ca_path != NULL && access(o->ca_path, R_OK) == -1) {
 		say("CA bundle %s: %s", o->ca_path, strerror(errno));
 		return BRIDGE_EXIT_FAILURE;
@@ -1608,6 +1782,8 @@ static int bridge_run(struct bridge *b, const struct bridge_opts *o)
 /* Parses the command line and runs; returns the process's exit status. */
 static int bridge_main(int argc, char **argv)
 {
+	AN_ASSERT(argc >= 1);
+	AN_ASSERT(argv[argc] == NULL);
 	static struct bridge bridge;
 	struct bridge_opts o;
 	char err[256];

@@ -53,6 +53,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -115,6 +116,12 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
 			       SANDBOX_INGRESS_SOCKET };
 	for (size_t i = 0; i < AN_ARRAY_LEN(head) && n < cap; i++)
 		argv[n++] = head[i];
+	if (s->ingress_fd >= 0 && n + 2 <= cap) {
+		static char fd_text[12];
+		snprintf(fd_text, sizeof(fd_text), "%d", SANDBOX_INGRESS_FD);
+		argv[n++] = "--ingress-fd";
+		argv[n++] = fd_text;
+	}
 	if (s->ca_path != NULL && n + 2 <= cap) {
 		argv[n++] = "--ca";
 		argv[n++] = s->ca_path;
@@ -498,6 +505,48 @@ static void watch_parent(const struct child_ctx *c)
 		_exit(127);
 }
 
+/* Hands the ingress listener to the bridge at SANDBOX_INGRESS_FD (not close-on-exec). */
+static void pass_ingress(const struct child_ctx *c)
+{
+	int fd = c->s->ingress_fd;
+
+	if (fd < 0)
+		return;
+	if (fd == SANDBOX_INGRESS_FD) {
+		if (fcntl(fd, F_SETFD, 0) == -1)
+			child_fail(c->err_fd, errno, "fcntl ingress: %s", strerror(errno));
+		return;
+	}
+	/* dup2 leaves the new descriptor without FD_CLOEXEC; a descriptor already
+	 * at that number (close-on-exec, like every other) is replaced. */
+	if (dup2(fd, SANDBOX_INGRESS_FD) == -1)
+		child_fail(c->err_fd, errno, "dup2 ingress: %s", strerror(errno));
+}
+
+int sandbox_ingress_listen(const char *dir)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+
+	AN_ASSERT(dir != NULL);
+	int n = snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/ingress.sock", dir);
+	if (n < 0 || (size_t)n >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd == -1)
+		return -errno;
+	struct stat st;
+	if (lstat(sun.sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(sun.sun_path); /* ours from an earlier run of this sandbox id */
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ||
+	    chmod(sun.sun_path, 0660) == -1 || listen(fd, 128) == -1) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	AN_ASSERT(fd >= 0);
+	return fd;
+}
+
 static _Noreturn void child_main(const struct child_ctx *c)
 {
 	AN_ASSERT(c->s != NULL);
@@ -521,6 +570,7 @@ static _Noreturn void child_main(const struct child_ctx *c)
 	watch_parent(c);
 	if (sigprocmask(SIG_SETMASK, &c->s->child_mask, NULL) == -1)
 		child_fail(c->err_fd, errno, "sigprocmask: %s", strerror(errno));
+	pass_ingress(c);
 	execve(c->argv[0], (char *const *)c->argv, environ);
 	child_fail(c->err_fd, errno, "exec %s: %s", c->argv[0], strerror(errno));
 }

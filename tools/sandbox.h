@@ -17,6 +17,8 @@
 #define SANDBOX_MOUNT_DIR      "/run/agentsnet/sandbox"
 #define SANDBOX_EGRESS_SOCKET  "/run/agentsnet/sandbox/egress.sock"
 #define SANDBOX_INGRESS_SOCKET "/run/agentsnet/sandbox/ingress.sock"
+/* The descriptor number the bridge finds the ingress listener at (--ingress-fd). */
+#define SANDBOX_INGRESS_FD 3
 /* Size of the sandbox's /run: pid files and locks, not a scratch disk. */
 #define SANDBOX_RUN_TMPFS_OPTIONS "mode=0755,size=16m"
 /* After a forwarded SIGTERM, the bridge gets this long before SIGKILL (as `docker stop`). */
@@ -31,6 +33,7 @@ struct sandbox_spec {
 	const char *ca_path;    /* borrowed: NULL, or passed to the bridge as --ca */
 	const char *public_url; /* borrowed: NULL, or passed to the bridge as --public-url */
 	const char *cwd;        /* borrowed: NULL, or the directory the bridge starts in */
+	int ingress_fd;         /* borrowed: listening ingress socket for the bridge, or -1 */
 	char *const *cmd;       /* borrowed: the agent command, NULL-terminated, >= 1 word */
 	bool userns;            /* also a user namespace mapping <uid>/<gid> to 0 */
 	uid_t uid;
@@ -48,6 +51,14 @@ struct sandbox {
  * unprivileged user, or root in a container without it).
  */
 bool sandbox_needs_userns(void);
+
+/*
+ * Listens on <dir>/ingress.sock on the host side, before the sandbox exists:
+ * inside, the sandbox's directory is read-only, so the bridge gets this
+ * listener as a descriptor instead of binding the path itself. A stale socket
+ * file is replaced. Returns the descriptor (close-on-exec) or -errno.
+ */
+int sandbox_ingress_listen(const char *dir);
 
 /*
  * Checks the sysctls that forbid unprivileged user namespaces

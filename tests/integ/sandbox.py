@@ -745,6 +745,23 @@ BYTES_PY = ("import hashlib, sys\nsys.stdout.buffer.write(b''.join(hashlib.sha25
 WAIT_SH = 'while [ ! -e "%s" ]; do sleep 0.05; done'
 # Two requests with curl, the second once the go file exists; prints
 # {"first": [curl exit, HTTP code, seconds], "second": [...], "err": "..."}.
+# The agent of t_ingress: one HTTP server on 127.0.0.1:$AGENT_INGRESS_PORT, one request.
+INGRESS_SERVER_PY = r"""
+import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("inside: " + self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", int(os.environ["AGENT_INGRESS_PORT"])), H)
+print("listening", flush=True)
+srv.handle_request()
+"""
+
 TWICE_PY = """
 import json, os, subprocess, sys, time
 def get():
@@ -1095,6 +1112,38 @@ class Tests(Pass):
                                        self.vars["policy"], self.daemon_err)
         return errs
 
+    def t_ingress(self):
+        """The ingress path: a connection to the sandbox's ingress.sock on the host
+        reaches the agent's server on 127.0.0.1:$AGENT_INGRESS_PORT inside."""
+        def ingress():
+            a = self.start(["python3", "-c", INGRESS_SERVER_PY])
+            errs = []
+            try:
+                a.wait_out("listening")
+                path = os.path.join(self.vars["sock_dir"], "sandboxes", a.sandbox, "ingress.sock")
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(10)
+                    s.connect(path)
+                    s.sendall(b"GET /hook HTTP/1.0\r\nHost: sandbox\r\n\r\n")
+                    got = b""
+                    while True:
+                        data = s.recv(65536)
+                        if not data:
+                            break
+                        got += data
+                if not got.startswith(b"HTTP/1.0 200") or not got.endswith(b"inside: /hook"):
+                    errs.append("answer through ingress.sock: %r" % got[:300])
+            except OSError as e:
+                errs.append("ingress.sock: %s" % e)
+            finally:
+                a.finish()
+            if a.rc != 0:
+                errs.append("exit %s: %s" % (a.rc, a.stderr()[-1500:]))
+            return errs + self.leftovers(a)
+
+        self.timed("ingress: a request to the sandbox's ingress.sock reaches the agent's server "
+                   "on 127.0.0.1:$AGENT_INGRESS_PORT; nothing left", ingress)
+
     def t_daemon_restart(self):
         def restart():
             go = self.go("restart")
@@ -1283,7 +1332,7 @@ class Tests(Pass):
 
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
-         "unprivileged", "daemon_restart", "daemon_stopped"]
+         "unprivileged", "daemon_restart", "daemon_stopped", "ingress"]
 
 
 def preflight(args):

@@ -22,6 +22,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 
@@ -37,6 +38,26 @@ static void dir_make(void)
 {
 	snprintf(test_dir, sizeof(test_dir), "/tmp/an-bridge-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(test_dir));
+}
+
+/* Fixture teardown: removes what a test left in its directory, then the directory. */
+static void dir_remove(void)
+{
+	if (test_dir[0] == '\0') {
+		return;
+	}
+	DIR *d = opendir(test_dir);
+	if (d != NULL) {
+		struct dirent *e;
+		while ((e = readdir(d)) != NULL) {
+			if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+				unlinkat(dirfd(d), e->d_name, 0);
+			}
+		}
+		closedir(d);
+	}
+	rmdir(test_dir);
+	test_dir[0] = '\0';
 }
 
 static void dir_path(char *out, size_t len, const char *name)
@@ -939,6 +960,61 @@ START_TEST(test_relay_daemon_dies)
 }
 END_TEST
 
+struct early {
+	int lfd;
+	uint64_t answer_bytes;
+};
+
+/* The daemon reads a request head, answers (1 MiB, more than the socket buffers hold) and
+ * closes without reading the body: the way a 403 or 413 ends an upload. */
+static void *early_main(void *arg)
+{
+	struct early *e = arg;
+	int fd = accept4(e->lfd, NULL, NULL, SOCK_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	char head[64];
+	ck_assert_int_gt(read(fd, head, sizeof(head)), 0);
+	ck_assert_uint_eq(stream_write(fd, 7, e->answer_bytes), e->answer_bytes);
+	close(fd);
+	return NULL;
+}
+
+static void *upload_main(void *arg)
+{
+	int fd = *(int *)arg;
+	(void)stream_write(fd, 6, TEST_STREAM_BYTES); /* may fail part-way; either is fine */
+	return NULL;
+}
+
+/* An answer sent before the daemon stops reading reaches the agent whole, ended by EOF, not
+ * cut off by a reset, while the agent is still uploading. */
+START_TEST(test_relay_early_answer)
+{
+	signal(SIGPIPE, SIG_IGN);
+	dir_make();
+	char egress[128];
+	dir_path(egress, sizeof(egress), "egress.sock");
+	struct early e = { .lfd = unix_listen(egress), .answer_bytes = 1u << 20 };
+	uint16_t port;
+	struct bridge *b = loop_start(egress, 4, &port);
+	pthread_t dt;
+	ck_assert_int_eq(pthread_create(&dt, NULL, early_main, &e), 0);
+	int agent = tcp_connect(port);
+	pthread_t ut;
+	ck_assert_int_eq(pthread_create(&ut, NULL, upload_main, &agent), 0);
+	usleep(200 * 1000); /* the agent reads only once the daemon is gone */
+	struct stream_result r = stream_read(agent, 7);
+	ck_assert_int_eq(r.err, 0);
+	ck_assert_uint_eq(r.bytes, e.answer_bytes);
+	ck_assert_uint_eq(r.bad, 0);
+	ck_assert_int_eq(pthread_join(ut, NULL), 0);
+	ck_assert_int_eq(pthread_join(dt, NULL), 0);
+	close(agent);
+	loop_end(b);
+	close(e.lfd);
+}
+END_TEST
+
 /* At the limit (N open), connection N + 1 is closed at once; the N still work; one ends, and
  * a new one is served again. */
 START_TEST(test_relay_conn_limit)
@@ -982,6 +1058,76 @@ START_TEST(test_relay_conn_limit)
 }
 END_TEST
 
+static void buf_force(int fd, int opt, int bytes)
+{
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof(bytes)), 0);
+}
+
+static int fd_unread(int fd)
+{
+	int n = 0;
+	ck_assert_int_eq(ioctl(fd, FIONREAD, &n), 0);
+	return n;
+}
+
+/*
+ * A direction that used its budget yields, and the ready queue brings it back although no
+ * socket will signal again: the daemon sent everything at once and went quiet, and the
+ * buffers are forced large enough that nothing the bridge writes blocks. The loop runs on
+ * this thread, so each turn is seen. Needs root for the forced buffer sizes.
+ */
+START_TEST(test_relay_yield_resumes)
+{
+	if (geteuid() != 0) {
+		return;
+	}
+	dir_make();
+	char ingress[128];
+	dir_path(ingress, sizeof(ingress), "ingress.sock");
+	int agent_lfd = tcp_listen();
+	struct bridge *b = &test_bridge;
+	ck_assert_int_eq(bridge_init(b, 4), 0);
+	ck_assert_int_eq(bridge_ingress(b, ingress, -1, fd_port(agent_lfd)), 0);
+	int daemon = unix_connect(ingress);
+	for (int i = 0; i < 100 && (b->conns_in_use == 0 || b->conns[0].connecting); i++) {
+		ck_assert_int_ge(bridge_turn(b, 10), 0);
+	}
+	struct bridge_conn *c = &b->conns[0]; /* the first slot taken */
+	ck_assert(c->in_use);
+	ck_assert(!c->connecting);
+	int agent = accept4(agent_lfd, NULL, NULL, SOCK_CLOEXEC);
+	ck_assert_int_ge(agent, 0);
+	const int big = 32 << 20;
+	buf_force(daemon, SO_SNDBUFFORCE, big);
+	buf_force(c->fd[1], SO_SNDBUFFORCE, big);
+	const uint64_t total = 4u * BRIDGE_PUMP_BYTES_MAX;
+	ck_assert_uint_eq(stream_write(daemon, 5, total), total);
+	ck_assert_int_eq(fd_unread(c->fd[0]), (int)total);
+	bool yielded = false;
+	for (int i = 0; i < 50 && fd_unread(c->fd[0]) > 0; i++) {
+		ck_assert_int_ge(bridge_turn(b, 10), 0);
+		yielded = yielded || b->ready_count > 0;
+	}
+	ck_assert_int_eq(fd_unread(c->fd[0]), 0);
+	ck_assert(yielded);
+	shutdown(daemon, SHUT_WR);
+	for (int i = 0; i < 50 && !c->half[0].shut; i++) {
+		ck_assert_int_ge(bridge_turn(b, 10), 0);
+	}
+	struct stream_result r = stream_read(agent, 5);
+	ck_assert_uint_eq(r.bytes, total);
+	ck_assert_uint_eq(r.bad, 0);
+	close(agent);
+	close(daemon);
+	for (int i = 0; i < 100 && b->conns_in_use > 0; i++) {
+		ck_assert_int_ge(bridge_turn(b, 10), 0);
+	}
+	ck_assert_uint_eq(b->conns_in_use, 0);
+	bridge_destroy(b);
+	close(agent_lfd);
+}
+END_TEST
+
 /* Ingress: the daemon (Unix) <-> bridge <-> the agent's port (TCP), 10 MiB each way. */
 START_TEST(test_ingress_relay)
 {
@@ -992,7 +1138,7 @@ START_TEST(test_ingress_relay)
 	int agent_lfd = tcp_listen();
 	uint16_t unused;
 	struct bridge *b = loop_start("/nonexistent/egress.sock", 8, &unused);
-	ck_assert_int_eq(bridge_ingress(b, ingress, fd_port(agent_lfd)), 0);
+	ck_assert_int_eq(bridge_ingress(b, ingress, -1, fd_port(agent_lfd)), 0);
 	struct stat st;
 	ck_assert_int_eq(stat(ingress, &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0666);
@@ -1026,11 +1172,11 @@ START_TEST(test_ingress_existing_path)
 	struct bridge *b = &test_bridge;
 	ck_assert_int_eq(bridge_init(b, 4), 0);
 	close(unix_listen(path)); /* stale */
-	ck_assert_int_eq(bridge_ingress(b, path, 8081), 0);
+	ck_assert_int_eq(bridge_ingress(b, path, -1, 8081), 0);
 	/* A second bridge finds the first one's live socket and leaves it. */
 	static struct bridge other;
 	ck_assert_int_eq(bridge_init(&other, 4), 0);
-	ck_assert_int_eq(bridge_ingress(&other, path, 8081), -EADDRINUSE);
+	ck_assert_int_eq(bridge_ingress(&other, path, -1, 8081), -EADDRINUSE);
 	bridge_destroy(&other);
 	struct stat st;
 	ck_assert_int_eq(stat(path, &st), 0);
@@ -1043,14 +1189,79 @@ START_TEST(test_ingress_existing_path)
 	ck_assert_int_eq(stat(path, &st), 0);
 	ck_assert(S_ISREG(st.st_mode));
 	ck_assert_int_eq(bridge_init(b, 4), 0);
-	ck_assert_int_eq(bridge_ingress(b, path, 8081), -EEXIST);
+	ck_assert_int_eq(bridge_ingress(b, path, -1, 8081), -EEXIST);
 	ck_assert_int_eq(stat(path, &st), 0);
 	char missing[160];
 	dir_path(missing, sizeof(missing), "no-such-dir/ingress.sock");
-	ck_assert_int_eq(bridge_ingress(b, missing, 8081), -ENOENT);
+	ck_assert_int_eq(bridge_ingress(b, missing, -1, 8081), -ENOENT);
 	ck_assert_int_eq(b->ingress_fd, -1);
 	bridge_destroy(b);
 	unlink(path);
+}
+END_TEST
+
+/* An ingress listener passed down (--ingress-fd): adopted, kept from the agent, relayed; the
+ * caller's socket file is left in place. Anything but a listening Unix stream socket is
+ * refused and left alone. */
+START_TEST(test_ingress_inherited_fd)
+{
+	dir_make();
+	char path[128];
+	dir_path(path, sizeof(path), "ingress.sock");
+	int agent_lfd = tcp_listen();
+	int lfd = unix_listen(path);
+	ck_assert_int_eq(fcntl(lfd, F_SETFD, 0), 0);
+	int p[2];
+	ck_assert_int_eq(pipe(p), 0);
+	int unbound = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(unbound, 0);
+	struct bridge *b = &test_bridge;
+	ck_assert_int_eq(bridge_init(b, 4), 0);
+	ck_assert_int_eq(bridge_ingress(b, path, p[0], 8081), -ENOTSOCK);
+	ck_assert_int_eq(bridge_ingress(b, path, unbound, 8081), -EINVAL);
+	ck_assert_int_eq(bridge_ingress(b, path, agent_lfd, 8081), -EINVAL); /* TCP */
+	ck_assert_int_eq(fcntl(p[0], F_GETFD), 0);                           /* left alone */
+	ck_assert_int_eq(bridge_ingress(b, path, lfd, fd_port(agent_lfd)), 0);
+	ck_assert_int_eq(b->ingress_fd, lfd);
+	ck_assert_int_eq(fcntl(lfd, F_GETFD), FD_CLOEXEC);
+	int daemon = unix_connect(path);
+	int agent = -1;
+	for (int i = 0; i < 200 && agent < 0; i++) {
+		ck_assert_int_ge(bridge_turn(b, 10), 0);
+		agent = accept4(agent_lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	}
+	ck_assert_int_ge(agent, 0);
+	ck_assert_int_eq(write(daemon, "w", 1), 1);
+	char c = 0;
+	for (int i = 0; i < 200 && read(agent, &c, 1) != 1; i++) {
+		ck_assert_int_ge(bridge_turn(b, 10), 0);
+	}
+	ck_assert_int_eq(c, 'w');
+	close(agent);
+	close(daemon);
+	for (int i = 0; i < 200 && b->conns_in_use > 0; i++) {
+		ck_assert_int_ge(bridge_turn(b, 10), 0);
+	}
+	ck_assert_uint_eq(b->conns_in_use, 0);
+	bridge_destroy(b);
+	struct stat st;
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert(S_ISSOCK(st.st_mode));
+	close(p[0]);
+	close(p[1]);
+	close(unbound);
+	close(agent_lfd);
+	struct bridge_opts o;
+	char *good[] = { "b", "--ingress-fd", "3", "--", "true", NULL };
+	char *bad[] = { "b", "--ingress-fd", "-1", "--", "true", NULL };
+	char *text[] = { "b", "--ingress-fd", "three", "--", "true", NULL };
+	ck_assert_int_eq(parse(&o, good), 0);
+	ck_assert_int_eq(o.ingress_fd, 3);
+	ck_assert_int_eq(parse(&o, bad), -EINVAL);
+	ck_assert_int_eq(parse(&o, text), -EINVAL);
+	char *none[] = { "b", "--", "true", NULL };
+	ck_assert_int_eq(parse(&o, none), 0);
+	ck_assert_int_eq(o.ingress_fd, -1);
 }
 END_TEST
 
@@ -1142,6 +1353,8 @@ static void run_start(struct run *r, const char *probe, char **extra, char **cmd
 	r->pid = fork();
 	ck_assert_int_ge(r->pid, 0);
 	if (r->pid == 0) {
+		/* Dies with the test, even when libcheck's timeout kills it mid-run. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		setpgid(0, 0);
 		dup2(ready[1], 3);
 		dup2(err[1], 2);
@@ -1177,11 +1390,27 @@ static void run_start(struct run *r, const char *probe, char **extra, char **cmd
 	r->err_fd = err[0];
 }
 
+/* Waits up to 20 s for a state change of <pid> (<flags> as for waitpid); kills it after that. */
+static int wait_timed(pid_t pid, int flags)
+{
+	int st = 0;
+	for (int i = 0; i < 2000; i++) {
+		pid_t got = waitpid(pid, &st, flags | WNOHANG);
+		ck_assert_int_ne(got, -1);
+		if (got == pid) {
+			return st;
+		}
+		usleep(10 * 1000);
+	}
+	kill(pid, SIGKILL);
+	ck_abort_msg("the bridge %d did not change state in 20 s", (int)pid);
+	return st;
+}
+
 /* Waits for the bridge and returns its exit status; its stderr goes to <err> (may be NULL). */
 static int run_wait(struct run *r, char *err, size_t err_len)
 {
-	int st;
-	ck_assert_int_eq(waitpid(r->pid, &st, 0), r->pid);
+	int st = wait_timed(r->pid, 0);
 	ck_assert_msg(WIFEXITED(st), "the bridge was killed by signal %d", WTERMSIG(st));
 	char buf[4096];
 	size_t len = 0;
@@ -1267,6 +1496,11 @@ START_TEST(test_main_agent_environment)
 	char nofile[32];
 	snprintf(nofile, sizeof(nofile), "%lu", (unsigned long)rl.rlim_cur);
 	setenv("BRIDGE_TEST_NOFILE", nofile, 1);
+	/* Under what the bridge wants, so it raises its own and must restore the agent's. */
+	rl.rlim_cur = 1024;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	snprintf(nofile, sizeof(nofile), "%lu", (unsigned long)rl.rlim_cur);
+	setenv("BRIDGE_TEST_NOFILE", nofile, 1);
 	setenv("HTTP_PROXY", "http://corp:3128", 1);
 	signal(SIGHUP, SIG_IGN); /* the agent gets default dispositions anyway */
 	struct run r;
@@ -1340,8 +1574,7 @@ START_TEST(test_main_job_control_stop)
 	struct run r;
 	char *cmd[] = { "sh", "-c", "kill -TSTP $$; exit 5", NULL };
 	run_start(&r, NULL, NULL, cmd);
-	int st;
-	ck_assert_int_eq(waitpid(r.pid, &st, WUNTRACED), r.pid);
+	int st = wait_timed(r.pid, WUNTRACED);
 	ck_assert_msg(WIFSTOPPED(st), "the bridge did not stop (status %#x)", st);
 	ck_assert_int_eq(WSTOPSIG(st), SIGTSTP);
 	ck_assert_int_eq(kill(r.pid, SIGCONT), 0);
@@ -1353,6 +1586,7 @@ static Suite *bridge_suite(void)
 {
 	Suite *s = suite_create("bridge");
 	TCase *env = tcase_create("env");
+	tcase_add_checked_fixture(env, NULL, dir_remove);
 	tcase_add_test(env, test_env_table_is_the_contract);
 	tcase_add_test(env, test_env_without_ca);
 	tcase_add_test(env, test_env_with_ca_and_flags);
@@ -1364,22 +1598,28 @@ static Suite *bridge_suite(void)
 	tcase_add_test(env, test_command_and_text);
 	suite_add_tcase(s, env);
 	TCase *filter = tcase_create("filter");
+	tcase_add_checked_fixture(filter, NULL, dir_remove);
 	tcase_add_test(filter, test_filter_refuses_side_doors);
 	tcase_add_test(filter, test_filter_matters);
 	tcase_add_test(filter, test_filter_kills_other_arches);
 	tcase_add_test(filter, test_filter_no_new_privs);
 	suite_add_tcase(s, filter);
 	TCase *relay = tcase_create("relay");
+	tcase_add_checked_fixture(relay, NULL, dir_remove);
 	tcase_set_timeout(relay, 60);
 	tcase_add_test(relay, test_relay_10mib_both_ways);
 	tcase_add_test(relay, test_relay_half_close);
 	tcase_add_test(relay, test_relay_no_daemon);
 	tcase_add_test(relay, test_relay_daemon_dies);
+	tcase_add_test(relay, test_relay_early_answer);
 	tcase_add_test(relay, test_relay_conn_limit);
+	tcase_add_test(relay, test_relay_yield_resumes);
 	tcase_add_test(relay, test_ingress_relay);
 	tcase_add_test(relay, test_ingress_existing_path);
+	tcase_add_test(relay, test_ingress_inherited_fd);
 	suite_add_tcase(s, relay);
 	TCase *pid1 = tcase_create("pid1");
+	tcase_add_checked_fixture(pid1, NULL, dir_remove);
 	tcase_set_timeout(pid1, 60);
 	tcase_add_test(pid1, test_main_exit_status);
 	tcase_add_test(pid1, test_main_forwards_signals);

@@ -59,7 +59,7 @@ END_TEST
 
 static struct sandbox_spec argv_spec(char **cmd)
 {
-	return (struct sandbox_spec){ .bridge = "/b", .cmd = cmd };
+	return (struct sandbox_spec){ .bridge = "/b", .cmd = cmd, .ingress_fd = -1 };
 }
 
 START_TEST(bridge_argv)
@@ -267,6 +267,7 @@ static struct sandbox_spec layout_spec(const struct layout *l, char **cmd, bool 
 		.userns = userns,
 		.uid = getuid(),
 		.gid = getgid(),
+		.ingress_fd = -1,
 	};
 	return s;
 }
