@@ -147,22 +147,37 @@ static void worker_teardown(struct worker *w)
 	AN_FREE(&w->timers);
 }
 
+/* Cancels <l>'s multishot accept, if armed; its last completion disarms it. */
+static void accept_cancel(struct worker *w, struct worker_listener *l)
+{
+	if (!l->armed)
+		return;
+	struct io_uring_sqe *sqe = ring_sqe(&w->ring);
+	io_uring_prep_cancel64(sqe, ud_encode(l, WORKER_OP_ACCEPT), 0);
+	io_uring_sqe_set_data64(sqe, 0);
+}
+
+#define WORKER_ALL_SANDBOXES UINT32_MAX
+
+/* Aborts every live conn of <sandbox> (or all, WORKER_ALL_SANDBOXES). */
+static void conns_abort(struct worker *w, uint32_t sandbox)
+{
+	struct conn *c = w->live;
+
+	while (c != NULL) {
+		struct conn *next = c->live_next;
+		if (sandbox == WORKER_ALL_SANDBOXES || c->sandbox == sandbox)
+			conn_abort(c); /* may free c */
+		c = next;
+	}
+}
+
 static void worker_begin_stop(struct worker *w)
 {
 	w->stopping = true;
-	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
-		if (!l->armed)
-			continue;
-		struct io_uring_sqe *sqe = ring_sqe(&w->ring);
-		io_uring_prep_cancel64(sqe, ud_encode(l, WORKER_OP_ACCEPT), 0);
-		io_uring_sqe_set_data64(sqe, 0);
-	}
-	struct conn *c = w->live;
-	while (c != NULL) {
-		struct conn *next = c->live_next;
-		conn_abort(c); /* may free c */
-		c = next;
-	}
+	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next)
+		accept_cancel(w, l);
+	conns_abort(w, WORKER_ALL_SANDBOXES);
 	dns_shutdown(&w->dns);
 }
 
@@ -266,19 +281,9 @@ static void cmd_remove_begin(struct worker *w, struct worker_cmd *cmd)
 
 	if (l != NULL) {
 		l->removing = true;
-		if (l->armed) {
-			struct io_uring_sqe *sqe = ring_sqe(&w->ring);
-			io_uring_prep_cancel64(sqe, ud_encode(l, WORKER_OP_ACCEPT), 0);
-			io_uring_sqe_set_data64(sqe, 0);
-		}
+		accept_cancel(w, l);
 	}
-	struct conn *c = w->live;
-	while (c != NULL) {
-		struct conn *next = c->live_next;
-		if (c->sandbox == cmd->sandbox)
-			conn_abort(c); /* may free c */
-		c = next;
-	}
+	conns_abort(w, cmd->sandbox);
 	cmd->next = w->removals;
 	w->removals = cmd;
 }
