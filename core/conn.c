@@ -1088,9 +1088,10 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 		r->pipe_bytes += (uint32_t)res;
 		r->bytes += (uint64_t)res;
 		r->full_fill = (uint32_t)res >= CONN_STREAMING_BYTES;
-		/* While the source streams, gather up to half a pipe before sending:
-		 * fewer, larger sends mean fewer wake-ups of the receiver. */
-		if (r->full_fill && r->pipe_bytes <= w->pipes.pipe_bytes / 2)
+		/* While the source streams, gather up to three quarters of a pipe
+		 * before sending: fewer, larger sends mean fewer wake-ups of the
+		 * receiver (the last quarter keeps a full pipe from ending a splice). */
+		if (r->full_fill && r->pipe_bytes <= w->pipes.pipe_bytes / 4 * 3)
 			splice_in(c, dir);
 		else
 			splice_out(c, dir);

@@ -36,7 +36,7 @@
 /* Pipes per worker for splice relays. Each is two descriptors and up to
  * LIMITS_PIPE_BYTES of kernel pages; the kernel's per-user soft cap is 64 MiB
  * (ENGINE-NOTES.md), so 64 x 512 KiB per worker keeps two workers inside it.
- * 512 KiB measured best on loopback: the relay gathers up to half a pipe
+ * 512 KiB measured best on loopback: the relay gathers up to 3/4 of a pipe
  * before sending, and fewer, larger sends mean fewer receiver wake-ups
  * (64 KiB: 0.33x direct; 256 KiB: 0.56x; 512 KiB: 0.70x; 1 MiB: 0.64x). */
 #define LIMITS_PIPES_PER_WORKER_DEFAULT 64u
