@@ -112,7 +112,7 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
 	AN_ASSERT(s->bridge != NULL);
 	AN_ASSERT(s->cmd != NULL);
 	AN_ASSERT(s->cmd[0] != NULL);
-	const char *head[] = { s->bridge, "--egress", SANDBOX_EGRESS_SOCKET, "--ingress",
+	const char *head[] = { SANDBOX_BRIDGE_PATH, "--egress", SANDBOX_EGRESS_SOCKET, "--ingress",
 			       SANDBOX_INGRESS_SOCKET };
 	for (size_t i = 0; i < AN_ARRAY_LEN(head) && n < cap; i++)
 		argv[n++] = head[i];
@@ -124,7 +124,7 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
 	}
 	if (s->ca_path != NULL && n + 2 <= cap) {
 		argv[n++] = "--ca";
-		argv[n++] = s->ca_path;
+		argv[n++] = SANDBOX_CA_PATH;
 	}
 	if (s->public_url != NULL && n + 2 <= cap) {
 		argv[n++] = "--public-url";
@@ -336,11 +336,13 @@ static void must_mkdir(const struct child_ctx *c, const char *path, mode_t mode)
  * namespace the flags the source mount was locked with must be kept, or the
  * kernel refuses: carry the atime ones over (the others are only added).
  */
-static void bind_read_only(const struct child_ctx *c, const char *target)
+static void bind_read_only(const struct child_ctx *c, const char *target, bool exec)
 {
 	struct statvfs sv;
-	unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV;
 
+	if (!exec)
+		flags |= MS_NOEXEC;
 	AN_ASSERT(target != NULL);
 	AN_ASSERT(c->err_fd >= 0);
 	if (statvfs(target, &sv) == -1)
@@ -355,7 +357,23 @@ static void bind_read_only(const struct child_ctx *c, const char *target)
 }
 
 /* A fresh /run holding only the sandbox's directory, at SANDBOX_MOUNT_DIR. */
-static void mount_run(const struct child_ctx *c, int dir_fd)
+/* Binds the file open at <fd> (O_PATH, opened before any mount) read-only onto <target>. */
+static void bind_file(const struct child_ctx *c, int fd, const char *target, bool exec)
+{
+	char src[64];
+
+	AN_ASSERT(fd >= 0);
+	int t = open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+	if (t == -1)
+		child_fail(c->err_fd, errno, "create %s: %s", target, strerror(errno));
+	close(t);
+	snprintf(src, sizeof(src), "/proc/self/fd/%d", fd);
+	must_mount(c, src, target, NULL, MS_BIND, NULL);
+	bind_read_only(c, target, exec);
+	close(fd);
+}
+
+static void mount_run(const struct child_ctx *c, int dir_fd, int bridge_fd, int ca_fd)
 {
 	char src[64];
 
@@ -368,8 +386,11 @@ static void mount_run(const struct child_ctx *c, int dir_fd)
 	must_mkdir(c, "/run/lock", 01777);
 	snprintf(src, sizeof(src), "/proc/self/fd/%d", dir_fd);
 	must_mount(c, src, SANDBOX_MOUNT_DIR, NULL, MS_BIND, NULL);
-	bind_read_only(c, SANDBOX_MOUNT_DIR);
+	bind_read_only(c, SANDBOX_MOUNT_DIR, false);
 	close(dir_fd);
+	bind_file(c, bridge_fd, SANDBOX_BRIDGE_PATH, true);
+	if (ca_fd >= 0)
+		bind_file(c, ca_fd, SANDBOX_CA_PATH, false);
 }
 
 static bool is_dir_nofollow(const char *path)
@@ -403,18 +424,24 @@ static void mask_host(const struct child_ctx *c)
 	bool var_run_dir = is_dir_nofollow("/var/run");
 	if (var_run_dir)
 		must_mount(c, SANDBOX_RUN_DIR, "/var/run", NULL, MS_BIND | MS_REC, NULL);
-	if (is_dir_nofollow("/tmp/.X11-unix"))
-		mask(c, "/tmp/.X11-unix");
 	if (sandbox_socket_dir_needs_mask(c->s->socket_dir, var_run_dir))
 		mask(c, c->s->socket_dir);
 	snprintf(parent, sizeof(parent), "%s", c->s->dir);
 	char *slash = strrchr(parent, '/');
-	if (slash == NULL || slash == parent)
-		return;
-	*slash = '\0';
-	if (!sandbox_path_under(parent, c->s->socket_dir) &&
-	    sandbox_socket_dir_needs_mask(parent, var_run_dir))
-		mask(c, parent);
+	if (slash != NULL && slash != parent) {
+		*slash = '\0';
+		if (!sandbox_path_under(parent, c->s->socket_dir) &&
+		    sandbox_socket_dir_needs_mask(parent, var_run_dir))
+			mask(c, parent);
+	}
+	/*
+	 * A private /tmp, last so the masks above still find their mount points:
+	 * the host's /tmp holds sockets of its own (tmux, screen, ssh-agent, X11),
+	 * and a tmux socket is a shell on the host.
+	 */
+	if (is_dir_nofollow("/tmp"))
+		must_mount(c, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+			   SANDBOX_TMP_TMPFS_OPTIONS);
 }
 
 static void lo_up(const struct child_ctx *c)
@@ -457,11 +484,11 @@ static void check_visible(const struct child_ctx *c)
 
 	AN_ASSERT(c->s->bridge != NULL);
 	AN_ASSERT(c->err_fd >= 0);
-	if (access(c->s->bridge, X_OK) == -1)
+	if (access(SANDBOX_BRIDGE_PATH, X_OK) == -1)
 		child_fail(c->err_fd, errno,
 			   "the bridge %s is not executable inside the sandbox (%s?): %s",
 			   c->s->bridge, hint, strerror(errno));
-	if (c->s->ca_path != NULL && access(c->s->ca_path, R_OK) == -1)
+	if (c->s->ca_path != NULL && access(SANDBOX_CA_PATH, R_OK) == -1)
 		child_fail(c->err_fd, errno,
 			   "the CA %s is not readable inside the sandbox (%s?): %s", c->s->ca_path,
 			   hint, strerror(errno));
@@ -560,8 +587,17 @@ static _Noreturn void child_main(const struct child_ctx *c)
 	int dir_fd = open(c->s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dir_fd == -1)
 		child_fail(c->err_fd, errno, "open %s: %s", c->s->dir, strerror(errno));
+	int bridge_fd = open(c->s->bridge, O_PATH | O_CLOEXEC);
+	if (bridge_fd == -1)
+		child_fail(c->err_fd, errno, "open %s: %s", c->s->bridge, strerror(errno));
+	int ca_fd = -1;
+	if (c->s->ca_path != NULL) {
+		ca_fd = open(c->s->ca_path, O_PATH | O_CLOEXEC);
+		if (ca_fd == -1)
+			child_fail(c->err_fd, errno, "open %s: %s", c->s->ca_path, strerror(errno));
+	}
 	must_mount(c, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-	mount_run(c, dir_fd);
+	mount_run(c, dir_fd, bridge_fd, ca_fd);
 	mask_host(c);
 	lo_up(c);
 	enter_cwd(c);

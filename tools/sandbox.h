@@ -13,14 +13,20 @@
 #include <sys/types.h>
 
 /* Where the sandbox's directory appears inside, on a fresh tmpfs over /run. */
-#define SANDBOX_RUN_DIR        "/run"
-#define SANDBOX_MOUNT_DIR      "/run/agentsnet/sandbox"
+#define SANDBOX_RUN_DIR   "/run"
+#define SANDBOX_MOUNT_DIR "/run/agentsnet/sandbox"
+/* Where the bridge and the CA file appear inside: /tmp is private there, so
+ * neither may be looked up at its host path after the mounts. */
+#define SANDBOX_BRIDGE_PATH    "/run/agentsnet/bridge"
+#define SANDBOX_CA_PATH        "/run/agentsnet/ca.pem"
 #define SANDBOX_EGRESS_SOCKET  "/run/agentsnet/sandbox/egress.sock"
 #define SANDBOX_INGRESS_SOCKET "/run/agentsnet/sandbox/ingress.sock"
 /* The descriptor number the bridge finds the ingress listener at (--ingress-fd). */
 #define SANDBOX_INGRESS_FD 3
 /* Size of the sandbox's /run: pid files and locks, not a scratch disk. */
 #define SANDBOX_RUN_TMPFS_OPTIONS "mode=0755,size=16m"
+/* The sandbox's private /tmp (half of RAM is the tmpfs default; bounded here). */
+#define SANDBOX_TMP_TMPFS_OPTIONS "mode=1777,size=1g"
 /* After a forwarded SIGTERM, the bridge gets this long before SIGKILL (as `docker stop`). */
 #define SANDBOX_TERM_GRACE_MS 10000u
 /* Longest setup error the sandbox reports back before the bridge starts. */

@@ -1386,10 +1386,14 @@ class Setup:
             self.made.append(x11)
         dbus_dir = "/run/%s-dbus" % t.args.netns
         self.made.append(dbus_dir)
+        # A tmux-like server socket in the host's /tmp: reaching it is a host shell.
+        tmux_dir = "/tmp/%s-tmux" % t.args.netns
+        self.made.append(tmux_dir)
         spec = {"dns": {"example.com": "127.0.0.1", "host.test": HOST_ADDR},
                 "abstract": "agentsnet-it-%d" % os.getpid(),
                 "unix": [os.path.join(dbus_dir, "bus"),
-                         os.path.join(x11, "X%d" % os.getpid())]}
+                         os.path.join(x11, "X%d" % os.getpid()),
+                         os.path.join(tmux_dir, "default")]}
         self.fixtures = t.procs.start("host-fixtures", t.host_cmd(
             ["python3", os.path.join(HERE, "sandbox.py"), "--host-fixtures", json.dumps(spec)]),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -1398,7 +1402,7 @@ class Setup:
             raise Fatal("the host fixtures exited before listening")
         t.vars.update({"host_tcp_port": json.loads(line)["tcp_port"], "host_addr": HOST_ADDR,
                        "abstract": spec["abstract"], "dbus": spec["unix"][0],
-                       "x11": spec["unix"][1]})
+                       "x11": spec["unix"][1], "tmux": spec["unix"][2]})
 
     def base_namespaces(self):
         out = run(self.t.host_cmd(["sh", "-c", "readlink /proc/self/ns/net /proc/self/ns/user "
@@ -1460,7 +1464,7 @@ class Setup:
                 self.fixtures.wait(5)
             except subprocess.TimeoutExpired:
                 t.procs.stop(self.fixtures)
-        for key in ("dbus", "x11"):
+        for key in ("dbus", "x11", "tmux"):
             if key in t.vars and os.path.lexists(t.vars[key]):
                 os.unlink(t.vars[key])
         if t.daemon is not None and t.daemon.poll() is None:
@@ -1526,7 +1530,9 @@ def main():
         log("sandbox: FAIL: %s" % e)
         return 1
     t = Tests(args)
-    t.tmp = tempfile.mkdtemp(prefix="agentsnet-sb-")
+    # Not under /tmp: sandboxes get a private one, and the agents here write
+    # files (namespace ids, sync flags) the suite reads on the host.
+    t.tmp = tempfile.mkdtemp(prefix="agentsnet-sb-", dir="/var/tmp")
     os.chmod(t.tmp, 0o755)  # the unprivileged caller reads the binaries and the CA here
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     cases = [] if args.tests and not args.cases else load_cases(args.cases)

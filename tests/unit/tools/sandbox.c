@@ -9,7 +9,7 @@
  * that execs its command, and the command is this test binary again with
  * --inside: it checks from within that it is PID 1, sees only `lo` (up), can
  * reach its egress socket but not the control socket nor the other sandbox,
- * sees a fresh /run, a masked /tmp/.X11-unix, a read-only sandbox directory,
+ * sees a fresh /run, a private /tmp, a read-only sandbox directory,
  * holds no capability and cannot unmount the masks. Each check has its own
  * exit code, so a failure says which one. They run as root, as root in a user
  * namespace, and as nobody in a user namespace, each when the host allows it.
@@ -69,7 +69,8 @@ START_TEST(bridge_argv)
 	struct sandbox_spec s = argv_spec(cmd);
 
 	ck_assert_int_eq(sandbox_bridge_argv(&s, argv, AN_ARRAY_LEN(argv)), 8);
-	ck_assert_str_eq(argv[0], "/b");
+	/* The bridge and the CA are exec'd and read at their in-sandbox paths. */
+	ck_assert_str_eq(argv[0], SANDBOX_BRIDGE_PATH);
 	ck_assert_str_eq(argv[1], "--egress");
 	ck_assert_str_eq(argv[2], "/run/agentsnet/sandbox/egress.sock");
 	ck_assert_str_eq(argv[3], "--ingress");
@@ -82,7 +83,7 @@ START_TEST(bridge_argv)
 	s.public_url = "https://x/callbacks/id";
 	ck_assert_int_eq(sandbox_bridge_argv(&s, argv, AN_ARRAY_LEN(argv)), 12);
 	ck_assert_str_eq(argv[5], "--ca");
-	ck_assert_str_eq(argv[6], "/ca.pem");
+	ck_assert_str_eq(argv[6], SANDBOX_CA_PATH);
 	ck_assert_str_eq(argv[7], "--public-url");
 	ck_assert_str_eq(argv[8], "https://x/callbacks/id");
 	ck_assert_str_eq(argv[9], "--");
@@ -216,8 +217,10 @@ static void layout_make(struct layout *l)
 				     "shift\nexec \"$@\"\n";
 	char path[192];
 
-	snprintf(l->socket_dir, sizeof(l->socket_dir), "/tmp/an-sbx-sock-XXXXXX");
-	snprintf(l->bin_dir, sizeof(l->bin_dir), "/tmp/an-sbx-bin-XXXXXX");
+	/* Under /var/tmp: the sandbox's /tmp is a private one, and the tests pass
+	 * files both ways through bin_dir. */
+	snprintf(l->socket_dir, sizeof(l->socket_dir), "/var/tmp/an-sbx-sock-XXXXXX");
+	snprintf(l->bin_dir, sizeof(l->bin_dir), "/var/tmp/an-sbx-bin-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(l->socket_dir));
 	ck_assert_ptr_nonnull(mkdtemp(l->bin_dir));
 	ck_assert_int_eq(chmod(l->socket_dir, 0755), 0);
@@ -387,12 +390,12 @@ START_TEST(setup_errors)
 	char *cmd[] = { "/bin/true", NULL };
 	struct sandbox_spec s = layout_spec(&l, cmd, userns);
 	sandbox_signals_block(&s.child_mask);
-	/* A bridge inside the socket directory is masked away. */
-	snprintf(hidden, sizeof(hidden), "%s/bridge.sh", l.socket_dir);
-	ck_assert_int_eq(link(l.bridge, hidden) == 0 || symlink(l.bridge, hidden) == 0, 1);
+	/* A bridge that does not exist is named; one in a masked directory is
+	 * fine: it is opened before the mounts and bound into /run/agentsnet. */
+	snprintf(hidden, sizeof(hidden), "%s/no-such-bridge", l.socket_dir);
 	s.bridge = hidden;
 	ck_assert_int_eq(sandbox_start(&s, &sb, err, sizeof(err)), -ENOENT);
-	ck_assert_ptr_nonnull(strstr(err, "not executable inside the sandbox"));
+	ck_assert_ptr_nonnull(strstr(err, "no-such-bridge"));
 	s.bridge = l.bridge;
 	s.dir = "/tmp/an-no-such-sandbox-dir";
 	ck_assert_int_eq(sandbox_start(&s, &sb, err, sizeof(err)), -ENOENT);
@@ -400,7 +403,7 @@ START_TEST(setup_errors)
 	s.dir = l.dir;
 	s.ca_path = "/tmp/an-no-such-ca.pem";
 	ck_assert_int_eq(sandbox_start(&s, &sb, err, sizeof(err)), -ENOENT);
-	ck_assert_ptr_nonnull(strstr(err, "the CA"));
+	ck_assert_ptr_nonnull(strstr(err, "an-no-such-ca.pem"));
 	ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1); /* every child reaped */
 	ck_assert_int_eq(errno, ECHILD);
 	layout_remove(&l);
@@ -576,10 +579,10 @@ static int inside_main(const char *socket_dir)
 		return 13;
 	if (count_entries(socket_dir) != 0)
 		return 14;
-	if (count_entries("/run") != 2 || count_entries("/run/agentsnet") != 1)
-		return 15; /* agentsnet and lock; sandbox */
-	if (count_entries("/tmp/.X11-unix") > 0)
-		return 16;
+	if (count_entries("/run") != 2 || count_entries("/run/agentsnet") != 2)
+		return 15; /* agentsnet and lock; sandbox and bridge (no CA here) */
+	if (count_entries("/tmp/.X11-unix") > 0 || count_entries("/tmp") != 0)
+		return 16; /* a private, empty /tmp: no host socket in it */
 	if (open("/run/agentsnet/sandbox/x", O_CREAT | O_WRONLY, 0600) != -1 || errno != EROFS)
 		return 17;
 	if (unlink("/run/agentsnet/sandbox/sandbox.conf") != -1 || errno != EROFS)
@@ -661,7 +664,8 @@ static int copy_self(char *dir, size_t dir_cap, char *exe, size_t exe_cap)
 {
 	char buf[65536];
 
-	snprintf(dir, dir_cap, "/tmp/an-sbx-exe-XXXXXX");
+	/* Not under /tmp: the sandbox has a private one. */
+	snprintf(dir, dir_cap, "/var/tmp/an-sbx-exe-XXXXXX");
 	if (mkdtemp(dir) == NULL || chmod(dir, 0755) != 0)
 		return -1;
 	snprintf(exe, exe_cap, "%s/sandbox-test", dir);
