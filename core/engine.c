@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/layout.h"
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -104,14 +105,16 @@ static int listen_unix(struct engine_sandbox *sb, const char *socket_dir)
 {
 	char dir[PATH_MAX];
 
-	snprintf(dir, sizeof(dir), "%s/sandboxes/%s", socket_dir, sb->id);
+	int ret = layout_sandbox_dir(socket_dir, sb->id, dir, sizeof(dir));
+	if (ret != 0)
+		return ret;
 	int n = snprintf(sb->path, sizeof(sb->path), "%s/egress.sock", dir);
 	if (n < 0 || (size_t)n >= sizeof(sb->path)) {
 		log_error("sandbox %s: socket path %s/egress.sock is longer than %zu bytes", sb->id,
 			  dir, sizeof(sb->path) - 1);
 		return -ENAMETOOLONG;
 	}
-	int ret = engine_mkdir_parents(dir, 0755);
+	ret = engine_mkdir_parents(dir, 0755);
 	int fd = ret == 0 ? engine_listen_unix(sb->path, 0666, true) : ret;
 	if (fd < 0) {
 		log_error("sandbox %s: %s: %s", sb->id, sb->path, strerror(-fd));
@@ -257,7 +260,9 @@ static void sandbox_close(struct engine *e, struct engine_sandbox *sb)
 
 static void registry_path(const struct engine *e, const char *id, char *out, size_t cap)
 {
-	snprintf(out, cap, "%s/registry/%s", e->cfg->socket_dir, id);
+	/* Ids are at most 63 bytes and socket_dir a checked path: it always fits. */
+	int ret = layout_registry_record(e->cfg->socket_dir, id, out, cap);
+	AN_ASSERT(ret == 0);
 }
 
 int engine_owner_of(int32_t pid, struct engine_owner *o)
@@ -294,8 +299,9 @@ static int registry_write(const struct engine *e, const char *id, const char *pr
 	char dir[PATH_MAX];
 	char path[PATH_MAX];
 
-	snprintf(dir, sizeof(dir), "%s/registry", e->cfg->socket_dir);
-	int ret = engine_mkdir_parents(dir, 0700);
+	int ret = layout_registry_dir(e->cfg->socket_dir, dir, sizeof(dir));
+	if (ret == 0)
+		ret = engine_mkdir_parents(dir, 0700);
 	if (ret != 0)
 		return ret;
 	registry_path(e, id, path, sizeof(path));
@@ -347,23 +353,13 @@ static int registry_read(const struct engine *e, const char *id, char *profile, 
 	return 0;
 }
 
-/* Removes a run-time sandbox's directory: its own entries, then the directory. */
+/* Removes a run-time sandbox's directory; what cannot go is logged and left. */
 static void sandbox_dir_remove(const struct engine *e, const char *id)
 {
-	char dir[PATH_MAX];
-
-	snprintf(dir, sizeof(dir), "%s/sandboxes/%s", e->cfg->socket_dir, id);
-	DIR *d = opendir(dir);
-	if (d != NULL) {
-		struct dirent *de;
-		while ((de = readdir(d)) != NULL) {
-			if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-				unlinkat(dirfd(d), de->d_name, 0); /* never follows a link */
-		}
-		closedir(d);
-	}
-	if (rmdir(dir) == -1 && errno != ENOENT)
-		log_warn("sandbox %s: %s: %s (left in place)", id, dir, strerror(errno));
+	int ret = layout_sandbox_dir_remove(e->cfg->socket_dir, id);
+	if (ret != 0)
+		log_warn("sandbox %s: removing its directory: %s (left in place)", id,
+			 strerror(-ret));
 }
 
 static int sandboxes_open(struct engine *e)
@@ -411,7 +407,8 @@ static void registry_adopt(struct engine *e)
 	char dir[PATH_MAX];
 	char profile[CONFIG_SANDBOX_ID_BYTES_MAX];
 
-	snprintf(dir, sizeof(dir), "%s/registry", e->cfg->socket_dir);
+	if (layout_registry_dir(e->cfg->socket_dir, dir, sizeof(dir)) != 0)
+		return;
 	DIR *d = opendir(dir);
 	if (d == NULL)
 		return;
@@ -579,7 +576,7 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 		sandbox_close(e, e->sandboxes[idx]);
 	if (ret == 0) {
 		struct engine_sandbox *sb = e->sandboxes[idx];
-		snprintf(dir, cap, "%s/sandboxes/%s", e->cfg->socket_dir, id);
+		(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
 		if (owner != NULL && owner->uid != 0 && chown(dir, owner->uid, (gid_t)-1) == -1)
 			log_warn("sandbox %s: chown %s to uid %u: %s", id, dir, owner->uid,
 				 strerror(errno));

@@ -16,7 +16,6 @@
  * it; the sandbox itself still dies then (PR_SET_PDEATHSIG), and the daemon
  * keeps the registration until `agentsnet sandbox rm`.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -29,6 +28,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/layout.h"
 #include "tools/ca.h"
 #include "tools/ctl.h"
 #include "tools/sandbox.h"
@@ -379,24 +379,16 @@ static void sandbox_remove_files(const struct run_options *o)
 {
 	char path[PATH_MAX];
 
-	snprintf(path, sizeof(path), "%s/registry/%s", o->socket_dir, o->id);
+	if (layout_registry_record(o->socket_dir, o->id, path, sizeof(path)) != 0)
+		return;
 	if (unlink(path) == -1 && errno != ENOENT) {
 		fprintf(stderr, "agentsnet: %s: %s (agentsnetd drops it when it next starts)\n",
 			path, strerror(errno));
 		return;
 	}
-	snprintf(path, sizeof(path), "%s/sandboxes/%s", o->socket_dir, o->id);
-	DIR *d = opendir(path);
-	if (d != NULL) {
-		struct dirent *de;
-		while ((de = readdir(d)) != NULL) {
-			if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-				unlinkat(dirfd(d), de->d_name, 0);
-		}
-		closedir(d);
-	}
-	if (rmdir(path) == -1 && errno != ENOENT)
-		fprintf(stderr, "agentsnet: %s: %s\n", path, strerror(errno));
+	int ret = layout_sandbox_dir_remove(o->socket_dir, o->id);
+	if (ret != 0)
+		fprintf(stderr, "agentsnet: sandbox %s's directory: %s\n", o->id, strerror(-ret));
 }
 
 static void sandbox_remove(const struct run_options *o)

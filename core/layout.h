@@ -1,0 +1,33 @@
+/*
+ * The socket directory's layout, in one place: the daemon creates it and
+ * `agentsnet` cleans up after a daemon that is gone, so both must agree.
+ *
+ *   <socket_dir>/control.sock              the control socket
+ *   <socket_dir>/sandboxes/<id>/           a sandbox's directory (mounted into it)
+ *   <socket_dir>/sandboxes/<id>/egress.sock
+ *   <socket_dir>/registry/<id>             a run-time sandbox's record (never mounted)
+ *
+ * No dependency beyond libc, so any binary of the project may link it.
+ */
+#ifndef AN_CORE_LAYOUT_H
+#define AN_CORE_LAYOUT_H
+
+#include <stddef.h>
+
+/* Writes "<socket_dir>/sandboxes/<id>" to <out>/<cap>. 0 or -ENAMETOOLONG. */
+int layout_sandbox_dir(const char *socket_dir, const char *id, char *out, size_t cap);
+/* Writes "<socket_dir>/registry" to <out>/<cap>. 0 or -ENAMETOOLONG. */
+int layout_registry_dir(const char *socket_dir, char *out, size_t cap);
+/* Writes "<socket_dir>/registry/<id>" to <out>/<cap>. 0 or -ENAMETOOLONG. */
+int layout_registry_record(const char *socket_dir, const char *id, char *out, size_t cap);
+
+/*
+ * Removes sandbox <id>'s directory: every entry in it (with unlinkat, which
+ * never follows a link, so a sandbox that planted a symlink there cannot make
+ * us delete anything else), then the directory. Returns 0 (also when it was
+ * already gone) or -errno of the rmdir (-ENOTEMPTY when the sandbox left a
+ * subdirectory; it stays, for the operator to look at).
+ */
+int layout_sandbox_dir_remove(const char *socket_dir, const char *id);
+
+#endif /* AN_CORE_LAYOUT_H */

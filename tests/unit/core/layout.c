@@ -1,0 +1,96 @@
+/*
+ * Unit tests for core/layout.c: the paths, exact fit at N and refusal at N+1,
+ * and a removal that empties the sandbox's directory without following a
+ * symlink planted in it.
+ */
+#include "../../../core/layout.c"
+
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+START_TEST(paths)
+{
+	char out[64];
+
+	ck_assert_int_eq(layout_sandbox_dir("/run/an", "box", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/run/an/sandboxes/box");
+	ck_assert_int_eq(layout_registry_dir("/run/an", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/run/an/registry");
+	ck_assert_int_eq(layout_registry_record("/run/an", "box", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/run/an/registry/box");
+}
+END_TEST
+
+/* "/s/sandboxes/b" is 14 bytes: a buffer of 15 fits it, 14 refuses it whole. */
+START_TEST(paths_at_limit)
+{
+	char out[15];
+
+	ck_assert_int_eq(layout_sandbox_dir("/s", "b", out, 15), 0);
+	ck_assert_str_eq(out, "/s/sandboxes/b");
+	ck_assert_int_eq(layout_sandbox_dir("/s", "b", out, 14), -ENAMETOOLONG);
+	ck_assert_str_eq(out, "");
+	/* "/s/registry/b" is 13 bytes: it fits in 14, and one byte more does not. */
+	ck_assert_int_eq(layout_registry_record("/s", "b", out, 14), 0);
+	ck_assert_int_eq(layout_registry_record("/s", "bb", out, 14), -ENAMETOOLONG);
+}
+END_TEST
+
+static void touch(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+}
+
+START_TEST(remove_never_follows_links)
+{
+	char root[] = "/tmp/an-layout-XXXXXX";
+	char path[256];
+	char victim[256];
+
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(path, sizeof(path), "%s/sandboxes", root);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/sandboxes/box", root);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(victim, sizeof(victim), "%s/victim", root);
+	touch(victim);
+	snprintf(path, sizeof(path), "%s/sandboxes/box/egress.sock", root);
+	touch(path);
+	snprintf(path, sizeof(path), "%s/sandboxes/box/link", root);
+	ck_assert_int_eq(symlink(victim, path), 0);
+	ck_assert_int_eq(layout_sandbox_dir_remove(root, "box"), 0);
+	snprintf(path, sizeof(path), "%s/sandboxes/box", root);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	ck_assert_int_eq(access(victim, F_OK), 0); /* the link went, not its target */
+	/* Already gone is not an error. */
+	ck_assert_int_eq(layout_sandbox_dir_remove(root, "box"), 0);
+	/* A subdirectory the sandbox made stays, and says so. */
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/sandboxes/box/sub", root);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	ck_assert_int_eq(layout_sandbox_dir_remove(root, "box"), -ENOTEMPTY);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("layout");
+	TCase *tc = tcase_create("layout");
+	tcase_add_test(tc, paths);
+	tcase_add_test(tc, paths_at_limit);
+	tcase_add_test(tc, remove_never_follows_links);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
