@@ -361,13 +361,17 @@ static int check_mandatory(struct loader *ld, const struct keyset *ks, uint32_t 
 }
 
 /*
- * Reads a sequence, calling <fn> once per item with the item's first event
- * pending. At most <max> items; <nonempty> refuses an empty one.
+ * Reads a sequence (<keyed> false: <fn> runs once per item with the item's
+ * first event pending) or a mapping with free-form keys (<keyed> true: <fn>
+ * runs once per entry with the key as ld->ev and ld->key_mark). At most <max>
+ * entries; <nonempty> refuses none.
  */
-static int loader_seq(struct loader *ld, const char *what, uint32_t max, bool nonempty, item_fn fn,
-		      void *ctx)
+static int loader_items(struct loader *ld, const char *what, uint32_t max, bool nonempty,
+			bool keyed, item_fn fn, void *ctx)
 {
-	int rc = loader_start(ld, YAML_SEQUENCE_START_EVENT, what);
+	yaml_event_type_t start_type = keyed ? YAML_MAPPING_START_EVENT : YAML_SEQUENCE_START_EVENT;
+	yaml_event_type_t end_type = keyed ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
+	int rc = loader_start(ld, start_type, what);
 	uint32_t i = 0;
 
 	if (rc != 0)
@@ -377,12 +381,17 @@ static int loader_seq(struct loader *ld, const char *what, uint32_t max, bool no
 		rc = loader_next(ld);
 		if (rc != 0)
 			return rc;
-		if (ld->ev.type == YAML_SEQUENCE_END_EVENT)
+		if (ld->ev.type == end_type)
 			break;
+		if (keyed && (ld->ev.type != YAML_SCALAR_EVENT || ev_is_null(ld)))
+			return fail(ld, ld->ev.start_mark, "keys in %s must be strings", what);
 		if (i == max)
 			return fail(ld, ld->ev.start_mark, "%s has more than %u entries", what,
 				    max);
-		ld->ev_again = true;
+		if (keyed)
+			ld->key_mark = ld->ev.start_mark;
+		else
+			ld->ev_again = true;
 		rc = fn(ld, ctx, i);
 		if (rc != 0)
 			return rc;
@@ -394,39 +403,17 @@ static int loader_seq(struct loader *ld, const char *what, uint32_t max, bool no
 	return 0;
 }
 
-/*
- * Reads a mapping with free-form keys (names), calling <fn> once per entry
- * with the key as ld->ev and ld->key_mark. At least one entry, at most <max>.
- */
+/* A sequence of at most <max> items, see loader_items. */
+static int loader_seq(struct loader *ld, const char *what, uint32_t max, bool nonempty, item_fn fn,
+		      void *ctx)
+{
+	return loader_items(ld, what, max, nonempty, false, fn, ctx);
+}
+
+/* A mapping of 1..<max> named entries, see loader_items. */
 static int loader_map(struct loader *ld, const char *what, uint32_t max, item_fn fn, void *ctx)
 {
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, what);
-	uint32_t i = 0;
-
-	if (rc != 0)
-		return rc;
-	yaml_mark_t start = ld->ev.start_mark;
-	for (;; i++) {
-		rc = loader_next(ld);
-		if (rc != 0)
-			return rc;
-		if (ld->ev.type == YAML_MAPPING_END_EVENT)
-			break;
-		if (ld->ev.type != YAML_SCALAR_EVENT || ev_is_null(ld))
-			return fail(ld, ld->ev.start_mark, "keys in %s must be strings", what);
-		if (i == max)
-			return fail(ld, ld->ev.start_mark, "%s has more than %u entries", what,
-				    max);
-		ld->key_mark = ld->ev.start_mark;
-		rc = fn(ld, ctx, i);
-		if (rc != 0)
-			return rc;
-		AN_ASSERT(!ld->ev_again);
-	}
-	if (i == 0)
-		return fail(ld, start, "%s must not be empty", what);
-	AN_ASSERT(i <= max);
-	return 0;
+	return loader_items(ld, what, max, true, true, fn, ctx);
 }
 
 /* --- scalar values -------------------------------------------------------- */
