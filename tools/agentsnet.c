@@ -46,7 +46,8 @@ static const char usage_text[] =
     "       agentsnet sandbox ls [--socket-dir DIR]\n"
     "       agentsnet ping [--socket-dir DIR]\n"
     "       agentsnet run [--sandbox ID] [--profile NAME] [--socket-dir DIR] [--bridge PATH]\n"
-    "                     [--ca PATH] [--public-url URL] -- CMD [ARGS...]\n"
+    "                     [--ca PATH] [--public-url URL] [--user USER[:GROUP]]\n"
+    "                     -- CMD [ARGS...]\n"
     "       agentsnet --help | --version\n"
     "\n"
     "ca init     writes DIR/ca.key (0600), DIR/ca.pem and DIR/bundle.pem (host roots + CA,\n"
@@ -56,6 +57,8 @@ static const char usage_text[] =
     "            its egress socket at /run/agentsnet/sandbox/egress.sock; exits with\n"
     "            CMD's status. --sandbox defaults to run-<pid>, --profile to default,\n"
     "            --bridge to the agentsnet-bridge next to this binary (or on PATH).\n"
+    "            As root the agent runs as --user (default nobody), never as root;\n"
+    "            unprivileged, as you (in a user namespace), and --user is refused.\n"
     "\n"
     "--socket-dir defaults to $AGENTSNET_SOCKET_DIR, else /run/agentsnet.\n"
     "Exit codes: 0 ok, 1 error, 2 usage, 3 agentsnetd not reachable; run: CMD's status,\n"
@@ -256,6 +259,7 @@ struct run_options {
 	const char *bridge;
 	const char *ca;
 	const char *public_url;
+	const char *user;
 	char **cmd;
 	char id_buf[32];
 };
@@ -269,6 +273,7 @@ static int run_parse(int argc, char **argv, struct run_options *o)
 		{ "bridge", required_argument, NULL, 'b' },
 		{ "ca", required_argument, NULL, 'c' },
 		{ "public-url", required_argument, NULL, 'u' },
+		{ "user", required_argument, NULL, 'U' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -285,6 +290,7 @@ static int run_parse(int argc, char **argv, struct run_options *o)
 				    : opt == 'b' ? &o->bridge
 				    : opt == 'c' ? &o->ca
 				    : opt == 'u' ? &o->public_url
+				    : opt == 'U' ? &o->user
 						 : NULL;
 		if (opt == 'h')
 			return fputs(usage_text, stdout) >= 0 ? 0 : 1;
@@ -487,6 +493,28 @@ static int run_sandbox(const struct run_options *o, struct sandbox_spec *spec, i
 
 static int run_main_inner(int argc, char **argv, bool *started);
 
+/* Who the agent is: the caller (user namespace), or --user: -1 to go on, or an exit code. */
+static int run_user(const struct run_options *o, struct sandbox_spec *spec)
+{
+	char err[512];
+
+	AN_ASSERT(o != NULL);
+	AN_ASSERT(spec != NULL);
+	if (spec->userns) {
+		if (o->user != NULL)
+			return usage_error("run: --user needs root (unprivileged, the agent runs "
+					   "as you)");
+		spec->user = (struct sandbox_user){ .uid = getuid(), .gid = getgid() };
+		return -1;
+	}
+	const char *user = o->user != NULL ? o->user : SANDBOX_DEFAULT_USER;
+	if (sandbox_user_parse(user, &spec->user, err, sizeof(err)) != 0) {
+		fprintf(stderr, "agentsnet: %s\n", err);
+		return o->user != NULL ? CTL_EXIT_USAGE : CTL_EXIT_ERROR;
+	}
+	return -1;
+}
+
 static int run_main(int argc, char **argv)
 {
 	bool started = false;
@@ -502,7 +530,7 @@ static int run_main_inner(int argc, char **argv, bool *started)
 	struct run_options o = { .profile = AGENTSNET_PROFILE, .socket_dir = default_socket_dir() };
 	static char bridge[PATH_MAX], ca[PATH_MAX], socket_dir[PATH_MAX], dir[PATH_MAX],
 	    cwd[PATH_MAX];
-	struct sandbox_spec spec = { .uid = getuid(), .gid = getgid() };
+	struct sandbox_spec spec = { 0 };
 	char err[512];
 
 	AN_ASSERT(argc >= 1);
@@ -519,6 +547,9 @@ static int run_main_inner(int argc, char **argv, bool *started)
 		fprintf(stderr, "agentsnet: %s\n", err);
 		return CTL_EXIT_ERROR;
 	}
+	rc = run_user(&o, &spec);
+	if (rc >= 0)
+		return rc;
 	rc = sandbox_add(&o, dir);
 	if (rc != CTL_EXIT_OK)
 		return rc;

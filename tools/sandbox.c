@@ -23,6 +23,20 @@
  * holding CAP_SYS_ADMIN could simply unmount the masks. The host file system
  * otherwise stays as it is: the agent keeps its tools, the CA file, its work.
  *
+ * So the agent's uid is what guards that file system. Unprivileged, it is the
+ * caller's own. Privileged, a uid 0 without capabilities would still own
+ * every root-owned file (/etc/passwd is 0644 root), so the sandbox switches
+ * to an unprivileged user (--user, default nobody) between the securebits
+ * (NO_SETUID_FIXUP keeps the capabilities the last steps need) and the final
+ * capset. Rejected: a user namespace mapping root inside to that user, whose
+ * maps only the parent may write (one more handshake) and which the host's
+ * sysctls may forbid even to root. (Root without CAP_SYS_ADMIN, as in a
+ * container, gets the unprivileged path: a user namespace mapping its own
+ * uid, so the agent is that container's root and no more.) The mounts
+ * happen before the switch, so
+ * the bridge and the CA may live where that user cannot look (a 0700
+ * checkout); only the files themselves must be executable and readable.
+ *
  * Setup errors travel back over a close-on-exec pipe (errno, then a message):
  * EOF with no bytes means the exec succeeded. A second pipe, whose write end
  * only the parent holds, plus PR_SET_PDEATHSIG, makes the sandbox die with
@@ -34,12 +48,14 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <linux/capability.h>
 #include <linux/sched.h>
 #include <linux/securebits.h>
 #include <net/if.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -138,6 +154,103 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
 		return -E2BIG;
 	argv[n] = NULL;
 	return (int)n;
+}
+
+/* A decimal id below 2^32 - 1 ((uid_t)-1 means "unchanged" to the kernel). */
+static bool parse_id(const char *text, uint32_t *out)
+{
+	uint64_t v = 0;
+
+	AN_ASSERT(text != NULL);
+	AN_ASSERT(out != NULL);
+	if (*text == '\0')
+		return false;
+	for (const char *p = text; *p != '\0'; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		v = v * 10 + (uint64_t)(*p - '0');
+		if (v >= UINT32_MAX)
+			return false;
+	}
+	*out = (uint32_t)v;
+	return true;
+}
+
+static int user_refuse(const struct sandbox_user *u, char *err, size_t err_len)
+{
+	AN_ASSERT(u != NULL);
+	AN_ASSERT(err != NULL);
+	if (u->uid == 0 || u->gid == 0) {
+		snprintf(err, err_len,
+			 "--user: the agent never runs as %s 0 on the host (it could write what "
+			 "root owns); name an unprivileged user",
+			 u->uid == 0 ? "uid" : "gid");
+		return -EPERM;
+	}
+	for (size_t i = 0; i < u->group_count; i++) {
+		if (u->groups[i] == 0) {
+			snprintf(err, err_len,
+				 "--user: uid %u is a member of group 0 (root); name a user that "
+				 "is not",
+				 (unsigned)u->uid);
+			return -EPERM;
+		}
+	}
+	return 0;
+}
+
+int sandbox_user_parse(const char *text, struct sandbox_user *u, char *err, size_t err_len)
+{
+	char name[256];
+	uint32_t id = 0;
+
+	AN_ASSERT(text != NULL);
+	AN_ASSERT(u != NULL);
+	memset(u, 0, sizeof(*u));
+	const char *colon = strchr(text, ':');
+	size_t len = colon != NULL ? (size_t)(colon - text) : strlen(text);
+	if (len == 0 || len >= sizeof(name) || (colon != NULL && colon[1] == '\0')) {
+		snprintf(err, err_len, "--user %s: expected USER or UID, optionally :GROUP", text);
+		return -EINVAL;
+	}
+	memcpy(name, text, len);
+	name[len] = '\0';
+	bool numeric = parse_id(name, &id);
+	struct passwd *pw = numeric ? getpwuid((uid_t)id) : getpwnam(name);
+	if (pw == NULL && !numeric) {
+		snprintf(err, err_len, "--user %s: no such user", name);
+		return -ENOENT;
+	}
+	u->uid = pw != NULL ? pw->pw_uid : (uid_t)id;
+	if (colon != NULL) {
+		struct group *gr = parse_id(colon + 1, &id) ? NULL : getgrnam(colon + 1);
+		if (gr == NULL && !parse_id(colon + 1, &id)) {
+			snprintf(err, err_len, "--user %s: no such group %s", text, colon + 1);
+			return -ENOENT;
+		}
+		u->gid = gr != NULL ? gr->gr_gid : (gid_t)id;
+	} else if (pw != NULL) {
+		u->gid = pw->pw_gid;
+	} else {
+		snprintf(err, err_len,
+			 "--user %s: uid %s has no passwd entry; give its group too "
+			 "(--user %s:GID)",
+			 text, name, name);
+		return -ENOENT;
+	}
+	if (pw != NULL && colon == NULL) {
+		int n = SANDBOX_GROUPS_MAX;
+		if (getgrouplist(pw->pw_name, u->gid, u->groups, &n) == -1) {
+			snprintf(err, err_len, "--user %s: in more than %d groups", name,
+				 SANDBOX_GROUPS_MAX);
+			return -E2BIG;
+		}
+		u->group_count = (size_t)n;
+	} else {
+		u->groups[0] = u->gid; /* only the group asked for */
+		u->group_count = 1;
+	}
+	return user_refuse(u, err, err_len);
 }
 
 static_assert(CAP_SYS_ADMIN < 32 && CAP_NET_ADMIN < 32 && CAP_SETPCAP < 32,
@@ -300,11 +413,11 @@ static void map_ids(const struct child_ctx *c)
 	int ret = write_proc_file("/proc/self/setgroups", "deny");
 	if (ret != 0 && ret != -ENOENT)
 		child_fail(c->err_fd, -ret, "write /proc/self/setgroups: %s", strerror(-ret));
-	snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)c->s->uid);
+	snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)c->s->user.uid);
 	ret = write_proc_file("/proc/self/uid_map", map);
 	if (ret != 0)
 		child_fail(c->err_fd, -ret, "write /proc/self/uid_map: %s", strerror(-ret));
-	snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)c->s->gid);
+	snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)c->s->user.gid);
 	ret = write_proc_file("/proc/self/gid_map", map);
 	if (ret != 0)
 		child_fail(c->err_fd, -ret, "write /proc/self/gid_map: %s", strerror(-ret));
@@ -472,7 +585,10 @@ static void enter_cwd(const struct child_ctx *c)
 	AN_ASSERT(cwd == NULL || cwd[0] == '/');
 	if (cwd != NULL && chdir(cwd) == 0)
 		return;
-	if (cwd != NULL)
+	if (cwd != NULL && errno == EACCES)
+		fprintf(stderr, "agentsnet: %s is not reachable by uid %u; starting in /\n", cwd,
+			(unsigned)getuid());
+	else if (cwd != NULL)
 		fprintf(stderr, "agentsnet: %s is hidden in the sandbox; starting in /\n", cwd);
 	if (chdir("/") == -1)
 		child_fail(c->err_fd, errno, "chdir /: %s", strerror(errno));
@@ -494,6 +610,23 @@ static void check_visible(const struct child_ctx *c)
 			   hint, strerror(errno));
 }
 
+/* The switch to the agent's user; the securebits keep the capabilities across it. */
+static void become_user(const struct child_ctx *c)
+{
+	const struct sandbox_user *u = &c->s->user;
+
+	AN_ASSERT(u->uid != 0);
+	AN_ASSERT(u->gid != 0);
+	if (setgroups(u->group_count, u->groups) == -1)
+		child_fail(c->err_fd, errno, "setgroups: %s", strerror(errno));
+	if (setresgid(u->gid, u->gid, u->gid) == -1)
+		child_fail(c->err_fd, errno, "setresgid %u: %s", (unsigned)u->gid, strerror(errno));
+	if (setresuid(u->uid, u->uid, u->uid) == -1)
+		child_fail(c->err_fd, errno, "setresuid %u: %s", (unsigned)u->uid, strerror(errno));
+	AN_ASSERT(getuid() == u->uid && geteuid() == u->uid);
+	AN_ASSERT(getgid() == u->gid && getegid() == u->gid);
+}
+
 static void drop_privileges(const struct child_ctx *c)
 {
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
@@ -510,6 +643,8 @@ static void drop_privileges(const struct child_ctx *c)
 		child_fail(c->err_fd, errno, "PR_CAP_AMBIENT_CLEAR_ALL: %s", strerror(errno));
 	if (prctl(PR_SET_SECUREBITS, (unsigned long)SANDBOX_SECUREBITS, 0UL, 0UL, 0UL) == -1)
 		child_fail(c->err_fd, errno, "PR_SET_SECUREBITS: %s", strerror(errno));
+	if (!c->s->userns)
+		become_user(c);
 	memset(data, 0, sizeof(data));
 	if (syscall(SYS_capset, &hdr, data) == -1)
 		child_fail(c->err_fd, errno, "capset: %s", strerror(errno));
@@ -600,9 +735,10 @@ static _Noreturn void child_main(const struct child_ctx *c)
 	mount_run(c, dir_fd, bridge_fd, ca_fd);
 	mask_host(c);
 	lo_up(c);
+	drop_privileges(c);
+	/* As the agent's user from here: what it cannot reach is a clear error now. */
 	enter_cwd(c);
 	check_visible(c);
-	drop_privileges(c);
 	watch_parent(c);
 	if (sigprocmask(SIG_SETMASK, &c->s->child_mask, NULL) == -1)
 		child_fail(c->err_fd, errno, "sigprocmask: %s", strerror(errno));
@@ -691,6 +827,7 @@ static void userns_hint(char *err, size_t err_len)
 static int start_child(const struct sandbox_spec *s, const char *const *argv, struct sandbox *sb,
 		       char *err, size_t err_len)
 {
+	struct child_ctx c = { .s = s, .argv = argv };
 	int efd[2], afd[2];
 
 	AN_ASSERT(argv[0] != NULL);
@@ -709,7 +846,8 @@ static int start_child(const struct sandbox_spec *s, const char *const *argv, st
 	if (pid == 0) {
 		close(efd[0]);
 		close(afd[1]);
-		struct child_ctx c = { .s = s, .argv = argv, .err_fd = efd[1], .alive_fd = afd[0] };
+		c.err_fd = efd[1];
+		c.alive_fd = afd[0];
 		child_main(&c);
 	}
 	int saved = errno;

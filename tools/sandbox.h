@@ -32,6 +32,19 @@
 /* Longest setup error the sandbox reports back before the bridge starts. */
 #define SANDBOX_ERROR_BYTES 512u
 
+/* The agent's host identity when `agentsnet run` is privileged (--user). */
+#define SANDBOX_DEFAULT_USER "nobody"
+/* Supplementary groups kept from the passwd user's group list. */
+#define SANDBOX_GROUPS_MAX 64
+
+/* Who the agent is on the host: never uid 0, gid 0 or a member of group 0. */
+struct sandbox_user {
+	uid_t uid;
+	gid_t gid;
+	size_t group_count;
+	gid_t groups[SANDBOX_GROUPS_MAX];
+};
+
 struct sandbox_spec {
 	const char *dir;        /* borrowed: the sandbox's directory on the host (absolute) */
 	const char *socket_dir; /* borrowed: the daemon's socket directory, canonical */
@@ -41,9 +54,14 @@ struct sandbox_spec {
 	const char *cwd;        /* borrowed: NULL, or the directory the bridge starts in */
 	int ingress_fd;         /* borrowed: listening ingress socket for the bridge, or -1 */
 	char *const *cmd;       /* borrowed: the agent command, NULL-terminated, >= 1 word */
-	bool userns;            /* also a user namespace mapping <uid>/<gid> to 0 */
-	uid_t uid;
-	gid_t gid;
+	/*
+	 * With a user namespace (unprivileged caller): <user>'s uid and gid are
+	 * the caller's own, mapped to 0 inside. Without (privileged caller): the
+	 * sandbox switches to <user> before the bridge starts, so the agent
+	 * holds no more on the host file system than that user does.
+	 */
+	bool userns;
+	struct sandbox_user user;
 	sigset_t child_mask; /* the signal mask the bridge starts with */
 };
 
@@ -57,6 +75,15 @@ struct sandbox {
  * unprivileged user, or root in a container without it).
  */
 bool sandbox_needs_userns(void);
+
+/*
+ * Parses --user: NAME or UID, optionally ":GROUP" (name or GID). A name (or a
+ * UID with a passwd entry) brings its primary group and group list; a UID
+ * without one needs ":GROUP". Root, group 0 and membership of group 0 are
+ * refused: the point is an agent that cannot write what root owns. Returns 0,
+ * or -EINVAL/-ENOENT/-EPERM with <err> (<err_len> bytes) saying why.
+ */
+int sandbox_user_parse(const char *text, struct sandbox_user *u, char *err, size_t err_len);
 
 /*
  * Listens on <dir>/ingress.sock on the host side, before the sandbox exists:
@@ -108,11 +135,12 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
 
 /*
  * Creates the sandbox for <s> and starts the bridge in it; <sb> is filled on
- * success. Inside: uid/gid maps (userns), a private mount tree, a fresh
- * /proc, a tmpfs over /run with <s>->dir bound read-only at
+ * success. Inside: uid/gid maps (userns), a private
+ * mount tree, a fresh /proc, a tmpfs over /run with <s>->dir bound read-only at
  * SANDBOX_MOUNT_DIR, /var/run masked if it is a directory, /tmp/.X11-unix
  * masked, the socket directory masked when outside /run, `lo` up, every
- * capability dropped and no_new_privs set before the bridge is exec'd.
+ * capability dropped, the switch to <s>->user (without userns) and
+ * no_new_privs set before the bridge is exec'd.
  * The signals of sandbox_signals_block must be blocked. Returns 0, or the
  * -errno of the failed step (clone, a mount, exec of the bridge...) with
  * <err> (<err_len> bytes) naming it; nothing is left running then.

@@ -42,6 +42,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import pwd
 import random
 import shutil
 import signal
@@ -1234,11 +1235,15 @@ class Tests(Pass):
 
     # ---- an unprivileged caller ---------------------------------------------
 
-    def t_unprivileged(self):
+    def userns_allowed(self):
+        """Whether UNPRIV_UID may create user namespaces on this host."""
         probe = ["unshare", "--user", "--map-root-user", "--net", "--mount", "true"]
-        userns = subprocess.run(self.host_cmd(probe, (UNPRIV_UID, UNPRIV_UID)),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                check=False).returncode == 0
+        return subprocess.run(self.host_cmd(probe, (UNPRIV_UID, UNPRIV_UID)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              check=False).returncode == 0
+
+    def t_unprivileged(self):
+        userns = self.userns_allowed()
         log("# unprivileged user namespaces for uid %d: %s" % (
             UNPRIV_UID, "allowed" if userns else "refused"))
 
@@ -1273,6 +1278,92 @@ class Tests(Pass):
         self.timed("unprivileged caller in control_group (%s): the sandbox works, status 7 "
                    "passes through; nothing left" % (
                        "user namespaces" if userns else "user namespaces refused"), with_group)
+
+    # ---- who the agent is on the host ----------------------------------------
+
+    def t_identity(self):
+        """As root, `agentsnet run` runs the agent as --user (default nobody), never as root:
+        uid 0 without capabilities would still own every root-owned file."""
+        guarded = os.path.join(self.tmp, "root-owned")
+        with open(guarded, "w", encoding="ascii") as f:
+            f.write("root's\n")
+        os.chmod(guarded, 0o644)
+        root_dir = os.path.join(self.tmp, "root-dir")
+        os.mkdir(root_dir)
+        os.chmod(root_dir, 0o755)
+
+        def probe(made):
+            return ("id -u; id -g; id -G; "
+                    "(echo agent >>%s) 2>/dev/null && echo wrote-file || echo file-refused; "
+                    "(: >%s/new) 2>/dev/null && echo wrote-dir || echo dir-refused; "
+                    "cat /etc/shadow >/dev/null 2>&1 && echo read-shadow || echo shadow-refused; "
+                    ": >%s; " % (guarded, root_dir, made) +
+                    curl_code("req", self.url()))
+
+        def check(a, made, uid, gid, groups):
+            want = [str(uid), str(gid), " ".join(map(str, groups)), "file-refused",
+                    "dir-refused", "shadow-refused", "req 200"]
+            got = a.stdout().strip().split("\n")
+            errs = [] if a.rc == 0 and got == want else [
+                "exit %s, stdout %r, want %r; stderr %r" % (a.rc, got, want, a.stderr()[-800:])]
+            with open(guarded, encoding="ascii") as f:
+                if f.read() != "root's\n":
+                    errs.append("the agent wrote root's %s" % guarded)
+            if os.listdir(root_dir):
+                errs.append("the agent created %r in root's %s" % (os.listdir(root_dir), root_dir))
+            st = os.stat(made) if os.path.exists(made) else None
+            if st is None or (st.st_uid, st.st_gid) != (uid, gid):
+                errs.append("%s on the host: %s, want owner %d:%d" % (
+                    made, st and (st.st_uid, st.st_gid), uid, gid))
+            errs += self.check_audit(a.sandbox, [{"host": "origin.test", "decision": "allow"}],
+                                     1)
+            return errs + self.leftovers(a)
+
+        def default_user():
+            made = os.path.join(self.vars["sync"], "made-by-nobody")
+            pw = pwd.getpwnam("nobody")
+            groups = sorted(os.getgrouplist("nobody", pw.pw_gid))
+            return check(self.agent(["sh", "-c", probe(made)]), made, pw.pw_uid, pw.pw_gid,
+                         groups)
+
+        def named_user():
+            made = os.path.join(self.vars["sync"], "made-by-4242")
+            return check(self.agent(["sh", "-c", probe(made)], run_args=["--user", "4242:4243"]),
+                         made, 4242, 4243, [4243])
+
+        def refused():
+            errs = []
+            for spec, want in (("root", "never runs as uid 0"), ("0:4243", "never runs as uid 0"),
+                               ("nobody:0", "never runs as gid 0"),
+                               ("an-no-such-user", "no such user"),
+                               ("4242", "no passwd entry")):
+                a = self.agent(["true"], run_args=["--user", spec])
+                if a.rc != 2 or want not in a.stderr():
+                    errs.append("--user %s: exit %s, stderr %r; want 2 and %r" % (
+                        spec, a.rc, a.stderr(), want))
+                if os.path.exists(a.nsfile):
+                    errs.append("--user %s: the agent ran" % spec)
+                errs += self.leftovers(a, need_ns=False)
+            return errs
+
+        def unprivileged_user_flag():
+            a = self.agent(["true"], user=(UNPRIV_UID, UNPRIV_UID),
+                           run_args=["--user", "4242:4243"])
+            errs = [] if a.rc not in (0, None) else ["exit %s, want a failure" % a.rc]
+            if self.userns_allowed() and (a.rc != 2 or "needs root" not in a.stderr()):
+                errs.append("exit %s, stderr %r; want 2 and 'needs root'" % (a.rc, a.stderr()))
+            if os.path.exists(a.nsfile):
+                errs.append("the agent ran")
+            return errs + self.leftovers(a, need_ns=False)
+
+        self.timed("root caller: the agent runs as nobody, cannot write root's files or read "
+                   "/etc/shadow, and its request still goes through", default_user)
+        self.timed("root caller, --user 4242:4243: the agent is that uid and gid only; files "
+                   "it makes are theirs on the host", named_user)
+        self.timed("--user root, gid 0, an unknown user, a uid without passwd entry: usage "
+                   "error naming why, nothing runs", refused)
+        self.timed("unprivileged caller with --user: refused (the agent runs as the caller)",
+                   unprivileged_user_flag)
 
     # ---- the CLI around it ---------------------------------------------------
 
@@ -1332,7 +1423,7 @@ class Tests(Pass):
 
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
-         "unprivileged", "daemon_restart", "daemon_stopped", "ingress"]
+         "unprivileged", "identity", "daemon_restart", "daemon_stopped", "ingress"]
 
 
 def preflight(args):
@@ -1433,7 +1524,8 @@ class Setup:
     def up(self):
         t, a = self.t, self.t.args
         t0 = time.monotonic()
-        for sub, mode in (("home", 0o1777), ("sync", 0o1777)):
+        # The agent runs as nobody: what it writes needs a place nobody may write.
+        for sub, mode in (("home", 0o1777), ("sync", 0o1777), ("npm-cache-in", 0o1777)):
             os.mkdir(os.path.join(t.tmp, sub))
             os.chmod(os.path.join(t.tmp, sub), mode)
         ca_pem, leaf_pem, leaf_key = make_pki(t.tmp, ("origin.test", "other.test"))

@@ -10,7 +10,8 @@
  * --inside: it checks from within that it is PID 1, sees only `lo` (up), can
  * reach its egress socket but not the control socket nor the other sandbox,
  * sees a fresh /run, a private /tmp, a read-only sandbox directory,
- * holds no capability and cannot unmount the masks. Each check has its own
+ * holds no capability and cannot unmount the masks; without a user namespace
+ * it runs as nobody and cannot write a root-owned 0644 file. Each check has its own
  * exit code, so a failure says which one. They run as root, as root in a user
  * namespace, and as nobody in a user namespace, each when the host allows it.
  * A user namespace of the test's own with user.max_user_namespaces = 0 stands
@@ -54,6 +55,45 @@ START_TEST(socket_dir_mask)
 	ck_assert(sandbox_socket_dir_needs_mask("/var/run/agentsnet", false));
 	ck_assert(!sandbox_socket_dir_needs_mask("/var/run/agentsnet", true));
 	ck_assert(sandbox_socket_dir_needs_mask("/var/runner", true));
+}
+END_TEST
+
+START_TEST(user_parse)
+{
+	struct sandbox_user u;
+	char err[256];
+
+	ck_assert_int_eq(sandbox_user_parse("nobody", &u, err, sizeof(err)), 0);
+	ck_assert_uint_eq(u.uid, 65534);
+	ck_assert_uint_ne(u.gid, 0);
+	ck_assert_uint_ge(u.group_count, 1);
+	for (size_t i = 0; i < u.group_count; i++)
+		ck_assert_uint_ne(u.groups[i], 0);
+	ck_assert_int_eq(sandbox_user_parse("4242:4243", &u, err, sizeof(err)), 0);
+	ck_assert_uint_eq(u.uid, 4242);
+	ck_assert_uint_eq(u.gid, 4243);
+	ck_assert_uint_eq(u.group_count, 1);
+	ck_assert_uint_eq(u.groups[0], 4243);
+	ck_assert_int_eq(sandbox_user_parse("nobody:4243", &u, err, sizeof(err)), 0);
+	ck_assert_uint_eq(u.uid, 65534);
+	ck_assert_uint_eq(u.gid, 4243);
+	ck_assert_int_eq(sandbox_user_parse("root", &u, err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "never runs as uid 0"));
+	ck_assert_int_eq(sandbox_user_parse("0:4243", &u, err, sizeof(err)), -EPERM);
+	ck_assert_int_eq(sandbox_user_parse("nobody:0", &u, err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "gid 0"));
+	ck_assert_int_eq(sandbox_user_parse("nobody:root", &u, err, sizeof(err)), -EPERM);
+	ck_assert_int_eq(sandbox_user_parse("4242", &u, err, sizeof(err)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "no passwd entry"));
+	ck_assert_int_eq(sandbox_user_parse("an-no-such-user", &u, err, sizeof(err)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "no such user"));
+	ck_assert_int_eq(sandbox_user_parse("nobody:an-no-such-group", &u, err, sizeof(err)),
+			 -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "no such group"));
+	ck_assert_int_eq(sandbox_user_parse("4294967295:1", &u, err, sizeof(err)), -ENOENT);
+	const char *malformed[] = { "", ":", ":4243", "nobody:" };
+	for (size_t i = 0; i < AN_ARRAY_LEN(malformed); i++)
+		ck_assert_int_eq(sandbox_user_parse(malformed[i], &u, err, sizeof(err)), -EINVAL);
 }
 END_TEST
 
@@ -224,7 +264,8 @@ static void layout_make(struct layout *l)
 	ck_assert_ptr_nonnull(mkdtemp(l->socket_dir));
 	ck_assert_ptr_nonnull(mkdtemp(l->bin_dir));
 	ck_assert_int_eq(chmod(l->socket_dir, 0755), 0);
-	ck_assert_int_eq(chmod(l->bin_dir, 0755), 0);
+	/* 01777: the agent (nobody, without a user namespace) leaves files here. */
+	ck_assert_int_eq(chmod(l->bin_dir, 01777), 0);
 	snprintf(path, sizeof(path), "%s/sandboxes", l->socket_dir);
 	mkdir_open(path);
 	snprintf(l->dir, sizeof(l->dir), "%s/sandboxes/box", l->socket_dir);
@@ -248,6 +289,12 @@ static void layout_make(struct layout *l)
 	fputs(script, f);
 	ck_assert_int_eq(fclose(f), 0);
 	ck_assert_int_eq(chmod(l->bridge, 0755), 0);
+	snprintf(path, sizeof(path), "%s/rootfile", l->bin_dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("root's\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(chmod(path, 0644), 0);
 }
 
 static void layout_remove(struct layout *l)
@@ -268,10 +315,13 @@ static struct sandbox_spec layout_spec(const struct layout *l, char **cmd, bool 
 		.cwd = "/tmp",
 		.cmd = cmd,
 		.userns = userns,
-		.uid = getuid(),
-		.gid = getgid(),
+		.user = { .uid = getuid(), .gid = getgid() },
 		.ingress_fd = -1,
 	};
+	char err[256];
+	if (!userns)
+		ck_assert_int_eq(
+		    sandbox_user_parse(SANDBOX_DEFAULT_USER, &s.user, err, sizeof(err)), 0);
 	return s;
 }
 
@@ -316,7 +366,10 @@ static void check_inside(bool userns)
 	struct layout l;
 
 	layout_make(&l);
-	char *cmd[] = { (char *)self_exe, "--inside", l.socket_dir, NULL };
+	char uid[16];
+	snprintf(uid, sizeof(uid), "%u",
+		 userns ? 0U : (unsigned)layout_spec(&l, NULL, userns).user.uid);
+	char *cmd[] = { (char *)self_exe, "--inside", l.socket_dir, uid, l.bin_dir, NULL };
 	int st = run_in(&l, cmd, userns);
 	ck_assert(WIFEXITED(st));
 	ck_assert_int_eq(WEXITSTATUS(st), 0);
@@ -563,12 +616,19 @@ static bool no_caps(void)
 	       prctl(PR_GET_NO_NEW_PRIVS, 0UL, 0UL, 0UL, 0UL) == 1;
 }
 
-static int inside_main(const char *socket_dir)
+/* <uid>: who the agent should be, as seen inside (0 in a user namespace). */
+static int inside_main(const char *socket_dir, const char *uid, const char *bin_dir)
 {
 	char path[256], cwd[256];
 
 	if (getpid() != 1)
 		return 10;
+	bool userns = strcmp(uid, "0") == 0;
+	if (getuid() != (uid_t)strtoul(uid, NULL, 10) || geteuid() != getuid())
+		return 25;
+	snprintf(path, sizeof(path), "%s/rootfile", bin_dir);
+	if (!userns && (open(path, O_WRONLY | O_APPEND) != -1 || errno != EACCES))
+		return 26; /* root's file, mode 0644: not the agent's to write */
 	if (connect_unix(SANDBOX_EGRESS_SOCKET) != 0)
 		return 11;
 	snprintf(path, sizeof(path), "%s/control.sock", socket_dir);
@@ -608,11 +668,11 @@ static void on_term(int sig)
 	_exit(42);
 }
 
-/* --inside SOCKET_DIR, or --term/--ignore-term READY_FILE (created once the handler is set). */
+/* --inside SOCKET_DIR UID BIN_DIR, or --term/--ignore-term READY_FILE (created once the handler is set). */
 static int helper_main(int argc, char **argv)
 {
-	if (strcmp(argv[1], "--inside") == 0 && argc == 3)
-		_exit(inside_main(argv[2]));
+	if (strcmp(argv[1], "--inside") == 0 && argc == 5)
+		_exit(inside_main(argv[2], argv[3], argv[4]));
 	if (argc != 3)
 		_exit(51);
 	if (strcmp(argv[1], "--term") == 0)
@@ -636,6 +696,7 @@ static Suite *sandbox_suite(void)
 
 	tcase_add_test(t, path_under);
 	tcase_add_test(t, socket_dir_mask);
+	tcase_add_test(t, user_parse);
 	tcase_add_test(t, bridge_argv);
 	tcase_add_test(t, bridge_argv_cap);
 	tcase_add_test(t, signals);
