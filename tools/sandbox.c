@@ -33,9 +33,9 @@
  * sysctls may forbid even to root. (Root without CAP_SYS_ADMIN, as in a
  * container, gets the unprivileged path: a user namespace mapping its own
  * uid, so the agent is that container's root and no more.) The mounts
- * happen before the switch, so
- * the bridge and the CA may live where that user cannot look (a 0700
- * checkout); only the files themselves must be executable and readable.
+ * happen before the switch, so the bridge and the CA may live where that
+ * user cannot look (a 0700 checkout); only the files themselves must be
+ * executable and readable.
  *
  * Setup errors travel back over a close-on-exec pipe (errno, then a message):
  * EOF with no bytes means the exec succeeded. A second pipe, whose write end
