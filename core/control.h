@@ -20,6 +20,7 @@ struct engine_owner;
 struct control {
 	struct engine *e; /* borrowed */
 	int listen_fd;
+	int stop_fd; /* eventfd: control_stop wakes the thread's poll */
 	pthread_t thread;
 	char path[108];
 };

@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -281,6 +282,8 @@ int engine_owner_of(int32_t pid, struct engine_owner *o)
 	stat[n] = '\0';
 	/* The command name may hold spaces and parentheses: fields count from the last ')'. */
 	char *p = strrchr(stat, ')');
+	if (p != NULL && (p[1] != ' ' || p[2] == 'Z' || p[2] == 'X'))
+		return -ESRCH; /* exited, not yet reaped: gone all the same */
 	for (int field = 2; p != NULL && field < 22; field++)
 		p = strchr(p + 1, ' ');
 	if (p == NULL)
@@ -576,6 +579,7 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 		sandbox_close(e, e->sandboxes[idx]);
 	if (ret == 0) {
 		struct engine_sandbox *sb = e->sandboxes[idx];
+		sb->owner = owner != NULL ? *owner : (struct engine_owner){ 0 };
 		(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
 		if (owner != NULL && owner->uid != 0 && chown(dir, owner->uid, (gid_t)-1) == -1)
 			log_warn("sandbox %s: chown %s to uid %u: %s", id, dir, owner->uid,
@@ -616,6 +620,55 @@ int engine_sandbox_remove(struct engine *e, const char *id)
 	registry_drop(e, id);
 	pthread_mutex_unlock(&e->lock);
 	return 0;
+}
+
+struct owned_sandbox {
+	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
+	struct engine_owner owner;
+};
+
+static bool owner_alive(const struct engine_owner *o)
+{
+	struct engine_owner now;
+
+	AN_ASSERT(o->pid > 0);
+	if (kill(o->pid, 0) == -1 && errno == ESRCH)
+		return false;
+	return engine_owner_of(o->pid, &now) == 0 && now.start_ticks == o->start_ticks;
+}
+
+uint32_t engine_sandbox_reap_orphans(struct engine *e)
+{
+	uint32_t owned = 0, removed = 0;
+
+	pthread_mutex_lock(&e->lock);
+	uint32_t used = e->sandbox_used;
+	struct owned_sandbox *list = used > 0 ? pool_calloc(used, sizeof(*list)) : NULL;
+	for (uint32_t i = 0; list != NULL && i < used; i++) {
+		const struct engine_sandbox *sb = e->sandboxes[i];
+		if (sb->state != SANDBOX_ACTIVE || !sb->dynamic || sb->owner.pid <= 0)
+			continue;
+		memcpy(list[owned].id, sb->id, sizeof(sb->id));
+		list[owned++].owner = sb->owner;
+	}
+	pthread_mutex_unlock(&e->lock);
+	AN_ASSERT(owned <= used);
+	for (uint32_t i = 0; i < owned; i++) {
+		if (owner_alive(&list[i].owner))
+			continue;
+		/* -ENOENT: removed meanwhile (its agentsnet run ran `sandbox rm` after all). */
+		int ret = engine_sandbox_remove(e, list[i].id);
+		if (ret == 0) {
+			removed++;
+			log_info("sandbox %s: its owner (pid %d) is gone; removed", list[i].id,
+				 (int)list[i].owner.pid);
+		} else if (ret != -ENOENT) {
+			log_warn("sandbox %s: its owner is gone, but removing it failed: %s",
+				 list[i].id, strerror(-ret));
+		}
+	}
+	pool_free(list);
+	return removed;
 }
 
 void engine_sandbox_foreach(struct engine *e, void *arg,

@@ -50,19 +50,20 @@ struct engine_owner {
 	uint64_t start_ticks; /* /proc/<pid>/stat field 22 */
 };
 
-/* Fills <o> for process <pid>. 0, or -ESRCH when it is gone. Any thread. */
+/* Fills <o> for process <pid>. 0, or -ESRCH when it is gone (or a zombie). Any thread. */
 int engine_owner_of(int32_t pid, struct engine_owner *o);
 
 struct engine_sandbox {
 	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
 	char profile_name[CONFIG_SANDBOX_ID_BYTES_MAX];
 	uint32_t profile;
-	uint32_t worker; /* the worker that owns its listener and connections */
-	int listen_fd;   /* owned; the sandbox's egress socket, -1 when none */
-	bool dynamic;    /* added at run time: recorded in the registry, removable */
-	uint8_t state;   /* enum engine_sandbox_state; written under engine.lock */
-	uint32_t conns;  /* live connections; owned by the worker */
-	char path[108];  /* the socket's path (sun_path) */
+	uint32_t worker;           /* the worker that owns its listener and connections */
+	int listen_fd;             /* owned; the sandbox's egress socket, -1 when none */
+	bool dynamic;              /* added at run time: recorded in the registry, removable */
+	uint8_t state;             /* enum engine_sandbox_state; written under engine.lock */
+	uint32_t conns;            /* live connections; owned by the worker */
+	char path[108];            /* the socket's path (sun_path) */
+	struct engine_owner owner; /* pid 0: none (written under engine.lock) */
 };
 
 struct engine {
@@ -105,8 +106,10 @@ int engine_stop(struct engine *e);
  * Adds sandbox <id> on profile <profile_name> while the engine runs: creates
  * its directory and listening socket, records it in the registry (with
  * <owner> when not NULL: a later start drops the record if that process is
- * gone; a non-root owner also owns the directory, so its `agentsnet run` can
- * create the sandbox's ingress socket there) and hands it to a worker. Writes the sandbox's directory to <dir>/<cap>. Returns 0,
+ * gone, and so does engine_sandbox_reap_orphans while it runs; a non-root
+ * owner also owns the directory, so its `agentsnet run` can create the
+ * sandbox's ingress socket there) and hands it to a worker. Writes the
+ * sandbox's directory to <dir>/<cap>. Returns 0,
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
  * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached) or the
  * -errno of a failed socket step. Control path only (takes the lock).
@@ -121,6 +124,15 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
  * (the sandbox comes from the policy file) or -ETIMEDOUT.
  */
 int engine_sandbox_remove(struct engine *e, const char *id);
+
+/*
+ * Removes every run-time sandbox whose owner process is gone (an
+ * `agentsnet run` that was SIGKILLed cannot unregister itself), as
+ * engine_sandbox_remove does, and logs each. The owners are checked outside
+ * the lock, so adds and removes are not held up by /proc reads. Returns how
+ * many were removed. Control path only.
+ */
+uint32_t engine_sandbox_reap_orphans(struct engine *e);
 
 /* Calls <fn> for every active sandbox, under the lock. */
 void engine_sandbox_foreach(struct engine *e, void *arg,

@@ -65,6 +65,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 CASE_DIR = os.path.join(HERE, "sandbox-cases")
 HOST_ADDR = "10.255.255.1"  # on lo of the host namespace only: a host address
 UNPRIV_UID = 65534
+# The daemon checks owners of sandboxes every second (core/control.c).
+REAP_WAIT_S = 5
 RUN_TIMEOUT_S = 40
 AUDIT_WAIT_S = 3
 DOWN_ERROR_S = 5  # the agent's request after the daemon stopped fails within this
@@ -938,6 +940,31 @@ class Tests(Pass):
 
         self.timed("a daemonised child of the agent does not outlive agentsnet run", orphan)
 
+    def t_killed(self):
+        def killed():
+            a = self.start(["sh", "-c", "echo ready; exec sleep 300"])
+            a.wait_out("ready")
+            sb_dir = os.path.join(self.vars["sock_dir"], "sandboxes", a.sandbox)
+            errs = [] if a.sandbox in self.listed() else ["%s is not listed while it runs"
+                                                          % a.sandbox]
+            a.proc.kill()
+            a.finish()
+            if a.rc != -signal.SIGKILL:
+                errs.append("agentsnet run: exit %s, want killed by SIGKILL" % a.rc)
+            deadline = time.monotonic() + REAP_WAIT_S
+            while time.monotonic() < deadline and (a.sandbox in self.listed() or
+                                                   os.path.lexists(sb_dir)):
+                time.sleep(0.1)
+            if a.sandbox in self.listed():
+                errs.append("the daemon still lists %s %ds after its agentsnet run was killed"
+                            % (a.sandbox, REAP_WAIT_S))
+            if os.path.lexists(sb_dir):
+                errs.append("%s is left (%r)" % (sb_dir, os.listdir(sb_dir)))
+            return errs + self.leftovers(a)
+
+        self.timed("agentsnet run SIGKILLed: the sandbox dies with it and the daemon removes "
+                   "its registration and socket within %ds" % REAP_WAIT_S, killed)
+
     def t_default_id(self):
         def default_id():
             go = self.go("default-id")
@@ -1421,7 +1448,7 @@ class Tests(Pass):
 
 # ---- set-up and tear-down -------------------------------------------------------
 
-TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "default_id", "refusals",
+TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "daemon_restart", "daemon_stopped", "ingress"]
 
