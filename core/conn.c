@@ -359,8 +359,11 @@ static void conn_maybe_free(struct conn *c)
 
 	if (c->state != ST_CLOSING || c->ops != 0 || c->cancels != 0 || (c->flags & F_DNS))
 		return;
-	AN_ASSERT(c->cfd == -1);
-	AN_ASSERT(c->ufd == -1);
+	/* Only now, with no op of ours left to resolve them, may the slots be reused. */
+	if (c->cfd >= 0)
+		close_slot(c, &c->cfd);
+	if (c->ufd >= 0)
+		close_slot(c, &c->ufd);
 	audit_close_record(c);
 	struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
 	AN_ASSERT(sb->conns > 0);
@@ -400,10 +403,10 @@ static void conn_close_at(struct conn *c, int line)
 		io_uring_sqe_set_data64(sqe, ud_encode(c, OP_CANCEL));
 		c->cancels++;
 	}
-	if (c->cfd >= 0)
-		close_slot(c, &c->cfd);
-	if (c->ufd >= 0)
-		close_slot(c, &c->ufd);
+	/* The slots stay ours until conn_maybe_free: a splice runs on an io-wq
+	 * thread and looks its fixed descriptor up when it starts, so a slot
+	 * closed (and handed to a new socket) while one is queued would let it
+	 * move another connection's bytes. */
 }
 
 void conn_abort(struct conn *c)
@@ -1720,6 +1723,11 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 			r->holds_buf = true;
 			ring_buf_taken(conn_ring(c), r->bid);
 		}
+		/* A splice that finished after the tunnel did left its bytes in the
+		 * pipe: counted, the pipe goes back dirty and is never handed to
+		 * another connection with them. */
+		if (c->state != ST_TUNNEL && rop == ROP_SPLICE_IN && res > 0 && r->pipe != NULL)
+			r->pipe_bytes += (uint32_t)res;
 		if (c->state == ST_TUNNEL) {
 			on_relay(c, dir, rop, res, cqe_flags);
 		} else if (c->state == ST_FORWARD) {
