@@ -112,7 +112,7 @@ demo: deps
 
 bench:
 	$(Q)./tools/deps.sh bench
-	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd
+	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd $(MICRO_BIN)
 	$(Q)bench/run.sh
 
 fuzz:
@@ -120,5 +120,7 @@ fuzz:
 
 clean:
 	rm -rf build
+
+include bench/micro.mk
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,25 +1,41 @@
 #!/usr/bin/env python3
 """agentsnet load benchmarks (driven by bench/run.sh, i.e. `make bench`).
 
-Starts, all on 127.0.0.1 and each pinned with taskset: the raw origin
-(bench/tunnel origin), the HTTP origin (nginx when installed, else tunnel
-origin --http), and agentsnetd with a bench policy that serves its TCP
-listener as sandbox "bench". The load (clients and origins) runs on one core,
-the proxy on another. Then, each agentsnetd figure next to the direct
-connection measured in the same run:
+Every scenario measures agentsnetd next to the peers a user would pick
+instead, and next to the direct connection (no proxy: the ceiling), all in
+the same run on 127.0.0.1, so that the ratios hold while the absolute
+figures of a shared VM drift. The load (clients, origins) runs on one core,
+each proxy on the other (taskset). Subjects:
 
-  a) CONNECT tunnel throughput, 1 stream, download, median of 3 (target >=
-     0.70 of direct);
-     also upload, 4 streams, and the sandbox's Unix socket, for information;
-  b) plain-HTTP forward requests/s with wrk, absolute-form through the proxy
-     vs. origin-form straight to the origin, with p50/p99/p99.9 latency;
-  c) idle tunnel memory: the daemon's VmRSS and Pss before and after opening
-     8,000 idle tunnels from several client processes (target <= 2 KiB each).
+  agentsnetd   the release daemon, 1 worker, its TCP listener as sandbox "bench"
+  direct       straight to the origin
+  squid        forward proxy (bench/peers.py), memory cache off
+  tinyproxy    forward proxy
+  haproxy      mode tcp with splice: the TCP-relay reference (no CONNECT, so it
+               is reached directly and relays to the raw origin)
 
-Prints one table and writes the figures as JSON (--results). Every process is
-stopped by its PID; every wait is bounded. Exit 0 when every measurement ran
-(a missed target is reported, and fails the run only with AN_BENCH_STRICT=1),
-1 when something broke.
+Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
+  1. plain-HTTP forward requests/s and p50/p99 (wrk, bench/forward.lua) to nginx;
+  2. new CONNECT tunnels/s: connect, CONNECT, one small exchange, close
+     (bench/tunnel rate);
+  3. bulk tunnel throughput, 1 and 8 streams: Gbit/s and the proxy's CPU
+     seconds per GiB moved;
+  4. idle tunnels: the proxy's memory per tunnel (Pss, whole process tree) at
+     1,000, 8,000 and the most this machine allows;
+  5. canned responses (fake tier) and 6. TLS interception: skipped, with the
+     reason, until the TLS tiers exist;
+  7. microbenchmarks (bench/micro.cc, Google Benchmark): head parsing, policy
+     lookup at 1k/100k/1M rules, audit emit;
+  8. per-core scaling: agentsnetd with 1 and 2 workers.
+
+Prints one table, ratios first (agentsnetd / subject; the "better" column says
+whether higher or lower wins), and writes it as JSON (--results), after
+reading the previous file so the table also shows the change since the last
+run. Every process is stopped by its PID; every wait is bounded. Exit 0 when
+every measurement ran (a missed target is reported, and fails the run only
+with AN_BENCH_STRICT=1), 1 when something broke. Rejected: one process per
+scenario (peers would start and warm up a dozen times; they idle between
+their turns instead).
 """
 
 import argparse
@@ -33,16 +49,32 @@ import subprocess
 import sys
 import time
 
+import peers
+
 HERE = os.path.dirname(os.path.abspath(__file__))
+LEVELS = (1, 64, 512)
+WRK_SECONDS = 3
+RATE_SECONDS = 3
 THROUGHPUT_SECONDS = 4
-THROUGHPUT_REPEATS = 3  # the target figure: median of this many, direct and proxy interleaved
-WRK_SECONDS = 5
-WRK_CONNECTIONS = 64
-IDLE_TUNNELS = 8000
-IDLE_PROCS = 4  # open files are limited per process; spread the tunnels
+THROUGHPUT_REPEATS = 3  # target figures: median of this many, subjects interleaved
+IDLE_LEVELS = (1000, 8000)
+IDLE_PROCS = 4  # open files are limited per process; spread the client side
+IDLE_HOLD_S = 300
 READY_TIMEOUT_S = 30
 IDLE_READY_TIMEOUT_S = 120
+MICRO_REPEATS = 10
 ORIGIN_NAME = "bench.origin"
+PEERS = ("squid", "tinyproxy", "haproxy")
+SUBJECTS = ("agentsnetd", "direct") + PEERS
+# The fixed-file table of one io_uring is capped at RLIMIT_NOFILE: 20,000 here,
+# two slots per tunnel (client and upstream), less the listeners' and spare slots.
+NOFILE = 20000
+IDLE_MAX = 9800
+TLS_SKIP = "the TLS tiers (fake, inject) land with issue 6"
+if os.environ.get("AN_BENCH_QUICK") == "1":  # a smoke run of every code path, figures void
+    LEVELS, WRK_SECONDS, RATE_SECONDS, THROUGHPUT_SECONDS = (1, 64), 1, 1, 1
+    THROUGHPUT_REPEATS, IDLE_LEVELS, IDLE_MAX, MICRO_REPEATS = 1, (200,), 400, 2
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class Broken(Exception):
@@ -79,18 +111,35 @@ def read_until(path, needle, proc, timeout):
     raise Broken("timed out after %ds waiting for %r in %s" % (timeout, needle, path))
 
 
-def mem_kib(pid):
-    """(VmRSS, Pss) of <pid> in KiB."""
-    rss = pss = None
-    with open("/proc/%d/status" % pid, encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1])
-    with open("/proc/%d/smaps_rollup" % pid, encoding="ascii") as f:
-        for line in f:
-            if line.startswith("Pss:"):
-                pss = int(line.split()[1])
+def mem_kib(pids):
+    """(sum of VmRSS, sum of Pss) of <pids> in KiB; a process that is gone counts 0."""
+    rss = pss = 0
+    for pid in pids:
+        try:
+            with open("/proc/%d/status" % pid, encoding="ascii") as f:
+                rss += next((int(x.split()[1]) for x in f if x.startswith("VmRSS:")), 0)
+            with open("/proc/%d/smaps_rollup" % pid, encoding="ascii") as f:
+                pss += next((int(x.split()[1]) for x in f if x.startswith("Pss:")), 0)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
     return rss, pss
+
+
+def cpu_seconds(pids):
+    """User + system CPU seconds of <pids> (and the children they reaped)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid, encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / CLK_TCK
+
+
+def median(xs):
+    return sorted(xs)[len(xs) // 2]
 
 
 class Bench:
@@ -100,9 +149,12 @@ class Bench:
         self.procs = []
         self.rows = []
         self.raw = {}
+        self.peers = {}
+        self.unavailable = {}
         ncpu = os.cpu_count() or 1
         self.load_cpu = "0"
         self.proxy_cpu = "1" if ncpu >= 2 else "0"
+        self.workers = 1
 
     # ---- processes ----------------------------------------------------------
 
@@ -126,6 +178,8 @@ class Bench:
         return p.returncode
 
     def stop_all(self):
+        for peer in self.peers.values():
+            peer.stop()
         for p in reversed(self.procs):
             self.stop(p)
 
@@ -145,19 +199,12 @@ class Bench:
         text = read_until(path, "origin: listening", p, READY_TIMEOUT_S)
         self.raw_port = int(text.split("origin: listening")[1].split()[0].rsplit(":", 1)[1])
         nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+        if not nginx:
+            raise Broken("nginx is not installed (tools/deps.sh bench installs it)")
         self.http_port = free_port()
-        if nginx:
-            self.http_origin = "nginx"
-            conf = self.nginx_conf()
-            p, path = self.start([nginx, "-e", os.path.join(self.work, "nginx-error.log"),
-                                  "-p", self.work, "-c", conf], "origin-http.out", self.load_cpu)
-            self.wait_port(self.http_port, p)
-        else:
-            self.http_origin = "tunnel origin --http"
-            p, path = self.start([self.args.tunnel, "origin", "--http", "--listen",
-                                  "127.0.0.1:%d" % self.http_port], "origin-http.out",
-                                 self.load_cpu)
-            read_until(path, "origin: listening", p, READY_TIMEOUT_S)
+        p, _ = self.start([nginx, "-e", os.path.join(self.work, "nginx-error.log"), "-p",
+                           self.work, "-c", self.nginx_conf()], "origin-http.out", self.load_cpu)
+        self.wait_port(self.http_port, p)
 
     def nginx_conf(self):
         w = self.work
@@ -166,9 +213,10 @@ class Bench:
             f.write("""worker_processes 1;
 daemon off;
 master_process off;
+worker_rlimit_nofile %(nofile)d;
 pid %(w)s/nginx.pid;
 error_log %(w)s/nginx-error.log warn;
-events { worker_connections 4096; }
+events { worker_connections 8192; }
 http {
 	access_log off;
 	client_body_temp_path %(w)s/nginx-body;
@@ -179,18 +227,19 @@ http {
 	keepalive_requests 100000000;
 	keepalive_timeout 120s;
 	server {
-		listen 127.0.0.1:%(port)d;
+		listen 127.0.0.1:%(port)d backlog=4096;
 		location / { return 200 "hello, bench\\n"; }
 	}
 }
-""" % {"w": w, "port": self.http_port})
+""" % {"w": w, "port": self.http_port, "nofile": NOFILE})
         return conf
 
     def wait_port(self, port, proc):
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise Broken("origin exited %d (see %s)" % (proc.returncode, self.work))
+                raise Broken("%s exited %d (see %s)" % (proc.args[2], proc.returncode,
+                                                        self.work))
             try:
                 socket.create_connection(("127.0.0.1", port), 1).close()
                 return
@@ -198,17 +247,18 @@ http {
                 time.sleep(0.05)
         raise Broken("nothing listens on 127.0.0.1:%d" % port)
 
-    def start_daemon(self):
+    def start_daemon(self, workers=1, cpu=None):
+        self.workers = workers
         self.tcp_port = free_port()
-        self.sock_dir = os.path.join(self.work, "sock")
+        self.sock_dir = os.path.join(self.work, "sock-%d" % workers)
         os.mkdir(self.sock_dir)
-        policy = os.path.join(self.work, "bench.yaml")
+        policy = os.path.join(self.work, "bench-%d.yaml" % workers)
         with open(policy, "w", encoding="ascii") as f:
             f.write("""version: 1
 daemon:
   socket_dir: %(sock)s
-  audit_log: %(w)s/audit.jsonl
-  workers: 1
+  audit_log: %(w)s/audit-%(workers)d.jsonl
+  workers: %(workers)d
   tcp_listen: 127.0.0.1:%(tcp)d
   tcp_sandbox: bench
 resolver:
@@ -221,108 +271,12 @@ profiles:
     rules:
       - {host: %(name)s, tier: passthrough, owner: bench, reason: loopback bench origins}
 sandboxes: [{id: bench, profile: bench}]
-""" % {"sock": self.sock_dir, "w": self.work, "tcp": self.tcp_port, "name": ORIGIN_NAME})
+""" % {"sock": self.sock_dir, "w": self.work, "tcp": self.tcp_port, "name": ORIGIN_NAME,
+       "workers": workers})
         self.daemon, self.daemon_out = self.start(
-            [self.args.daemon, "--config", policy, "--workers", "1"], "agentsnetd.err",
-            self.proxy_cpu)
+            [self.args.daemon, "--config", policy, "--workers", str(workers)],
+            "agentsnetd-%d.err" % workers, cpu or self.proxy_cpu)
         read_until(self.daemon_out, "agentsnetd: ready", self.daemon, READY_TIMEOUT_S)
-
-    # ---- measurements -------------------------------------------------------
-
-    def row(self, name, unit, ours, direct, target=None, higher_better=True):
-        ratio = ours / direct if direct else None
-        ok = None
-        if target is not None:
-            ok = ratio >= target if higher_better and direct else ours <= target
-        self.rows.append({"name": name, "unit": unit, "agentsnetd": ours, "direct": direct,
-                          "ratio": ratio, "target": target, "met": ok})
-
-    def throughput(self, via, streams=1, up=False):
-        cmd = [self.args.tunnel, "throughput", "--streams", str(streams), "--seconds",
-               str(THROUGHPUT_SECONDS), "--dir", "up" if up else "down"]
-        authority = "%s:%d" % (ORIGIN_NAME, self.raw_port)
-        if via == "direct":
-            cmd += ["--direct", "--target", "127.0.0.1:%d" % self.raw_port]
-        elif via == "tcp":
-            cmd += ["--proxy", "127.0.0.1:%d" % self.tcp_port, "--authority", authority]
-        else:
-            cmd += ["--proxy-unix", os.path.join(self.sock_dir, "sandboxes", "bench",
-                                                 "egress.sock"), "--authority", authority]
-        out = self.run_load(cmd, THROUGHPUT_SECONDS + 60)
-        fields = dict(x.split("=", 1) for x in out.split("throughput:")[1].split())
-        return float(fields["gbit_s"])
-
-    def bench_throughput(self):
-        direct, ours = [], []
-        for _ in range(THROUGHPUT_REPEATS):
-            direct.append(self.throughput("direct"))
-            ours.append(self.throughput("tcp"))
-        self.raw["tunnel_1_stream_down"] = {"direct": direct, "agentsnetd": ours}
-        self.row("tunnel 1 stream down (TCP listener, median of %d)" % THROUGHPUT_REPEATS,
-                 "Gbit/s", sorted(ours)[len(ours) // 2], sorted(direct)[len(direct) // 2], 0.70)
-        for label, kw in (("tunnel 1 stream up", {"up": True}),
-                          ("tunnel 4 streams down", {"streams": 4})):
-            direct1 = self.throughput("direct", **kw)
-            ours1 = self.throughput("tcp", **kw)
-            self.row("%s (TCP listener)" % label, "Gbit/s", ours1, direct1)
-        direct = self.throughput("direct")
-        ours = self.throughput("unix")
-        self.row("tunnel 1 stream down (Unix socket)", "Gbit/s", ours, direct)
-
-    def wrk(self, via):
-        script = os.path.join(HERE, "forward.lua")
-        env = dict(os.environ)
-        if via == "direct":
-            url = "http://127.0.0.1:%d/" % self.http_port
-            env.pop("BENCH_TARGET", None)
-        else:
-            url = "http://127.0.0.1:%d/" % self.tcp_port
-            env["BENCH_TARGET"] = "%s:%d" % (ORIGIN_NAME, self.http_port)
-        out = self.run_load(["wrk", "-t1", "-c%d" % WRK_CONNECTIONS, "-d%ds" % WRK_SECONDS,
-                             "-s", script, url], WRK_SECONDS + 60, env=env)
-        doc = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
-        if doc["errors"] or doc["requests"] == 0:
-            raise Broken("wrk %s: %d errors (%d non-2xx) in %d requests" % (
-                via, doc["errors"], doc["non_2xx"], doc["requests"]))
-        return doc
-
-    def bench_forward(self):
-        direct = self.wrk("direct")
-        ours = self.wrk("proxy")
-        self.raw["wrk"] = {"direct": direct, "agentsnetd": ours, "origin": self.http_origin}
-        self.row("plain-HTTP forward", "req/s", ours["rps"], direct["rps"])
-        for key, label in (("p50_us", "p50"), ("p99_us", "p99"), ("p999_us", "p99.9")):
-            self.row("plain-HTTP forward latency %s" % label, "us", ours[key], direct[key])
-
-    def bench_idle(self):
-        before = mem_kib(self.daemon.pid)
-        per = IDLE_TUNNELS // IDLE_PROCS
-        clients = []
-        for i in range(IDLE_PROCS):
-            p, path = self.start([self.args.tunnel, "idle", "--proxy",
-                                  "127.0.0.1:%d" % self.tcp_port, "--authority",
-                                  "%s:%d" % (ORIGIN_NAME, self.raw_port), "--count", str(per),
-                                  "--hold-seconds", "300"], "idle-%d.out" % i, self.load_cpu)
-            clients.append((p, path))
-        for p, path in clients:
-            read_until(path, "idle: ready", p, IDLE_READY_TIMEOUT_S)
-        time.sleep(1.0)
-        after = mem_kib(self.daemon.pid)
-        for p, _path in clients:
-            if self.stop(p) != 0:
-                raise Broken("idle client exited %d" % p.returncode)
-        time.sleep(1.0)
-        closed = mem_kib(self.daemon.pid)
-        n = per * IDLE_PROCS
-        rss_per = (after[0] - before[0]) / n
-        pss_per = (after[1] - before[1]) / n
-        self.raw["idle"] = {"tunnels": n, "rss_kib_before": before[0], "rss_kib_after": after[0],
-                            "rss_kib_closed": closed[0], "pss_kib_before": before[1],
-                            "pss_kib_after": after[1], "pss_kib_closed": closed[1]}
-        self.row("idle tunnel memory, VmRSS (%d tunnels)" % n, "KiB/tunnel", rss_per, None, 2.0,
-                 higher_better=False)
-        self.row("idle tunnel memory, Pss (%d tunnels)" % n, "KiB/tunnel", pss_per, None, 2.0,
-                 higher_better=False)
 
     def stop_daemon(self):
         code = self.stop(self.daemon, timeout=30)
@@ -331,34 +285,413 @@ sandboxes: [{id: bench, profile: bench}]
         if code != 0 or "assertion failed" in text:
             raise Broken("agentsnetd exited %d after SIGTERM:\n%s" % (code, text[-3000:]))
 
+    def start_peers(self):
+        for name in PEERS:
+            try:
+                self.peers[name] = peers.start(name, self.work, self.proxy_cpu,
+                                               relay_target=("127.0.0.1", self.raw_port))
+                log("bench: %s on 127.0.0.1:%d" % (name, self.peers[name].port))
+            except peers.Unavailable as e:
+                self.unavailable[name] = str(e)
+                log("bench: %s unavailable: %s" % (name, e))
+
+    # ---- how each subject is reached -----------------------------------------
+
+    def proxy_pids(self, subject):
+        if subject == "agentsnetd":
+            return [self.daemon.pid]
+        return self.peers[subject].pids() if subject in self.peers else []
+
+    def has_role(self, subject, role):
+        if subject in ("agentsnetd", "direct"):
+            return True
+        peer = self.peers.get(subject)
+        return peer is not None and role in peer.roles
+
+    def tunnel_args(self, subject):
+        """bench/tunnel options that reach the raw origin through <subject>."""
+        raw = "127.0.0.1:%d" % self.raw_port
+        if subject == "direct":
+            return ["--direct", "--target", raw]
+        if subject == "agentsnetd":
+            return ["--proxy", "127.0.0.1:%d" % self.tcp_port, "--target", raw,
+                    "--authority", "%s:%d" % (ORIGIN_NAME, self.raw_port)]
+        peer = self.peers[subject]
+        if "tcp_relay" in peer.roles:
+            return ["--direct", "--target", "127.0.0.1:%d" % peer.port]
+        return ["--proxy", "127.0.0.1:%d" % peer.port, "--target", raw, "--authority", raw]
+
+    def skip_reason(self, subject, role):
+        if subject in self.unavailable:
+            return self.unavailable[subject]
+        return "not a %s" % {"forward": "forward proxy", "connect": "CONNECT proxy",
+                             "tcp_relay": "TCP relay"}[role]
+
+    # ---- table --------------------------------------------------------------
+
+    def row(self, scenario, name, unit, figures, higher_better=True, target=None, notes=None):
+        """<figures>: subject -> value (None: not measured, with <notes>[subject] saying why).
+        <target>: (subject, ratio): agentsnetd / subject must be >= ratio (higher better)
+        or <= ratio (lower better); subject None: an absolute bound on agentsnetd."""
+        ours = figures.get("agentsnetd")
+        ratios = {}
+        for s in SUBJECTS[1:]:
+            v = figures.get(s)
+            ratios[s] = ours / v if ours is not None and v else None
+        met = None
+        if target is not None and ours is not None:
+            subject, bound = target
+            value = ours if subject is None else ratios.get(subject)
+            if value is not None:
+                met = value >= bound if higher_better else value <= bound
+        self.rows.append({"scenario": scenario, "name": name, "unit": unit,
+                          "better": "higher" if higher_better else "lower",
+                          "figures": figures, "ratios": ratios,
+                          "target": None if target is None else
+                          {"vs": target[0], "bound": target[1]},
+                          "met": met, "notes": notes or {}})
+
+    def skip_row(self, scenario, name, reason):
+        self.rows.append({"scenario": scenario, "name": name, "unit": "-", "better": "-",
+                          "figures": {}, "ratios": {}, "target": None, "met": None,
+                          "notes": {"all": reason}})
+
+    # ---- 1. plain-HTTP forward ------------------------------------------------
+
+    def wrk(self, subject, conns):
+        script = os.path.join(HERE, "forward.lua")
+        env = dict(os.environ)
+        env.pop("BENCH_TARGET", None)
+        if subject == "direct":
+            url = "http://127.0.0.1:%d/" % self.http_port
+        elif subject == "agentsnetd":
+            url = "http://127.0.0.1:%d/" % self.tcp_port
+            env["BENCH_TARGET"] = "%s:%d" % (ORIGIN_NAME, self.http_port)
+        else:
+            url = "http://127.0.0.1:%d/" % self.peers[subject].port
+            env["BENCH_TARGET"] = "127.0.0.1:%d" % self.http_port
+        out = self.run_load(["wrk", "-t1", "-c%d" % conns, "-d%ds" % WRK_SECONDS,
+                             "--timeout", "5s", "-s", script, url], WRK_SECONDS + 60, env=env)
+        return json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
+
+    def bench_forward(self, subjects=SUBJECTS, levels=LEVELS, label=""):
+        results = {}
+        for conns in levels:
+            figs, notes = {}, {}
+            for s in subjects:
+                if not self.has_role(s, "forward"):
+                    notes[s] = self.skip_reason(s, "forward")
+                    continue
+                try:
+                    doc = self.wrk(s, conns)
+                except (Broken, subprocess.TimeoutExpired) as e:
+                    if s == "agentsnetd" or s == "direct":
+                        raise
+                    notes[s] = "failed: %s" % str(e)[:200]
+                    continue
+                # A peer that closes after every answer (tinyproxy speaks HTTP/1.0 to
+                # clients) makes wrk count a read error per request that did succeed.
+                closes = doc["read_errors"] if s not in ("agentsnetd", "direct") else 0
+                failed = doc["errors"] - closes
+                if doc["requests"] == 0 or failed > doc["requests"] // 100:
+                    if s in ("agentsnetd", "direct"):
+                        raise Broken("wrk %s c%d: %d errors (%d non-2xx) in %d requests" % (
+                            s, conns, doc["errors"], doc["non_2xx"], doc["requests"]))
+                    notes[s] = "%d errors in %d requests" % (failed, doc["requests"])
+                elif closes > doc["requests"] // 100:
+                    notes.setdefault(s + " (info)", "closes the connection after each "
+                                     "response: a new connection per request")
+                figs[s] = doc
+            results[conns] = figs
+            self.raw.setdefault("forward" + label, {})[str(conns)] = figs
+            if label:
+                continue
+            rps = {s: d["rps"] for s, d in figs.items() if s not in notes}
+            target = ("squid", 2.0) if conns == 64 else None
+            self.row("1 forward", "requests/s, %d conns" % conns, "req/s", rps, True, target,
+                     notes)
+            if conns == 64:
+                self.row("1 forward", "requests/s, %d conns vs tinyproxy" % conns, "req/s",
+                         rps, True, ("tinyproxy", 3.0), notes)
+            for key, pct in (("p50_us", "p50"), ("p99_us", "p99")):
+                self.row("1 forward", "latency %s, %d conns" % (pct, conns), "us",
+                         {s: d[key] for s, d in figs.items() if s not in notes}, False,
+                         None, notes)
+        return results
+
+    # ---- 2. new CONNECT tunnels per second -----------------------------------
+
+    def rate(self, subject, conns):
+        out = self.run_load([self.args.tunnel, "rate", *self.tunnel_args(subject),
+                             "--concurrency", str(conns), "--seconds", str(RATE_SECONDS)],
+                            RATE_SECONDS + 60)
+        line = [x for x in out.splitlines() if x.startswith("rate:")][-1]
+        return {k: float(v) for k, v in (x.split("=", 1) for x in line.split()[1:])}
+
+    def bench_rate(self, subjects=SUBJECTS, levels=LEVELS, label=""):
+        results = {}
+        for conns in levels:
+            figs, notes = {}, {}
+            for s in subjects:
+                if not self.has_role(s, "connect") and not self.has_role(s, "tcp_relay"):
+                    notes[s] = self.skip_reason(s, "connect")
+                    continue
+                try:
+                    figs[s] = self.rate(s, conns)
+                except (Broken, subprocess.TimeoutExpired) as e:
+                    if s in ("agentsnetd", "direct"):
+                        raise
+                    notes[s] = "failed: %s" % str(e)[:200]
+            results[conns] = figs
+            self.raw.setdefault("rate" + label, {})[str(conns)] = figs
+            if label:
+                continue
+            self.row("2 new tunnels", "CONNECT+exchange+close/s, %d conns" % conns, "cycles/s",
+                     {s: f["per_s"] for s, f in figs.items()}, True, None, notes)
+            self.row("2 new tunnels", "cycle p99, %d conns" % conns, "us",
+                     {s: f["p99_us"] for s, f in figs.items()}, False, None, notes)
+        return results
+
+    # ---- 3. bulk tunnel throughput --------------------------------------------
+
+    def throughput(self, subject, streams, unix=False):
+        args = self.tunnel_args(subject)
+        if unix:
+            args = ["--proxy-unix", os.path.join(self.sock_dir, "sandboxes", "bench",
+                                                 "egress.sock"), "--target",
+                    "127.0.0.1:%d" % self.raw_port, "--authority",
+                    "%s:%d" % (ORIGIN_NAME, self.raw_port)]
+        pids = self.proxy_pids(subject)
+        cpu0 = cpu_seconds(pids)
+        out = self.run_load([self.args.tunnel, "throughput", *args, "--streams", str(streams),
+                             "--seconds", str(THROUGHPUT_SECONDS), "--dir", "down"],
+                            THROUGHPUT_SECONDS + 60)
+        cpu = cpu_seconds(pids) - cpu0
+        line = out.split("throughput:")[1]
+        fields = dict(x.split("=", 1) for x in line.split())
+        gib = int(fields["bytes"]) / 2**30
+        return float(fields["gbit_s"]), (cpu / gib if pids and gib > 0 else None)
+
+    def bench_throughput(self, subjects=SUBJECTS, label=""):
+        results = {}
+        for streams in (1, 8):
+            repeats = THROUGHPUT_REPEATS if streams == 1 and not label else 1
+            runs = {}
+            notes = {}
+            for _ in range(repeats):
+                for s in subjects:
+                    if not (self.has_role(s, "connect") or self.has_role(s, "tcp_relay")):
+                        notes[s] = self.skip_reason(s, "connect")
+                        continue
+                    try:
+                        runs.setdefault(s, []).append(self.throughput(s, streams))
+                    except (Broken, subprocess.TimeoutExpired) as e:
+                        if s in ("agentsnetd", "direct"):
+                            raise
+                        notes[s] = "failed: %s" % str(e)[:200]
+            gbit = {s: median([r[0] for r in v]) for s, v in runs.items() if s not in notes}
+            cpu = {s: median([r[1] for r in v]) for s, v in runs.items()
+                   if s not in notes and v[0][1] is not None}
+            results[streams] = gbit
+            self.raw.setdefault("throughput" + label, {})[str(streams)] = runs
+            if label:
+                continue
+            what = "%d stream%s down%s" % (streams, "" if streams == 1 else "s",
+                                           ", median of %d" % repeats if repeats > 1 else "")
+            self.row("3 tunnel throughput", what + " vs direct", "Gbit/s", gbit, True,
+                     ("direct", 0.70) if streams == 1 else None, notes)
+            self.row("3 tunnel throughput", what + " vs haproxy splice", "Gbit/s", gbit, True,
+                     ("haproxy", 0.90), notes)
+            self.row("3 tunnel throughput", "proxy CPU per GiB, %d stream%s" % (
+                streams, "" if streams == 1 else "s"), "CPU s/GiB", cpu, False, None,
+                {**notes, "direct": "no proxy"})
+        if not label:
+            direct = self.throughput("direct", 1)[0]
+            unix = self.throughput("agentsnetd", 1, unix=True)[0]
+            self.row("3 tunnel throughput", "1 stream down, the sandbox's Unix socket",
+                     "Gbit/s", {"agentsnetd": unix, "direct": direct}, True, None)
+        return results
+
+    # ---- 4. idle tunnels ------------------------------------------------------
+
+    def idle(self, subject, count):
+        """Memory per idle tunnel of <subject> holding <count>: (rss, pss) KiB, or a reason."""
+        pids = self.proxy_pids(subject)
+        before = mem_kib(pids)
+        per = count // IDLE_PROCS
+        clients = []
+        for i in range(IDLE_PROCS):
+            p, path = self.start([self.args.tunnel, "idle", *self.tunnel_args(subject),
+                                  "--count", str(per), "--hold-seconds", str(IDLE_HOLD_S)],
+                                 "idle-%s-%d-%d.out" % (subject, count, i), self.load_cpu)
+            clients.append((p, path))
+        try:
+            for p, path in clients:
+                read_until(path, "idle: ready", p, IDLE_READY_TIMEOUT_S)
+            time.sleep(1.0)
+            after = mem_kib(self.proxy_pids(subject))
+        finally:
+            for p, _path in clients:
+                self.stop(p)
+                self.procs.remove(p)
+        time.sleep(1.0)
+        n = per * IDLE_PROCS
+        return ((after[0] - before[0]) / n, (after[1] - before[1]) / n,
+                {"tunnels": n, "before": before, "after": after})
+
+    def bench_idle(self, subjects=("agentsnetd", "squid", "tinyproxy", "haproxy"),
+                   levels=IDLE_LEVELS + (IDLE_MAX,), label=""):
+        for count in levels:
+            pss, rss, notes = {}, {}, {}
+            for s in subjects:
+                if s != "agentsnetd" and s not in self.peers:
+                    notes[s] = self.unavailable.get(s, "not started")
+                    continue
+                try:
+                    r, p, raw = self.idle(s, count)
+                except Broken as e:
+                    if s == "agentsnetd":
+                        raise
+                    notes[s] = "could not hold %d: %s" % (count, str(e).splitlines()[0][:160])
+                    continue
+                rss[s], pss[s] = r, p
+                self.raw.setdefault("idle" + label, {}).setdefault(str(count), {})[s] = raw
+            notes["direct"] = "no proxy"
+            if label:
+                return pss
+            tag = "%d tunnels%s" % (count, " (the ceiling)" if count == IDLE_MAX else "")
+            target = ("squid", 0.25) if count == 8000 else None
+            self.row("4 idle tunnels", "memory per tunnel, Pss, " + tag, "KiB", pss, False,
+                     target, notes)
+            if count == 8000:
+                self.row("4 idle tunnels", "memory per tunnel, Pss, 8000 (absolute)", "KiB",
+                         {"agentsnetd": pss.get("agentsnetd")}, False, (None, 2.0))
+            self.row("4 idle tunnels", "memory per tunnel, VmRSS, " + tag, "KiB", rss, False,
+                     None, notes)
+        return None
+
+    # ---- 7. microbenchmarks ---------------------------------------------------
+
+    def bench_micro(self):
+        if not self.args.micro or not os.access(self.args.micro, os.X_OK):
+            self.skip_row("7 micro", "microbenchmarks", "build/rel/bench/micro is not built")
+            return
+        # Pinned to the proxies' core, now idle: the micro driver stands in for the daemon.
+        proc = subprocess.run(["taskset", "-c", self.proxy_cpu, self.args.micro,
+                               "--benchmark_min_time=0.1", "--benchmark_repetitions=%d"
+                               % MICRO_REPEATS, "--benchmark_report_aggregates_only=true",
+                               "--benchmark_format=json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=300, check=False)
+        if proc.returncode != 0:
+            raise Broken("bench/micro exited %d: %s" % (proc.returncode,
+                                                       proc.stderr.decode()[-2000:]))
+        doc = json.loads(proc.stdout.decode())
+        self.raw["micro"] = doc["benchmarks"]
+        for b in doc["benchmarks"]:
+            if b.get("aggregate_name") != "median":
+                continue
+            name = b["run_name"]
+            # p50_ns: the median of single operations (bench/micro.cc says how).
+            if "p50_ns" in b:
+                value, what, unit = b["p50_ns"], "p50", "ns"
+            else:
+                value, what, unit = b["cpu_time"], "mean", b.get("time_unit", "ns")
+            target = None
+            if name == "policy_lookup/1000000/hit" or name == "policy_lookup/1000000/miss":
+                target = (None, 150.0)
+            elif name == "policy_build/1000000":
+                target = (None, 2000.0)
+            self.row("7 micro", "%s, %s (median of %d)" % (name, what, MICRO_REPEATS), unit,
+                     {"agentsnetd": value}, False, target)
+
+    # ---- 8. per-core scaling --------------------------------------------------
+
+    def bench_scaling(self, one):
+        """agentsnetd with 2 workers on both cores; <one>: the 1-worker figures."""
+        self.stop_daemon()
+        both = ",".join(sorted({self.load_cpu, self.proxy_cpu}))
+        self.start_daemon(workers=2, cpu=both)
+        fwd = self.bench_forward(("agentsnetd",), (64,), label="-2w")[64]["agentsnetd"]["rps"]
+        rate = self.bench_rate(("agentsnetd",), (64,), label="-2w")[64]["agentsnetd"]["per_s"]
+        thr = self.bench_throughput(("agentsnetd",), label="-2w")[8]["agentsnetd"]
+        idle = self.bench_idle(("agentsnetd",), (2 * IDLE_MAX,), label="-2w")
+        note = "2 workers share the 2 cores with the load generator"
+        for name, unit, w1, w2 in (
+                ("forward requests/s, 64 conns", "req/s", one["forward"], fwd),
+                ("new tunnels/s, 64 conns", "cycles/s", one["rate"], rate),
+                ("tunnel 8 streams down", "Gbit/s", one["throughput"], thr)):
+            self.rows.append({"scenario": "8 scaling", "name": name + ": 2 workers / 1",
+                              "unit": unit, "better": "higher",
+                              "figures": {"agentsnetd": w2, "agentsnetd-1w": w1},
+                              "ratios": {"1 worker": w2 / w1 if w1 else None},
+                              "target": None, "met": None, "notes": {"all": note}})
+        pss = idle.get("agentsnetd")
+        self.rows.append({"scenario": "8 scaling",
+                          "name": "idle tunnels held with 2 workers: %d, Pss per tunnel"
+                          % (2 * IDLE_MAX), "unit": "KiB", "better": "lower",
+                          "figures": {"agentsnetd": pss}, "ratios": {}, "target": None,
+                          "met": None,
+                          "notes": {"all": "one fixed-file table of %d per worker ring" % NOFILE}})
+        self.stop_daemon()
+
+
+# ---- output -------------------------------------------------------------------
 
 def fmt(v, unit):
     if v is None:
         return "-"
-    if unit == "req/s":
+    if unit in ("req/s", "cycles/s", "us"):
         return "%.0f" % v
-    if unit == "us":
-        return "%d" % v
-    return "%.2f" % v
+    return "%.3g" % v if abs(v) < 10 else "%.0f" % v
 
 
-def print_table(rows):
-    head = ("measure", "unit", "agentsnetd", "direct", "ratio", "target", "")
+RATIO_COLS = ("direct", "squid", "tinyproxy", "haproxy")
+
+
+def print_table(rows, last):
+    head = ("scenario", "measure", "unit", "better") + tuple("/" + c for c in RATIO_COLS) + (
+        "agentsnetd",) + RATIO_COLS + ("target", "", "vs last")
     lines = [head]
+    notes = []
     for r in rows:
+        if r["unit"] == "-":
+            lines.append((r["scenario"], r["name"], "-", "-") + ("-",) * (len(head) - 6) +
+                         ("skipped", ""))
+            notes.append("%s: skipped: %s" % (r["name"], r["notes"]["all"]))
+            continue
+        ratios = []
+        for c in RATIO_COLS:
+            v = r["ratios"].get(c)
+            if r["scenario"] == "8 scaling" and c == "direct":
+                v = r["ratios"].get("1 worker")
+            ratios.append("-" if v is None else "%.2f" % v)
         target = "-"
-        if r["target"] is not None:
-            target = (">= %.2f" % r["target"]) if r["direct"] else ("<= %.1f" % r["target"])
+        if r["target"]:
+            op = ">=" if r["better"] == "higher" else "<="
+            vs = r["target"]["vs"]
+            target = "%s %s%s" % (op, r["target"]["bound"], "" if vs is None else " x " + vs)
         verdict = {True: "met", False: "MISSED", None: ""}[r["met"]]
-        lines.append((r["name"], r["unit"], fmt(r["agentsnetd"], r["unit"]),
-                      fmt(r["direct"], r["unit"]),
-                      "-" if r["ratio"] is None else "%.2f" % r["ratio"], target, verdict))
+        prev = last.get((r["scenario"], r["name"]))
+        ours = r["figures"].get("agentsnetd")
+        change = "-" if not prev or ours is None else "%+.0f%%" % (100.0 * (ours / prev - 1))
+        lines.append((r["scenario"], r["name"], r["unit"], r["better"], *ratios,
+                      fmt(ours, r["unit"]),
+                      *(fmt(r["figures"].get(c), r["unit"]) for c in RATIO_COLS),
+                      target, verdict, change))
+        for s, why in sorted(r["notes"].items()):
+            if s not in ("direct",) or why != "no proxy":
+                notes.append("%s, %s: %s" % (r["name"], s, why))
     widths = [max(len(x[i]) for x in lines) for i in range(len(head))]
     for n, line in enumerate(lines):
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+        print("  ".join(c.ljust(w) if i < 4 else c.rjust(w)
                         for i, (c, w) in enumerate(zip(line, widths))).rstrip())
         if n == 0:
             print("  ".join("-" * w for w in widths))
+    seen = set()
+    for n in notes:
+        if n not in seen:
+            print("  note: " + n)
+            seen.add(n)
 
 
 def git_rev(root):
@@ -370,37 +703,76 @@ def git_rev(root):
         return None
 
 
+def last_figures(path):
+    """(scenario, name) -> agentsnetd figure of the previous run, when it used this format."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        return {(r["scenario"], r["name"]): r["figures"].get("agentsnetd")
+                for r in doc.get("rows", []) if "scenario" in r}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def machine():
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            model = next((x.split(":", 1)[1].strip() for x in f if x.startswith("model name")),
+                         model)
+    except OSError:
+        pass
+    return "%d cores (%s), Linux %s" % (os.cpu_count() or 1, model, platform.release())
+
+
 def main():
     ap = argparse.ArgumentParser(description="agentsnet load benchmarks")
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--tunnel", required=True)
+    ap.add_argument("--micro")
     ap.add_argument("--work", required=True)
     ap.add_argument("--results", required=True)
     args = ap.parse_args()
     b = Bench(args)
+    last = last_figures(args.results)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     status = 0
     t0 = time.monotonic()
     try:
         b.start_origins()
         b.start_daemon()
-        log("bench: agentsnetd on 127.0.0.1:%d (cpu %s), load on cpu %s, http origin: %s"
-            % (b.tcp_port, b.proxy_cpu, b.load_cpu, b.http_origin))
+        b.start_peers()
+        log("bench: agentsnetd on 127.0.0.1:%d (cpu %s), load on cpu %s; %s"
+            % (b.tcp_port, b.proxy_cpu, b.load_cpu, machine()))
         b.bench_idle()
-        b.bench_throughput()
-        b.bench_forward()
-        b.stop_daemon()
+        fwd = b.bench_forward()
+        rate = b.bench_rate()
+        thr = b.bench_throughput()
+        b.skip_row("5 canned response", "fake tier requests/s, plain and TLS", TLS_SKIP)
+        b.skip_row("6 TLS interception", "inject tier handshakes/s and keep-alive req/s "
+                   "vs mitmproxy and squid ssl-bump", TLS_SKIP)
+        for peer in list(b.peers.values()):
+            peer.stop()
+        b.peers.clear()
+        b.bench_micro()
+        b.bench_scaling({"forward": fwd[64]["agentsnetd"]["rps"],
+                         "rate": rate[64]["agentsnetd"]["per_s"],
+                         "throughput": thr[8]["agentsnetd"]})
     except (Broken, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         log("bench: FAIL: %s" % e)
         status = 1
     finally:
         b.stop_all()
-    print_table(b.rows)
+    print("agentsnet bench, %s, %s UTC, git %s; load on cpu %s, proxies on cpu %s" % (
+        machine(), time.strftime("%Y-%m-%d %H:%M", time.gmtime()), git_rev(HERE),
+        b.load_cpu, b.proxy_cpu))
+    print("ratio = agentsnetd / subject; 'better' says whether a higher or lower figure wins")
+    print_table(b.rows, last)
     missed = [r["name"] for r in b.rows if r["met"] is False]
     doc = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git": git_rev(os.path.dirname(HERE)),
-        "kernel": platform.release(),
+        "git": git_rev(HERE),
+        "machine": machine(),
         "cpus": os.cpu_count(),
         "cpu_load": b.load_cpu,
         "cpu_proxy": b.proxy_cpu,
@@ -415,6 +787,7 @@ def main():
     with open(args.results, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
+    log("bench: %.0f s" % (time.monotonic() - t0))
     if missed:
         log("bench: targets missed: %s" % ", ".join(missed))
         if os.environ.get("AN_BENCH_STRICT") == "1":

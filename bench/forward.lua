@@ -19,7 +19,8 @@ function done(summary, latency, requests)
 		+ summary.errors.status + summary.errors.timeout
 	io.write(string.format(
 		'{"requests": %d, "seconds": %.3f, "rps": %.1f, "errors": %d, "non_2xx": %d, '
-		.. '"p50_us": %d, "p99_us": %d, "p999_us": %d}\n',
+		.. '"read_errors": %d, "p50_us": %d, "p99_us": %d, "p999_us": %d}\n',
 		summary.requests, seconds, summary.requests / seconds, errors, summary.errors.status,
+		summary.errors.read,
 		latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
 end

@@ -1,7 +1,9 @@
 #!/bin/sh
 # `make bench` (not part of `make check`): builds the load client and origin
-# (bench/tunnel.c), then bench/bench.py measures agentsnetd against direct
-# connections on loopback and prints one table; the figures also go to
+# (bench/tunnel.c), then bench/bench.py measures agentsnetd against the peers
+# (squid, tinyproxy, haproxy: bench/peers.py) and direct connections on
+# loopback, runs the microbenchmarks (build/rel/bench/micro, built by `make
+# bench`) and prints one table; the figures also go to
 # bench/results/latest.json. Every step is bounded in time.
 #
 # AGENTSNETD overrides the daemon (default build/rel/agentsnetd);
@@ -35,7 +37,8 @@ if ! gcc -O2 -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wconversion 
 fi
 
 timeout --kill-after=15 "$limit" python3 -u bench/bench.py --daemon "$daemon" \
-	--tunnel "$work/tunnel" --work "$work" --results bench/results/latest.json
+	--tunnel "$work/tunnel" --micro build/rel/bench/micro --work "$work" \
+	--results bench/results/latest.json
 rc=$?
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
 	echo "bench: FAIL: global timeout of ${limit}s"
