@@ -155,6 +155,7 @@ class Bench:
         self.load_cpu = "0"
         self.proxy_cpu = "1" if ncpu >= 2 else "0"
         self.workers = 1
+        self.idle_base = {}
 
     # ---- processes ----------------------------------------------------------
 
@@ -516,8 +517,9 @@ sandboxes: [{id: bench, profile: bench}]
 
     def idle(self, subject, count):
         """Memory per idle tunnel of <subject> holding <count>: (rss, pss) KiB, or a reason."""
-        pids = self.proxy_pids(subject)
-        before = mem_kib(pids)
+        # Against the subject's memory before its first idle tunnel ever: pools a
+        # proxy keeps after an earlier level must not make a later one look cheap.
+        before = self.idle_base.setdefault(subject, mem_kib(self.proxy_pids(subject)))
         per = count // IDLE_PROCS
         clients = []
         for i in range(IDLE_PROCS):
@@ -611,6 +613,7 @@ sandboxes: [{id: bench, profile: bench}]
         self.stop_daemon()
         both = ",".join(sorted({self.load_cpu, self.proxy_cpu}))
         self.start_daemon(workers=2, cpu=both)
+        self.idle_base.pop("agentsnetd", None)
         fwd = self.bench_forward(("agentsnetd",), (64,), label="-2w")[64]["agentsnetd"]["rps"]
         rate = self.bench_rate(("agentsnetd",), (64,), label="-2w")[64]["agentsnetd"]["per_s"]
         thr = self.bench_throughput(("agentsnetd",), label="-2w")[8]["agentsnetd"]

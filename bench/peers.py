@@ -453,7 +453,8 @@ cache_mem 0 MB
 maximum_object_size_in_memory 0 KB
 digest_generation off
 
-# Every file it writes lives here, none in /var/spool/squid, /var/log/squid or /run.
+# Every file it writes lives here, none in /var/spool/squid, /var/log/squid or
+# /run/squid.pid (SMP's IPC sockets alone go to the built-in /run/squid).
 pid_filename %(dir)s/squid.pid
 cache_log %(dir)s/cache.log
 coredump_dir %(dir)s

@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -366,8 +367,8 @@ static void conn_maybe_free(struct conn *c)
 		close_slot(c, &c->ufd);
 	audit_close_record(c);
 	struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
-	AN_ASSERT(sb->conns > 0);
-	sb->conns--;
+	uint32_t live = atomic_fetch_sub_explicit(&sb->conns, 1, memory_order_relaxed);
+	AN_ASSERT(live > 0);
 	early_release_all(c);
 	relay_release(c, &c->up);
 	relay_release(c, &c->down);
@@ -465,7 +466,7 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		refuse_overloaded(w, res);
 		return;
 	}
-	w->e->sandboxes[l->sandbox]->conns++;
+	atomic_fetch_add_explicit(&w->e->sandboxes[l->sandbox]->conns, 1, memory_order_relaxed);
 	w->stats.accepted++;
 	c->w = w;
 	c->id = ((uint64_t)w->index << 48) | ++w->next_conn_seq;

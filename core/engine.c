@@ -233,7 +233,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, const char *p
 	struct engine_sandbox *sb = e->sandboxes[idx];
 
 	AN_ASSERT(sb->state == SANDBOX_FREE);
-	AN_ASSERT(sb->conns == 0);
+	AN_ASSERT(atomic_load_explicit(&sb->conns, memory_order_relaxed) == 0);
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->profile_name, sizeof(sb->profile_name), "%s", profile_name);
 	sb->profile = profile;

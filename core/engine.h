@@ -57,11 +57,13 @@ struct engine_sandbox {
 	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
 	char profile_name[CONFIG_SANDBOX_ID_BYTES_MAX];
 	uint32_t profile;
-	uint32_t worker;           /* the worker that owns its listener and connections */
-	int listen_fd;             /* owned; the sandbox's egress socket, -1 when none */
-	bool dynamic;              /* added at run time: recorded in the registry, removable */
-	uint8_t state;             /* enum engine_sandbox_state; written under engine.lock */
-	uint32_t conns;            /* live connections; owned by the worker */
+	uint32_t worker; /* the worker that owns its listener and connections */
+	int listen_fd;   /* owned; the sandbox's egress socket, -1 when none */
+	bool dynamic;    /* added at run time: recorded in the registry, removable */
+	uint8_t state;   /* enum engine_sandbox_state; written under engine.lock */
+	/* Live connections. Atomic: the TCP listener's sandbox is served by every
+	 * worker (SO_REUSEPORT), a Unix one by its own worker only. */
+	_Atomic uint32_t conns;
 	char path[108];            /* the socket's path (sun_path) */
 	struct engine_owner owner; /* pid 0: none (written under engine.lock) */
 };

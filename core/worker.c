@@ -319,7 +319,9 @@ static void run_removals(struct worker *w)
 	while (*pp != NULL) {
 		struct worker_cmd *cmd = *pp;
 		struct worker_listener *l = listener_of(w, cmd->sandbox);
-		if ((l != NULL && l->armed) || w->e->sandboxes[cmd->sandbox]->conns != 0) {
+		if ((l != NULL && l->armed) ||
+		    atomic_load_explicit(&w->e->sandboxes[cmd->sandbox]->conns,
+					 memory_order_relaxed) != 0) {
 			pp = &cmd->next;
 			continue;
 		}
