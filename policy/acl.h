@@ -1,9 +1,9 @@
 /*
  * Host lookup for one profile: which rule, if any, decides a host.
  *
- * First cut: flat hash tables (exact names, wildcard suffixes, IP literals).
- * A later issue replaces the inside with a reversed-label hash-trie; the
- * interface is kept to build, normalise, lookup and decide so that it can.
+ * Names and wildcards live in one compiled hash-trie over reversed labels
+ * (policy/acl.c says how it is laid out); IP literals in a table of their
+ * own, never reached through a name. Built once, then only read.
  */
 #ifndef AN_POLICY_ACL_H
 #define AN_POLICY_ACL_H
@@ -52,17 +52,34 @@ struct acl_rule {
 	uint8_t tier; /* enum tier */
 };
 
+/* Slot of the host trie: the high half of the node's hash, and where it is. */
+struct acl_slot {
+	uint32_t tag;
+	uint32_t node; /* 8-byte units into the arena, plus one; 0: empty */
+};
+
+/* The host trie's tables (policy/acl.c). A zeroed one is empty. */
+struct acl_trie {
+	struct acl_slot *slots; /* owned; mask + 1 of them */
+	char *arena;            /* owned; the nodes, each 8-byte aligned */
+	size_t slots_bytes;
+	size_t arena_bytes;
+	uint32_t mask;
+	uint32_t names;     /* exact-name nodes */
+	uint32_t wildcards; /* wildcard nodes */
+};
+
 struct acl {
-	struct strtab names;          /* normalised name -> rule index */
-	struct strtab wildcards;      /* suffix -> rule index */
+	struct acl_trie hosts;        /* exact names and wildcard suffixes */
 	struct strtab ips;            /* canonical IP text -> rule index */
 	const struct acl_rule *rules; /* borrowed */
 	uint32_t rule_count;
 };
 
 /*
- * Indexes the <count> rules at <rules> (borrowed: they must outlive <a> and
- * not move) into <a>. Returns 0; -EEXIST when two rules have the same kind
+ * Indexes the <count> rules at <rules> (borrowed: they must outlive <a>, not
+ * move and not change, since the trie keeps copies of their fields and
+ * pointers) into <a>. Returns 0; -EEXIST when two rules have the same kind
  * and host, with *<dup_first> < *<dup_second> their indexes (<a> is left
  * empty); or -ENOMEM/-E2BIG. Control path only; the result is immutable.
  */

@@ -355,6 +355,10 @@ START_TEST(test_ports_and_tiers)
 	struct acl_rule *rules = build(specs, 5, &a);
 	rules[0].instruction = pool_strndup("use 443", 7);
 	rules[3].instruction = pool_strndup("blocked", 7);
+	/* Rules must not change under a built acl: rebuild after the edit. */
+	uint32_t first = 0, second = 0;
+	acl_free(&a);
+	ck_assert_int_eq(acl_build(&a, rules, 5, &first, &second), 0);
 
 	struct verdict v = decide(&a, "tls.example", 443);
 	ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
@@ -442,7 +446,7 @@ START_TEST(test_duplicates)
 	ck_assert_int_eq(acl_build(&a, rules, 4, &first, &second), -EEXIST);
 	ck_assert_uint_eq(first, 0);
 	ck_assert_uint_eq(second, 3);
-	ck_assert_ptr_null(a.names.slots);
+	ck_assert_ptr_null(a.hosts.slots);
 	for (int i = 0; i < 4; i++)
 		acl_rule_free(&rules[i]);
 }
@@ -524,6 +528,127 @@ START_TEST(test_100k_rules)
 }
 END_TEST
 
+/* ---- The trie against a naive reference, on random rule sets. ---- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* A name of <min_labels>..5 labels from a small alphabet, then ".com": rules and queries overlap. */
+static size_t random_name(uint64_t *s, char *out, uint32_t min_labels)
+{
+	static const char *const labels[] = { "a",   "b",   "api",  "example", "com",
+					      "net", "x-1", "evil", "b_2" };
+	size_t len = 0;
+	uint32_t count = min_labels + (uint32_t)(rng_next(s) % (6 - min_labels));
+
+	for (uint32_t i = 0; i < count; i++) {
+		const char *l = labels[rng_next(s) % AN_ARRAY_LEN(labels)];
+		if (i > 0)
+			out[len++] = '.';
+		memcpy(out + len, l, strlen(l));
+		len += strlen(l);
+	}
+	if (len == 0) {
+		memcpy(out, "com", 4);
+		return 3;
+	}
+	memcpy(out + len, ".com", 5);
+	return len + 4;
+}
+
+/* The rule a naive scan picks for the normalised <q>: exact, else the longest wildcard. */
+static int naive_pick(const struct acl_rule *rules, uint32_t n, const char *q, size_t len)
+{
+	int best = -1;
+	size_t best_len = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct acl_rule *r = &rules[i];
+		if (r->kind == ACL_KIND_NAME && r->host_len == len && memcmp(r->host, q, len) == 0)
+			return (int)i;
+		if (r->kind == ACL_KIND_WILDCARD && len > r->host_len + 1 &&
+		    memcmp(q + len - r->host_len, r->host, r->host_len) == 0 &&
+		    q[len - r->host_len - 1] == '.' && r->host_len > best_len) {
+			best = (int)i;
+			best_len = r->host_len;
+		}
+	}
+	return best;
+}
+
+START_TEST(test_trie_vs_naive)
+{
+	enum { RULES = 200, QUERIES = 4000, SETS = 20 };
+	char host[ACL_HOST_NORM_BYTES], query[ACL_HOST_NORM_BYTES + 4], norm[ACL_HOST_NORM_BYTES];
+	uint32_t agreed = 0, hits = 0;
+
+	for (uint64_t set = 1; set <= SETS; set++) {
+		uint64_t s = set * 0x9e3779b97f4a7c15ull;
+		struct acl_rule *rules = pool_calloc(RULES, sizeof(*rules));
+		uint32_t n = 0;
+		struct acl a;
+		uint32_t first = 0, second = 0;
+
+		for (uint32_t i = 0; i < RULES; i++) {
+			/* Wildcards of two labels or more: the loader refuses "*.com". */
+			bool wild = rng_next(&s) % 3 == 0;
+			char spec[ACL_HOST_NORM_BYTES + 2], id[16];
+			size_t len = random_name(&s, host, wild ? 1 : 0);
+			snprintf(spec, sizeof(spec), "%s%.*s", wild ? "*." : "", (int)len, host);
+			snprintf(id, sizeof(id), "r%u", n);
+			make_rule(&rules[n], spec, TIER_PASSTHROUGH, id);
+			/* Duplicates are the loader's to refuse: keep the first of each. */
+			bool dup = false;
+			for (uint32_t j = 0; j < n && !dup; j++)
+				dup = rules[j].kind == rules[n].kind &&
+				      rules[j].host_len == rules[n].host_len &&
+				      memcmp(rules[j].host, rules[n].host, rules[n].host_len) == 0;
+			if (dup)
+				acl_rule_free(&rules[n]);
+			else
+				n++;
+		}
+		ck_assert_int_eq(acl_build(&a, rules, n, &first, &second), 0);
+		for (uint32_t q = 0; q < QUERIES; q++) {
+			size_t len = random_name(&s, query, 0);
+			/* Client spellings: upper case and a trailing dot reach the same rule. */
+			size_t at = (size_t)(rng_next(&s) % len);
+			if (rng_next(&s) % 4 == 0 && query[at] >= 'a' && query[at] <= 'z')
+				query[at] = (char)(query[at] - 'a' + 'A');
+			if (rng_next(&s) % 4 == 0)
+				query[len++] = '.';
+			enum acl_kind kind;
+			int m = acl_normalise(query, len, norm, sizeof(norm), &kind, NULL);
+			ck_assert_int_gt(m, 0);
+			int want = naive_pick(rules, n, norm, (size_t)m);
+			struct verdict v;
+			acl_decide(&a, guarded(query, len), len, 443, &v);
+			const struct acl_rule *got = acl_lookup(&a, norm, (size_t)m, kind);
+			ck_assert_int_eq(got == NULL ? -1 : (int)(got - rules), want);
+			if (want < 0) {
+				ck_assert_ptr_null(v.rule);
+				ck_assert_int_eq(v.reason, REASON_HOST_NOT_ALLOWED);
+			} else {
+				ck_assert_str_eq(v.rule, rules[want].id);
+				ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
+				hits++;
+			}
+			agreed++;
+		}
+		release(&a, rules, n);
+	}
+	ck_assert_uint_eq(agreed, (uint32_t)QUERIES * SETS);
+	/* Both answers must be exercised, or the comparison proves little. */
+	ck_assert_uint_gt(hits, agreed / 10);
+	ck_assert_uint_lt(hits, agreed - agreed / 10);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("policy/acl");
@@ -532,6 +657,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, guard_setup, guard_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_normalise_table);
+	tcase_add_test(tc, test_trie_vs_naive);
 	tcase_add_test(tc, test_normalise_nul_byte);
 	tcase_add_test(tc, test_normalise_limits);
 	tcase_add_test(tc, test_exact_beats_wildcard);
