@@ -64,7 +64,7 @@ build/san/agentsnetd: build/san/tools/agentsnetd.o build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/ctl.o tools/sandbox.o
+AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/check.o tools/ctl.o tools/sandbox.o
 build/rel/agentsnet: $(AGENTSNET_OBJ:%=build/rel/%) build/rel/libagentsnet.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)

@@ -669,12 +669,9 @@ static void decide(struct conn *c, const struct http1_request *req)
 	c->tier = (uint8_t)v.tier;
 	c->rule = v.rule;
 	c->instruction = v.instruction;
-	if (v.tier == TIER_DENY) {
-		respond(c, v.reason != REASON_NONE ? v.reason : REASON_HOST_NOT_ALLOWED);
-		return;
-	}
-	if (v.tier != TIER_PASSTHROUGH && v.tier != TIER_LOCAL) {
-		respond(c, REASON_TIER_UNAVAILABLE);
+	enum reason refusal = verdict_refusal(&v);
+	if (refusal != REASON_NONE) {
+		respond(c, refusal);
 		return;
 	}
 	c->keep_alive = req->keep_alive;
@@ -690,10 +687,6 @@ static void decide(struct conn *c, const struct http1_request *req)
 	c->reused_upstream = c->ufd >= 0;
 	if (c->ufd >= 0) {
 		forward_start(c);
-		return;
-	}
-	if (v.tier == TIER_LOCAL && v.upstream == NULL) {
-		respond(c, REASON_TIER_UNAVAILABLE);
 		return;
 	}
 	c->upstream_local = v.upstream;

@@ -50,4 +50,21 @@ struct verdict_ops {
 	const char *(*profile_name)(const void *policy, uint32_t index);
 };
 
+/*
+ * What the engine answers for <v>: REASON_NONE when it serves the request,
+ * else the refusal. The one place this is decided: core/conn.c and
+ * `agentsnet check` both call it. Tiers the engine does not serve yet (fake,
+ * inject) are refused as tier_unavailable; a local rule needs its upstream.
+ */
+static inline enum reason verdict_refusal(const struct verdict *v)
+{
+	if (v->tier == TIER_DENY)
+		return v->reason != REASON_NONE ? v->reason : REASON_HOST_NOT_ALLOWED;
+	if (v->tier != TIER_PASSTHROUGH && v->tier != TIER_LOCAL)
+		return REASON_TIER_UNAVAILABLE;
+	if (v->tier == TIER_LOCAL && v->upstream == NULL)
+		return REASON_TIER_UNAVAILABLE;
+	return REASON_NONE;
+}
+
 #endif /* AN_CORE_VERDICT_H */

@@ -30,6 +30,7 @@
 #include "core/an.h"
 #include "core/layout.h"
 #include "tools/ca.h"
+#include "tools/check.h"
 #include "tools/ctl.h"
 #include "tools/sandbox.h"
 
@@ -48,11 +49,14 @@ static const char usage_text[] =
     "       agentsnet run [--sandbox ID] [--profile NAME] [--socket-dir DIR] [--bridge PATH]\n"
     "                     [--ca PATH] [--public-url URL] [--user USER[:GROUP]]\n"
     "                     -- CMD [ARGS...]\n"
+    "       agentsnet check [--config FILE] [--sandbox ID | --profile NAME] URL [METHOD]\n"
     "       agentsnet --help | --version\n"
     "\n"
     "ca init     writes DIR/ca.key (0600), DIR/ca.pem and DIR/bundle.pem (host roots + CA,\n"
     "            the file to mount as AGENT_CA_CERT); --days 1..3650, default 397.\n"
     "sandbox     registers, removes or lists sandboxes on the running agentsnetd.\n"
+    "check       prints the decision agentsnetd would make for URL, from the same code\n"
+    "            (exit 0 allow, 1 deny, 2 no decision: see agentsnet check --help).\n"
     "run         runs CMD through agentsnet-bridge in a sandbox with no network but lo,\n"
     "            its egress socket at /run/agentsnet/sandbox/egress.sock; exits with\n"
     "            CMD's status. --sandbox defaults to run-<pid>, --profile to default,\n"
@@ -593,5 +597,7 @@ int main(int argc, char **argv)
 		return control_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "run") == 0)
 		return run_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "check") == 0)
+		return check_main(argc - 1, argv + 1);
 	return usage_error("unknown command");
 }

@@ -1445,6 +1445,56 @@ class Tests(Pass):
 
         self.timed("agentsnet ping answers through the control socket", ping)
 
+        def check(args):
+            p = subprocess.run(self.host_cmd([self.vars["agentsnet"], "check", "--config",
+                                              self.vars["policy"], *args]),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=self.run_env(), timeout=20, check=False)
+            fields = dict(line.split(": ", 1) for line in p.stdout.decode().splitlines()
+                          if ": " in line)
+            return p.returncode, fields, p.stderr.decode()
+
+        def check_agrees():
+            """Each URL's `agentsnet check` against what the daemon answers a sandbox."""
+            http = "http://origin.test:%d/small.json" % self.vars["http_port"]
+            urls = [(self.url(), "http_connect"), (self.url(host="other.test"), "http_connect"),
+                    ("https://nope.test/", "http_connect"), (http, "http_code")]
+            go = self.go("check")
+            script = "; ".join(["curl -s --max-time 15 -o /dev/null -w '%%{%s}\\n' %s"
+                                % (field, url) for url, field in urls] +
+                               ["echo ready", WAIT_SH % go])
+            a = self.start(["sh", "-c", script])
+            errs = []
+            try:
+                a.wait_out("ready")
+                for (url, _field), live in zip(urls, a.stdout().split()):
+                    rc, got, err = check(["--sandbox", a.sandbox, url])
+                    want_rc = 0 if live == "200" else 1
+                    if rc != want_rc or (rc == 1 and got.get("status") != live):
+                        errs.append("%s: the daemon answered %s, agentsnet check exit %d (%r%s)"
+                                    % (url, live, rc, got, err))
+            finally:
+                touch(go)
+                a.finish()
+            # The same URL on another profile, and the refusals of bad input.
+            rc, got, err = check(["--profile", "other", self.url(host="other.test")])
+            if rc != 0 or got.get("rule") != "other":
+                errs.append("--profile other: exit %d, %r %s" % (rc, got, err))
+            rc, got, err = check(["--profile", "other", self.url()])
+            if rc != 1 or got.get("reason") != "host_not_allowed":
+                errs.append("--profile other, origin.test: exit %d, %r %s" % (rc, got, err))
+            for args, want in ((["ftp://origin.test/"], "only http:// and https://"),
+                               (["--profile", "nope", self.url()], "no profile nope"),
+                               (["--sandbox", "no-such-sandbox", self.url()], "neither in the")):
+                rc, got, err = check(args)
+                if rc != 2 or want not in err:
+                    errs.append("check %s: exit %d, stderr %r; want 2 and %r" % (
+                        args, rc, err, want))
+            return errs + self.leftovers(a)
+
+        self.timed("agentsnet check gives the daemon's own answer for each URL (a live "
+                   "sandbox's profile, another profile, bad input refused)", check_agrees)
+
 
 # ---- set-up and tear-down -------------------------------------------------------
 
