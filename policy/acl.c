@@ -30,9 +30,12 @@
  * spelled it, and every spelling of one host must reach the same rule. Hence
  * canonical inet_ntop text for IP literals, ASCII lower case, one trailing
  * dot dropped, and refusal of anything a resolver might read differently from
- * us (numeric last labels, zones, empty labels, bytes outside the LDH set plus
- * underscore). Non-ASCII names are refused: rules and clients use the
- * punycode (xn--) form.
+ * us (zones, empty labels, bytes outside the LDH set plus underscore, numeric
+ * last labels that are no IPv4 address). A host whose last label is a number
+ * is read as the WHATWG URL parser reads it, as browsers and curl do
+ * ("2130706433", "0x7f.1" and "127.1" are 127.0.0.1), an IPv4-mapped IPv6
+ * literal as its IPv4 address, and a name beyond ASCII as its IDNA2008
+ * A-label (libidn2): each then meets the rules its canonical form meets.
  */
 #include "policy/acl.h"
 
@@ -41,6 +44,8 @@
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <idn2.h>
+#include <stdlib.h>
 #include <xxhash.h>
 
 #include "core/an.h"
@@ -72,20 +77,6 @@ static bool label_is_numeric(const char *s, size_t len)
 	return true;
 }
 
-/* Rewrites the IP literal in <buf> (NUL-terminated) as canonical text. Length or -EINVAL. */
-static int canonical_ip(char *buf, size_t cap, int family)
-{
-	unsigned char bin[sizeof(struct in6_addr)];
-
-	AN_ASSERT(cap >= INET6_ADDRSTRLEN);
-	AN_ASSERT(family == AF_INET || family == AF_INET6);
-	if (inet_pton(family, buf, bin) != 1)
-		return -EINVAL;
-	if (inet_ntop(family, bin, buf, (socklen_t)cap) == NULL)
-		return -EINVAL;
-	return (int)strlen(buf);
-}
-
 static int normalise_ip6(const char *host, size_t len, char *out, size_t cap, const char **why)
 {
 	AN_ASSERT(cap >= ACL_HOST_NORM_BYTES);
@@ -100,10 +91,108 @@ static int normalise_ip6(const char *host, size_t len, char *out, size_t cap, co
 	}
 	memcpy(out, host, len);
 	out[len] = '\0';
-	int n = canonical_ip(out, cap, AF_INET6);
-	if (n < 0)
+	struct in6_addr a6;
+	if (inet_pton(AF_INET6, out, &a6) != 1) {
 		*why = "invalid IPv6 address";
-	return n;
+		return -EINVAL;
+	}
+	/* ::ffff:a.b.c.d reaches a.b.c.d: it meets the IPv4 rules as that. */
+	int family = IN6_IS_ADDR_V4MAPPED(&a6) ? AF_INET : AF_INET6;
+	const void *bin = family == AF_INET ? (const void *)&a6.s6_addr[12] : (const void *)&a6;
+	if (inet_ntop(family, bin, out, (socklen_t)cap) == NULL) {
+		*why = "invalid IPv6 address";
+		return -EINVAL;
+	}
+	return (int)strlen(out);
+}
+
+/* One part of a WHATWG IPv4 host: 0x-hex, 0-octal or decimal. 0, or -EINVAL. */
+static int ipv4_part(const char *s, size_t len, uint64_t *out)
+{
+	unsigned base = 10;
+	uint64_t v = 0;
+
+	if (len == 0)
+		return -EINVAL;
+	if (len >= 2 && s[0] == '0' && s[1] == 'x') {
+		base = 16;
+		s += 2;
+		len -= 2;
+	} else if (len >= 2 && s[0] == '0') {
+		base = 8;
+		s++;
+		len--;
+	}
+	for (size_t i = 0; i < len; i++) {
+		unsigned d = s[i] >= '0' && s[i] <= '9'   ? (unsigned)(s[i] - '0')
+			     : s[i] >= 'a' && s[i] <= 'f' ? (unsigned)(s[i] - 'a' + 10)
+							  : 99u;
+		if (d >= base)
+			return -EINVAL;
+		v = v * base + d;
+		if (v > UINT32_MAX)
+			return -EINVAL; /* beyond any part's range: stop before overflowing */
+	}
+	*out = v;
+	return 0;
+}
+
+/*
+ * The lower-cased <s>/<len> (no trailing dot) as the WHATWG URL standard's
+ * IPv4 parser reads a host whose last label is a number: one to four parts
+ * of 0x-hex, 0-octal or decimal, the last filling the remaining bytes
+ * ("2130706433", "0x7f.1", "017700000001" and "127.1" are all 127.0.0.1).
+ * Browsers and curl connect to such hosts, so they must meet the IP rules.
+ * Returns 0 with *<addr> in host order, or -EINVAL.
+ */
+static int ipv4_whatwg(const char *s, size_t len, uint32_t *addr)
+{
+	uint64_t parts[4];
+	size_t n = 0, start = 0;
+
+	for (size_t i = 0; i <= len; i++) {
+		if (i < len && s[i] != '.')
+			continue;
+		if (n == 4 || ipv4_part(s + start, i - start, &parts[n]) != 0)
+			return -EINVAL;
+		n++;
+		start = i + 1;
+	}
+	AN_ASSERT(n >= 1 && n <= 4);
+	uint64_t v = 0;
+	for (size_t i = 0; i + 1 < n; i++) {
+		if (parts[i] > 255)
+			return -EINVAL;
+		v |= parts[i] << (8 * (3 - i));
+	}
+	if (parts[n - 1] >= (1ull << (8 * (5 - n))))
+		return -EINVAL;
+	*addr = (uint32_t)(v | parts[n - 1]);
+	return 0;
+}
+
+/*
+ * A host with bytes beyond ASCII, as its IDNA2008 A-label form (libidn2,
+ * non-transitional, NFC first) in <ace>/<cap>. Length, or -EINVAL.
+ */
+static int idna_to_ascii(const char *host, size_t len, char *ace, size_t cap)
+{
+	char in[ACL_HOST_NORM_BYTES * 4];
+	char *res = NULL;
+
+	if (len >= sizeof(in) || memchr(host, '\0', len) != NULL)
+		return -EINVAL;
+	memcpy(in, host, len);
+	in[len] = '\0';
+	int rc = idn2_to_ascii_8z(in, &res, IDN2_NONTRANSITIONAL | IDN2_NFC_INPUT);
+	if (rc != IDN2_OK || res == NULL)
+		return -EINVAL;
+	size_t n = strlen(res);
+	int ret = n < cap ? (int)n : -EINVAL;
+	if (ret > 0)
+		memcpy(ace, res, n + 1);
+	idn2_free(res);
+	return ret;
 }
 
 int acl_normalise(const char *host, size_t len, char *out, size_t cap, enum acl_kind *kind,
@@ -124,14 +213,28 @@ int acl_normalise(const char *host, size_t len, char *out, size_t cap, enum acl_
 		return normalise_ip6(host + 1, len - 2, out, cap, why);
 	if (memchr(host, ':', len) != NULL)
 		return normalise_ip6(host, len, out, cap, why);
+	char ace[ACL_HOST_NORM_BYTES];
+	for (size_t i = 0; i < len; i++) {
+		if ((unsigned char)host[i] < 0x80)
+			continue;
+		/* Rare (clients send the A-label themselves): libidn2 allocates. */
+		int n = idna_to_ascii(host, len, ace, sizeof(ace));
+		if (n < 0) {
+			*kind = ACL_KIND_NAME;
+			*why = "not a valid internationalised domain name (IDNA2008)";
+			return -EINVAL;
+		}
+		host = ace;
+		len = (size_t)n;
+		break;
+	}
 	if (len > ACL_NAME_BYTES_MAX + 1) {
 		*why = "host longer than 253 bytes";
 		return -EINVAL;
 	}
 	if (host[len - 1] == '.')
 		len--;
-	/* One pass: lower case, byte and label checks, and whether it could be dotted IPv4. */
-	bool dotted_decimal = len > 0;
+	/* One pass: lower case, byte and label checks. */
 	size_t label_start = 0;
 	for (size_t i = 0; i < len; i++) {
 		char c = host[i];
@@ -156,12 +259,16 @@ int acl_normalise(const char *host, size_t len, char *out, size_t cap, enum acl_
 			*why = "character outside [A-Za-z0-9-_.] (use the xn-- form of IDNs)";
 			return -EINVAL;
 		}
-		dotted_decimal = dotted_decimal && c >= '0' && c <= '9';
 	}
 	out[len] = '\0';
-	/* inet_pton takes dotted decimal only: nothing else is worth the call. */
-	if (dotted_decimal && canonical_ip(out, cap, AF_INET) >= 0)
+	uint32_t v4;
+	if (label_start < len && label_is_numeric(out + label_start, len - label_start) &&
+	    ipv4_whatwg(out, len, &v4) == 0) {
+		struct in_addr a = { .s_addr = htonl(v4) };
+		if (inet_ntop(AF_INET, &a, out, (socklen_t)cap) == NULL)
+			return -EINVAL;
 		return (int)strlen(out);
+	}
 	*kind = ACL_KIND_NAME;
 	if (len == 0) {
 		*why = "empty host";

@@ -1170,6 +1170,14 @@ static int parse_rule_host(struct loader *ld, struct acl_rule *r)
 		n = acl_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
 		if (n < 0)
 			return fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown, why);
+		/* Clients may spell 127.0.0.1 as 2130706433; a rule may not, or it misleads. */
+		size_t len = ev_len(ld) - (ev_text(ld)[ev_len(ld) - 1] == '.');
+		if (kind == ACL_KIND_IP && memchr(ev_text(ld), ':', ev_len(ld)) == NULL &&
+		    (len != (size_t)n || memcmp(ev_text(ld), norm, len) != 0))
+			return fail(ld, ld->ev.start_mark,
+				    "invalid host \"%s\": write the IPv4 address in dotted "
+				    "decimal, as %s",
+				    shown, norm);
 	}
 	if (n < 0)
 		return n;

@@ -150,7 +150,9 @@ START_TEST(test_normalise_table)
 		{ "192.0.2.1.", "192.0.2.1", ACL_KIND_IP, NULL },
 		{ "2001:DB8:0:0::1", "2001:db8::1", ACL_KIND_IP, NULL },
 		{ "[2001:db8::1]", "2001:db8::1", ACL_KIND_IP, NULL },
-		{ "::FFFF:192.0.2.1", "::ffff:192.0.2.1", ACL_KIND_IP, NULL },
+		{ "::FFFF:192.0.2.1", "192.0.2.1", ACL_KIND_IP, NULL },
+		{ "[::ffff:127.0.0.1]", "127.0.0.1", ACL_KIND_IP, NULL },
+		{ "::ffff:7f00:1", "127.0.0.1", ACL_KIND_IP, NULL },
 		{ "0:0:0:0:0:0:0:1", "::1", ACL_KIND_IP, NULL },
 		{ "", NULL, ACL_KIND_IP, "empty host" },
 		{ ".", NULL, ACL_KIND_NAME, "empty host" },
@@ -163,19 +165,36 @@ START_TEST(test_normalise_table)
 		  "character outside [A-Za-z0-9-_.] (use the xn-- form of IDNs)" },
 		{ "b\xc3\xbc"
 		  "cher.example",
-		  NULL, ACL_KIND_NAME,
-		  "character outside [A-Za-z0-9-_.] (use the xn-- form of IDNs)" },
+		  "xn--bcher-kva.example", ACL_KIND_NAME, NULL },
+		{ "B\xc3\x9c"
+		  "CHER.example.",
+		  "xn--bcher-kva.example", ACL_KIND_NAME, NULL },
+		{ "\xff\xfe.example", NULL, ACL_KIND_NAME,
+		  "not a valid internationalised domain name (IDNA2008)" },
 		{ "a/b", NULL, ACL_KIND_NAME,
 		  "character outside [A-Za-z0-9-_.] (use the xn-- form of IDNs)" },
-		{ "1.2.3", NULL, ACL_KIND_NAME,
+		{ "1.2.3", "1.2.0.3", ACL_KIND_IP, NULL },
+		{ "2130706433", "127.0.0.1", ACL_KIND_IP, NULL },
+		{ "0x7f.1", "127.0.0.1", ACL_KIND_IP, NULL },
+		{ "0X7F.0.0.1", "127.0.0.1", ACL_KIND_IP, NULL },
+		{ "127.1", "127.0.0.1", ACL_KIND_IP, NULL },
+		{ "017700000001", "127.0.0.1", ACL_KIND_IP, NULL },
+		{ "0x7f000001.", "127.0.0.1", ACL_KIND_IP, NULL },
+		{ "127.0.0.0x1", "127.0.0.1", ACL_KIND_IP, NULL },
+		{ "01.2.3.4", "1.2.3.4", ACL_KIND_IP, NULL },
+		{ "0", "0.0.0.0", ACL_KIND_IP, NULL },
+		{ "4294967295", "255.255.255.255", ACL_KIND_IP, NULL },
+		{ "4294967296", NULL, ACL_KIND_NAME,
 		  "the last label is numeric but the host is not a valid IPv4 address" },
-		{ "2130706433", NULL, ACL_KIND_NAME,
+		{ "1.2.3.4.5", NULL, ACL_KIND_NAME,
 		  "the last label is numeric but the host is not a valid IPv4 address" },
-		{ "0x7f.1", NULL, ACL_KIND_NAME,
+		{ "256.1.1.1", NULL, ACL_KIND_NAME,
 		  "the last label is numeric but the host is not a valid IPv4 address" },
-		{ "127.0.0.0x1", NULL, ACL_KIND_NAME,
+		{ "1.2.65536", NULL, ACL_KIND_NAME,
 		  "the last label is numeric but the host is not a valid IPv4 address" },
-		{ "01.2.3.4", NULL, ACL_KIND_NAME,
+		{ "09.1.1.1", NULL, ACL_KIND_NAME,
+		  "the last label is numeric but the host is not a valid IPv4 address" },
+		{ "example.1", NULL, ACL_KIND_NAME,
 		  "the last label is numeric but the host is not a valid IPv4 address" },
 		{ "example.0x", NULL, ACL_KIND_NAME,
 		  "the last label is numeric but the host is not a valid IPv4 address" },
@@ -412,17 +431,19 @@ START_TEST(test_ip_literal_rules)
 	ck_assert_rule(&a, "192.0.2.1", "v4");
 	ck_assert_rule(&a, "192.0.2.1.", "v4");
 	ck_assert_rule(&a, "192.0.2.2", "-");
-	ck_assert_rule(&a, "::ffff:192.0.2.1", "-");
+	ck_assert_rule(&a, "::ffff:192.0.2.1", "v4");
+	ck_assert_rule(&a, "[::FFFF:c000:201]", "v4");
 	ck_assert_rule(&a, "2001:db8::1", "v6");
 	ck_assert_rule(&a, "2001:DB8:0000:0:0:0:0:1", "v6");
 	ck_assert_rule(&a, "[2001:db8::1]", "v6");
 	ck_assert_rule(&a, "2001:db8::1%eth0", "-");
 	ck_assert_rule(&a, "2001:db8::2", "-");
-	/* Other spellings of an IPv4 address are not names and match nothing. */
-	ck_assert_rule(&a, "3221225985", "-");
-	ck_assert_rule(&a, "0xc0.0.2.1", "-");
-	ck_assert_rule(&a, "192.0.513", "-");
-	ck_assert_rule(&a, "0300.0.2.1", "-");
+	/* Every spelling of an IPv4 address a client may send meets the same rule. */
+	ck_assert_rule(&a, "3221225985", "v4");
+	ck_assert_rule(&a, "0xc0.0.2.1", "v4");
+	ck_assert_rule(&a, "192.0.513", "v4");
+	ck_assert_rule(&a, "0300.0.2.1", "v4");
+	ck_assert_rule(&a, "0300.0.2.2", "-");
 	/* An IP literal never falls back to a wildcard. */
 	ck_assert_rule(&a, "x.2.1.example", "wild");
 	release(&a, rules, 3);
