@@ -65,6 +65,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 CASE_DIR = os.path.join(HERE, "sandbox-cases")
 HOST_ADDR = "10.255.255.1"  # on lo of the host namespace only: a host address
 UNPRIV_UID = 65534
+# Issue 5's density target: sandboxes registered at once, each its own socket.
+DENSITY_SANDBOXES = 10000
 # The daemon checks owners of sandboxes every second (core/control.c).
 REAP_WAIT_S = 5
 RUN_TIMEOUT_S = 40
@@ -1392,6 +1394,82 @@ class Tests(Pass):
         self.timed("unprivileged caller with --user: refused (the agent runs as the caller)",
                    unprivileged_user_flag)
 
+    # ---- density -------------------------------------------------------------
+
+    def connect_status(self, sock, authority):
+        """The status line agentsnetd answers a CONNECT on the Unix socket <sock>."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        try:
+            s.connect(sock)
+            s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority.encode(),
+                                                                     authority.encode()))
+            data = b""
+            while b"\r\n" not in data:
+                got = s.recv(4096)
+                if not got:
+                    break
+                data += got
+        except OSError as e:
+            return "error %s" % e
+        finally:
+            s.close()
+        return data.split(b"\r\n", 1)[0].decode("latin-1")
+
+    def t_density(self):
+        """DENSITY_SANDBOXES sandboxes added at run time, half on each profile: each
+        answers on its own socket with its own profile's verdict, `agentsnet run` works
+        beside them, and removing them all leaves no socket, directory or descriptor."""
+        def density():
+            ids = ["dense-%05d" % i for i in range(DENSITY_SANDBOXES)]
+            self.ids.update(ids)  # their requests are audited under their ids
+            fd_dir = "/proc/%d/fd" % self.daemon.pid
+            fds_before = len(os.listdir(fd_dir))
+            t0 = time.monotonic()
+            for i, sid in enumerate(ids):
+                got = self.ctl("sandbox add %s %s" % (sid, "other" if i % 2 else "default"))
+                if not got or not got[0].startswith("ok "):
+                    return ["sandbox add %s (after %d): %r" % (sid, i, got)]
+            added_s = time.monotonic() - t0
+            fds_full = len(os.listdir(fd_dir))
+            errs = []
+            missing = set(ids) - self.listed()
+            if missing:
+                errs.append("sandbox ls lacks %d of them, e.g. %s" % (len(missing),
+                                                                      sorted(missing)[0]))
+            origin = "origin.test:%d" % self.vars["https_port"]
+            sandboxes = os.path.join(self.vars["sock_dir"], "sandboxes")
+            for sid, want in ((ids[0], " 200 "), (ids[1], " 403 "), (ids[-2], " 200 "),
+                              (ids[-1], " 403 ")):
+                line = self.connect_status(os.path.join(sandboxes, sid, "egress.sock"), origin)
+                if want not in line:
+                    errs.append("CONNECT %s through %s: %r, want%s" % (origin, sid, line, want))
+            a = self.agent(["curl", "-sS", "--fail", "--max-time", "15", "-o", "/dev/null",
+                            self.url()])
+            if a.rc != 0:
+                errs.append("agentsnet run beside them: exit %s: %s" % (a.rc, a.stderr()[-800:]))
+            t1 = time.monotonic()
+            for sid in ids:
+                got = self.ctl("sandbox rm %s" % sid)
+                if got != ["ok"]:
+                    errs.append("sandbox rm %s: %r" % (sid, got))
+                    break
+            removed_s = time.monotonic() - t1
+            left = set(ids) & set(os.listdir(sandboxes))
+            if left:
+                errs.append("%d directories left, e.g. %s" % (len(left), sorted(left)[0]))
+            fds_after = len(os.listdir(fd_dir))
+            if fds_after > fds_before + 8:
+                errs.append("descriptors: %d before, %d after removing them all" % (
+                    fds_before, fds_after))
+            log("# density: %d sandboxes added in %.1fs, removed in %.1fs; daemon descriptors "
+                "%d -> %d -> %d" % (DENSITY_SANDBOXES, added_s, removed_s, fds_before, fds_full,
+                                    fds_after))
+            return errs + self.leftovers(a)
+
+        self.timed("%d sandboxes at run time: each socket answers its own profile, an agent "
+                   "runs beside them, removing them leaves nothing" % DENSITY_SANDBOXES, density)
+
     # ---- the CLI around it ---------------------------------------------------
 
     def t_ca_init(self):
@@ -1500,7 +1578,7 @@ class Tests(Pass):
 
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
-         "unprivileged", "identity", "daemon_restart", "daemon_stopped", "ingress"]
+         "unprivileged", "identity", "density", "daemon_restart", "daemon_stopped", "ingress"]
 
 
 def preflight(args):
