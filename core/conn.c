@@ -653,6 +653,31 @@ static void request_copy(struct conn *c, const struct http1_request *req)
 static void resolve_start(struct conn *c);
 static void forward_start(struct conn *c);
 
+/*
+ * The sandbox's limits on a request the policy allows: its connections at
+ * once (checked on a connection's first request) and its request rate (a
+ * bucket on this worker; the TCP listener's sandbox, served by every worker,
+ * gets one per worker). Sets c->retry_after_s for the answer.
+ */
+static enum reason limits_refusal(struct conn *c)
+{
+	const struct engine_sandbox *sb = conn_sandbox(c);
+	struct worker *w = c->w;
+	uint32_t retry = 0;
+
+	if (sb->limits.concurrent != 0 && c->requests == 1 &&
+	    atomic_load_explicit(&sb->conns, memory_order_relaxed) > sb->limits.concurrent) {
+		c->retry_after_s = 1;
+		return REASON_CONCURRENCY_LIMITED;
+	}
+	if (!ratelimit_take(&w->buckets[c->sandbox], &sb->limits, sb->generation, w->now_ms,
+			    &retry)) {
+		c->retry_after_s = retry;
+		return REASON_RATE_LIMITED;
+	}
+	return REASON_NONE;
+}
+
 static void decide(struct conn *c, const struct http1_request *req)
 {
 	const struct engine *e = c->w->e;
@@ -660,6 +685,7 @@ static void decide(struct conn *c, const struct http1_request *req)
 
 	c->requests++;
 	c->w->stats.requests++;
+	c->retry_after_s = 0;
 	request_copy(c, req);
 	if (req->form != HTTP1_FORM_ABSOLUTE && req->form != HTTP1_FORM_AUTHORITY) {
 		respond(c, REASON_NOT_A_PROXY_REQUEST);
@@ -670,6 +696,8 @@ static void decide(struct conn *c, const struct http1_request *req)
 	c->rule = v.rule;
 	c->instruction = v.instruction;
 	enum reason refusal = verdict_refusal(&v);
+	if (refusal == REASON_NONE)
+		refusal = limits_refusal(c);
 	if (refusal != REASON_NONE) {
 		respond(c, refusal);
 		return;
@@ -1603,7 +1631,9 @@ static void respond(struct conn *c, enum reason why)
 		.port = c->port,
 		.sandbox = conn_sandbox(c)->id,
 		.audit_id = audit_id,
-		.retry_after_s = reason_status(why) == 503 ? 1u : 0u,
+		.retry_after_s = c->retry_after_s != 0       ? c->retry_after_s
+				 : reason_status(why) == 503 ? 1u
+							     : 0u,
 	};
 	ssize_t n = *buf ? deny_format(&d, *buf, WORKER_HEAD_BUFFER_BYTES) : -ENOMEM;
 	if (n > 0) {

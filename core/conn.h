@@ -99,6 +99,7 @@ struct conn {
 	const char *upstream_local; /* TIER_LOCAL: "host:port" to relay to, borrowed */
 	uint64_t decision_id;
 	uint32_t requests;
+	uint32_t retry_after_s; /* the refusal's Retry-After, 0: the reason's default */
 	uint8_t host_len;
 	uint8_t method_len;
 	char method[16];

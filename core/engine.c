@@ -237,6 +237,8 @@ static int sandbox_open(struct engine *e, int idx, const char *id, const char *p
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->profile_name, sizeof(sb->profile_name), "%s", profile_name);
 	sb->profile = profile;
+	e->ops->profile_limits(e->policy, profile, &sb->limits);
+	sb->generation++;
 	sb->dynamic = dynamic;
 	sb->worker = e->next_worker++ % e->worker_count;
 	int ret = listen_unix(sb, e->cfg->socket_dir);

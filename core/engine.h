@@ -64,8 +64,10 @@ struct engine_sandbox {
 	/* Live connections. Atomic: the TCP listener's sandbox is served by every
 	 * worker (SO_REUSEPORT), a Unix one by its own worker only. */
 	_Atomic uint32_t conns;
-	char path[108];            /* the socket's path (sun_path) */
-	struct engine_owner owner; /* pid 0: none (written under engine.lock) */
+	char path[108];               /* the socket's path (sun_path) */
+	struct engine_owner owner;    /* pid 0: none (written under engine.lock) */
+	struct verdict_limits limits; /* its profile's, copied when it opens */
+	uint32_t generation;          /* bumped each time the slot opens: buckets follow it */
 };
 
 struct engine {

@@ -50,6 +50,10 @@ static const struct reason_row reason_rows[] = {
 				"The proxy is at its connection limit; retry after a short wait." },
 	[REASON_METHOD_NOT_ALLOWED] = { "method_not_allowed", 405,
 					"This method is not allowed here; use another method." },
+	[REASON_RATE_LIMITED] = { "rate_limited", 429,
+				  "The sandbox's request rate limit is reached; wait the Retry-After seconds, then retry." },
+	[REASON_CONCURRENCY_LIMITED] = { "concurrency_limited", 429,
+					 "The sandbox has as many connections open as it may; close one or wait, then retry." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

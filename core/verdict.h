@@ -25,6 +25,13 @@ struct verdict {
 	const char *upstream;    /* TIER_LOCAL: "host:port" to relay to, else NULL */
 };
 
+/* A profile's limits, applied to each sandbox on it; 0 is unlimited. */
+struct verdict_limits {
+	uint32_t requests_per_second;
+	uint32_t burst;      /* tokens a bucket holds; 0: requests_per_second */
+	uint32_t concurrent; /* connections open at once */
+};
+
 struct verdict_ops {
 	/*
 	 * Decides <host>/<host_len> (as the client sent it, not normalised) on
@@ -48,6 +55,8 @@ struct verdict_ops {
 	int (*profile_index)(const void *policy, const char *name);
 	/* The name of profile <index> (borrowed from the snapshot). */
 	const char *(*profile_name)(const void *policy, uint32_t index);
+	/* The limits of profile <index>. */
+	void (*profile_limits)(const void *policy, uint32_t index, struct verdict_limits *out);
 };
 
 /*

@@ -108,6 +108,10 @@ static int worker_setup(struct worker *w)
 	w->timers = pool_malloc(sizeof(*w->timers));
 	if (w->timers == NULL)
 		return -ENOMEM;
+	/* Zeroed pages are only touched by sandboxes with limits on this worker. */
+	w->buckets = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*w->buckets));
+	if (w->buckets == NULL)
+		return -ENOMEM;
 	w->now_ms = timer_now_ms();
 	timer_wheel_init(w->timers, w->now_ms);
 	dns_init(&w->dns, &w->ring, cfg->dns_servers, cfg->dns_timeout_ms);
@@ -145,6 +149,7 @@ static void worker_teardown(struct worker *w)
 	pool_destroy(&w->heads);
 	ring_destroy(&w->ring);
 	AN_FREE(&w->timers);
+	AN_FREE(&w->buckets);
 }
 
 /* Cancels <l>'s multishot accept, if armed; its last completion disarms it. */

@@ -13,6 +13,7 @@
 #include "core/dns.h"
 #include "core/pipepool.h"
 #include "core/pool.h"
+#include "core/ratelimit.h"
 #include "core/ring.h"
 #include "core/timer.h"
 
@@ -73,6 +74,7 @@ struct worker {
 	struct pool heads; /* head/response buffers of LIMITS_HEAD_BYTES_MAX + slack */
 	struct pipepool pipes;
 	struct timer_wheel *timers; /* owned (large) */
+	struct ratelimit *buckets;  /* owned; one per sandbox slot (LIMITS_SANDBOXES_MAX) */
 	struct dns dns;
 	struct audit_ring *audit;
 	uint32_t listener_count;

@@ -50,7 +50,8 @@
 
 struct policy_profile {
 	char *name;
-	struct acl_rule *rules; /* owned array of rule_count */
+	struct verdict_limits limits; /* each sandbox on the profile gets its own */
+	struct acl_rule *rules;       /* owned array of rule_count */
 	uint32_t rule_count;
 	uint32_t rule_cap;
 	struct acl acl; /* indexes rules; built when the profile's rules are complete */
@@ -1423,8 +1424,39 @@ static int profile_build(struct loader *ld, struct policy_profile *pr)
 	return 0;
 }
 
-static const char *const profile_keys[] = { "rules" };
-static const struct keyset profile_keyset = { "a profile", profile_keys, 1 };
+static const char *const profile_keys[] = { "rules", "limits" };
+static const struct keyset profile_keyset = { "a profile", profile_keys,
+					      AN_ARRAY_LEN(profile_keys) };
+
+static const char *const limit_keys[] = { "requests_per_second", "burst", "concurrent" };
+static const struct keyset limit_keyset = { "a profile's limits", limit_keys,
+					    AN_ARRAY_LEN(limit_keys) };
+
+/* limits: {requests_per_second, burst, concurrent}, each 1..POLICY_LIMIT_MAX. */
+static int parse_limits(struct loader *ld, struct policy_profile *pr)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+	uint64_t v = 0;
+
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "limits");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &limit_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < AN_ARRAY_LEN(limit_keys));
+		rc = loader_uint(ld, limit_keys[key], 1, POLICY_LIMIT_MAX, &v);
+		if (rc != 0)
+			return rc;
+		uint32_t *slot = key == 0   ? &pr->limits.requests_per_second
+				 : key == 1 ? &pr->limits.burst
+					    : &pr->limits.concurrent;
+		*slot = (uint32_t)v;
+	}
+	if (rc == 0 && pr->limits.burst != 0 && pr->limits.requests_per_second == 0)
+		return fail(ld, start, "limits: burst needs requests_per_second");
+	return rc;
+}
 
 static int parse_profile(struct loader *ld, struct policy_profile *pr)
 {
@@ -1437,8 +1469,11 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 		return rc;
 	yaml_mark_t start = ld->ev.start_mark;
 	while (rc == 0 && (rc = loader_key(ld, &profile_keyset, &seen, &key)) > 0) {
-		AN_ASSERT(key == 0);
-		rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, &pc);
+		AN_ASSERT(key < AN_ARRAY_LEN(profile_keys));
+		if (key == 0)
+			rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, &pc);
+		else
+			rc = parse_limits(ld, pr);
 	}
 	strtab_free(&pc.ids);
 	if (rc == 0)
@@ -1980,10 +2015,20 @@ static const char *policy_profile_name_op(const void *policy, uint32_t index)
 	return policy_profile_name(policy, index);
 }
 
+static void policy_profile_limits_op(const void *policy, uint32_t index, struct verdict_limits *out)
+{
+	const struct policy *p = policy;
+
+	AN_ASSERT(index < p->profile_count);
+	AN_ASSERT(out != NULL);
+	*out = p->profiles[index].limits;
+}
+
 const struct verdict_ops policy_verdict_ops = {
 	.decide = policy_decide,
 	.static_lookup = policy_static_lookup,
 	.address_permitted = policy_address_permitted,
 	.profile_index = policy_profile_index_op,
 	.profile_name = policy_profile_name_op,
+	.profile_limits = policy_profile_limits_op,
 };

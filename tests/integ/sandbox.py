@@ -1416,6 +1416,97 @@ class Tests(Pass):
             s.close()
         return data.split(b"\r\n", 1)[0].decode("latin-1")
 
+    def connect_head(self, sock_path, authority):
+        """A CONNECT on the Unix socket <sock_path>: (status, {header: value}, socket left
+        open on a 200, else None)."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(sock_path)
+        s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority.encode(),
+                                                                 authority.encode()))
+        data = b""
+        while b"\r\n\r\n" not in data:
+            got = s.recv(4096)
+            if not got:
+                break
+            data += got
+        lines = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1]) if len(lines[0].split()) > 1 else 0
+        headers = dict(x.split(": ", 1) for x in lines[1:] if ": " in x)
+        if status != 200:
+            s.close()
+            s = None
+        return status, headers, s
+
+    def t_limits(self):
+        """Profile limits, per sandbox: a burst, then 429 rate_limited with a Retry-After
+        that is honoured; a second sandbox on the profile unaffected; connections over
+        the cap refused with 429 concurrency_limited."""
+        def limits():
+            ids = ["it%d-lim-%s" % (os.getpid(), x) for x in ("a", "b", "c")]
+            for sid in ids:
+                got = self.ctl("sandbox add %s limited" % sid)
+                if not got or not got[0].startswith("ok "):
+                    return ["sandbox add %s limited: %r" % (sid, got)]
+            self.ids.update(ids)
+            path = {sid: os.path.join(self.vars["sock_dir"], "sandboxes", sid, "egress.sock")
+                    for sid in ids}
+            origin = "origin.test:%d" % self.vars["https_port"]
+            errs, held = [], []
+            try:
+                got = []
+                for _ in range(3):
+                    status, headers, s = self.connect_head(path[ids[0]], origin)
+                    got.append((status, headers))
+                    if s is not None:
+                        s.close()
+                    # Until the daemon has closed it, a tunnel counts against the cap of 2
+                    # (the refill meanwhile: a tenth of a token).
+                    time.sleep(0.1)
+                if [g[0] for g in got] != [200, 200, 429]:
+                    errs.append("a burst of 3 on %s: %r, want 200 200 429" % (
+                        ids[0], [g[0] for g in got]))
+                refused = got[-1][1]
+                retry = refused.get("Retry-After", "")
+                if refused.get("X-Agent-Reason") != "rate_limited" or not retry.isdigit() or \
+                        int(retry) < 1 or "Retry-After" not in refused.get(
+                            "X-Agent-Instruction", "Retry-After"):
+                    errs.append("the 429: %r" % refused)
+                status, _, s = self.connect_head(path[ids[1]], origin)
+                if s is not None:
+                    s.close()
+                if status != 200:
+                    errs.append("%s on the same profile: %d, want 200 (its own bucket)" % (
+                        ids[1], status))
+                if retry.isdigit():
+                    time.sleep(int(retry))
+                    status, _, s = self.connect_head(path[ids[0]], origin)
+                    if s is not None:
+                        s.close()
+                    if status != 200:
+                        errs.append("after waiting Retry-After %ss: %d, want 200" % (retry,
+                                                                                 status))
+                for _ in range(2):
+                    status, _, s = self.connect_head(path[ids[2]], origin)
+                    if s is not None:
+                        held.append(s)
+                status, headers, s = self.connect_head(path[ids[2]], origin)
+                if s is not None:
+                    held.append(s)
+                if len(held) != 2 or status != 429 or \
+                        headers.get("X-Agent-Reason") != "concurrency_limited":
+                    errs.append("a third connection with 2 held: %d %r (%d held), want 429 "
+                                "concurrency_limited" % (status, headers, len(held)))
+            finally:
+                for s in held:
+                    s.close()
+                for sid in ids:
+                    self.ctl("sandbox rm %s" % sid)
+            return errs
+
+        self.timed("limits: burst then 429 rate_limited with a Retry-After that is honoured; "
+                   "another sandbox unaffected; 429 concurrency_limited over the cap", limits)
+
     def t_density(self):
         """DENSITY_SANDBOXES sandboxes added at run time, half on each profile: each
         answers on its own socket with its own profile's verdict, `agentsnet run` works
@@ -1578,7 +1669,7 @@ class Tests(Pass):
 
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
-         "unprivileged", "identity", "density", "daemon_restart", "daemon_stopped", "ingress"]
+         "unprivileged", "identity", "limits", "density", "daemon_restart", "daemon_stopped", "ingress"]
 
 
 def preflight(args):

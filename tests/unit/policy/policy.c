@@ -271,8 +271,9 @@ START_TEST(test_unknown_keys)
 		     "t.yaml:5:5: unknown key \"tail_ms\" in daemon.timeouts");
 	expect_error("version: 1\nresolver:\n  nameservers: []\n",
 		     "t.yaml:3:3: unknown key \"nameservers\" in resolver");
-	expect_error("version: 1\nprofiles:\n  p:\n    rules: []\n    methods: []\n",
-		     "t.yaml:5:5: unknown key \"methods\" in a profile (expected one of: rules)");
+	expect_error(
+	    "version: 1\nprofiles:\n  p:\n    rules: []\n    methods: []\n",
+	    "t.yaml:5:5: unknown key \"methods\" in a profile (expected one of: rules, limits)");
 	expect_error(MINIMAL "      method: GET\n", "t.yaml:9:7: unknown key \"method\" in a rule");
 	expect_error(MINIMAL "sandboxes:\n  - id: s\n    profile: p\n    user: x\n",
 		     "t.yaml:12:5: unknown key \"user\" in a sandbox");
@@ -1243,6 +1244,20 @@ START_TEST(test_allocation_failures)
 }
 END_TEST
 
+START_TEST(test_profile_limits)
+{
+	expect_ok(HEAD RULE("a.test") "  q:\n    limits: {requests_per_second: 5, burst: 10, "
+				      "concurrent: 3}\n    rules:\n" RULE("b.test"));
+	expect_error(
+	    HEAD RULE("a.test") "  q:\n    limits: {burst: 10}\n    rules:\n" RULE("b.test"),
+	    "t.yaml:10:13: limits: burst needs requests_per_second");
+	expect_error(HEAD RULE("a.test") "  q:\n    limits: {requests_per_second: 0}\n",
+		     "t.yaml:10:35: requests_per_second");
+	expect_error(HEAD RULE("a.test") "  q:\n    limits: {rate: 5}\n",
+		     "t.yaml:10:14: unknown key \"rate\" in a profile's limits");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("policy/policy");
@@ -1251,6 +1266,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_docs_example);
+	tcase_add_test(tc, test_profile_limits);
 	tcase_add_test(tc, test_default_policy);
 	tcase_add_test(tc, test_unknown_keys);
 	tcase_add_test(tc, test_duplicate_keys);
