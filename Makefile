@@ -5,7 +5,7 @@ CC      ?= cc
 ifeq ($(CC),cc)
 CC      := gcc
 endif
-PKGS    := liburing libcares yaml-0.1 libxxhash libssl libcrypto libidn2
+PKGS    := liburing libcares yaml-0.1 libxxhash libssl libcrypto libidn2 libpsl
 WARN    := -Wall -Wextra -Werror -Wshadow -Wconversion -Wimplicit-fallthrough -Wvla -Wformat=2
 CFLAGS_BASE := -std=c17 -D_GNU_SOURCE $(WARN) -I. -pthread -g \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)

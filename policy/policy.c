@@ -39,6 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <libpsl.h>
 #include <yaml.h>
 
 #include "core/an.h"
@@ -98,6 +99,8 @@ struct loader {
 	size_t err_cap;
 	yaml_mark_t key_mark; /* of the key loader_key read last */
 	struct policy *p;
+	psl_ctx_t *psl; /* the Public Suffix List, loaded at the first wildcard */
+	bool psl_tried;
 	struct config next; /* staged: strings set and sandboxes read by this load */
 	uint32_t uints_set; /* bit i: uint_fields[i] was given */
 	uint32_t sandbox_cap;
@@ -1145,6 +1148,20 @@ static int wildcard_host(struct loader *ld, char *norm, const char *shown)
 		    ld, ld->ev.start_mark,
 		    "host \"%s\" is refused: a wildcard must be below a registrable domain (\"*.example.com\", not \"*.com\")",
 		    shown);
+	if (!ld->psl_tried) {
+		ld->psl_tried = true;
+		ld->psl = psl_latest(NULL); /* the newer of the system's file and the built-in */
+		if (ld->psl == NULL)
+			ld->psl = (psl_ctx_t *)(uintptr_t)psl_builtin();
+	}
+	/* Explicit entries only: the list's implicit "*" would make every unknown
+	 * TLD's names ("corp.internal") public suffixes. */
+	if (ld->psl != NULL &&
+	    psl_is_public_suffix2(ld->psl, norm, PSL_TYPE_ANY | PSL_TYPE_NO_STAR_RULE))
+		return fail(
+		    ld, ld->ev.start_mark,
+		    "host \"%s\" is refused: %s is a public suffix, where anyone may register names; a wildcard must be below a domain of its own (\"*.example.%s\")",
+		    shown, norm, norm);
 	AN_ASSERT(n > 0);
 	return n;
 }
@@ -1753,6 +1770,8 @@ static void apply_config(struct loader *ld, struct config *cfg)
 
 static void loader_cleanup(struct loader *ld)
 {
+	psl_free(ld->psl); /* the built-in list is left alone by psl_free */
+	ld->psl = NULL;
 	if (ld->ev_live)
 		yaml_event_delete(&ld->ev);
 	yaml_parser_delete(&ld->parser);

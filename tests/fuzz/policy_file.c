@@ -10,7 +10,7 @@
  *
  * fuzz-sources: policy/policy.c policy/acl.c policy/addr.c policy/strtab.c
  * fuzz-sources: core/config.c core/an.c core/reason.c core/pool.c
- * fuzz-libs: yaml-0.1 libxxhash libidn2
+ * fuzz-libs: yaml-0.1 libxxhash libidn2 libpsl
  */
 #include <errno.h>
 #include <stddef.h>

@@ -479,9 +479,16 @@ START_TEST(test_rule_hosts)
 	expect_error(HEAD RULE("b\xc3\xbc"
 			       "cher.example") RULE("xn--bcher-kva.example"),
 		     "t.yaml:9:13: duplicate host \"xn--bcher-kva.example\"");
-	expect_ok(HEAD RULE("\"*.co.uk\"") RULE("\"[2001:db8::1]\"") RULE("192.0.2.1")
+	/* Public suffixes (the list's explicit entries) take no wildcard; names below them do. */
+	expect_error(HEAD RULE("\"*.co.uk\""),
+		     "t.yaml:5:13: host \"*.co.uk\" is refused: co.uk is a public suffix");
+	expect_error(HEAD RULE("\"*.github.io\""),
+		     "t.yaml:5:13: host \"*.github.io\" is refused: github.io is a public suffix");
+	expect_ok(HEAD RULE("\"*.example.co.uk\"") RULE("\"*.corp.internal\""));
+	expect_ok(HEAD RULE("\"*.bbc.co.uk\"") RULE("\"[2001:db8::1]\"") RULE("192.0.2.1")
 		      RULE("\"*.example.com\"") RULE("example.com"));
-	ck_assert_int_eq(decide(0, "a.co.uk", 443).tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide(0, "a.bbc.co.uk", 443).tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide(0, "a.co.uk", 443).tier, TIER_DENY);
 	ck_assert_int_eq(decide(0, "2001:db8:0::1", 443).tier, TIER_PASSTHROUGH);
 	ck_assert_int_eq(decide(0, "example.com", 443).tier, TIER_PASSTHROUGH);
 }
