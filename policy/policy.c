@@ -99,7 +99,10 @@ struct loader {
 	size_t err_cap;
 	yaml_mark_t key_mark; /* of the key loader_key read last */
 	struct policy *p;
-	psl_ctx_t *psl; /* the Public Suffix List, loaded at the first wildcard */
+	psl_ctx_t *psl;        /* the Public Suffix List, loaded at the first wildcard */
+	struct acl_rule *deny; /* the file's global deny list (owned) */
+	uint32_t deny_count;
+	uint32_t deny_cap;
 	bool psl_tried;
 	struct config next; /* staged: strings set and sandboxes read by this load */
 	uint32_t uints_set; /* bit i: uint_fields[i] was given */
@@ -1495,8 +1498,6 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 	strtab_free(&pc.ids);
 	if (rc == 0)
 		rc = check_mandatory(ld, &profile_keyset, 1, seen, start);
-	if (rc == 0)
-		rc = profile_build(ld, pr);
 	AN_ASSERT(rc <= 0);
 	return rc;
 }
@@ -1628,11 +1629,149 @@ static int parse_version(struct loader *ld)
 	return 0;
 }
 
-enum { TK_VERSION, TK_DAEMON, TK_RESOLVER, TK_PROFILES, TK_SANDBOXES, TK__COUNT };
+enum { TK_VERSION, TK_DAEMON, TK_RESOLVER, TK_PROFILES, TK_SANDBOXES, TK_DENY, TK__COUNT };
 static const char *const top_keys[] = {
 	[TK_VERSION] = "version",   [TK_DAEMON] = "daemon",       [TK_RESOLVER] = "resolver",
-	[TK_PROFILES] = "profiles", [TK_SANDBOXES] = "sandboxes",
+	[TK_PROFILES] = "profiles", [TK_SANDBOXES] = "sandboxes", [TK_DENY] = "deny",
 };
+
+/*
+ * Known DNS-over-HTTPS endpoints: denied in every profile, even under an
+ * allowing wildcard ("*.google" does not open dns.google), since an agent
+ * that resolves names itself sidesteps the proxy's resolver and its checks.
+ * A profile's exact rule for one of them still decides it: that is an
+ * operator naming the host.
+ */
+static const char *const doh_hosts[] = {
+	"dns.google",
+	"dns.google.com",
+	"cloudflare-dns.com",
+	"mozilla.cloudflare-dns.com",
+	"chrome.cloudflare-dns.com",
+	"security.cloudflare-dns.com",
+	"family.cloudflare-dns.com",
+	"one.one.one.one",
+	"1dot1dot1dot1.cloudflare-dns.com",
+	"dns.quad9.net",
+	"dns9.quad9.net",
+	"dns10.quad9.net",
+	"dns11.quad9.net",
+	"doh.opendns.com",
+	"dns.adguard.com",
+	"dns.adguard-dns.com",
+	"doh.cleanbrowsing.org",
+	"dns.nextdns.io",
+	"doh.dns.sb",
+	"dns.alidns.com",
+	"doh.pub",
+	"doh.mullvad.net",
+	"dns.mullvad.net",
+	"ordns.he.net",
+	"doh.libredns.gr",
+	"dns.twnic.tw",
+};
+
+static int deny_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	char id[32];
+
+	AN_ASSERT(ctx == NULL && index == ld->deny_count);
+	struct acl_rule *deny = grow_array(ld->deny, &ld->deny_cap, ld->deny_count, sizeof(*deny));
+	if (deny == NULL)
+		return fail_oom(ld);
+	ld->deny = deny;
+	struct acl_rule *r = &ld->deny[ld->deny_count++];
+	memset(r, 0, sizeof(*r));
+	int rc = parse_rule_host(ld, r);
+	if (rc != 0)
+		return rc;
+	snprintf(id, sizeof(id), "deny/%u", index + 1);
+	r->id = pool_strndup(id, strlen(id));
+	r->owner = pool_strndup("policy", 6);
+	r->reason = pool_strndup("the policy's deny list", 22);
+	r->tier = TIER_DENY;
+	return r->id == NULL || r->owner == NULL || r->reason == NULL ? fail_oom(ld) : 0;
+}
+
+/* Appends a deny rule for <host> of <kind> to <pr>, copying <from>'s texts. */
+static int append_deny(struct loader *ld, struct policy_profile *pr, const char *host,
+		       uint32_t host_len, enum acl_kind kind, const struct acl_rule *from)
+{
+	struct acl_rule *rules =
+	    grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
+	if (rules == NULL)
+		return fail_oom(ld);
+	pr->rules = rules;
+	struct acl_rule *r = &pr->rules[pr->rule_count];
+	*r = (struct acl_rule){ .host = pool_strndup(host, host_len),
+				.host_len = host_len,
+				.kind = (uint8_t)kind,
+				.tier = TIER_DENY,
+				.line = from != NULL ? from->line : 0,
+				.col = from != NULL ? from->col : 0 };
+	static const char doh_reason[] =
+	    "a DNS-over-HTTPS endpoint: names are resolved by the proxy";
+	static const char doh_instruction[] =
+	    "DNS-over-HTTPS endpoints are refused; connect to hosts by name through the proxy, "
+	    "which resolves them.";
+	r->id = pool_strndup(from != NULL ? from->id : "deny/doh",
+			     strlen(from != NULL ? from->id : "deny/doh"));
+	r->owner = pool_strndup(from != NULL ? from->owner : "agentsnet",
+				strlen(from != NULL ? from->owner : "agentsnet"));
+	r->reason = pool_strndup(from != NULL ? from->reason : doh_reason,
+				 strlen(from != NULL ? from->reason : doh_reason));
+	if (from == NULL)
+		r->instruction = pool_strndup(doh_instruction, sizeof(doh_instruction) - 1);
+	pr->rule_count++; /* not in p->rule_count: that counts the rules the file wrote */
+	if (r->host == NULL || r->id == NULL || r->owner == NULL || r->reason == NULL ||
+	    (from == NULL && r->instruction == NULL))
+		return fail_oom(ld);
+	return 0;
+}
+
+/*
+ * The global deny entries (the DoH endpoints, then the file's `deny`) into
+ * profile <pr>, each unless the profile already has a rule of that kind for
+ * that host; then the profile's index.
+ */
+static int profile_finish(struct loader *ld, struct policy_profile *pr)
+{
+	struct strtab have[2] = { { 0 }, { 0 } }; /* names, wildcards */
+	uint32_t unused = 0;
+	int rc = strtab_init(&have[0],
+			     pr->rule_count + (uint32_t)AN_ARRAY_LEN(doh_hosts) + ld->deny_count);
+	if (rc == 0)
+		rc = strtab_init(&have[1], pr->rule_count + ld->deny_count);
+	for (uint32_t i = 0; i < pr->rule_count && rc == 0; i++) {
+		const struct acl_rule *r = &pr->rules[i];
+		if (r->kind == ACL_KIND_IP)
+			continue;
+		rc = strtab_insert(&have[r->kind == ACL_KIND_WILDCARD], r->host, r->host_len, i,
+				   &unused);
+		rc = rc == -EEXIST ? 0 : rc; /* the index build names duplicates */
+	}
+	uint32_t total = (uint32_t)AN_ARRAY_LEN(doh_hosts) + ld->deny_count;
+	for (uint32_t i = 0; i < total && rc == 0; i++) {
+		const struct acl_rule *from =
+		    i < AN_ARRAY_LEN(doh_hosts) ? NULL : &ld->deny[i - AN_ARRAY_LEN(doh_hosts)];
+		const char *host = from != NULL ? from->host : doh_hosts[i];
+		uint32_t len = from != NULL ? from->host_len : (uint32_t)strlen(host);
+		enum acl_kind kind = from != NULL ? (enum acl_kind)from->kind : ACL_KIND_NAME;
+		struct strtab *t = kind == ACL_KIND_WILDCARD ? &have[1] : &have[0];
+		if (kind == ACL_KIND_IP || strtab_find(t, host, len, &unused) == 0)
+			continue;
+		/* Keys must not move: insert the appended rule's own copy. */
+		rc = append_deny(ld, pr, host, len, kind, from);
+		if (rc == 0)
+			rc = strtab_insert(t, pr->rules[pr->rule_count - 1].host, len, 0, &unused);
+		rc = rc == -EEXIST ? 0 : rc;
+	}
+	strtab_free(&have[0]);
+	strtab_free(&have[1]);
+	if (rc == -ENOMEM || rc == -E2BIG)
+		return fail_oom(ld);
+	return rc != 0 ? rc : profile_build(ld, pr);
+}
 static const struct keyset top_keyset = { "the policy", top_keys, TK__COUNT };
 
 static int top_value(struct loader *ld, uint32_t key)
@@ -1650,6 +1789,8 @@ static int top_value(struct loader *ld, uint32_t key)
 		return loader_map(ld, "profiles", POLICY_PROFILES_MAX, profile_item, NULL);
 	case TK_SANDBOXES:
 		return loader_seq(ld, "sandboxes", LIMITS_SANDBOXES_MAX, false, sandbox_item, NULL);
+	case TK_DENY:
+		return loader_seq(ld, "deny", POLICY_DENY_MAX, false, deny_item, NULL);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -1726,7 +1867,10 @@ static int parse_stream(struct loader *ld)
 		return rc;
 	if (ld->ev.type != YAML_STREAM_END_EVENT)
 		return fail(ld, ld->ev.start_mark, "only one YAML document is allowed");
-	return resolve_refs(ld);
+	/* Built once the whole file is read: the deny list may come after the profiles. */
+	for (uint32_t i = 0; i < ld->p->profile_count && rc == 0; i++)
+		rc = profile_finish(ld, &ld->p->profiles[i]);
+	return rc != 0 ? rc : resolve_refs(ld);
 }
 
 /* --- load ------------------------------------------------------------------- */
@@ -1770,6 +1914,9 @@ static void apply_config(struct loader *ld, struct config *cfg)
 
 static void loader_cleanup(struct loader *ld)
 {
+	for (uint32_t i = 0; i < ld->deny_count; i++)
+		acl_rule_free(&ld->deny[i]);
+	AN_FREE(&ld->deny);
 	psl_free(ld->psl); /* the built-in list is left alone by psl_free */
 	ld->psl = NULL;
 	if (ld->ev_live)

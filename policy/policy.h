@@ -36,6 +36,8 @@
 #define POLICY_PROFILE_NAME_BYTES_MAX (CONFIG_SANDBOX_ID_BYTES_MAX - 1u)
 /* owner, reason, instruction: one header line an agent reads, not an essay. */
 #define POLICY_TEXT_BYTES_MAX 512u
+/* The global deny list: hosts denied in every profile (as well as the DoH endpoints). */
+#define POLICY_DENY_MAX 4096u
 /* limits: requests a second, burst and connections at once, per sandbox. */
 #define POLICY_LIMIT_MAX 1000000u
 /* socket_dir and audit_log. */

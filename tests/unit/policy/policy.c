@@ -264,7 +264,7 @@ START_TEST(test_unknown_keys)
 {
 	expect_error(
 	    MINIMAL "foo: 1\n",
-	    "t.yaml:9:1: unknown key \"foo\" in the policy (expected one of: version, daemon, resolver, profiles, sandboxes)");
+	    "t.yaml:9:1: unknown key \"foo\" in the policy (expected one of: version, daemon, resolver, profiles, sandboxes, deny)");
 	expect_error("version: 1\ndaemon:\n  workers: 1\n  sockets: /x\n",
 		     "t.yaml:4:3: unknown key \"sockets\" in daemon (expected one of: socket_dir,");
 	expect_error("version: 1\ndaemon:\n  timeouts:\n    head_ms: 5\n    tail_ms: 5\n",
@@ -1265,6 +1265,29 @@ START_TEST(test_profile_limits)
 }
 END_TEST
 
+START_TEST(test_global_deny)
+{
+	/* The DoH endpoints: denied under an allowing wildcard, not against an exact rule. */
+	expect_ok(HEAD RULE("\"*.cloudflare-dns.com\"")
+		      RULE("\"*.example.net\"") "  exact:\n    rules:\n" RULE(
+			  "dns.google") "deny: [bad.example.net, \"*.worse.example.net\"]\n");
+	struct verdict v = decide(0, "mozilla.cloudflare-dns.com", 443);
+	ck_assert_int_eq(v.tier, TIER_DENY);
+	ck_assert_str_eq(v.rule, "deny/doh");
+	ck_assert_ptr_nonnull(strstr(v.instruction, "DNS-over-HTTPS"));
+	ck_assert_int_eq(decide(0, "dns.google", 443).tier, TIER_DENY);
+	ck_assert_int_eq(decide(0, "www.cloudflare-dns.com", 443).tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide(0, "good.example.net", 443).tier, TIER_PASSTHROUGH);
+	v = decide(0, "bad.example.net", 443);
+	ck_assert_int_eq(v.tier, TIER_DENY);
+	ck_assert_str_eq(v.rule, "deny/1");
+	ck_assert_str_eq(decide(0, "a.worse.example.net", 443).rule, "deny/2");
+	ck_assert_int_eq(decide(1, "dns.google", 443).tier, TIER_PASSTHROUGH);
+	expect_error(HEAD RULE("a.test") "deny: [\"*.com\"]\n",
+		     "t.yaml:9:8: host \"*.com\" is refused");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("policy/policy");
@@ -1274,6 +1297,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_docs_example);
 	tcase_add_test(tc, test_profile_limits);
+	tcase_add_test(tc, test_global_deny);
 	tcase_add_test(tc, test_default_policy);
 	tcase_add_test(tc, test_unknown_keys);
 	tcase_add_test(tc, test_duplicate_keys);
