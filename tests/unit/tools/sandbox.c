@@ -29,6 +29,10 @@
 #include <sys/un.h>
 
 static const char *self_exe;
+/* The run's own directory under /var/tmp: every layout lives in it, and main
+ * removes it whole, so a failed test (which ends before layout_remove) leaves
+ * nothing behind either. */
+static const char *run_dir;
 
 /* ---- Pure helpers. ---- */
 
@@ -259,8 +263,8 @@ static void layout_make(struct layout *l)
 
 	/* Under /var/tmp: the sandbox's /tmp is a private one, and the tests pass
 	 * files both ways through bin_dir. */
-	snprintf(l->socket_dir, sizeof(l->socket_dir), "/var/tmp/an-sbx-sock-XXXXXX");
-	snprintf(l->bin_dir, sizeof(l->bin_dir), "/var/tmp/an-sbx-bin-XXXXXX");
+	snprintf(l->socket_dir, sizeof(l->socket_dir), "%s/sock-XXXXXX", run_dir);
+	snprintf(l->bin_dir, sizeof(l->bin_dir), "%s/bin-XXXXXX", run_dir);
 	ck_assert_ptr_nonnull(mkdtemp(l->socket_dir));
 	ck_assert_ptr_nonnull(mkdtemp(l->bin_dir));
 	ck_assert_int_eq(chmod(l->socket_dir, 0755), 0);
@@ -719,7 +723,7 @@ static Suite *sandbox_suite(void)
 /*
  * The tests run this binary inside sandboxes, also as nobody: it must sit
  * where every user can reach it, which the build tree of a clone in a 0700
- * directory (mktemp -d) is not. So it runs from a copy in a 0755 directory.
+ * directory (mktemp -d) is not. So it runs from a copy in a directory of its own (01777), which also holds every layout.
  */
 static int copy_self(char *dir, size_t dir_cap, char *exe, size_t exe_cap)
 {
@@ -727,7 +731,8 @@ static int copy_self(char *dir, size_t dir_cap, char *exe, size_t exe_cap)
 
 	/* Not under /tmp: the sandbox has a private one. */
 	snprintf(dir, dir_cap, "/var/tmp/an-sbx-exe-XXXXXX");
-	if (mkdtemp(dir) == NULL || chmod(dir, 0755) != 0)
+	/* 01777: the nobody test makes its layout in here too. */
+	if (mkdtemp(dir) == NULL || chmod(dir, 01777) != 0)
 		return -1;
 	snprintf(exe, exe_cap, "%s/sandbox-test", dir);
 	int in = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
@@ -754,11 +759,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	self_exe = exe;
+	run_dir = exe_dir;
 	SRunner *sr = srunner_create(sandbox_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
-	unlink(exe);
-	rmdir(exe_dir);
+	char cmd[PATH_MAX + 16];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", exe_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "sandbox test: could not remove %s\n", exe_dir);
 	return failed == 0 ? 0 : 1;
 }
