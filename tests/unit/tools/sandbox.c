@@ -723,7 +723,8 @@ static Suite *sandbox_suite(void)
 /*
  * The tests run this binary inside sandboxes, also as nobody: it must sit
  * where every user can reach it, which the build tree of a clone in a 0700
- * directory (mktemp -d) is not. So it runs from a copy in a directory of its own (01777), which also holds every layout.
+ * directory (mktemp -d) is not. So it runs from a copy in a directory of
+ * its own (01777), which also holds every layout.
  */
 static int copy_self(char *dir, size_t dir_cap, char *exe, size_t exe_cap)
 {
