@@ -12,6 +12,8 @@
  *                          sent it, the exact table, the wildcard suffixes,
  *                          the port check. 1k, 100k and 1M rules.
  *   policy_build/<rules>   acl_build of that table (a reload without libyaml), in ms.
+ *   decision/1000000       acl_decide and the sandbox's rate check together:
+ *                          the whole per-request decision.
  *   audit_emit             audit_next_id, audit_claim, filling the record as
  *                          core/conn.c's audit_decision does, audit_commit; the
  *                          writer thread runs, writing to /dev/null.
@@ -56,6 +58,7 @@ extern "C" {
 #include "core/audit.h"
 #include "core/http1.h"
 #include "core/limits.h"
+#include "core/ratelimit.h"
 #include "core/verdict.h"
 #include "policy/acl.h"
 }
@@ -482,6 +485,42 @@ void bm_policy_lookup(benchmark::State &state, uint32_t rule_count, bool hit)
 	});
 }
 
+/*
+ * The whole per-request decision: acl_decide (normalise, lookup, ports) and
+ * the sandbox's rate check (ratelimit_take, on one of 1024 buckets, the clock
+ * moving a millisecond a request so the limit never refuses).
+ */
+void bm_decision(benchmark::State &state, uint32_t rule_count)
+{
+	acl_fixture *f = fixture_for(rule_count);
+
+	if (f == nullptr) {
+		state.SkipWithError("fixture set-up failed (see stderr)");
+		return;
+	}
+	static struct ratelimit buckets[1024];
+	const struct verdict_limits limits = { 1000000, 1000000, 0 };
+	const struct acl *acl = &f->acl;
+	uint64_t now_ms = 1;
+	uint32_t next = 0;
+	auto one = [&](size_t k) {
+		const host_ref &h = f->hits[(next + k) & (LOOKUP_HOSTS - 1)];
+		struct verdict v;
+		uint32_t retry = 0;
+		acl_decide(acl, h.text, h.len, LOOKUP_PORT, &v);
+		bool ok =
+		    ratelimit_take(&buckets[(next + k) & 1023u], &limits, 1, now_ms++, &retry);
+		benchmark::DoNotOptimize(v.rule);
+		benchmark::DoNotOptimize(ok);
+	};
+	for (auto _ : state) {
+		one(0);
+		next++;
+	}
+	state.SetItemsProcessed((int64_t)state.iterations());
+	report_percentiles(state, one);
+}
+
 void bm_policy_build(benchmark::State &state, uint32_t rule_count)
 {
 	acl_fixture *f = fixture_for(rule_count);
@@ -651,6 +690,10 @@ void register_all()
 					     true);
 		benchmark::RegisterBenchmark((base + "/miss").c_str(), bm_policy_lookup, rules,
 					     false);
+		if (rules == 1000000)
+			benchmark::RegisterBenchmark(
+			    (std::string("decision/") + std::to_string(rules)).c_str(), bm_decision,
+			    rules);
 		if (rules >= 100000)
 			benchmark::RegisterBenchmark(
 			    ("policy_build/" + std::to_string(rules)).c_str(), bm_policy_build,
