@@ -702,6 +702,12 @@ static void decide(struct conn *c, const struct http1_request *req)
 		respond(c, refusal);
 		return;
 	}
+	/* However the client spelled an address, the one the rule allowed is connected to. */
+	size_t ip_len = strlen(v.ip);
+	if (ip_len > 0 && ip_len < sizeof(c->host)) {
+		memcpy(c->host, v.ip, ip_len + 1);
+		c->host_len = (uint8_t)ip_len;
+	}
 	c->keep_alive = req->keep_alive;
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
 	c->req_body = (uint8_t)req->body;

@@ -23,6 +23,9 @@ struct verdict {
 	const char *rule;        /* id of the deciding rule, NULL when no rule matched */
 	const char *instruction; /* the rule's text for the agent, NULL for the default */
 	const char *upstream;    /* TIER_LOCAL: "host:port" to relay to, else NULL */
+	/* An IP literal host in canonical text ("2130706433" is "127.0.0.1"), the
+	 * address to connect to; "" for a name. INET6_ADDRSTRLEN bytes. */
+	char ip[46];
 };
 
 /* A profile's limits, applied to each sandbox on it; 0 is unlimited. */

@@ -571,6 +571,8 @@ static void verdict_fill(struct verdict *out, const char *id, const char *instru
 	AN_ASSERT(out->tier != TIER_LOCAL || out->upstream != NULL);
 }
 
+static_assert(sizeof(((struct verdict *)0)->ip) == INET6_ADDRSTRLEN, "any address text fits");
+
 void acl_decide(const struct acl *a, const char *host, size_t len, uint16_t port,
 		struct verdict *out)
 {
@@ -585,6 +587,8 @@ void acl_decide(const struct acl *a, const char *host, size_t len, uint16_t port
 	int n = acl_normalise(host, len, norm, sizeof(norm), &kind, NULL);
 	if (n < 0)
 		return;
+	if (kind == ACL_KIND_IP && (size_t)n < sizeof(out->ip))
+		memcpy(out->ip, norm, (size_t)n + 1);
 	if (kind == ACL_KIND_NAME) {
 		/* The node holds all a verdict needs: the rule itself is not read. */
 		const struct acl_node *hit = trie_lookup(&a->hosts, norm, (size_t)n);
