@@ -205,36 +205,9 @@ class Bench:
             raise Broken("nginx is not installed (tools/deps.sh bench installs it)")
         self.http_port = free_port()
         p, _ = self.start([nginx, "-e", os.path.join(self.work, "nginx-error.log"), "-p",
-                           self.work, "-c", self.nginx_conf()], "origin-http.out", self.load_cpu)
+                           self.work, "-c", peers.nginx_conf(self.work, self.http_port, NOFILE)],
+                          "origin-http.out", self.load_cpu)
         self.wait_port(self.http_port, p)
-
-    def nginx_conf(self):
-        w = self.work
-        conf = os.path.join(w, "nginx.conf")
-        with open(conf, "w", encoding="ascii") as f:
-            f.write("""worker_processes 1;
-daemon off;
-master_process off;
-worker_rlimit_nofile %(nofile)d;
-pid %(w)s/nginx.pid;
-error_log %(w)s/nginx-error.log warn;
-events { worker_connections 8192; }
-http {
-	access_log off;
-	client_body_temp_path %(w)s/nginx-body;
-	proxy_temp_path %(w)s/nginx-proxy;
-	fastcgi_temp_path %(w)s/nginx-fastcgi;
-	uwsgi_temp_path %(w)s/nginx-uwsgi;
-	scgi_temp_path %(w)s/nginx-scgi;
-	keepalive_requests 100000000;
-	keepalive_timeout 120s;
-	server {
-		listen 127.0.0.1:%(port)d backlog=4096;
-		location / { return 200 "hello, bench\\n"; }
-	}
-}
-""" % {"w": w, "port": self.http_port, "nofile": NOFILE})
-        return conf
 
     def wait_port(self, port, proc):
         deadline = time.monotonic() + READY_TIMEOUT_S

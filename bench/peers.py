@@ -789,17 +789,18 @@ def test_relay(work):
     return code
 
 
-def nginx_origin(helpers, work):
-    """An nginx answering 200 with a small body, as bench.py's HTTP origin; its port."""
-    nginx = which("nginx")
-    port = free_port()
+def nginx_conf(work, port, nofile=20000):
+    """Writes <work>/nginx.conf: the benchmarks' HTTP origin, one worker in the foreground,
+    every file in <work>, answering 200 "hello, bench" with keep-alive on 127.0.0.1:<port>.
+    Returns the file's path (bench.py's origin and this module's self-test use it)."""
     conf = os.path.join(work, "nginx.conf")
     write(conf, """worker_processes 1;
 daemon off;
 master_process off;
+worker_rlimit_nofile %(nofile)d;
 pid %(w)s/nginx.pid;
 error_log %(w)s/nginx-error.log warn;
-events { worker_connections 4096; }
+events { worker_connections 8192; }
 http {
 	access_log off;
 	client_body_temp_path %(w)s/nginx-body;
@@ -808,12 +809,21 @@ http {
 	uwsgi_temp_path %(w)s/nginx-uwsgi;
 	scgi_temp_path %(w)s/nginx-scgi;
 	keepalive_requests 100000000;
+	keepalive_timeout 120s;
 	server {
-		listen 127.0.0.1:%(port)d;
+		listen 127.0.0.1:%(port)d backlog=4096;
 		location / { return 200 "hello, bench\\n"; }
 	}
 }
-""" % {"w": work, "port": port})
+""" % {"w": work, "port": port, "nofile": nofile})
+    return conf
+
+
+def nginx_origin(helpers, work):
+    """An nginx answering 200 with a small body, as bench.py's HTTP origin; its port."""
+    nginx = which("nginx")
+    port = free_port()
+    conf = nginx_conf(work, port)
     p = helpers.start([nginx, "-e", os.path.join(work, "nginx-error.log"), "-p", work, "-c",
                        conf], "nginx.out")
     helpers.wait_port(port, p)

@@ -537,6 +537,28 @@ static int set_nonblocking(int fd)
 }
 
 /*
+ * One non-blocking transfer on <fd>, EINTR retried: a recv into <buf>/<cap>,
+ * or with <out> a send from it. Returns the byte count (> 0), 0 when it
+ * would block, -ECONNRESET when the peer closed, or -errno.
+ */
+static ssize_t io_some(int fd, bool out, void *buf, size_t cap)
+{
+	AN_ASSERT(fd >= 0);
+	AN_ASSERT(cap > 0);
+	for (;;) {
+		ssize_t n = out ? send(fd, buf, cap, MSG_NOSIGNAL) : recv(fd, buf, cap, 0);
+		if (n > 0)
+			return n;
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+/*
  * Moves bytes on <fd> until it would block or TUNNEL_PUMP_ROUNDS_MAX calls
  * are done (level-triggered epoll calls again); adds them to *<bytes>.
  * Returns 0 or -errno (-ECONNRESET when the peer closed).
@@ -546,16 +568,9 @@ static int pump_stream(int fd, bool up, uint64_t *bytes)
 	AN_ASSERT(fd >= 0);
 	AN_ASSERT(bytes != NULL);
 	for (uint32_t round = 0; round < TUNNEL_PUMP_ROUNDS_MAX; round++) {
-		ssize_t n = up ? send(fd, io_buf, sizeof(io_buf), MSG_NOSIGNAL)
-			       : recv(fd, io_buf, sizeof(io_buf), 0);
-		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n == -1)
-			return -errno;
-		if (n == 0)
-			return -ECONNRESET;
+		ssize_t n = io_some(fd, up, io_buf, sizeof(io_buf));
+		if (n <= 0)
+			return (int)n;
 		*bytes += (uint64_t)n;
 	}
 	return 0;
@@ -910,16 +925,10 @@ static int cycle_on_head(struct rate_cycle *c)
 	AN_ASSERT(c->state == CYCLE_HEAD);
 	for (;;) {
 		AN_ASSERT(c->in_bytes < TUNNEL_HEAD_BYTES_MAX);
-		ssize_t n =
-		    recv(c->fd, c->head + c->in_bytes, TUNNEL_HEAD_BYTES_MAX - c->in_bytes, 0);
-		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n == -1)
-			return -errno;
-		if (n == 0)
-			return -ECONNRESET;
+		ssize_t n = io_some(c->fd, false, c->head + c->in_bytes,
+				    TUNNEL_HEAD_BYTES_MAX - c->in_bytes);
+		if (n <= 0)
+			return (int)n;
 		c->in_bytes += (uint32_t)n;
 		int head_len = head_parse(c->head, c->in_bytes);
 		if (head_len < 0)
@@ -941,15 +950,9 @@ static int cycle_on_ping(struct rate_cycle *c)
 	AN_ASSERT(c->state == CYCLE_PING);
 	for (;;) {
 		AN_ASSERT(c->in_bytes < TUNNEL_PING_BYTES);
-		ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
-		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n == -1)
-			return -errno;
-		if (n == 0)
-			return -ECONNRESET;
+		ssize_t n = io_some(c->fd, false, buf, sizeof(buf));
+		if (n <= 0)
+			return (int)n;
 		c->in_bytes += (uint32_t)n;
 		if (c->in_bytes > TUNNEL_PING_BYTES)
 			return -EPROTO;
@@ -1297,11 +1300,9 @@ static int origin_on_read(int ep, int fd)
 	AN_ASSERT(fd >= 0 && (uint32_t)fd < TUNNEL_FDS_MAX);
 	AN_ASSERT(origin_states[fd] != ORIGIN_FREE);
 	for (;;) {
-		ssize_t n = recv(fd, io_buf, sizeof(io_buf), 0);
-		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
+		ssize_t n = io_some(fd, false, io_buf, sizeof(io_buf));
 		if (n <= 0)
-			return -ECONNRESET;
+			return (int)n;
 		if (origin_states[fd] == ORIGIN_HTTP) {
 			if (origin_http(fd, io_buf, (size_t)n) != 0)
 				return -EAGAIN;

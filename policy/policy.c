@@ -1970,6 +1970,16 @@ int policy_load_buffer(const char *name, const char *yaml, size_t len, struct co
 	return rc;
 }
 
+int policy_load_or_default(const char *path, struct config *cfg, struct policy **out, char *err,
+			   size_t err_cap)
+{
+	if (path != NULL)
+		return policy_load_file(path, cfg, out, err, err_cap);
+	const char *yaml = policy_default_yaml();
+	return policy_load_buffer("<embedded default policy>", yaml, strlen(yaml), cfg, out, err,
+				  err_cap);
+}
+
 /* Reads all of <fd> into an owned buffer; at most POLICY_FILE_BYTES_MAX bytes. */
 static int read_all(int fd, char **buf, size_t *len)
 {

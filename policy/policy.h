@@ -99,6 +99,14 @@ int policy_load_buffer(const char *name, const char *yaml, size_t len, struct co
 		       struct policy **out, char *err, size_t err_cap);
 
 /*
+ * policy_load_file of <path>, or with <path> NULL policy_load_buffer of the
+ * built-in policy (named "<embedded default policy>" in messages): what the
+ * daemon and `agentsnet check` load. Same contract otherwise.
+ */
+int policy_load_or_default(const char *path, struct config *cfg, struct policy **out, char *err,
+			   size_t err_cap);
+
+/*
  * The built-in policy (NUL-terminated, static): one sandbox "default" on
  * profile "default", which answers example.com from the fake-response tier
  * and relays ollama.internal to a local model server on 127.0.0.1:11434.

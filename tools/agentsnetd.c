@@ -143,13 +143,7 @@ static int load(const struct options *o, struct config *cfg, struct policy **pol
 
 	if (config_init_defaults(cfg) != 0)
 		return -ENOMEM;
-	if (path != NULL) {
-		ret = policy_load_file(path, cfg, pol, err, sizeof(err));
-	} else {
-		const char *yaml = policy_default_yaml();
-		ret = policy_load_buffer("<embedded default policy>", yaml, strlen(yaml), cfg, pol,
-					 err, sizeof(err));
-	}
+	ret = policy_load_or_default(path, cfg, pol, err, sizeof(err));
 	if (ret != 0) {
 		fprintf(stderr, "%s\n", err);
 		return ret;

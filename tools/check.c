@@ -148,14 +148,7 @@ static int load_policy(const char *path, struct config *cfg, struct policy **pol
 		fprintf(stderr, "agentsnet check: out of memory\n");
 		return -ENOMEM;
 	}
-	int ret;
-	if (path != NULL) {
-		ret = policy_load_file(path, cfg, pol, err, sizeof(err));
-	} else {
-		const char *yaml = policy_default_yaml();
-		ret = policy_load_buffer("<embedded default policy>", yaml, strlen(yaml), cfg, pol,
-					 err, sizeof(err));
-	}
+	int ret = policy_load_or_default(path, cfg, pol, err, sizeof(err));
 	if (ret != 0)
 		fprintf(stderr, "agentsnet check: %s\n", err);
 	return ret;

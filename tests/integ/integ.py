@@ -37,10 +37,10 @@ import sys
 import tempfile
 import time
 
-from integlib import (SANITIZER_MARKS, SKIP, Fatal, Procs, Skip, audit_match, client_env,
-                      daemon_env, free_ports, log, make_pki, netns_add, netns_del, read_audit,
-                      read_text, render_file, start_daemon, start_origin, stop_daemon,
-                      substitute, wait_for)
+from integlib import (Fatal, Procs, SANITIZER_MARKS, SKIP, Skip, add_run_args, audit_match,
+                      checked_preflight, client_env, daemon_env, free_ports, log, make_pki,
+                      netns_add, netns_del, read_audit, read_text, render_file, run_and_tally,
+                      start_daemon, start_origin, stop_daemon, substitute, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -616,51 +616,24 @@ def run_suite(suite, cases):
 def main():
     ap = argparse.ArgumentParser(description="agentsnet integration suite")
     ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "san", "agentsnetd"))
-    ap.add_argument("--netns", default="agentsnet-it-%d" % os.getpid(),
-                    help="name of the sandbox namespace (the upstream one adds -up)")
-    ap.add_argument("--cases", default=None, help="glob of case names to run")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    ap.add_argument("-v", "--verbose", action="store_true")
+    add_run_args(ap, "name of the sandbox namespace (the upstream one adds -up)")
     args = ap.parse_args()
     args.daemon = os.path.abspath(args.daemon)
     args.upns = args.netns + "-up"
-
-    try:
-        preflight(args)
-    except Skip as e:
-        log("integ: SKIP: %s" % e)
-        return SKIP
-    except Fatal as e:
-        log("integ: FAIL: %s" % e)
-        return 1
-
+    status = checked_preflight("integ", preflight, args)
+    if status is not None:
+        return status
     suite = Suite(args)
     suite.tmp = tempfile.mkdtemp(prefix="agentsnet-it-")
-    status = 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    try:
-        run_suite(suite, load_cases(args.cases))
-    except Fatal as e:
-        log("not ok - set-up: %s" % e)
-        suite.failed += 1
-    except subprocess.CalledProcessError as e:
-        log("not ok - set-up: %s: %s" % (" ".join(e.cmd), (e.stderr or b"").decode()[-2000:]))
-        suite.failed += 1
-    finally:
+
+    def cleanup():
         suite.procs.stop_all()
         netns_del(args.netns)
         netns_del(args.upns)
-        if args.keep or (suite.failed and args.verbose):
-            log("# kept %s" % suite.tmp)
-        else:
-            shutil.rmtree(suite.tmp, ignore_errors=True)
-    if suite.failed == 0 and suite.passed == 0:
-        log("integ: no case ran")
-        status = 1
-    elif suite.failed:
-        status = 1
-    log("integ: %d passed, %d failed" % (suite.passed, suite.failed))
-    return status
+
+    return run_and_tally("integ", suite, args, lambda: run_suite(suite, load_cases(args.cases)),
+                         cleanup)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ only `lo`.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -274,3 +275,52 @@ def audit_match(rec, want):
         elif got != value:
             return False
     return True
+
+
+# ---- the shape both suites' main() share -----------------------------------------
+
+def add_run_args(ap, netns_help):
+    """The options integ.py and sandbox.py both take."""
+    ap.add_argument("--netns", default="agentsnet-it-%d" % os.getpid(), help=netns_help)
+    ap.add_argument("--cases", default=None, help="glob of case names to run")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("-v", "--verbose", action="store_true")
+
+
+def checked_preflight(name, preflight, args):
+    """preflight(args): None to go on, else the exit status (SKIP or 1), the reason logged."""
+    try:
+        preflight(args)
+    except Skip as e:
+        log("%s: SKIP: %s" % (name, e))
+        return SKIP
+    except Fatal as e:
+        log("%s: FAIL: %s" % (name, e))
+        return 1
+    return None
+
+
+def run_and_tally(name, suite, args, body, cleanup=None):
+    """Runs body() for <suite> (with .passed, .failed and .tmp): a set-up failure counts
+    as one failed test, cleanup() always runs, .tmp is kept with --keep (or on a failure
+    with -v) and removed otherwise. Returns the exit status, the tally logged."""
+    try:
+        body()
+    except Fatal as e:
+        log("not ok - set-up: %s" % e)
+        suite.failed += 1
+    except subprocess.CalledProcessError as e:
+        log("not ok - set-up: %s: %s" % (" ".join(e.cmd), (e.stderr or b"").decode()[-2000:]))
+        suite.failed += 1
+    finally:
+        if cleanup is not None:
+            cleanup()
+        if args.keep or (suite.failed and args.verbose):
+            log("# kept %s" % suite.tmp)
+        else:
+            shutil.rmtree(suite.tmp, ignore_errors=True)
+    if suite.failed == 0 and suite.passed == 0:
+        log("%s: nothing ran" % name)
+        return 1
+    log("%s: %d passed, %d failed" % (name, suite.passed, suite.failed))
+    return 1 if suite.failed else 0

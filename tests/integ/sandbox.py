@@ -55,10 +55,10 @@ import tempfile
 import threading
 import time
 
-from integlib import (SKIP, Fatal, Procs, Skip, audit_match, client_env, free_ports, log,
-                      make_leaf, make_pki, netns_add, netns_del, read_audit, read_text,
-                      render_file, run, sanitizer_marks, start_daemon, start_origin,
-                      stop_daemon, substitute, wait_for)
+from integlib import (Fatal, Procs, SKIP, Skip, add_run_args, audit_match, checked_preflight,
+                      client_env, free_ports, log, make_leaf, make_pki, netns_add, netns_del,
+                      read_audit, read_text, render_file, run, run_and_tally, sanitizer_marks,
+                      start_daemon, start_origin, stop_daemon, substitute, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -1849,24 +1849,15 @@ def main():
     ap.add_argument("--agentsnet", default=os.path.join(build, "san", "agentsnet"))
     ap.add_argument("--bridge", default=os.path.join(build, "san", "agentsnet-bridge"))
     ap.add_argument("--rel-bridge", default=os.path.join(build, "rel", "agentsnet-bridge"))
-    ap.add_argument("--netns", default="agentsnet-it-%d" % os.getpid(),
-                    help="name of the host namespace (the upstream one adds -up)")
-    ap.add_argument("--cases", default=None, help="glob of case names to run")
+    add_run_args(ap, "name of the host namespace (the upstream one adds -up)")
     ap.add_argument("--tests", default=None, help="glob of code test names to run")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     for k in ("daemon", "agentsnet", "bridge", "rel_bridge"):
         setattr(args, k, os.path.abspath(getattr(args, k)))
     args.upns = args.netns + "-up"
-    try:
-        preflight(args)
-    except Skip as e:
-        log("sandbox: SKIP: %s" % e)
-        return SKIP
-    except Fatal as e:
-        log("sandbox: FAIL: %s" % e)
-        return 1
+    status = checked_preflight("sandbox", preflight, args)
+    if status is not None:
+        return status
     t = Tests(args)
     # Not under /tmp: sandboxes get a private one, and the agents here write
     # files (namespace ids, sync flags) the suite reads on the host.
@@ -1876,24 +1867,7 @@ def main():
     cases = [] if args.tests and not args.cases else load_cases(args.cases)
     tests = [] if args.cases and not args.tests else [
         n for n in TESTS if not args.tests or fnmatch.fnmatch(n, args.tests)]
-    try:
-        run_pass(t, cases, tests)
-    except Fatal as e:
-        log("not ok - set-up: %s" % e)
-        t.failed += 1
-    except subprocess.CalledProcessError as e:
-        log("not ok - set-up: %s: %s" % (" ".join(e.cmd), (e.stderr or b"").decode()[-2000:]))
-        t.failed += 1
-    finally:
-        if args.keep or (t.failed and args.verbose):
-            log("# kept %s" % t.tmp)
-        else:
-            shutil.rmtree(t.tmp, ignore_errors=True)
-    if t.failed == 0 and t.passed == 0:
-        log("sandbox: nothing ran")
-        return 1
-    log("sandbox: %d passed, %d failed" % (t.passed, t.failed))
-    return 1 if t.failed else 0
+    return run_and_tally("sandbox", t, args, lambda: run_pass(t, cases, tests))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include "tests/unit/unit.h"
 
 static char tdir[64];
 
@@ -1030,9 +1031,5 @@ int main(void)
 		printf("skip: python3 is needed to validate the JSON lines\n");
 		return 77;
 	}
-	SRunner *sr = srunner_create(audit_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(audit_suite());
 }

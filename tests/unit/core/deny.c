@@ -25,6 +25,7 @@
 #include "core/config.h"
 #include "core/worker.h"
 #include "policy/policy.h"
+#include "tests/unit/unit.h"
 
 static const char checker_py[] =
     "import json, sys\n"
@@ -631,10 +632,5 @@ int main(void)
 		printf("skip: python3 is needed to validate the JSON bodies\n");
 		return 77;
 	}
-	SRunner *sr = srunner_create(deny_suite());
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(deny_suite());
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "tests/unit/unit.h"
 
 #define GUARD_AREA_BYTES (64u * 1024u)
 
@@ -1250,10 +1251,5 @@ static Suite *http1_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(http1_suite());
-
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(http1_suite());
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include "tests/unit/unit.h"
 
 START_TEST(paths)
 {
@@ -88,9 +89,5 @@ int main(void)
 	tcase_add_test(tc, paths_at_limit);
 	tcase_add_test(tc, remove_never_follows_links);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(s);
 }

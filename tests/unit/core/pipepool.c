@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 
 #include "core/limits.h"
+#include "tests/unit/unit.h"
 
 /* ---- Helpers. ---- */
 
@@ -425,11 +426,5 @@ static Suite *pipepool_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(pipepool_suite());
-	/* Each test in its own child: the abort tests, and the RLIMIT_NOFILE changes. */
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(pipepool_suite());
 }

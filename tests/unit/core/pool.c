@@ -45,6 +45,7 @@ static void test_free(void *p)
 #include <check.h>
 #include <signal.h>
 #include <stdint.h>
+#include "tests/unit/unit.h"
 
 struct item {
 	uint64_t a;
@@ -429,11 +430,5 @@ static Suite *pool_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(pool_suite());
-	/* The abort tests need a child per test, whatever CK_FORK says. */
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(pool_suite());
 }

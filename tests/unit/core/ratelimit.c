@@ -5,6 +5,7 @@
 #include <check.h>
 
 #include "core/ratelimit.h"
+#include "tests/unit/unit.h"
 
 START_TEST(burst_then_refused)
 {
@@ -73,9 +74,5 @@ int main(void)
 	tcase_add_test(tc, reused_slot_starts_full);
 	tcase_add_test(tc, unlimited);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(s);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "policy/policy.h"
+#include "tests/unit/unit.h"
 
 #define REASONS_DOC "docs/reasons.md"
 
@@ -266,10 +267,5 @@ static Suite *reason_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(reason_suite());
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(reason_suite());
 }

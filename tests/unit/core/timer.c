@@ -15,6 +15,7 @@
 
 #include <check.h>
 #include <stdint.h>
+#include "tests/unit/unit.h"
 
 #define T    LIMITS_TIMER_TICK_MS
 #define SPAN ((uint64_t)(LIMITS_TIMER_SLOTS - 1) * LIMITS_TIMER_TICK_MS)
@@ -517,9 +518,5 @@ static Suite *timer_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(timer_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(timer_suite());
 }

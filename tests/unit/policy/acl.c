@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include "tests/unit/unit.h"
 
 /* --- input that ends right before an inaccessible page ----------------------- */
 
@@ -690,9 +691,5 @@ int main(void)
 	tcase_add_test(tc, test_empty_acl);
 	tcase_add_test(tc, test_100k_rules);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return unit_run(s);
 }

@@ -7,6 +7,7 @@
 
 #include <check.h>
 #include <stdlib.h>
+#include "tests/unit/unit.h"
 
 static struct sockaddr_storage ip(const char *text)
 {
@@ -414,9 +415,5 @@ int main(void)
 	tcase_add_test(tc, test_permitted);
 	tcase_add_test(tc, test_never_permitted);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return unit_run(s);
 }

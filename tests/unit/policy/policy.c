@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
+#include "tests/unit/unit.h"
 
 static struct config cfg;
 static struct policy *pol;
@@ -1332,9 +1333,5 @@ int main(void)
 	tcase_add_test(tc, test_files);
 	tcase_add_test(tc, test_allocation_failures);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return unit_run(s);
 }

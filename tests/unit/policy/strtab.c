@@ -8,6 +8,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "tests/unit/unit.h"
 
 START_TEST(test_empty)
 {
@@ -112,9 +113,5 @@ int main(void)
 	tcase_add_test(tc, test_growth_keeps_entries);
 	tcase_add_test(tc, test_presized_never_moves);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return unit_run(s);
 }

@@ -25,6 +25,7 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include "tests/unit/unit.h"
 
 #define TEST_STREAM_BYTES (10u << 20)
 #define TEST_CHUNK_BYTES  (96u * 1024u + 7u) /* deliberately not a page multiple */
@@ -1638,10 +1639,5 @@ int main(void)
 	if (probe != NULL) {
 		return probe_main(probe);
 	}
-	SRunner *sr = srunner_create(bridge_suite());
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(bridge_suite());
 }

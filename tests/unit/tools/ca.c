@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include <openssl/asn1.h>
+#include "tests/unit/unit.h"
 
 /* ---- Helpers. ---- */
 
@@ -698,9 +699,5 @@ static Suite *ca_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(ca_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(ca_suite());
 }

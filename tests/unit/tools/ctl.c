@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include "tests/unit/unit.h"
 
 /* ---- Guarded buffers. ---- */
 
@@ -637,9 +638,5 @@ static Suite *ctl_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(ctl_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_run(ctl_suite());
 }

@@ -27,6 +27,7 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <sys/un.h>
+#include "tests/unit/unit.h"
 
 static const char *self_exe;
 /* The run's own directory under /var/tmp: every layout lives in it, and main
@@ -761,13 +762,10 @@ int main(int argc, char **argv)
 	}
 	self_exe = exe;
 	run_dir = exe_dir;
-	SRunner *sr = srunner_create(sandbox_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int rc = unit_run(sandbox_suite());
 	char cmd[PATH_MAX + 16];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", exe_dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "sandbox test: could not remove %s\n", exe_dir);
-	return failed == 0 ? 0 : 1;
+	return rc;
 }
