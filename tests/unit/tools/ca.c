@@ -66,6 +66,15 @@ static void path_in(char *out, size_t cap, const char *dir, const char *name)
 	ck_assert_int_lt(n, (int)cap);
 }
 
+/* The contents of <dir>/<name> (owned, NUL-terminated), its length in *<len>. */
+static char *slurp_in(const char *dir, const char *name, size_t *len)
+{
+	char path[PATH_MAX];
+
+	path_in(path, sizeof(path), dir, name);
+	return slurp(path, len);
+}
+
 static int init_ca(const char *dir, const char *roots, uint32_t days, bool force, char *err,
 		   size_t err_len)
 {
@@ -412,15 +421,13 @@ END_TEST
 START_TEST(bundle_is_roots_then_ca)
 {
 	struct env e;
-	char err[512], path[PATH_MAX];
+	char err[512];
 	size_t bundle_len = 0, cert_len = 0;
 
 	env_setup(&e);
 	ck_assert_int_eq(init_ca(e.dir, e.roots, 10, false, err, sizeof(err)), 0);
-	path_in(path, sizeof(path), e.dir, "bundle.pem");
-	char *bundle = slurp(path, &bundle_len);
-	path_in(path, sizeof(path), e.dir, "ca.pem");
-	char *cert = slurp(path, &cert_len);
+	char *bundle = slurp_in(e.dir, "bundle.pem", &bundle_len);
+	char *cert = slurp_in(e.dir, "ca.pem", &cert_len);
 	ck_assert_uint_eq(bundle_len, e.roots_len + cert_len);
 	ck_assert_int_eq(memcmp(bundle, e.roots_text, e.roots_len), 0);
 	ck_assert_int_eq(memcmp(bundle + e.roots_len, cert, cert_len), 0);
@@ -434,15 +441,14 @@ END_TEST
 START_TEST(bundle_roots_without_newline)
 {
 	struct env e;
-	char err[512], path[PATH_MAX];
+	char err[512];
 	size_t bundle_len = 0;
 
 	env_setup(&e);
 	ck_assert_int_eq(e.roots_text[e.roots_len - 1], '\n');
 	spit(e.roots, e.roots_text, e.roots_len - 1);
 	ck_assert_int_eq(init_ca(e.dir, e.roots, 10, false, err, sizeof(err)), 0);
-	path_in(path, sizeof(path), e.dir, "bundle.pem");
-	char *bundle = slurp(path, &bundle_len);
+	char *bundle = slurp_in(e.dir, "bundle.pem", &bundle_len);
 	ck_assert_int_eq(memcmp(bundle, e.roots_text, e.roots_len), 0);
 	ck_assert_int_eq(strncmp(bundle + e.roots_len, "-----BEGIN CERTIFICATE-----", 27), 0);
 	AN_FREE(&bundle);
@@ -464,14 +470,14 @@ START_TEST(bundle_with_host_roots)
 	env_setup(&e);
 	ck_assert_int_eq(init_ca(e.dir, NULL, 10, false, err, sizeof(err)), 0);
 	char *host = slurp(CA_HOST_ROOTS_DEFAULT, &host_len);
-	path_in(path, sizeof(path), e.dir, "bundle.pem");
-	char *bundle = slurp(path, &bundle_len);
+	char *bundle = slurp_in(e.dir, "bundle.pem", &bundle_len);
 	ck_assert_uint_ge(bundle_len, host_len);
 	ck_assert_int_eq(memcmp(bundle, host, host_len), 0);
 	ck_assert_ptr_nonnull(strstr(bundle + host_len, "-----BEGIN CERTIFICATE-----"));
 	if (have_openssl_cli()) {
 		char cert[PATH_MAX];
 		path_in(cert, sizeof(cert), e.dir, "ca.pem");
+		path_in(path, sizeof(path), e.dir, "bundle.pem");
 		ck_assert_int_eq(openssl_verify(path, cert), 0);
 	}
 	AN_FREE(&host);
@@ -548,11 +554,10 @@ START_TEST(exclusive_without_force)
 
 	env_setup(&e);
 	ck_assert_int_eq(init_ca(e.dir, e.roots, 10, false, err, sizeof(err)), 0);
-	path_in(path, sizeof(path), e.dir, "ca.key");
-	char *before = slurp(path, &len_before);
+	char *before = slurp_in(e.dir, "ca.key", &len_before);
 	ck_assert_int_eq(init_ca(e.dir, e.roots, 10, false, err, sizeof(err)), -EEXIST);
 	ck_assert_ptr_nonnull(strstr(err, "--force"));
-	char *after = slurp(path, &len_after);
+	char *after = slurp_in(e.dir, "ca.key", &len_after);
 	ck_assert_uint_eq(len_before, len_after);
 	ck_assert_int_eq(memcmp(before, after, len_before), 0);
 	ck_assert_int_eq(entries(e.dir), 3);
@@ -636,8 +641,7 @@ START_TEST(force_commit_failure_cleans_up)
 	ck_assert_int_eq(mkdir(path, 0700), 0); /* a file can't be renamed over a directory */
 	ck_assert_int_lt(init_ca(e.dir, e.roots, 10, true, err, sizeof(err)), 0);
 	ck_assert_ptr_nonnull(strstr(err, "rename"));
-	path_in(path, sizeof(path), e.dir, "ca.key");
-	char *key = slurp(path, &len);
+	char *key = slurp_in(e.dir, "ca.key", &len);
 	ck_assert_str_eq(key, "old key");
 	AN_FREE(&key);
 	ck_assert_int_eq(entries(e.dir), 3); /* ca.key, ca.pem/ and the bundle committed first */

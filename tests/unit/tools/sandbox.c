@@ -497,25 +497,39 @@ START_TEST(userns_clone_refused)
 }
 END_TEST
 
+/*
+ * Makes <l> and starts this binary in a sandbox of it as `<mode> READY`
+ * (--term or --ignore-term); returns once the agent's SIGTERM handling is set.
+ */
+static void start_helper(struct layout *l, const char *mode, struct sandbox *sb)
+{
+	static char ready[192];
+	char err[SANDBOX_ERROR_BYTES];
+	bool userns = sandbox_needs_userns();
+
+	layout_make(l);
+	snprintf(ready, sizeof(ready), "%s/ready", l->bin_dir);
+	static char *cmd[4];
+	cmd[0] = (char *)self_exe;
+	cmd[1] = (char *)mode;
+	cmd[2] = ready;
+	cmd[3] = NULL;
+	struct sandbox_spec s = layout_spec(l, cmd, userns);
+	sandbox_signals_block(&s.child_mask);
+	ck_assert_int_eq(sandbox_start(&s, sb, err, sizeof(err)), 0);
+	wait_ready(ready);
+}
+
 /* A SIGTERM for `agentsnet run` reaches the agent, which exits its own way. */
 START_TEST(sigterm_forwarded)
 {
 	struct layout l;
 	struct sandbox sb;
-	char err[SANDBOX_ERROR_BYTES];
 	int st = -1;
-	bool userns = sandbox_needs_userns();
 
-	if (!can_run(userns))
+	if (!can_run(sandbox_needs_userns()))
 		return;
-	layout_make(&l);
-	char ready[192];
-	snprintf(ready, sizeof(ready), "%s/ready", l.bin_dir);
-	char *cmd[] = { (char *)self_exe, "--term", ready, NULL };
-	struct sandbox_spec s = layout_spec(&l, cmd, userns);
-	sandbox_signals_block(&s.child_mask);
-	ck_assert_int_eq(sandbox_start(&s, &sb, err, sizeof(err)), 0);
-	wait_ready(ready);
+	start_helper(&l, "--term", &sb);
 	kill(getpid(), SIGTERM);
 	ck_assert_int_eq(sandbox_wait(&sb, &st), 0);
 	ck_assert(WIFEXITED(st));
@@ -529,21 +543,12 @@ START_TEST(sigterm_grace_then_kill)
 {
 	struct layout l;
 	struct sandbox sb;
-	char err[SANDBOX_ERROR_BYTES];
 	struct timespec t0, t1;
 	int st = -1;
-	bool userns = sandbox_needs_userns();
 
-	if (!can_run(userns))
+	if (!can_run(sandbox_needs_userns()))
 		return;
-	layout_make(&l);
-	char ready[192];
-	snprintf(ready, sizeof(ready), "%s/ready", l.bin_dir);
-	char *cmd[] = { (char *)self_exe, "--ignore-term", ready, NULL };
-	struct sandbox_spec s = layout_spec(&l, cmd, userns);
-	sandbox_signals_block(&s.child_mask);
-	ck_assert_int_eq(sandbox_start(&s, &sb, err, sizeof(err)), 0);
-	wait_ready(ready);
+	start_helper(&l, "--ignore-term", &sb);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	kill(getpid(), SIGTERM);
 	ck_assert_int_eq(sandbox_wait(&sb, &st), 0);
