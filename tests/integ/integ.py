@@ -24,7 +24,6 @@ Exit 0 pass, 1 fail, 77 skip (with the reason).
 
 import argparse
 import base64
-import fnmatch
 import hashlib
 import json
 import os
@@ -38,9 +37,9 @@ import tempfile
 import time
 
 from integlib import (Fatal, Procs, SANITIZER_MARKS, SKIP, Skip, add_run_args, audit_match,
-                      checked_preflight, client_env, daemon_env, free_ports, log, make_pki,
-                      netns_add, netns_del, read_audit, read_text, render_file, run_and_tally,
-                      start_daemon, start_origin, stop_daemon, substitute, wait_for)
+                      checked_preflight, client_env, daemon_env, free_ports, load_cases, log,
+                      make_pki, netns_add, netns_del, read_audit, read_text, render_file,
+                      run_and_tally, start_daemon, start_origin, stop_daemon, substitute, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -533,21 +532,6 @@ def parse_header_blocks(text):
     return blocks
 
 
-def load_cases(pattern):
-    cases = []
-    case_dir = os.path.join(HERE, "cases")
-    for fname in sorted(os.listdir(case_dir)):
-        if not fname.endswith(".json"):
-            continue
-        with open(os.path.join(case_dir, fname), encoding="utf-8") as f:
-            case = json.load(f)
-        case["name"] = fname[: -len(".json")]
-        if pattern and not fnmatch.fnmatch(case["name"], pattern):
-            continue
-        cases.append(case)
-    return cases
-
-
 def preflight(args):
     if os.geteuid() != 0:
         raise Skip("network namespaces need root")
@@ -632,8 +616,8 @@ def main():
         netns_del(args.netns)
         netns_del(args.upns)
 
-    return run_and_tally("integ", suite, args, lambda: run_suite(suite, load_cases(args.cases)),
-                         cleanup)
+    cases = load_cases(os.path.join(HERE, "cases"), args.cases)
+    return run_and_tally("integ", suite, args, lambda: run_suite(suite, cases), cleanup)
 
 
 if __name__ == "__main__":

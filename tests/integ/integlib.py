@@ -6,6 +6,7 @@ the audit file. Everything stays on loopback: the namespaces made here have
 only `lo`.
 """
 
+import fnmatch
 import json
 import os
 import re
@@ -324,3 +325,19 @@ def run_and_tally(name, suite, args, body, cleanup=None):
         return 1
     log("%s: %d passed, %d failed" % (name, suite.passed, suite.failed))
     return 1 if suite.failed else 0
+
+
+def load_cases(case_dir, pattern):
+    """The JSON cases in <case_dir>, in file-name order, each named after its file; only
+    those matching the glob <pattern> when it is set."""
+    cases = []
+    for fname in sorted(os.listdir(case_dir)):
+        if not fname.endswith(".json"):
+            continue
+        with open(os.path.join(case_dir, fname), encoding="utf-8") as f:
+            case = json.load(f)
+        case["name"] = fname[: -len(".json")]
+        if pattern and not fnmatch.fnmatch(case["name"], pattern):
+            continue
+        cases.append(case)
+    return cases

@@ -56,9 +56,10 @@ import threading
 import time
 
 from integlib import (Fatal, Procs, SKIP, Skip, add_run_args, audit_match, checked_preflight,
-                      client_env, free_ports, log, make_leaf, make_pki, netns_add, netns_del,
-                      read_audit, read_text, render_file, run, run_and_tally, sanitizer_marks,
-                      start_daemon, start_origin, stop_daemon, substitute, wait_for)
+                      client_env, free_ports, load_cases, log, make_leaf, make_pki, netns_add,
+                      netns_del, read_audit, read_text, render_file, run, run_and_tally,
+                      sanitizer_marks, start_daemon, start_origin, stop_daemon, substitute,
+                      wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -719,20 +720,6 @@ def is_static_elf(path):
         f.seek(phoff)
         table = f.read(phentsize * phnum)
     return all(struct.unpack_from("<I", table, i * phentsize)[0] != 3 for i in range(phnum))
-
-
-def load_cases(pattern):
-    cases = []
-    for fname in sorted(os.listdir(CASE_DIR)):
-        if not fname.endswith(".json"):
-            continue
-        with open(os.path.join(CASE_DIR, fname), encoding="utf-8") as f:
-            case = json.load(f)
-        case["name"] = fname[: -len(".json")]
-        if pattern and not fnmatch.fnmatch(case["name"], pattern):
-            continue
-        cases.append(case)
-    return cases
 
 
 # ---- the code tests ------------------------------------------------------------
@@ -1864,7 +1851,7 @@ def main():
     t.tmp = tempfile.mkdtemp(prefix="agentsnet-sb-", dir="/var/tmp")
     os.chmod(t.tmp, 0o755)  # the unprivileged caller reads the binaries and the CA here
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    cases = [] if args.tests and not args.cases else load_cases(args.cases)
+    cases = [] if args.tests and not args.cases else load_cases(CASE_DIR, args.cases)
     tests = [] if args.cases and not args.tests else [
         n for n in TESTS if not args.tests or fnmatch.fnmatch(n, args.tests)]
     return run_and_tally("sandbox", t, args, lambda: run_pass(t, cases, tests))

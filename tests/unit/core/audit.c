@@ -218,23 +218,6 @@ static void count_expect(const struct dump *d, const char *key, long want)
 	ck_assert_int_eq(strtol(got, NULL, 10), want);
 }
 
-static char *read_all(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-	long size = ftell(f);
-	ck_assert_int_ge(size, 0);
-	rewind(f);
-	char *buf = pool_malloc((size_t)size + 1);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)size, f), (size_t)size);
-	buf[size] = '\0';
-	fclose(f);
-	*len = (size_t)size;
-	return buf;
-}
-
 /* ---- Producing records. ---- */
 
 static struct audit_record *claim_ok(struct audit_ring *r)
@@ -952,7 +935,7 @@ START_TEST(test_torn_write)
 	audit_commit(r, rec);
 	audit_close(a);
 
-	char *text = read_all(path, &len);
+	char *text = unit_slurp(path, &len);
 	ck_assert_uint_gt(len, 4096);
 	ck_assert_int_eq(text[4096], '\n');
 	tpath(rest, sizeof(rest), "rest.log");
@@ -1027,9 +1010,7 @@ static Suite *audit_suite(void)
 
 int main(void)
 {
-	if (system("python3 -c 'import json' >/dev/null 2>&1") != 0) {
-		printf("skip: python3 is needed to validate the JSON lines\n");
-		return 77;
-	}
+	if (!unit_can("python3 -c 'import json'", "python3 is needed to validate the JSON lines"))
+		return UNIT_SKIP;
 	return unit_run(audit_suite());
 }

@@ -628,9 +628,7 @@ static Suite *deny_suite(void)
 
 int main(void)
 {
-	if (system("python3 -c 'import json' >/dev/null 2>&1") != 0) {
-		printf("skip: python3 is needed to validate the JSON bodies\n");
-		return 77;
-	}
+	if (!unit_can("python3 -c 'import json'", "python3 is needed to validate the JSON bodies"))
+		return UNIT_SKIP;
 	return unit_run(deny_suite());
 }

@@ -34,23 +34,6 @@ struct env {
 	size_t roots_len;
 };
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-	long n = ftell(f);
-	ck_assert_int_ge(n, 0);
-	rewind(f);
-	char *buf = pool_malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = '\0';
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
-}
-
 static void spit(const char *path, const char *text, size_t len)
 {
 	FILE *f = fopen(path, "wb");
@@ -72,7 +55,7 @@ static char *slurp_in(const char *dir, const char *name, size_t *len)
 	char path[PATH_MAX];
 
 	path_in(path, sizeof(path), dir, name);
-	return slurp(path, len);
+	return unit_slurp(path, len);
 }
 
 static int init_ca(const char *dir, const char *roots, uint32_t days, bool force, char *err,
@@ -112,7 +95,7 @@ static void env_setup(struct env *e)
 	spit(e->roots, stub, sizeof(stub) - 1);
 	ck_assert_int_eq(init_ca(tmp_dir, e->roots, 30, false, err, sizeof(err)), 0);
 	path_in(tmp_cert, sizeof(tmp_cert), tmp_dir, "ca.pem");
-	e->roots_text = slurp(tmp_cert, &e->roots_len);
+	e->roots_text = unit_slurp(tmp_cert, &e->roots_len);
 	spit(e->roots, e->roots_text, e->roots_len);
 }
 
@@ -469,7 +452,7 @@ START_TEST(bundle_with_host_roots)
 	}
 	env_setup(&e);
 	ck_assert_int_eq(init_ca(e.dir, NULL, 10, false, err, sizeof(err)), 0);
-	char *host = slurp(CA_HOST_ROOTS_DEFAULT, &host_len);
+	char *host = unit_slurp(CA_HOST_ROOTS_DEFAULT, &host_len);
 	char *bundle = slurp_in(e.dir, "bundle.pem", &bundle_len);
 	ck_assert_uint_ge(bundle_len, host_len);
 	ck_assert_int_eq(memcmp(bundle, host, host_len), 0);
@@ -592,7 +575,7 @@ START_TEST(symlinked_key)
 	ck_assert_int_eq(symlink(target, link), 0);
 	ck_assert_int_eq(init_ca(e.dir, e.roots, 10, false, err, sizeof(err)), -EEXIST);
 	ck_assert_int_eq(init_ca(e.dir, e.roots, 10, true, err, sizeof(err)), 0);
-	char *victim = slurp(target, &len);
+	char *victim = unit_slurp(target, &len);
 	ck_assert_str_eq(victim, "precious");
 	ck_assert_int_eq(mode_of(e.dir, "ca.key"), 0600); /* a regular file now */
 	AN_FREE(&victim);
@@ -609,10 +592,10 @@ START_TEST(force_replaces)
 	env_setup(&e);
 	ck_assert_int_eq(init_ca(e.dir, e.roots, 10, false, err, sizeof(err)), 0);
 	path_in(path, sizeof(path), e.dir, "ca.key");
-	char *before = slurp(path, &len_before);
+	char *before = unit_slurp(path, &len_before);
 	ck_assert_int_eq(chmod(path, 0644), 0); /* a loosened old key must not stay loose */
 	ck_assert_int_eq(init_ca(e.dir, e.roots, 20, true, err, sizeof(err)), 0);
-	char *after = slurp(path, &len_after);
+	char *after = unit_slurp(path, &len_after);
 	ck_assert(len_before != len_after || memcmp(before, after, len_before) != 0);
 	check_files(&e);
 	check_ca(e.dir, 20);
