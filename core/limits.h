@@ -56,6 +56,13 @@
 #define LIMITS_AUDIT_RING_RECORDS 4096u
 #define LIMITS_AUDIT_LINE_BYTES   8192u
 
+/* Per-rule limit entries per worker (core/ratelimit.h): one per (sandbox, rule, snapshot)
+ * in use, 80 bytes each with the index (5 MiB, touched as used). Twice the default
+ * connections per worker, since an open connection holds at most one entry at a time:
+ * those alone never fill it. A full table takes over idle entries; it answers 429 only
+ * when none is idle. */
+#define LIMITS_RULE_BUCKETS_PER_WORKER 65536u
+
 /* Worker threads: at most this many, whatever the core count. */
 #define LIMITS_WORKERS_MAX 64u
 /* Sandboxes a daemon serves. */
@@ -69,5 +76,9 @@ static_assert(LIMITS_REQUEST_LINE_BYTES_MAX < LIMITS_HEAD_BYTES_MAX,
 	      "the request line is part of the head");
 static_assert((LIMITS_AUDIT_RING_RECORDS & (LIMITS_AUDIT_RING_RECORDS - 1)) == 0,
 	      "audit ring size must be a power of two");
+static_assert((LIMITS_RULE_BUCKETS_PER_WORKER & (LIMITS_RULE_BUCKETS_PER_WORKER - 1)) == 0,
+	      "the per-rule table's capacity must be a power of two");
+static_assert(LIMITS_RULE_BUCKETS_PER_WORKER >= 2 * LIMITS_CONNS_PER_WORKER_DEFAULT,
+	      "open connections alone must not fill the per-rule table");
 
 #endif /* AN_CORE_LIMITS_H */

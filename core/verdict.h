@@ -17,28 +17,46 @@
 
 #include "core/reason.h"
 
-struct verdict {
-	enum tier tier;
-	enum reason reason;      /* REASON_NONE unless tier == TIER_DENY */
-	const char *rule;        /* id of the deciding rule, NULL when no rule matched */
-	const char *instruction; /* the rule's text for the agent, NULL for the default */
-	const char *upstream;    /* TIER_LOCAL: "host:port" to relay to, else NULL */
-	/* An IP literal host in canonical text ("2130706433" is "127.0.0.1"), the
-	 * address to connect to; "" for a name. INET6_ADDRSTRLEN bytes. */
-	char ip[46];
-};
-
-/* A profile's limits, applied to each sandbox on it; 0 is unlimited. */
+/*
+ * A profile's or a rule's limits, applied to each sandbox on its own (a
+ * rule's: per sandbox per rule); 0 is unlimited, and all zero is no limit.
+ */
 struct verdict_limits {
 	uint32_t requests_per_second;
 	uint32_t burst;      /* tokens a bucket holds; 0: requests_per_second */
 	uint32_t concurrent; /* connections open at once */
 };
 
+/* verdict.rule_index when no rule's limits apply. */
+#define VERDICT_RULE_NONE UINT32_MAX
+
+struct verdict {
+	enum tier tier;
+	enum reason reason;      /* REASON_NONE unless tier == TIER_DENY */
+	const char *rule;        /* id of the deciding rule, NULL when no rule matched */
+	const char *instruction; /* the rule's text for the agent, NULL for the default */
+	const char *upstream;    /* TIER_LOCAL: "host:port" to relay to, else NULL */
+	/*
+	 * The deciding rule as a dense index over the whole snapshot
+	 * (0..rule_count-1, stable for the snapshot's life, not across reloads),
+	 * the key of its per-sandbox limits; VERDICT_RULE_NONE when no rule
+	 * matched and on every TIER_DENY verdict (a deny rule, a port the rule
+	 * does not list, the global deny list): a refusal has nothing to limit.
+	 */
+	uint32_t rule_index;
+	/* That rule's limits, all zero when it has none or rule_index is NONE. */
+	struct verdict_limits rule_limits;
+	/* An IP literal host in canonical text ("2130706433" is "127.0.0.1"), the
+	 * address to connect to; "" for a name. INET6_ADDRSTRLEN bytes. */
+	char ip[46];
+};
+
 struct verdict_ops {
 	/*
 	 * Decides <host>/<host_len> (as the client sent it, not normalised) on
-	 * <port> for profile <profile>. Always fills <out>; never fails.
+	 * <port> for profile <profile>. Always fills every field of <out>
+	 * (rule_index and rule_limits too: NONE and zero on a refusal); never
+	 * fails.
 	 */
 	void (*decide)(const void *policy, uint32_t profile, const char *host, size_t host_len,
 		       uint16_t port, struct verdict *out);
@@ -60,6 +78,11 @@ struct verdict_ops {
 	const char *(*profile_name)(const void *policy, uint32_t index);
 	/* The limits of profile <index>. */
 	void (*profile_limits)(const void *policy, uint32_t index, struct verdict_limits *out);
+	/* Profiles and rules in the snapshot. */
+	uint32_t (*profile_count)(const void *policy);
+	uint32_t (*rule_count)(const void *policy);
+	/* Frees the snapshot; no operation may be called on it afterwards. Control path. */
+	void (*release)(const void *policy);
 };
 
 /*

@@ -17,10 +17,11 @@
  * hash's high half as a tag, and a node offset), open addressing at load
  * 1/2, linear probing: 16 MB at 1M rules. A node carries its full key (the
  * full-string check on every hit), its kind and, copied from the rule,
- * everything a verdict needs (tier, id, instruction, upstream, ports), so a
- * hit reads one slot and one node and never the rule. Nodes sit in one arena
- * in build order. Tables of 2 MiB or more are mapped with MADV_HUGEPAGE:
- * with 4 KiB pages every random probe would also be a TLB miss.
+ * everything a verdict needs (tier, id, instruction, upstream, ports, rule
+ * index, limits), so a hit reads one slot and one node and never the rule.
+ * Nodes sit in one arena in build order. Tables of 2 MiB or more are mapped
+ * with MADV_HUGEPAGE: with 4 KiB pages every random probe would also be a
+ * TLB miss.
  *
  * Immutable once built: lookups take no lock and never allocate.
  * Rejected: a pointer trie walked label by label (one dependent miss per
@@ -299,7 +300,9 @@ struct acl_node {
 	const char *instruction;
 	const char *upstream;
 	const uint16_t *ports;
-	uint32_t rule; /* index into acl.rules */
+	uint32_t rule;       /* index into acl.rules */
+	uint32_t rule_index; /* the rule's index over the snapshot (verdict.rule_index) */
+	struct verdict_limits limits;
 	uint16_t port_count;
 	uint8_t tier;
 	uint8_t kind; /* ACL_KIND_NAME or ACL_KIND_WILDCARD */
@@ -428,6 +431,8 @@ static int trie_build(struct acl_trie *t, const struct acl_rule *rules, uint32_t
 					.upstream = r->upstream,
 					.ports = r->ports,
 					.rule = i,
+					.rule_index = r->index,
+					.limits = r->limits,
 					.port_count = r->port_count,
 					.tier = r->tier,
 					.kind = r->kind,
@@ -549,10 +554,14 @@ bool acl_port_allowed(const struct acl_rule *r, uint16_t port)
 	return false;
 }
 
-/* A verdict from what a hit carries: <tier>, ports, and the strings it borrows. */
+/*
+ * A verdict from what a hit carries: <tier>, ports, the strings it borrows,
+ * and the rule's <rule_index> and <limits>, which only a served verdict gets.
+ */
 static void verdict_fill(struct verdict *out, const char *id, const char *instruction,
 			 const char *upstream, const uint16_t *ports, uint16_t port_count,
-			 uint8_t tier, uint16_t port)
+			 uint8_t tier, uint16_t port, uint32_t rule_index,
+			 const struct verdict_limits *limits)
 {
 	out->rule = id;
 	out->instruction = instruction;
@@ -568,6 +577,8 @@ static void verdict_fill(struct verdict *out, const char *id, const char *instru
 	out->tier = (enum tier)tier;
 	out->reason = REASON_NONE;
 	out->upstream = upstream;
+	out->rule_index = rule_index;
+	out->rule_limits = *limits;
 	AN_ASSERT(out->tier != TIER_LOCAL || out->upstream != NULL);
 }
 
@@ -584,6 +595,7 @@ void acl_decide(const struct acl *a, const char *host, size_t len, uint16_t port
 	memset(out, 0, sizeof(*out));
 	out->tier = TIER_DENY;
 	out->reason = REASON_HOST_NOT_ALLOWED;
+	out->rule_index = VERDICT_RULE_NONE;
 	int n = acl_normalise(host, len, norm, sizeof(norm), &kind, NULL);
 	if (n < 0)
 		return;
@@ -594,13 +606,14 @@ void acl_decide(const struct acl *a, const char *host, size_t len, uint16_t port
 		const struct acl_node *hit = trie_lookup(&a->hosts, norm, (size_t)n);
 		if (hit != NULL)
 			verdict_fill(out, hit->id, hit->instruction, hit->upstream, hit->ports,
-				     hit->port_count, hit->tier, port);
+				     hit->port_count, hit->tier, port, hit->rule_index,
+				     &hit->limits);
 		return;
 	}
 	const struct acl_rule *r = acl_lookup(a, norm, (size_t)n, kind);
 	if (r != NULL)
 		verdict_fill(out, r->id, r->instruction, r->upstream, r->ports, r->port_count,
-			     r->tier, port);
+			     r->tier, port, r->index, &r->limits);
 }
 
 void acl_rule_free(struct acl_rule *r)

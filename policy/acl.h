@@ -47,6 +47,9 @@ struct acl_rule {
 	uint32_t host_len;
 	uint32_t line; /* where the host is written in the policy file (1-based) */
 	uint32_t col;
+	/* verdict.rule_index: dense over the snapshot; VERDICT_RULE_NONE for the global denies. */
+	uint32_t index;
+	struct verdict_limits limits; /* per sandbox on this rule; all zero: none */
 	uint16_t port_count;
 	uint8_t kind; /* enum acl_kind */
 	uint8_t tier; /* enum tier */
@@ -116,8 +119,9 @@ bool acl_port_allowed(const struct acl_rule *r, uint16_t port);
  * <out>: TIER_DENY/REASON_HOST_NOT_ALLOWED for a host that does not normalise
  * or that no rule matches (rule NULL), or that a deny rule matches;
  * TIER_DENY/REASON_PORT_NOT_ALLOWED when the rule lists other ports;
- * otherwise the rule's tier with REASON_NONE. Pointers are borrowed from the
- * rules. Data path: no allocation, thread-safe.
+ * otherwise the rule's tier with REASON_NONE, and its index and limits
+ * (rule_index is VERDICT_RULE_NONE and rule_limits zero on every TIER_DENY).
+ * Pointers are borrowed from the rules. Data path: no allocation, thread-safe.
  */
 void acl_decide(const struct acl *a, const char *host, size_t len, uint16_t port,
 		struct verdict *out);

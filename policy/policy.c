@@ -21,7 +21,9 @@
  * Uniqueness (profile names, rule ids, hosts, sandbox ids, static hosts) is
  * checked with hash tables, never by pairwise comparison: 100k rules load in
  * well under a second. Limits are in policy/policy.h; each is an error with
- * its position, never a truncation.
+ * its position, never a truncation. Each rule of the file gets an index dense
+ * over the file (verdict.rule_index), the engine's key for the rule's limits;
+ * the global denies copied into every profile get VERDICT_RULE_NONE.
  *
  * Checklist when adding a key: the key table and the switch of its section,
  * docs/policy.md (example and reference), tests/unit/policy/policy.c.
@@ -1082,6 +1084,48 @@ static int parse_resolver(struct loader *ld)
 	return rc;
 }
 
+/* --- limits ---------------------------------------------------------------- */
+
+/* A profile's and a rule's limits: the same keys and bounds, named apart in messages. */
+static const char *const limit_keys[] = { "requests_per_second", "burst", "concurrent" };
+static const struct keyset profile_limit_keyset = { "a profile's limits", limit_keys,
+						    AN_ARRAY_LEN(limit_keys) };
+static const struct keyset rule_limit_keyset = { "a rule's limits", limit_keys,
+						 AN_ARRAY_LEN(limit_keys) };
+
+static bool limits_none(const struct verdict_limits *l)
+{
+	return l->requests_per_second == 0 && l->burst == 0 && l->concurrent == 0;
+}
+
+/* limits: {requests_per_second, burst, concurrent} (keys <ks>), each 1..POLICY_LIMIT_MAX. */
+static int parse_limits(struct loader *ld, const struct keyset *ks, struct verdict_limits *out)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+	uint64_t v = 0;
+
+	AN_ASSERT(ks->keys == limit_keys);
+	AN_ASSERT(limits_none(out));
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "limits");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, ks, &seen, &key)) > 0) {
+		AN_ASSERT(key < AN_ARRAY_LEN(limit_keys));
+		rc = loader_uint(ld, limit_keys[key], 1, POLICY_LIMIT_MAX, &v);
+		if (rc != 0)
+			return rc;
+		uint32_t *slot = key == 0   ? &out->requests_per_second
+				 : key == 1 ? &out->burst
+					    : &out->concurrent;
+		*slot = (uint32_t)v;
+	}
+	if (rc == 0 && out->burst != 0 && out->requests_per_second == 0)
+		return fail(ld, start, "limits: burst needs requests_per_second");
+	return rc;
+}
+
 /* --- rules ---------------------------------------------------------------- */
 
 enum {
@@ -1093,12 +1137,13 @@ enum {
 	RULE_INSTRUCTION,
 	RULE_UPSTREAM,
 	RULE_ID,
+	RULE_LIMITS,
 	RULE__COUNT
 };
 static const char *const rule_keys[] = {
 	[RULE_HOST] = "host",         [RULE_PORTS] = "ports",   [RULE_TIER] = "tier",
 	[RULE_OWNER] = "owner",       [RULE_REASON] = "reason", [RULE_INSTRUCTION] = "instruction",
-	[RULE_UPSTREAM] = "upstream", [RULE_ID] = "id",
+	[RULE_UPSTREAM] = "upstream", [RULE_ID] = "id",         [RULE_LIMITS] = "limits",
 };
 static_assert(AN_ARRAY_LEN(rule_keys) == RULE__COUNT, "every rule key needs a name");
 static const struct keyset rule_keyset = { "a rule", rule_keys, RULE__COUNT };
@@ -1112,6 +1157,7 @@ struct rule_marks {
 	yaml_mark_t ports;
 	yaml_mark_t upstream;
 	yaml_mark_t id;
+	yaml_mark_t limits;
 };
 
 struct profile_ctx {
@@ -1344,6 +1390,9 @@ static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struc
 		return parse_upstream(ld, r);
 	case RULE_ID:
 		return parse_rule_id(ld, r, &m->id);
+	case RULE_LIMITS:
+		m->limits = ld->key_mark;
+		return parse_limits(ld, &rule_limit_keyset, &r->limits);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -1369,6 +1418,9 @@ static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rul
 	if (r->tier == TIER_DENY && r->ports != NULL)
 		return fail(ld, m->ports,
 			    "ports cannot be combined with tier deny, which refuses every port");
+	if (r->tier == TIER_DENY && (seen & (1u << RULE_LIMITS)))
+		return fail(ld, m->limits,
+			    "limits cannot be combined with tier deny, which serves no request");
 	yaml_mark_t id_mark = r->id != NULL ? m->id : m->start;
 	if (r->id == NULL) {
 		snprintf(buf, sizeof(buf), "%s/%u", pc->profile->name, index + 1);
@@ -1405,7 +1457,8 @@ static int rule_item(struct loader *ld, void *ctx, uint32_t index)
 		return fail_oom(ld);
 	pr->rules = rules;
 	struct acl_rule *r = &pr->rules[pr->rule_count++];
-	ld->p->rule_count++;
+	/* Dense over the whole file, in file order: the key of the rule's per-sandbox limits. */
+	r->index = ld->p->rule_count++;
 	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "a rule");
 	if (rc != 0)
 		return rc;
@@ -1448,36 +1501,6 @@ static const char *const profile_keys[] = { "rules", "limits" };
 static const struct keyset profile_keyset = { "a profile", profile_keys,
 					      AN_ARRAY_LEN(profile_keys) };
 
-static const char *const limit_keys[] = { "requests_per_second", "burst", "concurrent" };
-static const struct keyset limit_keyset = { "a profile's limits", limit_keys,
-					    AN_ARRAY_LEN(limit_keys) };
-
-/* limits: {requests_per_second, burst, concurrent}, each 1..POLICY_LIMIT_MAX. */
-static int parse_limits(struct loader *ld, struct policy_profile *pr)
-{
-	uint32_t seen = 0;
-	uint32_t key = 0;
-	uint64_t v = 0;
-
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "limits");
-	if (rc != 0)
-		return rc;
-	yaml_mark_t start = ld->ev.start_mark;
-	while ((rc = loader_key(ld, &limit_keyset, &seen, &key)) > 0) {
-		AN_ASSERT(key < AN_ARRAY_LEN(limit_keys));
-		rc = loader_uint(ld, limit_keys[key], 1, POLICY_LIMIT_MAX, &v);
-		if (rc != 0)
-			return rc;
-		uint32_t *slot = key == 0   ? &pr->limits.requests_per_second
-				 : key == 1 ? &pr->limits.burst
-					    : &pr->limits.concurrent;
-		*slot = (uint32_t)v;
-	}
-	if (rc == 0 && pr->limits.burst != 0 && pr->limits.requests_per_second == 0)
-		return fail(ld, start, "limits: burst needs requests_per_second");
-	return rc;
-}
-
 static int parse_profile(struct loader *ld, struct policy_profile *pr)
 {
 	struct profile_ctx pc = { .profile = pr };
@@ -1493,7 +1516,7 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 		if (key == 0)
 			rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, &pc);
 		else
-			rc = parse_limits(ld, pr);
+			rc = parse_limits(ld, &profile_limit_keyset, &pr->limits);
 	}
 	strtab_free(&pc.ids);
 	if (rc == 0)
@@ -1690,6 +1713,7 @@ static int deny_item(struct loader *ld, void *ctx, uint32_t index)
 	r->owner = pool_strndup("policy", 6);
 	r->reason = pool_strndup("the policy's deny list", 22);
 	r->tier = TIER_DENY;
+	r->index = VERDICT_RULE_NONE;
 	return r->id == NULL || r->owner == NULL || r->reason == NULL ? fail_oom(ld) : 0;
 }
 
@@ -1707,6 +1731,7 @@ static int append_deny(struct loader *ld, struct policy_profile *pr, const char 
 				.host_len = host_len,
 				.kind = (uint8_t)kind,
 				.tier = TIER_DENY,
+				.index = VERDICT_RULE_NONE, /* no limits: it serves nothing */
 				.line = from != NULL ? from->line : 0,
 				.col = from != NULL ? from->col : 0 };
 	static const char doh_reason[] =
@@ -2143,6 +2168,13 @@ static void policy_decide(const void *snapshot, uint32_t profile, const char *ho
 	AN_ASSERT(p != NULL);
 	AN_ASSERT(profile < p->profile_count);
 	acl_decide(&p->profiles[profile].acl, host, host_len, port, out);
+	/* The engine keys per-rule limits by the index: a refusal must carry none. */
+	if (out->tier == TIER_DENY)
+		AN_DASSERT(out->rule_index == VERDICT_RULE_NONE);
+	if (out->rule_index == VERDICT_RULE_NONE)
+		AN_DASSERT(limits_none(&out->rule_limits));
+	else
+		AN_DASSERT(out->rule_index < p->rule_count);
 }
 
 static int policy_static_lookup(const void *snapshot, const char *host, size_t host_len,
@@ -2200,6 +2232,22 @@ static void policy_profile_limits_op(const void *policy, uint32_t index, struct 
 	*out = p->profiles[index].limits;
 }
 
+static uint32_t policy_profile_count_op(const void *policy)
+{
+	return policy_profile_count(policy);
+}
+
+static uint32_t policy_rule_count_op(const void *policy)
+{
+	return policy_rule_count(policy);
+}
+
+/* The engine owns its snapshots and hands each back here once unreachable. */
+static void policy_release_op(const void *policy)
+{
+	policy_free((struct policy *)(uintptr_t)policy);
+}
+
 const struct verdict_ops policy_verdict_ops = {
 	.decide = policy_decide,
 	.static_lookup = policy_static_lookup,
@@ -2207,4 +2255,7 @@ const struct verdict_ops policy_verdict_ops = {
 	.profile_index = policy_profile_index_op,
 	.profile_name = policy_profile_name_op,
 	.profile_limits = policy_profile_limits_op,
+	.profile_count = policy_profile_count_op,
+	.rule_count = policy_rule_count_op,
+	.release = policy_release_op,
 };

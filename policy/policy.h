@@ -38,7 +38,8 @@
 #define POLICY_TEXT_BYTES_MAX 512u
 /* The global deny list: hosts denied in every profile (as well as the DoH endpoints). */
 #define POLICY_DENY_MAX 4096u
-/* limits: requests a second, burst and connections at once, per sandbox. */
+/* limits: requests a second, burst and connections at once, per sandbox (a
+ * profile's) or per sandbox per rule (a rule's). */
 #define POLICY_LIMIT_MAX 1000000u
 /* socket_dir and audit_log. */
 #define POLICY_PATH_BYTES_MAX 4095u

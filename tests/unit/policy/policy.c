@@ -176,6 +176,14 @@ static struct verdict decide(uint32_t profile, const char *host, uint16_t port)
 	return v;
 }
 
+static void expect_limits(struct verdict_limits l, uint32_t rate, uint32_t burst,
+			  uint32_t concurrent)
+{
+	ck_assert_uint_eq(l.requests_per_second, rate);
+	ck_assert_uint_eq(l.burst, burst);
+	ck_assert_uint_eq(l.concurrent, concurrent);
+}
+
 START_TEST(test_docs_example)
 {
 	char *yaml = docs_block(NULL);
@@ -218,6 +226,11 @@ START_TEST(test_docs_example)
 	v = decide(0, "ollama.internal", 80);
 	ck_assert_int_eq(v.tier, TIER_LOCAL);
 	ck_assert_str_eq(v.upstream, "127.0.0.1:11434");
+	ck_assert_uint_eq(v.rule_index, 2);
+	expect_limits(v.rule_limits, 2, 4, 2);
+	struct verdict_limits l;
+	policy_verdict_ops.profile_limits(pol, 0, &l);
+	expect_limits(l, 50, 100, 64);
 	ck_assert_int_eq(decide(0, "Example.COM.", 443).tier, TIER_FAKE);
 	ck_assert_int_eq(decide(0, "api.example.net", 443).tier, TIER_INJECT);
 	ck_assert_int_eq(decide(0, "10.0.0.7", 80).tier, TIER_PASSTHROUGH);
@@ -1289,6 +1302,142 @@ START_TEST(test_global_deny)
 }
 END_TEST
 
+/* --- rule limits ------------------------------------------------------------------------- */
+
+#define LIMITED(host, limits) RULE(host) "      limits: " limits "\n"
+
+/* Each key at its bounds, N and N+1: 1 and 0, 1000000 and 1000001. */
+START_TEST(test_rule_limits_bounds)
+{
+	expect_ok(HEAD LIMITED("a.test", "{requests_per_second: 1, burst: 1, concurrent: 1}"));
+	expect_limits(decide(0, "a.test", 443).rule_limits, 1, 1, 1);
+	expect_ok(HEAD LIMITED("a.test", "{requests_per_second: 1000000, burst: 1000000, "
+					 "concurrent: 1000000}"));
+	expect_limits(decide(0, "a.test", 443).rule_limits, 1000000, 1000000, 1000000);
+	expect_error(HEAD LIMITED("a.test", "{requests_per_second: 0}"),
+		     "t.yaml:9:37: requests_per_second must be 1..1000000, got 0");
+	expect_error(HEAD LIMITED("a.test", "{requests_per_second: 1000001}"),
+		     "t.yaml:9:37: requests_per_second must be 1..1000000, got 1000001");
+	expect_error(HEAD LIMITED("a.test", "{requests_per_second: 1, burst: 0}"),
+		     "t.yaml:9:47: burst must be 1..1000000, got 0");
+	expect_error(HEAD LIMITED("a.test", "{requests_per_second: 1, burst: 1000001}"),
+		     "t.yaml:9:47: burst must be 1..1000000, got 1000001");
+	expect_error(HEAD LIMITED("a.test", "{concurrent: 0}"),
+		     "t.yaml:9:28: concurrent must be 1..1000000, got 0");
+	expect_error(HEAD LIMITED("a.test", "{concurrent: 1000001}"),
+		     "t.yaml:9:28: concurrent must be 1..1000000, got 1000001");
+}
+END_TEST
+
+START_TEST(test_rule_limits_errors)
+{
+	expect_error(HEAD LIMITED("a.test", "{rate: 5}"),
+		     "t.yaml:9:16: unknown key \"rate\" in a rule's limits (expected one of: "
+		     "requests_per_second, burst, concurrent)");
+	expect_error(HEAD LIMITED("a.test", "{burst: 10}"),
+		     "t.yaml:9:15: limits: burst needs requests_per_second");
+	expect_error(HEAD LIMITED("a.test", "{concurrent: 1, concurrent: 2}"),
+		     "t.yaml:9:31: duplicate key \"concurrent\" in a rule's limits");
+	expect_error(HEAD LIMITED("a.test", "5"), "t.yaml:9:15: limits must be a mapping");
+	expect_error(HEAD LIMITED("a.test", "{concurrent: -1}"),
+		     "t.yaml:9:28: concurrent must be 1..1000000, got -1");
+	expect_error(HEAD RULE("a.test") "      limits: {concurrent: 1}\n      limits: {}\n",
+		     "t.yaml:10:7: duplicate key \"limits\" in a rule");
+	/* A deny rule serves nothing, whichever order the keys come in. */
+	expect_error(
+	    HEAD "    - host: a.test\n      limits: {concurrent: 1}\n      tier: deny\n"
+		 "      owner: o\n      reason: r\n",
+	    "t.yaml:6:7: limits cannot be combined with tier deny, which serves no request");
+	/* An empty mapping sets no limit, as for a profile. */
+	expect_ok(HEAD LIMITED("a.test", "{}"));
+	expect_limits(decide(0, "a.test", 443).rule_limits, 0, 0, 0);
+	ck_assert_uint_eq(decide(0, "a.test", 443).rule_index, 0);
+}
+END_TEST
+
+/*
+ * rule_index is dense over the whole file, in file order across profiles, and
+ * comes with the rule's limits on every served verdict, through names,
+ * wildcards and IP literals alike; every refusal has none.
+ */
+START_TEST(test_rule_limits_verdict)
+{
+	expect_ok(
+	    HEAD LIMITED("a.test", "{requests_per_second: 5, burst: 10, concurrent: 3}") RULE(
+		"b.test") LIMITED("\"*.c.test\"", "{concurrent: 7}")
+		LIMITED("192.0.2.1", "{requests_per_second: 9}") "  q:\n    rules:\n" LIMITED(
+		    "a.test",
+		    "{requests_per_second: 2}") "    - host: d.test\n      tier: deny\n      owner: o\n      reason: r\n"
+						"    - host: e.test\n      ports: [80]\n      tier: passthrough\n"
+						"      owner: o\n      reason: r\n      limits: {concurrent: 4}\n");
+	ck_assert_uint_eq(policy_rule_count(pol), 7);
+	struct verdict v = decide(0, "A.test.", 443);
+	ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
+	ck_assert_uint_eq(v.rule_index, 0);
+	expect_limits(v.rule_limits, 5, 10, 3);
+	v = decide(0, "b.test", 443);
+	ck_assert_uint_eq(v.rule_index, 1);
+	expect_limits(v.rule_limits, 0, 0, 0);
+	v = decide(0, "x.y.c.test", 443);
+	ck_assert_uint_eq(v.rule_index, 2);
+	expect_limits(v.rule_limits, 0, 0, 7);
+	v = decide(0, "3221225985", 443); /* 192.0.2.1, through the IP table */
+	ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
+	ck_assert_uint_eq(v.rule_index, 3);
+	expect_limits(v.rule_limits, 9, 0, 0);
+	/* The same host in another profile is another rule. */
+	v = decide(1, "a.test", 443);
+	ck_assert_uint_eq(v.rule_index, 4);
+	expect_limits(v.rule_limits, 2, 0, 0);
+	v = decide(1, "e.test", 80);
+	ck_assert_uint_eq(v.rule_index, 6);
+	expect_limits(v.rule_limits, 0, 0, 4);
+	/* Refusals: no rule, a deny rule, a port the rule does not list, the DoH list. */
+	static const struct {
+		uint32_t profile;
+		const char *host;
+		uint16_t port;
+		enum reason reason;
+	} refused[] = {
+		{ 0, "nope.test", 443, REASON_HOST_NOT_ALLOWED },
+		{ 0, "c.test", 443, REASON_HOST_NOT_ALLOWED }, /* a wildcard's apex */
+		{ 0, "bad..test", 443, REASON_HOST_NOT_ALLOWED },
+		{ 0, "192.0.2.2", 443, REASON_HOST_NOT_ALLOWED },
+		{ 1, "d.test", 443, REASON_HOST_NOT_ALLOWED },
+		{ 1, "e.test", 443, REASON_PORT_NOT_ALLOWED },
+		{ 0, "dns.google", 443, REASON_HOST_NOT_ALLOWED },
+	};
+	for (size_t i = 0; i < AN_ARRAY_LEN(refused); i++) {
+		v = decide(refused[i].profile, refused[i].host, refused[i].port);
+		ck_assert_int_eq(v.tier, TIER_DENY);
+		ck_assert_int_eq(v.reason, refused[i].reason);
+		ck_assert_uint_eq(v.rule_index, VERDICT_RULE_NONE);
+		expect_limits(v.rule_limits, 0, 0, 0);
+	}
+}
+END_TEST
+
+/* The example of docs/policy.md's "Rule `limits`" section loads and means what it says. */
+START_TEST(test_rule_limits_docs)
+{
+	char *block = docs_block("### Rule `limits`");
+	struct gen g;
+
+	gen_open(&g);
+	fprintf(g.f, "version: 1\n%s", block);
+	expect_ok(gen_close(&g));
+	pool_free(block);
+	free(g.buf);
+	struct verdict v = decide(0, "api.search.example", 443);
+	ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
+	ck_assert_uint_eq(v.rule_index, 0);
+	expect_limits(v.rule_limits, 1, 5, 2);
+	struct verdict_limits l;
+	policy_verdict_ops.profile_limits(pol, 0, &l);
+	expect_limits(l, 100, 0, 32);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("policy/policy");
@@ -1299,6 +1448,10 @@ int main(void)
 	tcase_add_test(tc, test_docs_example);
 	tcase_add_test(tc, test_profile_limits);
 	tcase_add_test(tc, test_global_deny);
+	tcase_add_test(tc, test_rule_limits_bounds);
+	tcase_add_test(tc, test_rule_limits_errors);
+	tcase_add_test(tc, test_rule_limits_verdict);
+	tcase_add_test(tc, test_rule_limits_docs);
 	tcase_add_test(tc, test_default_policy);
 	tcase_add_test(tc, test_unknown_keys);
 	tcase_add_test(tc, test_duplicate_keys);
