@@ -3,12 +3,14 @@
 -- With BENCH_TARGET=host:port set, each request is absolute-form
 -- ("GET http://host:port/ HTTP/1.1"), as an agent sends it to a proxy, and
 -- the URL given to wrk is the proxy's; without it, origin form to the URL
--- itself (the direct baseline). done() prints one JSON line for run.sh.
+-- itself (the direct baseline). BENCH_PATH is the path asked for ("/" by
+-- default). done() prints one JSON line for run.sh.
 local target = os.getenv("BENCH_TARGET")
+local path = os.getenv("BENCH_PATH") or "/"
 
 function init(args)
 	if target ~= nil and target ~= "" then
-		wrk.path = "http://" .. target .. "/"
+		wrk.path = "http://" .. target .. path
 		wrk.headers["Host"] = target
 	end
 end

@@ -366,6 +366,9 @@ static void conn_maybe_free(struct conn *c)
 	if (c->ufd >= 0)
 		close_slot(c, &c->ufd);
 	audit_close_record(c);
+	if (c->snap != NULL)
+		snapshot_put(c->snap, w->index); /* after the record: it borrows the rule id */
+	c->snap = NULL;
 	struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
 	uint32_t live = atomic_fetch_sub_explicit(&sb->conns, 1, memory_order_relaxed);
 	AN_ASSERT(live > 0);
@@ -659,23 +662,44 @@ static void forward_start(struct conn *c);
  * bucket on this worker; the TCP listener's sandbox, served by every worker,
  * gets one per worker). Sets c->retry_after_s for the answer.
  */
-static enum reason limits_refusal(struct conn *c)
+static enum reason limits_refusal(struct conn *c, const struct verdict_limits *limits)
 {
 	const struct engine_sandbox *sb = conn_sandbox(c);
 	struct worker *w = c->w;
 	uint32_t retry = 0;
 
-	if (sb->limits.concurrent != 0 && c->requests == 1 &&
-	    atomic_load_explicit(&sb->conns, memory_order_relaxed) > sb->limits.concurrent) {
+	if (limits->concurrent != 0 && c->requests == 1 &&
+	    atomic_load_explicit(&sb->conns, memory_order_relaxed) > limits->concurrent) {
 		c->retry_after_s = 1;
 		return REASON_CONCURRENCY_LIMITED;
 	}
-	if (!ratelimit_take(&w->buckets[c->sandbox], &sb->limits, sb->generation, w->now_ms,
-			    &retry)) {
+	if (!ratelimit_take(&w->buckets[c->sandbox], limits, sb->generation, w->now_ms, &retry)) {
 		c->retry_after_s = retry;
 		return REASON_RATE_LIMITED;
 	}
 	return REASON_NONE;
+}
+
+/*
+ * Points the request about to be decided at the worker's snapshot (a kept-
+ * alive conn moves on to a reloaded policy at its next request) and returns
+ * what its sandbox is under it; NULL when the snapshot does not know the
+ * sandbox, which a fresh look at the published one settles.
+ */
+static const struct snapshot_sandbox *snapshot_take(struct conn *c)
+{
+	struct worker *w = c->w;
+
+	if (!w->policy->sandboxes[c->sandbox].known)
+		worker_policy_refresh(w);
+	if (c->snap != w->policy) {
+		if (c->snap != NULL)
+			snapshot_put(c->snap, w->index);
+		snapshot_get(w->policy, w->index);
+		c->snap = w->policy;
+	}
+	const struct snapshot_sandbox *sb = &c->snap->sandboxes[c->sandbox];
+	return sb->known ? sb : NULL;
 }
 
 static void decide(struct conn *c, const struct http1_request *req)
@@ -691,13 +715,20 @@ static void decide(struct conn *c, const struct http1_request *req)
 		respond(c, REASON_NOT_A_PROXY_REQUEST);
 		return;
 	}
-	e->ops->decide(e->policy, conn_sandbox(c)->profile, c->host, c->host_len, c->port, &v);
+	const struct snapshot_sandbox *under = snapshot_take(c);
+	if (under == NULL) {
+		c->rule = NULL;
+		c->instruction = NULL;
+		respond(c, REASON_HOST_NOT_ALLOWED); /* never expected: fail closed */
+		return;
+	}
+	e->ops->decide(c->snap->policy, under->profile, c->host, c->host_len, c->port, &v);
 	c->tier = (uint8_t)v.tier;
 	c->rule = v.rule;
 	c->instruction = v.instruction;
 	enum reason refusal = verdict_refusal(&v);
 	if (refusal == REASON_NONE)
-		refusal = limits_refusal(c);
+		refusal = limits_refusal(c, &under->limits);
 	if (refusal != REASON_NONE) {
 		respond(c, refusal);
 		return;
@@ -768,7 +799,7 @@ static void addrs_accept(struct conn *c, const struct sockaddr_storage *addrs, u
 		const struct sockaddr *sa = (const struct sockaddr *)&addrs[i];
 		if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
 			continue;
-		if (checked && !e->ops->address_permitted(e->policy, sa))
+		if (checked && !e->ops->address_permitted(c->snap->policy, sa))
 			continue;
 		size_t len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
 						      : sizeof(struct sockaddr_in6);
@@ -858,8 +889,8 @@ static void resolve_start(struct conn *c)
 		addrs_accept(c, addrs, 1);
 		return;
 	}
-	int n =
-	    e->ops->static_lookup(e->policy, name, strlen(name), port, addrs, (int)CONN_ADDRS_MAX);
+	int n = e->ops->static_lookup(c->snap->policy, name, strlen(name), port, addrs,
+				      (int)CONN_ADDRS_MAX);
 	if (n > 0) {
 		addrs_accept(c, addrs, (uint32_t)n);
 		return;

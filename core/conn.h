@@ -94,6 +94,7 @@ struct conn {
 	uint16_t port;
 	uint16_t status;
 	int32_t connect_err;
+	struct snapshot *snap;      /* the current request's policy, held (core/snapshot.h) */
 	const char *rule;           /* borrowed from the policy snapshot */
 	const char *instruction;    /* borrowed from the policy snapshot */
 	const char *upstream_local; /* TIER_LOCAL: "host:port" to relay to, borrowed */

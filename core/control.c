@@ -8,7 +8,9 @@
  *
  * Between requests the thread wakes every CONTROL_REAP_INTERVAL_MS to remove
  * owned sandboxes whose `agentsnet run` died without unregistering (SIGKILL,
- * OOM): their sockets would otherwise wait for the next daemon start.
+ * OOM): their sockets would otherwise wait for the next daemon start. The
+ * same tick frees policy snapshots a reload retired once no worker can
+ * reach them (the last tunnel on one may close long after the reload).
  * Rejected: a pidfd per owner (10,000 sandboxes would spend half of the
  * 20,000 descriptors a process may hold).
  *
@@ -18,6 +20,8 @@
  *   sandbox add <id> <profile> owned -> the same, tied to the caller's process
  *   sandbox rm <id>            -> ok
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <directory>"
+ *   policy reload              -> ok policy generation <n>: ... (or error reload_refused)
+ *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
  *   errors                     -> error <code> <message>
  */
 #include "core/control.h"
@@ -142,6 +146,32 @@ static void handle_rm(struct engine *e, const char *id, struct answer *a)
 	}
 }
 
+static void handle_reload(struct engine *e, struct answer *a)
+{
+	char msg[512];
+
+	if (e->reload == NULL) {
+		answer_add(a, "error bad_request this daemon cannot reload\n");
+		return;
+	}
+	int ret = e->reload(e->reload_arg, msg, sizeof(msg));
+	msg[strcspn(msg, "\n")] = '\0'; /* one line, whatever the loader wrote */
+	if (ret == 0)
+		answer_add(a, "ok %s\n", msg);
+	else
+		answer_add(a, "error reload_refused %s\n", msg);
+}
+
+static void handle_status(struct engine *e, struct answer *a)
+{
+	pthread_mutex_lock(&e->lock);
+	const struct snapshot *s = atomic_load(&e->current);
+	answer_add(a, "ok generation %llu profiles %u rules %u reloads %llu\n",
+		   (unsigned long long)s->generation, s->profiles, s->rules,
+		   (unsigned long long)e->reloads);
+	pthread_mutex_unlock(&e->lock);
+}
+
 /* Splits <line> into at most 4 space-separated words; returns how many. */
 static int split_words(char *line, char **words, int max)
 {
@@ -187,6 +217,12 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 				handle_add(e, w[2], w[3], owner, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {
 			handle_rm(e, w[2], &a);
+		} else if (count == 2 && strcmp(w[0], "policy") == 0 &&
+			   strcmp(w[1], "reload") == 0) {
+			handle_reload(e, &a);
+		} else if (count == 2 && strcmp(w[0], "policy") == 0 &&
+			   strcmp(w[1], "status") == 0) {
+			handle_status(e, &a);
 		} else if (sandbox && count == 2 && strcmp(w[1], "ls") == 0) {
 			uint32_t active = 0;
 			engine_sandbox_foreach(e, &active, count_one);
@@ -290,6 +326,7 @@ static void *control_main(void *arg)
 		if (now_ms() >= next_reap) {
 			/* On a clock, not on idleness: a busy socket must not starve it. */
 			engine_sandbox_reap_orphans(ctl->e);
+			engine_policy_collect(ctl->e);
 			next_reap = now_ms() + CONTROL_REAP_INTERVAL_MS;
 		}
 		if (n <= 0 || (p[0].revents & POLLIN) == 0)

@@ -226,18 +226,40 @@ static int sandbox_slot(struct engine *e)
 	return (int)e->sandbox_used++;
 }
 
-/* Fills slot <idx> for <id> and opens its socket; the slot stays FREE on failure. */
-static int sandbox_open(struct engine *e, int idx, const char *id, const char *profile_name,
-			uint32_t profile, bool dynamic)
+static struct snapshot *snapshot_now(const struct engine *e)
+{
+	return atomic_load_explicit(&e->current, memory_order_relaxed);
+}
+
+/* Records in <s> that slot <idx> is on profile <profile> of s->policy. */
+static void snapshot_sandbox_set(const struct engine *e, struct snapshot *s, int idx,
+				 uint32_t profile)
+{
+	struct snapshot_sandbox *slot = &s->sandboxes[idx];
+
+	AN_ASSERT(idx >= 0 && (uint32_t)idx < LIMITS_SANDBOXES_MAX);
+	AN_ASSERT(profile < s->profiles);
+	e->ops->profile_limits(s->policy, profile, &slot->limits);
+	slot->profile = profile;
+	slot->known = true;
+}
+
+/*
+ * Fills slot <idx> for <id> on profile <profile> of the current snapshot and
+ * opens its socket; the slot stays FREE on failure. Caller holds the lock
+ * (or is start-up).
+ */
+static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t profile, bool dynamic)
 {
 	struct engine_sandbox *sb = e->sandboxes[idx];
+	struct snapshot *now = snapshot_now(e);
 
 	AN_ASSERT(sb->state == SANDBOX_FREE);
 	AN_ASSERT(atomic_load_explicit(&sb->conns, memory_order_relaxed) == 0);
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
-	snprintf(sb->profile_name, sizeof(sb->profile_name), "%s", profile_name);
-	sb->profile = profile;
-	e->ops->profile_limits(e->policy, profile, &sb->limits);
+	snprintf(sb->profile_name, sizeof(sb->profile_name), "%s",
+		 e->ops->profile_name(now->policy, profile));
+	snapshot_sandbox_set(e, now, idx, profile);
 	sb->generation++;
 	sb->dynamic = dynamic;
 	sb->worker = e->next_worker++ % e->worker_count;
@@ -380,9 +402,7 @@ static int sandboxes_open(struct engine *e)
 		if (idx < 0)
 			return -ENOMEM;
 		const char *id = cfg->sandboxes[i].id;
-		uint32_t profile = cfg->sandboxes[i].profile;
-		int ret = sandbox_open(e, idx, id, e->ops->profile_name(e->policy, profile),
-				       profile, false);
+		int ret = sandbox_open(e, idx, id, cfg->sandboxes[i].profile, false);
 		if (ret != 0)
 			return ret;
 		if (cfg->tcp_sandbox != NULL && strcmp(cfg->tcp_sandbox, id) == 0)
@@ -515,6 +535,44 @@ static void workers_join(struct engine *e, uint32_t started)
 	sandboxes_close(e);
 }
 
+/* Frees every snapshot: the workers are gone. One still held is a leak, kept as evidence. */
+static void snapshots_free(struct engine *e)
+{
+	struct snapshot *s = atomic_load(&e->current);
+
+	if (s == NULL && e->policy != NULL)
+		e->ops->release(e->policy); /* the start failed before taking it */
+	if (s != NULL)
+		s->older = e->retired;
+	else
+		s = e->retired;
+	while (s != NULL) {
+		struct snapshot *older = s->older;
+		if (atomic_load(&s->holders) == 0)
+			snapshot_destroy(s, e->ops);
+		s = older;
+	}
+	atomic_store(&e->current, NULL);
+	e->retired = NULL;
+	e->policy = NULL;
+	AN_FREE(&e->seen);
+}
+
+/* The start-up snapshot, generation 1, of e->policy. 0 or -ENOMEM. */
+static int snapshot_first(struct engine *e)
+{
+	AN_ASSERT(e->policy != NULL && e->worker_count > 0);
+	e->seen = pool_calloc(e->worker_count, sizeof(*e->seen));
+	struct snapshot *s =
+	    e->seen != NULL ? snapshot_create(e->policy, 1, e->worker_count) : NULL;
+	if (s == NULL)
+		return -ENOMEM;
+	s->profiles = e->ops->profile_count(e->policy);
+	s->rules = e->ops->rule_count(e->policy);
+	atomic_store_explicit(&e->current, s, memory_order_release);
+	return 0;
+}
+
 int engine_start(struct engine *e)
 {
 	uint32_t started = 0;
@@ -522,11 +580,16 @@ int engine_start(struct engine *e)
 	pthread_mutex_init(&e->lock, NULL);
 	e->worker_count = worker_count_for(e->cfg);
 	e->workers = pool_calloc(e->worker_count, sizeof(*e->workers));
-	if (e->workers == NULL)
-		return -ENOMEM;
+	int ret = e->workers != NULL ? snapshot_first(e) : -ENOMEM;
+	if (ret != 0) {
+		AN_FREE(&e->workers);
+		snapshots_free(e);
+		pthread_mutex_destroy(&e->lock);
+		return ret;
+	}
 	for (uint32_t i = 0; i < e->worker_count; i++)
 		e->workers[i].wake_fd = -1;
-	int ret = sandboxes_open(e);
+	ret = sandboxes_open(e);
 	for (uint32_t i = 0; ret == 0 && i < e->worker_count; i++)
 		ret = worker_prepare(e, &e->workers[i], i);
 	for (; ret == 0 && started < e->worker_count; started++) {
@@ -541,6 +604,7 @@ int engine_start(struct engine *e)
 		ret = e->workers[i].start_error;
 	if (ret != 0) {
 		workers_join(e, started);
+		snapshots_free(e);
 		pthread_mutex_destroy(&e->lock);
 		return ret;
 	}
@@ -553,8 +617,46 @@ int engine_start(struct engine *e)
 int engine_stop(struct engine *e)
 {
 	workers_join(e, e->worker_count);
+	snapshots_free(e);
 	pthread_mutex_destroy(&e->lock);
 	return atomic_load(&e->leaks) == 0 ? 0 : -EFAULT;
+}
+
+/*
+ * Opens sandbox <id> on profile <profile_name> of the current snapshot and
+ * hands it to a worker: a run-time one (<dynamic>) is also recorded in the
+ * registry. Caller holds the lock. As engine_sandbox_add.
+ */
+static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
+			      bool dynamic, const struct engine_owner *owner, char *dir, size_t cap)
+{
+	int profile = e->ops->profile_index(snapshot_now(e)->policy, profile_name);
+	if (profile < 0)
+		return -ENOENT;
+	if (sandbox_find(e, id) >= 0)
+		return -EEXIST;
+	struct worker_cmd *cmd = pool_calloc(1, sizeof(*cmd));
+	int idx = cmd != NULL ? sandbox_slot(e) : -1;
+	int ret = cmd == NULL ? -ENOMEM : idx < 0 ? -ENOSPC : 0;
+	if (ret == 0)
+		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic);
+	if (ret == 0 && dynamic)
+		ret = registry_write(e, id, profile_name, owner);
+	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == SANDBOX_ACTIVE)
+		sandbox_close(e, e->sandboxes[idx]);
+	if (ret != 0) {
+		pool_free(cmd);
+		return ret;
+	}
+	struct engine_sandbox *sb = e->sandboxes[idx];
+	sb->owner = owner != NULL ? *owner : (struct engine_owner){ 0 };
+	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
+	if (owner != NULL && owner->uid != 0 && chown(dir, owner->uid, (gid_t)-1) == -1)
+		log_warn("sandbox %s: chown %s to uid %u: %s", id, dir, owner->uid,
+			 strerror(errno));
+	*cmd = (struct worker_cmd){ .kind = WORKER_CMD_ADD, .sandbox = (uint32_t)idx };
+	worker_cmd_post(&e->workers[sb->worker], cmd); /* the worker frees it */
+	return 0;
 }
 
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
@@ -562,40 +664,14 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 {
 	if (!engine_sandbox_id_valid(id))
 		return -EINVAL;
-	int profile = e->ops->profile_index(e->policy, profile_name);
-	if (profile < 0)
-		return -ENOENT;
-	struct worker_cmd *cmd = pool_calloc(1, sizeof(*cmd));
-	if (cmd == NULL)
-		return -ENOMEM;
 	pthread_mutex_lock(&e->lock);
-	int ret = sandbox_find(e, id) >= 0 ? -EEXIST : 0;
-	int idx = ret == 0 ? sandbox_slot(e) : -1;
-	if (ret == 0 && idx < 0)
-		ret = -ENOSPC;
-	if (ret == 0)
-		ret = sandbox_open(e, idx, id, profile_name, (uint32_t)profile, true);
-	if (ret == 0)
-		ret = registry_write(e, id, profile_name, owner);
-	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == SANDBOX_ACTIVE)
-		sandbox_close(e, e->sandboxes[idx]);
-	if (ret == 0) {
-		struct engine_sandbox *sb = e->sandboxes[idx];
-		sb->owner = owner != NULL ? *owner : (struct engine_owner){ 0 };
-		(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
-		if (owner != NULL && owner->uid != 0 && chown(dir, owner->uid, (gid_t)-1) == -1)
-			log_warn("sandbox %s: chown %s to uid %u: %s", id, dir, owner->uid,
-				 strerror(errno));
-		*cmd = (struct worker_cmd){ .kind = WORKER_CMD_ADD, .sandbox = (uint32_t)idx };
-		worker_cmd_post(&e->workers[sb->worker], cmd); /* the worker frees it */
-		cmd = NULL;
-	}
+	int ret = sandbox_add_locked(e, id, profile_name, true, owner, dir, cap);
 	pthread_mutex_unlock(&e->lock);
-	pool_free(cmd);
 	return ret;
 }
 
-int engine_sandbox_remove(struct engine *e, const char *id)
+/* Removes sandbox <id>: a run-time one, or with <file> one from the policy file. */
+static int sandbox_remove(struct engine *e, const char *id, bool file)
 {
 	struct worker_cmd cmd = { .kind = WORKER_CMD_REMOVE };
 
@@ -603,8 +679,8 @@ int engine_sandbox_remove(struct engine *e, const char *id)
 	int idx = sandbox_find(e, id);
 	int ret = idx < 0 ? -ENOENT : 0;
 	struct engine_sandbox *sb = idx >= 0 ? e->sandboxes[idx] : NULL;
-	if (ret == 0 && (!sb->dynamic || sb->state != SANDBOX_ACTIVE))
-		ret = sb->dynamic ? -ENOENT : -EPERM;
+	if (ret == 0 && (sb->dynamic == file || sb->state != SANDBOX_ACTIVE))
+		ret = sb->state != SANDBOX_ACTIVE || sb->dynamic ? -ENOENT : -EPERM;
 	if (ret != 0) {
 		pthread_mutex_unlock(&e->lock);
 		return ret;
@@ -619,9 +695,15 @@ int engine_sandbox_remove(struct engine *e, const char *id)
 		log_warn("sandbox %s: still closing its connections", id);
 	pthread_mutex_lock(&e->lock);
 	sandbox_close(e, sb);
-	registry_drop(e, id);
+	if (!file)
+		registry_drop(e, id);
 	pthread_mutex_unlock(&e->lock);
 	return 0;
+}
+
+int engine_sandbox_remove(struct engine *e, const char *id)
+{
+	return sandbox_remove(e, id, false);
 }
 
 struct owned_sandbox {
@@ -682,4 +764,185 @@ void engine_sandbox_foreach(struct engine *e, void *arg,
 			fn(arg, e->sandboxes[i]);
 	}
 	pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- reload ------------------------------------------------------------ */
+
+/* The index in <file> of file sandbox <id>, or -1 when the file no longer names it. */
+static int file_sandbox_find(const struct config *file, const char *id)
+{
+	for (uint32_t i = 0; i < file->sandbox_count; i++) {
+		if (strcmp(file->sandboxes[i].id, id) == 0)
+			return (int)i;
+	}
+	return -1;
+}
+
+/*
+ * The profile active sandbox <sb> has under <policy>: a file sandbox's from
+ * <file> (-ESRCH: the file dropped it), a run-time one's by name (-ENOENT:
+ * the new policy has no such profile).
+ */
+static int swap_profile_of(const struct engine *e, const struct engine_sandbox *sb,
+			   const void *policy, const struct config *file)
+{
+	if (!sb->dynamic) {
+		int at = file_sandbox_find(file, sb->id);
+		return at < 0 ? -ESRCH : (int)file->sandboxes[at].profile;
+	}
+	return e->ops->profile_index(policy, sb->profile_name);
+}
+
+/* Checks every active sandbox has a profile under <policy>. Caller holds the lock. */
+static int swap_check(const struct engine *e, const void *policy, const struct config *file,
+		      char *err, size_t cap)
+{
+	for (uint32_t i = 0; i < e->sandbox_used; i++) {
+		const struct engine_sandbox *sb = e->sandboxes[i];
+		if (sb->state != SANDBOX_ACTIVE)
+			continue;
+		int profile = swap_profile_of(e, sb, policy, file);
+		if (profile == -ENOENT) {
+			snprintf(err, cap, "sandbox %s uses profile %s, which the new policy lacks",
+				 sb->id, sb->profile_name);
+			return -ENOENT;
+		}
+		if (profile == -ESRCH && (int)i == e->tcp_sandbox) {
+			snprintf(err, cap,
+				 "sandbox %s serves the TCP listener; the file must name it",
+				 sb->id);
+			return -ENOENT;
+		}
+	}
+	return 0;
+}
+
+/* Fills <s> for every active sandbox and renames file sandboxes' profiles. Under the lock. */
+static void swap_fill(struct engine *e, struct snapshot *s, const struct config *file)
+{
+	for (uint32_t i = 0; i < e->sandbox_used; i++) {
+		struct engine_sandbox *sb = e->sandboxes[i];
+		if (sb->state != SANDBOX_ACTIVE)
+			continue;
+		int profile = swap_profile_of(e, sb, s->policy, file);
+		if (profile < 0)
+			continue; /* a file sandbox the file dropped: removed after the swap */
+		snapshot_sandbox_set(e, s, (int)i, (uint32_t)profile);
+		if (!sb->dynamic)
+			snprintf(sb->profile_name, sizeof(sb->profile_name), "%s",
+				 e->ops->profile_name(s->policy, (uint32_t)profile));
+	}
+}
+
+/* Opens the file sandboxes <file> names that are not running. Under the lock. */
+static uint32_t swap_open_new(struct engine *e, const struct config *file)
+{
+	char dir[PATH_MAX];
+	uint32_t opened = 0;
+
+	for (uint32_t i = 0; i < file->sandbox_count; i++) {
+		const char *id = file->sandboxes[i].id;
+		if (sandbox_find(e, id) >= 0)
+			continue;
+		const char *profile =
+		    e->ops->profile_name(snapshot_now(e)->policy, file->sandboxes[i].profile);
+		int ret = sandbox_add_locked(e, id, profile, false, NULL, dir, sizeof(dir));
+		if (ret == 0)
+			opened++;
+		else
+			log_warn("reload: sandbox %s: not opened: %s", id, strerror(-ret));
+	}
+	return opened;
+}
+
+/* Removes the file sandboxes <file> no longer names (their conns are aborted). */
+static uint32_t swap_close_dropped(struct engine *e, const struct config *file)
+{
+	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
+	uint32_t removed = 0;
+
+	for (bool found = true; found;) {
+		found = false;
+		pthread_mutex_lock(&e->lock);
+		for (uint32_t i = 0; i < e->sandbox_used && !found; i++) {
+			const struct engine_sandbox *sb = e->sandboxes[i];
+			found = sb->state == SANDBOX_ACTIVE && !sb->dynamic &&
+				file_sandbox_find(file, sb->id) < 0;
+			if (found)
+				memcpy(id, sb->id, sizeof(id));
+		}
+		pthread_mutex_unlock(&e->lock);
+		if (found && sandbox_remove(e, id, true) != 0)
+			break; /* removed meanwhile: nothing else can be left */
+		removed += found;
+	}
+	return removed;
+}
+
+static void workers_wake(struct engine *e)
+{
+	for (uint32_t i = 0; i < e->worker_count; i++) {
+		uint64_t one = 1;
+		ssize_t ret = write(e->workers[i].wake_fd, &one, sizeof(one));
+		AN_ASSERT(ret == (ssize_t)sizeof(one));
+	}
+}
+
+int engine_policy_swap(struct engine *e, const void *policy, const struct config *file, char *err,
+		       size_t cap)
+{
+	AN_ASSERT(policy != NULL && file != NULL);
+	pthread_mutex_lock(&e->lock);
+	struct snapshot *old = snapshot_now(e);
+	AN_ASSERT(old != NULL);
+	int ret = swap_check(e, policy, file, err, cap);
+	struct snapshot *s =
+	    ret == 0 ? snapshot_create(policy, old->generation + 1, e->worker_count) : NULL;
+	if (s == NULL) {
+		if (ret == 0)
+			snprintf(err, cap, "out of memory");
+		pthread_mutex_unlock(&e->lock);
+		return ret == 0 ? -ENOMEM : ret;
+	}
+	s->profiles = e->ops->profile_count(policy);
+	s->rules = e->ops->rule_count(policy);
+	swap_fill(e, s, file);
+	old->older = e->retired;
+	e->retired = old;
+	atomic_store_explicit(&e->current, s, memory_order_release);
+	e->reloads++;
+	uint32_t opened = swap_open_new(e, file);
+	pthread_mutex_unlock(&e->lock);
+	workers_wake(e);
+	uint32_t removed = swap_close_dropped(e, file);
+	snprintf(err, cap, "policy generation %llu: %u profiles, %u rules; sandboxes +%u -%u",
+		 (unsigned long long)s->generation, s->profiles, s->rules, opened, removed);
+	engine_policy_collect(e);
+	return 0;
+}
+
+void engine_policy_collect(struct engine *e)
+{
+	struct snapshot *unreachable = NULL;
+
+	pthread_mutex_lock(&e->lock);
+	for (struct snapshot **pp = &e->retired; *pp != NULL;) {
+		struct snapshot *s = *pp;
+		if (!snapshot_unreachable(s, e->seen, e->worker_count)) {
+			pp = &s->older;
+			continue;
+		}
+		*pp = s->older;
+		s->older = unreachable;
+		unreachable = s;
+	}
+	pthread_mutex_unlock(&e->lock);
+	/* Outside the lock: a million-rule policy takes milliseconds to unmap. */
+	while (unreachable != NULL) {
+		struct snapshot *next = unreachable->older;
+		log_debug("policy generation %llu freed",
+			  (unsigned long long)unreachable->generation);
+		snapshot_destroy(unreachable, e->ops);
+		unreachable = next;
+	}
 }

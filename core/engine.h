@@ -14,6 +14,14 @@
  * path; a worker reads a sandbox only after a command for it reached the
  * worker through its queue (which orders the two), and a slot is reused only
  * after its worker has dropped every reference.
+ *
+ * Reload: engine_policy_swap publishes a new snapshot (core/snapshot.h) with
+ * one pointer store; each worker adopts it at its next loop turn (a swap
+ * wakes them all) and its new requests decide with it, while a request in
+ * flight (an open tunnel, a forwarded exchange) keeps the one it began with.
+ * What a sandbox's profile is lives in the snapshot, not in the sandbox, so
+ * a reload that renames or reorders profiles cannot pair a sandbox with the
+ * wrong one.
  */
 #ifndef AN_CORE_ENGINE_H
 #define AN_CORE_ENGINE_H
@@ -28,6 +36,7 @@
 
 #include "core/config.h"
 #include "core/ring.h"
+#include "core/snapshot.h"
 #include "core/verdict.h"
 
 struct audit;
@@ -55,8 +64,9 @@ int engine_owner_of(int32_t pid, struct engine_owner *o);
 
 struct engine_sandbox {
 	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
+	/* Its profile by name (written under engine.lock); the index, and the
+	 * profile's limits, are per snapshot: snapshot.sandboxes[slot]. */
 	char profile_name[CONFIG_SANDBOX_ID_BYTES_MAX];
-	uint32_t profile;
 	uint32_t worker; /* the worker that owns its listener and connections */
 	int listen_fd;   /* owned; the sandbox's egress socket, -1 when none */
 	bool dynamic;    /* added at run time: recorded in the registry, removable */
@@ -64,17 +74,23 @@ struct engine_sandbox {
 	/* Live connections. Atomic: the TCP listener's sandbox is served by every
 	 * worker (SO_REUSEPORT), a Unix one by its own worker only. */
 	_Atomic uint32_t conns;
-	char path[108];               /* the socket's path (sun_path) */
-	struct engine_owner owner;    /* pid 0: none (written under engine.lock) */
-	struct verdict_limits limits; /* its profile's, copied when it opens */
-	uint32_t generation;          /* bumped each time the slot opens: buckets follow it */
+	char path[108];            /* the socket's path (sun_path) */
+	struct engine_owner owner; /* pid 0: none (written under engine.lock) */
+	uint32_t generation;       /* bumped each time the slot opens: buckets follow it */
 };
 
 struct engine {
-	const struct config *cfg;      /* borrowed */
-	const void *policy;            /* borrowed snapshot, see core/verdict.h */
+	const struct config *cfg; /* borrowed */
+	/* The start-up policy (core/verdict.h): engine_start takes it, and from
+	 * then on the engine owns it, even when the start fails. */
+	const void *policy;
 	const struct verdict_ops *ops; /* borrowed */
-	struct audit *audit;           /* borrowed */
+	/* Re-reads the policy file and calls engine_policy_swap; what `policy
+	 * reload` on the control socket runs. Writes the outcome, one line, to
+	 * <msg>. 0 or -errno. NULL: reload unsupported. */
+	int (*reload)(void *reload_arg, char *msg, size_t cap);
+	void *reload_arg;
+	struct audit *audit; /* borrowed */
 	struct ring_features features;
 	uint32_t worker_count;
 	struct worker *workers; /* owned array */
@@ -87,6 +103,11 @@ struct engine {
 	atomic_uint workers_ready;
 	atomic_bool stop;
 	atomic_uint leaks; /* workers that found a leak at exit */
+	/* The published policy; written under <lock>, read by workers (acquire). */
+	_Atomic(struct snapshot *) current;
+	struct snapshot *retired; /* earlier ones not yet freed, under <lock> */
+	_Atomic uint64_t *seen;   /* owned: per worker, the generation it adopted */
+	uint64_t reloads;         /* snapshots published after the first */
 };
 
 /*
@@ -137,6 +158,24 @@ int engine_sandbox_remove(struct engine *e, const char *id);
  * many were removed. Control path only.
  */
 uint32_t engine_sandbox_reap_orphans(struct engine *e);
+
+/*
+ * Publishes <policy> in place of the current snapshot. <file> is what the
+ * policy file now says (its sandboxes, with profile indexes into <policy>):
+ * a file sandbox that is running takes the profile the file gives it, one
+ * the file newly names is opened, one it no longer names is removed; a
+ * run-time sandbox keeps its profile by name. When some running sandbox's
+ * profile is not in <policy>, nothing changes and -ENOENT is returned with
+ * the sandbox and profile named in <err>/<cap>; <policy> is then still the
+ * caller's. On 0 the engine owns <policy>; new requests decide with it once
+ * each worker has woken (at once: every worker is woken). -ENOMEM likewise
+ * leaves everything as it was. Control path only (takes the lock).
+ */
+int engine_policy_swap(struct engine *e, const void *policy, const struct config *file, char *err,
+		       size_t cap);
+
+/* Frees every retired snapshot no worker can reach any more. Control path only. */
+void engine_policy_collect(struct engine *e);
 
 /* Calls <fn> for every active sandbox, under the lock. */
 void engine_sandbox_foreach(struct engine *e, void *arg,

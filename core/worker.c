@@ -112,6 +112,8 @@ static int worker_setup(struct worker *w)
 	w->buckets = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*w->buckets));
 	if (w->buckets == NULL)
 		return -ENOMEM;
+	w->policy = snapshot_adopt(NULL, atomic_load_explicit(&e->current, memory_order_acquire),
+				   w->index, &e->seen[w->index]);
 	w->now_ms = timer_now_ms();
 	timer_wheel_init(w->timers, w->now_ms);
 	dns_init(&w->dns, &w->ring, cfg->dns_servers, cfg->dns_timeout_ms);
@@ -142,6 +144,9 @@ static void worker_teardown(struct worker *w)
 	    (unsigned long long)w->stats.denied, (unsigned long long)w->stats.splice_relays,
 	    (unsigned long long)w->stats.copy_relays, (unsigned long long)w->stats.refused_overload,
 	    (unsigned long long)w->stats.cqes, (unsigned long long)w->stats.enters);
+	if (w->policy != NULL)
+		snapshot_leave(w->policy, w->index);
+	w->policy = NULL;
 	if (leak)
 		return; /* keep the evidence; the process exits non-zero */
 	pipepool_destroy(&w->pipes);
@@ -460,6 +465,15 @@ static bool worker_drained(const struct worker *w)
 	return true;
 }
 
+void worker_policy_refresh(struct worker *w)
+{
+	struct snapshot *now = atomic_load_explicit(&w->e->current, memory_order_acquire);
+
+	AN_DASSERT(now != NULL && w->policy != NULL);
+	if (now != w->policy)
+		w->policy = snapshot_adopt(w->policy, now, w->index, &w->e->seen[w->index]);
+}
+
 static void worker_loop(struct worker *w)
 {
 	struct worker_cqe batch[LIMITS_CQES_PER_TURN];
@@ -476,6 +490,7 @@ static void worker_loop(struct worker *w)
 		if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
 			log_error("worker %u: io_uring_enter: %s", w->index, strerror(-ret));
 		w->now_ms = timer_now_ms();
+		worker_policy_refresh(w);
 		/* Timers first: this also moves the wheel's clock to now, so timers
 		 * the handlers below arm count from now, not from the last wake-up. */
 		run_timers(w);

@@ -20,6 +20,7 @@
 struct conn;
 struct engine;
 struct audit_ring;
+struct snapshot;
 
 #define WORKER_OP_ACCEPT 0xe0u /* user_data op of a listener's multishot accept */
 #define WORKER_OP_WAKE   0xe1u /* the stop eventfd's read */
@@ -75,6 +76,7 @@ struct worker {
 	struct pipepool pipes;
 	struct timer_wheel *timers; /* owned (large) */
 	struct ratelimit *buckets;  /* owned; one per sandbox slot (LIMITS_SANDBOXES_MAX) */
+	struct snapshot *policy;    /* what new requests decide with (core/snapshot.h) */
 	struct dns dns;
 	struct audit_ring *audit;
 	uint32_t listener_count;
@@ -98,6 +100,13 @@ struct worker {
  * a burst beyond it (thousands of tunnels opening at once) gives its pages back. */
 #define WORKER_HEADS_WARM        256u
 #define WORKER_HEAD_BUFFER_BYTES (LIMITS_HEAD_BYTES_MAX + LIMITS_BUFRING_BUFFER_BYTES)
+
+/*
+ * Moves <w> to the engine's published snapshot if it is newer than w->policy.
+ * Done at every loop turn; a conn calls it too when w->policy does not know
+ * its sandbox yet. Worker thread only.
+ */
+void worker_policy_refresh(struct worker *w);
 
 /* The thread body: set-up, loop, tear-down. <arg> is the struct worker. */
 void *worker_main(void *arg);

@@ -45,6 +45,7 @@ static const char usage_text[] =
     "       agentsnet sandbox add ID [--profile NAME] [--socket-dir DIR]\n"
     "       agentsnet sandbox rm ID [--socket-dir DIR]\n"
     "       agentsnet sandbox ls [--socket-dir DIR]\n"
+    "       agentsnet policy reload|status [--socket-dir DIR]\n"
     "       agentsnet ping [--socket-dir DIR]\n"
     "       agentsnet run [--sandbox ID] [--profile NAME] [--socket-dir DIR] [--bridge PATH]\n"
     "                     [--ca PATH] [--public-url URL] [--user USER[:GROUP]]\n"
@@ -55,6 +56,8 @@ static const char usage_text[] =
     "ca init     writes DIR/ca.key (0600), DIR/ca.pem and DIR/bundle.pem (host roots + CA,\n"
     "            the file to mount as AGENT_CA_CERT); --days 1..3650, default 397.\n"
     "sandbox     registers, removes or lists sandboxes on the running agentsnetd.\n"
+    "policy      reload: agentsnetd re-reads its policy file (a bad one is refused and\n"
+    "            the running policy stays); status: the generation it serves.\n"
     "check       prints the decision agentsnetd would make for URL, from the same code\n"
     "            (exit 0 allow, 1 deny, 2 no decision: see agentsnet check --help).\n"
     "run         runs CMD through agentsnet-bridge in a sandbox with no network but lo,\n"
@@ -211,7 +214,7 @@ static int print_answer(const char *verb, struct ctl_reply *r)
 	return fflush(stdout) == 0 ? CTL_EXIT_OK : CTL_EXIT_ERROR;
 }
 
-/* `sandbox add|rm|ls ...` (<argv>[0] is "sandbox") and `ping` (<argv>[0] is "ping"). */
+/* `sandbox add|rm|ls ...`, `policy reload|status` and `ping` (<argv>[0] names which). */
 static int control_main(int argc, char **argv)
 {
 	static const struct option longs[] = {
@@ -241,7 +244,7 @@ static int control_main(int argc, char **argv)
 	for (int i = optind; i < argc && n < 4; i++)
 		words[n++] = argv[i];
 	bool ping = strcmp(argv[0], "ping") == 0;
-	bool add = !ping && n >= 2 && strcmp(words[1], "add") == 0;
+	bool add = strcmp(argv[0], "sandbox") == 0 && n >= 2 && strcmp(words[1], "add") == 0;
 	if (optind + n - 1 != argc || (ping && n != 1) || (!ping && n < 2) ||
 	    (profile != NULL && !add))
 		return usage_error("wrong arguments");
@@ -593,7 +596,7 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "ca") == 0)
 		return ca_main(argc - 1, argv + 1);
-	if (strcmp(cmd, "sandbox") == 0 || strcmp(cmd, "ping") == 0)
+	if (strcmp(cmd, "sandbox") == 0 || strcmp(cmd, "ping") == 0 || strcmp(cmd, "policy") == 0)
 		return control_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "run") == 0)
 		return run_main(argc - 1, argv + 1);

@@ -1,8 +1,15 @@
 /*
  * agentsnetd: the host daemon. Loads the policy (a file, or the embedded
  * default), applies command-line overrides, probes io_uring, opens the audit
- * trail, starts the engine and waits for a signal: SIGINT/SIGTERM stop it.
+ * trail, starts the engine and waits for a signal: SIGINT/SIGTERM stop it,
+ * SIGHUP reloads the policy (as `policy reload` on the control socket does).
  * The exit status is 0 only when the engine stopped with nothing leaked.
+ *
+ * A reload re-reads the file whole and swaps the compiled policy in; a file
+ * that does not load, or that drops a profile a running sandbox uses, is
+ * refused and the running policy stays. Either way the outcome is logged and
+ * audited. The `daemon:` settings and resolver.servers are read at start
+ * only: a reload that changes them says so and leaves them.
  *
  * This file is the top of the dependency graph: it is the one place that
  * wires policy/ into core/ (through core/verdict.h), so core/ never includes
@@ -176,6 +183,9 @@ static int apply_overrides(const struct options *o, struct config *cfg)
 	return ret == 0 ? 0 : -ENOMEM;
 }
 
+/* One reload at a time; also serialises the main thread's audit ring. */
+static pthread_mutex_t daemon_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void notice(struct audit *a, uint32_t ring, const char *detail)
 {
 	struct audit_ring *r = audit_ring_get(a, ring);
@@ -190,8 +200,88 @@ static void notice(struct audit *a, uint32_t ring, const char *detail)
 	audit_commit(r, rec);
 }
 
-/* Blocks until SIGINT or SIGTERM. SIGHUP (reload) arrives with issue #5's policy reload. */
-static void wait_for_stop(void)
+/* The running daemon, for reloads. */
+struct daemon {
+	const struct options *o;
+	const struct config *cfg; /* the running settings */
+	struct engine *e;
+	struct audit *audit;
+};
+
+static bool text_differs(const char *a, const char *b)
+{
+	return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
+}
+
+/* Warns about each start-only setting <fresh> changes; they stay as <run> has them. */
+static void settings_compare(const struct config *run, const struct config *fresh)
+{
+	const struct {
+		const char *name;
+		bool differs;
+	} settings[] = {
+		{ "daemon.socket_dir", text_differs(run->socket_dir, fresh->socket_dir) },
+		{ "daemon.audit_log", text_differs(run->audit_path, fresh->audit_path) },
+		{ "daemon.listen", text_differs(run->tcp_listen, fresh->tcp_listen) },
+		{ "daemon.control_group", text_differs(run->control_group, fresh->control_group) },
+		{ "resolver.servers", text_differs(run->dns_servers, fresh->dns_servers) },
+		{ "daemon.workers", run->workers != fresh->workers },
+		{ "daemon.conns_per_worker", run->conns_per_worker != fresh->conns_per_worker },
+		{ "daemon.pipes_per_worker", run->pipes_per_worker != fresh->pipes_per_worker },
+		{ "daemon timeouts", run->head_timeout_ms != fresh->head_timeout_ms ||
+					 run->connect_timeout_ms != fresh->connect_timeout_ms ||
+					 run->dns_timeout_ms != fresh->dns_timeout_ms ||
+					 run->idle_timeout_ms != fresh->idle_timeout_ms },
+	};
+	for (size_t i = 0; i < AN_ARRAY_LEN(settings); i++) {
+		if (settings[i].differs)
+			log_warn("reload: %s changed; it is read at start only (restart to apply)",
+				 settings[i].name);
+	}
+}
+
+static int apply_overrides(const struct options *o, struct config *cfg);
+
+/* engine.reload: re-reads the file and swaps it in. Control thread or main thread. */
+static int reload(void *arg, char *msg, size_t cap)
+{
+	struct daemon *d = arg;
+	struct config fresh;
+	struct policy *pol = NULL;
+	char err[512] = "";
+	char detail[128];
+
+	pthread_mutex_lock(&daemon_lock);
+	int ret = config_init_defaults(&fresh);
+	if (ret == 0)
+		ret = policy_load_or_default(d->o->config_path, &fresh, &pol, err, sizeof(err));
+	if (ret == 0 && apply_overrides(d->o, &fresh) != 0)
+		ret = -ENOMEM;
+	if (ret == 0) {
+		ret = engine_policy_swap(d->e, pol, &fresh, err, sizeof(err));
+		if (ret != 0)
+			policy_free(pol);
+	}
+	if (ret == 0) {
+		settings_compare(d->cfg, &fresh);
+		log_info("reload: %s", err);
+	} else {
+		if (err[0] == '\0')
+			snprintf(err, sizeof(err), "%s", strerror(-ret));
+		log_error("reload refused, the running policy stays: %s", err);
+	}
+	/* The audit's detail field holds 127 bytes: the log line has the rest. */
+	snprintf(detail, sizeof(detail), "%s: %.100s",
+		 ret == 0 ? "policy_reloaded" : "policy_reload_refused", err);
+	notice(d->audit, d->cfg->workers, detail);
+	snprintf(msg, cap, "%s", err);
+	config_free(&fresh);
+	pthread_mutex_unlock(&daemon_lock);
+	return ret;
+}
+
+/* Blocks until SIGINT or SIGTERM; each SIGHUP reloads the policy. */
+static void wait_for_stop(struct daemon *d)
 {
 	sigset_t set;
 	int sig = 0;
@@ -204,7 +294,8 @@ static void wait_for_stop(void)
 		if (sigwait(&set, &sig) != 0)
 			continue;
 		if (sig == SIGHUP) {
-			log_warn("SIGHUP: policy reload is not supported yet; restart to reload");
+			char msg[512];
+			(void)reload(d, msg, sizeof(msg));
 			continue;
 		}
 		log_info("signal %d: stopping", sig);
@@ -229,7 +320,7 @@ static int control_group_resolve(const char *name, gid_t *gid)
 	return 0;
 }
 
-static int serve(struct config *cfg, struct policy *pol)
+static int serve(const struct options *o, struct config *cfg, struct policy *pol)
 {
 	struct engine e;
 	struct audit *audit = NULL;
@@ -239,27 +330,34 @@ static int serve(struct config *cfg, struct policy *pol)
 	int ret = ring_probe(&e.features);
 	if (ret != 0) {
 		log_error("io_uring is unavailable: %s", strerror(-ret));
+		policy_free(pol);
 		return 1;
 	}
 	ring_features_describe(&e.features, features, sizeof(features));
 	log_info("%s", features);
 	if (!e.features.socket_direct || !e.features.multishot_recv) {
 		log_error("this kernel lacks direct sockets or multishot receive (Linux >= 6.0)");
+		policy_free(pol);
 		return 1;
 	}
 	ret = audit_open(cfg->audit_path, cfg->workers + 1, &audit);
 	if (ret != 0) {
 		log_error("audit %s: %s", cfg->audit_path, strerror(-ret));
+		policy_free(pol);
 		return 1;
 	}
 	if (dns_library_init() != 0) {
 		audit_close(audit);
+		policy_free(pol);
 		return 1;
 	}
+	struct daemon d = { .o = o, .cfg = cfg, .e = &e, .audit = audit };
 	e.cfg = cfg;
-	e.policy = pol;
+	e.policy = pol; /* the engine's from here on */
 	e.ops = &policy_verdict_ops;
 	e.audit = audit;
+	e.reload = reload;
+	e.reload_arg = &d;
 	ret = engine_start(&e);
 	if (ret == 0) {
 		struct control ctl;
@@ -271,11 +369,13 @@ static int serve(struct config *cfg, struct policy *pol)
 			engine_stop(&e);
 			goto out;
 		}
+		pthread_mutex_lock(&daemon_lock);
 		notice(audit, cfg->workers, "daemon_started");
+		pthread_mutex_unlock(&daemon_lock);
 		fprintf(stderr,
 			"agentsnetd: ready (%u sandboxes, %u workers, audit %s, control %s)\n",
 			e.sandbox_active, cfg->workers, cfg->audit_path, ctl.path);
-		wait_for_stop();
+		wait_for_stop(&d);
 		control_stop(&ctl);
 		ret = engine_stop(&e);
 		notice(audit, cfg->workers,
@@ -316,8 +416,12 @@ int main(int argc, char **argv)
 		config_free(&cfg);
 		return 0;
 	}
-	rc = apply_overrides(&o, &cfg) == 0 ? serve(&cfg, pol) : 1;
-	policy_free(pol);
+	if (apply_overrides(&o, &cfg) != 0) {
+		policy_free(pol);
+		config_free(&cfg);
+		return 1;
+	}
+	rc = serve(&o, &cfg, pol); /* takes pol */
 	config_free(&cfg);
 	return rc;
 }

@@ -6,6 +6,8 @@
  *   sandbox add <id> <profile> -> ok <directory> | error <code> <message>
  *   sandbox rm <id>            -> ok | error no_such_sandbox <message>
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <dir>"
+ *   policy reload              -> ok <what was loaded> | error reload_refused <why>
+ *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
  */
 #ifndef AN_TOOLS_CTL_H
 #define AN_TOOLS_CTL_H

@@ -9,8 +9,8 @@ set -eu
 
 BUILD_PKGS="build-essential pkg-config clang-format liburing-dev libssl-dev libxxhash-dev \
 libc-ares-dev libyaml-dev libidn2-dev libpsl-dev libseccomp-dev libnghttp2-dev check \
-libbenchmark-dev iproute2 curl openssl python3 nodejs npm"
-BENCH_PKGS="wrk haproxy nginx-light squid tinyproxy"
+libbenchmark-dev iproute2 curl openssl python3 nodejs npm wrk"
+BENCH_PKGS="haproxy nginx-light squid tinyproxy"
 
 want="$BUILD_PKGS"
 if [ "${1:-}" = "bench" ]; then

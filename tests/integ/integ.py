@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 
+import reload
 from integlib import (Fatal, Procs, SANITIZER_MARKS, SKIP, Skip, add_run_args, audit_match,
                       checked_preflight, client_env, daemon_env, free_ports, load_cases, log,
                       make_pki, netns_add, netns_del, read_audit, read_text, render_file,
@@ -535,7 +536,7 @@ def parse_header_blocks(text):
 def preflight(args):
     if os.geteuid() != 0:
         raise Skip("network namespaces need root")
-    for tool in ("ip", "curl", "openssl", "node"):
+    for tool in ("ip", "curl", "openssl", "node", "wrk"):
         if shutil.which(tool) is None:
             raise Skip("%s is not installed (tools/deps.sh installs it)" % tool)
     if not os.access(args.daemon, os.X_OK):
@@ -592,6 +593,8 @@ def run_suite(suite, cases):
             log("# agentsnetd exited %d during %s; stderr:\n%s" % (
                 suite.daemon.returncode, case["name"],
                 read_text(suite.daemon_err_path)[-4000:]))
+    if args.cases is None and suite.daemon.poll() is None:
+        reload.run(suite)  # last: it rewrites the policy file under the running daemon
     suite.procs.stop(suite.forwarder)
     suite.stop_daemon()
     suite.check_audit()

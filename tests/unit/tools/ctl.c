@@ -137,6 +137,12 @@ START_TEST(requests)
 
 	ck_assert_int_eq(fmt(out, sizeof(out), 1, "ping", NULL, NULL, NULL), 5);
 	ck_assert_str_eq(out, "ping\n");
+	ck_assert_int_eq(fmt(out, sizeof(out), 2, "policy", "reload", NULL, NULL), 14);
+	ck_assert_str_eq(out, "policy reload\n");
+	ck_assert_int_eq(fmt(out, sizeof(out), 2, "policy", "status", NULL, NULL), 14);
+	ck_assert_str_eq(out, "policy status\n");
+	ck_assert_int_eq(fmt(out, sizeof(out), 2, "policy", "drop", NULL, NULL), -EINVAL);
+	ck_assert_int_eq(fmt(out, sizeof(out), 3, "policy", "reload", "x", NULL), -EINVAL);
 	ck_assert_int_eq(fmt(out, sizeof(out), 2, "sandbox", "ls", NULL, NULL), 11);
 	ck_assert_str_eq(out, "sandbox ls\n");
 	ck_assert_int_eq(fmt(out, sizeof(out), 3, "sandbox", "rm", "box", NULL), 15);
