@@ -354,6 +354,16 @@ static void nobufs_unlink(struct conn *c)
 	c->flags &= (uint8_t)~F_NOBUFS;
 }
 
+/* The conn no longer counts against its last request's rule (it closed, or moved on). */
+static void rule_limit_release(struct conn *c)
+{
+	if (c->rule_limit == NULL)
+		return;
+	AN_ASSERT(c->rule_limit->conns > 0);
+	c->rule_limit->conns--;
+	c->rule_limit = NULL;
+}
+
 static void conn_maybe_free(struct conn *c)
 {
 	struct worker *w = c->w;
@@ -366,6 +376,7 @@ static void conn_maybe_free(struct conn *c)
 	if (c->ufd >= 0)
 		close_slot(c, &c->ufd);
 	audit_close_record(c);
+	rule_limit_release(c);
 	if (c->snap != NULL)
 		snapshot_put(c->snap, w->index); /* after the record: it borrows the rule id */
 	c->snap = NULL;
@@ -662,6 +673,43 @@ static void forward_start(struct conn *c);
  * bucket on this worker; the TCP listener's sandbox, served by every worker,
  * gets one per worker). Sets c->retry_after_s for the answer.
  */
+/*
+ * The deciding rule's limits for this sandbox (an entry of the worker's
+ * table): connections on the rule at once, then its request rate. Checked
+ * before the sandbox's own limits, so a request the rule refuses spends
+ * none of the sandbox's tokens. A table with no idle entry left refuses
+ * rather than let the request through unlimited.
+ */
+static enum reason rule_limits_refusal(struct conn *c, const struct verdict *v)
+{
+	struct worker *w = c->w;
+	const struct verdict_limits *l = &v->rule_limits;
+	uint32_t retry = 0;
+
+	rule_limit_release(c);
+	if (v->rule_index == VERDICT_RULE_NONE ||
+	    (l->requests_per_second == 0 && l->concurrent == 0))
+		return REASON_NONE;
+	const struct ratelimit_key key = { .snapshot_generation = c->snap->generation,
+					   .slot = c->sandbox,
+					   .generation = conn_sandbox(c)->generation,
+					   .rule_index = v->rule_index };
+	struct ratelimit_entry *e = ratelimit_table_get(&w->rule_buckets, &key, l, w->now_ms);
+	c->retry_after_s = 1;
+	if (e == NULL)
+		return REASON_RATE_LIMITED;
+	if (l->concurrent != 0 && e->conns >= l->concurrent)
+		return REASON_CONCURRENCY_LIMITED;
+	if (!ratelimit_take(&e->bucket, &e->limits, key.generation, w->now_ms, &retry)) {
+		c->retry_after_s = retry;
+		return REASON_RATE_LIMITED;
+	}
+	c->retry_after_s = 0;
+	e->conns++;
+	c->rule_limit = e;
+	return REASON_NONE;
+}
+
 static enum reason limits_refusal(struct conn *c, const struct verdict_limits *limits)
 {
 	const struct engine_sandbox *sb = conn_sandbox(c);
@@ -728,8 +776,11 @@ static void decide(struct conn *c, const struct http1_request *req)
 	c->instruction = v.instruction;
 	enum reason refusal = verdict_refusal(&v);
 	if (refusal == REASON_NONE)
+		refusal = rule_limits_refusal(c, &v);
+	if (refusal == REASON_NONE)
 		refusal = limits_refusal(c, &under->limits);
 	if (refusal != REASON_NONE) {
+		rule_limit_release(c); /* a refused request holds no connection on its rule */
 		respond(c, refusal);
 		return;
 	}

@@ -94,10 +94,11 @@ struct conn {
 	uint16_t port;
 	uint16_t status;
 	int32_t connect_err;
-	struct snapshot *snap;      /* the current request's policy, held (core/snapshot.h) */
-	const char *rule;           /* borrowed from the policy snapshot */
-	const char *instruction;    /* borrowed from the policy snapshot */
-	const char *upstream_local; /* TIER_LOCAL: "host:port" to relay to, borrowed */
+	struct snapshot *snap; /* the current request's policy, held (core/snapshot.h) */
+	struct ratelimit_entry *rule_limit; /* the request's rule limits, counted in its conns */
+	const char *rule;                   /* borrowed from the policy snapshot */
+	const char *instruction;            /* borrowed from the policy snapshot */
+	const char *upstream_local;         /* TIER_LOCAL: "host:port" to relay to, borrowed */
 	uint64_t decision_id;
 	uint32_t requests;
 	uint32_t retry_after_s; /* the refusal's Retry-After, 0: the reason's default */

@@ -79,6 +79,17 @@ static void pin_to_core(struct worker *w)
 	}
 }
 
+/* At least twice the conns (each holds one entry at most), a power of two. */
+static uint32_t rule_buckets_for(uint32_t conns_per_worker)
+{
+	uint32_t want = LIMITS_RULE_BUCKETS_PER_WORKER;
+
+	while (want < RATELIMIT_TABLE_CAPACITY_MAX && want / 2 < conns_per_worker)
+		want *= 2;
+	AN_ASSERT((want & (want - 1)) == 0);
+	return want;
+}
+
 static int worker_setup(struct worker *w)
 {
 	const struct engine *e = w->e;
@@ -112,6 +123,11 @@ static int worker_setup(struct worker *w)
 	w->buckets = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*w->buckets));
 	if (w->buckets == NULL)
 		return -ENOMEM;
+	ret = ratelimit_table_init(&w->rule_buckets, rule_buckets_for(cfg->conns_per_worker));
+	if (ret != 0) {
+		log_error("worker %u: per-rule limits table: %s", w->index, strerror(-ret));
+		return ret;
+	}
 	w->policy = snapshot_adopt(NULL, atomic_load_explicit(&e->current, memory_order_acquire),
 				   w->index, &e->seen[w->index]);
 	w->now_ms = timer_now_ms();
@@ -155,6 +171,7 @@ static void worker_teardown(struct worker *w)
 	ring_destroy(&w->ring);
 	AN_FREE(&w->timers);
 	AN_FREE(&w->buckets);
+	ratelimit_table_free(&w->rule_buckets);
 }
 
 /* Cancels <l>'s multishot accept, if armed; its last completion disarms it. */

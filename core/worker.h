@@ -76,7 +76,8 @@ struct worker {
 	struct pipepool pipes;
 	struct timer_wheel *timers; /* owned (large) */
 	struct ratelimit *buckets;  /* owned; one per sandbox slot (LIMITS_SANDBOXES_MAX) */
-	struct snapshot *policy;    /* what new requests decide with (core/snapshot.h) */
+	struct ratelimit_table rule_buckets; /* per (sandbox, rule) limits of this worker */
+	struct snapshot *policy;             /* what new requests decide with (core/snapshot.h) */
 	struct dns dns;
 	struct audit_ring *audit;
 	uint32_t listener_count;

@@ -1474,6 +1474,62 @@ class Tests(Pass):
         self.timed("limits: burst then 429 rate_limited with a Retry-After that is honoured; "
                    "another sandbox unaffected; 429 concurrency_limited over the cap", limits)
 
+    def t_rule_limits(self):
+        """Rule limits, per sandbox per rule: one connection at once (429
+        concurrency_limited beside a held one), then the rule's burst (429
+        rate_limited with the rule's instruction); the sandbox's other rule and
+        another sandbox on the same rule unaffected."""
+        def rule_limits():
+            ids = ["it%d-rl-%s" % (os.getpid(), x) for x in ("a", "b")]
+            for sid in ids:
+                got = self.ctl("sandbox add %s rule-limited" % sid)
+                if not got or not got[0].startswith("ok "):
+                    return ["sandbox add %s rule-limited: %r" % (sid, got)]
+            self.ids.update(ids)
+            path = [os.path.join(self.vars["sock_dir"], "sandboxes", sid, "egress.sock")
+                    for sid in ids]
+            capped = "rulelimited.test:%d" % self.vars["https_port"]
+            free = "origin.test:%d" % self.vars["https_port"]
+            errs = []
+            first, _, held = self.connect_head(path[0], capped)
+            second, headers, s = self.connect_head(path[0], capped)
+            if s is not None:
+                s.close()
+            if first != 200 or second != 429 or \
+                    headers.get("X-Agent-Reason") != "concurrency_limited":
+                errs.append("two at once on rule capped: %d then %d %r, want 200 then 429 "
+                            "concurrency_limited" % (first, second, headers))
+            if held is not None:
+                held.close()
+            time.sleep(0.2)  # the daemon sees the close: the rule's connection is free
+            got = []
+            for _ in range(2):
+                status, headers, s = self.connect_head(path[0], capped)
+                got.append((status, headers))
+                if s is not None:
+                    s.close()
+                time.sleep(0.2)
+            refused = got[-1][1]
+            if [g[0] for g in got] != [200, 429] or \
+                    refused.get("X-Agent-Reason") != "rate_limited" or \
+                    "one connection at a time" not in refused.get("X-Agent-Instruction", "") or \
+                    not refused.get("Retry-After", "").isdigit():
+                errs.append("the burst of 2 spent, then: %r, want 200 then 429 rate_limited "
+                            "with the rule's instruction" % got)
+            for label, sock, authority in (("the sandbox's unlimited rule", path[0], free),
+                                           ("another sandbox on rule capped", path[1], capped)):
+                status, _, s = self.connect_head(sock, authority)
+                if s is not None:
+                    s.close()
+                if status != 200:
+                    errs.append("%s: %d, want 200" % (label, status))
+            for sid in ids:
+                self.ctl("sandbox rm %s" % sid)
+            return errs
+
+        self.timed("rule limits: per sandbox per rule, concurrency then rate, the rule's "
+                   "instruction; other rules and sandboxes unaffected", rule_limits)
+
     def t_density(self):
         """DENSITY_SANDBOXES sandboxes added at run time, half on each profile: each
         answers on its own socket with its own profile's verdict, `agentsnet run` works
@@ -1638,7 +1694,7 @@ class Tests(Pass):
 
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
-         "unprivileged", "identity", "limits", "density", "daemon_restart", "daemon_stopped", "ingress"]
+         "unprivileged", "identity", "limits", "rule_limits", "density", "daemon_restart", "daemon_stopped", "ingress"]
 
 
 def preflight(args):
