@@ -236,6 +236,12 @@ static void print_decision(const struct http1_request *req, const char *profile,
 		printf("instruction: %s\n", instruction);
 	if (v->upstream != NULL)
 		printf("upstream: %s\n", v->upstream);
+	const struct verdict_limits *l = &v->rule_limits;
+	if (l->requests_per_second != 0 || l->concurrent != 0)
+		printf("rule limits: %u requests/s, burst %u, %u at once (0: unlimited), per "
+		       "sandbox\n",
+		       l->requests_per_second, l->burst != 0 ? l->burst : l->requests_per_second,
+		       l->concurrent);
 }
 
 int check_main(int argc, char **argv)

@@ -1674,6 +1674,12 @@ class Tests(Pass):
             rc, got, err = check(["--profile", "other", self.url(host="other.test")])
             if rc != 0 or got.get("rule") != "other":
                 errs.append("--profile other: exit %d, %r %s" % (rc, got, err))
+            rc, got, err = check(["--profile", "rule-limited",
+                                  "https://rulelimited.test:%d/" % self.vars["https_port"]])
+            if rc != 0 or got.get("rule") != "capped" or not got.get(
+                    "rule limits", "").startswith("1 requests/s, burst 2, 1 at once"):
+                errs.append("--profile rule-limited, the capped rule: exit %d, %r %s"
+                            % (rc, got, err))
             rc, got, err = check(["--profile", "other", self.url()])
             if rc != 1 or got.get("reason") != "host_not_allowed":
                 errs.append("--profile other, origin.test: exit %d, %r %s" % (rc, got, err))
