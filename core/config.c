@@ -52,5 +52,7 @@ void config_free(struct config *cfg)
 	AN_FREE(&cfg->tcp_listen);
 	AN_FREE(&cfg->tcp_sandbox);
 	AN_FREE(&cfg->control_group);
+	AN_FREE(&cfg->ca_cert);
+	AN_FREE(&cfg->ca_key);
 	memset(cfg, 0, sizeof(*cfg));
 }

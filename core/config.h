@@ -23,7 +23,10 @@ struct config {
 	char *tcp_listen;    /* owned; "127.0.0.1:PORT" or NULL: no TCP listener */
 	char *tcp_sandbox;   /* owned; sandbox id TCP connections are served as */
 	char *control_group; /* owned; group allowed on the control socket, NULL: the daemon's */
-	uint32_t workers;    /* 0: one per online core */
+	char *ca_cert; /* owned; the agentsnet CA (PEM) the terminated tiers sign with, or NULL */
+	char *ca_key;  /* owned; its private key (PEM); set exactly when ca_cert is */
+	uint32_t leaf_days; /* validity of minted leaves; 0: the tls/ default */
+	uint32_t workers;   /* 0: one per online core */
 	uint32_t conns_per_worker;
 	uint32_t pipes_per_worker; /* 0 disables splice: every relay copies */
 	uint32_t head_timeout_ms;

@@ -59,6 +59,7 @@ enum conn_state {
 	ST_FORWARD,
 	ST_RESPOND,
 	ST_LINGER,
+	ST_TERM, /* the client's TLS terminated here: a fake-response tunnel */
 	ST_CLOSING,
 };
 
@@ -136,6 +137,12 @@ static void fwd_up_step(struct conn *c);
 static void fwd_down_recv(struct conn *c);
 static void head_recv_arm(struct conn *c);
 static void request_finish(struct conn *c);
+static void term_start(struct conn *c);
+static void term_ciphertext(struct conn *c, const uint8_t *p, uint32_t len);
+static void term_eof(struct conn *c);
+static void on_term_send(struct conn *c, int res);
+static void fake_plain(struct conn *c, const struct http1_request *req);
+static void fake_plain_done(struct conn *c);
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -377,6 +384,9 @@ static void conn_maybe_free(struct conn *c)
 		close_slot(c, &c->ufd);
 	audit_close_record(c);
 	rule_limit_release(c);
+	if (c->tls != NULL)
+		w->e->term->session_free(c->tls);
+	c->tls = NULL;
 	if (c->snap != NULL)
 		snapshot_put(c->snap, w->index); /* after the record: it borrows the rule id */
 	c->snap = NULL;
@@ -403,7 +413,7 @@ static void conn_close_at(struct conn *c, int line)
 	if (c->state == ST_CLOSING)
 		return;
 	static const char *const state_names[] = { "head",    "resolve", "connect", "tunnel",
-						   "forward", "respond", "linger" };
+						   "forward", "respond", "linger",  "term" };
 	static_assert(AN_ARRAY_LEN(state_names) == ST_CLOSING, "a name per state");
 	log_debug("conn %llx: closing in %s (conn.c:%d)", (unsigned long long)c->id,
 		  state_names[c->state], line);
@@ -558,7 +568,23 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		head_parse(c);
 		return;
 	}
+	if (c->state == ST_TERM) {
+		c->active_ms = c->w->now_ms;
+		c->bytes_up += len;
+		term_ciphertext(c, ring_buf(r, bid), len);
+		ring_buf_return(r, bid);
+		return;
+	}
+	if (c->state == ST_RESPOND && c->fake_keep &&
+	    c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES) {
+		/* The next request, sent while a fake answer goes out: kept for it. */
+		memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
+		c->head_fill += len;
+		ring_buf_return(r, bid);
+		return;
+	}
 	if (c->state == ST_RESPOND || c->state == ST_LINGER || c->state == ST_CLOSING) {
+		c->fake_keep = false; /* a request lost here must not be waited for */
 		ring_buf_return(r, bid);
 		return;
 	}
@@ -585,7 +611,7 @@ static bool head_recv_wanted(const struct conn *c)
 	if (c->cfd < 0 || (c->flags & (F_HEAD_STOP | F_CLIENT_EOF)))
 		return false;
 	return c->state == ST_HEAD || c->state == ST_RESOLVE || c->state == ST_CONNECT ||
-	       c->state == ST_RESPOND || c->state == ST_LINGER;
+	       c->state == ST_RESPOND || c->state == ST_LINGER || c->state == ST_TERM;
 }
 
 static void head_eof(struct conn *c)
@@ -598,6 +624,9 @@ static void head_eof(struct conn *c)
 		break;
 	case ST_LINGER:
 		conn_close(c);
+		break;
+	case ST_TERM:
+		term_eof(c);
 		break;
 	case ST_RESOLVE:
 	case ST_CONNECT:
@@ -789,6 +818,14 @@ static void decide(struct conn *c, const struct http1_request *req)
 	if (ip_len > 0 && ip_len < sizeof(c->host)) {
 		memcpy(c->host, v.ip, ip_len + 1);
 		c->host_len = (uint8_t)ip_len;
+	}
+	if (v.tier == TIER_FAKE) {
+		c->fake = v.fake;
+		if (req->is_connect)
+			term_start(c);
+		else
+			fake_plain(c, req);
+		return;
 	}
 	c->keep_alive = req->keep_alive;
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
@@ -1685,6 +1722,410 @@ static void request_finish(struct conn *c)
 		head_parse(c);
 }
 
+/* ---- terminated tiers: fake-response ----------------------------------- */
+
+/*
+ * A CONNECT to a fake-response host: the 200 goes out in clear, then the conn
+ * terminates the client's TLS itself (core/term.h) and answers every request
+ * inside it from the rule, kept alive; nothing is ever connected upstream.
+ * Ciphertext arrives through the head receive, which keeps running, and
+ * leaves through the down relay's send, one send at a time, straight from the
+ * session's buffer. The plaintext request collects in the head buffer; the
+ * answer's framed head goes in c->out and its body is borrowed from the
+ * snapshot the conn holds. A request body is read and discarded.
+ */
+
+static const struct term_ops *conn_term(const struct conn *c)
+{
+	return c->w->e->term;
+}
+
+/* Sends what the session has for the client; once a close is out, lingers. */
+static void term_flush(struct conn *c)
+{
+	const uint8_t *data = NULL;
+
+	if (c->state != ST_TERM || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_SEND))))
+		return;
+	size_t n = conn_term(c)->out_peek(c->tls, &data);
+	if (n > 0) {
+		c->down.state = R_SEND;
+		prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, data, n);
+	} else if (c->term_closing) {
+		linger_start(c);
+	}
+}
+
+/* The session ended (<st> CLOSED or ERROR): audit why, queue close_notify. */
+static void term_end(struct conn *c, enum term_status st)
+{
+	const struct term_ops *t = conn_term(c);
+
+	if (st == TERM_ERROR && t->sni_refused(c->tls)) {
+		c->reason = REASON_SNI_MISMATCH;
+		c->w->stats.denied++;
+		audit_decision(c, false, reason_status(REASON_SNI_MISMATCH));
+	} else if (st == TERM_ERROR) {
+		log_debug("conn %llx: TLS: %s", (unsigned long long)c->id, t->error(c->tls));
+	}
+	(void)t->close(c->tls); /* a full buffer drops it: the TCP close still ends us */
+	c->term_closing = true;
+}
+
+/* The answer to a request refused inside the session; the conn closes after it. */
+static void term_refuse(struct conn *c, enum reason why)
+{
+	char audit_id[AUDIT_ID_BYTES];
+
+	c->reason = (uint8_t)why;
+	c->w->stats.denied++;
+	audit_decision(c, false, reason_status(why));
+	audit_format_id(c->w->e->audit, c->decision_id, audit_id);
+	struct deny_info d = { .reason = why,
+			       .rule = c->rule,
+			       .instruction = c->instruction,
+			       .host = c->host,
+			       .host_len = c->host_len,
+			       .port = c->port,
+			       .sandbox = conn_sandbox(c)->id,
+			       .audit_id = audit_id };
+	ssize_t n = deny_format(&d, c->out, WORKER_HEAD_BUFFER_BYTES);
+	c->out_len = n > 0 ? (uint32_t)n : 0;
+	c->out_off = 0;
+	c->answer_body = NULL;
+	c->answer_body_len = 0;
+	c->term_close_after = true;
+	c->head_fill = 0; /* nothing after a refused request is read */
+	if (n <= 0)
+		term_end(c, TERM_CLOSED);
+}
+
+/* Whether Host <h>/<len> names the CONNECT host (any case, one trailing dot, its port). */
+static bool term_host_matches(const struct conn *c, const char *h, size_t len)
+{
+	char port[8];
+	int plen = snprintf(port, sizeof(port), ":%u", (unsigned)c->port);
+	if (len > (size_t)plen && memcmp(h + len - (size_t)plen, port, (size_t)plen) == 0)
+		len -= (size_t)plen;
+	if (len >= 2 && h[0] == '[' && h[len - 1] == ']') {
+		h++;
+		len -= 2;
+	}
+	size_t want = c->host_len;
+	if (want > 0 && c->host[want - 1] == '.')
+		want--;
+	if (len > 0 && h[len - 1] == '.')
+		len--;
+	return len == want && strncasecmp(h, c->host, len) == 0;
+}
+
+/*
+ * Frames answer <r> in c->out: its head, then Content-Length (never on 204 or
+ * 304, which have no body) and Connection. Returns the head's length.
+ */
+static uint32_t fake_frame(struct conn *c, const struct verdict_response *r, bool keep_alive)
+{
+	const char *connection = keep_alive ? "keep-alive" : "close";
+	int n;
+
+	AN_ASSERT(r->head_len <= LIMITS_RESPONSE_HEAD_BYTES_MAX);
+	if (r->status == 204 || r->status == 304)
+		n = snprintf(c->out, WORKER_HEAD_BUFFER_BYTES, "%.*sConnection: %s\r\n\r\n",
+			     (int)r->head_len, r->head, connection);
+	else
+		n = snprintf(c->out, WORKER_HEAD_BUFFER_BYTES,
+			     "%.*sContent-Length: %u\r\nConnection: %s\r\n\r\n", (int)r->head_len,
+			     r->head, r->body_len, connection);
+	AN_ASSERT(n > 0 && (size_t)n < WORKER_HEAD_BUFFER_BYTES);
+	return (uint32_t)n;
+}
+
+/* Frames the rule's answer to <req> (origin form) in c->out, and audits it. */
+static void term_answer(struct conn *c, const struct http1_request *req)
+{
+	const struct engine *e = c->w->e;
+	const struct verdict_response *r = e->ops->fake_response(
+	    c->snap->policy, c->fake, req->method, req->method_len, req->target, req->target_len);
+	bool head_only = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
+
+	AN_ASSERT(r != NULL);
+	audit_decision(c, true, r->status);
+	c->out_len = fake_frame(c, r, req->keep_alive);
+	c->out_off = 0;
+	c->answer_body = head_only ? NULL : r->body;
+	c->answer_body_len = head_only ? 0 : r->body_len;
+	c->term_close_after = !req->keep_alive;
+}
+
+/* Drops <n> bytes from the front of the plaintext in the head buffer. */
+static void term_drop(struct conn *c, uint32_t n)
+{
+	AN_ASSERT(n <= c->head_fill);
+	memmove(c->head, c->head + n, c->head_fill - n);
+	c->head_fill -= n;
+}
+
+/* Discards request body bytes; false on a malformed chunked body (then refused). */
+static bool term_skip_body(struct conn *c)
+{
+	if (c->term_skip > 0) {
+		uint32_t n = c->term_skip < c->head_fill ? (uint32_t)c->term_skip : c->head_fill;
+		c->term_skip -= n;
+		term_drop(c, n);
+	}
+	if (!c->term_chunked || c->head_fill == 0)
+		return true;
+	ssize_t n = http1_chunked_scan(&c->req_chunks, c->head, c->head_fill);
+	if (n < 0)
+		return false;
+	term_drop(c, (uint32_t)n);
+	if (c->req_chunks.done)
+		c->term_chunked = false;
+	return true;
+}
+
+/*
+ * Takes the next request out of the plaintext, if a whole head is there and
+ * no answer is being written: checks it, frames its answer. Returns true
+ * when an answer (or a refusal) was started.
+ */
+static bool term_request(struct conn *c)
+{
+	struct http1_request req;
+	enum reason why = REASON_BAD_REQUEST;
+
+	if (c->out_len > 0 || c->term_closing)
+		return false;
+	if (!term_skip_body(c)) {
+		term_refuse(c, REASON_BAD_REQUEST);
+		return true;
+	}
+	if (c->term_skip > 0 || c->term_chunked || c->head_fill == 0)
+		return false;
+	ssize_t n = http1_parse_request(c->head, c->head_fill, &req, &why);
+	if (n == -EAGAIN)
+		return false;
+	c->requests++;
+	c->w->stats.requests++;
+	/* c->host and c->port stay the CONNECT's: every audit names that host. */
+	size_t mlen = n > 0 && req.method_len < sizeof(c->method) ? req.method_len : 0;
+	memcpy(c->method, req.method, mlen);
+	c->method_len = (uint8_t)mlen;
+	c->path_len = 0;
+	if (n < 0 || req.form != HTTP1_FORM_ORIGIN) {
+		term_refuse(c, n < 0 ? why : REASON_BAD_REQUEST);
+		return true;
+	}
+	c->path_off = (uint16_t)(req.target - c->head);
+	c->path_len = (uint16_t)req.target_len;
+	if (req.host_header != NULL &&
+	    !term_host_matches(c, req.host_header, req.host_header_len)) {
+		term_refuse(c, REASON_HOST_MISMATCH);
+		return true;
+	}
+	term_answer(c, &req);
+	c->term_skip = req.body == HTTP1_BODY_LENGTH ? req.content_length : 0;
+	c->term_chunked = req.body == HTTP1_BODY_CHUNKED;
+	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
+	term_drop(c, (uint32_t)n);
+	return true;
+}
+
+/* Writes the answer's next plaintext into the session. */
+static enum term_status term_write_answer(struct conn *c)
+{
+	uint32_t total = c->out_len + c->answer_body_len;
+	const char *p = c->out_off < c->out_len ? c->out + c->out_off
+						: c->answer_body + (c->out_off - c->out_len);
+	uint32_t len = c->out_off < c->out_len ? c->out_len - c->out_off : total - c->out_off;
+	size_t n = 0;
+
+	enum term_status st = conn_term(c)->write(c->tls, p, len, &n);
+	if (st != TERM_OK)
+		return st;
+	c->out_off += (uint32_t)n;
+	if (c->out_off < total)
+		return TERM_OK;
+	c->out_len = 0;
+	c->answer_body = NULL;
+	c->answer_body_len = 0;
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (c->term_close_after)
+		term_end(c, TERM_CLOSED);
+	return TERM_OK;
+}
+
+/* Reads plaintext into the head buffer. */
+static enum term_status term_read_request(struct conn *c)
+{
+	uint32_t room = LIMITS_HEAD_BYTES_MAX - c->head_fill;
+	size_t n = 0;
+
+	if (room == 0) {
+		term_refuse(c, REASON_HEADERS_TOO_LARGE);
+		return TERM_OK;
+	}
+	enum term_status st = conn_term(c)->read(c->tls, c->head + c->head_fill, room, &n);
+	if (st == TERM_OK)
+		c->head_fill += (uint32_t)n;
+	return st;
+}
+
+/* Moves the session as far as it goes without the network, then sends. */
+static void term_pump(struct conn *c)
+{
+	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
+		AN_ASSERT(turn < 1000000u);
+		if (term_request(c))
+			continue;
+		enum term_status st = c->out_len > 0 ? term_write_answer(c) : term_read_request(c);
+		if (st == TERM_CLOSED || st == TERM_ERROR)
+			term_end(c, st);
+		else if (st != TERM_OK)
+			break;
+	}
+	term_flush(c);
+}
+
+/* The CONNECT is allowed on a fake rule: answer 200, then terminate its TLS. */
+static void term_start(struct conn *c)
+{
+	struct worker *w = c->w;
+	const struct term_ops *t = conn_term(c);
+
+	c->tls = t != NULL && w->term != NULL ? t->server_new(w->term, c->host, c->host_len) : NULL;
+	if (c->tls == NULL) {
+		respond(c, t == NULL ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
+		return;
+	}
+	if (c->out == NULL)
+		c->out = pool_take(&w->heads);
+	if (c->out == NULL) {
+		respond(c, REASON_OVERLOADED);
+		return;
+	}
+	audit_decision(c, true, 200);
+	c->state = ST_TERM;
+	/* Whatever followed the CONNECT head is the start of the ClientHello. */
+	uint32_t early = c->head_fill - c->head_len;
+	ssize_t fed = early > 0 ? t->feed(c->tls, c->head + c->head_len, early) : 0;
+	AN_ASSERT(fed == (ssize_t)early); /* a head buffer is smaller than the session's */
+	c->head_fill = 0;
+	c->head_len = 0;
+	c->path_len = 0;
+	c->down.state = R_PRELUDE;
+	c->down.buf_off = 0;
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, reply_established,
+		  sizeof(reply_established) - 1);
+	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
+}
+
+static void term_ciphertext(struct conn *c, const uint8_t *p, uint32_t len)
+{
+	const struct term_ops *t = conn_term(c);
+
+	for (uint32_t off = 0; off < len && c->state == ST_TERM;) {
+		ssize_t n = t->feed(c->tls, p + off, len - off);
+		if (n <= 0) {
+			/* The session cannot take more and nothing drained it: a client
+			 * sending far ahead of what it has read back. */
+			conn_close(c);
+			return;
+		}
+		off += (uint32_t)n;
+		term_pump(c);
+	}
+}
+
+static void term_eof(struct conn *c)
+{
+	conn_term(c)->feed_eof(c->tls);
+	term_pump(c);
+}
+
+static void on_term_send(struct conn *c, int res)
+{
+	if (res <= 0) {
+		conn_close(c);
+		return;
+	}
+	if (c->down.state == R_PRELUDE) {
+		c->down.buf_off += (uint32_t)res;
+		uint32_t left = (uint32_t)sizeof(reply_established) - 1 - c->down.buf_off;
+		if (left > 0) {
+			prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd,
+				  reply_established + c->down.buf_off, left);
+			return;
+		}
+	} else {
+		c->bytes_down += (uint64_t)res;
+		conn_term(c)->out_consume(c->tls, (size_t)res);
+	}
+	c->down.state = R_IDLE;
+	term_pump(c);
+}
+
+/*
+ * An absolute-form http:// request to a fake host: the rule's answer in clear,
+ * sent through RESPOND as a refusal is; then, kept alive, the conn reads the
+ * next request (what arrived meanwhile was kept), else it lingers and closes.
+ */
+static void fake_plain(struct conn *c, const struct http1_request *req)
+{
+	struct worker *w = c->w;
+	const struct verdict_response *r = w->e->ops->fake_response(
+	    c->snap->policy, c->fake, req->method, req->method_len, req->path, req->path_len);
+	bool head_only = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
+
+	AN_ASSERT(r != NULL);
+	if (c->out == NULL)
+		c->out = pool_take(&w->heads);
+	if (c->out == NULL) {
+		respond(c, REASON_OVERLOADED);
+		return;
+	}
+	audit_decision(c, true, r->status);
+	c->out_len = fake_frame(c, r, req->keep_alive);
+	c->fake_keep = req->keep_alive;
+	c->answer_body = head_only ? NULL : r->body;
+	c->answer_body_len = head_only ? 0 : r->body_len;
+	c->out_ptr = c->out;
+	c->out_off = 0;
+	c->state = ST_RESPOND;
+	c->down.state = R_PRELUDE;
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
+	c->flags &= (uint8_t)~F_HEAD_STOP;
+	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
+		head_recv_arm(c);
+	timer_arm(w->timers, &c->timer, CONN_LINGER_MS * 2);
+}
+
+/* A fake answer in clear is out: the conn goes back to reading the next head. */
+static void fake_plain_done(struct conn *c)
+{
+	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
+	if (c->early_count > 0 || (c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
+		linger_start(c);
+		return;
+	}
+	uint32_t rest = c->head_fill - c->head_len;
+	memmove(c->head, c->head + c->head_len, rest);
+	c->head_fill = rest;
+	c->head_len = 0;
+	c->path_len = 0;
+	c->fake_keep = false;
+	c->answer_body = NULL;
+	c->answer_body_len = 0;
+	c->rule = NULL;
+	c->state = ST_HEAD;
+	c->down.state = R_IDLE;
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
+		head_recv_arm(c);
+	if (rest > 0)
+		head_parse(c);
+}
+
 /* ---- refusals --------------------------------------------------------- */
 
 static void respond(struct conn *c, enum reason why)
@@ -1775,7 +2216,18 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 				  c->out_len - c->out_off);
 			return;
 		}
-		linger_start(c);
+		if (c->answer_body_len > 0 && c->out_ptr != c->answer_body) {
+			/* A fake answer in clear: its body follows its head. */
+			c->out_ptr = c->answer_body;
+			c->out_len = c->answer_body_len;
+			c->out_off = 0;
+			prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
+			return;
+		}
+		if (c->fake_keep)
+			fake_plain_done(c);
+		else
+			linger_start(c);
 		return;
 	}
 	if (c->state == ST_LINGER && rop == ROP_SHUT) {
@@ -1850,6 +2302,8 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 				on_fwd_down_recv(c, res);
 			else if (rop == ROP_SEND)
 				on_fwd_down_send(c, res);
+		} else if (c->state == ST_TERM && dir == DIR_DOWN && rop == ROP_SEND) {
+			on_term_send(c, res);
 		} else {
 			on_other(c, dir, rop, res);
 		}
@@ -1873,7 +2327,8 @@ void conn_on_timer(struct conn *c)
 		respond(c, REASON_DNS_FAILED);
 		break;
 	case ST_TUNNEL:
-	case ST_FORWARD: {
+	case ST_FORWARD:
+	case ST_TERM: {
 		uint64_t idle_ms = w->e->cfg->idle_timeout_ms;
 		uint64_t quiet = w->now_ms - c->active_ms;
 		if (quiet >= idle_ms)

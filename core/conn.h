@@ -96,9 +96,19 @@ struct conn {
 	int32_t connect_err;
 	struct snapshot *snap; /* the current request's policy, held (core/snapshot.h) */
 	struct ratelimit_entry *rule_limit; /* the request's rule limits, counted in its conns */
-	const char *rule;                   /* borrowed from the policy snapshot */
-	const char *instruction;            /* borrowed from the policy snapshot */
-	const char *upstream_local;         /* TIER_LOCAL: "host:port" to relay to, borrowed */
+	/* Terminated tiers (fake-response): the TLS session and the answer being written. */
+	void *tls;               /* owned through engine.term, NULL when none */
+	const void *fake;        /* the CONNECT's verdict.fake */
+	const char *answer_body; /* borrowed from the snapshot */
+	uint32_t answer_body_len;
+	uint64_t term_skip;         /* request body bytes still to discard */
+	bool term_closing;          /* close_notify queued: linger once it is sent */
+	bool term_close_after;      /* close once the answer is written */
+	bool term_chunked;          /* discarding a chunked request body (req_chunks) */
+	bool fake_keep;             /* a fake answer in clear: the next request may follow */
+	const char *rule;           /* borrowed from the policy snapshot */
+	const char *instruction;    /* borrowed from the policy snapshot */
+	const char *upstream_local; /* TIER_LOCAL: "host:port" to relay to, borrowed */
 	uint64_t decision_id;
 	uint32_t requests;
 	uint32_t retry_after_s; /* the refusal's Retry-After, 0: the reason's default */

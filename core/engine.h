@@ -37,6 +37,7 @@
 #include "core/config.h"
 #include "core/ring.h"
 #include "core/snapshot.h"
+#include "core/term.h"
 #include "core/verdict.h"
 
 struct audit;
@@ -91,6 +92,10 @@ struct engine {
 	int (*reload)(void *reload_arg, char *msg, size_t cap);
 	void *reload_arg;
 	struct audit *audit; /* borrowed */
+	/* TLS termination (core/term.h) and its argument; NULL without a CA:
+	 * CONNECTs to terminated tiers are then refused tier_unavailable. */
+	const struct term_ops *term;
+	void *term_arg;
 	struct ring_features features;
 	uint32_t worker_count;
 	struct worker *workers; /* owned array */

@@ -54,6 +54,10 @@ static const struct reason_row reason_rows[] = {
 				  "The sandbox's request rate limit is reached; wait the Retry-After seconds, then retry." },
 	[REASON_CONCURRENCY_LIMITED] = { "concurrency_limited", 429,
 					 "The sandbox has as many connections open as it may; close one or wait, then retry." },
+	[REASON_SNI_MISMATCH] = { "sni_mismatch", 403,
+				  "The TLS server name must be the host given to CONNECT; connect again to that host." },
+	[REASON_HOST_MISMATCH] = { "host_mismatch", 403,
+				   "The Host header must name the host given to CONNECT; open a tunnel to each host." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

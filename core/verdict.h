@@ -30,12 +30,30 @@ struct verdict_limits {
 /* verdict.rule_index when no rule's limits apply. */
 #define VERDICT_RULE_NONE UINT32_MAX
 
+/*
+ * A canned answer of the fake-response tier, immutable and borrowed from the
+ * snapshot. <head> is the status line and the rule's header lines, each
+ * ending in CRLF, without the blank line and without Content-Length,
+ * Transfer-Encoding or Connection, which the engine adds (it owns framing
+ * and keep-alive). Nothing in <head> can hold a bare CR or LF: the loader
+ * refuses such values.
+ */
+struct verdict_response {
+	const char *head; /* head_len bytes, NUL-terminated */
+	const char *body; /* body_len bytes; NULL when body_len is 0 */
+	uint32_t head_len;
+	uint32_t body_len;
+	uint16_t status;
+};
+
 struct verdict {
 	enum tier tier;
 	enum reason reason;      /* REASON_NONE unless tier == TIER_DENY */
 	const char *rule;        /* id of the deciding rule, NULL when no rule matched */
 	const char *instruction; /* the rule's text for the agent, NULL for the default */
 	const char *upstream;    /* TIER_LOCAL: "host:port" to relay to, else NULL */
+	const void
+	    *fake; /* TIER_FAKE: the rule's responses (verdict_ops.fake_response), else NULL */
 	/*
 	 * The deciding rule as a dense index over the whole snapshot
 	 * (0..rule_count-1, stable for the snapshot's life, not across reloads),
@@ -81,6 +99,15 @@ struct verdict_ops {
 	/* Profiles and rules in the snapshot. */
 	uint32_t (*profile_count)(const void *policy);
 	uint32_t (*rule_count)(const void *policy);
+	/*
+	 * The response of fake-response rule <fake> (verdict.fake) for a request
+	 * <method>/<method_len> of <path>/<path_len> (origin form, the query
+	 * included; matching ignores it): the first of the rule's responses whose
+	 * method and path match. Never NULL: a rule always ends in a default.
+	 */
+	const struct verdict_response *(*fake_response)(const void *policy, const void *fake,
+							const char *method, size_t method_len,
+							const char *path, size_t path_len);
 	/* Frees the snapshot; no operation may be called on it afterwards. Control path. */
 	void (*release)(const void *policy);
 };
@@ -88,13 +115,17 @@ struct verdict_ops {
 /*
  * What the engine answers for <v>: REASON_NONE when it serves the request,
  * else the refusal. The one place this is decided: core/conn.c and
- * `agentsnet check` both call it. Tiers the engine does not serve yet (fake,
- * inject) are refused as tier_unavailable; a local rule needs its upstream.
+ * `agentsnet check` both call it. Tiers the engine does not serve yet
+ * (inject) are refused as tier_unavailable; a local rule needs its upstream,
+ * a fake rule its responses. (Over TLS a fake rule also needs the daemon's
+ * CA: the engine checks that itself.)
  */
 static inline enum reason verdict_refusal(const struct verdict *v)
 {
 	if (v->tier == TIER_DENY)
 		return v->reason != REASON_NONE ? v->reason : REASON_HOST_NOT_ALLOWED;
+	if (v->tier == TIER_FAKE)
+		return v->fake != NULL ? REASON_NONE : REASON_TIER_UNAVAILABLE;
 	if (v->tier != TIER_PASSTHROUGH && v->tier != TIER_LOCAL)
 		return REASON_TIER_UNAVAILABLE;
 	if (v->tier == TIER_LOCAL && v->upstream == NULL)

@@ -128,6 +128,14 @@ static int worker_setup(struct worker *w)
 		log_error("worker %u: per-rule limits table: %s", w->index, strerror(-ret));
 		return ret;
 	}
+	if (e->term != NULL) {
+		char err[256];
+		w->term = e->term->worker_new(e->term_arg, w->index, err, sizeof(err));
+		if (w->term == NULL) {
+			log_error("worker %u: TLS: %s", w->index, err);
+			return -ENOMEM;
+		}
+	}
 	w->policy = snapshot_adopt(NULL, atomic_load_explicit(&e->current, memory_order_acquire),
 				   w->index, &e->seen[w->index]);
 	w->now_ms = timer_now_ms();
@@ -172,6 +180,9 @@ static void worker_teardown(struct worker *w)
 	AN_FREE(&w->timers);
 	AN_FREE(&w->buckets);
 	ratelimit_table_free(&w->rule_buckets);
+	if (w->term != NULL)
+		w->e->term->worker_free(w->term);
+	w->term = NULL;
 }
 
 /* Cancels <l>'s multishot accept, if armed; its last completion disarms it. */

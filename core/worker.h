@@ -78,6 +78,7 @@ struct worker {
 	struct ratelimit *buckets;  /* owned; one per sandbox slot (LIMITS_SANDBOXES_MAX) */
 	struct ratelimit_table rule_buckets; /* per (sandbox, rule) limits of this worker */
 	struct snapshot *policy;             /* what new requests decide with (core/snapshot.h) */
+	void *term; /* engine.term's state for this worker, NULL without TLS */
 	struct dns dns;
 	struct audit_ring *audit;
 	uint32_t listener_count;

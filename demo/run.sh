@@ -5,7 +5,7 @@
 #
 #   1. `agentsnet ca init`: a demo root CA and the bundle (host roots + CA);
 #   2. a stand-in local model server on 127.0.0.1:11434, unless one runs there;
-#   3. agentsnetd on its embedded default policy;
+#   3. agentsnetd on its embedded default policy, signing with that CA;
 #   4. `agentsnet run`: a zero-network sandbox (only `lo`) registered with the
 #      daemon, agentsnet-bridge as its PID 1, and in it plain curl with no proxy
 #      flags of its own: what the bridge set is all it knows;
@@ -153,8 +153,8 @@ else
 	model_check="demo-model"
 fi
 
-echo "== 3. agentsnetd on its embedded default policy"
-build/rel/agentsnetd --socket-dir "$work/run" --audit "$work/audit.jsonl" \
+echo "== 3. agentsnetd on its embedded default policy, with the demo CA"
+build/rel/agentsnetd --socket-dir "$work/run" --audit "$work/audit.jsonl" --ca-dir "$work/ca" \
 	2>"$work/agentsnetd.log" &
 daemon=$!
 pids="$pids $daemon"
@@ -196,9 +196,9 @@ out=$(curl -s -m 5 -D - -w "(final status %{http_code})" https://example.com/); 
 out=$(printf "%s" "$out" | tr -d "\r")
 printf "%s\n" "$out" | show
 # A 200 counts only if curl verified the answer (the leaf signed by the demo CA).
-if [ $rc -eq 0 ]; then printf "%s" "$out" | grep -q "(final status 200)"
-else printf "%s" "$out" | grep -q "^X-Agent-Reason: tier_unavailable"; fi
-check $? "fake tier: answered here (200), or tier_unavailable (403) until that tier lands"
+[ $rc -eq 0 ] && printf "%s" "$out" | grep -q "(final status 200)" &&
+	printf "%s" "$out" | grep -q "fake-response tier"
+check $? "fake tier: answered here (200) with a leaf the demo CA signed; nothing left the host"
 
 say "getent hosts github.com"
 out=$(getent hosts github.com); rc=$?
@@ -247,8 +247,9 @@ for line in open(path):
         decisions += 1
         if r.get("sandbox") != sandbox:
             wrong.append(r["id"])
-if decisions != 3 or wrong:
-    print(f"demo: FAIL: {decisions} decisions (3 expected); not from {sandbox}: {wrong}")
+# local, denied, and the fake tier's CONNECT plus the request inside its TLS
+if decisions != 4 or wrong:
+    print(f"demo: FAIL: {decisions} decisions (4 expected); not from {sandbox}: {wrong}")
     sys.exit(1)
 print(f"   ({decisions} decisions, each attributed to sandbox {sandbox})")
 EOF

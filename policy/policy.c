@@ -3,41 +3,43 @@
  *
  * libyaml's event API drives a recursive descent that mirrors the schema:
  * one function per section, each reading exactly the events its value may
- * contain. The walk is schema-driven, so nothing is ever skipped: an unknown
- * key, a wrong type or a bad value stops the load at once, at the mark of the
- * offending event, with one "name:line:col: message" and nothing changed.
- * Rejected: the document API (a second tree of every node, and it resolves
- * aliases, so an alias bomb becomes exponential work) and a hand-written
- * parser (DESIGN.md section 8). Aliases, anchors and tags are refused: a
- * policy is read by people reviewing it, and every value means what it says.
+ * contain, so nothing is ever skipped: an unknown key, a wrong type or a bad
+ * value stops the load at once with one "name:line:col: message" and nothing
+ * changed. Rejected: the document API (a second tree of every node, and it
+ * resolves aliases: an alias bomb) and a hand-written parser (DESIGN.md
+ * section 8). Aliases, anchors and tags are refused: a policy is reviewed.
  *
  * Keys of one mapping are matched against a small table and tracked in a
- * bitmask (duplicates, mandatory keys). Cross-references whose order in the
- * file is free (a sandbox's profile, daemon.tcp_sandbox) are resolved after
- * the whole document. Everything a load produces goes into a fresh struct
- * policy plus a staged struct config; the caller's config is written only
- * after the last check passed.
+ * bitmask. Cross-references whose order is free (a sandbox's profile,
+ * daemon.tcp_sandbox) are resolved after the whole document. A load builds a
+ * fresh struct policy and a staged struct config; the caller's config is
+ * written only after the last check passed. Uniqueness is checked with hash
+ * tables, never pairwise: 100k rules load in well under a second. Each rule
+ * gets an index dense over the file (verdict.rule_index), the engine's key
+ * for its limits; the global denies copied into profiles get none.
  *
- * Uniqueness (profile names, rule ids, hosts, sandbox ids, static hosts) is
- * checked with hash tables, never by pairwise comparison: 100k rules load in
- * well under a second. Limits are in policy/policy.h; each is an error with
- * its position, never a truncation. Each rule of the file gets an index dense
- * over the file (verdict.rule_index), the engine's key for the rule's limits;
- * the global denies copied into every profile get VERDICT_RULE_NONE.
+ * A fake rule's responses are compiled here once: a head is the status line
+ * and the header lines as written; a body_file is read at load, never again.
+ * Nothing that could frame or split a response (CR, LF, NUL, the framing
+ * headers) gets in. verdict.fake comes from a table by rule index beside the
+ * acl, not from its nodes: a host lookup carries no field only one tier needs.
  *
  * Checklist when adding a key: the key table and the switch of its section,
- * docs/policy.md (example and reference), tests/unit/policy/policy.c.
+ * docs/policy.md (example and reference), tests/unit/policy/policy.c (a
+ * response's keys: tests/unit/policy/fake.c).
  */
 #include "policy/policy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,10 +70,33 @@ struct policy_host {
 	uint32_t addr_count;
 };
 
+/* One canned response of a fake-response rule, compiled at load. */
+struct policy_response {
+	char *method; /* owned; NULL: any method */
+	char *path;   /* owned; the exact path, or a prefix without its '*'; NULL: any path */
+	char *head;   /* owned; vr.head */
+	char *body;   /* owned; vr.body, NULL when the body is empty */
+	uint32_t method_len;
+	uint32_t path_len;
+	uint32_t line; /* of the entry in the policy file (1-based), for messages */
+	bool prefix;
+	struct verdict_response vr; /* borrows head and body */
+};
+
+/* A fake-response rule's answers, the last one the default: the opaque verdict.fake. */
+struct policy_fake {
+	struct policy_response *responses; /* owned array of count */
+	uint32_t count;
+	uint32_t rule_index; /* the rule's verdict.rule_index */
+};
+
 struct policy {
 	struct policy_profile *profiles;
 	struct policy_host *hosts;
-	struct addr_cidr *allow; /* resolver.allow_private */
+	struct addr_cidr *allow;   /* resolver.allow_private */
+	struct policy_fake *fakes; /* every fake rule's responses, in file order */
+	/* rule_count entries, by verdict.rule_index (NULL for other tiers); NULL without fakes. */
+	const struct policy_fake **fake_by_rule;
 	struct strtab profile_index;
 	struct strtab host_index;
 	uint32_t profile_count;
@@ -80,6 +105,8 @@ struct policy {
 	uint32_t host_cap;
 	uint32_t allow_count;
 	uint32_t allow_cap;
+	uint32_t fake_count;
+	uint32_t fake_cap;
 	uint32_t rule_count;
 };
 
@@ -112,6 +139,7 @@ struct loader {
 	struct sandbox_ref *refs; /* parallel to next.sandboxes */
 	struct strtab sandbox_ids;
 	yaml_mark_t tcp_sandbox_mark;
+	uint64_t fake_body_bytes; /* every response body read so far (POLICY_FAKE_BYTES_MAX) */
 };
 
 struct keyset {
@@ -665,7 +693,17 @@ struct uint_field {
 	size_t offset; /* of the uint32_t in struct config */
 };
 
-enum { UF_WORKERS, UF_CONNS, UF_PIPES, UF_HEAD, UF_CONNECT, UF_DNS, UF_IDLE, UF__COUNT };
+enum {
+	UF_WORKERS,
+	UF_CONNS,
+	UF_PIPES,
+	UF_HEAD,
+	UF_CONNECT,
+	UF_DNS,
+	UF_IDLE,
+	UF_LEAF_DAYS,
+	UF__COUNT
+};
 
 static const struct uint_field uint_fields[] = {
 	[UF_WORKERS] = { "workers", 0, POLICY_WORKERS_MAX, offsetof(struct config, workers) },
@@ -681,6 +719,8 @@ static const struct uint_field uint_fields[] = {
 		     offsetof(struct config, dns_timeout_ms) },
 	[UF_IDLE] = { "idle_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
 		      offsetof(struct config, idle_timeout_ms) },
+	[UF_LEAF_DAYS] = { "leaf_days", POLICY_LEAF_DAYS_MIN, POLICY_LEAF_DAYS_MAX,
+			   offsetof(struct config, leaf_days) },
 };
 static_assert(AN_ARRAY_LEN(uint_fields) == UF__COUNT, "every staged integer needs a row");
 
@@ -820,6 +860,39 @@ static int parse_timeouts(struct loader *ld)
 	return rc;
 }
 
+/* daemon.ca: the files of the CA the terminated tiers sign leaves with; read by the daemon. */
+enum { CA_CERT, CA_KEY, CA__COUNT };
+static const char *const ca_keys[] = { [CA_CERT] = "cert", [CA_KEY] = "key" };
+static const struct keyset ca_keyset = { "daemon.ca", ca_keys, CA__COUNT };
+
+static int parse_ca(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ld->next.ca_cert == NULL);
+	AN_ASSERT(ld->next.ca_key == NULL);
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ca");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &ca_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < CA__COUNT);
+		rc = key == CA_CERT ? stage_path(ld, "ca.cert", false, &ld->next.ca_cert)
+				    : stage_path(ld, "ca.key", false, &ld->next.ca_key);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	rc = check_mandatory(ld, &ca_keyset, (1u << CA_CERT) | (1u << CA_KEY), seen, start);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ca_cert != NULL);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ca_key != NULL);
+	return rc;
+}
+
 enum {
 	DK_SOCKET_DIR,
 	DK_AUDIT_LOG,
@@ -830,6 +903,8 @@ enum {
 	DK_TCP_SANDBOX,
 	DK_TIMEOUTS,
 	DK_CONTROL_GROUP,
+	DK_CA,
+	DK_LEAF_DAYS,
 	DK__COUNT
 };
 static const char *const daemon_keys[] = {
@@ -842,6 +917,8 @@ static const char *const daemon_keys[] = {
 	[DK_TCP_SANDBOX] = "tcp_sandbox",
 	[DK_TIMEOUTS] = "timeouts",
 	[DK_CONTROL_GROUP] = "control_group",
+	[DK_CA] = "ca",
+	[DK_LEAF_DAYS] = "leaf_days",
 };
 static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
 static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
@@ -869,6 +946,10 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return parse_timeouts(ld);
 	case DK_CONTROL_GROUP:
 		return stage_control_group(ld);
+	case DK_CA:
+		return parse_ca(ld);
+	case DK_LEAF_DAYS:
+		return stage_uint(ld, UF_LEAF_DAYS);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -1138,12 +1219,15 @@ enum {
 	RULE_UPSTREAM,
 	RULE_ID,
 	RULE_LIMITS,
+	RULE_RESPONSES,
 	RULE__COUNT
 };
 static const char *const rule_keys[] = {
-	[RULE_HOST] = "host",         [RULE_PORTS] = "ports",   [RULE_TIER] = "tier",
-	[RULE_OWNER] = "owner",       [RULE_REASON] = "reason", [RULE_INSTRUCTION] = "instruction",
-	[RULE_UPSTREAM] = "upstream", [RULE_ID] = "id",         [RULE_LIMITS] = "limits",
+	[RULE_HOST] = "host",         [RULE_PORTS] = "ports",
+	[RULE_TIER] = "tier",         [RULE_OWNER] = "owner",
+	[RULE_REASON] = "reason",     [RULE_INSTRUCTION] = "instruction",
+	[RULE_UPSTREAM] = "upstream", [RULE_ID] = "id",
+	[RULE_LIMITS] = "limits",     [RULE_RESPONSES] = "responses",
 };
 static_assert(AN_ARRAY_LEN(rule_keys) == RULE__COUNT, "every rule key needs a name");
 static const struct keyset rule_keyset = { "a rule", rule_keys, RULE__COUNT };
@@ -1158,6 +1242,7 @@ struct rule_marks {
 	yaml_mark_t upstream;
 	yaml_mark_t id;
 	yaml_mark_t limits;
+	yaml_mark_t responses;
 };
 
 struct profile_ctx {
@@ -1367,6 +1452,688 @@ static int parse_rule_id(struct loader *ld, struct acl_rule *r, yaml_mark_t *mar
 	return 0;
 }
 
+/* --- a fake rule's responses ------------------------------------------------------ */
+
+/* RFC 9110 section 5.6.2: tchar, the bytes of a method or a field name. */
+static bool is_tchar(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static bool is_token(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		if (!is_tchar((unsigned char)s[i]))
+			return false;
+	}
+	return len > 0;
+}
+
+/* The IANA registry's reason phrases; any other status gets an empty one (RFC 9112 4). */
+static const struct {
+	uint16_t status;
+	const char *phrase;
+} status_phrases[] = {
+	{ 200, "OK" },
+	{ 201, "Created" },
+	{ 202, "Accepted" },
+	{ 203, "Non-Authoritative Information" },
+	{ 204, "No Content" },
+	{ 205, "Reset Content" },
+	{ 206, "Partial Content" },
+	{ 207, "Multi-Status" },
+	{ 208, "Already Reported" },
+	{ 226, "IM Used" },
+	{ 300, "Multiple Choices" },
+	{ 301, "Moved Permanently" },
+	{ 302, "Found" },
+	{ 303, "See Other" },
+	{ 304, "Not Modified" },
+	{ 305, "Use Proxy" },
+	{ 307, "Temporary Redirect" },
+	{ 308, "Permanent Redirect" },
+	{ 400, "Bad Request" },
+	{ 401, "Unauthorized" },
+	{ 402, "Payment Required" },
+	{ 403, "Forbidden" },
+	{ 404, "Not Found" },
+	{ 405, "Method Not Allowed" },
+	{ 406, "Not Acceptable" },
+	{ 407, "Proxy Authentication Required" },
+	{ 408, "Request Timeout" },
+	{ 409, "Conflict" },
+	{ 410, "Gone" },
+	{ 411, "Length Required" },
+	{ 412, "Precondition Failed" },
+	{ 413, "Content Too Large" },
+	{ 414, "URI Too Long" },
+	{ 415, "Unsupported Media Type" },
+	{ 416, "Range Not Satisfiable" },
+	{ 417, "Expectation Failed" },
+	{ 421, "Misdirected Request" },
+	{ 422, "Unprocessable Content" },
+	{ 423, "Locked" },
+	{ 424, "Failed Dependency" },
+	{ 425, "Too Early" },
+	{ 426, "Upgrade Required" },
+	{ 428, "Precondition Required" },
+	{ 429, "Too Many Requests" },
+	{ 431, "Request Header Fields Too Large" },
+	{ 451, "Unavailable For Legal Reasons" },
+	{ 500, "Internal Server Error" },
+	{ 501, "Not Implemented" },
+	{ 502, "Bad Gateway" },
+	{ 503, "Service Unavailable" },
+	{ 504, "Gateway Timeout" },
+	{ 505, "HTTP Version Not Supported" },
+	{ 506, "Variant Also Negotiates" },
+	{ 507, "Insufficient Storage" },
+	{ 508, "Loop Detected" },
+	{ 510, "Not Extended" },
+	{ 511, "Network Authentication Required" },
+};
+
+static const char *status_phrase(uint16_t status)
+{
+	AN_ASSERT(status >= 200 && status <= 599);
+	for (size_t i = 0; i < AN_ARRAY_LEN(status_phrases); i++) {
+		if (status_phrases[i].status == status)
+			return status_phrases[i].phrase;
+	}
+	AN_ASSERT(status_phrases[0].status == 200);
+	return "";
+}
+
+/*
+ * Headers the engine writes itself: it frames the body (Content-Length) and
+ * decides whether the connection stays open. A canned copy would contradict
+ * it, which is how responses get smuggled.
+ */
+static const char *const framing_headers[] = {
+	"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
+	"Upgrade",        "Proxy-Connection",  "Trailer",
+};
+
+static bool is_framing_header(const char *name, size_t len)
+{
+	for (size_t i = 0; i < AN_ARRAY_LEN(framing_headers); i++) {
+		if (len == strlen(framing_headers[i]) &&
+		    strncasecmp(name, framing_headers[i], len) == 0)
+			return true;
+	}
+	return false;
+}
+
+static bool is_hex(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* A rule path: '/' then RFC 3986 path bytes, and '*' only last (a prefix). NULL, or why not. */
+static const char *path_invalid(const char *s, size_t len)
+{
+	AN_ASSERT(s != NULL || len == 0);
+	if (len == 0 || s[0] != '/')
+		return "a path starts with \"/\"";
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			     (c >= '0' && c <= '9') ||
+			     (c != '\0' && strchr("-._~!$&'()+,;=:@/", c));
+		if (plain || (c == '*' && i == len - 1))
+			continue;
+		if (c == '*')
+			return "'*' may only end a path, which then matches as a prefix (\"/v1/*\")";
+		if (c == '?')
+			return "the query is ignored in matching: leave out \"?...\"";
+		if (c == '#')
+			return "clients never send a fragment: leave out \"#...\"";
+		if (c != '%')
+			return "a byte outside RFC 3986 path characters (percent-encode it)";
+		if (i + 2 >= len || !is_hex(s[i + 1]) || !is_hex(s[i + 2]))
+			return "'%' must start an escape of two hex digits";
+		i += 2;
+	}
+	AN_ASSERT(s[0] == '/');
+	return NULL;
+}
+
+/* A response being read: its header lines wait here until the status line is known. */
+struct response_build {
+	struct policy_response *resp;
+	yaml_mark_t start;
+	yaml_mark_t headers; /* of the headers key */
+	yaml_mark_t body;    /* of the body or body_file key */
+	uint32_t seen;       /* keys given */
+	uint32_t lines_len;
+	uint32_t header_count;
+	uint32_t name_off[POLICY_FAKE_HEADERS_MAX]; /* each header's name in lines */
+	uint32_t name_len[POLICY_FAKE_HEADERS_MAX];
+	char lines[POLICY_FAKE_HEAD_BYTES_MAX]; /* "Name: value\r\n" each, as written */
+};
+
+static int fail_head_size(struct loader *ld, yaml_mark_t m)
+{
+	return fail(ld, m, "the response's head (status line and headers) is longer than %u bytes",
+		    POLICY_FAKE_HEAD_BYTES_MAX);
+}
+
+/* Appends <len> bytes at <s> to the header lines; false when the head would be too long. */
+static bool lines_put(struct response_build *b, const char *s, size_t len)
+{
+	AN_ASSERT(b->lines_len <= sizeof(b->lines));
+	if (len > sizeof(b->lines) - b->lines_len)
+		return false;
+	memcpy(b->lines + b->lines_len, s, len);
+	b->lines_len += (uint32_t)len;
+	AN_ASSERT(b->lines_len <= sizeof(b->lines));
+	return true;
+}
+
+/* No control byte but HTAB (so never CR, LF or NUL), no whitespace at either end. NULL, or why not. */
+static const char *header_value_invalid(const char *s, size_t len)
+{
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(len <= POLICY_FILE_BYTES_MAX); /* a scalar of the file */
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if ((c < 0x20 && c != '\t') || c == 0x7f)
+			return "holds a control character (CR, LF, NUL, ...), which would break the head";
+	}
+	if (len > 0 && (s[0] == ' ' || s[0] == '\t' || s[len - 1] == ' ' || s[len - 1] == '\t'))
+		return "begins or ends with whitespace";
+	return NULL;
+}
+
+/* One "Name: value" of a response's headers; the name is the key in ld->ev. */
+static int header_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct response_build *b = ctx;
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(index == b->header_count);
+	AN_ASSERT(index < POLICY_FAKE_HEADERS_MAX);
+	size_t name_len = ev_len(ld);
+	show(ev_text(ld), name_len, shown);
+	if (!is_token(ev_text(ld), name_len) || name_len > POLICY_FAKE_HEADER_NAME_BYTES_MAX)
+		return fail(ld, ld->key_mark,
+			    "invalid header name \"%s\": use 1-%u bytes of RFC 9110 token "
+			    "characters",
+			    shown, POLICY_FAKE_HEADER_NAME_BYTES_MAX);
+	if (is_framing_header(ev_text(ld), name_len))
+		return fail(ld, ld->key_mark,
+			    "header \"%s\" is refused: the daemon owns the response's framing and "
+			    "connection (Content-Length, Transfer-Encoding, Connection, "
+			    "Keep-Alive, Upgrade, Proxy-Connection, Trailer)",
+			    shown);
+	for (uint32_t i = 0; i < b->header_count; i++) {
+		if (b->name_len[i] == name_len &&
+		    strncasecmp(b->lines + b->name_off[i], ev_text(ld), name_len) == 0)
+			return fail(ld, ld->key_mark,
+				    "duplicate header \"%s\" (names are case-insensitive)", shown);
+	}
+	b->name_off[index] = b->lines_len;
+	b->name_len[index] = (uint32_t)name_len;
+	yaml_mark_t name_mark = ld->key_mark;
+	if (!lines_put(b, ev_text(ld), name_len) || !lines_put(b, ": ", 2))
+		return fail_head_size(ld, name_mark);
+	int rc = loader_scalar(ld, "a header value", "a string");
+	if (rc != 0)
+		return rc;
+	if (ev_len(ld) > POLICY_FAKE_HEADER_VALUE_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark,
+			    "the value of header \"%s\" is longer than %u bytes", shown,
+			    POLICY_FAKE_HEADER_VALUE_BYTES_MAX);
+	const char *why = header_value_invalid(ev_text(ld), ev_len(ld));
+	if (why != NULL)
+		return fail(ld, ld->ev.start_mark, "the value of header \"%s\" %s", shown, why);
+	if (!lines_put(b, ev_text(ld), ev_len(ld)) || !lines_put(b, "\r\n", 2))
+		return fail_head_size(ld, name_mark);
+	b->header_count++;
+	AN_ASSERT(b->header_count <= POLICY_FAKE_HEADERS_MAX);
+	return 0;
+}
+
+static int parse_response_method(struct loader *ld, struct policy_response *resp)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(resp->method == NULL);
+	int rc = loader_scalar(ld, "method", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	show(s, len, shown);
+	if (!is_token(s, len) || len > POLICY_FAKE_METHOD_BYTES_MAX)
+		return fail(
+		    ld, ld->ev.start_mark,
+		    "invalid method \"%s\": an HTTP token of 1-%u bytes (\"GET\", \"POST\")", shown,
+		    POLICY_FAKE_METHOD_BYTES_MAX);
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] >= 'a' && s[i] <= 'z')
+			return fail(ld, ld->ev.start_mark,
+				    "method \"%s\" would never match: methods are case-sensitive "
+				    "and sent in upper case (\"GET\")",
+				    shown);
+	}
+	resp->method = pool_strndup(s, len);
+	if (resp->method == NULL)
+		return fail_oom(ld);
+	resp->method_len = (uint32_t)len;
+	AN_ASSERT(resp->method_len > 0);
+	return 0;
+}
+
+static int parse_response_path(struct loader *ld, struct policy_response *resp)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(resp->path == NULL);
+	int rc = loader_scalar(ld, "path", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len > POLICY_FAKE_PATH_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark, "path is longer than %u bytes",
+			    POLICY_FAKE_PATH_BYTES_MAX);
+	const char *why = path_invalid(s, len);
+	if (why != NULL)
+		return fail(ld, ld->ev.start_mark, "invalid path \"%s\": %s", show(s, len, shown),
+			    why);
+	resp->prefix = s[len - 1] == '*';
+	resp->path_len = (uint32_t)len - resp->prefix;
+	resp->path = pool_strndup(s, resp->path_len);
+	if (resp->path == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(resp->path_len >= 1);
+	AN_ASSERT(resp->path[0] == '/');
+	return 0;
+}
+
+static int parse_response_status(struct loader *ld, struct policy_response *resp)
+{
+	char shown[SHOW_BYTES];
+	uint64_t v = 0;
+
+	AN_ASSERT(resp->vr.status == 0);
+	int rc = loader_scalar(ld, "status", "an integer");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	size_t sign = len > 1 && s[0] == '-' ? 1 : 0;
+	show(s, len, shown);
+	if (ld->ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
+	    !parse_decimal(s + sign, len - sign, &v))
+		return fail(ld, ld->ev.start_mark, "status must be an integer");
+	if (len - sign > 1 && s[sign] == '0')
+		return fail(ld, ld->ev.start_mark, "status must not have leading zeros");
+	if (sign == 0 && v >= 100 && v <= 199)
+		return fail(ld, ld->ev.start_mark,
+			    "status %s is refused: an interim (1xx) response cannot be canned",
+			    shown);
+	if (sign != 0 || v < 200 || v > 599)
+		return fail(ld, ld->ev.start_mark, "status must be 200..599, got %s", shown);
+	resp->vr.status = (uint16_t)v;
+	AN_ASSERT(resp->vr.status >= 200 && resp->vr.status <= 599);
+	return 0;
+}
+
+/* Counts a body of <len> bytes at <m> against the per-response and whole-file limits. */
+static int body_account(struct loader *ld, const char *what, uint64_t len, yaml_mark_t m)
+{
+	AN_ASSERT(ld->fake_body_bytes <= POLICY_FAKE_BYTES_MAX);
+	if (len > POLICY_FAKE_BODY_BYTES_MAX)
+		return fail(ld, m, "%s is larger than %u bytes", what, POLICY_FAKE_BODY_BYTES_MAX);
+	if (len > POLICY_FAKE_BYTES_MAX - ld->fake_body_bytes)
+		return fail(ld, m, "the bodies of all responses together are larger than %u bytes",
+			    POLICY_FAKE_BYTES_MAX);
+	ld->fake_body_bytes += len;
+	AN_ASSERT(ld->fake_body_bytes <= POLICY_FAKE_BYTES_MAX);
+	return 0;
+}
+
+/* Takes <buf> (owned, <len> bytes) as the body of <resp>; an empty body is NULL. */
+static void body_set(struct policy_response *resp, char *buf, size_t len)
+{
+	AN_ASSERT(resp->body == NULL);
+	AN_ASSERT(len <= POLICY_FAKE_BODY_BYTES_MAX);
+	if (len == 0)
+		AN_FREE(&buf);
+	resp->body = buf;
+	resp->vr.body = buf;
+	resp->vr.body_len = (uint32_t)len;
+}
+
+static int parse_response_body(struct loader *ld, struct policy_response *resp)
+{
+	AN_ASSERT(resp->body == NULL);
+	int rc = loader_scalar(ld, "body", "a string");
+	if (rc != 0)
+		return rc;
+	size_t len = ev_len(ld);
+	rc = body_account(ld, "body", len, ld->ev.start_mark);
+	if (rc != 0)
+		return rc;
+	/* Not pool_strndup: a body may hold NUL bytes ("\0" in a double-quoted scalar). */
+	char *buf = pool_malloc(len + 1);
+	if (buf == NULL)
+		return fail_oom(ld);
+	memcpy(buf, ev_text(ld), len);
+	buf[len] = '\0';
+	body_set(resp, buf, len);
+	AN_ASSERT(resp->vr.body_len == len);
+	return 0;
+}
+
+/* body_file <s>/<len> as opened: as written when absolute, else from the policy file's directory. */
+static int body_file_path(struct loader *ld, const char *s, size_t len, char *out, size_t cap)
+{
+	const char *slash = strrchr(ld->name, '/');
+	int dir_len = slash == NULL ? 0 : slash == ld->name ? 1 : (int)(slash - ld->name);
+
+	AN_ASSERT(cap > 0);
+	AN_ASSERT(len > 0);
+	int n = s[0] == '/' || slash == NULL ? snprintf(out, cap, "%.*s", (int)len, s)
+					     : snprintf(out, cap, "%.*s%s%.*s", dir_len, ld->name,
+							dir_len == 1 ? "" : "/", (int)len, s);
+	if (n < 0 || (size_t)n >= cap)
+		return fail(ld, ld->ev.start_mark, "body_file: the path is longer than %zu bytes",
+			    cap - 1);
+	return 0;
+}
+
+/* Reads all of the regular file <fd> of <size> bytes into the owned *<out>; -errno, or -EAGAIN when it grew. */
+static int body_file_read(int fd, size_t size, char **out, size_t *len)
+{
+	size_t cap = size + 1;
+	size_t used = 0;
+	char *buf = pool_malloc(cap);
+
+	AN_ASSERT(fd >= 0);
+	AN_ASSERT(size <= POLICY_FAKE_BODY_BYTES_MAX);
+	if (buf == NULL)
+		return -ENOMEM;
+	while (used < cap) {
+		ssize_t n = read(fd, buf + used, cap - used);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1) {
+			int e = errno;
+			pool_free(buf);
+			return -e;
+		}
+		if (n == 0)
+			break;
+		used += (size_t)n;
+	}
+	if (used == cap) {
+		pool_free(buf);
+		return -EAGAIN;
+	}
+	buf[used] = '\0'; /* as an inline body: callers may treat text as a string */
+	*out = buf;
+	*len = used;
+	return 0;
+}
+
+/*
+ * Reads the open body_file <fd> into the owned *<buf> of *<len> bytes. Returns 0;
+ * -EINVAL (not a regular file), -EFBIG (too large) or -EAGAIN (it grew while
+ * read), each with *<call> NULL; or the -errno of *<call> ("fstat", "read").
+ */
+static int body_file_load(int fd, char **buf, size_t *len, const char **call)
+{
+	struct stat st;
+
+	AN_ASSERT(fd >= 0);
+	*call = NULL;
+	if (fstat(fd, &st) == -1) {
+		*call = "fstat";
+		return -errno;
+	}
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	if ((uint64_t)st.st_size > POLICY_FAKE_BODY_BYTES_MAX)
+		return -EFBIG;
+	int rc = body_file_read(fd, (size_t)st.st_size, buf, len);
+	if (rc != 0 && rc != -EAGAIN)
+		*call = "read";
+	AN_ASSERT(rc != 0 || *len <= (size_t)st.st_size);
+	return rc;
+}
+
+/*
+ * body_file: read once, here. O_NOFOLLOW refuses a symbolic link as the last
+ * component: a body is served to agents, and a reviewer reading the policy
+ * must see which file that is (a link beside the policy could point at a
+ * key). O_NONBLOCK keeps a FIFO from hanging the load; fstat then refuses it.
+ */
+static int parse_response_body_file(struct loader *ld, struct policy_response *resp)
+{
+	char path[PATH_MAX];
+	const char *call = NULL;
+	char *buf = NULL;
+	size_t len = 0;
+
+	AN_ASSERT(resp->body == NULL);
+	int rc = loader_scalar(ld, "body_file", "a string");
+	if (rc != 0)
+		return rc;
+	if (ev_len(ld) == 0 || ev_len(ld) > POLICY_PATH_BYTES_MAX ||
+	    !text_is_clean(ev_text(ld), ev_len(ld)))
+		return fail(ld, ld->ev.start_mark,
+			    "body_file must be a path of 1-%u bytes without control characters",
+			    POLICY_PATH_BYTES_MAX);
+	rc = body_file_path(ld, ev_text(ld), ev_len(ld), path, sizeof(path));
+	if (rc != 0)
+		return rc;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+	if (fd == -1 && errno == ELOOP)
+		return fail(ld, ld->ev.start_mark,
+			    "body_file %s: a symbolic link is refused (name the file itself)",
+			    path);
+	if (fd == -1)
+		return fail(ld, ld->ev.start_mark, "body_file %s: open: %s", path, strerror(errno));
+	rc = body_file_load(fd, &buf, &len, &call);
+	close(fd);
+	if (rc == -ENOMEM)
+		return fail_oom(ld);
+	if (call != NULL)
+		return fail(ld, ld->ev.start_mark, "body_file %s: %s: %s", path, call,
+			    strerror(-rc));
+	if (rc == -EINVAL)
+		return fail(ld, ld->ev.start_mark, "body_file %s: not a regular file", path);
+	if (rc == -EFBIG)
+		return fail(ld, ld->ev.start_mark, "body_file %s: larger than %u bytes", path,
+			    POLICY_FAKE_BODY_BYTES_MAX);
+	if (rc == -EAGAIN)
+		return fail(ld, ld->ev.start_mark, "body_file %s: changed while it was read", path);
+	rc = body_account(ld, "body_file", len, ld->ev.start_mark);
+	if (rc != 0) {
+		pool_free(buf);
+		return rc;
+	}
+	body_set(resp, buf, len);
+	AN_ASSERT(resp->vr.body_len == len);
+	return 0;
+}
+
+enum { RSP_METHOD, RSP_PATH, RSP_STATUS, RSP_HEADERS, RSP_BODY, RSP_BODY_FILE, RSP__COUNT };
+static const char *const response_keys[] = {
+	[RSP_METHOD] = "method",   [RSP_PATH] = "path", [RSP_STATUS] = "status",
+	[RSP_HEADERS] = "headers", [RSP_BODY] = "body", [RSP_BODY_FILE] = "body_file",
+};
+static_assert(AN_ARRAY_LEN(response_keys) == RSP__COUNT, "every response key needs a name");
+static const struct keyset response_keyset = { "a response", response_keys, RSP__COUNT };
+#define RSP_BODIES ((1u << RSP_BODY) | (1u << RSP_BODY_FILE))
+
+static int response_value(struct loader *ld, struct response_build *b, uint32_t key)
+{
+	AN_ASSERT(key < RSP__COUNT);
+	AN_ASSERT(b->seen & (1u << key));
+	switch (key) {
+	case RSP_METHOD:
+		return parse_response_method(ld, b->resp);
+	case RSP_PATH:
+		return parse_response_path(ld, b->resp);
+	case RSP_STATUS:
+		return parse_response_status(ld, b->resp);
+	case RSP_HEADERS:
+		b->headers = ld->key_mark;
+		return loader_map(ld, "headers", POLICY_FAKE_HEADERS_MAX, header_item, b);
+	case RSP_BODY:
+	case RSP_BODY_FILE:
+		b->body = ld->key_mark;
+		if ((b->seen & RSP_BODIES) == RSP_BODIES)
+			return fail(ld, ld->key_mark, "body and body_file exclude each other");
+		return key == RSP_BODY ? parse_response_body(ld, b->resp)
+				       : parse_response_body_file(ld, b->resp);
+	default:
+		(void)AN_NEVER(true);
+		return -EINVAL;
+	}
+}
+
+/* Whole-response checks, then the head: the status line and the header lines. */
+static int response_finish(struct loader *ld, struct response_build *b)
+{
+	struct policy_response *resp = b->resp;
+	char status_line[64];
+
+	int rc = check_mandatory(ld, &response_keyset, 1u << RSP_STATUS, b->seen, b->start);
+	if (rc != 0)
+		return rc;
+	uint16_t status = resp->vr.status;
+	/* RFC 9110 sections 15.3.5, 15.3.6 and 15.4.5: these never carry content. */
+	if ((b->seen & RSP_BODIES) && (status == 204 || status == 205 || status == 304))
+		return fail(ld, b->body, "status %u has no body: remove %s", status,
+			    (b->seen & (1u << RSP_BODY)) ? "body" : "body_file");
+	int n = snprintf(status_line, sizeof(status_line), "HTTP/1.1 %u %s\r\n", status,
+			 status_phrase(status));
+	AN_ASSERT(n > 0);
+	AN_ASSERT((size_t)n < sizeof(status_line));
+	size_t head_len = (size_t)n + b->lines_len;
+	if (head_len > POLICY_FAKE_HEAD_BYTES_MAX)
+		return fail_head_size(ld, b->headers);
+	resp->head = pool_malloc(head_len + 1);
+	if (resp->head == NULL)
+		return fail_oom(ld);
+	memcpy(resp->head, status_line, (size_t)n);
+	memcpy(resp->head + n, b->lines, b->lines_len);
+	resp->head[head_len] = '\0';
+	resp->vr.head = resp->head;
+	resp->vr.head_len = (uint32_t)head_len;
+	AN_ASSERT(resp->vr.body != NULL || resp->vr.body_len == 0);
+	return 0;
+}
+
+static bool response_is_default(const struct policy_response *r)
+{
+	return r->method == NULL && r->path == NULL;
+}
+
+/* True when every request <later> would answer is answered by <earlier> first. */
+static bool response_covers(const struct policy_response *earlier,
+			    const struct policy_response *later)
+{
+	AN_ASSERT(earlier != later);
+	bool method = earlier->method == NULL ||
+		      (later->method != NULL && later->method_len == earlier->method_len &&
+		       memcmp(later->method, earlier->method, later->method_len) == 0);
+	if (!method || earlier->path == NULL)
+		return method;
+	if (later->path == NULL || later->path_len < earlier->path_len)
+		return false;
+	if (!earlier->prefix && (later->prefix || later->path_len != earlier->path_len))
+		return false;
+	AN_ASSERT(earlier->path_len > 0);
+	return memcmp(later->path, earlier->path, earlier->path_len) == 0;
+}
+
+/* A rule's responses while they are read. */
+struct responses_ctx {
+	struct policy_fake *fake;
+	yaml_mark_t last; /* where the last entry read starts */
+};
+
+static int response_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct responses_ctx *rctx = ctx;
+	struct policy_fake *f = rctx->fake;
+	struct response_build b;
+	uint32_t key = 0;
+
+	AN_ASSERT(index < POLICY_FAKE_RESPONSES_MAX);
+	AN_ASSERT(index == f->count);
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "a response");
+	if (rc != 0)
+		return rc;
+	memset(&b, 0, offsetof(struct response_build, lines));
+	b.resp = &f->responses[index];
+	b.start = ld->ev.start_mark;
+	b.headers = b.start;
+	f->count = index + 1; /* from here on, policy_free releases what the entry holds */
+	b.resp->line = mark_u32(b.start.line);
+	if (index > 0 && response_is_default(&f->responses[index - 1]))
+		return fail(ld, b.start,
+			    "no response may follow the default (the entry without method and "
+			    "path, line %u): it answers every request",
+			    f->responses[index - 1].line);
+	while ((rc = loader_key(ld, &response_keyset, &b.seen, &key)) > 0) {
+		rc = response_value(ld, &b, key);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc == 0)
+		rc = response_finish(ld, &b);
+	for (uint32_t i = 0; i < index && rc == 0; i++) {
+		if (response_covers(&f->responses[i], b.resp))
+			return fail(ld, b.start,
+				    "this response is never chosen: the one at line %u matches "
+				    "every request it would, and the first match wins",
+				    f->responses[i].line);
+	}
+	rctx->last = b.start;
+	return rc;
+}
+
+/* A fake rule's `responses`: 1..POLICY_FAKE_RESPONSES_MAX entries, the last one the default. */
+static int parse_responses(struct loader *ld, const struct acl_rule *r)
+{
+	struct policy *p = ld->p;
+
+	AN_ASSERT(p->fake_count == 0 || p->fakes[p->fake_count - 1].rule_index < r->index);
+	struct policy_fake *fakes =
+	    grow_array(p->fakes, &p->fake_cap, p->fake_count, sizeof(*fakes));
+	if (fakes == NULL)
+		return fail_oom(ld);
+	p->fakes = fakes;
+	struct policy_fake *f = &p->fakes[p->fake_count++];
+	f->rule_index = r->index;
+	f->responses = pool_calloc(POLICY_FAKE_RESPONSES_MAX, sizeof(*f->responses));
+	if (f->responses == NULL)
+		return fail_oom(ld);
+	struct responses_ctx ctx = { .fake = f };
+	int rc = loader_seq(ld, "responses", POLICY_FAKE_RESPONSES_MAX, true, response_item, &ctx);
+	if (rc != 0)
+		return rc;
+	if (!response_is_default(&f->responses[f->count - 1]))
+		return fail(ld, ctx.last,
+			    "the last response must be the default: an entry with neither method "
+			    "nor path, for every other request");
+	/* Shrinking cannot fail in practice; keep the larger block if it does. */
+	struct policy_response *fit = pool_realloc(f->responses, f->count * sizeof(*fit));
+	if (fit != NULL)
+		f->responses = fit;
+	AN_ASSERT(f->count >= 1 && f->count <= POLICY_FAKE_RESPONSES_MAX);
+	return 0;
+}
+
 static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struct rule_marks *m)
 {
 	AN_ASSERT(key < RULE__COUNT);
@@ -1393,6 +2160,9 @@ static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struc
 	case RULE_LIMITS:
 		m->limits = ld->key_mark;
 		return parse_limits(ld, &rule_limit_keyset, &r->limits);
+	case RULE_RESPONSES:
+		m->responses = ld->key_mark;
+		return parse_responses(ld, r);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -1415,6 +2185,12 @@ static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rul
 			    "tier local needs an upstream (\"host:port\" to relay to)");
 	if (r->tier != TIER_LOCAL && r->upstream != NULL)
 		return fail(ld, m->upstream, "upstream is only allowed with tier local");
+	if (r->tier == TIER_FAKE && !(seen & (1u << RULE_RESPONSES)))
+		return fail(ld, m->tier,
+			    "tier fake needs responses (the canned answers, the last one a default "
+			    "without method and path)");
+	if (r->tier != TIER_FAKE && (seen & (1u << RULE_RESPONSES)))
+		return fail(ld, m->responses, "responses is only allowed with tier fake");
 	if (r->tier == TIER_DENY && r->ports != NULL)
 		return fail(ld, m->ports,
 			    "ports cannot be combined with tier deny, which refuses every port");
@@ -1868,6 +2644,28 @@ static int resolve_refs(struct loader *ld)
 	return 0;
 }
 
+/* verdict.fake by rule index, once p->fakes no longer moves. */
+static int index_fakes(struct loader *ld)
+{
+	struct policy *p = ld->p;
+
+	AN_ASSERT(p->fake_by_rule == NULL);
+	AN_ASSERT(p->fake_count <= p->rule_count);
+	if (p->fake_count == 0)
+		return 0;
+	p->fake_by_rule = pool_calloc(p->rule_count, sizeof(*p->fake_by_rule));
+	if (p->fake_by_rule == NULL)
+		return fail_oom(ld);
+	for (uint32_t i = 0; i < p->fake_count; i++) {
+		const struct policy_fake *f = &p->fakes[i];
+
+		AN_ASSERT(f->rule_index < p->rule_count);
+		AN_ASSERT(p->fake_by_rule[f->rule_index] == NULL);
+		p->fake_by_rule[f->rule_index] = f;
+	}
+	return 0;
+}
+
 static int parse_stream(struct loader *ld)
 {
 	int rc = loader_next(ld);
@@ -1895,7 +2693,9 @@ static int parse_stream(struct loader *ld)
 	/* Built once the whole file is read: the deny list may come after the profiles. */
 	for (uint32_t i = 0; i < ld->p->profile_count && rc == 0; i++)
 		rc = profile_finish(ld, &ld->p->profiles[i]);
-	return rc != 0 ? rc : resolve_refs(ld);
+	if (rc == 0)
+		rc = resolve_refs(ld);
+	return rc != 0 ? rc : index_fakes(ld);
 }
 
 /* --- load ------------------------------------------------------------------- */
@@ -1922,6 +2722,8 @@ static void apply_config(struct loader *ld, struct config *cfg)
 	move_string(&cfg->tcp_listen, &next->tcp_listen);
 	move_string(&cfg->tcp_sandbox, &next->tcp_sandbox);
 	move_string(&cfg->control_group, &next->control_group);
+	move_string(&cfg->ca_cert, &next->ca_cert);
+	move_string(&cfg->ca_key, &next->ca_key);
 	for (uint32_t i = 0; i < UF__COUNT; i++) {
 		if (ld->uints_set & (1u << i))
 			memcpy((char *)cfg + uint_fields[i].offset,
@@ -2088,6 +2890,20 @@ static const char default_yaml[] =
     "        tier: fake\n"
     "        owner: agentsnet\n"
     "        reason: \"demo task target: answered locally by the fake-response tier\"\n"
+    "        responses:\n"
+    "          - status: 200          # the default: every method and path\n"
+    "            headers:\n"
+    "              Content-Type: text/html; charset=utf-8\n"
+    "            body: |\n"
+    "              <!doctype html>\n"
+    "              <html>\n"
+    "              <head><title>Answered by agentsnet</title></head>\n"
+    "              <body>\n"
+    "              <h1>Answered by agentsnet</h1>\n"
+    "              <p>This page was answered by agentsnet's fake-response tier.\n"
+    "              Nothing left the host: no request reached example.com.</p>\n"
+    "              </body>\n"
+    "              </html>\n"
     "      - host: ollama.internal\n"
     "        tier: local\n"
     "        upstream: \"127.0.0.1:11434\"\n"
@@ -2101,6 +2917,22 @@ const char *policy_default_yaml(void)
 {
 	AN_ASSERT(default_yaml[sizeof(default_yaml) - 1] == '\0');
 	return default_yaml;
+}
+
+static void fake_free(struct policy_fake *f)
+{
+	AN_ASSERT(f->count <= POLICY_FAKE_RESPONSES_MAX);
+	AN_ASSERT(f->responses != NULL || f->count == 0);
+	for (uint32_t i = 0; i < f->count; i++) {
+		struct policy_response *r = &f->responses[i];
+
+		AN_FREE(&r->method);
+		AN_FREE(&r->path);
+		AN_FREE(&r->head);
+		AN_FREE(&r->body);
+	}
+	AN_FREE(&f->responses);
+	memset(f, 0, sizeof(*f));
 }
 
 void policy_free(struct policy *p)
@@ -2122,6 +2954,10 @@ void policy_free(struct policy *p)
 		AN_FREE(&p->hosts[i].name);
 		AN_FREE(&p->hosts[i].addrs);
 	}
+	for (uint32_t i = 0; i < p->fake_count; i++)
+		fake_free(&p->fakes[i]);
+	AN_FREE(&p->fakes);
+	AN_FREE(&p->fake_by_rule);
 	AN_FREE(&p->profiles);
 	AN_FREE(&p->hosts);
 	AN_FREE(&p->allow);
@@ -2168,6 +3004,14 @@ static void policy_decide(const void *snapshot, uint32_t profile, const char *ho
 	AN_ASSERT(p != NULL);
 	AN_ASSERT(profile < p->profile_count);
 	acl_decide(&p->profiles[profile].acl, host, host_len, port, out);
+	/* Every served verdict has its rule's index: the key of the rule's responses. */
+	out->fake = NULL;
+	if (out->tier == TIER_FAKE) {
+		AN_DASSERT(out->rule_index < p->rule_count);
+		AN_DASSERT(p->fake_by_rule != NULL);
+		out->fake = p->fake_by_rule[out->rule_index];
+		AN_DASSERT(out->fake != NULL);
+	}
 	/* The engine keys per-rule limits by the index: a refusal must carry none. */
 	if (out->tier == TIER_DENY)
 		AN_DASSERT(out->rule_index == VERDICT_RULE_NONE);
@@ -2242,6 +3086,47 @@ static uint32_t policy_rule_count_op(const void *policy)
 	return policy_rule_count(policy);
 }
 
+static bool response_matches(const struct policy_response *r, const char *method, size_t method_len,
+			     const char *path, size_t path_len)
+{
+	/* HEAD is GET without the body (RFC 9110 section 9.3.2): a GET entry answers it. */
+	bool head_as_get = method_len == 4 && memcmp(method, "HEAD", 4) == 0 &&
+			   r->method_len == 3 && r->method != NULL &&
+			   memcmp(r->method, "GET", 3) == 0;
+	if (r->method != NULL && !head_as_get &&
+	    (method_len != r->method_len || memcmp(method, r->method, method_len) != 0))
+		return false;
+	if (r->path == NULL)
+		return true;
+	if (r->prefix)
+		return path_len >= r->path_len && memcmp(path, r->path, r->path_len) == 0;
+	return path_len == r->path_len && memcmp(path, r->path, path_len) == 0;
+}
+
+static const struct verdict_response *policy_fake_response_op(const void *policy, const void *fake,
+							      const char *method, size_t method_len,
+							      const char *path, size_t path_len)
+{
+	const struct policy *p = policy;
+	const struct policy_fake *f = fake;
+
+	AN_ASSERT(p != NULL);
+	AN_ASSERT(f >= p->fakes && f < p->fakes + p->fake_count);
+	AN_DASSERT(f->count >= 1);
+	AN_DASSERT(response_is_default(&f->responses[f->count - 1]));
+	AN_ASSERT(method != NULL || method_len == 0);
+	AN_ASSERT(path != NULL || path_len == 0);
+	/* Routes name paths; the query never decides (RFC 9110 section 4.2.1 sets it apart). */
+	const char *query = path_len > 0 ? memchr(path, '?', path_len) : NULL;
+	if (query != NULL)
+		path_len = (size_t)(query - path);
+	for (uint32_t i = 0; i + 1 < f->count; i++) {
+		if (response_matches(&f->responses[i], method, method_len, path, path_len))
+			return &f->responses[i].vr;
+	}
+	return &f->responses[f->count - 1].vr;
+}
+
 /* The engine owns its snapshots and hands each back here once unreachable. */
 static void policy_release_op(const void *policy)
 {
@@ -2257,5 +3142,6 @@ const struct verdict_ops policy_verdict_ops = {
 	.profile_limits = policy_profile_limits_op,
 	.profile_count = policy_profile_count_op,
 	.rule_count = policy_rule_count_op,
+	.fake_response = policy_fake_response_op,
 	.release = policy_release_op,
 };

@@ -51,6 +51,36 @@
 /* resolver.allow_private networks: scanned linearly on every connect. */
 #define POLICY_ALLOW_PRIVATE_MAX 256u
 
+/*
+ * The fake-response tier: a rule's `responses`. The engine sends a head and
+ * a body as they were compiled at load, so each is bounded here.
+ */
+/* Responses on one rule: first match wins, scanned in order on every request. */
+#define POLICY_FAKE_RESPONSES_MAX 64u
+/* Headers on one response, and the bytes of a name and of a value. */
+#define POLICY_FAKE_HEADERS_MAX            32u
+#define POLICY_FAKE_HEADER_NAME_BYTES_MAX  64u
+#define POLICY_FAKE_HEADER_VALUE_BYTES_MAX 1024u
+/*
+ * The compiled head (status line and header lines): clients refuse large
+ * heads (Node.js takes 16 KiB in all), and the engine adds its framing and
+ * connection headers after these.
+ */
+#define POLICY_FAKE_HEAD_BYTES_MAX 8192u
+/* A method to match: as long as core/http1.c accepts (the longest registered is 17). */
+#define POLICY_FAKE_METHOD_BYTES_MAX 32u
+/* A path to match, with its '*': inside a request line, far beyond any API's routes. */
+#define POLICY_FAKE_PATH_BYTES_MAX 2048u
+/* One response's body, inline or read from body_file: a canned answer, not a download. */
+#define POLICY_FAKE_BODY_BYTES_MAX (1u << 20)
+/* Every body of the file together: body_file must not make the policy's memory unbounded. */
+#define POLICY_FAKE_BYTES_MAX (64u << 20)
+
+static_assert(POLICY_FAKE_HEAD_BYTES_MAX + 512u <= LIMITS_RESPONSE_HEAD_BYTES_MAX,
+	      "a canned head and the engine's own headers fit a response head");
+static_assert(POLICY_FAKE_BODY_BYTES_MAX <= POLICY_FAKE_BYTES_MAX, "one body fits the total");
+static_assert(POLICY_FAKE_BYTES_MAX <= UINT32_MAX, "body lengths fit verdict_response");
+
 /* Bounds of the daemon settings (defaults in core/limits.h). */
 #define POLICY_WORKERS_MAX          LIMITS_WORKERS_MAX
 #define POLICY_CONNS_PER_WORKER_MIN 16u
@@ -58,6 +88,9 @@
 #define POLICY_PIPES_PER_WORKER_MAX 4096u
 #define POLICY_TIMEOUT_MS_MIN       1u
 #define POLICY_TIMEOUT_MS_MAX       3600000u
+/* daemon.leaf_days: at most the CA/Browser Forum's 397 days (tls/ca.h TLS_CA_LEAF_DAYS_MAX). */
+#define POLICY_LEAF_DAYS_MIN 1u
+#define POLICY_LEAF_DAYS_MAX 397u
 
 static_assert(POLICY_RULE_ID_BYTES_MAX >= POLICY_PROFILE_NAME_BYTES_MAX + 1 + 7,
 	      "default rule ids \"<profile>/<index>\" must fit");
@@ -82,9 +115,14 @@ struct policy; /* opaque, immutable once loaded */
  * On failure <cfg> is unchanged, *<out> is NULL, and "<path>:<line>:<col>:
  * <what is wrong>" (1-based, of the offending key or value) is written to
  * <err>/<err_cap> (truncated to fit; <err> may be NULL when <err_cap> is 0).
- * Returns -EINVAL for any content error (YAML syntax included), -EFBIG for
- * a file that is too large, -ENOMEM, or -errno from open/read (then the
- * message is "<path>: <call>: <strerror>").
+ * Returns -EINVAL for any content error (YAML syntax included, and a
+ * body_file that cannot be read, with the position of its value), -EFBIG
+ * for a file that is too large, -ENOMEM, or -errno from open/read of <path>
+ * (then the message is "<path>: <call>: <strerror>").
+ *
+ * A fake rule's body_file is read here, once: an absolute path as written,
+ * a relative one from the directory of <path>. daemon.ca only names the CA
+ * files (cfg->ca_cert, cfg->ca_key); nothing reads them here.
  *
  * Control path only (start-up, reload); the result may be shared read-only
  * by every worker.
@@ -94,7 +132,9 @@ int policy_load_file(const char *path, struct config *cfg, struct policy **out, 
 
 /*
  * As policy_load_file, from the <len> bytes at <yaml> (borrowed; need not be
- * NUL-terminated); <name> stands for the path in messages.
+ * NUL-terminated); <name> stands for the path in messages, and a relative
+ * body_file is read from the directory of <name> (the working directory when
+ * <name> has no '/').
  */
 int policy_load_buffer(const char *name, const char *yaml, size_t len, struct config *cfg,
 		       struct policy **out, char *err, size_t err_cap);
@@ -110,7 +150,8 @@ int policy_load_or_default(const char *path, struct config *cfg, struct policy *
 /*
  * The built-in policy (NUL-terminated, static): one sandbox "default" on
  * profile "default", which answers example.com from the fake-response tier
- * and relays ollama.internal to a local model server on 127.0.0.1:11434.
+ * (200, a short text/html page, for every request) and relays
+ * ollama.internal to a local model server on 127.0.0.1:11434.
  */
 const char *policy_default_yaml(void);
 
@@ -131,7 +172,12 @@ uint32_t policy_rule_count(const struct policy *p);
 
 /*
  * The table the daemon installs into the engine, with a struct policy as the
- * opaque snapshot. All three operations are thread-safe and never allocate.
+ * opaque snapshot. Every operation but release is thread-safe and never
+ * allocates. decide sets verdict.fake on a TIER_FAKE verdict (NULL on every
+ * other); fake_response then takes it with the request's method and path and
+ * returns the first of the rule's responses that matches: method compared
+ * exactly, path exactly or by prefix (a rule path ending in '*'), the query
+ * ("?..." of <path>) ignored. Never NULL: the last response is the default.
  */
 extern const struct verdict_ops policy_verdict_ops;
 

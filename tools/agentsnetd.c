@@ -35,6 +35,8 @@
 #include "core/log.h"
 #include "core/ring.h"
 #include "policy/policy.h"
+#include "tls/engine.h"
+#include "tls/tls.h"
 
 #define AGENTSNETD_VERSION "0.1.0"
 
@@ -45,7 +47,8 @@ struct options {
 	const char *audit_path;
 	const char *tcp_listen;
 	const char *tcp_sandbox;
-	long workers; /* -1: from the file */
+	const char *ca_dir; /* ca.pem and ca.key, as `agentsnet ca init` writes them */
+	long workers;       /* -1: from the file */
 	bool debug;
 };
 
@@ -54,6 +57,7 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: agentsnetd [--config FILE] [--socket-dir DIR] [--audit FILE|-]\n"
 		"                  [--workers N] [--listen 127.0.0.1:PORT --listen-sandbox ID]\n"
+		"                  [--ca-dir DIR]\n"
 		"                  [--debug]\n"
 		"       agentsnetd --check-config FILE\n"
 		"With no --config, runs on the embedded default policy.\n");
@@ -86,6 +90,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 		{ "workers", required_argument, NULL, 'w' },
 		{ "listen", required_argument, NULL, 'l' },
 		{ "listen-sandbox", required_argument, NULL, 'L' },
+		{ "ca-dir", required_argument, NULL, 'A' },
 		{ "debug", no_argument, NULL, 'd' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
@@ -120,6 +125,9 @@ static int parse_options(int argc, char **argv, struct options *o)
 			break;
 		case 'L':
 			o->tcp_sandbox = optarg;
+			break;
+		case 'A':
+			o->ca_dir = optarg;
 			break;
 		case 'd':
 			o->debug = true;
@@ -170,6 +178,13 @@ static int apply_overrides(const struct options *o, struct config *cfg)
 		ret |= config_set_string(&cfg->tcp_listen, o->tcp_listen);
 	if (o->tcp_sandbox != NULL)
 		ret |= config_set_string(&cfg->tcp_sandbox, o->tcp_sandbox);
+	if (o->ca_dir != NULL) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/ca.pem", o->ca_dir);
+		ret |= config_set_string(&cfg->ca_cert, path);
+		snprintf(path, sizeof(path), "%s/ca.key", o->ca_dir);
+		ret |= config_set_string(&cfg->ca_key, path);
+	}
 	if (o->workers >= 0)
 		cfg->workers = (uint32_t)o->workers;
 	if (cfg->workers == 0) {
@@ -320,6 +335,40 @@ static int control_group_resolve(const char *name, gid_t *gid)
 	return 0;
 }
 
+/*
+ * The CA of the terminated tiers, when daemon.ca (or --ca-dir) names one: a
+ * CA that does not load stops the start. Without one, *<out> stays NULL and
+ * the log says what that means. 0 or -1.
+ */
+static int tls_open(const struct config *cfg, struct tls_engine **out)
+{
+	char err[512];
+
+	*out = NULL;
+	if (cfg->ca_cert == NULL) {
+		log_info(
+		    "no CA (daemon.ca or --ca-dir): CONNECTs to fake-response rules are refused "
+		    "tier_unavailable; plain http:// ones are answered");
+		return 0;
+	}
+	if (tls_library_init(err, sizeof(err)) != 0 ||
+	    tls_engine_open(cfg->ca_cert, cfg->ca_key, cfg->leaf_days, out, err, sizeof(err)) !=
+		0) {
+		log_error("TLS: %s", err);
+		return -1;
+	}
+	int ktls = tls_engine_ktls_probe();
+	if (ktls == 0)
+		log_info("TLS: terminating with the CA %s; the kernel has TLS (TCP_ULP tls), "
+			 "records are still sealed in userspace",
+			 cfg->ca_cert);
+	else
+		log_info("TLS: terminating with the CA %s; kernel TLS unavailable (TCP_ULP tls: "
+			 "%s): userspace TLS",
+			 cfg->ca_cert, strerror(-ktls));
+	return 0;
+}
+
 static int serve(const struct options *o, struct config *cfg, struct policy *pol)
 {
 	struct engine e;
@@ -351,6 +400,13 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		policy_free(pol);
 		return 1;
 	}
+	struct tls_engine *tls = NULL;
+	if (tls_open(cfg, &tls) != 0) {
+		dns_library_cleanup();
+		audit_close(audit);
+		policy_free(pol);
+		return 1;
+	}
 	struct daemon d = { .o = o, .cfg = cfg, .e = &e, .audit = audit };
 	e.cfg = cfg;
 	e.policy = pol; /* the engine's from here on */
@@ -358,6 +414,8 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 	e.audit = audit;
 	e.reload = reload;
 	e.reload_arg = &d;
+	e.term = tls != NULL ? &tls_term_ops : NULL;
+	e.term_arg = tls;
 	ret = engine_start(&e);
 	if (ret == 0) {
 		struct control ctl;
@@ -382,6 +440,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		       ret == 0 ? "daemon_stopped" : "daemon_stopped_with_leak");
 	}
 out:
+	tls_engine_close(&tls);
 	dns_library_cleanup();
 	audit_close(audit);
 	return ret == 0 ? 0 : 1;

@@ -6,8 +6,9 @@
  * which the daemon's own parser (core/http1.c) takes apart; the policy is
  * loaded by the daemon's loader (the file, or the embedded default); the
  * verdict comes from policy_verdict_ops.decide and verdict_refusal, the two
- * calls core/conn.c makes. So a check and a live request cannot disagree
- * about normalisation, ports, tiers or the reason given.
+ * calls core/conn.c makes (and, on the fake tier, fake_response for the
+ * method and the URL's path). So a check and a live request cannot disagree
+ * about normalisation, ports, tiers, the reason given or the canned answer.
  *
  * The profile: --profile NAME, or the profile of --sandbox ID (a sandbox of
  * the policy file, else one a running daemon registered: its record under
@@ -244,6 +245,46 @@ static void print_decision(const struct http1_request *req, const char *profile,
 		       l->concurrent);
 }
 
+/*
+ * The request inside the tunnel or the request itself, as the fake tier
+ * matches it: the method (for https://, <method> or GET, as it would be sent
+ * inside the tunnel) and the path in origin form with its query.
+ */
+static void request_in_tunnel(const char *url, const char *method, const struct http1_request *req,
+			      struct http1_request *inner)
+{
+	AN_ASSERT(url != NULL && req != NULL);
+	AN_ASSERT(inner != NULL);
+	memset(inner, 0, sizeof(*inner));
+	if (!req->is_connect) {
+		inner->method = req->method;
+		inner->method_len = req->method_len;
+		inner->path = req->path;
+		inner->path_len = req->path_len;
+		return;
+	}
+	inner->method = method != NULL ? method : "GET";
+	inner->method_len = strlen(inner->method);
+	const char *auth = strstr(url, "://") + 3;
+	const char *rest = auth + strcspn(auth, "/?#");
+	inner->path = rest[0] == '/' ? rest : "/";
+	inner->path_len = rest[0] == '/' ? strcspn(rest, "#") : 1;
+}
+
+/* A fake-response verdict: which canned response the request would get. */
+static void print_response(const struct policy *pol, const struct verdict *v,
+			   const struct check_options *o, const struct http1_request *req)
+{
+	struct http1_request inner;
+
+	AN_ASSERT(v->tier == TIER_FAKE);
+	AN_ASSERT(v->fake != NULL);
+	request_in_tunnel(o->url, o->method, req, &inner);
+	const struct verdict_response *r = policy_verdict_ops.fake_response(
+	    pol, v->fake, inner.method, inner.method_len, inner.path, inner.path_len);
+	printf("response: %u (%u bytes)\n", (unsigned)r->status, (unsigned)r->body_len);
+}
+
 int check_main(int argc, char **argv)
 {
 	struct check_options o = { 0 };
@@ -279,6 +320,8 @@ int check_main(int argc, char **argv)
 					  &v);
 		enum reason refusal = verdict_refusal(&v);
 		print_decision(&req, policy_profile_name(pol, (uint32_t)profile), &v, refusal);
+		if (v.tier == TIER_FAKE)
+			print_response(pol, &v, &o, &req);
 		rc = refusal == REASON_NONE ? CHECK_EXIT_ALLOW : CHECK_EXIT_DENY;
 	}
 	policy_free(pol);

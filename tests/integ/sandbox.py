@@ -1530,6 +1530,49 @@ class Tests(Pass):
         self.timed("rule limits: per sandbox per rule, concurrency then rate, the rule's "
                    "instruction; other rules and sandboxes unaffected", rule_limits)
 
+    def t_fake(self):
+        """The fake-response tier, spoken to as a client would: a leaf for the CONNECT
+        host signed by the CA, keep-alive, HEAD, the rule's answers; a Host header
+        naming another host is refused inside the session (host_mismatch), a
+        ClientHello naming another host is refused and audited (sni_mismatch); no
+        decision has an upstream address."""
+        def fake():
+            import ssl
+            sid = "it%d-fake" % os.getpid()
+            got = self.ctl("sandbox add %s default" % sid)
+            if not got or not got[0].startswith("ok "):
+                return ["sandbox add %s default: %r" % (sid, got)]
+            self.ids.add(sid)
+            path = os.path.join(self.vars["sock_dir"], "sandboxes", sid, "egress.sock")
+            ctx = ssl.create_default_context(cafile=self.vars["ca"])
+            errs = []
+            try:
+                errs += fake_session(self, ctx, path)
+                status, _, s = self.connect_head(path, "fake.test:443")
+                try:
+                    ctx.wrap_socket(s, server_hostname="other.test").close()
+                    errs.append("a ClientHello for other.test in a tunnel to fake.test "
+                                "completed its handshake")
+                except (ssl.SSLError, OSError) as e:
+                    if "UNRECOGNIZED_NAME" not in str(e).upper():
+                        errs.append("SNI other.test: %r, want an unrecognized_name alert" % e)
+                finally:
+                    s.close()
+                errs += self.check_audit(sid, [
+                    {"decision": "deny", "reason": "sni_mismatch", "host": "fake.test"},
+                    {"decision": "deny", "reason": "host_mismatch", "host": "fake.test"},
+                    {"decision": "allow", "method": "HEAD", "path": "/hello", "status": 200}],
+                    None)
+                with_addr = [r for r in self.decisions(sid) if r.get("addr")]
+                if with_addr:
+                    errs.append("fake-tier decisions with an upstream address: %r" % with_addr)
+            finally:
+                self.ctl("sandbox rm %s" % sid)
+            return errs
+
+        self.timed("fake tier: a CA-signed leaf for the CONNECT host, keep-alive, HEAD; "
+                   "host_mismatch and sni_mismatch refused and audited", fake)
+
     def t_density(self):
         """DENSITY_SANDBOXES sandboxes added at run time, half on each profile: each
         answers on its own socket with its own profile's verdict, `agentsnet run` works
@@ -1696,11 +1739,62 @@ class Tests(Pass):
                    "sandbox's profile, another profile, bad input refused)", check_agrees)
 
 
+def read_response(f):
+    """One HTTP/1.1 response from file <f>: (status, {lower-case name: value}, body)."""
+    status = int(f.readline().split()[1])
+    headers = {}
+    while True:
+        line = f.readline().decode("latin-1").rstrip("\r\n")
+        if not line:
+            break
+        name, value = line.split(":", 1)
+        headers[name.lower()] = value.strip()
+    return status, headers, headers
+
+
+def fake_session(t, ctx, path):
+    """Requests inside one TLS session to fake.test through sandbox socket <path>."""
+    errs = []
+    status, _, s = t.connect_head(path, "fake.test:443")
+    if status != 200:
+        return ["CONNECT fake.test:443: %d, want 200" % status]
+    ts = ctx.wrap_socket(s, server_hostname="fake.test")
+    try:
+        cert = ts.getpeercert()
+        subject = dict(x[0] for x in cert["subject"])
+        issuer = dict(x[0] for x in cert["issuer"])
+        if subject.get("commonName") != "fake.test" or \
+                issuer.get("commonName") != "agentsnet integ test CA":
+            errs.append("leaf subject %r issuer %r" % (subject, issuer))
+        f = ts.makefile("rb")
+        asks = [b"GET /hello HTTP/1.1\r\nHost: fake.test\r\n\r\n",
+                b"HEAD /hello HTTP/1.1\r\nHost: FAKE.test:443\r\n\r\n",
+                b"POST /json/x HTTP/1.1\r\nHost: fake.test\r\nContent-Length: 5\r\n\r\nhello",
+                b"GET /hello HTTP/1.1\r\nHost: other.test\r\n\r\n"]
+        want = [(200, b"hello from the fake tier\n"), (200, b""), (200, b'{"fake": true}'),
+                (403, None)]
+        for ask, (want_status, want_body) in zip(asks, want):
+            ts.sendall(ask)
+            got_status, headers, _ = read_response(f)
+            length = int(headers.get("content-length", "0"))
+            body = f.read(length) if not ask.startswith(b"HEAD") else b""
+            if got_status != want_status or (want_body is not None and body != want_body):
+                errs.append("%r: %d %r, want %d %r" % (ask.split(b"\r\n")[0], got_status,
+                                                      body[:200], want_status, want_body))
+            if want_status == 403 and headers.get("x-agent-reason") != "host_mismatch":
+                errs.append("Host other.test inside a tunnel to fake.test: %r" % headers)
+        if f.read(1) != b"":
+            errs.append("the session stayed open after the host_mismatch refusal")
+    finally:
+        ts.close()
+    return errs
+
+
 # ---- set-up and tear-down -------------------------------------------------------
 
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
-         "unprivileged", "identity", "limits", "rule_limits", "density", "daemon_restart", "daemon_stopped", "ingress"]
+         "unprivileged", "identity", "limits", "rule_limits", "fake", "density", "daemon_restart", "daemon_stopped", "ingress"]
 
 
 def preflight(args):

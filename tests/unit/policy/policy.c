@@ -231,7 +231,21 @@ START_TEST(test_docs_example)
 	struct verdict_limits l;
 	policy_verdict_ops.profile_limits(pol, 0, &l);
 	expect_limits(l, 50, 100, 64);
-	ck_assert_int_eq(decide(0, "Example.COM.", 443).tier, TIER_FAKE);
+	v = decide(0, "Example.COM.", 443);
+	ck_assert_int_eq(v.tier, TIER_FAKE);
+	ck_assert_ptr_nonnull(v.fake);
+	const struct verdict_response *r =
+	    policy_verdict_ops.fake_response(pol, v.fake, "GET", 3, "/v1/models", 10);
+	ck_assert_str_eq(r->head, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n");
+	ck_assert_uint_eq(r->body_len, strlen("{\"data\": []}"));
+	ck_assert_uint_eq(
+	    policy_verdict_ops.fake_response(pol, v.fake, "GET", 3, "/v1/x", 5)->status, 404);
+	ck_assert_uint_eq(policy_verdict_ops.fake_response(pol, v.fake, "GET", 3, "/", 1)->status,
+			  200);
+	ck_assert_str_eq(cfg.ca_cert, "/etc/agentsnet/ca.pem");
+	ck_assert_str_eq(cfg.ca_key, "/etc/agentsnet/ca.key");
+	ck_assert_uint_eq(cfg.leaf_days, 7);
+	ck_assert_ptr_null(decide(0, "origin.test", 443).fake);
 	ck_assert_int_eq(decide(0, "api.example.net", 443).tier, TIER_INJECT);
 	ck_assert_int_eq(decide(0, "10.0.0.7", 80).tier, TIER_PASSTHROUGH);
 	v = decide(0, "tracker.example.com", 443);
@@ -446,10 +460,12 @@ START_TEST(test_rule_tier)
 	for (size_t i = 0; i < AN_ARRAY_LEN(tiers); i++) {
 		char yaml[256];
 
+		/* A fake rule needs its responses (tests/unit/policy/fake.c). */
 		snprintf(yaml, sizeof(yaml),
 			 HEAD
-			 "    - host: a.test\n      tier: %s\n      owner: o\n      reason: r\n",
-			 tiers[i]);
+			 "    - host: a.test\n      tier: %s\n      owner: o\n      reason: r\n%s",
+			 tiers[i],
+			 strcmp(tiers[i], "fake") == 0 ? "      responses: [{status: 200}]\n" : "");
 		expect_ok(yaml);
 		ck_assert_str_eq(reason_tier_name(decide(0, "a.test", 1).tier),
 				 strcmp(tiers[i], "deny") == 0 ? "deny" : tiers[i]);
@@ -787,6 +803,7 @@ START_TEST(test_daemon_limits)
 		  offsetof(struct config, connect_timeout_ms) },
 		{ "timeouts: {dns_ms", "}", 1, 3600000, offsetof(struct config, dns_timeout_ms) },
 		{ "timeouts: {idle_ms", "}", 1, 3600000, offsetof(struct config, idle_timeout_ms) },
+		{ "leaf_days", "", 1, 397, offsetof(struct config, leaf_days) },
 	};
 
 	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++)

@@ -1,0 +1,62 @@
+/*
+ * The engine's view of TLS termination, for the tiers that answer or
+ * re-originate inside the agent's TLS (fake-response, credential-inject).
+ *
+ * core/ may not include tls/ (dependencies point one way), so the daemon
+ * installs this table (tls/engine.h) when it has a CA; without one the
+ * engine refuses CONNECTs to terminated tiers as tier_unavailable. Every
+ * session call is made by the worker that owns the connection; sessions move
+ * ciphertext through memory only: the engine's ring owns every socket.
+ */
+#ifndef AN_CORE_TERM_H
+#define AN_CORE_TERM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum term_status {
+	TERM_OK = 0,     /* done, or progress made */
+	TERM_WANT_READ,  /* needs more ciphertext from the peer */
+	TERM_WANT_WRITE, /* the outbound ciphertext must be sent first */
+	TERM_CLOSED,     /* the peer sent close_notify */
+	TERM_ERROR,      /* fatal and sticky; term_ops.error says why */
+};
+
+struct term_ops {
+	/*
+	 * What worker <worker> keeps for its sessions (a leaf cache), from the
+	 * daemon's <arg>. NULL with one line in <err>/<cap> on failure. Worker
+	 * thread, at start-up.
+	 */
+	void *(*worker_new)(void *arg, uint32_t worker, char *err, size_t cap);
+	void (*worker_free)(void *worker_state);
+	/*
+	 * A server session for a client that sent CONNECT <host>/<host_len> (as
+	 * the client spelled it; at most 255 bytes): its ClientHello must name
+	 * the same host (or none), and it is shown a leaf for that host. NULL
+	 * when out of memory.
+	 */
+	void *(*server_new)(void *worker_state, const char *host, size_t host_len);
+	void (*session_free)(void *session);
+	/* Takes up to <len> received bytes (copied); returns how many, -EPIPE after EOF. */
+	ssize_t (*feed)(void *session, const void *buf, size_t len);
+	/* The client's side reached end of file. */
+	void (*feed_eof)(void *session);
+	/* Plaintext out of the session; completes the handshake first. */
+	enum term_status (*read)(void *session, void *buf, size_t cap, size_t *n);
+	/* Plaintext into the session (*<n> taken, possibly fewer than <len>). */
+	enum term_status (*write)(void *session, const void *buf, size_t len, size_t *n);
+	/* Queues close_notify (nothing before the handshake completed). */
+	enum term_status (*close)(void *session);
+	/* Ciphertext waiting to be sent (stable until consumed), and marking it sent. */
+	size_t (*out_peek)(void *session, const uint8_t **data);
+	void (*out_consume)(void *session, size_t n);
+	/* True when the handshake failed because the ClientHello named another host. */
+	bool (*sni_refused)(const void *session);
+	/* Why the session failed, one line ("" when it did not). */
+	const char *(*error)(const void *session);
+};
+
+#endif /* AN_CORE_TERM_H */

@@ -1,0 +1,257 @@
+/*
+ * The engine's TLS termination: core/term.h over tls/session.h.
+ *
+ * One server SSL_CTX for the whole daemon (OpenSSL contexts may be shared by
+ * threads once set up) and, per worker, a leaf cache (tls/leafcache.h), so
+ * the data path takes no lock. A session remembers the host the client gave
+ * to CONNECT, in normal form (ASCII lower case, one trailing dot dropped):
+ * the ClientHello's SNI must be that host, or absent (clients send none for
+ * IP literals), and the leaf shown is minted for it. A different SNI refuses
+ * the handshake (an unrecognized_name alert) and is remembered, so the
+ * engine can audit it as sni_mismatch.
+ *
+ * Rejected: minting the leaf before the ClientHello arrives (a client that
+ * only probes would cost a signature for nothing; the cache makes the
+ * callback cheap), and one SSL_CTX per leaf (80 us and kilobytes each).
+ */
+#include "tls/engine.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/ssl.h>
+
+#include "core/an.h"
+#include "core/limits.h"
+#include "core/pool.h"
+#include "tls/ca.h"
+#include "tls/leafcache.h"
+#include "tls/session.h"
+
+struct tls_engine {
+	struct tls_ca *ca;
+	SSL_CTX *server_ctx;
+};
+
+struct tls_engine_worker {
+	struct tls_engine *engine; /* borrowed */
+	struct tls_leafcache leaves;
+};
+
+struct tls_engine_session {
+	struct tls_session s; /* must not move: OpenSSL holds its address */
+	struct tls_engine_worker *w;
+	bool sni_refused;
+	uint16_t host_len;
+	char host[LIMITS_HOST_BYTES_MAX + 1];
+};
+
+int tls_engine_open(const char *cert_path, const char *key_path, uint32_t leaf_days,
+		    struct tls_engine **out, char *err, size_t cap)
+{
+	AN_ASSERT(cert_path != NULL && key_path != NULL);
+	AN_ASSERT(out != NULL);
+	*out = NULL;
+	struct tls_engine *e = pool_calloc(1, sizeof(*e));
+	if (e == NULL)
+		return -ENOMEM;
+	int ret = tls_ca_load(cert_path, key_path, leaf_days ? leaf_days : TLS_CA_LEAF_DAYS_DEFAULT,
+			      &e->ca, err, cap);
+	if (ret == 0) {
+		e->server_ctx = tls_session_server_ctx_new(e->ca, err, cap);
+		ret = e->server_ctx != NULL ? 0 : -EIO;
+	}
+	if (ret != 0) {
+		tls_engine_close(&e);
+		return ret;
+	}
+	*out = e;
+	return 0;
+}
+
+int tls_engine_ktls_probe(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd == -1)
+		return -errno;
+	/* The ULP needs an established socket: a kernel that has it says so. */
+	int ret = setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls")) == 0 ? 0 : -errno;
+	close(fd);
+	AN_ASSERT(ret <= 0);
+	return ret == 0 || ret == -ENOTCONN ? 0 : ret;
+}
+
+void tls_engine_close(struct tls_engine **e)
+{
+	if (*e == NULL)
+		return;
+	SSL_CTX_free((*e)->server_ctx);
+	tls_ca_free(&(*e)->ca);
+	AN_FREE(e);
+}
+
+static void *worker_new(void *arg, uint32_t worker, char *err, size_t cap)
+{
+	struct tls_engine_worker *w = pool_calloc(1, sizeof(*w));
+
+	AN_ASSERT(arg != NULL);
+	if (w == NULL || tls_leafcache_init(&w->leaves, TLS_LEAFCACHE_CAPACITY_DEFAULT) != 0) {
+		snprintf(err, cap, "worker %u: leaf cache: out of memory", worker);
+		pool_free(w);
+		return NULL;
+	}
+	w->engine = arg;
+	return w;
+}
+
+static void worker_free(void *worker_state)
+{
+	struct tls_engine_worker *w = worker_state;
+
+	if (w == NULL)
+		return;
+	tls_leafcache_destroy(&w->leaves);
+	pool_free(w);
+}
+
+/* <in>/<len> in normal form into <out> (cap > len): lower case, one trailing dot dropped. */
+static size_t host_normal(const char *in, size_t len, char *out)
+{
+	if (len > 0 && in[len - 1] == '.')
+		len--;
+	for (size_t i = 0; i < len; i++) {
+		char ch = in[i];
+		out[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+	}
+	out[len] = '\0';
+	return len;
+}
+
+/* The ClientHello arrived: check its SNI against the CONNECT host, then show the leaf. */
+static int on_sni(struct tls_session *s, const char *sni, size_t sni_len, void *arg)
+{
+	struct tls_engine_session *es = arg;
+	char name[LIMITS_HOST_BYTES_MAX + 1];
+	X509 *leaf = NULL;
+
+	AN_ASSERT(&es->s == s);
+	if (sni != NULL) {
+		size_t n = sni_len <= LIMITS_HOST_BYTES_MAX ? host_normal(sni, sni_len, name) : 0;
+		if (n != es->host_len || memcmp(name, es->host, n) != 0) {
+			es->sni_refused = true;
+			return -EPERM;
+		}
+	}
+	int ret = tls_leafcache_get_or_mint(&es->w->leaves, es->w->engine->ca, es->host,
+					    es->host_len, (int64_t)time(NULL), &leaf);
+	if (ret != 0)
+		return ret;
+	return tls_session_set_leaf(s, leaf);
+}
+
+static void *server_new(void *worker_state, const char *host, size_t host_len)
+{
+	struct tls_engine_worker *w = worker_state;
+
+	if (host_len == 0 || host_len > LIMITS_HOST_BYTES_MAX)
+		return NULL;
+	struct tls_engine_session *es = pool_calloc(1, sizeof(*es));
+	if (es == NULL)
+		return NULL;
+	es->w = w;
+	es->host_len = (uint16_t)host_normal(host, host_len, es->host);
+	if (tls_session_server_init(&es->s, w->engine->server_ctx, NULL, on_sni, es) != 0) {
+		pool_free(es);
+		return NULL;
+	}
+	return es;
+}
+
+static void session_free(void *session)
+{
+	struct tls_engine_session *es = session;
+
+	if (es == NULL)
+		return;
+	tls_session_destroy(&es->s);
+	pool_free(es);
+}
+
+static enum term_status status_of(enum tls_session_status st)
+{
+	static_assert((int)TLS_SESSION_OK == (int)TERM_OK &&
+			  (int)TLS_SESSION_WANT_READ == (int)TERM_WANT_READ &&
+			  (int)TLS_SESSION_WANT_WRITE == (int)TERM_WANT_WRITE &&
+			  (int)TLS_SESSION_CLOSED == (int)TERM_CLOSED &&
+			  (int)TLS_SESSION_ERROR == (int)TERM_ERROR,
+		      "the two status enums agree");
+	return (enum term_status)st;
+}
+
+static ssize_t feed(void *session, const void *buf, size_t len)
+{
+	return tls_session_feed(&((struct tls_engine_session *)session)->s, buf, len);
+}
+
+static void feed_eof(void *session)
+{
+	tls_session_feed_eof(&((struct tls_engine_session *)session)->s);
+}
+
+static enum term_status session_read(void *session, void *buf, size_t cap, size_t *n)
+{
+	return status_of(tls_session_read(&((struct tls_engine_session *)session)->s, buf, cap, n));
+}
+
+static enum term_status session_write(void *session, const void *buf, size_t len, size_t *n)
+{
+	return status_of(
+	    tls_session_write(&((struct tls_engine_session *)session)->s, buf, len, n));
+}
+
+static enum term_status session_close(void *session)
+{
+	return status_of(tls_session_close(&((struct tls_engine_session *)session)->s));
+}
+
+static size_t out_peek(void *session, const uint8_t **data)
+{
+	return tls_session_out_peek(&((struct tls_engine_session *)session)->s, data);
+}
+
+static void out_consume(void *session, size_t n)
+{
+	tls_session_out_consume(&((struct tls_engine_session *)session)->s, n);
+}
+
+static bool sni_refused(const void *session)
+{
+	return ((const struct tls_engine_session *)session)->sni_refused;
+}
+
+static const char *session_error(const void *session)
+{
+	return tls_session_error(&((const struct tls_engine_session *)session)->s);
+}
+
+const struct term_ops tls_term_ops = {
+	.worker_new = worker_new,
+	.worker_free = worker_free,
+	.server_new = server_new,
+	.session_free = session_free,
+	.feed = feed,
+	.feed_eof = feed_eof,
+	.read = session_read,
+	.write = session_write,
+	.close = session_close,
+	.out_peek = out_peek,
+	.out_consume = out_consume,
+	.sni_refused = sni_refused,
+	.error = session_error,
+};
