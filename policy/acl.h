@@ -55,21 +55,21 @@ struct acl_rule {
 	uint8_t tier; /* enum tier */
 };
 
-/* Slot of the host trie: the high half of the node's hash, and where it is. */
-struct acl_slot {
-	uint32_t tag;
-	uint32_t node; /* 8-byte units into the arena, plus one; 0: empty */
-};
+struct acl_bucket; /* policy/acl.c: twelve tagged node references on one cache line */
 
-/* The host trie's tables (policy/acl.c). A zeroed one is empty. */
+/*
+ * The host trie's tables (policy/acl.c). A zeroed one is empty. One mapping
+ * holds the name buckets, the wildcard buckets, then the node arena.
+ */
 struct acl_trie {
-	struct acl_slot *slots; /* owned; mask + 1 of them */
-	char *arena;            /* owned; the nodes, each 8-byte aligned */
-	size_t slots_bytes;
-	size_t arena_bytes;
-	uint32_t mask;
-	uint32_t names;     /* exact-name nodes */
-	uint32_t wildcards; /* wildcard nodes */
+	struct acl_bucket *buckets; /* owned: name_buckets, then wild_buckets */
+	const char *arena;          /* the nodes, each on a cache line, in that mapping */
+	size_t map_bytes;
+	uint32_t name_buckets;
+	uint32_t wild_buckets;
+	uint32_t names;        /* exact-name nodes */
+	uint32_t wildcards;    /* wildcard nodes */
+	uint64_t wild_lens[4]; /* bit n % 64 of word n / 64: a wildcard suffix is n bytes */
 };
 
 struct acl {
@@ -82,9 +82,11 @@ struct acl {
 /*
  * Indexes the <count> rules at <rules> (borrowed: they must outlive <a>, not
  * move and not change, since the trie keeps copies of their fields and
- * pointers) into <a>. Returns 0; -EEXIST when two rules have the same kind
- * and host, with *<dup_first> < *<dup_second> their indexes (<a> is left
- * empty); or -ENOMEM/-E2BIG. Control path only; the result is immutable.
+ * pointers and reads the rarer fields from the rules) into <a>. Returns 0;
+ * -EEXIST when two rules have the same kind and host, with *<dup_first> <
+ * *<dup_second> their indexes (<a> is left empty); -ENOMEM; or -E2BIG past
+ * STRTAB_ENTRIES_MAX names or 2^24 - 1 node lines (1 GiB). Control path
+ * only; the result is immutable.
  */
 int acl_build(struct acl *a, const struct acl_rule *rules, uint32_t count, uint32_t *dup_first,
 	      uint32_t *dup_second);

@@ -1,8 +1,11 @@
 /*
  * policy/acl.c: normalisation (every refusal, each limit at N and N+1, input
- * ending right before a PROT_NONE page), lookup order (exact before wildcard,
- * longest wildcard first, never the apex), ports, tiers, IP literal rules,
- * duplicates, and 100k generated rules built in well under a second.
+ * ending right before a PROT_NONE page, the word-at-a-time path against the
+ * byte-wise one), lookup order (exact before wildcard, longest wildcard
+ * first, never the apex), ports, tiers, IP literal rules, duplicates, the
+ * table layout (full and spilling buckets, tag collisions, keys past a
+ * node's first line, cold rules, wildcard lengths), and 100k generated rules
+ * built in well under a second.
  */
 #include "../../../policy/acl.c"
 
@@ -468,7 +471,7 @@ START_TEST(test_duplicates)
 	ck_assert_int_eq(acl_build(&a, rules, 4, &first, &second), -EEXIST);
 	ck_assert_uint_eq(first, 0);
 	ck_assert_uint_eq(second, 3);
-	ck_assert_ptr_null(a.hosts.slots);
+	ck_assert_ptr_null(a.hosts.buckets);
 	for (int i = 0; i < 4; i++)
 		acl_rule_free(&rules[i]);
 }
@@ -533,6 +536,11 @@ START_TEST(test_100k_rules)
 	double built = now_s() - t0;
 	printf("acl: built %u rules in %.3f s\n", GEN_RULES, built);
 	ck_assert_msg(built < 1.0, "build took %.3f s", built);
+	/* Over 2 MiB: one mapping on a 2 MiB boundary, so huge pages can back all of it. */
+	ck_assert_uint_ge(a.hosts.map_bytes, ACL_HUGE_BYTES);
+	ck_assert_uint_eq((uintptr_t)a.hosts.buckets % ACL_HUGE_BYTES, 0);
+	ck_assert_uint_eq(a.hosts.map_bytes % ACL_HUGE_BYTES, 0);
+	ck_assert_uint_eq((uintptr_t)a.hosts.arena % NODE_ALIGN, 0);
 	for (uint32_t i = 0; i < GEN_RULES; i++) {
 		gen_host(i, host, sizeof(host));
 		const char *q = host[0] == '*' ? host + 1 : host; /* ".w<i>.test" */
@@ -603,71 +611,497 @@ static int naive_pick(const struct acl_rule *rules, uint32_t n, const char *q, s
 	return best;
 }
 
+/* One random rule set of up to <rule_max> rules (seed <set>) against the naive scan. */
+static void vs_naive_set(uint64_t set, uint32_t rule_max, uint32_t queries, uint32_t *agreed,
+			 uint32_t *hits)
+{
+	char host[ACL_HOST_NORM_BYTES], query[ACL_HOST_NORM_BYTES + 4], norm[ACL_HOST_NORM_BYTES];
+	uint64_t s = set * 0x9e3779b97f4a7c15ull;
+	struct acl_rule *rules = pool_calloc(rule_max, sizeof(*rules));
+	uint32_t n = 0;
+	struct acl a;
+	uint32_t first = 0, second = 0;
+
+	for (uint32_t i = 0; i < rule_max; i++) {
+		/* Wildcards of two labels or more: the loader refuses "*.com". */
+		bool wild = rng_next(&s) % 3 == 0;
+		char spec[ACL_HOST_NORM_BYTES + 2], id[16];
+		size_t len = random_name(&s, host, wild ? 1 : 0);
+		snprintf(spec, sizeof(spec), "%s%.*s", wild ? "*." : "", (int)len, host);
+		snprintf(id, sizeof(id), "r%u", n);
+		make_rule(&rules[n], spec, TIER_PASSTHROUGH, id);
+		/* Duplicates are the loader's to refuse: keep the first of each. */
+		bool dup = false;
+		for (uint32_t j = 0; j < n && !dup; j++)
+			dup = rules[j].kind == rules[n].kind &&
+			      rules[j].host_len == rules[n].host_len &&
+			      memcmp(rules[j].host, rules[n].host, rules[n].host_len) == 0;
+		if (dup)
+			acl_rule_free(&rules[n]);
+		else
+			n++;
+	}
+	ck_assert_int_eq(acl_build(&a, rules, n, &first, &second), 0);
+	for (uint32_t q = 0; q < queries; q++) {
+		size_t len = random_name(&s, query, 0);
+		/* Client spellings: upper case and a trailing dot reach the same rule. */
+		size_t at = (size_t)(rng_next(&s) % len);
+		if (rng_next(&s) % 4 == 0 && query[at] >= 'a' && query[at] <= 'z')
+			query[at] = (char)(query[at] - 'a' + 'A');
+		if (rng_next(&s) % 4 == 0)
+			query[len++] = '.';
+		enum acl_kind kind;
+		int m = acl_normalise(query, len, norm, sizeof(norm), &kind, NULL);
+		ck_assert_int_gt(m, 0);
+		int want = naive_pick(rules, n, norm, (size_t)m);
+		struct verdict v;
+		acl_decide(&a, guarded(query, len), len, 443, &v);
+		const struct acl_rule *got = acl_lookup(&a, norm, (size_t)m, kind);
+		ck_assert_int_eq(got == NULL ? -1 : (int)(got - rules), want);
+		if (want < 0) {
+			ck_assert_ptr_null(v.rule);
+			ck_assert_int_eq(v.reason, REASON_HOST_NOT_ALLOWED);
+		} else {
+			ck_assert_str_eq(v.rule, rules[want].id);
+			ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
+			(*hits)++;
+		}
+		(*agreed)++;
+	}
+	release(&a, rules, n);
+}
+
 START_TEST(test_trie_vs_naive)
 {
-	enum { RULES = 200, QUERIES = 4000, SETS = 20 };
-	char host[ACL_HOST_NORM_BYTES], query[ACL_HOST_NORM_BYTES + 4], norm[ACL_HOST_NORM_BYTES];
+	enum { RULES = 200, QUERIES = 4000, SETS = 20, BIG_RULES = 5000, BIG_SETS = 3 };
 	uint32_t agreed = 0, hits = 0;
 
-	for (uint64_t set = 1; set <= SETS; set++) {
-		uint64_t s = set * 0x9e3779b97f4a7c15ull;
-		struct acl_rule *rules = pool_calloc(RULES, sizeof(*rules));
-		uint32_t n = 0;
-		struct acl a;
-		uint32_t first = 0, second = 0;
-
-		for (uint32_t i = 0; i < RULES; i++) {
-			/* Wildcards of two labels or more: the loader refuses "*.com". */
-			bool wild = rng_next(&s) % 3 == 0;
-			char spec[ACL_HOST_NORM_BYTES + 2], id[16];
-			size_t len = random_name(&s, host, wild ? 1 : 0);
-			snprintf(spec, sizeof(spec), "%s%.*s", wild ? "*." : "", (int)len, host);
-			snprintf(id, sizeof(id), "r%u", n);
-			make_rule(&rules[n], spec, TIER_PASSTHROUGH, id);
-			/* Duplicates are the loader's to refuse: keep the first of each. */
-			bool dup = false;
-			for (uint32_t j = 0; j < n && !dup; j++)
-				dup = rules[j].kind == rules[n].kind &&
-				      rules[j].host_len == rules[n].host_len &&
-				      memcmp(rules[j].host, rules[n].host, rules[n].host_len) == 0;
-			if (dup)
-				acl_rule_free(&rules[n]);
-			else
-				n++;
-		}
-		ck_assert_int_eq(acl_build(&a, rules, n, &first, &second), 0);
-		for (uint32_t q = 0; q < QUERIES; q++) {
-			size_t len = random_name(&s, query, 0);
-			/* Client spellings: upper case and a trailing dot reach the same rule. */
-			size_t at = (size_t)(rng_next(&s) % len);
-			if (rng_next(&s) % 4 == 0 && query[at] >= 'a' && query[at] <= 'z')
-				query[at] = (char)(query[at] - 'a' + 'A');
-			if (rng_next(&s) % 4 == 0)
-				query[len++] = '.';
-			enum acl_kind kind;
-			int m = acl_normalise(query, len, norm, sizeof(norm), &kind, NULL);
-			ck_assert_int_gt(m, 0);
-			int want = naive_pick(rules, n, norm, (size_t)m);
-			struct verdict v;
-			acl_decide(&a, guarded(query, len), len, 443, &v);
-			const struct acl_rule *got = acl_lookup(&a, norm, (size_t)m, kind);
-			ck_assert_int_eq(got == NULL ? -1 : (int)(got - rules), want);
-			if (want < 0) {
-				ck_assert_ptr_null(v.rule);
-				ck_assert_int_eq(v.reason, REASON_HOST_NOT_ALLOWED);
-			} else {
-				ck_assert_str_eq(v.rule, rules[want].id);
-				ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
-				hits++;
-			}
-			agreed++;
-		}
-		release(&a, rules, n);
-	}
-	ck_assert_uint_eq(agreed, (uint32_t)QUERIES * SETS);
+	for (uint64_t set = 1; set <= SETS; set++)
+		vs_naive_set(set, RULES, QUERIES, &agreed, &hits);
+	/* Larger sets fill buckets until some spill. */
+	for (uint64_t set = SETS + 1; set <= SETS + BIG_SETS; set++)
+		vs_naive_set(set, BIG_RULES, QUERIES, &agreed, &hits);
+	ck_assert_uint_eq(agreed, (uint32_t)QUERIES * (SETS + BIG_SETS));
 	/* Both answers must be exercised, or the comparison proves little. */
 	ck_assert_uint_gt(hits, agreed / 10);
 	ck_assert_uint_lt(hits, agreed - agreed / 10);
+}
+END_TEST
+
+/* ---- The word-at-a-time normaliser against the byte-wise one. ---- */
+
+/* A host-like string: labels of 0 to 5 bytes (or up to 71), mostly name bytes, some others. */
+static size_t random_host(uint64_t *s, char *out, size_t cap)
+{
+	static const char name_bytes[] = "abcxyzABCXYZ0189-_";
+	static const char odd_bytes[] = "@[`{/:.\x80\xff\x00\x7f ";
+	bool long_labels = rng_next(s) % 8 == 0;
+	uint32_t labels = 1 + (uint32_t)(rng_next(s) % (long_labels ? 5 : 8));
+	size_t len = 0;
+
+	for (uint32_t l = 0; l < labels && len + 80 < cap; l++) {
+		if (l > 0)
+			out[len++] = '.';
+		size_t n = (size_t)(rng_next(s) % (long_labels ? 72 : 6));
+		for (size_t i = 0; i < n; i++) {
+			uint64_t r = rng_next(s);
+			out[len++] = r % 16 == 0 ? odd_bytes[(r >> 8) % (sizeof(odd_bytes) - 1)]
+						 : name_bytes[(r >> 8) % (sizeof(name_bytes) - 1)];
+		}
+	}
+	for (uint64_t r = rng_next(s); r % 4 == 0 && len < cap; r /= 4)
+		out[len++] = '.';
+	return len;
+}
+
+START_TEST(test_normalise_fast_matches_full)
+{
+	enum { CASES = 300000 };
+	char in[300], fast[ACL_HOST_NORM_BYTES], full[ACL_HOST_NORM_BYTES];
+	uint64_t s = 0x1234567;
+	uint32_t taken = 0, names = 0;
+
+	for (uint32_t c = 0; c < CASES; c++) {
+		size_t len = random_host(&s, in, sizeof(in));
+		uint64_t dots[DOT_WORDS], want_dots[DOT_WORDS];
+		enum acl_kind kind = ACL_KIND_WILDCARD;
+		const char *why = NULL;
+		int f = normalise_fast(guarded(in, len), len, fast, dots);
+		int g = normalise_full(in, len, full, sizeof(full), &kind, &why);
+		if (g >= 0 && kind == ACL_KIND_NAME)
+			names++;
+		if (f < 0) {
+			/* What it leaves of plain names: last labels starting with a digit, IDNs. */
+			if (g >= 0 && kind == ACL_KIND_NAME) {
+				bool ascii = true;
+				for (size_t i = 0; i < len; i++)
+					ascii = ascii && (unsigned char)in[i] < 0x80;
+				const char *last = strrchr(full, '.');
+				last = last != NULL ? last + 1 : full;
+				ck_assert_msg(!ascii || (*last >= '0' && *last <= '9'),
+					      "fast path left \"%s\"", full);
+			}
+			continue;
+		}
+		taken++;
+		ck_assert_msg(g == f, "%.*s: fast %d, full %d (%s)", (int)len, in, f, g, why);
+		ck_assert_int_eq(kind, ACL_KIND_NAME);
+		ck_assert_str_eq(fast, full);
+		name_dots(full, (size_t)g, want_dots);
+		for (size_t w = 0; w < DOT_WORDS; w++)
+			ck_assert_uint_eq(dots[w], want_dots[w]);
+	}
+	/* Both paths must be exercised, and the fast one must take most names. */
+	printf("acl: fast path took %u of %u cases, %u names\n", taken, (uint32_t)CASES, names);
+	ck_assert_uint_gt(taken, CASES / 20);
+	ck_assert_uint_lt(taken, CASES - CASES / 20);
+	ck_assert_uint_gt(taken, names / 2);
+}
+END_TEST
+
+START_TEST(test_normalise_fast_limits)
+{
+	char name[300], out[ACL_HOST_NORM_BYTES];
+	uint64_t dots[DOT_WORDS];
+
+	/* 253 bytes taken, with or without a trailing dot; 254 left to the full path. */
+	long_name(name, 253, 63);
+	ck_assert_int_eq(normalise_fast(guarded(name, 253), 253, out, dots), 253);
+	ck_assert_str_eq(out, name);
+	memcpy(name + 253, ".", 2);
+	ck_assert_int_eq(normalise_fast(guarded(name, 254), 254, out, dots), 253);
+	long_name(name, 254, 63);
+	ck_assert_int_eq(normalise_fast(guarded(name, 254), 254, out, dots), -1);
+	/* Labels of 63 taken, 64 left, first, middle and last, in names past 63 bytes. */
+	long_name(name, 63, 63);
+	memcpy(name + 63, ".example", 9);
+	ck_assert_int_eq(normalise_fast(guarded(name, 71), 71, out, dots), 71);
+	long_name(name, 64, 64);
+	memcpy(name + 64, ".example", 9);
+	ck_assert_int_eq(normalise_fast(guarded(name, 72), 72, out, dots), -1);
+	memcpy(name, "a.", 2);
+	long_name(name + 2, 63, 63);
+	memcpy(name + 65, ".b", 3);
+	ck_assert_int_eq(normalise_fast(guarded(name, 67), 67, out, dots), 67);
+	ck_assert_uint_eq(dots[0], (1ull << 1));
+	ck_assert_uint_eq(dots[1], (1ull << 1));
+	long_name(name + 2, 64, 64);
+	memcpy(name + 66, ".b", 3);
+	ck_assert_int_eq(normalise_fast(guarded(name, 68), 68, out, dots), -1);
+	memcpy(name, "example.", 8);
+	long_name(name + 8, 64, 64);
+	ck_assert_int_eq(normalise_fast(guarded(name, 72), 72, out, dots), -1);
+	/* Short names (under a word), the tail word, and what it leaves. */
+	ck_assert_int_eq(normalise_fast(guarded("A", 1), 1, out, dots), 1);
+	ck_assert_str_eq(out, "a");
+	ck_assert_int_eq(normalise_fast(guarded("Ab.Cd.E", 7), 7, out, dots), 7);
+	ck_assert_str_eq(out, "ab.cd.e");
+	ck_assert_int_eq(normalise_fast(guarded("ab.cd.ef", 8), 8, out, dots), 8);
+	ck_assert_int_eq(normalise_fast(guarded("ab.cd.efg", 9), 9, out, dots), 9);
+	ck_assert_uint_eq(dots[0], (1ull << 2) | (1ull << 5));
+	ck_assert_int_eq(normalise_fast(guarded(".", 1), 1, out, dots), -1);
+	ck_assert_int_eq(normalise_fast(guarded("a..", 3), 3, out, dots), -1);
+	ck_assert_int_eq(normalise_fast(guarded("a..b", 4), 4, out, dots), -1);
+	ck_assert_int_eq(normalise_fast(guarded(".a", 2), 2, out, dots), -1);
+	ck_assert_int_eq(normalise_fast(guarded("a.9x", 4), 4, out, dots), -1);
+	ck_assert_int_eq(normalise_fast(guarded("9x.a", 4), 4, out, dots), 4);
+	ck_assert_int_eq(normalise_fast(guarded("a.b@", 4), 4, out, dots), -1);
+	ck_assert_int_eq(normalise_fast(guarded("[::1]", 5), 5, out, dots), -1);
+	ck_assert_int_eq(normalise_fast(guarded("", 0), 0, out, dots), -1);
+}
+END_TEST
+
+/* ---- The table layout: buckets, tags, nodes. ---- */
+
+/* Rules r0, r1, ... for the <n> hosts at <hosts> ("*." for wildcards), built into <a>. */
+static struct acl_rule *build_hosts(char (*hosts)[ACL_HOST_NORM_BYTES + 2], uint32_t n,
+				    struct acl *a)
+{
+	struct acl_rule *rules = pool_calloc(n, sizeof(*rules));
+	uint32_t first = 0, second = 0;
+	char id[16];
+
+	for (uint32_t i = 0; i < n; i++) {
+		snprintf(id, sizeof(id), "r%u", i);
+		make_rule(&rules[i], hosts[i], TIER_PASSTHROUGH, id);
+	}
+	ck_assert_int_eq(acl_build(a, rules, n, &first, &second), 0);
+	return rules;
+}
+
+/* Up to <want> names "<prefix><i>.test", from <*next> on, whose home is bucket <b> of <n>. */
+static uint32_t names_homed(uint32_t b, uint32_t n, const char *prefix, uint32_t *next,
+			    char (*out)[ACL_HOST_NORM_BYTES + 2], uint32_t want)
+{
+	uint32_t got = 0;
+
+	for (; got < want; (*next)++) {
+		char name[ACL_HOST_NORM_BYTES];
+		int len = snprintf(name, sizeof(name), "%s%u.test", prefix, *next);
+		if (bucket_of(node_hash(name, (size_t)len, ACL_KIND_NAME), n) == b)
+			memcpy(out[got++], name, (size_t)len + 1);
+	}
+	return got;
+}
+
+START_TEST(test_bucket_full_and_spill)
+{
+	static char hosts[64][ACL_HOST_NORM_BYTES + 2];
+	char miss[8][ACL_HOST_NORM_BYTES + 2];
+	uint32_t next = 0;
+	struct acl a;
+
+	/* 12 names (2 buckets), all homed in bucket 0: full, and nothing spills. */
+	ck_assert_uint_eq(buckets_for(12), 2);
+	names_homed(0, 2, "f", &next, hosts, 12);
+	struct acl_rule *rules = build_hosts(hosts, 12, &a);
+	ck_assert_uint_eq(a.hosts.name_buckets, 2);
+	ck_assert_uint_eq(a.hosts.buckets[0].used, BUCKET_SLOTS);
+	ck_assert_uint_eq(a.hosts.buckets[0].spill, 0);
+	ck_assert_uint_eq(a.hosts.buckets[1].used, 0);
+	for (uint32_t i = 0; i < 12; i++)
+		ck_assert_ptr_eq(acl_lookup(&a, hosts[i], strlen(hosts[i]), ACL_KIND_NAME),
+				 &rules[i]);
+	names_homed(0, 2, "m", &next, miss, 8);
+	for (uint32_t i = 0; i < 8; i++)
+		ck_assert_rule(&a, miss[i], "-");
+	release(&a, rules, 12);
+
+	/* 13 homed in the last of 3 buckets: it spills, and the probe wraps to bucket 0. */
+	ck_assert_uint_eq(buckets_for(13), 3);
+	names_homed(2, 3, "s", &next, hosts, 13);
+	rules = build_hosts(hosts, 13, &a);
+	ck_assert_uint_eq(a.hosts.buckets[2].used, BUCKET_SLOTS);
+	ck_assert_uint_eq(a.hosts.buckets[2].spill, 1);
+	ck_assert_uint_eq(a.hosts.buckets[0].used, 1);
+	ck_assert_uint_eq(a.hosts.buckets[0].spill, 0);
+	for (uint32_t i = 0; i < 13; i++) {
+		char id[16];
+		snprintf(id, sizeof(id), "r%u", i);
+		ck_assert_rule(&a, hosts[i], id);
+	}
+	names_homed(2, 3, "n", &next, miss, 8);
+	for (uint32_t i = 0; i < 8; i++)
+		ck_assert_rule(&a, miss[i], "-");
+	release(&a, rules, 13);
+
+	/* 64 names (10 buckets), 30 homed in bucket 4: the spill runs on over three buckets. */
+	names_homed(4, buckets_for(64), "c", &next, hosts, 30);
+	for (uint32_t i = 30; i < 64; i++)
+		snprintf(hosts[i], sizeof(hosts[i]), "o%u.other.test", i);
+	rules = build_hosts(hosts, 64, &a);
+	ck_assert_uint_eq(a.hosts.name_buckets, 10);
+	ck_assert_uint_eq(a.hosts.buckets[4].spill, 1);
+	ck_assert_uint_eq(a.hosts.buckets[5].spill, 1);
+	for (uint32_t i = 0; i < 64; i++)
+		ck_assert_ptr_eq(acl_lookup(&a, hosts[i], strlen(hosts[i]), ACL_KIND_NAME),
+				 &rules[i]);
+	names_homed(4, 10, "p", &next, miss, 8);
+	for (uint32_t i = 0; i < 8; i++)
+		ck_assert_rule(&a, miss[i], "-");
+	release(&a, rules, 64);
+}
+END_TEST
+
+START_TEST(test_tag_collision)
+{
+	static uint32_t seen[1u << 16];
+	static char hosts[2][ACL_HOST_NORM_BYTES + 2];
+	char name[32];
+	uint32_t other = 0;
+	struct acl a;
+
+	/* Two names of one bucket (a table of two names has one) with the same 16-bit tag. */
+	ck_assert_uint_eq(buckets_for(2), 1);
+	memset(seen, 0xff, sizeof(seen));
+	for (uint32_t i = 0;; i++) {
+		int len = snprintf(name, sizeof(name), "t%u.test", i);
+		uint16_t tag = (uint16_t)(node_hash(name, (size_t)len, ACL_KIND_NAME) >> 32);
+		if (seen[tag] == UINT32_MAX) {
+			seen[tag] = i;
+			continue;
+		}
+		snprintf(hosts[0], sizeof(hosts[0]), "t%u.test", seen[tag]);
+		memcpy(hosts[1], name, (size_t)len + 1);
+		other = i + 1;
+		break;
+	}
+	struct acl_rule *rules = build_hosts(hosts, 2, &a);
+	ck_assert_uint_eq(a.hosts.buckets[0].tags[0], a.hosts.buckets[0].tags[1]);
+	ck_assert_rule(&a, hosts[0], "r0");
+	ck_assert_rule(&a, hosts[1], "r1");
+	/* A third with that tag matches both slots' tags and neither key. */
+	uint16_t tag = a.hosts.buckets[0].tags[0];
+	for (;; other++) {
+		int len = snprintf(name, sizeof(name), "t%u.test", other);
+		if ((uint16_t)(node_hash(name, (size_t)len, ACL_KIND_NAME) >> 32) == tag)
+			break;
+	}
+	ck_assert_uint_eq(bucket_match(&a.hosts.buckets[0], tag), 3);
+	ck_assert_rule(&a, name, "-");
+	release(&a, rules, 2);
+}
+END_TEST
+
+/* A name of exactly <len> bytes: labels of 60 <fill> bytes (the last shorter), then ".test". */
+static void sized_name(char *out, size_t len, char fill)
+{
+	ck_assert_uint_ge(len, 6);
+	long_name(out, len - 5, 60);
+	for (size_t i = 0; i < len - 5; i++)
+		out[i] = out[i] == '.' ? '.' : fill;
+	memcpy(out + len - 5, ".test", 6);
+}
+
+START_TEST(test_long_keys)
+{
+	/* One line holds 34 key bytes; 35 and 98 take two, 99 three, 253 five. */
+	static const size_t lens[] = { 34, 35, 98, 99, 200, 253 };
+	static char hosts[2 * AN_ARRAY_LEN(lens)][ACL_HOST_NORM_BYTES + 2];
+	const uint32_t n = 2 * AN_ARRAY_LEN(lens);
+	char query[ACL_HOST_NORM_BYTES + 4];
+	struct acl a;
+
+	ck_assert_uint_eq(node_bytes(34), 64);
+	ck_assert_uint_eq(node_bytes(35), 128);
+	ck_assert_uint_eq(node_bytes(98), 128);
+	ck_assert_uint_eq(node_bytes(99), 192);
+	ck_assert_uint_eq(node_bytes(253), 320);
+	for (size_t i = 0; i < AN_ARRAY_LEN(lens); i++) {
+		sized_name(hosts[2 * i], lens[i], 'e');
+		/* A wildcard whose suffix has that length too. */
+		hosts[2 * i + 1][0] = '*';
+		hosts[2 * i + 1][1] = '.';
+		sized_name(hosts[2 * i + 1] + 2, lens[i], 'w');
+	}
+	struct acl_rule *rules = build_hosts(hosts, n, &a);
+	for (size_t i = 0; i < AN_ARRAY_LEN(lens); i++) {
+		char id[16];
+		snprintf(id, sizeof(id), "r%zu", 2 * i);
+		ck_assert_uint_eq(rules[2 * i].host_len, lens[i]);
+		ck_assert_rule(&a, hosts[2 * i], id);
+		/* A key that differs only in its last byte, past the first line. */
+		memcpy(query, hosts[2 * i], lens[i] + 1);
+		query[lens[i] - 6] = 'f';
+		ck_assert_rule(&a, query, "-");
+		/* Below the wildcard (while the name fits), and its apex. */
+		snprintf(id, sizeof(id), "r%zu", 2 * i + 1);
+		ck_assert_uint_eq(rules[2 * i + 1].host_len, lens[i]);
+		if (lens[i] + 2 <= ACL_NAME_BYTES_MAX) {
+			snprintf(query, sizeof(query), "x.%s", hosts[2 * i + 1] + 2);
+			ck_assert_rule(&a, query, id);
+		}
+		ck_assert_rule(&a, hosts[2 * i + 1] + 2, "-");
+	}
+	release(&a, rules, n);
+}
+END_TEST
+
+START_TEST(test_cold_rules)
+{
+	static const uint16_t four[] = { 80, 443, 8080, 8443 };
+	static const uint16_t five[] = { 80, 443, 8080, 8443, 9443 };
+	static const struct rule_spec specs[] = {
+		{ "plain.example", TIER_PASSTHROUGH, "plain", NULL, 0 },
+		{ "four.example", TIER_PASSTHROUGH, "four", four, 4 },
+		{ "five.example", TIER_PASSTHROUGH, "five", five, 5 },
+		{ "said.example", TIER_PASSTHROUGH, "said", NULL, 0 },
+		{ "limited.example", TIER_PASSTHROUGH, "limited", NULL, 0 },
+		{ "model.internal", TIER_LOCAL, "model", NULL, 0 },
+		{ "*.cold.example", TIER_PASSTHROUGH, "wild", five, 5 },
+	};
+	const uint32_t n = AN_ARRAY_LEN(specs);
+	struct acl a;
+	struct acl_rule *rules = build(specs, n, &a);
+	uint32_t first = 0, second = 0;
+
+	rules[3].instruction = pool_strndup("be nice", 7);
+	rules[4].limits = (struct verdict_limits){ 5, 10, 2 };
+	for (uint32_t i = 0; i < n; i++)
+		rules[i].index = 100 + i;
+	acl_free(&a);
+	ck_assert_int_eq(acl_build(&a, rules, n, &first, &second), 0);
+	/* Four ports fit a node (N); five (N + 1), an instruction, limits or an upstream do not. */
+	static const bool cold[] = { false, false, true, true, true, true, true };
+	for (uint32_t i = 0; i < n; i++) {
+		const char *host = i + 1 < n ? rules[i].host : "x.cold.example";
+		uint64_t dots[DOT_WORDS];
+		name_dots(host, strlen(host), dots);
+		const struct acl_node *node = trie_lookup(&a.hosts, host, strlen(host), dots);
+		ck_assert_ptr_nonnull(node);
+		ck_assert_uint_eq(node->rule, i);
+		ck_assert_int_eq(node->cold, cold[i]);
+	}
+	/* Every verdict is the rule's, whichever way it was read. */
+	static const uint16_t ports[] = { 80, 443, 9443, 1 };
+	for (uint32_t i = 0; i < n; i++) {
+		const char *host = i + 1 < n ? rules[i].host : "x.cold.example";
+		for (size_t p = 0; p < AN_ARRAY_LEN(ports); p++) {
+			struct verdict v = decide(&a, host, ports[p]);
+			ck_assert_str_eq(v.rule, rules[i].id);
+			ck_assert_ptr_eq(v.rule, rules[i].id);
+			ck_assert_ptr_eq(v.instruction, rules[i].instruction);
+			if (!acl_port_allowed(&rules[i], ports[p])) {
+				ck_assert_int_eq(v.tier, TIER_DENY);
+				ck_assert_int_eq(v.reason, REASON_PORT_NOT_ALLOWED);
+				ck_assert_uint_eq(v.rule_index, VERDICT_RULE_NONE);
+				continue;
+			}
+			ck_assert_int_eq(v.tier, rules[i].tier);
+			ck_assert_int_eq(v.reason, REASON_NONE);
+			ck_assert_ptr_eq(v.upstream, rules[i].upstream);
+			ck_assert_uint_eq(v.rule_index, 100 + i);
+			ck_assert_uint_eq(v.rule_limits.requests_per_second,
+					  rules[i].limits.requests_per_second);
+			ck_assert_uint_eq(v.rule_limits.burst, rules[i].limits.burst);
+			ck_assert_uint_eq(v.rule_limits.concurrent, rules[i].limits.concurrent);
+		}
+	}
+	ck_assert_str_eq(decide(&a, "model.internal", 1).upstream, "127.0.0.1:11434");
+	release(&a, rules, n);
+}
+END_TEST
+
+START_TEST(test_wildcard_lengths)
+{
+	char wide[ACL_HOST_NORM_BYTES + 2], query[ACL_HOST_NORM_BYTES + 4];
+	struct acl a;
+
+	/* Suffix lengths 7 (word 0 of the bitmap) and 100 (word 1). */
+	wide[0] = '*';
+	wide[1] = '.';
+	sized_name(wide + 2, 100, 'v');
+	static char hosts[3][ACL_HOST_NORM_BYTES + 2] = { "*.ab.test", "ab.test", "" };
+	memcpy(hosts[2], wide, strlen(wide) + 1);
+	struct acl_rule *rules = build_hosts(hosts, 3, &a);
+	ck_assert(wild_len_present(&a.hosts, 7));
+	ck_assert(wild_len_present(&a.hosts, 100));
+	ck_assert(!wild_len_present(&a.hosts, 6));
+	ck_assert(!wild_len_present(&a.hosts, 8));
+	ck_assert(!wild_len_present(&a.hosts, 99));
+	ck_assert_uint_eq(a.hosts.wild_lens[0], 1ull << 7);
+	ck_assert_uint_eq(a.hosts.wild_lens[1], 1ull << (100 - 64));
+	ck_assert_rule(&a, "x.ab.test", "r0");
+	ck_assert_rule(&a, "y.x.ab.test", "r0");
+	ck_assert_rule(&a, "ab.test", "r1");
+	ck_assert_rule(&a, "x.abc.test", "-");
+	ck_assert_rule(&a, "x.a.test", "-");
+	snprintf(query, sizeof(query), "q.%s", wide + 2);
+	ck_assert_rule(&a, query, "r2");
+	snprintf(query, sizeof(query), "q.r.%s", wide + 2);
+	ck_assert_rule(&a, query, "r2");
+	release(&a, rules, 3);
+}
+END_TEST
+
+START_TEST(test_arena_limit)
+{
+	/* Node references are 24-bit: 2^24 - 1 lines reachable (N), one more is not. */
+	ck_assert(arena_fits((size_t)NODE_REFS_MAX * NODE_ALIGN));
+	ck_assert(!arena_fits(((size_t)NODE_REFS_MAX + 1) * NODE_ALIGN));
+	ck_assert_uint_eq(NODE_REFS_MAX, (1u << 24) - 1);
+	ck_assert_uint_eq(sizeof(struct acl_bucket), 64);
+	ck_assert_uint_eq(offsetof(struct acl_node, key) + 34, NODE_ALIGN);
 }
 END_TEST
 
@@ -690,6 +1124,14 @@ int main(void)
 	tcase_add_test(tc, test_duplicates);
 	tcase_add_test(tc, test_empty_acl);
 	tcase_add_test(tc, test_100k_rules);
+	tcase_add_test(tc, test_normalise_fast_matches_full);
+	tcase_add_test(tc, test_normalise_fast_limits);
+	tcase_add_test(tc, test_bucket_full_and_spill);
+	tcase_add_test(tc, test_tag_collision);
+	tcase_add_test(tc, test_long_keys);
+	tcase_add_test(tc, test_cold_rules);
+	tcase_add_test(tc, test_wildcard_lengths);
+	tcase_add_test(tc, test_arena_limit);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }
