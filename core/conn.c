@@ -142,6 +142,11 @@ static void term_ciphertext(struct conn *c, const uint8_t *p, uint32_t len);
 static void term_eof(struct conn *c);
 static void on_term_send(struct conn *c, int res);
 static void fake_plain(struct conn *c, const struct http1_request *req);
+static void inject_request(struct conn *c, const struct http1_request *req, size_t head_len);
+static void inject_pump(struct conn *c);
+static void inject_start(struct conn *c);
+static void on_inject_recv(struct conn *c, int res);
+static void on_inject_send(struct conn *c, int res);
 static void fake_plain_done(struct conn *c);
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -386,7 +391,10 @@ static void conn_maybe_free(struct conn *c)
 	rule_limit_release(c);
 	if (c->tls != NULL)
 		w->e->term->session_free(c->tls);
+	if (c->utls != NULL)
+		w->e->term->session_free(c->utls);
 	c->tls = NULL;
+	c->utls = NULL;
 	if (c->snap != NULL)
 		snapshot_put(c->snap, w->index); /* after the record: it borrows the rule id */
 	c->snap = NULL;
@@ -819,6 +827,11 @@ static void decide(struct conn *c, const struct http1_request *req)
 		memcpy(c->host, v.ip, ip_len + 1);
 		c->host_len = (uint8_t)ip_len;
 	}
+	if (v.tier == TIER_INJECT && !req->is_connect) {
+		respond(c, REASON_TIER_UNAVAILABLE); /* a credential never goes out in clear */
+		return;
+	}
+	c->inject = v.tier == TIER_INJECT ? v.inject : NULL;
 	if (v.tier == TIER_FAKE) {
 		c->fake = v.fake;
 		if (req->is_connect)
@@ -1049,7 +1062,9 @@ static void on_connect(struct conn *c, int res)
 		connect_next(c);
 		return;
 	}
-	if (c->method_len == 7 && memcmp(c->method, "CONNECT", 7) == 0)
+	if (c->inject != NULL)
+		inject_start(c);
+	else if (c->method_len == 7 && memcmp(c->method, "CONNECT", 7) == 0)
 		tunnel_start(c);
 	else
 		forward_start(c);
@@ -1923,6 +1938,10 @@ static bool term_request(struct conn *c)
 		term_refuse(c, REASON_HOST_MISMATCH);
 		return true;
 	}
+	if (c->inject != NULL) {
+		inject_request(c, &req, (size_t)n);
+		return true;
+	}
 	term_answer(c, &req);
 	c->term_skip = req.body == HTTP1_BODY_LENGTH ? req.content_length : 0;
 	c->term_chunked = req.body == HTTP1_BODY_CHUNKED;
@@ -1974,6 +1993,10 @@ static enum term_status term_read_request(struct conn *c)
 /* Moves the session as far as it goes without the network, then sends. */
 static void term_pump(struct conn *c)
 {
+	if (c->inject != NULL) {
+		inject_pump(c);
+		return;
+	}
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		AN_ASSERT(turn < 1000000u);
 		if (term_request(c))
@@ -2010,6 +2033,19 @@ static void term_start(struct conn *c)
 	uint32_t early = c->head_fill - c->head_len;
 	ssize_t fed = early > 0 ? t->feed(c->tls, c->head + c->head_len, early) : 0;
 	AN_ASSERT(fed == (ssize_t)early); /* a head buffer is smaller than the session's */
+	/* And what came while the upstream was connected (inject): in order, after it. */
+	while (c->early_count > 0) {
+		uint16_t bid = c->early_bid[c->early_first];
+		uint16_t len = c->early_len[c->early_first];
+		fed = t->feed(c->tls, ring_buf(conn_ring(c), bid), len);
+		ring_buf_return(conn_ring(c), bid);
+		c->early_first = (uint8_t)((c->early_first + 1) % CONN_EARLY_MAX);
+		c->early_count--;
+		if (fed != (ssize_t)len) {
+			conn_close(c); /* more than a ClientHello before the 200: not a client */
+			return;
+		}
+	}
 	c->head_fill = 0;
 	c->head_len = 0;
 	c->path_len = 0;
@@ -2124,6 +2160,399 @@ static void fake_plain_done(struct conn *c)
 		head_recv_arm(c);
 	if (rest > 0)
 		head_parse(c);
+}
+
+/* ---- terminated tiers: credential-inject ------------------------------- */
+
+/*
+ * A CONNECT to an inject rule is resolved and connected as a tunnel is; once
+ * the upstream accepts, the conn terminates the agent's TLS as the fake tier
+ * does and opens a TLS session of its own to the upstream, verified against
+ * the rule's roots. Each request's head is rewritten with the placeholder
+ * swapped for the secret and written into the upstream session, its body
+ * after it as it arrives; the response is relayed to the agent as it
+ * arrives (server-sent events reach the agent record by record), its framing
+ * followed only to know where it ends. One exchange at a time; the upstream
+ * connection serves the conn's next request. The upstream session sends no
+ * application data before the upstream's certificate verified, so a failed
+ * verification costs no credential: the agent gets 502 upstream_tls_failed.
+ */
+
+enum inject_phase {
+	INJ_IDLE = 0, /* waiting for the agent's next request */
+	INJ_REQUEST,  /* the rewritten head, then the body, into the upstream session */
+	INJ_RESPONSE, /* the request is out: waiting for the end of the response */
+};
+
+static void inject_flush_up(struct conn *c)
+{
+	const uint8_t *data = NULL;
+
+	if (c->utls == NULL || c->ufd < 0 || (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))))
+		return;
+	size_t n = conn_term(c)->out_peek(c->utls, &data);
+	if (n > 0)
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, data, n);
+}
+
+static void inject_recv_arm(struct conn *c)
+{
+	if (c->ufd < 0 || c->upstream_dead || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
+		return;
+	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
+}
+
+/* Writes header line <h> into <o> (at *<len>), the credential swapped in when it is the placeholder. */
+static bool inject_header(const struct verdict_inject *in, const struct http1_header *h, char *o,
+			  size_t cap, size_t *len)
+{
+	bool ours = h->name_len == in->header_len &&
+		    strncasecmp(h->name, in->header, h->name_len) == 0 &&
+		    h->value_len == (size_t)in->prefix_len + in->placeholder_len &&
+		    strncasecmp(h->value, in->prefix, in->prefix_len) == 0 &&
+		    memcmp(h->value + in->prefix_len, in->placeholder, in->placeholder_len) == 0;
+	int n =
+	    ours ? snprintf(o + *len, cap - *len, "%.*s: %.*s%.*s\r\n", (int)h->name_len, h->name,
+			    (int)in->prefix_len, h->value, (int)in->secret_len, in->secret)
+		 : snprintf(o + *len, cap - *len, "%.*s: %.*s\r\n", (int)h->name_len, h->name,
+			    (int)h->value_len, h->value);
+	AN_ASSERT(n > 0 && (size_t)n < cap - *len); /* a head and one secret always fit */
+	*len += (size_t)n;
+	return ours;
+}
+
+/* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
+static void inject_request(struct conn *c, const struct http1_request *req, size_t head_len)
+{
+	const struct verdict_inject *in = c->inject;
+	size_t line = (size_t)((const char *)memchr(c->head, '\n', head_len) - c->head) + 1;
+	size_t len = 0;
+	bool swapped = false;
+
+	if (c->upstream_dead) {
+		term_refuse(c, c->upstream_refusal != REASON_NONE ? (enum reason)c->upstream_refusal
+								  : REASON_UPSTREAM_UNREACHABLE);
+		return;
+	}
+	memcpy(c->out, c->head, line); /* the request line as sent */
+	len = line;
+	for (uint32_t i = 0; i < req->header_count; i++)
+		swapped |=
+		    inject_header(in, &req->headers[i], c->out, WORKER_HEAD_BUFFER_BYTES, &len);
+	if (!swapped && in->require) {
+		term_refuse(c, REASON_CREDENTIAL_MISSING);
+		return;
+	}
+	memcpy(c->out + len, "\r\n", 2);
+	c->out_len = (uint32_t)(len + 2);
+	c->out_off = 0;
+	audit_decision(c, true, 0); /* the upstream's status is in the close record */
+	c->req_body = (uint8_t)req->body;
+	c->req_left = req->body == HTTP1_BODY_LENGTH ? req->content_length : 0;
+	c->req_done = req->body == HTTP1_BODY_NONE;
+	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
+	c->resp_head_done = false;
+	c->resp_done = false;
+	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
+	c->keep_alive = req->keep_alive;
+	c->inject_phase = INJ_REQUEST;
+	term_drop(c, (uint32_t)head_len);
+}
+
+/* Request body bytes from the plaintext into the upstream session. */
+static enum term_status inject_body(struct conn *c)
+{
+	struct http1_chunked probe = c->req_chunks;
+	uint32_t take = c->head_fill;
+	size_t n = 0;
+
+	if (c->req_body == HTTP1_BODY_LENGTH && c->req_left < take)
+		take = (uint32_t)c->req_left;
+	if (c->req_body == HTTP1_BODY_CHUNKED) {
+		ssize_t m = http1_chunked_scan(&probe, c->head, take);
+		if (m < 0) {
+			term_refuse(c, REASON_BAD_REQUEST);
+			return TERM_OK;
+		}
+		take = (uint32_t)m;
+	}
+	enum term_status st = take > 0 ? conn_term(c)->write(c->utls, c->head, take, &n) : TERM_OK;
+	if (st != TERM_OK || n == 0) {
+		if (take == 0 && c->req_body == HTTP1_BODY_CHUNKED && probe.done)
+			c->req_done = true;
+		return st;
+	}
+	if (c->req_body == HTTP1_BODY_CHUNKED)
+		(void)http1_chunked_scan(&c->req_chunks, c->head, n);
+	else
+		c->req_left -= n;
+	c->bytes_up += n;
+	term_drop(c, (uint32_t)n);
+	c->req_done = c->req_body == HTTP1_BODY_CHUNKED ? c->req_chunks.done : c->req_left == 0;
+	return TERM_OK;
+}
+
+/* The agent's side: reads its plaintext, takes a request, writes it upstream. */
+static enum term_status inject_agent_side(struct conn *c)
+{
+	if (c->out_len > 0 && c->inject_phase != INJ_REQUEST)
+		return term_write_answer(c); /* a refusal */
+	if (c->inject_phase == INJ_IDLE && term_request(c))
+		return TERM_OK;
+	if (c->inject_phase == INJ_REQUEST && c->out_off < c->out_len) {
+		size_t n = 0;
+		enum term_status st =
+		    conn_term(c)->write(c->utls, c->out + c->out_off, c->out_len - c->out_off, &n);
+		c->out_off += (uint32_t)n;
+		if (c->out_off == c->out_len)
+			c->out_len = 0;
+		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
+	}
+	if (c->inject_phase == INJ_REQUEST && !c->req_done && c->head_fill > 0) {
+		enum term_status st = inject_body(c);
+		if (st != TERM_OK || c->head_fill > 0)
+			return st;
+	}
+	if (c->inject_phase == INJ_REQUEST && c->req_done)
+		c->inject_phase = INJ_RESPONSE;
+	if (c->inject_phase == INJ_RESPONSE && c->head_fill >= LIMITS_HEAD_BYTES_MAX)
+		return TERM_WANT_READ; /* a pipelined request waits for this response */
+	uint32_t before = c->head_fill;
+	enum term_status st = term_read_request(c);
+	return st == TERM_OK && c->head_fill == before ? TERM_WANT_READ : st;
+}
+
+/* Follows the response's framing over newly read bytes; sets resp_done at its end. */
+static void inject_frame(struct conn *c)
+{
+	while (c->resp_scan < c->resp_fill && !c->resp_done) {
+		const char *p = c->resp + c->resp_scan;
+		uint32_t avail = c->resp_fill - c->resp_scan;
+		if (!c->resp_head_done) {
+			struct http1_response r;
+			ssize_t n = http1_parse_response(p, avail, &r);
+			if (n < 0) {
+				c->resp_done = n != -EAGAIN; /* malformed: relayed, then the end */
+				c->resp_keep_alive = false;
+				if (n != -EAGAIN)
+					c->resp_scan = c->resp_fill;
+				return;
+			}
+			c->resp_scan += (uint32_t)n;
+			c->status = r.status;
+			c->resp_keep_alive = r.keep_alive;
+			c->resp_body = (uint8_t)http1_response_body(&r, c->head_method);
+			c->resp_left = r.content_length;
+			memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
+			bool interim = r.status >= 100 && r.status < 200 && r.status != 101;
+			c->resp_head_done = !interim;
+			c->resp_done = !interim && c->resp_body == HTTP1_BODY_NONE;
+			continue;
+		}
+		uint32_t take = avail;
+		if (c->resp_body == HTTP1_BODY_LENGTH) {
+			take = c->resp_left < avail ? (uint32_t)c->resp_left : avail;
+			c->resp_left -= take;
+			c->resp_done = c->resp_left == 0;
+		} else if (c->resp_body == HTTP1_BODY_CHUNKED) {
+			ssize_t m = http1_chunked_scan(&c->resp_chunks, p, avail);
+			take = m < 0 ? avail : (uint32_t)m;
+			c->resp_done = m < 0 || c->resp_chunks.done;
+			c->resp_keep_alive &= m >= 0;
+		}
+		c->resp_scan += take;
+	}
+}
+
+/* The exchange is over: back to idle for the next request, or the end. */
+static void inject_exchange_done(struct conn *c)
+{
+	c->resp_fill = 0;
+	c->resp_off = 0;
+	c->resp_scan = 0;
+	c->resp_head_done = false;
+	c->resp_done = false;
+	c->inject_phase = INJ_IDLE;
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (!c->resp_keep_alive || !c->keep_alive || c->upstream_dead)
+		term_end(c, TERM_CLOSED);
+}
+
+/*
+ * How far the response may be relayed: the secret is masked wherever it
+ * appears (an upstream that echoes request headers must not hand it to the
+ * agent), with as many asterisks, so the framing stays true. Until the
+ * response ends, a tail that could begin a copy (a prefix of the secret)
+ * waits for the next read: a copy may straddle two. Any other byte goes at
+ * once, so a stream is never held back.
+ */
+static uint32_t inject_relay_limit(struct conn *c)
+{
+	const struct verdict_inject *in = c->inject;
+	uint32_t keep = in->secret_len - 1;
+
+	AN_ASSERT(in->secret_len > 0);
+	for (char *p = c->resp + c->resp_off; p < c->resp + c->resp_scan;) {
+		p = memmem(p, (size_t)(c->resp + c->resp_scan - p), in->secret, in->secret_len);
+		if (p == NULL)
+			break;
+		memset(p, '*', in->secret_len);
+		p += in->secret_len;
+	}
+	if (c->resp_done)
+		return c->resp_scan;
+	uint32_t avail = c->resp_scan - c->resp_off;
+	for (uint32_t l = keep < avail ? keep : avail; l > 0; l--) {
+		if (memcmp(c->resp + c->resp_scan - l, in->secret, l) == 0)
+			return c->resp_scan - l;
+	}
+	return c->resp_scan;
+}
+
+/* The upstream's side: reads its plaintext and relays it to the agent. */
+static enum term_status inject_upstream_side(struct conn *c)
+{
+	const struct term_ops *t = conn_term(c);
+	uint32_t limit = inject_relay_limit(c);
+	size_t n = 0;
+
+	if (c->resp_off < limit) {
+		enum term_status st =
+		    t->write(c->tls, c->resp + c->resp_off, limit - c->resp_off, &n);
+		c->resp_off += (uint32_t)n;
+		c->bytes_down += n;
+		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
+	}
+	if (c->resp_off > 0 && c->resp_off < c->resp_fill) {
+		/* What is held back moves to the front, so the buffer never fills with it. */
+		uint32_t rest = c->resp_fill - c->resp_off;
+		memmove(c->resp, c->resp + c->resp_off, rest);
+		c->resp_scan -= c->resp_off;
+		c->resp_fill = rest;
+		c->resp_off = 0;
+	}
+	if (c->resp_done && c->resp_off == c->resp_scan && c->inject_phase == INJ_RESPONSE) {
+		inject_exchange_done(c);
+		return TERM_OK;
+	}
+	if (c->resp_off == c->resp_fill) {
+		c->resp_fill = c->resp_off = c->resp_scan = 0;
+	}
+	uint32_t room = WORKER_HEAD_BUFFER_BYTES - c->resp_fill;
+	if (room == 0)
+		return TERM_WANT_WRITE; /* a head larger than the buffer: refused below */
+	enum term_status st = t->read(c->utls, c->resp + c->resp_fill, room, &n);
+	if (st != TERM_OK)
+		return st;
+	c->resp_fill += (uint32_t)n;
+	inject_frame(c);
+	return TERM_OK;
+}
+
+/* The upstream's session ended (<st>): finish what can be finished, refuse the rest. */
+static void inject_upstream_end(struct conn *c, enum term_status st)
+{
+	const struct term_ops *t = conn_term(c);
+
+	c->upstream_dead = true;
+	if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE && st == TERM_CLOSED)
+		c->resp_done = true; /* a close-delimited body ends with the upstream */
+	if (c->resp_done || c->resp_off > 0)
+		return; /* relayed, then the conn ends */
+	bool tls = st == TERM_ERROR && strstr(t->error(c->utls), "verify") != NULL;
+	c->upstream_refusal =
+	    (uint8_t)(tls ? REASON_UPSTREAM_TLS_FAILED : REASON_UPSTREAM_BAD_RESPONSE);
+	if (st == TERM_ERROR)
+		log_debug("conn %llx: upstream TLS: %s", (unsigned long long)c->id,
+			  t->error(c->utls));
+	if (c->inject_phase != INJ_IDLE) {
+		c->inject_phase = INJ_IDLE;
+		c->out_len = 0; /* what was left of the request goes nowhere */
+		term_refuse(c, (enum reason)c->upstream_refusal);
+	} else if (st == TERM_CLOSED) {
+		term_end(c, TERM_CLOSED); /* an idle upstream left: the agent reconnects */
+	}
+}
+
+static void inject_pump(struct conn *c)
+{
+	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
+		AN_ASSERT(turn < 1000000u);
+		enum term_status a = inject_agent_side(c);
+		if (a == TERM_CLOSED || a == TERM_ERROR) {
+			term_end(c, a);
+			break;
+		}
+		enum term_status u = c->upstream_dead ? TERM_WANT_READ : inject_upstream_side(c);
+		if (u == TERM_CLOSED || u == TERM_ERROR)
+			inject_upstream_end(c, u);
+		else if (a != TERM_OK && u != TERM_OK)
+			break;
+	}
+	if (c->upstream_dead && c->resp_done && c->resp_off == c->resp_scan && !c->term_closing &&
+	    c->state == ST_TERM)
+		term_end(c, TERM_CLOSED);
+	term_flush(c);
+	inject_flush_up(c);
+}
+
+/* The upstream accepted an inject CONNECT: terminate both TLS sessions. */
+static void inject_start(struct conn *c)
+{
+	struct worker *w = c->w;
+	const struct term_ops *t = conn_term(c);
+
+	c->resp = c->resp != NULL ? c->resp : pool_take(&w->heads);
+	c->utls = t != NULL && w->term != NULL && c->resp != NULL
+		      ? t->client_new(w->term, c->host, c->host_len, c->inject->upstream_ca)
+		      : NULL;
+	if (c->utls == NULL) {
+		respond(c, t == NULL ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
+		return;
+	}
+	term_start(c);
+	if (c->state != ST_TERM)
+		return;
+	(void)t->handshake(c->utls); /* the ClientHello, while the agent's arrives */
+	inject_flush_up(c);
+	inject_recv_arm(c);
+}
+
+static void on_inject_recv(struct conn *c, int res)
+{
+	struct relay *r = &c->down;
+	const struct term_ops *t = conn_term(c);
+
+	if (res > 0) {
+		const uint8_t *p = ring_buf(conn_ring(c), r->bid);
+		ssize_t fed = c->utls != NULL ? t->feed(c->utls, p, (size_t)res) : -EPIPE;
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+		if (fed != res) {
+			conn_close(c); /* the upstream ran ahead of what its session took */
+			return;
+		}
+	} else if (res == 0 || (res < 0 && res != -ENOBUFS)) {
+		t->feed_eof(c->utls);
+	}
+	if (c->state != ST_TERM)
+		return;
+	if (res > 0)
+		inject_recv_arm(c);
+	else if (res == -ENOBUFS)
+		nobufs_wait(c); /* re-armed by conn_on_buffers */
+	inject_pump(c);
+}
+
+static void on_inject_send(struct conn *c, int res)
+{
+	if (res <= 0) {
+		c->upstream_dead = true;
+		inject_pump(c);
+		return;
+	}
+	conn_term(c)->out_consume(c->utls, (size_t)res);
+	inject_pump(c);
 }
 
 /* ---- refusals --------------------------------------------------------- */
@@ -2304,6 +2733,10 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 				on_fwd_down_send(c, res);
 		} else if (c->state == ST_TERM && dir == DIR_DOWN && rop == ROP_SEND) {
 			on_term_send(c, res);
+		} else if (c->state == ST_TERM && dir == DIR_DOWN && rop == ROP_RECV) {
+			on_inject_recv(c, res);
+		} else if (c->state == ST_TERM && dir == DIR_UP && rop == ROP_SEND) {
+			on_inject_send(c, res);
 		} else {
 			on_other(c, dir, rop, res);
 		}
@@ -2355,6 +2788,8 @@ void conn_on_buffers(struct conn *c)
 	}
 	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
 		head_recv_arm(c);
+	if (c->state == ST_TERM && c->inject != NULL)
+		inject_recv_arm(c);
 	if (c->state == ST_TUNNEL) {
 		for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
 			struct relay *r = relay_of(c, dir);

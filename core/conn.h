@@ -101,14 +101,22 @@ struct conn {
 	const void *fake;        /* the CONNECT's verdict.fake */
 	const char *answer_body; /* borrowed from the snapshot */
 	uint32_t answer_body_len;
-	uint64_t term_skip;         /* request body bytes still to discard */
-	bool term_closing;          /* close_notify queued: linger once it is sent */
-	bool term_close_after;      /* close once the answer is written */
-	bool term_chunked;          /* discarding a chunked request body (req_chunks) */
-	bool fake_keep;             /* a fake answer in clear: the next request may follow */
-	const char *rule;           /* borrowed from the policy snapshot */
-	const char *instruction;    /* borrowed from the policy snapshot */
-	const char *upstream_local; /* TIER_LOCAL: "host:port" to relay to, borrowed */
+	uint64_t term_skip;    /* request body bytes still to discard */
+	bool term_closing;     /* close_notify queued: linger once it is sent */
+	bool term_close_after; /* close once the answer is written */
+	bool term_chunked;     /* discarding a chunked request body (req_chunks) */
+	bool fake_keep;        /* a fake answer in clear: the next request may follow */
+	/* Credential-inject: the session to the upstream and the exchange under way. */
+	void *utls;                          /* owned through engine.term, NULL when none */
+	const struct verdict_inject *inject; /* borrowed from the snapshot */
+	uint8_t inject_phase;                /* enum inject_phase (core/conn.c) */
+	bool upstream_dead;                  /* its TLS failed or it closed: no more requests */
+	uint8_t upstream_refusal;            /* then the answer to the next request (enum reason) */
+	uint32_t resp_off;                   /* response bytes relayed to the agent */
+	uint32_t resp_scan;                  /* response bytes whose framing is accounted for */
+	const char *rule;                    /* borrowed from the policy snapshot */
+	const char *instruction;             /* borrowed from the policy snapshot */
+	const char *upstream_local;          /* TIER_LOCAL: "host:port" to relay to, borrowed */
 	uint64_t decision_id;
 	uint32_t requests;
 	uint32_t retry_after_s; /* the refusal's Retry-After, 0: the reason's default */

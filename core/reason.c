@@ -58,6 +58,10 @@ static const struct reason_row reason_rows[] = {
 				  "The TLS server name must be the host given to CONNECT; connect again to that host." },
 	[REASON_HOST_MISMATCH] = { "host_mismatch", 403,
 				   "The Host header must name the host given to CONNECT; open a tunnel to each host." },
+	[REASON_CREDENTIAL_MISSING] = { "credential_missing", 403,
+					"Send the placeholder credential this sandbox was given for this host; do not send a real key." },
+	[REASON_UPSTREAM_TLS_FAILED] = { "upstream_tls_failed", 502,
+					 "The upstream's TLS certificate did not verify; no credential was sent. Do not retry; tell the operator." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

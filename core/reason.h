@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 1
+#define REASON_CONTRACT_VERSION 2
 
 enum tier {
 	TIER_DENY = 0,
@@ -46,6 +46,8 @@ enum reason {
 	REASON_CONCURRENCY_LIMITED,
 	REASON_SNI_MISMATCH,
 	REASON_HOST_MISMATCH,
+	REASON_CREDENTIAL_MISSING,
+	REASON_UPSTREAM_TLS_FAILED,
 	REASON__COUNT,
 };
 

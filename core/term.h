@@ -39,11 +39,21 @@ struct term_ops {
 	 * when out of memory.
 	 */
 	void *(*server_new)(void *worker_state, const char *host, size_t host_len);
+	/*
+	 * A client session to the upstream <host>/<host_len> (SNI for a name,
+	 * and the name or address its certificate must carry), verified against
+	 * the PEM roots in <ca_file> (NULL: the system roots). NULL when out of
+	 * memory or when <ca_file> does not load (logged once per worker).
+	 */
+	void *(*client_new)(void *worker_state, const char *host, size_t host_len,
+			    const char *ca_file);
 	void (*session_free)(void *session);
 	/* Takes up to <len> received bytes (copied); returns how many, -EPIPE after EOF. */
 	ssize_t (*feed)(void *session, const void *buf, size_t len);
 	/* The client's side reached end of file. */
 	void (*feed_eof)(void *session);
+	/* Steps the handshake (a client session sends its ClientHello). */
+	enum term_status (*handshake)(void *session);
 	/* Plaintext out of the session; completes the handshake first. */
 	enum term_status (*read)(void *session, void *buf, size_t cap, size_t *n);
 	/* Plaintext into the session (*<n> taken, possibly fewer than <len>). */

@@ -46,14 +46,37 @@ struct verdict_response {
 	uint16_t status;
 };
 
+/*
+ * A credential-inject rule, immutable and borrowed from the snapshot. In each
+ * request the sandbox sends, the header <header> (compared without regard to
+ * case) whose value is <prefix><placeholder> has it replaced by
+ * <prefix><secret>. The secret never leaves the policy's memory except on the
+ * TLS connection to the upstream.
+ */
+struct verdict_inject {
+	const char *header;      /* e.g. "Authorization", "x-api-key" */
+	const char *prefix;      /* e.g. "Bearer "; "" for none */
+	const char *placeholder; /* what the sandbox holds */
+	const char *secret;      /* the real value (never logged, audited or answered) */
+	const char *
+	    upstream_ca; /* PEM file the upstream's certificate must chain to; NULL: system roots */
+	uint32_t header_len;
+	uint32_t prefix_len;
+	uint32_t placeholder_len;
+	uint32_t secret_len;
+	bool require; /* a request without the placeholder is refused, not forwarded as is */
+};
+
 struct verdict {
 	enum tier tier;
 	enum reason reason;      /* REASON_NONE unless tier == TIER_DENY */
 	const char *rule;        /* id of the deciding rule, NULL when no rule matched */
 	const char *instruction; /* the rule's text for the agent, NULL for the default */
 	const char *upstream;    /* TIER_LOCAL: "host:port" to relay to, else NULL */
-	const void
-	    *fake; /* TIER_FAKE: the rule's responses (verdict_ops.fake_response), else NULL */
+	/* TIER_FAKE: the rule's responses (verdict_ops.fake_response), else NULL. */
+	const void *fake;
+	/* TIER_INJECT: what to swap in, else NULL. */
+	const struct verdict_inject *inject;
 	/*
 	 * The deciding rule as a dense index over the whole snapshot
 	 * (0..rule_count-1, stable for the snapshot's life, not across reloads),
@@ -126,6 +149,8 @@ static inline enum reason verdict_refusal(const struct verdict *v)
 		return v->reason != REASON_NONE ? v->reason : REASON_HOST_NOT_ALLOWED;
 	if (v->tier == TIER_FAKE)
 		return v->fake != NULL ? REASON_NONE : REASON_TIER_UNAVAILABLE;
+	if (v->tier == TIER_INJECT)
+		return v->inject != NULL ? REASON_NONE : REASON_TIER_UNAVAILABLE;
 	if (v->tier != TIER_PASSTHROUGH && v->tier != TIER_LOCAL)
 		return REASON_TIER_UNAVAILABLE;
 	if (v->tier == TIER_LOCAL && v->upstream == NULL)

@@ -24,9 +24,17 @@
  * headers) gets in. verdict.fake comes from a table by rule index beside the
  * acl, not from its nodes: a host lookup carries no field only one tier needs.
  *
+ * An inject rule's secret is read at load (getenv, or its file) straight into
+ * memory of its own, never through libyaml or a message: errors name the
+ * variable or the file and a bad byte's position, never a secret, placeholder
+ * or prefix value. It is wiped when the policy is freed (pool_free_secret),
+ * and a failed load frees, so wipes, what it read. verdict.inject comes from
+ * a table by rule index, as verdict.fake does.
+ *
  * Checklist when adding a key: the key table and the switch of its section,
  * docs/policy.md (example and reference), tests/unit/policy/policy.c (a
- * response's keys: tests/unit/policy/fake.c).
+ * response's keys: tests/unit/policy/fake.c; an inject's:
+ * tests/unit/policy/inject.c).
  */
 #include "policy/policy.h"
 
@@ -90,6 +98,18 @@ struct policy_fake {
 	uint32_t rule_index; /* the rule's verdict.rule_index */
 };
 
+/* A credential-inject rule, compiled at load: verdict.inject is &vi. */
+struct policy_inject {
+	char *header;      /* owned; vi.header */
+	char *prefix;      /* owned; vi.prefix ("" when none) */
+	char *placeholder; /* owned; vi.placeholder */
+	char *secret;      /* owned; vi.secret; secret_cap bytes wiped when released */
+	char *upstream_ca; /* owned; vi.upstream_ca, NULL for the system roots */
+	uint32_t secret_cap;
+	uint32_t rule_index;      /* the rule's verdict.rule_index */
+	struct verdict_inject vi; /* borrows the strings above */
+};
+
 struct policy {
 	struct policy_profile *profiles;
 	struct policy_host *hosts;
@@ -97,6 +117,9 @@ struct policy {
 	struct policy_fake *fakes; /* every fake rule's responses, in file order */
 	/* rule_count entries, by verdict.rule_index (NULL for other tiers); NULL without fakes. */
 	const struct policy_fake **fake_by_rule;
+	struct policy_inject *injects; /* every inject rule's, in file order */
+	/* As fake_by_rule, for inject rules; NULL without any. */
+	const struct verdict_inject **inject_by_rule;
 	struct strtab profile_index;
 	struct strtab host_index;
 	uint32_t profile_count;
@@ -107,6 +130,8 @@ struct policy {
 	uint32_t allow_cap;
 	uint32_t fake_count;
 	uint32_t fake_cap;
+	uint32_t inject_count;
+	uint32_t inject_cap;
 	uint32_t rule_count;
 };
 
@@ -1220,6 +1245,8 @@ enum {
 	RULE_ID,
 	RULE_LIMITS,
 	RULE_RESPONSES,
+	RULE_INJECT,
+	RULE_UPSTREAM_CA,
 	RULE__COUNT
 };
 static const char *const rule_keys[] = {
@@ -1228,6 +1255,7 @@ static const char *const rule_keys[] = {
 	[RULE_REASON] = "reason",     [RULE_INSTRUCTION] = "instruction",
 	[RULE_UPSTREAM] = "upstream", [RULE_ID] = "id",
 	[RULE_LIMITS] = "limits",     [RULE_RESPONSES] = "responses",
+	[RULE_INJECT] = "inject",     [RULE_UPSTREAM_CA] = "upstream_ca",
 };
 static_assert(AN_ARRAY_LEN(rule_keys) == RULE__COUNT, "every rule key needs a name");
 static const struct keyset rule_keyset = { "a rule", rule_keys, RULE__COUNT };
@@ -1243,11 +1271,15 @@ struct rule_marks {
 	yaml_mark_t id;
 	yaml_mark_t limits;
 	yaml_mark_t responses;
+	yaml_mark_t inject;
+	yaml_mark_t upstream_ca;
+	yaml_mark_t placeholder; /* the inject's placeholder value */
 };
 
 struct profile_ctx {
 	struct policy_profile *profile;
-	struct strtab ids; /* rule id -> index, for duplicates */
+	struct strtab ids;          /* rule id -> index, for duplicates */
+	struct strtab placeholders; /* an inject's placeholder -> index in p->injects */
 };
 
 static uint32_t mark_u32(size_t v)
@@ -1830,8 +1862,12 @@ static int parse_response_body(struct loader *ld, struct policy_response *resp)
 	return 0;
 }
 
-/* body_file <s>/<len> as opened: as written when absolute, else from the policy file's directory. */
-static int body_file_path(struct loader *ld, const char *s, size_t len, char *out, size_t cap)
+/*
+ * The file <what> (body_file, secret_file, upstream_ca) names, <s>/<len>, as
+ * opened: as written when absolute, else from the policy file's directory.
+ */
+static int file_path(struct loader *ld, const char *what, const char *s, size_t len, char *out,
+		     size_t cap)
 {
 	const char *slash = strrchr(ld->name, '/');
 	int dir_len = slash == NULL ? 0 : slash == ld->name ? 1 : (int)(slash - ld->name);
@@ -1842,13 +1878,17 @@ static int body_file_path(struct loader *ld, const char *s, size_t len, char *ou
 					     : snprintf(out, cap, "%.*s%s%.*s", dir_len, ld->name,
 							dir_len == 1 ? "" : "/", (int)len, s);
 	if (n < 0 || (size_t)n >= cap)
-		return fail(ld, ld->ev.start_mark, "body_file: the path is longer than %zu bytes",
+		return fail(ld, ld->ev.start_mark, "%s: the path is longer than %zu bytes", what,
 			    cap - 1);
 	return 0;
 }
 
-/* Reads all of the regular file <fd> of <size> bytes into the owned *<out>; -errno, or -EAGAIN when it grew. */
-static int body_file_read(int fd, size_t size, char **out, size_t *len)
+/*
+ * Reads all of the regular file <fd> of <size> bytes into the owned *<out>;
+ * -errno, or -EAGAIN when it grew. On failure what was read is wiped first:
+ * the file may hold a secret.
+ */
+static int file_read(int fd, size_t size, char **out, size_t *len)
 {
 	size_t cap = size + 1;
 	size_t used = 0;
@@ -1864,7 +1904,7 @@ static int body_file_read(int fd, size_t size, char **out, size_t *len)
 			continue;
 		if (n == -1) {
 			int e = errno;
-			pool_free(buf);
+			pool_free_secret(buf, used);
 			return -e;
 		}
 		if (n == 0)
@@ -1872,7 +1912,7 @@ static int body_file_read(int fd, size_t size, char **out, size_t *len)
 		used += (size_t)n;
 	}
 	if (used == cap) {
-		pool_free(buf);
+		pool_free_secret(buf, used);
 		return -EAGAIN;
 	}
 	buf[used] = '\0'; /* as an inline body: callers may treat text as a string */
@@ -1882,15 +1922,17 @@ static int body_file_read(int fd, size_t size, char **out, size_t *len)
 }
 
 /*
- * Reads the open body_file <fd> into the owned *<buf> of *<len> bytes. Returns 0;
- * -EINVAL (not a regular file), -EFBIG (too large) or -EAGAIN (it grew while
- * read), each with *<call> NULL; or the -errno of *<call> ("fstat", "read").
+ * Reads the open file <fd> of at most <max> bytes into the owned *<buf> of
+ * *<len> bytes (and a NUL). Returns 0; -EINVAL (not a regular file), -EFBIG
+ * (larger than <max>) or -EAGAIN (it grew while read), each with *<call>
+ * NULL; or the -errno of *<call> ("fstat", "read").
  */
-static int body_file_load(int fd, char **buf, size_t *len, const char **call)
+static int file_load(int fd, size_t max, char **buf, size_t *len, const char **call)
 {
 	struct stat st;
 
 	AN_ASSERT(fd >= 0);
+	AN_ASSERT(max <= POLICY_FAKE_BODY_BYTES_MAX);
 	*call = NULL;
 	if (fstat(fd, &st) == -1) {
 		*call = "fstat";
@@ -1898,13 +1940,53 @@ static int body_file_load(int fd, char **buf, size_t *len, const char **call)
 	}
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
-	if ((uint64_t)st.st_size > POLICY_FAKE_BODY_BYTES_MAX)
+	if ((uint64_t)st.st_size > max)
 		return -EFBIG;
-	int rc = body_file_read(fd, (size_t)st.st_size, buf, len);
+	int rc = file_read(fd, (size_t)st.st_size, buf, len);
 	if (rc != 0 && rc != -EAGAIN)
 		*call = "read";
 	AN_ASSERT(rc != 0 || *len <= (size_t)st.st_size);
 	return rc;
+}
+
+/*
+ * Reads the value of the path key <what> (body_file, secret_file,
+ * upstream_ca) into <path>/<cap> as file_path finds it. The value is not
+ * shown when it is refused: a key pasted there by mistake must not reach a
+ * log.
+ */
+static int loader_file_value(struct loader *ld, const char *what, char *path, size_t cap)
+{
+	AN_ASSERT(what != NULL);
+	AN_ASSERT(cap >= POLICY_PATH_BYTES_MAX + 1);
+	int rc = loader_scalar(ld, what, "a string");
+	if (rc != 0)
+		return rc;
+	if (ev_len(ld) == 0 || ev_len(ld) > POLICY_PATH_BYTES_MAX ||
+	    !text_is_clean(ev_text(ld), ev_len(ld)))
+		return fail(ld, ld->ev.start_mark,
+			    "%s must be a path of 1-%u bytes without control characters", what,
+			    POLICY_PATH_BYTES_MAX);
+	return file_path(ld, what, ev_text(ld), ev_len(ld), path, cap);
+}
+
+/* The message for file_load's <rc> (not 0) on the file <path> of key <what>, at the value. */
+static int fail_file_load(struct loader *ld, const char *what, const char *path, int rc,
+			  const char *call, size_t max)
+{
+	AN_ASSERT(rc < 0);
+	AN_ASSERT(what != NULL && path != NULL);
+	if (rc == -ENOMEM)
+		return fail_oom(ld);
+	if (call != NULL)
+		return fail(ld, ld->ev.start_mark, "%s %s: %s: %s", what, path, call,
+			    strerror(-rc));
+	if (rc == -EINVAL)
+		return fail(ld, ld->ev.start_mark, "%s %s: not a regular file", what, path);
+	if (rc == -EFBIG)
+		return fail(ld, ld->ev.start_mark, "%s %s: larger than %zu bytes", what, path, max);
+	AN_ASSERT(rc == -EAGAIN);
+	return fail(ld, ld->ev.start_mark, "%s %s: changed while it was read", what, path);
 }
 
 /*
@@ -1921,15 +2003,7 @@ static int parse_response_body_file(struct loader *ld, struct policy_response *r
 	size_t len = 0;
 
 	AN_ASSERT(resp->body == NULL);
-	int rc = loader_scalar(ld, "body_file", "a string");
-	if (rc != 0)
-		return rc;
-	if (ev_len(ld) == 0 || ev_len(ld) > POLICY_PATH_BYTES_MAX ||
-	    !text_is_clean(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "body_file must be a path of 1-%u bytes without control characters",
-			    POLICY_PATH_BYTES_MAX);
-	rc = body_file_path(ld, ev_text(ld), ev_len(ld), path, sizeof(path));
+	int rc = loader_file_value(ld, "body_file", path, sizeof(path));
 	if (rc != 0)
 		return rc;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
@@ -1939,20 +2013,10 @@ static int parse_response_body_file(struct loader *ld, struct policy_response *r
 			    path);
 	if (fd == -1)
 		return fail(ld, ld->ev.start_mark, "body_file %s: open: %s", path, strerror(errno));
-	rc = body_file_load(fd, &buf, &len, &call);
+	rc = file_load(fd, POLICY_FAKE_BODY_BYTES_MAX, &buf, &len, &call);
 	close(fd);
-	if (rc == -ENOMEM)
-		return fail_oom(ld);
-	if (call != NULL)
-		return fail(ld, ld->ev.start_mark, "body_file %s: %s: %s", path, call,
-			    strerror(-rc));
-	if (rc == -EINVAL)
-		return fail(ld, ld->ev.start_mark, "body_file %s: not a regular file", path);
-	if (rc == -EFBIG)
-		return fail(ld, ld->ev.start_mark, "body_file %s: larger than %u bytes", path,
-			    POLICY_FAKE_BODY_BYTES_MAX);
-	if (rc == -EAGAIN)
-		return fail(ld, ld->ev.start_mark, "body_file %s: changed while it was read", path);
+	if (rc != 0)
+		return fail_file_load(ld, "body_file", path, rc, call, POLICY_FAKE_BODY_BYTES_MAX);
 	rc = body_account(ld, "body_file", len, ld->ev.start_mark);
 	if (rc != 0) {
 		pool_free(buf);
@@ -2134,6 +2198,458 @@ static int parse_responses(struct loader *ld, const struct acl_rule *r)
 	return 0;
 }
 
+/* --- an inject rule's credential ------------------------------------------------------ */
+
+/*
+ * Headers an inject rule may not name: the engine frames and routes the
+ * request it re-originates, so the framing and hop-by-hop fields (RFC 9110
+ * section 7.6.1) and Host are its own, and Proxy-* are for this proxy, never
+ * for the upstream. A credential there would split the request or go astray.
+ */
+static const char *const inject_refused_headers[] = {
+	"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Host", "TE",
+	"Trailer",
+};
+
+static bool inject_header_refused(const char *name, size_t len)
+{
+	static const char proxy[] = "Proxy-";
+
+	AN_ASSERT(name != NULL);
+	if (len >= sizeof(proxy) - 1 && strncasecmp(name, proxy, sizeof(proxy) - 1) == 0)
+		return true;
+	for (size_t i = 0; i < AN_ARRAY_LEN(inject_refused_headers); i++) {
+		if (len == strlen(inject_refused_headers[i]) &&
+		    strncasecmp(name, inject_refused_headers[i], len) == 0)
+			return true;
+	}
+	AN_ASSERT(len > 0);
+	return false;
+}
+
+/* The 1-based position of the first byte of <s>/<len> that is not visible ASCII, or 0. */
+static size_t first_invisible(const char *s, size_t len)
+{
+	AN_ASSERT(s != NULL || len == 0);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c < 0x21 || c > 0x7e)
+			return i + 1;
+	}
+	return 0;
+}
+
+/* The 1-based position of the first control byte (C0 or DEL) of <s>/<len>, or 0. */
+static size_t first_control(const char *s, size_t len)
+{
+	AN_ASSERT(s != NULL || len == 0);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c < 0x20 || c == 0x7f)
+			return i + 1;
+	}
+	return 0;
+}
+
+/* "true" or "false", plain (YAML 1.2's core schema; no yes/no/on/off). */
+static int loader_bool(struct loader *ld, const char *what, bool *out)
+{
+	AN_ASSERT(out != NULL);
+	int rc = loader_scalar(ld, what, "true or false");
+	if (rc != 0)
+		return rc;
+	bool plain = ld->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+	if (plain && ev_len(ld) == 4 && memcmp(ev_text(ld), "true", 4) == 0)
+		*out = true;
+	else if (plain && ev_len(ld) == 5 && memcmp(ev_text(ld), "false", 5) == 0)
+		*out = false;
+	else
+		return fail(ld, ld->ev.start_mark, "%s must be true or false", what);
+	AN_ASSERT(*out == (ev_len(ld) == 4));
+	return 0;
+}
+
+/* The inject entry of rule <r>, pushed at its first inject or upstream_ca key; NULL: no memory. */
+static struct policy_inject *inject_of(struct loader *ld, const struct acl_rule *r)
+{
+	struct policy *p = ld->p;
+
+	if (p->inject_count > 0 && p->injects[p->inject_count - 1].rule_index == r->index)
+		return &p->injects[p->inject_count - 1];
+	AN_ASSERT(p->inject_count == 0 || p->injects[p->inject_count - 1].rule_index < r->index);
+	struct policy_inject *injects =
+	    grow_array(p->injects, &p->inject_cap, p->inject_count, sizeof(*injects));
+	if (injects == NULL)
+		return NULL;
+	p->injects = injects;
+	struct policy_inject *in = &p->injects[p->inject_count++];
+	in->rule_index = r->index;
+	in->vi.require = true; /* the default: a request without the placeholder is refused */
+	AN_ASSERT(in->secret == NULL && in->header == NULL);
+	return in;
+}
+
+static int parse_inject_header(struct loader *ld, struct policy_inject *in)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(in->header == NULL);
+	int rc = loader_scalar(ld, "header", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	show(s, len, shown);
+	if (!is_token(s, len) || len > POLICY_INJECT_HEADER_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark,
+			    "invalid header \"%s\": use 1-%u bytes of RFC 9110 token characters",
+			    shown, POLICY_INJECT_HEADER_BYTES_MAX);
+	if (inject_header_refused(s, len))
+		return fail(ld, ld->ev.start_mark,
+			    "header \"%s\" is refused: the daemon frames and routes the request "
+			    "(Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, "
+			    "Proxy-*, Host, TE, Trailer)",
+			    shown);
+	in->header = pool_strndup(s, len);
+	if (in->header == NULL)
+		return fail_oom(ld);
+	in->vi.header = in->header;
+	in->vi.header_len = (uint32_t)len;
+	AN_ASSERT(in->vi.header_len <= POLICY_INJECT_HEADER_BYTES_MAX);
+	return 0;
+}
+
+/* Neither the prefix nor the placeholder is ever shown: a key written there must not be. */
+static int parse_inject_prefix(struct loader *ld, struct policy_inject *in)
+{
+	AN_ASSERT(in->prefix == NULL);
+	int rc = loader_scalar(ld, "prefix", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len > POLICY_INJECT_PREFIX_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark, "prefix is longer than %u bytes",
+			    POLICY_INJECT_PREFIX_BYTES_MAX);
+	size_t at = first_control(s, len);
+	if (at != 0)
+		return fail(ld, ld->ev.start_mark,
+			    "prefix has a control character (CR, LF, tab, ...) at position %zu",
+			    at);
+	/* Servers and this proxy read a field value without its leading whitespace. */
+	if (len > 0 && s[0] == ' ')
+		return fail(ld, ld->ev.start_mark,
+			    "prefix must not begin with a space: a header's value is read without "
+			    "its leading whitespace, so it would never match");
+	in->prefix = pool_strndup(s, len);
+	if (in->prefix == NULL)
+		return fail_oom(ld);
+	in->vi.prefix = in->prefix;
+	in->vi.prefix_len = (uint32_t)len;
+	AN_ASSERT(in->vi.prefix_len <= POLICY_INJECT_PREFIX_BYTES_MAX);
+	return 0;
+}
+
+static int parse_inject_placeholder(struct loader *ld, struct policy_inject *in, yaml_mark_t *mark)
+{
+	AN_ASSERT(in->placeholder == NULL);
+	int rc = loader_scalar(ld, "placeholder", "a string");
+	if (rc != 0)
+		return rc;
+	*mark = ld->ev.start_mark;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len < POLICY_INJECT_PLACEHOLDER_BYTES_MIN || len > POLICY_INJECT_PLACEHOLDER_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark, "placeholder must be %u-%u bytes, got %zu",
+			    POLICY_INJECT_PLACEHOLDER_BYTES_MIN,
+			    POLICY_INJECT_PLACEHOLDER_BYTES_MAX, len);
+	size_t at = first_invisible(s, len);
+	if (at != 0)
+		return fail(ld, ld->ev.start_mark,
+			    "placeholder has a byte that is not visible ASCII (0x21..0x7e) at "
+			    "position %zu",
+			    at);
+	in->placeholder = pool_strndup(s, len);
+	if (in->placeholder == NULL)
+		return fail_oom(ld);
+	in->vi.placeholder = in->placeholder;
+	in->vi.placeholder_len = (uint32_t)len;
+	AN_ASSERT(in->vi.placeholder_len >= POLICY_INJECT_PLACEHOLDER_BYTES_MIN);
+	return 0;
+}
+
+/*
+ * Checks the secret <s>/<len> read from <key> <name> ("secret_env NAME",
+ * "secret_file PATH"), with messages at the value. It goes in a header line
+ * as is, so it is visible ASCII; a bad byte is named by its position only.
+ */
+static int secret_check(struct loader *ld, const char *key, const char *name, const char *s,
+			size_t len)
+{
+	AN_ASSERT(key != NULL && name != NULL);
+	AN_ASSERT(s != NULL);
+	if (len == 0)
+		return fail(ld, ld->ev.start_mark, "%s %s: the secret is empty", key, name);
+	if (len > POLICY_INJECT_SECRET_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark, "%s %s: the secret is longer than %u bytes", key,
+			    name, POLICY_INJECT_SECRET_BYTES_MAX);
+	size_t at = first_invisible(s, len);
+	if (at != 0)
+		return fail(
+		    ld, ld->ev.start_mark,
+		    "%s %s: the secret has a byte that is not visible ASCII (0x21..0x7e) at "
+		    "position %zu: a header cannot carry a space, tab, control character "
+		    "or non-ASCII byte there",
+		    key, name, at);
+	return 0;
+}
+
+/* Takes <buf> (owned, <cap> bytes to wipe) as the secret of <in>, <len> bytes and a NUL. */
+static void secret_set(struct policy_inject *in, char *buf, size_t cap, size_t len)
+{
+	AN_ASSERT(in->secret == NULL);
+	AN_ASSERT(len < cap && cap <= POLICY_INJECT_SECRET_BYTES_MAX + 2u);
+	AN_ASSERT(buf[len] == '\0');
+	in->secret = buf;
+	in->secret_cap = (uint32_t)cap;
+	in->vi.secret = buf;
+	in->vi.secret_len = (uint32_t)len;
+}
+
+/* POSIX's portable variable names, and lower case: [A-Za-z_][A-Za-z0-9_]*. */
+static bool is_env_name(const char *s, size_t len)
+{
+	if (len == 0 || len > POLICY_INJECT_ENV_NAME_BYTES_MAX || (s[0] >= '0' && s[0] <= '9'))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_';
+		if (!ok)
+			return false;
+	}
+	AN_ASSERT(len <= POLICY_INJECT_ENV_NAME_BYTES_MAX);
+	return true;
+}
+
+/* secret_env: the daemon's environment is read at every load (it is the one it started with). */
+static int parse_secret_env(struct loader *ld, struct policy_inject *in)
+{
+	char name[POLICY_INJECT_ENV_NAME_BYTES_MAX + 1];
+
+	AN_ASSERT(in->secret == NULL);
+	int rc = loader_scalar(ld, "secret_env", "a string");
+	if (rc != 0)
+		return rc;
+	/* Not shown: a key pasted here instead of a name must not reach a log. */
+	if (!is_env_name(ev_text(ld), ev_len(ld)))
+		return fail(ld, ld->ev.start_mark,
+			    "secret_env must name an environment variable: 1-%u of [A-Za-z0-9_], "
+			    "not starting with a digit",
+			    POLICY_INJECT_ENV_NAME_BYTES_MAX);
+	memcpy(name, ev_text(ld), ev_len(ld));
+	name[ev_len(ld)] = '\0';
+	const char *value = getenv(name);
+	if (value == NULL)
+		return fail(ld, ld->ev.start_mark,
+			    "secret_env %s: the daemon's environment has no such variable", name);
+	size_t len = strlen(value);
+	rc = secret_check(ld, "secret_env", name, value, len);
+	if (rc != 0)
+		return rc;
+	char *buf = pool_malloc(len + 1);
+	if (buf == NULL)
+		return fail_oom(ld);
+	memcpy(buf, value, len + 1);
+	secret_set(in, buf, len + 1, len);
+	AN_ASSERT(in->vi.secret_len == len);
+	return 0;
+}
+
+/*
+ * secret_file: read at every load, following symbolic links (secret mounts,
+ * Kubernetes' among them, are links). O_NONBLOCK keeps a FIFO from hanging
+ * the load; file_load then refuses it.
+ */
+static int parse_secret_file(struct loader *ld, struct policy_inject *in)
+{
+	char path[PATH_MAX];
+	const char *call = NULL;
+	char *buf = NULL;
+	size_t got = 0;
+
+	AN_ASSERT(in->secret == NULL);
+	int rc = loader_file_value(ld, "secret_file", path, sizeof(path));
+	if (rc != 0)
+		return rc;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd == -1)
+		return fail(ld, ld->ev.start_mark, "secret_file %s: open: %s", path,
+			    strerror(errno));
+	rc = file_load(fd, POLICY_INJECT_SECRET_BYTES_MAX + 1u, &buf, &got, &call);
+	close(fd);
+	if (rc != 0)
+		return fail_file_load(ld, "secret_file", path, rc, call,
+				      POLICY_INJECT_SECRET_BYTES_MAX + 1u);
+	/* One trailing newline is how editors and `echo` end a file; it is not the key's. */
+	size_t len = got > 0 && buf[got - 1] == '\n' ? got - 1 : got;
+	buf[len] = '\0';
+	rc = secret_check(ld, "secret_file", path, buf, len);
+	if (rc != 0) {
+		pool_free_secret(buf, got + 1);
+		return rc;
+	}
+	secret_set(in, buf, got + 1, len);
+	AN_ASSERT(in->vi.secret_len == len);
+	return 0;
+}
+
+/* upstream_ca: only checked here, following links (/etc/ssl/certs is links); the engine reads it. */
+static int parse_upstream_ca(struct loader *ld, const struct acl_rule *r)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	struct policy_inject *in = inject_of(ld, r);
+	if (in == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(in->upstream_ca == NULL);
+	int rc = loader_file_value(ld, "upstream_ca", path, sizeof(path));
+	if (rc != 0)
+		return rc;
+	if (stat(path, &st) == -1)
+		return fail(ld, ld->ev.start_mark, "upstream_ca %s: stat: %s", path,
+			    strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return fail(ld, ld->ev.start_mark, "upstream_ca %s: not a regular file", path);
+	in->upstream_ca = pool_strndup(path, strlen(path));
+	if (in->upstream_ca == NULL)
+		return fail_oom(ld);
+	in->vi.upstream_ca = in->upstream_ca;
+	AN_ASSERT(in->rule_index == r->index);
+	return 0;
+}
+
+/* The sandbox holds the placeholder: it must tell nothing of the secret, nor be in it. */
+static int inject_overlap(struct loader *ld, const struct verdict_inject *vi, yaml_mark_t m)
+{
+	AN_ASSERT(vi->placeholder != NULL);
+	AN_ASSERT(vi->secret != NULL);
+	bool overlap =
+	    vi->placeholder_len <= vi->secret_len
+		? memmem(vi->secret, vi->secret_len, vi->placeholder, vi->placeholder_len) != NULL
+		: memmem(vi->placeholder, vi->placeholder_len, vi->secret, vi->secret_len) != NULL;
+	if (overlap)
+		return fail(ld, m,
+			    "the placeholder and the secret must not equal or contain each other: "
+			    "the sandbox holds the placeholder");
+	return 0;
+}
+
+enum { IK_HEADER, IK_PREFIX, IK_PLACEHOLDER, IK_SECRET_ENV, IK_SECRET_FILE, IK_REQUIRE, IK__COUNT };
+static const char *const inject_keys[] = {
+	[IK_HEADER] = "header",           [IK_PREFIX] = "prefix",
+	[IK_PLACEHOLDER] = "placeholder", [IK_SECRET_ENV] = "secret_env",
+	[IK_SECRET_FILE] = "secret_file", [IK_REQUIRE] = "require",
+};
+static_assert(AN_ARRAY_LEN(inject_keys) == IK__COUNT, "every inject key needs a name");
+static const struct keyset inject_keyset = { "inject", inject_keys, IK__COUNT };
+#define IK_SECRETS ((1u << IK_SECRET_ENV) | (1u << IK_SECRET_FILE))
+
+static int inject_value(struct loader *ld, struct policy_inject *in, uint32_t key, uint32_t seen,
+			struct rule_marks *m)
+{
+	AN_ASSERT(key < IK__COUNT);
+	AN_ASSERT(seen & (1u << key));
+	switch (key) {
+	case IK_HEADER:
+		return parse_inject_header(ld, in);
+	case IK_PREFIX:
+		return parse_inject_prefix(ld, in);
+	case IK_PLACEHOLDER:
+		return parse_inject_placeholder(ld, in, &m->placeholder);
+	case IK_SECRET_ENV:
+	case IK_SECRET_FILE:
+		if ((seen & IK_SECRETS) == IK_SECRETS)
+			return fail(ld, ld->key_mark,
+				    "secret_env and secret_file exclude each other");
+		return key == IK_SECRET_ENV ? parse_secret_env(ld, in) : parse_secret_file(ld, in);
+	case IK_REQUIRE:
+		return loader_bool(ld, "require", &in->vi.require);
+	default:
+		(void)AN_NEVER(true);
+		return -EINVAL;
+	}
+}
+
+/* An inject rule's `inject`: the header, its prefix and placeholder, and the secret's source. */
+static int parse_inject(struct loader *ld, const struct acl_rule *r, struct rule_marks *m)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	struct policy_inject *in = inject_of(ld, r);
+	if (in == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(in->rule_index == r->index && in->header == NULL);
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "inject");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &inject_keyset, &seen, &key)) > 0) {
+		rc = inject_value(ld, in, key, seen, m);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	rc = check_mandatory(ld, &inject_keyset, (1u << IK_HEADER) | (1u << IK_PLACEHOLDER), seen,
+			     start);
+	if (rc != 0)
+		return rc;
+	if (!(seen & IK_SECRETS))
+		return fail(ld, start,
+			    "inject needs secret_env or secret_file: where the daemon reads the "
+			    "real credential");
+	if (in->vi.prefix == NULL)
+		in->vi.prefix = "";
+	AN_ASSERT(in->vi.header != NULL && in->vi.secret != NULL);
+	return inject_overlap(ld, &in->vi, m->placeholder);
+}
+
+/* Inject rules of one profile share a placeholder only when they share the secret too. */
+static int inject_share(struct loader *ld, struct profile_ctx *pc, const struct acl_rule *r,
+			yaml_mark_t m)
+{
+	const struct policy *p = ld->p;
+	const struct acl_rule *rules = pc->profile->rules;
+	uint32_t first = 0;
+
+	AN_ASSERT(p->inject_count > 0);
+	uint32_t i = p->inject_count - 1;
+	const struct policy_inject *in = &p->injects[i];
+	AN_ASSERT(in->rule_index == r->index);
+	int rc =
+	    strtab_insert(&pc->placeholders, in->placeholder, in->vi.placeholder_len, i, &first);
+	if (rc == 0)
+		return 0;
+	if (rc != -EEXIST)
+		return fail_oom(ld);
+	const struct policy_inject *other = &p->injects[first];
+	if (other->vi.secret_len == in->vi.secret_len &&
+	    memcmp(other->secret, in->secret, in->vi.secret_len) == 0)
+		return 0;
+	/* A profile's rules have consecutive indexes, in file order. */
+	const struct acl_rule *o = &rules[other->rule_index - rules[0].index];
+	AN_ASSERT(o->index == other->rule_index);
+	return fail(ld, m,
+		    "the placeholder is also rule \"%s\"'s (line %u), with another secret: give "
+		    "each secret its own placeholder",
+		    o->id, o->line);
+}
+
 static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struct rule_marks *m)
 {
 	AN_ASSERT(key < RULE__COUNT);
@@ -2163,23 +2679,27 @@ static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struc
 	case RULE_RESPONSES:
 		m->responses = ld->key_mark;
 		return parse_responses(ld, r);
+	case RULE_INJECT:
+		m->inject = ld->key_mark;
+		return parse_inject(ld, r, m);
+	case RULE_UPSTREAM_CA:
+		m->upstream_ca = ld->key_mark;
+		return parse_upstream_ca(ld, r);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
 	}
 }
 
-/* Whole-rule checks once every key is read, then the id (default "<profile>/<n>"). */
-static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rule *r,
-		       uint32_t index, uint32_t seen, const struct rule_marks *m)
+/*
+ * The keys of one tier: each needed on its tier and refused on the others.
+ * Checklist when a tier gets a key of its own: here, and docs/policy.md.
+ */
+static int rule_tier_keys(struct loader *ld, const struct acl_rule *r, uint32_t seen,
+			  const struct rule_marks *m)
 {
-	char buf[POLICY_RULE_ID_BYTES_MAX + 1];
-	uint32_t first = 0;
-
-	AN_ASSERT(index < pc->profile->rule_count);
-	int rc = check_mandatory(ld, &rule_keyset, rule_mandatory, seen, m->start);
-	if (rc != 0)
-		return rc;
+	AN_ASSERT(r->tier < TIER__COUNT);
+	AN_ASSERT(m != NULL);
 	if (r->tier == TIER_LOCAL && r->upstream == NULL)
 		return fail(ld, m->tier,
 			    "tier local needs an upstream (\"host:port\" to relay to)");
@@ -2191,12 +2711,41 @@ static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rul
 			    "without method and path)");
 	if (r->tier != TIER_FAKE && (seen & (1u << RULE_RESPONSES)))
 		return fail(ld, m->responses, "responses is only allowed with tier fake");
+	if (r->tier == TIER_INJECT && !(seen & (1u << RULE_INJECT)))
+		return fail(ld, m->tier,
+			    "tier inject needs inject (the header, the placeholder, and secret_env "
+			    "or secret_file)");
+	if (r->tier != TIER_INJECT && (seen & (1u << RULE_INJECT)))
+		return fail(ld, m->inject, "inject is only allowed with tier inject");
+	if (r->tier != TIER_INJECT && (seen & (1u << RULE_UPSTREAM_CA)))
+		return fail(ld, m->upstream_ca, "upstream_ca is only allowed with tier inject");
+	return 0;
+}
+
+/* Whole-rule checks once every key is read, then the id (default "<profile>/<n>"). */
+static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rule *r,
+		       uint32_t index, uint32_t seen, const struct rule_marks *m)
+{
+	char buf[POLICY_RULE_ID_BYTES_MAX + 1];
+	uint32_t first = 0;
+
+	AN_ASSERT(index < pc->profile->rule_count);
+	int rc = check_mandatory(ld, &rule_keyset, rule_mandatory, seen, m->start);
+	if (rc == 0)
+		rc = rule_tier_keys(ld, r, seen, m);
+	if (rc != 0)
+		return rc;
 	if (r->tier == TIER_DENY && r->ports != NULL)
 		return fail(ld, m->ports,
 			    "ports cannot be combined with tier deny, which refuses every port");
 	if (r->tier == TIER_DENY && (seen & (1u << RULE_LIMITS)))
 		return fail(ld, m->limits,
 			    "limits cannot be combined with tier deny, which serves no request");
+	if (r->tier == TIER_INJECT) {
+		rc = inject_share(ld, pc, r, m->placeholder);
+		if (rc != 0)
+			return rc;
+	}
 	yaml_mark_t id_mark = r->id != NULL ? m->id : m->start;
 	if (r->id == NULL) {
 		snprintf(buf, sizeof(buf), "%s/%u", pc->profile->name, index + 1);
@@ -2295,6 +2844,7 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 			rc = parse_limits(ld, &profile_limit_keyset, &pr->limits);
 	}
 	strtab_free(&pc.ids);
+	strtab_free(&pc.placeholders);
 	if (rc == 0)
 		rc = check_mandatory(ld, &profile_keyset, 1, seen, start);
 	AN_ASSERT(rc <= 0);
@@ -2666,6 +3216,30 @@ static int index_fakes(struct loader *ld)
 	return 0;
 }
 
+/* verdict.inject by rule index, once p->injects no longer moves. */
+static int index_injects(struct loader *ld)
+{
+	struct policy *p = ld->p;
+
+	AN_ASSERT(p->inject_by_rule == NULL);
+	AN_ASSERT(p->inject_count <= p->rule_count);
+	if (p->inject_count == 0)
+		return 0;
+	p->inject_by_rule = pool_calloc(p->rule_count, sizeof(*p->inject_by_rule));
+	if (p->inject_by_rule == NULL)
+		return fail_oom(ld);
+	for (uint32_t i = 0; i < p->inject_count; i++) {
+		const struct policy_inject *in = &p->injects[i];
+
+		AN_ASSERT(in->rule_index < p->rule_count);
+		AN_ASSERT(in->vi.header != NULL && in->vi.prefix != NULL);
+		AN_ASSERT(in->vi.placeholder != NULL && in->vi.secret != NULL);
+		AN_ASSERT(p->inject_by_rule[in->rule_index] == NULL);
+		p->inject_by_rule[in->rule_index] = &in->vi;
+	}
+	return 0;
+}
+
 static int parse_stream(struct loader *ld)
 {
 	int rc = loader_next(ld);
@@ -2695,7 +3269,9 @@ static int parse_stream(struct loader *ld)
 		rc = profile_finish(ld, &ld->p->profiles[i]);
 	if (rc == 0)
 		rc = resolve_refs(ld);
-	return rc != 0 ? rc : index_fakes(ld);
+	if (rc == 0)
+		rc = index_fakes(ld);
+	return rc != 0 ? rc : index_injects(ld);
 }
 
 /* --- load ------------------------------------------------------------------- */
@@ -2935,6 +3511,20 @@ static void fake_free(struct policy_fake *f)
 	memset(f, 0, sizeof(*f));
 }
 
+/* Wipes the secret, then releases the rest. */
+static void inject_free(struct policy_inject *in)
+{
+	AN_ASSERT(in->secret != NULL || in->secret_cap == 0);
+	AN_ASSERT(in->secret_cap <= POLICY_INJECT_SECRET_BYTES_MAX + 2u);
+	pool_free_secret(in->secret, in->secret_cap);
+	in->secret = NULL;
+	AN_FREE(&in->header);
+	AN_FREE(&in->prefix);
+	AN_FREE(&in->placeholder);
+	AN_FREE(&in->upstream_ca);
+	memset(in, 0, sizeof(*in));
+}
+
 void policy_free(struct policy *p)
 {
 	if (p == NULL)
@@ -2958,6 +3548,10 @@ void policy_free(struct policy *p)
 		fake_free(&p->fakes[i]);
 	AN_FREE(&p->fakes);
 	AN_FREE(&p->fake_by_rule);
+	for (uint32_t i = 0; i < p->inject_count; i++)
+		inject_free(&p->injects[i]);
+	AN_FREE(&p->injects);
+	AN_FREE(&p->inject_by_rule);
 	AN_FREE(&p->profiles);
 	AN_FREE(&p->hosts);
 	AN_FREE(&p->allow);
@@ -3004,13 +3598,20 @@ static void policy_decide(const void *snapshot, uint32_t profile, const char *ho
 	AN_ASSERT(p != NULL);
 	AN_ASSERT(profile < p->profile_count);
 	acl_decide(&p->profiles[profile].acl, host, host_len, port, out);
-	/* Every served verdict has its rule's index: the key of the rule's responses. */
+	/* Every served verdict has its rule's index: the key of its responses or credential. */
 	out->fake = NULL;
 	if (out->tier == TIER_FAKE) {
 		AN_DASSERT(out->rule_index < p->rule_count);
 		AN_DASSERT(p->fake_by_rule != NULL);
 		out->fake = p->fake_by_rule[out->rule_index];
 		AN_DASSERT(out->fake != NULL);
+	}
+	out->inject = NULL;
+	if (out->tier == TIER_INJECT) {
+		AN_DASSERT(out->rule_index < p->rule_count);
+		AN_DASSERT(p->inject_by_rule != NULL);
+		out->inject = p->inject_by_rule[out->rule_index];
+		AN_DASSERT(out->inject != NULL);
 	}
 	/* The engine keys per-rule limits by the index: a refusal must carry none. */
 	if (out->tier == TIER_DENY)

@@ -81,6 +81,34 @@ static_assert(POLICY_FAKE_HEAD_BYTES_MAX + 512u <= LIMITS_RESPONSE_HEAD_BYTES_MA
 static_assert(POLICY_FAKE_BODY_BYTES_MAX <= POLICY_FAKE_BYTES_MAX, "one body fits the total");
 static_assert(POLICY_FAKE_BYTES_MAX <= UINT32_MAX, "body lengths fit verdict_response");
 
+/*
+ * The credential-inject tier: a rule's `inject`. The engine swaps
+ * <prefix><placeholder> for <prefix><secret> in one request header, so each
+ * part is bounded here, and the swapped header line fits a request head.
+ */
+/* The header's name: an RFC 9110 token, as long as a canned response's header names. */
+#define POLICY_INJECT_HEADER_BYTES_MAX 64u
+/* The text before the credential ("Bearer "): an auth scheme, not a value. */
+#define POLICY_INJECT_PREFIX_BYTES_MAX 64u
+/*
+ * What the sandbox holds: at least 8 bytes, so that it does not occur in a
+ * request by chance; at most 256, which every client's key setting takes.
+ */
+#define POLICY_INJECT_PLACEHOLDER_BYTES_MIN 8u
+#define POLICY_INJECT_PLACEHOLDER_BYTES_MAX 256u
+/* The real credential: API keys and bearer tokens (JWTs included) stay well below this. */
+#define POLICY_INJECT_SECRET_BYTES_MAX 4096u
+/* secret_env: the name of one of the daemon's environment variables. */
+#define POLICY_INJECT_ENV_NAME_BYTES_MAX 255u
+
+static_assert(POLICY_INJECT_HEADER_BYTES_MAX + 2u + POLICY_INJECT_PREFIX_BYTES_MAX +
+		      POLICY_INJECT_SECRET_BYTES_MAX + 2u <=
+		  LIMITS_HEAD_BYTES_MAX / 2u,
+	      "a swapped header line leaves most of a request head to the request");
+static_assert(POLICY_INJECT_PLACEHOLDER_BYTES_MIN <= POLICY_INJECT_PLACEHOLDER_BYTES_MAX,
+	      "the placeholder's bounds are a range");
+static_assert(POLICY_INJECT_SECRET_BYTES_MAX <= UINT32_MAX, "secret lengths fit verdict_inject");
+
 /* Bounds of the daemon settings (defaults in core/limits.h). */
 #define POLICY_WORKERS_MAX          LIMITS_WORKERS_MAX
 #define POLICY_CONNS_PER_WORKER_MIN 16u
@@ -124,8 +152,18 @@ struct policy; /* opaque, immutable once loaded */
  * a relative one from the directory of <path>. daemon.ca only names the CA
  * files (cfg->ca_cert, cfg->ca_key); nothing reads them here.
  *
- * Control path only (start-up, reload); the result may be shared read-only
- * by every worker.
+ * An inject rule's secret is read here too, at every load (so a reload reads
+ * it again): secret_env from the process's environment (getenv), secret_file
+ * as body_file is found. A missing variable, a file that cannot be read and a
+ * secret that is not 1..POLICY_INJECT_SECRET_BYTES_MAX bytes of visible ASCII
+ * are -EINVAL at the position of the secret_env or secret_file value. No
+ * message ever holds a secret (a bad byte is named by its position), nor a
+ * placeholder or a prefix (either could be a key written in the wrong
+ * place). The secret lives in memory of its own, wiped by policy_free. An
+ * upstream_ca is only checked to be a regular file; the engine reads it.
+ *
+ * Control path only (start-up, reload; not thread-safe against setenv); the
+ * result may be shared read-only by every worker.
  */
 int policy_load_file(const char *path, struct config *cfg, struct policy **out, char *err,
 		     size_t err_cap);
@@ -133,8 +171,8 @@ int policy_load_file(const char *path, struct config *cfg, struct policy **out, 
 /*
  * As policy_load_file, from the <len> bytes at <yaml> (borrowed; need not be
  * NUL-terminated); <name> stands for the path in messages, and a relative
- * body_file is read from the directory of <name> (the working directory when
- * <name> has no '/').
+ * body_file, secret_file or upstream_ca is found from the directory of
+ * <name> (the working directory when <name> has no '/').
  */
 int policy_load_buffer(const char *name, const char *yaml, size_t len, struct config *cfg,
 		       struct policy **out, char *err, size_t err_cap);
@@ -155,7 +193,7 @@ int policy_load_or_default(const char *path, struct config *cfg, struct policy *
  */
 const char *policy_default_yaml(void);
 
-/* Takes and releases <p>; NULL is accepted. */
+/* Takes and releases <p>, wiping every inject rule's secret first; NULL is accepted. */
 void policy_free(struct policy *p);
 
 /* The index of the profile called <name>, or -ENOENT. Borrows both. */
@@ -178,6 +216,9 @@ uint32_t policy_rule_count(const struct policy *p);
  * returns the first of the rule's responses that matches: method compared
  * exactly, path exactly or by prefix (a rule path ending in '*'), the query
  * ("?..." of <path>) ignored. Never NULL: the last response is the default.
+ * decide sets verdict.inject on a TIER_INJECT verdict to the rule's struct
+ * verdict_inject (NULL on every other), borrowed from the snapshot: its
+ * secret stays valid, and unwiped, until release.
  */
 extern const struct verdict_ops policy_verdict_ops;
 

@@ -29,6 +29,7 @@
 
 #include "core/an.h"
 #include "core/limits.h"
+#include "core/log.h"
 #include "core/pool.h"
 #include "tls/ca.h"
 #include "tls/leafcache.h"
@@ -39,9 +40,19 @@ struct tls_engine {
 	SSL_CTX *server_ctx;
 };
 
+/* Client contexts by roots file: rules name few, so a short list will do. */
+#define TLS_ENGINE_CLIENT_CTX_MAX 16u
+
+struct tls_engine_client_ctx {
+	char *ca_file; /* owned; NULL: the system roots */
+	SSL_CTX *ctx;  /* owned */
+};
+
 struct tls_engine_worker {
 	struct tls_engine *engine; /* borrowed */
 	struct tls_leafcache leaves;
+	uint32_t client_count;
+	struct tls_engine_client_ctx clients[TLS_ENGINE_CLIENT_CTX_MAX];
 };
 
 struct tls_engine_session {
@@ -117,6 +128,10 @@ static void worker_free(void *worker_state)
 	if (w == NULL)
 		return;
 	tls_leafcache_destroy(&w->leaves);
+	for (uint32_t i = 0; i < w->client_count; i++) {
+		SSL_CTX_free(w->clients[i].ctx);
+		AN_FREE(&w->clients[i].ca_file);
+	}
 	pool_free(w);
 }
 
@@ -173,6 +188,54 @@ static void *server_new(void *worker_state, const char *host, size_t host_len)
 	return es;
 }
 
+/* The worker's client context for <ca_file> (NULL: system roots), made on first use. */
+static SSL_CTX *client_ctx(struct tls_engine_worker *w, const char *ca_file)
+{
+	char err[256];
+
+	for (uint32_t i = 0; i < w->client_count; i++) {
+		const char *have = w->clients[i].ca_file;
+		if ((have == NULL && ca_file == NULL) ||
+		    (have != NULL && ca_file != NULL && strcmp(have, ca_file) == 0))
+			return w->clients[i].ctx;
+	}
+	if (w->client_count == TLS_ENGINE_CLIENT_CTX_MAX)
+		return NULL;
+	SSL_CTX *ctx = tls_session_client_ctx_new(ca_file, err, sizeof(err));
+	if (ctx == NULL) {
+		log_warn("TLS: upstream roots %s: %s", ca_file ? ca_file : "(system)", err);
+		return NULL;
+	}
+	struct tls_engine_client_ctx *slot = &w->clients[w->client_count];
+	slot->ca_file = ca_file != NULL ? pool_strndup(ca_file, strlen(ca_file)) : NULL;
+	if (ca_file != NULL && slot->ca_file == NULL) {
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	slot->ctx = ctx;
+	w->client_count++;
+	return ctx;
+}
+
+static void *client_new(void *worker_state, const char *host, size_t host_len, const char *ca_file)
+{
+	struct tls_engine_worker *w = worker_state;
+	SSL_CTX *ctx = client_ctx(w, ca_file);
+
+	if (ctx == NULL || host_len == 0 || host_len > LIMITS_HOST_BYTES_MAX)
+		return NULL;
+	struct tls_engine_session *es = pool_calloc(1, sizeof(*es));
+	if (es == NULL)
+		return NULL;
+	es->w = w;
+	es->host_len = (uint16_t)host_normal(host, host_len, es->host);
+	if (tls_session_client_init(&es->s, ctx, es->host, es->host_len) != 0) {
+		pool_free(es);
+		return NULL;
+	}
+	return es;
+}
+
 static void session_free(void *session)
 {
 	struct tls_engine_session *es = session;
@@ -202,6 +265,11 @@ static ssize_t feed(void *session, const void *buf, size_t len)
 static void feed_eof(void *session)
 {
 	tls_session_feed_eof(&((struct tls_engine_session *)session)->s);
+}
+
+static enum term_status session_handshake(void *session)
+{
+	return status_of(tls_session_handshake(&((struct tls_engine_session *)session)->s));
 }
 
 static enum term_status session_read(void *session, void *buf, size_t cap, size_t *n)
@@ -244,9 +312,11 @@ const struct term_ops tls_term_ops = {
 	.worker_new = worker_new,
 	.worker_free = worker_free,
 	.server_new = server_new,
+	.client_new = client_new,
 	.session_free = session_free,
 	.feed = feed,
 	.feed_eof = feed_eof,
+	.handshake = session_handshake,
 	.read = session_read,
 	.write = session_write,
 	.close = session_close,

@@ -9,6 +9,8 @@
  * calls core/conn.c makes (and, on the fake tier, fake_response for the
  * method and the URL's path). So a check and a live request cannot disagree
  * about normalisation, ports, tiers, the reason given or the canned answer.
+ * On the inject tier it names the header and the placeholder, never the
+ * secret the loader read.
  *
  * The profile: --profile NAME, or the profile of --sandbox ID (a sandbox of
  * the policy file, else one a running daemon registered: its record under
@@ -237,6 +239,11 @@ static void print_decision(const struct http1_request *req, const char *profile,
 		printf("instruction: %s\n", instruction);
 	if (v->upstream != NULL)
 		printf("upstream: %s\n", v->upstream);
+	/* The placeholder is what the sandbox holds; the secret is never printed. */
+	if (v->inject != NULL)
+		printf("inject: %.*s (placeholder %.*s, require %s)\n", (int)v->inject->header_len,
+		       v->inject->header, (int)v->inject->placeholder_len, v->inject->placeholder,
+		       v->inject->require ? "yes" : "no");
 	const struct verdict_limits *l = &v->rule_limits;
 	if (l->requests_per_second != 0 || l->concurrent != 0)
 		printf("rule limits: %u requests/s, burst %u, %u at once (0: unlimited), per "

@@ -5,7 +5,8 @@
  *   - on failure the error message starts with "<name>:" and the config the
  *     caller passed in is left exactly as it was (the load is atomic);
  *   - on success every decision the compiled policy makes for a few fixed
- *     hosts is well formed (a known tier, a reason exactly on deny);
+ *     hosts is well formed (a known tier, a reason exactly on deny), and a
+ *     fake verdict always has an answer;
  *   - nothing leaks (LeakSanitizer, with the policy and config freed).
  *
  * fuzz-sources: policy/policy.c policy/acl.c policy/addr.c policy/strtab.c
@@ -14,6 +15,7 @@
  */
 #include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -23,6 +25,15 @@
 #include "policy/policy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/* The docs' example (a seed) names this variable for an inject rule's secret. */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	return setenv("EXAMPLE_API_KEY", "fuzz-example-api-key-0123", 1);
+}
 
 static void check_decisions(const struct policy *pol)
 {
@@ -35,6 +46,10 @@ static void check_decisions(const struct policy *pol)
 			policy_verdict_ops.decide(pol, p, hosts[i], strlen(hosts[i]), 443, &v);
 			AN_ASSERT((unsigned)v.tier < TIER__COUNT);
 			AN_ASSERT((v.tier == TIER_DENY) == (v.reason != REASON_NONE));
+			AN_ASSERT((v.tier == TIER_FAKE) == (v.fake != NULL));
+			if (v.fake != NULL)
+				AN_ASSERT(policy_verdict_ops.fake_response(pol, v.fake, "GET", 3,
+									   "/", 1) != NULL);
 		}
 	}
 }

@@ -6,6 +6,7 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /big          big.bin (100 MiB of deterministic bytes), Content-Length
     GET  /small.json   small.json, application/json
     GET  /chunked      chunked.bin, sent with Transfer-Encoding: chunked
+    GET  /sse          text/event-stream, chunked: SSE_EVENTS events SSE_GAP_S apart
     *    /echo         JSON: method, path, request headers (names lower case),
                        body length, sha256 and text, and the peer address
     GET  /files/PATH   the static file DIR/files/PATH (a dumb-HTTP git
@@ -30,8 +31,11 @@ import socketserver
 import ssl
 import sys
 import threading
+import time
 
 SEND_BYTES = 1024 * 1024
+SSE_EVENTS = 3
+SSE_GAP_S = 0.4
 CHUNK_PIECES = (1, 1000, 65536, 7, 123457)
 LOG_LOCK = threading.Lock()
 
@@ -108,6 +112,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(rest), rest))
         self.wfile.write(b"0\r\n\r\n")
 
+    def send_events(self):
+        """Server-sent events as a model API streams them: each one its own chunk."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(SSE_EVENTS):
+            if i:
+                time.sleep(SSE_GAP_S)
+            event = b"data: event %d\n\n" % i
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
     def send_echo(self, body):
         headers = {}
         for name, value in self.headers.items():
@@ -129,6 +147,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "peer": "%s:%d" % self.client_address[:2],
         }
         out = json.dumps(doc, sort_keys=True).encode("utf-8")
+        # What the origin received, for the tests that check what reached it.
+        with LOG_LOCK, open(os.path.join(self.server.fixture_dir, "echo.log"), "ab") as f:
+            f.write(out + b"\n")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))
@@ -146,6 +167,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_file("small.json", "application/json")
         elif path == "/chunked" and self.command == "GET":
             self.send_chunked()
+        elif path == "/sse" and self.command == "GET":
+            self.send_events()
         elif path.startswith("/files/") and self.command in ("GET", "HEAD"):
             self.send_static(path[len("/files/") :])
         else:

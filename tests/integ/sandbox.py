@@ -1573,6 +1573,37 @@ class Tests(Pass):
         self.timed("fake tier: a CA-signed leaf for the CONNECT host, keep-alive, HEAD; "
                    "host_mismatch and sni_mismatch refused and audited", fake)
 
+    def t_inject(self):
+        """The credential-inject tier: the origin gets the secret while the sandbox only ever
+        held the placeholder; a request without it is refused (credential_missing); a
+        streamed response arrives event by event with the origin's timing; an upstream
+        that does not verify gets 502 upstream_tls_failed and no credential; the secret
+        is in no response, audit record or daemon log."""
+        def inject():
+            import ssl
+            sid = "it%d-inject" % os.getpid()
+            got = self.ctl("sandbox add %s default" % sid)
+            if not got or not got[0].startswith("ok "):
+                return ["sandbox add %s default: %r" % (sid, got)]
+            self.ids.add(sid)
+            path = os.path.join(self.vars["sock_dir"], "sandboxes", sid, "egress.sock")
+            ctx = ssl.create_default_context(cafile=self.vars["ca"])
+            try:
+                errs, seen = inject_exchanges(self, ctx, path)
+            finally:
+                self.ctl("sandbox rm %s" % sid)
+            time.sleep(0.5)  # the audit writer's flush
+            for label, text in (("a response", seen),
+                                ("the audit trail", read_text(self.vars["audit"]).encode()),
+                                ("the daemon's log", read_text(self.daemon_err).encode())):
+                if INJECT_SECRET.encode() in text:
+                    errs.append("the secret appears in %s" % label)
+            return errs
+
+        self.timed("inject tier: the origin gets the secret, the sandbox holds the placeholder; "
+                   "credential_missing; SSE streamed; upstream_tls_failed sends nothing; the "
+                   "secret in no response, audit or log", inject)
+
     def t_density(self):
         """DENSITY_SANDBOXES sandboxes added at run time, half on each profile: each
         answers on its own socket with its own profile's verdict, `agentsnet run` works
@@ -1790,11 +1821,98 @@ def fake_session(t, ctx, path):
     return errs
 
 
+INJECT_SECRET = "sk-real-secret-never-in-the-sandbox-5f0c9e"
+INJECT_PLACEHOLDER = "agentsnet-placeholder-0001"
+
+
+def tls_tunnel(t, ctx, path, authority):
+    """A TLS session through a CONNECT to <authority> on sandbox socket <path>."""
+    status, _, s = t.connect_head(path, authority)
+    if status != 200:
+        raise Fatal("CONNECT %s: %d" % (authority, status))
+    return ctx.wrap_socket(s, server_hostname=authority.rsplit(":", 1)[0])
+
+
+def read_chunked(f, stamps):
+    """A chunked body from <f>; appends (seconds, chunk) to <stamps> as each arrives."""
+    body = b""
+    while True:
+        size = int(f.readline().split(b";")[0], 16)
+        data = f.read(size + 2)[:size]
+        if size == 0:
+            return body
+        stamps.append((time.monotonic(), data))
+        body += data
+
+
+def inject_exchanges(t, ctx, path):
+    """The inject checks that talk TLS; returns (errors, every response byte seen)."""
+    errs, seen = [], b""
+    port = t.vars["https_port"]
+    echo_log = os.path.join(t.vars["tmp"], "echo.log")
+    received = read_text(echo_log).count("Bearer " + INJECT_SECRET)
+    auth = b"Authorization: Bearer " + INJECT_PLACEHOLDER.encode() + b"\r\n"
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    f = ts.makefile("rb")
+    asks = [(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n", 200),
+            (b"POST /echo HTTP/1.1\r\nHost: api.test\r\n" + auth +
+             b"Content-Length: 11\r\n\r\nhello world", 200),
+            (b"GET /echo HTTP/1.1\r\nHost: api.test\r\n\r\n", 403)]
+    docs = []
+    for ask, want in asks:
+        ts.sendall(ask)
+        status, headers, _ = read_response(f)
+        body = f.read(int(headers.get("content-length", "0")))
+        seen += body + json.dumps(headers).encode()
+        if status != want:
+            errs.append("%r: %d %r, want %d" % (ask.split(b"\r\n")[0], status, body[:300], want))
+        elif status == 200:
+            docs.append(json.loads(body))
+        elif headers.get("x-agent-reason") != "credential_missing":
+            errs.append("a request without the placeholder: %r" % headers)
+    ts.close()
+    masked = "Bearer " + "*" * len(INJECT_SECRET)
+    if [d.get("headers", {}).get("authorization") for d in docs] != [masked, masked]:
+        errs.append("the agent saw the echoed credential as %r, want it masked"
+                    % [d.get("headers", {}).get("authorization") for d in docs])
+    if len(docs) > 1 and docs[1].get("body") != "hello world":
+        errs.append("the POST body reached the origin as %r" % docs[1].get("body"))
+    log_text = read_text(echo_log)
+    if log_text.count("Bearer " + INJECT_SECRET) != received + 2 or INJECT_PLACEHOLDER in log_text:
+        errs.append("the origin did not get the secret (and only it) twice: %r" % log_text[-800:])
+    # Streaming: each event reaches the agent when the origin sends it.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    f = ts.makefile("rb")
+    ts.sendall(b"GET /sse HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    status, headers, _ = read_response(f)
+    stamps = []
+    seen += read_chunked(f, stamps)
+    ts.close()
+    gaps = [b[0] - a[0] for a, b in zip(stamps, stamps[1:])]
+    if status != 200 or len(stamps) != 3 or min(gaps or [0]) < 0.25:
+        errs.append("SSE: status %d, %d chunks, gaps %r; want 3 chunks about 0.4 s apart"
+                    % (status, len(stamps), gaps))
+    # An upstream that does not verify: 502, and the origin got nothing.
+    before = read_text(echo_log).count("\n")
+    ts = tls_tunnel(t, ctx, path, "untrusted.test:%d" % port)
+    f = ts.makefile("rb")
+    ts.sendall(b"GET /echo HTTP/1.1\r\nHost: untrusted.test\r\n" + auth + b"\r\n")
+    status, headers, _ = read_response(f)
+    seen += f.read(int(headers.get("content-length", "0")))
+    ts.close()
+    if status != 502 or headers.get("x-agent-reason") != "upstream_tls_failed":
+        errs.append("an upstream that does not verify: %d %r, want 502 upstream_tls_failed"
+                    % (status, headers))
+    if read_text(echo_log).count("\n") != before:
+        errs.append("the origin got a request from a session that did not verify")
+    return errs, seen
+
+
 # ---- set-up and tear-down -------------------------------------------------------
 
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
-         "unprivileged", "identity", "limits", "rule_limits", "fake", "density", "daemon_restart", "daemon_stopped", "ingress"]
+         "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "density", "daemon_restart", "daemon_stopped", "ingress"]
 
 
 def preflight(args):
@@ -1899,7 +2017,9 @@ class Setup:
         for sub, mode in (("home", 0o1777), ("sync", 0o1777), ("npm-cache-in", 0o1777)):
             os.mkdir(os.path.join(t.tmp, sub))
             os.chmod(os.path.join(t.tmp, sub), mode)
-        ca_pem, leaf_pem, leaf_key = make_pki(t.tmp, ("origin.test", "other.test"))
+        ca_pem, leaf_pem, leaf_key = make_pki(t.tmp, ("origin.test", "other.test", "api.test"))
+        with open(os.path.join(t.tmp, "secret.txt"), "w", encoding="ascii") as f:
+            f.write(INJECT_SECRET + "\n")  # the inject rule's secret_file
         os.chmod(ca_pem, 0o644)
         with open(ca_pem, "rb") as f:
             ca_sha = hashlib.sha256(f.read()).hexdigest()

@@ -188,6 +188,8 @@ START_TEST(test_docs_example)
 {
 	char *yaml = docs_block(NULL);
 
+	/* The inject rule's secret_env: the test runs in a child of its own. */
+	ck_assert_int_eq(setenv("EXAMPLE_API_KEY", "sk-example-docs-0123456789", 1), 0);
 	expect_ok(yaml);
 	pool_free(yaml);
 	ck_assert_uint_eq(policy_profile_count(pol), 2);
@@ -246,7 +248,16 @@ START_TEST(test_docs_example)
 	ck_assert_str_eq(cfg.ca_key, "/etc/agentsnet/ca.key");
 	ck_assert_uint_eq(cfg.leaf_days, 7);
 	ck_assert_ptr_null(decide(0, "origin.test", 443).fake);
-	ck_assert_int_eq(decide(0, "api.example.net", 443).tier, TIER_INJECT);
+	v = decide(0, "api.example.net", 443);
+	ck_assert_int_eq(v.tier, TIER_INJECT);
+	ck_assert_ptr_nonnull(v.inject);
+	ck_assert_str_eq(v.inject->header, "Authorization");
+	ck_assert_str_eq(v.inject->prefix, "Bearer ");
+	ck_assert_str_eq(v.inject->placeholder, "agentsnet-placeholder-example");
+	ck_assert_str_eq(v.inject->secret, "sk-example-docs-0123456789");
+	ck_assert_ptr_null(v.inject->upstream_ca);
+	ck_assert(v.inject->require);
+	ck_assert_ptr_null(decide(0, "origin.test", 443).inject);
 	ck_assert_int_eq(decide(0, "10.0.0.7", 80).tier, TIER_PASSTHROUGH);
 	v = decide(0, "tracker.example.com", 443);
 	ck_assert_int_eq(v.tier, TIER_DENY);
@@ -458,14 +469,21 @@ START_TEST(test_rule_tier)
 		     "t.yaml:6:13: unknown tier \"Passthrough\"");
 	static const char *const tiers[] = { "passthrough", "fake", "inject", "deny" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(tiers); i++) {
-		char yaml[256];
+		char yaml[512];
 
-		/* A fake rule needs its responses (tests/unit/policy/fake.c). */
+		/* A fake rule needs its responses (tests/unit/policy/fake.c), an inject rule
+		 * its credential (tests/unit/policy/inject.c). */
+		const char *extra =
+		    strcmp(tiers[i], "fake") == 0 ? "      responses: [{status: 200}]\n"
+		    : strcmp(tiers[i], "inject") == 0
+			? "      inject: {header: X-Key, placeholder: placeholder-1, "
+			  "secret_env: AGENTSNET_TEST_KEY}\n"
+			: "";
+		ck_assert_int_eq(setenv("AGENTSNET_TEST_KEY", "secret-1", 1), 0);
 		snprintf(yaml, sizeof(yaml),
 			 HEAD
 			 "    - host: a.test\n      tier: %s\n      owner: o\n      reason: r\n%s",
-			 tiers[i],
-			 strcmp(tiers[i], "fake") == 0 ? "      responses: [{status: 200}]\n" : "");
+			 tiers[i], extra);
 		expect_ok(yaml);
 		ck_assert_str_eq(reason_tier_name(decide(0, "a.test", 1).tier),
 				 strcmp(tiers[i], "deny") == 0 ? "deny" : tiers[i]);
@@ -1256,6 +1274,8 @@ END_TEST
 START_TEST(test_allocation_failures)
 {
 	char *yaml = docs_block(NULL);
+
+	ck_assert_int_eq(setenv("EXAMPLE_API_KEY", "sk-example-docs-0123456789", 1), 0);
 
 	alloc_count = 0;
 	expect_ok(yaml);
