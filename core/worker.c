@@ -329,9 +329,18 @@ static void cmd_remove_begin(struct worker *w, struct worker_cmd *cmd)
 static void run_cmds(struct worker *w)
 {
 	pthread_mutex_lock(&w->cmd_lock);
-	struct worker_cmd *list = w->cmds;
+	struct worker_cmd *stack = w->cmds;
 	w->cmds = NULL;
 	pthread_mutex_unlock(&w->cmd_lock);
+	/* Posted newest first: run them oldest first, or a sandbox's removal could
+	 * run before its own add and then wait for a listener it never cancelled. */
+	struct worker_cmd *list = NULL;
+	while (stack != NULL) {
+		struct worker_cmd *next = stack->next;
+		stack->next = list;
+		list = stack;
+		stack = next;
+	}
 	while (list != NULL) {
 		struct worker_cmd *cmd = list;
 		list = cmd->next;

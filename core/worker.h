@@ -114,8 +114,9 @@ void worker_policy_refresh(struct worker *w);
 void *worker_main(void *arg);
 
 /*
- * Queues <cmd> for worker <w> and wakes it. Any thread. For WORKER_CMD_REMOVE
- * the caller then waits with worker_cmd_wait.
+ * Queues <cmd> for worker <w> and wakes it; the worker runs commands in the
+ * order they were posted. Any thread. For WORKER_CMD_REMOVE the caller then
+ * waits with worker_cmd_wait.
  */
 void worker_cmd_post(struct worker *w, struct worker_cmd *cmd);
 /* Waits until <w> has completed <cmd>, at most <timeout_ms>. 0 or -ETIMEDOUT. */

@@ -28,6 +28,7 @@ KEEP_RULE = ("      - {id: keep, host: keep.test, tier: passthrough, owner: test
 RELOAD_RULE = ("      - {id: reload, host: reload.test, tier: passthrough, owner: tests, "
                "reason: added by a reload}\n")
 WRK_SECONDS = 8
+ADD_REMOVE_ROUNDS = 50
 
 TUNNEL_CLIENT = r"""
 import socket, sys
@@ -201,6 +202,21 @@ def check_sandbox_list(r):
     r.suite.result("reload: sandboxes the file adds are opened, ones it drops removed", errs)
 
 
+def check_add_remove(r):
+    """A sandbox removed right after it was added, again and again under load: every
+    removal completes (the worker runs the add before the removal)."""
+    errs = []
+    for i in range(ADD_REMOVE_ROUNDS):
+        sid = "rl-churn-%d" % i
+        added = r.control_line("sandbox add %s other" % sid)
+        removed = r.control_line("sandbox rm %s" % sid) if added.startswith("ok ") else ""
+        if not added.startswith("ok ") or removed.strip() != "ok":
+            errs.append("round %d: add %r, rm %r" % (i, added.strip(), removed.strip()))
+            break
+    r.suite.result("reload: %d sandboxes added and at once removed under load, each removal "
+                   "completes" % ADD_REMOVE_ROUNDS, errs)
+
+
 def check_wrk(r, wrk):
     errs = []
     try:
@@ -252,6 +268,7 @@ def run(suite):
         check_broken(r)
         check_profile_in_use(r)
         check_sandbox_list(r)
+        check_add_remove(r)
     finally:
         r.write(r.base)
         log("# reload: policy file restored: %s" % r.control_line("policy reload").strip())
