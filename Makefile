@@ -112,7 +112,7 @@ demo: deps
 
 bench:
 	$(Q)./tools/deps.sh bench
-	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd $(MICRO_BIN)
+	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd build/rel/agentsnet $(MICRO_BIN)
 	$(Q)bench/run.sh
 
 fuzz:

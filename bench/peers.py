@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Peer proxies that bench/bench.py compares agentsnetd with: squid, tinyproxy, haproxy.
+"""Peer proxies that bench/bench.py compares agentsnetd with: squid, tinyproxy, haproxy,
+and the TLS-intercepting mitmproxy and squid ssl-bump.
 
 start() writes a peer's config into its own directory under the bench work dir, starts the
 peer in the foreground pinned with taskset, and returns a Peer once a real request through
@@ -12,7 +13,17 @@ Each peer is set up for loopback benchmarking, not caching or filtering:
              no access log, no DNS beyond 127.0.0.1, as many open files as allowed;
   tinyproxy  forward and CONNECT to any port (no ConnectPort line), a thread per client;
   haproxy    a mode-tcp relay of every connection to one fixed target with splice: the
-             reference for a zero-copy TCP relay, not a proxy that reads requests.
+             reference for a zero-copy TCP relay, not a proxy that reads requests;
+  mitmproxy  mitmdump in regular (CONNECT) mode, quiet, no flow kept, terminating the
+             client's TLS with leaves from a CA of its own and relaying to the TLS origin,
+             whose certificate it verifies against the origin's CA;
+  squid-bump a second squid instance doing ssl-bump (peek at the ClientHello, stare at the
+             server, bump), with its own CA, its certificate helper and database in its
+             directory, verifying the origin. It needs the OpenSSL build (Debian's
+             squid-openssl, which replaces squid: the same binary then serves both).
+
+The TLS peers' CAs and the origin's certificate are P-256 (tls_ca, tls_leaf: the openssl
+command line), as agentsnet's own, so that no subject pays for a bigger key than another.
 
 Started as root, squid drops to `proxy` and tinyproxy to `tinyproxy` (else `nobody`), and
 both open their logs after dropping, so the peer's directory is chowned to that user, and
@@ -34,6 +45,7 @@ import resource
 import shutil
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -62,7 +74,12 @@ PEER_ROLES = {
     "squid": frozenset({"forward", "connect"}),
     "tinyproxy": frozenset({"forward", "connect"}),
     "haproxy": frozenset({"tcp_relay"}),
+    "mitmproxy": frozenset({"tls_intercept"}),
+    "squid-bump": frozenset({"tls_intercept"}),
 }
+CERT_DAYS = 2  # bench certificates outlive any run, and nothing else
+SQUID_CERTGEN = "/usr/lib/squid/security_file_certgen"
+SQUID_CERT_CACHE_MB = 16
 
 
 class Unavailable(Exception):
@@ -101,10 +118,10 @@ def tail(paths, lines=LOG_TAIL_LINES):
     return "\n".join(out)
 
 
-def version(binary):
-    """The first version-looking word of `<binary> -v`, or "?"."""
+def version(binary, flag="-v"):
+    """The first version-looking word of `<binary> <flag>`, or "?"."""
     try:
-        proc = subprocess.run([binary, "-v"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.run([binary, flag], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=VERSION_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return "?"
@@ -224,12 +241,34 @@ def probe_forward(port, origin, target):
         expect_2xx(head, "forward GET")
 
 
-def probe(port, roles):
+def probe_tls(port, tls):
+    """A GET inside a CONNECT tunnel through <port>, over TLS verified against the peer's CA
+    for the origin's name, gets a 2xx: the peer terminates, relays and answers."""
+    target = b"%s:%d" % (tls["host"].encode(), tls["port"])
+    name = tls["name"]
+    with socket.create_connection(("127.0.0.1", port), PROBE_TIMEOUT_S) as c:
+        c.settimeout(PROBE_TIMEOUT_S)
+        c.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+        head, rest = read_head(c)
+        expect_2xx(head, "CONNECT")
+        if rest:
+            raise ProbeFailed("%d bytes after the CONNECT answer" % len(rest))
+        ctx = ssl.create_default_context(cafile=tls["ca_file"])
+        with ctx.wrap_socket(c, server_hostname=name) as t:
+            t.sendall(b"GET /probe HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n"
+                      % (name.encode(), tls["port"]))
+            head, _ = read_head(t)
+            expect_2xx(head, "GET through the interception")
+
+
+def probe(port, roles, tls=None):
     """Raise OSError or ProbeFailed unless the peer on <port> serves each of its <roles>.
 
     forward and connect go to a listener opened here; the peer answers before we accept, so
     one thread is enough. tcp_relay only needs the port to accept: its target belongs to
-    the caller."""
+    the caller. tls_intercept goes to the caller's TLS origin, <tls> (see Peer)."""
+    if "tls_intercept" in roles:
+        probe_tls(port, tls)
     if "tcp_relay" in roles:
         socket.create_connection(("127.0.0.1", port), PROBE_TIMEOUT_S).close()
     if not roles & {"forward", "connect"}:
@@ -250,10 +289,12 @@ def probe(port, roles):
 class Peer:
     """One running peer: its main process <proc> (a Popen) and the files in <dir>.
 
-    name is "squid", "tinyproxy" or "haproxy"; port where it listens on 127.0.0.1; roles a
-    subset of {"forward", "connect", "tcp_relay"}; version its version string."""
+    name is one of PEER_ROLES; port where it listens on 127.0.0.1; roles a subset of
+    {"forward", "connect", "tcp_relay", "tls_intercept"}; version its version string. A
+    tls_intercept peer has tls: {"host", "port"} of the TLS origin it is tried against, the
+    "name" its certificate is for, and "ca_file", the peer's own CA that clients trust."""
 
-    def __init__(self, name, port, proc, dir, logs, version_str, cleanup=None):
+    def __init__(self, name, port, proc, dir, logs, version_str, cleanup=None, tls=None):
         self.name = name
         self.port = port
         self.roles = PEER_ROLES[name]
@@ -262,6 +303,7 @@ class Peer:
         self.logs = logs
         self.version = version_str
         self.cleanup = cleanup
+        self.tls = tls
         self.exit_code = None
 
     def __repr__(self):
@@ -384,10 +426,11 @@ def fd_limit():
     return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 
 
-def launch(name, binary, args, port, dir, cpu, logs, cleanup=None, pid_file=None):
+def launch(name, binary, args, port, dir, cpu, logs, cleanup=None, pid_file=None, tls=None,
+           version_flag="-v"):
     """Start <binary> <args> pinned to <cpu> in <dir>, and wait until probe() passes on
-    <port>. taskset execs the peer, so the Popen's PID is the peer's; it goes to <pid_file>
-    for a peer that writes none in the foreground.
+    <port> (with <tls> for a tls_intercept peer). taskset execs the peer, so the Popen's PID
+    is the peer's; it goes to <pid_file> for a peer that writes none in the foreground.
 
     Returns the Peer; on any failure stops what it started and raises Unavailable with the
     reason and the tails of <logs> (the peer's output file is added to them)."""
@@ -396,11 +439,11 @@ def launch(name, binary, args, port, dir, cpu, logs, cleanup=None, pid_file=None
     taskset = which("taskset")
     if taskset is None:
         raise Unavailable("taskset is not installed")
-    version_str = version(binary)
+    version_str = version(binary, version_flag)
     with open(out_path, "wb") as out:
         proc = subprocess.Popen([taskset, "-c", cpu, binary, *args], cwd=dir,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    peer = Peer(name, port, proc, dir, logs, version_str, cleanup)
+    peer = Peer(name, port, proc, dir, logs, version_str, cleanup, tls)
     try:
         if pid_file is not None:
             write(pid_file, "%d\n" % proc.pid)
@@ -421,7 +464,7 @@ def wait_ready(peer):
             raise Unavailable("%s exited %d at start-up\n%s" % (peer.name, peer.proc.returncode,
                                                                peer.log_tail()))
         try:
-            probe(peer.port, peer.roles)
+            probe(peer.port, peer.roles, peer.tls)
             return
         except (OSError, ProbeFailed) as e:
             last = str(e) or type(e).__name__
@@ -432,13 +475,34 @@ def wait_ready(peer):
 
 # ---- squid --------------------------------------------------------------------------------
 
-def squid_conf(dir, port, workers, user):
-    """squid.conf for a loopback forward/CONNECT proxy keeping every file in <dir>."""
+def squid_bump_conf(dir, port, ca, origin_ca):
+    """The http_port line and the ssl-bump section of squid-bump (see squid_conf)."""
+    return ("""http_port 127.0.0.1:%(port)d ssl-bump tls-cert=%(ca)s/ca.pem tls-key=%(ca)s/ca.key \
+generate-host-certificates=on dynamic_cert_mem_cache_size=%(mb)dMB
+""" % {"port": port, "ca": ca, "mb": SQUID_CERT_CACHE_MB}, """
+# ssl-bump as its documentation advises: peek at the ClientHello (SNI), stare at the
+# server (its certificate is mimicked, signed by our CA), then bump. Leaves are minted by
+# the certificate helper, cached in memory and in the helper's database; the server's
+# certificate is verified against the origin's CA (a mismatch is an error, never bumped).
+sslcrtd_program %(certgen)s -s %(dir)s/ssl_db -M 4MB
+sslcrtd_children 8 startup=1 idle=1
+acl step1 at_step SslBump1
+acl step2 at_step SslBump2
+ssl_bump peek step1
+ssl_bump stare step2
+ssl_bump bump all
+tls_outgoing_options cafile=%(origin_ca)s
+""" % {"certgen": SQUID_CERTGEN, "dir": dir, "origin_ca": origin_ca})
+
+
+def squid_conf(dir, port, workers, user, bump=None):
+    """squid.conf for a loopback forward/CONNECT proxy keeping every file in <dir>; with
+    <bump> (the http_port line, the ssl-bump section) the squid-bump peer instead."""
     fds = min(fd_limit(), SQUID_FD_MAX)
     owner = "cache_effective_user %s\n" % user if user else ""
+    listen, bump_section = bump or ("http_port 127.0.0.1:%d\n" % port, "")
     return """# agentsnet bench peer: squid as a plain forward and CONNECT proxy on loopback.
-http_port 127.0.0.1:%(port)d
-workers %(workers)d
+%(listen)sworkers %(workers)d
 %(owner)svisible_hostname agentsnet-bench
 max_filedescriptors %(fds)d
 
@@ -476,19 +540,62 @@ forwarded_for transparent
 # Idle tunnels are held minutes: outlast them. Stop at once on SIGTERM.
 read_timeout %(idle)d seconds
 shutdown_lifetime 0 seconds
-""" % {"port": port, "workers": workers, "owner": owner, "fds": fds, "dir": dir,
-       "idle": IDLE_TIMEOUT_S}
+%(bump)s""" % {"listen": listen, "workers": workers, "owner": owner, "fds": fds, "dir": dir,
+       "idle": IDLE_TIMEOUT_S, "bump": bump_section}
 
 
-def start_squid(work, cpu, workers):
+def squid_can_bump(binary):
+    """None if <binary> can ssl-bump, else why not (for the table)."""
+    try:
+        proc = subprocess.run([binary, "-v"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=VERSION_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "squid -v failed: %s" % e
+    if b"--with-openssl" not in proc.stdout:
+        return ("this squid is not built with OpenSSL (Debian's squid is the GnuTLS build): "
+                "ssl-bump needs squid-openssl (tools/deps.sh bench)")
+    if not os.access(SQUID_CERTGEN, os.X_OK):
+        return "%s is missing (Debian's squid-openssl ships it)" % SQUID_CERTGEN
+    return None
+
+
+def squid_bump_prepare(dir, user, tls):
+    """The squid-bump peer's CA and certificate database in <dir> (owned by <user>); the
+    bump settings for squid_conf."""
+    ca = os.path.join(dir, "ca")
+    os.mkdir(ca, 0o755)
+    tls_ca(ca, "agentsnet bench squid-bump CA")
+    db = os.path.join(dir, "ssl_db")
+    init = subprocess.run([SQUID_CERTGEN, "-c", "-s", db, "-M", "4MB"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          timeout=VERSION_TIMEOUT_S, check=False)
+    if init.returncode != 0:
+        raise Unavailable("%s -c failed: %s" % (SQUID_CERTGEN, init.stdout.decode()[-500:]))
+    if user is not None:
+        pw = pwd.getpwnam(user)
+        for root, dirs, files in os.walk(db):
+            for name in [root] + [os.path.join(root, x) for x in dirs + files]:
+                os.chown(name, pw.pw_uid, pw.pw_gid)
+    tls["ca_file"] = os.path.join(ca, "ca.pem")
+    return ca
+
+
+def start_squid(work, cpu, workers, tls=None):
     binary = which("squid")
     if binary is None:
         raise Unavailable("squid is not installed")
+    why = squid_can_bump(binary) if tls is not None else None
+    if why is not None:
+        raise Unavailable(why)
     user = drop_user(["proxy"])
     port = free_port()
-    dir = make_dir(work, "squid", port, user)
+    name = "squid-bump" if tls is not None else "squid"
+    dir = make_dir(work, name, port, user)
+    bump = None
+    if tls is not None:
+        bump = squid_bump_conf(dir, port, squid_bump_prepare(dir, user, tls), tls["origin_ca"])
     conf = os.path.join(dir, "squid.conf")
-    write(conf, squid_conf(dir, port, workers, user))
+    write(conf, squid_conf(dir, port, workers, user, bump))
     # The service name prefixes SMP's shared memory (/dev/shm) and IPC sockets, which
     # squid 5.7 puts in its built-in /run/squid: unique per instance so two never collide.
     service = "anbench%d" % port
@@ -504,8 +611,8 @@ def start_squid(work, cpu, workers):
                 pass
 
     try:
-        return launch("squid", binary, [*mode, "-n", service, "-f", conf], port, dir, cpu,
-                      [os.path.join(dir, "cache.log")], cleanup)
+        return launch(name, binary, [*mode, "-n", service, "-f", conf], port, dir, cpu,
+                      [os.path.join(dir, "cache.log")], cleanup, tls=tls)
     except Unavailable as e:
         if workers > 1:
             raise Unavailable("squid SMP with %d workers failed: %s" % (workers, e)) from None
@@ -604,23 +711,101 @@ def start_haproxy(work, cpu, workers, relay_target):
                   pid_file=os.path.join(dir, "haproxy.pid"))
 
 
+# ---- mitmproxy ----------------------------------------------------------------------------
+
+def start_mitmproxy(work, cpu, workers, tls):
+    binary = which("mitmdump")
+    if binary is None:
+        raise Unavailable("mitmproxy is not installed (Debian's mitmproxy: tools/deps.sh bench)")
+    if workers != 1:
+        raise Unavailable("mitmproxy has no workers setting (one asyncio process)")
+    port = free_port()
+    dir = make_dir(work, "mitmproxy", port, None)
+    ca = os.path.join(dir, "ca")
+    os.mkdir(ca, 0o755)
+    tls_ca(ca, "agentsnet bench mitmproxy CA")
+    # mitmproxy's CA file is the key and the certificate in one PEM, in its confdir.
+    with open(os.path.join(ca, "ca.key"), "rb") as k, open(os.path.join(ca, "ca.pem"), "rb") as c:
+        pem = k.read() + c.read()
+    path = os.path.join(dir, "mitmproxy-ca.pem")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        f.write(pem)
+    tls["ca_file"] = os.path.join(ca, "ca.pem")
+    # Quiet: no flow printed or kept (mitmdump keeps none without a view), errors only.
+    args = ["--listen-host", "127.0.0.1", "--listen-port", str(port), "-q",
+            "--set", "confdir=%s" % dir, "--set", "termlog_verbosity=error",
+            "--set", "flow_detail=0", "--set", "ssl_verify_upstream_trusted_ca=%s"
+            % tls["origin_ca"]]
+    return launch("mitmproxy", binary, args, port, dir, cpu, [], tls=tls,
+                  version_flag="--version")
+
+
+# ---- TLS material ---------------------------------------------------------------------------
+
+def openssl(*args):
+    """Runs the openssl command line (tools/deps.sh installs it); Unavailable on a failure."""
+    binary = which("openssl")
+    if binary is None:
+        raise Unavailable("openssl is not installed")
+    proc = subprocess.run([binary, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=VERSION_TIMEOUT_S, check=False)
+    if proc.returncode != 0:
+        raise Unavailable("openssl %s failed: %s" % (args[0], proc.stdout.decode()[-500:]))
+
+
+def tls_ca(dir, cn):
+    """A P-256 root CA in <dir>: ca.pem and ca.key (0600), valid CERT_DAYS days."""
+    openssl("req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-sha256", "-days", str(CERT_DAYS), "-subj", "/CN=%s" % cn,
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout", os.path.join(dir, "ca.key"), "-out", os.path.join(dir, "ca.pem"))
+
+
+def tls_leaf(dir, ca_dir, name):
+    """A P-256 server certificate for <name> and 127.0.0.1 in <dir> (leaf.pem, leaf.key),
+    signed by the CA tls_ca made in <ca_dir>."""
+    key, csr, cert = (os.path.join(dir, x) for x in ("leaf.key", "leaf.csr", "leaf.pem"))
+    ext = os.path.join(dir, "leaf.ext")
+    write(ext, "subjectAltName=DNS:%s,IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n"
+          "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n" % name)
+    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-subj", "/CN=%s" % name, "-keyout", key, "-out", csr)
+    openssl("x509", "-req", "-in", csr, "-CA", os.path.join(ca_dir, "ca.pem"), "-CAkey",
+            os.path.join(ca_dir, "ca.key"), "-set_serial", "0x" + os.urandom(16).hex(),
+            "-days", str(CERT_DAYS), "-sha256", "-extfile", ext, "-out", cert)
+    return cert, key
+
+
 # ---- the interface bench.py uses ----------------------------------------------------------
 
 def start(name: str, work: str, cpu: str, relay_target: tuple[str, int] | None = None,
-          workers: int = 1) -> Peer:
-    """Start peer <name> ("squid", "tinyproxy" or "haproxy") on a free loopback port,
-    pinned to <cpu> (a taskset list), its files in a new directory under <work>.
+          workers: int = 1, tls_origin: dict | None = None) -> Peer:
+    """Start peer <name> (one of PEER_ROLES) on a free loopback port, pinned to <cpu> (a
+    taskset list), its files in a new directory under <work>.
 
-    <workers> is squid's SMP workers and haproxy's nbthread; tinyproxy has none (only 1).
-    <relay_target> (host, port) is where haproxy relays every connection; the others ignore
-    it. Returns the Peer once a request through it succeeded (a CONNECT and a forward GET,
-    or for haproxy an accepted connection, which haproxy relays to <relay_target> and
-    closes at once). Raises Unavailable when it cannot run here and
-    ValueError for a name or argument no peer accepts."""
+    <workers> is squid's SMP workers and haproxy's nbthread; tinyproxy, mitmproxy and
+    squid-bump have none (only 1). <relay_target> (host, port) is where haproxy relays every
+    connection; the others ignore it. <tls_origin>, mandatory for mitmproxy and squid-bump,
+    is the TLS origin they are tried against: {"host", "port", "name" (its certificate's),
+    "origin_ca" (the CA file that verifies it)}; the Peer's tls adds "ca_file", the peer's
+    own CA. Returns the Peer once a request through it succeeded (a CONNECT and a forward
+    GET; for haproxy an accepted connection, which haproxy relays to <relay_target> and
+    closes at once; a GET over TLS through a tunnel for the TLS peers). Raises Unavailable
+    when it cannot run here and ValueError for a name or argument no peer accepts."""
     if name not in PEER_ROLES:
         raise ValueError("unknown peer %r (want one of %s)" % (name, ", ".join(PEER_ROLES)))
     if workers < 1:
         raise ValueError("workers must be >= 1, not %d" % workers)
+    if "tls_intercept" in PEER_ROLES[name]:
+        if tls_origin is None:
+            raise ValueError("%s is a tls_intercept peer: it needs tls_origin" % name)
+        tls = dict(tls_origin)
+        if name == "mitmproxy":
+            return start_mitmproxy(work, cpu, workers, tls)
+        if workers != 1:
+            raise Unavailable("squid-bump runs one process here (-N)")
+        return start_squid(work, cpu, workers, tls)
     if name == "squid":
         return start_squid(work, cpu, workers)
     if name == "tinyproxy":
@@ -789,11 +974,17 @@ def test_relay(work):
     return code
 
 
-def nginx_conf(work, port, nofile=20000):
+def nginx_conf(work, port, nofile=20000, tls=None):
     """Writes <work>/nginx.conf: the benchmarks' HTTP origin, one worker in the foreground,
-    every file in <work>, answering 200 "hello, bench" with keep-alive on 127.0.0.1:<port>.
-    Returns the file's path (bench.py's origin and this module's self-test use it)."""
+    every file in <work>, answering 200 "hello, bench" with keep-alive on 127.0.0.1:<port>;
+    with <tls> (port, certificate, key) also over TLS on that port, with nginx's defaults
+    otherwise (TLS 1.2 and 1.3, session tickets). Returns the file's path (bench.py's
+    origin and this module's self-test use it)."""
     conf = os.path.join(work, "nginx.conf")
+    listen_tls = ""
+    if tls is not None:
+        listen_tls = ("listen 127.0.0.1:%d ssl backlog=4096;\n\t\tssl_certificate %s;\n"
+                      "\t\tssl_certificate_key %s;\n\t\t" % tls)
     write(conf, """worker_processes 1;
 daemon off;
 master_process off;
@@ -812,10 +1003,10 @@ http {
 	keepalive_timeout 120s;
 	server {
 		listen 127.0.0.1:%(port)d backlog=4096;
-		location / { return 200 "hello, bench\\n"; }
+		%(tls)slocation / { return 200 "hello, bench\\n"; }
 	}
 }
-""" % {"w": work, "port": port, "nofile": nofile})
+""" % {"w": work, "port": port, "nofile": nofile, "tls": listen_tls})
     return conf
 
 
@@ -865,6 +1056,43 @@ def test_wrk(helpers, work, fallback_port):
                  doc["non_2xx"]))
 
 
+def tls_origin(helpers, work):
+    """nginx over TLS with a certificate for bench.origin from a CA made here: the origin
+    of the tls_intercept peers, as start() takes it."""
+    tls = os.path.join(work, "origin-tls")
+    os.mkdir(tls, 0o755)
+    tls_ca(tls, "agentsnet peers self-test origin CA")
+    cert, key = tls_leaf(tls, tls, "bench.origin")
+    port, tls_port = free_port(), free_port()
+    # Its own prefix: test_wrk's nginx writes <work>/nginx.conf and nginx.pid.
+    conf = nginx_conf(tls, port, tls=(tls_port, cert, key))
+    p = helpers.start([which("nginx"), "-e", os.path.join(tls, "nginx-error.log"), "-p", tls,
+                       "-c", conf], "nginx-tls.out")
+    helpers.wait_port(tls_port, p)
+    return {"host": "127.0.0.1", "port": tls_port, "name": "bench.origin",
+            "origin_ca": os.path.join(tls, "ca.pem")}
+
+
+def test_intercept(name, work, origin):
+    """<name> intercepts: curl, trusting the peer's CA only, gets nginx's body over TLS."""
+    peer = start(name, work, PEER_CPU, tls_origin=origin)
+    try:
+        show(peer)
+        url = "https://%s:%d/" % (origin["name"], origin["port"])
+        env = {k: v for k, v in os.environ.items() if k.lower() not in ("no_proxy", "all_proxy")}
+        body = run_load(["curl", "-sS", "--max-time", "10", "--cacert", peer.tls["ca_file"],
+                         "-x", "http://127.0.0.1:%d" % peer.port, "--connect-to",
+                         "%s:%d:127.0.0.1:%d" % (origin["name"], origin["port"], origin["port"]),
+                         url], env=env)
+        if body != "hello, bench\n":
+            raise RuntimeError("%s via %s got %r" % (url, name, body[:200]))
+        print("  CONNECT, TLS verified against %s's CA: %s -> %r" % (name, url, body))
+    finally:
+        code = peer.stop()
+    print("  stopped, exit code %d, pids now %s" % (code, peer.pids()))
+    return code
+
+
 def selftest(args):
     work = tempfile.mkdtemp(prefix="agentsnet-peers.")  # 0700, as bench/run.sh's mktemp -d
     before = snapshot(SYSTEM_PATHS)
@@ -886,6 +1114,10 @@ def selftest(args):
                  ("tinyproxy, workers=2 (must be Unavailable)",
                   lambda: test_proxy("tinyproxy", work, origin_port, 2)),
                  ("haproxy", lambda: test_relay(work))]
+        if which("nginx"):
+            origin = tls_origin(helpers, work)
+            tests += [(n, lambda n=n: test_intercept(n, work, origin)) for n in
+                      ("mitmproxy", "squid-bump")]
         if args.wrk:
             tests.append(("forward throughput", lambda: test_wrk(helpers, work, origin_port)))
         for label, fn in tests:

@@ -10,6 +10,9 @@
  *          --target HOST:PORT [--authority NAME:PORT] --count N [--hold-seconds T]
  *   tunnel rate (--proxy HOST:PORT | --proxy-unix PATH | --direct)
  *          --target HOST:PORT [--authority NAME:PORT] [--concurrency C] [--seconds T]
+ *   tunnel tls (--proxy HOST:PORT | --proxy-unix PATH | --direct --target HOST:PORT)
+ *          [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]
+ *          [--requests K | --handshakes] [--concurrency C] [--threads T] [--seconds T]
  *
  * The origin speaks a one-byte protocol once a connection is up (directly or
  * through a tunnel): 'D' and it writes as fast as it can, 'U' and it reads
@@ -31,6 +34,19 @@
  * Rejected: a thread per stream (the load is pinned to one core, where threads
  * only add switches) and io_uring (the load generator must not share the
  * proxy's code paths, nor their bugs).
+ *
+ * tls measures TLS interception and the fake-response tier: C connections
+ * (split over --threads epoll threads, each with its own slots) each
+ * CONNECT (unless --direct), do a full TLS handshake with OpenSSL that
+ * verifies the leaf against --ca and the server name (SNI and host check:
+ * a client that does not verify would flatter the server), then send K
+ * keep-alive "GET PATH" requests one after the other (requests/s and their
+ * latency), or with --handshakes one request and an abortive close
+ * (handshakes/s, latency of the whole cycle). Sessions are never resumed.
+ * It also counts the handshakes whose leaf carries a serial seen before in
+ * the run: a proxy that mints afresh gives a new random serial, so that is
+ * the client's view of the proxy's leaf cache. It prints one JSON line.
+ * OpenSSL allocates its own session state; the rest is static.
  */
 #include <assert.h>
 #include <errno.h>
@@ -38,12 +54,15 @@
 #include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <arpa/inet.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -51,6 +70,10 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "core/an.h"
 
@@ -91,6 +114,21 @@
 #define TUNNEL_HIST_VALUE_BITS 36u
 #define TUNNEL_HIST_BUCKETS \
 	((TUNNEL_HIST_VALUE_BITS - TUNNEL_HIST_SUB_BITS + 1u) << TUNNEL_HIST_SUB_BITS)
+/* Load threads of one tls run: the load has a core or two. */
+#define TUNNEL_TLS_THREADS_MAX 8u
+/* Keep-alive requests on one connection before a new one replaces it. */
+#define TUNNEL_TLS_REQUESTS_MAX     100000000u
+#define TUNNEL_TLS_REQUESTS_DEFAULT 10000u
+/* Distinct leaf serials a thread remembers: a run talks to one host. */
+#define TUNNEL_TLS_LEAVES_MAX 64u
+/* RFC 5280 caps a serial at 20 octets; longer ones are never remembered. */
+#define TUNNEL_TLS_SERIAL_BYTES_MAX 20u
+/* The server name (SNI, verified) and the request head of a run. */
+#define TUNNEL_TLS_NAME_BYTES_MAX    254u
+#define TUNNEL_TLS_PATH_BYTES_MAX    512u
+#define TUNNEL_TLS_REQUEST_BYTES_MAX 1024u
+/* Response bodies are read into this and dropped. */
+#define TUNNEL_TLS_SCRATCH_BYTES (16u * 1024u)
 
 static_assert(TUNNEL_IDLE_MAX < TUNNEL_FDS_MAX, "idle tunnels need descriptors");
 static_assert(TUNNEL_HEAD_BYTES_MAX < TUNNEL_BUF_BYTES, "the head is read into the buffer");
@@ -99,6 +137,10 @@ static_assert((TUNNEL_RATE_CONCURRENCY_MAX & (TUNNEL_RATE_CONCURRENCY_MAX - 1u))
 static_assert((uint64_t)TUNNEL_IO_TIMEOUT_S * 1000000000ull < (1ull << TUNNEL_HIST_VALUE_BITS),
 	      "a cycle's timeout fits the histogram unclamped");
 static_assert(TUNNEL_PING_BYTES < TUNNEL_HEAD_BYTES_MAX, "the ping answer is small");
+static_assert(TUNNEL_TLS_THREADS_MAX <= TUNNEL_RATE_CONCURRENCY_MAX, "a thread has a slot");
+static_assert(TUNNEL_TLS_NAME_BYTES_MAX + TUNNEL_TLS_PATH_BYTES_MAX + 64u <
+		  TUNNEL_TLS_REQUEST_BYTES_MAX,
+	      "a request head holds the path and the Host header");
 
 enum tunnel_mode {
 	MODE_NONE = 0,
@@ -106,6 +148,7 @@ enum tunnel_mode {
 	MODE_THROUGHPUT,
 	MODE_IDLE,
 	MODE_RATE,
+	MODE_TLS,
 };
 
 /* Per-descriptor origin state. */
@@ -138,6 +181,12 @@ struct tunnel_opts {
 	uint32_t seconds;
 	uint32_t hold_seconds;
 	uint32_t concurrency;
+	const char *ca_file; /* tls: the CA the server's leaf must chain to */
+	const char *sni;     /* tls: the name sent and verified; default: the authority's */
+	const char *path;    /* tls: the path asked for */
+	bool handshakes;     /* tls: one request per connection */
+	uint32_t requests;   /* tls: keep-alive requests per connection */
+	uint32_t threads;    /* tls: epoll threads sharing the connections */
 };
 
 static char io_buf[TUNNEL_BUF_BYTES];
@@ -241,6 +290,22 @@ static int opts_set(struct tunnel_opts *o, int opt, const char *arg)
 		return parse_u32(arg, 1, 3600, &o->hold_seconds);
 	case 'c':
 		return parse_u32(arg, 1, TUNNEL_RATE_CONCURRENCY_MAX, &o->concurrency);
+	case 'C':
+		o->ca_file = arg;
+		return 0;
+	case 'S':
+		o->sni = arg;
+		return strlen(arg) < TUNNEL_TLS_NAME_BYTES_MAX ? 0 : -EINVAL;
+	case 'P':
+		o->path = arg;
+		return arg[0] == '/' && strlen(arg) < TUNNEL_TLS_PATH_BYTES_MAX ? 0 : -EINVAL;
+	case 'k':
+		return parse_u32(arg, 1, TUNNEL_TLS_REQUESTS_MAX, &o->requests);
+	case 'K':
+		o->handshakes = true;
+		return 0;
+	case 'j':
+		return parse_u32(arg, 1, TUNNEL_TLS_THREADS_MAX, &o->threads);
 	default:
 		return -EINVAL;
 	}
@@ -274,10 +339,33 @@ static bool opts_valid(const struct tunnel_opts *o)
 		return opts_peer_valid(o);
 	case MODE_IDLE:
 		return opts_peer_valid(o) && o->count >= 1;
+	case MODE_TLS:
+		return opts_peer_valid(o) && o->ca_file != NULL && o->threads <= o->concurrency;
 	case MODE_NONE:
 		return false;
 	}
 	return false;
+}
+
+static enum tunnel_mode mode_parse(const char *name)
+{
+	static const struct {
+		const char *name;
+		enum tunnel_mode mode;
+	} modes[] = {
+		{ "origin", MODE_ORIGIN }, { "throughput", MODE_THROUGHPUT },
+		{ "idle", MODE_IDLE },     { "rate", MODE_RATE },
+		{ "tls", MODE_TLS },
+	};
+
+	AN_ASSERT(name != NULL);
+	/* Adding a mode: also its entry here, in opts_valid(), main() and usage(). */
+	AN_ASSERT(AN_ARRAY_LEN(modes) == MODE_TLS);
+	for (size_t i = 0; i < AN_ARRAY_LEN(modes); i++) {
+		if (strcmp(name, modes[i].name) == 0)
+			return modes[i].mode;
+	}
+	return MODE_NONE;
 }
 
 static int opts_parse(int argc, char **argv, struct tunnel_opts *o)
@@ -297,6 +385,12 @@ static int opts_parse(int argc, char **argv, struct tunnel_opts *o)
 		{ "seconds", required_argument, NULL, 'T' },
 		{ "hold-seconds", required_argument, NULL, 'H' },
 		{ "concurrency", required_argument, NULL, 'c' },
+		{ "ca", required_argument, NULL, 'C' },
+		{ "sni", required_argument, NULL, 'S' },
+		{ "path", required_argument, NULL, 'P' },
+		{ "requests", required_argument, NULL, 'k' },
+		{ "handshakes", no_argument, NULL, 'K' },
+		{ "threads", required_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
 
@@ -307,17 +401,13 @@ static int opts_parse(int argc, char **argv, struct tunnel_opts *o)
 	o->concurrency = 1;
 	o->seconds = 5;
 	o->hold_seconds = 600;
+	o->path = "/";
+	o->requests = TUNNEL_TLS_REQUESTS_DEFAULT;
+	o->threads = 1;
 	if (argc < 2)
 		return -EINVAL;
-	if (strcmp(argv[1], "origin") == 0)
-		o->mode = MODE_ORIGIN;
-	else if (strcmp(argv[1], "throughput") == 0)
-		o->mode = MODE_THROUGHPUT;
-	else if (strcmp(argv[1], "idle") == 0)
-		o->mode = MODE_IDLE;
-	else if (strcmp(argv[1], "rate") == 0)
-		o->mode = MODE_RATE;
-	else
+	o->mode = mode_parse(argv[1]);
+	if (o->mode == MODE_NONE)
 		return -EINVAL;
 	optind = 2;
 	for (;;) {
@@ -1166,6 +1256,709 @@ static int run_rate(const struct tunnel_opts *o)
 	return rate_report(r);
 }
 
+/* ---- tls: TLS sessions, keep-alive requests or handshakes --------------- */
+
+enum tls_state {
+	TLS_FREE = 0,   /* started again after the current batch of events */
+	TLS_CONNECTING, /* non-blocking connect in progress */
+	TLS_TUNNEL,     /* CONNECT sent, reading the proxy's answer */
+	TLS_HANDSHAKE,  /* SSL_connect in progress */
+	TLS_RESPONSE,   /* a request sent, reading its response */
+};
+
+/* What every thread of a run reads and none writes once the threads start. */
+struct tls_plan {
+	SSL_CTX *ctx;
+	union peer_addr addr;
+	socklen_t addr_len;
+	size_t connect_len; /* 0 with --direct */
+	size_t request_len;
+	char name[TUNNEL_TLS_NAME_BYTES_MAX];
+	char connect[TUNNEL_HEAD_BYTES_MAX];
+	char request[TUNNEL_TLS_REQUEST_BYTES_MAX];
+};
+
+/* One connection; the slot is reused by the next one. */
+struct tls_conn {
+	int fd; /* -1 while TLS_FREE */
+	enum tls_state state;
+	SSL *ssl;           /* owned, from TLS_HANDSHAKE on */
+	uint32_t requests;  /* answered on this connection */
+	uint32_t in_bytes;  /* of the CONNECT answer or of the response head */
+	uint32_t head_len;  /* of the response head; 0 while it is incomplete */
+	uint64_t body_left; /* bytes of the response body still to come */
+	uint64_t start_ns;  /* the connection's start */
+	uint64_t step_ns;   /* the start, then each request's sending */
+	char head[TUNNEL_HEAD_BYTES_MAX];
+};
+
+struct tls_serial {
+	uint32_t len;
+	unsigned char bytes[TUNNEL_TLS_SERIAL_BYTES_MAX];
+};
+
+/* One thread's share of a run: its slots, its counters, its histogram. */
+struct tls_run {
+	const struct tunnel_opts *o;
+	const struct tls_plan *plan;
+	struct tls_conn *conns;
+	uint32_t conns_len;
+	int ep;
+	int err;
+	uint64_t mark_ns;
+	uint64_t end_ns;
+	uint64_t expire_ns;       /* next scan for stuck connections */
+	uint64_t done;            /* requests answered before the end, warm-up included */
+	uint64_t counted;         /* requests (cycles, --handshakes) answered in the window */
+	uint64_t handshakes;      /* completed in the window */
+	uint64_t handshakes_done; /* completed before the end, warm-up included */
+	uint64_t leaves_seen;     /* of those, the ones whose leaf serial was seen before */
+	uint64_t errors;          /* failed connections, warm-up included */
+	uint32_t leaves_len;
+	struct tls_serial leaves[TUNNEL_TLS_LEAVES_MAX];
+	struct rate_hist hist;
+	char scratch[TUNNEL_TLS_SCRATCH_BYTES];
+	pthread_t thread;
+};
+
+static struct tls_plan tls_plan_state;
+static struct tls_conn tls_conns[TUNNEL_RATE_CONCURRENCY_MAX];
+static struct tls_run tls_runs[TUNNEL_TLS_THREADS_MAX];
+static struct rate_hist tls_hist_total;
+static atomic_uint tls_errors_logged;
+
+static const char *tls_state_name(enum tls_state state)
+{
+	switch (state) {
+	case TLS_CONNECTING:
+		return "connect";
+	case TLS_TUNNEL:
+		return "CONNECT answer";
+	case TLS_HANDSHAKE:
+		return "TLS handshake";
+	case TLS_RESPONSE:
+		return "response";
+	case TLS_FREE:
+	default:
+		return "start";
+	}
+}
+
+/*
+ * The Content-Length of the complete head <head>/<len>, or -EPROTO without
+ * one: the benchmark's servers frame every body so (chunked or
+ * close-delimited answers would end the keep-alive run anyway).
+ */
+static int64_t head_content_length(const char *head, size_t len)
+{
+	static const char name[] = "\ncontent-length:";
+	const size_t name_len = sizeof(name) - 1;
+
+	AN_ASSERT(head != NULL);
+	AN_ASSERT(len <= TUNNEL_HEAD_BYTES_MAX);
+	for (size_t i = 0; i + name_len <= len; i++) {
+		if (strncasecmp(head + i, name, name_len) != 0)
+			continue;
+		size_t j = i + name_len;
+		while (j < len && (head[j] == ' ' || head[j] == '\t'))
+			j++;
+		int64_t value = 0;
+		size_t digits = 0;
+		for (; j < len && head[j] >= '0' && head[j] <= '9' && digits < 12; j++, digits++)
+			value = value * 10 + (head[j] - '0');
+		return digits == 0 ? -EPROTO : value;
+	}
+	return -EPROTO;
+}
+
+/* Maps a failed SSL call's <ret>: 0 to wait for the socket, or -errno. */
+static int tls_want(SSL *ssl, int ret)
+{
+	AN_ASSERT(ssl != NULL);
+	AN_ASSERT(ret <= 0);
+	switch (SSL_get_error(ssl, ret)) {
+	case SSL_ERROR_WANT_READ:
+	case SSL_ERROR_WANT_WRITE:
+		return 0;
+	case SSL_ERROR_ZERO_RETURN:
+		return -ECONNRESET;
+	case SSL_ERROR_SYSCALL:
+		return errno == 0 || errno == EAGAIN || errno == EINTR ? -ECONNRESET : -errno;
+	default:
+		return -EPROTO;
+	}
+}
+
+/* A client context that verifies the leaf against <ca_file> and never resumes. */
+static SSL_CTX *tls_ctx_new(const char *ca_file)
+{
+	AN_ASSERT(ca_file != NULL);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	if (ctx == NULL)
+		return NULL;
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	/* Every handshake is a full one: resumption would measure something else. */
+	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+	SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+	if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
+	    SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
+		char why[256];
+		ERR_error_string_n(ERR_get_error(), why, sizeof(why));
+		fprintf(stderr, "tunnel: tls: --ca %s: %s\n", ca_file, why);
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	AN_ASSERT(SSL_CTX_get_verify_mode(ctx) == SSL_VERIFY_PEER);
+	return ctx;
+}
+
+/*
+ * The server name (--sni, else the host of the authority, or of --target
+ * with --direct) and the request head, whose Host is that name and the
+ * port (left out when 443), as a client of https://NAME:PORT/ sends it.
+ */
+static int tls_plan_names(const struct tunnel_opts *o, struct tls_plan *p)
+{
+	const char *authority = o->direct ? o->target_text : o->authority;
+	struct in_addr ip;
+
+	AN_ASSERT(authority != NULL);
+	AN_ASSERT(o->path != NULL);
+	const char *colon = strrchr(authority, ':');
+	if (colon == NULL)
+		return -EINVAL;
+	const char *port = colon + 1;
+	int len = o->sni != NULL ? snprintf(p->name, sizeof(p->name), "%s", o->sni)
+				 : snprintf(p->name, sizeof(p->name), "%.*s",
+					    (int)(colon - authority), authority);
+	if (len <= 0 || (size_t)len >= sizeof(p->name))
+		return -EINVAL;
+	if (inet_pton(AF_INET, p->name, &ip) == 1) {
+		fprintf(stderr, "tunnel: tls: %s is an address: name the host with --sni\n",
+			p->name);
+		return -EINVAL;
+	}
+	bool port_443 = strcmp(port, "443") == 0;
+	len = snprintf(p->request, sizeof(p->request), "GET %s HTTP/1.1\r\nHost: %s%s%s\r\n\r\n",
+		       o->path, p->name, port_443 ? "" : ":", port_443 ? "" : port);
+	if (len <= 0 || (size_t)len >= sizeof(p->request))
+		return -EINVAL;
+	p->request_len = (size_t)len;
+	return 0;
+}
+
+static int tls_plan_init(const struct tunnel_opts *o, struct tls_plan *p)
+{
+	AN_ASSERT(o->mode == MODE_TLS);
+	AN_ASSERT(o->ca_file != NULL);
+	memset(p, 0, sizeof(*p));
+	int err = tls_plan_names(o, p);
+	if (err != 0)
+		return err;
+	p->addr_len = peer_addr_get(o, &p->addr);
+	if (!o->direct)
+		p->connect_len = connect_request(o->authority, p->connect);
+	p->ctx = tls_ctx_new(o->ca_file);
+	return p->ctx == NULL ? -EPROTO : 0;
+}
+
+/* Frees <c>'s session and resets its socket (no TIME_WAIT: see cycle_close()). */
+static void tls_conn_close(struct tls_conn *c)
+{
+	struct linger abortive = { .l_onoff = 1, .l_linger = 0 };
+
+	AN_ASSERT(c->state != TLS_FREE);
+	SSL_free(c->ssl);
+	c->ssl = NULL;
+	if (c->fd >= 0) {
+		(void)setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+		close(c->fd);
+	}
+	c->fd = -1;
+	c->state = TLS_FREE;
+	AN_ASSERT(c->ssl == NULL);
+}
+
+/* Says why <c> failed (with OpenSSL's reason and the verify result), for the first few. */
+static void tls_log_failure(const struct tls_conn *c, int err)
+{
+	char why[256] = "";
+
+	AN_ASSERT(err < 0);
+	AN_ASSERT(c->state != TLS_FREE);
+	unsigned long code = ERR_peek_last_error();
+	if (code != 0)
+		ERR_error_string_n(code, why, sizeof(why));
+	long verify = c->ssl != NULL ? SSL_get_verify_result(c->ssl) : X509_V_OK;
+	fprintf(stderr, "tunnel: tls: connection failed at %s: %s%s%s%s%s\n",
+		tls_state_name(c->state), strerror(-err), code != 0 ? "; " : "", why,
+		verify != X509_V_OK ? "; verify: " : "",
+		verify != X509_V_OK ? X509_verify_cert_error_string(verify) : "");
+}
+
+static void tls_failed(struct tls_run *r, struct tls_conn *c, int err)
+{
+	AN_ASSERT(err < 0);
+	AN_ASSERT(c->state != TLS_FREE);
+	if (atomic_fetch_add(&tls_errors_logged, 1u) < TUNNEL_RATE_ERRORS_LOGGED_MAX)
+		tls_log_failure(c, err);
+	/* SSL_get_error reads this thread's queue: the next call must find it empty. */
+	ERR_clear_error();
+	r->errors++;
+	tls_conn_close(c);
+}
+
+/* Opens slot <index>'s connection, non-blocking, registered edge-triggered once. */
+static int tls_conn_start(struct tls_run *r, uint32_t index)
+{
+	struct tls_conn *c = &r->conns[index];
+	int one = 1;
+
+	AN_ASSERT(c->state == TLS_FREE);
+	AN_ASSERT(c->fd == -1 && c->ssl == NULL);
+	c->start_ns = now_ns();
+	c->step_ns = c->start_ns;
+	c->requests = 0;
+	c->in_bytes = 0;
+	c->state = TLS_CONNECTING;
+	c->fd = socket(r->plan->addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (c->fd == -1)
+		return -errno;
+	if (r->plan->addr.sa.sa_family == AF_INET)
+		(void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(c->fd, &r->plan->addr.sa, r->plan->addr_len) == -1 && errno != EINPROGRESS)
+		return -errno;
+	struct epoll_event ev = {
+		.events = EPOLLIN | EPOLLOUT | EPOLLET,
+		.data.u64 = ((uint64_t)index << 32) | (uint32_t)c->fd,
+	};
+	if (epoll_ctl(r->ep, EPOLL_CTL_ADD, c->fd, &ev) == -1)
+		return -errno;
+	return 0;
+}
+
+/* Whether the serial <bytes>/<len> was seen before by this thread (remembered if not). */
+static bool tls_leaf_seen(struct tls_run *r, const unsigned char *bytes, int len)
+{
+	AN_ASSERT(bytes != NULL || len == 0);
+	AN_ASSERT(r->leaves_len <= TUNNEL_TLS_LEAVES_MAX);
+	if (len <= 0 || (size_t)len > TUNNEL_TLS_SERIAL_BYTES_MAX)
+		return false;
+	for (uint32_t i = 0; i < r->leaves_len; i++) {
+		const struct tls_serial *s = &r->leaves[i];
+		if (s->len == (uint32_t)len && memcmp(s->bytes, bytes, (size_t)len) == 0)
+			return true;
+	}
+	if (r->leaves_len < TUNNEL_TLS_LEAVES_MAX) {
+		struct tls_serial *s = &r->leaves[r->leaves_len++];
+		s->len = (uint32_t)len;
+		memcpy(s->bytes, bytes, (size_t)len);
+	}
+	return false;
+}
+
+/* Counts a completed handshake, and whether its leaf is one seen before. */
+static void tls_note_leaf(struct tls_run *r, const struct tls_conn *c)
+{
+	/* Verified (SSL_VERIFY_PEER): the server did send a leaf. */
+	X509 *leaf = SSL_get0_peer_certificate(c->ssl);
+	AN_ASSERT(leaf != NULL);
+	AN_ASSERT(SSL_get_verify_result(c->ssl) == X509_V_OK);
+	const ASN1_INTEGER *serial = X509_get0_serialNumber(leaf);
+	bool seen = tls_leaf_seen(r, ASN1_STRING_get0_data(serial), ASN1_STRING_length(serial));
+	uint64_t now = now_ns();
+	if (now < r->end_ns)
+		r->handshakes_done++;
+	if (now >= r->mark_ns && now < r->end_ns) {
+		r->handshakes++;
+		r->leaves_seen += seen ? 1u : 0u;
+	}
+}
+
+/* Sends the run's request; a fresh or drained socket buffer takes it whole. */
+static int tls_send_request(struct tls_run *r, struct tls_conn *c)
+{
+	AN_ASSERT(c->ssl != NULL);
+	AN_ASSERT(r->plan->request_len > 0);
+	int n = SSL_write(c->ssl, r->plan->request, (int)r->plan->request_len);
+	if (n <= 0) {
+		int err = tls_want(c->ssl, n);
+		return err != 0 ? err : -EMSGSIZE;
+	}
+	AN_ASSERT((size_t)n == r->plan->request_len);
+	c->state = TLS_RESPONSE;
+	c->step_ns = now_ns();
+	c->in_bytes = 0;
+	c->head_len = 0;
+	c->body_left = 0;
+	return 0;
+}
+
+static int tls_on_handshake(struct tls_run *r, struct tls_conn *c)
+{
+	AN_ASSERT(c->state == TLS_HANDSHAKE);
+	AN_ASSERT(c->ssl != NULL);
+	int ret = SSL_connect(c->ssl);
+	if (ret != 1)
+		return tls_want(c->ssl, ret);
+	tls_note_leaf(r, c);
+	return tls_send_request(r, c);
+}
+
+/* Starts the handshake on <c>'s open tunnel (or direct connection). */
+static int tls_begin(struct tls_run *r, struct tls_conn *c)
+{
+	AN_ASSERT(c->state == TLS_CONNECTING || c->state == TLS_TUNNEL);
+	AN_ASSERT(c->ssl == NULL);
+	c->ssl = SSL_new(r->plan->ctx);
+	if (c->ssl == NULL)
+		return -ENOMEM;
+	c->state = TLS_HANDSHAKE;
+	if (SSL_set_fd(c->ssl, c->fd) != 1 ||
+	    SSL_set_tlsext_host_name(c->ssl, r->plan->name) != 1 ||
+	    SSL_set1_host(c->ssl, r->plan->name) != 1)
+		return -EPROTO;
+	return tls_on_handshake(r, c);
+}
+
+/* The connect finished: sends CONNECT, or with --direct starts the handshake. */
+static int tls_on_connected(struct tls_run *r, struct tls_conn *c)
+{
+	int so_error = 0;
+	socklen_t len = sizeof(so_error);
+
+	AN_ASSERT(c->state == TLS_CONNECTING);
+	AN_ASSERT(r->o->direct || r->plan->connect_len > 0);
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == -1)
+		return -errno;
+	if (so_error != 0)
+		return -so_error;
+	if (r->o->direct)
+		return tls_begin(r, c);
+	ssize_t n = send(c->fd, r->plan->connect, r->plan->connect_len, MSG_NOSIGNAL);
+	if (n == -1)
+		return -errno;
+	if ((size_t)n != r->plan->connect_len)
+		return -EMSGSIZE;
+	c->state = TLS_TUNNEL;
+	return 0;
+}
+
+/* Reads the proxy's answer to CONNECT; on a 2xx head starts the handshake. */
+static int tls_on_tunnel(struct tls_run *r, struct tls_conn *c)
+{
+	AN_ASSERT(c->state == TLS_TUNNEL);
+	for (;;) {
+		AN_ASSERT(c->in_bytes < TUNNEL_HEAD_BYTES_MAX);
+		ssize_t n = io_some(c->fd, false, c->head + c->in_bytes,
+				    TUNNEL_HEAD_BYTES_MAX - c->in_bytes);
+		if (n <= 0)
+			return (int)n;
+		c->in_bytes += (uint32_t)n;
+		int head_len = head_parse(c->head, c->in_bytes);
+		if (head_len < 0)
+			return head_len;
+		if (head_len == 0)
+			continue;
+		/* The server speaks only after our ClientHello: more bytes are not its. */
+		if ((uint32_t)head_len != c->in_bytes)
+			return -EPROTO;
+		c->in_bytes = 0;
+		return tls_begin(r, c);
+	}
+}
+
+/* Once the response head in <c> is complete: checks it and sets what body is left. */
+static int tls_response_head(struct tls_conn *c)
+{
+	AN_ASSERT(c->head_len == 0);
+	AN_ASSERT(c->in_bytes <= TUNNEL_HEAD_BYTES_MAX);
+	size_t end = head_end(c->head, c->in_bytes);
+	if (end == 0)
+		return c->in_bytes == TUNNEL_HEAD_BYTES_MAX ? -EMSGSIZE : 0;
+	if (!head_status_2xx(c->head, end))
+		return -EPROTO;
+	int64_t length = head_content_length(c->head, end);
+	if (length < 0)
+		return (int)length;
+	/* No pipelining: bytes past this body would answer nothing we sent. */
+	uint64_t have = c->in_bytes - end;
+	if (have > (uint64_t)length)
+		return -EPROTO;
+	c->head_len = (uint32_t)end;
+	c->body_left = (uint64_t)length - have;
+	return 0;
+}
+
+/* Reads the response to the request in flight; 1 once all of it is in. */
+static int tls_on_response(struct tls_run *r, struct tls_conn *c)
+{
+	AN_ASSERT(c->state == TLS_RESPONSE);
+	AN_ASSERT(c->ssl != NULL);
+	while (c->head_len == 0) {
+		int n = SSL_read(c->ssl, c->head + c->in_bytes,
+				 (int)(TUNNEL_HEAD_BYTES_MAX - c->in_bytes));
+		if (n <= 0)
+			return tls_want(c->ssl, n);
+		c->in_bytes += (uint32_t)n;
+		int err = tls_response_head(c);
+		if (err != 0)
+			return err;
+	}
+	while (c->body_left > 0) {
+		int n = SSL_read(c->ssl, r->scratch, (int)sizeof(r->scratch));
+		if (n <= 0)
+			return tls_want(c->ssl, n);
+		if ((uint64_t)n > c->body_left)
+			return -EPROTO;
+		c->body_left -= (uint64_t)n;
+	}
+	return 1;
+}
+
+/* Counts <c>'s answered request; then the next request, or a new connection. */
+static int tls_response_done(struct tls_run *r, struct tls_conn *c)
+{
+	uint64_t now = now_ns();
+
+	AN_ASSERT(c->state == TLS_RESPONSE);
+	AN_ASSERT(now >= c->step_ns && c->step_ns >= c->start_ns);
+	if (now < r->end_ns)
+		r->done++;
+	if (now >= r->mark_ns && now < r->end_ns) {
+		r->counted++;
+		hist_add(&r->hist, now - (r->o->handshakes ? c->start_ns : c->step_ns));
+	}
+	c->requests++;
+	if (r->o->handshakes || c->requests >= r->o->requests) {
+		tls_conn_close(c);
+		return 0;
+	}
+	return tls_send_request(r, c);
+}
+
+/* Advances <c> on <events>: 1 when a response is complete, 0 to wait, or -errno. */
+static int tls_step(struct tls_run *r, struct tls_conn *c, uint32_t events)
+{
+	AN_ASSERT(c->fd >= 0);
+	switch (c->state) {
+	case TLS_CONNECTING:
+		if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0)
+			return 0;
+		return tls_on_connected(r, c);
+	case TLS_TUNNEL:
+		return tls_on_tunnel(r, c);
+	case TLS_HANDSHAKE:
+		return tls_on_handshake(r, c);
+	case TLS_RESPONSE:
+		return tls_on_response(r, c);
+	case TLS_FREE:
+	default:
+		AN_ASSERT(!"an event for a free tls slot");
+		return -EINVAL;
+	}
+}
+
+static void tls_on_event(struct tls_run *r, const struct epoll_event *ev)
+{
+	uint32_t index = (uint32_t)(ev->data.u64 >> 32);
+	int fd = (int)(uint32_t)ev->data.u64;
+
+	AN_ASSERT(index < r->conns_len);
+	struct tls_conn *c = &r->conns[index];
+	/* A connection closed earlier in this batch: its slot waits for the next. */
+	if (c->state == TLS_FREE || c->fd != fd)
+		return;
+	int res = tls_step(r, c, ev->events);
+	if (res == 1)
+		res = tls_response_done(r, c);
+	if (res < 0)
+		tls_failed(r, c, res);
+}
+
+/* Starts every free slot; returns how many failed at once (retried next turn). */
+static uint32_t tls_start_free(struct tls_run *r)
+{
+	uint32_t failed = 0;
+
+	AN_ASSERT(r->conns_len >= 1);
+	for (uint32_t i = 0; i < r->conns_len; i++) {
+		if (r->conns[i].state != TLS_FREE)
+			continue;
+		int err = tls_conn_start(r, i);
+		if (err != 0) {
+			tls_failed(r, &r->conns[i], err);
+			failed++;
+		}
+	}
+	AN_ASSERT(failed <= r->conns_len);
+	return failed;
+}
+
+/* Fails the connections stuck in one step for longer than TUNNEL_IO_TIMEOUT_S. */
+static void tls_expire(struct tls_run *r)
+{
+	const uint64_t limit_ns = (uint64_t)TUNNEL_IO_TIMEOUT_S * 1000000000ull;
+	uint64_t now = now_ns();
+
+	AN_ASSERT(r->conns_len <= TUNNEL_RATE_CONCURRENCY_MAX);
+	for (uint32_t i = 0; i < r->conns_len; i++) {
+		struct tls_conn *c = &r->conns[i];
+		if (c->state == TLS_FREE)
+			continue;
+		AN_ASSERT(now >= c->step_ns);
+		if (now - c->step_ns > limit_ns)
+			tls_failed(r, c, -ETIMEDOUT);
+	}
+	r->expire_ns = now + TUNNEL_RATE_EXPIRE_NS;
+}
+
+static int tls_loop(struct tls_run *r)
+{
+	struct epoll_event evs[TUNNEL_EVENTS_MAX];
+
+	AN_ASSERT(r->mark_ns < r->end_ns);
+	AN_ASSERT(r->ep >= 0);
+	for (uint64_t now = now_ns(); now < r->end_ns; now = now_ns()) {
+		/* Slots that failed at once: retry soon, not in a spin. */
+		int timeout_ms = tls_start_free(r) > 0 ? 1 : 100;
+		int n = epoll_wait(r->ep, evs, TUNNEL_EVENTS_MAX, timeout_ms);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1)
+			return -errno;
+		for (int i = 0; i < n; i++)
+			tls_on_event(r, &evs[i]);
+		if (now >= r->expire_ns)
+			tls_expire(r);
+	}
+	return 0;
+}
+
+static void *tls_thread(void *arg)
+{
+	struct tls_run *r = arg;
+
+	AN_ASSERT(r->conns_len >= 1);
+	AN_ASSERT(r->plan->ctx != NULL);
+	r->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (r->ep == -1) {
+		r->err = -errno;
+		return NULL;
+	}
+	for (uint32_t i = 0; i < r->conns_len; i++)
+		r->conns[i].fd = -1;
+	r->err = tls_loop(r);
+	for (uint32_t i = 0; i < r->conns_len; i++) {
+		if (r->conns[i].state != TLS_FREE)
+			tls_conn_close(&r->conns[i]);
+	}
+	close(r->ep);
+	return NULL;
+}
+
+/* Adds up the <threads> runs and prints the JSON line; fails on too many errors. */
+static int tls_report(const struct tunnel_opts *o, const struct tls_run *runs, uint32_t threads)
+{
+	uint64_t done = 0, counted = 0, handshakes = 0, handshakes_done = 0, seen = 0, errors = 0;
+	struct rate_hist *h = &tls_hist_total;
+
+	AN_ASSERT(threads >= 1 && threads <= TUNNEL_TLS_THREADS_MAX);
+	AN_ASSERT(o->seconds >= 1);
+	memset(h, 0, sizeof(*h));
+	for (uint32_t t = 0; t < threads; t++) {
+		done += runs[t].done;
+		counted += runs[t].counted;
+		handshakes += runs[t].handshakes;
+		handshakes_done += runs[t].handshakes_done;
+		seen += runs[t].leaves_seen;
+		errors += runs[t].errors;
+		for (uint32_t i = 0; i < TUNNEL_HIST_BUCKETS; i++)
+			h->counts[i] += runs[t].hist.counts[i];
+		h->total += runs[t].hist.total;
+	}
+	AN_ASSERT(h->total == counted);
+	printf("{\"mode\": \"tls\", \"shape\": \"%s\", \"concurrency\": %u, \"threads\": %u, "
+	       "\"seconds\": %u, \"requests_per_conn\": %u, \"count\": %llu, \"per_s\": %.1f, "
+	       "\"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, \"handshakes\": %llu, "
+	       "\"handshakes_per_s\": %.1f, \"leaf_seen\": %llu, \"errors\": %llu, "
+	       "\"count_total\": %llu, \"handshakes_total\": %llu}\n",
+	       o->handshakes ? "handshakes" : "keepalive", o->concurrency, o->threads, o->seconds,
+	       o->handshakes ? 1u : o->requests, (unsigned long long)counted,
+	       (double)counted / (double)o->seconds, hist_percentile_us(h, 500),
+	       hist_percentile_us(h, 990), hist_percentile_us(h, 999),
+	       (unsigned long long)handshakes, (double)handshakes / (double)o->seconds,
+	       (unsigned long long)seen, (unsigned long long)errors, (unsigned long long)done,
+	       (unsigned long long)handshakes_done);
+	fflush(stdout);
+	if (counted == 0) {
+		fprintf(stderr, "tunnel: tls: no request answered in the measured window\n");
+		return -EIO;
+	}
+	if (errors * 100u > (done + errors) * TUNNEL_RATE_ERRORS_PCT_MAX) {
+		fprintf(stderr, "tunnel: tls: %llu connections failed, %llu requests answered\n",
+			(unsigned long long)errors, (unsigned long long)done);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Gives thread <t> of <threads> its share of the <o->concurrency> slots. */
+static void tls_run_init(struct tls_run *r, const struct tunnel_opts *o, uint32_t t,
+			 uint32_t threads)
+{
+	uint32_t first = (uint32_t)((uint64_t)o->concurrency * t / threads);
+	uint32_t last = (uint32_t)((uint64_t)o->concurrency * (t + 1u) / threads);
+
+	AN_ASSERT(t < threads && threads <= o->concurrency);
+	AN_ASSERT(first < last && last <= TUNNEL_RATE_CONCURRENCY_MAX);
+	memset(r, 0, sizeof(*r));
+	r->o = o;
+	r->plan = &tls_plan_state;
+	r->conns = &tls_conns[first];
+	r->conns_len = last - first;
+	r->ep = -1;
+}
+
+/* Runs <o->threads> threads over <o->concurrency> connections for the warm-up and
+ * <o->seconds>, all with one window. */
+static int run_tls(const struct tunnel_opts *o)
+{
+	uint32_t started = 0;
+	int err;
+
+	AN_ASSERT(o->mode == MODE_TLS);
+	AN_ASSERT(o->threads >= 1 && o->threads <= o->concurrency);
+	err = tls_plan_init(o, &tls_plan_state);
+	if (err != 0)
+		goto out_free_ctx;
+	uint64_t mark = now_ns() + TUNNEL_WARMUP_NS;
+	uint64_t end = mark + (uint64_t)o->seconds * 1000000000ull;
+	for (; started < o->threads; started++) {
+		struct tls_run *r = &tls_runs[started];
+		tls_run_init(r, o, started, o->threads);
+		r->mark_ns = mark;
+		r->end_ns = end;
+		r->expire_ns = now_ns() + TUNNEL_RATE_EXPIRE_NS;
+		int ret = pthread_create(&r->thread, NULL, tls_thread, r);
+		if (ret != 0) {
+			err = -ret;
+			break;
+		}
+	}
+	for (uint32_t t = 0; t < started; t++) {
+		pthread_join(tls_runs[t].thread, NULL);
+		if (err == 0)
+			err = tls_runs[t].err;
+	}
+	if (err == 0)
+		err = tls_report(o, tls_runs, started);
+out_free_ctx:
+	SSL_CTX_free(tls_plan_state.ctx);
+	tls_plan_state.ctx = NULL;
+	return err;
+}
+
 static int origin_listen(struct sockaddr_in *addr)
 {
 	socklen_t len = sizeof(*addr);
@@ -1435,6 +2228,9 @@ static void usage(void)
 	    "         --target HOST:PORT [--authority NAME:PORT] --count N [--hold-seconds T]\n"
 	    "  tunnel rate (--proxy HOST:PORT | --proxy-unix PATH | --direct)\n"
 	    "         --target HOST:PORT [--authority NAME:PORT] [--concurrency C] [--seconds T]\n"
+	    "  tunnel tls (--proxy HOST:PORT | --proxy-unix PATH | --direct --target HOST:PORT)\n"
+	    "         [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]\n"
+	    "         [--requests K | --handshakes] [--concurrency C] [--threads T] [--seconds T]\n"
 	    "\n"
 	    "Proxied, the CONNECT authority defaults to --target. The origin's commands:\n"
 	    "'D' sends, 'U' discards, 'P' answers %u bytes and waits for the next.\n",
@@ -1464,6 +2260,9 @@ int main(int argc, char **argv)
 		break;
 	case MODE_RATE:
 		err = run_rate(&o);
+		break;
+	case MODE_TLS:
+		err = run_tls(&o);
 		break;
 	case MODE_NONE:
 	default:

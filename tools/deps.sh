@@ -10,7 +10,7 @@ set -eu
 BUILD_PKGS="build-essential pkg-config clang-format liburing-dev libssl-dev libxxhash-dev \
 libc-ares-dev libyaml-dev libidn2-dev libpsl-dev libseccomp-dev libnghttp2-dev check \
 libbenchmark-dev iproute2 curl openssl python3 nodejs npm wrk"
-BENCH_PKGS="haproxy nginx-light squid tinyproxy"
+BENCH_PKGS="haproxy nginx-light squid-openssl tinyproxy mitmproxy"
 
 want="$BUILD_PKGS"
 if [ "${1:-}" = "bench" ]; then
