@@ -39,7 +39,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <xxhash.h>
 
 #include "core/an.h"
@@ -110,6 +112,7 @@ enum { DIR_UP = 0, DIR_DOWN = 1 };
 #define F_DNS          0x10u /* a lookup is in flight: do not free */
 #define F_NO_KEEPALIVE 0x20u /* close after this exchange */
 #define F_NOBUFS       0x40u /* on the worker's nobufs list */
+#define F_UNIX_UP      0x80u /* the local upstream is a Unix socket, in c->addrs (conn_unix) */
 
 #define CONN_LINGER_MS 2000u
 /*
@@ -243,6 +246,11 @@ static void addr_format(const union conn_addr *a, char *out, size_t cap)
 	} else if (a->sa.sa_family == AF_INET6) {
 		inet_ntop(AF_INET6, &a->v6.sin6_addr, ip, sizeof(ip));
 		snprintf(out, cap, "[%s]:%u", ip, ntohs(a->v6.sin6_port));
+	} else if (a->sa.sa_family == AF_UNIX) {
+		/* The audit's field may cut a long path: its start is what tells. */
+		int room = cap > 6 ? (int)cap - 6 : 0;
+		snprintf(out, cap, "unix:%.*s", room,
+			 ((const struct sockaddr_un *)(const void *)a)->sun_path);
 	} else {
 		out[0] = '\0';
 	}
@@ -948,6 +956,35 @@ static bool literal_addr(const char *host, uint16_t port, struct sockaddr_storag
 }
 
 /* Splits a local upstream "host:port" / "[v6]:port" into <host> and <port>. */
+/*
+ * A Unix socket upstream's address lives in the storage of c->addrs (it
+ * holds four IPv6 addresses: more than a sockaddr_un), so a conn does not
+ * grow for the rare local rule that names a socket.
+ */
+static_assert(sizeof(((struct conn *)0)->addrs) >= sizeof(struct sockaddr_un),
+	      "a Unix socket address fits the address storage");
+
+static struct sockaddr_un *conn_unix(struct conn *c)
+{
+	return (struct sockaddr_un *)(void *)c->addrs;
+}
+
+/* Connects the local rule's Unix socket upstream (an absolute path, checked at load). */
+static void unix_upstream_start(struct conn *c)
+{
+	struct sockaddr_un *sun = conn_unix(c);
+	size_t len = strlen(c->upstream_local);
+
+	AN_ASSERT(c->upstream_local[0] == '/' && len < sizeof(sun->sun_path));
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	memcpy(sun->sun_path, c->upstream_local, len + 1);
+	c->flags |= F_UNIX_UP;
+	c->addr_count = 1;
+	c->addr_next = 0;
+	connect_next(c);
+}
+
 static bool upstream_split(const char *up, char *host, size_t cap, uint16_t *port)
 {
 	const char *colon = strrchr(up, ':');
@@ -981,6 +1018,11 @@ static void resolve_start(struct conn *c)
 	uint16_t port = c->port;
 
 	memcpy(name, c->host, (size_t)c->host_len + 1);
+	c->flags &= (uint8_t)~F_UNIX_UP;
+	if (c->tier == TIER_LOCAL && c->upstream_local != NULL && c->upstream_local[0] == '/') {
+		unix_upstream_start(c);
+		return;
+	}
 	if (c->tier == TIER_LOCAL &&
 	    !upstream_split(c->upstream_local, name, sizeof(name), &port)) {
 		respond(c, REASON_TIER_UNAVAILABLE);
@@ -1016,7 +1058,7 @@ static void connect_next(struct conn *c)
 	}
 	c->state = ST_CONNECT;
 	struct io_uring_sqe *sqe = conn_sqe(c, OP_SOCKET);
-	int family = c->addrs[c->addr_next].sa.sa_family;
+	int family = (c->flags & F_UNIX_UP) ? AF_UNIX : c->addrs[c->addr_next].sa.sa_family;
 	/* Direct descriptors are never inherited: SOCK_CLOEXEC is refused for them. */
 	io_uring_prep_socket_direct_alloc(sqe, family, SOCK_STREAM | SOCK_NONBLOCK, 0, 0);
 }
@@ -1036,9 +1078,13 @@ static void on_socket(struct conn *c, int res)
 		return;
 	}
 	c->ufd = res;
-	set_nodelay(c, OP_NODELAY_U, c->ufd);
 	const union conn_addr *a = &c->addrs[c->addr_next];
 	socklen_t len = a->sa.sa_family == AF_INET ? sizeof(a->v4) : sizeof(a->v6);
+	if (c->flags & F_UNIX_UP)
+		len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+				  strlen(conn_unix(c)->sun_path) + 1);
+	else
+		set_nodelay(c, OP_NODELAY_U, c->ufd);
 	struct io_uring_sqe *sqe = conn_sqe(c, OP_CONNECT);
 	io_uring_prep_connect(sqe, c->ufd, &a->sa, len);
 	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK;

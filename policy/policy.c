@@ -1432,6 +1432,32 @@ static int parse_tier(struct loader *ld, struct acl_rule *r, yaml_mark_t *mark)
 		    show(ev_text(ld), ev_len(ld), shown));
 }
 
+/*
+ * A local upstream that is a Unix socket: an absolute path that fits
+ * sun_path with its NUL. Nothing is checked on disk: the server may start
+ * after the daemon (a connect that fails is answered upstream_unreachable).
+ */
+static int parse_upstream_unix(struct loader *ld, struct acl_rule *r)
+{
+	char shown[SHOW_BYTES];
+	const char *path = ev_text(ld);
+	size_t len = ev_len(ld);
+
+	AN_ASSERT(len > 0 && path[0] == '/');
+	const char *why = len > POLICY_UPSTREAM_UNIX_BYTES_MAX ? "longer than a socket path may be"
+			  : memchr(path, '\0', len) != NULL    ? "a NUL in the path"
+							       : NULL;
+	for (size_t i = 0; why == NULL && i < len; i++) {
+		if ((unsigned char)path[i] < 0x20 || path[i] == 0x7f)
+			why = "a control character in the path";
+	}
+	if (why != NULL)
+		return fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
+			    show(path, len, shown), why);
+	r->upstream = pool_strndup(path, len);
+	return r->upstream != NULL ? 0 : fail_oom(ld);
+}
+
 static int parse_upstream(struct loader *ld, struct acl_rule *r)
 {
 	char norm[ACL_HOST_NORM_BYTES];
@@ -1444,6 +1470,8 @@ static int parse_upstream(struct loader *ld, struct acl_rule *r)
 	int rc = loader_scalar(ld, "upstream", "a string");
 	if (rc != 0)
 		return rc;
+	if (ev_len(ld) > 0 && ev_text(ld)[0] == '/')
+		return parse_upstream_unix(ld, r);
 	const char *why = split_hostport(ev_text(ld), ev_len(ld), &hp);
 	if (why == NULL && hp.port == 0)
 		why = "expected host:port";

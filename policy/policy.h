@@ -41,6 +41,8 @@
 /* limits: requests a second, burst and connections at once, per sandbox (a
  * profile's) or per sandbox per rule (a rule's). */
 #define POLICY_LIMIT_MAX 1000000u
+/* A local upstream given as a Unix socket path: sun_path holds 108 bytes with its NUL. */
+#define POLICY_UPSTREAM_UNIX_BYTES_MAX 107u
 /* socket_dir and audit_log. */
 #define POLICY_PATH_BYTES_MAX 4095u
 /* resolver.servers: c-ares tries them in order; more than this is a mistake. */

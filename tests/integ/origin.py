@@ -18,7 +18,8 @@ the accept loop.
     origin.py --dir DIR --cert leaf.pem --key leaf.key
 
 Prints one JSON line {"https_port": N, "http_port": N} on stdout when both
-listen; stops on SIGTERM or when stdin closes. Logs requests to DIR/origin.log.
+listen (and "unix_socket": DIR/origin.sock, the plain-HTTP origin on a Unix
+socket); stops on SIGTERM or when stdin closes. Logs requests to DIR/origin.log.
 """
 
 import argparse
@@ -206,6 +207,23 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             f.write("%s %s error: %r\n" % (self.name, client_address, sys.exc_info()[1]))
 
 
+class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The plain-HTTP origin again on a Unix socket (a local rule's upstream path)."""
+    daemon_threads = True
+
+    def __init__(self, path, fixture_dir, log_path):
+        self.name = "unix"
+        self.fixture_dir = fixture_dir
+        self.log_path = log_path
+        if os.path.exists(path):
+            os.unlink(path)
+        super().__init__(path, Handler)
+
+    def get_request(self):
+        sock, _ = self.socket.accept()
+        return sock, ("unix", 0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", required=True)
@@ -219,6 +237,7 @@ def main():
     servers = [
         Server("https", args.dir, log_path, ctx),
         Server("http", args.dir, log_path, None),
+        UnixServer(os.path.join(args.dir, "origin.sock"), args.dir, log_path),
     ]
     for s in servers:
         threading.Thread(target=s.serve_forever, daemon=True).start()
@@ -227,7 +246,8 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(
         json.dumps({"https_port": servers[0].server_address[1],
-                    "http_port": servers[1].server_address[1]}),
+                    "http_port": servers[1].server_address[1],
+                    "unix_socket": servers[2].server_address}),
         flush=True,
     )
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()

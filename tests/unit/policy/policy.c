@@ -628,6 +628,29 @@ START_TEST(test_rule_upstream)
 	ck_assert_str_eq(decide(0, "m1.internal", 80).upstream, "[::1]:8080");
 	ck_assert_str_eq(decide(0, "m2.internal", 80).upstream, "models.lan:65535");
 	ck_assert_str_eq(decide(0, "m3.internal", 80).upstream, "127.0.0.1:1");
+	/* A Unix socket path: 107 bytes fit sun_path with the NUL, 108 do not. */
+	char yaml[512], path[POLICY_UPSTREAM_UNIX_BYTES_MAX + 2];
+	for (int over = 0; over < 2; over++) {
+		size_t len = POLICY_UPSTREAM_UNIX_BYTES_MAX + (size_t)over;
+		memset(path, 's', len);
+		path[0] = '/';
+		path[len] = '\0';
+		snprintf(yaml, sizeof(yaml),
+			 HEAD "    - host: m.internal\n      tier: local\n      upstream: %s\n"
+			      "      owner: o\n      reason: r\n",
+			 path);
+		if (over == 0) {
+			expect_ok(yaml);
+			ck_assert_str_eq(decide(0, "m.internal", 80).upstream, path);
+		} else {
+			expect_error(yaml, "t.yaml:7:17: invalid upstream \"/sss");
+			ck_assert_msg(strstr(err, "longer than a socket path may be") != NULL, "%s",
+				      err);
+		}
+	}
+	expect_error(HEAD "    - host: m.internal\n      upstream: \"/run/a\\tb.sock\"\n",
+		     "t.yaml:6:17: invalid upstream \"/run/a");
+	ck_assert_msg(strstr(err, "a control character in the path") != NULL, "%s", err);
 }
 END_TEST
 
