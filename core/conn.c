@@ -38,6 +38,7 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
 #include <sys/socket.h>
@@ -2289,6 +2290,12 @@ static void inject_request(struct conn *c, const struct http1_request *req, size
 		term_refuse(c, REASON_CREDENTIAL_MISSING);
 		return;
 	}
+	if (req->body == HTTP1_BODY_LENGTH && req->content_length > LIMITS_TERM_REQUEST_BYTES_MAX) {
+		term_refuse(c, REASON_BODY_TOO_LARGE); /* nothing of it went upstream */
+		return;
+	}
+	c->term_req_bytes = 0;
+	c->term_resp_bytes = 0;
 	memcpy(c->out + len, "\r\n", 2);
 	c->out_len = (uint32_t)(len + 2);
 	c->out_off = 0;
@@ -2333,6 +2340,15 @@ static enum term_status inject_body(struct conn *c)
 	else
 		c->req_left -= n;
 	c->bytes_up += n;
+	c->term_req_bytes += n;
+	if (c->term_req_bytes > LIMITS_TERM_REQUEST_BYTES_MAX) {
+		/* A chunked body past the cap: cut, the upstream sees the stream end early. */
+		c->upstream_dead = true;
+		c->inject_phase = INJ_IDLE;
+		c->out_len = 0;
+		term_refuse(c, REASON_BODY_TOO_LARGE);
+		return TERM_OK;
+	}
 	term_drop(c, (uint32_t)n);
 	c->req_done = c->req_body == HTTP1_BODY_CHUNKED ? c->req_chunks.done : c->req_left == 0;
 	return TERM_OK;
@@ -2343,6 +2359,18 @@ static enum term_status inject_agent_side(struct conn *c)
 {
 	if (c->out_len > 0 && c->inject_phase != INJ_REQUEST)
 		return term_write_answer(c); /* a refusal */
+	if (c->upgraded && c->head_fill > 0) {
+		size_t n = 0;
+		enum term_status st = conn_term(c)->write(c->utls, c->head, c->head_fill, &n);
+		c->bytes_up += n;
+		term_drop(c, (uint32_t)n);
+		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
+	}
+	if (c->upgraded) {
+		uint32_t had = c->head_fill;
+		enum term_status st = term_read_request(c);
+		return st == TERM_OK && c->head_fill == had ? TERM_WANT_READ : st;
+	}
 	if (c->inject_phase == INJ_IDLE && term_request(c))
 		return TERM_OK;
 	if (c->inject_phase == INJ_REQUEST && c->out_off < c->out_len) {
@@ -2368,6 +2396,47 @@ static enum term_status inject_agent_side(struct conn *c)
 	return st == TERM_OK && c->head_fill == before ? TERM_WANT_READ : st;
 }
 
+/*
+ * Whether redirect <r> sends the agent to a host its policy refuses: an
+ * absolute Location is decided as a request to it would be. A relative one
+ * stays on this host, which is allowed.
+ */
+static bool inject_redirect_denied(struct conn *c, const struct http1_response *r)
+{
+	const struct engine *e = c->w->e;
+
+	for (uint32_t i = 0; i < r->header_count; i++) {
+		const struct http1_header *h = &r->headers[i];
+		if (!http1_name_is(h->name, h->name_len, "location"))
+			continue;
+		const char *v = h->value;
+		size_t len = h->value_len;
+		size_t skip = len > 8 && strncasecmp(v, "https://", 8) == 0  ? 8
+			      : len > 7 && strncasecmp(v, "http://", 7) == 0 ? 7
+									     : 0;
+		if (skip == 0)
+			return false;
+		uint16_t port = skip == 8 ? 443 : 80;
+		const char *host = v + skip;
+		size_t hlen = strcspn(host, "/?#");
+		hlen = hlen < len - skip ? hlen : len - skip;
+		const char *colon = memrchr(host, ':', hlen);
+		if (colon != NULL && memchr(colon, ']', (size_t)(host + hlen - colon)) == NULL) {
+			port = (uint16_t)strtoul(colon + 1, NULL, 10);
+			hlen = (size_t)(colon - host);
+		}
+		if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
+			host++;
+			hlen -= 2;
+		}
+		struct verdict v2;
+		const struct snapshot_sandbox *under = &c->snap->sandboxes[c->sandbox];
+		e->ops->decide(c->snap->policy, under->profile, host, hlen, port, &v2);
+		return verdict_refusal(&v2) != REASON_NONE;
+	}
+	return false;
+}
+
 /* Follows the response's framing over newly read bytes; sets resp_done at its end. */
 static void inject_frame(struct conn *c)
 {
@@ -2387,7 +2456,19 @@ static void inject_frame(struct conn *c)
 			c->resp_scan += (uint32_t)n;
 			c->status = r.status;
 			c->resp_keep_alive = r.keep_alive;
+			if (r.status >= 300 && r.status < 400 && inject_redirect_denied(c, &r)) {
+				c->resp_refused = true;
+				return;
+			}
 			c->resp_body = (uint8_t)http1_response_body(&r, c->head_method);
+			if (r.status == 101) {
+				/* WebSocket (or any upgrade): raw bytes both ways until one side ends. */
+				c->upgraded = true;
+				c->resp_head_done = true;
+				c->resp_body = HTTP1_BODY_CLOSE;
+				c->resp_keep_alive = false;
+				continue;
+			}
 			c->resp_left = r.content_length;
 			memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
 			bool interim = r.status >= 100 && r.status < 200 && r.status != 101;
@@ -2491,7 +2572,22 @@ static enum term_status inject_upstream_side(struct conn *c)
 	if (st != TERM_OK)
 		return st;
 	c->resp_fill += (uint32_t)n;
+	c->term_resp_bytes += n;
 	inject_frame(c);
+	if (c->resp_refused) {
+		/* Nothing of it was relayed: the agent gets the refusal instead. */
+		c->resp_refused = false;
+		c->resp_fill = c->resp_off = c->resp_scan = 0;
+		c->upstream_dead = true;
+		c->inject_phase = INJ_IDLE;
+		c->out_len = 0;
+		term_refuse(c, REASON_REDIRECT_DENIED);
+	} else if (c->term_resp_bytes > LIMITS_TERM_RESPONSE_BYTES_MAX) {
+		c->reason = REASON_RESPONSE_TRUNCATED;
+		audit_decision(c, false, reason_status(REASON_RESPONSE_TRUNCATED));
+		c->upstream_dead = true;
+		term_end(c, TERM_ERROR); /* what was relayed stands; the rest is cut */
+	}
 	return TERM_OK;
 }
 

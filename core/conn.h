@@ -114,6 +114,10 @@ struct conn {
 	uint8_t upstream_refusal;            /* then the answer to the next request (enum reason) */
 	uint32_t resp_off;                   /* response bytes relayed to the agent */
 	uint32_t resp_scan;                  /* response bytes whose framing is accounted for */
+	bool upgraded;                       /* a 101: both ways are raw bytes from now on */
+	bool resp_refused;                   /* the response is a redirect the policy refuses */
+	uint64_t term_req_bytes;             /* this request's body bytes sent upstream */
+	uint64_t term_resp_bytes;            /* this response's bytes relayed to the agent */
 	const char *rule;                    /* borrowed from the policy snapshot */
 	const char *instruction;             /* borrowed from the policy snapshot */
 	const char *upstream_local;          /* TIER_LOCAL: "host:port" to relay to, borrowed */

@@ -63,6 +63,15 @@
  * when none is idle. */
 #define LIMITS_RULE_BUCKETS_PER_WORKER 65536u
 
+/* Terminated tiers (fake, inject): one request body, one response body. A
+ * request whose Content-Length says more is answered 413 before anything
+ * goes upstream; a chunked one is cut there. A response past the cap is cut
+ * and audited response_truncated. Large enough for model APIs' uploads and
+ * streams, small enough that one agent cannot pull the host's bandwidth
+ * through a credential for ever. */
+#define LIMITS_TERM_REQUEST_BYTES_MAX  (64ull << 20)
+#define LIMITS_TERM_RESPONSE_BYTES_MAX (1ull << 30)
+
 /* Worker threads: at most this many, whatever the core count. */
 #define LIMITS_WORKERS_MAX 64u
 /* Sandboxes a daemon serves. */

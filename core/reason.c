@@ -60,6 +60,10 @@ static const struct reason_row reason_rows[] = {
 				   "The Host header must name the host given to CONNECT; open a tunnel to each host." },
 	[REASON_CREDENTIAL_MISSING] = { "credential_missing", 403,
 					"Send the placeholder credential this sandbox was given for this host; do not send a real key." },
+	[REASON_REDIRECT_DENIED] = { "redirect_denied", 403,
+				     "The upstream redirected to a host this sandbox may not reach; do not follow it." },
+	[REASON_RESPONSE_TRUNCATED] = { "response_truncated", 502,
+					"The upstream's response was larger than the proxy passes on; it was cut. Ask for less." },
 	[REASON_UPSTREAM_TLS_FAILED] = { "upstream_tls_failed", 502,
 					 "The upstream's TLS certificate did not verify; no credential was sent. Do not retry; tell the operator." },
 };

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 2
+#define REASON_CONTRACT_VERSION 3
 
 enum tier {
 	TIER_DENY = 0,
@@ -48,6 +48,8 @@ enum reason {
 	REASON_HOST_MISMATCH,
 	REASON_CREDENTIAL_MISSING,
 	REASON_UPSTREAM_TLS_FAILED,
+	REASON_REDIRECT_DENIED,
+	REASON_RESPONSE_TRUNCATED,
 	REASON__COUNT,
 };
 
