@@ -32,9 +32,15 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
      requests/s and handshakes/s against nginx over TLS (the ceiling), the server side's
      CPU per request and per handshake, and the leaf-cache hit rate after warm-up as the
      client sees it (a repeated leaf serial: a mint gives a new random one);
-  6. TLS interception: the same keep-alive and handshake runs through mitmproxy and squid
-     ssl-bump (each trusted by the client through its own CA) to nginx over TLS; the
-     agentsnetd side (the inject tier) is skipped until the engine serves it;
+  6. TLS interception: the same keep-alive and handshake runs through agentsnetd's
+     credential-inject tier (rule host api.bench, the name of nginx's TLS certificate), mitmproxy
+     and squid ssl-bump (each trusted by the client through its own CA) to nginx over TLS,
+     every request carrying `Authorization: Bearer <placeholder>` as an agent's would:
+     agentsnetd swaps the placeholder for the secret (secret_file, require: true) and
+     re-originates over TLS verified against the origin's CA (upstream_ca), one upstream
+     connection per client connection; the others pass the header on. A probe first checks
+     that the origin got the secret (nginx echoes the header; the daemon masks the secret in
+     what comes back) and that a request without the placeholder is refused;
   7. microbenchmarks (bench/micro.cc, Google Benchmark): head parsing, policy
      lookup at 1k/100k/1M rules, the whole decision (lookup + rate check) at
      1M, audit emit, leaf mint (target: p50 under 50 us);
@@ -57,6 +63,7 @@ import platform
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -76,6 +83,11 @@ READY_TIMEOUT_S = 30
 IDLE_READY_TIMEOUT_S = 120
 MICRO_REPEATS = 10
 ORIGIN_NAME = "bench.origin"
+# nginx over TLS: its certificate's name, the SNI and Host of every TLS subject, and the
+# host of agentsnetd's inject rule (a profile names a host once: bench.origin is passthrough).
+TLS_NAME = "api.bench"
+PLACEHOLDER = "agentsnet-placeholder-bench"
+ECHO_PATH = "/echo-authorization"  # nginx answers the Authorization header it got
 FAKE_NAME = "fake.bench"
 FAKE_BODY = "hello, bench\n"  # nginx's `return 200` body: the same bytes
 PEERS = ("squid", "tinyproxy", "haproxy")
@@ -87,7 +99,9 @@ TLS_REQUESTS = 10000  # keep-alive requests per connection before a new one
 # two slots per tunnel (client and upstream), less the listeners' and spare slots.
 NOFILE = 20000
 IDLE_MAX = 9800
-INJECT_SKIP = "skipped: the inject tier is not served by the engine yet"
+INJECT_NOTE = ("the inject tier: the client's TLS terminated with a minted leaf, the "
+               "placeholder swapped for the secret, re-originated over TLS verified against "
+               "the origin's CA, one upstream connection per client connection")
 HANDSHAKE_NOTE = ("a cycle is connect, CONNECT (not direct), a full TLS handshake the client "
                   "verifies, one GET and close; the client's verification costs more than "
                   "the server's side, so with the load on one core the client bounds the rate: "
@@ -181,7 +195,7 @@ class Bench:
         self.workers = 1
         self.idle_base = {}
         self.nginx = None
-        self.ca_dir = self.origin_ca = None
+        self.ca_dir = self.origin_ca = self.secret = None
 
     # ---- processes ----------------------------------------------------------
 
@@ -221,8 +235,8 @@ class Bench:
     # ---- set-up -------------------------------------------------------------
 
     def make_cas(self):
-        """The daemon's CA (`agentsnet ca init` in the work dir) and the TLS origin's CA
-        and certificate (bench.origin and 127.0.0.1)."""
+        """The daemon's CA (`agentsnet ca init` in the work dir), the TLS origin's CA and
+        certificate (TLS_NAME and 127.0.0.1), and the inject rule's secret (secret.txt)."""
         self.ca_dir = os.path.join(self.work, "ca")
         proc = subprocess.run([self.args.agentsnet, "ca", "init", "--dir", self.ca_dir],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -234,10 +248,15 @@ class Bench:
         os.mkdir(origin, 0o755)
         try:
             peers.tls_ca(origin, "agentsnet bench origin CA")
-            self.origin_cert = peers.tls_leaf(origin, origin, ORIGIN_NAME)
+            self.origin_cert = peers.tls_leaf(origin, origin, TLS_NAME)
         except peers.Unavailable as e:
             raise Broken("the TLS origin's certificate: %s" % e) from None
         self.origin_ca = os.path.join(origin, "ca.pem")
+        self.secret = "bench-secret-" + os.urandom(16).hex()
+        with open(os.open(os.path.join(self.work, "secret.txt"),
+                          os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w",
+                  encoding="ascii") as f:
+            f.write(self.secret + "\n")
 
     def start_origins(self):
         p, path = self.start([self.args.tunnel, "origin", "--listen", "127.0.0.1:0"],
@@ -287,7 +306,7 @@ daemon:
 resolver:
   # Loopback only: the system resolver's address must never see a query.
   servers: ["127.0.0.1:9"]
-  hosts: {%(name)s: [127.0.0.1]}
+  hosts: {%(name)s: [127.0.0.1], %(tls)s: [127.0.0.1]}
   allow_private: [127.0.0.1/32]
 profiles:
   bench:
@@ -301,9 +320,17 @@ profiles:
           - status: 200
             headers: {Content-Type: text/plain}
             body: %(body)s
+      - host: %(tls)s
+        tier: inject
+        owner: bench
+        reason: nginx over TLS with a brokered key (scenario 6)
+        inject: {header: Authorization, prefix: "Bearer ", placeholder: %(placeholder)s,
+                 secret_file: %(w)s/secret.txt, require: true}
+        upstream_ca: %(origin_ca)s
 sandboxes: [{id: bench, profile: bench}]
 """ % {"sock": self.sock_dir, "w": self.work, "tcp": self.tcp_port, "name": ORIGIN_NAME,
-       "workers": workers, "fake": FAKE_NAME, "body": json.dumps(FAKE_BODY)})
+       "workers": workers, "fake": FAKE_NAME, "body": json.dumps(FAKE_BODY), "tls": TLS_NAME,
+       "placeholder": PLACEHOLDER, "origin_ca": self.origin_ca})
         self.daemon, self.daemon_out = self.start(
             [self.args.daemon, "--config", policy, "--workers", str(workers),
              "--ca-dir", self.ca_dir],
@@ -611,27 +638,32 @@ sandboxes: [{id: bench, profile: bench}]
 
     # ---- 5. canned responses and 6. TLS interception ---------------------------
 
-    def tls_args(self, subject):
-        """bench/tunnel tls options: agentsnetd's fake host, nginx over TLS (direct), or
-        nginx over TLS through an intercepting peer, which the client trusts instead."""
+    def tls_args(self, subject, inject=False):
+        """bench/tunnel tls options: agentsnetd's fake host (its inject host if <inject>),
+        nginx over TLS (direct), or nginx over TLS through an intercepting peer, which the
+        client trusts instead. With <inject> every subject's requests carry the placeholder
+        credential, as an agent's would."""
+        header = ["--header", "Authorization: Bearer " + PLACEHOLDER] if inject else []
         if subject == "agentsnetd":
-            return ["--proxy", "127.0.0.1:%d" % self.tcp_port, "--authority",
-                    "%s:443" % FAKE_NAME, "--ca", os.path.join(self.ca_dir, "ca.pem")]
+            authority = ("%s:%d" % (TLS_NAME, self.https_port) if inject
+                         else "%s:443" % FAKE_NAME)
+            return ["--proxy", "127.0.0.1:%d" % self.tcp_port, "--authority", authority,
+                    "--ca", os.path.join(self.ca_dir, "ca.pem"), *header]
         if subject == "direct":
             return ["--direct", "--target", "127.0.0.1:%d" % self.https_port, "--sni",
-                    ORIGIN_NAME, "--ca", self.origin_ca]
+                    TLS_NAME, "--ca", self.origin_ca, *header]
         peer = self.peers[subject]
         return ["--proxy", "127.0.0.1:%d" % peer.port, "--authority",
-                "127.0.0.1:%d" % self.https_port, "--sni", ORIGIN_NAME, "--ca",
-                peer.tls["ca_file"]]
+                "127.0.0.1:%d" % self.https_port, "--sni", TLS_NAME, "--ca",
+                peer.tls["ca_file"], *header]
 
-    def tls_load(self, subject, conns, handshakes):
+    def tls_load(self, subject, conns, handshakes, inject=False):
         """One bench/tunnel tls run's JSON, plus cpu_us: the TLS server's CPU (the proxy's,
         nginx's when direct) per request answered in the whole run."""
         pids = self.server_pids(subject)
         cpu0 = cpu_seconds(pids)
         shape = ["--handshakes"] if handshakes else ["--requests", str(TLS_REQUESTS)]
-        out = self.run_load([self.args.tunnel, "tls", *self.tls_args(subject), *shape,
+        out = self.run_load([self.args.tunnel, "tls", *self.tls_args(subject, inject), *shape,
                              "--concurrency", str(conns), "--seconds", str(RATE_SECONDS)],
                             RATE_SECONDS + 60)
         cpu = cpu_seconds(pids) - cpu0
@@ -639,16 +671,17 @@ sandboxes: [{id: bench, profile: bench}]
         doc["cpu_us"] = 1e6 * cpu / doc["count_total"] if pids and doc["count_total"] else None
         return doc
 
-    def tls_series(self, subjects, label):
-        """Keep-alive and handshake runs of <subjects> at TLS_LEVELS:
-        {(shape, conns): (figures, notes)}; a peer that fails gets a note, not a figure."""
+    def tls_series(self, subjects, label, inject=False):
+        """Keep-alive and handshake runs of <subjects> at TLS_LEVELS (<inject>: see
+        tls_args): {(shape, conns): (figures, notes)}; a peer that fails gets a note, not a
+        figure."""
         runs = {}
         for shape in ("keepalive", "handshakes"):
             for conns in TLS_LEVELS:
                 figs, notes = runs.setdefault((shape, conns), ({}, {}))
                 for s in subjects:
                     try:
-                        figs[s] = self.tls_load(s, conns, shape == "handshakes")
+                        figs[s] = self.tls_load(s, conns, shape == "handshakes", inject)
                     except (Broken, subprocess.TimeoutExpired) as e:
                         if s in ("agentsnetd", "direct"):
                             raise
@@ -708,10 +741,56 @@ sandboxes: [{id: bench, profile: bench}]
                  % top, "%",
                  {"agentsnetd": hits}, True, (None, 99.0), {"agentsnetd (info)": LEAF_NOTE})
 
+    def inject_get(self, header):
+        """(status line, head, body) of one GET of ECHO_PATH through agentsnetd's inject
+        rule, over TLS verified against the agentsnet CA, with <header> (a line, or None)."""
+        target = ("%s:%d" % (TLS_NAME, self.https_port)).encode()
+        extra = b"" if header is None else header.encode() + b"\r\n"
+        with socket.create_connection(("127.0.0.1", self.tcp_port), 5) as c:
+            c.settimeout(5)
+            c.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+            head, rest = peers.read_head(c)
+            peers.expect_2xx(head, "CONNECT to the inject rule")
+            if rest:
+                raise Broken("%d bytes after agentsnetd's CONNECT answer" % len(rest))
+            ctx = ssl.create_default_context(cafile=os.path.join(self.ca_dir, "ca.pem"))
+            with ctx.wrap_socket(c, server_hostname=TLS_NAME) as t:
+                t.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n"
+                          % (ECHO_PATH.encode(), target, extra))
+                head, body = peers.read_head(t)
+                while len(body) < 65536:
+                    try:
+                        chunk = t.recv(4096)
+                    except ssl.SSLError:
+                        break  # a close without close_notify: the body is what came
+                    if not chunk:
+                        break
+                    body += chunk
+        text = head.decode(errors="replace")
+        return text.split("\r\n", 1)[0], text, body.decode(errors="replace")
+
+    def check_inject(self):
+        """Broken unless the inject rule swaps the placeholder for the secret (nginx echoes
+        the header it got; the daemon masks the secret in the answer, so the agent sees one
+        asterisk per byte of it) and refuses a request without the placeholder."""
+        try:
+            line, head, body = self.inject_get("Authorization: Bearer " + PLACEHOLDER)
+            want = "Bearer " + "*" * len(self.secret) + "\n"
+            if " 200 " not in line + " " or body != want:
+                raise Broken("the inject rule answered %r with %r, not 200 with %r (the "
+                             "secret masked): %s" % (line, body[:200], want, head[:500]))
+            line, head, _ = self.inject_get(None)
+            if " 403 " not in line + " " or "credential_missing" not in head:
+                raise Broken("a request without the placeholder got %r, not 403 "
+                             "credential_missing: %s" % (line, head[:500]))
+        except (OSError, peers.ProbeFailed) as e:
+            raise Broken("the inject rule's probe: %s" % e) from None
+
     def bench_intercept(self):
-        """6: mitmproxy and squid ssl-bump in front of nginx over TLS; the agentsnetd side
-        (the inject tier) is skipped until the engine serves it."""
-        origin = {"host": "127.0.0.1", "port": self.https_port, "name": ORIGIN_NAME,
+        """6: agentsnetd's inject tier, mitmproxy and squid ssl-bump in front of nginx over
+        TLS, after check_inject()."""
+        self.check_inject()
+        origin = {"host": "127.0.0.1", "port": self.https_port, "name": TLS_NAME,
                   "origin_ca": self.origin_ca}
         for name in TLS_PEERS:
             try:
@@ -722,14 +801,16 @@ sandboxes: [{id: bench, profile: bench}]
                 self.unavailable[name] = str(e).splitlines()[0]
                 log("bench: %s unavailable: %s" % (name, e))
         try:
-            runs = self.tls_series(("direct",) + tuple(n for n in TLS_PEERS if n in self.peers),
-                                   "intercept")
+            runs = self.tls_series(("agentsnetd", "direct") +
+                                   tuple(n for n in TLS_PEERS if n in self.peers),
+                                   "intercept", inject=True)
         finally:
             for name in TLS_PEERS:
                 if name in self.peers:
                     self.peers.pop(name).stop()
         notes = {n: self.unavailable[n] for n in TLS_PEERS if n in self.unavailable}
-        notes["agentsnetd"] = INJECT_SKIP
+        notes["agentsnetd (info)"] = INJECT_NOTE
+        notes["direct (info)"] = "nginx over TLS, the same request"
         self.tls_rows("6 TLS interception", "TLS interception", runs, notes, ("mitmproxy", 20.0))
 
     # ---- 7. microbenchmarks ---------------------------------------------------

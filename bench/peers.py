@@ -976,8 +976,10 @@ def test_relay(work):
 
 def nginx_conf(work, port, nofile=20000, tls=None):
     """Writes <work>/nginx.conf: the benchmarks' HTTP origin, one worker in the foreground,
-    every file in <work>, answering 200 "hello, bench" with keep-alive on 127.0.0.1:<port>;
-    with <tls> (port, certificate, key) also over TLS on that port, with nginx's defaults
+    every file in <work>, answering 200 "hello, bench" with keep-alive on 127.0.0.1:<port>
+    (and /echo-authorization with the Authorization header it got: bench.py checks the
+    inject tier's swap so); with <tls> (port, certificate, key) also over TLS on that
+    port, with nginx's defaults
     otherwise (TLS 1.2 and 1.3, session tickets). Returns the file's path (bench.py's
     origin and this module's self-test use it)."""
     conf = os.path.join(work, "nginx.conf")
@@ -1004,6 +1006,7 @@ http {
 	server {
 		listen 127.0.0.1:%(port)d backlog=4096;
 		%(tls)slocation / { return 200 "hello, bench\\n"; }
+		location = /echo-authorization { return 200 "$http_authorization\\n"; }
 	}
 }
 """ % {"w": work, "port": port, "nofile": nofile, "tls": listen_tls})

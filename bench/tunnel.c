@@ -12,7 +12,8 @@
  *          --target HOST:PORT [--authority NAME:PORT] [--concurrency C] [--seconds T]
  *   tunnel tls (--proxy HOST:PORT | --proxy-unix PATH | --direct --target HOST:PORT)
  *          [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]
- *          [--requests K | --handshakes] [--concurrency C] [--threads T] [--seconds T]
+ *          [--header "NAME: VALUE"] [--requests K | --handshakes]
+ *          [--concurrency C] [--threads T] [--seconds T]
  *
  * The origin speaks a one-byte protocol once a connection is up (directly or
  * through a tunnel): 'D' and it writes as fast as it can, 'U' and it reads
@@ -43,6 +44,8 @@
  * keep-alive "GET PATH" requests one after the other (requests/s and their
  * latency), or with --handshakes one request and an abortive close
  * (handshakes/s, latency of the whole cycle). Sessions are never resumed.
+ * --header adds one header line to every request, as an agent sends its
+ * (placeholder) credential to the credential-inject tier.
  * It also counts the handshakes whose leaf carries a serial seen before in
  * the run: a proxy that mints afresh gives a new random serial, so that is
  * the client's view of the proxy's leaf cache. It prints one JSON line.
@@ -126,7 +129,8 @@
 /* The server name (SNI, verified) and the request head of a run. */
 #define TUNNEL_TLS_NAME_BYTES_MAX    254u
 #define TUNNEL_TLS_PATH_BYTES_MAX    512u
-#define TUNNEL_TLS_REQUEST_BYTES_MAX 1024u
+#define TUNNEL_TLS_HEADER_BYTES_MAX  512u
+#define TUNNEL_TLS_REQUEST_BYTES_MAX 2048u
 /* Response bodies are read into this and dropped. */
 #define TUNNEL_TLS_SCRATCH_BYTES (16u * 1024u)
 
@@ -138,9 +142,10 @@ static_assert((uint64_t)TUNNEL_IO_TIMEOUT_S * 1000000000ull < (1ull << TUNNEL_HI
 	      "a cycle's timeout fits the histogram unclamped");
 static_assert(TUNNEL_PING_BYTES < TUNNEL_HEAD_BYTES_MAX, "the ping answer is small");
 static_assert(TUNNEL_TLS_THREADS_MAX <= TUNNEL_RATE_CONCURRENCY_MAX, "a thread has a slot");
-static_assert(TUNNEL_TLS_NAME_BYTES_MAX + TUNNEL_TLS_PATH_BYTES_MAX + 64u <
+static_assert(TUNNEL_TLS_NAME_BYTES_MAX + TUNNEL_TLS_PATH_BYTES_MAX + TUNNEL_TLS_HEADER_BYTES_MAX +
+		      64u <
 		  TUNNEL_TLS_REQUEST_BYTES_MAX,
-	      "a request head holds the path and the Host header");
+	      "a request head holds the path, the Host header and the --header line");
 
 enum tunnel_mode {
 	MODE_NONE = 0,
@@ -184,6 +189,7 @@ struct tunnel_opts {
 	const char *ca_file; /* tls: the CA the server's leaf must chain to */
 	const char *sni;     /* tls: the name sent and verified; default: the authority's */
 	const char *path;    /* tls: the path asked for */
+	const char *header;  /* tls: one more header line, "NAME: VALUE", or NULL */
 	bool handshakes;     /* tls: one request per connection */
 	uint32_t requests;   /* tls: keep-alive requests per connection */
 	uint32_t threads;    /* tls: epoll threads sharing the connections */
@@ -247,6 +253,33 @@ static int parse_addr(const char *s, struct sockaddr_in *out)
 	return 0;
 }
 
+/*
+ * Whether <s> is one header line without its CRLF: a token name (RFC 9110
+ * tchar), a colon, then a value of visible ASCII, spaces and tabs, and
+ * shorter than TUNNEL_TLS_HEADER_BYTES_MAX.
+ */
+static bool header_valid(const char *s)
+{
+	static const char tchar[] = "!#$%&'*+-.^_`|~";
+	size_t len = strnlen(s, TUNNEL_TLS_HEADER_BYTES_MAX);
+	size_t i = 0;
+
+	AN_ASSERT(s != NULL);
+	if (len >= TUNNEL_TLS_HEADER_BYTES_MAX)
+		return false;
+	while (i < len && (((s[i] | 0x20) >= 'a' && (s[i] | 0x20) <= 'z') ||
+			   (s[i] >= '0' && s[i] <= '9') || strchr(tchar, s[i]) != NULL))
+		i++;
+	if (i == 0 || i == len || s[i] != ':')
+		return false;
+	for (i++; i < len; i++) {
+		if ((s[i] < 0x20 && s[i] != '\t') || s[i] == 0x7f)
+			return false;
+	}
+	AN_ASSERT(i == len);
+	return true;
+}
+
 static int opts_set(struct tunnel_opts *o, int opt, const char *arg)
 {
 	AN_ASSERT(o != NULL);
@@ -304,6 +337,9 @@ static int opts_set(struct tunnel_opts *o, int opt, const char *arg)
 	case 'K':
 		o->handshakes = true;
 		return 0;
+	case 'E':
+		o->header = arg;
+		return header_valid(arg) ? 0 : -EINVAL;
 	case 'j':
 		return parse_u32(arg, 1, TUNNEL_TLS_THREADS_MAX, &o->threads);
 	default:
@@ -390,6 +426,7 @@ static int opts_parse(int argc, char **argv, struct tunnel_opts *o)
 		{ "path", required_argument, NULL, 'P' },
 		{ "requests", required_argument, NULL, 'k' },
 		{ "handshakes", no_argument, NULL, 'K' },
+		{ "header", required_argument, NULL, 'E' },
 		{ "threads", required_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1415,7 +1452,8 @@ static SSL_CTX *tls_ctx_new(const char *ca_file)
 /*
  * The server name (--sni, else the host of the authority, or of --target
  * with --direct) and the request head, whose Host is that name and the
- * port (left out when 443), as a client of https://NAME:PORT/ sends it.
+ * port (left out when 443), as a client of https://NAME:PORT/ sends it,
+ * then the --header line if there is one.
  */
 static int tls_plan_names(const struct tunnel_opts *o, struct tls_plan *p)
 {
@@ -1439,8 +1477,10 @@ static int tls_plan_names(const struct tunnel_opts *o, struct tls_plan *p)
 		return -EINVAL;
 	}
 	bool port_443 = strcmp(port, "443") == 0;
-	len = snprintf(p->request, sizeof(p->request), "GET %s HTTP/1.1\r\nHost: %s%s%s\r\n\r\n",
-		       o->path, p->name, port_443 ? "" : ":", port_443 ? "" : port);
+	len =
+	    snprintf(p->request, sizeof(p->request), "GET %s HTTP/1.1\r\nHost: %s%s%s\r\n%s%s\r\n",
+		     o->path, p->name, port_443 ? "" : ":", port_443 ? "" : port,
+		     o->header != NULL ? o->header : "", o->header != NULL ? "\r\n" : "");
 	if (len <= 0 || (size_t)len >= sizeof(p->request))
 		return -EINVAL;
 	p->request_len = (size_t)len;
@@ -2230,7 +2270,8 @@ static void usage(void)
 	    "         --target HOST:PORT [--authority NAME:PORT] [--concurrency C] [--seconds T]\n"
 	    "  tunnel tls (--proxy HOST:PORT | --proxy-unix PATH | --direct --target HOST:PORT)\n"
 	    "         [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]\n"
-	    "         [--requests K | --handshakes] [--concurrency C] [--threads T] [--seconds T]\n"
+	    "         [--header \"NAME: VALUE\"] [--requests K | --handshakes]\n"
+	    "         [--concurrency C] [--threads T] [--seconds T]\n"
 	    "\n"
 	    "Proxied, the CONNECT authority defaults to --target. The origin's commands:\n"
 	    "'D' sends, 'U' discards, 'P' answers %u bytes and waits for the next.\n",
