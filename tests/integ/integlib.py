@@ -188,12 +188,14 @@ def sanitizer_marks(text):
 # ---- the upstream side: origin.py and agentsnetd ----------------------------
 
 
-def start_origin(procs, upns, fixture_dir, leaf_pem, leaf_key):
-    """origin.py in namespace <upns>; returns {"https_port", "http_port"}."""
-    p = procs.start("origin", ["ip", "netns", "exec", upns, "python3",
-                               os.path.join(HERE, "origin.py"), "--dir", fixture_dir,
-                               "--cert", leaf_pem, "--key", leaf_key],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def start_origin(procs, upns, fixture_dir, leaf_pem, leaf_key, model_secret_file=None):
+    """origin.py in namespace <upns>; returns {"https_port", "http_port"}. With
+    <model_secret_file>, its model API stand-in answers that key (origin.py)."""
+    argv = ["ip", "netns", "exec", upns, "python3", os.path.join(HERE, "origin.py"),
+            "--dir", fixture_dir, "--cert", leaf_pem, "--key", leaf_key]
+    if model_secret_file is not None:
+        argv += ["--model-secret-file", model_secret_file]
+    p = procs.start("origin", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     line = p.stdout.readline()
     if not line:
         raise Fatal("origin.py exited before listening")

@@ -11,19 +11,30 @@ Both serve the same resources from the fixture directory <dir>:
                        body length, sha256 and text, and the peer address
     GET  /files/PATH   the static file DIR/files/PATH (a dumb-HTTP git
                        repository, an npm packument), 404 when absent
+    GET  /v1/models    an OpenAI-compatible model API stand-in (for an agent
+    POST /v1/chat/completions   harness): one model, and a chat completion whose
+                       answer is MODEL_REPLY, as one JSON document or, with
+                       "stream": true, as server-sent events in OpenAI's chunk
+                       format; only for "Authorization: Bearer <the secret of
+                       --model-secret-file>", 401 with an OpenAI error otherwise
 Request bodies may be Content-Length or chunked. TLS is set up per connection
 in the handler thread, so a client that stalls in its handshake never blocks
 the accept loop.
 
-    origin.py --dir DIR --cert leaf.pem --key leaf.key
+    origin.py --dir DIR --cert leaf.pem --key leaf.key [--model-secret-file PATH]
 
 Prints one JSON line {"https_port": N, "http_port": N} on stdout when both
 listen (and "unix_socket": DIR/origin.sock, the plain-HTTP origin on a Unix
-socket); stops on SIGTERM or when stdin closes. Logs requests to DIR/origin.log.
+socket); stops on SIGTERM or when stdin closes. Logs requests to DIR/origin.log,
+and each model API request to DIR/model.log as "<server> <method> <path>
+key=<match|mismatch|absent> status=<answered> body=<bytes read>/<Content-Length
+or ->" (never the key). Without --model-secret-file no key matches: every model
+API request gets 401.
 """
 
 import argparse
 import hashlib
+import hmac
 import http.server
 import json
 import os
@@ -39,6 +50,9 @@ SSE_EVENTS = 3
 SSE_GAP_S = 0.4
 CHUNK_PIECES = (1, 1000, 65536, 7, 123457)
 LOG_LOCK = threading.Lock()
+MODEL_ID = "agentsnet-stand-in"
+MODEL_REPLY = "Hello from the agentsnet inject stand-in."
+MODEL_PATHS = ("/v1/models", "/v1/chat/completions")
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -157,10 +171,104 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
+    def send_json(self, status, doc):
+        out = json.dumps(doc).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def model_key(self):
+        """The request's Authorization against "Bearer <the model secret>", compared in
+        constant time: "match", "mismatch" or "absent" (no such header)."""
+        got = self.headers.get("Authorization")
+        if got is None:
+            return "absent"
+        want = self.server.model_secret
+        if want and hmac.compare_digest(got.encode("utf-8", "replace"),
+                                                    b"Bearer " + want):
+            return "match"
+        return "mismatch"
+
+    def send_chat(self, body):
+        try:
+            req = json.loads(body or b"{}")
+        except ValueError:
+            req = None
+        if not isinstance(req, dict):
+            self.send_json(400, {"error": {"message": "the body is not a JSON object",
+                                           "type": "invalid_request_error", "param": None,
+                                           "code": None}})
+            return
+        head = {"id": "chatcmpl-agentsnet", "created": int(time.time()),
+                "model": req.get("model") or MODEL_ID}
+        usage = {"prompt_tokens": 1, "completion_tokens": 8, "total_tokens": 9}
+        if not req.get("stream"):
+            msg = {"role": "assistant", "content": MODEL_REPLY}
+            self.send_json(200, dict(head, object="chat.completion", usage=usage, choices=[
+                {"index": 0, "message": msg, "finish_reason": "stop"}]))
+            return
+        # Streamed as such an API does: one event per chunk, the answer in two deltas.
+        words = MODEL_REPLY.split(" ")
+        half = " ".join(words[: len(words) // 2]) + " "
+        deltas = [({"role": "assistant", "content": half}, None),
+                  ({"content": MODEL_REPLY[len(half) :]}, None), ({}, "stop")]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for delta, end in deltas:
+            chunk = dict(head, object="chat.completion.chunk",
+                         choices=[{"index": 0, "delta": delta, "finish_reason": end}])
+            if end:
+                chunk["usage"] = usage
+            event = b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+        done = b"data: [DONE]\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+
+    def send_model(self, path, body):
+        """The model API stand-in: answers only the real secret, logs each request."""
+        key = self.model_key()
+        try:
+            self.answer_model(key, path, body)
+        finally:
+            with LOG_LOCK, open(os.path.join(self.server.fixture_dir, "model.log"), "a",
+                                encoding="utf-8") as f:
+                f.write("%s %s %s key=%s status=%s body=%d/%s\n" % (
+                    self.server.name, self.command, path, key, self.answered, len(body),
+                    self.headers.get("Content-Length", "-")))
+
+    def send_response(self, code, message=None):
+        self.answered = code
+        super().send_response(code, message)
+
+    def answer_model(self, key, path, body):
+        self.answered = None
+        if key != "match":
+            self.send_json(401, {"error": {
+                "message": "Incorrect API key provided (the stand-in takes only the real "
+                           "secret)", "type": "invalid_request_error", "param": None,
+                "code": "invalid_api_key"}})
+        elif path == "/v1/models" and self.command == "GET":
+            self.send_json(200, {"object": "list", "data": [
+                {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "agentsnet"}]})
+        elif path == "/v1/chat/completions" and self.command == "POST":
+            self.send_chat(body)
+        else:
+            self.send_json(405, {"error": {"message": "method not allowed", "type":
+                                           "invalid_request_error", "param": None,
+                                           "code": None}})
+
     def route(self):
         body = self.read_body()
         path = self.path.split("?", 1)[0]
-        if path == "/echo":
+        if path.rstrip("/") in MODEL_PATHS:
+            self.send_model(path.rstrip("/"), body)
+        elif path == "/echo":
             self.send_echo(body)
         elif path == "/big" and self.command in ("GET", "HEAD"):
             self.send_file("big.bin", "application/octet-stream")
@@ -183,11 +291,12 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, name, fixture_dir, log_path, tls_ctx):
+    def __init__(self, name, fixture_dir, log_path, tls_ctx, model_secret):
         self.name = name
         self.fixture_dir = fixture_dir
         self.log_path = log_path
         self.tls_ctx = tls_ctx
+        self.model_secret = model_secret
         super().__init__(("127.0.0.1", 0), Handler)
 
     def finish_request(self, request, client_address):
@@ -211,10 +320,11 @@ class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     """The plain-HTTP origin again on a Unix socket (a local rule's upstream path)."""
     daemon_threads = True
 
-    def __init__(self, path, fixture_dir, log_path):
+    def __init__(self, path, fixture_dir, log_path, model_secret):
         self.name = "unix"
         self.fixture_dir = fixture_dir
         self.log_path = log_path
+        self.model_secret = model_secret
         if os.path.exists(path):
             os.unlink(path)
         super().__init__(path, Handler)
@@ -229,15 +339,21 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--cert", required=True)
     ap.add_argument("--key", required=True)
+    ap.add_argument("--model-secret-file", default=None,
+                    help="the model API stand-in's key (one line); absent: every key is refused")
     args = ap.parse_args()
+    secret = None
+    if args.model_secret_file:
+        with open(args.model_secret_file, "rb") as f:
+            secret = f.read().rstrip(b"\r\n")
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(args.cert, args.key)
     log_path = os.path.join(args.dir, "origin.log")
     servers = [
-        Server("https", args.dir, log_path, ctx),
-        Server("http", args.dir, log_path, None),
-        UnixServer(os.path.join(args.dir, "origin.sock"), args.dir, log_path),
+        Server("https", args.dir, log_path, ctx, secret),
+        Server("http", args.dir, log_path, None, secret),
+        UnixServer(os.path.join(args.dir, "origin.sock"), args.dir, log_path, secret),
     ]
     for s in servers:
         threading.Thread(target=s.serve_forever, daemon=True).start()

