@@ -7,6 +7,8 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /small.json   small.json, application/json
     GET  /chunked      chunked.bin, sent with Transfer-Encoding: chunked
     GET  /sse          text/event-stream, chunked: SSE_EVENTS events SSE_GAP_S apart
+    GET  /redirect?to=URL   302 to URL (percent-decoded)
+    GET  /ws           with Upgrade: websocket: 101, then an echo of every byte
     *    /echo         JSON: method, path, request headers (names lower case),
                        body length, sha256 and text, and the peer address
     GET  /files/PATH   the static file DIR/files/PATH (a dumb-HTTP git
@@ -33,6 +35,7 @@ API request gets 401.
 """
 
 import argparse
+import base64
 import hashlib
 import hmac
 import http.server
@@ -44,6 +47,7 @@ import ssl
 import sys
 import threading
 import time
+import urllib.parse
 
 SEND_BYTES = 1024 * 1024
 SSE_EVENTS = 3
@@ -126,6 +130,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             rest = data[off:]
             self.wfile.write(b"%x\r\n%s\r\n" % (len(rest), rest))
         self.wfile.write(b"0\r\n\r\n")
+
+    def send_upgrade(self):
+        """101 Switching Protocols, then every byte received is sent back (an echo)."""
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1(
+            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            data = self.connection.recv(65536)
+            if not data:
+                break
+            self.connection.sendall(data)
+        self.close_connection = True
 
     def send_events(self):
         """Server-sent events as a model API streams them: each one its own chunk."""
@@ -278,6 +300,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_chunked()
         elif path == "/sse" and self.command == "GET":
             self.send_events()
+        elif path == "/redirect" and self.command == "GET":
+            self.send_response(302)
+            self.send_header("Location", urllib.parse.unquote(self.path.split("to=", 1)[-1]))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif path == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
+            self.send_upgrade()
         elif path.startswith("/files/") and self.command in ("GET", "HEAD"):
             self.send_static(path[len("/files/") :])
         else:

@@ -1555,6 +1555,13 @@ class Tests(Pass):
             errs = []
             try:
                 errs += fake_session(self, ctx, path)
+                # A passthrough host beside it still shows its own certificate.
+                ts = tls_tunnel(self, ctx, path, "origin.test:%d" % self.vars["https_port"])
+                with open(os.path.join(self.vars["tmp"], "leaf.pem"), encoding="ascii") as f:
+                    own = ssl.PEM_cert_to_DER_cert(f.read())
+                if ts.getpeercert(binary_form=True) != own:
+                    errs.append("origin.test (passthrough) showed a certificate not its own")
+                ts.close()
                 status, _, s = self.connect_head(path, "fake.test:443")
                 try:
                     ctx.wrap_socket(s, server_hostname="other.test").close()
@@ -1570,14 +1577,16 @@ class Tests(Pass):
                     {"decision": "deny", "reason": "host_mismatch", "host": "fake.test"},
                     {"decision": "allow", "method": "HEAD", "path": "/hello", "status": 200}],
                     None)
-                with_addr = [r for r in self.decisions(sid) if r.get("addr")]
+                with_addr = [r for r in self.decisions(sid)
+                             if r.get("addr") and r.get("tier") == "fake"]
                 if with_addr:
                     errs.append("fake-tier decisions with an upstream address: %r" % with_addr)
             finally:
                 self.ctl("sandbox rm %s" % sid)
             return errs
 
-        self.timed("fake tier: a CA-signed leaf for the CONNECT host, keep-alive, HEAD; "
+        self.timed("fake tier: a CA-signed leaf for the CONNECT host, keep-alive, HEAD; a "
+                   "passthrough host shows its own certificate; "
                    "host_mismatch and sni_mismatch refused and audited", fake)
 
     def t_inject(self):
@@ -1608,7 +1617,8 @@ class Tests(Pass):
             return errs
 
         self.timed("inject tier: the origin gets the secret, the sandbox holds the placeholder; "
-                   "credential_missing; SSE streamed; upstream_tls_failed sends nothing; the "
+                   "credential_missing; a 1 MiB body; SSE streamed; upstream_tls_failed sends "
+                   "nothing; redirect_denied, 413 body_too_large, a WebSocket upgrade; the "
                    "secret in no response, audit or log", inject)
 
     def agent_cli_missing(self):
@@ -2048,7 +2058,51 @@ def inject_exchanges(t, ctx, path):
                     % (status, headers))
     if read_text(echo_log).count("\n") != before:
         errs.append("the origin got a request from a session that did not verify")
+    errs += inject_edges(t, ctx, path, auth)
     return errs, seen
+
+
+def inject_edges(t, ctx, path, auth):
+    """Redirects, the body cap and an upgrade through the inject tier."""
+    errs = []
+    authority = "api.test:%d" % t.vars["https_port"]
+    echo_log = os.path.join(t.vars["tmp"], "echo.log")
+    asks = [  # (request line and headers, want status, want reason)
+        (b"GET /redirect?to=https%3A%2F%2Fblocked.example%2Fx HTTP/1.1\r\n", 403,
+         "redirect_denied"),
+        (b"GET /redirect?to=https%3A%2F%2F" + authority.encode() + b"%2Fecho HTTP/1.1\r\n",
+         302, None),
+        (b"GET /redirect?to=%2Fecho HTTP/1.1\r\n", 302, None),
+        (b"POST /echo HTTP/1.1\r\nContent-Length: 67108865\r\n", 413, "body_too_large"),
+    ]
+    before = read_text(echo_log).count("\n")
+    for line, want, reason in asks:
+        ts = tls_tunnel(t, ctx, path, authority)
+        f = ts.makefile("rb")
+        ts.sendall(line + b"Host: api.test\r\n" + auth + b"\r\n")
+        status, headers, _ = read_response(f)
+        ts.close()
+        if status != want or (reason and headers.get("x-agent-reason") != reason):
+            errs.append("%r: %d %r, want %d %s" % (line.split(b"\r\n")[0], status,
+                                                    headers.get("x-agent-reason"), want, reason))
+    if read_text(echo_log).count("\n") != before:
+        errs.append("the body over the cap reached the origin")
+    # An upgrade: the credential goes in the upgrade request, then bytes both ways.
+    ts = tls_tunnel(t, ctx, path, authority)
+    f = ts.makefile("rb")
+    ts.sendall(b"GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n"
+               b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+               b"Sec-WebSocket-Version: 13\r\n" + auth + b"\r\n")
+    status, headers, _ = read_response(f)
+    echoed = []
+    for i in range(3):
+        msg = b"frame-%d" % i
+        ts.sendall(msg)
+        echoed.append(f.read(len(msg)) == msg)
+    ts.close()
+    if status != 101 or not all(echoed):
+        errs.append("upgrade: %d, echoes %r; want 101 and every frame back" % (status, echoed))
+    return errs
 
 
 # ---- set-up and tear-down -------------------------------------------------------
