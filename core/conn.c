@@ -155,6 +155,7 @@ static void inject_feed_upstream(struct conn *c);
 static uint32_t term_feed_waiting(struct conn *c);
 static void term_recv_arm(struct conn *c);
 static void fake_plain_done(struct conn *c);
+static void respond_send(struct conn *c);
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -2245,14 +2246,7 @@ static void fake_plain(struct conn *c, const struct http1_request *req)
 	c->answer_body = head_only ? NULL : r->body;
 	c->answer_body_len = head_only ? 0 : r->body_len;
 	c->out_ptr = c->out;
-	c->out_off = 0;
-	c->state = ST_RESPOND;
-	c->down.state = R_PRELUDE;
-	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
-	c->flags &= (uint8_t)~F_HEAD_STOP;
-	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
-		head_recv_arm(c);
-	timer_arm(w->timers, &c->timer, CONN_LINGER_MS * 2);
+	respond_send(c);
 }
 
 /* A fake answer in clear is out: the conn goes back to reading the next head. */
@@ -2788,6 +2782,23 @@ static void on_inject_send(struct conn *c, int res)
 
 /* ---- refusals --------------------------------------------------------- */
 
+/*
+ * Sends c->out_ptr/out_len in RESPOND (a refusal, or a fake answer in clear)
+ * and keeps reading, so the client's unread bytes never reset the answer.
+ */
+static void respond_send(struct conn *c)
+{
+	AN_ASSERT(c->out_ptr != NULL && c->out_len > 0);
+	c->out_off = 0;
+	c->state = ST_RESPOND;
+	c->down.state = R_PRELUDE;
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
+	c->flags &= (uint8_t)~F_HEAD_STOP;
+	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
+		head_recv_arm(c);
+	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS * 2);
+}
+
 static void respond(struct conn *c, enum reason why)
 {
 	struct worker *w = c->w;
@@ -2832,15 +2843,7 @@ static void respond(struct conn *c, enum reason why)
 		c->out_ptr = reply_overloaded;
 		c->out_len = sizeof(reply_overloaded) - 1;
 	}
-	c->out_off = 0;
-	c->state = ST_RESPOND;
-	c->down.state = R_PRELUDE;
-	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
-	/* Keep reading (and discarding) so the client's unread bytes never reset us. */
-	c->flags &= (uint8_t)~F_HEAD_STOP;
-	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
-		head_recv_arm(c);
-	timer_arm(w->timers, &c->timer, CONN_LINGER_MS * 2);
+	respond_send(c);
 }
 
 /* Our answer is out: shut our side and drain the client until EOF or timeout. */

@@ -170,10 +170,10 @@ static int on_sni(struct tls_session *s, const char *sni, size_t sni_len, void *
 	return tls_session_set_leaf(s, leaf);
 }
 
-static void *server_new(void *worker_state, const char *host, size_t host_len)
+/* A session of worker <w> for <host> (kept in normal form), not yet initialised. */
+static struct tls_engine_session *session_alloc(struct tls_engine_worker *w, const char *host,
+						size_t host_len)
 {
-	struct tls_engine_worker *w = worker_state;
-
 	if (host_len == 0 || host_len > LIMITS_HOST_BYTES_MAX)
 		return NULL;
 	struct tls_engine_session *es = pool_calloc(1, sizeof(*es));
@@ -181,6 +181,16 @@ static void *server_new(void *worker_state, const char *host, size_t host_len)
 		return NULL;
 	es->w = w;
 	es->host_len = (uint16_t)host_normal(host, host_len, es->host);
+	return es;
+}
+
+static void *server_new(void *worker_state, const char *host, size_t host_len)
+{
+	struct tls_engine_worker *w = worker_state;
+	struct tls_engine_session *es = session_alloc(w, host, host_len);
+
+	if (es == NULL)
+		return NULL;
 	if (tls_session_server_init(&es->s, w->engine->server_ctx, NULL, on_sni, es) != 0) {
 		pool_free(es);
 		return NULL;
@@ -221,14 +231,10 @@ static void *client_new(void *worker_state, const char *host, size_t host_len, c
 {
 	struct tls_engine_worker *w = worker_state;
 	SSL_CTX *ctx = client_ctx(w, ca_file);
+	struct tls_engine_session *es = ctx != NULL ? session_alloc(w, host, host_len) : NULL;
 
-	if (ctx == NULL || host_len == 0 || host_len > LIMITS_HOST_BYTES_MAX)
-		return NULL;
-	struct tls_engine_session *es = pool_calloc(1, sizeof(*es));
 	if (es == NULL)
 		return NULL;
-	es->w = w;
-	es->host_len = (uint16_t)host_normal(host, host_len, es->host);
 	if (tls_session_client_init(&es->s, ctx, es->host, es->host_len) != 0) {
 		pool_free(es);
 		return NULL;
