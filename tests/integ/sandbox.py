@@ -47,6 +47,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import stat
 import struct
 import subprocess
@@ -2218,6 +2219,10 @@ class Setup:
         ca_pem, leaf_pem, leaf_key = make_pki(t.tmp, ("origin.test", "other.test", "api.test"))
         with open(os.path.join(t.tmp, "secret.txt"), "w", encoding="ascii") as f:
             f.write(INJECT_SECRET + "\n")  # the inject rule's secret_file
+        with open(leaf_pem, encoding="ascii") as f:
+            t.vars["leaf_sha256"] = hashlib.sha256(
+                ssl.PEM_cert_to_DER_cert(f.read())).hexdigest()
+        t.vars["inject_secret"] = INJECT_SECRET
         os.chmod(ca_pem, 0o644)
         with open(ca_pem, "rb") as f:
             ca_sha = hashlib.sha256(f.read()).hexdigest()
