@@ -2335,6 +2335,16 @@ static bool inject_header(const struct verdict_inject *in, const struct http1_he
 	return ours;
 }
 
+/* Whether <req> asks for a protocol upgrade (an Upgrade header, RFC 9110 section 7.8). */
+static bool inject_wants_upgrade(const struct http1_request *req)
+{
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		if (http1_name_is(req->headers[i].name, req->headers[i].name_len, "upgrade"))
+			return true;
+	}
+	return false;
+}
+
 /* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
 static void inject_request(struct conn *c, const struct http1_request *req, size_t head_len)
 {
@@ -2355,6 +2365,10 @@ static void inject_request(struct conn *c, const struct http1_request *req, size
 		    inject_header(in, &req->headers[i], c->out, WORKER_HEAD_BUFFER_BYTES, &len);
 	if (!swapped && in->require) {
 		term_refuse(c, REASON_CREDENTIAL_MISSING);
+		return;
+	}
+	if (!in->upgrades && inject_wants_upgrade(req)) {
+		term_refuse(c, REASON_UPGRADE_REFUSED); /* at once: the agent falls back */
 		return;
 	}
 	if (req->body == HTTP1_BODY_LENGTH && req->content_length > LIMITS_TERM_REQUEST_BYTES_MAX) {

@@ -64,6 +64,8 @@ static const struct reason_row reason_rows[] = {
 				     "The upstream redirected to a host this sandbox may not reach; do not follow it." },
 	[REASON_RESPONSE_TRUNCATED] = { "response_truncated", 502,
 					"The upstream's response was larger than the proxy passes on; it was cut. Ask for less." },
+	[REASON_UPGRADE_REFUSED] = { "upgrade_refused", 403,
+				     "This host's rule does not relay protocol upgrades (WebSocket); use plain HTTPS requests." },
 	[REASON_UPSTREAM_TLS_FAILED] = { "upstream_tls_failed", 502,
 					 "The upstream's TLS certificate did not verify; no credential was sent. Do not retry; tell the operator." },
 };

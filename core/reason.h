@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 3
+#define REASON_CONTRACT_VERSION 4
 
 enum tier {
 	TIER_DENY = 0,
@@ -50,6 +50,7 @@ enum reason {
 	REASON_UPSTREAM_TLS_FAILED,
 	REASON_REDIRECT_DENIED,
 	REASON_RESPONSE_TRUNCATED,
+	REASON_UPGRADE_REFUSED,
 	REASON__COUNT,
 };
 

@@ -64,7 +64,8 @@ struct verdict_inject {
 	uint32_t prefix_len;
 	uint32_t placeholder_len;
 	uint32_t secret_len;
-	bool require; /* a request without the placeholder is refused, not forwarded as is */
+	bool require;  /* a request without the placeholder is refused, not forwarded as is */
+	bool upgrades; /* an Upgrade request (WebSocket) is relayed; false: 403 upgrade_refused */
 };
 
 struct verdict {

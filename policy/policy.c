@@ -2314,7 +2314,8 @@ static struct policy_inject *inject_of(struct loader *ld, const struct acl_rule 
 	p->injects = injects;
 	struct policy_inject *in = &p->injects[p->inject_count++];
 	in->rule_index = r->index;
-	in->vi.require = true; /* the default: a request without the placeholder is refused */
+	in->vi.require = true;  /* the default: a request without the placeholder is refused */
+	in->vi.upgrades = true; /* the default: WebSocket upgrades are relayed */
 	AN_ASSERT(in->secret == NULL && in->header == NULL);
 	return in;
 }
@@ -2576,11 +2577,21 @@ static int inject_overlap(struct loader *ld, const struct verdict_inject *vi, ya
 	return 0;
 }
 
-enum { IK_HEADER, IK_PREFIX, IK_PLACEHOLDER, IK_SECRET_ENV, IK_SECRET_FILE, IK_REQUIRE, IK__COUNT };
+enum {
+	IK_HEADER,
+	IK_PREFIX,
+	IK_PLACEHOLDER,
+	IK_SECRET_ENV,
+	IK_SECRET_FILE,
+	IK_REQUIRE,
+	IK_UPGRADES,
+	IK__COUNT
+};
 static const char *const inject_keys[] = {
 	[IK_HEADER] = "header",           [IK_PREFIX] = "prefix",
 	[IK_PLACEHOLDER] = "placeholder", [IK_SECRET_ENV] = "secret_env",
 	[IK_SECRET_FILE] = "secret_file", [IK_REQUIRE] = "require",
+	[IK_UPGRADES] = "upgrades",
 };
 static_assert(AN_ARRAY_LEN(inject_keys) == IK__COUNT, "every inject key needs a name");
 static const struct keyset inject_keyset = { "inject", inject_keys, IK__COUNT };
@@ -2606,6 +2617,8 @@ static int inject_value(struct loader *ld, struct policy_inject *in, uint32_t ke
 		return key == IK_SECRET_ENV ? parse_secret_env(ld, in) : parse_secret_file(ld, in);
 	case IK_REQUIRE:
 		return loader_bool(ld, "require", &in->vi.require);
+	case IK_UPGRADES:
+		return loader_bool(ld, "upgrades", &in->vi.upgrades);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;

@@ -1605,10 +1605,17 @@ class Tests(Pass):
             self.ids.add(sid)
             path = os.path.join(self.vars["sock_dir"], "sandboxes", sid, "egress.sock")
             ctx = ssl.create_default_context(cafile=self.vars["ca"])
+            got = self.ctl("sandbox add %s-nu no-upgrades" % sid)
+            if not got or not got[0].startswith("ok "):
+                return ["sandbox add %s-nu no-upgrades: %r" % (sid, got)]
+            self.ids.add(sid + "-nu")
             try:
                 errs, seen = inject_exchanges(self, ctx, path)
+                errs += inject_upgrade_refused(self, ctx, path[: -len("/egress.sock")]
+                                               .replace(sid, sid + "-nu") + "/egress.sock")
             finally:
                 self.ctl("sandbox rm %s" % sid)
+                self.ctl("sandbox rm %s-nu" % sid)
             time.sleep(0.5)  # the audit writer's flush
             for label, text in (("a response", seen),
                                 ("the audit trail", read_text(self.vars["audit"]).encode()),
@@ -2061,6 +2068,29 @@ def inject_exchanges(t, ctx, path):
         errs.append("the origin got a request from a session that did not verify")
     errs += inject_edges(t, ctx, path, auth)
     return errs, seen
+
+
+def inject_upgrade_refused(t, ctx, path):
+    """A rule with upgrades: false refuses an upgrade at once; a plain request still goes."""
+    errs = []
+    auth = b"Authorization: Bearer " + INJECT_PLACEHOLDER.encode() + b"\r\n"
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % t.vars["https_port"])
+    f = ts.makefile("rb")
+    ts.sendall(b"GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n"
+               b"Connection: Upgrade\r\n" + auth + b"\r\n")
+    status, headers, _ = read_response(f)
+    ts.close()
+    if status != 403 or headers.get("x-agent-reason") != "upgrade_refused":
+        errs.append("an upgrade under upgrades: false: %d %r, want 403 upgrade_refused"
+                    % (status, headers.get("x-agent-reason")))
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % t.vars["https_port"])
+    f = ts.makefile("rb")
+    ts.sendall(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    status, _, _ = read_response(f)
+    ts.close()
+    if status != 200:
+        errs.append("a plain request under upgrades: false: %d, want 200" % status)
+    return errs
 
 
 def inject_edges(t, ctx, path, auth):
