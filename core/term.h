@@ -32,6 +32,8 @@ struct term_ops {
 	 */
 	void *(*worker_new)(void *arg, uint32_t worker, char *err, size_t cap);
 	void (*worker_free)(void *worker_state);
+	/* Mints (or keeps) the leaf for <host>/<host_len> in the worker's cache. 0 or -errno. */
+	int (*prime)(void *worker_state, const char *host, size_t host_len);
 	/*
 	 * A server session for a client that sent CONNECT <host>/<host_len> (as
 	 * the client spelled it; at most 255 bytes): its ClientHello must name

@@ -132,6 +132,13 @@ struct verdict_ops {
 	const struct verdict_response *(*fake_response)(const void *policy, const void *fake,
 							const char *method, size_t method_len,
 							const char *path, size_t path_len);
+	/*
+	 * The hosts fake and inject rules name exactly (not wildcards),
+	 * normalised: start with *<cursor> 0; each call returns the next, its
+	 * length in *<len>, and moves the cursor on; NULL after the last. The
+	 * engine mints their leaves before their first handshake.
+	 */
+	const char *(*terminated_host)(const void *policy, uint64_t *cursor, size_t *len);
 	/* Frees the snapshot; no operation may be called on it afterwards. Control path. */
 	void (*release)(const void *policy);
 };

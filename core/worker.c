@@ -90,6 +90,8 @@ static uint32_t rule_buckets_for(uint32_t conns_per_worker)
 	return want;
 }
 
+static void leaves_prime(struct worker *w, const struct snapshot *s);
+
 static int worker_setup(struct worker *w)
 {
 	const struct engine *e = w->e;
@@ -138,6 +140,7 @@ static int worker_setup(struct worker *w)
 	}
 	w->policy = snapshot_adopt(NULL, atomic_load_explicit(&e->current, memory_order_acquire),
 				   w->index, &e->seen[w->index]);
+	leaves_prime(w, w->policy);
 	w->now_ms = timer_now_ms();
 	timer_wheel_init(w->timers, w->now_ms);
 	dns_init(&w->dns, &w->ring, cfg->dns_servers, cfg->dns_timeout_ms);
@@ -502,13 +505,42 @@ static bool worker_drained(const struct worker *w)
 	return true;
 }
 
+/*
+ * Mints the leaves of the hosts <s>'s fake and inject rules name exactly, so
+ * their first handshake finds one (at most the cache's worth; a reload re-runs
+ * it, keeping the leaves already there). About 30 us a host, on this worker.
+ */
+static void leaves_prime(struct worker *w, const struct snapshot *s)
+{
+	const struct engine *e = w->e;
+	uint64_t cursor = 0;
+	size_t len = 0;
+	uint32_t n = 0;
+
+	if (e->term == NULL || w->term == NULL)
+		return;
+	for (const char *h; n < WORKER_PRIME_MAX &&
+			    (h = e->ops->terminated_host(s->policy, &cursor, &len)) != NULL;
+	     n++) {
+		int ret = e->term->prime(w->term, h, len);
+		if (ret != 0)
+			log_warn("worker %u: leaf for %.*s: %s", w->index, (int)len, h,
+				 strerror(-ret));
+	}
+	if (n > 0)
+		log_info("worker %u: leaves ready for %u hosts of policy generation %llu", w->index,
+			 n, (unsigned long long)s->generation);
+}
+
 void worker_policy_refresh(struct worker *w)
 {
 	struct snapshot *now = atomic_load_explicit(&w->e->current, memory_order_acquire);
 
 	AN_DASSERT(now != NULL && w->policy != NULL);
-	if (now != w->policy)
-		w->policy = snapshot_adopt(w->policy, now, w->index, &w->e->seen[w->index]);
+	if (now == w->policy)
+		return;
+	w->policy = snapshot_adopt(w->policy, now, w->index, &w->e->seen[w->index]);
+	leaves_prime(w, now);
 }
 
 static void worker_loop(struct worker *w)

@@ -24,6 +24,8 @@ struct snapshot;
 
 #define WORKER_OP_ACCEPT 0xe0u /* user_data op of a listener's multishot accept */
 #define WORKER_OP_WAKE   0xe1u /* the stop eventfd's read */
+/* Leaves minted ahead per snapshot: the leaf cache's default capacity (tls/leafcache.h). */
+#define WORKER_PRIME_MAX 1024u
 /* A failing accept (descriptor table full, say) is retried this much later, not spun on. */
 #define WORKER_ACCEPT_RETRY_MS 100u
 

@@ -3769,6 +3769,29 @@ static const struct verdict_response *policy_fake_response_op(const void *policy
 	return &f->responses[f->count - 1].vr;
 }
 
+/* The cursor is (profile << 32 | rule): the next rule to look at. */
+static const char *policy_terminated_host_op(const void *policy, uint64_t *cursor, size_t *len)
+{
+	const struct policy *p = policy;
+
+	AN_ASSERT(p != NULL && cursor != NULL && len != NULL);
+	for (uint32_t i = (uint32_t)(*cursor >> 32); i < p->profile_count; i++) {
+		const struct policy_profile *pr = &p->profiles[i];
+		uint32_t first = i == (uint32_t)(*cursor >> 32) ? (uint32_t)*cursor : 0;
+		for (uint32_t j = first; j < pr->rule_count; j++) {
+			const struct acl_rule *r = &pr->rules[j];
+			if ((r->tier != TIER_FAKE && r->tier != TIER_INJECT) ||
+			    r->kind == ACL_KIND_WILDCARD)
+				continue;
+			*cursor = ((uint64_t)i << 32) | (j + 1u);
+			*len = r->host_len;
+			return r->host;
+		}
+	}
+	*cursor = (uint64_t)p->profile_count << 32;
+	return NULL;
+}
+
 /* The engine owns its snapshots and hands each back here once unreachable. */
 static void policy_release_op(const void *policy)
 {
@@ -3785,5 +3808,6 @@ const struct verdict_ops policy_verdict_ops = {
 	.profile_count = policy_profile_count_op,
 	.rule_count = policy_rule_count_op,
 	.fake_response = policy_fake_response_op,
+	.terminated_host = policy_terminated_host_op,
 	.release = policy_release_op,
 };

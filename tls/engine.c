@@ -148,6 +148,19 @@ static size_t host_normal(const char *in, size_t len, char *out)
 	return len;
 }
 
+static int prime(void *worker_state, const char *host, size_t host_len)
+{
+	struct tls_engine_worker *w = worker_state;
+	char name[LIMITS_HOST_BYTES_MAX + 1];
+	X509 *leaf = NULL;
+
+	if (host_len == 0 || host_len > LIMITS_HOST_BYTES_MAX)
+		return -EINVAL;
+	size_t n = host_normal(host, host_len, name);
+	return tls_leafcache_get_or_mint(&w->leaves, w->engine->ca, name, n, (int64_t)time(NULL),
+					 &leaf);
+}
+
 /* The ClientHello arrived: check its SNI against the CONNECT host, then show the leaf. */
 static int on_sni(struct tls_session *s, const char *sni, size_t sni_len, void *arg)
 {
@@ -317,6 +330,7 @@ static const char *session_error(const void *session)
 const struct term_ops tls_term_ops = {
 	.worker_new = worker_new,
 	.worker_free = worker_free,
+	.prime = prime,
 	.server_new = server_new,
 	.client_new = client_new,
 	.session_free = session_free,

@@ -44,6 +44,7 @@ import json
 import os
 import pwd
 import random
+import re
 import shutil
 import signal
 import socket
@@ -1135,6 +1136,7 @@ class Tests(Pass):
         if start:
             self.daemon = start_daemon(self.procs, self.args.upns, self.args.daemon,
                                        self.vars["policy"], self.daemon_err)
+            self.daemon_ready = time.time()
         return errs
 
     def t_ingress(self):
@@ -1556,6 +1558,15 @@ class Tests(Pass):
             errs = []
             try:
                 errs += fake_session(self, ctx, path)
+                # Leaves of the rules' exact hosts are minted when the policy loads,
+                # by every worker (two here), before any handshake asks for them.
+                ready = re.findall(r"worker \d+: leaves ready for (\d+) hosts of policy "
+                                   r"generation 1\b", read_text(self.daemon_err))
+                if len(ready) < 2 or any(int(n) < 4 for n in ready):
+                    errs.append("leaves minted at load: %r, want every worker, >= 4 hosts each"
+                                % ready)
+                ts = tls_tunnel(self, ctx, path, "primed.test:443")
+                ts.close()
                 # A passthrough host beside it still shows its own certificate.
                 ts = tls_tunnel(self, ctx, path, "origin.test:%d" % self.vars["https_port"])
                 with open(os.path.join(self.vars["tmp"], "leaf.pem"), encoding="ascii") as f:
@@ -2281,6 +2292,7 @@ class Setup:
         render_file(os.path.join(CASE_DIR, "policy.yaml.in"), t.vars["policy"], t.vars)
         t.daemon_err = os.path.join(t.tmp, "daemon.stderr")
         t.daemon = start_daemon(t.procs, a.upns, a.daemon, t.vars["policy"], t.daemon_err)
+        t.daemon_ready = time.time()
         self.start_host_fixtures()
         self.base_namespaces()
         t.ca_args = ["--ca", ca_pem]  # the bridge maps it to AGENT_CA_CERT and the rest
