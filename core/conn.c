@@ -21,9 +21,19 @@
  * tracked (Content-Length or chunked), and a finished exchange returns the
  * conn to HEAD with the upstream kept for the next request to the same host.
  *
+ * A CONNECT to a terminated tier (fake-response, credential-inject) becomes
+ * TERM: after the 200 the conn terminates the agent's TLS itself through
+ * engine.term (core/term.h, memory BIOs: the ring still owns every socket),
+ * reads the agent's ciphertext one receive at a time as its session drains,
+ * and either answers each request from the rule (fake) or re-originates it
+ * over a TLS session of its own to the upstream with the credential swapped
+ * in (inject), relaying the response as it arrives. See the two "terminated
+ * tiers" sections below.
+ *
  * Bytes the client sent after its head, before the multishot receive was
  * cancelled, are "early data": the tail of the head buffer plus a short FIFO
- * of provided buffers, forwarded before the relay proper starts.
+ * of provided buffers, forwarded before the relay proper starts (in TERM the
+ * same FIFO queues ciphertext the session cannot take yet).
  *
  * Invariants: each operation kind has at most one SQE in flight (a bit in
  * c->ops); a conn is freed only in CLOSING with no op, cancel or lookup in
