@@ -7,139 +7,12 @@
  */
 #include "../../../policy/policy.c"
 
-#include <check.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/stat.h>
-#include "tests/unit/unit.h"
-
-static struct config cfg;
-static struct policy *pol;
-static char err[1024];
-static char dir[64]; /* a fresh directory for body files, removed by teardown */
-
-/*
- * The allocation wrappers of core/pool.h, defined here so that the Nth
- * allocation can be made to fail (core/pool.o is then not linked: nothing
- * else this test pulls from the archive needs it).
- */
-static uint64_t alloc_count;
-static uint64_t alloc_fail_at; /* 0: never */
-
-static bool alloc_fails(void)
-{
-	alloc_count++;
-	return alloc_fail_at != 0 && alloc_count == alloc_fail_at;
-}
-
-void *pool_malloc(size_t size)
-{
-	return alloc_fails() ? NULL : malloc(size);
-}
-
-void *pool_calloc(size_t n, size_t size)
-{
-	return alloc_fails() ? NULL : calloc(n, size);
-}
-
-void *pool_realloc(void *p, size_t size)
-{
-	return alloc_fails() ? NULL : realloc(p, size);
-}
-
-char *pool_strndup(const char *s, size_t len)
-{
-	return alloc_fails() ? NULL : strndup(s, len);
-}
-
-void pool_free(void *p)
-{
-	free(p);
-}
-
-void pool_free_secret(void *p, size_t len)
-{
-	if (p != NULL)
-		explicit_bzero(p, len);
-	free(p);
-}
+#include "tests/unit/policy/policytest.h"
 
 static void setup(void)
 {
-	ck_assert_int_eq(config_init_defaults(&cfg), 0);
-	pol = NULL;
-	err[0] = '\0';
-	snprintf(dir, sizeof(dir), "/tmp/agentsnet-fake-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void teardown(void)
-{
-	char cmd[128];
-
-	policy_free(pol);
-	pol = NULL;
-	config_free(&cfg);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(cmd), 0);
-}
-
-static int load_named(const char *name, const char *yaml)
-{
-	policy_free(pol);
-	pol = NULL;
-	return policy_load_buffer(name, yaml, strlen(yaml), &cfg, &pol, err, sizeof(err));
-}
-
-#define expect_ok(yaml)          expect_ok_at(__LINE__, "t.yaml", (yaml))
-#define expect_error(yaml, want) expect_error_at(__LINE__, "t.yaml", (yaml), (want))
-
-static void expect_ok_at(int line, const char *name, const char *yaml)
-{
-	int rc = load_named(name, yaml);
-
-	ck_assert_msg(rc == 0, "line %d: rc %d: %s", line, rc, err);
-	ck_assert_ptr_nonnull(pol);
-}
-
-static void expect_error_at(int line, const char *name, const char *yaml, const char *want)
-{
-	int rc = load_named(name, yaml);
-
-	ck_assert_msg(rc == -EINVAL, "line %d: rc %d (want -EINVAL), err \"%s\"", line, rc, err);
-	ck_assert_msg(strncmp(err, want, strlen(want)) == 0,
-		      "line %d:\n  got  \"%s\"\n  want \"%s\"", line, err, want);
-	ck_assert_ptr_null(pol);
-}
-
-/* A growing text buffer for generated policies (owned: free g->buf). */
-struct gen {
-	char *buf;
-	size_t len;
-	FILE *f;
-};
-
-static void gen_open(struct gen *g)
-{
-	g->f = open_memstream(&g->buf, &g->len);
-	ck_assert_ptr_nonnull(g->f);
-}
-
-static const char *gen_close(struct gen *g)
-{
-	ck_assert_int_eq(fclose(g->f), 0);
-	return g->buf;
-}
-
-/* <n> bytes of <c>, NUL-terminated (owned: free it). */
-static char *repeat(char c, size_t n)
-{
-	char *s = malloc(n + 1);
-
-	ck_assert_ptr_nonnull(s);
-	memset(s, c, n);
-	s[n] = '\0';
-	return s;
+	policytest_setup("/tmp/agentsnet-fake-XXXXXX");
 }
 
 /* Writes <len> bytes of <c> to <dir>/<name>; returns the path (static). */
@@ -165,14 +38,6 @@ static const char *write_file(const char *name, char c, size_t len)
 	"      owner: o\n      reason: r\n      responses:\n"
 #define FLOW(entry) "      - {" entry "}\n"
 #define DEFAULT     FLOW("status: 404")
-
-static struct verdict decide(uint32_t profile, const char *host)
-{
-	struct verdict v;
-
-	policy_verdict_ops.decide(pol, profile, host, strlen(host), 443, &v);
-	return v;
-}
 
 /* The response a.test gives to <method> <path> (profile 0). */
 static const struct verdict_response *answer(const char *method, const char *path)
@@ -216,14 +81,11 @@ START_TEST(test_tier_needs_responses)
 	    "without method and path)");
 	static const char *const others[] = { "passthrough", "inject", "deny" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(others); i++) {
-		char yaml[512];
-
-		snprintf(yaml, sizeof(yaml),
-			 "version: 1\nprofiles:\n  p:\n    rules:\n    - host: a.test\n"
-			 "      tier: %s\n      owner: o\n      reason: r\n"
-			 "      responses: [{status: 200}]\n",
-			 others[i]);
-		expect_error(yaml, "t.yaml:9:7: responses is only allowed with tier fake");
+		expect_error(textf("version: 1\nprofiles:\n  p:\n    rules:\n    - host: a.test\n"
+				   "      tier: %s\n      owner: o\n      reason: r\n"
+				   "      responses: [{status: 200}]\n",
+				   others[i]),
+			     "t.yaml:9:7: responses is only allowed with tier fake");
 	}
 	expect_error("version: 1\nprofiles:\n  p:\n    rules:\n    - host: a.test\n"
 		     "      responses: [{status: 200}]\n      tier: local\n"
@@ -352,15 +214,13 @@ START_TEST(test_method)
 	expect_error(FHEAD FLOW("method: [GET], status: 200") DEFAULT,
 		     "t.yaml:10:18: method must be a string");
 	/* Length: 32 bytes accepted, 33 refused. */
-	char yaml[512];
 	char *m = repeat('M', POLICY_FAKE_METHOD_BYTES_MAX + 1);
 	m[POLICY_FAKE_METHOD_BYTES_MAX] = '\0';
-	snprintf(yaml, sizeof(yaml), FHEAD FLOW("method: %s, status: 200") DEFAULT, m);
-	expect_ok(yaml);
+	expect_ok(textf(FHEAD FLOW("method: %s, status: 200") DEFAULT, m));
 	ck_assert_uint_eq(answer(m, "/")->status, 200);
 	m[POLICY_FAKE_METHOD_BYTES_MAX] = 'M';
-	snprintf(yaml, sizeof(yaml), FHEAD FLOW("method: %s, status: 200") DEFAULT, m);
-	expect_error(yaml, "t.yaml:10:18: invalid method \"MMMMMMMMMMMMMMMMMMMMMMMMMMMMMMMMM\"");
+	expect_error(textf(FHEAD FLOW("method: %s, status: 200") DEFAULT, m),
+		     "t.yaml:10:18: invalid method \"MMMMMMMMMMMMMMMMMMMMMMMMMMMMMMMMM\"");
 	free(m);
 }
 END_TEST
@@ -389,35 +249,21 @@ START_TEST(test_path)
 		{ "\"/a%zz\"", "'%' must start an escape of two hex digits" },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		char yaml[512];
-		char want[256];
-
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("path: %s, status: 200") DEFAULT,
-			 bad[i].path);
-		snprintf(want, sizeof(want), "t.yaml:10:16: invalid path \"");
-		expect_error(yaml, want);
+		expect_error(textf(FHEAD FLOW("path: %s, status: 200") DEFAULT, bad[i].path),
+			     "t.yaml:10:16: invalid path \"");
 		ck_assert_msg(strstr(err, bad[i].why) != NULL, "%s: got \"%s\", want \"%s\"",
 			      bad[i].path, err, bad[i].why);
 	}
 	/* Length: 2048 bytes accepted (with or without the '*'), 2049 refused. */
-	struct gen g;
 	char *p = repeat('p', POLICY_FAKE_PATH_BYTES_MAX);
 	p[0] = '/';
-	gen_open(&g);
-	fprintf(g.f, FHEAD FLOW("path: %s, status: 200") DEFAULT, p);
-	expect_ok(gen_close(&g));
-	free(g.buf);
+	expect_ok(textf(FHEAD FLOW("path: %s, status: 200") DEFAULT, p));
 	ck_assert_uint_eq(answer("GET", p)->status, 200);
 	p[POLICY_FAKE_PATH_BYTES_MAX - 1] = '*';
-	gen_open(&g);
-	fprintf(g.f, FHEAD FLOW("path: \"%s\", status: 200") DEFAULT, p);
-	expect_ok(gen_close(&g));
-	free(g.buf);
+	expect_ok(textf(FHEAD FLOW("path: \"%s\", status: 200") DEFAULT, p));
 	p[POLICY_FAKE_PATH_BYTES_MAX - 1] = 'p';
-	gen_open(&g);
-	fprintf(g.f, FHEAD FLOW("path: %sp, status: 200") DEFAULT, p);
-	expect_error(gen_close(&g), "t.yaml:10:16: path is longer than 2048 bytes");
-	free(g.buf);
+	expect_error(textf(FHEAD FLOW("path: %sp, status: 200") DEFAULT, p),
+		     "t.yaml:10:16: path is longer than 2048 bytes");
 	free(p);
 }
 END_TEST
@@ -445,10 +291,9 @@ START_TEST(test_status)
 		{ "~", "t.yaml:10:27: status must be an integer" },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
-		char yaml[512];
+		const char *yaml =
+		    textf(FHEAD FLOW("path: /, status: %s") DEFAULT, cases[i].status);
 
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("path: /, status: %s") DEFAULT,
-			 cases[i].status);
 		if (cases[i].want == NULL) {
 			expect_ok(yaml);
 			ck_assert_uint_eq(answer("GET", "/")->status,
@@ -467,24 +312,16 @@ START_TEST(test_status_without_body)
 
 	write_file("b.txt", 'b', 1);
 	for (size_t i = 0; i < AN_ARRAY_LEN(bodiless); i++) {
-		char yaml[512];
-		char want[128];
+		const char *status = bodiless[i];
 
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: %s, body: x"), bodiless[i]);
-		snprintf(want, sizeof(want), "t.yaml:10:23: status %s has no body: remove body",
-			 bodiless[i]);
-		expect_error(yaml, want);
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("body: \"\", status: %s"), bodiless[i]);
-		snprintf(want, sizeof(want), "t.yaml:10:10: status %s has no body: remove body",
-			 bodiless[i]);
-		expect_error(yaml, want);
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: %s, body_file: %s/b.txt"),
-			 bodiless[i], dir);
-		snprintf(want, sizeof(want),
-			 "t.yaml:10:23: status %s has no body: remove body_file", bodiless[i]);
-		expect_error(yaml, want);
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: %s"), bodiless[i]);
-		expect_ok(yaml);
+		expect_error(textf(FHEAD FLOW("status: %s, body: x"), status),
+			     textf("t.yaml:10:23: status %s has no body: remove body", status));
+		expect_error(textf(FHEAD FLOW("body: \"\", status: %s"), status),
+			     textf("t.yaml:10:10: status %s has no body: remove body", status));
+		expect_error(
+		    textf(FHEAD FLOW("status: %s, body_file: %s/b.txt"), status, dir),
+		    textf("t.yaml:10:23: status %s has no body: remove body_file", status));
+		expect_ok(textf(FHEAD FLOW("status: %s"), status));
 		expect_body(answer("GET", "/"), NULL, 0);
 	}
 	expect_ok(FHEAD FLOW("status: 203, body: x"));
@@ -503,10 +340,8 @@ START_TEST(test_header_names)
 	static const char *const bad[] = { "\"X A\"", "\"X:A\"",      "\"X(A)\"",
 					   "\"\"",    "\"X\\u00e9\"", "\"X\\tA\"" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		char yaml[512];
-
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, headers: {%s: v}"), bad[i]);
-		expect_error(yaml, "t.yaml:10:33: invalid header name \"");
+		expect_error(textf(FHEAD FLOW("status: 200, headers: {%s: v}"), bad[i]),
+			     "t.yaml:10:33: invalid header name \"");
 		ck_assert_msg(strstr(err, "\": use 1-64 bytes of RFC 9110 token characters") !=
 				  NULL,
 			      "%s", err);
@@ -520,14 +355,12 @@ START_TEST(test_header_names)
 	expect_error(FHEAD FLOW("status: 200, headers: {}"),
 		     "t.yaml:10:32: headers must not be empty");
 	/* A name of 64 bytes accepted, 65 refused. */
-	char yaml[512];
 	char *name = repeat('N', POLICY_FAKE_HEADER_NAME_BYTES_MAX + 1);
 	name[POLICY_FAKE_HEADER_NAME_BYTES_MAX] = '\0';
-	snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, headers: {%s: v}"), name);
-	expect_ok(yaml);
+	expect_ok(textf(FHEAD FLOW("status: 200, headers: {%s: v}"), name));
 	name[POLICY_FAKE_HEADER_NAME_BYTES_MAX] = 'N';
-	snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, headers: {%s: v}"), name);
-	expect_error(yaml, "t.yaml:10:33: invalid header name \"NNNN");
+	expect_error(textf(FHEAD FLOW("status: 200, headers: {%s: v}"), name),
+		     "t.yaml:10:33: invalid header name \"NNNN");
 	free(name);
 }
 END_TEST
@@ -553,17 +386,12 @@ START_TEST(test_header_framing_refused)
 		"Trailer",        "content-length",    "TRANSFER-ENCODING",
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(framing); i++) {
-		char yaml[512];
-		char want[512];
-
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, headers: {%s: x}"),
-			 framing[i]);
-		snprintf(want, sizeof(want),
-			 "t.yaml:10:33: header \"%s\" is refused: the daemon owns the response's "
-			 "framing and connection (Content-Length, Transfer-Encoding, Connection, "
-			 "Keep-Alive, Upgrade, Proxy-Connection, Trailer)",
-			 framing[i]);
-		expect_error(yaml, want);
+		expect_error(textf(FHEAD FLOW("status: 200, headers: {%s: x}"), framing[i]),
+			     textf("t.yaml:10:33: header \"%s\" is refused: the daemon owns the "
+				   "response's framing and connection (Content-Length, "
+				   "Transfer-Encoding, Connection, Keep-Alive, Upgrade, "
+				   "Proxy-Connection, Trailer)",
+				   framing[i]));
 	}
 	/* Look-alikes are ordinary headers. */
 	expect_ok(
@@ -593,14 +421,8 @@ START_TEST(test_header_values)
 		{ "\"a\\t\"", "begins or ends with whitespace" },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		char yaml[512];
-		char want[256];
-
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, headers: {X-V: %s}"),
-			 bad[i].value);
-		snprintf(want, sizeof(want), "t.yaml:10:38: the value of header \"X-V\" %s",
-			 bad[i].why);
-		expect_error(yaml, want);
+		expect_error(textf(FHEAD FLOW("status: 200, headers: {X-V: %s}"), bad[i].value),
+			     textf("t.yaml:10:38: the value of header \"X-V\" %s", bad[i].why));
 	}
 	expect_error(FHEAD FLOW("status: 200, headers: {X-V: [a]}"),
 		     "t.yaml:10:38: a header value must be a string");
@@ -612,21 +434,14 @@ START_TEST(test_header_values)
 	expect_head(answer("GET", "/"),
 		    "HTTP/1.1 200 OK\r\nX-T: a\tb\r\nX-U: \xc3\xa9\r\nX-E: \r\nX-N: 007\r\n");
 	/* A value of 1024 bytes accepted, 1025 refused. */
-	struct gen g;
 	char *v = repeat('v', POLICY_FAKE_HEADER_VALUE_BYTES_MAX + 1);
 	v[POLICY_FAKE_HEADER_VALUE_BYTES_MAX] = '\0';
-	gen_open(&g);
-	fprintf(g.f, FHEAD FLOW("status: 200, headers: {X-V: %s}"), v);
-	expect_ok(gen_close(&g));
-	free(g.buf);
+	expect_ok(textf(FHEAD FLOW("status: 200, headers: {X-V: %s}"), v));
 	ck_assert_uint_eq(answer("GET", "/")->head_len, strlen("HTTP/1.1 200 OK\r\nX-V: \r\n") +
 							    POLICY_FAKE_HEADER_VALUE_BYTES_MAX);
 	v[POLICY_FAKE_HEADER_VALUE_BYTES_MAX] = 'v';
-	gen_open(&g);
-	fprintf(g.f, FHEAD FLOW("status: 200, headers: {X-V: %s}"), v);
-	expect_error(gen_close(&g),
+	expect_error(textf(FHEAD FLOW("status: 200, headers: {X-V: %s}"), v),
 		     "t.yaml:10:38: the value of header \"X-V\" is longer than 1024 bytes");
-	free(g.buf);
 	free(v);
 }
 END_TEST
@@ -722,14 +537,10 @@ START_TEST(test_head_bytes)
 	ck_assert_uint_eq(r->status, 404);
 	/* Every registered phrase is the one a status line carries. */
 	for (size_t i = 0; i < AN_ARRAY_LEN(status_phrases); i++) {
-		char yaml[512];
-		char want[128];
-
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: %u"), status_phrases[i].status);
-		expect_ok(yaml);
-		snprintf(want, sizeof(want), "HTTP/1.1 %u %s\r\n", status_phrases[i].status,
-			 status_phrases[i].phrase);
-		expect_head(answer("GET", "/"), want);
+		expect_ok(textf(FHEAD FLOW("status: %u"), status_phrases[i].status));
+		expect_head(answer("GET", "/"),
+			    textf("HTTP/1.1 %u %s\r\n", status_phrases[i].status,
+				  status_phrases[i].phrase));
 	}
 	ck_assert_str_eq(status_phrase(418), "");
 	ck_assert_str_eq(status_phrase(226), "IM Used");
@@ -749,19 +560,13 @@ START_TEST(test_inline_body)
 	expect_error(FHEAD FLOW("status: 200, body: ~"), "t.yaml:10:29: body must be a string");
 	expect_error(FHEAD FLOW("status: 200, body: [x]"), "t.yaml:10:29: body must be a string");
 	/* 1 MiB accepted, one byte more refused. */
-	struct gen g;
 	char *body = repeat('b', POLICY_FAKE_BODY_BYTES_MAX + 1);
 	body[POLICY_FAKE_BODY_BYTES_MAX] = '\0';
-	gen_open(&g);
-	fprintf(g.f, FHEAD FLOW("status: 200, body: %s"), body);
-	expect_ok(gen_close(&g));
-	free(g.buf);
+	expect_ok(textf(FHEAD FLOW("status: 200, body: %s"), body));
 	ck_assert_uint_eq(answer("GET", "/")->body_len, POLICY_FAKE_BODY_BYTES_MAX);
 	body[POLICY_FAKE_BODY_BYTES_MAX] = 'b';
-	gen_open(&g);
-	fprintf(g.f, FHEAD FLOW("status: 200, body: %s"), body);
-	expect_error(gen_close(&g), "t.yaml:10:29: body is larger than 1048576 bytes");
-	free(g.buf);
+	expect_error(textf(FHEAD FLOW("status: 200, body: %s"), body),
+		     "t.yaml:10:29: body is larger than 1048576 bytes");
 	free(body);
 	expect_error(FHEAD FLOW("status: 200, body: x, body_file: /x"),
 		     "t.yaml:10:32: body and body_file exclude each other");
@@ -811,11 +616,10 @@ START_TEST(test_body_file_paths)
 	expect_error_at(__LINE__, "/p.yaml", FHEAD FLOW("status: 200, body_file: nonexistent.txt"),
 			"/p.yaml:10:34: body_file /nonexistent.txt: open: No such file or "
 			"directory");
-	char want[256];
-	snprintf(want, sizeof(want),
-		 "%s/p.yaml:10:34: body_file %s/missing.txt: open: No such file or directory", dir,
-		 dir);
-	expect_error_at(__LINE__, name, FHEAD FLOW("status: 200, body_file: missing.txt"), want);
+	expect_error_at(
+	    __LINE__, name, FHEAD FLOW("status: 200, body_file: missing.txt"),
+	    textf("%s/p.yaml:10:34: body_file %s/missing.txt: open: No such file or directory", dir,
+		  dir));
 	expect_error(FHEAD FLOW("status: 200, body_file: \"\""),
 		     "t.yaml:10:34: body_file must be a path of 1-4095 bytes without control "
 		     "characters");
@@ -826,9 +630,10 @@ START_TEST(test_body_file_paths)
 }
 END_TEST
 
+#define BODY_FILE(path) FHEAD FLOW("status: 200, body_file: " path)
+
 START_TEST(test_body_file_kinds)
 {
-	char yaml[1024];
 	char path[256];
 
 	/* A directory, a FIFO (which must not block the load) and a device are not regular files. */
@@ -836,60 +641,44 @@ START_TEST(test_body_file_kinds)
 	ck_assert_int_eq(mkfifo(path, 0600), 0);
 	const char *const irregular[] = { dir, path, "/dev/null" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(irregular); i++) {
-		char want[256];
-
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, body_file: %s"),
-			 irregular[i]);
-		snprintf(want, sizeof(want), "t.yaml:10:34: body_file %s: not a regular file",
-			 irregular[i]);
-		expect_error(yaml, want);
+		expect_error(textf(BODY_FILE("%s"), irregular[i]),
+			     textf("t.yaml:10:34: body_file %s: not a regular file", irregular[i]));
 	}
 	/* A symbolic link as the last component is refused, even to a regular file. */
 	const char *target = write_file("target.txt", 't', 4);
 	char link[256];
 	snprintf(link, sizeof(link), "%s/link.txt", dir);
 	ck_assert_int_eq(symlink(target, link), 0);
-	snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, body_file: %s"), link);
-	char want[512];
-	snprintf(want, sizeof(want),
-		 "t.yaml:10:34: body_file %s: a symbolic link is refused (name the file itself)",
-		 link);
-	expect_error(yaml, want);
+	expect_error(textf(BODY_FILE("%s"), link),
+		     textf("t.yaml:10:34: body_file %s: a symbolic link is refused (name the file "
+			   "itself)",
+			   link));
 	/* Unreadable (when not root, who reads everything). */
 	snprintf(path, sizeof(path), "%s/secret.txt", dir);
 	write_file("secret.txt", 's', 1);
 	ck_assert_int_eq(chmod(path, 0), 0);
 	if (geteuid() != 0) {
-		snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, body_file: %s"), path);
-		snprintf(want, sizeof(want), "t.yaml:10:34: body_file %s: open: Permission denied",
-			 path);
-		expect_error(yaml, want);
+		expect_error(textf(BODY_FILE("%s"), path),
+			     textf("t.yaml:10:34: body_file %s: open: Permission denied", path));
 	}
 	/* An empty file is an empty body. */
-	snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, body_file: %s"),
-		 write_file("empty.txt", 'e', 0));
-	expect_ok(yaml);
+	expect_ok(textf(BODY_FILE("%s"), write_file("empty.txt", 'e', 0)));
 	expect_body(answer("GET", "/"), NULL, 0);
 }
 END_TEST
 
 START_TEST(test_body_file_size)
 {
-	char yaml[1024];
-	char want[512];
-
 	/* 1 MiB accepted, one byte more refused, and binary content kept as it is. */
 	const char *path = write_file("max.bin", '\0', POLICY_FAKE_BODY_BYTES_MAX);
-	snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, body_file: %s"), path);
-	expect_ok(yaml);
+	expect_ok(textf(BODY_FILE("%s"), path));
 	const struct verdict_response *r = answer("GET", "/");
 	ck_assert_uint_eq(r->body_len, POLICY_FAKE_BODY_BYTES_MAX);
 	ck_assert_int_eq(r->body[0], 0);
 	ck_assert_int_eq(r->body[POLICY_FAKE_BODY_BYTES_MAX - 1], 0);
 	path = write_file("over.bin", 'x', POLICY_FAKE_BODY_BYTES_MAX + 1);
-	snprintf(yaml, sizeof(yaml), FHEAD FLOW("status: 200, body_file: %s"), path);
-	snprintf(want, sizeof(want), "t.yaml:10:34: body_file %s: larger than 1048576 bytes", path);
-	expect_error(yaml, want);
+	expect_error(textf(BODY_FILE("%s"), path),
+		     textf("t.yaml:10:34: body_file %s: larger than 1048576 bytes", path));
 }
 END_TEST
 
@@ -921,12 +710,10 @@ START_TEST(test_bodies_total)
 			ck_assert_uint_eq(answer("GET", "/x")->body_len,
 					  POLICY_FAKE_BODY_BYTES_MAX);
 		} else {
-			char want[128];
-			snprintf(want, sizeof(want),
-				 "t.yaml:%u:%zu: the bodies of all responses together are larger "
-				 "than 67108864 bytes",
-				 10 + n + 4, strstr(second, "%s") - second + 1);
-			expect_error(yaml, want);
+			expect_error(yaml,
+				     textf("t.yaml:%u:%zu: the bodies of all responses together "
+					   "are larger than 67108864 bytes",
+					   10 + n + 4, strstr(second, "%s") - second + 1));
 		}
 		free(g.buf);
 	}
@@ -1034,27 +821,10 @@ END_TEST
 /* The docs' example of the section loads and answers as it says. */
 START_TEST(test_docs_example)
 {
-	static const char suffix[] = "tests/unit/policy/fake.c";
-	size_t root = strlen(__FILE__) - strlen(suffix);
-	char path[4096];
-	size_t len = 0;
+	char *yaml = docs_policy("### Rule `responses`");
 
-	ck_assert_str_eq(&__FILE__[root], suffix);
-	snprintf(path, sizeof(path), "%.*sdocs/policy.md", (int)root, __FILE__);
-	char *text = unit_slurp(path, &len);
-	const char *from = strstr(text, "### Rule `responses`");
-	ck_assert_ptr_nonnull(from);
-	const char *start = strstr(from, "```yaml\n");
-	ck_assert_ptr_nonnull(start);
-	start += strlen("```yaml\n");
-	const char *end = strstr(start, "\n```");
-	ck_assert_ptr_nonnull(end);
-	struct gen g;
-	gen_open(&g);
-	fprintf(g.f, "version: 1\n%.*s\n", (int)(end - start), start);
-	expect_ok(gen_close(&g));
-	free(g.buf);
-	pool_free(text);
+	expect_ok(yaml);
+	free(yaml);
 	struct verdict v = decide(0, "api.example.com");
 	ck_assert_int_eq(v.tier, TIER_FAKE);
 	const struct verdict_response *r =
@@ -1146,20 +916,14 @@ START_TEST(test_daemon_ca)
 	expect_error(MINIMAL "daemon: {ca: {cert: /a, key: /b}, ca: {cert: /a, key: /b}}\n",
 		     "t.yaml:5:35: duplicate key \"ca\" in daemon");
 	/* A path of 4095 bytes accepted, 4096 refused. */
-	struct gen g;
 	char *p = repeat('p', POLICY_PATH_BYTES_MAX + 1);
 	p[0] = '/';
 	p[POLICY_PATH_BYTES_MAX] = '\0';
-	gen_open(&g);
-	fprintf(g.f, MINIMAL "daemon: {ca: {cert: %s, key: %s}}\n", p, p);
-	expect_ok(gen_close(&g));
-	free(g.buf);
+	expect_ok(textf(MINIMAL "daemon: {ca: {cert: %s, key: %s}}\n", p, p));
 	ck_assert_uint_eq(strlen(cfg.ca_key), POLICY_PATH_BYTES_MAX);
 	p[POLICY_PATH_BYTES_MAX] = 'p';
-	gen_open(&g);
-	fprintf(g.f, MINIMAL "daemon: {ca: {cert: /a, key: %s}}\n", p);
-	expect_error(gen_close(&g), "t.yaml:5:30: ca.key must be at most 4095 bytes");
-	free(g.buf);
+	expect_error(textf(MINIMAL "daemon: {ca: {cert: /a, key: %s}}\n", p),
+		     "t.yaml:5:30: ca.key must be at most 4095 bytes");
 	free(p);
 }
 END_TEST
@@ -1175,24 +939,16 @@ START_TEST(test_allocation_failures)
 			    "body: x") FLOW("path: /f, status: 201, body_file: %s/b.txt") DEFAULT
 		 "daemon: {ca: {cert: /c, key: /k}, leaf_days: 3}\n",
 		 dir);
-	alloc_count = 0;
-	expect_ok(yaml);
-	uint64_t total = alloc_count;
+	uint64_t total = count_allocations(yaml);
 	ck_assert_uint_gt(total, 20);
 	for (uint64_t n = 1; n <= total; n++) {
-		alloc_count = 0;
-		alloc_fail_at = n;
-		int rc = load_named("t.yaml", yaml);
-		alloc_fail_at = 0;
+		int rc = load_failing(n, yaml);
 		if (rc == 0) {
 			/* Only a shrinking realloc may fail without failing the load. */
 			expect_body(answer("GET", "/f"), "bbbbbbbbbb", 10);
 			continue;
 		}
-		ck_assert_msg(rc == -ENOMEM, "allocation %llu: rc %d: %s", (unsigned long long)n,
-			      rc, err);
-		ck_assert_str_eq(err, "t.yaml: out of memory");
-		ck_assert_ptr_null(pol);
+		expect_out_of_memory(n, rc);
 		ck_assert_str_eq(cfg.ca_cert, "/c");
 		ck_assert_uint_eq(cfg.leaf_days, 3);
 	}
@@ -1204,7 +960,7 @@ int main(void)
 	Suite *s = suite_create("policy/fake");
 	TCase *tc = tcase_create("fake");
 
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, setup, policytest_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_tier_needs_responses);
 	tcase_add_test(tc, test_responses_limit);

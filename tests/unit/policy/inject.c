@@ -10,17 +10,10 @@
  */
 #include "../../../policy/policy.c"
 
-#include <check.h>
 #include <malloc.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/stat.h>
-#include "tests/unit/unit.h"
-
-static struct config cfg;
-static struct policy *pol;
-static char err[8192]; /* room for a message that names a 4095-byte path */
-static char dir[64];   /* a fresh directory for secret and CA files, removed by teardown */
+#define POLICYTEST_OWN_FREE /* pool_free and pool_free_secret below watch the secrets */
+#include "tests/unit/policy/policytest.h"
 
 /*
  * Secrets under watch: no error message may hold one, and no buffer released
@@ -37,36 +30,6 @@ static void watch(const char *secret)
 	ck_assert_uint_lt(watched_count, WATCH_MAX);
 	ck_assert_uint_ge(strlen(secret), 4);
 	watched[watched_count++] = secret;
-}
-
-/* The wrappers of core/pool.h, so that the Nth allocation can be made to fail (as fake.c). */
-static uint64_t alloc_count;
-static uint64_t alloc_fail_at; /* 0: never */
-
-static bool alloc_fails(void)
-{
-	alloc_count++;
-	return alloc_fail_at != 0 && alloc_count == alloc_fail_at;
-}
-
-void *pool_malloc(size_t size)
-{
-	return alloc_fails() ? NULL : malloc(size);
-}
-
-void *pool_calloc(size_t n, size_t size)
-{
-	return alloc_fails() ? NULL : calloc(n, size);
-}
-
-void *pool_realloc(void *p, size_t size)
-{
-	return alloc_fails() ? NULL : realloc(p, size);
-}
-
-char *pool_strndup(const char *s, size_t len)
-{
-	return alloc_fails() ? NULL : strndup(s, len);
 }
 
 void pool_free(void *p)
@@ -97,28 +60,7 @@ void pool_free_secret(void *p, size_t len)
 	free(p);
 }
 
-static void setup(void)
-{
-	ck_assert_int_eq(config_init_defaults(&cfg), 0);
-	pol = NULL;
-	err[0] = '\0';
-	watched_count = 0;
-	memset(wipes, 0, sizeof(wipes));
-	snprintf(dir, sizeof(dir), "/tmp/agentsnet-inject-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void teardown(void)
-{
-	char cmd[256];
-
-	policy_free(pol);
-	pol = NULL;
-	config_free(&cfg);
-	snprintf(cmd, sizeof(cmd), "chmod -R u+rwx '%s'; rm -rf '%s'", dir, dir);
-	ck_assert_int_eq(system(cmd), 0);
-}
-
+/* After every load of expect_ok and expect_error: no message holds a secret. */
 static void expect_no_secret(int line)
 {
 	for (uint32_t i = 0; i < watched_count; i++)
@@ -126,34 +68,12 @@ static void expect_no_secret(int line)
 			      i, err);
 }
 
-static int load_named(const char *name, const char *yaml)
+static void setup(void)
 {
-	policy_free(pol);
-	pol = NULL;
-	return policy_load_buffer(name, yaml, strlen(yaml), &cfg, &pol, err, sizeof(err));
-}
-
-#define expect_ok(yaml)          expect_ok_at(__LINE__, "t.yaml", (yaml))
-#define expect_error(yaml, want) expect_error_at(__LINE__, "t.yaml", (yaml), (want))
-
-static void expect_ok_at(int line, const char *name, const char *yaml)
-{
-	int rc = load_named(name, yaml);
-
-	expect_no_secret(line);
-	ck_assert_msg(rc == 0, "line %d: rc %d: %s", line, rc, err);
-	ck_assert_ptr_nonnull(pol);
-}
-
-static void expect_error_at(int line, const char *name, const char *yaml, const char *want)
-{
-	int rc = load_named(name, yaml);
-
-	expect_no_secret(line);
-	ck_assert_msg(rc == -EINVAL, "line %d: rc %d (want -EINVAL), err \"%s\"", line, rc, err);
-	ck_assert_msg(strncmp(err, want, strlen(want)) == 0,
-		      "line %d:\n  got  \"%s\"\n  want \"%s\"", line, err, want);
-	ck_assert_ptr_null(pol);
+	policytest_setup("/tmp/agentsnet-inject-XXXXXX");
+	policytest_on_load = expect_no_secret;
+	watched_count = 0;
+	memset(wipes, 0, sizeof(wipes));
 }
 
 /*
@@ -179,36 +99,6 @@ static const char *at_named(const char *name, const char *yaml, const char *need
 static const char *at(const char *yaml, const char *needle, const char *msg)
 {
 	return at_named("t.yaml", yaml, needle, msg);
-}
-
-/* A growing text buffer for generated policies (owned: free g->buf). */
-struct gen {
-	char *buf;
-	size_t len;
-	FILE *f;
-};
-
-static void gen_open(struct gen *g)
-{
-	g->f = open_memstream(&g->buf, &g->len);
-	ck_assert_ptr_nonnull(g->f);
-}
-
-static const char *gen_close(struct gen *g)
-{
-	ck_assert_int_eq(fclose(g->f), 0);
-	return g->buf;
-}
-
-/* <n> bytes of <c>, NUL-terminated (owned: free it). */
-static char *repeat(char c, size_t n)
-{
-	char *s = malloc(n + 1);
-
-	ck_assert_ptr_nonnull(s);
-	memset(s, c, n);
-	s[n] = '\0';
-	return s;
 }
 
 /* Writes the <len> bytes at <data> to <dir>/<name>; returns the path (static). */
@@ -247,20 +137,6 @@ static void set_key(const char *value)
 	ck_assert_int_eq(setenv(KEY_ENV, value, 1), 0);
 }
 
-static struct verdict decide_port(uint32_t profile, const char *host, uint16_t port)
-{
-	struct verdict v;
-
-	memset(&v, 0xa5, sizeof(v)); /* decide must fill every field, inject too */
-	policy_verdict_ops.decide(pol, profile, host, strlen(host), port, &v);
-	return v;
-}
-
-static struct verdict decide(uint32_t profile, const char *host)
-{
-	return decide_port(profile, host, 443);
-}
-
 /* a.test's credential (profile 0), which must be there. */
 static const struct verdict_inject *inject_of_a(void)
 {
@@ -288,15 +164,12 @@ START_TEST(test_tier_needs_inject)
 			    "and secret_env or secret_file)");
 	static const char *const others[] = { "passthrough", "fake", "deny" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(others); i++) {
-		char yaml[512];
-
-		snprintf(yaml, sizeof(yaml),
-			 "version: 1\nprofiles:\n  p:\n    rules:\n    - host: a.test\n"
-			 "      tier: %s\n      owner: o\n      reason: r\n%s"
-			 "      inject: {" BASE ", secret_env: " KEY_ENV "}\n",
-			 others[i],
-			 strcmp(others[i], "fake") == 0 ? "      responses: [{status: 200}]\n"
-							: "");
+		const char *yaml = textf(
+		    "version: 1\nprofiles:\n  p:\n    rules:\n    - host: a.test\n"
+		    "      tier: %s\n      owner: o\n      reason: r\n%s"
+		    "      inject: {" BASE ", secret_env: " KEY_ENV "}\n",
+		    others[i],
+		    strcmp(others[i], "fake") == 0 ? "      responses: [{status: 200}]\n" : "");
 		expect_error(yaml, at(yaml, "inject:", "inject is only allowed with tier inject"));
 	}
 	static const char local[] =
@@ -306,22 +179,20 @@ START_TEST(test_tier_needs_inject)
 	expect_error(local, "t.yaml:6:7: inject is only allowed with tier inject");
 	/* upstream_ca alone does not make an inject rule, nor is it allowed on another tier. */
 	const char *ca = write_text("ca.pem", "not read\n");
-	char yaml[1024];
-	snprintf(yaml, sizeof(yaml), IHEAD "      upstream_ca: %s\n", ca);
-	expect_error(yaml, "t.yaml:6:13: tier inject needs inject");
-	snprintf(yaml, sizeof(yaml),
-		 "version: 1\nprofiles:\n  p:\n    rules:\n"
-		 "    - {host: a.test, tier: passthrough, owner: o, reason: r,\n"
-		 "       upstream_ca: %s}\n",
-		 ca);
-	expect_error(yaml, "t.yaml:6:8: upstream_ca is only allowed with tier inject");
+	expect_error(textf(IHEAD "      upstream_ca: %s\n", ca),
+		     "t.yaml:6:13: tier inject needs inject");
+	expect_error(textf("version: 1\nprofiles:\n  p:\n    rules:\n"
+			   "    - {host: a.test, tier: passthrough, owner: o, reason: r,\n"
+			   "       upstream_ca: %s}\n",
+			   ca),
+		     "t.yaml:6:8: upstream_ca is only allowed with tier inject");
 	/* The mapping itself. */
 	expect_error(IHEAD "      inject: X-Key\n", "t.yaml:9:15: inject must be a mapping");
 	expect_error(IHEAD "      inject: [X-Key]\n", "t.yaml:9:15: inject must be a mapping");
 	expect_error(INJ(BASE ", secret_env: " KEY_ENV ", secret: x"),
 		     at(INJ(BASE ", secret_env: " KEY_ENV ", secret: x"), "secret:",
 			"unknown key \"secret\" in inject (expected one of: header, prefix, "
-			"placeholder, secret_env, secret_file, require)"));
+			"placeholder, secret_env, secret_file, require, upgrades)"));
 	expect_error(INJ(BASE ", header: Y, secret_env: " KEY_ENV),
 		     "t.yaml:9:62: duplicate key \"header\" in inject");
 	expect_error(INJ("placeholder: placeholder-0001, secret_env: " KEY_ENV),
@@ -363,39 +234,31 @@ START_TEST(test_header)
 	static const char *const bad[] = { "\"X Key\"",   "\"X:Key\"",    "\"\"",
 					   "\"X\\tKey\"", "\"X\\u00e9\"", "X/Key" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		char yaml[512];
-		char want[256];
-
-		snprintf(yaml, sizeof(yaml),
-			 INJ("header: %s, placeholder: placeholder-0001, secret_env: " KEY_ENV),
-			 bad[i]);
-		snprintf(want, sizeof(want), "t.yaml:9:24: invalid header \"");
-		expect_error(yaml, want);
+		expect_error(
+		    textf(INJ("header: %s, placeholder: placeholder-0001, secret_env: " KEY_ENV),
+			  bad[i]),
+		    "t.yaml:9:24: invalid header \"");
 		ck_assert_ptr_nonnull(
 		    strstr(err, "\": use 1-64 bytes of RFC 9110 token characters"));
 	}
 	expect_error(INJ("header: [X], placeholder: placeholder-0001, secret_env: " KEY_ENV),
 		     "t.yaml:9:24: header must be a string");
 	/* Length: 64 bytes accepted, 65 refused. */
-	char yaml[512];
 	char *h = repeat('h', POLICY_INJECT_HEADER_BYTES_MAX + 1);
 	h[POLICY_INJECT_HEADER_BYTES_MAX] = '\0';
-	snprintf(yaml, sizeof(yaml),
-		 INJ("header: %s, placeholder: placeholder-0001, secret_env: %s"), h, KEY_ENV);
-	expect_ok(yaml);
+	expect_ok(
+	    textf(INJ("header: %s, placeholder: placeholder-0001, secret_env: %s"), h, KEY_ENV));
 	ck_assert_uint_eq(inject_of_a()->header_len, POLICY_INJECT_HEADER_BYTES_MAX);
 	h[POLICY_INJECT_HEADER_BYTES_MAX] = 'h';
-	snprintf(yaml, sizeof(yaml),
-		 INJ("header: %s, placeholder: placeholder-0001, secret_env: %s"), h, KEY_ENV);
-	expect_error(yaml, "t.yaml:9:24: invalid header \"hhhhhhhhhh");
+	expect_error(
+	    textf(INJ("header: %s, placeholder: placeholder-0001, secret_env: %s"), h, KEY_ENV),
+	    "t.yaml:9:24: invalid header \"hhhhhhhhhh");
 	free(h);
 }
 END_TEST
 
 START_TEST(test_header_refused)
 {
-	char yaml[512];
-
 	set_key(KEY);
 	watch(KEY);
 	/* The framing, hop-by-hop and routing headers, in any case. */
@@ -413,26 +276,21 @@ START_TEST(test_header_refused)
 		"proxy-authorization",
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(refused); i++) {
-		char want[512];
-
-		snprintf(yaml, sizeof(yaml),
-			 INJ("header: %s, placeholder: placeholder-0001, secret_env: " KEY_ENV),
-			 refused[i]);
-		snprintf(want, sizeof(want),
-			 "t.yaml:9:24: header \"%s\" is refused: the daemon frames and routes the "
-			 "request (Content-Length, Transfer-Encoding, Connection, Keep-Alive, "
-			 "Upgrade, Proxy-*, Host, TE, Trailer)",
-			 refused[i]);
-		expect_error(yaml, want);
+		expect_error(
+		    textf(INJ("header: %s, placeholder: placeholder-0001, secret_env: " KEY_ENV),
+			  refused[i]),
+		    textf("t.yaml:9:24: header \"%s\" is refused: the daemon frames and routes the "
+			  "request (Content-Length, Transfer-Encoding, Connection, Keep-Alive, "
+			  "Upgrade, Proxy-*, Host, TE, Trailer)",
+			  refused[i]));
 	}
 	/* Near misses are ordinary headers. */
 	static const char *const fine[] = { "Proxy",         "TEX",       "Hosts", "X-Host",
 					    "Authorization", "x-api-key", "Cookie" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(fine); i++) {
-		snprintf(yaml, sizeof(yaml),
-			 INJ("header: %s, placeholder: placeholder-0001, secret_env: " KEY_ENV),
-			 fine[i]);
-		expect_ok(yaml);
+		expect_ok(
+		    textf(INJ("header: %s, placeholder: placeholder-0001, secret_env: " KEY_ENV),
+			  fine[i]));
 		ck_assert_str_eq(inject_of_a()->header, fine[i]);
 	}
 }
@@ -462,30 +320,22 @@ START_TEST(test_prefix)
 		{ "\"Bearer \\x7f\"", 8 }, { "\"B\\0\"", 2 },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		char yaml[512];
-		char want[256];
-
-		snprintf(yaml, sizeof(yaml), INJ(BASE ", prefix: %s, secret_env: " KEY_ENV),
-			 bad[i].prefix);
-		snprintf(want, sizeof(want),
-			 "t.yaml:9:70: prefix has a control character (CR, LF, tab, ...) at "
-			 "position %zu",
-			 bad[i].position);
-		expect_error(yaml, want);
+		expect_error(textf(INJ(BASE ", prefix: %s, secret_env: " KEY_ENV), bad[i].prefix),
+			     textf("t.yaml:9:70: prefix has a control character (CR, LF, tab, ...) "
+				   "at position %zu",
+				   bad[i].position));
 	}
 	expect_error(INJ(BASE ", prefix: \" Bearer\", secret_env: " KEY_ENV),
 		     "t.yaml:9:70: prefix must not begin with a space: a header's value is read "
 		     "without its leading whitespace, so it would never match");
 	/* Length: 64 bytes accepted, 65 refused; the prefix is never shown. */
-	char yaml[512];
 	char *pre = repeat('P', POLICY_INJECT_PREFIX_BYTES_MAX + 1);
 	pre[POLICY_INJECT_PREFIX_BYTES_MAX] = '\0';
-	snprintf(yaml, sizeof(yaml), INJ(BASE ", prefix: %s, secret_env: " KEY_ENV), pre);
-	expect_ok(yaml);
+	expect_ok(textf(INJ(BASE ", prefix: %s, secret_env: " KEY_ENV), pre));
 	ck_assert_uint_eq(inject_of_a()->prefix_len, POLICY_INJECT_PREFIX_BYTES_MAX);
 	pre[POLICY_INJECT_PREFIX_BYTES_MAX] = 'P';
-	snprintf(yaml, sizeof(yaml), INJ(BASE ", prefix: %s, secret_env: " KEY_ENV), pre);
-	expect_error(yaml, "t.yaml:9:70: prefix is longer than 64 bytes");
+	expect_error(textf(INJ(BASE ", prefix: %s, secret_env: " KEY_ENV), pre),
+		     "t.yaml:9:70: prefix is longer than 64 bytes");
 	ck_assert_ptr_null(strstr(err, "PPPP"));
 	free(pre);
 }
@@ -493,8 +343,6 @@ END_TEST
 
 START_TEST(test_placeholder)
 {
-	char yaml[1024];
-
 	set_key(KEY);
 	watch(KEY);
 	/* Length: 7 bytes refused, 8 and 256 accepted, 257 refused; never shown. */
@@ -508,19 +356,17 @@ START_TEST(test_placeholder)
 		     { POLICY_INJECT_PLACEHOLDER_BYTES_MAX + 1, false } };
 	for (size_t i = 0; i < AN_ARRAY_LEN(lens); i++) {
 		char *ph = repeat('Q', lens[i].len);
-		char want[256];
+		const char *yaml =
+		    textf(INJ("header: X-Key, placeholder: \"%s\", secret_env: " KEY_ENV), ph);
 
-		snprintf(yaml, sizeof(yaml),
-			 INJ("header: X-Key, placeholder: \"%s\", secret_env: " KEY_ENV), ph);
 		if (lens[i].ok) {
 			expect_ok(yaml);
 			ck_assert_uint_eq(inject_of_a()->placeholder_len, lens[i].len);
 			ck_assert_str_eq(inject_of_a()->placeholder, ph);
 		} else {
-			snprintf(want, sizeof(want),
-				 "t.yaml:9:44: placeholder must be 8-256 bytes, got %zu",
-				 lens[i].len);
-			expect_error(yaml, want);
+			expect_error(yaml,
+				     textf("t.yaml:9:44: placeholder must be 8-256 bytes, got %zu",
+					   lens[i].len));
 			ck_assert_ptr_null(strstr(err, "QQQQ"));
 		}
 		free(ph);
@@ -534,15 +380,11 @@ START_TEST(test_placeholder)
 		{ "\"QzQz\\u00e9QzQz\"", 5 }, { "\"QzQzQzQz\\n\"", 9 }, { "\"QzQ\\0zQzQz\"", 4 },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		char want[256];
-
-		snprintf(yaml, sizeof(yaml),
-			 INJ("header: X-Key, placeholder: %s, secret_env: " KEY_ENV), bad[i].ph);
-		snprintf(want, sizeof(want),
-			 "t.yaml:9:44: placeholder has a byte that is not visible ASCII "
-			 "(0x21..0x7e) at position %zu",
-			 bad[i].position);
-		expect_error(yaml, want);
+		expect_error(
+		    textf(INJ("header: X-Key, placeholder: %s, secret_env: " KEY_ENV), bad[i].ph),
+		    textf("t.yaml:9:44: placeholder has a byte that is not visible ASCII "
+			  "(0x21..0x7e) at position %zu",
+			  bad[i].position));
 		ck_assert_ptr_null(strstr(err, "QzQz"));
 	}
 	/* Every visible byte, and a plain number, are fine. */
@@ -561,8 +403,6 @@ END_TEST
 
 START_TEST(test_secret_env)
 {
-	char yaml[1024];
-
 	set_key(KEY);
 	watch(KEY);
 	expect_ok(INJ(BASE ", secret_env: " KEY_ENV));
@@ -582,9 +422,9 @@ START_TEST(test_secret_env)
 	static const char *const bad[] = { "9KEY", "A-KEY",   "\"A KEY\"",         "\"\"",
 					   "A.B",  "\"A=B\"", "sk-pasted-key-0001" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_env: %s"), bad[i]);
-		expect_error(yaml, "t.yaml:9:74: secret_env must name an environment variable: "
-				   "1-255 of [A-Za-z0-9_], not starting with a digit");
+		expect_error(textf(INJ(BASE ", secret_env: %s"), bad[i]),
+			     "t.yaml:9:74: secret_env must name an environment variable: 1-255 of "
+			     "[A-Za-z0-9_], not starting with a digit");
 	}
 	ck_assert_ptr_null(strstr(err, "pasted"));
 	/* A name of 255 bytes accepted, 256 refused. */
@@ -592,11 +432,10 @@ START_TEST(test_secret_env)
 	ck_assert_int_eq(setenv(name, KEY, 1), 0);
 	name[POLICY_INJECT_ENV_NAME_BYTES_MAX] = '\0';
 	ck_assert_int_eq(setenv(name, KEY, 1), 0);
-	snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_env: %s"), name);
-	expect_ok(yaml);
+	expect_ok(textf(INJ(BASE ", secret_env: %s"), name));
 	name[POLICY_INJECT_ENV_NAME_BYTES_MAX] = 'N';
-	snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_env: %s"), name);
-	expect_error(yaml, "t.yaml:9:74: secret_env must name an environment variable");
+	expect_error(textf(INJ(BASE ", secret_env: %s"), name),
+		     "t.yaml:9:74: secret_env must name an environment variable");
 	free(name);
 	/* Each load reads the environment again. */
 	static const char second[] = "sk-test-LEAKCHECK-0002";
@@ -609,9 +448,8 @@ END_TEST
 
 START_TEST(test_secret_bytes)
 {
-	char yaml[512];
+	static const char yaml[] = INJ(BASE ", secret_env: " KEY_ENV);
 
-	snprintf(yaml, sizeof(yaml), "%s", INJ(BASE ", secret_env: " KEY_ENV));
 	/* Length: 1 and 4096 bytes accepted, 4097 refused. */
 	set_key("k");
 	expect_ok(yaml);
@@ -637,15 +475,13 @@ START_TEST(test_secret_bytes)
 		{ "sk-LEAKe-\xc3\xa9-utf8", 10 },         { "sk-LEAKf-newline\n", 17 },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		char want[512];
+		const char *want =
+		    textf("t.yaml:9:74: secret_env " KEY_ENV ": the secret has a byte that is not "
+			  "visible ASCII (0x21..0x7e) at position %zu: a header cannot carry a "
+			  "space, tab, control character or non-ASCII byte there",
+			  bad[i].position);
 
 		set_key(bad[i].secret);
-		snprintf(
-		    want, sizeof(want),
-		    "t.yaml:9:74: secret_env " KEY_ENV ": the secret has a byte that is not "
-		    "visible ASCII (0x21..0x7e) at position %zu: a header cannot carry a space, "
-		    "tab, control character or non-ASCII byte there",
-		    bad[i].position);
 		expect_error(yaml, want);
 		ck_assert_ptr_null(strstr(err, "LEAK"));
 		ck_assert_uint_eq(strlen(err), strlen(want));
@@ -657,7 +493,6 @@ START_TEST(test_secret_file)
 {
 	char yaml[1024];
 	char name[256];
-	char want[1024];
 
 	watch(KEY);
 	/* Absolute, relative to the policy's directory, and below it; one newline stripped. */
@@ -686,10 +521,10 @@ START_TEST(test_secret_file)
 	expect_error_at(__LINE__, "/p.yaml", INJ(BASE ", secret_file: nonexistent.key"),
 			"/p.yaml:9:75: secret_file /nonexistent.key: open: No such file or "
 			"directory");
-	snprintf(want, sizeof(want),
-		 "%s/p.yaml:9:75: secret_file %s/missing.key: open: No such file or directory", dir,
-		 dir);
-	expect_error_at(__LINE__, name, INJ(BASE ", secret_file: missing.key"), want);
+	expect_error_at(
+	    __LINE__, name, INJ(BASE ", secret_file: missing.key"),
+	    textf("%s/p.yaml:9:75: secret_file %s/missing.key: open: No such file or directory",
+		  dir, dir));
 	/* A symbolic link is followed (secret mounts are links). */
 	char link[256];
 	snprintf(link, sizeof(link), "%s/link.key", dir);
@@ -715,27 +550,19 @@ START_TEST(test_secret_file_path)
 	expect_error(INJ(BASE ", secret_file: \"/a\\nb\""),
 		     "t.yaml:9:75: secret_file must be a path of 1-4095 bytes");
 	expect_error(INJ(BASE ", secret_file: [a]"), "t.yaml:9:75: secret_file must be a string");
-	struct gen g;
 	char *p = repeat('p', POLICY_PATH_BYTES_MAX + 1);
 	p[0] = '/';
-	gen_open(&g);
-	fprintf(g.f, INJ(BASE ", secret_file: %s"), p);
-	expect_error(gen_close(&g), "t.yaml:9:75: secret_file must be a path of 1-4095 bytes");
-	free(g.buf);
+	expect_error(textf(INJ(BASE ", secret_file: %s"), p),
+		     "t.yaml:9:75: secret_file must be a path of 1-4095 bytes");
 	p[POLICY_PATH_BYTES_MAX] = '\0';
-	gen_open(&g);
-	fprintf(g.f, INJ(BASE ", secret_file: %s"), p);
-	expect_error(gen_close(&g), "t.yaml:9:75: secret_file /pppppppp");
+	expect_error(textf(INJ(BASE ", secret_file: %s"), p), "t.yaml:9:75: secret_file /pppppppp");
 	ck_assert_ptr_nonnull(strstr(err, ": open: File name too long"));
-	free(g.buf);
 	free(p);
 }
 END_TEST
 
 START_TEST(test_secret_file_kinds)
 {
-	char yaml[1024];
-	char want[1024];
 	char path[256];
 
 	/* A directory, a FIFO (which must not block the load) and a device are not regular files. */
@@ -743,28 +570,24 @@ START_TEST(test_secret_file_kinds)
 	ck_assert_int_eq(mkfifo(path, 0600), 0);
 	const char *const irregular[] = { dir, path, "/dev/null" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(irregular); i++) {
-		snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_file: %s"), irregular[i]);
-		snprintf(want, sizeof(want), "t.yaml:9:75: secret_file %s: not a regular file",
-			 irregular[i]);
-		expect_error(yaml, want);
+		expect_error(
+		    textf(INJ(BASE ", secret_file: %s"), irregular[i]),
+		    textf("t.yaml:9:75: secret_file %s: not a regular file", irregular[i]));
 	}
 	/* Unreadable (when not root, who reads everything). */
 	const char *locked = write_text("locked.key", KEY);
 	watch(KEY);
 	ck_assert_int_eq(chmod(locked, 0), 0);
 	if (geteuid() != 0) {
-		snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_file: %s"), locked);
-		snprintf(want, sizeof(want), "t.yaml:9:75: secret_file %s: open: Permission denied",
-			 locked);
-		expect_error(yaml, want);
+		expect_error(textf(INJ(BASE ", secret_file: %s"), locked),
+			     textf("t.yaml:9:75: secret_file %s: open: Permission denied", locked));
 	}
 	/* Empty, or only the newline: an empty secret. */
 	static const char *const empty[] = { "", "\n" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(empty); i++) {
 		const char *f = write_text("empty.key", empty[i]);
-		snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_file: %s"), f);
-		snprintf(want, sizeof(want), "t.yaml:9:75: secret_file %s: the secret is empty", f);
-		expect_error(yaml, want);
+		expect_error(textf(INJ(BASE ", secret_file: %s"), f),
+			     textf("t.yaml:9:75: secret_file %s: the secret is empty", f));
 	}
 	/* One newline only: a second one, or a CR before it, is a control character. */
 	static const struct {
@@ -776,12 +599,10 @@ START_TEST(test_secret_file_kinds)
 		    { "sk-LEAKj a\n", 9 } };
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
 		const char *f = write_text("bad.key", bad[i].text);
-		snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_file: %s"), f);
-		snprintf(want, sizeof(want),
-			 "t.yaml:9:75: secret_file %s: the secret has a byte that is not visible "
-			 "ASCII (0x21..0x7e) at position %zu",
-			 f, bad[i].position);
-		expect_error(yaml, want);
+		expect_error(textf(INJ(BASE ", secret_file: %s"), f),
+			     textf("t.yaml:9:75: secret_file %s: the secret has a byte that is not "
+				   "visible ASCII (0x21..0x7e) at position %zu",
+				   f, bad[i].position));
 		ck_assert_ptr_null(strstr(err, "LEAK"));
 	}
 }
@@ -790,7 +611,6 @@ END_TEST
 START_TEST(test_secret_file_size)
 {
 	char yaml[1024];
-	char want[1024];
 
 	snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_file: %s/s.key"), dir);
 	/* 4096 bytes, with or without the newline, accepted. */
@@ -807,15 +627,13 @@ START_TEST(test_secret_file_size)
 	/* 4097 bytes without a newline: a secret one byte too long. */
 	k[POLICY_INJECT_SECRET_BYTES_MAX] = 'K';
 	write_file("s.key", k, POLICY_INJECT_SECRET_BYTES_MAX + 1);
-	snprintf(want, sizeof(want),
-		 "t.yaml:9:75: secret_file %s/s.key: the secret is longer than 4096 bytes", dir);
-	expect_error(yaml, want);
+	expect_error(yaml, textf("t.yaml:9:75: secret_file %s/s.key: the secret is longer than "
+				 "4096 bytes",
+				 dir));
 	/* 4098 bytes: the file is too large, whatever it ends with. */
 	k[POLICY_INJECT_SECRET_BYTES_MAX + 1] = '\n';
 	write_file("s.key", k, POLICY_INJECT_SECRET_BYTES_MAX + 2);
-	snprintf(want, sizeof(want), "t.yaml:9:75: secret_file %s/s.key: larger than 4097 bytes",
-		 dir);
-	expect_error(yaml, want);
+	expect_error(yaml, textf("t.yaml:9:75: secret_file %s/s.key: larger than 4097 bytes", dir));
 	ck_assert_ptr_null(strstr(err, "KKKK"));
 	free(k);
 }
@@ -842,12 +660,11 @@ START_TEST(test_overlap)
 		{ "sk-LEAKr-same", "sk-LEAKr-sam", false },  /* one byte longer */
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
-		char yaml[512];
+		const char *yaml =
+		    textf(INJ("header: X-Key, placeholder: %s, secret_env: " KEY_ENV),
+			  cases[i].placeholder);
 
 		set_key(cases[i].secret);
-		snprintf(yaml, sizeof(yaml),
-			 INJ("header: X-Key, placeholder: %s, secret_env: " KEY_ENV),
-			 cases[i].placeholder);
 		if (cases[i].ok) {
 			expect_ok(yaml);
 			expect_secret(inject_of_a(), cases[i].secret);
@@ -933,11 +750,8 @@ START_TEST(test_require)
 	static const char *const bad[] = { "yes", "no",       "True",    "FALSE", "1",
 					   "0",   "\"true\"", "'false'", "on" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		char yaml[512];
-
-		snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_env: " KEY_ENV ", require: %s"),
-			 bad[i]);
-		expect_error(yaml, "t.yaml:9:100: require must be true or false");
+		expect_error(textf(INJ(BASE ", secret_env: " KEY_ENV ", require: %s"), bad[i]),
+			     "t.yaml:9:100: require must be true or false");
 	}
 	expect_error(INJ(BASE ", secret_env: " KEY_ENV ", require: ~"),
 		     "t.yaml:9:100: require must be true or false");
@@ -946,12 +760,58 @@ START_TEST(test_require)
 }
 END_TEST
 
+/* upgrades: relayed by default; false refuses them; only a YAML boolean. */
+START_TEST(test_upgrades)
+{
+	set_key(KEY);
+	watch(KEY);
+	expect_ok(INJ(BASE ", secret_env: " KEY_ENV));
+	ck_assert(inject_of_a()->upgrades);
+	expect_ok(INJ(BASE ", secret_env: " KEY_ENV ", upgrades: false"));
+	ck_assert(!inject_of_a()->upgrades);
+	ck_assert(inject_of_a()->require); /* the other default stands */
+	expect_ok(INJ(BASE ", secret_env: " KEY_ENV ", upgrades: true"));
+	ck_assert(inject_of_a()->upgrades);
+	expect_error(INJ(BASE ", secret_env: " KEY_ENV ", upgrades: no"),
+		     "t.yaml:9:101: upgrades must be true or false");
+}
+END_TEST
+
+/* The hosts whose leaves the engine mints at load: exact fake and inject hosts, in order. */
+START_TEST(test_terminated_hosts)
+{
+	set_key(KEY);
+	watch(KEY);
+	expect_ok(
+	    "version: 1\nprofiles:\n  p:\n    rules:\n"
+	    "    - {host: a.test, tier: inject, owner: o, reason: r,\n"
+	    "       inject: {header: x-key, placeholder: agentsnet-ph-0001, secret_env: " KEY_ENV
+	    "}}\n"
+	    "    - {host: b.test, tier: passthrough, owner: o, reason: r}\n"
+	    "    - {host: \"*.c.test\", tier: fake, owner: o, reason: r, responses: [{status: "
+	    "204}]}\n"
+	    "  q:\n    rules:\n"
+	    "    - {host: D.Test., tier: fake, owner: o, reason: r, responses: [{status: 204}]}\n");
+	uint64_t cursor = 0;
+	size_t len = 0;
+	const char *h = policy_verdict_ops.terminated_host(pol, &cursor, &len);
+	ck_assert_ptr_nonnull(h);
+	ck_assert_str_eq(textf("%.*s", (int)len, h), "a.test");
+	h = policy_verdict_ops.terminated_host(pol, &cursor, &len);
+	ck_assert_ptr_nonnull(h);
+	ck_assert_str_eq(textf("%.*s", (int)len, h), "d.test"); /* normalised; no wildcard */
+	ck_assert_ptr_null(policy_verdict_ops.terminated_host(pol, &cursor, &len));
+	ck_assert_ptr_null(policy_verdict_ops.terminated_host(pol, &cursor, &len));
+}
+END_TEST
+
 /* --- upstream_ca -------------------------------------------------------------------------- */
+
+/* An inject rule for a.test whose upstream_ca, on line 10, is <path> (at column 20). */
+#define CA_RULE(path) INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: " path "\n"
 
 START_TEST(test_upstream_ca)
 {
-	char yaml[1024];
-	char want[1024];
 	char name[256];
 
 	set_key(KEY);
@@ -962,16 +822,12 @@ START_TEST(test_upstream_ca)
 	const char *ca = write_text("ca.pem", "");
 	char abs_ca[256];
 	snprintf(abs_ca, sizeof(abs_ca), "%s", ca);
-	snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: %s\n",
-		 abs_ca);
-	expect_ok(yaml);
+	expect_ok(textf(CA_RULE("%s"), abs_ca));
 	ck_assert_str_eq(inject_of_a()->upstream_ca, abs_ca);
-	snprintf(yaml, sizeof(yaml),
-		 "version: 1\nprofiles:\n  p:\n    rules:\n    - upstream_ca: %s\n"
-		 "      inject: {" BASE ", secret_env: " KEY_ENV "}\n"
-		 "      host: a.test\n      tier: inject\n      owner: o\n      reason: r\n",
-		 abs_ca);
-	expect_ok(yaml);
+	expect_ok(textf("version: 1\nprofiles:\n  p:\n    rules:\n    - upstream_ca: %s\n"
+			"      inject: {" BASE ", secret_env: " KEY_ENV "}\n"
+			"      host: a.test\n      tier: inject\n      owner: o\n      reason: r\n",
+			abs_ca));
 	ck_assert_str_eq(inject_of_a()->upstream_ca, abs_ca);
 	/* Relative to the policy file's directory: the path the engine opens. */
 	char sub[128];
@@ -979,25 +835,19 @@ START_TEST(test_upstream_ca)
 	ck_assert_int_eq(mkdir(sub, 0700), 0);
 	write_text("certs/corp.pem", "");
 	snprintf(name, sizeof(name), "%s/p.yaml", dir);
-	expect_ok_at(__LINE__, name,
-		     INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: certs/corp.pem\n");
-	snprintf(want, sizeof(want), "%s/certs/corp.pem", dir);
-	ck_assert_str_eq(inject_of_a()->upstream_ca, want);
+	expect_ok_at(__LINE__, name, CA_RULE("certs/corp.pem"));
+	ck_assert_str_eq(inject_of_a()->upstream_ca, textf("%s/certs/corp.pem", dir));
 	/* A link is followed (/etc/ssl/certs is links). */
 	char link[256];
 	snprintf(link, sizeof(link), "%s/link.pem", dir);
 	ck_assert_int_eq(symlink(abs_ca, link), 0);
-	snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: %s\n",
-		 link);
-	expect_ok(yaml);
+	expect_ok(textf(CA_RULE("%s"), link));
 	ck_assert_str_eq(inject_of_a()->upstream_ca, link);
 }
 END_TEST
 
 START_TEST(test_upstream_ca_refused)
 {
-	char yaml[1024];
-	char want[1024];
 	char name[256];
 	char link[256];
 
@@ -1005,54 +855,36 @@ START_TEST(test_upstream_ca_refused)
 	watch(KEY);
 	/* Missing, dangling, or not a regular file. */
 	snprintf(name, sizeof(name), "%s/p.yaml", dir);
-	snprintf(want, sizeof(want),
-		 "%s/p.yaml:10:20: upstream_ca %s/missing.pem: stat: No such file or directory",
-		 dir, dir);
-	expect_error_at(__LINE__, name,
-			INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: missing.pem\n",
-			want);
+	expect_error_at(__LINE__, name, CA_RULE("missing.pem"),
+			textf("%s/p.yaml:10:20: upstream_ca %s/missing.pem: stat: No such file or "
+			      "directory",
+			      dir, dir));
 	snprintf(link, sizeof(link), "%s/dangling.pem", dir);
 	ck_assert_int_eq(symlink("/nonexistent/ca.pem", link), 0);
-	snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: %s\n",
-		 link);
-	snprintf(want, sizeof(want),
-		 "t.yaml:10:20: upstream_ca %s: stat: No such file or directory", link);
-	expect_error(yaml, want);
+	expect_error(textf(CA_RULE("%s"), link),
+		     textf("t.yaml:10:20: upstream_ca %s: stat: No such file or directory", link));
 	const char *const irregular[] = { dir, "/dev/null" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(irregular); i++) {
-		snprintf(yaml, sizeof(yaml),
-			 INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: %s\n",
-			 irregular[i]);
-		snprintf(want, sizeof(want), "t.yaml:10:20: upstream_ca %s: not a regular file",
-			 irregular[i]);
-		expect_error(yaml, want);
+		expect_error(
+		    textf(CA_RULE("%s"), irregular[i]),
+		    textf("t.yaml:10:20: upstream_ca %s: not a regular file", irregular[i]));
 	}
-	expect_error(INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: \"\"\n",
+	expect_error(CA_RULE("\"\""),
 		     "t.yaml:10:20: upstream_ca must be a path of 1-4095 bytes without control "
 		     "characters");
-	expect_error(INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: \"/a\\tb\"\n",
+	expect_error(CA_RULE("\"/a\\tb\""),
 		     "t.yaml:10:20: upstream_ca must be a path of 1-4095 bytes");
-	expect_error(INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: {}\n",
-		     "t.yaml:10:20: upstream_ca must be a string");
-	snprintf(yaml, sizeof(yaml),
-		 INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: %s\n"
-						    "      upstream_ca: /b\n",
-		 write_text("ca.pem", ""));
-	expect_error(yaml, "t.yaml:11:7: duplicate key \"upstream_ca\" in a rule");
+	expect_error(CA_RULE("{}"), "t.yaml:10:20: upstream_ca must be a string");
+	expect_error(textf(CA_RULE("%s") "      upstream_ca: /b\n", write_text("ca.pem", "")),
+		     "t.yaml:11:7: duplicate key \"upstream_ca\" in a rule");
 	/* 4095 bytes is a path the kernel refuses; 4096 is refused here. */
-	struct gen g;
 	char *p = repeat('p', POLICY_PATH_BYTES_MAX + 1);
 	p[0] = '/';
-	gen_open(&g);
-	fprintf(g.f, INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: %s\n", p);
-	expect_error(gen_close(&g), "t.yaml:10:20: upstream_ca must be a path of 1-4095 bytes");
-	free(g.buf);
+	expect_error(textf(CA_RULE("%s"), p),
+		     "t.yaml:10:20: upstream_ca must be a path of 1-4095 bytes");
 	p[POLICY_PATH_BYTES_MAX] = '\0';
-	gen_open(&g);
-	fprintf(g.f, INJ(BASE ", secret_env: " KEY_ENV) "      upstream_ca: %s\n", p);
-	expect_error(gen_close(&g), "t.yaml:10:20: upstream_ca /pppp");
+	expect_error(textf(CA_RULE("%s"), p), "t.yaml:10:20: upstream_ca /pppp");
 	ck_assert_msg(strstr(err, ": stat: File name too long") != NULL, "%s", err);
-	free(g.buf);
 	free(p);
 }
 END_TEST
@@ -1209,26 +1041,9 @@ END_TEST
 /* The docs' example of the section loads and decides as it says. */
 START_TEST(test_docs_example)
 {
-	static const char suffix[] = "tests/unit/policy/inject.c";
-	size_t root = strlen(__FILE__) - strlen(suffix);
-	char path[4096];
-	size_t len = 0;
-
-	ck_assert_str_eq(&__FILE__[root], suffix);
-	snprintf(path, sizeof(path), "%.*sdocs/policy.md", (int)root, __FILE__);
-	char *text = unit_slurp(path, &len);
-	const char *from = strstr(text, "### Rule `inject`");
-	ck_assert_ptr_nonnull(from);
-	const char *start = strstr(from, "```yaml\n");
-	ck_assert_ptr_nonnull(start);
-	start += strlen("```yaml\n");
-	const char *end = strstr(start, "\n```");
-	ck_assert_ptr_nonnull(end);
-	struct gen g;
-	gen_open(&g);
-	fprintf(g.f, "version: 1\n%.*s\n", (int)(end - start), start);
-	const char *yaml = gen_close(&g);
+	char *yaml = docs_policy("### Rule `inject`");
 	char sub[128];
+
 	snprintf(sub, sizeof(sub), "%s/secrets", dir);
 	ck_assert_int_eq(mkdir(sub, 0700), 0);
 	watch("sk-openai-LEAK");
@@ -1244,8 +1059,8 @@ START_TEST(test_docs_example)
 	ck_assert_int_eq(load_named("policy.yaml", yaml), -EINVAL);
 	ck_assert_str_eq(err, "policy.yaml:13:23: secret_env OPENAI_API_KEY: the daemon's "
 			      "environment has no such variable");
-	char *flat = strdup(text);
-	ck_assert_ptr_nonnull(flat);
+	/* The page shows it, once its lines are joined and its runs of spaces folded. */
+	char *flat = docs_text();
 	for (char *c = flat; *c != '\0'; c++) {
 		if (*c == '\n')
 			*c = ' ';
@@ -1253,11 +1068,10 @@ START_TEST(test_docs_example)
 	for (char *c = strstr(flat, "  "); c != NULL; c = strstr(c, "  "))
 		memmove(c, c + 1, strlen(c));
 	ck_assert_msg(strstr(flat, err) != NULL, "docs/policy.md does not show \"%s\"", err);
-	free(flat);
+	pool_free(flat);
 	ck_assert_int_eq(setenv("OPENAI_API_KEY", "sk-openai-LEAK", 1), 0);
 	expect_ok_at(__LINE__, name, yaml);
-	free(g.buf);
-	pool_free(text);
+	free(yaml);
 	const struct verdict_inject *vi = decide(0, "api.openai.com").inject;
 	ck_assert_str_eq(vi->header, "Authorization");
 	ck_assert_str_eq(vi->prefix, "Bearer ");
@@ -1273,8 +1087,7 @@ START_TEST(test_docs_example)
 	vi = decide(0, "models.corp.example").inject;
 	ck_assert_str_eq(vi->placeholder, "agentsnet-placeholder-gateway");
 	expect_secret(vi, "gw-LEAK-token");
-	snprintf(path, sizeof(path), "%s/corp-ca.pem", dir);
-	ck_assert_str_eq(vi->upstream_ca, path);
+	ck_assert_str_eq(vi->upstream_ca, textf("%s/corp-ca.pem", dir));
 	ck_assert_ptr_null(decide_port(0, "models.corp.example", 80).inject);
 }
 END_TEST
@@ -1297,25 +1110,17 @@ START_TEST(test_allocation_failures)
 		 "       inject: {header: X-Key, placeholder: placeholder-0002, secret_file: "
 		 "%s/f.key}}\n",
 		 ca, dir);
-	alloc_count = 0;
-	expect_ok(yaml);
-	uint64_t total = alloc_count;
+	uint64_t total = count_allocations(yaml);
 	ck_assert_uint_gt(total, 20);
 	for (uint64_t n = 1; n <= total; n++) {
 		memset(wipes, 0, sizeof(wipes));
-		alloc_count = 0;
-		alloc_fail_at = n;
-		int rc = load_named("t.yaml", yaml);
-		alloc_fail_at = 0;
+		int rc = load_failing(n, yaml);
 		if (rc == 0) {
 			/* Only a shrinking realloc may fail without failing the load. */
 			expect_secret(decide(0, "b.test").inject, "sk-test-LEAKCHECK-file");
 			continue;
 		}
-		ck_assert_msg(rc == -ENOMEM, "allocation %llu: rc %d: %s", (unsigned long long)n,
-			      rc, err);
-		ck_assert_str_eq(err, "t.yaml: out of memory");
-		ck_assert_ptr_null(pol);
+		expect_out_of_memory(n, rc);
 		/* Whatever was read was wiped: one buffer each at most. */
 		ck_assert_uint_le(wipes[0], 1);
 		ck_assert_uint_le(wipes[1], 1);
@@ -1328,7 +1133,7 @@ int main(void)
 	Suite *s = suite_create("policy/inject");
 	TCase *tc = tcase_create("inject");
 
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, setup, policytest_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_tier_needs_inject);
 	tcase_add_test(tc, test_header);
@@ -1344,6 +1149,8 @@ int main(void)
 	tcase_add_test(tc, test_overlap);
 	tcase_add_test(tc, test_shared_placeholder);
 	tcase_add_test(tc, test_require);
+	tcase_add_test(tc, test_upgrades);
+	tcase_add_test(tc, test_terminated_hosts);
 	tcase_add_test(tc, test_upstream_ca);
 	tcase_add_test(tc, test_upstream_ca_refused);
 	tcase_add_test(tc, test_verdict_inject);

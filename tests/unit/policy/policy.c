@@ -6,122 +6,13 @@
  */
 #include "../../../policy/policy.c"
 
-#include <check.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
-#include "tests/unit/unit.h"
-
-static struct config cfg;
-static struct policy *pol;
-static char err[1024];
-
-/*
- * The allocation wrappers of core/pool.h, defined here so that the Nth
- * allocation can be made to fail (core/pool.o is then not linked: nothing
- * else this test pulls from the archive needs it).
- */
-static uint64_t alloc_count;
-static uint64_t alloc_fail_at; /* 0: never */
-
-static bool alloc_fails(void)
-{
-	alloc_count++;
-	return alloc_fail_at != 0 && alloc_count == alloc_fail_at;
-}
-
-void *pool_malloc(size_t size)
-{
-	return alloc_fails() ? NULL : malloc(size);
-}
-
-void *pool_calloc(size_t n, size_t size)
-{
-	return alloc_fails() ? NULL : calloc(n, size);
-}
-
-void *pool_realloc(void *p, size_t size)
-{
-	return alloc_fails() ? NULL : realloc(p, size);
-}
-
-char *pool_strndup(const char *s, size_t len)
-{
-	return alloc_fails() ? NULL : strndup(s, len);
-}
-
-void pool_free(void *p)
-{
-	free(p);
-}
-
-void pool_free_secret(void *p, size_t len)
-{
-	if (p != NULL)
-		explicit_bzero(p, len);
-	free(p);
-}
+#include "tests/unit/policy/policytest.h"
 
 static void setup(void)
 {
-	ck_assert_int_eq(config_init_defaults(&cfg), 0);
-	pol = NULL;
-	err[0] = '\0';
-}
-
-static void teardown(void)
-{
-	policy_free(pol);
-	pol = NULL;
-	config_free(&cfg);
-}
-
-static int load(const char *yaml)
-{
-	policy_free(pol);
-	pol = NULL;
-	return policy_load_buffer("t.yaml", yaml, strlen(yaml), &cfg, &pol, err, sizeof(err));
-}
-
-#define expect_ok(yaml)          expect_ok_at(__LINE__, (yaml))
-#define expect_error(yaml, want) expect_error_at(__LINE__, (yaml), (want))
-
-static void expect_ok_at(int line, const char *yaml)
-{
-	int rc = load(yaml);
-
-	ck_assert_msg(rc == 0, "line %d: rc %d: %s", line, rc, err);
-	ck_assert_ptr_nonnull(pol);
-}
-
-static void expect_error_at(int line, const char *yaml, const char *want)
-{
-	int rc = load(yaml);
-
-	ck_assert_msg(rc == -EINVAL, "line %d: rc %d (want -EINVAL), err \"%s\"", line, rc, err);
-	ck_assert_msg(strncmp(err, want, strlen(want)) == 0,
-		      "line %d:\n  got  \"%s\"\n  want \"%s\"", line, err, want);
-	ck_assert_ptr_null(pol);
-}
-
-/* A growing text buffer for generated policies. */
-struct gen {
-	char *buf;
-	size_t len;
-	FILE *f;
-};
-
-static void gen_open(struct gen *g)
-{
-	g->f = open_memstream(&g->buf, &g->len);
-	ck_assert_ptr_nonnull(g->f);
-}
-
-static const char *gen_close(struct gen *g)
-{
-	ck_assert_int_eq(fclose(g->f), 0);
-	return g->buf;
+	policytest_setup(NULL);
 }
 
 /* CPU time of this process: other builds running beside the test do not count. */
@@ -139,42 +30,20 @@ static double now_s(void)
 	"    - host: " host "\n      tier: passthrough\n      owner: o\n      reason: r\n"
 #define MINIMAL HEAD RULE("a.test")
 
+/* "[<item>1, <item>2, ..., <item><n>", a flow sequence the caller closes (a textf text). */
+static const char *flow_items(const char *item, int n)
+{
+	struct gen g;
+
+	gen_open(&g);
+	for (int i = 1; i <= n; i++)
+		fprintf(g.f, "%s%s%d", i == 1 ? "[" : ", ", item, i);
+	const char *text = textf("%s", gen_close(&g));
+	free(g.buf);
+	return text;
+}
+
 /* --- the documented example and the built-in policy ------------------------------------ */
-
-/* The first ```yaml block of docs/policy.md after <after> (NULL: from the start). */
-static char *docs_block(const char *after)
-{
-	static const char suffix[] = "tests/unit/policy/policy.c";
-	char path[4096];
-	size_t root = strlen(__FILE__) - strlen(suffix);
-	char *text = NULL;
-	size_t len = 0;
-
-	ck_assert_msg(strcmp(&__FILE__[root], suffix) == 0, "unexpected __FILE__ %s", __FILE__);
-	snprintf(path, sizeof(path), "%.*sdocs/policy.md", (int)root, __FILE__);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	ck_assert_int_gt(getdelim(&text, &len, '\0', f), 0);
-	fclose(f);
-	const char *from = after != NULL ? strstr(text, after) : text;
-	ck_assert_ptr_nonnull(from);
-	const char *start = strstr(from, "```yaml\n");
-	ck_assert_ptr_nonnull(start);
-	start += strlen("```yaml\n");
-	const char *end = strstr(start, "\n```");
-	ck_assert_ptr_nonnull(end);
-	char *block = pool_strndup(start, (size_t)(end - start) + 1);
-	pool_free(text);
-	return block;
-}
-
-static struct verdict decide(uint32_t profile, const char *host, uint16_t port)
-{
-	struct verdict v;
-
-	policy_verdict_ops.decide(pol, profile, host, strlen(host), port, &v);
-	return v;
-}
 
 static void expect_limits(struct verdict_limits l, uint32_t rate, uint32_t burst,
 			  uint32_t concurrent)
@@ -216,16 +85,16 @@ START_TEST(test_docs_example)
 	ck_assert_str_eq(cfg.sandboxes[1].id, "bench");
 	ck_assert_uint_eq(cfg.sandboxes[1].profile, 1);
 
-	struct verdict v = decide(0, "origin.test", 443);
+	struct verdict v = decide(0, "origin.test");
 	ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
 	ck_assert_str_eq(v.rule, "origin");
 	ck_assert_str_eq(v.instruction, "Use origin.test only for the integration tests.");
-	v = decide(0, "origin.test", 80);
+	v = decide_port(0, "origin.test", 80);
 	ck_assert_int_eq(v.reason, REASON_PORT_NOT_ALLOWED);
-	ck_assert_int_eq(decide(0, "a.pkg.example.org", 443).tier, TIER_PASSTHROUGH);
-	ck_assert_str_eq(decide(0, "a.pkg.example.org", 443).rule, "default/2");
-	ck_assert_int_eq(decide(0, "pkg.example.org", 443).reason, REASON_HOST_NOT_ALLOWED);
-	v = decide(0, "ollama.internal", 80);
+	ck_assert_int_eq(decide(0, "a.pkg.example.org").tier, TIER_PASSTHROUGH);
+	ck_assert_str_eq(decide(0, "a.pkg.example.org").rule, "default/2");
+	ck_assert_int_eq(decide(0, "pkg.example.org").reason, REASON_HOST_NOT_ALLOWED);
+	v = decide_port(0, "ollama.internal", 80);
 	ck_assert_int_eq(v.tier, TIER_LOCAL);
 	ck_assert_str_eq(v.upstream, "127.0.0.1:11434");
 	ck_assert_uint_eq(v.rule_index, 2);
@@ -233,7 +102,7 @@ START_TEST(test_docs_example)
 	struct verdict_limits l;
 	policy_verdict_ops.profile_limits(pol, 0, &l);
 	expect_limits(l, 50, 100, 64);
-	v = decide(0, "Example.COM.", 443);
+	v = decide(0, "Example.COM.");
 	ck_assert_int_eq(v.tier, TIER_FAKE);
 	ck_assert_ptr_nonnull(v.fake);
 	const struct verdict_response *r =
@@ -247,8 +116,8 @@ START_TEST(test_docs_example)
 	ck_assert_str_eq(cfg.ca_cert, "/etc/agentsnet/ca.pem");
 	ck_assert_str_eq(cfg.ca_key, "/etc/agentsnet/ca.key");
 	ck_assert_uint_eq(cfg.leaf_days, 7);
-	ck_assert_ptr_null(decide(0, "origin.test", 443).fake);
-	v = decide(0, "api.example.net", 443);
+	ck_assert_ptr_null(decide(0, "origin.test").fake);
+	v = decide(0, "api.example.net");
 	ck_assert_int_eq(v.tier, TIER_INJECT);
 	ck_assert_ptr_nonnull(v.inject);
 	ck_assert_str_eq(v.inject->header, "Authorization");
@@ -257,14 +126,14 @@ START_TEST(test_docs_example)
 	ck_assert_str_eq(v.inject->secret, "sk-example-docs-0123456789");
 	ck_assert_ptr_null(v.inject->upstream_ca);
 	ck_assert(v.inject->require);
-	ck_assert_ptr_null(decide(0, "origin.test", 443).inject);
-	ck_assert_int_eq(decide(0, "10.0.0.7", 80).tier, TIER_PASSTHROUGH);
-	v = decide(0, "tracker.example.com", 443);
+	ck_assert_ptr_null(decide(0, "origin.test").inject);
+	ck_assert_int_eq(decide_port(0, "10.0.0.7", 80).tier, TIER_PASSTHROUGH);
+	v = decide(0, "tracker.example.com");
 	ck_assert_int_eq(v.tier, TIER_DENY);
 	ck_assert_int_eq(v.reason, REASON_HOST_NOT_ALLOWED);
 	ck_assert_str_eq(v.rule, "default/7");
-	ck_assert_int_eq(decide(1, "origin.test", 80).tier, TIER_PASSTHROUGH);
-	ck_assert_int_eq(decide(1, "example.com", 443).tier, TIER_DENY);
+	ck_assert_int_eq(decide_port(1, "origin.test", 80).tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide(1, "example.com").tier, TIER_DENY);
 }
 END_TEST
 
@@ -281,15 +150,15 @@ START_TEST(test_default_policy)
 	ck_assert_ptr_null(cfg.tcp_listen);
 	ck_assert_ptr_null(cfg.dns_servers);
 	ck_assert_uint_eq(cfg.conns_per_worker, LIMITS_CONNS_PER_WORKER_DEFAULT);
-	struct verdict v = decide(0, "example.com", 443);
+	struct verdict v = decide(0, "example.com");
 	ck_assert_int_eq(v.tier, TIER_FAKE);
 	ck_assert_str_eq(v.rule, "default/1");
-	v = decide(0, "ollama.internal", 11434);
+	v = decide_port(0, "ollama.internal", 11434);
 	ck_assert_int_eq(v.tier, TIER_LOCAL);
 	ck_assert_str_eq(v.upstream, "127.0.0.1:11434");
 	ck_assert_str_eq(v.rule, "default/2");
-	ck_assert_int_eq(decide(0, "www.example.com", 443).tier, TIER_DENY);
-	ck_assert_int_eq(decide(0, "github.com", 443).tier, TIER_DENY);
+	ck_assert_int_eq(decide(0, "www.example.com").tier, TIER_DENY);
+	ck_assert_int_eq(decide(0, "github.com").tier, TIER_DENY);
 	/* The docs show the same text. */
 	char *doc = docs_block("## The built-in policy");
 	ck_assert_str_eq(doc, policy_default_yaml());
@@ -469,8 +338,6 @@ START_TEST(test_rule_tier)
 		     "t.yaml:6:13: unknown tier \"Passthrough\"");
 	static const char *const tiers[] = { "passthrough", "fake", "inject", "deny" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(tiers); i++) {
-		char yaml[512];
-
 		/* A fake rule needs its responses (tests/unit/policy/fake.c), an inject rule
 		 * its credential (tests/unit/policy/inject.c). */
 		const char *extra =
@@ -480,12 +347,10 @@ START_TEST(test_rule_tier)
 			  "secret_env: AGENTSNET_TEST_KEY}\n"
 			: "";
 		ck_assert_int_eq(setenv("AGENTSNET_TEST_KEY", "secret-1", 1), 0);
-		snprintf(yaml, sizeof(yaml),
-			 HEAD
-			 "    - host: a.test\n      tier: %s\n      owner: o\n      reason: r\n%s",
-			 tiers[i], extra);
-		expect_ok(yaml);
-		ck_assert_str_eq(reason_tier_name(decide(0, "a.test", 1).tier),
+		expect_ok(textf(HEAD "    - host: a.test\n      tier: %s\n      owner: o\n"
+				     "      reason: r\n%s",
+				tiers[i], extra));
+		ck_assert_str_eq(reason_tier_name(decide_port(0, "a.test", 1).tier),
 				 strcmp(tiers[i], "deny") == 0 ? "deny" : tiers[i]);
 	}
 }
@@ -535,10 +400,10 @@ START_TEST(test_rule_hosts)
 	expect_ok(HEAD RULE("\"*.example.co.uk\"") RULE("\"*.corp.internal\""));
 	expect_ok(HEAD RULE("\"*.bbc.co.uk\"") RULE("\"[2001:db8::1]\"") RULE("192.0.2.1")
 		      RULE("\"*.example.com\"") RULE("example.com"));
-	ck_assert_int_eq(decide(0, "a.bbc.co.uk", 443).tier, TIER_PASSTHROUGH);
-	ck_assert_int_eq(decide(0, "a.co.uk", 443).tier, TIER_DENY);
-	ck_assert_int_eq(decide(0, "2001:db8:0::1", 443).tier, TIER_PASSTHROUGH);
-	ck_assert_int_eq(decide(0, "example.com", 443).tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide(0, "a.bbc.co.uk").tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide(0, "a.co.uk").tier, TIER_DENY);
+	ck_assert_int_eq(decide(0, "2001:db8:0::1").tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide(0, "example.com").tier, TIER_PASSTHROUGH);
 }
 END_TEST
 
@@ -570,9 +435,9 @@ START_TEST(test_rule_ports)
 	expect_ok(
 	    HEAD
 	    "    - host: a.test\n      ports: [1, 65535]\n      tier: passthrough\n      owner: o\n      reason: r\n");
-	ck_assert_int_eq(decide(0, "a.test", 1).tier, TIER_PASSTHROUGH);
-	ck_assert_int_eq(decide(0, "a.test", 65535).tier, TIER_PASSTHROUGH);
-	ck_assert_int_eq(decide(0, "a.test", 2).reason, REASON_PORT_NOT_ALLOWED);
+	ck_assert_int_eq(decide_port(0, "a.test", 1).tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide_port(0, "a.test", 65535).tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide_port(0, "a.test", 2).reason, REASON_PORT_NOT_ALLOWED);
 	expect_error(
 	    HEAD
 	    "    - host: a.test\n      tier: deny\n      ports: [80]\n      owner: o\n      reason: r\n",
@@ -582,19 +447,14 @@ END_TEST
 
 START_TEST(test_rule_ports_limit)
 {
-	char yaml[2048];
-	int n = snprintf(yaml, sizeof(yaml), HEAD "    - host: a.test\n      ports: [1");
-
 	/* 64 ports accepted, 65 refused. */
-	for (int p = 2; p <= 64; p++)
-		n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, ", %d", p);
-	snprintf(yaml + n, sizeof(yaml) - (size_t)n,
-		 "]\n      tier: passthrough\n      owner: o\n      reason: r\n");
-	expect_ok(yaml);
-	ck_assert_int_eq(decide(0, "a.test", 64).tier, TIER_PASSTHROUGH);
-	ck_assert_int_eq(decide(0, "a.test", 65).reason, REASON_PORT_NOT_ALLOWED);
-	n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, ", 65]\n");
-	expect_error(yaml, "t.yaml:6:");
+	expect_ok(textf(HEAD "    - host: a.test\n      ports: %s]\n      tier: passthrough\n"
+			     "      owner: o\n      reason: r\n",
+			flow_items("", 64)));
+	ck_assert_int_eq(decide_port(0, "a.test", 64).tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide_port(0, "a.test", 65).reason, REASON_PORT_NOT_ALLOWED);
+	expect_error(textf(HEAD "    - host: a.test\n      ports: %s]\n", flow_items("", 65)),
+		     "t.yaml:6:");
 	ck_assert_msg(strstr(err, ": ports has more than 64 entries") != NULL, "%s", err);
 }
 END_TEST
@@ -625,23 +485,23 @@ START_TEST(test_rule_upstream)
 	    "    - host: m1.internal\n      tier: local\n      upstream: \"[::1]:8080\"\n      owner: o\n      reason: r\n"
 	    "    - host: m2.internal\n      tier: local\n      upstream: Models.LAN:65535\n      owner: o\n      reason: r\n"
 	    "    - host: m3.internal\n      tier: local\n      upstream: 127.0.0.1:1\n      owner: o\n      reason: r\n");
-	ck_assert_str_eq(decide(0, "m1.internal", 80).upstream, "[::1]:8080");
-	ck_assert_str_eq(decide(0, "m2.internal", 80).upstream, "models.lan:65535");
-	ck_assert_str_eq(decide(0, "m3.internal", 80).upstream, "127.0.0.1:1");
+	ck_assert_str_eq(decide_port(0, "m1.internal", 80).upstream, "[::1]:8080");
+	ck_assert_str_eq(decide_port(0, "m2.internal", 80).upstream, "models.lan:65535");
+	ck_assert_str_eq(decide_port(0, "m3.internal", 80).upstream, "127.0.0.1:1");
 	/* A Unix socket path: 107 bytes fit sun_path with the NUL, 108 do not. */
-	char yaml[512], path[POLICY_UPSTREAM_UNIX_BYTES_MAX + 2];
+	char path[POLICY_UPSTREAM_UNIX_BYTES_MAX + 2];
 	for (int over = 0; over < 2; over++) {
 		size_t len = POLICY_UPSTREAM_UNIX_BYTES_MAX + (size_t)over;
 		memset(path, 's', len);
 		path[0] = '/';
 		path[len] = '\0';
-		snprintf(yaml, sizeof(yaml),
-			 HEAD "    - host: m.internal\n      tier: local\n      upstream: %s\n"
-			      "      owner: o\n      reason: r\n",
-			 path);
+		const char *yaml =
+		    textf(HEAD "    - host: m.internal\n      tier: local\n      upstream: %s\n"
+			       "      owner: o\n      reason: r\n",
+			  path);
 		if (over == 0) {
 			expect_ok(yaml);
-			ck_assert_str_eq(decide(0, "m.internal", 80).upstream, path);
+			ck_assert_str_eq(decide_port(0, "m.internal", 80).upstream, path);
 		} else {
 			expect_error(yaml, "t.yaml:7:17: invalid upstream \"/sss");
 			ck_assert_msg(strstr(err, "longer than a socket path may be") != NULL, "%s",
@@ -686,28 +546,26 @@ END_TEST
 START_TEST(test_rule_text_limit)
 {
 	char text[POLICY_TEXT_BYTES_MAX + 2];
-	char yaml[2048];
 
 	memset(text, 'x', sizeof(text));
 	text[POLICY_TEXT_BYTES_MAX] = '\0';
-	snprintf(yaml, sizeof(yaml), MINIMAL "      instruction: %s\n", text);
-	expect_ok(yaml);
-	ck_assert_uint_eq(strlen(decide(0, "a.test", 1).instruction), POLICY_TEXT_BYTES_MAX);
+	expect_ok(textf(MINIMAL "      instruction: %s\n", text));
+	ck_assert_uint_eq(strlen(decide_port(0, "a.test", 1).instruction), POLICY_TEXT_BYTES_MAX);
 	text[POLICY_TEXT_BYTES_MAX] = 'x';
 	text[POLICY_TEXT_BYTES_MAX + 1] = '\0';
-	snprintf(yaml, sizeof(yaml), MINIMAL "      instruction: %s\n", text);
-	expect_error(yaml, "t.yaml:9:20: instruction is longer than 512 bytes");
-	snprintf(yaml, sizeof(yaml), HEAD "    - host: a.test\n      owner: %s\n", text);
-	expect_error(yaml, "t.yaml:6:14: owner is longer than 512 bytes");
+	expect_error(textf(MINIMAL "      instruction: %s\n", text),
+		     "t.yaml:9:20: instruction is longer than 512 bytes");
+	expect_error(textf(HEAD "    - host: a.test\n      owner: %s\n", text),
+		     "t.yaml:6:14: owner is longer than 512 bytes");
 }
 END_TEST
 
 START_TEST(test_rule_ids)
 {
 	expect_ok(HEAD RULE("a.test") RULE("b.test") "      id: named\n" RULE("c.test"));
-	ck_assert_str_eq(decide(0, "a.test", 1).rule, "p/1");
-	ck_assert_str_eq(decide(0, "b.test", 1).rule, "named");
-	ck_assert_str_eq(decide(0, "c.test", 1).rule, "p/3");
+	ck_assert_str_eq(decide_port(0, "a.test", 1).rule, "p/1");
+	ck_assert_str_eq(decide_port(0, "b.test", 1).rule, "named");
+	ck_assert_str_eq(decide_port(0, "c.test", 1).rule, "p/3");
 	expect_error(HEAD RULE("a.test") "      id: x\n" RULE("b.test") "      id: x\n",
 		     "t.yaml:14:11: duplicate rule id \"x\" in profile \"p\" (first at line 5)");
 	/* An explicit id may collide with a default one: reported at the later rule. */
@@ -718,16 +576,13 @@ START_TEST(test_rule_ids)
 	expect_error(MINIMAL "      id: \"\"\n", "t.yaml:9:11: invalid rule id \"\"");
 	/* 95 bytes accepted, 96 refused. */
 	char id[POLICY_RULE_ID_BYTES_MAX + 2];
-	char yaml[512];
 	memset(id, 'i', sizeof(id));
 	id[POLICY_RULE_ID_BYTES_MAX] = '\0';
-	snprintf(yaml, sizeof(yaml), MINIMAL "      id: %s\n", id);
-	expect_ok(yaml);
-	ck_assert_str_eq(decide(0, "a.test", 1).rule, id);
+	expect_ok(textf(MINIMAL "      id: %s\n", id));
+	ck_assert_str_eq(decide_port(0, "a.test", 1).rule, id);
 	id[POLICY_RULE_ID_BYTES_MAX] = 'i';
 	id[POLICY_RULE_ID_BYTES_MAX + 1] = '\0';
-	snprintf(yaml, sizeof(yaml), MINIMAL "      id: %s\n", id);
-	expect_error(yaml, "t.yaml:9:11: invalid rule id");
+	expect_error(textf(MINIMAL "      id: %s\n", id), "t.yaml:9:11: invalid rule id");
 }
 END_TEST
 
@@ -743,21 +598,18 @@ START_TEST(test_profiles)
 		     "t.yaml:3:3: keys in profiles must be strings");
 	/* Empty rules: a profile that refuses everything. */
 	expect_ok("version: 1\nprofiles:\n  none: {rules: []}\n");
-	ck_assert_int_eq(decide(0, "a.test", 443).reason, REASON_HOST_NOT_ALLOWED);
+	ck_assert_int_eq(decide(0, "a.test").reason, REASON_HOST_NOT_ALLOWED);
 	/* Name length: 63 accepted, 64 refused; the longest default rule id fits. */
 	char name[66];
-	char yaml[512];
 	memset(name, 'n', sizeof(name));
 	name[63] = '\0';
-	snprintf(yaml, sizeof(yaml), "version: 1\nprofiles:\n  %s:\n    rules:\n" RULE("a.test"),
-		 name);
-	expect_ok(yaml);
+	expect_ok(textf("version: 1\nprofiles:\n  %s:\n    rules:\n" RULE("a.test"), name));
 	ck_assert_int_eq(policy_profile_index(pol, name), 0);
-	ck_assert_uint_eq(strlen(decide(0, "a.test", 1).rule), 65);
+	ck_assert_uint_eq(strlen(decide_port(0, "a.test", 1).rule), 65);
 	name[63] = 'n';
 	name[64] = '\0';
-	snprintf(yaml, sizeof(yaml), "version: 1\nprofiles:\n  %s:\n    rules: []\n", name);
-	expect_error(yaml, "t.yaml:3:3: invalid profile name");
+	expect_error(textf("version: 1\nprofiles:\n  %s:\n    rules: []\n", name),
+		     "t.yaml:3:3: invalid profile name");
 }
 END_TEST
 
@@ -784,16 +636,14 @@ START_TEST(test_sandboxes)
 	ck_assert_uint_eq(cfg.sandboxes[1].profile, 0);
 	/* Id length: 63 accepted, 64 refused. */
 	char id[66];
-	char yaml[512];
 	memset(id, 's', sizeof(id));
 	id[63] = '\0';
-	snprintf(yaml, sizeof(yaml), MINIMAL "sandboxes:\n  - {id: %s, profile: p}\n", id);
-	expect_ok(yaml);
+	expect_ok(textf(MINIMAL "sandboxes:\n  - {id: %s, profile: p}\n", id));
 	ck_assert_str_eq(cfg.sandboxes[0].id, id);
 	id[63] = 's';
 	id[64] = '\0';
-	snprintf(yaml, sizeof(yaml), MINIMAL "sandboxes:\n  - {id: %s, profile: p}\n", id);
-	expect_error(yaml, "t.yaml:10:10: invalid sandbox id");
+	expect_error(textf(MINIMAL "sandboxes:\n  - {id: %s, profile: p}\n", id),
+		     "t.yaml:10:10: invalid sandbox id");
 }
 END_TEST
 
@@ -809,27 +659,23 @@ struct limit_case {
 
 static void check_limit(const struct limit_case *c)
 {
-	char yaml[256];
-	char want[256];
 	uint32_t got = 0;
 
 	for (int side = 0; side < 2; side++) {
 		uint64_t ok = side == 0 ? c->lo : c->hi;
 		uint64_t bad = side == 0 ? (uint64_t)c->lo - 1 : (uint64_t)c->hi + 1;
 
-		snprintf(yaml, sizeof(yaml), MINIMAL "daemon:\n  %s: %llu%s\n", c->key,
-			 (unsigned long long)ok, c->close);
-		expect_ok(yaml);
+		expect_ok(textf(MINIMAL "daemon:\n  %s: %llu%s\n", c->key, (unsigned long long)ok,
+				c->close));
 		memcpy(&got, (const char *)&cfg + c->offset, sizeof(got));
 		ck_assert_uint_eq(got, ok);
 		if (side == 0 && c->lo == 0)
 			continue;
-		snprintf(yaml, sizeof(yaml), MINIMAL "daemon:\n  %s: %llu%s\n", c->key,
-			 (unsigned long long)bad, c->close);
 		const char *name = strrchr(c->key, '{') != NULL ? strrchr(c->key, '{') + 1 : c->key;
-		snprintf(want, sizeof(want), "t.yaml:10:%zu: %s must be %u..%u, got %llu",
-			 strlen(c->key) + 5, name, c->lo, c->hi, (unsigned long long)bad);
-		expect_error(yaml, want);
+		expect_error(textf(MINIMAL "daemon:\n  %s: %llu%s\n", c->key,
+				   (unsigned long long)bad, c->close),
+			     textf("t.yaml:10:%zu: %s must be %u..%u, got %llu", strlen(c->key) + 5,
+				   name, c->lo, c->hi, (unsigned long long)bad));
 	}
 }
 
@@ -885,17 +731,15 @@ START_TEST(test_daemon_settings)
 	    "t.yaml:3:14: audit_log must be at most 4095 bytes without control characters");
 	/* Path length: 4095 accepted, 4096 refused. */
 	char path[POLICY_PATH_BYTES_MAX + 2];
-	char yaml[POLICY_PATH_BYTES_MAX + 256];
 	memset(path, 'p', sizeof(path));
 	path[0] = '/';
 	path[POLICY_PATH_BYTES_MAX] = '\0';
-	snprintf(yaml, sizeof(yaml), MINIMAL "daemon:\n  socket_dir: %s\n", path);
-	expect_ok(yaml);
+	expect_ok(textf(MINIMAL "daemon:\n  socket_dir: %s\n", path));
 	ck_assert_uint_eq(strlen(cfg.socket_dir), POLICY_PATH_BYTES_MAX);
 	path[POLICY_PATH_BYTES_MAX] = 'p';
 	path[POLICY_PATH_BYTES_MAX + 1] = '\0';
-	snprintf(yaml, sizeof(yaml), MINIMAL "daemon:\n  socket_dir: %s\n", path);
-	expect_error(yaml, "t.yaml:10:15: socket_dir must be at most 4095 bytes");
+	expect_error(textf(MINIMAL "daemon:\n  socket_dir: %s\n", path),
+		     "t.yaml:10:15: socket_dir must be at most 4095 bytes");
 }
 END_TEST
 
@@ -958,14 +802,9 @@ START_TEST(test_resolver_servers)
 	expect_error("version: 1\nresolver:\n  servers: [\"[::1]53\"]\n",
 		     "t.yaml:3:13: invalid DNS server \"[::1]53\": expected ':' after ']'");
 	/* 16 servers accepted, 17 refused. */
-	char yaml[1024];
-	int n = snprintf(yaml, sizeof(yaml), MINIMAL "resolver:\n  servers: [192.0.2.1");
-	for (int i = 2; i <= 16; i++)
-		n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, ", 192.0.2.%d", i);
-	snprintf(yaml + n, sizeof(yaml) - (size_t)n, "]\n");
-	expect_ok(yaml);
-	n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, ", 192.0.2.17]\n");
-	expect_error(yaml, "t.yaml:10:");
+	expect_ok(textf(MINIMAL "resolver:\n  servers: %s]\n", flow_items("192.0.2.", 16)));
+	expect_error(textf(MINIMAL "resolver:\n  servers: %s]\n", flow_items("192.0.2.", 17)),
+		     "t.yaml:10:");
 	ck_assert_msg(strstr(err, ": servers has more than 16 entries") != NULL, "%s", err);
 }
 END_TEST
@@ -1013,15 +852,12 @@ START_TEST(test_resolver_hosts)
 	expect_error("version: 1\nresolver:\n  hosts: {}\n",
 		     "t.yaml:3:10: hosts must not be empty");
 	/* 16 addresses per name accepted, 17 refused. */
-	char yaml[1024];
-	int n = snprintf(yaml, sizeof(yaml), MINIMAL "resolver:\n  hosts:\n    a.test: [10.0.0.1");
-	for (int i = 2; i <= 16; i++)
-		n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, ", 10.0.0.%d", i);
-	snprintf(yaml + n, sizeof(yaml) - (size_t)n, "]\n");
-	expect_ok(yaml);
+	expect_ok(
+	    textf(MINIMAL "resolver:\n  hosts:\n    a.test: %s]\n", flow_items("10.0.0.", 16)));
 	ck_assert_int_eq(lookup("a.test", 1, out, 20), 16);
-	n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, ", 10.0.0.17]\n");
-	expect_error(yaml, "t.yaml:11:");
+	expect_error(
+	    textf(MINIMAL "resolver:\n  hosts:\n    a.test: %s]\n", flow_items("10.0.0.", 17)),
+	    "t.yaml:11:");
 	ck_assert_msg(strstr(err, ": a.test has more than 16 entries") != NULL, "%s", err);
 }
 END_TEST
@@ -1117,9 +953,9 @@ START_TEST(test_100k_rules_fast)
 	printf("policy: loaded 100000 rules (%zu bytes) in %.3f s\n", g.len, took);
 	ck_assert_msg(took < LOAD_100K_SECONDS_MAX, "load took %.3f s", took);
 	ck_assert_uint_eq(policy_rule_count(pol), 100000);
-	ck_assert_int_eq(decide(0, "h0.example.test", 443).tier, TIER_PASSTHROUGH);
-	ck_assert_str_eq(decide(0, "h99999.example.test", 443).rule, "p/100000");
-	ck_assert_int_eq(decide(0, "h100000.example.test", 443).tier, TIER_DENY);
+	ck_assert_int_eq(decide(0, "h0.example.test").tier, TIER_PASSTHROUGH);
+	ck_assert_str_eq(decide(0, "h99999.example.test").rule, "p/100000");
+	ck_assert_int_eq(decide(0, "h100000.example.test").tier, TIER_DENY);
 	pool_free(g.buf);
 }
 END_TEST
@@ -1140,10 +976,8 @@ START_TEST(test_rules_limit)
 	policy_free(pol);
 	pol = NULL;
 	gen_short_rules(g.f, POLICY_RULES_MAX / 2, 1);
-	char want[128];
-	snprintf(want, sizeof(want), "t.yaml:%u:7: the policy has more than %u rules",
-		 4 + POLICY_RULES_MAX + 2 + 1, POLICY_RULES_MAX);
-	expect_error(gen_close(&g), want);
+	expect_error(gen_close(&g), textf("t.yaml:%u:7: the policy has more than %u rules",
+					  4 + POLICY_RULES_MAX + 2 + 1, POLICY_RULES_MAX));
 	pool_free(g.buf);
 }
 END_TEST
@@ -1160,10 +994,8 @@ START_TEST(test_sandboxes_limit)
 	ck_assert_int_eq(load(g.buf), 0);
 	ck_assert_uint_eq(cfg.sandbox_count, LIMITS_SANDBOXES_MAX);
 	fprintf(g.f, "  - {id: x, profile: p}\n");
-	char want[128];
-	snprintf(want, sizeof(want), "t.yaml:%u:5: sandboxes has more than %u entries",
-		 9 + LIMITS_SANDBOXES_MAX + 1, LIMITS_SANDBOXES_MAX);
-	expect_error(gen_close(&g), want);
+	expect_error(gen_close(&g), textf("t.yaml:%u:5: sandboxes has more than %u entries",
+					  9 + LIMITS_SANDBOXES_MAX + 1, LIMITS_SANDBOXES_MAX));
 	/* The failed load left the previous sandboxes in place. */
 	ck_assert_uint_eq(cfg.sandbox_count, LIMITS_SANDBOXES_MAX);
 	pool_free(g.buf);
@@ -1183,10 +1015,8 @@ START_TEST(test_profiles_limit)
 	ck_assert_uint_eq(policy_profile_count(pol), POLICY_PROFILES_MAX);
 	ck_assert_int_eq(policy_profile_index(pol, "p65535"), 65535);
 	fprintf(g.f, "  x: {rules: []}\n");
-	char want[128];
-	snprintf(want, sizeof(want), "t.yaml:%u:3: profiles has more than %u entries",
-		 2 + POLICY_PROFILES_MAX + 1, POLICY_PROFILES_MAX);
-	expect_error(gen_close(&g), want);
+	expect_error(gen_close(&g), textf("t.yaml:%u:3: profiles has more than %u entries",
+					  2 + POLICY_PROFILES_MAX + 1, POLICY_PROFILES_MAX));
 	pool_free(g.buf);
 }
 END_TEST
@@ -1204,10 +1034,9 @@ START_TEST(test_static_hosts_limit)
 	struct sockaddr_storage out[1];
 	ck_assert_int_eq(lookup("h65535.test", 1, out, 1), 1);
 	fprintf(g.f, "    x.test: [10.0.0.1]\n");
-	char want[128];
-	snprintf(want, sizeof(want), "t.yaml:%u:5: hosts has more than %u entries",
-		 10 + POLICY_STATIC_HOSTS_MAX + 1, POLICY_STATIC_HOSTS_MAX);
-	expect_error(gen_close(&g), want);
+	expect_error(gen_close(&g),
+		     textf("t.yaml:%u:5: hosts has more than %u entries",
+			   10 + POLICY_STATIC_HOSTS_MAX + 1, POLICY_STATIC_HOSTS_MAX));
 	pool_free(g.buf);
 }
 END_TEST
@@ -1268,21 +1097,18 @@ START_TEST(test_files)
 	pol = NULL;
 	ck_assert_int_eq(write(fd, "bad: 1\n", 7), 7);
 	ck_assert_int_eq(policy_load_file(path, &cfg, &pol, err, sizeof(err)), -EINVAL);
-	char want[128];
-	snprintf(want, sizeof(want), "%s:9:1: unknown key \"bad\"", path);
+	const char *want = textf("%s:9:1: unknown key \"bad\"", path);
 	ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
 	/* Size: exactly the limit is read (and is then invalid YAML), one byte more is refused. */
 	ck_assert_int_eq(ftruncate(fd, POLICY_FILE_BYTES_MAX), 0);
 	ck_assert_int_eq(policy_load_file(path, &cfg, &pol, err, sizeof(err)), -EINVAL);
 	ck_assert_int_eq(ftruncate(fd, POLICY_FILE_BYTES_MAX + 1), 0);
 	ck_assert_int_eq(policy_load_file(path, &cfg, &pol, err, sizeof(err)), -EFBIG);
-	snprintf(want, sizeof(want), "%s: larger than 67108864 bytes", path);
-	ck_assert_str_eq(err, want);
+	ck_assert_str_eq(err, textf("%s: larger than 67108864 bytes", path));
 	close(fd);
 	unlink(path);
 	ck_assert_int_eq(policy_load_file(path, &cfg, &pol, err, sizeof(err)), -ENOENT);
-	snprintf(want, sizeof(want), "%s: open: No such file or directory", path);
-	ck_assert_str_eq(err, want);
+	ck_assert_str_eq(err, textf("%s: open: No such file or directory", path));
 	ck_assert_int_eq(policy_load_file("/tmp", &cfg, &pol, err, sizeof(err)), -EISDIR);
 	ck_assert_str_eq(err, "/tmp: read: Is a directory");
 	/* The buffer form refuses the same size. */
@@ -1300,24 +1126,16 @@ START_TEST(test_allocation_failures)
 
 	ck_assert_int_eq(setenv("EXAMPLE_API_KEY", "sk-example-docs-0123456789", 1), 0);
 
-	alloc_count = 0;
-	expect_ok(yaml);
-	uint64_t total = alloc_count;
+	uint64_t total = count_allocations(yaml);
 	ck_assert_uint_gt(total, 50);
 	for (uint64_t n = 1; n <= total; n++) {
-		alloc_count = 0;
-		alloc_fail_at = n;
-		int rc = load(yaml);
-		alloc_fail_at = 0;
+		int rc = load_failing(n, yaml);
 		if (rc == 0) {
 			/* Only a shrinking realloc may fail without failing the load. */
 			ck_assert_uint_eq(policy_rule_count(pol), 8);
 			continue;
 		}
-		ck_assert_msg(rc == -ENOMEM, "allocation %llu: rc %d: %s", (unsigned long long)n,
-			      rc, err);
-		ck_assert_str_eq(err, "t.yaml: out of memory");
-		ck_assert_ptr_null(pol);
+		expect_out_of_memory(n, rc);
 		ck_assert_str_eq(cfg.tcp_listen, "127.0.0.1:18080");
 		ck_assert_uint_eq(cfg.sandbox_count, 2);
 	}
@@ -1345,18 +1163,18 @@ START_TEST(test_global_deny)
 	expect_ok(HEAD RULE("\"*.cloudflare-dns.com\"")
 		      RULE("\"*.example.net\"") "  exact:\n    rules:\n" RULE(
 			  "dns.google") "deny: [bad.example.net, \"*.worse.example.net\"]\n");
-	struct verdict v = decide(0, "mozilla.cloudflare-dns.com", 443);
+	struct verdict v = decide(0, "mozilla.cloudflare-dns.com");
 	ck_assert_int_eq(v.tier, TIER_DENY);
 	ck_assert_str_eq(v.rule, "deny/doh");
 	ck_assert_ptr_nonnull(strstr(v.instruction, "DNS-over-HTTPS"));
-	ck_assert_int_eq(decide(0, "dns.google", 443).tier, TIER_DENY);
-	ck_assert_int_eq(decide(0, "www.cloudflare-dns.com", 443).tier, TIER_PASSTHROUGH);
-	ck_assert_int_eq(decide(0, "good.example.net", 443).tier, TIER_PASSTHROUGH);
-	v = decide(0, "bad.example.net", 443);
+	ck_assert_int_eq(decide(0, "dns.google").tier, TIER_DENY);
+	ck_assert_int_eq(decide(0, "www.cloudflare-dns.com").tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide(0, "good.example.net").tier, TIER_PASSTHROUGH);
+	v = decide(0, "bad.example.net");
 	ck_assert_int_eq(v.tier, TIER_DENY);
 	ck_assert_str_eq(v.rule, "deny/1");
-	ck_assert_str_eq(decide(0, "a.worse.example.net", 443).rule, "deny/2");
-	ck_assert_int_eq(decide(1, "dns.google", 443).tier, TIER_PASSTHROUGH);
+	ck_assert_str_eq(decide(0, "a.worse.example.net").rule, "deny/2");
+	ck_assert_int_eq(decide(1, "dns.google").tier, TIER_PASSTHROUGH);
 	expect_error(HEAD RULE("a.test") "deny: [\"*.com\"]\n",
 		     "t.yaml:9:8: host \"*.com\" is refused");
 }
@@ -1370,10 +1188,10 @@ END_TEST
 START_TEST(test_rule_limits_bounds)
 {
 	expect_ok(HEAD LIMITED("a.test", "{requests_per_second: 1, burst: 1, concurrent: 1}"));
-	expect_limits(decide(0, "a.test", 443).rule_limits, 1, 1, 1);
+	expect_limits(decide(0, "a.test").rule_limits, 1, 1, 1);
 	expect_ok(HEAD LIMITED("a.test", "{requests_per_second: 1000000, burst: 1000000, "
 					 "concurrent: 1000000}"));
-	expect_limits(decide(0, "a.test", 443).rule_limits, 1000000, 1000000, 1000000);
+	expect_limits(decide(0, "a.test").rule_limits, 1000000, 1000000, 1000000);
 	expect_error(HEAD LIMITED("a.test", "{requests_per_second: 0}"),
 		     "t.yaml:9:37: requests_per_second must be 1..1000000, got 0");
 	expect_error(HEAD LIMITED("a.test", "{requests_per_second: 1000001}"),
@@ -1410,8 +1228,8 @@ START_TEST(test_rule_limits_errors)
 	    "t.yaml:6:7: limits cannot be combined with tier deny, which serves no request");
 	/* An empty mapping sets no limit, as for a profile. */
 	expect_ok(HEAD LIMITED("a.test", "{}"));
-	expect_limits(decide(0, "a.test", 443).rule_limits, 0, 0, 0);
-	ck_assert_uint_eq(decide(0, "a.test", 443).rule_index, 0);
+	expect_limits(decide(0, "a.test").rule_limits, 0, 0, 0);
+	ck_assert_uint_eq(decide(0, "a.test").rule_index, 0);
 }
 END_TEST
 
@@ -1431,27 +1249,31 @@ START_TEST(test_rule_limits_verdict)
 						"    - host: e.test\n      ports: [80]\n      tier: passthrough\n"
 						"      owner: o\n      reason: r\n      limits: {concurrent: 4}\n");
 	ck_assert_uint_eq(policy_rule_count(pol), 7);
-	struct verdict v = decide(0, "A.test.", 443);
-	ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
-	ck_assert_uint_eq(v.rule_index, 0);
-	expect_limits(v.rule_limits, 5, 10, 3);
-	v = decide(0, "b.test", 443);
-	ck_assert_uint_eq(v.rule_index, 1);
-	expect_limits(v.rule_limits, 0, 0, 0);
-	v = decide(0, "x.y.c.test", 443);
-	ck_assert_uint_eq(v.rule_index, 2);
-	expect_limits(v.rule_limits, 0, 0, 7);
-	v = decide(0, "3221225985", 443); /* 192.0.2.1, through the IP table */
-	ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
-	ck_assert_uint_eq(v.rule_index, 3);
-	expect_limits(v.rule_limits, 9, 0, 0);
-	/* The same host in another profile is another rule. */
-	v = decide(1, "a.test", 443);
-	ck_assert_uint_eq(v.rule_index, 4);
-	expect_limits(v.rule_limits, 2, 0, 0);
-	v = decide(1, "e.test", 80);
-	ck_assert_uint_eq(v.rule_index, 6);
-	expect_limits(v.rule_limits, 0, 0, 4);
+	ck_assert_int_eq(decide(0, "A.test.").tier, TIER_PASSTHROUGH);
+	ck_assert_int_eq(decide(0, "3221225985").tier, TIER_PASSTHROUGH);
+	static const struct {
+		uint32_t profile;
+		const char *host;
+		uint16_t port;
+		uint32_t rule_index;
+		uint32_t rate;
+		uint32_t burst;
+		uint32_t concurrent;
+	} served[] = {
+		{ 0, "A.test.", 443, 0, 5, 10, 3 },
+		{ 0, "b.test", 443, 1, 0, 0, 0 },
+		{ 0, "x.y.c.test", 443, 2, 0, 0, 7 },
+		{ 0, "3221225985", 443, 3, 9, 0, 0 }, /* 192.0.2.1, through the IP table */
+		{ 1, "a.test", 443, 4, 2, 0,
+		  0 }, /* the same host in another profile: another rule */
+		{ 1, "e.test", 80, 6, 0, 0, 4 },
+	};
+	struct verdict v;
+	for (size_t i = 0; i < AN_ARRAY_LEN(served); i++) {
+		v = decide_port(served[i].profile, served[i].host, served[i].port);
+		ck_assert_uint_eq(v.rule_index, served[i].rule_index);
+		expect_limits(v.rule_limits, served[i].rate, served[i].burst, served[i].concurrent);
+	}
 	/* Refusals: no rule, a deny rule, a port the rule does not list, the DoH list. */
 	static const struct {
 		uint32_t profile;
@@ -1468,7 +1290,7 @@ START_TEST(test_rule_limits_verdict)
 		{ 0, "dns.google", 443, REASON_HOST_NOT_ALLOWED },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(refused); i++) {
-		v = decide(refused[i].profile, refused[i].host, refused[i].port);
+		v = decide_port(refused[i].profile, refused[i].host, refused[i].port);
 		ck_assert_int_eq(v.tier, TIER_DENY);
 		ck_assert_int_eq(v.reason, refused[i].reason);
 		ck_assert_uint_eq(v.rule_index, VERDICT_RULE_NONE);
@@ -1480,15 +1302,11 @@ END_TEST
 /* The example of docs/policy.md's "Rule `limits`" section loads and means what it says. */
 START_TEST(test_rule_limits_docs)
 {
-	char *block = docs_block("### Rule `limits`");
-	struct gen g;
+	char *yaml = docs_policy("### Rule `limits`");
 
-	gen_open(&g);
-	fprintf(g.f, "version: 1\n%s", block);
-	expect_ok(gen_close(&g));
-	pool_free(block);
-	free(g.buf);
-	struct verdict v = decide(0, "api.search.example", 443);
+	expect_ok(yaml);
+	free(yaml);
+	struct verdict v = decide(0, "api.search.example");
 	ck_assert_int_eq(v.tier, TIER_PASSTHROUGH);
 	ck_assert_uint_eq(v.rule_index, 0);
 	expect_limits(v.rule_limits, 1, 5, 2);
@@ -1503,7 +1321,7 @@ int main(void)
 	Suite *s = suite_create("policy/policy");
 	TCase *tc = tcase_create("policy");
 
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, setup, policytest_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_docs_example);
 	tcase_add_test(tc, test_profile_limits);
