@@ -42,6 +42,7 @@
 
 #include "core/an.h"
 #include "core/pool.h"
+#include "tls/tls.h"
 
 #define CA_SERIAL_BYTES 16u /* 128 random bits (RFC 5280 allows up to 20 octets) */
 #define CA_CN_RANDOM    4u  /* bytes of the short random CN suffix: 8 hex digits */
@@ -72,33 +73,12 @@ struct ca_work {
 	struct ca_file files[CA_FILE_COUNT];
 };
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t err_len, int ret,
-						      const char *fmt, ...)
-{
-	va_list ap;
-
-	AN_ASSERT(ret < 0);
-	AN_ASSERT(err != NULL || err_len == 0);
-	if (err_len > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, err_len, fmt, ap);
-		va_end(ap);
-	}
-	return ret;
-}
-
-/* An OpenSSL failure: the library's own reason, then the queue is cleared. */
+/* An OpenSSL failure: the library's own reason (tls_fail_ossl), then the queue is cleared. */
 static int ossl_fail(struct ca_work *w, const char *what)
 {
-	char reason[256] = "unknown error";
-	unsigned long e = ERR_get_error();
-
 	AN_ASSERT(what != NULL);
 	AN_ASSERT(w->err != NULL);
-	if (e != 0)
-		ERR_error_string_n(e, reason, sizeof(reason));
-	ERR_clear_error();
-	return fail(w->err, w->err_len, -EIO, "%s: %s", what, reason);
+	return tls_fail_ossl(w->err, w->err_len, what);
 }
 
 static int check_options(const struct ca_options *o, char *err, size_t err_len)
@@ -106,12 +86,13 @@ static int check_options(const struct ca_options *o, char *err, size_t err_len)
 	AN_ASSERT(o != NULL);
 	AN_ASSERT(err != NULL);
 	if (o->days == 0 || o->days > CA_DAYS_MAX)
-		return fail(err, err_len, -EINVAL, "--days %u: not 1..%u", o->days, CA_DAYS_MAX);
+		return tls_fail(err, err_len, -EINVAL, "--days %u: not 1..%u", o->days,
+				CA_DAYS_MAX);
 	if (o->dir == NULL || o->dir[0] == '\0')
-		return fail(err, err_len, -EINVAL, "--dir: empty");
+		return tls_fail(err, err_len, -EINVAL, "--dir: empty");
 	if (strlen(o->dir) >= PATH_MAX - 16)
-		return fail(err, err_len, -EINVAL, "--dir: path too long (%zu bytes)",
-			    strlen(o->dir));
+		return tls_fail(err, err_len, -EINVAL, "--dir: path too long (%zu bytes)",
+				strlen(o->dir));
 	return 0;
 }
 
@@ -132,7 +113,8 @@ static int make_dirs(const char *dir, char *err, size_t err_len)
 		char c = path[i];
 		path[i] = '\0';
 		if (mkdir(path, c == '\0' ? 0700 : 0755) == -1 && errno != EEXIST)
-			return fail(err, err_len, -errno, "mkdir %s: %s", path, strerror(errno));
+			return tls_fail(err, err_len, -errno, "mkdir %s: %s", path,
+					strerror(errno));
 		path[i] = c;
 	}
 	return 0;
@@ -147,11 +129,12 @@ static int open_dir(struct ca_work *w, const char *dir)
 		return ret;
 	w->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (w->dfd == -1)
-		return fail(w->err, w->err_len, -errno, "open %s: %s", dir, strerror(errno));
+		return tls_fail(w->err, w->err_len, -errno, "open %s: %s", dir, strerror(errno));
 	if (realpath(dir, w->dir) == NULL)
-		return fail(w->err, w->err_len, -errno, "realpath %s: %s", dir, strerror(errno));
+		return tls_fail(w->err, w->err_len, -errno, "realpath %s: %s", dir,
+				strerror(errno));
 	if (strlen(w->dir) >= PATH_MAX - 16)
-		return fail(w->err, w->err_len, -EINVAL, "%s: path too long", w->dir);
+		return tls_fail(w->err, w->err_len, -EINVAL, "%s: path too long", w->dir);
 	return 0;
 }
 
@@ -165,11 +148,12 @@ static int check_absent(struct ca_work *w)
 	for (size_t i = 0; i < CA_FILE_COUNT; i++) {
 		const char *name = w->files[i].name;
 		if (fstatat(w->dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-			return fail(w->err, w->err_len, -EEXIST,
-				    "%s/%s exists: pass --force to replace the CA", w->dir, name);
+			return tls_fail(w->err, w->err_len, -EEXIST,
+					"%s/%s exists: pass --force to replace the CA", w->dir,
+					name);
 		if (errno != ENOENT)
-			return fail(w->err, w->err_len, -errno, "%s/%s: %s", w->dir, name,
-				    strerror(errno));
+			return tls_fail(w->err, w->err_len, -errno, "%s/%s: %s", w->dir, name,
+					strerror(errno));
 	}
 	return 0;
 }
@@ -203,8 +187,8 @@ static int read_roots(struct ca_work *w, const char *path)
 	AN_ASSERT(w->roots == NULL);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd == -1)
-		return fail(w->err, w->err_len, -errno, "host roots %s: %s (%s)", path,
-			    strerror(errno), hint);
+		return tls_fail(w->err, w->err_len, -errno, "host roots %s: %s (%s)", path,
+				strerror(errno), hint);
 	int ret = fstat(fd, &st) == -1 ? -errno : 0;
 	if (ret == 0 && !S_ISREG(st.st_mode))
 		ret = -EINVAL;
@@ -216,12 +200,12 @@ static int read_roots(struct ca_work *w, const char *path)
 	}
 	close(fd);
 	if (ret < 0)
-		return fail(w->err, w->err_len, ret, "host roots %s: %s", path, strerror(-ret));
+		return tls_fail(w->err, w->err_len, ret, "host roots %s: %s", path, strerror(-ret));
 	w->roots_len = (size_t)ret;
 	w->roots[w->roots_len] = '\0';
 	if (strstr(w->roots, "-----BEGIN CERTIFICATE-----") == NULL)
-		return fail(w->err, w->err_len, -EPROTO, "host roots %s: no PEM certificate (%s)",
-			    path, hint);
+		return tls_fail(w->err, w->err_len, -EPROTO,
+				"host roots %s: no PEM certificate (%s)", path, hint);
 	return 0;
 }
 
@@ -352,8 +336,8 @@ static int write_file(struct ca_work *w, struct ca_file *f, const char *a, size_
 	const char *name = f->exclusive ? f->name : f->tmp;
 	int fd = openat(w->dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd == -1)
-		return fail(w->err, w->err_len, -errno, "create %s/%s: %s", w->dir, name,
-			    strerror(errno));
+		return tls_fail(w->err, w->err_len, -errno, "create %s/%s: %s", w->dir, name,
+				strerror(errno));
 	f->written = true;
 	int ret = fchmod(fd, f->mode) == -1 ? -errno : 0;
 	if (ret == 0)
@@ -365,8 +349,8 @@ static int write_file(struct ca_work *w, struct ca_file *f, const char *a, size_
 	if (close(fd) == -1 && ret == 0)
 		ret = -errno;
 	if (ret != 0)
-		return fail(w->err, w->err_len, ret, "write %s/%s: %s", w->dir, name,
-			    strerror(-ret));
+		return tls_fail(w->err, w->err_len, ret, "write %s/%s: %s", w->dir, name,
+				strerror(-ret));
 	return 0;
 }
 
@@ -403,12 +387,13 @@ static int commit_files(struct ca_work *w)
 	for (size_t i = CA_FILE_COUNT; i-- > 0;) {
 		struct ca_file *f = &w->files[i];
 		if (!f->exclusive && renameat(w->dfd, f->tmp, w->dfd, f->name) == -1)
-			return fail(w->err, w->err_len, -errno, "rename %s/%s: %s", w->dir, f->name,
-				    strerror(errno));
+			return tls_fail(w->err, w->err_len, -errno, "rename %s/%s: %s", w->dir,
+					f->name, strerror(errno));
 		f->written = false;
 	}
 	if (fsync(w->dfd) == -1)
-		return fail(w->err, w->err_len, -errno, "fsync %s: %s", w->dir, strerror(errno));
+		return tls_fail(w->err, w->err_len, -errno, "fsync %s: %s", w->dir,
+				strerror(errno));
 	return 0;
 }
 

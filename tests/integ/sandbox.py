@@ -1540,6 +1540,15 @@ class Tests(Pass):
         self.timed("rule limits: per sandbox per rule, concurrency then rate, the rule's "
                    "instruction; other rules and sandboxes unaffected", rule_limits)
 
+    def sandbox_path(self, sid, profile):
+        """Adds run-time sandbox <sid> on <profile>: (its egress socket path, None), or
+        (None, the error) when the daemon refused."""
+        got = self.ctl("sandbox add %s %s" % (sid, profile))
+        if not got or not got[0].startswith("ok "):
+            return None, "sandbox add %s %s: %r" % (sid, profile, got)
+        self.ids.add(sid)
+        return os.path.join(self.vars["sock_dir"], "sandboxes", sid, "egress.sock"), None
+
     def t_fake(self):
         """The fake-response tier, spoken to as a client would: a leaf for the CONNECT
         host signed by the CA, keep-alive, HEAD, the rule's answers; a Host header
@@ -1549,11 +1558,9 @@ class Tests(Pass):
         def fake():
             import ssl
             sid = "it%d-fake" % os.getpid()
-            got = self.ctl("sandbox add %s default" % sid)
-            if not got or not got[0].startswith("ok "):
-                return ["sandbox add %s default: %r" % (sid, got)]
-            self.ids.add(sid)
-            path = os.path.join(self.vars["sock_dir"], "sandboxes", sid, "egress.sock")
+            path, why = self.sandbox_path(sid, "default")
+            if why:
+                return [why]
             ctx = ssl.create_default_context(cafile=self.vars["ca"])
             errs = []
             try:
@@ -1610,20 +1617,14 @@ class Tests(Pass):
         def inject():
             import ssl
             sid = "it%d-inject" % os.getpid()
-            got = self.ctl("sandbox add %s default" % sid)
-            if not got or not got[0].startswith("ok "):
-                return ["sandbox add %s default: %r" % (sid, got)]
-            self.ids.add(sid)
-            path = os.path.join(self.vars["sock_dir"], "sandboxes", sid, "egress.sock")
+            path, why = self.sandbox_path(sid, "default")
+            path_nu, why_nu = self.sandbox_path(sid + "-nu", "no-upgrades")
+            if why or why_nu:
+                return [why or why_nu]
             ctx = ssl.create_default_context(cafile=self.vars["ca"])
-            got = self.ctl("sandbox add %s-nu no-upgrades" % sid)
-            if not got or not got[0].startswith("ok "):
-                return ["sandbox add %s-nu no-upgrades: %r" % (sid, got)]
-            self.ids.add(sid + "-nu")
             try:
                 errs, seen = inject_exchanges(self, ctx, path)
-                errs += inject_upgrade_refused(self, ctx, path[: -len("/egress.sock")]
-                                               .replace(sid, sid + "-nu") + "/egress.sock")
+                errs += inject_upgrade_refused(self, ctx, path_nu)
             finally:
                 self.ctl("sandbox rm %s" % sid)
                 self.ctl("sandbox rm %s-nu" % sid)
