@@ -123,15 +123,6 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def free_port():
-    """A loopback port free right now (the listener that takes it follows at once)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def read_until(path, needle, proc, timeout):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -151,16 +142,8 @@ def read_until(path, needle, proc, timeout):
 
 def mem_kib(pids):
     """(sum of VmRSS, sum of Pss) of <pids> in KiB; a process that is gone counts 0."""
-    rss = pss = 0
-    for pid in pids:
-        try:
-            with open("/proc/%d/status" % pid, encoding="ascii") as f:
-                rss += next((int(x.split()[1]) for x in f if x.startswith("VmRSS:")), 0)
-            with open("/proc/%d/smaps_rollup" % pid, encoding="ascii") as f:
-                pss += next((int(x.split()[1]) for x in f if x.startswith("Pss:")), 0)
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return rss, pss
+    pairs = [peers.mem_kib_of(pid) for pid in pids]
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
 def cpu_seconds(pids):
@@ -266,8 +249,8 @@ class Bench:
         nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
         if not nginx:
             raise Broken("nginx is not installed (tools/deps.sh bench installs it)")
-        self.http_port = free_port()
-        self.https_port = free_port()
+        self.http_port = peers.free_port()
+        self.https_port = peers.free_port()
         conf = peers.nginx_conf(self.work, self.http_port, NOFILE,
                                 (self.https_port, *self.origin_cert))
         p, _ = self.start([nginx, "-e", os.path.join(self.work, "nginx-error.log"), "-p",
@@ -291,7 +274,7 @@ class Bench:
 
     def start_daemon(self, workers=1, cpu=None):
         self.workers = workers
-        self.tcp_port = free_port()
+        self.tcp_port = peers.free_port()
         self.sock_dir = os.path.join(self.work, "sock-%d" % workers)
         os.mkdir(self.sock_dir)
         policy = os.path.join(self.work, "bench-%d.yaml" % workers)

@@ -1022,51 +1022,72 @@ static int cycle_send_ping(struct rate_cycle *c)
 	return send_byte(c->fd, 'P');
 }
 
-/* The connect finished: sends CONNECT (proxied) or the ping (--direct). */
-static int cycle_on_connected(struct rate_run *r, struct rate_cycle *c)
+/* A non-blocking connect on <fd> finished: 0, or why it failed (-errno). */
+static int connect_result(int fd)
 {
 	int so_error = 0;
 	socklen_t len = sizeof(so_error);
 
-	AN_ASSERT(c->state == CYCLE_CONNECTING);
-	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == -1)
+	AN_ASSERT(fd >= 0);
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == -1)
 		return -errno;
-	if (so_error != 0)
-		return -so_error;
+	return -so_error;
+}
+
+/* Sends <len> bytes of <buf> in one call: a fresh socket's buffer takes a request whole. */
+static int send_whole(int fd, const void *buf, size_t len)
+{
+	AN_ASSERT(buf != NULL && len > 0);
+	ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+	if (n == -1)
+		return -errno;
+	return (size_t)n == len ? 0 : -EMSGSIZE;
+}
+
+/*
+ * Reads the proxy's answer to CONNECT into <head> (*<in_bytes> of it so far).
+ * Returns 1 once a whole 2xx head is there and nothing after it (the far end
+ * speaks only when spoken to: more bytes are not its), 0 when the socket has
+ * no more for now, or -errno (head_parse's, or -EPROTO for extra bytes).
+ */
+static int proxy_head_read(int fd, char *head, uint32_t *in_bytes)
+{
+	for (;;) {
+		AN_ASSERT(*in_bytes < TUNNEL_HEAD_BYTES_MAX);
+		ssize_t n = io_some(fd, false, head + *in_bytes, TUNNEL_HEAD_BYTES_MAX - *in_bytes);
+		if (n <= 0)
+			return (int)n;
+		*in_bytes += (uint32_t)n;
+		int head_len = head_parse(head, *in_bytes);
+		if (head_len < 0)
+			return head_len;
+		if (head_len > 0)
+			return (uint32_t)head_len == *in_bytes ? 1 : -EPROTO;
+	}
+}
+
+/* The connect finished: sends CONNECT (proxied) or the ping (--direct). */
+static int cycle_on_connected(struct rate_run *r, struct rate_cycle *c)
+{
+	AN_ASSERT(c->state == CYCLE_CONNECTING);
+	int ret = connect_result(c->fd);
+	if (ret != 0)
+		return ret;
 	if (r->o->direct)
 		return cycle_send_ping(c);
 	AN_ASSERT(r->request_len > 0);
-	/* A fresh socket's send buffer takes the whole request. */
-	ssize_t n = send(c->fd, r->request, r->request_len, MSG_NOSIGNAL);
-	if (n == -1)
-		return -errno;
-	if ((size_t)n != r->request_len)
-		return -EMSGSIZE;
-	c->state = CYCLE_HEAD;
-	return 0;
+	ret = send_whole(c->fd, r->request, r->request_len);
+	if (ret == 0)
+		c->state = CYCLE_HEAD;
+	return ret;
 }
 
 /* Reads the proxy's answer; on a 2xx head sends the ping. */
 static int cycle_on_head(struct rate_cycle *c)
 {
 	AN_ASSERT(c->state == CYCLE_HEAD);
-	for (;;) {
-		AN_ASSERT(c->in_bytes < TUNNEL_HEAD_BYTES_MAX);
-		ssize_t n = io_some(c->fd, false, c->head + c->in_bytes,
-				    TUNNEL_HEAD_BYTES_MAX - c->in_bytes);
-		if (n <= 0)
-			return (int)n;
-		c->in_bytes += (uint32_t)n;
-		int head_len = head_parse(c->head, c->in_bytes);
-		if (head_len < 0)
-			return head_len;
-		if (head_len == 0)
-			continue;
-		/* The origin is silent until pinged: more bytes are not its. */
-		if ((uint32_t)head_len != c->in_bytes)
-			return -EPROTO;
-		return cycle_send_ping(c);
-	}
+	int ret = proxy_head_read(c->fd, c->head, &c->in_bytes); /* the origin waits for the ping */
+	return ret == 1 ? cycle_send_ping(c) : ret;
 }
 
 /* Reads the origin's ping answer; returns 1 once all of it is in. */
@@ -1664,48 +1685,28 @@ static int tls_begin(struct tls_run *r, struct tls_conn *c)
 /* The connect finished: sends CONNECT, or with --direct starts the handshake. */
 static int tls_on_connected(struct tls_run *r, struct tls_conn *c)
 {
-	int so_error = 0;
-	socklen_t len = sizeof(so_error);
-
 	AN_ASSERT(c->state == TLS_CONNECTING);
 	AN_ASSERT(r->o->direct || r->plan->connect_len > 0);
-	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == -1)
-		return -errno;
-	if (so_error != 0)
-		return -so_error;
+	int ret = connect_result(c->fd);
+	if (ret != 0)
+		return ret;
 	if (r->o->direct)
 		return tls_begin(r, c);
-	ssize_t n = send(c->fd, r->plan->connect, r->plan->connect_len, MSG_NOSIGNAL);
-	if (n == -1)
-		return -errno;
-	if ((size_t)n != r->plan->connect_len)
-		return -EMSGSIZE;
-	c->state = TLS_TUNNEL;
-	return 0;
+	ret = send_whole(c->fd, r->plan->connect, r->plan->connect_len);
+	if (ret == 0)
+		c->state = TLS_TUNNEL;
+	return ret;
 }
 
 /* Reads the proxy's answer to CONNECT; on a 2xx head starts the handshake. */
 static int tls_on_tunnel(struct tls_run *r, struct tls_conn *c)
 {
 	AN_ASSERT(c->state == TLS_TUNNEL);
-	for (;;) {
-		AN_ASSERT(c->in_bytes < TUNNEL_HEAD_BYTES_MAX);
-		ssize_t n = io_some(c->fd, false, c->head + c->in_bytes,
-				    TUNNEL_HEAD_BYTES_MAX - c->in_bytes);
-		if (n <= 0)
-			return (int)n;
-		c->in_bytes += (uint32_t)n;
-		int head_len = head_parse(c->head, c->in_bytes);
-		if (head_len < 0)
-			return head_len;
-		if (head_len == 0)
-			continue;
-		/* The server speaks only after our ClientHello: more bytes are not its. */
-		if ((uint32_t)head_len != c->in_bytes)
-			return -EPROTO;
-		c->in_bytes = 0;
-		return tls_begin(r, c);
-	}
+	int ret = proxy_head_read(c->fd, c->head, &c->in_bytes); /* the server waits for us */
+	if (ret != 1)
+		return ret;
+	c->in_bytes = 0;
+	return tls_begin(r, c);
 }
 
 /* Once the response head in <c> is complete: checks it and sets what body is left. */

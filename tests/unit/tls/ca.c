@@ -239,40 +239,43 @@ START_TEST(test_load_key_mismatch)
 }
 END_TEST
 
-START_TEST(test_load_not_a_ca)
+/*
+ * CAs that must not load, each made with one fault: the message names the file
+ * at fault and says what is wrong with it.
+ */
+START_TEST(test_load_bad_ca)
 {
+	static const struct {
+		const char *name;
+		struct tt_ca_opts o;
+		bool key_at_fault; /* the message names the key file, not the certificate */
+		const char *what;
+		const char *what_more; /* NULL: nothing more to find */
+		int want;
+	} cases[] = {
+		{ "leafish", { .not_ca = true }, false, "not a CA", NULL, -EINVAL },
+		{ "expired",
+		  { .not_before_s = -7200, .not_after_s = -60 },
+		  false,
+		  "expired on",
+		  "UTC",
+		  -EKEYEXPIRED },
+		{ "future",
+		  { .not_before_s = 3600, .not_after_s = 7200 },
+		  false,
+		  "not valid before",
+		  NULL,
+		  -EINVAL },
+		{ "enc", { .encrypt_key = true }, true, "encrypted", NULL, -EINVAL },
+	};
 	char pem[PATH_MAX], key[PATH_MAX];
-	struct tt_ca_opts o = { .not_ca = true };
 
-	tt_make_ca("leafish", &o, pem, key);
-	const char *const words[] = { pem, "not a CA", NULL };
-	load_fails(pem, key, 7, -EINVAL, words);
-}
-END_TEST
-
-START_TEST(test_load_validity)
-{
-	char pem[PATH_MAX], key[PATH_MAX];
-	struct tt_ca_opts expired = { .not_before_s = -7200, .not_after_s = -60 };
-
-	tt_make_ca("expired", &expired, pem, key);
-	const char *const words[] = { pem, "expired on", "UTC", NULL };
-	load_fails(pem, key, 7, -EKEYEXPIRED, words);
-	struct tt_ca_opts future = { .not_before_s = 3600, .not_after_s = 7200 };
-	tt_make_ca("future", &future, pem, key);
-	const char *const fwords[] = { pem, "not valid before", NULL };
-	load_fails(pem, key, 7, -EINVAL, fwords);
-}
-END_TEST
-
-START_TEST(test_load_encrypted_key)
-{
-	char pem[PATH_MAX], key[PATH_MAX];
-	struct tt_ca_opts o = { .encrypt_key = true };
-
-	tt_make_ca("enc", &o, pem, key);
-	const char *const words[] = { key, "encrypted", NULL };
-	load_fails(pem, key, 7, -EINVAL, words);
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		tt_make_ca(cases[i].name, &cases[i].o, pem, key);
+		const char *const words[] = { cases[i].key_at_fault ? key : pem, cases[i].what,
+					      cases[i].what_more, NULL };
+		load_fails(pem, key, 7, cases[i].want, words);
+	}
 }
 END_TEST
 
@@ -604,9 +607,7 @@ static Suite *ca_suite(void)
 	tcase_add_test(tc, test_load_not_pem);
 	tcase_add_test(tc, test_load_file_size_limit);
 	tcase_add_test(tc, test_load_key_mismatch);
-	tcase_add_test(tc, test_load_not_a_ca);
-	tcase_add_test(tc, test_load_validity);
-	tcase_add_test(tc, test_load_encrypted_key);
+	tcase_add_test(tc, test_load_bad_ca);
 	tcase_add_test(tc, test_load_short_err_buffer);
 	tcase_add_test(tc, test_load_rsa_and_no_key_usage);
 	tcase_add_test(tc, test_tls_helpers);
