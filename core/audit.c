@@ -23,7 +23,9 @@
  * Line schema, field order fixed (checklist: docs/ and the integration cases):
  *   {"ts","id","event","sandbox","conn","tier","decision","reason","rule","method",
  *    "host","port","path","status",["bytes_up","bytes_down","duration_ms": close
- *    only],"addr","detail"}; notices: {"ts","id","event","detail",counters...}.
+ *    only],"addr","detail"}; notices: {"ts","id","event","detail",counters...};
+ *   ingress: {"ts","id","event","sandbox","conn","decision","reason","method","host",
+ *    "path","status","bytes_up","bytes_down","duration_ms","client"}.
  * Empty strings and status 0 are null. A string is bounded by its array, never
  * by trust in its NUL, escaped per RFC 8259, and every byte that is not valid
  * UTF-8 (RFC 3629) becomes U+FFFD, so a line is valid JSON whatever was sent.
@@ -344,7 +346,10 @@ static char *put_name(char *p, const struct audit_name *n)
 static char *put_head(struct audit *a, char *p, uint64_t ts_us, uint64_t id, enum audit_kind kind)
 {
 	static const char *const events[] = {
-		[AUDIT_DECISION] = "decision", [AUDIT_CLOSE] = "close", [AUDIT_NOTICE] = "notice"
+		[AUDIT_DECISION] = "decision",
+		[AUDIT_CLOSE] = "close",
+		[AUDIT_NOTICE] = "notice",
+		[AUDIT_INGRESS] = "ingress",
 	};
 
 	AN_ASSERT((unsigned)kind < AN_ARRAY_LEN(events));
@@ -402,18 +407,53 @@ static char *put_conn_fields(struct audit *a, char *p, const struct audit_record
 	return put_json_str(p, rec->detail, sizeof(rec->detail));
 }
 
+/* The fields of an ingress record, after the head: the public request and its answer. */
+static char *put_ingress_fields(struct audit *a, char *p, const struct audit_record *rec)
+{
+	unsigned reason = rec->reason;
+
+	AN_ASSERT(rec->kind == AUDIT_INGRESS);
+	if (AN_NEVER(reason >= REASON__COUNT))
+		reason = REASON_NONE;
+	p = put_lit(p, ",\"sandbox\":");
+	p = put_json_str(p, rec->sandbox, sizeof(rec->sandbox));
+	p = put_lit(p, ",\"conn\":");
+	p = put_u64(p, rec->conn_id);
+	p = put_lit(p, rec->allowed ? ",\"decision\":\"allow\"" : ",\"decision\":\"deny\"");
+	p = put_lit(p, ",\"reason\":");
+	p = put_name(p, &a->reasons[reason]);
+	p = put_lit(p, ",\"method\":");
+	p = put_json_str(p, rec->method, sizeof(rec->method));
+	p = put_lit(p, ",\"host\":");
+	p = put_json_str(p, rec->host, sizeof(rec->host));
+	p = put_lit(p, ",\"path\":");
+	p = put_json_str(p, rec->path, sizeof(rec->path));
+	p = put_lit(p, ",\"status\":");
+	p = rec->status == 0 ? put_bytes(p, "null", 4) : put_u64(p, rec->status);
+	p = put_lit(p, ",\"bytes_up\":");
+	p = put_u64(p, rec->bytes_up);
+	p = put_lit(p, ",\"bytes_down\":");
+	p = put_u64(p, rec->bytes_down);
+	p = put_lit(p, ",\"duration_ms\":");
+	p = put_u64(p, rec->duration_ms);
+	p = put_lit(p, ",\"client\":");
+	return put_json_str(p, rec->addr, sizeof(rec->addr));
+}
+
 /* One record as one JSON line into <buf> (AUDIT_LINE_WORST_BYTES); returns the length. */
 static size_t format_record(struct audit *a, const struct audit_record *rec, char *buf)
 {
 	enum audit_kind kind = (enum audit_kind)rec->kind;
 	char *p;
 
-	if (AN_NEVER(rec->kind > AUDIT_NOTICE))
+	if (AN_NEVER(rec->kind >= AUDIT__KINDS))
 		kind = AUDIT_NOTICE;
 	p = put_head(a, buf, rec->ts_us, rec->id, kind);
 	if (kind == AUDIT_NOTICE) {
 		p = put_lit(p, ",\"detail\":");
 		p = put_json_str(p, rec->detail, sizeof(rec->detail));
+	} else if (kind == AUDIT_INGRESS) {
+		p = put_ingress_fields(a, p, rec);
 	} else {
 		p = put_conn_fields(a, p, rec);
 	}
@@ -839,7 +879,7 @@ void audit_commit(struct audit_ring *r, struct audit_record *rec)
 
 	AN_ASSERT(r->claimed);
 	AN_ASSERT(rec == &r->slots[head & AUDIT_RING_MASK]);
-	AN_ASSERT(rec->kind <= AUDIT_NOTICE);
+	AN_ASSERT(rec->kind < AUDIT__KINDS);
 	AN_ASSERT(rec->tier < TIER__COUNT);
 	AN_ASSERT(rec->reason < REASON__COUNT);
 	rec->ts_us = clock_ns(CLOCK_REALTIME) / 1000u;

@@ -21,6 +21,8 @@ enum audit_kind {
 	AUDIT_DECISION = 0, /* "event":"decision" */
 	AUDIT_CLOSE,        /* "event":"close" */
 	AUDIT_NOTICE,       /* "event":"notice": daemon-level (start, stop, config) */
+	AUDIT_INGRESS,      /* "event":"ingress": one public request to a sandbox */
+	AUDIT__KINDS,
 };
 
 /* Fixed-size record; strings are NUL-terminated and truncated to fit. */
@@ -42,7 +44,8 @@ struct audit_record {
 	char host[256];
 	char rule[96];
 	char path[256];
-	char addr[64];    /* resolved upstream address, "ip:port" or "[ip6]:port" */
+	char addr
+	    [64]; /* resolved upstream address, "ip:port" or "[ip6]:port"; ingress: the client's */
 	char detail[128]; /* free text for notices and errors (never a secret) */
 };
 

@@ -94,4 +94,18 @@ static inline int compat_free_buf_ring(struct io_uring *ring, struct io_uring_bu
 	return ret;
 }
 
+/*
+ * A single-shot accept into a direct descriptor the kernel picks (the CQE's
+ * res is the slot), keeping the peer's address in <addr>. liburing 2.3's
+ * io_uring_prep_accept_direct writes file_index + 1 as given, so passing it
+ * IORING_FILE_INDEX_ALLOC would wrap to 0 (a plain descriptor); the field
+ * must hold IORING_FILE_INDEX_ALLOC itself, as later versions write it.
+ */
+static inline void compat_prep_accept_direct_alloc(struct io_uring_sqe *sqe, int fd,
+						   struct sockaddr *addr, socklen_t *addrlen,
+						   int flags)
+{
+	io_uring_prep_accept_direct(sqe, fd, addr, addrlen, flags, IORING_FILE_INDEX_ALLOC - 1);
+}
+
 #endif /* AN_CORE_COMPAT_H */

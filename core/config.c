@@ -33,8 +33,10 @@ int config_init_defaults(struct config *cfg)
 	cfg->connect_timeout_ms = LIMITS_CONNECT_TIMEOUT_MS_DEFAULT;
 	cfg->dns_timeout_ms = LIMITS_DNS_TIMEOUT_MS_DEFAULT;
 	cfg->idle_timeout_ms = LIMITS_IDLE_TIMEOUT_MS_DEFAULT;
+	/* The prefix is never NULL: a gateway named in the file without one uses it. */
 	if (config_set_string(&cfg->socket_dir, "/run/agentsnet") != 0 ||
-	    config_set_string(&cfg->audit_path, "/var/log/agentsnet/audit.jsonl") != 0) {
+	    config_set_string(&cfg->audit_path, "/var/log/agentsnet/audit.jsonl") != 0 ||
+	    config_set_string(&cfg->ingress_prefix, "/callbacks") != 0) {
 		config_free(cfg);
 		return -ENOMEM;
 	}
@@ -54,5 +56,8 @@ void config_free(struct config *cfg)
 	AN_FREE(&cfg->control_group);
 	AN_FREE(&cfg->ca_cert);
 	AN_FREE(&cfg->ca_key);
+	AN_FREE(&cfg->ingress_listen);
+	AN_FREE(&cfg->ingress_public_url);
+	AN_FREE(&cfg->ingress_prefix);
 	memset(cfg, 0, sizeof(*cfg));
 }

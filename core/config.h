@@ -7,6 +7,7 @@
 #ifndef AN_CORE_CONFIG_H
 #define AN_CORE_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define CONFIG_SANDBOX_ID_BYTES_MAX 64u
@@ -26,7 +27,15 @@ struct config {
 	char *ca_cert; /* owned; the agentsnet CA (PEM) the terminated tiers sign with, or NULL */
 	char *ca_key;  /* owned; its private key (PEM); set exactly when ca_cert is */
 	uint32_t leaf_days; /* validity of minted leaves; 0: the tls/ default */
-	uint32_t workers;   /* 0: one per online core */
+	/* The ingress gateway (`daemon.ingress`); no listen address: no gateway. */
+	char *ingress_listen;     /* owned; "ip:port" or "[ip6]:port" of the public listener */
+	char *ingress_public_url; /* owned; the base agents are told, NULL: "http://<listen>" */
+	char *ingress_prefix;     /* owned; the path before each sandbox id ("/callbacks") */
+	/* True when the embedded default named the listener: a port already in
+	 * use then leaves the gateway off with a warning instead of failing the
+	 * start (an operator's own file fails it). */
+	bool ingress_optional;
+	uint32_t workers; /* 0: one per online core */
 	uint32_t conns_per_worker;
 	uint32_t pipes_per_worker; /* 0 disables splice: every relay copies */
 	uint32_t head_timeout_ms;

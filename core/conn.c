@@ -44,6 +44,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -51,8 +53,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
+#include <time.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/an.h"
@@ -60,6 +65,8 @@
 #include "core/compat.h"
 #include "core/deny.h"
 #include "core/engine.h"
+#include "core/ingress.h"
+#include "core/layout.h"
 #include "core/log.h"
 #include "core/ud.h"
 #include "core/worker.h"
@@ -166,6 +173,13 @@ static uint32_t term_feed_waiting(struct conn *c);
 static void term_recv_arm(struct conn *c);
 static void fake_plain_done(struct conn *c);
 static void respond_send(struct conn *c);
+static void ingress_audit(struct conn *c);
+static void ingress_begin(struct conn *c);
+static void ingress_release(struct conn *c);
+static void ingress_decide(struct conn *c, const struct http1_request *req);
+static void ingress_connect(struct conn *c);
+static ssize_t ingress_head(struct conn *c, const struct http1_request *req);
+static void ingress_upgraded(struct conn *c);
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -241,7 +255,24 @@ static void close_slot(struct conn *c, int32_t *slot)
 
 static const struct engine_sandbox *conn_sandbox(const struct conn *c)
 {
+	AN_DASSERT(c->sandbox != WORKER_NO_SANDBOX);
 	return c->w->e->sandboxes[c->sandbox];
+}
+
+/*
+ * The id of the conn's sandbox as a string in <buf> (CONFIG_SANDBOX_ID_BYTES_MAX):
+ * a gateway conn's is its routed request's, "" before a request is routed.
+ */
+static const char *conn_sandbox_id(const struct conn *c, char *buf)
+{
+	if (!c->ingress)
+		return conn_sandbox(c)->id;
+	size_t n = c->head != NULL ? c->ingress_id_len : 0;
+	AN_ASSERT(n < CONFIG_SANDBOX_ID_BYTES_MAX);
+	if (n > 0)
+		memcpy(buf, c->head + c->ingress_id_off, n);
+	buf[n] = '\0';
+	return buf;
 }
 
 static uint64_t upstream_key(const char *host, size_t len, uint16_t port)
@@ -277,7 +308,8 @@ static void record_common(const struct conn *c, struct audit_record *rec)
 	rec->port = c->port;
 	rec->tier = c->tier;
 	rec->reason = c->reason;
-	const char *sb = conn_sandbox(c)->id;
+	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
+	const char *sb = conn_sandbox_id(c, id);
 	audit_copy(rec->sandbox, sizeof(rec->sandbox), sb, strlen(sb));
 	audit_copy(rec->method, sizeof(rec->method), c->method, c->method_len);
 	audit_copy(rec->host, sizeof(rec->host), c->host, c->host_len);
@@ -294,6 +326,10 @@ static void audit_decision(struct conn *c, bool allowed, uint16_t status)
 
 	c->decision_id = audit_next_id(ar);
 	c->status = status;
+	if (c->ingress) {
+		c->reason = allowed ? (uint8_t)REASON_NONE : c->reason;
+		return; /* the request's one record is written when it ends: ingress_audit */
+	}
 	struct audit_record *rec = audit_claim(ar);
 	if (rec == NULL)
 		return; /* counted as dropped by the ring */
@@ -310,8 +346,12 @@ static void audit_decision(struct conn *c, bool allowed, uint16_t status)
 static void audit_close_record(struct conn *c)
 {
 	struct audit_ring *ar = c->w->audit;
-	struct audit_record *rec = audit_claim(ar);
 
+	if (c->ingress) {
+		ingress_audit(c); /* a request cut short; a gateway conn has no close record */
+		return;
+	}
+	struct audit_record *rec = audit_claim(ar);
 	if (rec == NULL)
 		return;
 	rec->kind = AUDIT_CLOSE;
@@ -325,6 +365,42 @@ static void audit_close_record(struct conn *c)
 	rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
 	if (c->addr_next < c->addr_count && c->requests > 0 && c->reason == REASON_NONE)
 		addr_format(&c->addrs[c->addr_next], rec->addr, sizeof(rec->addr));
+	audit_commit(ar, rec);
+}
+
+/*
+ * The record of the gateway request that just ended (answered, refused or
+ * cut): who sent what to which sandbox, and what came back. At most one per
+ * request.
+ */
+static void ingress_audit(struct conn *c)
+{
+	struct audit_ring *ar = c->w->audit;
+
+	AN_ASSERT(c->ingress);
+	if (!c->ingress_record)
+		return;
+	c->ingress_record = false;
+	struct audit_record *rec = audit_claim(ar);
+	if (rec == NULL)
+		return;
+	rec->kind = AUDIT_INGRESS;
+	rec->id = c->decision_id != 0 ? c->decision_id : audit_next_id(ar);
+	rec->allowed = c->reason == REASON_NONE;
+	rec->status = c->status;
+	rec->conn_id = c->id;
+	rec->reason = c->reason;
+	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
+	const char *sb = conn_sandbox_id(c, id);
+	audit_copy(rec->sandbox, sizeof(rec->sandbox), sb, strlen(sb));
+	audit_copy(rec->method, sizeof(rec->method), c->method, c->method_len);
+	audit_copy(rec->host, sizeof(rec->host), c->host, c->host_len);
+	if (c->path_len != 0 && c->head != NULL)
+		audit_copy(rec->path, sizeof(rec->path), c->head + c->path_off, c->path_len);
+	rec->bytes_up = c->bytes_up + c->up.bytes - c->ingress_up0;
+	rec->bytes_down = c->bytes_down + c->down.bytes - c->ingress_down0;
+	rec->duration_ms = (uint32_t)(c->w->now_ms - c->ingress_start_ms);
+	addr_format(&c->client, rec->addr, sizeof(rec->addr));
 	audit_commit(ar, rec);
 }
 
@@ -421,9 +497,15 @@ static void conn_maybe_free(struct conn *c)
 	if (c->snap != NULL)
 		snapshot_put(c->snap, w->index); /* after the record: it borrows the rule id */
 	c->snap = NULL;
-	struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
-	uint32_t live = atomic_fetch_sub_explicit(&sb->conns, 1, memory_order_relaxed);
-	AN_ASSERT(live > 0);
+	if (c->ingress_path_fd >= 0)
+		close(c->ingress_path_fd);
+	c->ingress_path_fd = -1;
+	ingress_release(c);
+	if (!c->ingress) {
+		struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
+		uint32_t live = atomic_fetch_sub_explicit(&sb->conns, 1, memory_order_relaxed);
+		AN_ASSERT(live > 0);
+	}
 	early_release_all(c);
 	relay_release(c, &c->up);
 	relay_release(c, &c->down);
@@ -497,6 +579,16 @@ static void set_nodelay(struct conn *c, uint32_t op, int fd)
 	sqe->flags |= IOSQE_FIXED_FILE;
 }
 
+/* A conn of the public listener: no sandbox until a request names one. */
+static void ingress_accepted(struct conn *c, const struct worker_listener *l)
+{
+	AN_ASSERT(l->ingress);
+	AN_ASSERT(l->sandbox == WORKER_NO_SANDBOX);
+	c->ingress = true;
+	size_t n = l->peer_len < sizeof(c->client) ? l->peer_len : sizeof(c->client);
+	memcpy(&c->client, &l->peer, n);
+}
+
 void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 {
 	struct worker *w = l->w;
@@ -521,13 +613,18 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		refuse_overloaded(w, res);
 		return;
 	}
-	atomic_fetch_add_explicit(&w->e->sandboxes[l->sandbox]->conns, 1, memory_order_relaxed);
+	if (l->ingress)
+		ingress_accepted(c, l);
+	else
+		atomic_fetch_add_explicit(&w->e->sandboxes[l->sandbox]->conns, 1,
+					  memory_order_relaxed);
 	w->stats.accepted++;
 	c->w = w;
 	c->id = ((uint64_t)w->index << 48) | ++w->next_conn_seq;
 	c->cfd = res;
 	c->ufd = -1;
 	c->sandbox = l->sandbox;
+	c->ingress_path_fd = -1;
 	c->state = ST_HEAD;
 	c->start_ms = w->now_ms;
 	c->active_ms = w->now_ms;
@@ -535,7 +632,7 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 	if (w->live != NULL)
 		w->live->live_prev = c;
 	w->live = c;
-	if (l->tcp) {
+	if (l->tcp || l->ingress) {
 		c->flags |= F_TCP_CLIENT;
 		set_nodelay(c, OP_NODELAY_C, c->cfd);
 	}
@@ -892,6 +989,8 @@ static void head_parse(struct conn *c)
 		return;
 	timer_disarm(c->w->timers, &c->timer);
 	if (n < 0) {
+		if (c->ingress)
+			ingress_begin(c);
 		c->host_len = 0;
 		c->method_len = 0;
 		c->path_len = 0;
@@ -904,7 +1003,10 @@ static void head_parse(struct conn *c)
 	}
 	c->head_len = (uint32_t)n;
 	c->early_off = 0;
-	decide(c, &req);
+	if (c->ingress)
+		ingress_decide(c, &req);
+	else
+		decide(c, &req);
 }
 
 /* ---- resolving and connecting ------------------------------------------ */
@@ -1068,7 +1170,12 @@ static void connect_next(struct conn *c)
 	if (c->addr_next >= c->addr_count) {
 		bool timed_out = c->connect_err == -ETIMEDOUT || c->connect_err == -ECANCELED;
 		c->addr_next = 0;
-		respond(c, timed_out ? REASON_UPSTREAM_TIMEOUT : REASON_UPSTREAM_UNREACHABLE);
+		if (c->ingress)
+			respond(c,
+				REASON_AGENT_NOT_LISTENING); /* refused, or its backlog is full */
+		else
+			respond(c,
+				timed_out ? REASON_UPSTREAM_TIMEOUT : REASON_UPSTREAM_UNREACHABLE);
 		return;
 	}
 	c->state = ST_CONNECT;
@@ -1114,6 +1221,10 @@ static void tunnel_start(struct conn *c);
 
 static void on_connect(struct conn *c, int res)
 {
+	if (c->ingress_path_fd >= 0) {
+		close(c->ingress_path_fd); /* the connect has resolved the path */
+		c->ingress_path_fd = -1;
+	}
 	if (c->state != ST_CONNECT)
 		return;
 	if (res < 0) {
@@ -1129,6 +1240,266 @@ static void on_connect(struct conn *c, int res)
 		tunnel_start(c);
 	else
 		forward_start(c);
+}
+
+/* ---- ingress gateway ---------------------------------------------------- */
+
+/*
+ * A conn of the public listener reads a request head like any other; then
+ * the path, not a policy rule, picks the sandbox (core/ingress.h), the
+ * sandbox profile's `ingress` settings are applied (methods, body cap,
+ * limits), and the request is forwarded to the sandbox's ingress socket
+ * with the FORWARD machinery: the head rewritten for the agent, the bodies
+ * copied with their framing, the conn kept alive with its upstream for the
+ * next request to the same sandbox. A 101 turns the conn into a TUNNEL.
+ * Each request gets one "ingress" audit record, written when it ends.
+ */
+
+/* A gateway request begins: its record counts from here. */
+static void ingress_begin(struct conn *c)
+{
+	AN_ASSERT(c->ingress);
+	AN_ASSERT(!c->ingress_record || c->state == ST_HEAD);
+	c->ingress_record = true;
+	c->ingress_up0 = c->bytes_up + c->up.bytes;
+	c->ingress_down0 = c->bytes_down + c->down.bytes;
+	c->ingress_start_ms = c->w->now_ms;
+	c->ingress_id_len = 0;
+	c->decision_id = 0;
+	c->status = 0;
+	c->reason = REASON_NONE;
+	c->rule = NULL;
+	c->instruction = NULL;
+}
+
+/* The request's method, Host (as the client sent it) and public path, for answers and records. */
+static void ingress_request_copy(struct conn *c, const struct http1_request *req)
+{
+	request_copy(c, req);
+	size_t hlen = req->host_header != NULL && req->host_header_len <= LIMITS_HOST_BYTES_MAX
+			  ? req->host_header_len
+			  : 0;
+	if (hlen > 0)
+		memcpy(c->host, req->host_header, hlen);
+	c->host[hlen] = '\0';
+	c->host_len = (uint8_t)hlen;
+	c->port = 0;
+	AN_ASSERT(req->target >= c->head && req->target < c->head + c->head_len);
+	c->path_off = (uint16_t)(req->target - c->head);
+	c->path_len = (uint16_t)(req->target_len < UINT16_MAX ? req->target_len : UINT16_MAX);
+}
+
+/* The request no longer counts as open against its sandbox's `concurrent`. */
+static void ingress_release(struct conn *c)
+{
+	if (c->ingress_held == NULL)
+		return;
+	uint32_t open =
+	    atomic_fetch_sub_explicit(&c->ingress_held->ingress_open, 1, memory_order_relaxed);
+	AN_ASSERT(open > 0);
+	c->ingress_held = NULL;
+}
+
+/*
+ * The sandbox's gateway limits, shared by every worker (any of them may
+ * accept a request for any sandbox): requests open at once, then the rate.
+ * A request let through holds one of `concurrent` until it ends.
+ */
+static enum reason ingress_limits_refusal(struct conn *c, const struct verdict_ingress *in)
+{
+	struct engine_sandbox *sb = c->w->e->sandboxes[c->sandbox];
+	const struct verdict_limits *l = &in->limits;
+	struct timespec now;
+	uint32_t retry = 1;
+
+	AN_ASSERT(c->ingress_held == NULL);
+	if (l->requests_per_second == 0 && l->concurrent == 0)
+		return REASON_NONE;
+	uint32_t open = atomic_fetch_add_explicit(&sb->ingress_open, 1, memory_order_relaxed);
+	c->ingress_held = sb;
+	c->retry_after_s = 1;
+	if (l->concurrent != 0 && open >= l->concurrent) {
+		ingress_release(c);
+		return REASON_CONCURRENCY_LIMITED;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	uint64_t now_us = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+	if (!ratelimit_shared_take(&sb->ingress_rate, l, now_us, &retry)) {
+		ingress_release(c);
+		c->retry_after_s = retry;
+		return REASON_RATE_LIMITED;
+	}
+	c->retry_after_s = 0;
+	return REASON_NONE;
+}
+
+/* Where the request goes, or why not: the sandbox, its profile's gateway settings, limits. */
+static enum reason ingress_refusal(struct conn *c, const struct http1_request *req)
+{
+	struct worker *w = c->w;
+	const struct config *cfg = w->e->cfg;
+	struct ingress_target t;
+
+	if (req->form != HTTP1_FORM_ORIGIN)
+		return REASON_BAD_REQUEST;
+	int rc = ingress_route(cfg->ingress_prefix, strlen(cfg->ingress_prefix), req->target,
+			       req->target_len, &t);
+	if (rc != 0)
+		return rc == -EPERM ? REASON_PATH_NOT_ALLOWED : REASON_INGRESS_NOT_FOUND;
+	int64_t slot = ingress_routes_get(&w->routes, t.id, t.id_len);
+	if (slot < 0)
+		return REASON_INGRESS_NOT_FOUND;
+	c->ingress_id_off = (uint16_t)(t.id - c->head);
+	c->ingress_id_len = (uint8_t)t.id_len;
+	c->sandbox = (uint32_t)slot;
+	const struct snapshot_sandbox *under = snapshot_take(c);
+	if (under == NULL)
+		return REASON_INGRESS_NOT_FOUND;
+	const struct verdict_ingress *in =
+	    w->e->ops->profile_ingress(c->snap->policy, under->profile);
+	AN_ASSERT(in != NULL);
+	c->ingress_rules = in;
+	if (!in->enabled)
+		return REASON_INGRESS_NOT_FOUND;
+	if (!ingress_method_allowed(in, req->method, req->method_len))
+		return REASON_METHOD_NOT_ALLOWED;
+	if (req->body == HTTP1_BODY_LENGTH && req->content_length > in->body_bytes_max)
+		return REASON_BODY_TOO_LARGE;
+	return ingress_limits_refusal(c, in);
+}
+
+static void ingress_decide(struct conn *c, const struct http1_request *req)
+{
+	ingress_begin(c);
+	c->requests++;
+	c->w->stats.requests++;
+	c->retry_after_s = 0;
+	c->tier = TIER_LOCAL;
+	c->inject = NULL;
+	c->fake = NULL;
+	ingress_request_copy(c, req);
+	ingress_release(c);
+	enum reason refusal = ingress_refusal(c, req);
+	if (refusal != REASON_NONE) {
+		respond(c, refusal);
+		return;
+	}
+	c->ingress_upgrade = ingress_is_upgrade(req);
+	c->keep_alive = req->keep_alive;
+	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
+	c->req_body = (uint8_t)req->body;
+	/* Chunked: what the cap still allows (req_frame counts it down). */
+	c->req_left = req->body == HTTP1_BODY_CHUNKED ? c->ingress_rules->body_bytes_max
+						      : req->content_length;
+	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
+	uint64_t key = XXH3_64bits(c->head + c->ingress_id_off, c->ingress_id_len);
+	if (c->ufd >= 0 &&
+	    (key != c->upstream_key || !(c->flags & F_REUSABLE) || c->ingress_upgrade))
+		close_slot(c, &c->ufd);
+	c->flags &= (uint8_t)~F_REUSABLE;
+	c->upstream_key = key;
+	c->reused_upstream = c->ufd >= 0;
+	if (c->ufd >= 0)
+		forward_start(c);
+	else
+		ingress_connect(c);
+}
+
+/*
+ * Connects the routed sandbox's ingress socket, <socket_dir>/sandboxes/<id>/
+ * ingress.sock. A sandbox can write its own directory, so the name is opened
+ * O_PATH|O_NOFOLLOW and must be a socket, and the connect goes through
+ * /proc/self/fd: a symlink planted there cannot send a public request to
+ * another socket of the host (another sandbox's, a container runtime's).
+ */
+static void ingress_connect(struct conn *c)
+{
+	const struct config *cfg = c->w->e->cfg;
+	char id[CONFIG_SANDBOX_ID_BYTES_MAX], path[PATH_MAX];
+	struct stat st;
+
+	AN_ASSERT(c->ingress && c->ingress_id_len > 0 && c->head != NULL);
+	memcpy(id, c->head + c->ingress_id_off, c->ingress_id_len);
+	id[c->ingress_id_len] = '\0';
+	if (c->ingress_path_fd >= 0)
+		close(c->ingress_path_fd);
+	c->ingress_path_fd = -1;
+	size_t n = layout_sandbox_dir(cfg->socket_dir, id, path, sizeof(path)) == 0 ? strlen(path)
+										    : sizeof(path);
+	int fd = n + sizeof("/ingress.sock") <= sizeof(path)
+		     ? (memcpy(path + n, "/ingress.sock", sizeof("/ingress.sock")),
+			open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC))
+		     : -1;
+	if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))) {
+		close(fd);
+		fd = -1;
+	}
+	if (fd < 0) {
+		respond(c, REASON_AGENT_NOT_LISTENING); /* no `agentsnet run` holds the sandbox */
+		return;
+	}
+	c->ingress_path_fd = fd;
+	struct sockaddr_un *sun = conn_unix(c);
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	snprintf(sun->sun_path, sizeof(sun->sun_path), "/proc/self/fd/%d", fd);
+	c->flags |= F_UNIX_UP;
+	c->addr_count = 1;
+	c->addr_next = 0;
+	c->connect_err = 0;
+	connect_next(c);
+}
+
+/* Writes the agent's head for <req> into c->out (core/ingress.h). Bytes or -EMSGSIZE. */
+static ssize_t ingress_head(struct conn *c, const struct http1_request *req)
+{
+	const struct config *cfg = c->w->e->cfg;
+	struct ingress_target t;
+	char addr[INET6_ADDRSTRLEN] = "";
+	char prefix[512];
+
+	AN_ASSERT(c->ingress && c->out != NULL && c->ingress_rules != NULL);
+	int rc = ingress_route(cfg->ingress_prefix, strlen(cfg->ingress_prefix), req->target,
+			       req->target_len, &t);
+	AN_ASSERT(rc == 0); /* the same head was routed before */
+	if (c->client.sa.sa_family == AF_INET)
+		inet_ntop(AF_INET, &c->client.v4.sin_addr, addr, sizeof(addr));
+	else if (c->client.sa.sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &c->client.v6.sin6_addr, addr, sizeof(addr));
+	int n =
+	    snprintf(prefix, sizeof(prefix), "%s/%.*s", cfg->ingress_prefix, (int)t.id_len, t.id);
+	AN_ASSERT(n > 0 && (size_t)n < sizeof(prefix));
+	const struct ingress_client client = {
+		.addr = addr, .proto = "http", .prefix = prefix, .prefix_len = (size_t)n
+	};
+	return ingress_write_head(req, &t, c->ingress_rules, &client, c->out,
+				  WORKER_HEAD_BUFFER_BYTES);
+}
+
+/*
+ * The agent switched protocols (101 to an upgrade request): its answer goes
+ * to the client as is, and from then on the conn is a tunnel both ways.
+ */
+static void ingress_upgraded(struct conn *c)
+{
+	AN_ASSERT(c->ingress && c->ingress_upgrade);
+	AN_ASSERT(c->resp != NULL && c->resp_fill > 0);
+	if (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))) {
+		conn_close(c); /* answered before the request was out: not a peer to trust */
+		return;
+	}
+	audit_decision(c, true, 101);
+	c->state = ST_TUNNEL;
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	c->down.state = R_PRELUDE;
+	c->out_ptr = c->resp;
+	c->out_len = c->resp_fill;
+	c->out_off = 0;
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
+	c->up.state = R_PRELUDE;
+	if (c->flags & F_CLIENT_EOF)
+		c->up.eof = true;
+	up_prelude_step(c);
 }
 
 /* ---- tunnel ----------------------------------------------------------- */
@@ -1203,7 +1574,10 @@ static void up_prelude_step(struct conn *c)
 	}
 	if (c->ops & op_bit(OP_HEAD_RECV))
 		return; /* the cancelled receive may still deliver bytes */
-	buffers_release(c);
+	/* An upgraded gateway request keeps its buffers: the 101 may still be
+	 * going out of one, and its record needs the head's sandbox and path. */
+	if (!c->ingress)
+		buffers_release(c);
 	r->state = R_IDLE;
 	relay_arm(c, DIR_UP);
 }
@@ -1419,6 +1793,14 @@ static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
 	ssize_t m = http1_chunked_scan(&c->req_chunks, p, n);
 	if (m < 0)
 		return m;
+	if (c->ingress) {
+		/* The gateway's body cap, counted on the wire: the stream is cut there. */
+		if ((uint64_t)m > c->req_left) {
+			c->reason = REASON_BODY_TOO_LARGE;
+			return -1;
+		}
+		c->req_left -= (uint64_t)m;
+	}
 	c->req_done = c->req_chunks.done;
 	return m;
 }
@@ -1498,7 +1880,10 @@ static void forward_start(struct conn *c)
 	AN_ASSERT(n == (ssize_t)c->head_len);
 	if (c->out == NULL)
 		c->out = pool_take(&c->w->heads);
-	ssize_t len = c->out ? http1_write_origin_head(&req, c->out, WORKER_HEAD_BUFFER_BYTES) : -1;
+	ssize_t len = c->out == NULL ? -1
+		      : c->ingress
+			  ? ingress_head(c, &req)
+			  : http1_write_origin_head(&req, c->out, WORKER_HEAD_BUFFER_BYTES);
 	if (len < 0) {
 		respond(c, c->out ? REASON_HEADERS_TOO_LARGE : REASON_OVERLOADED);
 		return;
@@ -1563,6 +1948,14 @@ static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 	struct relay *r = &c->up;
 
 	if (res <= 0 && !(rop == ROP_RECV && (res == -ENOBUFS || res == -EAGAIN))) {
+		if (c->ingress && rop == ROP_SEND && !c->resp_head_done &&
+		    (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV)))) {
+			/* The bridge closed as the agent's port refused it: the down
+			 * receive sees the end and answers agent_not_listening. */
+			r->state = R_IDLE;
+			c->flags |= F_NO_KEEPALIVE;
+			return;
+		}
 		conn_close(c); /* client gone mid-body, or upstream refused our bytes */
 		return;
 	}
@@ -1621,10 +2014,14 @@ static void fwd_no_response(struct conn *c)
 		close_slot(c, &c->ufd);
 		c->out_off = 0;
 		c->state = ST_CONNECT;
-		connect_next(c);
+		if (c->ingress)
+			ingress_connect(c);
+		else
+			connect_next(c);
 		return;
 	}
-	respond(c, REASON_UPSTREAM_UNREACHABLE);
+	/* The bridge took the connection, but nothing listens on the agent's port. */
+	respond(c, c->ingress ? REASON_AGENT_NOT_LISTENING : REASON_UPSTREAM_UNREACHABLE);
 }
 
 /* Parses the response head gathered in c->resp; sends it when complete. */
@@ -1637,8 +2034,13 @@ static void fwd_resp_head(struct conn *c)
 		fwd_down_recv(c);
 		return;
 	}
-	if (n < 0 || resp.status == 101) {
+	bool upgrade = resp.status == 101 && c->ingress && c->ingress_upgrade;
+	if (n < 0 || (resp.status == 101 && !upgrade)) {
 		respond(c, REASON_UPSTREAM_BAD_RESPONSE);
+		return;
+	}
+	if (upgrade) {
+		ingress_upgraded(c);
 		return;
 	}
 	c->resp_head_len = (uint32_t)n;
@@ -1765,6 +2167,10 @@ static void request_finish(struct conn *c)
 
 	if (c->state != ST_FORWARD || !c->req_done || !c->resp_done || (c->ops & busy))
 		return;
+	if (c->ingress) {
+		ingress_audit(c);
+		ingress_release(c); /* an idle conn holds no request open */
+	}
 	const char *p;
 	uint32_t next_len = early_peek(c, &p);
 	/* A pipelined next request is carried over when it sits in the head buffer. */
@@ -2827,6 +3233,7 @@ static void respond(struct conn *c, enum reason why)
 {
 	struct worker *w = c->w;
 	char audit_id[AUDIT_ID_BYTES];
+	char sandbox_id[CONFIG_SANDBOX_ID_BYTES_MAX];
 
 	if (c->state == ST_CLOSING)
 		return;
@@ -2853,7 +3260,7 @@ static void respond(struct conn *c, enum reason why)
 		.host = c->host_len ? c->host : NULL,
 		.host_len = c->host_len,
 		.port = c->port,
-		.sandbox = conn_sandbox(c)->id,
+		.sandbox = conn_sandbox_id(c, sandbox_id),
 		.audit_id = audit_id,
 		.retry_after_s = c->retry_after_s != 0       ? c->retry_after_s
 				 : reason_status(why) == 503 ? 1u
@@ -3011,10 +3418,13 @@ void conn_on_timer(struct conn *c)
 
 	switch (c->state) {
 	case ST_HEAD:
-		if (c->head_fill == 0)
+		if (c->head_fill == 0) {
 			conn_close(c); /* idle keep-alive, or a client that never spoke */
-		else
+		} else {
+			if (c->ingress)
+				ingress_begin(c);
 			respond(c, REASON_REQUEST_TIMEOUT);
+		}
 		break;
 	case ST_RESOLVE:
 		respond(c, REASON_DNS_FAILED);

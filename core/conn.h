@@ -17,6 +17,7 @@
 #include "core/pipepool.h"
 #include "core/timer.h"
 
+struct engine_sandbox;
 struct worker;
 struct worker_listener;
 
@@ -148,6 +149,21 @@ struct conn {
 	struct http1_chunked resp_chunks;
 	uint64_t bytes_up;
 	uint64_t bytes_down;
+	/* The ingress gateway: a conn accepted on the public listener. Its
+	 * sandbox (c->sandbox, per request) comes from the path; the id is a
+	 * view into the head buffer, so it costs a conn nothing to keep. */
+	bool ingress;
+	bool ingress_upgrade;    /* the request asks to switch protocols */
+	bool ingress_record;     /* a request is under way: its record is still to be written */
+	uint8_t ingress_id_len;  /* 0: not routed (yet) */
+	uint16_t ingress_id_off; /* in the head buffer */
+	int32_t ingress_path_fd; /* O_PATH of the agent's socket while connecting, -1: none */
+	uint64_t ingress_up0;    /* bytes_up and bytes_down when the request began */
+	uint64_t ingress_down0;
+	uint64_t ingress_start_ms;
+	const struct verdict_ingress *ingress_rules; /* the sandbox profile's, borrowed */
+	struct engine_sandbox *ingress_held;         /* whose ingress_open this request counts in */
+	union conn_addr client;                      /* the public client's address */
 } __attribute__((aligned(16)));
 
 /* Handles a listener's accept completion (<res> is the new fixed slot or -errno). */

@@ -20,6 +20,7 @@
  *   sandbox add <id> <profile> owned -> the same, tied to the caller's process
  *   sandbox rm <id>            -> ok
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <directory>"
+ *   sandbox url <id>           -> ok <public URL> (or error no_ingress / no_such_sandbox)
  *   policy reload              -> ok policy generation <n>: ... (or error reload_refused)
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
  *   errors                     -> error <code> <message>
@@ -97,6 +98,23 @@ static void count_one(void *arg, const struct engine_sandbox *sb)
 {
 	(void)sb;
 	(*(uint32_t *)arg)++;
+}
+
+static void handle_url(struct engine *e, const char *id, struct answer *a)
+{
+	char url[4096];
+
+	AN_ASSERT(id != NULL);
+	int ret = engine_ingress_url(e, id, url, sizeof(url));
+	AN_ASSERT(ret <= 0);
+	if (ret == 0)
+		answer_add(a, "ok %s\n", url);
+	else if (ret == -ENOTCONN)
+		answer_add(a, "error no_ingress the daemon serves no ingress gateway\n");
+	else if (ret == -ENOENT)
+		answer_add(a, "error no_such_sandbox no sandbox %s is registered\n", id);
+	else
+		answer_add(a, "error bad_request the public URL of %s is too long\n", id);
 }
 
 static void handle_add(struct engine *e, const char *id, const char *profile,
@@ -217,6 +235,8 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 				handle_add(e, w[2], w[3], owner, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {
 			handle_rm(e, w[2], &a);
+		} else if (sandbox && count == 3 && strcmp(w[1], "url") == 0) {
+			handle_url(e, w[2], &a);
 		} else if (count == 2 && strcmp(w[0], "policy") == 0 &&
 			   strcmp(w[1], "reload") == 0) {
 			handle_reload(e, &a);

@@ -125,50 +125,111 @@ static int listen_unix(struct engine_sandbox *sb, const char *socket_dir)
 	return 0;
 }
 
-static int parse_tcp_addr(const char *text, struct sockaddr_in *out)
+/* "a.b.c.d:port" or "[v6]:port" (as the loader normalised it) into <out>. 0 or -EINVAL. */
+static int parse_inet_addr(const char *text, struct sockaddr_storage *out, socklen_t *len)
 {
 	char host[64];
 	const char *colon = strrchr(text, ':');
 
 	if (colon == NULL || (size_t)(colon - text) >= sizeof(host))
 		return -EINVAL;
-	memcpy(host, text, (size_t)(colon - text));
-	host[colon - text] = '\0';
+	const char *h = text;
+	size_t hlen = (size_t)(colon - text);
+	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+		h++;
+		hlen -= 2;
+	}
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
 	unsigned long port = 0;
 	for (const char *d = colon + 1; *d != '\0'; d++) {
 		if (*d < '0' || *d > '9' || port > 65535)
 			return -EINVAL;
 		port = port * 10 + (unsigned long)(*d - '0');
 	}
-	memset(out, 0, sizeof(*out));
-	out->sin_family = AF_INET;
-	out->sin_port = htons((uint16_t)port);
-	if (port == 0 || port > 65535 || inet_pton(AF_INET, host, &out->sin_addr) != 1)
+	if (port == 0 || port > 65535)
 		return -EINVAL;
-	return 0;
+	memset(out, 0, sizeof(*out));
+	struct sockaddr_in *v4 = (struct sockaddr_in *)out;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)out;
+	if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons((uint16_t)port);
+		*len = sizeof(*v4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*v6);
+		return 0;
+	}
+	return -EINVAL;
 }
 
-static int listen_tcp(const char *text)
+/* A listening TCP socket on <text> (SO_REUSEPORT: one per worker); <what> names it in logs. */
+static int listen_inet(const char *what, const char *text)
 {
-	struct sockaddr_in sin;
+	struct sockaddr_storage ss;
+	socklen_t len = 0;
 	int one = 1;
 
-	if (parse_tcp_addr(text, &sin) != 0) {
-		log_error("tcp_listen %s: not an IPv4 address:port", text);
+	if (parse_inet_addr(text, &ss, &len) != 0) {
+		log_error("%s %s: not an address:port", what, text);
 		return -EINVAL;
 	}
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd == -1)
 		return -errno;
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == -1 ||
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == -1 ||
-	    bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == -1 || listen(fd, 4096) == -1) {
+	    bind(fd, (struct sockaddr *)&ss, len) == -1 || listen(fd, 4096) == -1) {
 		int ret = -errno;
-		log_error("tcp_listen %s: %s", text, strerror(-ret));
 		close(fd);
 		return ret;
 	}
 	return fd;
+}
+
+static int listen_tcp(const char *text)
+{
+	int fd = listen_inet("tcp_listen", text);
+
+	if (fd < 0 && fd != -EINVAL)
+		log_error("tcp_listen %s: %s", text, strerror(-fd));
+	return fd;
+}
+
+/*
+ * The public listener of worker <w>: -errno when it cannot be had. On the
+ * embedded default (cfg.ingress_optional) a port already taken turns the
+ * gateway off with a warning instead, for every worker, and gives 0.
+ */
+static int ingress_listen(struct engine *e, struct worker *w)
+{
+	const struct config *cfg = e->cfg;
+
+	AN_ASSERT(cfg->ingress_listen != NULL);
+	if (!e->ingress_on)
+		return 0;
+	int fd = listen_inet("ingress.listen", cfg->ingress_listen);
+	if (fd == -EADDRINUSE && cfg->ingress_optional && w->index == 0) {
+		log_warn("ingress %s: %s: the gateway is off (give the daemon another "
+			 "address with --ingress ADDR)",
+			 cfg->ingress_listen, strerror(-fd));
+		e->ingress_on = false;
+		return 0;
+	}
+	if (fd < 0) {
+		if (fd != -EINVAL)
+			log_error("ingress %s: %s", cfg->ingress_listen, strerror(-fd));
+		return fd;
+	}
+	if (worker_ingress_listener_add(w, fd) != 0) {
+		close(fd);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 static uint32_t worker_count_for(const struct config *cfg)
@@ -261,6 +322,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 		 e->ops->profile_name(now->policy, profile));
 	snapshot_sandbox_set(e, now, idx, profile);
 	sb->generation++;
+	atomic_store_explicit(&sb->ingress_rate.tat_us, 0, memory_order_relaxed);
 	sb->dynamic = dynamic;
 	sb->worker = e->next_worker++ % e->worker_count;
 	int ret = listen_unix(sb, e->cfg->socket_dir);
@@ -487,6 +549,17 @@ static int worker_prepare(struct engine *e, struct worker *w, uint32_t index)
 		if (worker_listener_add(w, sb->listen_fd, i, false) != 0)
 			return -ENOMEM;
 	}
+	for (uint32_t i = 0; e->ingress_on && i < e->sandbox_used; i++) {
+		const struct engine_sandbox *sb = e->sandboxes[i];
+		if (sb->state == SANDBOX_ACTIVE &&
+		    ingress_routes_put(&w->routes, sb->id, strlen(sb->id), i) != 0)
+			return -ENOMEM;
+	}
+	if (cfg->ingress_listen != NULL) {
+		int ret = ingress_listen(e, w);
+		if (ret != 0)
+			return ret;
+	}
 	if (cfg->tcp_listen != NULL) {
 		int fd = listen_tcp(cfg->tcp_listen);
 		if (fd < 0)
@@ -573,6 +646,26 @@ static int snapshot_first(struct engine *e)
 	return 0;
 }
 
+int engine_ingress_url(struct engine *e, const char *id, char *out, size_t cap)
+{
+	const struct config *cfg = e->cfg;
+
+	AN_ASSERT(id != NULL && out != NULL);
+	if (!e->ingress_on)
+		return -ENOTCONN;
+	pthread_mutex_lock(&e->lock);
+	bool known = sandbox_find(e, id) >= 0;
+	pthread_mutex_unlock(&e->lock);
+	if (!known)
+		return -ENOENT;
+	int n =
+	    cfg->ingress_public_url != NULL
+		? snprintf(out, cap, "%s%s/%s", cfg->ingress_public_url, cfg->ingress_prefix, id)
+		: snprintf(out, cap, "http://%s%s/%s", cfg->ingress_listen, cfg->ingress_prefix,
+			   id);
+	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
+}
+
 int engine_start(struct engine *e)
 {
 	uint32_t started = 0;
@@ -589,6 +682,7 @@ int engine_start(struct engine *e)
 	}
 	for (uint32_t i = 0; i < e->worker_count; i++)
 		e->workers[i].wake_fd = -1;
+	e->ingress_on = e->cfg->ingress_listen != NULL;
 	ret = sandboxes_open(e);
 	for (uint32_t i = 0; ret == 0 && i < e->worker_count; i++)
 		ret = worker_prepare(e, &e->workers[i], i);
@@ -609,8 +703,9 @@ int engine_start(struct engine *e)
 		return ret;
 	}
 	registry_adopt(e);
-	log_info("serving %u sandboxes on %u workers%s%s", e->sandbox_active, e->worker_count,
-		 e->cfg->tcp_listen ? ", tcp " : "", e->cfg->tcp_listen ? e->cfg->tcp_listen : "");
+	log_info("serving %u sandboxes on %u workers%s%s%s%s", e->sandbox_active, e->worker_count,
+		 e->cfg->tcp_listen ? ", tcp " : "", e->cfg->tcp_listen ? e->cfg->tcp_listen : "",
+		 e->ingress_on ? ", ingress " : "", e->ingress_on ? e->cfg->ingress_listen : "");
 	return 0;
 }
 
@@ -620,6 +715,22 @@ int engine_stop(struct engine *e)
 	snapshots_free(e);
 	pthread_mutex_destroy(&e->lock);
 	return atomic_load(&e->leaks) == 0 ? 0 : -EFAULT;
+}
+
+/*
+ * Tells every worker's gateway that <id> is (or is no longer) sandbox slot
+ * <idx>. A worker that gets no command (out of memory: logged) answers 404
+ * for the sandbox; a removed one's stale route leads to a socket that is
+ * gone (502), never to another sandbox: the socket's path is the id's.
+ */
+static void routes_post(struct engine *e, enum worker_cmd_kind kind, const char *id, uint32_t idx)
+{
+	AN_ASSERT(kind == WORKER_CMD_ROUTE_ADD || kind == WORKER_CMD_ROUTE_DEL);
+	AN_ASSERT(idx < LIMITS_SANDBOXES_MAX);
+	for (uint32_t i = 0; e->ingress_on && i < e->worker_count; i++) {
+		if (worker_route_post(&e->workers[i], kind, id, idx) != 0)
+			log_error("sandbox %s: no memory for worker %u's ingress route", id, i);
+	}
 }
 
 /*
@@ -656,6 +767,7 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 			 strerror(errno));
 	*cmd = (struct worker_cmd){ .kind = WORKER_CMD_ADD, .sandbox = (uint32_t)idx };
 	worker_cmd_post(&e->workers[sb->worker], cmd); /* the worker frees it */
+	routes_post(e, WORKER_CMD_ROUTE_ADD, id, (uint32_t)idx);
 	return 0;
 }
 
@@ -686,6 +798,7 @@ static int sandbox_remove(struct engine *e, const char *id, bool file)
 		return ret;
 	}
 	sb->state = SANDBOX_REMOVING;
+	routes_post(e, WORKER_CMD_ROUTE_DEL, id, (uint32_t)idx);
 	cmd.sandbox = (uint32_t)idx;
 	struct worker *w = &e->workers[sb->worker];
 	worker_cmd_post(w, &cmd);

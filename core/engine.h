@@ -35,6 +35,7 @@
 #include <sys/types.h>
 
 #include "core/config.h"
+#include "core/ratelimit.h"
 #include "core/ring.h"
 #include "core/snapshot.h"
 #include "core/term.h"
@@ -78,6 +79,11 @@ struct engine_sandbox {
 	char path[108];            /* the socket's path (sun_path) */
 	struct engine_owner owner; /* pid 0: none (written under engine.lock) */
 	uint32_t generation;       /* bumped each time the slot opens: buckets follow it */
+	/* The gateway's limits for it, shared by every worker (core/ratelimit.h):
+	 * its rate (reset when the slot opens) and its public requests open
+	 * now (never reset: each request gives back what it took). */
+	struct ratelimit_shared ingress_rate;
+	_Atomic uint32_t ingress_open;
 };
 
 struct engine {
@@ -112,7 +118,9 @@ struct engine {
 	_Atomic(struct snapshot *) current;
 	struct snapshot *retired; /* earlier ones not yet freed, under <lock> */
 	_Atomic uint64_t *seen;   /* owned: per worker, the generation it adopted */
-	uint64_t reloads;         /* snapshots published after the first */
+	/* The gateway serves (cfg.ingress_listen, and its port was had). Set at start. */
+	bool ingress_on;
+	uint64_t reloads; /* snapshots published after the first */
 };
 
 /*
@@ -185,6 +193,14 @@ void engine_policy_collect(struct engine *e);
 /* Calls <fn> for every active sandbox, under the lock. */
 void engine_sandbox_foreach(struct engine *e, void *arg,
 			    void (*fn)(void *arg, const struct engine_sandbox *sb));
+
+/*
+ * Writes sandbox <id>'s public URL (the gateway's base, its prefix, "/<id>":
+ * what the agent is told as AGENT_PUBLIC_URL) to <out>/<cap>. 0, -ENOTCONN
+ * (the daemon has no gateway), -ENOENT (no such sandbox) or -ENAMETOOLONG.
+ * Control path (takes the lock).
+ */
+int engine_ingress_url(struct engine *e, const char *id, char *out, size_t cap);
 
 /* True when <id> is a valid sandbox id. */
 bool engine_sandbox_id_valid(const char *id);

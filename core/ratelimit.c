@@ -32,6 +32,31 @@
 
 #define MILLI 1000u
 
+bool ratelimit_shared_take(struct ratelimit_shared *s, const struct verdict_limits *l,
+			   uint64_t now_us, uint32_t *retry_after_s)
+{
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(retry_after_s != NULL);
+	if (l->requests_per_second == 0)
+		return true;
+	uint64_t burst = l->burst != 0 ? l->burst : l->requests_per_second;
+	uint64_t interval = 1000000u / l->requests_per_second; /* >= 1: rates are <= 10^6 */
+	uint64_t tolerance = (burst - 1) * interval; /* how far ahead the due time may run */
+	uint64_t tat = atomic_load_explicit(&s->tat_us, memory_order_relaxed);
+	for (;;) {
+		uint64_t from = tat > now_us ? tat : now_us;
+		if (from - now_us > tolerance) {
+			uint64_t wait_us = from - now_us - tolerance;
+			*retry_after_s = (uint32_t)((wait_us + 999999u) / 1000000u);
+			return false;
+		}
+		if (atomic_compare_exchange_weak_explicit(&s->tat_us, &tat, from + interval,
+							  memory_order_relaxed,
+							  memory_order_relaxed))
+			return true;
+	}
+}
+
 bool ratelimit_take(struct ratelimit *b, const struct verdict_limits *l, uint32_t generation,
 		    uint64_t now_ms, uint32_t *retry_after_s)
 {

@@ -3,10 +3,16 @@
  * (no locks, no atomics), refilled from the loop-turn clock: a token bucket
  * per sandbox for its profile's limits, and a worker-local table of one
  * bucket and one connection count per (sandbox, rule) for rules' limits.
+ *
+ * Limits that every worker must share (the ingress gateway's: any worker
+ * may accept a public request for any sandbox) use ratelimit_shared: the
+ * generic cell rate algorithm, whose whole state is one "theoretical
+ * arrival time", so a take is one compare-and-swap and never a lock.
  */
 #ifndef AN_CORE_RATELIMIT_H
 #define AN_CORE_RATELIMIT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -32,6 +38,21 @@ struct ratelimit {
  */
 bool ratelimit_take(struct ratelimit *b, const struct verdict_limits *l, uint32_t generation,
 		    uint64_t now_ms, uint32_t *retry_after_s);
+
+/* A rate limit any thread may take from. Zeroed: unused (every take is then on time). */
+struct ratelimit_shared {
+	_Atomic uint64_t tat_us; /* when the next request is due, microseconds */
+};
+
+/*
+ * Takes one request at <now_us> (a monotonic clock) under <l>'s
+ * requests_per_second and burst (0: unlimited, always true): at most burst
+ * at once, then one each 1/rate second. Returns true when the request may
+ * go; false with *<retry_after_s> (>= 1) the whole seconds until one may.
+ * Any thread, lock-free.
+ */
+bool ratelimit_shared_take(struct ratelimit_shared *s, const struct verdict_limits *l,
+			   uint64_t now_us, uint32_t *retry_after_s);
 
 /* Whose limits an entry of a ratelimit_table keeps. All four fields are the key. */
 struct ratelimit_key {

@@ -68,6 +68,12 @@ static const struct reason_row reason_rows[] = {
 				     "This host's rule does not relay protocol upgrades (WebSocket); use plain HTTPS requests." },
 	[REASON_UPSTREAM_TLS_FAILED] = { "upstream_tls_failed", 502,
 					 "The upstream's TLS certificate did not verify; no credential was sent. Do not retry; tell the operator." },
+	[REASON_INGRESS_NOT_FOUND] = { "ingress_not_found", 404,
+				       "No sandbox is served at this path; check the URL the agent gave out." },
+	[REASON_PATH_NOT_ALLOWED] = { "path_not_allowed", 400,
+				      "The path holds dot segments, encoded slashes or double encoding; send it plainly." },
+	[REASON_AGENT_NOT_LISTENING] = { "agent_not_listening", 502,
+					 "The sandbox's agent is not accepting connections on its ingress port; retry later." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 
@@ -110,6 +116,8 @@ const char *reason_phrase(uint16_t status)
 		return "Bad Request";
 	case 403:
 		return "Forbidden";
+	case 404:
+		return "Not Found";
 	case 405:
 		return "Method Not Allowed";
 	case 408:

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 4
+#define REASON_CONTRACT_VERSION 5
 
 enum tier {
 	TIER_DENY = 0,
@@ -51,6 +51,9 @@ enum reason {
 	REASON_REDIRECT_DENIED,
 	REASON_RESPONSE_TRUNCATED,
 	REASON_UPGRADE_REFUSED,
+	REASON_INGRESS_NOT_FOUND,
+	REASON_PATH_NOT_ALLOWED,
+	REASON_AGENT_NOT_LISTENING,
 	REASON__COUNT,
 };
 

@@ -27,6 +27,31 @@ struct verdict_limits {
 	uint32_t concurrent; /* connections open at once */
 };
 
+/*
+ * What the ingress gateway applies to requests for a sandbox on a profile
+ * (the profile's `ingress:` section, or the defaults), immutable and
+ * borrowed from the snapshot.
+ */
+#define VERDICT_INGRESS_METHODS_MAX 16u
+#define VERDICT_INGRESS_STRIP_MAX   32u
+/* The methods a profile without `ingress.methods` accepts. */
+#define VERDICT_INGRESS_METHODS_DEFAULT "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
+/* Request body bytes a profile without `ingress.body_bytes` accepts (413 past it). */
+#define VERDICT_INGRESS_BODY_DEFAULT (10u * 1024u * 1024u)
+struct verdict_ingress {
+	bool enabled; /* false (`ingress: {enabled: false}`): the public path is 404 */
+	/* Accepted methods, upper-case RFC 9110 tokens, compared exactly; a
+	 * request with any other is answered 405. Never empty. */
+	uint32_t method_count;
+	const char *methods[VERDICT_INGRESS_METHODS_MAX];
+	/* Header names (lower case) removed from every request before the sandbox sees it,
+	 * beside the hop-by-hop and forwarding headers the gateway always removes. */
+	uint32_t strip_count;
+	const char *strip_headers[VERDICT_INGRESS_STRIP_MAX];
+	uint64_t body_bytes_max; /* request body cap, 1.. (413 before the sandbox sees a byte) */
+	struct verdict_limits limits; /* per sandbox: rate (429) and requests open at once */
+};
+
 /* verdict.rule_index when no rule's limits apply. */
 #define VERDICT_RULE_NONE UINT32_MAX
 
@@ -120,6 +145,8 @@ struct verdict_ops {
 	const char *(*profile_name)(const void *policy, uint32_t index);
 	/* The limits of profile <index>. */
 	void (*profile_limits)(const void *policy, uint32_t index, struct verdict_limits *out);
+	/* The ingress settings of profile <index>; never NULL (the defaults when it has none). */
+	const struct verdict_ingress *(*profile_ingress)(const void *policy, uint32_t index);
 	/* Profiles and rules in the snapshot. */
 	uint32_t (*profile_count)(const void *policy);
 	uint32_t (*rule_count)(const void *policy);

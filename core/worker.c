@@ -25,6 +25,7 @@
 
 #include "core/an.h"
 #include "core/audit.h"
+#include "core/compat.h"
 #include "core/conn.h"
 #include "core/engine.h"
 #include "core/limits.h"
@@ -40,7 +41,13 @@ struct worker_cqe {
 static void accept_arm(struct worker *w, struct worker_listener *l)
 {
 	struct io_uring_sqe *sqe = ring_sqe(&w->ring);
-	io_uring_prep_multishot_accept_direct(sqe, l->fd, NULL, NULL, SOCK_NONBLOCK);
+	if (l->ingress) {
+		l->peer_len = sizeof(l->peer);
+		compat_prep_accept_direct_alloc(sqe, l->fd, (struct sockaddr *)&l->peer,
+						&l->peer_len, SOCK_NONBLOCK);
+	} else {
+		io_uring_prep_multishot_accept_direct(sqe, l->fd, NULL, NULL, SOCK_NONBLOCK);
+	}
 	io_uring_sqe_set_data64(sqe, ud_encode(l, WORKER_OP_ACCEPT));
 	l->armed = true;
 }
@@ -183,6 +190,7 @@ static void worker_teardown(struct worker *w)
 	AN_FREE(&w->timers);
 	AN_FREE(&w->buckets);
 	ratelimit_table_free(&w->rule_buckets);
+	ingress_routes_free(&w->routes);
 	if (w->term != NULL)
 		w->e->term->worker_free(w->term);
 	w->term = NULL;
@@ -239,6 +247,32 @@ int worker_listener_add(struct worker *w, int fd, uint32_t sandbox, bool tcp)
 	return 0;
 }
 
+int worker_ingress_listener_add(struct worker *w, int fd)
+{
+	int ret = worker_listener_add(w, fd, WORKER_NO_SANDBOX, false);
+
+	AN_ASSERT(fd >= 0);
+	if (ret == 0)
+		w->listeners->ingress = true;
+	return ret;
+}
+
+int worker_route_post(struct worker *w, enum worker_cmd_kind kind, const char *id, uint32_t sandbox)
+{
+	size_t len = strlen(id);
+
+	AN_ASSERT(kind == WORKER_CMD_ROUTE_ADD || kind == WORKER_CMD_ROUTE_DEL);
+	AN_ASSERT(len > 0 && len < CONFIG_SANDBOX_ID_BYTES_MAX);
+	struct worker_cmd *cmd = pool_calloc(1, sizeof(*cmd));
+	if (cmd == NULL)
+		return -ENOMEM;
+	cmd->kind = kind;
+	cmd->sandbox = sandbox;
+	memcpy(cmd->id, id, len + 1);
+	worker_cmd_post(w, cmd);
+	return 0;
+}
+
 static void listener_unlink(struct worker *w, struct worker_listener *l)
 {
 	AN_ASSERT(!l->armed);
@@ -252,7 +286,7 @@ static void listener_unlink(struct worker *w, struct worker_listener *l)
 	if (l->paused)
 		w->listeners_paused--;
 	w->listener_count--;
-	if (l->tcp)
+	if (l->tcp || l->ingress)
 		close(l->fd);
 	pool_free(l);
 }
@@ -309,7 +343,7 @@ static void cmd_complete(struct worker *w, struct worker_cmd *cmd)
 static struct worker_listener *listener_of(struct worker *w, uint32_t sandbox)
 {
 	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
-		if (l->sandbox == sandbox && !l->tcp)
+		if (l->sandbox == sandbox && !l->tcp && !l->ingress)
 			return l;
 	}
 	return NULL;
@@ -327,6 +361,22 @@ static void cmd_remove_begin(struct worker *w, struct worker_cmd *cmd)
 	conns_abort(w, cmd->sandbox);
 	cmd->next = w->removals;
 	w->removals = cmd;
+}
+
+/* Applies a route command to the gateway's table of this worker. */
+static void cmd_route(struct worker *w, const struct worker_cmd *cmd)
+{
+	size_t len = strnlen(cmd->id, sizeof(cmd->id));
+
+	AN_ASSERT(len > 0 && len < sizeof(cmd->id));
+	if (cmd->kind == WORKER_CMD_ROUTE_DEL) {
+		ingress_routes_del(&w->routes, cmd->id, len, cmd->sandbox);
+		return;
+	}
+	AN_ASSERT(cmd->kind == WORKER_CMD_ROUTE_ADD);
+	if (ingress_routes_put(&w->routes, cmd->id, len, cmd->sandbox) != 0)
+		log_error("worker %u: sandbox %s: no memory for its ingress route", w->index,
+			  cmd->id);
 }
 
 static void run_cmds(struct worker *w)
@@ -349,6 +399,11 @@ static void run_cmds(struct worker *w)
 		list = cmd->next;
 		if (cmd->kind == WORKER_CMD_REMOVE) {
 			cmd_remove_begin(w, cmd);
+			continue;
+		}
+		if (cmd->kind == WORKER_CMD_ROUTE_ADD || cmd->kind == WORKER_CMD_ROUTE_DEL) {
+			cmd_route(w, cmd);
+			pool_free(cmd);
 			continue;
 		}
 		const struct engine_sandbox *sb = w->e->sandboxes[cmd->sandbox];

@@ -10,7 +10,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <sys/socket.h>
+
+#include "core/config.h"
 #include "core/dns.h"
+#include "core/ingress.h"
 #include "core/pipepool.h"
 #include "core/pool.h"
 #include "core/ratelimit.h"
@@ -36,15 +40,25 @@ struct worker_listener {
 	int fd;           /* borrowed from the sandbox (or owned: TCP, see tcp) */
 	uint32_t sandbox; /* index in engine->sandboxes */
 	bool tcp;         /* TCP listener: owned by this worker (SO_REUSEPORT) */
+	bool ingress;     /* the public listener (owned, SO_REUSEPORT): no sandbox */
 	bool armed;       /* multishot accept in flight */
 	bool paused;      /* accept failed: re-armed after WORKER_ACCEPT_RETRY_MS */
 	bool removing;    /* its sandbox is being removed: freed once disarmed */
 	uint64_t retry_at_ms;
+	/* The ingress listener accepts one at a time, into here: the gateway
+	 * needs each client's address, which a multishot accept does not keep. */
+	struct sockaddr_storage peer;
+	socklen_t peer_len;
 } __attribute__((aligned(16)));
 
+/* worker_listener.sandbox, and conn.sandbox, of the public listener's conns before routing. */
+#define WORKER_NO_SANDBOX UINT32_MAX
+
 enum worker_cmd_kind {
-	WORKER_CMD_ADD = 0, /* start accepting on sandbox <sandbox>'s socket */
-	WORKER_CMD_REMOVE,  /* stop accepting, abort its conns; done when all are gone */
+	WORKER_CMD_ADD = 0,   /* start accepting on sandbox <sandbox>'s socket */
+	WORKER_CMD_REMOVE,    /* stop accepting, abort its conns; done when all are gone */
+	WORKER_CMD_ROUTE_ADD, /* the gateway routes <id> to <sandbox> (sent to every worker) */
+	WORKER_CMD_ROUTE_DEL, /* ... no longer */
 };
 
 /* A request from the control path; the sender owns it and waits on <done> for removals. */
@@ -52,6 +66,7 @@ struct worker_cmd {
 	struct worker_cmd *next;
 	enum worker_cmd_kind kind;
 	uint32_t sandbox;
+	char id[CONFIG_SANDBOX_ID_BYTES_MAX]; /* the route commands' sandbox id */
 	bool done; /* set under the worker's cmd_lock, signalled on cmd_done */
 };
 
@@ -86,6 +101,7 @@ struct worker {
 	uint32_t listener_count;
 	uint32_t listeners_paused;
 	struct worker_listener *listeners; /* owned list */
+	struct ingress_routes routes;      /* the gateway's sandbox ids (core/ingress.h) */
 	pthread_mutex_t cmd_lock;          /* guards cmds and every cmd's done */
 	pthread_cond_t cmd_done;
 	struct worker_cmd *cmds;     /* queued by the control path, taken on wake-up */
@@ -125,6 +141,14 @@ void worker_cmd_post(struct worker *w, struct worker_cmd *cmd);
 int worker_cmd_wait(struct worker *w, struct worker_cmd *cmd, uint32_t timeout_ms);
 /* Adds a listener for sandbox <sandbox> on <fd> before the worker starts. 0 or -ENOMEM. */
 int worker_listener_add(struct worker *w, int fd, uint32_t sandbox, bool tcp);
+/* Adds the public listener <fd> (the worker owns it) before the worker starts. 0 or -ENOMEM. */
+int worker_ingress_listener_add(struct worker *w, int fd);
+/*
+ * Posts route command <kind> (WORKER_CMD_ROUTE_ADD or _DEL) for sandbox <id>
+ * in slot <sandbox> to worker <w>, which frees it. Any thread; 0 or -ENOMEM.
+ */
+int worker_route_post(struct worker *w, enum worker_cmd_kind kind, const char *id,
+		      uint32_t sandbox);
 /* Frees the listeners (closing owned TCP ones). The worker thread has ended. */
 void worker_listeners_free(struct worker *w);
 

@@ -31,10 +31,19 @@
  * and a failed load frees, so wipes, what it read. verdict.inject comes from
  * a table by rule index, as verdict.fake does.
  *
+ * The ingress gateway has two sections: daemon.ingress (the public
+ * listener, staged into the config like every daemon key) and a profile's
+ * `ingress` (what the gateway lets through to its sandboxes). A profile
+ * without the section points at one static struct of defaults; one with it
+ * owns a block holding its struct verdict_ingress and the names it points
+ * to, so the pointers the engine borrows stay put while the profiles array
+ * grows, and 65536 profiles without a section cost a pointer each.
+ *
  * Checklist when adding a key: the key table and the switch of its section,
  * docs/policy.md (example and reference), tests/unit/policy/policy.c (a
  * response's keys: tests/unit/policy/fake.c; an inject's:
- * tests/unit/policy/inject.c).
+ * tests/unit/policy/inject.c; the ingress sections':
+ * tests/unit/policy/ingress.c).
  */
 #include "policy/policy.h"
 
@@ -64,7 +73,10 @@
 struct policy_profile {
 	char *name;
 	struct verdict_limits limits; /* each sandbox on the profile gets its own */
-	struct acl_rule *rules;       /* owned array of rule_count */
+	const struct verdict_ingress
+	    *ingress;                       /* profile_ingress: &ingress_own->vi or the defaults */
+	struct policy_ingress *ingress_own; /* owned; the `ingress:` section, NULL without one */
+	struct acl_rule *rules;             /* owned array of rule_count */
 	uint32_t rule_count;
 	uint32_t rule_cap;
 	struct acl acl; /* indexes rules; built when the profile's rules are complete */
@@ -108,6 +120,12 @@ struct policy_inject {
 	uint32_t secret_cap;
 	uint32_t rule_index;      /* the rule's verdict.rule_index */
 	struct verdict_inject vi; /* borrows the strings above */
+};
+
+/* A profile's `ingress:` section, compiled at load: profile_ingress is &vi. */
+struct policy_ingress {
+	struct verdict_ingress vi; /* its methods and strip_headers borrow text (or the defaults) */
+	char text[];               /* the names the section gave, each NUL-terminated */
 };
 
 struct policy {
@@ -165,6 +183,7 @@ struct loader {
 	struct strtab sandbox_ids;
 	yaml_mark_t tcp_sandbox_mark;
 	uint64_t fake_body_bytes; /* every response body read so far (POLICY_FAKE_BYTES_MAX) */
+	bool embedded;            /* the built-in policy: cfg->ingress_optional */
 };
 
 struct keyset {
@@ -535,6 +554,19 @@ static bool text_is_clean(const char *s, size_t len)
 			return false;
 	}
 	return true;
+}
+
+/* The 1-based position of the first byte of <s>/<len> that is not visible ASCII, or 0. */
+static size_t first_invisible(const char *s, size_t len)
+{
+	AN_ASSERT(s != NULL || len == 0);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c < 0x21 || c > 0x7e)
+			return i + 1;
+	}
+	return 0;
 }
 
 /* Reads one line of text (owner, reason, instruction) into the owned *<out>. */
@@ -918,6 +950,227 @@ static int parse_ca(struct loader *ld)
 	return rc;
 }
 
+/* --- daemon.ingress: the gateway's public listener ------------------------------ */
+
+/* Any unicast or unspecified address (0.0.0.0, [::]): the listener faces the outside. */
+static int stage_ingress_listen(struct loader *ld)
+{
+	char buf[HOSTPORT_BYTES];
+	struct sockaddr_storage ss;
+	uint16_t port = 0;
+
+	AN_ASSERT(ld->next.ingress_listen == NULL);
+	int rc = loader_ip_port(ld, "ingress.listen", true, &ss, &port);
+	if (rc != 0)
+		return rc;
+	if (addr_classify((const struct sockaddr *)&ss) == ADDR_MULTICAST)
+		return fail(ld, ld->ev.start_mark,
+			    "ingress.listen cannot be a multicast address, which takes no "
+			    "connections: name a local address, or 0.0.0.0 or [::] for all");
+	format_addr(&ss, port, buf, sizeof(buf));
+	ld->next.ingress_listen = pool_strndup(buf, strlen(buf));
+	if (ld->next.ingress_listen == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(port != 0);
+	return 0;
+}
+
+/* The authority of a public URL: a host name, an IPv4 address or a bracketed IPv6 one. */
+static const char *authority_invalid(const char *s, size_t len)
+{
+	struct sockaddr_storage ss;
+	struct hostport hp;
+
+	AN_ASSERT(s != NULL || len == 0);
+	if (len == 0)
+		return "the host is missing";
+	if (memchr(s, '@', len) != NULL)
+		return "no user information (\"user@\"): the URL is handed to third parties";
+	const char *why = split_hostport(s, len, &hp);
+	if (why != NULL)
+		return why;
+	if (hp.bracketed)
+		return addr_parse_ip(hp.host, hp.host_len, &ss) == 0 && ss.ss_family == AF_INET6
+			   ? NULL
+			   : "brackets hold an IPv6 address";
+	for (size_t i = 0; i < hp.host_len; i++) {
+		char c = hp.host[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
+		if (c == ':')
+			return "an IPv6 address goes in brackets (\"http://[2001:db8::1]:8090\")";
+		if (!ok)
+			return "a byte that is not part of a host name";
+	}
+	AN_ASSERT(hp.host_len > 0);
+	return NULL;
+}
+
+/*
+ * A base URL agents are told: "http://" or "https://" and an authority,
+ * nothing after it. The gateway appends "<prefix>/<id>", so a path, a query
+ * or a fragment here would end up in the middle of every public URL.
+ */
+static const char *public_url_invalid(const char *s, size_t len)
+{
+	static const char http[] = "http://";
+	static const char https[] = "https://";
+	size_t scheme = 0;
+
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(len <= POLICY_INGRESS_PUBLIC_URL_BYTES_MAX);
+	if (first_invisible(s, len) != 0)
+		return "a space, control character or non-ASCII byte (write a name in its "
+		       "xn-- form)";
+	if (len >= sizeof(http) - 1 && memcmp(s, http, sizeof(http) - 1) == 0)
+		scheme = sizeof(http) - 1;
+	else if (len >= sizeof(https) - 1 && memcmp(s, https, sizeof(https) - 1) == 0)
+		scheme = sizeof(https) - 1;
+	else
+		return "it must start with http:// or https://";
+	const char *auth = s + scheme;
+	size_t rest = len - scheme;
+	size_t n = 0;
+	while (n < rest && auth[n] != '/' && auth[n] != '?' && auth[n] != '#')
+		n++;
+	if (n == rest)
+		return authority_invalid(auth, n);
+	if (auth[n] == '/' && n + 1 == rest)
+		return "drop the trailing '/': agents get <public_url><prefix>/<sandbox id>";
+	if (auth[n] == '/')
+		return "no path: the path agents get is ingress.prefix";
+	return auth[n] == '?' ? "no query (\"?...\")" : "no fragment (\"#...\")";
+}
+
+static int stage_ingress_public_url(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(ld->next.ingress_public_url == NULL);
+	int rc = loader_scalar(ld, "ingress.public_url", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len > POLICY_INGRESS_PUBLIC_URL_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark, "ingress.public_url is longer than %u bytes",
+			    POLICY_INGRESS_PUBLIC_URL_BYTES_MAX);
+	const char *why = public_url_invalid(s, len);
+	if (why != NULL)
+		return fail(ld, ld->ev.start_mark, "invalid ingress.public_url \"%s\": %s",
+			    show(s, len, shown), why);
+	ld->next.ingress_public_url = pool_strndup(s, len);
+	if (ld->next.ingress_public_url == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(ld->next.ingress_public_url[0] == 'h');
+	return 0;
+}
+
+/* "/seg/seg": each segment of [A-Za-z0-9._~-], none empty, "." or "..". NULL, or why not. */
+static const char *prefix_invalid(const char *s, size_t len)
+{
+	size_t seg = 1;
+
+	AN_ASSERT(s != NULL || len == 0);
+	if (len == 0 || s[0] != '/')
+		return "it must start with '/' (\"/callbacks\")";
+	if (len == 1)
+		return "name a path below the root (\"/callbacks\")";
+	if (s[len - 1] == '/')
+		return "drop the trailing '/': agents get <public_url><prefix>/<sandbox id>";
+	for (size_t i = 1; i <= len; i++) {
+		if (i < len && s[i] != '/') {
+			char c = s[i];
+			bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+				  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '~' ||
+				  c == '-';
+			if (!ok)
+				return "a byte outside [A-Za-z0-9._~-] in a segment";
+			continue;
+		}
+		size_t n = i - seg;
+		if (n == 0)
+			return "an empty segment (\"//\")";
+		if ((n == 1 && s[seg] == '.') || (n == 2 && s[seg] == '.' && s[seg + 1] == '.'))
+			return "a \".\" or \"..\" segment";
+		seg = i + 1;
+	}
+	AN_ASSERT(seg == len + 1);
+	return NULL;
+}
+
+static int stage_ingress_prefix(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(ld->next.ingress_prefix == NULL);
+	int rc = loader_scalar(ld, "ingress.prefix", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len > POLICY_INGRESS_PREFIX_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark, "ingress.prefix is longer than %u bytes",
+			    POLICY_INGRESS_PREFIX_BYTES_MAX);
+	const char *why = prefix_invalid(s, len);
+	if (why != NULL)
+		return fail(ld, ld->ev.start_mark, "invalid ingress.prefix \"%s\": %s",
+			    show(s, len, shown), why);
+	ld->next.ingress_prefix = pool_strndup(s, len);
+	if (ld->next.ingress_prefix == NULL)
+		return fail_oom(ld);
+	AN_ASSERT(ld->next.ingress_prefix[0] == '/');
+	return 0;
+}
+
+enum { DI_LISTEN, DI_PUBLIC_URL, DI_PREFIX, DI__COUNT };
+static const char *const daemon_ingress_keys[] = {
+	[DI_LISTEN] = "listen",
+	[DI_PUBLIC_URL] = "public_url",
+	[DI_PREFIX] = "prefix",
+};
+static_assert(AN_ARRAY_LEN(daemon_ingress_keys) == DI__COUNT, "every key needs a name");
+static const struct keyset daemon_ingress_keyset = { "daemon.ingress", daemon_ingress_keys,
+						     DI__COUNT };
+
+/* daemon.ingress: listen is mandatory; public_url and prefix only say how agents are told. */
+static int parse_daemon_ingress(struct loader *ld)
+{
+	yaml_mark_t marks[DI__COUNT];
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ld->next.ingress_listen == NULL);
+	AN_ASSERT(ld->next.ingress_public_url == NULL);
+	AN_ASSERT(ld->next.ingress_prefix == NULL);
+	memset(marks, 0, sizeof(marks));
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &daemon_ingress_keyset, &seen, &key)) > 0) {
+		marks[key] = ld->key_mark;
+		rc = key == DI_LISTEN       ? stage_ingress_listen(ld)
+		     : key == DI_PUBLIC_URL ? stage_ingress_public_url(ld)
+					    : stage_ingress_prefix(ld);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	for (uint32_t k = DI_PUBLIC_URL; k < DI__COUNT && !(seen & (1u << DI_LISTEN)); k++) {
+		if (seen & (1u << k))
+			return fail(ld, marks[k],
+				    "ingress.%s needs ingress.listen (the ip:port the gateway "
+				    "listens on)",
+				    daemon_ingress_keys[k]);
+	}
+	rc = check_mandatory(ld, &daemon_ingress_keyset, 1u << DI_LISTEN, seen, start);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ingress_listen != NULL);
+	return rc;
+}
+
 enum {
 	DK_SOCKET_DIR,
 	DK_AUDIT_LOG,
@@ -930,6 +1183,7 @@ enum {
 	DK_CONTROL_GROUP,
 	DK_CA,
 	DK_LEAF_DAYS,
+	DK_INGRESS,
 	DK__COUNT
 };
 static const char *const daemon_keys[] = {
@@ -944,6 +1198,7 @@ static const char *const daemon_keys[] = {
 	[DK_CONTROL_GROUP] = "control_group",
 	[DK_CA] = "ca",
 	[DK_LEAF_DAYS] = "leaf_days",
+	[DK_INGRESS] = "ingress",
 };
 static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
 static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
@@ -975,6 +1230,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return parse_ca(ld);
 	case DK_LEAF_DAYS:
 		return stage_uint(ld, UF_LEAF_DAYS);
+	case DK_INGRESS:
+		return parse_daemon_ingress(ld);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -2255,19 +2512,6 @@ static bool inject_header_refused(const char *name, size_t len)
 	return false;
 }
 
-/* The 1-based position of the first byte of <s>/<len> that is not visible ASCII, or 0. */
-static size_t first_invisible(const char *s, size_t len)
-{
-	AN_ASSERT(s != NULL || len == 0);
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c < 0x21 || c > 0x7e)
-			return i + 1;
-	}
-	return 0;
-}
-
 /* The 1-based position of the first control byte (C0 or DEL) of <s>/<len>, or 0. */
 static size_t first_control(const char *s, size_t len)
 {
@@ -2863,9 +3107,248 @@ static int profile_build(struct loader *ld, struct policy_profile *pr)
 	return 0;
 }
 
-static const char *const profile_keys[] = { "rules", "limits" };
-static const struct keyset profile_keyset = { "a profile", profile_keys,
-					      AN_ARRAY_LEN(profile_keys) };
+/* --- a profile's ingress ---------------------------------------------------------- */
+
+static const char *const ingress_default_methods[] = { VERDICT_INGRESS_METHODS_DEFAULT };
+static_assert(AN_ARRAY_LEN(ingress_default_methods) >= 1 &&
+		  AN_ARRAY_LEN(ingress_default_methods) <= VERDICT_INGRESS_METHODS_MAX,
+	      "the default methods fit verdict_ingress");
+
+/* What a profile without `ingress:`, or without one of its keys, gets: static, never freed. */
+static const struct verdict_ingress ingress_default = {
+	.enabled = true,
+	.method_count = (uint32_t)AN_ARRAY_LEN(ingress_default_methods),
+	.methods = { VERDICT_INGRESS_METHODS_DEFAULT },
+	.body_bytes_max = VERDICT_INGRESS_BODY_DEFAULT,
+};
+
+/* Every name one section can give, each with its NUL. */
+#define INGRESS_TEXT_BYTES                                                      \
+	(VERDICT_INGRESS_METHODS_MAX * (POLICY_INGRESS_METHOD_BYTES_MAX + 1u) + \
+	 VERDICT_INGRESS_STRIP_MAX * (POLICY_INGRESS_HEADER_BYTES_MAX + 1u))
+static_assert(INGRESS_TEXT_BYTES <= UINT16_MAX, "offsets into the names fit 16 bits");
+
+/* A profile's `ingress` while it is read: the names wait here until the section is done. */
+struct ingress_build {
+	struct verdict_ingress vi; /* the defaults, then what the keys said; names set at the end */
+	uint32_t method_count;
+	uint32_t strip_count;
+	uint32_t len; /* of text */
+	uint16_t method_off[VERDICT_INGRESS_METHODS_MAX];
+	uint16_t strip_off[VERDICT_INGRESS_STRIP_MAX];
+	char text[INGRESS_TEXT_BYTES];
+};
+
+/* Appends <s>/<len> and a NUL (lower-cased when <lower>); returns its offset. */
+static uint16_t ingress_put(struct ingress_build *b, const char *s, size_t len, bool lower)
+{
+	uint32_t off = b->len;
+
+	AN_ASSERT(len <= POLICY_INGRESS_HEADER_BYTES_MAX);
+	AN_ASSERT(len + 1 <= sizeof(b->text) - b->len);
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		b->text[off + i] = lower && c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+	}
+	b->text[off + len] = '\0';
+	b->len += (uint32_t)len + 1;
+	AN_ASSERT(b->len <= sizeof(b->text));
+	return (uint16_t)off;
+}
+
+/* True when the <count> names at <off> in <b> hold the <len> bytes at <s>. */
+static bool ingress_has(const struct ingress_build *b, const uint16_t *off, uint32_t count,
+			const char *s, size_t len)
+{
+	AN_ASSERT(count <= VERDICT_INGRESS_STRIP_MAX);
+	AN_ASSERT(s != NULL);
+	for (uint32_t i = 0; i < count; i++) {
+		const char *name = b->text + off[i];
+		if (strlen(name) == len && memcmp(name, s, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* One of ingress.methods: compared exactly by the gateway, so written as clients send it. */
+static int ingress_method_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct ingress_build *b = ctx;
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(index == b->method_count);
+	AN_ASSERT(index < VERDICT_INGRESS_METHODS_MAX);
+	int rc = loader_scalar(ld, "a method", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	bool upper = len >= 1 && len <= POLICY_INGRESS_METHOD_BYTES_MAX;
+	for (size_t i = 0; i < len && upper; i++)
+		upper = s[i] >= 'A' && s[i] <= 'Z';
+	show(s, len, shown);
+	if (!upper)
+		return fail(
+		    ld, ld->ev.start_mark,
+		    "invalid method \"%s\" in ingress.methods: use 1-%u upper-case letters "
+		    "(\"GET\", \"POST\"), as clients send methods (they are case-sensitive)",
+		    shown, POLICY_INGRESS_METHOD_BYTES_MAX);
+	if (ingress_has(b, b->method_off, b->method_count, s, len))
+		return fail(ld, ld->ev.start_mark, "duplicate method \"%s\" in ingress.methods",
+			    shown);
+	b->method_off[index] = ingress_put(b, s, len, false);
+	b->method_count++;
+	AN_ASSERT(b->method_count <= VERDICT_INGRESS_METHODS_MAX);
+	return 0;
+}
+
+/*
+ * Headers the agent needs to read the request: without Host an HTTP/1.1
+ * request is invalid (RFC 9112 section 3.2), and without Content-Length or
+ * Transfer-Encoding the body the gateway relays would be framed one way for
+ * the gateway and another for the agent, which is request smuggling.
+ */
+static const char *const ingress_kept_headers[] = { "host", "content-length", "transfer-encoding" };
+
+/* One of ingress.strip_headers: a field name, stored in lower case. */
+static int ingress_strip_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct ingress_build *b = ctx;
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(index == b->strip_count);
+	AN_ASSERT(index < VERDICT_INGRESS_STRIP_MAX);
+	int rc = loader_scalar(ld, "a header name", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	show(s, len, shown);
+	if (!is_token(s, len) || len > POLICY_INGRESS_HEADER_BYTES_MAX)
+		return fail(ld, ld->ev.start_mark,
+			    "invalid header name \"%s\" in ingress.strip_headers: use 1-%u bytes "
+			    "of RFC 9110 token characters",
+			    shown, POLICY_INGRESS_HEADER_BYTES_MAX);
+	uint16_t off = ingress_put(b, s, len, true);
+	const char *lower = b->text + off;
+	for (size_t i = 0; i < AN_ARRAY_LEN(ingress_kept_headers); i++) {
+		if (strcmp(lower, ingress_kept_headers[i]) == 0)
+			return fail(ld, ld->ev.start_mark,
+				    "header \"%s\" cannot be stripped: the agent needs Host, "
+				    "Content-Length and Transfer-Encoding to read the request",
+				    shown);
+	}
+	if (ingress_has(b, b->strip_off, b->strip_count, lower, len))
+		return fail(ld, ld->ev.start_mark,
+			    "duplicate header \"%s\" in ingress.strip_headers (names are "
+			    "case-insensitive)",
+			    shown);
+	b->strip_off[index] = off;
+	b->strip_count++;
+	AN_ASSERT(b->strip_count <= VERDICT_INGRESS_STRIP_MAX);
+	return 0;
+}
+
+enum { IG_ENABLED, IG_METHODS, IG_STRIP, IG_BODY, IG_LIMITS, IG__COUNT };
+static const char *const ingress_keys[] = {
+	[IG_ENABLED] = "enabled", [IG_METHODS] = "methods", [IG_STRIP] = "strip_headers",
+	[IG_BODY] = "body_bytes", [IG_LIMITS] = "limits",
+};
+static_assert(AN_ARRAY_LEN(ingress_keys) == IG__COUNT, "every ingress key needs a name");
+static const struct keyset ingress_keyset = { "a profile's ingress", ingress_keys, IG__COUNT };
+static const struct keyset ingress_limit_keyset = { "a profile's ingress limits", limit_keys,
+						    AN_ARRAY_LEN(limit_keys) };
+
+static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t key)
+{
+	struct verdict_ingress *vi = &b->vi;
+	uint64_t v = 0;
+
+	AN_ASSERT(key < IG__COUNT);
+	AN_ASSERT(b->vi.method_count >= 1);
+	switch (key) {
+	case IG_ENABLED:
+		return loader_bool(ld, "enabled", &vi->enabled);
+	case IG_METHODS:
+		return loader_seq(ld, "methods", VERDICT_INGRESS_METHODS_MAX, true,
+				  ingress_method_item, b);
+	case IG_STRIP:
+		return loader_seq(ld, "strip_headers", VERDICT_INGRESS_STRIP_MAX, false,
+				  ingress_strip_item, b);
+	case IG_BODY: {
+		int rc = loader_uint(ld, "body_bytes", 1, POLICY_INGRESS_BODY_BYTES_MAX, &v);
+		if (rc == 0)
+			vi->body_bytes_max = v;
+		return rc;
+	}
+	case IG_LIMITS:
+		return parse_limits(ld, &ingress_limit_keyset, &vi->limits);
+	default:
+		(void)AN_NEVER(true);
+		return -EINVAL;
+	}
+}
+
+/* The section into a block of <pr>'s own, its names with it; given methods replace the defaults. */
+static int ingress_finish(struct loader *ld, struct policy_profile *pr,
+			  const struct ingress_build *b, uint32_t seen)
+{
+	AN_ASSERT(pr->ingress_own == NULL);
+	AN_ASSERT(b->len <= sizeof(b->text));
+	struct policy_ingress *own = pool_malloc(sizeof(*own) + b->len);
+	if (own == NULL)
+		return fail_oom(ld);
+	pr->ingress_own = own;
+	own->vi = b->vi;
+	memcpy(own->text, b->text, b->len);
+	if (seen & (1u << IG_METHODS)) {
+		AN_ASSERT(b->method_count >= 1);
+		memset(own->vi.methods, 0, sizeof(own->vi.methods));
+		own->vi.method_count = b->method_count;
+		for (uint32_t i = 0; i < b->method_count; i++)
+			own->vi.methods[i] = own->text + b->method_off[i];
+	}
+	own->vi.strip_count = b->strip_count;
+	for (uint32_t i = 0; i < b->strip_count; i++)
+		own->vi.strip_headers[i] = own->text + b->strip_off[i];
+	pr->ingress = &own->vi;
+	AN_ASSERT(own->vi.method_count >= 1);
+	AN_ASSERT(own->vi.body_bytes_max >= 1);
+	return 0;
+}
+
+/* A profile's `ingress`: every key optional, each absent one keeps its default. */
+static int parse_ingress(struct loader *ld, struct policy_profile *pr)
+{
+	struct ingress_build b;
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(pr->ingress == &ingress_default);
+	AN_ASSERT(pr->ingress_own == NULL);
+	memset(&b, 0, offsetof(struct ingress_build, text));
+	b.vi = ingress_default;
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress");
+	if (rc != 0)
+		return rc;
+	while ((rc = loader_key(ld, &ingress_keyset, &seen, &key)) > 0) {
+		rc = ingress_value(ld, &b, key);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	return ingress_finish(ld, pr, &b, seen);
+}
+
+enum { PK_RULES, PK_LIMITS, PK_INGRESS, PK__COUNT };
+static const char *const profile_keys[] = {
+	[PK_RULES] = "rules",
+	[PK_LIMITS] = "limits",
+	[PK_INGRESS] = "ingress",
+};
+static_assert(AN_ARRAY_LEN(profile_keys) == PK__COUNT, "every profile key needs a name");
+static const struct keyset profile_keyset = { "a profile", profile_keys, PK__COUNT };
 
 static int parse_profile(struct loader *ld, struct policy_profile *pr)
 {
@@ -2878,16 +3361,18 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 		return rc;
 	yaml_mark_t start = ld->ev.start_mark;
 	while (rc == 0 && (rc = loader_key(ld, &profile_keyset, &seen, &key)) > 0) {
-		AN_ASSERT(key < AN_ARRAY_LEN(profile_keys));
-		if (key == 0)
+		AN_ASSERT(key < PK__COUNT);
+		if (key == PK_RULES)
 			rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, &pc);
-		else
+		else if (key == PK_LIMITS)
 			rc = parse_limits(ld, &profile_limit_keyset, &pr->limits);
+		else
+			rc = parse_ingress(ld, pr);
 	}
 	strtab_free(&pc.ids);
 	strtab_free(&pc.placeholders);
 	if (rc == 0)
-		rc = check_mandatory(ld, &profile_keyset, 1, seen, start);
+		rc = check_mandatory(ld, &profile_keyset, 1u << PK_RULES, seen, start);
 	AN_ASSERT(rc <= 0);
 	return rc;
 }
@@ -2910,6 +3395,7 @@ static int profile_item(struct loader *ld, void *ctx, uint32_t index)
 		return fail_oom(ld);
 	p->profiles = profiles;
 	struct policy_profile *pr = &p->profiles[p->profile_count++];
+	pr->ingress = &ingress_default;
 	pr->name = pool_strndup(ev_text(ld), ev_len(ld));
 	if (pr->name == NULL)
 		return fail_oom(ld);
@@ -3341,6 +3827,10 @@ static void apply_config(struct loader *ld, struct config *cfg)
 	move_string(&cfg->control_group, &next->control_group);
 	move_string(&cfg->ca_cert, &next->ca_cert);
 	move_string(&cfg->ca_key, &next->ca_key);
+	move_string(&cfg->ingress_listen, &next->ingress_listen);
+	move_string(&cfg->ingress_public_url, &next->ingress_public_url);
+	move_string(&cfg->ingress_prefix, &next->ingress_prefix);
+	cfg->ingress_optional = ld->embedded; /* no key sets it: only the built-in policy does */
 	for (uint32_t i = 0; i < UF__COUNT; i++) {
 		if (ld->uints_set & (1u << i))
 			memcpy((char *)cfg + uint_fields[i].offset,
@@ -3376,10 +3866,11 @@ static void loader_cleanup(struct loader *ld)
 	ld->p = NULL;
 }
 
-int policy_load_buffer(const char *name, const char *yaml, size_t len, struct config *cfg,
-		       struct policy **out, char *err, size_t err_cap)
+/* policy_load_buffer; <embedded>: <yaml> is the built-in policy. */
+static int load_buffer(const char *name, const char *yaml, size_t len, bool embedded,
+		       struct config *cfg, struct policy **out, char *err, size_t err_cap)
 {
-	struct loader ld = { .name = name, .input = yaml, .input_len = len };
+	struct loader ld = { .name = name, .input = yaml, .input_len = len, .embedded = embedded };
 
 	AN_ASSERT(name != NULL && yaml != NULL);
 	AN_ASSERT(cfg != NULL && out != NULL);
@@ -3411,7 +3902,15 @@ int policy_load_buffer(const char *name, const char *yaml, size_t len, struct co
 	}
 	loader_cleanup(&ld);
 	AN_ASSERT((rc == 0) == (*out != NULL));
+	if (rc == 0)
+		AN_ASSERT(cfg->ingress_optional == embedded);
 	return rc;
+}
+
+int policy_load_buffer(const char *name, const char *yaml, size_t len, struct config *cfg,
+		       struct policy **out, char *err, size_t err_cap)
+{
+	return load_buffer(name, yaml, len, false, cfg, out, err, err_cap);
 }
 
 int policy_load_or_default(const char *path, struct config *cfg, struct policy **out, char *err,
@@ -3420,8 +3919,8 @@ int policy_load_or_default(const char *path, struct config *cfg, struct policy *
 	if (path != NULL)
 		return policy_load_file(path, cfg, out, err, err_cap);
 	const char *yaml = policy_default_yaml();
-	return policy_load_buffer("<embedded default policy>", yaml, strlen(yaml), cfg, out, err,
-				  err_cap);
+	return load_buffer("<embedded default policy>", yaml, strlen(yaml), true, cfg, out, err,
+			   err_cap);
 }
 
 /* Reads all of <fd> into an owned buffer; at most POLICY_FILE_BYTES_MAX bytes. */
@@ -3500,8 +3999,15 @@ int policy_load_file(const char *path, struct config *cfg, struct policy **out, 
 static const char default_yaml[] =
     "# agentsnet built-in policy: used when no policy file is given.\n"
     "version: 1\n"
+    "daemon:\n"
+    "  ingress:\n"
+    "    listen: \"127.0.0.1:8090\"   # the gateway for webhooks to the sandboxes\n"
     "profiles:\n"
     "  default:\n"
+    "    ingress:\n"
+    "      limits:                   # for each sandbox: a flood cannot starve the others\n"
+    "        requests_per_second: 50\n"
+    "        burst: 100\n"
     "    rules:\n"
     "      - host: example.com\n"
     "        tier: fake\n"
@@ -3580,6 +4086,7 @@ void policy_free(struct policy *p)
 			acl_rule_free(&pr->rules[j]);
 		AN_FREE(&pr->rules);
 		AN_FREE(&pr->name);
+		AN_FREE(&pr->ingress_own);
 	}
 	for (uint32_t i = 0; i < p->host_count; i++) {
 		AN_FREE(&p->hosts[i].name);
@@ -3718,6 +4225,19 @@ static void policy_profile_limits_op(const void *policy, uint32_t index, struct 
 	*out = p->profiles[index].limits;
 }
 
+static const struct verdict_ingress *policy_profile_ingress_op(const void *policy, uint32_t index)
+{
+	const struct policy *p = policy;
+
+	AN_ASSERT(p != NULL);
+	AN_ASSERT(index < p->profile_count);
+	const struct verdict_ingress *vi = p->profiles[index].ingress;
+	AN_ASSERT(vi != NULL);
+	AN_DASSERT(vi->method_count >= 1);
+	AN_DASSERT(vi->body_bytes_max >= 1);
+	return vi;
+}
+
 static uint32_t policy_profile_count_op(const void *policy)
 {
 	return policy_profile_count(policy);
@@ -3805,6 +4325,7 @@ const struct verdict_ops policy_verdict_ops = {
 	.profile_index = policy_profile_index_op,
 	.profile_name = policy_profile_name_op,
 	.profile_limits = policy_profile_limits_op,
+	.profile_ingress = policy_profile_ingress_op,
 	.profile_count = policy_profile_count_op,
 	.rule_count = policy_rule_count_op,
 	.fake_response = policy_fake_response_op,

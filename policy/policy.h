@@ -122,6 +122,27 @@ static_assert(POLICY_INJECT_SECRET_BYTES_MAX <= UINT32_MAX, "secret lengths fit 
 #define POLICY_LEAF_DAYS_MIN 1u
 #define POLICY_LEAF_DAYS_MAX 397u
 
+/*
+ * The ingress gateway: `daemon.ingress` (where it listens, what agents are
+ * told) and a profile's `ingress` (what it lets through to the sandbox).
+ */
+/* public_url: a base URL handed to third parties; browsers and SDKs take far longer ones. */
+#define POLICY_INGRESS_PUBLIC_URL_BYTES_MAX 2048u
+/* prefix: the path before each sandbox id, inside a request line beside the agent's path. */
+#define POLICY_INGRESS_PREFIX_BYTES_MAX 256u
+/* A method of ingress.methods: RFC 9110's are at most 7 bytes, WebDAV's (MKCALENDAR) 10. */
+#define POLICY_INGRESS_METHOD_BYTES_MAX 15u
+/* A name of ingress.strip_headers: as long as a canned response's header names. */
+#define POLICY_INGRESS_HEADER_BYTES_MAX 64u
+/* ingress.body_bytes: one webhook's body; past 1 GiB it is an upload, not a callback. */
+#define POLICY_INGRESS_BODY_BYTES_MAX (1u << 30)
+
+static_assert(VERDICT_INGRESS_BODY_DEFAULT >= 1 &&
+		  VERDICT_INGRESS_BODY_DEFAULT <= POLICY_INGRESS_BODY_BYTES_MAX,
+	      "the default body cap must be valid");
+static_assert(POLICY_INGRESS_HEADER_BYTES_MAX == POLICY_FAKE_HEADER_NAME_BYTES_MAX,
+	      "header names are bounded alike everywhere in the file");
+
 static_assert(POLICY_RULE_ID_BYTES_MAX >= POLICY_PROFILE_NAME_BYTES_MAX + 1 + 7,
 	      "default rule ids \"<profile>/<index>\" must fit");
 static_assert(LIMITS_CONNS_PER_WORKER_DEFAULT >= POLICY_CONNS_PER_WORKER_MIN &&
@@ -141,6 +162,11 @@ struct policy; /* opaque, immutable once loaded */
  * config_init_defaults: every key of the `daemon:` section overrides the
  * value there, resolver.servers becomes cfg->dns_servers, and the sandboxes
  * replace cfg->sandboxes (profile indexes refer to *<out>).
+ *
+ * daemon.ingress sets cfg->ingress_listen, and cfg->ingress_public_url and
+ * cfg->ingress_prefix when given (the prefix keeps its default otherwise);
+ * cfg->ingress_optional is set false: an operator's file makes a listener
+ * that cannot bind fail the start.
  *
  * On failure <cfg> is unchanged, *<out> is NULL, and "<path>:<line>:<col>:
  * <what is wrong>" (1-based, of the offending key or value) is written to
@@ -182,7 +208,10 @@ int policy_load_buffer(const char *name, const char *yaml, size_t len, struct co
 /*
  * policy_load_file of <path>, or with <path> NULL policy_load_buffer of the
  * built-in policy (named "<embedded default policy>" in messages): what the
- * daemon and `agentsnet check` load. Same contract otherwise.
+ * daemon and `agentsnet check` load. Same contract otherwise, except that the
+ * built-in policy sets cfg->ingress_optional true: its gateway listener is a
+ * convenience, and a port already in use must not stop a daemon that was
+ * given no file.
  */
 int policy_load_or_default(const char *path, struct config *cfg, struct policy **out, char *err,
 			   size_t err_cap);
@@ -191,7 +220,9 @@ int policy_load_or_default(const char *path, struct config *cfg, struct policy *
  * The built-in policy (NUL-terminated, static): one sandbox "default" on
  * profile "default", which answers example.com from the fake-response tier
  * (200, a short text/html page, for every request) and relays
- * ollama.internal to a local model server on 127.0.0.1:11434.
+ * ollama.internal to a local model server on 127.0.0.1:11434; the ingress
+ * gateway listens on 127.0.0.1:8090, and the profile's public requests are
+ * limited to 50 a second (burst 100) for each sandbox.
  */
 const char *policy_default_yaml(void);
 
@@ -220,7 +251,9 @@ uint32_t policy_rule_count(const struct policy *p);
  * ("?..." of <path>) ignored. Never NULL: the last response is the default.
  * decide sets verdict.inject on a TIER_INJECT verdict to the rule's struct
  * verdict_inject (NULL on every other), borrowed from the snapshot: its
- * secret stays valid, and unwiped, until release.
+ * secret stays valid, and unwiped, until release. profile_ingress returns
+ * the profile's struct verdict_ingress, built at load (the defaults for a
+ * profile without `ingress:`), borrowed from the snapshot until release.
  */
 extern const struct verdict_ops policy_verdict_ops;
 

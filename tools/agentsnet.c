@@ -442,6 +442,30 @@ static int sandbox_add(const struct run_options *o, char *dir)
 	return rc;
 }
 
+/*
+ * The sandbox's public URL from the daemon's gateway, into <url>/<cap>: what
+ * the bridge sets as AGENT_PUBLIC_URL when --public-url does not. A daemon
+ * without a gateway leaves it unset (not an error: egress works alone).
+ */
+static bool sandbox_public_url(const struct run_options *o, char *url, size_t cap)
+{
+	const char *words[] = { "sandbox", "url", o->id };
+	char path[PATH_MAX], req[CTL_REQUEST_BYTES_MAX], err[PATH_MAX + 128];
+	struct ctl_reply r = { 0 };
+
+	AN_ASSERT(o->id != NULL);
+	AN_ASSERT(cap > 0);
+	if (ctl_request_format(req, sizeof(req), (int)AN_ARRAY_LEN(words), words) < 0)
+		return false;
+	control_path(o->socket_dir, path, sizeof(path));
+	bool got = ctl_call(path, req, CTL_TIMEOUT_MS_DEFAULT, &r, err, sizeof(err)) == 0 && r.ok &&
+		   strlen(r.text) < cap && strncmp(r.text, "http", 4) == 0;
+	if (got)
+		memcpy(url, r.text, strlen(r.text) + 1);
+	ctl_reply_free(&r);
+	return got;
+}
+
 /* The bridge's status as ours; a death by signal is repeated on ourselves. */
 static int exit_status(int wstatus)
 {
@@ -536,7 +560,7 @@ static int run_main_inner(int argc, char **argv, bool *started)
 {
 	struct run_options o = { .profile = AGENTSNET_PROFILE, .socket_dir = default_socket_dir() };
 	static char bridge[PATH_MAX], ca[PATH_MAX], socket_dir[PATH_MAX], dir[PATH_MAX],
-	    cwd[PATH_MAX];
+	    cwd[PATH_MAX], public_url[4096];
 	struct sandbox_spec spec = { 0 };
 	char err[512];
 
@@ -565,6 +589,8 @@ static int run_main_inner(int argc, char **argv, bool *started)
 	spec.bridge = bridge;
 	spec.ca_path = o.ca != NULL ? ca : NULL;
 	spec.public_url = o.public_url;
+	if (spec.public_url == NULL && sandbox_public_url(&o, public_url, sizeof(public_url)))
+		spec.public_url = public_url;
 	spec.cwd = getcwd(cwd, sizeof(cwd));
 	spec.cmd = o.cmd;
 	spec.ingress_fd = sandbox_ingress_listen(dir);

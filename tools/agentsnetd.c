@@ -47,8 +47,10 @@ struct options {
 	const char *audit_path;
 	const char *tcp_listen;
 	const char *tcp_sandbox;
-	const char *ca_dir; /* ca.pem and ca.key, as `agentsnet ca init` writes them */
-	long workers;       /* -1: from the file */
+	const char *ca_dir;  /* ca.pem and ca.key, as `agentsnet ca init` writes them */
+	const char *ingress; /* the gateway's listen address, over daemon.ingress.listen */
+	bool no_ingress;     /* no gateway, whatever the policy says */
+	long workers;        /* -1: from the file */
 	bool debug;
 };
 
@@ -57,7 +59,7 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: agentsnetd [--config FILE] [--socket-dir DIR] [--audit FILE|-]\n"
 		"                  [--workers N] [--listen 127.0.0.1:PORT --listen-sandbox ID]\n"
-		"                  [--ca-dir DIR]\n"
+		"                  [--ca-dir DIR] [--ingress ADDR:PORT | --no-ingress]\n"
 		"                  [--debug]\n"
 		"       agentsnetd --check-config FILE\n"
 		"With no --config, runs on the embedded default policy.\n");
@@ -91,6 +93,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 		{ "listen", required_argument, NULL, 'l' },
 		{ "listen-sandbox", required_argument, NULL, 'L' },
 		{ "ca-dir", required_argument, NULL, 'A' },
+		{ "ingress", required_argument, NULL, 'I' },
+		{ "no-ingress", no_argument, NULL, 'N' },
 		{ "debug", no_argument, NULL, 'd' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
@@ -128,6 +132,12 @@ static int parse_options(int argc, char **argv, struct options *o)
 			break;
 		case 'A':
 			o->ca_dir = optarg;
+			break;
+		case 'I':
+			o->ingress = optarg;
+			break;
+		case 'N':
+			o->no_ingress = true;
 			break;
 		case 'd':
 			o->debug = true;
@@ -185,6 +195,12 @@ static int apply_overrides(const struct options *o, struct config *cfg)
 		snprintf(path, sizeof(path), "%s/ca.key", o->ca_dir);
 		ret |= config_set_string(&cfg->ca_key, path);
 	}
+	if (o->ingress != NULL) {
+		ret |= config_set_string(&cfg->ingress_listen, o->ingress);
+		cfg->ingress_optional = false; /* asked for by name: a taken port is an error */
+	}
+	if (o->no_ingress)
+		ret |= config_set_string(&cfg->ingress_listen, NULL);
 	if (o->workers >= 0)
 		cfg->workers = (uint32_t)o->workers;
 	if (cfg->workers == 0) {
@@ -239,6 +255,10 @@ static void settings_compare(const struct config *run, const struct config *fres
 		{ "daemon.audit_log", text_differs(run->audit_path, fresh->audit_path) },
 		{ "daemon.listen", text_differs(run->tcp_listen, fresh->tcp_listen) },
 		{ "daemon.control_group", text_differs(run->control_group, fresh->control_group) },
+		{ "daemon.ingress",
+		  text_differs(run->ingress_listen, fresh->ingress_listen) ||
+		      text_differs(run->ingress_public_url, fresh->ingress_public_url) ||
+		      text_differs(run->ingress_prefix, fresh->ingress_prefix) },
 		{ "resolver.servers", text_differs(run->dns_servers, fresh->dns_servers) },
 		{ "daemon.workers", run->workers != fresh->workers },
 		{ "daemon.conns_per_worker", run->conns_per_worker != fresh->conns_per_worker },

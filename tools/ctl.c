@@ -218,6 +218,8 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 		return snprintf(out, cap, "sandbox ls\n");
 	if (strcmp(argv[1], "rm") == 0 && argc == 3 && ctl_id_valid(argv[2]))
 		return snprintf(out, cap, "sandbox rm %s\n", argv[2]);
+	if (strcmp(argv[1], "url") == 0 && argc == 3 && ctl_id_valid(argv[2]))
+		return snprintf(out, cap, "sandbox url %s\n", argv[2]);
 	if (strcmp(argv[1], "add") == 0 && argc == 4 && ctl_id_valid(argv[2]) &&
 	    ctl_profile_valid(argv[3]))
 		return snprintf(out, cap, "sandbox add %s %s\n", argv[2], argv[3]);

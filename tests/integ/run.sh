@@ -1,7 +1,9 @@
 #!/bin/sh
 # `make integ`: the integration suite (tests/integ/integ.py) under a global
 # timeout, then the sandbox pass (tests/integ/sandbox.py: clients inside real
-# `agentsnet run` sandboxes). Exit 0 pass, 1 fail, 77 skip (the reason is printed).
+# `agentsnet run` sandboxes) and the ingress pass (tests/integ/ingress.py:
+# public requests through the gateway to servers in such sandboxes).
+# Exit 0 pass, 1 fail, 77 skip (the reason is printed).
 #
 #   tests/integ/run.sh [integ.py options, e.g. --cases '04*' -v --keep]
 #
@@ -9,8 +11,9 @@
 # AN_INTEG_TIMEOUT_S the global timeout (default 900 s), AN_SANDBOX_TIMEOUT_S
 # the sandbox pass's (180 s). The namespaces are named after this shell's PID
 # and deleted here too, so that they go even when the timeout had to kill the
-# suite. The sandbox pass runs only without options; alone it is
-# `python3 tests/integ/sandbox.py [--cases GLOB] [--tests GLOB] -v`.
+# suite. The sandbox and ingress passes run only without options; alone they
+# are `python3 tests/integ/sandbox.py [--cases GLOB] [--tests GLOB] -v` and
+# `python3 tests/integ/ingress.py [--tests GLOB] -v` (AN_INGRESS_TIMEOUT_S, 150 s).
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -62,6 +65,19 @@ if [ $# -eq 0 ]; then
 	case $sb in
 	0 | 77) ;;
 	124 | 137) echo "integ: FAIL: sandbox pass timed out" && rc=1 ;;
+	*) rc=1 ;;
+	esac
+fi
+# The ingress pass (tests/integ/ingress.py: public requests through the
+# gateway to servers in `agentsnet run` sandboxes) reuses the same names.
+if [ $# -eq 0 ]; then
+	echo "integ: ingress pass (tests/integ/ingress.py)"
+	timeout --kill-after=15 "${AN_INGRESS_TIMEOUT_S:-150}" python3 -u tests/integ/ingress.py \
+		--daemon "$daemon" --netns "$ns"
+	ig=$?
+	case $ig in
+	0 | 77) ;;
+	124 | 137) echo "integ: FAIL: ingress pass timed out" && rc=1 ;;
 	*) rc=1 ;;
 	esac
 fi

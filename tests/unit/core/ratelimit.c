@@ -5,11 +5,14 @@
  * one entry per (sandbox, rule, generations), eviction of idle entries only
  * (the refill boundary at N and N+1), NULL when nothing is idle, and a
  * randomized run against a plain reference that checks the probing
- * invariant after every operation.
+ * invariant after every operation. Last the shared limiter: its burst, a
+ * Retry-After that is honoured, a slow rate, no limit, and two threads
+ * taking at once, which together get exactly the burst.
  */
 #include "../../../core/ratelimit.c"
 
 #include <check.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "core/limits.h"
@@ -440,6 +443,73 @@ static void table_random_run(uint32_t capacity, uint64_t seed, uint32_t ops, uin
 	ratelimit_table_free(&t);
 }
 
+START_TEST(shared_burst_then_refused)
+{
+	struct ratelimit_shared s = { 0 };
+	struct verdict_limits l = { .requests_per_second = 2, .burst = 3 };
+	uint32_t retry = 0;
+	uint64_t t0 = 5000000u;
+
+	for (int i = 0; i < 3; i++)
+		ck_assert(ratelimit_shared_take(&s, &l, t0, &retry));
+	ck_assert(!ratelimit_shared_take(&s, &l, t0, &retry));
+	ck_assert_uint_eq(retry, 1); /* half a second to the next: one whole second */
+	/* One interval (0.5 s) later exactly one more goes, then none at once. */
+	ck_assert(!ratelimit_shared_take(&s, &l, t0 + 499999u, &retry));
+	ck_assert(ratelimit_shared_take(&s, &l, t0 + 500000u, &retry));
+	ck_assert(!ratelimit_shared_take(&s, &l, t0 + 500000u, &retry));
+	/* Waiting what it said always finds room. */
+	ck_assert(ratelimit_shared_take(&s, &l, t0 + 500000u + 1000000u * retry, &retry));
+}
+END_TEST
+
+START_TEST(shared_slow_rate_and_unlimited)
+{
+	struct ratelimit_shared s = { 0 };
+	struct verdict_limits slow = { .requests_per_second = 1, .burst = 1 };
+	struct verdict_limits none = { 0 };
+	uint32_t retry = 0;
+
+	ck_assert(ratelimit_shared_take(&s, &slow, 1000000u, &retry));
+	ck_assert(!ratelimit_shared_take(&s, &slow, 1000001u, &retry));
+	ck_assert_uint_eq(retry, 1);
+	ck_assert(ratelimit_shared_take(&s, &slow, 2000000u, &retry));
+	for (int i = 0; i < 1000; i++)
+		ck_assert(ratelimit_shared_take(&s, &none, 0, &retry));
+}
+END_TEST
+
+struct shared_racer {
+	struct ratelimit_shared *s;
+	const struct verdict_limits *l;
+	uint32_t granted;
+};
+
+static void *shared_race(void *arg)
+{
+	struct shared_racer *r = arg;
+	uint32_t retry = 0;
+
+	for (int i = 0; i < 100000; i++)
+		r->granted += ratelimit_shared_take(r->s, r->l, 7000000u, &retry) ? 1u : 0u;
+	return NULL;
+}
+
+START_TEST(shared_two_threads_get_the_burst)
+{
+	struct ratelimit_shared s = { 0 };
+	struct verdict_limits l = { .requests_per_second = 1000, .burst = 5000 };
+	struct shared_racer a = { &s, &l, 0 }, b = { &s, &l, 0 };
+	pthread_t ta, tb;
+
+	ck_assert_int_eq(pthread_create(&ta, NULL, shared_race, &a), 0);
+	ck_assert_int_eq(pthread_create(&tb, NULL, shared_race, &b), 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	ck_assert_uint_eq(a.granted + b.granted, 5000); /* at one instant: the burst, no more */
+}
+END_TEST
+
 START_TEST(table_random_vs_reference)
 {
 	static const uint32_t capacities[] = { 1, 2, 8, 16, 32 };
@@ -476,6 +546,9 @@ int main(void)
 	tcase_add_test(tc, table_keys_isolated);
 	tcase_add_test(tc, table_evicts_only_idle);
 	tcase_add_test(tc, table_random_vs_reference);
+	tcase_add_test(tc, shared_burst_then_refused);
+	tcase_add_test(tc, shared_slow_rate_and_unlimited);
+	tcase_add_test(tc, shared_two_threads_get_the_burst);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }

@@ -1,0 +1,699 @@
+/*
+ * The ingress gateway's pure parts: routing a public target to a sandbox,
+ * the checks on the path the agent is sent, and the head that goes to it.
+ *
+ * The sandbox is chosen by the id alone, so the path checks are not what
+ * keeps a request inside its sandbox; they keep shapes that two parsers can
+ * read two ways (dot segments, encoded separators, double encoding, a NUL)
+ * away from the agent's server, which we do not know. They refuse rather
+ * than normalise: a caller that sends "/a/../b" gets a 403, never "/b".
+ *
+ * The head is rebuilt, not patched: the request line with the agent's path,
+ * the client's fields minus hop-by-hop, forgeable forwarding and profile-
+ * stripped ones, then the gateway's own forwarding fields. Framing fields
+ * pass untouched (the parser has already refused every ambiguity), and a
+ * Connection option never removes them or Host.
+ *
+ * The route table is open addressing with linear probing on XXH3 of the id,
+ * ids stored inline (at most 63 bytes) so a hit costs one cache line and a
+ * memcmp. Deletion leaves a tombstone unless the next entry is empty, when
+ * it and the tombstones before it become empty again. The table is rebuilt
+ * when live entries plus tombstones pass 70%, into a capacity that leaves it
+ * at most half full (never smaller than now): put/del churn rebuilds in
+ * place instead of growing. Rejected: chaining (an allocation per put) and
+ * a sorted array (O(n) inserts when thousands of sandboxes come and go).
+ */
+#include "core/ingress.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "core/an.h"
+#include "core/config.h"
+#include "core/pool.h"
+
+/* The longest sandbox id: CONFIG_SANDBOX_ID_BYTES_MAX counts the NUL. */
+#define INGRESS_ID_BYTES_MAX (CONFIG_SANDBOX_ID_BYTES_MAX - 1u)
+/* The first table: a worker with a few sandboxes never rebuilds. */
+#define INGRESS_ROUTES_CAPACITY_MIN 64u
+/* Far past any host's sandbox count; keeps capacity * 7 inside uint64_t math. */
+#define INGRESS_ROUTES_CAPACITY_MAX (1u << 30)
+/* Rebuild when (live + tombstones) / capacity would pass 7/10. */
+#define INGRESS_ROUTES_LOAD_NUM 7u
+#define INGRESS_ROUTES_LOAD_DEN 10u
+
+static_assert(INGRESS_ID_BYTES_MAX <= UINT8_MAX, "id_len is a uint8_t");
+static_assert((INGRESS_ROUTES_CAPACITY_MIN & (INGRESS_ROUTES_CAPACITY_MIN - 1)) == 0,
+	      "capacities are powers of two");
+static_assert((INGRESS_ROUTES_CAPACITY_MAX & (INGRESS_ROUTES_CAPACITY_MAX - 1)) == 0,
+	      "capacities are powers of two");
+
+enum route_state {
+	ROUTE_EMPTY = 0, /* zeroed memory is an empty table */
+	ROUTE_LIVE,
+	ROUTE_TOMBSTONE,
+};
+
+struct ingress_route_entry {
+	uint64_t hash;
+	uint32_t slot;
+	uint8_t state; /* enum route_state */
+	uint8_t id_len;
+	char id[INGRESS_ID_BYTES_MAX]; /* not NUL-terminated */
+};
+
+/* ---- Routing and path checks ---- */
+
+static bool id_byte_ok(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       ch == '_' || ch == '.' || ch == '-';
+}
+
+/* The rule of engine_sandbox_id_valid, on a view: the id names a directory. */
+static bool id_valid(const char *id, size_t n)
+{
+	AN_DASSERT(id != NULL || n == 0);
+	if (n == 0 || n > INGRESS_ID_BYTES_MAX || id[0] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (!id_byte_ok(id[i]))
+			return false;
+	}
+	AN_DASSERT(id[0] != '.');
+	return true;
+}
+
+static int hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* The first byte <c> in [<p>, <end>), or <end>. */
+static const char *find_byte(const char *p, const char *end, char c)
+{
+	AN_DASSERT(p <= end);
+	while (p < end && *p != c)
+		p++;
+	AN_DASSERT(p == end || *p == c);
+	return p;
+}
+
+/*
+ * One segment (the bytes between two '/'), decoded as the agent's server
+ * would: refused when it is "." or ".." in any spelling, or when it holds
+ * what decodes to a separator, a second round of encoding or a NUL.
+ */
+static int segment_check(const char *s, size_t n)
+{
+	size_t dots = 0;
+	size_t decoded = 0;
+
+	AN_DASSERT(s != NULL || n == 0);
+	for (size_t i = 0; i < n; i++) {
+		unsigned v = (unsigned char)s[i];
+		if (v == '\\')
+			return -EPERM;
+		if (v == '%') {
+			int hi = n - i >= 3 ? hex_value(s[i + 1]) : -1;
+			int lo = n - i >= 3 ? hex_value(s[i + 2]) : -1;
+			if (hi < 0 || lo < 0)
+				return -EPERM;
+			v = (unsigned)(hi * 16 + lo);
+			if (v == '/' || v == '\\' || v == '%' || v == 0)
+				return -EPERM;
+			i += 2;
+		}
+		dots += v == '.';
+		decoded++;
+	}
+	AN_DASSERT(dots <= decoded);
+	return decoded == dots && (dots == 1 || dots == 2) ? -EPERM : 0;
+}
+
+/* The path part of the rest: "" or "/" then segments; only the last may be empty. */
+static int path_check(const char *p, size_t n)
+{
+	size_t seg = 0;
+
+	AN_ASSERT(p != NULL || n == 0);
+	AN_ASSERT(n == 0 || p[0] == '/');
+	for (size_t i = 0; i <= n; i++) {
+		if (i < n && p[i] != '/')
+			continue;
+		if (i > 0) {
+			/* "//": an empty segment some servers merge and some do not. */
+			if (i == seg && i < n)
+				return -EPERM;
+			int rc = segment_check(p + seg, i - seg);
+			if (rc != 0)
+				return rc;
+		}
+		seg = i + 1;
+	}
+	return 0;
+}
+
+int ingress_route(const char *prefix, size_t prefix_len, const char *target, size_t len,
+		  struct ingress_target *out)
+{
+	AN_ASSERT(prefix != NULL);
+	AN_ASSERT(target != NULL || len == 0);
+	AN_ASSERT(out != NULL);
+	AN_ASSERT(prefix_len == 0 || prefix[prefix_len - 1] != '/');
+	if (len <= prefix_len || memcmp(target, prefix, prefix_len) != 0 ||
+	    target[prefix_len] != '/')
+		return -ENOENT;
+	const char *end = target + len;
+	const char *id = target + prefix_len + 1;
+	const char *p = id;
+	while (p < end && *p != '/' && *p != '?')
+		p++;
+	if (!id_valid(id, (size_t)(p - id)))
+		return -ENOENT;
+	/* A fragment is never part of a request-target (RFC 9112 section 3.2), query included. */
+	if (find_byte(p, end, '#') != end)
+		return -EPERM;
+	const char *query = find_byte(p, end, '?');
+	int rc = path_check(p, (size_t)(query - p));
+	if (rc != 0)
+		return rc;
+	out->id = id;
+	out->id_len = (size_t)(p - id);
+	out->rest = p;
+	out->rest_len = (size_t)(end - p);
+	AN_ASSERT(out->rest_len == 0 || out->rest[0] == '/' || out->rest[0] == '?');
+	return 0;
+}
+
+bool ingress_method_allowed(const struct verdict_ingress *in, const char *method, size_t len)
+{
+	AN_ASSERT(in != NULL);
+	AN_ASSERT(in->method_count <= VERDICT_INGRESS_METHODS_MAX);
+	AN_ASSERT(method != NULL || len == 0);
+	for (uint32_t i = 0; i < in->method_count; i++) {
+		const char *m = in->methods[i];
+		if (strlen(m) == len && memcmp(m, method, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* ---- Upgrade and hop-by-hop fields ---- */
+
+static bool is_ows(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+/* The next element of a comma-separated list, OWS-trimmed; empty elements skipped. */
+static bool list_next(const char **pp, const char *end, const char **elem, size_t *elem_len)
+{
+	const char *p = *pp;
+
+	AN_DASSERT(p <= end);
+	while (p < end && (is_ows(*p) || *p == ','))
+		p++;
+	if (p == end)
+		return false;
+	const char *start = p;
+	p = find_byte(p, end, ',');
+	const char *last = p;
+	while (last > start && is_ows(last[-1]))
+		last--;
+	*elem = start;
+	*elem_len = (size_t)(last - start);
+	*pp = p;
+	AN_DASSERT(*elem_len > 0);
+	return true;
+}
+
+static bool list_has(const char *v, size_t n, const char *lit)
+{
+	const char *p = v;
+	const char *elem;
+	size_t elem_len;
+
+	AN_DASSERT(v != NULL || n == 0);
+	AN_DASSERT(lit != NULL);
+	while (list_next(&p, v + n, &elem, &elem_len)) {
+		if (http1_name_is(elem, elem_len, lit))
+			return true;
+	}
+	return false;
+}
+
+static char ascii_lower(char c)
+{
+	return (c >= 'A' && c <= 'Z') ? (char)(c + ('a' - 'A')) : c;
+}
+
+/* Like http1_name_is for two views of <n> bytes each, neither NUL-terminated. */
+static bool views_equal_nocase(const char *a, const char *b, size_t n)
+{
+	AN_DASSERT(a != NULL);
+	AN_DASSERT(b != NULL);
+	for (size_t i = 0; i < n; i++) {
+		if (ascii_lower(a[i]) != ascii_lower(b[i]))
+			return false;
+	}
+	return true;
+}
+
+static bool header_is(const struct http1_header *h, const char *lit, size_t lit_len)
+{
+	return h->name_len == lit_len && http1_name_is(h->name, h->name_len, lit);
+}
+
+bool ingress_is_upgrade(const struct http1_request *req)
+{
+	bool upgrade = false;
+	bool listed = false;
+
+	AN_ASSERT(req != NULL);
+	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	/* RFC 9110 section 7.8: a server ignores Upgrade in an HTTP/1.0 request. */
+	if (req->version_minor != 1)
+		return false;
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		/* An empty Upgrade names no protocol to switch to. */
+		if (header_is(h, "upgrade", 7) && h->value_len > 0)
+			upgrade = true;
+		else if (header_is(h, "connection", 10) && !listed)
+			listed = list_has(h->value, h->value_len, "upgrade");
+	}
+	return upgrade && listed;
+}
+
+/*
+ * Fields that never reach the agent: hop-by-hop ones (RFC 9110 section
+ * 7.6.1) and the forwarding ones only the gateway may write.
+ */
+static bool head_always_drops(const char *name, size_t n)
+{
+	AN_DASSERT(name != NULL);
+	AN_DASSERT(n > 0);
+	if (n >= 6 && http1_name_is(name, 6, "proxy-"))
+		return true;
+	if (n >= 12 && http1_name_is(name, 12, "x-forwarded-"))
+		return true;
+	switch (n) {
+	case 2:
+		return http1_name_is(name, n, "te");
+	case 7:
+		return http1_name_is(name, n, "trailer") || http1_name_is(name, n, "upgrade");
+	case 9:
+		return http1_name_is(name, n, "forwarded") || http1_name_is(name, n, "x-real-ip");
+	case 10:
+		return http1_name_is(name, n, "connection") || http1_name_is(name, n, "keep-alive");
+	default:
+		return false;
+	}
+}
+
+static bool head_profile_strips(const struct verdict_ingress *in, const char *name, size_t n)
+{
+	AN_ASSERT(in->strip_count <= VERDICT_INGRESS_STRIP_MAX);
+	AN_DASSERT(name != NULL);
+	for (uint32_t i = 0; i < in->strip_count; i++) {
+		if (http1_name_is(name, n, in->strip_headers[i]))
+			return true;
+	}
+	return false;
+}
+
+/* Marks the fields named by <tok>, one Connection option, in <drop>. */
+static void head_drop_named(const struct http1_request *req, const char *tok, size_t n, bool *drop)
+{
+	AN_DASSERT(n > 0);
+	AN_DASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	/*
+	 * Framing stays whatever Connection says: without Content-Length the
+	 * agent would read the body as a second, unchecked request. Host stays
+	 * too, or the agent would get an HTTP/1.1 request without one.
+	 */
+	if (http1_name_is(tok, n, "close") || http1_name_is(tok, n, "content-length") ||
+	    http1_name_is(tok, n, "transfer-encoding") || http1_name_is(tok, n, "host"))
+		return;
+	for (uint32_t j = 0; j < req->header_count; j++) {
+		const struct http1_header *h = &req->headers[j];
+		if (!drop[j] && h->name_len == n && views_equal_nocase(h->name, tok, n))
+			drop[j] = true;
+	}
+}
+
+static void head_drops(const struct http1_request *req, const struct verdict_ingress *in,
+		       bool *drop)
+{
+	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	AN_ASSERT(drop != NULL);
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		drop[i] = head_always_drops(h->name, h->name_len) ||
+			  head_profile_strips(in, h->name, h->name_len);
+	}
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		const char *p = h->value;
+		const char *tok;
+		size_t tok_len;
+		if (!header_is(h, "connection", 10))
+			continue;
+		while (list_next(&p, h->value + h->value_len, &tok, &tok_len))
+			head_drop_named(req, tok, tok_len, drop);
+	}
+}
+
+/* ---- Writing the head ---- */
+
+/* The head under construction; once it overflows nothing more is written. */
+struct out_buf {
+	char *p;
+	size_t cap;
+	size_t len;
+	bool overflow;
+};
+
+static void out_put(struct out_buf *o, const char *s, size_t n)
+{
+	AN_DASSERT(o->len <= o->cap);
+	if (o->overflow || n > o->cap - o->len) {
+		o->overflow = true;
+		return;
+	}
+	if (n > 0)
+		memcpy(o->p + o->len, s, n);
+	o->len += n;
+	AN_DASSERT(o->len <= o->cap);
+}
+
+static void out_str(struct out_buf *o, const char *s)
+{
+	out_put(o, s, strlen(s));
+}
+
+static void out_field(struct out_buf *o, const char *name, size_t name_len, const char *v, size_t n)
+{
+	out_put(o, name, name_len);
+	out_put(o, ": ", 2);
+	out_put(o, v, n);
+	out_put(o, "\r\n", 2);
+}
+
+/* <v>/<n> as the inside of an RFC 9110 quoted-string. */
+static void out_quoted(struct out_buf *o, const char *v, size_t n)
+{
+	AN_DASSERT(v != NULL || n == 0);
+	AN_DASSERT(o != NULL);
+	for (size_t i = 0; i < n; i++) {
+		if (v[i] == '"' || v[i] == '\\')
+			out_put(o, "\\", 1);
+		out_put(o, &v[i], 1);
+	}
+}
+
+/* "Connection: Upgrade" and the client's Upgrade values, joined as one list. */
+static void head_put_upgrade(struct out_buf *o, const struct http1_request *req)
+{
+	bool first = true;
+
+	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	out_str(o, "Connection: Upgrade\r\nUpgrade: ");
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		if (!header_is(h, "upgrade", 7) || h->value_len == 0)
+			continue;
+		if (!first)
+			out_put(o, ", ", 2);
+		out_put(o, h->value, h->value_len);
+		first = false;
+	}
+	AN_ASSERT(!first);
+	out_put(o, "\r\n", 2);
+}
+
+static void head_put_forwarding(struct out_buf *o, const struct http1_request *req,
+				const struct ingress_client *c)
+{
+	size_t addr_len = strlen(c->addr);
+	bool v6 = memchr(c->addr, ':', addr_len) != NULL;
+	bool host = req->host_header != NULL && req->host_header_len > 0;
+
+	AN_ASSERT(addr_len > 0);
+	AN_ASSERT(strcmp(c->proto, "http") == 0 || strcmp(c->proto, "https") == 0);
+	AN_ASSERT(c->prefix_len > 0);
+	AN_ASSERT(c->prefix[0] == '/');
+	out_field(o, "X-Forwarded-For", 15, c->addr, addr_len);
+	out_field(o, "X-Forwarded-Proto", 17, c->proto, strlen(c->proto));
+	if (host)
+		out_field(o, "X-Forwarded-Host", 16, req->host_header, req->host_header_len);
+	out_field(o, "X-Forwarded-Prefix", 18, c->prefix, c->prefix_len);
+	/* RFC 7239 section 6: an IPv6 node is bracketed, so it must be quoted. */
+	out_str(o, v6 ? "Forwarded: for=\"[" : "Forwarded: for=");
+	out_put(o, c->addr, addr_len);
+	out_str(o, v6 ? "]\";proto=" : ";proto=");
+	out_str(o, c->proto);
+	if (host) {
+		/* Always quoted: a port's ':' is not a token character. */
+		out_str(o, ";host=\"");
+		out_quoted(o, req->host_header, req->host_header_len);
+		out_put(o, "\"", 1);
+	}
+	out_put(o, "\r\n", 2);
+}
+
+ssize_t ingress_write_head(const struct http1_request *req, const struct ingress_target *t,
+			   const struct verdict_ingress *in, const struct ingress_client *c,
+			   char *out, size_t cap)
+{
+	bool drop[LIMITS_HEADERS_MAX];
+	struct out_buf o = { .p = out, .cap = cap };
+
+	AN_ASSERT(req != NULL);
+	AN_ASSERT(t != NULL);
+	AN_ASSERT(in != NULL);
+	AN_ASSERT(c != NULL);
+	AN_ASSERT(out != NULL || cap == 0);
+	AN_ASSERT(req->form == HTTP1_FORM_ORIGIN);
+	AN_ASSERT(t->rest_len == 0 || t->rest[0] == '/' || t->rest[0] == '?');
+	head_drops(req, in, drop);
+	out_put(&o, req->method, req->method_len);
+	out_put(&o, " ", 1);
+	if (t->rest_len == 0 || t->rest[0] != '/')
+		out_put(&o, "/", 1);
+	out_put(&o, t->rest, t->rest_len);
+	out_str(&o, " HTTP/1.1\r\n");
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		if (!drop[i])
+			out_field(&o, h->name, h->name_len, h->value, h->value_len);
+	}
+	if (ingress_is_upgrade(req))
+		head_put_upgrade(&o, req);
+	head_put_forwarding(&o, req, c);
+	out_put(&o, "\r\n", 2);
+	if (o.overflow)
+		return -EMSGSIZE;
+	AN_ASSERT(o.len <= cap);
+	return (ssize_t)o.len;
+}
+
+/* ---- The route table ---- */
+
+static bool route_entry_is(const struct ingress_route_entry *e, uint64_t hash, const char *id,
+			   size_t len)
+{
+	return e->state == ROUTE_LIVE && e->hash == hash && e->id_len == len &&
+	       memcmp(e->id, id, len) == 0;
+}
+
+/* The index of <id>'s live entry, or r->capacity when it has none. */
+static uint32_t routes_find(const struct ingress_routes *r, uint64_t hash, const char *id,
+			    size_t len)
+{
+	uint32_t mask = r->capacity - 1;
+	uint32_t i = (uint32_t)hash & mask;
+
+	AN_ASSERT(r->capacity > 0);
+	AN_ASSERT((r->capacity & mask) == 0);
+	for (uint32_t n = 0; n < r->capacity; n++) {
+		const struct ingress_route_entry *e = &r->entries[i];
+		if (e->state == ROUTE_EMPTY)
+			break;
+		if (route_entry_is(e, hash, id, len))
+			return i;
+		i = (i + 1) & mask;
+	}
+	return r->capacity;
+}
+
+/* Where an id not in the table goes: the first tombstone or empty on its probe. */
+static uint32_t routes_free_spot(const struct ingress_routes *r, uint64_t hash)
+{
+	uint32_t mask = r->capacity - 1;
+	uint32_t i = (uint32_t)hash & mask;
+
+	AN_ASSERT(r->capacity > 0);
+	/* The load limit keeps at least 30% of the entries free. */
+	AN_ASSERT(r->used + r->tombstones < r->capacity);
+	while (r->entries[i].state == ROUTE_LIVE)
+		i = (i + 1) & mask;
+	return i;
+}
+
+/* True when one more entry (not reusing a tombstone) would pass the load limit. */
+static bool routes_too_full(const struct ingress_routes *r)
+{
+	uint64_t taken = (uint64_t)r->used + r->tombstones + 1u;
+
+	AN_ASSERT(r->used + r->tombstones <= r->capacity);
+	AN_ASSERT(r->capacity == 0 || r->entries != NULL);
+	return taken * INGRESS_ROUTES_LOAD_DEN > (uint64_t)r->capacity * INGRESS_ROUTES_LOAD_NUM;
+}
+
+/* The capacity that holds used + 1 entries at most half full, never below the current one. */
+static uint64_t routes_next_capacity(const struct ingress_routes *r)
+{
+	uint64_t cap =
+	    r->capacity > INGRESS_ROUTES_CAPACITY_MIN ? r->capacity : INGRESS_ROUTES_CAPACITY_MIN;
+
+	AN_ASSERT((cap & (cap - 1)) == 0);
+	while (((uint64_t)r->used + 1u) * 2u > cap)
+		cap *= 2u;
+	AN_ASSERT(cap >= r->capacity);
+	return cap;
+}
+
+/* Moves the live entries into a new array of <capacity>, dropping every tombstone. */
+static int routes_rebuild(struct ingress_routes *r, uint64_t capacity)
+{
+	AN_ASSERT((capacity & (capacity - 1)) == 0);
+	AN_ASSERT(((uint64_t)r->used + 1u) * 2u <= capacity);
+	if (capacity > INGRESS_ROUTES_CAPACITY_MAX)
+		return -ENOMEM;
+	struct ingress_route_entry *entries = pool_calloc((size_t)capacity, sizeof(*entries));
+	if (entries == NULL)
+		return -ENOMEM;
+	struct ingress_routes next = {
+		.entries = entries,
+		.capacity = (uint32_t)capacity,
+		.used = 0,
+		.tombstones = 0,
+	};
+	for (uint32_t i = 0; i < r->capacity; i++) {
+		const struct ingress_route_entry *e = &r->entries[i];
+		if (e->state != ROUTE_LIVE)
+			continue;
+		next.entries[routes_free_spot(&next, e->hash)] = *e;
+		next.used++;
+	}
+	AN_ASSERT(next.used == r->used);
+	pool_free(r->entries);
+	*r = next;
+	return 0;
+}
+
+int ingress_routes_put(struct ingress_routes *r, const char *id, size_t len, uint32_t slot)
+{
+	AN_ASSERT(r != NULL);
+	AN_ASSERT(id_valid(id, len));
+	uint64_t hash = XXH3_64bits(id, len);
+	if (r->capacity > 0) {
+		uint32_t i = routes_find(r, hash, id, len);
+		if (i < r->capacity) {
+			r->entries[i].slot = slot;
+			return 0;
+		}
+	}
+	uint32_t spot = r->capacity > 0 ? routes_free_spot(r, hash) : 0;
+	bool reuse = r->capacity > 0 && r->entries[spot].state == ROUTE_TOMBSTONE;
+	if (!reuse && routes_too_full(r)) {
+		int rc = routes_rebuild(r, routes_next_capacity(r));
+		if (rc != 0)
+			return rc;
+		spot = routes_free_spot(r, hash);
+	}
+	struct ingress_route_entry *e = &r->entries[spot];
+	if (e->state == ROUTE_TOMBSTONE)
+		r->tombstones--;
+	e->hash = hash;
+	e->slot = slot;
+	e->state = ROUTE_LIVE;
+	e->id_len = (uint8_t)len;
+	memcpy(e->id, id, len);
+	r->used++;
+	AN_ASSERT((uint64_t)(r->used + r->tombstones) * INGRESS_ROUTES_LOAD_DEN <=
+		  (uint64_t)r->capacity * INGRESS_ROUTES_LOAD_NUM);
+	return 0;
+}
+
+/*
+ * Empties entry <i> and the tombstones just before it. Safe because entry
+ * i + 1 is empty: a probe that reaches one of them stops at i + 1 anyway.
+ */
+static void routes_reclaim(struct ingress_routes *r, uint32_t i)
+{
+	uint32_t mask = r->capacity - 1;
+
+	AN_ASSERT(r->entries[(i + 1) & mask].state == ROUTE_EMPTY);
+	AN_ASSERT(r->entries[i].state != ROUTE_LIVE);
+	r->entries[i] = (struct ingress_route_entry){ .state = ROUTE_EMPTY };
+	for (uint32_t j = (i - 1) & mask; j != i; j = (j - 1) & mask) {
+		if (r->entries[j].state != ROUTE_TOMBSTONE)
+			break;
+		r->entries[j].state = ROUTE_EMPTY;
+		r->tombstones--;
+	}
+}
+
+void ingress_routes_del(struct ingress_routes *r, const char *id, size_t len, uint32_t slot)
+{
+	AN_ASSERT(r != NULL);
+	AN_ASSERT(id != NULL || len == 0);
+	/* Only valid ids are ever put, so nothing else can be removed. */
+	if (r->capacity == 0 || !id_valid(id, len))
+		return;
+	uint32_t i = routes_find(r, XXH3_64bits(id, len), id, len);
+	if (i == r->capacity || r->entries[i].slot != slot)
+		return;
+	struct ingress_route_entry *e = &r->entries[i];
+	*e = (struct ingress_route_entry){ .state = ROUTE_TOMBSTONE };
+	r->used--;
+	if (r->entries[(i + 1) & (r->capacity - 1)].state == ROUTE_EMPTY)
+		routes_reclaim(r, i);
+	else
+		r->tombstones++;
+	AN_ASSERT(r->used + r->tombstones < r->capacity);
+}
+
+int64_t ingress_routes_get(const struct ingress_routes *r, const char *id, size_t len)
+{
+	AN_ASSERT(r != NULL);
+	AN_ASSERT(id != NULL || len == 0);
+	if (r->capacity == 0 || len == 0 || len > INGRESS_ID_BYTES_MAX)
+		return -1;
+	uint32_t i = routes_find(r, XXH3_64bits(id, len), id, len);
+	if (i == r->capacity)
+		return -1;
+	AN_ASSERT(r->entries[i].state == ROUTE_LIVE);
+	return (int64_t)r->entries[i].slot;
+}
+
+void ingress_routes_free(struct ingress_routes *r)
+{
+	AN_ASSERT(r != NULL);
+	AN_ASSERT(r->used + r->tombstones <= r->capacity);
+	AN_FREE(&r->entries);
+	r->capacity = 0;
+	r->used = 0;
+	r->tombstones = 0;
+}

@@ -1,0 +1,118 @@
+/*
+ * The ingress gateway's pure parts (DESIGN.md sections 1 and 2): which
+ * sandbox a public request is for, whether its path stays inside that
+ * sandbox's prefix, what head the sandbox's agent is sent, and the table a
+ * worker routes sandbox ids with. No I/O and no globals; core/conn.c drives
+ * them on the worker that accepted the request.
+ *
+ * A public path is <prefix>/<sandbox id>[/<rest>][?<query>]. The agent is
+ * sent /<rest>[?<query>] ("/" when there is no rest): the prefix belongs to
+ * the gateway, and the agent learns it from X-Forwarded-Prefix. Which socket
+ * a request goes to is fixed by the id alone (the sandbox's own directory),
+ * so no spelling of the rest can reach another sandbox; the path checks
+ * below also keep traversal shapes away from the agent's own server.
+ */
+#ifndef AN_CORE_INGRESS_H
+#define AN_CORE_INGRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/http1.h"
+#include "core/verdict.h"
+
+/* A public request target split into its sandbox and the agent's path. */
+struct ingress_target {
+	const char *id; /* the sandbox id, borrowed from the target */
+	size_t id_len;
+	/* The rest, borrowed from the target: "" (then the agent is sent "/"),
+	 * "/..." or "?..." (then "/" is put before it). */
+	const char *rest;
+	size_t rest_len;
+};
+
+/*
+ * Splits origin-form <target>/<len> (as http1_parse_request gives it) under
+ * <prefix>/<prefix_len> (no trailing '/', e.g. "/callbacks").
+ *
+ * Returns 0 with <out> filled;
+ *   -ENOENT when the target is not <prefix> '/' <id> followed by '/', '?' or
+ *           its end, or when <id> is not a sandbox id ([A-Za-z0-9_.-]{1,63},
+ *           not starting with '.'; a percent sign is never part of one);
+ *   -EPERM  when the rest tries to step out or to be read two ways: a "." or
+ *           ".." segment (also percent-encoded, in any case), an encoded '/'
+ *           or '\' (%2F, %5C), a raw '\', an encoded '%' (%25: double
+ *           encoding), an encoded NUL (%00), a '%' not followed by two hex
+ *           digits, an empty segment ("//"), or a '#'.
+ * Only the part before '?' is checked; the query goes to the agent as sent.
+ */
+int ingress_route(const char *prefix, size_t prefix_len, const char *target, size_t len,
+		  struct ingress_target *out);
+
+/* True when <in> accepts <method>/<len> (exact, case-sensitive: RFC 9110 section 9.1). */
+bool ingress_method_allowed(const struct verdict_ingress *in, const char *method, size_t len);
+
+/*
+ * True when <req> asks to switch protocols (RFC 9110 section 7.8): HTTP/1.1,
+ * an Upgrade header, and "upgrade" among the Connection tokens. The gateway
+ * then relays both ways once the agent answers 101.
+ */
+bool ingress_is_upgrade(const struct http1_request *req);
+
+/* Who sent a public request, for the forwarding headers. */
+struct ingress_client {
+	const char *addr;   /* "192.0.2.1" or "2001:db8::1": no port, no brackets */
+	const char *proto;  /* "http" or "https": how it reached the gateway */
+	const char *prefix; /* the public path's prefix with the id, e.g. "/callbacks/a1" */
+	size_t prefix_len;
+};
+
+/*
+ * Writes the head the agent is sent for origin-form <req> routed as <t>:
+ *   - the request line with the agent's path and HTTP/1.1;
+ *   - every header of <req> except the hop-by-hop ones (Connection and the
+ *     names it lists, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection,
+ *     every Proxy-*), the forwarding ones a client could forge (Forwarded,
+ *     every X-Forwarded-*, X-Real-IP) and the names in <in>->strip_headers
+ *     (compared ignoring case); Host is kept as the client sent it;
+ *   - for an upgrade (ingress_is_upgrade): "Connection: Upgrade" and the
+ *     client's Upgrade value;
+ *   - the gateway's own X-Forwarded-For (<c>->addr), X-Forwarded-Proto,
+ *     X-Forwarded-Host (the client's Host, omitted without one),
+ *     X-Forwarded-Prefix and Forwarded (RFC 7239: for, proto and host, an
+ *     IPv6 address and any host with a port quoted);
+ *   - the blank line.
+ * Returns the bytes written, or -EMSGSIZE when <cap> is too small.
+ */
+ssize_t ingress_write_head(const struct http1_request *req, const struct ingress_target *t,
+			   const struct verdict_ingress *in, const struct ingress_client *c,
+			   char *out, size_t cap);
+
+/*
+ * A worker's sandbox ids -> sandbox slots: open addressing on XXH3 of the
+ * id, full-id comparison on a hit, grown as it fills. Written and read by
+ * one thread (the worker, from the commands the control path posts).
+ */
+struct ingress_route_entry;
+struct ingress_routes {
+	struct ingress_route_entry *entries; /* owned; capacity entries */
+	uint32_t capacity;                   /* a power of two, or 0 before the first put */
+	uint32_t used;                       /* live entries */
+	uint32_t tombstones;                 /* removed entries not yet reclaimed */
+};
+
+/* Maps <id>/<len> (a valid sandbox id) to <slot>, replacing any mapping. 0 or -ENOMEM. */
+int ingress_routes_put(struct ingress_routes *r, const char *id, size_t len, uint32_t slot);
+
+/* Removes <id>'s mapping when it is <slot> (a later re-add of the id is left alone). */
+void ingress_routes_del(struct ingress_routes *r, const char *id, size_t len, uint32_t slot);
+
+/* The slot of <id>/<len>, or -1 when none. */
+int64_t ingress_routes_get(const struct ingress_routes *r, const char *id, size_t len);
+
+/* Frees the table and zeroes <r>. */
+void ingress_routes_free(struct ingress_routes *r);
+
+#endif /* AN_CORE_INGRESS_H */

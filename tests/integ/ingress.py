@@ -1,0 +1,1571 @@
+#!/usr/bin/env python3
+"""agentsnet ingress pass: public requests through agentsnetd's ingress gateway
+to servers inside real `agentsnet run` sandboxes (issue 7).
+
+Layout of one run (everything on loopback, nothing can leave the machine):
+
+    upstream netns agentsnet-it-<id>-up   lo only; agentsnetd, its public
+                                          listener on 127.0.0.1:<free port>,
+                                          and every public client of this
+                                          pass (the pass itself enters it)
+    host netns     agentsnet-it-<id>      lo only; `agentsnet run` starts here
+        sandbox    a new netns per run: the bridge forwards each connection
+                   the daemon opens on <socket_dir>/sandboxes/<id>/ingress.sock
+                   to 127.0.0.1:$AGENT_INGRESS_PORT, where ingress/agent.py
+                   (or `python3 -m http.server`) listens
+
+Every agent server records each request it gets (ingress/agent.py --log), so
+a check that something never reached a sandbox reads that sandbox's own log,
+and a control request that must reach it shows the log works. Requests go
+over raw sockets (curl only where the issue says curl), so no client
+normalises a path or a header on the way. After each run nothing of its
+sandbox may be left (sandbox.py's leftover check).
+
+    ingress.py [--tests GLOB] [-v] [--keep]
+    ingress.py --self-test            (the fixtures alone, no daemon, no root)
+
+Prints one line per check and a closing "ingress: N passed, N failed".
+Exit 0 pass, 1 fail, 77 skip (with the reason).
+"""
+
+import argparse
+import base64
+import ctypes
+import fnmatch
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+from integlib import (Fatal, Procs, READY_TIMEOUT_S, Skip, add_run_args, checked_preflight,
+                      daemon_env, log, netns_add, netns_del, read_audit, read_text, render_file,
+                      run, run_and_tally, stop_daemon, wait_for)
+from sandbox import WAIT_SH, Pass, touch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+FIXTURES = os.path.join(HERE, "ingress")
+sys.path.insert(0, FIXTURES)
+import ws  # noqa: E402  (tests/integ/ingress/ws.py)
+
+PREFIX = "/callbacks"
+HEAD_MS = 1500  # daemon.timeouts.head_ms of this pass
+BODY_BYTES = 1024  # profile default's ingress.body_bytes
+LINE_MAX = 8192  # LIMITS_REQUEST_LINE_BYTES_MAX: a request line this long is fine, one more 414
+HEAD_MAX = 16384  # LIMITS_HEAD_BYTES_MAX: a head this large is fine, one more 431
+BURST, RATE = 3, 1  # profile limited's ingress.limits
+NOT_LISTENING_S = 3  # a 502 agent_not_listening comes within this, not a hang
+REAP_WAIT_S = 5
+AUDIT_WAIT_S = 3
+WS_MESSAGES = 1000
+WS_LOCKSTEP = 100  # the first messages wait for their echo: nothing may sit in a buffer
+SSE_GAP_MIN_S = 0.1  # the agent writes events 300 ms apart (agent.py); held back: ~0
+STATIC_BYTES = 300 * 1024
+CLONE_NEWNET = 0x40000000
+AUDIT_PATH_MAX = 255  # the audit keeps this much of a path (core/audit.h)
+# Refusals of a head that was not parsed: their records name no method, path or sandbox.
+UNPARSED = ("bad_request", "uri_too_long", "headers_too_large", "request_timeout")
+FORGED = "6.6.6.6"
+
+
+# ---- a raw HTTP/1.1 client ---------------------------------------------------------
+
+
+class Resp:
+    """One response as the client got it; status None when there was none."""
+
+    def __init__(self, status=None, headers=(), body=b"", client=None, secs=0.0, error=None):
+        self.status, self.headers, self.body = status, list(headers), body
+        self.client, self.secs, self.error = client, secs, error
+
+    def get(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def all(self, name):
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+    def json(self):
+        try:
+            doc = json.loads(self.body)
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def __repr__(self):
+        if self.status is None:
+            return "<no answer: %s>" % self.error
+        return "<%d %s %r>" % (self.status, self.get("X-Agent-Reason") or "", self.body[:200])
+
+
+class Conn:
+    """One TCP connection to the public listener, read as HTTP/1.1 responses."""
+
+    def __init__(self, port, timeout=5.0):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray()
+        self.client = "%s:%d" % self.s.getsockname()[:2]
+        self.sent = 0
+
+    def send(self, data):
+        self.s.sendall(data)
+        self.sent += len(data)
+
+    def fill(self):
+        data = self.s.recv(262144)
+        if not data:
+            return False
+        self.buf += data
+        return True
+
+    def until(self, mark):
+        while mark not in self.buf:
+            if not self.fill():
+                raise EOFError("closed after %r" % bytes(self.buf[:300]))
+        i = self.buf.index(mark) + len(mark)
+        out = bytes(self.buf[:i])
+        del self.buf[:i]
+        return out
+
+    def exact(self, n):
+        while len(self.buf) < n:
+            if not self.fill():
+                raise EOFError("closed %d bytes into a %d-byte body" % (len(self.buf), n))
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def head(self):
+        raw = self.until(b"\r\n\r\n").decode("latin-1")
+        lines = raw[:-4].split("\r\n")
+        first = lines[0].split(" ", 2)
+        if len(first) < 2 or not first[0].startswith("HTTP/1.") or not first[1].isdigit():
+            raise EOFError("not a status line: %r" % lines[0])
+        headers = []
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers.append((name.strip(), value.strip()))
+        return int(first[1]), headers
+
+    def response(self, method="GET"):
+        status, headers = self.head()
+        r = Resp(status, headers, client=self.client)
+        te = (r.get("Transfer-Encoding") or "").lower()
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return r
+        if "chunked" in te:
+            body = bytearray()
+            while True:
+                size = int(self.until(b"\r\n").split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.until(b"\r\n") != b"\r\n":
+                        pass
+                    break
+                body += self.exact(size)
+                self.exact(2)
+            r.body = bytes(body)
+        elif r.get("Content-Length") is not None:
+            r.body = self.exact(int(r.get("Content-Length")))
+        else:
+            while self.fill():
+                pass
+            r.body, self.buf = bytes(self.buf), bytearray()
+        return r
+
+    def closed_within(self, secs):
+        """True when the peer closes within <secs> (bytes meanwhile are dropped)."""
+        self.s.settimeout(secs)
+        try:
+            while self.s.recv(65536):
+                pass
+            return True
+        except (socket.timeout, OSError):
+            return False
+
+    def close(self):
+        self.s.close()
+
+
+def build(method, target, host, headers=(), body=b"", length=True, version="HTTP/1.1"):
+    """A request's bytes: <headers> are (name, value) pairs sent in order."""
+    out = ["%s %s %s" % (method, target, version)]
+    if host is not None:
+        out.append("Host: " + host)
+    out += ["%s: %s" % hv for hv in headers]
+    if body and length:
+        out.append("Content-Length: %d" % len(body))
+    return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body
+
+
+def refusal(resp, status, reason):
+    """The problems of <resp> as the gateway's refusal <status>/<reason>."""
+    if resp.status is None:
+        return ["no answer (%s), want %d %s" % (resp.error, status, reason)]
+    errs = []
+    doc = resp.json()
+    if resp.status != status or resp.get("X-Agent-Reason") != reason:
+        errs.append("%d X-Agent-Reason %r, want %d %s" % (resp.status,
+                                                          resp.get("X-Agent-Reason"), status,
+                                                          reason))
+    if doc is None or doc.get("reason") != reason or doc.get("status") != status:
+        errs.append("the body is not JSON with reason %s and status %d: %r" % (reason, status,
+                                                                             resp.body[:300]))
+    return errs
+
+
+def header_map(rec):
+    """{lower-case name: [values in order]} of a request the agent recorded."""
+    out = {}
+    for k, v in rec.get("headers", []):
+        out.setdefault(k.lower(), []).append(v)
+    return out
+
+
+# ---- the client checks (through the gateway, or straight at the fixture) ---------
+
+
+def sse_check(port, target, host):
+    """GET an event stream; the problems, and {"client", "arrivals" (seconds after the
+    request, one per event), "down" (bytes after the head)}."""
+    c = Conn(port, 10)
+    errs, arrivals = [], []
+    stats = {"client": c.client, "arrivals": arrivals, "down": 0}
+    try:
+        t0 = time.monotonic()
+        c.send(build("GET", target, host, [("Accept", "text/event-stream")]))
+        status, headers = c.head()
+        r = Resp(status, headers)
+        if status != 200 or "text/event-stream" not in (r.get("Content-Type") or ""):
+            return ["%s: head %d %r" % (target, status, headers)], stats
+        if r.get("Content-Length") is not None:
+            errs.append("%s: a Content-Length (%s): the stream was buffered whole" % (
+                target, r.get("Content-Length")))
+        chunked = "chunked" in (r.get("Transfer-Encoding") or "").lower()
+        raw, times = bytearray(c.buf), [(time.monotonic(), len(c.buf))]
+        c.buf = bytearray()
+        c.s.settimeout(5)
+        while not (chunked and dechunk(raw)[1]):
+            try:
+                data = c.s.recv(65536)
+            except socket.timeout:
+                errs.append("%s: no end of the stream 5s after the last read" % target)
+                break
+            if not data:
+                break
+            raw += data
+            times.append((time.monotonic(), len(raw)))
+        for i in range(3):
+            mark = b"data: event-%d\n\n" % i
+            when = next((t for t, n in times if mark in (dechunk(raw[:n])[0] if chunked
+                                                          else raw[:n])), None)
+            if when is None:
+                errs.append("%s: event %d never arrived: %r" % (target, i, bytes(raw[:400])))
+            else:
+                arrivals.append(round(when - t0, 3))
+        if len(arrivals) == 3:
+            gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+            if min(gaps) < SSE_GAP_MIN_S:
+                errs.append("%s: events arrived at %r s: not spaced as written (300 ms apart), "
+                            "so they were held back" % (target, arrivals))
+        stats["down"] = len(raw)
+    except (OSError, EOFError) as e:
+        errs.append("%s: %s: %s" % (target, type(e).__name__, e))
+    finally:
+        c.close()
+    return errs, stats
+
+
+def dechunk(raw):
+    """(the data of the chunked bytes <raw> so far, whether the last chunk came)."""
+    out, i = bytearray(), 0
+    while True:
+        j = raw.find(b"\r\n", i)
+        if j < 0:
+            return bytes(out), False
+        size = int(bytes(raw[i:j]).split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            return bytes(out), raw.find(b"\r\n", j + 2) >= 0
+        out += raw[j + 2: j + 2 + size]
+        if len(raw) < j + 2 + size + 2:
+            return bytes(out), False
+        i = j + 2 + size + 2
+
+
+def ws_plan(seed=20240607):
+    """The 1,000 messages: (opcode, payload, fragments); every size class of
+    the length field, 25 over 64 KiB, text and binary, some fragmented."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(WS_MESSAGES):
+        if i % 40 == 7:
+            n = rng.randint(65537, 300000)
+        elif i % 40 == 19:
+            n = rng.choice([65535, 65536])
+        elif i % 10 == 3:
+            n = rng.choice([0, 1, 125, 126, 127, 65535 - 1])
+        else:
+            n = rng.randint(0, 4000)
+        if i % 2:
+            payload = base64.b64encode(rng.randbytes(n))[:n]
+            opcode = ws.OP_TEXT
+        else:
+            payload, opcode = rng.randbytes(n), ws.OP_BINARY
+        out.append((opcode, payload, 3 if i % 97 == 5 and n >= 3 else 1))
+    return out
+
+
+def ws_frames(opcode, payload, parts):
+    """The client frames of one message, each masked with its own key."""
+    if parts == 1:
+        return ws.encode(opcode, payload, os.urandom(4))
+    cut = [len(payload) * k // parts for k in range(parts + 1)]
+    return b"".join(ws.encode(opcode if k == 0 else ws.OP_CONT, payload[cut[k]:cut[k + 1]],
+                              os.urandom(4), fin=k == parts - 1) for k in range(parts))
+
+
+def ws_check(port, target, host):
+    """The WebSocket echo: handshake, 1,000 messages in order and intact
+    (lockstep first, then pipelined both ways at once), pings, the close
+    handshake. Returns (problems, stats)."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    c = Conn(port, 20)
+    stats = {"client": c.client, "up": 0, "down": 0}
+    try:
+        c.send(build("GET", target, host, [("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                                           ("Sec-WebSocket-Key", key),
+                                           ("Sec-WebSocket-Version", "13")]))
+        handshake = c.sent
+        status, headers = c.head()
+        r = Resp(status, headers)
+        if status != 101 or (r.get("Upgrade") or "").lower() != "websocket" or \
+                "upgrade" not in (r.get("Connection") or "").lower() or \
+                r.get("Sec-WebSocket-Accept") != ws.accept_key(key):
+            return ["the handshake: %d %r" % (status, headers)], stats
+        initial, c.buf = bytes(c.buf), bytearray()
+        down = [len(initial)]  # frame bytes received, the 101 head not counted
+
+        def recv(n):
+            data = c.s.recv(n)
+            down[0] += len(data)
+            return data
+
+        reader = ws.Reader(recv, initial)
+        plan = ws_plan()
+        errs = []
+        t0 = time.monotonic()
+
+        def expect(i, opcode, payload):
+            try:
+                got_op, got, masked = reader.message()
+            except (EOFError, socket.timeout, ws.ProtocolError) as e:
+                errs.append("message %d: %s: %s" % (i, type(e).__name__, e))
+                return False
+            if masked:
+                errs.append("message %d: the echo came masked (server frames must not be)" % i)
+            if got_op != opcode or got != payload:
+                errs.append("message %d (%d bytes, opcode %d): got opcode %d, %d bytes, "
+                            "sha256 %s" % (i, len(payload), opcode, got_op, len(got),
+                                           hashlib.sha256(got).hexdigest()[:16]))
+                return False
+            return True
+
+        for i in range(WS_LOCKSTEP):
+            opcode, payload, parts = plan[i]
+            c.send(ws_frames(opcode, payload, parts))
+            if not expect(i, opcode, payload):
+                return errs, stats
+        lockstep_s = time.monotonic() - t0
+        sent_err = []
+
+        def writer():
+            try:
+                for i in range(WS_LOCKSTEP, WS_MESSAGES):
+                    opcode, payload, parts = plan[i]
+                    c.send(ws_frames(opcode, payload, parts))
+                    if i % 100 == 50:
+                        c.send(ws.encode(ws.OP_PING, b"ping-%d" % i, os.urandom(4)))
+            except OSError as e:
+                sent_err.append("sending: %s" % e)
+
+        th = threading.Thread(target=writer, daemon=True)
+        th.start()
+        for i in range(WS_LOCKSTEP, WS_MESSAGES):
+            opcode, payload, _parts = plan[i]
+            if not expect(i, opcode, payload):
+                break
+            if i % 100 == 50 and not expect(i, ws.OP_PONG, b"ping-%d" % i):
+                break
+        th.join(30)
+        errs += sent_err
+        if errs:
+            return errs, stats
+        c.send(ws.encode(ws.OP_CLOSE, b"\x03\xe8done", os.urandom(4)))
+        try:
+            op, payload, _ = reader.message()
+            if op != ws.OP_CLOSE or payload[:2] != b"\x03\xe8":
+                errs.append("the close: opcode %d %r, want a close with 1000" % (op, payload))
+        except (EOFError, socket.timeout, ws.ProtocolError) as e:
+            errs.append("the close: %s" % e)
+        if not errs and not c.closed_within(5):
+            errs.append("the connection stayed open 5s after the close handshake")
+        stats.update({"secs": round(time.monotonic() - t0, 2), "lockstep_s": round(lockstep_s, 2),
+                      "up": c.sent - handshake, "down": down[0],
+                      "payload": sum(len(p) for _, p, _ in plan)})
+        return errs, stats
+    except (OSError, EOFError) as e:
+        return ["%s: %s" % (type(e).__name__, e)], stats
+    finally:
+        c.close()
+
+
+# ---- the pass ---------------------------------------------------------------------
+
+
+def enter_netns(path):
+    """Moves this process (its calling thread, before any other starts) into the network
+    namespace at <path>; threads and children started later follow."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise Fatal("setns %s: %s" % (path, os.strerror(ctypes.get_errno())))
+    finally:
+        os.close(fd)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Tests(Pass):
+    def __init__(self, args):
+        super().__init__(args)
+        self.agents = {}  # role -> Agent
+        self.sid = {}  # role -> sandbox id
+        self.info = {}  # role -> what the agent printed first (its environment)
+        self.wants = []  # (client, {field: value}) per public request: the audit's records
+        self.port = None
+        self.daemon_err = None
+
+    # ---- requests -----------------------------------------------------------
+
+    def target(self, role, rest=""):
+        return "%s/%s%s" % (PREFIX, self.sid.get(role, role), rest)
+
+    def host(self, port=None):
+        return "127.0.0.1:%d" % (port or self.port)
+
+    def send(self, raw, method="GET", want=None, timeout=5, port=None):
+        """<raw> on a new connection; its answer. <want>: what its audit record must say
+        (status always: what came back)."""
+        t0 = time.monotonic()
+        try:
+            c = Conn(port or self.port, timeout)
+        except OSError as e:
+            return Resp(error="connect: %s" % e)
+        try:
+            c.send(raw)
+            r = c.response(method)
+        except (OSError, EOFError, ValueError) as e:
+            r = Resp(client=c.client, error="%s: %s" % (type(e).__name__, e))
+        finally:
+            c.close()
+        r.secs = time.monotonic() - t0
+        self.want(r, want)
+        return r
+
+    def want(self, r, want):
+        """Notes what the audit record of the request answered by <r> must say: <want>,
+        and the status and reason the client got. A head refused before it was parsed
+        has no method, path or sandbox to record; a 404 no sandbox."""
+        if r.client is None:
+            return
+        w = dict(want or {})
+        reason = r.get("X-Agent-Reason")
+        if reason in UNPARSED:
+            w = {}
+        if reason == "ingress_not_found":
+            w.pop("sandbox", None)
+        if reason is not None:
+            w["reason"] = reason
+        if r.status is not None:
+            w["status"] = r.status
+        self.wants.append((r.client, w))
+
+    def req(self, role, rest, method="GET", headers=(), body=b"", **kw):
+        target = self.target(role, rest)
+        w = {"method": method, "path": target}
+        if role in self.sid:
+            w["sandbox"] = self.sid[role]
+        return self.send(build(method, target, self.host(), headers, body), method, w, **kw)
+
+    def seen(self, role):
+        """Every request the agent of <role> recorded, in order."""
+        out = []
+        for line in read_text(os.path.join(self.vars["sync"], role + ".log")).splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"unparsed": line})
+        return out
+
+    def seen_paths(self, role):
+        return [r.get("path") for r in self.seen(role)]
+
+    # ---- agents ---------------------------------------------------------------
+
+    def start_agent(self, role, cmd, ready, profile=None):
+        sid = self.sandbox_id(role)
+        self.sid[role] = sid
+        run_args = ["--profile", profile] if profile else []
+        a = self.start(cmd, sandbox=sid, run_args=run_args)
+        self.agents[role] = a
+        return a, ready
+
+    def agent_cmd(self, role, once=0, go=None):
+        """agent.py logging to sync/<role>.log; with <once>, it serves that many requests,
+        then (with <go>) the sandbox lives on without a server until <go> exists."""
+        log_path = os.path.join(self.vars["sync"], role + ".log")
+        if go is None:
+            return ["python3", "-u", self.vars["agent_py"], "--log", log_path] + (
+                ["--once", str(once)] if once else [])
+        return ["sh", "-c", 'python3 -u "$0" --log "$1" --once %d; echo server-exited; %s'
+                % (once, WAIT_SH % go), self.vars["agent_py"], log_path]
+
+    def start_agents(self):
+        """Every sandbox of the pass at once; returns when each one's server listens."""
+        www = self.vars["www"]
+        static_sh = ('echo "{\\"public_url\\": \\"$AGENT_PUBLIC_URL\\", \\"ingress_port\\": '
+                     '\\"$AGENT_INGRESS_PORT\\"}"; cd "$0" && exec python3 -u -m http.server '
+                     '--bind 127.0.0.1 8081')
+        self.vars["once_go"] = os.path.join(self.vars["sync"], "go-once")
+        pending = [
+            self.start_agent("static", ["sh", "-c", static_sh, www], "Serving HTTP"),
+            self.start_agent("a", self.agent_cmd("a"), "listening"),
+            self.start_agent("b", self.agent_cmd("b"), "listening"),
+            self.start_agent("lim", self.agent_cmd("lim"), "listening", profile="limited"),
+            self.start_agent("once", self.agent_cmd("once", 1, self.vars["once_go"]),
+                             "listening"),
+        ]
+        for a, ready in pending:
+            a.wait_out(ready)
+            first = a.stdout().splitlines()[0]
+            try:
+                self.info[a.sandbox] = json.loads(first)
+            except ValueError:
+                raise Fatal("%s printed %r first, not its environment" % (a.sandbox, first))
+        for role, profile in (("parked", "default"), ("closed", "closed")):
+            sid = self.sandbox_id(role)
+            self.sid[role] = sid
+            got = self.ctl("sandbox add %s %s" % (sid, profile))
+            if not got or not got[0].startswith("ok "):
+                raise Fatal("sandbox add %s %s: %r" % (sid, profile, got))
+            self.ids.add(sid)
+
+    def stop_agent(self, role):
+        """Ends the run of <role>: the once-agent's by its go file (its server has exited),
+        every other one (and the once-agent whose server still runs) by SIGTERM."""
+        a = self.agents.pop(role)
+        if role == "once":
+            touch(self.vars["once_go"])
+        if a.proc.poll() is None and (role != "once" or "server-exited" not in a.stdout()):
+            a.proc.send_signal(signal.SIGTERM)
+        return a.finish(20)
+
+    # ---- the daemon -----------------------------------------------------------
+
+    def start_daemon(self, policy, extra=()):
+        """agentsnetd --config <policy> <extra> in the upstream namespace, stderr appended
+        to daemon.stderr; returns once it printed "agentsnetd: ready"."""
+        err_path = self.daemon_err
+        start = os.path.getsize(err_path) if os.path.exists(err_path) else 0
+        with open(err_path, "ab") as err:
+            p = self.procs.start("agentsnetd", ["ip", "netns", "exec", self.args.upns,
+                                                self.args.daemon, "--config", policy, *extra],
+                                 stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                 env=daemon_env())
+        since = lambda: read_text(err_path)[start:]  # noqa: E731
+        try:
+            wait_for(lambda: "agentsnetd: ready" in since() or p.poll() is not None,
+                     READY_TIMEOUT_S, "agentsnetd: ready")
+        except Fatal:
+            raise Fatal("agentsnetd not ready; stderr:\n" + since()[-4000:])
+        if p.poll() is not None:
+            raise Fatal("agentsnetd %s exited %d at start; stderr:\n%s" % (
+                " ".join(extra), p.returncode, since()[-4000:]))
+        self.daemon = p
+        return p
+
+    def stop_daemon(self):
+        errs = stop_daemon(self.daemon, self.daemon_err)
+        self.daemon = None
+        return errs
+
+    def render_policy(self, name, port, more=""):
+        path = os.path.join(self.tmp, name)
+        render_file(os.path.join(FIXTURES, "policy.yaml.in"), path,
+                    dict(self.vars, port=port, ingress_more=more))
+        return path
+
+    # ---- the tests ------------------------------------------------------------
+
+    def timed(self, name, fn):
+        t0 = time.monotonic()
+        try:
+            errs = fn()
+        except Fatal as e:
+            errs = [str(e)]
+        except Exception:  # noqa: BLE001  (a broken check is a failed one, not a lost pass)
+            errs = ["the check itself raised:\n" + traceback.format_exc()]
+        self.result("%s (%.1fs)" % (name, time.monotonic() - t0), errs)
+
+    def t_static(self):
+        """Done when 1: python3 -m http.server in a sandbox answers curl on the host at
+        the public URL the sandbox was given; the body is the file."""
+        def static():
+            sid = self.sid["static"]
+            info = self.info[sid]
+            url = info.get("public_url") or ""
+            errs = []
+            want_url = "http://%s%s/%s" % (self.host(), PREFIX, sid)
+            if url != want_url:
+                errs.append("AGENT_PUBLIC_URL inside is %r, want %r (public_url defaults to "
+                            "http://<listen>)" % (url, want_url))
+            if info.get("ingress_port") != "8081":
+                errs.append("AGENT_INGRESS_PORT inside is %r, want 8081" % info.get(
+                    "ingress_port"))
+            if not url.startswith("http://"):
+                return errs
+            out = os.path.join(self.tmp, "curl-static.out")
+            for rest, want_code, check in (("/blob.bin", 200, "file"), ("", 200, "listing"),
+                                           ("/", 200, "listing"), ("/missing.txt", 404, "agent")):
+                hdr = os.path.join(self.tmp, "curl-static.hdr")
+                p = subprocess.run(["curl", "-sS", "--max-time", "10", "-o", out, "-D", hdr,
+                                    "-w", "%{http_code} %{local_ip}:%{local_port}", url + rest],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
+                                   check=False, env={"PATH": os.environ["PATH"]})
+                code, _, client = p.stdout.decode().partition(" ")
+                if p.returncode != 0 or code != str(want_code):
+                    errs.append("curl %s: exit %d, HTTP %s, want %d: %s" % (
+                        url + rest, p.returncode, code, want_code, p.stderr.decode()[-500:]))
+                    continue
+                with open(out, "rb") as f:
+                    body = f.read()
+                self.wants.append((client, {"sandbox": sid, "method": "GET",
+                                            "path": "%s/%s%s" % (PREFIX, sid, rest),
+                                            "status": want_code}))
+                if check == "file" and hashlib.sha256(body).hexdigest() != self.vars[
+                        "static_sha256"]:
+                    errs.append("curl %s: %d bytes, sha256 %s; the file has %d bytes, %s" % (
+                        url + rest, len(body), hashlib.sha256(body).hexdigest(), STATIC_BYTES,
+                        self.vars["static_sha256"]))
+                if check == "listing" and b"blob.bin" not in body:
+                    errs.append("curl %s: not the directory listing of / (the agent got "
+                                "another path): %r" % (url + rest, body[:300]))
+                if check == "agent" and "x-agent-reason" in read_text(hdr).lower():
+                    errs.append("curl %s: the agent's own 404 came with an X-Agent-Reason: %r"
+                                % (url + rest, read_text(hdr)))
+            return errs
+
+        self.timed("python3 -m http.server in a sandbox answers curl at its AGENT_PUBLIC_URL; "
+                   "the body is the file (%d bytes); <prefix>/<id> alone is /" % STATIC_BYTES,
+                   static)
+
+    def t_headers(self):
+        """Done when 2: the agent sees the gateway's forwarding headers, never a forged
+        one, a stripped one or a hop-by-hop one; Host as sent; the path under its id."""
+        def headers():
+            host = "Hooks.Example.test:8443"
+            sent = [("x-forwarded-for", FORGED), ("X-FORWARDED-HOST", "evil.test"),
+                    ("X-Forwarded-Proto", "https"), ("X-Forwarded-Prefix", "/evil"),
+                    ("X-Forwarded-Port", "1"), ("forwarded", "for=%s;host=evil.test" % FORGED),
+                    ("X-Real-IP", FORGED), ("X-Internal-Token", "hunter2"),
+                    ("X-SECOND-SECRET", "hunter3"), ("Connection", "keep-alive, X-Hop-Listed"),
+                    ("X-Hop-Listed", "hop-value"), ("Keep-Alive", "timeout=5"),
+                    ("TE", "trailers"), ("Trailer", "X-Trailing"),
+                    ("Proxy-Authorization", "Basic aHVudGVyNDo="),
+                    ("Proxy-Connection", "keep-alive"), ("Proxy-Foo", "proxy-value"),
+                    ("Upgrade", "h2c"), ("X-Custom", "kept-1"), ("User-Agent", "ingress-pass"),
+                    ("X-Custom", "kept-2")]
+            target = self.target("a", "/echo/x?q=1&r=%2F..%2F")
+            r = self.send(build("GET", target, host, sent), "GET",
+                          {"sandbox": self.sid["a"], "method": "GET", "path": target})
+            rec = r.json()
+            if r.status != 200 or rec is None or "headers" not in rec:
+                return ["the echo: %r" % r]
+            h = header_map(rec)
+            errs = []
+            if rec.get("path") != "/echo/x?q=1&r=%2F..%2F":
+                errs.append("the agent got path %r, want /echo/x?q=1&r=%%2F..%%2F (the query "
+                            "as sent)" % rec.get("path"))
+            want = {"host": [host], "x-forwarded-for": ["127.0.0.1"],
+                    "x-forwarded-proto": ["http"], "x-forwarded-host": [host],
+                    "x-forwarded-prefix": [self.target("a")], "x-custom": ["kept-1", "kept-2"],
+                    "user-agent": ["ingress-pass"]}
+            for name, values in want.items():
+                if h.get(name) != values:
+                    errs.append("%s: the agent got %r, want %r" % (name, h.get(name), values))
+            fwd = h.get("forwarded", [])
+            parts = dict(p.strip().split("=", 1) for p in (fwd[0] if fwd else "").split(";")
+                         if "=" in p)
+            if len(fwd) != 1 or parts.get("for", "").strip('"') != "127.0.0.1" or \
+                    parts.get("proto") != "http" or parts.get("host") != '"%s"' % host:
+                errs.append("Forwarded: the agent got %r, want for=127.0.0.1;proto=http;"
+                            "host=\"%s\" (quoted: it has a port)" % (fwd, host))
+            for name in ("x-real-ip", "x-internal-token", "x-second-secret", "x-hop-listed",
+                         "keep-alive", "te", "trailer", "proxy-authorization",
+                         "proxy-connection", "proxy-foo", "upgrade", "x-forwarded-port"):
+                if name in h:
+                    errs.append("%s reached the agent: %r" % (name, h[name]))
+            if "x-hop-listed" in " ".join(h.get("connection", [])).lower():
+                errs.append("Connection still lists X-Hop-Listed: %r" % h["connection"])
+            for bad in (FORGED, "evil", "hunter", "hop-value", "proxy-value", "aHVudGVyNDo"):
+                leaked = [(k, v) for k, v in rec["headers"] if bad in v]
+                if leaked:
+                    errs.append("a value the client forged or the gateway strips reached the "
+                                "agent: %r" % leaked)
+            if r.get("X-Agent-Reason") is not None:
+                errs.append("the agent's answer came with X-Agent-Reason %r" % r.get(
+                    "X-Agent-Reason"))
+            return errs
+
+        self.timed("the agent sees X-Forwarded-For/-Proto/-Host/-Prefix and Forwarded from the "
+                   "gateway; forged ones, strip_headers, Connection-listed and hop-by-hop "
+                   "headers never; Host and the query as sent", headers)
+
+    def t_body_limit(self):
+        """Done when 3: a Content-Length over body_bytes is answered 413 before the agent
+        sees a byte; exactly body_bytes goes through."""
+        def body_limit():
+            errs = []
+            body = bytes(range(256)) * (BODY_BYTES // 256)
+            r = self.req("a", "/body-at-limit", "POST", [("Content-Type", "application/x")],
+                         body)
+            rec = r.json() or {}
+            if r.status != 200 or rec.get("body_len") != BODY_BYTES or \
+                    rec.get("body_sha256") != hashlib.sha256(body).hexdigest():
+                errs.append("a body of exactly body_bytes (%d): %r, want 200 and the agent "
+                            "gets it whole" % (BODY_BYTES, r))
+            before = len(self.seen("a"))
+            for rest, n in (("/body-over-limit", BODY_BYTES + 1), ("/body-huge", 10 ** 12)):
+                target = self.target("a", rest)
+                # The head alone: the answer must not wait for a body.
+                r = self.send(build("POST", target, self.host(),
+                                    [("Content-Length", str(n))]), "POST",
+                              {"sandbox": self.sid["a"], "method": "POST", "path": target},
+                              timeout=5)
+                errs += ["Content-Length %d: %s" % (n, e)
+                         for e in refusal(r, 413, "body_too_large")]
+            target = self.target("a", "/body-over-sent")
+            r = self.send(build("POST", target, self.host(), body=body + b"x"), "POST",
+                          {"sandbox": self.sid["a"], "method": "POST", "path": target})
+            errs += ["%d bytes sent with the head: %s" % (BODY_BYTES + 1, e)
+                     for e in refusal(r, 413, "body_too_large")]
+            time.sleep(0.3)
+            got = self.seen("a")[before:]
+            if got:
+                errs.append("the agent saw requests over the limit: %r" % [
+                    (g.get("method"), g.get("path"), g.get("body_len")) for g in got])
+            return errs
+
+        self.timed("a Content-Length over body_bytes (%d+1, 10^12, sent or not): 413 "
+                   "body_too_large and the agent saw no request; exactly %d reaches it"
+                   % (BODY_BYTES, BODY_BYTES), body_limit)
+
+    def t_escape(self):
+        """Done when 4: traversal shapes aimed at B sent under A's prefix never reach B
+        (nor A); a plain request to B then does."""
+        def escape():
+            a, b = self.sid["a"], self.sid["b"]
+            # Under A's own id: 400 path_not_allowed (core/ingress.h).
+            under_a = ["/../%s/secret", "/%%2e%%2e/%s/secret", "/%%2E%%2E/%s/secret",
+                       "/.%%2e/%s/secret", "/%%2e./%s/secret", "/./../%s/secret",
+                       "/..%%2f%s/secret", "/..%%2F%s/secret", "/%%2e%%2e%%2f%s/secret",
+                       "/..%%5c%s/secret", "/..%%5C%s/secret", "//../%s/secret",
+                       "/%%252e%%252e/%s/secret", "/..%%252f%s/secret",
+                       "/../../callbacks/%s/secret", "/x/../../%s/secret",
+                       "/%%2e%%2e%%2f%%2e%%2e%%2fcallbacks%%2f%s%%2fsecret", "/%%00/../%s/secret",
+                       "/..%%00/%s/secret", "/%%zz/../%s/secret"]
+            # The same, where the HTTP parser may refuse first: 400 either way.
+            raw_a = ["/..\\%s/secret", "/..#/%s/secret", "/.. /%s/secret"]
+            # Not A's id at all: 404 ingress_not_found, or 400.
+            other = ["%s/%s%%2f..%%2f%s/secret" % (PREFIX, a, b),
+                     "%s/%s%%2F..%%2F%s/secret" % (PREFIX, a, b),
+                     "%s/%s%%5c..%%5c%s/secret" % (PREFIX, a, b),
+                     "%s/../callbacks/%s/secret" % (PREFIX, b),
+                     "%s/%%2e%%2e/callbacks/%s/secret" % (PREFIX, b),
+                     "%s/./%s/secret" % (PREFIX, b), "%s//%s/secret" % (PREFIX, b)]
+            strict = [("%s/%s" % (PREFIX, a)) + t % b for t in under_a]
+            loose = [("%s/%s" % (PREFIX, a)) + t % b for t in raw_a]
+            errs = []
+            before_a = len(self.seen("a"))
+            for t in strict + loose + other:
+                r = self.send(build("GET", t, self.host()), "GET", {"path": t})
+                if t in strict:
+                    bad = refusal(r, 400, "path_not_allowed")
+                elif r.status == 404 and t in other:
+                    bad = refusal(r, 404, "ingress_not_found")
+                else:
+                    reason = r.get("X-Agent-Reason")
+                    bad = [] if reason in ("path_not_allowed", "bad_request") and not refusal(
+                        r, 400, reason) else ["%r, want 400 path_not_allowed or bad_request%s"
+                                              % (r, " or 404 ingress_not_found"
+                                                 if t in other else "")]
+                errs += ["%s: %s" % (t, e) for e in bad]
+            abs_form = "http://%s%s/%s/../%s/secret" % (self.host(), PREFIX, a, b)
+            r = self.send(build("GET", abs_form, self.host()), "GET", {})
+            if r.status not in (400, 404):
+                errs.append("absolute-form %s: %r, want 400 or 404" % (abs_form, r))
+            time.sleep(0.3)
+            if self.seen("b"):
+                errs.append("B's server got requests: %r" % self.seen_paths("b"))
+            if self.seen("a")[before_a:]:
+                errs.append("A's server got them: %r" % self.seen_paths("a")[before_a:])
+            r = self.req("b", "/secret")
+            rec = r.json() or {}
+            if r.status != 200 or rec.get("path") != "/secret" or \
+                    self.seen_paths("b") != ["/secret"]:
+                errs.append("the control, a plain GET %s: %r; B recorded %r, want exactly "
+                            "/secret" % (self.target("b", "/secret"), r, self.seen_paths("b")))
+            return errs
+
+        self.timed("path escapes toward sandbox B under A's prefix (../, %2e%2e, %2f, %5c, "
+                   "%25, //, NUL, id%2f..): 400 path_not_allowed or 404, B's and A's servers "
+                   "saw none; a plain request to B arrives", escape)
+
+    def t_websocket(self):
+        """Done when 5: a WebSocket echo through the gateway, 1,000 messages."""
+        def websocket():
+            target = self.target("a", "/ws")
+            before = len(self.seen("a"))
+            errs, stats = ws_check(self.port, target, self.host())
+            self.wants.append((stats["client"], {
+                "sandbox": self.sid["a"], "method": "GET", "path": target, "status": 101,
+                "bytes_up": {"min": stats["up"]}, "bytes_down": {"min": stats["down"]}}))
+            got = [r for r in self.seen("a")[before:] if r.get("path") == "/ws"]
+            h = header_map(got[0]) if got else {}
+            if len(got) != 1 or h.get("upgrade") != ["websocket"] or \
+                    "upgrade" not in ",".join(h.get("connection", [])).lower():
+                errs.append("the agent's record of the upgrade: %r, want one GET /ws with "
+                            "Upgrade: websocket and Connection: Upgrade" % got)
+            log("# websocket: %s" % json.dumps(stats))
+            return errs
+
+        self.timed("WebSocket echo through the gateway: %d messages (0 B to 300 KiB, text and "
+                   "binary, masked, some fragmented, pings), in order and intact; close "
+                   "handshake" % WS_MESSAGES, websocket)
+
+    def t_sse(self):
+        """Server-sent events stream through as the agent writes them."""
+        for mode in ("chunked", "close"):
+            def sse(m=mode):
+                target = self.target("a", "/sse?mode=" + m)
+                errs, stats = sse_check(self.port, target, self.host())
+                self.wants.append((stats["client"], {
+                    "sandbox": self.sid["a"], "method": "GET", "path": target, "status": 200,
+                    "bytes_down": {"min": stats["down"]}}))
+                log("# sse %s: events arrived at %r s" % (m, stats["arrivals"]))
+                return errs
+
+            self.timed("SSE (%s): 3 events written 300 ms apart arrive as they are written"
+                       % ("chunked" if mode == "chunked" else "close-delimited"), sse)
+
+    def t_keepalive(self):
+        def keepalive():
+            errs = []
+            c = Conn(self.port)
+            try:
+                for n in (1, 2):
+                    target = self.target("a", "/ka-%d" % n)
+                    c.send(build("GET", target, self.host()))
+                    r = c.response()
+                    self.want(r, {"sandbox": self.sid["a"], "method": "GET", "path": target})
+                    if r.status != 200 or (r.json() or {}).get("path") != "/ka-%d" % n:
+                        errs.append("request %d on the connection: %r" % (n, r))
+                    if (r.get("Connection") or "").lower() == "close":
+                        errs.append("request %d answered with Connection: close" % n)
+            except (OSError, EOFError) as e:
+                errs.append("the second request on one connection: %s: %s"
+                            % (type(e).__name__, e))
+            finally:
+                c.close()
+            return errs
+
+        def pipelined():
+            errs = []
+            c = Conn(self.port)
+            try:
+                targets = [self.target("a", "/pipe-%d" % n) for n in (1, 2)]
+                c.send(b"".join(build("GET", t, self.host()) for t in targets))
+                for n, t in enumerate(targets, 1):
+                    r = c.response()
+                    self.want(r, {"sandbox": self.sid["a"], "method": "GET", "path": t})
+                    if r.status != 200 or (r.json() or {}).get("path") != "/pipe-%d" % n:
+                        errs.append("pipelined request %d: %r" % (n, r))
+            except (OSError, EOFError) as e:
+                errs.append("two pipelined requests: %s: %s" % (type(e).__name__, e))
+            finally:
+                c.close()
+            return errs
+
+        def switch():
+            """A then B on one connection: each request is routed by its own path."""
+            errs = []
+            before_a, before_b = len(self.seen("a")), len(self.seen("b"))
+            c = Conn(self.port)
+            try:
+                for role in ("a", "b"):
+                    target = self.target(role, "/switch-%s" % role)
+                    c.send(build("GET", target, self.host()))
+                    try:
+                        r = c.response()
+                    except (OSError, EOFError):
+                        break  # closing before a request for another sandbox is fine
+                    self.want(r, {"sandbox": self.sid[role], "method": "GET", "path": target})
+                    if r.status != 200 or (r.json() or {}).get("path") != "/switch-" + role:
+                        errs.append("GET %s: %r" % (target, r))
+            finally:
+                c.close()
+            time.sleep(0.2)
+            if "/switch-b" in self.seen_paths("a")[before_a:]:
+                errs.append("the request for B on A's connection reached A")
+            if self.seen_paths("a")[before_a:] != ["/switch-a"]:
+                errs.append("A recorded %r, want [/switch-a]" % self.seen_paths("a")[before_a:])
+            if self.seen_paths("b")[before_b:] not in ([], ["/switch-b"]):
+                errs.append("B recorded %r" % self.seen_paths("b")[before_b:])
+            return errs
+
+        self.timed("keep-alive: two requests on one connection, both answered", keepalive)
+        self.timed("keep-alive: two pipelined requests, both answered in order", pipelined)
+        self.timed("keep-alive: a request for sandbox B after one for A on the same "
+                   "connection never reaches A", switch)
+
+    def t_methods(self):
+        def methods():
+            errs = []
+            before = len(self.seen("a"))
+            for m in ("DELETE", "PUT", "PATCH", "OPTIONS", "PROPFIND", "get"):
+                r = self.req("a", "/method-" + m, m)
+                errs += ["%s: %s" % (m, e) for e in refusal(r, 405, "method_not_allowed")]
+            time.sleep(0.2)
+            if self.seen("a")[before:]:
+                errs.append("the agent saw refused methods: %r" % [
+                    r.get("method") for r in self.seen("a")[before:]])
+            for m in ("HEAD", "POST", "GET"):
+                r = self.req("a", "/method-ok", m, body=b"x" if m == "POST" else b"")
+                if r.status != 200:
+                    errs.append("%s (in the list): %r, want 200" % (m, r))
+            got = [r.get("method") for r in self.seen("a")[before:]]
+            if got != ["HEAD", "POST", "GET"]:
+                errs.append("the agent saw %r, want HEAD POST GET" % got)
+            return errs
+
+        self.timed("a method not in ingress.methods (DELETE, PUT, PATCH, OPTIONS, PROPFIND, "
+                   "lower-case get): 405 method_not_allowed, the agent saw none; HEAD, POST, "
+                   "GET go through", methods)
+
+    def t_rate(self):
+        def rate():
+            errs = []
+            # Each on its own connection: the workers (2) accept them in turn, and the
+            # limit is the sandbox's, not a worker's.
+            n = 2 * BURST + 2
+            got = [self.req("lim", "/rate-%d" % i) for i in range(n)]
+            statuses = [r.status for r in got]
+            if statuses != [200] * BURST + [429] * (n - BURST):
+                errs.append("%d requests at once, each on a new connection: %r, want %d x 200 "
+                            "then 429 (%d answered 200)" % (n, statuses, BURST,
+                                                            statuses.count(200)))
+            refused = next((r for r in got if r.status == 429), got[-1])
+            retry = refused.get("Retry-After") or ""
+            errs += refusal(refused, 429, "rate_limited")
+            if not retry.isdigit() or int(retry) < 1:
+                errs.append("Retry-After %r, want whole seconds >= 1" % retry)
+            r = self.req("a", "/rate-other")
+            if r.status != 200:
+                errs.append("another sandbox meanwhile: %r, want 200 (its own bucket)" % r)
+            if retry.isdigit():
+                time.sleep(int(retry))
+                r = self.req("lim", "/rate-after")
+                if r.status != 200:
+                    errs.append("after waiting Retry-After %ss: %r, want 200" % (retry, r))
+            paths = self.seen_paths("lim")
+            want = ["/rate-%d" % i for i in range(BURST)] + ["/rate-after"]
+            if paths != want:
+                errs.append("the limited agent saw %r, want %r" % (paths, want))
+            return errs
+
+        self.timed("limits (burst %d, %d/s): 429 rate_limited with Retry-After past the burst, "
+                   "never reaching the agent; a request after Retry-After seconds succeeds"
+                   % (BURST, RATE), rate)
+
+    def t_smuggling(self):
+        def smuggling():
+            a, b, host = self.sid["a"], self.sid["b"], self.host()
+            p = lambda rest: self.target("a", rest)  # noqa: E731
+            shapes = [
+                ("CL+TE", "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 4\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" % (p("/smuggle-clte"), host)),
+                ("TE+CL, a request for B inside", "POST %s HTTP/1.1\r\nHost: %s\r\n"
+                 "Transfer-Encoding: chunked\r\nContent-Length: 60\r\n\r\n0\r\n\r\n"
+                 "GET %s/%s/smuggled HTTP/1.1\r\nHost: %s\r\n\r\n"
+                 % (p("/smuggle-tecl"), host, PREFIX, b, host)),
+                ("duplicate Content-Length (equal)", "POST %s HTTP/1.1\r\nHost: %s\r\n"
+                 "Content-Length: 4\r\nContent-Length: 4\r\n\r\nabcd" % (p("/smuggle-cl2"),
+                                                                       host)),
+                ("duplicate Content-Length (differing)", "POST %s HTTP/1.1\r\nHost: %s\r\n"
+                 "Content-Length: 4\r\nContent-Length: 5\r\n\r\nabcde" % (p("/smuggle-cl3"),
+                                                                        host)),
+                ("Content-Length list", "POST %s HTTP/1.1\r\nHost: %s\r\n"
+                 "Content-Length: 4, 4\r\n\r\nabcd" % (p("/smuggle-cllist"), host)),
+                ("Content-Length +4", "POST %s HTTP/1.1\r\nHost: %s\r\n"
+                 "Content-Length: +4\r\n\r\nabcd" % (p("/smuggle-clplus"), host)),
+                ("TE gzip, chunked", "POST %s HTTP/1.1\r\nHost: %s\r\n"
+                 "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" % (p("/smuggle-tegz"), host)),
+                ("TE on HTTP/1.0", "POST %s HTTP/1.0\r\nHost: %s\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" % (p("/smuggle-te10"), host)),
+                ("bare LF line ends", "GET %s HTTP/1.1\nHost: %s\n\n" % (p("/smuggle-lf"), host)),
+                ("a bare LF in one header", "GET %s HTTP/1.1\r\nHost: %s\nX-A: b\r\n\r\n"
+                 % (p("/smuggle-lf1"), host)),
+                ("obs-fold", "GET %s HTTP/1.1\r\nHost: %s\r\nX-A: b\r\n c\r\n\r\n"
+                 % (p("/smuggle-fold"), host)),
+                ("space before the colon", "GET %s HTTP/1.1\r\nHost: %s\r\n"
+                 "Transfer-Encoding : chunked\r\n\r\n" % (p("/smuggle-space"), host)),
+            ]
+            errs = []
+            before_a, before_b = len(self.seen("a")), len(self.seen("b"))
+            for label, raw in shapes:
+                r = self.send(raw.encode("latin-1"), "POST", {})
+                errs += ["%s: %s" % (label, e) for e in refusal(r, 400, "bad_request")]
+            time.sleep(0.3)
+            if self.seen("a")[before_a:] or self.seen("b")[before_b:]:
+                errs.append("the agents saw smuggling shapes: A %r, B %r" % (
+                    self.seen_paths("a")[before_a:], self.seen_paths("b")[before_b:]))
+            target = p("/chunked-ok")
+            r = self.send(("POST %s HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n" % (target, host)).encode(),
+                          "POST", {"sandbox": a, "method": "POST", "path": target})
+            rec = r.json() or {}
+            if r.status != 200 or rec.get("body_len") != 11 or \
+                    rec.get("body_sha256") != hashlib.sha256(b"hello world").hexdigest():
+                errs.append("the control, a plain chunked POST: %r, want 200 and the agent "
+                            "gets 'hello world'" % r)
+            return errs
+
+        self.timed("smuggling shapes (CL+TE, TE+CL with a request for B inside, duplicate or "
+                   "listed CL, TE gzip, TE on 1.0, bare LF, obs-fold): 400 bad_request, no "
+                   "agent saw them; a plain chunked body goes through", smuggling)
+
+    def t_head_limits(self):
+        def timeout():
+            errs = []
+            before = len(self.seen("a"))
+            for label, dribble in (("an unfinished head", False), ("a head sent a byte every "
+                                                                   "200 ms", True)):
+                target = self.target("a", "/slow")
+                c = Conn(self.port, HEAD_MS / 1000 + 5)
+                t0 = time.monotonic()
+                try:
+                    c.send(("GET %s HTTP/1.1\r\nHost: %s\r\n" % (target, self.host())).encode())
+                    if dribble:
+                        c.s.settimeout(0.2)
+                        while time.monotonic() - t0 < HEAD_MS / 1000 + 5:
+                            try:
+                                if c.fill():
+                                    break
+                                raise EOFError("closed without an answer")
+                            except socket.timeout:
+                                c.send(b"X")
+                        c.s.settimeout(5)
+                    r = c.response()
+                except (OSError, EOFError) as e:
+                    r = Resp(client=c.client, error="%s: %s" % (type(e).__name__, e))
+                finally:
+                    c.close()
+                secs = time.monotonic() - t0
+                self.want(r, {})
+                errs += ["%s: %s" % (label, e) for e in refusal(r, 408, "request_timeout")]
+                if not HEAD_MS / 1000 * 0.8 <= secs <= HEAD_MS / 1000 + 2:
+                    errs.append("%s: answered after %.2fs, want about head_ms (%d ms)" % (
+                        label, secs, HEAD_MS))
+            if self.seen("a")[before:]:
+                errs.append("the agent saw %r" % self.seen_paths("a")[before:])
+            return errs
+
+        def sizes():
+            errs = []
+            before = len(self.seen("a"))
+            # The request line's length: method, target and version, without the CRLF.
+            base = "GET %s/ HTTP/1.1" % self.target("a", "/long-")
+            for n, want in ((LINE_MAX, 200), (LINE_MAX + 1, 414)):
+                rest = "/long-" + "a" * (n - len(base)) + "/"
+                r = self.req("a", rest)
+                line = len("GET %s HTTP/1.1" % self.target("a", rest))
+                if line != n:
+                    raise Fatal("the check built a %d-byte request line, not %d" % (line, n))
+                if want == 200 and (r.status != 200 or (r.json() or {}).get("path") != rest):
+                    errs.append("a request line of exactly %d bytes: %r, want 200" % (n, r))
+                if want == 414:
+                    errs += ["a request line of %d bytes: %s" % (n, e)
+                             for e in refusal(r, 414, "uri_too_long")]
+            for n, want in ((HEAD_MAX, 200), (HEAD_MAX + 1, 431)):
+                target = self.target("a", "/big-head-%d" % n)
+                short = build("GET", target, self.host(), [("X-Pad-%d" % i, "") for i in range(4)])
+                pad = n - len(short)
+                values = ["p" * (pad // 4 + (1 if i < pad % 4 else 0)) for i in range(4)]
+                raw = build("GET", target, self.host(),
+                            [("X-Pad-%d" % i, v) for i, v in enumerate(values)])
+                if len(raw) != n:
+                    raise Fatal("the check built a %d-byte head, not %d" % (len(raw), n))
+                r = self.send(raw, "GET", {"sandbox": self.sid["a"], "method": "GET",
+                                           "path": target})
+                if want == 200 and (r.status != 200 or (r.json() or {}).get(
+                        "path") != "/big-head-%d" % n):
+                    errs.append("a head of exactly %d bytes: %r, want 200 (the agent gets it "
+                                "with the forwarding headers added)" % (n, r))
+                if want == 431:
+                    errs += ["a head of %d bytes: %s" % (n, e)
+                             for e in refusal(r, 431, "headers_too_large")]
+            got = [p[:40] for p in self.seen_paths("a")[before:]]
+            if len(got) != 2:
+                errs.append("the agent saw %d requests, want the 2 at the limits: %r"
+                            % (len(got), got))
+            return errs
+
+        self.timed("408 request_timeout when the head is not complete within head_ms (%d ms), "
+                   "also when it dribbles; the agent saw nothing" % HEAD_MS, timeout)
+        self.timed("request line %d bytes: 200, %d: 414 uri_too_long; head %d bytes: 200, "
+                   "%d: 431 headers_too_large" % (LINE_MAX, LINE_MAX + 1, HEAD_MAX, HEAD_MAX + 1),
+                   sizes)
+
+    def t_not_found(self):
+        """Done when 6: an agent that stopped, or a sandbox no `agentsnet run` holds:
+        502 agent_not_listening within seconds; unknown ids and paths: 404."""
+        def stopped():
+            errs = []
+            r = self.req("once", "/first")
+            if r.status != 200:
+                errs.append("the once-agent's one request: %r, want 200" % r)
+            self.agents["once"].wait_out("server-exited", 10)
+            for n in (1, 2):
+                r = self.req("once", "/after-exit-%d" % n, timeout=NOT_LISTENING_S + 10)
+                errs += ["request %d after its server exited: %s" % (n, e)
+                         for e in refusal(r, 502, "agent_not_listening")]
+                if r.secs > NOT_LISTENING_S:
+                    errs.append("request %d after its server exited: answered after %.1fs"
+                                % (n, r.secs))
+            return errs
+
+        def parked():
+            r = self.req("parked", "/hook", timeout=NOT_LISTENING_S + 10)
+            errs = refusal(r, 502, "agent_not_listening")
+            if r.secs > NOT_LISTENING_S:
+                errs.append("answered after %.1fs" % r.secs)
+            return errs
+
+        def unknown():
+            errs = []
+            a = self.sid["a"]
+            before = len(self.seen("a"))
+            for target in ("%s/it-no-such-sandbox/x" % PREFIX, "%s/it-no-such-sandbox" % PREFIX,
+                           self.target("closed", "/x"), "%s/" % PREFIX, PREFIX, "/",
+                           "/other/%s/x" % a, "%sX/%s/x" % (PREFIX, a), "/CALLBACKS/%s/x" % a,
+                           "%s/.%s/x" % (PREFIX, a), "%s/%s%%41/x" % (PREFIX, a),
+                           "/x%s/%s/x" % (PREFIX, a)):
+                r = self.send(build("GET", target, self.host()), "GET", {"path": target})
+                errs += ["%s: %s" % (target, e) for e in refusal(r, 404, "ingress_not_found")]
+            time.sleep(0.2)
+            if self.seen("a")[before:]:
+                errs.append("A's agent saw %r" % self.seen_paths("a")[before:])
+            return errs
+
+        self.timed("a sandbox whose server exited: 502 agent_not_listening within %ds, twice"
+                   % NOT_LISTENING_S, stopped)
+        self.timed("a sandbox no agentsnet run holds: 502 agent_not_listening within %ds"
+                   % NOT_LISTENING_S, parked)
+        self.timed("unknown sandbox ids, ingress.enabled: false, paths not under the prefix "
+                   "(/callbacksX, /CALLBACKS, /other): 404 ingress_not_found", unknown)
+
+    def t_finish(self):
+        """Each sandbox stopped: nothing of it left, and its public URL is 404 after."""
+        def finish():
+            errs = []
+            ended = {}
+            for role in list(self.agents):
+                ended[role] = self.stop_agent(role)
+            for role, a in ended.items():
+                errs += ["%s: %s" % (role, e) for e in self.leftovers(a)]
+            if ended.get("once") is not None and ended["once"].rc != 0:
+                errs.append("the once-agent's run: exit %s" % ended["once"].rc)
+            deadline = time.monotonic() + REAP_WAIT_S
+            while True:
+                r = self.req("a", "/gone")
+                if r.status == 404 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            errs += ["A's URL after its run ended: %s" % e
+                     for e in refusal(r, 404, "ingress_not_found")]
+            for role in ("parked", "closed"):
+                self.ctl("sandbox rm %s" % self.sid[role])
+            return errs
+
+        self.timed("every agentsnet run stopped: nothing left; the ended sandbox's URL is 404 "
+                   "ingress_not_found", finish)
+
+    def t_audit(self):
+        def audit():
+            records, errs = read_audit(self.vars["audit"])
+            fields = ("sandbox", "method", "path", "status", "reason", "bytes_up",
+                      "bytes_down", "client")
+
+            def ours():
+                return [r for r in read_audit(self.vars["audit"])[0]
+                        if r.get("event") == "ingress"]
+
+            clients = {}
+            for client, w in self.wants:
+                clients.setdefault(client, []).append(w)
+            try:
+                wait_for(lambda: len(ours()) >= len(self.wants), AUDIT_WAIT_S, "audit records")
+            except Fatal:
+                pass
+            got = {}
+            for r in ours():
+                got.setdefault(r.get("client"), []).append(r)
+                missing = [f for f in fields if f not in r]
+                if missing:
+                    errs.append("an ingress record without %s: %s" % (missing,
+                                                                       json.dumps(r)[:400]))
+                elif not re.fullmatch(r"127\.0\.0\.1:\d+", str(r["client"])) or \
+                        not all(isinstance(r[k], int) and r[k] >= 0
+                                for k in ("status", "bytes_up", "bytes_down")):
+                    errs.append("a malformed ingress record: %s" % json.dumps(r)[:400])
+            stray = [r for c, recs in got.items() if c not in clients for r in recs]
+            if stray:
+                errs.append("%d ingress records of no request this pass made: %s" % (
+                    len(stray), json.dumps(stray)[:600]))
+            for client, wants in clients.items():
+                recs = got.get(client, [])
+                if len(recs) != len(wants):
+                    errs.append("%s made %d public requests, the audit has %d records: %s" % (
+                        client, len(wants), len(recs), json.dumps(recs)[:600]))
+                    continue
+                for w, r in zip(wants, recs):
+                    bad = [k for k, v in w.items() if not audit_field(r.get(k), v)]
+                    if bad:
+                        errs.append("the record of %s %s: %s differ: %s" % (
+                            client, json.dumps(w), bad, json.dumps(r)[:600]))
+            errs += ["records were dropped or lost: %s" % json.dumps(r) for r in records
+                     if r.get("dropped") or r.get("lost")]
+            log("# audit: %d ingress records, %d public requests checked" % (
+                len(ours()), len(self.wants)))
+            return errs[:40]
+
+        self.timed("audit: one \"ingress\" record per public request (%d), with sandbox, "
+                   "method, path, status, reason, bytes up/down and client ip:port"
+                   % len(self.wants), audit)
+
+    def t_flags(self):
+        """--ingress ADDR overrides daemon.ingress.listen; public_url and prefix set;
+        --no-ingress: no public listener."""
+        def refused(port):
+            try:
+                socket.create_connection(("127.0.0.1", port), 2).close()
+                return ["127.0.0.1:%d accepts a connection" % port]
+            except ConnectionRefusedError:
+                return []
+            except OSError as e:
+                return ["127.0.0.1:%d: %s, want refused" % (port, e)]
+
+        def override():
+            errs = ["the main daemon's stop: " + e for e in self.stop_daemon()]
+            p2 = self.vars["port2"]
+            more = '    public_url: "http://localhost:%d"\n    prefix: /hooks' % p2
+            policy = self.render_policy("policy-hooks.yaml", self.port, more)
+            self.start_daemon(policy, ["--ingress", "127.0.0.1:%d" % p2])
+            errs += ["the listen address the file names: " + e for e in refused(self.port)]
+            a = self.start(self.agent_cmd("late", 1), sandbox=self.sandbox_id("late"))
+            sid = a.sandbox
+            try:
+                a.wait_out("listening")
+                info = json.loads(a.stdout().splitlines()[0])
+                want = "http://localhost:%d/hooks/%s" % (p2, sid)
+                if info.get("public_url") != want:
+                    errs.append("AGENT_PUBLIC_URL %r, want %r" % (info.get("public_url"), want))
+                for target, code in (("%s/%s/x" % (PREFIX, sid), 404),
+                                     ("/hooks/%s/x?y=1" % sid, 200)):
+                    r = self.send(build("GET", target, "localhost:%d" % p2), "GET",
+                                  {"sandbox": sid, "path": target}, port=p2)
+                    rec = r.json() or {}
+                    if r.status != code:
+                        errs.append("GET %s on :%d: %r, want %d" % (target, p2, r, code))
+                    if code == 200 and (rec.get("path") != "/x?y=1" or header_map(rec).get(
+                            "x-forwarded-prefix") != ["/hooks/%s" % sid]):
+                        errs.append("the agent got %r with X-Forwarded-Prefix %r" % (
+                            rec.get("path"), header_map(rec).get("x-forwarded-prefix")))
+            finally:
+                if a.proc.poll() is None and '"/x?y=1"' not in read_text(
+                        os.path.join(self.vars["sync"], "late.log")):
+                    a.proc.send_signal(signal.SIGTERM)  # it never got its one request
+                a.finish(20)
+            errs += self.leftovers(a)
+            errs += ["the --ingress daemon's stop: " + e for e in self.stop_daemon()]
+            return errs
+
+        def off():
+            self.start_daemon(self.vars["policy"], ["--no-ingress"])
+            errs = refused(self.port)
+            listed = self.ctl("sandbox ls")
+            if not listed or not listed[0].startswith("ok "):
+                errs.append("the control socket of the --no-ingress daemon: %r" % listed)
+            return errs + ["the --no-ingress daemon's stop: " + e for e in self.stop_daemon()]
+
+        self.timed("--ingress ADDR overrides daemon.ingress.listen; public_url and prefix "
+                   "(/hooks) reach AGENT_PUBLIC_URL and the routing", override)
+        if self.daemon is not None:
+            return
+        self.timed("--no-ingress: no public listener; the daemon runs and stops cleanly", off)
+
+
+def audit_field(got, want):
+    if isinstance(want, dict):
+        return isinstance(got, int) and got >= want.get("min", 0)
+    if isinstance(want, str) and want.startswith("/") and isinstance(got, str):
+        if len(want) > AUDIT_PATH_MAX and len(got) == AUDIT_PATH_MAX:
+            return want.startswith(got)
+        return got in (want, want.split("?", 1)[0])
+    return got == want
+
+
+# ---- set-up and tear-down -------------------------------------------------------------
+
+TESTS = ["static", "headers", "body_limit", "escape", "websocket", "sse", "keepalive",
+         "methods", "rate", "smuggling", "head_limits", "not_found", "finish", "audit",
+         "flags"]
+
+
+def preflight(args):
+    if os.geteuid() != 0:
+        raise Skip("network namespaces need root")
+    for tool in ("ip", "curl"):
+        if shutil.which(tool) is None:
+            raise Skip("%s is not installed (tools/deps.sh installs it)" % tool)
+    for path in (args.daemon, args.agentsnet, args.bridge):
+        if not os.access(path, os.X_OK):
+            raise Fatal("%s is not built (make all)" % path)
+
+
+class Setup:
+    def __init__(self, t):
+        self.t = t
+        self.home_ns = None
+
+    def up(self):
+        t, a = self.t, self.t.args
+        t0 = time.monotonic()
+        for sub, mode in (("home", 0o1777), ("sync", 0o1777), ("www", 0o755),
+                          ("bin", 0o755), ("agent-files", 0o755)):
+            os.mkdir(os.path.join(t.tmp, sub))
+            os.chmod(os.path.join(t.tmp, sub), mode)
+        blob = random.Random(7).randbytes(STATIC_BYTES)
+        with open(os.path.join(t.tmp, "www", "blob.bin"), "wb") as f:
+            f.write(blob)
+        bin_dir, files = os.path.join(t.tmp, "bin"), os.path.join(t.tmp, "agent-files")
+        shutil.copy2(a.agentsnet, os.path.join(bin_dir, "agentsnet"))
+        shutil.copy2(a.bridge, os.path.join(bin_dir, "agentsnet-bridge"))
+        for name in ("agent.py", "ws.py"):
+            shutil.copy2(os.path.join(FIXTURES, name), os.path.join(files, name))
+        netns_add(a.netns)
+        netns_add(a.upns)
+        self.home_ns = os.open("/proc/self/ns/net", os.O_RDONLY)
+        enter_netns("/run/netns/" + a.upns)
+        t.port = free_port()
+        sock_dir = "/run/" + a.netns
+        t.vars.update({
+            "tmp": t.tmp, "home": os.path.join(t.tmp, "home"), "sync": os.path.join(t.tmp, "sync"),
+            "www": os.path.join(t.tmp, "www"), "static_sha256": hashlib.sha256(blob).hexdigest(),
+            "agentsnet": os.path.join(bin_dir, "agentsnet"),
+            "agent_py": os.path.join(files, "agent.py"), "sock_dir": sock_dir,
+            "control": os.path.join(sock_dir, "control.sock"),
+            "audit": os.path.join(t.tmp, "audit.jsonl"), "dns_port": free_port(),
+            "port2": free_port(), "head_ms": HEAD_MS,
+        })
+        t.vars["policy"] = t.render_policy("policy.yaml", t.port)
+        t.daemon_err = os.path.join(t.tmp, "daemon.stderr")
+        t.start_daemon(t.vars["policy"])
+        out = run(t.host_cmd(["sh", "-c", "readlink /proc/self/ns/net /proc/self/ns/user "
+                              "/proc/self/ns/pid"])).stdout.decode().split()
+        t.base_ns = {x.split(":", 1)[0]: x for x in out}
+        t.ca_args = []
+        t.start_agents()
+        log("# fixtures ready in %.1fs (%s): public listener 127.0.0.1:%d, sandboxes %s" % (
+            time.monotonic() - t0, t.tmp, t.port, " ".join(sorted(t.agents))))
+
+    def down(self):
+        t = self.t
+        for role in list(t.agents):
+            try:
+                t.stop_agent(role)
+            except Fatal as e:
+                log("# %s" % e)
+        t.sweep()
+        if t.daemon is not None and t.daemon.poll() is None:
+            for role in ("parked", "closed"):
+                if role in t.sid:
+                    t.ctl("sandbox rm %s" % t.sid[role])
+            t0 = time.monotonic()
+            errs = t.stop_daemon()
+            t.result("daemon stops on SIGTERM with exit 0 and a clean stderr (%.1fs)"
+                     % (time.monotonic() - t0), errs)
+        t.procs.stop_all()
+        if self.home_ns is not None:
+            if ctypes.CDLL(None, use_errno=True).setns(self.home_ns, CLONE_NEWNET) != 0:
+                log("# setns back: %s" % os.strerror(ctypes.get_errno()))
+            os.close(self.home_ns)
+        netns_del(t.args.netns)
+        netns_del(t.args.upns)
+        shutil.rmtree("/run/" + t.args.netns, ignore_errors=True)
+
+
+def run_pass(t, tests):
+    setup = Setup(t)
+    try:
+        setup.up()
+        for name in tests:
+            if name != "flags" and (t.daemon is None or t.daemon.poll() is not None):
+                t.result(name, ["not run: agentsnetd is gone; stderr:\n" +
+                                read_text(t.daemon_err)[-3000:]])
+                continue
+            getattr(t, "t_" + name)()
+    finally:
+        setup.down()
+
+
+# ---- --self-test: the fixtures without the daemon ----------------------------------------
+
+
+def self_test():
+    """agent.py on a free loopback port, spoken to directly by this file's clients."""
+    errs = ["ws.py: " + e for e in ws.self_test()]
+    tmp = tempfile.mkdtemp(prefix="agentsnet-ig-self-")
+    log_path = os.path.join(tmp, "agent.log")
+    port = free_port()
+    procs = Procs()
+    host = "127.0.0.1:%d" % port
+    try:
+        p = procs.start("agent", [sys.executable, os.path.join(FIXTURES, "agent.py"), "--log",
+                                  log_path, "--port", str(port)], stdout=subprocess.PIPE)
+        p.stdout.readline()
+        if p.stdout.readline().strip() != b"listening":
+            return ["agent.py did not start"]
+        c = Conn(port)
+        for n in (1, 2):
+            c.send(build("GET", "/echo-%d?q=1" % n, host, [("X-A", "1"), ("X-A", "2")]))
+            rec = c.response().json() or {}
+            if rec.get("path") != "/echo-%d?q=1" % n or header_map(rec).get("x-a") != ["1", "2"]:
+                errs.append("echo %d on one connection: %r" % (n, rec))
+        c.send(build("POST", "/body", host, body=b"z" * 5000))
+        if (c.response("POST").json() or {}).get("body_len") != 5000:
+            errs.append("a POST body was not read whole")
+        c.send(b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"5\r\nhello\r\n0\r\n\r\n")
+        if (c.response("POST").json() or {}).get("body_len") != 5:
+            errs.append("a chunked POST body was not read")
+        c.send(build("HEAD", "/head", host))
+        if c.response("HEAD").status != 200:
+            errs.append("HEAD")
+        c.close()
+        for mode in ("chunked", "close"):
+            e, stats = sse_check(port, "/sse?mode=" + mode, host)
+            errs += ["sse %s: %s" % (mode, x) for x in e]
+            log("# self-test: sse %s arrivals %r" % (mode, stats["arrivals"]))
+        e, stats = ws_check(port, "/ws", host)
+        errs += ["websocket: " + x for x in e]
+        log("# self-test: websocket %s" % json.dumps(stats))
+        # The fixture refuses an unmasked client frame (RFC 6455 5.1): the pass relies on it.
+        c = Conn(port, 5)
+        c.send(build("GET", "/ws", host, [("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                                          ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                                          ("Sec-WebSocket-Version", "13")]))
+        status, _ = c.head()
+        c.send(ws.encode(ws.OP_TEXT, b"unmasked"))
+        reader = ws.Reader(c.s.recv, bytes(c.buf))
+        op, payload, _ = reader.message()
+        if status != 101 or op != ws.OP_CLOSE or payload[:2] != b"\x03\xea":
+            errs.append("an unmasked frame: %d, opcode %d %r; want a close with 1002" % (
+                status, op, payload))
+        c.close()
+        paths = [json.loads(x)["path"] for x in read_text(log_path).splitlines()]
+        want = ["/echo-1?q=1", "/echo-2?q=1", "/body", "/chunked", "/head", "/sse?mode=chunked",
+                "/sse?mode=close", "/ws", "/ws"]
+        if paths != want:
+            errs.append("the agent's log: %r, want %r" % (paths, want))
+        once_log = os.path.join(tmp, "once.log")
+        port2 = free_port()
+        q = procs.start("once", [sys.executable, os.path.join(FIXTURES, "agent.py"), "--log",
+                                 once_log, "--port", str(port2), "--once", "1"],
+                        stdout=subprocess.PIPE)
+        q.stdout.readline()
+        q.stdout.readline()
+        r = Conn(port2)
+        r.send(build("GET", "/only", "x"))
+        if r.response().status != 200 or q.wait(5) != 0:
+            errs.append("--once 1 did not answer one request and exit 0")
+        r.close()
+    except (OSError, EOFError, ValueError, subprocess.TimeoutExpired) as e:
+        errs.append("%s: %s" % (type(e).__name__, e))
+    finally:
+        procs.stop_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return errs
+
+
+def main():
+    ap = argparse.ArgumentParser(description="agentsnet ingress pass")
+    build_dir = os.path.join(ROOT, "build")
+    ap.add_argument("--daemon", default=os.path.join(build_dir, "san", "agentsnetd"))
+    ap.add_argument("--agentsnet", default=os.path.join(build_dir, "san", "agentsnet"))
+    ap.add_argument("--bridge", default=os.path.join(build_dir, "san", "agentsnet-bridge"))
+    add_run_args(ap, "name of the host namespace (the upstream one adds -up)")
+    ap.add_argument("--tests", default=None, help="glob of test names to run")
+    ap.add_argument("--self-test", action="store_true",
+                    help="check the fixtures alone (no daemon, no namespaces)")
+    args = ap.parse_args()
+    if args.self_test:
+        errs = self_test()
+        for e in errs:
+            log("not ok - self-test: %s" % e)
+        log("ingress self-test: %s" % ("ok" if not errs else "%d failed" % len(errs)))
+        return 1 if errs else 0
+    for k in ("daemon", "agentsnet", "bridge"):
+        setattr(args, k, os.path.abspath(getattr(args, k)))
+    args.upns = args.netns + "-up"
+    status = checked_preflight("ingress", preflight, args)
+    if status is not None:
+        return status
+    t = Tests(args)
+    # Not under /tmp: sandboxes get a private one, and the agents write their logs here.
+    t.tmp = tempfile.mkdtemp(prefix="agentsnet-ig-", dir="/var/tmp")
+    os.chmod(t.tmp, 0o755)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    tests = [n for n in TESTS if not args.tests or fnmatch.fnmatch(n, args.tests)]
+    return run_and_tally("ingress", t, args, lambda: run_pass(t, tests))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

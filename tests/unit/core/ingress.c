@@ -1,0 +1,941 @@
+/*
+ * Unit tests for core/ingress.c. Requests are real bytes run through
+ * http1_parse_request; targets and heads are placed so they end right before
+ * a PROT_NONE page, so reading past a target's <len> or writing one byte
+ * past a head's <cap> crashes the test instead of passing by luck.
+ */
+#include "../../../core/ingress.c"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "tests/unit/unit.h"
+
+#define GUARD_AREA_BYTES (64u * 1024u)
+#define HEAD_BYTES_MAX   8192u
+
+struct guard {
+	char *base;
+	size_t size; /* usable bytes before the PROT_NONE page */
+};
+
+static struct guard guard_in;
+static struct guard guard_out;
+
+static void guard_init(struct guard *g)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t size = (GUARD_AREA_BYTES + page - 1) / page * page;
+	char *m =
+	    mmap(NULL, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	ck_assert_int_eq(mprotect(m + size, page, PROT_NONE), 0);
+	g->base = m;
+	g->size = size;
+}
+
+/* Where <n> bytes must start to end right before the guard page. */
+static char *guard_end(struct guard *g, size_t n)
+{
+	if (g->base == NULL)
+		guard_init(g);
+	ck_assert_uint_le(n, g->size);
+	return g->base + g->size - n;
+}
+
+static const char *guard_place(struct guard *g, const char *s, size_t n)
+{
+	char *dst = guard_end(g, n);
+
+	if (n > 0)
+		memcpy(dst, s, n);
+	return dst;
+}
+
+static const struct verdict_ingress ingress_default = {
+	.enabled = true,
+	.method_count = 7,
+	.methods = { VERDICT_INGRESS_METHODS_DEFAULT },
+	.body_bytes_max = VERDICT_INGRESS_BODY_DEFAULT,
+};
+
+static int route_n(const char *s, size_t n, struct ingress_target *t)
+{
+	return ingress_route("/callbacks", 10, guard_place(&guard_in, s, n), n, t);
+}
+
+static int route(const char *s, struct ingress_target *t)
+{
+	return route_n(s, strlen(s), t);
+}
+
+/* Parses <s>, which must be one whole request head. */
+static void parse(const char *s, struct http1_request *req)
+{
+	enum reason why;
+	size_t n = strlen(s);
+
+	ck_assert_int_eq(http1_parse_request(guard_place(&guard_in, s, n), n, req, &why),
+			 (ssize_t)n);
+	ck_assert_int_eq(why, REASON_NONE);
+}
+
+/* ---- Routing ---- */
+
+START_TEST(test_route_not_found)
+{
+	static const char *const cases[] = {
+		"/",
+		"/other/a",
+		"/callbacksx/a",
+		"/Callbacks/a",
+		"/callbacks",
+		"/callbacks/",
+		"/callbacks?x=1",
+		"/callbacks/?x=1",
+		"/callbacks//x",
+		"/callbacks/.a",
+		"/callbacks/./x",
+		"/callbacks/../x",
+		"/callbacks/a%2e",
+		"/callbacks/%61",
+		"/callbacks/a%2f..%2fb",
+		"/callbacks/a%2F..%2Fb/x",
+		"/callbacks/a:b",
+		"/callbacks/a~b",
+		"/callbacks/a#b",
+		"/callbacks/a\\b",
+		"/callbacks/a+b",
+		"callbacks/a",
+	};
+	struct ingress_target t;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++)
+		ck_assert_msg(route(cases[i], &t) == -ENOENT, "%s: %d", cases[i],
+			      route(cases[i], &t));
+	ck_assert_int_eq(route_n("", 0, &t), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_route_id_length)
+{
+	char target[128];
+	struct ingress_target t;
+	char id[65];
+
+	/* 63 bytes (the limit) routes; 64 does not, whatever follows it. */
+	memset(id, 'x', sizeof(id));
+	id[63] = '\0';
+	snprintf(target, sizeof(target), "/callbacks/%s", id);
+	ck_assert_int_eq(route(target, &t), 0);
+	ck_assert_uint_eq(t.id_len, 63);
+	ck_assert_uint_eq(t.rest_len, 0);
+	snprintf(target, sizeof(target), "/callbacks/%s/x?y", id);
+	ck_assert_int_eq(route(target, &t), 0);
+	ck_assert_uint_eq(t.id_len, 63);
+	ck_assert_uint_eq(t.rest_len, 4);
+	id[63] = 'x';
+	id[64] = '\0';
+	snprintf(target, sizeof(target), "/callbacks/%s", id);
+	ck_assert_int_eq(route(target, &t), -ENOENT);
+	snprintf(target, sizeof(target), "/callbacks/%s/x", id);
+	ck_assert_int_eq(route(target, &t), -ENOENT);
+	/* One byte, and every byte class an id may hold. */
+	ck_assert_int_eq(route("/callbacks/a", &t), 0);
+	ck_assert_uint_eq(t.id_len, 1);
+	ck_assert_int_eq(route("/callbacks/Az09_.-/x", &t), 0);
+	ck_assert_uint_eq(t.id_len, 7);
+	ck_assert_int_eq(memcmp(t.id, "Az09_.-", 7), 0);
+	ck_assert_int_eq(route("/callbacks/a..b", &t), 0);
+}
+END_TEST
+
+/* Routes <s> and checks the id and rest it splits into. */
+static void check_split(const char *s, const char *id, const char *rest)
+{
+	struct ingress_target t;
+
+	ck_assert_msg(route(s, &t) == 0, "%s", s);
+	ck_assert_uint_eq(t.id_len, strlen(id));
+	ck_assert_int_eq(memcmp(t.id, id, t.id_len), 0);
+	ck_assert_uint_eq(t.rest_len, strlen(rest));
+	ck_assert_int_eq(memcmp(t.rest, rest, t.rest_len), 0);
+}
+
+START_TEST(test_route_splits)
+{
+	check_split("/callbacks/a", "a", "");
+	check_split("/callbacks/a/", "a", "/");
+	check_split("/callbacks/a?x=1", "a", "?x=1");
+	check_split("/callbacks/a?", "a", "?");
+	check_split("/callbacks/a/hook?x=%2F", "a", "/hook?x=%2F");
+	check_split("/callbacks/sb-1/a/b/", "sb-1", "/a/b/");
+	check_split("/callbacks/a/a/b/c.json", "a", "/a/b/c.json");
+	/* Not dot segments: more dots, or dots beside other bytes. */
+	check_split("/callbacks/a/...", "a", "/...");
+	check_split("/callbacks/a/.x/x./..x/x..", "a", "/.x/x./..x/x..");
+	check_split("/callbacks/a/%2e%2e%2e", "a", "/%2e%2e%2e");
+	check_split("/callbacks/a/%2ex", "a", "/%2ex");
+	/* Other encodings are left to the agent. */
+	check_split("/callbacks/a/%41%7e%3F%23%20", "a", "/%41%7e%3F%23%20");
+	/* The query is not checked. */
+	check_split("/callbacks/a/x?y=../..", "a", "/x?y=../..");
+	check_split("/callbacks/a?//..%2f%25%00%\\", "a", "?//..%2f%25%00%\\");
+	check_split("/callbacks/a/x?a?b", "a", "/x?a?b");
+}
+END_TEST
+
+START_TEST(test_route_refused)
+{
+	static const char *const cases[] = {
+		/* Dot segments, raw and encoded in any case and mix. */
+		"/callbacks/a/.",
+		"/callbacks/a/..",
+		"/callbacks/a/./x",
+		"/callbacks/a/../x",
+		"/callbacks/a/x/.",
+		"/callbacks/a/x/..",
+		"/callbacks/a/x/..?q",
+		"/callbacks/a/x/../",
+		"/callbacks/a/%2e",
+		"/callbacks/a/%2E",
+		"/callbacks/a/%2e%2e",
+		"/callbacks/a/%2E%2E",
+		"/callbacks/a/%2e%2E",
+		"/callbacks/a/.%2e",
+		"/callbacks/a/%2e.",
+		"/callbacks/a/.%2E/x",
+		"/callbacks/a/%2e/x",
+		/* Aimed at another sandbox. */
+		"/callbacks/a/../b/x",
+		"/callbacks/a/%2e%2e/b",
+		"/callbacks/a/..%2fb",
+		"/callbacks/a/x/../../b",
+		/* Encoded separators and a raw backslash. */
+		"/callbacks/a/x%2fy",
+		"/callbacks/a/x%2Fy",
+		"/callbacks/a/%2F",
+		"/callbacks/a/x%5cy",
+		"/callbacks/a/x%5Cy",
+		"/callbacks/a/x\\y",
+		"/callbacks/a/\\",
+		"/callbacks/a/..\\x",
+		/* Double encoding, NUL, broken escapes. */
+		"/callbacks/a/x%25y",
+		"/callbacks/a/%252e%252e",
+		"/callbacks/a/x%00",
+		"/callbacks/a/%00/x",
+		"/callbacks/a/x%",
+		"/callbacks/a/x%2",
+		"/callbacks/a/x%2?q",
+		"/callbacks/a/x%zz",
+		"/callbacks/a/x%g0",
+		"/callbacks/a/x%0g",
+		"/callbacks/a/%%32%65",
+		/* Empty segments. */
+		"/callbacks/a//",
+		"/callbacks/a//x",
+		"/callbacks/a/x//y",
+		"/callbacks/a/x//",
+		/* Fragments. */
+		"/callbacks/a/x#f",
+		"/callbacks/a/#",
+		"/callbacks/a?x#f",
+	};
+	struct ingress_target t;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++)
+		ck_assert_msg(route(cases[i], &t) == -EPERM, "%s: %d", cases[i],
+			      route(cases[i], &t));
+}
+END_TEST
+
+START_TEST(test_route_other_prefix)
+{
+	struct ingress_target t;
+	const char *s = "/hooks/v1/abc/x";
+
+	ck_assert_int_eq(ingress_route("/hooks/v1", 9, s, strlen(s), &t), 0);
+	ck_assert_uint_eq(t.id_len, 3);
+	ck_assert_int_eq(memcmp(t.id, "abc", 3), 0);
+	ck_assert_int_eq(ingress_route("/hooks/v1", 9, "/hooks/v2/abc", 13, &t), -ENOENT);
+	/* The target is read only up to <len>. */
+	ck_assert_int_eq(ingress_route("/hooks", 6, "/hooks/abc/../x", 10, &t), 0);
+	ck_assert_uint_eq(t.rest_len, 0);
+}
+END_TEST
+
+START_TEST(test_route_parsed_request)
+{
+	struct http1_request req;
+	struct ingress_target t;
+
+	parse("GET /callbacks/sb1/hook?x=%2F HTTP/1.1\r\nHost: h\r\n\r\n", &req);
+	ck_assert_int_eq(ingress_route("/callbacks", 10, req.target, req.target_len, &t), 0);
+	ck_assert_uint_eq(t.id_len, 3);
+	ck_assert_int_eq(memcmp(t.id, "sb1", 3), 0);
+	ck_assert_uint_eq(t.rest_len, 11);
+	ck_assert_int_eq(memcmp(t.rest, "/hook?x=%2F", 11), 0);
+	parse("GET /callbacks/sb1/%2e%2e/sb2/ HTTP/1.1\r\nHost: h\r\n\r\n", &req);
+	ck_assert_int_eq(ingress_route("/callbacks", 10, req.target, req.target_len, &t), -EPERM);
+}
+END_TEST
+
+/* ---- Methods and upgrades ---- */
+
+START_TEST(test_method_allowed)
+{
+	static const char *const yes[] = { "GET",   "HEAD",   "POST",   "PUT",
+					   "PATCH", "DELETE", "OPTIONS" };
+	static const char *const no[] = { "get", "Get", "GE", "GETS", "CONNECT", "TRACE", "" };
+	struct verdict_ingress only_post = { .enabled = true, .method_count = 1 };
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(yes); i++)
+		ck_assert_msg(ingress_method_allowed(&ingress_default, yes[i], strlen(yes[i])),
+			      "%s", yes[i]);
+	for (size_t i = 0; i < AN_ARRAY_LEN(no); i++)
+		ck_assert_msg(!ingress_method_allowed(&ingress_default, no[i], strlen(no[i])), "%s",
+			      no[i]);
+	/* A view, not a C string: "GETX" cut to 3 is GET. */
+	ck_assert(ingress_method_allowed(&ingress_default, "GETX", 3));
+	only_post.methods[0] = "POST";
+	ck_assert(ingress_method_allowed(&only_post, "POST", 4));
+	ck_assert(!ingress_method_allowed(&only_post, "GET", 3));
+	ck_assert(!ingress_method_allowed(&only_post, "POS", 3));
+}
+END_TEST
+
+static bool upgrade_of(const char *s)
+{
+	struct http1_request req;
+
+	parse(s, &req);
+	return ingress_is_upgrade(&req);
+}
+
+START_TEST(test_upgrade_detection)
+{
+	ck_assert(upgrade_of("GET /callbacks/a/ws HTTP/1.1\r\nHost: h\r\n"
+			     "Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n"));
+	ck_assert(upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\n"
+			     "Connection: upgrade\r\n\r\n"));
+	ck_assert(upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n"
+			     "Connection: UPGRADE\r\nUpgrade: websocket\r\n\r\n"));
+	ck_assert(upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: ,upgrade ,\r\n"
+			     "Upgrade: websocket\r\n\r\n"));
+	/* HTTP/1.0, no Upgrade, an empty Upgrade, or Connection not listing it. */
+	ck_assert(!upgrade_of("GET / HTTP/1.0\r\nHost: h\r\nConnection: Upgrade\r\n"
+			      "Upgrade: websocket\r\n\r\n"));
+	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n\r\n"));
+	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n"
+			      "Upgrade:\r\n\r\n"));
+	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n"));
+	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n"
+			      "Upgrade: websocket\r\n\r\n"));
+	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrades\r\n"
+			      "Upgrade: websocket\r\n\r\n"));
+	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nX-Connection: upgrade\r\n"
+			      "Upgrade: websocket\r\n\r\n"));
+	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
+}
+END_TEST
+
+/* ---- Writing the head ---- */
+
+static const struct ingress_client client_v4 = {
+	.addr = "192.0.2.1",
+	.proto = "http",
+	.prefix = "/callbacks/a1",
+	.prefix_len = 13,
+};
+
+static const struct ingress_client client_v6 = {
+	.addr = "2001:db8::1",
+	.proto = "https",
+	.prefix = "/callbacks/a1",
+	.prefix_len = 13,
+};
+
+/*
+ * Parses and routes <s>, writes its head into a buffer of exactly the size
+ * it needs (after checking every smaller cap fails) and compares it with
+ * <want> byte for byte.
+ */
+static void check_head(const char *s, const struct verdict_ingress *in,
+		       const struct ingress_client *c, const char *want)
+{
+	struct http1_request req;
+	struct ingress_target t;
+	char got[HEAD_BYTES_MAX + 1];
+	size_t n = strlen(want);
+
+	parse(s, &req);
+	ck_assert_int_eq(ingress_route("/callbacks", 10, req.target, req.target_len, &t), 0);
+	ck_assert_uint_le(n, HEAD_BYTES_MAX);
+	ssize_t rc = ingress_write_head(&req, &t, in, c, guard_end(&guard_out, n), n);
+	ck_assert_int_ge(rc, 0);
+	memcpy(got, guard_end(&guard_out, n), (size_t)rc);
+	got[rc] = '\0';
+	ck_assert_str_eq(got, want);
+	ck_assert_int_eq(rc, (ssize_t)n);
+	/* Every cap one byte or more too small fails, without writing past it. */
+	for (size_t cap = 0; cap < n; cap++)
+		ck_assert_int_eq(
+		    ingress_write_head(&req, &t, in, c, guard_end(&guard_out, cap), cap),
+		    -EMSGSIZE);
+	/* Room to spare changes nothing. */
+	ck_assert_int_eq(
+	    ingress_write_head(&req, &t, in, c, guard_end(&guard_out, n + 100), n + 100),
+	    (ssize_t)n);
+}
+
+START_TEST(test_head_strips)
+{
+	struct verdict_ingress in = ingress_default;
+
+	in.strip_count = 2;
+	in.strip_headers[0] = "cookie";
+	in.strip_headers[1] = "x-internal-token";
+	check_head("POST /callbacks/a1/hook?x=1 HTTP/1.1\r\n"
+		   "Host: example.com:8090\r\n"
+		   "Connection: keep-alive, X-Secret\r\n"
+		   "Keep-Alive: timeout=5\r\n"
+		   "X-Secret: s\r\n"
+		   "TE: trailers\r\n"
+		   "Trailer: X-T\r\n"
+		   "Upgrade: websocket\r\n"
+		   "Proxy-Connection: keep-alive\r\n"
+		   "Proxy-Authorization: Basic eA==\r\n"
+		   "X-Forwarded-For: 6.6.6.6\r\n"
+		   "x-forwarded-host: evil\r\n"
+		   "X-FORWARDED-PROTO: https\r\n"
+		   "X-Forwarded-Prefix: /evil\r\n"
+		   "X-Forwarded-Anything: 1\r\n"
+		   "Forwarded: for=6.6.6.6\r\n"
+		   "FORWARDED: for=6.6.6.7\r\n"
+		   "X-Real-IP: 6.6.6.6\r\n"
+		   "x-real-ip: 6.6.6.7\r\n"
+		   "COOKIE: c=1\r\n"
+		   "X-Internal-TOKEN: t\r\n"
+		   "X-Forwardedness: kept\r\n"
+		   "X-Internal-Tokens: kept\r\n"
+		   "Content-Length: 5\r\n"
+		   "User-Agent: ua\r\n"
+		   "\r\n",
+		   &in, &client_v4,
+		   "POST /hook?x=1 HTTP/1.1\r\n"
+		   "Host: example.com:8090\r\n"
+		   "X-Forwardedness: kept\r\n"
+		   "X-Internal-Tokens: kept\r\n"
+		   "Content-Length: 5\r\n"
+		   "User-Agent: ua\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Host: example.com:8090\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http;host=\"example.com:8090\"\r\n"
+		   "\r\n");
+}
+END_TEST
+
+START_TEST(test_head_connection_keeps_framing)
+{
+	/* A Connection option never removes framing or Host. */
+	check_head("POST /callbacks/a1/x HTTP/1.1\r\n"
+		   "Host: h\r\n"
+		   "Connection: close, Content-Length, Host, x-a\r\n"
+		   "X-A: 1\r\n"
+		   "Content-Length: 2\r\n"
+		   "\r\n",
+		   &ingress_default, &client_v4,
+		   "POST /x HTTP/1.1\r\n"
+		   "Host: h\r\n"
+		   "Content-Length: 2\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Host: h\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
+		   "\r\n");
+	check_head("POST /callbacks/a1/x HTTP/1.1\r\n"
+		   "Transfer-Encoding: chunked\r\n"
+		   "Connection: transfer-encoding\r\n"
+		   "Host: h\r\n"
+		   "\r\n",
+		   &ingress_default, &client_v4,
+		   "POST /x HTTP/1.1\r\n"
+		   "Transfer-Encoding: chunked\r\n"
+		   "Host: h\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Host: h\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
+		   "\r\n");
+}
+END_TEST
+
+START_TEST(test_head_ipv6_and_no_host)
+{
+	/* HTTP/1.0 without Host: no host= and no X-Forwarded-Host. */
+	check_head("GET /callbacks/a1/x HTTP/1.0\r\n"
+		   "Accept: */*\r\n"
+		   "\r\n",
+		   &ingress_default, &client_v6,
+		   "GET /x HTTP/1.1\r\n"
+		   "Accept: */*\r\n"
+		   "X-Forwarded-For: 2001:db8::1\r\n"
+		   "X-Forwarded-Proto: https\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=\"[2001:db8::1]\";proto=https\r\n"
+		   "\r\n");
+	/* An empty Host is kept as sent and names no host. */
+	check_head("GET /callbacks/a1/x HTTP/1.1\r\n"
+		   "Host:\r\n"
+		   "\r\n",
+		   &ingress_default, &client_v4,
+		   "GET /x HTTP/1.1\r\n"
+		   "Host: \r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http\r\n"
+		   "\r\n");
+	check_head("GET /callbacks/a1/x HTTP/1.1\r\n"
+		   "Host: [2001:db8::2]:8443\r\n"
+		   "\r\n",
+		   &ingress_default, &client_v6,
+		   "GET /x HTTP/1.1\r\n"
+		   "Host: [2001:db8::2]:8443\r\n"
+		   "X-Forwarded-For: 2001:db8::1\r\n"
+		   "X-Forwarded-Proto: https\r\n"
+		   "X-Forwarded-Host: [2001:db8::2]:8443\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=\"[2001:db8::1]\";proto=https;host=\"[2001:db8::2]:8443\"\r\n"
+		   "\r\n");
+}
+END_TEST
+
+START_TEST(test_head_paths)
+{
+	check_head("GET /callbacks/a1 HTTP/1.1\r\nHost: h\r\n\r\n", &ingress_default, &client_v4,
+		   "GET / HTTP/1.1\r\n"
+		   "Host: h\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Host: h\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
+		   "\r\n");
+	check_head("GET /callbacks/a1?q HTTP/1.1\r\nHost: h\r\n\r\n", &ingress_default, &client_v4,
+		   "GET /?q HTTP/1.1\r\n"
+		   "Host: h\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Host: h\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
+		   "\r\n");
+	check_head("DELETE /callbacks/a1/ HTTP/1.1\r\nHost: h\r\n\r\n", &ingress_default,
+		   &client_v4,
+		   "DELETE / HTTP/1.1\r\n"
+		   "Host: h\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Host: h\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
+		   "\r\n");
+	check_head("GET /callbacks/a1/a/b/?x=%2F&y HTTP/1.1\r\nHost: h\r\n\r\n", &ingress_default,
+		   &client_v4,
+		   "GET /a/b/?x=%2F&y HTTP/1.1\r\n"
+		   "Host: h\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Host: h\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
+		   "\r\n");
+}
+END_TEST
+
+START_TEST(test_head_upgrade)
+{
+	check_head("GET /callbacks/a1/ws HTTP/1.1\r\n"
+		   "Host: h:8090\r\n"
+		   "Connection: keep-alive, Upgrade\r\n"
+		   "Upgrade: websocket\r\n"
+		   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+		   "Sec-WebSocket-Version: 13\r\n"
+		   "\r\n",
+		   &ingress_default, &client_v4,
+		   "GET /ws HTTP/1.1\r\n"
+		   "Host: h:8090\r\n"
+		   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+		   "Sec-WebSocket-Version: 13\r\n"
+		   "Connection: Upgrade\r\n"
+		   "Upgrade: websocket\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Host: h:8090\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http;host=\"h:8090\"\r\n"
+		   "\r\n");
+	/* Two Upgrade lines are one list (RFC 9110 section 5.3). */
+	check_head("GET /callbacks/a1/ws HTTP/1.1\r\n"
+		   "Host: h\r\n"
+		   "Upgrade: foo/1\r\n"
+		   "Connection: upgrade\r\n"
+		   "Upgrade: websocket\r\n"
+		   "\r\n",
+		   &ingress_default, &client_v4,
+		   "GET /ws HTTP/1.1\r\n"
+		   "Host: h\r\n"
+		   "Connection: Upgrade\r\n"
+		   "Upgrade: foo/1, websocket\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Host: h\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
+		   "\r\n");
+	/* HTTP/1.0 is not an upgrade: both fields go, nothing replaces them. */
+	check_head("GET /callbacks/a1/ws HTTP/1.0\r\n"
+		   "Connection: Upgrade\r\n"
+		   "Upgrade: websocket\r\n"
+		   "\r\n",
+		   &ingress_default, &client_v4,
+		   "GET /ws HTTP/1.1\r\n"
+		   "X-Forwarded-For: 192.0.2.1\r\n"
+		   "X-Forwarded-Proto: http\r\n"
+		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
+		   "Forwarded: for=192.0.2.1;proto=http\r\n"
+		   "\r\n");
+}
+END_TEST
+
+START_TEST(test_head_msgsize_large)
+{
+	/* A head near the parser's limit still fits a buffer of exactly its size. */
+	static char req_text[LIMITS_HEAD_BYTES_MAX];
+	static char want[HEAD_BYTES_MAX * 2];
+	struct http1_request req;
+	struct ingress_target t;
+	char value[4001];
+
+	memset(value, 'v', sizeof(value) - 1);
+	value[sizeof(value) - 1] = '\0';
+	snprintf(req_text, sizeof(req_text),
+		 "GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nX-A: %s\r\nX-B: %s\r\n\r\n", value,
+		 value);
+	int n = snprintf(want, sizeof(want),
+			 "GET /x HTTP/1.1\r\nHost: h\r\nX-A: %s\r\nX-B: %s\r\n"
+			 "X-Forwarded-For: 192.0.2.1\r\nX-Forwarded-Proto: http\r\n"
+			 "X-Forwarded-Host: h\r\nX-Forwarded-Prefix: /callbacks/a1\r\n"
+			 "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n\r\n",
+			 value, value);
+	parse(req_text, &req);
+	ck_assert_int_eq(ingress_route("/callbacks", 10, req.target, req.target_len, &t), 0);
+	char *out = guard_end(&guard_out, (size_t)n);
+	ck_assert_int_eq(ingress_write_head(&req, &t, &ingress_default, &client_v4, out, (size_t)n),
+			 n);
+	ck_assert_int_eq(memcmp(out, want, (size_t)n), 0);
+	out = guard_end(&guard_out, (size_t)n - 1);
+	ck_assert_int_eq(
+	    ingress_write_head(&req, &t, &ingress_default, &client_v4, out, (size_t)n - 1),
+	    -EMSGSIZE);
+}
+END_TEST
+
+/* ---- The route table ---- */
+
+static size_t id_of(char *buf, size_t cap, uint32_t i)
+{
+	int n = snprintf(buf, cap, "sb-%u", i);
+
+	ck_assert_int_gt(n, 0);
+	return (size_t)n;
+}
+
+START_TEST(test_routes_basic)
+{
+	struct ingress_routes r = { 0 };
+
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), -1);
+	ingress_routes_del(&r, "a", 1, 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 7), 0);
+	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), 7);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "ab", 2), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "", 0), -1);
+	/* A view: "ab" cut to 1 is "a". */
+	ck_assert_int_eq(ingress_routes_get(&r, "ab", 1), 7);
+	/* Replacing keeps one entry. */
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 0), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), 0);
+	ck_assert_uint_eq(r.used, 1);
+	ck_assert_int_eq(ingress_routes_put(&r, "b", 1, UINT32_MAX), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), (int64_t)UINT32_MAX);
+	ingress_routes_del(&r, "a", 1, 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), (int64_t)UINT32_MAX);
+	ck_assert_uint_eq(r.used, 1);
+	/* Deleting twice, or an id never added, changes nothing. */
+	ingress_routes_del(&r, "a", 1, 0);
+	ingress_routes_del(&r, "c", 1, 0);
+	/* Nor does an id that could never have been put. */
+	ingress_routes_del(&r, ".b", 2, UINT32_MAX);
+	ingress_routes_del(&r, "b/", 2, UINT32_MAX);
+	ck_assert_uint_eq(r.used, 1);
+	ingress_routes_free(&r);
+	ck_assert_ptr_null(r.entries);
+	ck_assert_uint_eq(r.capacity, 0);
+	ck_assert_uint_eq(r.used, 0);
+	ck_assert_uint_eq(r.tombstones, 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), -1);
+	/* Freeing an empty table is fine. */
+	ingress_routes_free(&r);
+}
+END_TEST
+
+START_TEST(test_routes_stale_del)
+{
+	struct ingress_routes r = { 0 };
+
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 1), 0);
+	/* The sandbox is removed and re-added (slot 2) before the old removal lands. */
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 2), 0);
+	ingress_routes_del(&r, "a", 1, 1);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), 2);
+	ingress_routes_del(&r, "a", 1, 2);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), -1);
+	ck_assert_uint_eq(r.used, 0);
+	ingress_routes_free(&r);
+}
+END_TEST
+
+START_TEST(test_routes_id_length)
+{
+	struct ingress_routes r = { 0 };
+	char id[64];
+
+	memset(id, 'z', sizeof(id));
+	ck_assert_int_eq(ingress_routes_put(&r, id, 63, 63), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, id, 62, 62), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, id, 63), 63);
+	ck_assert_int_eq(ingress_routes_get(&r, id, 62), 62);
+	/* 64 bytes cannot be an id: never found. */
+	ck_assert_int_eq(ingress_routes_get(&r, id, 64), -1);
+	ingress_routes_free(&r);
+}
+END_TEST
+
+START_TEST(test_routes_full_compare)
+{
+	struct ingress_routes r = { 0 };
+
+	ck_assert_int_eq(ingress_routes_put(&r, "sb-a", 4, 1), 0);
+	/* Another id under the same hash (as a collision would be) is not a hit. */
+	uint32_t i = routes_find(&r, XXH3_64bits("sb-a", 4), "sb-a", 4);
+	ck_assert_uint_lt(i, r.capacity);
+	r.entries[i].id[3] = 'b';
+	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4), -1);
+	r.entries[i].id[3] = 'a';
+	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4), 1);
+	ingress_routes_free(&r);
+}
+END_TEST
+
+START_TEST(test_routes_growth)
+{
+	enum { IDS = 5000 };
+	struct ingress_routes r = { 0 };
+	char id[32];
+
+	for (uint32_t i = 0; i < IDS; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
+		ck_assert_uint_eq(r.used, i + 1);
+		ck_assert_uint_eq(r.capacity & (r.capacity - 1), 0);
+		ck_assert_uint_le((uint64_t)(r.used + r.tombstones) * 10, (uint64_t)r.capacity * 7);
+	}
+	ck_assert_uint_eq(r.capacity, 8192);
+	for (uint32_t i = 0; i < IDS; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		ck_assert_int_eq(ingress_routes_get(&r, id, n), i);
+	}
+	for (uint32_t i = 0; i < IDS; i += 2) {
+		size_t n = id_of(id, sizeof(id), i);
+		ingress_routes_del(&r, id, n, i);
+	}
+	ck_assert_uint_eq(r.used, IDS / 2);
+	for (uint32_t i = 0; i < IDS; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		ck_assert_int_eq(ingress_routes_get(&r, id, n), i % 2 == 0 ? -1 : (int64_t)i);
+	}
+	ck_assert_int_eq(ingress_routes_get(&r, "sb-5000", 7), -1);
+	ingress_routes_free(&r);
+}
+END_TEST
+
+START_TEST(test_routes_churn)
+{
+	struct ingress_routes r = { 0 };
+	char id[32];
+
+	/* A standing population, and 100k sandboxes that come and go beside it. */
+	for (uint32_t i = 0; i < 40; i++) {
+		size_t n = id_of(id, sizeof(id), 1000000u + i);
+		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
+	}
+	for (uint32_t i = 0; i < 100000; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
+		ck_assert_int_eq(ingress_routes_get(&r, id, n), i);
+		ingress_routes_del(&r, id, n, i);
+		ck_assert_int_eq(ingress_routes_get(&r, id, n), -1);
+		ck_assert_uint_le(r.capacity, INGRESS_ROUTES_CAPACITY_MIN * 2);
+		ck_assert_uint_eq(r.used, 40);
+	}
+	/* 41 live at most: rebuilt once into 128 entries, then in place. */
+	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN * 2);
+	for (uint32_t i = 0; i < 40; i++) {
+		size_t n = id_of(id, sizeof(id), 1000000u + i);
+		ck_assert_int_eq(ingress_routes_get(&r, id, n), i);
+	}
+	ingress_routes_free(&r);
+	/* Alone, one id added and removed over and over stays in the first table. */
+	for (uint32_t i = 0; i < 100000; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
+		ingress_routes_del(&r, id, n, i);
+		ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
+		ck_assert_uint_eq(r.used, 0);
+	}
+	ingress_routes_free(&r);
+}
+END_TEST
+
+START_TEST(test_routes_tombstones)
+{
+	struct ingress_routes r = { 0 };
+	char id[32];
+
+	/* 30 live ids (never more than half of 64), then every other one removed. */
+	for (uint32_t i = 0; i < 30; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
+	}
+	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
+	for (uint32_t i = 0; i < 30; i += 2) {
+		size_t n = id_of(id, sizeof(id), i);
+		ingress_routes_del(&r, id, n, i);
+	}
+	ck_assert_uint_eq(r.used, 15);
+	ck_assert_uint_le(r.tombstones, 15);
+	/* Re-adding reuses tombstones or rebuilds in place; nothing is lost. */
+	for (uint32_t i = 0; i < 30; i += 2) {
+		size_t n = id_of(id, sizeof(id), i);
+		ck_assert_int_eq(ingress_routes_put(&r, id, n, i + 100), 0);
+	}
+	ck_assert_uint_eq(r.used, 30);
+	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
+	for (uint32_t i = 0; i < 30; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		ck_assert_int_eq(ingress_routes_get(&r, id, n), i % 2 == 0 ? i + 100 : i);
+	}
+	/* Removing everything leaves no tombstones behind. */
+	for (uint32_t i = 0; i < 30; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		ingress_routes_del(&r, id, n, i % 2 == 0 ? i + 100 : i);
+	}
+	ck_assert_uint_eq(r.used, 0);
+	ck_assert_uint_eq(r.tombstones, 0);
+	for (uint32_t i = 0; i < r.capacity; i++)
+		ck_assert_uint_eq(r.entries[i].state, ROUTE_EMPTY);
+	ingress_routes_free(&r);
+}
+END_TEST
+
+START_TEST(test_routes_tombstone_reuse)
+{
+	struct ingress_routes r = { 0 };
+	char id[32];
+	uint32_t mask = INGRESS_ROUTES_CAPACITY_MIN - 1;
+
+	for (uint32_t i = 0; i < 40; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
+	}
+	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
+	/* An id sitting at its home entry with a live entry after it. */
+	uint32_t pick = UINT32_MAX;
+	for (uint32_t i = 0; i < 40 && pick == UINT32_MAX; i++) {
+		size_t n = id_of(id, sizeof(id), i);
+		uint64_t h = XXH3_64bits(id, n);
+		uint32_t at = routes_find(&r, h, id, n);
+		if (at == ((uint32_t)h & mask) && r.entries[(at + 1) & mask].state == ROUTE_LIVE)
+			pick = i;
+	}
+	ck_assert_uint_ne(pick, UINT32_MAX);
+	size_t n = id_of(id, sizeof(id), pick);
+	uint32_t at = routes_find(&r, XXH3_64bits(id, n), id, n);
+	/* Removed, it leaves a tombstone: a probe through it must go on. */
+	ingress_routes_del(&r, id, n, pick);
+	ck_assert_uint_eq(r.tombstones, 1);
+	ck_assert_uint_eq(r.entries[at].state, ROUTE_TOMBSTONE);
+	ck_assert_int_eq(ingress_routes_get(&r, id, n), -1);
+	for (uint32_t i = 0; i < 40; i++) {
+		char other[32];
+		size_t m = id_of(other, sizeof(other), i);
+		ck_assert_int_eq(ingress_routes_get(&r, other, m), i == pick ? -1 : (int64_t)i);
+	}
+	/* Put back, it takes the tombstone. */
+	ck_assert_int_eq(ingress_routes_put(&r, id, n, 99), 0);
+	ck_assert_uint_eq(r.tombstones, 0);
+	ck_assert_uint_eq(r.entries[at].state, ROUTE_LIVE);
+	ck_assert_int_eq(ingress_routes_get(&r, id, n), 99);
+	ingress_routes_free(&r);
+}
+END_TEST
+
+static Suite *ingress_suite(void)
+{
+	Suite *s = suite_create("ingress");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_route_not_found);
+	tcase_add_test(tc, test_route_id_length);
+	tcase_add_test(tc, test_route_splits);
+	tcase_add_test(tc, test_route_refused);
+	tcase_add_test(tc, test_route_other_prefix);
+	tcase_add_test(tc, test_route_parsed_request);
+	tcase_add_test(tc, test_method_allowed);
+	tcase_add_test(tc, test_upgrade_detection);
+	tcase_add_test(tc, test_head_strips);
+	tcase_add_test(tc, test_head_connection_keeps_framing);
+	tcase_add_test(tc, test_head_ipv6_and_no_host);
+	tcase_add_test(tc, test_head_paths);
+	tcase_add_test(tc, test_head_upgrade);
+	tcase_add_test(tc, test_head_msgsize_large);
+	tcase_add_test(tc, test_routes_basic);
+	tcase_add_test(tc, test_routes_stale_del);
+	tcase_add_test(tc, test_routes_id_length);
+	tcase_add_test(tc, test_routes_full_compare);
+	tcase_add_test(tc, test_routes_growth);
+	tcase_add_test(tc, test_routes_churn);
+	tcase_add_test(tc, test_routes_tombstones);
+	tcase_add_test(tc, test_routes_tombstone_reuse);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return unit_run(ingress_suite());
+}
