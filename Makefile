@@ -112,7 +112,8 @@ demo: deps
 
 bench:
 	$(Q)./tools/deps.sh bench
-	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd build/rel/agentsnet $(MICRO_BIN)
+	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd build/rel/agentsnet \
+		build/rel/agentsnet-bridge $(MICRO_BIN)
 	$(Q)bench/run.sh
 
 fuzz:

@@ -16,6 +16,8 @@ each proxy on the other (taskset). Subjects:
   mitmproxy    TLS interception (scenario 6): terminates the client's TLS with a CA of
   squid-bump   its own, relays to nginx over TLS (verified); squid-bump is squid
                ssl-bump, a second instance of the same squid binary
+  nginx-proxy  nginx as a reverse proxy (scenario 9) to a sandbox's ingress.sock, upstream
+               keep-alive, 1 worker: the reference for the ingress gateway
 
 Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
   1. plain-HTTP forward requests/s and p50/p99 (wrk, bench/forward.lua) to nginx;
@@ -44,13 +46,24 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
   7. microbenchmarks (bench/micro.cc, Google Benchmark): head parsing, policy
      lookup at 1k/100k/1M rules, the whole decision (lookup + rate check) at
      1M, audit emit, leaf mint (target: p50 under 50 us);
-  8. per-core scaling: agentsnetd with 1 and 2 workers.
+  8. per-core scaling: agentsnetd with 1 and 2 workers;
+  9. the ingress gateway (issue 7): a daemon of its own (1 worker, `daemon.ingress`, profile
+     bench with `ingress: {enabled: true}` and no limits; its own, so the gateway touches no
+     other scenario's daemon) and `agentsnet run` of nginx in a fresh sandbox (root only,
+     else skipped; on the load core, with its bridge) answering `return 200`; wrk requests/s,
+     p50/p99 and the proxy's CPU per request through the public path
+     /callbacks/bench-ingress/ and through nginx-proxy, both to the same ingress.sock, after
+     a GET through each got 200 and the body; medians of 3 runs, the subjects interleaved,
+     since the load core (wrk, the bridge, the sandbox's nginx) bounds both. Target: at
+     least 1x nginx-proxy.
 
 Prints one table, ratios first (agentsnetd / subject; the "better" column says
 whether higher or lower wins), and writes it as JSON (--results), after
 reading the previous file so the table also shows the change since the last
-run. Every process is stopped by its PID; every wait is bounded. Exit 0 when
-every measurement ran (a missed target is reported, and fails the run only
+run. --only NAME[,NAME...] (or AN_BENCH_ONLY, which `make bench` passes through the
+environment) runs some scenarios (SCENARIOS) instead of all, writing <results>-<names>.json
+so the whole run's file stays. Every process is stopped by its PID; every wait is bounded.
+Exit 0 when every measurement ran (a missed target is reported, and fails the run only
 with AN_BENCH_STRICT=1), 1 when something broke. Rejected: one process per
 scenario (peers would start and warm up a dozen times; they idle between
 their turns instead).
@@ -76,12 +89,15 @@ WRK_SECONDS = 3
 RATE_SECONDS = 3
 THROUGHPUT_SECONDS = 4
 THROUGHPUT_REPEATS = 3  # target figures: median of this many, subjects interleaved
+INGRESS_REPEATS = 3  # the same for scenario 9, whose load core bounds both subjects
+INGRESS_FIGURES = ("rps", "p50_us", "p99_us", "cpu_us", "proxy_busy")  # medians of those
 IDLE_LEVELS = (1000, 8000)
 IDLE_PROCS = 4  # open files are limited per process; spread the client side
 IDLE_HOLD_S = 300
 READY_TIMEOUT_S = 30
 IDLE_READY_TIMEOUT_S = 120
 MICRO_REPEATS = 10
+REAP_WAIT_S = 5  # a stopped `agentsnet run` has removed its sandbox within this
 ORIGIN_NAME = "bench.origin"
 # nginx over TLS: its certificate's name, the SNI and Host of every TLS subject, and the
 # host of agentsnetd's inject rule (a profile names a host once: bench.origin is passthrough).
@@ -90,9 +106,15 @@ PLACEHOLDER = "agentsnet-placeholder-bench"
 ECHO_PATH = "/echo-authorization"  # nginx answers the Authorization header it got
 FAKE_NAME = "fake.bench"
 FAKE_BODY = "hello, bench\n"  # nginx's `return 200` body: the same bytes
+INGRESS_ID = "bench-ingress"  # the sandbox of scenario 9, made by `agentsnet run`
+INGRESS_PREFIX = "/callbacks"
+INGRESS_BODY = "hello, ingress\n"  # what nginx in that sandbox answers every request
 PEERS = ("squid", "tinyproxy", "haproxy")
 TLS_PEERS = ("mitmproxy", "squid-bump")
 SUBJECTS = ("agentsnetd", "direct") + PEERS
+# What --only (or AN_BENCH_ONLY) may name, in the order a whole run takes them.
+SCENARIOS = ("idle", "forward", "rate", "throughput", "fake", "intercept", "micro", "scaling",
+             "ingress")
 TLS_LEVELS = (1, 64)
 TLS_REQUESTS = 10000  # keep-alive requests per connection before a new one
 # The fixed-file table of one io_uring is capped at RLIMIT_NOFILE: 20,000 here,
@@ -101,17 +123,32 @@ NOFILE = 20000
 IDLE_MAX = 9800
 INJECT_NOTE = ("the inject tier: the client's TLS terminated with a minted leaf, the "
                "placeholder swapped for the secret, re-originated over TLS verified against "
-               "the origin's CA, one upstream connection per client connection")
+               "the origin's CA; an upstream connection outlives its client connection in "
+               "the worker's pool, so a new client connection reuses a verified one")
 HANDSHAKE_NOTE = ("a cycle is connect, CONNECT (not direct), a full TLS handshake the client "
                   "verifies, one GET and close; the client's verification costs more than "
                   "the server's side, so with the load on one core the client bounds the rate: "
                   "the server CPU per handshake compares the servers")
 CPU_DIRECT_NOTE = "the CPU of nginx, the origin, terminating TLS itself"
+INGRESS_NOTE = ("the ingress gateway, 1 worker: the public path %s/%s/ streamed to the "
+                "sandbox's ingress.sock with the forwarding headers" % (INGRESS_PREFIX,
+                                                                       INGRESS_ID))
+INGRESS_PATH_NOTE = ("client -> proxy -> the sandbox's ingress.sock -> agentsnet-bridge -> "
+                     "nginx in the sandbox (`return 200`, %d bytes, keep-alive); the bridge "
+                     "and that nginx share the load core with wrk; each figure the median of "
+                     "%%d runs, the subjects interleaved" % len(INGRESS_BODY))
+INGRESS_CPU_NOTE = ("the proxy's CPU time over wrk's run / requests answered: it compares the "
+                    "proxies when the load core (wrk, the bridge, the sandbox's nginx) bounds "
+                    "the requests/s of both")
+NGINX_PROXY_NOTE = ("nginx %s as a reverse proxy, 1 worker, access log off, to the same "
+                    "ingress.sock over HTTP/1.1 with upstream keep-alive (no reconnects), "
+                    "sending the same forwarding headers")
 LEAF_NOTE = ("counted by the client: a handshake whose leaf serial was seen before "
              "(the daemon exports no leaf-cache counters yet)")
 if os.environ.get("AN_BENCH_QUICK") == "1":  # a smoke run of every code path, figures void
     LEVELS, WRK_SECONDS, RATE_SECONDS, THROUGHPUT_SECONDS, TLS_LEVELS = (1, 64), 1, 1, 1, (64,)
     THROUGHPUT_REPEATS, IDLE_LEVELS, IDLE_MAX, MICRO_REPEATS = 1, (200,), 400, 2
+    INGRESS_REPEATS = 1
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -138,6 +175,34 @@ def read_until(path, needle, proc, timeout):
                                                          needle, text[-3000:]))
         time.sleep(0.05)
     raise Broken("timed out after %ds waiting for %r in %s" % (timeout, needle, path))
+
+
+def http_get(where, path, host="127.0.0.1"):
+    """(status, body, status line) of one GET <path> with Connection: close to <where>, a
+    (host, port) over TCP or a Unix socket's path; the body is read to its Content-Length
+    (at most 64 KiB without one). Raises OSError or peers.ProbeFailed."""
+    family = socket.AF_UNIX if isinstance(where, str) else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as c:
+        c.settimeout(5)
+        c.connect(where)
+        c.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                  % (path.encode(), host.encode()))
+        head, body = peers.read_head(c)
+        text = head.decode(errors="replace")
+        length = 65536
+        for line in text.split("\r\n")[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length" and value.strip().isdigit():
+                length = int(value.strip())
+        while len(body) < length:
+            chunk = c.recv(4096)
+            if not chunk:
+                break
+            body += chunk
+    line = text.split("\r\n", 1)[0]
+    parts = line.split()
+    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    return status, body.decode(errors="replace"), line
 
 
 def mem_kib(pids):
@@ -179,6 +244,8 @@ class Bench:
         self.idle_base = {}
         self.nginx = None
         self.ca_dir = self.origin_ca = self.secret = None
+        self.ingress_port = None
+        self.bridge = os.path.join(os.path.dirname(args.agentsnet), "agentsnet-bridge")
 
     # ---- processes ----------------------------------------------------------
 
@@ -272,28 +339,39 @@ class Bench:
                 time.sleep(0.05)
         raise Broken("nothing listens on 127.0.0.1:%d" % port)
 
-    def start_daemon(self, workers=1, cpu=None):
+    def start_daemon(self, workers=1, cpu=None, ingress=False):
+        """agentsnetd on <workers>, pinned to <cpu> (default: the proxies' core); with
+        <ingress> (scenario 9, a daemon of its own) also its ingress gateway on
+        self.ingress_port, INGRESS_PREFIX, for the sandboxes of profile bench."""
         self.workers = workers
+        tag = "ingress" if ingress else "%d" % workers
         self.tcp_port = peers.free_port()
-        self.sock_dir = os.path.join(self.work, "sock-%d" % workers)
+        self.ingress_port = peers.free_port() if ingress else None
+        self.sock_dir = os.path.join(self.work, "sock-" + tag)
         os.mkdir(self.sock_dir)
-        policy = os.path.join(self.work, "bench-%d.yaml" % workers)
+        policy = os.path.join(self.work, "bench-%s.yaml" % tag)
+        gateway = profile_ingress = ""
+        if ingress:
+            # No ingress limits: nothing but the gateway's own work is measured.
+            gateway = "  ingress: {listen: 127.0.0.1:%d, prefix: %s}\n" % (self.ingress_port,
+                                                                         INGRESS_PREFIX)
+            profile_ingress = "    ingress: {enabled: true, methods: [GET]}\n"
         with open(policy, "w", encoding="ascii") as f:
             f.write("""version: 1
 daemon:
   socket_dir: %(sock)s
-  audit_log: %(w)s/audit-%(workers)d.jsonl
+  audit_log: %(w)s/audit-%(tag)s.jsonl
   workers: %(workers)d
   tcp_listen: 127.0.0.1:%(tcp)d
   tcp_sandbox: bench
-resolver:
+%(gateway)sresolver:
   # Loopback only: the system resolver's address must never see a query.
   servers: ["127.0.0.1:9"]
   hosts: {%(name)s: [127.0.0.1], %(tls)s: [127.0.0.1]}
   allow_private: [127.0.0.1/32]
 profiles:
   bench:
-    rules:
+%(profile_ingress)s    rules:
       - {host: %(name)s, tier: passthrough, owner: bench, reason: loopback bench origins}
       - host: %(fake)s
         tier: fake
@@ -313,12 +391,15 @@ profiles:
 sandboxes: [{id: bench, profile: bench}]
 """ % {"sock": self.sock_dir, "w": self.work, "tcp": self.tcp_port, "name": ORIGIN_NAME,
        "workers": workers, "fake": FAKE_NAME, "body": json.dumps(FAKE_BODY), "tls": TLS_NAME,
-       "placeholder": PLACEHOLDER, "origin_ca": self.origin_ca})
+       "placeholder": PLACEHOLDER, "origin_ca": self.origin_ca, "tag": tag,
+       "gateway": gateway, "profile_ingress": profile_ingress})
         self.daemon, self.daemon_out = self.start(
             [self.args.daemon, "--config", policy, "--workers", str(workers),
              "--ca-dir", self.ca_dir],
-            "agentsnetd-%d.err" % workers, cpu or self.proxy_cpu)
+            "agentsnetd-%s.err" % tag, cpu or self.proxy_cpu)
         read_until(self.daemon_out, "agentsnetd: ready", self.daemon, READY_TIMEOUT_S)
+        if ingress:
+            self.wait_port(self.ingress_port, self.daemon)
 
     def stop_daemon(self):
         code = self.stop(self.daemon, timeout=30)
@@ -406,7 +487,6 @@ sandboxes: [{id: bench, profile: bench}]
 
     def wrk(self, subject, conns, target=None):
         """wrk through <subject> to nginx, or for agentsnetd to <target> if given."""
-        script = os.path.join(HERE, "forward.lua")
         env = dict(os.environ)
         env.pop("BENCH_TARGET", None)
         env.pop("BENCH_PATH", None)
@@ -418,6 +498,14 @@ sandboxes: [{id: bench, profile: bench}]
         else:
             url = "http://127.0.0.1:%d/" % self.peers[subject].port
             env["BENCH_TARGET"] = "127.0.0.1:%d" % self.http_port
+        return self.wrk_url(url, conns, env)
+
+    def wrk_url(self, url, conns, env=None):
+        """wrk's JSON (bench/forward.lua) for <conns> connections to <url> for WRK_SECONDS;
+        origin-form requests to <url> itself unless <env> names a BENCH_TARGET."""
+        script = os.path.join(HERE, "forward.lua")
+        if env is None:
+            env = {k: v for k, v in os.environ.items() if k not in ("BENCH_TARGET", "BENCH_PATH")}
         out = self.run_load(["wrk", "-t1", "-c%d" % conns, "-d%ds" % WRK_SECONDS,
                              "--timeout", "5s", "-s", script, url], WRK_SECONDS + 60, env=env)
         return json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
@@ -869,6 +957,207 @@ sandboxes: [{id: bench, profile: bench}]
                           "notes": {"all": "one fixed-file table of %d per worker ring" % NOFILE}})
         self.stop_daemon()
 
+    # ---- 9. the ingress gateway -----------------------------------------------
+
+    def ingress_unusable(self):
+        """Why the sandbox of scenario 9 cannot be made here, or None."""
+        if os.geteuid() != 0:
+            return "needs root (`agentsnet run` as root makes the sandbox's namespaces)"
+        if not os.access(self.bridge, os.X_OK):
+            return "%s is not built (make %s)" % (self.bridge, self.bridge)
+        return None
+
+    def sandbox_dir(self, sandbox):
+        """The directory `agentsnet sandbox ls` gives <sandbox>, or None when not listed."""
+        proc = subprocess.run([self.args.agentsnet, "sandbox", "ls", "--socket-dir",
+                               self.sock_dir], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10,
+                              check=False)
+        if proc.returncode != 0:
+            raise Broken("agentsnet sandbox ls exited %d: %s" % (proc.returncode,
+                                                                proc.stdout.decode()[-1000:]))
+        for line in proc.stdout.decode().splitlines():
+            words = line.split()
+            if len(words) == 3 and words[0] == sandbox:
+                return words[2]
+        return None
+
+    def start_agent(self, nginx):
+        """nginx in the fresh sandbox INGRESS_ID (`agentsnet run`, profile bench), answering
+        INGRESS_BODY on 127.0.0.1:$AGENT_INGRESS_PORT; it writes its config into the
+        sandbox's private /tmp, since the host's /tmp (the work dir) is hidden there. Pinned
+        to the load core: the bridge and the agent's server are the origin side.
+        Returns (proc, ingress.sock path, None) once a GET through that socket gets the
+        body, or (proc, None, why) when the sandbox cannot start here (proc has exited)."""
+        head, tail = peers.nginx_agent_conf(INGRESS_BODY)
+        script = ('printf "%s%s%s" "$1" "${AGENT_INGRESS_PORT:?}" "$2" >/tmp/nginx.conf && '
+                  'exec "$3" -e stderr -p /tmp/ -c /tmp/nginx.conf')
+        proc, out = self.start([self.args.agentsnet, "run", "--sandbox", INGRESS_ID,
+                                "--profile", "bench", "--socket-dir", self.sock_dir,
+                                "--bridge", self.bridge, "--", "sh", "-c", script, "sh", head,
+                                tail, nginx], "agentsnet-run.out", self.load_cpu)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        sock, last = None, "not listed by agentsnet sandbox ls"
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                with open(out, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+                # Its own failure to make the sandbox (no namespaces here): 125 and this.
+                mark = "agentsnet: sandbox %s: " % INGRESS_ID
+                if proc.returncode == 125 and mark in text:
+                    return proc, None, text.split(mark, 1)[1].splitlines()[0][:300]
+                raise Broken("agentsnet run exited %d before its nginx answered:\n%s"
+                             % (proc.returncode, text[-3000:]))
+            if sock is None:
+                where = self.sandbox_dir(INGRESS_ID)
+                sock = None if where is None else os.path.join(where, "ingress.sock")
+            if sock is not None:
+                try:
+                    status, body, line = http_get(sock, "/", "sandbox")
+                    if status == 200 and body == INGRESS_BODY:
+                        return proc, sock, None
+                    last = "%r with %r" % (line, body[:200])
+                except (OSError, peers.ProbeFailed) as e:
+                    last = str(e) or type(e).__name__
+            time.sleep(0.05)
+        raise Broken("the sandbox's nginx did not answer through %s within %ds (%s)"
+                     % (sock, READY_TIMEOUT_S, last))
+
+    def stop_agent(self, proc):
+        """Stops `agentsnet run` by PID; Broken unless it exited 0 (the agent's status) and
+        took its sandbox away (no `sandbox ls` entry, no directory)."""
+        code = self.stop(proc)
+        where = os.path.join(self.sock_dir, "sandboxes", INGRESS_ID)
+        deadline = time.monotonic() + REAP_WAIT_S
+        while self.sandbox_dir(INGRESS_ID) is not None or os.path.lexists(where):
+            if time.monotonic() > deadline:
+                raise Broken("sandbox %s outlived its agentsnet run (%s)" % (INGRESS_ID, where))
+            time.sleep(0.1)
+        if code != 0:
+            with open(os.path.join(self.work, "agentsnet-run.out"), encoding="utf-8",
+                      errors="replace") as f:
+                raise Broken("agentsnet run exited %d after SIGTERM:\n%s" % (code,
+                                                                             f.read()[-3000:]))
+
+    def check_ingress(self, where):
+        """Broken unless every subject of <where> (subject -> (host, port), path) answers
+        200 with INGRESS_BODY."""
+        for subject, (addr, path) in where.items():
+            try:
+                status, body, line = http_get(addr, path, "%s:%d" % addr)
+            except (OSError, peers.ProbeFailed) as e:
+                raise Broken("GET %s through %s: %s" % (path, subject, e)) from None
+            if status != 200 or body != INGRESS_BODY:
+                raise Broken("GET %s through %s answered %r with %r, not 200 with %r"
+                             % (path, subject, line, body[:200], INGRESS_BODY))
+
+    def ingress_wrk(self, subject, where, conns):
+        """One wrk run of <conns> through <subject> at <where> ((host, port), path): its
+        JSON plus the proxy's CPU per request (cpu_us) and how busy its core was
+        (proxy_busy, wrk's start and exit included: under 1, the load core bounded the
+        rate); a str (why) when a peer failed. Broken when agentsnetd fails."""
+        (host, port), path = where
+        pids = self.proxy_pids(subject)
+        cpu0, t0 = cpu_seconds(pids), time.monotonic()
+        try:
+            doc = self.wrk_url("http://%s:%d%s" % (host, port, path), conns)
+        except (Broken, subprocess.TimeoutExpired) as e:
+            if subject == "agentsnetd":
+                raise
+            return "failed: %s" % str(e)[:200]
+        if doc["requests"] == 0 or doc["errors"] > doc["requests"] // 100:
+            if subject == "agentsnetd":
+                raise Broken("wrk %s c%d (ingress): %d errors (%d non-2xx) in %d requests"
+                             % (subject, conns, doc["errors"], doc["non_2xx"],
+                                doc["requests"]))
+            # nginx's answers are 502 when a connect to ingress.sock fails: its error log
+            # says why (at 512 conns: EAGAIN, a burst beyond the socket's listen backlog).
+            log_tail = peers.tail(self.peers[subject].logs[-1:], 1).splitlines()[-1:]
+            return "%d errors in %d requests%s" % (
+                doc["errors"], doc["requests"],
+                "; its error log ends: " + log_tail[0].split("] ", 1)[-1][:240] if log_tail
+                else "")
+        cpu = cpu_seconds(pids) - cpu0
+        doc["cpu_us"] = 1e6 * cpu / doc["requests"]
+        doc["proxy_busy"] = cpu / (time.monotonic() - t0)
+        return doc
+
+    def ingress_series(self, sock):
+        """wrk at LEVELS, INGRESS_REPEATS times, through agentsnetd's public path and
+        nginx-proxy (started here on <sock>), after check_ingress(): {conns: (medians,
+        notes)}, and the notes of all."""
+        public = "%s/%s/" % (INGRESS_PREFIX, INGRESS_ID)
+        where = {"agentsnetd": (("127.0.0.1", self.ingress_port), public)}
+        common = {"agentsnetd (info)": INGRESS_NOTE,
+                  "all (info)": INGRESS_PATH_NOTE % INGRESS_REPEATS}
+        try:
+            peer = peers.start("nginx-proxy", self.work, self.proxy_cpu, reverse_upstream=sock)
+            self.peers["nginx-proxy"] = peer
+            log("bench: nginx-proxy on 127.0.0.1:%d" % peer.port)
+            where["nginx-proxy"] = (("127.0.0.1", peer.port), "/")
+            common["nginx-proxy (info)"] = NGINX_PROXY_NOTE % peer.version
+        except peers.Unavailable as e:
+            common["nginx-proxy"] = str(e).splitlines()[0]
+            log("bench: nginx-proxy unavailable: %s" % e)
+        self.check_ingress(where)
+        runs = {}
+        for conns in LEVELS:
+            docs, notes = {}, {}
+            for n in range(INGRESS_REPEATS):
+                # Interleaved, each subject first every other time.
+                for s in list(where)[::1 if n % 2 == 0 else -1]:
+                    if s in notes:
+                        continue
+                    doc = self.ingress_wrk(s, where[s], conns)
+                    if isinstance(doc, str):
+                        notes[s] = doc
+                    else:
+                        docs.setdefault(s, []).append(doc)
+            figs = {s: {k: median([d[k] for d in v]) for k in INGRESS_FIGURES}
+                    for s, v in docs.items() if s not in notes}
+            runs[conns] = (figs, notes)
+            self.raw.setdefault("ingress", {})[str(conns)] = docs
+        return runs, common
+
+    def bench_ingress(self):
+        """9: agentsnetd's ingress gateway (a daemon of its own, 1 worker) and nginx as a
+        reverse proxy, both in front of one sandbox's ingress.sock, behind which the bridge
+        relays to nginx inside the sandbox."""
+        why = self.ingress_unusable()
+        if why is not None:
+            self.skip_row("9 ingress", "ingress: requests/s", why)
+            return
+        nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+        if not nginx:
+            raise Broken("nginx is not installed (tools/deps.sh bench installs it)")
+        self.start_daemon(ingress=True)
+        log("bench: agentsnetd's ingress gateway on 127.0.0.1:%d (cpu %s), load on cpu %s; %s"
+            % (self.ingress_port, self.proxy_cpu, self.load_cpu, machine()))
+        proc, sock, why = self.start_agent(nginx)
+        if sock is None:
+            self.stop_daemon()
+            self.skip_row("9 ingress", "ingress: requests/s", "agentsnet run cannot make a "
+                          "sandbox here: " + why)
+            return
+        try:
+            runs, common = self.ingress_series(sock)
+        finally:
+            if "nginx-proxy" in self.peers:
+                self.peers.pop("nginx-proxy").stop()
+        self.stop_agent(proc)
+        self.stop_daemon()
+        for conns in LEVELS:
+            figs, failed = runs[conns]
+            notes = {**common, **failed}
+            self.row("9 ingress", "ingress: requests/s, %d conns" % conns, "req/s",
+                     {s: d["rps"] for s, d in figs.items()}, True, ("nginx-proxy", 1.0), notes)
+            for key, pct in (("p50_us", "p50"), ("p99_us", "p99")):
+                self.row("9 ingress", "ingress: latency %s, %d conns" % (pct, conns), "us",
+                         {s: d[key] for s, d in figs.items()}, False, None, notes)
+            self.row("9 ingress", "ingress: proxy CPU per request, %d conns" % conns, "us",
+                     {s: d["cpu_us"] for s, d in figs.items()}, False, None,
+                     {**notes, "all (info)": INGRESS_CPU_NOTE})
+
 
 # ---- output -------------------------------------------------------------------
 
@@ -880,7 +1169,7 @@ def fmt(v, unit):
     return "%.3g" % v if abs(v) < 10 else "%.0f" % v
 
 
-RATIO_COLS = ("direct", "squid", "tinyproxy", "haproxy") + TLS_PEERS
+RATIO_COLS = ("direct", "squid", "tinyproxy", "haproxy") + TLS_PEERS + ("nginx-proxy",)
 
 
 def print_table(rows, last):
@@ -970,32 +1259,58 @@ def main():
     ap.add_argument("--micro")
     ap.add_argument("--work", required=True)
     ap.add_argument("--results", required=True)
+    ap.add_argument("--only", default=os.environ.get("AN_BENCH_ONLY", ""),
+                    help="comma-separated scenarios to run (%s; default all, or "
+                    "$AN_BENCH_ONLY); scaling adds forward, rate and throughput; the figures "
+                    "go to <results>-<names>.json" % ", ".join(SCENARIOS))
     args = ap.parse_args()
+    only = [x for x in args.only.replace(" ", "").split(",") if x]
+    unknown = [x for x in only if x not in SCENARIOS]
+    if unknown:
+        ap.error("unknown scenario %s (want %s)" % (", ".join(unknown), ", ".join(SCENARIOS)))
+    run = set(only or SCENARIOS)
+    if "scaling" in run:  # it compares with the 1-worker figures of these
+        run |= {"forward", "rate", "throughput"}
+    results = args.results
+    if only:  # a partial run never replaces the whole run's file
+        results = "%s-%s.json" % (os.path.splitext(args.results)[0],
+                                  "-".join(x for x in SCENARIOS if x in run))
     b = Bench(args)
-    last = last_figures(args.results)
+    last = last_figures(results) or last_figures(args.results)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     status = 0
     t0 = time.monotonic()
     try:
         b.make_cas()
-        b.start_origins()
-        b.start_daemon()
-        b.start_peers()
-        log("bench: agentsnetd on 127.0.0.1:%d (cpu %s), load on cpu %s; %s"
-            % (b.tcp_port, b.proxy_cpu, b.load_cpu, machine()))
-        b.bench_idle()
-        fwd = b.bench_forward()
-        rate = b.bench_rate()
-        thr = b.bench_throughput()
-        b.bench_fake()
+        if run - {"micro", "ingress"}:
+            b.start_origins()
+            b.start_daemon()
+            if run & {"idle", "forward", "rate", "throughput"}:
+                b.start_peers()
+            log("bench: agentsnetd on 127.0.0.1:%d (cpu %s), load on cpu %s; %s"
+                % (b.tcp_port, b.proxy_cpu, b.load_cpu, machine()))
+        if "idle" in run:
+            b.bench_idle()
+        fwd = b.bench_forward() if "forward" in run else None
+        rate = b.bench_rate() if "rate" in run else None
+        thr = b.bench_throughput() if "throughput" in run else None
+        if "fake" in run:
+            b.bench_fake()
         for peer in list(b.peers.values()):
             peer.stop()
         b.peers.clear()
-        b.bench_intercept()
-        b.bench_micro()
-        b.bench_scaling({"forward": fwd[64]["agentsnetd"]["rps"],
-                         "rate": rate[64]["agentsnetd"]["per_s"],
-                         "throughput": thr[8]["agentsnetd"]})
+        if "intercept" in run:
+            b.bench_intercept()
+        if "micro" in run:
+            b.bench_micro()
+        if "scaling" in run:
+            b.bench_scaling({"forward": fwd[64]["agentsnetd"]["rps"],
+                             "rate": rate[64]["agentsnetd"]["per_s"],
+                             "throughput": thr[8]["agentsnetd"]})
+        elif run - {"micro", "ingress"}:
+            b.stop_daemon()
+        if "ingress" in run:
+            b.bench_ingress()
     except (Broken, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         log("bench: FAIL: %s" % e)
         status = 1
@@ -1017,12 +1332,13 @@ def main():
         "daemon": args.daemon,
         "seconds": round(time.monotonic() - t0, 1),
         "complete": status == 0,
+        "scenarios": [x for x in SCENARIOS if x in run],
         "targets_missed": missed,
         "rows": b.rows,
         "raw": b.raw,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-    with open(args.results, "w", encoding="utf-8") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(results)), exist_ok=True)
+    with open(results, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     log("bench: %.0f s" % (time.monotonic() - t0))

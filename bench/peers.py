@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Peer proxies that bench/bench.py compares agentsnetd with: squid, tinyproxy, haproxy,
-and the TLS-intercepting mitmproxy and squid ssl-bump.
+the TLS-intercepting mitmproxy and squid ssl-bump, and nginx as a reverse proxy.
 
 start() writes a peer's config into its own directory under the bench work dir, starts the
 peer in the foreground pinned with taskset, and returns a Peer once a real request through
@@ -20,7 +20,13 @@ Each peer is set up for loopback benchmarking, not caching or filtering:
   squid-bump a second squid instance doing ssl-bump (peek at the ClientHello, stare at the
              server, bump), with its own CA, its certificate helper and database in its
              directory, verifying the origin. It needs the OpenSSL build (Debian's
-             squid-openssl, which replaces squid: the same binary then serves both).
+             squid-openssl, which replaces squid: the same binary then serves both);
+  nginx-proxy nginx as a reverse proxy (the ingress reference): one worker in the
+             foreground, access log off, every request to one Unix socket (the sandbox's
+             ingress.sock) over HTTP/1.1 with upstream keep-alive of as many connections as
+             the bench opens, so it never reconnects mid-run; it adds the forwarding headers
+             agentsnetd's ingress gateway adds (X-Forwarded-*, Forwarded) and keeps the
+             client's Host, so that both hand the agent the same work.
 
 The TLS peers' CAs and the origin's certificate are P-256 (tls_ca, tls_leaf: the openssl
 command line), as agentsnet's own, so that no subject pays for a bigger key than another.
@@ -38,6 +44,7 @@ squid in SMP mode runs a master, a coordinator and a kid per worker.
 import argparse
 import glob
 import grp
+import http.server
 import json
 import os
 import pwd
@@ -45,6 +52,7 @@ import resource
 import shutil
 import signal
 import socket
+import socketserver
 import ssl
 import stat
 import subprocess
@@ -76,10 +84,14 @@ PEER_ROLES = {
     "haproxy": frozenset({"tcp_relay"}),
     "mitmproxy": frozenset({"tls_intercept"}),
     "squid-bump": frozenset({"tls_intercept"}),
+    "nginx-proxy": frozenset({"reverse_proxy"}),
 }
 CERT_DAYS = 2  # bench certificates outlive any run, and nothing else
 SQUID_CERTGEN = "/usr/lib/squid/security_file_certgen"
 SQUID_CERT_CACHE_MB = 16
+# nginx-proxy's upstream keep-alive cache, in connections: bench.py's most connections at
+# once (512), so no request of a run waits for a new connection to the sandbox.
+NGINX_KEEPALIVE = 512
 
 
 class Unavailable(Exception):
@@ -119,7 +131,8 @@ def tail(paths, lines=LOG_TAIL_LINES):
 
 
 def version(binary, flag="-v"):
-    """The first version-looking word of `<binary> <flag>`, or "?"."""
+    """The first version-looking word of `<binary> <flag>` ("5.7", or the version in
+    "nginx/1.22.1"), or "?"."""
     try:
         proc = subprocess.run([binary, flag], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=VERSION_TIMEOUT_S, check=False)
@@ -128,6 +141,8 @@ def version(binary, flag="-v"):
     for word in proc.stdout.decode(errors="replace").split():
         if word[:1].isdigit():
             return word
+        if "/" in word and word.rsplit("/", 1)[1][:1].isdigit():
+            return word.rsplit("/", 1)[1]
     return "?"
 
 
@@ -261,14 +276,26 @@ def probe_tls(port, tls):
             expect_2xx(head, "GET through the interception")
 
 
+def probe_reverse(port):
+    """An origin-form GET / to <port> gets a 2xx: the reverse proxy reached its upstream."""
+    with socket.create_connection(("127.0.0.1", port), PROBE_TIMEOUT_S) as c:
+        c.settimeout(PROBE_TIMEOUT_S)
+        c.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % port)
+        head, _ = read_head(c)
+        expect_2xx(head, "GET through the reverse proxy")
+
+
 def probe(port, roles, tls=None):
     """Raise OSError or ProbeFailed unless the peer on <port> serves each of its <roles>.
 
     forward and connect go to a listener opened here; the peer answers before we accept, so
     one thread is enough. tcp_relay only needs the port to accept: its target belongs to
-    the caller. tls_intercept goes to the caller's TLS origin, <tls> (see Peer)."""
+    the caller. tls_intercept goes to the caller's TLS origin, <tls> (see Peer), and
+    reverse_proxy to the caller's upstream."""
     if "tls_intercept" in roles:
         probe_tls(port, tls)
+    if "reverse_proxy" in roles:
+        probe_reverse(port)
     if "tcp_relay" in roles:
         socket.create_connection(("127.0.0.1", port), PROBE_TIMEOUT_S).close()
     if not roles & {"forward", "connect"}:
@@ -290,7 +317,8 @@ class Peer:
     """One running peer: its main process <proc> (a Popen) and the files in <dir>.
 
     name is one of PEER_ROLES; port where it listens on 127.0.0.1; roles a subset of
-    {"forward", "connect", "tcp_relay", "tls_intercept"}; version its version string. A
+    {"forward", "connect", "tcp_relay", "tls_intercept", "reverse_proxy"}; version its
+    version string. A
     tls_intercept peer has tls: {"host", "port"} of the TLS origin it is tried against, the
     "name" its certificate is for, and "ca_file", the peer's own CA that clients trust."""
 
@@ -740,6 +768,78 @@ def start_mitmproxy(work, cpu, workers, tls):
                   version_flag="--version")
 
 
+# ---- nginx as a reverse proxy --------------------------------------------------------------
+
+def nginx_proxy_conf(dir, port, upstream):
+    """nginx.conf of nginx-proxy: 127.0.0.1:<port> relays every request to the Unix socket
+    <upstream>, every file in <dir> (see the module's docstring)."""
+    conns = min(CONNS_MAX, (fd_limit() - 64) // 2)
+    return """# agentsnet bench peer: nginx as a reverse proxy to one Unix socket (the ingress one).
+worker_processes 1;
+daemon off;
+master_process off;
+worker_rlimit_nofile %(nofile)d;
+pid %(dir)s/nginx.pid;
+error_log %(dir)s/nginx-error.log warn;
+events { worker_connections %(conns)d; }
+http {
+	access_log off;
+	client_body_temp_path %(dir)s/nginx-body;
+	proxy_temp_path %(dir)s/nginx-proxy;
+	fastcgi_temp_path %(dir)s/nginx-fastcgi;
+	uwsgi_temp_path %(dir)s/nginx-uwsgi;
+	scgi_temp_path %(dir)s/nginx-scgi;
+	keepalive_requests 100000000;
+	keepalive_timeout %(idle)ds;
+	# One connection to the socket per request in flight, kept open between requests.
+	upstream sandbox {
+		server unix:%(upstream)s;
+		keepalive %(keepalive)d;
+		keepalive_requests 100000000;
+		keepalive_timeout %(idle)ds;
+	}
+	server {
+		listen 127.0.0.1:%(port)d backlog=4096;
+		location / {
+			proxy_pass http://sandbox;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			# What agentsnetd's ingress gateway sends the agent, too.
+			proxy_set_header Host $http_host;
+			proxy_set_header X-Forwarded-For $remote_addr;
+			proxy_set_header X-Forwarded-Proto $scheme;
+			proxy_set_header X-Forwarded-Host $http_host;
+			proxy_set_header Forwarded "for=$remote_addr;proto=$scheme;host=\\"$http_host\\"";
+		}
+	}
+}
+""" % {"nofile": fd_limit(), "dir": dir, "conns": conns, "idle": IDLE_TIMEOUT_S,
+       "upstream": upstream, "keepalive": NGINX_KEEPALIVE, "port": port}
+
+
+def start_nginx_proxy(work, cpu, workers, upstream):
+    if upstream is None:
+        raise ValueError("nginx-proxy is a reverse_proxy peer: it needs reverse_upstream")
+    if workers != 1:
+        raise Unavailable("nginx-proxy runs one worker here (master_process off)")
+    binary = which("nginx")
+    if binary is None:
+        raise Unavailable("nginx is not installed (tools/deps.sh bench installs it)")
+    port = free_port()
+    dir = make_dir(work, "nginx-proxy", port, None)
+    conf = os.path.join(dir, "nginx.conf")
+    write(conf, nginx_proxy_conf(dir, port, upstream))
+    check = subprocess.run([binary, "-t", "-q", "-e", os.path.join(dir, "nginx-error.log"),
+                            "-p", dir, "-c", conf], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=VERSION_TIMEOUT_S, check=False)
+    if check.returncode != 0:
+        raise Unavailable("nginx rejects its config:\n%s" % check.stdout.decode()[-2000:])
+    return launch("nginx-proxy", binary, ["-e", os.path.join(dir, "nginx-error.log"), "-p", dir,
+                                          "-c", conf], port, dir, cpu,
+                  [os.path.join(dir, "nginx-error.log")])
+
+
 # ---- TLS material ---------------------------------------------------------------------------
 
 def openssl(*args):
@@ -780,7 +880,8 @@ def tls_leaf(dir, ca_dir, name):
 # ---- the interface bench.py uses ----------------------------------------------------------
 
 def start(name: str, work: str, cpu: str, relay_target: tuple[str, int] | None = None,
-          workers: int = 1, tls_origin: dict | None = None) -> Peer:
+          workers: int = 1, tls_origin: dict | None = None,
+          reverse_upstream: str | None = None) -> Peer:
     """Start peer <name> (one of PEER_ROLES) on a free loopback port, pinned to <cpu> (a
     taskset list), its files in a new directory under <work>.
 
@@ -789,9 +890,11 @@ def start(name: str, work: str, cpu: str, relay_target: tuple[str, int] | None =
     connection; the others ignore it. <tls_origin>, mandatory for mitmproxy and squid-bump,
     is the TLS origin they are tried against: {"host", "port", "name" (its certificate's),
     "origin_ca" (the CA file that verifies it)}; the Peer's tls adds "ca_file", the peer's
-    own CA. Returns the Peer once a request through it succeeded (a CONNECT and a forward
-    GET; for haproxy an accepted connection, which haproxy relays to <relay_target> and
-    closes at once; a GET over TLS through a tunnel for the TLS peers). Raises Unavailable
+    own CA. <reverse_upstream>, mandatory for nginx-proxy, is the Unix socket it relays
+    every request to. Returns the Peer once a request through it succeeded (a CONNECT and a
+    forward GET; for haproxy an accepted connection, which haproxy relays to <relay_target>
+    and closes at once; a GET over TLS through a tunnel for the TLS peers; a GET / answered
+    2xx by the upstream for nginx-proxy). Raises Unavailable
     when it cannot run here and ValueError for a name or argument no peer accepts."""
     if name not in PEER_ROLES:
         raise ValueError("unknown peer %r (want one of %s)" % (name, ", ".join(PEER_ROLES)))
@@ -806,6 +909,8 @@ def start(name: str, work: str, cpu: str, relay_target: tuple[str, int] | None =
         if workers != 1:
             raise Unavailable("squid-bump runs one process here (-N)")
         return start_squid(work, cpu, workers, tls)
+    if name == "nginx-proxy":
+        return start_nginx_proxy(work, cpu, workers, reverse_upstream)
     if name == "squid":
         return start_squid(work, cpu, workers)
     if name == "tinyproxy":
@@ -1013,6 +1118,38 @@ http {
     return conf
 
 
+def nginx_agent_conf(body):
+    """The config of bench.py's agent, an nginx inside a sandbox answering 200 <body> with
+    keep-alive to every request, as (head, tail): the sandbox's port goes between them
+    (the sandbox's shell writes it from $AGENT_INGRESS_PORT). One worker in the foreground
+    as the sandbox's unprivileged user, errors to stderr, every file in the sandbox's
+    private /tmp (the host's, where the bench's work dir is, is hidden there)."""
+    quoted = body.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    head = """worker_processes 1;
+daemon off;
+master_process off;
+pid /tmp/nginx.pid;
+error_log stderr warn;
+events { worker_connections %d; }
+http {
+	access_log off;
+	client_body_temp_path /tmp/nginx-body;
+	proxy_temp_path /tmp/nginx-proxy;
+	fastcgi_temp_path /tmp/nginx-fastcgi;
+	uwsgi_temp_path /tmp/nginx-uwsgi;
+	scgi_temp_path /tmp/nginx-scgi;
+	keepalive_requests 100000000;
+	keepalive_timeout %ds;
+	server {
+		listen 127.0.0.1:""" % (CONNS_MAX, IDLE_TIMEOUT_S)
+    tail = """ backlog=4096;
+		location / { return 200 "%s"; }
+	}
+}
+""" % quoted
+    return head, tail
+
+
 def nginx_origin(helpers, work):
     """An nginx answering 200 with a small body, as bench.py's HTTP origin; its port."""
     nginx = which("nginx")
@@ -1096,6 +1233,52 @@ def test_intercept(name, work, origin):
     return code
 
 
+class UnixHandler(http.server.BaseHTTPRequestHandler):
+    """The self-test's upstream of nginx-proxy: 200 "hello, unix" with keep-alive."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        body = b"hello, unix\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def address_string(self):
+        return "unix"  # a Unix socket's peer has no address
+
+    def log_message(self, *args):
+        pass
+
+
+def test_reverse(work):
+    """nginx-proxy relays a GET to a Unix socket served here, twice on one connection."""
+    path = os.path.join(work, "upstream.sock")
+    server = socketserver.ThreadingUnixStreamServer(path, UnixHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        peer = start("nginx-proxy", work, PEER_CPU, reverse_upstream=path)
+        try:
+            show(peer)
+            url = "http://127.0.0.1:%d/" % peer.port
+            body = run_load(["curl", "-sS", "--max-time", "10", url, url])
+            if body != "hello, unix\n" * 2:
+                raise RuntimeError("%s via nginx-proxy got %r" % (url, body[:200]))
+            print("  reverse proxy to %s: %s twice -> %r" % (path, url, body))
+        finally:
+            code = peer.stop()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+        os.unlink(path)
+    print("  stopped, exit code %d, pids now %s" % (code, peer.pids()))
+    return code
+
+
 def selftest(args):
     work = tempfile.mkdtemp(prefix="agentsnet-peers.")  # 0700, as bench/run.sh's mktemp -d
     before = snapshot(SYSTEM_PATHS)
@@ -1117,6 +1300,8 @@ def selftest(args):
                  ("tinyproxy, workers=2 (must be Unavailable)",
                   lambda: test_proxy("tinyproxy", work, origin_port, 2)),
                  ("haproxy", lambda: test_relay(work))]
+        if which("nginx"):
+            tests.append(("nginx-proxy", lambda: test_reverse(work)))
         if which("nginx"):
             origin = tls_origin(helpers, work)
             tests += [(n, lambda n=n: test_intercept(n, work, origin)) for n in

@@ -59,5 +59,7 @@ void config_free(struct config *cfg)
 	AN_FREE(&cfg->ingress_listen);
 	AN_FREE(&cfg->ingress_public_url);
 	AN_FREE(&cfg->ingress_prefix);
+	AN_FREE(&cfg->ingress_tls_cert);
+	AN_FREE(&cfg->ingress_tls_key);
 	memset(cfg, 0, sizeof(*cfg));
 }

@@ -31,6 +31,10 @@ struct config {
 	char *ingress_listen;     /* owned; "ip:port" or "[ip6]:port" of the public listener */
 	char *ingress_public_url; /* owned; the base agents are told, NULL: "http://<listen>" */
 	char *ingress_prefix;     /* owned; the path before each sandbox id ("/callbacks") */
+	/* owned; the operator's certificate chain and key (PEM) the public listener
+	 * serves TLS with (`daemon.ingress.tls`), both or neither: NULL, plain HTTP */
+	char *ingress_tls_cert;
+	char *ingress_tls_key;
 	/* True when the embedded default named the listener: a port already in
 	 * use then leaves the gateway off with a warning instead of failing the
 	 * start (an operator's own file fails it). */

@@ -180,6 +180,15 @@ static void ingress_decide(struct conn *c, const struct http1_request *req);
 static void ingress_connect(struct conn *c);
 static ssize_t ingress_head(struct conn *c, const struct http1_request *req);
 static void ingress_upgraded(struct conn *c);
+static void tlsrelay_connect(struct conn *c);
+static void tlsrelay_start(struct conn *c);
+static void tlsrelay_pump(struct conn *c);
+static void on_tlsrelay_send(struct conn *c, int res);
+static void on_tlsrelay_recv(struct conn *c, int res);
+static void inject_recv_arm(struct conn *c);
+static bool inject_take_pooled(struct conn *c);
+static bool inject_parkable(const struct conn *c);
+static bool inject_park(struct conn *c);
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -351,6 +360,8 @@ static void audit_close_record(struct conn *c)
 		ingress_audit(c); /* a request cut short; a gateway conn has no close record */
 		return;
 	}
+	if (c->ingress_tls)
+		return; /* its requests are recorded by the conns it hands them to */
 	struct audit_record *rec = audit_claim(ar);
 	if (rec == NULL)
 		return;
@@ -482,6 +493,9 @@ static void conn_maybe_free(struct conn *c)
 	if (c->state != ST_CLOSING || c->ops != 0 || c->cancels != 0 || (c->flags & F_DNS))
 		return;
 	/* Only now, with no op of ours left to resolve them, may the slots be reused. */
+	if (c->inject != NULL && c->ufd >= 0)
+		(void)inject_park(
+		    c); /* a verified upstream between exchanges serves the next conn */
 	if (c->cfd >= 0)
 		close_slot(c, &c->cfd);
 	if (c->ufd >= 0)
@@ -501,7 +515,7 @@ static void conn_maybe_free(struct conn *c)
 		close(c->ingress_path_fd);
 	c->ingress_path_fd = -1;
 	ingress_release(c);
-	if (!c->ingress) {
+	if (!c->ingress && !c->ingress_tls) {
 		struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
 		uint32_t live = atomic_fetch_sub_explicit(&sb->conns, 1, memory_order_relaxed);
 		AN_ASSERT(live > 0);
@@ -579,12 +593,22 @@ static void set_nodelay(struct conn *c, uint32_t op, int fd)
 	sqe->flags |= IOSQE_FIXED_FILE;
 }
 
-/* A conn of the public listener: no sandbox until a request names one. */
+/*
+ * A conn of the public listener (no sandbox until a request names one), of
+ * its TLS form (decrypting for the internal socket), or of the internal
+ * socket (a decrypted one: who the client is comes in its PROXY header).
+ */
 static void ingress_accepted(struct conn *c, const struct worker_listener *l)
 {
-	AN_ASSERT(l->ingress);
+	AN_ASSERT(l->ingress || l->internal);
 	AN_ASSERT(l->sandbox == WORKER_NO_SANDBOX);
-	c->ingress = true;
+	if (l->internal) {
+		c->ingress = true;
+		c->ingress_proxied = true;
+		return;
+	}
+	c->ingress_tls = l->w->e->ingress_tls;
+	c->ingress = !c->ingress_tls;
 	size_t n = l->peer_len < sizeof(c->client) ? l->peer_len : sizeof(c->client);
 	memcpy(&c->client, &l->peer, n);
 }
@@ -613,7 +637,7 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		refuse_overloaded(w, res);
 		return;
 	}
-	if (l->ingress)
+	if (l->ingress || l->internal)
 		ingress_accepted(c, l);
 	else
 		atomic_fetch_add_explicit(&w->e->sandboxes[l->sandbox]->conns, 1,
@@ -635,6 +659,10 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 	if (l->tcp || l->ingress) {
 		c->flags |= F_TCP_CLIENT;
 		set_nodelay(c, OP_NODELAY_C, c->cfd);
+	}
+	if (c->ingress_tls) {
+		tlsrelay_connect(c);
+		return;
 	}
 	head_recv_arm(c);
 	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
@@ -976,7 +1004,36 @@ static void decide(struct conn *c, const struct http1_request *req)
 		return;
 	}
 	c->upstream_local = v.upstream;
+	if (c->inject != NULL && inject_take_pooled(c))
+		return;
 	resolve_start(c);
+}
+
+/*
+ * A conn of the gateway's internal socket starts with the PROXY v2 header
+ * of the TLS relay that decrypts for it: the client's address is taken and
+ * the header dropped from the head buffer. True when a head may follow.
+ */
+static bool ingress_proxy_take(struct conn *c)
+{
+	struct sockaddr_storage src;
+
+	AN_ASSERT(c->ingress_proxied && !c->ingress_proxy_done);
+	ssize_t n = ingress_proxy_parse(c->head, c->head_fill, &src);
+	if (n == -EAGAIN)
+		return false;
+	if (n < 0) {
+		log_warn("ingress: a malformed PROXY header on %s",
+			 c->w->e->ingress_internal.sun_path);
+		conn_close(c);
+		return false;
+	}
+	AN_ASSERT((uint32_t)n <= c->head_fill);
+	memcpy(&c->client, &src, sizeof(c->client));
+	memmove(c->head, c->head + n, c->head_fill - (uint32_t)n);
+	c->head_fill -= (uint32_t)n;
+	c->ingress_proxy_done = true;
+	return c->head_fill > 0;
 }
 
 static void head_parse(struct conn *c)
@@ -984,6 +1041,8 @@ static void head_parse(struct conn *c)
 	struct http1_request req;
 	enum reason why = REASON_BAD_REQUEST;
 
+	if (c->ingress_proxied && !c->ingress_proxy_done && !ingress_proxy_take(c))
+		return;
 	ssize_t n = http1_parse_request(c->head, c->head_fill, &req, &why);
 	if (n == -EAGAIN)
 		return;
@@ -1170,10 +1229,14 @@ static void connect_next(struct conn *c)
 	if (c->addr_next >= c->addr_count) {
 		bool timed_out = c->connect_err == -ETIMEDOUT || c->connect_err == -ECANCELED;
 		c->addr_next = 0;
-		if (c->ingress)
+		if (c->ingress_tls) {
+			log_warn("ingress: %s: %s", c->w->e->ingress_internal.sun_path,
+				 strerror(-c->connect_err));
+			conn_close(c); /* no HTTP can be spoken before the TLS is */
+		} else if (c->ingress) {
 			respond(c,
 				REASON_AGENT_NOT_LISTENING); /* refused, or its backlog is full */
-		else
+		} else
 			respond(c,
 				timed_out ? REASON_UPSTREAM_TIMEOUT : REASON_UPSTREAM_UNREACHABLE);
 		return;
@@ -1234,7 +1297,9 @@ static void on_connect(struct conn *c, int res)
 		connect_next(c);
 		return;
 	}
-	if (c->inject != NULL)
+	if (c->ingress_tls)
+		tlsrelay_start(c);
+	else if (c->inject != NULL)
 		inject_start(c);
 	else if (c->method_len == 7 && memcmp(c->method, "CONNECT", 7) == 0)
 		tunnel_start(c);
@@ -1469,9 +1534,10 @@ static ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 	int n =
 	    snprintf(prefix, sizeof(prefix), "%s/%.*s", cfg->ingress_prefix, (int)t.id_len, t.id);
 	AN_ASSERT(n > 0 && (size_t)n < sizeof(prefix));
-	const struct ingress_client client = {
-		.addr = addr, .proto = "http", .prefix = prefix, .prefix_len = (size_t)n
-	};
+	const struct ingress_client client = { .addr = addr,
+					       .proto = c->ingress_proxied ? "https" : "http",
+					       .prefix = prefix,
+					       .prefix_len = (size_t)n };
 	return ingress_write_head(req, &t, c->ingress_rules, &client, c->out,
 				  WORKER_HEAD_BUFFER_BYTES);
 }
@@ -2470,6 +2536,8 @@ static void term_pump(struct conn *c)
 		uint32_t fed = term_feed_waiting(c);
 		if (c->inject != NULL)
 			inject_pump(c);
+		else if (c->ingress_tls)
+			tlsrelay_pump(c);
 		else
 			term_pump_session(c);
 		if (fed == 0)
@@ -2500,9 +2568,10 @@ static void term_start(struct conn *c)
 	struct worker *w = c->w;
 	const struct term_ops *t = conn_term(c);
 
-	c->tls = t != NULL && w->term != NULL ? t->server_new(w->term, c->host, c->host_len) : NULL;
+	bool ca = t != NULL && w->term != NULL && w->e->term_has_ca;
+	c->tls = ca ? t->server_new(w->term, c->host, c->host_len) : NULL;
 	if (c->tls == NULL) {
-		respond(c, t == NULL ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
+		respond(c, !ca ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
 		return;
 	}
 	if (c->out == NULL)
@@ -3136,6 +3205,89 @@ static void inject_pump(struct conn *c)
 	inject_flush_up(c);
 }
 
+/*
+ * The worker's pool (core/uppool.h) keeps an upstream for the next agent
+ * connection when this one ends between exchanges: same host, port, roots
+ * and secret. Taken, it is checked against the policy the request was just
+ * decided with (its address must still be permitted), and the conn goes
+ * straight to terminating the agent's TLS, with no connect and no upstream
+ * handshake.
+ */
+static struct uppool_key inject_pool_key(const struct conn *c)
+{
+	const struct verdict_inject *in = c->inject;
+
+	AN_ASSERT(in != NULL);
+	return (struct uppool_key){ .host = c->host,
+				    .host_len = c->host_len,
+				    .port = c->port,
+				    .ca_file = in->upstream_ca,
+				    .secret = in->secret,
+				    .secret_len = in->secret_len };
+}
+
+static bool inject_take_pooled(struct conn *c)
+{
+	struct worker *w = c->w;
+	const struct uppool_key k = inject_pool_key(c);
+	struct sockaddr_storage addr;
+	int32_t fd = -1;
+	void *session = NULL;
+
+	AN_ASSERT(c->ufd < 0 && c->utls == NULL);
+	if (!w->e->term_has_ca || !uppool_take(&w->uppool, &k, &fd, &session, &addr))
+		return false;
+	c->ufd = fd;
+	c->utls = session; /* the conn's now: freed with it whatever happens next */
+	size_t len =
+	    addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	memcpy(&c->addrs[0], &addr, len);
+	c->addr_count = 1;
+	c->addr_next = 0;
+	if (!w->e->ops->address_permitted(c->snap->policy, (const struct sockaddr *)&addr)) {
+		respond(c, REASON_PRIVATE_ADDRESS); /* a reload took the address away */
+		return true;
+	}
+	c->reused_upstream = true;
+	c->state = ST_CONNECT;
+	inject_start(c);
+	return true;
+}
+
+/* True when the upstream may serve another agent connection (see inject_park). */
+static bool inject_parkable(const struct conn *c)
+{
+	const struct term_ops *t = conn_term(c);
+
+	if (c->inject == NULL || c->utls == NULL || c->ufd < 0 || c->w->stopping)
+		return false;
+	if (c->upstream_dead || c->upgraded || c->inject_phase != INJ_IDLE || c->resp_fill != 0 ||
+	    c->down.holds_buf || c->requests == 0 || !c->resp_keep_alive)
+		return false;
+	return t->idle(c->utls);
+}
+
+/*
+ * At the conn's end (no op of its own in flight any more): hands a parkable
+ * upstream, slot and session, to the worker's pool. True when it took them.
+ */
+static bool inject_park(struct conn *c)
+{
+	struct worker *w = c->w;
+
+	if (!inject_parkable(c))
+		return false;
+	const struct uppool_key k = inject_pool_key(c);
+	const union conn_addr *a = &c->addrs[c->addr_next < c->addr_count ? c->addr_next : 0];
+	socklen_t len = a->sa.sa_family == AF_INET6 ? sizeof(a->v6) : sizeof(a->v4);
+	AN_ASSERT(c->addr_count > 0);
+	if (!uppool_park(&w->uppool, &k, &a->sa, len, c->ufd, c->utls, w->now_ms))
+		return false;
+	c->ufd = -1;
+	c->utls = NULL;
+	return true;
+}
+
 /* The upstream accepted an inject CONNECT: terminate both TLS sessions. */
 static void inject_start(struct conn *c)
 {
@@ -3143,17 +3295,21 @@ static void inject_start(struct conn *c)
 	const struct term_ops *t = conn_term(c);
 
 	c->resp = c->resp != NULL ? c->resp : pool_take(&w->heads);
-	c->utls = t != NULL && w->term != NULL && c->resp != NULL
-		      ? t->client_new(w->term, c->host, c->host_len, c->inject->upstream_ca)
-		      : NULL;
-	if (c->utls == NULL) {
-		respond(c, t == NULL ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
+	bool ca = t != NULL && w->term != NULL && w->e->term_has_ca;
+	bool pooled = c->utls != NULL; /* taken from the worker's pool: already verified */
+	if (!pooled)
+		c->utls = ca && c->resp != NULL
+			      ? t->client_new(w->term, c->host, c->host_len, c->inject->upstream_ca)
+			      : NULL;
+	if (c->utls == NULL || c->resp == NULL) {
+		respond(c, !ca ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
 		return;
 	}
 	term_start(c);
 	if (c->state != ST_TERM)
 		return;
-	(void)t->handshake(c->utls); /* the ClientHello, while the agent's arrives */
+	if (!pooled)
+		(void)t->handshake(c->utls); /* the ClientHello, while the agent's arrives */
 	inject_flush_up(c);
 	inject_recv_arm(c);
 }
@@ -3208,6 +3364,164 @@ static void on_inject_send(struct conn *c, int res)
 	}
 	conn_term(c)->out_consume(c->utls, (size_t)res);
 	term_pump(c);
+}
+
+/* ---- ingress gateway over TLS ------------------------------------------ */
+
+/*
+ * With daemon.ingress.tls the public listener's conns only decrypt: each
+ * connects to the gateway's internal socket, sends the client's address
+ * there in a PROXY v2 header, and relays plaintext both ways through the
+ * session (the operator's certificate, term.public_new), so the gateway
+ * proper, on the other end, is the same code with or without TLS. The
+ * client's ciphertext comes in through the terminated tiers' receive (one
+ * at a time, as the session drains); plaintext goes out of c->out one send
+ * at a time, and what the gateway answers is written into the session from
+ * the down relay's buffer, which is held until the session took it all.
+ */
+
+static void tlsrelay_connect(struct conn *c)
+{
+	struct worker *w = c->w;
+	const struct term_ops *t = conn_term(c);
+
+	AN_ASSERT(c->ingress_tls && w->e->ingress_tls);
+	c->tls = t != NULL && w->term != NULL ? t->public_new(w->term) : NULL;
+	c->out = c->tls != NULL ? pool_take(&w->heads) : NULL;
+	if (c->out == NULL) {
+		conn_close(c); /* out of memory: the client sees the connection end */
+		return;
+	}
+	memcpy(conn_unix(c), &w->e->ingress_internal, sizeof(struct sockaddr_un));
+	c->flags |= F_UNIX_UP;
+	c->addr_count = 1;
+	c->addr_next = 0;
+	c->connect_err = 0;
+	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
+	connect_next(c);
+}
+
+/* Connected to the internal socket: the PROXY header first, then both ways. */
+static void tlsrelay_start(struct conn *c)
+{
+	const struct engine *e = c->w->e;
+
+	AN_ASSERT(c->ingress_tls && c->tls != NULL && c->out != NULL);
+	ssize_t n = ingress_proxy_write(&c->client.sa, (const struct sockaddr *)&e->ingress_addr,
+					c->out, WORKER_HEAD_BUFFER_BYTES);
+	if (n <= 0) {
+		conn_close(c);
+		return;
+	}
+	c->state = ST_TERM;
+	c->down.state = R_IDLE;
+	c->out_len = (uint32_t)n;
+	c->out_off = 0;
+	prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out, c->out_len);
+	term_recv_arm(c);
+	inject_recv_arm(c);
+	timer_arm(c->w->timers, &c->timer, e->cfg->idle_timeout_ms);
+}
+
+/* The client sent close_notify: the gateway reads the end of its requests. */
+static void tlsrelay_shut_up(struct conn *c)
+{
+	if (c->ingress_shut_up || (c->ops & op_bit(dir_op(DIR_UP, ROP_SHUT))))
+		return;
+	c->ingress_shut_up = true;
+	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(DIR_UP, ROP_SHUT));
+	io_uring_prep_shutdown(sqe, c->ufd, SHUT_WR);
+	sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+/* Client plaintext out of the session into c->out, sent to the gateway. True: progress. */
+static bool tlsrelay_up(struct conn *c, enum term_status *st)
+{
+	size_t n = 0;
+
+	if (c->out_off < c->out_len || c->ingress_shut_up ||
+	    (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))))
+		return false;
+	*st = conn_term(c)->read(c->tls, c->out, WORKER_HEAD_BUFFER_BYTES, &n);
+	if (*st == TERM_CLOSED)
+		tlsrelay_shut_up(c);
+	if (*st != TERM_OK || n == 0)
+		return false;
+	c->out_len = (uint32_t)n;
+	c->out_off = 0;
+	prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out, c->out_len);
+	return true;
+}
+
+/* The gateway's answer, from the down relay's buffer into the session. True: progress. */
+static bool tlsrelay_down(struct conn *c, enum term_status *st)
+{
+	struct relay *r = &c->down;
+	size_t n = 0;
+
+	if (!r->holds_buf)
+		return false;
+	AN_ASSERT(r->buf_off < r->buf_len);
+	*st = conn_term(c)->write(c->tls, ring_buf(conn_ring(c), r->bid) + r->buf_off,
+				  r->buf_len - r->buf_off, &n);
+	r->buf_off += (uint32_t)n;
+	if (r->buf_off == r->buf_len) {
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+		inject_recv_arm(c);
+	}
+	return n > 0;
+}
+
+static void tlsrelay_pump(struct conn *c)
+{
+	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
+		enum term_status up = TERM_OK, down = TERM_OK;
+		AN_ASSERT(turn < 1000000u);
+		bool moved = tlsrelay_up(c, &up);
+		moved |= tlsrelay_down(c, &down);
+		if (up == TERM_ERROR || down == TERM_ERROR || down == TERM_CLOSED) {
+			term_end(c, up == TERM_ERROR ? up : down);
+			break;
+		}
+		if (!moved)
+			break;
+	}
+	term_flush(c);
+}
+
+static void on_tlsrelay_send(struct conn *c, int res)
+{
+	if (res <= 0) {
+		conn_close(c); /* the gateway side went away mid-request */
+		return;
+	}
+	c->out_off += (uint32_t)res;
+	if (c->out_off < c->out_len) {
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out + c->out_off,
+			  c->out_len - c->out_off);
+		return;
+	}
+	term_pump(c);
+}
+
+static void on_tlsrelay_recv(struct conn *c, int res)
+{
+	struct relay *r = &c->down;
+
+	if (res > 0) {
+		r->buf_off = 0;
+		r->buf_len = (uint32_t)res;
+		c->active_ms = c->w->now_ms;
+		term_pump(c);
+	} else if (res == -ENOBUFS) {
+		nobufs_wait(c); /* re-armed by conn_on_buffers */
+	} else if (res == 0) {
+		term_end(c, TERM_CLOSED); /* the gateway is done: close_notify, then linger */
+		term_flush(c);
+	} else {
+		conn_close(c);
+	}
 }
 
 /* ---- refusals --------------------------------------------------------- */
@@ -3282,8 +3596,8 @@ static void linger_start(struct conn *c)
 {
 	c->state = ST_LINGER;
 	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS);
-	if (c->ufd >= 0)
-		close_slot(c, &c->ufd);
+	if (c->ufd >= 0 && !inject_parkable(c))
+		close_slot(c, &c->ufd); /* a parkable one waits for the conn's end: inject_park */
 	if (c->ops & op_bit(dir_op(DIR_DOWN, ROP_SHUT)))
 		return;
 	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(DIR_DOWN, ROP_SHUT));
@@ -3398,6 +3712,12 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 				on_fwd_down_send(c, res);
 		} else if (c->state == ST_TERM && dir == DIR_DOWN && rop == ROP_SEND) {
 			on_term_send(c, res);
+		} else if (c->state == ST_TERM && c->ingress_tls && dir == DIR_DOWN &&
+			   rop == ROP_RECV) {
+			on_tlsrelay_recv(c, res);
+		} else if (c->state == ST_TERM && c->ingress_tls && dir == DIR_UP &&
+			   rop == ROP_SEND) {
+			on_tlsrelay_send(c, res);
 		} else if (c->state == ST_TERM && dir == DIR_DOWN && rop == ROP_RECV) {
 			on_inject_recv(c, res);
 		} else if (c->state == ST_TERM && dir == DIR_UP && rop == ROP_SEND) {
@@ -3458,7 +3778,7 @@ void conn_on_buffers(struct conn *c)
 	}
 	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
 		head_recv_arm(c);
-	if (c->state == ST_TERM && c->inject != NULL)
+	if (c->state == ST_TERM && (c->inject != NULL || c->ingress_tls))
 		inject_recv_arm(c);
 	if (c->state == ST_TERM)
 		term_recv_arm(c);

@@ -153,6 +153,10 @@ struct conn {
 	 * sandbox (c->sandbox, per request) comes from the path; the id is a
 	 * view into the head buffer, so it costs a conn nothing to keep. */
 	bool ingress;
+	bool ingress_tls;        /* the public listener's TLS: decrypts for the internal socket */
+	bool ingress_proxied;    /* came in on the internal socket: a PROXY v2 header first */
+	bool ingress_proxy_done; /* ... which was read */
+	bool ingress_shut_up;    /* the TLS relay shut the internal socket's write side */
 	bool ingress_upgrade;    /* the request asks to switch protocols */
 	bool ingress_record;     /* a request is under way: its record is still to be written */
 	uint8_t ingress_id_len;  /* 0: not routed (yet) */

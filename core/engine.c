@@ -225,10 +225,46 @@ static int ingress_listen(struct engine *e, struct worker *w)
 			log_error("ingress %s: %s", cfg->ingress_listen, strerror(-fd));
 		return fd;
 	}
-	if (worker_ingress_listener_add(w, fd) != 0) {
+	if (worker_ingress_listener_add(w, fd, false) != 0) {
 		close(fd);
 		return -ENOMEM;
 	}
+	if (e->ingress_tls && worker_ingress_listener_add(w, e->ingress_internal_fd, true) != 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/*
+ * With TLS on the public listener: the internal socket the decrypted
+ * connections come back in on, in a directory only the daemon may enter
+ * (no sandbox mounts it). 0 or -errno, logged.
+ */
+static int ingress_internal_open(struct engine *e)
+{
+	const struct config *cfg = e->cfg;
+	char dir[PATH_MAX];
+	socklen_t len = 0;
+
+	AN_ASSERT(e->ingress_tls && e->ingress_internal_fd < 0);
+	if (parse_inet_addr(cfg->ingress_listen, &e->ingress_addr, &len) != 0)
+		return -EINVAL;
+	int n = snprintf(dir, sizeof(dir), "%s/internal", cfg->socket_dir);
+	struct sockaddr_un *sun = &e->ingress_internal;
+	int m = snprintf(sun->sun_path, sizeof(sun->sun_path), "%s/ingress.sock", dir);
+	if (n <= 0 || (size_t)n >= sizeof(dir) || m <= 0 || (size_t)m >= sizeof(sun->sun_path)) {
+		log_error("ingress: %s/internal/ingress.sock: path too long", cfg->socket_dir);
+		return -ENAMETOOLONG;
+	}
+	sun->sun_family = AF_UNIX;
+	int ret = engine_mkdir_parents(dir, 0700);
+	if (ret == 0 && chmod(dir, 0700) == -1)
+		ret = -errno;
+	int fd = ret == 0 ? engine_listen_unix(sun->sun_path, 0600, true) : ret;
+	if (fd < 0) {
+		log_error("ingress: %s: %s", sun->sun_path, strerror(-fd));
+		return fd;
+	}
+	e->ingress_internal_fd = fd;
 	return 0;
 }
 
@@ -606,6 +642,11 @@ static void workers_join(struct engine *e, uint32_t started)
 		worker_release(&e->workers[i]);
 	AN_FREE(&e->workers);
 	sandboxes_close(e);
+	if (e->ingress_internal_fd >= 0) {
+		close(e->ingress_internal_fd);
+		unlink(e->ingress_internal.sun_path);
+	}
+	e->ingress_internal_fd = -1;
 }
 
 /* Frees every snapshot: the workers are gone. One still held is a leak, kept as evidence. */
@@ -658,11 +699,12 @@ int engine_ingress_url(struct engine *e, const char *id, char *out, size_t cap)
 	pthread_mutex_unlock(&e->lock);
 	if (!known)
 		return -ENOENT;
+	const char *scheme = e->ingress_tls ? "https" : "http";
 	int n =
 	    cfg->ingress_public_url != NULL
 		? snprintf(out, cap, "%s%s/%s", cfg->ingress_public_url, cfg->ingress_prefix, id)
-		: snprintf(out, cap, "http://%s%s/%s", cfg->ingress_listen, cfg->ingress_prefix,
-			   id);
+		: snprintf(out, cap, "%s://%s%s/%s", scheme, cfg->ingress_listen,
+			   cfg->ingress_prefix, id);
 	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
 }
 
@@ -683,7 +725,11 @@ int engine_start(struct engine *e)
 	for (uint32_t i = 0; i < e->worker_count; i++)
 		e->workers[i].wake_fd = -1;
 	e->ingress_on = e->cfg->ingress_listen != NULL;
+	e->ingress_tls = e->ingress_on && e->cfg->ingress_tls_cert != NULL;
+	e->ingress_internal_fd = -1;
 	ret = sandboxes_open(e);
+	if (ret == 0 && e->ingress_tls)
+		ret = ingress_internal_open(e);
 	for (uint32_t i = 0; ret == 0 && i < e->worker_count; i++)
 		ret = worker_prepare(e, &e->workers[i], i);
 	for (; ret == 0 && started < e->worker_count; started++) {

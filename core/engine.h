@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include "core/config.h"
 #include "core/ratelimit.h"
@@ -120,6 +121,16 @@ struct engine {
 	_Atomic uint64_t *seen;   /* owned: per worker, the generation it adopted */
 	/* The gateway serves (cfg.ingress_listen, and its port was had). Set at start. */
 	bool ingress_on;
+	/* The public listener speaks TLS (cfg.ingress_tls_cert, through term.public_new):
+	 * each connection is decrypted and handed, with a PROXY v2 header, to the
+	 * plain gateway on <ingress_internal> (<socket_dir>/internal/ingress.sock). */
+	bool ingress_tls;
+	int ingress_internal_fd; /* owned; the internal listener, -1: none */
+	struct sockaddr_un ingress_internal;
+	struct sockaddr_storage ingress_addr; /* the public listener's address (PROXY v2 dst) */
+	/* engine.term has a CA (the fake and inject tiers); a term without one
+	 * serves only the public listener's TLS. */
+	bool term_has_ca;
 	uint64_t reloads; /* snapshots published after the first */
 };
 

@@ -22,10 +22,15 @@
  * at most half full (never smaller than now): put/del churn rebuilds in
  * place instead of growing. Rejected: chaining (an allocation per put) and
  * a sorted array (O(n) inserts when thousands of sandboxes come and go).
+ *
+ * The PROXY v2 reader judges each field as soon as its bytes arrive: -EAGAIN
+ * means a valid header can still follow, anything else (say, HTTP sent to
+ * the internal socket) is -EPROTO at once. TLVs are skipped unread.
  */
 #include "core/ingress.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -505,6 +510,161 @@ ssize_t ingress_write_head(const struct http1_request *req, const struct ingress
 		return -EMSGSIZE;
 	AN_ASSERT(o.len <= cap);
 	return (ssize_t)o.len;
+}
+
+/* ---- The PROXY v2 header ---- */
+
+/* Signature, version/command, family/transport, the block's 16-bit length. */
+#define INGRESS_PROXY_HEAD_BYTES      16u
+#define INGRESS_PROXY_BLOCK_BYTES_MAX (INGRESS_PROXY_BYTES_MAX - INGRESS_PROXY_HEAD_BYTES)
+#define INGRESS_PROXY_V4_BLOCK_BYTES  12u /* src addr, dst addr, src port, dst port */
+#define INGRESS_PROXY_V6_BLOCK_BYTES  36u
+#define INGRESS_PROXY_VERSION         0x20u /* high nibble of byte 12 */
+#define INGRESS_PROXY_CMD_LOCAL       0x0u
+#define INGRESS_PROXY_CMD_PROXY       0x1u
+#define INGRESS_PROXY_TCP4            0x11u /* AF_INET, SOCK_STREAM */
+#define INGRESS_PROXY_TCP6            0x21u /* AF_INET6, SOCK_STREAM */
+
+static_assert(INGRESS_PROXY_BLOCK_BYTES_MAX >= INGRESS_PROXY_V6_BLOCK_BYTES,
+	      "an IPv6 address block fits");
+static_assert(INGRESS_PROXY_BLOCK_BYTES_MAX <= UINT16_MAX, "the length field is 16 bits");
+
+static const unsigned char proxy_sig[12] = { 0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D,
+					     0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A };
+
+/* The address block a PROXY command needs for family byte <fam>, or 0 when we refuse it. */
+static size_t proxy_block_need(uint8_t fam)
+{
+	if (fam == INGRESS_PROXY_TCP4)
+		return INGRESS_PROXY_V4_BLOCK_BYTES;
+	if (fam == INGRESS_PROXY_TCP6)
+		return INGRESS_PROXY_V6_BLOCK_BYTES;
+	return 0;
+}
+
+ssize_t ingress_proxy_write(const struct sockaddr *src, const struct sockaddr *dst, char *out,
+			    size_t cap)
+{
+	AN_ASSERT(src != NULL);
+	AN_ASSERT(dst != NULL);
+	AN_ASSERT(out != NULL || cap == 0);
+	if (src->sa_family != dst->sa_family ||
+	    (src->sa_family != AF_INET && src->sa_family != AF_INET6))
+		return -EAFNOSUPPORT;
+	bool v6 = src->sa_family == AF_INET6;
+	size_t addr_len = v6 ? sizeof(struct in6_addr) : sizeof(struct in_addr);
+	size_t block = v6 ? INGRESS_PROXY_V6_BLOCK_BYTES : INGRESS_PROXY_V4_BLOCK_BYTES;
+	size_t total = INGRESS_PROXY_HEAD_BYTES + block;
+	if (cap < total)
+		return -EMSGSIZE;
+	unsigned char *p = (unsigned char *)out;
+	memcpy(p, proxy_sig, sizeof(proxy_sig));
+	p[12] = INGRESS_PROXY_VERSION | INGRESS_PROXY_CMD_PROXY;
+	p[13] = v6 ? INGRESS_PROXY_TCP6 : INGRESS_PROXY_TCP4;
+	p[14] = (unsigned char)(block >> 8);
+	p[15] = (unsigned char)(block & 0xffu);
+	/* Addresses and ports are already in network order in a sockaddr, as on the wire. */
+	unsigned char *a = p + INGRESS_PROXY_HEAD_BYTES;
+	if (v6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)src;
+		const struct sockaddr_in6 *d6 = (const struct sockaddr_in6 *)dst;
+		memcpy(a, &s6->sin6_addr, addr_len);
+		memcpy(a + addr_len, &d6->sin6_addr, addr_len);
+		memcpy(a + 2 * addr_len, &s6->sin6_port, 2);
+		memcpy(a + 2 * addr_len + 2, &d6->sin6_port, 2);
+	} else {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)src;
+		const struct sockaddr_in *d4 = (const struct sockaddr_in *)dst;
+		memcpy(a, &s4->sin_addr, addr_len);
+		memcpy(a + addr_len, &d4->sin_addr, addr_len);
+		memcpy(a + 2 * addr_len, &s4->sin_port, 2);
+		memcpy(a + 2 * addr_len + 2, &d4->sin_port, 2);
+	}
+	AN_ASSERT(2 * addr_len + 4 == block);
+	AN_ASSERT(total <= INGRESS_PROXY_BYTES_MAX);
+	return (ssize_t)total;
+}
+
+/*
+ * -EPROTO when the first <len> bytes (only the fixed 16 are looked at) can
+ * start no header we accept, else 0: each field is judged once it is whole,
+ * and the length's high byte alone once it can pass the limit.
+ */
+static int proxy_check_prefix(const unsigned char *b, size_t len)
+{
+	size_t n = len < sizeof(proxy_sig) ? len : sizeof(proxy_sig);
+
+	AN_ASSERT(b != NULL || len == 0);
+	if (n > 0 && memcmp(b, proxy_sig, n) != 0)
+		return -EPROTO;
+	if (len <= 12)
+		return 0;
+	unsigned cmd = b[12] & 0x0fu;
+	if ((b[12] & 0xf0u) != INGRESS_PROXY_VERSION ||
+	    (cmd != INGRESS_PROXY_CMD_LOCAL && cmd != INGRESS_PROXY_CMD_PROXY))
+		return -EPROTO;
+	if (len <= 13)
+		return 0;
+	/* LOCAL: the receiver keeps the real endpoints and ignores family and block. */
+	size_t need = cmd == INGRESS_PROXY_CMD_PROXY ? proxy_block_need(b[13]) : 0;
+	if (cmd == INGRESS_PROXY_CMD_PROXY && need == 0)
+		return -EPROTO;
+	if (len <= 14)
+		return 0;
+	if (((size_t)b[14] << 8) > INGRESS_PROXY_BLOCK_BYTES_MAX)
+		return -EPROTO;
+	if (len <= 15)
+		return 0;
+	size_t block = ((size_t)b[14] << 8) | b[15];
+	if (block < need || block > INGRESS_PROXY_BLOCK_BYTES_MAX)
+		return -EPROTO;
+	AN_ASSERT(need <= block);
+	return 0;
+}
+
+/* *<src> from the address block at <a> of a PROXY header with family byte <fam>. */
+static void proxy_read_src(uint8_t fam, const unsigned char *a, struct sockaddr_storage *src)
+{
+	AN_ASSERT(proxy_block_need(fam) > 0);
+	memset(src, 0, sizeof(*src));
+	if (fam == INGRESS_PROXY_TCP6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)src;
+		s6->sin6_family = AF_INET6;
+		memcpy(&s6->sin6_addr, a, sizeof(s6->sin6_addr));
+		memcpy(&s6->sin6_port, a + 2 * sizeof(s6->sin6_addr), 2);
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)src;
+		s4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, a, sizeof(s4->sin_addr));
+		memcpy(&s4->sin_port, a + 2 * sizeof(s4->sin_addr), 2);
+	}
+	AN_ASSERT(src->ss_family == AF_INET || src->ss_family == AF_INET6);
+}
+
+ssize_t ingress_proxy_parse(const char *buf, size_t len, struct sockaddr_storage *src)
+{
+	const unsigned char *b = (const unsigned char *)buf;
+
+	AN_ASSERT(buf != NULL || len == 0);
+	AN_ASSERT(src != NULL);
+	int rc = proxy_check_prefix(b, len);
+	if (rc != 0)
+		return rc;
+	if (len < INGRESS_PROXY_HEAD_BYTES)
+		return -EAGAIN;
+	size_t total = INGRESS_PROXY_HEAD_BYTES + (((size_t)b[14] << 8) | b[15]);
+	AN_ASSERT(total <= INGRESS_PROXY_BYTES_MAX);
+	if (len < total)
+		return -EAGAIN;
+	/* What follows the address block (TLVs) is skipped unread. */
+	if ((b[12] & 0x0fu) == INGRESS_PROXY_CMD_LOCAL) {
+		memset(src, 0, sizeof(*src));
+		src->ss_family = AF_UNSPEC;
+	} else {
+		proxy_read_src(b[13], b + INGRESS_PROXY_HEAD_BYTES, src);
+	}
+	AN_ASSERT(total <= len);
+	return (ssize_t)total;
 }
 
 /* ---- The route table ---- */

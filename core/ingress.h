@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "core/http1.h"
@@ -89,6 +90,33 @@ struct ingress_client {
 ssize_t ingress_write_head(const struct http1_request *req, const struct ingress_target *t,
 			   const struct verdict_ingress *in, const struct ingress_client *c,
 			   char *out, size_t cap);
+
+/*
+ * The PROXY protocol, version 2 (binary), with which the gateway's TLS
+ * listener hands each decrypted connection to the plain one over the
+ * daemon's internal socket: who the client is, since the plain side sees
+ * only the daemon itself. Only TCP over IPv4 and IPv6 (PROXY command) and
+ * LOCAL are used; TLVs are skipped.
+ */
+#define INGRESS_PROXY_BYTES_MAX 232u /* 16-byte header + the largest address block we accept */
+
+/*
+ * Writes the PROXY v2 header for a TCP connection from <src> to <dst> (both
+ * AF_INET or both AF_INET6) to <out>/<cap>. Returns its length, -EAFNOSUPPORT
+ * for other families or a mixed pair, or -EMSGSIZE.
+ */
+ssize_t ingress_proxy_write(const struct sockaddr *src, const struct sockaddr *dst, char *out,
+			    size_t cap);
+
+/*
+ * Parses a PROXY v2 header at the start of <buf>/<len>. Returns its length
+ * with the source address in *<src> (family AF_UNSPEC for a LOCAL command),
+ * -EAGAIN when more bytes are needed, or -EPROTO: not the v2 signature, a
+ * version other than 2, a command other than LOCAL/PROXY, a family other than
+ * TCP over IPv4/IPv6 for PROXY, an address block too short for its family or
+ * longer than INGRESS_PROXY_BYTES_MAX allows.
+ */
+ssize_t ingress_proxy_parse(const char *buf, size_t len, struct sockaddr_storage *src);
 
 /*
  * A worker's sandbox ids -> sandbox slots: open addressing on XXH3 of the

@@ -49,6 +49,13 @@ struct term_ops {
 	 */
 	void *(*client_new)(void *worker_state, const char *host, size_t host_len,
 			    const char *ca_file);
+	/*
+	 * A server session for a client of the ingress gateway's TLS listener
+	 * (daemon.ingress.tls): it is shown the operator's certificate chain,
+	 * whatever its ClientHello names. NULL when the daemon has no such
+	 * certificate, or out of memory.
+	 */
+	void *(*public_new)(void *worker_state);
 	void (*session_free)(void *session);
 	/* Takes up to <len> received bytes (copied); returns how many, -EPIPE after EOF. */
 	ssize_t (*feed)(void *session, const void *buf, size_t len);
@@ -65,6 +72,13 @@ struct term_ops {
 	/* Ciphertext waiting to be sent (stable until consumed), and marking it sent. */
 	size_t (*out_peek)(void *session, const uint8_t **data);
 	void (*out_consume)(void *session, size_t n);
+	/*
+	 * True when the session may serve another connection's requests: its
+	 * handshake is done, it neither failed nor saw a close either way, and
+	 * nothing waits in it in either direction (no ciphertext unread, no
+	 * plaintext undelivered, nothing unsent).
+	 */
+	bool (*idle)(void *session);
 	/* True when the handshake failed because the ClientHello named another host. */
 	bool (*sni_refused)(const void *session);
 	/* Why the session failed, one line ("" when it did not). */

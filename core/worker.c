@@ -152,6 +152,7 @@ static int worker_setup(struct worker *w)
 	timer_wheel_init(w->timers, w->now_ms);
 	dns_init(&w->dns, &w->ring, cfg->dns_servers, cfg->dns_timeout_ms);
 	w->audit = audit_ring_get(e->audit, w->index);
+	uppool_init(&w->uppool, &w->ring, e->term);
 	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next)
 		accept_arm(w, l);
 	wake_arm(w);
@@ -173,11 +174,12 @@ static void worker_teardown(struct worker *w)
 	}
 	log_info(
 	    "worker %u: stopped: accepted=%llu requests=%llu denied=%llu splice=%llu "
-	    "copy=%llu overload=%llu cqes=%llu enters=%llu",
+	    "copy=%llu overload=%llu upstreams_reused=%llu cqes=%llu enters=%llu",
 	    w->index, (unsigned long long)w->stats.accepted, (unsigned long long)w->stats.requests,
 	    (unsigned long long)w->stats.denied, (unsigned long long)w->stats.splice_relays,
 	    (unsigned long long)w->stats.copy_relays, (unsigned long long)w->stats.refused_overload,
-	    (unsigned long long)w->stats.cqes, (unsigned long long)w->stats.enters);
+	    (unsigned long long)w->uppool.reused, (unsigned long long)w->stats.cqes,
+	    (unsigned long long)w->stats.enters);
 	if (w->policy != NULL)
 		snapshot_leave(w->policy, w->index);
 	w->policy = NULL;
@@ -227,6 +229,7 @@ static void worker_begin_stop(struct worker *w)
 	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next)
 		accept_cancel(w, l);
 	conns_abort(w, WORKER_ALL_SANDBOXES);
+	uppool_drain(&w->uppool); /* after the conns: an aborted one parks nothing */
 	dns_shutdown(&w->dns);
 }
 
@@ -247,12 +250,14 @@ int worker_listener_add(struct worker *w, int fd, uint32_t sandbox, bool tcp)
 	return 0;
 }
 
-int worker_ingress_listener_add(struct worker *w, int fd)
+int worker_ingress_listener_add(struct worker *w, int fd, bool internal)
 {
 	int ret = worker_listener_add(w, fd, WORKER_NO_SANDBOX, false);
 
 	AN_ASSERT(fd >= 0);
-	if (ret == 0)
+	if (ret == 0 && internal)
+		w->listeners->internal = true;
+	else if (ret == 0)
 		w->listeners->ingress = true;
 	return ret;
 }
@@ -343,7 +348,7 @@ static void cmd_complete(struct worker *w, struct worker_cmd *cmd)
 static struct worker_listener *listener_of(struct worker *w, uint32_t sandbox)
 {
 	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
-		if (l->sandbox == sandbox && !l->tcp && !l->ingress)
+		if (l->sandbox == sandbox && !l->tcp && !l->ingress && !l->internal)
 			return l;
 	}
 	return NULL;
@@ -458,6 +463,8 @@ static void dispatch(struct worker *w, const struct worker_cqe *q)
 		} else {
 			accept_arm(w, l);
 		}
+	} else if (op == UPPOOL_OP) {
+		uppool_on_cqe(&w->uppool, obj, q->res);
 	} else if (op == DNS_OP_POLL) {
 		dns_on_cqe(&w->dns, obj, q->res);
 	} else if (op == WORKER_OP_WAKE) {
@@ -545,12 +552,15 @@ static int32_t wait_ms(struct worker *w)
 		t = 10;
 	if (w->listeners_paused > 0 && (t < 0 || t > (int32_t)WORKER_ACCEPT_RETRY_MS))
 		t = (int32_t)WORKER_ACCEPT_RETRY_MS;
+	if (w->uppool.parked > 0 && (t < 0 || t > 1000))
+		t = 1000; /* parked upstreams expire on the loop's clock */
 	return t;
 }
 
 static bool worker_drained(const struct worker *w)
 {
-	if (!w->stopping || w->live != NULL || w->dns.polls_pending != 0)
+	if (!w->stopping || w->live != NULL || w->dns.polls_pending != 0 ||
+	    !uppool_quiet(&w->uppool))
 		return false;
 	/* Every cancelled accept must have posted its last completion too. */
 	for (const struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
@@ -572,7 +582,7 @@ static void leaves_prime(struct worker *w, const struct snapshot *s)
 	size_t len = 0;
 	uint32_t n = 0;
 
-	if (e->term == NULL || w->term == NULL)
+	if (e->term == NULL || w->term == NULL || !e->term_has_ca)
 		return;
 	for (const char *h; n < WORKER_PRIME_MAX &&
 			    (h = e->ops->terminated_host(s->policy, &cursor, &len)) != NULL;
@@ -628,6 +638,8 @@ static void worker_loop(struct worker *w)
 		dns_tick(&w->dns);
 		run_nobufs(w);
 		run_paused_accepts(w);
+		if (w->uppool.parked > 0)
+			uppool_expire(&w->uppool, w->now_ms);
 		if (w->removals != NULL)
 			run_removals(w);
 	}

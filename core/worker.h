@@ -20,6 +20,7 @@
 #include "core/ratelimit.h"
 #include "core/ring.h"
 #include "core/timer.h"
+#include "core/uppool.h"
 
 struct conn;
 struct engine;
@@ -41,6 +42,7 @@ struct worker_listener {
 	uint32_t sandbox; /* index in engine->sandboxes */
 	bool tcp;         /* TCP listener: owned by this worker (SO_REUSEPORT) */
 	bool ingress;     /* the public listener (owned, SO_REUSEPORT): no sandbox */
+	bool internal;    /* the gateway's internal listener (borrowed): PROXY v2 first */
 	bool armed;       /* multishot accept in flight */
 	bool paused;      /* accept failed: re-armed after WORKER_ACCEPT_RETRY_MS */
 	bool removing;    /* its sandbox is being removed: freed once disarmed */
@@ -102,6 +104,7 @@ struct worker {
 	uint32_t listeners_paused;
 	struct worker_listener *listeners; /* owned list */
 	struct ingress_routes routes;      /* the gateway's sandbox ids (core/ingress.h) */
+	struct uppool uppool;              /* idle inject upstreams (core/uppool.h) */
 	pthread_mutex_t cmd_lock;          /* guards cmds and every cmd's done */
 	pthread_cond_t cmd_done;
 	struct worker_cmd *cmds;     /* queued by the control path, taken on wake-up */
@@ -141,8 +144,12 @@ void worker_cmd_post(struct worker *w, struct worker_cmd *cmd);
 int worker_cmd_wait(struct worker *w, struct worker_cmd *cmd, uint32_t timeout_ms);
 /* Adds a listener for sandbox <sandbox> on <fd> before the worker starts. 0 or -ENOMEM. */
 int worker_listener_add(struct worker *w, int fd, uint32_t sandbox, bool tcp);
-/* Adds the public listener <fd> (the worker owns it) before the worker starts. 0 or -ENOMEM. */
-int worker_ingress_listener_add(struct worker *w, int fd);
+/*
+ * Adds the public listener <fd> (the worker owns it), or with <internal> the
+ * gateway's internal listener (the engine owns it), before the worker
+ * starts. 0 or -ENOMEM.
+ */
+int worker_ingress_listener_add(struct worker *w, int fd, bool internal);
 /*
  * Posts route command <kind> (WORKER_CMD_ROUTE_ADD or _DEL) for sandbox <id>
  * in slot <sandbox> to worker <w>, which frees it. Any thread; 0 or -ENOMEM.

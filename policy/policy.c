@@ -1123,17 +1123,61 @@ static int stage_ingress_prefix(struct loader *ld)
 	return 0;
 }
 
-enum { DI_LISTEN, DI_PUBLIC_URL, DI_PREFIX, DI__COUNT };
+/*
+ * daemon.ingress.tls: the operator's certificate chain and key the public
+ * listener serves HTTPS with; like daemon.ca, named here and read by the
+ * daemon at start.
+ */
+enum { IT_CERT, IT_KEY, IT__COUNT };
+static const char *const ingress_tls_keys[] = { [IT_CERT] = "cert", [IT_KEY] = "key" };
+static const struct keyset ingress_tls_keyset = { "daemon.ingress.tls", ingress_tls_keys,
+						  IT__COUNT };
+
+static int parse_ingress_tls(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ld->next.ingress_tls_cert == NULL);
+	AN_ASSERT(ld->next.ingress_tls_key == NULL);
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress.tls");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &ingress_tls_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < IT__COUNT);
+		rc = key == IT_CERT
+			 ? stage_path(ld, "ingress.tls.cert", false, &ld->next.ingress_tls_cert)
+			 : stage_path(ld, "ingress.tls.key", false, &ld->next.ingress_tls_key);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	uint32_t both = (1u << IT_CERT) | (1u << IT_KEY);
+	rc = check_mandatory(ld, &ingress_tls_keyset, both, seen, start);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ingress_tls_cert != NULL);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ingress_tls_key != NULL);
+	return rc;
+}
+
+enum { DI_LISTEN, DI_PUBLIC_URL, DI_PREFIX, DI_TLS, DI__COUNT };
 static const char *const daemon_ingress_keys[] = {
 	[DI_LISTEN] = "listen",
 	[DI_PUBLIC_URL] = "public_url",
 	[DI_PREFIX] = "prefix",
+	[DI_TLS] = "tls",
 };
 static_assert(AN_ARRAY_LEN(daemon_ingress_keys) == DI__COUNT, "every key needs a name");
 static const struct keyset daemon_ingress_keyset = { "daemon.ingress", daemon_ingress_keys,
 						     DI__COUNT };
 
-/* daemon.ingress: listen is mandatory; public_url and prefix only say how agents are told. */
+/*
+ * daemon.ingress: listen is mandatory; public_url and prefix only say how
+ * agents are told, tls how the listener speaks.
+ */
 static int parse_daemon_ingress(struct loader *ld)
 {
 	yaml_mark_t marks[DI__COUNT];
@@ -1143,6 +1187,7 @@ static int parse_daemon_ingress(struct loader *ld)
 	AN_ASSERT(ld->next.ingress_listen == NULL);
 	AN_ASSERT(ld->next.ingress_public_url == NULL);
 	AN_ASSERT(ld->next.ingress_prefix == NULL);
+	AN_ASSERT(ld->next.ingress_tls_cert == NULL);
 	memset(marks, 0, sizeof(marks));
 	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress");
 	if (rc != 0)
@@ -1152,7 +1197,8 @@ static int parse_daemon_ingress(struct loader *ld)
 		marks[key] = ld->key_mark;
 		rc = key == DI_LISTEN       ? stage_ingress_listen(ld)
 		     : key == DI_PUBLIC_URL ? stage_ingress_public_url(ld)
-					    : stage_ingress_prefix(ld);
+		     : key == DI_PREFIX     ? stage_ingress_prefix(ld)
+					    : parse_ingress_tls(ld);
 		if (rc != 0)
 			return rc;
 	}
@@ -3830,6 +3876,10 @@ static void apply_config(struct loader *ld, struct config *cfg)
 	move_string(&cfg->ingress_listen, &next->ingress_listen);
 	move_string(&cfg->ingress_public_url, &next->ingress_public_url);
 	move_string(&cfg->ingress_prefix, &next->ingress_prefix);
+	/* Both or neither were staged (both are mandatory in `tls`), so they stay a pair. */
+	AN_ASSERT((next->ingress_tls_cert == NULL) == (next->ingress_tls_key == NULL));
+	move_string(&cfg->ingress_tls_cert, &next->ingress_tls_cert);
+	move_string(&cfg->ingress_tls_key, &next->ingress_tls_key);
 	cfg->ingress_optional = ld->embedded; /* no key sets it: only the built-in policy does */
 	for (uint32_t i = 0; i < UF__COUNT; i++) {
 		if (ld->uints_set & (1u << i))

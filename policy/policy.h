@@ -166,7 +166,9 @@ struct policy; /* opaque, immutable once loaded */
  * daemon.ingress sets cfg->ingress_listen, and cfg->ingress_public_url and
  * cfg->ingress_prefix when given (the prefix keeps its default otherwise);
  * cfg->ingress_optional is set false: an operator's file makes a listener
- * that cannot bind fail the start.
+ * that cannot bind fail the start. daemon.ingress.tls sets both
+ * cfg->ingress_tls_cert and cfg->ingress_tls_key (absolute paths, checked
+ * as such only: the daemon reads the files at start, as it reads the CA).
  *
  * On failure <cfg> is unchanged, *<out> is NULL, and "<path>:<line>:<col>:
  * <what is wrong>" (1-based, of the offending key or value) is written to

@@ -82,68 +82,6 @@ struct ca_name {
 	size_t addr_len;
 };
 
-/*
- * Reads the whole regular file at <path> into owned memory (*<buf>, *<len>
- * bytes plus a NUL); on failure nothing is left allocated.
- */
-static int read_file(const char *path, const char *what, char **buf, size_t *len, char *err,
-		     size_t err_len)
-{
-	struct stat st;
-
-	AN_ASSERT(path != NULL);
-	AN_ASSERT(*buf == NULL);
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd == -1)
-		return tls_fail(err, err_len, -errno, "%s %s: %s", what, path, strerror(errno));
-	int ret = fstat(fd, &st) == -1 ? -errno : 0;
-	if (ret == 0 && !S_ISREG(st.st_mode))
-		ret = -EINVAL;
-	if (ret == 0 && (uint64_t)st.st_size > TLS_CA_FILE_BYTES_MAX)
-		ret = -EFBIG;
-	size_t size = ret == 0 ? (size_t)st.st_size : 0;
-	*buf = ret == 0 ? pool_malloc(size + 1) : NULL;
-	if (ret == 0 && *buf == NULL)
-		ret = -ENOMEM;
-	size_t done = 0;
-	while (ret == 0 && done < size) {
-		ssize_t n = read(fd, *buf + done, size - done);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n == -1)
-			ret = -errno;
-		if (n <= 0)
-			break;
-		done += (size_t)n;
-	}
-	close(fd);
-	if (ret != 0 && *buf != NULL) {
-		pool_free_secret(*buf, size + 1); /* it may hold part of a key */
-		*buf = NULL;
-	}
-	if (ret == -EINVAL)
-		return tls_fail(err, err_len, ret, "%s %s: not a regular file", what, path);
-	if (ret == -EFBIG)
-		return tls_fail(err, err_len, ret, "%s %s: %jd bytes, more than %u", what, path,
-				(intmax_t)st.st_size, TLS_CA_FILE_BYTES_MAX);
-	if (ret != 0)
-		return tls_fail(err, err_len, ret, "%s %s: %s", what, path, strerror(-ret));
-	(*buf)[done] = '\0';
-	*len = done;
-	return 0;
-}
-
-/* Never asked for a passphrase: records that one was wanted and gives none. */
-static int no_passphrase(char *buf, int size, int rwflag, void *arg)
-{
-	(void)buf;
-	(void)size;
-	(void)rwflag;
-	if (arg != NULL)
-		*(bool *)arg = true;
-	return 0;
-}
-
 static int parse_cert(struct tls_ca *ca, const char *buf, size_t len, const char *path, char *err,
 		      size_t err_len)
 {
@@ -152,7 +90,7 @@ static int parse_cert(struct tls_ca *ca, const char *buf, size_t len, const char
 	BIO *b = BIO_new_mem_buf(buf, (int)len);
 	if (b == NULL)
 		return tls_fail_ossl(err, err_len, "BIO_new_mem_buf");
-	ca->cert = PEM_read_bio_X509(b, NULL, no_passphrase, NULL);
+	ca->cert = PEM_read_bio_X509(b, NULL, tls_no_passphrase, NULL);
 	BIO_free(b);
 	if (ca->cert == NULL) {
 		char what[PATH_MAX + 64];
@@ -173,7 +111,7 @@ static int parse_key(struct tls_ca *ca, const char *buf, size_t len, const char 
 	BIO *b = BIO_new_mem_buf(buf, (int)len);
 	if (b == NULL)
 		return tls_fail_ossl(err, err_len, "BIO_new_mem_buf");
-	ca->key = PEM_read_bio_PrivateKey(b, NULL, no_passphrase, &asked);
+	ca->key = PEM_read_bio_PrivateKey(b, NULL, tls_no_passphrase, &asked);
 	BIO_free(b);
 	if (ca->key != NULL)
 		return 0;
@@ -199,30 +137,20 @@ static int load_files(struct tls_ca *ca, const char *cert_path, const char *key_
 
 	AN_ASSERT(cert_path != NULL);
 	AN_ASSERT(key_path != NULL);
-	int ret = read_file(cert_path, "CA certificate", &buf, &len, err, err_len);
+	int ret = tls_read_file(cert_path, "CA certificate", TLS_CA_FILE_BYTES_MAX, &buf, &len, err,
+				err_len);
 	if (ret == 0)
 		ret = parse_cert(ca, buf, len, cert_path, err, err_len);
 	AN_FREE(&buf);
 	if (ret != 0)
 		return ret;
 	len = 0;
-	ret = read_file(key_path, "CA key", &buf, &len, err, err_len);
+	ret = tls_read_file(key_path, "CA key", TLS_CA_FILE_BYTES_MAX, &buf, &len, err, err_len);
 	if (ret == 0)
 		ret = parse_key(ca, buf, len, key_path, err, err_len);
 	if (buf != NULL)
 		pool_free_secret(buf, len + 1);
 	return ret;
-}
-
-static void format_date(int64_t s, char *out, size_t cap)
-{
-	struct tm tm;
-	time_t t = (time_t)s;
-
-	AN_ASSERT(out != NULL);
-	AN_ASSERT(cap > 0);
-	if (gmtime_r(&t, &tm) == NULL || strftime(out, cap, "%Y-%m-%d %H:%M:%S UTC", &tm) == 0)
-		snprintf(out, cap, "%jd", (intmax_t)s);
 }
 
 /* The certificate is a CA, the key is its key and of a type we sign with, it is valid now. */
@@ -252,14 +180,14 @@ static int check_ca(struct tls_ca *ca, const char *cert_path, const char *key_pa
 				cert_path);
 	int64_t now = (int64_t)time(NULL);
 	if (now >= ca->not_after_s) {
-		format_date(ca->not_after_s, date, sizeof(date));
+		tls_format_date(ca->not_after_s, date, sizeof(date));
 		return tls_fail(
 		    err, err_len, -EKEYEXPIRED,
 		    "CA certificate %s: expired on %s (run `agentsnet ca init --force`)", cert_path,
 		    date);
 	}
 	if (now < ca->not_before_s) {
-		format_date(ca->not_before_s, date, sizeof(date));
+		tls_format_date(ca->not_before_s, date, sizeof(date));
 		return tls_fail(err, err_len, -EINVAL,
 				"CA certificate %s: not valid before %s (is the clock right?)",
 				cert_path, date);

@@ -10,22 +10,37 @@
  * the handshake (an unrecognized_name alert) and is remembered, so the
  * engine can audit it as sni_mismatch.
  *
+ * The ingress gateway's public listener has a second server SSL_CTX holding
+ * the operator's own chain and key, read once at start (the files are read
+ * with open/read, so a failure names the file and the errno, and the key's
+ * bytes are wiped once parsed); its sessions check no SNI: the public name
+ * is the operator's business, not a policy decision. Either context may be
+ * absent: a daemon with a gateway certificate and no CA has only the second.
+ *
  * Rejected: minting the leaf before the ClientHello arrives (a client that
  * only probes would cost a signature for nothing; the cache makes the
- * callback cheap), and one SSL_CTX per leaf (80 us and kilobytes each).
+ * callback cheap), one SSL_CTX per leaf (80 us and kilobytes each), and
+ * SSL_CTX_use_PrivateKey_file for the operator's key (stdio buffers it
+ * cannot wipe).
  */
 #include "tls/engine.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "core/an.h"
 #include "core/limits.h"
@@ -34,10 +49,12 @@
 #include "tls/ca.h"
 #include "tls/leafcache.h"
 #include "tls/session.h"
+#include "tls/tls.h"
 
 struct tls_engine {
-	struct tls_ca *ca;
-	SSL_CTX *server_ctx;
+	struct tls_ca *ca;   /* owned; NULL: no CA, no terminated tiers */
+	SSL_CTX *server_ctx; /* owned; NULL without a CA */
+	SSL_CTX *public_ctx; /* owned; the operator's chain, NULL until tls_engine_public_load */
 };
 
 /* Client contexts by roots file: rules name few, so a short list will do. */
@@ -66,12 +83,16 @@ struct tls_engine_session {
 int tls_engine_open(const char *cert_path, const char *key_path, uint32_t leaf_days,
 		    struct tls_engine **out, char *err, size_t cap)
 {
-	AN_ASSERT(cert_path != NULL && key_path != NULL);
+	AN_ASSERT((cert_path == NULL) == (key_path == NULL));
 	AN_ASSERT(out != NULL);
 	*out = NULL;
 	struct tls_engine *e = pool_calloc(1, sizeof(*e));
 	if (e == NULL)
 		return -ENOMEM;
+	if (cert_path == NULL) {
+		*out = e;
+		return 0;
+	}
 	int ret = tls_ca_load(cert_path, key_path, leaf_days ? leaf_days : TLS_CA_LEAF_DAYS_DEFAULT,
 			      &e->ca, err, cap);
 	if (ret == 0) {
@@ -102,9 +123,224 @@ void tls_engine_close(struct tls_engine **e)
 {
 	if (*e == NULL)
 		return;
+	SSL_CTX_free((*e)->public_ctx);
 	SSL_CTX_free((*e)->server_ctx);
 	tls_ca_free(&(*e)->ca);
 	AN_FREE(e);
+}
+
+/* --- the public listener's certificate (daemon.ingress.tls) ------------------- */
+
+/* What an error calls each file: the policy keys that name them. */
+#define PUBLIC_CERT "ingress.tls.cert"
+#define PUBLIC_KEY  "ingress.tls.key"
+
+/* The operator's files, parsed, while they are checked. */
+struct public_files {
+	X509 *leaf; /* owned; the first certificate of the file */
+	/* owned; the certificates after it, maybe none (STACK_OF(X509), spelled
+	 * out: clang-format takes the macro for a call) */
+	struct stack_st_X509 *chain;
+	EVP_PKEY *key; /* owned */
+};
+
+/*
+ * A PEM read of certificate <n> (from 1) of <path> found none: the end of the
+ * chain (0, for n > 1) or the fault. Other PEM blocks (a key) are skipped by
+ * the reader, as SSL_CTX_use_certificate_chain_file skips them.
+ */
+static int chain_end(const char *path, uint32_t n, char *err, size_t cap)
+{
+	char what[PATH_MAX + 64];
+	unsigned long e = ERR_peek_last_error();
+	bool none = ERR_GET_LIB(e) == ERR_LIB_PEM && ERR_GET_REASON(e) == PEM_R_NO_START_LINE;
+
+	AN_ASSERT(path != NULL);
+	AN_ASSERT(n >= 1);
+	if (none) {
+		ERR_clear_error();
+		if (n > 1)
+			return 0;
+		return tls_fail(err, cap, -EINVAL,
+				PUBLIC_CERT " %s: no PEM certificate in the file", path);
+	}
+	snprintf(what, sizeof(what), PUBLIC_CERT " %s: certificate %u of the file does not parse",
+		 path, n);
+	tls_fail_ossl(err, cap, what);
+	return -EINVAL;
+}
+
+/* The leaf (the first certificate) and the intermediates after it, from <buf>/<len>. */
+static int parse_chain(struct public_files *f, const char *buf, size_t len, const char *path,
+		       char *err, size_t cap)
+{
+	AN_ASSERT(f->leaf == NULL && f->chain == NULL);
+	AN_ASSERT(len <= TLS_ENGINE_PUBLIC_FILE_BYTES_MAX);
+	BIO *b = BIO_new_mem_buf(buf, (int)len);
+	f->chain = sk_X509_new_null();
+	if (b == NULL || f->chain == NULL) {
+		BIO_free(b);
+		return tls_fail(err, cap, -ENOMEM, PUBLIC_CERT " %s: out of memory", path);
+	}
+	ERR_clear_error();
+	f->leaf = PEM_read_bio_X509_AUX(b, NULL, tls_no_passphrase, NULL);
+	int ret = f->leaf != NULL ? 0 : chain_end(path, 1, err, cap);
+	for (uint32_t n = 2; ret == 0; n++) {
+		X509 *x = PEM_read_bio_X509(b, NULL, tls_no_passphrase, NULL);
+		if (x == NULL) {
+			ret = chain_end(path, n, err, cap);
+			break;
+		}
+		if (sk_X509_push(f->chain, x) <= 0) {
+			X509_free(x);
+			ret = tls_fail(err, cap, -ENOMEM, PUBLIC_CERT " %s: out of memory", path);
+		}
+	}
+	BIO_free(b);
+	AN_ASSERT(ret != 0 || f->leaf != NULL);
+	return ret;
+}
+
+/*
+ * Whether NUL-terminated <buf> has a PEM block labelled "... PRIVATE KEY":
+ * OpenSSL 3's decoder says "unsupported" alike for no key and a broken one.
+ */
+static bool has_key_block(const char *buf)
+{
+	static const char begin[] = "-----BEGIN ";
+	static const char label[] = "PRIVATE KEY-----";
+
+	AN_ASSERT(buf != NULL);
+	for (const char *p = strstr(buf, begin); p != NULL; p = strstr(p + 1, begin)) {
+		size_t line = strcspn(p, "\r\n");
+		AN_ASSERT(line >= sizeof(begin) - 1);
+		if (line >= sizeof(begin) - 1 + sizeof(label) - 1 &&
+		    memcmp(p + line - (sizeof(label) - 1), label, sizeof(label) - 1) == 0)
+			return true;
+	}
+	return false;
+}
+
+static int parse_key(struct public_files *f, const char *buf, size_t len, const char *path,
+		     char *err, size_t cap)
+{
+	char what[PATH_MAX + 64];
+	bool asked = false;
+
+	AN_ASSERT(f->key == NULL);
+	AN_ASSERT(len <= TLS_ENGINE_PUBLIC_FILE_BYTES_MAX);
+	BIO *b = BIO_new_mem_buf(buf, (int)len);
+	if (b == NULL)
+		return tls_fail(err, cap, -ENOMEM, PUBLIC_KEY " %s: out of memory", path);
+	ERR_clear_error();
+	f->key = PEM_read_bio_PrivateKey(b, NULL, tls_no_passphrase, &asked);
+	BIO_free(b);
+	if (f->key != NULL)
+		return 0;
+	if (asked) {
+		ERR_clear_error();
+		return tls_fail(err, cap, -EINVAL,
+				PUBLIC_KEY " %s: encrypted; the daemon needs an unencrypted key",
+				path);
+	}
+	if (!has_key_block(buf)) {
+		ERR_clear_error();
+		return tls_fail(err, cap, -EINVAL, PUBLIC_KEY " %s: no PEM private key in the file",
+				path);
+	}
+	snprintf(what, sizeof(what), PUBLIC_KEY " %s: the private key does not parse", path);
+	tls_fail_ossl(err, cap, what);
+	return -EINVAL;
+}
+
+/* The key is the leaf's, and the leaf is valid now (clients check both; say which fails). */
+static int public_check(const struct public_files *f, const char *cert_path, const char *key_path,
+			char *err, size_t cap)
+{
+	char date[64];
+	int64_t not_before = 0, not_after = 0;
+
+	AN_ASSERT(f->leaf != NULL);
+	AN_ASSERT(f->key != NULL);
+	if (X509_check_private_key(f->leaf, f->key) != 1) {
+		ERR_clear_error();
+		return tls_fail(err, cap, -EINVAL,
+				PUBLIC_KEY " %s: the key does not match the certificate "
+					   "(the first of " PUBLIC_CERT " %s)",
+				key_path, cert_path);
+	}
+	if (tls_time_s(X509_get0_notBefore(f->leaf), &not_before) != 0 ||
+	    tls_time_s(X509_get0_notAfter(f->leaf), &not_after) != 0)
+		return tls_fail(err, cap, -EINVAL, PUBLIC_CERT " %s: unreadable validity",
+				cert_path);
+	int64_t now = (int64_t)time(NULL);
+	if (now >= not_after) {
+		tls_format_date(not_after, date, sizeof(date));
+		return tls_fail(err, cap, -EKEYEXPIRED, PUBLIC_CERT " %s: expired on %s", cert_path,
+				date);
+	}
+	if (now < not_before) {
+		tls_format_date(not_before, date, sizeof(date));
+		return tls_fail(err, cap, -EINVAL,
+				PUBLIC_CERT " %s: not valid before %s (is the clock right?)",
+				cert_path, date);
+	}
+	return 0;
+}
+
+/* The public server context: the session defaults (TLS 1.2+, ALPN http/1.1) and the chain. */
+static int public_install(struct tls_engine *e, const struct public_files *f, const char *cert_path,
+			  char *err, size_t cap)
+{
+	char what[PATH_MAX + 64];
+
+	AN_ASSERT(e->public_ctx == NULL);
+	AN_ASSERT(f->leaf != NULL && f->key != NULL && f->chain != NULL);
+	SSL_CTX *ctx = tls_session_server_ctx_new(NULL, err, cap);
+	if (ctx == NULL)
+		return -EIO;
+	/* Also refuses what OpenSSL's security level forbids (a 1024-bit RSA key, SHA-1). */
+	if (SSL_CTX_use_cert_and_key(ctx, f->leaf, f->key, f->chain, 1) != 1 ||
+	    SSL_CTX_check_private_key(ctx) != 1) {
+		snprintf(what, sizeof(what), PUBLIC_CERT " %s: not usable", cert_path);
+		tls_fail_ossl(err, cap, what);
+		SSL_CTX_free(ctx);
+		return -EINVAL;
+	}
+	e->public_ctx = ctx;
+	return 0;
+}
+
+int tls_engine_public_load(struct tls_engine *e, const char *cert_path, const char *key_path,
+			   char *err, size_t cap)
+{
+	struct public_files f = { NULL, NULL, NULL };
+	char *buf = NULL;
+	size_t len = 0;
+
+	AN_ASSERT(e != NULL && e->public_ctx == NULL);
+	AN_ASSERT(cert_path != NULL && key_path != NULL);
+	int ret = tls_read_file(cert_path, PUBLIC_CERT, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX, &buf,
+				&len, err, cap);
+	if (ret == 0)
+		ret = parse_chain(&f, buf, len, cert_path, err, cap);
+	AN_FREE(&buf);
+	if (ret == 0)
+		ret = tls_read_file(key_path, PUBLIC_KEY, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX, &buf,
+				    &len, err, cap);
+	if (ret == 0)
+		ret = parse_key(&f, buf, len, key_path, err, cap);
+	if (buf != NULL)
+		pool_free_secret(buf, len + 1);
+	if (ret == 0)
+		ret = public_check(&f, cert_path, key_path, err, cap);
+	if (ret == 0)
+		ret = public_install(e, &f, cert_path, err, cap);
+	X509_free(f.leaf);
+	sk_X509_pop_free(f.chain, X509_free);
+	EVP_PKEY_free(f.key); /* the context keeps its own reference */
+	AN_ASSERT((ret == 0) == (e->public_ctx != NULL));
+	return ret;
 }
 
 static void *worker_new(void *arg, uint32_t worker, char *err, size_t cap)
@@ -154,6 +390,8 @@ static int prime(void *worker_state, const char *host, size_t host_len)
 	char name[LIMITS_HOST_BYTES_MAX + 1];
 	X509 *leaf = NULL;
 
+	if (w->engine->ca == NULL)
+		return -ENOENT;
 	if (host_len == 0 || host_len > LIMITS_HOST_BYTES_MAX)
 		return -EINVAL;
 	size_t n = host_normal(host, host_len, name);
@@ -200,10 +438,12 @@ static struct tls_engine_session *session_alloc(struct tls_engine_worker *w, con
 static void *server_new(void *worker_state, const char *host, size_t host_len)
 {
 	struct tls_engine_worker *w = worker_state;
-	struct tls_engine_session *es = session_alloc(w, host, host_len);
+	struct tls_engine_session *es =
+	    w->engine->server_ctx != NULL ? session_alloc(w, host, host_len) : NULL;
 
 	if (es == NULL)
 		return NULL;
+	AN_ASSERT(w->engine->ca != NULL);
 	if (tls_session_server_init(&es->s, w->engine->server_ctx, NULL, on_sni, es) != 0) {
 		pool_free(es);
 		return NULL;
@@ -252,6 +492,27 @@ static void *client_new(void *worker_state, const char *host, size_t host_len, c
 		pool_free(es);
 		return NULL;
 	}
+	return es;
+}
+
+/* A session of the public listener: the operator's chain, whatever the SNI; no host kept. */
+static void *public_new(void *worker_state)
+{
+	struct tls_engine_worker *w = worker_state;
+
+	AN_ASSERT(w != NULL);
+	AN_ASSERT(w->engine != NULL);
+	if (w->engine->public_ctx == NULL)
+		return NULL;
+	struct tls_engine_session *es = pool_calloc(1, sizeof(*es));
+	if (es == NULL)
+		return NULL;
+	es->w = w;
+	if (tls_session_server_init(&es->s, w->engine->public_ctx, NULL, NULL, NULL) != 0) {
+		pool_free(es);
+		return NULL;
+	}
+	AN_ASSERT(es->host_len == 0);
 	return es;
 }
 
@@ -317,6 +578,11 @@ static void out_consume(void *session, size_t n)
 	tls_session_out_consume(&((struct tls_engine_session *)session)->s, n);
 }
 
+static bool session_idle(void *session)
+{
+	return tls_session_idle(&((struct tls_engine_session *)session)->s);
+}
+
 static bool sni_refused(const void *session)
 {
 	return ((const struct tls_engine_session *)session)->sni_refused;
@@ -333,6 +599,7 @@ const struct term_ops tls_term_ops = {
 	.prime = prime,
 	.server_new = server_new,
 	.client_new = client_new,
+	.public_new = public_new,
 	.session_free = session_free,
 	.feed = feed,
 	.feed_eof = feed_eof,
@@ -342,6 +609,7 @@ const struct term_ops tls_term_ops = {
 	.close = session_close,
 	.out_peek = out_peek,
 	.out_consume = out_consume,
+	.idle = session_idle,
 	.sni_refused = sni_refused,
 	.error = session_error,
 };

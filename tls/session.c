@@ -149,7 +149,6 @@ static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *out_len,
 
 SSL_CTX *tls_session_server_ctx_new(const struct tls_ca *ca, char *err, size_t err_len)
 {
-	AN_ASSERT(ca != NULL);
 	AN_ASSERT(err != NULL || err_len == 0);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
 	if (ctx == NULL) {
@@ -158,8 +157,9 @@ SSL_CTX *tls_session_server_ctx_new(const struct tls_ca *ca, char *err, size_t e
 	}
 	int ret = ctx_common(ctx, err, err_len);
 	/* The key goes in with each leaf (tls_session_set_leaf): installing it here too
-	 * would make OpenSSL re-derive parameters on every certificate it is given. */
-	if (ret == 0 && SSL_CTX_set_app_data(ctx, tls_ca_leaf_key(ca)) != 1)
+	 * would make OpenSSL re-derive parameters on every certificate it is given.
+	 * Without a CA the caller installs its own certificate and key instead. */
+	if (ret == 0 && ca != NULL && SSL_CTX_set_app_data(ctx, tls_ca_leaf_key(ca)) != 1)
 		ret = tls_fail_ossl(err, err_len, "SSL_CTX_set_app_data");
 	if (ret == 0 && SSL_CTX_set_num_tickets(ctx, 1) != 1)
 		ret = tls_fail_ossl(err, err_len, "SSL_CTX_set_num_tickets");
@@ -172,6 +172,7 @@ SSL_CTX *tls_session_server_ctx_new(const struct tls_ca *ca, char *err, size_t e
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
 	SSL_CTX_set_tlsext_servername_callback(ctx, on_servername);
 	SSL_CTX_set_alpn_select_cb(ctx, on_alpn, NULL);
+	AN_ASSERT(SSL_CTX_get_min_proto_version(ctx) == TLS1_2_VERSION);
 	return ctx;
 }
 
@@ -477,6 +478,16 @@ size_t tls_session_out_pending(const struct tls_session *s)
 {
 	AN_ASSERT(s->net != NULL);
 	return BIO_ctrl_pending(s->net);
+}
+
+bool tls_session_idle(struct tls_session *s)
+{
+	AN_ASSERT(s->ssl != NULL);
+	AN_ASSERT(s->net != NULL);
+	if (!s->handshake_done || s->failed || s->eof_fed || s->read_closed || s->close_sent)
+		return false;
+	return BIO_ctrl_pending(s->net) == 0 && BIO_ctrl_pending(SSL_get_rbio(s->ssl)) == 0 &&
+	       SSL_has_pending(s->ssl) == 0;
 }
 
 const char *tls_session_error(const struct tls_session *s)

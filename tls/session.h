@@ -76,9 +76,12 @@ struct tls_session {
  * session cache (one stateless TLS 1.3 ticket), received plaintext wiped
  * from OpenSSL's buffers. The leaf key of <ca> (borrowed: <ca> must outlive
  * the context) is kept as the context's app data, which is this module's:
- * each session presents it with its leaf. Returns an owned context
- * (SSL_CTX_free), or NULL with <err> (<err_len> bytes) holding one line.
- * Start-up context.
+ * each session presents it with its leaf. With <ca> NULL the context has no
+ * leaf key: the caller installs one certificate chain and key into it
+ * (SSL_CTX_use_cert_and_key) before any session, and its sessions are made
+ * with no leaf and no SNI callback (tls_session_set_leaf is not for them).
+ * Returns an owned context (SSL_CTX_free), or NULL with <err> (<err_len>
+ * bytes) holding one line. Start-up context.
  */
 SSL_CTX *tls_session_server_ctx_new(const struct tls_ca *ca, char *err, size_t err_len);
 
@@ -184,6 +187,14 @@ void tls_session_out_consume(struct tls_session *s, size_t n);
 
 /* All ciphertext waiting to be sent. */
 size_t tls_session_out_pending(const struct tls_session *s);
+
+/*
+ * True when <s> is between messages and whole: handshake done, not failed,
+ * no close_notify or end of file either way, and nothing buffered in either
+ * direction (ciphertext fed but unread, plaintext decrypted but not read,
+ * ciphertext not yet taken by out_peek/out_consume).
+ */
+bool tls_session_idle(struct tls_session *s);
 
 /* Why the session failed (one line, for a 502 reason or an audit record); "" if it did not. */
 const char *tls_session_error(const struct tls_session *s);

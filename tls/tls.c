@@ -15,10 +15,16 @@
 #include "tls/tls.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <openssl/asn1.h>
 #include <openssl/crypto.h>
@@ -26,6 +32,7 @@
 #include <openssl/ssl.h>
 
 #include "core/an.h"
+#include "core/pool.h"
 
 int tls_library_init(char *err, size_t err_len)
 {
@@ -82,4 +89,72 @@ int tls_time_s(const ASN1_TIME *t, int64_t *s)
 	}
 	*s = (int64_t)timegm(&tm);
 	return 0;
+}
+
+int tls_read_file(const char *path, const char *what, size_t max, char **buf, size_t *len,
+		  char *err, size_t err_len)
+{
+	struct stat st;
+
+	AN_ASSERT(path != NULL && what != NULL);
+	AN_ASSERT(*buf == NULL);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd == -1)
+		return tls_fail(err, err_len, -errno, "%s %s: %s", what, path, strerror(errno));
+	int ret = fstat(fd, &st) == -1 ? -errno : 0;
+	if (ret == 0 && !S_ISREG(st.st_mode))
+		ret = -EINVAL;
+	if (ret == 0 && (uint64_t)st.st_size > max)
+		ret = -EFBIG;
+	size_t size = ret == 0 ? (size_t)st.st_size : 0;
+	*buf = ret == 0 ? pool_malloc(size + 1) : NULL;
+	if (ret == 0 && *buf == NULL)
+		ret = -ENOMEM;
+	size_t done = 0;
+	while (ret == 0 && done < size) {
+		ssize_t n = read(fd, *buf + done, size - done);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1)
+			ret = -errno;
+		if (n <= 0)
+			break;
+		done += (size_t)n;
+	}
+	close(fd);
+	if (ret != 0 && *buf != NULL) {
+		pool_free_secret(*buf, size + 1); /* it may hold part of a key */
+		*buf = NULL;
+	}
+	if (ret == -EINVAL)
+		return tls_fail(err, err_len, ret, "%s %s: not a regular file", what, path);
+	if (ret == -EFBIG)
+		return tls_fail(err, err_len, ret, "%s %s: %jd bytes, more than %zu", what, path,
+				(intmax_t)st.st_size, max);
+	if (ret != 0)
+		return tls_fail(err, err_len, ret, "%s %s: %s", what, path, strerror(-ret));
+	(*buf)[done] = '\0';
+	*len = done;
+	return 0;
+}
+
+int tls_no_passphrase(char *buf, int size, int rwflag, void *arg)
+{
+	(void)buf;
+	(void)size;
+	(void)rwflag;
+	if (arg != NULL)
+		*(bool *)arg = true;
+	return 0;
+}
+
+void tls_format_date(int64_t s, char *out, size_t cap)
+{
+	struct tm tm;
+	time_t t = (time_t)s;
+
+	AN_ASSERT(out != NULL);
+	AN_ASSERT(cap > 0);
+	if (gmtime_r(&t, &tm) == NULL || strftime(out, cap, "%Y-%m-%d %H:%M:%S UTC", &tm) == 0)
+		snprintf(out, cap, "%jd", (intmax_t)s);
 }

@@ -1,6 +1,7 @@
 /*
  * What every tls/ module shares: the one-time OpenSSL set-up, the one-line
- * error messages of the load paths, and ASN.1 time conversion.
+ * error messages of the load paths, reading the PEM files they load (a CA,
+ * the operator's certificate), and time conversion and formatting.
  *
  * Everything under tls/ is OpenSSL 3 only (EVP and X509 APIs, nothing
  * deprecated). core/ never includes tls/ headers; the data-path calls of
@@ -45,5 +46,24 @@ int tls_fail_ossl(char *err, size_t err_len, const char *what);
  * *<s>. Returns 0, or -EINVAL when <t> does not parse.
  */
 int tls_time_s(const ASN1_TIME *t, int64_t *s);
+
+/*
+ * Reads the whole regular file at <path>, at most <max> bytes, into owned
+ * memory (*<buf>: *<len> bytes and a NUL; free it with pool_free_secret, as
+ * it may hold a key); errors are one line naming it as <what> ("CA key",
+ * "ingress.tls.cert"). On failure nothing is left allocated, and what was
+ * read is wiped. 0 or -errno (-EINVAL: not a regular file; -EFBIG).
+ */
+int tls_read_file(const char *path, const char *what, size_t max, char **buf, size_t *len,
+		  char *err, size_t err_len);
+
+/*
+ * A pem_password_cb that never gives a passphrase: it sets the bool <arg>
+ * points to (when not NULL), so the caller can say the key is encrypted.
+ */
+int tls_no_passphrase(char *buf, int size, int rwflag, void *arg);
+
+/* Formats <s> (seconds since the epoch) as "YYYY-MM-DD HH:MM:SS UTC" into <out>/<cap>. */
+void tls_format_date(int64_t s, char *out, size_t cap);
 
 #endif /* AN_TLS_TLS_H */

@@ -258,7 +258,9 @@ static void settings_compare(const struct config *run, const struct config *fres
 		{ "daemon.ingress",
 		  text_differs(run->ingress_listen, fresh->ingress_listen) ||
 		      text_differs(run->ingress_public_url, fresh->ingress_public_url) ||
-		      text_differs(run->ingress_prefix, fresh->ingress_prefix) },
+		      text_differs(run->ingress_prefix, fresh->ingress_prefix) ||
+		      text_differs(run->ingress_tls_cert, fresh->ingress_tls_cert) ||
+		      text_differs(run->ingress_tls_key, fresh->ingress_tls_key) },
 		{ "resolver.servers", text_differs(run->dns_servers, fresh->dns_servers) },
 		{ "daemon.workers", run->workers != fresh->workers },
 		{ "daemon.conns_per_worker", run->conns_per_worker != fresh->conns_per_worker },
@@ -355,28 +357,9 @@ static int control_group_resolve(const char *name, gid_t *gid)
 	return 0;
 }
 
-/*
- * The CA of the terminated tiers, when daemon.ca (or --ca-dir) names one: a
- * CA that does not load stops the start. Without one, *<out> stays NULL and
- * the log says what that means. 0 or -1.
- */
-static int tls_open(const struct config *cfg, struct tls_engine **out)
+/* Logs which TLS path the terminated tiers use (userspace: the kernel probe says why). */
+static void tls_log_path(const struct config *cfg)
 {
-	char err[512];
-
-	*out = NULL;
-	if (cfg->ca_cert == NULL) {
-		log_info(
-		    "no CA (daemon.ca or --ca-dir): CONNECTs to fake-response rules are refused "
-		    "tier_unavailable; plain http:// ones are answered");
-		return 0;
-	}
-	if (tls_library_init(err, sizeof(err)) != 0 ||
-	    tls_engine_open(cfg->ca_cert, cfg->ca_key, cfg->leaf_days, out, err, sizeof(err)) !=
-		0) {
-		log_error("TLS: %s", err);
-		return -1;
-	}
 	int ktls = tls_engine_ktls_probe();
 	if (ktls == 0)
 		log_info("TLS: terminating with the CA %s; the kernel has TLS (TCP_ULP tls), "
@@ -386,6 +369,44 @@ static int tls_open(const struct config *cfg, struct tls_engine **out)
 		log_info("TLS: terminating with the CA %s; kernel TLS unavailable (TCP_ULP tls: "
 			 "%s): userspace TLS",
 			 cfg->ca_cert, strerror(-ktls));
+}
+
+/*
+ * TLS, when the daemon needs it: the CA of the terminated tiers (daemon.ca
+ * or --ca-dir) and the operator's certificate of the gateway's public
+ * listener (daemon.ingress.tls). Either one that does not load stops the
+ * start. Without a CA the log says what that means; with neither, *<out>
+ * stays NULL. 0 or -1.
+ */
+static int tls_open(const struct config *cfg, struct tls_engine **out)
+{
+	char err[512];
+	bool public_tls = cfg->ingress_listen != NULL && cfg->ingress_tls_cert != NULL;
+
+	*out = NULL;
+	if (cfg->ca_cert == NULL)
+		log_info(
+		    "no CA (daemon.ca or --ca-dir): CONNECTs to fake-response rules are refused "
+		    "tier_unavailable; plain http:// ones are answered");
+	if (cfg->ca_cert == NULL && !public_tls)
+		return 0;
+	int ret = tls_library_init(err, sizeof(err));
+	if (ret == 0)
+		ret = tls_engine_open(cfg->ca_cert, cfg->ca_key, cfg->leaf_days, out, err,
+				      sizeof(err));
+	if (ret == 0 && public_tls)
+		ret = tls_engine_public_load(*out, cfg->ingress_tls_cert, cfg->ingress_tls_key, err,
+					     sizeof(err));
+	if (ret != 0) {
+		log_error("TLS: %s", err);
+		tls_engine_close(out);
+		return -1;
+	}
+	if (cfg->ca_cert != NULL)
+		tls_log_path(cfg);
+	if (public_tls)
+		log_info("ingress: HTTPS on %s with %s", cfg->ingress_listen,
+			 cfg->ingress_tls_cert);
 	return 0;
 }
 
@@ -436,6 +457,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 	e.reload_arg = &d;
 	e.term = tls != NULL ? &tls_term_ops : NULL;
 	e.term_arg = tls;
+	e.term_has_ca = tls != NULL && cfg->ca_cert != NULL;
 	ret = engine_start(&e);
 	if (ret == 0) {
 		struct control ctl;

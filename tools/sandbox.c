@@ -700,7 +700,7 @@ int sandbox_ingress_listen(const char *dir)
 	if (lstat(sun.sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
 		unlink(sun.sun_path); /* ours from an earlier run of this sandbox id */
 	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ||
-	    chmod(sun.sun_path, 0660) == -1 || listen(fd, 128) == -1) {
+	    chmod(sun.sun_path, 0660) == -1 || listen(fd, SOMAXCONN) == -1) {
 		int err = -errno;
 		close(fd);
 		return err;

@@ -14,14 +14,24 @@ Layout of one run (everything on loopback, nothing can leave the machine):
                    to 127.0.0.1:$AGENT_INGRESS_PORT, where ingress/agent.py
                    (or `python3 -m http.server`) listens
 
+The last test ("tls") starts a second daemon in the upstream namespace, its
+own socket directory (/run/<netns>-tls), audit file and port, with
+daemon.ingress.tls: an operator certificate made here with the openssl CLI
+(an EC P-256 CA and a leaf for 127.0.0.1 and hooks.ingress.test), two
+sandboxes under it, and the checks again over HTTPS, each public client
+bound to its own loopback address (127.0.0.2, ...) so that what the agent
+and the audit are told is the real client, not the daemon's own socket.
+Then daemons whose certificate or key does not load, which must not start.
+
 Every agent server records each request it gets (ingress/agent.py --log), so
 a check that something never reached a sandbox reads that sandbox's own log,
 and a control request that must reach it shows the log works. Requests go
-over raw sockets (curl only where the issue says curl), so no client
-normalises a path or a header on the way. After each run nothing of its
-sandbox may be left (sandbox.py's leftover check).
+over raw sockets (curl, and http.client for keep-alive over TLS, only where
+the issue names them), so no client normalises a path or a header on the
+way. After each run nothing of its sandbox may be left (sandbox.py's
+leftover check).
 
-    ingress.py [--tests GLOB] [-v] [--keep]
+    ingress.py [--tests GLOB] [-v] [--keep]    (-v: the TLS daemon runs with --debug)
     ingress.py --self-test            (the fixtures alone, no daemon, no root)
 
 Prints one line per check and a closing "ingress: N passed, N failed".
@@ -33,6 +43,7 @@ import base64
 import ctypes
 import fnmatch
 import hashlib
+import http.client
 import json
 import os
 import random
@@ -40,16 +51,18 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
+import warnings
 
 from integlib import (Fatal, Procs, READY_TIMEOUT_S, Skip, add_run_args, checked_preflight,
                       daemon_env, log, netns_add, netns_del, read_audit, read_text, render_file,
-                      run, run_and_tally, stop_daemon, wait_for)
+                      run, run_and_tally, sanitizer_marks, stop_daemon, wait_for)
 from sandbox import WAIT_SH, Pass, touch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,6 +89,21 @@ AUDIT_PATH_MAX = 255  # the audit keeps this much of a path (core/audit.h)
 # Refusals of a head that was not parsed: their records name no method, path or sandbox.
 UNPARSED = ("bad_request", "uri_too_long", "headers_too_large", "request_timeout")
 FORGED = "6.6.6.6"
+# The static agent: its environment as JSON first, then python3 -m http.server on <$0>.
+STATIC_SH = ('echo "{\\"public_url\\": \\"$AGENT_PUBLIC_URL\\", \\"ingress_port\\": '
+             '\\"$AGENT_INGRESS_PORT\\"}"; cd "$0" && exec python3 -u -m http.server '
+             '--bind 127.0.0.1 8081')
+# The public listener over TLS (daemon.ingress.tls): the operator's certificate names
+# 127.0.0.1 and TLS_NAME; each check connects from its own loopback address, so that the
+# client the agent and the audit are told is the real one, not the daemon's own socket.
+TLS_NAME = "hooks.ingress.test"
+TLS_CA_CN = "agentsnet ingress test CA"
+TLS_WS_MESSAGES = 200  # 5 over 64 KiB (ws_plan)
+TLS_WS_LOCKSTEP = 50
+TLS_WS_WINDOW = 256 * 1024
+PLAIN_ON_TLS_S = 5  # a plain request to the TLS port: closed within this
+START_FAIL_S = 15  # a daemon whose certificate does not load exits within this
+EC_P256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
 
 # ---- a raw HTTP/1.1 client ---------------------------------------------------------
@@ -111,13 +139,23 @@ class Resp:
 
 
 class Conn:
-    """One TCP connection to the public listener, read as HTTP/1.1 responses."""
+    """One TCP connection to the public listener, read as HTTP/1.1 responses; over TLS
+    with the client context <tls> (the handshake done here, SNI <name>), from the
+    loopback address <source> when given."""
 
-    def __init__(self, port, timeout=5.0):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, port, timeout=5.0, tls=None, source=None, name="127.0.0.1"):
+        s = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                     source_address=(source, 0) if source else None)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client = "%s:%d" % s.getsockname()[:2]
+        if tls is not None:
+            try:
+                s = tls.wrap_socket(s, server_hostname=name)
+            except OSError:
+                s.close()
+                raise
+        self.s = s
         self.buf = bytearray()
-        self.client = "%s:%d" % self.s.getsockname()[:2]
         self.sent = 0
 
     def send(self, data):
@@ -237,10 +275,15 @@ def header_map(rec):
 # ---- the client checks (through the gateway, or straight at the fixture) ---------
 
 
-def sse_check(port, target, host):
-    """GET an event stream; the problems, and {"client", "arrivals" (seconds after the
-    request, one per event), "down" (bytes after the head)}."""
-    c = Conn(port, 10)
+def sse_check(port, target, host, tls=None):
+    """GET an event stream (over TLS with the client context <tls>); the problems, and
+    {"client", "arrivals" (seconds after the request, one per event), "down" (bytes
+    after the head)}."""
+    try:
+        c = Conn(port, 10, tls)
+    except OSError as e:
+        return ["%s: connect: %s: %s" % (target, type(e).__name__, e)], {
+            "client": None, "arrivals": [], "down": 0}
     errs, arrivals = [], []
     stats = {"client": c.client, "arrivals": arrivals, "down": 0}
     try:
@@ -304,12 +347,13 @@ def dechunk(raw):
         i = j + 2 + size + 2
 
 
-def ws_plan(seed=20240607):
-    """The 1,000 messages: (opcode, payload, fragments); every size class of
-    the length field, 25 over 64 KiB, text and binary, some fragmented."""
+def ws_plan(seed=20240607, count=WS_MESSAGES):
+    """The <count> messages (1,000: 25 over 64 KiB): (opcode, payload, fragments);
+    every size class of the length field, one in 40 over 64 KiB, text and binary,
+    some fragmented."""
     rng = random.Random(seed)
     out = []
-    for i in range(WS_MESSAGES):
+    for i in range(count):
         if i % 40 == 7:
             n = rng.randint(65537, 300000)
         elif i % 40 == 19:
@@ -336,12 +380,18 @@ def ws_frames(opcode, payload, parts):
                               os.urandom(4), fin=k == parts - 1) for k in range(parts))
 
 
-def ws_check(port, target, host):
-    """The WebSocket echo: handshake, 1,000 messages in order and intact
-    (lockstep first, then pipelined both ways at once), pings, the close
-    handshake. Returns (problems, stats)."""
+def ws_check(port, target, host, tls=None, plan=None, lockstep=WS_LOCKSTEP, window=None):
+    """The WebSocket echo: handshake, the messages of <plan> (ws_plan()) in order
+    and intact (<lockstep> first, then pipelined both ways at once), pings, the
+    close handshake. Over TLS (client context <tls>) the pipelined part runs
+    in this thread, at most <window> payload bytes ahead of the echoes: an
+    ssl socket is not to be read and written by two threads at once. Returns
+    (problems, stats)."""
     key = base64.b64encode(os.urandom(16)).decode()
-    c = Conn(port, 20)
+    try:
+        c = Conn(port, 20, tls)
+    except OSError as e:
+        return ["connect: %s: %s" % (type(e).__name__, e)], {"client": None, "up": 0, "down": 0}
     stats = {"client": c.client, "up": 0, "down": 0}
     try:
         c.send(build("GET", target, host, [("Upgrade", "websocket"), ("Connection", "Upgrade"),
@@ -363,7 +413,7 @@ def ws_check(port, target, host):
             return data
 
         reader = ws.Reader(recv, initial)
-        plan = ws_plan()
+        plan = plan or ws_plan()
         errs = []
         t0 = time.monotonic()
 
@@ -382,7 +432,7 @@ def ws_check(port, target, host):
                 return False
             return True
 
-        for i in range(WS_LOCKSTEP):
+        for i in range(lockstep):
             opcode, payload, parts = plan[i]
             c.send(ws_frames(opcode, payload, parts))
             if not expect(i, opcode, payload):
@@ -390,9 +440,28 @@ def ws_check(port, target, host):
         lockstep_s = time.monotonic() - t0
         sent_err = []
 
+        def windowed():
+            ahead, queued = 0, []  # payload bytes sent and not yet echoed; their echoes
+            i = lockstep
+            while i < len(plan) or queued:
+                if i < len(plan) and (not queued or ahead + len(plan[i][1]) <= window):
+                    opcode, payload, parts = plan[i]
+                    c.send(ws_frames(opcode, payload, parts))
+                    queued.append((i, opcode, payload))
+                    if i % 100 == 50:
+                        c.send(ws.encode(ws.OP_PING, b"ping-%d" % i, os.urandom(4)))
+                        queued.append((i, ws.OP_PONG, b"ping-%d" % i))
+                    ahead += len(payload)
+                    i += 1
+                    continue
+                j, opcode, payload = queued.pop(0)
+                ahead -= len(payload) if opcode != ws.OP_PONG else 0
+                if not expect(j, opcode, payload):
+                    return
+
         def writer():
             try:
-                for i in range(WS_LOCKSTEP, WS_MESSAGES):
+                for i in range(lockstep, len(plan)):
                     opcode, payload, parts = plan[i]
                     c.send(ws_frames(opcode, payload, parts))
                     if i % 100 == 50:
@@ -400,15 +469,18 @@ def ws_check(port, target, host):
             except OSError as e:
                 sent_err.append("sending: %s" % e)
 
-        th = threading.Thread(target=writer, daemon=True)
-        th.start()
-        for i in range(WS_LOCKSTEP, WS_MESSAGES):
-            opcode, payload, _parts = plan[i]
-            if not expect(i, opcode, payload):
-                break
-            if i % 100 == 50 and not expect(i, ws.OP_PONG, b"ping-%d" % i):
-                break
-        th.join(30)
+        if window is not None:
+            windowed()
+        else:
+            th = threading.Thread(target=writer, daemon=True)
+            th.start()
+            for i in range(lockstep, len(plan)):
+                opcode, payload, _parts = plan[i]
+                if not expect(i, opcode, payload):
+                    break
+                if i % 100 == 50 and not expect(i, ws.OP_PONG, b"ping-%d" % i):
+                    break
+            th.join(30)
         errs += sent_err
         if errs:
             return errs, stats
@@ -452,6 +524,48 @@ def free_port():
         return s.getsockname()[1]
 
 
+def tls_pki(d):
+    """The operator's certificate, made in <d> with the openssl CLI: an EC P-256
+    self-signed CA, a leaf for 127.0.0.1 and TLS_NAME signed by it, the chain file
+    (the leaf, then the CA), and the key of no certificate here. Returns their paths."""
+    p = {k: os.path.join(d, v) for k, v in (
+        ("ca", "ca.pem"), ("ca_key", "ca.key"), ("leaf", "leaf.pem"), ("key", "leaf.key"),
+        ("chain", "chain.pem"), ("other_key", "other.key"), ("csr", "leaf.csr"),
+        ("ext", "leaf.ext"))}
+    run(["openssl", "req", "-x509", *EC_P256, "-keyout", p["ca_key"], "-out", p["ca"],
+         "-days", "2", "-subj", "/CN=" + TLS_CA_CN,
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+    run(["openssl", "req", *EC_P256, "-keyout", p["key"], "-out", p["csr"],
+         "-subj", "/CN=" + TLS_NAME])
+    with open(p["ext"], "w", encoding="ascii") as f:
+        f.write("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:%s\n"
+                "authorityKeyIdentifier=keyid\nsubjectKeyIdentifier=hash\n" % TLS_NAME)
+    run(["openssl", "x509", "-req", "-in", p["csr"], "-CA", p["ca"], "-CAkey", p["ca_key"],
+         "-CAcreateserial", "-out", p["leaf"], "-days", "2", "-extfile", p["ext"]])
+    run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-out", p["other_key"]])
+    with open(p["chain"], "w", encoding="ascii") as f:
+        f.write(read_text(p["leaf"]) + read_text(p["ca"]))
+    return p
+
+
+def pem_ders(text):
+    """The DER of every PEM certificate in <text>, in order."""
+    return [ssl.PEM_cert_to_DER_cert(b) for b in re.findall(
+        r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", text, re.S)]
+
+
+def tls_client(ca, alpn=None, check_hostname=True):
+    """A client context that trusts only <ca> (TLS 1.2 and up, names checked)."""
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.check_hostname = check_hostname
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    return ctx
+
+
 class Tests(Pass):
     def __init__(self, args):
         super().__init__(args)
@@ -461,6 +575,8 @@ class Tests(Pass):
         self.wants = []  # (client, {field: value}) per public request: the audit's records
         self.port = None
         self.daemon_err = None
+        self.tls = None  # the client context of the TLS listener when the checks go to it
+        self.bare = set()  # clients that made no request (TLS only): 0 or 1 record each
 
     # ---- requests -----------------------------------------------------------
 
@@ -470,12 +586,13 @@ class Tests(Pass):
     def host(self, port=None):
         return "127.0.0.1:%d" % (port or self.port)
 
-    def send(self, raw, method="GET", want=None, timeout=5, port=None):
-        """<raw> on a new connection; its answer. <want>: what its audit record must say
-        (status always: what came back)."""
+    def send(self, raw, method="GET", want=None, timeout=5, port=None, source=None):
+        """<raw> on a new connection (over TLS when self.tls is set, from <source> when
+        given); its answer. <want>: what its audit record must say (status always: what
+        came back)."""
         t0 = time.monotonic()
         try:
-            c = Conn(port or self.port, timeout)
+            c = Conn(port or self.port, timeout, self.tls, source)
         except OSError as e:
             return Resp(error="connect: %s" % e)
         try:
@@ -550,12 +667,9 @@ class Tests(Pass):
     def start_agents(self):
         """Every sandbox of the pass at once; returns when each one's server listens."""
         www = self.vars["www"]
-        static_sh = ('echo "{\\"public_url\\": \\"$AGENT_PUBLIC_URL\\", \\"ingress_port\\": '
-                     '\\"$AGENT_INGRESS_PORT\\"}"; cd "$0" && exec python3 -u -m http.server '
-                     '--bind 127.0.0.1 8081')
         self.vars["once_go"] = os.path.join(self.vars["sync"], "go-once")
         pending = [
-            self.start_agent("static", ["sh", "-c", static_sh, www], "Serving HTTP"),
+            self.start_agent("static", ["sh", "-c", STATIC_SH, www], "Serving HTTP"),
             self.start_agent("a", self.agent_cmd("a"), "listening"),
             self.start_agent("b", self.agent_cmd("b"), "listening"),
             self.start_agent("lim", self.agent_cmd("lim"), "listening", profile="limited"),
@@ -589,10 +703,12 @@ class Tests(Pass):
 
     # ---- the daemon -----------------------------------------------------------
 
-    def start_daemon(self, policy, extra=()):
+    def start_daemon(self, policy, extra=(), err_path=None):
         """agentsnetd --config <policy> <extra> in the upstream namespace, stderr appended
-        to daemon.stderr; returns once it printed "agentsnetd: ready"."""
-        err_path = self.daemon_err
+        to daemon.stderr (the pass's daemon, self.daemon) or <err_path> (another one);
+        returns once it printed "agentsnetd: ready"."""
+        main = err_path is None
+        err_path = err_path or self.daemon_err
         start = os.path.getsize(err_path) if os.path.exists(err_path) else 0
         with open(err_path, "ab") as err:
             p = self.procs.start("agentsnetd", ["ip", "netns", "exec", self.args.upns,
@@ -608,7 +724,8 @@ class Tests(Pass):
         if p.poll() is not None:
             raise Fatal("agentsnetd %s exited %d at start; stderr:\n%s" % (
                 " ".join(extra), p.returncode, since()[-4000:]))
-        self.daemon = p
+        if main:
+            self.daemon = p
         return p
 
     def stop_daemon(self):
@@ -616,10 +733,10 @@ class Tests(Pass):
         self.daemon = None
         return errs
 
-    def render_policy(self, name, port, more=""):
+    def render_policy(self, name, port, more="", **over):
         path = os.path.join(self.tmp, name)
         render_file(os.path.join(FIXTURES, "policy.yaml.in"), path,
-                    dict(self.vars, port=port, ingress_more=more))
+                    dict(self.vars, port=port, ingress_more=more, **over))
         return path
 
     # ---- the tests ------------------------------------------------------------
@@ -1228,57 +1345,64 @@ class Tests(Pass):
                    "ingress_not_found", finish)
 
     def t_audit(self):
-        def audit():
-            records, errs = read_audit(self.vars["audit"])
-            fields = ("sandbox", "method", "path", "status", "reason", "bytes_up",
-                      "bytes_down", "client")
-
-            def ours():
-                return [r for r in read_audit(self.vars["audit"])[0]
-                        if r.get("event") == "ingress"]
-
-            clients = {}
-            for client, w in self.wants:
-                clients.setdefault(client, []).append(w)
-            try:
-                wait_for(lambda: len(ours()) >= len(self.wants), AUDIT_WAIT_S, "audit records")
-            except Fatal:
-                pass
-            got = {}
-            for r in ours():
-                got.setdefault(r.get("client"), []).append(r)
-                missing = [f for f in fields if f not in r]
-                if missing:
-                    errs.append("an ingress record without %s: %s" % (missing,
-                                                                       json.dumps(r)[:400]))
-                elif not re.fullmatch(r"127\.0\.0\.1:\d+", str(r["client"])) or \
-                        not all(isinstance(r[k], int) and r[k] >= 0
-                                for k in ("status", "bytes_up", "bytes_down")):
-                    errs.append("a malformed ingress record: %s" % json.dumps(r)[:400])
-            stray = [r for c, recs in got.items() if c not in clients for r in recs]
-            if stray:
-                errs.append("%d ingress records of no request this pass made: %s" % (
-                    len(stray), json.dumps(stray)[:600]))
-            for client, wants in clients.items():
-                recs = got.get(client, [])
-                if len(recs) != len(wants):
-                    errs.append("%s made %d public requests, the audit has %d records: %s" % (
-                        client, len(wants), len(recs), json.dumps(recs)[:600]))
-                    continue
-                for w, r in zip(wants, recs):
-                    bad = [k for k, v in w.items() if not audit_field(r.get(k), v)]
-                    if bad:
-                        errs.append("the record of %s %s: %s differ: %s" % (
-                            client, json.dumps(w), bad, json.dumps(r)[:600]))
-            errs += ["records were dropped or lost: %s" % json.dumps(r) for r in records
-                     if r.get("dropped") or r.get("lost")]
-            log("# audit: %d ingress records, %d public requests checked" % (
-                len(ours()), len(self.wants)))
-            return errs[:40]
-
         self.timed("audit: one \"ingress\" record per public request (%d), with sandbox, "
                    "method, path, status, reason, bytes up/down and client ip:port"
-                   % len(self.wants), audit)
+                   % len(self.wants), self.audit_errs)
+
+    def audit_errs(self, client_re=r"127\.0\.0\.1:\d+"):
+        """The problems of the audit file (self.vars["audit"]) against self.wants: exactly
+        one "ingress" record per request, in order per client, its client matching
+        <client_re>; a client in self.bare (it made no request) may have one."""
+        records, errs = read_audit(self.vars["audit"])
+        fields = ("sandbox", "method", "path", "status", "reason", "bytes_up",
+                  "bytes_down", "client")
+
+        def ours():
+            return [r for r in read_audit(self.vars["audit"])[0] if r.get("event") == "ingress"]
+
+        clients = {}
+        for client, w in self.wants:
+            clients.setdefault(client, []).append(w)
+        try:
+            wait_for(lambda: len(ours()) >= len(self.wants), AUDIT_WAIT_S, "audit records")
+        except Fatal:
+            pass
+        got = {}
+        for r in ours():
+            got.setdefault(r.get("client"), []).append(r)
+            missing = [f for f in fields if f not in r]
+            if missing:
+                errs.append("an ingress record without %s: %s" % (missing, json.dumps(r)[:400]))
+            elif not re.fullmatch(client_re, str(r["client"])) or \
+                    not all(isinstance(r[k], int) and r[k] >= 0
+                            for k in ("status", "bytes_up", "bytes_down")):
+                errs.append("a malformed ingress record: %s" % json.dumps(r)[:400])
+        stray = [r for c, recs in got.items() if c not in clients and c not in self.bare
+                 for r in recs]
+        if stray:
+            errs.append("%d ingress records of no request this pass made: %s" % (
+                len(stray), json.dumps(stray)[:600]))
+        bare = [r for c in self.bare - set(clients) for r in got.get(c, [])]
+        if len(bare) > len(self.bare):
+            errs.append("%d records for %d connections that made no request: %s" % (
+                len(bare), len(self.bare), json.dumps(bare)[:600]))
+        for client, wants in clients.items():
+            recs = got.get(client, [])
+            if len(recs) != len(wants):
+                errs.append("%s made %d public requests, the audit has %d records: %s" % (
+                    client, len(wants), len(recs), json.dumps(recs)[:600]))
+                continue
+            for w, r in zip(wants, recs):
+                bad = [k for k, v in w.items() if not audit_field(r.get(k), v)]
+                if bad:
+                    errs.append("the record of %s %s: %s differ: %s" % (
+                        client, json.dumps(w), bad, json.dumps(r)[:600]))
+        errs += ["records were dropped or lost: %s" % json.dumps(r) for r in records
+                 if r.get("dropped") or r.get("lost")]
+        log("# audit: %d ingress records, %d public requests checked%s" % (
+            len(ours()), len(self.wants), ", %d of %d connections without a request" % (
+                len(bare), len(self.bare)) if self.bare else ""))
+        return errs[:40]
 
     def t_flags(self):
         """--ingress ADDR overrides daemon.ingress.listen; public_url and prefix set;
@@ -1341,6 +1465,590 @@ class Tests(Pass):
             return
         self.timed("--no-ingress: no public listener; the daemon runs and stops cleanly", off)
 
+    # ---- the public listener over TLS (daemon.ingress.tls) ------------------------------
+
+    def t_tls(self):
+        """A second daemon (its own socket directory, audit file and port) whose public
+        listener speaks only HTTPS with the operator's certificate, a static agent and
+        agent.py under it; then daemons whose certificate or key does not load."""
+        self.pki = None
+        saved = (self.port, dict(self.vars), self.wants, self.bare)
+        sock_dir = "/run/%s-tls" % self.args.netns
+        self.port, self.wants, self.bare = free_port(), [], set()
+        self.vars.update({"sock_dir": sock_dir, "control": os.path.join(sock_dir, "control.sock"),
+                          "audit": os.path.join(self.tmp, "audit-tls.jsonl")})
+        self.tls_err = os.path.join(self.tmp, "daemon-tls.stderr")
+        self.tls_daemon, self.tls_agents, self.tls_ready = None, {}, False
+        try:
+            self.timed("TLS daemon: agentsnetd starts with daemon.ingress.tls (the chain: an EC "
+                       "P-256 leaf for 127.0.0.1 and %s, then its CA); two sandboxes listen "
+                       "under it" % TLS_NAME, self.tls_up)
+            if self.tls_ready:
+                self.tls_checks()
+        finally:
+            self.tls = None
+            self.timed("TLS daemon: every agentsnet run stopped, nothing left; the daemon stops "
+                       "on SIGTERM with exit 0 and a clean stderr", self.tls_down)
+            self.port, self.wants, self.bare = saved[0], saved[2], saved[3]
+            self.vars.clear()
+            self.vars.update(saved[1])
+        self.timed("a TLS policy whose certificate does not load (a missing chain file, a "
+                   "missing key file, the key of another leaf): the daemon exits non-zero at "
+                   "start and its stderr names the file", self.tls_bad)
+
+    def tls_up(self):
+        d = os.path.join(self.tmp, "tls")
+        os.makedirs(d, exist_ok=True)
+        self.pki = tls_pki(d)
+        more = '    tls: {cert: "%s", key: "%s"}' % (self.pki["chain"], self.pki["key"])
+        policy = self.render_policy("policy-tls.yaml", self.port, more)
+        extra = ["--debug"] if self.args.verbose else []
+        self.tls_daemon = self.start_daemon(policy, extra, err_path=self.tls_err)
+        pending = []
+        for role, cmd, ready in (("tls-static", ["sh", "-c", STATIC_SH, self.vars["www"]],
+                                  "Serving HTTP"),
+                                 ("tls-a", self.agent_cmd("tls-a"), "listening")):
+            sid = self.sid[role] = self.sandbox_id(role)
+            self.tls_agents[role] = self.start(cmd, sandbox=sid)
+            pending.append((self.tls_agents[role], ready))
+        for a, ready in pending:
+            a.wait_out(ready)
+            first = a.stdout().splitlines()[0]
+            try:
+                self.info[a.sandbox] = json.loads(first)
+            except ValueError:
+                raise Fatal("%s printed %r first, not its environment" % (a.sandbox, first))
+        self.tls, self.tls_ready = tls_client(self.pki["ca"]), True
+        log("# TLS daemon: public listener https://127.0.0.1:%d, sandboxes %s" % (
+            self.port, " ".join(a.sandbox for a in self.tls_agents.values())))
+        return []
+
+    def tls_down(self):
+        errs = []
+        for role, a in list(self.tls_agents.items()):
+            if a.proc.poll() is None:
+                a.proc.send_signal(signal.SIGTERM)
+            try:
+                a.finish(20)
+            except Fatal as e:
+                errs.append(str(e))
+                continue
+            errs += ["%s: %s" % (role, e) for e in self.leftovers(
+                a, daemon_up=self.tls_daemon is not None and self.tls_daemon.poll() is None)]
+        self.tls_agents = {}
+        if self.tls_daemon is not None:
+            errs += ["the TLS daemon's stop: " + e for e in stop_daemon(self.tls_daemon,
+                                                                           self.tls_err)]
+            self.tls_daemon = None
+        return errs
+
+    def tls_checks(self):
+        checks = [
+            ("curl --cacert <CA> at the https AGENT_PUBLIC_URL gets the http.server file byte for "
+             "byte (by address and by name); curl without the CA fails verification (exit 60)",
+             self.tls_curl),
+            ("the certificate a client sees is the operator's: the leaf (subject %s, issuer %s), "
+             "then the CA, for any SNI; TLS 1.2 and 1.3; ALPN http/1.1, none to an h2-only "
+             "client; TLS 1.1 refused" % (TLS_NAME, TLS_CA_CN), self.tls_cert),
+            ("over TLS the agent sees X-Forwarded-Proto https, X-Forwarded-For the client's "
+             "address (127.0.0.2), Forwarded for=...;proto=https; forged forwarding headers "
+             "stripped", self.tls_headers),
+            ("keep-alive over TLS: 5 requests (a POST among them) on one HTTPSConnection, all "
+             "answered", self.tls_keepalive),
+            ("keep-alive over TLS: three pipelined requests in one TLS record, answered in "
+             "order; then a head sent in 7-byte TLS records", self.tls_pipelined),
+            ("WebSocket echo over TLS: %d messages (5 over 64 KiB, text and binary, some "
+             "fragmented, pings), in order and intact; close handshake" % TLS_WS_MESSAGES,
+             self.tls_websocket),
+            ("refusals over TLS are HTTPS answers (404 ingress_not_found, 413 body_too_large, "
+             "400 path_not_allowed), audited with the real client ip:port", self.tls_refusals),
+            ("a plain-HTTP request to the TLS port: no HTTP answer of 2xx, closed within %ds, "
+             "the agent saw nothing; the listener serves TLS after" % PLAIN_ON_TLS_S,
+             self.tls_plain),
+            ("head_ms (%d ms) over TLS: an unfinished head gets an in-band 408 request_timeout; "
+             "a TCP connection with no ClientHello and a TLS one with no request are closed in "
+             "that time" % HEAD_MS, self.tls_idle),
+        ]
+        for name, fn in checks:
+            if self.tls_daemon.poll() is not None:
+                self.result(name, ["not run: the TLS daemon is gone; stderr:\n" +
+                                   read_text(self.tls_err)[-3000:]])
+                continue
+            self.timed(name, fn)
+        for mode in ("chunked", "close"):
+            def sse(m=mode):
+                target = self.target("tls-a", "/sse?mode=" + m)
+                errs, stats = sse_check(self.port, target, self.host(), self.tls)
+                if stats["client"] is None:
+                    return errs
+                self.wants.append((stats["client"], {
+                    "sandbox": self.sid["tls-a"], "method": "GET", "path": target,
+                    "status": 200, "bytes_down": {"min": stats["down"]}}))
+                log("# sse %s over TLS: events arrived at %r s" % (m, stats["arrivals"]))
+                return errs
+
+            self.timed("SSE over TLS (%s): 3 events written 300 ms apart arrive as they are "
+                       "written" % ("chunked" if mode == "chunked" else "close-delimited"), sse)
+        self.timed("audit of the TLS daemon: one \"ingress\" record per public request (%d), "
+                   "its client the real ip:port (127.0.0.x, not the daemon's internal socket)"
+                   % len(self.wants), lambda: self.audit_errs(r"127\.0\.0\.\d{1,3}:\d+"))
+
+    def curl(self, args, url):
+        """curl -v <args> <url> (an environment without proxies or CA variables):
+        (exit status, HTTP code, client ip:port, HTTP version, body, stderr)."""
+        out = os.path.join(self.tmp, "tls", "curl.out")
+        if os.path.exists(out):
+            os.unlink(out)
+        p = subprocess.run(["curl", "-sS", "-v", "--max-time", "10", *args, "-o", out, "-w",
+                            "%{http_code} %{local_ip}:%{local_port} %{http_version}", url],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
+                           check=False, env={"PATH": os.environ["PATH"]})
+        code, client, version = (p.stdout.decode().split() + ["", "", ""])[:3]
+        body = open(out, "rb").read() if os.path.exists(out) else b""
+        return p.returncode, code, client, version, body, p.stderr.decode("utf-8", "replace")
+
+    def tls_curl(self):
+        sid = self.sid["tls-static"]
+        url = (self.info.get(sid) or {}).get("public_url") or ""
+        want_url = "https://%s%s/%s" % (self.host(), PREFIX, sid)
+        errs = []
+        if url != want_url:
+            errs.append("AGENT_PUBLIC_URL inside is %r, want %r (public_url defaults to "
+                        "https://<listen> with tls)" % (url, want_url))
+        ca, path = self.pki["ca"], "%s/%s/blob.bin" % (PREFIX, sid)
+        by_name = "https://%s:%d%s" % (TLS_NAME, self.port, path)
+        for label, args, target in (
+                ("--cacert", ["--cacert", ca], want_url + "/blob.bin"),
+                ("--cacert, by name", ["--cacert", ca, "--resolve", "%s:%d:127.0.0.1" % (
+                    TLS_NAME, self.port)], by_name),
+                ("without the CA", [], want_url + "/blob.bin")):
+            rc, code, client, version, body, err = self.curl(args, target)
+            if label == "without the CA":
+                if rc != 60:
+                    errs.append("curl %s %s: exit %d, HTTP %s, want exit 60 (the certificate "
+                                "is not verified): %s" % (label, target, rc, code, err[-800:]))
+                self.bare.add(client)
+                continue
+            if rc != 0 or code != "200":
+                errs.append("curl %s %s: exit %d, HTTP %s, want 200: %s" % (
+                    label, target, rc, code, err[-1500:]))
+                continue
+            self.wants.append((client, {"sandbox": sid, "method": "GET", "path": path,
+                                        "status": 200}))
+            if hashlib.sha256(body).hexdigest() != self.vars["static_sha256"]:
+                errs.append("curl %s: %d bytes, sha256 %s; the file has %d bytes, %s" % (
+                    label, len(body), hashlib.sha256(body).hexdigest(), STATIC_BYTES,
+                    self.vars["static_sha256"]))
+            alpn = re.search(r"ALPN[:,] server accepted (?:to use )?(\S+)", err)
+            if version not in ("1", "1.1") or not alpn or alpn.group(1) != "http/1.1":
+                errs.append("curl %s: HTTP version %r, ALPN %r, want HTTP/1.x and ALPN "
+                            "http/1.1 (curl offers h2 too)" % (
+                                label, version, alpn.group(1) if alpn else None))
+            seen = {k: v.strip() for k, v in re.findall(r"^\*\s+(subject|issuer):(.*)$", err,
+                                                         re.M)}
+            if seen.get("subject") != "CN=" + TLS_NAME or seen.get("issuer") != \
+                    "CN=" + TLS_CA_CN:
+                errs.append("curl %s saw the certificate %r, want subject CN=%s issued by "
+                            "CN=%s: %s" % (label, seen, TLS_NAME, TLS_CA_CN, err[-1500:]))
+            proto = re.search(r"SSL connection using (\S+)", err)
+            status = re.search(r"^< (HTTP/\S+ \d+)", err, re.M)
+            log("# curl %s: %s, ALPN %s, %r, %s" % (
+                label, proto.group(1) if proto else "?", alpn.group(1) if alpn else None,
+                status.group(1) if status else None, seen))
+        return errs
+
+    def tls_handshake(self, ctx, name, source=None):
+        """A TLS connection with <ctx> (SNI <name>), no request: (the peer's DER leaf,
+        its certificate as a dict, the protocol version, the ALPN protocol)."""
+        c = Conn(self.port, 5, ctx, source, name)
+        self.bare.add(c.client)
+        try:
+            return (c.s.getpeercert(True), c.s.getpeercert(), c.s.version(),
+                    c.s.selected_alpn_protocol())
+        finally:
+            c.close()
+
+    def tls_cert(self):
+        errs = []
+        leaf = pem_ders(read_text(self.pki["leaf"]))[0]
+        chain = pem_ders(read_text(self.pki["chain"]))
+        for label, ctx, sni, want_alpn in (
+                ("by address, ALPN h2 and http/1.1",
+                 tls_client(self.pki["ca"], ["h2", "http/1.1"]), "127.0.0.1", "http/1.1"),
+                ("by name, ALPN h2 alone", tls_client(self.pki["ca"], ["h2"]), TLS_NAME, None),
+                ("SNI other.test (name not checked), no ALPN",
+                 tls_client(self.pki["ca"], check_hostname=False), "other.test", None)):
+            try:
+                der, cert, version, alpn = self.tls_handshake(ctx, sni)
+            except (OSError, ssl.SSLError) as e:
+                errs.append("%s: the handshake: %s: %s" % (label, type(e).__name__, e))
+                continue
+            subject = dict(x[0] for x in cert.get("subject", ()))
+            issuer = dict(x[0] for x in cert.get("issuer", ()))
+            if der != leaf or subject.get("commonName") != TLS_NAME or \
+                    issuer.get("commonName") != TLS_CA_CN:
+                errs.append("%s: the leaf is not the operator's: subject %r, issuer %r" % (
+                    label, subject, issuer))
+            if alpn != want_alpn:
+                errs.append("%s: ALPN %r, want %r" % (label, alpn, want_alpn))
+            if version not in ("TLSv1.2", "TLSv1.3"):
+                errs.append("%s: %s" % (label, version))
+        ctx = tls_client(self.pki["ca"])
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            version = self.tls_handshake(ctx, "127.0.0.1")[2]
+            if version != "TLSv1.2":
+                errs.append("a TLS 1.2-only client got %s" % version)
+        except (OSError, ssl.SSLError) as e:
+            errs.append("a TLS 1.2-only client: %s: %s" % (type(e).__name__, e))
+        errs += self.tls_old()
+        p = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % self.port,
+                            "-servername", TLS_NAME, "-CAfile", self.pki["ca"],
+                            "-verify_return_error", "-showcerts", "-alpn", "http/1.1"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=15, check=False)
+        out = p.stdout.decode("utf-8", "replace")
+        sent = pem_ders(out)
+        if p.returncode != 0 or "Verify return code: 0 (ok)" not in out or sent != chain or \
+                "ALPN protocol: http/1.1" not in out:
+            errs.append("openssl s_client -showcerts: exit %d, %d certificates (%s the chain "
+                        "file's %d), want the chain verified and ALPN http/1.1:\n%s" % (
+                            p.returncode, len(sent), "as" if sent == chain else "not",
+                            len(chain), out[-2500:]))
+        return errs
+
+    def tls_old(self):
+        """A TLS 1.1 client is refused (when this OpenSSL can still offer TLS 1.1)."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(self.pki["ca"])
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                ctx.minimum_version = ssl.TLSVersion.TLSv1
+                ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+            ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+        except (ValueError, ssl.SSLError) as e:
+            log("# TLS 1.1: this client cannot be set up for it (%s)" % e)
+            return []
+        try:
+            version = self.tls_handshake(ctx, "127.0.0.1")[2]
+            return ["a TLS 1.1-only client was served %s" % version]
+        except ssl.SSLError as e:
+            if "NO_PROTOCOLS_AVAILABLE" in str(e) or "NO_CIPHERS_AVAILABLE" in str(e):
+                log("# TLS 1.1: this client cannot offer it (%s)" % e)
+            else:
+                log("# TLS 1.1 refused: %s" % e)
+            return []
+        except OSError as e:
+            log("# TLS 1.1 refused: %s: %s" % (type(e).__name__, e))
+            return []
+
+    def tls_headers(self):
+        host = "%s:%d" % (TLS_NAME, self.port)
+        sent = [("X-Forwarded-For", FORGED), ("X-Forwarded-Proto", "http"),
+                ("X-Forwarded-Host", "evil.test"), ("X-Forwarded-Prefix", "/evil"),
+                ("X-Forwarded-Port", "80"),
+                ("Forwarded", "for=%s;proto=http;host=evil.test" % FORGED),
+                ("X-Real-IP", FORGED), ("X-Internal-Token", "hunter2"), ("X-Custom", "kept")]
+        target = self.target("tls-a", "/echo-tls?q=1")
+        r = self.send(build("GET", target, host, sent), "GET",
+                      {"sandbox": self.sid["tls-a"], "method": "GET", "path": target},
+                      source="127.0.0.2")
+        rec = r.json()
+        if r.status != 200 or rec is None or "headers" not in rec:
+            return ["the echo over TLS from 127.0.0.2: %r" % r]
+        if not r.client.startswith("127.0.0.2:"):
+            return ["the client bound %s, not 127.0.0.2" % r.client]
+        h = header_map(rec)
+        errs = []
+        want = {"host": [host], "x-forwarded-for": ["127.0.0.2"], "x-forwarded-proto": ["https"],
+                "x-forwarded-host": [host], "x-forwarded-prefix": [self.target("tls-a")],
+                "x-custom": ["kept"]}
+        for name, values in want.items():
+            if h.get(name) != values:
+                errs.append("%s: the agent got %r, want %r" % (name, h.get(name), values))
+        fwd = h.get("forwarded", [])
+        parts = dict(p.strip().split("=", 1) for p in (fwd[0] if fwd else "").split(";")
+                     if "=" in p)
+        if len(fwd) != 1 or parts.get("for", "").strip('"') != "127.0.0.2" or \
+                parts.get("proto") != "https" or parts.get("host") != '"%s"' % host:
+            errs.append("Forwarded: the agent got %r, want for=127.0.0.2;proto=https;"
+                        "host=\"%s\"" % (fwd, host))
+        for name in ("x-real-ip", "x-internal-token", "x-forwarded-port"):
+            if name in h:
+                errs.append("%s reached the agent: %r" % (name, h[name]))
+        leaked = [(k, v) for k, v in rec["headers"] if FORGED in v or "evil" in v or
+                  "hunter" in v or v == "http"]
+        if leaked:
+            errs.append("a forged value reached the agent: %r" % leaked)
+        return errs
+
+    def tls_keepalive(self):
+        errs = []
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=5, context=self.tls,
+                                           source_address=("127.0.0.4", 0))
+        first = None
+        try:
+            for n in range(1, 6):
+                method = "POST" if n == 3 else "GET"
+                body = bytes(range(256)) * 2 if method == "POST" else None
+                target = self.target("tls-a", "/ka-tls-%d" % n)
+                conn.request(method, target, body=body,
+                             headers={"Content-Type": "application/x"} if body else {})
+                if first is None:
+                    first = conn.sock
+                elif conn.sock is not first:
+                    errs.append("request %d went on a new connection: the one before closed"
+                                % n)
+                    first = conn.sock
+                resp = conn.getresponse()
+                data = resp.read()
+                r = Resp(resp.status, resp.getheaders(), data,
+                         "%s:%d" % first.getsockname()[:2])
+                self.want(r, {"sandbox": self.sid["tls-a"], "method": method, "path": target})
+                rec = r.json() or {}
+                if r.status != 200 or rec.get("path") != "/ka-tls-%d" % n or \
+                        rec.get("method") != method or rec.get("body_len") != len(body or b""):
+                    errs.append("request %d (%s) on the connection: %r" % (n, method, r))
+                if (r.get("Connection") or "").lower() == "close" or resp.will_close:
+                    errs.append("request %d answered with Connection: close" % n)
+        except (OSError, http.client.HTTPException) as e:
+            errs.append("%s: %s" % (type(e).__name__, e))
+        finally:
+            conn.close()
+        return errs
+
+    def tls_pipelined(self):
+        errs = []
+        try:
+            c = Conn(self.port, 5, self.tls, "127.0.0.4")
+        except OSError as e:
+            return ["connect: %s: %s" % (type(e).__name__, e)]
+        try:
+            body = b"pipelined body"
+            reqs = [("GET", self.target("tls-a", "/pipe-tls-1"), b""),
+                    ("POST", self.target("tls-a", "/pipe-tls-2"), body),
+                    ("GET", self.target("tls-a", "/pipe-tls-3"), b"")]
+            c.send(b"".join(build(m, t, self.host(), body=b) for m, t, b in reqs))
+            for n, (method, target, b) in enumerate(reqs, 1):
+                r = c.response(method)
+                self.want(r, {"sandbox": self.sid["tls-a"], "method": method, "path": target})
+                rec = r.json() or {}
+                if r.status != 200 or rec.get("path") != "/pipe-tls-%d" % n or \
+                        rec.get("body_len") != len(b):
+                    errs.append("pipelined request %d (%s): %r" % (n, method, r))
+            # Then one more whose head comes in 7-byte TLS records, 10 ms apart.
+            target = self.target("tls-a", "/pipe-tls-records")
+            raw = build("GET", target, self.host())
+            for k in range(0, len(raw), 7):
+                c.send(raw[k:k + 7])
+                time.sleep(0.01)
+            r = c.response()
+            self.want(r, {"sandbox": self.sid["tls-a"], "method": "GET", "path": target})
+            if r.status != 200 or (r.json() or {}).get("path") != "/pipe-tls-records":
+                errs.append("a head in %d TLS records of 7 bytes: %r" % (
+                    (len(raw) + 6) // 7, r))
+        except (OSError, EOFError) as e:
+            errs.append("three pipelined requests: %s: %s" % (type(e).__name__, e))
+        finally:
+            c.close()
+        return errs
+
+    def tls_idle(self):
+        """Three connections at once: TCP that never says ClientHello, a handshake and
+        then nothing, a handshake and an unfinished head."""
+        errs, t0 = [], time.monotonic()
+        limit = HEAD_MS / 1000 + 2
+        silent = Conn(self.port, limit + 3)
+        idle = Conn(self.port, limit + 3, self.tls)
+        part = Conn(self.port, limit + 3, self.tls)
+        self.bare |= {silent.client, idle.client}
+        try:
+            part.send(("GET %s HTTP/1.1\r\nHost: %s\r\n" % (
+                self.target("tls-a", "/tls-slow"), self.host())).encode())
+            try:
+                r = part.response()
+            except (OSError, EOFError) as e:
+                r = Resp(client=part.client, error="%s: %s" % (type(e).__name__, e))
+            secs = time.monotonic() - t0
+            self.want(r, {})
+            errs += ["an unfinished head over TLS: %s" % e
+                     for e in refusal(r, 408, "request_timeout")]
+            if not HEAD_MS / 1000 * 0.8 <= secs <= limit:
+                errs.append("an unfinished head over TLS: answered after %.2fs, want about "
+                            "head_ms (%d ms)" % (secs, HEAD_MS))
+            for label, c in (("a TCP connection that never sends a ClientHello", silent),
+                             ("a TLS connection that sends nothing", idle)):
+                try:
+                    closed = c.closed_within(max(0.1, limit - (time.monotonic() - t0)))
+                except ConnectionResetError:
+                    closed = True
+                if not closed:
+                    errs.append("%s: still open %.1fs after it opened" % (label, limit))
+            log("# idle over TLS: all closed after %.2fs" % (time.monotonic() - t0))
+        finally:
+            for c in (silent, idle, part):
+                c.close()
+        if "/tls-slow" in self.seen_paths("tls-a"):
+            errs.append("the agent saw the unfinished head")
+        return errs
+
+    def tls_websocket(self):
+        target = self.target("tls-a", "/ws")
+        before = len(self.seen("tls-a"))
+        errs, stats = ws_check(self.port, target, self.host(), self.tls,
+                               ws_plan(7, TLS_WS_MESSAGES), TLS_WS_LOCKSTEP, TLS_WS_WINDOW)
+        if stats["client"] is None:
+            return errs
+        self.wants.append((stats["client"], {
+            "sandbox": self.sid["tls-a"], "method": "GET", "path": target, "status": 101,
+            "bytes_up": {"min": stats["up"]}, "bytes_down": {"min": stats["down"]}}))
+        got = [r for r in self.seen("tls-a")[before:] if r.get("path") == "/ws"]
+        h = header_map(got[0]) if got else {}
+        if len(got) != 1 or h.get("upgrade") != ["websocket"] or \
+                h.get("x-forwarded-proto") != ["https"]:
+            errs.append("the agent's record of the upgrade: %r, want one GET /ws with "
+                        "Upgrade: websocket and X-Forwarded-Proto: https" % got)
+        log("# websocket over TLS: %s" % json.dumps(stats))
+        return errs
+
+    def tls_refusals(self):
+        sid, errs, got = self.sid["tls-a"], [], []
+        before = len(self.seen("tls-a"))
+        escape = self.target("tls-a", "/%2e%2e/it-other/secret")
+        big = self.target("tls-a", "/tls-big")
+        for label, raw, method, want, status, reason in (
+                ("an unknown sandbox", build("GET", PREFIX + "/it-no-such-sandbox/x",
+                                             self.host()), "GET",
+                 {"path": PREFIX + "/it-no-such-sandbox/x"}, 404, "ingress_not_found"),
+                ("Content-Length %d" % (BODY_BYTES + 1), build(
+                    "POST", big, self.host(), [("Content-Length", str(BODY_BYTES + 1))]), "POST",
+                 {"sandbox": sid, "method": "POST", "path": big}, 413, "body_too_large"),
+                ("a path escape", build("GET", escape, self.host()), "GET",
+                 {"path": escape}, 400, "path_not_allowed")):
+            r = self.send(raw, method, want, source="127.0.0.3")
+            errs += ["%s: %s" % (label, e) for e in refusal(r, status, reason)]
+            if r.client is not None:
+                got.append((label, r.client, status, reason))
+        time.sleep(0.2)
+        if self.seen("tls-a")[before:]:
+            errs.append("the agent saw %r" % self.seen_paths("tls-a")[before:])
+
+        def records():
+            recs = [x for x in read_audit(self.vars["audit"])[0] if x.get("event") == "ingress"]
+            return {client: [x for x in recs if x.get("client") == client]
+                    for _, client, _, _ in got}
+        try:
+            wait_for(lambda: all(records().values()), AUDIT_WAIT_S, "the refusals' records")
+        except Fatal:
+            pass
+        recs = records()
+        for label, client, status, reason in got:
+            mine = recs.get(client, [])
+            if len(mine) != 1 or mine[0].get("status") != status or \
+                    mine[0].get("reason") != reason:
+                errs.append("%s: the audit's records with client %s: %s, want one with %d %s"
+                            % (label, client, json.dumps(mine)[:400], status, reason))
+        return errs
+
+    def tls_plain(self):
+        errs = []
+        target = self.target("tls-a", "/plain-on-tls")
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=5,
+                                     source_address=("127.0.0.6", 0))
+        self.bare.add("%s:%d" % s.getsockname()[:2])
+        data, closed, t0 = b"", False, time.monotonic()
+        try:
+            s.sendall(build("GET", target, self.host()))
+            s.settimeout(0.5)
+            while time.monotonic() - t0 < PLAIN_ON_TLS_S:
+                try:
+                    got = s.recv(65536)
+                except socket.timeout:
+                    continue
+                except OSError as e:  # a reset is a close too
+                    log("# plain HTTP on the TLS port: %s" % e)
+                    closed = True
+                    break
+                if not got:
+                    closed = True
+                    break
+                data += got
+        finally:
+            s.close()
+        secs = time.monotonic() - t0
+        log("# plain HTTP on the TLS port: %d bytes back (%r), %s after %.2fs" % (
+            len(data), data[:40], "closed" if closed else "still open", secs))
+        if re.match(rb"HTTP/1\.[01] 2\d\d", data):
+            errs.append("answered in plain HTTP: %r" % data[:300])
+        if not closed:
+            errs.append("the connection was still open %ds after the request" % PLAIN_ON_TLS_S)
+        time.sleep(0.2)
+        if "/plain-on-tls" in self.seen_paths("tls-a"):
+            errs.append("the agent got the plain request")
+        target = self.target("tls-a", "/after-plain")
+        r = self.send(build("GET", target, self.host()), "GET",
+                      {"sandbox": self.sid["tls-a"], "method": "GET", "path": target})
+        if r.status != 200 or (r.json() or {}).get("path") != "/after-plain":
+            errs.append("a TLS request after it: %r, want 200" % r)
+        return errs
+
+    def tls_bad(self):
+        """Each policy in its own socket directory, on its own free port."""
+        pki, errs = self.pki, []
+        if pki is None:
+            return ["not run: the operator's certificate was not made (above)"]
+        missing_cert = os.path.join(self.tmp, "tls", "no-such-chain.pem")
+        missing_key = os.path.join(self.tmp, "tls", "no-such-key.pem")
+        sock_dir = "/run/%s-tlsbad" % self.args.netns
+        for n, (label, cert, key, named) in enumerate((
+                ("a missing chain file", missing_cert, pki["key"], [missing_cert]),
+                ("a missing key file", pki["chain"], missing_key, [missing_key]),
+                ("the key of another leaf", pki["chain"], pki["other_key"],
+                 [pki["chain"], pki["other_key"]]))):
+            port = free_port()
+            more = '    tls: {cert: "%s", key: "%s"}' % (cert, key)
+            policy = self.render_policy("policy-tls-bad-%d.yaml" % n, port, more,
+                                        sock_dir=sock_dir,
+                                        audit=os.path.join(self.tmp, "audit-tls-bad.jsonl"))
+            err_path = os.path.join(self.tmp, "daemon-tls-bad-%d.stderr" % n)
+            with open(err_path, "wb") as err:
+                p = self.procs.start("agentsnetd", ["ip", "netns", "exec", self.args.upns,
+                                                    self.args.daemon, "--config", policy],
+                                     stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                     env=daemon_env())
+            try:
+                wait_for(lambda: p.poll() is not None or "agentsnetd: ready" in read_text(
+                    err_path), START_FAIL_S, "the daemon's exit")
+            except Fatal:
+                pass
+            text = read_text(err_path)
+            if p.poll() is None:
+                self.procs.stop(p)
+                errs.append("%s: the daemon still runs %ds after its start%s; stderr:\n%s" % (
+                    label, START_FAIL_S, " and said it was ready" if "agentsnetd: ready" in text
+                    else "", text[-2000:]))
+                continue
+            lines = [x for x in text.splitlines() if any(f in x for f in named)]
+            log("# %s: exit %d: %s" % (label, p.returncode, lines[0] if lines else text[-300:]))
+            if p.returncode == 0:
+                errs.append("%s: the daemon exited 0" % label)
+            if "agentsnetd: ready" in text:
+                errs.append("%s: the daemon said it was ready" % label)
+            if not lines:
+                errs.append("%s: stderr names no file of %s:\n%s" % (label, named, text[-2000:]))
+            elif named == [missing_cert] and "ingress.tls.cert" not in lines[0] or \
+                    named == [missing_key] and "ingress.tls.key" not in lines[0]:
+                errs.append("%s: the line does not name the policy key: %r" % (label, lines[0]))
+            errs += ["%s: stderr has %r:\n%s" % (label, m, text[-3000:])
+                     for m in sanitizer_marks(text)]
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                errs.append("%s: 127.0.0.1:%d accepts a connection" % (label, port))
+            except OSError:
+                pass
+        return errs
+
 
 def audit_field(got, want):
     if isinstance(want, dict):
@@ -1356,13 +2064,13 @@ def audit_field(got, want):
 
 TESTS = ["static", "headers", "body_limit", "escape", "websocket", "sse", "keepalive",
          "methods", "rate", "smuggling", "head_limits", "not_found", "finish", "audit",
-         "flags"]
+         "flags", "tls"]
 
 
 def preflight(args):
     if os.geteuid() != 0:
         raise Skip("network namespaces need root")
-    for tool in ("ip", "curl"):
+    for tool in ("ip", "curl", "openssl"):
         if shutil.which(tool) is None:
             raise Skip("%s is not installed (tools/deps.sh installs it)" % tool)
     for path in (args.daemon, args.agentsnet, args.bridge):
@@ -1439,7 +2147,8 @@ class Setup:
             os.close(self.home_ns)
         netns_del(t.args.netns)
         netns_del(t.args.upns)
-        shutil.rmtree("/run/" + t.args.netns, ignore_errors=True)
+        for suffix in ("", "-tls", "-tlsbad"):
+            shutil.rmtree("/run/" + t.args.netns + suffix, ignore_errors=True)
 
 
 def run_pass(t, tests):
@@ -1447,7 +2156,8 @@ def run_pass(t, tests):
     try:
         setup.up()
         for name in tests:
-            if name != "flags" and (t.daemon is None or t.daemon.poll() is not None):
+            if name not in ("flags", "tls") and (t.daemon is None or
+                                                 t.daemon.poll() is not None):
                 t.result(name, ["not run: agentsnetd is gone; stderr:\n" +
                                 read_text(t.daemon_err)[-3000:]])
                 continue

@@ -6,11 +6,13 @@
  */
 #include "../../../core/ingress.c"
 
+#include <arpa/inet.h>
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include "tests/unit/unit.h"
 
@@ -904,6 +906,371 @@ START_TEST(test_routes_tombstone_reuse)
 }
 END_TEST
 
+/* ---- PROXY v2 ---- */
+
+/* 192.0.2.1:54321 -> 198.51.100.7:443, built by hand from the spec. */
+static const unsigned char proxy_v4_bytes[28] = {
+	0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A, /* signature */
+	0x21, 0x11, 0x00, 0x0C, /* v2 PROXY, TCP over IPv4, 12 bytes follow */
+	192,  0,    2,    1,    /* src addr */
+	198,  51,   100,  7,    /* dst addr */
+	0xD4, 0x31,             /* src port 54321 */
+	0x01, 0xBB,             /* dst port 443 */
+};
+
+/* [2001:db8::1]:8080 -> [2001:db8::2]:443. */
+static const unsigned char proxy_v6_bytes[52] = {
+	0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A, /* signature */
+	0x21, 0x21, 0x00, 0x24,                         /* v2 PROXY, TCP over IPv6, 36 follow */
+	0x20, 0x01, 0x0D, 0xB8, 0x00, 0x00, 0x00, 0x00, /* src addr 2001:db8:0:0: */
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, /* 0:0:0:1 */
+	0x20, 0x01, 0x0D, 0xB8, 0x00, 0x00, 0x00, 0x00, /* dst addr 2001:db8:0:0: */
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, /* 0:0:0:2 */
+	0x1F, 0x90,                                     /* src port 8080 */
+	0x01, 0xBB,                                     /* dst port 443 */
+};
+
+static void sa4(struct sockaddr_in *sa, const char *addr, uint16_t port)
+{
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	sa->sin_port = htons(port);
+	ck_assert_int_eq(inet_pton(AF_INET, addr, &sa->sin_addr), 1);
+}
+
+static void sa6(struct sockaddr_in6 *sa, const char *addr, uint16_t port)
+{
+	memset(sa, 0, sizeof(*sa));
+	sa->sin6_family = AF_INET6;
+	sa->sin6_port = htons(port);
+	ck_assert_int_eq(inet_pton(AF_INET6, addr, &sa->sin6_addr), 1);
+}
+
+/* Parses the first <n> bytes of <b>, placed to end right before the guard page. */
+static ssize_t proxy_parse_n(const unsigned char *b, size_t n, struct sockaddr_storage *src)
+{
+	return ingress_proxy_parse(guard_place(&guard_in, (const char *)b, n), n, src);
+}
+
+/* A header of INGRESS_PROXY_BYTES_MAX bytes: the fixed 16 as given, zeros after. */
+static void proxy_head(unsigned char *b, uint8_t ver_cmd, uint8_t fam, uint16_t block)
+{
+	memset(b, 0, INGRESS_PROXY_BYTES_MAX);
+	memcpy(b, proxy_v4_bytes, 12);
+	b[12] = ver_cmd;
+	b[13] = fam;
+	b[14] = (unsigned char)(block >> 8);
+	b[15] = (unsigned char)block;
+}
+
+static void check_src4(const struct sockaddr_storage *ss, const char *addr, uint16_t port)
+{
+	const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+	struct sockaddr_in want;
+
+	sa4(&want, addr, port);
+	ck_assert_int_eq(ss->ss_family, AF_INET);
+	ck_assert_uint_eq(ntohs(s4->sin_port), port);
+	ck_assert_mem_eq(&s4->sin_addr, &want.sin_addr, sizeof(want.sin_addr));
+}
+
+static void check_src6(const struct sockaddr_storage *ss, const char *addr, uint16_t port)
+{
+	const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+	struct sockaddr_in6 want;
+
+	sa6(&want, addr, port);
+	ck_assert_int_eq(ss->ss_family, AF_INET6);
+	ck_assert_uint_eq(ntohs(s6->sin6_port), port);
+	ck_assert_mem_eq(&s6->sin6_addr, &want.sin6_addr, sizeof(want.sin6_addr));
+	ck_assert_uint_eq(s6->sin6_flowinfo, 0);
+	ck_assert_uint_eq(s6->sin6_scope_id, 0);
+}
+
+START_TEST(test_proxy_round_trip)
+{
+	char out[INGRESS_PROXY_BYTES_MAX];
+	struct sockaddr_storage got;
+	struct sockaddr_in s4, d4;
+	struct sockaddr_in6 s6, d6;
+
+	sa4(&s4, "203.0.113.250", 1);
+	sa4(&d4, "10.0.0.1", 65535);
+	ssize_t n =
+	    ingress_proxy_write((struct sockaddr *)&s4, (struct sockaddr *)&d4, out, sizeof(out));
+	ck_assert_int_eq(n, 28);
+	ck_assert_int_eq(proxy_parse_n((unsigned char *)out, (size_t)n, &got), 28);
+	check_src4(&got, "203.0.113.250", 1);
+
+	sa6(&s6, "2001:db8:1:2:3:4:5:6", 65535);
+	sa6(&d6, "::1", 8443);
+	n = ingress_proxy_write((struct sockaddr *)&s6, (struct sockaddr *)&d6, out, sizeof(out));
+	ck_assert_int_eq(n, 52);
+	ck_assert_int_eq(proxy_parse_n((unsigned char *)out, (size_t)n, &got), 52);
+	check_src6(&got, "2001:db8:1:2:3:4:5:6", 65535);
+}
+END_TEST
+
+START_TEST(test_proxy_exact_bytes)
+{
+	char out[INGRESS_PROXY_BYTES_MAX];
+	struct sockaddr_storage got;
+	struct sockaddr_in s4, d4;
+	struct sockaddr_in6 s6, d6;
+
+	sa4(&s4, "192.0.2.1", 54321);
+	sa4(&d4, "198.51.100.7", 443);
+	ck_assert_int_eq(
+	    ingress_proxy_write((struct sockaddr *)&s4, (struct sockaddr *)&d4, out, sizeof(out)),
+	    28);
+	ck_assert_mem_eq(out, proxy_v4_bytes, sizeof(proxy_v4_bytes));
+	sa6(&s6, "2001:db8::1", 8080);
+	sa6(&d6, "2001:db8::2", 443);
+	ck_assert_int_eq(
+	    ingress_proxy_write((struct sockaddr *)&s6, (struct sockaddr *)&d6, out, sizeof(out)),
+	    52);
+	ck_assert_mem_eq(out, proxy_v6_bytes, sizeof(proxy_v6_bytes));
+	/* And read independently of the writer: a mirrored bug would pass a round trip. */
+	ck_assert_int_eq(proxy_parse_n(proxy_v4_bytes, sizeof(proxy_v4_bytes), &got), 28);
+	check_src4(&got, "192.0.2.1", 54321);
+	ck_assert_int_eq(proxy_parse_n(proxy_v6_bytes, sizeof(proxy_v6_bytes), &got), 52);
+	check_src6(&got, "2001:db8::1", 8080);
+}
+END_TEST
+
+/* Every strict prefix of <b>/<total> is -EAGAIN and leaves *src alone; the whole is <total>. */
+static void check_prefixes(const unsigned char *b, size_t total)
+{
+	struct sockaddr_storage got, before;
+
+	memset(&before, 0xA5, sizeof(before));
+	for (size_t n = 0; n < total; n++) {
+		got = before;
+		ck_assert_int_eq(proxy_parse_n(b, n, &got), -EAGAIN);
+		ck_assert_mem_eq(&got, &before, sizeof(got));
+	}
+	ck_assert_int_eq(proxy_parse_n(b, total, &got), (ssize_t)total);
+}
+
+START_TEST(test_proxy_prefixes_again)
+{
+	unsigned char b[INGRESS_PROXY_BYTES_MAX];
+
+	check_prefixes(proxy_v4_bytes, sizeof(proxy_v4_bytes));
+	check_prefixes(proxy_v6_bytes, sizeof(proxy_v6_bytes));
+	proxy_head(b, 0x20, 0x00, 0);
+	check_prefixes(b, 16);
+	proxy_head(b, 0x21, 0x11, 12 + 7);
+	check_prefixes(b, 16 + 12 + 7);
+	proxy_head(b, 0x21, 0x21, INGRESS_PROXY_BYTES_MAX - 16);
+	check_prefixes(b, INGRESS_PROXY_BYTES_MAX);
+}
+END_TEST
+
+START_TEST(test_proxy_bad_signature)
+{
+	unsigned char b[sizeof(proxy_v4_bytes)];
+	struct sockaddr_storage got;
+
+	for (size_t i = 0; i < 12; i++) {
+		memcpy(b, proxy_v4_bytes, sizeof(b));
+		b[i] ^= 0x40;
+		/* Refused as soon as the wrong byte is seen, not when the header is whole. */
+		for (size_t n = i + 1; n <= sizeof(b); n++)
+			ck_assert_int_eq(proxy_parse_n(b, n, &got), -EPROTO);
+		ck_assert_int_eq(proxy_parse_n(b, i, &got), -EAGAIN);
+	}
+	/* Plain HTTP and a PROXY v1 line are refused on their first byte. */
+	ck_assert_int_eq(proxy_parse_n((const unsigned char *)"G", 1, &got), -EPROTO);
+	ck_assert_int_eq(proxy_parse_n((const unsigned char *)"PROXY TCP4 ", 11, &got), -EPROTO);
+	/* A v1 line's "\r\n" start is no v2 signature either once the third byte differs. */
+	ck_assert_int_eq(proxy_parse_n((const unsigned char *)"\r\nG", 3, &got), -EPROTO);
+}
+END_TEST
+
+struct proxy_bad {
+	uint8_t ver_cmd;
+	uint8_t fam;
+	uint16_t block;
+	size_t decided; /* the shortest prefix that is already -EPROTO */
+};
+
+START_TEST(test_proxy_bad_fields)
+{
+	static const struct proxy_bad cases[] = {
+		{ 0x11, 0x11, 12, 13 },  /* version 1 */
+		{ 0x01, 0x11, 12, 13 },  /* version 0 */
+		{ 0x31, 0x11, 12, 13 },  /* version 3 */
+		{ 0xF1, 0x11, 12, 13 },  /* version 15 */
+		{ 0x22, 0x11, 12, 13 },  /* command 2 */
+		{ 0x2F, 0x11, 12, 13 },  /* command 15 */
+		{ 0x21, 0x12, 12, 14 },  /* UDP over IPv4 */
+		{ 0x21, 0x22, 36, 14 },  /* UDP over IPv6 */
+		{ 0x21, 0x31, 216, 14 }, /* UNIX stream */
+		{ 0x21, 0x00, 0, 14 },   /* UNSPEC with PROXY */
+		{ 0x21, 0x10, 12, 14 },  /* IPv4, unspecified transport */
+		{ 0x21, 0x01, 12, 14 },  /* unspecified family, stream */
+		{ 0x21, 0x11, 11, 16 },  /* too short for IPv4 */
+		{ 0x21, 0x11, 0, 16 },   /* no IPv4 block at all */
+		{ 0x21, 0x21, 35, 16 },  /* too short for IPv6 */
+		{ 0x21, 0x21, 12, 16 },  /* an IPv4-sized block for IPv6 */
+	};
+	unsigned char b[INGRESS_PROXY_BYTES_MAX];
+	struct sockaddr_storage got;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		const struct proxy_bad *c = &cases[i];
+		proxy_head(b, c->ver_cmd, c->fam, c->block);
+		ck_assert_int_eq(proxy_parse_n(b, c->decided - 1, &got), -EAGAIN);
+		ck_assert_int_eq(proxy_parse_n(b, c->decided, &got), -EPROTO);
+		ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), -EPROTO);
+	}
+}
+END_TEST
+
+START_TEST(test_proxy_length_limit)
+{
+	const uint16_t max = INGRESS_PROXY_BYTES_MAX - 16;
+	unsigned char b[INGRESS_PROXY_BYTES_MAX + 1];
+	struct sockaddr_storage got;
+
+	/* N: the whole header is INGRESS_PROXY_BYTES_MAX bytes. */
+	proxy_head(b, 0x21, 0x11, max);
+	memcpy(b + 16, proxy_v4_bytes + 16, 12);
+	ck_assert_int_eq(proxy_parse_n(b, INGRESS_PROXY_BYTES_MAX - 1, &got), -EAGAIN);
+	ck_assert_int_eq(proxy_parse_n(b, INGRESS_PROXY_BYTES_MAX, &got), INGRESS_PROXY_BYTES_MAX);
+	check_src4(&got, "192.0.2.1", 54321);
+	proxy_head(b, 0x20, 0x00, max);
+	ck_assert_int_eq(proxy_parse_n(b, INGRESS_PROXY_BYTES_MAX, &got), INGRESS_PROXY_BYTES_MAX);
+	/* N + 1: refused from the length field on, never waited for. */
+	uint8_t cmds[] = { 0x20, 0x21 };
+	for (size_t i = 0; i < AN_ARRAY_LEN(cmds); i++) {
+		proxy_head(b, cmds[i], 0x21, (uint16_t)(max + 1));
+		ck_assert_int_eq(proxy_parse_n(b, 15, &got), -EAGAIN);
+		ck_assert_int_eq(proxy_parse_n(b, 16, &got), -EPROTO);
+		ck_assert_int_eq(proxy_parse_n(b, INGRESS_PROXY_BYTES_MAX, &got), -EPROTO);
+	}
+	/* A high length byte that no valid header has is refused before the low one. */
+	uint16_t highs[] = { 0x0100, 0xFFFF };
+	for (size_t i = 0; i < AN_ARRAY_LEN(highs); i++) {
+		proxy_head(b, 0x21, 0x21, highs[i]);
+		ck_assert_int_eq(proxy_parse_n(b, 14, &got), -EAGAIN);
+		ck_assert_int_eq(proxy_parse_n(b, 15, &got), -EPROTO);
+	}
+}
+END_TEST
+
+START_TEST(test_proxy_local)
+{
+	unsigned char b[INGRESS_PROXY_BYTES_MAX];
+	struct sockaddr_storage got;
+
+	/* The usual LOCAL: no family, no block. */
+	memset(&got, 0xA5, sizeof(got));
+	proxy_head(b, 0x20, 0x00, 0);
+	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), 16);
+	ck_assert_int_eq(got.ss_family, AF_UNSPEC);
+	/* A LOCAL with an address block: the block is skipped, not read. */
+	memset(&got, 0xA5, sizeof(got));
+	proxy_head(b, 0x20, 0x11, 12);
+	memcpy(b + 16, proxy_v4_bytes + 16, 12);
+	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), 28);
+	ck_assert_int_eq(got.ss_family, AF_UNSPEC);
+	/* LOCAL ignores the family byte and the block's size. */
+	proxy_head(b, 0x20, 0x12, 3);
+	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), 19);
+	ck_assert_int_eq(got.ss_family, AF_UNSPEC);
+	proxy_head(b, 0x20, 0x21, 5);
+	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), 21);
+	ck_assert_int_eq(got.ss_family, AF_UNSPEC);
+}
+END_TEST
+
+START_TEST(test_proxy_tlvs_skipped)
+{
+	static const char tail[] = "GET / HTTP/1.1\r\n";
+	static const unsigned char tlv[] = { 0x04, 0x00, 0x04, 'a', 'b', 'c', 'd' }; /* NOOP */
+	unsigned char b[INGRESS_PROXY_BYTES_MAX + sizeof(tail)];
+	struct sockaddr_storage got;
+
+	memcpy(b, proxy_v4_bytes, sizeof(proxy_v4_bytes));
+	b[15] = 12 + sizeof(tlv);
+	memcpy(b + 28, tlv, sizeof(tlv));
+	memcpy(b + 28 + sizeof(tlv), tail, sizeof(tail) - 1);
+	/* The request after the header is the caller's: only the header is counted. */
+	size_t n = 28 + sizeof(tlv) + sizeof(tail) - 1;
+	ck_assert_int_eq(proxy_parse_n(b, n, &got), 28 + (ssize_t)sizeof(tlv));
+	check_src4(&got, "192.0.2.1", 54321);
+	/* IPv6 with TLV bytes up to the limit. */
+	memset(b, 0x5A, sizeof(b));
+	memcpy(b, proxy_v6_bytes, sizeof(proxy_v6_bytes));
+	b[15] = INGRESS_PROXY_BYTES_MAX - 16;
+	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), INGRESS_PROXY_BYTES_MAX);
+	check_src6(&got, "2001:db8::1", 8080);
+}
+END_TEST
+
+START_TEST(test_proxy_write_families)
+{
+	char out[INGRESS_PROXY_BYTES_MAX];
+	char before[sizeof(out)];
+	struct sockaddr_in v4;
+	struct sockaddr_in6 v6;
+	struct sockaddr_un un = { .sun_family = AF_UNIX, .sun_path = "/run/x" };
+	struct sockaddr none = { .sa_family = AF_UNSPEC };
+	const struct sockaddr *pairs[][2] = {
+		{ (struct sockaddr *)&v4, (struct sockaddr *)&v6 },
+		{ (struct sockaddr *)&v6, (struct sockaddr *)&v4 },
+		{ (struct sockaddr *)&un, (struct sockaddr *)&un },
+		{ (struct sockaddr *)&v4, (struct sockaddr *)&un },
+		{ (struct sockaddr *)&un, (struct sockaddr *)&v6 },
+		{ &none, &none },
+	};
+
+	sa4(&v4, "192.0.2.1", 1);
+	sa6(&v6, "2001:db8::1", 1);
+	memset(before, 0xA5, sizeof(before));
+	for (size_t i = 0; i < AN_ARRAY_LEN(pairs); i++) {
+		memcpy(out, before, sizeof(out));
+		ck_assert_int_eq(ingress_proxy_write(pairs[i][0], pairs[i][1], out, sizeof(out)),
+				 -EAFNOSUPPORT);
+		ck_assert_mem_eq(out, before, sizeof(out));
+	}
+}
+END_TEST
+
+/* Writes <src> -> <dst> into exactly <need> - 1 and then <need> bytes before the guard page. */
+static void check_write_cap(const struct sockaddr *src, const struct sockaddr *dst,
+			    const unsigned char *want, size_t need)
+{
+	char *out = guard_end(&guard_out, need - 1);
+
+	memset(out, 0xA5, need - 1);
+	ck_assert_int_eq(ingress_proxy_write(src, dst, out, need - 1), -EMSGSIZE);
+	for (size_t i = 0; i < need - 1; i++)
+		ck_assert_uint_eq((unsigned char)out[i], 0xA5);
+	out = guard_end(&guard_out, need);
+	ck_assert_int_eq(ingress_proxy_write(src, dst, out, need), (ssize_t)need);
+	ck_assert_mem_eq(out, want, need);
+}
+
+START_TEST(test_proxy_write_cap)
+{
+	struct sockaddr_in s4, d4;
+	struct sockaddr_in6 s6, d6;
+
+	sa4(&s4, "192.0.2.1", 54321);
+	sa4(&d4, "198.51.100.7", 443);
+	check_write_cap((struct sockaddr *)&s4, (struct sockaddr *)&d4, proxy_v4_bytes, 28);
+	sa6(&s6, "2001:db8::1", 8080);
+	sa6(&d6, "2001:db8::2", 443);
+	check_write_cap((struct sockaddr *)&s6, (struct sockaddr *)&d6, proxy_v6_bytes, 52);
+	ck_assert_int_eq(
+	    ingress_proxy_write((struct sockaddr *)&s4, (struct sockaddr *)&d4, NULL, 0),
+	    -EMSGSIZE);
+}
+END_TEST
+
 static Suite *ingress_suite(void)
 {
 	Suite *s = suite_create("ingress");
@@ -931,6 +1298,16 @@ static Suite *ingress_suite(void)
 	tcase_add_test(tc, test_routes_churn);
 	tcase_add_test(tc, test_routes_tombstones);
 	tcase_add_test(tc, test_routes_tombstone_reuse);
+	tcase_add_test(tc, test_proxy_round_trip);
+	tcase_add_test(tc, test_proxy_exact_bytes);
+	tcase_add_test(tc, test_proxy_prefixes_again);
+	tcase_add_test(tc, test_proxy_bad_signature);
+	tcase_add_test(tc, test_proxy_bad_fields);
+	tcase_add_test(tc, test_proxy_length_limit);
+	tcase_add_test(tc, test_proxy_local);
+	tcase_add_test(tc, test_proxy_tlvs_skipped);
+	tcase_add_test(tc, test_proxy_write_families);
+	tcase_add_test(tc, test_proxy_write_cap);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,8 +1,9 @@
 /*
  * policy/policy.c, the ingress gateway's two sections: daemon.ingress
- * (listen, public_url, prefix: each at its limit N and N+1, every refusal
- * with its exact "file:line:col: message", listen required by the others,
- * the config staged so a failed load changes nothing) and a profile's
+ * (listen, public_url, prefix, tls.cert and tls.key: each at its limit N and
+ * N+1, every refusal with its exact "file:line:col: message", listen required
+ * by the others, the config staged so a failed load changes nothing) and a
+ * profile's
  * `ingress` (enabled, methods, strip_headers, body_bytes, limits: bounds,
  * duplicates, unknown keys, the defaults), what profile_ingress returns for
  * each profile, the built-in policy's gateway (and ingress_optional, which
@@ -42,6 +43,8 @@ static const char *at(const char *yaml, const char *needle, const char *msg)
 #define MINIMAL "version: 1\nprofiles:\n  p:\n    rules: []\n"
 /* daemon.ingress in flow style: DAEMON(x) is "daemon: {ingress: {x}}" on line 5. */
 #define DAEMON(fields) MINIMAL "daemon: {ingress: {" fields "}}\n"
+/* daemon.ingress.tls after a listen, flow style, on line 5: its '{' is at column 49. */
+#define TLS(fields) DAEMON("listen: \"0.0.0.0:8443\", tls: {" fields "}")
 /* Profile p's ingress in flow style: PROFILE(x) is "    ingress: {x}" on line 5. */
 #define PROFILE(fields) MINIMAL "    ingress: {" fields "}\n"
 
@@ -313,7 +316,7 @@ START_TEST(test_daemon_keys)
 	yaml = DAEMON("listen: \"0.0.0.0:1\", port: 2");
 	expect_error_at_needle(yaml, "port",
 			       "unknown key \"port\" in daemon.ingress (expected one of: listen, "
-			       "public_url, prefix)");
+			       "public_url, prefix, tls)");
 	yaml = DAEMON("listen: \"0.0.0.0:1\", listen: \"0.0.0.0:2\"");
 	expect_error_at_needle(yaml, "listen: \"0.0.0.0:2",
 			       "duplicate key \"listen\" in daemon.ingress");
@@ -331,6 +334,155 @@ START_TEST(test_daemon_keys)
 	    "unknown key \"gateway\" in daemon (expected one of: socket_dir, "
 	    "audit_log, workers, conns_per_worker, pipes_per_worker, tcp_listen, "
 	    "tcp_sandbox, timeouts, control_group, ca, leaf_days, ingress)");
+}
+END_TEST
+
+START_TEST(test_daemon_tls)
+{
+	/* No tls: plain HTTP, nothing stored. */
+	expect_ok(DAEMON("listen: \"0.0.0.0:8090\""));
+	ck_assert_ptr_null(cfg.ingress_tls_cert);
+	ck_assert_ptr_null(cfg.ingress_tls_key);
+	expect_ok(TLS("cert: /etc/an/hooks.pem, key: /etc/an/hooks.key"));
+	ck_assert_str_eq(cfg.ingress_listen, "0.0.0.0:8443");
+	ck_assert_str_eq(cfg.ingress_tls_cert, "/etc/an/hooks.pem");
+	ck_assert_str_eq(cfg.ingress_tls_key, "/etc/an/hooks.key");
+	/* The URL stays unset: https://<listen> is the engine's to make. */
+	ck_assert_ptr_null(cfg.ingress_public_url);
+	/* Nothing is read: the files need not exist. Block style, either order, every key. */
+	expect_ok(MINIMAL "daemon:\n  ingress:\n    listen: \"[::]:443\"\n"
+			  "    public_url: https://hooks.example.com\n    prefix: /h\n"
+			  "    tls:\n      key: /nonexistent/k\n      cert: /nonexistent/c\n");
+	ck_assert_str_eq(cfg.ingress_tls_cert, "/nonexistent/c");
+	ck_assert_str_eq(cfg.ingress_tls_key, "/nonexistent/k");
+	ck_assert_str_eq(cfg.ingress_public_url, "https://hooks.example.com");
+	/* The same file for both (a PEM holding the chain and the key) is fine. */
+	expect_ok(TLS("cert: /etc/an/all.pem, key: /etc/an/all.pem"));
+	ck_assert_str_eq(cfg.ingress_tls_cert, "/etc/an/all.pem");
+	ck_assert_str_eq(cfg.ingress_tls_key, "/etc/an/all.pem");
+}
+END_TEST
+
+START_TEST(test_daemon_tls_refused)
+{
+	static const struct {
+		const char *fields;
+		const char *needle;
+		const char *msg;
+	} bad[] = {
+		{ "cert: hooks.pem, key: /k", "hooks.pem",
+		  "ingress.tls.cert must be an absolute path" },
+		{ "cert: ./hooks.pem, key: /k", "./hooks",
+		  "ingress.tls.cert must be an absolute path" },
+		{ "cert: /c, key: \"-\"", "\"-\"", "ingress.tls.key must be an absolute path" },
+		{ "cert: /c, key: \"\"", "\"\"", "ingress.tls.key must be an absolute path" },
+		{ "cert: \"/a\\nb\", key: /k", "\"/a",
+		  "ingress.tls.cert must be at most 4095 bytes without control characters" },
+		{ "cert: /c, key: \"/k\\tx\"", "\"/k",
+		  "ingress.tls.key must be at most 4095 bytes without control characters" },
+		{ "cert: [/c], key: /k", "[/c]", "ingress.tls.cert must be a string" },
+		{ "cert: /c, key: ~", "~", "ingress.tls.key must be a string" },
+		{ "cert: /c, key: {a: 1}", "{a: 1}", "ingress.tls.key must be a string" },
+		{ "cert: /c, key: /k, chain: /i", "chain",
+		  "unknown key \"chain\" in daemon.ingress.tls (expected one of: cert, key)" },
+		{ "cert: /c, cert: /d, key: /k", "cert: /d",
+		  "duplicate key \"cert\" in daemon.ingress.tls" },
+		{ "cert: /c, key: /k, key: /l", "key: /l",
+		  "duplicate key \"key\" in daemon.ingress.tls" },
+	};
+	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
+		const char *yaml = textf(TLS("%s"), bad[i].fields);
+		expect_error_at_needle(yaml, bad[i].needle, bad[i].msg);
+	}
+	/* Both are mandatory inside tls, reported at the mapping. */
+	expect_error(TLS("cert: /c"), "t.yaml:5:49: missing mandatory key \"key\" in "
+				      "daemon.ingress.tls");
+	expect_error(TLS("key: /k"), "t.yaml:5:49: missing mandatory key \"cert\" in "
+				     "daemon.ingress.tls");
+	expect_error(TLS(""), "t.yaml:5:49: missing mandatory key \"cert\" in daemon.ingress.tls");
+	expect_error(MINIMAL "daemon:\n  ingress:\n    listen: \"0.0.0.0:1\"\n    tls:\n"
+			     "      cert: /c\n",
+		     "t.yaml:9:7: missing mandatory key \"key\" in daemon.ingress.tls");
+	/* tls is a mapping, once, and needs the listener. */
+	expect_error(DAEMON("listen: \"0.0.0.0:8443\", tls: true"),
+		     "t.yaml:5:49: ingress.tls must be a mapping");
+	expect_error(DAEMON("listen: \"0.0.0.0:8443\", tls: /etc/an/hooks.pem"),
+		     "t.yaml:5:49: ingress.tls must be a mapping");
+	expect_error(DAEMON("listen: \"0.0.0.0:8443\", tls: ~"),
+		     "t.yaml:5:49: ingress.tls must be a mapping");
+	expect_error(DAEMON("listen: \"0.0.0.0:8443\", tls: [/c, /k]"),
+		     "t.yaml:5:49: ingress.tls must be a mapping");
+	expect_error(DAEMON("listen: \"0.0.0.0:8443\", tls: {cert: /c, key: /k}, tls: {}"),
+		     "t.yaml:5:70: duplicate key \"tls\" in daemon.ingress");
+	expect_error(DAEMON("tls: {cert: /c, key: /k}"),
+		     "t.yaml:5:20: ingress.tls needs ingress.listen (the ip:port the gateway "
+		     "listens on)");
+	expect_error(MINIMAL "daemon: {tls: {cert: /c, key: /k}}\n",
+		     "t.yaml:5:10: unknown key \"tls\" in daemon (expected one of:");
+	/* Nothing of a refused load is kept. */
+	ck_assert_ptr_null(cfg.ingress_tls_cert);
+	ck_assert_ptr_null(cfg.ingress_tls_key);
+	ck_assert_ptr_null(cfg.ingress_listen);
+}
+END_TEST
+
+/* Each path at POLICY_PATH_BYTES_MAX (4095) bytes is taken, at 4096 refused. */
+START_TEST(test_daemon_tls_limit)
+{
+	char *p = repeat('p', POLICY_PATH_BYTES_MAX + 1);
+
+	ck_assert_uint_eq(POLICY_PATH_BYTES_MAX, 4095);
+	p[0] = '/';
+	p[POLICY_PATH_BYTES_MAX] = '\0';
+	expect_ok(textf(TLS("cert: %s, key: %s"), p, p));
+	ck_assert_uint_eq(strlen(cfg.ingress_tls_cert), 4095);
+	ck_assert_uint_eq(strlen(cfg.ingress_tls_key), 4095);
+	ck_assert_str_eq(cfg.ingress_tls_cert, p);
+	p[POLICY_PATH_BYTES_MAX] = 'p';
+	expect_error(textf(TLS("cert: %s, key: /k"), p),
+		     "t.yaml:5:56: ingress.tls.cert must be at most 4095 bytes without control "
+		     "characters");
+	/* "cert: /c, key: " is 15 bytes after the '{' at column 49. */
+	expect_error(textf(TLS("cert: /c, key: %s"), p),
+		     "t.yaml:5:65: ingress.tls.key must be at most 4095 bytes without control "
+		     "characters");
+	free(p);
+	/* The refused loads kept the 4095-byte paths. */
+	ck_assert_uint_eq(strlen(cfg.ingress_tls_cert), 4095);
+	ck_assert_uint_eq(strlen(cfg.ingress_tls_key), 4095);
+	/* The shortest absolute path. */
+	expect_ok(TLS("cert: /, key: /"));
+	ck_assert_str_eq(cfg.ingress_tls_cert, "/");
+}
+END_TEST
+
+/* A refused load, even one whose tls section was fine, keeps the pair the config holds. */
+START_TEST(test_daemon_tls_staged)
+{
+	expect_ok(TLS("cert: /a.pem, key: /a.key"));
+	expect_error_at_needle(TLS("cert: /b.pem, key: /b.key") "sandboxes: [{id: s, profile: "
+								"nope}]\n",
+			       "nope", "unknown profile \"nope\"");
+	ck_assert_str_eq(cfg.ingress_tls_cert, "/a.pem");
+	ck_assert_str_eq(cfg.ingress_tls_key, "/a.key");
+	/* The cert staged, then the key refused: neither changes. */
+	expect_error_at_needle(TLS("cert: /b.pem, key: b.key"), "b.key}",
+			       "ingress.tls.key must be an absolute path");
+	ck_assert_str_eq(cfg.ingress_tls_cert, "/a.pem");
+	ck_assert_str_eq(cfg.ingress_tls_key, "/a.key");
+	expect_ok(TLS("key: /c.key, cert: /c.pem"));
+	ck_assert_str_eq(cfg.ingress_tls_cert, "/c.pem");
+	ck_assert_str_eq(cfg.ingress_tls_key, "/c.key");
+	/* The daemon loads each file into a fresh config: a key not given keeps its value. */
+	expect_ok(DAEMON("listen: \"0.0.0.0:8443\""));
+	ck_assert_str_eq(cfg.ingress_tls_cert, "/c.pem");
+	config_free(&cfg);
+	ck_assert_int_eq(config_init_defaults(&cfg), 0);
+	ck_assert_ptr_null(cfg.ingress_tls_cert);
+	ck_assert_ptr_null(cfg.ingress_tls_key);
+	expect_ok(DAEMON("listen: \"0.0.0.0:8443\""));
+	ck_assert_ptr_null(cfg.ingress_tls_cert);
+	ck_assert_ptr_null(cfg.ingress_tls_key);
 }
 END_TEST
 
@@ -745,6 +897,8 @@ START_TEST(test_docs_example)
 	ck_assert_str_eq(cfg.ingress_listen, "0.0.0.0:8090");
 	ck_assert_str_eq(cfg.ingress_public_url, "https://hooks.example.com");
 	ck_assert_str_eq(cfg.ingress_prefix, "/callbacks");
+	ck_assert_str_eq(cfg.ingress_tls_cert, "/etc/agentsnet/hooks.pem");
+	ck_assert_str_eq(cfg.ingress_tls_key, "/etc/agentsnet/hooks.key");
 	ck_assert(!cfg.ingress_optional);
 	const struct verdict_ingress *vi = ingress(0);
 	static const char *const two[] = { "GET", "POST" };
@@ -788,7 +942,7 @@ START_TEST(test_allocation_failures)
 {
 	static const char yaml[] =
 	    "version: 1\ndaemon: {ingress: {listen: \"[::]:8090\", public_url: https://h.example, "
-	    "prefix: /h}}\nprofiles:\n"
+	    "prefix: /h, tls: {cert: /t.pem, key: /t.key}}}\nprofiles:\n"
 	    "  a:\n    rules: []\n    ingress: {methods: [POST, PUT], strip_headers: [Cookie]}\n"
 	    "  b:\n    rules: []\n    ingress: {enabled: false}\n";
 
@@ -798,21 +952,28 @@ START_TEST(test_allocation_failures)
 	ck_assert_int_eq(config_set_string(&cfg.ingress_listen, "192.0.2.1:1"), 0);
 	ck_assert_int_eq(config_set_string(&cfg.ingress_public_url, NULL), 0);
 	ck_assert_int_eq(config_set_string(&cfg.ingress_prefix, "/callbacks"), 0);
+	ck_assert_int_eq(config_set_string(&cfg.ingress_tls_cert, NULL), 0);
+	ck_assert_int_eq(config_set_string(&cfg.ingress_tls_key, NULL), 0);
 	for (uint64_t n = 1; n <= total; n++) {
 		int rc = load_failing(n, yaml);
 		if (rc == 0) {
 			/* Only a shrinking realloc may fail without failing the load. */
 			ck_assert_str_eq(ingress(0)->methods[1], "PUT");
 			ck_assert_str_eq(cfg.ingress_listen, "[::]:8090");
+			ck_assert_str_eq(cfg.ingress_tls_key, "/t.key");
 			ck_assert_int_eq(config_set_string(&cfg.ingress_listen, "192.0.2.1:1"), 0);
 			ck_assert_int_eq(config_set_string(&cfg.ingress_public_url, NULL), 0);
 			ck_assert_int_eq(config_set_string(&cfg.ingress_prefix, "/callbacks"), 0);
+			ck_assert_int_eq(config_set_string(&cfg.ingress_tls_cert, NULL), 0);
+			ck_assert_int_eq(config_set_string(&cfg.ingress_tls_key, NULL), 0);
 			continue;
 		}
 		expect_out_of_memory(n, rc);
 		ck_assert_str_eq(cfg.ingress_listen, "192.0.2.1:1");
 		ck_assert_ptr_null(cfg.ingress_public_url);
 		ck_assert_str_eq(cfg.ingress_prefix, "/callbacks");
+		ck_assert_ptr_null(cfg.ingress_tls_cert);
+		ck_assert_ptr_null(cfg.ingress_tls_key);
 	}
 }
 END_TEST
@@ -830,6 +991,10 @@ int main(void)
 	tcase_add_test(tc, test_daemon_public_url_limit);
 	tcase_add_test(tc, test_daemon_prefix);
 	tcase_add_test(tc, test_daemon_keys);
+	tcase_add_test(tc, test_daemon_tls);
+	tcase_add_test(tc, test_daemon_tls_refused);
+	tcase_add_test(tc, test_daemon_tls_limit);
+	tcase_add_test(tc, test_daemon_tls_staged);
 	tcase_add_test(tc, test_daemon_staged);
 	tcase_add_test(tc, test_embedded_default);
 	tcase_add_test(tc, test_embedded_docs);
