@@ -399,15 +399,7 @@ static void ingress_audit(struct conn *c)
 	rec->id = c->decision_id != 0 ? c->decision_id : audit_next_id(ar);
 	rec->allowed = c->reason == REASON_NONE;
 	rec->status = c->status;
-	rec->conn_id = c->id;
-	rec->reason = c->reason;
-	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
-	const char *sb = conn_sandbox_id(c, id);
-	audit_copy(rec->sandbox, sizeof(rec->sandbox), sb, strlen(sb));
-	audit_copy(rec->method, sizeof(rec->method), c->method, c->method_len);
-	audit_copy(rec->host, sizeof(rec->host), c->host, c->host_len);
-	if (c->path_len != 0 && c->head != NULL)
-		audit_copy(rec->path, sizeof(rec->path), c->head + c->path_off, c->path_len);
+	record_common(c, rec);
 	rec->bytes_up = c->bytes_up + c->up.bytes - c->ingress_up0;
 	rec->bytes_down = c->bytes_down + c->down.bytes - c->ingress_down0;
 	rec->duration_ms = (uint32_t)(c->w->now_ms - c->ingress_start_ms);
