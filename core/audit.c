@@ -363,44 +363,80 @@ static char *put_head(struct audit *a, char *p, uint64_t ts_us, uint64_t id, enu
 	return p;
 }
 
-/* The fields of decision and close records, after the head. */
-static char *put_conn_fields(struct audit *a, char *p, const struct audit_record *rec)
+/* ,"sandbox":..,"conn":..: whose connection the record is about. */
+static char *put_who(char *p, const struct audit_record *rec)
 {
-	unsigned tier = rec->tier, reason = rec->reason;
-
-	if (AN_NEVER(tier >= TIER__COUNT))
-		tier = TIER_DENY;
-	if (AN_NEVER(reason >= REASON__COUNT))
-		reason = REASON_NONE;
 	p = put_lit(p, ",\"sandbox\":");
 	p = put_json_str(p, rec->sandbox, sizeof(rec->sandbox));
 	p = put_lit(p, ",\"conn\":");
-	p = put_u64(p, rec->conn_id);
-	p = put_lit(p, ",\"tier\":");
-	p = put_name(p, &a->tiers[tier]);
+	return put_u64(p, rec->conn_id);
+}
+
+/* ,"decision":..,"reason":..: what was decided and why. */
+static char *put_verdict(const struct audit *a, char *p, const struct audit_record *rec)
+{
+	unsigned reason = rec->reason;
+
+	AN_ASSERT(rec->kind == AUDIT_DECISION || rec->kind == AUDIT_CLOSE ||
+		  rec->kind == AUDIT_INGRESS);
+	if (AN_NEVER(reason >= REASON__COUNT))
+		reason = REASON_NONE;
 	p = put_lit(p, rec->allowed ? ",\"decision\":\"allow\"" : ",\"decision\":\"deny\"");
 	p = put_lit(p, ",\"reason\":");
 	p = put_name(p, &a->reasons[reason]);
-	p = put_lit(p, ",\"rule\":");
-	p = put_json_str(p, rec->rule, sizeof(rec->rule));
+	AN_DASSERT(reason < REASON__COUNT);
+	return p;
+}
+
+/* ,"method":..,"host":..[,"port":..],"path":..,"status":..: the request and its answer. */
+static char *put_request(char *p, const struct audit_record *rec, bool with_port)
+{
+	AN_ASSERT(rec->kind != AUDIT_NOTICE);
+	if (with_port)
+		AN_ASSERT(rec->kind != AUDIT_INGRESS);
 	p = put_lit(p, ",\"method\":");
 	p = put_json_str(p, rec->method, sizeof(rec->method));
 	p = put_lit(p, ",\"host\":");
 	p = put_json_str(p, rec->host, sizeof(rec->host));
-	p = put_lit(p, ",\"port\":");
-	p = put_u64(p, rec->port);
+	if (with_port) {
+		p = put_lit(p, ",\"port\":");
+		p = put_u64(p, rec->port);
+	}
 	p = put_lit(p, ",\"path\":");
 	p = put_json_str(p, rec->path, sizeof(rec->path));
 	p = put_lit(p, ",\"status\":");
-	p = rec->status == 0 ? put_bytes(p, "null", 4) : put_u64(p, rec->status);
-	if (rec->kind == AUDIT_CLOSE) {
-		p = put_lit(p, ",\"bytes_up\":");
-		p = put_u64(p, rec->bytes_up);
-		p = put_lit(p, ",\"bytes_down\":");
-		p = put_u64(p, rec->bytes_down);
-		p = put_lit(p, ",\"duration_ms\":");
-		p = put_u64(p, rec->duration_ms);
-	}
+	return rec->status == 0 ? put_bytes(p, "null", 4) : put_u64(p, rec->status);
+}
+
+/* ,"bytes_up":..,"bytes_down":..,"duration_ms":..: what a finished exchange moved. */
+static char *put_traffic(char *p, const struct audit_record *rec)
+{
+	AN_ASSERT(rec->kind == AUDIT_CLOSE || rec->kind == AUDIT_INGRESS);
+	p = put_lit(p, ",\"bytes_up\":");
+	p = put_u64(p, rec->bytes_up);
+	p = put_lit(p, ",\"bytes_down\":");
+	p = put_u64(p, rec->bytes_down);
+	p = put_lit(p, ",\"duration_ms\":");
+	return put_u64(p, rec->duration_ms);
+}
+
+/* The fields of decision and close records, after the head. */
+static char *put_conn_fields(struct audit *a, char *p, const struct audit_record *rec)
+{
+	unsigned tier = rec->tier;
+
+	AN_ASSERT(rec->kind == AUDIT_DECISION || rec->kind == AUDIT_CLOSE);
+	if (AN_NEVER(tier >= TIER__COUNT))
+		tier = TIER_DENY;
+	p = put_who(p, rec);
+	p = put_lit(p, ",\"tier\":");
+	p = put_name(p, &a->tiers[tier]);
+	p = put_verdict(a, p, rec);
+	p = put_lit(p, ",\"rule\":");
+	p = put_json_str(p, rec->rule, sizeof(rec->rule));
+	p = put_request(p, rec, true);
+	if (rec->kind == AUDIT_CLOSE)
+		p = put_traffic(p, rec);
 	p = put_lit(p, ",\"addr\":");
 	p = put_json_str(p, rec->addr, sizeof(rec->addr));
 	p = put_lit(p, ",\"detail\":");
@@ -410,32 +446,11 @@ static char *put_conn_fields(struct audit *a, char *p, const struct audit_record
 /* The fields of an ingress record, after the head: the public request and its answer. */
 static char *put_ingress_fields(struct audit *a, char *p, const struct audit_record *rec)
 {
-	unsigned reason = rec->reason;
-
 	AN_ASSERT(rec->kind == AUDIT_INGRESS);
-	if (AN_NEVER(reason >= REASON__COUNT))
-		reason = REASON_NONE;
-	p = put_lit(p, ",\"sandbox\":");
-	p = put_json_str(p, rec->sandbox, sizeof(rec->sandbox));
-	p = put_lit(p, ",\"conn\":");
-	p = put_u64(p, rec->conn_id);
-	p = put_lit(p, rec->allowed ? ",\"decision\":\"allow\"" : ",\"decision\":\"deny\"");
-	p = put_lit(p, ",\"reason\":");
-	p = put_name(p, &a->reasons[reason]);
-	p = put_lit(p, ",\"method\":");
-	p = put_json_str(p, rec->method, sizeof(rec->method));
-	p = put_lit(p, ",\"host\":");
-	p = put_json_str(p, rec->host, sizeof(rec->host));
-	p = put_lit(p, ",\"path\":");
-	p = put_json_str(p, rec->path, sizeof(rec->path));
-	p = put_lit(p, ",\"status\":");
-	p = rec->status == 0 ? put_bytes(p, "null", 4) : put_u64(p, rec->status);
-	p = put_lit(p, ",\"bytes_up\":");
-	p = put_u64(p, rec->bytes_up);
-	p = put_lit(p, ",\"bytes_down\":");
-	p = put_u64(p, rec->bytes_down);
-	p = put_lit(p, ",\"duration_ms\":");
-	p = put_u64(p, rec->duration_ms);
+	p = put_who(p, rec);
+	p = put_verdict(a, p, rec);
+	p = put_request(p, rec, false);
+	p = put_traffic(p, rec);
 	p = put_lit(p, ",\"client\":");
 	return put_json_str(p, rec->addr, sizeof(rec->addr));
 }

@@ -1021,6 +1021,10 @@ static bool ingress_proxy_take(struct conn *c)
 		return false;
 	}
 	AN_ASSERT((uint32_t)n <= c->head_fill);
+	if (src.ss_family != AF_INET && src.ss_family != AF_INET6) {
+		conn_close(c); /* LOCAL: the relay always names its client */
+		return false;
+	}
 	memcpy(&c->client, &src, sizeof(c->client));
 	memmove(c->head, c->head + n, c->head_fill - (uint32_t)n);
 	c->head_fill -= (uint32_t)n;
@@ -1526,10 +1530,15 @@ static ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 	int n =
 	    snprintf(prefix, sizeof(prefix), "%s/%.*s", cfg->ingress_prefix, (int)t.id_len, t.id);
 	AN_ASSERT(n > 0 && (size_t)n < sizeof(prefix));
+	/* The public URL's authority (validated at load: a scheme, "://", no path). */
+	const char *url = cfg->ingress_public_url;
+	const char *authority = url != NULL && strstr(url, "://") != NULL ? strstr(url, "://") + 3
+									  : cfg->ingress_listen;
 	const struct ingress_client client = { .addr = addr,
 					       .proto = c->ingress_proxied ? "https" : "http",
 					       .prefix = prefix,
-					       .prefix_len = (size_t)n };
+					       .prefix_len = (size_t)n,
+					       .authority = authority };
 	return ingress_write_head(req, &t, c->ingress_rules, &client, c->out,
 				  WORKER_HEAD_BUFFER_BYTES);
 }

@@ -497,8 +497,7 @@ static int parse_field(const char **pp, const char *end, struct http1_header *h)
 	return 0;
 }
 
-/* Next element of a comma-separated list, OWS-trimmed; empty elements skipped. */
-static bool list_next(const char **pp, const char *end, const char **elem, size_t *elem_len)
+bool http1_list_next(const char **pp, const char *end, const char **elem, size_t *elem_len)
 {
 	const char *p = *pp;
 
@@ -565,7 +564,7 @@ static int framing_transfer_encoding(struct framing *fr, const char *v, size_t n
 		fr->te_chunked = true;
 		return 0;
 	}
-	while (list_next(&p, v + n, &elem, &elem_len)) {
+	while (http1_list_next(&p, v + n, &elem, &elem_len)) {
 		if (fr->te_chunked)
 			return -EPROTO;
 		fr->te_chunked = http1_name_is(elem, elem_len, "chunked");
@@ -583,7 +582,7 @@ static void framing_connection(struct framing *fr, const char *v, size_t n)
 
 	AN_DASSERT(fr != NULL);
 	AN_DASSERT(v != NULL || n == 0);
-	while (list_next(&p, v + n, &elem, &elem_len)) {
+	while (http1_list_next(&p, v + n, &elem, &elem_len)) {
 		if (http1_name_is(elem, elem_len, "close"))
 			fr->conn_close = true;
 		else if (http1_name_is(elem, elem_len, "keep-alive"))
@@ -903,17 +902,12 @@ enum http1_body http1_response_body(const struct http1_response *resp, bool requ
 	return resp->body;
 }
 
-/* The head under construction; once it overflows nothing more is written. */
-struct out_buf {
-	char *p;
-	size_t cap;
-	size_t len;
-	bool overflow;
-};
+/* ---- Writing heads ---- */
 
-static void out_put(struct out_buf *o, const char *s, size_t n)
+void http1_out_put(struct http1_out *o, const char *s, size_t n)
 {
 	AN_DASSERT(o->len <= o->cap);
+	AN_DASSERT(s != NULL || n == 0);
 	if (o->overflow || n > o->cap - o->len) {
 		o->overflow = true;
 		return;
@@ -924,8 +918,54 @@ static void out_put(struct out_buf *o, const char *s, size_t n)
 	AN_DASSERT(o->len <= o->cap);
 }
 
-/* Fields a proxy never forwards (RFC 9110 section 7.6.1), and Host, rewritten. */
-static bool origin_head_always_drops(const char *name, size_t n)
+void http1_out_field(struct http1_out *o, const char *name, size_t name_len, const char *value,
+		     size_t value_len)
+{
+	AN_DASSERT(name != NULL);
+	AN_DASSERT(name_len > 0);
+	http1_out_put(o, name, name_len);
+	http1_out_put(o, ": ", 2);
+	http1_out_put(o, value, value_len);
+	http1_out_put(o, "\r\n", 2);
+}
+
+void http1_out_request_line(struct http1_out *o, const char *method, size_t method_len,
+			    const char *path, size_t path_len)
+{
+	AN_DASSERT(method != NULL);
+	AN_DASSERT(method_len > 0);
+	AN_DASSERT(path != NULL || path_len == 0);
+	http1_out_put(o, method, method_len);
+	http1_out_put(o, " ", 1);
+	if (path_len == 0 || path[0] != '/')
+		http1_out_put(o, "/", 1);
+	http1_out_put(o, path, path_len);
+	http1_out_put(o, " HTTP/1.1\r\n", 11);
+}
+
+void http1_out_fields(struct http1_out *o, const struct http1_request *req, const bool *drop)
+{
+	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	AN_ASSERT(drop != NULL || req->header_count == 0);
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		if (!drop[i])
+			http1_out_field(o, h->name, h->name_len, h->value, h->value_len);
+	}
+}
+
+ssize_t http1_out_end(struct http1_out *o)
+{
+	AN_ASSERT(o != NULL);
+	http1_out_put(o, "\r\n", 2);
+	if (o->overflow)
+		return -EMSGSIZE;
+	AN_ASSERT(o->len <= o->cap);
+	return (ssize_t)o->len;
+}
+
+/* Fields a proxy never forwards (RFC 9110 section 7.6.1), whatever Connection says. */
+static bool hop_by_hop_always(const char *name, size_t n)
 {
 	AN_DASSERT(name != NULL);
 	AN_DASSERT(n > 0);
@@ -934,8 +974,6 @@ static bool origin_head_always_drops(const char *name, size_t n)
 	switch (n) {
 	case 2:
 		return http1_name_is(name, n, "te");
-	case 4:
-		return http1_name_is(name, n, "host");
 	case 7:
 		return http1_name_is(name, n, "trailer") || http1_name_is(name, n, "upgrade");
 	case 10:
@@ -946,17 +984,17 @@ static bool origin_head_always_drops(const char *name, size_t n)
 }
 
 /* Marks the fields named by <tok>, one Connection option, in <drop>. */
-static void origin_head_drop_named(const struct http1_request *req, const char *tok, size_t n,
-				   bool *drop)
+static void hop_by_hop_named(const struct http1_request *req, const char *tok, size_t n, bool *drop)
 {
 	AN_DASSERT(n > 0);
 	AN_DASSERT(req->header_count <= LIMITS_HEADERS_MAX);
 	/*
 	 * Framing fields stay whatever Connection says: dropping Content-Length
-	 * would let the body be read upstream as a second, unchecked request.
+	 * would let the body be read by the next hop as a second, unchecked
+	 * request. Host stays too: an HTTP/1.1 request must carry one.
 	 */
 	if (http1_name_is(tok, n, "close") || http1_name_is(tok, n, "content-length") ||
-	    http1_name_is(tok, n, "transfer-encoding"))
+	    http1_name_is(tok, n, "transfer-encoding") || http1_name_is(tok, n, "host"))
 		return;
 	for (uint32_t j = 0; j < req->header_count; j++) {
 		const struct http1_header *h = &req->headers[j];
@@ -965,12 +1003,12 @@ static void origin_head_drop_named(const struct http1_request *req, const char *
 	}
 }
 
-static void origin_head_drops(const struct http1_request *req, bool *drop)
+void http1_hop_by_hop(const struct http1_request *req, bool *drop)
 {
 	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
 	AN_ASSERT(drop != NULL);
 	for (uint32_t i = 0; i < req->header_count; i++)
-		drop[i] = origin_head_always_drops(req->headers[i].name, req->headers[i].name_len);
+		drop[i] = hop_by_hop_always(req->headers[i].name, req->headers[i].name_len);
 	for (uint32_t i = 0; i < req->header_count; i++) {
 		const struct http1_header *h = &req->headers[i];
 		const char *p = h->value;
@@ -978,15 +1016,27 @@ static void origin_head_drops(const struct http1_request *req, bool *drop)
 		size_t tok_len;
 		if (h->name_len != 10 || !http1_name_is(h->name, 10, "connection"))
 			continue;
-		while (list_next(&p, h->value + h->value_len, &tok, &tok_len))
-			origin_head_drop_named(req, tok, tok_len, drop);
+		while (http1_list_next(&p, h->value + h->value_len, &tok, &tok_len))
+			hop_by_hop_named(req, tok, tok_len, drop);
+	}
+}
+
+/* The hop-by-hop fields, and Host: the origin head writes its own. */
+static void origin_head_drops(const struct http1_request *req, bool *drop)
+{
+	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	AN_ASSERT(drop != NULL);
+	http1_hop_by_hop(req, drop);
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		drop[i] = drop[i] || http1_name_is(h->name, h->name_len, "host");
 	}
 }
 
 ssize_t http1_write_origin_head(const struct http1_request *req, char *out, size_t cap)
 {
 	bool drop[LIMITS_HEADERS_MAX];
-	struct out_buf o = { .p = out, .cap = cap };
+	struct http1_out o = { .p = out, .cap = cap };
 
 	AN_ASSERT(req != NULL);
 	AN_ASSERT(out != NULL || cap == 0);
@@ -999,29 +1049,11 @@ ssize_t http1_write_origin_head(const struct http1_request *req, char *out, size
 	size_t authority_len = absolute ? req->authority_len : req->host_header_len;
 	AN_ASSERT(path != NULL && path_len > 0);
 	origin_head_drops(req, drop);
-	out_put(&o, req->method, req->method_len);
-	out_put(&o, path[0] == '/' ? " " : " /", path[0] == '/' ? 1 : 2);
-	out_put(&o, path, path_len);
-	out_put(&o, " HTTP/1.1\r\n", 11);
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		const struct http1_header *h = &req->headers[i];
-		if (drop[i])
-			continue;
-		out_put(&o, h->name, h->name_len);
-		out_put(&o, ": ", 2);
-		out_put(&o, h->value, h->value_len);
-		out_put(&o, "\r\n", 2);
-	}
-	if (authority != NULL) {
-		out_put(&o, "Host: ", 6);
-		out_put(&o, authority, authority_len);
-		out_put(&o, "\r\n", 2);
-	}
-	out_put(&o, "\r\n", 2);
-	if (o.overflow)
-		return -EMSGSIZE;
-	AN_ASSERT(o.len <= cap);
-	return (ssize_t)o.len;
+	http1_out_request_line(&o, req->method, req->method_len, path, path_len);
+	http1_out_fields(&o, req, drop);
+	if (authority != NULL)
+		http1_out_field(&o, "Host", 4, authority, authority_len);
+	return http1_out_end(&o);
 }
 
 /* Chunked body states; 0 must be the start so a zeroed struct is ready. */

@@ -122,12 +122,78 @@ enum http1_body http1_response_body(const struct http1_response *resp, bool requ
 bool http1_name_is(const char *name, size_t len, const char *lit);
 
 /*
- * Writes the head to send upstream for an absolute-form <req>: the request line
- * in origin form with HTTP/1.1, every header except hop-by-hop ones (Connection
- * and the names it lists, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection and
- * every Proxy-* field) and Host, then "Host: <authority>" (RFC 9112 section 3.2.2:
- * a proxy replaces Host with the target's authority), then the blank line.
- * Returns the bytes written, or -EMSGSIZE when <cap> is too small. Borrows <req>.
+ * Steps through a comma-separated field value (RFC 9110 section 5.6.1): from
+ * *<pp> up to <end>, skips commas and OWS, sets <elem>/<elem_len> to the next
+ * element with its OWS trimmed, and moves *<pp> past it. Empty elements are
+ * skipped, so a set element is never empty. Returns false, leaving <elem>
+ * untouched, when no element is left. Borrows the value; the element is a
+ * view into it. Start with *<pp> at the value's first byte.
+ */
+bool http1_list_next(const char **pp, const char *end, const char **elem, size_t *elem_len);
+
+/*
+ * Sets <drop>[i], for each of <req>'s header_count fields, to whether field i
+ * is hop-by-hop (RFC 9110 section 7.6.1), one a proxy never forwards:
+ * Connection, the fields its options name, Keep-Alive, TE, Trailer, Upgrade,
+ * Proxy-Connection and every other Proxy-* field. A Connection option never
+ * marks Content-Length, Transfer-Encoding or Host: dropping framing would let
+ * the next hop read the body as a second, unchecked request, and an HTTP/1.1
+ * request must keep its Host. "close" names no field. Writes every entry of
+ * <drop> (at least header_count of them) and nothing else; callers then add
+ * drops of their own. Borrows <req>.
+ */
+void http1_hop_by_hop(const struct http1_request *req, bool *drop);
+
+/*
+ * A bounded writer for a message head into the caller's buffer: start it as
+ * { .p = buf, .cap = cap }. <len> counts the bytes written. The first write
+ * that does not fit sets <overflow> and from then on nothing is written, so a
+ * head is written whole with no check per call and judged once by
+ * http1_out_end. Owns nothing; <p> stays the caller's.
+ */
+struct http1_out {
+	char *p;
+	size_t cap;
+	size_t len;
+	bool overflow;
+};
+
+/* Appends <s>/<n> to <o>, or sets o->overflow when it does not fit. Borrows <s>. */
+void http1_out_put(struct http1_out *o, const char *s, size_t n);
+
+/* Appends the field line "<name>: <value>" CRLF to <o>. Borrows both views. */
+void http1_out_field(struct http1_out *o, const char *name, size_t name_len, const char *value,
+		     size_t value_len);
+
+/*
+ * Appends the request line "<method> <path> HTTP/1.1" CRLF to <o>, with a "/"
+ * before <path> when it is empty or does not start with one ("?q" becomes
+ * "/?q"). Borrows both views; <method_len> is never 0.
+ */
+void http1_out_request_line(struct http1_out *o, const char *method, size_t method_len,
+			    const char *path, size_t path_len);
+
+/*
+ * Appends each of <req>'s fields whose <drop> entry is false, in order and as
+ * received (name, ": ", trimmed value, CRLF). Borrows <req> and <drop>.
+ */
+void http1_out_fields(struct http1_out *o, const struct http1_request *req, const bool *drop);
+
+/*
+ * Ends the head with its blank line. Returns the head's length (<= o->cap),
+ * or -EMSGSIZE when any write did not fit.
+ */
+ssize_t http1_out_end(struct http1_out *o);
+
+/*
+ * Writes the head to send upstream for an absolute-form <req>: the request
+ * line in origin form with HTTP/1.1, every header except hop-by-hop ones
+ * (Connection and the names it lists, Keep-Alive, TE, Trailer, Upgrade,
+ * Proxy-Connection and every Proxy-* field) and Host, then "Host:
+ * <authority>" (RFC 9112 section 3.2.2: a proxy replaces Host with the
+ * target's authority), then the blank line. An origin-form <req> (a
+ * terminated tier's inner request) keeps its own Host instead. Returns the
+ * bytes written, or -EMSGSIZE when <cap> is too small. Borrows <req>.
  */
 ssize_t http1_write_origin_head(const struct http1_request *req, char *out, size_t cap);
 

@@ -214,33 +214,6 @@ bool ingress_method_allowed(const struct verdict_ingress *in, const char *method
 
 /* ---- Upgrade and hop-by-hop fields ---- */
 
-static bool is_ows(char c)
-{
-	return c == ' ' || c == '\t';
-}
-
-/* The next element of a comma-separated list, OWS-trimmed; empty elements skipped. */
-static bool list_next(const char **pp, const char *end, const char **elem, size_t *elem_len)
-{
-	const char *p = *pp;
-
-	AN_DASSERT(p <= end);
-	while (p < end && (is_ows(*p) || *p == ','))
-		p++;
-	if (p == end)
-		return false;
-	const char *start = p;
-	p = find_byte(p, end, ',');
-	const char *last = p;
-	while (last > start && is_ows(last[-1]))
-		last--;
-	*elem = start;
-	*elem_len = (size_t)(last - start);
-	*pp = p;
-	AN_DASSERT(*elem_len > 0);
-	return true;
-}
-
 static bool list_has(const char *v, size_t n, const char *lit)
 {
 	const char *p = v;
@@ -249,28 +222,11 @@ static bool list_has(const char *v, size_t n, const char *lit)
 
 	AN_DASSERT(v != NULL || n == 0);
 	AN_DASSERT(lit != NULL);
-	while (list_next(&p, v + n, &elem, &elem_len)) {
+	while (http1_list_next(&p, v + n, &elem, &elem_len)) {
 		if (http1_name_is(elem, elem_len, lit))
 			return true;
 	}
 	return false;
-}
-
-static char ascii_lower(char c)
-{
-	return (c >= 'A' && c <= 'Z') ? (char)(c + ('a' - 'A')) : c;
-}
-
-/* Like http1_name_is for two views of <n> bytes each, neither NUL-terminated. */
-static bool views_equal_nocase(const char *a, const char *b, size_t n)
-{
-	AN_DASSERT(a != NULL);
-	AN_DASSERT(b != NULL);
-	for (size_t i = 0; i < n; i++) {
-		if (ascii_lower(a[i]) != ascii_lower(b[i]))
-			return false;
-	}
-	return true;
 }
 
 static bool header_is(const struct http1_header *h, const char *lit, size_t lit_len)
@@ -300,29 +256,16 @@ bool ingress_is_upgrade(const struct http1_request *req)
 }
 
 /*
- * Fields that never reach the agent: hop-by-hop ones (RFC 9110 section
- * 7.6.1) and the forwarding ones only the gateway may write.
+ * The forwarding fields only the gateway may write: a client's own would
+ * reach the agent as if the gateway had vouched for them.
  */
-static bool head_always_drops(const char *name, size_t n)
+static bool head_gateway_drops(const char *name, size_t n)
 {
 	AN_DASSERT(name != NULL);
 	AN_DASSERT(n > 0);
-	if (n >= 6 && http1_name_is(name, 6, "proxy-"))
-		return true;
 	if (n >= 12 && http1_name_is(name, 12, "x-forwarded-"))
 		return true;
-	switch (n) {
-	case 2:
-		return http1_name_is(name, n, "te");
-	case 7:
-		return http1_name_is(name, n, "trailer") || http1_name_is(name, n, "upgrade");
-	case 9:
-		return http1_name_is(name, n, "forwarded") || http1_name_is(name, n, "x-real-ip");
-	case 10:
-		return http1_name_is(name, n, "connection") || http1_name_is(name, n, "keep-alive");
-	default:
-		return false;
-	}
+	return http1_name_is(name, n, "forwarded") || http1_name_is(name, n, "x-real-ip");
 }
 
 static bool head_profile_strips(const struct verdict_ingress *in, const char *name, size_t n)
@@ -336,98 +279,41 @@ static bool head_profile_strips(const struct verdict_ingress *in, const char *na
 	return false;
 }
 
-/* Marks the fields named by <tok>, one Connection option, in <drop>. */
-static void head_drop_named(const struct http1_request *req, const char *tok, size_t n, bool *drop)
-{
-	AN_DASSERT(n > 0);
-	AN_DASSERT(req->header_count <= LIMITS_HEADERS_MAX);
-	/*
-	 * Framing stays whatever Connection says: without Content-Length the
-	 * agent would read the body as a second, unchecked request. Host stays
-	 * too, or the agent would get an HTTP/1.1 request without one.
-	 */
-	if (http1_name_is(tok, n, "close") || http1_name_is(tok, n, "content-length") ||
-	    http1_name_is(tok, n, "transfer-encoding") || http1_name_is(tok, n, "host"))
-		return;
-	for (uint32_t j = 0; j < req->header_count; j++) {
-		const struct http1_header *h = &req->headers[j];
-		if (!drop[j] && h->name_len == n && views_equal_nocase(h->name, tok, n))
-			drop[j] = true;
-	}
-}
-
+/* Fields that never reach the agent: hop-by-hop, forwarding and profile-stripped ones. */
 static void head_drops(const struct http1_request *req, const struct verdict_ingress *in,
 		       bool *drop)
 {
 	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
 	AN_ASSERT(drop != NULL);
+	http1_hop_by_hop(req, drop);
 	for (uint32_t i = 0; i < req->header_count; i++) {
 		const struct http1_header *h = &req->headers[i];
-		drop[i] = head_always_drops(h->name, h->name_len) ||
+		drop[i] = drop[i] || head_gateway_drops(h->name, h->name_len) ||
 			  head_profile_strips(in, h->name, h->name_len);
-	}
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		const struct http1_header *h = &req->headers[i];
-		const char *p = h->value;
-		const char *tok;
-		size_t tok_len;
-		if (!header_is(h, "connection", 10))
-			continue;
-		while (list_next(&p, h->value + h->value_len, &tok, &tok_len))
-			head_drop_named(req, tok, tok_len, drop);
 	}
 }
 
 /* ---- Writing the head ---- */
 
-/* The head under construction; once it overflows nothing more is written. */
-struct out_buf {
-	char *p;
-	size_t cap;
-	size_t len;
-	bool overflow;
-};
-
-static void out_put(struct out_buf *o, const char *s, size_t n)
+static void out_str(struct http1_out *o, const char *s)
 {
-	AN_DASSERT(o->len <= o->cap);
-	if (o->overflow || n > o->cap - o->len) {
-		o->overflow = true;
-		return;
-	}
-	if (n > 0)
-		memcpy(o->p + o->len, s, n);
-	o->len += n;
-	AN_DASSERT(o->len <= o->cap);
-}
-
-static void out_str(struct out_buf *o, const char *s)
-{
-	out_put(o, s, strlen(s));
-}
-
-static void out_field(struct out_buf *o, const char *name, size_t name_len, const char *v, size_t n)
-{
-	out_put(o, name, name_len);
-	out_put(o, ": ", 2);
-	out_put(o, v, n);
-	out_put(o, "\r\n", 2);
+	http1_out_put(o, s, strlen(s));
 }
 
 /* <v>/<n> as the inside of an RFC 9110 quoted-string. */
-static void out_quoted(struct out_buf *o, const char *v, size_t n)
+static void out_quoted(struct http1_out *o, const char *v, size_t n)
 {
 	AN_DASSERT(v != NULL || n == 0);
 	AN_DASSERT(o != NULL);
 	for (size_t i = 0; i < n; i++) {
 		if (v[i] == '"' || v[i] == '\\')
-			out_put(o, "\\", 1);
-		out_put(o, &v[i], 1);
+			http1_out_put(o, "\\", 1);
+		http1_out_put(o, &v[i], 1);
 	}
 }
 
 /* "Connection: Upgrade" and the client's Upgrade values, joined as one list. */
-static void head_put_upgrade(struct out_buf *o, const struct http1_request *req)
+static void head_put_upgrade(struct http1_out *o, const struct http1_request *req)
 {
 	bool first = true;
 
@@ -438,15 +324,15 @@ static void head_put_upgrade(struct out_buf *o, const struct http1_request *req)
 		if (!header_is(h, "upgrade", 7) || h->value_len == 0)
 			continue;
 		if (!first)
-			out_put(o, ", ", 2);
-		out_put(o, h->value, h->value_len);
+			http1_out_put(o, ", ", 2);
+		http1_out_put(o, h->value, h->value_len);
 		first = false;
 	}
 	AN_ASSERT(!first);
-	out_put(o, "\r\n", 2);
+	http1_out_put(o, "\r\n", 2);
 }
 
-static void head_put_forwarding(struct out_buf *o, const struct http1_request *req,
+static void head_put_forwarding(struct http1_out *o, const struct http1_request *req,
 				const struct ingress_client *c)
 {
 	size_t addr_len = strlen(c->addr);
@@ -457,23 +343,23 @@ static void head_put_forwarding(struct out_buf *o, const struct http1_request *r
 	AN_ASSERT(strcmp(c->proto, "http") == 0 || strcmp(c->proto, "https") == 0);
 	AN_ASSERT(c->prefix_len > 0);
 	AN_ASSERT(c->prefix[0] == '/');
-	out_field(o, "X-Forwarded-For", 15, c->addr, addr_len);
-	out_field(o, "X-Forwarded-Proto", 17, c->proto, strlen(c->proto));
+	http1_out_field(o, "X-Forwarded-For", 15, c->addr, addr_len);
+	http1_out_field(o, "X-Forwarded-Proto", 17, c->proto, strlen(c->proto));
 	if (host)
-		out_field(o, "X-Forwarded-Host", 16, req->host_header, req->host_header_len);
-	out_field(o, "X-Forwarded-Prefix", 18, c->prefix, c->prefix_len);
+		http1_out_field(o, "X-Forwarded-Host", 16, req->host_header, req->host_header_len);
+	http1_out_field(o, "X-Forwarded-Prefix", 18, c->prefix, c->prefix_len);
 	/* RFC 7239 section 6: an IPv6 node is bracketed, so it must be quoted. */
 	out_str(o, v6 ? "Forwarded: for=\"[" : "Forwarded: for=");
-	out_put(o, c->addr, addr_len);
+	http1_out_put(o, c->addr, addr_len);
 	out_str(o, v6 ? "]\";proto=" : ";proto=");
 	out_str(o, c->proto);
 	if (host) {
 		/* Always quoted: a port's ':' is not a token character. */
 		out_str(o, ";host=\"");
 		out_quoted(o, req->host_header, req->host_header_len);
-		out_put(o, "\"", 1);
+		http1_out_put(o, "\"", 1);
 	}
-	out_put(o, "\r\n", 2);
+	http1_out_put(o, "\r\n", 2);
 }
 
 ssize_t ingress_write_head(const struct http1_request *req, const struct ingress_target *t,
@@ -481,7 +367,7 @@ ssize_t ingress_write_head(const struct http1_request *req, const struct ingress
 			   char *out, size_t cap)
 {
 	bool drop[LIMITS_HEADERS_MAX];
-	struct out_buf o = { .p = out, .cap = cap };
+	struct http1_out o = { .p = out, .cap = cap };
 
 	AN_ASSERT(req != NULL);
 	AN_ASSERT(t != NULL);
@@ -491,25 +377,16 @@ ssize_t ingress_write_head(const struct http1_request *req, const struct ingress
 	AN_ASSERT(req->form == HTTP1_FORM_ORIGIN);
 	AN_ASSERT(t->rest_len == 0 || t->rest[0] == '/' || t->rest[0] == '?');
 	head_drops(req, in, drop);
-	out_put(&o, req->method, req->method_len);
-	out_put(&o, " ", 1);
-	if (t->rest_len == 0 || t->rest[0] != '/')
-		out_put(&o, "/", 1);
-	out_put(&o, t->rest, t->rest_len);
-	out_str(&o, " HTTP/1.1\r\n");
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		const struct http1_header *h = &req->headers[i];
-		if (!drop[i])
-			out_field(&o, h->name, h->name_len, h->value, h->value_len);
+	http1_out_request_line(&o, req->method, req->method_len, t->rest, t->rest_len);
+	http1_out_fields(&o, req, drop);
+	if (req->host_header == NULL) {
+		AN_ASSERT(c->authority != NULL && c->authority[0] != '\0');
+		http1_out_field(&o, "Host", 4, c->authority, strlen(c->authority));
 	}
 	if (ingress_is_upgrade(req))
 		head_put_upgrade(&o, req);
 	head_put_forwarding(&o, req, c);
-	out_put(&o, "\r\n", 2);
-	if (o.overflow)
-		return -EMSGSIZE;
-	AN_ASSERT(o.len <= cap);
-	return (ssize_t)o.len;
+	return http1_out_end(&o);
 }
 
 /* ---- The PROXY v2 header ---- */

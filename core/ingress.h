@@ -68,6 +68,10 @@ struct ingress_client {
 	const char *proto;  /* "http" or "https": how it reached the gateway */
 	const char *prefix; /* the public path's prefix with the id, e.g. "/callbacks/a1" */
 	size_t prefix_len;
+	/* The gateway's public authority ("hooks.example.com", "127.0.0.1:8090"),
+	 * sent as Host when the request has none: HTTP/1.0 allows that, the
+	 * HTTP/1.1 the agent is sent does not (RFC 9112 section 3.2). */
+	const char *authority;
 };
 
 /*
@@ -77,7 +81,8 @@ struct ingress_client {
  *     names it lists, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection,
  *     every Proxy-*), the forwarding ones a client could forge (Forwarded,
  *     every X-Forwarded-*, X-Real-IP) and the names in <in>->strip_headers
- *     (compared ignoring case); Host is kept as the client sent it;
+ *     (compared ignoring case); Host is kept as the client sent it, and
+ *     one without (HTTP/1.0) gets "Host: <c>->authority";
  *   - for an upgrade (ingress_is_upgrade): "Connection: Upgrade" and the
  *     client's Upgrade value;
  *   - the gateway's own X-Forwarded-For (<c>->addr), X-Forwarded-Proto,

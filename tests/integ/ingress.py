@@ -57,16 +57,15 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 import warnings
 
-from integlib import (Fatal, Procs, READY_TIMEOUT_S, Skip, add_run_args, checked_preflight,
-                      daemon_env, log, netns_add, netns_del, read_audit, read_text, render_file,
-                      run, run_and_tally, sanitizer_marks, stop_daemon, wait_for)
+from integlib import (Fatal, Procs, Skip, add_binary_args, add_run_args, check_errs,
+                      checked_preflight, log, netns_add, netns_del, pass_tmp, read_audit,
+                      read_text, render_file, resolve_binary_args, run, run_and_tally, run_tests,
+                      sanitizer_marks, spawn_daemon, start_daemon, stop_daemon, wait_for)
 from sandbox import WAIT_SH, Pass, touch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(HERE, "ingress")
 sys.path.insert(0, FIXTURES)
 import ws  # noqa: E402  (tests/integ/ingress/ws.py)
@@ -270,6 +269,27 @@ def header_map(rec):
     for k, v in rec.get("headers", []):
         out.setdefault(k.lower(), []).append(v)
     return out
+
+
+def forwarding_errs(h, want, addr, proto, host, absent, note=""):
+    """The problems of the headers <h> (header_map) an agent got: each of <want> ({name:
+    values}) as given, one Forwarded for=<addr>;proto=<proto>;host="<host>" (<note> added
+    to its complaint), none of <absent>."""
+    errs = []
+    for name, values in want.items():
+        if h.get(name) != values:
+            errs.append("%s: the agent got %r, want %r" % (name, h.get(name), values))
+    fwd = h.get("forwarded", [])
+    parts = dict(p.strip().split("=", 1) for p in (fwd[0] if fwd else "").split(";")
+                 if "=" in p)
+    if len(fwd) != 1 or parts.get("for", "").strip('"') != addr or \
+            parts.get("proto") != proto or parts.get("host") != '"%s"' % host:
+        errs.append("Forwarded: the agent got %r, want for=%s;proto=%s;host=\"%s\"%s" % (
+            fwd, addr, proto, host, note))
+    for name in absent:
+        if name in h:
+            errs.append("%s reached the agent: %r" % (name, h[name]))
+    return errs
 
 
 # ---- the client checks (through the gateway, or straight at the fixture) ---------
@@ -644,6 +664,22 @@ class Tests(Pass):
     def seen_paths(self, role):
         return [r.get("path") for r in self.seen(role)]
 
+    def seen_upgrades(self, role, before):
+        """The GET /ws requests the agent of <role> recorded after its first <before>, and
+        the headers of the first (header_map; {} for none)."""
+        got = [r for r in self.seen(role)[before:] if r.get("path") == "/ws"]
+        return got, header_map(got[0]) if got else {}
+
+    def want_stream(self, role, target, status, stats):
+        """Notes what the audit record of the stream to <target> (in <role>'s sandbox) must
+        say: <status>, and at least the bytes sse_check or ws_check counted (<stats>: "down",
+        and "up" when it counts it)."""
+        w = {"sandbox": self.sid[role], "method": "GET", "path": target, "status": status}
+        if "up" in stats:
+            w["bytes_up"] = {"min": stats["up"]}
+        w["bytes_down"] = {"min": stats["down"]}
+        self.wants.append((stats["client"], w))
+
     # ---- agents ---------------------------------------------------------------
 
     def start_agent(self, role, cmd, ready, profile=None):
@@ -676,13 +712,7 @@ class Tests(Pass):
             self.start_agent("once", self.agent_cmd("once", 1, self.vars["once_go"]),
                              "listening"),
         ]
-        for a, ready in pending:
-            a.wait_out(ready)
-            first = a.stdout().splitlines()[0]
-            try:
-                self.info[a.sandbox] = json.loads(first)
-            except ValueError:
-                raise Fatal("%s printed %r first, not its environment" % (a.sandbox, first))
+        self.wait_agents(pending)
         for role, profile in (("parked", "default"), ("closed", "closed")):
             sid = self.sandbox_id(role)
             self.sid[role] = sid
@@ -690,6 +720,17 @@ class Tests(Pass):
             if not got or not got[0].startswith("ok "):
                 raise Fatal("sandbox add %s %s: %r" % (sid, profile, got))
             self.ids.add(sid)
+
+    def wait_agents(self, pending):
+        """Waits for each (agent, ready) of <pending> to print <ready>; what each printed
+        first (its environment, as JSON) into self.info."""
+        for a, ready in pending:
+            a.wait_out(ready)
+            first = a.stdout().splitlines()[0]
+            try:
+                self.info[a.sandbox] = json.loads(first)
+            except ValueError:
+                raise Fatal("%s printed %r first, not its environment" % (a.sandbox, first))
 
     def stop_agent(self, role):
         """Ends the run of <role>: the once-agent's by its go file (its server has exited),
@@ -707,24 +748,9 @@ class Tests(Pass):
         """agentsnetd --config <policy> <extra> in the upstream namespace, stderr appended
         to daemon.stderr (the pass's daemon, self.daemon) or <err_path> (another one);
         returns once it printed "agentsnetd: ready"."""
-        main = err_path is None
-        err_path = err_path or self.daemon_err
-        start = os.path.getsize(err_path) if os.path.exists(err_path) else 0
-        with open(err_path, "ab") as err:
-            p = self.procs.start("agentsnetd", ["ip", "netns", "exec", self.args.upns,
-                                                self.args.daemon, "--config", policy, *extra],
-                                 stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                 env=daemon_env())
-        since = lambda: read_text(err_path)[start:]  # noqa: E731
-        try:
-            wait_for(lambda: "agentsnetd: ready" in since() or p.poll() is not None,
-                     READY_TIMEOUT_S, "agentsnetd: ready")
-        except Fatal:
-            raise Fatal("agentsnetd not ready; stderr:\n" + since()[-4000:])
-        if p.poll() is not None:
-            raise Fatal("agentsnetd %s exited %d at start; stderr:\n%s" % (
-                " ".join(extra), p.returncode, since()[-4000:]))
-        if main:
+        p = start_daemon(self.procs, self.args.upns, self.args.daemon, policy,
+                         err_path or self.daemon_err, args=extra)
+        if err_path is None:
             self.daemon = p
         return p
 
@@ -743,12 +769,7 @@ class Tests(Pass):
 
     def timed(self, name, fn):
         t0 = time.monotonic()
-        try:
-            errs = fn()
-        except Fatal as e:
-            errs = [str(e)]
-        except Exception:  # noqa: BLE001  (a broken check is a failed one, not a lost pass)
-            errs = ["the check itself raised:\n" + traceback.format_exc()]
+        errs = check_errs(fn)
         self.result("%s (%.1fs)" % (name, time.monotonic() - t0), errs)
 
     def t_static(self):
@@ -834,21 +855,10 @@ class Tests(Pass):
                     "x-forwarded-proto": ["http"], "x-forwarded-host": [host],
                     "x-forwarded-prefix": [self.target("a")], "x-custom": ["kept-1", "kept-2"],
                     "user-agent": ["ingress-pass"]}
-            for name, values in want.items():
-                if h.get(name) != values:
-                    errs.append("%s: the agent got %r, want %r" % (name, h.get(name), values))
-            fwd = h.get("forwarded", [])
-            parts = dict(p.strip().split("=", 1) for p in (fwd[0] if fwd else "").split(";")
-                         if "=" in p)
-            if len(fwd) != 1 or parts.get("for", "").strip('"') != "127.0.0.1" or \
-                    parts.get("proto") != "http" or parts.get("host") != '"%s"' % host:
-                errs.append("Forwarded: the agent got %r, want for=127.0.0.1;proto=http;"
-                            "host=\"%s\" (quoted: it has a port)" % (fwd, host))
-            for name in ("x-real-ip", "x-internal-token", "x-second-secret", "x-hop-listed",
-                         "keep-alive", "te", "trailer", "proxy-authorization",
-                         "proxy-connection", "proxy-foo", "upgrade", "x-forwarded-port"):
-                if name in h:
-                    errs.append("%s reached the agent: %r" % (name, h[name]))
+            errs += forwarding_errs(h, want, "127.0.0.1", "http", host, (
+                "x-real-ip", "x-internal-token", "x-second-secret", "x-hop-listed",
+                "keep-alive", "te", "trailer", "proxy-authorization", "proxy-connection",
+                "proxy-foo", "upgrade", "x-forwarded-port"), " (quoted: it has a port)")
             if "x-hop-listed" in " ".join(h.get("connection", [])).lower():
                 errs.append("Connection still lists X-Hop-Listed: %r" % h["connection"])
             for bad in (FORGED, "evil", "hunter", "hop-value", "proxy-value", "aHVudGVyNDo"):
@@ -971,11 +981,8 @@ class Tests(Pass):
             target = self.target("a", "/ws")
             before = len(self.seen("a"))
             errs, stats = ws_check(self.port, target, self.host())
-            self.wants.append((stats["client"], {
-                "sandbox": self.sid["a"], "method": "GET", "path": target, "status": 101,
-                "bytes_up": {"min": stats["up"]}, "bytes_down": {"min": stats["down"]}}))
-            got = [r for r in self.seen("a")[before:] if r.get("path") == "/ws"]
-            h = header_map(got[0]) if got else {}
+            self.want_stream("a", target, 101, stats)
+            got, h = self.seen_upgrades("a", before)
             if len(got) != 1 or h.get("upgrade") != ["websocket"] or \
                     "upgrade" not in ",".join(h.get("connection", [])).lower():
                 errs.append("the agent's record of the upgrade: %r, want one GET /ws with "
@@ -993,9 +1000,7 @@ class Tests(Pass):
             def sse(m=mode):
                 target = self.target("a", "/sse?mode=" + m)
                 errs, stats = sse_check(self.port, target, self.host())
-                self.wants.append((stats["client"], {
-                    "sandbox": self.sid["a"], "method": "GET", "path": target, "status": 200,
-                    "bytes_down": {"min": stats["down"]}}))
+                self.want_stream("a", target, 200, stats)
                 log("# sse %s: events arrived at %r s" % (m, stats["arrivals"]))
                 return errs
 
@@ -1511,13 +1516,7 @@ class Tests(Pass):
             sid = self.sid[role] = self.sandbox_id(role)
             self.tls_agents[role] = self.start(cmd, sandbox=sid)
             pending.append((self.tls_agents[role], ready))
-        for a, ready in pending:
-            a.wait_out(ready)
-            first = a.stdout().splitlines()[0]
-            try:
-                self.info[a.sandbox] = json.loads(first)
-            except ValueError:
-                raise Fatal("%s printed %r first, not its environment" % (a.sandbox, first))
+        self.wait_agents(pending)
         self.tls, self.tls_ready = tls_client(self.pki["ca"]), True
         log("# TLS daemon: public listener https://127.0.0.1:%d, sandboxes %s" % (
             self.port, " ".join(a.sandbox for a in self.tls_agents.values())))
@@ -1581,9 +1580,7 @@ class Tests(Pass):
                 errs, stats = sse_check(self.port, target, self.host(), self.tls)
                 if stats["client"] is None:
                     return errs
-                self.wants.append((stats["client"], {
-                    "sandbox": self.sid["tls-a"], "method": "GET", "path": target,
-                    "status": 200, "bytes_down": {"min": stats["down"]}}))
+                self.want_stream("tls-a", target, 200, stats)
                 log("# sse %s over TLS: events arrived at %r s" % (m, stats["arrivals"]))
                 return errs
 
@@ -1759,24 +1756,11 @@ class Tests(Pass):
             return ["the echo over TLS from 127.0.0.2: %r" % r]
         if not r.client.startswith("127.0.0.2:"):
             return ["the client bound %s, not 127.0.0.2" % r.client]
-        h = header_map(rec)
-        errs = []
         want = {"host": [host], "x-forwarded-for": ["127.0.0.2"], "x-forwarded-proto": ["https"],
                 "x-forwarded-host": [host], "x-forwarded-prefix": [self.target("tls-a")],
                 "x-custom": ["kept"]}
-        for name, values in want.items():
-            if h.get(name) != values:
-                errs.append("%s: the agent got %r, want %r" % (name, h.get(name), values))
-        fwd = h.get("forwarded", [])
-        parts = dict(p.strip().split("=", 1) for p in (fwd[0] if fwd else "").split(";")
-                     if "=" in p)
-        if len(fwd) != 1 or parts.get("for", "").strip('"') != "127.0.0.2" or \
-                parts.get("proto") != "https" or parts.get("host") != '"%s"' % host:
-            errs.append("Forwarded: the agent got %r, want for=127.0.0.2;proto=https;"
-                        "host=\"%s\"" % (fwd, host))
-        for name in ("x-real-ip", "x-internal-token", "x-forwarded-port"):
-            if name in h:
-                errs.append("%s reached the agent: %r" % (name, h[name]))
+        errs = forwarding_errs(header_map(rec), want, "127.0.0.2", "https", host,
+                               ("x-real-ip", "x-internal-token", "x-forwarded-port"))
         leaked = [(k, v) for k, v in rec["headers"] if FORGED in v or "evil" in v or
                   "hunter" in v or v == "http"]
         if leaked:
@@ -1900,11 +1884,8 @@ class Tests(Pass):
                                ws_plan(7, TLS_WS_MESSAGES), TLS_WS_LOCKSTEP, TLS_WS_WINDOW)
         if stats["client"] is None:
             return errs
-        self.wants.append((stats["client"], {
-            "sandbox": self.sid["tls-a"], "method": "GET", "path": target, "status": 101,
-            "bytes_up": {"min": stats["up"]}, "bytes_down": {"min": stats["down"]}}))
-        got = [r for r in self.seen("tls-a")[before:] if r.get("path") == "/ws"]
-        h = header_map(got[0]) if got else {}
+        self.want_stream("tls-a", target, 101, stats)
+        got, h = self.seen_upgrades("tls-a", before)
         if len(got) != 1 or h.get("upgrade") != ["websocket"] or \
                 h.get("x-forwarded-proto") != ["https"]:
             errs.append("the agent's record of the upgrade: %r, want one GET /ws with "
@@ -2012,11 +1993,8 @@ class Tests(Pass):
                                         sock_dir=sock_dir,
                                         audit=os.path.join(self.tmp, "audit-tls-bad.jsonl"))
             err_path = os.path.join(self.tmp, "daemon-tls-bad-%d.stderr" % n)
-            with open(err_path, "wb") as err:
-                p = self.procs.start("agentsnetd", ["ip", "netns", "exec", self.args.upns,
-                                                    self.args.daemon, "--config", policy],
-                                     stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                     env=daemon_env())
+            p = spawn_daemon(self.procs, self.args.upns, self.args.daemon, policy, err_path,
+                             mode="wb")
             try:
                 wait_for(lambda: p.poll() is not None or "agentsnetd: ready" in read_text(
                     err_path), START_FAIL_S, "the daemon's exit")
@@ -2155,13 +2133,8 @@ def run_pass(t, tests):
     setup = Setup(t)
     try:
         setup.up()
-        for name in tests:
-            if name not in ("flags", "tls") and (t.daemon is None or
-                                                 t.daemon.poll() is not None):
-                t.result(name, ["not run: agentsnetd is gone; stderr:\n" +
-                                read_text(t.daemon_err)[-3000:]])
-                continue
-            getattr(t, "t_" + name)()
+        # flags and tls start daemons of their own.
+        run_tests(t, tests, lambda name: name not in ("flags", "tls"))
     finally:
         setup.down()
 
@@ -2247,10 +2220,7 @@ def self_test():
 
 def main():
     ap = argparse.ArgumentParser(description="agentsnet ingress pass")
-    build_dir = os.path.join(ROOT, "build")
-    ap.add_argument("--daemon", default=os.path.join(build_dir, "san", "agentsnetd"))
-    ap.add_argument("--agentsnet", default=os.path.join(build_dir, "san", "agentsnet"))
-    ap.add_argument("--bridge", default=os.path.join(build_dir, "san", "agentsnet-bridge"))
+    add_binary_args(ap)
     add_run_args(ap, "name of the host namespace (the upstream one adds -up)")
     ap.add_argument("--tests", default=None, help="glob of test names to run")
     ap.add_argument("--self-test", action="store_true",
@@ -2262,16 +2232,12 @@ def main():
             log("not ok - self-test: %s" % e)
         log("ingress self-test: %s" % ("ok" if not errs else "%d failed" % len(errs)))
         return 1 if errs else 0
-    for k in ("daemon", "agentsnet", "bridge"):
-        setattr(args, k, os.path.abspath(getattr(args, k)))
-    args.upns = args.netns + "-up"
+    resolve_binary_args(args)
     status = checked_preflight("ingress", preflight, args)
     if status is not None:
         return status
     t = Tests(args)
-    # Not under /tmp: sandboxes get a private one, and the agents write their logs here.
-    t.tmp = tempfile.mkdtemp(prefix="agentsnet-ig-", dir="/var/tmp")
-    os.chmod(t.tmp, 0o755)
+    t.tmp = pass_tmp("agentsnet-ig-")  # the agents write their logs here
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     tests = [n for n in TESTS if not args.tests or fnmatch.fnmatch(n, args.tests)]
     return run_and_tally("ingress", t, args, lambda: run_pass(t, tests))

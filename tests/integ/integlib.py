@@ -1,4 +1,4 @@
-"""Shared pieces of the integration passes (integ.py, sandbox.py).
+"""Shared pieces of the integration passes (integ.py, sandbox.py, ingress.py).
 
 Processes, network namespaces, the test PKI (openssl CLI), templates, the
 upstream fixtures (origin.py and agentsnetd in the upstream namespace) and
@@ -13,7 +13,9 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -212,15 +214,22 @@ def free_ports(upns):
     return int(out[0]), int(out[1])
 
 
-def start_daemon(procs, upns, daemon, policy, err_path, extra_env=None):
-    """agentsnetd --config <policy> in namespace <upns>, stderr (appended) to
-    <err_path>; returns once it printed "agentsnetd: ready"."""
-    start = os.path.getsize(err_path) if os.path.exists(err_path) else 0
+def spawn_daemon(procs, upns, daemon, policy, err_path, extra_env=None, args=(), mode="ab"):
+    """agentsnetd --config <policy> <args> in namespace <upns>, stdout and stderr to
+    <err_path> (opened with <mode>: appended by default); returns at once."""
     env = daemon_env()
     env.update(extra_env or {})
-    with open(err_path, "ab") as err:
-        p = procs.start("agentsnetd", ["ip", "netns", "exec", upns, daemon, "--config", policy],
-                        stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
+    with open(err_path, mode) as err:
+        return procs.start("agentsnetd", ["ip", "netns", "exec", upns, daemon, "--config", policy,
+                                          *args],
+                           stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
+
+
+def start_daemon(procs, upns, daemon, policy, err_path, extra_env=None, args=()):
+    """agentsnetd --config <policy> <args> in namespace <upns>, stderr (appended) to
+    <err_path>; returns once it printed "agentsnetd: ready"."""
+    start = os.path.getsize(err_path) if os.path.exists(err_path) else 0
+    p = spawn_daemon(procs, upns, daemon, policy, err_path, extra_env, args)
     since = lambda: read_text(err_path)[start:]  # noqa: E731
     try:
         wait_for(lambda: "agentsnetd: ready" in since() or p.poll() is not None,
@@ -228,8 +237,8 @@ def start_daemon(procs, upns, daemon, policy, err_path, extra_env=None):
     except Fatal:
         raise Fatal("agentsnetd not ready; stderr:\n" + since()[-4000:])
     if p.poll() is not None:
-        raise Fatal("agentsnetd exited %d at start; stderr:\n%s" % (p.returncode,
-                                                                      since()[-4000:]))
+        raise Fatal("agentsnetd %sexited %d at start; stderr:\n%s" % (
+            "".join(a + " " for a in args), p.returncode, since()[-4000:]))
     return p
 
 
@@ -280,10 +289,35 @@ def audit_match(rec, want):
     return True
 
 
-# ---- the shape both suites' main() share -----------------------------------------
+# ---- the shape the suites' main() share -------------------------------------------
+
+def add_binary_args(ap):
+    """--daemon, --agentsnet and --bridge: the binaries a pass runs, the sanitized build's
+    by default (resolve_binary_args makes them absolute)."""
+    san = os.path.join(ROOT, "build", "san")
+    for opt, name in (("--daemon", "agentsnetd"), ("--agentsnet", "agentsnet"),
+                      ("--bridge", "agentsnet-bridge")):
+        ap.add_argument(opt, default=os.path.join(san, name))
+
+
+def resolve_binary_args(args, more=()):
+    """Makes the paths of add_binary_args (and the options <more>) absolute, and names
+    the upstream namespace: args.upns is --netns with "-up"."""
+    for k in ("daemon", "agentsnet", "bridge", *more):
+        setattr(args, k, os.path.abspath(getattr(args, k)))
+    args.upns = args.netns + "-up"
+
+
+def pass_tmp(prefix):
+    """A new directory for a pass's files, under /var/tmp (sandboxes get a private /tmp)
+    and readable by all (the unprivileged callers read what is put there)."""
+    tmp = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    os.chmod(tmp, 0o755)
+    return tmp
+
 
 def add_run_args(ap, netns_help):
-    """The options integ.py and sandbox.py both take."""
+    """The options integ.py, sandbox.py and ingress.py all take."""
     ap.add_argument("--netns", default="agentsnet-it-%d" % os.getpid(), help=netns_help)
     ap.add_argument("--cases", default=None, help="glob of case names to run")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
@@ -301,6 +335,28 @@ def checked_preflight(name, preflight, args):
         log("%s: FAIL: %s" % (name, e))
         return 1
     return None
+
+
+def check_errs(fn):
+    """fn()'s problems: what it returns; a Fatal it raises is one, and so is any other
+    exception (with its traceback: a broken check is a failed one, not a lost pass)."""
+    try:
+        return fn()
+    except Fatal as e:
+        return [str(e)]
+    except Exception:  # noqa: BLE001
+        return ["the check itself raised:\n" + traceback.format_exc()]
+
+
+def run_tests(t, names, needs_daemon=lambda name: True):
+    """t.t_<name>() for each of <names> in turn; once agentsnetd (t.daemon, its stderr in
+    t.daemon_err) is gone, a test for which needs_daemon(name) holds fails unrun."""
+    for name in names:
+        if needs_daemon(name) and (t.daemon is None or t.daemon.poll() is not None):
+            t.result(name, ["not run: agentsnetd is gone; stderr:\n" +
+                            read_text(t.daemon_err)[-3000:]])
+            continue
+        getattr(t, "t_" + name)()
 
 
 def run_and_tally(name, suite, args, body, cleanup=None):

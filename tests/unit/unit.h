@@ -1,6 +1,8 @@
 /*
  * What every libcheck suite's main() shares: run the suite, turn the result
- * into an exit status (tests/run-unit.sh reads only that).
+ * into an exit status (tests/run-unit.sh reads only that). And the helpers
+ * more than one suite needs: probing a tool, reading a whole file, and guard
+ * areas for parsers and writers that must stay inside their bounds.
  */
 #ifndef AN_TESTS_UNIT_UNIT_H
 #define AN_TESTS_UNIT_UNIT_H
@@ -9,6 +11,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/pool.h"
 
@@ -43,6 +48,54 @@ static inline char *unit_slurp(const char *path, size_t *len)
 	fclose(f);
 	*len = (size_t)n;
 	return buf;
+}
+
+/* How many usable bytes a guard area has before its PROT_NONE page (rounded up to pages). */
+#define UNIT_GUARD_AREA_BYTES (64u * 1024u)
+
+/*
+ * A guard area: bytes that end right before a PROT_NONE page, so that input
+ * placed at its end makes a parser that reads one byte past its length crash,
+ * and a buffer placed there makes a writer that writes one byte past its cap
+ * crash, instead of passing by luck. A zeroed struct (a test's static) is
+ * mapped on first use; the mapping lives as long as the test's process.
+ */
+struct unit_guard {
+	char *base;
+	size_t size; /* usable bytes before the PROT_NONE page */
+};
+
+/* Maps <g>: UNIT_GUARD_AREA_BYTES (page-rounded) read-write, then one PROT_NONE page. */
+static inline void unit_guard_init(struct unit_guard *g)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t size = (UNIT_GUARD_AREA_BYTES + page - 1) / page * page;
+	char *m =
+	    mmap(NULL, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	ck_assert_int_eq(mprotect(m + size, page, PROT_NONE), 0);
+	g->base = m;
+	g->size = size;
+}
+
+/* Where <n> bytes must start in <g> to end right before its guard page. */
+static inline char *unit_guard_end(struct unit_guard *g, size_t n)
+{
+	if (g->base == NULL)
+		unit_guard_init(g);
+	ck_assert_uint_le(n, g->size);
+	return g->base + g->size - n;
+}
+
+/* A copy of the <n> bytes at <s> in <g>, ending right before its guard page (borrowed). */
+static inline const char *unit_guard_place(struct unit_guard *g, const void *s, size_t n)
+{
+	char *dst = unit_guard_end(g, n);
+
+	if (n > 0)
+		memcpy(dst, s, n);
+	return dst;
 }
 
 /*

@@ -10,54 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include "tests/unit/unit.h"
 
-#define GUARD_AREA_BYTES (64u * 1024u)
-
-struct guard {
-	char *base;
-	size_t size; /* usable bytes before the PROT_NONE page */
-};
-
-static struct guard guard_in;
-static struct guard guard_out;
-
-static void guard_init(struct guard *g)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	size_t size = (GUARD_AREA_BYTES + page - 1) / page * page;
-	char *m =
-	    mmap(NULL, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	ck_assert_ptr_ne(m, MAP_FAILED);
-	ck_assert_int_eq(mprotect(m + size, page, PROT_NONE), 0);
-	g->base = m;
-	g->size = size;
-}
-
-/* Returns where <n> bytes must start to end right before the guard page. */
-static char *guard_end(struct guard *g, size_t n)
-{
-	if (g->base == NULL)
-		guard_init(g);
-	ck_assert_uint_le(n, g->size);
-	return g->base + g->size - n;
-}
-
-static const char *guard_place(struct guard *g, const void *s, size_t n)
-{
-	char *dst = guard_end(g, n);
-
-	if (n > 0)
-		memcpy(dst, s, n);
-	return dst;
-}
+static struct unit_guard guard_in;
+static struct unit_guard guard_out;
 
 static ssize_t req_parse_n(const char *s, size_t n, struct http1_request *req, enum reason *why)
 {
-	const char *b = guard_place(&guard_in, s, n);
+	const char *b = unit_guard_place(&guard_in, s, n);
 
 	return http1_parse_request(b, n, req, why);
 }
@@ -69,7 +29,7 @@ static ssize_t req_parse(const char *s, struct http1_request *req, enum reason *
 
 static ssize_t resp_parse_n(const char *s, size_t n, struct http1_response *resp)
 {
-	const char *b = guard_place(&guard_in, s, n);
+	const char *b = unit_guard_place(&guard_in, s, n);
 
 	return http1_parse_response(b, n, resp);
 }
@@ -118,7 +78,7 @@ static void req_bad_cases(const struct bad_case *cases, size_t n)
 
 /* A growable-in-place text builder for the big heads of the limit tests. */
 struct text {
-	char buf[GUARD_AREA_BYTES];
+	char buf[UNIT_GUARD_AREA_BYTES];
 	size_t len;
 };
 
@@ -793,7 +753,7 @@ END_TEST
 
 static ssize_t write_at_guard(const struct http1_request *req, size_t cap, const char **out)
 {
-	char *dst = guard_end(&guard_out, cap);
+	char *dst = unit_guard_end(&guard_out, cap);
 
 	*out = dst;
 	return http1_write_origin_head(req, dst, cap);
@@ -1056,7 +1016,7 @@ static const char chunked_next[] = "GET / HTTP/1.1\r\n";
 /* Scans <n> bytes at the guard page; returns the scan result. */
 static ssize_t chunk_scan_at_guard(struct http1_chunked *s, const char *p, size_t n)
 {
-	const char *b = guard_place(&guard_in, p, n);
+	const char *b = unit_guard_place(&guard_in, p, n);
 
 	return http1_chunked_scan(s, b, n);
 }

@@ -11,52 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/un.h>
-#include <unistd.h>
 #include "tests/unit/unit.h"
 
-#define GUARD_AREA_BYTES (64u * 1024u)
-#define HEAD_BYTES_MAX   8192u
+#define HEAD_BYTES_MAX 8192u
 
-struct guard {
-	char *base;
-	size_t size; /* usable bytes before the PROT_NONE page */
-};
-
-static struct guard guard_in;
-static struct guard guard_out;
-
-static void guard_init(struct guard *g)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	size_t size = (GUARD_AREA_BYTES + page - 1) / page * page;
-	char *m =
-	    mmap(NULL, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	ck_assert_ptr_ne(m, MAP_FAILED);
-	ck_assert_int_eq(mprotect(m + size, page, PROT_NONE), 0);
-	g->base = m;
-	g->size = size;
-}
-
-/* Where <n> bytes must start to end right before the guard page. */
-static char *guard_end(struct guard *g, size_t n)
-{
-	if (g->base == NULL)
-		guard_init(g);
-	ck_assert_uint_le(n, g->size);
-	return g->base + g->size - n;
-}
-
-static const char *guard_place(struct guard *g, const char *s, size_t n)
-{
-	char *dst = guard_end(g, n);
-
-	if (n > 0)
-		memcpy(dst, s, n);
-	return dst;
-}
+static struct unit_guard guard_in;
+static struct unit_guard guard_out;
 
 static const struct verdict_ingress ingress_default = {
 	.enabled = true,
@@ -67,7 +28,7 @@ static const struct verdict_ingress ingress_default = {
 
 static int route_n(const char *s, size_t n, struct ingress_target *t)
 {
-	return ingress_route("/callbacks", 10, guard_place(&guard_in, s, n), n, t);
+	return ingress_route("/callbacks", 10, unit_guard_place(&guard_in, s, n), n, t);
 }
 
 static int route(const char *s, struct ingress_target *t)
@@ -81,12 +42,29 @@ static void parse(const char *s, struct http1_request *req)
 	enum reason why;
 	size_t n = strlen(s);
 
-	ck_assert_int_eq(http1_parse_request(guard_place(&guard_in, s, n), n, req, &why),
+	ck_assert_int_eq(http1_parse_request(unit_guard_place(&guard_in, s, n), n, req, &why),
 			 (ssize_t)n);
 	ck_assert_int_eq(why, REASON_NONE);
 }
 
+/* Parses <s> (one whole request head) into <req>; routes its target under /callbacks. */
+static int parse_route(const char *s, struct http1_request *req, struct ingress_target *t)
+{
+	parse(s, req);
+	return ingress_route("/callbacks", 10, req->target, req->target_len, t);
+}
+
 /* ---- Routing ---- */
+
+/* Each of the <n> targets of <cases> routes to <want>. */
+static void expect_routes(const char *const *cases, size_t n, int want)
+{
+	struct ingress_target t;
+
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(route(cases[i], &t) == want, "%s: %d, want %d", cases[i],
+			      route(cases[i], &t), want);
+}
 
 START_TEST(test_route_not_found)
 {
@@ -116,9 +94,7 @@ START_TEST(test_route_not_found)
 	};
 	struct ingress_target t;
 
-	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++)
-		ck_assert_msg(route(cases[i], &t) == -ENOENT, "%s: %d", cases[i],
-			      route(cases[i], &t));
+	expect_routes(cases, AN_ARRAY_LEN(cases), -ENOENT);
 	ck_assert_int_eq(route_n("", 0, &t), -ENOENT);
 }
 END_TEST
@@ -248,11 +224,8 @@ START_TEST(test_route_refused)
 		"/callbacks/a/#",
 		"/callbacks/a?x#f",
 	};
-	struct ingress_target t;
 
-	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++)
-		ck_assert_msg(route(cases[i], &t) == -EPERM, "%s: %d", cases[i],
-			      route(cases[i], &t));
+	expect_routes(cases, AN_ARRAY_LEN(cases), -EPERM);
 }
 END_TEST
 
@@ -276,14 +249,15 @@ START_TEST(test_route_parsed_request)
 	struct http1_request req;
 	struct ingress_target t;
 
-	parse("GET /callbacks/sb1/hook?x=%2F HTTP/1.1\r\nHost: h\r\n\r\n", &req);
-	ck_assert_int_eq(ingress_route("/callbacks", 10, req.target, req.target_len, &t), 0);
+	ck_assert_int_eq(
+	    parse_route("GET /callbacks/sb1/hook?x=%2F HTTP/1.1\r\nHost: h\r\n\r\n", &req, &t), 0);
 	ck_assert_uint_eq(t.id_len, 3);
 	ck_assert_int_eq(memcmp(t.id, "sb1", 3), 0);
 	ck_assert_uint_eq(t.rest_len, 11);
 	ck_assert_int_eq(memcmp(t.rest, "/hook?x=%2F", 11), 0);
-	parse("GET /callbacks/sb1/%2e%2e/sb2/ HTTP/1.1\r\nHost: h\r\n\r\n", &req);
-	ck_assert_int_eq(ingress_route("/callbacks", 10, req.target, req.target_len, &t), -EPERM);
+	ck_assert_int_eq(
+	    parse_route("GET /callbacks/sb1/%2e%2e/sb2/ HTTP/1.1\r\nHost: h\r\n\r\n", &req, &t),
+	    -EPERM);
 }
 END_TEST
 
@@ -311,38 +285,46 @@ START_TEST(test_method_allowed)
 }
 END_TEST
 
-static bool upgrade_of(const char *s)
-{
-	struct http1_request req;
-
-	parse(s, &req);
-	return ingress_is_upgrade(&req);
-}
+struct upgrade_case {
+	const char *head;
+	bool upgrade;
+};
 
 START_TEST(test_upgrade_detection)
 {
-	ck_assert(upgrade_of("GET /callbacks/a/ws HTTP/1.1\r\nHost: h\r\n"
-			     "Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n"));
-	ck_assert(upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\n"
-			     "Connection: upgrade\r\n\r\n"));
-	ck_assert(upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n"
-			     "Connection: UPGRADE\r\nUpgrade: websocket\r\n\r\n"));
-	ck_assert(upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: ,upgrade ,\r\n"
-			     "Upgrade: websocket\r\n\r\n"));
-	/* HTTP/1.0, no Upgrade, an empty Upgrade, or Connection not listing it. */
-	ck_assert(!upgrade_of("GET / HTTP/1.0\r\nHost: h\r\nConnection: Upgrade\r\n"
-			      "Upgrade: websocket\r\n\r\n"));
-	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n\r\n"));
-	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n"
-			      "Upgrade:\r\n\r\n"));
-	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n"));
-	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n"
-			      "Upgrade: websocket\r\n\r\n"));
-	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrades\r\n"
-			      "Upgrade: websocket\r\n\r\n"));
-	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\nX-Connection: upgrade\r\n"
-			      "Upgrade: websocket\r\n\r\n"));
-	ck_assert(!upgrade_of("GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
+	static const struct upgrade_case cases[] = {
+		{ "GET /callbacks/a/ws HTTP/1.1\r\nHost: h\r\n"
+		  "Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
+		  true },
+		{ "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n",
+		  true },
+		{ "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n"
+		  "Connection: UPGRADE\r\nUpgrade: websocket\r\n\r\n",
+		  true },
+		{ "GET / HTTP/1.1\r\nHost: h\r\nConnection: ,upgrade ,\r\nUpgrade: websocket\r\n\r\n",
+		  true },
+		/* HTTP/1.0, no Upgrade, an empty Upgrade, or Connection not listing it. */
+		{ "GET / HTTP/1.0\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+		  false },
+		{ "GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n\r\n", false },
+		{ "GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade:\r\n\r\n", false },
+		{ "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n", false },
+		{ "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nUpgrade: websocket\r\n\r\n",
+		  false },
+		{ "GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrades\r\nUpgrade: websocket\r\n\r\n",
+		  false },
+		{ "GET / HTTP/1.1\r\nHost: h\r\nX-Connection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+		  false },
+		{ "GET / HTTP/1.1\r\nHost: h\r\n\r\n", false },
+	};
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		struct http1_request req;
+
+		parse(cases[i].head, &req);
+		ck_assert_msg(ingress_is_upgrade(&req) == cases[i].upgrade, "%s: %d, want %d",
+			      cases[i].head, ingress_is_upgrade(&req), cases[i].upgrade);
+	}
 }
 END_TEST
 
@@ -353,6 +335,7 @@ static const struct ingress_client client_v4 = {
 	.proto = "http",
 	.prefix = "/callbacks/a1",
 	.prefix_len = 13,
+	.authority = "hooks.example:8090",
 };
 
 static const struct ingress_client client_v6 = {
@@ -360,7 +343,25 @@ static const struct ingress_client client_v6 = {
 	.proto = "https",
 	.prefix = "/callbacks/a1",
 	.prefix_len = 13,
+	.authority = "hooks.example",
 };
+
+/* What the gateway adds for client_v4 to a head with Host <host> (a literal), and its end. */
+#define ADDED_V4(host)                                              \
+	"X-Forwarded-For: 192.0.2.1\r\n"                            \
+	"X-Forwarded-Proto: http\r\n"                               \
+	"X-Forwarded-Host: " host "\r\n"                            \
+	"X-Forwarded-Prefix: /callbacks/a1\r\n"                     \
+	"Forwarded: for=192.0.2.1;proto=http;host=\"" host "\"\r\n" \
+	"\r\n"
+
+/* The same for a head that names no host. */
+#define ADDED_V4_NO_HOST                          \
+	"X-Forwarded-For: 192.0.2.1\r\n"          \
+	"X-Forwarded-Proto: http\r\n"             \
+	"X-Forwarded-Prefix: /callbacks/a1\r\n"   \
+	"Forwarded: for=192.0.2.1;proto=http\r\n" \
+	"\r\n"
 
 /*
  * Parses and routes <s>, writes its head into a buffer of exactly the size
@@ -375,24 +376,35 @@ static void check_head(const char *s, const struct verdict_ingress *in,
 	char got[HEAD_BYTES_MAX + 1];
 	size_t n = strlen(want);
 
-	parse(s, &req);
-	ck_assert_int_eq(ingress_route("/callbacks", 10, req.target, req.target_len, &t), 0);
+	ck_assert_int_eq(parse_route(s, &req, &t), 0);
 	ck_assert_uint_le(n, HEAD_BYTES_MAX);
-	ssize_t rc = ingress_write_head(&req, &t, in, c, guard_end(&guard_out, n), n);
+	ssize_t rc = ingress_write_head(&req, &t, in, c, unit_guard_end(&guard_out, n), n);
 	ck_assert_int_ge(rc, 0);
-	memcpy(got, guard_end(&guard_out, n), (size_t)rc);
+	memcpy(got, unit_guard_end(&guard_out, n), (size_t)rc);
 	got[rc] = '\0';
 	ck_assert_str_eq(got, want);
 	ck_assert_int_eq(rc, (ssize_t)n);
 	/* Every cap one byte or more too small fails, without writing past it. */
 	for (size_t cap = 0; cap < n; cap++)
 		ck_assert_int_eq(
-		    ingress_write_head(&req, &t, in, c, guard_end(&guard_out, cap), cap),
+		    ingress_write_head(&req, &t, in, c, unit_guard_end(&guard_out, cap), cap),
 		    -EMSGSIZE);
 	/* Room to spare changes nothing. */
 	ck_assert_int_eq(
-	    ingress_write_head(&req, &t, in, c, guard_end(&guard_out, n + 100), n + 100),
+	    ingress_write_head(&req, &t, in, c, unit_guard_end(&guard_out, n + 100), n + 100),
 	    (ssize_t)n);
+}
+
+/* A head and what the agent must get for it from client_v4 under ingress_default. */
+struct head_case {
+	const char *in;
+	const char *want;
+};
+
+static void check_heads_v4(const struct head_case *cases, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		check_head(cases[i].in, &ingress_default, &client_v4, cases[i].want);
 }
 
 START_TEST(test_head_strips)
@@ -434,62 +446,48 @@ START_TEST(test_head_strips)
 		   "X-Forwardedness: kept\r\n"
 		   "X-Internal-Tokens: kept\r\n"
 		   "Content-Length: 5\r\n"
-		   "User-Agent: ua\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Host: example.com:8090\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http;host=\"example.com:8090\"\r\n"
-		   "\r\n");
+		   "User-Agent: ua\r\n" ADDED_V4("example.com:8090"));
 }
 END_TEST
 
 START_TEST(test_head_connection_keeps_framing)
 {
 	/* A Connection option never removes framing or Host. */
-	check_head("POST /callbacks/a1/x HTTP/1.1\r\n"
-		   "Host: h\r\n"
-		   "Connection: close, Content-Length, Host, x-a\r\n"
-		   "X-A: 1\r\n"
-		   "Content-Length: 2\r\n"
-		   "\r\n",
-		   &ingress_default, &client_v4,
-		   "POST /x HTTP/1.1\r\n"
-		   "Host: h\r\n"
-		   "Content-Length: 2\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Host: h\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
-		   "\r\n");
-	check_head("POST /callbacks/a1/x HTTP/1.1\r\n"
-		   "Transfer-Encoding: chunked\r\n"
-		   "Connection: transfer-encoding\r\n"
-		   "Host: h\r\n"
-		   "\r\n",
-		   &ingress_default, &client_v4,
-		   "POST /x HTTP/1.1\r\n"
-		   "Transfer-Encoding: chunked\r\n"
-		   "Host: h\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Host: h\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
-		   "\r\n");
+	static const struct head_case cases[] = {
+		{ "POST /callbacks/a1/x HTTP/1.1\r\n"
+		  "Host: h\r\n"
+		  "Connection: close, Content-Length, Host, x-a\r\n"
+		  "X-A: 1\r\n"
+		  "Content-Length: 2\r\n"
+		  "\r\n",
+		  "POST /x HTTP/1.1\r\n"
+		  "Host: h\r\n"
+		  "Content-Length: 2\r\n" ADDED_V4("h") },
+		{ "POST /callbacks/a1/x HTTP/1.1\r\n"
+		  "Transfer-Encoding: chunked\r\n"
+		  "Connection: transfer-encoding\r\n"
+		  "Host: h\r\n"
+		  "\r\n",
+		  "POST /x HTTP/1.1\r\n"
+		  "Transfer-Encoding: chunked\r\n"
+		  "Host: h\r\n" ADDED_V4("h") },
+	};
+
+	check_heads_v4(cases, AN_ARRAY_LEN(cases));
 }
 END_TEST
 
 START_TEST(test_head_ipv6_and_no_host)
 {
-	/* HTTP/1.0 without Host: no host= and no X-Forwarded-Host. */
+	/* HTTP/1.0 without Host: the agent's HTTP/1.1 gets the gateway's authority
+	 * as Host (RFC 9112 section 3.2), and no host= nor X-Forwarded-Host. */
 	check_head("GET /callbacks/a1/x HTTP/1.0\r\n"
 		   "Accept: */*\r\n"
 		   "\r\n",
 		   &ingress_default, &client_v6,
 		   "GET /x HTTP/1.1\r\n"
 		   "Accept: */*\r\n"
+		   "Host: hooks.example\r\n"
 		   "X-Forwarded-For: 2001:db8::1\r\n"
 		   "X-Forwarded-Proto: https\r\n"
 		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
@@ -501,12 +499,7 @@ START_TEST(test_head_ipv6_and_no_host)
 		   "\r\n",
 		   &ingress_default, &client_v4,
 		   "GET /x HTTP/1.1\r\n"
-		   "Host: \r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http\r\n"
-		   "\r\n");
+		   "Host: \r\n" ADDED_V4_NO_HOST);
 	check_head("GET /callbacks/a1/x HTTP/1.1\r\n"
 		   "Host: [2001:db8::2]:8443\r\n"
 		   "\r\n",
@@ -522,101 +515,62 @@ START_TEST(test_head_ipv6_and_no_host)
 }
 END_TEST
 
+/* A request line with Host h, and the request line the agent gets with it. */
+#define PATH_CASE(line, want)                                                    \
+	{                                                                        \
+		line "\r\nHost: h\r\n\r\n", want "\r\nHost: h\r\n" ADDED_V4("h") \
+	}
+
 START_TEST(test_head_paths)
 {
-	check_head("GET /callbacks/a1 HTTP/1.1\r\nHost: h\r\n\r\n", &ingress_default, &client_v4,
-		   "GET / HTTP/1.1\r\n"
-		   "Host: h\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Host: h\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
-		   "\r\n");
-	check_head("GET /callbacks/a1?q HTTP/1.1\r\nHost: h\r\n\r\n", &ingress_default, &client_v4,
-		   "GET /?q HTTP/1.1\r\n"
-		   "Host: h\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Host: h\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
-		   "\r\n");
-	check_head("DELETE /callbacks/a1/ HTTP/1.1\r\nHost: h\r\n\r\n", &ingress_default,
-		   &client_v4,
-		   "DELETE / HTTP/1.1\r\n"
-		   "Host: h\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Host: h\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
-		   "\r\n");
-	check_head("GET /callbacks/a1/a/b/?x=%2F&y HTTP/1.1\r\nHost: h\r\n\r\n", &ingress_default,
-		   &client_v4,
-		   "GET /a/b/?x=%2F&y HTTP/1.1\r\n"
-		   "Host: h\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Host: h\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
-		   "\r\n");
+	static const struct head_case cases[] = {
+		PATH_CASE("GET /callbacks/a1 HTTP/1.1", "GET / HTTP/1.1"),
+		PATH_CASE("GET /callbacks/a1?q HTTP/1.1", "GET /?q HTTP/1.1"),
+		PATH_CASE("DELETE /callbacks/a1/ HTTP/1.1", "DELETE / HTTP/1.1"),
+		PATH_CASE("GET /callbacks/a1/a/b/?x=%2F&y HTTP/1.1", "GET /a/b/?x=%2F&y HTTP/1.1"),
+	};
+
+	check_heads_v4(cases, AN_ARRAY_LEN(cases));
 }
 END_TEST
 
 START_TEST(test_head_upgrade)
 {
-	check_head("GET /callbacks/a1/ws HTTP/1.1\r\n"
-		   "Host: h:8090\r\n"
-		   "Connection: keep-alive, Upgrade\r\n"
-		   "Upgrade: websocket\r\n"
-		   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-		   "Sec-WebSocket-Version: 13\r\n"
-		   "\r\n",
-		   &ingress_default, &client_v4,
-		   "GET /ws HTTP/1.1\r\n"
-		   "Host: h:8090\r\n"
-		   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-		   "Sec-WebSocket-Version: 13\r\n"
-		   "Connection: Upgrade\r\n"
-		   "Upgrade: websocket\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Host: h:8090\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http;host=\"h:8090\"\r\n"
-		   "\r\n");
-	/* Two Upgrade lines are one list (RFC 9110 section 5.3). */
-	check_head("GET /callbacks/a1/ws HTTP/1.1\r\n"
-		   "Host: h\r\n"
-		   "Upgrade: foo/1\r\n"
-		   "Connection: upgrade\r\n"
-		   "Upgrade: websocket\r\n"
-		   "\r\n",
-		   &ingress_default, &client_v4,
-		   "GET /ws HTTP/1.1\r\n"
-		   "Host: h\r\n"
-		   "Connection: Upgrade\r\n"
-		   "Upgrade: foo/1, websocket\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Host: h\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n"
-		   "\r\n");
-	/* HTTP/1.0 is not an upgrade: both fields go, nothing replaces them. */
-	check_head("GET /callbacks/a1/ws HTTP/1.0\r\n"
-		   "Connection: Upgrade\r\n"
-		   "Upgrade: websocket\r\n"
-		   "\r\n",
-		   &ingress_default, &client_v4,
-		   "GET /ws HTTP/1.1\r\n"
-		   "X-Forwarded-For: 192.0.2.1\r\n"
-		   "X-Forwarded-Proto: http\r\n"
-		   "X-Forwarded-Prefix: /callbacks/a1\r\n"
-		   "Forwarded: for=192.0.2.1;proto=http\r\n"
-		   "\r\n");
+	static const struct head_case cases[] = {
+		{ "GET /callbacks/a1/ws HTTP/1.1\r\n"
+		  "Host: h:8090\r\n"
+		  "Connection: keep-alive, Upgrade\r\n"
+		  "Upgrade: websocket\r\n"
+		  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+		  "Sec-WebSocket-Version: 13\r\n"
+		  "\r\n",
+		  "GET /ws HTTP/1.1\r\n"
+		  "Host: h:8090\r\n"
+		  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+		  "Sec-WebSocket-Version: 13\r\n"
+		  "Connection: Upgrade\r\n"
+		  "Upgrade: websocket\r\n" ADDED_V4("h:8090") },
+		/* Two Upgrade lines are one list (RFC 9110 section 5.3). */
+		{ "GET /callbacks/a1/ws HTTP/1.1\r\n"
+		  "Host: h\r\n"
+		  "Upgrade: foo/1\r\n"
+		  "Connection: upgrade\r\n"
+		  "Upgrade: websocket\r\n"
+		  "\r\n",
+		  "GET /ws HTTP/1.1\r\n"
+		  "Host: h\r\n"
+		  "Connection: Upgrade\r\n"
+		  "Upgrade: foo/1, websocket\r\n" ADDED_V4("h") },
+		/* HTTP/1.0 is not an upgrade: both fields go, nothing replaces them. */
+		{ "GET /callbacks/a1/ws HTTP/1.0\r\n"
+		  "Connection: Upgrade\r\n"
+		  "Upgrade: websocket\r\n"
+		  "\r\n",
+		  "GET /ws HTTP/1.1\r\n"
+		  "Host: hooks.example:8090\r\n" ADDED_V4_NO_HOST },
+	};
+
+	check_heads_v4(cases, AN_ARRAY_LEN(cases));
 }
 END_TEST
 
@@ -635,18 +589,14 @@ START_TEST(test_head_msgsize_large)
 		 "GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nX-A: %s\r\nX-B: %s\r\n\r\n", value,
 		 value);
 	int n = snprintf(want, sizeof(want),
-			 "GET /x HTTP/1.1\r\nHost: h\r\nX-A: %s\r\nX-B: %s\r\n"
-			 "X-Forwarded-For: 192.0.2.1\r\nX-Forwarded-Proto: http\r\n"
-			 "X-Forwarded-Host: h\r\nX-Forwarded-Prefix: /callbacks/a1\r\n"
-			 "Forwarded: for=192.0.2.1;proto=http;host=\"h\"\r\n\r\n",
+			 "GET /x HTTP/1.1\r\nHost: h\r\nX-A: %s\r\nX-B: %s\r\n" ADDED_V4("h"),
 			 value, value);
-	parse(req_text, &req);
-	ck_assert_int_eq(ingress_route("/callbacks", 10, req.target, req.target_len, &t), 0);
-	char *out = guard_end(&guard_out, (size_t)n);
+	ck_assert_int_eq(parse_route(req_text, &req, &t), 0);
+	char *out = unit_guard_end(&guard_out, (size_t)n);
 	ck_assert_int_eq(ingress_write_head(&req, &t, &ingress_default, &client_v4, out, (size_t)n),
 			 n);
 	ck_assert_int_eq(memcmp(out, want, (size_t)n), 0);
-	out = guard_end(&guard_out, (size_t)n - 1);
+	out = unit_guard_end(&guard_out, (size_t)n - 1);
 	ck_assert_int_eq(
 	    ingress_write_head(&req, &t, &ingress_default, &client_v4, out, (size_t)n - 1),
 	    -EMSGSIZE);
@@ -661,6 +611,33 @@ static size_t id_of(char *buf, size_t cap, uint32_t i)
 
 	ck_assert_int_gt(n, 0);
 	return (size_t)n;
+}
+
+/* Puts the id "sb-<i>" with <slot>; the put must succeed. */
+static void put_id(struct ingress_routes *r, uint32_t i, uint32_t slot)
+{
+	char id[32];
+	size_t n = id_of(id, sizeof(id), i);
+
+	ck_assert_int_eq(ingress_routes_put(r, id, n, slot), 0);
+}
+
+/* Deletes the id "sb-<i>" where it has <slot>. */
+static void del_id(struct ingress_routes *r, uint32_t i, uint32_t slot)
+{
+	char id[32];
+	size_t n = id_of(id, sizeof(id), i);
+
+	ingress_routes_del(r, id, n, slot);
+}
+
+/* The slot of the id "sb-<i>", -1 for none. */
+static int64_t get_id(const struct ingress_routes *r, uint32_t i)
+{
+	char id[32];
+	size_t n = id_of(id, sizeof(id), i);
+
+	return ingress_routes_get(r, id, n);
 }
 
 START_TEST(test_routes_basic)
@@ -757,29 +734,21 @@ START_TEST(test_routes_growth)
 {
 	enum { IDS = 5000 };
 	struct ingress_routes r = { 0 };
-	char id[32];
 
 	for (uint32_t i = 0; i < IDS; i++) {
-		size_t n = id_of(id, sizeof(id), i);
-		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
+		put_id(&r, i, i);
 		ck_assert_uint_eq(r.used, i + 1);
 		ck_assert_uint_eq(r.capacity & (r.capacity - 1), 0);
 		ck_assert_uint_le((uint64_t)(r.used + r.tombstones) * 10, (uint64_t)r.capacity * 7);
 	}
 	ck_assert_uint_eq(r.capacity, 8192);
-	for (uint32_t i = 0; i < IDS; i++) {
-		size_t n = id_of(id, sizeof(id), i);
-		ck_assert_int_eq(ingress_routes_get(&r, id, n), i);
-	}
-	for (uint32_t i = 0; i < IDS; i += 2) {
-		size_t n = id_of(id, sizeof(id), i);
-		ingress_routes_del(&r, id, n, i);
-	}
+	for (uint32_t i = 0; i < IDS; i++)
+		ck_assert_int_eq(get_id(&r, i), i);
+	for (uint32_t i = 0; i < IDS; i += 2)
+		del_id(&r, i, i);
 	ck_assert_uint_eq(r.used, IDS / 2);
-	for (uint32_t i = 0; i < IDS; i++) {
-		size_t n = id_of(id, sizeof(id), i);
-		ck_assert_int_eq(ingress_routes_get(&r, id, n), i % 2 == 0 ? -1 : (int64_t)i);
-	}
+	for (uint32_t i = 0; i < IDS; i++)
+		ck_assert_int_eq(get_id(&r, i), i % 2 == 0 ? -1 : (int64_t)i);
 	ck_assert_int_eq(ingress_routes_get(&r, "sb-5000", 7), -1);
 	ingress_routes_free(&r);
 }
@@ -788,34 +757,27 @@ END_TEST
 START_TEST(test_routes_churn)
 {
 	struct ingress_routes r = { 0 };
-	char id[32];
 
 	/* A standing population, and 100k sandboxes that come and go beside it. */
-	for (uint32_t i = 0; i < 40; i++) {
-		size_t n = id_of(id, sizeof(id), 1000000u + i);
-		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
-	}
+	for (uint32_t i = 0; i < 40; i++)
+		put_id(&r, 1000000u + i, i);
 	for (uint32_t i = 0; i < 100000; i++) {
-		size_t n = id_of(id, sizeof(id), i);
-		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
-		ck_assert_int_eq(ingress_routes_get(&r, id, n), i);
-		ingress_routes_del(&r, id, n, i);
-		ck_assert_int_eq(ingress_routes_get(&r, id, n), -1);
+		put_id(&r, i, i);
+		ck_assert_int_eq(get_id(&r, i), i);
+		del_id(&r, i, i);
+		ck_assert_int_eq(get_id(&r, i), -1);
 		ck_assert_uint_le(r.capacity, INGRESS_ROUTES_CAPACITY_MIN * 2);
 		ck_assert_uint_eq(r.used, 40);
 	}
 	/* 41 live at most: rebuilt once into 128 entries, then in place. */
 	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN * 2);
-	for (uint32_t i = 0; i < 40; i++) {
-		size_t n = id_of(id, sizeof(id), 1000000u + i);
-		ck_assert_int_eq(ingress_routes_get(&r, id, n), i);
-	}
+	for (uint32_t i = 0; i < 40; i++)
+		ck_assert_int_eq(get_id(&r, 1000000u + i), i);
 	ingress_routes_free(&r);
 	/* Alone, one id added and removed over and over stays in the first table. */
 	for (uint32_t i = 0; i < 100000; i++) {
-		size_t n = id_of(id, sizeof(id), i);
-		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
-		ingress_routes_del(&r, id, n, i);
+		put_id(&r, i, i);
+		del_id(&r, i, i);
 		ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
 		ck_assert_uint_eq(r.used, 0);
 	}
@@ -826,36 +788,25 @@ END_TEST
 START_TEST(test_routes_tombstones)
 {
 	struct ingress_routes r = { 0 };
-	char id[32];
 
 	/* 30 live ids (never more than half of 64), then every other one removed. */
-	for (uint32_t i = 0; i < 30; i++) {
-		size_t n = id_of(id, sizeof(id), i);
-		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
-	}
+	for (uint32_t i = 0; i < 30; i++)
+		put_id(&r, i, i);
 	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
-	for (uint32_t i = 0; i < 30; i += 2) {
-		size_t n = id_of(id, sizeof(id), i);
-		ingress_routes_del(&r, id, n, i);
-	}
+	for (uint32_t i = 0; i < 30; i += 2)
+		del_id(&r, i, i);
 	ck_assert_uint_eq(r.used, 15);
 	ck_assert_uint_le(r.tombstones, 15);
 	/* Re-adding reuses tombstones or rebuilds in place; nothing is lost. */
-	for (uint32_t i = 0; i < 30; i += 2) {
-		size_t n = id_of(id, sizeof(id), i);
-		ck_assert_int_eq(ingress_routes_put(&r, id, n, i + 100), 0);
-	}
+	for (uint32_t i = 0; i < 30; i += 2)
+		put_id(&r, i, i + 100);
 	ck_assert_uint_eq(r.used, 30);
 	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
-	for (uint32_t i = 0; i < 30; i++) {
-		size_t n = id_of(id, sizeof(id), i);
-		ck_assert_int_eq(ingress_routes_get(&r, id, n), i % 2 == 0 ? i + 100 : i);
-	}
+	for (uint32_t i = 0; i < 30; i++)
+		ck_assert_int_eq(get_id(&r, i), i % 2 == 0 ? i + 100 : i);
 	/* Removing everything leaves no tombstones behind. */
-	for (uint32_t i = 0; i < 30; i++) {
-		size_t n = id_of(id, sizeof(id), i);
-		ingress_routes_del(&r, id, n, i % 2 == 0 ? i + 100 : i);
-	}
+	for (uint32_t i = 0; i < 30; i++)
+		del_id(&r, i, i % 2 == 0 ? i + 100 : i);
 	ck_assert_uint_eq(r.used, 0);
 	ck_assert_uint_eq(r.tombstones, 0);
 	for (uint32_t i = 0; i < r.capacity; i++)
@@ -870,10 +821,8 @@ START_TEST(test_routes_tombstone_reuse)
 	char id[32];
 	uint32_t mask = INGRESS_ROUTES_CAPACITY_MIN - 1;
 
-	for (uint32_t i = 0; i < 40; i++) {
-		size_t n = id_of(id, sizeof(id), i);
-		ck_assert_int_eq(ingress_routes_put(&r, id, n, i), 0);
-	}
+	for (uint32_t i = 0; i < 40; i++)
+		put_id(&r, i, i);
 	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
 	/* An id sitting at its home entry with a live entry after it. */
 	uint32_t pick = UINT32_MAX;
@@ -892,11 +841,8 @@ START_TEST(test_routes_tombstone_reuse)
 	ck_assert_uint_eq(r.tombstones, 1);
 	ck_assert_uint_eq(r.entries[at].state, ROUTE_TOMBSTONE);
 	ck_assert_int_eq(ingress_routes_get(&r, id, n), -1);
-	for (uint32_t i = 0; i < 40; i++) {
-		char other[32];
-		size_t m = id_of(other, sizeof(other), i);
-		ck_assert_int_eq(ingress_routes_get(&r, other, m), i == pick ? -1 : (int64_t)i);
-	}
+	for (uint32_t i = 0; i < 40; i++)
+		ck_assert_int_eq(get_id(&r, i), i == pick ? -1 : (int64_t)i);
 	/* Put back, it takes the tombstone. */
 	ck_assert_int_eq(ingress_routes_put(&r, id, n, 99), 0);
 	ck_assert_uint_eq(r.tombstones, 0);
@@ -930,26 +876,61 @@ static const unsigned char proxy_v6_bytes[52] = {
 	0x01, 0xBB,                                     /* dst port 443 */
 };
 
-static void sa4(struct sockaddr_in *sa, const char *addr, uint16_t port)
+/* A connection's two ends, and the header that carries them (NULL: not built by hand). */
+struct proxy_pair {
+	const char *src;
+	uint16_t src_port;
+	const char *dst;
+	uint16_t dst_port;
+	const unsigned char *bytes;
+	size_t len;
+};
+
+/* The two headers above, with the addresses they carry. */
+static const struct proxy_pair proxy_fixed[] = {
+	{ "192.0.2.1", 54321, "198.51.100.7", 443, proxy_v4_bytes, sizeof(proxy_v4_bytes) },
+	{ "2001:db8::1", 8080, "2001:db8::2", 443, proxy_v6_bytes, sizeof(proxy_v6_bytes) },
+};
+
+/* <addr>:<port> into <ss>, zeroed first: IPv6 when <addr> has a ':', else IPv4. */
+static void sa_of(struct sockaddr_storage *ss, const char *addr, uint16_t port)
 {
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons(port);
-	ck_assert_int_eq(inet_pton(AF_INET, addr, &sa->sin_addr), 1);
+	memset(ss, 0, sizeof(*ss));
+	if (strchr(addr, ':') == NULL) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons(port);
+		ck_assert_int_eq(inet_pton(AF_INET, addr, &s4->sin_addr), 1);
+		return;
+	}
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+	s6->sin6_family = AF_INET6;
+	s6->sin6_port = htons(port);
+	ck_assert_int_eq(inet_pton(AF_INET6, addr, &s6->sin6_addr), 1);
 }
 
-static void sa6(struct sockaddr_in6 *sa, const char *addr, uint16_t port)
+/* The two ends of <p> into <src> and <dst>. */
+static void sa_pair(const struct proxy_pair *p, struct sockaddr_storage *src,
+		    struct sockaddr_storage *dst)
 {
-	memset(sa, 0, sizeof(*sa));
-	sa->sin6_family = AF_INET6;
-	sa->sin6_port = htons(port);
-	ck_assert_int_eq(inet_pton(AF_INET6, addr, &sa->sin6_addr), 1);
+	sa_of(src, p->src, p->src_port);
+	sa_of(dst, p->dst, p->dst_port);
 }
 
 /* Parses the first <n> bytes of <b>, placed to end right before the guard page. */
 static ssize_t proxy_parse_n(const unsigned char *b, size_t n, struct sockaddr_storage *src)
 {
-	return ingress_proxy_parse(guard_place(&guard_in, (const char *)b, n), n, src);
+	return ingress_proxy_parse(unit_guard_place(&guard_in, b, n), n, src);
+}
+
+/* ingress_proxy_write of <src> -> <dst> into <out>/<cap>. */
+static ssize_t proxy_write(const struct sockaddr_storage *src, const struct sockaddr_storage *dst,
+			   char *out, size_t cap)
+{
+	return ingress_proxy_write((const struct sockaddr *)src, (const struct sockaddr *)dst, out,
+				   cap);
 }
 
 /* A header of INGRESS_PROXY_BYTES_MAX bytes: the fixed 16 as given, zeros after. */
@@ -963,78 +944,74 @@ static void proxy_head(unsigned char *b, uint8_t ver_cmd, uint8_t fam, uint16_t 
 	b[15] = (unsigned char)block;
 }
 
-static void check_src4(const struct sockaddr_storage *ss, const char *addr, uint16_t port)
+/* proxy_head, then proxy_v4_bytes's 12-byte address block after the fixed 16. */
+static void proxy_head_v4(unsigned char *b, uint8_t ver_cmd, uint8_t fam, uint16_t block)
 {
-	const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
-	struct sockaddr_in want;
-
-	sa4(&want, addr, port);
-	ck_assert_int_eq(ss->ss_family, AF_INET);
-	ck_assert_uint_eq(ntohs(s4->sin_port), port);
-	ck_assert_mem_eq(&s4->sin_addr, &want.sin_addr, sizeof(want.sin_addr));
+	proxy_head(b, ver_cmd, fam, block);
+	memcpy(b + 16, proxy_v4_bytes + 16, 12);
 }
 
-static void check_src6(const struct sockaddr_storage *ss, const char *addr, uint16_t port)
+/* That <ss> is the source <addr>:<port>; an IPv6 one with no flow label or scope. */
+static void check_src(const struct sockaddr_storage *ss, const char *addr, uint16_t port)
 {
-	const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
-	struct sockaddr_in6 want;
+	struct sockaddr_storage want;
 
-	sa6(&want, addr, port);
-	ck_assert_int_eq(ss->ss_family, AF_INET6);
+	sa_of(&want, addr, port);
+	ck_assert_int_eq(ss->ss_family, want.ss_family);
+	if (want.ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+		const struct sockaddr_in *w4 = (const struct sockaddr_in *)&want;
+
+		ck_assert_uint_eq(ntohs(s4->sin_port), port);
+		ck_assert_mem_eq(&s4->sin_addr, &w4->sin_addr, sizeof(w4->sin_addr));
+		return;
+	}
+	const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+	const struct sockaddr_in6 *w6 = (const struct sockaddr_in6 *)&want;
+
 	ck_assert_uint_eq(ntohs(s6->sin6_port), port);
-	ck_assert_mem_eq(&s6->sin6_addr, &want.sin6_addr, sizeof(want.sin6_addr));
+	ck_assert_mem_eq(&s6->sin6_addr, &w6->sin6_addr, sizeof(w6->sin6_addr));
 	ck_assert_uint_eq(s6->sin6_flowinfo, 0);
 	ck_assert_uint_eq(s6->sin6_scope_id, 0);
 }
 
 START_TEST(test_proxy_round_trip)
 {
+	static const struct proxy_pair pairs[] = {
+		{ "203.0.113.250", 1, "10.0.0.1", 65535, NULL, 28 },
+		{ "2001:db8:1:2:3:4:5:6", 65535, "::1", 8443, NULL, 52 },
+	};
 	char out[INGRESS_PROXY_BYTES_MAX];
-	struct sockaddr_storage got;
-	struct sockaddr_in s4, d4;
-	struct sockaddr_in6 s6, d6;
+	struct sockaddr_storage got, src, dst;
 
-	sa4(&s4, "203.0.113.250", 1);
-	sa4(&d4, "10.0.0.1", 65535);
-	ssize_t n =
-	    ingress_proxy_write((struct sockaddr *)&s4, (struct sockaddr *)&d4, out, sizeof(out));
-	ck_assert_int_eq(n, 28);
-	ck_assert_int_eq(proxy_parse_n((unsigned char *)out, (size_t)n, &got), 28);
-	check_src4(&got, "203.0.113.250", 1);
+	for (size_t i = 0; i < AN_ARRAY_LEN(pairs); i++) {
+		const struct proxy_pair *p = &pairs[i];
 
-	sa6(&s6, "2001:db8:1:2:3:4:5:6", 65535);
-	sa6(&d6, "::1", 8443);
-	n = ingress_proxy_write((struct sockaddr *)&s6, (struct sockaddr *)&d6, out, sizeof(out));
-	ck_assert_int_eq(n, 52);
-	ck_assert_int_eq(proxy_parse_n((unsigned char *)out, (size_t)n, &got), 52);
-	check_src6(&got, "2001:db8:1:2:3:4:5:6", 65535);
+		sa_pair(p, &src, &dst);
+		ssize_t n = proxy_write(&src, &dst, out, sizeof(out));
+		ck_assert_int_eq(n, (ssize_t)p->len);
+		ck_assert_int_eq(proxy_parse_n((unsigned char *)out, (size_t)n, &got),
+				 (ssize_t)p->len);
+		check_src(&got, p->src, p->src_port);
+	}
 }
 END_TEST
 
 START_TEST(test_proxy_exact_bytes)
 {
 	char out[INGRESS_PROXY_BYTES_MAX];
-	struct sockaddr_storage got;
-	struct sockaddr_in s4, d4;
-	struct sockaddr_in6 s6, d6;
+	struct sockaddr_storage got, src, dst;
 
-	sa4(&s4, "192.0.2.1", 54321);
-	sa4(&d4, "198.51.100.7", 443);
-	ck_assert_int_eq(
-	    ingress_proxy_write((struct sockaddr *)&s4, (struct sockaddr *)&d4, out, sizeof(out)),
-	    28);
-	ck_assert_mem_eq(out, proxy_v4_bytes, sizeof(proxy_v4_bytes));
-	sa6(&s6, "2001:db8::1", 8080);
-	sa6(&d6, "2001:db8::2", 443);
-	ck_assert_int_eq(
-	    ingress_proxy_write((struct sockaddr *)&s6, (struct sockaddr *)&d6, out, sizeof(out)),
-	    52);
-	ck_assert_mem_eq(out, proxy_v6_bytes, sizeof(proxy_v6_bytes));
-	/* And read independently of the writer: a mirrored bug would pass a round trip. */
-	ck_assert_int_eq(proxy_parse_n(proxy_v4_bytes, sizeof(proxy_v4_bytes), &got), 28);
-	check_src4(&got, "192.0.2.1", 54321);
-	ck_assert_int_eq(proxy_parse_n(proxy_v6_bytes, sizeof(proxy_v6_bytes), &got), 52);
-	check_src6(&got, "2001:db8::1", 8080);
+	for (size_t i = 0; i < AN_ARRAY_LEN(proxy_fixed); i++) {
+		const struct proxy_pair *p = &proxy_fixed[i];
+
+		sa_pair(p, &src, &dst);
+		ck_assert_int_eq(proxy_write(&src, &dst, out, sizeof(out)), (ssize_t)p->len);
+		ck_assert_mem_eq(out, p->bytes, p->len);
+		/* And read independently of the writer: a mirrored bug would pass a round trip. */
+		ck_assert_int_eq(proxy_parse_n(p->bytes, p->len, &got), (ssize_t)p->len);
+		check_src(&got, p->src, p->src_port);
+	}
 }
 END_TEST
 
@@ -1135,11 +1112,10 @@ START_TEST(test_proxy_length_limit)
 	struct sockaddr_storage got;
 
 	/* N: the whole header is INGRESS_PROXY_BYTES_MAX bytes. */
-	proxy_head(b, 0x21, 0x11, max);
-	memcpy(b + 16, proxy_v4_bytes + 16, 12);
+	proxy_head_v4(b, 0x21, 0x11, max);
 	ck_assert_int_eq(proxy_parse_n(b, INGRESS_PROXY_BYTES_MAX - 1, &got), -EAGAIN);
 	ck_assert_int_eq(proxy_parse_n(b, INGRESS_PROXY_BYTES_MAX, &got), INGRESS_PROXY_BYTES_MAX);
-	check_src4(&got, "192.0.2.1", 54321);
+	check_src(&got, "192.0.2.1", 54321);
 	proxy_head(b, 0x20, 0x00, max);
 	ck_assert_int_eq(proxy_parse_n(b, INGRESS_PROXY_BYTES_MAX, &got), INGRESS_PROXY_BYTES_MAX);
 	/* N + 1: refused from the length field on, never waited for. */
@@ -1160,29 +1136,35 @@ START_TEST(test_proxy_length_limit)
 }
 END_TEST
 
+struct proxy_local {
+	uint8_t fam;
+	uint16_t block;
+	bool v4_block; /* proxy_v4_bytes's address block after the fixed 16 */
+	ssize_t len;
+};
+
 START_TEST(test_proxy_local)
 {
+	static const struct proxy_local cases[] = {
+		{ 0x00, 0, false, 16 }, /* the usual LOCAL: no family, no block */
+		{ 0x11, 12, true, 28 }, /* an address block: skipped, not read */
+		{ 0x12, 3, false, 19 }, /* LOCAL ignores the family byte and the block's size */
+		{ 0x21, 5, false, 21 },
+	};
 	unsigned char b[INGRESS_PROXY_BYTES_MAX];
 	struct sockaddr_storage got;
 
-	/* The usual LOCAL: no family, no block. */
-	memset(&got, 0xA5, sizeof(got));
-	proxy_head(b, 0x20, 0x00, 0);
-	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), 16);
-	ck_assert_int_eq(got.ss_family, AF_UNSPEC);
-	/* A LOCAL with an address block: the block is skipped, not read. */
-	memset(&got, 0xA5, sizeof(got));
-	proxy_head(b, 0x20, 0x11, 12);
-	memcpy(b + 16, proxy_v4_bytes + 16, 12);
-	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), 28);
-	ck_assert_int_eq(got.ss_family, AF_UNSPEC);
-	/* LOCAL ignores the family byte and the block's size. */
-	proxy_head(b, 0x20, 0x12, 3);
-	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), 19);
-	ck_assert_int_eq(got.ss_family, AF_UNSPEC);
-	proxy_head(b, 0x20, 0x21, 5);
-	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), 21);
-	ck_assert_int_eq(got.ss_family, AF_UNSPEC);
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		const struct proxy_local *c = &cases[i];
+
+		memset(&got, 0xA5, sizeof(got));
+		if (c->v4_block)
+			proxy_head_v4(b, 0x20, c->fam, c->block);
+		else
+			proxy_head(b, 0x20, c->fam, c->block);
+		ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), c->len);
+		ck_assert_int_eq(got.ss_family, AF_UNSPEC);
+	}
 }
 END_TEST
 
@@ -1200,13 +1182,13 @@ START_TEST(test_proxy_tlvs_skipped)
 	/* The request after the header is the caller's: only the header is counted. */
 	size_t n = 28 + sizeof(tlv) + sizeof(tail) - 1;
 	ck_assert_int_eq(proxy_parse_n(b, n, &got), 28 + (ssize_t)sizeof(tlv));
-	check_src4(&got, "192.0.2.1", 54321);
+	check_src(&got, "192.0.2.1", 54321);
 	/* IPv6 with TLV bytes up to the limit. */
 	memset(b, 0x5A, sizeof(b));
 	memcpy(b, proxy_v6_bytes, sizeof(proxy_v6_bytes));
 	b[15] = INGRESS_PROXY_BYTES_MAX - 16;
 	ck_assert_int_eq(proxy_parse_n(b, sizeof(b), &got), INGRESS_PROXY_BYTES_MAX);
-	check_src6(&got, "2001:db8::1", 8080);
+	check_src(&got, "2001:db8::1", 8080);
 }
 END_TEST
 
@@ -1214,8 +1196,7 @@ START_TEST(test_proxy_write_families)
 {
 	char out[INGRESS_PROXY_BYTES_MAX];
 	char before[sizeof(out)];
-	struct sockaddr_in v4;
-	struct sockaddr_in6 v6;
+	struct sockaddr_storage v4, v6;
 	struct sockaddr_un un = { .sun_family = AF_UNIX, .sun_path = "/run/x" };
 	struct sockaddr none = { .sa_family = AF_UNSPEC };
 	const struct sockaddr *pairs[][2] = {
@@ -1227,8 +1208,8 @@ START_TEST(test_proxy_write_families)
 		{ &none, &none },
 	};
 
-	sa4(&v4, "192.0.2.1", 1);
-	sa6(&v6, "2001:db8::1", 1);
+	sa_of(&v4, "192.0.2.1", 1);
+	sa_of(&v6, "2001:db8::1", 1);
 	memset(before, 0xA5, sizeof(before));
 	for (size_t i = 0; i < AN_ARRAY_LEN(pairs); i++) {
 		memcpy(out, before, sizeof(out));
@@ -1239,35 +1220,31 @@ START_TEST(test_proxy_write_families)
 }
 END_TEST
 
-/* Writes <src> -> <dst> into exactly <need> - 1 and then <need> bytes before the guard page. */
-static void check_write_cap(const struct sockaddr *src, const struct sockaddr *dst,
-			    const unsigned char *want, size_t need)
+/* Writes <p>'s ends into exactly <len> - 1 and then <len> bytes before the guard page. */
+static void check_write_cap(const struct proxy_pair *p)
 {
-	char *out = guard_end(&guard_out, need - 1);
+	struct sockaddr_storage src, dst;
+	size_t need = p->len;
+	char *out = unit_guard_end(&guard_out, need - 1);
 
+	sa_pair(p, &src, &dst);
 	memset(out, 0xA5, need - 1);
-	ck_assert_int_eq(ingress_proxy_write(src, dst, out, need - 1), -EMSGSIZE);
+	ck_assert_int_eq(proxy_write(&src, &dst, out, need - 1), -EMSGSIZE);
 	for (size_t i = 0; i < need - 1; i++)
 		ck_assert_uint_eq((unsigned char)out[i], 0xA5);
-	out = guard_end(&guard_out, need);
-	ck_assert_int_eq(ingress_proxy_write(src, dst, out, need), (ssize_t)need);
-	ck_assert_mem_eq(out, want, need);
+	out = unit_guard_end(&guard_out, need);
+	ck_assert_int_eq(proxy_write(&src, &dst, out, need), (ssize_t)need);
+	ck_assert_mem_eq(out, p->bytes, need);
 }
 
 START_TEST(test_proxy_write_cap)
 {
-	struct sockaddr_in s4, d4;
-	struct sockaddr_in6 s6, d6;
+	struct sockaddr_storage src, dst;
 
-	sa4(&s4, "192.0.2.1", 54321);
-	sa4(&d4, "198.51.100.7", 443);
-	check_write_cap((struct sockaddr *)&s4, (struct sockaddr *)&d4, proxy_v4_bytes, 28);
-	sa6(&s6, "2001:db8::1", 8080);
-	sa6(&d6, "2001:db8::2", 443);
-	check_write_cap((struct sockaddr *)&s6, (struct sockaddr *)&d6, proxy_v6_bytes, 52);
-	ck_assert_int_eq(
-	    ingress_proxy_write((struct sockaddr *)&s4, (struct sockaddr *)&d4, NULL, 0),
-	    -EMSGSIZE);
+	for (size_t i = 0; i < AN_ARRAY_LEN(proxy_fixed); i++)
+		check_write_cap(&proxy_fixed[i]);
+	sa_pair(&proxy_fixed[0], &src, &dst);
+	ck_assert_int_eq(proxy_write(&src, &dst, NULL, 0), -EMSGSIZE);
 }
 END_TEST
 

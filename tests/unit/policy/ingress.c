@@ -18,28 +18,6 @@ static void setup(void)
 	policytest_setup(NULL);
 }
 
-/* "t.yaml:<line>:<col>: <msg>" for the first <needle> of <yaml> (a textf text). */
-static const char *at(const char *yaml, const char *needle, const char *msg)
-{
-	unsigned line = 1;
-	unsigned col = 1;
-
-	const char *hit = strstr(yaml, needle);
-	ck_assert_msg(hit != NULL, "\"%s\" is not in the policy", needle);
-	for (const char *c = yaml; c < hit; c++) {
-		col = *c == '\n' ? 1 : col + 1;
-		line += *c == '\n';
-	}
-	return textf("t.yaml:%u:%u: %s", line, col, msg);
-}
-
-/* Loads <yaml>, expecting a refusal at the first <needle> with <msg>. */
-#define expect_error_at_needle(yaml, needle, msg)                                 \
-	do {                                                                      \
-		const char *y_ = (yaml);                                          \
-		expect_error_at(__LINE__, "t.yaml", y_, at(y_, (needle), (msg))); \
-	} while (0)
-
 #define MINIMAL "version: 1\nprofiles:\n  p:\n    rules: []\n"
 /* daemon.ingress in flow style: DAEMON(x) is "daemon: {ingress: {x}}" on line 5. */
 #define DAEMON(fields) MINIMAL "daemon: {ingress: {" fields "}}\n"
@@ -81,27 +59,84 @@ static void expect_defaults(const struct verdict_ingress *vi)
 	ck_assert_uint_eq(vi->limits.concurrent, 0);
 }
 
+/* A policy refused at the first <needle> of its text with <msg>. */
+struct refusal {
+	const char *yaml;
+	const char *needle;
+	const char *msg;
+};
+
+/* Each of the <n> policies of <cases> is refused as it says. */
+static void expect_refusals(const struct refusal *cases, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		expect_error_at_needle(cases[i].yaml, cases[i].needle, cases[i].msg);
+}
+
+/* cfg's daemon.ingress listen, public_url and prefix (NULL: unset). */
+static void expect_daemon(const char *listen, const char *public_url, const char *prefix)
+{
+	ck_assert_pstr_eq(cfg.ingress_listen, listen);
+	ck_assert_pstr_eq(cfg.ingress_public_url, public_url);
+	ck_assert_pstr_eq(cfg.ingress_prefix, prefix);
+}
+
+/* cfg's daemon.ingress.tls cert and key (NULL: unset). */
+static void expect_tls(const char *cert, const char *key)
+{
+	ck_assert_pstr_eq(cfg.ingress_tls_cert, cert);
+	ck_assert_pstr_eq(cfg.ingress_tls_key, key);
+}
+
+/* Each of the <n> values of <ok> as daemon.ingress.<key> (quoted, after a listen) loads as is. */
+static void expect_daemon_values(const char *key, const char *const *ok, size_t n,
+				 char *const *stored)
+{
+	for (size_t i = 0; i < n; i++) {
+		expect_ok(textf(DAEMON("listen: \"0.0.0.0:8090\", %s: \"%s\""), key, ok[i]));
+		ck_assert_str_eq(*stored, ok[i]);
+	}
+}
+
+/* A value of a daemon.ingress key that is refused, and why. */
+struct bad_value {
+	const char *value;
+	const char *why;
+};
+
+/*
+ * Each of the <n> values of <bad> as daemon.ingress.<key> (quoted, after a
+ * listen) is refused at the value with "invalid ingress.<key> "<shown>":
+ * <why>", <shown> being shown(value): the value as the message shows it.
+ */
+static void expect_daemon_refused(const char *key, const struct bad_value *bad, size_t n,
+				  const char *(*shown)(const char *value))
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *yaml =
+		    textf(DAEMON("listen: \"0.0.0.0:8090\", %s: \"%s\""), key, bad[i].value);
+
+		expect_error_at_needle(
+		    yaml, textf("\"%s\"", bad[i].value),
+		    textf("invalid ingress.%s \"%s\": %s", key, shown(bad[i].value), bad[i].why));
+	}
+}
+
 /* --- daemon.ingress ---------------------------------------------------------------------- */
 
 START_TEST(test_daemon_absent)
 {
 	expect_ok(MINIMAL);
-	ck_assert_ptr_null(cfg.ingress_listen);
-	ck_assert_ptr_null(cfg.ingress_public_url);
-	ck_assert_str_eq(cfg.ingress_prefix, "/callbacks");
+	expect_daemon(NULL, NULL, "/callbacks");
 	ck_assert(!cfg.ingress_optional);
 	/* listen alone: the prefix keeps its default, the URL stays for the engine to make. */
 	expect_ok(DAEMON("listen: \"0.0.0.0:8090\""));
-	ck_assert_str_eq(cfg.ingress_listen, "0.0.0.0:8090");
-	ck_assert_ptr_null(cfg.ingress_public_url);
-	ck_assert_str_eq(cfg.ingress_prefix, "/callbacks");
+	expect_daemon("0.0.0.0:8090", NULL, "/callbacks");
 	ck_assert(!cfg.ingress_optional);
 	/* Block style, every key. */
 	expect_ok(MINIMAL "daemon:\n  ingress:\n    listen: \"[::]:443\"\n"
 			  "    public_url: https://hooks.example.com\n    prefix: /hooks/v1\n");
-	ck_assert_str_eq(cfg.ingress_listen, "[::]:443");
-	ck_assert_str_eq(cfg.ingress_public_url, "https://hooks.example.com");
-	ck_assert_str_eq(cfg.ingress_prefix, "/hooks/v1");
+	expect_daemon("[::]:443", "https://hooks.example.com", "/hooks/v1");
 }
 END_TEST
 
@@ -153,6 +188,14 @@ START_TEST(test_daemon_listen)
 }
 END_TEST
 
+/* The message shows a public_url as loaded: escapes resolved, bytes outside ASCII '?'. */
+static const char *url_shown(const char *value)
+{
+	return strstr(value, "\\t")       ? "https://gw.example.com?"
+	       : strstr(value, "\\u00fc") ? "https://b??cher.example"
+					  : value;
+}
+
 START_TEST(test_daemon_public_url)
 {
 	static const char *const ok[] = {
@@ -164,14 +207,8 @@ START_TEST(test_daemon_public_url)
 		"https://a_b~c-d.example:1",
 		"https://gw:65535",
 	};
-	for (size_t i = 0; i < AN_ARRAY_LEN(ok); i++) {
-		expect_ok(textf(DAEMON("listen: \"0.0.0.0:8090\", public_url: \"%s\""), ok[i]));
-		ck_assert_str_eq(cfg.ingress_public_url, ok[i]);
-	}
-	static const struct {
-		const char *value;
-		const char *why;
-	} bad[] = {
+	expect_daemon_values("public_url", ok, AN_ARRAY_LEN(ok), &cfg.ingress_public_url);
+	static const struct bad_value bad[] = {
 		{ "https://gw.example.com/",
 		  "drop the trailing '/': agents get <public_url><prefix>/<sandbox id>" },
 		{ "https://gw.example.com/hooks",
@@ -201,17 +238,7 @@ START_TEST(test_daemon_public_url)
 		{ "https://[::1]x", "expected ':' after ']'" },
 		{ "https://g%41", "a byte that is not part of a host name" },
 	};
-	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		const char *yaml =
-		    textf(DAEMON("listen: \"0.0.0.0:8090\", public_url: \"%s\""), bad[i].value);
-		/* The message shows the value as loaded: escapes resolved, bytes outside ASCII '?'. */
-		const char *value = strstr(bad[i].value, "\\t")       ? "https://gw.example.com?"
-				    : strstr(bad[i].value, "\\u00fc") ? "https://b??cher.example"
-								      : bad[i].value;
-		expect_error_at_needle(
-		    yaml, textf("\"%s\"", bad[i].value),
-		    textf("invalid ingress.public_url \"%s\": %s", value, bad[i].why));
-	}
+	expect_daemon_refused("public_url", bad, AN_ARRAY_LEN(bad), url_shown);
 	expect_error_at_needle(DAEMON("listen: \"0.0.0.0:8090\", public_url: 443"), "443",
 			       "invalid ingress.public_url \"443\": it must start with http:// or "
 			       "https://");
@@ -244,20 +271,20 @@ START_TEST(test_daemon_public_url_limit)
 }
 END_TEST
 
+/* The message shows a prefix as loaded: the one escape resolved. */
+static const char *prefix_shown(const char *value)
+{
+	return strcmp(value, "/a\\\\b") == 0 ? "/a\\b" : value;
+}
+
 START_TEST(test_daemon_prefix)
 {
 	static const char *const ok[] = {
 		"/callbacks",      "/a",   "/hooks/v1", "/.well-known/hooks",
 		"/a.b/c~d_e-f/G9", "/...", "/..a",      "/a..",
 	};
-	for (size_t i = 0; i < AN_ARRAY_LEN(ok); i++) {
-		expect_ok(textf(DAEMON("listen: \"0.0.0.0:8090\", prefix: \"%s\""), ok[i]));
-		ck_assert_str_eq(cfg.ingress_prefix, ok[i]);
-	}
-	static const struct {
-		const char *value;
-		const char *why;
-	} bad[] = {
+	expect_daemon_values("prefix", ok, AN_ARRAY_LEN(ok), &cfg.ingress_prefix);
+	static const struct bad_value bad[] = {
 		{ "callbacks", "it must start with '/' (\"/callbacks\")" },
 		{ "", "it must start with '/' (\"/callbacks\")" },
 		{ "/", "name a path below the root (\"/callbacks\")" },
@@ -275,14 +302,7 @@ START_TEST(test_daemon_prefix)
 		{ "/a?b", "a byte outside [A-Za-z0-9._~-] in a segment" },
 		{ "/a\\\\b", "a byte outside [A-Za-z0-9._~-] in a segment" },
 	};
-	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		const char *yaml =
-		    textf(DAEMON("listen: \"0.0.0.0:8090\", prefix: \"%s\""), bad[i].value);
-		const char *value = strcmp(bad[i].value, "/a\\\\b") == 0 ? "/a\\b" : bad[i].value;
-		expect_error_at_needle(
-		    yaml, textf("\"%s\"", bad[i].value),
-		    textf("invalid ingress.prefix \"%s\": %s", value, bad[i].why));
-	}
+	expect_daemon_refused("prefix", bad, AN_ARRAY_LEN(bad), prefix_shown);
 	expect_error_at_needle(DAEMON("listen: \"0.0.0.0:8090\", prefix: [a]"), "[a]",
 			       "ingress.prefix must be a string");
 	/* 256 bytes accepted, 257 refused. */
@@ -301,39 +321,33 @@ END_TEST
 
 START_TEST(test_daemon_keys)
 {
-	const char *yaml = DAEMON("public_url: https://gw.example.com");
-	expect_error_at_needle(yaml, "public_url",
-			       "ingress.public_url needs ingress.listen (the ip:port the gateway "
-			       "listens on)");
-	yaml = DAEMON("prefix: /hooks");
-	expect_error_at_needle(yaml, "prefix",
-			       "ingress.prefix needs ingress.listen (the ip:port the gateway "
-			       "listens on)");
-	yaml = DAEMON("prefix: /hooks, public_url: https://gw.example.com");
-	expect_error_at_needle(yaml, "public_url", "ingress.public_url needs ingress.listen");
-	yaml = DAEMON("");
-	expect_error_at_needle(yaml, "{}", "missing mandatory key \"listen\" in daemon.ingress");
-	yaml = DAEMON("listen: \"0.0.0.0:1\", port: 2");
-	expect_error_at_needle(yaml, "port",
-			       "unknown key \"port\" in daemon.ingress (expected one of: listen, "
-			       "public_url, prefix, tls)");
-	yaml = DAEMON("listen: \"0.0.0.0:1\", listen: \"0.0.0.0:2\"");
-	expect_error_at_needle(yaml, "listen: \"0.0.0.0:2",
-			       "duplicate key \"listen\" in daemon.ingress");
-	yaml = DAEMON("listen: \"0.0.0.0:1\", prefix: /a, prefix: /b");
-	expect_error_at_needle(yaml, "prefix: /b", "duplicate key \"prefix\" in daemon.ingress");
-	yaml = MINIMAL "daemon: {ingress: \"0.0.0.0:8090\"}\n";
-	expect_error_at_needle(yaml, "\"0.0.0.0", "ingress must be a mapping");
-	yaml = MINIMAL
-	    "daemon: {ingress: {listen: \"0.0.0.0:1\"}, ingress: {listen: \"0.0.0.0:2\"}}\n";
-	expect_error_at_needle(yaml, "ingress: {listen: \"0.0.0.0:2",
-			       "duplicate key \"ingress\" in daemon");
-	yaml = MINIMAL "daemon: {gateway: {}}\n";
-	expect_error_at_needle(
-	    yaml, "gateway",
-	    "unknown key \"gateway\" in daemon (expected one of: socket_dir, "
-	    "audit_log, workers, conns_per_worker, pipes_per_worker, tcp_listen, "
-	    "tcp_sandbox, timeouts, control_group, ca, leaf_days, ingress)");
+	static const struct refusal cases[] = {
+		{ DAEMON("public_url: https://gw.example.com"), "public_url",
+		  "ingress.public_url needs ingress.listen (the ip:port the gateway listens on)" },
+		{ DAEMON("prefix: /hooks"), "prefix",
+		  "ingress.prefix needs ingress.listen (the ip:port the gateway listens on)" },
+		{ DAEMON("prefix: /hooks, public_url: https://gw.example.com"), "public_url",
+		  "ingress.public_url needs ingress.listen" },
+		{ DAEMON(""), "{}", "missing mandatory key \"listen\" in daemon.ingress" },
+		{ DAEMON("listen: \"0.0.0.0:1\", port: 2"), "port",
+		  "unknown key \"port\" in daemon.ingress (expected one of: listen, public_url, "
+		  "prefix, tls)" },
+		{ DAEMON("listen: \"0.0.0.0:1\", listen: \"0.0.0.0:2\""), "listen: \"0.0.0.0:2",
+		  "duplicate key \"listen\" in daemon.ingress" },
+		{ DAEMON("listen: \"0.0.0.0:1\", prefix: /a, prefix: /b"), "prefix: /b",
+		  "duplicate key \"prefix\" in daemon.ingress" },
+		{ MINIMAL "daemon: {ingress: \"0.0.0.0:8090\"}\n", "\"0.0.0.0",
+		  "ingress must be a mapping" },
+		{ MINIMAL "daemon: {ingress: {listen: \"0.0.0.0:1\"}, ingress: {listen: "
+			  "\"0.0.0.0:2\"}}\n",
+		  "ingress: {listen: \"0.0.0.0:2", "duplicate key \"ingress\" in daemon" },
+		{ MINIMAL "daemon: {gateway: {}}\n", "gateway",
+		  "unknown key \"gateway\" in daemon (expected one of: socket_dir, audit_log, "
+		  "workers, conns_per_worker, pipes_per_worker, tcp_listen, tcp_sandbox, timeouts, "
+		  "control_group, ca, leaf_days, ingress)" },
+	};
+
+	expect_refusals(cases, AN_ARRAY_LEN(cases));
 }
 END_TEST
 
@@ -341,59 +355,50 @@ START_TEST(test_daemon_tls)
 {
 	/* No tls: plain HTTP, nothing stored. */
 	expect_ok(DAEMON("listen: \"0.0.0.0:8090\""));
-	ck_assert_ptr_null(cfg.ingress_tls_cert);
-	ck_assert_ptr_null(cfg.ingress_tls_key);
+	expect_tls(NULL, NULL);
 	expect_ok(TLS("cert: /etc/an/hooks.pem, key: /etc/an/hooks.key"));
 	ck_assert_str_eq(cfg.ingress_listen, "0.0.0.0:8443");
-	ck_assert_str_eq(cfg.ingress_tls_cert, "/etc/an/hooks.pem");
-	ck_assert_str_eq(cfg.ingress_tls_key, "/etc/an/hooks.key");
+	expect_tls("/etc/an/hooks.pem", "/etc/an/hooks.key");
 	/* The URL stays unset: https://<listen> is the engine's to make. */
 	ck_assert_ptr_null(cfg.ingress_public_url);
 	/* Nothing is read: the files need not exist. Block style, either order, every key. */
 	expect_ok(MINIMAL "daemon:\n  ingress:\n    listen: \"[::]:443\"\n"
 			  "    public_url: https://hooks.example.com\n    prefix: /h\n"
 			  "    tls:\n      key: /nonexistent/k\n      cert: /nonexistent/c\n");
-	ck_assert_str_eq(cfg.ingress_tls_cert, "/nonexistent/c");
-	ck_assert_str_eq(cfg.ingress_tls_key, "/nonexistent/k");
+	expect_tls("/nonexistent/c", "/nonexistent/k");
 	ck_assert_str_eq(cfg.ingress_public_url, "https://hooks.example.com");
 	/* The same file for both (a PEM holding the chain and the key) is fine. */
 	expect_ok(TLS("cert: /etc/an/all.pem, key: /etc/an/all.pem"));
-	ck_assert_str_eq(cfg.ingress_tls_cert, "/etc/an/all.pem");
-	ck_assert_str_eq(cfg.ingress_tls_key, "/etc/an/all.pem");
+	expect_tls("/etc/an/all.pem", "/etc/an/all.pem");
 }
 END_TEST
 
 START_TEST(test_daemon_tls_refused)
 {
-	static const struct {
-		const char *fields;
-		const char *needle;
-		const char *msg;
-	} bad[] = {
-		{ "cert: hooks.pem, key: /k", "hooks.pem",
+	static const struct refusal bad[] = {
+		{ TLS("cert: hooks.pem, key: /k"), "hooks.pem",
 		  "ingress.tls.cert must be an absolute path" },
-		{ "cert: ./hooks.pem, key: /k", "./hooks",
+		{ TLS("cert: ./hooks.pem, key: /k"), "./hooks",
 		  "ingress.tls.cert must be an absolute path" },
-		{ "cert: /c, key: \"-\"", "\"-\"", "ingress.tls.key must be an absolute path" },
-		{ "cert: /c, key: \"\"", "\"\"", "ingress.tls.key must be an absolute path" },
-		{ "cert: \"/a\\nb\", key: /k", "\"/a",
+		{ TLS("cert: /c, key: \"-\""), "\"-\"",
+		  "ingress.tls.key must be an absolute path" },
+		{ TLS("cert: /c, key: \"\""), "\"\"", "ingress.tls.key must be an absolute path" },
+		{ TLS("cert: \"/a\\nb\", key: /k"), "\"/a",
 		  "ingress.tls.cert must be at most 4095 bytes without control characters" },
-		{ "cert: /c, key: \"/k\\tx\"", "\"/k",
+		{ TLS("cert: /c, key: \"/k\\tx\""), "\"/k",
 		  "ingress.tls.key must be at most 4095 bytes without control characters" },
-		{ "cert: [/c], key: /k", "[/c]", "ingress.tls.cert must be a string" },
-		{ "cert: /c, key: ~", "~", "ingress.tls.key must be a string" },
-		{ "cert: /c, key: {a: 1}", "{a: 1}", "ingress.tls.key must be a string" },
-		{ "cert: /c, key: /k, chain: /i", "chain",
+		{ TLS("cert: [/c], key: /k"), "[/c]", "ingress.tls.cert must be a string" },
+		{ TLS("cert: /c, key: ~"), "~", "ingress.tls.key must be a string" },
+		{ TLS("cert: /c, key: {a: 1}"), "{a: 1}", "ingress.tls.key must be a string" },
+		{ TLS("cert: /c, key: /k, chain: /i"), "chain",
 		  "unknown key \"chain\" in daemon.ingress.tls (expected one of: cert, key)" },
-		{ "cert: /c, cert: /d, key: /k", "cert: /d",
+		{ TLS("cert: /c, cert: /d, key: /k"), "cert: /d",
 		  "duplicate key \"cert\" in daemon.ingress.tls" },
-		{ "cert: /c, key: /k, key: /l", "key: /l",
+		{ TLS("cert: /c, key: /k, key: /l"), "key: /l",
 		  "duplicate key \"key\" in daemon.ingress.tls" },
 	};
-	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++) {
-		const char *yaml = textf(TLS("%s"), bad[i].fields);
-		expect_error_at_needle(yaml, bad[i].needle, bad[i].msg);
-	}
+
+	expect_refusals(bad, AN_ARRAY_LEN(bad));
 	/* Both are mandatory inside tls, reported at the mapping. */
 	expect_error(TLS("cert: /c"), "t.yaml:5:49: missing mandatory key \"key\" in "
 				      "daemon.ingress.tls");
@@ -420,8 +425,7 @@ START_TEST(test_daemon_tls_refused)
 	expect_error(MINIMAL "daemon: {tls: {cert: /c, key: /k}}\n",
 		     "t.yaml:5:10: unknown key \"tls\" in daemon (expected one of:");
 	/* Nothing of a refused load is kept. */
-	ck_assert_ptr_null(cfg.ingress_tls_cert);
-	ck_assert_ptr_null(cfg.ingress_tls_key);
+	expect_tls(NULL, NULL);
 	ck_assert_ptr_null(cfg.ingress_listen);
 }
 END_TEST
@@ -463,26 +467,21 @@ START_TEST(test_daemon_tls_staged)
 	expect_error_at_needle(TLS("cert: /b.pem, key: /b.key") "sandboxes: [{id: s, profile: "
 								"nope}]\n",
 			       "nope", "unknown profile \"nope\"");
-	ck_assert_str_eq(cfg.ingress_tls_cert, "/a.pem");
-	ck_assert_str_eq(cfg.ingress_tls_key, "/a.key");
+	expect_tls("/a.pem", "/a.key");
 	/* The cert staged, then the key refused: neither changes. */
 	expect_error_at_needle(TLS("cert: /b.pem, key: b.key"), "b.key}",
 			       "ingress.tls.key must be an absolute path");
-	ck_assert_str_eq(cfg.ingress_tls_cert, "/a.pem");
-	ck_assert_str_eq(cfg.ingress_tls_key, "/a.key");
+	expect_tls("/a.pem", "/a.key");
 	expect_ok(TLS("key: /c.key, cert: /c.pem"));
-	ck_assert_str_eq(cfg.ingress_tls_cert, "/c.pem");
-	ck_assert_str_eq(cfg.ingress_tls_key, "/c.key");
+	expect_tls("/c.pem", "/c.key");
 	/* The daemon loads each file into a fresh config: a key not given keeps its value. */
 	expect_ok(DAEMON("listen: \"0.0.0.0:8443\""));
 	ck_assert_str_eq(cfg.ingress_tls_cert, "/c.pem");
 	config_free(&cfg);
 	ck_assert_int_eq(config_init_defaults(&cfg), 0);
-	ck_assert_ptr_null(cfg.ingress_tls_cert);
-	ck_assert_ptr_null(cfg.ingress_tls_key);
+	expect_tls(NULL, NULL);
 	expect_ok(DAEMON("listen: \"0.0.0.0:8443\""));
-	ck_assert_ptr_null(cfg.ingress_tls_cert);
-	ck_assert_ptr_null(cfg.ingress_tls_key);
+	expect_tls(NULL, NULL);
 }
 END_TEST
 
@@ -494,9 +493,7 @@ START_TEST(test_daemon_staged)
 	    DAEMON(
 		"listen: \"192.0.2.2:81\", public_url: http://b.example, prefix: /b") "sandboxes: [{id: s, profile: nope}]\n",
 	    "nope", "unknown profile \"nope\"");
-	ck_assert_str_eq(cfg.ingress_listen, "192.0.2.1:80");
-	ck_assert_str_eq(cfg.ingress_public_url, "http://a.example");
-	ck_assert_str_eq(cfg.ingress_prefix, "/a");
+	expect_daemon("192.0.2.1:80", "http://a.example", "/a");
 	expect_error_at_needle(DAEMON("listen: \"192.0.2.2:81\", prefix: /b//"), "/b//",
 			       "invalid ingress.prefix \"/b//\": drop the trailing '/'");
 	ck_assert_str_eq(cfg.ingress_listen, "192.0.2.1:80");
@@ -513,9 +510,7 @@ END_TEST
 START_TEST(test_embedded_default)
 {
 	ck_assert_int_eq(policy_load_or_default(NULL, &cfg, &pol, err, sizeof(err)), 0);
-	ck_assert_str_eq(cfg.ingress_listen, "127.0.0.1:8090");
-	ck_assert_ptr_null(cfg.ingress_public_url);
-	ck_assert_str_eq(cfg.ingress_prefix, "/callbacks");
+	expect_daemon("127.0.0.1:8090", NULL, "/callbacks");
 	ck_assert(cfg.ingress_optional);
 	ck_assert_uint_eq(policy_profile_count(pol), 1);
 	const struct verdict_ingress *vi = ingress(0);
@@ -746,23 +741,22 @@ END_TEST
 
 START_TEST(test_profile_body_bytes)
 {
+	static const struct refusal bad[] = {
+		{ PROFILE("body_bytes: 1073741825"), "1073741825",
+		  "body_bytes must be 1..1073741824, got 1073741825" },
+		{ PROFILE("body_bytes: 0"), "0}", "body_bytes must be 1..1073741824, got 0" },
+		{ PROFILE("body_bytes: -1"), "-1", "body_bytes must be 1..1073741824, got -1" },
+		{ PROFILE("body_bytes: 1MiB"), "1MiB", "body_bytes must be an integer" },
+		{ PROFILE("body_bytes: \"10\""), "\"10\"", "body_bytes must be an integer" },
+		{ PROFILE("body_bytes: 010"), "010", "body_bytes must not have leading zeros" },
+	};
+
 	expect_ok(PROFILE("body_bytes: 1"));
 	ck_assert_uint_eq(ingress(0)->body_bytes_max, 1);
 	expect_ok(PROFILE("body_bytes: 1073741824"));
 	ck_assert_uint_eq(ingress(0)->body_bytes_max, POLICY_INGRESS_BODY_BYTES_MAX);
 	ck_assert_uint_eq(POLICY_INGRESS_BODY_BYTES_MAX, 1073741824u);
-	expect_error_at_needle(PROFILE("body_bytes: 1073741825"), "1073741825",
-			       "body_bytes must be 1..1073741824, got 1073741825");
-	expect_error_at_needle(PROFILE("body_bytes: 0"), "0}",
-			       "body_bytes must be 1..1073741824, got 0");
-	expect_error_at_needle(PROFILE("body_bytes: -1"), "-1",
-			       "body_bytes must be 1..1073741824, got -1");
-	expect_error_at_needle(PROFILE("body_bytes: 1MiB"), "1MiB",
-			       "body_bytes must be an integer");
-	expect_error_at_needle(PROFILE("body_bytes: \"10\""), "\"10\"",
-			       "body_bytes must be an integer");
-	expect_error_at_needle(PROFILE("body_bytes: 010"), "010",
-			       "body_bytes must not have leading zeros");
+	expect_refusals(bad, AN_ARRAY_LEN(bad));
 }
 END_TEST
 
@@ -937,6 +931,35 @@ END_TEST
 
 /* --- allocation failures --------------------------------------------------------------------- */
 
+/* cfg's daemon.ingress as test_allocation_failures sets it before each load. */
+static void alloc_reset(void)
+{
+	ck_assert_int_eq(config_set_string(&cfg.ingress_listen, "192.0.2.1:1"), 0);
+	ck_assert_int_eq(config_set_string(&cfg.ingress_public_url, NULL), 0);
+	ck_assert_int_eq(config_set_string(&cfg.ingress_prefix, "/callbacks"), 0);
+	ck_assert_int_eq(config_set_string(&cfg.ingress_tls_cert, NULL), 0);
+	ck_assert_int_eq(config_set_string(&cfg.ingress_tls_key, NULL), 0);
+}
+
+/* A load that got through: it is whole; cfg is set back for the next. */
+static void alloc_loaded(void)
+{
+	ck_assert_str_eq(ingress(0)->methods[1], "PUT");
+	ck_assert_str_eq(cfg.ingress_listen, "[::]:8090");
+	ck_assert_str_eq(cfg.ingress_tls_key, "/t.key");
+	alloc_reset();
+}
+
+/* A load that failed: cfg is as it was. */
+static void alloc_failed(void)
+{
+	ck_assert_str_eq(cfg.ingress_listen, "192.0.2.1:1");
+	ck_assert_ptr_null(cfg.ingress_public_url);
+	ck_assert_str_eq(cfg.ingress_prefix, "/callbacks");
+	ck_assert_ptr_null(cfg.ingress_tls_cert);
+	ck_assert_ptr_null(cfg.ingress_tls_key);
+}
+
 /* Every allocation of a load with both sections fails in turn: a clean -ENOMEM, nothing changed. */
 START_TEST(test_allocation_failures)
 {
@@ -949,42 +972,16 @@ START_TEST(test_allocation_failures)
 	ck_assert_int_eq(config_set_string(&cfg.ingress_listen, "192.0.2.1:1"), 0);
 	uint64_t total = count_allocations(yaml);
 	ck_assert_uint_gt(total, 10);
-	ck_assert_int_eq(config_set_string(&cfg.ingress_listen, "192.0.2.1:1"), 0);
-	ck_assert_int_eq(config_set_string(&cfg.ingress_public_url, NULL), 0);
-	ck_assert_int_eq(config_set_string(&cfg.ingress_prefix, "/callbacks"), 0);
-	ck_assert_int_eq(config_set_string(&cfg.ingress_tls_cert, NULL), 0);
-	ck_assert_int_eq(config_set_string(&cfg.ingress_tls_key, NULL), 0);
-	for (uint64_t n = 1; n <= total; n++) {
-		int rc = load_failing(n, yaml);
-		if (rc == 0) {
-			/* Only a shrinking realloc may fail without failing the load. */
-			ck_assert_str_eq(ingress(0)->methods[1], "PUT");
-			ck_assert_str_eq(cfg.ingress_listen, "[::]:8090");
-			ck_assert_str_eq(cfg.ingress_tls_key, "/t.key");
-			ck_assert_int_eq(config_set_string(&cfg.ingress_listen, "192.0.2.1:1"), 0);
-			ck_assert_int_eq(config_set_string(&cfg.ingress_public_url, NULL), 0);
-			ck_assert_int_eq(config_set_string(&cfg.ingress_prefix, "/callbacks"), 0);
-			ck_assert_int_eq(config_set_string(&cfg.ingress_tls_cert, NULL), 0);
-			ck_assert_int_eq(config_set_string(&cfg.ingress_tls_key, NULL), 0);
-			continue;
-		}
-		expect_out_of_memory(n, rc);
-		ck_assert_str_eq(cfg.ingress_listen, "192.0.2.1:1");
-		ck_assert_ptr_null(cfg.ingress_public_url);
-		ck_assert_str_eq(cfg.ingress_prefix, "/callbacks");
-		ck_assert_ptr_null(cfg.ingress_tls_cert);
-		ck_assert_ptr_null(cfg.ingress_tls_key);
-	}
+	alloc_reset();
+	expect_allocation_failures(yaml, total, alloc_loaded, alloc_failed);
 }
 END_TEST
 
 int main(void)
 {
-	Suite *s = suite_create("policy/ingress");
-	TCase *tc = tcase_create("ingress");
+	TCase *tc;
+	Suite *s = policytest_suite("policy/ingress", "ingress", setup, &tc);
 
-	tcase_add_checked_fixture(tc, setup, policytest_teardown);
-	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_daemon_absent);
 	tcase_add_test(tc, test_daemon_listen);
 	tcase_add_test(tc, test_daemon_public_url);
@@ -1012,6 +1009,5 @@ int main(void)
 	tcase_add_test(tc, test_docs_example);
 	tcase_add_test(tc, test_docs_section);
 	tcase_add_test(tc, test_allocation_failures);
-	suite_add_tcase(s, tc);
 	return unit_run(s);
 }

@@ -1,9 +1,11 @@
 /*
- * What the suites of the policy loader (policy.c, fake.c and inject.c here)
- * share: the state a test loads into, the allocation wrappers that let the Nth
- * allocation fail, loading a YAML buffer and expecting it to load or to fail
- * with a message, the verdict wrappers, texts for generated policies, and the
- * examples of docs/policy.md.
+ * What the suites of the policy loader (policy.c, fake.c, inject.c and
+ * ingress.c here) share: the state a test loads into, the allocation
+ * wrappers that let the Nth allocation fail, loading a YAML buffer and
+ * expecting it to load or to fail with a message (at a line and column found
+ * in the text), each allocation of a load failing in turn, the verdict
+ * wrappers, texts for generated policies, the examples of docs/policy.md,
+ * and a suite's one test case.
  *
  * The state is a few globals (cfg, pol, err, dir) rather than a context
  * passed around: every test works on one loaded policy, and libcheck runs
@@ -225,6 +227,33 @@ static inline void expect_error_at(int line, const char *name, const char *yaml,
 	ck_assert_ptr_null(pol);
 }
 
+/*
+ * "<name>:<line>:<col>: <msg>" for the first <needle> of <yaml> (a textf
+ * text): the place a refusal of <yaml> loaded as <name> must name.
+ */
+static inline const char *policytest_at(const char *name, const char *yaml, const char *needle,
+					const char *msg)
+{
+	unsigned line = 1;
+	unsigned col = 1;
+
+	const char *hit = strstr(yaml, needle);
+	ck_assert_msg(hit != NULL, "\"%s\" is not in the policy", needle);
+	for (const char *c = yaml; c < hit; c++) {
+		col = *c == '\n' ? 1 : col + 1;
+		line += *c == '\n';
+	}
+	return textf("%s:%u:%u: %s", name, line, col, msg);
+}
+
+/* Loads <yaml> as "t.yaml", expecting a refusal at its first <needle> with <msg>. */
+#define expect_error_at_needle(yaml, needle, msg)                              \
+	do {                                                                   \
+		const char *y_ = (yaml);                                       \
+		expect_error_at(__LINE__, "t.yaml", y_,                        \
+				policytest_at("t.yaml", y_, (needle), (msg))); \
+	} while (0)
+
 #define count_allocations(yaml) count_allocations_at(__LINE__, (yaml))
 
 /* Asserts that <yaml> loads (as expect_ok_at); returns how many allocations the load made. */
@@ -251,6 +280,29 @@ static inline void expect_out_of_memory(uint64_t n, int rc)
 	ck_assert_msg(rc == -ENOMEM, "allocation %llu: rc %d: %s", (unsigned long long)n, rc, err);
 	ck_assert_str_eq(err, "t.yaml: out of memory");
 	ck_assert_ptr_null(pol);
+}
+
+/*
+ * Loads <yaml> with each of its first <total> allocations failing in turn
+ * (count_allocations tells how many a load makes). A load that fails must
+ * fail cleanly (expect_out_of_memory), and then <failed> checks what it left;
+ * one that loads (only a shrinking realloc may fail without failing the
+ * load) is checked by <loaded>. Either callback may be NULL.
+ */
+static inline void expect_allocation_failures(const char *yaml, uint64_t total,
+					      void (*loaded)(void), void (*failed)(void))
+{
+	for (uint64_t n = 1; n <= total; n++) {
+		int rc = load_failing(n, yaml);
+		if (rc == 0) {
+			if (loaded != NULL)
+				loaded();
+			continue;
+		}
+		expect_out_of_memory(n, rc);
+		if (failed != NULL)
+			failed();
+	}
 }
 
 /* --- verdicts ---------------------------------------------------------------------------- */
@@ -315,6 +367,25 @@ static inline char *docs_policy(const char *after)
 	ck_assert_int_ge(asprintf(&yaml, "version: 1\n%s", block), 0);
 	pool_free(block);
 	return yaml;
+}
+
+/* --- the suite ----------------------------------------------------------------------------- */
+
+/*
+ * A suite <name> of one test case <tcase_name> (in *<tc>, for the caller to
+ * add its tests to): <setup> and policytest_teardown around each test, each
+ * test given 60 s.
+ */
+static inline Suite *policytest_suite(const char *name, const char *tcase_name, void (*setup)(void),
+				      TCase **tc)
+{
+	Suite *s = suite_create(name);
+
+	*tc = tcase_create(tcase_name);
+	tcase_add_checked_fixture(*tc, setup, policytest_teardown);
+	tcase_set_timeout(*tc, 60);
+	suite_add_tcase(s, *tc);
+	return s;
 }
 
 #endif /* AN_TESTS_UNIT_POLICY_POLICYTEST_H */

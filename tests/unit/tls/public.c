@@ -50,18 +50,6 @@ __attribute__((format(printf, 1, 2))) static const char *textf(const char *fmt, 
 	return out;
 }
 
-/* Adds extension <nid> = <value> to <x>, issued by <issuer> (x itself when self-signed). */
-static void add_ext(X509 *x, X509 *issuer, int nid, const char *value)
-{
-	X509V3_CTX ctx;
-
-	X509V3_set_ctx(&ctx, issuer, x, NULL, NULL, 0);
-	X509_EXTENSION *ext = X509V3_EXT_nconf_nid(NULL, &ctx, nid, value);
-	ck_assert_ptr_nonnull(ext);
-	ck_assert_int_eq(X509_add_ext(x, ext, -1), 1);
-	X509_EXTENSION_free(ext);
-}
-
 /*
  * A certificate for <key>, CN <cn>, valid from <not_before> to <not_after>
  * (seconds since the epoch), signed by <issuer>/<issuer_key> (NULL:
@@ -70,35 +58,18 @@ static void add_ext(X509 *x, X509 *issuer, int nid, const char *value)
 static X509 *make_cert(EVP_PKEY *key, const char *cn, bool ca, X509 *issuer, EVP_PKEY *issuer_key,
 		       time_t not_before, time_t not_after)
 {
-	unsigned char rnd[16];
-	X509 *x = X509_new();
-
-	ck_assert_ptr_nonnull(x);
-	ck_assert_int_eq(X509_set_version(x, X509_VERSION_3), 1);
-	ck_assert_int_eq(RAND_bytes(rnd, sizeof(rnd)), 1);
-	rnd[0] &= 0x7f;
-	rnd[0] |= 1;
-	BIGNUM *bn = BN_bin2bn(rnd, sizeof(rnd), NULL);
-	ck_assert_ptr_nonnull(BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x)));
-	BN_free(bn);
-	X509_NAME *name = X509_get_subject_name(x);
-	ck_assert_int_eq(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-						    (const unsigned char *)cn, -1, -1, 0),
-			 1);
+	X509 *x = tt_cert_new(key, cn, issuer, not_before, not_after);
 	X509 *by = issuer != NULL ? issuer : x;
-	ck_assert_int_eq(X509_set_issuer_name(x, X509_get_subject_name(by)), 1);
-	ck_assert_ptr_nonnull(ASN1_TIME_set(X509_getm_notBefore(x), not_before));
-	ck_assert_ptr_nonnull(ASN1_TIME_set(X509_getm_notAfter(x), not_after));
-	ck_assert_int_eq(X509_set_pubkey(x, key), 1);
-	add_ext(x, by, NID_basic_constraints, ca ? "critical,CA:TRUE" : "critical,CA:FALSE");
-	add_ext(x, by, NID_key_usage,
-		ca ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature");
-	add_ext(x, by, NID_subject_key_identifier, "hash");
+
+	tt_add_ext_by(x, by, NID_basic_constraints, ca ? "critical,CA:TRUE" : "critical,CA:FALSE");
+	tt_add_ext_by(x, by, NID_key_usage,
+		      ca ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature");
+	tt_add_ext_by(x, by, NID_subject_key_identifier, "hash");
 	if (issuer != NULL)
-		add_ext(x, by, NID_authority_key_identifier, "keyid:always");
+		tt_add_ext_by(x, by, NID_authority_key_identifier, "keyid:always");
 	if (!ca) {
-		add_ext(x, by, NID_ext_key_usage, "serverAuth");
-		add_ext(x, by, NID_subject_alt_name, "DNS:" HOST);
+		tt_add_ext_by(x, by, NID_ext_key_usage, "serverAuth");
+		tt_add_ext_by(x, by, NID_subject_alt_name, "DNS:" HOST);
 	}
 	ck_assert_int_gt(X509_sign(x, issuer_key != NULL ? issuer_key : key, EVP_sha256()), 0);
 	return x;
@@ -112,25 +83,12 @@ static X509 *make_leaf(EVP_PKEY *key)
 	return make_cert(key, HOST, false, inter, inter_key, now - 3600, now + 30 * 86400);
 }
 
-/* Writes the <n> certificates of <certs> and then <key> (may be NULL) as PEM into <path>. */
-static void write_pem(const char *path, X509 *const *certs, size_t n, EVP_PKEY *key)
-{
-	FILE *f = fopen(path, "w");
-
-	ck_assert_ptr_nonnull(f);
-	for (size_t i = 0; i < n; i++)
-		ck_assert_int_eq(PEM_write_X509(f, certs[i]), 1);
-	if (key != NULL)
-		ck_assert_int_eq(PEM_write_PrivateKey(f, key, NULL, NULL, 0, NULL, NULL), 1);
-	ck_assert_int_eq(fclose(f), 0);
-}
-
 /* The chain file an operator installs: <l> then the intermediate. */
 static void write_chain(const char *path, X509 *l)
 {
 	X509 *const certs[] = { l, inter };
 
-	write_pem(path, certs, 2, NULL);
+	tt_write_pem(path, certs, 2, NULL, false);
 }
 
 static void setup(void)
@@ -146,9 +104,9 @@ static void setup(void)
 	inter = make_cert(inter_key, "test intermediate", true, root, root_key, now - 3600,
 			  now + 60 * 86400);
 	leaf = make_leaf(leaf_key);
-	write_pem(tt_path(root_pem, "root.pem"), &root, 1, NULL);
+	tt_write_pem(tt_path(root_pem, "root.pem"), &root, 1, NULL, false);
 	write_chain(tt_path(chain_pem, "chain.pem"), leaf);
-	write_pem(tt_path(key_pem, "leaf.key"), NULL, 0, leaf_key);
+	tt_write_pem(tt_path(key_pem, "leaf.key"), NULL, 0, leaf_key, false);
 	root_ctx = tls_session_client_ctx_new(root_pem, err, sizeof(err));
 	ck_assert_msg(root_ctx != NULL, "%s", err);
 }
@@ -188,52 +146,49 @@ static void *worker_of(struct tls_engine *e)
 
 /* ---- Driving a term session against a client, through the ops only. ---- */
 
+/* ops->handshake, its status as an int (struct tt_wire). */
+static int term_handshake(void *srv)
+{
+	return (int)ops->handshake(srv);
+}
+
+/* A term session as the pump reaches it: through its ops only. */
+static struct tt_wire term_wire(void)
+{
+	return (struct tt_wire){
+		.out_peek = ops->out_peek,
+		.out_consume = ops->out_consume,
+		.feed = ops->feed,
+		.handshake = term_handshake,
+	};
+}
+
 /* Moves what the term session <srv> has to send into the client <c>; returns bytes moved. */
 static size_t pump_out(void *srv, struct tls_session *c)
 {
-	const uint8_t *p;
-	size_t moved = 0;
+	struct tt_wire srv_wire = term_wire();
 
-	for (size_t n = ops->out_peek(srv, &p); n > 0; n = ops->out_peek(srv, &p)) {
-		ssize_t w = tls_session_feed(c, p, n);
-		ck_assert_int_ge(w, 0);
-		ops->out_consume(srv, (size_t)w);
-		moved += (size_t)w;
-		if ((size_t)w < n)
-			break;
-	}
-	return moved;
+	return tt_move(&srv_wire, srv, &tt_session_wire, c);
 }
 
 /* Moves what the client <c> has to send into the term session <srv>. */
 static size_t pump_in(struct tls_session *c, void *srv)
 {
-	const uint8_t *p;
-	size_t moved = 0;
+	struct tt_wire srv_wire = term_wire();
 
-	for (size_t n = tls_session_out_peek(c, &p); n > 0; n = tls_session_out_peek(c, &p)) {
-		ssize_t w = ops->feed(srv, p, n);
-		ck_assert_int_ge(w, 0);
-		tls_session_out_consume(c, (size_t)w);
-		moved += (size_t)w;
-		if ((size_t)w < n)
-			break;
-	}
-	return moved;
+	return tt_move(&tt_session_wire, c, &srv_wire, srv);
 }
 
+/* Steps the client <c> and the term session <srv> until neither moves; their statuses. */
 static void handshake(struct tls_session *c, void *srv, enum tls_session_status *cs,
 		      enum term_status *ss)
 {
-	for (int round = 0; round < 32; round++) {
-		*cs = tls_session_handshake(c);
-		size_t moved = pump_in(c, srv);
-		*ss = ops->handshake(srv);
-		moved += pump_out(srv, c);
-		if (moved == 0)
-			return;
-	}
-	ck_abort_msg("handshake did not settle in 32 rounds");
+	struct tt_wire srv_wire = term_wire();
+	int c_status, s_status;
+
+	tt_handshake_wire(&tt_session_wire, c, &c_status, &srv_wire, srv, &s_status);
+	*cs = (enum tls_session_status)c_status;
+	*ss = (enum term_status)s_status;
 }
 
 /* A client session on <cctx> for <host> against a fresh public_new of <w>, handshaken. */
@@ -436,7 +391,7 @@ START_TEST(test_combined_file)
 	X509 *const certs[] = { leaf, inter };
 	struct tls_session c;
 
-	write_pem(tt_path(both, "both.pem"), certs, 2, leaf_key);
+	tt_write_pem(tt_path(both, "both.pem"), certs, 2, leaf_key, false);
 	struct tls_engine *e = open_public(both, both);
 	void *w = worker_of(e);
 	void *srv = connect_public(w, root_ctx, HOST, &c);
@@ -457,7 +412,7 @@ START_TEST(test_leaf_only)
 	enum tls_session_status cs;
 	enum term_status ss;
 
-	write_pem(tt_path(only, "leaf.pem"), &leaf, 1, NULL);
+	tt_write_pem(tt_path(only, "leaf.pem"), &leaf, 1, NULL, false);
 	struct tls_engine *e = open_public(only, key_pem);
 	void *w = worker_of(e);
 	void *srv = ops->public_new(w);
@@ -614,8 +569,8 @@ START_TEST(test_error_not_pem)
 
 	tt_spit(tt_path(bad, "bad.pem"), text, sizeof(text) - 1);
 	tt_spit(tt_path(empty, "empty.pem"), "", 0);
-	write_pem(tt_path(keyonly, "keyonly.pem"), NULL, 0, leaf_key);
-	write_pem(tt_path(certonly, "certonly.pem"), &leaf, 1, NULL);
+	tt_write_pem(tt_path(keyonly, "keyonly.pem"), NULL, 0, leaf_key, false);
+	tt_write_pem(tt_path(certonly, "certonly.pem"), &leaf, 1, NULL, false);
 	const char *msg = "no PEM certificate in the file";
 	expect_load_error(bad, key_pem, -EINVAL, textf("ingress.tls.cert %s: %s", bad, msg));
 	expect_load_error(empty, key_pem, -EINVAL, textf("ingress.tls.cert %s: %s", empty, msg));
@@ -639,7 +594,7 @@ START_TEST(test_error_not_pem)
 				 textf("ingress.tls.cert %s: certificate 1 of the file does not "
 				       "parse: ",
 				       bad));
-	write_pem(tt_path(second, "second.pem"), &leaf, 1, NULL);
+	tt_write_pem(tt_path(second, "second.pem"), &leaf, 1, NULL, false);
 	FILE *f = fopen(second, "a");
 	ck_assert_ptr_nonnull(f);
 	ck_assert_int_eq(fputs(corrupt, f), 1);
@@ -658,8 +613,8 @@ START_TEST(test_error_key)
 	EVP_PKEY *r = EVP_RSA_gen(2048);
 
 	ck_assert(k != NULL && r != NULL);
-	write_pem(tt_path(other, "other.key"), NULL, 0, k);
-	write_pem(tt_path(rsa, "rsa.key"), NULL, 0, r);
+	tt_write_pem(tt_path(other, "other.key"), NULL, 0, k, false);
+	tt_write_pem(tt_path(rsa, "rsa.key"), NULL, 0, r, false);
 	expect_load_error(chain_pem, other, -EINVAL,
 			  textf("ingress.tls.key %s: the key does not match the certificate (the "
 				"first of ingress.tls.cert %s)",
@@ -670,18 +625,13 @@ START_TEST(test_error_key)
 				"first of ingress.tls.cert %s)",
 				rsa, chain_pem));
 	/* The intermediate's key is not the leaf's, though the file holds its certificate. */
-	write_pem(other, NULL, 0, inter_key);
+	tt_write_pem(other, NULL, 0, inter_key, false);
 	expect_load_error(chain_pem, other, -EINVAL,
 			  textf("ingress.tls.key %s: the key does not match the certificate (the "
 				"first of ingress.tls.cert %s)",
 				other, chain_pem));
 	/* Encrypted: the daemon never prompts. */
-	FILE *f = fopen(tt_path(enc, "enc.key"), "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_eq(PEM_write_PrivateKey(f, leaf_key, EVP_aes_128_cbc(),
-					      (const unsigned char *)"secret", 6, NULL, NULL),
-			 1);
-	ck_assert_int_eq(fclose(f), 0);
+	tt_write_pem(tt_path(enc, "enc.key"), NULL, 0, leaf_key, true);
 	expect_load_error(
 	    chain_pem, enc, -EINVAL,
 	    textf("ingress.tls.key %s: encrypted; the daemon needs an unencrypted key", enc));
@@ -733,7 +683,7 @@ START_TEST(test_error_weak_key)
 	ck_assert_ptr_nonnull(weak);
 	X509 *l = make_leaf(weak);
 	write_chain(tt_path(cert, "weak.pem"), l);
-	write_pem(tt_path(key, "weak.key"), NULL, 0, weak);
+	tt_write_pem(tt_path(key, "weak.key"), NULL, 0, weak, false);
 	expect_load_error_prefix(cert, key, -EINVAL,
 				 textf("ingress.tls.cert %s: not usable: ", cert));
 	printf("weak key: %s\n", err);
