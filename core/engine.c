@@ -358,7 +358,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 		 e->ops->profile_name(now->policy, profile));
 	snapshot_sandbox_set(e, now, idx, profile);
 	sb->generation++;
-	atomic_store_explicit(&sb->ingress_rate.tat_us, 0, memory_order_relaxed);
+	__atomic_store_n(&sb->ingress_rate.tat_us, 0, __ATOMIC_RELAXED);
 	sb->dynamic = dynamic;
 	sb->worker = e->next_worker++ % e->worker_count;
 	int ret = listen_unix(sb, e->cfg->socket_dir);

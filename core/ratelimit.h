@@ -12,7 +12,6 @@
 #ifndef AN_CORE_RATELIMIT_H
 #define AN_CORE_RATELIMIT_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -39,9 +38,14 @@ struct ratelimit {
 bool ratelimit_take(struct ratelimit *b, const struct verdict_limits *l, uint32_t generation,
 		    uint64_t now_ms, uint32_t *retry_after_s);
 
-/* A rate limit any thread may take from. Zeroed: unused (every take is then on time). */
+/*
+ * A rate limit any thread may take from. Zeroed: unused (every take is then
+ * on time). The field is read and written only with the compiler's atomic
+ * builtins (ratelimit.c), so this header stays plain C a C++ benchmark can
+ * include.
+ */
 struct ratelimit_shared {
-	_Atomic uint64_t tat_us; /* when the next request is due, microseconds */
+	uint64_t tat_us; /* when the next request is due, microseconds */
 };
 
 /*
