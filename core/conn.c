@@ -400,9 +400,9 @@ static void ingress_audit(struct conn *c)
 	rec->allowed = c->reason == REASON_NONE;
 	rec->status = c->status;
 	record_common(c, rec);
-	rec->bytes_up = c->bytes_up + c->up.bytes - c->ingress_up0;
-	rec->bytes_down = c->bytes_down + c->down.bytes - c->ingress_down0;
-	rec->duration_ms = (uint32_t)(c->w->now_ms - c->ingress_start_ms);
+	rec->bytes_up = c->bytes_up + c->up.bytes;
+	rec->bytes_down = c->bytes_down + c->down.bytes;
+	rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
 	addr_format(&c->client, rec->addr, sizeof(rec->addr));
 	audit_commit(ar, rec);
 }
@@ -1322,9 +1322,12 @@ static void ingress_begin(struct conn *c)
 	AN_ASSERT(c->ingress);
 	AN_ASSERT(!c->ingress_record || c->state == ST_HEAD);
 	c->ingress_record = true;
-	c->ingress_up0 = c->bytes_up + c->up.bytes;
-	c->ingress_down0 = c->bytes_down + c->down.bytes;
-	c->ingress_start_ms = c->w->now_ms;
+	/* A gateway conn has no close record: its counters and clock are the request's. */
+	c->bytes_up = 0;
+	c->bytes_down = 0;
+	c->up.bytes = 0;
+	c->down.bytes = 0;
+	c->start_ms = c->w->now_ms;
 	c->ingress_id_len = 0;
 	c->decision_id = 0;
 	c->status = 0;
@@ -1350,15 +1353,24 @@ static void ingress_request_copy(struct conn *c, const struct http1_request *req
 	c->path_len = (uint16_t)(req->target_len < UINT16_MAX ? req->target_len : UINT16_MAX);
 }
 
+/* The routed sandbox's profile's gateway settings, under the snapshot the request holds. */
+static const struct verdict_ingress *ingress_rules(const struct conn *c)
+{
+	AN_ASSERT(c->ingress && c->snap != NULL && c->sandbox != WORKER_NO_SANDBOX);
+	const struct snapshot_sandbox *under = &c->snap->sandboxes[c->sandbox];
+	AN_ASSERT(under->known);
+	return c->w->e->ops->profile_ingress(c->snap->policy, under->profile);
+}
+
 /* The request no longer counts as open against its sandbox's `concurrent`. */
 static void ingress_release(struct conn *c)
 {
-	if (c->ingress_held == NULL)
+	if (!c->ingress_counted)
 		return;
-	uint32_t open =
-	    atomic_fetch_sub_explicit(&c->ingress_held->ingress_open, 1, memory_order_relaxed);
+	struct engine_sandbox *sb = c->w->e->sandboxes[c->sandbox];
+	uint32_t open = atomic_fetch_sub_explicit(&sb->ingress_open, 1, memory_order_relaxed);
 	AN_ASSERT(open > 0);
-	c->ingress_held = NULL;
+	c->ingress_counted = false;
 }
 
 /*
@@ -1373,11 +1385,11 @@ static enum reason ingress_limits_refusal(struct conn *c, const struct verdict_i
 	struct timespec now;
 	uint32_t retry = 1;
 
-	AN_ASSERT(c->ingress_held == NULL);
+	AN_ASSERT(!c->ingress_counted);
 	if (l->requests_per_second == 0 && l->concurrent == 0)
 		return REASON_NONE;
 	uint32_t open = atomic_fetch_add_explicit(&sb->ingress_open, 1, memory_order_relaxed);
-	c->ingress_held = sb;
+	c->ingress_counted = true;
 	c->retry_after_s = 1;
 	if (l->concurrent != 0 && open >= l->concurrent) {
 		ingress_release(c);
@@ -1419,7 +1431,6 @@ static enum reason ingress_refusal(struct conn *c, const struct http1_request *r
 	const struct verdict_ingress *in =
 	    w->e->ops->profile_ingress(c->snap->policy, under->profile);
 	AN_ASSERT(in != NULL);
-	c->ingress_rules = in;
 	if (!in->enabled)
 		return REASON_INGRESS_NOT_FOUND;
 	if (!ingress_method_allowed(in, req->method, req->method_len))
@@ -1450,7 +1461,7 @@ static void ingress_decide(struct conn *c, const struct http1_request *req)
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
 	c->req_body = (uint8_t)req->body;
 	/* Chunked: what the cap still allows (req_frame counts it down). */
-	c->req_left = req->body == HTTP1_BODY_CHUNKED ? c->ingress_rules->body_bytes_max
+	c->req_left = req->body == HTTP1_BODY_CHUNKED ? ingress_rules(c)->body_bytes_max
 						      : req->content_length;
 	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
 	uint64_t key = XXH3_64bits(c->head + c->ingress_id_off, c->ingress_id_len);
@@ -1519,7 +1530,7 @@ static ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 	char addr[INET6_ADDRSTRLEN] = "";
 	char prefix[512];
 
-	AN_ASSERT(c->ingress && c->out != NULL && c->ingress_rules != NULL);
+	AN_ASSERT(c->ingress && c->out != NULL && c->snap != NULL);
 	int rc = ingress_route(cfg->ingress_prefix, strlen(cfg->ingress_prefix), req->target,
 			       req->target_len, &t);
 	AN_ASSERT(rc == 0); /* the same head was routed before */
@@ -1539,7 +1550,7 @@ static ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 					       .prefix = prefix,
 					       .prefix_len = (size_t)n,
 					       .authority = authority };
-	return ingress_write_head(req, &t, c->ingress_rules, &client, c->out,
+	return ingress_write_head(req, &t, ingress_rules(c), &client, c->out,
 				  WORKER_HEAD_BUFFER_BYTES);
 }
 

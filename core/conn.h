@@ -17,7 +17,6 @@
 #include "core/pipepool.h"
 #include "core/timer.h"
 
-struct engine_sandbox;
 struct worker;
 struct worker_listener;
 
@@ -159,15 +158,11 @@ struct conn {
 	bool ingress_shut_up;    /* the TLS relay shut the internal socket's write side */
 	bool ingress_upgrade;    /* the request asks to switch protocols */
 	bool ingress_record;     /* a request is under way: its record is still to be written */
+	bool ingress_counted;    /* ... and counts in its sandbox's ingress_open */
 	uint8_t ingress_id_len;  /* 0: not routed (yet) */
 	uint16_t ingress_id_off; /* in the head buffer */
 	int32_t ingress_path_fd; /* O_PATH of the agent's socket while connecting, -1: none */
-	uint64_t ingress_up0;    /* bytes_up and bytes_down when the request began */
-	uint64_t ingress_down0;
-	uint64_t ingress_start_ms;
-	const struct verdict_ingress *ingress_rules; /* the sandbox profile's, borrowed */
-	struct engine_sandbox *ingress_held;         /* whose ingress_open this request counts in */
-	union conn_addr client;                      /* the public client's address */
+	union conn_addr client;  /* the public client's address */
 } __attribute__((aligned(16)));
 
 /* Handles a listener's accept completion (<res> is the new fixed slot or -errno). */
