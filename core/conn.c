@@ -252,6 +252,21 @@ static void prep_recv_select(struct conn *c, uint32_t op, int fd)
  * not tracked: its completion is skipped on success, and a failure (which
  * would mean the slot was already empty) arrives with user_data 0.
  */
+/*
+ * <res> more bytes of the outgoing message at <base> (c->out_len of them)
+ * went out; sends the rest on <fd> as <op>. True while some is left.
+ */
+static bool out_sent(struct conn *c, uint32_t op, int fd, const char *base, int res)
+{
+	AN_ASSERT(res >= 0);
+	AN_ASSERT(c->out_off + (uint32_t)res <= c->out_len);
+	c->out_off += (uint32_t)res;
+	if (c->out_off == c->out_len)
+		return false;
+	prep_send(c, op, fd, base + c->out_off, c->out_len - c->out_off);
+	return true;
+}
+
 static void close_slot(struct conn *c, int32_t *slot)
 {
 	AN_ASSERT(*slot >= 0);
@@ -1823,11 +1838,7 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 				early_consume(c, (uint32_t)res);
 				up_prelude_step(c);
 			} else {
-				c->out_off += (uint32_t)res;
-				if (c->out_off < c->out_len) {
-					prep_send(c, dir_op(dir, ROP_SEND), c->cfd,
-						  c->out_ptr + c->out_off, c->out_len - c->out_off);
-				} else {
+				if (!out_sent(c, dir_op(dir, ROP_SEND), c->cfd, c->out_ptr, res)) {
 					r->state = R_IDLE;
 					relay_arm(c, dir);
 				}
@@ -3508,13 +3519,8 @@ static void on_tlsrelay_send(struct conn *c, int res)
 		conn_close(c); /* the gateway side went away mid-request */
 		return;
 	}
-	c->out_off += (uint32_t)res;
-	if (c->out_off < c->out_len) {
-		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out + c->out_off,
-			  c->out_len - c->out_off);
-		return;
-	}
-	term_pump(c);
+	if (!out_sent(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out, res))
+		term_pump(c);
 }
 
 static void on_tlsrelay_recv(struct conn *c, int res)
@@ -3630,12 +3636,8 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 			conn_close(c);
 			return;
 		}
-		c->out_off += (uint32_t)res;
-		if (c->out_off < c->out_len) {
-			prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr + c->out_off,
-				  c->out_len - c->out_off);
+		if (out_sent(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, res))
 			return;
-		}
 		if (c->answer_body_len > 0 && c->out_ptr != c->answer_body) {
 			/* A fake answer in clear: its body follows its head. */
 			c->out_ptr = c->answer_body;

@@ -76,29 +76,9 @@ static void setup(void)
 	memset(wipes, 0, sizeof(wipes));
 }
 
-/*
- * "<name>:<line>:<col>: <msg>" for the first <needle> of <yaml> (a static
- * buffer: one at a time).
- */
-static const char *at_named(const char *name, const char *yaml, const char *needle, const char *msg)
-{
-	static char buf[8192];
-	unsigned line = 1;
-	unsigned col = 1;
-
-	const char *hit = strstr(yaml, needle);
-	ck_assert_msg(hit != NULL, "\"%s\" is not in the policy", needle);
-	for (const char *c = yaml; c < hit; c++) {
-		col = *c == '\n' ? 1 : col + 1;
-		line += *c == '\n';
-	}
-	snprintf(buf, sizeof(buf), "%s:%u:%u: %s", name, line, col, msg);
-	return buf;
-}
-
 static const char *at(const char *yaml, const char *needle, const char *msg)
 {
-	return at_named("t.yaml", yaml, needle, msg);
+	return policytest_at("t.yaml", yaml, needle, msg);
 }
 
 /* Writes the <len> bytes at <data> to <dir>/<name>; returns the path (static). */
