@@ -28,7 +28,14 @@
  * and either answers each request from the rule (fake) or re-originates it
  * over a TLS session of its own to the upstream with the credential swapped
  * in (inject), relaying the response as it arrives. See the two "terminated
- * tiers" sections below.
+ * tiers" sections below. When an inject conn ends between exchanges, its
+ * verified upstream goes to the worker's pool (core/uppool.h) for the next.
+ *
+ * A conn of the public listener is the ingress gateway: the path, not a
+ * rule, picks the sandbox (core/ingress.h), and the request is forwarded to
+ * the sandbox's ingress socket with the FORWARD machinery; with TLS on that
+ * listener a first conn only decrypts, and hands the plaintext to a second
+ * one over the internal socket. See the two "ingress gateway" sections.
  *
  * Bytes the client sent after its head, before the multishot receive was
  * cancelled, are "early data": the tail of the head buffer plus a short FIFO
