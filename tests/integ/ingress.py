@@ -23,6 +23,15 @@ bound to its own loopback address (127.0.0.2, ...) so that what the agent
 and the audit are told is the real client, not the daemon's own socket.
 Then daemons whose certificate or key does not load, which must not start.
 
+The test before it ("embedded") starts agentsnetd with no --config, on the
+embedded default policy, in the upstream namespace too, its socket directory
+and audit file under this pass's temporary directory (nothing in /run/agentsnet
+or /var/log): its gateway is 127.0.0.1:8090, so an `agentsnet run` under it
+gets AGENT_PUBLIC_URL http://127.0.0.1:8090/callbacks/<id>, and a request to
+that URL reaches the agent. When 8090 is already taken there as the test
+begins, the daemon must start anyway, warn that the gateway is off and give
+the sandbox no AGENT_PUBLIC_URL: the test checks that instead, and says which.
+
 Every agent server records each request it gets (ingress/agent.py --log), so
 a check that something never reached a sandbox reads that sandbox's own log,
 and a control request that must reach it shows the log works. Requests go
@@ -41,6 +50,7 @@ Exit 0 pass, 1 fail, 77 skip (with the reason).
 import argparse
 import base64
 import ctypes
+import errno
 import fnmatch
 import hashlib
 import http.client
@@ -59,10 +69,11 @@ import threading
 import time
 import warnings
 
-from integlib import (Fatal, Procs, Skip, add_binary_args, add_run_args, check_errs,
-                      checked_preflight, log, netns_add, netns_del, pass_tmp, read_audit,
-                      read_text, render_file, resolve_binary_args, run, run_and_tally, run_tests,
-                      sanitizer_marks, spawn_daemon, start_daemon, stop_daemon, wait_for)
+from integlib import (READY_TIMEOUT_S, Fatal, Procs, Skip, add_binary_args, add_run_args,
+                      check_errs, checked_preflight, daemon_env, log, netns_add, netns_del,
+                      pass_tmp, read_audit, read_text, render_file, resolve_binary_args, run,
+                      run_and_tally, run_tests, sanitizer_marks, spawn_daemon, start_daemon,
+                      stop_daemon, wait_for)
 from sandbox import WAIT_SH, Pass, touch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,6 +114,11 @@ TLS_WS_WINDOW = 256 * 1024
 PLAIN_ON_TLS_S = 5  # a plain request to the TLS port: closed within this
 START_FAIL_S = 15  # a daemon whose certificate does not load exits within this
 EC_P256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+# The embedded default policy (agentsnetd with no --config, policy/policy.c): its
+# gateway's address, and its profile's ingress limits, which the check stays far under.
+EMBEDDED_HOST, EMBEDDED_PORT = "127.0.0.1", 8090
+EMBEDDED_RATE, EMBEDDED_BURST = 50, 100
+EMBEDDED_REQUESTS = 3
 
 
 # ---- a raw HTTP/1.1 client ---------------------------------------------------------
@@ -542,6 +558,23 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_taken(host, port):
+    """Whether <host>:<port> is taken in this process's network namespace: a probe
+    bound as the daemon binds (SO_REUSEADDR, so a TIME_WAIT leftover does not count),
+    closed at once."""
+    s = socket.socket()
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        return False
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            return True
+        raise Fatal("the probe of %s:%d: %s" % (host, port, e))
+    finally:
+        s.close()
 
 
 def tls_pki(d):
@@ -1470,6 +1503,186 @@ class Tests(Pass):
             return
         self.timed("--no-ingress: no public listener; the daemon runs and stops cleanly", off)
 
+    # ---- the embedded default policy (agentsnetd with no --config) -------------------------
+
+    def t_embedded(self):
+        """agentsnetd with no --config, on the embedded default policy: its gateway on
+        127.0.0.1:8090 when the port is free as the check begins; when it is taken, the
+        daemon without a gateway (a warning, no AGENT_PUBLIC_URL). It stops cleanly."""
+        t0 = time.monotonic()
+        self.emb = {"daemon": None, "agent": None, "case": None}
+        errs = check_errs(self.embedded)
+        listen = "%s:%d" % (EMBEDDED_HOST, EMBEDDED_PORT)
+        if self.emb["case"] == "taken":
+            what = ("%s was taken: the daemon starts anyway, warns that the gateway on %d is "
+                    "off, the sandbox gets no AGENT_PUBLIC_URL" % (listen, EMBEDDED_PORT))
+        elif self.emb["case"] == "free":
+            what = ("%s was free: the sandbox gets AGENT_PUBLIC_URL http://%s%s/<id>, %d "
+                    "requests from the host to it (its limits: %d/s, burst %d) reach the agent"
+                    % (listen, listen, PREFIX, EMBEDDED_REQUESTS, EMBEDDED_RATE,
+                       EMBEDDED_BURST))
+        else:
+            what = "%s could not be probed" % listen
+        self.result("agentsnetd on the embedded default policy (no --config; --socket-dir and "
+                    "--audit of this pass): %s; it stops on SIGTERM with exit 0 and a clean "
+                    "stderr (%.1fs)" % (what, time.monotonic() - t0), errs)
+
+    def embedded(self):
+        """The probe of 127.0.0.1:8090, then the daemon in the upstream namespace (where the
+        pass's daemons run and its public clients are), its files in tmp/embedded."""
+        taken = port_taken(EMBEDDED_HOST, EMBEDDED_PORT)
+        self.emb["case"] = "taken" if taken else "free"
+        log("# embedded: %s:%d was %s when the check began (a probe bind, closed): the %s "
+            "case ran" % (EMBEDDED_HOST, EMBEDDED_PORT, self.emb["case"],
+                          "gateway-off" if taken else "gateway"))
+        d = os.path.join(self.tmp, "embedded")
+        os.mkdir(d)
+        err_path = os.path.join(d, "daemon.stderr")
+        sock_dir = os.path.join(d, "run")
+        saved = dict(self.vars)
+        self.vars.update({"sock_dir": sock_dir, "control": os.path.join(sock_dir, "control.sock"),
+                          "audit": os.path.join(d, "audit.jsonl")})
+        try:
+            errs = self.embedded_run(taken, err_path)
+            p, self.emb["daemon"] = self.emb["daemon"], None
+            return errs + ["the daemon's stop: " + e for e in stop_daemon(p, err_path)]
+        finally:
+            a = self.emb["agent"]
+            if a is not None and a.proc.poll() is None:
+                a.proc.send_signal(signal.SIGTERM)
+                try:
+                    a.finish(20)
+                except Fatal as e:
+                    log("# embedded: %s" % e)
+            if self.emb["daemon"] is not None:
+                self.procs.stop(self.emb["daemon"])
+            self.vars.clear()
+            self.vars.update(saved)
+
+    def embedded_run(self, taken, err_path):
+        """agentsnetd --socket-dir --audit (nothing else), then one `agentsnet run` of
+        agent.py under it; the problems, the sandbox stopped and nothing of it left."""
+        argv = ["ip", "netns", "exec", self.args.upns, self.args.daemon, "--socket-dir",
+                self.vars["sock_dir"], "--audit", self.vars["audit"]]
+        with open(err_path, "wb") as err:
+            p = self.emb["daemon"] = self.procs.start(
+                "agentsnetd-embedded", argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                env=daemon_env())
+        try:
+            wait_for(lambda: "agentsnetd: ready" in read_text(err_path) or p.poll() is not None,
+                     READY_TIMEOUT_S, "agentsnetd: ready")
+        except Fatal:
+            raise Fatal("agentsnetd (no --config) not ready; stderr:\n" +
+                        read_text(err_path)[-4000:])
+        if p.poll() is not None:
+            raise Fatal("agentsnetd (no --config) exited %d at start%s; stderr:\n%s" % (
+                p.returncode, " (%d was taken: it must start anyway)" % EMBEDDED_PORT
+                if taken else "", read_text(err_path)[-4000:]))
+        lines = read_text(err_path).splitlines()
+        warned = [x for x in lines if "warn" in x.lower() and str(EMBEDDED_PORT) in x and
+                  "gateway is off" in x]
+        errs = []
+        if taken and not warned:
+            errs.append("%d was taken, and stderr has no warning that names %d and says the "
+                        "gateway is off:\n%s" % (EMBEDDED_PORT, EMBEDDED_PORT,
+                                                 "\n".join(lines)[-3000:]))
+        if not taken and warned:
+            errs.append("%d was free, yet stderr says: %r" % (EMBEDDED_PORT, warned))
+        for opt, path in (("--socket-dir", self.vars["control"]), ("--audit", self.vars["audit"])):
+            if not os.path.exists(path):
+                errs.append("%s is not there: the daemon did not take %s" % (path, opt))
+        sid = self.sid["embedded"] = self.sandbox_id("embedded")
+        a = self.emb["agent"] = self.start(self.agent_cmd("embedded"), sandbox=sid)
+        self.wait_agents([(a, "listening")])
+        url = self.info[sid].get("public_url")
+        reply = self.ctl("sandbox url %s" % sid)
+        if taken:
+            errs += self.embedded_off(url, reply)
+        else:
+            errs += self.embedded_gateway(sid, url, reply)
+        log("# embedded: %s; AGENT_PUBLIC_URL %s; sandbox url: %r" % (
+            (warned or [x for x in lines if "agentsnetd: ready" in x] or ["?"])[0],
+            "unset" if url is None else repr(url), reply))
+        a.proc.send_signal(signal.SIGTERM)
+        a.finish(20)
+        self.emb["agent"] = None
+        return errs + self.leftovers(a)
+
+    def embedded_gateway(self, sid, url, reply):
+        """The gateway on 127.0.0.1:8090: <url> (AGENT_PUBLIC_URL inside) and the control
+        socket's <reply> name it, and requests to it from here reach the agent, audited."""
+        want = "http://%s:%d%s/%s" % (EMBEDDED_HOST, EMBEDDED_PORT, PREFIX, sid)
+        errs = []
+        if url != want:
+            errs.append("AGENT_PUBLIC_URL inside is %r, want %r" % (url, want))
+        if reply != ["ok " + want]:
+            errs.append("sandbox url %s: %r, want ok %s" % (sid, reply, want))
+        out = os.path.join(self.tmp, "embedded", "curl.out")
+        sent, clients = [], []
+        for n in range(EMBEDDED_REQUESTS):
+            rest = "/embedded-%d?from=host" % n
+            target = (url if url and url.startswith("http://") else want) + rest
+            p = subprocess.run(["curl", "-sS", "--max-time", "10", "-o", out, "-w",
+                                "%{http_code} %{local_ip}:%{local_port}", target],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
+                               check=False, env={"PATH": os.environ["PATH"]})
+            code, _, client = p.stdout.decode().partition(" ")
+            sent.append(rest)
+            rec = {}
+            if p.returncode == 0:
+                clients.append((client, "%s/%s%s" % (PREFIX, sid, rest)))
+                try:
+                    rec = json.loads(read_text(out))
+                except ValueError:
+                    pass
+            h = header_map(rec) if isinstance(rec, dict) else {}
+            if p.returncode != 0 or code != "200" or rec.get("path") != rest or \
+                    h.get("x-forwarded-prefix") != ["%s/%s" % (PREFIX, sid)] or \
+                    h.get("host") != ["%s:%d" % (EMBEDDED_HOST, EMBEDDED_PORT)]:
+                errs.append("curl %s: exit %d, HTTP %s, the agent answered %r, want 200 and "
+                            "its record of %s (Host %s:%d, X-Forwarded-Prefix %s/%s): %s" % (
+                                target, p.returncode, code, read_text(out)[:300], rest,
+                                EMBEDDED_HOST, EMBEDDED_PORT, PREFIX, sid,
+                                p.stderr.decode()[-500:]))
+        if self.seen_paths("embedded") != sent:
+            errs.append("the agent recorded %r, want %r" % (self.seen_paths("embedded"), sent))
+        return errs + self.embedded_audit(sid, clients)
+
+    def embedded_audit(self, sid, clients):
+        """One "ingress" record in the daemon's --audit file per (client, path) of
+        <clients>, and no other."""
+        def ours():
+            return [r for r in read_audit(self.vars["audit"])[0] if r.get("event") == "ingress"]
+        try:
+            wait_for(lambda: len(ours()) >= len(clients), AUDIT_WAIT_S, "audit records")
+        except Fatal:
+            pass
+        recs, errs = ours(), []
+        for client, path in clients:
+            mine = [r for r in recs if r.get("client") == client]
+            if len(mine) != 1 or mine[0].get("sandbox") != sid or \
+                    mine[0].get("status") != 200 or not audit_field(mine[0].get("path"), path):
+                errs.append("the audit's records with client %s: %s, want one of sandbox %s, "
+                            "%s, status 200" % (client, json.dumps(mine)[:400], sid, path))
+        if len(recs) != len(clients):
+            errs.append("%d ingress records in %s, want %d: %s" % (
+                len(recs), self.vars["audit"], len(clients), json.dumps(recs)[:600]))
+        return errs
+
+    def embedded_off(self, url, reply):
+        """No gateway: no AGENT_PUBLIC_URL inside (<url> None: unset, not empty), the
+        control socket's <reply> to `sandbox url` says so, and nothing was audited."""
+        errs = []
+        if url is not None:
+            errs.append("AGENT_PUBLIC_URL inside is %r, want it unset (the daemon has no "
+                        "gateway)" % url)
+        if not reply or not reply[0].startswith("error no_ingress"):
+            errs.append("sandbox url: %r, want error no_ingress" % reply)
+        recs = [r for r in read_audit(self.vars["audit"])[0] if r.get("event") == "ingress"]
+        if recs:
+            errs.append("ingress records without a gateway: %s" % json.dumps(recs)[:400])
+        return errs
+
     # ---- the public listener over TLS (daemon.ingress.tls) ------------------------------
 
     def t_tls(self):
@@ -2042,7 +2255,7 @@ def audit_field(got, want):
 
 TESTS = ["static", "headers", "body_limit", "escape", "websocket", "sse", "keepalive",
          "methods", "rate", "smuggling", "head_limits", "not_found", "finish", "audit",
-         "flags", "tls"]
+         "flags", "embedded", "tls"]
 
 
 def preflight(args):
@@ -2133,8 +2346,8 @@ def run_pass(t, tests):
     setup = Setup(t)
     try:
         setup.up()
-        # flags and tls start daemons of their own.
-        run_tests(t, tests, lambda name: name not in ("flags", "tls"))
+        # flags, embedded and tls start daemons of their own.
+        run_tests(t, tests, lambda name: name not in ("flags", "embedded", "tls"))
     finally:
         setup.down()
 
