@@ -1228,29 +1228,76 @@ static void rate_on_event(struct rate_run *r, const struct epoll_event *ev)
 		rate_cycle_done(r, slot);
 }
 
-/* Runs cycles until the deadline; every slot is either in flight or queued. */
-static int rate_loop(struct rate_run *r)
+/*
+ * The load loops' shared driver: until <end_ns>, <start> (re)starts what it
+ * can and says how many slots wait for a retry, epoll's events go to
+ * <on_event>, and <expire> scans for stuck slots once <*expire_ns> passes.
+ * Slots that failed at once are retried 1 ms later, not in a spin; slots
+ * freed by a batch of events restart only after it (no stale events).
+ * 0, or -errno of epoll_wait.
+ */
+struct load_loop {
+	void *run;
+	int ep;
+	uint64_t end_ns;
+	const uint64_t *expire_ns;
+	uint32_t (*start)(void *run);
+	void (*on_event)(void *run, struct epoll_event *ev);
+	void (*expire)(void *run);
+};
+
+static int load_loop_run(const struct load_loop *l)
 {
 	struct epoll_event evs[TUNNEL_EVENTS_MAX];
 
-	AN_ASSERT(r->mark_ns < r->end_ns);
-	AN_ASSERT(r->queue_len == r->o->concurrency);
-	for (uint64_t now = now_ns(); now < r->end_ns; now = now_ns()) {
-		rate_start_queued(r);
-		/* Slots still queued failed at once: retry soon, not in a spin. */
-		int timeout_ms = r->queue_len > 0 ? 1 : 100;
-		int n = epoll_wait(r->ep, evs, TUNNEL_EVENTS_MAX, timeout_ms);
+	AN_ASSERT(l->ep >= 0);
+	AN_ASSERT(l->start != NULL && l->on_event != NULL && l->expire != NULL);
+	for (uint64_t now = now_ns(); now < l->end_ns; now = now_ns()) {
+		int timeout_ms = l->start(l->run) > 0 ? 1 : 100;
+		int n = epoll_wait(l->ep, evs, TUNNEL_EVENTS_MAX, timeout_ms);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1)
 			return -errno;
-		/* Slots freed here are restarted only after the batch: no stale events. */
 		for (int i = 0; i < n; i++)
-			rate_on_event(r, &evs[i]);
-		if (now >= r->expire_ns)
-			rate_expire(r);
+			l->on_event(l->run, &evs[i]);
+		if (now >= *l->expire_ns)
+			l->expire(l->run);
 	}
 	return 0;
+}
+
+static uint32_t rate_loop_start(void *run)
+{
+	struct rate_run *r = run;
+
+	rate_start_queued(r);
+	return r->queue_len; /* still queued: failed at once */
+}
+
+static void rate_loop_event(void *run, struct epoll_event *ev)
+{
+	rate_on_event(run, ev);
+}
+
+static void rate_loop_expire(void *run)
+{
+	rate_expire(run);
+}
+
+/* Runs cycles until the deadline; every slot is either in flight or queued. */
+static int rate_loop(struct rate_run *r)
+{
+	AN_ASSERT(r->mark_ns < r->end_ns);
+	AN_ASSERT(r->queue_len == r->o->concurrency);
+	const struct load_loop l = { .run = r,
+				     .ep = r->ep,
+				     .end_ns = r->end_ns,
+				     .expire_ns = &r->expire_ns,
+				     .start = rate_loop_start,
+				     .on_event = rate_loop_event,
+				     .expire = rate_loop_expire };
+	return load_loop_run(&l);
 }
 
 /* Prints the rate line; fails the run on too many errors or no cycle at all. */
@@ -1854,26 +1901,33 @@ static void tls_expire(struct tls_run *r)
 	r->expire_ns = now + TUNNEL_RATE_EXPIRE_NS;
 }
 
+static uint32_t tls_loop_start(void *run)
+{
+	return tls_start_free(run);
+}
+
+static void tls_loop_event(void *run, struct epoll_event *ev)
+{
+	tls_on_event(run, ev);
+}
+
+static void tls_loop_expire(void *run)
+{
+	tls_expire(run);
+}
+
 static int tls_loop(struct tls_run *r)
 {
-	struct epoll_event evs[TUNNEL_EVENTS_MAX];
-
 	AN_ASSERT(r->mark_ns < r->end_ns);
 	AN_ASSERT(r->ep >= 0);
-	for (uint64_t now = now_ns(); now < r->end_ns; now = now_ns()) {
-		/* Slots that failed at once: retry soon, not in a spin. */
-		int timeout_ms = tls_start_free(r) > 0 ? 1 : 100;
-		int n = epoll_wait(r->ep, evs, TUNNEL_EVENTS_MAX, timeout_ms);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n == -1)
-			return -errno;
-		for (int i = 0; i < n; i++)
-			tls_on_event(r, &evs[i]);
-		if (now >= r->expire_ns)
-			tls_expire(r);
-	}
-	return 0;
+	const struct load_loop l = { .run = r,
+				     .ep = r->ep,
+				     .end_ns = r->end_ns,
+				     .expire_ns = &r->expire_ns,
+				     .start = tls_loop_start,
+				     .on_event = tls_loop_event,
+				     .expire = tls_loop_expire };
+	return load_loop_run(&l);
 }
 
 static void *tls_thread(void *arg)
