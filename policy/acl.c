@@ -7,20 +7,24 @@
  * not by a walk: every node a name can hit is known from the name. For
  * "a.b.example.com" those are the exact node and the wildcards b.example.com
  * and example.com (never the apex, never one label: the loader refuses
- * those). All their buckets are prefetched at once, so the misses overlap;
- * the most specific match wins: exact, then the longest wildcard. A hit reads
- * one bucket line, then one node line ("Layout" below): ~15-25 ns each from
- * L3, ~120-145 ns from DRAM on the bench VM. Immutable once built: lookups
- * take no lock and never allocate.
+ * those). The filter rules out most of those that have no node, the slots
+ * of the rest are prefetched at once, so their misses overlap, and the most
+ * specific match wins: exact, then the longest wildcard. A hit reads one slot
+ * line, found from the hash alone ("Layout" below): ~15-25 ns from L3,
+ * ~150 ns from DRAM on the bench VM. Immutable once built: lookups take no
+ * lock and never allocate.
  *
  * Rejected: a pointer trie walked label by label (a dependent miss a label);
  * three strtabs (a rule read per hit); 8-byte {tag, node} slots at load 1/2
  * with 88-byte nodes (16 + 84 MB at 1M rules, nodes over 2-3 lines: hit p50
- * 140-380 ns); those slots eight to a bucket at load 0.8 (31% of buckets
- * spill, a miss reads 1.9 lines: misses at 100k rules 9 ns slower in 3 of 3
- * runs); 128-byte nodes inline in the slots (183 MB, probes over two lines:
- * slower); reading every candidate's bucket before any node (only the true
- * match has a tag hit, so nothing overlaps: p99 at 1M worse in 3 of 3 runs).
+ * 140-380 ns); 64-byte buckets of twelve {16-bit tag, 24-bit node reference}
+ * in front of 64-byte nodes (74 MB at 1M rules, the previous layout: a hit
+ * read the bucket, then the node, two DRAM latencies one after the other,
+ * hit p50 300-350 ns at 1M against 200-220 now, miss 60-180 against 50);
+ * 128-byte nodes inline in the slots (183 MB, probes over two lines:
+ * slower); prefetching four slots from home rather than two (no faster, 3
+ * of 3 runs); prefetching the exact slot before the filter says it may hold
+ * the key (no faster, and a miss then reads two lines).
  *
  * Normalisation is the security boundary: every spelling of one host must
  * reach the same rule. Hence canonical inet_ntop text for IP literals, ASCII
@@ -478,91 +482,138 @@ int acl_normalise(const char *host, size_t len, char *out, size_t cap, enum acl_
 }
 
 /*
- * Layout, for a million rules in two cache lines a hit. Names and wildcards
- * have a table each, of 64-byte buckets: twelve slots of a 16-bit tag and a
- * 24-bit node reference, 6.4 keys a bucket on average, the bucket picked by
- * multiply-shift (any count, no power of two). A full bucket spills into the
- * next and marks it, so a probe goes on only where one did (1.5% of buckets):
- * 9.5 MB at 1M rules. A node starts on a cache line: the rule's id, indexes,
- * up to NODE_PORTS ports and tier, then its key, so keys up to 34 bytes take
- * one line. Rules with an instruction, upstream, limits or more ports are
- * cold: the node says so and the verdict is read from the rule. Tables and
- * nodes (in build order) share one mapping, 2 MiB-aligned with MADV_HUGEPAGE
- * when that large: with 4 KiB pages every probe would also be a TLB miss. A
- * bitmap of wildcard lengths skips suffixes no wildcard could match.
+ * Layout, for a million rules in one dependent cache line a hit. Every key,
+ * name or wildcard suffix, is a 64-byte slot of one open-addressed table at
+ * most half full (128 MB at 1M rules; the loader's cap of 2^18 a file is 32), placed by Robin Hood linear probing from its home slot
+ * (multiply-shift of the hash: any count, no power of two). A slot holds what
+ * a hit needs: the rule's id, indexes, up to NODE_PORTS ports, tier, how far
+ * it sits from home, and the key's first NODE_KEY_INLINE bytes; a longer
+ * key's rest is in a tail arena. A lookup computes each candidate's home from
+ * its hash alone and prefetches it and the slot after it, which hold the key
+ * for nine in ten hits: the key is checked in the line that was fetched
+ * first, where a bucket of tags pointing at a node needed two lines one after
+ * the other (~2 x 150 ns from DRAM on the bench VM). Robin Hood keeps probes
+ * short and lets a probe stop at the first slot nearer its home than the
+ * probe is. In front of the table, the filter (above) rules out all but 1% of
+ * the candidates that have no slot, so a miss reads no table line at all, and
+ * a hit reads no line for the other candidates. Rules with an instruction,
+ * upstream, limits or more ports are cold: the slot says so and the verdict
+ * is read from the rule. Table, filter and tails share one mapping, 2
+ * MiB-aligned with MADV_HUGEPAGE when that large: with 4 KiB pages every probe
+ * would also be a TLB miss. A bitmap of wildcard lengths skips suffixes no
+ * wildcard could match.
  */
 
-/* Ports a node holds itself; a rule with more is read from the rule. */
-#define NODE_PORTS 4u
-/* Nodes start on a cache line, and references count in lines. */
-#define NODE_ALIGN 64u
+/* Ports a slot holds itself; a rule with more is read from the rule. */
+#define NODE_PORTS 2u
+/* Key bytes a slot holds; the rest of a longer key is in the tail arena. */
+#define NODE_KEY_INLINE 34u
+/* Slots per key, at least: the table is at most half full. */
+#define SLOTS_PER_KEY 2u
+/* Slots a lookup prefetches from home: nine keys in ten sit in the first two (four: no faster). */
+#define SLOT_PREFETCH 2u
+/* A slot sits at most this many slots past its home (its probe fits a byte). */
+#define SLOT_PROBE_MAX UINT8_MAX
 
-/* A node of the host trie: what a hit needs, then its key, from a 64-byte boundary. */
+/* A slot of the host table: what a hit needs, then its key's first bytes. key_len 0: empty. */
 struct acl_node {
 	const char *id;
 	uint32_t rule;       /* index into acl.rules */
 	uint32_t rule_index; /* the rule's index over the snapshot (verdict.rule_index) */
+	uint32_t tail;       /* key bytes past NODE_KEY_INLINE: offset into the tail arena */
 	uint16_t ports[NODE_PORTS];
-	uint16_t port_count;
+	uint8_t port_count;
 	uint8_t tier;
 	uint8_t kind; /* ACL_KIND_NAME or ACL_KIND_WILDCARD */
 	uint8_t key_len;
-	uint8_t cold; /* instruction, upstream, limits or many ports: the verdict reads the rule */
-	char key[];   /* key_len bytes, no NUL */
+	uint8_t cold;  /* instruction, upstream, limits or many ports: the verdict reads the rule */
+	uint8_t probe; /* slots past its home */
+	char key[NODE_KEY_INLINE];
 };
 
 static_assert(ACL_NAME_BYTES_MAX <= UINT8_MAX, "a key length fits a byte");
-static_assert(offsetof(struct acl_node, key) + 34u == NODE_ALIGN, "34 key bytes in the first line");
-
-/*
- * A bucket: twelve slots, each a 16-bit tag (bits 32-47 of the key's hash) and
- * a 24-bit node reference (NODE_ALIGN units into the arena, plus one), filled
- * in order; <spill> marks a full bucket that some key passed to go on.
- */
-#define BUCKET_SLOTS 12u
-/* Keys per bucket on average, in tenths, at most: 6.4 of 12 (1.5% of buckets spill). */
-#define BUCKET_LOAD_TENTHS 64u
-/* Node references are 24-bit: the arena holds at most 2^24 - 1 lines (1 GiB). */
-#define NODE_REFS_MAX ((1u << 24) - 1u)
-
-struct acl_bucket {
-	uint16_t tags[BUCKET_SLOTS];
-	uint8_t refs[BUCKET_SLOTS][3]; /* little-endian */
-	uint8_t used;                  /* slots filled, from the first */
-	uint8_t spill;
-	uint8_t unused[2];
-};
-
-static_assert(sizeof(struct acl_bucket) == 64, "a bucket is one cache line");
-static_assert(BUCKET_SLOTS % 4u == 0, "bucket_match reads four tags a word");
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "refs and words are read little-endian");
+static_assert(sizeof(struct acl_node) == 64, "a slot is one cache line");
+static_assert(NODE_PORTS <= UINT8_MAX, "a slot's port count fits a byte");
 
 /* Mappings this large get huge pages (and a 2 MiB boundary): each would span over 512 small ones. */
 #define ACL_HUGE_BYTES (2u << 20)
 /* Nodes one name can hit: itself, and a wildcard per label below the top two. */
 #define ACL_CANDIDATES_MAX (ACL_NAME_BYTES_MAX / 2 + 2)
 
-static size_t node_bytes(size_t key_len)
-{
-	return (offsetof(struct acl_node, key) + key_len + NODE_ALIGN - 1) &
-	       ~(size_t)(NODE_ALIGN - 1);
-}
-
-static const struct acl_node *node_at(const struct acl_trie *t, uint32_t ref)
-{
-	AN_DASSERT(ref > 0);
-	return (const struct acl_node *)(const void *)(t->arena + (size_t)(ref - 1) * NODE_ALIGN);
-}
-
 static uint64_t node_hash(const char *key, size_t len, enum acl_kind kind)
 {
 	return XXH3_64bits_withSeed(key, len, (XXH64_hash_t)kind);
 }
 
-/* The home bucket of hash <h> among <buckets>: its low half, scaled (no power of two needed). */
-static uint32_t bucket_of(uint64_t h, uint32_t buckets)
+/* The home slot of hash <h>: its low half, scaled. */
+static uint32_t slot_home(const struct acl_trie *t, uint64_t h)
 {
-	return (uint32_t)(((h & UINT32_MAX) * buckets) >> 32);
+	return (uint32_t)(((h & UINT32_MAX) * t->slot_count) >> 32);
+}
+
+static uint32_t slot_next(const struct acl_trie *t, uint32_t i)
+{
+	return i + 1 == t->slot_count ? 0 : i + 1;
+}
+
+/* Prefetches SLOT_PREFETCH slots from the home of <h>. */
+static void slot_prefetch(const struct acl_trie *t, uint64_t h)
+{
+	uint32_t home = slot_home(t, h);
+
+	for (uint32_t k = 0; k < SLOT_PREFETCH; k++) {
+		__builtin_prefetch(&t->slots[home]);
+		home = slot_next(t, home);
+	}
+}
+
+/*
+ * The filter: a split-block Bloom filter over every key of both tables, in
+ * 64-byte blocks of eight words. A key sets one bit in each word of one block,
+ * so a query reads one line, and a candidate it rules out costs no bucket line.
+ * At ten bits a key a block holds about 51 keys and a query for an absent key
+ * passes about 1% of the time: (1 - e^(-51/64))^8.
+ */
+#define FILTER_WORDS        8u
+#define FILTER_BITS_PER_KEY 10u
+
+struct acl_filter_block {
+	uint64_t words[FILTER_WORDS];
+};
+
+static_assert(sizeof(struct acl_filter_block) == 64, "a filter block is one cache line");
+
+/*
+ * The filter block of hash <h> (its high half, scaled) and, as <bits>, the bit
+ * of each word: six bits of its low half a word, mixed up by one multiply so
+ * that they do not follow the bucket's bits.
+ */
+static const struct acl_filter_block *filter_block(const struct acl_trie *t, uint64_t h,
+						   uint64_t *bits)
+{
+	*bits = (h & UINT32_MAX) * 0x9e3779b97f4a7c15ull;
+	return &t->filter[((h >> 32) * t->filter_blocks) >> 32];
+}
+
+/* Whether a key of hash <h> may be in <t>: false means it is not. */
+static bool filter_may_hold(const struct acl_trie *t, uint64_t h)
+{
+	uint64_t bits;
+	const struct acl_filter_block *b = filter_block(t, h, &bits);
+	uint64_t all = 1;
+
+	for (uint32_t w = 0; w < FILTER_WORDS; w++)
+		all &= b->words[w] >> ((bits >> (16u + 6u * w)) & 63u);
+	return all & 1u;
+}
+
+static void filter_add(struct acl_trie *t, uint64_t h)
+{
+	uint64_t bits;
+	struct acl_filter_block *b = (struct acl_filter_block *)filter_block(t, h, &bits);
+
+	for (uint32_t w = 0; w < FILTER_WORDS; w++)
+		b->words[w] |= 1ull << ((bits >> (16u + 6u * w)) & 63u);
 }
 
 /* Zeroed memory of <bytes>, on a 2 MiB boundary with huge pages when that large; NULL: no memory. */
@@ -589,198 +640,6 @@ static void *map_alloc(size_t bytes)
 	return p;
 }
 
-/* Slots of <b> whose tag is <tag>, as bits; the empty ones never match. */
-static uint32_t bucket_match(const struct acl_bucket *b, uint16_t tag)
-{
-	const uint64_t low15 = 0x7fff7fff7fff7fffull;
-	uint64_t pattern = 0x0001000100010001ull * tag;
-	uint32_t match = 0;
-
-	/* Four tags a word: the high bit of each lane that equals <tag>, then those four bits packed. */
-	for (uint32_t w = 0; w < BUCKET_SLOTS / 4u; w++) {
-		uint64_t x;
-		memcpy(&x, &b->tags[4u * w], sizeof(x));
-		x ^= pattern;
-		uint64_t zero = ~(((x & low15) + low15) | x) & ~low15;
-		uint64_t packed =
-		    ((zero >> 15) * (1u + (1ull << 15) + (1ull << 30) + (1ull << 45))) >> 45;
-		match |= (uint32_t)(packed & 0xfu) << (4u * w);
-	}
-	AN_DASSERT(b->used <= BUCKET_SLOTS);
-	AN_DASSERT(match >> BUCKET_SLOTS == 0);
-	return match & ((1u << b->used) - 1u);
-}
-
-static uint32_t bucket_ref(const struct acl_bucket *b, uint32_t slot)
-{
-	uint32_t ref;
-
-	/* The fourth byte read is the next slot's, or used: within the bucket. */
-	memcpy(&ref, b->refs[slot], sizeof(ref));
-	return ref & NODE_REFS_MAX;
-}
-
-/* The node for <key>/<len> with hash <h> in the <n> buckets at <tab>, or NULL. */
-static const struct acl_node *table_find(const struct acl_trie *t, const struct acl_bucket *tab,
-					 uint32_t n, uint64_t h, const char *key, size_t len)
-{
-	uint16_t tag = (uint16_t)(h >> 32);
-	uint32_t b = bucket_of(h, n);
-
-	AN_DASSERT(n > 0);
-	AN_DASSERT(len <= ACL_NAME_BYTES_MAX);
-	for (uint32_t probes = 0; probes < n; probes++) {
-		const struct acl_bucket *bk = &tab[b];
-		for (uint32_t m = bucket_match(bk, tag); m != 0; m &= m - 1) {
-			const struct acl_node *node =
-			    node_at(t, bucket_ref(bk, (uint32_t)__builtin_ctz(m)));
-			if (node->key_len == len && memcmp(node->key, key, len) == 0)
-				return node;
-		}
-		if (bk->spill == 0)
-			return NULL;
-		b = b + 1 == n ? 0 : b + 1;
-	}
-	return NULL;
-}
-
-/* Files node <ref> with hash <h> in the <n> buckets at <tab>: home bucket, else the next with room. */
-static void table_insert(struct acl_bucket *tab, uint32_t n, uint64_t h, uint32_t ref)
-{
-	uint32_t b = bucket_of(h, n);
-
-	AN_ASSERT(ref != 0 && ref <= NODE_REFS_MAX);
-	for (uint32_t probes = 0;; probes++) {
-		AN_ASSERT(probes < n); /* the load is below one: some bucket has room */
-		struct acl_bucket *bk = &tab[b];
-		if (bk->used < BUCKET_SLOTS) {
-			bk->tags[bk->used] = (uint16_t)(h >> 32);
-			bk->refs[bk->used][0] = (uint8_t)ref;
-			bk->refs[bk->used][1] = (uint8_t)(ref >> 8);
-			bk->refs[bk->used][2] = (uint8_t)(ref >> 16);
-			bk->used++;
-			return;
-		}
-		bk->spill = 1;
-		b = b + 1 == n ? 0 : b + 1;
-	}
-}
-
-static void trie_free(struct acl_trie *t)
-{
-	if (t->buckets != NULL)
-		munmap(t->buckets, t->map_bytes);
-	memset(t, 0, sizeof(*t));
-}
-
-/* Whether an arena of <bytes> is within reach of a node reference. */
-static bool arena_fits(size_t bytes)
-{
-	return bytes / NODE_ALIGN <= NODE_REFS_MAX;
-}
-
-static uint32_t buckets_for(uint32_t keys)
-{
-	return (uint32_t)(((uint64_t)keys * 10u + BUCKET_LOAD_TENTHS - 1) / BUCKET_LOAD_TENTHS);
-}
-
-/* Sizes <t> for the name and wildcard rules of <rules> and maps it. 0, -ENOMEM, -E2BIG. */
-static int trie_map(struct acl_trie *t, const struct acl_rule *rules, uint32_t count, size_t *arena)
-{
-	uint64_t names = 0, wildcards = 0;
-
-	*arena = 0;
-	for (uint32_t i = 0; i < count; i++) {
-		if (rules[i].kind == ACL_KIND_IP)
-			continue;
-		AN_ASSERT(rules[i].host_len <= ACL_NAME_BYTES_MAX);
-		names += rules[i].kind == ACL_KIND_NAME;
-		wildcards += rules[i].kind == ACL_KIND_WILDCARD;
-		*arena += node_bytes(rules[i].host_len);
-	}
-	if (names + wildcards == 0)
-		return 0;
-	if (names + wildcards > STRTAB_ENTRIES_MAX || !arena_fits(*arena))
-		return -E2BIG;
-	t->name_buckets = buckets_for((uint32_t)names);
-	t->wild_buckets = buckets_for((uint32_t)wildcards);
-	size_t tables = ((size_t)t->name_buckets + t->wild_buckets) * sizeof(struct acl_bucket);
-	size_t round = tables + *arena >= ACL_HUGE_BYTES ? ACL_HUGE_BYTES : 4096u;
-	t->map_bytes = (tables + *arena + round - 1) & ~(round - 1);
-	t->buckets = map_alloc(t->map_bytes);
-	if (t->buckets == NULL) {
-		memset(t, 0, sizeof(*t));
-		return -ENOMEM;
-	}
-	t->arena = (const char *)(t->buckets + t->name_buckets + t->wild_buckets);
-	AN_ASSERT(((uintptr_t)t->arena & (NODE_ALIGN - 1)) == 0);
-	return 0;
-}
-
-/* Writes the node of rule <i> at <n>. */
-static void node_init(struct acl_node *n, const struct acl_rule *r, uint32_t i)
-{
-	bool cold = r->instruction != NULL || r->upstream != NULL || r->port_count > NODE_PORTS ||
-		    r->limits.requests_per_second != 0 || r->limits.burst != 0 ||
-		    r->limits.concurrent != 0;
-
-	AN_ASSERT(r->kind == ACL_KIND_NAME || r->kind == ACL_KIND_WILDCARD);
-	*n = (struct acl_node){ .id = r->id,
-				.rule = i,
-				.rule_index = r->index,
-				.port_count = r->port_count,
-				.tier = r->tier,
-				.kind = r->kind,
-				.key_len = (uint8_t)r->host_len,
-				.cold = cold };
-	if (!cold && r->port_count > 0)
-		memcpy(n->ports, r->ports, r->port_count * sizeof(*r->ports));
-	memcpy(n->key, r->host, r->host_len);
-	AN_ASSERT(n->key_len == r->host_len);
-}
-
-/* Builds <t> from the name and wildcard rules of <rules>. 0, -EEXIST (*<dup>: the first), -ENOMEM, -E2BIG. */
-static int trie_build(struct acl_trie *t, const struct acl_rule *rules, uint32_t count,
-		      uint32_t *dup_first, uint32_t *dup_second)
-{
-	size_t arena = 0, off = 0;
-
-	memset(t, 0, sizeof(*t));
-	int rc = trie_map(t, rules, count, &arena);
-	if (rc != 0 || t->buckets == NULL)
-		return rc;
-	struct acl_bucket *wild = t->buckets + t->name_buckets;
-	char *nodes = (char *)(wild + t->wild_buckets);
-	for (uint32_t i = 0; i < count; i++) {
-		const struct acl_rule *r = &rules[i];
-		if (r->kind == ACL_KIND_IP)
-			continue;
-		bool is_name = r->kind == ACL_KIND_NAME;
-		struct acl_bucket *tab = is_name ? t->buckets : wild;
-		uint32_t n = is_name ? t->name_buckets : t->wild_buckets;
-		uint64_t h = node_hash(r->host, r->host_len, (enum acl_kind)r->kind);
-		const struct acl_node *dup = table_find(t, tab, n, h, r->host, r->host_len);
-		if (dup != NULL) {
-			*dup_first = dup->rule;
-			*dup_second = i;
-			trie_free(t);
-			return -EEXIST;
-		}
-		node_init((struct acl_node *)(void *)(nodes + off), r, i);
-		table_insert(tab, n, h, (uint32_t)(off / NODE_ALIGN) + 1u);
-		off += node_bytes(r->host_len);
-		if (is_name) {
-			t->names++;
-		} else {
-			t->wildcards++;
-			t->wild_lens[r->host_len / 64u] |= 1ull << (r->host_len % 64u);
-		}
-	}
-	AN_ASSERT(off == arena);
-	AN_ASSERT(t->names + t->wildcards <= count);
-	return 0;
-}
-
 /* Whether some wildcard suffix is <len> bytes long: no probe otherwise. */
 static bool wild_len_present(const struct acl_trie *t, size_t len)
 {
@@ -789,14 +648,13 @@ static bool wild_len_present(const struct acl_trie *t, size_t len)
 
 /*
  * Hashes the wildcard candidates of <host>/<len> with dots <dots> into
- * <hashes> and <starts>, longest first, and prefetches their buckets: the
- * suffix after each dot but the last (a wildcard covers two labels or more),
- * when some wildcard has its length. Returns how many.
+ * <hashes> and <starts>, longest first: the suffix after each dot but the last
+ * (a wildcard covers two labels or more), when some wildcard has its length.
+ * Prefetches their filter blocks. Returns how many.
  */
 static uint32_t wild_candidates(const struct acl_trie *t, const char *host, size_t len,
 				const uint64_t dots[DOT_WORDS], uint64_t *hashes, uint8_t *starts)
 {
-	const struct acl_bucket *wild = t->buckets + t->name_buckets;
 	size_t prev = SIZE_MAX; /* a dot is a candidate's once a later one is seen */
 	uint32_t n = 0;
 
@@ -808,9 +666,10 @@ static uint32_t wild_candidates(const struct acl_trie *t, const char *host, size
 			if (start == 0 || !wild_len_present(t, len - start))
 				continue;
 			AN_ASSERT(n < ACL_CANDIDATES_MAX);
+			uint64_t bits;
 			hashes[n] = node_hash(host + start, len - start, ACL_KIND_WILDCARD);
 			starts[n] = (uint8_t)start;
-			__builtin_prefetch(&wild[bucket_of(hashes[n], t->wild_buckets)]);
+			__builtin_prefetch(filter_block(t, hashes[n], &bits));
 			n++;
 		}
 	}
@@ -818,38 +677,244 @@ static uint32_t wild_candidates(const struct acl_trie *t, const char *host, size
 	return n;
 }
 
+/* Whether the key of slot <n> is <key>/<len> of <kind>. */
+static bool slot_is(const struct acl_trie *t, const struct acl_node *n, const char *key, size_t len,
+		    enum acl_kind kind)
+{
+	if (n->key_len != len || n->kind != kind)
+		return false;
+	if (len <= NODE_KEY_INLINE)
+		return memcmp(n->key, key, len) == 0;
+	return memcmp(n->key, key, NODE_KEY_INLINE) == 0 &&
+	       memcmp(t->tails + n->tail, key + NODE_KEY_INLINE, len - NODE_KEY_INLINE) == 0;
+}
+
+/*
+ * The slot of <key>/<len> of <kind> with hash <h>, or NULL. Probes from home
+ * until an empty slot, or one nearer its home than this probe is (Robin Hood:
+ * the key would have taken it), which happens within SLOT_PROBE_MAX + 1.
+ */
+static const struct acl_node *slot_find(const struct acl_trie *t, uint64_t h, const char *key,
+					size_t len, enum acl_kind kind)
+{
+	uint32_t i = slot_home(t, h);
+
+	AN_DASSERT(len > 0 && len <= ACL_NAME_BYTES_MAX);
+	for (uint32_t probe = 0; probe <= SLOT_PROBE_MAX; probe++) {
+		const struct acl_node *n = &t->slots[i];
+		if (n->key_len == 0 || n->probe < probe)
+			return NULL;
+		if (slot_is(t, n, key, len, kind))
+			return n;
+		i = slot_next(t, i);
+	}
+	return NULL;
+}
+
+/*
+ * Files <node> (probe 0) with hash <h>: Robin Hood, so a slot goes to whichever
+ * key is further from its home. 0; -E2BIG when a key would sit more than
+ * SLOT_PROBE_MAX past its home (the table is left unusable).
+ */
+static int slot_insert(struct acl_trie *t, struct acl_node node, uint64_t h)
+{
+	uint32_t i = slot_home(t, h);
+
+	AN_ASSERT(node.key_len > 0 && node.probe == 0);
+	for (uint32_t steps = 0; steps < t->slot_count; steps++) {
+		struct acl_node *n = &t->slots[i];
+		if (n->key_len == 0) {
+			*n = node;
+			return 0;
+		}
+		if (n->probe < node.probe) {
+			struct acl_node evicted = *n;
+			*n = node;
+			node = evicted;
+		}
+		if (node.probe == SLOT_PROBE_MAX)
+			return -E2BIG;
+		node.probe++;
+		i = slot_next(t, i);
+	}
+	AN_ASSERT(!"the table is at most half full: some slot is empty");
+	return -E2BIG;
+}
+
+static void trie_free(struct acl_trie *t)
+{
+	if (t->slots != NULL)
+		munmap(t->slots, t->map_bytes);
+	memset(t, 0, sizeof(*t));
+}
+
+static uint32_t filter_blocks_for(uint32_t keys)
+{
+	const uint32_t bits = FILTER_WORDS * 64u;
+
+	return (uint32_t)(((uint64_t)keys * FILTER_BITS_PER_KEY + bits - 1) / bits);
+}
+
+/* Sizes <t> for the name and wildcard rules of <rules> and maps it. 0, -ENOMEM, -E2BIG. */
+static int trie_map(struct acl_trie *t, const struct acl_rule *rules, uint32_t count)
+{
+	uint64_t keys = 0, tails = 0;
+
+	for (uint32_t i = 0; i < count; i++) {
+		if (rules[i].kind == ACL_KIND_IP)
+			continue;
+		AN_ASSERT(rules[i].host_len > 0 && rules[i].host_len <= ACL_NAME_BYTES_MAX);
+		keys++;
+		if (rules[i].host_len > NODE_KEY_INLINE)
+			tails += rules[i].host_len - NODE_KEY_INLINE;
+	}
+	if (keys == 0)
+		return 0;
+	static_assert((uint64_t)STRTAB_ENTRIES_MAX * SLOTS_PER_KEY <= UINT32_MAX,
+		      "slots fit 32 bits");
+	if (keys > STRTAB_ENTRIES_MAX || tails > UINT32_MAX)
+		return -E2BIG;
+	t->slot_count = (uint32_t)(keys * SLOTS_PER_KEY);
+	t->filter_blocks = filter_blocks_for((uint32_t)keys);
+	size_t bytes = (size_t)t->slot_count * sizeof(struct acl_node) +
+		       (size_t)t->filter_blocks * sizeof(struct acl_filter_block) + (size_t)tails;
+	size_t round = bytes >= ACL_HUGE_BYTES ? ACL_HUGE_BYTES : 4096u;
+	t->map_bytes = (bytes + round - 1) & ~(round - 1);
+	t->slots = map_alloc(t->map_bytes);
+	if (t->slots == NULL) {
+		memset(t, 0, sizeof(*t));
+		return -ENOMEM;
+	}
+	t->filter = (struct acl_filter_block *)(void *)(t->slots + t->slot_count);
+	t->tails = (char *)(t->filter + t->filter_blocks);
+	return 0;
+}
+
+/* The slot of rule <i>, its key's rest (if any) written at <*tail_used> in the tail arena. */
+static struct acl_node node_of(struct acl_trie *t, const struct acl_rule *r, uint32_t i,
+			       size_t *tail_used)
+{
+	bool cold = r->instruction != NULL || r->upstream != NULL || r->port_count > NODE_PORTS ||
+		    r->limits.requests_per_second != 0 || r->limits.burst != 0 ||
+		    r->limits.concurrent != 0;
+	struct acl_node n = { .id = r->id,
+			      .rule = i,
+			      .rule_index = r->index,
+			      .tier = r->tier,
+			      .kind = r->kind,
+			      .key_len = (uint8_t)r->host_len,
+			      .cold = cold };
+
+	AN_ASSERT(r->kind == ACL_KIND_NAME || r->kind == ACL_KIND_WILDCARD);
+	if (!cold && r->port_count > 0) {
+		memcpy(n.ports, r->ports, r->port_count * sizeof(*r->ports));
+		n.port_count = (uint8_t)r->port_count;
+	}
+	memcpy(n.key, r->host, r->host_len < NODE_KEY_INLINE ? r->host_len : NODE_KEY_INLINE);
+	if (r->host_len > NODE_KEY_INLINE) {
+		n.tail = (uint32_t)*tail_used;
+		memcpy(t->tails + *tail_used, r->host + NODE_KEY_INLINE,
+		       r->host_len - NODE_KEY_INLINE);
+		*tail_used += r->host_len - NODE_KEY_INLINE;
+	}
+	AN_ASSERT(n.key_len == r->host_len);
+	return n;
+}
+
+/* Builds <t> from the name and wildcard rules of <rules>. 0, -EEXIST (*<dup>: the first), -ENOMEM, -E2BIG. */
+static int trie_build(struct acl_trie *t, const struct acl_rule *rules, uint32_t count,
+		      uint32_t *dup_first, uint32_t *dup_second)
+{
+	size_t tail_used = 0;
+
+	memset(t, 0, sizeof(*t));
+	int rc = trie_map(t, rules, count);
+	if (rc != 0 || t->slots == NULL)
+		return rc;
+	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		const struct acl_rule *r = &rules[i];
+		if (r->kind == ACL_KIND_IP)
+			continue;
+		enum acl_kind kind = (enum acl_kind)r->kind;
+		uint64_t h = node_hash(r->host, r->host_len, kind);
+		const struct acl_node *dup = slot_find(t, h, r->host, r->host_len, kind);
+		if (dup != NULL) {
+			*dup_first = dup->rule;
+			*dup_second = i;
+			rc = -EEXIST;
+			break;
+		}
+		rc = slot_insert(t, node_of(t, r, i, &tail_used), h);
+		filter_add(t, h);
+		if (kind == ACL_KIND_NAME) {
+			t->names++;
+		} else {
+			t->wildcards++;
+			t->wild_lens[r->host_len / 64u] |= 1ull << (r->host_len % 64u);
+		}
+	}
+	if (rc != 0) {
+		trie_free(t);
+		return rc;
+	}
+	AN_ASSERT(t->names + t->wildcards <= count);
+	return 0;
+}
+
+/*
+ * Keeps the <n> candidates at <hashes> and <starts> that the filter does not
+ * rule out, in order, and prefetches their slots. Returns how many.
+ */
+static uint32_t wild_filter(const struct acl_trie *t, uint64_t *hashes, uint8_t *starts, uint32_t n)
+{
+	uint32_t kept = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (!filter_may_hold(t, hashes[i]))
+			continue;
+		hashes[kept] = hashes[i];
+		starts[kept] = starts[i];
+		slot_prefetch(t, hashes[kept]);
+		kept++;
+	}
+	return kept;
+}
+
 /*
  * The most specific node for the normalised name <host>/<len> whose dots are
  * <dots>: the exact node, else the wildcard of the longest proper suffix of
- * two or more labels. Every candidate's bucket is prefetched before the first
- * is read, so their misses overlap.
+ * two or more labels. The filter drops most candidates that have no slot
+ * before any slot is read, and the slots of the rest are prefetched before
+ * the first is read, so their misses overlap.
  */
 static const struct acl_node *trie_lookup(const struct acl_trie *t, const char *host, size_t len,
 					  const uint64_t dots[DOT_WORDS])
 {
 	uint64_t hashes[ACL_CANDIDATES_MAX];
 	uint8_t starts[ACL_CANDIDATES_MAX];
+	uint64_t bits;
 	uint32_t n = 0;
 
 	AN_ASSERT(len <= ACL_NAME_BYTES_MAX);
-	if (t->buckets == NULL)
+	if (t->slots == NULL)
 		return NULL;
 	uint64_t exact = node_hash(host, len, ACL_KIND_NAME);
-	if (t->names > 0)
-		__builtin_prefetch(&t->buckets[bucket_of(exact, t->name_buckets)]);
+	__builtin_prefetch(filter_block(t, exact, &bits));
 	if (t->wildcards > 0)
 		n = wild_candidates(t, host, len, dots, hashes, starts);
+	bool exact_may = t->names > 0 && filter_may_hold(t, exact);
+	if (exact_may)
+		slot_prefetch(t, exact);
+	n = wild_filter(t, hashes, starts, n);
 	AN_ASSERT(n <= ACL_CANDIDATES_MAX);
-	if (t->names > 0) {
-		const struct acl_node *hit =
-		    table_find(t, t->buckets, t->name_buckets, exact, host, len);
+	if (exact_may) {
+		const struct acl_node *hit = slot_find(t, exact, host, len, ACL_KIND_NAME);
 		if (hit != NULL)
 			return hit;
 	}
-	const struct acl_bucket *wild = t->buckets + t->name_buckets;
 	for (uint32_t i = 0; i < n; i++) {
-		const struct acl_node *hit = table_find(t, wild, t->wild_buckets, hashes[i],
-							host + starts[i], len - starts[i]);
+		const struct acl_node *hit =
+		    slot_find(t, hashes[i], host + starts[i], len - starts[i], ACL_KIND_WILDCARD);
 		if (hit != NULL)
 			return hit;
 	}

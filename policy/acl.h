@@ -55,20 +55,22 @@ struct acl_rule {
 	uint8_t tier; /* enum tier */
 };
 
-struct acl_bucket; /* policy/acl.c: twelve tagged node references on one cache line */
+struct acl_node;         /* policy/acl.c: one key's slot, a cache line */
+struct acl_filter_block; /* policy/acl.c: a line of the Bloom filter over every key */
 
 /*
  * The host trie's tables (policy/acl.c). A zeroed one is empty. One mapping
- * holds the name buckets, the wildcard buckets, then the node arena.
+ * holds the slots, the filter, then the tails of long keys.
  */
 struct acl_trie {
-	struct acl_bucket *buckets; /* owned: name_buckets, then wild_buckets */
-	const char *arena;          /* the nodes, each on a cache line, in that mapping */
+	struct acl_node *slots;          /* owned: slot_count, at most half of them used */
+	struct acl_filter_block *filter; /* filter_blocks, in that mapping */
+	char *tails;                     /* key bytes past a slot's, in that mapping */
 	size_t map_bytes;
-	uint32_t name_buckets;
-	uint32_t wild_buckets;
-	uint32_t names;        /* exact-name nodes */
-	uint32_t wildcards;    /* wildcard nodes */
+	uint32_t slot_count;
+	uint32_t filter_blocks;
+	uint32_t names;        /* exact-name keys */
+	uint32_t wildcards;    /* wildcard keys */
 	uint64_t wild_lens[4]; /* bit n % 64 of word n / 64: a wildcard suffix is n bytes */
 };
 
@@ -85,8 +87,9 @@ struct acl {
  * pointers and reads the rarer fields from the rules) into <a>. Returns 0;
  * -EEXIST when two rules have the same kind and host, with *<dup_first> <
  * *<dup_second> their indexes (<a> is left empty); -ENOMEM; or -E2BIG past
- * STRTAB_ENTRIES_MAX names or 2^24 - 1 node lines (1 GiB). Control path
- * only; the result is immutable.
+ * STRTAB_ENTRIES_MAX names or 4 GiB of long keys' tails, or for a key that would sit over 255 slots past
+ * its home (never seen: at most half the slots are used). Control path only;
+ * the result is immutable.
  */
 int acl_build(struct acl *a, const struct acl_rule *rules, uint32_t count, uint32_t *dup_first,
 	      uint32_t *dup_second);
