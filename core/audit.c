@@ -452,7 +452,9 @@ static char *put_ingress_fields(struct audit *a, char *p, const struct audit_rec
 	p = put_request(p, rec, false);
 	p = put_traffic(p, rec);
 	p = put_lit(p, ",\"client\":");
-	return put_json_str(p, rec->addr, sizeof(rec->addr));
+	p = put_json_str(p, rec->addr, sizeof(rec->addr));
+	p = put_lit(p, ",\"detail\":");
+	return put_json_str(p, rec->detail, sizeof(rec->detail));
 }
 
 /* One record as one JSON line into <buf> (AUDIT_LINE_WORST_BYTES); returns the length. */

@@ -296,6 +296,8 @@ static const struct engine_sandbox *conn_sandbox(const struct conn *c)
  */
 static const char *conn_sandbox_id(const struct conn *c, char *buf)
 {
+	if (c->ingress_tls)
+		return ""; /* it only decrypts: the conn it hands the requests to routes them */
 	if (!c->ingress)
 		return conn_sandbox(c)->id;
 	size_t n = c->head != NULL ? c->ingress_id_len : 0;
@@ -2335,6 +2337,37 @@ static void term_flush(struct conn *c)
 }
 
 /* The session ended (<st> CLOSED or ERROR): audit why, queue close_notify. */
+/*
+ * The client's TLS handshake failed: an agent that does not trust the CA, a
+ * public client with no protocol or cipher in common, bytes that are not
+ * TLS. No HTTP answer can reach it, so the record is the only trace: on the
+ * public listener an ingress record with the client's address, on a
+ * terminated tier a decision record for the tunnel's host; either with the
+ * session's reason in its detail.
+ */
+static void tls_failure_audit(struct conn *c, const char *why)
+{
+	struct audit_ring *ar = c->w->audit;
+
+	AN_ASSERT(c->tls != NULL && !c->ingress);
+	AN_ASSERT(why != NULL);
+	c->reason = REASON_TLS_HANDSHAKE_FAILED;
+	struct audit_record *rec = audit_claim(ar);
+	if (rec == NULL)
+		return;
+	rec->kind = c->ingress_tls ? AUDIT_INGRESS : AUDIT_DECISION;
+	rec->id = audit_next_id(ar);
+	record_common(c, rec);
+	audit_copy(rec->detail, sizeof(rec->detail), why, strlen(why));
+	if (c->ingress_tls) {
+		rec->bytes_up = c->bytes_up;
+		rec->bytes_down = c->bytes_down;
+		rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
+		addr_format(&c->client, rec->addr, sizeof(rec->addr));
+	}
+	audit_commit(ar, rec);
+}
+
 static void term_end(struct conn *c, enum term_status st)
 {
 	const struct term_ops *t = conn_term(c);
@@ -2343,6 +2376,8 @@ static void term_end(struct conn *c, enum term_status st)
 		c->reason = REASON_SNI_MISMATCH;
 		c->w->stats.denied++;
 		audit_decision(c, false, reason_status(REASON_SNI_MISMATCH));
+	} else if (st == TERM_ERROR && !t->established(c->tls)) {
+		tls_failure_audit(c, t->error(c->tls));
 	} else if (st == TERM_ERROR) {
 		log_debug("conn %llx: TLS: %s", (unsigned long long)c->id, t->error(c->tls));
 	}

@@ -74,6 +74,8 @@ static const struct reason_row reason_rows[] = {
 				      "The path holds dot segments, encoded slashes or double encoding; send it plainly." },
 	[REASON_AGENT_NOT_LISTENING] = { "agent_not_listening", 502,
 					 "The sandbox's agent is not accepting connections on its ingress port; retry later." },
+	[REASON_TLS_HANDSHAKE_FAILED] = { "tls_handshake_failed", 400,
+					  "The TLS handshake with the proxy failed; trust the CA in AGENT_CA_CERT and offer TLS 1.2 or later." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 5
+#define REASON_CONTRACT_VERSION 6
 
 enum tier {
 	TIER_DENY = 0,
@@ -54,6 +54,7 @@ enum reason {
 	REASON_INGRESS_NOT_FOUND,
 	REASON_PATH_NOT_ALLOWED,
 	REASON_AGENT_NOT_LISTENING,
+	REASON_TLS_HANDSHAKE_FAILED,
 	REASON__COUNT,
 };
 

@@ -79,6 +79,8 @@ struct term_ops {
 	 * plaintext undelivered, nothing unsent).
 	 */
 	bool (*idle)(void *session);
+	/* True once the handshake completed (and from then on, whatever happens next). */
+	bool (*established)(const void *session);
 	/* True when the handshake failed because the ClientHello named another host. */
 	bool (*sni_refused)(const void *session);
 	/* Why the session failed, one line ("" when it did not). */

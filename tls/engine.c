@@ -583,6 +583,11 @@ static bool session_idle(void *session)
 	return tls_session_idle(&((struct tls_engine_session *)session)->s);
 }
 
+static bool established(const void *session)
+{
+	return tls_session_established(&((const struct tls_engine_session *)session)->s);
+}
+
 static bool sni_refused(const void *session)
 {
 	return ((const struct tls_engine_session *)session)->sni_refused;
@@ -610,6 +615,7 @@ const struct term_ops tls_term_ops = {
 	.out_peek = out_peek,
 	.out_consume = out_consume,
 	.idle = session_idle,
+	.established = established,
 	.sni_refused = sni_refused,
 	.error = session_error,
 };

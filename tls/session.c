@@ -480,6 +480,12 @@ size_t tls_session_out_pending(const struct tls_session *s)
 	return BIO_ctrl_pending(s->net);
 }
 
+bool tls_session_established(const struct tls_session *s)
+{
+	AN_ASSERT(s != NULL);
+	return s->handshake_done;
+}
+
 bool tls_session_idle(struct tls_session *s)
 {
 	AN_ASSERT(s->ssl != NULL);

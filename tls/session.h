@@ -196,6 +196,9 @@ size_t tls_session_out_pending(const struct tls_session *s);
  */
 bool tls_session_idle(struct tls_session *s);
 
+/* True once the handshake of <s> completed (it stays true after a later failure or close). */
+bool tls_session_established(const struct tls_session *s);
+
 /* Why the session failed (one line, for a 502 reason or an audit record); "" if it did not. */
 const char *tls_session_error(const struct tls_session *s);
 

@@ -1396,7 +1396,9 @@ class Tests(Pass):
                   "bytes_down", "client")
 
         def ours():
-            return [r for r in read_audit(self.vars["audit"])[0] if r.get("event") == "ingress"]
+            """The records of requests (a failed handshake's has its own check)."""
+            return [r for r in read_audit(self.vars["audit"])[0] if r.get("event") == "ingress"
+                    and r.get("reason") != "tls_handshake_failed"]
 
         clients = {}
         for client, w in self.wants:
@@ -1777,6 +1779,10 @@ class Tests(Pass):
             ("a plain-HTTP request to the TLS port: no HTTP answer of 2xx, closed within %ds, "
              "the agent saw nothing; the listener serves TLS after" % PLAIN_ON_TLS_S,
              self.tls_plain),
+            ("a failed TLS handshake is audited (bytes that are not TLS, a client that does not "
+             "trust the certificate): an \"ingress\" record with reason tls_handshake_failed, "
+             "the client's ip:port, sandbox and status null, the TLS library's reason in "
+             "detail", self.tls_failed),
             ("head_ms (%d ms) over TLS: an unfinished head gets an in-band 408 request_timeout; "
              "a TCP connection with no ClientHello and a TLS one with no request are closed in "
              "that time" % HEAD_MS, self.tls_idle),
@@ -2143,6 +2149,54 @@ class Tests(Pass):
                     mine[0].get("reason") != reason:
                 errs.append("%s: the audit's records with client %s: %s, want one with %d %s"
                             % (label, client, json.dumps(mine)[:400], status, reason))
+        return errs
+
+    def tls_failed(self):
+        """Two handshakes that fail, each from its own address, then their records."""
+        import ssl
+        clients = {}
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=5,
+                                     source_address=("127.0.0.7", 0))
+        clients["%s:%d" % s.getsockname()[:2]] = ""  # whatever OpenSSL calls it
+        try:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            while s.recv(65536):
+                pass
+        except OSError:
+            pass  # a reset ends it too
+        finally:
+            s.close()
+        errs = []
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=5,
+                                     source_address=("127.0.0.8", 0))
+        clients["%s:%d" % s.getsockname()[:2]] = "unknown ca"
+        try:
+            ssl.create_default_context().wrap_socket(s, server_hostname=TLS_NAME).close()
+            errs.append("a client without the operator's CA completed its handshake")
+        except ssl.SSLError as e:
+            if "CERTIFICATE_VERIFY_FAILED" not in str(e).upper():
+                errs.append("a client without the CA: %r, want certificate verify failed" % e)
+        finally:
+            s.close()
+
+        def records():
+            return {r.get("client"): r for r in read_audit(self.vars["audit"])[0]
+                    if r.get("event") == "ingress" and r.get("client") in clients}
+        try:
+            wait_for(lambda: len(records()) == len(clients), AUDIT_WAIT_S, "audit records")
+        except Fatal:
+            pass
+        got = records()
+        for client, why in clients.items():
+            r = got.get(client)
+            if r is None:
+                errs.append("no ingress record for the failed handshake of %s" % client)
+            elif r.get("reason") != "tls_handshake_failed" or r.get("decision") != "deny" or \
+                    r.get("status") is not None or r.get("sandbox") is not None or \
+                    not r.get("detail") or why not in str(r.get("detail")).lower():
+                errs.append("the record of %s: %s, want reason tls_handshake_failed, deny, "
+                            "status and sandbox null, detail with %r" % (
+                                client, json.dumps(r)[:500], why))
         return errs
 
     def tls_plain(self):

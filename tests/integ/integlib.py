@@ -284,6 +284,9 @@ def audit_match(rec, want):
                 return False
             if value.get("present") and got in (None, ""):
                 return False
+            if "contains" in value and not (isinstance(got, str) and
+                                            value["contains"] in got.lower()):
+                return False
         elif got != value:
             return False
     return True

@@ -1553,8 +1553,9 @@ class Tests(Pass):
         """The fake-response tier, spoken to as a client would: a leaf for the CONNECT
         host signed by the CA, keep-alive, HEAD, the rule's answers; a Host header
         naming another host is refused inside the session (host_mismatch), a
-        ClientHello naming another host is refused and audited (sni_mismatch); no
-        decision has an upstream address."""
+        ClientHello naming another host is refused and audited (sni_mismatch), a client
+        that does not trust the CA is audited (tls_handshake_failed); no decision has an
+        upstream address."""
         def fake():
             import ssl
             sid = "it%d-fake" % os.getpid()
@@ -1591,7 +1592,20 @@ class Tests(Pass):
                         errs.append("SNI other.test: %r, want an unrecognized_name alert" % e)
                 finally:
                     s.close()
+                # A client that does not trust the CA aborts its handshake: audited.
+                status, _, s = self.connect_head(path, "fake.test:443")
+                try:
+                    ssl.create_default_context().wrap_socket(
+                        s, server_hostname="fake.test").close()
+                    errs.append("a client without the agentsnet CA completed its handshake")
+                except (ssl.SSLError, OSError) as e:
+                    if "CERTIFICATE_VERIFY_FAILED" not in str(e).upper():
+                        errs.append("no CA: %r, want certificate verify failed" % e)
+                finally:
+                    s.close()
                 errs += self.check_audit(sid, [
+                    {"decision": "deny", "reason": "tls_handshake_failed", "host": "fake.test",
+                     "detail": {"contains": "unknown ca"}},
                     {"decision": "deny", "reason": "sni_mismatch", "host": "fake.test"},
                     {"decision": "deny", "reason": "host_mismatch", "host": "fake.test"},
                     {"decision": "allow", "method": "HEAD", "path": "/hello", "status": 200}],
@@ -1606,7 +1620,8 @@ class Tests(Pass):
 
         self.timed("fake tier: a CA-signed leaf for the CONNECT host, keep-alive, HEAD; a "
                    "passthrough host shows its own certificate; "
-                   "host_mismatch and sni_mismatch refused and audited", fake)
+                   "host_mismatch and sni_mismatch refused and audited; a client without "
+                   "the CA audited as tls_handshake_failed", fake)
 
     def t_inject(self):
         """The credential-inject tier: the origin gets the secret while the sandbox only ever

@@ -243,6 +243,10 @@ static const char *const close_keys =
     "ts,id,event,sandbox,conn,tier,decision,reason,rule,method,host,port,path,status,"
     "bytes_up,bytes_down,duration_ms,addr,detail";
 
+static const char *const ingress_keys =
+    "ts,id,event,sandbox,conn,decision,reason,method,host,path,status,bytes_up,bytes_down,"
+    "duration_ms,client,detail";
+
 static void produce_kinds(struct audit_ring *r, uint64_t *first_id)
 {
 	struct audit_record *rec = claim_ok(r);
@@ -291,6 +295,17 @@ static void produce_kinds(struct audit_ring *r, uint64_t *first_id)
 	rec->kind = AUDIT_NOTICE;
 	SET(rec, detail, "started");
 	audit_commit(r, rec);
+
+	/* A public client whose TLS handshake failed: no sandbox, no request, a reason. */
+	rec = claim_ok(r);
+	rec->kind = AUDIT_INGRESS;
+	rec->conn_id = 9;
+	rec->reason = REASON_TLS_HANDSHAKE_FAILED;
+	rec->bytes_up = 517;
+	rec->duration_ms = 3;
+	SET(rec, addr, "127.0.0.8:40000");
+	SET(rec, detail, "tlsv1 alert unknown ca");
+	audit_commit(r, rec);
 }
 
 START_TEST(test_roundtrip_kinds)
@@ -313,7 +328,7 @@ START_TEST(test_roundtrip_kinds)
 	audit_close(a);
 
 	check_file(path, "dump", &d);
-	ck_assert_uint_eq(dump_lines(&d), 5);
+	ck_assert_uint_eq(dump_lines(&d), 6);
 	expect(&d, 0, "keys", conn_keys);
 	expect_str(&d, 0, "id", id);
 	expect_str(&d, 0, "event", "decision");
@@ -354,11 +369,22 @@ START_TEST(test_roundtrip_kinds)
 	expect_str(&d, 3, "event", "notice");
 	expect_str(&d, 3, "detail", "started");
 
-	expect(&d, 4, "keys", "ts,id,event,detail,written,dropped,lost");
-	expect_str(&d, 4, "detail", "audit_closed");
-	expect(&d, 4, "written", "4");
-	expect(&d, 4, "dropped", "0");
-	expect(&d, 4, "lost", "0");
+	expect(&d, 4, "keys", ingress_keys);
+	expect_str(&d, 4, "event", "ingress");
+	expect(&d, 4, "sandbox", "null");
+	expect_str(&d, 4, "decision", "deny");
+	expect_str(&d, 4, "reason", "tls_handshake_failed");
+	expect(&d, 4, "method", "null");
+	expect(&d, 4, "status", "null");
+	expect(&d, 4, "bytes_up", "517");
+	expect_str(&d, 4, "client", "127.0.0.8:40000");
+	expect_str(&d, 4, "detail", "tlsv1 alert unknown ca");
+
+	expect(&d, 5, "keys", "ts,id,event,detail,written,dropped,lost");
+	expect_str(&d, 5, "detail", "audit_closed");
+	expect(&d, 5, "written", "5");
+	expect(&d, 5, "dropped", "0");
+	expect(&d, 5, "lost", "0");
 	pool_free(d.text);
 }
 END_TEST
