@@ -1005,6 +1005,7 @@ static void decide(struct conn *c, const struct http1_request *req)
 		return;
 	}
 	c->keep_alive = req->keep_alive;
+	c->client_http10 = req->version_minor == 0;
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
 	c->req_body = (uint8_t)req->body;
 	c->req_left = req->content_length;
@@ -1482,6 +1483,7 @@ static void ingress_decide(struct conn *c, const struct http1_request *req)
 	}
 	c->ingress_upgrade = ingress_is_upgrade(req);
 	c->keep_alive = req->keep_alive;
+	c->client_http10 = req->version_minor == 0;
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
 	c->req_body = (uint8_t)req->body;
 	/* Chunked: what the cap still allows (req_frame counts it down). */
@@ -2122,7 +2124,41 @@ static void fwd_no_response(struct conn *c)
 	respond(c, c->ingress ? REASON_AGENT_NOT_LISTENING : REASON_UPSTREAM_UNREACHABLE);
 }
 
-/* Parses the response head gathered in c->resp; sends it when complete. */
+static_assert(LIMITS_RESPONSE_HEAD_BYTES_MAX <= LIMITS_HEAD_BYTES_MAX &&
+		  HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX - LIMITS_RESPONSE_HEAD_BYTES_MAX <=
+		      WORKER_HEAD_REWRITE_BYTES,
+	      "a rewritten response head and the receive that completed it fit a head buffer");
+
+/*
+ * Rewrites the response head <resp>, the first <n> bytes of c->resp, as the
+ * proxy forwards it (http1_write_response_head): HTTP/1.1, no hop-by-hop
+ * field, and our own Connection field when the client's connection ends
+ * after this response (or stays open for an HTTP/1.0 client). The bytes
+ * after the head move up behind the new one; a head buffer has room for the
+ * growth (WORKER_HEAD_REWRITE_BYTES). Returns the new head's length.
+ */
+static uint32_t fwd_resp_rewrite(struct conn *c, const struct http1_response *resp, uint32_t n,
+				 bool interim)
+{
+	const char *connection = NULL;
+
+	AN_ASSERT(n > 0 && n <= c->resp_fill);
+	if (!interim) {
+		bool keep = c->keep_alive && resp->keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
+			    http1_response_body(resp, c->head_method) != HTTP1_BODY_CLOSE;
+		connection = !keep ? "close" : c->client_http10 ? "keep-alive" : NULL;
+	}
+	ssize_t m = http1_write_response_head(resp, connection, c->w->resp_rewrite,
+					      HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX);
+	uint32_t tail = c->resp_fill - n;
+	AN_ASSERT(m > 0 && (size_t)m + tail <= WORKER_HEAD_BUFFER_BYTES);
+	memmove(c->resp + m, c->resp + n, tail);
+	memcpy(c->resp, c->w->resp_rewrite, (size_t)m);
+	c->resp_fill = (uint32_t)m + tail;
+	return (uint32_t)m;
+}
+
+/* Parses the response head gathered in c->resp; sends it, rewritten, when complete. */
 static void fwd_resp_head(struct conn *c)
 {
 	struct http1_response resp;
@@ -2141,7 +2177,6 @@ static void fwd_resp_head(struct conn *c)
 		ingress_upgraded(c);
 		return;
 	}
-	c->resp_head_len = (uint32_t)n;
 	bool interim = resp.status >= 100 && resp.status < 200;
 	if (!interim) {
 		c->resp_head_done = true;
@@ -2150,14 +2185,16 @@ static void fwd_resp_head(struct conn *c)
 		c->resp_keep_alive = resp.keep_alive;
 		audit_decision(c, true, resp.status);
 	}
+	c->resp_head_len = fwd_resp_rewrite(c, &resp, (uint32_t)n, interim);
 	uint32_t send_len = c->resp_head_len;
 	if (!interim) {
-		int64_t m = resp_frame(c, c->resp + n, c->resp_fill - (uint32_t)n);
+		uint32_t rest = c->resp_fill - send_len;
+		int64_t m = resp_frame(c, c->resp + send_len, rest);
 		if (m < 0) {
 			conn_close(c);
 			return;
 		}
-		if ((uint32_t)m < c->resp_fill - (uint32_t)n)
+		if ((uint32_t)m < rest)
 			c->flags |= F_NO_KEEPALIVE; /* bytes past the response: don't reuse */
 		send_len += (uint32_t)m;
 	}

@@ -142,6 +142,7 @@ struct conn {
 	bool head_method;
 	bool reused_upstream; /* this request went to a kept-alive upstream */
 	bool resp_keep_alive;
+	bool client_http10; /* the request was HTTP/1.0: a kept connection says so */
 	uint64_t req_left;
 	uint64_t resp_left;
 	struct http1_chunked req_chunks;

@@ -1,21 +1,18 @@
 /*
- * Strict HTTP/1.1 head parsing (RFC 9112, RFC 9110) for a proxy that must never
- * disagree with an upstream about where a message ends.
+ * Strict HTTP/1.1 heads (RFC 9112, RFC 9110) for a proxy that must never
+ * disagree with an upstream about where a message ends: parsing them, and
+ * rewriting them for the next hop.
  *
  * Approach: one forward pass over the bytes with a 256-entry class table, no
  * allocation, no copies, no state between calls: a caller with more bytes calls
- * again and the head is scanned from the start (heads are small, a few hundred
- * bytes typically). Results are views into the caller's buffer. Limits are
- * enforced by shortening the visible buffer instead of counting per byte: the
- * head is parsed inside its first LIMITS_HEAD_BYTES_MAX bytes and the request
- * line inside its first LIMITS_REQUEST_LINE_BYTES_MAX + 2 bytes, so running
- * out of bytes at such a boundary means "too large", anywhere else "-EAGAIN".
- *
- * Sizes, precisely: the request line's length is the bytes from the first byte
- * of the method up to, not including, its CRLF (leading empty lines are not
- * part of it); a line of exactly LIMITS_REQUEST_LINE_BYTES_MAX is accepted.
- * The head's size is head_len: leading empty lines, request line, fields and
- * the final blank line, CRLFs included; exactly LIMITS_HEAD_BYTES_MAX is fine.
+ * again and the head is scanned from the start (heads are small). Results are
+ * views into the caller's buffer. Limits are enforced by shortening the visible
+ * buffer instead of counting per byte: the head is parsed inside its first
+ * LIMITS_HEAD_BYTES_MAX bytes and the request line inside its first
+ * LIMITS_REQUEST_LINE_BYTES_MAX + 2 bytes, so running out of bytes at such a
+ * boundary means "too large", anywhere else "-EAGAIN". Sizes: the request line
+ * runs from the method to its CRLF (leading empty lines excluded), head_len
+ * from the first byte to the blank line, CRLFs included; both limits inclusive.
  *
  * Everything RFC 9112 calls invalid is refused rather than repaired (bare CR
  * or LF, obs-fold, whitespace before a colon, CTLs), and so is every framing
@@ -25,6 +22,9 @@
  * picohttpparser-style leniency (it accepts bare LF), which is right for a
  * server and wrong for a proxy in front of servers we do not know.
  *
+ * A forwarded head, request or response, is rebuilt rather than patched in
+ * place: our own HTTP/1.1 version, the fields minus the hop-by-hop ones (one
+ * marking serves both directions), through a bounded writer judged once.
  * The chunked scanner is the one stateful piece: a byte-level state machine
  * that skips chunk data in bulk and never changes or copies the bytes.
  */
@@ -809,7 +809,10 @@ static int parse_status(const char **pp, const char *end, uint16_t *status)
 	return 0;
 }
 
-/* HTTP/1.x SP status [SP reason-phrase] CRLF; the phrase is ignored (RFC 9112 4). */
+/*
+ * HTTP/1.x SP status [SP reason-phrase] CRLF. The phrase means nothing to us
+ * (RFC 9112 section 4); it is kept as a view only so a rewritten head can carry it.
+ */
 static int parse_status_line(const char **pp, const char *end, struct http1_response *resp)
 {
 	const char *p = *pp;
@@ -827,16 +830,22 @@ static int parse_status_line(const char **pp, const char *end, struct http1_resp
 	if (rc != 0)
 		return rc;
 	/* Some servers omit the SP before an empty phrase; that is harmless. */
+	const char *reason = p;
 	if (p < end && *p == ' ') {
 		p++;
+		reason = p;
 		while (p < end && byte_is(*p, HC_VALUE))
 			p++;
 	}
+	const char *reason_end = p;
 	rc = parse_crlf(&p, end);
 	if (rc != 0)
 		return rc;
+	resp->reason = reason;
+	resp->reason_len = (size_t)(reason_end - reason);
 	*pp = p;
 	AN_DASSERT(resp->status >= 100);
+	AN_DASSERT(resp->reason_len == 0 || reason[-1] == ' ');
 	return 0;
 }
 
@@ -867,6 +876,8 @@ ssize_t http1_parse_response(const char *buf, size_t len, struct http1_response 
 	AN_ASSERT(resp != NULL);
 	AN_ASSERT(buf != NULL || len == 0);
 	resp->status = 0;
+	resp->reason = NULL;
+	resp->reason_len = 0;
 	resp->version_minor = 0;
 	resp->keep_alive = false;
 	resp->body = HTTP1_BODY_NONE;
@@ -943,15 +954,23 @@ void http1_out_request_line(struct http1_out *o, const char *method, size_t meth
 	http1_out_put(o, " HTTP/1.1\r\n", 11);
 }
 
+/* Appends each field of <h>/<n> whose <drop> entry is false, in order. */
+static void out_headers(struct http1_out *o, const struct http1_header *h, uint32_t n,
+			const bool *drop)
+{
+	AN_ASSERT(n <= LIMITS_HEADERS_MAX);
+	AN_ASSERT(drop != NULL || n == 0);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!drop[i])
+			http1_out_field(o, h[i].name, h[i].name_len, h[i].value, h[i].value_len);
+	}
+}
+
 void http1_out_fields(struct http1_out *o, const struct http1_request *req, const bool *drop)
 {
-	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
-	AN_ASSERT(drop != NULL || req->header_count == 0);
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		const struct http1_header *h = &req->headers[i];
-		if (!drop[i])
-			http1_out_field(o, h->name, h->name_len, h->value, h->value_len);
-	}
+	AN_ASSERT(req != NULL);
+	AN_ASSERT(o != NULL);
+	out_headers(o, req->headers, req->header_count, drop);
 }
 
 ssize_t http1_out_end(struct http1_out *o)
@@ -983,42 +1002,71 @@ static bool hop_by_hop_always(const char *name, size_t n)
 	}
 }
 
-/* Marks the fields named by <tok>, one Connection option, in <drop>. */
-static void hop_by_hop_named(const struct http1_request *req, const char *tok, size_t n, bool *drop)
+/*
+ * Marks in <drop> the fields of <h>/<n> named by <tok>, one Connection option.
+ * <keep_host>: a request's Host is never named away.
+ */
+static void hop_by_hop_named(const struct http1_header *h, uint32_t n, const char *tok,
+			     size_t tok_len, bool keep_host, bool *drop)
 {
-	AN_DASSERT(n > 0);
-	AN_DASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	AN_DASSERT(tok_len > 0);
+	AN_DASSERT(n <= LIMITS_HEADERS_MAX);
 	/*
 	 * Framing fields stay whatever Connection says: dropping Content-Length
 	 * would let the body be read by the next hop as a second, unchecked
-	 * request. Host stays too: an HTTP/1.1 request must carry one.
+	 * message. Host stays too: an HTTP/1.1 request must carry one.
 	 */
-	if (http1_name_is(tok, n, "close") || http1_name_is(tok, n, "content-length") ||
-	    http1_name_is(tok, n, "transfer-encoding") || http1_name_is(tok, n, "host"))
+	if (http1_name_is(tok, tok_len, "close") || http1_name_is(tok, tok_len, "content-length") ||
+	    http1_name_is(tok, tok_len, "transfer-encoding"))
 		return;
-	for (uint32_t j = 0; j < req->header_count; j++) {
-		const struct http1_header *h = &req->headers[j];
-		if (!drop[j] && h->name_len == n && views_equal_nocase(h->name, tok, n))
+	if (keep_host && http1_name_is(tok, tok_len, "host"))
+		return;
+	for (uint32_t j = 0; j < n; j++) {
+		if (!drop[j] && h[j].name_len == tok_len &&
+		    views_equal_nocase(h[j].name, tok, tok_len))
 			drop[j] = true;
+	}
+}
+
+/*
+ * The marking both directions share (RFC 9110 section 7.6.1): the fields
+ * hop-by-hop by name, then those each Connection option names.
+ */
+static void hop_by_hop_mark(const struct http1_header *h, uint32_t n, bool keep_host, bool *drop)
+{
+	AN_ASSERT(n <= LIMITS_HEADERS_MAX);
+	AN_ASSERT(drop != NULL || n == 0);
+	for (uint32_t i = 0; i < n; i++)
+		drop[i] = hop_by_hop_always(h[i].name, h[i].name_len);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *p = h[i].value;
+		const char *tok;
+		size_t tok_len;
+		if (h[i].name_len != 10 || !http1_name_is(h[i].name, 10, "connection"))
+			continue;
+		while (http1_list_next(&p, h[i].value + h[i].value_len, &tok, &tok_len))
+			hop_by_hop_named(h, n, tok, tok_len, keep_host, drop);
 	}
 }
 
 void http1_hop_by_hop(const struct http1_request *req, bool *drop)
 {
-	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	AN_ASSERT(req != NULL);
 	AN_ASSERT(drop != NULL);
-	for (uint32_t i = 0; i < req->header_count; i++)
-		drop[i] = hop_by_hop_always(req->headers[i].name, req->headers[i].name_len);
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		const struct http1_header *h = &req->headers[i];
-		const char *p = h->value;
-		const char *tok;
-		size_t tok_len;
-		if (h->name_len != 10 || !http1_name_is(h->name, 10, "connection"))
-			continue;
-		while (http1_list_next(&p, h->value + h->value_len, &tok, &tok_len))
-			hop_by_hop_named(req, tok, tok_len, drop);
+	hop_by_hop_mark(req->headers, req->header_count, true, drop);
+}
+
+void http1_response_hop_by_hop(const struct http1_response *resp, bool *drop)
+{
+	AN_ASSERT(resp != NULL);
+	AN_ASSERT(drop != NULL);
+	/* RFC 9110 section 7.8: a 101's Upgrade and Connection are what the tunnel is made of. */
+	if (resp->status == 101) {
+		for (uint32_t i = 0; i < resp->header_count; i++)
+			drop[i] = false;
+		return;
 	}
+	hop_by_hop_mark(resp->headers, resp->header_count, false, drop);
 }
 
 /* The hop-by-hop fields, and Host: the origin head writes its own. */
@@ -1053,6 +1101,47 @@ ssize_t http1_write_origin_head(const struct http1_request *req, char *out, size
 	http1_out_fields(&o, req, drop);
 	if (authority != NULL)
 		http1_out_field(&o, "Host", 4, authority, authority_len);
+	return http1_out_end(&o);
+}
+
+/* "HTTP/1.1 <status> <reason>" CRLF: our version (RFC 9110 section 6.2), their phrase. */
+static void out_status_line(struct http1_out *o, uint16_t status, const char *reason,
+			    size_t reason_len)
+{
+	char line[] = "HTTP/1.1 000 ";
+
+	AN_ASSERT(status >= 100);
+	AN_ASSERT(status <= 999);
+	AN_ASSERT(reason != NULL || reason_len == 0);
+	line[9] = (char)('0' + status / 100);
+	line[10] = (char)('0' + status / 10 % 10);
+	line[11] = (char)('0' + status % 10);
+	http1_out_put(o, line, sizeof(line) - 1);
+	http1_out_put(o, reason, reason_len);
+	http1_out_put(o, "\r\n", 2);
+}
+
+ssize_t http1_write_response_head(const struct http1_response *resp, const char *connection,
+				  char *out, size_t cap)
+{
+	bool drop[LIMITS_HEADERS_MAX];
+	struct http1_out o = { .p = out, .cap = cap };
+
+	AN_ASSERT(resp != NULL);
+	AN_ASSERT(out != NULL || cap == 0);
+	AN_ASSERT(resp->header_count <= LIMITS_HEADERS_MAX);
+	/* A 101 keeps its own Connection: a second one would contradict it. */
+	if (resp->status == 101)
+		AN_ASSERT(connection == NULL);
+	if (connection != NULL)
+		AN_ASSERT(connection[0] != '\0');
+	if (connection != NULL)
+		AN_ASSERT(strpbrk(connection, "\r\n") == NULL);
+	http1_response_hop_by_hop(resp, drop);
+	out_status_line(&o, resp->status, resp->reason, resp->reason_len);
+	out_headers(&o, resp->headers, resp->header_count, drop);
+	if (connection != NULL)
+		http1_out_field(&o, "Connection", 10, connection, strlen(connection));
 	return http1_out_end(&o);
 }
 

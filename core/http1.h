@@ -69,6 +69,9 @@ struct http1_request {
 
 struct http1_response {
 	uint16_t status;
+	/* The reason-phrase as received, possibly empty; never NULL on success. */
+	const char *reason;
+	size_t reason_len;
 	uint8_t version_minor;
 	bool keep_alive;
 	enum http1_body body; /* before applying the request method; see http1_response_body */
@@ -108,7 +111,9 @@ ssize_t http1_parse_request(const char *buf, size_t len, struct http1_request *r
 /*
  * Parses a response head. Returns head_len, -EAGAIN, or -EPROTO for a malformed
  * or oversize (LIMITS_RESPONSE_HEAD_BYTES_MAX) head, with the same strictness on
- * framing headers as requests. Borrows <buf>.
+ * framing headers as requests. The status line may omit the SP before an empty
+ * reason-phrase ("HTTP/1.1 204" CRLF); resp->reason then views zero bytes.
+ * Borrows <buf>.
  */
 ssize_t http1_parse_response(const char *buf, size_t len, struct http1_response *resp);
 
@@ -143,6 +148,19 @@ bool http1_list_next(const char **pp, const char *end, const char **elem, size_t
  * drops of their own. Borrows <req>.
  */
 void http1_hop_by_hop(const struct http1_request *req, bool *drop);
+
+/*
+ * Sets <drop>[i], for each of <resp>'s header_count fields, to whether field i
+ * is hop-by-hop (RFC 9110 section 7.6.1): Connection, the fields its options
+ * name, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection and every other
+ * Proxy-* field (an origin's Proxy-Authenticate is not for the agent). A
+ * Connection option never marks Content-Length or Transfer-Encoding: the next
+ * hop must delimit the body as we did. "close" names no field. For a 101
+ * response nothing is marked: its Connection and Upgrade are the protocol
+ * switch itself, and callers relay a 101 head untouched. Writes every entry of
+ * <drop> (at least header_count of them) and nothing else. Borrows <resp>.
+ */
+void http1_response_hop_by_hop(const struct http1_response *resp, bool *drop);
 
 /*
  * A bounded writer for a message head into the caller's buffer: start it as
@@ -196,6 +214,36 @@ ssize_t http1_out_end(struct http1_out *o);
  * bytes written, or -EMSGSIZE when <cap> is too small. Borrows <req>.
  */
 ssize_t http1_write_origin_head(const struct http1_request *req, char *out, size_t cap);
+
+/*
+ * Writes the head to send downstream for the parsed <resp>: the status line
+ * "HTTP/1.1 <status> <reason>" CRLF (our own version, RFC 9110 section 6.2,
+ * whatever the upstream spoke; the status as 3 digits from resp->status, which
+ * must be 100..999; the received reason-phrase, so an empty one leaves
+ * "HTTP/1.1 204 " CRLF), then every field http1_response_hop_by_hop does not
+ * mark, in order, duplicates kept, as received (name, ": ", trimmed value),
+ * then "Connection: <connection>" CRLF when <connection> is not NULL (a
+ * non-empty token such as "close" or "keep-alive"; a close-delimited body
+ * needs "close"), then the blank line. A 101 is meant to be relayed untouched;
+ * given one, every field is kept and <connection> must be NULL.
+ * Returns the bytes written (<= <cap>), or -EMSGSIZE when <cap> is too small;
+ * <out> then holds nothing usable. A <cap> of HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX
+ * always suffices with "close" or "keep-alive". Borrows <resp> and
+ * <connection>; writes only <out>, which must not overlap the buffer <resp>
+ * views (the head cannot be rewritten in place: it may grow).
+ */
+ssize_t http1_write_response_head(const struct http1_response *resp, const char *connection,
+				  char *out, size_t cap);
+
+/*
+ * The longest head http1_write_response_head writes for a head that parsed,
+ * given a <connection> no longer than "keep-alive": each field may grow by one
+ * byte (the SP after its colon), the status line by one (the SP before an
+ * empty phrase), "Connection: keep-alive" CRLF adds 24; everything else only
+ * shrinks (trimmed values, dropped fields).
+ */
+#define HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX \
+	(LIMITS_RESPONSE_HEAD_BYTES_MAX + LIMITS_HEADERS_MAX + 32u)
 
 /* Incremental scanner for a chunked body: finds where the message ends. */
 struct http1_chunked {

@@ -28,6 +28,7 @@
 #include "core/compat.h"
 #include "core/conn.h"
 #include "core/engine.h"
+#include "core/http1.h"
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/ud.h"
@@ -126,7 +127,8 @@ static int worker_setup(struct worker *w)
 		return ret;
 	}
 	w->timers = pool_malloc(sizeof(*w->timers));
-	if (w->timers == NULL)
+	w->resp_rewrite = pool_malloc(HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX);
+	if (w->timers == NULL || w->resp_rewrite == NULL)
 		return -ENOMEM;
 	/* Zeroed pages are only touched by sandboxes with limits on this worker. */
 	w->buckets = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*w->buckets));
@@ -190,6 +192,7 @@ static void worker_teardown(struct worker *w)
 	pool_destroy(&w->heads);
 	ring_destroy(&w->ring);
 	AN_FREE(&w->timers);
+	AN_FREE(&w->resp_rewrite);
 	AN_FREE(&w->buckets);
 	ratelimit_table_free(&w->rule_buckets);
 	ingress_routes_free(&w->routes);

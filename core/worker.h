@@ -105,7 +105,9 @@ struct worker {
 	struct worker_listener *listeners; /* owned list */
 	struct ingress_routes routes;      /* the gateway's sandbox ids (core/ingress.h) */
 	struct uppool uppool;              /* idle inject upstreams (core/uppool.h) */
-	pthread_mutex_t cmd_lock;          /* guards cmds and every cmd's done */
+	char *
+	    resp_rewrite; /* owned, HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX: a response head being rewritten */
+	pthread_mutex_t cmd_lock; /* guards cmds and every cmd's done */
 	pthread_cond_t cmd_done;
 	struct worker_cmd *cmds;     /* queued by the control path, taken on wake-up */
 	struct worker_cmd *removals; /* removals waiting for their conns to close */
@@ -118,11 +120,17 @@ struct worker {
 	struct worker_stats stats;
 };
 
-/* A pooled head buffer: the head limit plus one receive, so a receive always fits. */
 /* Free head buffers kept resident: enough for a busy worker's requests in flight;
  * a burst beyond it (thousands of tunnels opening at once) gives its pages back. */
-#define WORKER_HEADS_WARM        256u
-#define WORKER_HEAD_BUFFER_BYTES (LIMITS_HEAD_BYTES_MAX + LIMITS_BUFRING_BUFFER_BYTES)
+#define WORKER_HEADS_WARM 256u
+/*
+ * A pooled head buffer: the head limit plus one receive, so a receive always
+ * fits, plus what rewriting a response head in place may add to it (a byte a
+ * field and a Connection field: core/http1.h, HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX).
+ */
+#define WORKER_HEAD_REWRITE_BYTES (LIMITS_HEADERS_MAX + 32u)
+#define WORKER_HEAD_BUFFER_BYTES \
+	(LIMITS_HEAD_BYTES_MAX + LIMITS_BUFRING_BUFFER_BYTES + WORKER_HEAD_REWRITE_BYTES)
 
 /*
  * Moves <w> to the engine's published snapshot if it is newer than w->policy.

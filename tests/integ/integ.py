@@ -292,6 +292,7 @@ class Suite:
                 with open(path, "rb") as f:
                     data = f.read()
             r = {"status": t.get("http_code"), "connect_status": t.get("http_connect"),
+                 "http_version": t.get("http_version"),
                  "num_connects": t.get("num_connects"), "curl_exit": proc.returncode,
                  "body_len": len(data), "body_sha256": hashlib.sha256(data).hexdigest(),
                  "body": data.decode("utf-8", "replace") if len(data) <= 65536 else None,

@@ -163,6 +163,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
 
+    def send_hop_by_hop(self):
+        """An HTTP/1.0 answer, kept alive, full of hop-by-hop fields a proxy must drop:
+        Connection (naming X-Hop), X-Hop, Keep-Alive, Proxy-Authenticate, Upgrade."""
+        body = b"hop\n"
+        self.answered = 200
+        self.wfile.write(b"HTTP/1.0 200 Fine Thanks\r\n"
+                         b"Connection: keep-alive, X-Hop\r\n"
+                         b"X-Hop: only for the next hop\r\n"
+                         b"Keep-Alive: timeout=99, max=7\r\n"
+                         b"Proxy-Authenticate: Basic realm=\"origin\"\r\n"
+                         b"Upgrade: h2c\r\n"
+                         b"X-End: kept\r\n"
+                         b"Set-Cookie: a=1\r\n"
+                         b"Set-Cookie: b=2\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.wfile.flush()
+
     def send_echo(self, body):
         headers = {}
         for name, value in self.headers.items():
@@ -296,6 +313,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_file("big.bin", "application/octet-stream")
         elif path == "/small.json" and self.command in ("GET", "HEAD"):
             self.send_file("small.json", "application/json")
+        elif path == "/hop-by-hop" and self.command == "GET":
+            self.send_hop_by_hop()
         elif path == "/chunked" and self.command == "GET":
             self.send_chunked()
         elif path == "/sse" and self.command == "GET":

@@ -7,6 +7,7 @@
 #include "../../../core/http1.c"
 
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1004,6 +1005,411 @@ START_TEST(test_response_limits_and_truncation)
 }
 END_TEST
 
+/* ---- the response head: reason phrase, hop-by-hop fields, the rewritten head ---- */
+
+/* Parses <s>, which must be one whole valid response head. */
+static void resp_ok(const char *s, struct http1_response *r)
+{
+	ssize_t rc = resp_parse(s, r);
+
+	ck_assert_msg(rc == (ssize_t)strlen(s), "'%s': rc %zd, want %zu", s, rc, strlen(s));
+}
+
+START_TEST(test_response_reason)
+{
+	static const struct {
+		const char *head;
+		const char *reason;
+	} cases[] = {
+		{ "HTTP/1.1 200 OK\r\n\r\n", "OK" },
+		{ "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", "Not Found" },
+		{ "HTTP/1.0 418 I'm a  teapot, \tshort \r\n\r\n", "I'm a  teapot, \tshort " },
+		{ "HTTP/1.1 200 \xc3\xa9\tok\r\n\r\n", "\xc3\xa9\tok" },
+		{ "HTTP/1.1 204 \r\n\r\n", "" },
+		{ "HTTP/1.1 204\r\n\r\n", "" },
+		{ "HTTP/1.1 500  \r\n\r\n", " " },
+	};
+	struct http1_response r;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		resp_ok(cases[i].head, &r);
+		ck_assert_ptr_nonnull(r.reason);
+		ck_view_eq(r.reason, r.reason_len, cases[i].reason);
+	}
+	/* The view points into the caller's buffer, right after "HTTP/1.1 200 ". */
+	const char *s = "HTTP/1.1 200 OK\r\n\r\n";
+	const char *b = unit_guard_place(&guard_in, s, strlen(s));
+	ck_assert_int_eq(http1_parse_response(b, strlen(s), &r), (ssize_t)strlen(s));
+	ck_assert_ptr_eq(r.reason, b + 13);
+	/* Without the SP the (empty) view sits at the CR, never before the status. */
+	s = "HTTP/1.1 204\r\n\r\n";
+	b = unit_guard_place(&guard_in, s, strlen(s));
+	ck_assert_int_eq(http1_parse_response(b, strlen(s), &r), (ssize_t)strlen(s));
+	ck_assert_ptr_eq(r.reason, b + 12);
+	ck_assert_uint_eq(r.reason_len, 0);
+	/* No phrase glued to the status: that is a longer status, refused. */
+	ck_assert_int_eq(resp_parse("HTTP/1.1 200OK\r\n\r\n", &r), -EPROTO);
+	ck_assert_int_eq(resp_parse("HTTP/1.1 200\tOK\r\n\r\n", &r), -EPROTO);
+}
+END_TEST
+
+/*
+ * Parses <in> and checks http1_response_hop_by_hop against <want>, one '1'
+ * (dropped) or '0' (kept) per field; the entry after the last stays untouched.
+ */
+static void expect_resp_drops(const char *in, const char *want)
+{
+	struct http1_response r;
+	bool drop[LIMITS_HEADERS_MAX + 1];
+	char got[LIMITS_HEADERS_MAX + 1];
+
+	resp_ok(in, &r);
+	ck_assert_uint_eq(r.header_count, strlen(want));
+	memset(drop, 1, sizeof(drop));
+	drop[r.header_count] = true;
+	http1_response_hop_by_hop(&r, drop);
+	for (uint32_t i = 0; i < r.header_count; i++)
+		got[i] = drop[i] ? '1' : '0';
+	got[r.header_count] = '\0';
+	ck_assert_msg(strcmp(got, want) == 0, "'%s': drops %s, want %s", in, got, want);
+	ck_assert(drop[r.header_count]);
+}
+
+START_TEST(test_response_hop_by_hop_names)
+{
+	static const char *const hop[] = {
+		"Connection: x",
+		"connection: close",
+		"KEEP-ALIVE: timeout=5",
+		"Keep-Alive: 1",
+		"te: trailers",
+		"TE: x",
+		"Trailer: X-T",
+		"tRaIlEr: X-T",
+		"Upgrade: h2c",
+		"upgrade: websocket",
+		"Proxy-Connection: close",
+		"proxy-connection: keep-alive",
+		"Proxy-Authenticate: Basic",
+		"proxy-authentication-info: x",
+		"PROXY-X: 1",
+		"Proxy-: 1",
+	};
+	static const char *const end_to_end[] = {
+		"Connections: x", "Keep-Alives: x", "TEs: x",     "Trailers: x", "Upgrades: x",
+		"Proxy: x",       "X-Proxy-A: x",   "Proxied: x", "Close: x",    "Host: a",
+	};
+	char head[256];
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(hop); i++) {
+		snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nA: 1\r\n%s\r\nB: 2\r\n\r\n",
+			 hop[i]);
+		expect_resp_drops(head, "010");
+	}
+	for (size_t i = 0; i < AN_ARRAY_LEN(end_to_end); i++) {
+		snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nA: 1\r\n%s\r\nB: 2\r\n\r\n",
+			 end_to_end[i]);
+		expect_resp_drops(head, "000");
+	}
+	expect_resp_drops("HTTP/1.1 200 OK\r\n\r\n", "");
+}
+END_TEST
+
+START_TEST(test_response_hop_by_hop_connection)
+{
+	/* Connection's options name more fields, any case, every line of that name. */
+	expect_resp_drops("HTTP/1.1 200 OK\r\nConnection: X-Foo, keep-alive\r\nx-foo: 1\r\n"
+			  "Keep-Alive: timeout=5\r\nX-Bar: 2\r\nX-FOO: 3\r\n\r\n",
+			  "11101");
+	expect_resp_drops("HTTP/1.1 200 OK\r\nConnection: x-a\r\nX-A: 1\r\nX-B: 2\r\n"
+			  "connection: , X-B ,,\r\nX-C: 3\r\nX-AB: 4\r\n\r\n",
+			  "111100");
+	/* Framing survives any Connection option: the next hop must see where the body ends. */
+	expect_resp_drops("HTTP/1.1 200 OK\r\nConnection: Content-Length, close\r\n"
+			  "Content-Length: 5\r\n\r\n",
+			  "10");
+	expect_resp_drops("HTTP/1.1 200 OK\r\nConnection: TRANSFER-ENCODING\r\n"
+			  "Transfer-Encoding: chunked\r\nDate: d\r\n\r\n",
+			  "100");
+	/* "close" names no field; Host means nothing special in a response. */
+	expect_resp_drops("HTTP/1.1 200 OK\r\nConnection: close, host\r\nClose: x\r\nHost: a\r\n"
+			  "\r\n",
+			  "101");
+	/* A 101 is relayed untouched: nothing is marked, every entry written. */
+	expect_resp_drops("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade, X-A\r\n"
+			  "Upgrade: websocket\r\nX-A: 1\r\nKeep-Alive: 1\r\nProxy-X: 1\r\n\r\n",
+			  "00000");
+	/* Other 1xx heads are forwarded like any other. */
+	expect_resp_drops("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nConnection: x\r\n\r\n", "01");
+}
+END_TEST
+
+static ssize_t write_resp_at_guard(const struct http1_response *r, const char *connection,
+				   size_t cap, const char **out)
+{
+	char *dst = unit_guard_end(&guard_out, cap);
+
+	*out = dst;
+	return http1_write_response_head(r, connection, dst, cap);
+}
+
+/* The output, written at the guard, parses back to <r>'s status, phrase and framing. */
+static void expect_resp_reparse(const struct http1_response *r, const char *out, size_t n,
+				const char *connection)
+{
+	struct http1_response again;
+
+	ck_assert_int_eq(http1_parse_response(out, n, &again), (ssize_t)n);
+	ck_assert_uint_eq(again.version_minor, 1);
+	ck_assert_uint_eq(again.status, r->status);
+	ck_assert_uint_eq(again.reason_len, r->reason_len);
+	ck_assert_int_eq(memcmp(again.reason, r->reason, r->reason_len), 0);
+	ck_assert_int_eq(again.body, r->body);
+	ck_assert_uint_eq(again.content_length, r->content_length);
+	if (connection != NULL && strcmp(connection, "close") == 0)
+		ck_assert(!again.keep_alive);
+	/* The kept fields, in order, then our Connection. */
+	bool drop[LIMITS_HEADERS_MAX];
+	uint32_t j = 0;
+	http1_response_hop_by_hop(r, drop);
+	for (uint32_t i = 0; i < r->header_count; i++) {
+		if (drop[i])
+			continue;
+		ck_assert_uint_lt(j, again.header_count);
+		const struct http1_header *h = &r->headers[i];
+		const struct http1_header *g = &again.headers[j++];
+		ck_assert_uint_eq(g->name_len, h->name_len);
+		ck_assert_int_eq(memcmp(g->name, h->name, h->name_len), 0);
+		ck_assert_uint_eq(g->value_len, h->value_len);
+		ck_assert_int_eq(memcmp(g->value, h->value, h->value_len), 0);
+	}
+	if (connection != NULL) {
+		ck_assert_uint_lt(j, again.header_count);
+		ck_view_eq(again.headers[j].name, again.headers[j].name_len, "Connection");
+		ck_view_eq(again.headers[j].value, again.headers[j].value_len, connection);
+		j++;
+	}
+	ck_assert_uint_eq(again.header_count, j);
+}
+
+/*
+ * Parses <in>, rewrites it with <connection> and checks the output is <want>:
+ * at the exact cap (then it must parse back), with room to spare, and that
+ * every smaller cap is refused without a byte written past it.
+ */
+static void expect_resp_head(const char *in, const char *connection, const char *want)
+{
+	struct http1_response r;
+	const char *out;
+	size_t n = strlen(want);
+
+	resp_ok(in, &r);
+	ssize_t rc = write_resp_at_guard(&r, connection, n, &out);
+	ck_assert_msg(rc == (ssize_t)n && memcmp(out, want, n) == 0, "rc %zd '%.*s', want '%s'", rc,
+		      rc > 0 ? (int)rc : 0, out, want);
+	expect_resp_reparse(&r, out, n, connection);
+	ck_assert_int_eq(write_resp_at_guard(&r, connection, n + 100, &out), (ssize_t)n);
+	ck_assert_int_eq(memcmp(out, want, n), 0);
+	ck_assert_int_eq(write_resp_at_guard(&r, connection, n - 1, &out), -EMSGSIZE);
+	for (size_t cap = 0; cap < n; cap++)
+		ck_assert_int_eq(write_resp_at_guard(&r, connection, cap, &out), -EMSGSIZE);
+}
+
+START_TEST(test_response_head_strips)
+{
+	const char *in = "HTTP/1.0 200 OK\r\n"
+			 "Date: Mon, 01 Jan 2024 00:00:00 GMT\r\n"
+			 "Connection: keep-alive, X-Secret\r\n"
+			 "Set-Cookie: a=1\r\n"
+			 "Keep-Alive: timeout=5, max=100\r\n"
+			 "Proxy-Authenticate: Basic realm=\"r\"\r\n"
+			 "Proxy-Connection: keep-alive\r\n"
+			 "x-secret: s\r\n"
+			 "Set-Cookie: b=2\r\n"
+			 "TE: trailers\r\n"
+			 "Trailer: X-T\r\n"
+			 "Upgrade: h2c\r\n"
+			 "Server:   origin  \t\r\n"
+			 "Content-Length: 2\r\n"
+			 "set-cookie: a=1\r\n"
+			 "\r\n";
+	const char *kept = "Date: Mon, 01 Jan 2024 00:00:00 GMT\r\n"
+			   "Set-Cookie: a=1\r\n"
+			   "Set-Cookie: b=2\r\n"
+			   "Server: origin\r\n"
+			   "Content-Length: 2\r\n"
+			   "set-cookie: a=1\r\n";
+	char want[512];
+
+	snprintf(want, sizeof(want), "HTTP/1.1 200 OK\r\n%s\r\n", kept);
+	expect_resp_head(in, NULL, want);
+	snprintf(want, sizeof(want), "HTTP/1.1 200 OK\r\n%sConnection: close\r\n\r\n", kept);
+	expect_resp_head(in, "close", want);
+	snprintf(want, sizeof(want), "HTTP/1.1 200 OK\r\n%sConnection: keep-alive\r\n\r\n", kept);
+	expect_resp_head(in, "keep-alive", want);
+}
+END_TEST
+
+START_TEST(test_response_head_forms)
+{
+	/* HTTP/1.0 goes out as HTTP/1.1 with its status and phrase. */
+	expect_resp_head("HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n", NULL,
+			 "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+	/* A close-delimited 1.0 body stays close-delimited as 1.1, with "close". */
+	expect_resp_head("HTTP/1.0 200 OK\r\nServer: s\r\n\r\n", "close",
+			 "HTTP/1.1 200 OK\r\nServer: s\r\nConnection: close\r\n\r\n");
+	/* An empty phrase keeps the SP RFC 9112 section 4 requires before it. */
+	expect_resp_head("HTTP/1.1 204\r\n\r\n", NULL, "HTTP/1.1 204 \r\n\r\n");
+	expect_resp_head("HTTP/1.0 304 \r\nETag: \"x\"\r\n\r\n", "keep-alive",
+			 "HTTP/1.1 304 \r\nETag: \"x\"\r\nConnection: keep-alive\r\n\r\n");
+	expect_resp_head("HTTP/1.1 418 I'm a  teapot \r\n\r\n", NULL,
+			 "HTTP/1.1 418 I'm a  teapot \r\n\r\n");
+	/* Values come out trimmed, each after ": ". */
+	expect_resp_head("HTTP/1.1 200 OK\r\nX-A:v\r\nX-B:\r\nX-C: \t a b \t\r\n\r\n", NULL,
+			 "HTTP/1.1 200 OK\r\nX-A: v\r\nX-B: \r\nX-C: a b\r\n\r\n");
+	/* Framing kept whatever Connection says, and it still parses back the same. */
+	expect_resp_head("HTTP/1.1 200 OK\r\nConnection: transfer-encoding\r\n"
+			 "Transfer-Encoding: gzip, chunked\r\n\r\n",
+			 "close",
+			 "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n"
+			 "Connection: close\r\n\r\n");
+	expect_resp_head("HTTP/1.1 500 Oops\r\nTransfer-Encoding: gzip\r\nUpgrade: x\r\n\r\n", NULL,
+			 "HTTP/1.1 500 Oops\r\nTransfer-Encoding: gzip\r\n\r\n");
+	/* Interim heads lose their hop-by-hop fields like any other. */
+	expect_resp_head("HTTP/1.1 100 Continue\r\nKeep-Alive: 1\r\n\r\n", NULL,
+			 "HTTP/1.1 100 Continue\r\n\r\n");
+	/* A 101 keeps everything but the version. */
+	expect_resp_head("HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n"
+			 "Upgrade: websocket\r\n\r\n",
+			 NULL,
+			 "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n"
+			 "Upgrade: websocket\r\n\r\n");
+}
+END_TEST
+
+START_TEST(test_response_head_status)
+{
+	/* The status line comes from resp->status: three digits, whatever the value. */
+	struct http1_response r = { .status = 100, .reason = "", .reason_len = 0 };
+	const char *out;
+
+	ck_assert_int_eq(write_resp_at_guard(&r, NULL, 17, &out), 17);
+	ck_assert_int_eq(memcmp(out, "HTTP/1.1 100 \r\n\r\n", 17), 0);
+	r.status = 999;
+	r.reason = "Odd";
+	r.reason_len = 3;
+	ck_assert_int_eq(write_resp_at_guard(&r, "close", 39, &out), 39);
+	ck_assert_int_eq(memcmp(out, "HTTP/1.1 999 Odd\r\nConnection: close\r\n\r\n", 39), 0);
+	ck_assert_int_eq(write_resp_at_guard(&r, "close", 38, &out), -EMSGSIZE);
+	r.status = 305;
+	ck_assert_int_eq(write_resp_at_guard(&r, NULL, 20, &out), 20);
+	ck_assert_int_eq(memcmp(out, "HTTP/1.1 305 Odd\r\n\r\n", 20), 0);
+}
+END_TEST
+
+/* Programmer errors abort: a status out of 100..999, a second Connection on a 101. */
+START_TEST(test_response_head_status_99_aborts)
+{
+	struct http1_response r = { .status = 99, .reason = "", .reason_len = 0 };
+	char out[64];
+
+	http1_write_response_head(&r, NULL, out, sizeof(out));
+}
+END_TEST
+
+START_TEST(test_response_head_status_1000_aborts)
+{
+	struct http1_response r = { .status = 1000, .reason = "", .reason_len = 0 };
+	char out[64];
+
+	http1_write_response_head(&r, NULL, out, sizeof(out));
+}
+END_TEST
+
+START_TEST(test_response_head_101_connection_aborts)
+{
+	struct http1_response r;
+	char out[256];
+
+	resp_ok("HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n", &r);
+	http1_write_response_head(&r, "close", out, sizeof(out));
+}
+END_TEST
+
+/* A response head of exactly <head_len> bytes: status line, one filler field. */
+static void build_resp_head(struct text *t, size_t head_len)
+{
+	t->len = 0;
+	text_add(t, "HTTP/1.0 200 OK\r\nContent-Length: 0\r\nX-Fill: ");
+	ck_assert_uint_ge(head_len, t->len + 4);
+	text_fill(t, 'f', head_len - t->len - 4);
+	text_add(t, "\r\n\r\n");
+	ck_assert_uint_eq(t->len, head_len);
+}
+
+/* LIMITS_HEADERS_MAX fields, each with no SP after the colon, "HTTP/1.1 200" and no phrase. */
+static void build_resp_compact(struct text *t, size_t head_len)
+{
+	char line[64];
+
+	t->len = 0;
+	text_add(t, "HTTP/1.1 200\r\n");
+	for (uint32_t i = 1; i < LIMITS_HEADERS_MAX; i++) {
+		snprintf(line, sizeof(line), "X-%u:%u\r\n", i, i);
+		text_add(t, line);
+	}
+	text_add(t, "X-Fill:");
+	ck_assert_uint_ge(head_len, t->len + 4);
+	text_fill(t, 'f', head_len - t->len - 4);
+	text_add(t, "\r\n\r\n");
+	ck_assert_uint_eq(t->len, head_len);
+}
+
+START_TEST(test_response_head_limits)
+{
+	const size_t n = LIMITS_RESPONSE_HEAD_BYTES_MAX;
+	const size_t conn_close = strlen("Connection: close\r\n");
+	const size_t conn_keep = strlen("Connection: keep-alive\r\n");
+	struct http1_response r;
+	const char *out;
+
+	/*
+	 * The largest head that parses is rewritten within N + 32 bytes (and may
+	 * then be longer than our own parser would take: it goes to the agent).
+	 */
+	build_resp_head(&scratch, n);
+	ck_assert_int_eq(resp_parse_n(scratch.buf, scratch.len, &r), (ssize_t)n);
+	ssize_t rc = write_resp_at_guard(&r, "close", n + 32, &out);
+	ck_assert_int_eq(rc, (ssize_t)(n + conn_close));
+	rc = write_resp_at_guard(&r, "keep-alive", n + conn_keep, &out);
+	ck_assert_int_eq(rc, (ssize_t)(n + conn_keep));
+	ck_assert_int_eq(write_resp_at_guard(&r, "keep-alive", n + conn_keep - 1, &out), -EMSGSIZE);
+	rc = write_resp_at_guard(&r, NULL, n, &out);
+	ck_assert_int_eq(rc, (ssize_t)n);
+	ck_assert_int_eq(memcmp(out, "HTTP/1.1 200 OK\r\n", 17), 0);
+	ck_assert_int_eq(memcmp(out + 17, scratch.buf + 17, n - 17), 0);
+
+	/*
+	 * The worst case grows by a byte per field and one in the status line:
+	 * it needs more than N + 32, and HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX holds it.
+	 */
+	build_resp_compact(&scratch, n);
+	ck_assert_int_eq(resp_parse_n(scratch.buf, scratch.len, &r), (ssize_t)n);
+	ck_assert_uint_eq(r.header_count, LIMITS_HEADERS_MAX);
+	size_t worst = n + LIMITS_HEADERS_MAX + 1 + conn_keep;
+	ck_assert_uint_le(worst, HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX);
+	rc = write_resp_at_guard(&r, "keep-alive", HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX, &out);
+	ck_assert_int_eq(rc, (ssize_t)worst);
+	rc = write_resp_at_guard(&r, "keep-alive", worst, &out);
+	ck_assert_int_eq(rc, (ssize_t)worst);
+	ck_assert_int_eq(memcmp(out, "HTTP/1.1 200 \r\nX-1: 1\r\n", 23), 0);
+	const char *tail = "\r\nConnection: keep-alive\r\n\r\n";
+	ck_assert_int_eq(memcmp(out + worst - strlen(tail), tail, strlen(tail)), 0);
+	ck_assert_int_eq(write_resp_at_guard(&r, "keep-alive", worst - 1, &out), -EMSGSIZE);
+	ck_assert_int_eq(write_resp_at_guard(&r, "keep-alive", n + 32, &out), -EMSGSIZE);
+}
+END_TEST
+
 /* ---- the chunked scanner ---- */
 
 static const char chunked_msg[] = "4;ext=1\r\nWiki\r\n"
@@ -1201,11 +1607,23 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_response_body_rules);
 	tcase_add_test(tc, test_response_invalid);
 	tcase_add_test(tc, test_response_limits_and_truncation);
+	tcase_add_test(tc, test_response_reason);
+	tcase_add_test(tc, test_response_hop_by_hop_names);
+	tcase_add_test(tc, test_response_hop_by_hop_connection);
+	tcase_add_test(tc, test_response_head_strips);
+	tcase_add_test(tc, test_response_head_forms);
+	tcase_add_test(tc, test_response_head_status);
+	tcase_add_test(tc, test_response_head_limits);
 	tcase_add_test(tc, test_chunked_whole_and_split);
 	tcase_add_test(tc, test_chunked_small);
 	tcase_add_test(tc, test_chunked_malformed);
 	tcase_add_test(tc, test_chunked_line_limit);
 	suite_add_tcase(s, tc);
+	TCase *ta = tcase_create("abort");
+	tcase_add_test_raise_signal(ta, test_response_head_status_99_aborts, SIGABRT);
+	tcase_add_test_raise_signal(ta, test_response_head_status_1000_aborts, SIGABRT);
+	tcase_add_test_raise_signal(ta, test_response_head_101_connection_aborts, SIGABRT);
+	suite_add_tcase(s, ta);
 	return s;
 }
 
