@@ -1006,6 +1006,7 @@ static void decide(struct conn *c, const struct http1_request *req)
 	}
 	c->keep_alive = req->keep_alive;
 	c->client_http10 = req->version_minor == 0;
+	c->client_http10 = req->version_minor == 0;
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
 	c->req_body = (uint8_t)req->body;
 	c->req_left = req->content_length;
@@ -2130,31 +2131,32 @@ static_assert(LIMITS_RESPONSE_HEAD_BYTES_MAX <= LIMITS_HEAD_BYTES_MAX &&
 	      "a rewritten response head and the receive that completed it fit a head buffer");
 
 /*
- * Rewrites the response head <resp>, the first <n> bytes of c->resp, as the
- * proxy forwards it (http1_write_response_head): HTTP/1.1, no hop-by-hop
+ * Rewrites the response head <resp>, the <n> bytes at <at> in c->resp, as
+ * the proxy forwards it (http1_write_response_head): HTTP/1.1, no hop-by-hop
  * field, and our own Connection field when the client's connection ends
- * after this response (or stays open for an HTTP/1.0 client). The bytes
- * after the head move up behind the new one; a head buffer has room for the
- * growth (WORKER_HEAD_REWRITE_BYTES). Returns the new head's length.
+ * after this response (<keep> false; none for an interim one) or stays open
+ * for an HTTP/1.0 client. The bytes after the head move up behind the new
+ * one: c->resp_fill grows by at most WORKER_HEAD_REWRITE_BYTES, which the
+ * caller left free. Returns the new head's length.
  */
-static uint32_t fwd_resp_rewrite(struct conn *c, const struct http1_response *resp, uint32_t n,
-				 bool interim)
+static uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, uint32_t at,
+				  uint32_t n, bool keep)
 {
-	const char *connection = NULL;
+	bool interim = resp->status < 200;
+	const char *connection = interim            ? NULL
+				 : !keep            ? "close"
+				 : c->client_http10 ? "keep-alive"
+						    : NULL;
 
-	AN_ASSERT(n > 0 && n <= c->resp_fill);
-	if (!interim) {
-		bool keep = c->keep_alive && resp->keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
-			    http1_response_body(resp, c->head_method) != HTTP1_BODY_CLOSE;
-		connection = !keep ? "close" : c->client_http10 ? "keep-alive" : NULL;
-	}
+	AN_ASSERT(n > 0 && at + n <= c->resp_fill);
+	AN_ASSERT(resp->status != 101);
 	ssize_t m = http1_write_response_head(resp, connection, c->w->resp_rewrite,
 					      HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX);
-	uint32_t tail = c->resp_fill - n;
-	AN_ASSERT(m > 0 && (size_t)m + tail <= WORKER_HEAD_BUFFER_BYTES);
-	memmove(c->resp + m, c->resp + n, tail);
-	memcpy(c->resp, c->w->resp_rewrite, (size_t)m);
-	c->resp_fill = (uint32_t)m + tail;
+	uint32_t tail = c->resp_fill - at - n;
+	AN_ASSERT(m > 0 && at + (size_t)m + tail <= WORKER_HEAD_BUFFER_BYTES);
+	memmove(c->resp + at + m, c->resp + at + n, tail);
+	memcpy(c->resp + at, c->w->resp_rewrite, (size_t)m);
+	c->resp_fill = at + (uint32_t)m + tail;
 	return (uint32_t)m;
 }
 
@@ -2185,7 +2187,9 @@ static void fwd_resp_head(struct conn *c)
 		c->resp_keep_alive = resp.keep_alive;
 		audit_decision(c, true, resp.status);
 	}
-	c->resp_head_len = fwd_resp_rewrite(c, &resp, (uint32_t)n, interim);
+	bool keep = c->keep_alive && resp.keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
+		    http1_response_body(&resp, c->head_method) != HTTP1_BODY_CLOSE;
+	c->resp_head_len = resp_head_rewrite(c, &resp, 0, (uint32_t)n, keep);
 	uint32_t send_len = c->resp_head_len;
 	if (!interim) {
 		uint32_t rest = c->resp_fill - send_len;
@@ -3121,7 +3125,6 @@ static void inject_frame(struct conn *c)
 					c->resp_scan = c->resp_fill;
 				return;
 			}
-			c->resp_scan += (uint32_t)n;
 			c->status = r.status;
 			c->resp_keep_alive = r.keep_alive;
 			if (r.status >= 300 && r.status < 400 && inject_redirect_denied(c, &r)) {
@@ -3131,12 +3134,16 @@ static void inject_frame(struct conn *c)
 			c->resp_body = (uint8_t)http1_response_body(&r, c->head_method);
 			if (r.status == 101) {
 				/* WebSocket (or any upgrade): raw bytes both ways until one side ends. */
+				c->resp_scan += (uint32_t)n;
 				c->upgraded = true;
 				c->resp_head_done = true;
 				c->resp_body = HTTP1_BODY_CLOSE;
 				c->resp_keep_alive = false;
 				continue;
 			}
+			bool keep =
+			    c->keep_alive && r.keep_alive && c->resp_body != HTTP1_BODY_CLOSE;
+			c->resp_scan += resp_head_rewrite(c, &r, c->resp_scan, (uint32_t)n, keep);
 			c->resp_left = r.content_length;
 			memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
 			bool interim = r.status >= 100 && r.status < 200 && r.status != 101;
@@ -3233,7 +3240,10 @@ static enum term_status inject_upstream_side(struct conn *c)
 	if (c->resp_off == c->resp_fill) {
 		c->resp_fill = c->resp_off = c->resp_scan = 0;
 	}
-	uint32_t room = WORKER_HEAD_BUFFER_BYTES - c->resp_fill;
+	/* While a head is awaited, its rewrite's growth stays free (resp_head_rewrite). */
+	uint32_t cap =
+	    WORKER_HEAD_BUFFER_BYTES - (c->resp_head_done ? 0 : WORKER_HEAD_REWRITE_BYTES);
+	uint32_t room = c->resp_fill < cap ? cap - c->resp_fill : 0;
 	if (room == 0)
 		return TERM_WANT_WRITE; /* a head larger than the buffer: refused below */
 	enum term_status st = t->read(c->utls, c->resp + c->resp_fill, room, &n);

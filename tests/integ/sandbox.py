@@ -40,6 +40,7 @@ import ctypes
 import errno
 import fnmatch
 import hashlib
+import io
 import json
 import os
 import pwd
@@ -1626,7 +1627,8 @@ class Tests(Pass):
     def t_inject(self):
         """The credential-inject tier: the origin gets the secret while the sandbox only ever
         held the placeholder; a request without it is refused (credential_missing); a
-        streamed response arrives event by event with the origin's timing; an upstream
+        streamed response arrives event by event with the origin's timing; an HTTP/1.0
+        answer full of hop-by-hop fields arrives as HTTP/1.1 without them; an upstream
         that does not verify gets 502 upstream_tls_failed and no credential; the secret
         is in no response, audit record or daemon log."""
         def inject():
@@ -1652,7 +1654,8 @@ class Tests(Pass):
             return errs
 
         self.timed("inject tier: the origin gets the secret, the sandbox holds the placeholder; "
-                   "credential_missing; a 1 MiB body; SSE streamed; upstream_tls_failed sends "
+                   "credential_missing; a 1 MiB body; SSE streamed; a response head as the "
+                   "proxy's own; upstream_tls_failed sends "
                    "nothing; redirect_denied, 413 body_too_large, a WebSocket upgrade; the "
                    "secret in no response, audit or log", inject)
 
@@ -1919,6 +1922,16 @@ class Tests(Pass):
                    "sandbox's profile, another profile, bad input refused)", check_agrees)
 
 
+def read_head(f):
+    """The header lines of a response from file <f>, up to and with the blank line."""
+    lines = b""
+    while True:
+        line = f.readline()
+        lines += line
+        if line in (b"\r\n", b"\n", b""):
+            return lines
+
+
 def read_response(f):
     """One HTTP/1.1 response from file <f>: (status, {lower-case name: value}, body)."""
     status = int(f.readline().split()[1])
@@ -2054,6 +2067,29 @@ def inject_exchanges(t, ctx, path):
     log_text = read_text(echo_log)
     if log_text.count("Bearer " + INJECT_SECRET) != received + 2 or INJECT_PLACEHOLDER in log_text:
         errs.append("the origin did not get the secret (and only it) twice: %r" % log_text[-800:])
+    # The origin's HTTP/1.0 answer arrives as HTTP/1.1, its hop-by-hop fields gone, and
+    # the connection (kept alive by the origin) serves the next request.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    f = ts.makefile("rb")
+    ts.sendall(b"GET /hop-by-hop HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    head = f.readline()
+    _, headers, _ = read_response(io.BufferedReader(io.BytesIO(b"HTTP/1.1 200 x\r\n" +
+                                                                read_head(f))))
+    body = f.read(int(headers.get("content-length", "0")))
+    hop = sorted(set(headers) & {"connection", "x-hop", "keep-alive", "proxy-authenticate",
+                                 "upgrade"})
+    if head != b"HTTP/1.1 200 Fine Thanks\r\n" or hop or body != b"hop\n" or \
+            headers.get("x-end") != "kept":
+        errs.append("the origin's HTTP/1.0 answer with hop-by-hop fields reached the agent as "
+                    "%r, fields %r, body %r; want HTTP/1.1 200 Fine Thanks, X-End, none of %r"
+                    % (head, headers, body, hop))
+    ts.sendall(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    status, headers, _ = read_response(f)
+    seen += f.read(int(headers.get("content-length", "0")))
+    ts.close()
+    if status != 200:
+        errs.append("the request after it on the same connection: %d, want 200" % status)
+    received += 1
     # A body far larger than a TLS session's buffers: the agent is slowed, never cut.
     big = bytes(range(256)) * 4096
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
