@@ -568,9 +568,9 @@ static void slot_prefetch(const struct acl_trie *t, uint64_t h)
 }
 
 /*
- * The filter: a split-block Bloom filter over every key of both tables, in
+ * The filter: a split-block Bloom filter over every key, name or wildcard, in
  * 64-byte blocks of eight words. A key sets one bit in each word of one block,
- * so a query reads one line, and a candidate it rules out costs no bucket line.
+ * so a query reads one line, and a candidate it rules out costs no table line.
  * At ten bits a key a block holds about 51 keys and a query for an absent key
  * passes about 1% of the time: (1 - e^(-51/64))^8.
  */
@@ -586,7 +586,7 @@ static_assert(sizeof(struct acl_filter_block) == 64, "a filter block is one cach
 /*
  * The filter block of hash <h> (its high half, scaled) and, as <bits>, the bit
  * of each word: six bits of its low half a word, mixed up by one multiply so
- * that they do not follow the bucket's bits.
+ * that they do not follow the home slot's bits.
  */
 static const struct acl_filter_block *filter_block(const struct acl_trie *t, uint64_t h,
 						   uint64_t *bits)
