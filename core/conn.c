@@ -433,16 +433,72 @@ static void ingress_audit(struct conn *c)
 
 /* ---- lifetime ------------------------------------------------------- */
 
+/*
+ * Queues provided buffer <bid> of <len> bytes behind the conn's early data,
+ * taking a block from the worker's pool for the first. False when
+ * CONN_EARLY_MAX wait already or no block is left: the caller returns the
+ * buffer and closes.
+ */
+static bool early_push(struct conn *c, uint16_t bid, uint32_t len)
+{
+	AN_ASSERT(len > 0 && len <= UINT16_MAX);
+	if (c->early_count == CONN_EARLY_MAX)
+		return false;
+	if (c->early == NULL) {
+		AN_ASSERT(c->early_count == 0);
+		c->early = pool_take(&c->w->earlies);
+		if (c->early == NULL)
+			return false;
+	}
+	uint32_t slot = (c->early->first + c->early_count) % CONN_EARLY_MAX;
+	c->early->bid[slot] = bid;
+	c->early->len[slot] = (uint16_t)len;
+	c->early_count++;
+	return true;
+}
+
+/* The unread bytes of the oldest early buffer: their length; *<bid> and *<off> say where. */
+static uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off)
+{
+	const struct conn_early *e = c->early;
+
+	AN_ASSERT(c->early_count > 0 && e != NULL);
+	*bid = e->bid[e->first];
+	*off = e->buf_off;
+	AN_ASSERT(e->buf_off < e->len[e->first]);
+	return e->len[e->first] - e->buf_off;
+}
+
+/*
+ * Marks <n> bytes of the oldest early buffer read. A buffer read whole goes
+ * back to the ring, and the last one takes the block back to the pool.
+ */
+static void early_advance(struct conn *c, uint32_t n)
+{
+	struct conn_early *e = c->early;
+
+	AN_ASSERT(c->early_count > 0 && e != NULL);
+	e->buf_off += n;
+	AN_ASSERT(e->buf_off <= e->len[e->first]);
+	if (e->buf_off < e->len[e->first])
+		return;
+	ring_buf_return(conn_ring(c), e->bid[e->first]);
+	e->first = (uint8_t)((e->first + 1) % CONN_EARLY_MAX);
+	e->buf_off = 0;
+	if (--c->early_count == 0) {
+		pool_put(&c->w->earlies, e);
+		c->early = NULL;
+	}
+}
+
 static void early_release_all(struct conn *c)
 {
-	struct ring *r = conn_ring(c);
-
 	while (c->early_count > 0) {
-		ring_buf_return(r, c->early_bid[c->early_first]);
-		c->early_first = (uint8_t)((c->early_first + 1) % CONN_EARLY_MAX);
-		c->early_count--;
+		uint16_t bid;
+		uint32_t off;
+		early_advance(c, early_front(c, &bid, &off));
 	}
-	c->early_buf_off = 0;
+	AN_ASSERT(c->early == NULL);
 }
 
 static void relay_release(struct conn *c, struct relay *r)
@@ -761,17 +817,13 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		return;
 	}
 	/* Early data: the client sent more before we answered. Keep it in order. */
-	if (c->early_count == CONN_EARLY_MAX) {
+	if (!early_push(c, bid, len)) {
 		ring_buf_return(r, bid);
-		log_debug("conn %llx: early data over %u buffers", (unsigned long long)c->id,
-			  CONN_EARLY_MAX);
+		log_debug("conn %llx: early data over %u buffers (or no block for them)",
+			  (unsigned long long)c->id, CONN_EARLY_MAX);
 		conn_close(c);
 		return;
 	}
-	uint32_t slot = (c->early_first + c->early_count) % CONN_EARLY_MAX;
-	c->early_bid[slot] = bid;
-	c->early_len[slot] = (uint16_t)len;
-	c->early_count++;
 	if (c->state == ST_TUNNEL)
 		up_prelude_step(c);
 	else if (c->state == ST_FORWARD)
@@ -1639,9 +1691,11 @@ static uint32_t early_peek(struct conn *c, const char **p)
 	}
 	if (c->early_count == 0)
 		return 0;
-	uint16_t bid = c->early_bid[c->early_first];
-	*p = (const char *)ring_buf(conn_ring(c), bid) + c->early_buf_off;
-	return c->early_len[c->early_first] - c->early_buf_off;
+	uint16_t bid;
+	uint32_t off;
+	uint32_t n = early_front(c, &bid, &off);
+	*p = (const char *)ring_buf(conn_ring(c), bid) + off;
+	return n;
 }
 
 /* Marks <n> early bytes consumed (sent, or counted as body). */
@@ -1653,14 +1707,7 @@ static void early_consume(struct conn *c, uint32_t n)
 		return;
 	}
 	AN_ASSERT(c->early_count > 0);
-	c->early_buf_off += n;
-	AN_ASSERT(c->early_buf_off <= c->early_len[c->early_first]);
-	if (c->early_buf_off == c->early_len[c->early_first]) {
-		ring_buf_return(conn_ring(c), c->early_bid[c->early_first]);
-		c->early_first = (uint8_t)((c->early_first + 1) % CONN_EARLY_MAX);
-		c->early_count--;
-		c->early_buf_off = 0;
-	}
+	early_advance(c, n);
 }
 
 static void up_prelude_step(struct conn *c)
@@ -2717,20 +2764,16 @@ static uint32_t term_feed_waiting(struct conn *c)
 	uint32_t fed = 0;
 
 	while (c->early_count > 0) {
-		uint16_t bid = c->early_bid[c->early_first];
-		uint32_t len = c->early_len[c->early_first] - c->early_buf_off;
-		ssize_t n = t->feed(c->tls, ring_buf(r, bid) + c->early_buf_off, len);
+		uint16_t bid;
+		uint32_t off;
+		uint32_t len = early_front(c, &bid, &off);
+		ssize_t n = t->feed(c->tls, ring_buf(r, bid) + off, len);
 		if (n <= 0)
 			break;
 		fed += (uint32_t)n;
-		if ((uint32_t)n < len) {
-			c->early_buf_off += (uint32_t)n;
+		early_advance(c, (uint32_t)n);
+		if ((uint32_t)n < len)
 			break;
-		}
-		ring_buf_return(r, bid);
-		c->early_first = (uint8_t)((c->early_first + 1) % CONN_EARLY_MAX);
-		c->early_count--;
-		c->early_buf_off = 0;
 	}
 	return fed;
 }
@@ -2744,15 +2787,11 @@ static uint32_t term_feed_waiting(struct conn *c)
  */
 static void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len)
 {
-	if (c->early_count == CONN_EARLY_MAX) {
+	if (!early_push(c, bid, len)) {
 		ring_buf_return(conn_ring(c), bid);
 		conn_close(c); /* a receive cancelled long ago still delivering: not a client */
 		return;
 	}
-	uint32_t slot = (c->early_first + c->early_count) % CONN_EARLY_MAX;
-	c->early_bid[slot] = bid;
-	c->early_len[slot] = (uint16_t)len;
-	c->early_count++;
 	term_pump(c);
 }
 

@@ -46,6 +46,18 @@ union conn_addr {
  * receive completions per wake-up, and one wake-up can pass before the cancel lands. */
 #define CONN_EARLY_MAX 32u
 
+/*
+ * A conn's early data: provided buffers that arrived before it could pass
+ * them on, oldest first, a ring of CONN_EARLY_MAX. A block of the worker's
+ * pool (worker.earlies), held only while a buffer waits in it.
+ */
+struct conn_early {
+	uint16_t bid[CONN_EARLY_MAX];
+	uint16_t len[CONN_EARLY_MAX];
+	uint32_t buf_off; /* consumed from the first buffer */
+	uint8_t first;
+};
+
 struct conn {
 	struct worker *w;
 	struct conn *live_next; /* worker's list of live conns */
@@ -68,11 +80,8 @@ struct conn {
 	uint32_t head_len;  /* parsed head length, 0 until complete */
 	uint32_t early_off; /* early data forwarded so far (from head_len) */
 	/* Early data that arrived in provided buffers after the head (FIFO). */
-	uint8_t early_first;
+	struct conn_early *early; /* NULL while early_count is 0 */
 	uint8_t early_count;
-	uint16_t early_bid[CONN_EARLY_MAX];
-	uint16_t early_len[CONN_EARLY_MAX];
-	uint32_t early_buf_off; /* consumed from the first FIFO buffer */
 	/* Response head from the upstream (forwarding), pooled like the head. */
 	char *resp;
 	uint32_t resp_fill;

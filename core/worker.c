@@ -116,6 +116,9 @@ static int worker_setup(struct worker *w)
 	if (ret == 0)
 		ret =
 		    pool_init(&w->heads, "heads", WORKER_HEAD_BUFFER_BYTES, cfg->conns_per_worker);
+	if (ret == 0)
+		ret = pool_init(&w->earlies, "earlies", sizeof(struct conn_early),
+				cfg->conns_per_worker);
 	if (ret != 0) {
 		log_error("worker %u: pools: %s", w->index, strerror(-ret));
 		return ret;
@@ -166,11 +169,13 @@ static void worker_teardown(struct worker *w)
 	bool leak = false;
 
 	if (pool_in_use(&w->conns) != 0 || pool_in_use(&w->heads) != 0 ||
-	    pipepool_in_use(&w->pipes) != 0 || w->ring.bufs_out != 0 || w->dns.polls_pending != 0) {
-		log_error(
-		    "worker %u: leak at exit: conns=%u heads=%u pipes=%u buffers=%u dns_polls=%u",
-		    w->index, pool_in_use(&w->conns), pool_in_use(&w->heads),
-		    pipepool_in_use(&w->pipes), w->ring.bufs_out, w->dns.polls_pending);
+	    pool_in_use(&w->earlies) != 0 || pipepool_in_use(&w->pipes) != 0 ||
+	    w->ring.bufs_out != 0 || w->dns.polls_pending != 0) {
+		log_error("worker %u: leak at exit: conns=%u heads=%u earlies=%u pipes=%u "
+			  "buffers=%u dns_polls=%u",
+			  w->index, pool_in_use(&w->conns), pool_in_use(&w->heads),
+			  pool_in_use(&w->earlies), pipepool_in_use(&w->pipes), w->ring.bufs_out,
+			  w->dns.polls_pending);
 		leak = true;
 		atomic_fetch_add(&w->e->leaks, 1);
 	}
@@ -190,6 +195,7 @@ static void worker_teardown(struct worker *w)
 	pipepool_destroy(&w->pipes);
 	pool_destroy(&w->conns);
 	pool_destroy(&w->heads);
+	pool_destroy(&w->earlies);
 	ring_destroy(&w->ring);
 	AN_FREE(&w->timers);
 	AN_FREE(&w->resp_rewrite);

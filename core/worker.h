@@ -90,8 +90,9 @@ struct worker {
 	int wake_fd; /* eventfd written by engine_stop */
 	uint64_t wake_value;
 	struct ring ring;
-	struct pool conns; /* struct conn */
-	struct pool heads; /* head/response buffers of LIMITS_HEAD_BYTES_MAX + slack */
+	struct pool conns;   /* struct conn */
+	struct pool heads;   /* head/response buffers of LIMITS_HEAD_BYTES_MAX + slack */
+	struct pool earlies; /* struct conn_early, one a conn while early data waits */
 	struct pipepool pipes;
 	struct timer_wheel *timers; /* owned (large) */
 	struct ratelimit *buckets;  /* owned; one per sandbox slot (LIMITS_SANDBOXES_MAX) */
