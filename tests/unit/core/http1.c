@@ -651,16 +651,22 @@ START_TEST(test_limit_head_bytes)
 }
 END_TEST
 
-static void build_fields(struct text *t, uint32_t count)
+/* Appends the fields "X-<i><sep><i>" CRLF for i in [<first>, <end>). */
+static void add_numbered_fields(struct text *t, uint32_t first, uint32_t end, const char *sep)
 {
 	char line[64];
 
-	t->len = 0;
-	text_add(t, "GET / HTTP/1.1\r\nHost: a\r\n");
-	for (uint32_t i = 1; i < count; i++) {
-		snprintf(line, sizeof(line), "X-%u: %u\r\n", i, i);
+	for (uint32_t i = first; i < end; i++) {
+		snprintf(line, sizeof(line), "X-%u%s%u\r\n", i, sep, i);
 		text_add(t, line);
 	}
+}
+
+static void build_fields(struct text *t, uint32_t count)
+{
+	t->len = 0;
+	text_add(t, "GET / HTTP/1.1\r\nHost: a\r\n");
+	add_numbered_fields(t, 1, count, ": ");
 	text_add(t, "\r\n");
 }
 
@@ -1350,14 +1356,9 @@ static void build_resp_head(struct text *t, size_t head_len)
 /* LIMITS_HEADERS_MAX fields, each with no SP after the colon, "HTTP/1.1 200" and no phrase. */
 static void build_resp_compact(struct text *t, size_t head_len)
 {
-	char line[64];
-
 	t->len = 0;
 	text_add(t, "HTTP/1.1 200\r\n");
-	for (uint32_t i = 1; i < LIMITS_HEADERS_MAX; i++) {
-		snprintf(line, sizeof(line), "X-%u:%u\r\n", i, i);
-		text_add(t, line);
-	}
+	add_numbered_fields(t, 1, LIMITS_HEADERS_MAX, ":");
 	text_add(t, "X-Fill:");
 	ck_assert_uint_ge(head_len, t->len + 4);
 	text_fill(t, 'f', head_len - t->len - 4);
