@@ -602,6 +602,15 @@ START_TEST(test_limit_request_line)
 }
 END_TEST
 
+/* Fills the open field of <t> with 'f' and ends the head, so that it is <head_len> bytes. */
+static void head_fill_to(struct text *t, size_t head_len)
+{
+	ck_assert_uint_ge(head_len, t->len + 4);
+	text_fill(t, 'f', head_len - t->len - 4);
+	text_add(t, "\r\n\r\n");
+	ck_assert_uint_eq(t->len, head_len);
+}
+
 /* A complete head of exactly <head_len> bytes: request line, Host, one filler field. */
 static void build_head(struct text *t, size_t head_len)
 {
@@ -609,10 +618,7 @@ static void build_head(struct text *t, size_t head_len)
 
 	t->len = 0;
 	text_add(t, start);
-	ck_assert_uint_ge(head_len, t->len + 4);
-	text_fill(t, 'f', head_len - t->len - 4);
-	text_add(t, "\r\n\r\n");
-	ck_assert_uint_eq(t->len, head_len);
+	head_fill_to(t, head_len);
 }
 
 START_TEST(test_limit_head_bytes)
@@ -1347,10 +1353,7 @@ static void build_resp_head(struct text *t, size_t head_len)
 {
 	t->len = 0;
 	text_add(t, "HTTP/1.0 200 OK\r\nContent-Length: 0\r\nX-Fill: ");
-	ck_assert_uint_ge(head_len, t->len + 4);
-	text_fill(t, 'f', head_len - t->len - 4);
-	text_add(t, "\r\n\r\n");
-	ck_assert_uint_eq(t->len, head_len);
+	head_fill_to(t, head_len);
 }
 
 /* LIMITS_HEADERS_MAX fields, each with no SP after the colon, "HTTP/1.1 200" and no phrase. */
@@ -1360,10 +1363,7 @@ static void build_resp_compact(struct text *t, size_t head_len)
 	text_add(t, "HTTP/1.1 200\r\n");
 	add_numbered_fields(t, 1, LIMITS_HEADERS_MAX, ":");
 	text_add(t, "X-Fill:");
-	ck_assert_uint_ge(head_len, t->len + 4);
-	text_fill(t, 'f', head_len - t->len - 4);
-	text_add(t, "\r\n\r\n");
-	ck_assert_uint_eq(t->len, head_len);
+	head_fill_to(t, head_len);
 }
 
 START_TEST(test_response_head_limits)
