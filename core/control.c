@@ -23,6 +23,8 @@
  *   sandbox url <id>           -> ok <public URL> (or error no_ingress / no_such_sandbox)
  *   policy reload              -> ok policy generation <n>: ... (or error reload_refused)
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
+ *   stats                      -> ok workers <n> conns <open> ... audit_dropped <x> (one
+ *                                 line of sums, keys in a fixed order: handle_stats)
  *   errors                     -> error <code> <message>
  */
 #include "core/control.h"
@@ -40,9 +42,11 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/audit.h"
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/worker.h"
 
 #define CONTROL_LINE_BYTES_MAX   512u
 #define CONTROL_REAP_INTERVAL_MS 1000
@@ -190,6 +194,38 @@ static void handle_status(struct engine *e, struct answer *a)
 	pthread_mutex_unlock(&e->lock);
 }
 
+/*
+ * One line: the sums over every worker of what each last published
+ * (core/worker.h: relaxed loads of single-writer fields, at most
+ * WORKER_STATS_PUBLISH_MS old), then the audit writer's counts. Never waits
+ * on a worker. Checklist: keys are only ever appended (a script may parse
+ * them by position); docs/control.md and STATS_KEYS in
+ * tests/integ/sandbox.py list them in this order.
+ */
+static void handle_stats(struct engine *e, struct answer *a)
+{
+	struct worker_counters sum = { 0 };
+
+	AN_ASSERT(e->workers != NULL);
+	AN_ASSERT(e->worker_count > 0);
+	for (uint32_t i = 0; i < e->worker_count; i++)
+		worker_counters_add(&e->workers[i], &sum);
+	uint64_t written = e->audit != NULL ? audit_written(e->audit) : 0;
+	uint64_t dropped = e->audit != NULL ? audit_dropped(e->audit) : 0;
+	answer_add(a,
+		   "ok workers %u conns %llu accepted %llu refused_overload %llu requests %llu "
+		   "denied %llu splice_relays %llu copy_relays %llu upstreams_reused %llu "
+		   "leaf_hits %llu leaf_misses %llu leaf_mints %llu audit_written %llu "
+		   "audit_dropped %llu\n",
+		   e->worker_count, (unsigned long long)sum.conns_open,
+		   (unsigned long long)sum.accepted, (unsigned long long)sum.refused_overload,
+		   (unsigned long long)sum.requests, (unsigned long long)sum.denied,
+		   (unsigned long long)sum.splice_relays, (unsigned long long)sum.copy_relays,
+		   (unsigned long long)sum.upstreams_reused, (unsigned long long)sum.leaf_hits,
+		   (unsigned long long)sum.leaf_misses, (unsigned long long)sum.leaf_mints,
+		   (unsigned long long)written, (unsigned long long)dropped);
+}
+
 /* Splits <line> into at most 4 space-separated words; returns how many. */
 static int split_words(char *line, char **words, int max)
 {
@@ -243,6 +279,8 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 		} else if (count == 2 && strcmp(w[0], "policy") == 0 &&
 			   strcmp(w[1], "status") == 0) {
 			handle_status(e, &a);
+		} else if (count == 1 && strcmp(w[0], "stats") == 0) {
+			handle_stats(e, &a);
 		} else if (sandbox && count == 2 && strcmp(w[1], "ls") == 0) {
 			uint32_t active = 0;
 			engine_sandbox_foreach(e, &active, count_one);

@@ -24,6 +24,17 @@ enum term_status {
 	TERM_ERROR,      /* fatal and sticky; term_ops.error says why */
 };
 
+/*
+ * One worker's leaf cache figures since it started (term_ops.counters). The
+ * leaves minted ahead when a policy loads count too: priming is a get, and
+ * a mint when it misses.
+ */
+struct term_counters {
+	uint64_t leaf_hits;   /* a leaf was wanted and found in the cache */
+	uint64_t leaf_misses; /* ... and not found, or found too close to its notAfter */
+	uint64_t leaf_mints;  /* leaves signed and cached (a miss whose mint failed is not one) */
+};
+
 struct term_ops {
 	/*
 	 * What worker <worker> keeps for its sessions (a leaf cache), from the
@@ -32,6 +43,13 @@ struct term_ops {
 	 */
 	void *(*worker_new)(void *arg, uint32_t worker, char *err, size_t cap);
 	void (*worker_free)(void *worker_state);
+	/*
+	 * Writes <worker_state>'s counters since worker_new to *<out> (all 0
+	 * for a term without a CA). A few loads, no lock: the owning worker
+	 * only, which publishes them for other threads (core/worker.h). NULL:
+	 * the back-end counts nothing, and every figure is 0.
+	 */
+	void (*counters)(const void *worker_state, struct term_counters *out);
 	/* Mints (or keeps) the leaf for <host>/<host_len> in the worker's cache. 0 or -errno. */
 	int (*prime)(void *worker_state, const char *host, size_t host_len);
 	/*

@@ -83,6 +83,62 @@ struct worker_stats {
 	uint64_t enters;
 };
 
+/*
+ * How late the counters a worker publishes may be, at most: a worker copies
+ * its counters out at the end of a loop turn once this long has passed since
+ * its last copy, and one with unpublished figures waits no longer than that
+ * for its next turn. A copy is a dozen stores; at most ten a second is free.
+ */
+#define WORKER_STATS_PUBLISH_MS 100u
+/* What the publication pads itself with on each side. */
+#define WORKER_CACHE_LINE_BYTES 64u
+
+/*
+ * The figures the control socket's `stats` sums, as one worker published
+ * them: sums since it started, except conns_open (conns in use now).
+ * Checklist, adding one: here and in struct worker_published, stats_publish
+ * and worker_counters_add in core/worker.c, the stats line in core/control.c
+ * (appended: its keys never move), docs/control.md and STATS_KEYS in
+ * tests/integ/sandbox.py.
+ */
+struct worker_counters {
+	uint64_t conns_open; /* the conn pool's in-use count */
+	uint64_t accepted;
+	uint64_t refused_overload;
+	uint64_t requests;
+	uint64_t denied;
+	uint64_t splice_relays;
+	uint64_t copy_relays;
+	uint64_t upstreams_reused; /* uppool.reused */
+	uint64_t leaf_hits;        /* term_ops.counters; 0 without TLS */
+	uint64_t leaf_misses;
+	uint64_t leaf_mints;
+};
+
+/*
+ * The same fields, written by the worker only (relaxed stores) and read by
+ * any thread (relaxed loads, worker_counters_add): single writer, so no
+ * read-modify-write is needed. Padded by a cache line on each side, so the
+ * lines the fields occupy hold nothing else: the workers array is only as
+ * aligned as malloc makes it (16 bytes), where an _Alignas(64) member would
+ * be misaligned.
+ */
+struct worker_published {
+	unsigned char pad_head[WORKER_CACHE_LINE_BYTES];
+	_Atomic uint64_t conns_open;
+	_Atomic uint64_t accepted;
+	_Atomic uint64_t refused_overload;
+	_Atomic uint64_t requests;
+	_Atomic uint64_t denied;
+	_Atomic uint64_t splice_relays;
+	_Atomic uint64_t copy_relays;
+	_Atomic uint64_t upstreams_reused;
+	_Atomic uint64_t leaf_hits;
+	_Atomic uint64_t leaf_misses;
+	_Atomic uint64_t leaf_mints;
+	unsigned char pad_tail[WORKER_CACHE_LINE_BYTES];
+};
+
 struct worker {
 	uint32_t index;
 	struct engine *e;
@@ -119,6 +175,9 @@ struct worker {
 	bool stopping;
 	int start_error; /* set before workers_ready is bumped */
 	struct worker_stats stats;
+	uint64_t stats_due_ms;  /* the earliest loop-turn clock of the next publication */
+	bool stats_unpublished; /* a turn ran since the last publication */
+	struct worker_published published;
 };
 
 /* Free head buffers kept resident: enough for a busy worker's requests in flight;
@@ -165,6 +224,15 @@ int worker_ingress_listener_add(struct worker *w, int fd, bool internal);
  */
 int worker_route_post(struct worker *w, enum worker_cmd_kind kind, const char *id,
 		      uint32_t sandbox);
+/*
+ * Adds the counters worker <w> last published to *<sum>, field by field
+ * (relaxed loads). Each figure is at most WORKER_STATS_PUBLISH_MS (plus one
+ * loop turn) behind the worker's own, and never goes back between two
+ * calls (conns_open aside: it is a level); the figures of one call may come
+ * from two consecutive publications. Any thread, while the engine runs
+ * (from engine_start's return until engine_stop frees the workers).
+ */
+void worker_counters_add(const struct worker *w, struct worker_counters *sum);
 /* Frees the listeners (closing owned TCP ones). The worker thread has ended. */
 void worker_listeners_free(struct worker *w);
 

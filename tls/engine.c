@@ -8,7 +8,9 @@
  * the ClientHello's SNI must be that host, or absent (clients send none for
  * IP literals), and the leaf shown is minted for it. A different SNI refuses
  * the handshake (an unrecognized_name alert) and is remembered, so the
- * engine can audit it as sni_mismatch.
+ * engine can audit it as sni_mismatch. The cache counts its hits and misses;
+ * the worker state adds the mints, and term_ops.counters hands the three to
+ * the worker, which publishes them (the control socket's `stats`).
  *
  * The ingress gateway's public listener has a second server SSL_CTX holding
  * the operator's own chain and key, read once at start (the files are read
@@ -68,6 +70,7 @@ struct tls_engine_client_ctx {
 struct tls_engine_worker {
 	struct tls_engine *engine; /* borrowed */
 	struct tls_leafcache leaves;
+	uint64_t mints; /* leaves leaf_get signed into <leaves> */
 	uint32_t client_count;
 	struct tls_engine_client_ctx clients[TLS_ENGINE_CLIENT_CTX_MAX];
 };
@@ -357,6 +360,17 @@ static void *worker_new(void *arg, uint32_t worker, char *err, size_t cap)
 	return w;
 }
 
+static void worker_counters(const void *worker_state, struct term_counters *out)
+{
+	const struct tls_engine_worker *w = worker_state;
+
+	AN_ASSERT(w != NULL && out != NULL);
+	AN_ASSERT(w->mints <= w->leaves.misses);
+	*out = (struct term_counters){ .leaf_hits = w->leaves.hits,
+				       .leaf_misses = w->leaves.misses,
+				       .leaf_mints = w->mints };
+}
+
 static void worker_free(void *worker_state)
 {
 	struct tls_engine_worker *w = worker_state;
@@ -384,6 +398,24 @@ static size_t host_normal(const char *in, size_t len, char *out)
 	return len;
 }
 
+/*
+ * <w>'s leaf for <host>/<host_len> (normal form), minted on a miss; as
+ * tls_leafcache_get_or_mint. A call that succeeds after a miss (every miss
+ * is counted) minted and cached a leaf: that is the mint counted.
+ */
+static int leaf_get(struct tls_engine_worker *w, const char *host, size_t host_len, X509 **leaf)
+{
+	uint64_t misses = w->leaves.misses;
+
+	AN_ASSERT(w->engine->ca != NULL);
+	int ret = tls_leafcache_get_or_mint(&w->leaves, w->engine->ca, host, host_len,
+					    (int64_t)time(NULL), leaf);
+	AN_ASSERT(w->leaves.misses - misses <= 1);
+	if (ret == 0 && w->leaves.misses != misses)
+		w->mints++;
+	return ret;
+}
+
 static int prime(void *worker_state, const char *host, size_t host_len)
 {
 	struct tls_engine_worker *w = worker_state;
@@ -395,8 +427,7 @@ static int prime(void *worker_state, const char *host, size_t host_len)
 	if (host_len == 0 || host_len > LIMITS_HOST_BYTES_MAX)
 		return -EINVAL;
 	size_t n = host_normal(host, host_len, name);
-	return tls_leafcache_get_or_mint(&w->leaves, w->engine->ca, name, n, (int64_t)time(NULL),
-					 &leaf);
+	return leaf_get(w, name, n, &leaf);
 }
 
 /* The ClientHello arrived: check its SNI against the CONNECT host, then show the leaf. */
@@ -414,8 +445,7 @@ static int on_sni(struct tls_session *s, const char *sni, size_t sni_len, void *
 			return -EPERM;
 		}
 	}
-	int ret = tls_leafcache_get_or_mint(&es->w->leaves, es->w->engine->ca, es->host,
-					    es->host_len, (int64_t)time(NULL), &leaf);
+	int ret = leaf_get(es->w, es->host, es->host_len, &leaf);
 	if (ret != 0)
 		return ret;
 	return tls_session_set_leaf(s, leaf);
@@ -601,6 +631,7 @@ static const char *session_error(const void *session)
 const struct term_ops tls_term_ops = {
 	.worker_new = worker_new,
 	.worker_free = worker_free,
+	.counters = worker_counters,
 	.prime = prime,
 	.server_new = server_new,
 	.client_new = client_new,

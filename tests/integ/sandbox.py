@@ -75,6 +75,13 @@ DENSITY_SANDBOXES = 10000
 REAP_WAIT_S = 5
 RUN_TIMEOUT_S = 40
 AUDIT_WAIT_S = 3
+# `stats` on the control socket (docs/control.md): its keys, in their fixed order, and how
+# late a worker's figures may be (core/worker.h, WORKER_STATS_PUBLISH_MS) plus a margin.
+STATS_KEYS = ["workers", "conns", "accepted", "refused_overload", "requests", "denied",
+              "splice_relays", "copy_relays", "upstreams_reused", "leaf_hits", "leaf_misses",
+              "leaf_mints", "audit_written", "audit_dropped"]
+STATS_PUBLISH_S = 0.1
+STATS_MARGIN_S = 0.9
 DOWN_ERROR_S = 5  # the agent's request after the daemon stopped fails within this
 MARK_VAR = "AN_IT_SANDBOX"  # in the environment of every run: <its sandbox id>
 ROOTS = "/etc/ssl/certs/ca-certificates.crt"  # Debian's host roots (agentsnet ca init's default)
@@ -1541,6 +1548,91 @@ class Tests(Pass):
         self.timed("rule limits: per sandbox per rule, concurrency then rate, the rule's "
                    "instruction; other rules and sandboxes unaffected", rule_limits)
 
+    def stats(self):
+        """The control socket's `stats`: ({key: int}, [what is wrong with its form])."""
+        lines = self.ctl("stats")
+        if len(lines) != 1 or not lines[0].startswith("ok "):
+            raise Fatal("stats: %r, want one line \"ok ...\"" % lines)
+        words = lines[0].split()[1:]
+        keys, values = words[0::2], words[1::2]
+        errs = []
+        if keys != STATS_KEYS or len(values) != len(keys):
+            errs.append("stats keys %r, want %r, each with a value" % (keys, STATS_KEYS))
+        bad = [(k, v) for k, v in zip(keys, values) if not re.fullmatch(r"[0-9]+", v)]
+        if bad:
+            errs.append("stats values that are not integers: %r" % bad)
+        return {k: int(v) for k, v in zip(keys, values) if (k, v) not in bad}, errs
+
+    def stats_grown(self, before, want, timeout):
+        """Reads `stats` until every figure of <want> ({key: n}; a key "a+b" is the sum of
+        two) grew by at least n over <before>, or <timeout> seconds passed: (the last
+        figures, what fell short, errors about the form)."""
+        def figure(d, key):
+            return sum(d.get(k, 0) for k in key.split("+"))
+        deadline = time.monotonic() + timeout
+        while True:
+            now, errs = self.stats()
+            short = {k: (figure(before, k), figure(now, k)) for k, n in want.items()
+                     if figure(now, k) - figure(before, k) < n}
+            if not short or errs or time.monotonic() > deadline:
+                return now, short, errs
+            time.sleep(0.02)
+
+    def t_stats(self):
+        """`stats` on the control socket: one line of integers in the documented key
+        order; what a fake-tier session and a refused CONNECT cost the daemon shows up
+        within the publish interval once both are closed and the worker is idle
+        (accepted, requests, denied, the leaf cache), a tunnel held open is a conn, the
+        audit records arrive within the audit wait, and no figure but conns goes back."""
+        def stats():
+            sid = "it%d-stats" % os.getpid()
+            window = STATS_PUBLISH_S + STATS_MARGIN_S
+            before, errs = self.stats()
+            extra = self.ctl("stats now")
+            if len(extra) != 1 or not extra[0].startswith("error bad_request "):
+                errs.append("stats with an argument: %r, want error bad_request" % extra)
+            path, why = self.sandbox_path(sid, "default")
+            if why:
+                return errs + [why]
+            held = None
+            try:
+                errs += stats_traffic(self, path)
+                # All of it is closed: nothing is left to wake the worker, so only the
+                # bound on its wait publishes what its last turns counted.
+                want = {"accepted": 2, "requests": 3, "denied": 1, "leaf_hits+leaf_misses": 1}
+                after, short, form = self.stats_grown(before, want, window)
+                errs += form
+                if short:
+                    errs.append("within %.1fs, figures that did not grow as made (before, "
+                                "after): %r; want growth %r" % (window, short, want))
+                if after.get("workers") != 2:
+                    errs.append("workers %r, want the policy's 2" % after.get("workers"))
+                status, _, held = self.connect_head(path, "fake.test:443")
+                opened, short, form = self.stats_grown({}, {"conns": 1}, window)
+                errs += form
+                if status != 200 or short:
+                    errs.append("a tunnel held open (CONNECT %d): conns %r within %.1fs, "
+                                "want >= 1" % (status, opened.get("conns"), window))
+                audited, short, form = self.stats_grown(before, {"audit_written": 3},
+                                                        AUDIT_WAIT_S)
+                errs += form
+                if short:
+                    errs.append("audit_written (before, after): %r; want 3 more records "
+                                "(two decisions allowed, one denied)" % short)
+                for a, b in ((before, after), (after, opened), (opened, audited)):
+                    back = {k: (a[k], b[k]) for k in a if k != "conns" and b.get(k, a[k]) < a[k]}
+                    if back:
+                        errs.append("figures that went back (earlier, later): %r" % back)
+            finally:
+                if held is not None:
+                    held.close()
+                self.ctl("sandbox rm %s" % sid)
+            return errs
+
+        self.timed("stats: integers in the documented key order; a fake-tier session and a "
+                   "refused CONNECT counted within the publish interval of an idle worker; a "
+                   "held tunnel is a conn; nothing goes back", stats)
+
     def sandbox_path(self, sid, profile):
         """Adds run-time sandbox <sid> on <profile>: (its egress socket path, None), or
         (None, the error) when the daemon refused."""
@@ -1983,6 +2075,31 @@ def fake_session(t, ctx, path):
     return errs
 
 
+def stats_traffic(t, path):
+    """What t_stats makes the daemon count, through sandbox socket <path>, all of it
+    closed on return: a fake-tier session (one accept, the CONNECT and a GET inside it:
+    two requests; its handshake looks fake.test's leaf up) and a CONNECT no rule allows
+    (one accept, one request, denied)."""
+    errs = []
+    ctx = ssl.create_default_context(cafile=t.vars["ca"])
+    ts = tls_tunnel(t, ctx, path, "fake.test:443")
+    try:
+        ts.sendall(b"GET /hello HTTP/1.1\r\nHost: fake.test\r\n\r\n")
+        f = ts.makefile("rb")
+        status, headers, _ = read_response(f)
+        f.read(int(headers.get("content-length", "0")))
+        if status != 200:
+            errs.append("GET /hello on fake.test: %d, want 200" % status)
+    finally:
+        ts.close()
+    status, headers, s = t.connect_head(path, "denied.test:443")
+    if s is not None:
+        s.close()
+    if status != 403:
+        errs.append("CONNECT denied.test:443: %d %r, want 403" % (status, headers))
+    return errs
+
+
 INJECT_SECRET = "sk-real-secret-never-in-the-sandbox-5f0c9e"
 INJECT_PLACEHOLDER = "agentsnet-placeholder-0001"
 
@@ -2204,7 +2321,7 @@ def inject_edges(t, ctx, path, auth):
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
-         "density", "daemon_restart", "daemon_stopped", "ingress"]
+         "density", "daemon_restart", "daemon_stopped", "ingress", "stats"]
 
 
 def preflight(args):
