@@ -472,9 +472,12 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		pthread_mutex_lock(&daemon_lock);
 		notice(audit, cfg->workers, "daemon_started");
 		pthread_mutex_unlock(&daemon_lock);
+		pthread_mutex_lock(&e.lock); /* the control thread may be adding sandboxes */
+		uint32_t active = e.sandbox_active;
+		pthread_mutex_unlock(&e.lock);
 		fprintf(stderr,
 			"agentsnetd: ready (%u sandboxes, %u workers, audit %s, control %s)\n",
-			e.sandbox_active, cfg->workers, cfg->audit_path, ctl.path);
+			active, cfg->workers, cfg->audit_path, ctl.path);
 		wait_for_stop(&d);
 		control_stop(&ctl);
 		ret = engine_stop(&e);
