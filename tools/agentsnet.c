@@ -47,6 +47,7 @@ static const char usage_text[] =
     "       agentsnet sandbox ls [--socket-dir DIR]\n"
     "       agentsnet policy reload|status [--socket-dir DIR]\n"
     "       agentsnet ping [--socket-dir DIR]\n"
+    "       agentsnet stats [--socket-dir DIR]\n"
     "       agentsnet run [--sandbox ID] [--profile NAME] [--socket-dir DIR] [--bridge PATH]\n"
     "                     [--ca PATH] [--public-url URL] [--user USER[:GROUP]]\n"
     "                     -- CMD [ARGS...]\n"
@@ -58,6 +59,8 @@ static const char usage_text[] =
     "sandbox     registers, removes or lists sandboxes on the running agentsnetd.\n"
     "policy      reload: agentsnetd re-reads its policy file (a bad one is refused and\n"
     "            the running policy stays); status: the generation it serves.\n"
+    "stats       prints agentsnetd's counters, one line of <key> <value> pairs (the\n"
+    "            keys and their order: docs/control.md).\n"
     "check       prints the decision agentsnetd would make for URL, from the same code\n"
     "            (exit 0 allow, 1 deny, 2 no decision: see agentsnet check --help).\n"
     "run         runs CMD through agentsnet-bridge in a sandbox with no network but lo,\n"
@@ -214,7 +217,7 @@ static int print_answer(const char *verb, struct ctl_reply *r)
 	return fflush(stdout) == 0 ? CTL_EXIT_OK : CTL_EXIT_ERROR;
 }
 
-/* `sandbox add|rm|ls ...`, `policy reload|status` and `ping` (<argv>[0] names which). */
+/* `sandbox add|rm|ls ...`, `policy reload|status`, `ping` and `stats` (<argv>[0] names which). */
 static int control_main(int argc, char **argv)
 {
 	static const struct option longs[] = {
@@ -243,16 +246,17 @@ static int control_main(int argc, char **argv)
 	}
 	for (int i = optind; i < argc && n < 4; i++)
 		words[n++] = argv[i];
-	bool ping = strcmp(argv[0], "ping") == 0;
+	/* A command of one word: the daemon's answer is its text. */
+	bool single = strcmp(argv[0], "ping") == 0 || strcmp(argv[0], "stats") == 0;
 	bool add = strcmp(argv[0], "sandbox") == 0 && n >= 2 && strcmp(words[1], "add") == 0;
-	if (optind + n - 1 != argc || (ping && n != 1) || (!ping && n < 2) ||
+	if (optind + n - 1 != argc || (single && n != 1) || (!single && n < 2) ||
 	    (profile != NULL && !add))
 		return usage_error("wrong arguments");
 	if (add && n == 3)
 		words[n++] = profile != NULL ? profile : AGENTSNET_PROFILE;
 	int rc = control(socket_dir, n, words, &r);
 	if (rc == CTL_EXIT_OK)
-		rc = print_answer(ping ? "ping" : words[1], &r);
+		rc = print_answer(single ? argv[0] : words[1], &r);
 	ctl_reply_free(&r);
 	return rc;
 }
@@ -622,7 +626,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "ca") == 0)
 		return ca_main(argc - 1, argv + 1);
-	if (strcmp(cmd, "sandbox") == 0 || strcmp(cmd, "ping") == 0 || strcmp(cmd, "policy") == 0)
+	if (strcmp(cmd, "sandbox") == 0 || strcmp(cmd, "ping") == 0 || strcmp(cmd, "policy") == 0 ||
+	    strcmp(cmd, "stats") == 0)
 		return control_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "run") == 0)
 		return run_main(argc - 1, argv + 1);

@@ -207,8 +207,8 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 {
 	AN_ASSERT(argc >= 1);
 	AN_ASSERT(argv[0] != NULL);
-	if (strcmp(argv[0], "ping") == 0 && argc == 1)
-		return snprintf(out, cap, "ping\n");
+	if ((strcmp(argv[0], "ping") == 0 || strcmp(argv[0], "stats") == 0) && argc == 1)
+		return snprintf(out, cap, "%s\n", argv[0]);
 	if (strcmp(argv[0], "policy") == 0 && argc == 2 &&
 	    (strcmp(argv[1], "reload") == 0 || strcmp(argv[1], "status") == 0))
 		return snprintf(out, cap, "policy %s\n", argv[1]);

@@ -8,6 +8,7 @@
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <dir>"
  *   policy reload              -> ok <what was loaded> | error reload_refused <why>
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
+ *   stats                      -> ok workers <n> conns <c> ... (docs/control.md)
  */
 #ifndef AN_TOOLS_CTL_H
 #define AN_TOOLS_CTL_H

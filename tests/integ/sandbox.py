@@ -1957,6 +1957,28 @@ class Tests(Pass):
 
         self.timed("agentsnet ping answers through the control socket", ping)
 
+        def stats_cli():
+            p = subprocess.run(self.host_cmd([self.vars["agentsnet"], "stats", "--socket-dir",
+                                              self.vars["sock_dir"]]), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=self.run_env(), timeout=20,
+                               check=False)
+            words = p.stdout.decode("utf-8", "replace").split()
+            errs = [] if p.returncode == 0 and words[0::2] == STATS_KEYS and \
+                all(re.fullmatch(r"[0-9]+", v) for v in words[1::2]) else [
+                "agentsnet stats: exit %d: %r %r, want the keys %r with integers" % (
+                    p.returncode, p.stdout[:400], p.stderr[:400], STATS_KEYS)]
+            p = subprocess.run(self.host_cmd([self.vars["agentsnet"], "stats", "extra",
+                                              "--socket-dir", self.vars["sock_dir"]]),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=self.run_env(), timeout=20, check=False)
+            if p.returncode != 2:
+                errs.append("agentsnet stats extra: exit %d, want 2 (usage)" % p.returncode)
+            return errs
+
+        self.timed("agentsnet stats prints the daemon's counters: the documented keys, in "
+                   "order, each an integer; an extra argument is a usage error (exit 2)",
+                   stats_cli)
+
         def check(args):
             p = subprocess.run(self.host_cmd([self.vars["agentsnet"], "check", "--config",
                                               self.vars["policy"], *args]),

@@ -137,6 +137,8 @@ START_TEST(requests)
 
 	ck_assert_int_eq(fmt(out, sizeof(out), 1, "ping", NULL, NULL, NULL), 5);
 	ck_assert_str_eq(out, "ping\n");
+	ck_assert_int_eq(fmt(out, sizeof(out), 1, "stats", NULL, NULL, NULL), 6);
+	ck_assert_str_eq(out, "stats\n");
 	ck_assert_int_eq(fmt(out, sizeof(out), 2, "policy", "reload", NULL, NULL), 14);
 	ck_assert_str_eq(out, "policy reload\n");
 	ck_assert_int_eq(fmt(out, sizeof(out), 2, "policy", "status", NULL, NULL), 14);
@@ -157,6 +159,7 @@ START_TEST(requests_refused)
 	char out[CTL_REQUEST_BYTES_MAX];
 
 	ck_assert_int_eq(fmt(out, sizeof(out), 2, "ping", "x", NULL, NULL), -EINVAL);
+	ck_assert_int_eq(fmt(out, sizeof(out), 2, "stats", "x", NULL, NULL), -EINVAL);
 	ck_assert_int_eq(fmt(out, sizeof(out), 1, "sandbox", NULL, NULL, NULL), -EINVAL);
 	ck_assert_int_eq(fmt(out, sizeof(out), 2, "sandbox", "nuke", NULL, NULL), -EINVAL);
 	ck_assert_int_eq(fmt(out, sizeof(out), 3, "sandbox", "ls", "x", NULL), -EINVAL);
