@@ -484,7 +484,8 @@ int acl_normalise(const char *host, size_t len, char *out, size_t cap, enum acl_
 /*
  * Layout, for a million rules in one dependent cache line a hit. Every key,
  * name or wildcard suffix, is a 64-byte slot of one open-addressed table at
- * most half full (128 MB at 1M rules; the loader's cap of 2^18 a file is 32), placed by Robin Hood linear probing from its home slot
+ * most half full (128 MB at 1M rules, 32 MB at the loader's cap of 2^18 a
+ * file), placed by Robin Hood linear probing from its home slot
  * (multiply-shift of the hash: any count, no power of two). A slot holds what
  * a hit needs: the rule's id, indexes, up to NODE_PORTS ports, tier, how far
  * it sits from home, and the key's first NODE_KEY_INLINE bytes; a longer
@@ -494,7 +495,7 @@ int acl_normalise(const char *host, size_t len, char *out, size_t cap, enum acl_
  * first, where a bucket of tags pointing at a node needed two lines one after
  * the other (~2 x 150 ns from DRAM on the bench VM). Robin Hood keeps probes
  * short and lets a probe stop at the first slot nearer its home than the
- * probe is. In front of the table, the filter (above) rules out all but 1% of
+ * probe is. In front of the table, the filter (below) rules out all but 1% of
  * the candidates that have no slot, so a miss reads no table line at all, and
  * a hit reads no line for the other candidates. Rules with an instruction,
  * upstream, limits or more ports are cold: the slot says so and the verdict
