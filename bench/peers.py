@@ -770,12 +770,11 @@ def start_mitmproxy(work, cpu, workers, tls):
 
 # ---- nginx as a reverse proxy --------------------------------------------------------------
 
-def nginx_proxy_conf(dir, port, upstream):
-    """nginx.conf of nginx-proxy: 127.0.0.1:<port> relays every request to the Unix socket
-    <upstream>, every file in <dir> (see the module's docstring)."""
-    conns = min(CONNS_MAX, (fd_limit() - 64) // 2)
-    return """# agentsnet bench peer: nginx as a reverse proxy to one Unix socket (the ingress one).
-worker_processes 1;
+def nginx_head(dir, nofile, conns, idle_s):
+    """The start of every nginx.conf here, up to the open http block: one worker in the
+    foreground, <nofile> files and <conns> connections, every file in <dir>, no access log,
+    keep-alive for <idle_s> seconds."""
+    return """worker_processes 1;
 daemon off;
 master_process off;
 worker_rlimit_nofile %(nofile)d;
@@ -791,7 +790,15 @@ http {
 	scgi_temp_path %(dir)s/nginx-scgi;
 	keepalive_requests 100000000;
 	keepalive_timeout %(idle)ds;
-	# One connection to the socket per request in flight, kept open between requests.
+""" % {"dir": dir, "nofile": nofile, "conns": conns, "idle": idle_s}
+
+
+def nginx_proxy_conf(dir, port, upstream):
+    """nginx.conf of nginx-proxy: 127.0.0.1:<port> relays every request to the Unix socket
+    <upstream>, every file in <dir> (see the module's docstring)."""
+    conns = min(CONNS_MAX, (fd_limit() - 64) // 2)
+    return ("# agentsnet bench peer: nginx as a reverse proxy to one Unix socket (the ingress "
+            "one).\n" + nginx_head(dir, fd_limit(), conns, IDLE_TIMEOUT_S) + """	# One connection to the socket per request in flight, kept open between requests.
 	upstream sandbox {
 		server unix:%(upstream)s;
 		keepalive %(keepalive)d;
@@ -813,8 +820,8 @@ http {
 		}
 	}
 }
-""" % {"nofile": fd_limit(), "dir": dir, "conns": conns, "idle": IDLE_TIMEOUT_S,
-       "upstream": upstream, "keepalive": NGINX_KEEPALIVE, "port": port}
+""" % {"idle": IDLE_TIMEOUT_S, "upstream": upstream, "keepalive": NGINX_KEEPALIVE,
+       "port": port})
 
 
 def start_nginx_proxy(work, cpu, workers, upstream):
@@ -1092,29 +1099,13 @@ def nginx_conf(work, port, nofile=20000, tls=None):
     if tls is not None:
         listen_tls = ("listen 127.0.0.1:%d ssl backlog=4096;\n\t\tssl_certificate %s;\n"
                       "\t\tssl_certificate_key %s;\n\t\t" % tls)
-    write(conf, """worker_processes 1;
-daemon off;
-master_process off;
-worker_rlimit_nofile %(nofile)d;
-pid %(w)s/nginx.pid;
-error_log %(w)s/nginx-error.log warn;
-events { worker_connections 8192; }
-http {
-	access_log off;
-	client_body_temp_path %(w)s/nginx-body;
-	proxy_temp_path %(w)s/nginx-proxy;
-	fastcgi_temp_path %(w)s/nginx-fastcgi;
-	uwsgi_temp_path %(w)s/nginx-uwsgi;
-	scgi_temp_path %(w)s/nginx-scgi;
-	keepalive_requests 100000000;
-	keepalive_timeout 120s;
-	server {
+    write(conf, nginx_head(work, nofile, 8192, 120) + """	server {
 		listen 127.0.0.1:%(port)d backlog=4096;
 		%(tls)slocation / { return 200 "hello, bench\\n"; }
 		location = /echo-authorization { return 200 "$http_authorization\\n"; }
 	}
 }
-""" % {"w": work, "port": port, "nofile": nofile, "tls": listen_tls})
+""" % {"port": port, "tls": listen_tls})
     return conf
 
 

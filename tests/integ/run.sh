@@ -55,31 +55,24 @@ if [ $rc -eq 0 ] && [ $# -eq 0 ]; then
 		--daemon "$daemon" --netns "$ns" --cases '0[12]*'
 	rc=$?
 fi
+# A pass of its own: <name> <script> <timeout in s>. A timeout or a failure
+# (anything but 0, or 77 for a skip) makes the run fail.
+run_pass() {
+	echo "integ: $1 pass (tests/integ/$2)"
+	timeout --kill-after=15 "$3" python3 -u "tests/integ/$2" --daemon "$daemon" --netns "$ns"
+	case $? in
+	0 | 77) ;;
+	124 | 137) echo "integ: FAIL: $1 pass timed out" && rc=1 ;;
+	*) rc=1 ;;
+	esac
+}
 # The sandbox pass reuses the names: its host namespace is "$ns", its daemon's
-# socket directory /run/$ns (both removed by cleanup above).
+# socket directory /run/$ns (both removed by cleanup above). The ingress pass
+# (public requests through the gateway to servers in `agentsnet run`
+# sandboxes) reuses them too.
 if [ $# -eq 0 ]; then
-	echo "integ: sandbox pass (tests/integ/sandbox.py)"
-	timeout --kill-after=15 "${AN_SANDBOX_TIMEOUT_S:-180}" python3 -u tests/integ/sandbox.py \
-		--daemon "$daemon" --netns "$ns"
-	sb=$?
-	case $sb in
-	0 | 77) ;;
-	124 | 137) echo "integ: FAIL: sandbox pass timed out" && rc=1 ;;
-	*) rc=1 ;;
-	esac
-fi
-# The ingress pass (tests/integ/ingress.py: public requests through the
-# gateway to servers in `agentsnet run` sandboxes) reuses the same names.
-if [ $# -eq 0 ]; then
-	echo "integ: ingress pass (tests/integ/ingress.py)"
-	timeout --kill-after=15 "${AN_INGRESS_TIMEOUT_S:-150}" python3 -u tests/integ/ingress.py \
-		--daemon "$daemon" --netns "$ns"
-	ig=$?
-	case $ig in
-	0 | 77) ;;
-	124 | 137) echo "integ: FAIL: ingress pass timed out" && rc=1 ;;
-	*) rc=1 ;;
-	esac
+	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-180}"
+	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
 fi
 case $rc in
 0 | 1 | 77) ;;
