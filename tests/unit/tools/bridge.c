@@ -4,14 +4,17 @@
  * - The agent's environment: every row of the table, checked against an independent list of
  *   names, with and without a CA bundle; caller-set variables overwritten; --print-env's lines.
  * - Flags: loopback-only listen addresses, ports and socket paths at N and N+1.
- * - The seccomp filter, loaded in a forked child: the refused sockets and io_uring calls fail
- *   with EPERM, ordinary sockets still open, and other architectures are killed (SIGSYS).
+ * - The seccomp filters, the agent's and the bridge's own: every rule is a real attempt in a
+ *   child of its own, refused with the filter's errno under it, and (as root) not refused so
+ *   without it; what a filter lets through ends as it does without one. glibc's fork, threads
+ *   and posix_spawn work under the agent's; other architectures are killed (SIGSYS).
  * - The relay, driven by bridge_turn() on a thread against a Unix server in the test: 10 MiB
  *   each way, byte-identical, with half-close; an absent or dying daemon; the connection limit
  *   at N and N+1; ingress, and what it does with a socket file already there.
  * - bridge_main() in a forked child with this binary as the agent (BRIDGE_TEST_PROBE selects
  *   what it checks): exit status, forwarded signals, the agent's environment, the filter with
- *   and without --no-seccomp, orphans reaped, the agent's group killed, job-control stops.
+ *   and without --no-seccomp, orphans reaped, the agent's group killed, job-control stops; the
+ *   agent's session and terminal, the bridge's own filter, and the bridge not dumpable.
  * Each relay test ends with zero connections in use and no descriptor left open.
  */
 #define BRIDGE_NO_MAIN
@@ -19,11 +22,21 @@
 
 #include <check.h>
 #include <dirent.h>
+#include <grp.h>
+#include <linux/bpf.h>
+#include <linux/kcmp.h>
+#include <linux/keyctl.h>
+#include <linux/netlink.h>
+#include <linux/perf_event.h>
+#include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdatomic.h>
-#include <sys/ioctl.h>
+#include <sys/ptrace.h>
+#include <sys/quota.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include "tests/unit/unit.h"
 
@@ -612,52 +625,441 @@ START_TEST(test_command_and_text)
 }
 END_TEST
 
-/* ---- The seccomp filter ---- */
+/* ---- The seccomp filters ---- */
+
+/* What a filter does with a probe: refuses it with an errno, or lets it through (PASS), and
+ * the probe then ends exactly as it does without a filter. */
+#define PASS (-1)
+/* Not a system call: vfork() from C, the one safe way to call it. */
+#define PROBE_VFORK (-2L)
+/* A kernel without the feature refuses it with the filter's errno too (vsock, say). */
+#define PF_ABSENT_OK 1u
+/* kernel.io_uring_disabled can refuse it with EPERM too. */
+#define PF_URING 2u
+/* The probe's own exit statuses when it could not run; anything else is 0 or an errno. */
+#define PROBE_EXIT_SETUP 250
+#define PROBE_EXIT_LOAD  251
+
+/* Arguments that only exist in the probe's own process, resolved there (probe_arg). */
+enum probe_ref {
+	REF_VICTIM = 1, /* the pid of a process of the test's own (victim_start) */
+	REF_SELF,       /* the probe's pid */
+	REF_PIDFD,      /* a pidfd of the victim */
+	REF_TTY,        /* a new pty's slave, the probe's controlling terminal */
+	REF_NETNS,      /* the probe's network namespace */
+	REF_BUF,        /* 256 zeroed bytes */
+	REF_IOV,        /* an iovec over 16 bytes of REF_BUF, which the victim has too */
+	REF_MISSING,    /* a path that does not exist */
+	REF_EMPTY,      /* "" */
+	REF_TMPFS,      /* "tmpfs" */
+	REF_KEYTYPE,    /* "user" */
+	REF_KEYDESC,    /* "an-probe" */
+	REF_FSNAME,     /* a file system type that does not exist */
+	REF_MODULE,     /* a module that does not exist */
+	REF_TRUE,       /* "/bin/true" */
+	REF_ARGV,       /* { "true", NULL } */
+	REF_CLONE3,     /* clone_args for a plain child (SIGCHLD) */
+	REF_BPF,        /* bpf_attr: a one-entry array map */
+	REF_PERF,       /* perf_event_attr: the caller's task clock */
+	REF_COUNT,
+};
+#define PROBE_REF_BASE (-0x5eed0000L)
+#define REF(r)         (PROBE_REF_BASE - (long)(r))
 
 struct probe {
 	const char *what;
-	long nr;
-	long a0, a1, a2;
-	int want; /* EPERM: refused; 0: must succeed; -1: anything but EPERM */
+	long nr;    /* a system call, or PROBE_VFORK */
+	long a[6];  /* literal arguments, or REF(...) */
+	int agent;  /* under the agent's filter: the errno, or PASS */
+	int bridge; /* under the bridge's own */
+	unsigned int flags;
 };
+
+#define NOAF      EAFNOSUPPORT
+#define V_HIGH(v) ((long)(0x100000000L | (v))) /* junk in the high half of an int argument */
 
 static const struct probe probes[] = {
-	{ "AF_VSOCK", SYS_socket, AF_VSOCK, SOCK_STREAM, 0, EPERM },
-	{ "AF_VSOCK, high bits", SYS_socket, (long)(0x100000000L | AF_VSOCK), SOCK_STREAM, 0,
-	  EPERM },
-	{ "AF_VSOCK dgram", SYS_socket, AF_VSOCK, SOCK_DGRAM | SOCK_CLOEXEC, 0, EPERM },
-	{ "AF_PACKET raw", SYS_socket, AF_PACKET, SOCK_RAW, 0, EPERM },
-	{ "AF_PACKET dgram", SYS_socket, AF_PACKET, SOCK_DGRAM, 0, EPERM },
-	{ "AF_INET raw", SYS_socket, AF_INET, SOCK_RAW, IPPROTO_ICMP, EPERM },
-	{ "AF_INET raw, flags", SYS_socket, AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC,
-	  IPPROTO_RAW, EPERM },
-	{ "AF_INET6 raw", SYS_socket, AF_INET6, SOCK_RAW, IPPROTO_ICMPV6, EPERM },
-	{ "NETLINK_ROUTE raw", SYS_socket, AF_NETLINK, SOCK_RAW, NETLINK_ROUTE, EPERM },
-	{ "NETLINK_ROUTE dgram", SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_ROUTE,
-	  EPERM },
-	{ "NETLINK_ROUTE, high bits", SYS_socket, AF_NETLINK, SOCK_DGRAM,
-	  (long)(0x700000000L | NETLINK_ROUTE), EPERM },
-	{ "io_uring_setup", SYS_io_uring_setup, 1, 0, 0, EPERM },
-	{ "io_uring_enter", SYS_io_uring_enter, 0, 1, 0, EPERM },
-	{ "io_uring_register", SYS_io_uring_register, 0, 0, 0, EPERM },
-	{ "AF_INET stream", SYS_socket, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0, 0 },
-	{ "AF_INET dgram", SYS_socket, AF_INET, SOCK_DGRAM, 0, 0 },
-	{ "AF_INET6 stream", SYS_socket, AF_INET6, SOCK_STREAM, 0, -1 },
-	{ "AF_UNIX stream", SYS_socket, AF_UNIX, SOCK_STREAM, 0, 0 },
-	{ "AF_UNIX dgram", SYS_socket, AF_UNIX, SOCK_DGRAM, 0, 0 },
-	{ "NETLINK_KOBJECT_UEVENT dgram", SYS_socket, AF_NETLINK, SOCK_DGRAM,
-	  NETLINK_KOBJECT_UEVENT, -1 },
+	/* Socket families: AF_UNIX, AF_INET and AF_INET6 only, as the kernel reads the int. */
+	{ "AF_VSOCK", SYS_socket, { AF_VSOCK, SOCK_STREAM }, NOAF, NOAF, PF_ABSENT_OK },
+	{ "AF_VSOCK, high bits",
+	  SYS_socket,
+	  { V_HIGH(AF_VSOCK), SOCK_STREAM },
+	  NOAF,
+	  NOAF,
+	  PF_ABSENT_OK },
+	{ "AF_NETLINK route", SYS_socket, { AF_NETLINK, SOCK_RAW, NETLINK_ROUTE }, NOAF, NOAF, 0 },
+	{ "AF_NETLINK uevent",
+	  SYS_socket,
+	  { AF_NETLINK, SOCK_DGRAM, NETLINK_KOBJECT_UEVENT },
+	  NOAF,
+	  NOAF,
+	  0 },
+	{ "AF_NETLINK, high bits",
+	  SYS_socket,
+	  { (long)(0x700000000L | AF_NETLINK), SOCK_DGRAM },
+	  NOAF,
+	  NOAF,
+	  0 },
+	{ "AF_PACKET raw", SYS_socket, { AF_PACKET, SOCK_RAW }, NOAF, NOAF, 0 },
+	{ "AF_PACKET dgram", SYS_socket, { AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC }, NOAF, NOAF, 0 },
+	{ "AF_XDP", SYS_socket, { AF_XDP, SOCK_RAW }, NOAF, NOAF, 0 },
+	{ "socketpair AF_INET",
+	  SYS_socketpair,
+	  { AF_INET, SOCK_STREAM, 0, REF(REF_BUF) },
+	  NOAF,
+	  NOAF,
+	  0 },
+	{ "socketpair AF_NETLINK",
+	  SYS_socketpair,
+	  { AF_NETLINK, SOCK_DGRAM, 0, REF(REF_BUF) },
+	  NOAF,
+	  NOAF,
+	  0 },
+	/* Raw sockets, and SOCK_PACKET (AF_PACKET in disguise), in AF_INET and AF_INET6. */
+	{ "AF_INET raw", SYS_socket, { AF_INET, SOCK_RAW, IPPROTO_ICMP }, EPERM, EPERM, 0 },
+	{ "AF_INET raw, flags",
+	  SYS_socket,
+	  { AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_RAW },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "AF_INET raw, high bits",
+	  SYS_socket,
+	  { V_HIGH(AF_INET), SOCK_RAW, IPPROTO_ICMP },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "AF_INET6 raw", SYS_socket, { AF_INET6, SOCK_RAW, IPPROTO_ICMPV6 }, EPERM, EPERM, 0 },
+	{ "AF_INET SOCK_PACKET", SYS_socket, { AF_INET, SOCK_PACKET }, EPERM, EPERM, 0 },
+	{ "AF_INET6 SOCK_PACKET", SYS_socket, { AF_INET6, SOCK_PACKET }, EPERM, EPERM, 0 },
+	/* What clients use. */
+	{ "AF_INET stream", SYS_socket, { AF_INET, SOCK_STREAM | SOCK_CLOEXEC }, PASS, PASS, 0 },
+	{ "AF_INET dgram", SYS_socket, { AF_INET, SOCK_DGRAM }, PASS, PASS, 0 },
+	{ "AF_INET ping", SYS_socket, { AF_INET, SOCK_DGRAM, IPPROTO_ICMP }, PASS, PASS, 0 },
+	{ "AF_INET6 stream", SYS_socket, { AF_INET6, SOCK_STREAM }, PASS, PASS, 0 },
+	{ "AF_UNIX stream", SYS_socket, { AF_UNIX, SOCK_STREAM }, PASS, PASS, 0 },
+	{ "AF_UNIX dgram", SYS_socket, { AF_UNIX, SOCK_DGRAM }, PASS, PASS, 0 },
+	{ "AF_UNIX, high bits", SYS_socket, { V_HIGH(AF_UNIX), SOCK_STREAM }, PASS, PASS, 0 },
+	{ "socketpair AF_UNIX",
+	  SYS_socketpair,
+	  { AF_UNIX, SOCK_STREAM, 0, REF(REF_BUF) },
+	  PASS,
+	  PASS,
+	  0 },
+	{ "socketpair AF_UNIX, high bits",
+	  SYS_socketpair,
+	  { V_HIGH(AF_UNIX), SOCK_DGRAM, 0, REF(REF_BUF) },
+	  PASS,
+	  PASS,
+	  0 },
+	/* The terminal, whichever descriptor it is on. */
+	{ "TIOCSTI", SYS_ioctl, { REF(REF_TTY), TIOCSTI, REF(REF_BUF) }, EPERM, EPERM, 0 },
+	{ "TIOCSTI, high bits",
+	  SYS_ioctl,
+	  { REF(REF_TTY), V_HIGH(TIOCSTI), REF(REF_BUF) },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "TIOCLINUX", SYS_ioctl, { REF(REF_TTY), TIOCLINUX, REF(REF_BUF) }, EPERM, EPERM, 0 },
+	{ "TIOCGWINSZ", SYS_ioctl, { REF(REF_TTY), TIOCGWINSZ, REF(REF_BUF) }, PASS, PASS, 0 },
+	/* Other processes. */
+	{ "ptrace", SYS_ptrace, { PTRACE_SEIZE, REF(REF_VICTIM) }, EPERM, EPERM, 0 },
+	{ "process_vm_readv",
+	  SYS_process_vm_readv,
+	  { REF(REF_VICTIM), REF(REF_IOV), 1, REF(REF_IOV), 1 },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "process_vm_writev",
+	  SYS_process_vm_writev,
+	  { REF(REF_VICTIM), REF(REF_IOV), 1, REF(REF_IOV), 1 },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "pidfd_getfd", SYS_pidfd_getfd, { REF(REF_PIDFD), 0 }, EPERM, EPERM, 0 },
+	{ "kcmp", SYS_kcmp, { REF(REF_SELF), REF(REF_VICTIM), KCMP_FILE, 0, 0 }, EPERM, EPERM, 0 },
+	{ "pidfd_open", SYS_pidfd_open, { REF(REF_VICTIM) }, PASS, EPERM, 0 },
+	/* Kernel keyrings. */
+	{ "keyctl",
+	  SYS_keyctl,
+	  { KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0 },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "add_key",
+	  SYS_add_key,
+	  { REF(REF_KEYTYPE), REF(REF_KEYDESC), REF(REF_BUF), 1, KEY_SPEC_PROCESS_KEYRING },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "request_key",
+	  SYS_request_key,
+	  { REF(REF_KEYTYPE), REF(REF_KEYDESC), 0, KEY_SPEC_PROCESS_KEYRING },
+	  EPERM,
+	  EPERM,
+	  0 },
+	/* Namespaces. */
+	{ "unshare CLONE_NEWUSER", SYS_unshare, { CLONE_NEWUSER }, EPERM, EPERM, 0 },
+	{ "unshare CLONE_NEWNS", SYS_unshare, { CLONE_NEWNS }, EPERM, EPERM, 0 },
+	{ "unshare CLONE_NEWPID", SYS_unshare, { CLONE_NEWPID }, EPERM, EPERM, 0 },
+	{ "unshare CLONE_NEWNET", SYS_unshare, { CLONE_NEWNET }, EPERM, EPERM, 0 },
+	{ "unshare CLONE_NEWUTS", SYS_unshare, { CLONE_NEWUTS }, EPERM, EPERM, 0 },
+	{ "unshare CLONE_NEWIPC", SYS_unshare, { CLONE_NEWIPC }, EPERM, EPERM, 0 },
+	{ "unshare CLONE_NEWCGROUP", SYS_unshare, { CLONE_NEWCGROUP }, EPERM, EPERM, 0 },
+	{ "unshare CLONE_NEWTIME", SYS_unshare, { CLONE_NEWTIME }, EPERM, EPERM, 0 },
+	{ "unshare CLONE_FILES", SYS_unshare, { CLONE_FILES }, PASS, EPERM, 0 },
+	{ "clone CLONE_NEWUSER", SYS_clone, { CLONE_NEWUSER | SIGCHLD }, EPERM, EPERM, 0 },
+	{ "clone CLONE_NEWNS", SYS_clone, { CLONE_NEWNS | SIGCHLD }, EPERM, EPERM, 0 },
+	{ "clone CLONE_NEWPID", SYS_clone, { CLONE_NEWPID | SIGCHLD }, EPERM, EPERM, 0 },
+	{ "clone CLONE_NEWNET", SYS_clone, { CLONE_NEWNET | SIGCHLD }, EPERM, EPERM, 0 },
+	{ "clone CLONE_NEWUTS", SYS_clone, { CLONE_NEWUTS | SIGCHLD }, EPERM, EPERM, 0 },
+	{ "clone CLONE_NEWIPC", SYS_clone, { CLONE_NEWIPC | SIGCHLD }, EPERM, EPERM, 0 },
+	{ "clone CLONE_NEWCGROUP", SYS_clone, { CLONE_NEWCGROUP | SIGCHLD }, EPERM, EPERM, 0 },
+	{ "setns", SYS_setns, { REF(REF_NETNS), CLONE_NEWNET }, EPERM, EPERM, 0 },
+	/* New processes: the agent's own business, never the bridge's after start-up. */
+	{ "clone", SYS_clone, { SIGCHLD }, PASS, EPERM, 0 },
+	{ "clone3", SYS_clone3, { REF(REF_CLONE3), 64 }, ENOSYS, EPERM, PF_ABSENT_OK },
+	{ "fork", SYS_fork, { 0 }, PASS, EPERM, 0 },
+	{ "vfork", PROBE_VFORK, { 0 }, PASS, EPERM, 0 },
+	{ "execve", SYS_execve, { REF(REF_TRUE), REF(REF_ARGV), 0 }, PASS, EPERM, 0 },
+	{ "execveat",
+	  SYS_execveat,
+	  { AT_FDCWD, REF(REF_TRUE), REF(REF_ARGV), 0, 0 },
+	  PASS,
+	  EPERM,
+	  0 },
+	/* io_uring, whose socket and connect operations pass no filter. */
+	{ "io_uring_setup", SYS_io_uring_setup, { 1, REF(REF_BUF) }, EPERM, EPERM, PF_URING },
+	{ "io_uring_enter", SYS_io_uring_enter, { 0, 1 }, EPERM, EPERM, PF_URING },
+	{ "io_uring_register", SYS_io_uring_register, { 0 }, EPERM, EPERM, PF_URING },
+	/* The rest: arguments that fail harmlessly after the kernel's own permission check. */
+	{ "bpf",
+	  SYS_bpf,
+	  { BPF_MAP_CREATE, REF(REF_BPF), sizeof(union bpf_attr) },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "perf_event_open",
+	  SYS_perf_event_open,
+	  { REF(REF_PERF), 0, -1, -1, 0 },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "userfaultfd", SYS_userfaultfd, { O_CLOEXEC | UFFD_USER_MODE_ONLY }, EPERM, EPERM, 0 },
+	{ "kexec_load", SYS_kexec_load, { 0, 0, 0, 0x8000 }, EPERM, EPERM, 0 },
+	{ "kexec_file_load", SYS_kexec_file_load, { -1, -1, 0, 0, 0x40000000 }, EPERM, EPERM, 0 },
+	{ "init_module", SYS_init_module, { REF(REF_BUF), 0, REF(REF_EMPTY) }, EPERM, EPERM, 0 },
+	{ "finit_module", SYS_finit_module, { -1, REF(REF_EMPTY), 0 }, EPERM, EPERM, 0 },
+	{ "delete_module", SYS_delete_module, { REF(REF_MODULE), O_NONBLOCK }, EPERM, EPERM, 0 },
+	{ "open_by_handle_at",
+	  SYS_open_by_handle_at,
+	  { AT_FDCWD, REF(REF_BUF), O_RDONLY },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "mount",
+	  SYS_mount,
+	  { REF(REF_TMPFS), REF(REF_MISSING), REF(REF_TMPFS), 0, 0 },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "umount2", SYS_umount2, { REF(REF_MISSING), 0 }, EPERM, EPERM, 0 },
+	{ "pivot_root", SYS_pivot_root, { REF(REF_MISSING), REF(REF_MISSING) }, EPERM, EPERM, 0 },
+	{ "move_mount",
+	  SYS_move_mount,
+	  { -1, REF(REF_EMPTY), -1, REF(REF_EMPTY), 0 },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "open_tree", SYS_open_tree, { AT_FDCWD, REF(REF_MISSING), 0 }, EPERM, EPERM, 0 },
+	{ "fsopen", SYS_fsopen, { REF(REF_FSNAME), 0 }, EPERM, EPERM, 0 },
+	{ "fsconfig", SYS_fsconfig, { -1, 0, REF(REF_EMPTY), 0, 0 }, EPERM, EPERM, 0 },
+	{ "fsmount", SYS_fsmount, { -1, 0, 0 }, EPERM, EPERM, 0 },
+	{ "fspick", SYS_fspick, { AT_FDCWD, REF(REF_MISSING), 0 }, EPERM, EPERM, 0 },
+	{ "mount_setattr", SYS_mount_setattr, { -1, REF(REF_EMPTY), 0, 0, 0 }, EPERM, EPERM, 0 },
+	{ "swapon", SYS_swapon, { REF(REF_MISSING), 0 }, EPERM, EPERM, 0 },
+	{ "swapoff", SYS_swapoff, { REF(REF_MISSING) }, EPERM, EPERM, 0 },
+	{ "reboot", SYS_reboot, { 0, 0, 0, 0 }, EPERM, EPERM, 0 }, /* no magic: EINVAL */
+	{ "acct", SYS_acct, { REF(REF_MISSING) }, EPERM, EPERM, 0 },
+	{ "iopl", SYS_iopl, { 0 }, EPERM, EPERM, 0 },
+	{ "ioperm", SYS_ioperm, { 0, 0, 0 }, EPERM, EPERM, 0 },
+	{ "quotactl",
+	  SYS_quotactl,
+	  { QCMD(Q_GETINFO, USRQUOTA), REF(REF_MISSING), 0, REF(REF_BUF) },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "quotactl_fd",
+	  SYS_quotactl_fd,
+	  { -1, QCMD(Q_GETINFO, USRQUOTA), 0, REF(REF_BUF) },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "lookup_dcookie", SYS_lookup_dcookie, { 0, REF(REF_BUF), 0 }, EPERM, EPERM, 0 },
 };
 
-static size_t probe_index(const char *what)
+static pid_t probe_victim;
+static uint8_t probe_buf[256];
+static struct iovec probe_iov = { probe_buf, 16 };
+static char *probe_argv[] = { "true", NULL };
+static uint64_t probe_clone3[8] = { [4] = SIGCHLD }; /* exit_signal; 64 bytes: version 0 */
+static const union bpf_attr probe_bpf = {
+	.map_type = BPF_MAP_TYPE_ARRAY,
+	.key_size = 4,
+	.value_size = 4,
+	.max_entries = 1,
+};
+static const struct perf_event_attr probe_perf = {
+	.type = PERF_TYPE_SOFTWARE,
+	.size = sizeof(struct perf_event_attr),
+	.config = PERF_COUNT_SW_TASK_CLOCK,
+	.disabled = 1,
+	.exclude_kernel = 1,
+	.exclude_hv = 1,
+};
+
+/* A process of the test's own, the other end of the cross-process probes. */
+static void victim_start(void)
 {
-	for (size_t i = 0; i < AN_ARRAY_LEN(probes); i++) {
-		if (strcmp(probes[i].what, what) == 0) {
-			return i;
+	probe_victim = fork();
+	ck_assert_int_ge(probe_victim, 0);
+	if (probe_victim == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		for (;;) {
+			pause();
 		}
 	}
-	ck_abort_msg("no probe %s", what);
-	return 0;
+}
+
+static void victim_stop(void)
+{
+	ck_assert_int_eq(kill(probe_victim, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(probe_victim, NULL, 0), probe_victim);
+}
+
+/* In a new session: a new pty's slave, opened as the controlling terminal, or -1. */
+static long probe_tty(void)
+{
+	int m = posix_openpt(O_RDWR | O_NOCTTY);
+	if (setsid() == -1 || m == -1 || grantpt(m) != 0 || unlockpt(m) != 0) {
+		return -1;
+	}
+	const char *name = ptsname(m);
+	return name != NULL ? open(name, O_RDWR) : -1;
+}
+
+static long probe_need(long v)
+{
+	if (v < 0) {
+		_exit(PROBE_EXIT_SETUP);
+	}
+	return v;
+}
+
+/* <a> itself, or what REF(...) stands for in the probe's process. */
+static long probe_arg(long a)
+{
+	if (a > PROBE_REF_BASE || a <= REF(REF_COUNT)) {
+		return a;
+	}
+	switch ((enum probe_ref)(PROBE_REF_BASE - a)) {
+	case REF_VICTIM:
+		return probe_victim;
+	case REF_SELF:
+		return getpid();
+	case REF_PIDFD:
+		return probe_need(syscall(SYS_pidfd_open, probe_victim, 0));
+	case REF_TTY:
+		return probe_need(probe_tty());
+	case REF_NETNS:
+		return probe_need(open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
+	case REF_BUF:
+		return (long)probe_buf;
+	case REF_IOV:
+		return (long)&probe_iov;
+	case REF_MISSING:
+		return (long)"/nonexistent/an-probe";
+	case REF_EMPTY:
+		return (long)"";
+	case REF_TMPFS:
+		return (long)"tmpfs";
+	case REF_KEYTYPE:
+		return (long)"user";
+	case REF_KEYDESC:
+		return (long)"an-probe";
+	case REF_FSNAME:
+		return (long)"an-no-such-fs";
+	case REF_MODULE:
+		return (long)"an_no_such_module";
+	case REF_TRUE:
+		return (long)"/bin/true";
+	case REF_ARGV:
+		return (long)probe_argv;
+	case REF_CLONE3:
+		return (long)probe_clone3;
+	case REF_BPF:
+		return (long)&probe_bpf;
+	case REF_PERF:
+		return (long)&probe_perf;
+	case REF_COUNT:
+		break;
+	}
+	_exit(PROBE_EXIT_SETUP);
+}
+
+static long probe_vfork(void)
+{
+	pid_t pid = vfork();
+	if (pid == 0) {
+		_exit(0);
+	}
+	return pid;
+}
+
+/* Whether <p> makes a new process, which ends at once. */
+static bool probe_forks(const struct probe *p)
+{
+	return p->nr == SYS_clone || p->nr == SYS_clone3 || p->nr == SYS_fork ||
+	       p->nr == PROBE_VFORK;
+}
+
+/* In a child of its own: the arguments, the filter (if any), the call; exits with its errno. */
+static _Noreturn void probe_child(const struct probe *p, scmp_filter_ctx filter)
+{
+	long a[6];
+	for (size_t i = 0; i < AN_ARRAY_LEN(a); i++) {
+		a[i] = probe_arg(p->a[i]);
+	}
+	if (filter != NULL && filter_load(filter) != 0) {
+		_exit(PROBE_EXIT_LOAD);
+	}
+	long rc = p->nr == PROBE_VFORK ? probe_vfork()
+				       : syscall(p->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	int err = rc == -1 ? errno : 0;
+	if (rc == 0 && probe_forks(p)) {
+		_exit(0); /* the new process */
+	}
+	if (rc > 0 && probe_forks(p)) {
+		(void)waitpid((pid_t)rc, NULL, 0);
+	}
+	_exit(err);
+}
+
+/* Runs <p> under <filter> (NULL: none) and returns 0 or the errno it failed with. */
+static int probe_run(const struct probe *p, scmp_filter_ctx filter)
+{
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		probe_child(p, filter);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st), "%s: killed by signal %d", p->what, WTERMSIG(st));
+	int code = WEXITSTATUS(st);
+	ck_assert_msg(code != PROBE_EXIT_SETUP, "%s: its arguments could not be set up", p->what);
+	ck_assert_msg(code != PROBE_EXIT_LOAD, "%s: the filter did not load", p->what);
+	return code;
 }
 
 /* io_uring is open to this process (kernel.io_uring_disabled is 0 or absent). */
@@ -674,99 +1076,132 @@ static bool uring_enabled(void)
 	return v == 0;
 }
 
-/* In a child: loads the filter (unless <bare>), runs every probe, reports each errno on <fd>. */
-static _Noreturn void probe_child(int fd, bool bare)
+/* Every probe under the filter <kind>: each refusal with its errno, each pass as without. */
+static void check_filter(enum filter_kind kind)
 {
-	int errs[AN_ARRAY_LEN(probes)];
-	if (!bare) {
-		scmp_filter_ctx ctx = NULL;
-		if (filter_build(&ctx) != 0 || filter_load(ctx) != 0) {
-			_exit(3);
-		}
-		seccomp_release(ctx);
-	}
+	scmp_filter_ctx ctx = NULL;
+	ck_assert_int_eq(filter_build(&ctx, kind), 0);
+	victim_start();
 	for (size_t i = 0; i < AN_ARRAY_LEN(probes); i++) {
 		const struct probe *p = &probes[i];
-		/* io_uring_setup needs a zeroed parameter block. */
-		uint64_t params[16] = { 0 };
-		long a1 = p->nr == SYS_io_uring_setup ? (long)params : p->a1;
-		long rc = syscall(p->nr, p->a0, a1, p->a2, 0L, 0L, 0L);
-		errs[i] = rc >= 0 ? 0 : errno;
-		if (rc >= 0) {
-			close((int)rc);
-		}
-	}
-	ssize_t n = write(fd, errs, sizeof(errs));
-	_exit(n == (ssize_t)sizeof(errs) ? 0 : 4);
-}
-
-static void run_probes(bool bare, int *errs)
-{
-	int p[2];
-	ck_assert_int_eq(pipe(p), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		close(p[0]);
-		probe_child(p[1], bare);
-	}
-	close(p[1]);
-	ssize_t n = read(p[0], errs, sizeof(int) * AN_ARRAY_LEN(probes));
-	close(p[0]);
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st), "probe child killed by signal %d", WTERMSIG(st));
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	ck_assert_int_eq(n, (ssize_t)(sizeof(int) * AN_ARRAY_LEN(probes)));
-}
-
-START_TEST(test_filter_refuses_side_doors)
-{
-	int errs[AN_ARRAY_LEN(probes)];
-	run_probes(false, errs);
-	for (size_t i = 0; i < AN_ARRAY_LEN(probes); i++) {
-		const struct probe *p = &probes[i];
-		if (p->want == -1) {
-			ck_assert_msg(errs[i] != EPERM, "%s: EPERM", p->what);
+		int want = kind == FILTER_AGENT ? p->agent : p->bridge;
+		int got = probe_run(p, ctx);
+		if (want == PASS) {
+			int bare = probe_run(p, NULL);
+			ck_assert_msg(got == bare, "%s: '%s' under the filter, '%s' without",
+				      p->what, strerror(got), strerror(bare));
 		} else {
-			ck_assert_msg(errs[i] == p->want, "%s: errno %d (%s), want %d", p->what,
-				      errs[i], strerror(errs[i]), p->want);
+			ck_assert_msg(got == want, "%s: '%s', want '%s'", p->what, strerror(got),
+				      strerror(want));
 		}
 	}
+	victim_stop();
+	seccomp_release(ctx);
+}
+
+START_TEST(test_filter_agent)
+{
+	check_filter(FILTER_AGENT);
 }
 END_TEST
 
-/* Without the filter, the same calls are not refused with EPERM (as root): the filter matters. */
+START_TEST(test_filter_bridge)
+{
+	check_filter(FILTER_BRIDGE);
+}
+END_TEST
+
+/*
+ * Without a filter, no probe fails with the errno a filter refuses it with (as root, to whom
+ * the kernel refuses none of them): each refusal above is the filter's, so removing a rule
+ * fails its probe.
+ */
 START_TEST(test_filter_matters)
 {
 	if (geteuid() != 0) {
-		return; /* unprivileged, raw and packet sockets are EPERM anyway */
+		return; /* unprivileged, raw sockets, mount and the rest are EPERM anyway */
 	}
-	int errs[AN_ARRAY_LEN(probes)];
-	run_probes(true, errs);
+	victim_start();
+	bool uring = uring_enabled();
 	for (size_t i = 0; i < AN_ARRAY_LEN(probes); i++) {
-		if (probes[i].want == EPERM && strncmp(probes[i].what, "io_uring", 8) != 0) {
-			ck_assert_msg(errs[i] != EPERM, "%s: EPERM without the filter",
-				      probes[i].what);
+		const struct probe *p = &probes[i];
+		if ((p->flags & PF_URING) != 0 && !uring) {
+			continue;
+		}
+		int bare = probe_run(p, NULL);
+		int wants[] = { p->agent, p->bridge };
+		for (size_t k = 0; k < AN_ARRAY_LEN(wants); k++) {
+			if (wants[k] == PASS ||
+			    ((p->flags & PF_ABSENT_OK) != 0 && bare == wants[k])) {
+				continue;
+			}
+			ck_assert_msg(bare != wants[k], "%s: '%s' without a filter", p->what,
+				      strerror(bare));
 		}
 	}
-	if (uring_enabled()) {
-		ck_assert_int_ne(errs[probe_index("io_uring_setup")], EPERM);
-	}
+	victim_stop();
 }
 END_TEST
 
-/* Another architecture's system call (x32 or i386 entry) kills the agent. */
-static int run_foreign(int abi)
+static void *thread_main(void *arg)
+{
+	return arg;
+}
+
+/* Under the agent's filter (clone3 is ENOSYS), glibc's fork, threads and posix_spawn work. */
+START_TEST(test_filter_agent_spawns)
 {
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		scmp_filter_ctx ctx = NULL;
-		if (filter_build(&ctx) != 0 || filter_load(ctx) != 0) {
+		if (filter_build(&ctx, FILTER_AGENT) != 0 || filter_load(ctx) != 0) {
 			_exit(3);
 		}
-		if (abi == 0) {
+		int st;
+		pid_t child = fork();
+		if (child == 0) {
+			_exit(7);
+		}
+		if (child == -1 || waitpid(child, &st, 0) != child || WEXITSTATUS(st) != 7) {
+			_exit(4);
+		}
+		pthread_t t;
+		static int token;
+		void *got = NULL;
+		if (pthread_create(&t, NULL, thread_main, &token) != 0 ||
+		    pthread_join(t, &got) != 0 || got != &token) {
+			_exit(5);
+		}
+		char *argv[] = { "sh", "-c", "exit 9", NULL };
+		if (posix_spawn(&child, "/bin/sh", NULL, NULL, argv, environ) != 0 ||
+		    waitpid(child, &st, 0) != child || WEXITSTATUS(st) != 9) {
+			_exit(6);
+		}
+		_exit(0);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st), "killed by signal %d", WTERMSIG(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+END_TEST
+
+/*
+ * A system call of another ABI, in a child: x32 (the x32 bit on a native call) or i386
+ * (int 0x80), under the agent's filter when <filtered>. Returns the wait status.
+ */
+static int run_foreign(bool i386, bool filtered)
+{
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		signal(SIGSEGV, SIG_DFL); /* no sanitizer report for the fault expected below */
+		scmp_filter_ctx ctx = NULL;
+		if (filtered && (filter_build(&ctx, FILTER_AGENT) != 0 || filter_load(ctx) != 0)) {
+			_exit(3);
+		}
+		if (!i386) {
 			(void)syscall(0x40000000L | SYS_getpid);
 		} else {
 			long ret;
@@ -777,14 +1212,29 @@ static int run_foreign(int abi)
 	}
 	int st;
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFSIGNALED(st), "a foreign system call returned (exit %d)", WEXITSTATUS(st));
-	return WTERMSIG(st);
+	return st;
 }
 
+/*
+ * Another architecture's system call kills the agent. The filter sees every x32 call, whatever
+ * the kernel's x32 support, so that case is always checked. A kernel without ia32 emulation
+ * (ia32_emulation=0, or no CONFIG_IA32_EMULATION, as on some hosts) faults int 0x80 before
+ * any filter runs: the same call without the filter tells which kind of kernel this is, and
+ * the i386 case is checked wherever the kernel would serve it.
+ */
 START_TEST(test_filter_kills_other_arches)
 {
-	ck_assert_int_eq(run_foreign(0), SIGSYS);
-	ck_assert_int_eq(run_foreign(1), SIGSYS);
+	int st = run_foreign(false, true);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS, "x32: wait status %#x", st);
+	int bare = run_foreign(true, false);
+	bool served = WIFEXITED(bare) && WEXITSTATUS(bare) == 0;
+	ck_assert_msg(served || (WIFSIGNALED(bare) && WTERMSIG(bare) == SIGSEGV),
+		      "i386 without a filter: wait status %#x", bare);
+	if (served) {
+		st = run_foreign(true, true);
+		ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS, "i386: wait status %#x",
+			      st);
+	}
 }
 END_TEST
 
@@ -803,7 +1253,7 @@ START_TEST(test_filter_no_new_privs)
 				_exit(5);
 			}
 			scmp_filter_ctx ctx = NULL;
-			if (filter_build(&ctx) != 0 || filter_load(ctx) != 0) {
+			if (filter_build(&ctx, FILTER_AGENT) != 0 || filter_load(ctx) != 0) {
 				_exit(3);
 			}
 			_exit(prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 ? 1 : 0);
@@ -1289,8 +1739,8 @@ static int probe_env(void)
 			return 13;
 		}
 	}
-	if (getpgrp() != getpid()) {
-		return 14;
+	if (getpgrp() != getpid() || getsid(0) != getpid()) {
+		return 14; /* a session, and so a group, of its own */
 	}
 	int pdeath = 0;
 	if (prctl(PR_GET_PDEATHSIG, &pdeath) != 0 || pdeath != SIGKILL) {
@@ -1309,6 +1759,81 @@ static void probe_signal_handler(int sig)
 	_exit(sig);
 }
 
+/* The agent cannot reach into the bridge, its parent: no ptrace, no memory, no descriptor. */
+static int probe_dumpable(void)
+{
+	pid_t bridge = getppid();
+	if (syscall(SYS_ptrace, PTRACE_SEIZE, bridge, 0L, 0L) != -1 || errno != EPERM) {
+		return 30;
+	}
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)bridge);
+	if (open(path, O_RDONLY | O_CLOEXEC) != -1) {
+		return 31;
+	}
+	long pidfd = syscall(SYS_pidfd_open, bridge, 0);
+	if (pidfd == -1) {
+		return 32;
+	}
+	if (syscall(SYS_pidfd_getfd, pidfd, 0L, 0L) != -1 || errno != EPERM) {
+		return 33;
+	}
+	return 0;
+}
+
+/* The Seccomp_filters line of /proc/<pid>/status, or -1. */
+static int seccomp_filters(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f == NULL) {
+		return -1;
+	}
+	char line[256];
+	int n = -1;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "Seccomp_filters: %d", &n) == 1) {
+			break;
+		}
+	}
+	fclose(f);
+	return n;
+}
+
+/* The agent has one filter more than the test (its own), and so has the bridge (another). */
+static int probe_seccomp(void)
+{
+	int base = (int)strtol(getenv("BRIDGE_TEST_FILTERS"), NULL, 10);
+	int more = (int)strtol(getenv("BRIDGE_TEST_FILTERS_MORE"), NULL, 10);
+	if (seccomp_filters(getpid()) != base + more) {
+		return 34;
+	}
+	return seccomp_filters(getppid()) == base + more ? 0 : 35;
+}
+
+/* The agent's terminal is its own: its session's, in its foreground; TIOCSTI as expected. */
+static int probe_own_tty(void)
+{
+	int fd = open("/dev/tty", O_RDWR | O_CLOEXEC);
+	if (getsid(0) != getpid() || fd == -1) {
+		return 40;
+	}
+	if (tcgetsid(fd) != getpid() || tcgetpgrp(fd) != getpid()) {
+		return 41;
+	}
+	char c = '#';
+	int rc = ioctl(fd, TIOCSTI, &c);
+	const char *want = getenv("BRIDGE_TEST_TIOCSTI");
+	if (strcmp(want, "EPERM") == 0 && (rc != -1 || errno != EPERM)) {
+		return 42;
+	}
+	if (strcmp(want, "works") == 0 && rc != 0) {
+		return 43;
+	}
+	return 0;
+}
+
 /* Runs as the agent when BRIDGE_TEST_PROBE is set; returns its exit status. */
 static int probe_main(const char *what)
 {
@@ -1319,6 +1844,15 @@ static int probe_main(const char *what)
 		uint64_t params[16] = { 0 };
 		long fd = syscall(SYS_io_uring_setup, 1, params);
 		return fd >= 0 ? 1 : errno == EPERM ? 0 : 2;
+	}
+	if (strcmp(what, "dumpable") == 0) {
+		return probe_dumpable();
+	}
+	if (strcmp(what, "seccomp") == 0) {
+		return probe_seccomp();
+	}
+	if (strcmp(what, "tty") == 0) {
+		return probe_own_tty();
 	}
 	if (strcmp(what, "signals") == 0) {
 		for (size_t i = 0; i < AN_ARRAY_LEN(bridge_forwarded); i++) {
@@ -1342,8 +1876,49 @@ struct run {
 	char ingress[128];
 };
 
-/* Forks a bridge (in its own process group, so job-control stops stay inside the test). */
+/* How run_start's bridge starts, as `agentsnet run` or an image's entrypoint would run it. */
+struct run_how {
+	int tty;     /* >= 0: its stdin, in a session of its own (else /dev/null, in a group) */
+	bool ctty;   /* the tty is the bridge's session's controlling terminal (docker run -it) */
+	bool nobody; /* as root: the bridge runs as nobody, dumpable as an exec would leave it */
+};
+
+/* In the bridge's process, before bridge_main: its session, stdin and identity. */
+static void run_how_apply(const struct run_how *how)
+{
+	if (how->tty >= 0) {
+		if (setsid() == -1 || (how->ctty && ioctl(how->tty, TIOCSCTTY, 0) == -1) ||
+		    dup2(how->tty, 0) == -1) {
+			_exit(90);
+		}
+	} else {
+		setpgid(0, 0); /* job-control stops stay inside the test */
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		dup2(null, 0);
+	}
+	if (how->nobody && geteuid() == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) {
+			_exit(91);
+		}
+		/* The change of uid made the process non-dumpable (an exec would have made it
+		 * dumpable again) and cleared its death signal. */
+		prctl(PR_SET_DUMPABLE, 1);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+	}
+}
+
+static void run_start_how(struct run *r, const char *probe, char **extra, char **cmd,
+			  const struct run_how *how);
+
+/* Forks a bridge with /dev/null as stdin, in a process group of its own. */
 static void run_start(struct run *r, const char *probe, char **extra, char **cmd)
+{
+	const struct run_how plain = { .tty = -1 };
+	run_start_how(r, probe, extra, cmd, &plain);
+}
+
+static void run_start_how(struct run *r, const char *probe, char **extra, char **cmd,
+			  const struct run_how *how)
 {
 	int ready[2];
 	int err[2];
@@ -1356,7 +1931,7 @@ static void run_start(struct run *r, const char *probe, char **extra, char **cmd
 	if (r->pid == 0) {
 		/* Dies with the test, even when libcheck's timeout kills it mid-run. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		setpgid(0, 0);
+		run_how_apply(how);
 		dup2(ready[1], 3);
 		dup2(err[1], 2);
 		char *argv[32] = { "agentsnet-bridge",
@@ -1381,8 +1956,6 @@ static void run_start(struct run *r, const char *probe, char **extra, char **cmd
 		char proxy[64];
 		snprintf(proxy, sizeof(proxy), "http://%s", r->listen);
 		setenv("BRIDGE_TEST_PROXY", proxy, 1);
-		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		dup2(null, 0);
 		_exit(bridge_main(argc, argv));
 	}
 	close(ready[1]);
@@ -1408,10 +1981,17 @@ static int wait_timed(pid_t pid, int flags)
 	return st;
 }
 
+static int run_finish(struct run *r, int st, char *err, size_t err_len);
+
 /* Waits for the bridge and returns its exit status; its stderr goes to <err> (may be NULL). */
 static int run_wait(struct run *r, char *err, size_t err_len)
 {
-	int st = wait_timed(r->pid, 0);
+	return run_finish(r, wait_timed(r->pid, 0), err, err_len);
+}
+
+/* What run_wait does once the bridge ended with wait status <st>. */
+static int run_finish(struct run *r, int st, char *err, size_t err_len)
+{
 	ck_assert_msg(WIFEXITED(st), "the bridge was killed by signal %d", WTERMSIG(st));
 	char buf[4096];
 	size_t len = 0;
@@ -1568,18 +2148,101 @@ START_TEST(test_main_kills_agent_group)
 }
 END_TEST
 
-/* A job-control stop of the agent stops the bridge's group; SIGCONT resumes both. */
+/*
+ * A job-control stop never holds the agent: its group is orphaned (the bridge, its parent, is
+ * in another session), so the kernel discards SIGTSTP, SIGTTIN and SIGTTOU for it, and no
+ * stop reaches the bridge either.
+ */
 START_TEST(test_main_job_control_stop)
 {
 	dir_make();
 	struct run r;
-	char *cmd[] = { "sh", "-c", "kill -TSTP $$; exit 5", NULL };
+	char *cmd[] = { "sh", "-c", "kill -TSTP $$; kill -TTIN $$; kill -TTOU $$; exit 5", NULL };
 	run_start(&r, NULL, NULL, cmd);
 	int st = wait_timed(r.pid, WUNTRACED);
-	ck_assert_msg(WIFSTOPPED(st), "the bridge did not stop (status %#x)", st);
-	ck_assert_int_eq(WSTOPSIG(st), SIGTSTP);
-	ck_assert_int_eq(kill(r.pid, SIGCONT), 0);
-	ck_assert_int_eq(run_wait(&r, NULL, 0), 5);
+	ck_assert_msg(!WIFSTOPPED(st), "the bridge stopped on signal %d", WSTOPSIG(st));
+	ck_assert_int_eq(run_finish(&r, st, NULL, 0), 5);
+}
+END_TEST
+
+/* The filter count of /proc/self/status, in the test's environment, for the seccomp probe. */
+static void filters_expect(int more)
+{
+	char n[16];
+	snprintf(n, sizeof(n), "%d", seccomp_filters(getpid()));
+	setenv("BRIDGE_TEST_FILTERS", n, 1);
+	snprintf(n, sizeof(n), "%d", more);
+	setenv("BRIDGE_TEST_FILTERS_MORE", n, 1);
+}
+
+/* The agent runs under its filter and the bridge under its own, which the agent does not
+ * inherit (one filter each); --no-seccomp leaves both without. */
+START_TEST(test_main_filters_loaded)
+{
+	dir_make();
+	ck_assert_int_ge(seccomp_filters(getpid()), 0);
+	char *self[] = { "/proc/self/exe", NULL };
+	struct run r;
+	filters_expect(1);
+	run_start(&r, "seccomp", NULL, self);
+	ck_assert_int_eq(run_wait(&r, NULL, 0), 0);
+	char *bare[] = { "--no-seccomp", NULL };
+	filters_expect(0);
+	run_start(&r, "seccomp", bare, self);
+	ck_assert_int_eq(run_wait(&r, NULL, 0), 0);
+}
+END_TEST
+
+/*
+ * The bridge is not dumpable: an agent of the same uid (nobody, when the test runs as root:
+ * root's capabilities would pass any check) can neither ptrace it, open its memory nor take
+ * its descriptors. Without the filter, so that only the bridge's own defence is tested.
+ */
+START_TEST(test_main_bridge_not_dumpable)
+{
+	dir_make();
+	char *self[] = { "/proc/self/exe", NULL };
+	char *bare[] = { "--no-seccomp", NULL };
+	const struct run_how how = { .tty = -1, .nobody = true };
+	struct run r;
+	run_start_how(&r, "dumpable", bare, self, &how);
+	ck_assert_int_eq(run_wait(&r, NULL, 0), 0);
+}
+END_TEST
+
+/*
+ * With a pty as stdin, the agent's session takes it as its controlling terminal, both when
+ * the bridge has no controlling terminal (agentsnet run) and when its session held this one
+ * (docker run -it: the bridge gives it up, and the hang-up that sends is not passed on, or
+ * the agent would die of it). TIOCSTI on it is EPERM under the filter, and works without it
+ * as root.
+ */
+START_TEST(test_main_agent_terminal)
+{
+	dir_make();
+	char *self[] = { "/proc/self/exe", NULL };
+	char *bare[] = { "--no-seccomp", NULL };
+	for (int i = 0; i < 4; i++) {
+		bool ctty = (i & 1) != 0;
+		bool filtered = (i & 2) == 0;
+		int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+		ck_assert_int_ge(m, 0);
+		ck_assert_int_eq(grantpt(m), 0);
+		ck_assert_int_eq(unlockpt(m), 0);
+		int slave = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
+		ck_assert_int_ge(slave, 0);
+		const char *tiocsti = filtered ? "EPERM" : geteuid() == 0 ? "works" : "any";
+		setenv("BRIDGE_TEST_TIOCSTI", tiocsti, 1);
+		const struct run_how how = { .tty = slave, .ctty = ctty };
+		struct run r;
+		run_start_how(&r, "tty", filtered ? NULL : bare, self, &how);
+		close(slave);
+		char err[4096];
+		int status = run_wait(&r, err, sizeof(err));
+		ck_assert_msg(status == 0, "ctty %d, filtered %d: status %d: %s", ctty, filtered,
+			      status, err);
+		close(m);
+	}
 }
 END_TEST
 
@@ -1600,8 +2263,11 @@ static Suite *bridge_suite(void)
 	suite_add_tcase(s, env);
 	TCase *filter = tcase_create("filter");
 	tcase_add_checked_fixture(filter, NULL, dir_remove);
-	tcase_add_test(filter, test_filter_refuses_side_doors);
+	tcase_set_timeout(filter, 60);
+	tcase_add_test(filter, test_filter_agent);
+	tcase_add_test(filter, test_filter_bridge);
 	tcase_add_test(filter, test_filter_matters);
+	tcase_add_test(filter, test_filter_agent_spawns);
 	tcase_add_test(filter, test_filter_kills_other_arches);
 	tcase_add_test(filter, test_filter_no_new_privs);
 	suite_add_tcase(s, filter);
@@ -1629,6 +2295,9 @@ static Suite *bridge_suite(void)
 	tcase_add_test(pid1, test_main_reaps_orphans);
 	tcase_add_test(pid1, test_main_kills_agent_group);
 	tcase_add_test(pid1, test_main_job_control_stop);
+	tcase_add_test(pid1, test_main_filters_loaded);
+	tcase_add_test(pid1, test_main_bridge_not_dumpable);
+	tcase_add_test(pid1, test_main_agent_terminal);
 	suite_add_tcase(s, pid1);
 	return s;
 }
@@ -1637,7 +2306,8 @@ int main(void)
 {
 	const char *probe = getenv("BRIDGE_TEST_PROBE");
 	if (probe != NULL) {
-		return probe_main(probe);
+		/* _exit: LeakSanitizer's check at exit would ptrace, which the filter refuses. */
+		_exit(probe_main(probe));
 	}
 	return unit_run(bridge_suite());
 }
