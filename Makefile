@@ -37,7 +37,8 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=build/san/tests/unit/%)
 .DEFAULT_GOAL := all
 
 all: build/rel/agentsnetd build/san/agentsnetd build/rel/agentsnet build/san/agentsnet \
-	build/rel/agentsnet-bridge build/san/agentsnet-bridge
+	build/rel/agentsnet-bridge build/san/agentsnet-bridge \
+	build/rel/agentsnet-probe build/san/agentsnet-probe
 
 deps:
 	$(Q)./tools/deps.sh
@@ -64,7 +65,8 @@ build/san/agentsnetd: build/san/tools/agentsnetd.o build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/check.o tools/ctl.o tools/sandbox.o
+AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/cgroup.o tools/check.o tools/ctl.o \
+	tools/ptyrelay.o tools/runenv.o tools/sandbox.o tools/selftest.o
 build/rel/agentsnet: $(AGENTSNET_OBJ:%=build/rel/%) build/rel/libagentsnet.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
@@ -81,6 +83,15 @@ build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/core/an.o
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(BRIDGE_LIBS)
 build/san/tests/unit/tools/bridge: LDLIBS += $(BRIDGE_LIBS)
+
+# `agentsnet selftest`'s probes, run as the agent inside the sandbox: static, libc only
+# (tools/probe.c), so it runs whatever the sandbox's file system holds.
+build/rel/agentsnet-probe: build/rel/tools/probe.o build/rel/core/an.o
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -static -Wl,--strip-debug -o $@ $^
+build/san/agentsnet-probe: build/san/tools/probe.o build/san/core/an.o
+	@$(if $(Q),echo "  LD-SAN  $@")
+	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^
 
 # A unit test may #include the .c under test; the archive then supplies the rest.
 build/san/tests/unit/%: tests/unit/%.c build/san/libagentsnet.a

@@ -2,7 +2,9 @@
  * agentsnet: the operator CLI. `ca init` makes the demo CA (tools/ca.c);
  * `sandbox add|rm|ls` and `ping` speak the control protocol (tools/ctl.c);
  * `run` registers a sandbox, runs a command through the bridge in it
- * (tools/sandbox.c) and unregisters it again.
+ * (tools/sandbox.c) with the environment of tools/runenv.c (an allow-list of
+ * the caller's, never the whole of it) and unregisters it again; `selftest`
+ * tries to escape a real sandbox (tools/selftest.c).
  *
  * Exit codes of the daemon-facing commands: 0 ok, 1 the daemon said error
  * (or a local step failed), 2 usage, 3 the daemon is not reachable. `run`
@@ -16,14 +18,17 @@
  * it; the sandbox itself still dies then (PR_SET_PDEATHSIG), and the daemon
  * keeps the registration until `agentsnet sandbox rm`.
  */
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,13 +37,23 @@
 #include "tools/ca.h"
 #include "tools/check.h"
 #include "tools/ctl.h"
+#include "tools/runenv.h"
 #include "tools/sandbox.h"
+#include "tools/selftest.h"
 
 #define AGENTSNET_VERSION        "0.1.0"
 #define AGENTSNET_SOCKET_DIR     "/run/agentsnet"
 #define AGENTSNET_SOCKET_DIR_ENV "AGENTSNET_SOCKET_DIR"
 #define AGENTSNET_BRIDGE_NAME    "agentsnet-bridge"
 #define AGENTSNET_PROFILE        "default"
+/* --pids-max's ceiling: the kernel's PID_MAX_LIMIT on 64-bit (pids.max refuses more). */
+#define AGENTSNET_PIDS_MAX_LIMIT (4u << 20)
+/* --memory-max's floor (but 0): less holds no agent, and "512" surely meant 512M. */
+#define AGENTSNET_MEMORY_MAX_MIN (1ull << 20)
+
+/* The usage text spells out the defaults: keep them equal. */
+static_assert(SANDBOX_PIDS_MAX_DEFAULT == 4096, "usage text: --pids-max default 4096");
+static_assert(SANDBOX_MEMORY_MAX_DEFAULT == 4ull << 30, "usage text: --memory-max default 4G");
 
 static const char usage_text[] =
     "usage: agentsnet ca init --dir DIR [--days N] [--force] [--roots FILE]\n"
@@ -50,7 +65,10 @@ static const char usage_text[] =
     "       agentsnet stats [--socket-dir DIR]\n"
     "       agentsnet run [--sandbox ID] [--profile NAME] [--socket-dir DIR] [--bridge PATH]\n"
     "                     [--ca PATH] [--public-url URL] [--user USER[:GROUP]]\n"
-    "                     -- CMD [ARGS...]\n"
+    "                     [--env NAME[=VALUE]]... [--env-file FILE]... [--pids-max N]\n"
+    "                     [--memory-max SIZE] [--probe PATH] -- CMD [ARGS...]\n"
+    "       agentsnet selftest [--socket-dir DIR] [--bridge PATH] [--probe PATH] [--user USER]\n"
+    "                          [-v]\n"
     "       agentsnet check [--config FILE] [--sandbox ID | --profile NAME] URL [METHOD]\n"
     "       agentsnet --help | --version\n"
     "\n"
@@ -69,6 +87,21 @@ static const char usage_text[] =
     "            --bridge to the agentsnet-bridge next to this binary (or on PATH).\n"
     "            As root the agent runs as --user (default nobody), never as root;\n"
     "            unprivileged, as you (in a user namespace), and --user is refused.\n"
+    "            Of your environment only PATH, HOME, USER, LOGNAME, SHELL, LANG,\n"
+    "            LANGUAGE, LC_*, TERM, COLORTERM, TZ, NO_COLOR, FORCE_COLOR, CLICOLOR,\n"
+    "            COLUMNS, LINES, EDITOR, VISUAL, PAGER and AGENT_NO_PROXY reach CMD;\n"
+    "            --env NAME passes yours, --env NAME=VALUE sets one, --env-file FILE\n"
+    "            reads NAME=VALUE lines ('#' comments, blank lines, \"export \", one pair\n"
+    "            of surrounding quotes removed, nothing expanded); in order, the last\n"
+    "            wins. Dropped variables that look like credentials are named on\n"
+    "            stderr (never their values).\n"
+    "            --pids-max (processes and threads, default 4096) and --memory-max\n"
+    "            (bytes, or with K, M, G or T: binary; default 4G, at least 1M) bound\n"
+    "            the sandbox; 0 for no limit. --probe PATH binds the executable at\n"
+    "            " SANDBOX_PROBE_PATH " inside (agentsnet selftest uses it).\n"
+    "selftest    runs escape probes in a real sandbox on this host and prints one line\n"
+    "            per probe (closed, or OPEN with what got through); exit 0 when all are\n"
+    "            closed (docs/sandbox.md).\n"
     "\n"
     "--socket-dir defaults to $AGENTSNET_SOCKET_DIR, else /run/agentsnet.\n"
     "Exit codes: 0 ok, 1 error, 2 usage, 3 agentsnetd not reachable; run: CMD's status,\n"
@@ -80,6 +113,18 @@ static int usage_error(const char *what)
 	AN_ASSERT(what[0] != '\0');
 	fprintf(stderr, "agentsnet: %s (see agentsnet --help)\n", what);
 	return CTL_EXIT_USAGE;
+}
+
+__attribute__((format(printf, 1, 2))) static int usage_errorf(const char *fmt, ...)
+{
+	char what[PATH_MAX + 512];
+	va_list ap;
+
+	AN_ASSERT(fmt != NULL);
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	return usage_error(what);
 }
 
 static const char *default_socket_dir(void)
@@ -106,6 +151,51 @@ static int parse_u32(const char *s, uint32_t max, uint32_t *out)
 	if (v > max)
 		return -EINVAL;
 	*out = (uint32_t)v;
+	return 0;
+}
+
+/* Parses a decimal in 0..<max>; -EINVAL otherwise. */
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(out != NULL);
+	if (*s == '\0')
+		return -EINVAL;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9' || v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	if (v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* Parses a size: bytes, or a number with one of K, M, G, T (binary, either case). */
+static int parse_size(const char *s, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	char digits[24];
+
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(out != NULL);
+	size_t len = strlen(s);
+	if (len == 0 || len >= sizeof(digits))
+		return -EINVAL;
+	char last =
+	    s[len - 1] >= 'a' && s[len - 1] <= 'z' ? (char)(s[len - 1] - 'a' + 'A') : s[len - 1];
+	const char *unit = len > 1 ? memchr(units, last, sizeof(units) - 1) : NULL;
+	unsigned shift = unit != NULL ? 10u * (unsigned)(unit - units + 1) : 0;
+	memcpy(digits, s, len - (unit != NULL));
+	digits[len - (unit != NULL)] = '\0';
+	uint64_t v;
+	if (parse_u64(digits, UINT64_MAX >> shift, &v) != 0)
+		return -EINVAL;
+	*out = v << shift;
+	AN_ASSERT(*out >> shift == v);
 	return 0;
 }
 
@@ -271,9 +361,74 @@ struct run_options {
 	const char *ca;
 	const char *public_url;
 	const char *user;
+	const char *probe;
+	struct sandbox_limits limits;
+	struct runenv *env; /* borrowed: the agent's environment, --env and --env-file applied */
 	char **cmd;
 	char id_buf[32];
 };
+
+/* --env or --env-file <arg>, applied in order: -1 to go on, or an exit code. */
+static int run_env(struct run_options *o, int opt, const char *arg)
+{
+	char err[PATH_MAX + 256];
+
+	AN_ASSERT(opt == 'e' || opt == 'F');
+	AN_ASSERT(arg != NULL);
+	int ret = opt == 'e' ? runenv_set(o->env, arg, environ, err, sizeof(err))
+			     : runenv_load_file(o->env, arg, err, sizeof(err));
+	if (ret == 0)
+		return -1;
+	if (opt == 'e' && (ret == -EINVAL || ret == -ENOENT))
+		return usage_errorf("run: %s", err);
+	fprintf(stderr, "agentsnet: %s\n", err);
+	return CTL_EXIT_ERROR;
+}
+
+/* --pids-max or --memory-max <arg>: -1 to go on, or an exit code. */
+static int run_limit(struct run_options *o, int opt, const char *arg)
+{
+	uint64_t v;
+
+	AN_ASSERT(opt == 'P' || opt == 'M');
+	AN_ASSERT(arg != NULL);
+	if (opt == 'P') {
+		if (parse_u64(arg, AGENTSNET_PIDS_MAX_LIMIT, &v) != 0)
+			return usage_errorf("run: --pids-max '%s': a number of processes, 0 (no "
+					    "limit) to %u",
+					    arg, AGENTSNET_PIDS_MAX_LIMIT);
+		o->limits.pids_max = v;
+		return -1;
+	}
+	if (parse_size(arg, &v) != 0 || (v != 0 && v < AGENTSNET_MEMORY_MAX_MIN))
+		return usage_errorf("run: --memory-max '%s': bytes, or a number with K, M, G or T "
+				    "(binary), at least 1M; 0 for no limit",
+				    arg);
+	o->limits.memory_max_bytes = v;
+	return -1;
+}
+
+/* One option of `run` other than --help: -1 to go on, or an exit code. */
+static int run_option(struct run_options *o, int opt, const char *arg)
+{
+	if (opt == 'e' || opt == 'F')
+		return run_env(o, opt, arg);
+	if (opt == 'P' || opt == 'M')
+		return run_limit(o, opt, arg);
+	const char **slot = opt == 'i'   ? &o->id
+			    : opt == 'p' ? &o->profile
+			    : opt == 's' ? &o->socket_dir
+			    : opt == 'b' ? &o->bridge
+			    : opt == 'c' ? &o->ca
+			    : opt == 'u' ? &o->public_url
+			    : opt == 'U' ? &o->user
+			    : opt == 'x' ? &o->probe
+					 : NULL;
+	if (slot == NULL)
+		return usage_error("run: unknown option");
+	*slot = arg;
+	return -1;
+}
 
 static int run_parse(int argc, char **argv, struct run_options *o)
 {
@@ -285,29 +440,26 @@ static int run_parse(int argc, char **argv, struct run_options *o)
 		{ "ca", required_argument, NULL, 'c' },
 		{ "public-url", required_argument, NULL, 'u' },
 		{ "user", required_argument, NULL, 'U' },
+		{ "env", required_argument, NULL, 'e' },
+		{ "env-file", required_argument, NULL, 'F' },
+		{ "pids-max", required_argument, NULL, 'P' },
+		{ "memory-max", required_argument, NULL, 'M' },
+		{ "probe", required_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt;
 
 	AN_ASSERT(argc >= 1);
-	AN_ASSERT(o != NULL);
+	AN_ASSERT(o->env != NULL);
 	optind = 0;
 	/* "+": the first word that is not an option starts the command. */
 	while ((opt = getopt_long(argc, argv, "+", longs, NULL)) != -1) {
-		const char **slot = opt == 'i'   ? &o->id
-				    : opt == 'p' ? &o->profile
-				    : opt == 's' ? &o->socket_dir
-				    : opt == 'b' ? &o->bridge
-				    : opt == 'c' ? &o->ca
-				    : opt == 'u' ? &o->public_url
-				    : opt == 'U' ? &o->user
-						 : NULL;
 		if (opt == 'h')
 			return fputs(usage_text, stdout) >= 0 ? 0 : 1;
-		if (slot == NULL)
-			return usage_error("run: unknown option");
-		*slot = optarg;
+		int rc = run_option(o, opt, optarg);
+		if (rc >= 0)
+			return rc;
 	}
 	if (optind >= argc)
 		return usage_error("run: no command (agentsnet run [OPTIONS] -- CMD [ARGS...])");
@@ -348,6 +500,25 @@ static int find_bridge(char *out)
 	}
 	AN_ASSERT(out[0] == '\0');
 	return -ENOENT;
+}
+
+/* --probe's executable, canonical, into <probe> (PATH_MAX bytes): -1 to go on, or an exit code. */
+static int run_resolve_probe(const struct run_options *o, char *probe)
+{
+	struct stat st;
+
+	AN_ASSERT(o->probe != NULL);
+	AN_ASSERT(probe != NULL);
+	if (realpath(o->probe, probe) == NULL || stat(probe, &st) == -1 ||
+	    access(probe, X_OK) == -1) {
+		fprintf(stderr, "agentsnet: --probe %s: %s\n", o->probe, strerror(errno));
+		return CTL_EXIT_ERROR;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		fprintf(stderr, "agentsnet: --probe %s: not a regular file\n", o->probe);
+		return CTL_EXIT_ERROR;
+	}
+	return -1;
 }
 
 /* Canonical paths, checked here so a missing file is a clear error, not a failed exec. */
@@ -526,7 +697,7 @@ static int run_sandbox(const struct run_options *o, struct sandbox_spec *spec, i
  */
 #define AGENTSNET_RUN_FAILED 125
 
-static int run_main_inner(int argc, char **argv, bool *started);
+static int run_main_inner(int argc, char **argv, struct runenv *env, bool *started);
 
 /* Who the agent is: the caller (user namespace), or --user: -1 to go on, or an exit code. */
 static int run_user(const struct run_options *o, struct sandbox_spec *spec)
@@ -552,19 +723,48 @@ static int run_user(const struct run_options *o, struct sandbox_spec *spec)
 
 static int run_main(int argc, char **argv)
 {
+	struct runenv env;
 	bool started = false;
-	int rc = run_main_inner(argc, argv, &started);
 
+	/* The caller's allow-listed variables first: --env and --env-file apply on top, in order. */
+	int ret = runenv_init(&env, environ);
+	if (ret != 0) {
+		fprintf(stderr, "agentsnet: your environment: %s\n", strerror(-ret));
+		return AGENTSNET_RUN_FAILED;
+	}
+	int rc = run_main_inner(argc, argv, &env, &started);
+	runenv_free(&env);
 	if (!started && rc != CTL_EXIT_OK && rc != CTL_EXIT_USAGE)
 		return AGENTSNET_RUN_FAILED;
 	return rc;
 }
 
-static int run_main_inner(int argc, char **argv, bool *started)
+/* Fills the rest of <spec> from <o> and the canonical paths resolved for it. */
+static void run_spec(const struct run_options *o, struct sandbox_spec *spec, const char *ca,
+		     const char *probe)
 {
-	struct run_options o = { .profile = AGENTSNET_PROFILE, .socket_dir = default_socket_dir() };
+	AN_ASSERT(o->env->vars != NULL);
+	AN_ASSERT(o->id != NULL);
+	spec->ca_path = o->ca != NULL ? ca : NULL;
+	spec->probe = o->probe != NULL ? probe : NULL;
+	spec->id = o->id;
+	spec->cmd = o->cmd;
+	spec->envp = o->env->vars;
+	spec->limits = o->limits;
+	spec->public_url = o->public_url;
+}
+
+static int run_main_inner(int argc, char **argv, struct runenv *env, bool *started)
+{
+	struct run_options o = {
+		.profile = AGENTSNET_PROFILE,
+		.socket_dir = default_socket_dir(),
+		.limits = { .pids_max = SANDBOX_PIDS_MAX_DEFAULT,
+			    .memory_max_bytes = SANDBOX_MEMORY_MAX_DEFAULT },
+		.env = env,
+	};
 	static char bridge[PATH_MAX], ca[PATH_MAX], socket_dir[PATH_MAX], dir[PATH_MAX],
-	    cwd[PATH_MAX], public_url[4096];
+	    cwd[PATH_MAX], probe[PATH_MAX], public_url[4096];
 	struct sandbox_spec spec = { 0 };
 	char err[512];
 
@@ -575,6 +775,8 @@ static int run_main_inner(int argc, char **argv, bool *started)
 		return rc;
 	sandbox_signals_block(&spec.child_mask);
 	rc = run_resolve(&o, bridge, ca, socket_dir);
+	if (rc < 0 && o.probe != NULL)
+		rc = run_resolve_probe(&o, probe);
 	if (rc >= 0)
 		return rc;
 	spec.userns = sandbox_needs_userns();
@@ -585,18 +787,18 @@ static int run_main_inner(int argc, char **argv, bool *started)
 	rc = run_user(&o, &spec);
 	if (rc >= 0)
 		return rc;
+	/* Once, before anything of the sandbox's can write to the terminal. */
+	runenv_warn_dropped(env, environ, stderr);
 	rc = sandbox_add(&o, dir);
 	if (rc != CTL_EXIT_OK)
 		return rc;
 	spec.dir = dir;
 	spec.socket_dir = socket_dir;
 	spec.bridge = bridge;
-	spec.ca_path = o.ca != NULL ? ca : NULL;
-	spec.public_url = o.public_url;
+	run_spec(&o, &spec, ca, probe);
 	if (spec.public_url == NULL && sandbox_public_url(&o, public_url, sizeof(public_url)))
 		spec.public_url = public_url;
 	spec.cwd = getcwd(cwd, sizeof(cwd));
-	spec.cmd = o.cmd;
 	spec.ingress_fd = sandbox_ingress_listen(dir);
 	if (spec.ingress_fd < 0)
 		fprintf(stderr, "agentsnet: %s/ingress.sock: %s: ingress disabled\n", dir,
@@ -633,5 +835,7 @@ int main(int argc, char **argv)
 		return run_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "check") == 0)
 		return check_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "selftest") == 0)
+		return selftest_main(argc - 1, argv + 1);
 	return usage_error("unknown command");
 }

@@ -42,6 +42,8 @@
 #include <linux/magic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>
@@ -150,7 +152,7 @@ static bool fs_is(int fd, unsigned long magic)
 	return fstatfs(fd, &st) == 0 && (unsigned long)st.f_type == magic;
 }
 
-/* Writes <text> into <dir>/<name> (<dir_fd>: <dir>); an <optional> file that is absent is skipped. */
+/* Writes <text> into <dir>/<name> (<dir_fd>: <dir>); an absent <optional> file is skipped. */
 static int write_at(int dir_fd, const char *dir, const char *name, const char *text, bool optional,
 		    char *err, size_t err_len)
 {
@@ -637,6 +639,61 @@ static int cgroup_detect(const char *root, char *base, size_t cap, const struct 
 	return version;
 }
 
+/*
+ * Mounts the caller's pids and memory hierarchies at CGROUP_ROOT_DEFAULT in a mount
+ * namespace of this process's own, for a caller whose namespace shows none there (`ip
+ * netns exec` mounts a fresh sysfs, which hides /sys/fs/cgroup's mounts). The hierarchies
+ * come from /proc/self/cgroup: a v1 line naming pids or memory is mounted with its whole
+ * controller list (mounting an existing hierarchy's exact list joins it), else the v2 tree.
+ * The mounts are this process's and its children's only (a slave namespace, gone with
+ * them). Returns 0, or -errno (-EPERM for a caller without CAP_SYS_ADMIN).
+ */
+static int mount_hierarchies(void)
+{
+	char line[PATH_MAX + 64];
+	bool v1 = false;
+
+	if (unshare(CLONE_NEWNS) == -1)
+		return -errno;
+	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) == -1)
+		return -errno;
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (f == NULL)
+		return -errno;
+	int rc = mount("tmpfs", CGROUP_ROOT_DEFAULT, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		       "mode=0755,size=64k") == 0
+		     ? 0
+		     : -errno;
+	while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+		char *ctrls = strchr(line, ':');
+		char *end = ctrls != NULL ? strchr(ctrls + 1, ':') : NULL;
+		if (end == NULL)
+			continue;
+		*end = '\0';
+		ctrls++;
+		for (size_t i = 0; i < 2 && rc == 0; i++) {
+			const char *name = i == 0 ? "pids" : "memory";
+			char list[CGROUP_LIST_BYTES], dir[64];
+			snprintf(list, sizeof(list), "%s", ctrls);
+			for (size_t k = 0; list[k] != '\0'; k++)
+				list[k] = list[k] == ',' ? ' ' : list[k];
+			if (!has_word(list, name))
+				continue;
+			snprintf(dir, sizeof(dir), "%s/%s", CGROUP_ROOT_DEFAULT, name);
+			rc = mkdir(dir, 0755) == 0 && mount("cgroup", dir, "cgroup", 0, ctrls) == 0
+				 ? 0
+				 : -errno;
+			v1 = true;
+		}
+	}
+	fclose(f);
+	if (rc == 0 && !v1) {
+		umount2(CGROUP_ROOT_DEFAULT, MNT_DETACH);
+		rc = mount("cgroup2", CGROUP_ROOT_DEFAULT, "cgroup2", 0, NULL) == 0 ? 0 : -errno;
+	}
+	return rc;
+}
+
 int cgroup_create(struct cgroup_sandbox *cg, const char *root, const char *id, uint64_t pids_max,
 		  uint64_t memory_max_bytes, char *err, size_t err_len)
 {
@@ -653,6 +710,10 @@ int cgroup_create(struct cgroup_sandbox *cg, const char *root, const char *id, u
 	memset(cg, 0, sizeof(*cg));
 	int version =
 	    cgroup_detect(root != NULL ? root : CGROUP_ROOT_DEFAULT, base, sizeof(base), &rq);
+	/* Hidden from this mount namespace (ip netns exec): mount them for ourselves. */
+	if (version == -ENOENT && (root == NULL || strcmp(root, CGROUP_ROOT_DEFAULT) == 0) &&
+	    mount_hierarchies() == 0)
+		version = cgroup_detect(CGROUP_ROOT_DEFAULT, base, sizeof(base), &rq);
 	if (version < 0)
 		return version;
 	return cgroup_create_env(cg, base, version, &rq);

@@ -1,56 +1,106 @@
 /*
  * The namespaces of `agentsnet run`, and the supervision of the bridge in them.
  *
- * One clone3() (fork-like: no separate stack, so the sanitizers see an
- * ordinary child; the legacy clone syscall with a NULL stack where clone3 is
- * filtered) creates the network, mount and PID namespaces at once, plus a user
+ * One clone3() (fork-like: no separate stack, so the sanitizers see an ordinary
+ * child; the legacy clone syscall with a NULL stack where clone3 is filtered)
+ * creates the network, mount, PID and IPC namespaces at once, plus a user
  * namespace when we lack CAP_SYS_ADMIN. The child is PID 1 of the new PID
  * namespace, sets the sandbox up, and execs the bridge, which therefore is the
  * namespace's init: when it exits every process in the sandbox is killed and
- * reaped, and the namespaces die with their last process. Nothing to clean up.
+ * reaped, and the namespaces die with their last process.
  *
- * Setup order matters: the uid/gid maps first (the child writes its own,
- * "deny" to setgroups before the gid map, as the kernel requires); the mount
- * tree private, so no mount leaks back to the host; the sandbox's directory
- * opened (O_PATH) before anything is hidden; a fresh /proc for the new PID
- * namespace; a fresh tmpfs over /run (which hides the host's D-Bus and
- * container-engine sockets, the control socket and every other sandbox) with
- * the directory bound read-only at SANDBOX_MOUNT_DIR (read-only so the agent
- * can neither unlink the daemon's sockets nor rewrite sandbox.conf, which the
- * daemon re-reads on restart; connect() needs no write access to the mount);
- * then the other masks; `lo` up; and last every capability dropped (bounding
- * set, ambient set, SECBIT_NOROOT locked, no_new_privs), because a process
- * holding CAP_SYS_ADMIN could simply unmount the masks. The host file system
- * otherwise stays as it is: the agent keeps its tools, the CA file, its work.
+ * Before the clone the parent lists the host's world-writable directories
+ * (below), makes the sandbox's cgroup when spec->limits asks for one
+ * (tools/cgroup.h), and opens a pty when a std descriptor is a terminal
+ * (tools/ptyrelay.h). The child first blocks on a "go" byte, the first byte of
+ * the alive pipe, which the parent writes once it has moved the child into the
+ * cgroup: nothing of the agent's ever runs outside it. Then setsid(): the
+ * caller's terminal is never the sandbox's controlling terminal (TIOCSTI on it
+ * would type into the operator's shell). The agent's terminal is a pty made in
+ * the sandbox's own devpts once that is mounted (so it is /dev/pts/0 inside,
+ * and ttyname() finds it), with the settings of the host-side one ptyrelay_open
+ * made; its slave goes on the std descriptors that were terminals, its master
+ * back to the parent over a socket (SCM_RIGHTS), which relays that one instead.
+ * Without a usable cgroup (unprivileged, not delegated) the pids limit falls
+ * back to RLIMIT_NPROC, which in a user namespace of its own counts this
+ * sandbox's processes only; memory then is not limited (one line on stderr says
+ * so). RLIMIT_NPROC never binds host uid 0, so a caller that is root without
+ * CAP_SYS_ADMIN gets no pids limit that way either.
  *
- * So the agent's uid is what guards that file system. Unprivileged, it is the
- * caller's own. Privileged, a uid 0 without capabilities would still own
- * every root-owned file (/etc/passwd is 0644 root), so the sandbox switches
- * to an unprivileged user (--user, default nobody) between the securebits
- * (NO_SETUID_FIXUP keeps the capabilities the last steps need) and the final
- * capset. Rejected: a user namespace mapping root inside to that user, whose
- * maps only the parent may write (one more handshake) and which the host's
- * sysctls may forbid even to root. (Root without CAP_SYS_ADMIN, as in a
- * container, gets the unprivileged path: a user namespace mapping its own
- * uid, so the agent is that container's root and no more.) The mounts
- * happen before the switch, so the bridge and the CA may live where that
- * user cannot look (a 0700 checkout); only the files themselves must be
- * executable and readable.
+ * Setup order matters: the uid/gid maps first (the child writes its own, "deny"
+ * to setgroups before the gid map, as the kernel requires), then RLIMIT_NPROC;
+ * the mount tree private, so no mount leaks back to the host; every host file
+ * the sandbox shows (its directory, the bridge, the CA, the probe, six device
+ * nodes) opened O_PATH before anything is hidden; a fresh /proc; a minimal
+ * /dev: a small tmpfs with binds of null, zero, full, random, urandom and tty
+ * (binds: mknod is refused in a user namespace; the binds keep no MS_NODEV), a
+ * new devpts instance, a private /dev/shm and a new mqueue (the new IPC
+ * namespace's queues), and nothing else of the host's (no disk, vsock, kvm,
+ * fuse, tun, nor the host's /dev/pts, where the operator's other terminals
+ * live); the agent's pty in that devpts; a fresh tmpfs over /run (which hides
+ * the host's D-Bus and container-engine sockets, the control socket, every
+ * other sandbox and /run/lock) with the directory bound read-only at
+ * SANDBOX_MOUNT_DIR (read-only so the agent can neither unlink the daemon's
+ * sockets nor rewrite sandbox.conf, which the daemon re-reads on restart;
+ * connect() needs no write access to the mount); the other masks; the private
+ * directories; /sys (cgroups included) read-only, so that an agent owning its
+ * cgroup's files cannot raise its limits; `lo` up; and last the credentials:
+ * every capability dropped (bounding set, ambient set, SECBIT_NOROOT locked,
+ * no_new_privs), because a process holding CAP_SYS_ADMIN could simply unmount
+ * the masks, and a fresh session keyring (after the switch to the agent's user,
+ * so it is that user's; before the capabilities go), so the caller's keys are
+ * out of reach.
+ *
+ * No shared host state: a world-writable directory is where another sandbox or
+ * a host service can leave a socket or a file for the agent, and the agent one
+ * for them. Each gets a private, empty tmpfs (the host's mode, nosuid, nodev,
+ * bounded), mounted through a descriptor opened without following a symlink:
+ * /tmp, /var/tmp, /var/lock, /var/crash, /var/metrics when they are
+ * directories; every world-writable mount point of /proc/self/mountinfo; and
+ * what a walk finds: at most SANDBOX_WW_DEPTH levels below /, each mount point
+ * walked on its own file system (network, FUSE and automount ones not at all),
+ * /proc, /sys, /dev and /run skipped (replaced or not writable), no symlink
+ * followed, at most SANDBOX_WW_VISIT_MAX directories (3 to 5 ms for the ~520 of
+ * the test machine, 15 to 20 ms under the sanitizers). What it cannot find
+ * stays the operator's job, and `agentsnet selftest` reports what the agent can
+ * reach: a world-writable directory deeper than that below a mount point
+ * (/srv/a/b/shared), one made after the sandbox started, and directories
+ * writable by a group or by the agent's own uid (unprivileged: the caller's
+ * home).
+ *
+ * So the agent's uid is what guards the rest of the file system. Unprivileged,
+ * it is the caller's own, with the caller's supplementary groups: in a user
+ * namespace the kernel forbids dropping them (setgroups is denied, so that a
+ * group used as a deny rule cannot be shed). Privileged, a uid 0 without
+ * capabilities would still own every root-owned file (/etc/passwd is 0644
+ * root), so the sandbox switches to an unprivileged user (--user, default
+ * nobody; never one in a privileged group) without any supplementary group,
+ * between the securebits (NO_SETUID_FIXUP keeps the capabilities the last steps
+ * need) and the final capset. Rejected: a user namespace mapping root inside to
+ * that user, whose maps only the parent may write (one more handshake) and
+ * which the host's sysctls may forbid even to root. The mounts happen before
+ * the switch, so the bridge and the CA may live where that user cannot look (a
+ * 0700 checkout); only the files themselves must be executable and readable.
  *
  * Setup errors travel back over a close-on-exec pipe (errno, then a message):
- * EOF with no bytes means the exec succeeded. A second pipe, whose write end
+ * EOF with no bytes means the exec succeeded. The alive pipe, whose write end
  * only the parent holds, plus PR_SET_PDEATHSIG, makes the sandbox die with
- * `agentsnet run` even when that is SIGKILLed. Rejected: fork + unshare (an
- * extra process between us and PID 1), and a setuid helper.
+ * `agentsnet run` even when that is SIGKILLed. The bridge is in a session of
+ * its own, so no signal of the caller's terminal reaches it: sandbox_wait
+ * forwards them all, whoever sent them. Rejected: fork + unshare (an extra
+ * process between us and PID 1), and a setuid helper.
  */
 #include "tools/sandbox.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <linux/keyctl.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <linux/securebits.h>
 #include <net/if.h>
@@ -65,12 +115,15 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,14 +139,58 @@ extern char **environ;
 	(SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |                         \
 	 SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | \
 	 SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
+/* The sandbox's /dev: a few nodes, links and mount points, nothing to store. */
+#define SANDBOX_DEV_TMPFS_OPTIONS "mode=0755,size=64k"
+#define SANDBOX_DEVPTS_OPTIONS    "newinstance,ptmxmode=0666,mode=0620"
+#define SANDBOX_SHM_TMPFS_OPTIONS "mode=1777,size=1g"
+/* Size of each private instance of a world-writable directory (/tmp included). */
+#define SANDBOX_PRIVATE_TMPFS_SIZE "1g"
+/* World-writable directories given a private instance, at most (more: refused). */
+#define SANDBOX_WW_MAX 64
+/* The walk: levels below / it looks at, and directories it examines at most. */
+#define SANDBOX_WW_DEPTH     3u
+#define SANDBOX_WW_VISIT_MAX 8192u
+/* What the pty relay's output gets to drain once the bridge exited. */
+#define SANDBOX_PTY_DRAIN_MS 1000
 
 static const int forwarded[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
 
+/* The host's device nodes the sandbox's /dev holds (bound, never made). */
+static const char *const dev_nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
+#define SANDBOX_DEV_NODES AN_ARRAY_LEN(dev_nodes)
+
+/* A world-writable host directory, by its path below the walk's root. */
+struct ww_dir {
+	char path[PATH_MAX];
+	mode_t mode; /* the host directory's permission bits: its private instance gets them */
+};
+
+struct ww_list {
+	size_t n;
+	size_t visited;   /* directories the walk examined */
+	size_t visit_max; /* where it stops (SANDBOX_WW_VISIT_MAX) */
+	bool truncated;   /* it stopped there */
+	struct ww_dir dirs[SANDBOX_WW_MAX];
+};
+
 struct child_ctx {
 	const struct sandbox_spec *s;
-	const char *const *argv;
+	const char **argv;          /* owned by sandbox_start */
+	struct ww_list *ww;         /* owned by sandbox_start */
+	const struct ptyrelay *pty; /* the sandbox's: master -1 when none */
+	uint64_t nproc_max;         /* RLIMIT_NPROC to set (no cgroup), or 0 */
 	int err_fd;
 	int alive_fd;
+	int pty_fd; /* the child's end of the socket its pty's master goes back over, or -1 */
+};
+
+/* The O_PATH descriptors of what the sandbox shows of the host, opened before any mount. */
+struct child_fds {
+	int dir;
+	int bridge;
+	int ca;    /* -1: none */
+	int probe; /* -1: none */
+	int dev[SANDBOX_DEV_NODES];
 };
 
 /* ---- Parent-side helpers, pure enough to unit-test. ---- */
@@ -176,8 +273,80 @@ static bool parse_id(const char *text, uint32_t *out)
 	return true;
 }
 
-static int user_refuse(const struct sandbox_user *u, char *err, size_t err_len)
+/*
+ * Groups whose members hold more than a user should lend an agent. Left off:
+ * video and render (GPUs, cameras: common for compute work, and no path to
+ * root by themselves; the sandbox's /dev has no such node anyway), plugdev
+ * (removable media through udisks, which asks polkit for anything more),
+ * audio, lp, cdrom.
+ */
+static const char *const privileged_groups[] = {
+	"root",            /* gid 0's name, and any group so named */
+	"wheel",           /* sudo / su (Red Hat, Arch, SUSE) */
+	"sudo",            /* sudo (Debian, Ubuntu) */
+	"admin",           /* sudo (Ubuntu before 12.04) */
+	"adm",             /* reads /var/log: other users' and services' secrets */
+	"disk",            /* raw block devices: every file of every disk */
+	"kmem",            /* /dev/kmem, /dev/port: kernel memory */
+	"mem",             /* /dev/mem on some distributions: physical memory */
+	"shadow",          /* reads /etc/shadow: password hashes */
+	"ssl-cert",        /* reads /etc/ssl/private: the host's TLS keys */
+	"docker",          /* the Docker socket: root on the host */
+	"podman",          /* where made, the rootful Podman socket: root on the host */
+	"lxd",             /* the LXD socket: root on the host */
+	"incus-admin",     /* the Incus socket: root on the host */
+	"microk8s",        /* the MicroK8s API: root on the host */
+	"kvm",             /* /dev/kvm: a large kernel attack surface */
+	"libvirt",         /* the libvirt socket: VMs with host devices, root-equivalent */
+	"libvirt-qemu",    /* owns the images and sockets of libvirt's guests */
+	"systemd-journal", /* reads every unit's journal */
+	"systemd-network", /* owns networkd's state and configuration */
+	"netdev",          /* configures network devices (NetworkManager, wpa_supplicant) */
+	"input",           /* /dev/input: every keystroke of the console (a keylogger) */
+	"tty",             /* writes to every terminal: input into others' sessions */
+	"dialout",         /* serial devices: modems, consoles of other machines */
+	"lpadmin",         /* administers CUPS (printers, their filters, its files) */
+	"sys",             /* CUPS administration (its default SystemGroup) */
+	"staff",           /* Debian: writes /usr/local, which root's PATH runs first */
+	"utmp",            /* writes utmp/wtmp: forges who is logged in */
+};
+
+bool sandbox_group_privileged(gid_t gid)
 {
+	AN_ASSERT(AN_ARRAY_LEN(privileged_groups) > 0);
+	if (gid == 0)
+		return true;
+	const struct group *gr = getgrgid(gid);
+	if (gr == NULL || gr->gr_name == NULL)
+		return false;
+	for (size_t i = 0; i < AN_ARRAY_LEN(privileged_groups); i++) {
+		if (strcmp(gr->gr_name, privileged_groups[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* -EPERM with <err> when <gid> is privileged; <who> says how the user holds it. */
+static int group_refuse(const char *text, gid_t gid, const char *who, char *err, size_t err_len)
+{
+	AN_ASSERT(text != NULL);
+	AN_ASSERT(who != NULL);
+	if (!sandbox_group_privileged(gid))
+		return 0;
+	const struct group *gr = getgrgid(gid);
+	snprintf(err, err_len,
+		 "--user %s: %s group %s (gid %u), which is privileged on a host (it owns devices, "
+		 "logs, secrets or an admin socket); name a user outside it",
+		 text, who, gr != NULL && gr->gr_name != NULL ? gr->gr_name : "root",
+		 (unsigned)gid);
+	return -EPERM;
+}
+
+static int user_refuse(const char *text, const struct sandbox_user *u, const struct passwd *pw,
+		       char *err, size_t err_len)
+{
+	gid_t groups[SANDBOX_GROUPS_MAX];
+
 	AN_ASSERT(u != NULL);
 	AN_ASSERT(err != NULL);
 	if (u->uid == 0 || u->gid == 0) {
@@ -187,16 +356,18 @@ static int user_refuse(const struct sandbox_user *u, char *err, size_t err_len)
 			 u->uid == 0 ? "uid" : "gid");
 		return -EPERM;
 	}
-	for (size_t i = 0; i < u->group_count; i++) {
-		if (u->groups[i] == 0) {
-			snprintf(err, err_len,
-				 "--user: uid %u is a member of group 0 (root); name a user that "
-				 "is not",
-				 (unsigned)u->uid);
-			return -EPERM;
-		}
+	int ret = group_refuse(text, u->gid, "runs in", err, err_len);
+	if (ret != 0 || pw == NULL)
+		return ret;
+	int n = SANDBOX_GROUPS_MAX;
+	if (getgrouplist(pw->pw_name, pw->pw_gid, groups, &n) == -1) {
+		snprintf(err, err_len, "--user %s: in more than %d groups", text,
+			 SANDBOX_GROUPS_MAX);
+		return -E2BIG;
 	}
-	return 0;
+	for (int i = 0; i < n && ret == 0; i++)
+		ret = group_refuse(text, groups[i], "is a member of", err, err_len);
+	return ret;
 }
 
 int sandbox_user_parse(const char *text, struct sandbox_user *u, char *err, size_t err_len)
@@ -238,19 +409,256 @@ int sandbox_user_parse(const char *text, struct sandbox_user *u, char *err, size
 			 text, name, name);
 		return -ENOENT;
 	}
-	if (pw != NULL && colon == NULL) {
-		int n = SANDBOX_GROUPS_MAX;
-		if (getgrouplist(pw->pw_name, u->gid, u->groups, &n) == -1) {
-			snprintf(err, err_len, "--user %s: in more than %d groups", name,
-				 SANDBOX_GROUPS_MAX);
-			return -E2BIG;
-		}
-		u->group_count = (size_t)n;
-	} else {
-		u->groups[0] = u->gid; /* only the group asked for */
-		u->group_count = 1;
+	return user_refuse(text, u, pw, err, err_len);
+}
+
+/* ---- The host's world-writable directories (the parent lists them, the child masks them). ---- */
+
+/* Where the sandbox shows something else (/proc, /dev, /run), or what no one may write (/sys). */
+static const char *const ww_replaced[] = { "/proc", "/sys", "/dev", "/run", "/var/run" };
+/* The shared directories every host may have, masked whatever their mode. */
+static const char *const ww_known[] = { "/tmp", "/var/tmp", "/var/lock", "/var/crash",
+					"/var/metrics" };
+/* File systems the walk never enters: remote (slow, or hung with their server), or automounted. */
+static const char *const ww_unwalked[] = { "autofs", "nfs", "cifs",  "smb",       "ceph",  "fuse",
+					   "9p",     "afs", "davfs", "glusterfs", "lustre" };
+
+/* Whether <rel> is hidden already: under a replaced tree or a directory on the list. */
+static bool ww_covered(const struct ww_list *l, const char *rel)
+{
+	AN_ASSERT(rel[0] == '/');
+	AN_ASSERT(l->n <= SANDBOX_WW_MAX);
+	for (size_t i = 0; i < AN_ARRAY_LEN(ww_replaced); i++) {
+		if (sandbox_path_under(rel, ww_replaced[i]))
+			return true;
 	}
-	return user_refuse(u, err, err_len);
+	for (size_t i = 0; i < l->n; i++) {
+		if (sandbox_path_under(rel, l->dirs[i].path))
+			return true;
+	}
+	return false;
+}
+
+/* Adds <rel> (not covered), dropping the entries below it. -E2BIG: the list is full. */
+static int ww_add(struct ww_list *l, const char *rel, mode_t mode)
+{
+	size_t kept = 0;
+
+	AN_ASSERT(strcmp(rel, "/") != 0);
+	AN_ASSERT(strlen(rel) < PATH_MAX);
+	for (size_t i = 0; i < l->n; i++) {
+		if (!sandbox_path_under(l->dirs[i].path, rel))
+			l->dirs[kept++] = l->dirs[i];
+	}
+	l->n = kept;
+	if (l->n == SANDBOX_WW_MAX)
+		return -E2BIG;
+	snprintf(l->dirs[l->n].path, sizeof(l->dirs[l->n].path), "%s", rel);
+	l->dirs[l->n].mode = mode & 07777;
+	l->n++;
+	return 0;
+}
+
+/* <root> followed by <rel> ("/" + "/tmp" is "/tmp"). */
+static int ww_join(char *out, size_t cap, const char *root, const char *rel)
+{
+	AN_ASSERT(root[0] == '/');
+	AN_ASSERT(rel[0] == '/');
+	int n = strcmp(root, "/") == 0 ? snprintf(out, cap, "%s", rel)
+				       : snprintf(out, cap, "%s%s", root, rel);
+	return n >= 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
+}
+
+static unsigned ww_depth(const char *rel)
+{
+	unsigned depth = 0;
+
+	AN_ASSERT(rel[0] == '/');
+	for (const char *p = rel; *p != '\0'; p++)
+		depth += *p == '/' && p[1] != '\0';
+	return depth;
+}
+
+static int ww_walk(struct ww_list *l, int fd, char *rel, size_t rel_len, unsigned depth, dev_t dev);
+
+/* Looks at <name> in <parent> (<rel>, at <depth>): listed when world-writable, else walked. */
+static int ww_visit(struct ww_list *l, int parent, const char *name, char *rel, unsigned depth,
+		    dev_t dev)
+{
+	struct stat st;
+
+	AN_ASSERT(depth <= SANDBOX_WW_DEPTH);
+	AN_ASSERT(parent >= 0);
+	if (ww_covered(l, rel))
+		return 0;
+	if (l->visited >= l->visit_max) {
+		l->truncated = true;
+		return 0;
+	}
+	l->visited++;
+	if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == -1 || !S_ISDIR(st.st_mode) ||
+	    st.st_dev != dev)
+		return 0; /* another file system is walked from its own mount point */
+	if (st.st_mode & S_IWOTH)
+		return ww_add(l, rel, st.st_mode);
+	if (depth == SANDBOX_WW_DEPTH)
+		return 0;
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1)
+		return 0; /* unreadable to us: the agent (our uid, or less) cannot list it either */
+	return ww_walk(l, fd, rel, strlen(rel), depth, dev);
+}
+
+/* Reads the directory open at <fd> (taken), <rel> at <depth>, on device <dev>. */
+static int ww_walk(struct ww_list *l, int fd, char *rel, size_t rel_len, unsigned depth, dev_t dev)
+{
+	int ret = 0;
+
+	AN_ASSERT(rel_len < PATH_MAX);
+	AN_ASSERT(depth < SANDBOX_WW_DEPTH);
+	DIR *d = fdopendir(fd);
+	if (d == NULL) {
+		close(fd);
+		return 0;
+	}
+	while (ret == 0 && !l->truncated) {
+		const struct dirent *de = readdir(d);
+		if (de == NULL)
+			break;
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
+			continue;
+		size_t base = rel_len == 1 ? 0 : rel_len; /* "/" + "a" is "/a" */
+		int n = snprintf(rel + base, PATH_MAX - base, "/%s", de->d_name);
+		if (n > 0 && (size_t)n < PATH_MAX - base)
+			ret = ww_visit(l, dirfd(d), de->d_name, rel, depth + 1, dev);
+		rel[rel_len] = '\0';
+	}
+	closedir(d);
+	return ret;
+}
+
+/* Walks the mount at <rel> below <root> (fstype <type>) when it is near enough and local. */
+static int ww_walk_mount(struct ww_list *l, const char *root, const char *rel, const char *type)
+{
+	char path[PATH_MAX], walked[PATH_MAX];
+	struct stat st;
+
+	AN_ASSERT(rel[0] == '/');
+	AN_ASSERT(type != NULL);
+	unsigned depth = ww_depth(rel);
+	for (size_t i = 0; i < AN_ARRAY_LEN(ww_unwalked); i++) {
+		if (strncmp(type, ww_unwalked[i], strlen(ww_unwalked[i])) == 0)
+			return 0;
+	}
+	if (depth >= SANDBOX_WW_DEPTH || ww_join(path, sizeof(path), root, rel) != 0)
+		return 0;
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1)
+		return 0;
+	if (fstat(fd, &st) == -1) {
+		close(fd);
+		return 0;
+	}
+	snprintf(walked, sizeof(walked), "%s", rel);
+	return ww_walk(l, fd, walked, strlen(walked), depth, st.st_dev);
+}
+
+/* Decodes mountinfo's octal escapes (\040 for a space) in place. */
+static void mountinfo_unescape(char *s)
+{
+	char *out = s;
+
+	AN_ASSERT(s != NULL);
+	for (const char *p = s; *p != '\0'; p++) {
+		if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' &&
+		    p[3] >= '0' && p[3] <= '7') {
+			*out++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+			p += 3;
+		} else {
+			*out++ = *p;
+		}
+	}
+	*out = '\0';
+}
+
+/* Splits a mountinfo line: its mount point (field 5) and file system type (after " - "). */
+static bool mountinfo_fields(char *line, char **mount_point, char **type)
+{
+	char *p = line;
+
+	AN_ASSERT(line != NULL);
+	for (int field = 0; field < 4; field++) {
+		p = strchr(p, ' ');
+		if (p == NULL)
+			return false;
+		p++;
+	}
+	char *end = strchr(p, ' ');
+	char *dash = end != NULL ? strstr(end, " - ") : NULL;
+	if (dash == NULL || p[0] != '/')
+		return false;
+	*end = '\0';
+	*mount_point = p;
+	*type = dash + 3;
+	char *type_end = strchr(*type, ' ');
+	if (type_end != NULL)
+		*type_end = '\0';
+	mountinfo_unescape(p);
+	return true;
+}
+
+/* One mount: listed when its directory is world-writable, else walked. */
+static int ww_mount(struct ww_list *l, const char *root, const char *rel, const char *type)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	AN_ASSERT(rel[0] == '/');
+	AN_ASSERT(root[0] == '/');
+	if (strcmp(rel, "/") != 0 && ww_covered(l, rel))
+		return 0;
+	if (strcmp(rel, "/") != 0 && ww_join(path, sizeof(path), root, rel) == 0 &&
+	    lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & S_IWOTH))
+		return ww_add(l, rel, st.st_mode);
+	return ww_walk_mount(l, root, rel, type);
+}
+
+/*
+ * Lists the world-writable directories below <root> ("/"; a test's tree)
+ * into <l> (l->visit_max set): the known ones that are directories, the
+ * world-writable mount points of <mountinfo> (paths below <root>), and what
+ * the walk finds. Returns 0, -E2BIG past SANDBOX_WW_MAX, or -errno of
+ * opening <mountinfo>.
+ */
+static int ww_find(struct ww_list *l, const char *root, const char *mountinfo)
+{
+	char line[8192], path[PATH_MAX];
+	struct stat st;
+	int ret = 0;
+
+	AN_ASSERT(l->visit_max > 0);
+	l->n = 0;
+	l->visited = 0;
+	l->truncated = false;
+	for (size_t i = 0; i < AN_ARRAY_LEN(ww_known) && ret == 0; i++) {
+		if (ww_join(path, sizeof(path), root, ww_known[i]) == 0 && lstat(path, &st) == 0 &&
+		    S_ISDIR(st.st_mode))
+			ret = ww_add(l, ww_known[i], st.st_mode);
+	}
+	FILE *f = fopen(mountinfo, "re");
+	if (f == NULL)
+		return -errno;
+	while (ret == 0 && fgets(line, sizeof(line), f) != NULL) {
+		bool whole = strchr(line, '\n') != NULL;
+		char *mount_point = NULL, *type = NULL;
+		if (mountinfo_fields(line, &mount_point, &type))
+			ret = ww_mount(l, root, mount_point, type);
+		for (int ch = 0; !whole && ch != '\n' && ch != EOF;)
+			ch = fgetc(f); /* the rest of a long line (its options) */
+	}
+	fclose(f);
+	return ret;
 }
 
 static_assert(CAP_SYS_ADMIN < 32 && CAP_NET_ADMIN < 32 && CAP_SETPCAP < 32,
@@ -337,6 +745,7 @@ void sandbox_signals_block(sigset_t *old)
 	for (size_t i = 0; i < AN_ARRAY_LEN(forwarded); i++)
 		sigaddset(&set, forwarded[i]);
 	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGWINCH); /* relayed to the sandbox's pty by sandbox_wait */
 	int ret = sigprocmask(SIG_BLOCK, &set, old);
 	AN_ASSERT(ret == 0);
 	/* An inherited SIG_IGN would make the kernel reap the bridge before we see it. */
@@ -387,6 +796,21 @@ __attribute__((format(printf, 3, 4))) static _Noreturn void child_fail(int fd, i
 	_exit(127);
 }
 
+/* Blocks until the parent's "go" byte (it moved us into the cgroup); gives up if it is gone. */
+static void wait_go(const struct child_ctx *c)
+{
+	char go = 0;
+	ssize_t n;
+
+	AN_ASSERT(c->alive_fd >= 0);
+	do
+		n = read(c->alive_fd, &go, 1);
+	while (n == -1 && errno == EINTR);
+	if (n != 1)
+		_exit(127); /* the parent failed to place us, or died: nothing of the agent's ran */
+	AN_ASSERT(go == 'g');
+}
+
 static int write_proc_file(const char *path, const char *text)
 {
 	AN_ASSERT(path != NULL);
@@ -423,6 +847,22 @@ static void map_ids(const struct child_ctx *c)
 		child_fail(c->err_fd, -ret, "write /proc/self/gid_map: %s", strerror(-ret));
 }
 
+/*
+ * The pids limit without a cgroup: RLIMIT_NPROC counts the processes of our
+ * uid in the user namespace this process is in (and its children's), so in a
+ * namespace of the sandbox's own it counts the sandbox's only.
+ */
+static void limit_nproc(const struct child_ctx *c)
+{
+	struct rlimit rl = { .rlim_cur = (rlim_t)c->nproc_max, .rlim_max = (rlim_t)c->nproc_max };
+
+	AN_ASSERT(c->nproc_max > 0);
+	AN_ASSERT(c->s->userns);
+	if (setrlimit(RLIMIT_NPROC, &rl) == -1)
+		child_fail(c->err_fd, errno, "setrlimit RLIMIT_NPROC %llu: %s",
+			   (unsigned long long)c->nproc_max, strerror(errno));
+}
+
 static void must_mount(const struct child_ctx *c, const char *src, const char *target,
 		       const char *type, unsigned long flags, const char *data)
 {
@@ -444,20 +884,56 @@ static void must_mkdir(const struct child_ctx *c, const char *path, mode_t mode)
 		child_fail(c->err_fd, errno, "chmod %s: %s", path, strerror(errno));
 }
 
+static void must_symlink(const struct child_ctx *c, const char *target, const char *path)
+{
+	AN_ASSERT(target != NULL);
+	AN_ASSERT(path[0] == '/');
+	if (symlink(target, path) == -1)
+		child_fail(c->err_fd, errno, "symlink %s: %s", path, strerror(errno));
+}
+
+static int must_open_path(const struct child_ctx *c, const char *path)
+{
+	AN_ASSERT(path != NULL);
+	AN_ASSERT(c->err_fd >= 0);
+	int fd = open(path, O_PATH | O_CLOEXEC);
+	if (fd == -1)
+		child_fail(c->err_fd, errno, "open %s: %s", path, strerror(errno));
+	return fd;
+}
+
+/* Everything the sandbox shows of the host, opened before any mount hides it. */
+static void open_sources(const struct child_ctx *c, struct child_fds *f)
+{
+	char path[32];
+
+	AN_ASSERT(c->s->dir != NULL);
+	AN_ASSERT(c->s->bridge != NULL);
+	f->dir = open(c->s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (f->dir == -1)
+		child_fail(c->err_fd, errno, "open %s: %s", c->s->dir, strerror(errno));
+	f->bridge = must_open_path(c, c->s->bridge);
+	f->ca = c->s->ca_path != NULL ? must_open_path(c, c->s->ca_path) : -1;
+	f->probe = c->s->probe != NULL ? must_open_path(c, c->s->probe) : -1;
+	for (size_t i = 0; i < SANDBOX_DEV_NODES; i++) {
+		snprintf(path, sizeof(path), "/dev/%s", dev_nodes[i]);
+		f->dev[i] = must_open_path(c, path);
+	}
+}
+
 /*
- * Remounts the bind at <target> read-only, nosuid, nodev, noexec. In a user
- * namespace the flags the source mount was locked with must be kept, or the
- * kernel refuses: carry the atime ones over (the others are only added).
+ * Remounts the bind at <target> read-only and nosuid, plus <flags> (MS_NODEV,
+ * MS_NOEXEC). In a user namespace the flags the source mount was locked with
+ * must be kept, or the kernel refuses: carry the atime ones over (the others
+ * are only added).
  */
-static void bind_read_only(const struct child_ctx *c, const char *target, bool exec)
+static void bind_read_only(const struct child_ctx *c, const char *target, unsigned long flags)
 {
 	struct statvfs sv;
-	unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV;
 
-	if (!exec)
-		flags |= MS_NOEXEC;
 	AN_ASSERT(target != NULL);
 	AN_ASSERT(c->err_fd >= 0);
+	flags |= MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID;
 	if (statvfs(target, &sv) == -1)
 		child_fail(c->err_fd, errno, "statvfs %s: %s", target, strerror(errno));
 	if (sv.f_flag & ST_NOATIME)
@@ -469,9 +945,8 @@ static void bind_read_only(const struct child_ctx *c, const char *target, bool e
 	must_mount(c, NULL, target, NULL, flags, NULL);
 }
 
-/* A fresh /run holding only the sandbox's directory, at SANDBOX_MOUNT_DIR. */
 /* Binds the file open at <fd> (O_PATH, opened before any mount) read-only onto <target>. */
-static void bind_file(const struct child_ctx *c, int fd, const char *target, bool exec)
+static void bind_file(const struct child_ctx *c, int fd, const char *target, unsigned long flags)
 {
 	char src[64];
 
@@ -482,28 +957,66 @@ static void bind_file(const struct child_ctx *c, int fd, const char *target, boo
 	close(t);
 	snprintf(src, sizeof(src), "/proc/self/fd/%d", fd);
 	must_mount(c, src, target, NULL, MS_BIND, NULL);
-	bind_read_only(c, target, exec);
+	bind_read_only(c, target, flags);
 	close(fd);
 }
 
-static void mount_run(const struct child_ctx *c, int dir_fd, int bridge_fd, int ca_fd)
+/*
+ * A /dev of the sandbox's own: the six nodes (bound: usable, so no MS_NODEV),
+ * the usual links, a new devpts instance (no gid=: a user namespace may not
+ * map the tty group), a private /dev/shm and the new IPC namespace's mqueue;
+ * then read-only, so nothing is added to it later.
+ */
+static void mount_dev(const struct child_ctx *c, const int *node_fds)
+{
+	static const char *const links[][2] = {
+		{ "/proc/self/fd", "/dev/fd" },       { "/proc/self/fd/0", "/dev/stdin" },
+		{ "/proc/self/fd/1", "/dev/stdout" }, { "/proc/self/fd/2", "/dev/stderr" },
+		{ "pts/ptmx", "/dev/ptmx" },
+	};
+	char target[32];
+
+	AN_ASSERT(node_fds != NULL);
+	must_mount(c, "tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, SANDBOX_DEV_TMPFS_OPTIONS);
+	for (size_t i = 0; i < SANDBOX_DEV_NODES; i++) {
+		snprintf(target, sizeof(target), "/dev/%s", dev_nodes[i]);
+		bind_file(c, node_fds[i], target, MS_NOEXEC);
+	}
+	for (size_t i = 0; i < AN_ARRAY_LEN(links); i++)
+		must_symlink(c, links[i][0], links[i][1]);
+	must_mkdir(c, "/dev/pts", 0755);
+	must_mount(c, "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+		   SANDBOX_DEVPTS_OPTIONS);
+	must_mkdir(c, "/dev/shm", 01777);
+	must_mount(c, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+		   SANDBOX_SHM_TMPFS_OPTIONS);
+	must_mkdir(c, "/dev/mqueue", 01777);
+	must_mount(c, "mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+	must_mount(c, NULL, "/dev", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+		   NULL);
+}
+
+/* A fresh /run holding only the sandbox's directory, at SANDBOX_MOUNT_DIR. */
+static void mount_run(const struct child_ctx *c, const struct child_fds *f)
 {
 	char src[64];
 
-	AN_ASSERT(dir_fd >= 0);
+	AN_ASSERT(f->dir >= 0);
 	AN_ASSERT(sandbox_path_under(SANDBOX_MOUNT_DIR, SANDBOX_RUN_DIR));
 	must_mount(c, "tmpfs", SANDBOX_RUN_DIR, "tmpfs", MS_NOSUID | MS_NODEV,
 		   SANDBOX_RUN_TMPFS_OPTIONS);
 	must_mkdir(c, "/run/agentsnet", 0755);
 	must_mkdir(c, SANDBOX_MOUNT_DIR, 0755);
 	must_mkdir(c, "/run/lock", 01777);
-	snprintf(src, sizeof(src), "/proc/self/fd/%d", dir_fd);
+	snprintf(src, sizeof(src), "/proc/self/fd/%d", f->dir);
 	must_mount(c, src, SANDBOX_MOUNT_DIR, NULL, MS_BIND, NULL);
-	bind_read_only(c, SANDBOX_MOUNT_DIR, false);
-	close(dir_fd);
-	bind_file(c, bridge_fd, SANDBOX_BRIDGE_PATH, true);
-	if (ca_fd >= 0)
-		bind_file(c, ca_fd, SANDBOX_CA_PATH, false);
+	bind_read_only(c, SANDBOX_MOUNT_DIR, MS_NODEV | MS_NOEXEC);
+	close(f->dir);
+	bind_file(c, f->bridge, SANDBOX_BRIDGE_PATH, MS_NODEV);
+	if (f->ca >= 0)
+		bind_file(c, f->ca, SANDBOX_CA_PATH, MS_NODEV | MS_NOEXEC);
+	if (f->probe >= 0)
+		bind_file(c, f->probe, SANDBOX_PROBE_PATH, MS_NODEV);
 }
 
 static bool is_dir_nofollow(const char *path)
@@ -547,14 +1060,60 @@ static void mask_host(const struct child_ctx *c)
 		    sandbox_socket_dir_needs_mask(parent, var_run_dir))
 			mask(c, parent);
 	}
-	/*
-	 * A private /tmp, last so the masks above still find their mount points:
-	 * the host's /tmp holds sockets of its own (tmux, screen, ssh-agent, X11),
-	 * and a tmux socket is a shell on the host.
-	 */
-	if (is_dir_nofollow("/tmp"))
-		must_mount(c, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-			   SANDBOX_TMP_TMPFS_OPTIONS);
+}
+
+/*
+ * A private, empty instance of the world-writable directory <d>. It is looked
+ * up again without following a symlink, and mounted on through that
+ * descriptor; one gone by now (hidden by an earlier mount, removed, or
+ * replaced) is no longer reachable at that path, so there is nothing to hide.
+ */
+static void mount_private(const struct child_ctx *c, const struct ww_dir *d)
+{
+	struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	char target[64], options[64];
+
+	AN_ASSERT(d->path[0] == '/');
+	AN_ASSERT(strcmp(d->path, "/") != 0);
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, d->path, &how, sizeof(how));
+	if (fd == -1 && errno == ENOSYS)
+		fd = open(d->path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1 && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == EACCES))
+		return;
+	if (fd == -1)
+		child_fail(c->err_fd, errno, "open %s: %s", d->path, strerror(errno));
+	snprintf(target, sizeof(target), "/proc/self/fd/%d", fd);
+	snprintf(options, sizeof(options), "mode=%o,size=%s", (unsigned)d->mode,
+		 SANDBOX_PRIVATE_TMPFS_SIZE);
+	if (mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, options) == -1)
+		child_fail(c->err_fd, errno, "mount tmpfs on %s: %s", d->path, strerror(errno));
+	close(fd);
+}
+
+/*
+ * The host's /sys, cgroup hierarchies included, read-only: an agent that
+ * owns its cgroup's files (a delegated v1 hierarchy, or host uid 0 without
+ * CAP_SYS_ADMIN) could otherwise raise its own limits or move itself out of
+ * them; read, they still tell runtimes their limits. Before Linux 5.12 (no
+ * mount_setattr) the cgroup hierarchies are hidden instead.
+ */
+static void sys_read_only(const struct child_ctx *c)
+{
+	struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY };
+
+	AN_ASSERT(c->err_fd >= 0);
+	if (!is_dir_nofollow("/sys"))
+		return;
+	if (syscall(SYS_mount_setattr, AT_FDCWD, "/sys", AT_RECURSIVE | AT_SYMLINK_NOFOLLOW, &attr,
+		    sizeof(attr)) == 0)
+		return;
+	if (errno == EINVAL)
+		return; /* not a mount point: no sysfs here */
+	if (errno != ENOSYS)
+		child_fail(c->err_fd, errno, "mount_setattr /sys read-only: %s", strerror(errno));
+	if (is_dir_nofollow("/sys/fs/cgroup"))
+		mask(c, "/sys/fs/cgroup");
 }
 
 static void lo_up(const struct child_ctx *c)
@@ -608,16 +1167,23 @@ static void check_visible(const struct child_ctx *c)
 		child_fail(c->err_fd, errno,
 			   "the CA %s is not readable inside the sandbox (%s?): %s", c->s->ca_path,
 			   hint, strerror(errno));
+	if (c->s->probe != NULL && access(SANDBOX_PROBE_PATH, X_OK) == -1)
+		child_fail(c->err_fd, errno,
+			   "the probe %s is not executable inside the sandbox (%s?): %s",
+			   c->s->probe, hint, strerror(errno));
 }
 
-/* The switch to the agent's user; the securebits keep the capabilities across it. */
+/*
+ * The switch to the agent's user, without any supplementary group; the
+ * securebits keep the capabilities across it.
+ */
 static void become_user(const struct child_ctx *c)
 {
 	const struct sandbox_user *u = &c->s->user;
 
 	AN_ASSERT(u->uid != 0);
 	AN_ASSERT(u->gid != 0);
-	if (setgroups(u->group_count, u->groups) == -1)
+	if (setgroups(0, NULL) == -1)
 		child_fail(c->err_fd, errno, "setgroups: %s", strerror(errno));
 	if (setresgid(u->gid, u->gid, u->gid) == -1)
 		child_fail(c->err_fd, errno, "setresgid %u: %s", (unsigned)u->gid, strerror(errno));
@@ -625,6 +1191,16 @@ static void become_user(const struct child_ctx *c)
 		child_fail(c->err_fd, errno, "setresuid %u: %s", (unsigned)u->uid, strerror(errno));
 	AN_ASSERT(getuid() == u->uid && geteuid() == u->uid);
 	AN_ASSERT(getgid() == u->gid && getegid() == u->gid);
+}
+
+/* A new, empty session keyring: the caller's (and the keys it holds) is no longer ours. */
+static void join_keyring(const struct child_ctx *c)
+{
+	AN_ASSERT(c->err_fd >= 0);
+	AN_ASSERT(c->s != NULL);
+	if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) == -1 && errno != ENOSYS)
+		child_fail(c->err_fd, errno, "keyctl(KEYCTL_JOIN_SESSION_KEYRING): %s",
+			   strerror(errno));
 }
 
 static void drop_privileges(const struct child_ctx *c)
@@ -645,6 +1221,7 @@ static void drop_privileges(const struct child_ctx *c)
 		child_fail(c->err_fd, errno, "PR_SET_SECUREBITS: %s", strerror(errno));
 	if (!c->s->userns)
 		become_user(c);
+	join_keyring(c);
 	memset(data, 0, sizeof(data));
 	if (syscall(SYS_capset, &hdr, data) == -1)
 		child_fail(c->err_fd, errno, "capset: %s", strerror(errno));
@@ -709,31 +1286,122 @@ int sandbox_ingress_listen(const char *dir)
 	return fd;
 }
 
+/* <fd> moved above the std descriptors (close-on-exec), which the pty's slave is put on. */
+static int fd_above_std(const struct child_ctx *c, int fd, const char *what)
+{
+	AN_ASSERT(what != NULL);
+	if (fd == -1)
+		child_fail(c->err_fd, errno, "%s: %s", what, strerror(errno));
+	if (fd > 2)
+		return fd;
+	int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (moved == -1)
+		child_fail(c->err_fd, errno, "%s: %s", what, strerror(errno));
+	close(fd);
+	return moved;
+}
+
+/* Gives the slave <to> the settings and window size ptyrelay_open gave the slave <from>. */
+static void pty_copy(const struct child_ctx *c, int from, int to)
+{
+	struct termios t;
+	struct winsize ws;
+
+	AN_ASSERT(from >= 0);
+	AN_ASSERT(to >= 0);
+	if (tcgetattr(from, &t) == -1 || tcsetattr(to, TCSANOW, &t) == -1)
+		child_fail(c->err_fd, errno, "the sandbox's pty settings: %s", strerror(errno));
+	if (ioctl(from, TIOCGWINSZ, &ws) == 0 && ioctl(to, TIOCSWINSZ, &ws) == -1)
+		child_fail(c->err_fd, errno, "the sandbox's pty size: %s", strerror(errno));
+}
+
+/* Sends the master <fd> to the parent, which relays it from now on. */
+static void pty_send(const struct child_ctx *c, int fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { .iov_base = "p", .iov_len = 1 };
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = cbuf,
+			      .msg_controllen = sizeof(cbuf) };
+
+	AN_ASSERT(c->pty_fd >= 0);
+	AN_ASSERT(fd >= 0);
+	memset(cbuf, 0, sizeof(cbuf));
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
+	if (sendmsg(c->pty_fd, &msg, MSG_NOSIGNAL) != 1)
+		child_fail(c->err_fd, errno, "passing the sandbox's pty: %s", strerror(errno));
+}
+
+/*
+ * The agent's terminal, made in the sandbox's own devpts (so it is
+ * /dev/pts/0 there, ttyname() finds it, and nothing of the host's devpts is
+ * referred to): a new pty with the settings and size of the one ptyrelay_open
+ * made on the host, whose master goes to the parent (it relays that one
+ * instead) and whose slave goes on the std descriptors that were terminals.
+ */
+static void pty_inside(const struct child_ctx *c)
+{
+	static struct ptyrelay inside; /* the child's copy of memory: nothing shared */
+	int unlock = 0;
+
+	AN_ASSERT(c->pty->master >= 0);
+	AN_ASSERT(c->pty->slave >= 0);
+	int m = fd_above_std(c, open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC),
+			     "open /dev/pts/ptmx");
+	if (ioctl(m, TIOCSPTLCK, &unlock) == -1)
+		child_fail(c->err_fd, errno, "unlock the sandbox's pty: %s", strerror(errno));
+	int s = fd_above_std(c, ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC),
+			     "open the sandbox's pty slave");
+	pty_copy(c, c->pty->slave, s);
+	/* The agent's own, as a login's terminal is (made by root here without userns). */
+	if (!c->s->userns && fchown(s, c->s->user.uid, (gid_t)-1) == -1)
+		child_fail(c->err_fd, errno, "chown the sandbox's pty: %s", strerror(errno));
+	pty_send(c, m);
+	inside = *c->pty;
+	inside.master = m;
+	inside.slave = s;
+	int ret = ptyrelay_child_stdio(&inside);
+	if (ret != 0)
+		child_fail(c->err_fd, -ret, "the pty's slave on stdin/stdout/stderr: %s",
+			   strerror(-ret));
+	close(c->pty->master);
+	close(c->pty->slave);
+	close(c->pty_fd);
+}
+
 static _Noreturn void child_main(const struct child_ctx *c)
 {
+	struct child_fds f;
+
 	AN_ASSERT(c->s != NULL);
 	AN_ASSERT(c->argv[0] != NULL);
+	wait_go(c);
 	/* Descriptors the caller leaked to us could reach hidden directories. */
 	if (close_range(3U, ~0U, CLOSE_RANGE_CLOEXEC) == -1)
 		child_fail(c->err_fd, errno, "close_range: %s", strerror(errno));
+	if (setsid() == -1)
+		child_fail(c->err_fd, errno, "setsid: %s", strerror(errno));
 	if (c->s->userns)
 		map_ids(c);
+	if (c->nproc_max > 0)
+		limit_nproc(c);
 	must_mount(c, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-	int dir_fd = open(c->s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (dir_fd == -1)
-		child_fail(c->err_fd, errno, "open %s: %s", c->s->dir, strerror(errno));
-	int bridge_fd = open(c->s->bridge, O_PATH | O_CLOEXEC);
-	if (bridge_fd == -1)
-		child_fail(c->err_fd, errno, "open %s: %s", c->s->bridge, strerror(errno));
-	int ca_fd = -1;
-	if (c->s->ca_path != NULL) {
-		ca_fd = open(c->s->ca_path, O_PATH | O_CLOEXEC);
-		if (ca_fd == -1)
-			child_fail(c->err_fd, errno, "open %s: %s", c->s->ca_path, strerror(errno));
-	}
+	open_sources(c, &f);
 	must_mount(c, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-	mount_run(c, dir_fd, bridge_fd, ca_fd);
+	mount_dev(c, f.dev);
+	if (c->pty->master >= 0)
+		pty_inside(c);
+	mount_run(c, &f);
 	mask_host(c);
+	/* Last, so the masks above still found their mount points (a socket directory in /tmp). */
+	for (size_t i = 0; i < c->ww->n; i++)
+		mount_private(c, &c->ww->dirs[i]);
+	sys_read_only(c);
 	lo_up(c);
 	drop_privileges(c);
 	/* As the agent's user from here: what it cannot reach is a clear error now. */
@@ -743,7 +1411,8 @@ static _Noreturn void child_main(const struct child_ctx *c)
 	if (sigprocmask(SIG_SETMASK, &c->s->child_mask, NULL) == -1)
 		child_fail(c->err_fd, errno, "sigprocmask: %s", strerror(errno));
 	pass_ingress(c);
-	execve(c->argv[0], (char *const *)c->argv, environ);
+	char *const *envp = c->s->envp != NULL ? c->s->envp : environ;
+	execve(c->argv[0], (char *const *)c->argv, envp);
 	child_fail(c->err_fd, errno, "exec %s: %s", c->argv[0], strerror(errno));
 }
 
@@ -801,7 +1470,8 @@ static int clone_failed(const struct sandbox_spec *s, int err, char *msg, size_t
 			 "kernel.apparmor_restrict_unprivileged_userns)",
 			 strerror(err));
 	else
-		snprintf(msg, msg_len, "clone(CLONE_NEWNET|CLONE_NEWNS|CLONE_NEWPID%s): %s",
+		snprintf(msg, msg_len,
+			 "clone(CLONE_NEWNET|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC%s): %s",
 			 s->userns ? "|CLONE_NEWUSER" : "", strerror(err));
 	return -err;
 }
@@ -824,90 +1494,303 @@ static void userns_hint(char *err, size_t err_len)
 		    v);
 }
 
-static int start_child(const struct sandbox_spec *s, const char *const *argv, struct sandbox *sb,
-		       char *err, size_t err_len)
+/* Moves the new child into the sandbox's cgroup, then lets it go (the "go" byte). */
+static int release_child(const struct sandbox *sb, pid_t pid, int go_fd, char *err, size_t err_len)
 {
-	struct child_ctx c = { .s = s, .argv = argv };
-	int efd[2], afd[2];
+	AN_ASSERT(pid > 0);
+	AN_ASSERT(go_fd >= 0);
+	if (sb->cgroup.version != 0) {
+		int ret = cgroup_enter(&sb->cgroup, pid, err, err_len);
+		if (ret != 0)
+			return ret;
+	}
+	ssize_t n = write(go_fd, "g", 1);
+	if (n != 1) {
+		int ret = n == -1 ? -errno : -EIO;
+		snprintf(err, err_len, "starting the sandbox: %s", strerror(-ret));
+		return ret;
+	}
+	return 0;
+}
 
-	AN_ASSERT(argv[0] != NULL);
-	AN_ASSERT(sb != NULL);
+/*
+ * Takes the master of the pty the child made in the sandbox's devpts (it sent
+ * it before its exec) in place of the host-side one ptyrelay_open made.
+ */
+static int receive_pty(struct sandbox *sb, int sock, char *err, size_t err_len)
+{
+	char byte = 0, cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = cbuf,
+			      .msg_controllen = sizeof(cbuf) };
+	int fd = -1;
+
+	AN_ASSERT(sb->pty.master >= 0);
+	AN_ASSERT(sock >= 0);
+	ssize_t n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	const struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&msg) : NULL;
+	if (cm != NULL && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+	    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(&fd, CMSG_DATA(cm), sizeof(fd));
+	int fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+	if (fl == -1 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) == -1) {
+		snprintf(err, err_len, "the sandbox's pty did not come back");
+		if (fd >= 0)
+			close(fd);
+		return -EPROTO;
+	}
+	close(sb->pty.master);
+	sb->pty.master = fd;
+	return 0;
+}
+
+/* The pipes (and the pty's socket) between us and the child; -errno, nothing left open. */
+static int child_channels(bool pty, int efd[2], int afd[2], int pfd[2])
+{
+	int ret = 0;
+
+	AN_ASSERT(efd != NULL && afd != NULL);
+	pfd[0] = pfd[1] = -1;
 	if (pipe2(efd, O_CLOEXEC) == -1)
 		return -errno;
 	if (pipe2(afd, O_CLOEXEC) == -1) {
-		int ret = -errno;
-		close(efd[0]);
-		close(efd[1]);
-		return ret;
+		ret = -errno;
+		goto out_efd;
 	}
-	uint64_t flags =
-	    CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | (s->userns ? CLONE_NEWUSER : 0);
+	if (pty && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pfd) == -1) {
+		ret = -errno;
+		goto out_afd;
+	}
+	return 0;
+out_afd:
+	close(afd[0]);
+	close(afd[1]);
+out_efd:
+	close(efd[0]);
+	close(efd[1]);
+	return ret;
+}
+
+static int start_child(struct child_ctx *c, struct sandbox *sb, char *err, size_t err_len)
+{
+	const struct sandbox_spec *s = c->s;
+	int efd[2], afd[2], pfd[2];
+
+	AN_ASSERT(c->argv[0] != NULL);
+	AN_ASSERT(sb != NULL);
+	int ret = child_channels(sb->pty.master >= 0, efd, afd, pfd);
+	if (ret != 0)
+		return ret;
+	uint64_t flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+			 (s->userns ? CLONE_NEWUSER : 0);
 	pid_t pid = spawn(flags);
 	if (pid == 0) {
 		close(efd[0]);
 		close(afd[1]);
-		c.err_fd = efd[1];
-		c.alive_fd = afd[0];
-		child_main(&c);
+		if (pfd[0] >= 0)
+			close(pfd[0]);
+		c->err_fd = efd[1];
+		c->alive_fd = afd[0];
+		c->pty_fd = pfd[1];
+		child_main(c);
 	}
 	int saved = errno;
 	close(efd[1]);
+	if (pfd[1] >= 0)
+		close(pfd[1]);
+	/* Our read end stays open until the go byte is written: no SIGPIPE if the child died. */
+	ret = pid == -1 ? clone_failed(s, saved, err, err_len)
+			: release_child(sb, pid, afd[1], err, err_len);
 	close(afd[0]);
-	int ret = pid == -1 ? clone_failed(s, saved, err, err_len)
-			    : read_setup_error(efd[0], err, err_len);
+	if (ret == 0)
+		ret = read_setup_error(efd[0], err, err_len);
 	close(efd[0]);
-	if (ret != 0 && pid > 0)
+	if (ret == 0 && pfd[0] >= 0)
+		ret = receive_pty(sb, pfd[0], err, err_len);
+	if (pfd[0] >= 0)
+		close(pfd[0]);
+	if (ret != 0 && pid > 0) {
+		kill(pid, SIGKILL); /* still waiting for its go byte, exiting, or exec'd */
 		waitpid(pid, NULL, 0);
+	}
 	if (ret != 0) {
 		close(afd[1]);
 		return ret;
 	}
-	*sb = (struct sandbox){ .pid = pid, .alive_fd = afd[1] };
+	sb->pid = pid;
+	sb->alive_fd = afd[1];
 	return 0;
+}
+
+/*
+ * The cgroup for spec->limits. Without one it may make (unprivileged, not
+ * delegated), the pids limit becomes the child's RLIMIT_NPROC (<nproc_max>)
+ * and one line on stderr says what is not limited; privileged, that is an
+ * error naming the file.
+ */
+static int limits_apply(const struct sandbox_spec *s, struct sandbox *sb, uint64_t *nproc_max,
+			char *err, size_t err_len)
+{
+	const struct sandbox_limits *lim = &s->limits;
+
+	AN_ASSERT(nproc_max != NULL);
+	*nproc_max = 0;
+	if (lim->pids_max == 0 && lim->memory_max_bytes == 0)
+		return 0;
+	AN_ASSERT(s->id != NULL);
+	int ret = cgroup_create(&sb->cgroup, CGROUP_ROOT_DEFAULT, s->id, lim->pids_max,
+				lim->memory_max_bytes, err, err_len);
+	if (ret == 0)
+		return 0;
+	bool not_ours = ret == -EACCES || ret == -EPERM || ret == -ENOENT || ret == -EROFS;
+	if (!s->userns || !not_ours) {
+		size_t len = strlen(err);
+		snprintf(err + len, err_len - len,
+			 " (--pids-max 0 --memory-max 0 runs the sandbox without limits)");
+		return ret;
+	}
+	*nproc_max = lim->pids_max;
+	/* RLIMIT_NPROC never binds host uid 0 (the kernel exempts INIT_USER). */
+	bool pids_unbound = lim->pids_max > 0 && s->user.uid == 0;
+	if (lim->memory_max_bytes > 0 || pids_unbound)
+		fprintf(stderr,
+			"agentsnet: warning: no cgroup of its own for this sandbox (%s; none is "
+			"delegated to this user): %s\n",
+			err,
+			pids_unbound ? "neither its memory nor its processes are limited"
+				     : "its memory is not limited (its processes are, with "
+				       "RLIMIT_NPROC)");
+	err[0] = '\0';
+	return 0;
+}
+
+/* The argument vector and the world-writable directories, both the child's to use. */
+static int child_prepare(struct child_ctx *c, char *err, size_t err_len)
+{
+	const struct sandbox_spec *s = c->s;
+	size_t words = 0;
+
+	AN_ASSERT(c->argv == NULL && c->ww == NULL);
+	while (s->cmd[words] != NULL)
+		words++;
+	size_t cap = words + 16;
+	c->argv = pool_calloc(cap, sizeof(*c->argv));
+	c->ww = pool_calloc(1, sizeof(*c->ww));
+	if (c->argv == NULL || c->ww == NULL) {
+		snprintf(err, err_len, "out of memory");
+		return -ENOMEM;
+	}
+	int ret = sandbox_bridge_argv(s, c->argv, cap);
+	AN_ASSERT(ret > 0); /* sized above */
+	c->ww->visit_max = SANDBOX_WW_VISIT_MAX;
+	ret = ww_find(c->ww, "/", "/proc/self/mountinfo");
+	if (ret == -E2BIG)
+		snprintf(err, err_len,
+			 "this host has more than %d world-writable directories; the sandbox "
+			 "gives each a private instance, and will not leave one shared",
+			 SANDBOX_WW_MAX);
+	else if (ret != 0)
+		snprintf(err, err_len, "read /proc/self/mountinfo: %s", strerror(-ret));
+	if (ret == 0 && c->ww->truncated)
+		fprintf(stderr,
+			"agentsnet: warning: the search for world-writable directories stopped "
+			"after %zu; `agentsnet selftest` shows any the sandbox still shares\n",
+			c->ww->visited);
+	return ret;
+}
+
+static void child_release(struct child_ctx *c)
+{
+	AN_ASSERT(c != NULL);
+	AN_ASSERT(c->s != NULL);
+	pool_free(c->argv);
+	c->argv = NULL;
+	pool_free(c->ww);
+	c->ww = NULL;
+}
+
+/* Kills the bridge started a moment ago and reaps it (a step after its exec failed). */
+static void stop_child(struct sandbox *sb)
+{
+	AN_ASSERT(sb->pid > 0);
+	AN_ASSERT(sb->alive_fd >= 0);
+	kill(sb->pid, SIGKILL);
+	waitpid(sb->pid, NULL, 0);
+	close(sb->alive_fd);
+	sb->alive_fd = -1;
 }
 
 int sandbox_start(const struct sandbox_spec *s, struct sandbox *sb, char *err, size_t err_len)
 {
-	size_t words = 0;
+	struct child_ctx c = { .s = s, .pty = &sb->pty };
 
 	AN_ASSERT(s->dir != NULL);
 	AN_ASSERT(s->socket_dir != NULL);
 	AN_ASSERT(err != NULL);
 	AN_ASSERT(err_len > 0);
-	while (s->cmd[words] != NULL)
-		words++;
-	size_t cap = words + 16;
-	const char **argv = pool_calloc(cap, sizeof(*argv));
-	if (argv == NULL) {
-		snprintf(err, err_len, "out of memory");
-		return -ENOMEM;
-	}
-	int ret = sandbox_bridge_argv(s, argv, cap);
-	AN_ASSERT(ret > 0); /* sized above */
-	ret = start_child(s, argv, sb, err, err_len);
+	memset(sb, 0, sizeof(*sb));
+	sb->pid = -1;
+	sb->alive_fd = -1;
+	sb->pty.master = -1;
+	int ret = child_prepare(&c, err, err_len);
+	if (ret != 0)
+		goto out_free;
+	ret = limits_apply(s, sb, &c.nproc_max, err, err_len);
+	if (ret != 0)
+		goto out_free;
+	ret = ptyrelay_open(&sb->pty, err, err_len);
+	if (ret != 0)
+		goto out_cgroup;
+	ret = start_child(&c, sb, err, err_len);
 	if (ret == -EPERM && s->userns)
 		userns_hint(err, err_len);
-	pool_free(argv);
+	if (ret != 0)
+		goto out_pty;
+	ret = ptyrelay_start(&sb->pty);
+	if (ret != 0) {
+		snprintf(err, err_len, "the sandbox's terminal: %s", strerror(-ret));
+		stop_child(sb);
+		goto out_pty;
+	}
+	child_release(&c);
+	return 0;
+out_pty:
+	ptyrelay_close(&sb->pty, 0);
+out_cgroup:
+	cgroup_remove(&sb->cgroup);
+out_free:
+	child_release(&c);
 	return ret;
+}
+
+/* Nanoseconds until <deadline> (0 when it passed). */
+static int64_t ns_left(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	AN_ASSERT(deadline != NULL);
+	AN_ASSERT(deadline->tv_nsec < 1000000000L);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	int64_t ns =
+	    (deadline->tv_sec - now.tv_sec) * 1000000000LL + (deadline->tv_nsec - now.tv_nsec);
+	return ns > 0 ? ns : 0;
 }
 
 /* Waits for one of <set>: the signal, 0 when <deadline> passed, or -EINTR. */
 static int next_signal(const sigset_t *set, const struct timespec *deadline, siginfo_t *si)
 {
-	struct timespec now, left;
-
 	AN_ASSERT(set != NULL);
 	AN_ASSERT(si != NULL);
 	if (deadline == NULL) {
 		int sig = sigwaitinfo(set, si);
 		return sig == -1 ? -EINTR : sig;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	int64_t ns =
-	    (deadline->tv_sec - now.tv_sec) * 1000000000LL + (deadline->tv_nsec - now.tv_nsec);
-	if (ns <= 0)
+	int64_t ns = ns_left(deadline);
+	if (ns == 0)
 		return 0;
-	left = (struct timespec){ .tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL };
+	struct timespec left = { .tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL };
 	int sig = sigtimedwait(set, si, &left);
 	if (sig == -1)
 		return errno == EAGAIN ? 0 : -EINTR;
@@ -927,17 +1810,100 @@ static void arm_deadline(struct timespec *deadline)
 	}
 }
 
+/* sandbox_wait's state: the bridge, and the grace period of a forwarded SIGTERM. */
+struct waiter {
+	struct sandbox *sb;
+	struct timespec deadline;
+	bool armed;
+};
+
 /*
- * A signal the terminal sent (SI_KERNEL: ^C, ^\, hang-up) already reached the
- * whole foreground process group, the bridge included; forwarding it too would
- * deliver it twice (and "press ^C again to quit" agents would quit).
+ * One signal for the bridge (0: the grace period is over). The bridge is in a
+ * session of its own, so a signal the caller's terminal sent (SI_KERNEL: ^C,
+ * ^\, hang-up) reached only us, and is forwarded like any other.
  */
+static void on_signal(struct waiter *w, int sig)
+{
+	AN_ASSERT(w->sb->pid > 0);
+	AN_ASSERT(sig >= 0);
+	if (sig == 0) {
+		kill(w->sb->pid, SIGKILL);
+		w->armed = false;
+		return;
+	}
+	if (sig == SIGWINCH) {
+		ptyrelay_winch(&w->sb->pty);
+		return;
+	}
+	if (sig == SIGCHLD)
+		return;
+	kill(w->sb->pid, sig);
+	if (sig == SIGTERM && !w->armed) {
+		arm_deadline(&w->deadline);
+		w->armed = true;
+	}
+}
+
+/* 1 once the bridge is reaped (status in <wstatus>), 0 while it runs, or -errno. */
+static int reap(pid_t pid, int *wstatus)
+{
+	AN_ASSERT(pid > 0);
+	AN_ASSERT(wstatus != NULL);
+	pid_t r = waitpid(pid, wstatus, WNOHANG);
+	if (r == pid)
+		return 1;
+	return r == -1 && errno != EINTR ? -errno : 0;
+}
+
+/* Without a pty: signals only. */
+static int wait_signals(struct waiter *w, const sigset_t *set, int *wstatus)
+{
+	siginfo_t si;
+
+	AN_ASSERT(set != NULL);
+	AN_ASSERT(w->sb->pty.master < 0);
+	for (;;) {
+		int ret = reap(w->sb->pid, wstatus);
+		if (ret != 0)
+			return ret < 0 ? ret : 0;
+		int sig = next_signal(set, w->armed ? &w->deadline : NULL, &si);
+		if (sig >= 0)
+			on_signal(w, sig);
+	}
+}
+
+/* With a pty: the signals (read from <sfd>, a signalfd) and the relay, in one poll(). */
+static int wait_relay(struct waiter *w, int sfd, int *wstatus)
+{
+	struct pollfd pfds[1 + PTYRELAY_POLL_FDS];
+	struct signalfd_siginfo info;
+
+	AN_ASSERT(sfd >= 0);
+	AN_ASSERT(w->sb->pty.master >= 0);
+	for (;;) {
+		int ret = reap(w->sb->pid, wstatus);
+		if (ret != 0)
+			return ret < 0 ? ret : 0;
+		int64_t ns = w->armed ? ns_left(&w->deadline) : -1;
+		if (ns == 0) {
+			on_signal(w, 0);
+			continue;
+		}
+		pfds[0] = (struct pollfd){ .fd = sfd, .events = POLLIN };
+		size_t n = ptyrelay_poll_fds(&w->sb->pty, pfds + 1);
+		int timeout_ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000);
+		if (poll(pfds, 1 + n, timeout_ms) == -1)
+			continue; /* EINTR (a stop and continue) */
+		while ((pfds[0].revents & POLLIN) && read(sfd, &info, sizeof(info)) == sizeof(info))
+			on_signal(w, (int)info.ssi_signo);
+		ptyrelay_on_poll(&w->sb->pty, pfds + 1, n);
+	}
+}
+
 int sandbox_wait(struct sandbox *sb, int *wstatus)
 {
-	struct timespec deadline;
-	bool armed = false;
+	struct waiter w = { .sb = sb };
 	sigset_t set;
-	siginfo_t si;
 	int ret = 0;
 
 	AN_ASSERT(sb->pid > 0);
@@ -948,26 +1914,33 @@ int sandbox_wait(struct sandbox *sb, int *wstatus)
 		if (!ignored(forwarded[i]))
 			sigaddset(&set, forwarded[i]);
 	}
-	for (;;) {
-		pid_t r = waitpid(sb->pid, wstatus, WNOHANG);
-		if (r == sb->pid || (r == -1 && errno != EINTR)) {
-			ret = r == -1 ? -errno : 0;
-			break;
-		}
-		int sig = next_signal(&set, armed ? &deadline : NULL, &si);
-		if (sig == 0) {
+	if (sb->pty.master >= 0) {
+		sigaddset(&set, SIGWINCH);
+		int sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+		if (sfd >= 0) {
+			ret = wait_relay(&w, sfd, wstatus);
+			close(sfd);
+		} else {
+			/* Unrelayed, the agent would hang on its output, and the caller's
+			 * terminal stay raw: stop it, say so. */
+			fprintf(stderr, "agentsnet: signalfd: %s; stopping the sandbox\n",
+				strerror(errno));
 			kill(sb->pid, SIGKILL);
-			armed = false;
+			ret = waitpid(sb->pid, wstatus, 0) == sb->pid ? 0 : -errno;
 		}
-		if (sig <= 0 || sig == SIGCHLD || si.si_code == SI_KERNEL)
-			continue;
-		kill(sb->pid, sig);
-		if (sig == SIGTERM && !armed) {
-			arm_deadline(&deadline);
-			armed = true;
-		}
+	} else {
+		ret = wait_signals(&w, &set, wstatus);
 	}
+	ptyrelay_close(&sb->pty, SANDBOX_PTY_DRAIN_MS);
 	close(sb->alive_fd);
 	sb->alive_fd = -1;
+	if (sb->cgroup.version != 0) {
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s", sb->cgroup.pids_dir);
+		int err = cgroup_remove(&sb->cgroup);
+		if (err != 0)
+			fprintf(stderr, "agentsnet: warning: could not remove the cgroup %s: %s\n",
+				dir, strerror(-err));
+	}
 	return ret;
 }

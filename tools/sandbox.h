@@ -10,7 +10,11 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
+
+#include "tools/cgroup.h"
+#include "tools/ptyrelay.h"
 
 /* Where the sandbox's directory appears inside, on a fresh tmpfs over /run. */
 #define SANDBOX_RUN_DIR   "/run"
@@ -21,12 +25,12 @@
 #define SANDBOX_CA_PATH        "/run/agentsnet/ca.pem"
 #define SANDBOX_EGRESS_SOCKET  "/run/agentsnet/sandbox/egress.sock"
 #define SANDBOX_INGRESS_SOCKET "/run/agentsnet/sandbox/ingress.sock"
+/* Where `agentsnet selftest`'s probe executable appears inside (sandbox_spec.probe). */
+#define SANDBOX_PROBE_PATH "/run/agentsnet/probe"
 /* The descriptor number the bridge finds the ingress listener at (--ingress-fd). */
 #define SANDBOX_INGRESS_FD 3
 /* Size of the sandbox's /run: pid files and locks, not a scratch disk. */
 #define SANDBOX_RUN_TMPFS_OPTIONS "mode=0755,size=16m"
-/* The sandbox's private /tmp (half of RAM is the tmpfs default; bounded here). */
-#define SANDBOX_TMP_TMPFS_OPTIONS "mode=1777,size=1g"
 /* After a forwarded SIGTERM, the bridge gets this long before SIGKILL (as `docker stop`). */
 #define SANDBOX_TERM_GRACE_MS 10000u
 /* Longest setup error the sandbox reports back before the bridge starts. */
@@ -34,15 +38,34 @@
 
 /* The agent's host identity when `agentsnet run` is privileged (--user). */
 #define SANDBOX_DEFAULT_USER "nobody"
-/* Supplementary groups kept from the passwd user's group list. */
-#define SANDBOX_GROUPS_MAX 64
+/* Groups of the passwd user's list looked at by sandbox_user_parse (more: refused). */
+#define SANDBOX_GROUPS_MAX 256
 
-/* Who the agent is on the host: never uid 0, gid 0 or a member of group 0. */
+/* Default limits of one sandbox (agentsnet run --pids-max, --memory-max). */
+#define SANDBOX_PIDS_MAX_DEFAULT   4096u
+#define SANDBOX_MEMORY_MAX_DEFAULT (4ull << 30)
+
+/*
+ * Who the agent is on the host: never uid 0, gid 0, nor a user whose primary
+ * or supplementary groups include a privileged one (root, disk, docker, adm,
+ * shadow, sudo, kvm, ...: sandbox_group_privileged). Privileged, the agent runs
+ * with no supplementary group; with a user namespace it keeps the caller's (the
+ * kernel forbids dropping them there).
+ */
 struct sandbox_user {
 	uid_t uid;
 	gid_t gid;
-	size_t group_count;
-	gid_t groups[SANDBOX_GROUPS_MAX];
+};
+
+/*
+ * What one sandbox may use: processes (threads included) and memory, enforced
+ * with a cgroup of its own (v2, or v1's pids and memory hierarchies), and
+ * without one (an unprivileged caller whose cgroup is not delegated) the pids
+ * limit with RLIMIT_NPROC inside the sandbox's user namespace. 0: no limit.
+ */
+struct sandbox_limits {
+	uint64_t pids_max;
+	uint64_t memory_max_bytes;
 };
 
 struct sandbox_spec {
@@ -52,8 +75,17 @@ struct sandbox_spec {
 	const char *ca_path;    /* borrowed: NULL, or passed to the bridge as --ca */
 	const char *public_url; /* borrowed: NULL, or passed to the bridge as --public-url */
 	const char *cwd;        /* borrowed: NULL, or the directory the bridge starts in */
+	const char *probe;      /* borrowed: NULL, or an executable bound at SANDBOX_PROBE_PATH */
+	const char *id;         /* borrowed: the sandbox id (names its cgroup) */
 	int ingress_fd;         /* borrowed: listening ingress socket for the bridge, or -1 */
 	char *const *cmd;       /* borrowed: the agent command, NULL-terminated, >= 1 word */
+	/*
+	 * borrowed: the environment the bridge (and so the agent) starts with, NULL-terminated:
+	 * tools/runenv.h's (runenv_init, then --env and --env-file), never the caller's whole
+	 * environment.
+	 */
+	char *const *envp;
+	struct sandbox_limits limits;
 	/*
 	 * With a user namespace (unprivileged caller): <user>'s uid and gid are
 	 * the caller's own, mapped to 0 inside. Without (privileged caller): the
@@ -66,8 +98,10 @@ struct sandbox_spec {
 };
 
 struct sandbox {
-	pid_t pid;    /* the bridge, PID 1 of the sandbox's PID namespace */
-	int alive_fd; /* owned: closing it (our exit) makes the sandbox's setup give up */
+	pid_t pid;           /* the bridge, PID 1 of the sandbox's PID namespace */
+	int alive_fd;        /* owned: closing it (our exit) makes the sandbox's setup give up */
+	struct ptyrelay pty; /* the agent's own terminal, relayed (pty.master -1: none) */
+	struct cgroup_sandbox cgroup; /* the sandbox's cgroup (none: cgroup.version 0) */
 };
 
 /*
@@ -78,12 +112,24 @@ bool sandbox_needs_userns(void);
 
 /*
  * Parses --user: NAME or UID, optionally ":GROUP" (name or GID). A name (or a
- * UID with a passwd entry) brings its primary group and group list; a UID
- * without one needs ":GROUP". Root, group 0 and membership of group 0 are
- * refused: the point is an agent that cannot write what root owns. Returns 0,
- * or -EINVAL/-ENOENT/-EPERM with <err> (<err_len> bytes) saying why.
+ * UID with a passwd entry) brings its primary group; a UID without one needs
+ * ":GROUP". Refused: uid 0, gid 0, and a user whose primary group, ":GROUP" or
+ * any group of its passwd group list is privileged (sandbox_group_privileged),
+ * since such a user may own or reach what the sandbox exists to keep from the
+ * agent. The agent then runs with no supplementary group. Returns 0, or
+ * -EINVAL/-ENOENT/-EPERM with <err> (<err_len> bytes) saying why (naming the
+ * group).
  */
 int sandbox_user_parse(const char *text, struct sandbox_user *u, char *err, size_t err_len);
+
+/*
+ * Whether group <gid> grants privilege on a host: gid 0, or a group whose name
+ * is on the list of groups that own devices, logs, secrets or an admin
+ * daemon's socket (root, wheel, sudo, admin, adm, disk, kmem, shadow, docker,
+ * lxd, kvm, libvirt, systemd-journal, ...; tools/sandbox.c has the list and
+ * why each is there). An unknown gid is not privileged.
+ */
+bool sandbox_group_privileged(gid_t gid);
 
 /*
  * Listens on <dir>/ingress.sock on the host side, before the sandbox exists:
@@ -103,9 +149,9 @@ int sandbox_userns_allowed(char *err, size_t err_len);
 
 /*
  * Blocks the signals sandbox_wait takes (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
- * SIGCHLD) and sets SIGCHLD to its default action; stores the mask to give the
- * bridge in <old>. Call before any other step of a run, so a signal is never
- * lost between them.
+ * SIGCHLD, and SIGWINCH for the pty relay) and sets SIGCHLD to its default
+ * action; stores the mask to give the bridge in <old>. Call before any other
+ * step of a run, so a signal is never lost between them.
  */
 void sandbox_signals_block(sigset_t *old);
 
@@ -135,24 +181,33 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
 
 /*
  * Creates the sandbox for <s> and starts the bridge in it; <sb> is filled on
- * success. Inside: uid/gid maps (userns), a private
- * mount tree, a fresh /proc, a tmpfs over /run with <s>->dir bound read-only at
- * SANDBOX_MOUNT_DIR, /var/run masked if it is a directory, /tmp/.X11-unix
- * masked, the socket directory masked when outside /run, `lo` up, every
- * capability dropped, the switch to <s>->user (without userns) and
- * no_new_privs set before the bridge is exec'd.
- * The signals of sandbox_signals_block must be blocked. Returns 0, or the
- * -errno of the failed step (clone, a mount, exec of the bridge...) with
- * <err> (<err_len> bytes) naming it; nothing is left running then.
+ * success. Inside: uid/gid maps (userns), a session of its own (setsid: the
+ * caller's terminal is never the sandbox's controlling terminal), a private
+ * mount tree, a fresh /proc, a new IPC namespace, a minimal /dev (null, zero,
+ * full, random, urandom, tty, a private devpts instance, a private /dev/shm and
+ * /dev/mqueue), a tmpfs over /run with <s>->dir bound read-only at
+ * SANDBOX_MOUNT_DIR, /var/run masked if it is a directory, the socket directory
+ * masked when outside /run, a private, empty instance of every world-writable
+ * directory of the host (/tmp, /var/tmp, and the others it finds), `lo` up, a
+ * fresh session keyring, the cgroup and limits of <s>->limits, /sys (cgroups
+ * included) read-only, every capability dropped, the switch to <s>->user
+ * (without userns) and no_new_privs set before the bridge is exec'd with
+ * <s>->envp. When any of the caller's stdin, stdout and stderr is a terminal,
+ * those get a pty of the sandbox's own instead (sb->pty), relayed by
+ * sandbox_wait. The signals of sandbox_signals_block must be blocked. Returns
+ * 0, or the -errno of the failed step (clone, a mount, exec of the bridge...)
+ * with <err> (<err_len> bytes) naming it; nothing is left running then.
  */
 int sandbox_start(const struct sandbox_spec *s, struct sandbox *sb, char *err, size_t err_len);
 
 /*
  * Waits for the bridge to exit, forwarding SIGINT, SIGTERM, SIGHUP and SIGQUIT
- * to it (those the caller did not ignore); the bridge is killed
- * SANDBOX_TERM_GRACE_MS after a forwarded SIGTERM if still alive. Its wait
- * status goes to <wstatus>; every process of the sandbox is gone by then.
- * Releases <sb>'s descriptor. Returns 0 or -errno of waitpid.
+ * to it (those the caller did not ignore), and relaying the sandbox's pty
+ * (keystrokes in, output out, window-size changes) when there is one; the
+ * bridge is killed SANDBOX_TERM_GRACE_MS after a forwarded SIGTERM if still
+ * alive. Its wait status goes to <wstatus>; every process of the sandbox is
+ * gone by then, the caller's terminal is restored and the cgroup removed.
+ * Releases <sb>'s descriptors. Returns 0 or -errno of waitpid.
  */
 int sandbox_wait(struct sandbox *sb, int *wstatus);
 

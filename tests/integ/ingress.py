@@ -71,7 +71,7 @@ import warnings
 
 from integlib import (READY_TIMEOUT_S, Fatal, Procs, Skip, add_binary_args, add_run_args,
                       check_errs, checked_preflight, daemon_env, log, netns_add, netns_del,
-                      pass_tmp, read_audit, read_text, render_file, resolve_binary_args, run,
+                      agent_dir, pass_tmp, read_audit, read_text, render_file, resolve_binary_args, run,
                       run_and_tally, run_tests, sanitizer_marks, spawn_daemon, start_daemon,
                       stop_daemon, wait_for)
 from sandbox import WAIT_SH, Pass, touch
@@ -2331,10 +2331,11 @@ class Setup:
     def up(self):
         t, a = self.t, self.t.args
         t0 = time.monotonic()
-        for sub, mode in (("home", 0o1777), ("sync", 0o1777), ("www", 0o755),
-                          ("bin", 0o755), ("agent-files", 0o755)):
+        for sub in ("home", "sync"):
+            agent_dir(os.path.join(t.tmp, sub))
+        for sub in ("www", "bin", "agent-files"):
             os.mkdir(os.path.join(t.tmp, sub))
-            os.chmod(os.path.join(t.tmp, sub), mode)
+            os.chmod(os.path.join(t.tmp, sub), 0o755)
         blob = random.Random(7).randbytes(STATIC_BYTES)
         with open(os.path.join(t.tmp, "www", "blob.bin"), "wb") as f:
             f.write(blob)

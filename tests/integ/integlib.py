@@ -311,12 +311,28 @@ def resolve_binary_args(args, more=()):
     args.upns = args.netns + "-up"
 
 
+# Who may write the agents' directories of a pass (agent_dir): the uid of nobody (the agent
+# of a root caller, and the unprivileged caller) and the group of `--user 4242:4243`.
+AGENT_DIR_OWNER = (65534, 4243)
+
+
 def pass_tmp(prefix):
-    """A new directory for a pass's files, under /var/tmp (sandboxes get a private /tmp)
-    and readable by all (the unprivileged callers read what is put there)."""
-    tmp = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    """A new directory for a pass's files, readable by all (the unprivileged callers read
+    what is put there). Under /var/lib, not /tmp or /var/tmp: sandboxes get private,
+    empty instances of every world-writable directory, and the agents write files here
+    (namespace ids, sync flags) that the suite reads on the host."""
+    tmp = tempfile.mkdtemp(prefix=prefix, dir="/var/lib")
     os.chmod(tmp, 0o755)
     return tmp
+
+
+def agent_dir(path):
+    """A directory the agents of a pass write in: theirs (AGENT_DIR_OWNER, 0770), never
+    world-writable, since a world-writable directory shared with the host is exactly what
+    a sandbox must not have (`agentsnet selftest` reports one as OPEN)."""
+    os.mkdir(path)
+    os.chown(path, *AGENT_DIR_OWNER)
+    os.chmod(path, 0o770)
 
 
 def add_run_args(ap, netns_help):

@@ -58,7 +58,9 @@ import tempfile
 import threading
 import time
 
-from integlib import (Fatal, Procs, SKIP, Skip, add_run_args, audit_match, checked_preflight,
+from containment import ContainmentTests
+from integlib import (Fatal, Procs, SKIP, Skip, add_run_args, agent_dir, audit_match,
+                      checked_preflight, pass_tmp,
                       client_env, free_ports, load_cases, log, make_leaf, make_pki, netns_add,
                       netns_del, read_audit, read_text, render_file, run, run_and_tally,
                       sanitizer_marks, start_daemon, start_origin, stop_daemon, substitute,
@@ -426,8 +428,10 @@ class Pass:
         return out + cmd
 
     def start(self, cmd, sandbox=None, run_args=(), user=None, env=None, stdin=None,
-              bridge=None, socket_dir=None, wrap=True, ca=True, sandbox_flag=True, pre=()):
-        """`agentsnet run` of <cmd> in the host namespace; returns an Agent."""
+              bridge=None, socket_dir=None, wrap=True, ca=True, sandbox_flag=True, pre=(),
+              caller_env=None):
+        """`agentsnet run` of <cmd> in the host namespace; returns an Agent. <env> is passed
+        to the agent (--env NAME each); <caller_env> is only in agentsnet run's own."""
         sandbox = sandbox or self.sandbox_id("run")
         nsfile = os.path.join(self.vars["sync"], "ns-%s" % sandbox)
         argv = [self.vars["agentsnet"], "run", "--socket-dir", socket_dir or self.vars["sock_dir"]]
@@ -437,21 +441,36 @@ class Pass:
             argv += ["--bridge", bridge]
         if ca:
             argv += self.ca_args
+        # The agent sees only the allow-listed variables and those passed with --env
+        # (issue 14): the marker every process of the run carries, the sanitizer settings
+        # of the sanitized bridge, and the case's own.
+        env = dict(env or {}, **{MARK_VAR: sandbox})
+        for name in sorted(env) + ["ASAN_OPTIONS", "UBSAN_OPTIONS"]:
+            argv += ["--env", name]
         argv += list(run_args) + ["--"]
         if wrap:
             argv += ["sh", "-c", 'readlink /proc/self/ns/net /proc/self/ns/mnt '
                      '/proc/self/ns/user /proc/self/ns/pid >"$0" 2>/dev/null; exec "$@"', nsfile]
         argv += list(cmd)
-        env = dict(env or {}, **{MARK_VAR: sandbox})
         proc = subprocess.Popen(self.host_cmd(argv, user, pre), stdin=stdin or subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=self.run_env(env))
+                                env=self.run_env(dict(caller_env or {}, **env)))
         agent = Agent(proc, sandbox, nsfile, time.monotonic())
         self.markers.append(agent.marker)
         return agent
 
     def agent(self, cmd, **kw):
         return self.start(cmd, **kw).finish()
+
+    def leftovers_of(self, sandbox):
+        """leftovers() for a run not started by start() (its own stdio, no wrapper)."""
+        self.markers.append(("%s=%s" % (MARK_VAR, sandbox)).encode())
+        done = subprocess.Popen(["true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        agent = Agent(done, sandbox, os.path.join(self.vars["sync"], "ns-%s" % sandbox), 0)
+        done.wait()
+        for t in agent.readers:
+            t.join(5)
+        return self.leftovers(agent, need_ns=False)
 
     def outside(self, cmd, env=None):
         """The control run: <cmd> in the host namespace, without a sandbox."""
@@ -815,7 +834,9 @@ def json_lines(text):
     return out
 
 
-class Tests(Pass):
+class Tests(ContainmentTests, Pass):
+    mark_var, unpriv_uid = MARK_VAR, UNPRIV_UID
+
     def go(self, tag):
         return os.path.join(self.vars["sync"], "go-%s-%d" % (tag, self.seq))
 
@@ -1356,7 +1377,7 @@ class Tests(Pass):
         def default_user():
             made = os.path.join(self.vars["sync"], "made-by-nobody")
             pw = pwd.getpwnam("nobody")
-            groups = sorted(os.getgrouplist("nobody", pw.pw_gid))
+            groups = [pw.pw_gid]  # no supplementary group, whatever the group file says
             return check(self.agent(["sh", "-c", probe(made)]), made, pw.pw_uid, pw.pw_gid,
                          groups)
 
@@ -1370,7 +1391,9 @@ class Tests(Pass):
             for spec, want in (("root", "never runs as uid 0"), ("0:4243", "never runs as uid 0"),
                                ("nobody:0", "never runs as gid 0"),
                                ("an-no-such-user", "no such user"),
-                               ("4242", "no passwd entry")):
+                               ("4242", "no passwd entry"),
+                               ("nobody:disk", "disk"), ("4242:adm", "adm"),
+                               ("4242:shadow", "shadow")):
                 a = self.agent(["true"], run_args=["--user", spec])
                 if a.rc != 2 or want not in a.stderr():
                     errs.append("--user %s: exit %s, stderr %r; want 2 and %r" % (
@@ -1394,8 +1417,9 @@ class Tests(Pass):
                    "/etc/shadow, and its request still goes through", default_user)
         self.timed("root caller, --user 4242:4243: the agent is that uid and gid only; files "
                    "it makes are theirs on the host", named_user)
-        self.timed("--user root, gid 0, an unknown user, a uid without passwd entry: usage "
-                   "error naming why, nothing runs", refused)
+        self.timed("--user root, gid 0, a privileged group (disk, adm, shadow), an unknown "
+                   "user, a uid without passwd entry: usage error naming why, nothing runs",
+                   refused)
         self.timed("unprivileged caller with --user: refused (the agent runs as the caller)",
                    unprivileged_user_flag)
 
@@ -2343,7 +2367,8 @@ def inject_edges(t, ctx, path, auth):
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
-         "density", "daemon_restart", "daemon_stopped", "ingress", "stats"]
+         "density", "daemon_restart", "daemon_stopped", "ingress", "stats", "env", "pty",
+         "selftest"]
 
 
 def preflight(args):
@@ -2445,9 +2470,8 @@ class Setup:
         t, a = self.t, self.t.args
         t0 = time.monotonic()
         # The agent runs as nobody: what it writes needs a place nobody may write.
-        for sub, mode in (("home", 0o1777), ("sync", 0o1777), ("npm-cache-in", 0o1777)):
-            os.mkdir(os.path.join(t.tmp, sub))
-            os.chmod(os.path.join(t.tmp, sub), mode)
+        for sub in ("home", "sync", "npm-cache-in"):
+            agent_dir(os.path.join(t.tmp, sub))
         ca_pem, leaf_pem, leaf_key = make_pki(t.tmp, ("origin.test", "other.test", "api.test"))
         with open(os.path.join(t.tmp, "secret.txt"), "w", encoding="ascii") as f:
             f.write(INJECT_SECRET + "\n")  # the inject rule's secret_file
@@ -2560,10 +2584,7 @@ def main():
     if status is not None:
         return status
     t = Tests(args)
-    # Not under /tmp: sandboxes get a private one, and the agents here write
-    # files (namespace ids, sync flags) the suite reads on the host.
-    t.tmp = tempfile.mkdtemp(prefix="agentsnet-sb-", dir="/var/tmp")
-    os.chmod(t.tmp, 0o755)  # the unprivileged caller reads the binaries and the CA here
+    t.tmp = pass_tmp("agentsnet-sb-")  # the unprivileged caller reads the binaries here
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     cases = [] if args.tests and not args.cases else load_cases(CASE_DIR, args.cases)
     tests = [] if args.cases and not args.tests else [

@@ -1,38 +1,67 @@
 /*
  * Unit tests for tools/sandbox.c: the pure helpers, then real sandboxes.
  *
- * The namespace tests build a fake daemon layout in a temporary socket
- * directory (outside /run, as a test daemon's is): control.sock, this
- * sandbox's directory with a listening egress.sock and sandbox.conf, and
- * another sandbox's directory with its own socket. The "bridge" is a
- * two-line shell script (written at run time, in a directory of its own)
- * that execs its command, and the command is this test binary again with
- * --inside: it checks from within that it is PID 1, sees only `lo` (up), can
- * reach its egress socket but not the control socket nor the other sandbox,
- * sees a fresh /run, a private /tmp, a read-only sandbox directory,
- * holds no capability and cannot unmount the masks; without a user namespace
- * it runs as nobody and cannot write a root-owned 0644 file. Each check has its own
- * exit code, so a failure says which one. They run as root, as root in a user
- * namespace, and as nobody in a user namespace, each when the host allows it.
- * A user namespace of the test's own with user.max_user_namespaces = 0 stands
- * for a host that forbids them: the sysctl check and clone()'s ENOSPC must both
- * say so. Signals: a SIGTERM sent to the supervisor reaches the agent; an agent that
- * ignores it is killed after SANDBOX_TERM_GRACE_MS.
+ * The namespace tests build a fake daemon layout in a directory of the
+ * run's own (not world-writable, outside /tmp and /var/tmp, which the sandbox
+ * replaces): control.sock, this sandbox's directory with a listening
+ * egress.sock and sandbox.conf, and another sandbox's directory with its own
+ * socket. The "bridge" is a two-line shell script (written at run time, in a
+ * directory of its own) that execs its command, and the command is this test
+ * binary again with --inside: it checks from within that it is PID 1, sees
+ * only `lo` (up), can reach its egress socket but not the control socket nor
+ * the other sandbox, sees a fresh /run, a read-only sandbox directory, the
+ * probe, a new IPC namespace, a /dev of the expected entries only, private
+ * and empty /tmp, /var/tmp, /dev/shm and /dev/mqueue (markers the test left
+ * in the host's are not there), a session of its own without a controlling
+ * terminal (the test runs it from one that has), a session keyring that is
+ * not the caller's (whose key it cannot find), no supplementary group, the
+ * environment of spec->envp only, the pids limit (forking until EAGAIN), no
+ * capability, masks it cannot unmount; without a user namespace it runs as
+ * nobody and cannot write a root-owned 0644 file. Each check has its own exit
+ * code, so a failure says which one. They run as root, as root in a user
+ * namespace (cgroup limits), and as nobody in a user namespace (RLIMIT_NPROC,
+ * with more host processes of nobody's than the limit: they do not count),
+ * each when the host allows it. A user namespace of the test's own with
+ * user.max_user_namespaces = 0 stands for a host that forbids them: the
+ * sysctl check and clone()'s ENOSPC must both say so. Signals: a SIGTERM sent
+ * to the supervisor reaches the agent, and so does a ^C of the supervisor's
+ * terminal; an agent that ignores SIGTERM is killed after
+ * SANDBOX_TERM_GRACE_MS. A pty test runs the agent with a terminal as stdin.
+ * The world-writable finder runs on a tree of the test's own, and once on the
+ * host, timed.
  */
 #include "../../../tools/sandbox.c"
+#include "../../../tools/cgroup.c"
+#include "../../../tools/ptyrelay.c"
 
 #include <arpa/inet.h>
 #include <check.h>
 #include <dirent.h>
 #include <grp.h>
+#include <mqueue.h>
 #include <netinet/in.h>
+#include <sys/ipc.h>
+#include <sys/random.h>
+#include <sys/shm.h>
+#include <sys/vfs.h>
 #include <sys/un.h>
+#include <termios.h>
 #include "tests/unit/unit.h"
 
+/* The f_type of an mqueue file system (the kernel's ipc/mqueue.c; not in linux/magic.h). */
+#define TEST_MQUEUE_MAGIC 0x19800202
+/* The pids limit of the inside runs; the agent forks up to this many more to see it hold. */
+#define TEST_PIDS_MAX   32u
+#define TEST_MEMORY_MAX (512ull << 20)
+/* The /dev the sandbox shows, exactly. */
+static const char *const dev_expected[] = { "fd",     "full",   "mqueue",  "null",   "ptmx",
+					    "pts",    "random", "shm",     "stderr", "stdin",
+					    "stdout", "tty",    "urandom", "zero" };
+
 static const char *self_exe;
-/* The run's own directory under /var/tmp: every layout lives in it, and main
- * removes it whole, so a failed test (which ends before layout_remove) leaves
- * nothing behind either. */
+/* The run's own directory (0755, under /var/lib as root): every layout lives in
+ * it, and main removes it whole, so a failed test (which ends before
+ * layout_remove) leaves nothing behind either. */
 static const char *run_dir;
 
 /* ---- Pure helpers. ---- */
@@ -71,14 +100,9 @@ START_TEST(user_parse)
 	ck_assert_int_eq(sandbox_user_parse("nobody", &u, err, sizeof(err)), 0);
 	ck_assert_uint_eq(u.uid, 65534);
 	ck_assert_uint_ne(u.gid, 0);
-	ck_assert_uint_ge(u.group_count, 1);
-	for (size_t i = 0; i < u.group_count; i++)
-		ck_assert_uint_ne(u.groups[i], 0);
 	ck_assert_int_eq(sandbox_user_parse("4242:4243", &u, err, sizeof(err)), 0);
 	ck_assert_uint_eq(u.uid, 4242);
 	ck_assert_uint_eq(u.gid, 4243);
-	ck_assert_uint_eq(u.group_count, 1);
-	ck_assert_uint_eq(u.groups[0], 4243);
 	ck_assert_int_eq(sandbox_user_parse("nobody:4243", &u, err, sizeof(err)), 0);
 	ck_assert_uint_eq(u.uid, 65534);
 	ck_assert_uint_eq(u.gid, 4243);
@@ -99,6 +123,72 @@ START_TEST(user_parse)
 	const char *malformed[] = { "", ":", ":4243", "nobody:" };
 	for (size_t i = 0; i < AN_ARRAY_LEN(malformed); i++)
 		ck_assert_int_eq(sandbox_user_parse(malformed[i], &u, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+/* Group <name>, when this host has it, is privileged (<want>) and refused as ":GROUP" if so. */
+static void check_group(const char *name, bool want)
+{
+	struct sandbox_user u;
+	char err[256], text[64];
+
+	const struct group *gr = getgrnam(name);
+	if (gr == NULL) {
+		fprintf(stderr, "skip: no group %s here\n", name);
+		return;
+	}
+	gid_t gid = gr->gr_gid;
+	ck_assert_msg(sandbox_group_privileged(gid) == want, "group %s", name);
+	snprintf(text, sizeof(text), "nobody:%s", name);
+	int ret = sandbox_user_parse(text, &u, err, sizeof(err));
+	ck_assert_int_eq(ret, want ? -EPERM : 0);
+	if (want)
+		ck_assert_msg(strstr(err, name) != NULL, "%s", err);
+}
+
+/* The first user (not root) who is privileged only through a supplementary group, if any. */
+static bool find_member_of_privileged(char *name, size_t cap)
+{
+	gid_t groups[SANDBOX_GROUPS_MAX];
+	bool found = false;
+
+	setpwent();
+	for (const struct passwd *pw = getpwent(); pw != NULL && !found; pw = getpwent()) {
+		int n = SANDBOX_GROUPS_MAX;
+		if (pw->pw_uid == 0 || sandbox_group_privileged(pw->pw_gid) ||
+		    getgrouplist(pw->pw_name, pw->pw_gid, groups, &n) == -1)
+			continue;
+		for (int i = 0; i < n && !found; i++)
+			found = sandbox_group_privileged(groups[i]);
+		if (found)
+			snprintf(name, cap, "%s", pw->pw_name);
+	}
+	endpwent();
+	return found;
+}
+
+START_TEST(group_privileged)
+{
+	struct sandbox_user u;
+	char err[256], name[64];
+
+	ck_assert(sandbox_group_privileged(0));
+	ck_assert(!sandbox_group_privileged(4243)); /* no such group: not privileged */
+	check_group("disk", true);
+	check_group("adm", true);
+	check_group("shadow", true);
+	check_group("sudo", true);
+	check_group("video", false);
+	check_group("plugdev", false);
+	check_group("nogroup", false);
+	ck_assert_int_eq(sandbox_user_parse("nobody:disk", &u, err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "group disk"));
+	if (!find_member_of_privileged(name, sizeof(name))) {
+		fprintf(stderr, "skip: no user here is in a privileged group\n");
+		return;
+	}
+	ck_assert_int_eq(sandbox_user_parse(name, &u, err, sizeof(err)), -EPERM);
+	ck_assert_msg(strstr(err, "is a member of group") != NULL, "%s", err);
 }
 END_TEST
 
@@ -163,6 +253,7 @@ START_TEST(signals)
 	ck_assert_int_eq(sigismember(&now, SIGHUP), 1);
 	ck_assert_int_eq(sigismember(&now, SIGQUIT), 1);
 	ck_assert_int_eq(sigismember(&now, SIGCHLD), 1);
+	ck_assert_int_eq(sigismember(&now, SIGWINCH), 1);
 	ck_assert_int_eq(sigismember(&old, SIGTERM), 0);
 	ck_assert(!ignored(SIGCHLD));
 	ck_assert_int_eq(sandbox_signal_pending(), 0);
@@ -224,14 +315,185 @@ START_TEST(userns_forbidden_by_sysctl)
 }
 END_TEST
 
+/* ---- The world-writable finder. ---- */
+
+static void tree_dir(const char *root, const char *rel, mode_t mode)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s%s", root, rel);
+	ck_assert_msg(mkdir(path, mode) == 0, "mkdir %s: %s", path, strerror(errno));
+	ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+static void tree_file(const char *root, const char *rel, const char *text)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s%s", root, rel);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The entry of <l> for <rel>: its mode, or -1 when it is not listed. */
+static int listed(const struct ww_list *l, const char *rel)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		if (strcmp(l->dirs[i].path, rel) == 0)
+			return (int)l->dirs[i].mode;
+	}
+	return -1;
+}
+
+static void make_ww_tree(const char *t)
+{
+	static const struct {
+		const char *rel;
+		mode_t mode;
+	} dirs[] = {
+		{ "/tmp", 01777 },       { "/var", 0755 },         { "/var/tmp", 01777 },
+		{ "/var/crash", 03777 }, { "/a", 0755 },           { "/a/b", 01777 },
+		{ "/a/b/c", 01777 },     { "/d", 0755 },           { "/d/e", 0755 },
+		{ "/d/e/f", 0777 },      { "/d/e/g", 0755 },       { "/d/e/g/h", 01777 },
+		{ "/d/e/g/s p", 01777 }, { "/d/e/g/deep", 01777 }, { "/proc", 0755 },
+		{ "/proc/x", 01777 },    { "/sys", 0755 },         { "/sys/x", 01777 },
+		{ "/dev", 0755 },        { "/dev/x", 01777 },      { "/run", 0755 },
+		{ "/run/x", 01777 },     { "/o", 0700 },           { "/o/w", 0777 },
+	};
+	char path[PATH_MAX], target[PATH_MAX];
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(dirs); i++)
+		tree_dir(t, dirs[i].rel, dirs[i].mode);
+	snprintf(path, sizeof(path), "%s/l", t);
+	snprintf(target, sizeof(target), "%s/a/b", t);
+	ck_assert_int_eq(symlink(target, path), 0); /* never followed */
+	snprintf(path, sizeof(path), "%s/var/lock", t);
+	ck_assert_int_eq(symlink("../run/lock", path), 0);
+	/* "/a/b/c" before "/": listed, then dropped once the walk lists /a/b. */
+	tree_file(t, "/mountinfo",
+		  "30 1 0:40 / /a/b/c rw - tmpfs tmpfs rw\n"
+		  "1 0 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+		  "31 1 0:41 / /d/e/g/h rw - tmpfs tmpfs rw\n"
+		  "32 1 0:42 / /d/e/g/s\\040p rw - tmpfs tmpfs rw\n"
+		  "33 1 0:43 / /proc/x rw - tmpfs tmpfs rw\n"
+		  "34 1 0:44 / /no/such rw - tmpfs tmpfs rw\n"
+		  "garbage\n");
+	/* Only a remote root: nothing is walked, so only the known ones. */
+	tree_file(t, "/mountinfo-nfs", "1 0 0:50 / / rw - nfs4 srv:/ rw\n");
+}
+
+START_TEST(ww_find_tree)
+{
+	char t[256], mi[PATH_MAX];
+	struct ww_list *l = pool_calloc(1, sizeof(*l));
+
+	ck_assert_ptr_nonnull(l);
+	snprintf(t, sizeof(t), "%s/tree-XXXXXX", run_dir);
+	ck_assert_ptr_nonnull(mkdtemp(t));
+	make_ww_tree(t);
+	snprintf(mi, sizeof(mi), "%s/mountinfo", t);
+	l->visit_max = SANDBOX_WW_VISIT_MAX;
+	ck_assert_int_eq(ww_find(l, t, mi), 0);
+	for (size_t i = 0; i < l->n; i++)
+		fprintf(stderr, "ww: %s %o\n", l->dirs[i].path, (unsigned)l->dirs[i].mode);
+	ck_assert_int_eq(listed(l, "/tmp"), 01777);
+	ck_assert_int_eq(listed(l, "/var/tmp"), 01777);
+	ck_assert_int_eq(listed(l, "/var/crash"), 03777);
+	ck_assert_int_eq(listed(l, "/a/b"), 01777);
+	ck_assert_int_eq(listed(l, "/d/e/f"), 0777);
+	ck_assert_int_eq(listed(l, "/d/e/g/h"), 01777); /* deep, but a mount point */
+	ck_assert_int_eq(listed(l, "/d/e/g/s p"), 01777);
+	ck_assert_int_eq(listed(l, "/o/w"), 0777); /* below a 0700 directory: still ours to see */
+	ck_assert_uint_eq(l->n, 8); /* not /a/b/c, /l, /var/lock, /d/e/g/deep, /proc/x, ... */
+	ck_assert(!l->truncated);
+	/* A remote root file system is not walked. */
+	snprintf(mi, sizeof(mi), "%s/mountinfo-nfs", t);
+	ck_assert_int_eq(ww_find(l, t, mi), 0);
+	ck_assert_uint_eq(l->n, 3);
+	ck_assert_int_eq(listed(l, "/var/crash"), 03777);
+	/* The cap on directories visited. */
+	snprintf(mi, sizeof(mi), "%s/mountinfo", t);
+	l->visit_max = 3;
+	ck_assert_int_eq(ww_find(l, t, mi), 0);
+	ck_assert(l->truncated);
+	ck_assert_uint_eq(l->visited, 3);
+	ck_assert_int_eq(ww_find(l, t, "/no/such/mountinfo"), -ENOENT);
+	pool_free(l);
+}
+END_TEST
+
+/* More world-writable directories than the sandbox masks: refused, never half done. */
+START_TEST(ww_find_full)
+{
+	char t[256], rel[32];
+	struct ww_list *l = pool_calloc(1, sizeof(*l));
+
+	ck_assert_ptr_nonnull(l);
+	snprintf(t, sizeof(t), "%s/full-XXXXXX", run_dir);
+	ck_assert_ptr_nonnull(mkdtemp(t));
+	for (int i = 0; i <= SANDBOX_WW_MAX; i++) {
+		snprintf(rel, sizeof(rel), "/w%d", i);
+		tree_dir(t, rel, 01777);
+	}
+	tree_file(t, "/mountinfo", "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+	snprintf(rel, sizeof(rel), "/mountinfo");
+	char mi[PATH_MAX];
+	snprintf(mi, sizeof(mi), "%s%s", t, rel);
+	l->visit_max = SANDBOX_WW_VISIT_MAX;
+	ck_assert_int_eq(ww_find(l, t, mi), -E2BIG);
+	pool_free(l);
+}
+END_TEST
+
+START_TEST(mountinfo_parse)
+{
+	char line[] = "36 35 98:0 /mnt1 /mnt/a\\040b\\134c rw,noatime master:1 - ext3 /dev/root rw";
+	char *mp = NULL, *type = NULL;
+
+	ck_assert(mountinfo_fields(line, &mp, &type));
+	ck_assert_str_eq(mp, "/mnt/a b\\c");
+	ck_assert_str_eq(type, "ext3");
+	char bad[] = "36 35 98:0 /mnt1 /mnt/a rw";
+	ck_assert(!mountinfo_fields(bad, &mp, &type));
+	ck_assert_uint_eq(ww_depth("/"), 0);
+	ck_assert_uint_eq(ww_depth("/a"), 1);
+	ck_assert_uint_eq(ww_depth("/a/b/c"), 3);
+}
+END_TEST
+
+/* The real host, timed: what every `agentsnet run` pays before the clone. */
+START_TEST(ww_find_host)
+{
+	struct ww_list *l = pool_calloc(1, sizeof(*l));
+	struct timespec t0, t1;
+
+	ck_assert_ptr_nonnull(l);
+	l->visit_max = SANDBOX_WW_VISIT_MAX;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ck_assert_int_eq(ww_find(l, "/", "/proc/self/mountinfo"), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	fprintf(stderr, "ww_find /: %zu directories, %zu visited, %.2f ms\n", l->n, l->visited, ms);
+	for (size_t i = 0; i < l->n; i++)
+		fprintf(stderr, "  %s %o\n", l->dirs[i].path, (unsigned)l->dirs[i].mode);
+	ck_assert(!l->truncated);
+	ck_assert_int_ge(listed(l, "/tmp"), 0);
+	ck_assert_int_ge(listed(l, "/var/tmp"), 0);
+	ck_assert_double_lt(ms, 250.0); /* ~20 ms budget; a shared machine's slack */
+	pool_free(l);
+}
+END_TEST
+
 /* ---- A fake daemon layout. ---- */
 
 struct layout {
-	char socket_dir[64];
-	char bin_dir[64];
-	char dir[128];   /* socket_dir/sandboxes/box */
-	char other[128]; /* socket_dir/sandboxes/other */
-	char bridge[128];
+	char socket_dir[128];
+	char bin_dir[128];
+	char dir[192];   /* socket_dir/sandboxes/box */
+	char other[192]; /* socket_dir/sandboxes/other */
+	char bridge[192];
 	int fds[3]; /* listening: control, egress, the other's egress */
 };
 
@@ -255,22 +517,44 @@ static void mkdir_open(const char *path)
 	ck_assert_int_eq(chmod(path, 0755), 0);
 }
 
-static void layout_make(struct layout *l)
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+/* Who the agent is on the host: the caller with a user namespace, else nobody. */
+static uid_t agent_uid(bool userns)
+{
+	struct sandbox_user u;
+	char err[256];
+
+	if (userns)
+		return geteuid();
+	ck_assert_int_eq(sandbox_user_parse(SANDBOX_DEFAULT_USER, &u, err, sizeof(err)), 0);
+	return u.uid;
+}
+
+static void layout_make(struct layout *l, bool userns)
 {
 	static const char script[] = "#!/bin/sh\n"
 				     "while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done\n"
 				     "shift\nexec \"$@\"\n";
-	char path[192];
+	char path[PATH_MAX + 32];
 
-	/* Under /var/tmp: the sandbox's /tmp is a private one, and the tests pass
-	 * files both ways through bin_dir. */
 	snprintf(l->socket_dir, sizeof(l->socket_dir), "%s/sock-XXXXXX", run_dir);
 	snprintf(l->bin_dir, sizeof(l->bin_dir), "%s/bin-XXXXXX", run_dir);
 	ck_assert_ptr_nonnull(mkdtemp(l->socket_dir));
 	ck_assert_ptr_nonnull(mkdtemp(l->bin_dir));
 	ck_assert_int_eq(chmod(l->socket_dir, 0755), 0);
-	/* 01777: the agent (nobody, without a user namespace) leaves files here. */
-	ck_assert_int_eq(chmod(l->bin_dir, 01777), 0);
+	/* The agent's own (it leaves files here), never world-writable: the sandbox would
+	 * give such a directory a private instance. */
+	ck_assert_int_eq(chmod(l->bin_dir, 0755), 0);
+	if (geteuid() == 0)
+		ck_assert_int_eq(chown(l->bin_dir, agent_uid(userns), (gid_t)-1), 0);
 	snprintf(path, sizeof(path), "%s/sandboxes", l->socket_dir);
 	mkdir_open(path);
 	snprintf(l->dir, sizeof(l->dir), "%s/sandboxes/box", l->socket_dir);
@@ -284,27 +568,16 @@ static void layout_make(struct layout *l)
 	snprintf(path, sizeof(path), "%s/egress.sock", l->other);
 	l->fds[2] = listen_at(path);
 	snprintf(path, sizeof(path), "%s/sandbox.conf", l->dir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("profile default\n", f);
-	ck_assert_int_eq(fclose(f), 0);
+	write_file(path, "profile default\n", 0644);
 	snprintf(l->bridge, sizeof(l->bridge), "%s/bridge.sh", l->bin_dir);
-	f = fopen(l->bridge, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(script, f);
-	ck_assert_int_eq(fclose(f), 0);
-	ck_assert_int_eq(chmod(l->bridge, 0755), 0);
+	write_file(l->bridge, script, 0755);
 	snprintf(path, sizeof(path), "%s/rootfile", l->bin_dir);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("root's\n", f);
-	ck_assert_int_eq(fclose(f), 0);
-	ck_assert_int_eq(chmod(path, 0644), 0);
+	write_file(path, "root's\n", 0644);
 }
 
 static void layout_remove(struct layout *l)
 {
-	char cmd[256];
+	char cmd[2 * PATH_MAX + 32];
 	for (size_t i = 0; i < AN_ARRAY_LEN(l->fds); i++)
 		close(l->fds[i]);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", l->socket_dir, l->bin_dir);
@@ -313,17 +586,21 @@ static void layout_remove(struct layout *l)
 
 static struct sandbox_spec layout_spec(const struct layout *l, char **cmd, bool userns)
 {
+	static unsigned runs;
+	static char id[64];
 	struct sandbox_spec s = {
 		.dir = l->dir,
 		.socket_dir = l->socket_dir,
 		.bridge = l->bridge,
 		.cwd = "/tmp",
 		.cmd = cmd,
+		.id = id,
 		.userns = userns,
 		.user = { .uid = getuid(), .gid = getgid() },
 		.ingress_fd = -1,
 	};
 	char err[256];
+	snprintf(id, sizeof(id), "an-unit-sandbox-%d-%u", (int)getpid(), runs++);
 	if (!userns)
 		ck_assert_int_eq(
 		    sandbox_user_parse(SANDBOX_DEFAULT_USER, &s.user, err, sizeof(err)), 0);
@@ -346,39 +623,187 @@ static bool can_run(bool userns)
 	return true;
 }
 
-/* Runs <cmd> in a sandbox of <l>; returns the wait status. */
-static int run_in(const struct layout *l, char **cmd, bool userns)
+/* Runs <s> to its end; returns the wait status. Its cgroup, if any, is gone after. */
+static int run_spec(struct sandbox_spec *s)
 {
-	struct sandbox_spec s = layout_spec(l, cmd, userns);
 	struct sandbox sb;
-	char err[SANDBOX_ERROR_BYTES];
+	char err[SANDBOX_ERROR_BYTES], cg[PATH_MAX];
 	int wstatus = -1;
 
-	sandbox_signals_block(&s.child_mask);
-	int ret = sandbox_start(&s, &sb, err, sizeof(err));
+	sandbox_signals_block(&s->child_mask);
+	int ret = sandbox_start(s, &sb, err, sizeof(err));
 	if (ret != 0)
 		fprintf(stderr, "sandbox_start: %s\n", err);
 	ck_assert_int_eq(ret, 0);
 	ck_assert_int_gt(sb.pid, 0);
+	snprintf(cg, sizeof(cg), "%s", sb.cgroup.pids_dir);
 	ck_assert_int_eq(sandbox_wait(&sb, &wstatus), 0);
 	ck_assert_int_eq(sb.alive_fd, -1);
 	ck_assert_int_eq(kill(sb.pid, 0), -1); /* reaped */
+	ck_assert_int_eq(sb.cgroup.version, 0);
+	if (cg[0] != '\0')
+		ck_assert_msg(access(cg, F_OK) == -1 && errno == ENOENT, "%s is left", cg);
 	return wstatus;
+}
+
+static int run_in(const struct layout *l, char **cmd, bool userns)
+{
+	struct sandbox_spec s = layout_spec(l, cmd, userns);
+	return run_spec(&s);
+}
+
+/* Makes a pty whose slave becomes our controlling terminal (we lead a new session). */
+static int take_ctty(int *slave)
+{
+	int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+
+	ck_assert_int_ge(master, 0);
+	ck_assert_int_eq(grantpt(master), 0);
+	ck_assert_int_eq(unlockpt(master), 0);
+	ck_assert_int_ne(setsid(), -1);
+	*slave = open(ptsname(master), O_RDWR | O_CLOEXEC);
+	ck_assert_int_ge(*slave, 0);
+	ck_assert_int_eq(ioctl(*slave, TIOCSCTTY, 0), 0);
+	return master;
+}
+
+/* What the test leaves on the host for the agent not to see, and looks for after. */
+struct host_marks {
+	char tag[48];
+	key_t shm_key;
+	char key_desc[64];
+	char env[8][128];
+	char *envp[10];
+};
+
+/* Names of this run's marks, made by the supervisor's parent so that it can remove them. */
+static void host_marks_name(struct host_marks *m)
+{
+	static unsigned runs;
+
+	memset(m, 0, sizeof(*m));
+	snprintf(m->tag, sizeof(m->tag), "an-sbx-%d-%u", (int)getpid(), runs);
+	m->shm_key = (key_t)(0x5a000000 | (((unsigned)getpid() * 16u + runs) & 0xffffffu));
+	runs++;
+}
+
+static void host_marks_make(struct host_marks *m, bool userns)
+{
+	struct mq_attr attr = { .mq_maxmsg = 1, .mq_msgsize = 16 };
+	char path[PATH_MAX], ns[64];
+
+	const char *dirs[] = { "/tmp", "/var/tmp", "/dev/shm" };
+	for (size_t i = 0; i < AN_ARRAY_LEN(dirs); i++) {
+		snprintf(path, sizeof(path), "%s/%s-marker", dirs[i], m->tag);
+		write_file(path, "host\n", 0644);
+	}
+	snprintf(path, sizeof(path), "/%s", m->tag);
+	mqd_t q = mq_open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0600, &attr);
+	ck_assert_msg(q != (mqd_t)-1, "mq_open %s: %s", path, strerror(errno));
+	mq_close(q);
+	ck_assert_int_ge(shmget(m->shm_key, 4096, IPC_CREAT | 0600), 0);
+	/* A session keyring of this run's own, holding a key the agent must not find. */
+	ck_assert_int_ge(syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, m->tag), 0);
+	snprintf(m->key_desc, sizeof(m->key_desc), "%s-key", m->tag);
+	ck_assert_int_ge(
+	    syscall(SYS_add_key, "user", m->key_desc, "secret", 6, KEY_SPEC_SESSION_KEYRING), 0);
+	long ring = syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0);
+	ck_assert_int_gt(ring, 0);
+	ssize_t n = readlink("/proc/self/ns/ipc", ns, sizeof(ns) - 1);
+	ck_assert_int_gt(n, 0);
+	ns[n] = '\0';
+	/* Privileged, the agent loses the groups we hold; with a user namespace it keeps them. */
+	int groups = userns ? getgroups(0, NULL) : 0;
+	snprintf(m->env[0], sizeof(m->env[0]), "AN_SBX_TAG=%s", m->tag);
+	snprintf(m->env[1], sizeof(m->env[1]), "AN_SBX_IPC=%s", ns);
+	snprintf(m->env[2], sizeof(m->env[2]), "AN_SBX_KEYRING=%ld", ring);
+	snprintf(m->env[3], sizeof(m->env[3]), "AN_SBX_KEY=%s", m->key_desc);
+	snprintf(m->env[4], sizeof(m->env[4]), "AN_SBX_GROUPS=%d", groups);
+	snprintf(m->env[5], sizeof(m->env[5]), "AN_SBX_PIDS=%u", TEST_PIDS_MAX);
+	snprintf(m->env[6], sizeof(m->env[6]), "AN_SBX_SHM=%d", (int)m->shm_key);
+	snprintf(m->env[7], sizeof(m->env[7]), "AN_SBX_ENV=yes");
+	for (size_t i = 0; i < 8; i++)
+		m->envp[i] = m->env[i];
+	m->envp[8] = NULL;
+	ck_assert_int_eq(setenv("AN_SBX_HOST_SECRET", "leaked", 1), 0); /* in environ only */
+}
+
+/* What the agent made in its /tmp, /var/tmp and /dev/shm stayed there. */
+static void host_marks_check(const struct host_marks *m)
+{
+	char path[PATH_MAX];
+
+	const char *dirs[] = { "/tmp", "/var/tmp", "/dev/shm" };
+	for (size_t i = 0; i < AN_ARRAY_LEN(dirs); i++) {
+		snprintf(path, sizeof(path), "%s/%s-inside", dirs[i], m->tag);
+		ck_assert_msg(access(path, F_OK) == -1, "%s reached the host", path);
+	}
+}
+
+/* Removes every mark, whatever the run did (a failed one ends early). */
+static void host_marks_remove(const struct host_marks *m)
+{
+	const char *dirs[] = { "/tmp", "/var/tmp", "/dev/shm" };
+	const char *kinds[] = { "marker", "inside" };
+	char path[PATH_MAX];
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(dirs); i++) {
+		for (size_t k = 0; k < AN_ARRAY_LEN(kinds); k++) {
+			snprintf(path, sizeof(path), "%s/%s-%s", dirs[i], m->tag, kinds[k]);
+			unlink(path);
+		}
+	}
+	snprintf(path, sizeof(path), "/%s", m->tag);
+	mq_unlink(path);
+	int id = shmget(m->shm_key, 0, 0);
+	if (id >= 0)
+		shmctl(id, IPC_RMID, NULL);
+}
+
+/* The inside checks of one mode, run from a process that has a controlling terminal. */
+static void check_inside_ctty(struct host_marks *m, bool userns)
+{
+	struct layout l;
+	int slave = -1;
+
+	int master = take_ctty(&slave);
+	if (!userns)
+		ck_assert_int_eq(setgroups(1, (gid_t[]){ 4242 }), 0); /* for the agent to lose */
+	layout_make(&l, userns);
+	host_marks_make(m, userns);
+	char uid[16];
+	snprintf(uid, sizeof(uid), "%u", userns ? 0U : (unsigned)agent_uid(false));
+	char *cmd[] = { (char *)self_exe, "--inside", l.socket_dir, uid, l.bin_dir, NULL };
+	struct sandbox_spec s = layout_spec(&l, cmd, userns);
+	s.envp = m->envp;
+	s.probe = l.bridge;
+	s.limits = (struct sandbox_limits){ .pids_max = TEST_PIDS_MAX,
+					    .memory_max_bytes = TEST_MEMORY_MAX };
+	int st = run_spec(&s);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	host_marks_check(m);
+	layout_remove(&l);
+	close(slave);
+	close(master);
 }
 
 static void check_inside(bool userns)
 {
-	struct layout l;
+	struct host_marks m;
 
-	layout_make(&l);
-	char uid[16];
-	snprintf(uid, sizeof(uid), "%u",
-		 userns ? 0U : (unsigned)layout_spec(&l, NULL, userns).user.uid);
-	char *cmd[] = { (char *)self_exe, "--inside", l.socket_dir, uid, l.bin_dir, NULL };
-	int st = run_in(&l, cmd, userns);
+	host_marks_name(&m);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		check_inside_ctty(&m, userns);
+		_exit(0);
+	}
+	int st = 0;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	host_marks_remove(&m);
 	ck_assert(WIFEXITED(st));
 	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	layout_remove(&l);
 }
 
 START_TEST(inside_as_root)
@@ -395,13 +820,33 @@ START_TEST(inside_as_root_in_userns)
 }
 END_TEST
 
-/* An unprivileged user: a child that drops to nobody first. */
+/* Host processes of nobody's, more than the sandbox's pids limit: they must not count. */
+static void host_sleepers(pid_t *pids, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			pause();
+			_exit(0);
+		}
+	}
+}
+
+/* An unprivileged user: a child that drops to nobody first (no delegated cgroup: RLIMIT_NPROC). */
 START_TEST(inside_as_nobody)
 {
+	char dir[PATH_MAX];
+	pid_t sleepers[TEST_PIDS_MAX + 8];
+
 	if (geteuid() != 0 || !can_run(true)) {
 		fprintf(stderr, "skip: needs root to become nobody, and user namespaces\n");
 		return;
 	}
+	snprintf(dir, sizeof(dir), "%s/nobody-XXXXXX", run_dir);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+	ck_assert_int_eq(chmod(dir, 0755), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -409,7 +854,11 @@ START_TEST(inside_as_nobody)
 		    setresuid(65534, 65534, 65534) != 0)
 			_exit(90);
 		ck_assert(sandbox_needs_userns());
+		run_dir = dir;
+		host_sleepers(sleepers, AN_ARRAY_LEN(sleepers));
 		check_inside(true);
+		for (size_t i = 0; i < AN_ARRAY_LEN(sleepers); i++)
+			kill(sleepers[i], SIGKILL);
 		_exit(0);
 	}
 	int st = 0;
@@ -425,7 +874,7 @@ START_TEST(exit_status_passes)
 
 	if (!can_run(sandbox_needs_userns()))
 		return;
-	layout_make(&l);
+	layout_make(&l, sandbox_needs_userns());
 	char *cmd[] = { "/bin/sh", "-c", "exit 7", NULL };
 	int st = run_in(&l, cmd, sandbox_needs_userns());
 	ck_assert(WIFEXITED(st));
@@ -434,19 +883,33 @@ START_TEST(exit_status_passes)
 }
 END_TEST
 
-/* Setup errors come back with their step and errno; nothing keeps running. */
+/* Neither cgroup layout holds a directory for <id> (v1 pids and memory, or v2). */
+static void check_no_cgroup(const char *id)
+{
+	const char *dirs[] = { "pids/", "memory/", "" };
+	char path[PATH_MAX];
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(dirs); i++) {
+		snprintf(path, sizeof(path), CGROUP_ROOT_DEFAULT "/%s" CGROUP_PARENT_NAME "/%s",
+			 dirs[i], id);
+		ck_assert_msg(access(path, F_OK) == -1, "%s is left", path);
+	}
+}
+
+/* Setup errors come back with their step and errno; nothing keeps running, no cgroup stays. */
 START_TEST(setup_errors)
 {
 	struct layout l;
 	struct sandbox sb;
-	char err[SANDBOX_ERROR_BYTES], hidden[192];
+	char err[SANDBOX_ERROR_BYTES], hidden[PATH_MAX + 32];
 	bool userns = sandbox_needs_userns();
 
 	if (!can_run(userns))
 		return;
-	layout_make(&l);
+	layout_make(&l, userns);
 	char *cmd[] = { "/bin/true", NULL };
 	struct sandbox_spec s = layout_spec(&l, cmd, userns);
+	s.limits.pids_max = TEST_PIDS_MAX;
 	sandbox_signals_block(&s.child_mask);
 	/* A bridge that does not exist is named; one in a masked directory is
 	 * fine: it is opened before the mounts and bound into /run/agentsnet. */
@@ -454,6 +917,7 @@ START_TEST(setup_errors)
 	s.bridge = hidden;
 	ck_assert_int_eq(sandbox_start(&s, &sb, err, sizeof(err)), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err, "no-such-bridge"));
+	check_no_cgroup(s.id);
 	s.bridge = l.bridge;
 	s.dir = "/tmp/an-no-such-sandbox-dir";
 	ck_assert_int_eq(sandbox_start(&s, &sb, err, sizeof(err)), -ENOENT);
@@ -462,6 +926,11 @@ START_TEST(setup_errors)
 	s.ca_path = "/tmp/an-no-such-ca.pem";
 	ck_assert_int_eq(sandbox_start(&s, &sb, err, sizeof(err)), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err, "an-no-such-ca.pem"));
+	s.ca_path = NULL;
+	s.probe = "/tmp/an-no-such-probe";
+	ck_assert_int_eq(sandbox_start(&s, &sb, err, sizeof(err)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "an-no-such-probe"));
+	check_no_cgroup(s.id);
 	ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1); /* every child reaped */
 	ck_assert_int_eq(errno, ECHILD);
 	layout_remove(&l);
@@ -485,7 +954,7 @@ START_TEST(userns_clone_refused)
 
 	if (!forbid_userns())
 		return;
-	layout_make(&l);
+	layout_make(&l, true);
 	char *cmd[] = { "/bin/true", NULL };
 	struct sandbox_spec s = layout_spec(&l, cmd, true);
 	sandbox_signals_block(&s.child_mask);
@@ -499,15 +968,15 @@ END_TEST
 
 /*
  * Makes <l> and starts this binary in a sandbox of it as `<mode> READY`
- * (--term or --ignore-term); returns once the agent's SIGTERM handling is set.
+ * (--term or --ignore-term); returns once the agent's signal handling is set.
  */
 static void start_helper(struct layout *l, const char *mode, struct sandbox *sb)
 {
-	static char ready[192];
+	static char ready[PATH_MAX + 8];
 	char err[SANDBOX_ERROR_BYTES];
 	bool userns = sandbox_needs_userns();
 
-	layout_make(l);
+	layout_make(l, userns);
 	snprintf(ready, sizeof(ready), "%s/ready", l->bin_dir);
 	static char *cmd[4];
 	cmd[0] = (char *)self_exe;
@@ -538,6 +1007,35 @@ START_TEST(sigterm_forwarded)
 }
 END_TEST
 
+/*
+ * A ^C typed on the supervisor's terminal (SIGINT, si_code SI_KERNEL) reaches
+ * the agent too: in a session of its own, the agent is no longer in the
+ * terminal's foreground process group, so only forwarding gets it there.
+ */
+START_TEST(terminal_sigint_forwarded)
+{
+	if (!can_run(sandbox_needs_userns()))
+		return;
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct layout l;
+		struct sandbox sb;
+		int slave = -1, st = -1;
+		int master = take_ctty(&slave);
+		start_helper(&l, "--term", &sb);
+		ck_assert_int_eq(write(master, "\x03", 1), 1); /* the line discipline's ^C */
+		ck_assert_int_eq(sandbox_wait(&sb, &st), 0);
+		layout_remove(&l);
+		_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 99);
+	}
+	int st = 0;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 43); /* the agent's SIGINT handler */
+}
+END_TEST
+
 /* An agent that ignores SIGTERM is killed once the grace period is over. */
 START_TEST(sigterm_grace_then_kill)
 {
@@ -559,6 +1057,92 @@ START_TEST(sigterm_grace_then_kill)
 	ck_assert_int_ge(ms, SANDBOX_TERM_GRACE_MS - 50);
 	ck_assert_int_lt(ms, SANDBOX_TERM_GRACE_MS + 5000);
 	layout_remove(&l);
+}
+END_TEST
+
+/*
+ * Reads what <master> gives until EOF/EIO (the last slave closed) or 20 s;
+ * once "ready" came, resizes the terminal (the supervisor gets SIGWINCH).
+ */
+static size_t master_drain(int master, char *buf, size_t cap)
+{
+	struct winsize ws = { .ws_row = 33, .ws_col = 99 };
+	struct pollfd p = { .fd = master, .events = POLLIN };
+	bool resized = false;
+	size_t len = 0;
+
+	while (len + 1 < cap && poll(&p, 1, 20000) == 1) {
+		ssize_t n = read(master, buf + len, cap - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		buf[len] = '\0';
+		if (!resized && strstr(buf, "ready") != NULL) {
+			ck_assert_int_eq(ioctl(master, TIOCSWINSZ, &ws), 0);
+			resized = true;
+		}
+	}
+	buf[len] = '\0';
+	return len;
+}
+
+/* Runs `--tty` in a sandbox from a supervisor whose std descriptors are a terminal's. */
+static _Noreturn void pty_supervisor(int master, int slave)
+{
+	struct layout l;
+	struct termios before, after;
+
+	close(master);
+	for (int fd = 0; fd < 3; fd++)
+		ck_assert_int_eq(dup2(slave, fd), fd);
+	ck_assert_int_eq(tcgetattr(0, &before), 0);
+	bool userns = sandbox_needs_userns();
+	layout_make(&l, userns);
+	char *cmd[] = { (char *)self_exe, "--tty", NULL };
+	int st = run_in(&l, cmd, userns);
+	ck_assert_int_eq(tcgetattr(0, &after), 0);
+	layout_remove(&l);
+	if (before.c_lflag != after.c_lflag || before.c_iflag != after.c_iflag ||
+	    before.c_oflag != after.c_oflag)
+		_exit(98); /* the caller's terminal was not restored */
+	_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 99);
+}
+
+/*
+ * The caller's terminal on stdin: the agent gets a pty of the sandbox's own
+ * (its first, /dev/pts/0 of a new devpts), not the caller's; its output is
+ * relayed, and so is a change of the caller's window size; the caller's
+ * terminal settings are back after.
+ */
+START_TEST(pty_relayed)
+{
+	char out[4096];
+	int slave = -1;
+
+	if (!can_run(sandbox_needs_userns()))
+		return;
+	int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	ck_assert_int_ge(master, 0);
+	ck_assert_int_eq(grantpt(master), 0);
+	ck_assert_int_eq(unlockpt(master), 0);
+	char name[64];
+	snprintf(name, sizeof(name), "%s", ptsname(master));
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		ck_assert_int_ne(setsid(), -1);
+		slave = open(name, O_RDWR);
+		ck_assert_int_ge(slave, 0);
+		pty_supervisor(master, slave);
+	}
+	master_drain(master, out, sizeof(out));
+	int st = 0;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(strstr(out, "tty=/dev/pts/0 ctty=none") != NULL, "output: %s", out);
+	ck_assert_msg(strstr(out, "size=33x99") != NULL, "output: %s", out); /* SIGWINCH relayed */
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	close(master);
 }
 END_TEST
 
@@ -626,10 +1210,206 @@ static bool no_caps(void)
 	       prctl(PR_GET_NO_NEW_PRIVS, 0UL, 0UL, 0UL, 0UL) == 1;
 }
 
+static const char *env_or(const char *name, const char *dflt)
+{
+	const char *v = getenv(name);
+	return v != NULL ? v : dflt;
+}
+
+/* /dev holds exactly dev_expected, read-only, and its nodes work. */
+static bool dev_minimal(void)
+{
+	char buf[16];
+	size_t seen = 0;
+
+	DIR *d = opendir("/dev");
+	if (d == NULL)
+		return false;
+	for (struct dirent *de = readdir(d); de != NULL; de = readdir(d)) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		bool known = false;
+		for (size_t i = 0; i < AN_ARRAY_LEN(dev_expected) && !known; i++)
+			known = strcmp(de->d_name, dev_expected[i]) == 0;
+		if (!known)
+			fprintf(stderr, "inside: /dev/%s is not expected\n", de->d_name);
+		seen += known ? 1 : 1000;
+	}
+	closedir(d);
+	if (open("/dev/an-added", O_CREAT | O_WRONLY | O_CLOEXEC, 0600) != -1 || errno != EROFS)
+		return false; /* read-only: nothing is added to it */
+	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	int full = open("/dev/full", O_WRONLY | O_CLOEXEC);
+	bool works = null >= 0 && write(null, "x", 1) == 1 && zero >= 0 &&
+		     read(zero, buf, sizeof(buf)) == (ssize_t)sizeof(buf) && buf[0] == 0 &&
+		     full >= 0 && write(full, "x", 1) == -1 && errno == ENOSPC &&
+		     getrandom(buf, sizeof(buf), 0) == (ssize_t)sizeof(buf);
+	close(null);
+	close(zero);
+	close(full);
+	return seen == AN_ARRAY_LEN(dev_expected) && works;
+}
+
+/* A devpts of our own: only ptmx (and a relayed pty's 0), and a new pty can be made. */
+static bool devpts_private(void)
+{
+	int n = count_entries("/dev/pts");
+	int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	bool ok = (n == 1 || (n == 2 && access("/dev/pts/0", F_OK) == 0)) && m >= 0;
+	if (m >= 0)
+		close(m);
+	return ok;
+}
+
+/* /tmp, /var/tmp and /dev/shm are empty (no host marker), ours to write, and private. */
+static int shared_dirs_private(const char *tag)
+{
+	const char *dirs[] = { "/tmp", "/var/tmp", "/dev/shm" };
+	char path[PATH_MAX];
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(dirs); i++) {
+		if (count_entries(dirs[i]) != 0)
+			return 16 + (int)i * 15; /* 16, 31, 46 */
+		snprintf(path, sizeof(path), "%s/%s-inside", dirs[i], tag);
+		int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+		if (fd == -1)
+			return 32;
+		close(fd);
+	}
+	return 0;
+}
+
+/* Not the host's IPC namespace: another one, its mqueue (empty) mounted, no host shm. */
+static bool ipc_private(void)
+{
+	char ns[64];
+	struct statfs sf;
+
+	ssize_t n = readlink("/proc/self/ns/ipc", ns, sizeof(ns) - 1);
+	if (n <= 0)
+		return false;
+	ns[n] = '\0';
+	key_t key = (key_t)strtol(env_or("AN_SBX_SHM", "0"), NULL, 10);
+	return strcmp(ns, env_or("AN_SBX_IPC", "")) != 0 && statfs("/dev/mqueue", &sf) == 0 &&
+	       sf.f_type == TEST_MQUEUE_MAGIC && count_entries("/dev/mqueue") == 0 &&
+	       shmget(key, 0, 0) == -1 && errno == ENOENT;
+}
+
+/* Not the caller's session keyring, and not its key. */
+static bool keyring_fresh(void)
+{
+	long ring = syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0);
+	long host = strtol(env_or("AN_SBX_KEYRING", "0"), NULL, 10);
+	long key = syscall(SYS_keyctl, KEYCTL_SEARCH, KEY_SPEC_SESSION_KEYRING, "user",
+			   env_or("AN_SBX_KEY", ""), 0);
+	return ring > 0 && ring != host && key == -1 && errno == ENOKEY;
+}
+
+/* Our own cgroup's pids.max (v1 or v2) into <path>; false when we are in none. */
+static bool own_pids_max(char *path, size_t cap)
+{
+	char line[512];
+	bool found = false;
+
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (f == NULL)
+		return false;
+	while (!found && fgets(line, sizeof(line), f) != NULL) {
+		line[strcspn(line, "\n")] = '\0';
+		const char *v1 = strstr(line, ":pids:/");
+		if (v1 != NULL)
+			snprintf(path, cap, "/sys/fs/cgroup/pids%s/pids.max", v1 + 6);
+		else if (strncmp(line, "0::/", 4) == 0)
+			snprintf(path, cap, "/sys/fs/cgroup%s/pids.max", line + 3);
+		found = (v1 != NULL || strncmp(line, "0::/", 4) == 0) && access(path, F_OK) == 0;
+	}
+	fclose(f);
+	return found;
+}
+
+/* /sys read-only: the agent cannot raise its pids limit, whoever owns the file. */
+static bool sys_locked(void)
+{
+	struct statvfs sv;
+	char path[PATH_MAX];
+
+	if (statvfs("/sys", &sv) != 0 || !(sv.f_flag & ST_RDONLY))
+		return false;
+	if (!own_pids_max(path, sizeof(path)))
+		return true; /* no pids cgroup of ours (the RLIMIT_NPROC runs) */
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	return fd == -1 && statvfs(path, &sv) == 0 && (sv.f_flag & ST_RDONLY);
+}
+
+/* Forks until the pids limit says EAGAIN: it must come, near the limit. */
+static bool pids_limited(void)
+{
+	long limit = strtol(env_or("AN_SBX_PIDS", "0"), NULL, 10);
+	long n = 0;
+
+	if (limit <= 0)
+		return false;
+	for (; n < limit + 8; n++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			pause();
+			_exit(0);
+		}
+		if (pid == -1)
+			break;
+	}
+	int err = errno;
+	kill(-1, SIGKILL); /* PID 1: every other process of the namespace */
+	while (wait(NULL) > 0)
+		;
+	if (err != EAGAIN || n >= limit + 8 || n < limit / 2)
+		fprintf(stderr, "inside: %ld forks under a limit of %ld (%s)\n", n, limit,
+			strerror(err));
+	return err == EAGAIN && n <= limit && n >= limit / 2;
+}
+
+/* What an agent of the new checks must see (the envp-based runs of check_inside). */
+static int inside_hardened(const char *bin_dir)
+{
+	struct statvfs sv;
+
+	(void)bin_dir;
+	if (strcmp(env_or("AN_SBX_ENV", ""), "yes") != 0 || getenv("AN_SBX_HOST_SECRET") != NULL)
+		return 38; /* spec->envp, never environ (the checks below read it) */
+	if (!ipc_private())
+		return 27;
+	if (!dev_minimal())
+		return 28;
+	if (!devpts_private())
+		return 29;
+	int ret = shared_dirs_private(env_or("AN_SBX_TAG", "x"));
+	if (ret != 0)
+		return ret;
+	if (getsid(0) != getpid())
+		return 33; /* a session of its own */
+	if (open("/dev/tty", O_RDWR | O_CLOEXEC) != -1 || errno != ENXIO)
+		return 34; /* and no controlling terminal */
+	if (!keyring_fresh())
+		return 35;
+	if (getgroups(0, NULL) != (int)strtol(env_or("AN_SBX_GROUPS", "-1"), NULL, 10))
+		return 36;
+	if (access(SANDBOX_PROBE_PATH, X_OK) != 0 || statvfs(SANDBOX_PROBE_PATH, &sv) != 0 ||
+	    !(sv.f_flag & ST_RDONLY))
+		return 37;
+	if (!sys_locked())
+		return 40;
+	if (!pids_limited())
+		return 39;
+	return 0;
+}
+
 /* <uid>: who the agent should be, as seen inside (0 in a user namespace). */
 static int inside_main(const char *socket_dir, const char *uid, const char *bin_dir)
 {
-	char path[256], cwd[256];
+	char path[PATH_MAX], cwd[256];
 
 	if (getpid() != 1)
 		return 10;
@@ -649,10 +1429,8 @@ static int inside_main(const char *socket_dir, const char *uid, const char *bin_
 		return 13;
 	if (count_entries(socket_dir) != 0)
 		return 14;
-	if (count_entries("/run") != 2 || count_entries("/run/agentsnet") != 2)
-		return 15; /* agentsnet and lock; sandbox and bridge (no CA here) */
-	if (count_entries("/tmp/.X11-unix") > 0 || count_entries("/tmp") != 0)
-		return 16; /* a private, empty /tmp: no host socket in it */
+	if (count_entries("/run") != 2 || count_entries("/run/agentsnet") != 3)
+		return 15; /* agentsnet and lock; sandbox, bridge and probe (no CA here) */
 	if (open("/run/agentsnet/sandbox/x", O_CREAT | O_WRONLY, 0600) != -1 || errno != EROFS)
 		return 17;
 	if (unlink("/run/agentsnet/sandbox/sandbox.conf") != -1 || errno != EROFS)
@@ -669,7 +1447,7 @@ static int inside_main(const char *socket_dir, const char *uid, const char *bin_
 		return 23;
 	if (count_entries("/proc") < 0 || access("/proc/2", F_OK) == 0)
 		return 24; /* a fresh /proc: nobody but us */
-	return 0;
+	return inside_hardened(bin_dir);
 }
 
 static void on_term(int sig)
@@ -678,17 +1456,58 @@ static void on_term(int sig)
 	_exit(42);
 }
 
-/* --inside SOCKET_DIR UID BIN_DIR, or --term/--ignore-term READY_FILE (created once the handler is set). */
+static void on_int(int sig)
+{
+	(void)sig;
+	_exit(43);
+}
+
+/*
+ * --tty: says which terminal stdin is and whether it has a controlling one,
+ * makes it its controlling terminal, says "ready", then the window size once
+ * a SIGWINCH came (10 s at most).
+ */
+static int tty_main(void)
+{
+	const char *name = ttyname(0);
+	int fd = open("/dev/tty", O_RDWR | O_CLOEXEC);
+	bool none = fd == -1 && errno == ENXIO;
+	struct timespec wait = { .tv_sec = 10 };
+	struct winsize ws = { 0 };
+	sigset_t winch;
+
+	sigemptyset(&winch);
+	sigaddset(&winch, SIGWINCH);
+	sigprocmask(SIG_BLOCK, &winch, NULL);
+	printf("tty=%s ctty=%s\n", name != NULL ? name : "(none)", none ? "none" : "some");
+	/* As the bridge does for the agent: a window-size change signals the foreground. */
+	if (ioctl(0, TIOCSCTTY, 0) == 0)
+		printf("ready\n");
+	fflush(stdout);
+	if (sigtimedwait(&winch, NULL, &wait) == SIGWINCH && ioctl(0, TIOCGWINSZ, &ws) == 0)
+		printf("size=%ux%u\n", (unsigned)ws.ws_row, (unsigned)ws.ws_col);
+	fflush(stdout);
+	return 0;
+}
+
+/*
+ * --inside SOCKET_DIR UID BIN_DIR, --tty, or --term/--ignore-term READY_FILE
+ * (created once the handlers are set).
+ */
 static int helper_main(int argc, char **argv)
 {
 	if (strcmp(argv[1], "--inside") == 0 && argc == 5)
 		_exit(inside_main(argv[2], argv[3], argv[4]));
+	if (strcmp(argv[1], "--tty") == 0)
+		_exit(tty_main());
 	if (argc != 3)
 		_exit(51);
-	if (strcmp(argv[1], "--term") == 0)
+	if (strcmp(argv[1], "--term") == 0) {
 		signal(SIGTERM, on_term);
-	else
+		signal(SIGINT, on_int);
+	} else {
 		signal(SIGTERM, SIG_IGN);
+	}
 	int fd = open(argv[2], O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
 	if (fd == -1)
 		_exit(52);
@@ -707,11 +1526,16 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(t, path_under);
 	tcase_add_test(t, socket_dir_mask);
 	tcase_add_test(t, user_parse);
+	tcase_add_test(t, group_privileged);
 	tcase_add_test(t, bridge_argv);
 	tcase_add_test(t, bridge_argv_cap);
 	tcase_add_test(t, signals);
 	tcase_add_test(t, sysctls);
 	tcase_add_test(t, userns_forbidden_by_sysctl);
+	tcase_add_test(t, ww_find_tree);
+	tcase_add_test(t, ww_find_full);
+	tcase_add_test(t, mountinfo_parse);
+	tcase_add_test(t, ww_find_host);
 	suite_add_tcase(s, t);
 	tcase_set_timeout(n, 40);
 	tcase_add_test(n, inside_as_root);
@@ -721,7 +1545,9 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(n, setup_errors);
 	tcase_add_test(n, userns_clone_refused);
 	tcase_add_test(n, sigterm_forwarded);
+	tcase_add_test(n, terminal_sigint_forwarded);
 	tcase_add_test(n, sigterm_grace_then_kill);
+	tcase_add_test(n, pty_relayed);
 	suite_add_tcase(s, n);
 	return s;
 }
@@ -729,17 +1555,20 @@ static Suite *sandbox_suite(void)
 /*
  * The tests run this binary inside sandboxes, also as nobody: it must sit
  * where every user can reach it, which the build tree of a clone in a 0700
- * directory (mktemp -d) is not. So it runs from a copy in a directory of
- * its own (01777), which also holds every layout.
+ * directory (mktemp -d) is not, and not below a world-writable directory,
+ * which the sandbox replaces with an empty one. So it runs from a copy in a
+ * 0755 directory of its own (under /var/lib as root, else $HOME), which also
+ * holds every layout.
  */
 static int copy_self(char *dir, size_t dir_cap, char *exe, size_t exe_cap)
 {
 	char buf[65536];
 
-	/* Not under /tmp: the sandbox has a private one. */
-	snprintf(dir, dir_cap, "/var/tmp/an-sbx-exe-XXXXXX");
-	/* 01777: the nobody test makes its layout in here too. */
-	if (mkdtemp(dir) == NULL || chmod(dir, 01777) != 0)
+	const char *base = geteuid() == 0 ? "/var/lib" : getenv("HOME");
+	if (base == NULL)
+		return -1;
+	snprintf(dir, dir_cap, "%s/an-sbx-test-XXXXXX", base);
+	if (mkdtemp(dir) == NULL || chmod(dir, 0755) != 0)
 		return -1;
 	snprintf(exe, exe_cap, "%s/sandbox-test", dir);
 	int in = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
