@@ -83,6 +83,8 @@ build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/core/an.o
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(BRIDGE_LIBS)
 build/san/tests/unit/tools/bridge: LDLIBS += $(BRIDGE_LIBS)
+# The selftest's unit test runs the built probe.
+build/san/tests/unit/tools/selftest: | build/san/agentsnet-probe
 
 # `agentsnet selftest`'s probes, run as the agent inside the sandbox: static, libc only
 # (tools/probe.c), so it runs whatever the sandbox's file system holds.

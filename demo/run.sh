@@ -219,7 +219,7 @@ echo "== 4. agentsnet run --sandbox $sandbox --ca $bundle -- sh -c '<these comma
 	r=0
 	# Bounded: agentsnet run passes timeout's SIGTERM on to the sandbox.
 	MODEL_CHECK="$model_check" timeout --foreground --kill-after=10 120 build/rel/agentsnet run \
-		--socket-dir "$work/run" --sandbox "$sandbox" --ca "$bundle" \
+		--socket-dir "$work/run" --sandbox "$sandbox" --ca "$bundle" --env MODEL_CHECK \
 		-- sh -c "$inner" 2>&1 || r=$?
 	echo "$r" >"$work/run.rc"
 } | sed 's/^/   /'

@@ -635,10 +635,15 @@ static void usage(FILE *out)
  * - sockets: an allow-list of families, AF_UNIX, AF_INET and AF_INET6, what clients use; any
  *   other is EAFNOSUPPORT: AF_VSOCK (not namespaced: it reaches the host or the hypervisor),
  *   AF_PACKET, netlink (glibc's getaddrinfo does without it), and whatever a kernel adds next.
- *   SOCK_RAW, and SOCK_PACKET (an AF_PACKET socket in disguise), in AF_INET and AF_INET6;
- *   socketpair() other than AF_UNIX.
+ *   In AF_INET and AF_INET6, an allow-list of protocols too: SOCK_STREAM with 0 or TCP,
+ *   SOCK_DGRAM with 0, UDP or ICMP (ICMPv6 in AF_INET6: the unprivileged ping sockets of
+ *   ping); any other is EPROTONOSUPPORT: SCTP, DCCP, MPTCP, UDP-Lite, L2TP/IP, SMC, each
+ *   kernel code (and a module autoloaded) no client needs. SOCK_RAW, and SOCK_PACKET (an
+ *   AF_PACKET socket in disguise), EPERM; socketpair() other than AF_UNIX.
  * - the terminal: TIOCSTI (it types into whoever reads the terminal: the operator's shell,
- *   once the agent has gone) and TIOCLINUX (the same on a virtual console), on any descriptor.
+ *   once the agent has gone) and TIOCLINUX (the same on a virtual console), on any descriptor;
+ *   TIOCSETD (each line discipline is kernel code a terminal reaches; N_TTY is the only one
+ *   anything needs, and nothing an agent runs sets one).
  * - other processes: ptrace, process_vm_readv/writev (their memory), pidfd_getfd (their
  *   descriptors, the bridge's included) and kcmp.
  * - kernel keyrings: keyctl, add_key, request_key (the caller's keys are one lookup away).
@@ -681,6 +686,24 @@ struct filter_rule {
 #define FILTER_UNSHARE_NEW (FILTER_CLONE_NEW | (uint64_t)CLONE_NEWTIME)
 
 static_assert(AF_UNIX < 16 && AF_INET < 16 && AF_INET6 < 16, "allowed families fit a nibble");
+
+/* The types socket() may ask for in AF_INET and AF_INET6; SOCK_RAW and SOCK_PACKET then EPERM. */
+static const uint32_t filter_inet_types[] = { SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_PACKET };
+
+/* The protocols socket() may ask for in AF_INET and AF_INET6, by type (0: the type's default). */
+struct filter_inet {
+	int family;
+	int type;
+	uint32_t protocols[3];
+	size_t n;
+};
+
+static const struct filter_inet filter_inet[] = {
+	{ AF_INET, SOCK_STREAM, { 0, IPPROTO_TCP }, 2 },
+	{ AF_INET, SOCK_DGRAM, { 0, IPPROTO_UDP, IPPROTO_ICMP }, 3 },
+	{ AF_INET6, SOCK_STREAM, { 0, IPPROTO_TCP }, 2 },
+	{ AF_INET6, SOCK_DGRAM, { 0, IPPROTO_UDP, IPPROTO_ICMPV6 }, 3 },
+};
 
 /* Refused to the agent and to the bridge, whatever the arguments: EPERM. */
 static const int filter_refused[] = {
@@ -793,6 +816,84 @@ static int filter_add_families(scmp_filter_ctx ctx, int nr, uint32_t allowed)
 	return 0;
 }
 
+/* Whether one of the <n> values <v>, shifted right by <shift>, is <x>. */
+static bool filter_prefix_in(const uint32_t *v, size_t n, unsigned int shift, uint64_t x)
+{
+	for (size_t i = 0; i < n; i++) {
+		if ((uint64_t)v[i] >> shift == x) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Refuses socket() with EPROTONOSUPPORT when the comparisons <pre> (<npre> of them, on earlier
+ * arguments) hold and the low <bits> bits of argument <arg> are none of the <n> values
+ * <allowed> (each below 2^<bits>). A filter can only test equality under a mask, so "none of
+ * these" is spelled out: from the top bit down, the paths to the allowed values; each branch
+ * off them that leads to none is a rule, its bits from there up fixed and the rest free. No
+ * two rules overlap, and there are at most <bits> per allowed value.
+ */
+static int filter_add_none_of(scmp_filter_ctx ctx, const struct scmp_arg_cmp *pre,
+			      unsigned int npre, unsigned int arg, unsigned int bits,
+			      const uint32_t *allowed, size_t n)
+{
+	AN_ASSERT(ctx != NULL && npre < 3 && arg == npre && bits <= 32 && n > 0);
+	const uint64_t all = bits == 32 ? FILTER_LOW32 : (1ull << bits) - 1;
+	struct scmp_arg_cmp cmp[3];
+	memcpy(cmp, pre, npre * sizeof(cmp[0]));
+	for (unsigned int b = bits; b-- > 0;) {
+		for (size_t i = 0; i < n; i++) {
+			AN_ASSERT((allowed[i] & ~all) == 0);
+			uint64_t node = (uint64_t)allowed[i] >> b;
+			if (filter_prefix_in(allowed, i, b, node) ||
+			    filter_prefix_in(allowed, n, b, node ^ 1u)) {
+				continue; /* seen already, or its sibling leads to an allowed one */
+			}
+			cmp[npre] = (struct scmp_arg_cmp){ arg, SCMP_CMP_MASKED_EQ, all >> b << b,
+							   (node ^ 1u) << b };
+			int rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT),
+							SCMP_SYS(socket), npre + 1, cmp);
+			if (rc != 0) {
+				return rc;
+			}
+		}
+	}
+	return 0;
+}
+
+/*
+ * In AF_INET and AF_INET6, refuses with EPROTONOSUPPORT a type (its low 4 bits; the flags sit
+ * above) not in filter_inet_types, and a protocol (its low 32 bits) not in filter_inet.
+ */
+static int filter_add_inet(scmp_filter_ctx ctx)
+{
+	AN_ASSERT(ctx != NULL);
+	const int families[] = { AF_INET, AF_INET6 };
+	for (size_t i = 0; i < AN_ARRAY_LEN(families); i++) {
+		struct scmp_arg_cmp fam =
+		    SCMP_A0(SCMP_CMP_MASKED_EQ, FILTER_LOW32, (uint64_t)families[i]);
+		int rc = filter_add_none_of(ctx, &fam, 1, 1, 4, filter_inet_types,
+					    AN_ARRAY_LEN(filter_inet_types));
+		if (rc != 0) {
+			return rc;
+		}
+	}
+	for (size_t i = 0; i < AN_ARRAY_LEN(filter_inet); i++) {
+		const struct filter_inet *f = &filter_inet[i];
+		const struct scmp_arg_cmp pre[] = {
+			SCMP_A0(SCMP_CMP_MASKED_EQ, FILTER_LOW32, (uint64_t)f->family),
+			SCMP_A1(SCMP_CMP_MASKED_EQ, FILTER_SOCK_TYPE_MASK, (uint64_t)f->type),
+		};
+		int rc = filter_add_none_of(ctx, pre, 2, 2, 32, f->protocols, f->n);
+		if (rc != 0) {
+			return rc;
+		}
+	}
+	return 0;
+}
+
 /* Refuses <nr> with <err> when argument 0 has any bit of <flags> set: one rule per bit. */
 static int filter_add_flags(scmp_filter_ctx ctx, int nr, uint64_t flags, int err)
 {
@@ -846,10 +947,17 @@ static int filter_add_common(scmp_filter_ctx ctx)
 		  EPERM,
 		  1,
 		  { SCMP_A1(SCMP_CMP_MASKED_EQ, FILTER_LOW32, TIOCLINUX) } },
+		{ SCMP_SYS(ioctl),
+		  EPERM,
+		  1,
+		  { SCMP_A1(SCMP_CMP_MASKED_EQ, FILTER_LOW32, TIOCSETD) } },
 	};
 	int rc = filter_add_families(ctx, SCMP_SYS(socket), FILTER_FAMILIES);
 	if (rc == 0) {
 		rc = filter_add_families(ctx, SCMP_SYS(socketpair), FILTER_PAIR_FAMILIES);
+	}
+	if (rc == 0) {
+		rc = filter_add_inet(ctx);
 	}
 	if (rc == 0) {
 		rc = filter_add_rules(ctx, rules, AN_ARRAY_LEN(rules));

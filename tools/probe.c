@@ -8,9 +8,14 @@
  * OPEN: <what got through>"; exit 0 when all are closed, else 1. Closed means:
  *   dns, tcp-host   no DNS answer in 1 s from --dns or 127.0.0.53; no connect to --tcp
  *   vsock, sockets  socket() refused for AF_VSOCK (x32 ABI too), every family but unix,
- *                   inet, inet6, and raw IP
+ *                   inet, inet6, raw IP, and inet protocols but TCP, UDP and ping
  *   io-uring        io_uring_setup refused, plain and SQPOLL
  *   unix-abstract, unix-path, other-sandbox, control-socket: connect fails
+ *   host-sockets    no socket file the agent can list accepts a connection (stream, else
+ *                   datagram or seqpacket; 200 ms), the sandbox's own egress and ingress
+ *                   aside: a walk of /, breadth first, no symlink followed, every mount but
+ *                   the kernel's and remote ones, /proc, /sys, /dev skipped, within 20000
+ *                   directories and 5 s ("partial" when cut); up to 5 paths named when OPEN
  *   terminal        TIOCSTI refused on 0, 1, 2, /dev/tty and TIOCLINUX there and on
  *                   /dev/tty0 (an accepted TIOCSTI says OPEN; selftest decides whose)
  *   ptrace-bridge   PTRACE_SEIZE/ATTACH, process_vm_readv, /proc/<bridge>/mem, environ
@@ -37,12 +42,14 @@
  */
 #include <arpa/inet.h>
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/io_uring.h>
 #include <linux/kcmp.h>
 #include <linux/keyctl.h>
+#include <linux/magic.h>
 #include <linux/sched.h>
 #include <linux/tiocl.h>
 #include <linux/vm_sockets.h>
@@ -65,6 +72,7 @@
 #include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -73,6 +81,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "tools/sandbox.h"
 
 #define PROBE_LIST_MAX   128u /* entries of one repeated option */
 #define PROBE_TEXT_BYTES 1024u
@@ -92,6 +101,18 @@
 #define PROBE_TALLY_LABELS 4
 #define PROBE_RESOLVER     "127.0.0.53" /* systemd-resolved's stub, tried always */
 #define PROBE_TTY_BYTE     '#'          /* a comment, should it ever reach a shell */
+/* host-sockets: the walk's budgets, one connect's wait, the paths named when OPEN. */
+#define PROBE_SOCK_DIRS_MAX    20000u
+#define PROBE_SOCK_TIME_MS     5000u
+#define PROBE_SOCK_QUEUE_BYTES (PROBE_SOCK_DIRS_MAX * 128u)
+#define PROBE_SOCK_CONNECT_MS  200
+#define PROBE_SOCK_NAMED       5u
+#define PROBE_SOCK_PATH_BYTES  160u
+/* What glibc's <netinet/in.h> does not name: two protocols, two file systems' magics. */
+#define PROBE_IPPROTO_L2TP 115
+#define PROBE_IPPROTO_SMC  256
+#define PROBE_SMB_MAGIC    0xfe534d42
+#define PROBE_CIFS_MAGIC   0xff534d42
 
 static_assert(PROBE_TEXT_BYTES + 64 < PIPE_BUF, "a line is one atomic write");
 
@@ -107,7 +128,7 @@ struct num {
 
 static struct probe_args {
 	struct num bridge_pid, host_pid, shm_key, key_serial, pids, memory;
-	const char *vsock, *abstract, *other, *control, *tag, *mq, *key;
+	const char *vsock, *abstract, *other, *control, *tag, *mq, *key, *sockets_root;
 	struct list dns, tcp, unix_paths, ww, markers, only;
 } args = { .bridge_pid = { 1, true } };
 
@@ -119,25 +140,26 @@ static const struct opt {
 	enum opt_kind kind;
 	void *slot;
 } opts[] = {
-	{ "--bridge-pid", OPT_NUM, &args.bridge_pid }, /* the bridge: PID 1 in a sandbox */
-	{ "--host-pid", OPT_NUM, &args.host_pid },     /* a process of the host */
-	{ "--dns", OPT_LIST, &args.dns },              /* a nameserver address */
-	{ "--tcp", OPT_LIST, &args.tcp },              /* ADDR:PORT, [ADDR6]:PORT */
-	{ "--vsock", OPT_STR, &args.vsock },           /* CID:PORT to connect to */
-	{ "--abstract", OPT_STR, &args.abstract },     /* abstract socket name, no '@' */
-	{ "--unix", OPT_LIST, &args.unix_paths },      /* a pathname socket */
-	{ "--other-sandbox", OPT_STR, &args.other },   /* another sandbox's egress socket */
-	{ "--control", OPT_STR, &args.control },       /* the daemon's control socket */
-	{ "--ww", OPT_LIST, &args.ww },                /* a world-writable directory */
-	{ "--marker", OPT_LIST, &args.markers },       /* a host file that must not show */
-	{ "--tag", OPT_STR, &args.tag },               /* name of the files made in --ww */
-	{ "--shm-key", OPT_NUM, &args.shm_key },       /* the host's SysV segment */
-	{ "--mq", OPT_STR, &args.mq },                 /* the host's POSIX queue, "/name" */
-	{ "--key", OPT_STR, &args.key },               /* the host key's description */
-	{ "--key-serial", OPT_NUM, &args.key_serial }, /* and its serial */
-	{ "--pids", OPT_NUM, &args.pids },             /* the sandbox's pids limit */
-	{ "--memory", OPT_NUM, &args.memory },         /* its memory limit, bytes */
-	{ "--only", OPT_LIST, &args.only },            /* run only these probes */
+	{ "--bridge-pid", OPT_NUM, &args.bridge_pid },     /* the bridge: PID 1 in a sandbox */
+	{ "--host-pid", OPT_NUM, &args.host_pid },         /* a process of the host */
+	{ "--dns", OPT_LIST, &args.dns },                  /* a nameserver address */
+	{ "--tcp", OPT_LIST, &args.tcp },                  /* ADDR:PORT, [ADDR6]:PORT */
+	{ "--vsock", OPT_STR, &args.vsock },               /* CID:PORT to connect to */
+	{ "--abstract", OPT_STR, &args.abstract },         /* abstract socket name, no '@' */
+	{ "--unix", OPT_LIST, &args.unix_paths },          /* a pathname socket */
+	{ "--other-sandbox", OPT_STR, &args.other },       /* another sandbox's egress socket */
+	{ "--control", OPT_STR, &args.control },           /* the daemon's control socket */
+	{ "--ww", OPT_LIST, &args.ww },                    /* a world-writable directory */
+	{ "--marker", OPT_LIST, &args.markers },           /* a host file that must not show */
+	{ "--tag", OPT_STR, &args.tag },                   /* name of the files made in --ww */
+	{ "--shm-key", OPT_NUM, &args.shm_key },           /* the host's SysV segment */
+	{ "--mq", OPT_STR, &args.mq },                     /* the host's POSIX queue, "/name" */
+	{ "--key", OPT_STR, &args.key },                   /* the host key's description */
+	{ "--key-serial", OPT_NUM, &args.key_serial },     /* and its serial */
+	{ "--pids", OPT_NUM, &args.pids },                 /* the sandbox's pids limit */
+	{ "--memory", OPT_NUM, &args.memory },             /* its memory limit, bytes */
+	{ "--only", OPT_LIST, &args.only },                /* run only these probes */
+	{ "--sockets-root", OPT_STR, &args.sockets_root }, /* host-sockets walks it, not / */
 };
 
 /* ---- Verdicts ---- */
@@ -305,8 +327,8 @@ static int parse_inet(const char *s, uint16_t port, struct sockaddr_storage *ss,
 	return 0;
 }
 
-/* A non-blocking connect of <fd>, waiting PROBE_WAIT_MS: 0 or -errno (-ETIMEDOUT). */
-static int connect_wait(int fd, const struct sockaddr *sa, socklen_t len)
+/* A non-blocking connect of <fd>, waiting <ms>: 0 or -errno (-ETIMEDOUT). */
+static int connect_wait(int fd, const struct sockaddr *sa, socklen_t len, int ms)
 {
 	int soerr = 0;
 	socklen_t soerr_len = sizeof(soerr);
@@ -317,7 +339,7 @@ static int connect_wait(int fd, const struct sockaddr *sa, socklen_t len)
 	if (errno != EINPROGRESS)
 		return -errno;
 	struct pollfd p = { .fd = fd, .events = POLLOUT };
-	int n = poll(&p, 1, PROBE_WAIT_MS);
+	int n = poll(&p, 1, ms);
 	if (n == -1)
 		return -errno;
 	if (n == 0)
@@ -346,7 +368,7 @@ static int unix_connect(const char *path, int *fd)
 	/* An abstract name has no terminator: its length is the address length. */
 	socklen_t sa_len =
 	    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (path[0] == '@' ? 0 : 1));
-	int ret = connect_wait(s, (struct sockaddr *)&sun, sa_len);
+	int ret = connect_wait(s, (struct sockaddr *)&sun, sa_len, PROBE_WAIT_MS);
 	if (ret == -EAGAIN)
 		ret = 0; /* the backlog is full: the listener is there all the same */
 	if (ret != 0) {
@@ -469,7 +491,8 @@ static void probe_tcp_host(struct verdict *v)
 			continue;
 		}
 		int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		int ret = fd == -1 ? -errno : connect_wait(fd, (struct sockaddr *)&ss, len);
+		int ret = fd == -1 ? -errno
+				   : connect_wait(fd, (struct sockaddr *)&ss, len, PROBE_WAIT_MS);
 		if (ret == 0)
 			say_open(v, "connected to %s", args.tcp.v[i]);
 		else
@@ -505,7 +528,8 @@ static void probe_vsock(struct verdict *v)
 			struct sockaddr_vm vm = { .svm_family = AF_VSOCK,
 						  .svm_cid = cid,
 						  .svm_port = port };
-			int ret = connect_wait(fd, (struct sockaddr *)&vm, sizeof(vm));
+			int ret =
+			    connect_wait(fd, (struct sockaddr *)&vm, sizeof(vm), PROBE_WAIT_MS);
 			say_open(v, "connect to CID %u port %u: %s", cid, port,
 				 ret == 0 ? "connected" : ename(-ret));
 		}
@@ -565,6 +589,39 @@ static int family_try(int family, int protocol)
 	return err;
 }
 
+/* In inet and inet6, protocols other than TCP, UDP and ping: kernel code no client needs. */
+static void inet_protocols(struct verdict *v)
+{
+	static const struct {
+		int type, protocol;
+		const char *name;
+	} protos[] = {
+		{ SOCK_STREAM, IPPROTO_MPTCP, "MPTCP" },
+		{ SOCK_STREAM, IPPROTO_SCTP, "SCTP" },
+		{ SOCK_SEQPACKET, IPPROTO_SCTP, "SCTP seqpacket" },
+		{ SOCK_DCCP, IPPROTO_DCCP, "DCCP" },
+		{ SOCK_DGRAM, IPPROTO_UDPLITE, "UDP-Lite" },
+		{ SOCK_DGRAM, PROBE_IPPROTO_L2TP, "L2TP/IP" },
+		{ SOCK_STREAM, PROBE_IPPROTO_SMC, "SMC" },
+	};
+	struct tally t = { 0 };
+
+	for (int inet6 = 0; inet6 < 2; inet6++) {
+		for (size_t i = 0; i < AN_ARRAY_LEN(protos); i++) {
+			int fd = socket(inet6 ? AF_INET6 : AF_INET, protos[i].type | SOCK_CLOEXEC,
+					protos[i].protocol);
+			if (fd >= 0) {
+				say_open(v, "socket(%s, %s) created",
+					 inet6 ? "AF_INET6" : "AF_INET", protos[i].name);
+				close(fd);
+			} else {
+				tally_add(&t, errno, inet6 ? NULL : protos[i].name);
+			}
+		}
+	}
+	tally_say(v, "other inet protocols", &t);
+}
+
 static void probe_sockets(struct verdict *v)
 {
 	struct tally t = { 0 };
@@ -599,6 +656,7 @@ static void probe_sockets(struct verdict *v)
 	if (fd >= 0)
 		close(fd);
 	tally_say(v, "raw", &t);
+	inet_protocols(v);
 }
 
 static void probe_io_uring(struct verdict *v)
@@ -688,6 +746,283 @@ static void probe_control_socket(struct verdict *v)
 {
 	const char *paths[] = { args.control };
 	unix_probe(v, paths, args.control != NULL ? 1 : 0, "ping\n");
+}
+
+/* ---- Socket files anywhere in the file system ---- */
+
+/* File systems the walk does not enter: kernel interfaces, remote and user ones (slow). */
+static const int64_t sock_unwalked[] = {
+	PROC_SUPER_MAGIC,   SYSFS_MAGIC,      CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC,
+	DEBUGFS_MAGIC,      TRACEFS_MAGIC,    SECURITYFS_MAGIC,   BPF_FS_MAGIC,
+	PSTOREFS_MAGIC,     NFS_SUPER_MAGIC,  FUSE_SUPER_MAGIC,   AUTOFS_SUPER_MAGIC,
+	DEVPTS_SUPER_MAGIC, HUGETLBFS_MAGIC,  BINFMTFS_MAGIC,     NSFS_MAGIC,
+	PROBE_SMB_MAGIC,    PROBE_CIFS_MAGIC,
+};
+
+/* The sandbox's own sockets, below the walk's root: expected, so not tried. */
+static const char *const sock_own[] = { SANDBOX_EGRESS_SOCKET, SANDBOX_INGRESS_SOCKET };
+
+/* The walk's state (one walk per process: the probe runs in a child of its own). */
+static struct sock_walk {
+	char path[PATH_MAX]; /* the directory being read, then "/name" */
+	size_t root_len;     /* the root's bytes in path ("" for /) */
+	/* Directories still to read, in the order found: paths below the root, NUL-ended. */
+	char queue[PROBE_SOCK_QUEUE_BYTES];
+	size_t head, tail;
+	uint32_t queued, dirs, seen, own, open;
+	char named[PROBE_SOCK_NAMED][PROBE_SOCK_PATH_BYTES]; /* the first sockets that accepted */
+	struct tally refused;
+	struct timespec start;
+	const char *cut; /* NULL, or why the walk stopped short */
+} sw;
+
+static bool sock_unwalked_fs(int fd)
+{
+	struct statfs f;
+
+	if (fstatfs(fd, &f) == -1)
+		return true;
+	for (size_t i = 0; i < AN_ARRAY_LEN(sock_unwalked); i++)
+		if ((int64_t)(uint32_t)f.f_type == sock_unwalked[i] ||
+		    (int64_t)f.f_type == sock_unwalked[i])
+			return true;
+	return false;
+}
+
+static uint64_t sock_elapsed_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (uint64_t)(now.tv_sec - sw.start.tv_sec) * 1000u +
+	       (uint64_t)((now.tv_nsec - sw.start.tv_nsec) / 1000000);
+}
+
+/*
+ * Connects to socket file <name> in directory <dfd>, as a stream, else (EPROTOTYPE: another
+ * type's) a datagram or seqpacket socket, waiting PROBE_SOCK_CONNECT_MS: 0 when it accepted
+ * (a full backlog counts: the listener is there), or the errno. Relative to the directory,
+ * so no path is too long; a name too long for sun_path goes through its O_PATH descriptor.
+ */
+static int sock_connect(int dfd, const char *name)
+{
+	static const int types[] = { SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET };
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	int pfd = -1, err = 0;
+
+	if (strlen(name) < sizeof(sun.sun_path)) {
+		if (fchdir(dfd) == -1)
+			return errno;
+		memcpy(sun.sun_path, name, strlen(name) + 1);
+	} else {
+		pfd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (pfd == -1)
+			return errno;
+		snprintf(sun.sun_path, sizeof(sun.sun_path), "/proc/self/fd/%d", pfd);
+	}
+	for (size_t i = 0; i < AN_ARRAY_LEN(types); i++) {
+		int fd = socket(AF_UNIX, types[i] | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		int ret = fd == -1 ? -errno
+				   : connect_wait(fd, (struct sockaddr *)&sun, sizeof(sun),
+						  PROBE_SOCK_CONNECT_MS);
+		if (fd != -1)
+			close(fd);
+		err = ret == -EAGAIN ? 0 : -ret;
+		if (err != EPROTOTYPE)
+			break;
+	}
+	if (pfd != -1)
+		close(pfd);
+	return err;
+}
+
+/* <path> into a slot of sw.named, its end cut to "..." when it does not fit. */
+static void path_show(char *out, const char *path)
+{
+	size_t n = strlen(path);
+
+	if (n < PROBE_SOCK_PATH_BYTES) {
+		memcpy(out, path, n + 1);
+		return;
+	}
+	memcpy(out, path, PROBE_SOCK_PATH_BYTES - 4);
+	memcpy(out + PROBE_SOCK_PATH_BYTES - 4, "...", 4);
+}
+
+/* Socket file <name> in <dfd>, whose path is sw.path: the sandbox's own, or tried. */
+static void sock_found(int dfd, const char *name)
+{
+	const char *below = sw.path + sw.root_len;
+
+	if (sock_elapsed_ms() >= PROBE_SOCK_TIME_MS) {
+		sw.cut = "time budget";
+		return;
+	}
+	sw.seen++;
+	for (size_t i = 0; i < AN_ARRAY_LEN(sock_own); i++) {
+		if (strcmp(below, sock_own[i]) == 0) {
+			sw.own++;
+			return;
+		}
+	}
+	int err = sock_connect(dfd, name);
+	if (err != 0) {
+		tally_add(&sw.refused, err, NULL);
+		return;
+	}
+	if (sw.open < PROBE_SOCK_NAMED)
+		path_show(sw.named[sw.open], sw.path);
+	sw.open++;
+}
+
+/* What getdents64 returns, one after another (glibc names it only with _LARGEFILE64_SOURCE). */
+struct probe_dirent {
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+/* Queues directory <below> (its path below the root), within PROBE_SOCK_DIRS_MAX in all. */
+static void sock_queue(const char *below)
+{
+	size_t n = strlen(below) + 1;
+
+	if (sw.queued == PROBE_SOCK_DIRS_MAX || n > sizeof(sw.queue) - sw.tail) {
+		sw.cut = "directory budget";
+		return;
+	}
+	memcpy(sw.queue + sw.tail, below, n);
+	sw.tail += n;
+	sw.queued++;
+}
+
+/* Entry <name> (<type> as getdents says it) of directory <dfd>, sw.path's first <len> bytes. */
+static void sock_entry(int dfd, const char *name, unsigned char type, size_t len)
+{
+	struct stat st;
+	size_t n = strlen(name);
+
+	if (len + 1 + n >= sizeof(sw.path))
+		return;
+	sw.path[len] = '/';
+	memcpy(sw.path + len + 1, name, n + 1);
+	if (type == DT_UNKNOWN && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		type = S_ISSOCK(st.st_mode) ? DT_SOCK : S_ISDIR(st.st_mode) ? DT_DIR : DT_REG;
+	const char *below = sw.path + sw.root_len;
+	bool kernel =
+	    strcmp(below, "/proc") == 0 || strcmp(below, "/sys") == 0 || strcmp(below, "/dev") == 0;
+	if (type == DT_SOCK)
+		sock_found(dfd, name);
+	else if (type == DT_DIR && !kernel)
+		sock_queue(below);
+	sw.path[len] = '\0';
+}
+
+/*
+ * Reads the next queued directory, below <root_fd>: its socket files tried, its directories
+ * queued. Opened without following a symbolic link (a queued path holds none: each of its
+ * parts was a directory when listed); not read when on a kernel or remote file system.
+ */
+static void sock_visit(int root_fd)
+{
+	char buf[4096] __attribute__((aligned(8)));
+	const char *below = sw.queue + sw.head;
+	size_t len = sw.root_len + strlen(below);
+
+	sw.head += strlen(below) + 1;
+	AN_ASSERT(sw.head <= sw.tail);
+	if (len >= sizeof(sw.path))
+		return;
+	memcpy(sw.path + sw.root_len, below, len - sw.root_len + 1);
+	int fd = openat(root_fd, below[0] == '/' ? below + 1 : ".",
+			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1)
+		return; /* unreadable to the agent, or gone */
+	if (sock_unwalked_fs(fd)) {
+		close(fd);
+		return;
+	}
+	sw.dirs++;
+	for (;;) {
+		long n = syscall(SYS_getdents64, fd, buf, sizeof(buf));
+		if (n <= 0)
+			break;
+		for (long off = 0; off < n;) {
+			const struct probe_dirent *e = (const struct probe_dirent *)(buf + off);
+			off += e->d_reclen;
+			if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+				sock_entry(fd, e->d_name, e->d_type, len);
+		}
+	}
+	close(fd);
+}
+
+/*
+ * The walk, breadth first (sockets live near the top: /run, /tmp, /var/lib/<service>, and a
+ * deep /usr must not use the budget up), into every mount but the kernel's and remote ones,
+ * /proc, /sys and /dev skipped, within PROBE_SOCK_DIRS_MAX directories and PROBE_SOCK_TIME_MS.
+ */
+static void sock_walk(int root_fd)
+{
+	sock_queue("");
+	while (sw.head < sw.tail) {
+		if (sock_elapsed_ms() >= PROBE_SOCK_TIME_MS) {
+			sw.cut = "time budget";
+			break;
+		}
+		sock_visit(root_fd);
+	}
+}
+
+/*
+ * Every socket file the agent can list, tried: a pathname socket is a way to whatever
+ * listens on it, the host's services, another sandbox's egress (under that sandbox's name and
+ * policy), a daemon's control socket, wherever on the file system it is.
+ */
+static void probe_host_sockets(struct verdict *v)
+{
+	const char *root = args.sockets_root != NULL ? args.sockets_root : "/";
+	size_t root_len = strlen(root);
+
+	while (root_len > 0 && root[root_len - 1] == '/')
+		root_len--;
+	if (root_len >= sizeof(sw.path) / 2) {
+		say_open(v, "no verdict: %s: %s", root, ename(ENAMETOOLONG));
+		return;
+	}
+	memcpy(sw.path, root, root_len);
+	sw.path[root_len] = '\0';
+	sw.root_len = root_len;
+	clock_gettime(CLOCK_MONOTONIC, &sw.start);
+	int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd == -1) {
+		say_open(v, "no verdict: %s: %s", root, ename(errno));
+		return;
+	}
+	sock_walk(fd);
+	close(fd);
+	char walked[160];
+	snprintf(walked, sizeof(walked),
+		 "%u socket files seen (%u the sandbox's own), %u directories walked%s%s", sw.seen,
+		 sw.own, sw.dirs, sw.cut != NULL ? ", partial: " : "",
+		 sw.cut != NULL ? sw.cut : "");
+	if (sw.open > 0) {
+		char named[PROBE_SOCK_NAMED * (PROBE_SOCK_PATH_BYTES + 2)] = "";
+		size_t len = 0;
+		for (uint32_t i = 0; i < sw.open && i < PROBE_SOCK_NAMED; i++) {
+			int n = snprintf(named + len, sizeof(named) - len, "%s%s",
+					 i > 0 ? ", " : "", sw.named[i]);
+			if (n < 0 || (size_t)n >= sizeof(named) - len)
+				break;
+			len += (size_t)n;
+		}
+		say_open(v, "%u accepted a connection: %s%s; %s", sw.open, named,
+			 sw.open > PROBE_SOCK_NAMED ? ", ..." : "", walked);
+	}
+	say_closed(v, "%s", walked);
+	tally_say(v, "connect", &sw.refused);
 }
 
 /* ---- The terminal ---- */
@@ -1251,6 +1586,7 @@ static const struct probe {
 	{ "unix-path", probe_unix_path },
 	{ "other-sandbox", probe_other_sandbox },
 	{ "control-socket", probe_control_socket },
+	{ "host-sockets", probe_host_sockets },
 	{ "terminal", probe_terminal },
 	{ "ptrace-bridge", probe_ptrace_bridge },
 	{ "fd-theft", probe_fd_theft },
@@ -1391,6 +1727,6 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < AN_ARRAY_LEN(probes); i++)
 		if (wanted(probes[i].name))
 			open += probe_run(&probes[i]) ? 1 : 0;
-	/* _exit: nothing to flush, and LeakSanitizer's exit-time scan needs ptrace, refused here. */
+	/* _exit: nothing to flush, and LeakSanitizer's scan at exit needs ptrace, refused. */
 	_exit(open > 0 ? 1 : 0);
 }

@@ -107,10 +107,10 @@
  * tools/probe.c's probes table and docs/sandbox.md.
  */
 static const char *const selftest_probes[] = {
-	"dns",           "tcp-host",  "vsock",         "sockets",        "io-uring",
-	"unix-abstract", "unix-path", "other-sandbox", "control-socket", "terminal",
-	"ptrace-bridge", "fd-theft",  "host-pids",     "shared-dirs",    "keyring",
-	"userns",        "mount",     "pids",          "memory",
+	"dns",           "tcp-host",      "vsock",         "sockets",        "io-uring",
+	"unix-abstract", "unix-path",     "other-sandbox", "control-socket", "host-sockets",
+	"terminal",      "ptrace-bridge", "fd-theft",      "host-pids",      "shared-dirs",
+	"keyring",       "userns",        "mount",         "pids",           "memory",
 };
 
 /* The world-writable places every Linux host may have; the walk finds the rest. */

@@ -2398,6 +2398,9 @@ class Setup:
         # Copies side by side: --bridge defaults to the agentsnet-bridge next to agentsnet.
         shutil.copy2(a.agentsnet, os.path.join(bin_dir, "agentsnet"))
         shutil.copy2(a.bridge, os.path.join(bin_dir, "agentsnet-bridge"))
+        # `agentsnet selftest` finds its probe next to agentsnet, as it finds the bridge.
+        shutil.copy2(os.path.join(os.path.dirname(a.agentsnet), "agentsnet-probe"),
+                     os.path.join(bin_dir, "agentsnet-probe"))
         shutil.copy2(a.rel_bridge, os.path.join(rel_dir, "agentsnet-bridge"))
         t.vars.update({"agentsnet": os.path.join(bin_dir, "agentsnet"),
                        "rel_bridge": os.path.join(rel_dir, "agentsnet-bridge")})
@@ -2419,7 +2422,7 @@ class Setup:
         undici = os.path.join(dst, "node_modules", "undici")
         if os.path.isdir(os.path.join(modules, "undici")):
             shutil.copytree(os.path.join(modules, "undici"), undici)
-        for name in ("sandbox.py", "integlib.py"):
+        for name in ("sandbox.py", "containment.py", "integlib.py"):
             shutil.copy2(os.path.join(HERE, name), os.path.join(dst, name))
         return node24, undici, os.path.join(dst, "sandbox.py")
 

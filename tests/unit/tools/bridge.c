@@ -6,8 +6,10 @@
  * - Flags: loopback-only listen addresses, ports and socket paths at N and N+1.
  * - The seccomp filters, the agent's and the bridge's own: every rule is a real attempt in a
  *   child of its own, refused with the filter's errno under it, and (as root) not refused so
- *   without it; what a filter lets through ends as it does without one. glibc's fork, threads
- *   and posix_spawn work under the agent's; other architectures are killed (SIGSYS).
+ *   without it; what a filter lets through ends as it does without one. In AF_INET and
+ *   AF_INET6 every type and protocols 0-1023 (and beyond) swept. glibc's fork, threads and
+ *   posix_spawn work under the agent's, and so do TCP, a resolver's UDP and ping's ICMP echo
+ *   (as root, in a network namespace of the test's own); other architectures are killed.
  * - The relay, driven by bridge_turn() on a thread against a Unix server in the test: 10 MiB
  *   each way, byte-identical, with half-close; an absent or dying daemon; the connection limit
  *   at N and N+1; ingress, and what it does with a socket file already there.
@@ -29,6 +31,7 @@
 #include <linux/netlink.h>
 #include <linux/perf_event.h>
 #include <linux/userfaultfd.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <spawn.h>
@@ -676,7 +679,11 @@ struct probe {
 };
 
 #define NOAF      EAFNOSUPPORT
+#define NOPROTO   EPROTONOSUPPORT
 #define V_HIGH(v) ((long)(0x100000000L | (v))) /* junk in the high half of an int argument */
+/* Protocols glibc's <netinet/in.h> does not name. */
+#define TEST_IPPROTO_L2TP 115
+#define TEST_IPPROTO_SMC  256
 
 static const struct probe probes[] = {
 	/* Socket families: AF_UNIX, AF_INET and AF_INET6 only, as the kernel reads the int. */
@@ -732,11 +739,96 @@ static const struct probe probes[] = {
 	{ "AF_INET6 raw", SYS_socket, { AF_INET6, SOCK_RAW, IPPROTO_ICMPV6 }, EPERM, EPERM, 0 },
 	{ "AF_INET SOCK_PACKET", SYS_socket, { AF_INET, SOCK_PACKET }, EPERM, EPERM, 0 },
 	{ "AF_INET6 SOCK_PACKET", SYS_socket, { AF_INET6, SOCK_PACKET }, EPERM, EPERM, 0 },
+	/* Protocols in AF_INET and AF_INET6: TCP, UDP and ping, as the kernel reads the ints. */
+	{ "MPTCP",
+	  SYS_socket,
+	  { AF_INET, SOCK_STREAM, IPPROTO_MPTCP },
+	  NOPROTO,
+	  NOPROTO,
+	  PF_ABSENT_OK },
+	{ "MPTCP, flags",
+	  SYS_socket,
+	  { AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_MPTCP },
+	  NOPROTO,
+	  NOPROTO,
+	  PF_ABSENT_OK },
+	{ "MPTCP, high bits",
+	  SYS_socket,
+	  { V_HIGH(AF_INET), V_HIGH(SOCK_STREAM), V_HIGH(IPPROTO_MPTCP) },
+	  NOPROTO,
+	  NOPROTO,
+	  PF_ABSENT_OK },
+	{ "MPTCPv6",
+	  SYS_socket,
+	  { AF_INET6, SOCK_STREAM, IPPROTO_MPTCP },
+	  NOPROTO,
+	  NOPROTO,
+	  PF_ABSENT_OK },
+	{ "UDP-Lite",
+	  SYS_socket,
+	  { AF_INET, SOCK_DGRAM, IPPROTO_UDPLITE },
+	  NOPROTO,
+	  NOPROTO,
+	  PF_ABSENT_OK },
+	{ "UDP-Litev6",
+	  SYS_socket,
+	  { AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDPLITE },
+	  NOPROTO,
+	  NOPROTO,
+	  PF_ABSENT_OK },
+	{ "SCTP stream",
+	  SYS_socket,
+	  { AF_INET, SOCK_STREAM, IPPROTO_SCTP },
+	  NOPROTO,
+	  NOPROTO,
+	  PF_ABSENT_OK },
+	{ "SCTP seqpacket",
+	  SYS_socket,
+	  { AF_INET6, SOCK_SEQPACKET, IPPROTO_SCTP },
+	  NOPROTO,
+	  NOPROTO,
+	  0 },
+	{ "AF_INET seqpacket", SYS_socket, { AF_INET, SOCK_SEQPACKET }, NOPROTO, NOPROTO, 0 },
+	{ "AF_INET rdm", SYS_socket, { AF_INET, SOCK_RDM }, NOPROTO, NOPROTO, 0 },
+	{ "DCCP", SYS_socket, { AF_INET, SOCK_DCCP, IPPROTO_DCCP }, NOPROTO, NOPROTO, 0 },
+	{ "L2TP/IP",
+	  SYS_socket,
+	  { AF_INET, SOCK_DGRAM, TEST_IPPROTO_L2TP },
+	  NOPROTO,
+	  NOPROTO,
+	  PF_ABSENT_OK },
+	{ "SMC",
+	  SYS_socket,
+	  { AF_INET, SOCK_STREAM, TEST_IPPROTO_SMC },
+	  NOPROTO,
+	  NOPROTO,
+	  PF_ABSENT_OK },
 	/* What clients use. */
 	{ "AF_INET stream", SYS_socket, { AF_INET, SOCK_STREAM | SOCK_CLOEXEC }, PASS, PASS, 0 },
+	{ "AF_INET TCP", SYS_socket, { AF_INET, SOCK_STREAM, IPPROTO_TCP }, PASS, PASS, 0 },
+	{ "AF_INET TCP, high bits",
+	  SYS_socket,
+	  { AF_INET, V_HIGH(SOCK_STREAM), V_HIGH(IPPROTO_TCP) },
+	  PASS,
+	  PASS,
+	  0 },
 	{ "AF_INET dgram", SYS_socket, { AF_INET, SOCK_DGRAM }, PASS, PASS, 0 },
+	{ "AF_INET UDP",
+	  SYS_socket,
+	  { AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP },
+	  PASS,
+	  PASS,
+	  0 },
 	{ "AF_INET ping", SYS_socket, { AF_INET, SOCK_DGRAM, IPPROTO_ICMP }, PASS, PASS, 0 },
 	{ "AF_INET6 stream", SYS_socket, { AF_INET6, SOCK_STREAM }, PASS, PASS, 0 },
+	{ "AF_INET6 TCP",
+	  SYS_socket,
+	  { AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP },
+	  PASS,
+	  PASS,
+	  0 },
+	{ "AF_INET6 UDP", SYS_socket, { AF_INET6, SOCK_DGRAM, IPPROTO_UDP }, PASS, PASS, 0 },
+	{ "AF_INET6 ping", SYS_socket, { AF_INET6, SOCK_DGRAM, IPPROTO_ICMPV6 }, PASS, PASS, 0 },
 	{ "AF_UNIX stream", SYS_socket, { AF_UNIX, SOCK_STREAM }, PASS, PASS, 0 },
 	{ "AF_UNIX dgram", SYS_socket, { AF_UNIX, SOCK_DGRAM }, PASS, PASS, 0 },
 	{ "AF_UNIX, high bits", SYS_socket, { V_HIGH(AF_UNIX), SOCK_STREAM }, PASS, PASS, 0 },
@@ -761,6 +853,14 @@ static const struct probe probes[] = {
 	  EPERM,
 	  0 },
 	{ "TIOCLINUX", SYS_ioctl, { REF(REF_TTY), TIOCLINUX, REF(REF_BUF) }, EPERM, EPERM, 0 },
+	{ "TIOCSETD N_TTY", SYS_ioctl, { REF(REF_TTY), TIOCSETD, REF(REF_BUF) }, EPERM, EPERM, 0 },
+	{ "TIOCSETD, high bits",
+	  SYS_ioctl,
+	  { REF(REF_TTY), V_HIGH(TIOCSETD), REF(REF_BUF) },
+	  EPERM,
+	  EPERM,
+	  0 },
+	{ "TIOCGETD", SYS_ioctl, { REF(REF_TTY), TIOCGETD, REF(REF_BUF) }, PASS, PASS, 0 },
 	{ "TIOCGWINSZ", SYS_ioctl, { REF(REF_TTY), TIOCGWINSZ, REF(REF_BUF) }, PASS, PASS, 0 },
 	/* Other processes. */
 	{ "ptrace", SYS_ptrace, { PTRACE_SEIZE, REF(REF_VICTIM) }, EPERM, EPERM, 0 },
@@ -1263,6 +1363,312 @@ START_TEST(test_filter_no_new_privs)
 		ck_assert(WIFEXITED(st));
 		ck_assert_int_eq(WEXITSTATUS(st), as_nobody ? 1 : 0);
 	}
+}
+END_TEST
+
+/* ---- Sockets in AF_INET and AF_INET6, every type and protocol ---- */
+
+/* Protocols the sweep tries beyond 0-1023: junk in the high half, large and negative ones. */
+static const long sweep_far[] = {
+	V_HIGH(0),
+	V_HIGH(IPPROTO_TCP),
+	V_HIGH(IPPROTO_UDP),
+	V_HIGH(IPPROTO_ICMP),
+	V_HIGH(IPPROTO_ICMPV6),
+	(long)(0xffffffff00000000UL | IPPROTO_TCP),
+	1L << 16,
+	(1L << 16) | IPPROTO_TCP,
+	(1L << 31) | IPPROTO_UDP,
+	0x7fffffffL,
+	-1L,
+};
+#define SWEEP_PROTOCOLS (1024 + (long)AN_ARRAY_LEN(sweep_far))
+
+/* The protocols of the allow-list, and the families, as the sweep indexes them. */
+static const uint32_t sweep_known[] = { 0, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, IPPROTO_ICMPV6 };
+static const long sweep_families[] = { AF_INET, AF_INET6 };
+
+/* A mismatch the sweep found, sent to the test by its child. */
+struct sweep_miss {
+	long family, type, protocol;
+	int got, want;
+};
+
+/* Whether the allow-list has <type> (its low 4 bits) and <protocol> (its low 32) in <family>. */
+static bool sweep_allowed(long family, long type, long protocol)
+{
+	uint32_t t = (uint32_t)type & 0xfu;
+	uint32_t p = (uint32_t)protocol;
+	uint32_t ping = family == AF_INET ? IPPROTO_ICMP : IPPROTO_ICMPV6;
+	return (t == SOCK_STREAM && (p == 0 || p == IPPROTO_TCP)) ||
+	       (t == SOCK_DGRAM && (p == 0 || p == IPPROTO_UDP || p == ping));
+}
+
+/* socket() as the sweep calls it: 0 or the errno; a socket made is closed. */
+static int sweep_call(long family, long type, long protocol)
+{
+	long fd = syscall(SYS_socket, family, type, protocol);
+	if (fd < 0) {
+		return errno;
+	}
+	close((int)fd);
+	return 0;
+}
+
+/* Without a filter: what each allowed pair does, by family, type (1 or 2) and sweep_known. */
+static int sweep_bare[2][2][AN_ARRAY_LEN(sweep_known)];
+
+static void sweep_bare_fill(void)
+{
+	for (size_t f = 0; f < 2; f++) {
+		for (long t = SOCK_STREAM; t <= SOCK_DGRAM; t++) {
+			for (size_t k = 0; k < AN_ARRAY_LEN(sweep_known); k++) {
+				long fam = sweep_families[f];
+				sweep_bare[f][t - 1][k] = sweep_allowed(fam, t, sweep_known[k])
+							      ? sweep_call(fam, t, sweep_known[k])
+							      : -1;
+			}
+		}
+	}
+}
+
+/* What socket(<family> (index <f>), <type>, <protocol>) should do under the agent's filter. */
+static int sweep_want(size_t f, long type, long protocol)
+{
+	uint32_t t = (uint32_t)type & 0xfu;
+	if (t == SOCK_RAW || t == SOCK_PACKET) {
+		return EPERM;
+	}
+	if (!sweep_allowed(sweep_families[f], type, protocol)) {
+		return EPROTONOSUPPORT;
+	}
+	for (size_t k = 0; k < AN_ARRAY_LEN(sweep_known); k++) {
+		if (sweep_known[k] == (uint32_t)protocol) {
+			return sweep_bare[f][t - 1][k];
+		}
+	}
+	AN_ASSERT(false); /* sweep_known lists every allowed protocol */
+	return -1;
+}
+
+/* The sweep's child: every pair under the agent's filter; writes the first mismatch to <fd>. */
+static _Noreturn void sweep_child(int fd)
+{
+	sweep_bare_fill();
+	scmp_filter_ctx ctx = NULL;
+	if (filter_build(&ctx, FILTER_AGENT) != 0 || filter_load(ctx) != 0) {
+		_exit(PROBE_EXIT_LOAD);
+	}
+	for (size_t f = 0; f < AN_ARRAY_LEN(sweep_families); f++) {
+		for (long t = 0; t < 16; t++) {
+			const long types[] = { t, t | SOCK_NONBLOCK | SOCK_CLOEXEC, V_HIGH(t) };
+			for (size_t i = 0; i < AN_ARRAY_LEN(types) * SWEEP_PROTOCOLS; i++) {
+				long type = types[i / SWEEP_PROTOCOLS];
+				long p = (long)(i % SWEEP_PROTOCOLS);
+				long proto = p < 1024 ? p : sweep_far[p - 1024];
+				int want = sweep_want(f, type, proto);
+				int got = sweep_call(sweep_families[f], type, proto);
+				if (got != want) {
+					struct sweep_miss m = { sweep_families[f], type, proto, got,
+								want };
+					(void)!write(fd, &m, sizeof(m));
+					_exit(1);
+				}
+			}
+		}
+	}
+	_exit(0);
+}
+
+/*
+ * In AF_INET and AF_INET6, every type (bare, with SOCK_NONBLOCK | SOCK_CLOEXEC, with junk in
+ * the high half) with protocols 0-1023 and some far beyond, under the agent's filter: each
+ * pair off the allow-list is refused with its errno, SOCK_RAW and SOCK_PACKET EPERM, the rest
+ * EPROTONOSUPPORT (so none reaches the kernel); each on it ends as it does without a filter.
+ */
+START_TEST(test_filter_inet_sweep)
+{
+	int p[2];
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(p[0]);
+		sweep_child(p[1]);
+	}
+	close(p[1]);
+	struct sweep_miss m = { 0 };
+	ssize_t n = read(p[0], &m, sizeof(m));
+	close(p[0]);
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(n <= 0, "socket(%ld, %#lx, %#lx): '%s', want '%s'", m.family,
+		      (unsigned long)m.type, (unsigned long)m.protocol, strerror(m.got),
+		      strerror(m.want));
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "wait status %#x", st);
+}
+END_TEST
+
+/* ---- What clients do, under the agent's filter ---- */
+
+/* The loopback address of <family>, port <port>, in <ss>; returns its length. */
+static socklen_t client_addr(struct sockaddr_storage *ss, int family, uint16_t port)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (family == AF_INET6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(port);
+		s6->sin6_addr = in6addr_loopback;
+		return sizeof(*s6);
+	}
+	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+	s4->sin_family = AF_INET;
+	s4->sin_port = htons(port);
+	s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return sizeof(*s4);
+}
+
+/* A socket bound to the loopback of <family> on a port of the kernel's; its port in <*port>. */
+static int client_bound(int family, int type, int protocol, uint16_t *port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = client_addr(&ss, family, 0);
+	int fd = socket(family, type | SOCK_CLOEXEC, protocol);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&ss, len) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
+		return -1;
+	}
+	*port = ntohs(((struct sockaddr_in *)&ss)->sin_port); /* same offset in sin6 */
+	return fd;
+}
+
+/* One byte each way over TCP (as curl, git, node and pip connect): 0 or -1. */
+static int client_tcp(int family)
+{
+	uint16_t port;
+	int l = client_bound(family, SOCK_STREAM, IPPROTO_TCP, &port);
+	struct sockaddr_storage ss;
+	socklen_t len = client_addr(&ss, family, port);
+	int c = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l < 0 || listen(l, 1) != 0 || c < 0 ||
+	    (connect(c, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS)) {
+		return -1;
+	}
+	int a = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	char x = 'q';
+	int ok = a >= 0 && write(a, &x, 1) == 1 && read_one(c, 2000) == 1 ? 0 : -1;
+	close(a);
+	close(c);
+	close(l);
+	return ok;
+}
+
+/* A question and its answer over UDP, as a resolver asks: 0 or -1. */
+static int client_udp(int family)
+{
+	uint16_t port;
+	int srv = client_bound(family, SOCK_DGRAM, IPPROTO_UDP, &port);
+	struct sockaddr_storage ss;
+	socklen_t len = client_addr(&ss, family, port);
+	int c = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	char q[12] = "an-question";
+	struct sockaddr_storage from;
+	socklen_t from_len = sizeof(from);
+	if (srv < 0 || c < 0 || sendto(c, q, sizeof(q), 0, (struct sockaddr *)&ss, len) != 12 ||
+	    recvfrom(srv, q, sizeof(q), 0, (struct sockaddr *)&from, &from_len) != 12 ||
+	    sendto(srv, q, 1, 0, (struct sockaddr *)&from, from_len) != 1) {
+		return -1;
+	}
+	int ok = read_one(c, 2000) == 1 ? 0 : -1;
+	close(c);
+	close(srv);
+	return ok;
+}
+
+/* An echo request and its reply over a ping socket (ICMP, or ICMPv6), as ping sends: 0 or -1. */
+static int client_ping(int family)
+{
+	bool v6 = family == AF_INET6;
+	int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, v6 ? IPPROTO_ICMPV6 : IPPROTO_ICMP);
+	struct sockaddr_storage ss;
+	socklen_t len = client_addr(&ss, family, 0);
+	/* type, code, checksum (the kernel's), identifier (the kernel's), sequence, payload */
+	uint8_t echo[16] = { v6 ? 128 : 8, 0, 0, 0, 0, 0, 0, 1, 'a', 'n' };
+	uint8_t reply[64];
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	if (fd < 0 || sendto(fd, echo, sizeof(echo), 0, (struct sockaddr *)&ss, len) != 16 ||
+	    poll(&p, 1, 2000) != 1 || recv(fd, reply, sizeof(reply), 0) != 16) {
+		return -1;
+	}
+	close(fd);
+	return reply[0] == (v6 ? 129 : 0) && reply[7] == 1 ? 0 : -1;
+}
+
+/* The loopback interface up, in the caller's network namespace: 0 or -1. */
+static int client_lo_up(void)
+{
+	struct ifreq ifr = { .ifr_name = "lo" };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) != 0) {
+		return -1;
+	}
+	ifr.ifr_flags |= IFF_UP;
+	int rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
+	close(fd);
+	return rc;
+}
+
+/* In a network namespace of its own where everyone may ping: each client, each family. */
+static _Noreturn void clients_child(void)
+{
+	int fd = -1;
+	if (unshare(CLONE_NEWNET) != 0 || client_lo_up() != 0 ||
+	    (fd = open("/proc/sys/net/ipv4/ping_group_range", O_WRONLY | O_CLOEXEC)) < 0 ||
+	    write(fd, "0 2147483647", 12) != 12) {
+		_exit(PROBE_EXIT_SETUP);
+	}
+	close(fd);
+	scmp_filter_ctx ctx = NULL;
+	if (filter_build(&ctx, FILTER_AGENT) != 0 || filter_load(ctx) != 0) {
+		_exit(PROBE_EXIT_LOAD);
+	}
+	const int families[] = { AF_INET, AF_INET6 };
+	for (int i = 0; i < 2; i++) {
+		if (client_tcp(families[i]) != 0) {
+			_exit(10 + i);
+		}
+		if (client_udp(families[i]) != 0) {
+			_exit(20 + i);
+		}
+		if (client_ping(families[i]) != 0) {
+			_exit(30 + i);
+		}
+	}
+	_exit(0);
+}
+
+/*
+ * Under the agent's filter, what curl, git, node and python do with the network works: TCP
+ * (protocol 0 and IPPROTO_TCP), a resolver's UDP question and answer, and ping's ICMP echo
+ * over an unprivileged ping socket, in IPv4 and IPv6, on a loopback of the test's own (as
+ * root: a network namespace where ping sockets are allowed to everyone).
+ */
+START_TEST(test_filter_agent_clients)
+{
+	if (geteuid() != 0) {
+		return;
+	}
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		clients_child();
+	}
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st), "killed by signal %d", WTERMSIG(st));
+	ck_assert_msg(WEXITSTATUS(st) == 0, "exit %d (10: TCP, 20: UDP, 30: ping; +1: IPv6)",
+		      WEXITSTATUS(st));
 }
 END_TEST
 
@@ -2268,6 +2674,8 @@ static Suite *bridge_suite(void)
 	tcase_add_test(filter, test_filter_bridge);
 	tcase_add_test(filter, test_filter_matters);
 	tcase_add_test(filter, test_filter_agent_spawns);
+	tcase_add_test(filter, test_filter_inet_sweep);
+	tcase_add_test(filter, test_filter_agent_clients);
 	tcase_add_test(filter, test_filter_kills_other_arches);
 	tcase_add_test(filter, test_filter_no_new_privs);
 	suite_add_tcase(s, filter);

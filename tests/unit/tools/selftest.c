@@ -4,14 +4,17 @@
  * reported and so is OPEN), the host's amendments (the terminal's TIOCSTI
  * rule, a listener that took a connection, text that does not fit),
  * resolv.conf (scopes, junk, more nameservers than kept), the world-writable
- * walk on a scratch tree (depth limit, symlinks not followed, modes) and the
- * probe's command line. The whole command runs in the integration tests
- * (tests/integ/containment.py), against a real daemon and sandbox.
+ * walk on a scratch tree (depth limit, symlinks not followed, modes), the
+ * probe's command line, and the probe binary's host-sockets on a scratch root
+ * (build/<kind>/agentsnet-probe, which must be built first: `make all` does).
+ * The whole command runs in the integration tests (tests/integ/containment.py),
+ * against a real daemon and sandbox.
  */
 #include "../../../tools/ctl.c"
 #include "../../../tools/selftest.c"
 
 #include <check.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include "tests/unit/unit.h"
@@ -331,6 +334,131 @@ START_TEST(probe_command_line)
 }
 END_TEST
 
+START_TEST(host_sockets_expected)
+{
+	char out[4096] = "";
+	bool listed = false;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(selftest_probes); i++) {
+		listed = listed || strcmp(selftest_probes[i], "host-sockets") == 0;
+		if (strcmp(selftest_probes[i], "host-sockets") == 0)
+			continue;
+		size_t len = strlen(out);
+		snprintf(out + len, sizeof(out) - len, "%-14s closed: fine\n", selftest_probes[i]);
+	}
+	ck_assert(listed);
+	/* Every other probe closed, host-sockets silent: OPEN, no verdict. */
+	feed(out);
+	struct selftest_result *r = result_find(&st, "host-sockets");
+	ck_assert_ptr_nonnull(r);
+	ck_assert(r->open);
+	ck_assert_ptr_nonnull(strstr(r->text, "no verdict"));
+	feed("host-sockets   closed: 3 socket files seen (2 the sandbox's own), 9 directories "
+	     "walked; connect: ECONNREFUSED (x1)\n");
+	ck_assert(!result_find(&st, "host-sockets")->open);
+}
+END_TEST
+
+/* A socket of <type> bound at <root>/<rel> (mode 0666), listening when a stream. */
+static int sock_make(const char *root, const char *rel, int type)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_uint_lt((size_t)snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/%s", root, rel),
+			  sizeof(sun.sun_path));
+	ck_assert_msg(bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0, "bind %s", sun.sun_path);
+	ck_assert_int_eq(chmod(sun.sun_path, 0666), 0);
+	if (type == SOCK_STREAM)
+		ck_assert_int_eq(listen(fd, 8), 0);
+	return fd;
+}
+
+/* Runs the probe binary beside this test's build (build/<kind>/agentsnet-probe) on <root>. */
+static int probe_exec(const char *root, char *out, size_t cap)
+{
+	char self[PATH_MAX], exe[PATH_MAX + 32];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	int p[2], status;
+
+	ck_assert_int_gt(n, 0);
+	self[n] = '\0';
+	snprintf(exe, sizeof(exe), "%s/../../../agentsnet-probe", dirname(self));
+	ck_assert_msg(access(exe, X_OK) == 0, "%s: not built (make it first)", exe);
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execl(exe, exe, "--only", "host-sockets", "--bridge-pid", "1", "--sockets-root",
+		      root, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	size_t len = 0;
+	while (len + 1 < cap && (n = read(p[0], out + len, cap - 1 - len)) > 0)
+		len += (size_t)n;
+	out[len] = '\0';
+	close(p[0]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status), "probe status %#x", status);
+	return WEXITSTATUS(status);
+}
+
+/*
+ * The probe binary's host-sockets on a scratch root: sockets that accept (a listener, a
+ * datagram socket three levels down) are OPEN and named; a stale one (no listener) is not;
+ * the sandbox's own egress socket is counted and skipped; /proc is not walked, nor a
+ * symbolic link (to a listener outside the root). With only the stale one: closed.
+ */
+START_TEST(host_sockets_probe)
+{
+	char root[] = "/tmp/an-selftest-hs-XXXXXX", away[] = "/tmp/an-selftest-away-XXXXXX";
+	char out[4096], path[PATH_MAX], cmd[2 * PATH_MAX];
+
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	ck_assert_ptr_nonnull(mkdtemp(away));
+	int far = sock_make(away, "far.sock", SOCK_STREAM);
+	mkdir_mode(root, "a", 0755);
+	mkdir_mode(root, "c", 0755);
+	mkdir_mode(root, "c/d", 0755);
+	mkdir_mode(root, "c/d/e", 0755);
+	mkdir_mode(root, "proc", 0755);
+	mkdir_mode(root, "run", 0755);
+	mkdir_mode(root, "run/agentsnet", 0755);
+	mkdir_mode(root, "run/agentsnet/sandbox", 0755);
+	close(sock_make(root, "stale.sock", SOCK_STREAM)); /* its file stays: ECONNREFUSED */
+	int fds[] = {
+		sock_make(root, "a/listen.sock", SOCK_STREAM),
+		sock_make(root, "c/d/e/dgram.sock", SOCK_DGRAM),
+		sock_make(root, "proc/kernel.sock", SOCK_STREAM),
+		sock_make(root, "run/agentsnet/sandbox/egress.sock", SOCK_STREAM),
+	};
+	snprintf(path, sizeof(path), "%s/link", root);
+	ck_assert_int_eq(symlink(away, path), 0);
+	ck_assert_int_eq(probe_exec(root, out, sizeof(out)), 1);
+	ck_assert_msg(strncmp(out, "host-sockets   OPEN: 2 accepted a connection: ", 46) == 0, "%s",
+		      out);
+	ck_assert_msg(strstr(out, "/a/listen.sock") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "/c/d/e/dgram.sock") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "4 socket files seen (1 the sandbox's own)") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "far.sock") == NULL && strstr(out, "kernel") == NULL, "%s", out);
+	for (size_t i = 0; i < AN_ARRAY_LEN(fds); i++)
+		close(fds[i]);
+	close(far);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s/a %s/c %s/proc %s/run %s/link %s", root, root, root,
+		 root, root, away);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(probe_exec(root, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "host-sockets   closed: 1 socket files seen (0 the sandbox's "
+				  "own), 1 directories walked; connect: ECONNREFUSED") == out,
+		      "%s", out);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *selftest_suite(void)
 {
 	Suite *s = suite_create("selftest");
@@ -344,12 +472,14 @@ static Suite *selftest_suite(void)
 	tcase_add_test(t, all_reported);
 	tcase_add_test(t, terminal_rule);
 	tcase_add_test(t, amend_does_not_overflow);
+	tcase_add_test(t, host_sockets_expected);
 	suite_add_tcase(s, t);
 	tcase_add_test(h, listener_connection_is_open);
 	tcase_add_test(h, resolv_conf);
 	tcase_add_test(h, walk_tree);
 	tcase_add_test(h, dirs_capped);
 	tcase_add_test(h, probe_command_line);
+	tcase_add_test(h, host_sockets_probe);
 	suite_add_tcase(s, h);
 	return s;
 }
