@@ -82,6 +82,7 @@
 
 #include "core/an.h"
 #include "tools/sandbox.h"
+#include "tools/unixaddr.h"
 
 #define PROBE_LIST_MAX   128u /* entries of one repeated option */
 #define PROBE_TEXT_BYTES 1024u
@@ -353,22 +354,16 @@ static int connect_wait(int fd, const struct sockaddr *sa, socklen_t len, int ms
 /* Connects to the Unix socket <path> (@ first: abstract): 0, the socket in <fd>; or -errno. */
 static int unix_connect(const char *path, int *fd)
 {
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	size_t len = strlen(path);
+	struct sockaddr_un sun;
 
 	*fd = -1;
-	if (len == 0 || len >= sizeof(sun.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sun.sun_path, path, len);
-	if (path[0] == '@')
-		sun.sun_path[0] = '\0';
+	int sa_len = unixaddr_fill(&sun, path);
+	if (sa_len < 0)
+		return sa_len;
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (s == -1)
 		return -errno;
-	/* An abstract name has no terminator: its length is the address length. */
-	socklen_t sa_len =
-	    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (path[0] == '@' ? 0 : 1));
-	int ret = connect_wait(s, (struct sockaddr *)&sun, sa_len, PROBE_WAIT_MS);
+	int ret = connect_wait(s, (struct sockaddr *)&sun, (socklen_t)sa_len, PROBE_WAIT_MS);
 	if (ret == -EAGAIN)
 		ret = 0; /* the backlog is full: the listener is there all the same */
 	if (ret != 0) {

@@ -69,6 +69,7 @@
 #include "core/an.h"
 #include "tools/ctl.h"
 #include "tools/sandbox.h"
+#include "tools/unixaddr.h"
 
 /* As tools/agentsnet.c's defaults for `run`: keep them equal. */
 #define SELFTEST_SOCKET_DIR     "/run/agentsnet"
@@ -321,20 +322,15 @@ static int listeners_open(struct selftest *s, char *why, size_t cap)
 /* A listening Unix socket at <path> ('@' first: abstract); the descriptor, or -errno. */
 static int listen_unix(const char *path)
 {
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	size_t len = strlen(path);
+	struct sockaddr_un sun;
 
-	if (len == 0 || len >= sizeof(sun.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sun.sun_path, path, len);
-	if (path[0] == '@')
-		sun.sun_path[0] = '\0';
-	socklen_t sa_len =
-	    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (path[0] == '@' ? 0 : 1));
+	int sa_len = unixaddr_fill(&sun, path);
+	if (sa_len < 0)
+		return sa_len;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd == -1)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sun, sa_len) == -1 || listen(fd, 16) == -1) {
+	if (bind(fd, (struct sockaddr *)&sun, (socklen_t)sa_len) == -1 || listen(fd, 16) == -1) {
 		int err = errno;
 		close(fd);
 		return -err;
