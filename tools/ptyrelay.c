@@ -17,7 +17,11 @@
  * operator's terminal is stalled, as any program's would. EIO (or POLLHUP) on
  * the master means every slave is closed: both directions stop, and a hung-up
  * master is no longer polled (no busy loop). EOF on the caller's input stops
- * only that direction: the agent may still be writing.
+ * only that direction: the agent may still be writing. A hang-up of the
+ * caller's terminal (POLLHUP or EIO on its input, EOF there in raw mode, EIO
+ * writing to it) also sets r->hangup, on which sandbox_wait ends the sandbox:
+ * an agent that made its pty raw and ignores signals leaves the operator no
+ * other way to stop it once the terminal is gone.
  *
  * Raw mode (cfmakeraw: the pty's own line discipline does echo, editing,
  * output processing, and turns ^C/^Z/^\ into the agent's signals) is entered
@@ -56,6 +60,7 @@ static void relay_reset(struct ptyrelay *r)
 	for (size_t i = 0; i < AN_ARRAY_LEN(r->replace); i++)
 		r->replace[i] = false;
 	r->raw = false;
+	r->hangup = false;
 	dir_reset(&r->to_agent);
 	dir_reset(&r->to_caller);
 }
@@ -358,6 +363,7 @@ static void caller_write(struct ptyrelay *r)
 		r->to_caller.len = 0;
 		r->to_caller.off = 0;
 		r->out_fd = -1;
+		r->hangup = r->hangup || ret == -EIO;
 	}
 }
 
@@ -371,6 +377,16 @@ static void caller_read(struct ptyrelay *r)
 		agent_write(r);
 	else if (n != -EAGAIN)
 		r->to_agent.eof = true; /* EOF or hang-up: the pty stays open */
+	/* Raw (VMIN 1), a read ends with no byte only once the terminal hung up. */
+	if (n == -EIO || (n == 0 && r->raw))
+		r->hangup = true;
+}
+
+/* POLLHUP on the caller's input: its terminal hung up; what was read still goes in. */
+static void caller_hangup(struct ptyrelay *r)
+{
+	r->hangup = true;
+	r->to_agent.eof = true;
 }
 
 static void master_read(struct ptyrelay *r)
@@ -398,6 +414,8 @@ void ptyrelay_on_poll(struct ptyrelay *r, const struct pollfd *pfds, size_t n)
 			continue;
 		if (pfds[i].fd == r->in_fd && (ev & ready) != 0) {
 			caller_read(r);
+			if ((ev & POLLHUP) != 0)
+				caller_hangup(r);
 		} else if (pfds[i].fd == r->master) {
 			/* POLLHUP: every slave is closed; keystrokes could only pile up. */
 			if ((ev & (POLLHUP | POLLERR)) != 0)

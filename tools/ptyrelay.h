@@ -37,6 +37,7 @@ struct ptyrelay {
 	int out_fd;      /* where the master's output goes: the caller's terminal descriptor */
 	bool replace[3]; /* which of stdin, stdout, stderr the sandbox gets the slave on */
 	bool raw;        /* saved holds the caller's settings to restore */
+	bool hangup;     /* the caller's terminal hung up (see ptyrelay_on_poll) */
 	struct termios saved;
 	struct ptyrelay_dir to_agent;  /* in_fd -> master */
 	struct ptyrelay_dir to_caller; /* master -> out_fd */
@@ -74,7 +75,12 @@ void ptyrelay_winch(struct ptyrelay *r);
  */
 size_t ptyrelay_poll_fds(const struct ptyrelay *r, struct pollfd *pfds);
 
-/* Moves what <pfds> (<n>, as filled by ptyrelay_poll_fds and polled) says is ready. */
+/*
+ * Moves what <pfds> (<n>, as filled by ptyrelay_poll_fds and polled) says is
+ * ready. Sets r->hangup (it stays set) when the caller's terminal hung up:
+ * POLLHUP or EIO on its input, EOF there in raw mode (where only a hang-up
+ * ends a read), or EIO writing to it; the relay goes on with the agent's side.
+ */
 void ptyrelay_on_poll(struct ptyrelay *r, const struct pollfd *pfds, size_t n);
 
 /*

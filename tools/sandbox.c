@@ -3,8 +3,10 @@
  *
  * One clone3() (fork-like: no separate stack, so the sanitizers see an ordinary
  * child; the legacy clone syscall with a NULL stack where clone3 is filtered)
- * creates the network, mount, PID and IPC namespaces at once, plus a user
- * namespace when we lack CAP_SYS_ADMIN. The child is PID 1 of the new PID
+ * creates the network, mount, PID, IPC and UTS namespaces at once, plus a user
+ * namespace when we lack CAP_SYS_ADMIN. The host name inside is "agentsnet"
+ * (not the sandbox id: the agent has that anyway, and one name is shorter than
+ * any id), the NIS domain "(none)". The child is PID 1 of the new PID
  * namespace, sets the sandbox up, and execs the bridge, which therefore is the
  * namespace's init: when it exits every process in the sandbox is killed and
  * reaped, and the namespaces die with their last process.
@@ -28,7 +30,8 @@
  * CAP_SYS_ADMIN gets no pids limit that way either.
  *
  * Setup order matters: the uid/gid maps first (the child writes its own, "deny"
- * to setgroups before the gid map, as the kernel requires), then RLIMIT_NPROC;
+ * to setgroups before the gid map, as the kernel requires), then RLIMIT_NPROC,
+ * the other per-uid limits (below) and the names;
  * the mount tree private, so no mount leaks back to the host; every host file
  * the sandbox shows (its directory, the bridge, the CA, the probe, six device
  * nodes) opened O_PATH before anything is hidden; a fresh /proc; a minimal
@@ -43,8 +46,10 @@
  * SANDBOX_MOUNT_DIR (read-only so the agent can neither unlink the daemon's
  * sockets nor rewrite sandbox.conf, which the daemon re-reads on restart;
  * connect() needs no write access to the mount); the other masks; the private
- * directories; /sys (cgroups included) read-only, so that an agent owning its
- * cgroup's files cannot raise its limits; `lo` up; and last the credentials:
+ * directories; a fresh sysfs, read-only (only `lo` in /sys/class/net, no host
+ * cgroup tree: the agent can neither read the host's layout nor raise its own
+ * limits; where the kernel refuses it, the host's /sys read-only instead, said
+ * on stderr); `lo` up; and last the credentials:
  * every capability dropped (bounding set, ambient set, SECBIT_NOROOT locked,
  * no_new_privs), because a process holding CAP_SYS_ADMIN could simply unmount
  * the masks, and a fresh session keyring (after the switch to the agent's user,
@@ -60,13 +65,41 @@
  * what a walk finds: at most SANDBOX_WW_DEPTH levels below /, each mount point
  * walked on its own file system (network, FUSE and automount ones not at all),
  * /proc, /sys, /dev and /run skipped (replaced or not writable), no symlink
- * followed, at most SANDBOX_WW_VISIT_MAX directories (3 to 5 ms for the ~520 of
- * the test machine, 15 to 20 ms under the sanitizers). What it cannot find
- * stays the operator's job, and `agentsnet selftest` reports what the agent can
- * reach: a world-writable directory deeper than that below a mount point
- * (/srv/a/b/shared), one made after the sandbox started, and directories
- * writable by a group or by the agent's own uid (unprivileged: the caller's
- * home).
+ * followed (the test machine's ~3200 entries: 15 to 20 ms under sanitizers).
+ * It fails closed without letting anyone who can make directories stop every
+ * run: past SANDBOX_WW_MAX instances the list collapses (the entries below the
+ * deepest directory holding two or more become that directory, masked: empty
+ * and read-only; it held what the host let anyone write into), and the entries
+ * a directory shows are charged to its owner (its group, if group-writable),
+ * SANDBOX_WW_VISIT_MAX each: a directory read when its owner's budget is spent
+ * is cut short and masked whole, so one who fills a directory of theirs hides
+ * only their own. Neither masks / nor a directory holding the bridge, the
+ * sandbox's directory, the probe, the CA or the working directory: a
+ * collapse that needs one fails the run, naming it (only directly below those
+ * can more than SANDBOX_WW_MAX world-writable directories do that); a cut
+ * reads one to its end. One line on stderr names what is masked. What the
+ * walk cannot find stays the operator's job, and `agentsnet selftest` reports
+ * what the agent can reach: a world-writable directory deeper than that below
+ * a mount point (/srv/a/b/shared), one made after the sandbox started, and
+ * directories writable by a group or by the agent's own uid (unprivileged: the
+ * caller's home).
+ *
+ * The kernel keeps some allowances per uid, whoever in it asks: queued signals
+ * (RLIMIT_SIGPENDING, 96362 by default here), POSIX message queue bytes
+ * (RLIMIT_MSGQUEUE, 800 KiB) and memory locked by SHM_LOCK or io_uring
+ * (RLIMIT_MEMLOCK, 8 MiB), each checked as the uid's total against the
+ * asking process's limit. Privileged, every sandbox's agent is the same
+ * --user, whose host services share them too; so the sandbox's limits are
+ * lowered (SANDBOX_SIGPENDING_MAX, SANDBOX_MSGQUEUE_BYTES,
+ * SANDBOX_MEMLOCK_BYTES): it stops there while processes with the usual
+ * limits keep room. Sandboxes of one --user still share: once the others hold
+ * more than a sandbox's limit, it gets none. With a user namespace the kernel
+ * counts per namespace, so each sandbox has its own count (charged to the
+ * caller's uid as well, against the limits it had). Left shared: inotify
+ * instances and watches (per-uid sysctls, not rlimits:
+ * fs.inotify.max_user_instances is 128), which a sandbox as nobody can use up
+ * for every other nobody, and pipe buffers (past fs.pipe-user-pages-soft the
+ * uid's new pipes get one page); a uid per sandbox would be the full fix.
  *
  * So the agent's uid is what guards the rest of the file system. Unprivileged,
  * it is the caller's own, with the caller's supplementary groups: in a user
@@ -87,7 +120,13 @@
  * only the parent holds, plus PR_SET_PDEATHSIG, makes the sandbox die with
  * `agentsnet run` even when that is SIGKILLed. The bridge is in a session of
  * its own, so no signal of the caller's terminal reaches it: sandbox_wait
- * forwards them all, whoever sent them. Rejected: fork + unshare (an extra
+ * forwards them all, whoever sent them. An agent may ignore them and make its
+ * pty raw (^C, ^\ and ^Z are then bytes), so the operator keeps three ways to
+ * stop it: SIGTERM, SIGHUP or a hang-up of the caller's terminal (the relay
+ * reports it: EOF, EIO, POLLHUP; it is forwarded as SIGHUP), and a second
+ * SIGINT or SIGQUIT each start the grace period after which the bridge, and
+ * so the sandbox, is killed. One SIGINT only is forwarded: the agent may take
+ * it as an interruption of its current work. Rejected: fork + unshare (an extra
  * process between us and PID 1), and a setuid helper.
  */
 #include "tools/sandbox.h"
@@ -145,11 +184,26 @@ extern char **environ;
 #define SANDBOX_SHM_TMPFS_OPTIONS "mode=1777,size=1g"
 /* Size of each private instance of a world-writable directory (/tmp included). */
 #define SANDBOX_PRIVATE_TMPFS_SIZE "1g"
-/* World-writable directories given a private instance, at most (more: refused). */
-#define SANDBOX_WW_MAX 64
-/* The walk: levels below / it looks at, and directories it examines at most. */
+/* World-writable directories given an instance of their own, at most (more: collapsed). */
+#define SANDBOX_WW_MAX 256
+/*
+ * The walk: levels below / it looks at, and the directory entries it reads at
+ * most from the directories of one owner (one budget per uid, or per gid for a
+ * group-writable directory: whoever may add entries pays for them).
+ */
 #define SANDBOX_WW_DEPTH     3u
-#define SANDBOX_WW_VISIT_MAX 8192u
+#define SANDBOX_WW_VISIT_MAX 32768u
+/* Owners the walk keeps a budget of their own for; the others share the last one. */
+#define SANDBOX_WW_OWNERS 64u
+/* What no mask of the walk's may hide: the bridge, the directory, the probe, the CA, the cwd. */
+#define SANDBOX_WW_KEEP 5u
+/* What one sandbox may take of its uid's allowances, which every process of the uid shares. */
+#define SANDBOX_SIGPENDING_MAX 1024u
+#define SANDBOX_MSGQUEUE_BYTES (256u << 10)
+#define SANDBOX_MEMLOCK_BYTES  (4u << 20)
+/* The sandbox's host name (its own UTS namespace): the host's is none of the agent's business. */
+#define SANDBOX_HOSTNAME   "agentsnet"
+#define SANDBOX_DOMAINNAME "(none)"
 /* What the pty relay's output gets to drain once the bridge exited. */
 #define SANDBOX_PTY_DRAIN_MS 1000
 
@@ -163,14 +217,29 @@ static const char *const dev_nodes[] = { "null", "zero", "full", "random", "uran
 struct ww_dir {
 	char path[PATH_MAX];
 	mode_t mode; /* the host directory's permission bits: its private instance gets them */
+	bool masked; /* hidden whole (empty, read-only): a collapsed parent, or a walk cut short */
+};
+
+/* The entries the directories of one owner showed the walk (key: a uid, or a gid | 1 << 32). */
+struct ww_owner {
+	uint64_t key;
+	size_t spent;
 };
 
 struct ww_list {
 	size_t n;
-	size_t visited;   /* directories the walk examined */
-	size_t visit_max; /* where it stops (SANDBOX_WW_VISIT_MAX) */
-	bool truncated;   /* it stopped there */
-	struct ww_dir dirs[SANDBOX_WW_MAX];
+	size_t visited;   /* directory entries the walk read, in all */
+	size_t visit_max; /* per owner (SANDBOX_WW_VISIT_MAX): past it a directory is cut short */
+	size_t n_keep;
+	size_t n_owners;
+	/* Paths below the root that no mask may hide (an ancestor of one neither), and what
+	 * each is; set by the caller of ww_find. */
+	char keep[SANDBOX_WW_KEEP][PATH_MAX];
+	const char *keep_what[SANDBOX_WW_KEEP];
+	char blocked[PATH_MAX]; /* -E2BIG: what a collapse would have had to hide */
+	size_t blocked_keep;    /* and which of keep it holds */
+	struct ww_owner owners[SANDBOX_WW_OWNERS];
+	struct ww_dir dirs[SANDBOX_WW_MAX + 1]; /* + 1: the one a collapse makes room for */
 };
 
 struct child_ctx {
@@ -439,8 +508,22 @@ static bool ww_covered(const struct ww_list *l, const char *rel)
 	return false;
 }
 
-/* Adds <rel> (not covered), dropping the entries below it. -E2BIG: the list is full. */
-static int ww_add(struct ww_list *l, const char *rel, mode_t mode)
+/* Which path of l->keep <rel> is or holds ("/" holds them all: 0), or -1 when none. */
+static int ww_kept(const struct ww_list *l, const char *rel)
+{
+	AN_ASSERT(rel[0] == '/');
+	AN_ASSERT(l->n_keep <= SANDBOX_WW_KEEP);
+	if (strcmp(rel, "/") == 0)
+		return 0;
+	for (size_t k = 0; k < l->n_keep; k++) {
+		if (sandbox_path_under(l->keep[k], rel))
+			return (int)k;
+	}
+	return -1;
+}
+
+/* Puts <rel> at the end of <l>, dropping the entries below it (it hides them). */
+static void ww_put(struct ww_list *l, const char *rel, mode_t mode, bool masked)
 {
 	size_t kept = 0;
 
@@ -451,22 +534,11 @@ static int ww_add(struct ww_list *l, const char *rel, mode_t mode)
 			l->dirs[kept++] = l->dirs[i];
 	}
 	l->n = kept;
-	if (l->n == SANDBOX_WW_MAX)
-		return -E2BIG;
+	AN_ASSERT(l->n < AN_ARRAY_LEN(l->dirs));
 	snprintf(l->dirs[l->n].path, sizeof(l->dirs[l->n].path), "%s", rel);
 	l->dirs[l->n].mode = mode & 07777;
+	l->dirs[l->n].masked = masked;
 	l->n++;
-	return 0;
-}
-
-/* <root> followed by <rel> ("/" + "/tmp" is "/tmp"). */
-static int ww_join(char *out, size_t cap, const char *root, const char *rel)
-{
-	AN_ASSERT(root[0] == '/');
-	AN_ASSERT(rel[0] == '/');
-	int n = strcmp(root, "/") == 0 ? snprintf(out, cap, "%s", rel)
-				       : snprintf(out, cap, "%s%s", root, rel);
-	return n >= 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
 }
 
 static unsigned ww_depth(const char *rel)
@@ -477,6 +549,102 @@ static unsigned ww_depth(const char *rel)
 	for (const char *p = rel; *p != '\0'; p++)
 		depth += *p == '/' && p[1] != '\0';
 	return depth;
+}
+
+static size_t ww_count_under(const struct ww_list *l, const char *dir)
+{
+	size_t n = 0;
+
+	AN_ASSERT(dir[0] == '/');
+	AN_ASSERT(strcmp(dir, "/") != 0);
+	for (size_t i = 0; i < l->n; i++)
+		n += sandbox_path_under(l->dirs[i].path, dir);
+	return n;
+}
+
+/*
+ * The deepest directory (not "/") holding two entries of <l> or more, into
+ * <best>: one that l->keep allows to hide, else (return false) the deepest one
+ * it does not, into l->blocked.
+ */
+static bool ww_common(struct ww_list *l, char *best)
+{
+	char a[PATH_MAX];
+	unsigned best_depth = 0, blocked_depth = 0;
+
+	AN_ASSERT(l->n >= 2);
+	best[0] = '\0';
+	l->blocked[0] = '\0';
+	for (size_t i = 0; i < l->n; i++) {
+		snprintf(a, sizeof(a), "%s", l->dirs[i].path);
+		for (char *slash = strrchr(a, '/'); slash != NULL && slash != a;
+		     slash = strrchr(a, '/')) {
+			*slash = '\0'; /* the next ancestor of the entry */
+			unsigned depth = ww_depth(a);
+			if (depth <= best_depth)
+				break; /* the others are shallower still */
+			if (ww_count_under(l, a) < 2)
+				continue;
+			int k = ww_kept(l, a);
+			if (k < 0) {
+				memcpy(best, a, strlen(a) + 1);
+				best_depth = depth;
+			} else if (depth > blocked_depth) {
+				memcpy(l->blocked, a, strlen(a) + 1);
+				l->blocked_keep = (size_t)k;
+				blocked_depth = depth;
+			}
+			break; /* shallower ones hold as much, and more of l->keep */
+		}
+	}
+	return best[0] != '\0';
+}
+
+/*
+ * Adds <rel> (not covered), dropping the entries below it; <masked>: hidden
+ * whole. A full list is collapsed (entries sharing the deepest parent l->keep
+ * lets us hide are replaced with that parent, masked) until it fits; -E2BIG
+ * (l->blocked says where) when no such parent is left.
+ */
+static int ww_add(struct ww_list *l, const char *rel, mode_t mode, bool masked)
+{
+	char parent[PATH_MAX];
+
+	AN_ASSERT(strcmp(rel, "/") != 0);
+	AN_ASSERT(l->n <= SANDBOX_WW_MAX);
+	ww_put(l, rel, mode, masked);
+	while (l->n > SANDBOX_WW_MAX) {
+		if (!ww_common(l, parent))
+			return -E2BIG;
+		ww_put(l, parent, 0755, true);
+	}
+	return 0;
+}
+
+/* The budget the entries of the directory <st> are charged to: whoever may add entries. */
+static size_t *ww_budget(struct ww_list *l, const struct stat *st)
+{
+	uint64_t key = (st->st_mode & S_IWGRP) ? (1ull << 32) | st->st_gid : st->st_uid;
+
+	AN_ASSERT(l->n_owners <= SANDBOX_WW_OWNERS);
+	for (size_t i = 0; i < l->n_owners; i++) {
+		if (l->owners[i].key == key)
+			return &l->owners[i].spent;
+	}
+	if (l->n_owners == SANDBOX_WW_OWNERS)
+		return &l->owners[SANDBOX_WW_OWNERS - 1].spent; /* the rest share the last */
+	l->owners[l->n_owners] = (struct ww_owner){ .key = key };
+	return &l->owners[l->n_owners++].spent;
+}
+
+/* <root> followed by <rel> ("/" + "/tmp" is "/tmp"). */
+static int ww_join(char *out, size_t cap, const char *root, const char *rel)
+{
+	AN_ASSERT(root[0] == '/');
+	AN_ASSERT(rel[0] == '/');
+	int n = strcmp(root, "/") == 0 ? snprintf(out, cap, "%s", rel)
+				       : snprintf(out, cap, "%s%s", root, rel);
+	return n >= 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
 }
 
 static int ww_walk(struct ww_list *l, int fd, char *rel, size_t rel_len, unsigned depth, dev_t dev);
@@ -491,16 +659,11 @@ static int ww_visit(struct ww_list *l, int parent, const char *name, char *rel, 
 	AN_ASSERT(parent >= 0);
 	if (ww_covered(l, rel))
 		return 0;
-	if (l->visited >= l->visit_max) {
-		l->truncated = true;
-		return 0;
-	}
-	l->visited++;
 	if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == -1 || !S_ISDIR(st.st_mode) ||
 	    st.st_dev != dev)
 		return 0; /* another file system is walked from its own mount point */
 	if (st.st_mode & S_IWOTH)
-		return ww_add(l, rel, st.st_mode);
+		return ww_add(l, rel, st.st_mode, false);
 	if (depth == SANDBOX_WW_DEPTH)
 		return 0;
 	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -509,22 +672,37 @@ static int ww_visit(struct ww_list *l, int parent, const char *name, char *rel, 
 	return ww_walk(l, fd, rel, strlen(rel), depth, dev);
 }
 
-/* Reads the directory open at <fd> (taken), <rel> at <depth>, on device <dev>. */
+/*
+ * Reads the directory open at <fd> (taken), <rel> at <depth>, on device <dev>,
+ * charging each entry to its owner's budget. Once that is spent, the rest of
+ * the directory goes unread: it is cut short, and hidden whole (masked) so
+ * that nothing it holds stays shared, unless l->keep forbids hiding it (then
+ * it is read to its end).
+ */
 static int ww_walk(struct ww_list *l, int fd, char *rel, size_t rel_len, unsigned depth, dev_t dev)
 {
+	struct stat st;
+	bool cut = false;
 	int ret = 0;
 
 	AN_ASSERT(rel_len < PATH_MAX);
 	AN_ASSERT(depth < SANDBOX_WW_DEPTH);
-	DIR *d = fdopendir(fd);
+	DIR *d = fstat(fd, &st) == 0 ? fdopendir(fd) : NULL;
 	if (d == NULL) {
 		close(fd);
 		return 0;
 	}
-	while (ret == 0 && !l->truncated) {
+	size_t *spent = ww_budget(l, &st);
+	bool kept = ww_kept(l, rel) >= 0;
+	while (ret == 0) {
 		const struct dirent *de = readdir(d);
 		if (de == NULL)
 			break;
+		cut = !kept && *spent >= l->visit_max;
+		if (cut)
+			break;
+		(*spent)++;
+		l->visited++;
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
 		    (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
 			continue;
@@ -535,6 +713,8 @@ static int ww_walk(struct ww_list *l, int fd, char *rel, size_t rel_len, unsigne
 		rel[rel_len] = '\0';
 	}
 	closedir(d);
+	if (ret == 0 && cut && !ww_covered(l, rel))
+		ret = ww_add(l, rel, st.st_mode, true);
 	return ret;
 }
 
@@ -620,16 +800,18 @@ static int ww_mount(struct ww_list *l, const char *root, const char *rel, const 
 		return 0;
 	if (strcmp(rel, "/") != 0 && ww_join(path, sizeof(path), root, rel) == 0 &&
 	    lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & S_IWOTH))
-		return ww_add(l, rel, st.st_mode);
+		return ww_add(l, rel, st.st_mode, false);
 	return ww_walk_mount(l, root, rel, type);
 }
 
 /*
  * Lists the world-writable directories below <root> ("/"; a test's tree)
- * into <l> (l->visit_max set): the known ones that are directories, the
- * world-writable mount points of <mountinfo> (paths below <root>), and what
- * the walk finds. Returns 0, -E2BIG past SANDBOX_WW_MAX, or -errno of
- * opening <mountinfo>.
+ * into <l> (l->visit_max and l->keep set): the known ones that are
+ * directories, the world-writable mount points of <mountinfo> (paths below
+ * <root>), and what the walk finds; plus, masked, the directories a collapse
+ * or a spent budget hides whole. Returns 0, -E2BIG when more than
+ * SANDBOX_WW_MAX would have needed l->blocked hidden, or -errno of opening
+ * <mountinfo>.
  */
 static int ww_find(struct ww_list *l, const char *root, const char *mountinfo)
 {
@@ -640,11 +822,12 @@ static int ww_find(struct ww_list *l, const char *root, const char *mountinfo)
 	AN_ASSERT(l->visit_max > 0);
 	l->n = 0;
 	l->visited = 0;
-	l->truncated = false;
+	l->n_owners = 0;
+	l->blocked[0] = '\0';
 	for (size_t i = 0; i < AN_ARRAY_LEN(ww_known) && ret == 0; i++) {
 		if (ww_join(path, sizeof(path), root, ww_known[i]) == 0 && lstat(path, &st) == 0 &&
 		    S_ISDIR(st.st_mode))
-			ret = ww_add(l, ww_known[i], st.st_mode);
+			ret = ww_add(l, ww_known[i], st.st_mode, false);
 	}
 	FILE *f = fopen(mountinfo, "re");
 	if (f == NULL)
@@ -863,6 +1046,56 @@ static void limit_nproc(const struct child_ctx *c)
 			   (unsigned long long)c->nproc_max, strerror(errno));
 }
 
+/*
+ * What this sandbox may take of its uid's kernel allowances. The kernel
+ * counts queued signals, POSIX message queue bytes and memory locked with
+ * SHM_LOCK (or registered with io_uring) per user, and checks the user's
+ * total against the limit of the process asking: with these lowered, the
+ * sandbox stops at its own limit while the uid's other processes, with the
+ * usual limits (96362 signals, 800 KiB, 8 MiB by default), still find room.
+ * RLIMIT_MEMLOCK also bounds each process's mlock(), at half the usual 8 MiB.
+ * An inherited lower limit stays; none is raised.
+ */
+static void limit_allowances(const struct child_ctx *c)
+{
+	static const struct {
+		int resource;
+		rlim_t max;
+		const char *name;
+	} lims[] = {
+		{ RLIMIT_SIGPENDING, SANDBOX_SIGPENDING_MAX, "RLIMIT_SIGPENDING" },
+		{ RLIMIT_MSGQUEUE, SANDBOX_MSGQUEUE_BYTES, "RLIMIT_MSGQUEUE" },
+		{ RLIMIT_MEMLOCK, SANDBOX_MEMLOCK_BYTES, "RLIMIT_MEMLOCK" },
+	};
+	struct rlimit rl;
+
+	AN_ASSERT(c->err_fd >= 0);
+	AN_ASSERT(AN_ARRAY_LEN(lims) == 3);
+	for (size_t i = 0; i < AN_ARRAY_LEN(lims); i++) {
+		if (getrlimit(lims[i].resource, &rl) == -1)
+			child_fail(c->err_fd, errno, "getrlimit %s: %s", lims[i].name,
+				   strerror(errno));
+		if (rl.rlim_max > lims[i].max)
+			rl.rlim_max = lims[i].max;
+		if (rl.rlim_cur > rl.rlim_max)
+			rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(lims[i].resource, &rl) == -1)
+			child_fail(c->err_fd, errno, "setrlimit %s %llu: %s", lims[i].name,
+				   (unsigned long long)rl.rlim_max, strerror(errno));
+	}
+}
+
+/* The sandbox's own host and domain names, in its own UTS namespace. */
+static void set_names(const struct child_ctx *c)
+{
+	AN_ASSERT(c->err_fd >= 0);
+	AN_ASSERT(strlen(SANDBOX_HOSTNAME) < HOST_NAME_MAX);
+	if (sethostname(SANDBOX_HOSTNAME, strlen(SANDBOX_HOSTNAME)) == -1)
+		child_fail(c->err_fd, errno, "sethostname: %s", strerror(errno));
+	if (setdomainname(SANDBOX_DOMAINNAME, strlen(SANDBOX_DOMAINNAME)) == -1)
+		child_fail(c->err_fd, errno, "setdomainname: %s", strerror(errno));
+}
+
 static void must_mount(const struct child_ctx *c, const char *src, const char *target,
 		       const char *type, unsigned long flags, const char *data)
 {
@@ -1063,10 +1296,11 @@ static void mask_host(const struct child_ctx *c)
 }
 
 /*
- * A private, empty instance of the world-writable directory <d>. It is looked
- * up again without following a symlink, and mounted on through that
- * descriptor; one gone by now (hidden by an earlier mount, removed, or
- * replaced) is no longer reachable at that path, so there is nothing to hide.
+ * A private, empty instance of the world-writable directory <d>, or for a
+ * masked one an empty, read-only tmpfs. It is looked up again without
+ * following a symlink, and mounted on through that descriptor; one gone by now
+ * (hidden by an earlier mount, removed, or replaced) is no longer reachable at
+ * that path, so there is nothing to hide.
  */
 static void mount_private(const struct child_ctx *c, const struct ww_dir *d)
 {
@@ -1086,7 +1320,12 @@ static void mount_private(const struct child_ctx *c, const struct ww_dir *d)
 	snprintf(target, sizeof(target), "/proc/self/fd/%d", fd);
 	snprintf(options, sizeof(options), "mode=%o,size=%s", (unsigned)d->mode,
 		 SANDBOX_PRIVATE_TMPFS_SIZE);
-	if (mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, options) == -1)
+	unsigned long flags = MS_NOSUID | MS_NODEV;
+	if (d->masked) {
+		snprintf(options, sizeof(options), "%s", SANDBOX_MASK_TMPFS_OPTIONS);
+		flags |= MS_NOEXEC | MS_RDONLY;
+	}
+	if (mount("tmpfs", target, "tmpfs", flags, options) == -1)
 		child_fail(c->err_fd, errno, "mount tmpfs on %s: %s", d->path, strerror(errno));
 	close(fd);
 }
@@ -1114,6 +1353,31 @@ static void sys_read_only(const struct child_ctx *c)
 		child_fail(c->err_fd, errno, "mount_setattr /sys read-only: %s", strerror(errno));
 	if (is_dir_nofollow("/sys/fs/cgroup"))
 		mask(c, "/sys/fs/cgroup");
+}
+
+/*
+ * A sysfs of the sandbox's own over the host's, read-only: it shows the
+ * sandbox's network namespace (only lo under /sys/class/net), and none of
+ * the mounts below the host's /sys (the cgroup hierarchies, whose files tell
+ * the host's layout, debugfs, securityfs, ...). The kernel allows it in a
+ * user namespace too, which owns the network namespace, unless something
+ * covers part of the host's sysfs; then the host's stays, read-only, and one
+ * line says so.
+ */
+static void mount_sys(const struct child_ctx *c)
+{
+	AN_ASSERT(c->err_fd >= 0);
+	AN_ASSERT(c->s != NULL);
+	if (!is_dir_nofollow("/sys"))
+		return;
+	if (mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) ==
+	    0)
+		return;
+	fprintf(stderr,
+		"agentsnet: warning: no sysfs of the sandbox's own (%s); it sees the host's "
+		"/sys, read-only\n",
+		strerror(errno));
+	sys_read_only(c);
 }
 
 static void lo_up(const struct child_ctx *c)
@@ -1390,6 +1654,8 @@ static _Noreturn void child_main(const struct child_ctx *c)
 		map_ids(c);
 	if (c->nproc_max > 0)
 		limit_nproc(c);
+	limit_allowances(c);
+	set_names(c);
 	must_mount(c, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 	open_sources(c, &f);
 	must_mount(c, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
@@ -1401,7 +1667,7 @@ static _Noreturn void child_main(const struct child_ctx *c)
 	/* Last, so the masks above still found their mount points (a socket directory in /tmp). */
 	for (size_t i = 0; i < c->ww->n; i++)
 		mount_private(c, &c->ww->dirs[i]);
-	sys_read_only(c);
+	mount_sys(c);
 	lo_up(c);
 	drop_privileges(c);
 	/* As the agent's user from here: what it cannot reach is a clear error now. */
@@ -1470,9 +1736,10 @@ static int clone_failed(const struct sandbox_spec *s, int err, char *msg, size_t
 			 "kernel.apparmor_restrict_unprivileged_userns)",
 			 strerror(err));
 	else
-		snprintf(msg, msg_len,
-			 "clone(CLONE_NEWNET|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC%s): %s",
-			 s->userns ? "|CLONE_NEWUSER" : "", strerror(err));
+		snprintf(
+		    msg, msg_len,
+		    "clone(CLONE_NEWNET|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWUTS%s): %s",
+		    s->userns ? "|CLONE_NEWUSER" : "", strerror(err));
 	return -err;
 }
 
@@ -1583,7 +1850,7 @@ static int start_child(struct child_ctx *c, struct sandbox *sb, char *err, size_
 	int ret = child_channels(sb->pty.master >= 0, efd, afd, pfd);
 	if (ret != 0)
 		return ret;
-	uint64_t flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+	uint64_t flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
 			 (s->userns ? CLONE_NEWUSER : 0);
 	pid_t pid = spawn(flags);
 	if (pid == 0) {
@@ -1666,6 +1933,81 @@ static int limits_apply(const struct sandbox_spec *s, struct sandbox *sb, uint64
 	return 0;
 }
 
+/* What the walk's masks must leave visible: canonical, or as given when that fails. */
+static void ww_keep_set(struct ww_list *l, const struct sandbox_spec *s)
+{
+	static const char *const what[SANDBOX_WW_KEEP] = {
+		"the bridge",  "the sandbox's directory", "the probe",
+		"the CA file", "the working directory",
+	};
+	const char *paths[SANDBOX_WW_KEEP] = { s->bridge, s->dir, s->probe, s->ca_path, s->cwd };
+
+	AN_ASSERT(l != NULL);
+	AN_ASSERT(AN_ARRAY_LEN(what) == AN_ARRAY_LEN(paths));
+	l->n_keep = 0;
+	for (size_t i = 0; i < SANDBOX_WW_KEEP; i++) {
+		if (paths[i] == NULL || paths[i][0] != '/')
+			continue;
+		char *k = l->keep[l->n_keep];
+		if (realpath(paths[i], k) == NULL)
+			snprintf(k, PATH_MAX, "%s", paths[i]);
+		l->keep_what[l->n_keep++] = what[i];
+	}
+}
+
+/* One line on stderr naming the directories the sandbox hides whole, if any. */
+static void ww_report(const struct ww_list *l)
+{
+	char names[768];
+	size_t len = 0, n = 0;
+
+	AN_ASSERT(l->n <= SANDBOX_WW_MAX);
+	names[0] = '\0';
+	for (size_t i = 0; i < l->n; i++) {
+		if (!l->dirs[i].masked)
+			continue;
+		n++;
+		int w = len < sizeof(names) ? snprintf(names + len, sizeof(names) - len, "%s%s",
+						       n > 1 ? ", " : "", l->dirs[i].path)
+					    : 0;
+		len += w > 0 ? (size_t)w : 0;
+	}
+	if (n == 0)
+		return;
+	fprintf(stderr,
+		"agentsnet: the sandbox hides %zu director%s of the host whole, empty and "
+		"read-only (world-writable directories below it, too many to give each an "
+		"instance, or too many entries to search): %s%s\n",
+		n, n == 1 ? "y" : "ies", names, len >= sizeof(names) ? "..." : "");
+}
+
+/* Lists the host's world-writable directories for the child; -errno with <err> set. */
+static int ww_prepare(struct ww_list *l, const struct sandbox_spec *s, char *err, size_t err_len)
+{
+	AN_ASSERT(l != NULL);
+	AN_ASSERT(err != NULL);
+	l->visit_max = SANDBOX_WW_VISIT_MAX;
+	ww_keep_set(l, s);
+	int ret = ww_find(l, "/", "/proc/self/mountinfo");
+	if (ret == -E2BIG && l->blocked[0] == '\0')
+		snprintf(err, err_len,
+			 "this host has more than %d world-writable directories, and no directory "
+			 "but / holds two of them: the sandbox gives each an instance of its own, "
+			 "and will not leave one shared",
+			 SANDBOX_WW_MAX);
+	else if (ret == -E2BIG)
+		snprintf(err, err_len,
+			 "more than %d world-writable directories: hiding them needs %s hidden "
+			 "whole, which holds %s (%s); remove some of them, or run from elsewhere",
+			 SANDBOX_WW_MAX, l->blocked, l->keep_what[l->blocked_keep],
+			 l->keep[l->blocked_keep]);
+	else if (ret != 0)
+		snprintf(err, err_len, "read /proc/self/mountinfo: %s", strerror(-ret));
+	if (ret == 0)
+		ww_report(l);
+	return ret;
+}
+
 /* The argument vector and the world-writable directories, both the child's to use. */
 static int child_prepare(struct child_ctx *c, char *err, size_t err_len)
 {
@@ -1684,21 +2026,7 @@ static int child_prepare(struct child_ctx *c, char *err, size_t err_len)
 	}
 	int ret = sandbox_bridge_argv(s, c->argv, cap);
 	AN_ASSERT(ret > 0); /* sized above */
-	c->ww->visit_max = SANDBOX_WW_VISIT_MAX;
-	ret = ww_find(c->ww, "/", "/proc/self/mountinfo");
-	if (ret == -E2BIG)
-		snprintf(err, err_len,
-			 "this host has more than %d world-writable directories; the sandbox "
-			 "gives each a private instance, and will not leave one shared",
-			 SANDBOX_WW_MAX);
-	else if (ret != 0)
-		snprintf(err, err_len, "read /proc/self/mountinfo: %s", strerror(-ret));
-	if (ret == 0 && c->ww->truncated)
-		fprintf(stderr,
-			"agentsnet: warning: the search for world-writable directories stopped "
-			"after %zu; `agentsnet selftest` shows any the sandbox still shares\n",
-			c->ww->visited);
-	return ret;
+	return ww_prepare(c->ww, s, err, err_len);
 }
 
 static void child_release(struct child_ctx *c)
@@ -1797,30 +2125,38 @@ static int next_signal(const sigset_t *set, const struct timespec *deadline, sig
 	return sig;
 }
 
+/* SANDBOX_TERM_GRACE_MS; a unit test shortens it. */
+static uint32_t term_grace_ms = SANDBOX_TERM_GRACE_MS;
+
 static void arm_deadline(struct timespec *deadline)
 {
 	AN_ASSERT(deadline != NULL);
-	AN_ASSERT(SANDBOX_TERM_GRACE_MS > 0);
+	AN_ASSERT(term_grace_ms > 0);
 	clock_gettime(CLOCK_MONOTONIC, deadline);
-	deadline->tv_sec += SANDBOX_TERM_GRACE_MS / 1000;
-	deadline->tv_nsec += (long)(SANDBOX_TERM_GRACE_MS % 1000) * 1000000L;
+	deadline->tv_sec += term_grace_ms / 1000;
+	deadline->tv_nsec += (long)(term_grace_ms % 1000) * 1000000L;
 	if (deadline->tv_nsec >= 1000000000L) {
 		deadline->tv_sec++;
 		deadline->tv_nsec -= 1000000000L;
 	}
 }
 
-/* sandbox_wait's state: the bridge, and the grace period of a forwarded SIGTERM. */
+/* sandbox_wait's state: the bridge, and the grace period that ends in SIGKILL. */
 struct waiter {
 	struct sandbox *sb;
 	struct timespec deadline;
 	bool armed;
+	bool hangup;         /* the relay's hang-up was acted on */
+	unsigned interrupts; /* SIGINTs and SIGQUITs forwarded */
 };
 
 /*
  * One signal for the bridge (0: the grace period is over). The bridge is in a
  * session of its own, so a signal the caller's terminal sent (SI_KERNEL: ^C,
- * ^\, hang-up) reached only us, and is forwarded like any other.
+ * ^\, hang-up) reached only us, and is forwarded like any other. SIGTERM,
+ * SIGHUP (the operator's terminal is gone: nobody is left to stop an agent
+ * that ignores it) and a second SIGINT or SIGQUIT (a second ^C means "now")
+ * start the grace period, after which the bridge is killed.
  */
 static void on_signal(struct waiter *w, int sig)
 {
@@ -1838,10 +2174,22 @@ static void on_signal(struct waiter *w, int sig)
 	if (sig == SIGCHLD)
 		return;
 	kill(w->sb->pid, sig);
-	if (sig == SIGTERM && !w->armed) {
+	if (sig == SIGINT || sig == SIGQUIT)
+		w->interrupts++;
+	bool stop = sig == SIGTERM || sig == SIGHUP || w->interrupts >= 2;
+	if (stop && !w->armed) {
 		arm_deadline(&w->deadline);
 		w->armed = true;
 	}
+}
+
+/* The caller's terminal hung up (the relay saw it): as a SIGHUP, once. */
+static void on_hangup(struct waiter *w)
+{
+	AN_ASSERT(w->sb->pty.hangup);
+	AN_ASSERT(!w->hangup);
+	w->hangup = true;
+	on_signal(w, SIGHUP);
 }
 
 /* 1 once the bridge is reaped (status in <wstatus>), 0 while it runs, or -errno. */
@@ -1897,6 +2245,8 @@ static int wait_relay(struct waiter *w, int sfd, int *wstatus)
 		while ((pfds[0].revents & POLLIN) && read(sfd, &info, sizeof(info)) == sizeof(info))
 			on_signal(w, (int)info.ssi_signo);
 		ptyrelay_on_poll(&w->sb->pty, pfds + 1, n);
+		if (w->sb->pty.hangup && !w->hangup)
+			on_hangup(w);
 	}
 }
 

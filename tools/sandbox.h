@@ -1,5 +1,5 @@
 /*
- * The sandbox of `agentsnet run`: new network, mount and PID namespaces (and
+ * The sandbox of `agentsnet run`: new network, mount, PID, IPC and UTS namespaces (and
  * a user namespace when the caller is not privileged) in which the bridge is
  * PID 1, only `lo` exists, and the only agentsnet sockets visible are the
  * sandbox's own, mounted at SANDBOX_MOUNT_DIR.
@@ -31,7 +31,8 @@
 #define SANDBOX_INGRESS_FD 3
 /* Size of the sandbox's /run: pid files and locks, not a scratch disk. */
 #define SANDBOX_RUN_TMPFS_OPTIONS "mode=0755,size=16m"
-/* After a forwarded SIGTERM, the bridge gets this long before SIGKILL (as `docker stop`). */
+/* After a forwarded SIGTERM or SIGHUP, a hang-up, or a second SIGINT/SIGQUIT, the bridge gets
+ * this long before SIGKILL (as `docker stop`). */
 #define SANDBOX_TERM_GRACE_MS 10000u
 /* Longest setup error the sandbox reports back before the bridge starts. */
 #define SANDBOX_ERROR_BYTES 512u
@@ -183,20 +184,24 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
  * Creates the sandbox for <s> and starts the bridge in it; <sb> is filled on
  * success. Inside: uid/gid maps (userns), a session of its own (setsid: the
  * caller's terminal is never the sandbox's controlling terminal), a private
- * mount tree, a fresh /proc, a new IPC namespace, a minimal /dev (null, zero,
+ * mount tree, a fresh /proc, new IPC and UTS namespaces, a minimal /dev (null, zero,
  * full, random, urandom, tty, a private devpts instance, a private /dev/shm and
  * /dev/mqueue), a tmpfs over /run with <s>->dir bound read-only at
  * SANDBOX_MOUNT_DIR, /var/run masked if it is a directory, the socket directory
  * masked when outside /run, a private, empty instance of every world-writable
- * directory of the host (/tmp, /var/tmp, and the others it finds), `lo` up, a
- * fresh session keyring, the cgroup and limits of <s>->limits, /sys (cgroups
- * included) read-only, every capability dropped, the switch to <s>->user
- * (without userns) and no_new_privs set before the bridge is exec'd with
- * <s>->envp. When any of the caller's stdin, stdout and stderr is a terminal,
- * those get a pty of the sandbox's own instead (sb->pty), relayed by
- * sandbox_wait. The signals of sandbox_signals_block must be blocked. Returns
- * 0, or the -errno of the failed step (clone, a mount, exec of the bridge...)
- * with <err> (<err_len> bytes) naming it; nothing is left running then.
+ * directory of the host (/tmp, /var/tmp, and the others it finds; past
+ * SANDBOX_WW_MAX, or where the search's budget ran out, a parent hidden whole,
+ * empty and read-only), `lo` up, a fresh session keyring, the cgroup and limits
+ * of <s>->limits, lower per-uid rlimits (queued signals, POSIX message queue
+ * bytes, locked memory), the host name "agentsnet", a fresh sysfs read-only
+ * (the host's /sys read-only where the kernel refuses one), every capability
+ * dropped, the switch to <s>->user (without userns) and no_new_privs set before
+ * the bridge is exec'd with <s>->envp. When any of the caller's stdin, stdout
+ * and stderr is a terminal, those get a pty of the sandbox's own instead
+ * (sb->pty), relayed by sandbox_wait. The signals of sandbox_signals_block must
+ * be blocked. Returns 0, or the -errno of the failed step (clone, a mount, exec
+ * of the bridge...) with <err> (<err_len> bytes) naming it; nothing is left
+ * running then.
  */
 int sandbox_start(const struct sandbox_spec *s, struct sandbox *sb, char *err, size_t err_len);
 
@@ -204,10 +209,11 @@ int sandbox_start(const struct sandbox_spec *s, struct sandbox *sb, char *err, s
  * Waits for the bridge to exit, forwarding SIGINT, SIGTERM, SIGHUP and SIGQUIT
  * to it (those the caller did not ignore), and relaying the sandbox's pty
  * (keystrokes in, output out, window-size changes) when there is one; the
- * bridge is killed SANDBOX_TERM_GRACE_MS after a forwarded SIGTERM if still
- * alive. Its wait status goes to <wstatus>; every process of the sandbox is
- * gone by then, the caller's terminal is restored and the cgroup removed.
- * Releases <sb>'s descriptors. Returns 0 or -errno of waitpid.
+ * bridge is killed SANDBOX_TERM_GRACE_MS after a forwarded SIGTERM or SIGHUP, a
+ * hang-up of the caller's terminal (forwarded as SIGHUP) or a second SIGINT or
+ * SIGQUIT, if still alive. Its wait status goes to <wstatus>; every process of
+ * the sandbox is gone by then, the caller's terminal is restored and the cgroup
+ * removed. Releases <sb>'s descriptors. Returns 0 or -errno of waitpid.
  */
 int sandbox_wait(struct sandbox *sb, int *wstatus);
 

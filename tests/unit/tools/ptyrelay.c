@@ -20,7 +20,8 @@
  *   agent given the caller's terminal directly does (so the test can fail);
  * - 200000 bytes each way, counted and summed; stdin alone a terminal (the
  *   agent's echo is dropped); descriptors and flags after ptyrelay_open;
- *   EOF of the caller's input and EIO of the master; no terminal at all.
+ *   EOF of the caller's input and EIO of the master; the caller's terminal
+ *   hanging up (reported), and ^D (not a hang-up); no terminal at all.
  *
  * Every wait is bounded: poll timeouts here, alarm() in the relay and the
  * agent, PR_SET_PDEATHSIG so an agent never outlives its relay.
@@ -917,6 +918,53 @@ START_TEST(eof_and_eio)
 }
 END_TEST
 
+/*
+ * White-box: the caller's input and output are a terminal, not raw. Its EOF
+ * (^D) stops reading it and is no hang-up; the terminal's hang-up (its master
+ * closed) is, reported until the end, and the input is no longer polled;
+ * EIO writing to it is one too.
+ */
+START_TEST(hangup_reported)
+{
+	struct ptyrelay *r = &test_relay;
+	struct pollfd pfds[PTYRELAY_POLL_FDS];
+	struct caller c;
+	char err[256];
+
+	relay_reset(r);
+	ck_assert_int_eq(pty_create(r, err, sizeof(err)), 0);
+	caller_open(&c);
+	r->in_fd = c.slave;
+	r->out_fd = c.slave;
+	ck_assert_int_eq(write(c.master, "\x04", 1), 1); /* ^D: EOF, canonical */
+	for (int i = 0; i < 10 && !r->to_agent.eof; i++)
+		relay_turn(r);
+	ck_assert(r->to_agent.eof);
+	ck_assert(!r->hangup);
+	r->to_agent.eof = false; /* read it again */
+	close(c.master);
+	for (int i = 0; i < 10 && !r->hangup; i++)
+		relay_turn(r);
+	ck_assert(r->hangup);
+	ck_assert(r->to_agent.eof);
+	size_t n = ptyrelay_poll_fds(r, pfds);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_ne(pfds[i].fd, c.slave);
+	relay_turn(r);
+	ck_assert(r->hangup);
+	/* The output side alone: a write to the hung-up terminal says EIO. */
+	r->hangup = false;
+	ck_assert_int_eq(write(r->slave, "out", 3), 3);
+	for (int i = 0; i < 10 && r->out_fd != -1; i++)
+		relay_turn(r);
+	ck_assert_int_eq(r->out_fd, -1);
+	ck_assert(r->hangup);
+	ptyrelay_close(r, TEST_WAIT_MS);
+	ck_assert_int_eq(r->master, -1);
+	close(c.slave);
+}
+END_TEST
+
 static Suite *ptyrelay_suite(void)
 {
 	Suite *s = suite_create("ptyrelay");
@@ -928,6 +976,7 @@ static Suite *ptyrelay_suite(void)
 	tcase_add_test(t, std_descriptor_closed);
 	tcase_add_test(t, no_terminal);
 	tcase_add_test(t, eof_and_eio);
+	tcase_add_test(t, hangup_reported);
 	suite_add_tcase(s, t);
 	tcase_set_timeout(n, 40);
 	tcase_add_test(n, keystrokes_and_output);

@@ -16,7 +16,10 @@
  * terminal (the test runs it from one that has), a session keyring that is
  * not the caller's (whose key it cannot find), no supplementary group, the
  * environment of spec->envp only, the pids limit (forking until EAGAIN), no
- * capability, masks it cannot unmount; without a user namespace it runs as
+ * capability, masks it cannot unmount, a sysfs of its own (only lo in
+ * /sys/class/net, no cgroup tree), its own host name, and its share of the
+ * uid's allowances (it queues at most SANDBOX_SIGPENDING_MAX signals and
+ * SANDBOX_MSGQUEUE_BYTES of message queues); without a user namespace it runs as
  * nobody and cannot write a root-owned 0644 file. Each check has its own exit
  * code, so a failure says which one. They run as root, as root in a user
  * namespace (cgroup limits), and as nobody in a user namespace (RLIMIT_NPROC,
@@ -26,9 +29,13 @@
  * sysctl check and clone()'s ENOSPC must both say so. Signals: a SIGTERM sent
  * to the supervisor reaches the agent, and so does a ^C of the supervisor's
  * terminal; an agent that ignores SIGTERM is killed after
- * SANDBOX_TERM_GRACE_MS. A pty test runs the agent with a terminal as stdin.
- * The world-writable finder runs on a tree of the test's own, and once on the
- * host, timed.
+ * SANDBOX_TERM_GRACE_MS; one that ignores every signal is killed after the
+ * (shortened) grace period once the caller's terminal hangs up, once
+ * `agentsnet run` gets SIGHUP, and after a second SIGINT. A pty test runs the
+ * agent with a terminal as stdin. The world-writable finder runs on trees of
+ * the test's own (more world-writable directories below one parent than the
+ * list holds end as that parent masked; a directory past its owner's budget is
+ * masked, the walk going on elsewhere), and once on the host, timed.
  */
 #include "../../../tools/sandbox.c"
 #include "../../../tools/cgroup.c"
@@ -53,6 +60,8 @@
 /* The pids limit of the inside runs; the agent forks up to this many more to see it hold. */
 #define TEST_PIDS_MAX   32u
 #define TEST_MEMORY_MAX (512ull << 20)
+/* The grace period before SIGKILL in the tests that wait it out (term_grace_ms). */
+#define TEST_GRACE_MS 1000
 /* The /dev the sandbox shows, exactly. */
 static const char *const dev_expected[] = { "fd",     "full",   "mqueue",  "null",   "ptmx",
 					    "pts",    "random", "shm",     "stderr", "stdin",
@@ -347,6 +356,25 @@ static int listed(const struct ww_list *l, const char *rel)
 	return -1;
 }
 
+/* Whether <rel> is on <l> as a directory hidden whole. */
+static bool is_masked(const struct ww_list *l, const char *rel)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		if (strcmp(l->dirs[i].path, rel) == 0)
+			return l->dirs[i].masked;
+	}
+	return false;
+}
+
+static size_t masked_count(const struct ww_list *l)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < l->n; i++)
+		n += l->dirs[i].masked;
+	return n;
+}
+
 static void make_ww_tree(const char *t)
 {
 	static const struct {
@@ -407,42 +435,131 @@ START_TEST(ww_find_tree)
 	ck_assert_int_eq(listed(l, "/d/e/g/s p"), 01777);
 	ck_assert_int_eq(listed(l, "/o/w"), 0777); /* below a 0700 directory: still ours to see */
 	ck_assert_uint_eq(l->n, 8); /* not /a/b/c, /l, /var/lock, /d/e/g/deep, /proc/x, ... */
-	ck_assert(!l->truncated);
+	ck_assert_uint_eq(masked_count(l), 0);
 	/* A remote root file system is not walked. */
 	snprintf(mi, sizeof(mi), "%s/mountinfo-nfs", t);
 	ck_assert_int_eq(ww_find(l, t, mi), 0);
 	ck_assert_uint_eq(l->n, 3);
 	ck_assert_int_eq(listed(l, "/var/crash"), 03777);
-	/* The cap on directories visited. */
-	snprintf(mi, sizeof(mi), "%s/mountinfo", t);
-	l->visit_max = 3;
-	ck_assert_int_eq(ww_find(l, t, mi), 0);
-	ck_assert(l->truncated);
-	ck_assert_uint_eq(l->visited, 3);
 	ck_assert_int_eq(ww_find(l, t, "/no/such/mountinfo"), -ENOENT);
 	pool_free(l);
 }
 END_TEST
 
-/* More world-writable directories than the sandbox masks: refused, never half done. */
-START_TEST(ww_find_full)
+/* A tree of its own below run_dir, with a mountinfo naming only its root; <l> ready to walk it. */
+static struct ww_list *ww_tree(char *t, size_t cap, char *mi, size_t mi_cap)
 {
-	char t[256], rel[32];
 	struct ww_list *l = pool_calloc(1, sizeof(*l));
 
 	ck_assert_ptr_nonnull(l);
-	snprintf(t, sizeof(t), "%s/full-XXXXXX", run_dir);
+	snprintf(t, cap, "%s/ww-XXXXXX", run_dir);
 	ck_assert_ptr_nonnull(mkdtemp(t));
-	for (int i = 0; i <= SANDBOX_WW_MAX; i++) {
-		snprintf(rel, sizeof(rel), "/w%d", i);
-		tree_dir(t, rel, 01777);
-	}
 	tree_file(t, "/mountinfo", "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
-	snprintf(rel, sizeof(rel), "/mountinfo");
-	char mi[PATH_MAX];
-	snprintf(mi, sizeof(mi), "%s%s", t, rel);
+	snprintf(mi, mi_cap, "%s/mountinfo", t);
 	l->visit_max = SANDBOX_WW_VISIT_MAX;
+	return l;
+}
+
+/* <n> directories of <mode> named <parent>/w0, w1, ... */
+static void tree_dirs(const char *t, const char *parent, int n, mode_t mode)
+{
+	char rel[PATH_MAX];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(rel, sizeof(rel), "%s/w%d", parent, i);
+		tree_dir(t, rel, mode);
+	}
+}
+
+static void ww_keep(struct ww_list *l, const char *rel, const char *what)
+{
+	snprintf(l->keep[l->n_keep], sizeof(l->keep[0]), "%s", rel);
+	l->keep_what[l->n_keep++] = what;
+}
+
+/*
+ * More world-writable directories below one parent than the list holds (an
+ * attacker's 200, or more): that parent ends up masked whole, the deepest
+ * one that holds them (not its parent), and the other entries stay as they
+ * were. Hiding it is refused, naming it, when it holds what the sandbox needs.
+ */
+START_TEST(ww_collapse)
+{
+	char t[256], mi[PATH_MAX];
+	int many = SANDBOX_WW_MAX + 64 > 200 ? SANDBOX_WW_MAX + 64 : 200;
+
+	struct ww_list *l = ww_tree(t, sizeof(t), mi, sizeof(mi));
+	tree_dir(t, "/s", 0755);
+	tree_dir(t, "/s/p", 0755);
+	tree_dirs(t, "/s/p", many, 01777);
+	tree_dir(t, "/s/q", 0755);
+	tree_dir(t, "/s/q/x", 01777);
+	ck_assert_int_eq(ww_find(l, t, mi), 0);
+	ck_assert_uint_eq(l->n, 2);
+	ck_assert(is_masked(l, "/s/p"));
+	ck_assert_int_eq(listed(l, "/s/q/x"), 01777);
+	ck_assert(!is_masked(l, "/s/q/x"));
+	/* The working directory below /s/p/w5: /s/p may not be hidden, nor /s. */
+	ww_keep(l, "/s/p/w5/src", "the working directory");
 	ck_assert_int_eq(ww_find(l, t, mi), -E2BIG);
+	ck_assert_str_eq(l->blocked, "/s/p");
+	ck_assert_str_eq(l->keep_what[l->blocked_keep], "the working directory");
+	pool_free(l);
+}
+END_TEST
+
+/* More world-writable directories than the list holds, and only / holds them: refused. */
+START_TEST(ww_find_full)
+{
+	char t[256], mi[PATH_MAX];
+
+	struct ww_list *l = ww_tree(t, sizeof(t), mi, sizeof(mi));
+	tree_dirs(t, "", SANDBOX_WW_MAX + 1, 01777);
+	ck_assert_int_eq(ww_find(l, t, mi), -E2BIG);
+	ck_assert_str_eq(l->blocked, "");
+	pool_free(l);
+}
+END_TEST
+
+/*
+ * A directory showing more entries than its owner's budget is cut short, and
+ * masked whole: what its unread part holds is not left shared. The walk goes
+ * on elsewhere (other owners have budgets of their own), and a directory that
+ * holds what the sandbox needs is read to its end instead.
+ */
+START_TEST(ww_budget_cut)
+{
+	char t[256], mi[PATH_MAX], path[PATH_MAX];
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "skip: needs root to give directories another owner\n");
+		return;
+	}
+	struct ww_list *l = ww_tree(t, sizeof(t), mi, sizeof(mi));
+	tree_dir(t, "/o", 0755);
+	const char *big[] = { "/o/big", "/o/keep" }; /* their entries: visited, never read */
+	for (size_t i = 0; i < AN_ARRAY_LEN(big); i++) {
+		tree_dir(t, big[i], 0755);
+		tree_dirs(t, big[i], 40, 0755);
+		snprintf(path, sizeof(path), "%s%s", t, big[i]);
+		ck_assert_int_eq(chown(path, 4242, 4242), 0);
+		snprintf(path, sizeof(path), "%s%s/w7", t, big[i]);
+		ck_assert_int_eq(chmod(path, 01777), 0);
+	}
+	tree_dir(t, "/z", 0755);
+	tree_dir(t, "/z/w", 01777);
+	l->visit_max = 16; /* root's directories show 12 entries, 4242's 84 */
+	ww_keep(l, "/o/keep/w3/src", "the working directory");
+	ck_assert_int_eq(ww_find(l, t, mi), 0);
+	for (size_t i = 0; i < l->n; i++)
+		fprintf(stderr, "ww: %s %o%s\n", l->dirs[i].path, (unsigned)l->dirs[i].mode,
+			l->dirs[i].masked ? " masked" : "");
+	ck_assert(is_masked(l, "/o/big"));
+	ck_assert_int_eq(listed(l, "/o/big/w7"), -1); /* hidden with /o/big */
+	ck_assert_int_eq(listed(l, "/z/w"), 01777);
+	ck_assert_int_eq(listed(l, "/o/keep/w7"), 01777);
+	ck_assert_uint_eq(masked_count(l), 1);
+	ck_assert_uint_eq(l->n, 3);
 	pool_free(l);
 }
 END_TEST
@@ -478,7 +595,7 @@ START_TEST(ww_find_host)
 	fprintf(stderr, "ww_find /: %zu directories, %zu visited, %.2f ms\n", l->n, l->visited, ms);
 	for (size_t i = 0; i < l->n; i++)
 		fprintf(stderr, "  %s %o\n", l->dirs[i].path, (unsigned)l->dirs[i].mode);
-	ck_assert(!l->truncated);
+	ck_assert_uint_eq(masked_count(l), 0);
 	ck_assert_int_ge(listed(l, "/tmp"), 0);
 	ck_assert_int_ge(listed(l, "/var/tmp"), 0);
 	ck_assert_double_lt(ms, 250.0); /* ~20 ms budget; a shared machine's slack */
@@ -672,7 +789,7 @@ struct host_marks {
 	char tag[48];
 	key_t shm_key;
 	char key_desc[64];
-	char env[8][128];
+	char env[9][128];
 	char *envp[10];
 };
 
@@ -722,9 +839,12 @@ static void host_marks_make(struct host_marks *m, bool userns)
 	snprintf(m->env[5], sizeof(m->env[5]), "AN_SBX_PIDS=%u", TEST_PIDS_MAX);
 	snprintf(m->env[6], sizeof(m->env[6]), "AN_SBX_SHM=%d", (int)m->shm_key);
 	snprintf(m->env[7], sizeof(m->env[7]), "AN_SBX_ENV=yes");
-	for (size_t i = 0; i < 8; i++)
+	char host[HOST_NAME_MAX + 1] = "";
+	ck_assert_int_eq(gethostname(host, sizeof(host)), 0);
+	snprintf(m->env[8], sizeof(m->env[8]), "AN_SBX_HOST=%s", host);
+	for (size_t i = 0; i < AN_ARRAY_LEN(m->env); i++)
 		m->envp[i] = m->env[i];
-	m->envp[8] = NULL;
+	m->envp[AN_ARRAY_LEN(m->env)] = NULL;
 	ck_assert_int_eq(setenv("AN_SBX_HOST_SECRET", "leaked", 1), 0); /* in environ only */
 }
 
@@ -1060,6 +1180,147 @@ START_TEST(sigterm_grace_then_kill)
 }
 END_TEST
 
+/* Milliseconds since <t0>. */
+static long long ms_since(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (t1.tv_sec - t0->tv_sec) * 1000LL + (t1.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* The bridge was killed when the (shortened) grace period was over, <ms> after it began. */
+static void killed_after_grace(int st, long long ms)
+{
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status %#x", st);
+	ck_assert_int_ge(ms, TEST_GRACE_MS - 50);
+	ck_assert_int_lt(ms, TEST_GRACE_MS + 3000);
+}
+
+/*
+ * The operator's terminal hangs up while the agent ignores every signal: the
+ * relay sees it (the terminal is not the supervisor's controlling one here, so
+ * no SIGHUP of the kernel's comes), forwards SIGHUP, and the agent is killed
+ * once the grace period is over.
+ */
+START_TEST(hangup_ends_sandbox)
+{
+	struct timespec t0;
+	int p[2], st = 0;
+	char b = 0;
+
+	if (!can_run(sandbox_needs_userns()))
+		return;
+	int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	ck_assert_int_ge(master, 0);
+	ck_assert_int_eq(grantpt(master), 0);
+	ck_assert_int_eq(unlockpt(master), 0);
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct layout l;
+		struct sandbox sb;
+		int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+		close(master);
+		for (int fd = 0; fd < 3; fd++)
+			ck_assert_int_eq(dup2(slave, fd), fd);
+		term_grace_ms = TEST_GRACE_MS;
+		start_helper(&l, "--ignore-all", &sb);
+		ck_assert_int_eq(write(p[1], "r", 1), 1);
+		ck_assert_int_eq(sandbox_wait(&sb, &st), 0);
+		layout_remove(&l);
+		_exit(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL ? 0 : 99);
+	}
+	close(p[1]);
+	ck_assert_int_eq(read(p[0], &b, 1), 1);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	close(master); /* the terminal hangs up */
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	long long ms = ms_since(&t0);
+	close(p[0]);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_ge(ms, TEST_GRACE_MS - 50);
+	ck_assert_int_lt(ms, TEST_GRACE_MS + 3000);
+}
+END_TEST
+
+/* SIGHUP for `agentsnet run` (its terminal closed): forwarded, then the grace period. */
+START_TEST(sighup_ends_sandbox)
+{
+	struct layout l;
+	struct sandbox sb;
+	struct timespec t0;
+	int st = -1;
+
+	if (!can_run(sandbox_needs_userns()))
+		return;
+	term_grace_ms = TEST_GRACE_MS;
+	start_helper(&l, "--ignore-all", &sb);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	kill(getpid(), SIGHUP);
+	ck_assert_int_eq(sandbox_wait(&sb, &st), 0);
+	killed_after_grace(st, ms_since(&t0));
+	layout_remove(&l);
+}
+END_TEST
+
+/* A child that ignores SIGINT and SIGQUIT, for on_signal to send them to. */
+static pid_t interrupt_target(void)
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		signal(SIGINT, SIG_IGN);
+		signal(SIGQUIT, SIG_IGN);
+		for (int i = 0; i < 100; i++)
+			usleep(100 * 1000);
+		_exit(0);
+	}
+	return pid;
+}
+
+/*
+ * One SIGINT (or SIGQUIT) is only forwarded: the agent may handle it as it
+ * likes. A second one, from the operator's other shell, starts the grace
+ * period, after which an agent that ignores them is killed.
+ */
+START_TEST(second_interrupt_kills)
+{
+	struct layout l;
+	struct sandbox sb, fake = { .pid = interrupt_target() };
+	struct waiter w = { .sb = &fake };
+	struct timespec t0;
+	int st = -1;
+
+	on_signal(&w, SIGINT);
+	ck_assert(!w.armed);
+	on_signal(&w, SIGQUIT);
+	ck_assert(w.armed);
+	kill(fake.pid, SIGKILL);
+	waitpid(fake.pid, NULL, 0);
+	if (!can_run(sandbox_needs_userns()))
+		return;
+	term_grace_ms = TEST_GRACE_MS;
+	start_helper(&l, "--ignore-all", &sb);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pid_t op = fork();
+	ck_assert_int_ge(op, 0);
+	if (op == 0) {
+		kill(getppid(), SIGINT);
+		usleep(300 * 1000); /* the first one taken: two pending would be one */
+		kill(getppid(), SIGINT);
+		_exit(0);
+	}
+	ck_assert_int_eq(sandbox_wait(&sb, &st), 0);
+	ck_assert_int_eq(waitpid(op, NULL, 0), op);
+	killed_after_grace(st, ms_since(&t0) - 300);
+	layout_remove(&l);
+}
+END_TEST
+
 /*
  * Reads what <master> gives until EOF/EIO (the last slave closed) or 20 s;
  * once "ready" came, resizes the terminal (the supervisor gets SIGWINCH).
@@ -1371,6 +1632,90 @@ static bool pids_limited(void)
 	return err == EAGAIN && n <= limit && n >= limit / 2;
 }
 
+/* Queues SIGRTMIN (blocked) until the kernel refuses: how many it took. Consumes them after. */
+static long sigpending_fill(void)
+{
+	struct timespec zero = { 0 };
+	union sigval v = { .sival_int = 0 };
+	sigset_t rt;
+	long n = 0;
+
+	sigemptyset(&rt);
+	sigaddset(&rt, SIGRTMIN);
+	sigprocmask(SIG_BLOCK, &rt, NULL);
+	while (n < 4 * (long)SANDBOX_SIGPENDING_MAX && sigqueue(getpid(), SIGRTMIN, v) == 0)
+		n++;
+	int err = errno;
+	while (sigtimedwait(&rt, NULL, &zero) == SIGRTMIN)
+		;
+	return err == EAGAIN ? n : -1;
+}
+
+/* Opens POSIX message queues of 10 x 8 KiB until the kernel refuses: how many it took. */
+static long msgqueue_fill(void)
+{
+	struct mq_attr attr = { .mq_maxmsg = 10, .mq_msgsize = 8192 };
+	char name[32];
+	long n = 0;
+
+	for (; n < 64; n++) {
+		snprintf(name, sizeof(name), "/an-fill-%ld", n);
+		mqd_t q = mq_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600, &attr);
+		if (q == (mqd_t)-1)
+			break;
+		mq_close(q);
+	}
+	int err = errno;
+	for (long i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "/an-fill-%ld", i);
+		mq_unlink(name);
+	}
+	return err == EMFILE ? n : -1;
+}
+
+/*
+ * The uid's allowances: this sandbox stops at its share, however much the
+ * host's limits give. The kernel checks the uid's total (privileged: the
+ * host's nobody, whose other processes may hold some already; so no queue at
+ * all is no failure), against the limit of the process asking.
+ */
+static bool allowances_limited(void)
+{
+	const struct {
+		int resource;
+		rlim_t max;
+	} lims[] = { { RLIMIT_SIGPENDING, SANDBOX_SIGPENDING_MAX },
+		     { RLIMIT_MSGQUEUE, SANDBOX_MSGQUEUE_BYTES },
+		     { RLIMIT_MEMLOCK, SANDBOX_MEMLOCK_BYTES } };
+	struct rlimit rl;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(lims); i++) {
+		if (getrlimit(lims[i].resource, &rl) != 0 || rl.rlim_max > lims[i].max)
+			return false;
+	}
+	long sigs = sigpending_fill(), queues = msgqueue_fill();
+	if (sigs < 0 || sigs > (long)SANDBOX_SIGPENDING_MAX || queues < 0 ||
+	    queues * 10 * 8192 > (long)SANDBOX_MSGQUEUE_BYTES) {
+		fprintf(stderr, "inside: %ld signals queued, %ld message queues\n", sigs, queues);
+		return false;
+	}
+	return true;
+}
+
+/* Only lo under /sys/class/net (a sysfs of our own), no host cgroup tree, our own host name. */
+static int host_hidden(void)
+{
+	char name[HOST_NAME_MAX + 1];
+
+	if (count_entries("/sys/class/net") != 1 || access("/sys/class/net/lo", F_OK) != 0 ||
+	    count_entries("/sys/fs/cgroup") > 0)
+		return 44;
+	if (gethostname(name, sizeof(name)) != 0 || strcmp(name, SANDBOX_HOSTNAME) != 0 ||
+	    strcmp(name, env_or("AN_SBX_HOST", "")) == 0)
+		return 45;
+	return 0;
+}
+
 /* What an agent of the new checks must see (the envp-based runs of check_inside). */
 static int inside_hardened(const char *bin_dir)
 {
@@ -1401,6 +1746,11 @@ static int inside_hardened(const char *bin_dir)
 		return 37;
 	if (!sys_locked())
 		return 40;
+	ret = host_hidden();
+	if (ret != 0)
+		return ret;
+	if (!allowances_limited())
+		return 46;
 	if (!pids_limited())
 		return 39;
 	return 0;
@@ -1491,8 +1841,9 @@ static int tty_main(void)
 }
 
 /*
- * --inside SOCKET_DIR UID BIN_DIR, --tty, or --term/--ignore-term READY_FILE
- * (created once the handlers are set).
+ * --inside SOCKET_DIR UID BIN_DIR, --tty, or --term/--ignore-term/--ignore-all
+ * READY_FILE (created once the handlers are set; --ignore-all ignores every
+ * signal it can, as a hostile agent would).
  */
 static int helper_main(int argc, char **argv)
 {
@@ -1505,6 +1856,11 @@ static int helper_main(int argc, char **argv)
 	if (strcmp(argv[1], "--term") == 0) {
 		signal(SIGTERM, on_term);
 		signal(SIGINT, on_int);
+	} else if (strcmp(argv[1], "--ignore-all") == 0) {
+		for (int sig = 1; sig < NSIG; sig++) {
+			if (sig != SIGKILL && sig != SIGSTOP)
+				signal(sig, SIG_IGN); /* glibc's own two say EINVAL */
+		}
 	} else {
 		signal(SIGTERM, SIG_IGN);
 	}
@@ -1534,6 +1890,8 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(t, userns_forbidden_by_sysctl);
 	tcase_add_test(t, ww_find_tree);
 	tcase_add_test(t, ww_find_full);
+	tcase_add_test(t, ww_collapse);
+	tcase_add_test(t, ww_budget_cut);
 	tcase_add_test(t, mountinfo_parse);
 	tcase_add_test(t, ww_find_host);
 	suite_add_tcase(s, t);
@@ -1547,6 +1905,9 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(n, sigterm_forwarded);
 	tcase_add_test(n, terminal_sigint_forwarded);
 	tcase_add_test(n, sigterm_grace_then_kill);
+	tcase_add_test(n, hangup_ends_sandbox);
+	tcase_add_test(n, sighup_ends_sandbox);
+	tcase_add_test(n, second_interrupt_kills);
 	tcase_add_test(n, pty_relayed);
 	suite_add_tcase(s, n);
 	return s;
