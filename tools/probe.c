@@ -14,8 +14,9 @@
  *   host-sockets    no socket file the agent can list accepts a connection (stream, else
  *                   datagram or seqpacket; 200 ms), the sandbox's own egress and ingress
  *                   aside: a walk of /, breadth first, no symlink followed, every mount but
- *                   the kernel's and remote ones, /proc, /sys, /dev skipped, within 20000
- *                   directories and 5 s ("partial" when cut); up to 5 paths named when OPEN
+ *                   the kernel's and remote ones, /proc, /sys, /dev skipped, within 100000
+ *                   directories and 20 s; a walk cut short is OPEN ("no verdict": it
+ *                   cannot vouch for what it did not see); up to 5 paths named when OPEN
  *   terminal        TIOCSTI refused on 0, 1, 2, /dev/tty and TIOCLINUX there and on
  *                   /dev/tty0 (an accepted TIOCSTI says OPEN; selftest decides whose)
  *   ptrace-bridge   PTRACE_SEIZE/ATTACH, process_vm_readv, /proc/<bridge>/mem, environ
@@ -103,8 +104,8 @@
 #define PROBE_RESOLVER     "127.0.0.53" /* systemd-resolved's stub, tried always */
 #define PROBE_TTY_BYTE     '#'          /* a comment, should it ever reach a shell */
 /* host-sockets: the walk's budgets, one connect's wait, the paths named when OPEN. */
-#define PROBE_SOCK_DIRS_MAX    20000u
-#define PROBE_SOCK_TIME_MS     5000u
+#define PROBE_SOCK_DIRS_MAX    100000u
+#define PROBE_SOCK_TIME_MS     20000u
 #define PROBE_SOCK_QUEUE_BYTES (PROBE_SOCK_DIRS_MAX * 128u)
 #define PROBE_SOCK_CONNECT_MS  200
 #define PROBE_SOCK_NAMED       5u
@@ -128,7 +129,7 @@ struct num {
 };
 
 static struct probe_args {
-	struct num bridge_pid, host_pid, shm_key, key_serial, pids, memory;
+	struct num bridge_pid, host_pid, shm_key, key_serial, pids, memory, sockets_dirs;
 	const char *vsock, *abstract, *other, *control, *tag, *mq, *key, *sockets_root;
 	struct list dns, tcp, unix_paths, ww, markers, only;
 } args = { .bridge_pid = { 1, true } };
@@ -161,6 +162,7 @@ static const struct opt {
 	{ "--memory", OPT_NUM, &args.memory },             /* its memory limit, bytes */
 	{ "--only", OPT_LIST, &args.only },                /* run only these probes */
 	{ "--sockets-root", OPT_STR, &args.sockets_root }, /* host-sockets walks it, not / */
+	{ "--sockets-dirs", OPT_NUM, &args.sockets_dirs }, /* and at most this many dirs */
 };
 
 /* ---- Verdicts ---- */
@@ -884,7 +886,10 @@ static void sock_queue(const char *below)
 {
 	size_t n = strlen(below) + 1;
 
-	if (sw.queued == PROBE_SOCK_DIRS_MAX || n > sizeof(sw.queue) - sw.tail) {
+	uint64_t most = args.sockets_dirs.set && args.sockets_dirs.v < PROBE_SOCK_DIRS_MAX
+			    ? args.sockets_dirs.v
+			    : PROBE_SOCK_DIRS_MAX;
+	if (sw.queued >= most || n > sizeof(sw.queue) - sw.tail) {
 		sw.cut = "directory budget";
 		return;
 	}
@@ -1015,6 +1020,9 @@ static void probe_host_sockets(struct verdict *v)
 		}
 		say_open(v, "%u accepted a connection: %s%s; %s", sw.open, named,
 			 sw.open > PROBE_SOCK_NAMED ? ", ..." : "", walked);
+	} else if (sw.cut != NULL) {
+		/* A walk cut short cannot say the rest holds no socket: never closed then. */
+		say_open(v, "no verdict: the walk stopped before it saw everything; %s", walked);
 	}
 	say_closed(v, "%s", walked);
 	tally_say(v, "connect", &sw.refused);

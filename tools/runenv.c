@@ -62,7 +62,7 @@ static_assert(RUNENV_FILE_BYTES_MAX >= RUNENV_LINE_BYTES, "a longest line fits a
  * The allow-list, and why each is there. Adding one: it must configure the
  * session and never hold a secret, a path to code or a way out (see above);
  * also update the usage text of `agentsnet run` (tools/agentsnet.c) and
- * docs/sandbox.md. Every LC_* variable passes too (runenv_allowed).
+ * docs/sandbox.md.
  */
 static const char *const allowed_names[] = {
 	"PATH",           /* where the agent's command and its tools are found */
@@ -84,6 +84,24 @@ static const char *const allowed_names[] = {
 	"VISUAL",         /* the same, full-screen */
 	"PAGER",          /* what shows long output */
 	"AGENT_NO_PROXY", /* the bridge honours the caller's (tools/bridge.c, bridge_vars) */
+	/*
+	 * The locale's categories (POSIX, and glibc's own), by name: never "LC_*" as a
+	 * prefix, since sshd's default AcceptEnv LC_* makes LC_ a known way to smuggle any
+	 * variable (LC_GITHUB_TOKEN) through.
+	 */
+	"LC_ALL",
+	"LC_CTYPE",
+	"LC_COLLATE",
+	"LC_MESSAGES",
+	"LC_MONETARY",
+	"LC_NUMERIC",
+	"LC_TIME",
+	"LC_ADDRESS",
+	"LC_IDENTIFICATION",
+	"LC_MEASUREMENT",
+	"LC_NAME",
+	"LC_PAPER",
+	"LC_TELEPHONE",
 };
 
 /*
@@ -195,8 +213,6 @@ static bool allowed_n(const char *name, size_t len)
 {
 	if (!name_valid(name, len))
 		return false;
-	if (len > 3 && memcmp(name, "LC_", 3) == 0)
-		return true;
 	for (size_t i = 0; i < AN_ARRAY_LEN(allowed_names); i++) {
 		if (strlen(allowed_names[i]) == len && memcmp(allowed_names[i], name, len) == 0)
 			return true;

@@ -3,7 +3,7 @@
  * whole environment (the operator's shell holds real API keys, and one of
  * them in the sandbox defeats the inject tier). An allow-list of variables
  * that configure a terminal session and carry no secret (RUNENV_ALLOWED:
- * PATH, HOME, LANG, LC_*, TERM, TZ, ...), then what the caller asked for with
+ * PATH, HOME, LANG, the LC_ categories, TERM, TZ, ...), then what the caller asked for with
  * --env NAME (the caller's value), --env NAME=VALUE and --env-file FILE
  * (lines of NAME=VALUE, '#' comments and blank lines; the last word wins).
  * Every variable of the caller's that is dropped and looks like a credential

@@ -185,6 +185,8 @@ START_TEST(allow_list)
 		"PROMPT_COMMAND",
 		"LC_",
 		"LC_A-B",
+		"LC_GITHUB_TOKEN", /* LC_* is no prefix: sshd's AcceptEnv LC_* smuggles these */
+		"LC_X",
 		"lc_all",
 		"path",
 		"PATH ",
