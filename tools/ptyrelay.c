@@ -13,8 +13,16 @@
  * ours alone and non-blocking. The caller's descriptors are not made so: their
  * open file description is the shell's too, where O_NONBLOCK would outlive us.
  * So input is one read per poll() readiness (EAGAIN still handled, for a shell
- * that left O_NONBLOCK set), and output a plain write that may block while the
- * operator's terminal is stalled, as any program's would. EIO (or POLLHUP) on
+ * that left O_NONBLOCK set). Output never blocks: a terminal that takes nothing
+ * (flow control, a frozen emulator, a stalled ssh) would otherwise keep the
+ * caller from its signals, and the operator from ending a flooding agent. It
+ * goes through a file description of our own, the caller's terminal opened
+ * again through /proc/self/fd, O_NONBLOCK (the same device checked, r->out_own),
+ * or, where that open fails, through the caller's descriptor in chunks of
+ * PTYRELAY_TTY_CHUNK, each after poll() said POLLOUT. While output is pending
+ * the relay waits for POLLOUT and reads no more of the master: the agent's
+ * writes stall, nothing piles up here, and ptyrelay_close gives up on what is
+ * left at its timeout. EIO (or POLLHUP) on
  * the master means every slave is closed: both directions stop, and a hung-up
  * master is no longer polled (no busy loop). EOF on the caller's input stops
  * only that direction: the agent may still be writing. A hang-up of the
@@ -39,10 +47,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/an.h"
+
+/* Bytes written at most per POLLOUT to a caller's descriptor we could not open again. */
+#define PTYRELAY_TTY_CHUNK 256u
 
 static void dir_reset(struct ptyrelay_dir *d)
 {
@@ -57,6 +69,7 @@ static void relay_reset(struct ptyrelay *r)
 	r->slave = -1;
 	r->in_fd = -1;
 	r->out_fd = -1;
+	r->out_own = false;
 	for (size_t i = 0; i < AN_ARRAY_LEN(r->replace); i++)
 		r->replace[i] = false;
 	r->raw = false;
@@ -170,6 +183,40 @@ out_err:;
 	return ret;
 }
 
+/*
+ * The caller's terminal <fd> opened again, write-only and non-blocking: a file
+ * description of our own, so O_NONBLOCK never reaches the shell's. -1 when
+ * that fails, or opens another device (a pty master's path makes a new pty).
+ */
+static int reopen_nonblock(int fd)
+{
+	char path[32];
+	struct stat was, now;
+
+	AN_ASSERT(fd >= 0);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	int nb = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+	if (nb != -1)
+		nb = above_std(nb);
+	if (nb == -1)
+		return -1;
+	if (fstat(fd, &was) == -1 || fstat(nb, &now) == -1 || !S_ISCHR(now.st_mode) ||
+	    now.st_rdev != was.st_rdev || isatty(nb) != 1) {
+		close(nb);
+		return -1;
+	}
+	return nb;
+}
+
+/* Stops writing to the caller's terminal (gone, or we are closing). */
+static void out_close(struct ptyrelay *r)
+{
+	if (r->out_own && r->out_fd != -1)
+		close(r->out_fd);
+	r->out_fd = -1;
+	r->out_own = false;
+}
+
 int ptyrelay_open(struct ptyrelay *r, char *err, size_t err_len)
 {
 	AN_ASSERT(r != NULL);
@@ -188,6 +235,11 @@ int ptyrelay_open(struct ptyrelay *r, char *err, size_t err_len)
 	int ret = pty_create(r, err, err_len);
 	if (ret == 0)
 		ret = slave_copy(r->slave, caller_tty(r), err, err_len);
+	if (ret == 0 && r->out_fd != -1) {
+		int nb = reopen_nonblock(r->out_fd);
+		r->out_fd = nb != -1 ? nb : r->out_fd;
+		r->out_own = nb != -1;
+	}
 	if (ret != 0) {
 		if (r->master != -1) {
 			close(r->slave);
@@ -301,11 +353,16 @@ size_t ptyrelay_poll_fds(const struct ptyrelay *r, struct pollfd *pfds)
 	return n;
 }
 
-/* Writes what <d> holds to <fd>: 0, -EAGAIN (call again when writable) or the write's -errno. */
-static int dir_write(struct ptyrelay_dir *d, int fd)
+/*
+ * Writes what <d> holds to <fd>, at most <max> bytes: 0, -EAGAIN (call again
+ * when writable) or the write's -errno.
+ */
+static int dir_write(struct ptyrelay_dir *d, int fd, size_t max)
 {
 	AN_ASSERT(d->off < d->len);
-	ssize_t n = write(fd, d->buf + d->off, d->len - d->off);
+	AN_ASSERT(max > 0);
+	size_t len = d->len - d->off < max ? d->len - d->off : max;
+	ssize_t n = write(fd, d->buf + d->off, len);
 	if (n == -1)
 		return errno == EINTR ? -EAGAIN : -errno;
 	d->off += (size_t)n;
@@ -348,21 +405,33 @@ static void agent_write(struct ptyrelay *r)
 {
 	if (r->to_agent.len == 0)
 		return;
-	int ret = dir_write(&r->to_agent, r->master);
+	int ret = dir_write(&r->to_agent, r->master, sizeof(r->to_agent.buf));
 	if (ret != 0 && ret != -EAGAIN)
 		input_stop(r); /* what the agent wrote last is still to be read (then EIO) */
 }
 
+/* The caller's own (blocking) descriptor: true when a chunk may be written without blocking. */
+static bool caller_writable(const struct ptyrelay *r)
+{
+	struct pollfd p = { .fd = r->out_fd, .events = POLLOUT };
+
+	if (r->out_own)
+		return true;
+	int n = poll(&p, 1, 0);
+	return n == 1 && p.revents != 0; /* POLLERR or POLLHUP too: the write says what */
+}
+
 static void caller_write(struct ptyrelay *r)
 {
-	if (r->to_caller.len == 0)
+	if (r->to_caller.len == 0 || !caller_writable(r))
 		return;
-	int ret = dir_write(&r->to_caller, r->out_fd);
+	size_t max = r->out_own ? sizeof(r->to_caller.buf) : PTYRELAY_TTY_CHUNK;
+	int ret = dir_write(&r->to_caller, r->out_fd, max);
 	if (ret != 0 && ret != -EAGAIN) {
 		/* The caller's terminal is gone (hang-up): what the agent writes is dropped. */
 		r->to_caller.len = 0;
 		r->to_caller.off = 0;
-		r->out_fd = -1;
+		out_close(r);
 		r->hangup = r->hangup || ret == -EIO;
 	}
 }
@@ -472,5 +541,6 @@ void ptyrelay_close(struct ptyrelay *r, int timeout_ms)
 		drain(r, timeout_ms);
 	raw_leave(r);
 	close(r->master);
+	out_close(r);
 	relay_reset(r);
 }

@@ -7,7 +7,10 @@
  * caller's terminal, which it puts in raw mode meanwhile (so ^C, ^Z and ^\
  * are bytes the pty turns into the agent's own signals), passing window-size
  * changes on with TIOCSWINSZ (the kernel then signals SIGWINCH to the agent).
- * The caller's terminal settings are restored on every exit path.
+ * The relay never blocks on the caller's terminal: a stalled one (flow
+ * control, a frozen emulator or ssh) stalls the agent's output, not the
+ * caller's poll loop. The caller's terminal settings are restored on every
+ * exit path.
  */
 #ifndef AN_TOOLS_PTYRELAY_H
 #define AN_TOOLS_PTYRELAY_H
@@ -34,7 +37,8 @@ struct ptyrelay {
 	int master;      /* -1: no pty (no std descriptor is a terminal) */
 	int slave;       /* open until ptyrelay_child_stdio's caller (the parent) closes it */
 	int in_fd;       /* the caller's terminal we read keystrokes from, or -1 */
-	int out_fd;      /* where the master's output goes: the caller's terminal descriptor */
+	int out_fd;      /* where the master's output goes: the caller's terminal (see out_own) */
+	bool out_own;    /* out_fd is ours, non-blocking (else the caller's own descriptor) */
 	bool replace[3]; /* which of stdin, stdout, stderr the sandbox gets the slave on */
 	bool raw;        /* saved holds the caller's settings to restore */
 	bool hangup;     /* the caller's terminal hung up (see ptyrelay_on_poll) */
@@ -85,7 +89,8 @@ void ptyrelay_on_poll(struct ptyrelay *r, const struct pollfd *pfds, size_t n);
 
 /*
  * After the bridge exited: copies what the master still holds to the caller
- * (until EOF/EIO, at most <timeout_ms>), restores the caller's terminal and
+ * (until EOF/EIO, at most <timeout_ms>, even when the caller's terminal takes
+ * nothing), restores the caller's terminal and
  * closes every descriptor. Safe to call on a relay without a pty, and twice.
  */
 void ptyrelay_close(struct ptyrelay *r, int timeout_ms);

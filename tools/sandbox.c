@@ -16,13 +16,16 @@
  * (tools/cgroup.h), and opens a pty when a std descriptor is a terminal
  * (tools/ptyrelay.h). The child first blocks on a "go" byte, the first byte of
  * the alive pipe, which the parent writes once it has moved the child into the
- * cgroup: nothing of the agent's ever runs outside it. Then setsid(): the
- * caller's terminal is never the sandbox's controlling terminal (TIOCSTI on it
- * would type into the operator's shell). The agent's terminal is a pty made in
- * the sandbox's own devpts once that is mounted (so it is /dev/pts/0 inside,
- * and ttyname() finds it), with the settings of the host-side one ptyrelay_open
- * made; its slave goes on the std descriptors that were terminals, its master
- * back to the parent over a socket (SCM_RIGHTS), which relays that one instead.
+ * cgroup: nothing of the agent's ever runs outside it, and then unshares a
+ * cgroup namespace, rooted there (/proc/self/cgroup inside shows "/", never the
+ * host's layout; without a cgroup of its own, the caller's is the root). Then
+ * setsid(): the caller's terminal is never the sandbox's controlling terminal
+ * (TIOCSTI on it would type into the operator's shell). The agent's terminal
+ * is a pty made in the sandbox's own devpts once that is mounted (so it is
+ * /dev/pts/0 inside, and ttyname() finds it), with the settings of the
+ * host-side one ptyrelay_open made; its slave goes on the std descriptors that
+ * were terminals, its master back to the parent over a socket (SCM_RIGHTS),
+ * which relays that one instead.
  * Without a usable cgroup (unprivileged, not delegated) the pids limit falls
  * back to RLIMIT_NPROC, which in a user namespace of its own counts this
  * sandbox's processes only; memory then is not limited (one line on stderr says
@@ -30,7 +33,8 @@
  * CAP_SYS_ADMIN gets no pids limit that way either.
  *
  * Setup order matters: the uid/gid maps first (the child writes its own, "deny"
- * to setgroups before the gid map, as the kernel requires), then RLIMIT_NPROC,
+ * to setgroups before the gid map, as the kernel requires), the cgroup
+ * namespace (it needs CAP_SYS_ADMIN in the user namespace), then RLIMIT_NPROC,
  * the other per-uid limits (below) and the names;
  * the mount tree private, so no mount leaks back to the host; every host file
  * the sandbox shows (its directory, the bridge, the CA, the probe, six device
@@ -61,8 +65,9 @@
  * for them. Each gets a private, empty tmpfs (the host's mode, nosuid, nodev,
  * bounded), mounted through a descriptor opened without following a symlink:
  * /tmp, /var/tmp, /var/lock, /var/crash, /var/metrics when they are
- * directories; every world-writable mount point of /proc/self/mountinfo; and
- * what a walk finds: at most SANDBOX_WW_DEPTH levels below /, each mount point
+ * directories; every world-writable mount point of /proc/self/mountinfo (each
+ * line read whole, up to SANDBOX_MOUNTINFO_LINE; a longer one fails the run);
+ * and what a walk finds: at most SANDBOX_WW_DEPTH levels below /, each mount point
  * walked on its own file system (network, FUSE and automount ones not at all),
  * /proc, /sys, /dev and /run skipped (replaced or not writable), no symlink
  * followed (the test machine's ~3200 entries: 15 to 20 ms under sanitizers).
@@ -197,6 +202,9 @@ extern char **environ;
 #define SANDBOX_WW_OWNERS 64u
 /* What no mask of the walk's may hide: the bridge, the directory, the probe, the CA, the cwd. */
 #define SANDBOX_WW_KEEP 5u
+/* A mountinfo line at worst: root and mount point of PATH_MAX bytes each, every byte escaped
+ * to 4 (\040), plus the ids, options and source: read whole, or the run fails. */
+#define SANDBOX_MOUNTINFO_LINE (64u << 10)
 /* What one sandbox may take of its uid's allowances, which every process of the uid shares. */
 #define SANDBOX_SIGPENDING_MAX 1024u
 #define SANDBOX_MSGQUEUE_BYTES (256u << 10)
@@ -240,6 +248,8 @@ struct ww_list {
 	size_t blocked_keep;    /* and which of keep it holds */
 	struct ww_owner owners[SANDBOX_WW_OWNERS];
 	struct ww_dir dirs[SANDBOX_WW_MAX + 1]; /* + 1: the one a collapse makes room for */
+	size_t mountinfo_line_no; /* -EOVERFLOW: the mountinfo line that did not fit */
+	char mountinfo_line[SANDBOX_MOUNTINFO_LINE + 2]; /* + 2: its newline and NUL */
 };
 
 struct child_ctx {
@@ -810,12 +820,14 @@ static int ww_mount(struct ww_list *l, const char *root, const char *rel, const 
  * directories, the world-writable mount points of <mountinfo> (paths below
  * <root>), and what the walk finds; plus, masked, the directories a collapse
  * or a spent budget hides whole. Returns 0, -E2BIG when more than
- * SANDBOX_WW_MAX would have needed l->blocked hidden, or -errno of opening
- * <mountinfo>.
+ * SANDBOX_WW_MAX would have needed l->blocked hidden, -EOVERFLOW when line
+ * l->mountinfo_line_no of <mountinfo> is longer than SANDBOX_MOUNTINFO_LINE
+ * (never skipped: its mount point could be a world-writable one), or -errno of
+ * opening or reading <mountinfo>.
  */
 static int ww_find(struct ww_list *l, const char *root, const char *mountinfo)
 {
-	char line[8192], path[PATH_MAX];
+	char path[PATH_MAX];
 	struct stat st;
 	int ret = 0;
 
@@ -824,6 +836,7 @@ static int ww_find(struct ww_list *l, const char *root, const char *mountinfo)
 	l->visited = 0;
 	l->n_owners = 0;
 	l->blocked[0] = '\0';
+	l->mountinfo_line_no = 0;
 	for (size_t i = 0; i < AN_ARRAY_LEN(ww_known) && ret == 0; i++) {
 		if (ww_join(path, sizeof(path), root, ww_known[i]) == 0 && lstat(path, &st) == 0 &&
 		    S_ISDIR(st.st_mode))
@@ -832,14 +845,19 @@ static int ww_find(struct ww_list *l, const char *root, const char *mountinfo)
 	FILE *f = fopen(mountinfo, "re");
 	if (f == NULL)
 		return -errno;
-	while (ret == 0 && fgets(line, sizeof(line), f) != NULL) {
-		bool whole = strchr(line, '\n') != NULL;
+	char *line = l->mountinfo_line;
+	while (ret == 0 && fgets(line, sizeof(l->mountinfo_line), f) != NULL) {
+		l->mountinfo_line_no++;
+		if (line[strlen(line) - 1] != '\n' && !feof(f)) {
+			ret = -EOVERFLOW;
+			break;
+		}
 		char *mount_point = NULL, *type = NULL;
 		if (mountinfo_fields(line, &mount_point, &type))
 			ret = ww_mount(l, root, mount_point, type);
-		for (int ch = 0; !whole && ch != '\n' && ch != EOF;)
-			ch = fgetc(f); /* the rest of a long line (its options) */
 	}
+	if (ret == 0 && ferror(f))
+		ret = -EIO;
 	fclose(f);
 	return ret;
 }
@@ -1652,6 +1670,9 @@ static _Noreturn void child_main(const struct child_ctx *c)
 		child_fail(c->err_fd, errno, "setsid: %s", strerror(errno));
 	if (c->s->userns)
 		map_ids(c);
+	/* Rooted at the cgroup the go byte put us in (CAP_SYS_ADMIN still ours): no host path. */
+	if (unshare(CLONE_NEWCGROUP) == -1)
+		child_fail(c->err_fd, errno, "unshare(CLONE_NEWCGROUP): %s", strerror(errno));
 	if (c->nproc_max > 0)
 		limit_nproc(c);
 	limit_allowances(c);
@@ -2001,6 +2022,11 @@ static int ww_prepare(struct ww_list *l, const struct sandbox_spec *s, char *err
 			 "whole, which holds %s (%s); remove some of them, or run from elsewhere",
 			 SANDBOX_WW_MAX, l->blocked, l->keep_what[l->blocked_keep],
 			 l->keep[l->blocked_keep]);
+	else if (ret == -EOVERFLOW)
+		snprintf(err, err_len,
+			 "read /proc/self/mountinfo: line %zu is longer than %u bytes; the sandbox "
+			 "will not leave the mount it names unexamined",
+			 l->mountinfo_line_no, SANDBOX_MOUNTINFO_LINE);
 	else if (ret != 0)
 		snprintf(err, err_len, "read /proc/self/mountinfo: %s", strerror(-ret));
 	if (ret == 0)

@@ -21,7 +21,10 @@
  * - 200000 bytes each way, counted and summed; stdin alone a terminal (the
  *   agent's echo is dropped); descriptors and flags after ptyrelay_open;
  *   EOF of the caller's input and EIO of the master; the caller's terminal
- *   hanging up (reported), and ^D (not a hang-up); no terminal at all.
+ *   hanging up (reported), and ^D (not a hang-up); no terminal at all;
+ * - a caller's terminal that is never read while the agent floods: the relay
+ *   never blocks on it (written through a non-blocking description of its
+ *   own, or with poll() before each chunk), and ptyrelay_close is bounded.
  *
  * Every wait is bounded: poll timeouts here, alarm() in the relay and the
  * agent, PR_SET_PDEATHSIG so an agent never outlives its relay.
@@ -33,6 +36,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include "tests/unit/unit.h"
 
@@ -45,6 +49,9 @@
 #define TEST_INJECT      "PWNED\n"
 #define TEST_STDIO_ALL   7u
 #define TEST_STDIO_STDIN 1u
+#define TEST_STALL_MS    2000
+#define TEST_TICK_MS     100
+#define TEST_CLOSE_MS    500
 
 /* ---- The caller's terminal, as the test sees it ---- */
 
@@ -300,6 +307,18 @@ static int agent_bulk_in(void)
 	return 0;
 }
 
+/* Writes until killed (a stalled terminal never takes it all). */
+static int agent_flood(void)
+{
+	char buf[4096];
+
+	memset(buf, 'y', sizeof(buf));
+	for (;;) {
+		if (write(1, buf, sizeof(buf)) <= 0)
+			return 1;
+	}
+}
+
 /* Only its stdin is the pty: it reads one line, and says nothing. */
 static int agent_stdin_only(void)
 {
@@ -385,7 +404,7 @@ static void relay_loop(struct ptyrelay *r, int sfd, struct relay_report *rep)
 			rep->timed_out = 1;
 			return;
 		}
-		/* The agent's exit ends the loop at once: what it wrote last is ptyrelay_close's. */
+		/* The agent's exit ends the loop at once: its last words are ptyrelay_close's. */
 		if (pfds[n].revents != 0 && read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 			if (si.ssi_signo == SIGCHLD)
 				return;
@@ -763,8 +782,18 @@ START_TEST(open_copies_settings)
 	ck_assert_int_ge(r->master, 0);
 	ck_assert_int_ge(r->slave, 0);
 	ck_assert_int_eq(r->in_fd, -1);
-	ck_assert_int_eq(r->out_fd, 1);
 	ck_assert(!r->replace[0] && r->replace[1] && r->replace[2]);
+	/* Output: the caller's terminal opened again, non-blocking; the caller's own file
+	 * description (the shell's too) left blocking. */
+	struct stat caller_st, out_st;
+	ck_assert(r->out_own);
+	ck_assert_int_gt(r->out_fd, 2);
+	ck_assert_int_eq(fstat(c.slave, &caller_st), 0);
+	ck_assert_int_eq(fstat(r->out_fd, &out_st), 0);
+	ck_assert_uint_eq(out_st.st_rdev, caller_st.st_rdev);
+	ck_assert_int_ne(fcntl(r->out_fd, F_GETFL) & O_NONBLOCK, 0);
+	ck_assert_int_ne(fcntl(r->out_fd, F_GETFD) & FD_CLOEXEC, 0);
+	ck_assert_int_eq(fcntl(c.slave, F_GETFL) & O_NONBLOCK, 0);
 	ck_assert_int_ne(fcntl(r->master, F_GETFL) & O_NONBLOCK, 0);
 	ck_assert_int_eq(fcntl(r->slave, F_GETFL) & O_NONBLOCK, 0);
 	ck_assert_int_ne(fcntl(r->master, F_GETFD) & FD_CLOEXEC, 0);
@@ -807,7 +836,7 @@ START_TEST(std_descriptor_closed)
 	ck_assert_int_gt(test_relay.slave, 2);
 	ck_assert(test_relay.replace[0] && test_relay.replace[1] && !test_relay.replace[2]);
 	ck_assert_int_eq(test_relay.in_fd, 0);
-	ck_assert_int_eq(test_relay.out_fd, 1);
+	ck_assert_int_gt(test_relay.out_fd, 2); /* the terminal on 1, opened again */
 	ptyrelay_close(&test_relay, TEST_WAIT_MS);
 	caller_close(&c);
 }
@@ -965,6 +994,144 @@ START_TEST(hangup_reported)
 }
 END_TEST
 
+/* ---- A caller's terminal that takes nothing ---- */
+
+struct stall_report {
+	int open_ret;
+	int out_own;        /* the relay wrote through a description of its own */
+	int ticks;          /* timer expiries the loop saw */
+	int64_t max_gap_ms; /* longest wait between two of them */
+	size_t pending;     /* agent's output the relay still held at the end */
+	int64_t close_ms;   /* ptyrelay_close(TEST_CLOSE_MS) took */
+};
+
+/* The relay's loop for TEST_STALL_MS, with a timer: it must see each tick. */
+static void stall_loop(struct ptyrelay *r, int tfd, struct stall_report *rep)
+{
+	struct pollfd pfds[PTYRELAY_POLL_FDS + 1];
+	int64_t end = now_ms() + TEST_STALL_MS, last = now_ms();
+	uint64_t expiries;
+
+	while (now_ms() < end) {
+		size_t n = ptyrelay_poll_fds(r, pfds);
+		pfds[n] = (struct pollfd){ .fd = tfd, .events = POLLIN };
+		if (poll(pfds, n + 1, 1000) == -1 && errno != EINTR)
+			_exit(92);
+		if (pfds[n].revents != 0 && read(tfd, &expiries, sizeof(expiries)) > 0) {
+			int64_t t = now_ms();
+			rep->max_gap_ms = t - last > rep->max_gap_ms ? t - last : rep->max_gap_ms;
+			last = t;
+			rep->ticks++;
+		}
+		ptyrelay_on_poll(r, pfds, n);
+	}
+	int64_t t = now_ms();
+	rep->max_gap_ms = t - last > rep->max_gap_ms ? t - last : rep->max_gap_ms;
+	rep->pending = r->to_caller.len - r->to_caller.off;
+}
+
+/*
+ * The relay process of the stall tests: <tty> on 0-2, a flooding agent; with
+ * <blocking>, the caller's own descriptor is written (as when opening the
+ * terminal again failed). Writes its stall_report on <report_fd>.
+ */
+static _Noreturn void stall_main(int tty, int report_fd, bool blocking)
+{
+	struct itimerspec its = { .it_interval = { 0, TEST_TICK_MS * 1000000L },
+				  .it_value = { 0, TEST_TICK_MS * 1000000L } };
+	struct stall_report rep = { 0 };
+	struct ptyrelay *r = &test_relay;
+	char err[256];
+
+	alarm(20);
+	signals_default();
+	stdio_put(tty, TEST_STDIO_ALL);
+	close(tty);
+	rep.open_ret = ptyrelay_open(r, err, sizeof(err));
+	if (rep.open_ret != 0 || r->master == -1) {
+		(void)!write(report_fd, &rep, sizeof(rep));
+		_exit(0);
+	}
+	if (blocking && r->out_own) {
+		close(r->out_fd);
+		r->out_fd = 1;
+		r->out_own = false;
+	}
+	rep.out_own = r->out_own;
+	pid_t agent_pid = fork();
+	if (agent_pid == 0)
+		agent_main(r, agent_flood);
+	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+	if (ptyrelay_start(r) != 0 || tfd == -1 || timerfd_settime(tfd, 0, &its, NULL) == -1)
+		_exit(93);
+	stall_loop(r, tfd, &rep);
+	kill(agent_pid, SIGKILL);
+	waitpid(agent_pid, NULL, 0);
+	int64_t t0 = now_ms();
+	ptyrelay_close(r, TEST_CLOSE_MS);
+	rep.close_ms = now_ms() - t0;
+	(void)!write(report_fd, &rep, sizeof(rep));
+	_exit(0);
+}
+
+/*
+ * The caller's terminal is never read (its buffer full), the agent floods:
+ * the relay keeps returning to poll (a 100 ms timer is seen throughout), the
+ * agent's output waits in the relay (nothing more is read meanwhile), and
+ * ptyrelay_close gives up at its timeout.
+ */
+static void check_stall(bool blocking)
+{
+	struct stall_report rep = { 0 };
+	struct pollfd p;
+	struct caller c;
+	int fds[2], status = 0, unread = 0;
+
+	caller_open(&c);
+	ck_assert_int_eq(pipe2(fds, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(fds[0]);
+		close(c.master);
+		stall_main(c.slave, fds[1], blocking);
+	}
+	close(fds[1]);
+	p = (struct pollfd){ .fd = fds[0], .events = POLLIN };
+	bool reported = poll(&p, 1, TEST_STALL_MS + TEST_CLOSE_MS + TEST_WAIT_MS) == 1 &&
+			read(fds[0], &rep, sizeof(rep)) == (ssize_t)sizeof(rep);
+	ck_assert_int_eq(ioctl(c.master, FIONREAD, &unread), 0);
+	if (!reported)
+		kill(pid, SIGKILL);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	close(fds[0]);
+	caller_close(&c);
+	ck_assert_msg(reported, "the relay blocked on the stalled terminal (status %#x)", status);
+	fprintf(stderr,
+		"stall%s: %d ticks, max gap %lld ms, %zu pending, close %lld ms, %d unread\n",
+		blocking ? " (blocking)" : "", rep.ticks, (long long)rep.max_gap_ms, rep.pending,
+		(long long)rep.close_ms, unread);
+	ck_assert_int_eq(rep.open_ret, 0);
+	ck_assert_int_eq(rep.out_own, !blocking);
+	ck_assert_int_ge(rep.ticks, TEST_STALL_MS / TEST_TICK_MS / 2);
+	ck_assert_int_lt(rep.max_gap_ms, 1000);
+	ck_assert_uint_gt(rep.pending, 0); /* the terminal was full: output waited */
+	ck_assert_int_gt(unread, 0);
+	ck_assert_int_lt(rep.close_ms, TEST_CLOSE_MS + 1000);
+}
+
+START_TEST(stalled_terminal)
+{
+	check_stall(false);
+}
+END_TEST
+
+START_TEST(stalled_terminal_blocking_fd)
+{
+	check_stall(true);
+}
+END_TEST
+
 static Suite *ptyrelay_suite(void)
 {
 	Suite *s = suite_create("ptyrelay");
@@ -987,6 +1154,8 @@ static Suite *ptyrelay_suite(void)
 	tcase_add_test(n, bulk_input);
 	tcase_add_test(n, stdin_only);
 	tcase_add_test(n, typeahead_kept);
+	tcase_add_test(n, stalled_terminal);
+	tcase_add_test(n, stalled_terminal_blocking_fd);
 	suite_add_tcase(s, n);
 	return s;
 }

@@ -521,6 +521,47 @@ START_TEST(ww_find_full)
 }
 END_TEST
 
+/* A mountinfo: the root, then <mount_point> with a root field of <escapes> "\040"s. */
+static void mountinfo_long(const char *t, size_t escapes, const char *mount_point)
+{
+	size_t cap = escapes * 4 + 256;
+	char *text = pool_calloc(1, cap);
+
+	ck_assert_ptr_nonnull(text);
+	size_t len = (size_t)snprintf(text, cap, "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n40 1 8:1 /");
+	for (size_t i = 0; i < escapes; i++, len += 4)
+		memcpy(text + len, "\\040", 4);
+	snprintf(text + len, cap - len, " %s rw - ext4 /dev/sda1 rw\n", mount_point);
+	tree_file(t, "/mountinfo", text);
+	pool_free(text);
+}
+
+/*
+ * A bind mount whose mountinfo line is long (its escaped root: 10 KiB) and
+ * whose world-writable mount point is out of the walk's reach is listed; a
+ * line longer than any mountinfo line can be fails the search (line number
+ * kept), rather than being skipped.
+ */
+START_TEST(ww_find_long_mountinfo)
+{
+	char t[256], mi[PATH_MAX];
+
+	struct ww_list *l = ww_tree(t, sizeof(t), mi, sizeof(mi));
+	tree_dir(t, "/x", 0755);
+	tree_dir(t, "/x/y", 0755);
+	tree_dir(t, "/x/y/z", 0755);
+	tree_dir(t, "/x/y/z/share", 01777); /* below SANDBOX_WW_DEPTH: only mountinfo names it */
+	mountinfo_long(t, 2560, "/x/y/z/share");
+	ck_assert_int_eq(ww_find(l, t, mi), 0);
+	ck_assert_int_eq(listed(l, "/x/y/z/share"), 01777);
+	ck_assert_uint_eq(l->mountinfo_line_no, 2);
+	mountinfo_long(t, SANDBOX_MOUNTINFO_LINE / 4, "/x/y/z/share");
+	ck_assert_int_eq(ww_find(l, t, mi), -EOVERFLOW);
+	ck_assert_uint_eq(l->mountinfo_line_no, 2);
+	pool_free(l);
+}
+END_TEST
+
 /*
  * A directory showing more entries than its owner's budget is cut short, and
  * masked whole: what its unread part holds is not left shared. The walk goes
@@ -1702,6 +1743,27 @@ static bool allowances_limited(void)
 	return true;
 }
 
+/* A cgroup namespace rooted at the sandbox's cgroup: every line of /proc/self/cgroup is "/". */
+static bool cgroup_ns_root(void)
+{
+	char line[512];
+	size_t n = 0, root = 0;
+
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (f == NULL)
+		return false;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		n++;
+		size_t len = strcspn(line, "\n");
+		bool at_root = len >= 2 && line[len - 2] == ':' && line[len - 1] == '/';
+		root += at_root;
+		if (!at_root)
+			fprintf(stderr, "inside: /proc/self/cgroup: %s", line);
+	}
+	fclose(f);
+	return n > 0 && root == n;
+}
+
 /* Only lo under /sys/class/net (a sysfs of our own), no host cgroup tree, our own host name. */
 static int host_hidden(void)
 {
@@ -1746,6 +1808,8 @@ static int inside_hardened(const char *bin_dir)
 		return 37;
 	if (!sys_locked())
 		return 40;
+	if (!cgroup_ns_root())
+		return 47;
 	ret = host_hidden();
 	if (ret != 0)
 		return ret;
@@ -1890,6 +1954,7 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(t, userns_forbidden_by_sysctl);
 	tcase_add_test(t, ww_find_tree);
 	tcase_add_test(t, ww_find_full);
+	tcase_add_test(t, ww_find_long_mountinfo);
 	tcase_add_test(t, ww_collapse);
 	tcase_add_test(t, ww_budget_cut);
 	tcase_add_test(t, mountinfo_parse);
