@@ -913,31 +913,31 @@ static int filter_add_flags(scmp_filter_ctx ctx, int nr, uint64_t flags, int err
 	return 0;
 }
 
+/* Raw and packet sockets of inet and inet6: EPERM (root's, and what ping has no need of). */
+static int filter_add_raw(scmp_filter_ctx ctx)
+{
+	static const int families[] = { AF_INET, AF_INET6 };
+	static const int types[] = { SOCK_RAW, SOCK_PACKET };
+
+	for (size_t f = 0; f < AN_ARRAY_LEN(families); f++) {
+		for (size_t t = 0; t < AN_ARRAY_LEN(types); t++) {
+			int rc = seccomp_rule_add(
+			    ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 2,
+			    SCMP_A0(SCMP_CMP_MASKED_EQ, FILTER_LOW32, (uint64_t)families[f]),
+			    SCMP_A1(SCMP_CMP_MASKED_EQ, FILTER_SOCK_TYPE_MASK, (uint64_t)types[t]));
+			if (rc != 0) {
+				return rc;
+			}
+		}
+	}
+	return 0;
+}
+
 /* The rules both filters share: sockets, the terminal, and filter_refused. */
 static int filter_add_common(scmp_filter_ctx ctx)
 {
 	AN_ASSERT(ctx != NULL);
 	const struct filter_rule rules[] = {
-		{ SCMP_SYS(socket),
-		  EPERM,
-		  2,
-		  { SCMP_A0(SCMP_CMP_MASKED_EQ, FILTER_LOW32, AF_INET),
-		    SCMP_A1(SCMP_CMP_MASKED_EQ, FILTER_SOCK_TYPE_MASK, SOCK_RAW) } },
-		{ SCMP_SYS(socket),
-		  EPERM,
-		  2,
-		  { SCMP_A0(SCMP_CMP_MASKED_EQ, FILTER_LOW32, AF_INET),
-		    SCMP_A1(SCMP_CMP_MASKED_EQ, FILTER_SOCK_TYPE_MASK, SOCK_PACKET) } },
-		{ SCMP_SYS(socket),
-		  EPERM,
-		  2,
-		  { SCMP_A0(SCMP_CMP_MASKED_EQ, FILTER_LOW32, AF_INET6),
-		    SCMP_A1(SCMP_CMP_MASKED_EQ, FILTER_SOCK_TYPE_MASK, SOCK_RAW) } },
-		{ SCMP_SYS(socket),
-		  EPERM,
-		  2,
-		  { SCMP_A0(SCMP_CMP_MASKED_EQ, FILTER_LOW32, AF_INET6),
-		    SCMP_A1(SCMP_CMP_MASKED_EQ, FILTER_SOCK_TYPE_MASK, SOCK_PACKET) } },
 		/* ioctl's command is an unsigned int to the kernel. */
 		{ SCMP_SYS(ioctl),
 		  EPERM,
@@ -958,6 +958,9 @@ static int filter_add_common(scmp_filter_ctx ctx)
 	}
 	if (rc == 0) {
 		rc = filter_add_inet(ctx);
+	}
+	if (rc == 0) {
+		rc = filter_add_raw(ctx);
 	}
 	if (rc == 0) {
 		rc = filter_add_rules(ctx, rules, AN_ARRAY_LEN(rules));

@@ -32,6 +32,15 @@ static inline bool unit_can(const char *probe, const char *why)
 	return false;
 }
 
+/* Writes the <len> bytes at <data> to <path>, replacing what was there. */
+static inline void unit_spit(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	ck_assert_msg(f != NULL, "open %s", path);
+	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
 /* The whole file at <path> (owned: pool_free it), NUL-terminated; its length in *<len>. */
 static inline char *unit_slurp(const char *path, size_t *len)
 {

@@ -87,10 +87,7 @@ static const char *write_file(const char *name, const char *data, size_t len)
 	static char path[256];
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	FILE *f = fopen(path, "wb");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-	ck_assert_int_eq(fclose(f), 0);
+	unit_spit(path, data, len);
 	return path;
 }
 

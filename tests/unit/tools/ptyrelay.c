@@ -545,6 +545,13 @@ static void agent_exited_ok(const struct run *run)
 		      run->c.out + run->c.out_len - shown);
 }
 
+/* The run is over, the relay process reported, and the agent exited 0. */
+static void run_end_ok(struct run *run)
+{
+	run_finish(run);
+	agent_exited_ok(run);
+}
+
 /* ---- Tests through the relay ---- */
 
 START_TEST(keystrokes_and_output)
@@ -560,8 +567,7 @@ START_TEST(keystrokes_and_output)
 	/* Echoed once, by the agent's own pty: the caller's terminal does not echo. */
 	ck_assert_uint_eq(caller_count(&run->c, "hello"), 1);
 	caller_type(&run->c, "bye\r", 4);
-	run_finish(run);
-	agent_exited_ok(run);
+	run_end_ok(run);
 	caller_expect(&run->c, "LAST\r\n"); /* written just before it exited */
 	ck_assert_int_eq(tcgetattr(run->c.slave, &after), 0);
 	termios_same(&after, &run->c.before);
@@ -580,8 +586,7 @@ START_TEST(window_size)
 	caller_expect(&run->c, "READY 30x100"); /* copied by ptyrelay_open */
 	ck_assert_int_eq(ioctl(run->c.slave, TIOCSWINSZ, &ws), 0);
 	caller_expect(&run->c, "WINCH 50x132");
-	run_finish(run);
-	agent_exited_ok(run);
+	run_end_ok(run);
 	caller_close(&run->c);
 }
 END_TEST
@@ -594,8 +599,7 @@ START_TEST(ctrl_c_is_the_agents_sigint)
 	caller_expect(&run->c, "READY");
 	caller_type(&run->c, "\x03", 1);
 	caller_expect(&run->c, "GOT SIGINT");
-	run_finish(run);
-	agent_exited_ok(run);
+	run_end_ok(run);
 	caller_close(&run->c);
 }
 END_TEST
@@ -635,8 +639,7 @@ START_TEST(tiocsti_stays_in_the_pty)
 	if (!tiocsti_without_relay())
 		return;
 	run_start(run, TEST_STDIO_ALL, agent_tiocsti);
-	run_finish(run);
-	agent_exited_ok(run); /* it did inject: into its own pty */
+	run_end_ok(run); /* it did inject: into its own pty */
 	caller_expect(&run->c, "INJECTED");
 	ck_assert_int_eq(run->rep.caller_bytes, 0); /* the relay was offered nothing */
 	ck_assert_int_eq(caller_inq(&run->c), 0);
@@ -650,8 +653,7 @@ START_TEST(bulk_output)
 
 	run_start(run, TEST_STDIO_ALL, agent_bulk_out);
 	caller_expect(&run->c, "\r\nEND\r\n");
-	run_finish(run);
-	agent_exited_ok(run);
+	run_end_ok(run);
 	ck_assert_uint_eq(run->c.out_total, TEST_BULK_BYTES + strlen("\r\nEND\r\n"));
 	caller_close(&run->c);
 }
@@ -673,8 +675,7 @@ START_TEST(bulk_input)
 	caller_type(&run->c, bytes, sizeof(bytes));
 	snprintf(want, sizeof(want), "GOT %u %u", TEST_BULK_BYTES, sum);
 	caller_expect(&run->c, want);
-	run_finish(run);
-	agent_exited_ok(run);
+	run_end_ok(run);
 	caller_close(&run->c);
 }
 END_TEST
@@ -685,8 +686,7 @@ START_TEST(stdin_only)
 
 	run_start(run, TEST_STDIO_STDIN, agent_stdin_only);
 	caller_type(&run->c, "hi\r", 3);
-	run_finish(run);
-	agent_exited_ok(run);
+	run_end_ok(run);
 	/* Raw, the caller's terminal echoes nothing, and the pty's echo has nowhere to go. */
 	ck_assert_uint_eq(run->c.out_total, 0);
 	caller_close(&run->c);

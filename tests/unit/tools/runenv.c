@@ -88,10 +88,7 @@ static const char *file_n(const char *name, const char *content, size_t len)
 	static char path[128];
 
 	snprintf(path, sizeof(path), "%s/%s", test_dir, name);
-	FILE *f = fopen(path, "wb");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(content, 1, len, f), len);
-	ck_assert_int_eq(fclose(f), 0);
+	unit_spit(path, content, len);
 	return path;
 }
 

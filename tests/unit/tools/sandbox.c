@@ -810,14 +810,22 @@ static int run_in(const struct layout *l, char **cmd, bool userns)
 	return run_spec(&s);
 }
 
-/* Makes a pty whose slave becomes our controlling terminal (we lead a new session). */
-static int take_ctty(int *slave)
+/* A new pty's master, its slave unlocked (O_NOCTTY, close-on-exec). */
+static int pty_master_new(void)
 {
 	int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
 
 	ck_assert_int_ge(master, 0);
 	ck_assert_int_eq(grantpt(master), 0);
 	ck_assert_int_eq(unlockpt(master), 0);
+	return master;
+}
+
+/* Makes a pty whose slave becomes our controlling terminal (we lead a new session). */
+static int take_ctty(int *slave)
+{
+	int master = pty_master_new();
+
 	ck_assert_int_ne(setsid(), -1);
 	*slave = open(ptsname(master), O_RDWR | O_CLOEXEC);
 	ck_assert_int_ge(*slave, 0);
@@ -1252,10 +1260,7 @@ START_TEST(hangup_ends_sandbox)
 
 	if (!can_run(sandbox_needs_userns()))
 		return;
-	int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-	ck_assert_int_ge(master, 0);
-	ck_assert_int_eq(grantpt(master), 0);
-	ck_assert_int_eq(unlockpt(master), 0);
+	int master = pty_master_new();
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
@@ -1423,10 +1428,7 @@ START_TEST(pty_relayed)
 
 	if (!can_run(sandbox_needs_userns()))
 		return;
-	int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-	ck_assert_int_ge(master, 0);
-	ck_assert_int_eq(grantpt(master), 0);
-	ck_assert_int_eq(unlockpt(master), 0);
+	int master = pty_master_new();
 	char name[64];
 	snprintf(name, sizeof(name), "%s", ptsname(master));
 	pid_t pid = fork();
