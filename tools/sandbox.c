@@ -89,6 +89,20 @@
  * directories writable by a group or by the agent's own uid (unprivileged: the
  * caller's home).
  *
+ * A service's socket file outside those directories is a way out as well
+ * (connect() finds a pathname socket through the file system, whatever the
+ * network namespace): /var/lib/mysql/mysql.sock, a node's kubelet sockets, a
+ * user's own daemon in a home directory. The parent asks the kernel for every
+ * bound pathname socket (tools/hostsock.h: the caller's network namespace,
+ * and the init process's when it may enter it), keeping those the mounts above
+ * leave in view (only those count against hostsock's bound), and the child masks each of the rest that it still finds as a
+ * socket (opened without following a symlink) with a bind of /dev/null, where
+ * connect() is refused. Past SANDBOX_SOCKET_MASKS_MAX, the directories holding
+ * the most are hidden whole (the same masked entries as the walk's collapse,
+ * never one holding what the run keeps): nobody who can bind sockets can make
+ * runs fail or slow. Sockets bound in other network namespaces at paths the
+ * sandbox sees are not listed; `agentsnet selftest` looks for them.
+ *
  * The kernel keeps some allowances per uid, whoever in it asks: queued signals
  * (RLIMIT_SIGPENDING, 96362 by default here), POSIX message queue bytes
  * (RLIMIT_MSGQUEUE, 800 KiB) and memory locked by SHM_LOCK or io_uring
@@ -173,6 +187,7 @@
 
 #include "core/an.h"
 #include "core/pool.h"
+#include "tools/hostsock.h"
 
 extern char **environ;
 
@@ -205,6 +220,11 @@ extern char **environ;
 /* A mountinfo line at worst: root and mount point of PATH_MAX bytes each, every byte escaped
  * to 4 (\040), plus the ids, options and source: read whole, or the run fails. */
 #define SANDBOX_MOUNTINFO_LINE (64u << 10)
+/*
+ * Host socket files the sandbox masks one by one, at most (a bind mount each). Past it
+ * the directories holding the most are hidden whole instead, as the walk's collapse does.
+ */
+#define SANDBOX_SOCKET_MASKS_MAX 1024u
 /* What one sandbox may take of its uid's allowances, which every process of the uid shares. */
 #define SANDBOX_SIGPENDING_MAX 1024u
 #define SANDBOX_MSGQUEUE_BYTES (256u << 10)
@@ -254,8 +274,10 @@ struct ww_list {
 
 struct child_ctx {
 	const struct sandbox_spec *s;
-	const char **argv;          /* owned by sandbox_start */
-	struct ww_list *ww;         /* owned by sandbox_start */
+	const char **argv;  /* owned by sandbox_start */
+	struct ww_list *ww; /* owned by sandbox_start */
+	/* The host's socket files left in view by the mounts, each masked (owned by sandbox_start). */
+	struct hostsock_list sockets;
 	const struct ptyrelay *pty; /* the sandbox's: master -1 when none */
 	uint64_t nproc_max;         /* RLIMIT_NPROC to set (no cgroup), or 0 */
 	int err_fd;
@@ -1349,6 +1371,39 @@ static void mount_private(const struct child_ctx *c, const struct ww_dir *d)
 }
 
 /*
+ * A bind of the sandbox's /dev/null over the host's socket file <path>, where
+ * connect() is then refused. It is looked up without following a symlink and
+ * mounted on through that descriptor; a path that is no longer a socket file
+ * we can reach (hidden, removed, replaced, or behind a directory we may not
+ * search, which the agent may not either) needs nothing.
+ */
+static void mask_socket(const struct child_ctx *c, const char *path)
+{
+	struct open_how how = { .flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	char target[64];
+	struct stat st;
+
+	AN_ASSERT(path[0] == '/');
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+	if (fd == -1 && errno == ENOSYS)
+		fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1 && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == EACCES))
+		return;
+	if (fd == -1)
+		child_fail(c->err_fd, errno, "open %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) == -1)
+		child_fail(c->err_fd, errno, "stat %s: %s", path, strerror(errno));
+	if (S_ISSOCK(st.st_mode)) {
+		snprintf(target, sizeof(target), "/proc/self/fd/%d", fd);
+		if (mount("/dev/null", target, NULL, MS_BIND, NULL) == -1)
+			child_fail(c->err_fd, errno, "mount /dev/null on the socket %s: %s", path,
+				   strerror(errno));
+	}
+	close(fd);
+}
+
+/*
  * The host's /sys, cgroup hierarchies included, read-only: an agent that
  * owns its cgroup's files (a delegated v1 hierarchy, or host uid 0 without
  * CAP_SYS_ADMIN) could otherwise raise its own limits or move itself out of
@@ -1688,6 +1743,9 @@ static _Noreturn void child_main(const struct child_ctx *c)
 	/* Last, so the masks above still found their mount points (a socket directory in /tmp). */
 	for (size_t i = 0; i < c->ww->n; i++)
 		mount_private(c, &c->ww->dirs[i]);
+	for (const char *p = hostsock_next(&c->sockets, NULL); p != NULL;
+	     p = hostsock_next(&c->sockets, p))
+		mask_socket(c, p);
 	mount_sys(c);
 	lo_up(c);
 	drop_privileges(c);
@@ -2029,8 +2087,146 @@ static int ww_prepare(struct ww_list *l, const struct sandbox_spec *s, char *err
 			 l->mountinfo_line_no, SANDBOX_MOUNTINFO_LINE);
 	else if (ret != 0)
 		snprintf(err, err_len, "read /proc/self/mountinfo: %s", strerror(-ret));
-	if (ret == 0)
-		ww_report(l);
+	return ret;
+}
+
+/* Whether the mounts leave <path> in view (not a replaced or private directory, nor the
+ * socket directory): hostsock's filter, <arg> the child_ctx. */
+static bool socket_in_view(const char *path, void *arg)
+{
+	const struct child_ctx *c = arg;
+	char parent[PATH_MAX];
+
+	AN_ASSERT(path[0] == '/');
+	if (ww_covered(c->ww, path) || sandbox_path_under(path, c->s->socket_dir))
+		return false;
+	snprintf(parent, sizeof(parent), "%s", c->s->dir);
+	char *slash = strrchr(parent, '/');
+	if (slash == NULL || slash == parent)
+		return true;
+	*slash = '\0';
+	return !sandbox_path_under(path, parent);
+}
+
+/* The length of <path>'s directory ("/a/b" of "/a/b/s.sock"; 1 for "/s.sock"). */
+static size_t socket_dir_len(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	AN_ASSERT(slash != NULL);
+	return slash == path ? 1 : (size_t)(slash - path);
+}
+
+static bool socket_same_dir(const char *a, const char *b)
+{
+	size_t len = socket_dir_len(a);
+
+	return len == socket_dir_len(b) && memcmp(a, b, len) == 0;
+}
+
+/* Sorts paths by directory, then name: each directory's sockets are adjacent. */
+static int socket_order(const void *a, const void *b)
+{
+	const char *pa = *(const char *const *)a, *pb = *(const char *const *)b;
+	size_t la = socket_dir_len(pa), lb = socket_dir_len(pb);
+	int c = memcmp(pa, pb, la < lb ? la : lb);
+	if (c != 0 || la != lb)
+		return c != 0 ? c : (la < lb ? -1 : 1);
+	return strcmp(pa, pb);
+}
+
+/*
+ * Past SANDBOX_SOCKET_MASKS_MAX sockets: hides the directories holding the most of
+ * them whole (masked ww entries) until the rest fit, never / nor one holding what
+ * the run keeps. Returns the sockets left to mask one by one, or -E2BIG with <err>.
+ */
+static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, char *err,
+			     size_t err_len)
+{
+	char dir[PATH_MAX];
+	size_t left = n;
+
+	AN_ASSERT(n > SANDBOX_SOCKET_MASKS_MAX);
+	qsort(paths, n, sizeof(*paths), socket_order);
+	while (left > SANDBOX_SOCKET_MASKS_MAX) {
+		size_t best = 0, best_n = 0;
+		for (size_t i = 0; i < n;) {
+			if (paths[i] == NULL) {
+				i++;
+				continue;
+			}
+			size_t j = i + 1, count = 1;
+			while (j < n && (paths[j] == NULL || socket_same_dir(paths[i], paths[j]))) {
+				count += paths[j] != NULL;
+				j++;
+			}
+			size_t len = socket_dir_len(paths[i]);
+			snprintf(dir, sizeof(dir), "%.*s", (int)len, paths[i]);
+			if (len > 1 && count > best_n && ww_kept(c->ww, dir) < 0 &&
+			    c->ww->n < SANDBOX_WW_MAX) {
+				best = i;
+				best_n = count;
+			}
+			i = j;
+		}
+		if (best_n == 0) {
+			snprintf(err, err_len,
+				 "this host has %zu Unix sockets bound in directories the sandbox "
+				 "shows, and they cannot be hidden within %u masks and %d hidden "
+				 "directories without hiding what the run needs",
+				 n, SANDBOX_SOCKET_MASKS_MAX, SANDBOX_WW_MAX);
+			return -E2BIG;
+		}
+		size_t len = socket_dir_len(paths[best]);
+		snprintf(dir, sizeof(dir), "%.*s", (int)len, paths[best]);
+		ww_put(c->ww, dir, 0755, true);
+		for (size_t i = 0; i < n; i++) {
+			if (paths[i] != NULL && sandbox_path_under(paths[i], dir)) {
+				paths[i] = NULL;
+				left--;
+			}
+		}
+	}
+	return (long)left;
+}
+
+/*
+ * The host's socket files the mounts leave in view, into c->sockets for the child
+ * to mask. Returns 0 or -errno with <err>.
+ */
+static int sockets_prepare(struct child_ctx *c, char *err, size_t err_len)
+{
+	struct hostsock_list all = { .wanted = socket_in_view, .wanted_arg = c };
+	const char **paths = NULL;
+	size_t n = 0;
+
+	int ret = hostsock_list_host(&all, err, err_len);
+	if (ret < 0)
+		goto out;
+	paths = pool_calloc(all.n + 1, sizeof(*paths));
+	if (paths == NULL) {
+		snprintf(err, err_len, "out of memory");
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (const char *p = hostsock_next(&all, NULL); p != NULL; p = hostsock_next(&all, p))
+		paths[n++] = p;
+	if (n > SANDBOX_SOCKET_MASKS_MAX) {
+		long left = sockets_collapse(c, paths, n, err, err_len);
+		if (left < 0) {
+			ret = (int)left;
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		if (paths[i] != NULL)
+			ret = hostsock_add(&c->sockets, paths[i]);
+	}
+	if (ret < 0)
+		snprintf(err, err_len, "the host's socket files to hide: %s", strerror(-ret));
+out:
+	pool_free(paths);
+	hostsock_free(&all);
 	return ret;
 }
 
@@ -2052,7 +2248,12 @@ static int child_prepare(struct child_ctx *c, char *err, size_t err_len)
 	}
 	int ret = sandbox_bridge_argv(s, c->argv, cap);
 	AN_ASSERT(ret > 0); /* sized above */
-	return ww_prepare(c->ww, s, err, err_len);
+	ret = ww_prepare(c->ww, s, err, err_len);
+	if (ret == 0)
+		ret = sockets_prepare(c, err, err_len);
+	if (ret == 0)
+		ww_report(c->ww);
+	return ret;
 }
 
 static void child_release(struct child_ctx *c)
@@ -2063,6 +2264,7 @@ static void child_release(struct child_ctx *c)
 	c->argv = NULL;
 	pool_free(c->ww);
 	c->ww = NULL;
+	hostsock_free(&c->sockets);
 }
 
 /* Kills the bridge started a moment ago and reaps it (a step after its exec failed). */

@@ -10,7 +10,12 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   program run outside the sandbox does: the control); the agent has a terminal of its own,
   whose window size follows the caller's (SIGWINCH) and where ^C is its own SIGINT; the
   caller's terminal settings come back unchanged.
-- t_selftest: `agentsnet selftest` as root and unprivileged: every probe says closed.
+- t_selftest: `agentsnet selftest` as root and unprivileged: every probe says closed, with
+  a host service's socket listening outside every directory the sandbox replaces (as
+  /var/lib/mysql/mysql.sock), bound in the caller's network namespace: the sandbox masks
+  it, and host-sockets finds none that accepts. (The init process's namespace, which root
+  also lists, is out of reach on this test machine: its PID 1 refuses /proc/1/ns/net; the
+  unit test of tools/hostsock.c lists another namespace through a descriptor.)
 """
 
 import errno
@@ -76,6 +81,38 @@ def set_winsize(fd, rows, cols):
 def input_queued(fd):
     """Bytes waiting in the input queue of the terminal <fd> (what a shell would read next)."""
     return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+# A host service: binds a Unix socket at argv[1], makes it connectable by anyone, listens,
+# says "ready", and stays until its stdin closes.
+LISTENER_PY = r"""
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])
+os.chmod(sys.argv[1], 0o777)
+s.listen(8)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+class HostService:
+    """A listening Unix socket at <path>, run with <prefix> (such as `ip netns exec NS`)."""
+
+    def __init__(self, path, prefix=()):
+        self.path = path
+        self.proc = subprocess.Popen(list(prefix) + ["python3", "-c", LISTENER_PY, path],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        line = self.proc.stdout.readline()
+        if line.strip() != b"ready":
+            self.close()
+            raise RuntimeError("host service at %s did not start" % path)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(10)
+        if os.path.exists(self.path):
+            os.unlink(self.path)
 
 
 class Terminal:
@@ -278,7 +315,21 @@ class ContainmentTests:
     # ---- agentsnet selftest -----------------------------------------------------------
 
     def t_selftest(self):
+        services = os.path.join(self.tmp, "host-services")
+        os.makedirs(services, mode=0o755, exist_ok=True)
+        os.chmod(services, 0o755)
+
         def selftest(user):
+            # Bound in the caller's network namespace, as a host service beside it.
+            svc = [HostService(os.path.join(services, "caller-netns.sock"),
+                               ["ip", "netns", "exec", self.args.netns])]
+            try:
+                return run_selftest(user)
+            finally:
+                for one in svc:
+                    one.close()
+
+        def run_selftest(user):
             argv = [self.vars["agentsnet"], "selftest", "--socket-dir", self.vars["sock_dir"],
                     "-v"]
             p = subprocess.run(self.host_cmd(argv, user), stdout=subprocess.PIPE,

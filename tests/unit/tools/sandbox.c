@@ -39,6 +39,7 @@
  */
 #include "../../../tools/sandbox.c"
 #include "../../../tools/cgroup.c"
+#include "../../../tools/hostsock.c"
 #include "../../../tools/ptyrelay.c"
 
 #include <arpa/inet.h>
@@ -508,6 +509,62 @@ START_TEST(ww_collapse)
 }
 END_TEST
 
+/* Fills <paths> with <n> socket paths "<dir>/s<i>.sock" from <at>; returns the next index. */
+static size_t socket_paths(const char **paths, char (*names)[64], size_t at, const char *dir,
+			   size_t n)
+{
+	for (size_t i = 0; i < n; i++, at++) {
+		snprintf(names[at], sizeof(names[at]), "%s/s%zu.sock", dir, i);
+		paths[at] = names[at];
+	}
+	return at;
+}
+
+/*
+ * More host sockets left in view than the sandbox masks one by one: the
+ * directories holding the most are hidden whole, never one holding what the
+ * run keeps, nor /; when that is not enough the run is refused, saying why.
+ */
+START_TEST(sockets_collapse_dirs)
+{
+	enum { MANY = SANDBOX_SOCKET_MASKS_MAX + 76 };
+	static char names[2 * MANY + 64][64];
+	static const char *paths[2 * MANY + 64];
+	struct child_ctx c = { 0 };
+	char err[512];
+
+	c.ww = pool_calloc(1, sizeof(*c.ww));
+	ww_keep(c.ww, "/k/keep", "the working directory");
+	size_t n = socket_paths(paths, names, 0, "/k", 5);
+	n = socket_paths(paths, names, n, "/b", 10);
+	n = socket_paths(paths, names, n, "/a/many", MANY);
+	n = socket_paths(paths, names, n, "/a/many/sub", 3);
+	n = socket_paths(paths, names, n, "/a/many-x", 2);
+	n = socket_paths(paths, names, n, "", 1); /* "/s0.sock": never collapsed into "/" */
+	ck_assert_int_eq(sockets_collapse(&c, paths, n, err, sizeof(err)), 5 + 10 + 2 + 1);
+	ck_assert_uint_eq(c.ww->n, 1);
+	ck_assert(is_masked(c.ww, "/a/many"));
+	size_t left = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (paths[i] == NULL)
+			continue;
+		left++;
+		ck_assert_msg(!sandbox_path_under(paths[i], "/a/many"), "%s", paths[i]);
+	}
+	ck_assert_uint_eq(left, 18);
+
+	/* Only the kept directory (and /) hold them: refused. */
+	c.ww->n = 0;
+	n = socket_paths(paths, names, 0, "/k", MANY);
+	n = socket_paths(paths, names, n, "", 2);
+	ck_assert_int_eq(sockets_collapse(&c, paths, n, err, sizeof(err)), -E2BIG);
+	ck_assert_msg(strstr(err, "Unix sockets bound in directories the sandbox shows") != NULL,
+		      "%s", err);
+	ck_assert_uint_eq(c.ww->n, 0);
+	pool_free(c.ww);
+}
+END_TEST
+
 /* More world-writable directories than the list holds, and only / holds them: refused. */
 START_TEST(ww_find_full)
 {
@@ -652,7 +709,7 @@ struct layout {
 	char dir[192];   /* socket_dir/sandboxes/box */
 	char other[192]; /* socket_dir/sandboxes/other */
 	char bridge[192];
-	int fds[3]; /* listening: control, egress, the other's egress */
+	int fds[4]; /* listening: control, egress, the other's egress, a host service's */
 };
 
 static int listen_at(const char *path)
@@ -725,6 +782,10 @@ static void layout_make(struct layout *l, bool userns)
 	l->fds[1] = listen_at(path);
 	snprintf(path, sizeof(path), "%s/egress.sock", l->other);
 	l->fds[2] = listen_at(path);
+	/* A host service's socket outside every directory the sandbox replaces (as
+	 * /var/lib/mysql/mysql.sock): the sandbox must mask it. */
+	snprintf(path, sizeof(path), "%s/service.sock", l->bin_dir);
+	l->fds[3] = listen_at(path);
 	snprintf(path, sizeof(path), "%s/sandbox.conf", l->dir);
 	write_file(path, "profile default\n", 0644);
 	snprintf(l->bridge, sizeof(l->bridge), "%s/bridge.sh", l->bin_dir);
@@ -1835,6 +1896,9 @@ static int inside_main(const char *socket_dir, const char *uid, const char *bin_
 	snprintf(path, sizeof(path), "%s/rootfile", bin_dir);
 	if (!userns && (open(path, O_WRONLY | O_APPEND) != -1 || errno != EACCES))
 		return 26; /* root's file, mode 0644: not the agent's to write */
+	snprintf(path, sizeof(path), "%s/service.sock", bin_dir);
+	if (connect_unix(path) != -ECONNREFUSED)
+		return 48; /* the host service's socket, masked by /dev/null */
 	if (connect_unix(SANDBOX_EGRESS_SOCKET) != 0)
 		return 11;
 	snprintf(path, sizeof(path), "%s/control.sock", socket_dir);
@@ -1955,6 +2019,7 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(t, sysctls);
 	tcase_add_test(t, userns_forbidden_by_sysctl);
 	tcase_add_test(t, ww_find_tree);
+	tcase_add_test(t, sockets_collapse_dirs);
 	tcase_add_test(t, ww_find_full);
 	tcase_add_test(t, ww_find_long_mountinfo);
 	tcase_add_test(t, ww_collapse);
