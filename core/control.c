@@ -57,6 +57,7 @@ struct answer {
 	size_t len;
 	size_t cap;
 	bool failed;
+	int fd; /* a descriptor sent with the answer (SCM_RIGHTS), or -1 */
 };
 
 static void answer_add(struct answer *a, const char *fmt, ...)
@@ -126,7 +127,9 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 {
 	char dir[4096];
 
-	int ret = engine_sandbox_add(e, id, profile, owner, dir, sizeof(dir));
+	/* An owned sandbox's `agentsnet run` gets its ingress socket with the answer. */
+	int ret = engine_sandbox_add(e, id, profile, owner, dir, sizeof(dir),
+				     owner != NULL ? &a->fd : NULL);
 	switch (ret) {
 	case 0:
 		log_info("sandbox %s: added (profile %s)", id, profile);
@@ -246,11 +249,11 @@ static int split_words(char *line, char **words, int max)
 }
 
 char *control_handle(struct engine *e, const char *line, const struct engine_owner *owner,
-		     size_t *len)
+		     size_t *len, int *fd)
 {
 	char copy[CONTROL_LINE_BYTES_MAX];
 	char *w[5];
-	struct answer a = { 0 };
+	struct answer a = { .fd = -1 };
 
 	size_t n = strlen(line);
 	if (n >= sizeof(copy)) {
@@ -290,12 +293,46 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 			answer_add(&a, "error bad_request unknown request (see docs/control.md)\n");
 		}
 	}
+	if (a.failed || fd == NULL) {
+		if (a.fd >= 0)
+			close(a.fd);
+		a.fd = -1;
+	}
+	if (fd != NULL)
+		*fd = a.fd;
 	if (a.failed) {
 		AN_FREE(&a.p);
 		return NULL;
 	}
 	*len = a.len;
 	return a.p;
+}
+
+/* Sends <len> bytes of <reply> on <sock>, the first of them with <fd> (SCM_RIGHTS) when >= 0. */
+static void send_reply(int sock, const char *reply, size_t len, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} control = { 0 };
+
+	for (size_t off = 0; off < len;) {
+		struct iovec iov = { .iov_base = (char *)reply + off, .iov_len = len - off };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+		if (fd >= 0 && off == 0) {
+			msg.msg_control = control.buf;
+			msg.msg_controllen = sizeof(control.buf);
+			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(c), &fd, sizeof(int));
+		}
+		ssize_t w = sendmsg(sock, &msg, MSG_NOSIGNAL);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
 }
 
 /* Reads one line (up to '\n' or EOF) within the socket's receive timeout. */
@@ -340,7 +377,8 @@ static void serve_one(struct control *ctl, int fd)
 	    engine_owner_of(cred.pid, &owner) == 0)
 		owner.uid = cred.uid;
 	ssize_t n = read_line(fd, line, sizeof(line));
-	char *out = n < 0 ? NULL : control_handle(ctl->e, line, &owner, &len);
+	int pass_fd = -1;
+	char *out = n < 0 ? NULL : control_handle(ctl->e, line, &owner, &len, &pass_fd);
 	const char *reply = out;
 	if (n < 0) {
 		reply = "error bad_request request line too long\n";
@@ -349,12 +387,9 @@ static void serve_one(struct control *ctl, int fd)
 		reply = "error internal out of memory\n";
 		len = strlen(reply);
 	}
-	for (size_t off = 0; off < len;) {
-		ssize_t w = send(fd, reply + off, len - off, MSG_NOSIGNAL);
-		if (w <= 0)
-			break;
-		off += (size_t)w;
-	}
+	send_reply(fd, reply, len, pass_fd);
+	if (pass_fd >= 0)
+		close(pass_fd);
 	pool_free(out);
 }
 
@@ -407,15 +442,16 @@ int control_start(struct control *ctl, struct engine *e, gid_t group)
 	int n = snprintf(ctl->path, sizeof(ctl->path), "%s/control.sock", e->cfg->socket_dir);
 	if (n < 0 || (size_t)n >= sizeof(ctl->path))
 		return -ENAMETOOLONG;
-	int ret = engine_mkdir_parents(e->cfg->socket_dir, 0755);
-	int fd = ret == 0 ? engine_listen_unix(ctl->path, 0660, false) : ret;
+	int ret = engine_dir_secure(e->cfg->socket_dir, 0755);
+	if (ret >= 0) {
+		close(ret);
+		ret = 0;
+	}
+	int fd = ret == 0 ? engine_listen_unix(ctl->path, 0660, group, false) : ret;
 	if (fd < 0) {
 		log_error("control socket %s: %s", ctl->path, strerror(-fd));
 		return fd;
 	}
-	if (group != (gid_t)-1 && chown(ctl->path, (uid_t)-1, group) == -1)
-		log_warn("control socket %s: chown to group %u: %s", ctl->path, (unsigned)group,
-			 strerror(errno));
 	ctl->listen_fd = fd;
 	ctl->stop_fd = eventfd(0, EFD_CLOEXEC);
 	ret = ctl->stop_fd == -1 ? -errno : -pthread_create(&ctl->thread, NULL, control_main, ctl);

@@ -38,9 +38,12 @@ void control_stop(struct control *ctl);
 /*
  * Handles one request line <line> (NUL-terminated, no newline) and returns
  * the whole answer (lines ending in '\n'), owned by the caller (pool_free),
- * with its length in *<len>; NULL when out of memory. Exposed for tests.
+ * with its length in *<len>; NULL when out of memory. A descriptor that goes
+ * with the answer (an owned sandbox's listening ingress socket) is put in
+ * *<fd> for the caller to send and close, else -1; with <fd> NULL it is
+ * closed here. Exposed for tests.
  */
 char *control_handle(struct engine *e, const char *line, const struct engine_owner *owner,
-		     size_t *len);
+		     size_t *len, int *fd);
 
 #endif /* AN_CORE_CONTROL_H */

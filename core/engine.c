@@ -27,6 +27,7 @@
 #include <sys/eventfd.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -38,11 +39,31 @@
 #include "core/pool.h"
 #include "core/worker.h"
 
+/*
+ * The calling thread's umask and file-system credentials, apart from the other
+ * threads' (unshare(CLONE_FS) once per thread): a socket or directory is then
+ * made with its final mode (and group) by setting them around bind or mkdir,
+ * never fixed up afterwards by path, and no other thread's files see them.
+ */
+static int thread_fs_private(void)
+{
+	static _Thread_local bool done;
+
+	if (done)
+		return 0;
+	if (unshare(CLONE_FS) == -1)
+		return -errno;
+	done = true;
+	return 0;
+}
+
 static int mkdir_one(const char *path, mode_t mode)
 {
-	if (mkdir(path, mode) == -1 && errno != EEXIST)
-		return -errno;
-	return 0;
+	AN_ASSERT((mode & ~07777u) == 0);
+	mode_t old = umask(~mode & 0777);
+	int ret = mkdir(path, mode) == -1 && errno != EEXIST ? -errno : 0;
+	umask(old);
+	return ret;
 }
 
 int engine_mkdir_parents(const char *dir, mode_t mode)
@@ -51,17 +72,49 @@ int engine_mkdir_parents(const char *dir, mode_t mode)
 
 	if (strlen(dir) >= sizeof(tmp))
 		return -ENAMETOOLONG;
+	int ret = thread_fs_private();
+	if (ret != 0)
+		return ret;
 	snprintf(tmp, sizeof(tmp), "%s", dir);
 	for (char *p = tmp + 1; *p != '\0'; p++) {
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		int ret = mkdir_one(tmp, mode);
+		ret = mkdir_one(tmp, mode);
 		*p = '/';
 		if (ret != 0)
 			return ret;
 	}
 	return mkdir_one(tmp, mode);
+}
+
+/* Whether <st> is a directory of ours that nobody else may write into. */
+static bool dir_ours(const struct stat *st)
+{
+	return S_ISDIR(st->st_mode) && st->st_uid == geteuid() && (st->st_mode & 022) == 0;
+}
+
+int engine_dir_secure(const char *path, mode_t mode)
+{
+	struct stat st;
+
+	int ret = engine_mkdir_parents(path, mode);
+	int fd = ret == 0 ? open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : ret;
+	if (fd == -1)
+		fd = -errno;
+	if (fd < 0) {
+		log_error("%s: %s", path, strerror(-fd));
+		return fd;
+	}
+	if (fstat(fd, &st) == -1 || !dir_ours(&st)) {
+		log_error("%s: owned by uid %u, mode %04o: the daemon's directories must be its "
+			  "own and writable by nobody else (a symlink, or anyone's write access, "
+			  "would let them redirect the sockets it makes)",
+			  path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
 }
 
 /* -EADDRINUSE when a live process serves <sun>, 0 when the path is free or stale. */
@@ -80,29 +133,87 @@ static int socket_path_claim(const struct sockaddr_un *sun)
 	return 0;
 }
 
-int engine_listen_unix(const char *path, mode_t mode, bool nonblock)
+int engine_listen_unix(const char *path, mode_t mode, gid_t group, bool nonblock)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 
+	AN_ASSERT((mode & ~0777u) == 0);
 	if (strlen(path) >= sizeof(sun.sun_path))
 		return -ENAMETOOLONG;
 	memcpy(sun.sun_path, path, strlen(path) + 1);
-	int ret = socket_path_claim(&sun);
+	int ret = thread_fs_private();
+	if (ret == 0)
+		ret = socket_path_claim(&sun);
 	if (ret != 0)
 		return ret;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
 	if (fd == -1)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 || chmod(path, mode) == -1 ||
-	    listen(fd, 4096) == -1) {
+	/* The file gets its mode and group as bind makes it: nothing is changed by path after. */
+	mode_t old_mask = umask(~mode & 0777);
+	int old_fsgid = group != (gid_t)-1 ? setfsgid(group) : -1;
+	ret = bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ? -errno : 0;
+	if (group != (gid_t)-1)
+		setfsgid((gid_t)old_fsgid);
+	umask(old_mask);
+	if (ret == 0 && listen(fd, 4096) == -1)
 		ret = -errno;
+	if (ret != 0) {
 		close(fd);
 		return ret;
 	}
 	return fd;
 }
 
-static int listen_unix(struct engine_sandbox *sb, const char *socket_dir)
+/*
+ * Makes sandbox <id>'s directory in <socket_dir>/sandboxes, never reusing what
+ * it did not make: <fresh> (a new registration) removes whatever is in its
+ * place first (completely, core/layout.h) and makes it exclusively; otherwise
+ * (a sandbox of the policy file, or one re-adopted after a restart, whose
+ * `agentsnet run` may still have the directory mounted) an existing one is
+ * kept only if it is a directory of ours that nobody else can write. 0 or
+ * -errno, logged naming the directory.
+ */
+static int sandbox_dir_make(const char *socket_dir, const char *id, bool fresh, const char *dir)
+{
+	char parent[PATH_MAX];
+	struct stat st;
+
+	int ret = layout_sandbox_dir(socket_dir, "x", parent, sizeof(parent));
+	AN_ASSERT(ret == 0); /* shorter than <dir>, which fitted */
+	parent[strlen(parent) - 2] = '\0';
+	int pfd = engine_dir_secure(parent, 0755);
+	if (pfd < 0)
+		return pfd;
+	if (fresh) {
+		ret = layout_sandbox_dir_remove(socket_dir, id);
+		if (ret != 0)
+			log_error("sandbox %s: %s is left from before and cannot be removed: %s",
+				  id, dir, strerror(-ret));
+	}
+	if (ret == 0) {
+		mode_t old = umask(022);
+		ret = mkdirat(pfd, id, 0755) == -1 ? -errno : 0;
+		umask(old);
+	}
+	if (ret == -EEXIST && !fresh) {
+		int fd = openat(pfd, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		ret = fd >= 0 && fstat(fd, &st) == 0 && dir_ours(&st) ? 0 : -EPERM;
+		if (fd >= 0)
+			close(fd);
+		if (ret != 0)
+			log_error(
+			    "sandbox %s: %s exists and is not a directory of the daemon's that "
+			    "nobody else can write: refused (remove it)",
+			    id, dir);
+	} else if (ret != 0 && ret != -ENOTEMPTY) {
+		log_error("sandbox %s: mkdir %s: %s", id, dir, strerror(-ret));
+	}
+	close(pfd);
+	return ret;
+}
+
+static int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh)
 {
 	char dir[PATH_MAX];
 
@@ -115,8 +226,10 @@ static int listen_unix(struct engine_sandbox *sb, const char *socket_dir)
 			  dir, sizeof(sb->path) - 1);
 		return -ENAMETOOLONG;
 	}
-	ret = engine_mkdir_parents(dir, 0755);
-	int fd = ret == 0 ? engine_listen_unix(sb->path, 0666, true) : ret;
+	ret = sandbox_dir_make(socket_dir, sb->id, fresh, dir);
+	if (ret != 0)
+		return ret;
+	int fd = engine_listen_unix(sb->path, 0666, (gid_t)-1, true);
 	if (fd < 0) {
 		log_error("sandbox %s: %s: %s", sb->id, sb->path, strerror(-fd));
 		return fd;
@@ -256,10 +369,12 @@ static int ingress_internal_open(struct engine *e)
 		return -ENAMETOOLONG;
 	}
 	sun->sun_family = AF_UNIX;
-	int ret = engine_mkdir_parents(dir, 0700);
-	if (ret == 0 && chmod(dir, 0700) == -1)
-		ret = -errno;
-	int fd = ret == 0 ? engine_listen_unix(sun->sun_path, 0600, true) : ret;
+	int ret = engine_dir_secure(dir, 0700);
+	if (ret >= 0) {
+		close(ret);
+		ret = 0;
+	}
+	int fd = ret == 0 ? engine_listen_unix(sun->sun_path, 0600, (gid_t)-1, true) : ret;
 	if (fd < 0) {
 		log_error("ingress: %s: %s", sun->sun_path, strerror(-fd));
 		return fd;
@@ -346,7 +461,8 @@ static void snapshot_sandbox_set(const struct engine *e, struct snapshot *s, int
  * opens its socket; the slot stays FREE on failure. Caller holds the lock
  * (or is start-up).
  */
-static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t profile, bool dynamic)
+static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t profile, bool dynamic,
+			bool fresh)
 {
 	struct engine_sandbox *sb = e->sandboxes[idx];
 	struct snapshot *now = snapshot_now(e);
@@ -361,7 +477,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 	__atomic_store_n(&sb->ingress_rate.tat_us, 0, __ATOMIC_RELAXED);
 	sb->dynamic = dynamic;
 	sb->worker = e->next_worker++ % e->worker_count;
-	int ret = listen_unix(sb, e->cfg->socket_dir);
+	int ret = listen_unix(sb, e->cfg->socket_dir, fresh);
 	if (ret != 0)
 		return ret;
 	sb->state = SANDBOX_ACTIVE;
@@ -425,10 +541,12 @@ static int registry_write(const struct engine *e, const char *id, const char *pr
 	char path[PATH_MAX];
 
 	int ret = layout_registry_dir(e->cfg->socket_dir, dir, sizeof(dir));
-	if (ret == 0)
-		ret = engine_mkdir_parents(dir, 0700);
 	if (ret != 0)
 		return ret;
+	int dfd = engine_dir_secure(dir, 0700);
+	if (dfd < 0)
+		return dfd;
+	close(dfd);
 	registry_path(e, id, path, sizeof(path));
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd == -1)
@@ -500,7 +618,7 @@ static int sandboxes_open(struct engine *e)
 		if (idx < 0)
 			return -ENOMEM;
 		const char *id = cfg->sandboxes[i].id;
-		int ret = sandbox_open(e, idx, id, cfg->sandboxes[i].profile, false);
+		int ret = sandbox_open(e, idx, id, cfg->sandboxes[i].profile, false, false);
 		if (ret != 0)
 			return ret;
 		if (cfg->tcp_sandbox != NULL && strcmp(cfg->tcp_sandbox, id) == 0)
@@ -523,6 +641,17 @@ static void registry_drop(const struct engine *e, const char *id)
 	unlink(path);
 	sandbox_dir_remove(e, id);
 }
+
+/* Where a sandbox comes from: what its directory may be, and whether the registry has it. */
+enum sandbox_origin {
+	SANDBOX_FROM_FILE,     /* the policy file (a reload): its directory kept if ours */
+	SANDBOX_FROM_CONTROL,  /* registered now: a fresh directory, a registry record */
+	SANDBOX_FROM_REGISTRY, /* re-adopted after a restart: its directory kept if ours */
+};
+
+static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
+			      enum sandbox_origin origin, const struct engine_owner *owner,
+			      char *dir, size_t cap, int *ingress_fd);
 
 /* Re-adopts every registry record; ones that no longer fit are logged and dropped. */
 static void registry_adopt(struct engine *e)
@@ -554,10 +683,13 @@ static void registry_adopt(struct engine *e)
 				 de->d_name, (int)owner.pid);
 			continue;
 		}
-		if (ret == 0)
-			ret = engine_sandbox_add(e, de->d_name, profile,
+		if (ret == 0) {
+			pthread_mutex_lock(&e->lock);
+			ret = sandbox_add_locked(e, de->d_name, profile, SANDBOX_FROM_REGISTRY,
 						 owner.pid > 0 ? &owner : NULL, sandbox_dir,
-						 sizeof(sandbox_dir));
+						 sizeof(sandbox_dir), NULL);
+			pthread_mutex_unlock(&e->lock);
+		}
 		if (ret == 0)
 			log_info("sandbox %s: re-adopted (profile %s)", de->d_name, profile);
 		else if (ret != -EEXIST)
@@ -727,7 +859,14 @@ int engine_start(struct engine *e)
 	e->ingress_on = e->cfg->ingress_listen != NULL;
 	e->ingress_tls = e->ingress_on && e->cfg->ingress_tls_cert != NULL;
 	e->ingress_internal_fd = -1;
-	ret = sandboxes_open(e);
+	/* Everything below is made in it: it must be ours, and writable by nobody else. */
+	ret = engine_dir_secure(e->cfg->socket_dir, 0755);
+	if (ret >= 0) {
+		close(ret);
+		ret = 0;
+	}
+	if (ret == 0)
+		ret = sandboxes_open(e);
 	if (ret == 0 && e->ingress_tls)
 		ret = ingress_internal_open(e);
 	for (uint32_t i = 0; ret == 0 && i < e->worker_count; i++)
@@ -780,13 +919,36 @@ static void routes_post(struct engine *e, enum worker_cmd_kind kind, const char 
 }
 
 /*
+ * The ingress socket of owned sandbox <id>, <dir>/ingress.sock, made by the
+ * daemon in its own directory (mode 0600: only the daemon connects) and
+ * listening; the caller passes it to the owner, whose bridge accepts on it.
+ * The fd, or -errno (logged).
+ */
+static int ingress_socket_make(const char *id, const char *dir)
+{
+	char path[PATH_MAX];
+
+	int n = snprintf(path, sizeof(path), "%s/ingress.sock", dir);
+	int fd = n > 0 && (size_t)n < sizeof(path)
+		     ? engine_listen_unix(path, 0600, (gid_t)-1, false)
+		     : -ENAMETOOLONG;
+	if (fd < 0)
+		log_error("sandbox %s: %s/ingress.sock: %s", id, dir, strerror(-fd));
+	return fd;
+}
+
+/*
  * Opens sandbox <id> on profile <profile_name> of the current snapshot and
- * hands it to a worker: a run-time one (<dynamic>) is also recorded in the
- * registry. Caller holds the lock. As engine_sandbox_add.
+ * hands it to a worker: a run-time one (from the control socket or the
+ * registry) is also recorded in the registry. Caller holds the lock. As
+ * engine_sandbox_add.
  */
 static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
-			      bool dynamic, const struct engine_owner *owner, char *dir, size_t cap)
+			      enum sandbox_origin origin, const struct engine_owner *owner,
+			      char *dir, size_t cap, int *ingress_fd)
 {
+	bool dynamic = origin != SANDBOX_FROM_FILE;
+
 	int profile = e->ops->profile_index(snapshot_now(e)->policy, profile_name);
 	if (profile < 0)
 		return -ENOENT;
@@ -796,21 +958,26 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 	int idx = cmd != NULL ? sandbox_slot(e) : -1;
 	int ret = cmd == NULL ? -ENOMEM : idx < 0 ? -ENOSPC : 0;
 	if (ret == 0)
-		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic);
+		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
+				   origin == SANDBOX_FROM_CONTROL);
 	if (ret == 0 && dynamic)
 		ret = registry_write(e, id, profile_name, owner);
-	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == SANDBOX_ACTIVE)
+	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
+	if (ret == 0 && ingress_fd != NULL) {
+		*ingress_fd = ingress_socket_make(id, dir);
+		ret = *ingress_fd < 0 ? *ingress_fd : 0;
+	}
+	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == SANDBOX_ACTIVE) {
 		sandbox_close(e, e->sandboxes[idx]);
+		if (dynamic)
+			registry_drop(e, id);
+	}
 	if (ret != 0) {
 		pool_free(cmd);
 		return ret;
 	}
 	struct engine_sandbox *sb = e->sandboxes[idx];
 	sb->owner = owner != NULL ? *owner : (struct engine_owner){ 0 };
-	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
-	if (owner != NULL && owner->uid != 0 && chown(dir, owner->uid, (gid_t)-1) == -1)
-		log_warn("sandbox %s: chown %s to uid %u: %s", id, dir, owner->uid,
-			 strerror(errno));
 	*cmd = (struct worker_cmd){ .kind = WORKER_CMD_ADD, .sandbox = (uint32_t)idx };
 	worker_cmd_post(&e->workers[sb->worker], cmd); /* the worker frees it */
 	routes_post(e, WORKER_CMD_ROUTE_ADD, id, (uint32_t)idx);
@@ -818,12 +985,15 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 }
 
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
-		       const struct engine_owner *owner, char *dir, size_t cap)
+		       const struct engine_owner *owner, char *dir, size_t cap, int *ingress_fd)
 {
+	if (ingress_fd != NULL)
+		*ingress_fd = -1;
 	if (!engine_sandbox_id_valid(id))
 		return -EINVAL;
 	pthread_mutex_lock(&e->lock);
-	int ret = sandbox_add_locked(e, id, profile_name, true, owner, dir, cap);
+	int ret = sandbox_add_locked(e, id, profile_name, SANDBOX_FROM_CONTROL, owner, dir, cap,
+				     ingress_fd);
 	pthread_mutex_unlock(&e->lock);
 	return ret;
 }
@@ -1005,7 +1175,8 @@ static uint32_t swap_open_new(struct engine *e, const struct config *file)
 			continue;
 		const char *profile =
 		    e->ops->profile_name(snapshot_now(e)->policy, file->sandboxes[i].profile);
-		int ret = sandbox_add_locked(e, id, profile, false, NULL, dir, sizeof(dir));
+		int ret = sandbox_add_locked(e, id, profile, SANDBOX_FROM_FILE, NULL, dir,
+					     sizeof(dir), NULL);
 		if (ret == 0)
 			opened++;
 		else

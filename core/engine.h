@@ -155,16 +155,19 @@ int engine_stop(struct engine *e);
  * Adds sandbox <id> on profile <profile_name> while the engine runs: creates
  * its directory and listening socket, records it in the registry (with
  * <owner> when not NULL: a later start drops the record if that process is
- * gone, and so does engine_sandbox_reap_orphans while it runs; a non-root
- * owner also owns the directory, so its `agentsnet run` can create the
- * sandbox's ingress socket there) and hands it to a worker. Writes the
+ * gone, and so does engine_sandbox_reap_orphans while it runs) and hands it
+ * to a worker. The directory is the daemon's (0755, writable by nobody else),
+ * made fresh: whatever was in its place is removed first. With <ingress_fd>
+ * (an owned sandbox, whose `agentsnet run` holds its ingress), the daemon
+ * also makes <dir>/ingress.sock (0600) and puts its listening descriptor
+ * there for the caller to pass on and close (-1 on failure). Writes the
  * sandbox's directory to <dir>/<cap>. Returns 0,
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
  * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached) or the
  * -errno of a failed socket step. Control path only (takes the lock).
  */
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
-		       const struct engine_owner *owner, char *dir, size_t cap);
+		       const struct engine_owner *owner, char *dir, size_t cap, int *ingress_fd);
 
 /*
  * Removes run-time sandbox <id>: its worker stops accepting and aborts its
@@ -217,15 +220,30 @@ int engine_ingress_url(struct engine *e, const char *id, char *out, size_t cap);
 bool engine_sandbox_id_valid(const char *id);
 
 /*
- * Creates <dir> and its missing parents with <mode>. 0 or -errno. Any thread.
+ * Creates <dir> and its missing parents with exactly <mode> (whatever the
+ * umask); existing ones are left as they are. 0 or -errno. Any thread (the
+ * calling thread's umask becomes its own, apart from the others').
  */
 int engine_mkdir_parents(const char *dir, mode_t mode);
 
 /*
- * Listens on the Unix socket <path> (chmod <mode>). A stale socket file is
- * replaced; one a live process still serves is left alone: -EADDRINUSE.
- * Returns the descriptor or -errno (-ENAMETOOLONG past sun_path). Any thread.
+ * engine_mkdir_parents(<dir>, <mode>), then <dir> opened O_PATH without
+ * following a symlink and checked: a directory owned by the daemon's uid that
+ * neither group nor others may write (so no one else can put a link or a file
+ * where the daemon makes its sockets). Returns that descriptor (the caller
+ * closes it), or -errno logged naming the directory: -EPERM when it is
+ * someone else's or writable by others. Any thread.
  */
-int engine_listen_unix(const char *path, mode_t mode, bool nonblock);
+int engine_dir_secure(const char *dir, mode_t mode);
+
+/*
+ * Listens on the Unix socket <path>, made by bind with its final <mode> and,
+ * unless <group> is (gid_t)-1, group (the calling thread's umask and fsgid
+ * set around bind: no chmod or chown by path after). A stale socket file is
+ * replaced; one a live process still serves is left alone: -EADDRINUSE.
+ * <path>'s directory must be the daemon's own (engine_dir_secure). Returns
+ * the descriptor or -errno (-ENAMETOOLONG past sun_path). Any thread.
+ */
+int engine_listen_unix(const char *path, mode_t mode, gid_t group, bool nonblock);
 
 #endif /* AN_CORE_ENGINE_H */

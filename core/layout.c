@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <string.h>
 #include <unistd.h>
@@ -51,6 +52,49 @@ int layout_registry_record(const char *socket_dir, const char *id, char *out, si
 	return join_path(out, cap, socket_dir, "/registry/", id);
 }
 
+/*
+ * Empties the directory <fd> (owned by the caller, closed here): each entry
+ * unlinked with unlinkat, a directory emptied first through a descriptor
+ * opened O_NOFOLLOW relative to its parent, so no link is ever followed. At
+ * most LAYOUT_REMOVE_DEPTH levels; -ELOOP past them. 0 or the first -errno.
+ */
+static int remove_entries(int fd, unsigned depth)
+{
+	int ret = 0;
+
+	AN_ASSERT(fd >= 0);
+	DIR *d = fdopendir(fd);
+	if (d == NULL) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT)
+			continue;
+		if (errno != EISDIR && errno != EPERM) {
+			ret = ret != 0 ? ret : -errno;
+			continue;
+		}
+		if (depth + 1 >= LAYOUT_REMOVE_DEPTH) {
+			ret = ret != 0 ? ret : -ELOOP;
+			continue;
+		}
+		int sub =
+		    openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int sub_ret = sub >= 0 ? remove_entries(sub, depth + 1) : -errno;
+		if (sub_ret == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) == -1)
+			sub_ret = -errno;
+		if (sub_ret != 0 && ret == 0)
+			ret = sub_ret;
+	}
+	closedir(d);
+	return ret;
+}
+
 int layout_sandbox_dir_remove(const char *socket_dir, const char *id)
 {
 	char dir[PATH_MAX];
@@ -58,16 +102,11 @@ int layout_sandbox_dir_remove(const char *socket_dir, const char *id)
 	int ret = layout_sandbox_dir(socket_dir, id, dir, sizeof(dir));
 	if (ret != 0)
 		return ret;
-	DIR *d = opendir(dir);
-	if (d != NULL) {
-		struct dirent *de;
-		while ((de = readdir(d)) != NULL) {
-			if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-				unlinkat(dirfd(d), de->d_name, 0);
-		}
-		closedir(d);
-	}
-	if (rmdir(dir) == -1 && errno != ENOENT)
-		return -errno;
-	return 0;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1)
+		return errno == ENOENT ? 0 : -errno;
+	ret = remove_entries(fd, 0);
+	if (ret == 0 && rmdir(dir) == -1 && errno != ENOENT)
+		ret = -errno;
+	return ret;
 }

@@ -21,12 +21,17 @@ int layout_registry_dir(const char *socket_dir, char *out, size_t cap);
 /* Writes "<socket_dir>/registry/<id>" to <out>/<cap>. 0 or -ENAMETOOLONG. */
 int layout_registry_record(const char *socket_dir, const char *id, char *out, size_t cap);
 
+/* Directory levels below a sandbox's directory that its removal descends, at most. */
+#define LAYOUT_REMOVE_DEPTH 16u
+
 /*
- * Removes sandbox <id>'s directory: every entry in it (with unlinkat, which
- * never follows a link, so a sandbox that planted a symlink there cannot make
- * us delete anything else), then the directory. Returns 0 (also when it was
- * already gone) or -errno of the rmdir (-ENOTEMPTY when the sandbox left a
- * subdirectory; it stays, for the operator to look at).
+ * Removes sandbox <id>'s directory completely: every entry, subdirectories
+ * and theirs included (LAYOUT_REMOVE_DEPTH levels at most), then the
+ * directory. Every step is an *at call relative to a descriptor opened
+ * O_NOFOLLOW (unlinkat never follows a link), so a link planted anywhere in it
+ * cannot make us delete anything else. Returns 0 (also when it was already
+ * gone; a symlink in its place is -ENOTDIR or -ELOOP and stays) or the first
+ * -errno (the directory then stays, for the operator to look at).
  */
 int layout_sandbox_dir_remove(const char *socket_dir, const char *id);
 

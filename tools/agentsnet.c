@@ -21,6 +21,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -83,8 +85,9 @@ static const char usage_text[] =
     "            (exit 0 allow, 1 deny, 2 no decision: see agentsnet check --help).\n"
     "run         runs CMD through agentsnet-bridge in a sandbox with no network but lo,\n"
     "            its egress socket at /run/agentsnet/sandbox/egress.sock; exits with\n"
-    "            CMD's status. --sandbox defaults to run-<pid>, --profile to default,\n"
-    "            --bridge to the agentsnet-bridge next to this binary (or on PATH).\n"
+    "            CMD's status. --sandbox defaults to run-<16 random hex digits>,\n"
+    "            --profile to default, --bridge to the agentsnet-bridge next to this\n"
+    "            binary (or on PATH).\n"
     "            As root the agent runs as --user (default nobody), never as root;\n"
     "            unprivileged, as you (in a user namespace), and --user is refused.\n"
     "            Of your environment only PATH, HOME, USER, LOGNAME, SHELL, LANG,\n"
@@ -466,7 +469,13 @@ static int run_parse(int argc, char **argv, struct run_options *o)
 		return usage_error("run: no command (agentsnet run [OPTIONS] -- CMD [ARGS...])");
 	o->cmd = argv + optind;
 	if (o->id == NULL) {
-		snprintf(o->id_buf, sizeof(o->id_buf), "run-%ld", (long)getpid());
+		/* Unguessable: an id someone can predict is one they can register first. */
+		uint64_t r;
+		if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+			fprintf(stderr, "agentsnet: getrandom: %s\n", strerror(errno));
+			return CTL_EXIT_ERROR;
+		}
+		snprintf(o->id_buf, sizeof(o->id_buf), "run-%016" PRIx64, r);
 		o->id = o->id_buf;
 	}
 	if (!ctl_id_valid(o->id) || !ctl_profile_valid(o->profile))
@@ -598,8 +607,12 @@ static void sandbox_remove(const struct run_options *o)
 	ctl_reply_free(&r);
 }
 
-/* Registers the sandbox and puts its canonical directory in <dir>; unregisters on failure. */
-static int sandbox_add(const struct run_options *o, char *dir)
+/*
+ * Registers the sandbox and puts its canonical directory in <dir>, and the
+ * listening ingress socket the daemon made for it in *<ingress_fd> (-1 when
+ * none came); unregisters on failure.
+ */
+static int sandbox_add(const struct run_options *o, char *dir, int *ingress_fd)
 {
 	const char *words[] = { "sandbox", "add", o->id, o->profile, "owned" };
 	struct ctl_reply r;
@@ -613,6 +626,11 @@ static int sandbox_add(const struct run_options *o, char *dir)
 			o->id, r.text);
 		sandbox_remove(o);
 		rc = CTL_EXIT_ERROR;
+	}
+	*ingress_fd = -1;
+	if (rc == CTL_EXIT_OK && r.has_fd) {
+		*ingress_fd = r.fd;
+		r.has_fd = false;
 	}
 	ctl_reply_free(&r);
 	return rc;
@@ -790,7 +808,8 @@ static int run_main_inner(int argc, char **argv, struct runenv *env, bool *start
 		return rc;
 	/* Once, before anything of the sandbox's can write to the terminal. */
 	runenv_warn_dropped(env, environ, stderr);
-	rc = sandbox_add(&o, dir);
+	int ingress_fd = -1;
+	rc = sandbox_add(&o, dir, &ingress_fd);
 	if (rc != CTL_EXIT_OK)
 		return rc;
 	spec.dir = dir;
@@ -800,7 +819,8 @@ static int run_main_inner(int argc, char **argv, struct runenv *env, bool *start
 	if (spec.public_url == NULL && sandbox_public_url(&o, public_url, sizeof(public_url)))
 		spec.public_url = public_url;
 	spec.cwd = getcwd(cwd, sizeof(cwd));
-	spec.ingress_fd = sandbox_ingress_listen(dir);
+	/* The daemon's, made in its own directory; a daemon that sends none: ours, made there. */
+	spec.ingress_fd = ingress_fd >= 0 ? ingress_fd : sandbox_ingress_listen(dir);
 	if (spec.ingress_fd < 0)
 		fprintf(stderr, "agentsnet: %s/ingress.sock: %s: ingress disabled\n", dir,
 			strerror(-spec.ingress_fd));

@@ -1565,9 +1565,14 @@ static int ingress_bind(struct bridge *b, const char *path)
 	socklen_t len = unix_addr(&sun, path);
 	struct stat st;
 	int rc = 0;
-	/* The daemon connects from the host, as another user: the directory guards the file. */
-	if (bind(fd, (struct sockaddr *)&sun, len) == -1 || chmod(path, 0666) == -1 ||
-	    lstat(path, &st) == -1 || listen(fd, SOMAXCONN) == -1) {
+	/* The daemon connects from the host, as another user: the directory guards the file.
+	 * Mode 0666 as bind makes it (the umask), never a chmod by path after. */
+	mode_t old_mask = umask(0111);
+	if (bind(fd, (struct sockaddr *)&sun, len) == -1) {
+		rc = -errno;
+	}
+	umask(old_mask);
+	if (rc == 0 && (lstat(path, &st) == -1 || listen(fd, SOMAXCONN) == -1)) {
 		rc = -errno;
 	}
 	if (rc == 0) {

@@ -135,6 +135,8 @@ const char *ctl_reply_next(const struct ctl_reply *r, const char *line)
 void ctl_reply_free(struct ctl_reply *r)
 {
 	AN_ASSERT(r != NULL);
+	if (r->has_fd)
+		close(r->fd);
 	pool_free(r->buf);
 	*r = (struct ctl_reply){ .code = "", .text = "" };
 	AN_ASSERT(r->buf == NULL);
@@ -334,7 +336,38 @@ static int send_all(int fd, const char *data, size_t len)
  * length. A full buffer at the limit reads one more byte: EOF then means the
  * answer was exactly CTL_REPLY_BYTES_MAX bytes long, a byte means more.
  */
-static ssize_t recv_all(int fd, char **buf)
+/* recv() that also takes a descriptor sent with the bytes (SCM_RIGHTS) into *<passed>. */
+static ssize_t recv_with_fd(int fd, char *buf, size_t len, int *passed)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} control;
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = control.buf,
+			      .msg_controllen = sizeof(control.buf) };
+
+	ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+	for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; c != NULL;
+	     c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < count; i++) {
+			int got;
+			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (*passed < 0)
+				*passed = got; /* the first one; any other is not ours to keep */
+			else
+				close(got);
+		}
+	}
+	return n;
+}
+
+static ssize_t recv_all(int fd, char **buf, int *passed)
 {
 	size_t cap = CTL_READ_FIRST_BYTES, len = 0;
 	char probe;
@@ -354,7 +387,8 @@ static ssize_t recv_all(int fd, char **buf)
 			cap = next;
 		}
 		bool full = len == cap;
-		ssize_t n = recv(fd, full ? &probe : *buf + len, full ? 1 : cap - len, 0);
+		ssize_t n =
+		    recv_with_fd(fd, full ? &probe : *buf + len, full ? 1 : cap - len, passed);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1)
@@ -380,9 +414,10 @@ int ctl_call(const char *path, const char *request, uint32_t timeout_ms, struct 
 	int fd = open_socket(path, timeout_ms, err, err_len);
 	if (fd < 0)
 		return fd;
+	int passed = -1;
 	ssize_t ret = send_all(fd, request, strlen(request));
 	if (ret == 0)
-		ret = recv_all(fd, &buf);
+		ret = recv_all(fd, &buf, &passed);
 	close(fd);
 	if (ret == -ETIMEDOUT)
 		snprintf(err, err_len, "agentsnetd did not answer on %s within %u ms", path,
@@ -391,9 +426,17 @@ int ctl_call(const char *path, const char *request, uint32_t timeout_ms, struct 
 		snprintf(err, err_len, "control socket %s: %s", path, strerror((int)-ret));
 	if (ret < 0) {
 		pool_free(buf);
+		if (passed >= 0)
+			close(passed);
 		return (int)ret;
 	}
 	int pret = ctl_reply_parse(buf, (size_t)ret, r);
+	if (pret == 0 && passed >= 0) {
+		r->has_fd = true;
+		r->fd = passed;
+	} else if (passed >= 0) {
+		close(passed);
+	}
 	if (pret != 0) {
 		snprintf(err, err_len, "malformed answer from agentsnetd on %s", path);
 		ctl_reply_free(r);

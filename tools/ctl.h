@@ -4,6 +4,8 @@
  *
  *   ping                       -> ok agentsnetd <version>
  *   sandbox add <id> <profile> -> ok <directory> | error <code> <message>
+ *   sandbox add <id> <profile> owned -> the same; with ok, the sandbox's listening
+ *                                       ingress socket comes along (SCM_RIGHTS)
  *   sandbox rm <id>            -> ok | error no_such_sandbox <message>
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <dir>"
  *   policy reload              -> ok <what was loaded> | error reload_refused <why>
@@ -46,6 +48,8 @@ struct ctl_reply {
 	const char *text;    /* ok: the rest of the first line (may be ""); error: the message */
 	const char *more;    /* the first line after the first one, NULL when there is none */
 	uint32_t more_count; /* lines after the first one */
+	bool has_fd;         /* a descriptor came with the answer (SCM_RIGHTS): fd */
+	int fd; /* owned while has_fd: take it (has_fd = false) or ctl_reply_free closes it */
 };
 
 /* One line of `sandbox ls`. Pointers into the line, which was split in place. */

@@ -1613,11 +1613,15 @@ int sandbox_ingress_listen(const char *dir)
 	struct stat st;
 	if (lstat(sun.sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
 		unlink(sun.sun_path); /* ours from an earlier run of this sandbox id */
-	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ||
-	    chmod(sun.sun_path, 0660) == -1 || listen(fd, SOMAXCONN) == -1) {
-		int err = -errno;
+	/* Mode 0660 as bind makes it (the umask), never a chmod by path after. */
+	mode_t old = umask(0117);
+	int ret = bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ? -errno : 0;
+	umask(old);
+	if (ret == 0 && listen(fd, SOMAXCONN) == -1)
+		ret = -errno;
+	if (ret != 0) {
 		close(fd);
-		return err;
+		return ret;
 	}
 	AN_ASSERT(fd >= 0);
 	return fd;

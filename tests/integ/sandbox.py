@@ -25,7 +25,9 @@ restarted mid-run, an unprivileged caller, `agentsnet ca init`. After every
 run nothing of it may be left: no process (each run's processes inherit
 AN_IT_SANDBOX=<id>; namespace inode numbers alone are reused too soon to
 tell), no namespace, no directory or registry record, no `sandbox ls` entry,
-no sanitizer report on its stderr.
+no sanitizer report on its stderr. The containment tests (what an agent must not
+reach of its caller) are in containment.py, the host-boundary tests (what a host
+account must not gain through the daemon) in hostboundary.py.
 
     sandbox.py [--cases GLOB] [--tests GLOB] [-v] [--keep]
     sandbox.py --probe JSON           (inside a sandbox: side-door probes)
@@ -59,6 +61,7 @@ import threading
 import time
 
 from containment import ContainmentTests
+from hostboundary import HostBoundaryTests
 from integlib import (Fatal, Procs, SKIP, Skip, add_run_args, agent_dir, audit_match,
                       checked_preflight, pass_tmp,
                       client_env, free_ports, load_cases, log, make_leaf, make_pki, netns_add,
@@ -834,7 +837,7 @@ def json_lines(text):
     return out
 
 
-class Tests(ContainmentTests, Pass):
+class Tests(ContainmentTests, HostBoundaryTests, Pass):
     mark_var, unpriv_uid = MARK_VAR, UNPRIV_UID
 
     def go(self, tag):
@@ -994,22 +997,36 @@ class Tests(ContainmentTests, Pass):
 
     def t_default_id(self):
         def default_id():
-            go = self.go("default-id")
-            a = self.start(["sh", "-c", "echo ready; " + WAIT_SH % go], sandbox_flag=False)
-            a.sandbox = "run-%d" % a.proc.pid
+            before = set(self.listed())
+            runs, ids = [], []
+            for i in range(2):
+                go = self.go("default-id-%d" % i)
+                runs.append((go, self.start(["sh", "-c", "echo ready; " + WAIT_SH % go],
+                                            sandbox_flag=False)))
+            errs = []
             try:
-                a.wait_out("ready")
-                listed = self.listed()
+                for _go, a in runs:
+                    a.wait_out("ready")
+                new = sorted(set(self.listed()) - before)
+                ids = [i for i in new if re.fullmatch(r"run-[0-9a-f]{16}", i)]
+                if len(ids) != 2 or len(new) != 2:
+                    errs.append("sandbox ls gained %r, want two run-<16 hex digits>" % new)
+                for _go, a in runs:
+                    if "run-%d" % a.proc.pid in new:
+                        errs.append("an id is the pid of agentsnet run, which anyone can guess")
             finally:
-                touch(go)
-                a.finish()
-            errs = [] if a.sandbox in listed else ["sandbox ls lists %s, not %s" % (
-                sorted(listed), a.sandbox)]
-            if a.rc != 0:
-                errs.append("exit %s: %s" % (a.rc, a.stderr()[-1500:]))
-            return errs + self.leftovers(a)
+                for go, a in runs:
+                    touch(go)
+                    a.finish()
+            for (_go, a), sid in zip(runs, ids + [None, None]):
+                a.sandbox = sid or a.sandbox
+                if a.rc != 0:
+                    errs.append("exit %s: %s" % (a.rc, a.stderr()[-1500:]))
+                errs += self.leftovers(a)
+            return errs
 
-        self.timed("without --sandbox the id is run-<pid of agentsnet run>", default_id)
+        self.timed("without --sandbox the id is run-<16 random hex digits>, another for each "
+                   "run, never the pid", default_id)
 
     def t_refusals(self):
         def duplicate():
@@ -2368,7 +2385,7 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
          "density", "daemon_restart", "daemon_stopped", "ingress", "stats", "env", "pty",
-         "selftest"]
+         "selftest", "dir_race", "dir_leftover"]
 
 
 def preflight(args):
@@ -2422,7 +2439,7 @@ class Setup:
         undici = os.path.join(dst, "node_modules", "undici")
         if os.path.isdir(os.path.join(modules, "undici")):
             shutil.copytree(os.path.join(modules, "undici"), undici)
-        for name in ("sandbox.py", "containment.py", "integlib.py"):
+        for name in ("sandbox.py", "containment.py", "hostboundary.py", "integlib.py"):
             shutil.copy2(os.path.join(HERE, name), os.path.join(dst, name))
         return node24, undici, os.path.join(dst, "sandbox.py")
 

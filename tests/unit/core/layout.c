@@ -1,7 +1,7 @@
 /*
  * Unit tests for core/layout.c: the paths, exact fit at N and refusal at N+1,
- * and a removal that empties the sandbox's directory without following a
- * symlink planted in it.
+ * and a removal that takes the sandbox's directory away completely (its
+ * subdirectories too) without following a symlink planted anywhere in it.
  */
 #include "../../../core/layout.c"
 
@@ -70,12 +70,42 @@ START_TEST(remove_never_follows_links)
 	ck_assert_int_eq(access(victim, F_OK), 0); /* the link went, not its target */
 	/* Already gone is not an error. */
 	ck_assert_int_eq(layout_sandbox_dir_remove(root, "box"), 0);
-	/* A subdirectory the sandbox made stays, and says so. */
+	/* Subdirectories go too, with what they hold, and links in them are not followed:
+	 * a directory left behind would be reused by a later sandbox of the same id. */
 	ck_assert_int_eq(mkdir(path, 0755), 0);
 	snprintf(path, sizeof(path), "%s/sandboxes/box/sub", root);
 	ck_assert_int_eq(mkdir(path, 0755), 0);
-	ck_assert_int_eq(layout_sandbox_dir_remove(root, "box"), -ENOTEMPTY);
+	snprintf(path, sizeof(path), "%s/sandboxes/box/sub/deeper", root);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/sandboxes/box/sub/deeper/f", root);
+	touch(path);
+	snprintf(path, sizeof(path), "%s/sandboxes/box/sub/dirlink", root);
+	ck_assert_int_eq(symlink(root, path), 0);
+	ck_assert_int_eq(layout_sandbox_dir_remove(root, "box"), 0);
+	snprintf(path, sizeof(path), "%s/sandboxes/box", root);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	ck_assert_int_eq(access(victim, F_OK), 0);
+	/* Past LAYOUT_REMOVE_DEPTH levels: refused, and the directory stays. */
+	size_t len = (size_t)snprintf(path, sizeof(path), "%s/sandboxes/box", root);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	for (unsigned i = 0; i < LAYOUT_REMOVE_DEPTH; i++) {
+		len += (size_t)snprintf(path + len, sizeof(path) - len, "/d");
+		ck_assert_int_eq(mkdir(path, 0755), 0);
+	}
+	ck_assert_int_eq(layout_sandbox_dir_remove(root, "box"), -ELOOP);
+	snprintf(path, sizeof(path), "%s/sandboxes/box", root);
+	ck_assert_int_eq(access(path, F_OK), 0);
+	/* A symlink in the directory's place is not followed. */
 	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(victim, sizeof(victim), "%s/victim-dir", root);
+	ck_assert_int_eq(mkdir(victim, 0755), 0);
+	snprintf(cmd, sizeof(cmd), "%s/f", victim);
+	touch(cmd);
+	ck_assert_int_eq(symlink(victim, path), 0);
+	ck_assert_int_ne(layout_sandbox_dir_remove(root, "box"), 0);
+	ck_assert_int_eq(access(cmd, F_OK), 0);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	ck_assert_int_eq(system(cmd), 0);
 }

@@ -1,0 +1,195 @@
+"""The host-boundary tests of the sandbox pass (issue 15): what an unprivileged host account
+with access to the control socket must not gain through the root daemon. Mixed into
+sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
+
+- t_dir_race: an unprivileged member of the control group registers, removes and
+  re-registers one sandbox id (owned and not) for RACE_SECONDS, while a thread of the same
+  account tries, all along, to plant what would redirect the daemon: the sandbox's
+  directory made in advance, a subdirectory left in it (which used to keep the directory
+  alive for the next registration), symlinks to a root-owned file in place of egress.sock
+  and ingress.sock, the directory renamed away. The root-owned target's mode never
+  changes, nothing is ever planted, every registration gets a directory of the daemon's
+  (root's, 0755, root's sockets in it) that is gone once the sandbox is removed, and an
+  owned registration gets its ingress socket as a descriptor with the answer.
+- t_dir_leftover: a directory left at a sandbox's path (as an older daemon, which handed
+  the directory to its owner, could leave one: the owner's, with a subdirectory and a
+  symlink to a root-owned file in it) is removed whole, never followed, and replaced by
+  a fresh one of the daemon's at the next registration; a sandbox of the policy file
+  whose directory is someone else's is refused at reload, naming it.
+"""
+
+import json
+import os
+import stat
+import subprocess
+
+RACE_SECONDS = 10
+RACE_TIMEOUT_S = RACE_SECONDS + 60
+
+# The racer, run as the unprivileged account: argv = control socket, socket directory,
+# sandbox id, target file, seconds. Prints one JSON object of what it saw.
+RACE_PY = r"""
+import array, json, os, socket, stat, sys, threading, time
+ctl, sock_dir, sid, target, secs = sys.argv[1:6]
+d = os.path.join(sock_dir, "sandboxes", sid)
+stop = time.monotonic() + float(secs)
+seen = {"added": 0, "removed": 0, "owned_fds": 0, "owned_adds": 0, "attacks": 0,
+        "planted": [], "bad": [], "errors": []}
+
+def call(line):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(ctl)
+    s.sendall(line.encode() + b"\n")
+    data, fds = b"", []
+    while True:
+        msg, anc, _flags, _addr = s.recvmsg(65536, socket.CMSG_SPACE(4 * 4))
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                a = array.array("i")
+                a.frombytes(payload[:len(payload) - len(payload) % 4])
+                fds.extend(a)
+        if not msg:
+            break
+        data += msg
+    s.close()
+    for fd in fds:
+        os.close(fd)
+    return data.decode(), len(fds)
+
+def attempts():
+    yield "mkdir dir", lambda: os.mkdir(d)
+    yield "mkdir sub", lambda: os.mkdir(os.path.join(d, "sub"))
+    yield "symlink egress", lambda: os.symlink(target, os.path.join(d, "egress.sock"))
+    yield "symlink ingress", lambda: os.symlink(target, os.path.join(d, "ingress.sock"))
+    yield "unlink egress", lambda: os.unlink(os.path.join(d, "egress.sock"))
+    yield "rename dir", lambda: os.rename(d, d + ".old")
+
+def attacker():
+    while time.monotonic() < stop:
+        for what, attempt in attempts():
+            seen["attacks"] += 1
+            try:
+                attempt()
+                seen["planted"].append(what)
+            except OSError:
+                pass
+
+t = threading.Thread(target=attacker)
+t.start()
+i = 0
+while time.monotonic() < stop:
+    owned = i % 2 == 0
+    i += 1
+    answer, fds = call("sandbox add %s default%s" % (sid, " owned" if owned else ""))
+    if not answer.startswith("ok "):
+        seen["errors"].append(answer.strip())
+        continue
+    seen["added"] += 1
+    if owned:
+        seen["owned_adds"] += 1
+        seen["owned_fds"] += fds
+    try:
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) != 0o755:
+            seen["bad"].append("directory uid %d mode %o" % (st.st_uid, st.st_mode))
+        for name in ["egress.sock"] + (["ingress.sock"] if owned else []):
+            s = os.lstat(os.path.join(d, name))
+            if not stat.S_ISSOCK(s.st_mode) or s.st_uid != 0:
+                seen["bad"].append("%s uid %d mode %o" % (name, s.st_uid, s.st_mode))
+    except OSError as e:
+        seen["bad"].append("lstat: %s" % e)
+    answer, _ = call("sandbox rm %s" % sid)
+    if answer.startswith("ok"):
+        seen["removed"] += 1
+        if os.path.lexists(d):
+            seen["bad"].append("the directory outlived its removal")
+    else:
+        seen["errors"].append(answer.strip())
+t.join()
+print(json.dumps(seen))
+"""
+
+
+class HostBoundaryTests:
+
+    def t_dir_leftover(self):
+        def leftover():
+            target = os.path.join(self.tmp, "root-only-leftover-target")
+            with open(target, "w", encoding="ascii") as f:
+                f.write("root's\n")
+            os.chmod(target, 0o600)
+            sid = "it-leftover-%d" % os.getpid()
+            d = os.path.join(self.vars["sock_dir"], "sandboxes", sid)
+            os.makedirs(os.path.join(d, "sub", "deeper"))
+            os.symlink(target, os.path.join(d, "egress.sock"))
+            os.symlink(os.path.dirname(target), os.path.join(d, "sub", "dirlink"))
+            for path in (d, os.path.join(d, "sub"), os.path.join(d, "sub", "deeper")):
+                os.chown(path, self.unpriv_uid, self.unpriv_uid)
+            errs = []
+            got = self.ctl("sandbox add %s default" % sid)
+            if not got or not got[0].startswith("ok "):
+                return ["sandbox add over a leftover directory: %r" % got]
+            st = os.lstat(d)
+            if st.st_uid != 0 or stat.S_IMODE(st.st_mode) != 0o755:
+                errs.append("the directory is uid %d mode %o, not a fresh one of root's" % (
+                    st.st_uid, stat.S_IMODE(st.st_mode)))
+            if sorted(os.listdir(d)) != ["egress.sock"]:
+                errs.append("the leftover's entries survived: %s" % sorted(os.listdir(d)))
+            if not stat.S_ISSOCK(os.lstat(os.path.join(d, "egress.sock")).st_mode):
+                errs.append("egress.sock is not the daemon's socket")
+            st = os.lstat(target)
+            if stat.S_IMODE(st.st_mode) != 0o600 or not os.path.exists(target):
+                errs.append("the symlink's target changed: mode %o" % stat.S_IMODE(st.st_mode))
+            got = self.ctl("sandbox rm %s" % sid)
+            if not got or not got[0].startswith("ok"):
+                errs.append("sandbox rm: %r" % got)
+            if os.path.lexists(d):
+                errs.append("%s is left after the removal" % d)
+            return errs
+
+        self.timed("a directory left at a sandbox's path (another account's, with a "
+                   "subdirectory and symlinks in it) is removed whole without following a "
+                   "link, and the registration gets a fresh one of the daemon's", leftover)
+
+    def t_dir_race(self):
+        def race():
+            target = os.path.join(self.tmp, "root-only-target")
+            with open(target, "w", encoding="ascii") as f:
+                f.write("root's\n")
+            os.chmod(target, 0o600)
+            sid = "it-race-%d" % os.getpid()
+            argv = ["python3", "-c", RACE_PY, self.vars["control"], self.vars["sock_dir"], sid,
+                    target, str(RACE_SECONDS)]
+            p = subprocess.run(self.host_cmd(argv, (self.unpriv_uid, self.unpriv_uid)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=RACE_TIMEOUT_S, check=False)
+            errs = []
+            st = os.lstat(target)
+            if stat.S_IMODE(st.st_mode) != 0o600 or st.st_uid != 0:
+                errs.append("the root-owned target is now uid %d mode %o" % (
+                    st.st_uid, stat.S_IMODE(st.st_mode)))
+            if p.returncode != 0:
+                return errs + ["racer exit %d: %s" % (p.returncode, p.stderr.decode()[-2000:])]
+            seen = json.loads(p.stdout.decode().strip().splitlines()[-1])
+            if seen["planted"]:
+                errs.append("the unprivileged account planted: %s" % sorted(set(seen["planted"])))
+            if seen["bad"]:
+                errs.append("registrations with a directory or socket not the daemon's: %s"
+                            % seen["bad"][:5])
+            if seen["added"] < 20 or seen["removed"] != seen["added"]:
+                errs.append("added %d, removed %d (want >= 20, all removed); errors %s" % (
+                    seen["added"], seen["removed"], seen["errors"][:3]))
+            if seen["owned_fds"] != seen["owned_adds"]:
+                errs.append("%d owned registrations, %d ingress sockets passed" % (
+                    seen["owned_adds"], seen["owned_fds"]))
+            left = os.path.join(self.vars["sock_dir"], "sandboxes", sid)
+            if os.path.lexists(left) or os.path.lexists(left + ".old"):
+                errs.append("%s is left after the last removal" % left)
+            print("# race: %d registrations, %d attacks" % (seen["added"], seen["attacks"]))
+            return errs
+
+        self.timed("an unprivileged control-group member racing symlinks, subdirectories and "
+                   "renames against %d s of registering and removing one id: the root-owned "
+                   "target's mode never changes, nothing is planted, every registration gets "
+                   "a fresh directory of the daemon's" % RACE_SECONDS, race)

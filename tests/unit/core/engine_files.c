@@ -1,0 +1,191 @@
+/*
+ * Unit tests for what core/engine.c makes on disk (issue 15): directories and
+ * sockets made with their final mode and group, never fixed up by path, and
+ * directories refused when they are not the daemon's own.
+ *
+ * engine_dir_secure makes a missing directory with exactly its mode under a
+ * process umask of 077, and refuses (-EPERM, naming it) one writable by group
+ * or others, one owned by another uid, and a symlink to a good directory.
+ * engine_listen_unix makes a socket of mode 0666 and 0600, and with a group,
+ * as bind makes it, under umask 077, while the process's umask, as another
+ * thread sees it, never changes. sandbox_dir_make: a fresh registration
+ * removes what is in its place (a subdirectory, a link) and makes its own; a
+ * kept one (the policy file's, the registry's) is refused when it is
+ * another uid's or writable by others, and kept when it is ours.
+ * The uid and group cases need root (skipped otherwise, printing "skip: ...").
+ */
+#include "../../../core/engine.c"
+
+#include <check.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include "tests/unit/unit.h"
+
+static char root[64];
+
+static void path_of(char *out, size_t cap, const char *rel)
+{
+	snprintf(out, cap, "%s/%s", root, rel);
+}
+
+START_TEST(dir_made_with_its_mode)
+{
+	char path[128];
+	struct stat st;
+
+	path_of(path, sizeof(path), "a/b");
+	mode_t old = umask(077);
+	int fd = engine_dir_secure(path, 0755);
+	umask(old);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_int_eq(lstat(path, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0755);
+	/* Again: existing and ours is accepted. */
+	fd = engine_dir_secure(path, 0755);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+}
+END_TEST
+
+START_TEST(dir_refused)
+{
+	char path[128], link[128];
+
+	path_of(path, sizeof(path), "open");
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	ck_assert_int_eq(chmod(path, 0777), 0);
+	ck_assert_int_eq(engine_dir_secure(path, 0755), -EPERM);
+	ck_assert_int_eq(chmod(path, 0775), 0);
+	ck_assert_int_eq(engine_dir_secure(path, 0755), -EPERM);
+	ck_assert_int_eq(chmod(path, 0755), 0);
+	int fd = engine_dir_secure(path, 0755);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	path_of(link, sizeof(link), "link");
+	ck_assert_int_eq(symlink(path, link), 0);
+	ck_assert_int_lt(engine_dir_secure(link, 0755), 0);
+	if (geteuid() != 0) {
+		fprintf(stderr, "skip: dir_refused's other-uid case needs root\n");
+		return;
+	}
+	ck_assert_int_eq(chown(path, 65534, 65534), 0);
+	ck_assert_int_eq(engine_dir_secure(path, 0755), -EPERM);
+}
+END_TEST
+
+static mode_t seen_umask;
+
+static void *umask_reader(void *arg)
+{
+	(void)arg;
+	seen_umask = umask(0);
+	umask(seen_umask);
+	return NULL;
+}
+
+START_TEST(socket_made_with_its_mode)
+{
+	char dir[128], path[160];
+	struct stat st;
+	pthread_t t;
+
+	path_of(dir, sizeof(dir), "socks");
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	mode_t old = umask(077);
+	/* In a thread of its own, as the control thread would: the process's umask stays. */
+	snprintf(path, sizeof(path), "%s/egress.sock", dir);
+	int fd = engine_listen_unix(path, 0666, (gid_t)-1, true);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(lstat(path, &st), 0);
+	ck_assert(S_ISSOCK(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 0777, 0666);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/private.sock", dir);
+	fd = engine_listen_unix(path, 0600, (gid_t)-1, false);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(lstat(path, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+	close(fd);
+	ck_assert_int_eq(pthread_create(&t, NULL, umask_reader, NULL), 0);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	umask(old);
+	ck_assert_uint_eq(seen_umask, 077);
+	if (geteuid() != 0) {
+		fprintf(stderr, "skip: socket_made_with_its_mode's group case needs root\n");
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/control.sock", dir);
+	fd = engine_listen_unix(path, 0660, 4243, false);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(lstat(path, &st), 0);
+	ck_assert_uint_eq(st.st_gid, 4243);
+	ck_assert_uint_eq(st.st_mode & 0777, 0660);
+	ck_assert_uint_eq(getegid(), 0);
+	close(fd);
+}
+END_TEST
+
+START_TEST(sandbox_dir_fresh_or_kept)
+{
+	char sock_dir[128], d[192], sub[224];
+	struct stat st;
+
+	path_of(sock_dir, sizeof(sock_dir), "run");
+	ck_assert_int_eq(mkdir(sock_dir, 0755), 0);
+	snprintf(d, sizeof(d), "%s/sandboxes/box", sock_dir);
+	/* Fresh, over a leftover with a subdirectory and a link: replaced. */
+	int fd = engine_dir_secure(sock_dir, 0755);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	snprintf(sub, sizeof(sub), "%s/sandboxes", sock_dir);
+	ck_assert_int_eq(mkdir(sub, 0755), 0);
+	ck_assert_int_eq(mkdir(d, 0777), 0);
+	ck_assert_int_eq(chmod(d, 0777), 0);
+	snprintf(sub, sizeof(sub), "%s/sub", d);
+	ck_assert_int_eq(mkdir(sub, 0755), 0);
+	snprintf(sub, sizeof(sub), "%s/egress.sock", d);
+	ck_assert_int_eq(symlink(root, sub), 0);
+	ck_assert_int_eq(sandbox_dir_make(sock_dir, "box", true, d), 0);
+	ck_assert_int_eq(lstat(d, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0755);
+	ck_assert_int_eq(lstat(sub, &st), -1);
+	/* Kept: ours, accepted; writable by others, refused. */
+	ck_assert_int_eq(sandbox_dir_make(sock_dir, "box", false, d), 0);
+	ck_assert_int_eq(chmod(d, 0757), 0);
+	ck_assert_int_eq(sandbox_dir_make(sock_dir, "box", false, d), -EPERM);
+	ck_assert_int_eq(chmod(d, 0755), 0);
+	if (geteuid() != 0) {
+		fprintf(stderr, "skip: sandbox_dir_fresh_or_kept's other-uid case needs root\n");
+		return;
+	}
+	ck_assert_int_eq(chown(d, 65534, 65534), 0);
+	ck_assert_int_eq(sandbox_dir_make(sock_dir, "box", false, d), -EPERM);
+	ck_assert_int_eq(sandbox_dir_make(sock_dir, "box", true, d), 0);
+	ck_assert_int_eq(lstat(d, &st), 0);
+	ck_assert_uint_eq(st.st_uid, 0);
+}
+END_TEST
+
+int main(void)
+{
+	char cmd[96];
+
+	snprintf(root, sizeof(root), "/tmp/an-engine-files-XXXXXX");
+	if (mkdtemp(root) == NULL) {
+		perror("engine_files test: mkdtemp");
+		return EXIT_FAILURE;
+	}
+	Suite *s = suite_create("engine_files");
+	TCase *t = tcase_create("files");
+	tcase_add_test(t, dir_made_with_its_mode);
+	tcase_add_test(t, dir_refused);
+	tcase_add_test(t, socket_made_with_its_mode);
+	tcase_add_test(t, sandbox_dir_fresh_or_kept);
+	suite_add_tcase(s, t);
+	int rc = unit_run(s);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	if (system(cmd) != 0)
+		rc = EXIT_FAILURE;
+	return rc;
+}
