@@ -29,6 +29,7 @@
  */
 #include "core/control.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -48,7 +49,9 @@
 #include "core/pool.h"
 #include "core/worker.h"
 
-#define CONTROL_LINE_BYTES_MAX   512u
+#define CONTROL_LINE_BYTES_MAX 512u
+/* Supplementary groups of a caller looked at (SO_PEERGROUPS; more: the first ones). */
+#define CONTROL_GROUPS_MAX       256
 #define CONTROL_REAP_INTERVAL_MS 1000
 #define CONTROL_VERSION          "0.1.0"
 
@@ -123,12 +126,13 @@ static void handle_url(struct engine *e, const char *id, struct answer *a)
 }
 
 static void handle_add(struct engine *e, const char *id, const char *profile,
-		       const struct engine_owner *owner, struct answer *a)
+		       const struct engine_owner *owner, const struct verdict_caller *who,
+		       struct answer *a)
 {
 	char dir[4096];
 
 	/* An owned sandbox's `agentsnet run` gets its ingress socket with the answer. */
-	int ret = engine_sandbox_add(e, id, profile, owner, dir, sizeof(dir),
+	int ret = engine_sandbox_add(e, id, profile, owner, who, dir, sizeof(dir),
 				     owner != NULL ? &a->fd : NULL);
 	switch (ret) {
 	case 0:
@@ -146,6 +150,15 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 	case -EEXIST:
 		answer_add(a, "error exists sandbox %s is already registered\n", id);
 		break;
+	case -EACCES:
+		log_warn("sandbox %s: uid %u may not register on profile %s: refused", id,
+			 who != NULL ? who->uid : 0, profile);
+		answer_add(a,
+			   "error forbidden uid %u may not register sandboxes on profile %s (the "
+			   "policy's profiles.%s.users and groups; a profile with an inject rule "
+			   "names who may)\n",
+			   who != NULL ? who->uid : 0, profile, profile);
+		break;
 	case -ENOSPC:
 		answer_add(a, "error limit the daemon serves its maximum number of sandboxes\n");
 		break;
@@ -155,9 +168,11 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 	}
 }
 
-static void handle_rm(struct engine *e, const char *id, struct answer *a)
+static void handle_rm(struct engine *e, const char *id, const struct verdict_caller *who,
+		      struct answer *a)
 {
-	int ret = engine_sandbox_remove(e, id);
+	uint32_t registrant = 0;
+	int ret = engine_sandbox_remove(e, id, who, &registrant);
 
 	if (ret == 0) {
 		log_info("sandbox %s: removed", id);
@@ -166,6 +181,13 @@ static void handle_rm(struct engine *e, const char *id, struct answer *a)
 		answer_add(a, "error no_such_sandbox no run-time sandbox %s\n", id);
 	} else if (ret == -EPERM) {
 		answer_add(a, "error bad_request sandbox %s comes from the policy file\n", id);
+	} else if (ret == -EACCES) {
+		log_warn("sandbox %s: uid %u may not remove it (registered by uid %u): refused", id,
+			 who != NULL ? who->uid : 0, registrant);
+		answer_add(a,
+			   "error forbidden sandbox %s was registered by uid %u: only that user or "
+			   "root may remove it\n",
+			   id, registrant);
 	} else {
 		answer_add(a, "error internal %s\n", strerror(-ret));
 	}
@@ -249,7 +271,7 @@ static int split_words(char *line, char **words, int max)
 }
 
 char *control_handle(struct engine *e, const char *line, const struct engine_owner *owner,
-		     size_t *len, int *fd)
+		     const struct verdict_caller *who, size_t *len, int *fd)
 {
 	char copy[CONTROL_LINE_BYTES_MAX];
 	char *w[5];
@@ -265,15 +287,15 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 		if (count == 1 && strcmp(w[0], "ping") == 0) {
 			answer_add(&a, "ok agentsnetd %s\n", CONTROL_VERSION);
 		} else if (sandbox && count == 4 && strcmp(w[1], "add") == 0) {
-			handle_add(e, w[2], w[3], NULL, &a);
+			handle_add(e, w[2], w[3], NULL, who, &a);
 		} else if (sandbox && count == 5 && strcmp(w[1], "add") == 0 &&
 			   strcmp(w[4], "owned") == 0) {
 			if (owner == NULL || owner->pid <= 0)
 				answer_add(&a, "error bad_request \"owned\" needs a caller pid\n");
 			else
-				handle_add(e, w[2], w[3], owner, &a);
+				handle_add(e, w[2], w[3], owner, who, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {
-			handle_rm(e, w[2], &a);
+			handle_rm(e, w[2], who, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "url") == 0) {
 			handle_url(e, w[2], &a);
 		} else if (count == 2 && strcmp(w[0], "policy") == 0 &&
@@ -370,15 +392,27 @@ static void serve_one(struct control *ctl, int fd)
 
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	struct ucred cred;
+	struct ucred cred = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
 	socklen_t cred_len = sizeof(cred);
 	struct engine_owner owner = { 0 };
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 && cred.pid > 0 &&
-	    engine_owner_of(cred.pid, &owner) == 0)
+	bool known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0;
+	if (known && cred.pid > 0 && engine_owner_of(cred.pid, &owner) == 0)
 		owner.uid = cred.uid;
+	/* Who asks: a caller whose credentials cannot be read is nobody in particular. */
+	gid_t groups[CONTROL_GROUPS_MAX];
+	socklen_t groups_len = sizeof(groups);
+	if (!known || getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &groups_len) != 0)
+		groups_len = 0;
+	struct verdict_caller who = {
+		.uid = known ? cred.uid : UINT32_MAX,
+		.gid = known ? cred.gid : UINT32_MAX,
+		.groups = groups,
+		.group_count = (uint32_t)(groups_len / sizeof(gid_t)),
+	};
+	static_assert(sizeof(gid_t) == sizeof(uint32_t), "SO_PEERGROUPS fills gid_t");
 	ssize_t n = read_line(fd, line, sizeof(line));
 	int pass_fd = -1;
-	char *out = n < 0 ? NULL : control_handle(ctl->e, line, &owner, &len, &pass_fd);
+	char *out = n < 0 ? NULL : control_handle(ctl->e, line, &owner, &who, &len, &pass_fd);
 	const char *reply = out;
 	if (n < 0) {
 		reply = "error bad_request request line too long\n";

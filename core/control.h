@@ -16,6 +16,7 @@
 
 struct engine;
 struct engine_owner;
+struct verdict_caller;
 
 struct control {
 	struct engine *e; /* borrowed */
@@ -41,9 +42,10 @@ void control_stop(struct control *ctl);
  * with its length in *<len>; NULL when out of memory. A descriptor that goes
  * with the answer (an owned sandbox's listening ingress socket) is put in
  * *<fd> for the caller to send and close, else -1; with <fd> NULL it is
- * closed here. Exposed for tests.
+ * closed here. <who> is the caller, whose rights `sandbox add` and `sandbox
+ * rm` check (NULL: none checked, for tests). Exposed for tests.
  */
 char *control_handle(struct engine *e, const char *line, const struct engine_owner *owner,
-		     size_t *len, int *fd);
+		     const struct verdict_caller *who, size_t *len, int *fd);
 
 #endif /* AN_CORE_CONTROL_H */

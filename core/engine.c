@@ -535,7 +535,7 @@ int engine_owner_of(int32_t pid, struct engine_owner *o)
 }
 
 static int registry_write(const struct engine *e, const char *id, const char *profile_name,
-			  const struct engine_owner *owner)
+			  const struct engine_owner *owner, uint32_t registrant)
 {
 	char dir[PATH_MAX];
 	char path[PATH_MAX];
@@ -556,6 +556,8 @@ static int registry_write(const struct engine *e, const char *id, const char *pr
 	if (owner != NULL && owner->pid > 0)
 		n += snprintf(line + n, sizeof(line) - (size_t)n, "owner %d %llu\n",
 			      (int)owner->pid, (unsigned long long)owner->start_ticks);
+	n += snprintf(line + n, sizeof(line) - (size_t)n, "registrant %u\n", registrant);
+	AN_ASSERT((size_t)n < sizeof(line));
 	ssize_t wrote = write(fd, line, (size_t)n);
 	ret = wrote == n ? 0 : -EIO;
 	close(fd);
@@ -563,8 +565,13 @@ static int registry_write(const struct engine *e, const char *id, const char *pr
 }
 
 /* Reads registry record <id>: "profile <name>" [+ "owner <pid> <ticks>"]. 0 or -errno. */
+/*
+ * Reads registry record <id>: "profile <name>", then optional "owner <pid>
+ * <ticks>" and "registrant <uid>" lines (a record without one: uid 0, so
+ * only root may remove it). 0 or -errno.
+ */
 static int registry_read(const struct engine *e, const char *id, char *profile, size_t cap,
-			 struct engine_owner *owner)
+			 struct engine_owner *owner, uint32_t *registrant)
 {
 	char path[PATH_MAX];
 	char line[192];
@@ -579,14 +586,22 @@ static int registry_read(const struct engine *e, const char *id, char *profile, 
 		return -EINVAL;
 	line[n] = '\0';
 	*owner = (struct engine_owner){ 0 };
-	char *second = strchr(line, '\n');
-	if (second != NULL && strncmp(second + 1, "owner ", 6) == 0) {
+	*registrant = 0;
+	for (char *next = strchr(line, '\n'); next != NULL && next[1] != '\0';
+	     next = strchr(next + 1, '\n')) {
 		int pid = 0;
 		unsigned long long ticks = 0;
-		if (sscanf(second + 7, "%d %llu", &pid, &ticks) != 2 || pid <= 0)
-			return -EINVAL;
-		owner->pid = pid;
-		owner->start_ticks = ticks;
+		unsigned uid = 0;
+		if (strncmp(next + 1, "owner ", 6) == 0) {
+			if (sscanf(next + 7, "%d %llu", &pid, &ticks) != 2 || pid <= 0)
+				return -EINVAL;
+			owner->pid = pid;
+			owner->start_ticks = ticks;
+		} else if (strncmp(next + 1, "registrant ", 11) == 0) {
+			if (sscanf(next + 12, "%u", &uid) != 1)
+				return -EINVAL;
+			*registrant = uid;
+		}
 	}
 	line[strcspn(line, "\n")] = '\0';
 	size_t len = strlen(line + 8);
@@ -651,7 +666,7 @@ enum sandbox_origin {
 
 static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
 			      enum sandbox_origin origin, const struct engine_owner *owner,
-			      char *dir, size_t cap, int *ingress_fd);
+			      uint32_t registrant, char *dir, size_t cap, int *ingress_fd);
 
 /* Re-adopts every registry record; ones that no longer fit are logged and dropped. */
 static void registry_adopt(struct engine *e)
@@ -671,8 +686,10 @@ static void registry_adopt(struct engine *e)
 		char sandbox_dir[PATH_MAX];
 		struct engine_owner owner = { 0 };
 		struct engine_owner now = { 0 };
+		uint32_t registrant = 0;
 		int ret = engine_sandbox_id_valid(de->d_name)
-			      ? registry_read(e, de->d_name, profile, sizeof(profile), &owner)
+			      ? registry_read(e, de->d_name, profile, sizeof(profile), &owner,
+					      &registrant)
 			      : -EINVAL;
 		if (ret == 0 && owner.pid > 0 &&
 		    (engine_owner_of(owner.pid, &now) != 0 ||
@@ -686,8 +703,8 @@ static void registry_adopt(struct engine *e)
 		if (ret == 0) {
 			pthread_mutex_lock(&e->lock);
 			ret = sandbox_add_locked(e, de->d_name, profile, SANDBOX_FROM_REGISTRY,
-						 owner.pid > 0 ? &owner : NULL, sandbox_dir,
-						 sizeof(sandbox_dir), NULL);
+						 owner.pid > 0 ? &owner : NULL, registrant,
+						 sandbox_dir, sizeof(sandbox_dir), NULL);
 			pthread_mutex_unlock(&e->lock);
 		}
 		if (ret == 0)
@@ -945,7 +962,7 @@ static int ingress_socket_make(const char *id, const char *dir)
  */
 static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
 			      enum sandbox_origin origin, const struct engine_owner *owner,
-			      char *dir, size_t cap, int *ingress_fd)
+			      uint32_t registrant, char *dir, size_t cap, int *ingress_fd)
 {
 	bool dynamic = origin != SANDBOX_FROM_FILE;
 
@@ -961,7 +978,7 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
 				   origin == SANDBOX_FROM_CONTROL);
 	if (ret == 0 && dynamic)
-		ret = registry_write(e, id, profile_name, owner);
+		ret = registry_write(e, id, profile_name, owner, registrant);
 	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
 	if (ret == 0 && ingress_fd != NULL) {
 		*ingress_fd = ingress_socket_make(id, dir);
@@ -978,6 +995,7 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 	}
 	struct engine_sandbox *sb = e->sandboxes[idx];
 	sb->owner = owner != NULL ? *owner : (struct engine_owner){ 0 };
+	sb->registrant = registrant;
 	*cmd = (struct worker_cmd){ .kind = WORKER_CMD_ADD, .sandbox = (uint32_t)idx };
 	worker_cmd_post(&e->workers[sb->worker], cmd); /* the worker frees it */
 	routes_post(e, WORKER_CMD_ROUTE_ADD, id, (uint32_t)idx);
@@ -985,21 +1003,31 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 }
 
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
-		       const struct engine_owner *owner, char *dir, size_t cap, int *ingress_fd)
+		       const struct engine_owner *owner, const struct verdict_caller *who,
+		       char *dir, size_t cap, int *ingress_fd)
 {
 	if (ingress_fd != NULL)
 		*ingress_fd = -1;
 	if (!engine_sandbox_id_valid(id))
 		return -EINVAL;
 	pthread_mutex_lock(&e->lock);
-	int ret = sandbox_add_locked(e, id, profile_name, SANDBOX_FROM_CONTROL, owner, dir, cap,
-				     ingress_fd);
+	const void *policy = snapshot_now(e)->policy;
+	int profile = e->ops->profile_index(policy, profile_name);
+	int ret = 0;
+	/* Asked of the snapshot the sandbox will be added on, under the same lock. */
+	if (profile >= 0 && who != NULL && e->ops->profile_admits != NULL &&
+	    !e->ops->profile_admits(policy, (uint32_t)profile, who))
+		ret = -EACCES;
+	if (ret == 0)
+		ret = sandbox_add_locked(e, id, profile_name, SANDBOX_FROM_CONTROL, owner,
+					 who != NULL ? who->uid : 0, dir, cap, ingress_fd);
 	pthread_mutex_unlock(&e->lock);
 	return ret;
 }
 
 /* Removes sandbox <id>: a run-time one, or with <file> one from the policy file. */
-static int sandbox_remove(struct engine *e, const char *id, bool file)
+static int sandbox_remove(struct engine *e, const char *id, bool file,
+			  const struct verdict_caller *who, uint32_t *registrant_out)
 {
 	struct worker_cmd cmd = { .kind = WORKER_CMD_REMOVE };
 
@@ -1009,7 +1037,12 @@ static int sandbox_remove(struct engine *e, const char *id, bool file)
 	struct engine_sandbox *sb = idx >= 0 ? e->sandboxes[idx] : NULL;
 	if (ret == 0 && (sb->dynamic == file || sb->state != SANDBOX_ACTIVE))
 		ret = sb->state != SANDBOX_ACTIVE || sb->dynamic ? -ENOENT : -EPERM;
+	/* Only the user who registered it, or root, may take it away. */
+	if (ret == 0 && who != NULL && who->uid != 0 && who->uid != sb->registrant)
+		ret = -EACCES;
 	if (ret != 0) {
+		if (ret == -EACCES && registrant_out != NULL)
+			*registrant_out = sb->registrant;
 		pthread_mutex_unlock(&e->lock);
 		return ret;
 	}
@@ -1030,9 +1063,10 @@ static int sandbox_remove(struct engine *e, const char *id, bool file)
 	return 0;
 }
 
-int engine_sandbox_remove(struct engine *e, const char *id)
+int engine_sandbox_remove(struct engine *e, const char *id, const struct verdict_caller *who,
+			  uint32_t *registrant)
 {
-	return sandbox_remove(e, id, false);
+	return sandbox_remove(e, id, false, who, registrant);
 }
 
 struct owned_sandbox {
@@ -1070,7 +1104,7 @@ uint32_t engine_sandbox_reap_orphans(struct engine *e)
 		if (owner_alive(&list[i].owner))
 			continue;
 		/* -ENOENT: removed meanwhile (its agentsnet run ran `sandbox rm` after all). */
-		int ret = engine_sandbox_remove(e, list[i].id);
+		int ret = engine_sandbox_remove(e, list[i].id, NULL, NULL);
 		if (ret == 0) {
 			removed++;
 			log_info("sandbox %s: its owner (pid %d) is gone; removed", list[i].id,
@@ -1175,7 +1209,7 @@ static uint32_t swap_open_new(struct engine *e, const struct config *file)
 			continue;
 		const char *profile =
 		    e->ops->profile_name(snapshot_now(e)->policy, file->sandboxes[i].profile);
-		int ret = sandbox_add_locked(e, id, profile, SANDBOX_FROM_FILE, NULL, dir,
+		int ret = sandbox_add_locked(e, id, profile, SANDBOX_FROM_FILE, NULL, 0, dir,
 					     sizeof(dir), NULL);
 		if (ret == 0)
 			opened++;
@@ -1202,7 +1236,7 @@ static uint32_t swap_close_dropped(struct engine *e, const struct config *file)
 				memcpy(id, sb->id, sizeof(id));
 		}
 		pthread_mutex_unlock(&e->lock);
-		if (found && sandbox_remove(e, id, true) != 0)
+		if (found && sandbox_remove(e, id, true, NULL, NULL) != 0)
 			break; /* removed meanwhile: nothing else can be left */
 		removed += found;
 	}

@@ -58,7 +58,7 @@ enum engine_sandbox_state {
  */
 struct engine_owner {
 	int32_t pid;
-	uint32_t uid;         /* the caller's user: a non-root one gets the directory */
+	uint32_t uid;         /* the caller's user */
 	uint64_t start_ticks; /* /proc/<pid>/stat field 22 */
 };
 
@@ -79,6 +79,7 @@ struct engine_sandbox {
 	_Atomic uint32_t conns;
 	char path[108];            /* the socket's path (sun_path) */
 	struct engine_owner owner; /* pid 0: none (written under engine.lock) */
+	uint32_t registrant;       /* who registered it (0: root, or the policy file) */
 	uint32_t generation;       /* bumped each time the slot opens: buckets follow it */
 	/* The gateway's limits for it, shared by every worker (core/ratelimit.h):
 	 * its rate (reset when the slot opens) and its public requests open
@@ -161,21 +162,29 @@ int engine_stop(struct engine *e);
  * (an owned sandbox, whose `agentsnet run` holds its ingress), the daemon
  * also makes <dir>/ingress.sock (0600) and puts its listening descriptor
  * there for the caller to pass on and close (-1 on failure). Writes the
- * sandbox's directory to <dir>/<cap>. Returns 0,
+ * sandbox's directory to <dir>/<cap>. With <who> (the control socket's
+ * caller), the profile must admit it (verdict_ops.profile_admits: -EACCES
+ * otherwise) and it is recorded as the sandbox's registrant (NULL: root).
+ * Returns 0,
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
  * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached) or the
  * -errno of a failed socket step. Control path only (takes the lock).
  */
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
-		       const struct engine_owner *owner, char *dir, size_t cap, int *ingress_fd);
+		       const struct engine_owner *owner, const struct verdict_caller *who,
+		       char *dir, size_t cap, int *ingress_fd);
 
 /*
  * Removes run-time sandbox <id>: its worker stops accepting and aborts its
  * connections; then the socket, registry record and directory are removed.
- * Waits for the worker (at most a few seconds). Returns 0, -ENOENT, -EPERM
- * (the sandbox comes from the policy file) or -ETIMEDOUT.
+ * Waits for the worker (at most a few seconds). With <who> (the control
+ * socket's caller; NULL: the daemon itself), only its registrant or root may:
+ * -EACCES otherwise, with the registrant's uid in *<registrant> (may be
+ * NULL). Returns 0, -ENOENT, -EPERM (the sandbox comes from the policy file),
+ * -EACCES or -ETIMEDOUT.
  */
-int engine_sandbox_remove(struct engine *e, const char *id);
+int engine_sandbox_remove(struct engine *e, const char *id, const struct verdict_caller *who,
+			  uint32_t *registrant);
 
 /*
  * Removes every run-time sandbox whose owner process is gone (an

@@ -118,6 +118,14 @@ struct verdict {
 	char ip[46];
 };
 
+/* Who asks the control socket for something: its credentials (SO_PEERCRED, SO_PEERGROUPS). */
+struct verdict_caller {
+	uint32_t uid;
+	uint32_t gid;
+	const uint32_t *groups; /* supplementary groups, group_count of them */
+	uint32_t group_count;
+};
+
 struct verdict_ops {
 	/*
 	 * Decides <host>/<host_len> (as the client sent it, not normalised) on
@@ -141,6 +149,9 @@ struct verdict_ops {
 	bool (*address_permitted)(const void *policy, const struct sockaddr *sa);
 	/* The index of profile <name> (NUL-terminated), or -ENOENT. */
 	int (*profile_index)(const void *policy, const char *name);
+	/* Whether <who> may register sandboxes on profile <index> (root always may). */
+	bool (*profile_admits)(const void *policy, uint32_t index,
+			       const struct verdict_caller *who);
 	/* The name of profile <index> (borrowed from the snapshot). */
 	const char *(*profile_name)(const void *policy, uint32_t index);
 	/* The limits of profile <index>. */

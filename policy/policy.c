@@ -49,6 +49,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -64,6 +66,7 @@
 #include <yaml.h>
 
 #include "core/an.h"
+#include "core/keyfile.h"
 #include "core/pool.h"
 #include "core/reason.h"
 #include "policy/acl.h"
@@ -80,6 +83,13 @@ struct policy_profile {
 	uint32_t rule_count;
 	uint32_t rule_cap;
 	struct acl acl; /* indexes rules; built when the profile's rules are complete */
+	/* Who besides root may register sandboxes on it (`users`, `groups`): ids, resolved at
+	 * load; without either, every control-socket member unless it has an inject rule. */
+	uint32_t *users;  /* owned */
+	uint32_t *groups; /* owned */
+	uint32_t user_count;
+	uint32_t group_count;
+	bool registrants_named; /* `users` or `groups` was given (even empty) */
 };
 
 /* One resolver.hosts entry: addresses with port 0. */
@@ -2790,7 +2800,8 @@ static int parse_secret_env(struct loader *ld, struct policy_inject *in)
 /*
  * secret_file: read at every load, following symbolic links (secret mounts,
  * Kubernetes' among them, are links). O_NONBLOCK keeps a FIFO from hanging
- * the load; file_load then refuses it.
+ * the load; file_load then refuses it. The file must be the daemon's user's
+ * and readable by it alone (core/keyfile.h): sandboxes see the host's files.
  */
 static int parse_secret_file(struct loader *ld, struct policy_inject *in)
 {
@@ -2807,6 +2818,13 @@ static int parse_secret_file(struct loader *ld, struct policy_inject *in)
 	if (fd == -1)
 		return fail(ld, ld->ev.start_mark, "secret_file %s: open: %s", path,
 			    strerror(errno));
+	struct stat st;
+	char why[128];
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    keyfile_check(&st, why, sizeof(why)) != 0) {
+		close(fd);
+		return fail(ld, ld->ev.start_mark, "secret_file %s: %s", path, why);
+	}
 	rc = file_load(fd, POLICY_INJECT_SECRET_BYTES_MAX + 1u, &buf, &got, &call);
 	close(fd);
 	if (rc != 0)
@@ -3387,11 +3405,71 @@ static int parse_ingress(struct loader *ld, struct policy_profile *pr)
 	return ingress_finish(ld, pr, &b, seen);
 }
 
-enum { PK_RULES, PK_LIMITS, PK_INGRESS, PK__COUNT };
+/* One entry of a profile's `users` or `groups`: a name, resolved now, or a number. */
+struct registrant_ctx {
+	uint32_t *ids;
+	uint32_t *count;
+	bool groups;
+};
+
+static int registrant_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct registrant_ctx *rc_ctx = ctx;
+	const char *what = rc_ctx->groups ? "groups" : "users";
+	char name[256];
+	uint32_t id = 0;
+
+	AN_ASSERT(index == *rc_ctx->count);
+	int rc = loader_scalar(ld, what, "a name or a number");
+	if (rc != 0)
+		return rc;
+	size_t len = ev_len(ld);
+	if (len == 0 || len >= sizeof(name) || !text_is_clean(ev_text(ld), len))
+		return fail(ld, ld->ev.start_mark, "%s: a %s name or number of 1-%zu bytes", what,
+			    rc_ctx->groups ? "group" : "user", sizeof(name) - 1);
+	memcpy(name, ev_text(ld), len);
+	name[len] = '\0';
+	char *end = NULL;
+	errno = 0;
+	unsigned long n = strtoul(name, &end, 10);
+	if (name[0] >= '0' && name[0] <= '9' && *end == '\0' && errno == 0 && n < UINT32_MAX) {
+		id = (uint32_t)n;
+	} else if (rc_ctx->groups) {
+		struct group *g = getgrnam(name);
+		if (g == NULL)
+			return fail(ld, ld->ev.start_mark,
+				    "groups: no such group '%s' on this host", name);
+		id = (uint32_t)g->gr_gid;
+	} else {
+		struct passwd *pw = getpwnam(name);
+		if (pw == NULL)
+			return fail(ld, ld->ev.start_mark, "users: no such user '%s' on this host",
+				    name);
+		id = (uint32_t)pw->pw_uid;
+	}
+	rc_ctx->ids[(*rc_ctx->count)++] = id;
+	return 0;
+}
+
+static int parse_registrants(struct loader *ld, struct policy_profile *pr, bool groups)
+{
+	uint32_t **ids = groups ? &pr->groups : &pr->users;
+	uint32_t *count = groups ? &pr->group_count : &pr->user_count;
+
+	AN_ASSERT(*ids == NULL);
+	*ids = pool_calloc(POLICY_REGISTRANTS_MAX, sizeof(**ids));
+	if (*ids == NULL)
+		return fail_oom(ld);
+	pr->registrants_named = true;
+	struct registrant_ctx ctx = { .ids = *ids, .count = count, .groups = groups };
+	return loader_seq(ld, groups ? "groups" : "users", POLICY_REGISTRANTS_MAX, false,
+			  registrant_item, &ctx);
+}
+
+enum { PK_RULES, PK_LIMITS, PK_INGRESS, PK_USERS, PK_GROUPS, PK__COUNT };
 static const char *const profile_keys[] = {
-	[PK_RULES] = "rules",
-	[PK_LIMITS] = "limits",
-	[PK_INGRESS] = "ingress",
+	[PK_RULES] = "rules", [PK_LIMITS] = "limits", [PK_INGRESS] = "ingress",
+	[PK_USERS] = "users", [PK_GROUPS] = "groups",
 };
 static_assert(AN_ARRAY_LEN(profile_keys) == PK__COUNT, "every profile key needs a name");
 static const struct keyset profile_keyset = { "a profile", profile_keys, PK__COUNT };
@@ -3412,6 +3490,8 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 			rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, &pc);
 		else if (key == PK_LIMITS)
 			rc = parse_limits(ld, &profile_limit_keyset, &pr->limits);
+		else if (key == PK_USERS || key == PK_GROUPS)
+			rc = parse_registrants(ld, pr, key == PK_GROUPS);
 		else
 			rc = parse_ingress(ld, pr);
 	}
@@ -4137,6 +4217,8 @@ void policy_free(struct policy *p)
 		AN_FREE(&pr->rules);
 		AN_FREE(&pr->name);
 		AN_FREE(&pr->ingress_own);
+		AN_FREE(&pr->users);
+		AN_FREE(&pr->groups);
 	}
 	for (uint32_t i = 0; i < p->host_count; i++) {
 		AN_FREE(&p->hosts[i].name);
@@ -4156,6 +4238,41 @@ void policy_free(struct policy *p)
 	strtab_free(&p->profile_index);
 	strtab_free(&p->host_index);
 	pool_free(p);
+}
+
+bool policy_profile_admits(const struct policy *p, uint32_t index, const struct verdict_caller *who)
+{
+	AN_ASSERT(p != NULL && who != NULL);
+	AN_ASSERT(index < p->profile_count);
+	const struct policy_profile *pr = &p->profiles[index];
+	if (who->uid == 0)
+		return true;
+	if (!pr->registrants_named) {
+		for (uint32_t j = 0; j < pr->rule_count; j++) {
+			if (pr->rules[j].tier == TIER_INJECT)
+				return false; /* another team's credentials: never open by default */
+		}
+		return true;
+	}
+	for (uint32_t i = 0; i < pr->user_count; i++) {
+		if (pr->users[i] == who->uid)
+			return true;
+	}
+	for (uint32_t i = 0; i < pr->group_count; i++) {
+		if (pr->groups[i] == who->gid)
+			return true;
+		for (uint32_t k = 0; k < who->group_count; k++) {
+			if (pr->groups[i] == who->groups[k])
+				return true;
+		}
+	}
+	return false;
+}
+
+static bool policy_profile_admits_op(const void *policy, uint32_t index,
+				     const struct verdict_caller *who)
+{
+	return policy_profile_admits(policy, index, who);
 }
 
 int policy_profile_index(const struct policy *p, const char *name)
@@ -4373,6 +4490,7 @@ const struct verdict_ops policy_verdict_ops = {
 	.static_lookup = policy_static_lookup,
 	.address_permitted = policy_address_permitted,
 	.profile_index = policy_profile_index_op,
+	.profile_admits = policy_profile_admits_op,
 	.profile_name = policy_profile_name_op,
 	.profile_limits = policy_profile_limits_op,
 	.profile_ingress = policy_profile_ingress_op,

@@ -26,6 +26,8 @@
  * holds two snapshots, so this also bounds the daemon's policy memory.
  */
 #define POLICY_RULES_MAX (1u << 18)
+/* Entries of a profile's `users`, and of its `groups`, at most. */
+#define POLICY_REGISTRANTS_MAX 256u
 /* Profiles: at most one per sandbox is ever useful. */
 #define POLICY_PROFILES_MAX LIMITS_SANDBOXES_MAX
 /* Ports listed on one rule: an allowlist, not a range syntax. */
@@ -233,6 +235,15 @@ void policy_free(struct policy *p);
 
 /* The index of the profile called <name>, or -ENOENT. Borrows both. */
 int policy_profile_index(const struct policy *p, const char *name);
+
+/*
+ * Whether <who> may register sandboxes on profile <index> through the control
+ * socket: root always; else a uid of the profile's `users`, or a gid (primary
+ * or supplementary) of its `groups`; a profile that names neither admits every
+ * caller unless it has a credential-inject rule (then root only).
+ */
+bool policy_profile_admits(const struct policy *p, uint32_t index,
+			   const struct verdict_caller *who);
 
 /* Profiles in <p> (at least 1). */
 uint32_t policy_profile_count(const struct policy *p);

@@ -137,15 +137,16 @@ static int load_files(struct tls_ca *ca, const char *cert_path, const char *key_
 
 	AN_ASSERT(cert_path != NULL);
 	AN_ASSERT(key_path != NULL);
-	int ret = tls_read_file(cert_path, "CA certificate", TLS_CA_FILE_BYTES_MAX, &buf, &len, err,
-				err_len);
+	int ret = tls_read_file(cert_path, "CA certificate", TLS_CA_FILE_BYTES_MAX, false, &buf,
+				&len, err, err_len);
 	if (ret == 0)
 		ret = parse_cert(ca, buf, len, cert_path, err, err_len);
 	AN_FREE(&buf);
 	if (ret != 0)
 		return ret;
 	len = 0;
-	ret = tls_read_file(key_path, "CA key", TLS_CA_FILE_BYTES_MAX, &buf, &len, err, err_len);
+	ret = tls_read_file(key_path, "CA key", TLS_CA_FILE_BYTES_MAX, true, &buf, &len, err,
+			    err_len);
 	if (ret == 0)
 		ret = parse_key(ca, buf, len, key_path, err, err_len);
 	if (buf != NULL)

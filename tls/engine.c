@@ -323,14 +323,14 @@ int tls_engine_public_load(struct tls_engine *e, const char *cert_path, const ch
 
 	AN_ASSERT(e != NULL && e->public_ctx == NULL);
 	AN_ASSERT(cert_path != NULL && key_path != NULL);
-	int ret = tls_read_file(cert_path, PUBLIC_CERT, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX, &buf,
-				&len, err, cap);
+	int ret = tls_read_file(cert_path, PUBLIC_CERT, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX, false,
+				&buf, &len, err, cap);
 	if (ret == 0)
 		ret = parse_chain(&f, buf, len, cert_path, err, cap);
 	AN_FREE(&buf);
 	if (ret == 0)
-		ret = tls_read_file(key_path, PUBLIC_KEY, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX, &buf,
-				    &len, err, cap);
+		ret = tls_read_file(key_path, PUBLIC_KEY, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX, true,
+				    &buf, &len, err, cap);
 	if (ret == 0)
 		ret = parse_key(&f, buf, len, key_path, err, cap);
 	if (buf != NULL)

@@ -32,6 +32,7 @@
 #include <openssl/ssl.h>
 
 #include "core/an.h"
+#include "core/keyfile.h"
 #include "core/pool.h"
 
 int tls_library_init(char *err, size_t err_len)
@@ -91,10 +92,11 @@ int tls_time_s(const ASN1_TIME *t, int64_t *s)
 	return 0;
 }
 
-int tls_read_file(const char *path, const char *what, size_t max, char **buf, size_t *len,
-		  char *err, size_t err_len)
+int tls_read_file(const char *path, const char *what, size_t max, bool secret, char **buf,
+		  size_t *len, char *err, size_t err_len)
 {
 	struct stat st;
+	char why[128];
 
 	AN_ASSERT(path != NULL && what != NULL);
 	AN_ASSERT(*buf == NULL);
@@ -104,6 +106,10 @@ int tls_read_file(const char *path, const char *what, size_t max, char **buf, si
 	int ret = fstat(fd, &st) == -1 ? -errno : 0;
 	if (ret == 0 && !S_ISREG(st.st_mode))
 		ret = -EINVAL;
+	if (ret == 0 && secret && keyfile_check(&st, why, sizeof(why)) != 0) {
+		close(fd);
+		return tls_fail(err, err_len, -EPERM, "%s %s: %s", what, path, why);
+	}
 	if (ret == 0 && (uint64_t)st.st_size > max)
 		ret = -EFBIG;
 	size_t size = ret == 0 ? (size_t)st.st_size : 0;

@@ -11,6 +11,7 @@
 #ifndef AN_TLS_TLS_H
 #define AN_TLS_TLS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,11 +52,13 @@ int tls_time_s(const ASN1_TIME *t, int64_t *s);
  * Reads the whole regular file at <path>, at most <max> bytes, into owned
  * memory (*<buf>: *<len> bytes and a NUL; free it with pool_free_secret, as
  * it may hold a key); errors are one line naming it as <what> ("CA key",
- * "ingress.tls.cert"). On failure nothing is left allocated, and what was
- * read is wiped. 0 or -errno (-EINVAL: not a regular file; -EFBIG).
+ * "ingress.tls.cert"). A <secret> (a private key) must be the daemon's
+ * user's and readable by it alone (core/keyfile.h), else -EPERM naming the
+ * file and its owner or mode. On failure nothing is left allocated, and what
+ * was read is wiped. 0 or -errno (-EINVAL: not a regular file; -EFBIG).
  */
-int tls_read_file(const char *path, const char *what, size_t max, char **buf, size_t *len,
-		  char *err, size_t err_len);
+int tls_read_file(const char *path, const char *what, size_t max, bool secret, char **buf,
+		  size_t *len, char *err, size_t err_len);
 
 /*
  * A pem_password_cb that never gives a passphrase: it sets the bool <arg>

@@ -11,6 +11,10 @@ sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
   changes, nothing is ever planted, every registration gets a directory of the daemon's
   (root's, 0755, root's sockets in it) that is gone once the sandbox is removed, and an
   owned registration gets its ingress socket as a descriptor with the answer.
+- t_second_account: a second host account in the control group (uid 65534) cannot
+  register on a profile with an inject rule that does not name it (no-upgrades:
+  forbidden, logged, nothing registered), cannot remove a sandbox root registered
+  (it-parked: forbidden, still listed), and can remove its own.
 - t_dir_leftover: a directory left at a sandbox's path (as an older daemon, which handed
   the directory to its owner, could leave one: the owner's, with a subdirectory and a
   symlink to a root-owned file in it) is removed whole, never followed, and replaced by
@@ -111,7 +115,59 @@ print(json.dumps(seen))
 """
 
 
+# One control request: argv = control socket, request line; prints the answer.
+CTL_PY = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(10)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode() + b"\n")
+data = b""
+while True:
+    got = s.recv(65536)
+    if not got:
+        break
+    data += got
+sys.stdout.write(data.decode())
+"""
+
+
 class HostBoundaryTests:
+
+    def t_second_account(self):
+        def second_account():
+            sid = "it-second-%d" % os.getpid()
+            errs = []
+            mine = self.unpriv_ctl("sandbox add %s no-upgrades" % sid)
+            if not mine.startswith("error forbidden uid %d may not register" % self.unpriv_uid):
+                errs.append("register on no-upgrades (an inject profile): %r" % mine)
+            if sid in self.listed():
+                errs.append("%s was registered anyway" % sid)
+                self.ctl("sandbox rm %s" % sid)
+            theirs = self.unpriv_ctl("sandbox rm it-parked")
+            if not theirs.startswith("error forbidden sandbox it-parked was registered by uid 0"):
+                errs.append("remove root's it-parked: %r" % theirs)
+            if "it-parked" not in self.listed():
+                errs.append("it-parked is gone")
+            own = self.unpriv_ctl("sandbox add %s other" % sid)
+            if not own.startswith("ok "):
+                errs.append("register on other (no inject rule): %r" % own)
+            gone = self.unpriv_ctl("sandbox rm %s" % sid)
+            if not gone.startswith("ok"):
+                errs.append("remove its own: %r" % gone)
+            return errs
+
+        self.timed("a second account in the control group cannot register on an inject "
+                   "profile not granted to it, nor remove root's sandbox; it removes its own",
+                   second_account)
+
+    def unpriv_ctl(self, line):
+        """One control request as the unprivileged account; the answer's first line."""
+        argv = ["python3", "-c", CTL_PY, self.vars["control"], line]
+        p = subprocess.run(self.host_cmd(argv, (self.unpriv_uid, self.unpriv_uid)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
+                           check=False)
+        return (p.stdout.decode().splitlines() or ["(no answer) " + p.stderr.decode()])[0]
 
     def t_dir_leftover(self):
         def leftover():

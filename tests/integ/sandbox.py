@@ -2385,7 +2385,7 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
          "density", "daemon_restart", "daemon_stopped", "ingress", "stats", "env", "pty",
-         "selftest", "dir_race", "dir_leftover"]
+         "selftest", "dir_race", "dir_leftover", "second_account"]
 
 
 def preflight(args):
@@ -2493,8 +2493,11 @@ class Setup:
         for sub in ("home", "sync", "npm-cache-in"):
             agent_dir(os.path.join(t.tmp, sub))
         ca_pem, leaf_pem, leaf_key = make_pki(t.tmp, ("origin.test", "other.test", "api.test"))
-        with open(os.path.join(t.tmp, "secret.txt"), "w", encoding="ascii") as f:
-            f.write(INJECT_SECRET + "\n")  # the inject rule's secret_file
+        # The inject rule's secret_file: the daemon's alone (it refuses one others may read).
+        secret = os.open(os.path.join(t.tmp, "secret.txt"), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                         0o600)
+        with open(secret, "w", encoding="ascii") as f:
+            f.write(INJECT_SECRET + "\n")
         with open(leaf_pem, encoding="ascii") as f:
             t.vars["leaf_sha256"] = hashlib.sha256(
                 ssl.PEM_cert_to_DER_cert(f.read())).hexdigest()

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/pool.h"
@@ -32,11 +33,15 @@ static inline bool unit_can(const char *probe, const char *why)
 	return false;
 }
 
-/* Writes the <len> bytes at <data> to <path>, replacing what was there. */
+/*
+ * Writes the <len> bytes at <data> to <path>, replacing what was there, mode
+ * 0600 (the daemon refuses a secret's file that others may read).
+ */
 static inline void unit_spit(const char *path, const void *data, size_t len)
 {
 	FILE *f = fopen(path, "wb");
 	ck_assert_msg(f != NULL, "open %s", path);
+	ck_assert_int_eq(fchmod(fileno(f), 0600), 0);
 	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
 	ck_assert_int_eq(fclose(f), 0);
 }

@@ -234,7 +234,7 @@ START_TEST(test_stats_line)
 	ck_assert_uint_eq(sum.conns_open, 3);
 	ck_assert_uint_eq(sum.accepted, 1002);
 	ck_assert_uint_eq(sum.leaf_mints, 1018);
-	char *out = control_handle(&eng, "stats", NULL, &len, NULL);
+	char *out = control_handle(&eng, "stats", NULL, NULL, &len, NULL);
 	ck_assert_ptr_nonnull(out);
 	ck_assert_str_eq(out, "ok workers 2 conns 3 accepted 1002 refused_overload 1004 "
 			      "requests 1006 denied 1008 splice_relays 1010 copy_relays 1012 "
@@ -244,10 +244,10 @@ START_TEST(test_stats_line)
 	pool_free(out);
 	/* Unpublished changes do not show; `stats` never waits on a worker. */
 	wk[1].stats.accepted = 5000;
-	out = control_handle(&eng, "stats", NULL, &len, NULL);
+	out = control_handle(&eng, "stats", NULL, NULL, &len, NULL);
 	ck_assert_ptr_nonnull(strstr(out, " accepted 1002 "));
 	pool_free(out);
-	out = control_handle(&eng, "stats now", NULL, &len, NULL);
+	out = control_handle(&eng, "stats now", NULL, NULL, &len, NULL);
 	ck_assert_ptr_nonnull(out);
 	ck_assert_int_eq(strncmp(out, "error bad_request ", 18), 0);
 	pool_free(out);

@@ -509,6 +509,38 @@ START_TEST(test_secret_file)
 	snprintf(yaml, sizeof(yaml), INJ(BASE ", secret_file: %s"), link);
 	expect_ok(yaml);
 	expect_secret(inject_of_a(), KEY);
+	/* Others may read it, or write it: refused, naming the file and its mode (through
+	 * the link too: the file checked is the file read). */
+	char want[512];
+	static const struct {
+		mode_t mode;
+		const char *what;
+	} open_modes[] = {
+		{ 0644, "read" }, { 0640, "read" }, { 0604, "read" }, { 0620, "write" }
+	};
+	for (size_t i = 0; i < AN_ARRAY_LEN(open_modes); i++) {
+		ck_assert_int_eq(chmod(abs_path, open_modes[i].mode), 0);
+		snprintf(want, sizeof(want),
+			 "t.yaml:9:75: secret_file %s: mode %04o: group or others may %s it; chmod "
+			 "600 it",
+			 link, (unsigned)open_modes[i].mode, open_modes[i].what);
+		expect_error(yaml, want);
+	}
+	ck_assert_int_eq(chmod(abs_path, 0600), 0);
+	if (geteuid() == 0) {
+		/* Another user's file, however private: refused. */
+		ck_assert_int_eq(chown(abs_path, 65534, 65534), 0);
+		snprintf(
+		    want, sizeof(want),
+		    "t.yaml:9:75: secret_file %s: owned by uid 65534; the daemon runs as uid 0: "
+		    "chown it",
+		    link);
+		expect_error(yaml, want);
+		ck_assert_int_eq(chown(abs_path, 0, 0), 0);
+	} else {
+		fprintf(stderr, "skip: test_secret_file's other-owner case needs root\n");
+	}
+	expect_ok(yaml);
 	/* Each load reads the file again. */
 	static const char rotated[] = "sk-test-LEAKCHECK-rotated";
 	watch(rotated);

@@ -43,6 +43,53 @@ static const char *flow_items(const char *item, int n)
 	return text;
 }
 
+/* --- who may register sandboxes on a profile (users, groups) ---------------------------- */
+
+static bool admits(const char *profile, uint32_t uid, uint32_t gid, const uint32_t *groups,
+		   uint32_t n)
+{
+	struct verdict_caller who = { .uid = uid, .gid = gid, .groups = groups, .group_count = n };
+	int index = policy_profile_index(pol, profile);
+
+	ck_assert_int_ge(index, 0);
+	return policy_profile_admits(pol, (uint32_t)index, &who);
+}
+
+#define INJECT_RULE                                                                   \
+	"    - host: api.test\n      tier: inject\n      owner: o\n      reason: r\n" \
+	"      inject: {header: X-Key, placeholder: placeholder-0001, secret_env: PATH}\n"
+
+START_TEST(test_registrants)
+{
+	static const uint32_t staff[] = { 50, 4243 };
+
+	/* Neither key: every caller, unless the profile has an inject rule (root only). */
+	expect_ok("version: 1\nprofiles:\n  open:\n    rules:\n" RULE(
+	    "a.test") "  keys:\n    rules:\n" INJECT_RULE);
+	ck_assert(admits("open", 1000, 1000, NULL, 0));
+	ck_assert(!admits("keys", 1000, 1000, NULL, 0));
+	ck_assert(admits("keys", 0, 0, NULL, 0));
+	/* Named: users by name or number, groups by name or number, primary or supplementary. */
+	expect_ok("version: 1\nprofiles:\n  keys:\n    users: [root, 1000]\n    groups: [4243]\n"
+		  "    rules:\n" INJECT_RULE "  shut:\n    users: []\n    rules:\n" RULE("a.test"));
+	ck_assert(admits("keys", 1000, 1000, NULL, 0));
+	ck_assert(!admits("keys", 1001, 1001, NULL, 0));
+	ck_assert(admits("keys", 1001, 4243, NULL, 0));
+	ck_assert(admits("keys", 1001, 1001, staff, 2));
+	ck_assert(!admits("keys", 1001, 1001, staff, 1));
+	ck_assert(!admits("shut", 1000, 1000, staff, 2)); /* an empty list: root only */
+	ck_assert(admits("shut", 0, 0, NULL, 0));
+	/* Unknown names are load errors, naming them. */
+	expect_error("version: 1\nprofiles:\n  p:\n    users: [no-such-user-an]\n    rules: []\n",
+		     "t.yaml:4:13: users: no such user 'no-such-user-an' on this host");
+	expect_error("version: 1\nprofiles:\n  p:\n    groups: [no-such-group-an]\n"
+		     "    rules: []\n",
+		     "t.yaml:4:14: groups: no such group 'no-such-group-an' on this host");
+	expect_error("version: 1\nprofiles:\n  p:\n    users: [\"\"]\n    rules: []\n",
+		     "t.yaml:4:13: users: a user name or number of 1-255 bytes");
+}
+END_TEST
+
 /* --- the documented example and the built-in policy ------------------------------------ */
 
 static void expect_limits(struct verdict_limits l, uint32_t rate, uint32_t burst,
@@ -181,7 +228,8 @@ START_TEST(test_unknown_keys)
 		     "t.yaml:3:3: unknown key \"nameservers\" in resolver");
 	expect_error(
 	    "version: 1\nprofiles:\n  p:\n    rules: []\n    methods: []\n",
-	    "t.yaml:5:5: unknown key \"methods\" in a profile (expected one of: rules, limits, ingress)");
+	    "t.yaml:5:5: unknown key \"methods\" in a profile (expected one of: rules, limits, "
+	    "ingress, users, groups)");
 	expect_error(MINIMAL "      method: GET\n", "t.yaml:9:7: unknown key \"method\" in a rule");
 	expect_error(MINIMAL "sandboxes:\n  - id: s\n    profile: p\n    user: x\n",
 		     "t.yaml:12:5: unknown key \"user\" in a sandbox");
@@ -1360,6 +1408,7 @@ int main(void)
 	tcase_add_test(tc, test_profiles_limit);
 	tcase_add_test(tc, test_static_hosts_limit);
 	tcase_add_test(tc, test_failure_leaves_config);
+	tcase_add_test(tc, test_registrants);
 	tcase_add_test(tc, test_error_buffer);
 	tcase_add_test(tc, test_files);
 	tcase_add_test(tc, test_allocation_failures);

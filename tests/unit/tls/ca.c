@@ -239,6 +239,30 @@ START_TEST(test_load_key_mismatch)
 }
 END_TEST
 
+/* A CA key others may read or write, or another user's: refused, naming it and why. */
+START_TEST(test_load_key_file_mode)
+{
+	const char *const readable[] = { ca_key, "mode 0640: group or others may read it", NULL };
+	const char *const writable[] = { ca_key, "mode 0602: group or others may write it", NULL };
+	const char *const foreign[] = { ca_key, "owned by uid 65534", NULL };
+
+	ck_assert_int_eq(chmod(ca_key, 0640), 0);
+	load_fails(ca_pem, ca_key, 7, -EPERM, readable);
+	ck_assert_int_eq(chmod(ca_key, 0602), 0);
+	load_fails(ca_pem, ca_key, 7, -EPERM, writable);
+	ck_assert_int_eq(chmod(ca_key, 0600), 0);
+	ck_assert_int_eq(chmod(ca_pem, 0644), 0); /* the certificate is public */
+	struct tls_ca *ca = load_ok(ca_pem, ca_key, 7);
+	tls_ca_free(&ca);
+	if (geteuid() != 0) {
+		fprintf(stderr, "skip: test_load_key_file_mode's other-owner case needs root\n");
+		return;
+	}
+	ck_assert_int_eq(chown(ca_key, 65534, 65534), 0);
+	load_fails(ca_pem, ca_key, 7, -EPERM, foreign);
+}
+END_TEST
+
 /*
  * CAs that must not load, each made with one fault: the message names the file
  * at fault and says what is wrong with it.
@@ -611,6 +635,7 @@ static Suite *ca_suite(void)
 	tcase_add_test(tc, test_load_short_err_buffer);
 	tcase_add_test(tc, test_load_rsa_and_no_key_usage);
 	tcase_add_test(tc, test_tls_helpers);
+	tcase_add_test(tc, test_load_key_file_mode);
 	suite_add_tcase(s, tc);
 	TCase *tm = tcase_create("mint");
 	tcase_set_timeout(tm, 60);

@@ -559,6 +559,41 @@ START_TEST(test_error_missing)
 }
 END_TEST
 
+/* A key others may read or write, or another user's: refused at load, naming it and why. */
+START_TEST(test_error_key_file_mode)
+{
+	char key[PATH_MAX];
+
+	/* A key of its own: expect_load_error loads the good one again after each. */
+	tt_write_pem(tt_path(key, "modes.key"), NULL, 0, leaf_key, false);
+	ck_assert_int_eq(chmod(key, 0644), 0);
+	expect_load_error(
+	    chain_pem, key, -EPERM,
+	    textf("ingress.tls.key %s: mode 0644: group or others may read it; chmod 600 it", key));
+	ck_assert_int_eq(chmod(key, 0620), 0);
+	expect_load_error(
+	    chain_pem, key, -EPERM,
+	    textf("ingress.tls.key %s: mode 0620: group or others may write it; chmod 600 it",
+		  key));
+	/* The certificate is public: its mode is not checked. */
+	ck_assert_int_eq(chmod(key, 0600), 0);
+	ck_assert_int_eq(chmod(chain_pem, 0644), 0);
+	struct tls_engine *e = NULL;
+	ck_assert_int_eq(tls_engine_open(NULL, NULL, 0, &e, err, sizeof(err)), 0);
+	ck_assert_msg(tls_engine_public_load(e, chain_pem, key, err, sizeof(err)) == 0, "%s", err);
+	tls_engine_close(&e);
+	if (geteuid() != 0) {
+		fprintf(stderr, "skip: test_error_key_file_mode's other-owner case needs root\n");
+		return;
+	}
+	ck_assert_int_eq(chown(key, 65534, 65534), 0);
+	expect_load_error(chain_pem, key, -EPERM,
+			  textf("ingress.tls.key %s: owned by uid 65534; the daemon runs as uid 0: "
+				"chown it",
+				key));
+}
+END_TEST
+
 START_TEST(test_error_not_pem)
 {
 	static const char text[] = "this is not a certificate\n";
@@ -748,6 +783,7 @@ static Suite *public_suite(void)
 	tcase_add_test(tc, test_no_ca);
 	tcase_add_test(tc, test_with_ca);
 	tcase_add_test(tc, test_error_missing);
+	tcase_add_test(tc, test_error_key_file_mode);
 	tcase_add_test(tc, test_error_not_pem);
 	tcase_add_test(tc, test_error_key);
 	tcase_add_test(tc, test_error_validity);

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -73,10 +74,12 @@ static inline const char *tt_path(char *out, const char *name)
 	return out;
 }
 
+/* Mode 0600: a key's file that others may read is refused at load. */
 static inline void tt_spit(const char *path, const void *data, size_t len)
 {
 	FILE *f = fopen(path, "wb");
 	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fchmod(fileno(f), 0600), 0);
 	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
 	ck_assert_int_eq(fclose(f), 0);
 }
@@ -158,6 +161,7 @@ static inline void tt_write_pem(const char *path, X509 *const *certs, size_t n, 
 	FILE *f = fopen(path, "w");
 
 	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fchmod(fileno(f), 0600), 0);
 	for (size_t i = 0; i < n; i++)
 		ck_assert_int_eq(PEM_write_X509(f, certs[i]), 1);
 	if (key != NULL && encrypt)
