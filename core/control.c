@@ -127,12 +127,12 @@ static void handle_url(struct engine *e, const char *id, struct answer *a)
 
 static void handle_add(struct engine *e, const char *id, const char *profile,
 		       const struct engine_owner *owner, const struct verdict_caller *who,
-		       struct answer *a)
+		       uint32_t agent_uid, struct answer *a)
 {
 	char dir[4096];
 
 	/* An owned sandbox's `agentsnet run` gets its ingress socket with the answer. */
-	int ret = engine_sandbox_add(e, id, profile, owner, who, dir, sizeof(dir),
+	int ret = engine_sandbox_add(e, id, profile, owner, who, agent_uid, dir, sizeof(dir),
 				     owner != NULL ? &a->fd : NULL);
 	switch (ret) {
 	case 0:
@@ -151,6 +151,14 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 		answer_add(a, "error exists sandbox %s is already registered\n", id);
 		break;
 	case -EACCES:
+		if (who != NULL && who->uid != 0 && agent_uid != ENGINE_AGENT_ANY &&
+		    agent_uid != who->uid) {
+			answer_add(a,
+				   "error forbidden uid %u may register sandboxes for its own uid "
+				   "only, not for uid %u\n",
+				   who->uid, agent_uid);
+			break;
+		}
 		log_warn("sandbox %s: uid %u may not register on profile %s: refused", id,
 			 who != NULL ? who->uid : 0, profile);
 		answer_add(a,
@@ -166,6 +174,24 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 		answer_add(a, "error internal %s\n", strerror(-ret));
 		break;
 	}
+}
+
+/* A decimal uid below ENGINE_AGENT_ANY, the whole of <text>. */
+static bool parse_uid(const char *text, uint32_t *out)
+{
+	uint64_t v = 0;
+
+	if (*text == '\0' || strlen(text) > 10)
+		return false;
+	for (const char *p = text; *p != '\0'; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (v >= ENGINE_AGENT_ANY)
+		return false;
+	*out = (uint32_t)v;
+	return true;
 }
 
 static void handle_rm(struct engine *e, const char *id, const struct verdict_caller *who,
@@ -274,26 +300,31 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 		     const struct verdict_caller *who, size_t *len, int *fd)
 {
 	char copy[CONTROL_LINE_BYTES_MAX];
-	char *w[5];
+	char *w[6];
 	struct answer a = { .fd = -1 };
+	uint32_t agent_uid = ENGINE_AGENT_ANY;
 
 	size_t n = strlen(line);
 	if (n >= sizeof(copy)) {
 		answer_add(&a, "error bad_request request line too long\n");
 	} else {
 		memcpy(copy, line, n + 1);
-		int count = split_words(copy, w, 5);
+		int count = split_words(copy, w, 6);
 		bool sandbox = count >= 2 && strcmp(w[0], "sandbox") == 0;
 		if (count == 1 && strcmp(w[0], "ping") == 0) {
 			answer_add(&a, "ok agentsnetd %s\n", CONTROL_VERSION);
 		} else if (sandbox && count == 4 && strcmp(w[1], "add") == 0) {
-			handle_add(e, w[2], w[3], NULL, who, &a);
-		} else if (sandbox && count == 5 && strcmp(w[1], "add") == 0 &&
+			handle_add(e, w[2], w[3], NULL, who, ENGINE_AGENT_ANY, &a);
+		} else if (sandbox && (count == 5 || count == 6) && strcmp(w[1], "add") == 0 &&
 			   strcmp(w[4], "owned") == 0) {
 			if (owner == NULL || owner->pid <= 0)
 				answer_add(&a, "error bad_request \"owned\" needs a caller pid\n");
+			else if (count == 6 && !parse_uid(w[5], &agent_uid))
+				answer_add(&a,
+					   "error bad_request the agent's uid is a number below "
+					   "4294967295\n");
 			else
-				handle_add(e, w[2], w[3], owner, who, &a);
+				handle_add(e, w[2], w[3], owner, who, agent_uid, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {
 			handle_rm(e, w[2], who, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "url") == 0) {
@@ -481,7 +512,7 @@ int control_start(struct control *ctl, struct engine *e, gid_t group)
 		close(ret);
 		ret = 0;
 	}
-	int fd = ret == 0 ? engine_listen_unix(ctl->path, 0660, group, false) : ret;
+	int fd = ret == 0 ? engine_listen_unix(ctl->path, 0660, (uid_t)-1, group, false) : ret;
 	if (fd < 0) {
 		log_error("control socket %s: %s", ctl->path, strerror(-fd));
 		return fd;

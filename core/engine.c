@@ -133,7 +133,7 @@ static int socket_path_claim(const struct sockaddr_un *sun)
 	return 0;
 }
 
-int engine_listen_unix(const char *path, mode_t mode, gid_t group, bool nonblock)
+int engine_listen_unix(const char *path, mode_t mode, uid_t owner, gid_t group, bool nonblock)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 
@@ -149,13 +149,23 @@ int engine_listen_unix(const char *path, mode_t mode, gid_t group, bool nonblock
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
 	if (fd == -1)
 		return -errno;
-	/* The file gets its mode and group as bind makes it: nothing is changed by path after. */
+	/*
+	 * The file gets its mode and group as bind makes it (the thread's own umask and
+	 * fsgid). An owner other than the daemon cannot be had that way (bind creates the
+	 * file as the fsuid, which must be able to write the directory), so it is set right
+	 * after, by lchown in the daemon's own directory (engine_dir_secure: nobody else can
+	 * put another name there); until then the file is the daemon's, and its mode lets
+	 * nobody else connect.
+	 */
+	AN_ASSERT(owner == (uid_t)-1 || (mode & 077) == 0); /* only its owner (and root) */
 	mode_t old_mask = umask(~mode & 0777);
 	int old_fsgid = group != (gid_t)-1 ? setfsgid(group) : -1;
 	ret = bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ? -errno : 0;
 	if (group != (gid_t)-1)
 		setfsgid((gid_t)old_fsgid);
 	umask(old_mask);
+	if (ret == 0 && owner != (uid_t)-1 && lchown(path, owner, (gid_t)-1) == -1)
+		ret = -errno;
 	if (ret == 0 && listen(fd, 4096) == -1)
 		ret = -errno;
 	if (ret != 0) {
@@ -228,11 +238,14 @@ static int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool f
 	}
 	ret = sandbox_dir_make(socket_dir, sb->id, fresh, dir);
 	if (ret != 0)
-		return ret;
-	int fd = engine_listen_unix(sb->path, 0666, (gid_t)-1, true);
+		return ret == -EACCES ? -EIO : ret; /* -EACCES answers a caller's rights */
+	/* An agent's uid known: its alone (and root's); the kernel refuses everyone else. */
+	bool any = sb->agent_uid == ENGINE_AGENT_ANY;
+	int fd = engine_listen_unix(sb->path, any ? 0666 : 0600,
+				    any ? (uid_t)-1 : (uid_t)sb->agent_uid, (gid_t)-1, true);
 	if (fd < 0) {
 		log_error("sandbox %s: %s: %s", sb->id, sb->path, strerror(-fd));
-		return fd;
+		return fd == -EACCES ? -EIO : fd; /* -EACCES answers a caller's rights */
 	}
 	sb->listen_fd = fd;
 	return 0;
@@ -374,7 +387,8 @@ static int ingress_internal_open(struct engine *e)
 		close(ret);
 		ret = 0;
 	}
-	int fd = ret == 0 ? engine_listen_unix(sun->sun_path, 0600, (gid_t)-1, true) : ret;
+	int fd =
+	    ret == 0 ? engine_listen_unix(sun->sun_path, 0600, (uid_t)-1, (gid_t)-1, true) : ret;
 	if (fd < 0) {
 		log_error("ingress: %s: %s", sun->sun_path, strerror(-fd));
 		return fd;
@@ -462,7 +476,7 @@ static void snapshot_sandbox_set(const struct engine *e, struct snapshot *s, int
  * (or is start-up).
  */
 static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t profile, bool dynamic,
-			bool fresh)
+			bool fresh, uint32_t agent_uid)
 {
 	struct engine_sandbox *sb = e->sandboxes[idx];
 	struct snapshot *now = snapshot_now(e);
@@ -476,6 +490,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 	sb->generation++;
 	__atomic_store_n(&sb->ingress_rate.tat_us, 0, __ATOMIC_RELAXED);
 	sb->dynamic = dynamic;
+	sb->agent_uid = agent_uid;
 	sb->worker = e->next_worker++ % e->worker_count;
 	int ret = listen_unix(sb, e->cfg->socket_dir, fresh);
 	if (ret != 0)
@@ -535,7 +550,7 @@ int engine_owner_of(int32_t pid, struct engine_owner *o)
 }
 
 static int registry_write(const struct engine *e, const char *id, const char *profile_name,
-			  const struct engine_owner *owner, uint32_t registrant)
+			  const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid)
 {
 	char dir[PATH_MAX];
 	char path[PATH_MAX];
@@ -557,6 +572,8 @@ static int registry_write(const struct engine *e, const char *id, const char *pr
 		n += snprintf(line + n, sizeof(line) - (size_t)n, "owner %d %llu\n",
 			      (int)owner->pid, (unsigned long long)owner->start_ticks);
 	n += snprintf(line + n, sizeof(line) - (size_t)n, "registrant %u\n", registrant);
+	if (agent_uid != ENGINE_AGENT_ANY)
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "agent %u\n", agent_uid);
 	AN_ASSERT((size_t)n < sizeof(line));
 	ssize_t wrote = write(fd, line, (size_t)n);
 	ret = wrote == n ? 0 : -EIO;
@@ -567,11 +584,12 @@ static int registry_write(const struct engine *e, const char *id, const char *pr
 /* Reads registry record <id>: "profile <name>" [+ "owner <pid> <ticks>"]. 0 or -errno. */
 /*
  * Reads registry record <id>: "profile <name>", then optional "owner <pid>
- * <ticks>" and "registrant <uid>" lines (a record without one: uid 0, so
- * only root may remove it). 0 or -errno.
+ * <ticks>", "registrant <uid>" (a record without one: uid 0, so only root
+ * may remove it) and "agent <uid>" (without: any uid may connect) lines.
+ * 0 or -errno.
  */
 static int registry_read(const struct engine *e, const char *id, char *profile, size_t cap,
-			 struct engine_owner *owner, uint32_t *registrant)
+			 struct engine_owner *owner, uint32_t *registrant, uint32_t *agent_uid)
 {
 	char path[PATH_MAX];
 	char line[192];
@@ -587,6 +605,7 @@ static int registry_read(const struct engine *e, const char *id, char *profile, 
 	line[n] = '\0';
 	*owner = (struct engine_owner){ 0 };
 	*registrant = 0;
+	*agent_uid = ENGINE_AGENT_ANY;
 	for (char *next = strchr(line, '\n'); next != NULL && next[1] != '\0';
 	     next = strchr(next + 1, '\n')) {
 		int pid = 0;
@@ -601,6 +620,10 @@ static int registry_read(const struct engine *e, const char *id, char *profile, 
 			if (sscanf(next + 12, "%u", &uid) != 1)
 				return -EINVAL;
 			*registrant = uid;
+		} else if (strncmp(next + 1, "agent ", 6) == 0) {
+			if (sscanf(next + 7, "%u", &uid) != 1 || uid == ENGINE_AGENT_ANY)
+				return -EINVAL;
+			*agent_uid = uid;
 		}
 	}
 	line[strcspn(line, "\n")] = '\0';
@@ -633,7 +656,8 @@ static int sandboxes_open(struct engine *e)
 		if (idx < 0)
 			return -ENOMEM;
 		const char *id = cfg->sandboxes[i].id;
-		int ret = sandbox_open(e, idx, id, cfg->sandboxes[i].profile, false, false);
+		int ret = sandbox_open(e, idx, id, cfg->sandboxes[i].profile, false, false,
+				       ENGINE_AGENT_ANY);
 		if (ret != 0)
 			return ret;
 		if (cfg->tcp_sandbox != NULL && strcmp(cfg->tcp_sandbox, id) == 0)
@@ -666,7 +690,8 @@ enum sandbox_origin {
 
 static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
 			      enum sandbox_origin origin, const struct engine_owner *owner,
-			      uint32_t registrant, char *dir, size_t cap, int *ingress_fd);
+			      uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
+			      int *ingress_fd);
 
 /* Re-adopts every registry record; ones that no longer fit are logged and dropped. */
 static void registry_adopt(struct engine *e)
@@ -687,9 +712,10 @@ static void registry_adopt(struct engine *e)
 		struct engine_owner owner = { 0 };
 		struct engine_owner now = { 0 };
 		uint32_t registrant = 0;
+		uint32_t agent_uid = ENGINE_AGENT_ANY;
 		int ret = engine_sandbox_id_valid(de->d_name)
 			      ? registry_read(e, de->d_name, profile, sizeof(profile), &owner,
-					      &registrant)
+					      &registrant, &agent_uid)
 			      : -EINVAL;
 		if (ret == 0 && owner.pid > 0 &&
 		    (engine_owner_of(owner.pid, &now) != 0 ||
@@ -704,7 +730,7 @@ static void registry_adopt(struct engine *e)
 			pthread_mutex_lock(&e->lock);
 			ret = sandbox_add_locked(e, de->d_name, profile, SANDBOX_FROM_REGISTRY,
 						 owner.pid > 0 ? &owner : NULL, registrant,
-						 sandbox_dir, sizeof(sandbox_dir), NULL);
+						 agent_uid, sandbox_dir, sizeof(sandbox_dir), NULL);
 			pthread_mutex_unlock(&e->lock);
 		}
 		if (ret == 0)
@@ -947,7 +973,7 @@ static int ingress_socket_make(const char *id, const char *dir)
 
 	int n = snprintf(path, sizeof(path), "%s/ingress.sock", dir);
 	int fd = n > 0 && (size_t)n < sizeof(path)
-		     ? engine_listen_unix(path, 0600, (gid_t)-1, false)
+		     ? engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, false)
 		     : -ENAMETOOLONG;
 	if (fd < 0)
 		log_error("sandbox %s: %s/ingress.sock: %s", id, dir, strerror(-fd));
@@ -962,7 +988,8 @@ static int ingress_socket_make(const char *id, const char *dir)
  */
 static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
 			      enum sandbox_origin origin, const struct engine_owner *owner,
-			      uint32_t registrant, char *dir, size_t cap, int *ingress_fd)
+			      uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
+			      int *ingress_fd)
 {
 	bool dynamic = origin != SANDBOX_FROM_FILE;
 
@@ -976,9 +1003,9 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 	int ret = cmd == NULL ? -ENOMEM : idx < 0 ? -ENOSPC : 0;
 	if (ret == 0)
 		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
-				   origin == SANDBOX_FROM_CONTROL);
+				   origin == SANDBOX_FROM_CONTROL, agent_uid);
 	if (ret == 0 && dynamic)
-		ret = registry_write(e, id, profile_name, owner, registrant);
+		ret = registry_write(e, id, profile_name, owner, registrant, agent_uid);
 	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
 	if (ret == 0 && ingress_fd != NULL) {
 		*ingress_fd = ingress_socket_make(id, dir);
@@ -1004,7 +1031,7 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
 		       const struct engine_owner *owner, const struct verdict_caller *who,
-		       char *dir, size_t cap, int *ingress_fd)
+		       uint32_t agent_uid, char *dir, size_t cap, int *ingress_fd)
 {
 	if (ingress_fd != NULL)
 		*ingress_fd = -1;
@@ -1018,9 +1045,16 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	if (profile >= 0 && who != NULL && e->ops->profile_admits != NULL &&
 	    !e->ops->profile_admits(policy, (uint32_t)profile, who))
 		ret = -EACCES;
+	/* A caller other than root registers for its own uid, never for someone else's. */
+	if (who != NULL && who->uid != 0) {
+		if (agent_uid != ENGINE_AGENT_ANY && agent_uid != who->uid)
+			ret = -EACCES;
+		agent_uid = who->uid;
+	}
 	if (ret == 0)
-		ret = sandbox_add_locked(e, id, profile_name, SANDBOX_FROM_CONTROL, owner,
-					 who != NULL ? who->uid : 0, dir, cap, ingress_fd);
+		ret =
+		    sandbox_add_locked(e, id, profile_name, SANDBOX_FROM_CONTROL, owner,
+				       who != NULL ? who->uid : 0, agent_uid, dir, cap, ingress_fd);
 	pthread_mutex_unlock(&e->lock);
 	return ret;
 }
@@ -1209,8 +1243,8 @@ static uint32_t swap_open_new(struct engine *e, const struct config *file)
 			continue;
 		const char *profile =
 		    e->ops->profile_name(snapshot_now(e)->policy, file->sandboxes[i].profile);
-		int ret = sandbox_add_locked(e, id, profile, SANDBOX_FROM_FILE, NULL, 0, dir,
-					     sizeof(dir), NULL);
+		int ret = sandbox_add_locked(e, id, profile, SANDBOX_FROM_FILE, NULL, 0,
+					     ENGINE_AGENT_ANY, dir, sizeof(dir), NULL);
 		if (ret == 0)
 			opened++;
 		else

@@ -56,6 +56,9 @@ enum engine_sandbox_state {
  * pid and start time so a recycled pid is not mistaken for it. pid 0: none,
  * the registration is permanent until `sandbox rm`.
  */
+/* A sandbox whose agent's uid is not known: its egress socket is open to every uid. */
+#define ENGINE_AGENT_ANY UINT32_MAX
+
 struct engine_owner {
 	int32_t pid;
 	uint32_t uid;         /* the caller's user */
@@ -80,6 +83,7 @@ struct engine_sandbox {
 	char path[108];            /* the socket's path (sun_path) */
 	struct engine_owner owner; /* pid 0: none (written under engine.lock) */
 	uint32_t registrant;       /* who registered it (0: root, or the policy file) */
+	uint32_t agent_uid;        /* who may connect besides root; ENGINE_AGENT_ANY: anyone */
 	uint32_t generation;       /* bumped each time the slot opens: buckets follow it */
 	/* The gateway's limits for it, shared by every worker (core/ratelimit.h):
 	 * its rate (reset when the slot opens) and its public requests open
@@ -165,6 +169,11 @@ int engine_stop(struct engine *e);
  * sandbox's directory to <dir>/<cap>. With <who> (the control socket's
  * caller), the profile must admit it (verdict_ops.profile_admits: -EACCES
  * otherwise) and it is recorded as the sandbox's registrant (NULL: root).
+ * <agent_uid> is the uid the sandbox's agent runs as: its egress socket is
+ * then that uid's, mode 0600 (only it and root may connect); a caller other
+ * than root always registers for its own uid (another: -EACCES), and root
+ * may give ENGINE_AGENT_ANY (mode 0666: any uid, as for the policy file's
+ * sandboxes).
  * Returns 0,
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
  * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached) or the
@@ -172,7 +181,7 @@ int engine_stop(struct engine *e);
  */
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
 		       const struct engine_owner *owner, const struct verdict_caller *who,
-		       char *dir, size_t cap, int *ingress_fd);
+		       uint32_t agent_uid, char *dir, size_t cap, int *ingress_fd);
 
 /*
  * Removes run-time sandbox <id>: its worker stops accepting and aborts its
@@ -247,12 +256,15 @@ int engine_dir_secure(const char *dir, mode_t mode);
 
 /*
  * Listens on the Unix socket <path>, made by bind with its final <mode> and,
- * unless <group> is (gid_t)-1, group (the calling thread's umask and fsgid
- * set around bind: no chmod or chown by path after). A stale socket file is
+ * unless (gid_t)-1, <group> (the calling thread's umask and fsgid set around
+ * bind: no chmod by path after). Unless (uid_t)-1, <owner> is given the file
+ * right after bind by lchown (bind makes it as the daemon, which alone may
+ * write the directory); <mode> must then have no group or other bit, so until
+ * then nobody but the daemon may connect. A stale socket file is
  * replaced; one a live process still serves is left alone: -EADDRINUSE.
  * <path>'s directory must be the daemon's own (engine_dir_secure). Returns
  * the descriptor or -errno (-ENAMETOOLONG past sun_path). Any thread.
  */
-int engine_listen_unix(const char *path, mode_t mode, gid_t group, bool nonblock);
+int engine_listen_unix(const char *path, mode_t mode, uid_t owner, gid_t group, bool nonblock);
 
 #endif /* AN_CORE_ENGINE_H */

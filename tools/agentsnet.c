@@ -608,13 +608,16 @@ static void sandbox_remove(const struct run_options *o)
 }
 
 /*
- * Registers the sandbox and puts its canonical directory in <dir>, and the
- * listening ingress socket the daemon made for it in *<ingress_fd> (-1 when
- * none came); unregisters on failure.
+ * Registers the sandbox for an agent running as <agent_uid> and puts its
+ * canonical directory in <dir>, and the listening ingress socket the daemon
+ * made for it in *<ingress_fd> (-1 when none came); unregisters on failure.
  */
-static int sandbox_add(const struct run_options *o, char *dir, int *ingress_fd)
+static int sandbox_add(const struct run_options *o, uid_t agent_uid, char *dir, int *ingress_fd)
 {
-	const char *words[] = { "sandbox", "add", o->id, o->profile, "owned" };
+	char uid[16];
+	snprintf(uid, sizeof(uid), "%u", (unsigned)agent_uid);
+	/* The agent's uid: the daemon lets only it (and root) connect to the egress socket. */
+	const char *words[] = { "sandbox", "add", o->id, o->profile, "owned", uid };
 	struct ctl_reply r;
 
 	AN_ASSERT(dir != NULL);
@@ -809,7 +812,8 @@ static int run_main_inner(int argc, char **argv, struct runenv *env, bool *start
 	/* Once, before anything of the sandbox's can write to the terminal. */
 	runenv_warn_dropped(env, environ, stderr);
 	int ingress_fd = -1;
-	rc = sandbox_add(&o, dir, &ingress_fd);
+	/* Who the agent is on the host: the caller in a user namespace, else --user. */
+	rc = sandbox_add(&o, spec.userns ? getuid() : spec.user.uid, dir, &ingress_fd);
 	if (rc != CTL_EXIT_OK)
 		return rc;
 	spec.dir = dir;

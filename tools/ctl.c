@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -205,6 +206,16 @@ int ctl_ls_check(const struct ctl_reply *r)
 	return 0;
 }
 
+/* A decimal uid: 1 to 10 digits, below 4294967295 (the daemon's "any"). */
+static bool uid_valid(const char *text)
+{
+	size_t n = strlen(text);
+
+	if (n == 0 || n > 10 || strspn(text, "0123456789") != n)
+		return false;
+	return strtoull(text, NULL, 10) < 4294967295ull;
+}
+
 static int format_checked(char *out, size_t cap, int argc, const char *const *argv)
 {
 	AN_ASSERT(argc >= 1);
@@ -229,6 +240,11 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 	if (strcmp(argv[1], "add") == 0 && argc == 5 && ctl_id_valid(argv[2]) &&
 	    ctl_profile_valid(argv[3]) && strcmp(argv[4], "owned") == 0)
 		return snprintf(out, cap, "sandbox add %s %s owned\n", argv[2], argv[3]);
+	/* And the uid its agent runs as: only that uid (and root) may connect. */
+	if (strcmp(argv[1], "add") == 0 && argc == 6 && ctl_id_valid(argv[2]) &&
+	    ctl_profile_valid(argv[3]) && strcmp(argv[4], "owned") == 0 && uid_valid(argv[5]))
+		return snprintf(out, cap, "sandbox add %s %s owned %s\n", argv[2], argv[3],
+				argv[5]);
 	return -EINVAL;
 }
 

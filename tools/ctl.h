@@ -4,8 +4,10 @@
  *
  *   ping                       -> ok agentsnetd <version>
  *   sandbox add <id> <profile> -> ok <directory> | error <code> <message>
- *   sandbox add <id> <profile> owned -> the same; with ok, the sandbox's listening
- *                                       ingress socket comes along (SCM_RIGHTS)
+ *   sandbox add <id> <profile> owned [<uid>] -> the same; with ok, the sandbox's
+ *                                       listening ingress socket comes along
+ *                                       (SCM_RIGHTS); <uid>: its agent's, the only
+ *                                       one (with root) that may connect
  *   sandbox rm <id>            -> ok | error no_such_sandbox <message>
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <dir>"
  *   policy reload              -> ok <what was loaded> | error reload_refused <why>

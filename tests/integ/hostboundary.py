@@ -9,12 +9,17 @@ sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
   alive for the next registration), symlinks to a root-owned file in place of egress.sock
   and ingress.sock, the directory renamed away. The root-owned target's mode never
   changes, nothing is ever planted, every registration gets a directory of the daemon's
-  (root's, 0755, root's sockets in it) that is gone once the sandbox is removed, and an
+  (root's, 0755; egress.sock the account's own, ingress.sock root's, both 0600) that is
+  gone once the sandbox is removed, and an
   owned registration gets its ingress socket as a descriptor with the answer.
 - t_second_account: a second host account in the control group (uid 65534) cannot
   register on a profile with an inject rule that does not name it (no-upgrades:
   forbidden, logged, nothing registered), cannot remove a sandbox root registered
   (it-parked: forbidden, still listed), and can remove its own.
+- t_egress_owner: the egress socket of a sandbox that root's `agentsnet run` started for
+  nobody is nobody's, mode 0600: another host account (uid 4242) is refused by the kernel
+  (EACCES), nobody connects; an unprivileged caller cannot register a sandbox for another
+  uid (forbidden), and the sandbox it registers for itself is its own, mode 0600.
 - t_dir_leftover: a directory left at a sandbox's path (as an older daemon, which handed
   the directory to its owner, could leave one: the owner's, with a subdirectory and a
   symlink to a root-owned file in it) is removed whole, never followed, and replaced by
@@ -97,9 +102,10 @@ while time.monotonic() < stop:
         st = os.lstat(d)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) != 0o755:
             seen["bad"].append("directory uid %d mode %o" % (st.st_uid, st.st_mode))
-        for name in ["egress.sock"] + (["ingress.sock"] if owned else []):
+        # egress.sock: its agent's (this account's), 0600; ingress.sock: the daemon's, 0600.
+        for name, uid in [("egress.sock", os.getuid())] + ([("ingress.sock", 0)] if owned else []):
             s = os.lstat(os.path.join(d, name))
-            if not stat.S_ISSOCK(s.st_mode) or s.st_uid != 0:
+            if not stat.S_ISSOCK(s.st_mode) or s.st_uid != uid or stat.S_IMODE(s.st_mode) != 0o600:
                 seen["bad"].append("%s uid %d mode %o" % (name, s.st_uid, s.st_mode))
     except OSError as e:
         seen["bad"].append("lstat: %s" % e)
@@ -114,6 +120,20 @@ t.join()
 print(json.dumps(seen))
 """
 
+
+# A host account that is neither root nor the agents' nobody.
+OTHER_UID = 4242
+
+# Connects to argv[1]: prints "connected" or the errno's name.
+CONNECT_PY = r"""
+import errno, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1])
+    print("connected")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+"""
 
 # One control request: argv = control socket, request line; prints the answer.
 CTL_PY = r"""
@@ -161,20 +181,77 @@ class HostBoundaryTests:
                    "profile not granted to it, nor remove root's sandbox; it removes its own",
                    second_account)
 
-    def unpriv_ctl(self, line):
-        """One control request as the unprivileged account; the answer's first line."""
-        argv = ["python3", "-c", CTL_PY, self.vars["control"], line]
-        p = subprocess.run(self.host_cmd(argv, (self.unpriv_uid, self.unpriv_uid)),
+    def t_egress_owner(self):
+        def egress_owner():
+            go = self.go("egress-owner")
+            a = self.start(["sh", "-c", 'echo ready; while [ ! -e "%s" ]; do sleep 0.05; done'
+                            % go])
+            errs = []
+            try:
+                a.wait_out("ready")
+                path = os.path.join(self.vars["sock_dir"], "sandboxes", a.sandbox, "egress.sock")
+                st = os.lstat(path)
+                if st.st_uid != self.unpriv_uid or stat.S_IMODE(st.st_mode) != 0o600:
+                    errs.append("egress.sock is uid %d mode %o, want %d 600" % (
+                        st.st_uid, stat.S_IMODE(st.st_mode), self.unpriv_uid))
+                for uid, want in ((OTHER_UID, "EACCES"), (self.unpriv_uid, "connected")):
+                    got = self.connect_as(uid, path)
+                    if got != want:
+                        errs.append("uid %d connecting: %s, want %s" % (uid, got, want))
+            finally:
+                with open(go, "w", encoding="ascii"):
+                    pass
+                a.finish()
+            if a.rc != 0:
+                errs.append("exit %s: %s" % (a.rc, a.stderr()[-1500:]))
+            sid = "it-foreign-%d" % os.getpid()
+            got = self.unpriv_ctl("sandbox add %s other owned %d" % (sid, OTHER_UID))
+            if not got.startswith("error forbidden uid %d may register sandboxes for its own "
+                                  "uid only" % self.unpriv_uid):
+                errs.append("register for another uid: %r" % got)
+            got = self.unpriv_ctl("sandbox add %s other" % sid)
+            if not got.startswith("ok "):
+                errs.append("register for itself: %r" % got)
+            else:
+                st = os.lstat(os.path.join(got[3:], "egress.sock"))
+                if st.st_uid != self.unpriv_uid or stat.S_IMODE(st.st_mode) != 0o600:
+                    errs.append("its own sandbox's egress.sock is uid %d mode %o" % (
+                        st.st_uid, stat.S_IMODE(st.st_mode)))
+                self.unpriv_ctl("sandbox rm %s" % sid)
+            return errs + self.leftovers(a)
+
+        self.timed("an egress socket is its agent's uid's alone (0600): another host account "
+                   "is refused, the agent's uid connects; no caller registers for another uid",
+                   egress_owner)
+
+    def run_as(self, uid, script, *args):
+        """The Python <script> with <args>, as <uid>: the first line it printed, or what
+        it said on stderr."""
+        p = subprocess.run(self.host_cmd(["python3", "-c", script] + list(args), (uid, uid)),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
                            check=False)
-        return (p.stdout.decode().splitlines() or ["(no answer) " + p.stderr.decode()])[0]
+        return (p.stdout.decode().splitlines() or ["(none) " + p.stderr.decode()[-300:]])[0]
+
+    def connect_as(self, uid, path):
+        """Connects to the Unix socket <path> as <uid>: "connected" or the errno's name."""
+        return self.run_as(uid, CONNECT_PY, path)
+
+    def unpriv_ctl(self, line):
+        """One control request as the unprivileged account; the answer's first line."""
+        return self.run_as(self.unpriv_uid, CTL_PY, self.vars["control"], line)
+
+    def root_target(self, name):
+        """A root-owned file of mode 0600 in the pass's directory: what an attack would
+        make the daemon change."""
+        target = os.path.join(self.tmp, name)
+        with open(target, "w", encoding="ascii") as f:
+            f.write("root's\n")
+        os.chmod(target, 0o600)
+        return target
 
     def t_dir_leftover(self):
         def leftover():
-            target = os.path.join(self.tmp, "root-only-leftover-target")
-            with open(target, "w", encoding="ascii") as f:
-                f.write("root's\n")
-            os.chmod(target, 0o600)
+            target = self.root_target("root-only-leftover-target")
             sid = "it-leftover-%d" % os.getpid()
             d = os.path.join(self.vars["sock_dir"], "sandboxes", sid)
             os.makedirs(os.path.join(d, "sub", "deeper"))
@@ -210,10 +287,7 @@ class HostBoundaryTests:
 
     def t_dir_race(self):
         def race():
-            target = os.path.join(self.tmp, "root-only-target")
-            with open(target, "w", encoding="ascii") as f:
-                f.write("root's\n")
-            os.chmod(target, 0o600)
+            target = self.root_target("root-only-target")
             sid = "it-race-%d" % os.getpid()
             argv = ["python3", "-c", RACE_PY, self.vars["control"], self.vars["sock_dir"], sid,
                     target, str(RACE_SECONDS)]

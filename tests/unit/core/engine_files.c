@@ -6,7 +6,8 @@
  * engine_dir_secure makes a missing directory with exactly its mode under a
  * process umask of 077, and refuses (-EPERM, naming it) one writable by group
  * or others, one owned by another uid, and a symlink to a good directory.
- * engine_listen_unix makes a socket of mode 0666 and 0600, and with a group,
+ * engine_listen_unix makes a socket of mode 0666 and 0600, one of an
+ * agent's uid (0600, that uid's), and with a group,
  * as bind makes it, under umask 077, while the process's umask, as another
  * thread sees it, never changes. sandbox_dir_make: a fresh registration
  * removes what is in its place (a subdirectory, a link) and makes its own; a
@@ -95,14 +96,14 @@ START_TEST(socket_made_with_its_mode)
 	mode_t old = umask(077);
 	/* In a thread of its own, as the control thread would: the process's umask stays. */
 	snprintf(path, sizeof(path), "%s/egress.sock", dir);
-	int fd = engine_listen_unix(path, 0666, (gid_t)-1, true);
+	int fd = engine_listen_unix(path, 0666, (uid_t)-1, (gid_t)-1, true);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(lstat(path, &st), 0);
 	ck_assert(S_ISSOCK(st.st_mode));
 	ck_assert_uint_eq(st.st_mode & 0777, 0666);
 	close(fd);
 	snprintf(path, sizeof(path), "%s/private.sock", dir);
-	fd = engine_listen_unix(path, 0600, (gid_t)-1, false);
+	fd = engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, false);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(lstat(path, &st), 0);
 	ck_assert_uint_eq(st.st_mode & 0777, 0600);
@@ -115,8 +116,16 @@ START_TEST(socket_made_with_its_mode)
 		fprintf(stderr, "skip: socket_made_with_its_mode's group case needs root\n");
 		return;
 	}
+	/* An agent's: its uid's, 0600 (bind makes it the daemon's, then lchown). */
+	snprintf(path, sizeof(path), "%s/agent.sock", dir);
+	fd = engine_listen_unix(path, 0600, 65534, (gid_t)-1, true);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(lstat(path, &st), 0);
+	ck_assert_uint_eq(st.st_uid, 65534);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+	close(fd);
 	snprintf(path, sizeof(path), "%s/control.sock", dir);
-	fd = engine_listen_unix(path, 0660, 4243, false);
+	fd = engine_listen_unix(path, 0660, (uid_t)-1, 4243, false);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(lstat(path, &st), 0);
 	ck_assert_uint_eq(st.st_gid, 4243);
