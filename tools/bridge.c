@@ -1590,9 +1590,10 @@ static int ingress_bind(struct bridge *b, const char *path)
 }
 
 /*
- * Takes <fd>, a listening Unix stream socket the caller bound and passed down (agentsnet run
- * binds the ingress socket on the host side, where the daemon can reach it, and passes it as
- * --ingress-fd). The caller owns the socket file, so the bridge never removes it. Returns 0,
+ * Takes <fd>, a listening Unix stream socket the caller passed down (the daemon binds an
+ * owned sandbox's ingress socket in its own directory and hands it to agentsnet run with the
+ * registration, which passes it as --ingress-fd). The socket file is not the bridge's, so the
+ * bridge never removes it. Returns 0,
  * -ENOTSOCK or -EINVAL (not a listening Unix stream socket; <fd> is then left alone).
  */
 static int ingress_adopt(struct bridge *b, int fd)

@@ -133,10 +133,13 @@ int sandbox_user_parse(const char *text, struct sandbox_user *u, char *err, size
 bool sandbox_group_privileged(gid_t gid);
 
 /*
- * Listens on <dir>/ingress.sock on the host side, before the sandbox exists:
- * inside, the sandbox's directory is read-only, so the bridge gets this
- * listener as a descriptor instead of binding the path itself. A stale socket
- * file is replaced. Returns the descriptor (close-on-exec) or -errno.
+ * Listens on <dir>/ingress.sock on the host side, before the sandbox exists
+ * (mode 0660, made so by bind): what `agentsnet run` does itself when the
+ * daemon passed no ingress socket with the registration (an older daemon;
+ * the directory is the daemon's, so only root can). Inside, the sandbox's
+ * directory is read-only, so the bridge gets the listener as a descriptor
+ * instead of binding the path itself. A stale socket file is replaced.
+ * Returns the descriptor (close-on-exec) or -errno.
  */
 int sandbox_ingress_listen(const char *dir);
 
