@@ -117,6 +117,45 @@ int engine_dir_secure(const char *path, mode_t mode)
 	return fd;
 }
 
+int engine_dir_ancestors_secure(const char *path)
+{
+	char tmp[PATH_MAX];
+	struct stat st;
+
+	if (path[0] != '/' || strlen(path) >= sizeof(tmp))
+		return -EINVAL;
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	for (char *slash = strrchr(tmp, '/'); slash != NULL; slash = strrchr(tmp, '/')) {
+		*slash = '\0';
+		const char *dir = slash == tmp ? "/" : tmp;
+		if (lstat(dir, &st) == -1) {
+			int e = errno;
+			log_error("%s: %s", dir, strerror(e));
+			return -e;
+		}
+		/* A symlink is followed by every lookup, so it counts as its target: see it. */
+		if (S_ISLNK(st.st_mode) && stat(dir, &st) == -1) {
+			int e = errno;
+			log_error("%s: %s", dir, strerror(e));
+			return -e;
+		}
+		bool owner_ok = st.st_uid == 0 || st.st_uid == geteuid();
+		bool write_ok = (st.st_mode & 022) == 0 || (st.st_mode & S_ISVTX) != 0;
+		if (!S_ISDIR(st.st_mode) || !owner_ok || !write_ok) {
+			log_error(
+			    "%s (above %s): owned by uid %u, mode %04o: every directory above the "
+			    "socket directory must be root's or the daemon's, and writable by "
+			    "nobody else unless sticky (whoever may rename an entry there can "
+			    "redirect the daemon's sockets)",
+			    dir, path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+			return -EPERM;
+		}
+		if (slash == tmp)
+			break;
+	}
+	return 0;
+}
+
 /* -EADDRINUSE when a live process serves <sun>, 0 when the path is free or stale. */
 static int socket_path_claim(const struct sockaddr_un *sun)
 {
@@ -902,8 +941,11 @@ int engine_start(struct engine *e)
 	e->ingress_on = e->cfg->ingress_listen != NULL;
 	e->ingress_tls = e->ingress_on && e->cfg->ingress_tls_cert != NULL;
 	e->ingress_internal_fd = -1;
-	/* Everything below is made in it: it must be ours, and writable by nobody else. */
-	ret = engine_dir_secure(e->cfg->socket_dir, 0755);
+	/* Everything below is made in it: it must be ours, writable by nobody else, and so
+	 * must every directory above it be (root's or ours, or sticky). */
+	ret = engine_dir_ancestors_secure(e->cfg->socket_dir);
+	if (ret == 0)
+		ret = engine_dir_secure(e->cfg->socket_dir, 0755);
 	if (ret >= 0) {
 		close(ret);
 		ret = 0;

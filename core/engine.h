@@ -255,6 +255,16 @@ int engine_mkdir_parents(const char *dir, mode_t mode);
 int engine_dir_secure(const char *dir, mode_t mode);
 
 /*
+ * Checks every directory above the absolute <dir> (not <dir> itself), up to
+ * "/": each must be owned by root or the daemon's uid and not writable by
+ * group or others unless sticky (/tmp), since whoever may rename an entry
+ * there could swap the socket directory for another. Returns 0, or -errno
+ * logged naming the directory (-EPERM: not safe). engine_start runs it on
+ * the socket directory.
+ */
+int engine_dir_ancestors_secure(const char *dir);
+
+/*
  * Listens on the Unix socket <path>, made by bind with its final <mode> and,
  * unless (gid_t)-1, <group> (the calling thread's umask and fsgid set around
  * bind: no chmod by path after). Unless (uid_t)-1, <owner> is given the file

@@ -139,6 +139,14 @@ static int read_dump(struct hostsock_list *l, int fd, uint32_t seq, char *err, s
 					 HOSTSOCK_MAX, HOSTSOCK_MAX_BYTES);
 				return ret;
 			}
+			if (ret == -ENOENT) {
+				snprintf(
+				    err, err_len,
+				    "the kernel cannot list its Unix sockets (no unix_diag: "
+				    "CONFIG_UNIX_DIAG, or `modprobe unix_diag`), so the host's "
+				    "socket files cannot be found to hide them");
+				return ret;
+			}
 			if (ret < 0) {
 				snprintf(err, err_len, "read the kernel's list of Unix sockets: %s",
 					 strerror(-ret));

@@ -12,7 +12,9 @@
  * thread sees it, never changes. sandbox_dir_make: a fresh registration
  * removes what is in its place (a subdirectory, a link) and makes its own; a
  * kept one (the policy file's, the registry's) is refused when it is
- * another uid's or writable by others, and kept when it is ours.
+ * another uid's or writable by others, and kept when it is ours. The
+ * directories above the socket directory: refused when another uid's or
+ * writable by others without the sticky bit.
  * The uid and group cases need root (skipped otherwise, printing "skip: ...").
  */
 #include "../../../core/engine.c"
@@ -135,6 +137,32 @@ START_TEST(socket_made_with_its_mode)
 }
 END_TEST
 
+/* The directories above the socket directory: root's or ours, unwritable or sticky. */
+START_TEST(ancestors_checked)
+{
+	char a[128], b[160];
+
+	ck_assert_int_eq(engine_dir_ancestors_secure("/run/agentsnet"), 0);
+	path_of(a, sizeof(a), "up");
+	ck_assert_int_eq(mkdir(a, 0755), 0);
+	snprintf(b, sizeof(b), "%s/sock", a);
+	ck_assert_int_eq(engine_dir_ancestors_secure(b), 0);
+	ck_assert_int_eq(chmod(a, 0777), 0);
+	ck_assert_int_eq(engine_dir_ancestors_secure(b), -EPERM);
+	ck_assert_int_eq(chmod(a, 01777), 0); /* sticky, as /tmp: nobody renames another's */
+	ck_assert_int_eq(engine_dir_ancestors_secure(b), 0);
+	ck_assert_int_eq(chmod(a, 0755), 0);
+	ck_assert_int_eq(engine_dir_ancestors_secure("relative/x"), -EINVAL);
+	if (geteuid() != 0) {
+		fprintf(stderr, "skip: ancestors_checked's other-owner case needs root\n");
+		return;
+	}
+	ck_assert_int_eq(chown(a, 65534, 65534), 0);
+	ck_assert_int_eq(engine_dir_ancestors_secure(b), -EPERM);
+	ck_assert_int_eq(chown(a, 0, 0), 0);
+}
+END_TEST
+
 START_TEST(sandbox_dir_fresh_or_kept)
 {
 	char sock_dir[128], d[192], sub[224];
@@ -190,6 +218,7 @@ int main(void)
 	tcase_add_test(t, dir_made_with_its_mode);
 	tcase_add_test(t, dir_refused);
 	tcase_add_test(t, socket_made_with_its_mode);
+	tcase_add_test(t, ancestors_checked);
 	tcase_add_test(t, sandbox_dir_fresh_or_kept);
 	suite_add_tcase(s, t);
 	int rc = unit_run(s);
