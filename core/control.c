@@ -50,7 +50,7 @@
 #include "core/worker.h"
 
 #define CONTROL_LINE_BYTES_MAX 512u
-/* Supplementary groups of a caller looked at (SO_PEERGROUPS; more: the first ones). */
+/* Supplementary groups of a caller read at once (SO_PEERGROUPS; more: a second read). */
 #define CONTROL_GROUPS_MAX       256
 #define CONTROL_REAP_INTERVAL_MS 1000
 #define CONTROL_VERSION          "0.1.0"
@@ -430,22 +430,36 @@ static void serve_one(struct control *ctl, int fd)
 	if (known && cred.pid > 0 && engine_owner_of(cred.pid, &owner) == 0)
 		owner.uid = cred.uid;
 	/* Who asks: a caller whose credentials cannot be read is nobody in particular. */
-	gid_t groups[CONTROL_GROUPS_MAX];
-	socklen_t groups_len = sizeof(groups);
-	if (!known || getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &groups_len) != 0)
+	gid_t few[CONTROL_GROUPS_MAX];
+	gid_t *groups = few;
+	socklen_t groups_len = sizeof(few);
+	int got = known ? getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &groups_len) : -1;
+	if (got == -1 && errno == ERANGE && groups_len > sizeof(few)) {
+		/* More groups than CONTROL_GROUPS_MAX: the kernel said how many. */
+		groups = pool_malloc(groups_len);
+		got = groups != NULL
+			  ? getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &groups_len)
+			  : -1;
+	}
+	if (got != 0)
 		groups_len = 0;
 	struct verdict_caller who = {
-		.uid = known ? cred.uid : UINT32_MAX,
-		.gid = known ? cred.gid : UINT32_MAX,
+		.uid = cred.uid,
+		.gid = cred.gid,
 		.groups = groups,
 		.group_count = (uint32_t)(groups_len / sizeof(gid_t)),
 	};
 	static_assert(sizeof(gid_t) == sizeof(uint32_t), "SO_PEERGROUPS fills gid_t");
 	ssize_t n = read_line(fd, line, sizeof(line));
 	int pass_fd = -1;
-	char *out = n < 0 ? NULL : control_handle(ctl->e, line, &owner, &who, &len, &pass_fd);
+	/* A caller the kernel cannot name is nobody the daemon may act for. */
+	char *out =
+	    n < 0 || !known ? NULL : control_handle(ctl->e, line, &owner, &who, &len, &pass_fd);
 	const char *reply = out;
-	if (n < 0) {
+	if (!known) {
+		reply = "error forbidden the caller's credentials cannot be read\n";
+		len = strlen(reply);
+	} else if (n < 0) {
 		reply = "error bad_request request line too long\n";
 		len = strlen(reply);
 	} else if (out == NULL) {
@@ -456,6 +470,8 @@ static void serve_one(struct control *ctl, int fd)
 	if (pass_fd >= 0)
 		close(pass_fd);
 	pool_free(out);
+	if (groups != few)
+		pool_free(groups);
 }
 
 static int64_t now_ms(void)

@@ -1370,24 +1370,54 @@ static void mount_private(const struct child_ctx *c, const struct ww_dir *d)
 	close(fd);
 }
 
+/* Whether <path> (as resolved inside the sandbox) is below what the sandbox made itself. */
+static bool socket_path_ours(const char *path)
+{
+	static const char *const made[] = { SANDBOX_RUN_DIR, "/dev", "/proc", "/sys" };
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(made); i++) {
+		if (sandbox_path_under(path, made[i]))
+			return true;
+	}
+	return false;
+}
+
 /*
  * A bind of the sandbox's /dev/null over the host's socket file <path>, where
- * connect() is then refused. It is looked up without following a symlink and
- * mounted on through that descriptor; a path that is no longer a socket file
- * we can reach (hidden, removed, replaced, or behind a directory we may not
- * search, which the agent may not either) needs nothing.
+ * connect() is then refused. It is looked up without following a symlink (or,
+ * when a directory on the way is one, following it as the agent would, but
+ * never into the sandbox's own mounts) and mounted on through that
+ * descriptor; a path that is no longer a socket file we can reach (hidden,
+ * removed, replaced, or behind a directory we may not search, which the agent
+ * may not either) needs nothing. The mask is of the file found at the start:
+ * a service that binds its socket again later (a restart) makes a new file
+ * the mask does not cover; `agentsnet selftest` reports what is reachable.
  */
 static void mask_socket(const struct child_ctx *c, const char *path)
 {
 	struct open_how how = { .flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
 				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
-	char target[64];
+	char target[64], seen[PATH_MAX];
 	struct stat st;
 
 	AN_ASSERT(path[0] == '/');
 	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
-	if (fd == -1 && errno == ENOSYS)
+	if (fd == -1 && (errno == ENOSYS || errno == ELOOP)) {
+		/*
+		 * A symlink on the way (/var/lib/mysql -> /data/mysql): the agent's connect
+		 * follows it, so the mask must too; never into what the sandbox made itself
+		 * (its /run, /dev, /proc, /sys), where a planted link could aim it at the
+		 * sandbox's own egress socket. The last component is never followed.
+		 */
 		fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		snprintf(target, sizeof(target), "/proc/self/fd/%d", fd);
+		ssize_t n = fd >= 0 ? readlink(target, seen, sizeof(seen) - 1) : -1;
+		seen[n > 0 ? n : 0] = '\0';
+		if (fd >= 0 && (n <= 0 || seen[0] != '/' || socket_path_ours(seen))) {
+			close(fd);
+			return;
+		}
+	}
 	if (fd == -1 && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == EACCES))
 		return;
 	if (fd == -1)
@@ -2102,6 +2132,15 @@ static bool socket_in_view(const char *path, void *arg)
 	char parent[PATH_MAX];
 
 	AN_ASSERT(path[0] == '/');
+	/* A name the binder wrote with "." or ".." or "//" is not compared as text: the child
+	 * looks it up, as the agent would. */
+	if (strstr(path, "/./") != NULL || strstr(path, "/../") != NULL ||
+	    strstr(path, "//") != NULL)
+		return true;
+	size_t len = strlen(path);
+	if ((len >= 2 && strcmp(path + len - 2, "/.") == 0) ||
+	    (len >= 3 && strcmp(path + len - 3, "/..") == 0))
+		return true;
 	if (ww_covered(c->ww, path) || sandbox_path_under(path, c->s->socket_dir))
 		return false;
 	snprintf(parent, sizeof(parent), "%s", c->s->dir);

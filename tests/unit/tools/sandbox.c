@@ -709,7 +709,9 @@ struct layout {
 	char dir[192];   /* socket_dir/sandboxes/box */
 	char other[192]; /* socket_dir/sandboxes/other */
 	char bridge[192];
-	int fds[4]; /* listening: control, egress, the other's egress, a host service's */
+	/* listening: control, egress, the other's egress, a host service's, one reached through
+	 * a symlinked directory, one whose name leads into the sandbox's own /run */
+	int fds[6];
 };
 
 static int listen_at(const char *path)
@@ -786,6 +788,24 @@ static void layout_make(struct layout *l, bool userns)
 	 * /var/lib/mysql/mysql.sock): the sandbox must mask it. */
 	snprintf(path, sizeof(path), "%s/service.sock", l->bin_dir);
 	l->fds[3] = listen_at(path);
+	/* Bound through a symlinked directory (/var/lib/mysql -> /data/mysql): masked too. */
+	char real[PATH_MAX + 32], link[PATH_MAX + 32];
+	snprintf(real, sizeof(real), "%s/real", l->bin_dir);
+	mkdir_open(real);
+	snprintf(link, sizeof(link), "%s/linked", l->bin_dir);
+	ck_assert_int_eq(symlink(real, link), 0);
+	snprintf(path, sizeof(path), "%s/linked/service.sock", l->bin_dir);
+	l->fds[4] = listen_at(path);
+	/* A name whose directory is then pointed at the sandbox's own /run: following it must
+	 * not mask the sandbox's egress socket (inside_main connects to that). */
+	snprintf(real, sizeof(real), "%s/real2", l->bin_dir);
+	mkdir_open(real);
+	snprintf(link, sizeof(link), "%s/torun", l->bin_dir);
+	ck_assert_int_eq(symlink(real, link), 0);
+	snprintf(path, sizeof(path), "%s/torun/egress.sock", l->bin_dir);
+	l->fds[5] = listen_at(path);
+	ck_assert_int_eq(unlink(link), 0);
+	ck_assert_int_eq(symlink("/run/agentsnet/sandbox", link), 0);
 	snprintf(path, sizeof(path), "%s/sandbox.conf", l->dir);
 	write_file(path, "profile default\n", 0644);
 	snprintf(l->bridge, sizeof(l->bridge), "%s/bridge.sh", l->bin_dir);
@@ -1899,6 +1919,9 @@ static int inside_main(const char *socket_dir, const char *uid, const char *bin_
 	snprintf(path, sizeof(path), "%s/service.sock", bin_dir);
 	if (connect_unix(path) != -ECONNREFUSED)
 		return 48; /* the host service's socket, masked by /dev/null */
+	snprintf(path, sizeof(path), "%s/linked/service.sock", bin_dir);
+	if (connect_unix(path) != -ECONNREFUSED)
+		return 49; /* the same, reached through a symlinked directory */
 	if (connect_unix(SANDBOX_EGRESS_SOCKET) != 0)
 		return 11;
 	snprintf(path, sizeof(path), "%s/control.sock", socket_dir);
