@@ -47,6 +47,7 @@
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/uid.h"
 #include "core/worker.h"
 
 #define CONTROL_LINE_BYTES_MAX 512u
@@ -176,24 +177,6 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 	}
 }
 
-/* A decimal uid below ENGINE_AGENT_ANY, the whole of <text>. */
-static bool parse_uid(const char *text, uint32_t *out)
-{
-	uint64_t v = 0;
-
-	if (*text == '\0' || strlen(text) > 10)
-		return false;
-	for (const char *p = text; *p != '\0'; p++) {
-		if (*p < '0' || *p > '9')
-			return false;
-		v = v * 10 + (uint64_t)(*p - '0');
-	}
-	if (v >= ENGINE_AGENT_ANY)
-		return false;
-	*out = (uint32_t)v;
-	return true;
-}
-
 static void handle_rm(struct engine *e, const char *id, const struct verdict_caller *who,
 		      struct answer *a)
 {
@@ -319,7 +302,7 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 			   strcmp(w[4], "owned") == 0) {
 			if (owner == NULL || owner->pid <= 0)
 				answer_add(&a, "error bad_request \"owned\" needs a caller pid\n");
-			else if (count == 6 && !parse_uid(w[5], &agent_uid))
+			else if (count == 6 && !uid_parse(w[5], &agent_uid))
 				answer_add(&a,
 					   "error bad_request the agent's uid is a number below "
 					   "4294967295\n");

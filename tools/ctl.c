@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/uid.h"
 #include "core/pool.h"
 
 #define CTL_READ_FIRST_BYTES 4096u
@@ -206,16 +207,6 @@ int ctl_ls_check(const struct ctl_reply *r)
 	return 0;
 }
 
-/* A decimal uid: 1 to 10 digits, below 4294967295 (the daemon's "any"). */
-static bool uid_valid(const char *text)
-{
-	size_t n = strlen(text);
-
-	if (n == 0 || n > 10 || strspn(text, "0123456789") != n)
-		return false;
-	return strtoull(text, NULL, 10) < 4294967295ull;
-}
-
 static int format_checked(char *out, size_t cap, int argc, const char *const *argv)
 {
 	AN_ASSERT(argc >= 1);
@@ -242,7 +233,8 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 		return snprintf(out, cap, "sandbox add %s %s owned\n", argv[2], argv[3]);
 	/* And the uid its agent runs as: only that uid (and root) may connect. */
 	if (strcmp(argv[1], "add") == 0 && argc == 6 && ctl_id_valid(argv[2]) &&
-	    ctl_profile_valid(argv[3]) && strcmp(argv[4], "owned") == 0 && uid_valid(argv[5]))
+	    ctl_profile_valid(argv[3]) && strcmp(argv[4], "owned") == 0 &&
+	    uid_parse(argv[5], &(uint32_t){ 0 }))
 		return snprintf(out, cap, "sandbox add %s %s owned %s\n", argv[2], argv[3],
 				argv[5]);
 	return -EINVAL;

@@ -84,6 +84,7 @@
 #include "core/an.h"
 #include "tools/sandbox.h"
 #include "tools/unixaddr.h"
+#include "tools/walkfs.h"
 
 #define PROBE_LIST_MAX   128u /* entries of one repeated option */
 #define PROBE_TEXT_BYTES 1024u
@@ -110,11 +111,9 @@
 #define PROBE_SOCK_CONNECT_MS  200
 #define PROBE_SOCK_NAMED       5u
 #define PROBE_SOCK_PATH_BYTES  160u
-/* What glibc's <netinet/in.h> does not name: two protocols, two file systems' magics. */
+/* What glibc's <netinet/in.h> does not name: two protocols. */
 #define PROBE_IPPROTO_L2TP 115
 #define PROBE_IPPROTO_SMC  256
-#define PROBE_SMB_MAGIC    0xfe534d42
-#define PROBE_CIFS_MAGIC   0xff534d42
 
 static_assert(PROBE_TEXT_BYTES + 64 < PIPE_BUF, "a line is one atomic write");
 
@@ -747,15 +746,6 @@ static void probe_control_socket(struct verdict *v)
 
 /* ---- Socket files anywhere in the file system ---- */
 
-/* File systems the walk does not enter: kernel interfaces, remote and user ones (slow). */
-static const int64_t sock_unwalked[] = {
-	PROC_SUPER_MAGIC,   SYSFS_MAGIC,      CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC,
-	DEBUGFS_MAGIC,      TRACEFS_MAGIC,    SECURITYFS_MAGIC,   BPF_FS_MAGIC,
-	PSTOREFS_MAGIC,     NFS_SUPER_MAGIC,  FUSE_SUPER_MAGIC,   AUTOFS_SUPER_MAGIC,
-	DEVPTS_SUPER_MAGIC, HUGETLBFS_MAGIC,  BINFMTFS_MAGIC,     NSFS_MAGIC,
-	PROBE_SMB_MAGIC,    PROBE_CIFS_MAGIC,
-};
-
 /* The sandbox's own sockets, below the walk's root: expected, so not tried. */
 static const char *const sock_own[] = { SANDBOX_EGRESS_SOCKET, SANDBOX_INGRESS_SOCKET };
 
@@ -772,19 +762,6 @@ static struct sock_walk {
 	struct timespec start;
 	const char *cut; /* NULL, or why the walk stopped short */
 } sw;
-
-static bool sock_unwalked_fs(int fd)
-{
-	struct statfs f;
-
-	if (fstatfs(fd, &f) == -1)
-		return true;
-	for (size_t i = 0; i < AN_ARRAY_LEN(sock_unwalked); i++)
-		if ((int64_t)(uint32_t)f.f_type == sock_unwalked[i] ||
-		    (int64_t)f.f_type == sock_unwalked[i])
-			return true;
-	return false;
-}
 
 static uint64_t sock_elapsed_ms(void)
 {
@@ -940,7 +917,7 @@ static void sock_visit(int root_fd)
 			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd == -1)
 		return; /* unreadable to the agent, or gone */
-	if (sock_unwalked_fs(fd)) {
+	if (walkfs_skipped(fd)) {
 		close(fd);
 		return;
 	}

@@ -187,6 +187,7 @@
 
 #include "core/an.h"
 #include "core/pool.h"
+#include "core/uid.h"
 #include "tools/hostsock.h"
 
 extern char **environ;
@@ -354,26 +355,6 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
 	return (int)n;
 }
 
-/* A decimal id below 2^32 - 1 ((uid_t)-1 means "unchanged" to the kernel). */
-static bool parse_id(const char *text, uint32_t *out)
-{
-	uint64_t v = 0;
-
-	AN_ASSERT(text != NULL);
-	AN_ASSERT(out != NULL);
-	if (*text == '\0')
-		return false;
-	for (const char *p = text; *p != '\0'; p++) {
-		if (*p < '0' || *p > '9')
-			return false;
-		v = v * 10 + (uint64_t)(*p - '0');
-		if (v >= UINT32_MAX)
-			return false;
-	}
-	*out = (uint32_t)v;
-	return true;
-}
-
 /*
  * Groups whose members hold more than a user should lend an agent. Left off:
  * video and render (GPUs, cameras: common for compute work, and no path to
@@ -487,7 +468,7 @@ int sandbox_user_parse(const char *text, struct sandbox_user *u, char *err, size
 	}
 	memcpy(name, text, len);
 	name[len] = '\0';
-	bool numeric = parse_id(name, &id);
+	bool numeric = uid_parse(name, &id);
 	struct passwd *pw = numeric ? getpwuid((uid_t)id) : getpwnam(name);
 	if (pw == NULL && !numeric) {
 		snprintf(err, err_len, "--user %s: no such user", name);
@@ -495,8 +476,8 @@ int sandbox_user_parse(const char *text, struct sandbox_user *u, char *err, size
 	}
 	u->uid = pw != NULL ? pw->pw_uid : (uid_t)id;
 	if (colon != NULL) {
-		struct group *gr = parse_id(colon + 1, &id) ? NULL : getgrnam(colon + 1);
-		if (gr == NULL && !parse_id(colon + 1, &id)) {
+		struct group *gr = uid_parse(colon + 1, &id) ? NULL : getgrnam(colon + 1);
+		if (gr == NULL && !uid_parse(colon + 1, &id)) {
 			snprintf(err, err_len, "--user %s: no such group %s", text, colon + 1);
 			return -ENOENT;
 		}

@@ -70,6 +70,7 @@
 #include "tools/ctl.h"
 #include "tools/sandbox.h"
 #include "tools/unixaddr.h"
+#include "tools/walkfs.h"
 
 /* As tools/agentsnet.c's defaults for `run`: keep them equal. */
 #define SELFTEST_SOCKET_DIR     "/run/agentsnet"
@@ -95,8 +96,6 @@
 #define SELFTEST_ARGS_MAX        1024u
 #define SELFTEST_RESULTS_MAX     48u
 #define SELFTEST_TEXT_BYTES      1200u
-#define SELFTEST_SMB_MAGIC       0xfe534d42
-#define SELFTEST_CIFS_MAGIC      0xff534d42
 /* Key permissions (keyutils.h's, which <linux/keyctl.h> lacks). */
 #define SELFTEST_KEY_POS_ALL    0x3f000000
 #define SELFTEST_KEY_USR_VIEW   0x00010000
@@ -368,26 +367,6 @@ static int unix_open(struct selftest *s, char *why, size_t cap)
 	return 0;
 }
 
-/* File systems the walk does not enter: kernel interfaces, and remote or user ones (slow). */
-static bool walk_skips_fs(int fd)
-{
-	static const int64_t skip[] = {
-		PROC_SUPER_MAGIC,   SYSFS_MAGIC,         CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC,
-		DEBUGFS_MAGIC,      TRACEFS_MAGIC,       SECURITYFS_MAGIC,   BPF_FS_MAGIC,
-		PSTOREFS_MAGIC,     NFS_SUPER_MAGIC,     FUSE_SUPER_MAGIC,   AUTOFS_SUPER_MAGIC,
-		DEVPTS_SUPER_MAGIC, HUGETLBFS_MAGIC,     BINFMTFS_MAGIC,     NSFS_MAGIC,
-		SELFTEST_SMB_MAGIC, SELFTEST_CIFS_MAGIC,
-	};
-	struct statfs f;
-
-	if (fstatfs(fd, &f) == -1)
-		return true;
-	for (size_t i = 0; i < AN_ARRAY_LEN(skip); i++)
-		if ((int64_t)(uint32_t)f.f_type == skip[i] || (int64_t)f.f_type == skip[i])
-			return true;
-	return false;
-}
-
 /* Adds directory <path> (world-writable, canonical) unless it is there already. */
 static void dir_add(struct selftest *s, const char *path)
 {
@@ -437,7 +416,7 @@ static void walk(struct selftest *s, int fd, char *path, size_t len, int depth)
 			      ? -1
 			      : openat(dirfd(d), e->d_name,
 				       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub >= 0 && walk_skips_fs(sub))
+		if (sub >= 0 && walkfs_skipped(sub))
 			close(sub);
 		else if (sub >= 0)
 			walk(s, sub, path, len + 1 + n, depth + 1);

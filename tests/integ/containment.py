@@ -63,12 +63,16 @@ import os, signal, sys, time
 def size():
     s = os.get_terminal_size(0)
     return "%d %d" % (s.lines, s.columns)
-signal.signal(signal.SIGWINCH, lambda *_: print("winch", size(), flush=True))
+# os.write, never print: a signal that lands while print("ready") is still in the
+# buffered stdout would make a print in its handler a reentrant call (RuntimeError).
+def say(*words):
+    os.write(1, (" ".join(words) + "\n").encode())
+signal.signal(signal.SIGWINCH, lambda *_: say("winch", size()))
 def on_int(*_):
-    print("sigint", flush=True)
+    say("sigint")
     os._exit(5)
 signal.signal(signal.SIGINT, on_int)
-print("ready", size(), flush=True)
+say("ready", size())
 time.sleep(25)
 sys.exit(9)
 """

@@ -755,6 +755,28 @@ static uid_t agent_uid(bool userns)
 	return u.uid;
 }
 
+/*
+ * Listens on <bin_dir>/<link>/<name>, <link> a symlink to the directory <real>
+ * made for it; with <retarget>, the link then points there instead.
+ */
+static int listen_through_link(const struct layout *l, const char *real, const char *link,
+			       const char *name, const char *retarget)
+{
+	char dir[PATH_MAX], at[PATH_MAX], path[PATH_MAX + 64];
+
+	snprintf(dir, sizeof(dir), "%s/%s", l->bin_dir, real);
+	snprintf(at, sizeof(at), "%s/%s", l->bin_dir, link);
+	snprintf(path, sizeof(path), "%s/%s", at, name);
+	mkdir_open(dir);
+	ck_assert_int_eq(symlink(dir, at), 0);
+	int fd = listen_at(path);
+	if (retarget != NULL) {
+		ck_assert_int_eq(unlink(at), 0);
+		ck_assert_int_eq(symlink(retarget, at), 0);
+	}
+	return fd;
+}
+
 static void layout_make(struct layout *l, bool userns)
 {
 	static const char script[] = "#!/bin/sh\n"
@@ -789,23 +811,11 @@ static void layout_make(struct layout *l, bool userns)
 	snprintf(path, sizeof(path), "%s/service.sock", l->bin_dir);
 	l->fds[3] = listen_at(path);
 	/* Bound through a symlinked directory (/var/lib/mysql -> /data/mysql): masked too. */
-	char real[PATH_MAX + 32], link[PATH_MAX + 32];
-	snprintf(real, sizeof(real), "%s/real", l->bin_dir);
-	mkdir_open(real);
-	snprintf(link, sizeof(link), "%s/linked", l->bin_dir);
-	ck_assert_int_eq(symlink(real, link), 0);
-	snprintf(path, sizeof(path), "%s/linked/service.sock", l->bin_dir);
-	l->fds[4] = listen_at(path);
+	l->fds[4] = listen_through_link(l, "real", "linked", "service.sock", NULL);
 	/* A name whose directory is then pointed at the sandbox's own /run: following it must
 	 * not mask the sandbox's egress socket (inside_main connects to that). */
-	snprintf(real, sizeof(real), "%s/real2", l->bin_dir);
-	mkdir_open(real);
-	snprintf(link, sizeof(link), "%s/torun", l->bin_dir);
-	ck_assert_int_eq(symlink(real, link), 0);
-	snprintf(path, sizeof(path), "%s/torun/egress.sock", l->bin_dir);
-	l->fds[5] = listen_at(path);
-	ck_assert_int_eq(unlink(link), 0);
-	ck_assert_int_eq(symlink("/run/agentsnet/sandbox", link), 0);
+	l->fds[5] =
+	    listen_through_link(l, "real2", "torun", "egress.sock", "/run/agentsnet/sandbox");
 	snprintf(path, sizeof(path), "%s/sandbox.conf", l->dir);
 	write_file(path, "profile default\n", 0644);
 	snprintf(l->bridge, sizeof(l->bridge), "%s/bridge.sh", l->bin_dir);
