@@ -46,6 +46,9 @@ struct config {
 	uint32_t connect_timeout_ms;
 	uint32_t dns_timeout_ms;
 	uint32_t idle_timeout_ms;
+	/* The uids (and gids) given to root's sandboxes, one each: first..first + count - 1. */
+	uint32_t sandbox_uid_first;
+	uint32_t sandbox_uid_count;
 	uint32_t sandbox_count;
 	struct config_sandbox *sandboxes; /* owned array of sandbox_count */
 };

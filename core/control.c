@@ -17,7 +17,10 @@
  * Grammar (docs/control.md):
  *   ping                       -> ok agentsnetd <version>
  *   sandbox add <id> <profile> -> ok <directory>
- *   sandbox add <id> <profile> owned -> the same, tied to the caller's process
+ *   sandbox add <id> <profile> owned [<uid>] -> the same, tied to the caller's process,
+ *                              for an agent running as <uid> (default: the caller's)
+ *   sandbox add <id> <profile> owned new -> ok uid <uid> <directory>: root only, a uid
+ *                              of daemon.sandbox_uids that is this sandbox's alone
  *   sandbox rm <id>            -> ok
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <directory>"
  *   sandbox url <id>           -> ok <public URL> (or error no_ingress / no_such_sandbox)
@@ -131,14 +134,20 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 		       uint32_t agent_uid, struct answer *a)
 {
 	char dir[4096];
+	uint32_t asked = agent_uid;
 
 	/* An owned sandbox's `agentsnet run` gets its ingress socket with the answer. */
-	int ret = engine_sandbox_add(e, id, profile, owner, who, agent_uid, dir, sizeof(dir),
+	int ret = engine_sandbox_add(e, id, profile, owner, who, &agent_uid, dir, sizeof(dir),
 				     owner != NULL ? &a->fd : NULL);
 	switch (ret) {
 	case 0:
 		log_info("sandbox %s: added (profile %s)", id, profile);
-		answer_add(a, "ok %s\n", dir);
+		if (asked == ENGINE_AGENT_NEW) {
+			log_info("sandbox %s: its agent runs as uid %u", id, agent_uid);
+			answer_add(a, "ok uid %u %s\n", agent_uid, dir);
+		} else {
+			answer_add(a, "ok %s\n", dir);
+		}
 		break;
 	case -EINVAL:
 		answer_add(
@@ -151,13 +160,32 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 	case -EEXIST:
 		answer_add(a, "error exists sandbox %s is already registered\n", id);
 		break;
+	case -ERANGE:
+		answer_add(a,
+			   "error forbidden uid %u is one of daemon.sandbox_uids, which the daemon "
+			   "gives one sandbox at a time itself (ask for a new one)\n",
+			   agent_uid);
+		break;
+	case -EUSERS:
+		log_warn("sandbox %s: no uid of daemon.sandbox_uids is free", id);
+		answer_add(a,
+			   "error limit every uid of daemon.sandbox_uids is a sandbox's or a host "
+			   "account's\n");
+		break;
 	case -EACCES:
-		if (who != NULL && who->uid != 0 && agent_uid != ENGINE_AGENT_ANY &&
-		    agent_uid != who->uid) {
+		if (who != NULL && who->uid != 0 && asked == ENGINE_AGENT_NEW) {
+			answer_add(a,
+				   "error forbidden only root is given a new uid; uid %u registers "
+				   "for its own uid\n",
+				   who->uid);
+			break;
+		}
+		if (who != NULL && who->uid != 0 && asked != ENGINE_AGENT_ANY &&
+		    asked != who->uid) {
 			answer_add(a,
 				   "error forbidden uid %u may register sandboxes for its own uid "
 				   "only, not for uid %u\n",
-				   who->uid, agent_uid);
+				   who->uid, asked);
 			break;
 		}
 		log_warn("sandbox %s: uid %u may not register on profile %s: refused", id,
@@ -302,10 +330,13 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 			   strcmp(w[4], "owned") == 0) {
 			if (owner == NULL || owner->pid <= 0)
 				answer_add(&a, "error bad_request \"owned\" needs a caller pid\n");
-			else if (count == 6 && !uid_parse(w[5], &agent_uid))
+			else if (count == 6 && strcmp(w[5], "new") == 0)
+				handle_add(e, w[2], w[3], owner, who, ENGINE_AGENT_NEW, &a);
+			else if (count == 6 &&
+				 (!uid_parse(w[5], &agent_uid) || agent_uid >= ENGINE_AGENT_NEW))
 				answer_add(&a,
-					   "error bad_request the agent's uid is a number below "
-					   "4294967295\n");
+					   "error bad_request the agent's uid is \"new\" or a number "
+					   "below 4294967294\n");
 			else
 				handle_add(e, w[2], w[3], owner, who, agent_uid, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {

@@ -531,9 +531,19 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 	sb->dynamic = dynamic;
 	sb->agent_uid = agent_uid;
 	sb->worker = e->next_worker++ % e->worker_count;
-	int ret = listen_unix(sb, e->cfg->socket_dir, fresh);
-	if (ret != 0)
+	/* A uid of the pool is one sandbox's: given now (or named by the registry, re-adopted). */
+	bool pooled = uidpool_contains(&e->uids, agent_uid);
+	int ret = pooled ? uidpool_take(&e->uids, agent_uid) : 0;
+	if (ret != 0) {
+		log_error("sandbox %s: uid %u is another sandbox's already", id, agent_uid);
+		return -EBUSY;
+	}
+	ret = listen_unix(sb, e->cfg->socket_dir, fresh);
+	if (ret != 0) {
+		if (pooled)
+			uidpool_release(&e->uids, agent_uid);
 		return ret;
+	}
 	sb->state = SANDBOX_ACTIVE;
 	e->sandbox_active++;
 	return 0;
@@ -546,8 +556,10 @@ static void sandbox_close(struct engine *e, struct engine_sandbox *sb)
 		unlink(sb->path);
 		sb->listen_fd = -1;
 	}
-	if (sb->state != SANDBOX_FREE)
+	if (sb->state != SANDBOX_FREE) {
 		e->sandbox_active--;
+		uidpool_release(&e->uids, sb->agent_uid);
+	}
 	sb->state = SANDBOX_FREE;
 }
 
@@ -688,6 +700,11 @@ static int sandboxes_open(struct engine *e)
 
 	e->sandboxes = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*e->sandboxes));
 	if (e->sandboxes == NULL)
+		return -ENOMEM;
+	/* A test's host check survives; no range (count 0): root's sandboxes get no uid. */
+	if (cfg->sandbox_uid_count > 0 &&
+	    uidpool_init(&e->uids, cfg->sandbox_uid_first, cfg->sandbox_uid_count,
+			 e->uids.host_free) != 0)
 		return -ENOMEM;
 	e->tcp_sandbox = -1;
 	for (uint32_t i = 0; i < cfg->sandbox_count; i++) {
@@ -840,6 +857,7 @@ static void sandboxes_close(struct engine *e)
 	}
 	AN_FREE(&e->sandboxes);
 	e->sandbox_used = 0;
+	uidpool_free(&e->uids);
 }
 
 static void workers_join(struct engine *e, uint32_t started)
@@ -1071,9 +1089,33 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 	return 0;
 }
 
+/*
+ * Who the agent of a sandbox <who> registers runs as, into *<agent_uid>: a
+ * caller other than root its own uid only; root any uid outside the pool, or
+ * one the pool gives now (ENGINE_AGENT_NEW). Caller holds the lock. 0,
+ * -EACCES, -ERANGE or -EUSERS (as engine_sandbox_add).
+ */
+static int agent_uid_settle(struct engine *e, const struct verdict_caller *who,
+			    uint32_t *agent_uid)
+{
+	bool root = who == NULL || who->uid == 0;
+
+	if (!root) {
+		if (*agent_uid != ENGINE_AGENT_ANY && *agent_uid != who->uid)
+			return -EACCES;
+		*agent_uid = who->uid;
+	}
+	if (*agent_uid == ENGINE_AGENT_NEW)
+		return e->uids.taken != NULL ? uidpool_pick(&e->uids, agent_uid) : -EUSERS;
+	/* The pool's uids are given by the pool alone, so that one names one sandbox. */
+	if (uidpool_contains(&e->uids, *agent_uid))
+		return -ERANGE;
+	return 0;
+}
+
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
 		       const struct engine_owner *owner, const struct verdict_caller *who,
-		       uint32_t agent_uid, char *dir, size_t cap, int *ingress_fd)
+		       uint32_t *agent_uid, char *dir, size_t cap, int *ingress_fd)
 {
 	if (ingress_fd != NULL)
 		*ingress_fd = -1;
@@ -1088,15 +1130,13 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	    !e->ops->profile_admits(policy, (uint32_t)profile, who))
 		ret = -EACCES;
 	/* A caller other than root registers for its own uid, never for someone else's. */
-	if (who != NULL && who->uid != 0) {
-		if (agent_uid != ENGINE_AGENT_ANY && agent_uid != who->uid)
-			ret = -EACCES;
-		agent_uid = who->uid;
-	}
+	if (ret == 0 && profile >= 0 && sandbox_find(e, id) < 0)
+		ret = agent_uid_settle(e, who, agent_uid);
+	/* A uid of the pool becomes the sandbox's in sandbox_open, and free again when it closes. */
 	if (ret == 0)
-		ret =
-		    sandbox_add_locked(e, id, profile_name, SANDBOX_FROM_CONTROL, owner,
-				       who != NULL ? who->uid : 0, agent_uid, dir, cap, ingress_fd);
+		ret = sandbox_add_locked(e, id, profile_name, SANDBOX_FROM_CONTROL, owner,
+					 who != NULL ? who->uid : 0, *agent_uid, dir, cap,
+					 ingress_fd);
 	pthread_mutex_unlock(&e->lock);
 	return ret;
 }

@@ -40,6 +40,7 @@
 #include "core/ring.h"
 #include "core/snapshot.h"
 #include "core/term.h"
+#include "core/uidpool.h"
 #include "core/verdict.h"
 
 struct audit;
@@ -58,6 +59,8 @@ enum engine_sandbox_state {
  */
 /* A sandbox whose agent's uid is not known: its egress socket is open to every uid. */
 #define ENGINE_AGENT_ANY UINT32_MAX
+/* Asked of engine_sandbox_add by root: a uid of the sandbox's own, from daemon.sandbox_uids. */
+#define ENGINE_AGENT_NEW (UINT32_MAX - 1)
 
 struct engine_owner {
 	int32_t pid;
@@ -137,6 +140,9 @@ struct engine {
 	 * serves only the public listener's TLS. */
 	bool term_has_ca;
 	uint64_t reloads; /* snapshots published after the first */
+	/* The uids given to root's sandboxes (cfg.sandbox_uid_*), under <lock>; a
+	 * test may set uids.host_free before engine_start. */
+	struct uidpool uids;
 };
 
 /*
@@ -169,19 +175,22 @@ int engine_stop(struct engine *e);
  * sandbox's directory to <dir>/<cap>. With <who> (the control socket's
  * caller), the profile must admit it (verdict_ops.profile_admits: -EACCES
  * otherwise) and it is recorded as the sandbox's registrant (NULL: root).
- * <agent_uid> is the uid the sandbox's agent runs as: its egress socket is
+ * *<agent_uid> is the uid the sandbox's agent runs as: its egress socket is
  * then that uid's, mode 0600 (only it and root may connect); a caller other
  * than root always registers for its own uid (another: -EACCES), and root
  * may give ENGINE_AGENT_ANY (mode 0666: any uid, as for the policy file's
- * sandboxes).
+ * sandboxes) or ENGINE_AGENT_NEW: a uid of daemon.sandbox_uids no other
+ * sandbox holds, given until the sandbox is removed, is written back to
+ * *<agent_uid>. A uid of that range is never named by a caller (-ERANGE).
  * Returns 0,
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
- * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached) or the
- * -errno of a failed socket step. Control path only (takes the lock).
+ * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached), -EUSERS
+ * (every uid of the range is given), -ERANGE, or the -errno of a failed
+ * socket step. Control path only (takes the lock).
  */
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
 		       const struct engine_owner *owner, const struct verdict_caller *who,
-		       uint32_t agent_uid, char *dir, size_t cap, int *ingress_fd);
+		       uint32_t *agent_uid, char *dir, size_t cap, int *ingress_fd);
 
 /*
  * Removes run-time sandbox <id>: its worker stops accepting and aborts its

@@ -76,6 +76,16 @@
 #define LIMITS_WORKERS_MAX 64u
 /* Sandboxes a daemon serves. */
 #define LIMITS_SANDBOXES_MAX 65536u
+/*
+ * The uids (and gids, the same numbers) the daemon gives the sandboxes root
+ * starts, one each (`daemon.sandbox_uids`): 0x70000000 on, one per sandbox
+ * the daemon may serve. Outside every range a host hands out by convention:
+ * login and system accounts (below 60000), systemd's dynamic users
+ * (61184..65519), subordinate ids for user namespaces (/etc/subuid, from
+ * 100000 in blocks of 65536) and systemd's containers (524288..1879048191).
+ */
+#define LIMITS_SANDBOX_UID_FIRST_DEFAULT 1879048192u
+#define LIMITS_SANDBOX_UID_COUNT_DEFAULT LIMITS_SANDBOXES_MAX
 
 static_assert((LIMITS_BUFRING_ENTRIES & (LIMITS_BUFRING_ENTRIES - 1)) == 0,
 	      "buffer ring size must be a power of two");

@@ -769,6 +769,8 @@ enum {
 	UF_DNS,
 	UF_IDLE,
 	UF_LEAF_DAYS,
+	UF_SANDBOX_UID_FIRST,
+	UF_SANDBOX_UID_COUNT,
 	UF__COUNT
 };
 
@@ -788,6 +790,11 @@ static const struct uint_field uint_fields[] = {
 		      offsetof(struct config, idle_timeout_ms) },
 	[UF_LEAF_DAYS] = { "leaf_days", POLICY_LEAF_DAYS_MIN, POLICY_LEAF_DAYS_MAX,
 			   offsetof(struct config, leaf_days) },
+	[UF_SANDBOX_UID_FIRST] = { "sandbox_uids.first", POLICY_SANDBOX_UID_FIRST_MIN,
+				   POLICY_SANDBOX_UID_LAST_MAX,
+				   offsetof(struct config, sandbox_uid_first) },
+	[UF_SANDBOX_UID_COUNT] = { "sandbox_uids.count", 1, POLICY_SANDBOX_UID_COUNT_MAX,
+				   offsetof(struct config, sandbox_uid_count) },
 };
 static_assert(AN_ARRAY_LEN(uint_fields) == UF__COUNT, "every staged integer needs a row");
 
@@ -925,6 +932,42 @@ static int parse_timeouts(struct loader *ld)
 	}
 	AN_ASSERT(rc <= 0);
 	return rc;
+}
+
+/*
+ * daemon.sandbox_uids: the uids `agentsnet run` as root gets for its sandboxes
+ * from the daemon, one each (core/engine.h ENGINE_AGENT_NEW). Both keys are
+ * mandatory, and the range must end by POLICY_SANDBOX_UID_LAST_MAX.
+ */
+enum { SU_FIRST, SU_COUNT, SU__COUNT };
+static const char *const sandbox_uid_keys[] = { [SU_FIRST] = "first", [SU_COUNT] = "count" };
+static const struct keyset sandbox_uid_keyset = { "daemon.sandbox_uids", sandbox_uid_keys,
+						  SU__COUNT };
+
+static int parse_sandbox_uids(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "sandbox_uids");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &sandbox_uid_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < SU__COUNT);
+		rc = stage_uint(ld, key == SU_FIRST ? UF_SANDBOX_UID_FIRST : UF_SANDBOX_UID_COUNT);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	if (seen != (1u << SU__COUNT) - 1)
+		return fail(ld, start, "sandbox_uids needs both first and count");
+	uint64_t last = (uint64_t)ld->next.sandbox_uid_first + ld->next.sandbox_uid_count - 1;
+	if (last > POLICY_SANDBOX_UID_LAST_MAX)
+		return fail(ld, start, "sandbox_uids ends at %llu, past %u",
+			    (unsigned long long)last, POLICY_SANDBOX_UID_LAST_MAX);
+	return 0;
 }
 
 /* daemon.ca: the files of the CA the terminated tiers sign leaves with; read by the daemon. */
@@ -1240,6 +1283,7 @@ enum {
 	DK_CA,
 	DK_LEAF_DAYS,
 	DK_INGRESS,
+	DK_SANDBOX_UIDS,
 	DK__COUNT
 };
 static const char *const daemon_keys[] = {
@@ -1255,6 +1299,7 @@ static const char *const daemon_keys[] = {
 	[DK_CA] = "ca",
 	[DK_LEAF_DAYS] = "leaf_days",
 	[DK_INGRESS] = "ingress",
+	[DK_SANDBOX_UIDS] = "sandbox_uids",
 };
 static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
 static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
@@ -1288,6 +1333,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return stage_uint(ld, UF_LEAF_DAYS);
 	case DK_INGRESS:
 		return parse_daemon_ingress(ld);
+	case DK_SANDBOX_UIDS:
+		return parse_sandbox_uids(ld);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;

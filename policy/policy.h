@@ -123,6 +123,14 @@ static_assert(POLICY_INJECT_SECRET_BYTES_MAX <= UINT32_MAX, "secret lengths fit 
 /* daemon.leaf_days: at most the CA/Browser Forum's 397 days (tls/ca.h TLS_CA_LEAF_DAYS_MAX). */
 #define POLICY_LEAF_DAYS_MIN 1u
 #define POLICY_LEAF_DAYS_MAX 397u
+/*
+ * daemon.sandbox_uids: at least one uid, none of them 0 and the last below
+ * 2^31 - 1 (what tools that keep a uid in a signed int still read right);
+ * at most 16,777,216 (the daemon keeps one bit per uid).
+ */
+#define POLICY_SANDBOX_UID_FIRST_MIN 1u
+#define POLICY_SANDBOX_UID_LAST_MAX  2147483646u
+#define POLICY_SANDBOX_UID_COUNT_MAX 16777216u
 
 /*
  * The ingress gateway: `daemon.ingress` (where it listens, what agents are

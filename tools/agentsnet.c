@@ -36,6 +36,7 @@
 
 #include "core/an.h"
 #include "core/layout.h"
+#include "core/uid.h"
 #include "tools/ca.h"
 #include "tools/check.h"
 #include "tools/ctl.h"
@@ -88,8 +89,11 @@ static const char usage_text[] =
     "            CMD's status. --sandbox defaults to run-<16 random hex digits>,\n"
     "            --profile to default, --bridge to the agentsnet-bridge next to this\n"
     "            binary (or on PATH).\n"
-    "            As root the agent runs as --user (default nobody), never as root;\n"
-    "            unprivileged, as you (in a user namespace), and --user is refused.\n"
+    "            As root the agent runs as --user, never as root, and by default as a\n"
+    "            uid (and gid) of its own, which agentsnetd gives from its\n"
+    "            daemon.sandbox_uids while the sandbox lives, so that no other\n"
+    "            sandbox or host service can pass for it; unprivileged, as you (in a\n"
+    "            user namespace), and --user is refused.\n"
     "            Of your environment only PATH, HOME, USER, LOGNAME, SHELL, LANG,\n"
     "            LANGUAGE, LC_ALL and the other LC_ categories, TERM, COLORTERM, TZ,\n"
     "            NO_COLOR, FORCE_COLOR, CLICOLOR, COLUMNS, LINES, EDITOR, VISUAL, PAGER\n"
@@ -608,25 +612,49 @@ static void sandbox_remove(const struct run_options *o)
 }
 
 /*
- * Registers the sandbox for an agent running as <agent_uid> and puts its
+ * Registers the sandbox for its agent, <user>; with <given>, a uid of the
+ * sandbox's own that the daemon gives (root only), with which <user> is then
+ * filled, as uid and gid. Puts its
  * canonical directory in <dir>, and the listening ingress socket the daemon
  * made for it in *<ingress_fd> (-1 when none came); unregisters on failure.
  */
-static int sandbox_add(const struct run_options *o, uid_t agent_uid, char *dir, int *ingress_fd)
+static int sandbox_add(const struct run_options *o, bool given, struct sandbox_user *user,
+		       char *dir, int *ingress_fd)
 {
 	char uid[16];
-	snprintf(uid, sizeof(uid), "%u", (unsigned)agent_uid);
+	snprintf(uid, sizeof(uid), "%u", (unsigned)user->uid);
 	/* The agent's uid: the daemon lets only it (and root) connect to the egress socket. */
-	const char *words[] = { "sandbox", "add", o->id, o->profile, "owned", uid };
+	const char *words[] = { "sandbox", "add", o->id, o->profile, "owned", given ? "new" : uid };
 	struct ctl_reply r;
 
 	AN_ASSERT(dir != NULL);
 	AN_ASSERT(o->id != NULL);
 	AN_ASSERT(o->profile != NULL);
 	int rc = control(o->socket_dir, (int)AN_ARRAY_LEN(words), words, &r);
-	if (rc == CTL_EXIT_OK && (r.text[0] != '/' || realpath(r.text, dir) == NULL)) {
+	const char *text = rc == CTL_EXIT_OK ? r.text : "";
+	if (rc == CTL_EXIT_OK && given) {
+		/* "uid <n> <directory>": the uid is the agent's, and its group's number too. */
+		uint32_t n = 0;
+		char num[16];
+		const char *space = strncmp(text, "uid ", 4) == 0 ? strchr(text + 4, ' ') : NULL;
+		size_t len = space != NULL ? (size_t)(space - text - 4) : 0;
+		if (len > 0 && len < sizeof(num)) {
+			memcpy(num, text + 4, len);
+			num[len] = '\0';
+		}
+		if (len == 0 || len >= sizeof(num) || !uid_parse(num, &n) || n == 0) {
+			fprintf(stderr, "agentsnet: sandbox %s: no uid from agentsnetd: \"%s\"\n",
+				o->id, text);
+			sandbox_remove(o);
+			rc = CTL_EXIT_ERROR;
+		} else {
+			*user = (struct sandbox_user){ .uid = (uid_t)n, .gid = (gid_t)n };
+			text = space + 1;
+		}
+	}
+	if (rc == CTL_EXIT_OK && (text[0] != '/' || realpath(text, dir) == NULL)) {
 		fprintf(stderr, "agentsnet: sandbox %s: bad directory from agentsnetd: \"%s\"\n",
-			o->id, r.text);
+			o->id, text);
 		sandbox_remove(o);
 		rc = CTL_EXIT_ERROR;
 	}
@@ -735,10 +763,11 @@ static int run_user(const struct run_options *o, struct sandbox_spec *spec)
 		spec->user = (struct sandbox_user){ .uid = getuid(), .gid = getgid() };
 		return -1;
 	}
-	const char *user = o->user != NULL ? o->user : SANDBOX_DEFAULT_USER;
-	if (sandbox_user_parse(user, &spec->user, err, sizeof(err)) != 0) {
+	/* No --user: a uid of its own, which sandbox_add asks the daemon for. */
+	spec->user = (struct sandbox_user){ 0 };
+	if (o->user != NULL && sandbox_user_parse(o->user, &spec->user, err, sizeof(err)) != 0) {
 		fprintf(stderr, "agentsnet: %s\n", err);
-		return o->user != NULL ? CTL_EXIT_USAGE : CTL_EXIT_ERROR;
+		return CTL_EXIT_USAGE;
 	}
 	return -1;
 }
@@ -812,10 +841,11 @@ static int run_main_inner(int argc, char **argv, struct runenv *env, bool *start
 	/* Once, before anything of the sandbox's can write to the terminal. */
 	runenv_warn_dropped(env, environ, stderr);
 	int ingress_fd = -1;
-	/* Who the agent is on the host: the caller in a user namespace, else --user. */
-	rc = sandbox_add(&o, spec.userns ? getuid() : spec.user.uid, dir, &ingress_fd);
+	/* Who the agent is on the host: the caller in a user namespace, else --user or its own. */
+	rc = sandbox_add(&o, !spec.userns && o.user == NULL, &spec.user, dir, &ingress_fd);
 	if (rc != CTL_EXIT_OK)
 		return rc;
+	AN_ASSERT(spec.userns || (spec.user.uid != 0 && spec.user.gid != 0));
 	spec.dir = dir;
 	spec.socket_dir = socket_dir;
 	spec.bridge = bridge;

@@ -1726,6 +1726,102 @@ static void pty_inside(const struct child_ctx *c)
 	close(c->pty_fd);
 }
 
+/* Whether a line of the passwd or group text <text>/<len> has <id> as its third field. */
+static bool id_listed(const char *text, size_t len, unsigned id)
+{
+	char want[16];
+	int n = snprintf(want, sizeof(want), "%u", id);
+
+	AN_ASSERT(n > 0 && (size_t)n < sizeof(want));
+	for (size_t at = 0; at < len;) {
+		const char *line = text + at;
+		const char *end = memchr(line, '\n', len - at);
+		size_t line_len = end != NULL ? (size_t)(end - line) : len - at;
+		const char *field = line;
+		/* The third field starts after the second colon. */
+		for (int colons = 0; colons < 2 && field != NULL; colons++) {
+			field = memchr(field, ':', line_len - (size_t)(field - line));
+			field = field != NULL ? field + 1 : NULL;
+		}
+		size_t left = field != NULL ? line_len - (size_t)(field - line) : 0;
+		if (field != NULL && left > (size_t)n && field[n] == ':' &&
+		    memcmp(field, want, (size_t)n) == 0)
+			return true;
+		at += line_len + 1;
+	}
+	return false;
+}
+
+/*
+ * Binds over <etc> (/etc/passwd or /etc/group) a copy with <line> added when
+ * no entry has <id>: made in the sandbox's own /run, bound read-only, then
+ * unlinked there. A host without the file, or with one over
+ * SANDBOX_IDENTITY_FILE_MAX, is left as it is.
+ */
+static void identity_file(const struct child_ctx *c, const char *etc, unsigned id,
+			  const char *line)
+{
+	char made[64];
+
+	int fd = open(etc, O_RDONLY | O_CLOEXEC);
+	if (fd == -1 && errno == ENOENT)
+		return;
+	if (fd == -1)
+		child_fail(c->err_fd, errno, "open %s: %s", etc, strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode) || st.st_size > SANDBOX_IDENTITY_FILE_MAX) {
+		close(fd);
+		return;
+	}
+	size_t cap = (size_t)st.st_size + strlen(line) + 2;
+	char *text = malloc(cap);
+	if (text == NULL)
+		child_fail(c->err_fd, ENOMEM, "%s: out of memory", etc);
+	size_t len = 0;
+	for (ssize_t n = 1; n > 0 && len < (size_t)st.st_size; len += n > 0 ? (size_t)n : 0)
+		n = read(fd, text + len, (size_t)st.st_size - len);
+	close(fd);
+	if (id_listed(text, len, id)) {
+		free(text);
+		return;
+	}
+	if (len > 0 && text[len - 1] != '\n')
+		text[len++] = '\n';
+	memcpy(text + len, line, strlen(line));
+	len += strlen(line);
+	AN_ASSERT(len <= cap);
+	snprintf(made, sizeof(made), "/run/agentsnet/%s", strrchr(etc, '/') + 1);
+	int out = open(made, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (out == -1 || write(out, text, len) != (ssize_t)len || fchmod(out, 0644) == -1)
+		child_fail(c->err_fd, errno, "write %s: %s", made, strerror(errno));
+	close(out);
+	free(text);
+	must_mount(c, made, etc, NULL, MS_BIND, NULL);
+	bind_read_only(c, etc, MS_NODEV | MS_NOEXEC);
+	if (unlink(made) == -1)
+		child_fail(c->err_fd, errno, "unlink %s: %s", made, strerror(errno));
+}
+
+/*
+ * The agent's own entry in the sandbox's /etc/passwd and /etc/group when the
+ * host has none for its uid or gid (a uid daemon.sandbox_uids gave, or
+ * --user UID:GID): tools ask who they are (whoami, Python's getpass, Node's
+ * os.userInfo(), ssh) and fail without one. The host's files are untouched.
+ */
+static void identity_files(const struct child_ctx *c)
+{
+	char line[128];
+	const struct sandbox_user *u = &c->s->user;
+
+	if (c->s->userns)
+		return; /* the agent is root inside, whom every passwd file lists */
+	snprintf(line, sizeof(line), SANDBOX_AGENT_NAME ":x:%u:%u:agentsnet sandbox agent:%s:%s\n",
+		 (unsigned)u->uid, (unsigned)u->gid, SANDBOX_AGENT_HOME, SANDBOX_AGENT_SHELL);
+	identity_file(c, "/etc/passwd", (unsigned)u->uid, line);
+	snprintf(line, sizeof(line), SANDBOX_AGENT_NAME ":x:%u:\n", (unsigned)u->gid);
+	identity_file(c, "/etc/group", (unsigned)u->gid, line);
+}
+
 static _Noreturn void child_main(const struct child_ctx *c)
 {
 	struct child_fds f;
@@ -1754,6 +1850,7 @@ static _Noreturn void child_main(const struct child_ctx *c)
 	if (c->pty->master >= 0)
 		pty_inside(c);
 	mount_run(c, &f);
+	identity_files(c);
 	mask_host(c);
 	/* Last, so the masks above still found their mount points (a socket directory in /tmp). */
 	for (size_t i = 0; i < c->ww->n; i++)

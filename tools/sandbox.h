@@ -37,8 +37,15 @@
 /* Longest setup error the sandbox reports back before the bridge starts. */
 #define SANDBOX_ERROR_BYTES 512u
 
-/* The agent's host identity when `agentsnet run` is privileged (--user). */
-#define SANDBOX_DEFAULT_USER "nobody"
+/*
+ * The entry the sandbox's /etc/passwd and /etc/group get when the host has
+ * none for the agent's uid or gid (a uid daemon.sandbox_uids gave); files
+ * past SANDBOX_IDENTITY_FILE_MAX bytes are left as they are.
+ */
+#define SANDBOX_AGENT_NAME         "agent"
+#define SANDBOX_AGENT_HOME         "/tmp"
+#define SANDBOX_AGENT_SHELL        "/bin/sh"
+#define SANDBOX_IDENTITY_FILE_MAX  (16 << 20)
 /* Groups of the passwd user's list looked at by sandbox_user_parse (more: refused). */
 #define SANDBOX_GROUPS_MAX 256
 

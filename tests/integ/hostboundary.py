@@ -20,6 +20,14 @@ sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
   nobody is nobody's, mode 0600: another host account (uid 4242) is refused by the kernel
   (EACCES), nobody connects; an unprivileged caller cannot register a sandbox for another
   uid (forbidden), and the sandbox it registers for itself is its own, mode 0600.
+- t_own_uid: root's `agentsnet run` without --user: each sandbox's agent runs as a uid of
+  its own from daemon.sandbox_uids (gid the same number, no other group; "agent" in the
+  sandbox's passwd and group, so whoami, Python's getpass and Node's os.userInfo() work),
+  two at once get two uids, and a third run after both ended a third (a freed uid is not
+  given again at once); the egress socket is that uid's, 0600: a host process as nobody
+  (the uid every root sandbox shared before) is refused, the agent's uid connects; it
+  cannot write root's files, and its requests (curl, Python) go through. Registering for
+  a uid of the range by number is refused, and so is an unprivileged caller's "new".
 - t_dir_leftover: a directory left at a sandbox's path (as an older daemon, which handed
   the directory to its owner, could leave one: the owner's, with a subdirectory and a
   symlink to a root-owned file in it) is removed whole, never followed, and replaced by
@@ -124,6 +132,22 @@ print(json.dumps(seen))
 # A host account that is neither root nor the agents' nobody.
 OTHER_UID = 4242
 
+# The daemon's default daemon.sandbox_uids (core/limits.h): the pass's policy names none.
+SANDBOX_UID_FIRST, SANDBOX_UID_COUNT = 1879048192, 65536
+
+# What t_own_uid's agent prints, then it waits for a line on stdin (it can read nothing of
+# the pass's directories, so no go file): argv = guarded root file, URL.
+OWN_UID_SH = r"""
+id -u; id -g; id -G; whoami
+python3 -c 'import getpass; print(getpass.getuser())'
+node -e 'console.log(require("os").userInfo().username)'
+(echo agent >>"$1") 2>/dev/null && echo wrote-file || echo file-refused
+curl -sS --max-time 15 -o /dev/null -w 'curl %{http_code}\n' "$2"
+python3 -c 'import sys, urllib.request; print("python", urllib.request.urlopen(sys.argv[1], timeout=15).status)' "$2"
+echo ready
+read line || true
+"""
+
 # Connects to argv[1]: prints "connected" or the errno's name.
 CONNECT_PY = r"""
 import errno, socket, sys
@@ -223,6 +247,82 @@ class HostBoundaryTests:
         self.timed("an egress socket is its agent's uid's alone (0600): another host account "
                    "is refused, the agent's uid connects; no caller registers for another uid",
                    egress_owner)
+
+    def t_own_uid(self):
+        def own_uid():
+            guarded = self.root_target("own-uid-guarded")
+            os.chmod(guarded, 0o644)
+            cmd = ["sh", "-c", OWN_UID_SH, "own-uid", guarded, self.url()]
+            runs = [self.start(cmd, own_uid=True, stdin=subprocess.PIPE) for _ in range(2)]
+            errs, uids = [], []
+            try:
+                for a in runs:
+                    a.wait_out("ready")
+                    got = a.stdout().strip().split("\n")
+                    uid = int(got[0]) if got and got[0].isdigit() else -1
+                    uids.append(uid)
+                    want = [str(uid), str(uid), str(uid), "agent", "agent", "agent",
+                            "file-refused", "curl 200", "python 200", "ready"]
+                    if not SANDBOX_UID_FIRST <= uid < SANDBOX_UID_FIRST + SANDBOX_UID_COUNT:
+                        errs.append("%s: uid %d, not one of daemon.sandbox_uids" % (a.sandbox, uid))
+                    if got != want:
+                        errs.append("%s: stdout %r, want %r; stderr %r" % (
+                            a.sandbox, got, want, a.stderr()[-800:]))
+                    path = os.path.join(self.vars["sock_dir"], "sandboxes", a.sandbox,
+                                        "egress.sock")
+                    st = os.lstat(path)
+                    if st.st_uid != uid or stat.S_IMODE(st.st_mode) != 0o600:
+                        errs.append("%s: egress.sock is uid %d mode %o, want %d 600" % (
+                            a.sandbox, st.st_uid, stat.S_IMODE(st.st_mode), uid))
+                    for who, want_c in ((65534, "EACCES"), (OTHER_UID, "EACCES"),
+                                        (uid, "connected")):
+                        c = self.connect_as(who, path)
+                        if c != want_c:
+                            errs.append("%s: uid %d connecting: %s, want %s" % (
+                                a.sandbox, who, c, want_c))
+                if len(set(uids)) != 2:
+                    errs.append("two sandboxes at once share a uid: %r" % uids)
+            finally:
+                for a in runs:
+                    a.proc.stdin.close()
+                    a.finish()
+            for a in runs:
+                if a.rc != 0:
+                    errs.append("%s: exit %s: %s" % (a.sandbox, a.rc, a.stderr()[-1500:]))
+                errs += self.check_audit(a.sandbox, [{"host": "origin.test",
+                                                      "decision": "allow"}], 2)
+                errs += self.leftovers(a, need_ns=False)
+            with open(guarded, encoding="ascii") as f:
+                if f.read() != "root's\n":
+                    errs.append("an agent wrote root's %s" % guarded)
+            third = self.start(["id", "-u"], own_uid=True).finish()
+            out = third.stdout().strip()
+            if third.rc != 0 or not out.isdigit() or int(out) in uids:
+                errs.append("the run after: exit %s, uid %r; want one other than %r" % (
+                    third.rc, out, uids))
+            errs += self.leftovers(third, need_ns=False)
+            return errs
+
+        def named_in_range():
+            errs = []
+            sid = "it-pooluid-%d" % os.getpid()
+            got = self.ctl("sandbox add %s other owned %d" % (sid, SANDBOX_UID_FIRST + 7))
+            if not got or not got[0].startswith("error forbidden uid %d is one of "
+                                                "daemon.sandbox_uids" % (SANDBOX_UID_FIRST + 7)):
+                errs.append("root naming a uid of the range: %r" % got)
+            got = self.unpriv_ctl("sandbox add %s other owned new" % sid)
+            if not got.startswith("error forbidden only root is given a new uid"):
+                errs.append("unprivileged \"new\": %r" % got)
+            if sid in self.listed():
+                errs.append("%s was registered anyway" % sid)
+                self.ctl("sandbox rm %s" % sid)
+            return errs
+
+        self.timed("root's agentsnet run without --user: each sandbox's agent is a uid of its "
+                   "own (two at once differ, a freed one is not given at once), named agent "
+                   "inside; its egress socket refuses nobody and 4242", own_uid)
+        self.timed("a uid of daemon.sandbox_uids named by number, and an unprivileged "
+                   "caller's \"new\": forbidden, nothing registered", named_in_range)
 
     def run_as(self, uid, script, *args):
         """The Python <script> with <args>, as <uid>: the first line it printed, or what

@@ -432,9 +432,13 @@ class Pass:
 
     def start(self, cmd, sandbox=None, run_args=(), user=None, env=None, stdin=None,
               bridge=None, socket_dir=None, wrap=True, ca=True, sandbox_flag=True, pre=(),
-              caller_env=None):
+              caller_env=None, own_uid=False):
         """`agentsnet run` of <cmd> in the host namespace; returns an Agent. <env> is passed
-        to the agent (--env NAME each); <caller_env> is only in agentsnet run's own."""
+        to the agent (--env NAME each); <caller_env> is only in agentsnet run's own. As
+        root, the agent runs as nobody (--user nobody), who may write the pass's agent
+        directories (agent_dir), unless the case names a --user or asks for <own_uid>:
+        the uid of its own the daemon gives (daemon.sandbox_uids), which may write nothing
+        of the pass's (so no <wrap>: the wrapper writes the namespaces to the sync directory)."""
         sandbox = sandbox or self.sandbox_id("run")
         nsfile = os.path.join(self.vars["sync"], "ns-%s" % sandbox)
         argv = [self.vars["agentsnet"], "run", "--socket-dir", socket_dir or self.vars["sock_dir"]]
@@ -450,8 +454,10 @@ class Pass:
         env = dict(env or {}, **{MARK_VAR: sandbox})
         for name in sorted(env) + ["ASAN_OPTIONS", "UBSAN_OPTIONS"]:
             argv += ["--env", name]
+        if user is None and not own_uid and "--user" not in run_args:
+            argv += ["--user", "nobody"]
         argv += list(run_args) + ["--"]
-        if wrap:
+        if wrap and not own_uid:
             argv += ["sh", "-c", 'readlink /proc/self/ns/net /proc/self/ns/mnt '
                      '/proc/self/ns/user /proc/self/ns/pid >"$0" 2>/dev/null; exec "$@"', nsfile]
         argv += list(cmd)
@@ -1354,8 +1360,8 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
     # ---- who the agent is on the host ----------------------------------------
 
     def t_identity(self):
-        """As root, `agentsnet run` runs the agent as --user (default nobody), never as root:
-        uid 0 without capabilities would still own every root-owned file."""
+        """As root, `agentsnet run` runs the agent as --user (or a uid of its own: t_own_uid),
+        never as root: uid 0 without capabilities would still own every root-owned file."""
         guarded = os.path.join(self.tmp, "root-owned")
         with open(guarded, "w", encoding="ascii") as f:
             f.write("root's\n")
@@ -1430,7 +1436,7 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                 errs.append("the agent ran")
             return errs + self.leftovers(a, need_ns=False)
 
-        self.timed("root caller: the agent runs as nobody, cannot write root's files or read "
+        self.timed("root caller, --user nobody: the agent is nobody, cannot write root's files or read "
                    "/etc/shadow, and its request still goes through", default_user)
         self.timed("root caller, --user 4242:4243: the agent is that uid and gid only; files "
                    "it makes are theirs on the host", named_user)
@@ -2385,7 +2391,7 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
          "density", "daemon_restart", "daemon_stopped", "ingress", "stats", "env", "pty",
-         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner"]
+         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid"]
 
 
 def preflight(args):

@@ -126,6 +126,8 @@ START_TEST(test_docs_example)
 	ck_assert_uint_eq(cfg.connect_timeout_ms, 10000);
 	ck_assert_uint_eq(cfg.dns_timeout_ms, 5000);
 	ck_assert_uint_eq(cfg.idle_timeout_ms, 300000);
+	ck_assert_uint_eq(cfg.sandbox_uid_first, 1879048192);
+	ck_assert_uint_eq(cfg.sandbox_uid_count, 65536);
 	ck_assert_uint_eq(cfg.sandbox_count, 2);
 	ck_assert_str_eq(cfg.sandboxes[0].id, "agent-1");
 	ck_assert_uint_eq(cfg.sandboxes[0].profile, 0);
@@ -197,6 +199,8 @@ START_TEST(test_default_policy)
 	ck_assert_ptr_null(cfg.tcp_listen);
 	ck_assert_ptr_null(cfg.dns_servers);
 	ck_assert_uint_eq(cfg.conns_per_worker, LIMITS_CONNS_PER_WORKER_DEFAULT);
+	ck_assert_uint_eq(cfg.sandbox_uid_first, LIMITS_SANDBOX_UID_FIRST_DEFAULT);
+	ck_assert_uint_eq(cfg.sandbox_uid_count, LIMITS_SANDBOX_UID_COUNT_DEFAULT);
 	struct verdict v = decide(0, "example.com");
 	ck_assert_int_eq(v.tier, TIER_FAKE);
 	ck_assert_str_eq(v.rule, "default/1");
@@ -210,6 +214,39 @@ START_TEST(test_default_policy)
 	char *doc = docs_block("## The built-in policy");
 	ck_assert_str_eq(doc, policy_default_yaml());
 	pool_free(doc);
+}
+END_TEST
+
+/* --- daemon.sandbox_uids ------------------------------------------------------------------- */
+
+START_TEST(test_sandbox_uids)
+{
+	expect_ok(MINIMAL "daemon: {sandbox_uids: {first: 200000, count: 10}}\n");
+	ck_assert_uint_eq(cfg.sandbox_uid_first, 200000);
+	ck_assert_uint_eq(cfg.sandbox_uid_count, 10);
+	/* The last uid may be POLICY_SANDBOX_UID_LAST_MAX, not one more. */
+	expect_ok(MINIMAL "daemon: {sandbox_uids: {count: 16, first: 2147483631}}\n");
+	ck_assert_uint_eq(cfg.sandbox_uid_first, 2147483631);
+	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 2147483632, count: 16}}\n",
+		     "t.yaml:9:24: sandbox_uids ends at 2147483647, past 2147483646");
+	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 0, count: 16}}\n",
+		     "t.yaml:9:32: sandbox_uids.first must be 1..2147483646, got 0");
+	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 5, count: 0}}\n",
+		     "t.yaml:9:42: sandbox_uids.count must be 1..16777216, got 0");
+	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 5, count: 16777217}}\n",
+		     "t.yaml:9:42: sandbox_uids.count must be 1..16777216, got 16777217");
+	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 5}}\n",
+		     "t.yaml:9:24: sandbox_uids needs both first and count");
+	expect_error(MINIMAL "daemon: {sandbox_uids: {count: 5}}\n",
+		     "t.yaml:9:24: sandbox_uids needs both first and count");
+	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 5, count: 5, last: 9}}\n",
+		     "t.yaml:9:45: unknown key \"last\" in daemon.sandbox_uids (expected one of: "
+		     "first, count)");
+	expect_error(MINIMAL "daemon: {sandbox_uids: 1879048192}\n",
+		     "t.yaml:9:24: sandbox_uids must be a mapping");
+	/* A failed load keeps what the last good one set. */
+	ck_assert_uint_eq(cfg.sandbox_uid_first, 2147483631);
+	ck_assert_uint_eq(cfg.sandbox_uid_count, 16);
 }
 END_TEST
 
@@ -1379,6 +1416,7 @@ int main(void)
 	tcase_add_test(tc, test_rule_limits_verdict);
 	tcase_add_test(tc, test_rule_limits_docs);
 	tcase_add_test(tc, test_default_policy);
+	tcase_add_test(tc, test_sandbox_uids);
 	tcase_add_test(tc, test_unknown_keys);
 	tcase_add_test(tc, test_duplicate_keys);
 	tcase_add_test(tc, test_missing_keys);

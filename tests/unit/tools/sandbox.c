@@ -751,7 +751,7 @@ static uid_t agent_uid(bool userns)
 
 	if (userns)
 		return geteuid();
-	ck_assert_int_eq(sandbox_user_parse(SANDBOX_DEFAULT_USER, &u, err, sizeof(err)), 0);
+	ck_assert_int_eq(sandbox_user_parse("nobody", &u, err, sizeof(err)), 0);
 	return u.uid;
 }
 
@@ -852,7 +852,7 @@ static struct sandbox_spec layout_spec(const struct layout *l, char **cmd, bool 
 	snprintf(id, sizeof(id), "an-unit-sandbox-%d-%u", (int)getpid(), runs++);
 	if (!userns)
 		ck_assert_int_eq(
-		    sandbox_user_parse(SANDBOX_DEFAULT_USER, &s.user, err, sizeof(err)), 0);
+		    sandbox_user_parse("nobody", &s.user, err, sizeof(err)), 0);
 	return s;
 }
 
