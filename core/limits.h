@@ -33,6 +33,14 @@
 /* Direct-descriptor table per ring: two per tunnel plus listeners and slack. */
 #define LIMITS_FIXED_FILES_PER_WORKER 65536u
 
+/* Direct descriptors a worker keeps back from its conns' share (core/share.h):
+ * parked upstreams (core/uppool.h, 64) and slack; the rest is two per conn. */
+#define LIMITS_FILE_SLOTS_RESERVED 256u
+/* A sandbox's share of a worker's conns, in percent of the conns free plus
+ * those it holds (core/share.c): a lone sandbox may take three quarters of the
+ * worker; whatever one floods with, a quarter stays for the others. */
+#define LIMITS_SANDBOX_SHARE_PERCENT_DEFAULT 75u
+
 /* Pipes per worker for splice relays. Each is two descriptors and up to
  * LIMITS_PIPE_BYTES of kernel pages; the kernel's per-user soft cap is 64 MiB
  * (ENGINE-NOTES.md), so 64 x 512 KiB per worker keeps two workers inside it.
@@ -81,6 +89,9 @@ static_assert((LIMITS_BUFRING_ENTRIES & (LIMITS_BUFRING_ENTRIES - 1)) == 0,
 	      "buffer ring size must be a power of two");
 static_assert((LIMITS_TIMER_SLOTS & (LIMITS_TIMER_SLOTS - 1)) == 0,
 	      "timer slots must be a power of two");
+static_assert(LIMITS_FILE_SLOTS_RESERVED < LIMITS_FIXED_FILES_PER_WORKER / 2,
+	      "the reserve must leave most of the table to conns");
+static_assert(LIMITS_SANDBOX_SHARE_PERCENT_DEFAULT <= 100u, "a share is a percentage");
 static_assert(LIMITS_REQUEST_LINE_BYTES_MAX < LIMITS_HEAD_BYTES_MAX,
 	      "the request line is part of the head");
 static_assert((LIMITS_AUDIT_RING_RECORDS & (LIMITS_AUDIT_RING_RECORDS - 1)) == 0,
