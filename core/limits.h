@@ -84,6 +84,18 @@
 #define LIMITS_WORKERS_MAX 64u
 /* Sandboxes a daemon serves. */
 #define LIMITS_SANDBOXES_MAX 65536u
+/*
+ * Each sandbox's listener is one regular descriptor, so the open-files limit
+ * (RLIMIT_NOFILE, 20,000 here) bounds the sandboxes too: a daemon serves at
+ * most that limit less what everything else may hold at once (engine.h,
+ * engine_sandboxes_max_for): each worker's pipes (two descriptors each) and
+ * its ring, eventfd and TCP listeners, then LIMITS_FDS_RESERVED for the
+ * control socket and its clients, the audit file, the registry, TLS files,
+ * the gateway's per-request socket lookups and a sandbox's ingress socket
+ * while it is handed over.
+ */
+#define LIMITS_FDS_RESERVED   1024u
+#define LIMITS_FDS_PER_WORKER 8u
 
 static_assert((LIMITS_BUFRING_ENTRIES & (LIMITS_BUFRING_ENTRIES - 1)) == 0,
 	      "buffer ring size must be a power of two");

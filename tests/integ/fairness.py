@@ -1,18 +1,20 @@
 """The fairness pass (issue 15 item 4): one sandbox cannot starve the others.
 
-A daemon whose workers hold 64 connections each serves two sandboxes on one worker,
-on one profile,
-whose one rule relays model.internal to a plain-HTTP origin on loopback:
+A daemon whose workers hold 64 connections each serves two sandboxes on one worker and
+one profile, whose one rule relays model.internal to a plain-HTTP origin on loopback:
   - share: "flood" opens 100 connections to its egress socket and never sends a
     byte. Its share of the worker (75% of 64: 48) stays open and silent; every
     connection past it is answered at once, in-band, 429
     connection_share_exceeded with Retry-After, X-Agent-Instruction and a JSON
     body, then closed. With the flood still open, "quiet" opens 8 connections and
-    each is served (200 from the origin). The audit holds a deny record of
-    flood's with that code and status 429. Once the flood closes, flood itself
-    is served again.
-With --share 100 (the share turned off) the same run must fail: the flood fills
-the worker and quiet is refused.
+    each is served (200 from the origin). Once the flood closes, flood itself is
+    served again.
+  - audit: a deny record of flood's with that code and status 429.
+With --share 100 (the share turned off) those two fail: the flood fills the worker
+and quiet is refused.
+  - sandbox_bound: a second daemon under 1,100 open files: `sandbox add` answers
+    `error limit` once its listeners reach the bound docs/control.md gives, never
+    `error internal` (EMFILE), and a removal makes room again.
 
 Runs as its own pass: python3 tests/integ/fairness.py [--daemon PATH] [--share N] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
@@ -22,6 +24,7 @@ import argparse
 import http.server
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -39,6 +42,8 @@ CONNS_PER_WORKER = 64
 FLOOD_CONNS = 100
 QUIET_CONNS = 8
 ANSWER_WAIT_S = 2.0
+# The open-files limit of the sandbox-bound daemon: room for 56 listeners (docs/control.md).
+BOUND_NOFILE = 1100
 
 POLICY = """version: 1
 daemon:
@@ -49,6 +54,7 @@ daemon:
   workers: 2
   conns_per_worker: {conns}
   sandbox_share_percent: {share}
+  pipes_per_worker: {pipes}
   timeouts: {{head_ms: 30000}}
 profiles:
   fair:
@@ -189,6 +195,49 @@ def t_share(v, log):
     return errs
 
 
+def control(v, line):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(os.path.join(v["sock_dir"], "control.sock"))
+        s.sendall(line.encode() + b"\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return data.decode()
+
+
+def t_sandbox_bound(v, log):
+    """Under BOUND_NOFILE open files, sandbox add answers "error limit" at the bound the
+    docs give (less the policy file's 3), and a removal makes room for one more."""
+    want = BOUND_NOFILE - 1024 - 2 * (2 * 1 + 8) - 3
+    errs = []
+    added = 0
+    while added <= want:
+        answer = control(v, "sandbox add bound-%d fair" % added)
+        if not answer.startswith("ok "):
+            break
+        added += 1
+    log("sandbox bound: %d added, then %r" % (added, answer.strip()))
+    if added != want:
+        errs.append("%d sandboxes added under %d open files, want %d" % (
+            added, BOUND_NOFILE, want))
+    if not answer.startswith("error limit "):
+        errs.append("past the bound: %r, want error limit" % answer)
+    if control(v, "sandbox rm bound-0").strip() != "ok":
+        errs.append("sandbox rm bound-0 failed")
+    again = control(v, "sandbox add bound-again fair")
+    if not again.startswith("ok "):
+        errs.append("after a removal: %r, want ok" % again)
+    # The listeners added last still serve.
+    got = served(egress(v["sock_dir"], "bound-%d" % (added - 1)))
+    if not got.startswith(b"HTTP/1.1 200 "):
+        errs.append("the last sandbox added: %r" % got[:200])
+    return errs
+
+
 def t_audit(v, log):
     records, errs = read_audit(v["audit"])
     want = [r for r in records if r.get("reason") == "connection_share_exceeded"]
@@ -201,6 +250,44 @@ def t_audit(v, log):
             errs.append("audit record %r" % r)
             break
     return errs
+
+
+def run_daemon(args, v, tests, log, nofile=None):
+    """Runs <tests> against a daemon started with v["policy"] (under an open-files limit of
+    <nofile> when given), then stops it; returns how many failed (the daemon's exit too)."""
+    err_path = v["policy"] + ".err"
+    limit = None
+    if nofile is not None:
+        limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))  # noqa
+    extra = os.environ.get("AN_FAIR_DAEMON_ARGS", "").split()
+    with open(err_path, "wb") as err:
+        daemon = subprocess.Popen([args.daemon, "--config", v["policy"]] + extra,
+                                  stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                  preexec_fn=limit)
+    failed = 0
+    try:
+        wait_for(lambda: "agentsnetd: ready" in read_text(err_path) or
+                 daemon.poll() is not None, 30, "agentsnetd: ready")
+        if daemon.poll() is not None:
+            raise Fatal("agentsnetd exited: " + read_text(err_path)[-3000:])
+        for name, test in tests:
+            errs = test(v, log)
+            print("fairness: %s: %s" % (name, "ok" if not errs else "FAIL"))
+            for e in errs:
+                print("  " + e)
+            failed += bool(errs)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            code = daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            code = daemon.wait()
+    text = read_text(err_path)
+    if code != 0 or sanitizer_marks(text):
+        print("fairness: daemon: FAIL: exit %d, stderr:\n%s" % (code, text[-4000:]))
+        failed += 1
+    return failed
 
 
 def main():
@@ -218,41 +305,22 @@ def main():
     tmp = tempfile.mkdtemp(prefix="an-fair-")
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
-    v = {"sock_dir": os.path.join(tmp, "run"), "audit": os.path.join(tmp, "audit.jsonl"),
-         "share": args.share}
-    policy = os.path.join(tmp, "policy.yaml")
-    with open(policy, "w", encoding="utf-8") as f:
-        f.write(POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"], conns=CONNS_PER_WORKER,
-                              share=args.share, port=origin.server_address[1]))
-    err_path = os.path.join(tmp, "agentsnetd.err")
-    err = open(err_path, "wb")
-    daemon = subprocess.Popen([args.daemon, "--config", policy] + os.environ.get("AN_FAIR_DAEMON_ARGS", "").split(), stdin=subprocess.DEVNULL,
-                              stdout=err, stderr=err)
     failed = 0
     try:
-        wait_for(lambda: "agentsnetd: ready" in read_text(err_path) or
-                 daemon.poll() is not None, 30, "agentsnetd: ready")
-        if daemon.poll() is not None:
-            raise Fatal("agentsnetd exited: " + read_text(err_path)[-3000:])
-        for name, test in (("share", t_share), ("audit", t_audit)):
-            errs = test(v, log)
-            print("fairness: %s: %s" % (name, "ok" if not errs else "FAIL"))
-            for e in errs:
-                print("  " + e)
-            failed += bool(errs)
+        for name, pipes, nofile, tests in (
+                ("share", 128, None, (("share", t_share), ("audit", t_audit))),
+                ("bound", 1, BOUND_NOFILE, (("sandbox_bound", t_sandbox_bound),))):
+            top = os.path.join(tmp, name)
+            os.mkdir(top, 0o755)
+            v = {"sock_dir": os.path.join(top, "run"), "audit": os.path.join(top, "audit.jsonl"),
+                 "share": args.share, "policy": os.path.join(top, "policy.yaml")}
+            with open(v["policy"], "w", encoding="utf-8") as f:
+                f.write(POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"],
+                                      conns=CONNS_PER_WORKER, share=args.share, pipes=pipes,
+                                      port=origin.server_address[1]))
+            failed += run_daemon(args, v, tests, log, nofile)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            code = daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            code = daemon.wait()
-        err.close()
         origin.shutdown()
-    text = read_text(err_path)
-    if code != 0 or sanitizer_marks(text):
-        print("fairness: daemon: FAIL: exit %d, stderr:\n%s" % (code, text[-4000:]))
-        failed += 1
     if failed == 0:
         subprocess.run(["rm", "-rf", tmp], check=False)
     else:
