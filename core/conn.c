@@ -587,6 +587,7 @@ static void conn_maybe_free(struct conn *c)
 		close(c->ingress_path_fd);
 	c->ingress_path_fd = -1;
 	ingress_release(c);
+	share_put(&w->share, c->share_key);
 	if (!c->ingress && !c->ingress_tls) {
 		struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
 		uint32_t live = atomic_fetch_sub_explicit(&sb->conns, 1, memory_order_relaxed);
@@ -641,18 +642,54 @@ void conn_abort(struct conn *c)
 
 /* ---- accept ---------------------------------------------------------- */
 
-/* The conn pool is empty: answer 503 from static memory and close, untracked. */
-static void refuse_overloaded(struct worker *w, int slot)
+/*
+ * Sends the <len> bytes of static <reply> on accepted <slot> and closes it,
+ * untracked. Hard-linked: a send that fails or falls short (a peer gone
+ * already) must still close the slot, or a flood of resets would leak it.
+ */
+static void refuse_static(struct worker *w, int slot, const char *reply, size_t len)
 {
 	struct io_uring_sqe *sqe = ring_sqe(&w->ring);
-	io_uring_prep_send(sqe, slot, reply_overloaded, sizeof(reply_overloaded) - 1, MSG_NOSIGNAL);
-	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK | IOSQE_CQE_SKIP_SUCCESS;
+	io_uring_prep_send(sqe, slot, reply, len, MSG_NOSIGNAL);
+	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK | IOSQE_CQE_SKIP_SUCCESS;
 	io_uring_sqe_set_data64(sqe, 0);
 	sqe = ring_sqe(&w->ring);
 	io_uring_prep_close_direct(sqe, (unsigned)slot);
 	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 	io_uring_sqe_set_data64(sqe, 0);
+}
+
+/* The conn pool is empty: answer 503 from static memory and close, untracked. */
+static void refuse_overloaded(struct worker *w, int slot)
+{
+	refuse_static(w, slot, reply_overloaded, sizeof(reply_overloaded) - 1);
 	w->stats.refused_overload++;
+}
+
+/*
+ * <l>'s sandbox holds its share of the worker (core/share.h): answer 429 with
+ * the worker's formatted refusal, close, and audit it. Nothing is taken from
+ * any pool, so refusing costs the flood's target no more than its accept.
+ */
+static void refuse_over_share(struct worker *w, const struct worker_listener *l, int slot)
+{
+	AN_ASSERT(w->share_reply_len > 0);
+	refuse_static(w, slot, w->share_reply, w->share_reply_len);
+	w->stats.refused_share++;
+	struct audit_record *rec = audit_claim(w->audit);
+	if (rec == NULL)
+		return; /* counted as dropped by the ring */
+	rec->kind = AUDIT_DECISION;
+	rec->id = audit_next_id(w->audit);
+	rec->conn_id = ((uint64_t)w->index << 48) | ++w->next_conn_seq;
+	rec->allowed = false;
+	rec->status = reason_status(REASON_CONNECTION_SHARE_EXCEEDED);
+	rec->reason = (uint8_t)REASON_CONNECTION_SHARE_EXCEEDED;
+	if (l->sandbox != WORKER_NO_SANDBOX) {
+		const char *id = w->e->sandboxes[l->sandbox]->id;
+		audit_copy(rec->sandbox, sizeof(rec->sandbox), id, strlen(id));
+	}
+	audit_commit(w->audit, rec);
 }
 
 static void set_nodelay(struct conn *c, uint32_t op, int fd)
@@ -704,11 +741,18 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 		return;
 	}
-	struct conn *c = w->stopping ? NULL : pool_take(&w->conns);
+	uint32_t share_key = l->sandbox == WORKER_NO_SANDBOX ? SHARE_KEY_PUBLIC : l->sandbox;
+	if (!w->stopping && !share_full(&w->share) && !share_admits(&w->share, share_key)) {
+		refuse_over_share(w, l, res);
+		return;
+	}
+	struct conn *c = w->stopping || share_full(&w->share) ? NULL : pool_take(&w->conns);
 	if (c == NULL) {
 		refuse_overloaded(w, res);
 		return;
 	}
+	share_take(&w->share, share_key);
+	c->share_key = share_key;
 	if (l->ingress || l->internal)
 		ingress_accepted(c, l);
 	else

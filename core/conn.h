@@ -71,6 +71,7 @@ struct conn {
 	int32_t cfd; /* fixed slot of the client socket */
 	int32_t ufd; /* fixed slot of the upstream socket, -1 when none */
 	uint32_t sandbox;
+	uint32_t share_key; /* what it counts against in its worker's share (core/share.h) */
 	struct timer_entry timer;
 	uint64_t start_ms;
 	uint64_t active_ms; /* last byte moved or request seen */

@@ -28,6 +28,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/fsuid.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -474,9 +475,39 @@ static int sandbox_find(const struct engine *e, const char *id)
 	return -1;
 }
 
-/* A free slot, allocating a new one past sandbox_used if needed; -1 when full. */
+uint32_t engine_sandboxes_max_for(uint64_t nofile, uint32_t workers, uint32_t pipes_per_worker)
+{
+	uint64_t held = LIMITS_FDS_RESERVED + (uint64_t)workers * (2u * (uint64_t)pipes_per_worker +
+								   LIMITS_FDS_PER_WORKER);
+	uint64_t left = nofile > held ? nofile - held : 0;
+	uint32_t max = left < LIMITS_SANDBOXES_MAX ? (uint32_t)left : LIMITS_SANDBOXES_MAX;
+	AN_ASSERT(max <= LIMITS_SANDBOXES_MAX);
+	return max;
+}
+
+/* The bound engine_sandboxes_max_for gives for this process, logged when it binds. */
+static uint32_t sandboxes_max_here(const struct engine *e)
+{
+	struct rlimit nofile = { .rlim_cur = RLIM_INFINITY };
+
+	if (getrlimit(RLIMIT_NOFILE, &nofile) != 0)
+		nofile.rlim_cur = RLIM_INFINITY;
+	uint32_t max =
+	    engine_sandboxes_max_for(nofile.rlim_cur, e->worker_count, e->cfg->pipes_per_worker);
+	if (max < LIMITS_SANDBOXES_MAX)
+		log_info("at most %u sandboxes: one descriptor each, of %llu open files", max,
+			 (unsigned long long)nofile.rlim_cur);
+	return max;
+}
+
+/*
+ * A free slot, allocating a new one past sandbox_used if needed; -1 when full
+ * (LIMITS_SANDBOXES_MAX, or as many listeners as the descriptors allow).
+ */
 static int sandbox_slot(struct engine *e)
 {
+	if (e->sandbox_active >= e->sandboxes_max)
+		return -1;
 	for (uint32_t i = 0; i < e->sandbox_used; i++) {
 		if (e->sandboxes[i]->state == SANDBOX_FREE)
 			return (int)i;
@@ -709,6 +740,12 @@ static int sandboxes_open(struct engine *e)
 	e->tcp_sandbox = -1;
 	for (uint32_t i = 0; i < cfg->sandbox_count; i++) {
 		int idx = sandbox_slot(e);
+		if (idx < 0 && e->sandbox_active >= e->sandboxes_max) {
+			log_error(
+			    "%u sandboxes in the policy file, room for %u (a descriptor each)",
+			    cfg->sandbox_count, e->sandboxes_max);
+			return -EMFILE;
+		}
 		if (idx < 0)
 			return -ENOMEM;
 		const char *id = cfg->sandboxes[i].id;
@@ -968,6 +1005,7 @@ int engine_start(struct engine *e)
 		close(ret);
 		ret = 0;
 	}
+	e->sandboxes_max = sandboxes_max_here(e);
 	if (ret == 0)
 		ret = sandboxes_open(e);
 	if (ret == 0 && e->ingress_tls)

@@ -117,6 +117,7 @@ struct engine {
 	pthread_mutex_t lock;   /* the sandbox table, for the control path */
 	uint32_t sandbox_used;  /* slots handed out so far: indexes below it */
 	uint32_t sandbox_active;
+	uint32_t sandboxes_max; /* what the descriptor table holds (engine_sandboxes_max_for) */
 	struct engine_sandbox **sandboxes; /* owned table of LIMITS_SANDBOXES_MAX slots */
 	int tcp_sandbox;                   /* index served on the TCP listener, -1: none */
 	uint32_t next_worker;              /* round-robin for new sandboxes */
@@ -144,6 +145,14 @@ struct engine {
 	 * test may set uids.host_free before engine_start. */
 	struct uidpool uids;
 };
+
+/*
+ * The sandboxes a daemon of <workers> workers with <pipes_per_worker> pipes
+ * each can serve under an open-files limit of <nofile>: LIMITS_SANDBOXES_MAX,
+ * or fewer where the descriptors left for listeners (limits.h,
+ * LIMITS_FDS_RESERVED) are fewer; 0 when none are left. Pure.
+ */
+uint32_t engine_sandboxes_max_for(uint64_t nofile, uint32_t workers, uint32_t pipes_per_worker);
 
 /*
  * Creates listeners for every sandbox in <cfg> and for every one recorded in

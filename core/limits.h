@@ -33,6 +33,14 @@
 /* Direct-descriptor table per ring: two per tunnel plus listeners and slack. */
 #define LIMITS_FIXED_FILES_PER_WORKER 65536u
 
+/* Direct descriptors a worker keeps back from its conns' share (core/share.h):
+ * parked upstreams (core/uppool.h, 64) and slack; the rest is two per conn. */
+#define LIMITS_FILE_SLOTS_RESERVED 256u
+/* A sandbox's share of a worker's conns, in percent of the conns free plus
+ * those it holds (core/share.c): a lone sandbox may take three quarters of the
+ * worker; whatever one floods with, a quarter stays for the others. */
+#define LIMITS_SANDBOX_SHARE_PERCENT_DEFAULT 75u
+
 /* Pipes per worker for splice relays. Each is two descriptors and up to
  * LIMITS_PIPE_BYTES of kernel pages; the kernel's per-user soft cap is 64 MiB
  * (ENGINE-NOTES.md), so 64 x 512 KiB per worker keeps two workers inside it.
@@ -86,11 +94,26 @@
  */
 #define LIMITS_SANDBOX_UID_FIRST_DEFAULT 1879048192u
 #define LIMITS_SANDBOX_UID_COUNT_DEFAULT LIMITS_SANDBOXES_MAX
+/*
+ * Each sandbox's listener is one regular descriptor, so the open-files limit
+ * (RLIMIT_NOFILE, 20,000 here) bounds the sandboxes too: a daemon serves at
+ * most that limit less what everything else may hold at once (engine.h,
+ * engine_sandboxes_max_for): each worker's pipes (two descriptors each) and
+ * its ring, eventfd and TCP listeners, then LIMITS_FDS_RESERVED for the
+ * control socket and its clients, the audit file, the registry, TLS files,
+ * the gateway's per-request socket lookups and a sandbox's ingress socket
+ * while it is handed over.
+ */
+#define LIMITS_FDS_RESERVED   1024u
+#define LIMITS_FDS_PER_WORKER 8u
 
 static_assert((LIMITS_BUFRING_ENTRIES & (LIMITS_BUFRING_ENTRIES - 1)) == 0,
 	      "buffer ring size must be a power of two");
 static_assert((LIMITS_TIMER_SLOTS & (LIMITS_TIMER_SLOTS - 1)) == 0,
 	      "timer slots must be a power of two");
+static_assert(LIMITS_FILE_SLOTS_RESERVED < LIMITS_FIXED_FILES_PER_WORKER / 2,
+	      "the reserve must leave most of the table to conns");
+static_assert(LIMITS_SANDBOX_SHARE_PERCENT_DEFAULT <= 100u, "a share is a percentage");
 static_assert(LIMITS_REQUEST_LINE_BYTES_MAX < LIMITS_HEAD_BYTES_MAX,
 	      "the request line is part of the head");
 static_assert((LIMITS_AUDIT_RING_RECORDS & (LIMITS_AUDIT_RING_RECORDS - 1)) == 0,

@@ -76,6 +76,8 @@ static const struct reason_row reason_rows[] = {
 					 "The sandbox's agent is not accepting connections on its ingress port; retry later." },
 	[REASON_TLS_HANDSHAKE_FAILED] = { "tls_handshake_failed", 400,
 					  "The TLS handshake with the proxy failed; trust the CA in AGENT_CA_CERT and offer TLS 1.2 or later." },
+	[REASON_CONNECTION_SHARE_EXCEEDED] = { "connection_share_exceeded", 429,
+					       "The sandbox holds its share of the proxy's connections; close idle ones or reuse them, wait the Retry-After seconds, then retry." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 6
+#define REASON_CONTRACT_VERSION 7
 
 enum tier {
 	TIER_DENY = 0,
@@ -55,6 +55,7 @@ enum reason {
 	REASON_PATH_NOT_ALLOWED,
 	REASON_AGENT_NOT_LISTENING,
 	REASON_TLS_HANDSHAKE_FAILED,
+	REASON_CONNECTION_SHARE_EXCEEDED,
 	REASON__COUNT,
 };
 

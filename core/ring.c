@@ -149,6 +149,7 @@ int ring_init(struct ring *r, const struct ring_features *f, uint32_t sq_entries
 	ret = io_uring_register_files_sparse(&r->uring, fixed_files);
 	if (ret != 0)
 		goto out_exit;
+	r->file_slots = fixed_files;
 	ret = io_uring_register_ring_fd(&r->uring);
 	if (ret < 0)
 		goto out_exit;

@@ -29,8 +29,9 @@ struct ring {
 	unsigned char *buf_base;      /* owned; buf_count * buf_bytes */
 	uint32_t buf_count;
 	uint32_t buf_bytes;
-	uint32_t bufs_out;  /* buffers handed to us by CQEs and not yet returned */
-	uint32_t sq_unsent; /* SQEs prepared since the last submit */
+	uint32_t bufs_out;   /* buffers handed to us by CQEs and not yet returned */
+	uint32_t sq_unsent;  /* SQEs prepared since the last submit */
+	uint32_t file_slots; /* the fixed-file table's size, as registered */
 };
 
 #define RING_BGID 0

@@ -40,6 +40,7 @@
 #include "core/audit.h"
 #include "core/compat.h"
 #include "core/conn.h"
+#include "core/deny.h"
 #include "core/engine.h"
 #include "core/http1.h"
 #include "core/limits.h"
@@ -114,6 +115,32 @@ static uint32_t rule_buckets_for(uint32_t conns_per_worker)
 static void leaves_prime(struct worker *w, const struct snapshot *s);
 static void stats_turn(struct worker *w);
 
+static_assert(UPPOOL_ENTRIES <= LIMITS_FILE_SLOTS_RESERVED,
+	      "parked upstreams hold slots no conn's share may count on");
+
+/* The sandboxes' shares of this worker's conns, and the refusal over one. */
+static int share_setup(struct worker *w)
+{
+	const struct config *cfg = w->e->cfg;
+	uint32_t capacity = share_capacity_for(w->conns.capacity, w->ring.file_slots);
+
+	AN_ASSERT(capacity <= w->conns.capacity);
+	int ret = share_init(&w->share, capacity, cfg->sandbox_share_percent);
+	if (ret != 0) {
+		log_error("worker %u: per-sandbox counts: %s", w->index, strerror(-ret));
+		return ret;
+	}
+	const struct deny_info d = { .reason = REASON_CONNECTION_SHARE_EXCEEDED,
+				     .retry_after_s = 1 };
+	ssize_t n = deny_format(&d, w->share_reply, sizeof(w->share_reply));
+	AN_ASSERT(n > 0);
+	w->share_reply_len = (uint32_t)n;
+	if (capacity < w->conns.capacity)
+		log_info("worker %u: %u conns at most (%u direct descriptors, two a conn)",
+			 w->index, capacity, w->ring.file_slots);
+	return 0;
+}
+
 static int worker_setup(struct worker *w)
 {
 	const struct engine *e = w->e;
@@ -137,6 +164,9 @@ static int worker_setup(struct worker *w)
 		log_error("worker %u: pools: %s", w->index, strerror(-ret));
 		return ret;
 	}
+	ret = share_setup(w);
+	if (ret != 0)
+		return ret;
 	uint32_t pipes = e->features.splice ? cfg->pipes_per_worker : 0;
 	ret = pipepool_init(&w->pipes, pipes, LIMITS_PIPE_BYTES);
 	if (ret != 0) {
@@ -185,7 +215,7 @@ static void worker_teardown(struct worker *w)
 
 	if (pool_in_use(&w->conns) != 0 || pool_in_use(&w->heads) != 0 ||
 	    pool_in_use(&w->earlies) != 0 || pipepool_in_use(&w->pipes) != 0 ||
-	    w->ring.bufs_out != 0 || w->dns.polls_pending != 0) {
+	    w->share.total != 0 || w->ring.bufs_out != 0 || w->dns.polls_pending != 0) {
 		log_error("worker %u: leak at exit: conns=%u heads=%u earlies=%u pipes=%u "
 			  "buffers=%u dns_polls=%u",
 			  w->index, pool_in_use(&w->conns), pool_in_use(&w->heads),
@@ -196,18 +226,19 @@ static void worker_teardown(struct worker *w)
 	}
 	log_info(
 	    "worker %u: stopped: accepted=%llu requests=%llu denied=%llu splice=%llu "
-	    "copy=%llu overload=%llu upstreams_reused=%llu cqes=%llu enters=%llu",
+	    "copy=%llu overload=%llu over_share=%llu upstreams_reused=%llu cqes=%llu enters=%llu",
 	    w->index, (unsigned long long)w->stats.accepted, (unsigned long long)w->stats.requests,
 	    (unsigned long long)w->stats.denied, (unsigned long long)w->stats.splice_relays,
 	    (unsigned long long)w->stats.copy_relays, (unsigned long long)w->stats.refused_overload,
-	    (unsigned long long)w->uppool.reused, (unsigned long long)w->stats.cqes,
-	    (unsigned long long)w->stats.enters);
+	    (unsigned long long)w->stats.refused_share, (unsigned long long)w->uppool.reused,
+	    (unsigned long long)w->stats.cqes, (unsigned long long)w->stats.enters);
 	if (w->policy != NULL)
 		snapshot_leave(w->policy, w->index);
 	w->policy = NULL;
 	if (leak)
 		return; /* keep the evidence; the process exits non-zero */
 	pipepool_destroy(&w->pipes);
+	share_destroy(&w->share);
 	pool_destroy(&w->conns);
 	pool_destroy(&w->heads);
 	pool_destroy(&w->earlies);

@@ -19,6 +19,7 @@
 #include "core/pool.h"
 #include "core/ratelimit.h"
 #include "core/ring.h"
+#include "core/share.h"
 #include "core/timer.h"
 #include "core/uppool.h"
 
@@ -75,6 +76,7 @@ struct worker_cmd {
 struct worker_stats {
 	uint64_t accepted;
 	uint64_t refused_overload; /* accepts answered 503 because the conn pool was empty */
+	uint64_t refused_share;    /* accepts answered 429: the sandbox held its share */
 	uint64_t requests;
 	uint64_t denied;
 	uint64_t splice_relays;
@@ -90,6 +92,8 @@ struct worker_stats {
  * for its next turn. A copy is a dozen stores; at most ten a second is free.
  */
 #define WORKER_STATS_PUBLISH_MS 100u
+/* The refusal of a conn over its sandbox's share, formatted once (core/deny.h). */
+#define WORKER_SHARE_REPLY_BYTES 1024u
 /* What the publication pads itself with on each side. */
 #define WORKER_CACHE_LINE_BYTES 64u
 
@@ -149,6 +153,9 @@ struct worker {
 	struct pool conns;   /* struct conn */
 	struct pool heads;   /* head/response buffers of LIMITS_HEAD_BYTES_MAX + slack */
 	struct pool earlies; /* struct conn_early, one a conn while early data waits */
+	struct share share;  /* each sandbox's conns on this worker, and its share (core/share.h) */
+	char share_reply[WORKER_SHARE_REPLY_BYTES]; /* answered to a conn over its share */
+	uint32_t share_reply_len;
 	struct pipepool pipes;
 	struct timer_wheel *timers; /* owned (large) */
 	struct ratelimit *buckets;  /* owned; one per sandbox slot (LIMITS_SANDBOXES_MAX) */

@@ -764,6 +764,7 @@ enum {
 	UF_WORKERS,
 	UF_CONNS,
 	UF_PIPES,
+	UF_SHARE,
 	UF_HEAD,
 	UF_CONNECT,
 	UF_DNS,
@@ -780,6 +781,8 @@ static const struct uint_field uint_fields[] = {
 		       offsetof(struct config, conns_per_worker) },
 	[UF_PIPES] = { "pipes_per_worker", 0, POLICY_PIPES_PER_WORKER_MAX,
 		       offsetof(struct config, pipes_per_worker) },
+	[UF_SHARE] = { "sandbox_share_percent", POLICY_SANDBOX_SHARE_PERCENT_MIN, 100,
+		       offsetof(struct config, sandbox_share_percent) },
 	[UF_HEAD] = { "head_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
 		      offsetof(struct config, head_timeout_ms) },
 	[UF_CONNECT] = { "connect_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
@@ -1276,6 +1279,7 @@ enum {
 	DK_WORKERS,
 	DK_CONNS,
 	DK_PIPES,
+	DK_SHARE,
 	DK_TCP_LISTEN,
 	DK_TCP_SANDBOX,
 	DK_TIMEOUTS,
@@ -1292,6 +1296,7 @@ static const char *const daemon_keys[] = {
 	[DK_WORKERS] = "workers",
 	[DK_CONNS] = "conns_per_worker",
 	[DK_PIPES] = "pipes_per_worker",
+	[DK_SHARE] = "sandbox_share_percent",
 	[DK_TCP_LISTEN] = "tcp_listen",
 	[DK_TCP_SANDBOX] = "tcp_sandbox",
 	[DK_TIMEOUTS] = "timeouts",
@@ -1319,6 +1324,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return stage_uint(ld, UF_CONNS);
 	case DK_PIPES:
 		return stage_uint(ld, UF_PIPES);
+	case DK_SHARE:
+		return stage_uint(ld, UF_SHARE);
 	case DK_TCP_LISTEN:
 		return stage_tcp_listen(ld);
 	case DK_TCP_SANDBOX:

@@ -1774,7 +1774,7 @@ static void identity_file(const struct child_ctx *c, const char *etc, unsigned i
 		return;
 	}
 	size_t cap = (size_t)st.st_size + strlen(line) + 2;
-	char *text = malloc(cap);
+	char *text = pool_malloc(cap);
 	if (text == NULL)
 		child_fail(c->err_fd, ENOMEM, "%s: out of memory", etc);
 	size_t len = 0;
@@ -1782,7 +1782,7 @@ static void identity_file(const struct child_ctx *c, const char *etc, unsigned i
 		n = read(fd, text + len, (size_t)st.st_size - len);
 	close(fd);
 	if (id_listed(text, len, id)) {
-		free(text);
+		pool_free(text);
 		return;
 	}
 	if (len > 0 && text[len - 1] != '\n')
@@ -1795,7 +1795,7 @@ static void identity_file(const struct child_ctx *c, const char *etc, unsigned i
 	if (out == -1 || write(out, text, len) != (ssize_t)len || fchmod(out, 0644) == -1)
 		child_fail(c->err_fd, errno, "write %s: %s", made, strerror(errno));
 	close(out);
-	free(text);
+	pool_free(text);
 	must_mount(c, made, etc, NULL, MS_BIND, NULL);
 	bind_read_only(c, etc, MS_NODEV | MS_NOEXEC);
 	if (unlink(made) == -1)

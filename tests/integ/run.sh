@@ -13,7 +13,9 @@
 # and deleted here too, so that they go even when the timeout had to kill the
 # suite. The sandbox and ingress passes run only without options; alone they
 # are `python3 tests/integ/sandbox.py [--cases GLOB] [--tests GLOB] -v` and
-# `python3 tests/integ/ingress.py [--tests GLOB] -v` (AN_INGRESS_TIMEOUT_S, 150 s).
+# `python3 tests/integ/ingress.py [--tests GLOB] -v` (AN_INGRESS_TIMEOUT_S, 150 s); the
+# fairness pass (one sandbox's flood against another's requests) is
+# `python3 tests/integ/fairness.py -v` (AN_FAIRNESS_TIMEOUT_S, 60 s).
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -73,6 +75,7 @@ run_pass() {
 if [ $# -eq 0 ]; then
 	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-180}"
 	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
+	run_pass fairness fairness.py "${AN_FAIRNESS_TIMEOUT_S:-60}"
 fi
 case $rc in
 0 | 1 | 77) ;;

@@ -204,6 +204,23 @@ START_TEST(sandbox_dir_fresh_or_kept)
 }
 END_TEST
 
+/* Each listener is a descriptor: the bound is what the open-files limit leaves, at N and N+1. */
+START_TEST(sandboxes_bounded_by_descriptors)
+{
+	uint64_t held = LIMITS_FDS_RESERVED + 2u * (2u * 64u + LIMITS_FDS_PER_WORKER);
+
+	ck_assert_uint_eq(engine_sandboxes_max_for(20000, 2, 64), 20000 - held);
+	ck_assert_uint_eq(engine_sandboxes_max_for(held + 1, 2, 64), 1);
+	ck_assert_uint_eq(engine_sandboxes_max_for(held, 2, 64), 0);
+	ck_assert_uint_eq(engine_sandboxes_max_for(0, 2, 64), 0);
+	ck_assert_uint_eq(engine_sandboxes_max_for(held + LIMITS_SANDBOXES_MAX, 2, 64),
+			  LIMITS_SANDBOXES_MAX);
+	ck_assert_uint_eq(engine_sandboxes_max_for(RLIM_INFINITY, 64, 4096), LIMITS_SANDBOXES_MAX);
+	/* More pipes leave fewer listeners. */
+	ck_assert_uint_eq(engine_sandboxes_max_for(20000, 2, 65), 20000 - held - 4);
+}
+END_TEST
+
 int main(void)
 {
 	char cmd[96];
@@ -220,6 +237,7 @@ int main(void)
 	tcase_add_test(t, socket_made_with_its_mode);
 	tcase_add_test(t, ancestors_checked);
 	tcase_add_test(t, sandbox_dir_fresh_or_kept);
+	tcase_add_test(t, sandboxes_bounded_by_descriptors);
 	suite_add_tcase(s, t);
 	int rc = unit_run(s);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);

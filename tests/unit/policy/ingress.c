@@ -343,8 +343,8 @@ START_TEST(test_daemon_keys)
 		  "ingress: {listen: \"0.0.0.0:2", "duplicate key \"ingress\" in daemon" },
 		{ MINIMAL "daemon: {gateway: {}}\n", "gateway",
 		  "unknown key \"gateway\" in daemon (expected one of: socket_dir, audit_log, "
-		  "workers, conns_per_worker, pipes_per_worker, tcp_listen, tcp_sandbox, timeouts, "
-		  "control_group, ca, leaf_days, ingress, sandbox_uids)" },
+		  "workers, conns_per_worker, pipes_per_worker, sandbox_share_percent, tcp_listen, "
+		  "tcp_sandbox, timeouts, control_group, ca, leaf_days, ingress, sandbox_uids)" },
 	};
 
 	expect_refusals(cases, AN_ARRAY_LEN(cases));

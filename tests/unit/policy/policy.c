@@ -122,6 +122,7 @@ START_TEST(test_docs_example)
 	ck_assert_uint_eq(cfg.workers, 0);
 	ck_assert_uint_eq(cfg.conns_per_worker, 32768);
 	ck_assert_uint_eq(cfg.pipes_per_worker, 128);
+	ck_assert_uint_eq(cfg.sandbox_share_percent, 75);
 	ck_assert_uint_eq(cfg.head_timeout_ms, 10000);
 	ck_assert_uint_eq(cfg.connect_timeout_ms, 10000);
 	ck_assert_uint_eq(cfg.dns_timeout_ms, 5000);
@@ -770,6 +771,8 @@ START_TEST(test_daemon_limits)
 		{ "workers", "", 0, 64, offsetof(struct config, workers) },
 		{ "conns_per_worker", "", 16, 1048576, offsetof(struct config, conns_per_worker) },
 		{ "pipes_per_worker", "", 0, 4096, offsetof(struct config, pipes_per_worker) },
+		{ "sandbox_share_percent", "", 10, 100,
+		  offsetof(struct config, sandbox_share_percent) },
 		{ "timeouts: {head_ms", "}", 1, 3600000, offsetof(struct config, head_timeout_ms) },
 		{ "timeouts: {connect_ms", "}", 1, 3600000,
 		  offsetof(struct config, connect_timeout_ms) },
