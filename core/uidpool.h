@@ -22,9 +22,9 @@ typedef bool (*uidpool_free_fn)(uint32_t uid);
 struct uidpool {
 	uint32_t first;
 	uint32_t count;
-	uint32_t cursor;   /* offset where the next search starts */
-	uint32_t given;    /* bits set */
-	uint64_t *taken;   /* owned: bit i set while uid first + i is a sandbox's */
+	uint32_t cursor;           /* offset where the next search starts */
+	uint32_t given;            /* bits set */
+	uint64_t *taken;           /* owned: bit i set while uid first + i is a sandbox's */
 	uidpool_free_fn host_free; /* borrowed; NULL: uidpool_host_free */
 };
 

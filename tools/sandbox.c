@@ -1758,8 +1758,7 @@ static bool id_listed(const char *text, size_t len, unsigned id)
  * unlinked there. A host without the file, or with one over
  * SANDBOX_IDENTITY_FILE_MAX, is left as it is.
  */
-static void identity_file(const struct child_ctx *c, const char *etc, unsigned id,
-			  const char *line)
+static void identity_file(const struct child_ctx *c, const char *etc, unsigned id, const char *line)
 {
 	char made[64];
 
@@ -1769,7 +1768,8 @@ static void identity_file(const struct child_ctx *c, const char *etc, unsigned i
 	if (fd == -1)
 		child_fail(c->err_fd, errno, "open %s: %s", etc, strerror(errno));
 	struct stat st;
-	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode) || st.st_size > SANDBOX_IDENTITY_FILE_MAX) {
+	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode) ||
+	    st.st_size > SANDBOX_IDENTITY_FILE_MAX) {
 		close(fd);
 		return;
 	}
@@ -1778,7 +1778,7 @@ static void identity_file(const struct child_ctx *c, const char *etc, unsigned i
 	if (text == NULL)
 		child_fail(c->err_fd, ENOMEM, "%s: out of memory", etc);
 	size_t len = 0;
-	for (ssize_t n = 1; n > 0 && len < (size_t)st.st_size; len += n > 0 ? (size_t)n : 0)
+	for (ssize_t n = 1; n > 0 && len<(size_t)st.st_size; len += n> 0 ? (size_t)n : 0)
 		n = read(fd, text + len, (size_t)st.st_size - len);
 	close(fd);
 	if (id_listed(text, len, id)) {

@@ -42,10 +42,10 @@
  * none for the agent's uid or gid (a uid daemon.sandbox_uids gave); files
  * past SANDBOX_IDENTITY_FILE_MAX bytes are left as they are.
  */
-#define SANDBOX_AGENT_NAME         "agent"
-#define SANDBOX_AGENT_HOME         "/tmp"
-#define SANDBOX_AGENT_SHELL        "/bin/sh"
-#define SANDBOX_IDENTITY_FILE_MAX  (16 << 20)
+#define SANDBOX_AGENT_NAME        "agent"
+#define SANDBOX_AGENT_HOME        "/tmp"
+#define SANDBOX_AGENT_SHELL       "/bin/sh"
+#define SANDBOX_IDENTITY_FILE_MAX (16 << 20)
 /* Groups of the passwd user's list looked at by sandbox_user_parse (more: refused). */
 #define SANDBOX_GROUPS_MAX 256
 
