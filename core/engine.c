@@ -1133,8 +1133,7 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
  * one the pool gives now (ENGINE_AGENT_NEW). Caller holds the lock. 0,
  * -EACCES, -ERANGE or -EUSERS (as engine_sandbox_add).
  */
-static int agent_uid_settle(struct engine *e, const struct verdict_caller *who,
-			    uint32_t *agent_uid)
+static int agent_uid_settle(struct engine *e, const struct verdict_caller *who, uint32_t *agent_uid)
 {
 	bool root = who == NULL || who->uid == 0;
 

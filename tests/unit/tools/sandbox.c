@@ -851,8 +851,7 @@ static struct sandbox_spec layout_spec(const struct layout *l, char **cmd, bool 
 	char err[256];
 	snprintf(id, sizeof(id), "an-unit-sandbox-%d-%u", (int)getpid(), runs++);
 	if (!userns)
-		ck_assert_int_eq(
-		    sandbox_user_parse("nobody", &s.user, err, sizeof(err)), 0);
+		ck_assert_int_eq(sandbox_user_parse("nobody", &s.user, err, sizeof(err)), 0);
 	return s;
 }
 
