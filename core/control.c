@@ -334,9 +334,9 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 				handle_add(e, w[2], w[3], owner, who, ENGINE_AGENT_NEW, &a);
 			else if (count == 6 &&
 				 (!uid_parse(w[5], &agent_uid) || agent_uid >= ENGINE_AGENT_NEW))
-				answer_add(&a,
-					   "error bad_request the agent's uid is \"new\" or a number "
-					   "below 4294967294\n");
+				answer_add(
+				    &a, "error bad_request the agent's uid is \"new\" or a number "
+					"below 4294967294\n");
 			else
 				handle_add(e, w[2], w[3], owner, who, agent_uid, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {
