@@ -31,6 +31,7 @@
 
 /* Socket commands through IORING_OP_URING_CMD (Linux 6.7). */
 #ifndef SOCKET_URING_OP_SETSOCKOPT
+#define SOCKET_URING_OP_GETSOCKOPT 2
 #define SOCKET_URING_OP_SETSOCKOPT 3
 #endif
 
@@ -47,6 +48,22 @@ static inline void compat_prep_setsockopt(struct io_uring_sqe *sqe, int fd, int 
 	io_uring_prep_rw(IORING_OP_URING_CMD, sqe, fd, NULL, 0, 0);
 	sqe->off = SOCKET_URING_OP_SETSOCKOPT;
 	sqe->addr = (uint64_t)(uint32_t)level | ((uint64_t)(uint32_t)optname << 32);
+	sqe->file_index = optlen;
+	sqe->addr3 = (uint64_t)(uintptr_t)optval;
+}
+
+/*
+ * Prepares getsockopt(<fd>, SOL_SOCKET, <optname>, <optval>, <optlen>) as a
+ * socket command (SOCKET_URING_OP_GETSOCKOPT, Linux 6.7, with SETSOCKOPT; the
+ * kernel takes SOL_SOCKET only): the same fields as compat_prep_setsockopt.
+ * The completion is the option's length, or -errno.
+ */
+static inline void compat_prep_getsockopt(struct io_uring_sqe *sqe, int fd, int optname,
+					  void *optval, uint32_t optlen)
+{
+	io_uring_prep_rw(IORING_OP_URING_CMD, sqe, fd, NULL, 0, 0);
+	sqe->off = SOCKET_URING_OP_GETSOCKOPT;
+	sqe->addr = (uint64_t)(uint32_t)SOL_SOCKET | ((uint64_t)(uint32_t)optname << 32);
 	sqe->file_index = optlen;
 	sqe->addr3 = (uint64_t)(uintptr_t)optval;
 }

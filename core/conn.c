@@ -98,6 +98,7 @@ enum conn_op {
 	OP_CONNECT_TIMEOUT,
 	OP_NODELAY_U,
 	OP_NODELAY_C,
+	OP_PEERCRED,
 	OP_CANCEL,
 	OP_DIR_BASE,
 };
@@ -371,6 +372,11 @@ static void audit_decision(struct conn *c, bool allowed, uint16_t status)
 	rec->allowed = allowed;
 	rec->status = status;
 	record_common(c, rec);
+	if (c->peer_refused)
+		snprintf(rec->detail, sizeof(rec->detail),
+			 "peer uid %d gid %d pid %d is not the sandbox's agent (uid %u) nor root",
+			 (int32_t)c->peer.uid, (int32_t)c->peer.gid, (int)c->peer.pid,
+			 c->w->e->sandboxes[c->sandbox]->agent_uid);
 	if (allowed && c->addr_next < c->addr_count)
 		addr_format(&c->addrs[c->addr_next], rec->addr, sizeof(rec->addr));
 	audit_commit(ar, rec);
@@ -722,6 +728,53 @@ static void ingress_accepted(struct conn *c, const struct worker_listener *l)
 	memcpy(&c->client, &l->peer, n);
 }
 
+/*
+ * Who may use a sandbox's egress socket is its agent's uid (and root): the
+ * socket's owner and mode (0600) make the kernel refuse everyone else, and
+ * the peer's credentials, read before the first byte, refuse and audit what
+ * the mode lets past (a process with CAP_DAC_OVERRIDE that is not root).
+ * Not for a sandbox open to any uid (ENGINE_AGENT_ANY), the TCP listener or
+ * the gateway; not on a kernel without socket commands (logged at start).
+ */
+static bool peer_check_wanted(const struct conn *c, const struct worker_listener *l)
+{
+	if (l->tcp || l->ingress || l->internal || l->sandbox == WORKER_NO_SANDBOX)
+		return false;
+	return c->w->e->features.setsockopt_cmd &&
+	       c->w->e->sandboxes[l->sandbox]->agent_uid != ENGINE_AGENT_ANY;
+}
+
+static void peer_ask(struct conn *c)
+{
+	static_assert(sizeof(c->peer) == sizeof(struct ucred), "conn.peer is a struct ucred");
+	struct io_uring_sqe *sqe = conn_sqe(c, OP_PEERCRED);
+	compat_prep_getsockopt(sqe, c->cfd, SO_PEERCRED, &c->peer, sizeof(c->peer));
+	sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+/* The peer's credentials came (<res>: their length, or -errno): the agent's or root's go on. */
+static void peer_known(struct conn *c, int res)
+{
+	uint32_t agent = c->w->e->sandboxes[c->sandbox]->agent_uid;
+
+	if (c->state != ST_HEAD)
+		return; /* closing already (a timeout, a stop) */
+	if (res == (int)sizeof(c->peer) && (c->peer.uid == agent || c->peer.uid == 0)) {
+		head_recv_arm(c);
+		return;
+	}
+	if (res != (int)sizeof(c->peer)) {
+		/* Unknown: refused as a stranger would be (uid -1 in the record). */
+		log_warn("worker %u: SO_PEERCRED: %s", c->w->index,
+			 res < 0 ? strerror(-res) : "short answer");
+		c->peer.uid = UINT32_MAX;
+		c->peer.gid = UINT32_MAX;
+		c->peer.pid = 0;
+	}
+	c->peer_refused = true;
+	respond(c, REASON_PEER_NOT_AGENT);
+}
+
 void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 {
 	struct worker *w = l->w;
@@ -780,8 +833,11 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		tlsrelay_connect(c);
 		return;
 	}
-	head_recv_arm(c);
 	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
+	if (peer_check_wanted(c, l))
+		peer_ask(c); /* the head is read once the peer is known to be the agent */
+	else
+		head_recv_arm(c);
 }
 
 /* ---- request head ------------------------------------------------------ */
@@ -3870,6 +3926,9 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 	case OP_NODELAY_C:
 		if (res < 0)
 			log_debug("setsockopt(TCP_NODELAY): %s", strerror(-res));
+		break;
+	case OP_PEERCRED:
+		peer_known(c, res);
 		break;
 	default: {
 		int dir = (int)((op - OP_DIR_BASE) / OP_DIR_COUNT);

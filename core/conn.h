@@ -142,6 +142,14 @@ struct conn {
 	uint64_t upstream_key; /* host+port hash of the open upstream (forwarding reuse) */
 	struct __kernel_timespec connect_ts;
 	int nodelay;
+	/* Who connected to a sandbox socket whose agent's uid is known (SO_PEERCRED,
+	 * read once after accept, before the head: conn_on_accept). */
+	struct {
+		int32_t pid;
+		uint32_t uid;
+		uint32_t gid;
+	} peer;
+	bool peer_refused; /* the peer is not the agent: the refusal's record names it */
 	/* Absolute-form forwarding: framing of the request and response bodies. */
 	uint8_t req_body;
 	uint8_t resp_body;

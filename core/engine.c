@@ -1029,6 +1029,10 @@ int engine_start(struct engine *e)
 		return ret;
 	}
 	registry_adopt(e);
+	if (!e->features.setsockopt_cmd)
+		log_warn("io_uring has no socket commands (Linux 6.7): an egress socket admits its "
+			 "agent's uid by its mode alone; connections are not checked against it "
+			 "(peer_not_agent)");
 	log_info("serving %u sandboxes on %u workers%s%s%s%s", e->sandbox_active, e->worker_count,
 		 e->cfg->tcp_listen ? ", tcp " : "", e->cfg->tcp_listen ? e->cfg->tcp_listen : "",
 		 e->ingress_on ? ", ingress " : "", e->ingress_on ? e->cfg->ingress_listen : "");

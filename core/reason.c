@@ -78,6 +78,8 @@ static const struct reason_row reason_rows[] = {
 					  "The TLS handshake with the proxy failed; trust the CA in AGENT_CA_CERT and offer TLS 1.2 or later." },
 	[REASON_CONNECTION_SHARE_EXCEEDED] = { "connection_share_exceeded", 429,
 					       "The sandbox holds its share of the proxy's connections; close idle ones or reuse them, wait the Retry-After seconds, then retry." },
+	[REASON_PEER_NOT_AGENT] = { "peer_not_agent", 403,
+				    "Only the sandbox's own agent may use this socket; connect from inside the sandbox." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

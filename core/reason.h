@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 7
+#define REASON_CONTRACT_VERSION 8
 
 enum tier {
 	TIER_DENY = 0,
@@ -56,6 +56,7 @@ enum reason {
 	REASON_AGENT_NOT_LISTENING,
 	REASON_TLS_HANDSHAKE_FAILED,
 	REASON_CONNECTION_SHARE_EXCEEDED,
+	REASON_PEER_NOT_AGENT,
 	REASON__COUNT,
 };
 

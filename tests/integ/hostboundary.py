@@ -28,6 +28,10 @@ sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
   (the uid every root sandbox shared before) is refused, the agent's uid connects; it
   cannot write root's files, and its requests (curl, Python) go through. Registering for
   a uid of the range by number is refused, and so is an unprivileged caller's "new".
+- t_peer_check: what the socket's mode lets past is refused by the daemon: a host process
+  as uid 4242 given CAP_DAC_OVERRIDE (which the kernel lets connect to a 0600 socket) gets
+  403 peer_not_agent in-band before anything it sent is read, and the audit has the
+  refusal with its uid; root, and the agent's own uid, are served on the same socket.
 - t_dir_leftover: a directory left at a sandbox's path (as an older daemon, which handed
   the directory to its owner, could leave one: the owner's, with a subdirectory and a
   symlink to a root-owned file in it) is removed whole, never followed, and replaced by
@@ -155,6 +159,31 @@ s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     s.connect(sys.argv[1])
     print("connected")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+"""
+
+# One request on the Unix socket argv[1]: argv[2] is the request line's URL; prints the
+# status line and the X-Agent-Reason header's value ("-" when none), or the errno's name.
+REQUEST_PY = r"""
+import errno, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(15)
+try:
+    s.connect(sys.argv[1])
+    host = sys.argv[2].split("/")[2]
+    s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+               % (sys.argv[2], host)).encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = s.recv(65536)
+        if not got:
+            break
+        data += got
+    head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    reason = [h.split(":", 1)[1].strip() for h in head[1:] if
+              h.lower().startswith("x-agent-reason:")]
+    print(head[0][:12], reason[0] if reason else "-")
 except OSError as e:
     print(errno.errorcode.get(e.errno, str(e.errno)))
 """
@@ -324,11 +353,46 @@ class HostBoundaryTests:
         self.timed("a uid of daemon.sandbox_uids named by number, and an unprivileged "
                    "caller's \"new\": forbidden, nothing registered", named_in_range)
 
-    def run_as(self, uid, script, *args):
+    def t_peer_check(self):
+        def peer_check():
+            a = self.start(["sh", "-c", "echo ready; read line || true"], stdin=subprocess.PIPE)
+            errs = []
+            url = "http://origin.test:%d/small.json" % self.vars["http_port"]
+            try:
+                a.wait_out("ready")
+                path = os.path.join(self.vars["sock_dir"], "sandboxes", a.sandbox, "egress.sock")
+                dac = ["--inh-caps=+dac_override", "--ambient-caps=+dac_override"]
+                for who, pre, want in ((OTHER_UID, dac, "HTTP/1.1 403 peer_not_agent"),
+                                       (0, None, "HTTP/1.1 200 -"),
+                                       (65534, (), "HTTP/1.1 200 -")):
+                    got = self.run_as(who, REQUEST_PY, path, url, caps=pre)
+                    if got != want:
+                        errs.append("uid %d%s: %r, want %r" % (
+                            who, " with CAP_DAC_OVERRIDE" if pre else "", got, want))
+            finally:
+                a.proc.stdin.close()
+                a.finish()
+            if a.rc != 0:
+                errs.append("exit %s: %s" % (a.rc, a.stderr()[-1500:]))
+            errs += self.check_audit(a.sandbox, [
+                {"reason": "peer_not_agent", "status": 403, "decision": "deny",
+                 "detail": {"contains": "peer uid %d " % OTHER_UID}},
+                {"host": "origin.test", "decision": "allow"}], 3)
+            return errs + self.leftovers(a)
+
+        self.timed("uid 4242 with CAP_DAC_OVERRIDE (past the 0600 mode) on nobody's egress "
+                   "socket: 403 peer_not_agent, audited with its uid; root and nobody are "
+                   "served", peer_check)
+
+    def run_as(self, uid, script, *args, caps=None):
         """The Python <script> with <args>, as <uid>: the first line it printed, or what
         it said on stderr."""
-        p = subprocess.run(self.host_cmd(["python3", "-c", script] + list(args), (uid, uid)),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
+        if uid == 0:
+            cmd = self.host_cmd(["python3", "-c", script] + list(args))
+        else:
+            cmd = self.host_cmd(list(caps or ()) + ["python3", "-c", script] + list(args),
+                                (uid, uid))
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
                            check=False)
         return (p.stdout.decode().splitlines() or ["(none) " + p.stderr.decode()[-300:]])[0]
 
