@@ -19,9 +19,9 @@ struct ring_features {
 	bool socket_direct;  /* IORING_OP_SOCKET into the fixed table */
 	/* SOCKET_URING_OP_SETSOCKOPT via IORING_OP_URING_CMD, and GETSOCKOPT with it (both 6.7) */
 	bool setsockopt_cmd;
-	bool splice;         /* IORING_OP_SPLICE */
-	bool cancel_fd;      /* IORING_ASYNC_CANCEL_FD */
-	bool ext_arg;        /* IORING_FEAT_EXT_ARG: wait with a timeout, no timeout SQE */
+	bool splice;    /* IORING_OP_SPLICE */
+	bool cancel_fd; /* IORING_ASYNC_CANCEL_FD */
+	bool ext_arg;   /* IORING_FEAT_EXT_ARG: wait with a timeout, no timeout SQE */
 };
 
 struct ring {
