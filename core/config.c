@@ -36,6 +36,7 @@ int config_init_defaults(struct config *cfg)
 	cfg->idle_timeout_ms = LIMITS_IDLE_TIMEOUT_MS_DEFAULT;
 	cfg->sandbox_uid_first = LIMITS_SANDBOX_UID_FIRST_DEFAULT;
 	cfg->sandbox_uid_count = LIMITS_SANDBOX_UID_COUNT_DEFAULT;
+	cfg->sandboxes_per_user = LIMITS_SANDBOXES_PER_USER_DEFAULT;
 	/* The prefix is never NULL: a gateway named in the file without one uses it. */
 	if (config_set_string(&cfg->socket_dir, "/run/agentsnet") != 0 ||
 	    config_set_string(&cfg->audit_path, "/var/log/agentsnet/audit.jsonl") != 0 ||

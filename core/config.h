@@ -50,6 +50,8 @@ struct config {
 	/* The uids (and gids) given to root's sandboxes, one each: first..first + count - 1. */
 	uint32_t sandbox_uid_first;
 	uint32_t sandbox_uid_count;
+	/* Sandboxes one caller other than root may hold registered at once. */
+	uint32_t sandboxes_per_user;
 	uint32_t sandbox_count;
 	struct config_sandbox *sandboxes; /* owned array of sandbox_count */
 };

@@ -166,6 +166,16 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 			   "gives one sandbox at a time itself (ask for a new one)\n",
 			   agent_uid);
 		break;
+	case -EDQUOT:
+		log_warn(
+		    "sandbox %s: uid %u holds its daemon.sandboxes_per_user sandboxes: refused", id,
+		    who != NULL ? who->uid : 0);
+		answer_add(
+		    a,
+		    "error limit uid %u holds %u sandboxes already (daemon.sandboxes_per_user); "
+		    "remove one first\n",
+		    who != NULL ? who->uid : 0, e->cfg->sandboxes_per_user);
+		break;
 	case -EUSERS:
 		log_warn("sandbox %s: no uid of daemon.sandbox_uids is free", id);
 		answer_add(a,

@@ -1131,6 +1131,18 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 	return 0;
 }
 
+/* The sandboxes <uid> registered that are still there (removing ones too). Caller holds the lock. */
+static uint32_t registered_by(const struct engine *e, uint32_t uid)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < e->sandbox_used; i++) {
+		const struct engine_sandbox *sb = e->sandboxes[i];
+		n += sb->state != SANDBOX_FREE && sb->dynamic && sb->registrant == uid;
+	}
+	return n;
+}
+
 /*
  * Who the agent of a sandbox <who> registers runs as, into *<agent_uid>: a
  * caller other than root its own uid only; root any uid outside the pool, or
@@ -1173,6 +1185,9 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	/* A caller other than root registers for its own uid, never for someone else's. */
 	if (ret == 0 && profile >= 0 && sandbox_find(e, id) < 0)
 		ret = agent_uid_settle(e, who, agent_uid);
+	if (ret == 0 && who != NULL && who->uid != 0 && e->cfg->sandboxes_per_user != 0 &&
+	    registered_by(e, who->uid) >= e->cfg->sandboxes_per_user)
+		ret = -EDQUOT;
 	/* A uid of the pool becomes the sandbox's in sandbox_open, and free again when it closes. */
 	if (ret == 0)
 		ret = sandbox_add_locked(e, id, profile_name, SANDBOX_FROM_CONTROL, owner,

@@ -194,8 +194,9 @@ int engine_stop(struct engine *e);
  * Returns 0,
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
  * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached), -EUSERS
- * (every uid of the range is given), -ERANGE, or the -errno of a failed
- * socket step. Control path only (takes the lock).
+ * (every uid of the range is given), -ERANGE, -EDQUOT (<who>, not root,
+ * holds daemon.sandboxes_per_user sandboxes already), or the -errno of a
+ * failed socket step. Control path only (takes the lock).
  */
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
 		       const struct engine_owner *owner, const struct verdict_caller *who,

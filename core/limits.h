@@ -95,6 +95,12 @@
 #define LIMITS_SANDBOX_UID_FIRST_DEFAULT 1879048192u
 #define LIMITS_SANDBOX_UID_COUNT_DEFAULT LIMITS_SANDBOXES_MAX
 /*
+ * Sandboxes a caller other than root may hold registered at once
+ * (`daemon.sandboxes_per_user`): one member of the control group cannot take
+ * every slot, or every descriptor, from the others. Root's are not counted.
+ */
+#define LIMITS_SANDBOXES_PER_USER_DEFAULT 1024u
+/*
  * Each sandbox's listener is one regular descriptor, so the open-files limit
  * (RLIMIT_NOFILE, 20,000 here) bounds the sandboxes too: a daemon serves at
  * most that limit less what everything else may hold at once (engine.h,

@@ -772,6 +772,7 @@ enum {
 	UF_LEAF_DAYS,
 	UF_SANDBOX_UID_FIRST,
 	UF_SANDBOX_UID_COUNT,
+	UF_PER_USER,
 	UF__COUNT
 };
 
@@ -798,6 +799,8 @@ static const struct uint_field uint_fields[] = {
 				   offsetof(struct config, sandbox_uid_first) },
 	[UF_SANDBOX_UID_COUNT] = { "sandbox_uids.count", 1, POLICY_SANDBOX_UID_COUNT_MAX,
 				   offsetof(struct config, sandbox_uid_count) },
+	[UF_PER_USER] = { "sandboxes_per_user", 1, LIMITS_SANDBOXES_MAX,
+			  offsetof(struct config, sandboxes_per_user) },
 };
 static_assert(AN_ARRAY_LEN(uint_fields) == UF__COUNT, "every staged integer needs a row");
 
@@ -1288,6 +1291,7 @@ enum {
 	DK_LEAF_DAYS,
 	DK_INGRESS,
 	DK_SANDBOX_UIDS,
+	DK_PER_USER,
 	DK__COUNT
 };
 static const char *const daemon_keys[] = {
@@ -1305,6 +1309,7 @@ static const char *const daemon_keys[] = {
 	[DK_LEAF_DAYS] = "leaf_days",
 	[DK_INGRESS] = "ingress",
 	[DK_SANDBOX_UIDS] = "sandbox_uids",
+	[DK_PER_USER] = "sandboxes_per_user",
 };
 static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
 static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
@@ -1342,6 +1347,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return parse_daemon_ingress(ld);
 	case DK_SANDBOX_UIDS:
 		return parse_sandbox_uids(ld);
+	case DK_PER_USER:
+		return stage_uint(ld, UF_PER_USER);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;

@@ -15,7 +15,9 @@ sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
 - t_second_account: a second host account in the control group (uid 65534) cannot
   register on a profile with an inject rule that does not name it (no-upgrades:
   forbidden, logged, nothing registered), cannot remove a sandbox root registered
-  (it-parked: forbidden, still listed), and can remove its own.
+  (it-parked: forbidden, still listed), and can remove its own; it holds at most
+  daemon.sandboxes_per_user (6 here) at once: the seventh is `error limit`, a removal
+  makes room.
 - t_egress_owner: the egress socket of a sandbox that root's `agentsnet run` started for
   nobody is nobody's, mode 0600: another host account (uid 4242) is refused by the kernel
   (EACCES), nobody connects; an unprivileged caller cannot register a sandbox for another
@@ -136,6 +138,9 @@ print(json.dumps(seen))
 # A host account that is neither root nor the agents' nobody.
 OTHER_UID = 4242
 
+# daemon.sandboxes_per_user in the pass's policy (sandbox-cases/policy.yaml.in).
+PER_USER = 6
+
 # The daemon's default daemon.sandbox_uids (core/limits.h): the pass's policy names none.
 SANDBOX_UID_FIRST, SANDBOX_UID_COUNT = 1879048192, 65536
 
@@ -228,10 +233,28 @@ class HostBoundaryTests:
             gone = self.unpriv_ctl("sandbox rm %s" % sid)
             if not gone.startswith("ok"):
                 errs.append("remove its own: %r" % gone)
+            # daemon.sandboxes_per_user (6 in the pass's policy): the seventh is refused,
+            # and a removal makes room again; root's are never counted.
+            held = ["%s-q%d" % (sid, i) for i in range(PER_USER)]
+            for i, q in enumerate(held):
+                got = self.unpriv_ctl("sandbox add %s other" % q)
+                if not got.startswith("ok "):
+                    errs.append("registration %d of %d: %r" % (i + 1, PER_USER, got))
+            over = self.unpriv_ctl("sandbox add %s-over other" % sid)
+            if not over.startswith("error limit uid %d holds %d sandboxes already" % (
+                    self.unpriv_uid, PER_USER)):
+                errs.append("registration %d: %r, want error limit" % (PER_USER + 1, over))
+            self.unpriv_ctl("sandbox rm %s" % held[0])
+            again = self.unpriv_ctl("sandbox add %s-over other" % sid)
+            if not again.startswith("ok "):
+                errs.append("after a removal: %r" % again)
+            for q in held[1:] + ["%s-over" % sid]:
+                self.unpriv_ctl("sandbox rm %s" % q)
             return errs
 
         self.timed("a second account in the control group cannot register on an inject "
-                   "profile not granted to it, nor remove root's sandbox; it removes its own",
+                   "profile not granted to it, nor remove root's sandbox, nor hold more than "
+                   "sandboxes_per_user; it removes its own",
                    second_account)
 
     def t_egress_owner(self):

@@ -344,7 +344,8 @@ START_TEST(test_daemon_keys)
 		{ MINIMAL "daemon: {gateway: {}}\n", "gateway",
 		  "unknown key \"gateway\" in daemon (expected one of: socket_dir, audit_log, "
 		  "workers, conns_per_worker, pipes_per_worker, sandbox_share_percent, tcp_listen, "
-		  "tcp_sandbox, timeouts, control_group, ca, leaf_days, ingress, sandbox_uids)" },
+		  "tcp_sandbox, timeouts, control_group, ca, leaf_days, ingress, sandbox_uids, "
+		  "sandboxes_per_user)" },
 	};
 
 	expect_refusals(cases, AN_ARRAY_LEN(cases));

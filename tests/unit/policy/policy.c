@@ -129,6 +129,7 @@ START_TEST(test_docs_example)
 	ck_assert_uint_eq(cfg.idle_timeout_ms, 300000);
 	ck_assert_uint_eq(cfg.sandbox_uid_first, 1879048192);
 	ck_assert_uint_eq(cfg.sandbox_uid_count, 65536);
+	ck_assert_uint_eq(cfg.sandboxes_per_user, 1024);
 	ck_assert_uint_eq(cfg.sandbox_count, 2);
 	ck_assert_str_eq(cfg.sandboxes[0].id, "agent-1");
 	ck_assert_uint_eq(cfg.sandboxes[0].profile, 0);
@@ -202,6 +203,7 @@ START_TEST(test_default_policy)
 	ck_assert_uint_eq(cfg.conns_per_worker, LIMITS_CONNS_PER_WORKER_DEFAULT);
 	ck_assert_uint_eq(cfg.sandbox_uid_first, LIMITS_SANDBOX_UID_FIRST_DEFAULT);
 	ck_assert_uint_eq(cfg.sandbox_uid_count, LIMITS_SANDBOX_UID_COUNT_DEFAULT);
+	ck_assert_uint_eq(cfg.sandboxes_per_user, LIMITS_SANDBOXES_PER_USER_DEFAULT);
 	struct verdict v = decide(0, "example.com");
 	ck_assert_int_eq(v.tier, TIER_FAKE);
 	ck_assert_str_eq(v.rule, "default/1");
