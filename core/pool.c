@@ -33,6 +33,21 @@ void *pool_calloc(size_t n, size_t size)
 	return calloc(n, size);
 }
 
+void *pool_calloc_aligned(size_t n, size_t size, size_t align)
+{
+	void *p = NULL;
+
+	AN_ASSERT(align != 0 && (align & (align - 1)) == 0);
+	if (size != 0 && n > SIZE_MAX / size)
+		return NULL;
+	size_t bytes = n * size;
+	if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align,
+			   bytes != 0 ? bytes : 1) != 0)
+		return NULL;
+	memset(p, 0, bytes);
+	return p;
+}
+
 void *pool_realloc(void *p, size_t size)
 {
 	return realloc(p, size);

@@ -16,6 +16,11 @@
 void *pool_malloc(size_t size);
 /* Returns owned zeroed memory for <n> objects of <size> bytes, or NULL. */
 void *pool_calloc(size_t n, size_t size);
+/*
+ * Like pool_calloc, for a type aligned past what malloc gives (a cache line:
+ * _Alignof(T)); <align> a power of two. Released with pool_free.
+ */
+void *pool_calloc_aligned(size_t n, size_t size, size_t align);
 /* Resizes owned memory <p> to <size> bytes; NULL on failure (p stays valid). */
 void *pool_realloc(void *p, size_t size);
 /* Returns an owned copy of the <len> bytes at <s> plus a NUL, or NULL. */
