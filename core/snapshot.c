@@ -35,8 +35,8 @@ struct snapshot *snapshot_create(const void *policy, uint64_t generation, uint32
 		return NULL;
 	/* Zeroed pages: only the slots in use are ever touched. */
 	s->sandboxes = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*s->sandboxes));
-	s->uses = pool_calloc_aligned(worker_count, sizeof(*s->uses),
-				      _Alignof(struct snapshot_use));
+	s->uses =
+	    pool_calloc_aligned(worker_count, sizeof(*s->uses), _Alignof(struct snapshot_use));
 	if (s->sandboxes == NULL || s->uses == NULL) {
 		AN_FREE(&s->sandboxes);
 		AN_FREE(&s->uses);
