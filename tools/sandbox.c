@@ -226,6 +226,8 @@ extern char **environ;
  * the directories holding the most are hidden whole instead, as the walk's collapse does.
  */
 #define SANDBOX_SOCKET_MASKS_MAX 1024u
+/* Directory levels below / a collapse looks at for a directory to hide. */
+#define SANDBOX_SOCKET_DEPTH_MAX 64u
 /* What one sandbox may take of its uid's allowances, which every process of the uid shares. */
 #define SANDBOX_SIGPENDING_MAX 1024u
 #define SANDBOX_MSGQUEUE_BYTES (256u << 10)
@@ -2230,36 +2232,42 @@ static bool socket_in_view(const char *path, void *arg)
 }
 
 /* The length of <path>'s directory ("/a/b" of "/a/b/s.sock"; 1 for "/s.sock"). */
-static size_t socket_dir_len(const char *path)
+/*
+ * The length of <path>'s ancestor <depth> levels below / ("/a/b" is depth 2 of
+ * "/a/b/c/s.sock"), or 0 when <path> is in a shallower directory: a socket's
+ * own file is never its ancestor.
+ */
+static size_t socket_ancestor_len(const char *path, unsigned depth)
 {
-	const char *slash = strrchr(path, '/');
+	const char *at = path;
 
-	AN_ASSERT(slash != NULL);
-	return slash == path ? 1 : (size_t)(slash - path);
+	AN_ASSERT(path[0] == '/');
+	AN_ASSERT(depth >= 1);
+	/* The depth-th directory ends where the (depth + 1)-th '/' is. */
+	for (unsigned d = 0; d < depth; d++) {
+		at = strchr(at + 1, '/');
+		if (at == NULL)
+			return 0;
+	}
+	return (size_t)(at - path);
 }
 
-static bool socket_same_dir(const char *a, const char *b)
-{
-	size_t len = socket_dir_len(a);
-
-	return len == socket_dir_len(b) && memcmp(a, b, len) == 0;
-}
-
-/* Sorts paths by directory, then name: each directory's sockets are adjacent. */
 static int socket_order(const void *a, const void *b)
 {
-	const char *pa = *(const char *const *)a, *pb = *(const char *const *)b;
-	size_t la = socket_dir_len(pa), lb = socket_dir_len(pb);
-	int c = memcmp(pa, pb, la < lb ? la : lb);
-	if (c != 0 || la != lb)
-		return c != 0 ? c : (la < lb ? -1 : 1);
-	return strcmp(pa, pb);
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /*
- * Past SANDBOX_SOCKET_MASKS_MAX sockets: hides the directories holding the most of
- * them whole (masked ww entries) until the rest fit, never / nor one holding what
- * the run keeps. Returns the sockets left to mask one by one, or -E2BIG with <err>.
+ * Past SANDBOX_SOCKET_MASKS_MAX sockets: hides directories whole (masked ww
+ * entries) until the rest fit, never / nor one holding what the run keeps.
+ * Each step hides the directory, at any depth, holding the fewest of them
+ * that is enough to finish (the deeper of equals), or failing that the one
+ * holding the most: a thousand
+ * sibling directories of one socket each (or a tree of them) are hidden at
+ * their common parent in one step, not one by one until the hidden
+ * directories run out. Sorted by strcmp, the sockets under any directory
+ * are contiguous. Returns the sockets left to mask one by one, or -E2BIG
+ * with <err>.
  */
 static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, char *err,
 			     size_t err_len)
@@ -2270,25 +2278,46 @@ static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, 
 	AN_ASSERT(n > SANDBOX_SOCKET_MASKS_MAX);
 	qsort(paths, n, sizeof(*paths), socket_order);
 	while (left > SANDBOX_SOCKET_MASKS_MAX) {
-		size_t best = 0, best_n = 0;
-		for (size_t i = 0; i < n;) {
-			if (paths[i] == NULL) {
-				i++;
-				continue;
+		size_t need = left - SANDBOX_SOCKET_MASKS_MAX;
+		size_t best = 0, best_n = 0, best_len = 0;
+		bool best_enough = false;
+		for (unsigned depth = 1; depth <= SANDBOX_SOCKET_DEPTH_MAX; depth++) {
+			bool any = false;
+			for (size_t i = 0; i < n;) {
+				size_t len =
+				    paths[i] != NULL ? socket_ancestor_len(paths[i], depth) : 0;
+				if (len == 0) {
+					i++;
+					continue;
+				}
+				any = true;
+				size_t j = i + 1, count = 1;
+				for (; j < n; j++) {
+					if (paths[j] == NULL)
+						continue;
+					if (strncmp(paths[j], paths[i], len) != 0 ||
+					    paths[j][len] != '/')
+						break;
+					count++;
+				}
+				snprintf(dir, sizeof(dir), "%.*s", (int)len, paths[i]);
+				bool enough = count >= need;
+				/* Of those that finish, the one hiding fewest (then the deeper);
+				 * while none does, the one hiding most (then the deeper). */
+				bool deeper = count == best_n && len > best_len;
+				bool better = enough ? !best_enough || count < best_n || deeper
+						     : !best_enough && (count > best_n || deeper);
+				if (better && ww_kept(c->ww, dir) < 0 &&
+				    c->ww->n < SANDBOX_WW_MAX) {
+					best = i;
+					best_n = count;
+					best_len = len;
+					best_enough = enough;
+				}
+				i = j;
 			}
-			size_t j = i + 1, count = 1;
-			while (j < n && (paths[j] == NULL || socket_same_dir(paths[i], paths[j]))) {
-				count += paths[j] != NULL;
-				j++;
-			}
-			size_t len = socket_dir_len(paths[i]);
-			snprintf(dir, sizeof(dir), "%.*s", (int)len, paths[i]);
-			if (len > 1 && count > best_n && ww_kept(c->ww, dir) < 0 &&
-			    c->ww->n < SANDBOX_WW_MAX) {
-				best = i;
-				best_n = count;
-			}
-			i = j;
+			if (!any)
+				break;
 		}
 		if (best_n == 0) {
 			snprintf(err, err_len,
@@ -2298,8 +2327,7 @@ static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, 
 				 n, SANDBOX_SOCKET_MASKS_MAX, SANDBOX_WW_MAX);
 			return -E2BIG;
 		}
-		size_t len = socket_dir_len(paths[best]);
-		snprintf(dir, sizeof(dir), "%.*s", (int)len, paths[best]);
+		snprintf(dir, sizeof(dir), "%.*s", (int)best_len, paths[best]);
 		ww_put(c->ww, dir, 0755, true);
 		for (size_t i = 0; i < n; i++) {
 			if (paths[i] != NULL && sandbox_path_under(paths[i], dir)) {
@@ -2311,10 +2339,6 @@ static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, 
 	return (long)left;
 }
 
-/*
- * The host's socket files the mounts leave in view, into c->sockets for the child
- * to mask. Returns 0 or -errno with <err>.
- */
 static int sockets_prepare(struct child_ctx *c, char *err, size_t err_len)
 {
 	struct hostsock_list all = { .wanted = socket_in_view, .wanted_arg = c };

@@ -202,8 +202,8 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
  * directory of the host (/tmp, /var/tmp, and the others it finds; past
  * SANDBOX_WW_MAX, or where the search's budget ran out, a parent hidden whole,
  * empty and read-only), /dev/null bound over every host socket file still in
- * view (tools/hostsock.h; past SANDBOX_SOCKET_MASKS_MAX, the directories
- * holding the most hidden whole instead), `lo` up, a fresh session keyring, the cgroup and limits
+ * view (tools/hostsock.h; past SANDBOX_SOCKET_MASKS_MAX, directories hidden
+ * whole instead, at whatever depth holds them: sockets_collapse), `lo` up, a fresh session keyring, the cgroup and limits
  * of <s>->limits, lower per-uid rlimits (queued signals, POSIX message queue
  * bytes, locked memory), the host name "agentsnet", a fresh sysfs read-only
  * (the host's /sys read-only where the kernel refuses one), every capability

@@ -553,6 +553,36 @@ START_TEST(sockets_collapse_dirs)
 	}
 	ck_assert_uint_eq(left, 18);
 
+	/*
+	 * A thousand and more sibling directories of one socket each (what anyone can make
+	 * where they can write): hidden at their common parent in one step, not one
+	 * directory at a time until SANDBOX_WW_MAX runs out.
+	 */
+	c.ww->n = 0;
+	char sib[64];
+	n = 0;
+	for (size_t i = 0; i < MANY + 300; i++) {
+		snprintf(sib, sizeof(sib), "/var/lib/att/d%zu", i);
+		n = socket_paths(paths, names, n, sib, 1);
+	}
+	n = socket_paths(paths, names, n, "/var/lib/svc", 4);
+	ck_assert_int_eq(sockets_collapse(&c, paths, n, err, sizeof(err)), 4);
+	ck_assert_uint_eq(c.ww->n, 1);
+	ck_assert(is_masked(c.ww, "/var/lib/att"));
+	/* The same under a directory the run keeps: hidden one level down instead. */
+	c.ww->n = 0;
+	ww_keep(c.ww, "/var/lib/att/d0/work", "the working directory");
+	n = 0;
+	for (size_t i = 0; i < MANY + 300; i++) {
+		snprintf(sib, sizeof(sib), "/var/lib/att/x/d%zu", i);
+		n = socket_paths(paths, names, n, sib, 1);
+	}
+	n = socket_paths(paths, names, n, "/var/lib/att/d0", 2);
+	ck_assert_int_eq(sockets_collapse(&c, paths, n, err, sizeof(err)), 2);
+	ck_assert_uint_eq(c.ww->n, 1);
+	ck_assert(is_masked(c.ww, "/var/lib/att/x"));
+	c.ww->n_keep = 1;
+
 	/* Only the kept directory (and /) hold them: refused. */
 	c.ww->n = 0;
 	n = socket_paths(paths, names, 0, "/k", MANY);
