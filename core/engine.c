@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <pwd.h>
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -786,6 +788,41 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
 			      uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
 			      int *ingress_fd);
 
+/* Supplementary groups of a registrant looked up for admission (more: only the first ones). */
+#define ENGINE_REGISTRANT_GROUPS_MAX 256
+
+/*
+ * Whether <policy> still lets <uid> register on profile <profile_name>: its
+ * groups as the host's group database has them now (the kernel's list at
+ * registration is gone); a uid the host no longer knows is only itself.
+ * Root, and the policy file's own registrations (uid 0), always are.
+ */
+static bool registrant_admitted(const struct engine *e, const void *policy,
+				const char *profile_name, uint32_t uid)
+{
+	gid_t gids[ENGINE_REGISTRANT_GROUPS_MAX];
+	uint32_t groups[ENGINE_REGISTRANT_GROUPS_MAX];
+	char buf[4096];
+	struct passwd pw, *found = NULL;
+
+	int profile = e->ops->profile_index(policy, profile_name);
+	if (uid == 0 || e->ops->profile_admits == NULL)
+		return true;
+	if (profile < 0)
+		return false;
+	struct verdict_caller who = { .uid = uid, .gid = UINT32_MAX, .groups = groups };
+	if (getpwuid_r((uid_t)uid, &pw, buf, sizeof(buf), &found) == 0 && found != NULL) {
+		int n = ENGINE_REGISTRANT_GROUPS_MAX;
+		who.gid = (uint32_t)pw.pw_gid;
+		if (getgrouplist(pw.pw_name, pw.pw_gid, gids, &n) == -1)
+			n = ENGINE_REGISTRANT_GROUPS_MAX; /* the first ones: a refusal errs safe */
+		for (int i = 0; i < n; i++)
+			groups[i] = (uint32_t)gids[i];
+		who.group_count = (uint32_t)n;
+	}
+	return e->ops->profile_admits(policy, (uint32_t)profile, &who);
+}
+
 /* Re-adopts every registry record; ones that no longer fit are logged and dropped. */
 static void registry_adopt(struct engine *e)
 {
@@ -817,6 +854,16 @@ static void registry_adopt(struct engine *e)
 			registry_drop(e, de->d_name);
 			log_info("sandbox %s: its owner (pid %d) is gone; record removed",
 				 de->d_name, (int)owner.pid);
+			continue;
+		}
+		if (ret == 0 &&
+		    !registrant_admitted(e, snapshot_now(e)->policy, profile, registrant)) {
+			/* Revoked while the daemon was down: as a reload would have done. */
+			registry_drop(e, de->d_name);
+			log_warn(
+			    "sandbox %s: the policy no longer lets uid %u register on profile %s: "
+			    "record removed",
+			    de->d_name, registrant, profile);
 			continue;
 		}
 		if (ret == 0) {
@@ -1415,6 +1462,44 @@ static uint32_t swap_close_dropped(struct engine *e, const struct config *file)
 	return removed;
 }
 
+/*
+ * Removes every run-time sandbox whose registrant the new policy no longer
+ * admits to its profile (profiles.<name>.users and groups): a revoked
+ * account keeps no sandbox on a profile, nor its credentials, past a reload.
+ * Logged, one line each. Returns how many.
+ */
+static uint32_t swap_close_unadmitted(struct engine *e)
+{
+	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
+	uint32_t removed = 0;
+
+	for (uint32_t from = 0;;) {
+		bool found = false;
+		uint32_t registrant = 0;
+		char profile[CONFIG_SANDBOX_ID_BYTES_MAX];
+		pthread_mutex_lock(&e->lock);
+		const void *policy = snapshot_now(e)->policy;
+		for (; from < e->sandbox_used && !found; from++) {
+			const struct engine_sandbox *sb = e->sandboxes[from];
+			found = sb->state == SANDBOX_ACTIVE && sb->dynamic &&
+				!registrant_admitted(e, policy, sb->profile_name, sb->registrant);
+			if (found) {
+				memcpy(id, sb->id, sizeof(id));
+				memcpy(profile, sb->profile_name, sizeof(profile));
+				registrant = sb->registrant;
+			}
+		}
+		pthread_mutex_unlock(&e->lock);
+		if (!found)
+			break;
+		log_warn("sandbox %s: the policy no longer lets uid %u register on profile %s: "
+			 "removed",
+			 id, registrant, profile);
+		removed += sandbox_remove(e, id, false, NULL, NULL) == 0;
+	}
+	return removed;
+}
+
 static void workers_wake(struct engine *e)
 {
 	for (uint32_t i = 0; i < e->worker_count; i++) {
@@ -1451,8 +1536,12 @@ int engine_policy_swap(struct engine *e, const void *policy, const struct config
 	pthread_mutex_unlock(&e->lock);
 	workers_wake(e);
 	uint32_t removed = swap_close_dropped(e, file);
-	snprintf(err, cap, "policy generation %llu: %u profiles, %u rules; sandboxes +%u -%u",
-		 (unsigned long long)s->generation, s->profiles, s->rules, opened, removed);
+	uint32_t revoked = swap_close_unadmitted(e);
+	snprintf(err, cap,
+		 "policy generation %llu: %u profiles, %u rules; sandboxes +%u -%u, %u whose "
+		 "registrant the policy no longer admits",
+		 (unsigned long long)s->generation, s->profiles, s->rules, opened,
+		 removed + revoked, revoked);
 	engine_policy_collect(e);
 	return 0;
 }

@@ -34,6 +34,9 @@ sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
   as uid 4242 given CAP_DAC_OVERRIDE (which the kernel lets connect to a 0600 socket) gets
   403 peer_not_agent in-band before anything it sent is read, and the audit has the
   refusal with its uid; root, and the agent's own uid, are served on the same socket.
+- t_revoke: a sandbox the unprivileged account registered on profile default (which its
+  group nogroup may use) is removed when a reload takes nogroup off the profile's groups,
+  and the reload says so; the policy file is put back (and reloaded) after.
 - t_dir_leftover: a directory left at a sandbox's path (as an older daemon, which handed
   the directory to its owner, could leave one: the owner's, with a subdirectory and a
   symlink to a root-owned file in it) is removed whole, never followed, and replaced by
@@ -406,6 +409,41 @@ class HostBoundaryTests:
         self.timed("uid 4242 with CAP_DAC_OVERRIDE (past the 0600 mode) on nobody's egress "
                    "socket: 403 peer_not_agent, audited with its uid; root and nobody are "
                    "served", peer_check)
+
+    def t_revoke(self):
+        def revoke():
+            errs = []
+            sid = "it-revoke-%d" % os.getpid()
+            got = self.unpriv_ctl("sandbox add %s default" % sid)
+            if not got.startswith("ok "):
+                return ["register on default: %r" % got]
+            policy = self.vars["policy"]
+            with open(policy, encoding="utf-8") as f:
+                before = f.read()
+            if "    groups: [nogroup]\n" not in before:
+                return ["the pass's policy no longer names nogroup on default"]
+            try:
+                with open(policy, "w", encoding="utf-8") as f:
+                    f.write(before.replace("    groups: [nogroup]\n", "    groups: [root]\n"))
+                got = self.ctl("policy reload")
+                if not got or not got[0].startswith("ok ") or \
+                        "1 whose registrant the policy no longer admits" not in got[0]:
+                    errs.append("reload: %r" % got)
+                if sid in self.listed():
+                    errs.append("%s is still registered" % sid)
+                    self.ctl("sandbox rm %s" % sid)
+                if os.path.exists(os.path.join(self.vars["sock_dir"], "sandboxes", sid)):
+                    errs.append("%s's directory is still there" % sid)
+            finally:
+                with open(policy, "w", encoding="utf-8") as f:
+                    f.write(before)
+                got = self.ctl("policy reload")
+                if not got or not got[0].startswith("ok "):
+                    errs.append("reload of the pass's own policy: %r" % got)
+            return errs
+
+        self.timed("a reload that takes the registrant's group off a profile removes its "
+                   "sandbox there, and says so", revoke)
 
     def run_as(self, uid, script, *args, caps=None):
         """The Python <script> with <args>, as <uid>: the first line it printed, or what
