@@ -20,7 +20,7 @@ sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
   makes room.
 - t_egress_owner: the egress socket of a sandbox that root's `agentsnet run` started for
   nobody is nobody's, mode 0600: another host account (uid 4242) is refused by the kernel
-  (EACCES), nobody connects; an unprivileged caller cannot register a sandbox for another
+  (EACCES), nobody connects; its ingress socket refuses both (root's, 0600); an unprivileged caller cannot register a sandbox for another
   uid (forbidden), and the sandbox it registers for itself is its own, mode 0600.
 - t_own_uid: root's `agentsnet run` without --user: each sandbox's agent runs as a uid of
   its own from daemon.sandbox_uids (gid the same number, no other group; "agent" in the
@@ -277,6 +277,13 @@ class HostBoundaryTests:
                     got = self.connect_as(uid, path)
                     if got != want:
                         errs.append("uid %d connecting: %s, want %s" % (uid, got, want))
+                # Its ingress socket is the daemon's (root's, 0600): no host account but root.
+                ingress = os.path.join(os.path.dirname(path), "ingress.sock")
+                for uid in (OTHER_UID, self.unpriv_uid):
+                    got = self.connect_as(uid, ingress)
+                    if got != "EACCES":
+                        errs.append("uid %d connecting to ingress.sock: %s, want EACCES" % (
+                            uid, got))
             finally:
                 with open(go, "w", encoding="ascii"):
                     pass
