@@ -3046,23 +3046,42 @@ static void inject_recv_arm(struct conn *c)
 	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
 }
 
-/* Writes header line <h> into <o> (at *<len>), the credential swapped in when it is the placeholder. */
-static bool inject_header(const struct verdict_inject *in, const struct http1_header *h, char *o,
-			  size_t cap, size_t *len)
+/*
+ * Writes header line <h> into <o> (at *<len>, <cap> bytes in all), the
+ * credential swapped in when it is the placeholder. 1 when it was, 0 when
+ * not, -1 when the line does not fit (a secret longer than its placeholder
+ * grows the head: the request is then refused 431, never written short).
+ */
+static int inject_header(const struct verdict_inject *in, const struct http1_header *h, char *o,
+			 size_t cap, size_t *len)
 {
 	bool ours = h->name_len == in->header_len &&
 		    strncasecmp(h->name, in->header, h->name_len) == 0 &&
 		    h->value_len == (size_t)in->prefix_len + in->placeholder_len &&
 		    strncasecmp(h->value, in->prefix, in->prefix_len) == 0 &&
 		    memcmp(h->value + in->prefix_len, in->placeholder, in->placeholder_len) == 0;
+	AN_ASSERT(*len <= cap);
 	int n =
 	    ours ? snprintf(o + *len, cap - *len, "%.*s: %.*s%.*s\r\n", (int)h->name_len, h->name,
 			    (int)in->prefix_len, h->value, (int)in->secret_len, in->secret)
 		 : snprintf(o + *len, cap - *len, "%.*s: %.*s\r\n", (int)h->name_len, h->name,
 			    (int)h->value_len, h->value);
-	AN_ASSERT(n > 0 && (size_t)n < cap - *len); /* a head and one secret always fit */
+	if (n < 0 || (size_t)n >= cap - *len)
+		return -1;
 	*len += (size_t)n;
-	return ours;
+	return ours ? 1 : 0;
+}
+
+/* How many of <req>'s fields are the inject rule's credential header (by name). */
+static uint32_t inject_header_count(const struct verdict_inject *in,
+				    const struct http1_request *req)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < req->header_count; i++)
+		n += req->headers[i].name_len == in->header_len &&
+		     strncasecmp(req->headers[i].name, in->header, in->header_len) == 0;
+	return n;
 }
 
 /* Whether <req> asks for a protocol upgrade (an Upgrade header, RFC 9110 section 7.8). */
@@ -3088,11 +3107,25 @@ static void inject_request(struct conn *c, const struct http1_request *req, size
 								  : REASON_UPSTREAM_UNREACHABLE);
 		return;
 	}
+	/* One credential a request: a repeated header is refused, never swapped twice. */
+	if (inject_header_count(in, req) > 1) {
+		term_refuse(c, REASON_BAD_REQUEST);
+		return;
+	}
+	/* The head as received fit the head buffer; the request line always fits the out one. */
+	AN_ASSERT(line <= WORKER_HEAD_BUFFER_BYTES);
 	memcpy(c->out, c->head, line); /* the request line as sent */
 	len = line;
-	for (uint32_t i = 0; i < req->header_count; i++)
-		swapped |=
-		    inject_header(in, &req->headers[i], c->out, WORKER_HEAD_BUFFER_BYTES, &len);
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		/* Two bytes stay for the blank line that ends the head. */
+		int ret = inject_header(in, &req->headers[i], c->out, WORKER_HEAD_BUFFER_BYTES - 2,
+					&len);
+		if (ret < 0) {
+			term_refuse(c, REASON_HEADERS_TOO_LARGE);
+			return;
+		}
+		swapped |= ret > 0;
+	}
 	if (!swapped && in->require) {
 		term_refuse(c, REASON_CREDENTIAL_MISSING);
 		return;

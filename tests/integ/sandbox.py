@@ -2253,6 +2253,28 @@ def inject_exchanges(t, ctx, path):
     log_text = read_text(echo_log)
     if log_text.count("Bearer " + INJECT_SECRET) != received + 2 or INJECT_PLACEHOLDER in log_text:
         errs.append("the origin did not get the secret (and only it) twice: %r" % log_text[-800:])
+    # The credential header repeated (twice, and fifty times, where a secret longer than its
+    # placeholder used to outgrow the head buffer and abort the daemon): 400 bad_request, and
+    # the daemon serves the next request.
+    for repeats in (2, 50):
+        ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+        f = ts.makefile("rb")
+        ts.sendall(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n" + auth * repeats + b"\r\n")
+        status, headers, _ = read_response(f)
+        seen += f.read(int(headers.get("content-length", "0")))
+        ts.close()
+        if status != 400 or headers.get("x-agent-reason") != "bad_request":
+            errs.append("the credential header %d times: %d %r, want 400 bad_request" % (
+                repeats, status, headers.get("x-agent-reason")))
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    f = ts.makefile("rb")
+    ts.sendall(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    status, headers, _ = read_response(f)
+    seen += f.read(int(headers.get("content-length", "0")))
+    ts.close()
+    if status != 200:
+        errs.append("the request after the repeated ones: %d, want 200" % status)
+    received += 1
     # The origin's HTTP/1.0 answer arrives as HTTP/1.1, its hop-by-hop fields gone, and
     # the connection (kept alive by the origin) serves the next request.
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
