@@ -3118,8 +3118,8 @@ static void inject_request(struct conn *c, const struct http1_request *req, size
 	len = line;
 	for (uint32_t i = 0; i < req->header_count; i++) {
 		/* Two bytes stay for the blank line that ends the head. */
-		int ret = inject_header(in, &req->headers[i], c->out, WORKER_HEAD_BUFFER_BYTES - 2,
-					&len);
+		int ret =
+		    inject_header(in, &req->headers[i], c->out, WORKER_HEAD_BUFFER_BYTES - 2, &len);
 		if (ret < 0) {
 			term_refuse(c, REASON_HEADERS_TOO_LARGE);
 			return;
