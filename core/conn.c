@@ -3047,29 +3047,29 @@ static void inject_recv_arm(struct conn *c)
 }
 
 /*
- * Writes header line <h> into <o> (at *<len>, <cap> bytes in all), the
- * credential swapped in when it is the placeholder. 1 when it was, 0 when
- * not, -1 when the line does not fit (a secret longer than its placeholder
- * grows the head: the request is then refused 431, never written short).
+ * Writes field <h> to <o>, the credential swapped in when its value is the
+ * placeholder (with the rule's prefix). Returns whether it was swapped; a
+ * field that does not fit sets o->overflow (a secret longer than its
+ * placeholder grows the head: the request is then refused 431).
  */
-static int inject_header(const struct verdict_inject *in, const struct http1_header *h, char *o,
-			 size_t cap, size_t *len)
+static bool inject_field(const struct verdict_inject *in, const struct http1_header *h,
+			 struct http1_out *o)
 {
 	bool ours = h->name_len == in->header_len &&
 		    strncasecmp(h->name, in->header, h->name_len) == 0 &&
 		    h->value_len == (size_t)in->prefix_len + in->placeholder_len &&
 		    strncasecmp(h->value, in->prefix, in->prefix_len) == 0 &&
 		    memcmp(h->value + in->prefix_len, in->placeholder, in->placeholder_len) == 0;
-	AN_ASSERT(*len <= cap);
-	int n =
-	    ours ? snprintf(o + *len, cap - *len, "%.*s: %.*s%.*s\r\n", (int)h->name_len, h->name,
-			    (int)in->prefix_len, h->value, (int)in->secret_len, in->secret)
-		 : snprintf(o + *len, cap - *len, "%.*s: %.*s\r\n", (int)h->name_len, h->name,
-			    (int)h->value_len, h->value);
-	if (n < 0 || (size_t)n >= cap - *len)
-		return -1;
-	*len += (size_t)n;
-	return ours ? 1 : 0;
+	if (!ours) {
+		http1_out_field(o, h->name, h->name_len, h->value, h->value_len);
+		return false;
+	}
+	http1_out_put(o, h->name, h->name_len);
+	http1_out_put(o, ": ", 2);
+	http1_out_put(o, h->value, in->prefix_len);
+	http1_out_put(o, in->secret, in->secret_len);
+	http1_out_put(o, "\r\n", 2);
+	return true;
 }
 
 /* How many of <req>'s fields are the inject rule's credential header (by name). */
@@ -3099,7 +3099,6 @@ static void inject_request(struct conn *c, const struct http1_request *req, size
 {
 	const struct verdict_inject *in = c->inject;
 	size_t line = (size_t)((const char *)memchr(c->head, '\n', head_len) - c->head) + 1;
-	size_t len = 0;
 	bool swapped = false;
 
 	if (c->upstream_dead) {
@@ -3112,19 +3111,32 @@ static void inject_request(struct conn *c, const struct http1_request *req, size
 		term_refuse(c, REASON_BAD_REQUEST);
 		return;
 	}
-	/* The head as received fit the head buffer; the request line always fits the out one. */
-	AN_ASSERT(line <= WORKER_HEAD_BUFFER_BYTES);
-	memcpy(c->out, c->head, line); /* the request line as sent */
-	len = line;
+	/*
+	 * The head goes out through the one writer, as plain forwarding's does: the
+	 * request line as sent, then every field but the hop-by-hop ones (Connection
+	 * and what it names, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection and
+	 * every Proxy-* field: the agent's proxy credentials never reach an origin).
+	 * An upgrade the rule allows keeps its Upgrade, with a Connection of ours.
+	 */
+	bool drop[LIMITS_HEADERS_MAX];
+	bool upgrade = in->upgrades && inject_wants_upgrade(req);
+	struct http1_out o = { .p = c->out, .cap = WORKER_HEAD_BUFFER_BYTES };
+	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	http1_hop_by_hop(req, drop);
+	http1_out_put(&o, c->head, line);
 	for (uint32_t i = 0; i < req->header_count; i++) {
-		/* Two bytes stay for the blank line that ends the head. */
-		int ret =
-		    inject_header(in, &req->headers[i], c->out, WORKER_HEAD_BUFFER_BYTES - 2, &len);
-		if (ret < 0) {
-			term_refuse(c, REASON_HEADERS_TOO_LARGE);
-			return;
-		}
-		swapped |= ret > 0;
+		const struct http1_header *h = &req->headers[i];
+		if (upgrade && http1_name_is(h->name, h->name_len, "upgrade"))
+			drop[i] = false;
+		if (!drop[i])
+			swapped |= inject_field(in, h, &o);
+	}
+	if (upgrade)
+		http1_out_field(&o, "Connection", 10, "upgrade", 7);
+	ssize_t head_out = http1_out_end(&o);
+	if (head_out < 0) {
+		term_refuse(c, REASON_HEADERS_TOO_LARGE);
+		return;
 	}
 	if (!swapped && in->require) {
 		term_refuse(c, REASON_CREDENTIAL_MISSING);
@@ -3140,8 +3152,7 @@ static void inject_request(struct conn *c, const struct http1_request *req, size
 	}
 	c->term_req_bytes = 0;
 	c->term_resp_bytes = 0;
-	memcpy(c->out + len, "\r\n", 2);
-	c->out_len = (uint32_t)(len + 2);
+	c->out_len = (uint32_t)head_out;
 	c->out_off = 0;
 	audit_decision(c, true, 0); /* the upstream's status is in the close record */
 	c->req_body = (uint8_t)req->body;

@@ -2266,14 +2266,24 @@ def inject_exchanges(t, ctx, path):
         if status != 400 or headers.get("x-agent-reason") != "bad_request":
             errs.append("the credential header %d times: %d %r, want 400 bad_request" % (
                 repeats, status, headers.get("x-agent-reason")))
+    # ... and its hop-by-hop fields, and the agent's proxy credentials, never reach the origin
+    # (the same writer and table as plain forwarding).
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
     f = ts.makefile("rb")
-    ts.sendall(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    ts.sendall(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n" + auth +
+               b"Proxy-Authorization: Basic YWdlbnQ6cHJveHk=\r\nConnection: keep-alive, "
+               b"X-Hop-Named\r\nX-Hop-Named: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n"
+               b"Proxy-Connection: keep-alive\r\nX-Kept: 1\r\n\r\n")
     status, headers, _ = read_response(f)
-    seen += f.read(int(headers.get("content-length", "0")))
+    body = f.read(int(headers.get("content-length", "0")))
+    seen += body
     ts.close()
-    if status != 200:
-        errs.append("the request after the repeated ones: %d, want 200" % status)
+    got = json.loads(body).get("headers", {}) if status == 200 else {}
+    hop = sorted(set(got) & {"proxy-authorization", "connection", "x-hop-named", "keep-alive",
+                             "te", "proxy-connection"})
+    if status != 200 or hop or got.get("x-kept") != "1":
+        errs.append("the request after the repeated ones: %d, the origin saw %r; want 200, "
+                    "X-Kept and none of %r" % (status, sorted(got), hop))
     received += 1
     # The origin's HTTP/1.0 answer arrives as HTTP/1.1, its hop-by-hop fields gone, and
     # the connection (kept alive by the origin) serves the next request.
