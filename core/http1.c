@@ -1121,6 +1121,11 @@ static void out_status_line(struct http1_out *o, uint16_t status, const char *re
 	http1_out_put(o, "\r\n", 2);
 }
 
+bool http1_proxy_field(const char *name, size_t name_len)
+{
+	return name_len >= 8 && strncasecmp(name, "x-agent-", 8) == 0;
+}
+
 ssize_t http1_write_response_head(const struct http1_response *resp, const char *connection,
 				  char *out, size_t cap)
 {
@@ -1138,6 +1143,10 @@ ssize_t http1_write_response_head(const struct http1_response *resp, const char 
 	if (connection != NULL)
 		AN_ASSERT(strpbrk(connection, "\r\n") == NULL);
 	http1_response_hop_by_hop(resp, drop);
+	/* The proxy's own namespace: an upstream never speaks to the agent as the proxy. */
+	for (uint32_t i = 0; i < resp->header_count; i++)
+		drop[i] =
+		    drop[i] || http1_proxy_field(resp->headers[i].name, resp->headers[i].name_len);
 	out_status_line(&o, resp->status, resp->reason, resp->reason_len);
 	out_headers(&o, resp->headers, resp->header_count, drop);
 	if (connection != NULL)

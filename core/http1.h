@@ -216,12 +216,21 @@ ssize_t http1_out_end(struct http1_out *o);
 ssize_t http1_write_origin_head(const struct http1_request *req, char *out, size_t cap);
 
 /*
+ * Whether field <name> is in the proxy's own namespace, X-Agent-* (ignoring
+ * case): the fields of its refusals (docs/reasons.md). No upstream's, nor an
+ * agent's answer to a public client, is ever relayed, so no peer can speak
+ * as the proxy.
+ */
+bool http1_proxy_field(const char *name, size_t name_len);
+
+/*
  * Writes the head to send downstream for the parsed <resp>: the status line
  * "HTTP/1.1 <status> <reason>" CRLF (our own version, RFC 9110 section 6.2,
  * whatever the upstream spoke; the status as 3 digits from resp->status, which
  * must be 100..999; the received reason-phrase, so an empty one leaves
  * "HTTP/1.1 204 " CRLF), then every field http1_response_hop_by_hop does not
- * mark, in order, duplicates kept, as received (name, ": ", trimmed value),
+ * mark and that is not the proxy's own (http1_proxy_field), in order,
+ * duplicates kept, as received (name, ": ", trimmed value),
  * then "Connection: <connection>" CRLF when <connection> is not NULL (a
  * non-empty token such as "close" or "keep-alive"; a close-delimited body
  * needs "close"), then the blank line. A 101 is meant to be relayed untouched;

@@ -2295,7 +2295,7 @@ def inject_exchanges(t, ctx, path):
                                                                 read_head(f))))
     body = f.read(int(headers.get("content-length", "0")))
     hop = sorted(set(headers) & {"connection", "x-hop", "keep-alive", "proxy-authenticate",
-                                 "upgrade"})
+                                 "upgrade", "x-agent-instruction", "x-agent-reason"})
     if head != b"HTTP/1.1 200 Fine Thanks\r\n" or hop or body != b"hop\n" or \
             headers.get("x-end") != "kept":
         errs.append("the origin's HTTP/1.0 answer with hop-by-hop fields reached the agent as "
