@@ -3252,42 +3252,32 @@ static enum term_status inject_agent_side(struct conn *c)
 }
 
 /*
- * Whether redirect <r> sends the agent to a host its policy refuses: an
- * absolute Location is decided as a request to it would be. A relative one
- * stays on this host, which is allowed.
+ * Whether redirect <r> sends the agent somewhere its policy refuses: every
+ * Location is read as clients read it (http1_location_target: "//host",
+ * backslashes, any slashes after the scheme, userinfo), an absolute one is
+ * decided as a request to it would be, and one no reading can place (another
+ * scheme, a bad port, an encoded host) is refused. A relative one stays on
+ * this host, which is allowed.
  */
 static bool inject_redirect_denied(struct conn *c, const struct http1_response *r)
 {
 	const struct engine *e = c->w->e;
+	const struct snapshot_sandbox *under = &c->snap->sandboxes[c->sandbox];
 
 	for (uint32_t i = 0; i < r->header_count; i++) {
 		const struct http1_header *h = &r->headers[i];
+		struct http1_location to;
+		struct verdict v;
 		if (!http1_name_is(h->name, h->name_len, "location"))
 			continue;
-		const char *v = h->value;
-		size_t len = h->value_len;
-		size_t skip = len > 8 && strncasecmp(v, "https://", 8) == 0  ? 8
-			      : len > 7 && strncasecmp(v, "http://", 7) == 0 ? 7
-									     : 0;
-		if (skip == 0)
-			return false;
-		uint16_t port = skip == 8 ? 443 : 80;
-		const char *host = v + skip;
-		size_t hlen = strcspn(host, "/?#");
-		hlen = hlen < len - skip ? hlen : len - skip;
-		const char *colon = memrchr(host, ':', hlen);
-		if (colon != NULL && memchr(colon, ']', (size_t)(host + hlen - colon)) == NULL) {
-			port = (uint16_t)strtoul(colon + 1, NULL, 10);
-			hlen = (size_t)(colon - host);
-		}
-		if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
-			host++;
-			hlen -= 2;
-		}
-		struct verdict v2;
-		const struct snapshot_sandbox *under = &c->snap->sandboxes[c->sandbox];
-		e->ops->decide(c->snap->policy, under->profile, host, hlen, port, &v2);
-		return verdict_refusal(&v2) != REASON_NONE;
+		http1_location_target(h->value, h->value_len, &to);
+		if (to.kind == HTTP1_LOCATION_UNSAFE)
+			return true;
+		if (to.kind == HTTP1_LOCATION_RELATIVE)
+			continue;
+		e->ops->decide(c->snap->policy, under->profile, to.host, to.host_len, to.port, &v);
+		if (verdict_refusal(&v) != REASON_NONE)
+			return true; /* every Location is checked: a client may follow any of them */
 	}
 	return false;
 }

@@ -30,6 +30,7 @@
  */
 #include "core/http1.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 
@@ -1119,6 +1120,111 @@ static void out_status_line(struct http1_out *o, uint16_t status, const char *re
 	http1_out_put(o, line, sizeof(line) - 1);
 	http1_out_put(o, reason, reason_len);
 	http1_out_put(o, "\r\n", 2);
+}
+
+/* Whether <c> is one the URL parser drops anywhere in a value (tab, LF, CR). */
+static bool location_ignored(char c)
+{
+	return c == '\t' || c == '\n' || c == '\r';
+}
+
+/*
+ * Copies <value> to <out> (at most <cap> bytes) as the URL parser sees it:
+ * no leading or trailing C0 control or space, no tab or line break, '\\'
+ * as '/'. Returns the length, or -1 when it does not fit or a control byte
+ * is left inside.
+ */
+static ssize_t location_clean(const char *value, size_t len, char *out, size_t cap)
+{
+	size_t start = 0, end = len, n = 0;
+
+	while (start < end && (unsigned char)value[start] <= 0x20)
+		start++;
+	while (end > start && (unsigned char)value[end - 1] <= 0x20)
+		end--;
+	for (size_t i = start; i < end; i++) {
+		char c = value[i];
+		if (location_ignored(c))
+			continue;
+		if ((unsigned char)c < 0x20 || c == 0x7f || n == cap)
+			return -1;
+		out[n++] = c == '\\' ? '/' : c;
+	}
+	return (ssize_t)n;
+}
+
+void http1_location_target(const char *value, size_t len, struct http1_location *out)
+{
+	char buf[HTTP1_LOCATION_BYTES_MAX];
+
+	AN_ASSERT(value != NULL || len == 0);
+	*out = (struct http1_location){ .kind = HTTP1_LOCATION_UNSAFE };
+	ssize_t n = location_clean(value, len, buf, sizeof(buf));
+	if (n < 0)
+		return;
+	size_t at = 0, end = (size_t)n;
+	uint16_t port = 443;
+	/* A scheme: ALPHA *(ALPHA / DIGIT / "+" / "-" / ".") ":". */
+	size_t s = 0;
+	while (s < end &&
+	       (isalnum((unsigned char)buf[s]) || buf[s] == '+' || buf[s] == '-' || buf[s] == '.'))
+		s++;
+	bool scheme = s > 0 && s < end && buf[s] == ':' && isalpha((unsigned char)buf[0]);
+	if (scheme) {
+		if (s == 5 && strncasecmp(buf, "https", 5) == 0)
+			port = 443;
+		else if (s == 4 && strncasecmp(buf, "http", 4) == 0)
+			port = 80;
+		else
+			return; /* another scheme: nothing to decide it by */
+		at = s + 1;
+		while (at < end && buf[at] == '/')
+			at++;
+	} else if (end - at >= 2 && buf[0] == '/' && buf[1] == '/') {
+		while (at < end && buf[at] == '/')
+			at++;
+	} else {
+		out->kind = HTTP1_LOCATION_RELATIVE;
+		return;
+	}
+	/* The authority, up to the path, query or fragment; the userinfo before its last '@'. */
+	size_t auth_end = at;
+	while (auth_end < end && buf[auth_end] != '/' && buf[auth_end] != '?' &&
+	       buf[auth_end] != '#')
+		auth_end++;
+	const char *at_sign = memrchr(buf + at, '@', auth_end - at);
+	size_t host_at = at_sign != NULL ? (size_t)(at_sign - buf) + 1 : at;
+	size_t host_end = auth_end;
+	const char *colon = memrchr(buf + host_at, ':', host_end - host_at);
+	if (colon != NULL && memchr(colon, ']', (size_t)(buf + host_end - colon)) == NULL) {
+		uint32_t p = 0;
+		size_t digits = 0;
+		for (const char *d = colon + 1; d < buf + host_end; d++, digits++) {
+			if (!isdigit((unsigned char)*d) || digits == 5)
+				return;
+			p = p * 10 + (uint32_t)(*d - '0');
+		}
+		if (digits > 0) {
+			if (p == 0 || p > 65535)
+				return;
+			port = (uint16_t)p;
+		}
+		host_end = (size_t)(colon - buf);
+	}
+	if (host_end - host_at >= 2 && buf[host_at] == '[' && buf[host_end - 1] == ']') {
+		host_at++;
+		host_end--;
+	}
+	if (host_end == host_at || memchr(buf + host_at, '%', host_end - host_at) != NULL)
+		return; /* no host, or one percent-decoding could turn into another */
+	/* The host is a view into <value>: the cleaning kept its bytes, maybe at other offsets. */
+	const char *found = memmem(value, len, buf + host_at, host_end - host_at);
+	if (found == NULL)
+		return; /* tabs or line breaks inside the host: nothing to view */
+	out->kind = HTTP1_LOCATION_ABSOLUTE;
+	out->host = found;
+	out->host_len = host_end - host_at;
+	out->port = port;
 }
 
 bool http1_proxy_field(const char *name, size_t name_len)

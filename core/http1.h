@@ -215,6 +215,37 @@ ssize_t http1_out_end(struct http1_out *o);
  */
 ssize_t http1_write_origin_head(const struct http1_request *req, char *out, size_t cap);
 
+/* A Location value longer than this is not read (UNSAFE): a request line's bound. */
+#define HTTP1_LOCATION_BYTES_MAX LIMITS_REQUEST_LINE_BYTES_MAX
+
+/* Where a Location field sends the client (http1_location_target). */
+enum http1_location_kind {
+	HTTP1_LOCATION_RELATIVE = 0, /* a path on the same host: "/x", "x", "?q", "#f" */
+	HTTP1_LOCATION_ABSOLUTE,     /* another authority: host and port below */
+	HTTP1_LOCATION_UNSAFE,       /* one no check can place: another scheme, a bad port, ... */
+};
+
+struct http1_location {
+	enum http1_location_kind kind;
+	const char *host; /* ABSOLUTE: a view into the value, brackets of an IPv6 literal removed */
+	size_t host_len;
+	uint16_t port; /* ABSOLUTE: the explicit port, or the scheme's (80, 443; 443 with none) */
+};
+
+/*
+ * Reads a Location value as HTTP clients and browsers do (the WHATWG URL
+ * parser's rules for http and https), relative to an https request: leading
+ * and trailing spaces and control bytes ignored, tabs and line breaks
+ * anywhere ignored, a backslash read as a slash, "//host" (no scheme) and
+ * "http:" or "https:" followed by any number of slashes (none included) an
+ * authority, whose userinfo (up to the last '@') is skipped. A value the rules
+ * above cannot reduce to a path or to host[:port] with a port of 1..65535,
+ * another scheme, an empty host, or a byte that could hide an authority from
+ * this reading (a control byte, a percent sign before the path) is UNSAFE:
+ * the caller refuses it. Borrows <value>; writes only <out>.
+ */
+void http1_location_target(const char *value, size_t len, struct http1_location *out);
+
 /*
  * Whether field <name> is in the proxy's own namespace, X-Agent-* (ignoring
  * case): the fields of its refusals (docs/reasons.md). No upstream's, nor an

@@ -2385,6 +2385,15 @@ def inject_edges(t, ctx, path, auth):
         (b"GET /redirect?to=https%3A%2F%2F" + authority.encode() + b"%2Fecho HTTP/1.1\r\n",
          302, None),
         (b"GET /redirect?to=%2Fecho HTTP/1.1\r\n", 302, None),
+        # Protocol-relative, backslashes, no slashes, userinfo: absolute as clients read them.
+        (b"GET /redirect?to=%2F%2Fblocked.example%2Fx HTTP/1.1\r\n", 403, "redirect_denied"),
+        (b"GET /redirect?to=https%3A%2F%5Cblocked.example%2Fx HTTP/1.1\r\n", 403,
+         "redirect_denied"),
+        (b"GET /redirect?to=%5C%5Cblocked.example HTTP/1.1\r\n", 403, "redirect_denied"),
+        (b"GET /redirect?to=https%3Ablocked.example HTTP/1.1\r\n", 403, "redirect_denied"),
+        (b"GET /redirect?to=https%3A%2F%2Fapi.test%40blocked.example%2F HTTP/1.1\r\n", 403,
+         "redirect_denied"),
+        (b"GET /redirect?to=ftp%3A%2F%2Fapi.test%2F HTTP/1.1\r\n", 403, "redirect_denied"),
         (b"POST /echo HTTP/1.1\r\nContent-Length: 67108865\r\n", 413, "body_too_large"),
     ]
     before = read_text(echo_log).count("\n")

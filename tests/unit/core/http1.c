@@ -1227,6 +1227,63 @@ static void expect_resp_head(const char *in, const char *connection, const char 
 		ck_assert_int_eq(write_resp_at_guard(&r, connection, cap, &out), -EMSGSIZE);
 }
 
+static void expect_location(const char *value, enum http1_location_kind kind, const char *host,
+			    uint16_t port)
+{
+	struct http1_location to;
+
+	http1_location_target(value, strlen(value), &to);
+	ck_assert_msg(to.kind == kind, "%s: kind %d, want %d", value, to.kind, kind);
+	if (kind != HTTP1_LOCATION_ABSOLUTE)
+		return;
+	ck_assert_msg(to.host_len == strlen(host) && memcmp(to.host, host, to.host_len) == 0,
+		      "%s: host %.*s, want %s", value, (int)to.host_len, to.host, host);
+	ck_assert_msg(to.port == port, "%s: port %u, want %u", value, to.port, port);
+}
+
+/* Location as clients read it: what looks relative to a naive check but is not, is not. */
+START_TEST(test_location_target)
+{
+	expect_location("/next", HTTP1_LOCATION_RELATIVE, NULL, 0);
+	expect_location("next?a=//evil.test", HTTP1_LOCATION_RELATIVE, NULL, 0);
+	expect_location("?q=1", HTTP1_LOCATION_RELATIVE, NULL, 0);
+	expect_location("#frag", HTTP1_LOCATION_RELATIVE, NULL, 0);
+	expect_location("", HTTP1_LOCATION_RELATIVE, NULL, 0);
+	expect_location("https://api.test/x", HTTP1_LOCATION_ABSOLUTE, "api.test", 443);
+	expect_location("HTTP://api.test:8080", HTTP1_LOCATION_ABSOLUTE, "api.test", 8080);
+	expect_location("http://api.test/", HTTP1_LOCATION_ABSOLUTE, "api.test", 80);
+	/* Protocol-relative, backslashes, slashes in any number, tabs and line breaks. */
+	expect_location("//evil.test/x", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	expect_location("/\\evil.test/x", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	expect_location("\\\\evil.test", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	expect_location("https:/\\evil.test/", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	expect_location("https:evil.test", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	expect_location("https:////evil.test", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	expect_location("  //evil.test  ", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	expect_location("/\t/evil.test", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	expect_location("ht\ntps://evil.test", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	/* Userinfo is not the host; IPv6 literals lose their brackets. */
+	expect_location("https://api.test@evil.test/", HTTP1_LOCATION_ABSOLUTE, "evil.test", 443);
+	expect_location("https://a@b@evil.test:444/", HTTP1_LOCATION_ABSOLUTE, "evil.test", 444);
+	expect_location("https://[::1]:8443/", HTTP1_LOCATION_ABSOLUTE, "::1", 8443);
+	expect_location("https://[::1]/", HTTP1_LOCATION_ABSOLUTE, "::1", 443);
+	/* What no reading can place: refused by the caller. */
+	expect_location("ftp://evil.test/", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("javascript:alert(1)", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("evil.test:443/x", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("https://evil.test:99999/", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("https://evil.test:0/", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("https://evil.test:1x/", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("https://evil%2etest/", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("https:///", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("https://api.test@/", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("/x\x01y", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	expect_location("https://ev\til.test/", HTTP1_LOCATION_UNSAFE, NULL, 0);
+	/* An empty port is the scheme's, as clients read it. */
+	expect_location("https://api.test:/", HTTP1_LOCATION_ABSOLUTE, "api.test", 443);
+}
+END_TEST
+
 START_TEST(test_response_head_strips)
 {
 	const char *in = "HTTP/1.0 200 OK\r\n"
@@ -1621,6 +1678,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_response_hop_by_hop_names);
 	tcase_add_test(tc, test_response_hop_by_hop_connection);
 	tcase_add_test(tc, test_response_head_strips);
+	tcase_add_test(tc, test_location_target);
 	tcase_add_test(tc, test_response_head_forms);
 	tcase_add_test(tc, test_response_head_status);
 	tcase_add_test(tc, test_response_head_limits);
