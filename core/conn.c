@@ -3161,6 +3161,7 @@ static void inject_request(struct conn *c, const struct http1_request *req, size
 	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
 	c->resp_head_done = false;
 	c->resp_done = false;
+	c->resp_started = false;
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
 	c->keep_alive = req->keep_alive;
 	c->inject_phase = INJ_REQUEST;
@@ -3384,20 +3385,37 @@ static uint32_t inject_relay_limit(struct conn *c)
 	return c->resp_scan;
 }
 
+/*
+ * Writes what of the response may go to the agent now (inject_relay_limit).
+ * TERM_OK with *<wrote> false when nothing is due; else the write's status.
+ */
+static enum term_status inject_relay_write(struct conn *c, bool *wrote)
+{
+	uint32_t limit = inject_relay_limit(c);
+	size_t n = 0;
+
+	*wrote = false;
+	if (c->resp_off >= limit)
+		return TERM_OK;
+	*wrote = true;
+	enum term_status st =
+	    conn_term(c)->write(c->tls, c->resp + c->resp_off, limit - c->resp_off, &n);
+	c->resp_off += (uint32_t)n;
+	c->bytes_down += n;
+	c->resp_started |= n > 0;
+	return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
+}
+
 /* The upstream's side: reads its plaintext and relays it to the agent. */
 static enum term_status inject_upstream_side(struct conn *c)
 {
 	const struct term_ops *t = conn_term(c);
-	uint32_t limit = inject_relay_limit(c);
 	size_t n = 0;
+	bool wrote = false;
 
-	if (c->resp_off < limit) {
-		enum term_status st =
-		    t->write(c->tls, c->resp + c->resp_off, limit - c->resp_off, &n);
-		c->resp_off += (uint32_t)n;
-		c->bytes_down += n;
-		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
-	}
+	enum term_status wst = inject_relay_write(c, &wrote);
+	if (wrote)
+		return wst;
 	if (c->resp_off > 0 && c->resp_off < c->resp_fill) {
 		/* What is held back moves to the front, so the buffer never fills with it. */
 		uint32_t rest = c->resp_fill - c->resp_off;
@@ -3448,10 +3466,16 @@ static void inject_upstream_end(struct conn *c, enum term_status st)
 	const struct term_ops *t = conn_term(c);
 
 	c->upstream_dead = true;
-	if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE && st == TERM_CLOSED)
-		c->resp_done = true; /* a close-delimited body ends with the upstream */
-	if (c->resp_done || c->resp_off > 0)
-		return; /* relayed, then the conn ends */
+	/* A close-delimited body ends with the upstream, with or without a close_notify
+	 * (many servers close TCP only): what came is the whole body, relayed as it came. */
+	if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE && !c->upgraded) {
+		c->resp_scan = c->resp_fill;
+		c->resp_done = true;
+	}
+	/* Once a byte of the response went to the agent, nothing else is ever written on it:
+	 * the rest due is relayed and the conn ends (inject_pump), short if the upstream was. */
+	if (c->resp_done || c->resp_started)
+		return;
 	bool tls = st == TERM_ERROR && strstr(t->error(c->utls), "verify") != NULL;
 	c->upstream_refusal =
 	    (uint8_t)(tls ? REASON_UPSTREAM_TLS_FAILED : REASON_UPSTREAM_BAD_RESPONSE);
@@ -3477,13 +3501,24 @@ static void inject_pump(struct conn *c)
 			term_end(c, a);
 			break;
 		}
-		enum term_status u = c->upstream_dead ? TERM_WANT_READ : inject_upstream_side(c);
-		if (u == TERM_CLOSED || u == TERM_ERROR)
+		bool wrote = false;
+		bool dead = c->upstream_dead; /* as it was before this turn's upstream step */
+		/* The upstream gone, what it sent is still relayed (never more: a tail that
+		 * could begin the secret waits for an end that will not come). */
+		enum term_status u = dead ? inject_relay_write(c, &wrote) : inject_upstream_side(c);
+		if (dead && !wrote)
+			u = TERM_WANT_READ;
+		if (!dead && (u == TERM_CLOSED || u == TERM_ERROR))
 			inject_upstream_end(c, u);
+		else if (dead && (u == TERM_CLOSED || u == TERM_ERROR))
+			break;
 		else if (a != TERM_OK && u != TERM_OK)
 			break;
 	}
-	if (c->upstream_dead && c->resp_done && c->resp_off == c->resp_scan && !c->term_closing &&
+	/* A response relayed whole, or cut short by its upstream after it began: the end. */
+	bool all_out =
+	    c->resp_off == c->resp_scan || (!c->resp_done && c->resp_off >= inject_relay_limit(c));
+	if (c->upstream_dead && (c->resp_done || c->resp_started) && all_out && !c->term_closing &&
 	    c->state == ST_TERM)
 		term_end(c, TERM_CLOSED);
 	term_flush(c);

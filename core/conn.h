@@ -156,6 +156,7 @@ struct conn {
 	bool req_done;
 	bool resp_done;
 	bool resp_head_done;
+	bool resp_started; /* inject: a byte of this response went to the agent */
 	bool keep_alive;
 	bool head_method;
 	bool reused_upstream; /* this request went to a kept-alive upstream */

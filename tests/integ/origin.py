@@ -7,6 +7,9 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /small.json   small.json, application/json
     GET  /chunked      chunked.bin, sent with Transfer-Encoding: chunked
     GET  /sse          text/event-stream, chunked: SSE_EVENTS events SSE_GAP_S apart
+    GET  /sse-close    the same events, HTTP/1.1 with Connection: close and no length: the
+                       body ends when the origin closes (TCP only, no TLS close_notify)
+    GET  /cut          Content-Length: 1000, then 10 bytes, then the connection closed
     GET  /redirect?to=URL   302 to URL (percent-decoded)
     GET  /ws           with Upgrade: websocket: 101, then an echo of every byte
     *    /echo         JSON: method, path, request headers (names lower case),
@@ -42,6 +45,7 @@ import http.server
 import json
 import os
 import signal
+import socket
 import socketserver
 import ssl
 import sys
@@ -162,6 +166,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
+
+    def send_events_close(self):
+        """The events of send_events as a close-delimited body, as many model servers send
+        them: no length, no chunking, the end is the close (the socket shut without a TLS
+        close_notify)."""
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Connection: close\r\n\r\n")
+        self.wfile.flush()
+        for i in range(SSE_EVENTS):
+            if i:
+                time.sleep(SSE_GAP_S)
+            self.wfile.write(b"data: event %d\n\n" % i)
+            self.wfile.flush()
+        self.answered = 200
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
+
+    def send_cut(self):
+        """A response that promises 1000 bytes and stops after 10: the connection closes."""
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                         b"Content-Length: 1000\r\n\r\n0123456789")
+        self.wfile.flush()
+        self.answered = 200
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
 
     def send_hop_by_hop(self):
         """An HTTP/1.0 answer, kept alive, full of hop-by-hop fields a proxy must drop:
@@ -322,6 +351,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_chunked()
         elif path == "/sse" and self.command == "GET":
             self.send_events()
+        elif path == "/sse-close" and self.command == "GET":
+            self.send_events_close()
+        elif path == "/cut" and self.command == "GET":
+            self.send_cut()
         elif path == "/redirect" and self.command == "GET":
             self.send_response(302)
             self.send_header("Location", urllib.parse.unquote(self.path.split("to=", 1)[-1]))

@@ -2334,6 +2334,29 @@ def inject_exchanges(t, ctx, path):
     if status != 200 or len(stamps) != 3 or min(gaps or [0]) < 0.25:
         errs.append("SSE: status %d, %d chunks, gaps %r; want 3 chunks about 0.4 s apart"
                     % (status, len(stamps), gaps))
+    # A close-delimited stream (HTTP/1.1, Connection: close, no length, the origin closing
+    # without a TLS close_notify): every byte as sent, then the end, nothing after it.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    ts.sendall(b"GET /sse-close HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    got = read_until_close(ts)
+    ts.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    want = b"".join(b"data: event %d\n\n" % i for i in range(3))
+    if not head.startswith(b"HTTP/1.1 200 ") or body != want:
+        errs.append("a close-delimited stream: head %r, body %r; want 200 and exactly %r" % (
+            head[:60], body[-200:], want))
+    seen += body
+    # An upstream that stops mid-body (10 of 1000 bytes): the agent gets the head and the
+    # 10 bytes, then the end: a visibly short message, and no answer of the proxy after it.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    ts.sendall(b"GET /cut HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    got = read_until_close(ts)
+    ts.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200 ") or b"content-length: 1000" not in head.lower() \
+            or body != b"0123456789":
+        errs.append("a response cut short: head %r, body %r; want 200, Content-Length 1000 "
+                    "and only the 10 bytes sent" % (head[:80], body[-200:]))
     # An upstream that does not verify: 502, and the origin got nothing.
     before = read_text(echo_log).count("\n")
     ts = tls_tunnel(t, ctx, path, "untrusted.test:%d" % port)
@@ -2372,6 +2395,22 @@ def inject_upgrade_refused(t, ctx, path):
     if status != 200:
         errs.append("a plain request under upgrades: false: %d, want 200" % status)
     return errs
+
+
+def read_until_close(sock, timeout=15):
+    """Every byte <sock> gives until the peer ends it (close, or a TLS end without
+    close_notify), within <timeout> seconds."""
+    sock.settimeout(timeout)
+    data = b""
+    while True:
+        try:
+            got = sock.recv(65536)
+        except (ssl.SSLError, ConnectionError):
+            break
+        if not got:
+            break
+        data += got
+    return data
 
 
 def inject_edges(t, ctx, path, auth):
