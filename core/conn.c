@@ -903,7 +903,9 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		term_ciphertext(c, bid, len); /* takes the buffer */
 		return;
 	}
+	/* Kept up to one head's worth past the answered one, as a receive in ST_HEAD would. */
 	if (c->state == ST_RESPOND && c->fake_keep &&
+	    c->head_fill + len <= c->head_len + LIMITS_HEAD_BYTES_MAX &&
 	    c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES) {
 		/* The next request, sent while a fake answer goes out: kept for it. */
 		memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
@@ -1635,6 +1637,12 @@ static void ingress_decide(struct conn *c, const struct http1_request *req)
 		return;
 	}
 	c->ingress_upgrade = ingress_is_upgrade(req);
+	/* An upgrade carries no body: after the 101 the client's bytes are the new protocol's,
+	 * and a body still coming would meet the tunnel's relay on the same socket. */
+	if (c->ingress_upgrade && req->body != HTTP1_BODY_NONE) {
+		respond(c, REASON_BAD_REQUEST);
+		return;
+	}
 	c->keep_alive = req->keep_alive;
 	c->client_http10 = req->version_minor == 0;
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
@@ -1739,10 +1747,16 @@ static ssize_t ingress_head(struct conn *c, const struct http1_request *req)
  */
 static void ingress_upgraded(struct conn *c)
 {
+	uint32_t up_ops = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
+			  op_bit(dir_op(DIR_UP, ROP_POLL)) | op_bit(dir_op(DIR_UP, ROP_SPLICE_IN)) |
+			  op_bit(dir_op(DIR_UP, ROP_SPLICE_OUT));
+
 	AN_ASSERT(c->ingress && c->ingress_upgrade);
 	AN_ASSERT(c->resp != NULL && c->resp_fill > 0);
-	if (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))) {
-		conn_close(c); /* answered before the request was out: not a peer to trust */
+	if (c->ops & up_ops) {
+		/* Answered before the request was out, or while the client's side still moves:
+		 * not a peer to trust, and the tunnel cannot take that side over. */
+		conn_close(c);
 		return;
 	}
 	audit_decision(c, true, 101);
@@ -2833,12 +2847,16 @@ static void term_start(struct conn *c)
 		respond(c, REASON_OVERLOADED);
 		return;
 	}
-	audit_decision(c, true, 200);
-	c->state = ST_TERM;
-	/* Whatever followed the CONNECT head is the start of the ClientHello. */
+	/* Whatever followed the CONNECT head is the start of the ClientHello: the session
+	 * takes one head's worth; more, sent before the 200, is no client's handshake. */
 	uint32_t early = c->head_fill - c->head_len;
 	ssize_t fed = early > 0 ? t->feed(c->tls, c->head + c->head_len, early) : 0;
-	AN_ASSERT(fed == (ssize_t)early); /* a head buffer is smaller than the session's */
+	if (fed != (ssize_t)early) {
+		respond(c, REASON_BAD_REQUEST);
+		return;
+	}
+	audit_decision(c, true, 200);
+	c->state = ST_TERM;
 	/* What came while the upstream was connected (inject) stays in the early
 	 * FIFO: the first pump feeds it, in order, after this. */
 	c->head_fill = 0;

@@ -1201,6 +1201,14 @@ class Tests(Pass):
                  % (p("/smuggle-fold"), host)),
                 ("space before the colon", "GET %s HTTP/1.1\r\nHost: %s\r\n"
                  "Transfer-Encoding : chunked\r\n\r\n" % (p("/smuggle-space"), host)),
+                # An upgrade with a body still coming: its bytes would meet the tunnel's
+                # relay once the agent answered 101 (it aborted the daemon).
+                ("an upgrade with a Content-Length body", "GET %s HTTP/1.1\r\nHost: %s\r\n"
+                 "Connection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 1000\r\n\r\n"
+                 % (p("/ws"), host)),
+                ("an upgrade with a chunked body", "GET %s HTTP/1.1\r\nHost: %s\r\n"
+                 "Connection: Upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked"
+                 "\r\n\r\n" % (p("/ws"), host)),
             ]
             errs = []
             before_a, before_b = len(self.seen("a")), len(self.seen("b"))
@@ -1223,8 +1231,9 @@ class Tests(Pass):
             return errs
 
         self.timed("smuggling shapes (CL+TE, TE+CL with a request for B inside, duplicate or "
-                   "listed CL, TE gzip, TE on 1.0, bare LF, obs-fold): 400 bad_request, no "
-                   "agent saw them; a plain chunked body goes through", smuggling)
+                   "listed CL, TE gzip, TE on 1.0, bare LF, obs-fold, an upgrade with a body): "
+                   "400 bad_request, no agent saw them; a plain chunked body goes through",
+                   smuggling)
 
     def t_head_limits(self):
         def timeout():

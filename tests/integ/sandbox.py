@@ -1715,6 +1715,7 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                                 % ready)
                 ts = tls_tunnel(self, ctx, path, "primed.test:443")
                 ts.close()
+                errs += fake_pipelined_flood(path)
                 # A passthrough host beside it still shows its own certificate.
                 ts = tls_tunnel(self, ctx, path, "origin.test:%d" % self.vars["https_port"])
                 with open(os.path.join(self.vars["tmp"], "leaf.pem"), encoding="ascii") as f:
@@ -2394,6 +2395,44 @@ def inject_upgrade_refused(t, ctx, path):
     ts.close()
     if status != 200:
         errs.append("a plain request under upgrades: false: %d, want 200" % status)
+    return errs
+
+
+def fake_pipelined_flood(path):
+    """Fake plain-HTTP requests, then a CONNECT to a fake host and 30,000 bytes, all in one
+    write (what aborted the daemon: the bytes kept for the next request outgrew what a TLS
+    session takes): answered or refused, never the daemon's end; the next request on a new
+    connection is answered."""
+    errs = []
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(15)
+    try:
+        s.connect(path)
+        # Many requests first, so all of it has arrived by the time the CONNECT is read.
+        s.sendall(b"GET http://fake.test/hello HTTP/1.1\r\nHost: fake.test\r\n\r\n" * 200 +
+                  b"CONNECT fake.test:443 HTTP/1.1\r\nHost: fake.test:443\r\n\r\n" +
+                  b"A" * 30000)
+        got = read_until_close(s)
+    except OSError as e:
+        got = b"(%r)" % e
+    finally:
+        s.close()
+    if not got.startswith(b"HTTP/1.1 200 "):
+        errs.append("a fake request followed by a CONNECT and 30,000 bytes: %r, want the fake "
+                    "answer first" % got[:120])
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(15)
+    try:
+        s.connect(path)
+        s.sendall(b"GET http://fake.test/hello HTTP/1.1\r\nHost: fake.test\r\n"
+                  b"Connection: close\r\n\r\n")
+        after = read_until_close(s)
+    except OSError as e:
+        after = b"(%r)" % e
+    finally:
+        s.close()
+    if not after.startswith(b"HTTP/1.1 200 "):
+        errs.append("the request after it: %r, want 200 (the daemon still serves)" % after[:120])
     return errs
 
 
