@@ -1470,6 +1470,12 @@ static void on_connect(struct conn *c, int res)
 		c->connect_err = res == -ECANCELED ? -ETIMEDOUT : res;
 		close_slot(c, &c->ufd);
 		c->addr_next++;
+		/* The linked timeout's own completion may come later (after the next
+		 * address's socket, even): that attempt arms its timeout only once it has. */
+		if (c->ops & op_bit(OP_CONNECT_TIMEOUT)) {
+			c->connect_retry = true;
+			return;
+		}
 		connect_next(c);
 		return;
 	}
@@ -4008,6 +4014,10 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 		on_connect(c, res);
 		break;
 	case OP_CONNECT_TIMEOUT:
+		if (c->connect_retry && c->state == ST_CONNECT) {
+			c->connect_retry = false;
+			connect_next(c);
+		}
 		break;
 	case OP_NODELAY_U:
 	case OP_NODELAY_C:

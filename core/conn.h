@@ -121,16 +121,17 @@ struct conn {
 	const struct verdict_inject *inject; /* borrowed from the snapshot */
 	uint8_t inject_phase;                /* enum inject_phase (core/conn.c) */
 	bool upstream_dead;                  /* its TLS failed or it closed: no more requests */
-	uint8_t upstream_refusal;            /* then the answer to the next request (enum reason) */
-	uint32_t resp_off;                   /* response bytes relayed to the agent */
-	uint32_t resp_scan;                  /* response bytes whose framing is accounted for */
-	bool upgraded;                       /* a 101: both ways are raw bytes from now on */
-	bool resp_refused;                   /* the response is a redirect the policy refuses */
-	uint64_t term_req_bytes;             /* this request's body bytes sent upstream */
-	uint64_t term_resp_bytes;            /* this response's bytes relayed to the agent */
-	const char *rule;                    /* borrowed from the policy snapshot */
-	const char *instruction;             /* borrowed from the policy snapshot */
-	const char *upstream_local;          /* TIER_LOCAL: "host:port" to relay to, borrowed */
+	bool connect_retry; /* the next address waits for the failed one's timeout to complete */
+	uint8_t upstream_refusal;   /* then the answer to the next request (enum reason) */
+	uint32_t resp_off;          /* response bytes relayed to the agent */
+	uint32_t resp_scan;         /* response bytes whose framing is accounted for */
+	bool upgraded;              /* a 101: both ways are raw bytes from now on */
+	bool resp_refused;          /* the response is a redirect the policy refuses */
+	uint64_t term_req_bytes;    /* this request's body bytes sent upstream */
+	uint64_t term_resp_bytes;   /* this response's bytes relayed to the agent */
+	const char *rule;           /* borrowed from the policy snapshot */
+	const char *instruction;    /* borrowed from the policy snapshot */
+	const char *upstream_local; /* TIER_LOCAL: "host:port" to relay to, borrowed */
 	uint64_t decision_id;
 	uint32_t requests;
 	uint32_t retry_after_s; /* the refusal's Retry-After, 0: the reason's default */
