@@ -3316,17 +3316,17 @@ static void inject_frame(struct conn *c)
 		if (!c->resp_head_done) {
 			struct http1_response r;
 			ssize_t n = http1_parse_response(p, avail, &r);
+			if (n == -EAGAIN)
+				return;
 			if (n < 0) {
-				c->resp_done = n != -EAGAIN; /* malformed: relayed, then the end */
-				c->resp_keep_alive = false;
-				if (n != -EAGAIN)
-					c->resp_scan = c->resp_fill;
+				/* Malformed: never relayed as it is (its fields were not checked). */
+				c->resp_refusal = (uint8_t)REASON_UPSTREAM_BAD_RESPONSE;
 				return;
 			}
 			c->status = r.status;
 			c->resp_keep_alive = r.keep_alive;
 			if (r.status >= 300 && r.status < 400 && inject_redirect_denied(c, &r)) {
-				c->resp_refused = true;
+				c->resp_refusal = (uint8_t)REASON_REDIRECT_DENIED;
 				return;
 			}
 			c->resp_body = (uint8_t)http1_response_body(&r, c->head_method);
@@ -3341,6 +3341,12 @@ static void inject_frame(struct conn *c)
 			}
 			bool keep =
 			    c->keep_alive && r.keep_alive && c->resp_body != HTTP1_BODY_CLOSE;
+			/* One read is framed at a time with room for one head's growth: heads
+			 * after it (interim ones piled into one read) must fit as well. */
+			if (c->resp_fill + WORKER_HEAD_REWRITE_BYTES > WORKER_HEAD_BUFFER_BYTES) {
+				c->resp_refusal = (uint8_t)REASON_UPSTREAM_BAD_RESPONSE;
+				return;
+			}
 			c->resp_scan += resp_head_rewrite(c, &r, c->resp_scan, (uint32_t)n, keep);
 			c->resp_left = r.content_length;
 			memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
@@ -3426,7 +3432,7 @@ static enum term_status inject_relay_write(struct conn *c, bool *wrote)
 	    conn_term(c)->write(c->tls, c->resp + c->resp_off, limit - c->resp_off, &n);
 	c->resp_off += (uint32_t)n;
 	c->bytes_down += n;
-	c->resp_started |= n > 0;
+	c->resp_started |= n > 0 && c->resp_head_done; /* interim heads start nothing */
 	return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
 }
 
@@ -3467,14 +3473,19 @@ static enum term_status inject_upstream_side(struct conn *c)
 	c->resp_fill += (uint32_t)n;
 	c->term_resp_bytes += n;
 	inject_frame(c);
-	if (c->resp_refused) {
-		/* Nothing of it was relayed: the agent gets the refusal instead. */
-		c->resp_refused = false;
+	if (c->resp_refusal != REASON_NONE) {
+		enum reason why = (enum reason)c->resp_refusal;
+		c->resp_refusal = REASON_NONE;
 		c->resp_fill = c->resp_off = c->resp_scan = 0;
-		c->upstream_dead = true;
+		c->upstream_dead = true; /* never reused after a response it got wrong */
 		c->inject_phase = INJ_IDLE;
 		c->out_len = 0;
-		term_refuse(c, REASON_REDIRECT_DENIED);
+		if (!c->resp_started) {
+			term_refuse(c, why); /* nothing of it was relayed: the refusal instead */
+		} else {
+			c->reason = (uint8_t)why; /* in its close record; nothing more is written */
+			term_end(c, TERM_CLOSED);
+		}
 	} else if (c->term_resp_bytes > LIMITS_TERM_RESPONSE_BYTES_MAX) {
 		c->reason = REASON_RESPONSE_TRUNCATED;
 		audit_decision(c, false, reason_status(REASON_RESPONSE_TRUNCATED));

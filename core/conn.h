@@ -122,12 +122,12 @@ struct conn {
 	uint8_t inject_phase;                /* enum inject_phase (core/conn.c) */
 	bool upstream_dead;                  /* its TLS failed or it closed: no more requests */
 	bool connect_retry; /* the next address waits for the failed one's timeout to complete */
-	uint8_t upstream_refusal;   /* then the answer to the next request (enum reason) */
-	uint32_t resp_off;          /* response bytes relayed to the agent */
-	uint32_t resp_scan;         /* response bytes whose framing is accounted for */
-	bool upgraded;              /* a 101: both ways are raw bytes from now on */
-	bool resp_refused;          /* the response is a redirect the policy refuses */
-	uint64_t term_req_bytes;    /* this request's body bytes sent upstream */
+	uint8_t upstream_refusal; /* then the answer to the next request (enum reason) */
+	uint32_t resp_off;        /* response bytes relayed to the agent */
+	uint32_t resp_scan;       /* response bytes whose framing is accounted for */
+	bool upgraded;            /* a 101: both ways are raw bytes from now on */
+	uint8_t resp_refusal;    /* enum reason: the response is refused (a redirect, a bad head) */
+	uint64_t term_req_bytes; /* this request's body bytes sent upstream */
 	uint64_t term_resp_bytes;   /* this response's bytes relayed to the agent */
 	const char *rule;           /* borrowed from the policy snapshot */
 	const char *instruction;    /* borrowed from the policy snapshot */
@@ -157,7 +157,7 @@ struct conn {
 	bool req_done;
 	bool resp_done;
 	bool resp_head_done;
-	bool resp_started; /* inject: a byte of this response went to the agent */
+	bool resp_started; /* inject: a byte of this final response went to the agent */
 	bool keep_alive;
 	bool head_method;
 	bool reused_upstream; /* this request went to a kept-alive upstream */

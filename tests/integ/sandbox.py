@@ -2358,6 +2358,16 @@ def inject_exchanges(t, ctx, path):
             or body != b"0123456789":
         errs.append("a response cut short: head %r, body %r; want 200, Content-Length 1000 "
                     "and only the 10 bytes sent" % (head[:80], body[-200:]))
+    # A response head framed wrong (Content-Length and Transfer-Encoding), carrying an
+    # X-Agent-Instruction: 502 upstream_bad_response, none of its bytes at the agent.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    ts.sendall(b"GET /bad-framing HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    got = read_until_close(ts)
+    ts.close()
+    if not got.startswith(b"HTTP/1.1 502 ") or b"upstream_bad_response" not in got or \
+            b"evil.test" in got:
+        errs.append("a response framed wrong: %r, want 502 upstream_bad_response and nothing "
+                    "of it" % got[:200])
     # An upstream that does not verify: 502, and the origin got nothing.
     before = read_text(echo_log).count("\n")
     ts = tls_tunnel(t, ctx, path, "untrusted.test:%d" % port)
