@@ -29,6 +29,9 @@
 #include "core/compat.h"
 #include "core/pool.h"
 
+/* Submits of a full queue retried when the kernel refuses for a moment (ring_sqe). */
+#define RING_SUBMIT_TRIES 1000u
+
 static bool probe_setsockopt(struct io_uring *ring)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -178,7 +181,18 @@ struct io_uring_sqe *ring_sqe(struct ring *r)
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->uring);
 
 	if (AN_UNLIKELY(sqe == NULL)) {
+		/* The queue filled inside a turn (a burst of closes): submit what is in it.
+		 * The kernel may refuse for a moment (-EAGAIN: no memory for requests;
+		 * -EBUSY: completions it could not post yet; -EINTR): try again, a
+		 * millisecond apart, before calling it our bug. */
 		int ret = io_uring_submit(&r->uring);
+		for (unsigned tries = 0; tries < RING_SUBMIT_TRIES && ret < 0 &&
+					 (ret == -EAGAIN || ret == -EBUSY || ret == -EINTR);
+		     tries++) {
+			if (ret != -EINTR)
+				usleep(1000);
+			ret = io_uring_submit(&r->uring);
+		}
 		AN_ASSERT(ret >= 0);
 		r->sq_unsent = 0;
 		sqe = io_uring_get_sqe(&r->uring);
