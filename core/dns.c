@@ -89,7 +89,7 @@ static void sock_state_cb(void *data, ares_socket_t fd, int readable, int writab
 	if (s == NULL) {
 		s = slot_free(d);
 		if (AN_NEVER(s == NULL))
-			return; /* c-ares keeps few sockets; the lookup will time out */
+			return; /* more than two a server: the lookup times out (counted) */
 		s->fd = fd;
 		s->armed = 0;
 	}

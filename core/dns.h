@@ -14,7 +14,9 @@
 
 #include "core/ring.h"
 
-#define DNS_SOCKETS_MAX 16u
+/* Sockets c-ares may hold at once: a UDP and a TCP one for each of the 16 servers a
+ * policy may name (POLICY_DNS_SERVERS_MAX), so no lookup is ever left without one. */
+#define DNS_SOCKETS_MAX 32u
 #define DNS_ADDRS_MAX   8u
 #define DNS_OP_POLL     0xf0u /* user_data op of a resolver socket poll */
 
