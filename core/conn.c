@@ -3152,9 +3152,13 @@ static void inject_request(struct conn *c, const struct http1_request *req, size
 		const struct http1_header *h = &req->headers[i];
 		if (upgrade && http1_name_is(h->name, h->name_len, "upgrade"))
 			drop[i] = false;
+		/* The masker reads the response as sent: no compression is asked for. */
+		if (http1_name_is(h->name, h->name_len, "accept-encoding"))
+			drop[i] = true;
 		if (!drop[i])
 			swapped |= inject_field(in, h, &o);
 	}
+	http1_out_field(&o, "Accept-Encoding", 15, "identity", 8);
 	if (upgrade)
 		http1_out_field(&o, "Connection", 10, "upgrade", 7);
 	ssize_t head_out = http1_out_end(&o);

@@ -2274,7 +2274,8 @@ def inject_exchanges(t, ctx, path):
     ts.sendall(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n" + auth +
                b"Proxy-Authorization: Basic YWdlbnQ6cHJveHk=\r\nConnection: keep-alive, "
                b"X-Hop-Named\r\nX-Hop-Named: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n"
-               b"Proxy-Connection: keep-alive\r\nX-Kept: 1\r\n\r\n")
+               b"Proxy-Connection: keep-alive\r\nX-Kept: 1\r\n"
+               b"Accept-Encoding: gzip, br\r\n\r\n")
     status, headers, _ = read_response(f)
     body = f.read(int(headers.get("content-length", "0")))
     seen += body
@@ -2282,9 +2283,12 @@ def inject_exchanges(t, ctx, path):
     got = json.loads(body).get("headers", {}) if status == 200 else {}
     hop = sorted(set(got) & {"proxy-authorization", "connection", "x-hop-named", "keep-alive",
                              "te", "proxy-connection"})
-    if status != 200 or hop or got.get("x-kept") != "1":
-        errs.append("the request after the repeated ones: %d, the origin saw %r; want 200, "
-                    "X-Kept and none of %r" % (status, sorted(got), hop))
+    if status != 200 or hop or got.get("x-kept") != "1" or \
+            got.get("accept-encoding") != "identity":
+        errs.append("the request after the repeated ones: %d, the origin saw %r (Accept-Encoding "
+                    "%r); want 200, X-Kept, Accept-Encoding identity (the masker reads what "
+                    "comes back) and none of %r" % (status, sorted(got),
+                                                    got.get("accept-encoding"), hop))
     received += 1
     # The origin's HTTP/1.0 answer arrives as HTTP/1.1, its hop-by-hop fields gone, and
     # the connection (kept alive by the origin) serves the next request.
