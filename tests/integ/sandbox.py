@@ -2418,36 +2418,33 @@ def fake_pipelined_flood(path):
     session takes): answered or refused, never the daemon's end; the next request on a new
     connection is answered."""
     errs = []
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(15)
-    try:
-        s.connect(path)
-        # Many requests first, so all of it has arrived by the time the CONNECT is read.
-        s.sendall(b"GET http://fake.test/hello HTTP/1.1\r\nHost: fake.test\r\n\r\n" * 200 +
-                  b"CONNECT fake.test:443 HTTP/1.1\r\nHost: fake.test:443\r\n\r\n" +
-                  b"A" * 30000)
-        got = read_until_close(s)
-    except OSError as e:
-        got = b"(%r)" % e
-    finally:
-        s.close()
+    # Many requests first, so all of it has arrived by the time the CONNECT is read.
+    got = unix_exchange(path, b"GET http://fake.test/hello HTTP/1.1\r\nHost: fake.test\r\n\r\n"
+                        * 200 + b"CONNECT fake.test:443 HTTP/1.1\r\nHost: fake.test:443\r\n\r\n" +
+                        b"A" * 30000)
     if not got.startswith(b"HTTP/1.1 200 "):
         errs.append("a fake request followed by a CONNECT and 30,000 bytes: %r, want the fake "
                     "answer first" % got[:120])
+    after = unix_exchange(path, b"GET http://fake.test/hello HTTP/1.1\r\nHost: fake.test\r\n"
+                          b"Connection: close\r\n\r\n")
+    if not after.startswith(b"HTTP/1.1 200 "):
+        errs.append("the request after it: %r, want 200 (the daemon still serves)" % after[:120])
+    return errs
+
+
+def unix_exchange(path, data):
+    """Sends <data> on a new connection to the Unix socket <path>; every byte back until the
+    end (read_until_close), or the error in parentheses."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(15)
     try:
         s.connect(path)
-        s.sendall(b"GET http://fake.test/hello HTTP/1.1\r\nHost: fake.test\r\n"
-                  b"Connection: close\r\n\r\n")
-        after = read_until_close(s)
+        s.sendall(data)
+        return read_until_close(s)
     except OSError as e:
-        after = b"(%r)" % e
+        return b"(%r)" % e
     finally:
         s.close()
-    if not after.startswith(b"HTTP/1.1 200 "):
-        errs.append("the request after it: %r, want 200 (the daemon still serves)" % after[:120])
-    return errs
 
 
 def read_until_close(sock, timeout=15):

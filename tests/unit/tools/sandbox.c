@@ -520,6 +520,20 @@ static size_t socket_paths(const char **paths, char (*names)[64], size_t at, con
 	return at;
 }
 
+/* Fills <paths> from 0 with one socket in each of <n> directories "<parent>/d<i>". */
+static size_t sibling_socket_paths(const char **paths, char (*names)[64], const char *parent,
+				   size_t n)
+{
+	char dir[64];
+	size_t at = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		snprintf(dir, sizeof(dir), "%s/d%zu", parent, i);
+		at = socket_paths(paths, names, at, dir, 1);
+	}
+	return at;
+}
+
 /*
  * More host sockets left in view than the sandbox masks one by one: the
  * directories holding the most are hidden whole, never one holding what the
@@ -559,12 +573,7 @@ START_TEST(sockets_collapse_dirs)
 	 * directory at a time until SANDBOX_WW_MAX runs out.
 	 */
 	c.ww->n = 0;
-	char sib[64];
-	n = 0;
-	for (size_t i = 0; i < MANY + 300; i++) {
-		snprintf(sib, sizeof(sib), "/var/lib/att/d%zu", i);
-		n = socket_paths(paths, names, n, sib, 1);
-	}
+	n = sibling_socket_paths(paths, names, "/var/lib/att", MANY + 300);
 	n = socket_paths(paths, names, n, "/var/lib/svc", 4);
 	ck_assert_int_eq(sockets_collapse(&c, paths, n, err, sizeof(err)), 4);
 	ck_assert_uint_eq(c.ww->n, 1);
@@ -572,11 +581,7 @@ START_TEST(sockets_collapse_dirs)
 	/* The same under a directory the run keeps: hidden one level down instead. */
 	c.ww->n = 0;
 	ww_keep(c.ww, "/var/lib/att/d0/work", "the working directory");
-	n = 0;
-	for (size_t i = 0; i < MANY + 300; i++) {
-		snprintf(sib, sizeof(sib), "/var/lib/att/x/d%zu", i);
-		n = socket_paths(paths, names, n, sib, 1);
-	}
+	n = sibling_socket_paths(paths, names, "/var/lib/att/x", MANY + 300);
 	n = socket_paths(paths, names, n, "/var/lib/att/d0", 2);
 	ck_assert_int_eq(sockets_collapse(&c, paths, n, err, sizeof(err)), 2);
 	ck_assert_uint_eq(c.ww->n, 1);
