@@ -818,6 +818,28 @@ static void nobufs_wait(struct conn *c)
 /* Parses the head buffer; on a complete head, decides. */
 static void head_parse(struct conn *c);
 
+/* Whether <len> more bytes, the next request's, are kept while an answer goes out. */
+static bool head_keeps(const struct conn *c, uint32_t len)
+{
+	return c->state == ST_RESPOND && c->fake_keep && c->head != NULL &&
+	       c->head_fill <= LIMITS_HEAD_BYTES_MAX &&
+	       c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES;
+}
+
+/* Appends buffer <bid>'s <len> bytes to the head buffer and gives the buffer back. */
+static void head_append(struct conn *c, uint16_t bid, uint32_t len)
+{
+	struct ring *r = conn_ring(c);
+
+	AN_ASSERT(c->head != NULL);
+	/* The buffer always has room for one more receive past the limit. */
+	AN_ASSERT(c->head_fill <= LIMITS_HEAD_BYTES_MAX);
+	AN_ASSERT(c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES);
+	memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
+	c->head_fill += len;
+	ring_buf_return(r, bid);
+}
+
 static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 {
 	struct ring *r = conn_ring(c);
@@ -831,12 +853,7 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 				return;
 			}
 		}
-		/* The buffer always has room for one more receive past the limit. */
-		AN_ASSERT(c->head_fill <= LIMITS_HEAD_BYTES_MAX);
-		AN_ASSERT(c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES);
-		memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
-		c->head_fill += len;
-		ring_buf_return(r, bid);
+		head_append(c, bid, len);
 		head_parse(c);
 		return;
 	}
@@ -847,12 +864,9 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		term_ciphertext(c, bid, len); /* takes the buffer */
 		return;
 	}
-	if (c->state == ST_RESPOND && c->fake_keep &&
-	    c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES) {
+	if (head_keeps(c, len)) {
 		/* The next request, sent while a fake answer goes out: kept for it. */
-		memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
-		c->head_fill += len;
-		ring_buf_return(r, bid);
+		head_append(c, bid, len);
 		return;
 	}
 	if (c->state == ST_RESPOND || c->state == ST_LINGER || c->state == ST_CLOSING) {
@@ -906,6 +920,32 @@ static void head_eof(struct conn *c)
 	}
 }
 
+static_assert(IORING_CQE_BUFFER_SHIFT == 16, "CONN_CQE_F_TAKEN sits in the buffer id's bits");
+
+void conn_cqe_defer(struct conn *c, uint32_t op, int res, uint32_t *cqe_flags)
+{
+	AN_ASSERT(op < CONN_OP_COUNT);
+	AN_ASSERT((c->ops & op_bit(op)) != 0 || op == OP_CANCEL);
+	if (op != OP_HEAD_RECV || res <= 0)
+		return;
+	AN_ASSERT(*cqe_flags & IORING_CQE_F_BUFFER);
+	uint16_t bid = (uint16_t)(*cqe_flags >> IORING_CQE_BUFFER_SHIFT);
+	uint32_t len = (uint32_t)res;
+	/* Only where its handler would copy the bytes, and only before a head is
+	 * complete or while an answer goes out: its turn then parses them. */
+	bool reading =
+	    c->state == ST_HEAD && c->head_len == 0 && c->head_fill <= LIMITS_HEAD_BYTES_MAX;
+	if (reading && c->head == NULL)
+		c->head = pool_take(&c->w->heads);
+	if (!(reading && c->head != NULL) && !head_keeps(c, len))
+		return; /* waits with its buffer: handled as it came */
+	ring_buf_taken(conn_ring(c), bid);
+	c->active_ms = c->w->now_ms;
+	head_append(c, bid, len);
+	*cqe_flags = (*cqe_flags & IORING_CQE_F_MORE) | CONN_CQE_F_TAKEN;
+	AN_ASSERT((*cqe_flags & IORING_CQE_F_BUFFER) == 0);
+}
+
 static void on_head_recv(struct conn *c, int res, uint32_t cqe_flags)
 {
 	bool more = (cqe_flags & IORING_CQE_F_MORE) != 0;
@@ -913,7 +953,13 @@ static void on_head_recv(struct conn *c, int res, uint32_t cqe_flags)
 
 	if (!more)
 		c->ops &= ~op_bit(OP_HEAD_RECV);
-	if (res > 0) {
+	if (res > 0 && (cqe_flags & CONN_CQE_F_TAKEN)) {
+		/* Its bytes were taken in when it was deferred (conn_cqe_defer):
+		 * parsed now if a head is still being read, else already kept. */
+		AN_ASSERT((cqe_flags & IORING_CQE_F_BUFFER) == 0);
+		if (c->state == ST_HEAD && c->head_len == 0)
+			head_parse(c);
+	} else if (res > 0) {
 		AN_ASSERT(cqe_flags & IORING_CQE_F_BUFFER);
 		uint16_t bid = (uint16_t)(cqe_flags >> IORING_CQE_BUFFER_SHIFT);
 		ring_buf_taken(conn_ring(c), bid);

@@ -27,6 +27,16 @@
 /* SQ and CQ sizes; the CQ is larger so multishot bursts never overflow it. */
 #define LIMITS_SQ_ENTRIES 4096u
 #define LIMITS_CQ_ENTRIES 16384u
+/*
+ * Completions of one sandbox a worker handles in one loop turn (core/sched.c);
+ * the rest wait for the next turn. A turn so lasts at most this many of each
+ * busy sandbox's handlers (a few microseconds each) before its answers are
+ * submitted, and a busy sandbox still gets a batch an enter: 32 SQEs an enter
+ * already cost a fifth of one each (ENGINE-NOTES.md).
+ */
+#define LIMITS_SANDBOX_CQES_PER_TURN 32u
+/* Completions a worker holds for later turns: as many as its CQ holds. */
+#define LIMITS_DEFERRED_CQES LIMITS_CQ_ENTRIES
 
 /* Connections per worker (client side); each tunnel also uses one upstream slot. */
 #define LIMITS_CONNS_PER_WORKER_DEFAULT 32768u
@@ -109,6 +119,11 @@
 
 static_assert((LIMITS_BUFRING_ENTRIES & (LIMITS_BUFRING_ENTRIES - 1)) == 0,
 	      "buffer ring size must be a power of two");
+static_assert((LIMITS_DEFERRED_CQES & (LIMITS_DEFERRED_CQES - 1)) == 0,
+	      "the deferred completions' FIFO size must be a power of two");
+static_assert(LIMITS_DEFERRED_CQES >= 2 * LIMITS_CQES_PER_TURN,
+	      "the FIFO must take a reaped batch beside what already waits");
+static_assert(LIMITS_SANDBOX_CQES_PER_TURN >= 1, "every sandbox gets a turn");
 static_assert((LIMITS_TIMER_SLOTS & (LIMITS_TIMER_SLOTS - 1)) == 0,
 	      "timer slots must be a power of two");
 static_assert(LIMITS_FILE_SLOTS_RESERVED < LIMITS_FIXED_FILES_PER_WORKER / 2,
