@@ -1059,7 +1059,9 @@ static enum reason limits_refusal(struct conn *c, const struct verdict_limits *l
 	struct worker *w = c->w;
 	uint32_t retry = 0;
 
-	if (limits->concurrent != 0 && c->requests == 1 &&
+	/* Counted until one request passes, not only at the first: a refused
+	 * connection stays open for the next request (refusal_keeps). */
+	if (limits->concurrent != 0 && !c->admitted &&
 	    atomic_load_explicit(&sb->conns, memory_order_relaxed) > limits->concurrent) {
 		c->retry_after_s = 1;
 		return REASON_CONCURRENCY_LIMITED;
@@ -1068,7 +1070,27 @@ static enum reason limits_refusal(struct conn *c, const struct verdict_limits *l
 		c->retry_after_s = retry;
 		return REASON_RATE_LIMITED;
 	}
+	c->admitted = true;
 	return REASON_NONE;
+}
+
+/*
+ * Whether the connection of request <req>, refused <why>, stays open for the
+ * next request: a limit's 429 only (the agent is told to retry after a wait,
+ * and a flood that reconnects after each refusal costs the worker an accept,
+ * a close and an audit record more than it costs the flooder), and only
+ * where HTTP/1.1 allows it with the framing intact: a keep-alive request with
+ * no body. A CONNECT only with nothing sent after its head: bytes an agent
+ * sends before the 200 (an optimistic ClientHello) are not a request.
+ */
+static bool refusal_keeps(const struct conn *c, const struct http1_request *req, enum reason why)
+{
+	if (why != REASON_RATE_LIMITED && why != REASON_CONCURRENCY_LIMITED)
+		return false;
+	if (!req->keep_alive || req->body != HTTP1_BODY_NONE || c->ingress)
+		return false;
+	AN_ASSERT(c->head_len <= c->head_fill);
+	return !req->is_connect || (c->head_fill == c->head_len && c->early_count == 0);
 }
 
 /*
@@ -1124,6 +1146,7 @@ static void decide(struct conn *c, const struct http1_request *req)
 		refusal = limits_refusal(c, &under->limits);
 	if (refusal != REASON_NONE) {
 		rule_limit_release(c); /* a refused request holds no connection on its rule */
+		c->fake_keep = refusal_keeps(c, req, refusal);
 		respond(c, refusal);
 		return;
 	}
@@ -2969,7 +2992,8 @@ static void fake_plain(struct conn *c, const struct http1_request *req)
 	respond_send(c);
 }
 
-/* A fake answer in clear is out: the conn goes back to reading the next head. */
+/* A fake answer in clear (or a kept 429: refusal_keeps) is out: the conn goes back to
+ * reading the next head. */
 static void fake_plain_done(struct conn *c)
 {
 	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
@@ -3793,6 +3817,9 @@ static void respond(struct conn *c, enum reason why)
 	}
 	AN_ASSERT(why != REASON_NONE);
 	c->reason = (uint8_t)why;
+	/* Only decide() keeps a refused conn, and only for a limit (refusal_keeps). */
+	c->fake_keep =
+	    c->fake_keep && (why == REASON_RATE_LIMITED || why == REASON_CONCURRENCY_LIMITED);
 	w->stats.denied++;
 	audit_decision(c, false, reason_status(why));
 	audit_format_id(w->e->audit, c->decision_id, audit_id);
@@ -3815,6 +3842,7 @@ static void respond(struct conn *c, enum reason why)
 		.retry_after_s = c->retry_after_s != 0       ? c->retry_after_s
 				 : reason_status(why) == 503 ? 1u
 							     : 0u,
+		.keep_alive = c->fake_keep,
 	};
 	ssize_t n = *buf ? deny_format(&d, *buf, WORKER_HEAD_BUFFER_BYTES) : -ENOMEM;
 	if (n > 0) {
@@ -3823,6 +3851,7 @@ static void respond(struct conn *c, enum reason why)
 	} else {
 		c->out_ptr = reply_overloaded;
 		c->out_len = sizeof(reply_overloaded) - 1;
+		c->fake_keep = false; /* it says Connection: close */
 	}
 	respond_send(c);
 }

@@ -115,7 +115,8 @@ struct conn {
 	bool term_closing;     /* close_notify queued: linger once it is sent */
 	bool term_close_after; /* close once the answer is written */
 	bool term_chunked;     /* discarding a chunked request body (req_chunks) */
-	bool fake_keep;        /* a fake answer in clear: the next request may follow */
+	bool fake_keep;        /* a fake answer or a 429 in clear: the next request may follow */
+	bool admitted;         /* a request passed the sandbox's conn count: not checked again */
 	/* Credential-inject: the session to the upstream and the exchange under way. */
 	void *utls;                          /* owned through engine.term, NULL when none */
 	const struct verdict_inject *inject; /* borrowed from the snapshot */
