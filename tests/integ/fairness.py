@@ -12,8 +12,9 @@ one profile, whose one rule relays model.internal to a plain-HTTP origin on loop
   - audit: a deny record of flood's with that code and status 429.
   - keep_refused: "limited" (1 request/s) asks twice on one keep-alive connection: the
     second gets 429 rate_limited with Connection: keep-alive and Retry-After, and the
-    same connection's request after that wait gets 200. A POST (a body) over the limit
-    gets 429 and its connection is closed.
+    same connection's request after that wait gets 200; a CONNECT likewise (429 kept,
+    then 200 and a working tunnel on the same connection). A POST (a body) over the
+    limit gets 429 and its connection is closed.
   - keep_crowded: "crowded" (1 connection at once) opens a second connection: its request
     gets 429 concurrency_limited, kept open, and so does its next while the first is open
     (a kept connection is counted again until a request passes); once the first closes,
@@ -244,6 +245,7 @@ def exchange(s, request):
 
 
 GET = b"GET http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n\r\n"
+CONNECT = b"CONNECT model.internal:80 HTTP/1.1\r\nHost: model.internal:80\r\n\r\n"
 POST = (b"POST http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n"
         b"Content-Length: 5\r\n\r\nhello")
 
@@ -289,6 +291,30 @@ def t_keep_refused(v, log):
         third = exchange(s, GET)
         if third is None or not third[0].startswith("HTTP/1.1 200 "):
             errs.append("after Retry-After, the same connection: %r, want 200" % (third,))
+    # A CONNECT over the limit: the same, and then the tunnel opens on that connection.
+    time.sleep(1.1)
+    with connect(path) as s:
+        first = exchange(s, GET)
+        over = exchange(s, CONNECT)
+        if first is None or over is None or not over[0].startswith("HTTP/1.1 429 ") or \
+                over[1].get("connection", "").lower() != "keep-alive":
+            errs.append("a CONNECT over the limit: %r after %r, want 429 kept" % (over, first))
+        else:
+            time.sleep(int(over[1].get("retry-after", "1")) + 0.1)
+            s.sendall(CONNECT)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                head += chunk
+            if not head.startswith(b"HTTP/1.1 200 "):
+                errs.append("the kept connection's CONNECT after Retry-After: %r" % head[:200])
+            else:
+                # The tunnel reaches the origin: one request through it.
+                got = exchange(s, b"GET /x HTTP/1.1\r\nHost: model.internal\r\n\r\n")
+                if got is None or not got[0].startswith("HTTP/1.1 200 "):
+                    errs.append("a request through the tunnel: %r" % (got,))
     # A refused request with a body: the framing is not ours to skip, so it closes.
     time.sleep(1.1)
     with connect(path) as s:
