@@ -641,6 +641,46 @@ static void run_deferred(struct worker *w)
 	}
 }
 
+/* Reaps and runs (or defers) what the CQ holds, a batch at a time, while the FIFO has room. */
+static uint32_t reap_all(struct worker *w, struct sched_cqe *batch)
+{
+	uint32_t n = LIMITS_CQES_PER_TURN;
+	uint32_t total = 0;
+
+	while (n == LIMITS_CQES_PER_TURN && sched_room(&w->sched, LIMITS_CQES_PER_TURN)) {
+		n = reap(w, batch);
+		w->stats.cqes += n;
+		total += n;
+		for (uint32_t i = 0; i < n; i++)
+			run_or_defer(w, &batch[i]);
+	}
+	return total;
+}
+
+/*
+ * This turn's completions. With DEFER_TASKRUN the kernel posts them from its
+ * task-work list, one list for every sandbox in arrival order, and an enter
+ * runs only a bounded number of its items (a score or so) before returning:
+ * a quiet sandbox's completion would wait there behind a flood's, where no
+ * turn-taking reaches it. So when an enter brought many, the turn asks for
+ * more (GETEVENTS, no wait) while the list yields some and the FIFO has room,
+ * at most LIMITS_CQ_PULLS_PER_TURN times; the excess waits in the FIFO,
+ * where each sandbox gets its turn. A light turn costs no extra enter.
+ */
+static void run_reaped(struct worker *w, struct sched_cqe *batch)
+{
+	uint32_t got = reap_all(w, batch);
+
+	for (uint32_t pulls = 0; pulls < LIMITS_CQ_PULLS_PER_TURN; pulls++) {
+		if (got < LIMITS_CQ_PULL_MIN || !sched_room(&w->sched, LIMITS_CQES_PER_TURN))
+			return;
+		int ret = io_uring_get_events(&w->ring.uring);
+		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
+			return;
+		got = reap_all(w, batch);
+	}
+}
+
 static void run_timers(struct worker *w)
 {
 	struct timer_entry *expired[64];
@@ -851,13 +891,7 @@ static void worker_loop(struct worker *w)
 		run_timers(w);
 		sched_turn(&w->sched);
 		run_deferred(w);
-		uint32_t n = LIMITS_CQES_PER_TURN;
-		while (n == LIMITS_CQES_PER_TURN && sched_room(&w->sched, LIMITS_CQES_PER_TURN)) {
-			n = reap(w, batch);
-			w->stats.cqes += n;
-			for (uint32_t i = 0; i < n; i++)
-				run_or_defer(w, &batch[i]);
-		}
+		run_reaped(w, batch);
 		dns_tick(&w->dns);
 		run_nobufs(w);
 		run_paused_accepts(w);
