@@ -56,6 +56,14 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
      a GET through each got 200 and the body; medians of 3 runs, the subjects interleaved,
      since the load core (wrk, the bridge, the sandbox's nginx) bounds both. Target: at
      least 1x nginx-proxy.
+ 10. fairness (issue 15 item 4): a daemon of its own (1 worker) with 100 quiet sandboxes,
+     each asking the fake tier 5 times a second on a keep-alive connection of its own
+     (bench/quiet.py: latency from when each request was due), and one flooding sandbox
+     (wrk on the TCP listener, the same rule) of 50 then 1,000 connections; the quiet
+     sandboxes' p99 under each flood against their p99 without one (the lower of a run
+     before and one after), in the same run. Then again, the flooding sandbox's profile
+     limited to 100 requests/s, at 1,000 connections: its refusals are part of its flood.
+     Target: each ratio at most 1.2x (printed PASS or MISS).
 
 Prints one table, ratios first (agentsnetd / subject; the "better" column says
 whether higher or lower wins), and writes it as JSON (--results), after
@@ -114,7 +122,24 @@ TLS_PEERS = ("mitmproxy", "squid-bump")
 SUBJECTS = ("agentsnetd", "direct") + PEERS
 # What --only (or AN_BENCH_ONLY) may name, in the order a whole run takes them.
 SCENARIOS = ("idle", "forward", "rate", "throughput", "fake", "intercept", "micro", "scaling",
-             "ingress")
+             "ingress", "fairness")
+# Scenarios with a daemon of their own: nothing else need start for them.
+OWN_DAEMON = {"micro", "ingress", "fairness"}
+# Scenario 10: QUIET_COUNT sandboxes of QUIET_RATE requests/s each (bench/quiet.py) beside
+# one flooding sandbox (wrk on the TCP listener) of each of FAIR_FLOODS connections.
+QUIET_PREFIX = "q"
+QUIET_COUNT = 100
+QUIET_RATE = 5
+FAIR_SECONDS = 8
+FAIR_RAMP_S = 1  # the flood runs this long before the quiet sandboxes' latency counts
+FAIR_FLOODS = (50, 1000)
+FAIR_TARGET = 1.2  # quiet p99 under a flood / without it, in the same run
+FAIR_LIMIT_RPS = 100  # the flooding sandbox's profile limit in the limited run
+FAIR_NOTE = ("%d sandboxes, one keep-alive connection each on its egress socket, %d requests/s "
+             "each to the fake tier (answered by the daemon); the flood: wrk on the TCP "
+             "listener's sandbox, to the same rule; 1 worker; the quiet clients and wrk share "
+             "the load core, the quiet ones at real-time priority when run as root; the "
+             "reference is the lower of the runs without a flood (before and after)")
 TLS_LEVELS = (1, 64)
 TLS_REQUESTS = 10000  # keep-alive requests per connection before a new one
 # The fixed-file table of one io_uring is capped at RLIMIT_NOFILE: 20,000 here,
@@ -150,6 +175,7 @@ if os.environ.get("AN_BENCH_QUICK") == "1":  # a smoke run of every code path, f
     LEVELS, WRK_SECONDS, RATE_SECONDS, THROUGHPUT_SECONDS, TLS_LEVELS = (1, 64), 1, 1, 1, (64,)
     THROUGHPUT_REPEATS, IDLE_LEVELS, IDLE_MAX, MICRO_REPEATS = 1, (200,), 400, 2
     INGRESS_REPEATS = 1
+    FAIR_SECONDS, FAIR_FLOODS, QUIET_COUNT = 2, (50,), 20
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -1189,6 +1215,118 @@ sandboxes: [{id: bench, profile: bench}]
                      {s: d["cpu_us"] for s, d in figs.items()}, False, None,
                      {**notes, "all (info)": INGRESS_CPU_NOTE})
 
+    # ---- 10. fairness ----------------------------------------------------------
+
+    def start_fair_daemon(self, limited):
+        """A daemon of its own, 1 worker: sandbox flood on its TCP listener (profile flood,
+        with a FAIR_LIMIT_RPS request rate if <limited>) and QUIET_COUNT quiet sandboxes,
+        all answering FAKE_NAME from the fake tier."""
+        tag = "fair-limited" if limited else "fair"
+        self.tcp_port = peers.free_port()
+        self.sock_dir = os.path.join(self.work, "sock-" + tag)
+        os.mkdir(self.sock_dir)
+        rule = ("    rules:\n      - host: %s\n        tier: fake\n        owner: bench\n"
+                "        reason: scenario 10\n        responses:\n          - status: 200\n"
+                "            body: %s\n" % (FAKE_NAME, json.dumps(FAKE_BODY)))
+        limits = ("    limits: {requests_per_second: %d}\n" % FAIR_LIMIT_RPS) if limited else ""
+        policy = os.path.join(self.work, "bench-%s.yaml" % tag)
+        with open(policy, "w", encoding="ascii") as f:
+            f.write("version: 1\ndaemon:\n  socket_dir: %s\n  audit_log: %s/audit-%s.jsonl\n"
+                    "  workers: 1\n  tcp_listen: 127.0.0.1:%d\n  tcp_sandbox: flood\n"
+                    "resolver:\n  servers: [\"127.0.0.1:9\"]\nprofiles:\n  quiet:\n%s"
+                    "  flood:\n%s%s" % (self.sock_dir, self.work, tag, self.tcp_port, rule,
+                                        limits, rule))
+            f.write("sandboxes:\n  - {id: flood, profile: flood}\n")
+            for i in range(QUIET_COUNT):
+                f.write("  - {id: %s%03d, profile: quiet}\n" % (QUIET_PREFIX, i))
+        self.daemon, self.daemon_out = self.start(
+            [self.args.daemon, "--config", policy, "--workers", "1", "--ca-dir", self.ca_dir],
+            "agentsnetd-%s.err" % tag, self.proxy_cpu)
+        read_until(self.daemon_out, "agentsnetd: ready", self.daemon, READY_TIMEOUT_S)
+
+    def fair_run(self, flood):
+        """The quiet sandboxes' figures (bench/quiet.py's JSON) over FAIR_SECONDS, beside a
+        flood of <flood> connections (0: none), whose wrk JSON comes back as well."""
+        wrk = None
+        if flood:
+            env = dict(os.environ, BENCH_TARGET=FAKE_NAME)
+            env.pop("BENCH_PATH", None)
+            wrk, out = self.start(["wrk", "-t1", "-c%d" % flood, "-d%ds" % (
+                FAIR_SECONDS + 2 * FAIR_RAMP_S), "--timeout", "5s", "-s",
+                os.path.join(HERE, "forward.lua"), "http://127.0.0.1:%d/" % self.tcp_port],
+                "wrk-fair-%d.out" % flood, self.load_cpu, env=env)
+            time.sleep(FAIR_RAMP_S)
+        # Real-time priority on the load core (root only): wrk there must not delay the
+        # quiet clients' own wake-ups, or their latency measures the load core, not the
+        # daemon.
+        rt = ["chrt", "-f", "1"] if os.geteuid() == 0 and shutil.which("chrt") else []
+        try:
+            text = self.run_load([*rt, sys.executable, os.path.join(HERE, "quiet.py"), "--sock-dir",
+                                  self.sock_dir, "--prefix", QUIET_PREFIX, "--count",
+                                  str(QUIET_COUNT), "--rate", str(QUIET_RATE), "--seconds",
+                                  str(FAIR_SECONDS), "--host", FAKE_NAME], FAIR_SECONDS + 60)
+            quiet = json.loads([x for x in text.splitlines() if x.startswith("{")][-1])
+            if quiet["errors"] or quiet["non_200"]:
+                raise Broken("quiet sandboxes beside a flood of %d: %d errors, %d non-200"
+                             % (flood, quiet["errors"], quiet["non_200"]))
+            flood_doc = None
+            if wrk is not None:
+                wrk.wait(FAIR_SECONDS + 30)
+                with open(out, encoding="utf-8", errors="replace") as f:
+                    lines = [x for x in f.read().splitlines() if x.startswith("{")]
+                if wrk.returncode != 0 or not lines:
+                    raise Broken("wrk -c%d (the flood) exited %s" % (flood, wrk.returncode))
+                flood_doc = json.loads(lines[-1])
+        finally:
+            if wrk is not None:
+                self.stop(wrk)
+                self.procs.remove(wrk)
+        log("bench: fairness: flood %d: quiet p50 %s us p99 %s us (%d requests); flood %s"
+            % (flood, quiet["p50_us"], quiet["p99_us"], quiet["requests"],
+               "-" if flood_doc is None else "%.0f req/s, %d non-2xx" % (
+                   flood_doc["rps"], flood_doc["non_2xx"])))
+        return quiet, flood_doc
+
+    def fair_rows(self, what, ref, runs):
+        """Rows of one daemon's runs: <ref> (quiet p99 without a flood), <runs>: {flood conns:
+        (quiet, flood)}; each flood's ratio against FAIR_TARGET, printed PASS or MISS too."""
+        notes = {"agentsnetd (info)": FAIR_NOTE % (QUIET_COUNT, QUIET_RATE)}
+        self.row("10 fairness", "%squiet p99, no flood (the reference)" % what, "us",
+                 {"agentsnetd": ref}, False, None, notes)
+        for conns, (quiet, flood) in runs.items():
+            ratio = quiet["p99_us"] / ref if ref else None
+            self.row("10 fairness", "%squiet p99, flood of %d conns" % (what, conns), "us",
+                     {"agentsnetd": quiet["p99_us"]}, False, None, notes)
+            self.row("10 fairness", "%squiet p99 with / without a flood of %d conns"
+                     % (what, conns), "x", {"agentsnetd": ratio}, False, (None, FAIR_TARGET),
+                     notes)
+            self.row("10 fairness", "%sflood of %d conns: requests/s answered" % (what, conns),
+                     "req/s", {"agentsnetd": flood["rps"]}, True, None,
+                     {"agentsnetd (info)": "non-2xx: %d" % flood["non_2xx"]})
+            print("fairness: %sflood of %d conns: quiet p99 %d us / %d us = %.2fx, target <= "
+                  "%.1fx: %s" % (what, conns, quiet["p99_us"], ref, ratio, FAIR_TARGET,
+                                 "PASS" if ratio <= FAIR_TARGET else "MISS"))
+
+    def bench_fairness(self):
+        """10: QUIET_COUNT quiet sandboxes' p99 with and without one flooding sandbox, then
+        again with the flooding sandbox under a profile rate limit (its refusals)."""
+        for limited in (False, True):
+            self.start_fair_daemon(limited)
+            try:
+                before, _ = self.fair_run(0)
+                floods = FAIR_FLOODS if not limited else FAIR_FLOODS[-1:]
+                runs = {conns: self.fair_run(conns) for conns in floods}
+                after, _ = self.fair_run(0)
+            finally:
+                self.stop_daemon()
+            self.raw.setdefault("fairness", {})["limited" if limited else "open"] = {
+                "before": before, "after": after,
+                "floods": {str(k): {"quiet": q, "flood": f} for k, (q, f) in runs.items()}}
+            # The lower of the two: a stall of the shared machine in one must not make a
+            # flood look harmless (their mean once passed a flood at 1.17x a stalled run).
+            ref = min(before["p99_us"], after["p99_us"])
+            self.fair_rows("rate-limited flood: " if limited else "", ref, runs)
+
 
 # ---- output -------------------------------------------------------------------
 
@@ -1313,7 +1451,7 @@ def main():
     t0 = time.monotonic()
     try:
         b.make_cas()
-        if run - {"micro", "ingress"}:
+        if run - OWN_DAEMON:
             b.start_origins()
             b.start_daemon()
             if run & {"idle", "forward", "rate", "throughput"}:
@@ -1338,10 +1476,12 @@ def main():
             b.bench_scaling({"forward": fwd[64]["agentsnetd"]["rps"],
                              "rate": rate[64]["agentsnetd"]["per_s"],
                              "throughput": thr[8]["agentsnetd"]})
-        elif run - {"micro", "ingress"}:
+        elif run - OWN_DAEMON:
             b.stop_daemon()
         if "ingress" in run:
             b.bench_ingress()
+        if "fairness" in run:
+            b.bench_fairness()
     except (Broken, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         log("bench: FAIL: %s" % e)
         status = 1

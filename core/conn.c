@@ -874,6 +874,31 @@ static void nobufs_wait(struct conn *c)
 /* Parses the head buffer; on a complete head, decides. */
 static void head_parse(struct conn *c);
 
+/* Whether <len> more bytes, the next request's, are kept while an answer goes out. */
+static bool head_keeps(const struct conn *c, uint32_t len)
+{
+	/* Up to one head's worth past the answered one, as a receive in ST_HEAD would take:
+	 * what a CONNECT among it brings early must fit a TLS session (term_start). */
+	return c->state == ST_RESPOND && c->fake_keep && c->head != NULL &&
+	       c->head_fill <= LIMITS_HEAD_BYTES_MAX &&
+	       c->head_fill + len <= c->head_len + LIMITS_HEAD_BYTES_MAX &&
+	       c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES;
+}
+
+/* Appends buffer <bid>'s <len> bytes to the head buffer and gives the buffer back. */
+static void head_append(struct conn *c, uint16_t bid, uint32_t len)
+{
+	struct ring *r = conn_ring(c);
+
+	AN_ASSERT(c->head != NULL);
+	/* The buffer always has room for one more receive past the limit. */
+	AN_ASSERT(c->head_fill <= LIMITS_HEAD_BYTES_MAX);
+	AN_ASSERT(c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES);
+	memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
+	c->head_fill += len;
+	ring_buf_return(r, bid);
+}
+
 static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 {
 	struct ring *r = conn_ring(c);
@@ -887,12 +912,7 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 				return;
 			}
 		}
-		/* The buffer always has room for one more receive past the limit. */
-		AN_ASSERT(c->head_fill <= LIMITS_HEAD_BYTES_MAX);
-		AN_ASSERT(c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES);
-		memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
-		c->head_fill += len;
-		ring_buf_return(r, bid);
+		head_append(c, bid, len);
 		head_parse(c);
 		return;
 	}
@@ -903,14 +923,9 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		term_ciphertext(c, bid, len); /* takes the buffer */
 		return;
 	}
-	/* Kept up to one head's worth past the answered one, as a receive in ST_HEAD would. */
-	if (c->state == ST_RESPOND && c->fake_keep &&
-	    c->head_fill + len <= c->head_len + LIMITS_HEAD_BYTES_MAX &&
-	    c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES) {
+	if (head_keeps(c, len)) {
 		/* The next request, sent while a fake answer goes out: kept for it. */
-		memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
-		c->head_fill += len;
-		ring_buf_return(r, bid);
+		head_append(c, bid, len);
 		return;
 	}
 	if (c->state == ST_RESPOND || c->state == ST_LINGER || c->state == ST_CLOSING) {
@@ -964,6 +979,32 @@ static void head_eof(struct conn *c)
 	}
 }
 
+static_assert(IORING_CQE_BUFFER_SHIFT == 16, "CONN_CQE_F_TAKEN sits in the buffer id's bits");
+
+void conn_cqe_defer(struct conn *c, uint32_t op, int res, uint32_t *cqe_flags)
+{
+	AN_ASSERT(op < CONN_OP_COUNT);
+	AN_ASSERT((c->ops & op_bit(op)) != 0 || op == OP_CANCEL);
+	if (op != OP_HEAD_RECV || res <= 0)
+		return;
+	AN_ASSERT(*cqe_flags & IORING_CQE_F_BUFFER);
+	uint16_t bid = (uint16_t)(*cqe_flags >> IORING_CQE_BUFFER_SHIFT);
+	uint32_t len = (uint32_t)res;
+	/* Only where its handler would copy the bytes, and only before a head is
+	 * complete or while an answer goes out: its turn then parses them. */
+	bool reading =
+	    c->state == ST_HEAD && c->head_len == 0 && c->head_fill <= LIMITS_HEAD_BYTES_MAX;
+	if (reading && c->head == NULL)
+		c->head = pool_take(&c->w->heads);
+	if (!(reading && c->head != NULL) && !head_keeps(c, len))
+		return; /* waits with its buffer: handled as it came */
+	ring_buf_taken(conn_ring(c), bid);
+	c->active_ms = c->w->now_ms;
+	head_append(c, bid, len);
+	*cqe_flags = (*cqe_flags & IORING_CQE_F_MORE) | CONN_CQE_F_TAKEN;
+	AN_ASSERT((*cqe_flags & IORING_CQE_F_BUFFER) == 0);
+}
+
 static void on_head_recv(struct conn *c, int res, uint32_t cqe_flags)
 {
 	bool more = (cqe_flags & IORING_CQE_F_MORE) != 0;
@@ -971,7 +1012,13 @@ static void on_head_recv(struct conn *c, int res, uint32_t cqe_flags)
 
 	if (!more)
 		c->ops &= ~op_bit(OP_HEAD_RECV);
-	if (res > 0) {
+	if (res > 0 && (cqe_flags & CONN_CQE_F_TAKEN)) {
+		/* Its bytes were taken in when it was deferred (conn_cqe_defer):
+		 * parsed now if a head is still being read, else already kept. */
+		AN_ASSERT((cqe_flags & IORING_CQE_F_BUFFER) == 0);
+		if (c->state == ST_HEAD && c->head_len == 0)
+			head_parse(c);
+	} else if (res > 0) {
 		AN_ASSERT(cqe_flags & IORING_CQE_F_BUFFER);
 		uint16_t bid = (uint16_t)(cqe_flags >> IORING_CQE_BUFFER_SHIFT);
 		ring_buf_taken(conn_ring(c), bid);
@@ -1071,7 +1118,9 @@ static enum reason limits_refusal(struct conn *c, const struct verdict_limits *l
 	struct worker *w = c->w;
 	uint32_t retry = 0;
 
-	if (limits->concurrent != 0 && c->requests == 1 &&
+	/* Counted until one request passes, not only at the first: a refused
+	 * connection stays open for the next request (refusal_keeps). */
+	if (limits->concurrent != 0 && !c->admitted &&
 	    atomic_load_explicit(&sb->conns, memory_order_relaxed) > limits->concurrent) {
 		c->retry_after_s = 1;
 		return REASON_CONCURRENCY_LIMITED;
@@ -1080,7 +1129,27 @@ static enum reason limits_refusal(struct conn *c, const struct verdict_limits *l
 		c->retry_after_s = retry;
 		return REASON_RATE_LIMITED;
 	}
+	c->admitted = true;
 	return REASON_NONE;
+}
+
+/*
+ * Whether the connection of request <req>, refused <why>, stays open for the
+ * next request: a limit's 429 only (the agent is told to retry after a wait,
+ * and a flood that reconnects after each refusal costs the worker an accept,
+ * a close and an audit record more than it costs the flooder), and only
+ * where HTTP/1.1 allows it with the framing intact: a keep-alive request with
+ * no body. A CONNECT only with nothing sent after its head: bytes an agent
+ * sends before the 200 (an optimistic ClientHello) are not a request.
+ */
+static bool refusal_keeps(const struct conn *c, const struct http1_request *req, enum reason why)
+{
+	if (why != REASON_RATE_LIMITED && why != REASON_CONCURRENCY_LIMITED)
+		return false;
+	if (!req->keep_alive || req->body != HTTP1_BODY_NONE || c->ingress)
+		return false;
+	AN_ASSERT(c->head_len <= c->head_fill);
+	return !req->is_connect || (c->head_fill == c->head_len && c->early_count == 0);
 }
 
 /*
@@ -1136,6 +1205,7 @@ static void decide(struct conn *c, const struct http1_request *req)
 		refusal = limits_refusal(c, &under->limits);
 	if (refusal != REASON_NONE) {
 		rule_limit_release(c); /* a refused request holds no connection on its rule */
+		c->fake_keep = refusal_keeps(c, req, refusal);
 		respond(c, refusal);
 		return;
 	}
@@ -3003,7 +3073,8 @@ static void fake_plain(struct conn *c, const struct http1_request *req)
 	respond_send(c);
 }
 
-/* A fake answer in clear is out: the conn goes back to reading the next head. */
+/* A fake answer in clear (or a kept 429: refusal_keeps) is out: the conn goes back to
+ * reading the next head. */
 static void fake_plain_done(struct conn *c)
 {
 	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
@@ -3911,6 +3982,9 @@ static void respond(struct conn *c, enum reason why)
 	}
 	AN_ASSERT(why != REASON_NONE);
 	c->reason = (uint8_t)why;
+	/* Only decide() keeps a refused conn, and only for a limit (refusal_keeps). */
+	c->fake_keep =
+	    c->fake_keep && (why == REASON_RATE_LIMITED || why == REASON_CONCURRENCY_LIMITED);
 	w->stats.denied++;
 	audit_decision(c, false, reason_status(why));
 	audit_format_id(w->e->audit, c->decision_id, audit_id);
@@ -3933,6 +4007,7 @@ static void respond(struct conn *c, enum reason why)
 		.retry_after_s = c->retry_after_s != 0       ? c->retry_after_s
 				 : reason_status(why) == 503 ? 1u
 							     : 0u,
+		.keep_alive = c->fake_keep,
 	};
 	ssize_t n = *buf ? deny_format(&d, *buf, WORKER_HEAD_BUFFER_BYTES) : -ENOMEM;
 	if (n > 0) {
@@ -3941,6 +4016,7 @@ static void respond(struct conn *c, enum reason why)
 	} else {
 		c->out_ptr = reply_overloaded;
 		c->out_len = sizeof(reply_overloaded) - 1;
+		c->fake_keep = false; /* it says Connection: close */
 	}
 	respond_send(c);
 }

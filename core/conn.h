@@ -115,7 +115,8 @@ struct conn {
 	bool term_closing;     /* close_notify queued: linger once it is sent */
 	bool term_close_after; /* close once the answer is written */
 	bool term_chunked;     /* discarding a chunked request body (req_chunks) */
-	bool fake_keep;        /* a fake answer in clear: the next request may follow */
+	bool fake_keep;        /* a fake answer or a 429 in clear: the next request may follow */
+	bool admitted;         /* a request passed the sandbox's conn count: not checked again */
 	/* Credential-inject: the session to the upstream and the exchange under way. */
 	void *utls;                          /* owned through engine.term, NULL when none */
 	const struct verdict_inject *inject; /* borrowed from the snapshot */
@@ -190,6 +191,18 @@ struct conn {
 void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags);
 /* Handles the completion of operation <op> of <c>. */
 void conn_on_cqe(struct conn *c, uint32_t op, int res, uint32_t cqe_flags);
+/*
+ * Readies completion <op> of <c> (result <res>, flags *<cqe_flags>) to wait
+ * for a later loop turn (core/sched.c). A head receive's bytes go into the
+ * conn's head buffer now, where its handler would put them, and its provided
+ * buffer back to the ring: a flood's buffers must not wait in the worker's
+ * FIFO while every sandbox receives from that ring. *<cqe_flags> then carries
+ * CONN_CQE_F_TAKEN, and conn_on_cqe only parses. Any other completion waits
+ * as it is. Worker thread; <c> is live (the completion is outstanding).
+ */
+void conn_cqe_defer(struct conn *c, uint32_t op, int res, uint32_t *cqe_flags);
+/* A deferred head receive's bytes are in the head buffer: no buffer id, so no F_BUFFER. */
+#define CONN_CQE_F_TAKEN (1u << 31)
 /* Handles the expiry of <c>'s timer. */
 void conn_on_timer(struct conn *c);
 /* Re-arms the receive that ran out of provided buffers. */

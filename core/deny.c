@@ -130,8 +130,9 @@ ssize_t deny_format(const struct deny_info *d, char *out, size_t cap)
 	put_u32(&o, status);
 	put_str(&o, " ");
 	put_str(&o, reason_phrase(status));
-	put_str(&o, "\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
-		    "Connection: close\r\nX-Agent-Reason: ");
+	put_str(&o, "\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n");
+	put_str(&o, d->keep_alive ? "Connection: keep-alive" : "Connection: close");
+	put_str(&o, "\r\nX-Agent-Reason: ");
 	put_str(&o, reason_code(d->reason));
 	put_str(&o, "\r\nX-Agent-Instruction: ");
 	put_header_value(&o, instruction, strlen(instruction));

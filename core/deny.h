@@ -7,6 +7,7 @@
 #ifndef AN_CORE_DENY_H
 #define AN_CORE_DENY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -23,10 +24,12 @@ struct deny_info {
 	const char *sandbox;
 	const char *audit_id;
 	uint32_t retry_after_s; /* 429/503: Retry-After seconds; 0 omits it */
+	bool keep_alive;        /* the connection stays open for the next request */
 };
 
 /*
- * Writes the whole response (head and body, "Connection: close") for <d> into
+ * Writes the whole response (head and body, "Connection: close", or
+ * "Connection: keep-alive" with <d->keep_alive>) for <d> into
  * <out>/<cap>. Strings are escaped for JSON, and any control character in a
  * header value is replaced by a space so nothing can split the header block.
  * Returns the length, or -EMSGSIZE when <cap> is too small. Borrows <d>.

@@ -27,6 +27,27 @@
 /* SQ and CQ sizes; the CQ is larger so multishot bursts never overflow it. */
 #define LIMITS_SQ_ENTRIES 4096u
 #define LIMITS_CQ_ENTRIES 16384u
+/*
+ * Completions of one sandbox a worker handles in one loop turn (core/sched.c);
+ * the rest wait for the next turn. A turn so lasts at most this many of each
+ * busy sandbox's handlers before other sandboxes' answers are submitted: a
+ * flood's request costs the turn about 8 us here (its handler and its send,
+ * which the enter runs), so a turn of 8 is some 70 us. With 32, 100 quiet
+ * sandboxes' p50 beside a flood of 1,000 connections was 0.8 ms, with 8 about
+ * 0.3 ms (0.2 ms without a flood), and the flood was served no slower: 8
+ * SQEs an enter already share its cost (ENGINE-NOTES.md).
+ */
+#define LIMITS_SANDBOX_CQES_PER_TURN 8u
+/*
+ * A turn whose enter brought at least LIMITS_CQ_PULL_MIN completions asks the
+ * kernel for more, without waiting, up to this many times (core/worker.c,
+ * run_reaped): an enter runs a bounded part of the kernel's task-work list,
+ * which serves every sandbox in arrival order.
+ */
+#define LIMITS_CQ_PULLS_PER_TURN 64u
+#define LIMITS_CQ_PULL_MIN       16u
+/* Completions a worker holds for later turns: as many as its CQ holds. */
+#define LIMITS_DEFERRED_CQES LIMITS_CQ_ENTRIES
 
 /* Connections per worker (client side); each tunnel also uses one upstream slot. */
 #define LIMITS_CONNS_PER_WORKER_DEFAULT 32768u
@@ -115,6 +136,11 @@
 
 static_assert((LIMITS_BUFRING_ENTRIES & (LIMITS_BUFRING_ENTRIES - 1)) == 0,
 	      "buffer ring size must be a power of two");
+static_assert((LIMITS_DEFERRED_CQES & (LIMITS_DEFERRED_CQES - 1)) == 0,
+	      "the deferred completions' FIFO size must be a power of two");
+static_assert(LIMITS_DEFERRED_CQES >= 2 * LIMITS_CQES_PER_TURN,
+	      "the FIFO must take a reaped batch beside what already waits");
+static_assert(LIMITS_SANDBOX_CQES_PER_TURN >= 1, "every sandbox gets a turn");
 static_assert((LIMITS_TIMER_SLOTS & (LIMITS_TIMER_SLOTS - 1)) == 0,
 	      "timer slots must be a power of two");
 static_assert(LIMITS_FILE_SLOTS_RESERVED < LIMITS_FIXED_FILES_PER_WORKER / 2,

@@ -2,13 +2,24 @@
  * The worker loop. One thread per core, pinned, owning one ring:
  *
  *   loop:  submit everything prepared and wait for at least one completion,
- *          bounded by the nearest timer or DNS deadline (one enter per turn);
- *          copy up to LIMITS_CQES_PER_TURN completions out and mark them seen
- *          in one step; then run their handlers (no handler runs from inside
- *          submit or reap); then expire timers, run resolver timeouts and
- *          re-arm receives that ran out of provided buffers; then, once
+ *          bounded by the nearest timer or DNS deadline (one enter per turn;
+ *          no wait while completions are deferred); expire timers; run the
+ *          completions deferred at the last turn, oldest first; copy up to
+ *          LIMITS_CQES_PER_TURN completions out and mark them seen in one
+ *          step, then run their handlers (no handler runs from inside submit
+ *          or reap), again while the CQ has more; then run resolver timeouts
+ *          and re-arm receives that ran out of provided buffers; then, once
  *          WORKER_STATS_PUBLISH_MS has passed since the last time, copy the
  *          counters out for the control thread.
+ *
+ * Turns are shared (core/sched.c): a sandbox's completions past its quantum
+ * of the turn (LIMITS_SANDBOX_CQES_PER_TURN) wait in the worker's FIFO for
+ * the next turn, so one busy sandbox cannot make a turn, and every other
+ * sandbox's answers submitted at its end, as long as its own backlog. A
+ * deferred head receive of a conn reading a head first hands its bytes to the
+ * conn (conn_cqe_defer): the buffers a flood's requests arrive in do not wait
+ * in the FIFO, where they would drain the ring every sandbox receives from.
+ * AN_SANDBOX_CQES_PER_TURN=N sets the quantum (0: no bound), for measuring.
  *
  * Counters: the worker owns them and bumps them with plain increments. Other
  * threads read only the published copy (relaxed atomic stores here, relaxed
@@ -31,6 +42,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -46,12 +58,6 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/ud.h"
-
-struct worker_cqe {
-	uint64_t ud;
-	int32_t res;
-	uint32_t flags;
-};
 
 static void accept_arm(struct worker *w, struct worker_listener *l)
 {
@@ -141,6 +147,28 @@ static int share_setup(struct worker *w)
 	return 0;
 }
 
+/* The turn-taking between sandboxes: the quantum, from AN_SANDBOX_CQES_PER_TURN if set. */
+static int sched_setup(struct worker *w)
+{
+	uint32_t quantum = LIMITS_SANDBOX_CQES_PER_TURN;
+	const char *env = getenv("AN_SANDBOX_CQES_PER_TURN");
+
+	if (env != NULL) {
+		char *end = NULL;
+		unsigned long n = strtoul(env, &end, 10);
+		if (end == env || *end != '\0' || n > UINT32_MAX / 2)
+			log_warn("worker %u: AN_SANDBOX_CQES_PER_TURN=%s ignored", w->index, env);
+		else
+			quantum = n == 0 ? UINT32_MAX / 2 : (uint32_t)n;
+		log_info("worker %u: %u completions of a sandbox a turn", w->index, quantum);
+	}
+	int ret = sched_init(&w->sched, SHARE_KEYS, LIMITS_DEFERRED_CQES, quantum);
+	if (ret != 0)
+		log_error("worker %u: turn-taking: %s", w->index, strerror(-ret));
+	AN_ASSERT(ret != 0 || w->sched.quantum >= 1);
+	return ret;
+}
+
 static int worker_setup(struct worker *w)
 {
 	const struct engine *e = w->e;
@@ -165,6 +193,8 @@ static int worker_setup(struct worker *w)
 		return ret;
 	}
 	ret = share_setup(w);
+	if (ret == 0)
+		ret = sched_setup(w);
 	if (ret != 0)
 		return ret;
 	uint32_t pipes = e->features.splice ? cfg->pipes_per_worker : 0;
@@ -226,12 +256,14 @@ static void worker_teardown(struct worker *w)
 	}
 	log_info(
 	    "worker %u: stopped: accepted=%llu requests=%llu denied=%llu splice=%llu "
-	    "copy=%llu overload=%llu over_share=%llu upstreams_reused=%llu cqes=%llu enters=%llu",
+	    "copy=%llu overload=%llu over_share=%llu upstreams_reused=%llu cqes=%llu enters=%llu "
+	    "deferred=%llu",
 	    w->index, (unsigned long long)w->stats.accepted, (unsigned long long)w->stats.requests,
 	    (unsigned long long)w->stats.denied, (unsigned long long)w->stats.splice_relays,
 	    (unsigned long long)w->stats.copy_relays, (unsigned long long)w->stats.refused_overload,
 	    (unsigned long long)w->stats.refused_share, (unsigned long long)w->uppool.reused,
-	    (unsigned long long)w->stats.cqes, (unsigned long long)w->stats.enters);
+	    (unsigned long long)w->stats.cqes, (unsigned long long)w->stats.enters,
+	    (unsigned long long)w->sched.deferred);
 	if (w->policy != NULL)
 		snapshot_leave(w->policy, w->index);
 	w->policy = NULL;
@@ -239,6 +271,7 @@ static void worker_teardown(struct worker *w)
 		return; /* keep the evidence; the process exits non-zero */
 	pipepool_destroy(&w->pipes);
 	share_destroy(&w->share);
+	sched_destroy(&w->sched);
 	pool_destroy(&w->conns);
 	pool_destroy(&w->heads);
 	pool_destroy(&w->earlies);
@@ -497,7 +530,7 @@ static void run_removals(struct worker *w)
 	}
 }
 
-static void dispatch(struct worker *w, const struct worker_cqe *q)
+static void dispatch(struct worker *w, const struct sched_cqe *q)
 {
 	uint32_t op = ud_op(q->ud);
 	void *obj = ud_object(q->ud);
@@ -535,7 +568,7 @@ static void dispatch(struct worker *w, const struct worker_cqe *q)
 	}
 }
 
-static uint32_t reap(struct worker *w, struct worker_cqe *batch)
+static uint32_t reap(struct worker *w, struct sched_cqe *batch)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head;
@@ -551,6 +584,101 @@ static uint32_t reap(struct worker *w, struct worker_cqe *batch)
 	}
 	io_uring_cq_advance(&w->ring.uring, n);
 	return n;
+}
+
+/*
+ * The share key (core/share.h) completion <q> counts on, or SCHED_KEY_NONE
+ * for the worker's own. Its conn or listener is alive: neither is freed while
+ * one of its completions is outstanding, and deferred ones are.
+ */
+static uint32_t cqe_key(const struct sched_cqe *q)
+{
+	uint32_t op = ud_op(q->ud);
+
+	if (q->ud == 0)
+		return SCHED_KEY_NONE;
+	if (op < CONN_OP_COUNT) {
+		const struct conn *c = ud_object(q->ud);
+		AN_DASSERT(c->share_key < SHARE_KEYS);
+		return c->share_key;
+	}
+	if (op == WORKER_OP_ACCEPT) {
+		const struct worker_listener *l = ud_object(q->ud);
+		return l->sandbox == WORKER_NO_SANDBOX ? SHARE_KEY_PUBLIC : l->sandbox;
+	}
+	return SCHED_KEY_NONE;
+}
+
+/* Runs <q> now if its sandbox has some of this turn left, else defers it to the next. */
+static void run_or_defer(struct worker *w, struct sched_cqe *q)
+{
+	q->key = cqe_key(q);
+	if (sched_admit(&w->sched, q->key)) {
+		dispatch(w, q);
+		return;
+	}
+	AN_ASSERT(q->key != SCHED_KEY_NONE);
+	if (ud_op(q->ud) < CONN_OP_COUNT)
+		conn_cqe_defer(ud_object(q->ud), ud_op(q->ud), q->res, &q->flags);
+	sched_defer(&w->sched, q);
+}
+
+/*
+ * Runs the completions deferred at the last turn, oldest first, as far as
+ * their sandboxes' quanta go; the rest go back, in order, for the next.
+ */
+static void run_deferred(struct worker *w)
+{
+	struct sched_cqe q;
+
+	for (uint32_t n = w->sched.count; n > 0; n--) {
+		bool popped = sched_pop(&w->sched, &q);
+		AN_ASSERT(popped);
+		if (sched_admit(&w->sched, q.key))
+			dispatch(w, &q);
+		else
+			sched_defer(&w->sched, &q);
+	}
+}
+
+/* Reaps and runs (or defers) what the CQ holds, a batch at a time, while the FIFO has room. */
+static uint32_t reap_all(struct worker *w, struct sched_cqe *batch)
+{
+	uint32_t n = LIMITS_CQES_PER_TURN;
+	uint32_t total = 0;
+
+	while (n == LIMITS_CQES_PER_TURN && sched_room(&w->sched, LIMITS_CQES_PER_TURN)) {
+		n = reap(w, batch);
+		w->stats.cqes += n;
+		total += n;
+		for (uint32_t i = 0; i < n; i++)
+			run_or_defer(w, &batch[i]);
+	}
+	return total;
+}
+
+/*
+ * This turn's completions. With DEFER_TASKRUN the kernel posts them from its
+ * task-work list, one list for every sandbox in arrival order, and an enter
+ * runs only a bounded number of its items (a score or so) before returning:
+ * a quiet sandbox's completion would wait there behind a flood's, where no
+ * turn-taking reaches it. So when an enter brought many, the turn asks for
+ * more (GETEVENTS, no wait) while the list yields some and the FIFO has room,
+ * at most LIMITS_CQ_PULLS_PER_TURN times; the excess waits in the FIFO,
+ * where each sandbox gets its turn. A light turn costs no extra enter.
+ */
+static void run_reaped(struct worker *w, struct sched_cqe *batch)
+{
+	uint32_t got = reap_all(w, batch);
+
+	for (uint32_t pulls = 0; pulls < LIMITS_CQ_PULLS_PER_TURN; pulls++) {
+		if (got < LIMITS_CQ_PULL_MIN || !sched_room(&w->sched, LIMITS_CQES_PER_TURN))
+			return;
+		int ret = io_uring_get_events(&w->ring.uring);
+		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
+			return;
+		got = reap_all(w, batch);
+	}
 }
 
 static void run_timers(struct worker *w)
@@ -666,6 +794,8 @@ void worker_counters_add(const struct worker *w, struct worker_counters *sum)
 
 static int32_t wait_ms(struct worker *w)
 {
+	if (w->sched.count > 0)
+		return 0; /* deferred completions: take the next turn at once */
 	int32_t t = timer_wheel_wait_ms(w->timers, w->now_ms);
 	int32_t d = dns_wait_ms(&w->dns);
 
@@ -691,7 +821,7 @@ static int32_t wait_ms(struct worker *w)
 static bool worker_drained(const struct worker *w)
 {
 	if (!w->stopping || w->live != NULL || w->dns.polls_pending != 0 ||
-	    !uppool_quiet(&w->uppool))
+	    !uppool_quiet(&w->uppool) || w->sched.count != 0)
 		return false;
 	/* Every cancelled accept must have posted its last completion too. */
 	for (const struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
@@ -741,7 +871,7 @@ void worker_policy_refresh(struct worker *w)
 
 static void worker_loop(struct worker *w)
 {
-	struct worker_cqe batch[LIMITS_CQES_PER_TURN];
+	struct sched_cqe batch[LIMITS_CQES_PER_TURN];
 
 	while (!worker_drained(w)) {
 		int32_t t = wait_ms(w);
@@ -759,13 +889,9 @@ static void worker_loop(struct worker *w)
 		/* Timers first: this also moves the wheel's clock to now, so timers
 		 * the handlers below arm count from now, not from the last wake-up. */
 		run_timers(w);
-		uint32_t n;
-		do {
-			n = reap(w, batch);
-			w->stats.cqes += n;
-			for (uint32_t i = 0; i < n; i++)
-				dispatch(w, &batch[i]);
-		} while (n == LIMITS_CQES_PER_TURN);
+		sched_turn(&w->sched);
+		run_deferred(w);
+		run_reaped(w, batch);
 		dns_tick(&w->dns);
 		run_nobufs(w);
 		run_paused_accepts(w);

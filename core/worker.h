@@ -19,6 +19,7 @@
 #include "core/pool.h"
 #include "core/ratelimit.h"
 #include "core/ring.h"
+#include "core/sched.h"
 #include "core/share.h"
 #include "core/timer.h"
 #include "core/uppool.h"
@@ -154,6 +155,7 @@ struct worker {
 	struct pool heads;   /* head/response buffers of LIMITS_HEAD_BYTES_MAX + slack */
 	struct pool earlies; /* struct conn_early, one a conn while early data waits */
 	struct share share;  /* each sandbox's conns on this worker, and its share (core/share.h) */
+	struct sched sched;  /* each sandbox's completions per loop turn (core/sched.h) */
 	char share_reply[WORKER_SHARE_REPLY_BYTES]; /* answered to a conn over its share */
 	uint32_t share_reply_len;
 	struct pipepool pipes;

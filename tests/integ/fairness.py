@@ -10,6 +10,15 @@ one profile, whose one rule relays model.internal to a plain-HTTP origin on loop
     each is served (200 from the origin). Once the flood closes, flood itself is
     served again.
   - audit: a deny record of flood's with that code and status 429.
+  - keep_refused: "limited" (1 request/s) asks twice on one keep-alive connection: the
+    second gets 429 rate_limited with Connection: keep-alive and Retry-After, and the
+    same connection's request after that wait gets 200; a CONNECT likewise (429 kept,
+    then 200 and a working tunnel on the same connection). A POST (a body) over the
+    limit gets 429 and its connection is closed.
+  - keep_crowded: "crowded" (1 connection at once) opens a second connection: its request
+    gets 429 concurrency_limited, kept open, and so does its next while the first is open
+    (a kept connection is counted again until a request passes); once the first closes,
+    the same connection gets 200.
 With --share 100 (the share turned off) those two fail: the flood fills the worker
 and quiet is refused.
   - sandbox_bound: a second daemon under 1,100 open files: `sandbox add` answers
@@ -61,11 +70,23 @@ profiles:
     rules:
       - {{id: model, host: model.internal, tier: local, upstream: "127.0.0.1:{port}",
          owner: tests, reason: loopback origin}}
+  limited:
+    limits: {{requests_per_second: 1, burst: 1}}
+    rules:
+      - {{id: model, host: model.internal, tier: local, upstream: "127.0.0.1:{port}",
+         owner: tests, reason: loopback origin}}
+  crowded:
+    limits: {{concurrent: 1}}
+    rules:
+      - {{id: model, host: model.internal, tier: local, upstream: "127.0.0.1:{port}",
+         owner: tests, reason: loopback origin}}
 sandboxes:
   - {{id: flood, profile: fair}}
   - {{id: other-worker, profile: fair}}
   - {{id: quiet, profile: fair}}
-"""
+{extra}"""
+# The share daemon's sandboxes more (the bound daemon's count of listeners has no room).
+LIMITED = "  - {id: limited, profile: limited}\n  - {id: crowded, profile: crowded}\n"
 
 
 class Origin(http.server.BaseHTTPRequestHandler):
@@ -195,6 +216,159 @@ def t_share(v, log):
     return errs
 
 
+def exchange(s, request):
+    """Sends <request> on <s> and reads one answer (Content-Length framed): (status line,
+    {field: value}, body), or None when the connection ended first."""
+    try:
+        s.sendall(request)
+    except OSError:
+        return None
+    data = b""
+    while b"\r\n\r\n" not in data:
+        try:
+            chunk = s.recv(65536)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    fields = {k.strip().lower(): v.strip() for k, _, v in
+              (line.partition(":") for line in lines[1:])}
+    while len(body) < int(fields.get("content-length", "0")):
+        chunk = s.recv(65536)
+        if not chunk:
+            return None
+        body += chunk
+    return lines[0], fields, body
+
+
+GET = b"GET http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n\r\n"
+CONNECT = b"CONNECT model.internal:80 HTTP/1.1\r\nHost: model.internal:80\r\n\r\n"
+POST = (b"POST http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n"
+        b"Content-Length: 5\r\n\r\nhello")
+
+
+def closed_within(s, wait_s):
+    """Whether the daemon closes <s> (EOF or reset) within <wait_s>, sending nothing more."""
+    s.settimeout(wait_s)
+    try:
+        return s.recv(65536) == b""
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
+    finally:
+        s.settimeout(5)
+
+
+def t_keep_refused(v, log):
+    """A request over the sandbox's rate limit gets 429 on a connection that stays open: the
+    same connection gets 200 after Retry-After. One with a body is refused and closed."""
+    errs = []
+    path = egress(v["sock_dir"], "limited")
+    time.sleep(1.1)  # a whole token: earlier passes may have spent it
+    with connect(path) as s:
+        first = exchange(s, GET)
+        if first is None or not first[0].startswith("HTTP/1.1 200 "):
+            return ["the first request: %r, want 200" % (first,)]
+        second = exchange(s, GET)
+        if second is None:
+            return ["the request over the limit: the connection ended without an answer"]
+        line, fields, _ = second
+        log("keep_refused: over the limit: %s, Connection: %s, Retry-After: %s"
+            % (line, fields.get("connection"), fields.get("retry-after")))
+        if not line.startswith("HTTP/1.1 429 ") or \
+                fields.get("x-agent-reason") != "rate_limited":
+            return ["the request over the limit: %r %r, want 429 rate_limited" % (line, fields)]
+        if fields.get("connection", "").lower() != "keep-alive":
+            errs.append("the 429 says Connection: %r, want keep-alive" % fields.get("connection"))
+        retry = int(fields.get("retry-after", "0"))
+        if retry < 1:
+            errs.append("Retry-After %r" % fields.get("retry-after"))
+        time.sleep(max(retry, 1) + 0.1)
+        third = exchange(s, GET)
+        if third is None or not third[0].startswith("HTTP/1.1 200 "):
+            errs.append("after Retry-After, the same connection: %r, want 200" % (third,))
+    # A CONNECT over the limit: the same, and then the tunnel opens on that connection.
+    time.sleep(1.1)
+    with connect(path) as s:
+        first = exchange(s, GET)
+        over = exchange(s, CONNECT)
+        if first is None or over is None or not over[0].startswith("HTTP/1.1 429 ") or \
+                over[1].get("connection", "").lower() != "keep-alive":
+            errs.append("a CONNECT over the limit: %r after %r, want 429 kept" % (over, first))
+        else:
+            time.sleep(int(over[1].get("retry-after", "1")) + 0.1)
+            s.sendall(CONNECT)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                head += chunk
+            if not head.startswith(b"HTTP/1.1 200 "):
+                errs.append("the kept connection's CONNECT after Retry-After: %r" % head[:200])
+            else:
+                # The tunnel reaches the origin: one request through it.
+                got = exchange(s, b"GET /x HTTP/1.1\r\nHost: model.internal\r\n\r\n")
+                if got is None or not got[0].startswith("HTTP/1.1 200 "):
+                    errs.append("a request through the tunnel: %r" % (got,))
+    # A refused request with a body: the framing is not ours to skip, so it closes.
+    time.sleep(1.1)
+    with connect(path) as s:
+        first = exchange(s, GET)
+        over = exchange(s, POST)
+        if first is None or over is None or not over[0].startswith("HTTP/1.1 429 "):
+            errs.append("a POST over the limit: %r after %r, want 429" % (over, first))
+        elif over[1].get("connection", "").lower() != "close" or not closed_within(s, 5):
+            errs.append("a refused POST's connection stayed open (Connection: %r)"
+                        % over[1].get("connection"))
+    return errs
+
+
+def t_keep_crowded(v, log):
+    """A connection over the sandbox's concurrent limit gets 429 concurrency_limited and stays
+    open; its next request is counted again (still 429 while the first connection is open),
+    and once that one closes, the same connection is served."""
+    errs = []
+    path = egress(v["sock_dir"], "crowded")
+    with connect(path) as first:
+        got = exchange(first, GET)
+        if got is None or not got[0].startswith("HTTP/1.1 200 "):
+            return ["crowded's first connection: %r, want 200" % (got,)]
+        second = connect(path)
+        try:
+            for attempt in (1, 2):
+                got = exchange(second, GET)
+                if got is None or not got[0].startswith("HTTP/1.1 429 ") or \
+                        got[1].get("x-agent-reason") != "concurrency_limited":
+                    return ["the second connection's request %d: %r, want 429 "
+                            "concurrency_limited" % (attempt, got)]
+                if got[1].get("connection", "").lower() != "keep-alive":
+                    errs.append("the 429 says Connection: %r" % got[1].get("connection"))
+            log("keep_crowded: two 429s on one connection while the first is open")
+        except BaseException:
+            second.close()
+            raise
+    try:
+        end = time.monotonic() + 5
+        while True:
+            time.sleep(0.2)
+            got = exchange(second, GET)
+            if got is None:
+                errs.append("the refused connection closed")
+                break
+            if got[0].startswith("HTTP/1.1 200 ") or time.monotonic() > end:
+                break
+        if got is not None and not got[0].startswith("HTTP/1.1 200 "):
+            errs.append("once the first closed, the same connection: %r, want 200" % (got,))
+    finally:
+        second.close()
+    return errs
+
+
 def control(v, line):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(10)
@@ -307,9 +481,11 @@ def main():
     threading.Thread(target=origin.serve_forever, daemon=True).start()
     failed = 0
     try:
-        for name, pipes, nofile, tests in (
-                ("share", 128, None, (("share", t_share), ("audit", t_audit))),
-                ("bound", 1, BOUND_NOFILE, (("sandbox_bound", t_sandbox_bound),))):
+        for name, pipes, nofile, extra, tests in (
+                ("share", 128, None, LIMITED, (("share", t_share), ("audit", t_audit),
+                                               ("keep_refused", t_keep_refused),
+                                               ("keep_crowded", t_keep_crowded))),
+                ("bound", 1, BOUND_NOFILE, "", (("sandbox_bound", t_sandbox_bound),))):
             top = os.path.join(tmp, name)
             os.mkdir(top, 0o755)
             v = {"sock_dir": os.path.join(top, "run"), "audit": os.path.join(top, "audit.jsonl"),
@@ -317,7 +493,7 @@ def main():
             with open(v["policy"], "w", encoding="utf-8") as f:
                 f.write(POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"],
                                       conns=CONNS_PER_WORKER, share=args.share, pipes=pipes,
-                                      port=origin.server_address[1]))
+                                      port=origin.server_address[1], extra=extra))
             failed += run_daemon(args, v, tests, log, nofile)
     finally:
         origin.shutdown()

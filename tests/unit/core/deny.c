@@ -360,6 +360,28 @@ START_TEST(test_rule_retry_instruction)
 }
 END_TEST
 
+/* A limit's 429 on a connection kept for the next request says so; nothing else changes. */
+START_TEST(test_keep_alive)
+{
+	struct response r;
+	struct response closed;
+
+	struct deny_info d = base_info(REASON_RATE_LIMITED);
+	d.retry_after_s = 2;
+	size_t n = format_big(&d);
+	parse_response(out_big, n, &closed);
+	ck_assert_str_eq(header_get(&closed, "Connection"), "close");
+	d.keep_alive = true;
+	n = format_big(&d);
+	parse_response(out_big, n, &r);
+	ck_assert_uint_eq(r.status, 429);
+	ck_assert_str_eq(header_get(&r, "Connection"), "keep-alive");
+	ck_assert_str_eq(header_get(&r, "Retry-After"), "2");
+	ck_assert_uint_eq(r.header_count, closed.header_count);
+	ck_assert_uint_eq(r.body_len, closed.body_len);
+}
+END_TEST
+
 /* Unknown facts are JSON null, and a missing audit id sends no header. */
 START_TEST(test_nulls)
 {
@@ -613,6 +635,7 @@ static Suite *deny_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_every_reason);
 	tcase_add_test(tc, test_rule_retry_instruction);
+	tcase_add_test(tc, test_keep_alive);
 	tcase_add_test(tc, test_nulls);
 	tcase_add_test(tc, test_host_escaped);
 	tcase_add_test(tc, test_header_injection);

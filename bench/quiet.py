@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Quiet sandboxes for bench.py's fairness scenario (10): many sandboxes, few requests each.
+
+One keep-alive connection to each of <count> sandboxes' egress sockets
+(<sock-dir>/sandboxes/<prefix>NNN/egress.sock); each sends one plain-HTTP
+request for http://<host>/ every 1/<rate> s (a random phase each, so the
+sandboxes do not fire together), and the time from the request's send to the
+last byte of its answer (Content-Length framed) is recorded. A request that is
+still unanswered when its next one is due makes that one wait, and its latency
+then counts from when it was due, so a stall is never hidden by a skipped
+send; otherwise from its send, so this loop's own lateness (epoll's timeout is
+in whole milliseconds) is not counted against the daemon. A connection that
+ends or fails is counted and opened again.
+
+Prints one JSON line: requests answered, errors, non-200 answers and the
+p50/p99/p99.9/max latency in microseconds, from a histogram of 1 us buckets
+up to 1 s (one bucket above), allocated before the run. Bounded: it runs
+--seconds and then stops, whatever the daemon does.
+"""
+
+import argparse
+import json
+import os
+import random
+import selectors
+import socket
+import sys
+import time
+
+HIST_US = 1_000_000
+
+
+class Quiet:
+    def __init__(self, path, host):
+        self.path = path
+        self.request = b"GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n" % (host, host)
+        self.sock = None
+        self.buf = b""
+        self.due = 0.0  # when the request in flight (or the next one) was due
+        self.busy = False
+        self.start = 0.0  # what the latency of the request in flight counts from
+        self.blocked = False  # the last answer came after the next request was due
+
+    def open(self, sel):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.path)
+        self.sock.setblocking(False)
+        self.buf = b""
+        self.busy = False
+        sel.register(self.sock, selectors.EVENT_READ, self)
+
+    def close(self, sel):
+        if self.sock is not None:
+            sel.unregister(self.sock)
+            self.sock.close()
+            self.sock = None
+
+    def answer(self):
+        """(status, complete): the answer in buf, once its head and body are in."""
+        head, sep, body = self.buf.partition(b"\r\n\r\n")
+        if not sep:
+            return None, False
+        length = 0
+        lines = head.split(b"\r\n")
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        if len(body) < length:
+            return None, False
+        parts = lines[0].split()
+        return (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0), True
+
+
+def percentile(hist, total, pct):
+    want = max(1, int(total * pct / 100.0 + 0.999999))
+    seen = 0
+    for us, n in enumerate(hist):
+        seen += n
+        if seen >= want:
+            return us
+    return len(hist) - 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sock-dir", required=True)
+    ap.add_argument("--prefix", default="q")
+    ap.add_argument("--count", type=int, default=100)
+    ap.add_argument("--rate", type=float, default=5.0, help="requests/s per sandbox")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--host", default="fake.bench")
+    args = ap.parse_args()
+
+    sel = selectors.DefaultSelector()
+    period = 1.0 / args.rate
+    start = time.monotonic()
+    quiet = []
+    for i in range(args.count):
+        q = Quiet(os.path.join(args.sock_dir, "sandboxes", "%s%03d" % (args.prefix, i),
+                               "egress.sock"), args.host.encode())
+        q.open(sel)
+        q.due = start + random.random() * period
+        quiet.append(q)
+    hist = [0] * (HIST_US + 1)
+    answered = errors = non_200 = 0
+    worst = 0
+    end = start + args.seconds
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            break
+        for q in quiet:
+            if not q.busy and q.due <= now:
+                try:
+                    q.sock.sendall(q.request)  # small: the socket buffer takes it whole
+                    q.busy = True
+                    q.start = q.due if q.blocked else time.monotonic()
+                except OSError:
+                    errors += 1
+                    q.close(sel)
+                    q.open(sel)
+        wait = min([q.due for q in quiet if not q.busy] + [end]) - time.monotonic()
+        for key, _ in sel.select(max(0.0, min(wait, 0.05))):
+            q = key.data
+            try:
+                chunk = q.sock.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                errors += 1
+                q.close(sel)
+                q.open(sel)
+                q.due = time.monotonic()
+                continue
+            q.buf += chunk
+            status, done = q.answer()
+            if not done:
+                continue
+            done_at = time.monotonic()
+            us = int((done_at - q.start) * 1e6)
+            hist[min(max(us, 0), HIST_US)] += 1
+            worst = max(worst, us)
+            answered += 1
+            non_200 += status != 200
+            q.buf = b""
+            q.busy = False
+            q.due += period
+            q.blocked = done_at > q.due
+    for q in quiet:
+        q.close(sel)
+    doc = {"requests": answered, "errors": errors, "non_200": non_200,
+           "seconds": round(time.monotonic() - start, 3),
+           "p50_us": percentile(hist, answered, 50) if answered else None,
+           "p99_us": percentile(hist, answered, 99) if answered else None,
+           "p999_us": percentile(hist, answered, 99.9) if answered else None,
+           "max_us": worst}
+    print(json.dumps(doc))
+    return 0 if answered else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+/*
+ * Unit tests for core/sched.c: each sandbox's completions per loop turn. The
+ * issue-15 flood in miniature, driven as core/worker.c drives it (the deferred
+ * first, then what the turn reaped): one key with a thousand completions ready
+ * and a hundred keys with one each; every quiet key is handled in the first
+ * turn, the flood a quantum a turn, every key's completions in the order they
+ * came, none lost and none left behind.
+ */
+#include <signal.h>
+
+#include "core/an.h"
+#include "core/sched.h"
+#include "tests/unit/unit.h"
+
+enum { KEYS = 1024, QUANTUM = 32, FLOODER = 1000, FLOOD = 1000, QUIET = 100 };
+
+/* What a test's "handlers" saw: per key, how many and the last sequence number. */
+struct seen {
+	uint32_t count[KEYS];
+	uint32_t last[KEYS];
+	uint32_t turn_of_first[KEYS];
+	uint32_t handled;
+};
+
+static void handle(struct seen *w, const struct sched_cqe *q, uint32_t turn)
+{
+	ck_assert_uint_lt(q->key, KEYS);
+	/* A key's completions come in the order they were posted (ud is a sequence number). */
+	if (w->count[q->key] > 0)
+		ck_assert_uint_gt(q->ud, w->last[q->key]);
+	else
+		w->turn_of_first[q->key] = turn;
+	w->last[q->key] = (uint32_t)q->ud;
+	w->count[q->key]++;
+	w->handled++;
+}
+
+/* One loop turn as the worker takes it: the deferred, then <n> new completions. */
+static uint32_t turn(struct sched *s, struct seen *w, const struct sched_cqe *batch, uint32_t n,
+		     uint32_t t)
+{
+	uint32_t ran = 0;
+	struct sched_cqe q;
+
+	sched_turn(s);
+	for (uint32_t left = s->count; left > 0; left--) {
+		ck_assert(sched_pop(s, &q));
+		if (sched_admit(s, q.key)) {
+			handle(w, &q, t);
+			ran++;
+		} else {
+			sched_defer(s, &q);
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (sched_admit(s, batch[i].key)) {
+			handle(w, &batch[i], t);
+			ran++;
+		} else {
+			ck_assert(sched_room(s, 1));
+			sched_defer(s, &batch[i]);
+		}
+	}
+	return ran;
+}
+
+/* A flood's completions and the quiet keys' one each, interleaved as they might arrive. */
+static uint32_t arrivals(struct sched_cqe *batch, uint64_t *seq)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < FLOOD; i++) {
+		batch[n++] = (struct sched_cqe){ .ud = ++*seq, .key = FLOODER };
+		if (i % 10 == 5 && i / 10 < QUIET)
+			batch[n++] = (struct sched_cqe){ .ud = ++*seq, .key = i / 10 };
+	}
+	return n;
+}
+
+START_TEST(test_quiet_keys_are_served_in_the_first_turn)
+{
+	static struct sched_cqe batch[FLOOD + QUIET];
+	static struct seen w;
+	struct sched s;
+	uint64_t seq = 0;
+
+	memset(&w, 0, sizeof(w));
+	ck_assert_int_eq(sched_init(&s, KEYS, 2048, QUANTUM), 0);
+	uint32_t n = arrivals(batch, &seq);
+	ck_assert_uint_eq(n, FLOOD + QUIET);
+	/* The turn runs a quantum of the flood and every quiet key's completion. */
+	ck_assert_uint_eq(turn(&s, &w, batch, n, 1), QUANTUM + QUIET);
+	for (uint32_t k = 0; k < QUIET; k++) {
+		ck_assert_uint_eq(w.count[k], 1);
+		ck_assert_uint_eq(w.turn_of_first[k], 1);
+	}
+	ck_assert_uint_eq(w.count[FLOODER], QUANTUM);
+	ck_assert_uint_eq(s.count, FLOOD - QUANTUM);
+	/* Then a quantum of the flood a turn, oldest first, until none waits. */
+	uint32_t t = 1;
+	uint64_t waits = s.count;
+	while (s.count > 0) {
+		uint32_t before = w.count[FLOODER];
+		ck_assert_uint_le(turn(&s, &w, NULL, 0, ++t), QUANTUM);
+		ck_assert_uint_eq(w.count[FLOODER] - before,
+				  s.count > 0 ? QUANTUM : FLOOD - before);
+		waits += s.count;
+	}
+	ck_assert_uint_eq(t, (FLOOD + QUANTUM - 1) / QUANTUM);
+	ck_assert_uint_eq(w.count[FLOODER], FLOOD);
+	ck_assert_uint_eq(w.handled, FLOOD + QUIET);
+	/* Each completion counted once for every turn it waited. */
+	ck_assert_uint_eq(s.deferred, waits);
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_new_quiet_work_beats_an_old_backlog)
+{
+	static struct sched_cqe batch[FLOOD + QUIET];
+	static struct seen w;
+	struct sched s;
+	uint64_t seq = 0;
+
+	memset(&w, 0, sizeof(w));
+	ck_assert_int_eq(sched_init(&s, KEYS, 2048, QUANTUM), 0);
+	uint32_t n = arrivals(batch, &seq);
+	(void)turn(&s, &w, batch, n, 1);
+	/* Turn 2: the backlog waits, yet a quiet key's new completion runs in this turn,
+	 * after only a quantum of the flood; the flood's new ones queue behind its old. */
+	struct sched_cqe more[3] = {
+		{ .ud = ++seq, .key = FLOODER },
+		{ .ud = ++seq, .key = 3 },
+		{ .ud = ++seq, .key = FLOODER },
+	};
+	ck_assert_uint_eq(turn(&s, &w, more, 3, 2), QUANTUM + 1);
+	ck_assert_uint_eq(w.count[3], 2);
+	ck_assert_uint_eq(s.count, FLOOD - 2 * QUANTUM + 2);
+	while (s.count > 0)
+		(void)turn(&s, &w, NULL, 0, 3);
+	ck_assert_uint_eq(w.count[FLOODER], FLOOD + 2);
+	ck_assert_uint_eq(w.last[FLOODER], (uint32_t)seq);
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_refused_key_stays_refused_for_the_turn)
+{
+	struct sched s;
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 64, 2), 0);
+	sched_turn(&s);
+	ck_assert(sched_admit(&s, 5));
+	ck_assert(sched_admit(&s, 5));
+	/* N + 1 is refused, and stays refused whatever else runs. */
+	ck_assert(!sched_admit(&s, 5));
+	ck_assert(sched_admit(&s, 6));
+	ck_assert(!sched_admit(&s, 5));
+	/* The worker's own completions are never counted nor refused. */
+	for (int i = 0; i < 100; i++)
+		ck_assert(sched_admit(&s, SCHED_KEY_NONE));
+	sched_turn(&s);
+	ck_assert(sched_admit(&s, 5));
+	ck_assert(sched_admit(&s, KEYS - 1));
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_fifo_keeps_order_and_wraps)
+{
+	struct sched s;
+	struct sched_cqe q;
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, 1), 0);
+	ck_assert(!sched_pop(&s, &q));
+	for (uint64_t round = 0; round < 5; round++) {
+		for (uint64_t i = 0; i < 8; i++) {
+			ck_assert(sched_room(&s, (uint32_t)(8 - i)));
+			sched_defer(&s, &(struct sched_cqe){
+					    .ud = round * 8 + i, .res = -1, .flags = 7, .key = 1 });
+		}
+		ck_assert(!sched_room(&s, 1));
+		for (uint64_t i = 0; i < 8; i++) {
+			ck_assert(sched_pop(&s, &q));
+			ck_assert_uint_eq(q.ud, round * 8 + i);
+			ck_assert_int_eq(q.res, -1);
+			ck_assert_uint_eq(q.flags, 7);
+		}
+		ck_assert(!sched_pop(&s, &q));
+	}
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_turn_stamp_wraps)
+{
+	struct sched s;
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, 1), 0);
+	sched_turn(&s);
+	ck_assert(sched_admit(&s, 2));
+	/* 2^32 turns later the stamp would match again: the wrap clears the stamps. */
+	s.turn = UINT32_MAX;
+	s.keys[2].turn = 1;
+	s.keys[2].used = 1;
+	sched_turn(&s);
+	ck_assert_uint_eq(s.turn, 1);
+	ck_assert(sched_admit(&s, 2));
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_destroy_with_waiting_aborts)
+{
+	struct sched s;
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, 1), 0);
+	sched_defer(&s, &(struct sched_cqe){ .ud = 1, .key = 1 });
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_defer_into_full_fifo_aborts)
+{
+	struct sched s;
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 2, 1), 0);
+	for (int i = 0; i < 3; i++)
+		sched_defer(&s, &(struct sched_cqe){ .ud = 1, .key = 1 });
+}
+END_TEST
+
+START_TEST(test_key_past_the_end_aborts)
+{
+	struct sched s;
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, 1), 0);
+	(void)sched_admit(&s, KEYS);
+}
+END_TEST
+
+static Suite *sched_suite(void)
+{
+	Suite *s = suite_create("sched");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_quiet_keys_are_served_in_the_first_turn);
+	tcase_add_test(tc, test_new_quiet_work_beats_an_old_backlog);
+	tcase_add_test(tc, test_refused_key_stays_refused_for_the_turn);
+	tcase_add_test(tc, test_fifo_keeps_order_and_wraps);
+	tcase_add_test(tc, test_turn_stamp_wraps);
+	suite_add_tcase(s, tc);
+	TCase *tc_abort = tcase_create("abort");
+	tcase_add_test_raise_signal(tc_abort, test_destroy_with_waiting_aborts, SIGABRT);
+	tcase_add_test_raise_signal(tc_abort, test_defer_into_full_fifo_aborts, SIGABRT);
+	tcase_add_test_raise_signal(tc_abort, test_key_past_the_end_aborts, SIGABRT);
+	suite_add_tcase(s, tc_abort);
+	return s;
+}
+
+int main(void)
+{
+	return unit_run(sched_suite());
+}
