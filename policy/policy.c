@@ -210,7 +210,7 @@ typedef int (*item_fn)(struct loader *ld, void *ctx, uint32_t index);
 /* --- messages ---------------------------------------------------------- */
 
 /* Copies <s>/<len> for a message: printable ASCII kept, anything else '?', cut at 60 bytes. */
-static const char *show(const void *s, size_t len, char *buf)
+static const char *loader_show(const void *s, size_t len, char *buf)
 {
 	const unsigned char *u = s;
 	size_t n = len > 60 ? 60 : len;
@@ -238,8 +238,8 @@ static size_t ev_len(const struct loader *ld)
 	return ld->ev.data.scalar.length;
 }
 
-__attribute__((format(printf, 3, 4))) static int fail(struct loader *ld, yaml_mark_t m,
-						      const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int loader_fail(struct loader *ld, yaml_mark_t m,
+							     const char *fmt, ...)
 {
 	va_list ap;
 
@@ -256,7 +256,7 @@ __attribute__((format(printf, 3, 4))) static int fail(struct loader *ld, yaml_ma
 	return -EINVAL;
 }
 
-static int fail_oom(struct loader *ld)
+static int loader_fail_oom(struct loader *ld)
 {
 	AN_ASSERT(ld->name != NULL);
 	if (ld->err_cap > 0)
@@ -293,19 +293,20 @@ static int fail_yaml(struct loader *ld)
 	AN_ASSERT(y->error != YAML_NO_ERROR);
 	AN_ASSERT(!ld->ev_live);
 	if (y->error == YAML_MEMORY_ERROR)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	if (y->error == YAML_READER_ERROR)
-		return fail(ld, mark_at(ld, y->problem_offset), "YAML: %s", problem);
+		return loader_fail(ld, mark_at(ld, y->problem_offset), "YAML: %s", problem);
 	/* libyaml reads an unquoted "*.example.com" as a malformed alias. */
 	if (y->context != NULL && strcmp(y->context, "while scanning an alias") == 0)
-		return fail(
+		return loader_fail(
 		    ld, y->context_mark,
 		    "YAML reads an unquoted '*' as an alias: quote wildcard hosts (\"*.example.com\")");
 	/* The problem mark is where libyaml gave up; the context mark is where the construct began. */
 	if (y->context != NULL)
-		return fail(ld, y->problem_mark, "YAML: %s (%s at line %zu, column %zu)", problem,
-			    y->context, y->context_mark.line + 1, y->context_mark.column + 1);
-	return fail(ld, y->problem_mark, "YAML: %s", problem);
+		return loader_fail(ld, y->problem_mark, "YAML: %s (%s at line %zu, column %zu)",
+				   problem, y->context, y->context_mark.line + 1,
+				   y->context_mark.column + 1);
+	return loader_fail(ld, y->problem_mark, "YAML: %s", problem);
 }
 
 /* --- events -------------------------------------------------------------- */
@@ -340,9 +341,10 @@ static int loader_next(struct loader *ld)
 		return fail_yaml(ld);
 	ld->ev_live = true;
 	if (ld->ev.type == YAML_ALIAS_EVENT || ev_anchor_or_tag(&ld->ev, false) != NULL)
-		return fail(ld, ld->ev.start_mark, "YAML anchors and aliases are not supported");
+		return loader_fail(ld, ld->ev.start_mark,
+				   "YAML anchors and aliases are not supported");
 	if (ev_anchor_or_tag(&ld->ev, true) != NULL)
-		return fail(ld, ld->ev.start_mark, "YAML tags are not supported");
+		return loader_fail(ld, ld->ev.start_mark, "YAML tags are not supported");
 	AN_ASSERT(ld->ev_live && !ld->ev_again);
 	return 0;
 }
@@ -355,8 +357,8 @@ static int loader_start(struct loader *ld, yaml_event_type_t type, const char *w
 		return rc;
 	if (ld->ev.type == type)
 		return 0;
-	return fail(ld, ld->ev.start_mark, "%s must be %s", what,
-		    type == YAML_MAPPING_START_EVENT ? "a mapping" : "a sequence");
+	return loader_fail(ld, ld->ev.start_mark, "%s must be %s", what,
+			   type == YAML_MAPPING_START_EVENT ? "a mapping" : "a sequence");
 }
 
 static bool ev_is_null(const struct loader *ld)
@@ -381,7 +383,7 @@ static int loader_scalar(struct loader *ld, const char *what, const char *type)
 	if (rc != 0)
 		return rc;
 	if (ld->ev.type != YAML_SCALAR_EVENT || ev_is_null(ld))
-		return fail(ld, ld->ev.start_mark, "%s must be %s", what, type);
+		return loader_fail(ld, ld->ev.start_mark, "%s must be %s", what, type);
 	AN_ASSERT(ld->ev.data.scalar.value != NULL);
 	return 0;
 }
@@ -419,34 +421,35 @@ static int loader_key(struct loader *ld, const struct keyset *ks, uint32_t *seen
 	if (ld->ev.type == YAML_MAPPING_END_EVENT)
 		return 0;
 	if (ld->ev.type != YAML_SCALAR_EVENT)
-		return fail(ld, ld->ev.start_mark, "keys in %s must be strings", ks->section);
+		return loader_fail(ld, ld->ev.start_mark, "keys in %s must be strings",
+				   ks->section);
 	ld->key_mark = ld->ev.start_mark;
 	for (uint32_t i = 0; i < ks->count; i++) {
 		if (ev_len(ld) != strlen(ks->keys[i]) ||
 		    memcmp(ev_text(ld), ks->keys[i], ev_len(ld)))
 			continue;
 		if (*seen & (1u << i))
-			return fail(ld, ld->key_mark, "duplicate key \"%s\" in %s", ks->keys[i],
-				    ks->section);
+			return loader_fail(ld, ld->key_mark, "duplicate key \"%s\" in %s",
+					   ks->keys[i], ks->section);
 		*seen |= 1u << i;
 		*key = i;
 		return 1;
 	}
 	list_keys(ks, expected, sizeof(expected));
-	return fail(ld, ld->key_mark, "unknown key \"%s\" in %s (expected one of: %s)",
-		    show(ev_text(ld), ev_len(ld), shown), ks->section, expected);
+	return loader_fail(ld, ld->key_mark, "unknown key \"%s\" in %s (expected one of: %s)",
+			   loader_show(ev_text(ld), ev_len(ld), shown), ks->section, expected);
 }
 
 /* Fails at <m> for the first of the <mandatory> keys missing from <seen>. */
-static int check_mandatory(struct loader *ld, const struct keyset *ks, uint32_t mandatory,
-			   uint32_t seen, yaml_mark_t m)
+static int loader_check_mandatory(struct loader *ld, const struct keyset *ks, uint32_t mandatory,
+				  uint32_t seen, yaml_mark_t m)
 {
 	AN_ASSERT(ks->count <= 32);
 	AN_ASSERT(mandatory != 0);
 	for (uint32_t i = 0; i < ks->count; i++) {
 		if ((mandatory & (1u << i)) && !(seen & (1u << i)))
-			return fail(ld, m, "missing mandatory key \"%s\" in %s", ks->keys[i],
-				    ks->section);
+			return loader_fail(ld, m, "missing mandatory key \"%s\" in %s", ks->keys[i],
+					   ks->section);
 	}
 	return 0;
 }
@@ -475,10 +478,11 @@ static int loader_items(struct loader *ld, const char *what, uint32_t max, bool 
 		if (ld->ev.type == end_type)
 			break;
 		if (keyed && (ld->ev.type != YAML_SCALAR_EVENT || ev_is_null(ld)))
-			return fail(ld, ld->ev.start_mark, "keys in %s must be strings", what);
+			return loader_fail(ld, ld->ev.start_mark, "keys in %s must be strings",
+					   what);
 		if (i == max)
-			return fail(ld, ld->ev.start_mark, "%s has more than %u entries", what,
-				    max);
+			return loader_fail(ld, ld->ev.start_mark, "%s has more than %u entries",
+					   what, max);
 		if (keyed)
 			ld->key_mark = ld->ev.start_mark;
 		else
@@ -489,7 +493,7 @@ static int loader_items(struct loader *ld, const char *what, uint32_t max, bool 
 		AN_ASSERT(!ld->ev_again);
 	}
 	if (nonempty && i == 0)
-		return fail(ld, start, "%s must not be empty", what);
+		return loader_fail(ld, start, "%s must not be empty", what);
 	AN_ASSERT(i <= max);
 	return 0;
 }
@@ -510,7 +514,7 @@ static int loader_map(struct loader *ld, const char *what, uint32_t max, item_fn
 /* --- scalar values -------------------------------------------------------- */
 
 /* Parses decimal digits; saturates at UINT64_MAX. False for anything else. */
-static bool parse_decimal(const char *s, size_t len, uint64_t *out)
+static bool loader_parse_decimal(const char *s, size_t len, uint64_t *out)
 {
 	uint64_t v = 0;
 
@@ -542,20 +546,21 @@ static int loader_uint(struct loader *ld, const char *what, uint64_t min, uint64
 	size_t len = ev_len(ld);
 	size_t sign = len > 1 && s[0] == '-' ? 1 : 0;
 	bool plain = ld->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-	if (!plain || !parse_decimal(s + sign, len - sign, &v))
-		return fail(ld, ld->ev.start_mark, "%s must be an integer", what);
+	if (!plain || !loader_parse_decimal(s + sign, len - sign, &v))
+		return loader_fail(ld, ld->ev.start_mark, "%s must be an integer", what);
 	if (len - sign > 1 && s[sign] == '0')
-		return fail(ld, ld->ev.start_mark, "%s must not have leading zeros", what);
+		return loader_fail(ld, ld->ev.start_mark, "%s must not have leading zeros", what);
 	if (sign != 0 || v < min || v > max)
-		return fail(ld, ld->ev.start_mark, "%s must be %llu..%llu, got %s", what,
-			    (unsigned long long)min, (unsigned long long)max, show(s, len, shown));
+		return loader_fail(ld, ld->ev.start_mark, "%s must be %llu..%llu, got %s", what,
+				   (unsigned long long)min, (unsigned long long)max,
+				   loader_show(s, len, shown));
 	*out = v;
 	AN_ASSERT(v >= min && v <= max);
 	return 0;
 }
 
 /* No C0 control bytes and no DEL: the text may end up in an HTTP header line. */
-static bool text_is_clean(const char *s, size_t len)
+static bool loader_text_is_clean(const char *s, size_t len)
 {
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)s[i];
@@ -567,7 +572,7 @@ static bool text_is_clean(const char *s, size_t len)
 }
 
 /* The 1-based position of the first byte of <s>/<len> that is not visible ASCII, or 0. */
-static size_t first_invisible(const char *s, size_t len)
+static size_t loader_first_invisible(const char *s, size_t len)
 {
 	AN_ASSERT(s != NULL || len == 0);
 	for (size_t i = 0; i < len; i++) {
@@ -587,23 +592,23 @@ static int loader_text(struct loader *ld, const char *what, char **out)
 	if (rc != 0)
 		return rc;
 	if (ev_len(ld) == 0)
-		return fail(ld, ld->ev.start_mark, "%s must not be empty", what);
+		return loader_fail(ld, ld->ev.start_mark, "%s must not be empty", what);
 	if (ev_len(ld) > POLICY_TEXT_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "%s is longer than %u bytes", what,
-			    POLICY_TEXT_BYTES_MAX);
-	if (!text_is_clean(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "%s must be one line without control characters (no CR, LF, tab)",
-			    what);
+		return loader_fail(ld, ld->ev.start_mark, "%s is longer than %u bytes", what,
+				   POLICY_TEXT_BYTES_MAX);
+	if (!loader_text_is_clean(ev_text(ld), ev_len(ld)))
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "%s must be one line without control characters (no CR, LF, tab)", what);
 	*out = pool_strndup(ev_text(ld), ev_len(ld));
 	if (*out == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(strlen(*out) == ev_len(ld));
 	return 0;
 }
 
 /* Sandbox ids and profile names: [A-Za-z0-9_.-]{1,63}, not starting with '.'. */
-static bool is_id(const char *s, size_t len)
+static bool loader_is_id(const char *s, size_t len)
 {
 	if (len == 0 || len > CONFIG_SANDBOX_ID_BYTES_MAX - 1 || s[0] == '.')
 		return false;
@@ -634,7 +639,7 @@ static bool is_rule_id(const char *s, size_t len)
 	return true;
 }
 
-static void *grow_array(void *arr, uint32_t *cap, uint32_t count, size_t elem)
+static void *loader_grow_array(void *arr, uint32_t *cap, uint32_t count, size_t elem)
 {
 	AN_ASSERT(count <= *cap);
 	if (count < *cap)
@@ -663,7 +668,7 @@ static const char *parse_port(const char *s, size_t len, uint16_t *port)
 	uint64_t v = 0;
 
 	AN_ASSERT(port != NULL);
-	if (len > 5 || !parse_decimal(s, len, &v) || s[0] == '0' || v > 65535)
+	if (len > 5 || !loader_parse_decimal(s, len, &v) || s[0] == '0' || v > 65535)
 		return "the port must be 1..65535";
 	*port = (uint16_t)v;
 	AN_ASSERT(*port >= 1);
@@ -671,7 +676,7 @@ static const char *parse_port(const char *s, size_t len, uint16_t *port)
 }
 
 /* Splits "[v6]:port", "[v6]", "v6", "host:port" or "host". NULL, or why not. */
-static const char *split_hostport(const char *s, size_t len, struct hostport *hp)
+static const char *loader_split_hostport(const char *s, size_t len, struct hostport *hp)
 {
 	const char *port = NULL;
 	const char *colon = memchr(s, ':', len);
@@ -703,7 +708,8 @@ static const char *split_hostport(const char *s, size_t len, struct hostport *hp
 }
 
 /* Canonical "ip", "ip:port" or "[ip6]:port" of <ss> (port 0: none). */
-static void format_addr(const struct sockaddr_storage *ss, uint16_t port, char *buf, size_t cap)
+static void loader_format_addr(const struct sockaddr_storage *ss, uint16_t port, char *buf,
+			       size_t cap)
 {
 	char ip[INET6_ADDRSTRLEN];
 	const void *bin = ss->ss_family == AF_INET
@@ -736,7 +742,7 @@ static int loader_ip_port(struct loader *ld, const char *what, bool port_require
 	int rc = loader_scalar(ld, what, "a string");
 	if (rc != 0)
 		return rc;
-	const char *why = split_hostport(ev_text(ld), ev_len(ld), &hp);
+	const char *why = loader_split_hostport(ev_text(ld), ev_len(ld), &hp);
 	if (why == NULL && addr_parse_ip(hp.host, hp.host_len, ss) != 0)
 		why = "not an IPv4 or IPv6 address";
 	if (why == NULL && hp.bracketed && ss->ss_family != AF_INET6)
@@ -744,8 +750,8 @@ static int loader_ip_port(struct loader *ld, const char *what, bool port_require
 	if (why == NULL && port_required && hp.port == 0)
 		why = "the port is missing";
 	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid %s \"%s\": %s", what,
-			    show(ev_text(ld), ev_len(ld), shown), why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid %s \"%s\": %s", what,
+				   loader_show(ev_text(ld), ev_len(ld), shown), why);
 	*port = hp.port;
 	AN_ASSERT(!port_required || *port != 0);
 	return 0;
@@ -831,15 +837,15 @@ static int stage_path(struct loader *ld, const char *what, bool dash_ok, char **
 	size_t len = ev_len(ld);
 	bool dash = dash_ok && len == 1 && s[0] == '-';
 	if (!dash && (len == 0 || s[0] != '/'))
-		return fail(ld, ld->ev.start_mark, "%s must be an absolute path%s", what,
-			    dash_ok ? " or \"-\"" : "");
-	if (len > POLICY_PATH_BYTES_MAX || !text_is_clean(s, len))
-		return fail(ld, ld->ev.start_mark,
-			    "%s must be at most %u bytes without control characters", what,
-			    POLICY_PATH_BYTES_MAX);
+		return loader_fail(ld, ld->ev.start_mark, "%s must be an absolute path%s", what,
+				   dash_ok ? " or \"-\"" : "");
+	if (len > POLICY_PATH_BYTES_MAX || !loader_text_is_clean(s, len))
+		return loader_fail(ld, ld->ev.start_mark,
+				   "%s must be at most %u bytes without control characters", what,
+				   POLICY_PATH_BYTES_MAX);
 	*slot = pool_strndup(s, len);
 	if (*slot == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT((*slot)[0] == '/' || dash);
 	return 0;
 }
@@ -855,13 +861,13 @@ static int stage_tcp_listen(struct loader *ld)
 	if (rc != 0)
 		return rc;
 	if (addr_classify((const struct sockaddr *)&ss) != ADDR_LOOPBACK)
-		return fail(
+		return loader_fail(
 		    ld, ld->ev.start_mark,
 		    "tcp_listen must be a loopback address:port (127.0.0.1:PORT or [::1]:PORT)");
-	format_addr(&ss, port, buf, sizeof(buf));
+	loader_format_addr(&ss, port, buf, sizeof(buf));
 	ld->next.tcp_listen = pool_strndup(buf, strlen(buf));
 	if (ld->next.tcp_listen == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(port != 0);
 	return 0;
 }
@@ -874,13 +880,13 @@ static int stage_tcp_sandbox(struct loader *ld)
 	int rc = loader_scalar(ld, "tcp_sandbox", "a string");
 	if (rc != 0)
 		return rc;
-	if (!is_id(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark, "invalid tcp_sandbox \"%s\"",
-			    show(ev_text(ld), ev_len(ld), shown));
+	if (!loader_is_id(ev_text(ld), ev_len(ld)))
+		return loader_fail(ld, ld->ev.start_mark, "invalid tcp_sandbox \"%s\"",
+				   loader_show(ev_text(ld), ev_len(ld), shown));
 	ld->tcp_sandbox_mark = ld->ev.start_mark;
 	ld->next.tcp_sandbox = pool_strndup(ev_text(ld), ev_len(ld));
 	if (ld->next.tcp_sandbox == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(ld->next.tcp_sandbox[0] != '\0');
 	return 0;
 }
@@ -909,11 +915,11 @@ static int stage_control_group(struct loader *ld)
 	if (rc != 0)
 		return rc;
 	if (!is_group_name(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark, "invalid control_group \"%s\"",
-			    show(ev_text(ld), ev_len(ld), shown));
+		return loader_fail(ld, ld->ev.start_mark, "invalid control_group \"%s\"",
+				   loader_show(ev_text(ld), ev_len(ld), shown));
 	ld->next.control_group = pool_strndup(ev_text(ld), ev_len(ld));
 	if (ld->next.control_group == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(ld->next.control_group[0] != '\0');
 	return 0;
 }
@@ -968,11 +974,11 @@ static int parse_sandbox_uids(struct loader *ld)
 	if (rc < 0)
 		return rc;
 	if (seen != (1u << SU__COUNT) - 1)
-		return fail(ld, start, "sandbox_uids needs both first and count");
+		return loader_fail(ld, start, "sandbox_uids needs both first and count");
 	uint64_t last = (uint64_t)ld->next.sandbox_uid_first + ld->next.sandbox_uid_count - 1;
 	if (last > POLICY_SANDBOX_UID_LAST_MAX)
-		return fail(ld, start, "sandbox_uids ends at %llu, past %u",
-			    (unsigned long long)last, POLICY_SANDBOX_UID_LAST_MAX);
+		return loader_fail(ld, start, "sandbox_uids ends at %llu, past %u",
+				   (unsigned long long)last, POLICY_SANDBOX_UID_LAST_MAX);
 	return 0;
 }
 
@@ -1001,7 +1007,7 @@ static int parse_ca(struct loader *ld)
 	}
 	if (rc < 0)
 		return rc;
-	rc = check_mandatory(ld, &ca_keyset, (1u << CA_CERT) | (1u << CA_KEY), seen, start);
+	rc = loader_check_mandatory(ld, &ca_keyset, (1u << CA_CERT) | (1u << CA_KEY), seen, start);
 	if (rc == 0)
 		AN_ASSERT(ld->next.ca_cert != NULL);
 	if (rc == 0)
@@ -1023,13 +1029,13 @@ static int stage_ingress_listen(struct loader *ld)
 	if (rc != 0)
 		return rc;
 	if (addr_classify((const struct sockaddr *)&ss) == ADDR_MULTICAST)
-		return fail(ld, ld->ev.start_mark,
-			    "ingress.listen cannot be a multicast address, which takes no "
-			    "connections: name a local address, or 0.0.0.0 or [::] for all");
-	format_addr(&ss, port, buf, sizeof(buf));
+		return loader_fail(ld, ld->ev.start_mark,
+				   "ingress.listen cannot be a multicast address, which takes no "
+				   "connections: name a local address, or 0.0.0.0 or [::] for all");
+	loader_format_addr(&ss, port, buf, sizeof(buf));
 	ld->next.ingress_listen = pool_strndup(buf, strlen(buf));
 	if (ld->next.ingress_listen == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(port != 0);
 	return 0;
 }
@@ -1045,7 +1051,7 @@ static const char *authority_invalid(const char *s, size_t len)
 		return "the host is missing";
 	if (memchr(s, '@', len) != NULL)
 		return "no user information (\"user@\"): the URL is handed to third parties";
-	const char *why = split_hostport(s, len, &hp);
+	const char *why = loader_split_hostport(s, len, &hp);
 	if (why != NULL)
 		return why;
 	if (hp.bracketed)
@@ -1078,7 +1084,7 @@ static const char *public_url_invalid(const char *s, size_t len)
 
 	AN_ASSERT(s != NULL);
 	AN_ASSERT(len <= POLICY_INGRESS_PUBLIC_URL_BYTES_MAX);
-	if (first_invisible(s, len) != 0)
+	if (loader_first_invisible(s, len) != 0)
 		return "a space, control character or non-ASCII byte (write a name in its "
 		       "xn-- form)";
 	if (len >= sizeof(http) - 1 && memcmp(s, http, sizeof(http) - 1) == 0)
@@ -1112,15 +1118,16 @@ static int stage_ingress_public_url(struct loader *ld)
 	const char *s = ev_text(ld);
 	size_t len = ev_len(ld);
 	if (len > POLICY_INGRESS_PUBLIC_URL_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "ingress.public_url is longer than %u bytes",
-			    POLICY_INGRESS_PUBLIC_URL_BYTES_MAX);
+		return loader_fail(ld, ld->ev.start_mark,
+				   "ingress.public_url is longer than %u bytes",
+				   POLICY_INGRESS_PUBLIC_URL_BYTES_MAX);
 	const char *why = public_url_invalid(s, len);
 	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid ingress.public_url \"%s\": %s",
-			    show(s, len, shown), why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid ingress.public_url \"%s\": %s",
+				   loader_show(s, len, shown), why);
 	ld->next.ingress_public_url = pool_strndup(s, len);
 	if (ld->next.ingress_public_url == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(ld->next.ingress_public_url[0] == 'h');
 	return 0;
 }
@@ -1169,15 +1176,15 @@ static int stage_ingress_prefix(struct loader *ld)
 	const char *s = ev_text(ld);
 	size_t len = ev_len(ld);
 	if (len > POLICY_INGRESS_PREFIX_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "ingress.prefix is longer than %u bytes",
-			    POLICY_INGRESS_PREFIX_BYTES_MAX);
+		return loader_fail(ld, ld->ev.start_mark, "ingress.prefix is longer than %u bytes",
+				   POLICY_INGRESS_PREFIX_BYTES_MAX);
 	const char *why = prefix_invalid(s, len);
 	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid ingress.prefix \"%s\": %s",
-			    show(s, len, shown), why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid ingress.prefix \"%s\": %s",
+				   loader_show(s, len, shown), why);
 	ld->next.ingress_prefix = pool_strndup(s, len);
 	if (ld->next.ingress_prefix == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(ld->next.ingress_prefix[0] == '/');
 	return 0;
 }
@@ -1214,7 +1221,7 @@ static int parse_ingress_tls(struct loader *ld)
 	if (rc < 0)
 		return rc;
 	uint32_t both = (1u << IT_CERT) | (1u << IT_KEY);
-	rc = check_mandatory(ld, &ingress_tls_keyset, both, seen, start);
+	rc = loader_check_mandatory(ld, &ingress_tls_keyset, both, seen, start);
 	if (rc == 0)
 		AN_ASSERT(ld->next.ingress_tls_cert != NULL);
 	if (rc == 0)
@@ -1265,12 +1272,13 @@ static int parse_daemon_ingress(struct loader *ld)
 		return rc;
 	for (uint32_t k = DI_PUBLIC_URL; k < DI__COUNT && !(seen & (1u << DI_LISTEN)); k++) {
 		if (seen & (1u << k))
-			return fail(ld, marks[k],
-				    "ingress.%s needs ingress.listen (the ip:port the gateway "
-				    "listens on)",
-				    daemon_ingress_keys[k]);
+			return loader_fail(
+			    ld, marks[k],
+			    "ingress.%s needs ingress.listen (the ip:port the gateway "
+			    "listens on)",
+			    daemon_ingress_keys[k]);
 	}
-	rc = check_mandatory(ld, &daemon_ingress_keyset, 1u << DI_LISTEN, seen, start);
+	rc = loader_check_mandatory(ld, &daemon_ingress_keyset, 1u << DI_LISTEN, seen, start);
 	if (rc == 0)
 		AN_ASSERT(ld->next.ingress_listen != NULL);
 	return rc;
@@ -1355,7 +1363,7 @@ static int daemon_value(struct loader *ld, uint32_t key)
 	}
 }
 
-static int parse_daemon(struct loader *ld)
+static int loader_daemon(struct loader *ld)
 {
 	yaml_mark_t listen_mark = { 0, 0, 0 };
 	yaml_mark_t sandbox_mark = { 0, 0, 0 };
@@ -1378,9 +1386,9 @@ static int parse_daemon(struct loader *ld)
 	if (rc < 0)
 		return rc;
 	if ((seen & (1u << DK_TCP_LISTEN)) && !(seen & (1u << DK_TCP_SANDBOX)))
-		return fail(ld, listen_mark, "tcp_sandbox is mandatory with tcp_listen");
+		return loader_fail(ld, listen_mark, "tcp_sandbox is mandatory with tcp_listen");
 	if ((seen & (1u << DK_TCP_SANDBOX)) && !(seen & (1u << DK_TCP_LISTEN)))
-		return fail(ld, sandbox_mark, "tcp_sandbox is only allowed with tcp_listen");
+		return loader_fail(ld, sandbox_mark, "tcp_sandbox is only allowed with tcp_listen");
 	AN_ASSERT((ld->next.tcp_listen == NULL) == (ld->next.tcp_sandbox == NULL));
 	return 0;
 }
@@ -1403,7 +1411,7 @@ static int server_item(struct loader *ld, void *ctx, uint32_t index)
 	int rc = loader_ip_port(ld, "DNS server", false, &ss, &port);
 	if (rc != 0)
 		return rc;
-	format_addr(&ss, port, one, sizeof(one));
+	loader_format_addr(&ss, port, one, sizeof(one));
 	int n = snprintf(csv->buf + csv->len, sizeof(csv->buf) - csv->len, "%s%s",
 			 index > 0 ? "," : "", one);
 	AN_ASSERT(n > 0 && (size_t)n < sizeof(csv->buf) - csv->len);
@@ -1421,7 +1429,7 @@ static int parse_servers(struct loader *ld)
 		return rc;
 	ld->next.dns_servers = pool_strndup(csv.buf, csv.len);
 	if (ld->next.dns_servers == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(csv.len > 0);
 	return 0;
 }
@@ -1436,9 +1444,10 @@ static int host_addr_item(struct loader *ld, void *ctx, uint32_t index)
 	if (rc != 0)
 		return rc;
 	if (addr_parse_ip(ev_text(ld), ev_len(ld), &h->addrs[index]) != 0)
-		return fail(ld, ld->ev.start_mark,
-			    "invalid address \"%s\" for %s: expected an IPv4 or IPv6 literal",
-			    show(ev_text(ld), ev_len(ld), shown), h->name);
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "invalid address \"%s\" for %s: expected an IPv4 or IPv6 literal",
+		    loader_show(ev_text(ld), ev_len(ld), shown), h->name);
 	h->addr_count = index + 1;
 	AN_ASSERT(h->addr_count <= POLICY_STATIC_ADDRS_MAX);
 	return 0;
@@ -1460,25 +1469,26 @@ static int push_static_host(struct loader *ld, struct policy_host **out)
 	if (n >= 0 && kind != ACL_KIND_NAME)
 		why = "an IP literal needs no static entry";
 	if (n < 0 || why != NULL)
-		return fail(ld, ld->key_mark, "invalid host \"%s\" in resolver.hosts: %s",
-			    show(ev_text(ld), ev_len(ld), shown), why);
+		return loader_fail(ld, ld->key_mark, "invalid host \"%s\" in resolver.hosts: %s",
+				   loader_show(ev_text(ld), ev_len(ld), shown), why);
 	struct policy_host *hosts =
-	    grow_array(p->hosts, &p->host_cap, p->host_count, sizeof(*hosts));
+	    loader_grow_array(p->hosts, &p->host_cap, p->host_count, sizeof(*hosts));
 	if (hosts == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	p->hosts = hosts;
 	struct policy_host *h = &p->hosts[p->host_count];
 	h->name = pool_strndup(norm, (size_t)n);
 	h->addrs = pool_calloc(POLICY_STATIC_ADDRS_MAX, sizeof(*h->addrs));
 	p->host_count++;
 	if (h->name == NULL || h->addrs == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	h->name_len = (uint32_t)n;
 	int rc = strtab_insert(&p->host_index, h->name, h->name_len, p->host_count - 1, &first);
 	if (rc == -EEXIST)
-		return fail(ld, ld->key_mark, "duplicate host \"%s\" in resolver.hosts", h->name);
+		return loader_fail(ld, ld->key_mark, "duplicate host \"%s\" in resolver.hosts",
+				   h->name);
 	if (rc != 0)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	*out = h;
 	AN_ASSERT(p->host_count == p->host_index.count);
 	return 0;
@@ -1514,17 +1524,18 @@ static int allow_item(struct loader *ld, void *ctx, uint32_t index)
 	int rc = loader_scalar(ld, "a CIDR", "a string");
 	if (rc != 0)
 		return rc;
-	show(ev_text(ld), ev_len(ld), shown);
+	loader_show(ev_text(ld), ev_len(ld), shown);
 	if (addr_cidr_parse(ev_text(ld), ev_len(ld), &c, &why) != 0)
-		return fail(ld, ld->ev.start_mark, "invalid CIDR \"%s\": %s", shown, why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid CIDR \"%s\": %s", shown, why);
 	if (addr_cidr_never_permitted(&c))
-		return fail(
+		return loader_fail(
 		    ld, ld->ev.start_mark,
 		    "allow_private entry \"%s\" can never match: multicast and unspecified addresses are never permitted",
 		    shown);
-	struct addr_cidr *allow = grow_array(p->allow, &p->allow_cap, p->allow_count, sizeof(c));
+	struct addr_cidr *allow =
+	    loader_grow_array(p->allow, &p->allow_cap, p->allow_count, sizeof(c));
 	if (allow == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	p->allow = allow;
 	p->allow[p->allow_count++] = c;
 	AN_ASSERT(p->allow_count <= POLICY_ALLOW_PRIVATE_MAX);
@@ -1539,7 +1550,7 @@ static const char *const resolver_keys[] = {
 };
 static const struct keyset resolver_keyset = { "resolver", resolver_keys, RK__COUNT };
 
-static int parse_resolver(struct loader *ld)
+static int loader_resolver(struct loader *ld)
 {
 	uint32_t seen = 0;
 	uint32_t key = 0;
@@ -1567,11 +1578,11 @@ static int parse_resolver(struct loader *ld)
 /* --- limits ---------------------------------------------------------------- */
 
 /* A profile's and a rule's limits: the same keys and bounds, named apart in messages. */
-static const char *const limit_keys[] = { "requests_per_second", "burst", "concurrent" };
-static const struct keyset profile_limit_keyset = { "a profile's limits", limit_keys,
-						    AN_ARRAY_LEN(limit_keys) };
-static const struct keyset rule_limit_keyset = { "a rule's limits", limit_keys,
-						 AN_ARRAY_LEN(limit_keys) };
+static const char *const loader_limit_keys[] = { "requests_per_second", "burst", "concurrent" };
+static const struct keyset profile_limit_keyset = { "a profile's limits", loader_limit_keys,
+						    AN_ARRAY_LEN(loader_limit_keys) };
+static const struct keyset rule_limit_keyset = { "a rule's limits", loader_limit_keys,
+						 AN_ARRAY_LEN(loader_limit_keys) };
 
 static bool limits_none(const struct verdict_limits *l)
 {
@@ -1579,21 +1590,21 @@ static bool limits_none(const struct verdict_limits *l)
 }
 
 /* limits: {requests_per_second, burst, concurrent} (keys <ks>), each 1..POLICY_LIMIT_MAX. */
-static int parse_limits(struct loader *ld, const struct keyset *ks, struct verdict_limits *out)
+static int loader_limits(struct loader *ld, const struct keyset *ks, struct verdict_limits *out)
 {
 	uint32_t seen = 0;
 	uint32_t key = 0;
 	uint64_t v = 0;
 
-	AN_ASSERT(ks->keys == limit_keys);
+	AN_ASSERT(ks->keys == loader_limit_keys);
 	AN_ASSERT(limits_none(out));
 	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "limits");
 	if (rc != 0)
 		return rc;
 	yaml_mark_t start = ld->ev.start_mark;
 	while ((rc = loader_key(ld, ks, &seen, &key)) > 0) {
-		AN_ASSERT(key < AN_ARRAY_LEN(limit_keys));
-		rc = loader_uint(ld, limit_keys[key], 1, POLICY_LIMIT_MAX, &v);
+		AN_ASSERT(key < AN_ARRAY_LEN(loader_limit_keys));
+		rc = loader_uint(ld, loader_limit_keys[key], 1, POLICY_LIMIT_MAX, &v);
 		if (rc != 0)
 			return rc;
 		uint32_t *slot = key == 0   ? &out->requests_per_second
@@ -1602,7 +1613,7 @@ static int parse_limits(struct loader *ld, const struct keyset *ks, struct verdi
 		*slot = (uint32_t)v;
 	}
 	if (rc == 0 && out->burst != 0 && out->requests_per_second == 0)
-		return fail(ld, start, "limits: burst needs requests_per_second");
+		return loader_fail(ld, start, "limits: burst needs requests_per_second");
 	return rc;
 }
 
@@ -1656,7 +1667,7 @@ struct profile_ctx {
 	struct strtab placeholders; /* an inject's placeholder -> index in p->injects */
 };
 
-static uint32_t mark_u32(size_t v)
+static uint32_t loader_mark_u32(size_t v)
 {
 	return v >= UINT32_MAX ? UINT32_MAX : (uint32_t)v + 1;
 }
@@ -1669,22 +1680,23 @@ static int wildcard_host(struct loader *ld, char *norm, const char *shown)
 
 	AN_ASSERT(ev_len(ld) >= 1 && ev_text(ld)[0] == '*');
 	if (ev_len(ld) == 1)
-		return fail(
+		return loader_fail(
 		    ld, ld->ev.start_mark,
 		    "host \"*\" is refused: name a host (\"example.com\") or the sub-domains of one (\"*.example.com\")");
 	if (ev_text(ld)[1] != '.')
-		return fail(ld, ld->ev.start_mark,
-			    "invalid host \"%s\": a wildcard is \"*.\" followed by a domain",
-			    shown);
+		return loader_fail(ld, ld->ev.start_mark,
+				   "invalid host \"%s\": a wildcard is \"*.\" followed by a domain",
+				   shown);
 	int n =
 	    acl_normalise(ev_text(ld) + 2, ev_len(ld) - 2, norm, ACL_HOST_NORM_BYTES, &kind, &why);
 	if (n < 0)
-		return fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown, why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown, why);
 	if (kind == ACL_KIND_IP)
-		return fail(ld, ld->ev.start_mark,
-			    "invalid host \"%s\": a wildcard cannot cover IP addresses", shown);
+		return loader_fail(ld, ld->ev.start_mark,
+				   "invalid host \"%s\": a wildcard cannot cover IP addresses",
+				   shown);
 	if (memchr(norm, '.', (size_t)n) == NULL)
-		return fail(
+		return loader_fail(
 		    ld, ld->ev.start_mark,
 		    "host \"%s\" is refused: a wildcard must be below a registrable domain (\"*.example.com\", not \"*.com\")",
 		    shown);
@@ -1698,7 +1710,7 @@ static int wildcard_host(struct loader *ld, char *norm, const char *shown)
 	 * TLD's names ("corp.internal") public suffixes. */
 	if (ld->psl != NULL &&
 	    psl_is_public_suffix2(ld->psl, norm, PSL_TYPE_ANY | PSL_TYPE_NO_STAR_RULE))
-		return fail(
+		return loader_fail(
 		    ld, ld->ev.start_mark,
 		    "host \"%s\" is refused: %s is a public suffix, where anyone may register names; a wildcard must be below a domain of its own (\"*.example.%s\")",
 		    shown, norm, norm);
@@ -1706,7 +1718,7 @@ static int wildcard_host(struct loader *ld, char *norm, const char *shown)
 	return n;
 }
 
-static int parse_rule_host(struct loader *ld, struct acl_rule *r)
+static int loader_rule_host(struct loader *ld, struct acl_rule *r)
 {
 	char norm[ACL_HOST_NORM_BYTES];
 	char shown[SHOW_BYTES];
@@ -1718,30 +1730,31 @@ static int parse_rule_host(struct loader *ld, struct acl_rule *r)
 	int rc = loader_scalar(ld, "host", "a string");
 	if (rc != 0)
 		return rc;
-	show(ev_text(ld), ev_len(ld), shown);
-	r->line = mark_u32(ld->ev.start_mark.line);
-	r->col = mark_u32(ld->ev.start_mark.column);
+	loader_show(ev_text(ld), ev_len(ld), shown);
+	r->line = loader_mark_u32(ld->ev.start_mark.line);
+	r->col = loader_mark_u32(ld->ev.start_mark.column);
 	if (ev_len(ld) > 0 && ev_text(ld)[0] == '*') {
 		n = wildcard_host(ld, norm, shown);
 		kind = ACL_KIND_WILDCARD;
 	} else {
 		n = acl_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
 		if (n < 0)
-			return fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown, why);
+			return loader_fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown,
+					   why);
 		/* Clients may spell 127.0.0.1 as 2130706433; a rule may not, or it misleads. */
 		size_t len = ev_len(ld) - (ev_text(ld)[ev_len(ld) - 1] == '.');
 		if (kind == ACL_KIND_IP && memchr(ev_text(ld), ':', ev_len(ld)) == NULL &&
 		    (len != (size_t)n || memcmp(ev_text(ld), norm, len) != 0))
-			return fail(ld, ld->ev.start_mark,
-				    "invalid host \"%s\": write the IPv4 address in dotted "
-				    "decimal, as %s",
-				    shown, norm);
+			return loader_fail(ld, ld->ev.start_mark,
+					   "invalid host \"%s\": write the IPv4 address in dotted "
+					   "decimal, as %s",
+					   shown, norm);
 	}
 	if (n < 0)
 		return n;
 	r->host = pool_strndup(norm, (size_t)n);
 	if (r->host == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	r->host_len = (uint32_t)n;
 	r->kind = (uint8_t)kind;
 	AN_ASSERT(r->host_len > 0);
@@ -1759,8 +1772,8 @@ static int port_item(struct loader *ld, void *ctx, uint32_t index)
 		return rc;
 	for (uint16_t i = 0; i < r->port_count; i++) {
 		if (r->ports[i] == v)
-			return fail(ld, ld->ev.start_mark, "duplicate port %llu",
-				    (unsigned long long)v);
+			return loader_fail(ld, ld->ev.start_mark, "duplicate port %llu",
+					   (unsigned long long)v);
 	}
 	r->ports[r->port_count++] = (uint16_t)v;
 	AN_ASSERT(v >= 1 && v <= 65535);
@@ -1772,7 +1785,7 @@ static int parse_ports(struct loader *ld, struct acl_rule *r)
 	AN_ASSERT(r->ports == NULL);
 	r->ports = pool_calloc(POLICY_RULE_PORTS_MAX, sizeof(*r->ports));
 	if (r->ports == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	int rc = loader_seq(ld, "ports", POLICY_RULE_PORTS_MAX, true, port_item, r);
 	if (rc != 0)
 		return rc;
@@ -1801,9 +1814,10 @@ static int parse_tier(struct loader *ld, struct acl_rule *r, yaml_mark_t *mark)
 		}
 	}
 	AN_ASSERT(TIER__COUNT == 5);
-	return fail(ld, ld->ev.start_mark,
-		    "unknown tier \"%s\" (expected passthrough, local, fake, inject or deny)",
-		    show(ev_text(ld), ev_len(ld), shown));
+	return loader_fail(
+	    ld, ld->ev.start_mark,
+	    "unknown tier \"%s\" (expected passthrough, local, fake, inject or deny)",
+	    loader_show(ev_text(ld), ev_len(ld), shown));
 }
 
 /*
@@ -1826,10 +1840,10 @@ static int parse_upstream_unix(struct loader *ld, struct acl_rule *r)
 			why = "a control character in the path";
 	}
 	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
-			    show(path, len, shown), why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
+				   loader_show(path, len, shown), why);
 	r->upstream = pool_strndup(path, len);
-	return r->upstream != NULL ? 0 : fail_oom(ld);
+	return r->upstream != NULL ? 0 : loader_fail_oom(ld);
 }
 
 static int parse_upstream(struct loader *ld, struct acl_rule *r)
@@ -1846,7 +1860,7 @@ static int parse_upstream(struct loader *ld, struct acl_rule *r)
 		return rc;
 	if (ev_len(ld) > 0 && ev_text(ld)[0] == '/')
 		return parse_upstream_unix(ld, r);
-	const char *why = split_hostport(ev_text(ld), ev_len(ld), &hp);
+	const char *why = loader_split_hostport(ev_text(ld), ev_len(ld), &hp);
 	if (why == NULL && hp.port == 0)
 		why = "expected host:port";
 	int n = -1;
@@ -1856,12 +1870,12 @@ static int parse_upstream(struct loader *ld, struct acl_rule *r)
 	if (why == NULL && hp.bracketed && !v6)
 		why = "brackets are for IPv6 addresses";
 	if (why != NULL || n < 0)
-		return fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
-			    show(ev_text(ld), ev_len(ld), shown), why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
+				   loader_show(ev_text(ld), ev_len(ld), shown), why);
 	snprintf(buf, sizeof(buf), v6 ? "[%s]:%u" : "%s:%u", norm, hp.port);
 	r->upstream = pool_strndup(buf, strlen(buf));
 	if (r->upstream == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(hp.port >= 1 && hp.port <= 65535);
 	return 0;
 }
@@ -1876,12 +1890,12 @@ static int parse_rule_id(struct loader *ld, struct acl_rule *r, yaml_mark_t *mar
 		return rc;
 	*mark = ld->ev.start_mark;
 	if (!is_rule_id(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "invalid rule id \"%s\": use 1-%u of [A-Za-z0-9_.:/@+-]",
-			    show(ev_text(ld), ev_len(ld), shown), POLICY_RULE_ID_BYTES_MAX);
+		return loader_fail(
+		    ld, ld->ev.start_mark, "invalid rule id \"%s\": use 1-%u of [A-Za-z0-9_.:/@+-]",
+		    loader_show(ev_text(ld), ev_len(ld), shown), POLICY_RULE_ID_BYTES_MAX);
 	r->id = pool_strndup(ev_text(ld), ev_len(ld));
 	if (r->id == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(r->id[0] != '\0');
 	return 0;
 }
@@ -1895,7 +1909,7 @@ static bool is_tchar(unsigned char c)
 	       (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
-static bool is_token(const char *s, size_t len)
+static bool loader_is_token(const char *s, size_t len)
 {
 	for (size_t i = 0; i < len; i++) {
 		if (!is_tchar((unsigned char)s[i]))
@@ -2049,8 +2063,9 @@ struct response_build {
 
 static int fail_head_size(struct loader *ld, yaml_mark_t m)
 {
-	return fail(ld, m, "the response's head (status line and headers) is longer than %u bytes",
-		    POLICY_FAKE_HEAD_BYTES_MAX);
+	return loader_fail(ld, m,
+			   "the response's head (status line and headers) is longer than %u bytes",
+			   POLICY_FAKE_HEAD_BYTES_MAX);
 }
 
 /* Appends <len> bytes at <s> to the header lines; false when the head would be too long. */
@@ -2090,23 +2105,25 @@ static int header_item(struct loader *ld, void *ctx, uint32_t index)
 	AN_ASSERT(index == b->header_count);
 	AN_ASSERT(index < POLICY_FAKE_HEADERS_MAX);
 	size_t name_len = ev_len(ld);
-	show(ev_text(ld), name_len, shown);
-	if (!is_token(ev_text(ld), name_len) || name_len > POLICY_FAKE_HEADER_NAME_BYTES_MAX)
-		return fail(ld, ld->key_mark,
-			    "invalid header name \"%s\": use 1-%u bytes of RFC 9110 token "
-			    "characters",
-			    shown, POLICY_FAKE_HEADER_NAME_BYTES_MAX);
+	loader_show(ev_text(ld), name_len, shown);
+	if (!loader_is_token(ev_text(ld), name_len) || name_len > POLICY_FAKE_HEADER_NAME_BYTES_MAX)
+		return loader_fail(ld, ld->key_mark,
+				   "invalid header name \"%s\": use 1-%u bytes of RFC 9110 token "
+				   "characters",
+				   shown, POLICY_FAKE_HEADER_NAME_BYTES_MAX);
 	if (is_framing_header(ev_text(ld), name_len))
-		return fail(ld, ld->key_mark,
-			    "header \"%s\" is refused: the daemon owns the response's framing and "
-			    "connection (Content-Length, Transfer-Encoding, Connection, "
-			    "Keep-Alive, Upgrade, Proxy-Connection, Trailer)",
-			    shown);
+		return loader_fail(
+		    ld, ld->key_mark,
+		    "header \"%s\" is refused: the daemon owns the response's framing and "
+		    "connection (Content-Length, Transfer-Encoding, Connection, "
+		    "Keep-Alive, Upgrade, Proxy-Connection, Trailer)",
+		    shown);
 	for (uint32_t i = 0; i < b->header_count; i++) {
 		if (b->name_len[i] == name_len &&
 		    strncasecmp(b->lines + b->name_off[i], ev_text(ld), name_len) == 0)
-			return fail(ld, ld->key_mark,
-				    "duplicate header \"%s\" (names are case-insensitive)", shown);
+			return loader_fail(ld, ld->key_mark,
+					   "duplicate header \"%s\" (names are case-insensitive)",
+					   shown);
 	}
 	b->name_off[index] = b->lines_len;
 	b->name_len[index] = (uint32_t)name_len;
@@ -2117,12 +2134,13 @@ static int header_item(struct loader *ld, void *ctx, uint32_t index)
 	if (rc != 0)
 		return rc;
 	if (ev_len(ld) > POLICY_FAKE_HEADER_VALUE_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark,
-			    "the value of header \"%s\" is longer than %u bytes", shown,
-			    POLICY_FAKE_HEADER_VALUE_BYTES_MAX);
+		return loader_fail(ld, ld->ev.start_mark,
+				   "the value of header \"%s\" is longer than %u bytes", shown,
+				   POLICY_FAKE_HEADER_VALUE_BYTES_MAX);
 	const char *why = header_value_invalid(ev_text(ld), ev_len(ld));
 	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "the value of header \"%s\" %s", shown, why);
+		return loader_fail(ld, ld->ev.start_mark, "the value of header \"%s\" %s", shown,
+				   why);
 	if (!lines_put(b, ev_text(ld), ev_len(ld)) || !lines_put(b, "\r\n", 2))
 		return fail_head_size(ld, name_mark);
 	b->header_count++;
@@ -2140,22 +2158,23 @@ static int parse_response_method(struct loader *ld, struct policy_response *resp
 		return rc;
 	const char *s = ev_text(ld);
 	size_t len = ev_len(ld);
-	show(s, len, shown);
-	if (!is_token(s, len) || len > POLICY_FAKE_METHOD_BYTES_MAX)
-		return fail(
+	loader_show(s, len, shown);
+	if (!loader_is_token(s, len) || len > POLICY_FAKE_METHOD_BYTES_MAX)
+		return loader_fail(
 		    ld, ld->ev.start_mark,
 		    "invalid method \"%s\": an HTTP token of 1-%u bytes (\"GET\", \"POST\")", shown,
 		    POLICY_FAKE_METHOD_BYTES_MAX);
 	for (size_t i = 0; i < len; i++) {
 		if (s[i] >= 'a' && s[i] <= 'z')
-			return fail(ld, ld->ev.start_mark,
-				    "method \"%s\" would never match: methods are case-sensitive "
-				    "and sent in upper case (\"GET\")",
-				    shown);
+			return loader_fail(
+			    ld, ld->ev.start_mark,
+			    "method \"%s\" would never match: methods are case-sensitive "
+			    "and sent in upper case (\"GET\")",
+			    shown);
 	}
 	resp->method = pool_strndup(s, len);
 	if (resp->method == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	resp->method_len = (uint32_t)len;
 	AN_ASSERT(resp->method_len > 0);
 	return 0;
@@ -2172,17 +2191,17 @@ static int parse_response_path(struct loader *ld, struct policy_response *resp)
 	const char *s = ev_text(ld);
 	size_t len = ev_len(ld);
 	if (len > POLICY_FAKE_PATH_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "path is longer than %u bytes",
-			    POLICY_FAKE_PATH_BYTES_MAX);
+		return loader_fail(ld, ld->ev.start_mark, "path is longer than %u bytes",
+				   POLICY_FAKE_PATH_BYTES_MAX);
 	const char *why = path_invalid(s, len);
 	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid path \"%s\": %s", show(s, len, shown),
-			    why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid path \"%s\": %s",
+				   loader_show(s, len, shown), why);
 	resp->prefix = s[len - 1] == '*';
 	resp->path_len = (uint32_t)len - resp->prefix;
 	resp->path = pool_strndup(s, resp->path_len);
 	if (resp->path == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(resp->path_len >= 1);
 	AN_ASSERT(resp->path[0] == '/');
 	return 0;
@@ -2200,18 +2219,18 @@ static int parse_response_status(struct loader *ld, struct policy_response *resp
 	const char *s = ev_text(ld);
 	size_t len = ev_len(ld);
 	size_t sign = len > 1 && s[0] == '-' ? 1 : 0;
-	show(s, len, shown);
+	loader_show(s, len, shown);
 	if (ld->ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
-	    !parse_decimal(s + sign, len - sign, &v))
-		return fail(ld, ld->ev.start_mark, "status must be an integer");
+	    !loader_parse_decimal(s + sign, len - sign, &v))
+		return loader_fail(ld, ld->ev.start_mark, "status must be an integer");
 	if (len - sign > 1 && s[sign] == '0')
-		return fail(ld, ld->ev.start_mark, "status must not have leading zeros");
+		return loader_fail(ld, ld->ev.start_mark, "status must not have leading zeros");
 	if (sign == 0 && v >= 100 && v <= 199)
-		return fail(ld, ld->ev.start_mark,
-			    "status %s is refused: an interim (1xx) response cannot be canned",
-			    shown);
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "status %s is refused: an interim (1xx) response cannot be canned", shown);
 	if (sign != 0 || v < 200 || v > 599)
-		return fail(ld, ld->ev.start_mark, "status must be 200..599, got %s", shown);
+		return loader_fail(ld, ld->ev.start_mark, "status must be 200..599, got %s", shown);
 	resp->vr.status = (uint16_t)v;
 	AN_ASSERT(resp->vr.status >= 200 && resp->vr.status <= 599);
 	return 0;
@@ -2222,10 +2241,12 @@ static int body_account(struct loader *ld, const char *what, uint64_t len, yaml_
 {
 	AN_ASSERT(ld->fake_body_bytes <= POLICY_FAKE_BYTES_MAX);
 	if (len > POLICY_FAKE_BODY_BYTES_MAX)
-		return fail(ld, m, "%s is larger than %u bytes", what, POLICY_FAKE_BODY_BYTES_MAX);
+		return loader_fail(ld, m, "%s is larger than %u bytes", what,
+				   POLICY_FAKE_BODY_BYTES_MAX);
 	if (len > POLICY_FAKE_BYTES_MAX - ld->fake_body_bytes)
-		return fail(ld, m, "the bodies of all responses together are larger than %u bytes",
-			    POLICY_FAKE_BYTES_MAX);
+		return loader_fail(ld, m,
+				   "the bodies of all responses together are larger than %u bytes",
+				   POLICY_FAKE_BYTES_MAX);
 	ld->fake_body_bytes += len;
 	AN_ASSERT(ld->fake_body_bytes <= POLICY_FAKE_BYTES_MAX);
 	return 0;
@@ -2256,7 +2277,7 @@ static int parse_response_body(struct loader *ld, struct policy_response *resp)
 	/* Not pool_strndup: a body may hold NUL bytes ("\0" in a double-quoted scalar). */
 	char *buf = pool_malloc(len + 1);
 	if (buf == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	memcpy(buf, ev_text(ld), len);
 	buf[len] = '\0';
 	body_set(resp, buf, len);
@@ -2280,8 +2301,8 @@ static int file_path(struct loader *ld, const char *what, const char *s, size_t 
 					     : snprintf(out, cap, "%.*s%s%.*s", dir_len, ld->name,
 							dir_len == 1 ? "" : "/", (int)len, s);
 	if (n < 0 || (size_t)n >= cap)
-		return fail(ld, ld->ev.start_mark, "%s: the path is longer than %zu bytes", what,
-			    cap - 1);
+		return loader_fail(ld, ld->ev.start_mark, "%s: the path is longer than %zu bytes",
+				   what, cap - 1);
 	return 0;
 }
 
@@ -2329,7 +2350,7 @@ static int file_read(int fd, size_t size, char **out, size_t *len)
  * (larger than <max>) or -EAGAIN (it grew while read), each with *<call>
  * NULL; or the -errno of *<call> ("fstat", "read").
  */
-static int file_load(int fd, size_t max, char **buf, size_t *len, const char **call)
+static int loader_file_load(int fd, size_t max, char **buf, size_t *len, const char **call)
 {
 	struct stat st;
 
@@ -2365,30 +2386,31 @@ static int loader_file_value(struct loader *ld, const char *what, char *path, si
 	if (rc != 0)
 		return rc;
 	if (ev_len(ld) == 0 || ev_len(ld) > POLICY_PATH_BYTES_MAX ||
-	    !text_is_clean(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "%s must be a path of 1-%u bytes without control characters", what,
-			    POLICY_PATH_BYTES_MAX);
+	    !loader_text_is_clean(ev_text(ld), ev_len(ld)))
+		return loader_fail(ld, ld->ev.start_mark,
+				   "%s must be a path of 1-%u bytes without control characters",
+				   what, POLICY_PATH_BYTES_MAX);
 	return file_path(ld, what, ev_text(ld), ev_len(ld), path, cap);
 }
 
-/* The message for file_load's <rc> (not 0) on the file <path> of key <what>, at the value. */
-static int fail_file_load(struct loader *ld, const char *what, const char *path, int rc,
-			  const char *call, size_t max)
+/* The message for loader_file_load's <rc> (not 0) on the file <path> of key <what>, at the value. */
+static int loader_fail_file_load(struct loader *ld, const char *what, const char *path, int rc,
+				 const char *call, size_t max)
 {
 	AN_ASSERT(rc < 0);
 	AN_ASSERT(what != NULL && path != NULL);
 	if (rc == -ENOMEM)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	if (call != NULL)
-		return fail(ld, ld->ev.start_mark, "%s %s: %s: %s", what, path, call,
-			    strerror(-rc));
+		return loader_fail(ld, ld->ev.start_mark, "%s %s: %s: %s", what, path, call,
+				   strerror(-rc));
 	if (rc == -EINVAL)
-		return fail(ld, ld->ev.start_mark, "%s %s: not a regular file", what, path);
+		return loader_fail(ld, ld->ev.start_mark, "%s %s: not a regular file", what, path);
 	if (rc == -EFBIG)
-		return fail(ld, ld->ev.start_mark, "%s %s: larger than %zu bytes", what, path, max);
+		return loader_fail(ld, ld->ev.start_mark, "%s %s: larger than %zu bytes", what,
+				   path, max);
 	AN_ASSERT(rc == -EAGAIN);
-	return fail(ld, ld->ev.start_mark, "%s %s: changed while it was read", what, path);
+	return loader_fail(ld, ld->ev.start_mark, "%s %s: changed while it was read", what, path);
 }
 
 /*
@@ -2410,15 +2432,17 @@ static int parse_response_body_file(struct loader *ld, struct policy_response *r
 		return rc;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	if (fd == -1 && errno == ELOOP)
-		return fail(ld, ld->ev.start_mark,
-			    "body_file %s: a symbolic link is refused (name the file itself)",
-			    path);
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "body_file %s: a symbolic link is refused (name the file itself)", path);
 	if (fd == -1)
-		return fail(ld, ld->ev.start_mark, "body_file %s: open: %s", path, strerror(errno));
-	rc = file_load(fd, POLICY_FAKE_BODY_BYTES_MAX, &buf, &len, &call);
+		return loader_fail(ld, ld->ev.start_mark, "body_file %s: open: %s", path,
+				   strerror(errno));
+	rc = loader_file_load(fd, POLICY_FAKE_BODY_BYTES_MAX, &buf, &len, &call);
 	close(fd);
 	if (rc != 0)
-		return fail_file_load(ld, "body_file", path, rc, call, POLICY_FAKE_BODY_BYTES_MAX);
+		return loader_fail_file_load(ld, "body_file", path, rc, call,
+					     POLICY_FAKE_BODY_BYTES_MAX);
 	rc = body_account(ld, "body_file", len, ld->ev.start_mark);
 	if (rc != 0) {
 		pool_free(buf);
@@ -2456,7 +2480,8 @@ static int response_value(struct loader *ld, struct response_build *b, uint32_t 
 	case RSP_BODY_FILE:
 		b->body = ld->key_mark;
 		if ((b->seen & RSP_BODIES) == RSP_BODIES)
-			return fail(ld, ld->key_mark, "body and body_file exclude each other");
+			return loader_fail(ld, ld->key_mark,
+					   "body and body_file exclude each other");
 		return key == RSP_BODY ? parse_response_body(ld, b->resp)
 				       : parse_response_body_file(ld, b->resp);
 	default:
@@ -2471,14 +2496,14 @@ static int response_finish(struct loader *ld, struct response_build *b)
 	struct policy_response *resp = b->resp;
 	char status_line[64];
 
-	int rc = check_mandatory(ld, &response_keyset, 1u << RSP_STATUS, b->seen, b->start);
+	int rc = loader_check_mandatory(ld, &response_keyset, 1u << RSP_STATUS, b->seen, b->start);
 	if (rc != 0)
 		return rc;
 	uint16_t status = resp->vr.status;
 	/* RFC 9110 sections 15.3.5, 15.3.6 and 15.4.5: these never carry content. */
 	if ((b->seen & RSP_BODIES) && (status == 204 || status == 205 || status == 304))
-		return fail(ld, b->body, "status %u has no body: remove %s", status,
-			    (b->seen & (1u << RSP_BODY)) ? "body" : "body_file");
+		return loader_fail(ld, b->body, "status %u has no body: remove %s", status,
+				   (b->seen & (1u << RSP_BODY)) ? "body" : "body_file");
 	int n = snprintf(status_line, sizeof(status_line), "HTTP/1.1 %u %s\r\n", status,
 			 status_phrase(status));
 	AN_ASSERT(n > 0);
@@ -2488,7 +2513,7 @@ static int response_finish(struct loader *ld, struct response_build *b)
 		return fail_head_size(ld, b->headers);
 	resp->head = pool_malloc(head_len + 1);
 	if (resp->head == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	memcpy(resp->head, status_line, (size_t)n);
 	memcpy(resp->head + n, b->lines, b->lines_len);
 	resp->head[head_len] = '\0';
@@ -2498,7 +2523,7 @@ static int response_finish(struct loader *ld, struct response_build *b)
 	return 0;
 }
 
-static bool response_is_default(const struct policy_response *r)
+static bool loader_response_is_default(const struct policy_response *r)
 {
 	return r->method == NULL && r->path == NULL;
 }
@@ -2544,12 +2569,13 @@ static int response_item(struct loader *ld, void *ctx, uint32_t index)
 	b.start = ld->ev.start_mark;
 	b.headers = b.start;
 	f->count = index + 1; /* from here on, policy_free releases what the entry holds */
-	b.resp->line = mark_u32(b.start.line);
-	if (index > 0 && response_is_default(&f->responses[index - 1]))
-		return fail(ld, b.start,
-			    "no response may follow the default (the entry without method and "
-			    "path, line %u): it answers every request",
-			    f->responses[index - 1].line);
+	b.resp->line = loader_mark_u32(b.start.line);
+	if (index > 0 && loader_response_is_default(&f->responses[index - 1]))
+		return loader_fail(
+		    ld, b.start,
+		    "no response may follow the default (the entry without method and "
+		    "path, line %u): it answers every request",
+		    f->responses[index - 1].line);
 	while ((rc = loader_key(ld, &response_keyset, &b.seen, &key)) > 0) {
 		rc = response_value(ld, &b, key);
 		if (rc != 0)
@@ -2559,39 +2585,41 @@ static int response_item(struct loader *ld, void *ctx, uint32_t index)
 		rc = response_finish(ld, &b);
 	for (uint32_t i = 0; i < index && rc == 0; i++) {
 		if (response_covers(&f->responses[i], b.resp))
-			return fail(ld, b.start,
-				    "this response is never chosen: the one at line %u matches "
-				    "every request it would, and the first match wins",
-				    f->responses[i].line);
+			return loader_fail(
+			    ld, b.start,
+			    "this response is never chosen: the one at line %u matches "
+			    "every request it would, and the first match wins",
+			    f->responses[i].line);
 	}
 	rctx->last = b.start;
 	return rc;
 }
 
 /* A fake rule's `responses`: 1..POLICY_FAKE_RESPONSES_MAX entries, the last one the default. */
-static int parse_responses(struct loader *ld, const struct acl_rule *r)
+static int loader_responses(struct loader *ld, const struct acl_rule *r)
 {
 	struct policy *p = ld->p;
 
 	AN_ASSERT(p->fake_count == 0 || p->fakes[p->fake_count - 1].rule_index < r->index);
 	struct policy_fake *fakes =
-	    grow_array(p->fakes, &p->fake_cap, p->fake_count, sizeof(*fakes));
+	    loader_grow_array(p->fakes, &p->fake_cap, p->fake_count, sizeof(*fakes));
 	if (fakes == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	p->fakes = fakes;
 	struct policy_fake *f = &p->fakes[p->fake_count++];
 	f->rule_index = r->index;
 	f->responses = pool_calloc(POLICY_FAKE_RESPONSES_MAX, sizeof(*f->responses));
 	if (f->responses == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	struct responses_ctx ctx = { .fake = f };
 	int rc = loader_seq(ld, "responses", POLICY_FAKE_RESPONSES_MAX, true, response_item, &ctx);
 	if (rc != 0)
 		return rc;
-	if (!response_is_default(&f->responses[f->count - 1]))
-		return fail(ld, ctx.last,
-			    "the last response must be the default: an entry with neither method "
-			    "nor path, for every other request");
+	if (!loader_response_is_default(&f->responses[f->count - 1]))
+		return loader_fail(
+		    ld, ctx.last,
+		    "the last response must be the default: an entry with neither method "
+		    "nor path, for every other request");
 	/* Shrinking cannot fail in practice; keep the larger block if it does. */
 	struct policy_response *fit = pool_realloc(f->responses, f->count * sizeof(*fit));
 	if (fit != NULL)
@@ -2655,7 +2683,7 @@ static int loader_bool(struct loader *ld, const char *what, bool *out)
 	else if (plain && ev_len(ld) == 5 && memcmp(ev_text(ld), "false", 5) == 0)
 		*out = false;
 	else
-		return fail(ld, ld->ev.start_mark, "%s must be true or false", what);
+		return loader_fail(ld, ld->ev.start_mark, "%s must be true or false", what);
 	AN_ASSERT(*out == (ev_len(ld) == 4));
 	return 0;
 }
@@ -2669,7 +2697,7 @@ static struct policy_inject *inject_of(struct loader *ld, const struct acl_rule 
 		return &p->injects[p->inject_count - 1];
 	AN_ASSERT(p->inject_count == 0 || p->injects[p->inject_count - 1].rule_index < r->index);
 	struct policy_inject *injects =
-	    grow_array(p->injects, &p->inject_cap, p->inject_count, sizeof(*injects));
+	    loader_grow_array(p->injects, &p->inject_cap, p->inject_count, sizeof(*injects));
 	if (injects == NULL)
 		return NULL;
 	p->injects = injects;
@@ -2691,20 +2719,22 @@ static int parse_inject_header(struct loader *ld, struct policy_inject *in)
 		return rc;
 	const char *s = ev_text(ld);
 	size_t len = ev_len(ld);
-	show(s, len, shown);
-	if (!is_token(s, len) || len > POLICY_INJECT_HEADER_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark,
-			    "invalid header \"%s\": use 1-%u bytes of RFC 9110 token characters",
-			    shown, POLICY_INJECT_HEADER_BYTES_MAX);
+	loader_show(s, len, shown);
+	if (!loader_is_token(s, len) || len > POLICY_INJECT_HEADER_BYTES_MAX)
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "invalid header \"%s\": use 1-%u bytes of RFC 9110 token characters", shown,
+		    POLICY_INJECT_HEADER_BYTES_MAX);
 	if (inject_header_refused(s, len))
-		return fail(ld, ld->ev.start_mark,
-			    "header \"%s\" is refused: the daemon frames and routes the request "
-			    "(Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, "
-			    "Proxy-*, Host, TE, Trailer)",
-			    shown);
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "header \"%s\" is refused: the daemon frames and routes the request "
+		    "(Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, "
+		    "Proxy-*, Host, TE, Trailer)",
+		    shown);
 	in->header = pool_strndup(s, len);
 	if (in->header == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	in->vi.header = in->header;
 	in->vi.header_len = (uint32_t)len;
 	AN_ASSERT(in->vi.header_len <= POLICY_INJECT_HEADER_BYTES_MAX);
@@ -2721,21 +2751,22 @@ static int parse_inject_prefix(struct loader *ld, struct policy_inject *in)
 	const char *s = ev_text(ld);
 	size_t len = ev_len(ld);
 	if (len > POLICY_INJECT_PREFIX_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "prefix is longer than %u bytes",
-			    POLICY_INJECT_PREFIX_BYTES_MAX);
+		return loader_fail(ld, ld->ev.start_mark, "prefix is longer than %u bytes",
+				   POLICY_INJECT_PREFIX_BYTES_MAX);
 	size_t at = first_control(s, len);
 	if (at != 0)
-		return fail(ld, ld->ev.start_mark,
-			    "prefix has a control character (CR, LF, tab, ...) at position %zu",
-			    at);
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "prefix has a control character (CR, LF, tab, ...) at position %zu", at);
 	/* Servers and this proxy read a field value without its leading whitespace. */
 	if (len > 0 && s[0] == ' ')
-		return fail(ld, ld->ev.start_mark,
-			    "prefix must not begin with a space: a header's value is read without "
-			    "its leading whitespace, so it would never match");
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "prefix must not begin with a space: a header's value is read without "
+		    "its leading whitespace, so it would never match");
 	in->prefix = pool_strndup(s, len);
 	if (in->prefix == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	in->vi.prefix = in->prefix;
 	in->vi.prefix_len = (uint32_t)len;
 	AN_ASSERT(in->vi.prefix_len <= POLICY_INJECT_PREFIX_BYTES_MAX);
@@ -2752,18 +2783,19 @@ static int parse_inject_placeholder(struct loader *ld, struct policy_inject *in,
 	const char *s = ev_text(ld);
 	size_t len = ev_len(ld);
 	if (len < POLICY_INJECT_PLACEHOLDER_BYTES_MIN || len > POLICY_INJECT_PLACEHOLDER_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "placeholder must be %u-%u bytes, got %zu",
-			    POLICY_INJECT_PLACEHOLDER_BYTES_MIN,
-			    POLICY_INJECT_PLACEHOLDER_BYTES_MAX, len);
-	size_t at = first_invisible(s, len);
+		return loader_fail(
+		    ld, ld->ev.start_mark, "placeholder must be %u-%u bytes, got %zu",
+		    POLICY_INJECT_PLACEHOLDER_BYTES_MIN, POLICY_INJECT_PLACEHOLDER_BYTES_MAX, len);
+	size_t at = loader_first_invisible(s, len);
 	if (at != 0)
-		return fail(ld, ld->ev.start_mark,
-			    "placeholder has a byte that is not visible ASCII (0x21..0x7e) at "
-			    "position %zu",
-			    at);
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "placeholder has a byte that is not visible ASCII (0x21..0x7e) at "
+		    "position %zu",
+		    at);
 	in->placeholder = pool_strndup(s, len);
 	if (in->placeholder == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	in->vi.placeholder = in->placeholder;
 	in->vi.placeholder_len = (uint32_t)len;
 	AN_ASSERT(in->vi.placeholder_len >= POLICY_INJECT_PLACEHOLDER_BYTES_MIN);
@@ -2781,13 +2813,14 @@ static int secret_check(struct loader *ld, const char *key, const char *name, co
 	AN_ASSERT(key != NULL && name != NULL);
 	AN_ASSERT(s != NULL);
 	if (len == 0)
-		return fail(ld, ld->ev.start_mark, "%s %s: the secret is empty", key, name);
+		return loader_fail(ld, ld->ev.start_mark, "%s %s: the secret is empty", key, name);
 	if (len > POLICY_INJECT_SECRET_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "%s %s: the secret is longer than %u bytes", key,
-			    name, POLICY_INJECT_SECRET_BYTES_MAX);
-	size_t at = first_invisible(s, len);
+		return loader_fail(ld, ld->ev.start_mark,
+				   "%s %s: the secret is longer than %u bytes", key, name,
+				   POLICY_INJECT_SECRET_BYTES_MAX);
+	size_t at = loader_first_invisible(s, len);
 	if (at != 0)
-		return fail(
+		return loader_fail(
 		    ld, ld->ev.start_mark,
 		    "%s %s: the secret has a byte that is not visible ASCII (0x21..0x7e) at "
 		    "position %zu: a header cannot carry a space, tab, control character "
@@ -2835,23 +2868,25 @@ static int parse_secret_env(struct loader *ld, struct policy_inject *in)
 		return rc;
 	/* Not shown: a key pasted here instead of a name must not reach a log. */
 	if (!is_env_name(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "secret_env must name an environment variable: 1-%u of [A-Za-z0-9_], "
-			    "not starting with a digit",
-			    POLICY_INJECT_ENV_NAME_BYTES_MAX);
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "secret_env must name an environment variable: 1-%u of [A-Za-z0-9_], "
+		    "not starting with a digit",
+		    POLICY_INJECT_ENV_NAME_BYTES_MAX);
 	memcpy(name, ev_text(ld), ev_len(ld));
 	name[ev_len(ld)] = '\0';
 	const char *value = getenv(name);
 	if (value == NULL)
-		return fail(ld, ld->ev.start_mark,
-			    "secret_env %s: the daemon's environment has no such variable", name);
+		return loader_fail(ld, ld->ev.start_mark,
+				   "secret_env %s: the daemon's environment has no such variable",
+				   name);
 	size_t len = strlen(value);
 	rc = secret_check(ld, "secret_env", name, value, len);
 	if (rc != 0)
 		return rc;
 	char *buf = pool_malloc(len + 1);
 	if (buf == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	memcpy(buf, value, len + 1);
 	secret_set(in, buf, len + 1, len);
 	AN_ASSERT(in->vi.secret_len == len);
@@ -2861,7 +2896,7 @@ static int parse_secret_env(struct loader *ld, struct policy_inject *in)
 /*
  * secret_file: read at every load, following symbolic links (secret mounts,
  * Kubernetes' among them, are links). O_NONBLOCK keeps a FIFO from hanging
- * the load; file_load then refuses it. The file must be the daemon's user's
+ * the load; loader_file_load then refuses it. The file must be the daemon's user's
  * and readable by it alone (core/keyfile.h): sandboxes see the host's files.
  */
 static int parse_secret_file(struct loader *ld, struct policy_inject *in)
@@ -2877,20 +2912,20 @@ static int parse_secret_file(struct loader *ld, struct policy_inject *in)
 		return rc;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd == -1)
-		return fail(ld, ld->ev.start_mark, "secret_file %s: open: %s", path,
-			    strerror(errno));
+		return loader_fail(ld, ld->ev.start_mark, "secret_file %s: open: %s", path,
+				   strerror(errno));
 	struct stat st;
 	char why[128];
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
 	    keyfile_check(&st, why, sizeof(why)) != 0) {
 		close(fd);
-		return fail(ld, ld->ev.start_mark, "secret_file %s: %s", path, why);
+		return loader_fail(ld, ld->ev.start_mark, "secret_file %s: %s", path, why);
 	}
-	rc = file_load(fd, POLICY_INJECT_SECRET_BYTES_MAX + 1u, &buf, &got, &call);
+	rc = loader_file_load(fd, POLICY_INJECT_SECRET_BYTES_MAX + 1u, &buf, &got, &call);
 	close(fd);
 	if (rc != 0)
-		return fail_file_load(ld, "secret_file", path, rc, call,
-				      POLICY_INJECT_SECRET_BYTES_MAX + 1u);
+		return loader_fail_file_load(ld, "secret_file", path, rc, call,
+					     POLICY_INJECT_SECRET_BYTES_MAX + 1u);
 	/* One trailing newline is how editors and `echo` end a file; it is not the key's. */
 	size_t len = got > 0 && buf[got - 1] == '\n' ? got - 1 : got;
 	buf[len] = '\0';
@@ -2905,26 +2940,27 @@ static int parse_secret_file(struct loader *ld, struct policy_inject *in)
 }
 
 /* upstream_ca: only checked here, following links (/etc/ssl/certs is links); the engine reads it. */
-static int parse_upstream_ca(struct loader *ld, const struct acl_rule *r)
+static int loader_upstream_ca(struct loader *ld, const struct acl_rule *r)
 {
 	char path[PATH_MAX];
 	struct stat st;
 
 	struct policy_inject *in = inject_of(ld, r);
 	if (in == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(in->upstream_ca == NULL);
 	int rc = loader_file_value(ld, "upstream_ca", path, sizeof(path));
 	if (rc != 0)
 		return rc;
 	if (stat(path, &st) == -1)
-		return fail(ld, ld->ev.start_mark, "upstream_ca %s: stat: %s", path,
-			    strerror(errno));
+		return loader_fail(ld, ld->ev.start_mark, "upstream_ca %s: stat: %s", path,
+				   strerror(errno));
 	if (!S_ISREG(st.st_mode))
-		return fail(ld, ld->ev.start_mark, "upstream_ca %s: not a regular file", path);
+		return loader_fail(ld, ld->ev.start_mark, "upstream_ca %s: not a regular file",
+				   path);
 	in->upstream_ca = pool_strndup(path, strlen(path));
 	if (in->upstream_ca == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	in->vi.upstream_ca = in->upstream_ca;
 	AN_ASSERT(in->rule_index == r->index);
 	return 0;
@@ -2940,9 +2976,10 @@ static int inject_overlap(struct loader *ld, const struct verdict_inject *vi, ya
 		? memmem(vi->secret, vi->secret_len, vi->placeholder, vi->placeholder_len) != NULL
 		: memmem(vi->placeholder, vi->placeholder_len, vi->secret, vi->secret_len) != NULL;
 	if (overlap)
-		return fail(ld, m,
-			    "the placeholder and the secret must not equal or contain each other: "
-			    "the sandbox holds the placeholder");
+		return loader_fail(
+		    ld, m,
+		    "the placeholder and the secret must not equal or contain each other: "
+		    "the sandbox holds the placeholder");
 	return 0;
 }
 
@@ -2981,8 +3018,8 @@ static int inject_value(struct loader *ld, struct policy_inject *in, uint32_t ke
 	case IK_SECRET_ENV:
 	case IK_SECRET_FILE:
 		if ((seen & IK_SECRETS) == IK_SECRETS)
-			return fail(ld, ld->key_mark,
-				    "secret_env and secret_file exclude each other");
+			return loader_fail(ld, ld->key_mark,
+					   "secret_env and secret_file exclude each other");
 		return key == IK_SECRET_ENV ? parse_secret_env(ld, in) : parse_secret_file(ld, in);
 	case IK_REQUIRE:
 		return loader_bool(ld, "require", &in->vi.require);
@@ -2995,14 +3032,14 @@ static int inject_value(struct loader *ld, struct policy_inject *in, uint32_t ke
 }
 
 /* An inject rule's `inject`: the header, its prefix and placeholder, and the secret's source. */
-static int parse_inject(struct loader *ld, const struct acl_rule *r, struct rule_marks *m)
+static int loader_inject(struct loader *ld, const struct acl_rule *r, struct rule_marks *m)
 {
 	uint32_t seen = 0;
 	uint32_t key = 0;
 
 	struct policy_inject *in = inject_of(ld, r);
 	if (in == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(in->rule_index == r->index && in->header == NULL);
 	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "inject");
 	if (rc != 0)
@@ -3015,14 +3052,15 @@ static int parse_inject(struct loader *ld, const struct acl_rule *r, struct rule
 	}
 	if (rc < 0)
 		return rc;
-	rc = check_mandatory(ld, &inject_keyset, (1u << IK_HEADER) | (1u << IK_PLACEHOLDER), seen,
-			     start);
+	rc = loader_check_mandatory(ld, &inject_keyset, (1u << IK_HEADER) | (1u << IK_PLACEHOLDER),
+				    seen, start);
 	if (rc != 0)
 		return rc;
 	if (!(seen & IK_SECRETS))
-		return fail(ld, start,
-			    "inject needs secret_env or secret_file: where the daemon reads the "
-			    "real credential");
+		return loader_fail(
+		    ld, start,
+		    "inject needs secret_env or secret_file: where the daemon reads the "
+		    "real credential");
 	if (in->vi.prefix == NULL)
 		in->vi.prefix = "";
 	AN_ASSERT(in->vi.header != NULL && in->vi.secret != NULL);
@@ -3046,7 +3084,7 @@ static int inject_share(struct loader *ld, struct profile_ctx *pc, const struct 
 	if (rc == 0)
 		return 0;
 	if (rc != -EEXIST)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	const struct policy_inject *other = &p->injects[first];
 	if (other->vi.secret_len == in->vi.secret_len &&
 	    memcmp(other->secret, in->secret, in->vi.secret_len) == 0)
@@ -3054,10 +3092,11 @@ static int inject_share(struct loader *ld, struct profile_ctx *pc, const struct 
 	/* A profile's rules have consecutive indexes, in file order. */
 	const struct acl_rule *o = &rules[other->rule_index - rules[0].index];
 	AN_ASSERT(o->index == other->rule_index);
-	return fail(ld, m,
-		    "the placeholder is also rule \"%s\"'s (line %u), with another secret: give "
-		    "each secret its own placeholder",
-		    o->id, o->line);
+	return loader_fail(
+	    ld, m,
+	    "the placeholder is also rule \"%s\"'s (line %u), with another secret: give "
+	    "each secret its own placeholder",
+	    o->id, o->line);
 }
 
 static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struct rule_marks *m)
@@ -3066,7 +3105,7 @@ static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struc
 	AN_ASSERT(r != NULL && m != NULL);
 	switch (key) {
 	case RULE_HOST:
-		return parse_rule_host(ld, r);
+		return loader_rule_host(ld, r);
 	case RULE_PORTS:
 		m->ports = ld->key_mark;
 		return parse_ports(ld, r);
@@ -3085,16 +3124,16 @@ static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struc
 		return parse_rule_id(ld, r, &m->id);
 	case RULE_LIMITS:
 		m->limits = ld->key_mark;
-		return parse_limits(ld, &rule_limit_keyset, &r->limits);
+		return loader_limits(ld, &rule_limit_keyset, &r->limits);
 	case RULE_RESPONSES:
 		m->responses = ld->key_mark;
-		return parse_responses(ld, r);
+		return loader_responses(ld, r);
 	case RULE_INJECT:
 		m->inject = ld->key_mark;
-		return parse_inject(ld, r, m);
+		return loader_inject(ld, r, m);
 	case RULE_UPSTREAM_CA:
 		m->upstream_ca = ld->key_mark;
-		return parse_upstream_ca(ld, r);
+		return loader_upstream_ca(ld, r);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -3111,24 +3150,27 @@ static int rule_tier_keys(struct loader *ld, const struct acl_rule *r, uint32_t 
 	AN_ASSERT(r->tier < TIER__COUNT);
 	AN_ASSERT(m != NULL);
 	if (r->tier == TIER_LOCAL && r->upstream == NULL)
-		return fail(ld, m->tier,
-			    "tier local needs an upstream (\"host:port\" to relay to)");
+		return loader_fail(ld, m->tier,
+				   "tier local needs an upstream (\"host:port\" to relay to)");
 	if (r->tier != TIER_LOCAL && r->upstream != NULL)
-		return fail(ld, m->upstream, "upstream is only allowed with tier local");
+		return loader_fail(ld, m->upstream, "upstream is only allowed with tier local");
 	if (r->tier == TIER_FAKE && !(seen & (1u << RULE_RESPONSES)))
-		return fail(ld, m->tier,
-			    "tier fake needs responses (the canned answers, the last one a default "
-			    "without method and path)");
+		return loader_fail(
+		    ld, m->tier,
+		    "tier fake needs responses (the canned answers, the last one a default "
+		    "without method and path)");
 	if (r->tier != TIER_FAKE && (seen & (1u << RULE_RESPONSES)))
-		return fail(ld, m->responses, "responses is only allowed with tier fake");
+		return loader_fail(ld, m->responses, "responses is only allowed with tier fake");
 	if (r->tier == TIER_INJECT && !(seen & (1u << RULE_INJECT)))
-		return fail(ld, m->tier,
-			    "tier inject needs inject (the header, the placeholder, and secret_env "
-			    "or secret_file)");
+		return loader_fail(
+		    ld, m->tier,
+		    "tier inject needs inject (the header, the placeholder, and secret_env "
+		    "or secret_file)");
 	if (r->tier != TIER_INJECT && (seen & (1u << RULE_INJECT)))
-		return fail(ld, m->inject, "inject is only allowed with tier inject");
+		return loader_fail(ld, m->inject, "inject is only allowed with tier inject");
 	if (r->tier != TIER_INJECT && (seen & (1u << RULE_UPSTREAM_CA)))
-		return fail(ld, m->upstream_ca, "upstream_ca is only allowed with tier inject");
+		return loader_fail(ld, m->upstream_ca,
+				   "upstream_ca is only allowed with tier inject");
 	return 0;
 }
 
@@ -3140,17 +3182,19 @@ static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rul
 	uint32_t first = 0;
 
 	AN_ASSERT(index < pc->profile->rule_count);
-	int rc = check_mandatory(ld, &rule_keyset, rule_mandatory, seen, m->start);
+	int rc = loader_check_mandatory(ld, &rule_keyset, rule_mandatory, seen, m->start);
 	if (rc == 0)
 		rc = rule_tier_keys(ld, r, seen, m);
 	if (rc != 0)
 		return rc;
 	if (r->tier == TIER_DENY && r->ports != NULL)
-		return fail(ld, m->ports,
-			    "ports cannot be combined with tier deny, which refuses every port");
+		return loader_fail(
+		    ld, m->ports,
+		    "ports cannot be combined with tier deny, which refuses every port");
 	if (r->tier == TIER_DENY && (seen & (1u << RULE_LIMITS)))
-		return fail(ld, m->limits,
-			    "limits cannot be combined with tier deny, which serves no request");
+		return loader_fail(
+		    ld, m->limits,
+		    "limits cannot be combined with tier deny, which serves no request");
 	if (r->tier == TIER_INJECT) {
 		rc = inject_share(ld, pc, r, m->placeholder);
 		if (rc != 0)
@@ -3161,15 +3205,15 @@ static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rul
 		snprintf(buf, sizeof(buf), "%s/%u", pc->profile->name, index + 1);
 		r->id = pool_strndup(buf, strlen(buf));
 		if (r->id == NULL)
-			return fail_oom(ld);
+			return loader_fail_oom(ld);
 	}
 	rc = strtab_insert(&pc->ids, r->id, strlen(r->id), index, &first);
 	if (rc == -EEXIST)
-		return fail(ld, id_mark,
-			    "duplicate rule id \"%s\" in profile \"%s\" (first at line %u)", r->id,
-			    pc->profile->name, pc->profile->rules[first].line);
+		return loader_fail(ld, id_mark,
+				   "duplicate rule id \"%s\" in profile \"%s\" (first at line %u)",
+				   r->id, pc->profile->name, pc->profile->rules[first].line);
 	if (rc != 0)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(r->owner != NULL && r->reason != NULL && r->host != NULL);
 	return 0;
 }
@@ -3184,12 +3228,12 @@ static int rule_item(struct loader *ld, void *ctx, uint32_t index)
 
 	AN_ASSERT(index == pr->rule_count);
 	if (ld->p->rule_count >= POLICY_RULES_MAX)
-		return fail(ld, ld->ev.start_mark, "the policy has more than %u rules",
-			    POLICY_RULES_MAX);
+		return loader_fail(ld, ld->ev.start_mark, "the policy has more than %u rules",
+				   POLICY_RULES_MAX);
 	struct acl_rule *rules =
-	    grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
+	    loader_grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
 	if (rules == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	pr->rules = rules;
 	struct acl_rule *r = &pr->rules[pr->rule_count++];
 	/* Dense over the whole file, in file order: the key of the rule's per-sandbox limits. */
@@ -3222,12 +3266,13 @@ static int profile_build(struct loader *ld, struct policy_profile *pr)
 		yaml_mark_t m = { 0, r->line - 1, r->col - 1 };
 
 		AN_ASSERT(first < second);
-		return fail(ld, m, "duplicate host \"%s%s\" in profile \"%s\" (first at line %u)",
-			    r->kind == ACL_KIND_WILDCARD ? "*." : "", r->host, pr->name,
-			    pr->rules[first].line);
+		return loader_fail(ld, m,
+				   "duplicate host \"%s%s\" in profile \"%s\" (first at line %u)",
+				   r->kind == ACL_KIND_WILDCARD ? "*." : "", r->host, pr->name,
+				   pr->rules[first].line);
 	}
 	if (rc != 0)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(pr->acl.rule_count == pr->rule_count);
 	return 0;
 }
@@ -3240,7 +3285,7 @@ static_assert(AN_ARRAY_LEN(ingress_default_methods) >= 1 &&
 	      "the default methods fit verdict_ingress");
 
 /* What a profile without `ingress:`, or without one of its keys, gets: static, never freed. */
-static const struct verdict_ingress ingress_default = {
+static const struct verdict_ingress loader_ingress_default = {
 	.enabled = true,
 	.method_count = (uint32_t)AN_ARRAY_LEN(ingress_default_methods),
 	.methods = { VERDICT_INGRESS_METHODS_DEFAULT },
@@ -3311,16 +3356,16 @@ static int ingress_method_item(struct loader *ld, void *ctx, uint32_t index)
 	bool upper = len >= 1 && len <= POLICY_INGRESS_METHOD_BYTES_MAX;
 	for (size_t i = 0; i < len && upper; i++)
 		upper = s[i] >= 'A' && s[i] <= 'Z';
-	show(s, len, shown);
+	loader_show(s, len, shown);
 	if (!upper)
-		return fail(
+		return loader_fail(
 		    ld, ld->ev.start_mark,
 		    "invalid method \"%s\" in ingress.methods: use 1-%u upper-case letters "
 		    "(\"GET\", \"POST\"), as clients send methods (they are case-sensitive)",
 		    shown, POLICY_INGRESS_METHOD_BYTES_MAX);
 	if (ingress_has(b, b->method_off, b->method_count, s, len))
-		return fail(ld, ld->ev.start_mark, "duplicate method \"%s\" in ingress.methods",
-			    shown);
+		return loader_fail(ld, ld->ev.start_mark,
+				   "duplicate method \"%s\" in ingress.methods", shown);
 	b->method_off[index] = ingress_put(b, s, len, false);
 	b->method_count++;
 	AN_ASSERT(b->method_count <= VERDICT_INGRESS_METHODS_MAX);
@@ -3348,26 +3393,28 @@ static int ingress_strip_item(struct loader *ld, void *ctx, uint32_t index)
 		return rc;
 	const char *s = ev_text(ld);
 	size_t len = ev_len(ld);
-	show(s, len, shown);
-	if (!is_token(s, len) || len > POLICY_INGRESS_HEADER_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark,
-			    "invalid header name \"%s\" in ingress.strip_headers: use 1-%u bytes "
-			    "of RFC 9110 token characters",
-			    shown, POLICY_INGRESS_HEADER_BYTES_MAX);
+	loader_show(s, len, shown);
+	if (!loader_is_token(s, len) || len > POLICY_INGRESS_HEADER_BYTES_MAX)
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "invalid header name \"%s\" in ingress.strip_headers: use 1-%u bytes "
+		    "of RFC 9110 token characters",
+		    shown, POLICY_INGRESS_HEADER_BYTES_MAX);
 	uint16_t off = ingress_put(b, s, len, true);
 	const char *lower = b->text + off;
 	for (size_t i = 0; i < AN_ARRAY_LEN(ingress_kept_headers); i++) {
 		if (strcmp(lower, ingress_kept_headers[i]) == 0)
-			return fail(ld, ld->ev.start_mark,
-				    "header \"%s\" cannot be stripped: the agent needs Host, "
-				    "Content-Length and Transfer-Encoding to read the request",
-				    shown);
+			return loader_fail(
+			    ld, ld->ev.start_mark,
+			    "header \"%s\" cannot be stripped: the agent needs Host, "
+			    "Content-Length and Transfer-Encoding to read the request",
+			    shown);
 	}
 	if (ingress_has(b, b->strip_off, b->strip_count, lower, len))
-		return fail(ld, ld->ev.start_mark,
-			    "duplicate header \"%s\" in ingress.strip_headers (names are "
-			    "case-insensitive)",
-			    shown);
+		return loader_fail(ld, ld->ev.start_mark,
+				   "duplicate header \"%s\" in ingress.strip_headers (names are "
+				   "case-insensitive)",
+				   shown);
 	b->strip_off[index] = off;
 	b->strip_count++;
 	AN_ASSERT(b->strip_count <= VERDICT_INGRESS_STRIP_MAX);
@@ -3381,8 +3428,8 @@ static const char *const ingress_keys[] = {
 };
 static_assert(AN_ARRAY_LEN(ingress_keys) == IG__COUNT, "every ingress key needs a name");
 static const struct keyset ingress_keyset = { "a profile's ingress", ingress_keys, IG__COUNT };
-static const struct keyset ingress_limit_keyset = { "a profile's ingress limits", limit_keys,
-						    AN_ARRAY_LEN(limit_keys) };
+static const struct keyset ingress_limit_keyset = { "a profile's ingress limits", loader_limit_keys,
+						    AN_ARRAY_LEN(loader_limit_keys) };
 
 static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t key)
 {
@@ -3407,7 +3454,7 @@ static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t ke
 		return rc;
 	}
 	case IG_LIMITS:
-		return parse_limits(ld, &ingress_limit_keyset, &vi->limits);
+		return loader_limits(ld, &ingress_limit_keyset, &vi->limits);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -3422,7 +3469,7 @@ static int ingress_finish(struct loader *ld, struct policy_profile *pr,
 	AN_ASSERT(b->len <= sizeof(b->text));
 	struct policy_ingress *own = pool_malloc(sizeof(*own) + b->len);
 	if (own == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	pr->ingress_own = own;
 	own->vi = b->vi;
 	memcpy(own->text, b->text, b->len);
@@ -3443,16 +3490,16 @@ static int ingress_finish(struct loader *ld, struct policy_profile *pr,
 }
 
 /* A profile's `ingress`: every key optional, each absent one keeps its default. */
-static int parse_ingress(struct loader *ld, struct policy_profile *pr)
+static int loader_ingress(struct loader *ld, struct policy_profile *pr)
 {
 	struct ingress_build b;
 	uint32_t seen = 0;
 	uint32_t key = 0;
 
-	AN_ASSERT(pr->ingress == &ingress_default);
+	AN_ASSERT(pr->ingress == &loader_ingress_default);
 	AN_ASSERT(pr->ingress_own == NULL);
 	memset(&b, 0, offsetof(struct ingress_build, text));
-	b.vi = ingress_default;
+	b.vi = loader_ingress_default;
 	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress");
 	if (rc != 0)
 		return rc;
@@ -3485,9 +3532,9 @@ static int registrant_item(struct loader *ld, void *ctx, uint32_t index)
 	if (rc != 0)
 		return rc;
 	size_t len = ev_len(ld);
-	if (len == 0 || len >= sizeof(name) || !text_is_clean(ev_text(ld), len))
-		return fail(ld, ld->ev.start_mark, "%s: a %s name or number of 1-%zu bytes", what,
-			    rc_ctx->groups ? "group" : "user", sizeof(name) - 1);
+	if (len == 0 || len >= sizeof(name) || !loader_text_is_clean(ev_text(ld), len))
+		return loader_fail(ld, ld->ev.start_mark, "%s: a %s name or number of 1-%zu bytes",
+				   what, rc_ctx->groups ? "group" : "user", sizeof(name) - 1);
 	memcpy(name, ev_text(ld), len);
 	name[len] = '\0';
 	char *end = NULL;
@@ -3498,14 +3545,14 @@ static int registrant_item(struct loader *ld, void *ctx, uint32_t index)
 	} else if (rc_ctx->groups) {
 		struct group *g = getgrnam(name);
 		if (g == NULL)
-			return fail(ld, ld->ev.start_mark,
-				    "groups: no such group '%s' on this host", name);
+			return loader_fail(ld, ld->ev.start_mark,
+					   "groups: no such group '%s' on this host", name);
 		id = (uint32_t)g->gr_gid;
 	} else {
 		struct passwd *pw = getpwnam(name);
 		if (pw == NULL)
-			return fail(ld, ld->ev.start_mark, "users: no such user '%s' on this host",
-				    name);
+			return loader_fail(ld, ld->ev.start_mark,
+					   "users: no such user '%s' on this host", name);
 		id = (uint32_t)pw->pw_uid;
 	}
 	rc_ctx->ids[(*rc_ctx->count)++] = id;
@@ -3520,7 +3567,7 @@ static int parse_registrants(struct loader *ld, struct policy_profile *pr, bool 
 	AN_ASSERT(*ids == NULL);
 	*ids = pool_calloc(POLICY_REGISTRANTS_MAX, sizeof(**ids));
 	if (*ids == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	pr->registrants_named = true;
 	struct registrant_ctx ctx = { .ids = *ids, .count = count, .groups = groups };
 	return loader_seq(ld, groups ? "groups" : "users", POLICY_REGISTRANTS_MAX, false,
@@ -3550,16 +3597,16 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 		if (key == PK_RULES)
 			rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, &pc);
 		else if (key == PK_LIMITS)
-			rc = parse_limits(ld, &profile_limit_keyset, &pr->limits);
+			rc = loader_limits(ld, &profile_limit_keyset, &pr->limits);
 		else if (key == PK_USERS || key == PK_GROUPS)
 			rc = parse_registrants(ld, pr, key == PK_GROUPS);
 		else
-			rc = parse_ingress(ld, pr);
+			rc = loader_ingress(ld, pr);
 	}
 	strtab_free(&pc.ids);
 	strtab_free(&pc.placeholders);
 	if (rc == 0)
-		rc = check_mandatory(ld, &profile_keyset, 1u << PK_RULES, seen, start);
+		rc = loader_check_mandatory(ld, &profile_keyset, 1u << PK_RULES, seen, start);
 	AN_ASSERT(rc <= 0);
 	return rc;
 }
@@ -3571,26 +3618,26 @@ static int profile_item(struct loader *ld, void *ctx, uint32_t index)
 	uint32_t first = 0;
 
 	AN_ASSERT(ctx == NULL && index == p->profile_count);
-	if (!is_id(ev_text(ld), ev_len(ld)))
-		return fail(
+	if (!loader_is_id(ev_text(ld), ev_len(ld)))
+		return loader_fail(
 		    ld, ld->key_mark,
 		    "invalid profile name \"%s\": use 1-63 of [A-Za-z0-9_.-], not starting with '.'",
-		    show(ev_text(ld), ev_len(ld), shown));
+		    loader_show(ev_text(ld), ev_len(ld), shown));
 	struct policy_profile *profiles =
-	    grow_array(p->profiles, &p->profile_cap, p->profile_count, sizeof(*profiles));
+	    loader_grow_array(p->profiles, &p->profile_cap, p->profile_count, sizeof(*profiles));
 	if (profiles == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	p->profiles = profiles;
 	struct policy_profile *pr = &p->profiles[p->profile_count++];
-	pr->ingress = &ingress_default;
+	pr->ingress = &loader_ingress_default;
 	pr->name = pool_strndup(ev_text(ld), ev_len(ld));
 	if (pr->name == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	int rc = strtab_insert(&p->profile_index, pr->name, ev_len(ld), index, &first);
 	if (rc == -EEXIST)
-		return fail(ld, ld->key_mark, "duplicate profile \"%s\"", pr->name);
+		return loader_fail(ld, ld->key_mark, "duplicate profile \"%s\"", pr->name);
 	if (rc != 0)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(p->profile_index.count == p->profile_count);
 	return parse_profile(ld, pr);
 }
@@ -3613,14 +3660,15 @@ static int sandbox_value(struct loader *ld, uint32_t key, uint32_t index)
 	int rc = loader_scalar(ld, sandbox_keys[key], "a string");
 	if (rc != 0)
 		return rc;
-	if (!is_id(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "invalid %s \"%s\": use 1-63 of [A-Za-z0-9_.-], not starting with '.'",
-			    key == SK_ID ? "sandbox id" : "profile name",
-			    show(ev_text(ld), ev_len(ld), shown));
+	if (!loader_is_id(ev_text(ld), ev_len(ld)))
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "invalid %s \"%s\": use 1-63 of [A-Za-z0-9_.-], not starting with '.'",
+		    key == SK_ID ? "sandbox id" : "profile name",
+		    loader_show(ev_text(ld), ev_len(ld), shown));
 	char *copy = pool_strndup(ev_text(ld), ev_len(ld));
 	if (copy == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	if (key == SK_PROFILE) {
 		ref->profile = copy;
 		ref->mark = ld->ev.start_mark;
@@ -3629,9 +3677,9 @@ static int sandbox_value(struct loader *ld, uint32_t key, uint32_t index)
 	sb->id = copy;
 	rc = strtab_insert(&ld->sandbox_ids, sb->id, ev_len(ld), index, &first);
 	if (rc == -EEXIST)
-		return fail(ld, ld->ev.start_mark, "duplicate sandbox id \"%s\"", sb->id);
+		return loader_fail(ld, ld->ev.start_mark, "duplicate sandbox id \"%s\"", sb->id);
 	AN_ASSERT(key == SK_ID);
-	return rc == 0 ? 0 : fail_oom(ld);
+	return rc == 0 ? 0 : loader_fail_oom(ld);
 }
 
 static int sandbox_item(struct loader *ld, void *ctx, uint32_t index)
@@ -3642,13 +3690,14 @@ static int sandbox_item(struct loader *ld, void *ctx, uint32_t index)
 	uint32_t key = 0;
 
 	AN_ASSERT(ctx == NULL && index == next->sandbox_count);
-	struct config_sandbox *sbs = grow_array(next->sandboxes, &cap, index, sizeof(*sbs));
+	struct config_sandbox *sbs = loader_grow_array(next->sandboxes, &cap, index, sizeof(*sbs));
 	if (sbs == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	next->sandboxes = sbs;
-	struct sandbox_ref *refs = grow_array(ld->refs, &ld->sandbox_cap, index, sizeof(*refs));
+	struct sandbox_ref *refs =
+	    loader_grow_array(ld->refs, &ld->sandbox_cap, index, sizeof(*refs));
 	if (refs == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	ld->refs = refs;
 	AN_ASSERT(cap == ld->sandbox_cap);
 	next->sandbox_count++;
@@ -3663,8 +3712,8 @@ static int sandbox_item(struct loader *ld, void *ctx, uint32_t index)
 	}
 	if (rc < 0)
 		return rc;
-	return check_mandatory(ld, &sandbox_keyset, (1u << SK_ID) | (1u << SK_PROFILE), seen,
-			       start);
+	return loader_check_mandatory(ld, &sandbox_keyset, (1u << SK_ID) | (1u << SK_PROFILE), seen,
+				      start);
 }
 
 /* --- document --------------------------------------------------------------- */
@@ -3682,12 +3731,12 @@ static int parse_version(struct loader *ld)
 	size_t len = ev_len(ld);
 	size_t sign = len > 1 && s[0] == '-' ? 1 : 0;
 	if (ld->ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
-	    !parse_decimal(s + sign, len - sign, &v))
-		return fail(ld, ld->ev.start_mark, "version must be an integer");
+	    !loader_parse_decimal(s + sign, len - sign, &v))
+		return loader_fail(ld, ld->ev.start_mark, "version must be an integer");
 	if (len != 1 || s[0] != '1')
-		return fail(ld, ld->ev.start_mark,
-			    "unsupported policy version %s (this daemon reads version 1)",
-			    show(s, len, shown));
+		return loader_fail(ld, ld->ev.start_mark,
+				   "unsupported policy version %s (this daemon reads version 1)",
+				   loader_show(s, len, shown));
 	AN_ASSERT(v == 1);
 	return 0;
 }
@@ -3739,13 +3788,14 @@ static int deny_item(struct loader *ld, void *ctx, uint32_t index)
 	char id[32];
 
 	AN_ASSERT(ctx == NULL && index == ld->deny_count);
-	struct acl_rule *deny = grow_array(ld->deny, &ld->deny_cap, ld->deny_count, sizeof(*deny));
+	struct acl_rule *deny =
+	    loader_grow_array(ld->deny, &ld->deny_cap, ld->deny_count, sizeof(*deny));
 	if (deny == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	ld->deny = deny;
 	struct acl_rule *r = &ld->deny[ld->deny_count++];
 	memset(r, 0, sizeof(*r));
-	int rc = parse_rule_host(ld, r);
+	int rc = loader_rule_host(ld, r);
 	if (rc != 0)
 		return rc;
 	snprintf(id, sizeof(id), "deny/%u", index + 1);
@@ -3754,7 +3804,7 @@ static int deny_item(struct loader *ld, void *ctx, uint32_t index)
 	r->reason = pool_strndup("the policy's deny list", 22);
 	r->tier = TIER_DENY;
 	r->index = VERDICT_RULE_NONE;
-	return r->id == NULL || r->owner == NULL || r->reason == NULL ? fail_oom(ld) : 0;
+	return r->id == NULL || r->owner == NULL || r->reason == NULL ? loader_fail_oom(ld) : 0;
 }
 
 /* Appends a deny rule for <host> of <kind> to <pr>, copying <from>'s texts. */
@@ -3762,9 +3812,9 @@ static int append_deny(struct loader *ld, struct policy_profile *pr, const char 
 		       uint32_t host_len, enum acl_kind kind, const struct acl_rule *from)
 {
 	struct acl_rule *rules =
-	    grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
+	    loader_grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
 	if (rules == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	pr->rules = rules;
 	struct acl_rule *r = &pr->rules[pr->rule_count];
 	*r = (struct acl_rule){ .host = pool_strndup(host, host_len),
@@ -3790,7 +3840,7 @@ static int append_deny(struct loader *ld, struct policy_profile *pr, const char 
 	pr->rule_count++; /* not in p->rule_count: that counts the rules the file wrote */
 	if (r->host == NULL || r->id == NULL || r->owner == NULL || r->reason == NULL ||
 	    (from == NULL && r->instruction == NULL))
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	return 0;
 }
 
@@ -3834,7 +3884,7 @@ static int profile_finish(struct loader *ld, struct policy_profile *pr)
 	strtab_free(&have[0]);
 	strtab_free(&have[1]);
 	if (rc == -ENOMEM || rc == -E2BIG)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	return rc != 0 ? rc : profile_build(ld, pr);
 }
 static const struct keyset top_keyset = { "the policy", top_keys, TK__COUNT };
@@ -3847,9 +3897,9 @@ static int top_value(struct loader *ld, uint32_t key)
 	case TK_VERSION:
 		return parse_version(ld);
 	case TK_DAEMON:
-		return parse_daemon(ld);
+		return loader_daemon(ld);
 	case TK_RESOLVER:
-		return parse_resolver(ld);
+		return loader_resolver(ld);
 	case TK_PROFILES:
 		return loader_map(ld, "profiles", POLICY_PROFILES_MAX, profile_item, NULL);
 	case TK_SANDBOXES:
@@ -3879,8 +3929,8 @@ static int parse_top(struct loader *ld)
 	}
 	if (rc < 0)
 		return rc;
-	rc =
-	    check_mandatory(ld, &top_keyset, (1u << TK_VERSION) | (1u << TK_PROFILES), seen, start);
+	rc = loader_check_mandatory(ld, &top_keyset, (1u << TK_VERSION) | (1u << TK_PROFILES), seen,
+				    start);
 	AN_ASSERT(rc != 0 || ld->p->profile_count > 0);
 	return rc;
 }
@@ -3896,14 +3946,14 @@ static int resolve_refs(struct loader *ld)
 
 		AN_ASSERT(ref->profile != NULL);
 		if (strtab_find(&ld->p->profile_index, ref->profile, strlen(ref->profile), &index))
-			return fail(ld, ref->mark, "unknown profile \"%s\"", ref->profile);
+			return loader_fail(ld, ref->mark, "unknown profile \"%s\"", ref->profile);
 		ld->next.sandboxes[i].profile = index;
 	}
 	const char *tcp = ld->next.tcp_sandbox;
 	if (tcp != NULL && strtab_find(&ld->sandbox_ids, tcp, strlen(tcp), &index) != 0)
-		return fail(ld, ld->tcp_sandbox_mark,
-			    "tcp_sandbox \"%s\" is not a sandbox listed under sandboxes",
-			    show(tcp, strlen(tcp), shown));
+		return loader_fail(ld, ld->tcp_sandbox_mark,
+				   "tcp_sandbox \"%s\" is not a sandbox listed under sandboxes",
+				   loader_show(tcp, strlen(tcp), shown));
 	AN_ASSERT(ld->p->profile_count > 0);
 	return 0;
 }
@@ -3919,7 +3969,7 @@ static int index_fakes(struct loader *ld)
 		return 0;
 	p->fake_by_rule = pool_calloc(p->rule_count, sizeof(*p->fake_by_rule));
 	if (p->fake_by_rule == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	for (uint32_t i = 0; i < p->fake_count; i++) {
 		const struct policy_fake *f = &p->fakes[i];
 
@@ -3941,7 +3991,7 @@ static int index_injects(struct loader *ld)
 		return 0;
 	p->inject_by_rule = pool_calloc(p->rule_count, sizeof(*p->inject_by_rule));
 	if (p->inject_by_rule == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	for (uint32_t i = 0; i < p->inject_count; i++) {
 		const struct policy_inject *in = &p->injects[i];
 
@@ -3965,7 +4015,7 @@ static int parse_stream(struct loader *ld)
 	if (rc != 0)
 		return rc;
 	if (ld->ev.type == YAML_STREAM_END_EVENT)
-		return fail(ld, ld->ev.start_mark, "the policy is empty");
+		return loader_fail(ld, ld->ev.start_mark, "the policy is empty");
 	AN_ASSERT(ld->ev.type == YAML_DOCUMENT_START_EVENT);
 	rc = parse_top(ld);
 	if (rc == 0)
@@ -3977,7 +4027,7 @@ static int parse_stream(struct loader *ld)
 	if (rc != 0)
 		return rc;
 	if (ld->ev.type != YAML_STREAM_END_EVENT)
-		return fail(ld, ld->ev.start_mark, "only one YAML document is allowed");
+		return loader_fail(ld, ld->ev.start_mark, "only one YAML document is allowed");
 	/* Built once the whole file is read: the deny list may come after the profiles. */
 	for (uint32_t i = 0; i < ld->p->profile_count && rc == 0; i++)
 		rc = profile_finish(ld, &ld->p->profiles[i]);
@@ -4001,7 +4051,7 @@ static void move_string(char **to, char **from)
 }
 
 /* Moves what the load staged into <cfg>; cannot fail. */
-static void apply_config(struct loader *ld, struct config *cfg)
+static void loader_apply_config(struct loader *ld, struct config *cfg)
 {
 	struct config *next = &ld->next;
 
@@ -4079,15 +4129,15 @@ static int load_buffer(const char *name, const char *yaml, size_t len, bool embe
 	}
 	ld.p = pool_calloc(1, sizeof(*ld.p));
 	if (ld.p == NULL)
-		return fail_oom(&ld);
+		return loader_fail_oom(&ld);
 	if (!yaml_parser_initialize(&ld.parser)) {
 		policy_free(ld.p);
-		return fail_oom(&ld);
+		return loader_fail_oom(&ld);
 	}
 	yaml_parser_set_input_string(&ld.parser, (const unsigned char *)yaml, len);
 	int rc = parse_stream(&ld);
 	if (rc == 0) {
-		apply_config(&ld, cfg);
+		loader_apply_config(&ld, cfg);
 		*out = ld.p;
 		ld.p = NULL;
 	}
@@ -4233,7 +4283,7 @@ const char *policy_default_yaml(void)
 	return default_yaml;
 }
 
-static void fake_free(struct policy_fake *f)
+static void loader_fake_free(struct policy_fake *f)
 {
 	AN_ASSERT(f->count <= POLICY_FAKE_RESPONSES_MAX);
 	AN_ASSERT(f->responses != NULL || f->count == 0);
@@ -4250,7 +4300,7 @@ static void fake_free(struct policy_fake *f)
 }
 
 /* Wipes the secret, then releases the rest. */
-static void inject_free(struct policy_inject *in)
+static void loader_inject_free(struct policy_inject *in)
 {
 	AN_ASSERT(in->secret != NULL || in->secret_cap == 0);
 	AN_ASSERT(in->secret_cap <= POLICY_INJECT_SECRET_BYTES_MAX + 2u);
@@ -4286,11 +4336,11 @@ void policy_free(struct policy *p)
 		AN_FREE(&p->hosts[i].addrs);
 	}
 	for (uint32_t i = 0; i < p->fake_count; i++)
-		fake_free(&p->fakes[i]);
+		loader_fake_free(&p->fakes[i]);
 	AN_FREE(&p->fakes);
 	AN_FREE(&p->fake_by_rule);
 	for (uint32_t i = 0; i < p->inject_count; i++)
-		inject_free(&p->injects[i]);
+		loader_inject_free(&p->injects[i]);
 	AN_FREE(&p->injects);
 	AN_FREE(&p->inject_by_rule);
 	AN_FREE(&p->profiles);
@@ -4503,7 +4553,7 @@ static const struct verdict_response *policy_fake_response_op(const void *policy
 	AN_ASSERT(p != NULL);
 	AN_ASSERT(f >= p->fakes && f < p->fakes + p->fake_count);
 	AN_DASSERT(f->count >= 1);
-	AN_DASSERT(response_is_default(&f->responses[f->count - 1]));
+	AN_DASSERT(loader_response_is_default(&f->responses[f->count - 1]));
 	AN_ASSERT(method != NULL || method_len == 0);
 	AN_ASSERT(path != NULL || path_len == 0);
 	/* Routes name paths; the query never decides (RFC 9110 section 4.2.1 sets it apart). */
