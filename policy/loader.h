@@ -6,6 +6,8 @@
  *
  *   policy/yaml.c      the strict libyaml event reader: events, keys, scalars,
  *                      files named by a key, and the "name:line:col" messages;
+ *   policy/host.c      hosts and addresses: a rule's host (normalised, wildcards
+ *                      below a registrable domain), host:port, ip[:port];
  *   policy/policy.c    the document, profiles, rules, sandboxes, the deny list,
  *                      the load itself, and the run-time queries (verdict ops).
  *
@@ -170,6 +172,14 @@ typedef int (*item_fn)(struct loader *ld, void *ctx, uint32_t index);
 #define SHOW_BYTES     72u
 #define HOSTPORT_BYTES (INET6_ADDRSTRLEN + sizeof("[]:65535"))
 
+/* A "host[:port]" as written, split by loader_split_hostport: borrows the text. */
+struct hostport {
+	const char *host;
+	size_t host_len;
+	uint16_t port; /* 0: none given */
+	bool bracketed;
+};
+
 /* --- policy/yaml.c: the event reader --------------------------------------------------- */
 
 /*
@@ -313,5 +323,35 @@ int loader_file_load(int fd, size_t max, char **buf, size_t *len, const char **c
  */
 int loader_fail_file_load(struct loader *ld, const char *what, const char *path, int rc,
 			  const char *call, size_t max);
+
+/* --- policy/host.c: hosts and addresses ------------------------------------------------ */
+
+/*
+ * Splits <s>/<len>, "[v6]:port", "[v6]", "v6", "host:port" or "host", into
+ * *<hp> (borrowing <s>; port 0 when none is given). NULL, or why not (a
+ * static text for a message).
+ */
+const char *loader_split_hostport(const char *s, size_t len, struct hostport *hp);
+
+/*
+ * Writes <ss> (AF_INET or AF_INET6) as "ip", "ip:port" or "[ip6]:port"
+ * (<port> 0: none) into <buf> of <cap> bytes, at least HOSTPORT_BYTES.
+ */
+void loader_format_addr(const struct sockaddr_storage *ss, uint16_t port, char *buf, size_t cap);
+
+/*
+ * Reads "<ip>[:port]" into <ss> and <port> (0: none given); the port is
+ * mandatory when <port_required>, and brackets are for IPv6 only. 0, or an
+ * error naming <what>.
+ */
+int loader_ip_port(struct loader *ld, const char *what, bool port_required,
+		   struct sockaddr_storage *ss, uint16_t *port);
+
+/*
+ * Reads a rule's host: a name or an IP address, normalised (an IPv4 address
+ * in dotted decimal only), or "*.<domain>" below a registrable domain. Sets
+ * r->host (owned; NULL before), host_len, kind, line and col. 0, or an error.
+ */
+int loader_rule_host(struct loader *ld, struct acl_rule *r);
 
 #endif /* AN_POLICY_LOADER_H */
