@@ -8,6 +8,8 @@
  *                      files named by a key, and the "name:line:col" messages;
  *   policy/host.c      hosts and addresses: a rule's host (normalised, wildcards
  *                      below a registrable domain), host:port, ip[:port];
+ *   policy/daemon.c    the `daemon:` section, staged into a struct config and
+ *                      applied once the whole load has passed;
  *   policy/policy.c    the document, profiles, rules, sandboxes, the deny list,
  *                      the load itself, and the run-time queries (verdict ops).
  *
@@ -353,5 +355,18 @@ int loader_ip_port(struct loader *ld, const char *what, bool port_required,
  * r->host (owned; NULL before), host_len, kind, line and col. 0, or an error.
  */
 int loader_rule_host(struct loader *ld, struct acl_rule *r);
+
+/* --- policy/daemon.c: the daemon: section ---------------------------------------------- */
+
+/* Reads the `daemon:` mapping into the staged ld->next and ld->uints_set. 0, or an error. */
+int loader_daemon(struct loader *ld);
+
+/*
+ * Moves what the load staged (daemon keys, resolver.servers, the sandboxes)
+ * into <cfg>: the strings and sandboxes are handed over (ld->next no longer
+ * holds them), integers not given keep <cfg>'s values. Cannot fail; call
+ * only once the whole load has passed.
+ */
+void loader_apply_config(struct loader *ld, struct config *cfg);
 
 #endif /* AN_POLICY_LOADER_H */
