@@ -10,6 +10,8 @@
  *                      below a registrable domain), host:port, ip[:port];
  *   policy/daemon.c    the `daemon:` section, staged into a struct config and
  *                      applied once the whole load has passed;
+ *   policy/resolver.c  the `resolver:` section: servers, static hosts, and the
+ *                      private networks an upstream may be in;
  *   policy/policy.c    the document, profiles, rules, sandboxes, the deny list,
  *                      the load itself, and the run-time queries (verdict ops).
  *
@@ -368,5 +370,13 @@ int loader_daemon(struct loader *ld);
  * only once the whole load has passed.
  */
 void loader_apply_config(struct loader *ld, struct config *cfg);
+
+/* --- policy/resolver.c: the resolver: section ------------------------------------------ */
+
+/*
+ * Reads the `resolver:` mapping: servers into the staged ld->next.dns_servers,
+ * hosts and allow_private into ld->p. 0, or an error.
+ */
+int loader_resolver(struct loader *ld);
 
 #endif /* AN_POLICY_LOADER_H */
