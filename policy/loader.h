@@ -12,6 +12,7 @@
  *                      applied once the whole load has passed;
  *   policy/resolver.c  the `resolver:` section: servers, static hosts, and the
  *                      private networks an upstream may be in;
+ *   policy/fake.c      the fake-response tier's compiler: a rule's `responses`;
  *   policy/policy.c    the document, profiles, rules, sandboxes, the deny list,
  *                      the load itself, and the run-time queries (verdict ops).
  *
@@ -378,5 +379,23 @@ void loader_apply_config(struct loader *ld, struct config *cfg);
  * hosts and allow_private into ld->p. 0, or an error.
  */
 int loader_resolver(struct loader *ld);
+
+/* --- policy/fake.c: a fake rule's responses -------------------------------------------- */
+
+/*
+ * Reads the `responses` of the fake rule <r> (its index set) into a new
+ * entry of ld->p->fakes: 1..POLICY_FAKE_RESPONSES_MAX, the last the default.
+ * 0, or an error (the entry then holds what policy_free releases).
+ */
+int loader_responses(struct loader *ld, const struct acl_rule *r);
+
+/* Whether <r> is the default response: neither method nor path. */
+bool loader_response_is_default(const struct policy_response *r);
+
+/* Builds ld->p->fake_by_rule once ld->p->fakes no longer moves (none without fakes). 0, or -ENOMEM. */
+int loader_index_fakes(struct loader *ld);
+
+/* Releases what <f> holds (not <f>) and zeroes it. */
+void loader_fake_free(struct policy_fake *f);
 
 #endif /* AN_POLICY_LOADER_H */
