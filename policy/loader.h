@@ -13,6 +13,8 @@
  *   policy/resolver.c  the `resolver:` section: servers, static hosts, and the
  *                      private networks an upstream may be in;
  *   policy/fake.c      the fake-response tier's compiler: a rule's `responses`;
+ *   policy/inject.c    the credential-inject tier's compiler: a rule's `inject`
+ *                      and `upstream_ca`, the secret read and wiped;
  *   policy/policy.c    the document, profiles, rules, sandboxes, the deny list,
  *                      the load itself, and the run-time queries (verdict ops).
  *
@@ -183,6 +185,20 @@ struct hostport {
 	size_t host_len;
 	uint16_t port; /* 0: none given */
 	bool bracketed;
+};
+
+/* Where a rule's keys are, for checks that need the whole rule. */
+struct rule_marks {
+	yaml_mark_t start;
+	yaml_mark_t tier;
+	yaml_mark_t ports;
+	yaml_mark_t upstream;
+	yaml_mark_t id;
+	yaml_mark_t limits;
+	yaml_mark_t responses;
+	yaml_mark_t inject;
+	yaml_mark_t upstream_ca;
+	yaml_mark_t placeholder; /* the inject's placeholder value */
 };
 
 /* --- policy/yaml.c: the event reader --------------------------------------------------- */
@@ -397,5 +413,24 @@ int loader_index_fakes(struct loader *ld);
 
 /* Releases what <f> holds (not <f>) and zeroes it. */
 void loader_fake_free(struct policy_fake *f);
+
+/* --- policy/inject.c: an inject rule's credential -------------------------------------- */
+
+/*
+ * Reads the `inject` mapping of rule <r> into its entry of ld->p->injects
+ * (made at its first inject or upstream_ca key), reading the secret from the
+ * environment or its file; <m> holds the rule's marks so far, and gets the
+ * placeholder's. 0, or an error that names no secret, placeholder or prefix.
+ */
+int loader_inject(struct loader *ld, const struct acl_rule *r, struct rule_marks *m);
+
+/* Reads rule <r>'s `upstream_ca` (a regular file, read by the engine) into its inject entry. 0, or an error. */
+int loader_upstream_ca(struct loader *ld, const struct acl_rule *r);
+
+/* Builds ld->p->inject_by_rule once ld->p->injects no longer moves (none without injects). 0, or -ENOMEM. */
+int loader_index_injects(struct loader *ld);
+
+/* Wipes the secret of <in>, then releases the rest (not <in>) and zeroes it. */
+void loader_inject_free(struct policy_inject *in);
 
 #endif /* AN_POLICY_LOADER_H */
