@@ -15,6 +15,8 @@
  *   policy/fake.c      the fake-response tier's compiler: a rule's `responses`;
  *   policy/inject.c    the credential-inject tier's compiler: a rule's `inject`
  *                      and `upstream_ca`, the secret read and wiped;
+ *   policy/ingress.c   a profile's `ingress:` section, what the ingress gateway
+ *                      lets through to its sandboxes;
  *   policy/policy.c    the document, profiles, rules, sandboxes, the deny list,
  *                      the load itself, and the run-time queries (verdict ops).
  *
@@ -432,5 +434,30 @@ int loader_index_injects(struct loader *ld);
 
 /* Wipes the secret of <in>, then releases the rest (not <in>) and zeroes it. */
 void loader_inject_free(struct policy_inject *in);
+
+/* --- policy/ingress.c: a profile's ingress: section ------------------------------------ */
+
+/* What a profile without `ingress:` points at: static, never freed. */
+extern const struct verdict_ingress loader_ingress_default;
+
+/*
+ * Reads the `ingress:` mapping of the profile <pr> (pr->ingress still the
+ * defaults) into a block pr->ingress_own (owned) that pr->ingress then
+ * points into. 0, or an error.
+ */
+int loader_ingress(struct loader *ld, struct policy_profile *pr);
+
+/* --- policy/policy.c: what the sections share with the rules --------------------------- */
+
+/* The keys of every `limits` mapping: requests_per_second, burst, concurrent. */
+#define LOADER_LIMIT_KEY_COUNT 3u
+extern const char *const loader_limit_keys[LOADER_LIMIT_KEY_COUNT];
+
+/*
+ * Reads a `limits` mapping with the keys of <ks> (whose keys are
+ * loader_limit_keys) into *<out>, all zero before: each 1..POLICY_LIMIT_MAX,
+ * and burst only with requests_per_second. 0, or an error.
+ */
+int loader_limits(struct loader *ld, const struct keyset *ks, struct verdict_limits *out);
 
 #endif /* AN_POLICY_LOADER_H */
