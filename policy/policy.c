@@ -1,5 +1,12 @@
 /*
- * The policy file loader and the compiled policy behind policy_verdict_ops.
+ * The policy file loader's top level and the compiled policy behind
+ * policy_verdict_ops: the document, profiles and their rules, sandboxes, the
+ * global deny list, the load itself, and the run-time queries. The rest of
+ * the loader has a file per part (policy/loader.h, their shared header,
+ * lists them): the event reader (yaml.c), hosts and addresses (host.c), the
+ * `daemon:` and `resolver:` sections (daemon.c, resolver.c), and the
+ * compilers of a rule's `responses` (fake.c) and `inject` (inject.c) and of
+ * a profile's `ingress:` (ingress.c).
  *
  * libyaml's event API drives a recursive descent that mirrors the schema:
  * one function per section, each reading exactly the events its value may
@@ -18,26 +25,23 @@
  * gets an index dense over the file (verdict.rule_index), the engine's key
  * for its limits; the global denies copied into profiles get none.
  *
- * Checklist when adding a key: the key table and the switch of its section,
- * docs/policy.md (example and reference), tests/unit/policy/policy.c (a
- * response's keys: tests/unit/policy/fake.c; an inject's:
- * tests/unit/policy/inject.c; the ingress sections':
- * tests/unit/policy/ingress.c).
+ * Checklist when adding a key: the key table and the switch of its section
+ * (in the file that holds the section), docs/policy.md (example and
+ * reference), and the suite of that file: tests/unit/policy/policy.c (this
+ * file, yaml.c, host.c, daemon.c, resolver.c), fake.c, inject.c or
+ * ingress.c (which also covers daemon.ingress).
  */
 #include "policy/policy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <grp.h>
-#include <pwd.h>
 #include <fcntl.h>
-#include <limits.h>
+#include <grp.h>
 #include <netinet/in.h>
-#include <stdarg.h>
+#include <pwd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,7 +49,6 @@
 #include <yaml.h>
 
 #include "core/an.h"
-#include "core/keyfile.h"
 #include "core/pool.h"
 #include "core/reason.h"
 #include "policy/acl.h"
