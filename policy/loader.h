@@ -410,7 +410,10 @@ int loader_responses(struct loader *ld, const struct acl_rule *r);
 /* Whether <r> is the default response: neither method nor path. */
 bool loader_response_is_default(const struct policy_response *r);
 
-/* Builds ld->p->fake_by_rule once ld->p->fakes no longer moves (none without fakes). 0, or -ENOMEM. */
+/*
+ * Builds ld->p->fake_by_rule (verdict.fake by rule index; none without
+ * fakes) once ld->p->fakes no longer moves. 0, or -ENOMEM (formatted).
+ */
 int loader_index_fakes(struct loader *ld);
 
 /* Releases what <f> holds (not <f>) and zeroes it. */
@@ -426,10 +429,16 @@ void loader_fake_free(struct policy_fake *f);
  */
 int loader_inject(struct loader *ld, const struct acl_rule *r, struct rule_marks *m);
 
-/* Reads rule <r>'s `upstream_ca` (a regular file, read by the engine) into its inject entry. 0, or an error. */
+/*
+ * Reads rule <r>'s `upstream_ca` (a regular file, read by the engine) into
+ * its inject entry. 0, or an error.
+ */
 int loader_upstream_ca(struct loader *ld, const struct acl_rule *r);
 
-/* Builds ld->p->inject_by_rule once ld->p->injects no longer moves (none without injects). 0, or -ENOMEM. */
+/*
+ * Builds ld->p->inject_by_rule (verdict.inject by rule index; none without
+ * injects) once ld->p->injects no longer moves. 0, or -ENOMEM (formatted).
+ */
 int loader_index_injects(struct loader *ld);
 
 /* Wipes the secret of <in>, then releases the rest (not <in>) and zeroes it. */

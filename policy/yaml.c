@@ -574,7 +574,10 @@ int loader_file_value(struct loader *ld, const char *what, char *path, size_t ca
 	return file_path(ld, what, ev_text(ld), ev_len(ld), path, cap);
 }
 
-/* The message for loader_file_load's <rc> (not 0) on the file <path> of key <what>, at the value. */
+/*
+ * The message for loader_file_load's <rc> (not 0) on the file <path> of key
+ * <what>, at the value.
+ */
 int loader_fail_file_load(struct loader *ld, const char *what, const char *path, int rc,
 			  const char *call, size_t max)
 {
