@@ -1,5 +1,12 @@
 /*
- * The policy file loader and the compiled policy behind policy_verdict_ops.
+ * The policy file loader's top level and the compiled policy behind
+ * policy_verdict_ops: the document, profiles and their rules, sandboxes, the
+ * global deny list, the load itself, and the run-time queries. The rest of
+ * the loader has a file per part (policy/loader.h, their shared header,
+ * lists them): the event reader (yaml.c), hosts and addresses (host.c), the
+ * `daemon:` and `resolver:` sections (daemon.c, resolver.c), and the
+ * compilers of a rule's `responses` (fake.c) and `inject` (inject.c) and of
+ * a profile's `ingress:` (ingress.c).
  *
  * libyaml's event API drives a recursive descent that mirrors the schema:
  * one function per section, each reading exactly the events its value may
@@ -18,47 +25,23 @@
  * gets an index dense over the file (verdict.rule_index), the engine's key
  * for its limits; the global denies copied into profiles get none.
  *
- * A fake rule's responses are compiled here once: a head is the status line
- * and the header lines as written; a body_file is read at load, never again.
- * Nothing that could frame or split a response (CR, LF, NUL, the framing
- * headers) gets in. verdict.fake comes from a table by rule index beside the
- * acl, not from its nodes: a host lookup carries no field only one tier needs.
- *
- * An inject rule's secret is read at load (getenv, or its file) straight into
- * memory of its own, never through libyaml or a message: errors name the
- * variable or the file and a bad byte's position, never a secret, placeholder
- * or prefix value. It is wiped when the policy is freed (pool_free_secret),
- * and a failed load frees, so wipes, what it read. verdict.inject comes from
- * a table by rule index, as verdict.fake does.
- *
- * The ingress gateway has two sections: daemon.ingress (the public
- * listener, staged into the config like every daemon key) and a profile's
- * `ingress` (what the gateway lets through to its sandboxes). A profile
- * without the section points at one static struct of defaults; one with it
- * owns a block holding its struct verdict_ingress and the names it points
- * to, so the pointers the engine borrows stay put while the profiles array
- * grows, and 65536 profiles without a section cost a pointer each.
- *
- * Checklist when adding a key: the key table and the switch of its section,
- * docs/policy.md (example and reference), tests/unit/policy/policy.c (a
- * response's keys: tests/unit/policy/fake.c; an inject's:
- * tests/unit/policy/inject.c; the ingress sections':
- * tests/unit/policy/ingress.c).
+ * Checklist when adding a key: the key table and the switch of its section
+ * (in the file that holds the section), docs/policy.md (example and
+ * reference), and the suite of that file: tests/unit/policy/policy.c (this
+ * file, yaml.c, host.c, daemon.c, resolver.c), fake.c, inject.c or
+ * ingress.c (which also covers daemon.ingress).
  */
 #include "policy/policy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <grp.h>
-#include <pwd.h>
 #include <fcntl.h>
-#include <limits.h>
+#include <grp.h>
 #include <netinet/in.h>
-#include <stdarg.h>
+#include <pwd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -66,1512 +49,21 @@
 #include <yaml.h>
 
 #include "core/an.h"
-#include "core/keyfile.h"
 #include "core/pool.h"
 #include "core/reason.h"
 #include "policy/acl.h"
 #include "policy/addr.h"
+#include "policy/loader.h"
 #include "policy/strtab.h"
-
-struct policy_profile {
-	char *name;
-	struct verdict_limits limits; /* each sandbox on the profile gets its own */
-	const struct verdict_ingress
-	    *ingress;                       /* profile_ingress: &ingress_own->vi or the defaults */
-	struct policy_ingress *ingress_own; /* owned; the `ingress:` section, NULL without one */
-	struct acl_rule *rules;             /* owned array of rule_count */
-	uint32_t rule_count;
-	uint32_t rule_cap;
-	struct acl acl; /* indexes rules; built when the profile's rules are complete */
-	/* Who besides root may register sandboxes on it (`users`, `groups`): ids, resolved at
-	 * load; without either, every control-socket member unless it has an inject rule. */
-	uint32_t *users;  /* owned */
-	uint32_t *groups; /* owned */
-	uint32_t user_count;
-	uint32_t group_count;
-	bool registrants_named; /* `users` or `groups` was given (even empty) */
-};
-
-/* One resolver.hosts entry: addresses with port 0. */
-struct policy_host {
-	char *name; /* normalised */
-	struct sockaddr_storage *addrs;
-	uint32_t name_len;
-	uint32_t addr_count;
-};
-
-/* One canned response of a fake-response rule, compiled at load. */
-struct policy_response {
-	char *method; /* owned; NULL: any method */
-	char *path;   /* owned; the exact path, or a prefix without its '*'; NULL: any path */
-	char *head;   /* owned; vr.head */
-	char *body;   /* owned; vr.body, NULL when the body is empty */
-	uint32_t method_len;
-	uint32_t path_len;
-	uint32_t line; /* of the entry in the policy file (1-based), for messages */
-	bool prefix;
-	struct verdict_response vr; /* borrows head and body */
-};
-
-/* A fake-response rule's answers, the last one the default: the opaque verdict.fake. */
-struct policy_fake {
-	struct policy_response *responses; /* owned array of count */
-	uint32_t count;
-	uint32_t rule_index; /* the rule's verdict.rule_index */
-};
-
-/* A credential-inject rule, compiled at load: verdict.inject is &vi. */
-struct policy_inject {
-	char *header;      /* owned; vi.header */
-	char *prefix;      /* owned; vi.prefix ("" when none) */
-	char *placeholder; /* owned; vi.placeholder */
-	char *secret;      /* owned; vi.secret; secret_cap bytes wiped when released */
-	char *upstream_ca; /* owned; vi.upstream_ca, NULL for the system roots */
-	uint32_t secret_cap;
-	uint32_t rule_index;      /* the rule's verdict.rule_index */
-	struct verdict_inject vi; /* borrows the strings above */
-};
-
-/* A profile's `ingress:` section, compiled at load: profile_ingress is &vi. */
-struct policy_ingress {
-	struct verdict_ingress vi; /* its methods and strip_headers borrow text (or the defaults) */
-	char text[];               /* the names the section gave, each NUL-terminated */
-};
-
-struct policy {
-	struct policy_profile *profiles;
-	struct policy_host *hosts;
-	struct addr_cidr *allow;   /* resolver.allow_private */
-	struct policy_fake *fakes; /* every fake rule's responses, in file order */
-	/* rule_count entries, by verdict.rule_index (NULL for other tiers); NULL without fakes. */
-	const struct policy_fake **fake_by_rule;
-	struct policy_inject *injects; /* every inject rule's, in file order */
-	/* As fake_by_rule, for inject rules; NULL without any. */
-	const struct verdict_inject **inject_by_rule;
-	struct strtab profile_index;
-	struct strtab host_index;
-	uint32_t profile_count;
-	uint32_t profile_cap;
-	uint32_t host_count;
-	uint32_t host_cap;
-	uint32_t allow_count;
-	uint32_t allow_cap;
-	uint32_t fake_count;
-	uint32_t fake_cap;
-	uint32_t inject_count;
-	uint32_t inject_cap;
-	uint32_t rule_count;
-};
-
-/* A sandbox's profile as written, resolved once every profile is known. */
-struct sandbox_ref {
-	char *profile;
-	yaml_mark_t mark;
-};
-
-struct loader {
-	yaml_parser_t parser;
-	yaml_event_t ev;
-	bool ev_live;  /* ev holds an event to delete */
-	bool ev_again; /* the next loader_next hands out ev again */
-	const char *name;
-	const char *input;
-	size_t input_len;
-	char *err;
-	size_t err_cap;
-	yaml_mark_t key_mark; /* of the key loader_key read last */
-	struct policy *p;
-	psl_ctx_t *psl;        /* the Public Suffix List, loaded at the first wildcard */
-	struct acl_rule *deny; /* the file's global deny list (owned) */
-	uint32_t deny_count;
-	uint32_t deny_cap;
-	bool psl_tried;
-	struct config next; /* staged: strings set and sandboxes read by this load */
-	uint32_t uints_set; /* bit i: uint_fields[i] was given */
-	uint32_t sandbox_cap;
-	struct sandbox_ref *refs; /* parallel to next.sandboxes */
-	struct strtab sandbox_ids;
-	yaml_mark_t tcp_sandbox_mark;
-	uint64_t fake_body_bytes; /* every response body read so far (POLICY_FAKE_BYTES_MAX) */
-	bool embedded;            /* the built-in policy: cfg->ingress_optional */
-};
-
-struct keyset {
-	const char *section;
-	const char *const *keys;
-	uint32_t count;
-};
-
-typedef int (*item_fn)(struct loader *ld, void *ctx, uint32_t index);
-
-#define SHOW_BYTES     72u
-#define HOSTPORT_BYTES (INET6_ADDRSTRLEN + sizeof("[]:65535"))
-
-/* --- messages ---------------------------------------------------------- */
-
-/* Copies <s>/<len> for a message: printable ASCII kept, anything else '?', cut at 60 bytes. */
-static const char *show(const void *s, size_t len, char *buf)
-{
-	const unsigned char *u = s;
-	size_t n = len > 60 ? 60 : len;
-
-	AN_ASSERT(buf != NULL);
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (u[i] >= 0x20 && u[i] < 0x7f) ? (char)u[i] : '?';
-	if (n < len)
-		memcpy(buf + n, "...", 4);
-	else
-		buf[n] = '\0';
-	AN_ASSERT(strlen(buf) < SHOW_BYTES);
-	return buf;
-}
-
-static const char *ev_text(const struct loader *ld)
-{
-	AN_ASSERT(ld->ev.type == YAML_SCALAR_EVENT);
-	return (const char *)ld->ev.data.scalar.value;
-}
-
-static size_t ev_len(const struct loader *ld)
-{
-	AN_ASSERT(ld->ev.type == YAML_SCALAR_EVENT);
-	return ld->ev.data.scalar.length;
-}
-
-__attribute__((format(printf, 3, 4))) static int fail(struct loader *ld, yaml_mark_t m,
-						      const char *fmt, ...)
-{
-	va_list ap;
-
-	AN_ASSERT(fmt != NULL);
-	if (ld->err_cap == 0)
-		return -EINVAL;
-	AN_ASSERT(ld->err != NULL);
-	int n = snprintf(ld->err, ld->err_cap, "%s:%zu:%zu: ", ld->name, m.line + 1, m.column + 1);
-	if (n >= 0 && (size_t)n < ld->err_cap) {
-		va_start(ap, fmt);
-		vsnprintf(ld->err + n, ld->err_cap - (size_t)n, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
-
-static int fail_oom(struct loader *ld)
-{
-	AN_ASSERT(ld->name != NULL);
-	if (ld->err_cap > 0)
-		snprintf(ld->err, ld->err_cap, "%s: out of memory", ld->name);
-	return -ENOMEM;
-}
-
-/* The mark of byte <offset> of the input: libyaml reports reader errors by offset. */
-static yaml_mark_t mark_at(const struct loader *ld, size_t offset)
-{
-	yaml_mark_t m = { 0, 0, 0 };
-
-	AN_ASSERT(ld->input != NULL || ld->input_len == 0);
-	if (offset > ld->input_len)
-		offset = ld->input_len;
-	for (size_t i = 0; i < offset; i++) {
-		if (ld->input[i] == '\n') {
-			m.line++;
-			m.column = 0;
-		} else {
-			m.column++;
-		}
-	}
-	m.index = offset;
-	AN_ASSERT(m.line <= offset && m.column <= offset);
-	return m;
-}
-
-static int fail_yaml(struct loader *ld)
-{
-	const yaml_parser_t *y = &ld->parser;
-	const char *problem = y->problem != NULL ? y->problem : "unknown error";
-
-	AN_ASSERT(y->error != YAML_NO_ERROR);
-	AN_ASSERT(!ld->ev_live);
-	if (y->error == YAML_MEMORY_ERROR)
-		return fail_oom(ld);
-	if (y->error == YAML_READER_ERROR)
-		return fail(ld, mark_at(ld, y->problem_offset), "YAML: %s", problem);
-	/* libyaml reads an unquoted "*.example.com" as a malformed alias. */
-	if (y->context != NULL && strcmp(y->context, "while scanning an alias") == 0)
-		return fail(
-		    ld, y->context_mark,
-		    "YAML reads an unquoted '*' as an alias: quote wildcard hosts (\"*.example.com\")");
-	/* The problem mark is where libyaml gave up; the context mark is where the construct began. */
-	if (y->context != NULL)
-		return fail(ld, y->problem_mark, "YAML: %s (%s at line %zu, column %zu)", problem,
-			    y->context, y->context_mark.line + 1, y->context_mark.column + 1);
-	return fail(ld, y->problem_mark, "YAML: %s", problem);
-}
-
-/* --- events -------------------------------------------------------------- */
-
-static const yaml_char_t *ev_anchor_or_tag(const yaml_event_t *ev, bool tag)
-{
-	switch (ev->type) {
-	case YAML_SCALAR_EVENT:
-		return tag ? ev->data.scalar.tag : ev->data.scalar.anchor;
-	case YAML_SEQUENCE_START_EVENT:
-		return tag ? ev->data.sequence_start.tag : ev->data.sequence_start.anchor;
-	case YAML_MAPPING_START_EVENT:
-		return tag ? ev->data.mapping_start.tag : ev->data.mapping_start.anchor;
-	default:
-		return NULL;
-	}
-}
-
-/* Makes the next event current in ld->ev. 0, or an error already formatted. */
-static int loader_next(struct loader *ld)
-{
-	if (ld->ev_again) {
-		AN_ASSERT(ld->ev_live);
-		ld->ev_again = false;
-		return 0;
-	}
-	if (ld->ev_live) {
-		yaml_event_delete(&ld->ev);
-		ld->ev_live = false;
-	}
-	if (!yaml_parser_parse(&ld->parser, &ld->ev))
-		return fail_yaml(ld);
-	ld->ev_live = true;
-	if (ld->ev.type == YAML_ALIAS_EVENT || ev_anchor_or_tag(&ld->ev, false) != NULL)
-		return fail(ld, ld->ev.start_mark, "YAML anchors and aliases are not supported");
-	if (ev_anchor_or_tag(&ld->ev, true) != NULL)
-		return fail(ld, ld->ev.start_mark, "YAML tags are not supported");
-	AN_ASSERT(ld->ev_live && !ld->ev_again);
-	return 0;
-}
-
-static int loader_start(struct loader *ld, yaml_event_type_t type, const char *what)
-{
-	AN_ASSERT(type == YAML_MAPPING_START_EVENT || type == YAML_SEQUENCE_START_EVENT);
-	int rc = loader_next(ld);
-	if (rc != 0)
-		return rc;
-	if (ld->ev.type == type)
-		return 0;
-	return fail(ld, ld->ev.start_mark, "%s must be %s", what,
-		    type == YAML_MAPPING_START_EVENT ? "a mapping" : "a sequence");
-}
-
-static bool ev_is_null(const struct loader *ld)
-{
-	static const char *const nulls[] = { "", "~", "null", "Null", "NULL" };
-
-	if (ld->ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-		return false;
-	for (size_t i = 0; i < AN_ARRAY_LEN(nulls); i++) {
-		if (ev_len(ld) == strlen(nulls[i]) &&
-		    memcmp(ev_text(ld), nulls[i], ev_len(ld)) == 0)
-			return true;
-	}
-	return false;
-}
-
-/* Reads a scalar that is not null into ld->ev; <type> names what was expected. */
-static int loader_scalar(struct loader *ld, const char *what, const char *type)
-{
-	int rc = loader_next(ld);
-
-	if (rc != 0)
-		return rc;
-	if (ld->ev.type != YAML_SCALAR_EVENT || ev_is_null(ld))
-		return fail(ld, ld->ev.start_mark, "%s must be %s", what, type);
-	AN_ASSERT(ld->ev.data.scalar.value != NULL);
-	return 0;
-}
-
-static void list_keys(const struct keyset *ks, char *buf, size_t cap)
-{
-	size_t used = 0;
-
-	AN_ASSERT(cap > 0);
-	buf[0] = '\0';
-	for (uint32_t i = 0; i < ks->count && used < cap; i++) {
-		int n = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", ks->keys[i]);
-		if (n < 0)
-			break;
-		used += (size_t)n;
-	}
-	AN_ASSERT(buf[cap - 1] == '\0' || used < cap);
-}
-
-/*
- * Reads the next key of a mapping with the keys of <ks>: returns 1 with
- * *<key> its index (and ld->key_mark its position), 0 at the end of the
- * mapping, or an error for a non-string, unknown or repeated key.
- */
-static int loader_key(struct loader *ld, const struct keyset *ks, uint32_t *seen, uint32_t *key)
-{
-	char shown[SHOW_BYTES];
-	char expected[256];
-
-	AN_ASSERT(ks->count <= 32);
-	AN_ASSERT(*seen < (1ull << ks->count));
-	int rc = loader_next(ld);
-	if (rc != 0)
-		return rc;
-	if (ld->ev.type == YAML_MAPPING_END_EVENT)
-		return 0;
-	if (ld->ev.type != YAML_SCALAR_EVENT)
-		return fail(ld, ld->ev.start_mark, "keys in %s must be strings", ks->section);
-	ld->key_mark = ld->ev.start_mark;
-	for (uint32_t i = 0; i < ks->count; i++) {
-		if (ev_len(ld) != strlen(ks->keys[i]) ||
-		    memcmp(ev_text(ld), ks->keys[i], ev_len(ld)))
-			continue;
-		if (*seen & (1u << i))
-			return fail(ld, ld->key_mark, "duplicate key \"%s\" in %s", ks->keys[i],
-				    ks->section);
-		*seen |= 1u << i;
-		*key = i;
-		return 1;
-	}
-	list_keys(ks, expected, sizeof(expected));
-	return fail(ld, ld->key_mark, "unknown key \"%s\" in %s (expected one of: %s)",
-		    show(ev_text(ld), ev_len(ld), shown), ks->section, expected);
-}
-
-/* Fails at <m> for the first of the <mandatory> keys missing from <seen>. */
-static int check_mandatory(struct loader *ld, const struct keyset *ks, uint32_t mandatory,
-			   uint32_t seen, yaml_mark_t m)
-{
-	AN_ASSERT(ks->count <= 32);
-	AN_ASSERT(mandatory != 0);
-	for (uint32_t i = 0; i < ks->count; i++) {
-		if ((mandatory & (1u << i)) && !(seen & (1u << i)))
-			return fail(ld, m, "missing mandatory key \"%s\" in %s", ks->keys[i],
-				    ks->section);
-	}
-	return 0;
-}
-
-/*
- * Reads a sequence (<keyed> false: <fn> runs once per item with the item's
- * first event pending) or a mapping with free-form keys (<keyed> true: <fn>
- * runs once per entry with the key as ld->ev and ld->key_mark). At most <max>
- * entries; <nonempty> refuses none.
- */
-static int loader_items(struct loader *ld, const char *what, uint32_t max, bool nonempty,
-			bool keyed, item_fn fn, void *ctx)
-{
-	yaml_event_type_t start_type = keyed ? YAML_MAPPING_START_EVENT : YAML_SEQUENCE_START_EVENT;
-	yaml_event_type_t end_type = keyed ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
-	int rc = loader_start(ld, start_type, what);
-	uint32_t i = 0;
-
-	if (rc != 0)
-		return rc;
-	yaml_mark_t start = ld->ev.start_mark;
-	for (;; i++) {
-		rc = loader_next(ld);
-		if (rc != 0)
-			return rc;
-		if (ld->ev.type == end_type)
-			break;
-		if (keyed && (ld->ev.type != YAML_SCALAR_EVENT || ev_is_null(ld)))
-			return fail(ld, ld->ev.start_mark, "keys in %s must be strings", what);
-		if (i == max)
-			return fail(ld, ld->ev.start_mark, "%s has more than %u entries", what,
-				    max);
-		if (keyed)
-			ld->key_mark = ld->ev.start_mark;
-		else
-			ld->ev_again = true;
-		rc = fn(ld, ctx, i);
-		if (rc != 0)
-			return rc;
-		AN_ASSERT(!ld->ev_again);
-	}
-	if (nonempty && i == 0)
-		return fail(ld, start, "%s must not be empty", what);
-	AN_ASSERT(i <= max);
-	return 0;
-}
-
-/* A sequence of at most <max> items, see loader_items. */
-static int loader_seq(struct loader *ld, const char *what, uint32_t max, bool nonempty, item_fn fn,
-		      void *ctx)
-{
-	return loader_items(ld, what, max, nonempty, false, fn, ctx);
-}
-
-/* A mapping of 1..<max> named entries, see loader_items. */
-static int loader_map(struct loader *ld, const char *what, uint32_t max, item_fn fn, void *ctx)
-{
-	return loader_items(ld, what, max, true, true, fn, ctx);
-}
-
-/* --- scalar values -------------------------------------------------------- */
-
-/* Parses decimal digits; saturates at UINT64_MAX. False for anything else. */
-static bool parse_decimal(const char *s, size_t len, uint64_t *out)
-{
-	uint64_t v = 0;
-
-	AN_ASSERT(s != NULL || len == 0);
-	if (len == 0)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		uint64_t d = (uint64_t)(s[i] - '0');
-		v = v > (UINT64_MAX - d) / 10 ? UINT64_MAX : v * 10 + d;
-	}
-	*out = v;
-	AN_ASSERT(len > 0);
-	return true;
-}
-
-static int loader_uint(struct loader *ld, const char *what, uint64_t min, uint64_t max,
-		       uint64_t *out)
-{
-	char shown[SHOW_BYTES];
-	uint64_t v = 0;
-
-	AN_ASSERT(min <= max);
-	int rc = loader_scalar(ld, what, "an integer");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	size_t sign = len > 1 && s[0] == '-' ? 1 : 0;
-	bool plain = ld->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-	if (!plain || !parse_decimal(s + sign, len - sign, &v))
-		return fail(ld, ld->ev.start_mark, "%s must be an integer", what);
-	if (len - sign > 1 && s[sign] == '0')
-		return fail(ld, ld->ev.start_mark, "%s must not have leading zeros", what);
-	if (sign != 0 || v < min || v > max)
-		return fail(ld, ld->ev.start_mark, "%s must be %llu..%llu, got %s", what,
-			    (unsigned long long)min, (unsigned long long)max, show(s, len, shown));
-	*out = v;
-	AN_ASSERT(v >= min && v <= max);
-	return 0;
-}
-
-/* No C0 control bytes and no DEL: the text may end up in an HTTP header line. */
-static bool text_is_clean(const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c < 0x20 || c == 0x7f)
-			return false;
-	}
-	return true;
-}
-
-/* The 1-based position of the first byte of <s>/<len> that is not visible ASCII, or 0. */
-static size_t first_invisible(const char *s, size_t len)
-{
-	AN_ASSERT(s != NULL || len == 0);
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c < 0x21 || c > 0x7e)
-			return i + 1;
-	}
-	return 0;
-}
-
-/* Reads one line of text (owner, reason, instruction) into the owned *<out>. */
-static int loader_text(struct loader *ld, const char *what, char **out)
-{
-	AN_ASSERT(*out == NULL);
-	int rc = loader_scalar(ld, what, "a string");
-	if (rc != 0)
-		return rc;
-	if (ev_len(ld) == 0)
-		return fail(ld, ld->ev.start_mark, "%s must not be empty", what);
-	if (ev_len(ld) > POLICY_TEXT_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "%s is longer than %u bytes", what,
-			    POLICY_TEXT_BYTES_MAX);
-	if (!text_is_clean(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "%s must be one line without control characters (no CR, LF, tab)",
-			    what);
-	*out = pool_strndup(ev_text(ld), ev_len(ld));
-	if (*out == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(strlen(*out) == ev_len(ld));
-	return 0;
-}
-
-/* Sandbox ids and profile names: [A-Za-z0-9_.-]{1,63}, not starting with '.'. */
-static bool is_id(const char *s, size_t len)
-{
-	if (len == 0 || len > CONFIG_SANDBOX_ID_BYTES_MAX - 1 || s[0] == '.')
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			  (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-		if (!ok)
-			return false;
-	}
-	AN_ASSERT(len <= POLICY_PROFILE_NAME_BYTES_MAX);
-	return true;
-}
-
-/* Rule ids: [A-Za-z0-9_.:/@+-]{1,95}. */
-static bool is_rule_id(const char *s, size_t len)
-{
-	if (len == 0 || len > POLICY_RULE_ID_BYTES_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			  (c >= '0' && c <= '9') || strchr("_.:/@+-", c) != NULL;
-		if (!ok || c == '\0')
-			return false;
-	}
-	AN_ASSERT(len <= POLICY_RULE_ID_BYTES_MAX);
-	return true;
-}
-
-static void *grow_array(void *arr, uint32_t *cap, uint32_t count, size_t elem)
-{
-	AN_ASSERT(count <= *cap);
-	if (count < *cap)
-		return arr;
-	uint32_t n = *cap == 0 ? 8 : *cap * 2;
-	char *a = pool_realloc(arr, (size_t)n * elem);
-	if (a == NULL)
-		return NULL;
-	memset(a + (size_t)*cap * elem, 0, (size_t)(n - *cap) * elem);
-	*cap = n;
-	AN_ASSERT(count < *cap);
-	return a;
-}
-
-/* --- host:port ------------------------------------------------------------- */
-
-struct hostport {
-	const char *host;
-	size_t host_len;
-	uint16_t port; /* 0: none given */
-	bool bracketed;
-};
-
-static const char *parse_port(const char *s, size_t len, uint16_t *port)
-{
-	uint64_t v = 0;
-
-	AN_ASSERT(port != NULL);
-	if (len > 5 || !parse_decimal(s, len, &v) || s[0] == '0' || v > 65535)
-		return "the port must be 1..65535";
-	*port = (uint16_t)v;
-	AN_ASSERT(*port >= 1);
-	return NULL;
-}
-
-/* Splits "[v6]:port", "[v6]", "v6", "host:port" or "host". NULL, or why not. */
-static const char *split_hostport(const char *s, size_t len, struct hostport *hp)
-{
-	const char *port = NULL;
-	const char *colon = memchr(s, ':', len);
-
-	AN_ASSERT(hp != NULL);
-	memset(hp, 0, sizeof(*hp));
-	hp->host = s;
-	hp->host_len = len;
-	if (len > 0 && s[0] == '[') {
-		const char *close = memchr(s, ']', len);
-		if (close == NULL)
-			return "'[' without ']'";
-		hp->host = s + 1;
-		hp->host_len = (size_t)(close - s) - 1;
-		hp->bracketed = true;
-		if (close + 1 < s + len && close[1] != ':')
-			return "expected ':' after ']'";
-		port = close + 1 < s + len ? close + 2 : NULL;
-	} else if (colon != NULL && memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) == NULL) {
-		hp->host_len = (size_t)(colon - s);
-		port = colon + 1;
-	}
-	if (hp->host_len == 0)
-		return "the host is empty";
-	AN_ASSERT(hp->host + hp->host_len <= s + len);
-	if (port != NULL)
-		return parse_port(port, len - (size_t)(port - s), &hp->port);
-	return NULL;
-}
-
-/* Canonical "ip", "ip:port" or "[ip6]:port" of <ss> (port 0: none). */
-static void format_addr(const struct sockaddr_storage *ss, uint16_t port, char *buf, size_t cap)
-{
-	char ip[INET6_ADDRSTRLEN];
-	const void *bin = ss->ss_family == AF_INET
-			      ? (const void *)&((const struct sockaddr_in *)ss)->sin_addr
-			      : (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr;
-
-	AN_ASSERT(cap >= HOSTPORT_BYTES);
-	AN_ASSERT(ss->ss_family == AF_INET || ss->ss_family == AF_INET6);
-	const char *text = inet_ntop(ss->ss_family, bin, ip, sizeof(ip));
-	AN_ASSERT(text != NULL);
-	if (port == 0)
-		snprintf(buf, cap, "%s", ip);
-	else if (ss->ss_family == AF_INET6)
-		snprintf(buf, cap, "[%s]:%u", ip, port);
-	else
-		snprintf(buf, cap, "%s:%u", ip, port);
-}
-
-/*
- * Reads "<ip>[:port]" into <ss>/<port>: the port is mandatory when
- * <port_required>. Brackets are for IPv6 only.
- */
-static int loader_ip_port(struct loader *ld, const char *what, bool port_required,
-			  struct sockaddr_storage *ss, uint16_t *port)
-{
-	char shown[SHOW_BYTES];
-	struct hostport hp;
-
-	AN_ASSERT(ss != NULL && port != NULL);
-	int rc = loader_scalar(ld, what, "a string");
-	if (rc != 0)
-		return rc;
-	const char *why = split_hostport(ev_text(ld), ev_len(ld), &hp);
-	if (why == NULL && addr_parse_ip(hp.host, hp.host_len, ss) != 0)
-		why = "not an IPv4 or IPv6 address";
-	if (why == NULL && hp.bracketed && ss->ss_family != AF_INET6)
-		why = "brackets are for IPv6 addresses";
-	if (why == NULL && port_required && hp.port == 0)
-		why = "the port is missing";
-	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid %s \"%s\": %s", what,
-			    show(ev_text(ld), ev_len(ld), shown), why);
-	*port = hp.port;
-	AN_ASSERT(!port_required || *port != 0);
-	return 0;
-}
-
-/* --- daemon --------------------------------------------------------------- */
-
-struct uint_field {
-	const char *key;
-	uint32_t min;
-	uint32_t max;
-	size_t offset; /* of the uint32_t in struct config */
-};
-
-enum {
-	UF_WORKERS,
-	UF_CONNS,
-	UF_PIPES,
-	UF_SHARE,
-	UF_HEAD,
-	UF_CONNECT,
-	UF_DNS,
-	UF_IDLE,
-	UF_LEAF_DAYS,
-	UF_SANDBOX_UID_FIRST,
-	UF_SANDBOX_UID_COUNT,
-	UF_PER_USER,
-	UF__COUNT
-};
-
-static const struct uint_field uint_fields[] = {
-	[UF_WORKERS] = { "workers", 0, POLICY_WORKERS_MAX, offsetof(struct config, workers) },
-	[UF_CONNS] = { "conns_per_worker", POLICY_CONNS_PER_WORKER_MIN, POLICY_CONNS_PER_WORKER_MAX,
-		       offsetof(struct config, conns_per_worker) },
-	[UF_PIPES] = { "pipes_per_worker", 0, POLICY_PIPES_PER_WORKER_MAX,
-		       offsetof(struct config, pipes_per_worker) },
-	[UF_SHARE] = { "sandbox_share_percent", POLICY_SANDBOX_SHARE_PERCENT_MIN, 100,
-		       offsetof(struct config, sandbox_share_percent) },
-	[UF_HEAD] = { "head_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
-		      offsetof(struct config, head_timeout_ms) },
-	[UF_CONNECT] = { "connect_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
-			 offsetof(struct config, connect_timeout_ms) },
-	[UF_DNS] = { "dns_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
-		     offsetof(struct config, dns_timeout_ms) },
-	[UF_IDLE] = { "idle_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
-		      offsetof(struct config, idle_timeout_ms) },
-	[UF_LEAF_DAYS] = { "leaf_days", POLICY_LEAF_DAYS_MIN, POLICY_LEAF_DAYS_MAX,
-			   offsetof(struct config, leaf_days) },
-	[UF_SANDBOX_UID_FIRST] = { "sandbox_uids.first", POLICY_SANDBOX_UID_FIRST_MIN,
-				   POLICY_SANDBOX_UID_LAST_MAX,
-				   offsetof(struct config, sandbox_uid_first) },
-	[UF_SANDBOX_UID_COUNT] = { "sandbox_uids.count", 1, POLICY_SANDBOX_UID_COUNT_MAX,
-				   offsetof(struct config, sandbox_uid_count) },
-	[UF_PER_USER] = { "sandboxes_per_user", 1, LIMITS_SANDBOXES_MAX,
-			  offsetof(struct config, sandboxes_per_user) },
-};
-static_assert(AN_ARRAY_LEN(uint_fields) == UF__COUNT, "every staged integer needs a row");
-
-static int stage_uint(struct loader *ld, uint32_t field)
-{
-	const struct uint_field *f = &uint_fields[field];
-	uint64_t v = 0;
-
-	AN_ASSERT(field < UF__COUNT);
-	int rc = loader_uint(ld, f->key, f->min, f->max, &v);
-	if (rc != 0)
-		return rc;
-	uint32_t v32 = (uint32_t)v;
-	memcpy((char *)&ld->next + f->offset, &v32, sizeof(v32));
-	ld->uints_set |= 1u << field;
-	AN_ASSERT(v32 == v);
-	return 0;
-}
-
-/* An absolute path (or "-" when <dash_ok>) into the staged *<slot>. */
-static int stage_path(struct loader *ld, const char *what, bool dash_ok, char **slot)
-{
-	AN_ASSERT(*slot == NULL);
-	int rc = loader_scalar(ld, what, "a string");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	bool dash = dash_ok && len == 1 && s[0] == '-';
-	if (!dash && (len == 0 || s[0] != '/'))
-		return fail(ld, ld->ev.start_mark, "%s must be an absolute path%s", what,
-			    dash_ok ? " or \"-\"" : "");
-	if (len > POLICY_PATH_BYTES_MAX || !text_is_clean(s, len))
-		return fail(ld, ld->ev.start_mark,
-			    "%s must be at most %u bytes without control characters", what,
-			    POLICY_PATH_BYTES_MAX);
-	*slot = pool_strndup(s, len);
-	if (*slot == NULL)
-		return fail_oom(ld);
-	AN_ASSERT((*slot)[0] == '/' || dash);
-	return 0;
-}
-
-static int stage_tcp_listen(struct loader *ld)
-{
-	char buf[HOSTPORT_BYTES];
-	struct sockaddr_storage ss;
-	uint16_t port = 0;
-
-	AN_ASSERT(ld->next.tcp_listen == NULL);
-	int rc = loader_ip_port(ld, "tcp_listen", true, &ss, &port);
-	if (rc != 0)
-		return rc;
-	if (addr_classify((const struct sockaddr *)&ss) != ADDR_LOOPBACK)
-		return fail(
-		    ld, ld->ev.start_mark,
-		    "tcp_listen must be a loopback address:port (127.0.0.1:PORT or [::1]:PORT)");
-	format_addr(&ss, port, buf, sizeof(buf));
-	ld->next.tcp_listen = pool_strndup(buf, strlen(buf));
-	if (ld->next.tcp_listen == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(port != 0);
-	return 0;
-}
-
-static int stage_tcp_sandbox(struct loader *ld)
-{
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(ld->next.tcp_sandbox == NULL);
-	int rc = loader_scalar(ld, "tcp_sandbox", "a string");
-	if (rc != 0)
-		return rc;
-	if (!is_id(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark, "invalid tcp_sandbox \"%s\"",
-			    show(ev_text(ld), ev_len(ld), shown));
-	ld->tcp_sandbox_mark = ld->ev.start_mark;
-	ld->next.tcp_sandbox = pool_strndup(ev_text(ld), ev_len(ld));
-	if (ld->next.tcp_sandbox == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(ld->next.tcp_sandbox[0] != '\0');
-	return 0;
-}
-
-/* A POSIX portable group name; whether it exists is checked when the daemon starts. */
-static bool is_group_name(const char *s, size_t len)
-{
-	if (len == 0 || len > 32 || s[0] == '-')
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char ch = s[i];
-		bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-			  (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
-		if (!ok)
-			return false;
-	}
-	return true;
-}
-
-static int stage_control_group(struct loader *ld)
-{
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(ld->next.control_group == NULL);
-	int rc = loader_scalar(ld, "control_group", "a string");
-	if (rc != 0)
-		return rc;
-	if (!is_group_name(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark, "invalid control_group \"%s\"",
-			    show(ev_text(ld), ev_len(ld), shown));
-	ld->next.control_group = pool_strndup(ev_text(ld), ev_len(ld));
-	if (ld->next.control_group == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(ld->next.control_group[0] != '\0');
-	return 0;
-}
-
-static const char *const timeout_keys[] = { "head_ms", "connect_ms", "dns_ms", "idle_ms" };
-static const struct keyset timeout_keyset = { "daemon.timeouts", timeout_keys,
-					      AN_ARRAY_LEN(timeout_keys) };
-
-static int parse_timeouts(struct loader *ld)
-{
-	uint32_t seen = 0;
-	uint32_t key = 0;
-
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "timeouts");
-	if (rc != 0)
-		return rc;
-	while ((rc = loader_key(ld, &timeout_keyset, &seen, &key)) > 0) {
-		AN_ASSERT(key < AN_ARRAY_LEN(timeout_keys));
-		rc = stage_uint(ld, UF_HEAD + key);
-		if (rc != 0)
-			return rc;
-	}
-	AN_ASSERT(rc <= 0);
-	return rc;
-}
-
-/*
- * daemon.sandbox_uids: the uids `agentsnet run` as root gets for its sandboxes
- * from the daemon, one each (core/engine.h ENGINE_AGENT_NEW). Both keys are
- * mandatory, and the range must end by POLICY_SANDBOX_UID_LAST_MAX.
- */
-enum { SU_FIRST, SU_COUNT, SU__COUNT };
-static const char *const sandbox_uid_keys[] = { [SU_FIRST] = "first", [SU_COUNT] = "count" };
-static const struct keyset sandbox_uid_keyset = { "daemon.sandbox_uids", sandbox_uid_keys,
-						  SU__COUNT };
-
-static int parse_sandbox_uids(struct loader *ld)
-{
-	uint32_t seen = 0;
-	uint32_t key = 0;
-
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "sandbox_uids");
-	if (rc != 0)
-		return rc;
-	yaml_mark_t start = ld->ev.start_mark;
-	while ((rc = loader_key(ld, &sandbox_uid_keyset, &seen, &key)) > 0) {
-		AN_ASSERT(key < SU__COUNT);
-		rc = stage_uint(ld, key == SU_FIRST ? UF_SANDBOX_UID_FIRST : UF_SANDBOX_UID_COUNT);
-		if (rc != 0)
-			return rc;
-	}
-	if (rc < 0)
-		return rc;
-	if (seen != (1u << SU__COUNT) - 1)
-		return fail(ld, start, "sandbox_uids needs both first and count");
-	uint64_t last = (uint64_t)ld->next.sandbox_uid_first + ld->next.sandbox_uid_count - 1;
-	if (last > POLICY_SANDBOX_UID_LAST_MAX)
-		return fail(ld, start, "sandbox_uids ends at %llu, past %u",
-			    (unsigned long long)last, POLICY_SANDBOX_UID_LAST_MAX);
-	return 0;
-}
-
-/* daemon.ca: the files of the CA the terminated tiers sign leaves with; read by the daemon. */
-enum { CA_CERT, CA_KEY, CA__COUNT };
-static const char *const ca_keys[] = { [CA_CERT] = "cert", [CA_KEY] = "key" };
-static const struct keyset ca_keyset = { "daemon.ca", ca_keys, CA__COUNT };
-
-static int parse_ca(struct loader *ld)
-{
-	uint32_t seen = 0;
-	uint32_t key = 0;
-
-	AN_ASSERT(ld->next.ca_cert == NULL);
-	AN_ASSERT(ld->next.ca_key == NULL);
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ca");
-	if (rc != 0)
-		return rc;
-	yaml_mark_t start = ld->ev.start_mark;
-	while ((rc = loader_key(ld, &ca_keyset, &seen, &key)) > 0) {
-		AN_ASSERT(key < CA__COUNT);
-		rc = key == CA_CERT ? stage_path(ld, "ca.cert", false, &ld->next.ca_cert)
-				    : stage_path(ld, "ca.key", false, &ld->next.ca_key);
-		if (rc != 0)
-			return rc;
-	}
-	if (rc < 0)
-		return rc;
-	rc = check_mandatory(ld, &ca_keyset, (1u << CA_CERT) | (1u << CA_KEY), seen, start);
-	if (rc == 0)
-		AN_ASSERT(ld->next.ca_cert != NULL);
-	if (rc == 0)
-		AN_ASSERT(ld->next.ca_key != NULL);
-	return rc;
-}
-
-/* --- daemon.ingress: the gateway's public listener ------------------------------ */
-
-/* Any unicast or unspecified address (0.0.0.0, [::]): the listener faces the outside. */
-static int stage_ingress_listen(struct loader *ld)
-{
-	char buf[HOSTPORT_BYTES];
-	struct sockaddr_storage ss;
-	uint16_t port = 0;
-
-	AN_ASSERT(ld->next.ingress_listen == NULL);
-	int rc = loader_ip_port(ld, "ingress.listen", true, &ss, &port);
-	if (rc != 0)
-		return rc;
-	if (addr_classify((const struct sockaddr *)&ss) == ADDR_MULTICAST)
-		return fail(ld, ld->ev.start_mark,
-			    "ingress.listen cannot be a multicast address, which takes no "
-			    "connections: name a local address, or 0.0.0.0 or [::] for all");
-	format_addr(&ss, port, buf, sizeof(buf));
-	ld->next.ingress_listen = pool_strndup(buf, strlen(buf));
-	if (ld->next.ingress_listen == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(port != 0);
-	return 0;
-}
-
-/* The authority of a public URL: a host name, an IPv4 address or a bracketed IPv6 one. */
-static const char *authority_invalid(const char *s, size_t len)
-{
-	struct sockaddr_storage ss;
-	struct hostport hp;
-
-	AN_ASSERT(s != NULL || len == 0);
-	if (len == 0)
-		return "the host is missing";
-	if (memchr(s, '@', len) != NULL)
-		return "no user information (\"user@\"): the URL is handed to third parties";
-	const char *why = split_hostport(s, len, &hp);
-	if (why != NULL)
-		return why;
-	if (hp.bracketed)
-		return addr_parse_ip(hp.host, hp.host_len, &ss) == 0 && ss.ss_family == AF_INET6
-			   ? NULL
-			   : "brackets hold an IPv6 address";
-	for (size_t i = 0; i < hp.host_len; i++) {
-		char c = hp.host[i];
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			  (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
-		if (c == ':')
-			return "an IPv6 address goes in brackets (\"http://[2001:db8::1]:8090\")";
-		if (!ok)
-			return "a byte that is not part of a host name";
-	}
-	AN_ASSERT(hp.host_len > 0);
-	return NULL;
-}
-
-/*
- * A base URL agents are told: "http://" or "https://" and an authority,
- * nothing after it. The gateway appends "<prefix>/<id>", so a path, a query
- * or a fragment here would end up in the middle of every public URL.
- */
-static const char *public_url_invalid(const char *s, size_t len)
-{
-	static const char http[] = "http://";
-	static const char https[] = "https://";
-	size_t scheme = 0;
-
-	AN_ASSERT(s != NULL);
-	AN_ASSERT(len <= POLICY_INGRESS_PUBLIC_URL_BYTES_MAX);
-	if (first_invisible(s, len) != 0)
-		return "a space, control character or non-ASCII byte (write a name in its "
-		       "xn-- form)";
-	if (len >= sizeof(http) - 1 && memcmp(s, http, sizeof(http) - 1) == 0)
-		scheme = sizeof(http) - 1;
-	else if (len >= sizeof(https) - 1 && memcmp(s, https, sizeof(https) - 1) == 0)
-		scheme = sizeof(https) - 1;
-	else
-		return "it must start with http:// or https://";
-	const char *auth = s + scheme;
-	size_t rest = len - scheme;
-	size_t n = 0;
-	while (n < rest && auth[n] != '/' && auth[n] != '?' && auth[n] != '#')
-		n++;
-	if (n == rest)
-		return authority_invalid(auth, n);
-	if (auth[n] == '/' && n + 1 == rest)
-		return "drop the trailing '/': agents get <public_url><prefix>/<sandbox id>";
-	if (auth[n] == '/')
-		return "no path: the path agents get is ingress.prefix";
-	return auth[n] == '?' ? "no query (\"?...\")" : "no fragment (\"#...\")";
-}
-
-static int stage_ingress_public_url(struct loader *ld)
-{
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(ld->next.ingress_public_url == NULL);
-	int rc = loader_scalar(ld, "ingress.public_url", "a string");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	if (len > POLICY_INGRESS_PUBLIC_URL_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "ingress.public_url is longer than %u bytes",
-			    POLICY_INGRESS_PUBLIC_URL_BYTES_MAX);
-	const char *why = public_url_invalid(s, len);
-	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid ingress.public_url \"%s\": %s",
-			    show(s, len, shown), why);
-	ld->next.ingress_public_url = pool_strndup(s, len);
-	if (ld->next.ingress_public_url == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(ld->next.ingress_public_url[0] == 'h');
-	return 0;
-}
-
-/* "/seg/seg": each segment of [A-Za-z0-9._~-], none empty, "." or "..". NULL, or why not. */
-static const char *prefix_invalid(const char *s, size_t len)
-{
-	size_t seg = 1;
-
-	AN_ASSERT(s != NULL || len == 0);
-	if (len == 0 || s[0] != '/')
-		return "it must start with '/' (\"/callbacks\")";
-	if (len == 1)
-		return "name a path below the root (\"/callbacks\")";
-	if (s[len - 1] == '/')
-		return "drop the trailing '/': agents get <public_url><prefix>/<sandbox id>";
-	for (size_t i = 1; i <= len; i++) {
-		if (i < len && s[i] != '/') {
-			char c = s[i];
-			bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-				  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '~' ||
-				  c == '-';
-			if (!ok)
-				return "a byte outside [A-Za-z0-9._~-] in a segment";
-			continue;
-		}
-		size_t n = i - seg;
-		if (n == 0)
-			return "an empty segment (\"//\")";
-		if ((n == 1 && s[seg] == '.') || (n == 2 && s[seg] == '.' && s[seg + 1] == '.'))
-			return "a \".\" or \"..\" segment";
-		seg = i + 1;
-	}
-	AN_ASSERT(seg == len + 1);
-	return NULL;
-}
-
-static int stage_ingress_prefix(struct loader *ld)
-{
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(ld->next.ingress_prefix == NULL);
-	int rc = loader_scalar(ld, "ingress.prefix", "a string");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	if (len > POLICY_INGRESS_PREFIX_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "ingress.prefix is longer than %u bytes",
-			    POLICY_INGRESS_PREFIX_BYTES_MAX);
-	const char *why = prefix_invalid(s, len);
-	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid ingress.prefix \"%s\": %s",
-			    show(s, len, shown), why);
-	ld->next.ingress_prefix = pool_strndup(s, len);
-	if (ld->next.ingress_prefix == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(ld->next.ingress_prefix[0] == '/');
-	return 0;
-}
-
-/*
- * daemon.ingress.tls: the operator's certificate chain and key the public
- * listener serves HTTPS with; like daemon.ca, named here and read by the
- * daemon at start.
- */
-enum { IT_CERT, IT_KEY, IT__COUNT };
-static const char *const ingress_tls_keys[] = { [IT_CERT] = "cert", [IT_KEY] = "key" };
-static const struct keyset ingress_tls_keyset = { "daemon.ingress.tls", ingress_tls_keys,
-						  IT__COUNT };
-
-static int parse_ingress_tls(struct loader *ld)
-{
-	uint32_t seen = 0;
-	uint32_t key = 0;
-
-	AN_ASSERT(ld->next.ingress_tls_cert == NULL);
-	AN_ASSERT(ld->next.ingress_tls_key == NULL);
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress.tls");
-	if (rc != 0)
-		return rc;
-	yaml_mark_t start = ld->ev.start_mark;
-	while ((rc = loader_key(ld, &ingress_tls_keyset, &seen, &key)) > 0) {
-		AN_ASSERT(key < IT__COUNT);
-		rc = key == IT_CERT
-			 ? stage_path(ld, "ingress.tls.cert", false, &ld->next.ingress_tls_cert)
-			 : stage_path(ld, "ingress.tls.key", false, &ld->next.ingress_tls_key);
-		if (rc != 0)
-			return rc;
-	}
-	if (rc < 0)
-		return rc;
-	uint32_t both = (1u << IT_CERT) | (1u << IT_KEY);
-	rc = check_mandatory(ld, &ingress_tls_keyset, both, seen, start);
-	if (rc == 0)
-		AN_ASSERT(ld->next.ingress_tls_cert != NULL);
-	if (rc == 0)
-		AN_ASSERT(ld->next.ingress_tls_key != NULL);
-	return rc;
-}
-
-enum { DI_LISTEN, DI_PUBLIC_URL, DI_PREFIX, DI_TLS, DI__COUNT };
-static const char *const daemon_ingress_keys[] = {
-	[DI_LISTEN] = "listen",
-	[DI_PUBLIC_URL] = "public_url",
-	[DI_PREFIX] = "prefix",
-	[DI_TLS] = "tls",
-};
-static_assert(AN_ARRAY_LEN(daemon_ingress_keys) == DI__COUNT, "every key needs a name");
-static const struct keyset daemon_ingress_keyset = { "daemon.ingress", daemon_ingress_keys,
-						     DI__COUNT };
-
-/*
- * daemon.ingress: listen is mandatory; public_url and prefix only say how
- * agents are told, tls how the listener speaks.
- */
-static int parse_daemon_ingress(struct loader *ld)
-{
-	yaml_mark_t marks[DI__COUNT];
-	uint32_t seen = 0;
-	uint32_t key = 0;
-
-	AN_ASSERT(ld->next.ingress_listen == NULL);
-	AN_ASSERT(ld->next.ingress_public_url == NULL);
-	AN_ASSERT(ld->next.ingress_prefix == NULL);
-	AN_ASSERT(ld->next.ingress_tls_cert == NULL);
-	memset(marks, 0, sizeof(marks));
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress");
-	if (rc != 0)
-		return rc;
-	yaml_mark_t start = ld->ev.start_mark;
-	while ((rc = loader_key(ld, &daemon_ingress_keyset, &seen, &key)) > 0) {
-		marks[key] = ld->key_mark;
-		rc = key == DI_LISTEN       ? stage_ingress_listen(ld)
-		     : key == DI_PUBLIC_URL ? stage_ingress_public_url(ld)
-		     : key == DI_PREFIX     ? stage_ingress_prefix(ld)
-					    : parse_ingress_tls(ld);
-		if (rc != 0)
-			return rc;
-	}
-	if (rc < 0)
-		return rc;
-	for (uint32_t k = DI_PUBLIC_URL; k < DI__COUNT && !(seen & (1u << DI_LISTEN)); k++) {
-		if (seen & (1u << k))
-			return fail(ld, marks[k],
-				    "ingress.%s needs ingress.listen (the ip:port the gateway "
-				    "listens on)",
-				    daemon_ingress_keys[k]);
-	}
-	rc = check_mandatory(ld, &daemon_ingress_keyset, 1u << DI_LISTEN, seen, start);
-	if (rc == 0)
-		AN_ASSERT(ld->next.ingress_listen != NULL);
-	return rc;
-}
-
-enum {
-	DK_SOCKET_DIR,
-	DK_AUDIT_LOG,
-	DK_WORKERS,
-	DK_CONNS,
-	DK_PIPES,
-	DK_SHARE,
-	DK_TCP_LISTEN,
-	DK_TCP_SANDBOX,
-	DK_TIMEOUTS,
-	DK_CONTROL_GROUP,
-	DK_CA,
-	DK_LEAF_DAYS,
-	DK_INGRESS,
-	DK_SANDBOX_UIDS,
-	DK_PER_USER,
-	DK__COUNT
-};
-static const char *const daemon_keys[] = {
-	[DK_SOCKET_DIR] = "socket_dir",
-	[DK_AUDIT_LOG] = "audit_log",
-	[DK_WORKERS] = "workers",
-	[DK_CONNS] = "conns_per_worker",
-	[DK_PIPES] = "pipes_per_worker",
-	[DK_SHARE] = "sandbox_share_percent",
-	[DK_TCP_LISTEN] = "tcp_listen",
-	[DK_TCP_SANDBOX] = "tcp_sandbox",
-	[DK_TIMEOUTS] = "timeouts",
-	[DK_CONTROL_GROUP] = "control_group",
-	[DK_CA] = "ca",
-	[DK_LEAF_DAYS] = "leaf_days",
-	[DK_INGRESS] = "ingress",
-	[DK_SANDBOX_UIDS] = "sandbox_uids",
-	[DK_PER_USER] = "sandboxes_per_user",
-};
-static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
-static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
-
-static int daemon_value(struct loader *ld, uint32_t key)
-{
-	AN_ASSERT(key < DK__COUNT);
-	AN_ASSERT(ld->ev_live);
-	switch (key) {
-	case DK_SOCKET_DIR:
-		return stage_path(ld, "socket_dir", false, &ld->next.socket_dir);
-	case DK_AUDIT_LOG:
-		return stage_path(ld, "audit_log", true, &ld->next.audit_path);
-	case DK_WORKERS:
-		return stage_uint(ld, UF_WORKERS);
-	case DK_CONNS:
-		return stage_uint(ld, UF_CONNS);
-	case DK_PIPES:
-		return stage_uint(ld, UF_PIPES);
-	case DK_SHARE:
-		return stage_uint(ld, UF_SHARE);
-	case DK_TCP_LISTEN:
-		return stage_tcp_listen(ld);
-	case DK_TCP_SANDBOX:
-		return stage_tcp_sandbox(ld);
-	case DK_TIMEOUTS:
-		return parse_timeouts(ld);
-	case DK_CONTROL_GROUP:
-		return stage_control_group(ld);
-	case DK_CA:
-		return parse_ca(ld);
-	case DK_LEAF_DAYS:
-		return stage_uint(ld, UF_LEAF_DAYS);
-	case DK_INGRESS:
-		return parse_daemon_ingress(ld);
-	case DK_SANDBOX_UIDS:
-		return parse_sandbox_uids(ld);
-	case DK_PER_USER:
-		return stage_uint(ld, UF_PER_USER);
-	default:
-		(void)AN_NEVER(true);
-		return -EINVAL;
-	}
-}
-
-static int parse_daemon(struct loader *ld)
-{
-	yaml_mark_t listen_mark = { 0, 0, 0 };
-	yaml_mark_t sandbox_mark = { 0, 0, 0 };
-	uint32_t seen = 0;
-	uint32_t key = 0;
-
-	AN_ASSERT(ld->next.tcp_listen == NULL && ld->next.tcp_sandbox == NULL);
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "daemon");
-	if (rc != 0)
-		return rc;
-	while ((rc = loader_key(ld, &daemon_keyset, &seen, &key)) > 0) {
-		if (key == DK_TCP_LISTEN)
-			listen_mark = ld->key_mark;
-		if (key == DK_TCP_SANDBOX)
-			sandbox_mark = ld->key_mark;
-		rc = daemon_value(ld, key);
-		if (rc != 0)
-			return rc;
-	}
-	if (rc < 0)
-		return rc;
-	if ((seen & (1u << DK_TCP_LISTEN)) && !(seen & (1u << DK_TCP_SANDBOX)))
-		return fail(ld, listen_mark, "tcp_sandbox is mandatory with tcp_listen");
-	if ((seen & (1u << DK_TCP_SANDBOX)) && !(seen & (1u << DK_TCP_LISTEN)))
-		return fail(ld, sandbox_mark, "tcp_sandbox is only allowed with tcp_listen");
-	AN_ASSERT((ld->next.tcp_listen == NULL) == (ld->next.tcp_sandbox == NULL));
-	return 0;
-}
-
-/* --- resolver -------------------------------------------------------------- */
-
-struct csv {
-	char buf[POLICY_DNS_SERVERS_MAX * (HOSTPORT_BYTES + 1)];
-	size_t len;
-};
-
-static int server_item(struct loader *ld, void *ctx, uint32_t index)
-{
-	struct csv *csv = ctx;
-	struct sockaddr_storage ss;
-	char one[HOSTPORT_BYTES];
-	uint16_t port = 0;
-
-	AN_ASSERT(index < POLICY_DNS_SERVERS_MAX);
-	int rc = loader_ip_port(ld, "DNS server", false, &ss, &port);
-	if (rc != 0)
-		return rc;
-	format_addr(&ss, port, one, sizeof(one));
-	int n = snprintf(csv->buf + csv->len, sizeof(csv->buf) - csv->len, "%s%s",
-			 index > 0 ? "," : "", one);
-	AN_ASSERT(n > 0 && (size_t)n < sizeof(csv->buf) - csv->len);
-	csv->len += (size_t)n;
-	return 0;
-}
-
-static int parse_servers(struct loader *ld)
-{
-	struct csv csv = { .len = 0 };
-
-	AN_ASSERT(ld->next.dns_servers == NULL);
-	int rc = loader_seq(ld, "servers", POLICY_DNS_SERVERS_MAX, true, server_item, &csv);
-	if (rc != 0)
-		return rc;
-	ld->next.dns_servers = pool_strndup(csv.buf, csv.len);
-	if (ld->next.dns_servers == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(csv.len > 0);
-	return 0;
-}
-
-static int host_addr_item(struct loader *ld, void *ctx, uint32_t index)
-{
-	struct policy_host *h = ctx;
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(index < POLICY_STATIC_ADDRS_MAX);
-	int rc = loader_scalar(ld, "an address", "a string");
-	if (rc != 0)
-		return rc;
-	if (addr_parse_ip(ev_text(ld), ev_len(ld), &h->addrs[index]) != 0)
-		return fail(ld, ld->ev.start_mark,
-			    "invalid address \"%s\" for %s: expected an IPv4 or IPv6 literal",
-			    show(ev_text(ld), ev_len(ld), shown), h->name);
-	h->addr_count = index + 1;
-	AN_ASSERT(h->addr_count <= POLICY_STATIC_ADDRS_MAX);
-	return 0;
-}
-
-/* Pushes a zeroed static host named by the key in ld->ev; fails on a bad or repeated name. */
-static int push_static_host(struct loader *ld, struct policy_host **out)
-{
-	struct policy *p = ld->p;
-	char norm[ACL_HOST_NORM_BYTES];
-	char shown[SHOW_BYTES];
-	enum acl_kind kind;
-	const char *why = NULL;
-	uint32_t first = 0;
-
-	AN_ASSERT(ld->ev.type == YAML_SCALAR_EVENT);
-	AN_ASSERT(p->host_count == p->host_index.count);
-	int n = acl_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
-	if (n >= 0 && kind != ACL_KIND_NAME)
-		why = "an IP literal needs no static entry";
-	if (n < 0 || why != NULL)
-		return fail(ld, ld->key_mark, "invalid host \"%s\" in resolver.hosts: %s",
-			    show(ev_text(ld), ev_len(ld), shown), why);
-	struct policy_host *hosts =
-	    grow_array(p->hosts, &p->host_cap, p->host_count, sizeof(*hosts));
-	if (hosts == NULL)
-		return fail_oom(ld);
-	p->hosts = hosts;
-	struct policy_host *h = &p->hosts[p->host_count];
-	h->name = pool_strndup(norm, (size_t)n);
-	h->addrs = pool_calloc(POLICY_STATIC_ADDRS_MAX, sizeof(*h->addrs));
-	p->host_count++;
-	if (h->name == NULL || h->addrs == NULL)
-		return fail_oom(ld);
-	h->name_len = (uint32_t)n;
-	int rc = strtab_insert(&p->host_index, h->name, h->name_len, p->host_count - 1, &first);
-	if (rc == -EEXIST)
-		return fail(ld, ld->key_mark, "duplicate host \"%s\" in resolver.hosts", h->name);
-	if (rc != 0)
-		return fail_oom(ld);
-	*out = h;
-	AN_ASSERT(p->host_count == p->host_index.count);
-	return 0;
-}
-
-static int static_host_item(struct loader *ld, void *ctx, uint32_t index)
-{
-	struct policy_host *h = NULL;
-
-	AN_ASSERT(ctx == NULL);
-	AN_ASSERT(index < POLICY_STATIC_HOSTS_MAX);
-	int rc = push_static_host(ld, &h);
-	if (rc != 0)
-		return rc;
-	rc = loader_seq(ld, h->name, POLICY_STATIC_ADDRS_MAX, true, host_addr_item, h);
-	if (rc != 0)
-		return rc;
-	/* Shrinking cannot fail in practice; keep the larger block if it does. */
-	struct sockaddr_storage *fit = pool_realloc(h->addrs, h->addr_count * sizeof(*fit));
-	if (fit != NULL)
-		h->addrs = fit;
-	return 0;
-}
-
-static int allow_item(struct loader *ld, void *ctx, uint32_t index)
-{
-	struct policy *p = ld->p;
-	struct addr_cidr c;
-	char shown[SHOW_BYTES];
-	const char *why = NULL;
-
-	AN_ASSERT(ctx == NULL && index == p->allow_count);
-	int rc = loader_scalar(ld, "a CIDR", "a string");
-	if (rc != 0)
-		return rc;
-	show(ev_text(ld), ev_len(ld), shown);
-	if (addr_cidr_parse(ev_text(ld), ev_len(ld), &c, &why) != 0)
-		return fail(ld, ld->ev.start_mark, "invalid CIDR \"%s\": %s", shown, why);
-	if (addr_cidr_never_permitted(&c))
-		return fail(
-		    ld, ld->ev.start_mark,
-		    "allow_private entry \"%s\" can never match: multicast and unspecified addresses are never permitted",
-		    shown);
-	struct addr_cidr *allow = grow_array(p->allow, &p->allow_cap, p->allow_count, sizeof(c));
-	if (allow == NULL)
-		return fail_oom(ld);
-	p->allow = allow;
-	p->allow[p->allow_count++] = c;
-	AN_ASSERT(p->allow_count <= POLICY_ALLOW_PRIVATE_MAX);
-	return 0;
-}
-
-enum { RK_SERVERS, RK_HOSTS, RK_ALLOW_PRIVATE, RK__COUNT };
-static const char *const resolver_keys[] = {
-	[RK_SERVERS] = "servers",
-	[RK_HOSTS] = "hosts",
-	[RK_ALLOW_PRIVATE] = "allow_private",
-};
-static const struct keyset resolver_keyset = { "resolver", resolver_keys, RK__COUNT };
-
-static int parse_resolver(struct loader *ld)
-{
-	uint32_t seen = 0;
-	uint32_t key = 0;
-
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "resolver");
-	if (rc != 0)
-		return rc;
-	while ((rc = loader_key(ld, &resolver_keyset, &seen, &key)) > 0) {
-		if (key == RK_SERVERS)
-			rc = parse_servers(ld);
-		else if (key == RK_HOSTS)
-			rc = loader_map(ld, "hosts", POLICY_STATIC_HOSTS_MAX, static_host_item,
-					NULL);
-		else
-			rc = loader_seq(ld, "allow_private", POLICY_ALLOW_PRIVATE_MAX, false,
-					allow_item, NULL);
-		if (rc != 0)
-			return rc;
-	}
-	AN_ASSERT(rc <= 0);
-	AN_ASSERT(ld->p->allow_count <= POLICY_ALLOW_PRIVATE_MAX);
-	return rc;
-}
 
 /* --- limits ---------------------------------------------------------------- */
 
 /* A profile's and a rule's limits: the same keys and bounds, named apart in messages. */
-static const char *const limit_keys[] = { "requests_per_second", "burst", "concurrent" };
-static const struct keyset profile_limit_keyset = { "a profile's limits", limit_keys,
-						    AN_ARRAY_LEN(limit_keys) };
-static const struct keyset rule_limit_keyset = { "a rule's limits", limit_keys,
-						 AN_ARRAY_LEN(limit_keys) };
+const char *const loader_limit_keys[] = { "requests_per_second", "burst", "concurrent" };
+static const struct keyset profile_limit_keyset = { "a profile's limits", loader_limit_keys,
+						    AN_ARRAY_LEN(loader_limit_keys) };
+static const struct keyset rule_limit_keyset = { "a rule's limits", loader_limit_keys,
+						 AN_ARRAY_LEN(loader_limit_keys) };
 
 static bool limits_none(const struct verdict_limits *l)
 {
@@ -1579,21 +71,21 @@ static bool limits_none(const struct verdict_limits *l)
 }
 
 /* limits: {requests_per_second, burst, concurrent} (keys <ks>), each 1..POLICY_LIMIT_MAX. */
-static int parse_limits(struct loader *ld, const struct keyset *ks, struct verdict_limits *out)
+int loader_limits(struct loader *ld, const struct keyset *ks, struct verdict_limits *out)
 {
 	uint32_t seen = 0;
 	uint32_t key = 0;
 	uint64_t v = 0;
 
-	AN_ASSERT(ks->keys == limit_keys);
+	AN_ASSERT(ks->keys == loader_limit_keys);
 	AN_ASSERT(limits_none(out));
 	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "limits");
 	if (rc != 0)
 		return rc;
 	yaml_mark_t start = ld->ev.start_mark;
 	while ((rc = loader_key(ld, ks, &seen, &key)) > 0) {
-		AN_ASSERT(key < AN_ARRAY_LEN(limit_keys));
-		rc = loader_uint(ld, limit_keys[key], 1, POLICY_LIMIT_MAX, &v);
+		AN_ASSERT(key < AN_ARRAY_LEN(loader_limit_keys));
+		rc = loader_uint(ld, loader_limit_keys[key], 1, POLICY_LIMIT_MAX, &v);
 		if (rc != 0)
 			return rc;
 		uint32_t *slot = key == 0   ? &out->requests_per_second
@@ -1602,7 +94,7 @@ static int parse_limits(struct loader *ld, const struct keyset *ks, struct verdi
 		*slot = (uint32_t)v;
 	}
 	if (rc == 0 && out->burst != 0 && out->requests_per_second == 0)
-		return fail(ld, start, "limits: burst needs requests_per_second");
+		return loader_fail(ld, start, "limits: burst needs requests_per_second");
 	return rc;
 }
 
@@ -1636,117 +128,11 @@ static const struct keyset rule_keyset = { "a rule", rule_keys, RULE__COUNT };
 static const uint32_t rule_mandatory =
     (1u << RULE_HOST) | (1u << RULE_TIER) | (1u << RULE_OWNER) | (1u << RULE_REASON);
 
-/* Where a rule's keys are, for checks that need the whole rule. */
-struct rule_marks {
-	yaml_mark_t start;
-	yaml_mark_t tier;
-	yaml_mark_t ports;
-	yaml_mark_t upstream;
-	yaml_mark_t id;
-	yaml_mark_t limits;
-	yaml_mark_t responses;
-	yaml_mark_t inject;
-	yaml_mark_t upstream_ca;
-	yaml_mark_t placeholder; /* the inject's placeholder value */
-};
-
 struct profile_ctx {
 	struct policy_profile *profile;
 	struct strtab ids;          /* rule id -> index, for duplicates */
 	struct strtab placeholders; /* an inject's placeholder -> index in p->injects */
 };
-
-static uint32_t mark_u32(size_t v)
-{
-	return v >= UINT32_MAX ? UINT32_MAX : (uint32_t)v + 1;
-}
-
-/* Validates a "*.<suffix>" rule host into <norm>; returns the length or an error. */
-static int wildcard_host(struct loader *ld, char *norm, const char *shown)
-{
-	enum acl_kind kind;
-	const char *why = NULL;
-
-	AN_ASSERT(ev_len(ld) >= 1 && ev_text(ld)[0] == '*');
-	if (ev_len(ld) == 1)
-		return fail(
-		    ld, ld->ev.start_mark,
-		    "host \"*\" is refused: name a host (\"example.com\") or the sub-domains of one (\"*.example.com\")");
-	if (ev_text(ld)[1] != '.')
-		return fail(ld, ld->ev.start_mark,
-			    "invalid host \"%s\": a wildcard is \"*.\" followed by a domain",
-			    shown);
-	int n =
-	    acl_normalise(ev_text(ld) + 2, ev_len(ld) - 2, norm, ACL_HOST_NORM_BYTES, &kind, &why);
-	if (n < 0)
-		return fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown, why);
-	if (kind == ACL_KIND_IP)
-		return fail(ld, ld->ev.start_mark,
-			    "invalid host \"%s\": a wildcard cannot cover IP addresses", shown);
-	if (memchr(norm, '.', (size_t)n) == NULL)
-		return fail(
-		    ld, ld->ev.start_mark,
-		    "host \"%s\" is refused: a wildcard must be below a registrable domain (\"*.example.com\", not \"*.com\")",
-		    shown);
-	if (!ld->psl_tried) {
-		ld->psl_tried = true;
-		ld->psl = psl_latest(NULL); /* the newer of the system's file and the built-in */
-		if (ld->psl == NULL)
-			ld->psl = (psl_ctx_t *)(uintptr_t)psl_builtin();
-	}
-	/* Explicit entries only: the list's implicit "*" would make every unknown
-	 * TLD's names ("corp.internal") public suffixes. */
-	if (ld->psl != NULL &&
-	    psl_is_public_suffix2(ld->psl, norm, PSL_TYPE_ANY | PSL_TYPE_NO_STAR_RULE))
-		return fail(
-		    ld, ld->ev.start_mark,
-		    "host \"%s\" is refused: %s is a public suffix, where anyone may register names; a wildcard must be below a domain of its own (\"*.example.%s\")",
-		    shown, norm, norm);
-	AN_ASSERT(n > 0);
-	return n;
-}
-
-static int parse_rule_host(struct loader *ld, struct acl_rule *r)
-{
-	char norm[ACL_HOST_NORM_BYTES];
-	char shown[SHOW_BYTES];
-	enum acl_kind kind = ACL_KIND_NAME;
-	const char *why = NULL;
-	int n;
-
-	AN_ASSERT(r->host == NULL);
-	int rc = loader_scalar(ld, "host", "a string");
-	if (rc != 0)
-		return rc;
-	show(ev_text(ld), ev_len(ld), shown);
-	r->line = mark_u32(ld->ev.start_mark.line);
-	r->col = mark_u32(ld->ev.start_mark.column);
-	if (ev_len(ld) > 0 && ev_text(ld)[0] == '*') {
-		n = wildcard_host(ld, norm, shown);
-		kind = ACL_KIND_WILDCARD;
-	} else {
-		n = acl_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
-		if (n < 0)
-			return fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown, why);
-		/* Clients may spell 127.0.0.1 as 2130706433; a rule may not, or it misleads. */
-		size_t len = ev_len(ld) - (ev_text(ld)[ev_len(ld) - 1] == '.');
-		if (kind == ACL_KIND_IP && memchr(ev_text(ld), ':', ev_len(ld)) == NULL &&
-		    (len != (size_t)n || memcmp(ev_text(ld), norm, len) != 0))
-			return fail(ld, ld->ev.start_mark,
-				    "invalid host \"%s\": write the IPv4 address in dotted "
-				    "decimal, as %s",
-				    shown, norm);
-	}
-	if (n < 0)
-		return n;
-	r->host = pool_strndup(norm, (size_t)n);
-	if (r->host == NULL)
-		return fail_oom(ld);
-	r->host_len = (uint32_t)n;
-	r->kind = (uint8_t)kind;
-	AN_ASSERT(r->host_len > 0);
-	return 0;
-}
 
 static int port_item(struct loader *ld, void *ctx, uint32_t index)
 {
@@ -1759,8 +145,8 @@ static int port_item(struct loader *ld, void *ctx, uint32_t index)
 		return rc;
 	for (uint16_t i = 0; i < r->port_count; i++) {
 		if (r->ports[i] == v)
-			return fail(ld, ld->ev.start_mark, "duplicate port %llu",
-				    (unsigned long long)v);
+			return loader_fail(ld, ld->ev.start_mark, "duplicate port %llu",
+					   (unsigned long long)v);
 	}
 	r->ports[r->port_count++] = (uint16_t)v;
 	AN_ASSERT(v >= 1 && v <= 65535);
@@ -1772,7 +158,7 @@ static int parse_ports(struct loader *ld, struct acl_rule *r)
 	AN_ASSERT(r->ports == NULL);
 	r->ports = pool_calloc(POLICY_RULE_PORTS_MAX, sizeof(*r->ports));
 	if (r->ports == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	int rc = loader_seq(ld, "ports", POLICY_RULE_PORTS_MAX, true, port_item, r);
 	if (rc != 0)
 		return rc;
@@ -1801,9 +187,10 @@ static int parse_tier(struct loader *ld, struct acl_rule *r, yaml_mark_t *mark)
 		}
 	}
 	AN_ASSERT(TIER__COUNT == 5);
-	return fail(ld, ld->ev.start_mark,
-		    "unknown tier \"%s\" (expected passthrough, local, fake, inject or deny)",
-		    show(ev_text(ld), ev_len(ld), shown));
+	return loader_fail(
+	    ld, ld->ev.start_mark,
+	    "unknown tier \"%s\" (expected passthrough, local, fake, inject or deny)",
+	    loader_show(ev_text(ld), ev_len(ld), shown));
 }
 
 /*
@@ -1826,10 +213,10 @@ static int parse_upstream_unix(struct loader *ld, struct acl_rule *r)
 			why = "a control character in the path";
 	}
 	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
-			    show(path, len, shown), why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
+				   loader_show(path, len, shown), why);
 	r->upstream = pool_strndup(path, len);
-	return r->upstream != NULL ? 0 : fail_oom(ld);
+	return r->upstream != NULL ? 0 : loader_fail_oom(ld);
 }
 
 static int parse_upstream(struct loader *ld, struct acl_rule *r)
@@ -1846,7 +233,7 @@ static int parse_upstream(struct loader *ld, struct acl_rule *r)
 		return rc;
 	if (ev_len(ld) > 0 && ev_text(ld)[0] == '/')
 		return parse_upstream_unix(ld, r);
-	const char *why = split_hostport(ev_text(ld), ev_len(ld), &hp);
+	const char *why = loader_split_hostport(ev_text(ld), ev_len(ld), &hp);
 	if (why == NULL && hp.port == 0)
 		why = "expected host:port";
 	int n = -1;
@@ -1856,14 +243,30 @@ static int parse_upstream(struct loader *ld, struct acl_rule *r)
 	if (why == NULL && hp.bracketed && !v6)
 		why = "brackets are for IPv6 addresses";
 	if (why != NULL || n < 0)
-		return fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
-			    show(ev_text(ld), ev_len(ld), shown), why);
+		return loader_fail(ld, ld->ev.start_mark, "invalid upstream \"%s\": %s",
+				   loader_show(ev_text(ld), ev_len(ld), shown), why);
 	snprintf(buf, sizeof(buf), v6 ? "[%s]:%u" : "%s:%u", norm, hp.port);
 	r->upstream = pool_strndup(buf, strlen(buf));
 	if (r->upstream == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(hp.port >= 1 && hp.port <= 65535);
 	return 0;
+}
+
+/* Rule ids: [A-Za-z0-9_.:/@+-]{1,95}. */
+static bool is_rule_id(const char *s, size_t len)
+{
+	if (len == 0 || len > POLICY_RULE_ID_BYTES_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || strchr("_.:/@+-", c) != NULL;
+		if (!ok || c == '\0')
+			return false;
+	}
+	AN_ASSERT(len <= POLICY_RULE_ID_BYTES_MAX);
+	return true;
 }
 
 static int parse_rule_id(struct loader *ld, struct acl_rule *r, yaml_mark_t *mark)
@@ -1876,1157 +279,14 @@ static int parse_rule_id(struct loader *ld, struct acl_rule *r, yaml_mark_t *mar
 		return rc;
 	*mark = ld->ev.start_mark;
 	if (!is_rule_id(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "invalid rule id \"%s\": use 1-%u of [A-Za-z0-9_.:/@+-]",
-			    show(ev_text(ld), ev_len(ld), shown), POLICY_RULE_ID_BYTES_MAX);
+		return loader_fail(
+		    ld, ld->ev.start_mark, "invalid rule id \"%s\": use 1-%u of [A-Za-z0-9_.:/@+-]",
+		    loader_show(ev_text(ld), ev_len(ld), shown), POLICY_RULE_ID_BYTES_MAX);
 	r->id = pool_strndup(ev_text(ld), ev_len(ld));
 	if (r->id == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(r->id[0] != '\0');
 	return 0;
-}
-
-/* --- a fake rule's responses ------------------------------------------------------ */
-
-/* RFC 9110 section 5.6.2: tchar, the bytes of a method or a field name. */
-static bool is_tchar(unsigned char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-	       (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
-static bool is_token(const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++) {
-		if (!is_tchar((unsigned char)s[i]))
-			return false;
-	}
-	return len > 0;
-}
-
-/* The IANA registry's reason phrases; any other status gets an empty one (RFC 9112 4). */
-static const struct {
-	uint16_t status;
-	const char *phrase;
-} status_phrases[] = {
-	{ 200, "OK" },
-	{ 201, "Created" },
-	{ 202, "Accepted" },
-	{ 203, "Non-Authoritative Information" },
-	{ 204, "No Content" },
-	{ 205, "Reset Content" },
-	{ 206, "Partial Content" },
-	{ 207, "Multi-Status" },
-	{ 208, "Already Reported" },
-	{ 226, "IM Used" },
-	{ 300, "Multiple Choices" },
-	{ 301, "Moved Permanently" },
-	{ 302, "Found" },
-	{ 303, "See Other" },
-	{ 304, "Not Modified" },
-	{ 305, "Use Proxy" },
-	{ 307, "Temporary Redirect" },
-	{ 308, "Permanent Redirect" },
-	{ 400, "Bad Request" },
-	{ 401, "Unauthorized" },
-	{ 402, "Payment Required" },
-	{ 403, "Forbidden" },
-	{ 404, "Not Found" },
-	{ 405, "Method Not Allowed" },
-	{ 406, "Not Acceptable" },
-	{ 407, "Proxy Authentication Required" },
-	{ 408, "Request Timeout" },
-	{ 409, "Conflict" },
-	{ 410, "Gone" },
-	{ 411, "Length Required" },
-	{ 412, "Precondition Failed" },
-	{ 413, "Content Too Large" },
-	{ 414, "URI Too Long" },
-	{ 415, "Unsupported Media Type" },
-	{ 416, "Range Not Satisfiable" },
-	{ 417, "Expectation Failed" },
-	{ 421, "Misdirected Request" },
-	{ 422, "Unprocessable Content" },
-	{ 423, "Locked" },
-	{ 424, "Failed Dependency" },
-	{ 425, "Too Early" },
-	{ 426, "Upgrade Required" },
-	{ 428, "Precondition Required" },
-	{ 429, "Too Many Requests" },
-	{ 431, "Request Header Fields Too Large" },
-	{ 451, "Unavailable For Legal Reasons" },
-	{ 500, "Internal Server Error" },
-	{ 501, "Not Implemented" },
-	{ 502, "Bad Gateway" },
-	{ 503, "Service Unavailable" },
-	{ 504, "Gateway Timeout" },
-	{ 505, "HTTP Version Not Supported" },
-	{ 506, "Variant Also Negotiates" },
-	{ 507, "Insufficient Storage" },
-	{ 508, "Loop Detected" },
-	{ 510, "Not Extended" },
-	{ 511, "Network Authentication Required" },
-};
-
-static const char *status_phrase(uint16_t status)
-{
-	AN_ASSERT(status >= 200 && status <= 599);
-	for (size_t i = 0; i < AN_ARRAY_LEN(status_phrases); i++) {
-		if (status_phrases[i].status == status)
-			return status_phrases[i].phrase;
-	}
-	AN_ASSERT(status_phrases[0].status == 200);
-	return "";
-}
-
-/*
- * Headers the engine writes itself: it frames the body (Content-Length) and
- * decides whether the connection stays open. A canned copy would contradict
- * it, which is how responses get smuggled.
- */
-static const char *const framing_headers[] = {
-	"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
-	"Upgrade",        "Proxy-Connection",  "Trailer",
-};
-
-static bool is_framing_header(const char *name, size_t len)
-{
-	for (size_t i = 0; i < AN_ARRAY_LEN(framing_headers); i++) {
-		if (len == strlen(framing_headers[i]) &&
-		    strncasecmp(name, framing_headers[i], len) == 0)
-			return true;
-	}
-	return false;
-}
-
-static bool is_hex(char c)
-{
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-/* A rule path: '/' then RFC 3986 path bytes, and '*' only last (a prefix). NULL, or why not. */
-static const char *path_invalid(const char *s, size_t len)
-{
-	AN_ASSERT(s != NULL || len == 0);
-	if (len == 0 || s[0] != '/')
-		return "a path starts with \"/\"";
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-		bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			     (c >= '0' && c <= '9') ||
-			     (c != '\0' && strchr("-._~!$&'()+,;=:@/", c));
-		if (plain || (c == '*' && i == len - 1))
-			continue;
-		if (c == '*')
-			return "'*' may only end a path, which then matches as a prefix (\"/v1/*\")";
-		if (c == '?')
-			return "the query is ignored in matching: leave out \"?...\"";
-		if (c == '#')
-			return "clients never send a fragment: leave out \"#...\"";
-		if (c != '%')
-			return "a byte outside RFC 3986 path characters (percent-encode it)";
-		if (i + 2 >= len || !is_hex(s[i + 1]) || !is_hex(s[i + 2]))
-			return "'%' must start an escape of two hex digits";
-		i += 2;
-	}
-	AN_ASSERT(s[0] == '/');
-	return NULL;
-}
-
-/* A response being read: its header lines wait here until the status line is known. */
-struct response_build {
-	struct policy_response *resp;
-	yaml_mark_t start;
-	yaml_mark_t headers; /* of the headers key */
-	yaml_mark_t body;    /* of the body or body_file key */
-	uint32_t seen;       /* keys given */
-	uint32_t lines_len;
-	uint32_t header_count;
-	uint32_t name_off[POLICY_FAKE_HEADERS_MAX]; /* each header's name in lines */
-	uint32_t name_len[POLICY_FAKE_HEADERS_MAX];
-	char lines[POLICY_FAKE_HEAD_BYTES_MAX]; /* "Name: value\r\n" each, as written */
-};
-
-static int fail_head_size(struct loader *ld, yaml_mark_t m)
-{
-	return fail(ld, m, "the response's head (status line and headers) is longer than %u bytes",
-		    POLICY_FAKE_HEAD_BYTES_MAX);
-}
-
-/* Appends <len> bytes at <s> to the header lines; false when the head would be too long. */
-static bool lines_put(struct response_build *b, const char *s, size_t len)
-{
-	AN_ASSERT(b->lines_len <= sizeof(b->lines));
-	if (len > sizeof(b->lines) - b->lines_len)
-		return false;
-	memcpy(b->lines + b->lines_len, s, len);
-	b->lines_len += (uint32_t)len;
-	AN_ASSERT(b->lines_len <= sizeof(b->lines));
-	return true;
-}
-
-/* No control byte but HTAB (so never CR, LF or NUL), no whitespace at either end. NULL, or why not. */
-static const char *header_value_invalid(const char *s, size_t len)
-{
-	AN_ASSERT(s != NULL);
-	AN_ASSERT(len <= POLICY_FILE_BYTES_MAX); /* a scalar of the file */
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if ((c < 0x20 && c != '\t') || c == 0x7f)
-			return "holds a control character (CR, LF, NUL, ...), which would break the head";
-	}
-	if (len > 0 && (s[0] == ' ' || s[0] == '\t' || s[len - 1] == ' ' || s[len - 1] == '\t'))
-		return "begins or ends with whitespace";
-	return NULL;
-}
-
-/* One "Name: value" of a response's headers; the name is the key in ld->ev. */
-static int header_item(struct loader *ld, void *ctx, uint32_t index)
-{
-	struct response_build *b = ctx;
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(index == b->header_count);
-	AN_ASSERT(index < POLICY_FAKE_HEADERS_MAX);
-	size_t name_len = ev_len(ld);
-	show(ev_text(ld), name_len, shown);
-	if (!is_token(ev_text(ld), name_len) || name_len > POLICY_FAKE_HEADER_NAME_BYTES_MAX)
-		return fail(ld, ld->key_mark,
-			    "invalid header name \"%s\": use 1-%u bytes of RFC 9110 token "
-			    "characters",
-			    shown, POLICY_FAKE_HEADER_NAME_BYTES_MAX);
-	if (is_framing_header(ev_text(ld), name_len))
-		return fail(ld, ld->key_mark,
-			    "header \"%s\" is refused: the daemon owns the response's framing and "
-			    "connection (Content-Length, Transfer-Encoding, Connection, "
-			    "Keep-Alive, Upgrade, Proxy-Connection, Trailer)",
-			    shown);
-	for (uint32_t i = 0; i < b->header_count; i++) {
-		if (b->name_len[i] == name_len &&
-		    strncasecmp(b->lines + b->name_off[i], ev_text(ld), name_len) == 0)
-			return fail(ld, ld->key_mark,
-				    "duplicate header \"%s\" (names are case-insensitive)", shown);
-	}
-	b->name_off[index] = b->lines_len;
-	b->name_len[index] = (uint32_t)name_len;
-	yaml_mark_t name_mark = ld->key_mark;
-	if (!lines_put(b, ev_text(ld), name_len) || !lines_put(b, ": ", 2))
-		return fail_head_size(ld, name_mark);
-	int rc = loader_scalar(ld, "a header value", "a string");
-	if (rc != 0)
-		return rc;
-	if (ev_len(ld) > POLICY_FAKE_HEADER_VALUE_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark,
-			    "the value of header \"%s\" is longer than %u bytes", shown,
-			    POLICY_FAKE_HEADER_VALUE_BYTES_MAX);
-	const char *why = header_value_invalid(ev_text(ld), ev_len(ld));
-	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "the value of header \"%s\" %s", shown, why);
-	if (!lines_put(b, ev_text(ld), ev_len(ld)) || !lines_put(b, "\r\n", 2))
-		return fail_head_size(ld, name_mark);
-	b->header_count++;
-	AN_ASSERT(b->header_count <= POLICY_FAKE_HEADERS_MAX);
-	return 0;
-}
-
-static int parse_response_method(struct loader *ld, struct policy_response *resp)
-{
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(resp->method == NULL);
-	int rc = loader_scalar(ld, "method", "a string");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	show(s, len, shown);
-	if (!is_token(s, len) || len > POLICY_FAKE_METHOD_BYTES_MAX)
-		return fail(
-		    ld, ld->ev.start_mark,
-		    "invalid method \"%s\": an HTTP token of 1-%u bytes (\"GET\", \"POST\")", shown,
-		    POLICY_FAKE_METHOD_BYTES_MAX);
-	for (size_t i = 0; i < len; i++) {
-		if (s[i] >= 'a' && s[i] <= 'z')
-			return fail(ld, ld->ev.start_mark,
-				    "method \"%s\" would never match: methods are case-sensitive "
-				    "and sent in upper case (\"GET\")",
-				    shown);
-	}
-	resp->method = pool_strndup(s, len);
-	if (resp->method == NULL)
-		return fail_oom(ld);
-	resp->method_len = (uint32_t)len;
-	AN_ASSERT(resp->method_len > 0);
-	return 0;
-}
-
-static int parse_response_path(struct loader *ld, struct policy_response *resp)
-{
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(resp->path == NULL);
-	int rc = loader_scalar(ld, "path", "a string");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	if (len > POLICY_FAKE_PATH_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "path is longer than %u bytes",
-			    POLICY_FAKE_PATH_BYTES_MAX);
-	const char *why = path_invalid(s, len);
-	if (why != NULL)
-		return fail(ld, ld->ev.start_mark, "invalid path \"%s\": %s", show(s, len, shown),
-			    why);
-	resp->prefix = s[len - 1] == '*';
-	resp->path_len = (uint32_t)len - resp->prefix;
-	resp->path = pool_strndup(s, resp->path_len);
-	if (resp->path == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(resp->path_len >= 1);
-	AN_ASSERT(resp->path[0] == '/');
-	return 0;
-}
-
-static int parse_response_status(struct loader *ld, struct policy_response *resp)
-{
-	char shown[SHOW_BYTES];
-	uint64_t v = 0;
-
-	AN_ASSERT(resp->vr.status == 0);
-	int rc = loader_scalar(ld, "status", "an integer");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	size_t sign = len > 1 && s[0] == '-' ? 1 : 0;
-	show(s, len, shown);
-	if (ld->ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
-	    !parse_decimal(s + sign, len - sign, &v))
-		return fail(ld, ld->ev.start_mark, "status must be an integer");
-	if (len - sign > 1 && s[sign] == '0')
-		return fail(ld, ld->ev.start_mark, "status must not have leading zeros");
-	if (sign == 0 && v >= 100 && v <= 199)
-		return fail(ld, ld->ev.start_mark,
-			    "status %s is refused: an interim (1xx) response cannot be canned",
-			    shown);
-	if (sign != 0 || v < 200 || v > 599)
-		return fail(ld, ld->ev.start_mark, "status must be 200..599, got %s", shown);
-	resp->vr.status = (uint16_t)v;
-	AN_ASSERT(resp->vr.status >= 200 && resp->vr.status <= 599);
-	return 0;
-}
-
-/* Counts a body of <len> bytes at <m> against the per-response and whole-file limits. */
-static int body_account(struct loader *ld, const char *what, uint64_t len, yaml_mark_t m)
-{
-	AN_ASSERT(ld->fake_body_bytes <= POLICY_FAKE_BYTES_MAX);
-	if (len > POLICY_FAKE_BODY_BYTES_MAX)
-		return fail(ld, m, "%s is larger than %u bytes", what, POLICY_FAKE_BODY_BYTES_MAX);
-	if (len > POLICY_FAKE_BYTES_MAX - ld->fake_body_bytes)
-		return fail(ld, m, "the bodies of all responses together are larger than %u bytes",
-			    POLICY_FAKE_BYTES_MAX);
-	ld->fake_body_bytes += len;
-	AN_ASSERT(ld->fake_body_bytes <= POLICY_FAKE_BYTES_MAX);
-	return 0;
-}
-
-/* Takes <buf> (owned, <len> bytes) as the body of <resp>; an empty body is NULL. */
-static void body_set(struct policy_response *resp, char *buf, size_t len)
-{
-	AN_ASSERT(resp->body == NULL);
-	AN_ASSERT(len <= POLICY_FAKE_BODY_BYTES_MAX);
-	if (len == 0)
-		AN_FREE(&buf);
-	resp->body = buf;
-	resp->vr.body = buf;
-	resp->vr.body_len = (uint32_t)len;
-}
-
-static int parse_response_body(struct loader *ld, struct policy_response *resp)
-{
-	AN_ASSERT(resp->body == NULL);
-	int rc = loader_scalar(ld, "body", "a string");
-	if (rc != 0)
-		return rc;
-	size_t len = ev_len(ld);
-	rc = body_account(ld, "body", len, ld->ev.start_mark);
-	if (rc != 0)
-		return rc;
-	/* Not pool_strndup: a body may hold NUL bytes ("\0" in a double-quoted scalar). */
-	char *buf = pool_malloc(len + 1);
-	if (buf == NULL)
-		return fail_oom(ld);
-	memcpy(buf, ev_text(ld), len);
-	buf[len] = '\0';
-	body_set(resp, buf, len);
-	AN_ASSERT(resp->vr.body_len == len);
-	return 0;
-}
-
-/*
- * The file <what> (body_file, secret_file, upstream_ca) names, <s>/<len>, as
- * opened: as written when absolute, else from the policy file's directory.
- */
-static int file_path(struct loader *ld, const char *what, const char *s, size_t len, char *out,
-		     size_t cap)
-{
-	const char *slash = strrchr(ld->name, '/');
-	int dir_len = slash == NULL ? 0 : slash == ld->name ? 1 : (int)(slash - ld->name);
-
-	AN_ASSERT(cap > 0);
-	AN_ASSERT(len > 0);
-	int n = s[0] == '/' || slash == NULL ? snprintf(out, cap, "%.*s", (int)len, s)
-					     : snprintf(out, cap, "%.*s%s%.*s", dir_len, ld->name,
-							dir_len == 1 ? "" : "/", (int)len, s);
-	if (n < 0 || (size_t)n >= cap)
-		return fail(ld, ld->ev.start_mark, "%s: the path is longer than %zu bytes", what,
-			    cap - 1);
-	return 0;
-}
-
-/*
- * Reads all of the regular file <fd> of <size> bytes into the owned *<out>;
- * -errno, or -EAGAIN when it grew. On failure what was read is wiped first:
- * the file may hold a secret.
- */
-static int file_read(int fd, size_t size, char **out, size_t *len)
-{
-	size_t cap = size + 1;
-	size_t used = 0;
-	char *buf = pool_malloc(cap);
-
-	AN_ASSERT(fd >= 0);
-	AN_ASSERT(size <= POLICY_FAKE_BODY_BYTES_MAX);
-	if (buf == NULL)
-		return -ENOMEM;
-	while (used < cap) {
-		ssize_t n = read(fd, buf + used, cap - used);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n == -1) {
-			int e = errno;
-			pool_free_secret(buf, used);
-			return -e;
-		}
-		if (n == 0)
-			break;
-		used += (size_t)n;
-	}
-	if (used == cap) {
-		pool_free_secret(buf, used);
-		return -EAGAIN;
-	}
-	buf[used] = '\0'; /* as an inline body: callers may treat text as a string */
-	*out = buf;
-	*len = used;
-	return 0;
-}
-
-/*
- * Reads the open file <fd> of at most <max> bytes into the owned *<buf> of
- * *<len> bytes (and a NUL). Returns 0; -EINVAL (not a regular file), -EFBIG
- * (larger than <max>) or -EAGAIN (it grew while read), each with *<call>
- * NULL; or the -errno of *<call> ("fstat", "read").
- */
-static int file_load(int fd, size_t max, char **buf, size_t *len, const char **call)
-{
-	struct stat st;
-
-	AN_ASSERT(fd >= 0);
-	AN_ASSERT(max <= POLICY_FAKE_BODY_BYTES_MAX);
-	*call = NULL;
-	if (fstat(fd, &st) == -1) {
-		*call = "fstat";
-		return -errno;
-	}
-	if (!S_ISREG(st.st_mode))
-		return -EINVAL;
-	if ((uint64_t)st.st_size > max)
-		return -EFBIG;
-	int rc = file_read(fd, (size_t)st.st_size, buf, len);
-	if (rc != 0 && rc != -EAGAIN)
-		*call = "read";
-	AN_ASSERT(rc != 0 || *len <= (size_t)st.st_size);
-	return rc;
-}
-
-/*
- * Reads the value of the path key <what> (body_file, secret_file,
- * upstream_ca) into <path>/<cap> as file_path finds it. The value is not
- * shown when it is refused: a key pasted there by mistake must not reach a
- * log.
- */
-static int loader_file_value(struct loader *ld, const char *what, char *path, size_t cap)
-{
-	AN_ASSERT(what != NULL);
-	AN_ASSERT(cap >= POLICY_PATH_BYTES_MAX + 1);
-	int rc = loader_scalar(ld, what, "a string");
-	if (rc != 0)
-		return rc;
-	if (ev_len(ld) == 0 || ev_len(ld) > POLICY_PATH_BYTES_MAX ||
-	    !text_is_clean(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "%s must be a path of 1-%u bytes without control characters", what,
-			    POLICY_PATH_BYTES_MAX);
-	return file_path(ld, what, ev_text(ld), ev_len(ld), path, cap);
-}
-
-/* The message for file_load's <rc> (not 0) on the file <path> of key <what>, at the value. */
-static int fail_file_load(struct loader *ld, const char *what, const char *path, int rc,
-			  const char *call, size_t max)
-{
-	AN_ASSERT(rc < 0);
-	AN_ASSERT(what != NULL && path != NULL);
-	if (rc == -ENOMEM)
-		return fail_oom(ld);
-	if (call != NULL)
-		return fail(ld, ld->ev.start_mark, "%s %s: %s: %s", what, path, call,
-			    strerror(-rc));
-	if (rc == -EINVAL)
-		return fail(ld, ld->ev.start_mark, "%s %s: not a regular file", what, path);
-	if (rc == -EFBIG)
-		return fail(ld, ld->ev.start_mark, "%s %s: larger than %zu bytes", what, path, max);
-	AN_ASSERT(rc == -EAGAIN);
-	return fail(ld, ld->ev.start_mark, "%s %s: changed while it was read", what, path);
-}
-
-/*
- * body_file: read once, here. O_NOFOLLOW refuses a symbolic link as the last
- * component: a body is served to agents, and a reviewer reading the policy
- * must see which file that is (a link beside the policy could point at a
- * key). O_NONBLOCK keeps a FIFO from hanging the load; fstat then refuses it.
- */
-static int parse_response_body_file(struct loader *ld, struct policy_response *resp)
-{
-	char path[PATH_MAX];
-	const char *call = NULL;
-	char *buf = NULL;
-	size_t len = 0;
-
-	AN_ASSERT(resp->body == NULL);
-	int rc = loader_file_value(ld, "body_file", path, sizeof(path));
-	if (rc != 0)
-		return rc;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-	if (fd == -1 && errno == ELOOP)
-		return fail(ld, ld->ev.start_mark,
-			    "body_file %s: a symbolic link is refused (name the file itself)",
-			    path);
-	if (fd == -1)
-		return fail(ld, ld->ev.start_mark, "body_file %s: open: %s", path, strerror(errno));
-	rc = file_load(fd, POLICY_FAKE_BODY_BYTES_MAX, &buf, &len, &call);
-	close(fd);
-	if (rc != 0)
-		return fail_file_load(ld, "body_file", path, rc, call, POLICY_FAKE_BODY_BYTES_MAX);
-	rc = body_account(ld, "body_file", len, ld->ev.start_mark);
-	if (rc != 0) {
-		pool_free(buf);
-		return rc;
-	}
-	body_set(resp, buf, len);
-	AN_ASSERT(resp->vr.body_len == len);
-	return 0;
-}
-
-enum { RSP_METHOD, RSP_PATH, RSP_STATUS, RSP_HEADERS, RSP_BODY, RSP_BODY_FILE, RSP__COUNT };
-static const char *const response_keys[] = {
-	[RSP_METHOD] = "method",   [RSP_PATH] = "path", [RSP_STATUS] = "status",
-	[RSP_HEADERS] = "headers", [RSP_BODY] = "body", [RSP_BODY_FILE] = "body_file",
-};
-static_assert(AN_ARRAY_LEN(response_keys) == RSP__COUNT, "every response key needs a name");
-static const struct keyset response_keyset = { "a response", response_keys, RSP__COUNT };
-#define RSP_BODIES ((1u << RSP_BODY) | (1u << RSP_BODY_FILE))
-
-static int response_value(struct loader *ld, struct response_build *b, uint32_t key)
-{
-	AN_ASSERT(key < RSP__COUNT);
-	AN_ASSERT(b->seen & (1u << key));
-	switch (key) {
-	case RSP_METHOD:
-		return parse_response_method(ld, b->resp);
-	case RSP_PATH:
-		return parse_response_path(ld, b->resp);
-	case RSP_STATUS:
-		return parse_response_status(ld, b->resp);
-	case RSP_HEADERS:
-		b->headers = ld->key_mark;
-		return loader_map(ld, "headers", POLICY_FAKE_HEADERS_MAX, header_item, b);
-	case RSP_BODY:
-	case RSP_BODY_FILE:
-		b->body = ld->key_mark;
-		if ((b->seen & RSP_BODIES) == RSP_BODIES)
-			return fail(ld, ld->key_mark, "body and body_file exclude each other");
-		return key == RSP_BODY ? parse_response_body(ld, b->resp)
-				       : parse_response_body_file(ld, b->resp);
-	default:
-		(void)AN_NEVER(true);
-		return -EINVAL;
-	}
-}
-
-/* Whole-response checks, then the head: the status line and the header lines. */
-static int response_finish(struct loader *ld, struct response_build *b)
-{
-	struct policy_response *resp = b->resp;
-	char status_line[64];
-
-	int rc = check_mandatory(ld, &response_keyset, 1u << RSP_STATUS, b->seen, b->start);
-	if (rc != 0)
-		return rc;
-	uint16_t status = resp->vr.status;
-	/* RFC 9110 sections 15.3.5, 15.3.6 and 15.4.5: these never carry content. */
-	if ((b->seen & RSP_BODIES) && (status == 204 || status == 205 || status == 304))
-		return fail(ld, b->body, "status %u has no body: remove %s", status,
-			    (b->seen & (1u << RSP_BODY)) ? "body" : "body_file");
-	int n = snprintf(status_line, sizeof(status_line), "HTTP/1.1 %u %s\r\n", status,
-			 status_phrase(status));
-	AN_ASSERT(n > 0);
-	AN_ASSERT((size_t)n < sizeof(status_line));
-	size_t head_len = (size_t)n + b->lines_len;
-	if (head_len > POLICY_FAKE_HEAD_BYTES_MAX)
-		return fail_head_size(ld, b->headers);
-	resp->head = pool_malloc(head_len + 1);
-	if (resp->head == NULL)
-		return fail_oom(ld);
-	memcpy(resp->head, status_line, (size_t)n);
-	memcpy(resp->head + n, b->lines, b->lines_len);
-	resp->head[head_len] = '\0';
-	resp->vr.head = resp->head;
-	resp->vr.head_len = (uint32_t)head_len;
-	AN_ASSERT(resp->vr.body != NULL || resp->vr.body_len == 0);
-	return 0;
-}
-
-static bool response_is_default(const struct policy_response *r)
-{
-	return r->method == NULL && r->path == NULL;
-}
-
-/* True when every request <later> would answer is answered by <earlier> first. */
-static bool response_covers(const struct policy_response *earlier,
-			    const struct policy_response *later)
-{
-	AN_ASSERT(earlier != later);
-	bool method = earlier->method == NULL ||
-		      (later->method != NULL && later->method_len == earlier->method_len &&
-		       memcmp(later->method, earlier->method, later->method_len) == 0);
-	if (!method || earlier->path == NULL)
-		return method;
-	if (later->path == NULL || later->path_len < earlier->path_len)
-		return false;
-	if (!earlier->prefix && (later->prefix || later->path_len != earlier->path_len))
-		return false;
-	AN_ASSERT(earlier->path_len > 0);
-	return memcmp(later->path, earlier->path, earlier->path_len) == 0;
-}
-
-/* A rule's responses while they are read. */
-struct responses_ctx {
-	struct policy_fake *fake;
-	yaml_mark_t last; /* where the last entry read starts */
-};
-
-static int response_item(struct loader *ld, void *ctx, uint32_t index)
-{
-	struct responses_ctx *rctx = ctx;
-	struct policy_fake *f = rctx->fake;
-	struct response_build b;
-	uint32_t key = 0;
-
-	AN_ASSERT(index < POLICY_FAKE_RESPONSES_MAX);
-	AN_ASSERT(index == f->count);
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "a response");
-	if (rc != 0)
-		return rc;
-	memset(&b, 0, offsetof(struct response_build, lines));
-	b.resp = &f->responses[index];
-	b.start = ld->ev.start_mark;
-	b.headers = b.start;
-	f->count = index + 1; /* from here on, policy_free releases what the entry holds */
-	b.resp->line = mark_u32(b.start.line);
-	if (index > 0 && response_is_default(&f->responses[index - 1]))
-		return fail(ld, b.start,
-			    "no response may follow the default (the entry without method and "
-			    "path, line %u): it answers every request",
-			    f->responses[index - 1].line);
-	while ((rc = loader_key(ld, &response_keyset, &b.seen, &key)) > 0) {
-		rc = response_value(ld, &b, key);
-		if (rc != 0)
-			return rc;
-	}
-	if (rc == 0)
-		rc = response_finish(ld, &b);
-	for (uint32_t i = 0; i < index && rc == 0; i++) {
-		if (response_covers(&f->responses[i], b.resp))
-			return fail(ld, b.start,
-				    "this response is never chosen: the one at line %u matches "
-				    "every request it would, and the first match wins",
-				    f->responses[i].line);
-	}
-	rctx->last = b.start;
-	return rc;
-}
-
-/* A fake rule's `responses`: 1..POLICY_FAKE_RESPONSES_MAX entries, the last one the default. */
-static int parse_responses(struct loader *ld, const struct acl_rule *r)
-{
-	struct policy *p = ld->p;
-
-	AN_ASSERT(p->fake_count == 0 || p->fakes[p->fake_count - 1].rule_index < r->index);
-	struct policy_fake *fakes =
-	    grow_array(p->fakes, &p->fake_cap, p->fake_count, sizeof(*fakes));
-	if (fakes == NULL)
-		return fail_oom(ld);
-	p->fakes = fakes;
-	struct policy_fake *f = &p->fakes[p->fake_count++];
-	f->rule_index = r->index;
-	f->responses = pool_calloc(POLICY_FAKE_RESPONSES_MAX, sizeof(*f->responses));
-	if (f->responses == NULL)
-		return fail_oom(ld);
-	struct responses_ctx ctx = { .fake = f };
-	int rc = loader_seq(ld, "responses", POLICY_FAKE_RESPONSES_MAX, true, response_item, &ctx);
-	if (rc != 0)
-		return rc;
-	if (!response_is_default(&f->responses[f->count - 1]))
-		return fail(ld, ctx.last,
-			    "the last response must be the default: an entry with neither method "
-			    "nor path, for every other request");
-	/* Shrinking cannot fail in practice; keep the larger block if it does. */
-	struct policy_response *fit = pool_realloc(f->responses, f->count * sizeof(*fit));
-	if (fit != NULL)
-		f->responses = fit;
-	AN_ASSERT(f->count >= 1 && f->count <= POLICY_FAKE_RESPONSES_MAX);
-	return 0;
-}
-
-/* --- an inject rule's credential ------------------------------------------------------ */
-
-/*
- * Headers an inject rule may not name: the engine frames and routes the
- * request it re-originates, so the framing and hop-by-hop fields (RFC 9110
- * section 7.6.1) and Host are its own, and Proxy-* are for this proxy, never
- * for the upstream. A credential there would split the request or go astray.
- */
-static const char *const inject_refused_headers[] = {
-	"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Host", "TE",
-	"Trailer",
-};
-
-static bool inject_header_refused(const char *name, size_t len)
-{
-	static const char proxy[] = "Proxy-";
-
-	AN_ASSERT(name != NULL);
-	if (len >= sizeof(proxy) - 1 && strncasecmp(name, proxy, sizeof(proxy) - 1) == 0)
-		return true;
-	for (size_t i = 0; i < AN_ARRAY_LEN(inject_refused_headers); i++) {
-		if (len == strlen(inject_refused_headers[i]) &&
-		    strncasecmp(name, inject_refused_headers[i], len) == 0)
-			return true;
-	}
-	AN_ASSERT(len > 0);
-	return false;
-}
-
-/* The 1-based position of the first control byte (C0 or DEL) of <s>/<len>, or 0. */
-static size_t first_control(const char *s, size_t len)
-{
-	AN_ASSERT(s != NULL || len == 0);
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c < 0x20 || c == 0x7f)
-			return i + 1;
-	}
-	return 0;
-}
-
-/* "true" or "false", plain (YAML 1.2's core schema; no yes/no/on/off). */
-static int loader_bool(struct loader *ld, const char *what, bool *out)
-{
-	AN_ASSERT(out != NULL);
-	int rc = loader_scalar(ld, what, "true or false");
-	if (rc != 0)
-		return rc;
-	bool plain = ld->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-	if (plain && ev_len(ld) == 4 && memcmp(ev_text(ld), "true", 4) == 0)
-		*out = true;
-	else if (plain && ev_len(ld) == 5 && memcmp(ev_text(ld), "false", 5) == 0)
-		*out = false;
-	else
-		return fail(ld, ld->ev.start_mark, "%s must be true or false", what);
-	AN_ASSERT(*out == (ev_len(ld) == 4));
-	return 0;
-}
-
-/* The inject entry of rule <r>, pushed at its first inject or upstream_ca key; NULL: no memory. */
-static struct policy_inject *inject_of(struct loader *ld, const struct acl_rule *r)
-{
-	struct policy *p = ld->p;
-
-	if (p->inject_count > 0 && p->injects[p->inject_count - 1].rule_index == r->index)
-		return &p->injects[p->inject_count - 1];
-	AN_ASSERT(p->inject_count == 0 || p->injects[p->inject_count - 1].rule_index < r->index);
-	struct policy_inject *injects =
-	    grow_array(p->injects, &p->inject_cap, p->inject_count, sizeof(*injects));
-	if (injects == NULL)
-		return NULL;
-	p->injects = injects;
-	struct policy_inject *in = &p->injects[p->inject_count++];
-	in->rule_index = r->index;
-	in->vi.require = true;  /* the default: a request without the placeholder is refused */
-	in->vi.upgrades = true; /* the default: WebSocket upgrades are relayed */
-	AN_ASSERT(in->secret == NULL && in->header == NULL);
-	return in;
-}
-
-static int parse_inject_header(struct loader *ld, struct policy_inject *in)
-{
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(in->header == NULL);
-	int rc = loader_scalar(ld, "header", "a string");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	show(s, len, shown);
-	if (!is_token(s, len) || len > POLICY_INJECT_HEADER_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark,
-			    "invalid header \"%s\": use 1-%u bytes of RFC 9110 token characters",
-			    shown, POLICY_INJECT_HEADER_BYTES_MAX);
-	if (inject_header_refused(s, len))
-		return fail(ld, ld->ev.start_mark,
-			    "header \"%s\" is refused: the daemon frames and routes the request "
-			    "(Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, "
-			    "Proxy-*, Host, TE, Trailer)",
-			    shown);
-	in->header = pool_strndup(s, len);
-	if (in->header == NULL)
-		return fail_oom(ld);
-	in->vi.header = in->header;
-	in->vi.header_len = (uint32_t)len;
-	AN_ASSERT(in->vi.header_len <= POLICY_INJECT_HEADER_BYTES_MAX);
-	return 0;
-}
-
-/* Neither the prefix nor the placeholder is ever shown: a key written there must not be. */
-static int parse_inject_prefix(struct loader *ld, struct policy_inject *in)
-{
-	AN_ASSERT(in->prefix == NULL);
-	int rc = loader_scalar(ld, "prefix", "a string");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	if (len > POLICY_INJECT_PREFIX_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "prefix is longer than %u bytes",
-			    POLICY_INJECT_PREFIX_BYTES_MAX);
-	size_t at = first_control(s, len);
-	if (at != 0)
-		return fail(ld, ld->ev.start_mark,
-			    "prefix has a control character (CR, LF, tab, ...) at position %zu",
-			    at);
-	/* Servers and this proxy read a field value without its leading whitespace. */
-	if (len > 0 && s[0] == ' ')
-		return fail(ld, ld->ev.start_mark,
-			    "prefix must not begin with a space: a header's value is read without "
-			    "its leading whitespace, so it would never match");
-	in->prefix = pool_strndup(s, len);
-	if (in->prefix == NULL)
-		return fail_oom(ld);
-	in->vi.prefix = in->prefix;
-	in->vi.prefix_len = (uint32_t)len;
-	AN_ASSERT(in->vi.prefix_len <= POLICY_INJECT_PREFIX_BYTES_MAX);
-	return 0;
-}
-
-static int parse_inject_placeholder(struct loader *ld, struct policy_inject *in, yaml_mark_t *mark)
-{
-	AN_ASSERT(in->placeholder == NULL);
-	int rc = loader_scalar(ld, "placeholder", "a string");
-	if (rc != 0)
-		return rc;
-	*mark = ld->ev.start_mark;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	if (len < POLICY_INJECT_PLACEHOLDER_BYTES_MIN || len > POLICY_INJECT_PLACEHOLDER_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "placeholder must be %u-%u bytes, got %zu",
-			    POLICY_INJECT_PLACEHOLDER_BYTES_MIN,
-			    POLICY_INJECT_PLACEHOLDER_BYTES_MAX, len);
-	size_t at = first_invisible(s, len);
-	if (at != 0)
-		return fail(ld, ld->ev.start_mark,
-			    "placeholder has a byte that is not visible ASCII (0x21..0x7e) at "
-			    "position %zu",
-			    at);
-	in->placeholder = pool_strndup(s, len);
-	if (in->placeholder == NULL)
-		return fail_oom(ld);
-	in->vi.placeholder = in->placeholder;
-	in->vi.placeholder_len = (uint32_t)len;
-	AN_ASSERT(in->vi.placeholder_len >= POLICY_INJECT_PLACEHOLDER_BYTES_MIN);
-	return 0;
-}
-
-/*
- * Checks the secret <s>/<len> read from <key> <name> ("secret_env NAME",
- * "secret_file PATH"), with messages at the value. It goes in a header line
- * as is, so it is visible ASCII; a bad byte is named by its position only.
- */
-static int secret_check(struct loader *ld, const char *key, const char *name, const char *s,
-			size_t len)
-{
-	AN_ASSERT(key != NULL && name != NULL);
-	AN_ASSERT(s != NULL);
-	if (len == 0)
-		return fail(ld, ld->ev.start_mark, "%s %s: the secret is empty", key, name);
-	if (len > POLICY_INJECT_SECRET_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark, "%s %s: the secret is longer than %u bytes", key,
-			    name, POLICY_INJECT_SECRET_BYTES_MAX);
-	size_t at = first_invisible(s, len);
-	if (at != 0)
-		return fail(
-		    ld, ld->ev.start_mark,
-		    "%s %s: the secret has a byte that is not visible ASCII (0x21..0x7e) at "
-		    "position %zu: a header cannot carry a space, tab, control character "
-		    "or non-ASCII byte there",
-		    key, name, at);
-	return 0;
-}
-
-/* Takes <buf> (owned, <cap> bytes to wipe) as the secret of <in>, <len> bytes and a NUL. */
-static void secret_set(struct policy_inject *in, char *buf, size_t cap, size_t len)
-{
-	AN_ASSERT(in->secret == NULL);
-	AN_ASSERT(len < cap && cap <= POLICY_INJECT_SECRET_BYTES_MAX + 2u);
-	AN_ASSERT(buf[len] == '\0');
-	in->secret = buf;
-	in->secret_cap = (uint32_t)cap;
-	in->vi.secret = buf;
-	in->vi.secret_len = (uint32_t)len;
-}
-
-/* POSIX's portable variable names, and lower case: [A-Za-z_][A-Za-z0-9_]*. */
-static bool is_env_name(const char *s, size_t len)
-{
-	if (len == 0 || len > POLICY_INJECT_ENV_NAME_BYTES_MAX || (s[0] >= '0' && s[0] <= '9'))
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			  (c >= '0' && c <= '9') || c == '_';
-		if (!ok)
-			return false;
-	}
-	AN_ASSERT(len <= POLICY_INJECT_ENV_NAME_BYTES_MAX);
-	return true;
-}
-
-/* secret_env: the daemon's environment is read at every load (it is the one it started with). */
-static int parse_secret_env(struct loader *ld, struct policy_inject *in)
-{
-	char name[POLICY_INJECT_ENV_NAME_BYTES_MAX + 1];
-
-	AN_ASSERT(in->secret == NULL);
-	int rc = loader_scalar(ld, "secret_env", "a string");
-	if (rc != 0)
-		return rc;
-	/* Not shown: a key pasted here instead of a name must not reach a log. */
-	if (!is_env_name(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "secret_env must name an environment variable: 1-%u of [A-Za-z0-9_], "
-			    "not starting with a digit",
-			    POLICY_INJECT_ENV_NAME_BYTES_MAX);
-	memcpy(name, ev_text(ld), ev_len(ld));
-	name[ev_len(ld)] = '\0';
-	const char *value = getenv(name);
-	if (value == NULL)
-		return fail(ld, ld->ev.start_mark,
-			    "secret_env %s: the daemon's environment has no such variable", name);
-	size_t len = strlen(value);
-	rc = secret_check(ld, "secret_env", name, value, len);
-	if (rc != 0)
-		return rc;
-	char *buf = pool_malloc(len + 1);
-	if (buf == NULL)
-		return fail_oom(ld);
-	memcpy(buf, value, len + 1);
-	secret_set(in, buf, len + 1, len);
-	AN_ASSERT(in->vi.secret_len == len);
-	return 0;
-}
-
-/*
- * secret_file: read at every load, following symbolic links (secret mounts,
- * Kubernetes' among them, are links). O_NONBLOCK keeps a FIFO from hanging
- * the load; file_load then refuses it. The file must be the daemon's user's
- * and readable by it alone (core/keyfile.h): sandboxes see the host's files.
- */
-static int parse_secret_file(struct loader *ld, struct policy_inject *in)
-{
-	char path[PATH_MAX];
-	const char *call = NULL;
-	char *buf = NULL;
-	size_t got = 0;
-
-	AN_ASSERT(in->secret == NULL);
-	int rc = loader_file_value(ld, "secret_file", path, sizeof(path));
-	if (rc != 0)
-		return rc;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd == -1)
-		return fail(ld, ld->ev.start_mark, "secret_file %s: open: %s", path,
-			    strerror(errno));
-	struct stat st;
-	char why[128];
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-	    keyfile_check(&st, why, sizeof(why)) != 0) {
-		close(fd);
-		return fail(ld, ld->ev.start_mark, "secret_file %s: %s", path, why);
-	}
-	rc = file_load(fd, POLICY_INJECT_SECRET_BYTES_MAX + 1u, &buf, &got, &call);
-	close(fd);
-	if (rc != 0)
-		return fail_file_load(ld, "secret_file", path, rc, call,
-				      POLICY_INJECT_SECRET_BYTES_MAX + 1u);
-	/* One trailing newline is how editors and `echo` end a file; it is not the key's. */
-	size_t len = got > 0 && buf[got - 1] == '\n' ? got - 1 : got;
-	buf[len] = '\0';
-	rc = secret_check(ld, "secret_file", path, buf, len);
-	if (rc != 0) {
-		pool_free_secret(buf, got + 1);
-		return rc;
-	}
-	secret_set(in, buf, got + 1, len);
-	AN_ASSERT(in->vi.secret_len == len);
-	return 0;
-}
-
-/* upstream_ca: only checked here, following links (/etc/ssl/certs is links); the engine reads it. */
-static int parse_upstream_ca(struct loader *ld, const struct acl_rule *r)
-{
-	char path[PATH_MAX];
-	struct stat st;
-
-	struct policy_inject *in = inject_of(ld, r);
-	if (in == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(in->upstream_ca == NULL);
-	int rc = loader_file_value(ld, "upstream_ca", path, sizeof(path));
-	if (rc != 0)
-		return rc;
-	if (stat(path, &st) == -1)
-		return fail(ld, ld->ev.start_mark, "upstream_ca %s: stat: %s", path,
-			    strerror(errno));
-	if (!S_ISREG(st.st_mode))
-		return fail(ld, ld->ev.start_mark, "upstream_ca %s: not a regular file", path);
-	in->upstream_ca = pool_strndup(path, strlen(path));
-	if (in->upstream_ca == NULL)
-		return fail_oom(ld);
-	in->vi.upstream_ca = in->upstream_ca;
-	AN_ASSERT(in->rule_index == r->index);
-	return 0;
-}
-
-/* The sandbox holds the placeholder: it must tell nothing of the secret, nor be in it. */
-static int inject_overlap(struct loader *ld, const struct verdict_inject *vi, yaml_mark_t m)
-{
-	AN_ASSERT(vi->placeholder != NULL);
-	AN_ASSERT(vi->secret != NULL);
-	bool overlap =
-	    vi->placeholder_len <= vi->secret_len
-		? memmem(vi->secret, vi->secret_len, vi->placeholder, vi->placeholder_len) != NULL
-		: memmem(vi->placeholder, vi->placeholder_len, vi->secret, vi->secret_len) != NULL;
-	if (overlap)
-		return fail(ld, m,
-			    "the placeholder and the secret must not equal or contain each other: "
-			    "the sandbox holds the placeholder");
-	return 0;
-}
-
-enum {
-	IK_HEADER,
-	IK_PREFIX,
-	IK_PLACEHOLDER,
-	IK_SECRET_ENV,
-	IK_SECRET_FILE,
-	IK_REQUIRE,
-	IK_UPGRADES,
-	IK__COUNT
-};
-static const char *const inject_keys[] = {
-	[IK_HEADER] = "header",           [IK_PREFIX] = "prefix",
-	[IK_PLACEHOLDER] = "placeholder", [IK_SECRET_ENV] = "secret_env",
-	[IK_SECRET_FILE] = "secret_file", [IK_REQUIRE] = "require",
-	[IK_UPGRADES] = "upgrades",
-};
-static_assert(AN_ARRAY_LEN(inject_keys) == IK__COUNT, "every inject key needs a name");
-static const struct keyset inject_keyset = { "inject", inject_keys, IK__COUNT };
-#define IK_SECRETS ((1u << IK_SECRET_ENV) | (1u << IK_SECRET_FILE))
-
-static int inject_value(struct loader *ld, struct policy_inject *in, uint32_t key, uint32_t seen,
-			struct rule_marks *m)
-{
-	AN_ASSERT(key < IK__COUNT);
-	AN_ASSERT(seen & (1u << key));
-	switch (key) {
-	case IK_HEADER:
-		return parse_inject_header(ld, in);
-	case IK_PREFIX:
-		return parse_inject_prefix(ld, in);
-	case IK_PLACEHOLDER:
-		return parse_inject_placeholder(ld, in, &m->placeholder);
-	case IK_SECRET_ENV:
-	case IK_SECRET_FILE:
-		if ((seen & IK_SECRETS) == IK_SECRETS)
-			return fail(ld, ld->key_mark,
-				    "secret_env and secret_file exclude each other");
-		return key == IK_SECRET_ENV ? parse_secret_env(ld, in) : parse_secret_file(ld, in);
-	case IK_REQUIRE:
-		return loader_bool(ld, "require", &in->vi.require);
-	case IK_UPGRADES:
-		return loader_bool(ld, "upgrades", &in->vi.upgrades);
-	default:
-		(void)AN_NEVER(true);
-		return -EINVAL;
-	}
-}
-
-/* An inject rule's `inject`: the header, its prefix and placeholder, and the secret's source. */
-static int parse_inject(struct loader *ld, const struct acl_rule *r, struct rule_marks *m)
-{
-	uint32_t seen = 0;
-	uint32_t key = 0;
-
-	struct policy_inject *in = inject_of(ld, r);
-	if (in == NULL)
-		return fail_oom(ld);
-	AN_ASSERT(in->rule_index == r->index && in->header == NULL);
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "inject");
-	if (rc != 0)
-		return rc;
-	yaml_mark_t start = ld->ev.start_mark;
-	while ((rc = loader_key(ld, &inject_keyset, &seen, &key)) > 0) {
-		rc = inject_value(ld, in, key, seen, m);
-		if (rc != 0)
-			return rc;
-	}
-	if (rc < 0)
-		return rc;
-	rc = check_mandatory(ld, &inject_keyset, (1u << IK_HEADER) | (1u << IK_PLACEHOLDER), seen,
-			     start);
-	if (rc != 0)
-		return rc;
-	if (!(seen & IK_SECRETS))
-		return fail(ld, start,
-			    "inject needs secret_env or secret_file: where the daemon reads the "
-			    "real credential");
-	if (in->vi.prefix == NULL)
-		in->vi.prefix = "";
-	AN_ASSERT(in->vi.header != NULL && in->vi.secret != NULL);
-	return inject_overlap(ld, &in->vi, m->placeholder);
 }
 
 /* Inject rules of one profile share a placeholder only when they share the secret too. */
@@ -3046,7 +306,7 @@ static int inject_share(struct loader *ld, struct profile_ctx *pc, const struct 
 	if (rc == 0)
 		return 0;
 	if (rc != -EEXIST)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	const struct policy_inject *other = &p->injects[first];
 	if (other->vi.secret_len == in->vi.secret_len &&
 	    memcmp(other->secret, in->secret, in->vi.secret_len) == 0)
@@ -3054,10 +314,11 @@ static int inject_share(struct loader *ld, struct profile_ctx *pc, const struct 
 	/* A profile's rules have consecutive indexes, in file order. */
 	const struct acl_rule *o = &rules[other->rule_index - rules[0].index];
 	AN_ASSERT(o->index == other->rule_index);
-	return fail(ld, m,
-		    "the placeholder is also rule \"%s\"'s (line %u), with another secret: give "
-		    "each secret its own placeholder",
-		    o->id, o->line);
+	return loader_fail(
+	    ld, m,
+	    "the placeholder is also rule \"%s\"'s (line %u), with another secret: give "
+	    "each secret its own placeholder",
+	    o->id, o->line);
 }
 
 static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struct rule_marks *m)
@@ -3066,7 +327,7 @@ static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struc
 	AN_ASSERT(r != NULL && m != NULL);
 	switch (key) {
 	case RULE_HOST:
-		return parse_rule_host(ld, r);
+		return loader_rule_host(ld, r);
 	case RULE_PORTS:
 		m->ports = ld->key_mark;
 		return parse_ports(ld, r);
@@ -3085,16 +346,16 @@ static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struc
 		return parse_rule_id(ld, r, &m->id);
 	case RULE_LIMITS:
 		m->limits = ld->key_mark;
-		return parse_limits(ld, &rule_limit_keyset, &r->limits);
+		return loader_limits(ld, &rule_limit_keyset, &r->limits);
 	case RULE_RESPONSES:
 		m->responses = ld->key_mark;
-		return parse_responses(ld, r);
+		return loader_responses(ld, r);
 	case RULE_INJECT:
 		m->inject = ld->key_mark;
-		return parse_inject(ld, r, m);
+		return loader_inject(ld, r, m);
 	case RULE_UPSTREAM_CA:
 		m->upstream_ca = ld->key_mark;
-		return parse_upstream_ca(ld, r);
+		return loader_upstream_ca(ld, r);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -3111,24 +372,27 @@ static int rule_tier_keys(struct loader *ld, const struct acl_rule *r, uint32_t 
 	AN_ASSERT(r->tier < TIER__COUNT);
 	AN_ASSERT(m != NULL);
 	if (r->tier == TIER_LOCAL && r->upstream == NULL)
-		return fail(ld, m->tier,
-			    "tier local needs an upstream (\"host:port\" to relay to)");
+		return loader_fail(ld, m->tier,
+				   "tier local needs an upstream (\"host:port\" to relay to)");
 	if (r->tier != TIER_LOCAL && r->upstream != NULL)
-		return fail(ld, m->upstream, "upstream is only allowed with tier local");
+		return loader_fail(ld, m->upstream, "upstream is only allowed with tier local");
 	if (r->tier == TIER_FAKE && !(seen & (1u << RULE_RESPONSES)))
-		return fail(ld, m->tier,
-			    "tier fake needs responses (the canned answers, the last one a default "
-			    "without method and path)");
+		return loader_fail(
+		    ld, m->tier,
+		    "tier fake needs responses (the canned answers, the last one a default "
+		    "without method and path)");
 	if (r->tier != TIER_FAKE && (seen & (1u << RULE_RESPONSES)))
-		return fail(ld, m->responses, "responses is only allowed with tier fake");
+		return loader_fail(ld, m->responses, "responses is only allowed with tier fake");
 	if (r->tier == TIER_INJECT && !(seen & (1u << RULE_INJECT)))
-		return fail(ld, m->tier,
-			    "tier inject needs inject (the header, the placeholder, and secret_env "
-			    "or secret_file)");
+		return loader_fail(
+		    ld, m->tier,
+		    "tier inject needs inject (the header, the placeholder, and secret_env "
+		    "or secret_file)");
 	if (r->tier != TIER_INJECT && (seen & (1u << RULE_INJECT)))
-		return fail(ld, m->inject, "inject is only allowed with tier inject");
+		return loader_fail(ld, m->inject, "inject is only allowed with tier inject");
 	if (r->tier != TIER_INJECT && (seen & (1u << RULE_UPSTREAM_CA)))
-		return fail(ld, m->upstream_ca, "upstream_ca is only allowed with tier inject");
+		return loader_fail(ld, m->upstream_ca,
+				   "upstream_ca is only allowed with tier inject");
 	return 0;
 }
 
@@ -3140,17 +404,19 @@ static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rul
 	uint32_t first = 0;
 
 	AN_ASSERT(index < pc->profile->rule_count);
-	int rc = check_mandatory(ld, &rule_keyset, rule_mandatory, seen, m->start);
+	int rc = loader_check_mandatory(ld, &rule_keyset, rule_mandatory, seen, m->start);
 	if (rc == 0)
 		rc = rule_tier_keys(ld, r, seen, m);
 	if (rc != 0)
 		return rc;
 	if (r->tier == TIER_DENY && r->ports != NULL)
-		return fail(ld, m->ports,
-			    "ports cannot be combined with tier deny, which refuses every port");
+		return loader_fail(
+		    ld, m->ports,
+		    "ports cannot be combined with tier deny, which refuses every port");
 	if (r->tier == TIER_DENY && (seen & (1u << RULE_LIMITS)))
-		return fail(ld, m->limits,
-			    "limits cannot be combined with tier deny, which serves no request");
+		return loader_fail(
+		    ld, m->limits,
+		    "limits cannot be combined with tier deny, which serves no request");
 	if (r->tier == TIER_INJECT) {
 		rc = inject_share(ld, pc, r, m->placeholder);
 		if (rc != 0)
@@ -3161,15 +427,15 @@ static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rul
 		snprintf(buf, sizeof(buf), "%s/%u", pc->profile->name, index + 1);
 		r->id = pool_strndup(buf, strlen(buf));
 		if (r->id == NULL)
-			return fail_oom(ld);
+			return loader_fail_oom(ld);
 	}
 	rc = strtab_insert(&pc->ids, r->id, strlen(r->id), index, &first);
 	if (rc == -EEXIST)
-		return fail(ld, id_mark,
-			    "duplicate rule id \"%s\" in profile \"%s\" (first at line %u)", r->id,
-			    pc->profile->name, pc->profile->rules[first].line);
+		return loader_fail(ld, id_mark,
+				   "duplicate rule id \"%s\" in profile \"%s\" (first at line %u)",
+				   r->id, pc->profile->name, pc->profile->rules[first].line);
 	if (rc != 0)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(r->owner != NULL && r->reason != NULL && r->host != NULL);
 	return 0;
 }
@@ -3184,12 +450,12 @@ static int rule_item(struct loader *ld, void *ctx, uint32_t index)
 
 	AN_ASSERT(index == pr->rule_count);
 	if (ld->p->rule_count >= POLICY_RULES_MAX)
-		return fail(ld, ld->ev.start_mark, "the policy has more than %u rules",
-			    POLICY_RULES_MAX);
+		return loader_fail(ld, ld->ev.start_mark, "the policy has more than %u rules",
+				   POLICY_RULES_MAX);
 	struct acl_rule *rules =
-	    grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
+	    loader_grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
 	if (rules == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	pr->rules = rules;
 	struct acl_rule *r = &pr->rules[pr->rule_count++];
 	/* Dense over the whole file, in file order: the key of the rule's per-sandbox limits. */
@@ -3222,248 +488,15 @@ static int profile_build(struct loader *ld, struct policy_profile *pr)
 		yaml_mark_t m = { 0, r->line - 1, r->col - 1 };
 
 		AN_ASSERT(first < second);
-		return fail(ld, m, "duplicate host \"%s%s\" in profile \"%s\" (first at line %u)",
-			    r->kind == ACL_KIND_WILDCARD ? "*." : "", r->host, pr->name,
-			    pr->rules[first].line);
+		return loader_fail(ld, m,
+				   "duplicate host \"%s%s\" in profile \"%s\" (first at line %u)",
+				   r->kind == ACL_KIND_WILDCARD ? "*." : "", r->host, pr->name,
+				   pr->rules[first].line);
 	}
 	if (rc != 0)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(pr->acl.rule_count == pr->rule_count);
 	return 0;
-}
-
-/* --- a profile's ingress ---------------------------------------------------------- */
-
-static const char *const ingress_default_methods[] = { VERDICT_INGRESS_METHODS_DEFAULT };
-static_assert(AN_ARRAY_LEN(ingress_default_methods) >= 1 &&
-		  AN_ARRAY_LEN(ingress_default_methods) <= VERDICT_INGRESS_METHODS_MAX,
-	      "the default methods fit verdict_ingress");
-
-/* What a profile without `ingress:`, or without one of its keys, gets: static, never freed. */
-static const struct verdict_ingress ingress_default = {
-	.enabled = true,
-	.method_count = (uint32_t)AN_ARRAY_LEN(ingress_default_methods),
-	.methods = { VERDICT_INGRESS_METHODS_DEFAULT },
-	.body_bytes_max = VERDICT_INGRESS_BODY_DEFAULT,
-};
-
-/* Every name one section can give, each with its NUL. */
-#define INGRESS_TEXT_BYTES                                                      \
-	(VERDICT_INGRESS_METHODS_MAX * (POLICY_INGRESS_METHOD_BYTES_MAX + 1u) + \
-	 VERDICT_INGRESS_STRIP_MAX * (POLICY_INGRESS_HEADER_BYTES_MAX + 1u))
-static_assert(INGRESS_TEXT_BYTES <= UINT16_MAX, "offsets into the names fit 16 bits");
-
-/* A profile's `ingress` while it is read: the names wait here until the section is done. */
-struct ingress_build {
-	struct verdict_ingress vi; /* the defaults, then what the keys said; names set at the end */
-	uint32_t method_count;
-	uint32_t strip_count;
-	uint32_t len; /* of text */
-	uint16_t method_off[VERDICT_INGRESS_METHODS_MAX];
-	uint16_t strip_off[VERDICT_INGRESS_STRIP_MAX];
-	char text[INGRESS_TEXT_BYTES];
-};
-
-/* Appends <s>/<len> and a NUL (lower-cased when <lower>); returns its offset. */
-static uint16_t ingress_put(struct ingress_build *b, const char *s, size_t len, bool lower)
-{
-	uint32_t off = b->len;
-
-	AN_ASSERT(len <= POLICY_INGRESS_HEADER_BYTES_MAX);
-	AN_ASSERT(len + 1 <= sizeof(b->text) - b->len);
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-		b->text[off + i] = lower && c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-	}
-	b->text[off + len] = '\0';
-	b->len += (uint32_t)len + 1;
-	AN_ASSERT(b->len <= sizeof(b->text));
-	return (uint16_t)off;
-}
-
-/* True when the <count> names at <off> in <b> hold the <len> bytes at <s>. */
-static bool ingress_has(const struct ingress_build *b, const uint16_t *off, uint32_t count,
-			const char *s, size_t len)
-{
-	AN_ASSERT(count <= VERDICT_INGRESS_STRIP_MAX);
-	AN_ASSERT(s != NULL);
-	for (uint32_t i = 0; i < count; i++) {
-		const char *name = b->text + off[i];
-		if (strlen(name) == len && memcmp(name, s, len) == 0)
-			return true;
-	}
-	return false;
-}
-
-/* One of ingress.methods: compared exactly by the gateway, so written as clients send it. */
-static int ingress_method_item(struct loader *ld, void *ctx, uint32_t index)
-{
-	struct ingress_build *b = ctx;
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(index == b->method_count);
-	AN_ASSERT(index < VERDICT_INGRESS_METHODS_MAX);
-	int rc = loader_scalar(ld, "a method", "a string");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	bool upper = len >= 1 && len <= POLICY_INGRESS_METHOD_BYTES_MAX;
-	for (size_t i = 0; i < len && upper; i++)
-		upper = s[i] >= 'A' && s[i] <= 'Z';
-	show(s, len, shown);
-	if (!upper)
-		return fail(
-		    ld, ld->ev.start_mark,
-		    "invalid method \"%s\" in ingress.methods: use 1-%u upper-case letters "
-		    "(\"GET\", \"POST\"), as clients send methods (they are case-sensitive)",
-		    shown, POLICY_INGRESS_METHOD_BYTES_MAX);
-	if (ingress_has(b, b->method_off, b->method_count, s, len))
-		return fail(ld, ld->ev.start_mark, "duplicate method \"%s\" in ingress.methods",
-			    shown);
-	b->method_off[index] = ingress_put(b, s, len, false);
-	b->method_count++;
-	AN_ASSERT(b->method_count <= VERDICT_INGRESS_METHODS_MAX);
-	return 0;
-}
-
-/*
- * Headers the agent needs to read the request: without Host an HTTP/1.1
- * request is invalid (RFC 9112 section 3.2), and without Content-Length or
- * Transfer-Encoding the body the gateway relays would be framed one way for
- * the gateway and another for the agent, which is request smuggling.
- */
-static const char *const ingress_kept_headers[] = { "host", "content-length", "transfer-encoding" };
-
-/* One of ingress.strip_headers: a field name, stored in lower case. */
-static int ingress_strip_item(struct loader *ld, void *ctx, uint32_t index)
-{
-	struct ingress_build *b = ctx;
-	char shown[SHOW_BYTES];
-
-	AN_ASSERT(index == b->strip_count);
-	AN_ASSERT(index < VERDICT_INGRESS_STRIP_MAX);
-	int rc = loader_scalar(ld, "a header name", "a string");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	show(s, len, shown);
-	if (!is_token(s, len) || len > POLICY_INGRESS_HEADER_BYTES_MAX)
-		return fail(ld, ld->ev.start_mark,
-			    "invalid header name \"%s\" in ingress.strip_headers: use 1-%u bytes "
-			    "of RFC 9110 token characters",
-			    shown, POLICY_INGRESS_HEADER_BYTES_MAX);
-	uint16_t off = ingress_put(b, s, len, true);
-	const char *lower = b->text + off;
-	for (size_t i = 0; i < AN_ARRAY_LEN(ingress_kept_headers); i++) {
-		if (strcmp(lower, ingress_kept_headers[i]) == 0)
-			return fail(ld, ld->ev.start_mark,
-				    "header \"%s\" cannot be stripped: the agent needs Host, "
-				    "Content-Length and Transfer-Encoding to read the request",
-				    shown);
-	}
-	if (ingress_has(b, b->strip_off, b->strip_count, lower, len))
-		return fail(ld, ld->ev.start_mark,
-			    "duplicate header \"%s\" in ingress.strip_headers (names are "
-			    "case-insensitive)",
-			    shown);
-	b->strip_off[index] = off;
-	b->strip_count++;
-	AN_ASSERT(b->strip_count <= VERDICT_INGRESS_STRIP_MAX);
-	return 0;
-}
-
-enum { IG_ENABLED, IG_METHODS, IG_STRIP, IG_BODY, IG_LIMITS, IG__COUNT };
-static const char *const ingress_keys[] = {
-	[IG_ENABLED] = "enabled", [IG_METHODS] = "methods", [IG_STRIP] = "strip_headers",
-	[IG_BODY] = "body_bytes", [IG_LIMITS] = "limits",
-};
-static_assert(AN_ARRAY_LEN(ingress_keys) == IG__COUNT, "every ingress key needs a name");
-static const struct keyset ingress_keyset = { "a profile's ingress", ingress_keys, IG__COUNT };
-static const struct keyset ingress_limit_keyset = { "a profile's ingress limits", limit_keys,
-						    AN_ARRAY_LEN(limit_keys) };
-
-static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t key)
-{
-	struct verdict_ingress *vi = &b->vi;
-	uint64_t v = 0;
-
-	AN_ASSERT(key < IG__COUNT);
-	AN_ASSERT(b->vi.method_count >= 1);
-	switch (key) {
-	case IG_ENABLED:
-		return loader_bool(ld, "enabled", &vi->enabled);
-	case IG_METHODS:
-		return loader_seq(ld, "methods", VERDICT_INGRESS_METHODS_MAX, true,
-				  ingress_method_item, b);
-	case IG_STRIP:
-		return loader_seq(ld, "strip_headers", VERDICT_INGRESS_STRIP_MAX, false,
-				  ingress_strip_item, b);
-	case IG_BODY: {
-		int rc = loader_uint(ld, "body_bytes", 1, POLICY_INGRESS_BODY_BYTES_MAX, &v);
-		if (rc == 0)
-			vi->body_bytes_max = v;
-		return rc;
-	}
-	case IG_LIMITS:
-		return parse_limits(ld, &ingress_limit_keyset, &vi->limits);
-	default:
-		(void)AN_NEVER(true);
-		return -EINVAL;
-	}
-}
-
-/* The section into a block of <pr>'s own, its names with it; given methods replace the defaults. */
-static int ingress_finish(struct loader *ld, struct policy_profile *pr,
-			  const struct ingress_build *b, uint32_t seen)
-{
-	AN_ASSERT(pr->ingress_own == NULL);
-	AN_ASSERT(b->len <= sizeof(b->text));
-	struct policy_ingress *own = pool_malloc(sizeof(*own) + b->len);
-	if (own == NULL)
-		return fail_oom(ld);
-	pr->ingress_own = own;
-	own->vi = b->vi;
-	memcpy(own->text, b->text, b->len);
-	if (seen & (1u << IG_METHODS)) {
-		AN_ASSERT(b->method_count >= 1);
-		memset(own->vi.methods, 0, sizeof(own->vi.methods));
-		own->vi.method_count = b->method_count;
-		for (uint32_t i = 0; i < b->method_count; i++)
-			own->vi.methods[i] = own->text + b->method_off[i];
-	}
-	own->vi.strip_count = b->strip_count;
-	for (uint32_t i = 0; i < b->strip_count; i++)
-		own->vi.strip_headers[i] = own->text + b->strip_off[i];
-	pr->ingress = &own->vi;
-	AN_ASSERT(own->vi.method_count >= 1);
-	AN_ASSERT(own->vi.body_bytes_max >= 1);
-	return 0;
-}
-
-/* A profile's `ingress`: every key optional, each absent one keeps its default. */
-static int parse_ingress(struct loader *ld, struct policy_profile *pr)
-{
-	struct ingress_build b;
-	uint32_t seen = 0;
-	uint32_t key = 0;
-
-	AN_ASSERT(pr->ingress == &ingress_default);
-	AN_ASSERT(pr->ingress_own == NULL);
-	memset(&b, 0, offsetof(struct ingress_build, text));
-	b.vi = ingress_default;
-	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress");
-	if (rc != 0)
-		return rc;
-	while ((rc = loader_key(ld, &ingress_keyset, &seen, &key)) > 0) {
-		rc = ingress_value(ld, &b, key);
-		if (rc != 0)
-			return rc;
-	}
-	if (rc < 0)
-		return rc;
-	return ingress_finish(ld, pr, &b, seen);
 }
 
 /* One entry of a profile's `users` or `groups`: a name, resolved now, or a number. */
@@ -3485,9 +518,9 @@ static int registrant_item(struct loader *ld, void *ctx, uint32_t index)
 	if (rc != 0)
 		return rc;
 	size_t len = ev_len(ld);
-	if (len == 0 || len >= sizeof(name) || !text_is_clean(ev_text(ld), len))
-		return fail(ld, ld->ev.start_mark, "%s: a %s name or number of 1-%zu bytes", what,
-			    rc_ctx->groups ? "group" : "user", sizeof(name) - 1);
+	if (len == 0 || len >= sizeof(name) || !loader_text_is_clean(ev_text(ld), len))
+		return loader_fail(ld, ld->ev.start_mark, "%s: a %s name or number of 1-%zu bytes",
+				   what, rc_ctx->groups ? "group" : "user", sizeof(name) - 1);
 	memcpy(name, ev_text(ld), len);
 	name[len] = '\0';
 	char *end = NULL;
@@ -3498,14 +531,14 @@ static int registrant_item(struct loader *ld, void *ctx, uint32_t index)
 	} else if (rc_ctx->groups) {
 		struct group *g = getgrnam(name);
 		if (g == NULL)
-			return fail(ld, ld->ev.start_mark,
-				    "groups: no such group '%s' on this host", name);
+			return loader_fail(ld, ld->ev.start_mark,
+					   "groups: no such group '%s' on this host", name);
 		id = (uint32_t)g->gr_gid;
 	} else {
 		struct passwd *pw = getpwnam(name);
 		if (pw == NULL)
-			return fail(ld, ld->ev.start_mark, "users: no such user '%s' on this host",
-				    name);
+			return loader_fail(ld, ld->ev.start_mark,
+					   "users: no such user '%s' on this host", name);
 		id = (uint32_t)pw->pw_uid;
 	}
 	rc_ctx->ids[(*rc_ctx->count)++] = id;
@@ -3520,7 +553,7 @@ static int parse_registrants(struct loader *ld, struct policy_profile *pr, bool 
 	AN_ASSERT(*ids == NULL);
 	*ids = pool_calloc(POLICY_REGISTRANTS_MAX, sizeof(**ids));
 	if (*ids == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	pr->registrants_named = true;
 	struct registrant_ctx ctx = { .ids = *ids, .count = count, .groups = groups };
 	return loader_seq(ld, groups ? "groups" : "users", POLICY_REGISTRANTS_MAX, false,
@@ -3550,16 +583,16 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 		if (key == PK_RULES)
 			rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, &pc);
 		else if (key == PK_LIMITS)
-			rc = parse_limits(ld, &profile_limit_keyset, &pr->limits);
+			rc = loader_limits(ld, &profile_limit_keyset, &pr->limits);
 		else if (key == PK_USERS || key == PK_GROUPS)
 			rc = parse_registrants(ld, pr, key == PK_GROUPS);
 		else
-			rc = parse_ingress(ld, pr);
+			rc = loader_ingress(ld, pr);
 	}
 	strtab_free(&pc.ids);
 	strtab_free(&pc.placeholders);
 	if (rc == 0)
-		rc = check_mandatory(ld, &profile_keyset, 1u << PK_RULES, seen, start);
+		rc = loader_check_mandatory(ld, &profile_keyset, 1u << PK_RULES, seen, start);
 	AN_ASSERT(rc <= 0);
 	return rc;
 }
@@ -3571,26 +604,26 @@ static int profile_item(struct loader *ld, void *ctx, uint32_t index)
 	uint32_t first = 0;
 
 	AN_ASSERT(ctx == NULL && index == p->profile_count);
-	if (!is_id(ev_text(ld), ev_len(ld)))
-		return fail(
+	if (!loader_is_id(ev_text(ld), ev_len(ld)))
+		return loader_fail(
 		    ld, ld->key_mark,
 		    "invalid profile name \"%s\": use 1-63 of [A-Za-z0-9_.-], not starting with '.'",
-		    show(ev_text(ld), ev_len(ld), shown));
+		    loader_show(ev_text(ld), ev_len(ld), shown));
 	struct policy_profile *profiles =
-	    grow_array(p->profiles, &p->profile_cap, p->profile_count, sizeof(*profiles));
+	    loader_grow_array(p->profiles, &p->profile_cap, p->profile_count, sizeof(*profiles));
 	if (profiles == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	p->profiles = profiles;
 	struct policy_profile *pr = &p->profiles[p->profile_count++];
-	pr->ingress = &ingress_default;
+	pr->ingress = &loader_ingress_default;
 	pr->name = pool_strndup(ev_text(ld), ev_len(ld));
 	if (pr->name == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	int rc = strtab_insert(&p->profile_index, pr->name, ev_len(ld), index, &first);
 	if (rc == -EEXIST)
-		return fail(ld, ld->key_mark, "duplicate profile \"%s\"", pr->name);
+		return loader_fail(ld, ld->key_mark, "duplicate profile \"%s\"", pr->name);
 	if (rc != 0)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	AN_ASSERT(p->profile_index.count == p->profile_count);
 	return parse_profile(ld, pr);
 }
@@ -3613,14 +646,15 @@ static int sandbox_value(struct loader *ld, uint32_t key, uint32_t index)
 	int rc = loader_scalar(ld, sandbox_keys[key], "a string");
 	if (rc != 0)
 		return rc;
-	if (!is_id(ev_text(ld), ev_len(ld)))
-		return fail(ld, ld->ev.start_mark,
-			    "invalid %s \"%s\": use 1-63 of [A-Za-z0-9_.-], not starting with '.'",
-			    key == SK_ID ? "sandbox id" : "profile name",
-			    show(ev_text(ld), ev_len(ld), shown));
+	if (!loader_is_id(ev_text(ld), ev_len(ld)))
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "invalid %s \"%s\": use 1-63 of [A-Za-z0-9_.-], not starting with '.'",
+		    key == SK_ID ? "sandbox id" : "profile name",
+		    loader_show(ev_text(ld), ev_len(ld), shown));
 	char *copy = pool_strndup(ev_text(ld), ev_len(ld));
 	if (copy == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	if (key == SK_PROFILE) {
 		ref->profile = copy;
 		ref->mark = ld->ev.start_mark;
@@ -3629,9 +663,9 @@ static int sandbox_value(struct loader *ld, uint32_t key, uint32_t index)
 	sb->id = copy;
 	rc = strtab_insert(&ld->sandbox_ids, sb->id, ev_len(ld), index, &first);
 	if (rc == -EEXIST)
-		return fail(ld, ld->ev.start_mark, "duplicate sandbox id \"%s\"", sb->id);
+		return loader_fail(ld, ld->ev.start_mark, "duplicate sandbox id \"%s\"", sb->id);
 	AN_ASSERT(key == SK_ID);
-	return rc == 0 ? 0 : fail_oom(ld);
+	return rc == 0 ? 0 : loader_fail_oom(ld);
 }
 
 static int sandbox_item(struct loader *ld, void *ctx, uint32_t index)
@@ -3642,13 +676,14 @@ static int sandbox_item(struct loader *ld, void *ctx, uint32_t index)
 	uint32_t key = 0;
 
 	AN_ASSERT(ctx == NULL && index == next->sandbox_count);
-	struct config_sandbox *sbs = grow_array(next->sandboxes, &cap, index, sizeof(*sbs));
+	struct config_sandbox *sbs = loader_grow_array(next->sandboxes, &cap, index, sizeof(*sbs));
 	if (sbs == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	next->sandboxes = sbs;
-	struct sandbox_ref *refs = grow_array(ld->refs, &ld->sandbox_cap, index, sizeof(*refs));
+	struct sandbox_ref *refs =
+	    loader_grow_array(ld->refs, &ld->sandbox_cap, index, sizeof(*refs));
 	if (refs == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	ld->refs = refs;
 	AN_ASSERT(cap == ld->sandbox_cap);
 	next->sandbox_count++;
@@ -3663,8 +698,8 @@ static int sandbox_item(struct loader *ld, void *ctx, uint32_t index)
 	}
 	if (rc < 0)
 		return rc;
-	return check_mandatory(ld, &sandbox_keyset, (1u << SK_ID) | (1u << SK_PROFILE), seen,
-			       start);
+	return loader_check_mandatory(ld, &sandbox_keyset, (1u << SK_ID) | (1u << SK_PROFILE), seen,
+				      start);
 }
 
 /* --- document --------------------------------------------------------------- */
@@ -3682,12 +717,12 @@ static int parse_version(struct loader *ld)
 	size_t len = ev_len(ld);
 	size_t sign = len > 1 && s[0] == '-' ? 1 : 0;
 	if (ld->ev.data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
-	    !parse_decimal(s + sign, len - sign, &v))
-		return fail(ld, ld->ev.start_mark, "version must be an integer");
+	    !loader_parse_decimal(s + sign, len - sign, &v))
+		return loader_fail(ld, ld->ev.start_mark, "version must be an integer");
 	if (len != 1 || s[0] != '1')
-		return fail(ld, ld->ev.start_mark,
-			    "unsupported policy version %s (this daemon reads version 1)",
-			    show(s, len, shown));
+		return loader_fail(ld, ld->ev.start_mark,
+				   "unsupported policy version %s (this daemon reads version 1)",
+				   loader_show(s, len, shown));
 	AN_ASSERT(v == 1);
 	return 0;
 }
@@ -3739,13 +774,14 @@ static int deny_item(struct loader *ld, void *ctx, uint32_t index)
 	char id[32];
 
 	AN_ASSERT(ctx == NULL && index == ld->deny_count);
-	struct acl_rule *deny = grow_array(ld->deny, &ld->deny_cap, ld->deny_count, sizeof(*deny));
+	struct acl_rule *deny =
+	    loader_grow_array(ld->deny, &ld->deny_cap, ld->deny_count, sizeof(*deny));
 	if (deny == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	ld->deny = deny;
 	struct acl_rule *r = &ld->deny[ld->deny_count++];
 	memset(r, 0, sizeof(*r));
-	int rc = parse_rule_host(ld, r);
+	int rc = loader_rule_host(ld, r);
 	if (rc != 0)
 		return rc;
 	snprintf(id, sizeof(id), "deny/%u", index + 1);
@@ -3754,7 +790,7 @@ static int deny_item(struct loader *ld, void *ctx, uint32_t index)
 	r->reason = pool_strndup("the policy's deny list", 22);
 	r->tier = TIER_DENY;
 	r->index = VERDICT_RULE_NONE;
-	return r->id == NULL || r->owner == NULL || r->reason == NULL ? fail_oom(ld) : 0;
+	return r->id == NULL || r->owner == NULL || r->reason == NULL ? loader_fail_oom(ld) : 0;
 }
 
 /* Appends a deny rule for <host> of <kind> to <pr>, copying <from>'s texts. */
@@ -3762,9 +798,9 @@ static int append_deny(struct loader *ld, struct policy_profile *pr, const char 
 		       uint32_t host_len, enum acl_kind kind, const struct acl_rule *from)
 {
 	struct acl_rule *rules =
-	    grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
+	    loader_grow_array(pr->rules, &pr->rule_cap, pr->rule_count, sizeof(*rules));
 	if (rules == NULL)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	pr->rules = rules;
 	struct acl_rule *r = &pr->rules[pr->rule_count];
 	*r = (struct acl_rule){ .host = pool_strndup(host, host_len),
@@ -3790,7 +826,7 @@ static int append_deny(struct loader *ld, struct policy_profile *pr, const char 
 	pr->rule_count++; /* not in p->rule_count: that counts the rules the file wrote */
 	if (r->host == NULL || r->id == NULL || r->owner == NULL || r->reason == NULL ||
 	    (from == NULL && r->instruction == NULL))
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	return 0;
 }
 
@@ -3834,7 +870,7 @@ static int profile_finish(struct loader *ld, struct policy_profile *pr)
 	strtab_free(&have[0]);
 	strtab_free(&have[1]);
 	if (rc == -ENOMEM || rc == -E2BIG)
-		return fail_oom(ld);
+		return loader_fail_oom(ld);
 	return rc != 0 ? rc : profile_build(ld, pr);
 }
 static const struct keyset top_keyset = { "the policy", top_keys, TK__COUNT };
@@ -3847,9 +883,9 @@ static int top_value(struct loader *ld, uint32_t key)
 	case TK_VERSION:
 		return parse_version(ld);
 	case TK_DAEMON:
-		return parse_daemon(ld);
+		return loader_daemon(ld);
 	case TK_RESOLVER:
-		return parse_resolver(ld);
+		return loader_resolver(ld);
 	case TK_PROFILES:
 		return loader_map(ld, "profiles", POLICY_PROFILES_MAX, profile_item, NULL);
 	case TK_SANDBOXES:
@@ -3879,8 +915,8 @@ static int parse_top(struct loader *ld)
 	}
 	if (rc < 0)
 		return rc;
-	rc =
-	    check_mandatory(ld, &top_keyset, (1u << TK_VERSION) | (1u << TK_PROFILES), seen, start);
+	rc = loader_check_mandatory(ld, &top_keyset, (1u << TK_VERSION) | (1u << TK_PROFILES), seen,
+				    start);
 	AN_ASSERT(rc != 0 || ld->p->profile_count > 0);
 	return rc;
 }
@@ -3896,61 +932,15 @@ static int resolve_refs(struct loader *ld)
 
 		AN_ASSERT(ref->profile != NULL);
 		if (strtab_find(&ld->p->profile_index, ref->profile, strlen(ref->profile), &index))
-			return fail(ld, ref->mark, "unknown profile \"%s\"", ref->profile);
+			return loader_fail(ld, ref->mark, "unknown profile \"%s\"", ref->profile);
 		ld->next.sandboxes[i].profile = index;
 	}
 	const char *tcp = ld->next.tcp_sandbox;
 	if (tcp != NULL && strtab_find(&ld->sandbox_ids, tcp, strlen(tcp), &index) != 0)
-		return fail(ld, ld->tcp_sandbox_mark,
-			    "tcp_sandbox \"%s\" is not a sandbox listed under sandboxes",
-			    show(tcp, strlen(tcp), shown));
+		return loader_fail(ld, ld->tcp_sandbox_mark,
+				   "tcp_sandbox \"%s\" is not a sandbox listed under sandboxes",
+				   loader_show(tcp, strlen(tcp), shown));
 	AN_ASSERT(ld->p->profile_count > 0);
-	return 0;
-}
-
-/* verdict.fake by rule index, once p->fakes no longer moves. */
-static int index_fakes(struct loader *ld)
-{
-	struct policy *p = ld->p;
-
-	AN_ASSERT(p->fake_by_rule == NULL);
-	AN_ASSERT(p->fake_count <= p->rule_count);
-	if (p->fake_count == 0)
-		return 0;
-	p->fake_by_rule = pool_calloc(p->rule_count, sizeof(*p->fake_by_rule));
-	if (p->fake_by_rule == NULL)
-		return fail_oom(ld);
-	for (uint32_t i = 0; i < p->fake_count; i++) {
-		const struct policy_fake *f = &p->fakes[i];
-
-		AN_ASSERT(f->rule_index < p->rule_count);
-		AN_ASSERT(p->fake_by_rule[f->rule_index] == NULL);
-		p->fake_by_rule[f->rule_index] = f;
-	}
-	return 0;
-}
-
-/* verdict.inject by rule index, once p->injects no longer moves. */
-static int index_injects(struct loader *ld)
-{
-	struct policy *p = ld->p;
-
-	AN_ASSERT(p->inject_by_rule == NULL);
-	AN_ASSERT(p->inject_count <= p->rule_count);
-	if (p->inject_count == 0)
-		return 0;
-	p->inject_by_rule = pool_calloc(p->rule_count, sizeof(*p->inject_by_rule));
-	if (p->inject_by_rule == NULL)
-		return fail_oom(ld);
-	for (uint32_t i = 0; i < p->inject_count; i++) {
-		const struct policy_inject *in = &p->injects[i];
-
-		AN_ASSERT(in->rule_index < p->rule_count);
-		AN_ASSERT(in->vi.header != NULL && in->vi.prefix != NULL);
-		AN_ASSERT(in->vi.placeholder != NULL && in->vi.secret != NULL);
-		AN_ASSERT(p->inject_by_rule[in->rule_index] == NULL);
-		p->inject_by_rule[in->rule_index] = &in->vi;
-	}
 	return 0;
 }
 
@@ -3965,7 +955,7 @@ static int parse_stream(struct loader *ld)
 	if (rc != 0)
 		return rc;
 	if (ld->ev.type == YAML_STREAM_END_EVENT)
-		return fail(ld, ld->ev.start_mark, "the policy is empty");
+		return loader_fail(ld, ld->ev.start_mark, "the policy is empty");
 	AN_ASSERT(ld->ev.type == YAML_DOCUMENT_START_EVENT);
 	rc = parse_top(ld);
 	if (rc == 0)
@@ -3977,65 +967,18 @@ static int parse_stream(struct loader *ld)
 	if (rc != 0)
 		return rc;
 	if (ld->ev.type != YAML_STREAM_END_EVENT)
-		return fail(ld, ld->ev.start_mark, "only one YAML document is allowed");
+		return loader_fail(ld, ld->ev.start_mark, "only one YAML document is allowed");
 	/* Built once the whole file is read: the deny list may come after the profiles. */
 	for (uint32_t i = 0; i < ld->p->profile_count && rc == 0; i++)
 		rc = profile_finish(ld, &ld->p->profiles[i]);
 	if (rc == 0)
 		rc = resolve_refs(ld);
 	if (rc == 0)
-		rc = index_fakes(ld);
-	return rc != 0 ? rc : index_injects(ld);
+		rc = loader_index_fakes(ld);
+	return rc != 0 ? rc : loader_index_injects(ld);
 }
 
 /* --- load ------------------------------------------------------------------- */
-
-static void move_string(char **to, char **from)
-{
-	if (*from == NULL)
-		return;
-	pool_free(*to);
-	*to = *from;
-	*from = NULL;
-	AN_ASSERT(*to != NULL);
-}
-
-/* Moves what the load staged into <cfg>; cannot fail. */
-static void apply_config(struct loader *ld, struct config *cfg)
-{
-	struct config *next = &ld->next;
-
-	AN_ASSERT(cfg != next);
-	move_string(&cfg->socket_dir, &next->socket_dir);
-	move_string(&cfg->audit_path, &next->audit_path);
-	move_string(&cfg->dns_servers, &next->dns_servers);
-	move_string(&cfg->tcp_listen, &next->tcp_listen);
-	move_string(&cfg->tcp_sandbox, &next->tcp_sandbox);
-	move_string(&cfg->control_group, &next->control_group);
-	move_string(&cfg->ca_cert, &next->ca_cert);
-	move_string(&cfg->ca_key, &next->ca_key);
-	move_string(&cfg->ingress_listen, &next->ingress_listen);
-	move_string(&cfg->ingress_public_url, &next->ingress_public_url);
-	move_string(&cfg->ingress_prefix, &next->ingress_prefix);
-	/* Both or neither were staged (both are mandatory in `tls`), so they stay a pair. */
-	AN_ASSERT((next->ingress_tls_cert == NULL) == (next->ingress_tls_key == NULL));
-	move_string(&cfg->ingress_tls_cert, &next->ingress_tls_cert);
-	move_string(&cfg->ingress_tls_key, &next->ingress_tls_key);
-	cfg->ingress_optional = ld->embedded; /* no key sets it: only the built-in policy does */
-	for (uint32_t i = 0; i < UF__COUNT; i++) {
-		if (ld->uints_set & (1u << i))
-			memcpy((char *)cfg + uint_fields[i].offset,
-			       (const char *)next + uint_fields[i].offset, sizeof(uint32_t));
-	}
-	for (uint32_t i = 0; i < cfg->sandbox_count; i++)
-		AN_FREE(&cfg->sandboxes[i].id);
-	AN_FREE(&cfg->sandboxes);
-	cfg->sandboxes = next->sandboxes;
-	cfg->sandbox_count = next->sandbox_count;
-	next->sandboxes = NULL;
-	next->sandbox_count = 0;
-	AN_ASSERT(cfg->sandbox_count == 0 || cfg->sandboxes != NULL);
-}
 
 static void loader_cleanup(struct loader *ld)
 {
@@ -4079,15 +1022,15 @@ static int load_buffer(const char *name, const char *yaml, size_t len, bool embe
 	}
 	ld.p = pool_calloc(1, sizeof(*ld.p));
 	if (ld.p == NULL)
-		return fail_oom(&ld);
+		return loader_fail_oom(&ld);
 	if (!yaml_parser_initialize(&ld.parser)) {
 		policy_free(ld.p);
-		return fail_oom(&ld);
+		return loader_fail_oom(&ld);
 	}
 	yaml_parser_set_input_string(&ld.parser, (const unsigned char *)yaml, len);
 	int rc = parse_stream(&ld);
 	if (rc == 0) {
-		apply_config(&ld, cfg);
+		loader_apply_config(&ld, cfg);
 		*out = ld.p;
 		ld.p = NULL;
 	}
@@ -4233,36 +1176,6 @@ const char *policy_default_yaml(void)
 	return default_yaml;
 }
 
-static void fake_free(struct policy_fake *f)
-{
-	AN_ASSERT(f->count <= POLICY_FAKE_RESPONSES_MAX);
-	AN_ASSERT(f->responses != NULL || f->count == 0);
-	for (uint32_t i = 0; i < f->count; i++) {
-		struct policy_response *r = &f->responses[i];
-
-		AN_FREE(&r->method);
-		AN_FREE(&r->path);
-		AN_FREE(&r->head);
-		AN_FREE(&r->body);
-	}
-	AN_FREE(&f->responses);
-	memset(f, 0, sizeof(*f));
-}
-
-/* Wipes the secret, then releases the rest. */
-static void inject_free(struct policy_inject *in)
-{
-	AN_ASSERT(in->secret != NULL || in->secret_cap == 0);
-	AN_ASSERT(in->secret_cap <= POLICY_INJECT_SECRET_BYTES_MAX + 2u);
-	pool_free_secret(in->secret, in->secret_cap);
-	in->secret = NULL;
-	AN_FREE(&in->header);
-	AN_FREE(&in->prefix);
-	AN_FREE(&in->placeholder);
-	AN_FREE(&in->upstream_ca);
-	memset(in, 0, sizeof(*in));
-}
-
 void policy_free(struct policy *p)
 {
 	if (p == NULL)
@@ -4286,11 +1199,11 @@ void policy_free(struct policy *p)
 		AN_FREE(&p->hosts[i].addrs);
 	}
 	for (uint32_t i = 0; i < p->fake_count; i++)
-		fake_free(&p->fakes[i]);
+		loader_fake_free(&p->fakes[i]);
 	AN_FREE(&p->fakes);
 	AN_FREE(&p->fake_by_rule);
 	for (uint32_t i = 0; i < p->inject_count; i++)
-		inject_free(&p->injects[i]);
+		loader_inject_free(&p->injects[i]);
 	AN_FREE(&p->injects);
 	AN_FREE(&p->inject_by_rule);
 	AN_FREE(&p->profiles);
@@ -4503,7 +1416,7 @@ static const struct verdict_response *policy_fake_response_op(const void *policy
 	AN_ASSERT(p != NULL);
 	AN_ASSERT(f >= p->fakes && f < p->fakes + p->fake_count);
 	AN_DASSERT(f->count >= 1);
-	AN_DASSERT(response_is_default(&f->responses[f->count - 1]));
+	AN_DASSERT(loader_response_is_default(&f->responses[f->count - 1]));
 	AN_ASSERT(method != NULL || method_len == 0);
 	AN_ASSERT(path != NULL || path_len == 0);
 	/* Routes name paths; the query never decides (RFC 9110 section 4.2.1 sets it apart). */

@@ -9,7 +9,9 @@
  *     fake verdict always has an answer;
  *   - nothing leaks (LeakSanitizer, with the policy and config freed).
  *
- * fuzz-sources: policy/policy.c policy/acl.c policy/addr.c policy/strtab.c
+ * fuzz-sources: policy/policy.c policy/yaml.c policy/host.c policy/daemon.c
+ * fuzz-sources: policy/resolver.c policy/fake.c policy/inject.c policy/ingress.c
+ * fuzz-sources: policy/acl.c policy/addr.c policy/strtab.c
  * fuzz-sources: core/config.c core/an.c core/reason.c core/pool.c
  * fuzz-libs: yaml-0.1 libxxhash libidn2 libpsl
  */

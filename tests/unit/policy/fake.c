@@ -1,11 +1,11 @@
 /*
- * policy/policy.c, the fake-response tier: a rule's `responses` (every
+ * policy/fake.c, the fake-response tier: a rule's `responses` (every
  * validation rule at its limit N and N+1, with the exact message), the
  * compiled heads byte for byte, body_file, first-match answers through
  * policy_verdict_ops.fake_response, daemon.ca and daemon.leaf_days, and the
  * embedded default policy's answer.
  */
-#include "../../../policy/policy.c"
+#include "../../../policy/fake.c"
 
 #include <sys/stat.h>
 #include "tests/unit/policy/policytest.h"

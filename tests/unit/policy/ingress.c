@@ -1,5 +1,5 @@
 /*
- * policy/policy.c, the ingress gateway's two sections: daemon.ingress
+ * policy/ingress.c and policy/daemon.c, the ingress gateway's two sections: daemon.ingress
  * (listen, public_url, prefix, tls.cert and tls.key: each at its limit N and
  * N+1, every refusal with its exact "file:line:col: message", listen required
  * by the others, the config staged so a failed load changes nothing) and a
@@ -9,7 +9,7 @@
  * each profile, the built-in policy's gateway (and ingress_optional, which
  * only it sets), the docs' examples, and every allocation failing in turn.
  */
-#include "../../../policy/policy.c"
+#include "../../../policy/ingress.c"
 
 #include "tests/unit/policy/policytest.h"
 

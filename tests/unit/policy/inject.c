@@ -1,5 +1,5 @@
 /*
- * policy/policy.c, the credential-inject tier: a rule's `inject` and
+ * policy/inject.c, the credential-inject tier: a rule's `inject` and
  * `upstream_ca` (every validation rule at its limit N and N+1, with the exact
  * message and position), secret_env and secret_file (present, absent,
  * relative, absolute, too large, not regular, one trailing newline), that no
@@ -8,7 +8,7 @@
  * free), verdict.inject through policy_verdict_ops.decide, and the docs'
  * example.
  */
-#include "../../../policy/policy.c"
+#include "../../../policy/inject.c"
 
 #include <malloc.h>
 #include <sys/stat.h>

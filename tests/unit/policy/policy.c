@@ -1,5 +1,7 @@
 /*
- * policy/policy.c: the docs example and the built-in policy load and mean
+ * policy/policy.c, and through it the reader (yaml.c), hosts (host.c) and
+ * the daemon: and resolver: sections (daemon.c, resolver.c), which have no
+ * suite of their own yet: the docs example and the built-in policy load and mean
  * what they say; every error kind gives the exact "name:line:col: message";
  * every limit is tested at N and N+1; the caller's config is untouched on
  * failure; 100k rules load in well under a second; the verdict table works.

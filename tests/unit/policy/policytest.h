@@ -13,9 +13,11 @@
  * policytest_teardown removes. Each helper asserts with libcheck, so a
  * failure names the test; the expect_ macros add the caller's line.
  *
- * Include it once, after "../../../policy/policy.c", in a suite that is one
- * file: it defines pool_malloc and the other wrappers of core/pool.h, so
- * core/pool.o is not linked from the archive. A suite that watches what is
+ * Include it once, after the "../../../policy/<file>.c" the suite tests (the
+ * archive supplies the loader's other files), in a suite that is one file:
+ * it defines pool_malloc and the other wrappers of core/pool.h, so
+ * core/pool.o is not linked from the archive, and every file of the loader
+ * allocates through them. A suite that watches what is
  * released (inject.c) defines POLICYTEST_OWN_FREE first and brings its own
  * pool_free and pool_free_secret.
  */

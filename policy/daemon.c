@@ -1,0 +1,718 @@
+/*
+ * The policy file's `daemon:` section: the daemon's own settings (its
+ * sockets and audit log, workers and their pools, timeouts, the CA it signs
+ * leaves with, the uids of sandboxes, the ingress gateway's public
+ * listener). They are not policy: they go to struct config (core/config.h),
+ * which the engine sizes itself from at start.
+ *
+ * Every value is staged into the loader's own struct config (ld->next), and
+ * ld->uints_set records which integers were given, so a load that fails
+ * later leaves the caller's config exactly as it was: loader_apply_config
+ * moves what was staged (with resolver.servers and the sandboxes, staged by
+ * their sections) into it once the whole document has passed. A key that is
+ * absent keeps the value the caller had. Integers come from one table
+ * (uint_fields: key, bounds, offset in struct config), so a new one is a
+ * row. Paths must be absolute and free of control bytes; addresses are
+ * written back canonically (policy/host.c); daemon.tcp_sandbox names a
+ * sandbox that policy.c resolves once every sandbox is read.
+ *
+ * daemon.ingress is the gateway's public listener (where it listens, the
+ * URL and path prefix it is reached by, its certificate); what the gateway
+ * lets through to a profile's sandboxes is the profile's own `ingress:`
+ * section (policy/ingress.c).
+ */
+#include "policy/loader.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/an.h"
+#include "core/config.h"
+#include "core/pool.h"
+#include "policy/addr.h"
+
+struct uint_field {
+	const char *key;
+	uint32_t min;
+	uint32_t max;
+	size_t offset; /* of the uint32_t in struct config */
+};
+
+enum {
+	UF_WORKERS,
+	UF_CONNS,
+	UF_PIPES,
+	UF_SHARE,
+	UF_HEAD,
+	UF_CONNECT,
+	UF_DNS,
+	UF_IDLE,
+	UF_LEAF_DAYS,
+	UF_SANDBOX_UID_FIRST,
+	UF_SANDBOX_UID_COUNT,
+	UF_PER_USER,
+	UF__COUNT
+};
+
+static const struct uint_field uint_fields[] = {
+	[UF_WORKERS] = { "workers", 0, POLICY_WORKERS_MAX, offsetof(struct config, workers) },
+	[UF_CONNS] = { "conns_per_worker", POLICY_CONNS_PER_WORKER_MIN, POLICY_CONNS_PER_WORKER_MAX,
+		       offsetof(struct config, conns_per_worker) },
+	[UF_PIPES] = { "pipes_per_worker", 0, POLICY_PIPES_PER_WORKER_MAX,
+		       offsetof(struct config, pipes_per_worker) },
+	[UF_SHARE] = { "sandbox_share_percent", POLICY_SANDBOX_SHARE_PERCENT_MIN, 100,
+		       offsetof(struct config, sandbox_share_percent) },
+	[UF_HEAD] = { "head_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
+		      offsetof(struct config, head_timeout_ms) },
+	[UF_CONNECT] = { "connect_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
+			 offsetof(struct config, connect_timeout_ms) },
+	[UF_DNS] = { "dns_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
+		     offsetof(struct config, dns_timeout_ms) },
+	[UF_IDLE] = { "idle_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
+		      offsetof(struct config, idle_timeout_ms) },
+	[UF_LEAF_DAYS] = { "leaf_days", POLICY_LEAF_DAYS_MIN, POLICY_LEAF_DAYS_MAX,
+			   offsetof(struct config, leaf_days) },
+	[UF_SANDBOX_UID_FIRST] = { "sandbox_uids.first", POLICY_SANDBOX_UID_FIRST_MIN,
+				   POLICY_SANDBOX_UID_LAST_MAX,
+				   offsetof(struct config, sandbox_uid_first) },
+	[UF_SANDBOX_UID_COUNT] = { "sandbox_uids.count", 1, POLICY_SANDBOX_UID_COUNT_MAX,
+				   offsetof(struct config, sandbox_uid_count) },
+	[UF_PER_USER] = { "sandboxes_per_user", 1, LIMITS_SANDBOXES_MAX,
+			  offsetof(struct config, sandboxes_per_user) },
+};
+static_assert(AN_ARRAY_LEN(uint_fields) == UF__COUNT, "every staged integer needs a row");
+
+static int stage_uint(struct loader *ld, uint32_t field)
+{
+	const struct uint_field *f = &uint_fields[field];
+	uint64_t v = 0;
+
+	AN_ASSERT(field < UF__COUNT);
+	int rc = loader_uint(ld, f->key, f->min, f->max, &v);
+	if (rc != 0)
+		return rc;
+	uint32_t v32 = (uint32_t)v;
+	memcpy((char *)&ld->next + f->offset, &v32, sizeof(v32));
+	ld->uints_set |= 1u << field;
+	AN_ASSERT(v32 == v);
+	return 0;
+}
+
+/* An absolute path (or "-" when <dash_ok>) into the staged *<slot>. */
+static int stage_path(struct loader *ld, const char *what, bool dash_ok, char **slot)
+{
+	AN_ASSERT(*slot == NULL);
+	int rc = loader_scalar(ld, what, "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	bool dash = dash_ok && len == 1 && s[0] == '-';
+	if (!dash && (len == 0 || s[0] != '/'))
+		return loader_fail(ld, ld->ev.start_mark, "%s must be an absolute path%s", what,
+				   dash_ok ? " or \"-\"" : "");
+	if (len > POLICY_PATH_BYTES_MAX || !loader_text_is_clean(s, len))
+		return loader_fail(ld, ld->ev.start_mark,
+				   "%s must be at most %u bytes without control characters", what,
+				   POLICY_PATH_BYTES_MAX);
+	*slot = pool_strndup(s, len);
+	if (*slot == NULL)
+		return loader_fail_oom(ld);
+	AN_ASSERT((*slot)[0] == '/' || dash);
+	return 0;
+}
+
+static int stage_tcp_listen(struct loader *ld)
+{
+	char buf[HOSTPORT_BYTES];
+	struct sockaddr_storage ss;
+	uint16_t port = 0;
+
+	AN_ASSERT(ld->next.tcp_listen == NULL);
+	int rc = loader_ip_port(ld, "tcp_listen", true, &ss, &port);
+	if (rc != 0)
+		return rc;
+	if (addr_classify((const struct sockaddr *)&ss) != ADDR_LOOPBACK)
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "tcp_listen must be a loopback address:port (127.0.0.1:PORT or [::1]:PORT)");
+	loader_format_addr(&ss, port, buf, sizeof(buf));
+	ld->next.tcp_listen = pool_strndup(buf, strlen(buf));
+	if (ld->next.tcp_listen == NULL)
+		return loader_fail_oom(ld);
+	AN_ASSERT(port != 0);
+	return 0;
+}
+
+static int stage_tcp_sandbox(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(ld->next.tcp_sandbox == NULL);
+	int rc = loader_scalar(ld, "tcp_sandbox", "a string");
+	if (rc != 0)
+		return rc;
+	if (!loader_is_id(ev_text(ld), ev_len(ld)))
+		return loader_fail(ld, ld->ev.start_mark, "invalid tcp_sandbox \"%s\"",
+				   loader_show(ev_text(ld), ev_len(ld), shown));
+	ld->tcp_sandbox_mark = ld->ev.start_mark;
+	ld->next.tcp_sandbox = pool_strndup(ev_text(ld), ev_len(ld));
+	if (ld->next.tcp_sandbox == NULL)
+		return loader_fail_oom(ld);
+	AN_ASSERT(ld->next.tcp_sandbox[0] != '\0');
+	return 0;
+}
+
+/* A POSIX portable group name; whether it exists is checked when the daemon starts. */
+static bool is_group_name(const char *s, size_t len)
+{
+	if (len == 0 || len > 32 || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char ch = s[i];
+		bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			  (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static int stage_control_group(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(ld->next.control_group == NULL);
+	int rc = loader_scalar(ld, "control_group", "a string");
+	if (rc != 0)
+		return rc;
+	if (!is_group_name(ev_text(ld), ev_len(ld)))
+		return loader_fail(ld, ld->ev.start_mark, "invalid control_group \"%s\"",
+				   loader_show(ev_text(ld), ev_len(ld), shown));
+	ld->next.control_group = pool_strndup(ev_text(ld), ev_len(ld));
+	if (ld->next.control_group == NULL)
+		return loader_fail_oom(ld);
+	AN_ASSERT(ld->next.control_group[0] != '\0');
+	return 0;
+}
+
+static const char *const timeout_keys[] = { "head_ms", "connect_ms", "dns_ms", "idle_ms" };
+static const struct keyset timeout_keyset = { "daemon.timeouts", timeout_keys,
+					      AN_ARRAY_LEN(timeout_keys) };
+
+static int parse_timeouts(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "timeouts");
+	if (rc != 0)
+		return rc;
+	while ((rc = loader_key(ld, &timeout_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < AN_ARRAY_LEN(timeout_keys));
+		rc = stage_uint(ld, UF_HEAD + key);
+		if (rc != 0)
+			return rc;
+	}
+	AN_ASSERT(rc <= 0);
+	return rc;
+}
+
+/*
+ * daemon.sandbox_uids: the uids `agentsnet run` as root gets for its sandboxes
+ * from the daemon, one each (core/engine.h ENGINE_AGENT_NEW). Both keys are
+ * mandatory, and the range must end by POLICY_SANDBOX_UID_LAST_MAX.
+ */
+enum { SU_FIRST, SU_COUNT, SU__COUNT };
+static const char *const sandbox_uid_keys[] = { [SU_FIRST] = "first", [SU_COUNT] = "count" };
+static const struct keyset sandbox_uid_keyset = { "daemon.sandbox_uids", sandbox_uid_keys,
+						  SU__COUNT };
+
+static int parse_sandbox_uids(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "sandbox_uids");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &sandbox_uid_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < SU__COUNT);
+		rc = stage_uint(ld, key == SU_FIRST ? UF_SANDBOX_UID_FIRST : UF_SANDBOX_UID_COUNT);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	if (seen != (1u << SU__COUNT) - 1)
+		return loader_fail(ld, start, "sandbox_uids needs both first and count");
+	uint64_t last = (uint64_t)ld->next.sandbox_uid_first + ld->next.sandbox_uid_count - 1;
+	if (last > POLICY_SANDBOX_UID_LAST_MAX)
+		return loader_fail(ld, start, "sandbox_uids ends at %llu, past %u",
+				   (unsigned long long)last, POLICY_SANDBOX_UID_LAST_MAX);
+	return 0;
+}
+
+/* daemon.ca: the files of the CA the terminated tiers sign leaves with; read by the daemon. */
+enum { CA_CERT, CA_KEY, CA__COUNT };
+static const char *const ca_keys[] = { [CA_CERT] = "cert", [CA_KEY] = "key" };
+static const struct keyset ca_keyset = { "daemon.ca", ca_keys, CA__COUNT };
+
+static int parse_ca(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ld->next.ca_cert == NULL);
+	AN_ASSERT(ld->next.ca_key == NULL);
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ca");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &ca_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < CA__COUNT);
+		rc = key == CA_CERT ? stage_path(ld, "ca.cert", false, &ld->next.ca_cert)
+				    : stage_path(ld, "ca.key", false, &ld->next.ca_key);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	rc = loader_check_mandatory(ld, &ca_keyset, (1u << CA_CERT) | (1u << CA_KEY), seen, start);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ca_cert != NULL);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ca_key != NULL);
+	return rc;
+}
+
+/* --- daemon.ingress: the gateway's public listener ------------------------------ */
+
+/* Any unicast or unspecified address (0.0.0.0, [::]): the listener faces the outside. */
+static int stage_ingress_listen(struct loader *ld)
+{
+	char buf[HOSTPORT_BYTES];
+	struct sockaddr_storage ss;
+	uint16_t port = 0;
+
+	AN_ASSERT(ld->next.ingress_listen == NULL);
+	int rc = loader_ip_port(ld, "ingress.listen", true, &ss, &port);
+	if (rc != 0)
+		return rc;
+	if (addr_classify((const struct sockaddr *)&ss) == ADDR_MULTICAST)
+		return loader_fail(ld, ld->ev.start_mark,
+				   "ingress.listen cannot be a multicast address, which takes no "
+				   "connections: name a local address, or 0.0.0.0 or [::] for all");
+	loader_format_addr(&ss, port, buf, sizeof(buf));
+	ld->next.ingress_listen = pool_strndup(buf, strlen(buf));
+	if (ld->next.ingress_listen == NULL)
+		return loader_fail_oom(ld);
+	AN_ASSERT(port != 0);
+	return 0;
+}
+
+/* The authority of a public URL: a host name, an IPv4 address or a bracketed IPv6 one. */
+static const char *authority_invalid(const char *s, size_t len)
+{
+	struct sockaddr_storage ss;
+	struct hostport hp;
+
+	AN_ASSERT(s != NULL || len == 0);
+	if (len == 0)
+		return "the host is missing";
+	if (memchr(s, '@', len) != NULL)
+		return "no user information (\"user@\"): the URL is handed to third parties";
+	const char *why = loader_split_hostport(s, len, &hp);
+	if (why != NULL)
+		return why;
+	if (hp.bracketed)
+		return addr_parse_ip(hp.host, hp.host_len, &ss) == 0 && ss.ss_family == AF_INET6
+			   ? NULL
+			   : "brackets hold an IPv6 address";
+	for (size_t i = 0; i < hp.host_len; i++) {
+		char c = hp.host[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
+		if (c == ':')
+			return "an IPv6 address goes in brackets (\"http://[2001:db8::1]:8090\")";
+		if (!ok)
+			return "a byte that is not part of a host name";
+	}
+	AN_ASSERT(hp.host_len > 0);
+	return NULL;
+}
+
+/*
+ * A base URL agents are told: "http://" or "https://" and an authority,
+ * nothing after it. The gateway appends "<prefix>/<id>", so a path, a query
+ * or a fragment here would end up in the middle of every public URL.
+ */
+static const char *public_url_invalid(const char *s, size_t len)
+{
+	static const char http[] = "http://";
+	static const char https[] = "https://";
+	size_t scheme = 0;
+
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(len <= POLICY_INGRESS_PUBLIC_URL_BYTES_MAX);
+	if (loader_first_invisible(s, len) != 0)
+		return "a space, control character or non-ASCII byte (write a name in its "
+		       "xn-- form)";
+	if (len >= sizeof(http) - 1 && memcmp(s, http, sizeof(http) - 1) == 0)
+		scheme = sizeof(http) - 1;
+	else if (len >= sizeof(https) - 1 && memcmp(s, https, sizeof(https) - 1) == 0)
+		scheme = sizeof(https) - 1;
+	else
+		return "it must start with http:// or https://";
+	const char *auth = s + scheme;
+	size_t rest = len - scheme;
+	size_t n = 0;
+	while (n < rest && auth[n] != '/' && auth[n] != '?' && auth[n] != '#')
+		n++;
+	if (n == rest)
+		return authority_invalid(auth, n);
+	if (auth[n] == '/' && n + 1 == rest)
+		return "drop the trailing '/': agents get <public_url><prefix>/<sandbox id>";
+	if (auth[n] == '/')
+		return "no path: the path agents get is ingress.prefix";
+	return auth[n] == '?' ? "no query (\"?...\")" : "no fragment (\"#...\")";
+}
+
+static int stage_ingress_public_url(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(ld->next.ingress_public_url == NULL);
+	int rc = loader_scalar(ld, "ingress.public_url", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len > POLICY_INGRESS_PUBLIC_URL_BYTES_MAX)
+		return loader_fail(ld, ld->ev.start_mark,
+				   "ingress.public_url is longer than %u bytes",
+				   POLICY_INGRESS_PUBLIC_URL_BYTES_MAX);
+	const char *why = public_url_invalid(s, len);
+	if (why != NULL)
+		return loader_fail(ld, ld->ev.start_mark, "invalid ingress.public_url \"%s\": %s",
+				   loader_show(s, len, shown), why);
+	ld->next.ingress_public_url = pool_strndup(s, len);
+	if (ld->next.ingress_public_url == NULL)
+		return loader_fail_oom(ld);
+	AN_ASSERT(ld->next.ingress_public_url[0] == 'h');
+	return 0;
+}
+
+/* "/seg/seg": each segment of [A-Za-z0-9._~-], none empty, "." or "..". NULL, or why not. */
+static const char *prefix_invalid(const char *s, size_t len)
+{
+	size_t seg = 1;
+
+	AN_ASSERT(s != NULL || len == 0);
+	if (len == 0 || s[0] != '/')
+		return "it must start with '/' (\"/callbacks\")";
+	if (len == 1)
+		return "name a path below the root (\"/callbacks\")";
+	if (s[len - 1] == '/')
+		return "drop the trailing '/': agents get <public_url><prefix>/<sandbox id>";
+	for (size_t i = 1; i <= len; i++) {
+		if (i < len && s[i] != '/') {
+			char c = s[i];
+			bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+				  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '~' ||
+				  c == '-';
+			if (!ok)
+				return "a byte outside [A-Za-z0-9._~-] in a segment";
+			continue;
+		}
+		size_t n = i - seg;
+		if (n == 0)
+			return "an empty segment (\"//\")";
+		if ((n == 1 && s[seg] == '.') || (n == 2 && s[seg] == '.' && s[seg + 1] == '.'))
+			return "a \".\" or \"..\" segment";
+		seg = i + 1;
+	}
+	AN_ASSERT(seg == len + 1);
+	return NULL;
+}
+
+static int stage_ingress_prefix(struct loader *ld)
+{
+	char shown[SHOW_BYTES];
+
+	AN_ASSERT(ld->next.ingress_prefix == NULL);
+	int rc = loader_scalar(ld, "ingress.prefix", "a string");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len > POLICY_INGRESS_PREFIX_BYTES_MAX)
+		return loader_fail(ld, ld->ev.start_mark, "ingress.prefix is longer than %u bytes",
+				   POLICY_INGRESS_PREFIX_BYTES_MAX);
+	const char *why = prefix_invalid(s, len);
+	if (why != NULL)
+		return loader_fail(ld, ld->ev.start_mark, "invalid ingress.prefix \"%s\": %s",
+				   loader_show(s, len, shown), why);
+	ld->next.ingress_prefix = pool_strndup(s, len);
+	if (ld->next.ingress_prefix == NULL)
+		return loader_fail_oom(ld);
+	AN_ASSERT(ld->next.ingress_prefix[0] == '/');
+	return 0;
+}
+
+/*
+ * daemon.ingress.tls: the operator's certificate chain and key the public
+ * listener serves HTTPS with; like daemon.ca, named here and read by the
+ * daemon at start.
+ */
+enum { IT_CERT, IT_KEY, IT__COUNT };
+static const char *const ingress_tls_keys[] = { [IT_CERT] = "cert", [IT_KEY] = "key" };
+static const struct keyset ingress_tls_keyset = { "daemon.ingress.tls", ingress_tls_keys,
+						  IT__COUNT };
+
+static int parse_ingress_tls(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ld->next.ingress_tls_cert == NULL);
+	AN_ASSERT(ld->next.ingress_tls_key == NULL);
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress.tls");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &ingress_tls_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < IT__COUNT);
+		rc = key == IT_CERT
+			 ? stage_path(ld, "ingress.tls.cert", false, &ld->next.ingress_tls_cert)
+			 : stage_path(ld, "ingress.tls.key", false, &ld->next.ingress_tls_key);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	uint32_t both = (1u << IT_CERT) | (1u << IT_KEY);
+	rc = loader_check_mandatory(ld, &ingress_tls_keyset, both, seen, start);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ingress_tls_cert != NULL);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ingress_tls_key != NULL);
+	return rc;
+}
+
+enum { DI_LISTEN, DI_PUBLIC_URL, DI_PREFIX, DI_TLS, DI__COUNT };
+static const char *const daemon_ingress_keys[] = {
+	[DI_LISTEN] = "listen",
+	[DI_PUBLIC_URL] = "public_url",
+	[DI_PREFIX] = "prefix",
+	[DI_TLS] = "tls",
+};
+static_assert(AN_ARRAY_LEN(daemon_ingress_keys) == DI__COUNT, "every key needs a name");
+static const struct keyset daemon_ingress_keyset = { "daemon.ingress", daemon_ingress_keys,
+						     DI__COUNT };
+
+/*
+ * daemon.ingress: listen is mandatory; public_url and prefix only say how
+ * agents are told, tls how the listener speaks.
+ */
+static int parse_daemon_ingress(struct loader *ld)
+{
+	yaml_mark_t marks[DI__COUNT];
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ld->next.ingress_listen == NULL);
+	AN_ASSERT(ld->next.ingress_public_url == NULL);
+	AN_ASSERT(ld->next.ingress_prefix == NULL);
+	AN_ASSERT(ld->next.ingress_tls_cert == NULL);
+	memset(marks, 0, sizeof(marks));
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "ingress");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &daemon_ingress_keyset, &seen, &key)) > 0) {
+		marks[key] = ld->key_mark;
+		rc = key == DI_LISTEN       ? stage_ingress_listen(ld)
+		     : key == DI_PUBLIC_URL ? stage_ingress_public_url(ld)
+		     : key == DI_PREFIX     ? stage_ingress_prefix(ld)
+					    : parse_ingress_tls(ld);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	for (uint32_t k = DI_PUBLIC_URL; k < DI__COUNT && !(seen & (1u << DI_LISTEN)); k++) {
+		if (seen & (1u << k))
+			return loader_fail(
+			    ld, marks[k],
+			    "ingress.%s needs ingress.listen (the ip:port the gateway "
+			    "listens on)",
+			    daemon_ingress_keys[k]);
+	}
+	rc = loader_check_mandatory(ld, &daemon_ingress_keyset, 1u << DI_LISTEN, seen, start);
+	if (rc == 0)
+		AN_ASSERT(ld->next.ingress_listen != NULL);
+	return rc;
+}
+
+enum {
+	DK_SOCKET_DIR,
+	DK_AUDIT_LOG,
+	DK_WORKERS,
+	DK_CONNS,
+	DK_PIPES,
+	DK_SHARE,
+	DK_TCP_LISTEN,
+	DK_TCP_SANDBOX,
+	DK_TIMEOUTS,
+	DK_CONTROL_GROUP,
+	DK_CA,
+	DK_LEAF_DAYS,
+	DK_INGRESS,
+	DK_SANDBOX_UIDS,
+	DK_PER_USER,
+	DK__COUNT
+};
+static const char *const daemon_keys[] = {
+	[DK_SOCKET_DIR] = "socket_dir",
+	[DK_AUDIT_LOG] = "audit_log",
+	[DK_WORKERS] = "workers",
+	[DK_CONNS] = "conns_per_worker",
+	[DK_PIPES] = "pipes_per_worker",
+	[DK_SHARE] = "sandbox_share_percent",
+	[DK_TCP_LISTEN] = "tcp_listen",
+	[DK_TCP_SANDBOX] = "tcp_sandbox",
+	[DK_TIMEOUTS] = "timeouts",
+	[DK_CONTROL_GROUP] = "control_group",
+	[DK_CA] = "ca",
+	[DK_LEAF_DAYS] = "leaf_days",
+	[DK_INGRESS] = "ingress",
+	[DK_SANDBOX_UIDS] = "sandbox_uids",
+	[DK_PER_USER] = "sandboxes_per_user",
+};
+static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
+static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
+
+static int daemon_value(struct loader *ld, uint32_t key)
+{
+	AN_ASSERT(key < DK__COUNT);
+	AN_ASSERT(ld->ev_live);
+	switch (key) {
+	case DK_SOCKET_DIR:
+		return stage_path(ld, "socket_dir", false, &ld->next.socket_dir);
+	case DK_AUDIT_LOG:
+		return stage_path(ld, "audit_log", true, &ld->next.audit_path);
+	case DK_WORKERS:
+		return stage_uint(ld, UF_WORKERS);
+	case DK_CONNS:
+		return stage_uint(ld, UF_CONNS);
+	case DK_PIPES:
+		return stage_uint(ld, UF_PIPES);
+	case DK_SHARE:
+		return stage_uint(ld, UF_SHARE);
+	case DK_TCP_LISTEN:
+		return stage_tcp_listen(ld);
+	case DK_TCP_SANDBOX:
+		return stage_tcp_sandbox(ld);
+	case DK_TIMEOUTS:
+		return parse_timeouts(ld);
+	case DK_CONTROL_GROUP:
+		return stage_control_group(ld);
+	case DK_CA:
+		return parse_ca(ld);
+	case DK_LEAF_DAYS:
+		return stage_uint(ld, UF_LEAF_DAYS);
+	case DK_INGRESS:
+		return parse_daemon_ingress(ld);
+	case DK_SANDBOX_UIDS:
+		return parse_sandbox_uids(ld);
+	case DK_PER_USER:
+		return stage_uint(ld, UF_PER_USER);
+	default:
+		(void)AN_NEVER(true);
+		return -EINVAL;
+	}
+}
+
+int loader_daemon(struct loader *ld)
+{
+	yaml_mark_t listen_mark = { 0, 0, 0 };
+	yaml_mark_t sandbox_mark = { 0, 0, 0 };
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	AN_ASSERT(ld->next.tcp_listen == NULL && ld->next.tcp_sandbox == NULL);
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "daemon");
+	if (rc != 0)
+		return rc;
+	while ((rc = loader_key(ld, &daemon_keyset, &seen, &key)) > 0) {
+		if (key == DK_TCP_LISTEN)
+			listen_mark = ld->key_mark;
+		if (key == DK_TCP_SANDBOX)
+			sandbox_mark = ld->key_mark;
+		rc = daemon_value(ld, key);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	if ((seen & (1u << DK_TCP_LISTEN)) && !(seen & (1u << DK_TCP_SANDBOX)))
+		return loader_fail(ld, listen_mark, "tcp_sandbox is mandatory with tcp_listen");
+	if ((seen & (1u << DK_TCP_SANDBOX)) && !(seen & (1u << DK_TCP_LISTEN)))
+		return loader_fail(ld, sandbox_mark, "tcp_sandbox is only allowed with tcp_listen");
+	AN_ASSERT((ld->next.tcp_listen == NULL) == (ld->next.tcp_sandbox == NULL));
+	return 0;
+}
+
+/* --- applying what was staged ---------------------------------------------------- */
+
+static void move_string(char **to, char **from)
+{
+	if (*from == NULL)
+		return;
+	pool_free(*to);
+	*to = *from;
+	*from = NULL;
+	AN_ASSERT(*to != NULL);
+}
+
+/* Moves what the load staged into <cfg>; cannot fail. */
+void loader_apply_config(struct loader *ld, struct config *cfg)
+{
+	struct config *next = &ld->next;
+
+	AN_ASSERT(cfg != next);
+	move_string(&cfg->socket_dir, &next->socket_dir);
+	move_string(&cfg->audit_path, &next->audit_path);
+	move_string(&cfg->dns_servers, &next->dns_servers);
+	move_string(&cfg->tcp_listen, &next->tcp_listen);
+	move_string(&cfg->tcp_sandbox, &next->tcp_sandbox);
+	move_string(&cfg->control_group, &next->control_group);
+	move_string(&cfg->ca_cert, &next->ca_cert);
+	move_string(&cfg->ca_key, &next->ca_key);
+	move_string(&cfg->ingress_listen, &next->ingress_listen);
+	move_string(&cfg->ingress_public_url, &next->ingress_public_url);
+	move_string(&cfg->ingress_prefix, &next->ingress_prefix);
+	/* Both or neither were staged (both are mandatory in `tls`), so they stay a pair. */
+	AN_ASSERT((next->ingress_tls_cert == NULL) == (next->ingress_tls_key == NULL));
+	move_string(&cfg->ingress_tls_cert, &next->ingress_tls_cert);
+	move_string(&cfg->ingress_tls_key, &next->ingress_tls_key);
+	cfg->ingress_optional = ld->embedded; /* no key sets it: only the built-in policy does */
+	for (uint32_t i = 0; i < UF__COUNT; i++) {
+		if (ld->uints_set & (1u << i))
+			memcpy((char *)cfg + uint_fields[i].offset,
+			       (const char *)next + uint_fields[i].offset, sizeof(uint32_t));
+	}
+	for (uint32_t i = 0; i < cfg->sandbox_count; i++)
+		AN_FREE(&cfg->sandboxes[i].id);
+	AN_FREE(&cfg->sandboxes);
+	cfg->sandboxes = next->sandboxes;
+	cfg->sandbox_count = next->sandbox_count;
+	next->sandboxes = NULL;
+	next->sandbox_count = 0;
+	AN_ASSERT(cfg->sandbox_count == 0 || cfg->sandboxes != NULL);
+}
