@@ -12,9 +12,13 @@
 
 #define CONFIG_SANDBOX_ID_BYTES_MAX 64u
 
+/* config_sandbox.agent_uid of a sandbox any uid may connect to (no `uid` in the file). */
+#define CONFIG_AGENT_ANY UINT32_MAX
+
 struct config_sandbox {
-	char *id;         /* owned; [A-Za-z0-9_.-]{1,63}, not starting with '.' */
-	uint32_t profile; /* index into the policy's profiles */
+	char *id;           /* owned; [A-Za-z0-9_.-]{1,63}, not starting with '.' */
+	uint32_t profile;   /* index into the policy's profiles */
+	uint32_t agent_uid; /* who may connect besides root (`uid`), or CONFIG_AGENT_ANY */
 };
 
 struct config {

@@ -752,7 +752,7 @@ static int sandboxes_open(struct engine *e)
 			return -ENOMEM;
 		const char *id = cfg->sandboxes[i].id;
 		int ret = sandbox_open(e, idx, id, cfg->sandboxes[i].profile, false, false,
-				       ENGINE_AGENT_ANY);
+				       cfg->sandboxes[i].agent_uid);
 		if (ret != 0)
 			return ret;
 		if (cfg->tcp_sandbox != NULL && strcmp(cfg->tcp_sandbox, id) == 0)
@@ -1395,6 +1395,16 @@ static int swap_check(const struct engine *e, const void *policy, const struct c
 				 sb->id);
 			return -ENOENT;
 		}
+		/* Its socket was made for one agent's uid: another means a new socket. */
+		int named = sb->dynamic ? -1 : file_sandbox_find(file, sb->id);
+		if (named >= 0 && file->sandboxes[named].agent_uid != sb->agent_uid) {
+			snprintf(
+			    err, cap,
+			    "sandbox %s's uid changed; its socket is made for one uid: remove it "
+			    "from the file, reload, then name it again",
+			    sb->id);
+			return -EINVAL;
+		}
 	}
 	return 0;
 }
@@ -1429,7 +1439,7 @@ static uint32_t swap_open_new(struct engine *e, const struct config *file)
 		const char *profile =
 		    e->ops->profile_name(snapshot_now(e)->policy, file->sandboxes[i].profile);
 		int ret = sandbox_add_locked(e, id, profile, SANDBOX_FROM_FILE, NULL, 0,
-					     ENGINE_AGENT_ANY, dir, sizeof(dir), NULL);
+					     file->sandboxes[i].agent_uid, dir, sizeof(dir), NULL);
 		if (ret == 0)
 			opened++;
 		else

@@ -58,7 +58,7 @@ enum engine_sandbox_state {
  * the registration is permanent until `sandbox rm`.
  */
 /* A sandbox whose agent's uid is not known: its egress socket is open to every uid. */
-#define ENGINE_AGENT_ANY UINT32_MAX
+#define ENGINE_AGENT_ANY CONFIG_AGENT_ANY
 /* Asked of engine_sandbox_add by root: a uid of the sandbox's own, from daemon.sandbox_uids. */
 #define ENGINE_AGENT_NEW (UINT32_MAX - 1)
 

@@ -51,6 +51,7 @@
 #include "core/an.h"
 #include "core/pool.h"
 #include "core/reason.h"
+#include "core/uid.h"
 #include "policy/acl.h"
 #include "policy/addr.h"
 #include "policy/loader.h"
@@ -630,9 +631,40 @@ static int profile_item(struct loader *ld, void *ctx, uint32_t index)
 
 /* --- sandboxes ------------------------------------------------------------- */
 
-enum { SK_ID, SK_PROFILE, SK__COUNT };
-static const char *const sandbox_keys[] = { [SK_ID] = "id", [SK_PROFILE] = "profile" };
+enum { SK_ID, SK_PROFILE, SK_UID, SK__COUNT };
+static const char *const sandbox_keys[] = {
+	[SK_ID] = "id", [SK_PROFILE] = "profile", [SK_UID] = "uid"
+};
 static const struct keyset sandbox_keyset = { "a sandbox", sandbox_keys, SK__COUNT };
+
+/*
+ * A sandbox's `uid`: the user its agent runs as, a number or a name (resolved
+ * now): its egress socket is then that uid's, mode 0600, and a connection from
+ * any other uid but root is refused (peer_not_agent).
+ */
+static int sandbox_uid(struct loader *ld, struct config_sandbox *sb)
+{
+	char name[256], shown[SHOW_BYTES];
+	uint32_t uid = 0;
+
+	int rc = loader_scalar(ld, "uid", "a number or a user name");
+	if (rc != 0)
+		return rc;
+	size_t len = ev_len(ld);
+	if (len == 0 || len >= sizeof(name))
+		return loader_fail(ld, ld->ev.start_mark, "uid must be a number or a user name");
+	memcpy(name, ev_text(ld), len);
+	name[len] = '\0';
+	if (!uid_parse(name, &uid) || uid == CONFIG_AGENT_ANY) {
+		struct passwd *pw = getpwnam(name);
+		if (pw == NULL)
+			return loader_fail(ld, ld->ev.start_mark, "uid \"%s\": no such user",
+					   loader_show(ev_text(ld), len, shown));
+		uid = (uint32_t)pw->pw_uid;
+	}
+	sb->agent_uid = uid;
+	return 0;
+}
 
 static int sandbox_value(struct loader *ld, uint32_t key, uint32_t index)
 {
@@ -643,6 +675,8 @@ static int sandbox_value(struct loader *ld, uint32_t key, uint32_t index)
 
 	AN_ASSERT(key < SK__COUNT);
 	AN_ASSERT(index < ld->next.sandbox_count);
+	if (key == SK_UID)
+		return sandbox_uid(ld, sb);
 	int rc = loader_scalar(ld, sandbox_keys[key], "a string");
 	if (rc != 0)
 		return rc;
@@ -680,6 +714,7 @@ static int sandbox_item(struct loader *ld, void *ctx, uint32_t index)
 	if (sbs == NULL)
 		return loader_fail_oom(ld);
 	next->sandboxes = sbs;
+	sbs[index].agent_uid = CONFIG_AGENT_ANY; /* no `uid`: any uid may connect */
 	struct sandbox_ref *refs =
 	    loader_grow_array(ld->refs, &ld->sandbox_cap, index, sizeof(*refs));
 	if (refs == NULL)

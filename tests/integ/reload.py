@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import time
 
@@ -188,18 +189,31 @@ def check_profile_in_use(r):
 
 
 def check_sandbox_list(r):
-    """A file sandbox added by a reload gets its socket; dropped, it loses it."""
+    """A file sandbox added by a reload gets its socket (with `uid`, that uid's alone, 0600);
+    its uid changed, the reload is refused; dropped, it loses its socket."""
     errs = []
     sock = os.path.join(r.vars["sock_dir"], "sandboxes", "sb3", "egress.sock")
-    r.write(r.base.replace("sandboxes:\n", "sandboxes:\n  - {id: sb3, profile: other}\n"))
+    r.write(r.base.replace("sandboxes:\n",
+                           "sandboxes:\n  - {id: sb3, profile: other, uid: nobody}\n"))
     answer = r.control_line("policy reload")
     if not answer.startswith("ok ") or "+1" not in answer or not os.path.exists(sock):
         errs.append("adding sb3: %r, socket %s" % (answer, os.path.exists(sock)))
+    else:
+        st = os.lstat(sock)
+        if st.st_uid != 65534 or stat.S_IMODE(st.st_mode) != 0o600:
+            errs.append("sb3 (uid: nobody): egress.sock is uid %d mode %o, want 65534 600" % (
+                st.st_uid, stat.S_IMODE(st.st_mode)))
+    r.write(r.base.replace("sandboxes:\n",
+                           "sandboxes:\n  - {id: sb3, profile: other, uid: 4242}\n"))
+    answer = r.control_line("policy reload")
+    if not answer.startswith("error reload_refused") or "sb3's uid changed" not in answer:
+        errs.append("sb3's uid changed: %r, want reload_refused naming it" % answer)
     r.write(r.base)
     answer = r.control_line("policy reload")
     if not answer.startswith("ok ") or "-1" not in answer or os.path.exists(sock):
         errs.append("dropping sb3: %r, socket still there: %s" % (answer, os.path.exists(sock)))
-    r.suite.result("reload: sandboxes the file adds are opened, ones it drops removed", errs)
+    r.suite.result("reload: sandboxes the file adds are opened (a uid's alone with uid), a "
+                   "changed uid refused, ones it drops removed", errs)
 
 
 def check_add_remove(r):

@@ -134,6 +134,8 @@ START_TEST(test_docs_example)
 	ck_assert_uint_eq(cfg.sandboxes_per_user, 1024);
 	ck_assert_uint_eq(cfg.sandbox_count, 2);
 	ck_assert_str_eq(cfg.sandboxes[0].id, "agent-1");
+	ck_assert_uint_eq(cfg.sandboxes[0].agent_uid, 1000);
+	ck_assert_uint_eq(cfg.sandboxes[1].agent_uid, CONFIG_AGENT_ANY);
 	ck_assert_uint_eq(cfg.sandboxes[0].profile, 0);
 	ck_assert_str_eq(cfg.sandboxes[1].id, "bench");
 	ck_assert_uint_eq(cfg.sandboxes[1].profile, 1);
@@ -219,6 +221,27 @@ START_TEST(test_default_policy)
 	char *doc = docs_block("## The built-in policy");
 	ck_assert_str_eq(doc, policy_default_yaml());
 	pool_free(doc);
+}
+END_TEST
+
+/* --- a sandbox's uid --------------------------------------------------------------------- */
+
+START_TEST(test_sandbox_uid)
+{
+	expect_ok(MINIMAL
+		  "sandboxes:\n  - {id: a, profile: p}\n  - {id: b, profile: p, uid: 4242}\n"
+		  "  - {id: c, profile: p, uid: nobody}\n  - {id: d, profile: p, uid: 0}\n");
+	ck_assert_uint_eq(cfg.sandbox_count, 4);
+	ck_assert_uint_eq(cfg.sandboxes[0].agent_uid, CONFIG_AGENT_ANY);
+	ck_assert_uint_eq(cfg.sandboxes[1].agent_uid, 4242);
+	ck_assert_uint_eq(cfg.sandboxes[2].agent_uid, 65534);
+	ck_assert_uint_eq(cfg.sandboxes[3].agent_uid, 0);
+	expect_error(MINIMAL "sandboxes:\n  - {id: a, profile: p, uid: an-no-such-user}\n",
+		     "t.yaml:10:30: uid \"an-no-such-user\": no such user");
+	expect_error(MINIMAL "sandboxes:\n  - {id: a, profile: p, uid: 4294967295}\n",
+		     "t.yaml:10:30: uid \"4294967295\": no such user");
+	expect_error(MINIMAL "sandboxes:\n  - {id: a, profile: p, uid: [1]}\n",
+		     "t.yaml:10:30: uid must be a number or a user name");
 }
 END_TEST
 
@@ -1424,6 +1447,7 @@ int main(void)
 	tcase_add_test(tc, test_rule_limits_docs);
 	tcase_add_test(tc, test_default_policy);
 	tcase_add_test(tc, test_sandbox_uids);
+	tcase_add_test(tc, test_sandbox_uid);
 	tcase_add_test(tc, test_unknown_keys);
 	tcase_add_test(tc, test_duplicate_keys);
 	tcase_add_test(tc, test_missing_keys);
