@@ -17,6 +17,7 @@
  * Grammar (docs/control.md):
  *   ping                       -> ok agentsnetd <version>
  *   sandbox add <id> <profile> -> ok <directory>
+ *   sandbox add <id> <profile> uid <uid> -> ok <directory>: its egress socket <uid>'s (0600)
  *   sandbox add <id> <profile> owned [<uid>] -> the same, tied to the caller's process,
  *                              for an agent running as <uid> (default: the caller's)
  *   sandbox add <id> <profile> owned new -> ok uid <uid> <directory>: root only, a uid
@@ -336,6 +337,14 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 			answer_add(&a, "ok agentsnetd %s\n", CONTROL_VERSION);
 		} else if (sandbox && count == 4 && strcmp(w[1], "add") == 0) {
 			handle_add(e, w[2], w[3], NULL, who, ENGINE_AGENT_ANY, &a);
+		} else if (sandbox && count == 6 && strcmp(w[1], "add") == 0 &&
+			   strcmp(w[4], "uid") == 0) {
+			if (!uid_parse(w[5], &agent_uid) || agent_uid >= ENGINE_AGENT_NEW)
+				answer_add(&a,
+					   "error bad_request the agent's uid is a number below "
+					   "4294967294\n");
+			else
+				handle_add(e, w[2], w[3], NULL, who, agent_uid, &a);
 		} else if (sandbox && (count == 5 || count == 6) && strcmp(w[1], "add") == 0 &&
 			   strcmp(w[4], "owned") == 0) {
 			if (owner == NULL || owner->pid <= 0)

@@ -24,6 +24,7 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,7 +61,7 @@ static_assert(SANDBOX_MEMORY_MAX_DEFAULT == 4ull << 30, "usage text: --memory-ma
 
 static const char usage_text[] =
     "usage: agentsnet ca init --dir DIR [--days N] [--force] [--roots FILE]\n"
-    "       agentsnet sandbox add ID [--profile NAME] [--socket-dir DIR]\n"
+    "       agentsnet sandbox add ID [--profile NAME] [--uid UID] [--socket-dir DIR]\n"
     "       agentsnet sandbox rm ID [--socket-dir DIR]\n"
     "       agentsnet sandbox ls [--socket-dir DIR]\n"
     "       agentsnet policy reload|status [--socket-dir DIR]\n"
@@ -321,11 +322,12 @@ static int control_main(int argc, char **argv)
 	static const struct option longs[] = {
 		{ "socket-dir", required_argument, NULL, 's' },
 		{ "profile", required_argument, NULL, 'p' },
+		{ "uid", required_argument, NULL, 'u' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *socket_dir = default_socket_dir(), *profile = NULL;
-	const char *words[4] = { argv[0] };
+	const char *socket_dir = default_socket_dir(), *profile = NULL, *uid = NULL;
+	const char *words[6] = { argv[0] };
 	struct ctl_reply r;
 	int opt, n = 1;
 
@@ -337,6 +339,8 @@ static int control_main(int argc, char **argv)
 			socket_dir = optarg;
 		else if (opt == 'p')
 			profile = optarg;
+		else if (opt == 'u')
+			uid = optarg;
 		else if (opt == 'h')
 			return fputs(usage_text, stdout) >= 0 ? 0 : 1;
 		else
@@ -348,10 +352,21 @@ static int control_main(int argc, char **argv)
 	bool single = strcmp(argv[0], "ping") == 0 || strcmp(argv[0], "stats") == 0;
 	bool add = strcmp(argv[0], "sandbox") == 0 && n >= 2 && strcmp(words[1], "add") == 0;
 	if (optind + n - 1 != argc || (single && n != 1) || (!single && n < 2) ||
-	    (profile != NULL && !add))
+	    ((profile != NULL || uid != NULL) && !add))
 		return usage_error("wrong arguments");
 	if (add && n == 3)
 		words[n++] = profile != NULL ? profile : AGENTSNET_PROFILE;
+	/* --uid: the agent's user, by number or name; its egress socket is then that uid's. */
+	char uid_text[16];
+	if (add && uid != NULL && n == 4) {
+		uint32_t id = 0;
+		const struct passwd *pw = uid_parse(uid, &id) ? NULL : getpwnam(uid);
+		if (pw == NULL && !uid_parse(uid, &id))
+			return usage_error("--uid: no such user");
+		snprintf(uid_text, sizeof(uid_text), "%u", pw != NULL ? (unsigned)pw->pw_uid : id);
+		words[n++] = "uid";
+		words[n++] = uid_text;
+	}
 	int rc = control(socket_dir, n, words, &r);
 	if (rc == CTL_EXIT_OK)
 		rc = print_answer(single ? argv[0] : words[1], &r);

@@ -231,6 +231,11 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 	if (strcmp(argv[1], "add") == 0 && argc == 5 && ctl_id_valid(argv[2]) &&
 	    ctl_profile_valid(argv[3]) && strcmp(argv[4], "owned") == 0)
 		return snprintf(out, cap, "sandbox add %s %s owned\n", argv[2], argv[3]);
+	/* A lasting registration for an agent's uid: its egress socket is that uid's. */
+	if (strcmp(argv[1], "add") == 0 && argc == 6 && ctl_id_valid(argv[2]) &&
+	    ctl_profile_valid(argv[3]) && strcmp(argv[4], "uid") == 0 &&
+	    uid_parse(argv[5], &(uint32_t){ 0 }))
+		return snprintf(out, cap, "sandbox add %s %s uid %s\n", argv[2], argv[3], argv[5]);
 	/* And the uid its agent runs as (only it and root may connect), or "new": one of its own. */
 	if (strcmp(argv[1], "add") == 0 && argc == 6 && ctl_id_valid(argv[2]) &&
 	    ctl_profile_valid(argv[3]) && strcmp(argv[4], "owned") == 0 &&

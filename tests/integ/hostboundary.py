@@ -306,6 +306,42 @@ class HostBoundaryTests:
                 self.unpriv_ctl("sandbox rm %s" % sid)
             return errs + self.leftovers(a)
 
+        def added_with_uid():
+            # Root's lasting registration for an agent's uid (a container's, say), by the CLI.
+            errs = []
+            sid = "it-uid-%d" % os.getpid()
+            self.ids.add(sid)  # the connection below leaves a close record under it
+            p = subprocess.run(self.host_cmd([self.vars["agentsnet"], "sandbox", "add", sid,
+                                              "--profile", "other", "--uid", str(OTHER_UID),
+                                              "--socket-dir", self.vars["sock_dir"]]),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
+                               check=False)
+            path = os.path.join(self.vars["sock_dir"], "sandboxes", sid, "egress.sock")
+            try:
+                if p.returncode != 0:
+                    return ["agentsnet sandbox add --uid: exit %d, %r" % (
+                        p.returncode, p.stderr.decode()[-300:])]
+                st = os.lstat(path)
+                if st.st_uid != OTHER_UID or stat.S_IMODE(st.st_mode) != 0o600:
+                    errs.append("--uid %d: egress.sock is uid %d mode %o" % (
+                        OTHER_UID, st.st_uid, stat.S_IMODE(st.st_mode)))
+                for uid, want in ((OTHER_UID, "connected"), (self.unpriv_uid, "EACCES")):
+                    got = self.connect_as(uid, path)
+                    if got != want:
+                        errs.append("--uid %d, uid %d connecting: %s, want %s" % (
+                            OTHER_UID, uid, got, want))
+            finally:
+                self.ctl("sandbox rm %s" % sid)
+            got = self.unpriv_ctl("sandbox add %s other uid %d" % (sid, OTHER_UID))
+            if not got.startswith("error forbidden uid %d may register sandboxes for its own "
+                                  "uid only" % self.unpriv_uid):
+                errs.append("an unprivileged add for uid %d: %r" % (OTHER_UID, got))
+                self.ctl("sandbox rm %s" % sid)
+            return errs
+
+        self.timed("root's agentsnet sandbox add --uid 4242: egress.sock 4242's, 0600 (4242 "
+                   "connects, nobody is refused); an unprivileged caller cannot add for 4242",
+                   added_with_uid)
         self.timed("an egress socket is its agent's uid's alone (0600): another host account "
                    "is refused, the agent's uid connects; no caller registers for another uid",
                    egress_owner)
