@@ -77,16 +77,22 @@ static uint32_t arrivals(struct sched_cqe *batch, uint64_t *seq)
 	return n;
 }
 
+/* A scheduler of KEYS keys and nothing seen yet, and the flood's and the quiet keys'
+ * first completions in <batch>: how many. */
+static uint32_t flood_start(struct sched *s, struct seen *w, struct sched_cqe *batch, uint64_t *seq)
+{
+	memset(w, 0, sizeof(*w));
+	ck_assert_int_eq(sched_init(s, KEYS, 2048, QUANTUM), 0);
+	return arrivals(batch, seq);
+}
+
 START_TEST(test_quiet_keys_are_served_in_the_first_turn)
 {
 	static struct sched_cqe batch[FLOOD + QUIET];
 	static struct seen w;
 	struct sched s;
 	uint64_t seq = 0;
-
-	memset(&w, 0, sizeof(w));
-	ck_assert_int_eq(sched_init(&s, KEYS, 2048, QUANTUM), 0);
-	uint32_t n = arrivals(batch, &seq);
+	uint32_t n = flood_start(&s, &w, batch, &seq);
 	ck_assert_uint_eq(n, FLOOD + QUIET);
 	/* The turn runs a quantum of the flood and every quiet key's completion. */
 	ck_assert_uint_eq(turn(&s, &w, batch, n, 1), QUANTUM + QUIET);
@@ -121,10 +127,7 @@ START_TEST(test_new_quiet_work_beats_an_old_backlog)
 	static struct seen w;
 	struct sched s;
 	uint64_t seq = 0;
-
-	memset(&w, 0, sizeof(w));
-	ck_assert_int_eq(sched_init(&s, KEYS, 2048, QUANTUM), 0);
-	uint32_t n = arrivals(batch, &seq);
+	uint32_t n = flood_start(&s, &w, batch, &seq);
 	(void)turn(&s, &w, batch, n, 1);
 	/* Turn 2: the backlog waits, yet a quiet key's new completion runs in this turn,
 	 * after only a quantum of the flood; the flood's new ones queue behind its old. */

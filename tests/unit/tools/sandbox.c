@@ -535,6 +535,26 @@ static size_t sibling_socket_paths(const char **paths, char (*names)[64], const 
 }
 
 /*
+ * SANDBOX_SOCKET_MASKS_MAX + 300 sibling directories of one socket each under
+ * <parent>, and <rest> sockets in <other>: collapsed into <parent> alone, the
+ * <rest> left to mask one by one.
+ */
+static void collapse_siblings(struct child_ctx *c, const char *parent, const char *other,
+			      size_t rest)
+{
+	static char names[SANDBOX_SOCKET_MASKS_MAX + 400][64];
+	static const char *paths[SANDBOX_SOCKET_MASKS_MAX + 400];
+	char err[512];
+
+	c->ww->n = 0;
+	size_t n = sibling_socket_paths(paths, names, parent, SANDBOX_SOCKET_MASKS_MAX + 300);
+	n = socket_paths(paths, names, n, other, rest);
+	ck_assert_int_eq(sockets_collapse(c, paths, n, err, sizeof(err)), (long)rest);
+	ck_assert_uint_eq(c->ww->n, 1);
+	ck_assert(is_masked(c->ww, parent));
+}
+
+/*
  * More host sockets left in view than the sandbox masks one by one: the
  * directories holding the most are hidden whole, never one holding what the
  * run keeps, nor /; when that is not enough the run is refused, saying why.
@@ -572,20 +592,10 @@ START_TEST(sockets_collapse_dirs)
 	 * where they can write): hidden at their common parent in one step, not one
 	 * directory at a time until SANDBOX_WW_MAX runs out.
 	 */
-	c.ww->n = 0;
-	n = sibling_socket_paths(paths, names, "/var/lib/att", MANY + 300);
-	n = socket_paths(paths, names, n, "/var/lib/svc", 4);
-	ck_assert_int_eq(sockets_collapse(&c, paths, n, err, sizeof(err)), 4);
-	ck_assert_uint_eq(c.ww->n, 1);
-	ck_assert(is_masked(c.ww, "/var/lib/att"));
+	collapse_siblings(&c, "/var/lib/att", "/var/lib/svc", 4);
 	/* The same under a directory the run keeps: hidden one level down instead. */
-	c.ww->n = 0;
 	ww_keep(c.ww, "/var/lib/att/d0/work", "the working directory");
-	n = sibling_socket_paths(paths, names, "/var/lib/att/x", MANY + 300);
-	n = socket_paths(paths, names, n, "/var/lib/att/d0", 2);
-	ck_assert_int_eq(sockets_collapse(&c, paths, n, err, sizeof(err)), 2);
-	ck_assert_uint_eq(c.ww->n, 1);
-	ck_assert(is_masked(c.ww, "/var/lib/att/x"));
+	collapse_siblings(&c, "/var/lib/att/x", "/var/lib/att/d0", 2);
 	c.ww->n_keep = 1;
 
 	/* Only the kept directory (and /) hold them: refused. */
