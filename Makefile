@@ -65,7 +65,7 @@ build/san/agentsnetd: build/san/tools/agentsnetd.o build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/cgroup.o tools/check.o tools/ctl.o \
+AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/check.o tools/ctl.o \
 	tools/hostsock.o tools/ptyrelay.o tools/runenv.o tools/sandbox.o tools/selftest.o
 build/rel/agentsnet: $(AGENTSNET_OBJ:%=build/rel/%) build/rel/libagentsnet.a
 	@$(if $(Q),echo "  LD      $@")

@@ -22,6 +22,9 @@
  *                              for an agent running as <uid> (default: the caller's)
  *   sandbox add <id> <profile> owned new -> ok uid <uid> <directory>: root only, a uid
  *                              of daemon.sandbox_uids that is this sandbox's alone
+ *   sandbox limit <id> <pids_max> <memory_max_bytes> -> ok: from the process that owns
+ *                              <id>, a cgroup with those limits the caller is moved into
+ *                              (core/runlimit.h; 0: no limit of that kind)
  *   sandbox rm <id>            -> ok
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <directory>"
  *   sandbox url <id>           -> ok <public URL> (or error no_ingress / no_such_sandbox)
@@ -35,6 +38,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -421,6 +425,63 @@ static void send_reply(int sock, const char *reply, size_t len, int fd)
 	}
 }
 
+/* <text> as a decimal uint64_t (digits only, no overflow). */
+static bool u64_parse(const char *text, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (*text == '\0' || strlen(text) > 20)
+		return false;
+	for (; *text != '\0'; text++) {
+		if (*text < '0' || *text > '9' || v > (UINT64_MAX - (uint64_t)(*text - '0')) / 10)
+			return false;
+		v = v * 10 + (uint64_t)(*text - '0');
+	}
+	*out = v;
+	return true;
+}
+
+/*
+ * `sandbox limit <id> <pids_max> <memory_max_bytes>` from <peer_pid> on <sock>:
+ * answered here rather than in control_handle, since it acts on the caller's
+ * process (core/runlimit.h).
+ */
+static void handle_limit(struct control *ctl, char *line, int sock, pid_t peer_pid,
+			 struct answer *a)
+{
+	char *w[6], err[PATH_MAX + 128];
+	uint64_t pids_max = 0, memory_max = 0;
+
+	int count = split_words(line, w, 6);
+	if (count != 5 || !u64_parse(w[3], &pids_max) || !u64_parse(w[4], &memory_max)) {
+		answer_add(a, "error bad_request sandbox limit <id> <pids_max> "
+			      "<memory_max_bytes>, both decimal\n");
+		return;
+	}
+	if (!engine_sandbox_id_valid(w[2])) {
+		answer_add(a, "error bad_id sandbox ids are [A-Za-z0-9_.-]{1,63}, not "
+			      "starting with '.'\n");
+		return;
+	}
+	int ret = runlimit_apply(&ctl->limits, ctl->e, w[2], sock, peer_pid, pids_max, memory_max,
+				 err, sizeof(err));
+	const char *code = ret == -ENOENT       ? "no_such_sandbox"
+			   : ret == -EACCES     ? "forbidden"
+			   : ret == -EEXIST     ? "exists"
+			   : ret == -EINVAL     ? "bad_request"
+			   : ret == -EOPNOTSUPP ? "unsupported"
+						: "internal";
+	if (ret == 0) {
+		log_info("sandbox %s: cgroup made for its run (pid %d): pids %" PRIu64
+			 " memory %" PRIu64,
+			 w[2], (int)peer_pid, pids_max, memory_max);
+		answer_add(a, "ok\n");
+	} else {
+		log_warn("sandbox %s: cgroup for pid %d refused: %s", w[2], (int)peer_pid, err);
+		answer_add(a, "error %s %s\n", code, err);
+	}
+}
+
 /* Reads one line (up to '\n' or EOF) within the socket's receive timeout. */
 static ssize_t read_line(int fd, char *buf, size_t cap)
 {
@@ -486,8 +547,17 @@ static void serve_one(struct control *ctl, int fd)
 	ssize_t n = read_line(fd, line, sizeof(line));
 	int pass_fd = -1;
 	/* A caller the kernel cannot name is nobody the daemon may act for. */
-	char *out =
-	    n < 0 || !known ? NULL : control_handle(ctl->e, line, &owner, &who, &len, &pass_fd);
+	char *out = NULL;
+	if (n >= 0 && known && strncmp(line, "sandbox limit ", 14) == 0) {
+		struct answer a = { .fd = -1 };
+		handle_limit(ctl, line, fd, cred.pid, &a);
+		out = a.failed ? NULL : a.p;
+		len = a.len;
+		if (a.failed)
+			AN_FREE(&a.p);
+	} else if (n >= 0 && known) {
+		out = control_handle(ctl->e, line, &owner, &who, &len, &pass_fd);
+	}
 	const char *reply = out;
 	if (!known) {
 		reply = "error forbidden the caller's credentials cannot be read\n";
@@ -534,6 +604,7 @@ static void *control_main(void *arg)
 			/* On a clock, not on idleness: a busy socket must not starve it. */
 			engine_sandbox_reap_orphans(ctl->e);
 			engine_policy_collect(ctl->e);
+			runlimit_collect(&ctl->limits, ctl->e);
 			next_reap = now_ms() + CONTROL_REAP_INTERVAL_MS;
 		}
 		if (n <= 0 || (p[0].revents & POLLIN) == 0)
@@ -588,6 +659,7 @@ void control_stop(struct control *ctl)
 	ssize_t n = write(ctl->stop_fd, &one, sizeof(one));
 	AN_ASSERT(n == (ssize_t)sizeof(one));
 	pthread_join(ctl->thread, NULL);
+	runlimit_free(&ctl->limits);
 	close(ctl->stop_fd);
 	close(ctl->listen_fd);
 	unlink(ctl->path);

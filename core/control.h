@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "core/runlimit.h"
+
 struct engine;
 struct engine_owner;
 struct verdict_caller;
@@ -24,6 +26,7 @@ struct control {
 	int stop_fd; /* eventfd: control_stop wakes the thread's poll */
 	pthread_t thread;
 	char path[108];
+	struct runlimits limits; /* the cgroups made for unprivileged runs (core/runlimit.h) */
 };
 
 /*

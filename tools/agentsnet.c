@@ -706,6 +706,36 @@ static bool sandbox_public_url(const struct run_options *o, char *url, size_t ca
 	return got;
 }
 
+/*
+ * sandbox_spec.limits_by_daemon: `sandbox limit <id> <pids> <bytes>`, with
+ * which the daemon moves this process into a cgroup it makes for the
+ * sandbox (core/runlimit.h). <arg> is the run's options.
+ */
+static int limits_by_daemon(void *arg, uint64_t pids_max, uint64_t memory_max_bytes, char *err,
+			    size_t err_len)
+{
+	const struct run_options *o = arg;
+	char pids[24], bytes[24], path[PATH_MAX], req[CTL_REQUEST_BYTES_MAX];
+	struct ctl_reply r = { 0 };
+
+	AN_ASSERT(o->id != NULL);
+	snprintf(pids, sizeof(pids), "%" PRIu64, pids_max);
+	snprintf(bytes, sizeof(bytes), "%" PRIu64, memory_max_bytes);
+	const char *words[] = { "sandbox", "limit", o->id, pids, bytes };
+	if (ctl_request_format(req, sizeof(req), (int)AN_ARRAY_LEN(words), words) < 0) {
+		snprintf(err, err_len, "bad request");
+		return -EINVAL;
+	}
+	control_path(o->socket_dir, path, sizeof(path));
+	int ret = ctl_call(path, req, CTL_TIMEOUT_MS_DEFAULT, &r, err, err_len);
+	if (ret == 0 && !r.ok) {
+		snprintf(err, err_len, "error %s: %s", r.code, r.text);
+		ret = -EACCES;
+	}
+	ctl_reply_free(&r);
+	return ret;
+}
+
 /* The bridge's status as ours; a death by signal is repeated on ourselves. */
 static int exit_status(int wstatus)
 {
@@ -817,6 +847,8 @@ static void run_spec(const struct run_options *o, struct sandbox_spec *spec, con
 	spec->cmd = o->cmd;
 	spec->envp = o->env->vars;
 	spec->limits = o->limits;
+	spec->limits_by_daemon = limits_by_daemon;
+	spec->limits_by_daemon_arg = (void *)o;
 	spec->public_url = o->public_url;
 }
 

@@ -27,6 +27,7 @@
 
 #include "core/an.h"
 #include "core/audit.h"
+#include "core/cgroup.h"
 #include "core/config.h"
 #include "core/control.h"
 #include "core/dns.h"
@@ -430,6 +431,11 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		policy_free(pol);
 		return 1;
 	}
+	/* While we have one thread: the cgroups of unprivileged runs need the hierarchies in view. */
+	if (geteuid() == 0 && (ret = cgroup_hierarchies_ensure()) != 0)
+		log_warn("no cgroup hierarchy in view (%s): unprivileged runs without a delegated "
+			 "cgroup get no memory limit",
+			 strerror(-ret));
 	ret = audit_open(cfg->audit_path, cfg->workers + 1, &audit);
 	if (ret != 0) {
 		log_error("audit %s: %s", cfg->audit_path, strerror(-ret));

@@ -207,6 +207,14 @@ int ctl_ls_check(const struct ctl_reply *r)
 	return 0;
 }
 
+/* 1 to 20 decimal digits. */
+static bool decimal_valid(const char *text)
+{
+	size_t len = strspn(text, "0123456789");
+
+	return len > 0 && len <= 20 && text[len] == '\0';
+}
+
 static int format_checked(char *out, size_t cap, int argc, const char *const *argv)
 {
 	AN_ASSERT(argc >= 1);
@@ -242,6 +250,10 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 	    (strcmp(argv[5], "new") == 0 || uid_parse(argv[5], &(uint32_t){ 0 })))
 		return snprintf(out, cap, "sandbox add %s %s owned %s\n", argv[2], argv[3],
 				argv[5]);
+	/* The run's cgroup, made by the daemon (core/runlimit.h): two decimal limits. */
+	if (strcmp(argv[1], "limit") == 0 && argc == 5 && ctl_id_valid(argv[2]) &&
+	    decimal_valid(argv[3]) && decimal_valid(argv[4]))
+		return snprintf(out, cap, "sandbox limit %s %s %s\n", argv[2], argv[3], argv[4]);
 	return -EINVAL;
 }
 

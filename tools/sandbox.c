@@ -13,7 +13,7 @@
  *
  * Before the clone the parent lists the host's world-writable directories
  * (below), makes the sandbox's cgroup when spec->limits asks for one
- * (tools/cgroup.h), and opens a pty when a std descriptor is a terminal
+ * (core/cgroup.h), and opens a pty when a std descriptor is a terminal
  * (tools/ptyrelay.h). The child first blocks on a "go" byte, the first byte of
  * the alive pipe, which the parent writes once it has moved the child into the
  * cgroup: nothing of the agent's ever runs outside it, and then unshares a
@@ -26,10 +26,11 @@
  * host-side one ptyrelay_open made; its slave goes on the std descriptors that
  * were terminals, its master back to the parent over a socket (SCM_RIGHTS),
  * which relays that one instead.
- * Without a usable cgroup (unprivileged, not delegated) the pids limit falls
- * back to RLIMIT_NPROC, which in a user namespace of its own counts this
- * sandbox's processes only; memory then is not limited (one line on stderr says
- * so). RLIMIT_NPROC never binds host uid 0, so a caller that is root without
+ * Without a usable cgroup (unprivileged, not delegated) the daemon makes one
+ * and moves this process into it (spec->limits_by_daemon, core/runlimit.h), so
+ * the child is born there; the pids limit is also RLIMIT_NPROC, which in a user
+ * namespace of its own counts this sandbox's processes only. Only where the
+ * daemon cannot either is memory not limited (one line on stderr says so). RLIMIT_NPROC never binds host uid 0, so a caller that is root without
  * CAP_SYS_ADMIN gets no pids limit that way either.
  *
  * Setup order matters: the uid/gid maps first (the child writes its own, "deny"
@@ -2112,13 +2113,23 @@ static int limits_apply(const struct sandbox_spec *s, struct sandbox *sb, uint64
 		return ret;
 	}
 	*nproc_max = lim->pids_max;
+	char daemon_err[SANDBOX_ERROR_BYTES];
+	daemon_err[0] = '\0';
+	/* The caller, moved in with the sandbox, counts as one more process. */
+	uint64_t pids_with_caller = lim->pids_max > 0 ? lim->pids_max + 1 : 0;
+	if (s->limits_by_daemon != NULL &&
+	    s->limits_by_daemon(s->limits_by_daemon_arg, pids_with_caller, lim->memory_max_bytes,
+				daemon_err, sizeof(daemon_err)) == 0) {
+		err[0] = '\0';
+		return 0;
+	}
 	/* RLIMIT_NPROC never binds host uid 0 (the kernel exempts INIT_USER). */
 	bool pids_unbound = lim->pids_max > 0 && s->user.uid == 0;
 	if (lim->memory_max_bytes > 0 || pids_unbound)
 		fprintf(stderr,
 			"agentsnet: warning: no cgroup of its own for this sandbox (%s; none is "
-			"delegated to this user): %s\n",
-			err,
+			"delegated to this user%s%s): %s\n",
+			err, daemon_err[0] != '\0' ? "; agentsnetd: " : "", daemon_err,
 			pids_unbound ? "neither its memory nor its processes are limited"
 				     : "its memory is not limited (its processes are, with "
 				       "RLIMIT_NPROC)");

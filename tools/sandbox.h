@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "tools/cgroup.h"
+#include "core/cgroup.h"
 #include "tools/ptyrelay.h"
 
 /* Where the sandbox's directory appears inside, on a fresh tmpfs over /run. */
@@ -94,6 +94,16 @@ struct sandbox_spec {
 	 */
 	char *const *envp;
 	struct sandbox_limits limits;
+	/*
+	 * When not NULL: asked for <limits> when this process can make no cgroup
+	 * (unprivileged, none delegated), before the sandbox starts. It has the
+	 * daemon make one and move this process into it (`sandbox limit`,
+	 * core/runlimit.h), so the sandbox is born there; <pids_max> counts this
+	 * process too. 0, or -errno with <err> (the run then warns, as without it).
+	 */
+	int (*limits_by_daemon)(void *arg, uint64_t pids_max, uint64_t memory_max_bytes, char *err,
+				size_t err_len);
+	void *limits_by_daemon_arg;
 	/*
 	 * With a user namespace (unprivileged caller): <user>'s uid and gid are
 	 * the caller's own, mapped to 0 inside. Without (privileged caller): the

@@ -48,6 +48,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 
 RACE_SECONDS = 10
 RACE_TIMEOUT_S = RACE_SECONDS + 60
@@ -211,6 +212,98 @@ while True:
     data += got
 sys.stdout.write(data.decode())
 """
+
+# t_run_cgroup's caller, run as the unprivileged account: argv = control socket, sandbox id,
+# a root-registered sandbox's id. Registers <id> owned, tries what must be refused, then
+# has the daemon limit it and tries to exceed the limits. Prints one JSON object.
+RUN_CGROUP_PY = r"""
+import json, os, socket, sys, time
+ctl, sid, roots = sys.argv[1:4]
+MIB = 1024 * 1024
+
+def call(line):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(ctl)
+    s.sendall(line.encode() + b"\n")
+    data = b""
+    while True:
+        got = s.recv(65536)
+        if not got:
+            break
+        data += got
+    s.close()
+    return data.decode().splitlines()[0] if data else "(no answer)"
+
+def in_child(fn):
+    # fn() in a forked child; its exit status (or -signal).
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(fn())
+        except BaseException:
+            os._exit(99)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+def cgroups():
+    with open("/proc/self/cgroup") as f:
+        return [l.strip() for l in f if ":pids:" in l or ":memory:" in l or l.startswith("0::")]
+
+out = {"before": cgroups()}
+out["add"] = call("sandbox add %s other owned" % sid)
+# Another process of the same account is not the owner.
+out["from_child"] = in_child(lambda: 0 if call("sandbox limit %s 16 %d" % (sid, 64 * MIB))
+                             .startswith("error forbidden") else 1)
+out["roots"] = call("sandbox limit %s 16 %d" % (roots, 64 * MIB))
+out["missing"] = call("sandbox limit %s-none 16 %d" % (sid, 64 * MIB))
+out["none"] = call("sandbox limit %s 0 0" % sid)
+out["junk"] = call("sandbox limit %s 16 64M" % sid)
+out["limit"] = call("sandbox limit %s 16 %d" % (sid, 64 * MIB))
+out["again"] = call("sandbox limit %s 16 %d" % (sid, 64 * MIB))
+out["after"] = cgroups()
+
+def touch(n):
+    b = bytearray(n)
+    for i in range(0, n, 4096):
+        b[i] = 1
+    return 0
+out["touch_16m"] = in_child(lambda: touch(16 * MIB))
+out["touch_128m"] = in_child(lambda: touch(128 * MIB))
+
+def fork_many():
+    kids, refused = [], 0
+    for _ in range(40):
+        try:
+            pid = os.fork()
+        except OSError:
+            refused += 1
+            continue
+        if pid == 0:
+            time.sleep(3)
+            os._exit(0)
+        kids.append(pid)
+    for pid in kids:
+        os.waitpid(pid, 0)
+    return min(refused, 100)
+out["forks_refused"] = in_child(fork_many)
+out["rm"] = call("sandbox rm %s" % sid)
+print(json.dumps(out))
+"""
+
+
+def cgroup_dirs(lines):
+    """The host's directories of the /proc/<pid>/cgroup <lines> (v1 pids and memory, or
+    v2), as the host's /sys/fs/cgroup shows them."""
+    dirs = []
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        if ctrls == "":
+            dirs.append("/sys/fs/cgroup" + path)
+        for name in ("pids", "memory"):
+            if name in ctrls.split(","):
+                dirs.append("/sys/fs/cgroup/%s%s" % (name, path))
+    return dirs
 
 
 class HostBoundaryTests:
@@ -503,6 +596,61 @@ class HostBoundaryTests:
     def connect_as(self, uid, path):
         """Connects to the Unix socket <path> as <uid>: "connected" or the errno's name."""
         return self.run_as(uid, CONNECT_PY, path)
+
+    def t_run_cgroup(self):
+        def run_cgroup():
+            sid = "it-cg-%d" % os.getpid()
+            p = subprocess.run(self.host_cmd(["python3", "-c", RUN_CGROUP_PY, self.vars["control"],
+                                              sid, "it-parked"],
+                                             (self.unpriv_uid, self.unpriv_uid)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=90,
+                               check=False)
+            try:
+                out = json.loads(p.stdout.decode().splitlines()[-1])
+            except (IndexError, ValueError):
+                return ["the caller printed nothing: exit %d, %s" % (
+                    p.returncode, p.stderr.decode()[-800:])]
+            errs = []
+            want = {"add": "ok ", "roots": "error forbidden", "missing": "error no_such_sandbox",
+                    "none": "error bad_request", "junk": "error bad_request", "limit": "ok",
+                    "again": "error exists", "rm": "ok"}
+            for key, prefix in want.items():
+                if not out[key].startswith(prefix):
+                    errs.append("%s: %r, want %r..." % (key, out[key], prefix))
+            if out["from_child"] != 0:
+                errs.append("a second process of the same account was not refused")
+            name = "/agentsnet/%s." % sid
+            # v1 (pids and memory lines) or v2 (the 0:: line, when there is no v1 line).
+            v1 = [l for l in out["after"] if not l.startswith("0::")]
+            limited = v1 or out["after"]
+            moved = [l for l in limited if name in l]
+            if len(moved) != len(limited) or not moved:
+                errs.append("the caller's cgroups after the limit: %r (before: %r)" % (
+                    out["after"], out["before"]))
+            if out["touch_16m"] != 0:
+                errs.append("16 MiB under a 64 MiB limit: exit %r" % out["touch_16m"])
+            if out["touch_128m"] != -9:
+                errs.append("128 MiB under a 64 MiB limit: exit %r, want the OOM kill (-9)"
+                            % out["touch_128m"])
+            # 16 pids: the caller, the forking child and 14 more; 40 forks, 26 refused.
+            if not 20 <= out["forks_refused"] <= 30:
+                errs.append("40 forks under pids 16: %r refused, want about 26"
+                            % out["forks_refused"])
+            # The daemon removes the cgroup once the sandbox is gone and the caller exited.
+            dirs = cgroup_dirs(moved)
+            deadline = time.monotonic() + 5
+            while any(os.path.exists(d) for d in dirs) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            left = [d for d in dirs if os.path.exists(d)]
+            if left:
+                errs.append("cgroups left 5 s after the caller ended: %r" % left)
+            return errs
+
+        self.timed("`sandbox limit`: the daemon makes an unprivileged run's cgroup and moves "
+                   "the caller in (64 MiB: 128 MiB is OOM-killed; 16 pids: forks refused); "
+                   "refused to another process of the account, for root's sandbox, twice, "
+                   "without limits; removed after",
+                   run_cgroup)
 
     def unpriv_ctl(self, line):
         """One control request as the unprivileged account; the answer's first line."""

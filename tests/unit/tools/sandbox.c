@@ -38,7 +38,6 @@
  * masked, the walk going on elsewhere), and once on the host, timed.
  */
 #include "../../../tools/sandbox.c"
-#include "../../../tools/cgroup.c"
 #include "../../../tools/hostsock.c"
 #include "../../../tools/ptyrelay.c"
 

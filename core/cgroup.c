@@ -1,5 +1,5 @@
 /*
- * The cgroup of one sandbox (tools/cgroup.h): make <base>/agentsnet/<id> in
+ * The cgroup of one sandbox (core/cgroup.h): make <base>/agentsnet/<id> in
  * the v1 pids and memory hierarchies, or once in the cgroup2 tree, write the
  * limits, move the sandbox's first process in, remove the directories after.
  *
@@ -34,7 +34,7 @@
  * which takes the version and an environment: the unit tests run the making
  * on plain directories, with hooks standing in for the kernel's files.
  */
-#include "tools/cgroup.h"
+#include "core/cgroup.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,6 +79,7 @@ struct cgroup_req {
 	const char *id;
 	uint64_t pids_max;
 	uint64_t memory_max_bytes;
+	pid_t nest_pid; /* v1: whose own cgroup the sandbox's is made under (0: ours) */
 	const struct cgroup_env *env;
 	char *err;
 	size_t err_len;
@@ -332,15 +333,19 @@ static int v1_hierarchy_open(int root_fd, const struct cgroup_env *env, const ch
 }
 
 /*
- * v1: the caller's own cgroup in the hierarchy whose controllers include <name>, from
- * /proc/self/cgroup ("N:pids:/a/b"), into <out>; "/" when it is not listed.
+ * v1: the cgroup of process <pid> (0: ours) in the hierarchy whose controllers include
+ * <name>, from /proc/<pid>/cgroup ("N:pids:/a/b"), into <out>; "/" when it is not listed.
  */
-static int own_v1_path(const char *name, char *out, size_t cap)
+static int own_v1_path(const char *name, pid_t pid, char *out, size_t cap)
 {
-	char line[PATH_MAX + 64];
+	char line[PATH_MAX + 64], proc[40];
 	int rc = -ENOENT;
 
-	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (pid > 0)
+		snprintf(proc, sizeof(proc), "/proc/%d/cgroup", (int)pid);
+	else
+		snprintf(proc, sizeof(proc), "/proc/self/cgroup");
+	FILE *f = fopen(proc, "re");
 	if (f == NULL)
 		return -errno;
 	while (rc != 0 && fgets(line, sizeof(line), f) != NULL) {
@@ -363,15 +368,16 @@ static int own_v1_path(const char *name, char *out, size_t cap)
 }
 
 /*
- * v1: descends from the hierarchy <base> (<base_fd>, taken) into the caller's own cgroup
- * there, so that a sandbox stays inside the limits its caller had (a container's, a
- * session's); <base> grows by that path. Returns the new descriptor or -errno.
+ * v1: descends from the hierarchy <base> (<base_fd>, taken) into the own cgroup there of
+ * process <pid> (0: ours), so that a sandbox stays inside the limits its caller had (a
+ * container's, a session's); <base> grows by that path. Returns the new descriptor or
+ * -errno.
  */
-static int v1_nest_own(int base_fd, char *base, size_t cap, const char *name)
+static int v1_nest_own(int base_fd, char *base, size_t cap, const char *name, pid_t pid)
 {
 	char own[PATH_MAX];
 
-	int rc = own_v1_path(name, own, sizeof(own));
+	int rc = own_v1_path(name, pid, own, sizeof(own));
 	for (char *p = own, *save = NULL, *tok = NULL; rc == 0; p = NULL) {
 		tok = strtok_r(p, "/", &save);
 		if (tok == NULL)
@@ -411,7 +417,7 @@ static int v1_create_one(int root_fd, const char *root, const char *name,
 		return -ENOENT;
 	}
 	if (base_fd >= 0 && rq->env->nest_own)
-		base_fd = v1_nest_own(base_fd, base, sizeof(base), name);
+		base_fd = v1_nest_own(base_fd, base, sizeof(base), name, rq->nest_pid);
 	if (base_fd < 0)
 		return fail(rq->err, rq->err_len, -base_fd, "open", base, NULL);
 	int fd = cgroup_make(base_fd, base, rq, path, PATH_MAX);
@@ -490,8 +496,8 @@ static int v2_create(struct cgroup_sandbox *cg, const char *root, const struct c
 	return rc;
 }
 
-/* rmdir of the cgroup <dir>, retried while it is busy; a <dir> already gone is 0. */
-static int remove_dir(const char *dir, const struct cgroup_env *env)
+/* rmdir of the cgroup <dir>, tried <tries> times while it is busy; a <dir> already gone is 0. */
+static int remove_dir(const char *dir, const struct cgroup_env *env, int tries)
 {
 	char parent[PATH_MAX];
 	const char *slash = strrchr(dir, '/');
@@ -506,7 +512,7 @@ static int remove_dir(const char *dir, const struct cgroup_env *env)
 	if (env->unmaking != NULL)
 		env->unmaking(fd, slash + 1);
 	int rc = -EBUSY;
-	for (int i = 0; i < CGROUP_RMDIR_TRIES && rc == -EBUSY; i++) {
+	for (int i = 0; i < tries && rc == -EBUSY; i++) {
 		const struct timespec pause = { .tv_nsec = CGROUP_RMDIR_PAUSE_NS };
 		if (i > 0)
 			nanosleep(&pause, NULL);
@@ -539,19 +545,27 @@ static void remove_parent_if_empty(const char *dir)
 	close(fd);
 }
 
-static int cgroup_remove_env(struct cgroup_sandbox *cg, const struct cgroup_env *env)
+/*
+ * Removes <cg>'s directories, each tried <tries> times while busy. With <keep_busy> a
+ * directory still busy stays in <cg> (version kept) for a later try; else <cg> is zeroed.
+ */
+static int cgroup_remove_env(struct cgroup_sandbox *cg, const struct cgroup_env *env, int tries,
+			     bool keep_busy)
 {
 	char *const dirs[] = { cg->pids_dir, cg->memory_dir };
 	int rc = 0;
 
 	for (size_t i = 0; i < AN_ARRAY_LEN(dirs); i++) {
-		int one = dirs[i][0] != '\0' ? remove_dir(dirs[i], env) : 0;
+		int one = dirs[i][0] != '\0' ? remove_dir(dirs[i], env, tries) : 0;
 		if (one != 0)
 			rc = one;
 		else if (dirs[i][0] != '\0' && cg->version == 1 && env->nest_own)
 			remove_parent_if_empty(dirs[i]);
+		if (one == 0 || !keep_busy)
+			dirs[i][0] = '\0';
 	}
-	memset(cg, 0, sizeof(*cg));
+	if (cg->pids_dir[0] == '\0' && cg->memory_dir[0] == '\0')
+		memset(cg, 0, sizeof(*cg));
 	return rc;
 }
 
@@ -568,7 +582,7 @@ static int cgroup_create_env(struct cgroup_sandbox *cg, const char *root, int ve
 		rq->err[0] = '\0';
 	int rc = version == 1 ? v1_create(cg, root, rq) : v2_create(cg, root, rq);
 	if (rc != 0) {
-		cgroup_remove_env(cg, rq->env);
+		cgroup_remove_env(cg, rq->env, CGROUP_RMDIR_TRIES, false);
 		AN_ASSERT(cg->version == 0);
 		return rc;
 	}
@@ -697,10 +711,18 @@ static int mount_hierarchies(void)
 int cgroup_create(struct cgroup_sandbox *cg, const char *root, const char *id, uint64_t pids_max,
 		  uint64_t memory_max_bytes, char *err, size_t err_len)
 {
+	return cgroup_create_under(cg, root, id, 0, pids_max, memory_max_bytes, err, err_len);
+}
+
+int cgroup_create_under(struct cgroup_sandbox *cg, const char *root, const char *id, pid_t nest_pid,
+			uint64_t pids_max, uint64_t memory_max_bytes, char *err, size_t err_len)
+{
+	AN_ASSERT(nest_pid >= 0);
 	const struct cgroup_req rq = {
 		.id = id,
 		.pids_max = pids_max,
 		.memory_max_bytes = memory_max_bytes,
+		.nest_pid = nest_pid,
 		.env = &cgroup_env_kernel,
 		.err = err,
 		.err_len = err_len,
@@ -710,9 +732,10 @@ int cgroup_create(struct cgroup_sandbox *cg, const char *root, const char *id, u
 	memset(cg, 0, sizeof(*cg));
 	int version =
 	    cgroup_detect(root != NULL ? root : CGROUP_ROOT_DEFAULT, base, sizeof(base), &rq);
-	/* Hidden from this mount namespace (ip netns exec): mount them for ourselves. */
-	if (version == -ENOENT && (root == NULL || strcmp(root, CGROUP_ROOT_DEFAULT) == 0) &&
-	    mount_hierarchies() == 0)
+	/* Hidden from this mount namespace (ip netns exec): mount them for ourselves (not for
+	 * another's process: the daemon, threaded, did so at its start). */
+	if (version == -ENOENT && nest_pid == 0 &&
+	    (root == NULL || strcmp(root, CGROUP_ROOT_DEFAULT) == 0) && mount_hierarchies() == 0)
 		version = cgroup_detect(CGROUP_ROOT_DEFAULT, base, sizeof(base), &rq);
 	if (version < 0)
 		return version;
@@ -744,5 +767,27 @@ int cgroup_enter(const struct cgroup_sandbox *cg, pid_t pid, char *err, size_t e
 
 int cgroup_remove(struct cgroup_sandbox *cg)
 {
-	return cgroup_remove_env(cg, &cgroup_env_kernel);
+	return cgroup_remove_env(cg, &cgroup_env_kernel, CGROUP_RMDIR_TRIES, false);
+}
+
+int cgroup_remove_now(struct cgroup_sandbox *cg)
+{
+	AN_ASSERT(cg->version == 1 || cg->version == 2);
+	return cgroup_remove_env(cg, &cgroup_env_kernel, 1, true);
+}
+
+int cgroup_hierarchies_ensure(void)
+{
+	char base[PATH_MAX], err[PATH_MAX + 128];
+	const struct cgroup_req rq = {
+		.id = "-", .env = &cgroup_env_kernel, .err = err, .err_len = sizeof(err)
+	};
+
+	int version = cgroup_detect(CGROUP_ROOT_DEFAULT, base, sizeof(base), &rq);
+	if (version != -ENOENT)
+		return version < 0 ? version : 0;
+	int rc = mount_hierarchies();
+	if (rc == 0)
+		rc = cgroup_detect(CGROUP_ROOT_DEFAULT, base, sizeof(base), &rq);
+	return rc < 0 ? rc : 0;
 }

@@ -1,5 +1,5 @@
 /*
- * Unit tests for tools/cgroup.c: the making on fake hierarchies, then real cgroups.
+ * Unit tests for core/cgroup.c: the making on fake hierarchies, then real cgroups.
  *
  * Fake: cgroup_create_env runs on plain directories under /tmp, with hooks
  * standing in for the kernel (a new cgroup gets its cgroup.procs, pids.max,
@@ -16,17 +16,20 @@
  * OOM-killed touching 64 MiB, and without a limit is not; a live id is
  * refused; nobody can neither make a cgroup nor enter one, and a process put
  * in one cannot leave it or raise its limit once it is nobody; cgroup_remove
- * waits ~1 s on a busy cgroup and then says EBUSY, and removes it once empty.
+ * waits ~1 s on a busy cgroup and then says EBUSY, and removes it once empty;
+ * cgroup_remove_now says EBUSY at once and keeps the cgroup for a later try; on
+ * v1 the daemon's cgroup for another process is made below that process's own.
  * Every cgroup is named agentsnet/unit-<pid>-<test>; main() removes any a
  * failed test left, and fails if a passing one left any.
  *
- * Skipped (each returns early and prints "skip: ..."): the ten real tests
+ * Skipped (each returns early and prints "skip: ..."): the twelve real tests
  * when not root or when the host has no cgroup hierarchy; real_v2_files on a
- * v1 host, so 1 of 21 on this project's test machine (v1 hybrid, its v2 tree
- * has no controller); real_v1_files on a v2 host. The real pids, memory,
- * exists, unprivileged, leave and busy tests run on either version.
+ * v1 host, so 1 of 24 on this project's test machine (v1 hybrid, its v2 tree
+ * has no controller); real_v1_files, real_v1_nested and
+ * real_v1_nested_under_another on a v2 host. The real pids, memory, exists,
+ * unprivileged, leave, busy and remove_now tests run on either version.
  */
-#include "../../../tools/cgroup.c"
+#include "../../../core/cgroup.c"
 
 #include <check.h>
 #include <dirent.h>
@@ -234,12 +237,13 @@ START_TEST(fake_v1_layout)
 	expect_file(cg.memory_dir, "cgroup.procs", "4242");
 
 	struct cgroup_sandbox kept = cg;
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), 0);
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
 	ck_assert_int_eq(cg.version, 0);
 	ck_assert(!exists(kept.pids_dir, NULL));
 	ck_assert(!exists(kept.memory_dir, NULL));
-	ck_assert(exists(want, NULL));                          /* the shared parent stays */
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), 0); /* version 0: nothing to do */
+	ck_assert(exists(want, NULL)); /* the shared parent stays */
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false),
+			 0); /* version 0: nothing to do */
 	fake_root_remove(root);
 }
 END_TEST
@@ -255,11 +259,11 @@ START_TEST(fake_v1_no_limit_no_memsw)
 	ck_assert_int_eq(fake_create(&cg, root, "a", 0, 0, err, sizeof(err)), 0);
 	expect_file(cg.pids_dir, "pids.max", "max");
 	expect_file(cg.memory_dir, "memory.limit_in_bytes", "9223372036854771712");
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), 0);
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
 	ck_assert_int_eq(fake_create(&cg, root, "b", 16, 32 * MIB, err, sizeof(err)), 0);
 	expect_file(cg.memory_dir, "memory.limit_in_bytes", "33554432");
 	ck_assert(!exists(cg.memory_dir, "memory.memsw.limit_in_bytes"));
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), 0);
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
 	fake_root_remove(root);
 }
 END_TEST
@@ -275,7 +279,7 @@ START_TEST(fake_v1_no_memory_hierarchy)
 	ck_assert_str_eq(cg.memory_dir, "");
 	expect_file(cg.pids_dir, "pids.max", "8");
 	ck_assert_int_eq(cgroup_enter(&cg, 0, err, sizeof(err)), 0);
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), 0);
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
 
 	ck_assert_int_eq(fake_create(&cg, root, "b", 8, 64 * MIB, err, sizeof(err)), -ENOENT);
 	snprintf(want, sizeof(want), "%s/memory: no cgroup v1 memory hierarchy", root);
@@ -322,7 +326,7 @@ START_TEST(fake_exists)
 	ck_assert_int_eq(again.version, 0);
 	expect_file(cg.pids_dir, "pids.max", "8");
 	expect_file(cg.memory_dir, "memory.limit_in_bytes", "67108864");
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), 0);
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
 	fake_root_remove(root);
 }
 END_TEST
@@ -354,7 +358,7 @@ START_TEST(fake_symlinks)
 	ck_assert_int_lt(cgroup_enter(&cg, 0, err, sizeof(err)), 0);
 	expect_contains(err, link);
 	expect_file(elsewhere, "cgroup.procs", "");
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), -ENOTDIR);
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), -ENOTDIR);
 	ck_assert(exists(elsewhere, "keep"));
 	fake_root_remove(root);
 }
@@ -399,7 +403,7 @@ START_TEST(fake_v2_layout)
 	expect_file(cg.pids_dir, "memory.oom.group", "1");
 	ck_assert_int_eq(cgroup_enter(&cg, 0, err, sizeof(err)), 0);
 	expect_file(cg.pids_dir, "cgroup.procs", "0");
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), 0);
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
 	ck_assert(!exists(want, NULL));
 	ck_assert(exists(parent, NULL));
 	fake_root_remove(root);
@@ -422,7 +426,7 @@ START_TEST(fake_v2_already_on_no_swap)
 	expect_file(cg.pids_dir, "memory.max", "67108864");
 	ck_assert(!exists(cg.pids_dir, "memory.swap.max"));
 	ck_assert(!exists(cg.pids_dir, "memory.oom.group"));
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), 0);
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
 	fake_root_remove(root);
 }
 END_TEST
@@ -446,7 +450,7 @@ START_TEST(fake_v2_missing_controller)
 	ck_assert_int_eq(fake_create(&cg, root, "b", 0, 64 * MIB, err, sizeof(err)), 0);
 	expect_file(root, "cgroup.subtree_control", "+memory");
 	expect_file(cg.pids_dir, "pids.max", "max");
-	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env), 0);
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
 	fake_root_remove(root);
 }
 END_TEST
@@ -916,6 +920,90 @@ START_TEST(real_v1_nested)
 }
 END_TEST
 
+/* v1: the daemon's cgroup for another process is made below that process's own. */
+START_TEST(real_v1_nested_under_another)
+{
+	struct cgroup_sandbox outer, inner;
+	char id[64], err[512], want[PATH_MAX + 128], c = 'x';
+	int hold[2], ready[2], st;
+
+	if (!real_ready() || real_version() != 1) {
+		printf("skip: real_v1_nested_under_another: the host's cgroups are not v1\n");
+		return;
+	}
+	real_create(&outer, "outer2", 64, 0);
+	ck_assert_int_eq(pipe(hold), 0);
+	ck_assert_int_eq(pipe(ready), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(hold[1]);
+		if (cgroup_enter(&outer, 0, err, sizeof(err)) != 0 || write(ready[1], &c, 1) != 1)
+			_exit(2);
+		_exit(read(hold[0], &c, 1) == 0 ? 0 : 1);
+	}
+	close(hold[0]);
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	int rc = cgroup_create_under(&inner, NULL, unit_id(id, sizeof(id), "under"), pid, 8, 0, err,
+				     sizeof(err));
+	ck_assert_msg(rc == 0, "cgroup_create_under: %d %s", rc, err);
+	snprintf(want, sizeof(want), "%s/%s/%s", outer.pids_dir, CGROUP_PARENT_NAME, id);
+	ck_assert_str_eq(inner.pids_dir, want);
+	ck_assert_int_eq(cgroup_enter(&inner, pid, err, sizeof(err)), 0);
+	close(hold[1]);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(st, 0);
+	real_remove(&inner);
+	real_remove(&outer);
+}
+END_TEST
+
+/* cgroup_remove_now: one try; a busy cgroup stays in <cg> for the next, then goes. */
+START_TEST(real_remove_now)
+{
+	struct cgroup_sandbox cg;
+	char err[512], c = 'x';
+	int hold[2], ready[2], status;
+
+	if (!real_ready())
+		return;
+	real_create(&cg, "now", 8, 32 * MIB);
+	ck_assert_int_eq(pipe(hold), 0);
+	ck_assert_int_eq(pipe(ready), 0);
+	pid_t pid = fork();
+	ck_assert_int_ne(pid, -1);
+	if (pid == 0) {
+		close(hold[1]);
+		if (cgroup_enter(&cg, 0, err, sizeof(err)) != 0 || write(ready[1], &c, 1) != 1)
+			_exit(2);
+		_exit(read(hold[0], &c, 1) == 0 ? 0 : 1);
+	}
+	close(hold[0]);
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	struct cgroup_sandbox kept = cg;
+	ck_assert_int_eq(cgroup_remove_now(&cg), -EBUSY);
+	ck_assert_int_ne(cg.version, 0);
+	ck_assert_str_eq(cg.pids_dir, kept.pids_dir);
+	ck_assert(exists(kept.pids_dir, NULL));
+	close(hold[1]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_int_eq(status, 0);
+	int rc = -EBUSY;
+	for (int i = 0; i < 100 && rc == -EBUSY; i++) {
+		rc = cgroup_remove_now(&cg);
+		if (rc == -EBUSY)
+			usleep(10000);
+	}
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(cg.version, 0);
+	ck_assert(!exists(kept.pids_dir, NULL));
+}
+END_TEST
+
 static Suite *cgroup_suite(void)
 {
 	Suite *s = suite_create("cgroup");
@@ -945,6 +1033,8 @@ static Suite *cgroup_suite(void)
 	tcase_add_test(r, real_cannot_leave);
 	tcase_add_test(r, real_remove_busy);
 	tcase_add_test(r, real_v1_nested);
+	tcase_add_test(r, real_v1_nested_under_another);
+	tcase_add_test(r, real_remove_now);
 	suite_add_tcase(s, r);
 	return s;
 }
@@ -969,7 +1059,7 @@ static int sweep(void)
 		if (parent == NULL) { /* v1: below this process's own cgroup (own_v1_path) */
 			size_t k = i - AN_ARRAY_LEN(parents);
 			char mine[PATH_MAX - 64];
-			if (own_v1_path(names[k], mine, sizeof(mine)) != 0 ||
+			if (own_v1_path(names[k], 0, mine, sizeof(mine)) != 0 ||
 			    strcmp(mine, "/") == 0)
 				continue;
 			snprintf(own[k], sizeof(own[k]), CGROUP_ROOT_DEFAULT "/%s%s/%s", names[k],
@@ -983,7 +1073,7 @@ static int sweep(void)
 			if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
 				continue;
 			snprintf(path, sizeof(path), "%s/%s", parent, e->d_name);
-			int rc = remove_dir(path, &cgroup_env_kernel);
+			int rc = remove_dir(path, &cgroup_env_kernel, CGROUP_RMDIR_TRIES);
 			fprintf(stderr, "cgroup test: left behind: %s (%s)\n", path,
 				rc == 0 ? "removed" : strerror(-rc));
 			left++;

@@ -9,9 +9,13 @@
  * subtree_control of the levels above. cgroup v1 (this project's test machine,
  * and older hosts): <v1 root>/pids/agentsnet/<id> and <v1 root>/memory/agentsnet/<id>.
  * A hybrid host whose v2 tree has no controller uses v1.
+ *
+ * `agentsnet run` makes its sandbox's cgroup itself where it may (root, or a
+ * delegated subtree); for an unprivileged run elsewhere the daemon makes it
+ * (core/runlimit.h), so both link this module.
  */
-#ifndef AN_TOOLS_CGROUP_H
-#define AN_TOOLS_CGROUP_H
+#ifndef AN_CORE_CGROUP_H
+#define AN_CORE_CGROUP_H
 
 #include <limits.h>
 #include <stdbool.h>
@@ -44,6 +48,16 @@ int cgroup_create(struct cgroup_sandbox *cg, const char *root, const char *id, u
 		  uint64_t memory_max_bytes, char *err, size_t err_len);
 
 /*
+ * cgroup_create for another process's sandbox: on v1 the cgroup is made under
+ * process <nest_pid>'s own cgroup of each hierarchy (/proc/<nest_pid>/cgroup;
+ * 0: ours), so it stays inside the limits that process had; v2 as
+ * cgroup_create. For the daemon, which makes the cgroup an unprivileged
+ * `agentsnet run` cannot (core/runlimit.h).
+ */
+int cgroup_create_under(struct cgroup_sandbox *cg, const char *root, const char *id, pid_t nest_pid,
+			uint64_t pids_max, uint64_t memory_max_bytes, char *err, size_t err_len);
+
+/*
  * Moves process <pid> (0: the caller) into <cg>. Call it for the sandbox's
  * first process before that runs anything of the agent's: children follow
  * their parent. Returns 0 or -errno with <err> naming the file.
@@ -58,4 +72,20 @@ int cgroup_enter(const struct cgroup_sandbox *cg, pid_t pid, char *err, size_t e
  */
 int cgroup_remove(struct cgroup_sandbox *cg);
 
-#endif /* AN_TOOLS_CGROUP_H */
+/*
+ * One try of cgroup_remove, for a caller that comes back later: a directory
+ * still busy stays in <cg> (-EBUSY), the removed ones leave it; <cg> is
+ * version 0 once all are gone. Returns 0 or the -errno of the last rmdir.
+ */
+int cgroup_remove_now(struct cgroup_sandbox *cg);
+
+/*
+ * Makes sure this process sees the cgroup hierarchies at CGROUP_ROOT_DEFAULT:
+ * where its mount namespace shows none there (`ip netns exec` mounts a fresh
+ * sysfs), mounts them in a mount namespace of its own, as cgroup_create does.
+ * Call it while the process has one thread (unshare(CLONE_NEWNS) needs that).
+ * Returns 0, or -errno (no hierarchy; -EPERM without CAP_SYS_ADMIN).
+ */
+int cgroup_hierarchies_ensure(void);
+
+#endif /* AN_CORE_CGROUP_H */

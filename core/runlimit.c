@@ -1,0 +1,211 @@
+/*
+ * The daemon's cgroups for unprivileged runs (core/runlimit.h): who may ask,
+ * the move checked through a pidfd, and the removal once the sandbox is gone.
+ */
+#include "core/runlimit.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/an.h"
+#include "core/log.h"
+#include "core/pool.h"
+
+/* getsockopt: a pidfd of the peer as it connected (Linux 6.5; older glibc lacks the name). */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* A pidfd of the control connection's peer: SO_PEERPIDFD, else pidfd_open of <pid>. */
+static int peer_pidfd(int sock, pid_t pid)
+{
+	int fd = -1;
+	socklen_t len = sizeof(fd);
+
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0)
+		return fd;
+	long got = syscall(SYS_pidfd_open, pid, 0);
+	return got < 0 ? -errno : (int)got;
+}
+
+/* Whether the process behind <pidfd> has not exited (a pidfd polls readable once it has). */
+static bool pidfd_alive(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
+}
+
+struct owner_find {
+	const char *id;
+	bool found;
+	struct engine_owner owner;
+};
+
+static void owner_find_one(void *arg, const struct engine_sandbox *sb)
+{
+	struct owner_find *f = arg;
+
+	if (strcmp(sb->id, f->id) == 0) {
+		f->found = true;
+		f->owner = sb->owner;
+	}
+}
+
+/* Whether sandbox <id> is registered, owned by the process <o> names (pid and start). */
+static bool owned_by(struct engine *e, const char *id, const struct engine_owner *o, bool *found)
+{
+	struct owner_find f = { .id = id };
+
+	engine_sandbox_foreach(e, &f, owner_find_one);
+	if (found != NULL)
+		*found = f.found;
+	return f.found && f.owner.pid == o->pid && f.owner.start_ticks == o->start_ticks;
+}
+
+static int list_add(struct runlimits *l, struct runlimit *r)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap == 0 ? 8 : l->cap * 2;
+		struct runlimit **v = pool_realloc(l->v, cap * sizeof(*v));
+		if (v == NULL)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = r;
+	return 0;
+}
+
+static bool list_has(const struct runlimits *l, const char *id, const struct engine_owner *o)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		const struct runlimit *r = l->v[i];
+		if (strcmp(r->id, id) == 0 && r->owner.pid == o->pid &&
+		    r->owner.start_ticks == o->start_ticks)
+			return true;
+	}
+	return false;
+}
+
+/* Makes <r>'s cgroup, nested under <pid>'s own, and moves <pid> in while <pidfd> lives. */
+static int make_and_enter(const struct runlimits *l, struct runlimit *r, pid_t pid, int pidfd,
+			  uint64_t pids_max, uint64_t memory_max_bytes, char *err, size_t err_len)
+{
+	char name[CONFIG_SANDBOX_ID_BYTES_MAX + 16];
+
+	snprintf(name, sizeof(name), "%s.%d", r->id, (int)pid);
+	int rc = cgroup_create_under(&r->cg, l->root, name, pid, pids_max, memory_max_bytes, err,
+				     err_len);
+	if (rc != 0)
+		return rc == -ENOENT ? -EOPNOTSUPP : rc; /* no hierarchy or controller for it */
+	rc = cgroup_enter(&r->cg, pid, err, err_len);
+	/* Alive after the write: the pid was still its own when written (never reused). */
+	if (rc == 0 && !pidfd_alive(pidfd)) {
+		snprintf(err, err_len, "the caller exited while it was moved");
+		rc = -ESRCH;
+	}
+	if (rc != 0)
+		(void)cgroup_remove(&r->cg);
+	return rc;
+}
+
+int runlimit_apply(struct runlimits *l, struct engine *e, const char *id, int sock, pid_t peer_pid,
+		   uint64_t pids_max, uint64_t memory_max_bytes, char *err, size_t err_len)
+{
+	struct engine_owner now = { 0 };
+	bool found = false;
+
+	AN_ASSERT(err_len > 0);
+	err[0] = '\0';
+	if (pids_max == 0 && memory_max_bytes == 0) {
+		snprintf(err, err_len, "no limit asked for");
+		return -EINVAL;
+	}
+	if (peer_pid <= 0) {
+		snprintf(err, err_len, "the caller's process is not known");
+		return -EACCES;
+	}
+	int pidfd = peer_pidfd(sock, peer_pid);
+	if (pidfd < 0) {
+		snprintf(err, err_len, "pidfd of the caller: %s", strerror(-pidfd));
+		return pidfd == -ESRCH ? -ESRCH : -EACCES;
+	}
+	/* Read while the pidfd's process lives: then <now> is that process's, not a successor's. */
+	int rc = engine_owner_of(peer_pid, &now) == 0 && pidfd_alive(pidfd) ? 0 : -ESRCH;
+	if (rc != 0)
+		snprintf(err, err_len, "the caller exited");
+	else if (!owned_by(e, id, &now, &found)) {
+		snprintf(err, err_len,
+			 found ? "sandbox %s is not owned by the calling process" : "no sandbox %s",
+			 id);
+		rc = found ? -EACCES : -ENOENT;
+	} else if (list_has(l, id, &now)) {
+		snprintf(err, err_len, "sandbox %s has its cgroup already", id);
+		rc = -EEXIST;
+	}
+	struct runlimit *r = rc == 0 ? pool_calloc(1, sizeof(*r)) : NULL;
+	if (rc == 0 && r == NULL) {
+		snprintf(err, err_len, "out of memory");
+		rc = -ENOMEM;
+	}
+	if (rc == 0) {
+		snprintf(r->id, sizeof(r->id), "%s", id);
+		r->owner = now;
+		rc =
+		    make_and_enter(l, r, peer_pid, pidfd, pids_max, memory_max_bytes, err, err_len);
+	}
+	if (rc == 0) {
+		rc = list_add(l, r);
+		if (rc != 0) {
+			/* The caller stays in it: leave the cgroup to the kernel's empty-tree rules. */
+			snprintf(err, err_len, "out of memory");
+			(void)cgroup_remove_now(&r->cg);
+		}
+	}
+	if (rc != 0)
+		pool_free(r);
+	close(pidfd);
+	return rc;
+}
+
+void runlimit_collect(struct runlimits *l, struct engine *e)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < l->n; i++) {
+		struct runlimit *r = l->v[i];
+		if (owned_by(e, r->id, &r->owner, NULL)) {
+			l->v[kept++] = r;
+			continue;
+		}
+		int rc = cgroup_remove_now(&r->cg);
+		if (rc == -EBUSY && r->cg.version != 0) {
+			l->v[kept++] = r; /* the caller is still in it: next tick */
+			continue;
+		}
+		if (rc != 0)
+			log_warn("sandbox %s: its cgroup: rmdir: %s", r->id, strerror(-rc));
+		pool_free(r);
+	}
+	l->n = kept;
+}
+
+void runlimit_free(struct runlimits *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		struct runlimit *r = l->v[i];
+		int rc = cgroup_remove_now(&r->cg);
+		if (rc != 0)
+			log_warn("sandbox %s: its cgroup left at stop: %s", r->id, strerror(-rc));
+		pool_free(r);
+	}
+	AN_FREE(&l->v);
+	l->n = 0;
+	l->cap = 0;
+}
