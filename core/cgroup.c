@@ -776,6 +776,69 @@ int cgroup_remove_now(struct cgroup_sandbox *cg)
 	return cgroup_remove_env(cg, &cgroup_env_kernel, 1, true);
 }
 
+/* Whether cgroup <path> (as /proc/<pid>/cgroup shows it) is <parent>/agentsnet/<name>. */
+static bool path_is_named(const char *path, const char *name)
+{
+	size_t len = strlen(path), name_len = strlen(name), parent_len = strlen(CGROUP_PARENT_NAME);
+
+	if (len < name_len + parent_len + 2 || strcmp(path + len - name_len, name) != 0)
+		return false;
+	const char *slash = path + len - name_len - 1;
+	return *slash == '/' && strncmp(slash - parent_len, CGROUP_PARENT_NAME, parent_len) == 0 &&
+	       slash - parent_len > path && slash[-(ptrdiff_t)parent_len - 1] == '/';
+}
+
+int cgroup_of_process(struct cgroup_sandbox *cg, const char *root, pid_t pid, const char *name)
+{
+	char proc[40], line[PATH_MAX + 64], base[PATH_MAX], err[PATH_MAX + 128];
+	const struct cgroup_req rq = {
+		.id = name, .env = &cgroup_env_kernel, .err = err, .err_len = sizeof(err)
+	};
+
+	AN_ASSERT(pid > 0);
+	memset(cg, 0, sizeof(*cg));
+	int version =
+	    cgroup_detect(root != NULL ? root : CGROUP_ROOT_DEFAULT, base, sizeof(base), &rq);
+	if (version < 0)
+		return version;
+	snprintf(proc, sizeof(proc), "/proc/%d/cgroup", (int)pid);
+	FILE *f = fopen(proc, "re");
+	if (f == NULL)
+		return -errno;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *ctrls = strchr(line, ':');
+		char *path = ctrls != NULL ? strchr(ctrls + 1, ':') : NULL;
+		if (path == NULL)
+			continue;
+		*path++ = '\0';
+		ctrls++;
+		path[strcspn(path, "\n")] = '\0';
+		if (!path_is_named(path, name))
+			continue;
+		char *dir = NULL;
+		const char *sub = "";
+		if (version == 2 && ctrls[0] == '\0') {
+			dir = cg->pids_dir;
+		} else if (version == 1) {
+			char list[CGROUP_LIST_BYTES];
+			snprintf(list, sizeof(list), "%s", ctrls);
+			for (char *c = list; *c != '\0'; c++)
+				*c = *c == ',' ? ' ' : *c;
+			dir = has_word(list, "pids")     ? cg->pids_dir
+			      : has_word(list, "memory") ? cg->memory_dir
+							 : NULL;
+			sub = dir == cg->pids_dir ? "/pids" : "/memory";
+		}
+		if (dir != NULL && snprintf(dir, PATH_MAX, "%s%s%s", base, sub, path) >= PATH_MAX)
+			dir[0] = '\0';
+	}
+	fclose(f);
+	if (cg->pids_dir[0] == '\0' && cg->memory_dir[0] == '\0')
+		return -ENOENT;
+	cg->version = version;
+	return 0;
+}
+
 int cgroup_hierarchies_ensure(void)
 {
 	char base[PATH_MAX], err[PATH_MAX + 128];

@@ -80,6 +80,14 @@ int cgroup_remove(struct cgroup_sandbox *cg);
 int cgroup_remove_now(struct cgroup_sandbox *cg);
 
 /*
+ * Fills <cg> with the cgroups process <pid> is in (under <root>, NULL:
+ * CGROUP_ROOT_DEFAULT) whose path ends in agentsnet/<name>: how a restarted
+ * daemon finds again the cgroup it made for a run that is still inside.
+ * Returns 0, -ENOENT (in none of that name), or -errno.
+ */
+int cgroup_of_process(struct cgroup_sandbox *cg, const char *root, pid_t pid, const char *name);
+
+/*
  * Makes sure this process sees the cgroup hierarchies at CGROUP_ROOT_DEFAULT:
  * where its mount namespace shows none there (`ip netns exec` mounts a fresh
  * sysfs), mounts them in a mount namespace of its own, as cgroup_create does.

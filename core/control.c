@@ -638,6 +638,7 @@ int control_start(struct control *ctl, struct engine *e, gid_t group)
 		return fd;
 	}
 	ctl->listen_fd = fd;
+	runlimit_adopt(&ctl->limits, e);
 	ctl->stop_fd = eventfd(0, EFD_CLOEXEC);
 	ret = ctl->stop_fd == -1 ? -errno : -pthread_create(&ctl->thread, NULL, control_main, ctl);
 	if (ret != 0) {
@@ -647,6 +648,7 @@ int control_start(struct control *ctl, struct engine *e, gid_t group)
 		unlink(ctl->path);
 		ctl->stop_fd = -1;
 		ctl->listen_fd = -1;
+		runlimit_free(&ctl->limits);
 	}
 	return ret;
 }

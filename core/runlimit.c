@@ -17,6 +17,9 @@
 #include "core/pool.h"
 
 /* getsockopt: a pidfd of the peer as it connected (Linux 6.5; older glibc lacks the name). */
+/* Owned sandboxes copied out of the table at once by runlimit_adopt. */
+#define RUNLIMIT_ADOPT_BATCH 256
+
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
@@ -172,6 +175,63 @@ int runlimit_apply(struct runlimits *l, struct engine *e, const char *id, int so
 		pool_free(r);
 	close(pidfd);
 	return rc;
+}
+
+struct adopt_list {
+	size_t n;
+	struct {
+		char id[CONFIG_SANDBOX_ID_BYTES_MAX];
+		struct engine_owner owner;
+	} v[RUNLIMIT_ADOPT_BATCH];
+	size_t skip, seen; /* owned sandboxes before this batch, and seen in this walk */
+};
+
+static void adopt_one(void *arg, const struct engine_sandbox *sb)
+{
+	struct adopt_list *a = arg;
+
+	if (sb->owner.pid <= 0)
+		return;
+	if (a->seen++ < a->skip || a->n == RUNLIMIT_ADOPT_BATCH)
+		return;
+	snprintf(a->v[a->n].id, sizeof(a->v[a->n].id), "%s", sb->id);
+	a->v[a->n].owner = sb->owner;
+	a->n++;
+}
+
+void runlimit_adopt(struct runlimits *l, struct engine *e)
+{
+	struct adopt_list *a = pool_calloc(1, sizeof(*a));
+
+	if (a == NULL)
+		return;
+	/* In batches, so the table's lock is never held over a /proc read. */
+	for (bool more = true; more;) {
+		a->n = 0;
+		a->seen = 0;
+		engine_sandbox_foreach(e, a, adopt_one);
+		more = a->seen > a->skip + a->n;
+		a->skip += a->n;
+		for (size_t i = 0; i < a->n; i++) {
+			char name[CONFIG_SANDBOX_ID_BYTES_MAX + 16];
+			struct runlimit *r = pool_calloc(1, sizeof(*r));
+			if (r == NULL)
+				break;
+			snprintf(name, sizeof(name), "%s.%d", a->v[i].id, (int)a->v[i].owner.pid);
+			snprintf(r->id, sizeof(r->id), "%s", a->v[i].id);
+			r->owner = a->v[i].owner;
+			if (cgroup_of_process(&r->cg, l->root, a->v[i].owner.pid, name) != 0 ||
+			    list_add(l, r) != 0) {
+				pool_free(r);
+				continue;
+			}
+			log_info("sandbox %s: its run's cgroup adopted (pid %d)", r->id,
+				 (int)r->owner.pid);
+		}
+		if (a->n == 0)
+			break;
+	}
+	pool_free(a);
 }
 
 void runlimit_collect(struct runlimits *l, struct engine *e)

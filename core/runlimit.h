@@ -60,6 +60,13 @@ struct runlimits {
 int runlimit_apply(struct runlimits *l, struct engine *e, const char *id, int sock, pid_t peer_pid,
 		   uint64_t pids_max, uint64_t memory_max_bytes, char *err, size_t err_len);
 
+/*
+ * At the daemon's start: takes back the cgroups an earlier daemon made for the
+ * owned sandboxes it re-adopted, found where each owner process is now
+ * (agentsnet/<id>.<pid>), so they are removed with their sandbox as well.
+ */
+void runlimit_adopt(struct runlimits *l, struct engine *e);
+
 /* Removes the cgroups of sandboxes that are gone (one try each; busy ones wait a tick). */
 void runlimit_collect(struct runlimits *l, struct engine *e);
 

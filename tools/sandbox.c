@@ -26,11 +26,12 @@
  * host-side one ptyrelay_open made; its slave goes on the std descriptors that
  * were terminals, its master back to the parent over a socket (SCM_RIGHTS),
  * which relays that one instead.
- * Without a usable cgroup (unprivileged, not delegated) the daemon makes one
- * and moves this process into it (spec->limits_by_daemon, core/runlimit.h), so
- * the child is born there; the pids limit is also RLIMIT_NPROC, which in a user
- * namespace of its own counts this sandbox's processes only. Only where the
- * daemon cannot either is memory not limited (one line on stderr says so). RLIMIT_NPROC never binds host uid 0, so a caller that is root without
+ * The cgroup is the daemon's where it can make one (spec->limits_by_daemon,
+ * core/runlimit.h: it moves this process in, so the child is born there, and
+ * removes the cgroup with the sandbox, even after a SIGKILLed run); else our
+ * own. Unprivileged, the pids limit is also RLIMIT_NPROC, which in a user
+ * namespace of its own counts this sandbox's processes only. Only where neither
+ * can make a cgroup is memory not limited (one line on stderr says so). RLIMIT_NPROC never binds host uid 0, so a caller that is root without
  * CAP_SYS_ADMIN gets no pids limit that way either.
  *
  * Setup order matters: the uid/gid maps first (the child writes its own, "deny"
@@ -2101,6 +2102,17 @@ static int limits_apply(const struct sandbox_spec *s, struct sandbox *sb, uint64
 	if (lim->pids_max == 0 && lim->memory_max_bytes == 0)
 		return 0;
 	AN_ASSERT(s->id != NULL);
+	char daemon_err[SANDBOX_ERROR_BYTES];
+	daemon_err[0] = '\0';
+	/* The daemon's cgroup first: it is removed with the sandbox even after a SIGKILLed run.
+	 * The caller, moved in with the sandbox, counts as one more process. */
+	uint64_t pids_with_caller = lim->pids_max > 0 ? lim->pids_max + 1 : 0;
+	if (s->limits_by_daemon != NULL &&
+	    s->limits_by_daemon(s->limits_by_daemon_arg, pids_with_caller, lim->memory_max_bytes,
+				daemon_err, sizeof(daemon_err)) == 0) {
+		*nproc_max = s->userns ? lim->pids_max : 0;
+		return 0;
+	}
 	int ret = cgroup_create(&sb->cgroup, CGROUP_ROOT_DEFAULT, s->id, lim->pids_max,
 				lim->memory_max_bytes, err, err_len);
 	if (ret == 0)
@@ -2109,20 +2121,11 @@ static int limits_apply(const struct sandbox_spec *s, struct sandbox *sb, uint64
 	if (!s->userns || !not_ours) {
 		size_t len = strlen(err);
 		snprintf(err + len, err_len - len,
-			 " (--pids-max 0 --memory-max 0 runs the sandbox without limits)");
+			 "%s%s (--pids-max 0 --memory-max 0 runs the sandbox without limits)",
+			 daemon_err[0] != '\0' ? "; agentsnetd: " : "", daemon_err);
 		return ret;
 	}
 	*nproc_max = lim->pids_max;
-	char daemon_err[SANDBOX_ERROR_BYTES];
-	daemon_err[0] = '\0';
-	/* The caller, moved in with the sandbox, counts as one more process. */
-	uint64_t pids_with_caller = lim->pids_max > 0 ? lim->pids_max + 1 : 0;
-	if (s->limits_by_daemon != NULL &&
-	    s->limits_by_daemon(s->limits_by_daemon_arg, pids_with_caller, lim->memory_max_bytes,
-				daemon_err, sizeof(daemon_err)) == 0) {
-		err[0] = '\0';
-		return 0;
-	}
 	/* RLIMIT_NPROC never binds host uid 0 (the kernel exempts INIT_USER). */
 	bool pids_unbound = lim->pids_max > 0 && s->user.uid == 0;
 	if (lim->memory_max_bytes > 0 || pids_unbound)

@@ -41,6 +41,7 @@ import argparse
 import ctypes
 import errno
 import fnmatch
+import glob
 import hashlib
 import io
 import json
@@ -525,6 +526,14 @@ class Pass:
                 errs.append("%s is left (%r)" % (path, what))
         if daemon_up and agent.sandbox in self.listed():
             errs.append("`sandbox ls` still lists %s" % agent.sandbox)
+        if daemon_up:
+            # The run's cgroup (the daemon's, agentsnet/<id>.<pid>, or the run's own,
+            # agentsnet/<id>): the daemon removes its own within a tick of the run's end.
+            deadline = time.monotonic() + CGROUP_GONE_S
+            while run_cgroups(agent.sandbox) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            for path in run_cgroups(agent.sandbox):
+                errs.append("cgroup %s is left %ds after the run" % (path, CGROUP_GONE_S))
         marks = sanitizer_marks(agent.stderr())
         if marks:
             errs.append("stderr of agentsnet run has %s:\n%s" % (marks, agent.stderr()[-3000:]))
@@ -2513,6 +2522,24 @@ def inject_edges(t, ctx, path, auth):
     if status != 101 or not all(echoed):
         errs.append("upgrade: %d, echoes %r; want 101 and every frame back" % (status, echoed))
     return errs
+
+
+# How long the daemon may take to remove a run's cgroup after the run ended (it tries
+# each second).
+CGROUP_GONE_S = 4
+
+
+def run_cgroups(sandbox):
+    """The cgroups of sandbox <sandbox>'s run on this host: agentsnet/<id> and
+    agentsnet/<id>.<pid>, up to three levels below each hierarchy's root (v1 nests them in
+    the caller's own cgroup)."""
+    found = []
+    for depth in range(4):
+        middle = "/*" * depth
+        for name in (sandbox, sandbox + ".*"):
+            found += glob.glob("/sys/fs/cgroup/*%s/agentsnet/%s" % (middle, name))
+            found += glob.glob("/sys/fs/cgroup%s/agentsnet/%s" % (middle, name))
+    return sorted(set(found))
 
 
 # ---- set-up and tear-down -------------------------------------------------------
