@@ -23,6 +23,7 @@
 #include <linux/sock_diag.h>
 #include <linux/unix_diag.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,8 @@
 #define HOSTSOCK_RECV_BYTES 32768u
 /* A dump that has not ended after this many reads is refused (a kernel bug, or a loop). */
 #define HOSTSOCK_RECV_MAX 100000u
+/* Directory levels a coarse listing looks through for what to hide (PATH_MAX / 64). */
+#define HOSTSOCK_DEPTH_MAX 64u
 
 static int add_path(struct hostsock_list *l, const char *name, size_t len)
 {
@@ -61,6 +64,185 @@ static int add_path(struct hostsock_list *l, const char *name, size_t len)
 	l->len += len + 1;
 	l->n++;
 	return 0;
+}
+
+/* For qsort of (const char *) entries. */
+static int entry_order(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Whether <path> is <dir> or below it (<dir> without its trailing '/'; "/" holds all). */
+static bool entry_under(const char *path, const char *dir, size_t dir_len)
+{
+	if (dir_len == 1)
+		return true;
+	return strncmp(path, dir, dir_len) == 0 && (path[dir_len] == '/' || path[dir_len] == '\0');
+}
+
+/*
+ * The length of <path>'s ancestor <depth> levels below / ("/a/b" is depth 2 of
+ * "/a/b/c/s.sock" and of "/a/b/c/"), or 0 when <path> is not that deep; a
+ * directory entry's trailing '/' ends no level.
+ */
+static size_t entry_ancestor_len(const char *path, unsigned depth)
+{
+	const char *at = path;
+
+	for (unsigned d = 0; d < depth; d++) {
+		at = strchr(at + 1, '/');
+		if (at == NULL || at[1] == '\0')
+			return 0;
+	}
+	return (size_t)(at - path);
+}
+
+/*
+ * Picks the directory to hide next among the sorted entries <v> (<n>, NULL
+ * for those already hidden) when <need> of them must go: at any depth, the
+ * one holding the fewest that is enough (the deeper of equals), or failing
+ * that the one holding the most (the deeper of equals). Its length in *<len>,
+ * the first entry under it returned; -1 when no entry is below any directory.
+ */
+static ptrdiff_t pick_dir(const char *const *v, size_t n, size_t need, size_t *len)
+{
+	ptrdiff_t best = -1;
+	size_t best_n = 0, best_len = 0;
+	bool best_enough = false;
+
+	for (unsigned depth = 1; depth <= HOSTSOCK_DEPTH_MAX; depth++) {
+		bool any = false;
+		for (size_t i = 0; i < n;) {
+			size_t at = v[i] != NULL ? entry_ancestor_len(v[i], depth) : 0;
+			if (at == 0) {
+				i++;
+				continue;
+			}
+			any = true;
+			size_t j = i + 1, count = 1;
+			for (; j < n; j++) {
+				if (v[j] == NULL)
+					continue;
+				if (!entry_under(v[j], v[i], at))
+					break;
+				count++;
+			}
+			bool enough = count >= need;
+			bool deeper = count == best_n && at > best_len;
+			bool better = enough ? !best_enough || count < best_n || deeper
+					     : !best_enough && (count > best_n || deeper);
+			if (better) {
+				best = (ptrdiff_t)i;
+				best_n = count;
+				best_len = at;
+				best_enough = enough;
+			}
+			i = j;
+		}
+		if (!any)
+			break;
+	}
+	*len = best_len;
+	return best;
+}
+
+/*
+ * Rewrites <l>'s entries sorted, without duplicates nor entries below a
+ * directory entry, and, while they do not leave half the bounds free, hides
+ * directories whole (pick_dir) until they do: a flood of sockets (which
+ * anyone may bind where they can write) ends as the few directories that hold
+ * it, and a service's socket elsewhere keeps its own entry. Returns 0 or
+ * -ENOMEM (<l> then unchanged).
+ */
+static int list_rebuild(struct hostsock_list *l)
+{
+	const char **v = pool_calloc(l->n + 1, sizeof(*v));
+	char *dirs = pool_malloc(l->len + 1);
+	size_t n = 0, dirs_used = 0;
+
+	if (v == NULL || dirs == NULL) {
+		pool_free(v);
+		pool_free(dirs);
+		return -ENOMEM;
+	}
+	for (const char *p = hostsock_next(l, NULL); p != NULL; p = hostsock_next(l, p))
+		v[n++] = p;
+	qsort(v, n, sizeof(*v), entry_order);
+	size_t left = n;
+	ptrdiff_t last = -1;
+	for (size_t i = 0; i < n; i++) {
+		/* A directory entry "/a/" sorts right before what it holds ("/a/b"). */
+		if (last >= 0) {
+			size_t len = strlen(v[last]);
+			bool dir = v[last][len - 1] == '/';
+			if (strcmp(v[i], v[last]) == 0 ||
+			    (dir && strncmp(v[i], v[last], len) == 0)) {
+				v[i] = NULL;
+				left--;
+				continue;
+			}
+		}
+		last = (ptrdiff_t)i;
+	}
+	while (left >= HOSTSOCK_MAX / 2) {
+		size_t len = 0;
+		ptrdiff_t at = pick_dir(v, n, left - HOSTSOCK_MAX / 2 + 1, &len);
+		if (at < 0)
+			break; /* only sockets in /: as many as there are (bounded by the kernel) */
+		AN_ASSERT(len + 2 <= l->len + 1 - dirs_used);
+		char *d = dirs + dirs_used;
+		memcpy(d, v[at], len);
+		d[len] = '/';
+		d[len + 1] = '\0';
+		dirs_used += len + 2;
+		for (size_t i = (size_t)at; i < n; i++) {
+			if (v[i] != NULL && entry_under(v[i], d, len)) {
+				v[i] = NULL;
+				left--;
+			}
+		}
+		v[at] = d;
+		left++;
+	}
+	size_t cap = l->len + dirs_used + 1;
+	char *out = pool_malloc(cap);
+	if (out == NULL) {
+		pool_free(v);
+		pool_free(dirs);
+		return -ENOMEM;
+	}
+	size_t kept = 0, used = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (v[i] == NULL)
+			continue;
+		size_t len = strlen(v[i]);
+		memcpy(out + used, v[i], len + 1);
+		used += len + 1;
+		kept++;
+	}
+	pool_free(v);
+	pool_free(dirs);
+	pool_free(l->buf);
+	l->buf = out;
+	l->cap = cap;
+	l->len = used;
+	l->n = kept;
+	l->coarse = true;
+	return 0;
+}
+
+/*
+ * A listed socket's path <name> (<len> bytes) into <l>; where the bounds
+ * would be passed, the list is rewritten coarse first (tools/hostsock.h).
+ */
+static int add_listed(struct hostsock_list *l, const char *name, size_t len)
+{
+	if (l->n >= HOSTSOCK_MAX || l->len + len + 1 > HOSTSOCK_MAX_BYTES) {
+		int ret = list_rebuild(l);
+		if (ret != 0)
+			return ret;
+	}
+	return add_path(l, name, len);
 }
 
 /* The name attribute of one unix_diag_msg: an absolute path is added, anything else skipped. */
@@ -90,7 +272,7 @@ static int take_message(struct hostsock_list *l, const struct nlmsghdr *h)
 				if (!l->wanted(path, l->wanted_arg))
 					return 0;
 			}
-			return add_path(l, name, len);
+			return add_listed(l, name, len);
 		}
 		size_t step = ((size_t)a->nla_len + 3u) & ~(size_t)3u;
 		if (step >= left)
@@ -228,9 +410,11 @@ int hostsock_list_netns(struct hostsock_list *l, int netns_fd, char *err, size_t
 	if (sock < 0)
 		return sock;
 	size_t n = l->n, len = l->len;
+	bool coarse = l->coarse;
 	int ret = dump(l, sock, err, err_len);
 	close(sock);
-	if (ret < 0) {
+	/* A list that turned coarse was rewritten: what it held is gone (the caller fails). */
+	if (ret < 0 && l->coarse == coarse) {
 		l->n = n;
 		l->len = len;
 	}

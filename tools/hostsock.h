@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Paths listed at most (past it: -E2BIG), and their bytes in all. */
+/* Paths held at most (hostsock_add past it: -E2BIG), and their bytes in all. */
 #define HOSTSOCK_MAX       65536u
 #define HOSTSOCK_MAX_BYTES (HOSTSOCK_MAX * 64u)
 
@@ -31,11 +31,20 @@
  * Absolute paths, each NUL-terminated, one after the other in buf. A listing
  * stores only the paths <wanted> says yes to (NULL: all): what is skipped
  * there counts against no bound.
+ *
+ * A listing never fails for the number of sockets (anyone may bind a hundred
+ * thousand where they can write): where they would pass the bounds, it turns
+ * coarse. Duplicates are merged, and directories that hold many entries
+ * become one entry each, written with a trailing '/' ("/a/b/"), chosen as the
+ * fewest-holding directory that frees enough (else the most-holding), until
+ * half the bounds are free; a socket elsewhere keeps its own entry. Whoever
+ * hides the list must hide such a directory whole.
  */
 struct hostsock_list {
 	size_t n;
-	size_t len; /* bytes of buf used */
-	size_t cap; /* bytes of buf allocated */
+	size_t len;  /* bytes of buf used */
+	size_t cap;  /* bytes of buf allocated */
+	bool coarse; /* some entries are directories (ending in '/') */
 	char *buf;
 	bool (*wanted)(const char *path, void *arg);
 	void *wanted_arg;

@@ -99,7 +99,10 @@
  * and the init process's when it may enter it), keeping those the mounts above
  * leave in view (only those count against hostsock's bound), and the child masks each of the rest that it still finds as a
  * socket (opened without following a symlink) with a bind of /dev/null, where
- * connect() is refused. Past SANDBOX_SOCKET_MASKS_MAX, the directories holding
+ * connect() is refused. Past hostsock's own bound (65,536, which anyone may
+ * bind in directories of theirs) the listing turns coarse: the directories
+ * holding the flood come as directory entries, each hidden whole
+ * (sockets_hide_dirs). Past SANDBOX_SOCKET_MASKS_MAX, the directories holding
  * the most are hidden whole (the same masked entries as the walk's collapse,
  * never one holding what the run keeps): nobody who can bind sockets can make
  * runs fail or slow. Sockets bound in other network namespaces at paths the
@@ -2353,23 +2356,98 @@ static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, 
 	return (long)left;
 }
 
+static int dir_order(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * A coarse listing's directories (tools/hostsock.h; <dirs>, <n>, without their
+ * trailing '/', writable), each hidden whole as a masked entry: sorted, those
+ * below another dropped, and while they outnumber the room left in the list,
+ * each taken one level up. Never / nor a directory holding what the run
+ * keeps: -E2BIG with <err> naming it.
+ */
+static int sockets_hide_dirs(struct child_ctx *c, char **dirs, size_t n, char *err, size_t err_len)
+{
+	for (;;) {
+		qsort(dirs, n, sizeof(*dirs), dir_order);
+		size_t kept = 0;
+		for (size_t i = 0; i < n; i++) {
+			/* Sorted, a directory's descendants follow it ("/a", "/a/b", "/a-c"). */
+			if (ww_covered(c->ww, dirs[i]) ||
+			    (kept > 0 && sandbox_path_under(dirs[i], dirs[kept - 1])))
+				continue;
+			dirs[kept++] = dirs[i];
+		}
+		n = kept;
+		if (c->ww->n + n <= SANDBOX_WW_MAX || (n == 1 && strcmp(dirs[0], "/") == 0))
+			break;
+		for (size_t i = 0; i < n; i++) {
+			char *slash = strrchr(dirs[i], '/');
+			AN_ASSERT(slash != NULL);
+			slash[slash == dirs[i] ? 1 : 0] = '\0'; /* "/a" -> "/", "/a/b" -> "/a" */
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		int k = ww_kept(c->ww, dirs[i]);
+		if (k >= 0) {
+			snprintf(err, err_len,
+				 "this host has more Unix sockets bound in directories the sandbox "
+				 "shows than can be hidden one by one, and hiding %s, which holds "
+				 "them, would hide %s",
+				 dirs[i],
+				 strcmp(dirs[i], "/") == 0 ? "everything" : c->ww->keep[k]);
+			return -E2BIG;
+		}
+		ww_put(c->ww, dirs[i], 0755, true);
+	}
+	return 0;
+}
+
 static int sockets_prepare(struct child_ctx *c, char *err, size_t err_len)
 {
 	struct hostsock_list all = { .wanted = socket_in_view, .wanted_arg = c };
 	const char **paths = NULL;
-	size_t n = 0;
+	char **dirs = NULL;
+	char *dir_text = NULL;
+	size_t n = 0, n_dirs = 0;
 
 	int ret = hostsock_list_host(&all, err, err_len);
 	if (ret < 0)
 		goto out;
 	paths = pool_calloc(all.n + 1, sizeof(*paths));
-	if (paths == NULL) {
+	dirs = pool_calloc(all.n + 1, sizeof(*dirs));
+	dir_text = pool_malloc(all.len + 1);
+	if (paths == NULL || dirs == NULL || dir_text == NULL) {
 		snprintf(err, err_len, "out of memory");
 		ret = -ENOMEM;
 		goto out;
 	}
-	for (const char *p = hostsock_next(&all, NULL); p != NULL; p = hostsock_next(&all, p))
-		paths[n++] = p;
+	/* A coarse listing's entries ending in '/' are directories (tools/hostsock.h). */
+	memcpy(dir_text, all.buf, all.len);
+	for (const char *p = hostsock_next(&all, NULL); p != NULL; p = hostsock_next(&all, p)) {
+		size_t len = strlen(p);
+		if (p[len - 1] != '/') {
+			paths[n++] = p;
+			continue;
+		}
+		char *d = dir_text + (p - all.buf);
+		if (len > 1)
+			d[len - 1] = '\0';
+		dirs[n_dirs++] = d;
+	}
+	if (n_dirs > 0) {
+		ret = sockets_hide_dirs(c, dirs, n_dirs, err, err_len);
+		if (ret < 0)
+			goto out;
+		size_t kept = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (!ww_covered(c->ww, paths[i]))
+				paths[kept++] = paths[i];
+		}
+		n = kept;
+	}
 	if (n > SANDBOX_SOCKET_MASKS_MAX) {
 		long left = sockets_collapse(c, paths, n, err, err_len);
 		if (left < 0) {
@@ -2385,6 +2463,8 @@ static int sockets_prepare(struct child_ctx *c, char *err, size_t err_len)
 		snprintf(err, err_len, "the host's socket files to hide: %s", strerror(-ret));
 out:
 	pool_free(paths);
+	pool_free(dirs);
+	pool_free(dir_text);
 	hostsock_free(&all);
 	return ret;
 }

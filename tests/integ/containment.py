@@ -10,6 +10,10 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   program run outside the sandbox does: the control); the agent has a terminal of its own,
   whose window size follows the caller's (SIGWINCH) and where ^C is its own SIGINT; the
   caller's terminal settings come back unchanged.
+- t_socket_flood: 68,001 pathname sockets bound in view (four processes, one directory per
+  socket, past what a run lists one by one): `agentsnet run` still starts (the listing
+  turns coarse and hides their directories whole), and the agent cannot connect to the
+  world-connectable one among them.
 - t_selftest: `agentsnet selftest` as root and unprivileged: every probe says closed, with
   a host service's socket listening outside every directory the sandbox replaces (as
   /var/lib/mysql/mysql.sock), bound in the caller's network namespace: the sandbox masks
@@ -174,6 +178,62 @@ class Terminal:
             except OSError:
                 pass
 
+# t_socket_flood's flooder, run in the host namespace: argv = directory, processes, sockets
+# each. Each process binds its sockets in directories of its own (one per socket: the
+# shape a collapse by directory cannot absorb), then one more process listens on
+# <directory>/target.sock (world-connectable); prints "ready" once all are bound, and
+# holds them until its stdin closes.
+FLOOD_PY = r"""
+import os, socket, sys
+root, procs, each = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.chmod(root, 0o755)
+kids = []
+for p in range(procs):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        held = []
+        for i in range(each):
+            d = os.path.join(root, "p%d" % p, "d%d" % i)
+            os.makedirs(d, exist_ok=True)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(os.path.join(d, "s.sock"))
+            held.append(s)
+        os.write(w, b"x")
+        os.read(0, 1)
+        os._exit(0)
+    os.close(w)
+    kids.append((pid, r))
+for pid, r in kids:
+    if os.read(r, 1) != b"x":
+        sys.exit("a flooder failed")
+t = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+path = os.path.join(root, "target.sock")
+t.bind(path)
+os.chmod(path, 0o666)
+t.listen(8)
+print("ready", flush=True)
+sys.stdin.read()
+for pid, _ in kids:
+    os.waitpid(pid, 0)
+"""
+
+# The flood's agent: connects to argv[1]; prints "connected" or the errno's name.
+FLOOD_CONNECT_PY = r"""
+import errno, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1])
+    print("target connected")
+except OSError as e:
+    print("target", errno.errorcode.get(e.errno, str(e.errno)))
+"""
+
+# Sockets the flood binds in all: past tools/hostsock.h's HOSTSOCK_MAX (65,536), in four
+# processes (each holds its sockets open: 20,000 descriptors a process at most).
+FLOOD_PROCS, FLOOD_EACH = 4, 17000
+
 
 class ContainmentTests:
     # ---- the caller's environment ---------------------------------------------------
@@ -315,6 +375,42 @@ class ContainmentTests:
                    "into the caller's input (outside the sandbox it does)", tiocsti)
         self.timed("the agent's own pty: the caller's window size, SIGWINCH on a resize, ^C "
                    "as its SIGINT; the caller's terminal restored after", window_and_interrupt)
+
+    # ---- more host sockets than can be listed one by one ------------------------------
+
+    def t_socket_flood(self):
+        def flood():
+            root = os.path.join(self.tmp, "flood")
+            os.mkdir(root)
+            f = subprocess.Popen(self.host_cmd(["python3", "-c", FLOOD_PY, root,
+                                                str(FLOOD_PROCS), str(FLOOD_EACH)]),
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+            try:
+                line = f.stdout.readline().decode().strip()
+                if line != "ready":
+                    return ["the flooder did not start: %r %s" % (
+                        line, f.stderr.read(2000).decode()[-1000:])]
+                target = os.path.join(root, "target.sock")
+                a = self.agent(["python3", "-c", FLOOD_CONNECT_PY, target])
+                errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
+                got = [l for l in a.stdout().splitlines() if l.startswith("target")]
+                if not got or got[0] == "target connected":
+                    errs.append("the agent's connect to a world-connectable host socket "
+                                "among %d: %r" % (FLOOD_PROCS * FLOOD_EACH + 1, got))
+                return errs + self.leftovers(a)
+            finally:
+                f.stdin.close()
+                try:
+                    f.wait(60)
+                except subprocess.TimeoutExpired:
+                    f.kill()
+                    f.wait()
+
+        self.timed("%d host sockets bound in view, one per directory (past what a run lists "
+                   "one by one): agentsnet run still starts, and the agent cannot connect to "
+                   "a world-connectable one among them" % (FLOOD_PROCS * FLOOD_EACH + 1),
+                   flood)
 
     # ---- agentsnet selftest -----------------------------------------------------------
 

@@ -189,6 +189,45 @@ START_TEST(add_bounds)
 }
 END_TEST
 
+/*
+ * Past the bounds a listing turns coarse instead of failing: a hundred thousand sockets,
+ * one per directory, are hidden as the one directory that holds them, and sockets
+ * elsewhere keep their own entries; a hundred thousand in one directory likewise.
+ */
+START_TEST(listing_coarse)
+{
+	struct hostsock_list l = { 0 };
+	char path[64];
+
+	ck_assert_int_eq(add_listed(&l, "/y/one.sock", strlen("/y/one.sock")), 0);
+	for (unsigned i = 0; i < 100000; i++) {
+		snprintf(path, sizeof(path), "/x/d%u/s.sock", i);
+		ck_assert_int_eq(add_listed(&l, path, strlen(path)), 0);
+	}
+	ck_assert_int_eq(add_listed(&l, "/z/w/two.sock", strlen("/z/w/two.sock")), 0);
+	ck_assert(l.coarse);
+	ck_assert_uint_lt(l.n, HOSTSOCK_MAX);
+	ck_assert_uint_eq(count(&l, "/x/"), 1);
+	ck_assert_uint_eq(count(&l, "/y/one.sock"), 1);
+	ck_assert_uint_eq(count(&l, "/z/w/two.sock"), 1);
+	for (const char *p = hostsock_next(&l, NULL); p != NULL; p = hostsock_next(&l, p)) {
+		bool is_dir = p[strlen(p) - 1] == '/';
+		ck_assert_msg(!is_dir || strcmp(p, "/x/") == 0, "%s hidden whole", p);
+	}
+	hostsock_free(&l);
+
+	/* Many sockets in one directory: that directory. */
+	for (unsigned i = 0; i < 100000; i++) {
+		snprintf(path, sizeof(path), "/m/n/s%u.sock", i);
+		ck_assert_int_eq(add_listed(&l, path, strlen(path)), 0);
+	}
+	ck_assert(l.coarse);
+	ck_assert_uint_eq(count(&l, "/m/n/"), 1);
+	ck_assert_uint_eq(count(&l, "/m/"), 0);
+	hostsock_free(&l);
+}
+END_TEST
+
 static Suite *hostsock_suite(void)
 {
 	Suite *s = suite_create("hostsock");
@@ -197,6 +236,7 @@ static Suite *hostsock_suite(void)
 	tcase_add_test(t, names_exact);
 	tcase_add_test(t, other_netns);
 	tcase_add_test(t, add_bounds);
+	tcase_add_test(t, listing_coarse);
 	suite_add_tcase(s, t);
 	return s;
 }

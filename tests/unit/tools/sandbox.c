@@ -609,6 +609,59 @@ START_TEST(sockets_collapse_dirs)
 }
 END_TEST
 
+/*
+ * A coarse listing's directories (past hostsock's bounds): each hidden whole, those below
+ * another dropped; more than the list has room for go up a level until they fit; one that
+ * holds what the run keeps, or /, is refused naming it.
+ */
+START_TEST(sockets_hide_coarse_dirs)
+{
+	enum { MANY = SANDBOX_WW_MAX + 40 };
+	static char names[MANY + 8][64];
+	char *dirs[MANY + 8];
+	struct child_ctx c = { 0 };
+	char err[512];
+
+	c.ww = pool_calloc(1, sizeof(*c.ww));
+	ww_keep(c.ww, "/k/keep", "the working directory");
+	size_t n = 0;
+	snprintf(names[n], sizeof(names[n]), "/srv/a");
+	dirs[n] = names[n];
+	n++;
+	snprintf(names[n], sizeof(names[n]), "/srv/a/b"); /* below /srv/a: dropped */
+	dirs[n] = names[n];
+	n++;
+	ck_assert_int_eq(sockets_hide_dirs(&c, dirs, n, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.ww->n, 1);
+	ck_assert(is_masked(c.ww, "/srv/a"));
+
+	/* More sibling directories than the list holds: hidden at their parent. */
+	c.ww->n = 0;
+	n = 0;
+	for (; n < MANY; n++) {
+		snprintf(names[n], sizeof(names[n]), "/var/lib/att/d%zu", n);
+		dirs[n] = names[n];
+	}
+	ck_assert_int_eq(sockets_hide_dirs(&c, dirs, n, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.ww->n, 1);
+	ck_assert(is_masked(c.ww, "/var/lib/att"));
+
+	/* The kept directory's ancestor, or /: refused, naming it. */
+	c.ww->n = 0;
+	snprintf(names[0], sizeof(names[0]), "/k");
+	dirs[0] = names[0];
+	ck_assert_int_eq(sockets_hide_dirs(&c, dirs, 1, err, sizeof(err)), -E2BIG);
+	ck_assert_msg(strstr(err, "hiding /k,") != NULL && strstr(err, "/k/keep") != NULL, "%s",
+		      err);
+	snprintf(names[0], sizeof(names[0]), "/");
+	dirs[0] = names[0];
+	ck_assert_int_eq(sockets_hide_dirs(&c, dirs, 1, err, sizeof(err)), -E2BIG);
+	ck_assert_msg(strstr(err, "would hide everything") != NULL, "%s", err);
+	ck_assert_uint_eq(c.ww->n, 0);
+	pool_free(c.ww);
+}
+END_TEST
+
 /* More world-writable directories than the list holds, and only / holds them: refused. */
 START_TEST(ww_find_full)
 {
@@ -2096,6 +2149,7 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(t, userns_forbidden_by_sysctl);
 	tcase_add_test(t, ww_find_tree);
 	tcase_add_test(t, sockets_collapse_dirs);
+	tcase_add_test(t, sockets_hide_coarse_dirs);
 	tcase_add_test(t, ww_find_full);
 	tcase_add_test(t, ww_find_long_mountinfo);
 	tcase_add_test(t, ww_collapse);
