@@ -2425,7 +2425,8 @@ static int sockets_prepare(struct child_ctx *c, char *err, size_t err_len)
 		goto out;
 	}
 	/* A coarse listing's entries ending in '/' are directories (tools/hostsock.h). */
-	memcpy(dir_text, all.buf, all.len);
+	if (all.len > 0)
+		memcpy(dir_text, all.buf, all.len);
 	for (const char *p = hostsock_next(&all, NULL); p != NULL; p = hostsock_next(&all, p)) {
 		size_t len = strlen(p);
 		if (p[len - 1] != '/') {
