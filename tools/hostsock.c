@@ -97,19 +97,15 @@ static size_t entry_ancestor_len(const char *path, unsigned depth)
 	return (size_t)(at - path);
 }
 
-/*
- * Picks the directory to hide next among the sorted entries <v> (<n>, NULL
- * for those already hidden) when <need> of them must go: at any depth, the
- * one holding the fewest that is enough (the deeper of equals), or failing
- * that the one holding the most (the deeper of equals). Its length in *<len>,
- * the first entry under it returned; -1 when no entry is below any directory.
- */
-static ptrdiff_t pick_dir(const char *const *v, size_t n, size_t need, size_t *len)
+ptrdiff_t hostsock_pick_dir(const char *const *v, size_t n, size_t need,
+			    bool (*may_hide)(const char *path, size_t len, void *arg), void *arg,
+			    size_t *len)
 {
 	ptrdiff_t best = -1;
 	size_t best_n = 0, best_len = 0;
 	bool best_enough = false;
 
+	AN_ASSERT(need > 0);
 	for (unsigned depth = 1; depth <= HOSTSOCK_DEPTH_MAX; depth++) {
 		bool any = false;
 		for (size_t i = 0; i < n;) {
@@ -119,6 +115,7 @@ static ptrdiff_t pick_dir(const char *const *v, size_t n, size_t need, size_t *l
 				continue;
 			}
 			any = true;
+			/* Sorted, the entries under a directory are contiguous. */
 			size_t j = i + 1, count = 1;
 			for (; j < n; j++) {
 				if (v[j] == NULL)
@@ -128,10 +125,12 @@ static ptrdiff_t pick_dir(const char *const *v, size_t n, size_t need, size_t *l
 				count++;
 			}
 			bool enough = count >= need;
+			/* Of those that finish, the one hiding fewest (then the deeper); while
+			 * none does, the one hiding most (then the deeper). */
 			bool deeper = count == best_n && at > best_len;
 			bool better = enough ? !best_enough || count < best_n || deeper
 					     : !best_enough && (count > best_n || deeper);
-			if (better) {
+			if (better && (may_hide == NULL || may_hide(v[i], at, arg))) {
 				best = (ptrdiff_t)i;
 				best_n = count;
 				best_len = at;
@@ -149,7 +148,7 @@ static ptrdiff_t pick_dir(const char *const *v, size_t n, size_t need, size_t *l
 /*
  * Rewrites <l>'s entries sorted, without duplicates nor entries below a
  * directory entry, and, while they do not leave half the bounds free, hides
- * directories whole (pick_dir) until they do: a flood of sockets (which
+ * directories whole (hostsock_pick_dir) until they do: a flood of sockets (which
  * anyone may bind where they can write) ends as the few directories that hold
  * it, and a service's socket elsewhere keeps its own entry. Returns 0 or
  * -ENOMEM (<l> then unchanged).
@@ -186,7 +185,8 @@ static int list_rebuild(struct hostsock_list *l)
 	}
 	while (left >= HOSTSOCK_MAX / 2) {
 		size_t len = 0;
-		ptrdiff_t at = pick_dir(v, n, left - HOSTSOCK_MAX / 2 + 1, &len);
+		ptrdiff_t at =
+		    hostsock_pick_dir(v, n, left - HOSTSOCK_MAX / 2 + 1, NULL, NULL, &len);
 		if (at < 0)
 			break; /* only sockets in /: as many as there are (bounded by the kernel) */
 		AN_ASSERT(len + 2 <= l->len + 1 - dirs_used);

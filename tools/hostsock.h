@@ -74,6 +74,20 @@ int hostsock_add(struct hostsock_list *l, const char *path);
 /* The path after <prev> (NULL: the first), or NULL past the last. */
 const char *hostsock_next(const struct hostsock_list *l, const char *prev);
 
+/*
+ * The directory to hide next among the sorted paths <v> (<n> of them; NULL
+ * for those already hidden) so that at least <need> go: at any depth below /,
+ * the one holding the fewest that is enough (the deeper of equals), or failing
+ * that the one holding the most (the deeper of equals), among those
+ * <may_hide> accepts (NULL: all; it is given the directory as the first <len>
+ * bytes of <path>). Returns the index of the first path under it, its length
+ * in *<len>; -1 when none qualifies. A thousand sibling directories of one
+ * socket each are hidden at their parent in one step. Pure.
+ */
+ptrdiff_t hostsock_pick_dir(const char *const *v, size_t n, size_t need,
+			    bool (*may_hide)(const char *path, size_t len, void *arg), void *arg,
+			    size_t *len);
+
 /* Frees <l>'s paths; <l> is then empty and may be used again. */
 void hostsock_free(struct hostsock_list *l);
 

@@ -231,8 +231,6 @@ extern char **environ;
  * the directories holding the most are hidden whole instead, as the walk's collapse does.
  */
 #define SANDBOX_SOCKET_MASKS_MAX 1024u
-/* Directory levels below / a collapse looks at for a directory to hide. */
-#define SANDBOX_SOCKET_DEPTH_MAX 64u
 /* What one sandbox may take of its uid's allowances, which every process of the uid shares. */
 #define SANDBOX_SIGPENDING_MAX 1024u
 #define SANDBOX_MSGQUEUE_BYTES (256u << 10)
@@ -2248,27 +2246,6 @@ static bool socket_in_view(const char *path, void *arg)
 	return !sandbox_path_under(path, parent);
 }
 
-/* The length of <path>'s directory ("/a/b" of "/a/b/s.sock"; 1 for "/s.sock"). */
-/*
- * The length of <path>'s ancestor <depth> levels below / ("/a/b" is depth 2 of
- * "/a/b/c/s.sock"), or 0 when <path> is in a shallower directory: a socket's
- * own file is never its ancestor.
- */
-static size_t socket_ancestor_len(const char *path, unsigned depth)
-{
-	const char *at = path;
-
-	AN_ASSERT(path[0] == '/');
-	AN_ASSERT(depth >= 1);
-	/* The depth-th directory ends where the (depth + 1)-th '/' is. */
-	for (unsigned d = 0; d < depth; d++) {
-		at = strchr(at + 1, '/');
-		if (at == NULL)
-			return 0;
-	}
-	return (size_t)(at - path);
-}
-
 static int socket_order(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -2286,6 +2263,16 @@ static int socket_order(const void *a, const void *b)
  * are contiguous. Returns the sockets left to mask one by one, or -E2BIG
  * with <err>.
  */
+/* hostsock_pick_dir's filter: a directory the list has room for that holds nothing kept. */
+static bool collapse_may_hide(const char *path, size_t len, void *arg)
+{
+	const struct child_ctx *c = arg;
+	char dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%.*s", (int)len, path);
+	return ww_kept(c->ww, dir) < 0 && c->ww->n < SANDBOX_WW_MAX;
+}
+
 static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, char *err,
 			     size_t err_len)
 {
@@ -2295,48 +2282,10 @@ static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, 
 	AN_ASSERT(n > SANDBOX_SOCKET_MASKS_MAX);
 	qsort(paths, n, sizeof(*paths), socket_order);
 	while (left > SANDBOX_SOCKET_MASKS_MAX) {
-		size_t need = left - SANDBOX_SOCKET_MASKS_MAX;
-		size_t best = 0, best_n = 0, best_len = 0;
-		bool best_enough = false;
-		for (unsigned depth = 1; depth <= SANDBOX_SOCKET_DEPTH_MAX; depth++) {
-			bool any = false;
-			for (size_t i = 0; i < n;) {
-				size_t len =
-				    paths[i] != NULL ? socket_ancestor_len(paths[i], depth) : 0;
-				if (len == 0) {
-					i++;
-					continue;
-				}
-				any = true;
-				size_t j = i + 1, count = 1;
-				for (; j < n; j++) {
-					if (paths[j] == NULL)
-						continue;
-					if (strncmp(paths[j], paths[i], len) != 0 ||
-					    paths[j][len] != '/')
-						break;
-					count++;
-				}
-				snprintf(dir, sizeof(dir), "%.*s", (int)len, paths[i]);
-				bool enough = count >= need;
-				/* Of those that finish, the one hiding fewest (then the deeper);
-				 * while none does, the one hiding most (then the deeper). */
-				bool deeper = count == best_n && len > best_len;
-				bool better = enough ? !best_enough || count < best_n || deeper
-						     : !best_enough && (count > best_n || deeper);
-				if (better && ww_kept(c->ww, dir) < 0 &&
-				    c->ww->n < SANDBOX_WW_MAX) {
-					best = i;
-					best_n = count;
-					best_len = len;
-					best_enough = enough;
-				}
-				i = j;
-			}
-			if (!any)
-				break;
-		}
-		if (best_n == 0) {
+		size_t best_len = 0;
+		ptrdiff_t best = hostsock_pick_dir(paths, n, left - SANDBOX_SOCKET_MASKS_MAX,
+						   collapse_may_hide, c, &best_len);
+		if (best < 0) {
 			snprintf(err, err_len,
 				 "this host has %zu Unix sockets bound in directories the sandbox "
 				 "shows, and they cannot be hidden within %u masks and %d hidden "
@@ -2356,11 +2305,6 @@ static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, 
 	return (long)left;
 }
 
-static int dir_order(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /*
  * A coarse listing's directories (tools/hostsock.h; <dirs>, <n>, without their
  * trailing '/', writable), each hidden whole as a masked entry: sorted, those
@@ -2371,7 +2315,7 @@ static int dir_order(const void *a, const void *b)
 static int sockets_hide_dirs(struct child_ctx *c, char **dirs, size_t n, char *err, size_t err_len)
 {
 	for (;;) {
-		qsort(dirs, n, sizeof(*dirs), dir_order);
+		qsort(dirs, n, sizeof(*dirs), socket_order);
 		size_t kept = 0;
 		for (size_t i = 0; i < n; i++) {
 			/* Sorted, a directory's descendants follow it ("/a", "/a/b", "/a-c"). */

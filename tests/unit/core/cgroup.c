@@ -851,22 +851,19 @@ static double now_s(void)
 }
 
 /* A cgroup with a live process: EBUSY after ~1 s of retries; once it is reaped, removed. */
-START_TEST(real_remove_busy)
+/* A child that enters <cg> and waits: its pid; closing *<release> lets it exit 0. */
+static pid_t child_in(const struct cgroup_sandbox *cg, int *release)
 {
-	struct cgroup_sandbox cg;
 	char err[512], c = 'x';
-	int hold[2], ready[2], status;
+	int hold[2], ready[2];
 
-	if (!real_ready())
-		return;
-	real_create(&cg, "busy", 8, 32 * MIB);
 	ck_assert_int_eq(pipe(hold), 0);
 	ck_assert_int_eq(pipe(ready), 0);
 	pid_t pid = fork();
 	ck_assert_int_ne(pid, -1);
 	if (pid == 0) {
 		close(hold[1]);
-		if (cgroup_enter(&cg, 0, err, sizeof(err)) != 0 || write(ready[1], &c, 1) != 1)
+		if (cgroup_enter(cg, 0, err, sizeof(err)) != 0 || write(ready[1], &c, 1) != 1)
 			_exit(2);
 		_exit(read(hold[0], &c, 1) == 0 ? 0 : 1);
 	}
@@ -875,15 +872,36 @@ START_TEST(real_remove_busy)
 	/* Once the child is in: a remove racing its enter would find the cgroup empty. */
 	ck_assert_int_eq(read(ready[0], &c, 1), 1);
 	close(ready[0]);
+	*release = hold[1];
+	return pid;
+}
+
+/* Lets child_in's <pid> exit and reaps it: it must have been in its cgroup. */
+static void child_end(pid_t pid, int release)
+{
+	int status;
+
+	close(release);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_int_eq(status, 0);
+}
+
+START_TEST(real_remove_busy)
+{
+	struct cgroup_sandbox cg;
+	int release;
+
+	if (!real_ready())
+		return;
+	real_create(&cg, "busy", 8, 32 * MIB);
+	pid_t pid = child_in(&cg, &release);
 	struct cgroup_sandbox copy = cg;
 	double t0 = now_s();
 	ck_assert_int_eq(cgroup_remove(&copy), -EBUSY);
 	ck_assert_double_ge(now_s() - t0, 0.8);
 	ck_assert_int_eq(copy.version, 0);
 	ck_assert(exists(cg.pids_dir, NULL));
-	close(hold[1]);
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	ck_assert_int_eq(status, 0);
+	child_end(pid, release);
 	real_remove(&cg);
 }
 END_TEST
@@ -924,37 +942,22 @@ END_TEST
 START_TEST(real_v1_nested_under_another)
 {
 	struct cgroup_sandbox outer, inner;
-	char id[64], err[512], want[PATH_MAX + 128], c = 'x';
-	int hold[2], ready[2], st;
+	char id[64], err[512], want[PATH_MAX + 128];
+	int release;
 
 	if (!real_ready() || real_version() != 1) {
 		printf("skip: real_v1_nested_under_another: the host's cgroups are not v1\n");
 		return;
 	}
 	real_create(&outer, "outer2", 64, 0);
-	ck_assert_int_eq(pipe(hold), 0);
-	ck_assert_int_eq(pipe(ready), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		close(hold[1]);
-		if (cgroup_enter(&outer, 0, err, sizeof(err)) != 0 || write(ready[1], &c, 1) != 1)
-			_exit(2);
-		_exit(read(hold[0], &c, 1) == 0 ? 0 : 1);
-	}
-	close(hold[0]);
-	close(ready[1]);
-	ck_assert_int_eq(read(ready[0], &c, 1), 1);
-	close(ready[0]);
+	pid_t pid = child_in(&outer, &release);
 	int rc = cgroup_create_under(&inner, NULL, unit_id(id, sizeof(id), "under"), pid, 8, 0, err,
 				     sizeof(err));
 	ck_assert_msg(rc == 0, "cgroup_create_under: %d %s", rc, err);
 	snprintf(want, sizeof(want), "%s/%s/%s", outer.pids_dir, CGROUP_PARENT_NAME, id);
 	ck_assert_str_eq(inner.pids_dir, want);
 	ck_assert_int_eq(cgroup_enter(&inner, pid, err, sizeof(err)), 0);
-	close(hold[1]);
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_int_eq(st, 0);
+	child_end(pid, release);
 	real_remove(&inner);
 	real_remove(&outer);
 }
@@ -964,34 +967,18 @@ END_TEST
 START_TEST(real_remove_now)
 {
 	struct cgroup_sandbox cg;
-	char err[512], c = 'x';
-	int hold[2], ready[2], status;
+	int release;
 
 	if (!real_ready())
 		return;
 	real_create(&cg, "now", 8, 32 * MIB);
-	ck_assert_int_eq(pipe(hold), 0);
-	ck_assert_int_eq(pipe(ready), 0);
-	pid_t pid = fork();
-	ck_assert_int_ne(pid, -1);
-	if (pid == 0) {
-		close(hold[1]);
-		if (cgroup_enter(&cg, 0, err, sizeof(err)) != 0 || write(ready[1], &c, 1) != 1)
-			_exit(2);
-		_exit(read(hold[0], &c, 1) == 0 ? 0 : 1);
-	}
-	close(hold[0]);
-	close(ready[1]);
-	ck_assert_int_eq(read(ready[0], &c, 1), 1);
-	close(ready[0]);
+	pid_t pid = child_in(&cg, &release);
 	struct cgroup_sandbox kept = cg;
 	ck_assert_int_eq(cgroup_remove_now(&cg), -EBUSY);
 	ck_assert_int_ne(cg.version, 0);
 	ck_assert_str_eq(cg.pids_dir, kept.pids_dir);
 	ck_assert(exists(kept.pids_dir, NULL));
-	close(hold[1]);
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	ck_assert_int_eq(status, 0);
+	child_end(pid, release);
 	int rc = -EBUSY;
 	for (int i = 0; i < 100 && rc == -EBUSY; i++) {
 		rc = cgroup_remove_now(&cg);
