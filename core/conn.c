@@ -1174,6 +1174,26 @@ static const struct snapshot_sandbox *snapshot_take(struct conn *c)
 	return sb->known ? sb : NULL;
 }
 
+/*
+ * Whether the request head <head>/<len> carries one of the sandbox's
+ * placeholders where its rule does not send it (<own>: the inject rule the
+ * request goes to, NULL: none): an agent steered to send its credential
+ * elsewhere. Counted when so; the caller refuses placeholder_misdirected.
+ */
+static bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
+				    const struct verdict_inject *own)
+{
+	const struct verdict_ops *ops = c->w->e->ops;
+
+	AN_ASSERT(c->snap != NULL);
+	if (ops->placeholder_elsewhere == NULL ||
+	    !ops->placeholder_elsewhere(c->snap->policy, c->snap->sandboxes[c->sandbox].profile,
+					head, len, own))
+		return false;
+	c->w->stats.misdirected++;
+	return true;
+}
+
 static void decide(struct conn *c, const struct http1_request *req)
 {
 	const struct engine *e = c->w->e;
@@ -1207,6 +1227,12 @@ static void decide(struct conn *c, const struct http1_request *req)
 		rule_limit_release(c); /* a refused request holds no connection on its rule */
 		c->fake_keep = refusal_keeps(c, req, refusal);
 		respond(c, refusal);
+		return;
+	}
+	if (placeholder_misdirected(c, c->head, c->head_len,
+				    v.tier == TIER_INJECT ? v.inject : NULL)) {
+		rule_limit_release(c);
+		respond(c, REASON_PLACEHOLDER_MISDIRECTED);
 		return;
 	}
 	/* However the client spelled an address, the one the rule allowed is connected to. */
@@ -2812,6 +2838,10 @@ static bool term_request(struct conn *c)
 	if (req.host_header != NULL &&
 	    !term_host_matches(c, req.host_header, req.host_header_len)) {
 		term_refuse(c, REASON_HOST_MISMATCH);
+		return true;
+	}
+	if (placeholder_misdirected(c, c->head, (size_t)n, c->inject)) {
+		term_refuse(c, REASON_PLACEHOLDER_MISDIRECTED);
 		return true;
 	}
 	if (c->inject != NULL) {

@@ -293,14 +293,15 @@ static void handle_stats(struct engine *e, struct answer *a)
 		   "ok workers %u conns %llu accepted %llu refused_overload %llu requests %llu "
 		   "denied %llu splice_relays %llu copy_relays %llu upstreams_reused %llu "
 		   "leaf_hits %llu leaf_misses %llu leaf_mints %llu audit_written %llu "
-		   "audit_dropped %llu\n",
+		   "audit_dropped %llu misdirected %llu\n",
 		   e->worker_count, (unsigned long long)sum.conns_open,
 		   (unsigned long long)sum.accepted, (unsigned long long)sum.refused_overload,
 		   (unsigned long long)sum.requests, (unsigned long long)sum.denied,
 		   (unsigned long long)sum.splice_relays, (unsigned long long)sum.copy_relays,
 		   (unsigned long long)sum.upstreams_reused, (unsigned long long)sum.leaf_hits,
 		   (unsigned long long)sum.leaf_misses, (unsigned long long)sum.leaf_mints,
-		   (unsigned long long)written, (unsigned long long)dropped);
+		   (unsigned long long)written, (unsigned long long)dropped,
+		   (unsigned long long)sum.misdirected);
 }
 
 /* Splits <line> into at most 4 space-separated words; returns how many. */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 8
+#define REASON_CONTRACT_VERSION 9
 
 enum tier {
 	TIER_DENY = 0,
@@ -57,6 +57,7 @@ enum reason {
 	REASON_TLS_HANDSHAKE_FAILED,
 	REASON_CONNECTION_SHARE_EXCEEDED,
 	REASON_PEER_NOT_AGENT,
+	REASON_PLACEHOLDER_MISDIRECTED,
 	REASON__COUNT,
 };
 

@@ -158,6 +158,15 @@ struct verdict_ops {
 	void (*profile_limits)(const void *policy, uint32_t index, struct verdict_limits *out);
 	/* The ingress settings of profile <index>; never NULL (the defaults when it has none). */
 	const struct verdict_ingress *(*profile_ingress)(const void *policy, uint32_t index);
+	/*
+	 * Whether <buf>/<len> (a request head a sandbox on profile <profile> sent)
+	 * holds the placeholder of one of the profile's inject rules, other than
+	 * <own>'s placeholder (NULL: any): the credential would go elsewhere than
+	 * its rule sends it. Scans each distinct placeholder once; false at once
+	 * for a profile without inject rules.
+	 */
+	bool (*placeholder_elsewhere)(const void *policy, uint32_t profile, const char *buf,
+				      size_t len, const struct verdict_inject *own);
 	/* Profiles and rules in the snapshot. */
 	uint32_t (*profile_count)(const void *policy);
 	uint32_t (*rule_count)(const void *policy);

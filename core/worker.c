@@ -753,6 +753,7 @@ static void stats_publish(struct worker *w)
 	publish_one(&p->leaf_hits, leaf.leaf_hits);
 	publish_one(&p->leaf_misses, leaf.leaf_misses);
 	publish_one(&p->leaf_mints, leaf.leaf_mints);
+	publish_one(&p->misdirected, w->stats.misdirected);
 }
 
 /* The end of a loop turn: publish when the interval is up, else note what is pending. */
@@ -789,6 +790,7 @@ void worker_counters_add(const struct worker *w, struct worker_counters *sum)
 	sum->leaf_hits += published_one(&p->leaf_hits);
 	sum->leaf_misses += published_one(&p->leaf_misses);
 	sum->leaf_mints += published_one(&p->leaf_mints);
+	sum->misdirected += published_one(&p->misdirected);
 	AN_ASSERT(sum->accepted >= accepted);
 }
 

@@ -84,6 +84,7 @@ struct worker_stats {
 	uint64_t copy_relays;
 	uint64_t cqes;
 	uint64_t enters;
+	uint64_t misdirected; /* requests refused placeholder_misdirected */
 };
 
 /*
@@ -118,6 +119,7 @@ struct worker_counters {
 	uint64_t leaf_hits;        /* term_ops.counters; 0 without TLS */
 	uint64_t leaf_misses;
 	uint64_t leaf_mints;
+	uint64_t misdirected;
 };
 
 /*
@@ -141,6 +143,7 @@ struct worker_published {
 	_Atomic uint64_t leaf_hits;
 	_Atomic uint64_t leaf_misses;
 	_Atomic uint64_t leaf_mints;
+	_Atomic uint64_t misdirected;
 	unsigned char pad_tail[WORKER_CACHE_LINE_BYTES];
 };
 

@@ -473,7 +473,46 @@ int loader_index_injects(struct loader *ld)
 		AN_ASSERT(p->inject_by_rule[in->rule_index] == NULL);
 		p->inject_by_rule[in->rule_index] = &in->vi;
 	}
+	for (uint32_t i = 0; i < p->profile_count; i++) {
+		struct policy_profile *pr = &p->profiles[i];
+		for (uint32_t j = 0; j < pr->rule_count; j++) {
+			const struct acl_rule *r = &pr->rules[j];
+			if (r->tier != TIER_INJECT)
+				continue;
+			if (pr->injects == NULL) {
+				pr->injects = pool_calloc(pr->rule_count, sizeof(*pr->injects));
+				if (pr->injects == NULL)
+					return loader_fail_oom(ld);
+			}
+			const struct verdict_inject *vi = p->inject_by_rule[r->index];
+			AN_ASSERT(vi != NULL);
+			bool seen = false;
+			for (uint32_t k = 0; k < pr->inject_count && !seen; k++)
+				seen = inject_same_placeholder(pr->injects[k], vi);
+			if (!seen)
+				pr->injects[pr->inject_count++] = vi;
+		}
+	}
 	return 0;
+}
+
+bool inject_same_placeholder(const struct verdict_inject *a, const struct verdict_inject *b)
+{
+	return a->placeholder_len == b->placeholder_len &&
+	       memcmp(a->placeholder, b->placeholder, a->placeholder_len) == 0;
+}
+
+bool inject_placeholder_elsewhere(const struct policy_profile *pr, const char *buf, size_t len,
+				  const struct verdict_inject *own)
+{
+	for (uint32_t i = 0; i < pr->inject_count; i++) {
+		const struct verdict_inject *vi = pr->injects[i];
+		if (own != NULL && inject_same_placeholder(vi, own))
+			continue;
+		if (memmem(buf, len, vi->placeholder, vi->placeholder_len) != NULL)
+			return true;
+	}
+	return false;
 }
 
 /* Wipes the secret, then releases the rest. */

@@ -64,6 +64,10 @@ struct policy_profile {
 	uint32_t user_count;
 	uint32_t group_count;
 	bool registrants_named; /* `users` or `groups` was given (even empty) */
+	/* Its inject rules' credentials, one per distinct placeholder (placeholder_elsewhere's
+	 * list; built with inject_by_rule); owned array, NULL without any. */
+	const struct verdict_inject **injects;
+	uint32_t inject_count;
 };
 
 /* One resolver.hosts entry: addresses with port 0. */
@@ -437,9 +441,20 @@ int loader_upstream_ca(struct loader *ld, const struct acl_rule *r);
 
 /*
  * Builds ld->p->inject_by_rule (verdict.inject by rule index; none without
- * injects) once ld->p->injects no longer moves. 0, or -ENOMEM (formatted).
+ * injects) once ld->p->injects no longer moves, and each profile's list of
+ * distinct placeholders (policy_profile.injects). 0, or -ENOMEM (formatted).
  */
 int loader_index_injects(struct loader *ld);
+
+/* Whether inject rules <a> and <b> give the sandbox the same placeholder. Pure. */
+bool inject_same_placeholder(const struct verdict_inject *a, const struct verdict_inject *b);
+
+/*
+ * Whether <buf>/<len> holds one of profile <pr>'s placeholders other than
+ * <own>'s (NULL: any): verdict_ops.placeholder_elsewhere. Pure.
+ */
+bool inject_placeholder_elsewhere(const struct policy_profile *pr, const char *buf, size_t len,
+				  const struct verdict_inject *own);
 
 /* Wipes the secret of <in>, then releases the rest (not <in>) and zeroes it. */
 void loader_inject_free(struct policy_inject *in);

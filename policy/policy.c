@@ -1228,6 +1228,7 @@ void policy_free(struct policy *p)
 		AN_FREE(&pr->ingress_own);
 		AN_FREE(&pr->users);
 		AN_FREE(&pr->groups);
+		AN_FREE(&pr->injects);
 	}
 	for (uint32_t i = 0; i < p->host_count; i++) {
 		AN_FREE(&p->hosts[i].name);
@@ -1414,6 +1415,15 @@ static const struct verdict_ingress *policy_profile_ingress_op(const void *polic
 	return vi;
 }
 
+static bool policy_placeholder_elsewhere_op(const void *policy, uint32_t profile, const char *buf,
+					    size_t len, const struct verdict_inject *own)
+{
+	const struct policy *p = policy;
+
+	AN_ASSERT(profile < p->profile_count);
+	return inject_placeholder_elsewhere(&p->profiles[profile], buf, len, own);
+}
+
 static uint32_t policy_profile_count_op(const void *policy)
 {
 	return policy_profile_count(policy);
@@ -1503,6 +1513,7 @@ const struct verdict_ops policy_verdict_ops = {
 	.profile_name = policy_profile_name_op,
 	.profile_limits = policy_profile_limits_op,
 	.profile_ingress = policy_profile_ingress_op,
+	.placeholder_elsewhere = policy_placeholder_elsewhere_op,
 	.profile_count = policy_profile_count_op,
 	.rule_count = policy_rule_count_op,
 	.fake_response = policy_fake_response_op,

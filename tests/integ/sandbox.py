@@ -85,7 +85,7 @@ AUDIT_WAIT_S = 3
 # late a worker's figures may be (core/worker.h, WORKER_STATS_PUBLISH_MS) plus a margin.
 STATS_KEYS = ["workers", "conns", "accepted", "refused_overload", "requests", "denied",
               "splice_relays", "copy_relays", "upstreams_reused", "leaf_hits", "leaf_misses",
-              "leaf_mints", "audit_written", "audit_dropped"]
+              "leaf_mints", "audit_written", "audit_dropped", "misdirected"]
 STATS_PUBLISH_S = 0.1
 STATS_MARGIN_S = 0.9
 DOWN_ERROR_S = 5  # the agent's request after the daemon stopped fails within this
@@ -1808,6 +1808,91 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                    "nothing; redirect_denied, 413 body_too_large, a WebSocket upgrade; the "
                    "secret in no response, audit or log", inject)
 
+    def t_misdirected(self):
+        """A placeholder sent where its rule does not send it (issue 17 item 7): the
+        default profile's inject placeholder in a header or the query of a plain request to
+        origin.test (passthrough), and in a request inside the fake tier's TLS session, is
+        refused 403 placeholder_misdirected before anything goes upstream (the origin's log
+        never sees it), audited and counted in `stats`; the same requests without it pass,
+        and the inject host still gets it."""
+        def misdirected():
+            import ssl
+            sid = "it%d-misdirected" % os.getpid()
+            path, why = self.sandbox_path(sid, "default")
+            if why:
+                return [why]
+            ctx = ssl.create_default_context(cafile=self.vars["ca"])
+            mark = "misdirected-%d" % os.getpid()
+            port = self.vars["http_port"]
+            auth = "Authorization: Bearer %s\r\n" % INJECT_PLACEHOLDER
+            errs = []
+            before, _ = self.stats()
+            try:
+                plain = [("a header", "/echo?m=%s-1" % mark, auth, 403),
+                         ("the query", "/echo?m=%s-2&key=%s" % (mark, INJECT_PLACEHOLDER), "",
+                          403),
+                         ("none (control)", "/echo?m=%s-3" % mark, "", 200)]
+                for label, target, extra, want in plain:
+                    got = unix_exchange(path, (
+                        "GET http://origin.test:%d%s HTTP/1.1\r\nHost: origin.test:%d\r\n%s"
+                        "Connection: close\r\n\r\n" % (port, target, port, extra)).encode())
+                    status = int(got.split(b" ", 2)[1]) if got.startswith(b"HTTP/1.1 ") else 0
+                    reason = re.search(rb"(?im)^x-agent-reason: *(\S+)", got)
+                    if status != want or (want == 403 and (
+                            reason is None or reason.group(1) != b"placeholder_misdirected")):
+                        errs.append("plain request with the placeholder in %s: %r" % (
+                            label, got[:300]))
+                ts = tls_tunnel(self, ctx, path, "fake.test:443")
+                f = ts.makefile("rb")
+                for extra, want in (("X-Leak: %s\r\n" % INJECT_PLACEHOLDER, 403), ("", 200)):
+                    ts.sendall(("GET /hello HTTP/1.1\r\nHost: fake.test\r\n%s\r\n"
+                                % extra).encode())
+                    status, headers, _ = read_response(f)
+                    f.read(int(headers.get("content-length", "0")))
+                    if status != want or (want == 403 and headers.get(
+                            "x-agent-reason") != "placeholder_misdirected"):
+                        errs.append("fake tier with%s the placeholder: %d %r" % (
+                            "" if extra else "out", status, headers))
+                    if status != 200:
+                        ts.close()
+                        ts = tls_tunnel(self, ctx, path, "fake.test:443")
+                        f = ts.makefile("rb")
+                ts.close()
+                ts = tls_tunnel(self, ctx, path, "api.test:%d" % self.vars["https_port"])
+                f = ts.makefile("rb")
+                ts.sendall(("GET /echo HTTP/1.1\r\nHost: api.test\r\n%s\r\n" % auth).encode())
+                status, headers, _ = read_response(f)
+                f.read(int(headers.get("content-length", "0")))
+                ts.close()
+                if status != 200:
+                    errs.append("the inject host with its own placeholder: %d %r" % (
+                        status, headers))
+            finally:
+                self.ctl("sandbox rm %s" % sid)
+            log_text = read_text(os.path.join(self.vars["tmp"], "echo.log"))
+            for n in (1, 2):
+                if "%s-%d" % (mark, n) in log_text:
+                    errs.append("refused request %d reached the origin" % n)
+            if "%s-3" % mark not in log_text:
+                errs.append("the control request did not reach the origin")
+            time.sleep(STATS_PUBLISH_S + STATS_MARGIN_S)
+            after, _ = self.stats()
+            if after.get("misdirected", 0) - before.get("misdirected", 0) != 3:
+                errs.append("stats misdirected went from %r to %r, want 3 more" % (
+                    before.get("misdirected"), after.get("misdirected")))
+            errs += self.check_audit(sid, [{"decision": "deny",
+                                            "reason": "placeholder_misdirected",
+                                            "host": "origin.test"},
+                                           {"decision": "deny",
+                                            "reason": "placeholder_misdirected",
+                                            "host": "fake.test"}], None)
+            return errs
+
+        self.timed("a placeholder sent where its rule does not send it (a plain request's "
+                   "header or query, the fake tier): 403 placeholder_misdirected before "
+                   "anything goes upstream, audited, counted; without it, and to its own "
+                   "inject host, served", misdirected)
+
     def agent_cli_missing(self):
         """Why t_agent_cli cannot run here (Node 24 or the harness not installed), or None."""
         if not os.access(self.vars["node24"], os.X_OK):
@@ -2548,7 +2633,7 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
          "density", "daemon_restart", "daemon_stopped", "ingress", "stats", "env", "pty",
-         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood"]
+         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "misdirected"]
 
 
 def preflight(args):

@@ -100,6 +100,7 @@ static void set_counters(uint32_t i, uint64_t base)
 	stub_leaf[i] = (struct term_counters){ .leaf_hits = base + 8,
 					       .leaf_misses = base + 10,
 					       .leaf_mints = base + 9 };
+	w->stats.misdirected = base + 11;
 	w->stats.cqes = base + 100; /* not published */
 	w->stats.enters = base + 200;
 }
@@ -129,6 +130,7 @@ START_TEST(test_every_field)
 	ck_assert_uint_eq(c.leaf_hits, 8);
 	ck_assert_uint_eq(c.leaf_misses, 10);
 	ck_assert_uint_eq(c.leaf_mints, 9);
+	ck_assert_uint_eq(c.misdirected, 11);
 	ck_assert(!wk[0].stats_unpublished);
 	ck_assert_uint_eq(wk[0].stats_due_ms, WT_T0_MS + WORKER_STATS_PUBLISH_MS);
 	/* The other worker published nothing: all zero. */
@@ -139,7 +141,7 @@ START_TEST(test_every_field)
 	ck_assert_uint_ge(offsetof(struct worker_published, conns_open),
 			  offsetof(struct worker_published, pad_head) + WORKER_CACHE_LINE_BYTES);
 	ck_assert_uint_ge(offsetof(struct worker_published, pad_tail),
-			  offsetof(struct worker_published, leaf_mints) + sizeof(uint64_t));
+			  offsetof(struct worker_published, misdirected) + sizeof(uint64_t));
 	ck_assert_uint_eq(sizeof(((struct worker_published *)0)->pad_tail),
 			  WORKER_CACHE_LINE_BYTES);
 }
@@ -239,7 +241,7 @@ START_TEST(test_stats_line)
 	ck_assert_str_eq(out, "ok workers 2 conns 3 accepted 1002 refused_overload 1004 "
 			      "requests 1006 denied 1008 splice_relays 1010 copy_relays 1012 "
 			      "upstreams_reused 1014 leaf_hits 1016 leaf_misses 1020 "
-			      "leaf_mints 1018 audit_written 0 audit_dropped 0\n");
+			      "leaf_mints 1018 audit_written 0 audit_dropped 0 misdirected 1022\n");
 	ck_assert_uint_eq(len, strlen(out));
 	pool_free(out);
 	/* Unpublished changes do not show; `stats` never waits on a worker. */

@@ -1000,6 +1000,43 @@ START_TEST(test_verdict_no_inject)
 }
 END_TEST
 
+/* A head carrying a placeholder of the profile where its rule does not send it (item 7). */
+START_TEST(test_placeholder_elsewhere)
+{
+	const struct verdict_ops *ops = &policy_verdict_ops;
+
+	load_mixed();
+	const struct verdict_inject *a = decide(0, "a.test").inject;
+	const struct verdict_inject *ip = decide(0, "192.0.2.1").inject;
+	const struct verdict_inject *c = decide(0, "x.c.test").inject;
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(c);
+	static const char in_query[] = "GET /x?k=placeholder-0002 HTTP/1.1\r\nHost: b.test\r\n\r\n";
+	static const char in_header[] =
+	    "GET / HTTP/1.1\r\nHost: e.test\r\nX-Key: Bearer placeholder-0001\r\n\r\n";
+	static const char other_profile[] = "GET / HTTP/1.1\r\nX-Other: placeholder-0003\r\n\r\n";
+	static const char none[] = "GET /placeholder-000 HTTP/1.1\r\nX-Key: placeholder\r\n\r\n";
+	/* To a host without an inject rule (passthrough, fake): elsewhere. */
+	ck_assert(ops->placeholder_elsewhere(pol, 0, in_query, strlen(in_query), NULL));
+	ck_assert(ops->placeholder_elsewhere(pol, 0, in_header, strlen(in_header), NULL));
+	/* To the rule that gives it: its own; to another inject rule's host: elsewhere. */
+	ck_assert(!ops->placeholder_elsewhere(pol, 0, in_query, strlen(in_query), c));
+	ck_assert(ops->placeholder_elsewhere(pol, 0, in_query, strlen(in_query), a));
+	ck_assert(ops->placeholder_elsewhere(pol, 0, in_header, strlen(in_header), c));
+	/* a.test and 192.0.2.1 give the same placeholder: each is the other's own. */
+	ck_assert(!ops->placeholder_elsewhere(pol, 0, in_header, strlen(in_header), a));
+	ck_assert(!ops->placeholder_elsewhere(pol, 0, in_header, strlen(in_header), ip));
+	/* A sandbox holds its own profile's placeholders: q's is not p's, nor p's q's. */
+	ck_assert(!ops->placeholder_elsewhere(pol, 0, other_profile, strlen(other_profile), NULL));
+	ck_assert(ops->placeholder_elsewhere(pol, 1, other_profile, strlen(other_profile), NULL));
+	ck_assert(!ops->placeholder_elsewhere(pol, 1, in_query, strlen(in_query), NULL));
+	/* Parts of one are not one; the length bounds the scan. */
+	ck_assert(!ops->placeholder_elsewhere(pol, 0, none, strlen(none), NULL));
+	ck_assert(!ops->placeholder_elsewhere(pol, 0, in_query, 20, NULL));
+	ck_assert(ops->placeholder_elsewhere(pol, 0, in_query, 25, NULL));
+}
+END_TEST
+
 /* --- the secret's memory ---------------------------------------------------------------------- */
 
 START_TEST(test_secret_wiped)
@@ -1164,6 +1201,7 @@ int main(void)
 	tcase_add_test(tc, test_upstream_ca_refused);
 	tcase_add_test(tc, test_verdict_inject);
 	tcase_add_test(tc, test_verdict_no_inject);
+	tcase_add_test(tc, test_placeholder_elsewhere);
 	tcase_add_test(tc, test_secret_wiped);
 	tcase_add_test(tc, test_docs_example);
 	tcase_add_test(tc, test_allocation_failures);
