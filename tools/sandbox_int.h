@@ -1,8 +1,9 @@
 /*
  * What the parts of `agentsnet run`'s sandbox share, and nothing else includes:
  * tools/sandbox.c (the checks, the start and the supervision), tools/wwdirs.c
- * (the host's world-writable directories). One file per job; the
- * list of what the parent found is the child's to use, so its type lives here.
+ * (the host's world-writable directories) and tools/sockmask.c (the host's
+ * socket files to mask). One file per job; what the parent finds before the
+ * clone is the child's to use, so its types live here.
  */
 #ifndef AN_TOOLS_SANDBOX_INT_H
 #define AN_TOOLS_SANDBOX_INT_H
@@ -13,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "tools/hostsock.h"
 #include "tools/sandbox.h"
 
 /* World-writable directories given an instance of their own, at most (more: collapsed). */
@@ -63,6 +65,19 @@ struct ww_list {
 	char mountinfo_line[SANDBOX_MOUNTINFO_LINE + 2]; /* + 2: its newline and NUL */
 };
 
+struct child_ctx {
+	const struct sandbox_spec *s;
+	const char **argv;  /* owned by sandbox_start */
+	struct ww_list *ww; /* owned by sandbox_start */
+	/* The host's socket files left in view by the mounts, each masked (owned by sandbox_start). */
+	struct hostsock_list sockets;
+	const struct ptyrelay *pty; /* the sandbox's: master -1 when none */
+	uint64_t nproc_max;         /* RLIMIT_NPROC to set (no cgroup), or 0 */
+	int err_fd;
+	int alive_fd;
+	int pty_fd; /* the child's end of the socket its pty's master goes back over, or -1 */
+};
+
 /* ---- tools/wwdirs.c ---- */
 
 /* Whether <rel> is hidden already: under a replaced tree or a directory on the list. */
@@ -75,5 +90,11 @@ void ww_put(struct ww_list *l, const char *rel, mode_t mode, bool masked);
 int ww_prepare(struct ww_list *l, const struct sandbox_spec *s, char *err, size_t err_len);
 /* One line on stderr naming the directories the sandbox hides whole, if any. */
 void ww_report(const struct ww_list *l);
+
+/* ---- tools/sockmask.c ---- */
+
+/* Lists the host's socket files the mounts leave in view into c->sockets, hiding
+ * directories whole (masked entries of c->ww) past the masks' bound; -errno with <err>. */
+int sockets_prepare(struct child_ctx *c, char *err, size_t err_len);
 
 #endif

@@ -39,6 +39,7 @@
  */
 #include "../../../tools/sandbox.c"
 #include "../../../tools/wwdirs.c"
+#include "../../../tools/sockmask.c"
 #include "../../../tools/hostsock.c"
 #include "../../../tools/ptyrelay.c"
 
