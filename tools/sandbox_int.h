@@ -1,9 +1,10 @@
 /*
  * What the parts of `agentsnet run`'s sandbox share, and nothing else includes:
  * tools/sandbox.c (the checks, the start and the supervision), tools/wwdirs.c
- * (the host's world-writable directories) and tools/sockmask.c (the host's
- * socket files to mask). One file per job; what the parent finds before the
- * clone is the child's to use, so its types live here.
+ * (the host's world-writable directories), tools/sockmask.c (the host's socket
+ * files to mask) and tools/sandbox_child.c (the child's setup inside the
+ * namespaces). One file per job; what the parent finds before the clone is the
+ * child's to use, so its types live here.
  */
 #ifndef AN_TOOLS_SANDBOX_INT_H
 #define AN_TOOLS_SANDBOX_INT_H
@@ -96,5 +97,11 @@ void ww_report(const struct ww_list *l);
 /* Lists the host's socket files the mounts leave in view into c->sockets, hiding
  * directories whole (masked entries of c->ww) past the masks' bound; -errno with <err>. */
 int sockets_prepare(struct child_ctx *c, char *err, size_t err_len);
+
+/* ---- tools/sandbox_child.c ---- */
+
+/* The clone's child: sets the sandbox up and execs the bridge; on failure reports over
+ * c->err_fd and exits 127. Never returns. */
+_Noreturn void child_main(const struct child_ctx *c);
 
 #endif

@@ -40,6 +40,7 @@
 #include "../../../tools/sandbox.c"
 #include "../../../tools/wwdirs.c"
 #include "../../../tools/sockmask.c"
+#include "../../../tools/sandbox_child.c"
 #include "../../../tools/hostsock.c"
 #include "../../../tools/ptyrelay.c"
 
