@@ -21,6 +21,7 @@
  */
 #define BRIDGE_NO_MAIN
 #include "../../../tools/bridge.c"
+#include "../../../tools/bridge_filter.c"
 
 #include <check.h>
 #include <dirent.h>
