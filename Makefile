@@ -75,13 +75,13 @@ build/san/agentsnet: $(AGENTSNET_OBJ:%=build/san/%) build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The sandbox's init: static, linking only libc and libseccomp (tools/bridge.c, bridge_filter.c).
+# The sandbox's init: static, linking only libc and libseccomp (tools/bridge*.c).
 BRIDGE_LIBS := -lseccomp
-build/rel/agentsnet-bridge: build/rel/tools/bridge.o build/rel/tools/bridge_filter.o \
+build/rel/agentsnet-bridge: build/rel/tools/bridge.o build/rel/tools/bridge_filter.o build/rel/tools/bridge_relay.o \
 	build/rel/core/an.o
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -static -Wl,--strip-debug -o $@ $^ $(BRIDGE_LIBS)
-build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/tools/bridge_filter.o \
+build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/tools/bridge_filter.o build/san/tools/bridge_relay.o \
 	build/san/core/an.o
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(BRIDGE_LIBS)
