@@ -66,7 +66,8 @@ build/san/agentsnetd: build/san/tools/agentsnetd.o build/san/libagentsnet.a
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/check.o tools/ctl.o \
-	tools/hostsock.o tools/ptyrelay.o tools/runenv.o tools/sandbox.o tools/selftest.o
+	tools/hostsock.o tools/ptyrelay.o tools/runenv.o tools/sandbox.o tools/selftest.o \
+	tools/sandbox_child.o tools/sockmask.o tools/wwdirs.o
 build/rel/agentsnet: $(AGENTSNET_OBJ:%=build/rel/%) build/rel/libagentsnet.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
@@ -74,12 +75,14 @@ build/san/agentsnet: $(AGENTSNET_OBJ:%=build/san/%) build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The sandbox's init: static, linking only libc and libseccomp (tools/bridge.c).
+# The sandbox's init: static, linking only libc and libseccomp (tools/bridge*.c).
 BRIDGE_LIBS := -lseccomp
-build/rel/agentsnet-bridge: build/rel/tools/bridge.o build/rel/core/an.o
+build/rel/agentsnet-bridge: build/rel/tools/bridge.o build/rel/tools/bridge_filter.o build/rel/tools/bridge_relay.o \
+	build/rel/core/an.o
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -static -Wl,--strip-debug -o $@ $^ $(BRIDGE_LIBS)
-build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/core/an.o
+build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/tools/bridge_filter.o build/san/tools/bridge_relay.o \
+	build/san/core/an.o
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(BRIDGE_LIBS)
 build/san/tests/unit/tools/bridge: LDLIBS += $(BRIDGE_LIBS)

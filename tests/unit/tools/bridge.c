@@ -21,6 +21,8 @@
  */
 #define BRIDGE_NO_MAIN
 #include "../../../tools/bridge.c"
+#include "../../../tools/bridge_filter.c"
+#include "../../../tools/bridge_relay.c"
 
 #include <check.h>
 #include <dirent.h>

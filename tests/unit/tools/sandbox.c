@@ -38,6 +38,9 @@
  * masked, the walk going on elsewhere), and once on the host, timed.
  */
 #include "../../../tools/sandbox.c"
+#include "../../../tools/wwdirs.c"
+#include "../../../tools/sockmask.c"
+#include "../../../tools/sandbox_child.c"
 #include "../../../tools/hostsock.c"
 #include "../../../tools/ptyrelay.c"
 
