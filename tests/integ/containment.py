@@ -33,6 +33,8 @@ import termios
 import time
 import tty
 
+from hostboundary import CONNECT_PY
+
 # The probes `agentsnet selftest` must report (docs/sandbox.md), each closed.
 SELFTEST_PROBES = ["dns", "tcp-host", "vsock", "sockets", "io-uring", "unix-abstract",
                    "unix-path", "host-sockets", "other-sandbox", "control-socket", "terminal",
@@ -219,17 +221,6 @@ for pid, _ in kids:
     os.waitpid(pid, 0)
 """
 
-# The flood's agent: connects to argv[1]; prints "connected" or the errno's name.
-FLOOD_CONNECT_PY = r"""
-import errno, socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-try:
-    s.connect(sys.argv[1])
-    print("target connected")
-except OSError as e:
-    print("target", errno.errorcode.get(e.errno, str(e.errno)))
-"""
-
 # Sockets the flood binds in all: past tools/hostsock.h's HOSTSOCK_MAX (65,536), in four
 # processes (each holds its sockets open: 20,000 descriptors a process at most).
 FLOOD_PROCS, FLOOD_EACH = 4, 17000
@@ -392,10 +383,10 @@ class ContainmentTests:
                     return ["the flooder did not start: %r %s" % (
                         line, f.stderr.read(2000).decode()[-1000:])]
                 target = os.path.join(root, "target.sock")
-                a = self.agent(["python3", "-c", FLOOD_CONNECT_PY, target])
+                a = self.agent(["python3", "-c", CONNECT_PY, target])
                 errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
-                got = [l for l in a.stdout().splitlines() if l.startswith("target")]
-                if not got or got[0] == "target connected":
+                got = a.stdout().split()[-1:]
+                if not got or got[0] == "connected":
                     errs.append("the agent's connect to a world-connectable host socket "
                                 "among %d: %r" % (FLOOD_PROCS * FLOOD_EACH + 1, got))
                 return errs + self.leftovers(a)

@@ -197,31 +197,11 @@ except OSError as e:
     print(errno.errorcode.get(e.errno, str(e.errno)))
 """
 
-# One control request: argv = control socket, request line; prints the answer.
-CTL_PY = r"""
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(10)
-s.connect(sys.argv[1])
-s.sendall(sys.argv[2].encode() + b"\n")
-data = b""
-while True:
-    got = s.recv(65536)
-    if not got:
-        break
-    data += got
-sys.stdout.write(data.decode())
-"""
+# The scripts' control request: call(<control socket>, <line>) is the whole answer.
+CTL_CALL_PY = r"""
+import socket
 
-# t_run_cgroup's caller, run as the unprivileged account: argv = control socket, sandbox id,
-# a root-registered sandbox's id. Registers <id> owned, tries what must be refused, then
-# has the daemon limit it and tries to exceed the limits. Prints one JSON object.
-RUN_CGROUP_PY = r"""
-import json, os, socket, sys, time
-ctl, sid, roots = sys.argv[1:4]
-MIB = 1024 * 1024
-
-def call(line):
+def call(ctl, line):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect(ctl)
@@ -233,7 +213,27 @@ def call(line):
             break
         data += got
     s.close()
-    return data.decode().splitlines()[0] if data else "(no answer)"
+    return data.decode()
+"""
+
+# One control request: argv = control socket, request line; prints the answer.
+CTL_PY = CTL_CALL_PY + r"""
+import sys
+sys.stdout.write(call(sys.argv[1], sys.argv[2]))
+"""
+
+# t_run_cgroup's caller, run as the unprivileged account: argv = control socket, sandbox id,
+# a root-registered sandbox's id. Registers <id> owned, tries what must be refused, then
+# has the daemon limit it and tries to exceed the limits. Prints one JSON object.
+RUN_CGROUP_PY = CTL_CALL_PY + r"""
+import json, os, sys, time
+ctl, sid, roots = sys.argv[1:4]
+MIB = 1024 * 1024
+
+def first(line):
+    # The answer's first line.
+    lines = call(ctl, line).splitlines()
+    return lines[0] if lines else "(no answer)"
 
 def in_child(fn):
     # fn() in a forked child; its exit status (or -signal).
@@ -251,16 +251,16 @@ def cgroups():
         return [l.strip() for l in f if ":pids:" in l or ":memory:" in l or l.startswith("0::")]
 
 out = {"before": cgroups()}
-out["add"] = call("sandbox add %s other owned" % sid)
+out["add"] = first("sandbox add %s other owned" % sid)
 # Another process of the same account is not the owner.
-out["from_child"] = in_child(lambda: 0 if call("sandbox limit %s 16 %d" % (sid, 64 * MIB))
+out["from_child"] = in_child(lambda: 0 if first("sandbox limit %s 16 %d" % (sid, 64 * MIB))
                              .startswith("error forbidden") else 1)
-out["roots"] = call("sandbox limit %s 16 %d" % (roots, 64 * MIB))
-out["missing"] = call("sandbox limit %s-none 16 %d" % (sid, 64 * MIB))
-out["none"] = call("sandbox limit %s 0 0" % sid)
-out["junk"] = call("sandbox limit %s 16 64M" % sid)
-out["limit"] = call("sandbox limit %s 16 %d" % (sid, 64 * MIB))
-out["again"] = call("sandbox limit %s 16 %d" % (sid, 64 * MIB))
+out["roots"] = first("sandbox limit %s 16 %d" % (roots, 64 * MIB))
+out["missing"] = first("sandbox limit %s-none 16 %d" % (sid, 64 * MIB))
+out["none"] = first("sandbox limit %s 0 0" % sid)
+out["junk"] = first("sandbox limit %s 16 64M" % sid)
+out["limit"] = first("sandbox limit %s 16 %d" % (sid, 64 * MIB))
+out["again"] = first("sandbox limit %s 16 %d" % (sid, 64 * MIB))
 out["after"] = cgroups()
 
 def touch(n):
@@ -287,7 +287,7 @@ def fork_many():
         os.waitpid(pid, 0)
     return min(refused, 100)
 out["forks_refused"] = in_child(fork_many)
-out["rm"] = call("sandbox rm %s" % sid)
+out["rm"] = first("sandbox rm %s" % sid)
 print(json.dumps(out))
 """
 
