@@ -67,7 +67,7 @@ build/san/agentsnetd: build/san/tools/agentsnetd.o build/san/libagentsnet.a
 
 AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/check.o tools/ctl.o \
 	tools/hostsock.o tools/ptyrelay.o tools/runenv.o tools/sandbox.o tools/selftest.o \
-	tools/sandbox_child.o tools/sockmask.o tools/wwdirs.o
+	tools/sandbox_child.o tools/sandbox_root.o tools/sockmask.o tools/wwdirs.o
 build/rel/agentsnet: $(AGENTSNET_OBJ:%=build/rel/%) build/rel/libagentsnet.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)

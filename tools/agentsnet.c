@@ -70,7 +70,8 @@ static const char usage_text[] =
     "       agentsnet run [--sandbox ID] [--profile NAME] [--socket-dir DIR] [--bridge PATH]\n"
     "                     [--ca PATH] [--public-url URL] [--user USER[:GROUP]]\n"
     "                     [--env NAME[=VALUE]]... [--env-file FILE]... [--pids-max N]\n"
-    "                     [--memory-max SIZE] [--probe PATH] -- CMD [ARGS...]\n"
+    "                     [--memory-max SIZE] [--bind PATH]... [--ro-bind PATH]...\n"
+    "                     [--probe PATH] -- CMD [ARGS...]\n"
     "       agentsnet selftest [--socket-dir DIR] [--bridge PATH] [--probe PATH] [--user USER]\n"
     "                          [-v]\n"
     "       agentsnet check [--config FILE] [--sandbox ID | --profile NAME] URL [METHOD]\n"
@@ -108,6 +109,13 @@ static const char usage_text[] =
     "            (bytes, or with K, M, G or T: binary; default 4G, at least 1M) bound\n"
     "            the sandbox; 0 for no limit. --probe PATH binds the executable at\n"
     "            " SANDBOX_PROBE_PATH " inside (agentsnet selftest uses it).\n"
+    "            The sandbox's file system is its own: the host's /usr, /bin, /sbin,\n"
+    "            /lib*, /etc and /opt read-only, the working directory read-write,\n"
+    "            an empty home of its own at $HOME, a private /tmp and /var/tmp, and\n"
+    "            nothing else of the host (no /home, /root, /var, /srv, /mnt...).\n"
+    "            --bind PATH shows PATH read-write at the same path, --ro-bind PATH\n"
+    "            read-only (at most 32; not /, nor in /proc, /dev, /run, /tmp,\n"
+    "            /var/tmp, /sys).\n"
     "selftest    runs escape probes in a real sandbox on this host and prints one line\n"
     "            per probe (closed, or OPEN with what got through); exit 0 when all are\n"
     "            closed (docs/sandbox.md).\n"
@@ -389,7 +397,36 @@ struct run_options {
 	struct runenv *env; /* borrowed: the agent's environment, --env and --env-file applied */
 	char **cmd;
 	char id_buf[32];
+	struct sandbox_bind binds[SANDBOX_BINDS_MAX]; /* --bind, --ro-bind, canonical */
+	size_t n_binds;
 };
+
+/* The canonical paths of run's --bind and --ro-bind (one run per process). */
+static char run_bind_paths[SANDBOX_BINDS_MAX][PATH_MAX];
+
+/* --bind or --ro-bind <arg>: -1 to go on, or an exit code. */
+static int run_bind(struct run_options *o, int opt, const char *arg)
+{
+	const char *flag = opt == 'B' ? "--bind" : "--ro-bind";
+	char err[PATH_MAX + 128];
+
+	AN_ASSERT(opt == 'B' || opt == 'R');
+	AN_ASSERT(o->n_binds <= SANDBOX_BINDS_MAX);
+	if (o->n_binds == SANDBOX_BINDS_MAX)
+		return usage_errorf("run: %s %s: more than %u binds", flag, arg, SANDBOX_BINDS_MAX);
+	char *canon = run_bind_paths[o->n_binds];
+	if (arg[0] == '\0' || realpath(arg, canon) == NULL) {
+		fprintf(stderr, "agentsnet: %s %s: %s\n", flag, arg,
+			arg[0] == '\0' ? "empty path" : strerror(errno));
+		return CTL_EXIT_ERROR;
+	}
+	if (sandbox_bind_check(canon, err, sizeof(err)) != 0)
+		return usage_errorf("run: %s %s", flag, err);
+	o->binds[o->n_binds].path = canon;
+	o->binds[o->n_binds].read_only = opt == 'R';
+	o->n_binds++;
+	return -1;
+}
 
 /* --env or --env-file <arg>, applied in order: -1 to go on, or an exit code. */
 static int run_env(struct run_options *o, int opt, const char *arg)
@@ -438,6 +475,8 @@ static int run_option(struct run_options *o, int opt, const char *arg)
 		return run_env(o, opt, arg);
 	if (opt == 'P' || opt == 'M')
 		return run_limit(o, opt, arg);
+	if (opt == 'B' || opt == 'R')
+		return run_bind(o, opt, arg);
 	const char **slot = opt == 'i'   ? &o->id
 			    : opt == 'p' ? &o->profile
 			    : opt == 's' ? &o->socket_dir
@@ -468,6 +507,8 @@ static int run_parse(int argc, char **argv, struct run_options *o)
 		{ "pids-max", required_argument, NULL, 'P' },
 		{ "memory-max", required_argument, NULL, 'M' },
 		{ "probe", required_argument, NULL, 'x' },
+		{ "bind", required_argument, NULL, 'B' },
+		{ "ro-bind", required_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -850,6 +891,8 @@ static void run_spec(const struct run_options *o, struct sandbox_spec *spec, con
 	spec->limits_by_daemon = limits_by_daemon;
 	spec->limits_by_daemon_arg = (void *)o;
 	spec->public_url = o->public_url;
+	spec->binds = o->binds;
+	spec->n_binds = o->n_binds;
 }
 
 static int run_main_inner(int argc, char **argv, struct runenv *env, bool *started)

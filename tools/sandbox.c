@@ -125,6 +125,32 @@ bool sandbox_socket_dir_needs_mask(const char *socket_dir, bool var_run_is_dir)
 	return !(var_run_is_dir && sandbox_path_under(socket_dir, "/var/run"));
 }
 
+int sandbox_bind_check(const char *path, char *err, size_t err_len)
+{
+	static const char *const made[] = { SANDBOX_MADE_DIRS };
+
+	AN_ASSERT(path != NULL);
+	AN_ASSERT(err != NULL);
+	if (path[0] != '/') {
+		snprintf(err, err_len, "%s: not an absolute path", path);
+		return -EINVAL;
+	}
+	if (strcmp(path, "/") == 0) {
+		snprintf(err, err_len, "/: the host's whole file system is never bound");
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < AN_ARRAY_LEN(made); i++) {
+		if (sandbox_path_under(path, made[i])) {
+			snprintf(err, err_len,
+				 "%s: inside %s, which the sandbox makes its own (it would be "
+				 "covered)",
+				 path, made[i]);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t cap)
 {
 	size_t n = 0;

@@ -49,6 +49,35 @@
 /* Groups of the passwd user's list looked at by sandbox_user_parse (more: refused). */
 #define SANDBOX_GROUPS_MAX 256
 
+/*
+ * The sandbox's file system is a root of its own (tools/sandbox_root.c): an
+ * empty tmpfs holding, read-only, the host's system directories that exist
+ * (SANDBOX_SYSTEM_DIRS: programs, libraries, configuration; a top-level
+ * symlink such as /bin -> usr/bin is copied as a symlink), the working
+ * directory read-write, what the operator names (agentsnet run --bind,
+ * --ro-bind: at most SANDBOX_BINDS_MAX), an empty home of the agent's own at
+ * $HOME where that is not in view otherwise, and what the sandbox makes itself
+ * (/proc, /dev, /run, /tmp, /var/tmp, /sys). Nothing else of the host is there:
+ * no /home, /root, /srv, /mnt, /media, /var, nor any top-level directory of the
+ * host's own, so a socket a host process binds there, at any time and in any
+ * network namespace, has no path the agent can name.
+ */
+#define SANDBOX_SYSTEM_DIRS \
+	"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"
+#define SANDBOX_BINDS_MAX 32u
+/* The directories the sandbox makes itself: a bind may not be at or below one (it is covered). */
+#define SANDBOX_MADE_DIRS "/proc", "/dev", "/run", "/tmp", "/var/tmp", "/sys"
+/* Size of the root's own tmpfs: directories and mount points only (read-only once built). */
+#define SANDBOX_ROOT_TMPFS_OPTIONS "mode=0755,size=1m"
+/* Size of the agent's home when one is made for it (read-write, the agent's alone). */
+#define SANDBOX_HOME_TMPFS_SIZE "1g"
+
+/* A host path shown in the sandbox at the same path (agentsnet run --bind, --ro-bind). */
+struct sandbox_bind {
+	const char *path; /* borrowed: canonical, absolute (sandbox_bind_check) */
+	bool read_only;
+};
+
 /* Default limits of one sandbox (agentsnet run --pids-max, --memory-max). */
 #define SANDBOX_PIDS_MAX_DEFAULT   4096u
 #define SANDBOX_MEMORY_MAX_DEFAULT (4ull << 30)
@@ -82,11 +111,14 @@ struct sandbox_spec {
 	const char *bridge;     /* borrowed: the bridge executable, absolute */
 	const char *ca_path;    /* borrowed: NULL, or passed to the bridge as --ca */
 	const char *public_url; /* borrowed: NULL, or passed to the bridge as --public-url */
-	const char *cwd;        /* borrowed: NULL, or the directory the bridge starts in */
-	const char *probe;      /* borrowed: NULL, or an executable bound at SANDBOX_PROBE_PATH */
-	const char *id;         /* borrowed: the sandbox id (names its cgroup) */
-	int ingress_fd;         /* borrowed: listening ingress socket for the bridge, or -1 */
-	char *const *cmd;       /* borrowed: the agent command, NULL-terminated, >= 1 word */
+	const char *cwd;        /* borrowed: NULL, or the directory the bridge starts in,
+				 * bound read-write unless "/", made by the sandbox, or in view already */
+	const struct sandbox_bind *binds; /* borrowed: what else the sandbox shows of the host */
+	size_t n_binds;                   /* at most SANDBOX_BINDS_MAX */
+	const char *probe; /* borrowed: NULL, or an executable bound at SANDBOX_PROBE_PATH */
+	const char *id;    /* borrowed: the sandbox id (names its cgroup) */
+	int ingress_fd;    /* borrowed: listening ingress socket for the bridge, or -1 */
+	char *const *cmd;  /* borrowed: the agent command, NULL-terminated, >= 1 word */
 	/*
 	 * borrowed: the environment the bridge (and so the agent) starts with, NULL-terminated:
 	 * tools/runenv.h's (runenv_init, then --env and --env-file), never the caller's whole
@@ -186,6 +218,14 @@ int sandbox_signal_pending(void);
 bool sandbox_path_under(const char *path, const char *dir);
 
 /*
+ * Whether <path> (canonical, absolute) may be bound into the sandbox: not "/"
+ * (the whole host), not at or below a directory the sandbox makes itself
+ * (SANDBOX_MADE_DIRS, which would cover it). Returns 0 or -EINVAL with <err>
+ * (<err_len> bytes) saying why, naming the path.
+ */
+int sandbox_bind_check(const char *path, char *err, size_t err_len);
+
+/*
  * Whether the socket directory <socket_dir> (canonical) needs its own mask
  * inside the sandbox, because it lies outside the fresh /run and outside a
  * real-directory /var/run (<var_run_is_dir>), which shows that same /run.
@@ -204,7 +244,7 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
  * Creates the sandbox for <s> and starts the bridge in it; <sb> is filled on
  * success. Inside: uid/gid maps (userns), a session of its own (setsid: the
  * caller's terminal is never the sandbox's controlling terminal), a private
- * mount tree, a fresh /proc, new IPC and UTS namespaces, a minimal /dev (null, zero,
+ * mount tree whose root is the sandbox's own (see SANDBOX_SYSTEM_DIRS), a fresh /proc, new IPC and UTS namespaces, a minimal /dev (null, zero,
  * full, random, urandom, tty, a private devpts instance, a private /dev/shm and
  * /dev/mqueue), a tmpfs over /run with <s>->dir bound read-only at
  * SANDBOX_MOUNT_DIR, /var/run masked if it is a directory, the socket directory

@@ -8,7 +8,10 @@
  * the other per-uid limits (below) and the names;
  * the mount tree private, so no mount leaks back to the host; every host file
  * the sandbox shows (its directory, the bridge, the CA, the probe, six device
- * nodes) opened O_PATH before anything is hidden; a fresh /proc; a minimal
+ * nodes) opened O_PATH before anything is hidden; the root of its own
+ * (tools/sandbox_root.c: the host's system directories read-only, the working
+ * directory, the binds, the agent's home), the host's kept below it until the
+ * last mount is made, then detached; a fresh /proc; a minimal
  * /dev: a small tmpfs with binds of null, zero, full, random, urandom and tty
  * (binds: mknod is refused in a user namespace; the binds keep no MS_NODEV), a
  * new devpts instance, a private /dev/shm and a new mqueue (the new IPC
@@ -116,8 +119,6 @@ extern char **environ;
 #define SANDBOX_DEV_TMPFS_OPTIONS "mode=0755,size=64k"
 #define SANDBOX_DEVPTS_OPTIONS    "newinstance,ptmxmode=0666,mode=0620"
 #define SANDBOX_SHM_TMPFS_OPTIONS "mode=1777,size=1g"
-/* Size of each private instance of a world-writable directory (/tmp included). */
-#define SANDBOX_PRIVATE_TMPFS_SIZE "1g"
 /* What one sandbox may take of its uid's allowances, which every process of the uid shares. */
 #define SANDBOX_SIGPENDING_MAX 1024u
 #define SANDBOX_MSGQUEUE_BYTES (256u << 10)
@@ -142,8 +143,7 @@ struct child_fds {
 /* ---- Inside the new namespaces, before the bridge runs. ---- */
 
 /* Reports <err> and a message to the parent and exits; the exec never happens. */
-__attribute__((format(printf, 3, 4))) static _Noreturn void child_fail(int fd, int err,
-								       const char *fmt, ...)
+_Noreturn void child_fail(int fd, int err, const char *fmt, ...)
 {
 	char msg[SANDBOX_ERROR_BYTES];
 	int32_t code = err > 0 ? err : EIO;
@@ -277,8 +277,8 @@ static void set_names(const struct child_ctx *c)
 		child_fail(c->err_fd, errno, "setdomainname: %s", strerror(errno));
 }
 
-static void must_mount(const struct child_ctx *c, const char *src, const char *target,
-		       const char *type, unsigned long flags, const char *data)
+void must_mount(const struct child_ctx *c, const char *src, const char *target, const char *type,
+		unsigned long flags, const char *data)
 {
 	AN_ASSERT(target != NULL);
 	AN_ASSERT(c->err_fd >= 0);
@@ -288,7 +288,7 @@ static void must_mount(const struct child_ctx *c, const char *src, const char *t
 			   strerror(errno));
 }
 
-static void must_mkdir(const struct child_ctx *c, const char *path, mode_t mode)
+void must_mkdir(const struct child_ctx *c, const char *path, mode_t mode)
 {
 	AN_ASSERT(path != NULL);
 	AN_ASSERT(path[0] == '/');
@@ -298,7 +298,7 @@ static void must_mkdir(const struct child_ctx *c, const char *path, mode_t mode)
 		child_fail(c->err_fd, errno, "chmod %s: %s", path, strerror(errno));
 }
 
-static void must_symlink(const struct child_ctx *c, const char *target, const char *path)
+void must_symlink(const struct child_ctx *c, const char *target, const char *path)
 {
 	AN_ASSERT(target != NULL);
 	AN_ASSERT(path[0] == '/');
@@ -341,7 +341,7 @@ static void open_sources(const struct child_ctx *c, struct child_fds *f)
  * must be kept, or the kernel refuses: carry the atime ones over (the others
  * are only added).
  */
-static void bind_read_only(const struct child_ctx *c, const char *target, unsigned long flags)
+void bind_read_only(const struct child_ctx *c, const char *target, unsigned long flags)
 {
 	struct statvfs sv;
 
@@ -464,14 +464,16 @@ static void mask_host(const struct child_ctx *c)
 	bool var_run_dir = is_dir_nofollow("/var/run");
 	if (var_run_dir)
 		must_mount(c, SANDBOX_RUN_DIR, "/var/run", NULL, MS_BIND | MS_REC, NULL);
-	if (sandbox_socket_dir_needs_mask(c->s->socket_dir, var_run_dir))
+	/* Only where the root shows them (the working directory, a bind). */
+	if (sandbox_socket_dir_needs_mask(c->s->socket_dir, var_run_dir) &&
+	    is_dir_nofollow(c->s->socket_dir))
 		mask(c, c->s->socket_dir);
 	snprintf(parent, sizeof(parent), "%s", c->s->dir);
 	char *slash = strrchr(parent, '/');
 	if (slash != NULL && slash != parent) {
 		*slash = '\0';
 		if (!sandbox_path_under(parent, c->s->socket_dir) &&
-		    sandbox_socket_dir_needs_mask(parent, var_run_dir))
+		    sandbox_socket_dir_needs_mask(parent, var_run_dir) && is_dir_nofollow(parent))
 			mask(c, parent);
 	}
 }
@@ -617,9 +619,7 @@ static void mount_sys(const struct child_ctx *c)
 	if (mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) ==
 	    0)
 		return;
-	fprintf(stderr,
-		"agentsnet: warning: no sysfs of the sandbox's own (%s); it sees the host's "
-		"/sys, read-only\n",
+	fprintf(stderr, "agentsnet: warning: no sysfs of the sandbox's own (%s); /sys is empty\n",
 		strerror(errno));
 	sys_read_only(c);
 }
@@ -885,6 +885,26 @@ static bool id_listed(const char *text, size_t len, unsigned id)
 }
 
 /*
+ * Binds over <etc> a file of <len> bytes of <text>, read-only: made in the
+ * sandbox's own /run, bound, then unlinked there.
+ */
+static void bind_made_file(const struct child_ctx *c, const char *etc, const char *text, size_t len)
+{
+	char made[64];
+
+	AN_ASSERT(etc[0] == '/');
+	snprintf(made, sizeof(made), "/run/agentsnet/%s", strrchr(etc, '/') + 1);
+	int out = open(made, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (out == -1 || write(out, text, len) != (ssize_t)len || fchmod(out, 0644) == -1)
+		child_fail(c->err_fd, errno, "write %s: %s", made, strerror(errno));
+	close(out);
+	must_mount(c, made, etc, NULL, MS_BIND, NULL);
+	bind_read_only(c, etc, MS_NODEV | MS_NOEXEC);
+	if (unlink(made) == -1)
+		child_fail(c->err_fd, errno, "unlink %s: %s", made, strerror(errno));
+}
+
+/*
  * Binds over <etc> (/etc/passwd or /etc/group) a copy with <line> added when
  * no entry has <id>: made in the sandbox's own /run, bound read-only, then
  * unlinked there. A host without the file, or with one over
@@ -892,8 +912,6 @@ static bool id_listed(const char *text, size_t len, unsigned id)
  */
 static void identity_file(const struct child_ctx *c, const char *etc, unsigned id, const char *line)
 {
-	char made[64];
-
 	int fd = open(etc, O_RDONLY | O_CLOEXEC);
 	if (fd == -1 && errno == ENOENT)
 		return;
@@ -922,20 +940,12 @@ static void identity_file(const struct child_ctx *c, const char *etc, unsigned i
 	memcpy(text + len, line, strlen(line));
 	len += strlen(line);
 	AN_ASSERT(len <= cap);
-	snprintf(made, sizeof(made), "/run/agentsnet/%s", strrchr(etc, '/') + 1);
-	int out = open(made, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (out == -1 || write(out, text, len) != (ssize_t)len || fchmod(out, 0644) == -1)
-		child_fail(c->err_fd, errno, "write %s: %s", made, strerror(errno));
-	close(out);
+	bind_made_file(c, etc, text, len);
 	pool_free(text);
-	must_mount(c, made, etc, NULL, MS_BIND, NULL);
-	bind_read_only(c, etc, MS_NODEV | MS_NOEXEC);
-	if (unlink(made) == -1)
-		child_fail(c->err_fd, errno, "unlink %s: %s", made, strerror(errno));
 }
 
 /*
- * The agent's own entry in the sandbox's /etc/passwd and /etc/group when the
+ * The sandbox's /etc/hostname, and the agent's own entry in the sandbox's /etc/passwd and /etc/group when the
  * host has none for its uid or gid (a uid daemon.sandbox_uids gave, or
  * --user UID:GID): tools ask who they are (whoami, Python's getpass, Node's
  * os.userInfo(), ssh) and fail without one. The host's files are untouched.
@@ -945,6 +955,12 @@ static void identity_files(const struct child_ctx *c)
 	char line[128];
 	const struct sandbox_user *u = &c->s->user;
 
+	struct stat st;
+
+	/* The host's name is none of the agent's business: the sandbox's, as uname says. */
+	if (lstat("/etc/hostname", &st) == 0 && S_ISREG(st.st_mode))
+		bind_made_file(c, "/etc/hostname", SANDBOX_HOSTNAME "\n",
+			       sizeof(SANDBOX_HOSTNAME "\n") - 1);
 	if (c->s->userns)
 		return; /* the agent is root inside, whom every passwd file lists */
 	snprintf(line, sizeof(line), SANDBOX_AGENT_NAME ":x:%u:%u:agentsnet sandbox agent:%s:%s\n",
@@ -977,6 +993,10 @@ _Noreturn void child_main(const struct child_ctx *c)
 	set_names(c);
 	must_mount(c, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 	open_sources(c, &f);
+	/* Static: a fork-like clone's own copy, too large for the stack. */
+	static struct root_sources roots;
+	root_open(c, &roots);
+	root_enter(c, &roots);
 	must_mount(c, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_dev(c, f.dev);
 	if (c->pty->master >= 0)
@@ -991,6 +1011,7 @@ _Noreturn void child_main(const struct child_ctx *c)
 	     p = hostsock_next(&c->sockets, p))
 		mask_socket(c, p);
 	mount_sys(c);
+	root_leave(c);
 	lo_up(c);
 	drop_privileges(c);
 	/* As the agent's user from here: what it cannot reach is a clear error now. */

@@ -18,6 +18,9 @@
 #include "tools/hostsock.h"
 #include "tools/sandbox.h"
 
+/* Size of each private instance of a world-writable directory (/tmp included). */
+#define SANDBOX_PRIVATE_TMPFS_SIZE "1g"
+
 /* World-writable directories given an instance of their own, at most (more: collapsed). */
 #define SANDBOX_WW_MAX 256
 /*
@@ -98,7 +101,49 @@ void ww_report(const struct ww_list *l);
  * directories whole (masked entries of c->ww) past the masks' bound; -errno with <err>. */
 int sockets_prepare(struct child_ctx *c, char *err, size_t err_len);
 
+/* ---- tools/sandbox_root.c ---- */
+
+/* One source of the sandbox's root: a host directory or file, or a symlink to copy. */
+struct root_source {
+	char path[PATH_MAX]; /* where it is on the host and in the sandbox */
+	int fd;              /* O_PATH, opened before any mount; -1 for a symlink */
+	bool read_only;
+	bool is_dir;
+	char link[256]; /* a top-level symlink's target, copied as it is ("" when not one) */
+};
+
+/* SANDBOX_SYSTEM_DIRS, the working directory and the binds: everything root_enter shows. */
+#define ROOT_SOURCES_MAX (16u + 1u + SANDBOX_BINDS_MAX)
+
+struct root_sources {
+	size_t n;
+	struct root_source src[ROOT_SOURCES_MAX];
+};
+
+/* Opens every source of the root (<c>->s's system directories, cwd, binds), before any mount. */
+void root_open(const struct child_ctx *c, struct root_sources *r);
+/*
+ * Builds the root from <r> on a tmpfs, with the agent's home, and pivots into it, the host's
+ * root kept at ROOT_HOST_DIR until root_leave; closes <r>'s descriptors.
+ */
+void root_enter(const struct child_ctx *c, struct root_sources *r);
+/* Detaches the host's root (after every bind from a descriptor) and makes "/" read-only. */
+void root_leave(const struct child_ctx *c);
+/* Where the host's root is between root_enter and root_leave. */
+#define ROOT_HOST_DIR "/.agentsnet-host"
+
 /* ---- tools/sandbox_child.c ---- */
+
+/* Reports <err> and a message to the parent over <fd> and exits; the exec never happens. */
+__attribute__((format(printf, 3, 4))) _Noreturn void child_fail(int fd, int err, const char *fmt,
+								...);
+/* mount(2), mkdir(2) with exactly <mode>, symlink(2): on failure child_fail naming the path. */
+void must_mount(const struct child_ctx *c, const char *src, const char *target, const char *type,
+		unsigned long flags, const char *data);
+void must_mkdir(const struct child_ctx *c, const char *path, mode_t mode);
+void must_symlink(const struct child_ctx *c, const char *target, const char *path);
+/* Remounts the bind at <target> read-only and nosuid, plus <flags>, keeping locked atime flags. */
+void bind_read_only(const struct child_ctx *c, const char *target, unsigned long flags);
 
 /* The clone's child: sets the sandbox up and execs the bridge; on failure reports over
  * c->err_fd and exits 127. Never returns. */

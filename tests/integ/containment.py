@@ -14,6 +14,12 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   socket, past what a run lists one by one): `agentsnet run` still starts (the listing
   turns coarse and hides their directories whole), and the agent cannot connect to the
   world-connectable one among them.
+- t_late_socket: host sockets the run cannot have listed at its start, world-connectable:
+  one bound in a third network namespace before the run (not in the run's socket listing),
+  and two bound after the agent started (a service restarting), in /var/lib and in a
+  top-level directory of the host's own. As root and unprivileged, the agent names none of
+  them (ENOENT: the sandbox's root holds no such directory), and the agent's / lists the sandbox's own entries only; the same agent outside the
+  sandbox connects to all three (so the case can fail).
 - t_selftest: `agentsnet selftest` as root and unprivileged: every probe says closed, with
   a host service's socket listening outside every directory the sandbox replaces (as
   /var/lib/mysql/mysql.sock), bound in the caller's network namespace: the sandbox masks
@@ -221,6 +227,32 @@ for pid, _ in kids:
     os.waitpid(pid, 0)
 """
 
+# t_late_socket's agent: waits for argv[1] (made by the host once its late sockets listen),
+# connects to each further argument, then lists /; prints the outcomes on one line, then
+# the entries of / on another.
+LATE_PY = r"""
+import errno, os, socket, sys, time
+deadline = time.time() + 30
+while not os.path.exists(sys.argv[1]) and time.time() < deadline:
+    time.sleep(0.05)
+out = []
+for path in sys.argv[2:]:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        out.append("connected")
+    except OSError as e:
+        out.append(errno.errorcode.get(e.errno, str(e.errno)))
+    s.close()
+print(" ".join(out), flush=True)
+print(" ".join(sorted(os.listdir("/"))), flush=True)
+"""
+
+# What the sandbox's / may hold: the system directories, what it makes, and the working
+# directory's first component (the pass runs from its checkout).
+ROOT_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "proc",
+                "dev", "run", "tmp", "var", "sys"}
+
 # Sockets the flood binds in all: past tools/hostsock.h's HOSTSOCK_MAX (65,536), in four
 # processes (each holds its sockets open: 20,000 descriptors a process at most).
 FLOOD_PROCS, FLOOD_EACH = 4, 17000
@@ -402,6 +434,66 @@ class ContainmentTests:
                    "one by one): agentsnet run still starts, and the agent cannot connect to "
                    "a world-connectable one among them" % (FLOOD_PROCS * FLOOD_EACH + 1),
                    flood)
+
+    # ---- sockets the run could not list ------------------------------------------------
+
+    def t_late_socket(self):
+        tag = "agentsnet-it-late-%d" % os.getpid()
+        dirs = [os.path.join("/var/lib", tag), os.path.join("/", tag)]
+
+        def late(user):
+            for d in dirs:
+                os.makedirs(d, mode=0o755, exist_ok=True)
+                os.chmod(d, 0o755)
+            paths = [os.path.join(dirs[0], "other-netns.sock"),
+                     os.path.join(dirs[0], "late.sock"), os.path.join(dirs[1], "late.sock")]
+            sid = self.sandbox_id("late")
+            go = os.path.join(self.vars["sync"], "go-" + sid)
+            services = []
+            try:
+                # In a network namespace of its own: no listing of the run's holds it.
+                services.append(HostService(paths[0], ["unshare", "--net"]))
+                a = self.start(["python3", "-c", LATE_PY, go] + paths, sandbox=sid, user=user)
+                time.sleep(1.0)  # the sandbox is up (its masks are made) before they bind
+                services.append(HostService(paths[1], ["ip", "netns", "exec", self.args.netns]))
+                services.append(HostService(paths[2]))
+                with open(go, "w", encoding="ascii") as f:
+                    f.write("go\n")
+                a.finish()
+                lines = a.stdout().splitlines()
+                errs = [] if a.rc == 0 and len(lines) == 2 else [
+                    "exit %s, stdout %r, stderr %s" % (a.rc, a.stdout(), a.stderr()[-1500:])]
+                got = lines[0].split() if lines else []
+                for path, word in zip(paths, got):
+                    if word != "ENOENT":
+                        errs.append("the agent's connect to %s: %s (want ENOENT)" % (path, word))
+                if len(got) != len(paths):
+                    errs.append("outcomes %r for %d sockets" % (got, len(paths)))
+                top = os.getcwd().split("/")[1]  # the working directory, bound
+                extra = set(lines[1].split()) - ROOT_ENTRIES - {top} if len(lines) > 1 else set()
+                if extra:
+                    errs.append("the sandbox's / shows %s" % " ".join(sorted(extra)))
+                # The control: the same agent on the host connects to each.
+                control = self.outside(["python3", "-c", LATE_PY, go] + paths)
+                words = control.stdout.decode().splitlines()[:1]
+                if not words or words[0].split() != ["connected"] * len(paths):
+                    errs.append("the control, outside the sandbox: %r (want connected x%d)"
+                                % (words, len(paths)))
+                return errs + self.leftovers(a)
+            finally:
+                for svc in services:
+                    svc.close()
+                for d in dirs:
+                    subprocess.run(["rm", "-rf", d], check=False)
+
+        what = ("host sockets, world-connectable, the run could not list (one in a third "
+                "network namespace, two bound after the agent started, in /var/lib and in a "
+                "top-level directory): the agent names none (ENOENT), its / holds the "
+                "sandbox's own entries only")
+        self.timed(what + " (as root's nobody)", lambda: late(None))
+        if self.userns_allowed():
+            self.timed(what + " (unprivileged, uid %d)" % self.unpriv_uid,
+                       lambda: late((self.unpriv_uid, self.unpriv_uid)))
 
     # ---- agentsnet selftest -----------------------------------------------------------
 

@@ -433,7 +433,7 @@ class Pass:
 
     def start(self, cmd, sandbox=None, run_args=(), user=None, env=None, stdin=None,
               bridge=None, socket_dir=None, wrap=True, ca=True, sandbox_flag=True, pre=(),
-              caller_env=None, own_uid=False):
+              caller_env=None, own_uid=False, bind_pass=True):
         """`agentsnet run` of <cmd> in the host namespace; returns an Agent. <env> is passed
         to the agent (--env NAME each); <caller_env> is only in agentsnet run's own. As
         root, the agent runs as nobody (--user nobody), who may write the pass's agent
@@ -457,6 +457,10 @@ class Pass:
             argv += ["--env", name]
         if user is None and not own_uid and "--user" not in run_args:
             argv += ["--user", "nobody"]
+        # The sandbox's root holds nothing of the host's /var (issue 14): the pass's
+        # directory (agent directories, home, sync files) is named, as an operator would.
+        if bind_pass:
+            argv += ["--bind", self.vars["tmp"]]
         argv += list(run_args) + ["--"]
         if wrap and not own_uid:
             argv += ["sh", "-c", 'readlink /proc/self/ns/net /proc/self/ns/mnt '
@@ -2633,7 +2637,7 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
          "density", "daemon_restart", "daemon_stopped", "ingress", "stats", "env", "pty",
-         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "misdirected"]
+         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "misdirected"]
 
 
 def preflight(args):

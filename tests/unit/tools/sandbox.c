@@ -41,6 +41,7 @@
 #include "../../../tools/wwdirs.c"
 #include "../../../tools/sockmask.c"
 #include "../../../tools/sandbox_child.c"
+#include "../../../tools/sandbox_root.c"
 #include "../../../tools/hostsock.c"
 #include "../../../tools/ptyrelay.c"
 
@@ -75,6 +76,8 @@ static const char *self_exe;
  * it, and main removes it whole, so a failed test (which ends before
  * layout_remove) leaves nothing behind either. */
 static const char *run_dir;
+/* Where self_exe is: bound into every sandbox (its root holds nothing of /var otherwise). */
+static const char *exe_dir_path;
 
 /* ---- Pure helpers. ---- */
 
@@ -89,6 +92,31 @@ START_TEST(path_under)
 	ck_assert(!sandbox_path_under("/var/run/x", "/run"));
 	ck_assert(sandbox_path_under("/anything", "/"));
 	ck_assert(!sandbox_path_under("/run", "/run/agentsnet"));
+}
+END_TEST
+
+/* What may be bound: a canonical path, never "/" nor inside what the sandbox makes itself. */
+START_TEST(bind_check)
+{
+	char err[256];
+
+	ck_assert_int_eq(sandbox_bind_check("/var/lib/work", err, sizeof(err)), 0);
+	ck_assert_int_eq(sandbox_bind_check("/home/me/.gitconfig", err, sizeof(err)), 0);
+	ck_assert_int_eq(sandbox_bind_check("/etc/ssl", err, sizeof(err)), 0);
+	ck_assert_int_eq(sandbox_bind_check("/runner", err, sizeof(err)), 0);
+	ck_assert_int_eq(sandbox_bind_check("/tmpdata", err, sizeof(err)), 0);
+	ck_assert_int_eq(sandbox_bind_check("/", err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "whole file system"));
+	ck_assert_int_eq(sandbox_bind_check("relative/x", err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "not an absolute path"));
+	const char *made[] = { "/proc",  "/proc/1/root",     "/dev/sda",
+			       "/run",   "/run/docker.sock", "/tmp",
+			       "/tmp/x", "/var/tmp/y",       "/sys/fs/cgroup" };
+	for (size_t i = 0; i < AN_ARRAY_LEN(made); i++) {
+		ck_assert_int_eq(sandbox_bind_check(made[i], err, sizeof(err)), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(err, made[i]));
+		ck_assert_ptr_nonnull(strstr(err, "makes its own"));
+	}
 }
 END_TEST
 
@@ -949,6 +977,13 @@ static struct sandbox_spec layout_spec(const struct layout *l, char **cmd, bool 
 		.ingress_fd = -1,
 	};
 	char err[256];
+	/* The test's directories, named as an operator would: the root of its own shows
+	 * nothing of the host's /var unless bound (the masks then still apply in them). */
+	static struct sandbox_bind binds[2];
+	binds[0] = (struct sandbox_bind){ .path = exe_dir_path, .read_only = true };
+	binds[1] = (struct sandbox_bind){ .path = run_dir, .read_only = false };
+	s.binds = strcmp(run_dir, exe_dir_path) == 0 ? binds + 1 : binds;
+	s.n_binds = strcmp(run_dir, exe_dir_path) == 0 ? 1 : 2;
 	snprintf(id, sizeof(id), "an-unit-sandbox-%d-%u", (int)getpid(), runs++);
 	if (!userns)
 		ck_assert_int_eq(sandbox_user_parse("nobody", &s.user, err, sizeof(err)), 0);
@@ -2143,6 +2178,7 @@ static Suite *sandbox_suite(void)
 
 	tcase_add_test(t, path_under);
 	tcase_add_test(t, socket_dir_mask);
+	tcase_add_test(t, bind_check);
 	tcase_add_test(t, user_parse);
 	tcase_add_test(t, group_privileged);
 	tcase_add_test(t, bridge_argv);
@@ -2222,6 +2258,7 @@ int main(int argc, char **argv)
 	}
 	self_exe = exe;
 	run_dir = exe_dir;
+	exe_dir_path = exe_dir;
 	int rc = unit_run(sandbox_suite());
 	char cmd[PATH_MAX + 16];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", exe_dir);
