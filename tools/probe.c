@@ -10,7 +10,9 @@
  *   vsock, sockets  socket() refused for AF_VSOCK (x32 ABI too), every family but unix,
  *                   inet, inet6, raw IP, and inet protocols but TCP, UDP and ping
  *   io-uring        io_uring_setup refused, plain and SQPOLL
- *   unix-abstract, unix-path, other-sandbox, control-socket: connect fails
+ *   unix-abstract, unix-path, other-sandbox, control-socket, unlisted-socket: connect
+ *                   fails (unlisted-socket: --unlisted, a host socket bound in a network
+ *                   namespace of its own outside every directory the sandbox shows)
  *   host-sockets    no socket file the agent can list accepts a connection (stream, else
  *                   datagram or seqpacket; 200 ms), the sandbox's own egress and ingress
  *                   aside: a walk of /, breadth first, no symlink followed, every mount but
@@ -99,7 +101,7 @@
 #define PROBE_MEMORY_STEP  (16u << 20) /* progress is reported every this many bytes */
 #define PROBE_MEMORY_OVER  (64ull << 20)
 #define PROBE_MEMORY_WAIT  20000 /* ms without progress: stalled at the limit */
-#define PROBE_NAME_WIDTH   14
+#define PROBE_NAME_WIDTH   15
 #define PROBE_TALLY_ERRS   8
 #define PROBE_TALLY_LABELS 4
 #define PROBE_RESOLVER     "127.0.0.53" /* systemd-resolved's stub, tried always */
@@ -129,7 +131,7 @@ struct num {
 
 static struct probe_args {
 	struct num bridge_pid, host_pid, shm_key, key_serial, pids, memory, sockets_dirs;
-	const char *vsock, *abstract, *other, *control, *tag, *mq, *key, *sockets_root;
+	const char *vsock, *abstract, *other, *control, *unlisted, *tag, *mq, *key, *sockets_root;
 	struct list dns, tcp, unix_paths, ww, markers, only;
 } args = { .bridge_pid = { 1, true } };
 
@@ -141,25 +143,26 @@ static const struct opt {
 	enum opt_kind kind;
 	void *slot;
 } opts[] = {
-	{ "--bridge-pid", OPT_NUM, &args.bridge_pid },     /* the bridge: PID 1 in a sandbox */
-	{ "--host-pid", OPT_NUM, &args.host_pid },         /* a process of the host */
-	{ "--dns", OPT_LIST, &args.dns },                  /* a nameserver address */
-	{ "--tcp", OPT_LIST, &args.tcp },                  /* ADDR:PORT, [ADDR6]:PORT */
-	{ "--vsock", OPT_STR, &args.vsock },               /* CID:PORT to connect to */
-	{ "--abstract", OPT_STR, &args.abstract },         /* abstract socket name, no '@' */
-	{ "--unix", OPT_LIST, &args.unix_paths },          /* a pathname socket */
-	{ "--other-sandbox", OPT_STR, &args.other },       /* another sandbox's egress socket */
-	{ "--control", OPT_STR, &args.control },           /* the daemon's control socket */
-	{ "--ww", OPT_LIST, &args.ww },                    /* a world-writable directory */
-	{ "--marker", OPT_LIST, &args.markers },           /* a host file that must not show */
-	{ "--tag", OPT_STR, &args.tag },                   /* name of the files made in --ww */
-	{ "--shm-key", OPT_NUM, &args.shm_key },           /* the host's SysV segment */
-	{ "--mq", OPT_STR, &args.mq },                     /* the host's POSIX queue, "/name" */
-	{ "--key", OPT_STR, &args.key },                   /* the host key's description */
-	{ "--key-serial", OPT_NUM, &args.key_serial },     /* and its serial */
-	{ "--pids", OPT_NUM, &args.pids },                 /* the sandbox's pids limit */
-	{ "--memory", OPT_NUM, &args.memory },             /* its memory limit, bytes */
-	{ "--only", OPT_LIST, &args.only },                /* run only these probes */
+	{ "--bridge-pid", OPT_NUM, &args.bridge_pid }, /* the bridge: PID 1 in a sandbox */
+	{ "--host-pid", OPT_NUM, &args.host_pid },     /* a process of the host */
+	{ "--dns", OPT_LIST, &args.dns },              /* a nameserver address */
+	{ "--tcp", OPT_LIST, &args.tcp },              /* ADDR:PORT, [ADDR6]:PORT */
+	{ "--vsock", OPT_STR, &args.vsock },           /* CID:PORT to connect to */
+	{ "--abstract", OPT_STR, &args.abstract },     /* abstract socket name, no '@' */
+	{ "--unix", OPT_LIST, &args.unix_paths },      /* a pathname socket */
+	{ "--other-sandbox", OPT_STR, &args.other },   /* another sandbox's egress socket */
+	{ "--control", OPT_STR, &args.control },       /* the daemon's control socket */
+	{ "--unlisted", OPT_STR, &args.unlisted },     /* a socket of another netns, no mask's */
+	{ "--ww", OPT_LIST, &args.ww },                /* a world-writable directory */
+	{ "--marker", OPT_LIST, &args.markers },       /* a host file that must not show */
+	{ "--tag", OPT_STR, &args.tag },               /* name of the files made in --ww */
+	{ "--shm-key", OPT_NUM, &args.shm_key },       /* the host's SysV segment */
+	{ "--mq", OPT_STR, &args.mq },                 /* the host's POSIX queue, "/name" */
+	{ "--key", OPT_STR, &args.key },               /* the host key's description */
+	{ "--key-serial", OPT_NUM, &args.key_serial }, /* and its serial */
+	{ "--pids", OPT_NUM, &args.pids },             /* the sandbox's pids limit */
+	{ "--memory", OPT_NUM, &args.memory },         /* its memory limit, bytes */
+	{ "--only", OPT_LIST, &args.only },            /* run only these probes */
 	{ "--sockets-root", OPT_STR, &args.sockets_root }, /* host-sockets walks it, not / */
 	{ "--sockets-dirs", OPT_NUM, &args.sockets_dirs }, /* and at most this many dirs */
 };
@@ -742,6 +745,22 @@ static void probe_control_socket(struct verdict *v)
 {
 	const char *paths[] = { args.control };
 	unix_probe(v, paths, args.control != NULL ? 1 : 0, "ping\n");
+}
+
+/*
+ * A host socket the run could not have masked (bound in a network namespace of its own,
+ * outside everything the sandbox shows): only the sandbox's root of its own keeps it out.
+ * Without one given there is nothing to try, which is no verdict.
+ */
+static void probe_unlisted_socket(struct verdict *v)
+{
+	const char *paths[] = { args.unlisted };
+
+	if (args.unlisted == NULL) {
+		say_open(v, "no verdict: no --unlisted socket given");
+		return;
+	}
+	unix_probe(v, paths, 1, NULL);
 }
 
 /* ---- Socket files anywhere in the file system ---- */
@@ -1577,6 +1596,7 @@ static const struct probe {
 	{ "mount", probe_mount },
 	{ "pids", probe_pids },
 	{ "memory", probe_memory },
+	{ "unlisted-socket", probe_unlisted_socket },
 };
 
 /* One line, one write(): lines of successive probes never interleave. */

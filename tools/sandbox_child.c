@@ -11,7 +11,8 @@
  * nodes) opened O_PATH before anything is hidden; the root of its own
  * (tools/sandbox_root.c: the host's system directories read-only, the working
  * directory, the binds, the agent's home), the host's kept below it until the
- * last mount is made, then detached; a fresh /proc; a minimal
+ * last mount is made, then detached; a fresh /proc, its host-wide files
+ * (key-users, timer_list, ...) replaced by /dev/null; a minimal
  * /dev: a small tmpfs with binds of null, zero, full, random, urandom and tty
  * (binds: mknod is refused in a user namespace; the binds keep no MS_NODEV), a
  * new devpts instance, a private /dev/shm and a new mqueue (the new IPC
@@ -643,6 +644,30 @@ static void lo_up(const struct child_ctx *c)
 	close(fd);
 }
 
+/*
+ * The files of the fresh /proc that still tell of the whole host, each
+ * replaced by the sandbox's /dev/null where the kernel has it: which uids hold
+ * keys (key-users), every task's timers and scheduling (timer_list,
+ * sched_debug, latency_stats), kernel memory and symbols (kcore, kallsyms)
+ * and the magic SysRq key. /proc/loadavg, stat, meminfo and uptime stay:
+ * runtimes read them to size themselves (docs/sandbox.md).
+ */
+static void mask_proc(const struct child_ctx *c)
+{
+	static const char *const host_wide[] = {
+		"/proc/key-users", "/proc/timer_list", "/proc/sched_debug",   "/proc/latency_stats",
+		"/proc/kcore",     "/proc/kallsyms",   "/proc/sysrq-trigger",
+	};
+	struct stat st;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(host_wide); i++) {
+		if (lstat(host_wide[i], &st) == -1 || !S_ISREG(st.st_mode))
+			continue;
+		must_mount(c, "/dev/null", host_wide[i], NULL, MS_BIND, NULL);
+		bind_read_only(c, host_wide[i], MS_NOEXEC); /* read: empty, no EACCES */
+	}
+}
+
 /* The working directory, looked up again in the new tree: a hidden one becomes "/". */
 static void enter_cwd(const struct child_ctx *c)
 {
@@ -999,6 +1024,7 @@ _Noreturn void child_main(const struct child_ctx *c)
 	root_enter(c, &roots);
 	must_mount(c, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_dev(c, f.dev);
+	mask_proc(c);
 	if (c->pty->master >= 0)
 		pty_inside(c);
 	mount_run(c, &f);

@@ -171,6 +171,22 @@ static void staged(const char *path, char *out)
 	AN_ASSERT(n > 0 && n < PATH_MAX);
 }
 
+/*
+ * Makes directory <at> (staged) unless it is one; a symlink on the way is
+ * refused (-ELOOP): a copied one may be absolute, and while the host's root
+ * is still "/" it would lead out of the stage, onto the host.
+ */
+static int make_dir(const char *at)
+{
+	struct stat st;
+
+	if (lstat(at, &st) == 0)
+		return S_ISDIR(st.st_mode) ? 0 : S_ISLNK(st.st_mode) ? -ELOOP : -ENOTDIR;
+	if (errno != ENOENT)
+		return -errno;
+	return mkdir(at, 0755) == 0 ? 0 : -errno;
+}
+
 /* Makes every missing directory of <path> (below the stage) on the root's tmpfs, mode 0755. */
 static int make_parents(const char *path, bool last_too)
 {
@@ -182,14 +198,12 @@ static int make_parents(const char *path, bool last_too)
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		int ret = mkdir(at, 0755);
+		int ret = make_dir(at);
 		*p = '/';
-		if (ret == -1 && errno != EEXIST)
-			return -errno;
+		if (ret < 0)
+			return ret;
 	}
-	if (last_too && mkdir(at, 0755) == -1 && errno != EEXIST)
-		return -errno;
-	return 0;
+	return last_too ? make_dir(at) : 0;
 }
 
 /*

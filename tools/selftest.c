@@ -47,6 +47,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -55,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -107,10 +109,13 @@
  * tools/probe.c's probes table and docs/sandbox.md.
  */
 static const char *const selftest_probes[] = {
-	"dns",           "tcp-host",      "vsock",         "sockets",        "io-uring",
-	"unix-abstract", "unix-path",     "other-sandbox", "control-socket", "host-sockets",
-	"terminal",      "ptrace-bridge", "fd-theft",      "host-pids",      "shared-dirs",
-	"keyring",       "userns",        "mount",         "pids",           "memory",
+	"dns",          "tcp-host",      "vsock",
+	"sockets",      "io-uring",      "unix-abstract",
+	"unix-path",    "other-sandbox", "control-socket",
+	"host-sockets", "terminal",      "ptrace-bridge",
+	"fd-theft",     "host-pids",     "shared-dirs",
+	"keyring",      "userns",        "mount",
+	"pids",         "memory",        "unlisted-socket",
 };
 
 /* The world-writable places every Linux host may have; the walk finds the rest. */
@@ -156,6 +161,11 @@ struct selftest {
 		char path[SELFTEST_PATH_BYTES];
 	} unix_socks[3];
 	uint32_t unix_n;
+	/* A socket no listing of the run's can hold: bound from a network namespace of its own
+	 * by a child (pid), in a directory of the host's outside every directory the sandbox
+	 * makes or binds (unlisted_dir). */
+	pid_t unlisted_pid;
+	char unlisted_dir[SELFTEST_PATH_BYTES], unlisted_path[SELFTEST_PATH_BYTES + 32];
 	struct selftest_dir dirs[SELFTEST_DIRS_MAX];
 	uint32_t dirs_n, dirs_dropped, walked;
 	bool mq_made;
@@ -578,6 +588,74 @@ static void nameservers_read(struct selftest *s, const char *path)
 		fclose(f);
 }
 
+/*
+ * In the child of unlisted_open: a network namespace of its own (and a user
+ * namespace first when unprivileged), then the socket, world-connectable;
+ * says so on <ready> and holds it until the parent is gone or kills it.
+ */
+static _Noreturn void unlisted_child(const char *path, int ready)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0UL, 0UL, 0UL);
+	/* Without CAP_SYS_ADMIN, a user namespace first, which grants it for the new one. */
+	if (unshare(CLONE_NEWNET) == -1 &&
+	    (errno != EPERM || unshare(CLONE_NEWUSER | CLONE_NEWNET) == -1)) {
+		dprintf(ready, "unshare: %s", strerror(errno));
+		_exit(1);
+	}
+	int fd = listen_unix(path);
+	if (fd < 0) {
+		dprintf(ready, "%s: %s", path, strerror(-fd));
+		_exit(1);
+	}
+	if (write(ready, "+", 1) != 1)
+		_exit(1);
+	close(ready);
+	for (;;)
+		pause();
+}
+
+/*
+ * The socket of the unlisted-socket probe: in a new directory of the host's
+ * that no sandbox shows (/var/lib as root, else the caller's home, never
+ * below the working directory `run` is given, "/"), bound in a network
+ * namespace of its own, so `agentsnet run`'s listing of the host's sockets
+ * does not hold it and no mask of the run's covers it.
+ */
+static int unlisted_open(struct selftest *s, char *why, size_t cap)
+{
+	const char *home = getenv("HOME");
+	const char *base = geteuid() == 0 ? "/var/lib" : home;
+	char msg[256];
+	int pipefd[2];
+
+	if (base == NULL || base[0] != '/')
+		return fail(why, cap,
+			    "unlisted-socket: no directory to make its socket in "
+			    "(not root, and HOME is not set)");
+	fmt(s->unlisted_dir, sizeof(s->unlisted_dir), "%s/.%s-unlisted", base, s->tag);
+	if (mkdir(s->unlisted_dir, 0755) == -1 || chmod(s->unlisted_dir, 0755) == -1) {
+		int err = errno;
+		s->unlisted_dir[0] = '\0';
+		return fail(why, cap, "mkdir %s/.%s-unlisted: %s", base, s->tag, strerror(err));
+	}
+	fmt(s->unlisted_path, sizeof(s->unlisted_path), "%s/unlisted.sock", s->unlisted_dir);
+	if (pipe2(pipefd, O_CLOEXEC) == -1)
+		return fail(why, cap, "pipe: %s", strerror(errno));
+	s->unlisted_pid = fork();
+	if (s->unlisted_pid == 0) {
+		close(pipefd[0]);
+		unlisted_child(s->unlisted_path, pipefd[1]);
+	}
+	close(pipefd[1]);
+	ssize_t n = s->unlisted_pid > 0 ? read(pipefd[0], msg, sizeof(msg) - 1) : -1;
+	close(pipefd[0]);
+	if (n == 1 && msg[0] == '+')
+		return 0;
+	msg[n > 0 ? n : 0] = '\0';
+	return fail(why, cap, "unlisted-socket: the socket in a namespace of its own: %s",
+		    s->unlisted_pid > 0 ? msg : strerror(errno));
+}
+
 static int fixtures_open(struct selftest *s, char *why, size_t cap)
 {
 	int ret = pty_open(s, why, cap);
@@ -594,6 +672,8 @@ static int fixtures_open(struct selftest *s, char *why, size_t cap)
 		ret = key_open(s, why, cap);
 	if (ret == 0)
 		ret = other_open(s, why, cap);
+	if (ret == 0)
+		ret = unlisted_open(s, why, cap);
 	nameservers_read(s, "/etc/resolv.conf");
 	return ret;
 }
@@ -610,6 +690,14 @@ static void fixtures_close(struct selftest *s)
 			fprintf(stderr, "agentsnet selftest: sandbox rm %s: %s\n", s->other_id,
 				why);
 		ctl_reply_free(&r);
+	}
+	if (s->unlisted_pid > 0) {
+		kill(s->unlisted_pid, SIGKILL);
+		waitpid(s->unlisted_pid, NULL, 0);
+	}
+	if (s->unlisted_dir[0] != '\0') {
+		unlink(s->unlisted_path);
+		rmdir(s->unlisted_dir);
 	}
 	if (s->key_serial > 0)
 		syscall(SYS_keyctl, KEYCTL_INVALIDATE, s->key_serial);
@@ -672,6 +760,7 @@ static void argv_probe(struct selftest *s)
 		arg2(s, "--unix", s->unix_socks[i].path);
 	arg2(s, "--other-sandbox", s->other_sock);
 	arg2(s, "--control", s->control);
+	arg2(s, "--unlisted", s->unlisted_path);
 	for (uint32_t i = 0; i < s->dirs_n; i++) {
 		arg2(s, "--ww", s->dirs[i].path);
 		if (s->dirs[i].marker_made)
@@ -729,6 +818,9 @@ static _Noreturn void child_exec(struct selftest *s, int out_fd, int err_fd)
 	    dup2(s->pty_slave, 0) == -1 || dup2(out_fd, 1) == -1 || dup2(err_fd, 2) == -1)
 		_exit(126);
 	close_range(3, ~0u, 0);
+	/* No working directory to bind: the probes see the sandbox's bare root. */
+	if (chdir("/") == -1)
+		_exit(126);
 	execv(s->exe, s->argv);
 	dprintf(2, "agentsnet selftest: %s: %s\n", s->exe, strerror(errno));
 	_exit(127);
@@ -1143,6 +1235,7 @@ static void selftest_init(struct selftest *s)
 {
 	memset(s, 0, sizeof(*s));
 	s->abstract_fd = -1;
+	s->unlisted_pid = -1;
 	s->shm_id = -1;
 	s->pty_master = -1;
 	s->pty_slave = -1;

@@ -20,6 +20,8 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   top-level directory of the host's own. As root and unprivileged, the agent names none of
   them (ENOENT: the sandbox's root holds no such directory), and the agent's / lists the sandbox's own entries only; the same agent outside the
   sandbox connects to all three (so the case can fail).
+- t_proc_host_wide: /proc/key-users (which host uids hold keys) and /proc/timer_list read
+  empty inside, as root's nobody and unprivileged; outside, key-users is not (the control).
 - t_selftest: `agentsnet selftest` as root and unprivileged: every probe says closed, with
   a host service's socket listening outside every directory the sandbox replaces (as
   /var/lib/mysql/mysql.sock), bound in the caller's network namespace: the sandbox masks
@@ -45,7 +47,7 @@ from hostboundary import CONNECT_PY
 SELFTEST_PROBES = ["dns", "tcp-host", "vsock", "sockets", "io-uring", "unix-abstract",
                    "unix-path", "host-sockets", "other-sandbox", "control-socket", "terminal",
                    "ptrace-bridge", "fd-theft", "host-pids", "shared-dirs", "keyring", "userns",
-                   "mount", "pids", "memory"]
+                   "mount", "pids", "memory", "unlisted-socket"]
 SELFTEST_TIMEOUT_S = 120
 PTY_TIMEOUT_S = 30
 
@@ -495,6 +497,33 @@ class ContainmentTests:
             self.timed(what + " (unprivileged, uid %d)" % self.unpriv_uid,
                        lambda: late((self.unpriv_uid, self.unpriv_uid)))
 
+    # ---- /proc's host-wide files ------------------------------------------------------
+
+    def t_proc_host_wide(self):
+        files = ["/proc/key-users", "/proc/timer_list"]
+        read = ("import sys\nfor f in sys.argv[1:]:\n    try:\n        n = len(open(f).read())\n"
+                "    except OSError as e:\n        n = 'error-%d' % e.errno\n    print(f, n)\n")
+
+        def masked(user):
+            a = self.agent(["python3", "-c", read] + files, user=user)
+            errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
+            for line in a.stdout().splitlines():
+                name, size = line.split()
+                if size != "0":
+                    errs.append("%s inside: %s bytes (want 0)" % (name, size))
+            if len(a.stdout().splitlines()) != len(files):
+                errs.append("stdout %r" % a.stdout())
+            control = self.outside(["python3", "-c", read, files[0]]).stdout.decode().split()
+            if len(control) != 2 or control[1] in ("0",) or control[1].startswith("error"):
+                errs.append("the control, outside: %r (want a size above 0)" % control)
+            return errs + self.leftovers(a)
+
+        what = "/proc/key-users and /proc/timer_list read empty inside; outside they do not"
+        self.timed(what + " (as root's nobody)", lambda: masked(None))
+        if self.userns_allowed():
+            self.timed(what + " (unprivileged, uid %d)" % self.unpriv_uid,
+                       lambda: masked((self.unpriv_uid, self.unpriv_uid)))
+
     # ---- agentsnet selftest -----------------------------------------------------------
 
     def t_selftest(self):
@@ -515,9 +544,16 @@ class ContainmentTests:
         def run_selftest(user):
             argv = [self.vars["agentsnet"], "selftest", "--socket-dir", self.vars["sock_dir"],
                     "-v"]
+            # Unprivileged, the unlisted-socket probe's socket goes in the caller's home:
+            # one of the user's own, as a real user's is.
+            home = {}
+            if user is not None:
+                home["HOME"] = os.path.join(self.tmp, "home-%d" % user[0])
+                os.makedirs(home["HOME"], mode=0o755, exist_ok=True)
+                os.chown(home["HOME"], user[0], user[1])
             p = subprocess.run(self.host_cmd(argv, user), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                               env=self.run_env(), timeout=SELFTEST_TIMEOUT_S, check=False)
+                               env=self.run_env(home), timeout=SELFTEST_TIMEOUT_S, check=False)
             out = p.stdout.decode("utf-8", "replace")
             err = p.stderr.decode("utf-8", "replace")
             verdicts = {}

@@ -450,8 +450,8 @@ START_TEST(host_sockets_probe)
 	snprintf(path, sizeof(path), "%s/link", root);
 	ck_assert_int_eq(symlink(away, path), 0);
 	ck_assert_int_eq(probe_exec(root, out, sizeof(out)), 1);
-	ck_assert_msg(strncmp(out, "host-sockets   OPEN: 2 accepted a connection: ", 46) == 0, "%s",
-		      out);
+	ck_assert_msg(strncmp(out, "host-sockets    OPEN: 2 accepted a connection: ", 47) == 0,
+		      "%s", out);
 	ck_assert_msg(strstr(out, "/a/listen.sock") != NULL, "%s", out);
 	ck_assert_msg(strstr(out, "/c/d/e/dgram.sock") != NULL, "%s", out);
 	ck_assert_msg(strstr(out, "4 socket files seen (1 the sandbox's own)") != NULL, "%s", out);
@@ -463,14 +463,14 @@ START_TEST(host_sockets_probe)
 		 root, root, away);
 	ck_assert_int_eq(system(cmd), 0);
 	ck_assert_int_eq(probe_exec(root, out, sizeof(out)), 0);
-	ck_assert_msg(strstr(out, "host-sockets   closed: 1 socket files seen (0 the sandbox's "
+	ck_assert_msg(strstr(out, "host-sockets    closed: 1 socket files seen (0 the sandbox's "
 				  "own), 1 directories walked; connect: ECONNREFUSED") == out,
 		      "%s", out);
 	/* A walk cut short cannot vouch for what it did not see: OPEN, never closed. */
 	mkdir_mode(root, "x", 0755);
 	mkdir_mode(root, "y", 0755);
 	ck_assert_int_eq(probe_exec_dirs(root, "2", out, sizeof(out)), 1);
-	ck_assert_msg(strstr(out, "host-sockets   OPEN: no verdict: the walk stopped before it "
+	ck_assert_msg(strstr(out, "host-sockets    OPEN: no verdict: the walk stopped before it "
 				  "saw everything") == out,
 		      "%s", out);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
