@@ -639,6 +639,7 @@ int control_start(struct control *ctl, struct engine *e, gid_t group)
 		return fd;
 	}
 	ctl->listen_fd = fd;
+	ctl->limits.socket_dir = e->cfg->socket_dir;
 	runlimit_adopt(&ctl->limits, e);
 	ctl->stop_fd = eventfd(0, EFD_CLOEXEC);
 	ret = ctl->stop_fd == -1 ? -errno : -pthread_create(&ctl->thread, NULL, control_main, ctl);

@@ -46,6 +46,11 @@ int layout_registry_dir(const char *socket_dir, char *out, size_t cap)
 	return join_path(out, cap, socket_dir, "/registry", NULL);
 }
 
+int layout_cgroups_dir(const char *socket_dir, char *out, size_t cap)
+{
+	return join_path(out, cap, socket_dir, "/cgroups", NULL);
+}
+
 int layout_registry_record(const char *socket_dir, const char *id, char *out, size_t cap)
 {
 	AN_ASSERT(id[0] != '\0');

@@ -21,6 +21,9 @@ int layout_registry_dir(const char *socket_dir, char *out, size_t cap);
 /* Writes "<socket_dir>/registry/<id>" to <out>/<cap>. 0 or -ENAMETOOLONG. */
 int layout_registry_record(const char *socket_dir, const char *id, char *out, size_t cap);
 
+/* Writes "<socket_dir>/cgroups" to <out>/<cap>: core/runlimit.c's records. 0 or -ENAMETOOLONG. */
+int layout_cgroups_dir(const char *socket_dir, char *out, size_t cap);
+
 /* Directory levels below a sandbox's directory that its removal descends, at most. */
 #define LAYOUT_REMOVE_DEPTH 16u
 

@@ -4,7 +4,10 @@
  */
 #include "core/runlimit.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/layout.h"
 #include "core/log.h"
 #include "core/pool.h"
 
@@ -96,6 +100,180 @@ static bool list_has(const struct runlimits *l, const char *id, const struct eng
 	return false;
 }
 
+/* ---- The records of the cgroups made (core/runlimit.h) ---- */
+
+/* "<socket_dir>/cgroups" into <dir>, and with <name> "<dir>/<name>" into <path>. */
+static int record_paths(const struct runlimits *l, const char *name, char *dir, char *path)
+{
+	if (l->socket_dir == NULL || layout_cgroups_dir(l->socket_dir, dir, PATH_MAX) != 0)
+		return -ENOENT;
+	int n = name != NULL ? snprintf(path, PATH_MAX, "%s/%s", dir, name) : 0;
+	return n >= 0 && n < PATH_MAX ? 0 : -ENAMETOOLONG;
+}
+
+/* Records <r>'s cgroup under <name> (<id>.<pid>); logged when it cannot. */
+static void record_write(const struct runlimits *l, const struct runlimit *r, const char *name)
+{
+	char dir[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX + 8], text[2 * PATH_MAX + 16];
+
+	if (record_paths(l, name, dir, path) != 0)
+		return;
+	int dfd = engine_dir_secure(dir, 0700);
+	if (dfd < 0)
+		return; /* logged, naming the directory */
+	close(dfd);
+	int len = snprintf(text, sizeof(text), "v%d\n%s\n%s\n", r->cg.version, r->cg.pids_dir,
+			   r->cg.memory_dir);
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	int rc =
+	    fd >= 0 && len > 0 && (size_t)len < sizeof(text) && write(fd, text, (size_t)len) == len
+		? 0
+		: -(errno != 0 ? errno : EIO);
+	if (fd >= 0)
+		close(fd);
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -errno;
+	if (rc != 0) {
+		unlink(tmp);
+		log_warn("sandbox %s: recording its cgroup in %s: %s (a daemon restart while it "
+			 "runs would leave it)",
+			 r->id, path, strerror(-rc));
+	}
+}
+
+static void record_drop(const struct runlimits *l, const char *name)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+
+	if (record_paths(l, name, dir, path) == 0 && unlink(path) != 0 && errno != ENOENT)
+		log_warn("cgroup record %s: %s", path, strerror(errno));
+}
+
+/*
+ * Whether <path> is "" or a cgroup the daemon made under <root> for <name>:
+ * ".../agentsnet/<name>", no "..": a record is the daemon's own file, but
+ * what it names is removed by root, so it must name nothing else.
+ */
+static bool record_dir_ok(const char *path, const char *root, const char *name)
+{
+	char tail[CONFIG_SANDBOX_ID_BYTES_MAX + 32];
+
+	if (path[0] == '\0')
+		return true;
+	snprintf(tail, sizeof(tail), "/" CGROUP_PARENT_NAME "/%s", name);
+	size_t n = strlen(path), t = strlen(tail), r = strlen(root);
+	return strncmp(path, root, r) == 0 && path[r] == '/' && n > t &&
+	       strcmp(path + n - t, tail) == 0 && strstr(path, "/..") == NULL;
+}
+
+/* Reads the record <path> of <name> into <cg>: 0, or -EINVAL for one that is not ours. */
+static int record_read(const char *path, const char *root, const char *name,
+		       struct cgroup_sandbox *cg)
+{
+	char text[2 * PATH_MAX + 16];
+
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd == -1)
+		return -errno;
+	ssize_t n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n <= 0)
+		return -EINVAL;
+	text[n] = '\0';
+	char *pids = strchr(text, '\n');
+	char *memory = pids != NULL ? strchr(pids + 1, '\n') : NULL;
+	char *end = memory != NULL ? strchr(memory + 1, '\n') : NULL;
+	if (end == NULL || end[1] != '\0' ||
+	    (strncmp(text, "v1\n", 3) != 0 && strncmp(text, "v2\n", 3) != 0))
+		return -EINVAL;
+	*pids++ = '\0';
+	*memory++ = '\0';
+	*end = '\0';
+	if (strlen(pids) >= sizeof(cg->pids_dir) || strlen(memory) >= sizeof(cg->memory_dir) ||
+	    !record_dir_ok(pids, root, name) || !record_dir_ok(memory, root, name))
+		return -EINVAL;
+	cg->version = text[1] - '0';
+	memcpy(cg->pids_dir, pids, strlen(pids) + 1);
+	memcpy(cg->memory_dir, memory, strlen(memory) + 1);
+	return 0;
+}
+
+/* Whether <l> holds the cgroup named <name> (<id>.<pid>). */
+/* Drops the record of <r>'s cgroup, gone now. */
+static void record_drop_of(const struct runlimits *l, const struct runlimit *r)
+{
+	char name[CONFIG_SANDBOX_ID_BYTES_MAX + 16];
+
+	snprintf(name, sizeof(name), "%s.%d", r->id, (int)r->owner.pid);
+	record_drop(l, name);
+}
+
+static bool list_has_name(const struct runlimits *l, const char *name)
+{
+	char have[CONFIG_SANDBOX_ID_BYTES_MAX + 16];
+
+	for (size_t i = 0; i < l->n; i++) {
+		snprintf(have, sizeof(have), "%s.%d", l->v[i]->id, (int)l->v[i]->owner.pid);
+		if (strcmp(have, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* One record no run is back for: its cgroup removed now, or listed to retry while busy. */
+static void record_sweep_one(struct runlimits *l, const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+	const char *root = l->root != NULL ? l->root : CGROUP_ROOT_DEFAULT;
+	struct runlimit *r = pool_calloc(1, sizeof(*r));
+	const char *dot = strrchr(name, '.');
+
+	if (r == NULL)
+		return;
+	int n = snprintf(path, sizeof(path), "%s/%s", dir, name);
+	size_t id_len = dot != NULL ? (size_t)(dot - name) : 0;
+	int rc = n > 0 && (size_t)n < sizeof(path) && id_len > 0 && id_len < sizeof(r->id)
+		     ? record_read(path, root, name, &r->cg)
+		     : -EINVAL;
+	if (rc == 0) {
+		memcpy(r->id, name, id_len);
+		r->owner.pid = -1; /* no process is its owner: never kept for one */
+		rc = cgroup_remove_now(&r->cg);
+	}
+	if (rc == -EBUSY && list_add(l, r) == 0) {
+		log_info("sandbox %s: its run's cgroup is still busy; removed once empty", r->id);
+		return;
+	}
+	if (rc == 0 || rc == -ENOENT)
+		log_info("cgroup %s of a run that ended while no daemon ran: removed", name);
+	else
+		log_warn("cgroup record %s: %s (left)", path, strerror(-rc));
+	if (rc != -EINVAL)
+		record_drop(l, name);
+	pool_free(r);
+}
+
+static void records_sweep(struct runlimits *l)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+
+	if (record_paths(l, NULL, dir, path) != 0)
+		return;
+	DIR *d = opendir(dir);
+	if (d == NULL)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		size_t n = strlen(de->d_name);
+		if (de->d_name[0] == '.' || (n > 4 && strcmp(de->d_name + n - 4, ".new") == 0) ||
+		    list_has_name(l, de->d_name))
+			continue;
+		record_sweep_one(l, dir, de->d_name);
+	}
+	closedir(d);
+}
+
 /* Makes <r>'s cgroup, nested under <pid>'s own, and moves <pid> in while <pidfd> lives. */
 static int make_and_enter(const struct runlimits *l, struct runlimit *r, pid_t pid, int pidfd,
 			  uint64_t pids_max, uint64_t memory_max_bytes, char *err, size_t err_len)
@@ -171,6 +349,11 @@ int runlimit_apply(struct runlimits *l, struct engine *e, const char *id, int so
 			(void)cgroup_remove_now(&r->cg);
 		}
 	}
+	if (rc == 0) {
+		char name[CONFIG_SANDBOX_ID_BYTES_MAX + 16];
+		snprintf(name, sizeof(name), "%s.%d", id, (int)peer_pid);
+		record_write(l, r, name);
+	}
 	if (rc != 0)
 		pool_free(r);
 	close(pidfd);
@@ -232,6 +415,7 @@ void runlimit_adopt(struct runlimits *l, struct engine *e)
 			break;
 	}
 	pool_free(a);
+	records_sweep(l);
 }
 
 void runlimit_collect(struct runlimits *l, struct engine *e)
@@ -251,6 +435,8 @@ void runlimit_collect(struct runlimits *l, struct engine *e)
 		}
 		if (rc != 0)
 			log_warn("sandbox %s: its cgroup: rmdir: %s", r->id, strerror(-rc));
+		else
+			record_drop_of(l, r);
 		pool_free(r);
 	}
 	l->n = kept;
@@ -262,7 +448,11 @@ void runlimit_free(struct runlimits *l)
 		struct runlimit *r = l->v[i];
 		int rc = cgroup_remove_now(&r->cg);
 		if (rc != 0)
-			log_warn("sandbox %s: its cgroup left at stop: %s", r->id, strerror(-rc));
+			log_warn("sandbox %s: its cgroup left at stop: %s (the next daemon removes "
+				 "it once empty)",
+				 r->id, strerror(-rc));
+		else
+			record_drop_of(l, r);
 		pool_free(r);
 	}
 	AN_FREE(&l->v);

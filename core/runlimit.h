@@ -24,6 +24,13 @@
  * one rmdir each, again on later ticks while the caller (still inside) exits.
  * One per owned sandbox at most, so the list is bounded by the sandbox table.
  * The control thread alone uses a runlimits.
+ *
+ * A cgroup outlives a daemon that stops while its run is inside (rmdir says
+ * EBUSY). So each one made is recorded in <socket_dir>/cgroups/<id>.<pid>
+ * (the daemon's directory, 0700; the file 0600: its version and directories),
+ * removed with the cgroup. A daemon that starts takes back the cgroups of the
+ * runs it re-adopts (runlimit_adopt), and removes the recorded ones of runs
+ * that ended meanwhile, or retries each tick while one is still busy.
  */
 #ifndef AN_CORE_RUNLIMIT_H
 #define AN_CORE_RUNLIMIT_H
@@ -44,7 +51,8 @@ struct runlimit {
 struct runlimits {
 	struct runlimit **v; /* owned */
 	size_t n, cap;
-	const char *root; /* the hierarchies' mount point: CGROUP_ROOT_DEFAULT, or a test's */
+	const char *root;       /* the hierarchies' mount point: CGROUP_ROOT_DEFAULT, or a test's */
+	const char *socket_dir; /* borrowed: where the records live; NULL: none kept */
 };
 
 /*
@@ -63,7 +71,9 @@ int runlimit_apply(struct runlimits *l, struct engine *e, const char *id, int so
 /*
  * At the daemon's start: takes back the cgroups an earlier daemon made for the
  * owned sandboxes it re-adopted, found where each owner process is now
- * (agentsnet/<id>.<pid>), so they are removed with their sandbox as well.
+ * (agentsnet/<id>.<pid>), so they are removed with their sandbox as well; then
+ * removes every other recorded cgroup (its run ended while no daemon ran), or
+ * keeps it on the list, retried each tick, while it is busy.
  */
 void runlimit_adopt(struct runlimits *l, struct engine *e);
 

@@ -1309,6 +1309,19 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
             sb_dir = os.path.join(self.vars["sock_dir"], "sandboxes", a.sandbox)
             if os.path.lexists(sb_dir):
                 errs.append("%s exists again (%r)" % (sb_dir, os.listdir(sb_dir)))
+            # The run's cgroup, which the stopped daemon could not remove (the run was
+            # inside): the next daemon removes it from its record.
+            deadline = time.monotonic() + CGROUP_GONE_S
+            while run_cgroups(a.sandbox) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            for path in run_cgroups(a.sandbox):
+                errs.append("cgroup %s is left %ds after the next daemon started"
+                            % (path, CGROUP_GONE_S))
+            records = os.path.join(self.vars["sock_dir"], "cgroups")
+            left = [n for n in os.listdir(records) if n.startswith(a.sandbox + ".")] \
+                if os.path.isdir(records) else []
+            if left:
+                errs.append("cgroup records left: %r" % left)
             if errs:  # leave the daemon as the other tests expect it
                 self.ctl("sandbox rm %s" % a.sandbox)
             return errs
@@ -1321,8 +1334,8 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
             return
         self.timed("daemon stopped mid-run: no process, namespace, socket file, directory or "
                    "registry record is left", nothing_left)
-        self.timed("daemon stopped mid-run: the next daemon does not re-adopt the dead sandbox",
-                   not_readopted)
+        self.timed("daemon stopped mid-run: the next daemon does not re-adopt the dead sandbox, "
+                   "and removes the cgroup the stopped one made for its run", not_readopted)
 
     # ---- an unprivileged caller ---------------------------------------------
 

@@ -22,6 +22,8 @@ START_TEST(paths)
 	ck_assert_str_eq(out, "/run/an/registry");
 	ck_assert_int_eq(layout_registry_record("/run/an", "box", out, sizeof(out)), 0);
 	ck_assert_str_eq(out, "/run/an/registry/box");
+	ck_assert_int_eq(layout_cgroups_dir("/run/an", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/run/an/cgroups");
 }
 END_TEST
 
