@@ -736,19 +736,23 @@ static int child_prepare(struct child_ctx *c, char *err, size_t err_len)
 	const struct sandbox_spec *s = c->s;
 	size_t words = 0;
 
-	AN_ASSERT(c->argv == NULL && c->ww == NULL);
+	AN_ASSERT(c->argv == NULL && c->ww == NULL && c->roots == NULL);
 	while (s->cmd[words] != NULL)
 		words++;
 	size_t cap = words + 16;
 	c->argv = pool_calloc(cap, sizeof(*c->argv));
 	c->ww = pool_calloc(1, sizeof(*c->ww));
-	if (c->argv == NULL || c->ww == NULL) {
+	c->roots = pool_calloc(1, sizeof(*c->roots));
+	if (c->argv == NULL || c->ww == NULL || c->roots == NULL) {
 		snprintf(err, err_len, "out of memory");
 		return -ENOMEM;
 	}
 	int ret = sandbox_bridge_argv(s, c->argv, cap);
 	AN_ASSERT(ret > 0); /* sized above */
-	ret = ww_prepare(c->ww, s, err, err_len);
+	/* Opened here, once: the child binds these descriptors, never a name again. */
+	ret = root_open(s, c->roots, err, err_len);
+	if (ret == 0)
+		ret = ww_prepare(c->ww, s, err, err_len);
 	if (ret == 0)
 		ret = sockets_prepare(c, err, err_len);
 	if (ret == 0)
@@ -764,6 +768,10 @@ static void child_release(struct child_ctx *c)
 	c->argv = NULL;
 	pool_free(c->ww);
 	c->ww = NULL;
+	if (c->roots != NULL)
+		root_close(c->roots);
+	pool_free(c->roots);
+	c->roots = NULL;
 	hostsock_free(&c->sockets);
 }
 

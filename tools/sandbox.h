@@ -111,8 +111,13 @@ struct sandbox_spec {
 	const char *bridge;     /* borrowed: the bridge executable, absolute */
 	const char *ca_path;    /* borrowed: NULL, or passed to the bridge as --ca */
 	const char *public_url; /* borrowed: NULL, or passed to the bridge as --public-url */
-	const char *cwd;        /* borrowed: NULL, or the directory the bridge starts in,
-				 * bound read-write unless "/", made by the sandbox, or in view already */
+	/*
+	 * borrowed: NULL (the bridge starts in /), or this process's working directory
+	 * (getcwd, for messages): that directory itself, opened as ".", is bound read-write
+	 * at the path its descriptor names unless it is "/", made by the sandbox (then the
+	 * sandbox's own is entered) or in view already, and the bridge starts there.
+	 */
+	const char *cwd;
 	const struct sandbox_bind *binds; /* borrowed: what else the sandbox shows of the host */
 	size_t n_binds;                   /* at most SANDBOX_BINDS_MAX */
 	const char *probe; /* borrowed: NULL, or an executable bound at SANDBOX_PROBE_PATH */

@@ -668,10 +668,13 @@ static void mask_proc(const struct child_ctx *c)
 	}
 }
 
-/* The working directory, looked up again in the new tree: a hidden one becomes "/". */
+/*
+ * The working directory as the root shows it (root_open read its path from
+ * the descriptor bound): one not shown becomes "/".
+ */
 static void enter_cwd(const struct child_ctx *c)
 {
-	const char *cwd = c->s->cwd;
+	const char *cwd = c->roots->cwd[0] != '\0' ? c->roots->cwd : NULL;
 
 	AN_ASSERT(c->s != NULL);
 	AN_ASSERT(cwd == NULL || cwd[0] == '/');
@@ -680,8 +683,9 @@ static void enter_cwd(const struct child_ctx *c)
 	if (cwd != NULL && errno == EACCES)
 		fprintf(stderr, "agentsnet: %s is not reachable by uid %u; starting in /\n", cwd,
 			(unsigned)getuid());
-	else if (cwd != NULL)
-		fprintf(stderr, "agentsnet: %s is hidden in the sandbox; starting in /\n", cwd);
+	else if (cwd != NULL || (c->s->cwd != NULL && strcmp(c->s->cwd, "/") != 0))
+		fprintf(stderr, "agentsnet: %s is hidden in the sandbox; starting in /\n",
+			cwd != NULL ? cwd : c->s->cwd);
 	if (chdir("/") == -1)
 		child_fail(c->err_fd, errno, "chdir /: %s", strerror(errno));
 }
@@ -1018,10 +1022,8 @@ _Noreturn void child_main(const struct child_ctx *c)
 	set_names(c);
 	must_mount(c, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 	open_sources(c, &f);
-	/* Static: a fork-like clone's own copy, too large for the stack. */
-	static struct root_sources roots;
-	root_open(c, &roots);
-	root_enter(c, &roots);
+	root_reopen(c, c->roots);
+	root_enter(c, c->roots);
 	must_mount(c, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_dev(c, f.dev);
 	mask_proc(c);

@@ -71,8 +71,9 @@ struct ww_list {
 
 struct child_ctx {
 	const struct sandbox_spec *s;
-	const char **argv;  /* owned by sandbox_start */
-	struct ww_list *ww; /* owned by sandbox_start */
+	const char **argv;          /* owned by sandbox_start */
+	struct ww_list *ww;         /* owned by sandbox_start */
+	struct root_sources *roots; /* owned by sandbox_start: opened before the clone */
 	/* The host's socket files left in view by the mounts, each masked (owned by sandbox_start). */
 	struct hostsock_list sockets;
 	const struct ptyrelay *pty; /* the sandbox's: master -1 when none */
@@ -105,8 +106,9 @@ int sockets_prepare(struct child_ctx *c, char *err, size_t err_len);
 
 /* One source of the sandbox's root: a host directory or file, or a symlink to copy. */
 struct root_source {
-	char path[PATH_MAX]; /* where it is on the host and in the sandbox */
-	int fd;              /* O_PATH, opened before any mount; -1 for a symlink */
+	char path[PATH_MAX]; /* where it is inside: its host path, or a system directory's name */
+	char from[PATH_MAX]; /* its host path, read from the descriptor */
+	int fd;              /* O_PATH, opened by the caller before the clone; -1 for a symlink */
 	bool read_only;
 	bool is_dir;
 	char link[256]; /* a top-level symlink's target, copied as it is ("" when not one) */
@@ -117,14 +119,33 @@ struct root_source {
 
 struct root_sources {
 	size_t n;
+	/* The working directory as bound (its descriptor's path), "" when it is not: the
+	 * bridge starts there. */
+	char cwd[PATH_MAX];
 	struct root_source src[ROOT_SOURCES_MAX];
 };
 
-/* Opens every source of the root (<c>->s's system directories, cwd, binds), before any mount. */
-void root_open(const struct child_ctx *c, struct root_sources *r);
 /*
- * Builds the root from <r> on a tmpfs, with the agent's home, and pivots into it, the host's
- * root kept at ROOT_HOST_DIR until root_leave; closes <r>'s descriptors.
+ * In `agentsnet run`'s own process, before the clone: opens every source of
+ * the root (<s>'s system directories, working directory, binds), each once.
+ * The working directory is "." itself, never looked up by name, and each
+ * path is read back from its descriptor and checked there (sandbox_bind_check):
+ * a name a host user swaps for a symlink between the caller's check and the
+ * open cannot bind "/" or anything the checks refuse. Returns 0, or -errno
+ * with <err> naming the path; root_close releases the descriptors either way.
+ */
+int root_open(const struct sandbox_spec *s, struct root_sources *r, char *err, size_t err_len);
+void root_close(struct root_sources *r);
+/*
+ * In the child, in the new mount namespace before any mount: opens each
+ * source again there (a bind needs a mount of this namespace), by the path
+ * its first descriptor named, following no symlink, and fails unless it is
+ * the very file the first descriptor is open on (device and inode).
+ */
+void root_reopen(const struct child_ctx *c, struct root_sources *r);
+/*
+ * In the child: builds the root from <r> on a tmpfs, with the agent's home,
+ * and pivots into it, the host's root kept at ROOT_HOST_DIR until root_leave.
  */
 void root_enter(const struct child_ctx *c, struct root_sources *r);
 /* Detaches the host's root (after every bind from a descriptor) and makes "/" read-only. */

@@ -1,7 +1,5 @@
 /*
- * The sandbox's root (tools/sandbox.h, SANDBOX_SYSTEM_DIRS): built by the
- * clone's child inside the new mount namespace, before anything else is
- * mounted there.
+ * The sandbox's root (tools/sandbox.h, SANDBOX_SYSTEM_DIRS).
  *
  * Why a root of its own: masking what the host shows (a mask per socket file,
  * an instance per world-writable directory) covers what exists when the run
@@ -12,23 +10,31 @@
  * agent needs leaves no such path: what is not bound does not exist inside.
  * The masks stay, for what is in view (the working directory, the binds).
  *
- * Three steps:
- * 1. root_open, before any mount: an O_PATH descriptor of every source (each
- *    system directory the host has, the working directory, each bind), and
- *    the target of each top-level symlink among the system directories.
- * 2. root_enter: a tmpfs mounted over the host's /tmp (in this mount
- *    namespace only) becomes the root. The sources are bound in order of
- *    their length (a parent before what it holds), each recursive (a bind
- *    keeps the mounts below it; a user namespace refuses one that would
- *    uncover what they cover), then read-only, nosuid and nodev (system
- *    directories, --ro-bind) or nosuid and nodev (the working directory,
- *    --bind), below as well where the kernel has mount_setattr; the mount
- *    points the sandbox fills itself; the agent's home; then pivot_root. The
- *    host's root stays at ROOT_HOST_DIR, because the later steps still bind
- *    from descriptors into it, and the kernel allows a fresh /proc and sysfs
- *    only while the host's are fully visible.
+ * Names are where a host user races us: the working directory, a bind and
+ * every directory below them may be another account's, who can swap a name
+ * for a symlink between any two system calls. So nothing is looked up twice:
+ * 1. root_open, in `agentsnet run` before the clone: one O_PATH descriptor
+ *    per source (each system directory the host has, the working directory
+ *    as ".", each bind), its path read back from the descriptor and checked
+ *    there; the target of each top-level symlink among the system directories.
+ * 2. root_enter, in the child inside the new mount namespace: a tmpfs over the
+ *    host's /tmp (this namespace only) is the stage, which no one else can
+ *    see, let alone write. Each source is cloned as a detached tree
+ *    (open_tree), made read-only, nosuid and nodev (system directories,
+ *    --ro-bind) or nosuid and nodev (the working directory, --bind) all the
+ *    way down while detached, then attached (move_mount) to a mount point
+ *    reached from the stage's descriptor without following a symlink
+ *    (openat2 RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH), in order of the paths'
+ *    lengths (a parent before what it holds). A missing directory is made
+ *    only on the stage's own tmpfs, never inside a host directory bound
+ *    there. Then the mount points the sandbox fills itself, the agent's
+ *    home, and pivot_root: the host's root stays at ROOT_HOST_DIR, because
+ *    the later steps still bind from descriptors into it, and the kernel
+ *    allows a fresh /proc and sysfs only while the host's are fully visible.
  * 3. root_leave, after every mount: the host's root detached, its mount
  *    point removed, and the root read-only, so the agent adds nothing there.
+ * Before Linux 5.12 (no mount_setattr), binds are made by descriptor paths and
+ * only their top mount made read-only.
  */
 #include "tools/sandbox_int.h"
 
@@ -37,6 +43,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/mount.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +62,9 @@ static const char *const made_dirs[] = { SANDBOX_MADE_DIRS };
 
 static_assert(AN_ARRAY_LEN(system_dirs) <= 16u, "ROOT_SOURCES_MAX counts 16 system dirs");
 
-/* Whether <path> is in view through a source of <r> already bound (a parent). */
+/* ---- In the caller, before the clone ---- */
+
+/* Whether <path> is in view through a source of <r> (bound already: a parent). */
 static bool root_shows(const struct root_sources *r, const char *path)
 {
 	for (size_t i = 0; i < r->n; i++) {
@@ -87,29 +96,59 @@ static bool under_system_dir(const char *path)
 	return false;
 }
 
-/* Adds the host path <path> (canonical) as a source, opened O_PATH. */
-static void add_source(const struct child_ctx *c, struct root_sources *r, const char *path,
-		       bool read_only)
+/* The path of what <fd> is open on, into <out> (PATH_MAX): 0, or -ENOENT when it has none. */
+static int path_of(int fd, char *out)
 {
+	char link[32];
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, out, PATH_MAX - 1);
+	if (n <= 0 || n >= PATH_MAX - 1)
+		return n < 0 ? -errno : -ENAMETOOLONG;
+	out[n] = '\0';
+	/* Removed since ("... (deleted)"), or not on a file system we can name. */
+	if (out[0] != '/' || (n > 10 && strcmp(out + n - 10, " (deleted)") == 0))
+		return -ENOENT;
+	return 0;
+}
+
+/*
+ * Adds what <fd> (O_PATH, ours now) is open on as a source, at the path the
+ * descriptor names: a directory or a regular file, checked as a bind must be.
+ */
+static int add_fd(struct root_sources *r, int fd, const char *what, bool read_only, char *err,
+		  size_t err_len)
+{
+	struct root_source *s = &r->src[r->n];
 	struct stat st;
 
 	AN_ASSERT(r->n < ROOT_SOURCES_MAX);
-	AN_ASSERT(path[0] == '/' && strcmp(path, "/") != 0);
-	struct root_source *s = &r->src[r->n];
-	int len = snprintf(s->path, sizeof(s->path), "%s", path);
-	if (len <= 0 || (size_t)len >= sizeof(s->path) - sizeof(ROOT_STAGE))
-		child_fail(c->err_fd, ENAMETOOLONG, "%s: path too long for the sandbox", path);
-	s->fd = open(path, O_PATH | O_CLOEXEC);
-	if (s->fd == -1)
-		child_fail(c->err_fd, errno, "open %s: %s", path, strerror(errno));
-	if (fstat(s->fd, &st) == -1)
-		child_fail(c->err_fd, errno, "stat %s: %s", path, strerror(errno));
-	if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
-		child_fail(c->err_fd, EINVAL, "%s: neither a directory nor a regular file", path);
+	int rc = path_of(fd, s->from);
+	if (rc == 0)
+		memcpy(s->path, s->from, strlen(s->from) + 1);
+	if (rc == 0 && strlen(s->path) >= PATH_MAX - sizeof(ROOT_STAGE))
+		rc = -ENAMETOOLONG;
+	if (rc == 0 && fstat(fd, &st) != 0)
+		rc = -errno;
+	if (rc == 0 && !S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+		rc = -EINVAL;
+	if (rc != 0) {
+		close(fd);
+		snprintf(err, err_len, "%s: %s", what,
+			 rc == -EINVAL ? "neither a directory nor a regular file" : strerror(-rc));
+		return rc;
+	}
+	rc = sandbox_bind_check(s->path, err, err_len);
+	if (rc != 0) {
+		close(fd);
+		return rc;
+	}
+	s->fd = fd;
 	s->is_dir = S_ISDIR(st.st_mode);
 	s->read_only = read_only;
 	s->link[0] = '\0';
 	r->n++;
+	return 0;
 }
 
 /*
@@ -117,139 +156,265 @@ static void add_source(const struct child_ctx *c, struct root_sources *r, const 
  * symlink when what it names is inside another system directory, and bound
  * at its own path otherwise (/opt -> /data/opt), so it works inside either way.
  */
-static void add_system_dir(const struct child_ctx *c, struct root_sources *r, const char *path)
+static int add_system_dir(struct root_sources *r, const char *path, char *err, size_t err_len)
 {
 	char canon[PATH_MAX];
 	struct stat st;
 
-	if (lstat(path, &st) == -1)
-		return; /* the host has none */
-	if (!S_ISLNK(st.st_mode)) {
-		if (S_ISDIR(st.st_mode))
-			add_source(c, r, path, true);
-		return;
+	if (lstat(path, &st) == -1 || (!S_ISLNK(st.st_mode) && !S_ISDIR(st.st_mode)))
+		return 0; /* the host has none */
+	int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd == -1 || path_of(fd, canon) != 0 || strcmp(canon, "/") == 0) {
+		if (fd >= 0)
+			close(fd);
+		return 0; /* dangling, or naming the whole host: nothing to show */
 	}
-	if (realpath(path, canon) == NULL)
-		return; /* dangling on the host: nothing to show */
 	struct root_source *s = &r->src[r->n];
-	ssize_t n = readlink(path, s->link, sizeof(s->link) - 1);
-	if (n > 0 && (size_t)n < sizeof(s->link) - 1 && strcmp(canon, path) != 0 &&
-	    under_system_dir(canon)) {
+	ssize_t n = S_ISLNK(st.st_mode) ? readlink(path, s->link, sizeof(s->link) - 1) : -1;
+	if (n > 0 && (size_t)n < sizeof(s->link) - 1 && under_system_dir(canon)) {
+		close(fd);
 		s->link[n] = '\0';
 		snprintf(s->path, sizeof(s->path), "%s", path);
 		s->fd = -1;
 		s->is_dir = false;
 		s->read_only = true;
 		r->n++;
-		return;
+		return 0;
 	}
-	add_source(c, r, canon, true);
+	/* What it resolves to may not be shown (in /run, say): then it is not there. */
+	if (add_fd(r, fd, path, true, err, err_len) != 0)
+		return 0;
+	/* Shown at its own name, whatever it resolved to. */
 	snprintf(r->src[r->n - 1].path, sizeof(r->src[r->n - 1].path), "%s", path);
+	return 0;
 }
 
-void root_open(const struct child_ctx *c, struct root_sources *r)
+void root_close(struct root_sources *r)
 {
-	const struct sandbox_spec *s = c->s;
+	for (size_t i = 0; i < r->n; i++) {
+		if (r->src[i].fd >= 0)
+			close(r->src[i].fd);
+		r->src[i].fd = -1;
+	}
+	r->n = 0;
+}
 
+int root_open(const struct sandbox_spec *s, struct root_sources *r, char *err, size_t err_len)
+{
 	AN_ASSERT(s->n_binds <= SANDBOX_BINDS_MAX);
 	r->n = 0;
-	for (size_t i = 0; i < AN_ARRAY_LEN(system_dirs); i++)
-		add_system_dir(c, r, system_dirs[i]);
-	for (size_t i = 0; i < s->n_binds; i++)
-		add_source(c, r, s->binds[i].path, s->binds[i].read_only);
-	/* The workspace, read-write, unless the whole host, made by the sandbox, or shown already. */
-	if (s->cwd != NULL && strcmp(s->cwd, "/") != 0 && !root_made(s->cwd) &&
-	    !root_shows(r, s->cwd))
-		add_source(c, r, s->cwd, false);
-}
-
-/* "<ROOT_STAGE><path>" into <out> (PATH_MAX bytes). */
-static void staged(const char *path, char *out)
-{
-	AN_ASSERT(path[0] == '/');
-	int n = snprintf(out, PATH_MAX, ROOT_STAGE "%s", path);
-	AN_ASSERT(n > 0 && n < PATH_MAX);
-}
-
-/*
- * Makes directory <at> (staged) unless it is one; a symlink on the way is
- * refused (-ELOOP): a copied one may be absolute, and while the host's root
- * is still "/" it would lead out of the stage, onto the host.
- */
-static int make_dir(const char *at)
-{
-	struct stat st;
-
-	if (lstat(at, &st) == 0)
-		return S_ISDIR(st.st_mode) ? 0 : S_ISLNK(st.st_mode) ? -ELOOP : -ENOTDIR;
-	if (errno != ENOENT)
-		return -errno;
-	return mkdir(at, 0755) == 0 ? 0 : -errno;
-}
-
-/* Makes every missing directory of <path> (below the stage) on the root's tmpfs, mode 0755. */
-static int make_parents(const char *path, bool last_too)
-{
-	char at[PATH_MAX];
-
-	staged(path, at);
-	size_t base = sizeof(ROOT_STAGE) - 1;
-	for (char *p = at + base + 1; *p != '\0'; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		int ret = make_dir(at);
-		*p = '/';
-		if (ret < 0)
-			return ret;
+	r->cwd[0] = '\0';
+	for (size_t i = 0; i < AN_ARRAY_LEN(system_dirs); i++) {
+		int rc = add_system_dir(r, system_dirs[i], err, err_len);
+		if (rc != 0)
+			return rc;
 	}
-	return last_too ? make_dir(at) : 0;
-}
-
-/*
- * Sets <attr> on the mount at <target> and every mount below it; before
- * Linux 5.12 (no mount_setattr), read-only on the top one only.
- */
-static void restrict_tree(const struct child_ctx *c, const char *target, uint64_t attr)
-{
-	struct mount_attr ma = { .attr_set = attr };
-
-	if (syscall(SYS_mount_setattr, AT_FDCWD, target, AT_RECURSIVE | AT_SYMLINK_NOFOLLOW, &ma,
-		    sizeof(ma)) == 0)
-		return;
-	if (errno != ENOSYS)
-		child_fail(c->err_fd, errno, "mount_setattr %s: %s", target, strerror(errno));
-	if (attr & MOUNT_ATTR_RDONLY)
-		bind_read_only(c, target, MS_NODEV);
-}
-
-static void bind_source(const struct child_ctx *c, const struct root_source *s)
-{
-	char target[PATH_MAX], from[64];
-
-	staged(s->path, target);
-	if (s->link[0] != '\0') {
-		int ret = make_parents(s->path, false);
-		if (ret < 0 || symlink(s->link, target) == -1)
-			child_fail(c->err_fd, ret < 0 ? -ret : errno, "symlink %s: %s", s->path,
-				   strerror(ret < 0 ? -ret : errno));
-		return;
+	for (size_t i = 0; i < s->n_binds; i++) {
+		int fd = open(s->binds[i].path, O_PATH | O_CLOEXEC);
+		int rc = fd >= 0
+			     ? add_fd(r, fd, s->binds[i].path, s->binds[i].read_only, err, err_len)
+			     : -errno;
+		if (fd < 0)
+			snprintf(err, err_len, "%s: %s", s->binds[i].path, strerror(-rc));
+		if (rc != 0)
+			return rc;
 	}
-	AN_ASSERT(s->fd >= 0);
-	int ret = make_parents(s->path, s->is_dir);
-	if (ret == 0 && !s->is_dir) {
-		int fd = open(target, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0444);
-		ret = fd >= 0 ? 0 : -errno;
+	/* The workspace, read-write: this process's own, never looked up by name. */
+	if (s->cwd == NULL)
+		return 0;
+	char cwd[PATH_MAX];
+	int fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || path_of(fd, cwd) != 0) {
 		if (fd >= 0)
 			close(fd);
+		return 0; /* gone: the bridge starts in / */
 	}
-	if (ret < 0)
-		child_fail(c->err_fd, -ret, "the mount point of %s in the sandbox: %s", s->path,
-			   strerror(-ret));
+	if (strcmp(cwd, "/") == 0) {
+		close(fd);
+		return 0; /* the whole host: not bound, the bridge starts in / */
+	}
+	snprintf(r->cwd, sizeof(r->cwd), "%s", cwd);
+	if (root_made(cwd)) {
+		close(fd);
+		return 0; /* a place the sandbox makes its own (/tmp): its own, empty one */
+	}
+	if (root_shows(r, cwd)) {
+		close(fd);
+		return 0; /* in view already, as its parent is shown */
+	}
+	return add_fd(r, fd, "the working directory", false, err, err_len);
+}
+
+/* ---- In the child, inside the new mount namespace ---- */
+
+void root_reopen(const struct child_ctx *c, struct root_sources *r)
+{
+	struct stat was, now;
+
+	for (size_t i = 0; i < r->n; i++) {
+		struct root_source *s = &r->src[i];
+		if (s->fd < 0)
+			continue;
+		struct open_how how = { .flags = O_PATH | O_CLOEXEC | O_NOFOLLOW,
+					.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+		int fd = (int)syscall(SYS_openat2, AT_FDCWD, s->from, &how, sizeof(how));
+		int rc = fd >= 0 ? 0 : -errno;
+		if (rc == 0 && (fstat(fd, &now) != 0 || fstat(s->fd, &was) != 0))
+			rc = -errno;
+		if (rc == 0 && (now.st_dev != was.st_dev || now.st_ino != was.st_ino))
+			rc = -ESTALE;
+		if (rc != 0)
+			child_fail(c->err_fd, -rc,
+				   "%s changed while the sandbox was made (a symlink or another "
+				   "file put in its place?): %s",
+				   s->from, strerror(-rc));
+		close(s->fd);
+		s->fd = fd;
+	}
+}
+
+/* The stage: its descriptor and device, so nothing is ever made outside it. */
+struct stage {
+	int fd;
+	dev_t dev;
+};
+
+/* Opens <name> in <dir>, O_PATH, following no symlink and staying beneath <dir>. */
+static int open_beneath(int dir, const char *name, int flags)
+{
+	struct open_how how = { .flags =
+				    (uint64_t)(unsigned)(O_PATH | O_CLOEXEC | O_NOFOLLOW | flags),
+				.resolve =
+				    RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_BENEATH };
+	int fd = (int)syscall(SYS_openat2, dir, name, &how, sizeof(how));
+	return fd >= 0 ? fd : -errno;
+}
+
+/*
+ * The mount point for <path> (absolute, canonical) below the stage, as an
+ * O_PATH descriptor: every component opened from the one before without
+ * following a symlink; one that is missing made (a directory, or for the last
+ * one of a file source an empty file), but only in a directory of the
+ * stage's own tmpfs: inside a host directory bound there, -EXDEV. <made>
+ * says whether the last one was made now.
+ */
+static int mount_point(const struct stage *st, const char *path, bool is_dir, bool *made)
+{
+	char name[NAME_MAX + 1];
+	struct stat sb;
+
+	AN_ASSERT(path[0] == '/' && path[1] != '\0');
+	*made = false;
+	int dir = dup(st->fd);
+	for (const char *p = path + 1; dir >= 0;) {
+		const char *end = strchr(p, '/');
+		size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+		if (len == 0 || len > NAME_MAX || (len <= 2 && p[0] == '.' && p[len - 1] == '.')) {
+			close(dir);
+			return -EINVAL;
+		}
+		memcpy(name, p, len);
+		name[len] = '\0';
+		bool last = end == NULL;
+		bool want_dir = !last || is_dir;
+		int fd = open_beneath(dir, name, want_dir ? O_DIRECTORY : 0);
+		if (fd == -ENOENT) {
+			/* Made only where no one but us can write: the stage's tmpfs. */
+			int rc =
+			    fstat(dir, &sb) == 0 ? (sb.st_dev == st->dev ? 0 : -EXDEV) : -errno;
+			if (rc == 0 && want_dir)
+				rc = mkdirat(dir, name, 0755) == 0 ? 0 : -errno;
+			if (rc == 0 && !want_dir) {
+				int f = openat(dir, name,
+					       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+					       0444);
+				rc = f >= 0 ? 0 : -errno;
+				if (f >= 0)
+					close(f);
+			}
+			fd = rc == 0 ? open_beneath(dir, name, want_dir ? O_DIRECTORY : 0) : rc;
+			*made = last && fd >= 0;
+		}
+		close(dir);
+		if (fd < 0)
+			return fd;
+		if (last) {
+			if (!want_dir && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
+				close(fd);
+				return -EINVAL;
+			}
+			return fd;
+		}
+		dir = fd;
+		p = end + 1;
+	}
+	return -errno;
+}
+
+/* Before Linux 5.12: a recursive bind through the descriptors, its top made read-only. */
+static void bind_fallback(const struct child_ctx *c, const struct root_source *s, int target)
+{
+	char from[32], to[32];
+
 	snprintf(from, sizeof(from), "/proc/self/fd/%d", s->fd);
-	must_mount(c, from, target, NULL, MS_BIND | MS_REC, NULL);
-	uint64_t attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-	restrict_tree(c, target, s->read_only ? attr | MOUNT_ATTR_RDONLY : attr);
+	snprintf(to, sizeof(to), "/proc/self/fd/%d", target);
+	must_mount(c, from, to, NULL, MS_BIND | MS_REC, NULL);
+	if (!s->read_only)
+		return;
+	char staged[PATH_MAX + sizeof(ROOT_STAGE)];
+	snprintf(staged, sizeof(staged), ROOT_STAGE "%s", s->path);
+	bind_read_only(c, staged, MS_NODEV);
+}
+
+/*
+ * Binds source <s> at its path below the stage: a detached clone of its tree,
+ * restricted all the way down, then attached to the mount point's descriptor.
+ */
+static void bind_source(const struct child_ctx *c, const struct stage *st,
+			const struct root_source *s)
+{
+	bool made = false;
+
+	AN_ASSERT(s->fd >= 0);
+	int target = mount_point(st, s->path, s->is_dir, &made);
+	if (target < 0)
+		child_fail(c->err_fd, -target, "the mount point of %s in the sandbox: %s", s->path,
+			   strerror(-target));
+	int tree = (int)syscall(SYS_open_tree, s->fd, "",
+				OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+	if (tree < 0 && errno == ENOSYS) {
+		bind_fallback(c, s, target);
+		close(target);
+		return;
+	}
+	if (tree < 0)
+		child_fail(c->err_fd, errno, "open_tree %s: %s", s->path, strerror(errno));
+	struct mount_attr attr = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+					       (s->read_only ? MOUNT_ATTR_RDONLY : 0) };
+	if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+		    sizeof(attr)) != 0) {
+		if (errno != ENOSYS)
+			child_fail(c->err_fd, errno, "mount_setattr %s: %s", s->path,
+				   strerror(errno));
+		close(tree);
+		bind_fallback(c, s, target);
+		close(target);
+		return;
+	}
+	if (syscall(SYS_move_mount, tree, "", target, "",
+		    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+		child_fail(c->err_fd, errno, "move_mount %s: %s", s->path, strerror(errno));
+	close(tree);
+	close(target);
+}
+
+/* Copies the top-level symlink <s> onto the stage. */
+static void copy_link(const struct child_ctx *c, const struct stage *st,
+		      const struct root_source *s)
+{
+	AN_ASSERT(s->path[0] == '/' && strchr(s->path + 1, '/') == NULL);
+	if (symlinkat(s->link, st->fd, s->path + 1) != 0)
+		child_fail(c->err_fd, errno, "symlink %s: %s", s->path, strerror(errno));
 }
 
 static int by_length(const void *a, const void *b)
@@ -259,39 +424,66 @@ static int by_length(const void *a, const void *b)
 	return la < lb ? -1 : la > lb;
 }
 
-/* The value of HOME in the agent's environment, or NULL. */
-static const char *agent_home(const struct sandbox_spec *s)
+/*
+ * $HOME of the agent's environment, written the one way (no "//", "/./",
+ * trailing "/"), into <out> (PATH_MAX): true, or false for none, a relative
+ * one, or one with "..".
+ */
+static bool agent_home(const struct sandbox_spec *s, char *out)
 {
+	const char *home = NULL;
+	size_t n = 0;
+
 	for (char *const *e = s->envp; e != NULL && *e != NULL; e++) {
 		if (strncmp(*e, "HOME=", 5) == 0)
-			return *e + 5;
+			home = *e + 5;
 	}
-	return NULL;
+	if (home == NULL || home[0] != '/')
+		return false;
+	for (const char *p = home; *p != '\0';) {
+		while (*p == '/')
+			p++;
+		size_t len = strcspn(p, "/");
+		if (len == 0 || (len == 1 && p[0] == '.')) {
+			p += len;
+			continue;
+		}
+		if (len == 2 && p[0] == '.' && p[1] == '.')
+			return false;
+		if (n + 1 + len >= PATH_MAX - sizeof(ROOT_STAGE))
+			return false;
+		out[n++] = '/';
+		memcpy(out + n, p, len);
+		n += len;
+		p += len;
+	}
+	out[n] = '\0';
+	return n > 0;
 }
 
 /*
  * An empty home of the agent's own at $HOME, where nothing shows one: tools
  * write their settings and caches there, and the host's home (keys, tokens,
- * other projects) stays out of view unless bound. Not under a directory the
- * sandbox makes (a home in /tmp is the private /tmp's), nor below a
- * read-only bind (said on stderr).
+ * other projects) stays out of view unless bound. Made only where the stage
+ * itself holds the directory (never inside a bound host directory), not below
+ * a directory the sandbox makes (a home in /tmp is the private /tmp's), and
+ * only over a directory made for it now (never over one holding a bind).
  */
-static void make_home(const struct child_ctx *c, const struct root_sources *r)
+static void make_home(const struct child_ctx *c, const struct stage *st,
+		      const struct root_sources *r)
 {
-	char target[PATH_MAX], options[96];
-	struct stat st;
+	char home[PATH_MAX], target[32], options[96];
+	bool made = false;
 
-	const char *home = agent_home(c->s);
-	if (home == NULL || home[0] != '/' || strcmp(home, "/") == 0 || root_made(home) ||
-	    strlen(home) >= PATH_MAX - sizeof(ROOT_STAGE) || strstr(home, "/..") != NULL)
+	if (!agent_home(c->s, home) || root_made(home) || root_shows(r, home))
 		return;
-	staged(home, target);
-	if (root_shows(r, home) || lstat(target, &st) == 0)
-		return; /* in view: the host's, through a bind */
-	int ret = make_parents(home, true);
-	if (ret < 0) {
-		fprintf(stderr, "agentsnet: no home of its own for the agent at %s: %s\n", home,
-			strerror(-ret));
+	int fd = mount_point(st, home, true, &made);
+	if (fd < 0 || !made) {
+		if (fd < 0)
+			fprintf(stderr, "agentsnet: no home of its own for the agent at %s: %s\n",
+				home, strerror(-fd));
+		if (fd >= 0)
+			close(fd);
 		return;
 	}
 	/* In a user namespace the agent is root inside: its uid and gid there are 0. */
@@ -299,48 +491,62 @@ static void make_home(const struct child_ctx *c, const struct root_sources *r)
 	unsigned gid = c->s->userns ? 0u : (unsigned)c->s->user.gid;
 	snprintf(options, sizeof(options), "mode=0700,uid=%u,gid=%u,size=%s", uid, gid,
 		 SANDBOX_HOME_TMPFS_SIZE);
+	snprintf(target, sizeof(target), "/proc/self/fd/%d", fd);
 	must_mount(c, "tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, options);
+	close(fd);
+}
+
+/* A directory (or with <link> a symlink) of the root's own, on the stage. */
+static void stage_entry(const struct child_ctx *c, const struct stage *st, const char *rel,
+			mode_t mode, const char *link)
+{
+	int rc = link != NULL ? symlinkat(link, st->fd, rel) : mkdirat(st->fd, rel, mode);
+	if (rc != 0 && errno != EEXIST)
+		child_fail(c->err_fd, errno, "%s /%s: %s", link != NULL ? "symlink" : "mkdir", rel,
+			   strerror(errno));
+	if (link == NULL && fchmodat(st->fd, rel, mode, AT_SYMLINK_NOFOLLOW) != 0 &&
+	    errno != EOPNOTSUPP)
+		child_fail(c->err_fd, errno, "chmod /%s: %s", rel, strerror(errno));
 }
 
 void root_enter(const struct child_ctx *c, struct root_sources *r)
 {
-	static const char *const skeleton[] = { "/proc", "/dev", "/run", "/tmp", "/var", "/sys" };
-	char path[PATH_MAX];
+	static const char *const skeleton[] = { "proc", "dev", "run", "tmp", "var", "sys" };
+	struct stage st;
+	struct stat sb;
 
 	AN_ASSERT(r->n <= ROOT_SOURCES_MAX);
 	must_mount(c, "tmpfs", ROOT_STAGE, "tmpfs", MS_NOSUID | MS_NODEV,
 		   SANDBOX_ROOT_TMPFS_OPTIONS);
+	st.fd = open(ROOT_STAGE, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (st.fd < 0 || fstat(st.fd, &sb) != 0)
+		child_fail(c->err_fd, errno, "the sandbox's root: %s", strerror(errno));
+	st.dev = sb.st_dev;
 	qsort(r->src, r->n, sizeof(r->src[0]), by_length);
-	for (size_t i = 0; i < r->n; i++)
-		bind_source(c, &r->src[i]);
-	for (size_t i = 0; i < AN_ARRAY_LEN(skeleton); i++) {
-		staged(skeleton[i], path);
-		if (mkdir(path, 0755) == -1 && errno != EEXIST)
-			child_fail(c->err_fd, errno, "mkdir %s: %s", skeleton[i], strerror(errno));
+	for (size_t i = 0; i < r->n; i++) {
+		if (r->src[i].link[0] != '\0')
+			copy_link(c, &st, &r->src[i]);
+		else
+			bind_source(c, &st, &r->src[i]);
 	}
-	staged("/var/tmp", path);
-	if (mkdir(path, 01777) == -1 && errno != EEXIST)
-		child_fail(c->err_fd, errno, "mkdir /var/tmp: %s", strerror(errno));
-	staged("/var/run", path);
-	if (symlink("../run", path) == -1 && errno != EEXIST)
-		child_fail(c->err_fd, errno, "symlink /var/run: %s", strerror(errno));
+	for (size_t i = 0; i < AN_ARRAY_LEN(skeleton); i++)
+		stage_entry(c, &st, skeleton[i], 0755, NULL);
+	stage_entry(c, &st, "var/tmp", 01777, NULL);
+	stage_entry(c, &st, "var/run", 0, "../run");
 	/* The private /tmp and /var/tmp, whatever the host's are. */
 	must_mount(c, "tmpfs", ROOT_STAGE "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
 		   "mode=1777,size=" SANDBOX_PRIVATE_TMPFS_SIZE);
 	must_mount(c, "tmpfs", ROOT_STAGE "/var/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
 		   "mode=1777,size=" SANDBOX_PRIVATE_TMPFS_SIZE);
-	make_home(c, r);
-	staged(ROOT_HOST_DIR, path);
-	must_mkdir(c, path, 0700);
-	if (syscall(SYS_pivot_root, ROOT_STAGE, path) == -1)
+	make_home(c, &st, r);
+	stage_entry(c, &st, ROOT_HOST_DIR + 1, 0700, NULL);
+	close(st.fd);
+	if (syscall(SYS_pivot_root, ROOT_STAGE, ROOT_STAGE ROOT_HOST_DIR) == -1)
 		child_fail(c->err_fd, errno, "pivot_root into the sandbox's root: %s",
 			   strerror(errno));
 	if (chdir("/") == -1)
 		child_fail(c->err_fd, errno, "chdir /: %s", strerror(errno));
-	for (size_t i = 0; i < r->n; i++) {
-		if (r->src[i].fd >= 0)
-			close(r->src[i].fd);
-	}
+	root_close(r);
 }
 
 void root_leave(const struct child_ctx *c)

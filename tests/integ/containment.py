@@ -20,6 +20,12 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   top-level directory of the host's own. As root and unprivileged, the agent names none of
   them (ENOENT: the sandbox's root holds no such directory), and the agent's / lists the sandbox's own entries only; the same agent outside the
   sandbox connects to all three (so the case can fail).
+- t_root_races: what a host user who owns the working directory's or a bind's parent can do
+  to the run that builds the root (as root: the run opens each once and binds that
+  descriptor): 20 runs with --bind <dir>, and 20 started in <dir>, while that user swaps
+  <dir> with a symlink to / (renameat2 RENAME_EXCHANGE, in a loop): every run either fails
+  or shows that directory's own content there, never the host's root; and a $HOME spelled
+  with "//" and "/./" inside a bound host directory is not made on the host.
 - t_proc_host_wide: /proc/key-users (which host uids hold keys) and /proc/timer_list read
   empty inside, as root's nobody and unprivileged; outside, key-users is not (the control).
 - t_selftest: `agentsnet selftest` as root and unprivileged: every probe says closed, with
@@ -42,6 +48,7 @@ import time
 import tty
 
 from hostboundary import CONNECT_PY
+from integlib import log
 
 # The probes `agentsnet selftest` must report (docs/sandbox.md), each closed.
 SELFTEST_PROBES = ["dns", "tcp-host", "vsock", "sockets", "io-uring", "unix-abstract",
@@ -248,6 +255,20 @@ for path in sys.argv[2:]:
     s.close()
 print(" ".join(out), flush=True)
 print(" ".join(sorted(os.listdir("/"))), flush=True)
+"""
+
+# t_root_races' racer, as the owner of argv[1]: swaps argv[1]/w (a directory) with argv[1]/s
+# (a symlink to /) as fast as it can until its stdin closes; prints "ready" first.
+SWAPPER_PY = r"""
+import ctypes, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+root = sys.argv[1].encode()
+a, b = root + b"/w", root + b"/s"
+stop = []
+threading.Thread(target=lambda: (sys.stdin.read(), stop.append(1)), daemon=True).start()
+print("ready", flush=True)
+while not stop:
+    libc.renameat2(-100, a, -100, b, 2)  # AT_FDCWD, RENAME_EXCHANGE
 """
 
 # What the sandbox's / may hold: the system directories, what it makes, and the working
@@ -496,6 +517,74 @@ class ContainmentTests:
         if self.userns_allowed():
             self.timed(what + " (unprivileged, uid %d)" % self.unpriv_uid,
                        lambda: late((self.unpriv_uid, self.unpriv_uid)))
+
+    # ---- names swapped under the run -------------------------------------------------
+
+    def t_root_races(self):
+        owner = self.unpriv_uid
+        runs = 20
+
+        def race(how):
+            top = os.path.join("/var/lib", "agentsnet-it-swap-%d-%s" % (os.getpid(), how))
+            os.makedirs(os.path.join(top, "w"), mode=0o755)
+            with open(os.path.join(top, "w", "inside"), "w", encoding="ascii") as f:
+                f.write("x\n")
+            os.symlink("/", os.path.join(top, "s"))
+            for path in (top, os.path.join(top, "w"), os.path.join(top, "w", "inside")):
+                os.lchown(path, owner, owner)
+            os.lchown(os.path.join(top, "s"), owner, owner)
+            swapper = subprocess.Popen(
+                self.host_cmd(["python3", "-c", SWAPPER_PY, top], (owner, owner)),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            errs, shown = [], 0
+            try:
+                if swapper.stdout.readline().strip() != b"ready":
+                    return ["the swapper did not start: %s" % swapper.stderr.read(500)]
+                target = os.path.join(top, "w")
+                for _ in range(runs):
+                    cmd = ["sh", "-c", 'pwd; ls "$0"', target]
+                    if how == "bind":
+                        a = self.start(cmd, run_args=["--bind", target])
+                    else:
+                        a = self.start(cmd, pre=["sh", "-c", 'cd "$0" 2>/dev/null; exec "$@"',
+                                                 target])
+                    a.finish()
+                    lines = a.stdout().splitlines()
+                    if a.rc != 0:
+                        continue  # refused or failed closed: nothing was shown
+                    where, listed = (lines[0], lines[1:]) if lines else ("", [])
+                    if how == "cwd" and where != target:
+                        continue  # started elsewhere (the name was the symlink then)
+                    if listed != ["inside"]:
+                        errs.append("run %s showed %r at %s (want its own content)"
+                                    % (a.sandbox, listed[:8], target))
+                    else:
+                        shown += 1
+                    errs += self.leftovers(a)
+            finally:
+                swapper.stdin.close()
+                swapper.wait(10)
+                subprocess.run(["rm", "-rf", top], check=False)
+            log("# root race (%s): %d of %d runs showed the directory" % (how, shown, runs))
+            return errs
+
+        def home():
+            made = os.path.join(self.tmp, "home-made-%d" % os.getpid())
+            spelled = "/" + self.tmp.replace("/", "//") + "/./" + os.path.basename(made)
+            a = self.agent(["sh", "-c", 'echo "$HOME"'], env={"HOME": spelled})
+            errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-800:])]
+            if os.path.lexists(made):
+                errs.append("%s was made on the host" % made)
+                subprocess.run(["rm", "-rf", made], check=False)
+            return errs + self.leftovers(a)
+
+        self.timed("%d runs with --bind <dir> while its owner swaps it with a symlink to /: "
+                   "each fails or shows <dir>'s own content" % runs, lambda: race("bind"))
+        self.timed("%d runs started in <dir> while its owner swaps it with a symlink to /: "
+                   "each shows <dir>'s own content or starts elsewhere" % runs,
+                   lambda: race("cwd"))
+        self.timed("a $HOME spelled with // and /./ inside a bound host directory is not made "
+                   "on the host", home)
 
     # ---- /proc's host-wide files ------------------------------------------------------
 

@@ -984,6 +984,8 @@ static struct sandbox_spec layout_spec(const struct layout *l, char **cmd, bool 
 	binds[1] = (struct sandbox_bind){ .path = run_dir, .read_only = false };
 	s.binds = strcmp(run_dir, exe_dir_path) == 0 ? binds + 1 : binds;
 	s.n_binds = strcmp(run_dir, exe_dir_path) == 0 ? 1 : 2;
+	/* .cwd names this process's own working directory, which the sandbox's is made from. */
+	ck_assert_int_eq(chdir("/tmp"), 0);
 	snprintf(id, sizeof(id), "an-unit-sandbox-%d-%u", (int)getpid(), runs++);
 	if (!userns)
 		ck_assert_int_eq(sandbox_user_parse("nobody", &s.user, err, sizeof(err)), 0);
