@@ -423,6 +423,14 @@ static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rul
 		if (rc != 0)
 			return rc;
 	}
+	/* A credential goes to HTTPS's port unless the rule names others (issue 17 item 6). */
+	if (r->tier == TIER_INJECT && r->ports == NULL) {
+		r->ports = pool_calloc(1, sizeof(*r->ports));
+		if (r->ports == NULL)
+			return loader_fail_oom(ld);
+		r->ports[0] = POLICY_INJECT_PORT_DEFAULT;
+		r->port_count = 1;
+	}
 	yaml_mark_t id_mark = r->id != NULL ? m->id : m->start;
 	if (r->id == NULL) {
 		snprintf(buf, sizeof(buf), "%s/%u", pc->profile->name, index + 1);

@@ -32,6 +32,8 @@
 #define POLICY_PROFILES_MAX LIMITS_SANDBOXES_MAX
 /* Ports listed on one rule: an allowlist, not a range syntax. */
 #define POLICY_RULE_PORTS_MAX 64u
+/* The one port an inject rule without `ports` sends its credential to (HTTPS). */
+#define POLICY_INJECT_PORT_DEFAULT 443u
 /* Rule ids: fit the audit record's rule field (95 bytes and a NUL). */
 #define POLICY_RULE_ID_BYTES_MAX 95u
 /* Profile names: like sandbox ids, so "<profile>/<index>" ids fit the above. */

@@ -996,6 +996,15 @@ START_TEST(test_verdict_no_inject)
 		ck_assert_msg(v.inject == NULL, "%s: inject set", none[i].host);
 	}
 	ck_assert_int_eq(decide_port(0, "x.c.test", 80).reason, REASON_PORT_NOT_ALLOWED);
+	/* An inject rule without ports sends its credential to 443 only (issue 17 item 6). */
+	ck_assert_int_eq(decide_port(0, "a.test", 443).tier, TIER_INJECT);
+	static const uint16_t elsewhere[] = { 80, 444, 8443, 22, 1 };
+	for (size_t i = 0; i < AN_ARRAY_LEN(elsewhere); i++) {
+		v = decide_port(0, "a.test", elsewhere[i]);
+		ck_assert_msg(v.inject == NULL, "a.test:%u: inject set", elsewhere[i]);
+		ck_assert_int_eq(v.reason, REASON_PORT_NOT_ALLOWED);
+		ck_assert_ptr_null(decide_port(0, "192.0.2.1", elsewhere[i]).inject);
+	}
 	ck_assert_ptr_nonnull(decide(0, "e.test").fake);
 }
 END_TEST

@@ -463,7 +463,8 @@ START_TEST(test_rule_tier)
 		expect_ok(textf(HEAD "    - host: a.test\n      tier: %s\n      owner: o\n"
 				     "      reason: r\n%s",
 				tiers[i], extra));
-		ck_assert_str_eq(reason_tier_name(decide_port(0, "a.test", 1).tier),
+		/* Port 443: an inject rule without ports has only that one (issue 17 item 6). */
+		ck_assert_str_eq(reason_tier_name(decide_port(0, "a.test", 443).tier),
 				 strcmp(tiers[i], "deny") == 0 ? "deny" : tiers[i]);
 	}
 }
