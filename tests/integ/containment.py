@@ -22,7 +22,7 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   sandbox connects to all three (so the case can fail).
 - t_root_races: what a host user who owns the working directory's or a bind's parent can do
   to the run that builds the root (as root: the run opens each once and binds that
-  descriptor): 20 runs with --bind <dir>, and 20 started in <dir>, while that user swaps
+  descriptor): 12 runs with --bind <dir>, and 12 started in <dir>, while that user swaps
   <dir> with a symlink to / (renameat2 RENAME_EXCHANGE, in a loop): every run either fails
   or shows that directory's own content there, never the host's root; and a $HOME spelled
   with "//" and "/./" inside a bound host directory is not made on the host.
@@ -522,7 +522,7 @@ class ContainmentTests:
 
     def t_root_races(self):
         owner = self.unpriv_uid
-        runs = 20
+        runs = 12
 
         def race(how):
             top = os.path.join("/var/lib", "agentsnet-it-swap-%d-%s" % (os.getpid(), how))

@@ -9,7 +9,7 @@
 #
 # AGENTSNETD overrides the daemon under test (default: build/san/agentsnetd);
 # AN_INTEG_TIMEOUT_S the global timeout (default 900 s), AN_SANDBOX_TIMEOUT_S
-# the sandbox pass's (180 s). The namespaces are named after this shell's PID
+# the sandbox pass's (300 s). The namespaces are named after this shell's PID
 # and deleted here too, so that they go even when the timeout had to kill the
 # suite. The sandbox and ingress passes run only without options; alone they
 # are `python3 tests/integ/sandbox.py [--cases GLOB] [--tests GLOB] -v` and
@@ -73,7 +73,7 @@ run_pass() {
 # (public requests through the gateway to servers in `agentsnet run`
 # sandboxes) reuses them too.
 if [ $# -eq 0 ]; then
-	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-180}"
+	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-300}"
 	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
 	run_pass fairness fairness.py "${AN_FAIRNESS_TIMEOUT_S:-60}"
 fi
