@@ -90,11 +90,11 @@ build/san/tests/unit/tools/bridge: LDLIBS += $(BRIDGE_LIBS)
 build/san/tests/unit/tools/selftest: | build/san/agentsnet-probe
 
 # `agentsnet selftest`'s probes, run as the agent inside the sandbox: static, libc only
-# (tools/probe.c), so it runs whatever the sandbox's file system holds.
-build/rel/agentsnet-probe: build/rel/tools/probe.o build/rel/core/an.o
+# (tools/probe.c, tools/probe_net.c), so it runs whatever the sandbox's file system holds.
+build/rel/agentsnet-probe: build/rel/tools/probe.o build/rel/tools/probe_net.o build/rel/core/an.o
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -static -Wl,--strip-debug -o $@ $^
-build/san/agentsnet-probe: build/san/tools/probe.o build/san/core/an.o
+build/san/agentsnet-probe: build/san/tools/probe.o build/san/tools/probe_net.o build/san/core/an.o
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^
 
