@@ -115,7 +115,7 @@ static const char usage_text[] =
     "            nothing else of the host (no /home, /root, /var, /srv, /mnt...).\n"
     "            --bind PATH shows PATH read-write at the same path, --ro-bind PATH\n"
     "            read-only (at most 32; not /, nor in /proc, /dev, /run, /tmp,\n"
-    "            /var/tmp, /sys).\n"
+    "            /var/tmp, /sys; the real path: none through a symlink).\n"
     "selftest    runs escape probes in a real sandbox on this host and prints one line\n"
     "            per probe (closed, or OPEN with what got through); exit 0 when all are\n"
     "            closed (docs/sandbox.md).\n"
@@ -415,11 +415,13 @@ static int run_bind(struct run_options *o, int opt, const char *arg)
 	if (o->n_binds == SANDBOX_BINDS_MAX)
 		return usage_errorf("run: %s %s: more than %u binds", flag, arg, SANDBOX_BINDS_MAX);
 	char *canon = run_bind_paths[o->n_binds];
-	if (arg[0] == '\0' || realpath(arg, canon) == NULL) {
-		fprintf(stderr, "agentsnet: %s %s: %s\n", flag, arg,
-			arg[0] == '\0' ? "empty path" : strerror(errno));
-		return CTL_EXIT_ERROR;
-	}
+	char cwd[PATH_MAX];
+	/* As written, never resolved: the sandbox refuses a path through a symlink. */
+	int ret = sandbox_path_normal(arg, getcwd(cwd, sizeof(cwd)), canon, PATH_MAX);
+	if (ret != 0)
+		return usage_errorf("run: %s %s: %s", flag, arg,
+				    ret == -EINVAL ? "empty, or with a \"..\" component"
+						   : strerror(-ret));
 	if (sandbox_bind_check(canon, err, sizeof(err)) != 0)
 		return usage_errorf("run: %s %s", flag, err);
 	o->binds[o->n_binds].path = canon;

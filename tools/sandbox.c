@@ -125,6 +125,37 @@ bool sandbox_socket_dir_needs_mask(const char *socket_dir, bool var_run_is_dir)
 	return !(var_run_is_dir && sandbox_path_under(socket_dir, "/var/run"));
 }
 
+int sandbox_path_normal(const char *path, const char *cwd, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	AN_ASSERT(cap > 1);
+	if (path[0] == '\0' || (path[0] != '/' && (cwd == NULL || cwd[0] != '/')))
+		return -EINVAL;
+	for (int part = path[0] == '/' ? 1 : 0; part < 2; part++) {
+		const char *p = part == 0 ? cwd : path;
+		while (*p != '\0') {
+			while (*p == '/')
+				p++;
+			size_t len = strcspn(p, "/");
+			if (len == 2 && p[0] == '.' && p[1] == '.')
+				return -EINVAL;
+			if (len > 0 && !(len == 1 && p[0] == '.')) {
+				if (n + 1 + len >= cap)
+					return -ENAMETOOLONG;
+				out[n++] = '/';
+				memcpy(out + n, p, len);
+				n += len;
+			}
+			p += len;
+		}
+	}
+	if (n == 0)
+		out[n++] = '/';
+	out[n] = '\0';
+	return 0;
+}
+
 int sandbox_bind_check(const char *path, char *err, size_t err_len)
 {
 	static const char *const made[] = { SANDBOX_MADE_DIRS };

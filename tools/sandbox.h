@@ -223,6 +223,15 @@ int sandbox_signal_pending(void);
 bool sandbox_path_under(const char *path, const char *dir);
 
 /*
+ * <path> written the one way into <out> (<cap> bytes): made absolute against
+ * <cwd> when relative, "//", "/./" and a trailing "/" dropped. Nothing is
+ * looked up: a bind names its path as it is, and the sandbox then refuses one
+ * that goes through a symlink. Returns 0, -EINVAL for an empty path or one
+ * with a ".." component, -ENAMETOOLONG.
+ */
+int sandbox_path_normal(const char *path, const char *cwd, char *out, size_t cap);
+
+/*
  * Whether <path> (canonical, absolute) may be bound into the sandbox: not "/"
  * (the whole host), not at or below a directory the sandbox makes itself
  * (SANDBOX_MADE_DIRS, which would cover it). Returns 0 or -EINVAL with <err>

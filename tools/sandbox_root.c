@@ -189,6 +189,39 @@ static int add_system_dir(struct root_sources *r, const char *path, char *err, s
 	return 0;
 }
 
+/*
+ * A bind, opened by its path as given and through no symlink at all: a
+ * symlink's target is chosen by whoever owns the symlink (another account, or
+ * the agent through the working directory it writes), so following one could
+ * bind anything they like. The path read back must be the one given (not
+ * renamed meanwhile).
+ */
+static int add_bind(struct root_sources *r, const struct sandbox_bind *b, char *err, size_t err_len)
+{
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	char seen[PATH_MAX];
+
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, b->path, &how, sizeof(how));
+	if (fd < 0) {
+		int e = errno;
+		if (e == ELOOP)
+			snprintf(err, err_len,
+				 "%s: a symlink on the way; name the real path (a symlink leads "
+				 "where its owner chooses)",
+				 b->path);
+		else
+			snprintf(err, err_len, "%s: %s", b->path, strerror(e));
+		return -e;
+	}
+	if (path_of(fd, seen) != 0 || strcmp(seen, b->path) != 0) {
+		close(fd);
+		snprintf(err, err_len, "%s: renamed while it was opened", b->path);
+		return -ESTALE;
+	}
+	return add_fd(r, fd, b->path, b->read_only, err, err_len);
+}
+
 void root_close(struct root_sources *r)
 {
 	for (size_t i = 0; i < r->n; i++) {
@@ -210,12 +243,7 @@ int root_open(const struct sandbox_spec *s, struct root_sources *r, char *err, s
 			return rc;
 	}
 	for (size_t i = 0; i < s->n_binds; i++) {
-		int fd = open(s->binds[i].path, O_PATH | O_CLOEXEC);
-		int rc = fd >= 0
-			     ? add_fd(r, fd, s->binds[i].path, s->binds[i].read_only, err, err_len)
-			     : -errno;
-		if (fd < 0)
-			snprintf(err, err_len, "%s: %s", s->binds[i].path, strerror(-rc));
+		int rc = add_bind(r, &s->binds[i], err, err_len);
 		if (rc != 0)
 			return rc;
 	}
@@ -380,6 +408,15 @@ static void bind_source(const struct child_ctx *c, const struct stage *st,
 	if (target < 0)
 		child_fail(c->err_fd, -target, "the mount point of %s in the sandbox: %s", s->path,
 			   strerror(-target));
+	/* Inside another bind, the mount point is the host's: it must be the source itself. */
+	struct stat at, src;
+	if (!made &&
+	    (fstat(target, &at) != 0 || fstat(s->fd, &src) != 0 ||
+	     (at.st_dev != st->dev && (at.st_dev != src.st_dev || at.st_ino != src.st_ino))))
+		child_fail(c->err_fd, ESTALE,
+			   "%s changed while the sandbox was made (renamed or replaced inside the "
+			   "bind that holds it)",
+			   s->path);
 	int tree = (int)syscall(SYS_open_tree, s->fd, "",
 				OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
 	if (tree < 0 && errno == ENOSYS) {
@@ -496,17 +533,53 @@ static void make_home(const struct child_ctx *c, const struct stage *st,
 	close(fd);
 }
 
-/* A directory (or with <link> a symlink) of the root's own, on the stage. */
-static void stage_entry(const struct child_ctx *c, const struct stage *st, const char *rel,
+/*
+ * Makes directory <rel> of the root's own (<mode> exactly) or, with <link>,
+ * the symlink: only where its parent is the stage's own tmpfs and nothing is
+ * there yet. A bound host directory (--bind /var) and what is below it are
+ * the host's: never made in, never chmod'ed. Returns whether it was made.
+ */
+static bool stage_entry(const struct child_ctx *c, const struct stage *st, const char *rel,
 			mode_t mode, const char *link)
 {
+	char parent[32];
+	struct stat sb;
+
+	const char *slash = strrchr(rel, '/');
+	snprintf(parent, sizeof(parent), "%.*s", slash != NULL ? (int)(slash - rel) : 1,
+		 slash != NULL ? rel : ".");
+	if (fstatat(st->fd, rel, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+		return false; /* there already: a bind's, or ours */
+	if (errno != ENOENT)
+		child_fail(c->err_fd, errno, "stat /%s: %s", rel, strerror(errno));
+	if (fstatat(st->fd, parent, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(sb.st_mode) ||
+	    sb.st_dev != st->dev)
+		return false; /* inside a host directory: not ours to change */
 	int rc = link != NULL ? symlinkat(link, st->fd, rel) : mkdirat(st->fd, rel, mode);
-	if (rc != 0 && errno != EEXIST)
+	if (rc == 0 && link == NULL)
+		rc = fchmodat(st->fd, rel, mode, 0); /* the umask must not change it */
+	if (rc != 0)
 		child_fail(c->err_fd, errno, "%s /%s: %s", link != NULL ? "symlink" : "mkdir", rel,
 			   strerror(errno));
-	if (link == NULL && fchmodat(st->fd, rel, mode, AT_SYMLINK_NOFOLLOW) != 0 &&
-	    errno != EOPNOTSUPP)
-		child_fail(c->err_fd, errno, "chmod /%s: %s", rel, strerror(errno));
+	return true;
+}
+
+/*
+ * A private tmpfs (mode 1777) on directory <rel>, reached from the stage
+ * without following a symlink; none when there is no such directory (a bound
+ * host /var whose tmp is a symlink: it then leads into the private /tmp).
+ */
+static void stage_private(const struct child_ctx *c, const struct stage *st, const char *rel)
+{
+	char target[32];
+
+	int fd = open_beneath(st->fd, rel, O_DIRECTORY);
+	if (fd < 0)
+		return;
+	snprintf(target, sizeof(target), "/proc/self/fd/%d", fd);
+	must_mount(c, "tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV,
+		   "mode=1777,size=" SANDBOX_PRIVATE_TMPFS_SIZE);
+	close(fd);
 }
 
 void root_enter(const struct child_ctx *c, struct root_sources *r)
@@ -534,12 +607,11 @@ void root_enter(const struct child_ctx *c, struct root_sources *r)
 	stage_entry(c, &st, "var/tmp", 01777, NULL);
 	stage_entry(c, &st, "var/run", 0, "../run");
 	/* The private /tmp and /var/tmp, whatever the host's are. */
-	must_mount(c, "tmpfs", ROOT_STAGE "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-		   "mode=1777,size=" SANDBOX_PRIVATE_TMPFS_SIZE);
-	must_mount(c, "tmpfs", ROOT_STAGE "/var/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-		   "mode=1777,size=" SANDBOX_PRIVATE_TMPFS_SIZE);
+	stage_private(c, &st, "tmp");
+	stage_private(c, &st, "var/tmp");
 	make_home(c, &st, r);
-	stage_entry(c, &st, ROOT_HOST_DIR + 1, 0700, NULL);
+	if (!stage_entry(c, &st, ROOT_HOST_DIR + 1, 0700, NULL))
+		child_fail(c->err_fd, EEXIST, "%s: already in the sandbox's root", ROOT_HOST_DIR);
 	close(st.fd);
 	if (syscall(SYS_pivot_root, ROOT_STAGE, ROOT_STAGE ROOT_HOST_DIR) == -1)
 		child_fail(c->err_fd, errno, "pivot_root into the sandbox's root: %s",

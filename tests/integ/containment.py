@@ -25,7 +25,9 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   descriptor): 12 runs with --bind <dir>, and 12 started in <dir>, while that user swaps
   <dir> with a symlink to / (renameat2 RENAME_EXCHANGE, in a loop): every run either fails
   or shows that directory's own content there, never the host's root; and a $HOME spelled
-  with "//" and "/./" inside a bound host directory is not made on the host.
+  with "//" and "/./" inside a bound host directory is not made on the host; a --bind through
+  another account's symlink is refused; with --bind /var the host's /var and /var/tmp keep
+  their mode and ctime (the skeleton never makes or chmods inside a bound directory).
 - t_proc_host_wide: /proc/key-users (which host uids hold keys) and /proc/timer_list read
   empty inside, as root's nobody and unprivileged; outside, key-users is not (the control).
 - t_selftest: `agentsnet selftest` as root and unprivileged: every probe says closed, with
@@ -583,8 +585,49 @@ class ContainmentTests:
         self.timed("%d runs started in <dir> while its owner swaps it with a symlink to /: "
                    "each shows <dir>'s own content or starts elsewhere" % runs,
                    lambda: race("cwd"))
+        def bind_symlink():
+            # Another account's symlink, at the end of the path and on the way.
+            top = os.path.join("/var/lib", "agentsnet-it-link-%d" % os.getpid())
+            os.makedirs(top, mode=0o755)
+            errs = []
+            try:
+                os.symlink("/var", os.path.join(top, "link"))
+                os.lchown(os.path.join(top, "link"), owner, owner)
+                os.lchown(top, owner, owner)
+                for path in (os.path.join(top, "link"), os.path.join(top, "link", "lib")):
+                    a = self.agent(["sh", "-c", "echo ran"], run_args=["--bind", path])
+                    if a.rc != 125 or "symlink on the way" not in a.stderr() \
+                            or "ran" in a.stdout():
+                        errs.append("--bind %s: exit %s, stdout %r, stderr %r (want 125, a "
+                                    "symlink on the way, nothing run)"
+                                    % (path, a.rc, a.stdout(), a.stderr()[-400:]))
+                    errs += self.leftovers(a, need_ns=False)
+            finally:
+                subprocess.run(["rm", "-rf", top], check=False)
+            return errs
+
+        def bind_var():
+            # The skeleton's /var, /var/tmp and /var/run are the host's once /var is bound:
+            # never made in nor chmod'ed (a chmod to the same mode still moves the ctime).
+            before = {p: os.lstat(p) for p in ("/var", "/var/tmp")}
+            a = self.agent(["sh", "-c", "ls -d /var/tmp /var/lib >/dev/null && echo ok"],
+                           run_args=["--bind", "/var"])
+            errs = [] if a.rc == 0 and a.stdout().strip() == "ok" else [
+                "exit %s, stdout %r, stderr %r" % (a.rc, a.stdout(), a.stderr()[-600:])]
+            for path, was in before.items():
+                now = os.lstat(path)
+                if (now.st_mode, now.st_ctime_ns) != (was.st_mode, was.st_ctime_ns):
+                    errs.append("%s changed on the host: mode %o -> %o, ctime moved %s"
+                                % (path, was.st_mode, now.st_mode,
+                                   now.st_ctime_ns != was.st_ctime_ns))
+            return errs + self.leftovers(a)
+
         self.timed("a $HOME spelled with // and /./ inside a bound host directory is not made "
                    "on the host", home)
+        self.timed("--bind through another account's symlink (at the end, and on the way): "
+                   "refused, nothing runs", bind_symlink)
+        self.timed("--bind /var: the host's /var and /var/tmp are neither made in nor chmod'ed "
+                   "(mode and ctime unchanged)", bind_var)
 
     # ---- /proc's host-wide files ------------------------------------------------------
 

@@ -120,6 +120,31 @@ START_TEST(bind_check)
 }
 END_TEST
 
+/* A bind's path as written, made absolute and written the one way; nothing is resolved. */
+START_TEST(path_normal)
+{
+	char out[64];
+
+	ck_assert_int_eq(sandbox_path_normal("/var//lib/./x/", "/w", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/var/lib/x");
+	ck_assert_int_eq(sandbox_path_normal("cache", "/home/me/proj", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/home/me/proj/cache");
+	ck_assert_int_eq(sandbox_path_normal("./a//b", "/w/", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/w/a/b");
+	ck_assert_int_eq(sandbox_path_normal("/", "/w", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/");
+	ck_assert_int_eq(sandbox_path_normal(".", "/w", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/w");
+	ck_assert_int_eq(sandbox_path_normal("", "/w", out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(sandbox_path_normal("a/../b", "/w", out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(sandbox_path_normal("/a/..", "/w", out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(sandbox_path_normal("rel", NULL, out, sizeof(out)), -EINVAL);
+	/* "/abc" is 4 bytes and a NUL: 5 fit, 4 do not. */
+	ck_assert_int_eq(sandbox_path_normal("/abc", "/", out, 5), 0);
+	ck_assert_int_eq(sandbox_path_normal("/abc", "/", out, 4), -ENAMETOOLONG);
+}
+END_TEST
+
 START_TEST(socket_dir_mask)
 {
 	ck_assert(!sandbox_socket_dir_needs_mask("/run/agentsnet", false));
@@ -2181,6 +2206,7 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(t, path_under);
 	tcase_add_test(t, socket_dir_mask);
 	tcase_add_test(t, bind_check);
+	tcase_add_test(t, path_normal);
 	tcase_add_test(t, user_parse);
 	tcase_add_test(t, group_privileged);
 	tcase_add_test(t, bridge_argv);
