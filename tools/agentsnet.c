@@ -897,6 +897,27 @@ static void run_spec(const struct run_options *o, struct sandbox_spec *spec, con
 	spec->n_binds = o->n_binds;
 }
 
+/*
+ * The working directory is bound at its real path, read from "." itself. When
+ * the shell reached it through a symlink ($PWD names the same directory by
+ * another path: one the agent may have planted in an earlier run's
+ * workspace), say which directory the agent will get, read-write.
+ */
+static void warn_cwd_through_link(const char *cwd)
+{
+	const char *pwd = getenv("PWD");
+	struct stat a, b;
+
+	if (cwd == NULL || pwd == NULL || pwd[0] != '/' || strcmp(pwd, cwd) == 0)
+		return;
+	if (stat(pwd, &a) == 0 && stat(".", &b) == 0 && a.st_dev == b.st_dev &&
+	    a.st_ino == b.st_ino)
+		fprintf(stderr,
+			"agentsnet: warning: %s is reached through a symlink; the agent gets %s, "
+			"read-write\n",
+			pwd, cwd);
+}
+
 static int run_main_inner(int argc, char **argv, struct runenv *env, bool *started)
 {
 	struct run_options o = {
@@ -945,6 +966,7 @@ static int run_main_inner(int argc, char **argv, struct runenv *env, bool *start
 	if (spec.public_url == NULL && sandbox_public_url(&o, public_url, sizeof(public_url)))
 		spec.public_url = public_url;
 	spec.cwd = getcwd(cwd, sizeof(cwd));
+	warn_cwd_through_link(spec.cwd);
 	/* The daemon's, made in its own directory; a daemon that sends none: ours, made there. */
 	spec.ingress_fd = ingress_fd >= 0 ? ingress_fd : sandbox_ingress_listen(dir);
 	if (spec.ingress_fd < 0)

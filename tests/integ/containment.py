@@ -622,8 +622,29 @@ class ContainmentTests:
                                    now.st_ctime_ns != was.st_ctime_ns))
             return errs + self.leftovers(a)
 
+        def cwd_link():
+            # The operator's shell reached the working directory through a symlink (one an
+            # agent could have left in its workspace): the run says which directory it binds.
+            real = os.path.join(self.tmp, "cwd-real-%d" % os.getpid())
+            link = real + "-link"
+            os.makedirs(real, exist_ok=True)
+            os.symlink(real, link)
+            try:
+                a = self.agent(["pwd"], pre=["sh", "-c", 'cd "$0" && exec "$@"', link],
+                               caller_env={"PWD": link})
+            finally:
+                os.unlink(link)
+            want = "%s is reached through a symlink; the agent gets %s, read-write" % (link, real)
+            errs = [] if a.rc == 0 and a.stdout().strip() == real else [
+                "exit %s, stdout %r" % (a.rc, a.stdout())]
+            if want not in a.stderr():
+                errs.append("stderr does not say %r: %r" % (want, a.stderr()[-600:]))
+            return errs + self.leftovers(a)
+
         self.timed("a $HOME spelled with // and /./ inside a bound host directory is not made "
                    "on the host", home)
+        self.timed("a working directory reached through a symlink: the run names the directory "
+                   "the agent gets", cwd_link)
         self.timed("--bind through another account's symlink (at the end, and on the way): "
                    "refused, nothing runs", bind_symlink)
         self.timed("--bind /var: the host's /var and /var/tmp are neither made in nor chmod'ed "
