@@ -85,6 +85,17 @@ struct child_ctx {
 
 /* ---- tools/wwdirs.c ---- */
 
+/* One line of /proc/self/mountinfo, split in place (the strings point into the line). */
+struct mountinfo_entry {
+	const char *devno; /* "major:minor" */
+	char *root;        /* the mount's root within its file system, unescaped */
+	char *mount_point; /* unescaped */
+	char *type;        /* the file system type */
+};
+
+/* Splits mountinfo <line> (NUL-terminated, changed) into <e>; false when it is not one. */
+bool mountinfo_split(char *line, struct mountinfo_entry *e);
+
 /* Whether <rel> is hidden already: under a replaced tree or a directory on the list. */
 bool ww_covered(const struct ww_list *l, const char *rel);
 /* Which path of l->keep <rel> is or holds ("/" holds them all: 0), or -1 when none. */

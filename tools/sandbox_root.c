@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/pool.h"
 
 /* Where the root is built: a tmpfs over the host's /tmp, seen only in this mount namespace. */
 #define ROOT_STAGE "/tmp"
@@ -222,6 +223,81 @@ static int add_bind(struct root_sources *r, const struct sandbox_bind *b, char *
 	return add_fd(r, fd, b->path, b->read_only, err, err_len);
 }
 
+/*
+ * The kernel's own file systems: a source holding one (a chroot's proc, sys
+ * or dev under a workspace) would carry the host's processes, devices or
+ * cgroups into the sandbox with it (a bind takes the mounts below its source).
+ */
+static const char *const kernel_fs[] = {
+	"proc",    "sysfs",   "devtmpfs",   "devpts",      "cgroup",    "cgroup2",
+	"debugfs", "tracefs", "securityfs", "bpf",         "configfs",  "efivarfs",
+	"pstore",  "fusectl", "nsfs",       "binfmt_misc", "selinuxfs", "hugetlbfs",
+	"mqueue",  "autofs",  "rpc_pipefs", "nfsd",
+};
+
+static bool kernel_fs_type(const char *type)
+{
+	for (size_t i = 0; i < AN_ARRAY_LEN(kernel_fs); i++) {
+		if (strcmp(type, kernel_fs[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Refuses a source that holds, at or below it, a mount of a kernel file
+ * system or another bind of the host's root (same device and root as "/"):
+ * both would show the host whole. Returns 0, or -EPERM with <err> naming the
+ * source, the mount and its type.
+ */
+static int check_mounts(const struct root_sources *r, char *err, size_t err_len)
+{
+	char root_dev[32] = "", root_root[PATH_MAX] = "";
+	struct mountinfo_entry e;
+	int rc = 0;
+
+	char *line = pool_malloc(SANDBOX_MOUNTINFO_LINE + 2);
+	FILE *f = line != NULL ? fopen("/proc/self/mountinfo", "re") : NULL;
+	if (f == NULL) {
+		pool_free(line);
+		snprintf(err, err_len, "/proc/self/mountinfo: %s", strerror(errno));
+		return -errno;
+	}
+	/* Twice: the host's root first, wherever its line is. */
+	for (int pass = 0; pass < 2 && rc == 0; pass++) {
+		rewind(f);
+		while (rc == 0 && fgets(line, SANDBOX_MOUNTINFO_LINE + 2, f) != NULL) {
+			if (!mountinfo_split(line, &e))
+				continue;
+			if (pass == 0 && strcmp(e.mount_point, "/") == 0) {
+				snprintf(root_dev, sizeof(root_dev), "%s", e.devno);
+				snprintf(root_root, sizeof(root_root), "%s", e.root);
+			}
+			if (pass == 0 || strcmp(e.mount_point, "/") == 0)
+				continue;
+			bool host_root =
+			    strcmp(e.devno, root_dev) == 0 && strcmp(e.root, root_root) == 0;
+			if (!host_root && !kernel_fs_type(e.type))
+				continue;
+			for (size_t i = 0; i < r->n && rc == 0; i++) {
+				const struct root_source *s = &r->src[i];
+				if (s->fd < 0 || !sandbox_path_under(e.mount_point, s->from))
+					continue;
+				snprintf(
+				    err, err_len,
+				    "%s holds %s at %s: bind the directories below it you need "
+				    "instead",
+				    s->from, host_root ? "a bind of the host's /" : e.type,
+				    e.mount_point);
+				rc = -EPERM;
+			}
+		}
+	}
+	fclose(f);
+	pool_free(line);
+	return rc;
+}
+
 void root_close(struct root_sources *r)
 {
 	for (size_t i = 0; i < r->n; i++) {
@@ -249,28 +325,29 @@ int root_open(const struct sandbox_spec *s, struct root_sources *r, char *err, s
 	}
 	/* The workspace, read-write: this process's own, never looked up by name. */
 	if (s->cwd == NULL)
-		return 0;
+		return check_mounts(r, err, err_len);
 	char cwd[PATH_MAX];
 	int fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 || path_of(fd, cwd) != 0) {
 		if (fd >= 0)
 			close(fd);
-		return 0; /* gone: the bridge starts in / */
+		return check_mounts(r, err, err_len); /* gone: the bridge starts in / */
 	}
 	if (strcmp(cwd, "/") == 0) {
 		close(fd);
-		return 0; /* the whole host: not bound, the bridge starts in / */
+		return check_mounts(r, err, err_len); /* the whole host: not bound */
 	}
 	snprintf(r->cwd, sizeof(r->cwd), "%s", cwd);
 	if (root_made(cwd)) {
 		close(fd);
-		return 0; /* a place the sandbox makes its own (/tmp): its own, empty one */
+		return check_mounts(r, err, err_len); /* the sandbox's own /tmp, empty */
 	}
 	if (root_shows(r, cwd)) {
 		close(fd);
-		return 0; /* in view already, as its parent is shown */
+		return check_mounts(r, err, err_len); /* in view already, as its parent is shown */
 	}
-	return add_fd(r, fd, "the working directory", false, err, err_len);
+	int rc = add_fd(r, fd, "the working directory", false, err, err_len);
+	return rc == 0 ? check_mounts(r, err, err_len) : rc;
 }
 
 /* ---- In the child, inside the new mount namespace ---- */

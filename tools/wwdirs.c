@@ -327,29 +327,43 @@ static void mountinfo_unescape(char *s)
 	*out = '\0';
 }
 
-/* Splits a mountinfo line: its mount point (field 5) and file system type (after " - "). */
-static bool mountinfo_fields(char *line, char **mount_point, char **type)
+bool mountinfo_split(char *line, struct mountinfo_entry *e)
 {
+	char *fields[5];
 	char *p = line;
 
 	AN_ASSERT(line != NULL);
-	for (int field = 0; field < 4; field++) {
+	for (int field = 0; field < 5; field++) {
+		fields[field] = p;
 		p = strchr(p, ' ');
 		if (p == NULL)
 			return false;
-		p++;
+		*p++ = '\0';
 	}
-	char *end = strchr(p, ' ');
-	char *dash = end != NULL ? strstr(end, " - ") : NULL;
-	if (dash == NULL || p[0] != '/')
+	char *dash = strstr(p, " - ");
+	if (dash == NULL || fields[4][0] != '/' || fields[3][0] != '/')
 		return false;
-	*end = '\0';
-	*mount_point = p;
-	*type = dash + 3;
-	char *type_end = strchr(*type, ' ');
+	e->devno = fields[2];
+	e->root = fields[3];
+	e->mount_point = fields[4];
+	e->type = dash + 3;
+	char *type_end = strchr(e->type, ' ');
 	if (type_end != NULL)
 		*type_end = '\0';
-	mountinfo_unescape(p);
+	mountinfo_unescape(e->root);
+	mountinfo_unescape(e->mount_point);
+	return true;
+}
+
+/* Splits a mountinfo line: its mount point (field 5) and file system type (after " - "). */
+static bool mountinfo_fields(char *line, char **mount_point, char **type)
+{
+	struct mountinfo_entry e;
+
+	if (!mountinfo_split(line, &e))
+		return false;
+	*mount_point = e.mount_point;
+	*type = e.type;
 	return true;
 }
 

@@ -27,7 +27,8 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   or shows that directory's own content there, never the host's root; and a $HOME spelled
   with "//" and "/./" inside a bound host directory is not made on the host; a --bind through
   another account's symlink is refused; with --bind /var the host's /var and /var/tmp keep
-  their mode and ctime (the skeleton never makes or chmods inside a bound directory).
+  their mode and ctime (the skeleton never makes or chmods inside a bound directory); a bind
+  holding the host's procfs or a bind of / below it is refused.
 - t_proc_host_wide: /proc/key-users (which host uids hold keys) and /proc/timer_list read
   empty inside, as root's nobody and unprivileged; outside, key-users is not (the control).
 - t_selftest: `agentsnet selftest` as root and unprivileged: every probe says closed, with
@@ -641,8 +642,32 @@ class ContainmentTests:
                 errs.append("stderr does not say %r: %r" % (want, a.stderr()[-600:]))
             return errs + self.leftovers(a)
 
+        def submounts():
+            # A chroot-like tree: the host's procfs, then a bind of the host's /, below a
+            # directory the run would bind: refused, naming them; nothing runs.
+            top = os.path.join(self.tmp, "chroot-%d" % os.getpid())
+            errs = []
+            for kind, cmd, word in (("proc", ["mount", "-t", "proc", "proc"], "holds proc at"),
+                                    ("root", ["mount", "--bind", "/"],
+                                     "holds a bind of the host's / at")):
+                at = os.path.join(top, kind)
+                os.makedirs(at, exist_ok=True)
+                # In this mount namespace: each `ip netns exec` copies it.
+                subprocess.run(cmd + [at], check=True)
+                try:
+                    a = self.agent(["sh", "-c", "echo ran"], run_args=["--bind", top])
+                finally:
+                    subprocess.run(["umount", "-l", at], check=False)
+                if a.rc != 125 or word not in a.stderr() or "ran" in a.stdout():
+                    errs.append("--bind %s holding %s: exit %s, stdout %r, stderr %r (want 125 "
+                                "naming it)" % (top, kind, a.rc, a.stdout(), a.stderr()[-400:]))
+                errs += self.leftovers(a, need_ns=False)
+            return errs
+
         self.timed("a $HOME spelled with // and /./ inside a bound host directory is not made "
                    "on the host", home)
+        self.timed("a bind holding the host's procfs, or a bind of the host's /, below it: "
+                   "refused, naming it, nothing runs", submounts)
         self.timed("a working directory reached through a symlink: the run names the directory "
                    "the agent gets", cwd_link)
         self.timed("--bind through another account's symlink (at the end, and on the way): "
