@@ -906,6 +906,7 @@ static void run_spec(const struct run_options *o, struct sandbox_spec *spec, con
 static void warn_cwd_through_link(const char *cwd)
 {
 	const char *pwd = getenv("PWD");
+	char real[PATH_MAX];
 	struct stat a, b;
 
 	if (cwd == NULL || pwd == NULL || pwd[0] != '/' || strcmp(pwd, cwd) == 0)
@@ -916,6 +917,12 @@ static void warn_cwd_through_link(const char *cwd)
 			"agentsnet: warning: %s is reached through a symlink; the agent gets %s, "
 			"read-write\n",
 			pwd, cwd);
+	/* A launcher that changed directory without $PWD (env -C, make -C): away from it. */
+	else if (realpath(pwd, real) != NULL && !sandbox_path_under(cwd, real))
+		fprintf(stderr,
+			"agentsnet: warning: the working directory %s is not below $PWD (%s): "
+			"reached through a symlink? The agent gets %s, read-write\n",
+			cwd, pwd, cwd);
 }
 
 static int run_main_inner(int argc, char **argv, struct runenv *env, bool *started)

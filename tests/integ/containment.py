@@ -640,7 +640,21 @@ class ContainmentTests:
                 "exit %s, stdout %r" % (a.rc, a.stdout())]
             if want not in a.stderr():
                 errs.append("stderr does not say %r: %r" % (want, a.stderr()[-600:]))
-            return errs + self.leftovers(a)
+            errs += self.leftovers(a)
+            # A launcher that leaves $PWD behind (env -C, make -C), through a symlink that
+            # leads away from it.
+            shell = os.path.join(self.tmp, "shell-%d" % os.getpid())
+            os.makedirs(shell, exist_ok=True)
+            inside = os.path.join(shell, "proj")
+            os.symlink(real, inside)
+            try:
+                b = self.agent(["pwd"], pre=["env", "-C", inside], caller_env={"PWD": shell})
+            finally:
+                os.unlink(inside)
+            if b.rc != 0 or "is not below $PWD" not in b.stderr():
+                errs.append("env -C through a symlink: exit %s, stderr %r (want a warning)"
+                            % (b.rc, b.stderr()[-600:]))
+            return errs + self.leftovers(b)
 
         def submounts():
             # A chroot-like tree: the host's procfs, then a bind of the host's /, below a
