@@ -589,7 +589,9 @@ static void make_home(const struct child_ctx *c, const struct stage *st,
 	char home[PATH_MAX], target[32], options[96];
 	bool made = false;
 
-	if (!agent_home(c->s, home) || root_made(home) || root_shows(r, home))
+	/* Not where the host's root is parked while the root is built, either. */
+	if (!agent_home(c->s, home) || root_made(home) || root_shows(r, home) ||
+	    sandbox_path_under(home, ROOT_HOST_DIR))
 		return;
 	int fd = mount_point(st, home, true, &made);
 	if (fd < 0 || !made) {

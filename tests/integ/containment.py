@@ -579,7 +579,12 @@ class ContainmentTests:
             if os.path.lexists(made):
                 errs.append("%s was made on the host" % made)
                 subprocess.run(["rm", "-rf", made], check=False)
-            return errs + self.leftovers(a)
+            errs += self.leftovers(a)
+            # A home where the host's root is parked while the root is built: none made.
+            b = self.agent(["sh", "-c", 'echo "$HOME"'], env={"HOME": "/.agentsnet-host/h"})
+            if b.rc != 0:
+                errs.append("HOME=/.agentsnet-host/h: exit %s: %s" % (b.rc, b.stderr()[-400:]))
+            return errs + self.leftovers(b)
 
         self.timed("%d runs with --bind <dir> while its owner swaps it with a symlink to /: "
                    "each fails or shows <dir>'s own content" % runs, lambda: race("bind"))
