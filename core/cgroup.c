@@ -333,38 +333,57 @@ static int v1_hierarchy_open(int root_fd, const struct cgroup_env *env, const ch
 }
 
 /*
- * v1: the cgroup of process <pid> (0: ours) in the hierarchy whose controllers include
- * <name>, from /proc/<pid>/cgroup ("N:pids:/a/b"), into <out>; "/" when it is not listed.
+ * v1: the cgroup the cgroup file <file> (/proc/<pid>/cgroup: "N:pids:/a/b" lines) gives
+ * for the hierarchy whose controllers include <name>, into <out>; "/" when it is not
+ * listed; -EINVAL when two lines claim it.
  */
-static int own_v1_path(const char *name, pid_t pid, char *out, size_t cap)
+static int own_v1_path_in(const char *file, const char *name, char *out, size_t cap)
 {
-	char line[PATH_MAX + 64], proc[40];
+	char line[PATH_MAX + 64];
 	int rc = -ENOENT;
 
-	if (pid > 0)
-		snprintf(proc, sizeof(proc), "/proc/%d/cgroup", (int)pid);
-	else
-		snprintf(proc, sizeof(proc), "/proc/self/cgroup");
-	FILE *f = fopen(proc, "re");
+	FILE *f = fopen(file, "re");
 	if (f == NULL)
 		return -errno;
-	while (rc != 0 && fgets(line, sizeof(line), f) != NULL) {
+	/*
+	 * Every line is read: a cgroup's name may hold a newline (where a hierarchy is
+	 * delegated, its user names them), which would make a line of its own. Two lines
+	 * for one controller mean one is such a name: refused, never guessed.
+	 */
+	int claims = 0;
+	while (fgets(line, sizeof(line), f) != NULL) {
 		char *ctrls = strchr(line, ':');
 		char *path = ctrls != NULL ? strchr(ctrls + 1, ':') : NULL;
 		if (path == NULL)
 			continue;
 		*path++ = '\0';
 		path[strcspn(path, "\n")] = '\0';
-		for (char *tok = strtok_r(ctrls + 1, ",", &ctrls); tok != NULL && rc != 0;
+		for (char *tok = strtok_r(ctrls + 1, ",", &ctrls); tok != NULL;
 		     tok = strtok_r(NULL, ",", &ctrls)) {
-			if (strcmp(tok, name) == 0)
+			if (strcmp(tok, name) != 0)
+				continue;
+			if (++claims == 1)
 				rc = snprintf(out, cap, "%s", path) < (int)cap ? 0 : -ENAMETOOLONG;
 		}
 	}
 	fclose(f);
+	if (claims > 1)
+		return -EINVAL;
 	if (rc == -ENOENT)
 		rc = snprintf(out, cap, "/") > 0 ? 0 : -EIO;
 	return rc;
+}
+
+/* own_v1_path_in of process <pid>'s (0: ours) cgroup file. */
+static int own_v1_path(const char *name, pid_t pid, char *out, size_t cap)
+{
+	char proc[40];
+
+	if (pid > 0)
+		snprintf(proc, sizeof(proc), "/proc/%d/cgroup", (int)pid);
+	else
+		snprintf(proc, sizeof(proc), "/proc/self/cgroup");
+	return own_v1_path_in(proc, name, out, cap);
 }
 
 /*

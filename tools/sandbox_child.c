@@ -611,6 +611,29 @@ static void sys_read_only(const struct child_ctx *c)
  * covers part of the host's sysfs; then the host's stays, read-only, and one
  * line says so.
  */
+/*
+ * The sysfs files that tell of the host's kernel and firmware rather than the
+ * sandbox: where the kernel's image lies in physical memory (vmcoreinfo), the
+ * boot loader's parameters, the firmware's tables; hidden as /proc's are.
+ */
+static void mask_sys(const struct child_ctx *c)
+{
+	static const char *const files[] = { "/sys/kernel/vmcoreinfo" };
+	static const char *const dirs[] = { "/sys/kernel/boot_params", "/sys/firmware" };
+	struct stat st;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(files); i++) {
+		if (lstat(files[i], &st) == 0 && S_ISREG(st.st_mode)) {
+			must_mount(c, "/dev/null", files[i], NULL, MS_BIND, NULL);
+			bind_read_only(c, files[i], MS_NOEXEC);
+		}
+	}
+	for (size_t i = 0; i < AN_ARRAY_LEN(dirs); i++) {
+		if (is_dir_nofollow(dirs[i]))
+			mask(c, dirs[i]);
+	}
+}
+
 static void mount_sys(const struct child_ctx *c)
 {
 	AN_ASSERT(c->err_fd >= 0);
@@ -618,8 +641,10 @@ static void mount_sys(const struct child_ctx *c)
 	if (!is_dir_nofollow("/sys"))
 		return;
 	if (mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) ==
-	    0)
+	    0) {
+		mask_sys(c);
 		return;
+	}
 	fprintf(stderr, "agentsnet: warning: no sysfs of the sandbox's own (%s); /sys is empty\n",
 		strerror(errno));
 	sys_read_only(c);

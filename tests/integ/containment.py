@@ -29,8 +29,8 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   another account's symlink is refused; with --bind /var the host's /var and /var/tmp keep
   their mode and ctime (the skeleton never makes or chmods inside a bound directory); a bind
   holding the host's procfs or a bind of / below it is refused.
-- t_proc_host_wide: /proc/key-users (which host uids hold keys) and /proc/timer_list read
-  empty inside, as root's nobody and unprivileged; outside, key-users is not (the control).
+- t_proc_host_wide: /proc/key-users (which host uids hold keys), /proc/timer_list and
+  /sys/kernel/vmcoreinfo (where the kernel lies in physical memory) read empty inside, as root's nobody and unprivileged; outside, key-users is not (the control).
 - t_selftest: `agentsnet selftest` as root and unprivileged: every probe says closed, with
   a host service's socket listening outside every directory the sandbox replaces (as
   /var/lib/mysql/mysql.sock), bound in the caller's network namespace: the sandbox masks
@@ -697,7 +697,7 @@ class ContainmentTests:
     # ---- /proc's host-wide files ------------------------------------------------------
 
     def t_proc_host_wide(self):
-        files = ["/proc/key-users", "/proc/timer_list"]
+        files = ["/proc/key-users", "/proc/timer_list", "/sys/kernel/vmcoreinfo"]
         read = ("import sys\nfor f in sys.argv[1:]:\n    try:\n        n = len(open(f).read())\n"
                 "    except OSError as e:\n        n = 'error-%d' % e.errno\n    print(f, n)\n")
 
@@ -710,12 +710,14 @@ class ContainmentTests:
                     errs.append("%s inside: %s bytes (want 0)" % (name, size))
             if len(a.stdout().splitlines()) != len(files):
                 errs.append("stdout %r" % a.stdout())
-            control = self.outside(["python3", "-c", read, files[0]]).stdout.decode().split()
-            if len(control) != 2 or control[1] in ("0",) or control[1].startswith("error"):
-                errs.append("the control, outside: %r (want a size above 0)" % control)
+            for f in (files[0], files[2]):
+                control = self.outside(["python3", "-c", read, f]).stdout.decode().split()
+                if len(control) != 2 or control[1] in ("0",) or control[1].startswith("error"):
+                    errs.append("the control, outside: %r (want a size above 0)" % control)
             return errs + self.leftovers(a)
 
-        what = "/proc/key-users and /proc/timer_list read empty inside; outside they do not"
+        what = ("/proc/key-users, /proc/timer_list and /sys/kernel/vmcoreinfo read empty "
+                "inside; outside they do not")
         self.timed(what + " (as root's nobody)", lambda: masked(None))
         if self.userns_allowed():
             self.timed(what + " (unprivileged, uid %d)" % self.unpriv_uid,

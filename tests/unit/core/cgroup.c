@@ -209,6 +209,37 @@ static void expect_contains(const char *text, const char *part)
 
 /* ---- Fake v1. ---- */
 
+/*
+ * The caller's own v1 cgroup, from its cgroup file: one line per hierarchy. A name that
+ * holds a newline (a delegated hierarchy's user names its cgroups) makes a second line for
+ * a controller: refused, never the first or the last guessed.
+ */
+START_TEST(own_v1_path_lines)
+{
+	char file[] = "/tmp/an-cgroup-file-XXXXXX", out[PATH_MAX];
+	int fd = mkstemp(file);
+	ck_assert_int_ge(fd, 0);
+	const char *one = "5:memory:/a/b\n4:cpu,cpuacct:/c\n3:pids:/user.slice/x\n0::/u\n";
+	ck_assert_int_eq(write(fd, one, strlen(one)), (ssize_t)strlen(one));
+	ck_assert_int_eq(own_v1_path_in(file, "pids", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/user.slice/x");
+	ck_assert_int_eq(own_v1_path_in(file, "memory", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/a/b");
+	ck_assert_int_eq(own_v1_path_in(file, "cpuacct", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/c");
+	ck_assert_int_eq(own_v1_path_in(file, "blkio", out, sizeof(out)), 0);
+	ck_assert_str_eq(out, "/"); /* not listed */
+	/* memory's cgroup named "b\n3:pids:/evil": pids claimed twice. */
+	const char *two = "5:memory:/a/b\n3:pids:/evil\n3:pids:/user.slice/x\n";
+	ck_assert_int_eq(ftruncate(fd, 0), 0);
+	ck_assert_int_eq(pwrite(fd, two, strlen(two), 0), (ssize_t)strlen(two));
+	ck_assert_int_eq(own_v1_path_in(file, "pids", out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(own_v1_path_in(file, "memory", out, sizeof(out)), 0);
+	close(fd);
+	unlink(file);
+}
+END_TEST
+
 START_TEST(fake_v1_layout)
 {
 	char root[ROOT_BYTES], want[PATH_MAX], err[512];
@@ -995,6 +1026,7 @@ static Suite *cgroup_suite(void)
 {
 	Suite *s = suite_create("cgroup");
 	TCase *f = tcase_create("fake");
+	tcase_add_test(f, own_v1_path_lines);
 	tcase_add_test(f, fake_v1_layout);
 	tcase_add_test(f, fake_v1_no_limit_no_memsw);
 	tcase_add_test(f, fake_v1_no_memory_hierarchy);
