@@ -26,9 +26,10 @@
  *    reached from the stage's descriptor without following a symlink
  *    (openat2 RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH), in order of the paths'
  *    lengths (a parent before what it holds). A missing directory is made
- *    only on the stage's own tmpfs, never inside a host directory bound
- *    there. Then the mount points the sandbox fills itself, the agent's
- *    home, and pivot_root: the host's root stays at ROOT_HOST_DIR, because
+ *    only on the stage's own tmpfs or the agent's home (made first, so a
+ *    working directory below it is bound inside it), never inside a host
+ *    directory bound there. Then the mount points the sandbox fills itself
+ *    and pivot_root: the host's root stays at ROOT_HOST_DIR, because
  *    the later steps still bind from descriptors into it, and the kernel
  *    allows a fresh /proc and sysfs only while the host's are fully visible.
  * 3. root_leave, after every mount: the host's root detached, its mount
@@ -382,7 +383,14 @@ void root_reopen(const struct child_ctx *c, struct root_sources *r)
 struct stage {
 	int fd;
 	dev_t dev;
+	dev_t home_dev; /* the agent's home's tmpfs, ours too (0: none) */
 };
+
+/* Whether a directory on device <dev> is ours to make mount points in: no one else's. */
+static bool stage_owns(const struct stage *st, dev_t dev)
+{
+	return dev == st->dev || (st->home_dev != 0 && dev == st->home_dev);
+}
 
 /* Opens <name> in <dir>, O_PATH, following no symlink and staying beneath <dir>. */
 static int open_beneath(int dir, const char *name, int flags)
@@ -425,8 +433,8 @@ static int mount_point(const struct stage *st, const char *path, bool is_dir, bo
 		int fd = open_beneath(dir, name, want_dir ? O_DIRECTORY : 0);
 		if (fd == -ENOENT) {
 			/* Made only where no one but us can write: the stage's tmpfs. */
-			int rc =
-			    fstat(dir, &sb) == 0 ? (sb.st_dev == st->dev ? 0 : -EXDEV) : -errno;
+			int rc = fstat(dir, &sb) == 0 ? (stage_owns(st, sb.st_dev) ? 0 : -EXDEV)
+						      : -errno;
 			if (rc == 0 && want_dir)
 				rc = mkdirat(dir, name, 0755) == 0 ? 0 : -errno;
 			if (rc == 0 && !want_dir) {
@@ -489,7 +497,7 @@ static void bind_source(const struct child_ctx *c, const struct stage *st,
 	struct stat at, src;
 	if (!made &&
 	    (fstat(target, &at) != 0 || fstat(s->fd, &src) != 0 ||
-	     (at.st_dev != st->dev && (at.st_dev != src.st_dev || at.st_ino != src.st_ino))))
+	     (!stage_owns(st, at.st_dev) && (at.st_dev != src.st_dev || at.st_ino != src.st_ino))))
 		child_fail(c->err_fd, ESTALE,
 			   "%s changed while the sandbox was made (renamed or replaced inside the "
 			   "bind that holds it)",
@@ -578,18 +586,18 @@ static bool agent_home(const struct sandbox_spec *s, char *out)
 /*
  * An empty home of the agent's own at $HOME, where nothing shows one: tools
  * write their settings and caches there, and the host's home (keys, tokens,
- * other projects) stays out of view unless bound. Made only where the stage
- * itself holds the directory (never inside a bound host directory), not below
- * a directory the sandbox makes (a home in /tmp is the private /tmp's), and
- * only over a directory made for it now (never over one holding a bind).
+ * other projects) stays out of view unless bound. Made before the binds, on
+ * the stage, so a working directory below it (~/project) is bound inside it
+ * and the rest of it is the agent's to write; not where a source shows the
+ * host's (a bind at or above it), not below a directory the sandbox makes (a
+ * home in /tmp is the private /tmp's), nor where the host's root is parked.
  */
-static void make_home(const struct child_ctx *c, const struct stage *st,
-		      const struct root_sources *r)
+static void make_home(const struct child_ctx *c, struct stage *st, const struct root_sources *r)
 {
 	char home[PATH_MAX], target[32], options[96];
+	struct stat sb;
 	bool made = false;
 
-	/* Not where the host's root is parked while the root is built, either. */
 	if (!agent_home(c->s, home) || root_made(home) || root_shows(r, home) ||
 	    sandbox_path_under(home, ROOT_HOST_DIR))
 		return;
@@ -609,6 +617,12 @@ static void make_home(const struct child_ctx *c, const struct stage *st,
 		 SANDBOX_HOME_TMPFS_SIZE);
 	snprintf(target, sizeof(target), "/proc/self/fd/%d", fd);
 	must_mount(c, "tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, options);
+	close(fd);
+	fd = open_beneath(st->fd, home + 1, O_DIRECTORY);
+	if (fd < 0 || fstat(fd, &sb) != 0)
+		child_fail(c->err_fd, fd < 0 ? -fd : errno, "the agent's home %s: %s", home,
+			   strerror(fd < 0 ? -fd : errno));
+	st->home_dev = sb.st_dev;
 	close(fd);
 }
 
@@ -674,6 +688,8 @@ void root_enter(const struct child_ctx *c, struct root_sources *r)
 	if (st.fd < 0 || fstat(st.fd, &sb) != 0)
 		child_fail(c->err_fd, errno, "the sandbox's root: %s", strerror(errno));
 	st.dev = sb.st_dev;
+	st.home_dev = 0;
+	make_home(c, &st, r);
 	qsort(r->src, r->n, sizeof(r->src[0]), by_length);
 	for (size_t i = 0; i < r->n; i++) {
 		if (r->src[i].link[0] != '\0')
@@ -688,7 +704,6 @@ void root_enter(const struct child_ctx *c, struct root_sources *r)
 	/* The private /tmp and /var/tmp, whatever the host's are. */
 	stage_private(c, &st, "tmp");
 	stage_private(c, &st, "var/tmp");
-	make_home(c, &st, r);
 	if (!stage_entry(c, &st, ROOT_HOST_DIR + 1, 0700, NULL))
 		child_fail(c->err_fd, EEXIST, "%s: already in the sandbox's root", ROOT_HOST_DIR);
 	close(st.fd);

@@ -683,8 +683,35 @@ class ContainmentTests:
                 errs += self.leftovers(a, need_ns=False)
             return errs
 
+        def home_above_cwd():
+            # The usual layout: ~/project. The project is bound, the rest of the home is
+            # the agent's own, empty and writable; the host's (its keys) stays out of view.
+            top = os.path.join("/var/lib", "agentsnet-it-home-%d" % os.getpid())
+            proj = os.path.join(top, "proj")
+            os.makedirs(proj, mode=0o755)
+            for path, text in ((os.path.join(top, ".keys"), "secret\n"),
+                               (os.path.join(proj, "f"), "host\n")):
+                with open(path, "w", encoding="ascii") as f:
+                    f.write(text)
+            try:
+                a = self.agent(["sh", "-c", 'cat f; ls -A "$HOME"; echo x > "$HOME/.cfg" && '
+                                'echo wrote'], env={"HOME": top},
+                               pre=["sh", "-c", 'cd "$0" && exec "$@"', proj])
+                lines = a.stdout().split()
+                errs = [] if a.rc == 0 and lines == ["host", "proj", "wrote"] else [
+                    "exit %s, stdout %r (want host, proj, wrote), stderr %r"
+                    % (a.rc, a.stdout(), a.stderr()[-500:])]
+                if os.path.exists(os.path.join(top, ".cfg")):
+                    errs.append("the agent's $HOME/.cfg was written on the host")
+                return errs + self.leftovers(a)
+            finally:
+                subprocess.run(["rm", "-rf", top], check=False)
+
         self.timed("a $HOME spelled with // and /./ inside a bound host directory is not made "
                    "on the host", home)
+        self.timed("the working directory inside $HOME (~/project): bound there; the rest of "
+                   "the home the agent's own, empty and writable; the host's out of view",
+                   home_above_cwd)
         self.timed("a bind holding the host's procfs, or a bind of the host's /, below it: "
                    "refused, naming it, nothing runs", submounts)
         self.timed("a working directory reached through a symlink: the run names the directory "
