@@ -603,20 +603,29 @@ static void registry_path(const struct engine *e, const char *id, char *out, siz
 	AN_ASSERT(ret == 0);
 }
 
+ssize_t engine_read_small(const char *path, int flags, char *buf, size_t cap)
+{
+	AN_ASSERT(cap > 1);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | flags);
+	if (fd == -1)
+		return -errno;
+	ssize_t n = read(fd, buf, cap - 1);
+	int err = errno;
+	close(fd);
+	if (n < 0)
+		return -err;
+	buf[n] = '\0';
+	return n > 0 ? n : -ENODATA;
+}
+
 int engine_owner_of(int32_t pid, struct engine_owner *o)
 {
 	char path[64];
 	char stat[1024];
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd == -1)
+	if (engine_read_small(path, 0, stat, sizeof(stat)) < 0)
 		return -ESRCH;
-	ssize_t n = read(fd, stat, sizeof(stat) - 1);
-	close(fd);
-	if (n <= 0)
-		return -ESRCH;
-	stat[n] = '\0';
 	/* The command name may hold spaces and parentheses: fields count from the last ')'. */
 	char *p = strrchr(stat, ')');
 	if (p != NULL && (p[1] != ' ' || p[2] == 'Z' || p[2] == 'X'))
@@ -679,14 +688,11 @@ static int registry_read(const struct engine *e, const char *id, char *profile, 
 	char line[192];
 
 	registry_path(e, id, path, sizeof(path));
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd == -1)
-		return -errno;
-	ssize_t n = read(fd, line, sizeof(line) - 1);
-	close(fd);
+	ssize_t n = engine_read_small(path, O_NOFOLLOW, line, sizeof(line));
+	if (n < 0 && n != -ENODATA)
+		return (int)n;
 	if (n <= 8 || memcmp(line, "profile ", 8) != 0)
 		return -EINVAL;
-	line[n] = '\0';
 	*owner = (struct engine_owner){ 0 };
 	*registrant = 0;
 	*agent_uid = ENGINE_AGENT_ANY;

@@ -68,6 +68,14 @@ struct engine_owner {
 	uint64_t start_ticks; /* /proc/<pid>/stat field 22 */
 };
 
+/*
+ * Reads the small file <path> (opened O_RDONLY | O_CLOEXEC | <flags>, O_NOFOLLOW
+ * say) with one read of at most <cap> - 1 bytes into <buf>, NUL-terminated:
+ * /proc files and the daemon's own records. Returns the bytes read, or -errno
+ * (-ENODATA when it is empty). Any thread.
+ */
+ssize_t engine_read_small(const char *path, int flags, char *buf, size_t cap);
+
 /* Fills <o> for process <pid>. 0, or -ESRCH when it is gone (or a zombie). Any thread. */
 int engine_owner_of(int32_t pid, struct engine_owner *o);
 

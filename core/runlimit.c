@@ -173,14 +173,9 @@ static int record_read(const char *path, const char *root, const char *name,
 {
 	char text[2 * PATH_MAX + 16];
 
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd == -1)
-		return -errno;
-	ssize_t n = read(fd, text, sizeof(text) - 1);
-	close(fd);
-	if (n <= 0)
-		return -EINVAL;
-	text[n] = '\0';
+	ssize_t n = engine_read_small(path, O_NOFOLLOW, text, sizeof(text));
+	if (n < 0)
+		return n == -ENODATA ? -EINVAL : (int)n;
 	char *pids = strchr(text, '\n');
 	char *memory = pids != NULL ? strchr(pids + 1, '\n') : NULL;
 	char *end = memory != NULL ? strchr(memory + 1, '\n') : NULL;

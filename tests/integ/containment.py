@@ -285,6 +285,14 @@ FLOOD_PROCS, FLOOD_EACH = 4, 17000
 
 
 class ContainmentTests:
+    def both_modes(self, what, case):
+        """<case>(user) as root's nobody (None), then unprivileged where the host allows
+        user namespaces."""
+        self.timed(what + " (as root's nobody)", lambda: case(None))
+        if self.userns_allowed():
+            self.timed(what + " (unprivileged, uid %d)" % self.unpriv_uid,
+                       lambda: case((self.unpriv_uid, self.unpriv_uid)))
+
     # ---- the caller's environment ---------------------------------------------------
 
     def t_env(self):
@@ -516,10 +524,7 @@ class ContainmentTests:
                 "network namespace, two bound after the agent started, in /var/lib and in a "
                 "top-level directory): the agent names none (ENOENT), its / holds the "
                 "sandbox's own entries only")
-        self.timed(what + " (as root's nobody)", lambda: late(None))
-        if self.userns_allowed():
-            self.timed(what + " (unprivileged, uid %d)" % self.unpriv_uid,
-                       lambda: late((self.unpriv_uid, self.unpriv_uid)))
+        self.both_modes(what, late)
 
     # ---- names swapped under the run -------------------------------------------------
 
@@ -745,10 +750,7 @@ class ContainmentTests:
 
         what = ("/proc/key-users, /proc/timer_list and /sys/kernel/vmcoreinfo read empty "
                 "inside; outside they do not")
-        self.timed(what + " (as root's nobody)", lambda: masked(None))
-        if self.userns_allowed():
-            self.timed(what + " (unprivileged, uid %d)" % self.unpriv_uid,
-                       lambda: masked((self.unpriv_uid, self.unpriv_uid)))
+        self.both_modes(what, masked)
 
     # ---- agentsnet selftest -----------------------------------------------------------
 
