@@ -30,6 +30,7 @@ int config_init_defaults(struct config *cfg)
 	cfg->conns_per_worker = LIMITS_CONNS_PER_WORKER_DEFAULT;
 	cfg->pipes_per_worker = LIMITS_PIPES_PER_WORKER_DEFAULT;
 	cfg->sandbox_share_percent = LIMITS_SANDBOX_SHARE_PERCENT_DEFAULT;
+	cfg->sandbox_completions_per_turn = LIMITS_SANDBOX_CQES_PER_TURN;
 	cfg->head_timeout_ms = LIMITS_HEAD_TIMEOUT_MS_DEFAULT;
 	cfg->connect_timeout_ms = LIMITS_CONNECT_TIMEOUT_MS_DEFAULT;
 	cfg->dns_timeout_ms = LIMITS_DNS_TIMEOUT_MS_DEFAULT;

@@ -47,6 +47,8 @@ struct config {
 	uint32_t conns_per_worker;
 	uint32_t pipes_per_worker;      /* 0 disables splice: every relay copies */
 	uint32_t sandbox_share_percent; /* a sandbox's share of a worker's conns (core/share.h) */
+	uint32_t
+	    sandbox_completions_per_turn; /* a sandbox's quantum of a loop turn (core/sched.h) */
 	uint32_t head_timeout_ms;
 	uint32_t connect_timeout_ms;
 	uint32_t dns_timeout_ms;

@@ -136,10 +136,8 @@
 
 static_assert((LIMITS_BUFRING_ENTRIES & (LIMITS_BUFRING_ENTRIES - 1)) == 0,
 	      "buffer ring size must be a power of two");
-static_assert((LIMITS_DEFERRED_CQES & (LIMITS_DEFERRED_CQES - 1)) == 0,
-	      "the deferred completions' FIFO size must be a power of two");
 static_assert(LIMITS_DEFERRED_CQES >= 2 * LIMITS_CQES_PER_TURN,
-	      "the FIFO must take a reaped batch beside what already waits");
+	      "the waiting completions must take a reaped batch beside what already waits");
 static_assert(LIMITS_SANDBOX_CQES_PER_TURN >= 1, "every sandbox gets a turn");
 static_assert((LIMITS_TIMER_SLOTS & (LIMITS_TIMER_SLOTS - 1)) == 0,
 	      "timer slots must be a power of two");

@@ -1,7 +1,7 @@
 /*
  * Turn-taking between sandboxes on one worker (issue 15): how many of a
- * sandbox's completions a loop turn handles, and the FIFO where the rest wait
- * for the next turn. One per worker, owned and used by its thread only: no
+ * sandbox's completions a loop turn handles, and the per-sandbox queues where
+ * the rest wait for the next turns. One per worker, owned and used by its thread only: no
  * lock, no atomic, nothing allocated after sched_init.
  */
 #ifndef AN_CORE_SCHED_H
@@ -21,18 +21,42 @@ struct sched_cqe {
 	uint32_t key; /* SCHED_KEY_NONE: never deferred */
 };
 
-/* A key's use of the current turn: valid while turn equals the scheduler's. */
+/* A waiting completion: the CQE's fields, and the next of its key's queue. */
+struct sched_node {
+	uint64_t ud;
+	int32_t res;
+	uint32_t flags;
+	uint32_t next; /* SCHED_NIL: the last of its key's queue (or of the free list) */
+};
+
+/* The index that names no node and no key. */
+#define SCHED_NIL UINT32_MAX
+
+/*
+ * A key's use of the current turn (valid while turn equals the scheduler's)
+ * and its queue of waiting completions, oldest first (head and tail valid
+ * while waiting > 0); next_ready links the keys that have some waiting.
+ */
 struct sched_key {
 	uint32_t turn;
 	uint32_t used;
+	uint32_t waiting;
+	uint32_t head;
+	uint32_t tail;
+	uint32_t next_ready;
 };
 
 struct sched {
-	struct sched_cqe *fifo; /* owned, capacity entries: completions waiting, oldest first */
-	struct sched_key *keys; /* owned, key_count entries (zeroed pages touched on use) */
-	uint32_t capacity;      /* a power of two */
-	uint32_t head;          /* the oldest entry's index (free-running; masked) */
-	uint32_t count;         /* entries waiting */
+	struct sched_node *nodes; /* owned, capacity entries: the waiting and the free */
+	struct sched_key *keys;   /* owned, key_count entries (zeroed pages touched on use) */
+	uint32_t capacity;
+	uint32_t count;      /* completions waiting, every key's */
+	uint32_t free_head;  /* free nodes once used, SCHED_NIL: none */
+	uint32_t fresh;      /* nodes from here to capacity were never used */
+	uint32_t ready_head; /* the keys with completions waiting, in turn order */
+	uint32_t ready_tail;
+	uint32_t ready_count;
+	uint32_t round_left; /* keys of the ready list this turn has still to visit */
 	uint32_t key_count;
 	uint32_t quantum; /* completions a key may have handled in one turn */
 	uint32_t turn;
@@ -40,33 +64,45 @@ struct sched {
 };
 
 /*
- * Sets up <s> for keys 0..<key_count>-1, <capacity> (a power of two) waiting
- * completions at most, and <quantum> (at least 1) completions of a key per
- * turn. Returns 0 or -ENOMEM; <s> owns what it allocates until sched_destroy.
+ * Sets up <s> for keys 0..<key_count>-1, <capacity> waiting completions at
+ * most, and <quantum> (at least 1) completions of a key per turn. Returns 0
+ * or -ENOMEM; <s> owns what it allocates until sched_destroy.
  */
 int sched_init(struct sched *s, uint32_t key_count, uint32_t capacity, uint32_t quantum);
 
 /* Releases what <s> owns. Asserts that no completion is still waiting. */
 void sched_destroy(struct sched *s);
 
-/* Starts a loop turn: every key's quantum is whole again. */
+/*
+ * Starts a loop turn: every key's quantum is whole again, and the round over
+ * the keys with completions waiting starts at the one after where the last
+ * turn stopped.
+ */
 void sched_turn(struct sched *s);
 
 /*
- * Whether a completion of <key> may be handled in this turn; counts it if so.
- * SCHED_KEY_NONE is always admitted. Once it has said no to a key, it says no
- * to that key until the next sched_turn (what keeps a key's completions in
- * order: see core/sched.c).
+ * Takes into *<out> the next waiting completion this turn may run, counting
+ * it against its key: the keys with some waiting in turn, each up to its
+ * quantum, oldest first within a key. False once no waiting completion may
+ * run in this turn (each key with some left has used its quantum, or none
+ * waits). Costs O(1) a call and a key: never the whole backlog.
+ */
+bool sched_next_waiting(struct sched *s, struct sched_cqe *out);
+
+/*
+ * Whether a completion of <key> just reaped may be handled in this turn;
+ * counts it if so. SCHED_KEY_NONE is always admitted. A key that has
+ * completions waiting is refused (the new one goes behind them), and once it
+ * has said no to a key it says no to that key until the next sched_turn:
+ * what keeps a key's completions in order (see core/sched.c).
  */
 bool sched_admit(struct sched *s, uint32_t key);
 
-/* Whether <n> more completions fit in the FIFO. */
+/* Whether <n> more completions can wait. */
 bool sched_room(const struct sched *s, uint32_t n);
 
-/* Appends *<q> (copied) to the FIFO, which must have room (sched_room). Never SCHED_KEY_NONE. */
+/* Queues *<q> (copied) behind its key's waiting ones; needs room (sched_room). Never
+ * SCHED_KEY_NONE. */
 void sched_defer(struct sched *s, const struct sched_cqe *q);
-
-/* Takes the oldest waiting completion into *<out>; false when none waits. */
-bool sched_pop(struct sched *s, struct sched_cqe *out);
 
 #endif /* AN_CORE_SCHED_H */

@@ -13,13 +13,13 @@
  *          counters out for the control thread.
  *
  * Turns are shared (core/sched.c): a sandbox's completions past its quantum
- * of the turn (LIMITS_SANDBOX_CQES_PER_TURN) wait in the worker's FIFO for
+ * of the turn (LIMITS_SANDBOX_CQES_PER_TURN) wait in that sandbox's queue for
  * the next turn, so one busy sandbox cannot make a turn, and every other
  * sandbox's answers submitted at its end, as long as its own backlog. A
  * deferred head receive of a conn reading a head first hands its bytes to the
  * conn (conn_cqe_defer): the buffers a flood's requests arrive in do not wait
- * in the FIFO, where they would drain the ring every sandbox receives from.
- * AN_SANDBOX_CQES_PER_TURN=N sets the quantum (0: no bound), for measuring.
+ * there, where they would drain the ring every sandbox receives from.
+ * The quantum is daemon.sandbox_completions_per_turn (docs/policy.md).
  *
  * Counters: the worker owns them and bumps them with plain increments. Other
  * threads read only the published copy (relaxed atomic stores here, relaxed
@@ -147,25 +147,15 @@ static int share_setup(struct worker *w)
 	return 0;
 }
 
-/* The turn-taking between sandboxes: the quantum, from AN_SANDBOX_CQES_PER_TURN if set. */
+/* The turn-taking between sandboxes, with the configured quantum. */
 static int sched_setup(struct worker *w)
 {
-	uint32_t quantum = LIMITS_SANDBOX_CQES_PER_TURN;
-	const char *env = getenv("AN_SANDBOX_CQES_PER_TURN");
+	uint32_t quantum = w->e->cfg->sandbox_completions_per_turn;
 
-	if (env != NULL) {
-		char *end = NULL;
-		unsigned long n = strtoul(env, &end, 10);
-		if (end == env || *end != '\0' || n > UINT32_MAX / 2)
-			log_warn("worker %u: AN_SANDBOX_CQES_PER_TURN=%s ignored", w->index, env);
-		else
-			quantum = n == 0 ? UINT32_MAX / 2 : (uint32_t)n;
-		log_info("worker %u: %u completions of a sandbox a turn", w->index, quantum);
-	}
+	AN_ASSERT(quantum >= 1 && quantum <= LIMITS_CQES_PER_TURN);
 	int ret = sched_init(&w->sched, SHARE_KEYS, LIMITS_DEFERRED_CQES, quantum);
 	if (ret != 0)
 		log_error("worker %u: turn-taking: %s", w->index, strerror(-ret));
-	AN_ASSERT(ret != 0 || w->sched.quantum >= 1);
 	return ret;
 }
 
@@ -624,24 +614,18 @@ static void run_or_defer(struct worker *w, struct sched_cqe *q)
 }
 
 /*
- * Runs the completions deferred at the last turn, oldest first, as far as
- * their sandboxes' quanta go; the rest go back, in order, for the next.
+ * Runs the completions that waited from earlier turns, each sandbox's oldest
+ * first, a quantum of each (core/sched.c); the rest wait for the next turn.
  */
 static void run_deferred(struct worker *w)
 {
 	struct sched_cqe q;
 
-	for (uint32_t n = w->sched.count; n > 0; n--) {
-		bool popped = sched_pop(&w->sched, &q);
-		AN_ASSERT(popped);
-		if (sched_admit(&w->sched, q.key))
-			dispatch(w, &q);
-		else
-			sched_defer(&w->sched, &q);
-	}
+	while (sched_next_waiting(&w->sched, &q))
+		dispatch(w, &q);
 }
 
-/* Reaps and runs (or defers) what the CQ holds, a batch at a time, while the FIFO has room. */
+/* Reaps and runs (or defers) what the CQ holds, a batch at a time, while there is room to defer. */
 static uint32_t reap_all(struct worker *w, struct sched_cqe *batch)
 {
 	uint32_t n = LIMITS_CQES_PER_TURN;
@@ -663,9 +647,10 @@ static uint32_t reap_all(struct worker *w, struct sched_cqe *batch)
  * runs only a bounded number of its items (a score or so) before returning:
  * a quiet sandbox's completion would wait there behind a flood's, where no
  * turn-taking reaches it. So when an enter brought many, the turn asks for
- * more (GETEVENTS, no wait) while the list yields some and the FIFO has room,
- * at most LIMITS_CQ_PULLS_PER_TURN times; the excess waits in the FIFO,
- * where each sandbox gets its turn. A light turn costs no extra enter.
+ * more (GETEVENTS, no wait) while the list yields some and there is room to
+ * defer, at most LIMITS_CQ_PULLS_PER_TURN times; the excess waits in the
+ * sandboxes' queues, where each gets its turn. A light turn costs no extra
+ * enter.
  */
 static void run_reaped(struct worker *w, struct sched_cqe *batch)
 {

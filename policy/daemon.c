@@ -46,6 +46,7 @@ enum {
 	UF_CONNS,
 	UF_PIPES,
 	UF_SHARE,
+	UF_QUANTUM,
 	UF_HEAD,
 	UF_CONNECT,
 	UF_DNS,
@@ -65,6 +66,8 @@ static const struct uint_field uint_fields[] = {
 		       offsetof(struct config, pipes_per_worker) },
 	[UF_SHARE] = { "sandbox_share_percent", POLICY_SANDBOX_SHARE_PERCENT_MIN, 100,
 		       offsetof(struct config, sandbox_share_percent) },
+	[UF_QUANTUM] = { "sandbox_completions_per_turn", 1, POLICY_SANDBOX_COMPLETIONS_PER_TURN_MAX,
+			 offsetof(struct config, sandbox_completions_per_turn) },
 	[UF_HEAD] = { "head_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
 		      offsetof(struct config, head_timeout_ms) },
 	[UF_CONNECT] = { "connect_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
@@ -566,6 +569,7 @@ enum {
 	DK_CONNS,
 	DK_PIPES,
 	DK_SHARE,
+	DK_QUANTUM,
 	DK_TCP_LISTEN,
 	DK_TCP_SANDBOX,
 	DK_TIMEOUTS,
@@ -584,6 +588,7 @@ static const char *const daemon_keys[] = {
 	[DK_CONNS] = "conns_per_worker",
 	[DK_PIPES] = "pipes_per_worker",
 	[DK_SHARE] = "sandbox_share_percent",
+	[DK_QUANTUM] = "sandbox_completions_per_turn",
 	[DK_TCP_LISTEN] = "tcp_listen",
 	[DK_TCP_SANDBOX] = "tcp_sandbox",
 	[DK_TIMEOUTS] = "timeouts",
@@ -614,6 +619,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return stage_uint(ld, UF_PIPES);
 	case DK_SHARE:
 		return stage_uint(ld, UF_SHARE);
+	case DK_QUANTUM:
+		return stage_uint(ld, UF_QUANTUM);
 	case DK_TCP_LISTEN:
 		return stage_tcp_listen(ld);
 	case DK_TCP_SANDBOX:

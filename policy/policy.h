@@ -124,6 +124,8 @@ static_assert(POLICY_INJECT_SECRET_BYTES_MAX <= UINT32_MAX, "secret lengths fit 
 #define POLICY_TIMEOUT_MS_MAX       3600000u
 /* sandbox_share_percent: below a tenth, a small worker would admit nobody at all. */
 #define POLICY_SANDBOX_SHARE_PERCENT_MIN 10u
+/* sandbox_completions_per_turn: past a CQ batch, one turn could run a sandbox's whole batch. */
+#define POLICY_SANDBOX_COMPLETIONS_PER_TURN_MAX 256u
 /* daemon.leaf_days: at most the CA/Browser Forum's 397 days (tls/ca.h TLS_CA_LEAF_DAYS_MAX). */
 #define POLICY_LEAF_DAYS_MIN 1u
 #define POLICY_LEAF_DAYS_MAX 397u
@@ -167,6 +169,11 @@ static_assert(LIMITS_PIPES_PER_WORKER_DEFAULT <= POLICY_PIPES_PER_WORKER_MAX,
 static_assert(LIMITS_SANDBOX_SHARE_PERCENT_DEFAULT >= POLICY_SANDBOX_SHARE_PERCENT_MIN &&
 		  LIMITS_SANDBOX_SHARE_PERCENT_DEFAULT <= 100u,
 	      "the default must be valid");
+static_assert(LIMITS_SANDBOX_CQES_PER_TURN >= 1 &&
+		  LIMITS_SANDBOX_CQES_PER_TURN <= POLICY_SANDBOX_COMPLETIONS_PER_TURN_MAX,
+	      "the default must be valid");
+static_assert(POLICY_SANDBOX_COMPLETIONS_PER_TURN_MAX <= LIMITS_CQES_PER_TURN,
+	      "a sandbox's quantum is at most one reaped batch");
 static_assert(LIMITS_IDLE_TIMEOUT_MS_DEFAULT <= POLICY_TIMEOUT_MS_MAX, "the default must be valid");
 
 struct policy; /* opaque, immutable once loaded */

@@ -43,14 +43,9 @@ static uint32_t turn(struct sched *s, struct seen *w, const struct sched_cqe *ba
 	struct sched_cqe q;
 
 	sched_turn(s);
-	for (uint32_t left = s->count; left > 0; left--) {
-		ck_assert(sched_pop(s, &q));
-		if (sched_admit(s, q.key)) {
-			handle(w, &q, t);
-			ran++;
-		} else {
-			sched_defer(s, &q);
-		}
+	while (sched_next_waiting(s, &q)) {
+		handle(w, &q, t);
+		ran++;
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		if (sched_admit(s, batch[i].key)) {
@@ -169,28 +164,104 @@ START_TEST(test_refused_key_stays_refused_for_the_turn)
 }
 END_TEST
 
-START_TEST(test_fifo_keeps_order_and_wraps)
+START_TEST(test_queues_keep_order_and_reuse_nodes)
 {
 	struct sched s;
 	struct sched_cqe q;
 
+	/* Room for 8, filled and emptied five times: nodes are taken back and given again. */
 	ck_assert_int_eq(sched_init(&s, KEYS, 8, 1), 0);
-	ck_assert(!sched_pop(&s, &q));
+	sched_turn(&s);
+	ck_assert(!sched_next_waiting(&s, &q));
 	for (uint64_t round = 0; round < 5; round++) {
+		/* Keys 1 and 2 interleaved; key 1 became ready first. */
 		for (uint64_t i = 0; i < 8; i++) {
 			ck_assert(sched_room(&s, (uint32_t)(8 - i)));
-			sched_defer(&s, &(struct sched_cqe){
-					    .ud = round * 8 + i, .res = -1, .flags = 7, .key = 1 });
+			sched_defer(&s, &(struct sched_cqe){ .ud = round * 8 + i,
+							     .res = -(int32_t)i,
+							     .flags = 7,
+							     .key = 1 + (uint32_t)(i % 2) });
 		}
 		ck_assert(!sched_room(&s, 1));
-		for (uint64_t i = 0; i < 8; i++) {
-			ck_assert(sched_pop(&s, &q));
-			ck_assert_uint_eq(q.ud, round * 8 + i);
-			ck_assert_int_eq(q.res, -1);
-			ck_assert_uint_eq(q.flags, 7);
+		/* A quantum of 1: one of each key a turn, key 1 then key 2, each oldest first. */
+		for (uint64_t t = 0; t < 4; t++) {
+			sched_turn(&s);
+			for (uint64_t k = 0; k < 2; k++) {
+				ck_assert(sched_next_waiting(&s, &q));
+				ck_assert_uint_eq(q.key, 1 + k);
+				ck_assert_uint_eq(q.ud, round * 8 + 2 * t + k);
+				ck_assert_int_eq(q.res, -(int32_t)(2 * t + k));
+				ck_assert_uint_eq(q.flags, 7);
+			}
+			ck_assert(!sched_next_waiting(&s, &q));
 		}
-		ck_assert(!sched_pop(&s, &q));
+		ck_assert_uint_eq(s.count, 0);
+		ck_assert_uint_eq(s.ready_count, 0);
 	}
+	/* Eight nodes were ever needed, and no more were taken. */
+	ck_assert_uint_eq(s.fresh, 8);
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_busy_keys_take_turns)
+{
+	enum { BUSY = 3, EACH = 10, Q = 2 };
+	struct sched s;
+	struct sched_cqe q;
+	uint32_t got[BUSY] = { 0 };
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 64, Q), 0);
+	sched_turn(&s);
+	for (uint32_t i = 0; i < EACH; i++)
+		for (uint32_t k = 0; k < BUSY; k++)
+			sched_defer(&s, &(struct sched_cqe){ .ud = i, .key = 10 + k });
+	/* Each turn, each busy key a quantum, in the order they became ready, oldest first. */
+	for (uint32_t t = 0; t < EACH / Q; t++) {
+		sched_turn(&s);
+		for (uint32_t k = 0; k < BUSY; k++) {
+			for (uint32_t j = 0; j < Q; j++) {
+				ck_assert(sched_next_waiting(&s, &q));
+				ck_assert_uint_eq(q.key, 10 + k);
+				ck_assert_uint_eq(q.ud, got[k]++);
+			}
+		}
+		ck_assert(!sched_next_waiting(&s, &q));
+		/* A key with some waiting admits no new completion: it goes behind them. */
+		if (s.count > 0) {
+			ck_assert(!sched_admit(&s, 10));
+			ck_assert(sched_admit(&s, 20));
+		}
+	}
+	ck_assert_uint_eq(s.count, 0);
+	/* Once its queue is empty, a key is admitted again (quantum whole at the turn). */
+	sched_turn(&s);
+	ck_assert(sched_admit(&s, 10));
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_waiting_key_refused_before_its_turn)
+{
+	struct sched s;
+	struct sched_cqe q;
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, 4), 0);
+	sched_turn(&s);
+	sched_defer(&s, &(struct sched_cqe){ .ud = 1, .key = 5 });
+	/* A new turn whose waiting were not taken yet: a new one of key 5 must not pass
+	 * the one waiting, though its quantum is whole; and it stays refused. */
+	sched_turn(&s);
+	ck_assert(!sched_admit(&s, 5));
+	/* The refusal spent the key's turn: its waiting one runs at the next. */
+	ck_assert(!sched_next_waiting(&s, &q));
+	ck_assert(!sched_admit(&s, 5));
+	sched_turn(&s);
+	ck_assert(sched_next_waiting(&s, &q));
+	ck_assert_uint_eq(q.ud, 1);
+	ck_assert(!sched_next_waiting(&s, &q));
+	ck_assert_uint_eq(s.count, 0);
+	ck_assert(sched_admit(&s, 5));
 	sched_destroy(&s);
 }
 END_TEST
@@ -223,7 +294,7 @@ START_TEST(test_destroy_with_waiting_aborts)
 }
 END_TEST
 
-START_TEST(test_defer_into_full_fifo_aborts)
+START_TEST(test_defer_past_capacity_aborts)
 {
 	struct sched s;
 
@@ -250,12 +321,14 @@ static Suite *sched_suite(void)
 	tcase_add_test(tc, test_quiet_keys_are_served_in_the_first_turn);
 	tcase_add_test(tc, test_new_quiet_work_beats_an_old_backlog);
 	tcase_add_test(tc, test_refused_key_stays_refused_for_the_turn);
-	tcase_add_test(tc, test_fifo_keeps_order_and_wraps);
+	tcase_add_test(tc, test_queues_keep_order_and_reuse_nodes);
+	tcase_add_test(tc, test_busy_keys_take_turns);
+	tcase_add_test(tc, test_waiting_key_refused_before_its_turn);
 	tcase_add_test(tc, test_turn_stamp_wraps);
 	suite_add_tcase(s, tc);
 	TCase *tc_abort = tcase_create("abort");
 	tcase_add_test_raise_signal(tc_abort, test_destroy_with_waiting_aborts, SIGABRT);
-	tcase_add_test_raise_signal(tc_abort, test_defer_into_full_fifo_aborts, SIGABRT);
+	tcase_add_test_raise_signal(tc_abort, test_defer_past_capacity_aborts, SIGABRT);
 	tcase_add_test_raise_signal(tc_abort, test_key_past_the_end_aborts, SIGABRT);
 	suite_add_tcase(s, tc_abort);
 	return s;

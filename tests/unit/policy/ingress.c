@@ -343,9 +343,9 @@ START_TEST(test_daemon_keys)
 		  "ingress: {listen: \"0.0.0.0:2", "duplicate key \"ingress\" in daemon" },
 		{ MINIMAL "daemon: {gateway: {}}\n", "gateway",
 		  "unknown key \"gateway\" in daemon (expected one of: socket_dir, audit_log, "
-		  "workers, conns_per_worker, pipes_per_worker, sandbox_share_percent, tcp_listen, "
-		  "tcp_sandbox, timeouts, control_group, ca, leaf_days, ingress, sandbox_uids, "
-		  "sandboxes_per_user)" },
+		  "workers, conns_per_worker, pipes_per_worker, sandbox_share_percent, "
+		  "sandbox_completions_per_turn, tcp_listen, tcp_sandbox, timeouts, control_group, "
+		  "ca, leaf_days, ingress, sandbox_uids, sandboxes_per_user)" },
 	};
 
 	expect_refusals(cases, AN_ARRAY_LEN(cases));

@@ -125,6 +125,7 @@ START_TEST(test_docs_example)
 	ck_assert_uint_eq(cfg.conns_per_worker, 32768);
 	ck_assert_uint_eq(cfg.pipes_per_worker, 128);
 	ck_assert_uint_eq(cfg.sandbox_share_percent, 75);
+	ck_assert_uint_eq(cfg.sandbox_completions_per_turn, 8);
 	ck_assert_uint_eq(cfg.head_timeout_ms, 10000);
 	ck_assert_uint_eq(cfg.connect_timeout_ms, 10000);
 	ck_assert_uint_eq(cfg.dns_timeout_ms, 5000);
@@ -801,6 +802,8 @@ START_TEST(test_daemon_limits)
 		{ "pipes_per_worker", "", 0, 4096, offsetof(struct config, pipes_per_worker) },
 		{ "sandbox_share_percent", "", 10, 100,
 		  offsetof(struct config, sandbox_share_percent) },
+		{ "sandbox_completions_per_turn", "", 1, 256,
+		  offsetof(struct config, sandbox_completions_per_turn) },
 		{ "timeouts: {head_ms", "}", 1, 3600000, offsetof(struct config, head_timeout_ms) },
 		{ "timeouts: {connect_ms", "}", 1, 3600000,
 		  offsetof(struct config, connect_timeout_ms) },
