@@ -9,19 +9,23 @@
  * gives every key (a sandbox's share key, core/share.h; the public listener's
  * conns are one key) a quantum of completions. A completion over its key's
  * quantum waits in its key's queue; a key with some waiting is on the ready
- * list. Each turn first visits the ready list once, in order, and runs up to
- * a quantum of each key's oldest (sched_next_waiting); a key with some left
- * goes to the list's end. Then the turn's new completions run, each as its
- * key's quantum allows. So one turn handles at most a quantum of any key's
- * completions; a quiet sandbox's completion is handled in the first turn
- * that sees it, and its answer is submitted at the end of that turn, behind
- * at most a quantum of each busy sandbox's work. The worker does not wait in
- * the kernel while anything waits here (core/worker.c, wait_ms), so a
- * deferred completion costs a turn, not a sleep.
+ * list. Each turn first runs what it reaped, each completion as its key's
+ * quantum allows (sched_admit; a key with some waiting admits none: the new
+ * one goes behind them), then visits the keys that were ready when it began,
+ * once each, in order, and runs up to a quantum of each one's oldest
+ * (sched_next_waiting); a key with some left goes to the list's end. So one
+ * turn handles at most a quantum of any key's completions; a quiet sandbox's
+ * completion is handled in the first turn that sees it, before the busy
+ * sandboxes' waiting ones, and its answer is submitted at the end of that
+ * turn, ahead of theirs (the ring takes requests in the order the handlers
+ * made them). The worker does not wait in the kernel while anything waits
+ * here (core/worker.c, wait_ms), so a deferred completion costs a turn, not a
+ * sleep.
  *
  * Order: a key with completions waiting admits no new one (it queues behind
- * them), a key's admission is monotone within a turn (once refused, refused
- * until the next turn), and its queue is served oldest first. So a key's
+ * them), and its queue is served oldest first, only after the turn has
+ * reaped all it reaps; a key without is admitted until its quantum is used,
+ * then refused until the next turn, the refused queued in order. So a key's
  * completions, and with them a conn's (a conn has one key for life), are
  * handled in the order the kernel posted them; only the order between keys
  * changes, which the kernel never promised.
@@ -117,14 +121,8 @@ bool sched_admit(struct sched *s, uint32_t key)
 		return true;
 	AN_ASSERT(key < s->key_count);
 	struct sched_key *k = &s->keys[key];
-	if (k->waiting > 0) {
-		/* Behind its own waiting ones; and its quantum is spent for the turn, so the
-		 * refusal stays monotone even if they were taken later in it. */
-		if (k->turn != s->turn)
-			k->turn = s->turn;
-		k->used = s->quantum;
-		return false;
-	}
+	if (k->waiting > 0)
+		return false; /* behind its own waiting ones */
 	return quantum_take(s, k);
 }
 

@@ -91,10 +91,12 @@ bool sched_next_waiting(struct sched *s, struct sched_cqe *out);
 
 /*
  * Whether a completion of <key> just reaped may be handled in this turn;
- * counts it if so. SCHED_KEY_NONE is always admitted. A key that has
- * completions waiting is refused (the new one goes behind them), and once it
- * has said no to a key it says no to that key until the next sched_turn:
- * what keeps a key's completions in order (see core/sched.c).
+ * counts it against the key's quantum if so. SCHED_KEY_NONE is always
+ * admitted. A key that has completions waiting is refused (the new one goes
+ * behind them, sched_defer), and so is one whose quantum is used, until the
+ * next sched_turn. The worker admits what it reaps before it takes the
+ * waiting (sched_next_waiting), which keeps each key's completions in order
+ * (see core/sched.c).
  */
 bool sched_admit(struct sched *s, uint32_t key);
 

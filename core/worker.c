@@ -3,11 +3,12 @@
  *
  *   loop:  submit everything prepared and wait for at least one completion,
  *          bounded by the nearest timer or DNS deadline (one enter per turn;
- *          no wait while completions are deferred); expire timers; run the
- *          completions deferred at the last turn, oldest first; copy up to
- *          LIMITS_CQES_PER_TURN completions out and mark them seen in one
+ *          no wait while completions are deferred); expire timers; copy up
+ *          to LIMITS_CQES_PER_TURN completions out and mark them seen in one
  *          step, then run their handlers (no handler runs from inside submit
- *          or reap), again while the CQ has more; then run resolver timeouts
+ *          or reap), again while the CQ has more; then run a quantum of each
+ *          sandbox's completions deferred at earlier turns, oldest first;
+ *          then run resolver timeouts
  *          and re-arm receives that ran out of provided buffers; then, once
  *          WORKER_STATS_PUBLISH_MS has passed since the last time, copy the
  *          counters out for the control thread.
@@ -877,8 +878,10 @@ static void worker_loop(struct worker *w)
 		 * the handlers below arm count from now, not from the last wake-up. */
 		run_timers(w);
 		sched_turn(&w->sched);
-		run_deferred(w);
+		/* What arrived first, then what waited: a quiet sandbox's answer goes
+		 * into the ring ahead of a busy one's quantum (core/sched.c). */
 		run_reaped(w, batch);
+		run_deferred(w);
 		dns_tick(&w->dns);
 		run_nobufs(w);
 		run_paused_accepts(w);

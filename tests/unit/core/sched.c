@@ -1,10 +1,11 @@
 /*
  * Unit tests for core/sched.c: each sandbox's completions per loop turn. The
- * issue-15 flood in miniature, driven as core/worker.c drives it (the deferred
- * first, then what the turn reaped): one key with a thousand completions ready
- * and a hundred keys with one each; every quiet key is handled in the first
- * turn, the flood a quantum a turn, every key's completions in the order they
- * came, none lost and none left behind.
+ * issue-15 flood in miniature, driven as core/worker.c drives it (what the
+ * turn reaped first, then the waiting): one key with a thousand completions
+ * ready and a hundred keys with one each; every quiet key is handled in the
+ * first turn that sees it, before the flood's waiting ones, the flood a
+ * quantum a turn, every key's completions in the order they came, none lost
+ * and none left behind.
  */
 #include <signal.h>
 
@@ -19,6 +20,7 @@ struct seen {
 	uint32_t count[KEYS];
 	uint32_t last[KEYS];
 	uint32_t turn_of_first[KEYS];
+	uint32_t handled_as[KEYS]; /* the last one's place among everything handled */
 	uint32_t handled;
 };
 
@@ -32,10 +34,10 @@ static void handle(struct seen *w, const struct sched_cqe *q, uint32_t turn)
 		w->turn_of_first[q->key] = turn;
 	w->last[q->key] = (uint32_t)q->ud;
 	w->count[q->key]++;
-	w->handled++;
+	w->handled_as[q->key] = w->handled++;
 }
 
-/* One loop turn as the worker takes it: the deferred, then <n> new completions. */
+/* One loop turn as the worker takes it: <n> new completions, then the waiting. */
 static uint32_t turn(struct sched *s, struct seen *w, const struct sched_cqe *batch, uint32_t n,
 		     uint32_t t)
 {
@@ -43,10 +45,6 @@ static uint32_t turn(struct sched *s, struct seen *w, const struct sched_cqe *ba
 	struct sched_cqe q;
 
 	sched_turn(s);
-	while (sched_next_waiting(s, &q)) {
-		handle(w, &q, t);
-		ran++;
-	}
 	for (uint32_t i = 0; i < n; i++) {
 		if (sched_admit(s, batch[i].key)) {
 			handle(w, &batch[i], t);
@@ -55,6 +53,10 @@ static uint32_t turn(struct sched *s, struct seen *w, const struct sched_cqe *ba
 			ck_assert(sched_room(s, 1));
 			sched_defer(s, &batch[i]);
 		}
+	}
+	while (sched_next_waiting(s, &q)) {
+		handle(w, &q, t);
+		ran++;
 	}
 	return ran;
 }
@@ -131,8 +133,11 @@ START_TEST(test_new_quiet_work_beats_an_old_backlog)
 		{ .ud = ++seq, .key = 3 },
 		{ .ud = ++seq, .key = FLOODER },
 	};
+	uint32_t before = w.handled;
 	ck_assert_uint_eq(turn(&s, &w, more, 3, 2), QUANTUM + 1);
 	ck_assert_uint_eq(w.count[3], 2);
+	/* ... first of all in its turn: its answer goes out ahead of the flood's. */
+	ck_assert_uint_eq(w.handled_as[3], before);
 	ck_assert_uint_eq(s.count, FLOOD - 2 * QUANTUM + 2);
 	while (s.count > 0)
 		(void)turn(&s, &w, NULL, 0, 3);
@@ -249,19 +254,22 @@ START_TEST(test_waiting_key_refused_before_its_turn)
 	ck_assert_int_eq(sched_init(&s, KEYS, 8, 4), 0);
 	sched_turn(&s);
 	sched_defer(&s, &(struct sched_cqe){ .ud = 1, .key = 5 });
-	/* A new turn whose waiting were not taken yet: a new one of key 5 must not pass
-	 * the one waiting, though its quantum is whole; and it stays refused. */
+	/* The next turn reaps first: a new one of key 5 must not pass the one waiting,
+	 * though the key's quantum is whole; it goes behind it, and both run in order. */
 	sched_turn(&s);
 	ck_assert(!sched_admit(&s, 5));
-	/* The refusal spent the key's turn: its waiting one runs at the next. */
-	ck_assert(!sched_next_waiting(&s, &q));
+	sched_defer(&s, &(struct sched_cqe){ .ud = 2, .key = 5 });
 	ck_assert(!sched_admit(&s, 5));
-	sched_turn(&s);
-	ck_assert(sched_next_waiting(&s, &q));
-	ck_assert_uint_eq(q.ud, 1);
+	sched_defer(&s, &(struct sched_cqe){ .ud = 3, .key = 5 });
+	for (uint64_t ud = 1; ud <= 3; ud++) {
+		ck_assert(sched_next_waiting(&s, &q));
+		ck_assert_uint_eq(q.ud, ud);
+	}
 	ck_assert(!sched_next_waiting(&s, &q));
 	ck_assert_uint_eq(s.count, 0);
+	/* Its queue empty, the key has the last of its quantum. */
 	ck_assert(sched_admit(&s, 5));
+	ck_assert(!sched_admit(&s, 5));
 	sched_destroy(&s);
 }
 END_TEST
