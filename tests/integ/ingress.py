@@ -88,6 +88,7 @@ LINE_MAX = 8192  # LIMITS_REQUEST_LINE_BYTES_MAX: a request line this long is fi
 HEAD_MAX = 16384  # LIMITS_HEAD_BYTES_MAX: a head this large is fine, one more 431
 BURST, RATE = 3, 1  # profile limited's ingress.limits
 NOT_LISTENING_S = 3  # a 502 agent_not_listening comes within this, not a hang
+STALLED_REQUESTS = 40  # public requests waiting at once on an ingress socket nobody accepts on
 REAP_WAIT_S = 5
 AUDIT_WAIT_S = 3
 WS_MESSAGES = 1000
@@ -1342,6 +1343,55 @@ class Tests(Pass):
                 errs.append("answered after %.1fs" % r.secs)
             return errs
 
+        def stalled():
+            """An ingress socket nobody accepts on (a stalled agent): the requests the
+            gateway sends on to it wait, and none of them may keep a regular descriptor
+            of the daemon's (the name is opened O_PATH only for the connect): one each
+            would let a public flood of requests to a stalled sandbox use up the
+            daemon's table."""
+            errs = []
+            sid = self.sid["parked"]
+            path = os.path.join(self.vars["sock_dir"], "sandboxes", sid, "ingress.sock")
+            lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conns = []
+            try:
+                lst.bind(path)
+                lst.listen(0)
+                for i in range(STALLED_REQUESTS):
+                    c = Conn(self.port, NOT_LISTENING_S + 10)
+                    c.send(build("GET", self.target("parked", "/stalled-%d" % i), self.host()))
+                    conns.append(c)
+                fd_dir = "/proc/%d/fd" % self.daemon.pid
+                time.sleep(1)
+                held = []
+                for fd in os.listdir(fd_dir):
+                    try:
+                        if os.readlink(os.path.join(fd_dir, fd)) == path:
+                            held.append(fd)
+                    except OSError:
+                        pass
+                if held:
+                    errs.append("with %d public requests waiting on a stalled ingress socket, "
+                                "the daemon holds %d descriptors of its name (want none)"
+                                % (STALLED_REQUESTS, len(held)))
+            finally:
+                lst.close()
+                if os.path.lexists(path):
+                    os.unlink(path)
+            # The listener gone, every one of them is answered.
+            for i, c in enumerate(conns):
+                target = self.target("parked", "/stalled-%d" % i)
+                try:
+                    r = c.response("GET")
+                except (OSError, EOFError, ValueError) as e:
+                    r = Resp(client=c.client, error="%s: %s" % (type(e).__name__, e))
+                finally:
+                    c.close()
+                self.want(r, {"method": "GET", "path": target, "sandbox": sid})
+                errs += ["stalled request %d: %s" % (i, e)
+                         for e in refusal(r, 502, "agent_not_listening")]
+            return errs
+
         def unknown():
             errs = []
             a = self.sid["a"]
@@ -1362,6 +1412,9 @@ class Tests(Pass):
                    % NOT_LISTENING_S, stopped)
         self.timed("a sandbox no agentsnet run holds: 502 agent_not_listening within %ds"
                    % NOT_LISTENING_S, parked)
+        self.timed("%d public requests waiting on an ingress socket nobody accepts on: none "
+                   "keeps a descriptor of its name; each 502 agent_not_listening once it "
+                   "closes" % STALLED_REQUESTS, stalled)
         self.timed("unknown sandbox ids, ingress.enabled: false, paths not under the prefix "
                    "(/callbacksX, /CALLBACKS, /other): 404 ingress_not_found", unknown)
 
