@@ -59,14 +59,15 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
  10. fairness (issue 15 item 4): a daemon of its own (1 worker) with 100 quiet sandboxes,
      each asking the fake tier 5 times a second on a keep-alive connection of its own
      (bench/quiet.py: latency from when each request was due), and one flooding sandbox
-     (wrk on the TCP listener, the same rule) of 50 then 1,000 connections; the quiet
-     sandboxes' p99 under each flood against their p99 without one (the lower of the run
-     just before and the one just after), in the same run, in 3 rounds: the figure is the
-     median of the rounds' ratios. Then again, the flooding sandbox's profile limited to
-     100 requests/s, at 1,000 connections: its refusals are part of its flood. Both cores
-     are kept out of their idle state by a process that only yields (SCHED_IDLE), so a
-     request to an idle daemon does not pay the virtual CPU's wake-up, which a busy one
-     never pays. Target: each median ratio at most 1.2x (printed PASS or MISS).
+     (wrk on the TCP listener, the same rule) of 50 then 1,000 connections, let run and
+     stopped (SIGSTOP) in turn, a second each, 16 s: the quiet sandboxes' p99 while it
+     runs against their p99 while it is stopped (its connections open and idle), the
+     phases interleaved so that a drift of the machine falls on both alike. Then again,
+     the flooding sandbox's profile limited to 100 requests/s, at 1,000 connections: its
+     refusals are part of its flood. Both cores are kept out of their idle state by a
+     process that only yields (SCHED_IDLE), so a request to an idle daemon does not pay
+     the virtual CPU's wake-up, which a busy one never pays. Target: each ratio at most
+     1.2x (printed PASS or MISS).
 
 Prints one table, ratios first (agentsnetd / subject; the "better" column says
 whether higher or lower wins), and writes it as JSON (--results), after
@@ -133,8 +134,9 @@ OWN_DAEMON = {"micro", "ingress", "fairness"}
 QUIET_PREFIX = "q"
 QUIET_COUNT = 100
 QUIET_RATE = 5
-FAIR_SECONDS = 6
-FAIR_ROUNDS = 3  # the ratio is the median of this many rounds' (floods between references)
+FAIR_SECONDS = 16
+FAIR_PHASE_S = 1.0  # the flood runs, then is stopped, this long each, in turn
+FAIR_SETTLE_S = 0.2  # the first part of each phase, not counted
 FAIR_RAMP_S = 1  # the flood runs this long before the quiet sandboxes' latency counts
 FAIR_FLOODS = (50, 1000)
 FAIR_TARGET = 1.2  # quiet p99 under a flood / without it, in the same run
@@ -142,9 +144,9 @@ FAIR_LIMIT_RPS = 100  # the flooding sandbox's profile limit in the limited run
 FAIR_NOTE = ("%d sandboxes, one keep-alive connection each on its egress socket, %d requests/s "
              "each to the fake tier (answered by the daemon); the flood: wrk on the TCP "
              "listener's sandbox, to the same rule; 1 worker; the quiet clients and wrk share "
-             "the load core, the quiet ones at real-time priority when run as root; each "
-             "flood's reference is the lower of the runs without a flood just before and just "
-             "after it; the ratio is the median of %d rounds; both cores kept from idling by a "
+             "the load core, the quiet ones at real-time priority when run as root; the flood "
+             "let run and stopped in turn, %.0f s each, the first %.1f s of each not counted: "
+             "p99 while it runs / p99 while it is stopped; both cores kept from idling by a "
              "yielding SCHED_IDLE process")
 TLS_LEVELS = (1, 64)
 TLS_REQUESTS = 10000  # keep-alive requests per connection before a new one
@@ -181,7 +183,7 @@ if os.environ.get("AN_BENCH_QUICK") == "1":  # a smoke run of every code path, f
     LEVELS, WRK_SECONDS, RATE_SECONDS, THROUGHPUT_SECONDS, TLS_LEVELS = (1, 64), 1, 1, 1, (64,)
     THROUGHPUT_REPEATS, IDLE_LEVELS, IDLE_MAX, MICRO_REPEATS = 1, (200,), 400, 2
     INGRESS_REPEATS = 1
-    FAIR_SECONDS, FAIR_FLOODS, QUIET_COUNT, FAIR_ROUNDS = 2, (50,), 20, 1
+    FAIR_SECONDS, FAIR_FLOODS, QUIET_COUNT = 4, (50,), 20
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -1251,74 +1253,73 @@ sandboxes: [{id: bench, profile: bench}]
         read_until(self.daemon_out, "agentsnetd: ready", self.daemon, READY_TIMEOUT_S)
 
     def fair_run(self, flood):
-        """The quiet sandboxes' figures (bench/quiet.py's JSON) over FAIR_SECONDS, beside a
-        flood of <flood> connections (0: none), whose wrk JSON comes back as well."""
-        wrk = None
-        if flood:
-            env = dict(os.environ, BENCH_TARGET=FAKE_NAME)
-            env.pop("BENCH_PATH", None)
-            wrk, out = self.start(["wrk", "-t1", "-c%d" % flood, "-d%ds" % (
-                FAIR_SECONDS + 2 * FAIR_RAMP_S), "--timeout", "5s", "-s",
-                os.path.join(HERE, "forward.lua"), "http://127.0.0.1:%d/" % self.tcp_port],
-                "wrk-fair-%d.out" % flood, self.load_cpu, env=env)
-            time.sleep(FAIR_RAMP_S)
+        """The quiet sandboxes' figures (bench/quiet.py's JSON, with its "on" and "off"
+        phases) over FAIR_SECONDS beside a flood of <flood> connections let run and
+        stopped in turn, and the flood's wrk JSON."""
+        env = dict(os.environ, BENCH_TARGET=FAKE_NAME)
+        env.pop("BENCH_PATH", None)
+        wrk, out = self.start(["wrk", "-t1", "-c%d" % flood, "-d%ds" % (
+            FAIR_SECONDS + 2 * FAIR_RAMP_S), "--timeout", "5s", "-s",
+            os.path.join(HERE, "forward.lua"), "http://127.0.0.1:%d/" % self.tcp_port],
+            "wrk-fair-%d.out" % flood, self.load_cpu, env=env)
         # Real-time priority on the load core (root only): wrk there must not delay the
         # quiet clients' own wake-ups, or their latency measures the load core, not the
         # daemon.
         rt = ["chrt", "-f", "1"] if os.geteuid() == 0 and shutil.which("chrt") else []
         try:
+            time.sleep(FAIR_RAMP_S)
             text = self.run_load([*rt, sys.executable, os.path.join(HERE, "quiet.py"), "--sock-dir",
                                   self.sock_dir, "--prefix", QUIET_PREFIX, "--count",
                                   str(QUIET_COUNT), "--rate", str(QUIET_RATE), "--seconds",
-                                  str(FAIR_SECONDS), "--host", FAKE_NAME], FAIR_SECONDS + 60)
+                                  str(FAIR_SECONDS), "--host", FAKE_NAME, "--flood-pid",
+                                  str(wrk.pid), "--phase-seconds", str(FAIR_PHASE_S),
+                                  "--settle-seconds", str(FAIR_SETTLE_S)], FAIR_SECONDS + 60)
             quiet = json.loads([x for x in text.splitlines() if x.startswith("{")][-1])
-            if quiet["errors"] or quiet["non_200"]:
-                raise Broken("quiet sandboxes beside a flood of %d: %d errors, %d non-200"
-                             % (flood, quiet["errors"], quiet["non_200"]))
-            flood_doc = None
-            if wrk is not None:
-                wrk.wait(FAIR_SECONDS + 30)
-                with open(out, encoding="utf-8", errors="replace") as f:
-                    lines = [x for x in f.read().splitlines() if x.startswith("{")]
-                if wrk.returncode != 0 or not lines:
-                    raise Broken("wrk -c%d (the flood) exited %s" % (flood, wrk.returncode))
-                flood_doc = json.loads(lines[-1])
+            if quiet["errors"] or quiet["non_200"] or not quiet["on"]["requests"] or \
+                    not quiet["off"]["requests"]:
+                raise Broken("quiet sandboxes beside a flood of %d: %d errors, %d non-200, "
+                             "%d and %d requests counted" % (
+                                 flood, quiet["errors"], quiet["non_200"],
+                                 quiet["on"]["requests"], quiet["off"]["requests"]))
+            wrk.wait(FAIR_SECONDS + 30)
+            with open(out, encoding="utf-8", errors="replace") as f:
+                lines = [x for x in f.read().splitlines() if x.startswith("{")]
+            if wrk.returncode != 0 or not lines:
+                raise Broken("wrk -c%d (the flood) exited %s" % (flood, wrk.returncode))
+            flood_doc = json.loads(lines[-1])
         finally:
-            if wrk is not None:
-                self.stop(wrk)
-                self.procs.remove(wrk)
-        log("bench: fairness: flood %d: quiet p50 %s us p99 %s us (%d requests); flood %s"
-            % (flood, quiet["p50_us"], quiet["p99_us"], quiet["requests"],
-               "-" if flood_doc is None else "%.0f req/s, %d non-2xx" % (
-                   flood_doc["rps"], flood_doc["non_2xx"])))
+            if wrk.poll() is None:
+                wrk.send_signal(signal.SIGCONT)
+            self.stop(wrk)
+            self.procs.remove(wrk)
+        log("bench: fairness: flood %d: quiet p99 %s us while it runs, %s us while it is "
+            "stopped (%d and %d requests); flood %.0f req/s over the run, %d non-2xx"
+            % (flood, quiet["on"]["p99_us"], quiet["off"]["p99_us"], quiet["on"]["requests"],
+               quiet["off"]["requests"], flood_doc["rps"], flood_doc["non_2xx"]))
         return quiet, flood_doc
 
-    def fair_rows(self, what, refs, runs):
-        """Rows of one daemon's runs: <refs> (quiet runs without a flood, one before each
-        round and one after the last), <runs>: {flood conns: [(quiet, flood) of each round]};
-        each flood's median ratio against FAIR_TARGET, printed PASS or MISS too."""
-        notes = {"agentsnetd (info)": FAIR_NOTE % (QUIET_COUNT, QUIET_RATE, FAIR_ROUNDS)}
-        self.row("10 fairness", "%squiet p99, no flood (the references' median)" % what, "us",
-                 {"agentsnetd": median([r["p99_us"] for r in refs])}, False, None, notes)
-        for conns, rounds in runs.items():
-            ratios = []
-            for i, (quiet, _) in enumerate(rounds):
-                ref = min(refs[i]["p99_us"], refs[i + 1]["p99_us"])
-                ratios.append(quiet["p99_us"] / ref if ref else float("inf"))
-            ratio = median(ratios)
-            self.row("10 fairness", "%squiet p99, flood of %d conns (median)" % (what, conns),
-                     "us", {"agentsnetd": median([q["p99_us"] for q, _ in rounds])}, False,
-                     None, notes)
+    def fair_rows(self, what, runs):
+        """Rows of one daemon's runs, <runs>: {flood conns: (quiet, flood)}; each flood's
+        ratio against FAIR_TARGET, printed PASS or MISS too."""
+        notes = {"agentsnetd (info)": FAIR_NOTE % (QUIET_COUNT, QUIET_RATE, FAIR_PHASE_S,
+                                                    FAIR_SETTLE_S)}
+        for conns, (quiet, flood) in runs.items():
+            on, off = quiet["on"]["p99_us"], quiet["off"]["p99_us"]
+            ratio = on / off if off else float("inf")
+            self.row("10 fairness", "%squiet p99, a flood of %d conns stopped (the reference)"
+                     % (what, conns), "us", {"agentsnetd": off}, False, None, notes)
+            self.row("10 fairness", "%squiet p99, a flood of %d conns running" % (what, conns),
+                     "us", {"agentsnetd": on}, False, None, notes)
             self.row("10 fairness", "%squiet p99 with / without a flood of %d conns"
                      % (what, conns), "x", {"agentsnetd": ratio}, False, (None, FAIR_TARGET),
                      notes)
-            self.row("10 fairness", "%sflood of %d conns: requests/s answered" % (what, conns),
-                     "req/s", {"agentsnetd": median([f["rps"] for _, f in rounds])}, True, None,
-                     {"agentsnetd (info)": "non-2xx: %d" % sum(f["non_2xx"] for _, f in rounds)})
-            print("fairness: %sflood of %d conns: quiet p99 / the reference's, each round: %s; "
-                  "median %.2fx, target <= %.1fx: %s"
-                  % (what, conns, ", ".join("%.2fx" % r for r in ratios), ratio, FAIR_TARGET,
-                     "PASS" if ratio <= FAIR_TARGET else "MISS"))
+            self.row("10 fairness", "%sflood of %d conns: requests/s answered over the run "
+                     "(it ran half of it)" % (what, conns), "req/s",
+                     {"agentsnetd": flood["rps"]}, True, None,
+                     {"agentsnetd (info)": "non-2xx: %d" % flood["non_2xx"]})
+            print("fairness: %sflood of %d conns: quiet p99 %d us running / %d us stopped = "
+                  "%.2fx, target <= %.1fx: %s" % (what, conns, on, off, ratio, FAIR_TARGET,
+                                                   "PASS" if ratio <= FAIR_TARGET else "MISS"))
 
     def start_idle_keepers(self):
         """A process on each core that only yields, at SCHED_IDLE: any other task preempts it
@@ -1330,28 +1331,20 @@ sandboxes: [{id: bench, profile: bench}]
                            "idle-keeper-%s.out" % cpu, cpu)[0] for cpu in cores]
 
     def bench_fairness(self):
-        """10: QUIET_COUNT quiet sandboxes' p99 with and without one flooding sandbox, in
-        FAIR_ROUNDS rounds, then again with the flooding sandbox under a profile rate limit
-        (its refusals)."""
+        """10: QUIET_COUNT quiet sandboxes' p99 with and without one flooding sandbox, then
+        again with the flooding sandbox under a profile rate limit (its refusals)."""
         keepers = self.start_idle_keepers()
         try:
             for limited in (False, True):
                 self.start_fair_daemon(limited)
                 floods = FAIR_FLOODS if not limited else FAIR_FLOODS[-1:]
-                runs = {conns: [] for conns in floods}
                 try:
-                    refs = [self.fair_run(0)[0]]
-                    for _ in range(FAIR_ROUNDS):
-                        for conns in floods:
-                            runs[conns].append(self.fair_run(conns))
-                        refs.append(self.fair_run(0)[0])
+                    runs = {conns: self.fair_run(conns) for conns in floods}
                 finally:
                     self.stop_daemon()
                 self.raw.setdefault("fairness", {})["limited" if limited else "open"] = {
-                    "references": refs,
-                    "floods": {str(k): [{"quiet": q, "flood": f} for q, f in v]
-                               for k, v in runs.items()}}
-                self.fair_rows("rate-limited flood: " if limited else "", refs, runs)
+                    str(k): {"quiet": q, "flood": f} for k, (q, f) in runs.items()}
+                self.fair_rows("rate-limited flood: " if limited else "", runs)
         finally:
             for p in keepers:
                 self.stop(p)

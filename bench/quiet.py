@@ -12,9 +12,19 @@ send; otherwise from its send, so this loop's own lateness (epoll's timeout is
 in whole milliseconds) is not counted against the daemon. A connection that
 ends or fails is counted and opened again.
 
+With --flood-pid, the flood (a wrk process) is let run and stopped in turn
+(SIGCONT, SIGSTOP), --phase-seconds each, starting with it running, and each
+request counts in the figures of the phase it was sent in ("on" or "off"),
+except in the first --settle-seconds of a phase (the flood's requests in
+flight when it stopped are still being answered then). So the run measures
+the quiet sandboxes with and without the flood side by side, a second apart:
+a slow drift of the machine (another job's load) falls on both alike. The
+flood is let run again at the end.
+
 Prints one JSON line: requests answered, errors, non-200 answers and the
-p50/p99/p99.9/max latency in microseconds, from a histogram of 1 us buckets
-up to 1 s (one bucket above), allocated before the run. Bounded: it runs
+p50/p99/p99.9/max latency in microseconds, from histograms of 1 us buckets
+up to 1 s (one bucket above), allocated before the run; with --flood-pid
+also the same figures of each phase under "on" and "off". Bounded: it runs
 --seconds and then stops, whatever the daemon does.
 """
 
@@ -23,6 +33,7 @@ import json
 import os
 import random
 import selectors
+import signal
 import socket
 import sys
 import time
@@ -40,6 +51,7 @@ class Quiet:
         self.busy = False
         self.start = 0.0  # what the latency of the request in flight counts from
         self.blocked = False  # the last answer came after the next request was due
+        self.phase = None  # the request in flight counts in this phase's figures (None: none)
 
     def open(self, sel):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -82,6 +94,28 @@ def percentile(hist, total, pct):
     return len(hist) - 1
 
 
+class Figures:
+    """A latency histogram and its summary."""
+
+    def __init__(self):
+        self.hist = [0] * (HIST_US + 1)
+        self.count = 0
+        self.worst = 0
+
+    def add(self, us):
+        self.hist[min(max(us, 0), HIST_US)] += 1
+        self.count += 1
+        self.worst = max(self.worst, us)
+
+    def summary(self):
+        n = self.count
+        return {"requests": n,
+                "p50_us": percentile(self.hist, n, 50) if n else None,
+                "p99_us": percentile(self.hist, n, 99) if n else None,
+                "p999_us": percentile(self.hist, n, 99.9) if n else None,
+                "max_us": self.worst}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sock-dir", required=True)
@@ -90,7 +124,13 @@ def main():
     ap.add_argument("--rate", type=float, default=5.0, help="requests/s per sandbox")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--host", default="fake.bench")
+    ap.add_argument("--flood-pid", type=int, default=0,
+                    help="the flood to let run and stop in turn (SIGCONT, SIGSTOP)")
+    ap.add_argument("--phase-seconds", type=float, default=1.0)
+    ap.add_argument("--settle-seconds", type=float, default=0.2)
     args = ap.parse_args()
+    if args.flood_pid and not 0 <= args.settle_seconds < args.phase_seconds:
+        ap.error("--settle-seconds must be shorter than --phase-seconds")
 
     sel = selectors.DefaultSelector()
     period = 1.0 / args.rate
@@ -102,25 +142,37 @@ def main():
         q.open(sel)
         q.due = start + random.random() * period
         quiet.append(q)
-    hist = [0] * (HIST_US + 1)
+    every = Figures()
+    phases = {"on": Figures(), "off": Figures()}
     answered = errors = non_200 = 0
-    worst = 0
     end = start + args.seconds
+    flood_on = True
+    switch_at = start + args.phase_seconds  # the next phase's start
+    settled_at = start + args.settle_seconds
+    if args.flood_pid:
+        os.kill(args.flood_pid, signal.SIGCONT)
     while True:
         now = time.monotonic()
         if now >= end:
             break
+        if args.flood_pid and now >= switch_at:
+            flood_on = not flood_on
+            os.kill(args.flood_pid, signal.SIGCONT if flood_on else signal.SIGSTOP)
+            settled_at = switch_at + args.settle_seconds
+            switch_at += args.phase_seconds
         for q in quiet:
             if not q.busy and q.due <= now:
                 try:
                     q.sock.sendall(q.request)  # small: the socket buffer takes it whole
                     q.busy = True
                     q.start = q.due if q.blocked else time.monotonic()
+                    q.phase = ("on" if flood_on else "off") if q.start >= settled_at else None
                 except OSError:
                     errors += 1
                     q.close(sel)
                     q.open(sel)
-        wait = min([q.due for q in quiet if not q.busy] + [end]) - time.monotonic()
+        wait = min([q.due for q in quiet if not q.busy] + [end] +
+                   ([switch_at] if args.flood_pid else [])) - time.monotonic()
         for key, _ in sel.select(max(0.0, min(wait, 0.05))):
             q = key.data
             try:
@@ -139,22 +191,23 @@ def main():
                 continue
             done_at = time.monotonic()
             us = int((done_at - q.start) * 1e6)
-            hist[min(max(us, 0), HIST_US)] += 1
-            worst = max(worst, us)
+            every.add(us)
+            if args.flood_pid and q.phase is not None:
+                phases[q.phase].add(us)
             answered += 1
             non_200 += status != 200
             q.buf = b""
             q.busy = False
             q.due += period
             q.blocked = done_at > q.due
+    if args.flood_pid:
+        os.kill(args.flood_pid, signal.SIGCONT)
     for q in quiet:
         q.close(sel)
-    doc = {"requests": answered, "errors": errors, "non_200": non_200,
-           "seconds": round(time.monotonic() - start, 3),
-           "p50_us": percentile(hist, answered, 50) if answered else None,
-           "p99_us": percentile(hist, answered, 99) if answered else None,
-           "p999_us": percentile(hist, answered, 99.9) if answered else None,
-           "max_us": worst}
+    doc = {"errors": errors, "non_200": non_200, "seconds": round(time.monotonic() - start, 3)}
+    doc.update(every.summary())
+    if args.flood_pid:
+        doc.update({name: f.summary() for name, f in phases.items()})
     print(json.dumps(doc))
     return 0 if answered else 1
 
