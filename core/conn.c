@@ -48,6 +48,7 @@
  * completion that ends their use.
  */
 #include "core/conn.h"
+#include "core/conn_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -78,68 +79,6 @@
 #include "core/ud.h"
 #include "core/worker.h"
 
-enum conn_state {
-	ST_HEAD = 0,
-	ST_RESOLVE,
-	ST_CONNECT,
-	ST_TUNNEL,
-	ST_FORWARD,
-	ST_RESPOND,
-	ST_LINGER,
-	ST_TERM, /* the client's TLS terminated here: a fake-response tunnel */
-	ST_CLOSING,
-};
-
-/* Operation kinds; the up/down relay kinds are OP_DIR_BASE + dir * OP_DIR_COUNT + kind. */
-enum conn_op {
-	OP_HEAD_RECV = 0,
-	OP_SOCKET,
-	OP_CONNECT,
-	OP_CONNECT_TIMEOUT,
-	OP_NODELAY_U,
-	OP_NODELAY_C,
-	OP_PEERCRED,
-	OP_CANCEL,
-	OP_DIR_BASE,
-};
-
-enum relay_op {
-	ROP_POLL = 0,
-	ROP_SPLICE_IN,
-	ROP_SPLICE_OUT,
-	ROP_RECV,
-	ROP_SEND,
-	ROP_SHUT,
-	OP_DIR_COUNT,
-};
-
-static_assert(OP_DIR_BASE + 2 * OP_DIR_COUNT <= CONN_OP_COUNT, "op codes must fit");
-static_assert(CONN_OP_COUNT <= 32, "ops is a 32-bit mask");
-
-enum relay_state {
-	R_IDLE = 0,
-	R_PRELUDE, /* sending what must precede the relay (200 reply, early data) */
-	R_POLL,
-	R_SPLICE_IN,
-	R_SPLICE_OUT,
-	R_RECV,
-	R_SEND,
-	R_SHUT,
-	R_DONE,
-};
-
-enum { DIR_UP = 0, DIR_DOWN = 1 };
-
-/* c->flags */
-#define F_TCP_CLIENT   0x01u /* accepted on the TCP listener */
-#define F_HEAD_STOP    0x02u /* do not re-arm the head receive */
-#define F_CLIENT_EOF   0x04u /* the client half-closed before the relay started */
-#define F_REUSABLE     0x08u /* the open upstream may serve the next request */
-#define F_DNS          0x10u /* a lookup is in flight: do not free */
-#define F_NO_KEEPALIVE 0x20u /* close after this exchange */
-#define F_NOBUFS       0x40u /* on the worker's nobufs list */
-#define F_UNIX_UP      0x80u /* the local upstream is a Unix socket, in c->addrs (conn_unix) */
-
 #define CONN_LINGER_MS 2000u
 /*
  * A splice-in of at least this much means the source is streaming: the relay
@@ -149,133 +88,19 @@ enum { DIR_UP = 0, DIR_DOWN = 1 };
  */
 #define CONN_STREAMING_BYTES (16u * 1024u)
 
-static const char reply_established[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 static const char reply_overloaded[] =
     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     "X-Agent-Reason: overloaded\r\nX-Agent-Instruction: The proxy is at its connection limit; "
     "retry after a short wait.\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 40\r\n"
     "\r\n{\"reason\":\"overloaded\",\"status\":503}\n\n\n";
 
-/* Closes both sides; the debug log names the line that decided it. */
-static void conn_close_at(struct conn *c, int line);
-#define conn_close(c) conn_close_at((c), __LINE__)
-static void respond(struct conn *c, enum reason why);
-static void relay_arm(struct conn *c, int dir);
-static void up_prelude_step(struct conn *c);
-static void fwd_up_step(struct conn *c);
-static void fwd_down_recv(struct conn *c);
-static void head_recv_arm(struct conn *c);
 static void request_finish(struct conn *c);
-static void term_start(struct conn *c);
-static void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len);
-static void term_eof(struct conn *c);
-static void on_term_send(struct conn *c, int res);
-static void fake_plain(struct conn *c, const struct http1_request *req);
-static void inject_request(struct conn *c, const struct http1_request *req, size_t head_len);
-static void inject_pump(struct conn *c);
-static void inject_start(struct conn *c);
-static void on_inject_recv(struct conn *c, int res);
-static void on_inject_send(struct conn *c, int res);
 static void inject_feed_upstream(struct conn *c);
 static uint32_t term_feed_waiting(struct conn *c);
-static void term_recv_arm(struct conn *c);
-static void fake_plain_done(struct conn *c);
-static void respond_send(struct conn *c);
-static void ingress_audit(struct conn *c);
-static void ingress_begin(struct conn *c);
-static void ingress_release(struct conn *c);
-static void ingress_decide(struct conn *c, const struct http1_request *req);
-static void ingress_connect(struct conn *c);
-static ssize_t ingress_head(struct conn *c, const struct http1_request *req);
-static void ingress_upgraded(struct conn *c);
-static void tlsrelay_connect(struct conn *c);
-static void tlsrelay_start(struct conn *c);
-static void tlsrelay_pump(struct conn *c);
-static void on_tlsrelay_send(struct conn *c, int res);
-static void on_tlsrelay_recv(struct conn *c, int res);
-static void inject_recv_arm(struct conn *c);
-static bool inject_take_pooled(struct conn *c);
-static bool inject_parkable(const struct conn *c);
-static bool inject_park(struct conn *c);
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static inline struct ring *conn_ring(struct conn *c)
-{
-	return &c->w->ring;
-}
-
-static inline uint32_t op_bit(uint32_t op)
-{
-	AN_DASSERT(op < CONN_OP_COUNT);
-	return 1u << op;
-}
-
-static inline uint32_t dir_op(int dir, uint32_t rop)
-{
-	return OP_DIR_BASE + (uint32_t)dir * OP_DIR_COUNT + rop;
-}
-
-static inline struct relay *relay_of(struct conn *c, int dir)
-{
-	return dir == DIR_UP ? &c->up : &c->down;
-}
-
-static inline int relay_src(const struct conn *c, int dir)
-{
-	return dir == DIR_UP ? c->cfd : c->ufd;
-}
-
-static inline int relay_dst(const struct conn *c, int dir)
-{
-	return dir == DIR_UP ? c->ufd : c->cfd;
-}
-
-static struct io_uring_sqe *conn_sqe(struct conn *c, uint32_t op)
-{
-	AN_ASSERT((c->ops & op_bit(op)) == 0);
-	struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
-	c->ops |= op_bit(op);
-	io_uring_sqe_set_data64(sqe, ud_encode(c, op));
-	return sqe;
-}
-
-static void prep_send(struct conn *c, uint32_t op, int fd, const void *p, size_t len)
-{
-	struct io_uring_sqe *sqe = conn_sqe(c, op);
-	io_uring_prep_send(sqe, fd, p, len, MSG_NOSIGNAL);
-	sqe->flags |= IOSQE_FIXED_FILE;
-}
-
-static void prep_recv_select(struct conn *c, uint32_t op, int fd)
-{
-	struct io_uring_sqe *sqe = conn_sqe(c, op);
-	io_uring_prep_recv(sqe, fd, NULL, conn_ring(c)->buf_bytes, 0);
-	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_BUFFER_SELECT;
-	sqe->buf_group = RING_BGID;
-}
-
-/*
- * Closes a direct descriptor. The close references no conn memory, so it is
- * not tracked: its completion is skipped on success, and a failure (which
- * would mean the slot was already empty) arrives with user_data 0.
- */
-/*
- * <res> more bytes of the outgoing message at <base> (c->out_len of them)
- * went out; sends the rest on <fd> as <op>. True while some is left.
- */
-static bool out_sent(struct conn *c, uint32_t op, int fd, const char *base, int res)
-{
-	AN_ASSERT(res >= 0);
-	AN_ASSERT(c->out_off + (uint32_t)res <= c->out_len);
-	c->out_off += (uint32_t)res;
-	if (c->out_off == c->out_len)
-		return false;
-	prep_send(c, op, fd, base + c->out_off, c->out_len - c->out_off);
-	return true;
-}
-
-static void close_slot(struct conn *c, int32_t *slot)
+void close_slot(struct conn *c, int32_t *slot)
 {
 	AN_ASSERT(*slot >= 0);
 	struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
@@ -285,7 +110,7 @@ static void close_slot(struct conn *c, int32_t *slot)
 	*slot = -1;
 }
 
-static const struct engine_sandbox *conn_sandbox(const struct conn *c)
+const struct engine_sandbox *conn_sandbox(const struct conn *c)
 {
 	AN_DASSERT(c->sandbox != WORKER_NO_SANDBOX);
 	return c->w->e->sandboxes[c->sandbox];
@@ -309,14 +134,14 @@ static const char *conn_sandbox_id(const struct conn *c, char *buf)
 	return buf;
 }
 
-static uint64_t upstream_key(const char *host, size_t len, uint16_t port)
+uint64_t upstream_key(const char *host, size_t len, uint16_t port)
 {
 	return XXH3_64bits_withSeed(host, len, port);
 }
 
 /* ---- audit ---------------------------------------------------------- */
 
-static void addr_format(const union conn_addr *a, char *out, size_t cap)
+void addr_format(const union conn_addr *a, char *out, size_t cap)
 {
 	char ip[INET6_ADDRSTRLEN];
 
@@ -336,7 +161,7 @@ static void addr_format(const union conn_addr *a, char *out, size_t cap)
 	}
 }
 
-static void record_common(const struct conn *c, struct audit_record *rec)
+void record_common(const struct conn *c, struct audit_record *rec)
 {
 	rec->conn_id = c->id;
 	rec->port = c->port;
@@ -354,7 +179,7 @@ static void record_common(const struct conn *c, struct audit_record *rec)
 }
 
 /* Writes the decision record for the current request; sets c->decision_id. */
-static void audit_decision(struct conn *c, bool allowed, uint16_t status)
+void audit_decision(struct conn *c, bool allowed, uint16_t status)
 {
 	struct audit_ring *ar = c->w->audit;
 
@@ -414,7 +239,7 @@ static void audit_close_record(struct conn *c)
  * cut): who sent what to which sandbox, and what came back. At most one per
  * request.
  */
-static void ingress_audit(struct conn *c)
+void ingress_audit(struct conn *c)
 {
 	struct audit_ring *ar = c->w->audit;
 
@@ -445,7 +270,7 @@ static void ingress_audit(struct conn *c)
  * CONN_EARLY_MAX wait already or no block is left: the caller returns the
  * buffer and closes.
  */
-static bool early_push(struct conn *c, uint16_t bid, uint32_t len)
+bool early_push(struct conn *c, uint16_t bid, uint32_t len)
 {
 	AN_ASSERT(len > 0 && len <= UINT16_MAX);
 	if (c->early_count == CONN_EARLY_MAX)
@@ -464,7 +289,7 @@ static bool early_push(struct conn *c, uint16_t bid, uint32_t len)
 }
 
 /* The unread bytes of the oldest early buffer: their length; *<bid> and *<off> say where. */
-static uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off)
+uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off)
 {
 	const struct conn_early *e = c->early;
 
@@ -479,7 +304,7 @@ static uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off)
  * Marks <n> bytes of the oldest early buffer read. A buffer read whole goes
  * back to the ring, and the last one takes the block back to the pool.
  */
-static void early_advance(struct conn *c, uint32_t n)
+void early_advance(struct conn *c, uint32_t n)
 {
 	struct conn_early *e = c->early;
 
@@ -520,7 +345,7 @@ static void relay_release(struct conn *c, struct relay *r)
 	}
 }
 
-static void buffers_release(struct conn *c)
+void buffers_release(struct conn *c)
 {
 	if (c->head != NULL) {
 		pool_put(&c->w->heads, c->head);
@@ -614,7 +439,7 @@ static void conn_maybe_free(struct conn *c)
 	pool_put(&w->conns, c);
 }
 
-static void conn_close_at(struct conn *c, int line)
+void conn_close_at(struct conn *c, int line)
 {
 	if (c->state == ST_CLOSING)
 		return;
@@ -842,7 +667,7 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 
 /* ---- request head ------------------------------------------------------ */
 
-static void head_recv_arm(struct conn *c)
+void head_recv_arm(struct conn *c)
 {
 	AN_ASSERT(c->cfd >= 0);
 	struct io_uring_sqe *sqe = conn_sqe(c, OP_HEAD_RECV);
@@ -851,7 +676,7 @@ static void head_recv_arm(struct conn *c)
 	sqe->buf_group = RING_BGID;
 }
 
-static void head_recv_stop(struct conn *c)
+void head_recv_stop(struct conn *c)
 {
 	c->flags |= F_HEAD_STOP;
 	if ((c->ops & op_bit(OP_HEAD_RECV)) == 0)
@@ -862,7 +687,7 @@ static void head_recv_stop(struct conn *c)
 	c->cancels++;
 }
 
-static void nobufs_wait(struct conn *c)
+void nobufs_wait(struct conn *c)
 {
 	if (c->flags & F_NOBUFS)
 		return;
@@ -870,9 +695,6 @@ static void nobufs_wait(struct conn *c)
 	c->nobufs_next = c->w->nobufs;
 	c->w->nobufs = c;
 }
-
-/* Parses the head buffer; on a complete head, decides. */
-static void head_parse(struct conn *c);
 
 /* Whether <len> more bytes, the next request's, are kept while an answer goes out. */
 static bool head_keeps(const struct conn *c, uint32_t len)
@@ -947,7 +769,7 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		fwd_up_step(c);
 }
 
-static bool head_recv_wanted(const struct conn *c)
+bool head_recv_wanted(const struct conn *c)
 {
 	if (c->cfd < 0 || (c->flags & (F_HEAD_STOP | F_CLIENT_EOF)))
 		return false;
@@ -1047,7 +869,7 @@ static void on_head_recv(struct conn *c, int res, uint32_t cqe_flags)
 
 /* ---- deciding -------------------------------------------------------- */
 
-static void request_copy(struct conn *c, const struct http1_request *req)
+void request_copy(struct conn *c, const struct http1_request *req)
 {
 	size_t mlen = req->method_len < sizeof(c->method) ? req->method_len : sizeof(c->method) - 1;
 	memcpy(c->method, req->method, mlen);
@@ -1067,7 +889,6 @@ static void request_copy(struct conn *c, const struct http1_request *req)
 }
 
 static void resolve_start(struct conn *c);
-static void forward_start(struct conn *c);
 
 /*
  * The sandbox's limits on a request the policy allows: its connections at
@@ -1158,7 +979,7 @@ static bool refusal_keeps(const struct conn *c, const struct http1_request *req,
  * what its sandbox is under it; NULL when the snapshot does not know the
  * sandbox, which a fresh look at the published one settles.
  */
-static const struct snapshot_sandbox *snapshot_take(struct conn *c)
+const struct snapshot_sandbox *snapshot_take(struct conn *c)
 {
 	struct worker *w = c->w;
 
@@ -1180,8 +1001,8 @@ static const struct snapshot_sandbox *snapshot_take(struct conn *c)
  * request goes to, NULL: none): an agent steered to send its credential
  * elsewhere. Counted when so; the caller refuses placeholder_misdirected.
  */
-static bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
-				    const struct verdict_inject *own)
+bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
+			     const struct verdict_inject *own)
 {
 	const struct verdict_ops *ops = c->w->e->ops;
 
@@ -1194,7 +1015,7 @@ static bool placeholder_misdirected(struct conn *c, const char *head, size_t len
 	return true;
 }
 
-static void decide(struct conn *c, const struct http1_request *req)
+void decide(struct conn *c, const struct http1_request *req)
 {
 	const struct engine *e = c->w->e;
 	struct verdict v;
@@ -1308,7 +1129,7 @@ static bool ingress_proxy_take(struct conn *c)
 	return c->head_fill > 0;
 }
 
-static void head_parse(struct conn *c)
+void head_parse(struct conn *c)
 {
 	struct http1_request req;
 	enum reason why = REASON_BAD_REQUEST;
@@ -1341,8 +1162,6 @@ static void head_parse(struct conn *c)
 }
 
 /* ---- resolving and connecting ------------------------------------------ */
-
-static void connect_next(struct conn *c);
 
 /* Keeps the addresses the policy permits (all of them for a local upstream). */
 static void addrs_accept(struct conn *c, const struct sockaddr_storage *addrs, uint32_t count)
@@ -1412,7 +1231,7 @@ static bool literal_addr(const char *host, uint16_t port, struct sockaddr_storag
 static_assert(sizeof(((struct conn *)0)->addrs) >= sizeof(struct sockaddr_un),
 	      "a Unix socket address fits the address storage");
 
-static struct sockaddr_un *conn_unix(struct conn *c)
+struct sockaddr_un *conn_unix(struct conn *c)
 {
 	return (struct sockaddr_un *)(void *)c->addrs;
 }
@@ -1496,7 +1315,7 @@ static void resolve_start(struct conn *c)
 	}
 }
 
-static void connect_next(struct conn *c)
+void connect_next(struct conn *c)
 {
 	if (c->addr_next >= c->addr_count) {
 		bool timed_out = c->connect_err == -ETIMEDOUT || c->connect_err == -ECANCELED;
@@ -1552,8 +1371,6 @@ static void on_socket(struct conn *c, int res)
 	io_uring_prep_link_timeout(sqe, &c->connect_ts, 0);
 }
 
-static void tunnel_start(struct conn *c);
-
 static void on_connect(struct conn *c, int res)
 {
 	if (c->ingress_path_fd >= 0) {
@@ -1599,7 +1416,7 @@ static void on_connect(struct conn *c, int res)
  */
 
 /* A gateway request begins: its record counts from here. */
-static void ingress_begin(struct conn *c)
+void ingress_begin(struct conn *c)
 {
 	AN_ASSERT(c->ingress);
 	AN_ASSERT(!c->ingress_record || c->state == ST_HEAD);
@@ -1645,7 +1462,7 @@ static const struct verdict_ingress *ingress_rules(const struct conn *c)
 }
 
 /* The request no longer counts as open against its sandbox's `concurrent`. */
-static void ingress_release(struct conn *c)
+void ingress_release(struct conn *c)
 {
 	if (!c->ingress_counted)
 		return;
@@ -1722,7 +1539,7 @@ static enum reason ingress_refusal(struct conn *c, const struct http1_request *r
 	return ingress_limits_refusal(c, in);
 }
 
-static void ingress_decide(struct conn *c, const struct http1_request *req)
+void ingress_decide(struct conn *c, const struct http1_request *req)
 {
 	ingress_begin(c);
 	c->requests++;
@@ -1773,7 +1590,7 @@ static void ingress_decide(struct conn *c, const struct http1_request *req)
  * /proc/self/fd: a symlink planted there cannot send a public request to
  * another socket of the host (another sandbox's, a container runtime's).
  */
-static void ingress_connect(struct conn *c)
+void ingress_connect(struct conn *c)
 {
 	const struct config *cfg = c->w->e->cfg;
 	char id[CONFIG_SANDBOX_ID_BYTES_MAX], path[PATH_MAX];
@@ -1812,7 +1629,7 @@ static void ingress_connect(struct conn *c)
 }
 
 /* Writes the agent's head for <req> into c->out (core/ingress.h). Bytes or -EMSGSIZE. */
-static ssize_t ingress_head(struct conn *c, const struct http1_request *req)
+ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 {
 	const struct config *cfg = c->w->e->cfg;
 	struct ingress_target t;
@@ -1847,7 +1664,7 @@ static ssize_t ingress_head(struct conn *c, const struct http1_request *req)
  * The agent switched protocols (101 to an upgrade request): its answer goes
  * to the client as is, and from then on the conn is a tunnel both ways.
  */
-static void ingress_upgraded(struct conn *c)
+void ingress_upgraded(struct conn *c)
 {
 	uint32_t up_ops = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
 			  op_bit(dir_op(DIR_UP, ROP_POLL)) | op_bit(dir_op(DIR_UP, ROP_SPLICE_IN)) |
@@ -1877,7 +1694,7 @@ static void ingress_upgraded(struct conn *c)
 
 /* ---- tunnel ----------------------------------------------------------- */
 
-static void tunnel_start(struct conn *c)
+void tunnel_start(struct conn *c)
 {
 	c->state = ST_TUNNEL;
 	c->reason = REASON_NONE;
@@ -1899,7 +1716,7 @@ static void tunnel_start(struct conn *c)
  * The next early-data slice to forward: the head buffer's tail first, then
  * the FIFO. Returns its length (0: none) and sets *<p>.
  */
-static uint32_t early_peek(struct conn *c, const char **p)
+uint32_t early_peek(struct conn *c, const char **p)
 {
 	if (c->head != NULL && c->head_len + c->early_off < c->head_fill) {
 		*p = c->head + c->head_len + c->early_off;
@@ -1915,7 +1732,7 @@ static uint32_t early_peek(struct conn *c, const char **p)
 }
 
 /* Marks <n> early bytes consumed (sent, or counted as body). */
-static void early_consume(struct conn *c, uint32_t n)
+void early_consume(struct conn *c, uint32_t n)
 {
 	if (c->head != NULL && c->head_len + c->early_off < c->head_fill) {
 		AN_ASSERT(n <= c->head_fill - c->head_len - c->early_off);
@@ -1926,7 +1743,7 @@ static void early_consume(struct conn *c, uint32_t n)
 	early_advance(c, n);
 }
 
-static void up_prelude_step(struct conn *c)
+void up_prelude_step(struct conn *c)
 {
 	struct relay *r = &c->up;
 
@@ -1960,7 +1777,7 @@ static void relay_shut(struct conn *c, int dir)
 	sqe->flags |= IOSQE_FIXED_FILE;
 }
 
-static void relay_arm(struct conn *c, int dir)
+void relay_arm(struct conn *c, int dir)
 {
 	struct relay *r = relay_of(c, dir);
 
@@ -2011,7 +1828,7 @@ static void relay_maybe_done(struct conn *c)
 		conn_close(c);
 }
 
-static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
 	struct relay *r = relay_of(c, dir);
 	struct worker *w = c->w;
@@ -2230,7 +2047,7 @@ static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
 	return m;
 }
 
-static void forward_start(struct conn *c)
+void forward_start(struct conn *c)
 {
 	struct http1_request req;
 	enum reason why;
@@ -2266,7 +2083,7 @@ static void forward_start(struct conn *c)
 	fwd_down_recv(c);
 }
 
-static void fwd_up_step(struct conn *c)
+void fwd_up_step(struct conn *c)
 {
 	struct relay *r = &c->up;
 
@@ -2307,7 +2124,7 @@ static void fwd_up_step(struct conn *c)
 	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
 }
 
-static void on_fwd_up(struct conn *c, uint32_t rop, int res)
+void on_fwd_up(struct conn *c, uint32_t rop, int res)
 {
 	struct relay *r = &c->up;
 
@@ -2360,7 +2177,7 @@ static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 	fwd_up_step(c);
 }
 
-static void fwd_down_recv(struct conn *c)
+void fwd_down_recv(struct conn *c)
 {
 	if (c->state != ST_FORWARD || c->resp_done || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
 		return;
@@ -2402,8 +2219,8 @@ static_assert(LIMITS_RESPONSE_HEAD_BYTES_MAX <= LIMITS_HEAD_BYTES_MAX &&
  * one: c->resp_fill grows by at most WORKER_HEAD_REWRITE_BYTES, which the
  * caller left free. Returns the new head's length.
  */
-static uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, uint32_t at,
-				  uint32_t n, bool keep)
+uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, uint32_t at,
+			   uint32_t n, bool keep)
 {
 	bool interim = resp->status < 200;
 	const char *connection = interim            ? NULL
@@ -2471,7 +2288,7 @@ static void fwd_resp_head(struct conn *c)
 	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->resp, send_len);
 }
 
-static void on_fwd_down_recv(struct conn *c, int res)
+void on_fwd_down_recv(struct conn *c, int res)
 {
 	struct relay *r = &c->down;
 	struct ring *ring = conn_ring(c);
@@ -2516,7 +2333,7 @@ static void on_fwd_down_recv(struct conn *c, int res)
 		request_finish(c);
 }
 
-static void on_fwd_down_send(struct conn *c, int res)
+void on_fwd_down_send(struct conn *c, int res)
 {
 	struct relay *r = &c->down;
 
@@ -2555,8 +2372,6 @@ static void on_fwd_down_send(struct conn *c, int res)
 	else
 		fwd_down_recv(c);
 }
-
-static void linger_start(struct conn *c);
 
 /* Both halves of an exchange are done: keep the conn for the next request or close. */
 static void request_finish(struct conn *c)
@@ -2619,13 +2434,8 @@ static void request_finish(struct conn *c)
  * snapshot the conn holds. A request body is read and discarded.
  */
 
-static const struct term_ops *conn_term(const struct conn *c)
-{
-	return c->w->e->term;
-}
-
 /* Sends what the session has for the client; once a close is out, lingers. */
-static void term_flush(struct conn *c)
+void term_flush(struct conn *c)
 {
 	const uint8_t *data = NULL;
 
@@ -2672,7 +2482,7 @@ static void tls_failure_audit(struct conn *c, const char *why)
 	audit_commit(ar, rec);
 }
 
-static void term_end(struct conn *c, enum term_status st)
+void term_end(struct conn *c, enum term_status st)
 {
 	const struct term_ops *t = conn_term(c);
 
@@ -2690,7 +2500,7 @@ static void term_end(struct conn *c, enum term_status st)
 }
 
 /* The answer to a request refused inside the session; the conn closes after it. */
-static void term_refuse(struct conn *c, enum reason why)
+void term_refuse(struct conn *c, enum reason why)
 {
 	char audit_id[AUDIT_ID_BYTES];
 
@@ -2758,7 +2568,7 @@ static uint32_t fake_frame(struct conn *c, const struct verdict_response *r, boo
 }
 
 /* Frames the rule's answer to <req> (origin form) in c->out, and audits it. */
-static void term_answer(struct conn *c, const struct http1_request *req)
+void term_answer(struct conn *c, const struct http1_request *req)
 {
 	const struct engine *e = c->w->e;
 	const struct verdict_response *r = e->ops->fake_response(
@@ -2775,7 +2585,7 @@ static void term_answer(struct conn *c, const struct http1_request *req)
 }
 
 /* Drops <n> bytes from the front of the plaintext in the head buffer. */
-static void term_drop(struct conn *c, uint32_t n)
+void term_drop(struct conn *c, uint32_t n)
 {
 	AN_ASSERT(n <= c->head_fill);
 	memmove(c->head, c->head + n, c->head_fill - n);
@@ -2806,7 +2616,7 @@ static bool term_skip_body(struct conn *c)
  * no answer is being written: checks it, frames its answer. Returns true
  * when an answer (or a refusal) was started.
  */
-static bool term_request(struct conn *c)
+bool term_request(struct conn *c)
 {
 	struct http1_request req;
 	enum reason why = REASON_BAD_REQUEST;
@@ -2857,7 +2667,7 @@ static bool term_request(struct conn *c)
 }
 
 /* Writes the answer's next plaintext into the session. */
-static enum term_status term_write_answer(struct conn *c)
+enum term_status term_write_answer(struct conn *c)
 {
 	uint32_t total = c->out_len + c->answer_body_len;
 	const char *p = c->out_off < c->out_len ? c->out + c->out_off
@@ -2881,7 +2691,7 @@ static enum term_status term_write_answer(struct conn *c)
 }
 
 /* Reads plaintext into the head buffer. */
-static enum term_status term_read_request(struct conn *c)
+enum term_status term_read_request(struct conn *c)
 {
 	uint32_t room = LIMITS_HEAD_BYTES_MAX - c->head_fill;
 	size_t n = 0;
@@ -2896,14 +2706,12 @@ static enum term_status term_read_request(struct conn *c)
 	return st;
 }
 
-static void term_pump_session(struct conn *c);
-
 /*
  * Moves the sessions as far as they go without the network, then sends:
  * waiting ciphertext is fed as the session makes room, and once none waits
  * the paused receive resumes.
  */
-static void term_pump(struct conn *c)
+void term_pump(struct conn *c)
 {
 	for (uint32_t round = 0; round <= CONN_EARLY_MAX && c->state == ST_TERM; round++) {
 		uint32_t fed = term_feed_waiting(c);
@@ -2920,7 +2728,7 @@ static void term_pump(struct conn *c)
 }
 
 /* The fake tier's pump: requests out of the session, answers into it. */
-static void term_pump_session(struct conn *c)
+void term_pump_session(struct conn *c)
 {
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		AN_ASSERT(turn < 1000000u);
@@ -2936,7 +2744,7 @@ static void term_pump_session(struct conn *c)
 }
 
 /* The CONNECT is allowed on a fake rule: answer 200, then terminate its TLS. */
-static void term_start(struct conn *c)
+void term_start(struct conn *c)
 {
 	struct worker *w = c->w;
 	const struct term_ops *t = conn_term(c);
@@ -3009,7 +2817,7 @@ static uint32_t term_feed_waiting(struct conn *c)
  * full (its plaintext waits on the upstream) the agent is slowed down by its
  * TCP window, never cut off.
  */
-static void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len)
+void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len)
 {
 	if (!early_push(c, bid, len)) {
 		ring_buf_return(conn_ring(c), bid);
@@ -3020,7 +2828,7 @@ static void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len)
 }
 
 /* Receives the agent's next ciphertext, unless some still waits or it ended. */
-static void term_recv_arm(struct conn *c)
+void term_recv_arm(struct conn *c)
 {
 	if (c->state != ST_TERM || c->early_count > 0 || (c->flags & F_CLIENT_EOF) ||
 	    (c->ops & op_bit(dir_op(DIR_UP, ROP_RECV))))
@@ -3028,7 +2836,7 @@ static void term_recv_arm(struct conn *c)
 	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
 }
 
-static void on_term_recv(struct conn *c, int res)
+void on_term_recv(struct conn *c, int res)
 {
 	struct relay *r = &c->up;
 
@@ -3047,13 +2855,13 @@ static void on_term_recv(struct conn *c, int res)
 	}
 }
 
-static void term_eof(struct conn *c)
+void term_eof(struct conn *c)
 {
 	conn_term(c)->feed_eof(c->tls);
 	term_pump(c);
 }
 
-static void on_term_send(struct conn *c, int res)
+void on_term_send(struct conn *c, int res)
 {
 	if (res <= 0) {
 		conn_close(c);
@@ -3080,7 +2888,7 @@ static void on_term_send(struct conn *c, int res)
  * sent through RESPOND as a refusal is; then, kept alive, the conn reads the
  * next request (what arrived meanwhile was kept), else it lingers and closes.
  */
-static void fake_plain(struct conn *c, const struct http1_request *req)
+void fake_plain(struct conn *c, const struct http1_request *req)
 {
 	struct worker *w = c->w;
 	const struct verdict_response *r = w->e->ops->fake_response(
@@ -3105,7 +2913,7 @@ static void fake_plain(struct conn *c, const struct http1_request *req)
 
 /* A fake answer in clear (or a kept 429: refusal_keeps) is out: the conn goes back to
  * reading the next head. */
-static void fake_plain_done(struct conn *c)
+void fake_plain_done(struct conn *c)
 {
 	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
 	if (c->early_count > 0 || (c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
@@ -3163,7 +2971,7 @@ static void inject_flush_up(struct conn *c)
 		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, data, n);
 }
 
-static void inject_recv_arm(struct conn *c)
+void inject_recv_arm(struct conn *c)
 {
 	if (c->ufd < 0 || c->upstream_dead || c->down.holds_buf ||
 	    (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
@@ -3220,7 +3028,7 @@ static bool inject_wants_upgrade(const struct http1_request *req)
 }
 
 /* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
-static void inject_request(struct conn *c, const struct http1_request *req, size_t head_len)
+void inject_request(struct conn *c, const struct http1_request *req, size_t head_len)
 {
 	const struct verdict_inject *in = c->inject;
 	size_t line = (size_t)((const char *)memchr(c->head, '\n', head_len) - c->head) + 1;
@@ -3631,7 +3439,7 @@ static void inject_upstream_end(struct conn *c, enum term_status st)
 	}
 }
 
-static void inject_pump(struct conn *c)
+void inject_pump(struct conn *c)
 {
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		AN_ASSERT(turn < 1000000u);
@@ -3686,7 +3494,7 @@ static struct uppool_key inject_pool_key(const struct conn *c)
 				    .secret_len = in->secret_len };
 }
 
-static bool inject_take_pooled(struct conn *c)
+bool inject_take_pooled(struct conn *c)
 {
 	struct worker *w = c->w;
 	const struct uppool_key k = inject_pool_key(c);
@@ -3715,7 +3523,7 @@ static bool inject_take_pooled(struct conn *c)
 }
 
 /* True when the upstream may serve another agent connection (see inject_park). */
-static bool inject_parkable(const struct conn *c)
+bool inject_parkable(const struct conn *c)
 {
 	const struct term_ops *t = conn_term(c);
 
@@ -3731,7 +3539,7 @@ static bool inject_parkable(const struct conn *c)
  * At the conn's end (no op of its own in flight any more): hands a parkable
  * upstream, slot and session, to the worker's pool. True when it took them.
  */
-static bool inject_park(struct conn *c)
+bool inject_park(struct conn *c)
 {
 	struct worker *w = c->w;
 
@@ -3749,7 +3557,7 @@ static bool inject_park(struct conn *c)
 }
 
 /* The upstream accepted an inject CONNECT: terminate both TLS sessions. */
-static void inject_start(struct conn *c)
+void inject_start(struct conn *c)
 {
 	struct worker *w = c->w;
 	const struct term_ops *t = conn_term(c);
@@ -3774,7 +3582,7 @@ static void inject_start(struct conn *c)
 	inject_recv_arm(c);
 }
 
-static void on_inject_recv(struct conn *c, int res)
+void on_inject_recv(struct conn *c, int res)
 {
 	struct relay *r = &c->down;
 	const struct term_ops *t = conn_term(c);
@@ -3815,7 +3623,7 @@ static void inject_feed_upstream(struct conn *c)
 	inject_recv_arm(c);
 }
 
-static void on_inject_send(struct conn *c, int res)
+void on_inject_send(struct conn *c, int res)
 {
 	if (res <= 0) {
 		c->upstream_dead = true;
@@ -3840,7 +3648,7 @@ static void on_inject_send(struct conn *c, int res)
  * the down relay's buffer, which is held until the session took it all.
  */
 
-static void tlsrelay_connect(struct conn *c)
+void tlsrelay_connect(struct conn *c)
 {
 	struct worker *w = c->w;
 	const struct term_ops *t = conn_term(c);
@@ -3862,7 +3670,7 @@ static void tlsrelay_connect(struct conn *c)
 }
 
 /* Connected to the internal socket: the PROXY header first, then both ways. */
-static void tlsrelay_start(struct conn *c)
+void tlsrelay_start(struct conn *c)
 {
 	const struct engine *e = c->w->e;
 
@@ -3933,7 +3741,7 @@ static bool tlsrelay_down(struct conn *c, enum term_status *st)
 	return n > 0;
 }
 
-static void tlsrelay_pump(struct conn *c)
+void tlsrelay_pump(struct conn *c)
 {
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		enum term_status up = TERM_OK, down = TERM_OK;
@@ -3950,7 +3758,7 @@ static void tlsrelay_pump(struct conn *c)
 	term_flush(c);
 }
 
-static void on_tlsrelay_send(struct conn *c, int res)
+void on_tlsrelay_send(struct conn *c, int res)
 {
 	if (res <= 0) {
 		conn_close(c); /* the gateway side went away mid-request */
@@ -3960,7 +3768,7 @@ static void on_tlsrelay_send(struct conn *c, int res)
 		term_pump(c);
 }
 
-static void on_tlsrelay_recv(struct conn *c, int res)
+void on_tlsrelay_recv(struct conn *c, int res)
 {
 	struct relay *r = &c->down;
 
@@ -3985,7 +3793,7 @@ static void on_tlsrelay_recv(struct conn *c, int res)
  * Sends c->out_ptr/out_len in RESPOND (a refusal, or a fake answer in clear)
  * and keeps reading, so the client's unread bytes never reset the answer.
  */
-static void respond_send(struct conn *c)
+void respond_send(struct conn *c)
 {
 	AN_ASSERT(c->out_ptr != NULL && c->out_len > 0);
 	c->out_off = 0;
@@ -3998,7 +3806,7 @@ static void respond_send(struct conn *c)
 	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS * 2);
 }
 
-static void respond(struct conn *c, enum reason why)
+void respond(struct conn *c, enum reason why)
 {
 	struct worker *w = c->w;
 	char audit_id[AUDIT_ID_BYTES];
@@ -4052,7 +3860,7 @@ static void respond(struct conn *c, enum reason why)
 }
 
 /* Our answer is out: shut our side and drain the client until EOF or timeout. */
-static void linger_start(struct conn *c)
+void linger_start(struct conn *c)
 {
 	c->state = ST_LINGER;
 	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS);
