@@ -120,7 +120,7 @@ struct conn {
 	/* Credential-inject: the session to the upstream and the exchange under way. */
 	void *utls;                          /* owned through engine.term, NULL when none */
 	const struct verdict_inject *inject; /* borrowed from the snapshot */
-	uint8_t inject_phase;                /* enum inject_phase (core/conn.c) */
+	uint8_t inject_phase;                /* enum inject_phase (core/inject.c) */
 	bool upstream_dead;                  /* its TLS failed or it closed: no more requests */
 	bool connect_retry; /* the next address waits for the failed one's timeout to complete */
 	uint8_t upstream_refusal; /* then the answer to the next request (enum reason) */
