@@ -1,5 +1,6 @@
 /*
- * The connection state machine (DESIGN.md sections 3, 4 and 6).
+ * The connection state machine's spine (DESIGN.md sections 3, 4 and 6): what
+ * every conn goes through, whatever its mode.
  *
  * A conn starts in HEAD with a multishot receive on the client socket: each
  * completion's bytes are copied into a pooled head buffer and the head is
@@ -11,31 +12,13 @@
  * response, then LINGER, which shuts our side and drains the client until EOF
  * so the kernel never resets a response the client has not read.
  *
- * CONNECT becomes TUNNEL: two independent relays. A relay waits with a poll
- * (no buffer, no pipe: an idle tunnel holds nothing), takes a pipe from the
- * worker's pool and splices socket -> pipe -> socket while data keeps coming,
- * then gives the pipe back. With no pipe free it copies through one provided
- * buffer instead. EOF on one side becomes shutdown(SHUT_WR) on the other; an
- * error on either aborts both. Absolute-form requests become FORWARD: the head
- * is rewritten in origin form, the bodies are copied with their framing
- * tracked (Content-Length or chunked), and a finished exchange returns the
- * conn to HEAD with the upstream kept for the next request to the same host.
- *
- * A CONNECT to a terminated tier (fake-response, credential-inject) becomes
- * TERM: after the 200 the conn terminates the agent's TLS itself through
- * engine.term (core/term.h, memory BIOs: the ring still owns every socket),
- * reads the agent's ciphertext one receive at a time as its session drains,
- * and either answers each request from the rule (fake) or re-originates it
- * over a TLS session of its own to the upstream with the credential swapped
- * in (inject), relaying the response as it arrives. See the two "terminated
- * tiers" sections below. When an inject conn ends between exchanges, its
- * verified upstream goes to the worker's pool (core/uppool.h) for the next.
- *
- * A conn of the public listener is the ingress gateway: the path, not a
- * rule, picks the sandbox (core/ingress.h), and the request is forwarded to
- * the sandbox's ingress socket with the FORWARD machinery; with TLS on that
- * listener a first conn only decrypts, and hands the plaintext to a second
- * one over the internal socket. See the two "ingress gateway" sections.
+ * Once connected, a conn runs in its mode, each in a file of its own (the map
+ * is in core/conn_int.h): a CONNECT becomes TUNNEL (core/tunnel.c), an
+ * absolute-form request FORWARD (core/forward.c), a CONNECT to a terminated
+ * tier TERM (core/tlsterm.c, with core/fake.c and core/inject.c), and a conn
+ * of the public listener is the ingress gateway (core/gateway.c). Every
+ * completion comes back here first (conn_on_cqe), and is dispatched by state
+ * and operation.
  *
  * Bytes the client sent after its head, before the multishot receive was
  * cancelled, are "early data": the tail of the head buffer plus a short FIFO
@@ -53,17 +36,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
-#include <time.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -74,12 +53,12 @@
 #include "core/deny.h"
 #include "core/engine.h"
 #include "core/ingress.h"
-#include "core/layout.h"
 #include "core/log.h"
 #include "core/ud.h"
 #include "core/worker.h"
 
 #define CONN_LINGER_MS 2000u
+
 static const char reply_overloaded[] =
     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     "X-Agent-Reason: overloaded\r\nX-Agent-Instruction: The proxy is at its connection limit; "
