@@ -17,8 +17,9 @@
  * absolute-form request FORWARD (core/forward.c), a CONNECT to a terminated
  * tier TERM (core/tlsterm.c, with core/fake.c and core/inject.c), and a conn
  * of the public listener is the ingress gateway (core/gateway.c). Every
- * completion comes back here first (conn_on_cqe), and is dispatched by state
- * and operation.
+ * completion comes back here first (conn_on_cqe); a relay's completion in the
+ * mode's state goes to the mode's table (c->mode, struct conn_mode), chosen
+ * when the request is decided, so the spine names no mode's handler.
  *
  * Bytes the client sent after its head, before the multishot receive was
  * cancelled, are "early data": the tail of the head buffer plus a short FIFO
@@ -1036,12 +1037,15 @@ void decide(struct conn *c, const struct http1_request *req)
 	c->inject = v.tier == TIER_INJECT ? v.inject : NULL;
 	if (v.tier == TIER_FAKE) {
 		c->fake = v.fake;
-		if (req->is_connect)
+		if (req->is_connect) {
+			c->mode = &fake_mode;
 			term_start(c);
-		else
+		} else {
 			fake_plain(c, req);
+		}
 		return;
 	}
+	c->mode = c->inject != NULL ? &inject_mode : req->is_connect ? &tunnel_mode : &forward_mode;
 	c->keep_alive = req->keep_alive;
 	c->client_http10 = req->version_minor == 0;
 	c->client_http10 = req->version_minor == 0;
@@ -1359,14 +1363,8 @@ static void on_connect(struct conn *c, int res)
 		connect_next(c);
 		return;
 	}
-	if (c->ingress_tls)
-		tlsrelay_start(c);
-	else if (c->inject != NULL)
-		inject_start(c);
-	else if (c->method_len == 7 && memcmp(c->method, "CONNECT", 7) == 0)
-		tunnel_start(c);
-	else
-		forward_start(c);
+	AN_ASSERT(c->mode != NULL && c->mode->connected != NULL);
+	c->mode->connected(c);
 }
 
 /* ---- refusals --------------------------------------------------------- */
@@ -1497,6 +1495,16 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 
 static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags);
 
+/* Whether <c> runs in its mode's state, where the mode handles its relays' completions. */
+static bool conn_in_mode(const struct conn *c)
+{
+	if (c->state != ST_TUNNEL && c->state != ST_FORWARD && c->state != ST_TERM)
+		return false;
+	AN_ASSERT(c->mode != NULL);
+	AN_ASSERT(c->mode->state == c->state);
+	return true;
+}
+
 void conn_on_cqe(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 {
 	if (op == OP_HEAD_RECV) {
@@ -1553,33 +1561,10 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 		 * another connection with them. */
 		if (c->state != ST_TUNNEL && rop == ROP_SPLICE_IN && res > 0 && r->pipe != NULL)
 			r->pipe_bytes += (uint32_t)res;
-		if (c->state == ST_TUNNEL) {
-			on_relay(c, dir, rop, res, cqe_flags);
-		} else if (c->state == ST_FORWARD) {
-			c->active_ms = c->w->now_ms;
-			if (dir == DIR_UP)
-				on_fwd_up(c, rop, res);
-			else if (rop == ROP_RECV)
-				on_fwd_down_recv(c, res);
-			else if (rop == ROP_SEND)
-				on_fwd_down_send(c, res);
-		} else if (c->state == ST_TERM && dir == DIR_DOWN && rop == ROP_SEND) {
-			on_term_send(c, res);
-		} else if (c->state == ST_TERM && c->ingress_tls && dir == DIR_DOWN &&
-			   rop == ROP_RECV) {
-			on_tlsrelay_recv(c, res);
-		} else if (c->state == ST_TERM && c->ingress_tls && dir == DIR_UP &&
-			   rop == ROP_SEND) {
-			on_tlsrelay_send(c, res);
-		} else if (c->state == ST_TERM && dir == DIR_DOWN && rop == ROP_RECV) {
-			on_inject_recv(c, res);
-		} else if (c->state == ST_TERM && dir == DIR_UP && rop == ROP_SEND) {
-			on_inject_send(c, res);
-		} else if (c->state == ST_TERM && dir == DIR_UP && rop == ROP_RECV) {
-			on_term_recv(c, res);
-		} else {
+		if (conn_in_mode(c))
+			c->mode->io(c, dir, rop, res, cqe_flags);
+		else
 			on_other(c, dir, rop, res);
-		}
 		break;
 	}
 	}
@@ -1631,21 +1616,7 @@ void conn_on_buffers(struct conn *c)
 	}
 	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
 		head_recv_arm(c);
-	if (c->state == ST_TERM && (c->inject != NULL || c->ingress_tls))
-		inject_recv_arm(c);
-	if (c->state == ST_TERM)
-		term_recv_arm(c);
-	if (c->state == ST_TUNNEL) {
-		for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
-			struct relay *r = relay_of(c, dir);
-			if (r->state == R_IDLE && !r->holds_buf && r->pipe == NULL)
-				relay_arm(c, dir);
-		}
-	} else if (c->state == ST_FORWARD) {
-		if (c->up.state == R_IDLE)
-			fwd_up_step(c);
-		if (c->down.state == R_IDLE)
-			fwd_down_recv(c);
-	}
+	if (conn_in_mode(c))
+		c->mode->buffers(c);
 	conn_maybe_free(c);
 }

@@ -17,6 +17,7 @@
 #include "core/pipepool.h"
 #include "core/timer.h"
 
+struct conn_mode;
 struct worker;
 struct worker_listener;
 
@@ -63,6 +64,9 @@ struct conn {
 	struct conn *live_next; /* worker's list of live conns */
 	struct conn *live_prev;
 	struct conn *nobufs_next; /* worker's list waiting for buffers */
+	/* What runs it in TUNNEL, FORWARD or TERM: chosen with the request's
+	 * tier, before the connect (core/conn_int.h). */
+	const struct conn_mode *mode;
 	uint64_t id;
 	uint32_t ops;     /* bit per operation kind in flight */
 	uint16_t cancels; /* cancel SQEs in flight */

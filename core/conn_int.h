@@ -108,6 +108,29 @@ enum { DIR_UP = 0, DIR_DOWN = 1 };
 #define F_NOBUFS       0x40u /* on the worker's nobufs list */
 #define F_UNIX_UP      0x80u /* the local upstream is a Unix socket, in c->addrs (conn_unix) */
 
+/*
+ * A connection mode: what runs a conn once its request is decided, behind one
+ * table, so that the spine names no mode (nginx's upstream process_header,
+ * HAProxy's mux_ops). One const instance per mode, in the mode's file; c->mode
+ * is set where the mode is chosen (decide, ingress_decide, the TLS front's
+ * accept) or handed over (a gateway request upgraded to a tunnel), always
+ * before the conn enters <state>. The spine calls a mode's io and buffers only
+ * while c->state is its <state>, and its connected only from ST_CONNECT.
+ * Adding a mode: its instance below, the state it runs in, the place that
+ * chooses it.
+ */
+struct conn_mode {
+	uint8_t state; /* ST_TUNNEL, ST_FORWARD or ST_TERM */
+	/* The upstream is connected (c->ufd): start relaying. NULL: the mode never connects. */
+	void (*connected)(struct conn *c);
+	/* Completion <rop> of relay <dir>, result <res> and flags <cqe_flags>, in <state>. */
+	void (*io)(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags);
+	/* Provided buffers are back: re-arms the receives that ran out, in <state>. */
+	void (*buffers)(struct conn *c);
+	/* ST_TERM modes: moves the plaintext as far as it goes (term_pump's step); else NULL. */
+	void (*pump)(struct conn *c);
+};
+
 /* The answer to an allowed CONNECT, before the tunnel or the terminated session. */
 static const char reply_established[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
@@ -273,32 +296,22 @@ void linger_start(struct conn *c);
 /* ---- the modes: what the spine and the other modes call ------------------ */
 
 /* core/tunnel.c */
-/* The CONNECT is connected: 200 to the client, early data up, then both relays. */
-void tunnel_start(struct conn *c);
+/* The CONNECT tunnel and an upgraded gateway request: ST_TUNNEL. */
+extern const struct conn_mode tunnel_mode;
 /* The next early-data slice to forward: its length (0: none), *<p> where. */
 uint32_t early_peek(struct conn *c, const char **p);
 /* Marks <n> early bytes consumed (sent, or counted as body). */
 void early_consume(struct conn *c, uint32_t n);
 /* Sends the up relay's prelude (early data); once it is out, arms the relay. */
 void up_prelude_step(struct conn *c);
-/* Arms relay <dir>: a poll (splice path), a receive (copy path) or its shutdown. */
-void relay_arm(struct conn *c, int dir);
-/* Handles completion <rop> (<res>, <cqe_flags>) of relay <dir>. */
-void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags);
 
 /* core/forward.c */
+/* Absolute-form forwarding and the gateway's requests: ST_FORWARD. */
+extern const struct conn_mode forward_mode;
 /* The absolute-form request is connected: its origin-form head goes up. */
 void forward_start(struct conn *c);
 /* Moves the request on: the head, early data, then body as it arrives. */
 void fwd_up_step(struct conn *c);
-/* Handles completion <rop> (<res>) of the up direction while forwarding. */
-void on_fwd_up(struct conn *c, uint32_t rop, int res);
-/* Arms the receive of the upstream's response, unless one runs or it is done. */
-void fwd_down_recv(struct conn *c);
-/* Handles the receive of the upstream's response (<res> bytes or -errno). */
-void on_fwd_down_recv(struct conn *c, int res);
-/* Handles the send of the response to the client (<res> bytes or -errno). */
-void on_fwd_down_send(struct conn *c, int res);
 /*
  * Rewrites the response head <resp>, the <n> bytes at <at> in c->resp, as
  * the proxy forwards it; c->resp_fill grows by at most
@@ -308,6 +321,12 @@ uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, ui
 			   uint32_t n, bool keep);
 
 /* core/tlsterm.c */
+/*
+ * The completions of the agent's side of a terminated session (<dir>, <rop>,
+ * <res>): the 200 and ciphertext sent, ciphertext received. False when the
+ * completion is not one of those: the upstream side's, the mode's own.
+ */
+bool term_io(struct conn *c, int dir, uint32_t rop, int res);
 /* The CONNECT is allowed on a terminated tier: answer 200, then terminate its TLS. */
 void term_start(struct conn *c);
 /* Moves the sessions as far as they go without the network, then sends and receives. */
@@ -330,44 +349,36 @@ enum term_status term_read_request(struct conn *c);
 void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len);
 /* Receives the agent's next ciphertext, unless some still waits or it ended. */
 void term_recv_arm(struct conn *c);
-/* Handles the receive of the agent's ciphertext (<res> bytes or -errno). */
-void on_term_recv(struct conn *c, int res);
 /* The agent closed its side: the session sees the end. */
 void term_eof(struct conn *c);
-/* Handles a send to the agent: the 200, then the session's ciphertext. */
-void on_term_send(struct conn *c, int res);
 
 /* core/fake.c */
+/* The fake tier inside a CONNECT: ST_TERM, never connected. */
+extern const struct conn_mode fake_mode;
 /* Frames the rule's answer to <req> (origin form) in c->out, and audits it. */
 void term_answer(struct conn *c, const struct http1_request *req);
-/* The fake tier's pump: requests out of the session, answers into it. */
-void term_pump_session(struct conn *c);
 /* An absolute-form request to a fake host: the rule's answer in clear, through RESPOND. */
 void fake_plain(struct conn *c, const struct http1_request *req);
 /* A fake answer in clear (or a kept 429) is out: back to reading the next head. */
 void fake_plain_done(struct conn *c);
 
 /* core/inject.c */
-/* The upstream accepted an inject CONNECT: terminate both TLS sessions. */
-void inject_start(struct conn *c);
+/* The credential-inject tier: ST_TERM, with a TLS session of its own upstream. */
+extern const struct conn_mode inject_mode;
 /* Takes a pooled upstream for the inject rule; true when it took one (and went on). */
 bool inject_take_pooled(struct conn *c);
 /* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
 void inject_request(struct conn *c, const struct http1_request *req, size_t head_len);
-/* The inject tier's pump: the agent's requests up, the upstream's responses down. */
-void inject_pump(struct conn *c);
 /* Receives the upstream's next ciphertext, unless one runs, a buffer waits or it ended. */
 void inject_recv_arm(struct conn *c);
-/* Handles the receive of the upstream's ciphertext (<res> bytes or -errno). */
-void on_inject_recv(struct conn *c, int res);
-/* Handles a send of ciphertext to the upstream (<res> bytes or -errno). */
-void on_inject_send(struct conn *c, int res);
 /* True when the upstream may serve another agent connection (see inject_park). */
 bool inject_parkable(const struct conn *c);
 /* At the conn's end: hands a parkable upstream to the worker's pool; true when taken. */
 bool inject_park(struct conn *c);
 
 /* core/gateway.c */
+/* The public listener's TLS front: ST_TERM, relaying plaintext to the internal socket. */
+extern const struct conn_mode gateway_tls_mode;
 /* A gateway request begins: its record counts from here. */
 void ingress_begin(struct conn *c);
 /* The request no longer counts as open against its sandbox's `concurrent`. */
@@ -382,13 +393,5 @@ ssize_t ingress_head(struct conn *c, const struct http1_request *req);
 void ingress_upgraded(struct conn *c);
 /* A conn of the public TLS listener: its session, then the internal socket's connect. */
 void tlsrelay_connect(struct conn *c);
-/* Connected to the internal socket: the PROXY header first, then both ways. */
-void tlsrelay_start(struct conn *c);
-/* The TLS front relay's pump: plaintext to the internal socket, its answers back. */
-void tlsrelay_pump(struct conn *c);
-/* Handles a send to the internal socket (<res> bytes or -errno). */
-void on_tlsrelay_send(struct conn *c, int res);
-/* Handles a receive from the internal socket (<res> bytes or -errno). */
-void on_tlsrelay_recv(struct conn *c, int res);
 
 #endif /* AN_CORE_CONN_INT_H */

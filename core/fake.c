@@ -62,7 +62,7 @@ void term_answer(struct conn *c, const struct http1_request *req)
 }
 
 /* The fake tier's pump: requests out of the session, answers into it. */
-void term_pump_session(struct conn *c)
+static void term_pump_session(struct conn *c)
 {
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		AN_ASSERT(turn < 1000000u);
@@ -131,3 +131,17 @@ void fake_plain_done(struct conn *c)
 	if (rest > 0)
 		head_parse(c);
 }
+
+/* A fake conn has no upstream: its only completions are the agent side's. */
+static void fake_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+{
+	(void)cqe_flags;
+	(void)term_io(c, dir, rop, res);
+}
+
+const struct conn_mode fake_mode = {
+	.state = ST_TERM,
+	.io = fake_io,
+	.buffers = term_recv_arm,
+	.pump = term_pump_session,
+};

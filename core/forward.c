@@ -29,6 +29,7 @@
 #include "core/timer.h"
 
 static void request_finish(struct conn *c);
+static void fwd_down_recv(struct conn *c);
 
 /* How many of <n> bytes at <p> belong to the request body; sets req_done. */
 static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
@@ -195,7 +196,7 @@ void fwd_up_step(struct conn *c)
 	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
 }
 
-void on_fwd_up(struct conn *c, uint32_t rop, int res)
+static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 {
 	struct relay *r = &c->up;
 
@@ -248,7 +249,7 @@ void on_fwd_up(struct conn *c, uint32_t rop, int res)
 	fwd_up_step(c);
 }
 
-void fwd_down_recv(struct conn *c)
+static void fwd_down_recv(struct conn *c)
 {
 	if (c->state != ST_FORWARD || c->resp_done || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
 		return;
@@ -359,7 +360,7 @@ static void fwd_resp_head(struct conn *c)
 	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->resp, send_len);
 }
 
-void on_fwd_down_recv(struct conn *c, int res)
+static void on_fwd_down_recv(struct conn *c, int res)
 {
 	struct relay *r = &c->down;
 	struct ring *ring = conn_ring(c);
@@ -404,7 +405,7 @@ void on_fwd_down_recv(struct conn *c, int res)
 		request_finish(c);
 }
 
-void on_fwd_down_send(struct conn *c, int res)
+static void on_fwd_down_send(struct conn *c, int res)
 {
 	struct relay *r = &c->down;
 
@@ -491,3 +492,31 @@ static void request_finish(struct conn *c)
 	if (carry)
 		head_parse(c);
 }
+
+static void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+{
+	(void)cqe_flags;
+	c->active_ms = c->w->now_ms;
+	if (dir == DIR_UP)
+		on_fwd_up(c, rop, res);
+	else if (rop == ROP_RECV)
+		on_fwd_down_recv(c, res);
+	else if (rop == ROP_SEND)
+		on_fwd_down_send(c, res);
+}
+
+/* Buffers are back: the body or response receive that waited for one goes on. */
+static void fwd_buffers(struct conn *c)
+{
+	if (c->up.state == R_IDLE)
+		fwd_up_step(c);
+	if (c->down.state == R_IDLE)
+		fwd_down_recv(c);
+}
+
+const struct conn_mode forward_mode = {
+	.state = ST_FORWARD,
+	.connected = forward_start,
+	.io = fwd_io,
+	.buffers = fwd_buffers,
+};

@@ -198,6 +198,7 @@ void ingress_decide(struct conn *c, const struct http1_request *req)
 	c->flags &= (uint8_t)~F_REUSABLE;
 	c->upstream_key = key;
 	c->reused_upstream = c->ufd >= 0;
+	c->mode = &forward_mode;
 	if (c->ufd >= 0)
 		forward_start(c);
 	else
@@ -301,6 +302,7 @@ void ingress_upgraded(struct conn *c)
 	}
 	audit_decision(c, true, 101);
 	c->state = ST_TUNNEL;
+	c->mode = &tunnel_mode;
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	c->down.state = R_PRELUDE;
 	c->out_ptr = c->resp;
@@ -333,6 +335,7 @@ void tlsrelay_connect(struct conn *c)
 	const struct term_ops *t = conn_term(c);
 
 	AN_ASSERT(c->ingress_tls && w->e->ingress_tls);
+	c->mode = &gateway_tls_mode;
 	c->tls = t != NULL && w->term != NULL ? t->public_new(w->term) : NULL;
 	c->out = c->tls != NULL ? pool_take(&w->heads) : NULL;
 	if (c->out == NULL) {
@@ -349,7 +352,7 @@ void tlsrelay_connect(struct conn *c)
 }
 
 /* Connected to the internal socket: the PROXY header first, then both ways. */
-void tlsrelay_start(struct conn *c)
+static void tlsrelay_start(struct conn *c)
 {
 	const struct engine *e = c->w->e;
 
@@ -420,7 +423,7 @@ static bool tlsrelay_down(struct conn *c, enum term_status *st)
 	return n > 0;
 }
 
-void tlsrelay_pump(struct conn *c)
+static void tlsrelay_pump(struct conn *c)
 {
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		enum term_status up = TERM_OK, down = TERM_OK;
@@ -437,7 +440,7 @@ void tlsrelay_pump(struct conn *c)
 	term_flush(c);
 }
 
-void on_tlsrelay_send(struct conn *c, int res)
+static void on_tlsrelay_send(struct conn *c, int res)
 {
 	if (res <= 0) {
 		conn_close(c); /* the gateway side went away mid-request */
@@ -447,7 +450,7 @@ void on_tlsrelay_send(struct conn *c, int res)
 		term_pump(c);
 }
 
-void on_tlsrelay_recv(struct conn *c, int res)
+static void on_tlsrelay_recv(struct conn *c, int res)
 {
 	struct relay *r = &c->down;
 
@@ -465,3 +468,29 @@ void on_tlsrelay_recv(struct conn *c, int res)
 		conn_close(c);
 	}
 }
+
+static void gateway_tls_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+{
+	(void)cqe_flags;
+	if (term_io(c, dir, rop, res))
+		return;
+	if (dir == DIR_DOWN && rop == ROP_RECV)
+		on_tlsrelay_recv(c, res);
+	else if (dir == DIR_UP && rop == ROP_SEND)
+		on_tlsrelay_send(c, res);
+}
+
+/* Buffers are back: the internal socket's receive, then the client's. */
+static void gateway_tls_buffers(struct conn *c)
+{
+	inject_recv_arm(c);
+	term_recv_arm(c);
+}
+
+const struct conn_mode gateway_tls_mode = {
+	.state = ST_TERM,
+	.connected = tlsrelay_start,
+	.io = gateway_tls_io,
+	.buffers = gateway_tls_buffers,
+	.pump = tlsrelay_pump,
+};

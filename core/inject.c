@@ -39,6 +39,7 @@
 #include "core/verdict.h"
 
 static void inject_feed_upstream(struct conn *c);
+static void inject_start(struct conn *c);
 
 enum inject_phase {
 	INJ_IDLE = 0, /* waiting for the agent's next request */
@@ -525,7 +526,7 @@ static void inject_upstream_end(struct conn *c, enum term_status st)
 	}
 }
 
-void inject_pump(struct conn *c)
+static void inject_pump(struct conn *c)
 {
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		AN_ASSERT(turn < 1000000u);
@@ -643,7 +644,7 @@ bool inject_park(struct conn *c)
 }
 
 /* The upstream accepted an inject CONNECT: terminate both TLS sessions. */
-void inject_start(struct conn *c)
+static void inject_start(struct conn *c)
 {
 	struct worker *w = c->w;
 	const struct term_ops *t = conn_term(c);
@@ -668,7 +669,7 @@ void inject_start(struct conn *c)
 	inject_recv_arm(c);
 }
 
-void on_inject_recv(struct conn *c, int res)
+static void on_inject_recv(struct conn *c, int res)
 {
 	struct relay *r = &c->down;
 	const struct term_ops *t = conn_term(c);
@@ -709,7 +710,7 @@ static void inject_feed_upstream(struct conn *c)
 	inject_recv_arm(c);
 }
 
-void on_inject_send(struct conn *c, int res)
+static void on_inject_send(struct conn *c, int res)
 {
 	if (res <= 0) {
 		c->upstream_dead = true;
@@ -719,3 +720,29 @@ void on_inject_send(struct conn *c, int res)
 	conn_term(c)->out_consume(c->utls, (size_t)res);
 	term_pump(c);
 }
+
+static void inject_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+{
+	(void)cqe_flags;
+	if (term_io(c, dir, rop, res))
+		return;
+	if (dir == DIR_DOWN && rop == ROP_RECV)
+		on_inject_recv(c, res);
+	else if (dir == DIR_UP && rop == ROP_SEND)
+		on_inject_send(c, res);
+}
+
+/* Buffers are back: the upstream's receive, then the agent's. */
+static void inject_buffers(struct conn *c)
+{
+	inject_recv_arm(c);
+	term_recv_arm(c);
+}
+
+const struct conn_mode inject_mode = {
+	.state = ST_TERM,
+	.connected = inject_start,
+	.io = inject_io,
+	.buffers = inject_buffers,
+	.pump = inject_pump,
+};

@@ -280,12 +280,8 @@ void term_pump(struct conn *c)
 {
 	for (uint32_t round = 0; round <= CONN_EARLY_MAX && c->state == ST_TERM; round++) {
 		uint32_t fed = term_feed_waiting(c);
-		if (c->inject != NULL)
-			inject_pump(c);
-		else if (c->ingress_tls)
-			tlsrelay_pump(c);
-		else
-			term_pump_session(c);
+		AN_ASSERT(c->mode->state == ST_TERM);
+		c->mode->pump(c);
 		if (fed == 0)
 			break;
 	}
@@ -385,7 +381,7 @@ void term_recv_arm(struct conn *c)
 	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
 }
 
-void on_term_recv(struct conn *c, int res)
+static void on_term_recv(struct conn *c, int res)
 {
 	struct relay *r = &c->up;
 
@@ -410,7 +406,7 @@ void term_eof(struct conn *c)
 	term_pump(c);
 }
 
-void on_term_send(struct conn *c, int res)
+static void on_term_send(struct conn *c, int res)
 {
 	if (res <= 0) {
 		conn_close(c);
@@ -430,4 +426,15 @@ void on_term_send(struct conn *c, int res)
 	}
 	c->down.state = R_IDLE;
 	term_pump(c);
+}
+
+bool term_io(struct conn *c, int dir, uint32_t rop, int res)
+{
+	if (dir == DIR_DOWN && rop == ROP_SEND)
+		on_term_send(c, res);
+	else if (dir == DIR_UP && rop == ROP_RECV)
+		on_term_recv(c, res);
+	else
+		return false;
+	return true;
 }

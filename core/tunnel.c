@@ -30,6 +30,8 @@
 #include "core/ring.h"
 #include "core/timer.h"
 
+static void relay_arm(struct conn *c, int dir);
+
 /*
  * A splice-in of at least this much means the source is streaming: the relay
  * splices again at once instead of polling first. Sockets are non-blocking,
@@ -38,7 +40,7 @@
  */
 #define CONN_STREAMING_BYTES (16u * 1024u)
 
-void tunnel_start(struct conn *c)
+static void tunnel_start(struct conn *c)
 {
 	c->state = ST_TUNNEL;
 	c->reason = REASON_NONE;
@@ -121,7 +123,7 @@ static void relay_shut(struct conn *c, int dir)
 	sqe->flags |= IOSQE_FIXED_FILE;
 }
 
-void relay_arm(struct conn *c, int dir)
+static void relay_arm(struct conn *c, int dir)
 {
 	struct relay *r = relay_of(c, dir);
 
@@ -172,7 +174,7 @@ static void relay_maybe_done(struct conn *c)
 		conn_close(c);
 }
 
-void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
 	struct relay *r = relay_of(c, dir);
 	struct worker *w = c->w;
@@ -300,3 +302,20 @@ void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags
 		AN_ASSERT(!"unknown relay op");
 	}
 }
+
+/* Buffers are back: each relay that waited for one (idle, holding nothing) is re-armed. */
+static void tunnel_buffers(struct conn *c)
+{
+	for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
+		struct relay *r = relay_of(c, dir);
+		if (r->state == R_IDLE && !r->holds_buf && r->pipe == NULL)
+			relay_arm(c, dir);
+	}
+}
+
+const struct conn_mode tunnel_mode = {
+	.state = ST_TUNNEL,
+	.connected = tunnel_start,
+	.io = on_relay,
+	.buffers = tunnel_buffers,
+};
