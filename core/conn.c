@@ -1,5 +1,6 @@
 /*
- * The connection state machine (DESIGN.md sections 3, 4 and 6).
+ * The connection state machine's spine (DESIGN.md sections 3, 4 and 6): what
+ * every conn goes through, whatever its mode.
  *
  * A conn starts in HEAD with a multishot receive on the client socket: each
  * completion's bytes are copied into a pooled head buffer and the head is
@@ -11,31 +12,14 @@
  * response, then LINGER, which shuts our side and drains the client until EOF
  * so the kernel never resets a response the client has not read.
  *
- * CONNECT becomes TUNNEL: two independent relays. A relay waits with a poll
- * (no buffer, no pipe: an idle tunnel holds nothing), takes a pipe from the
- * worker's pool and splices socket -> pipe -> socket while data keeps coming,
- * then gives the pipe back. With no pipe free it copies through one provided
- * buffer instead. EOF on one side becomes shutdown(SHUT_WR) on the other; an
- * error on either aborts both. Absolute-form requests become FORWARD: the head
- * is rewritten in origin form, the bodies are copied with their framing
- * tracked (Content-Length or chunked), and a finished exchange returns the
- * conn to HEAD with the upstream kept for the next request to the same host.
- *
- * A CONNECT to a terminated tier (fake-response, credential-inject) becomes
- * TERM: after the 200 the conn terminates the agent's TLS itself through
- * engine.term (core/term.h, memory BIOs: the ring still owns every socket),
- * reads the agent's ciphertext one receive at a time as its session drains,
- * and either answers each request from the rule (fake) or re-originates it
- * over a TLS session of its own to the upstream with the credential swapped
- * in (inject), relaying the response as it arrives. See the two "terminated
- * tiers" sections below. When an inject conn ends between exchanges, its
- * verified upstream goes to the worker's pool (core/uppool.h) for the next.
- *
- * A conn of the public listener is the ingress gateway: the path, not a
- * rule, picks the sandbox (core/ingress.h), and the request is forwarded to
- * the sandbox's ingress socket with the FORWARD machinery; with TLS on that
- * listener a first conn only decrypts, and hands the plaintext to a second
- * one over the internal socket. See the two "ingress gateway" sections.
+ * Once connected, a conn runs in its mode, each in a file of its own (the map
+ * is in core/conn_int.h): a CONNECT becomes TUNNEL (core/tunnel.c), an
+ * absolute-form request FORWARD (core/forward.c), a CONNECT to a terminated
+ * tier TERM (core/tlsterm.c, with core/fake.c and core/inject.c), and a conn
+ * of the public listener is the ingress gateway (core/gateway.c). Every
+ * completion comes back here first (conn_on_cqe); a relay's completion in the
+ * mode's state goes to the mode's table (c->mode, struct conn_mode), chosen
+ * when the request is decided, so the spine names no mode's handler.
  *
  * Bytes the client sent after its head, before the multishot receive was
  * cancelled, are "early data": the tail of the head buffer plus a short FIFO
@@ -48,21 +32,18 @@
  * completion that ends their use.
  */
 #include "core/conn.h"
+#include "core/conn_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
-#include <time.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -73,209 +54,21 @@
 #include "core/deny.h"
 #include "core/engine.h"
 #include "core/ingress.h"
-#include "core/layout.h"
 #include "core/log.h"
 #include "core/ud.h"
 #include "core/worker.h"
 
-enum conn_state {
-	ST_HEAD = 0,
-	ST_RESOLVE,
-	ST_CONNECT,
-	ST_TUNNEL,
-	ST_FORWARD,
-	ST_RESPOND,
-	ST_LINGER,
-	ST_TERM, /* the client's TLS terminated here: a fake-response tunnel */
-	ST_CLOSING,
-};
-
-/* Operation kinds; the up/down relay kinds are OP_DIR_BASE + dir * OP_DIR_COUNT + kind. */
-enum conn_op {
-	OP_HEAD_RECV = 0,
-	OP_SOCKET,
-	OP_CONNECT,
-	OP_CONNECT_TIMEOUT,
-	OP_NODELAY_U,
-	OP_NODELAY_C,
-	OP_PEERCRED,
-	OP_CANCEL,
-	OP_DIR_BASE,
-};
-
-enum relay_op {
-	ROP_POLL = 0,
-	ROP_SPLICE_IN,
-	ROP_SPLICE_OUT,
-	ROP_RECV,
-	ROP_SEND,
-	ROP_SHUT,
-	OP_DIR_COUNT,
-};
-
-static_assert(OP_DIR_BASE + 2 * OP_DIR_COUNT <= CONN_OP_COUNT, "op codes must fit");
-static_assert(CONN_OP_COUNT <= 32, "ops is a 32-bit mask");
-
-enum relay_state {
-	R_IDLE = 0,
-	R_PRELUDE, /* sending what must precede the relay (200 reply, early data) */
-	R_POLL,
-	R_SPLICE_IN,
-	R_SPLICE_OUT,
-	R_RECV,
-	R_SEND,
-	R_SHUT,
-	R_DONE,
-};
-
-enum { DIR_UP = 0, DIR_DOWN = 1 };
-
-/* c->flags */
-#define F_TCP_CLIENT   0x01u /* accepted on the TCP listener */
-#define F_HEAD_STOP    0x02u /* do not re-arm the head receive */
-#define F_CLIENT_EOF   0x04u /* the client half-closed before the relay started */
-#define F_REUSABLE     0x08u /* the open upstream may serve the next request */
-#define F_DNS          0x10u /* a lookup is in flight: do not free */
-#define F_NO_KEEPALIVE 0x20u /* close after this exchange */
-#define F_NOBUFS       0x40u /* on the worker's nobufs list */
-#define F_UNIX_UP      0x80u /* the local upstream is a Unix socket, in c->addrs (conn_unix) */
-
 #define CONN_LINGER_MS 2000u
-/*
- * A splice-in of at least this much means the source is streaming: the relay
- * splices again at once instead of polling first. Sockets are non-blocking,
- * so a source that went quiet costs one -EAGAIN, never a blocked io-wq thread
- * (io_uring runs every splice in its worker threads).
- */
-#define CONN_STREAMING_BYTES (16u * 1024u)
 
-static const char reply_established[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 static const char reply_overloaded[] =
     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     "X-Agent-Reason: overloaded\r\nX-Agent-Instruction: The proxy is at its connection limit; "
     "retry after a short wait.\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 40\r\n"
     "\r\n{\"reason\":\"overloaded\",\"status\":503}\n\n\n";
 
-/* Closes both sides; the debug log names the line that decided it. */
-static void conn_close_at(struct conn *c, int line);
-#define conn_close(c) conn_close_at((c), __LINE__)
-static void respond(struct conn *c, enum reason why);
-static void relay_arm(struct conn *c, int dir);
-static void up_prelude_step(struct conn *c);
-static void fwd_up_step(struct conn *c);
-static void fwd_down_recv(struct conn *c);
-static void head_recv_arm(struct conn *c);
-static void request_finish(struct conn *c);
-static void term_start(struct conn *c);
-static void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len);
-static void term_eof(struct conn *c);
-static void on_term_send(struct conn *c, int res);
-static void fake_plain(struct conn *c, const struct http1_request *req);
-static void inject_request(struct conn *c, const struct http1_request *req, size_t head_len);
-static void inject_pump(struct conn *c);
-static void inject_start(struct conn *c);
-static void on_inject_recv(struct conn *c, int res);
-static void on_inject_send(struct conn *c, int res);
-static void inject_feed_upstream(struct conn *c);
-static uint32_t term_feed_waiting(struct conn *c);
-static void term_recv_arm(struct conn *c);
-static void fake_plain_done(struct conn *c);
-static void respond_send(struct conn *c);
-static void ingress_audit(struct conn *c);
-static void ingress_begin(struct conn *c);
-static void ingress_release(struct conn *c);
-static void ingress_decide(struct conn *c, const struct http1_request *req);
-static void ingress_connect(struct conn *c);
-static ssize_t ingress_head(struct conn *c, const struct http1_request *req);
-static void ingress_upgraded(struct conn *c);
-static void tlsrelay_connect(struct conn *c);
-static void tlsrelay_start(struct conn *c);
-static void tlsrelay_pump(struct conn *c);
-static void on_tlsrelay_send(struct conn *c, int res);
-static void on_tlsrelay_recv(struct conn *c, int res);
-static void inject_recv_arm(struct conn *c);
-static bool inject_take_pooled(struct conn *c);
-static bool inject_parkable(const struct conn *c);
-static bool inject_park(struct conn *c);
-
 /* ---- small helpers ---------------------------------------------------- */
 
-static inline struct ring *conn_ring(struct conn *c)
-{
-	return &c->w->ring;
-}
-
-static inline uint32_t op_bit(uint32_t op)
-{
-	AN_DASSERT(op < CONN_OP_COUNT);
-	return 1u << op;
-}
-
-static inline uint32_t dir_op(int dir, uint32_t rop)
-{
-	return OP_DIR_BASE + (uint32_t)dir * OP_DIR_COUNT + rop;
-}
-
-static inline struct relay *relay_of(struct conn *c, int dir)
-{
-	return dir == DIR_UP ? &c->up : &c->down;
-}
-
-static inline int relay_src(const struct conn *c, int dir)
-{
-	return dir == DIR_UP ? c->cfd : c->ufd;
-}
-
-static inline int relay_dst(const struct conn *c, int dir)
-{
-	return dir == DIR_UP ? c->ufd : c->cfd;
-}
-
-static struct io_uring_sqe *conn_sqe(struct conn *c, uint32_t op)
-{
-	AN_ASSERT((c->ops & op_bit(op)) == 0);
-	struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
-	c->ops |= op_bit(op);
-	io_uring_sqe_set_data64(sqe, ud_encode(c, op));
-	return sqe;
-}
-
-static void prep_send(struct conn *c, uint32_t op, int fd, const void *p, size_t len)
-{
-	struct io_uring_sqe *sqe = conn_sqe(c, op);
-	io_uring_prep_send(sqe, fd, p, len, MSG_NOSIGNAL);
-	sqe->flags |= IOSQE_FIXED_FILE;
-}
-
-static void prep_recv_select(struct conn *c, uint32_t op, int fd)
-{
-	struct io_uring_sqe *sqe = conn_sqe(c, op);
-	io_uring_prep_recv(sqe, fd, NULL, conn_ring(c)->buf_bytes, 0);
-	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_BUFFER_SELECT;
-	sqe->buf_group = RING_BGID;
-}
-
-/*
- * Closes a direct descriptor. The close references no conn memory, so it is
- * not tracked: its completion is skipped on success, and a failure (which
- * would mean the slot was already empty) arrives with user_data 0.
- */
-/*
- * <res> more bytes of the outgoing message at <base> (c->out_len of them)
- * went out; sends the rest on <fd> as <op>. True while some is left.
- */
-static bool out_sent(struct conn *c, uint32_t op, int fd, const char *base, int res)
-{
-	AN_ASSERT(res >= 0);
-	AN_ASSERT(c->out_off + (uint32_t)res <= c->out_len);
-	c->out_off += (uint32_t)res;
-	if (c->out_off == c->out_len)
-		return false;
-	prep_send(c, op, fd, base + c->out_off, c->out_len - c->out_off);
-	return true;
-}
-
-static void close_slot(struct conn *c, int32_t *slot)
+void close_slot(struct conn *c, int32_t *slot)
 {
 	AN_ASSERT(*slot >= 0);
 	struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
@@ -285,7 +78,7 @@ static void close_slot(struct conn *c, int32_t *slot)
 	*slot = -1;
 }
 
-static const struct engine_sandbox *conn_sandbox(const struct conn *c)
+const struct engine_sandbox *conn_sandbox(const struct conn *c)
 {
 	AN_DASSERT(c->sandbox != WORKER_NO_SANDBOX);
 	return c->w->e->sandboxes[c->sandbox];
@@ -309,14 +102,14 @@ static const char *conn_sandbox_id(const struct conn *c, char *buf)
 	return buf;
 }
 
-static uint64_t upstream_key(const char *host, size_t len, uint16_t port)
+uint64_t upstream_key(const char *host, size_t len, uint16_t port)
 {
 	return XXH3_64bits_withSeed(host, len, port);
 }
 
 /* ---- audit ---------------------------------------------------------- */
 
-static void addr_format(const union conn_addr *a, char *out, size_t cap)
+void addr_format(const union conn_addr *a, char *out, size_t cap)
 {
 	char ip[INET6_ADDRSTRLEN];
 
@@ -336,7 +129,7 @@ static void addr_format(const union conn_addr *a, char *out, size_t cap)
 	}
 }
 
-static void record_common(const struct conn *c, struct audit_record *rec)
+void record_common(const struct conn *c, struct audit_record *rec)
 {
 	rec->conn_id = c->id;
 	rec->port = c->port;
@@ -354,7 +147,7 @@ static void record_common(const struct conn *c, struct audit_record *rec)
 }
 
 /* Writes the decision record for the current request; sets c->decision_id. */
-static void audit_decision(struct conn *c, bool allowed, uint16_t status)
+void audit_decision(struct conn *c, bool allowed, uint16_t status)
 {
 	struct audit_ring *ar = c->w->audit;
 
@@ -414,7 +207,7 @@ static void audit_close_record(struct conn *c)
  * cut): who sent what to which sandbox, and what came back. At most one per
  * request.
  */
-static void ingress_audit(struct conn *c)
+void ingress_audit(struct conn *c)
 {
 	struct audit_ring *ar = c->w->audit;
 
@@ -445,7 +238,7 @@ static void ingress_audit(struct conn *c)
  * CONN_EARLY_MAX wait already or no block is left: the caller returns the
  * buffer and closes.
  */
-static bool early_push(struct conn *c, uint16_t bid, uint32_t len)
+bool early_push(struct conn *c, uint16_t bid, uint32_t len)
 {
 	AN_ASSERT(len > 0 && len <= UINT16_MAX);
 	if (c->early_count == CONN_EARLY_MAX)
@@ -464,7 +257,7 @@ static bool early_push(struct conn *c, uint16_t bid, uint32_t len)
 }
 
 /* The unread bytes of the oldest early buffer: their length; *<bid> and *<off> say where. */
-static uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off)
+uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off)
 {
 	const struct conn_early *e = c->early;
 
@@ -479,7 +272,7 @@ static uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off)
  * Marks <n> bytes of the oldest early buffer read. A buffer read whole goes
  * back to the ring, and the last one takes the block back to the pool.
  */
-static void early_advance(struct conn *c, uint32_t n)
+void early_advance(struct conn *c, uint32_t n)
 {
 	struct conn_early *e = c->early;
 
@@ -520,7 +313,7 @@ static void relay_release(struct conn *c, struct relay *r)
 	}
 }
 
-static void buffers_release(struct conn *c)
+void buffers_release(struct conn *c)
 {
 	if (c->head != NULL) {
 		pool_put(&c->w->heads, c->head);
@@ -614,7 +407,7 @@ static void conn_maybe_free(struct conn *c)
 	pool_put(&w->conns, c);
 }
 
-static void conn_close_at(struct conn *c, int line)
+void conn_close_at(struct conn *c, int line)
 {
 	if (c->state == ST_CLOSING)
 		return;
@@ -842,7 +635,7 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 
 /* ---- request head ------------------------------------------------------ */
 
-static void head_recv_arm(struct conn *c)
+void head_recv_arm(struct conn *c)
 {
 	AN_ASSERT(c->cfd >= 0);
 	struct io_uring_sqe *sqe = conn_sqe(c, OP_HEAD_RECV);
@@ -851,7 +644,7 @@ static void head_recv_arm(struct conn *c)
 	sqe->buf_group = RING_BGID;
 }
 
-static void head_recv_stop(struct conn *c)
+void head_recv_stop(struct conn *c)
 {
 	c->flags |= F_HEAD_STOP;
 	if ((c->ops & op_bit(OP_HEAD_RECV)) == 0)
@@ -862,7 +655,7 @@ static void head_recv_stop(struct conn *c)
 	c->cancels++;
 }
 
-static void nobufs_wait(struct conn *c)
+void nobufs_wait(struct conn *c)
 {
 	if (c->flags & F_NOBUFS)
 		return;
@@ -870,9 +663,6 @@ static void nobufs_wait(struct conn *c)
 	c->nobufs_next = c->w->nobufs;
 	c->w->nobufs = c;
 }
-
-/* Parses the head buffer; on a complete head, decides. */
-static void head_parse(struct conn *c);
 
 /* Whether <len> more bytes, the next request's, are kept while an answer goes out. */
 static bool head_keeps(const struct conn *c, uint32_t len)
@@ -947,7 +737,7 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		fwd_up_step(c);
 }
 
-static bool head_recv_wanted(const struct conn *c)
+bool head_recv_wanted(const struct conn *c)
 {
 	if (c->cfd < 0 || (c->flags & (F_HEAD_STOP | F_CLIENT_EOF)))
 		return false;
@@ -1047,7 +837,7 @@ static void on_head_recv(struct conn *c, int res, uint32_t cqe_flags)
 
 /* ---- deciding -------------------------------------------------------- */
 
-static void request_copy(struct conn *c, const struct http1_request *req)
+void request_copy(struct conn *c, const struct http1_request *req)
 {
 	size_t mlen = req->method_len < sizeof(c->method) ? req->method_len : sizeof(c->method) - 1;
 	memcpy(c->method, req->method, mlen);
@@ -1067,7 +857,6 @@ static void request_copy(struct conn *c, const struct http1_request *req)
 }
 
 static void resolve_start(struct conn *c);
-static void forward_start(struct conn *c);
 
 /*
  * The sandbox's limits on a request the policy allows: its connections at
@@ -1158,7 +947,7 @@ static bool refusal_keeps(const struct conn *c, const struct http1_request *req,
  * what its sandbox is under it; NULL when the snapshot does not know the
  * sandbox, which a fresh look at the published one settles.
  */
-static const struct snapshot_sandbox *snapshot_take(struct conn *c)
+const struct snapshot_sandbox *snapshot_take(struct conn *c)
 {
 	struct worker *w = c->w;
 
@@ -1180,8 +969,8 @@ static const struct snapshot_sandbox *snapshot_take(struct conn *c)
  * request goes to, NULL: none): an agent steered to send its credential
  * elsewhere. Counted when so; the caller refuses placeholder_misdirected.
  */
-static bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
-				    const struct verdict_inject *own)
+bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
+			     const struct verdict_inject *own)
 {
 	const struct verdict_ops *ops = c->w->e->ops;
 
@@ -1194,7 +983,7 @@ static bool placeholder_misdirected(struct conn *c, const char *head, size_t len
 	return true;
 }
 
-static void decide(struct conn *c, const struct http1_request *req)
+void decide(struct conn *c, const struct http1_request *req)
 {
 	const struct engine *e = c->w->e;
 	struct verdict v;
@@ -1248,12 +1037,15 @@ static void decide(struct conn *c, const struct http1_request *req)
 	c->inject = v.tier == TIER_INJECT ? v.inject : NULL;
 	if (v.tier == TIER_FAKE) {
 		c->fake = v.fake;
-		if (req->is_connect)
+		if (req->is_connect) {
+			c->mode = &fake_mode;
 			term_start(c);
-		else
+		} else {
 			fake_plain(c, req);
+		}
 		return;
 	}
+	c->mode = c->inject != NULL ? &inject_mode : req->is_connect ? &tunnel_mode : &forward_mode;
 	c->keep_alive = req->keep_alive;
 	c->client_http10 = req->version_minor == 0;
 	c->client_http10 = req->version_minor == 0;
@@ -1308,7 +1100,7 @@ static bool ingress_proxy_take(struct conn *c)
 	return c->head_fill > 0;
 }
 
-static void head_parse(struct conn *c)
+void head_parse(struct conn *c)
 {
 	struct http1_request req;
 	enum reason why = REASON_BAD_REQUEST;
@@ -1341,8 +1133,6 @@ static void head_parse(struct conn *c)
 }
 
 /* ---- resolving and connecting ------------------------------------------ */
-
-static void connect_next(struct conn *c);
 
 /* Keeps the addresses the policy permits (all of them for a local upstream). */
 static void addrs_accept(struct conn *c, const struct sockaddr_storage *addrs, uint32_t count)
@@ -1412,7 +1202,7 @@ static bool literal_addr(const char *host, uint16_t port, struct sockaddr_storag
 static_assert(sizeof(((struct conn *)0)->addrs) >= sizeof(struct sockaddr_un),
 	      "a Unix socket address fits the address storage");
 
-static struct sockaddr_un *conn_unix(struct conn *c)
+struct sockaddr_un *conn_unix(struct conn *c)
 {
 	return (struct sockaddr_un *)(void *)c->addrs;
 }
@@ -1496,7 +1286,7 @@ static void resolve_start(struct conn *c)
 	}
 }
 
-static void connect_next(struct conn *c)
+void connect_next(struct conn *c)
 {
 	if (c->addr_next >= c->addr_count) {
 		bool timed_out = c->connect_err == -ETIMEDOUT || c->connect_err == -ECANCELED;
@@ -1552,8 +1342,6 @@ static void on_socket(struct conn *c, int res)
 	io_uring_prep_link_timeout(sqe, &c->connect_ts, 0);
 }
 
-static void tunnel_start(struct conn *c);
-
 static void on_connect(struct conn *c, int res)
 {
 	if (c->ingress_path_fd >= 0) {
@@ -1575,2408 +1363,8 @@ static void on_connect(struct conn *c, int res)
 		connect_next(c);
 		return;
 	}
-	if (c->ingress_tls)
-		tlsrelay_start(c);
-	else if (c->inject != NULL)
-		inject_start(c);
-	else if (c->method_len == 7 && memcmp(c->method, "CONNECT", 7) == 0)
-		tunnel_start(c);
-	else
-		forward_start(c);
-}
-
-/* ---- ingress gateway ---------------------------------------------------- */
-
-/*
- * A conn of the public listener reads a request head like any other; then
- * the path, not a policy rule, picks the sandbox (core/ingress.h), the
- * sandbox profile's `ingress` settings are applied (methods, body cap,
- * limits), and the request is forwarded to the sandbox's ingress socket
- * with the FORWARD machinery: the head rewritten for the agent, the bodies
- * copied with their framing, the conn kept alive with its upstream for the
- * next request to the same sandbox. A 101 turns the conn into a TUNNEL.
- * Each request gets one "ingress" audit record, written when it ends.
- */
-
-/* A gateway request begins: its record counts from here. */
-static void ingress_begin(struct conn *c)
-{
-	AN_ASSERT(c->ingress);
-	AN_ASSERT(!c->ingress_record || c->state == ST_HEAD);
-	c->ingress_record = true;
-	/* A gateway conn has no close record: its counters and clock are the request's. */
-	c->bytes_up = 0;
-	c->bytes_down = 0;
-	c->up.bytes = 0;
-	c->down.bytes = 0;
-	c->start_ms = c->w->now_ms;
-	c->ingress_id_len = 0;
-	c->decision_id = 0;
-	c->status = 0;
-	c->reason = REASON_NONE;
-	c->rule = NULL;
-	c->instruction = NULL;
-}
-
-/* The request's method, Host (as the client sent it) and public path, for answers and records. */
-static void ingress_request_copy(struct conn *c, const struct http1_request *req)
-{
-	request_copy(c, req);
-	size_t hlen = req->host_header != NULL && req->host_header_len <= LIMITS_HOST_BYTES_MAX
-			  ? req->host_header_len
-			  : 0;
-	if (hlen > 0)
-		memcpy(c->host, req->host_header, hlen);
-	c->host[hlen] = '\0';
-	c->host_len = (uint8_t)hlen;
-	c->port = 0;
-	AN_ASSERT(req->target >= c->head && req->target < c->head + c->head_len);
-	c->path_off = (uint16_t)(req->target - c->head);
-	c->path_len = (uint16_t)(req->target_len < UINT16_MAX ? req->target_len : UINT16_MAX);
-}
-
-/* The routed sandbox's profile's gateway settings, under the snapshot the request holds. */
-static const struct verdict_ingress *ingress_rules(const struct conn *c)
-{
-	AN_ASSERT(c->ingress && c->snap != NULL && c->sandbox != WORKER_NO_SANDBOX);
-	const struct snapshot_sandbox *under = &c->snap->sandboxes[c->sandbox];
-	AN_ASSERT(under->known);
-	return c->w->e->ops->profile_ingress(c->snap->policy, under->profile);
-}
-
-/* The request no longer counts as open against its sandbox's `concurrent`. */
-static void ingress_release(struct conn *c)
-{
-	if (!c->ingress_counted)
-		return;
-	struct engine_sandbox *sb = c->w->e->sandboxes[c->sandbox];
-	uint32_t open = atomic_fetch_sub_explicit(&sb->ingress_open, 1, memory_order_relaxed);
-	AN_ASSERT(open > 0);
-	c->ingress_counted = false;
-}
-
-/*
- * The sandbox's gateway limits, shared by every worker (any of them may
- * accept a request for any sandbox): requests open at once, then the rate.
- * A request let through holds one of `concurrent` until it ends.
- */
-static enum reason ingress_limits_refusal(struct conn *c, const struct verdict_ingress *in)
-{
-	struct engine_sandbox *sb = c->w->e->sandboxes[c->sandbox];
-	const struct verdict_limits *l = &in->limits;
-	struct timespec now;
-	uint32_t retry = 1;
-
-	AN_ASSERT(!c->ingress_counted);
-	if (l->requests_per_second == 0 && l->concurrent == 0)
-		return REASON_NONE;
-	uint32_t open = atomic_fetch_add_explicit(&sb->ingress_open, 1, memory_order_relaxed);
-	c->ingress_counted = true;
-	c->retry_after_s = 1;
-	if (l->concurrent != 0 && open >= l->concurrent) {
-		ingress_release(c);
-		return REASON_CONCURRENCY_LIMITED;
-	}
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	uint64_t now_us = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
-	if (!ratelimit_shared_take(&sb->ingress_rate, l, now_us, &retry)) {
-		ingress_release(c);
-		c->retry_after_s = retry;
-		return REASON_RATE_LIMITED;
-	}
-	c->retry_after_s = 0;
-	return REASON_NONE;
-}
-
-/* Where the request goes, or why not: the sandbox, its profile's gateway settings, limits. */
-static enum reason ingress_refusal(struct conn *c, const struct http1_request *req)
-{
-	struct worker *w = c->w;
-	const struct config *cfg = w->e->cfg;
-	struct ingress_target t;
-
-	if (req->form != HTTP1_FORM_ORIGIN)
-		return REASON_BAD_REQUEST;
-	int rc = ingress_route(cfg->ingress_prefix, strlen(cfg->ingress_prefix), req->target,
-			       req->target_len, &t);
-	if (rc != 0)
-		return rc == -EPERM ? REASON_PATH_NOT_ALLOWED : REASON_INGRESS_NOT_FOUND;
-	int64_t slot = ingress_routes_get(&w->routes, t.id, t.id_len);
-	if (slot < 0)
-		return REASON_INGRESS_NOT_FOUND;
-	c->ingress_id_off = (uint16_t)(t.id - c->head);
-	c->ingress_id_len = (uint8_t)t.id_len;
-	c->sandbox = (uint32_t)slot;
-	const struct snapshot_sandbox *under = snapshot_take(c);
-	if (under == NULL)
-		return REASON_INGRESS_NOT_FOUND;
-	const struct verdict_ingress *in =
-	    w->e->ops->profile_ingress(c->snap->policy, under->profile);
-	AN_ASSERT(in != NULL);
-	if (!in->enabled)
-		return REASON_INGRESS_NOT_FOUND;
-	if (!ingress_method_allowed(in, req->method, req->method_len))
-		return REASON_METHOD_NOT_ALLOWED;
-	if (req->body == HTTP1_BODY_LENGTH && req->content_length > in->body_bytes_max)
-		return REASON_BODY_TOO_LARGE;
-	return ingress_limits_refusal(c, in);
-}
-
-static void ingress_decide(struct conn *c, const struct http1_request *req)
-{
-	ingress_begin(c);
-	c->requests++;
-	c->w->stats.requests++;
-	c->retry_after_s = 0;
-	c->tier = TIER_LOCAL;
-	c->inject = NULL;
-	c->fake = NULL;
-	ingress_request_copy(c, req);
-	ingress_release(c);
-	enum reason refusal = ingress_refusal(c, req);
-	if (refusal != REASON_NONE) {
-		respond(c, refusal);
-		return;
-	}
-	c->ingress_upgrade = ingress_is_upgrade(req);
-	/* An upgrade carries no body: after the 101 the client's bytes are the new protocol's,
-	 * and a body still coming would meet the tunnel's relay on the same socket. */
-	if (c->ingress_upgrade && req->body != HTTP1_BODY_NONE) {
-		respond(c, REASON_BAD_REQUEST);
-		return;
-	}
-	c->keep_alive = req->keep_alive;
-	c->client_http10 = req->version_minor == 0;
-	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
-	c->req_body = (uint8_t)req->body;
-	/* Chunked: what the cap still allows (req_frame counts it down). */
-	c->req_left = req->body == HTTP1_BODY_CHUNKED ? ingress_rules(c)->body_bytes_max
-						      : req->content_length;
-	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
-	uint64_t key = XXH3_64bits(c->head + c->ingress_id_off, c->ingress_id_len);
-	if (c->ufd >= 0 &&
-	    (key != c->upstream_key || !(c->flags & F_REUSABLE) || c->ingress_upgrade))
-		close_slot(c, &c->ufd);
-	c->flags &= (uint8_t)~F_REUSABLE;
-	c->upstream_key = key;
-	c->reused_upstream = c->ufd >= 0;
-	if (c->ufd >= 0)
-		forward_start(c);
-	else
-		ingress_connect(c);
-}
-
-/*
- * Connects the routed sandbox's ingress socket, <socket_dir>/sandboxes/<id>/
- * ingress.sock. A sandbox can write its own directory, so the name is opened
- * O_PATH|O_NOFOLLOW and must be a socket, and the connect goes through
- * /proc/self/fd: a symlink planted there cannot send a public request to
- * another socket of the host (another sandbox's, a container runtime's).
- */
-static void ingress_connect(struct conn *c)
-{
-	const struct config *cfg = c->w->e->cfg;
-	char id[CONFIG_SANDBOX_ID_BYTES_MAX], path[PATH_MAX];
-	struct stat st;
-
-	AN_ASSERT(c->ingress && c->ingress_id_len > 0 && c->head != NULL);
-	memcpy(id, c->head + c->ingress_id_off, c->ingress_id_len);
-	id[c->ingress_id_len] = '\0';
-	if (c->ingress_path_fd >= 0)
-		close(c->ingress_path_fd);
-	c->ingress_path_fd = -1;
-	size_t n = layout_sandbox_dir(cfg->socket_dir, id, path, sizeof(path)) == 0 ? strlen(path)
-										    : sizeof(path);
-	int fd = n + sizeof("/ingress.sock") <= sizeof(path)
-		     ? (memcpy(path + n, "/ingress.sock", sizeof("/ingress.sock")),
-			open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC))
-		     : -1;
-	if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))) {
-		close(fd);
-		fd = -1;
-	}
-	if (fd < 0) {
-		respond(c, REASON_AGENT_NOT_LISTENING); /* no `agentsnet run` holds the sandbox */
-		return;
-	}
-	c->ingress_path_fd = fd;
-	struct sockaddr_un *sun = conn_unix(c);
-	memset(sun, 0, sizeof(*sun));
-	sun->sun_family = AF_UNIX;
-	snprintf(sun->sun_path, sizeof(sun->sun_path), "/proc/self/fd/%d", fd);
-	c->flags |= F_UNIX_UP;
-	c->addr_count = 1;
-	c->addr_next = 0;
-	c->connect_err = 0;
-	connect_next(c);
-}
-
-/* Writes the agent's head for <req> into c->out (core/ingress.h). Bytes or -EMSGSIZE. */
-static ssize_t ingress_head(struct conn *c, const struct http1_request *req)
-{
-	const struct config *cfg = c->w->e->cfg;
-	struct ingress_target t;
-	char addr[INET6_ADDRSTRLEN] = "";
-	char prefix[512];
-
-	AN_ASSERT(c->ingress && c->out != NULL && c->snap != NULL);
-	int rc = ingress_route(cfg->ingress_prefix, strlen(cfg->ingress_prefix), req->target,
-			       req->target_len, &t);
-	AN_ASSERT(rc == 0); /* the same head was routed before */
-	if (c->client.sa.sa_family == AF_INET)
-		inet_ntop(AF_INET, &c->client.v4.sin_addr, addr, sizeof(addr));
-	else if (c->client.sa.sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &c->client.v6.sin6_addr, addr, sizeof(addr));
-	int n =
-	    snprintf(prefix, sizeof(prefix), "%s/%.*s", cfg->ingress_prefix, (int)t.id_len, t.id);
-	AN_ASSERT(n > 0 && (size_t)n < sizeof(prefix));
-	/* The public URL's authority (validated at load: a scheme, "://", no path). */
-	const char *url = cfg->ingress_public_url;
-	const char *authority = url != NULL && strstr(url, "://") != NULL ? strstr(url, "://") + 3
-									  : cfg->ingress_listen;
-	const struct ingress_client client = { .addr = addr,
-					       .proto = c->ingress_proxied ? "https" : "http",
-					       .prefix = prefix,
-					       .prefix_len = (size_t)n,
-					       .authority = authority };
-	return ingress_write_head(req, &t, ingress_rules(c), &client, c->out,
-				  WORKER_HEAD_BUFFER_BYTES);
-}
-
-/*
- * The agent switched protocols (101 to an upgrade request): its answer goes
- * to the client as is, and from then on the conn is a tunnel both ways.
- */
-static void ingress_upgraded(struct conn *c)
-{
-	uint32_t up_ops = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
-			  op_bit(dir_op(DIR_UP, ROP_POLL)) | op_bit(dir_op(DIR_UP, ROP_SPLICE_IN)) |
-			  op_bit(dir_op(DIR_UP, ROP_SPLICE_OUT));
-
-	AN_ASSERT(c->ingress && c->ingress_upgrade);
-	AN_ASSERT(c->resp != NULL && c->resp_fill > 0);
-	if (c->ops & up_ops) {
-		/* Answered before the request was out, or while the client's side still moves:
-		 * not a peer to trust, and the tunnel cannot take that side over. */
-		conn_close(c);
-		return;
-	}
-	audit_decision(c, true, 101);
-	c->state = ST_TUNNEL;
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	c->down.state = R_PRELUDE;
-	c->out_ptr = c->resp;
-	c->out_len = c->resp_fill;
-	c->out_off = 0;
-	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
-	c->up.state = R_PRELUDE;
-	if (c->flags & F_CLIENT_EOF)
-		c->up.eof = true;
-	up_prelude_step(c);
-}
-
-/* ---- tunnel ----------------------------------------------------------- */
-
-static void tunnel_start(struct conn *c)
-{
-	c->state = ST_TUNNEL;
-	c->reason = REASON_NONE;
-	audit_decision(c, true, 200);
-	head_recv_stop(c);
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	c->down.state = R_PRELUDE;
-	c->out_ptr = reply_established;
-	c->out_len = sizeof(reply_established) - 1;
-	c->out_off = 0;
-	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
-	c->up.state = R_PRELUDE;
-	if (c->flags & F_CLIENT_EOF)
-		c->up.eof = true;
-	up_prelude_step(c);
-}
-
-/*
- * The next early-data slice to forward: the head buffer's tail first, then
- * the FIFO. Returns its length (0: none) and sets *<p>.
- */
-static uint32_t early_peek(struct conn *c, const char **p)
-{
-	if (c->head != NULL && c->head_len + c->early_off < c->head_fill) {
-		*p = c->head + c->head_len + c->early_off;
-		return c->head_fill - c->head_len - c->early_off;
-	}
-	if (c->early_count == 0)
-		return 0;
-	uint16_t bid;
-	uint32_t off;
-	uint32_t n = early_front(c, &bid, &off);
-	*p = (const char *)ring_buf(conn_ring(c), bid) + off;
-	return n;
-}
-
-/* Marks <n> early bytes consumed (sent, or counted as body). */
-static void early_consume(struct conn *c, uint32_t n)
-{
-	if (c->head != NULL && c->head_len + c->early_off < c->head_fill) {
-		AN_ASSERT(n <= c->head_fill - c->head_len - c->early_off);
-		c->early_off += n;
-		return;
-	}
-	AN_ASSERT(c->early_count > 0);
-	early_advance(c, n);
-}
-
-static void up_prelude_step(struct conn *c)
-{
-	struct relay *r = &c->up;
-
-	if (c->state != ST_TUNNEL || r->state != R_PRELUDE)
-		return;
-	if (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND)))
-		return;
-	const char *p;
-	uint32_t n = early_peek(c, &p);
-	if (n > 0) {
-		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, n);
-		return;
-	}
-	if (c->ops & op_bit(OP_HEAD_RECV))
-		return; /* the cancelled receive may still deliver bytes */
-	/* An upgraded gateway request keeps its buffers: the 101 may still be
-	 * going out of one, and its record needs the head's sandbox and path. */
-	if (!c->ingress)
-		buffers_release(c);
-	r->state = R_IDLE;
-	relay_arm(c, DIR_UP);
-}
-
-static void relay_shut(struct conn *c, int dir)
-{
-	struct relay *r = relay_of(c, dir);
-
-	r->state = R_SHUT;
-	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_SHUT));
-	io_uring_prep_shutdown(sqe, relay_dst(c, dir), SHUT_WR);
-	sqe->flags |= IOSQE_FIXED_FILE;
-}
-
-static void relay_arm(struct conn *c, int dir)
-{
-	struct relay *r = relay_of(c, dir);
-
-	AN_ASSERT(r->pipe == NULL);
-	AN_ASSERT(!r->holds_buf);
-	if (r->eof) {
-		relay_shut(c, dir);
-		return;
-	}
-	if (c->w->pipes.capacity > 0) {
-		r->state = R_POLL;
-		struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_POLL));
-		io_uring_prep_poll_add(sqe, relay_src(c, dir), POLLIN);
-		sqe->flags |= IOSQE_FIXED_FILE;
-		return;
-	}
-	r->state = R_RECV;
-	prep_recv_select(c, dir_op(dir, ROP_RECV), relay_src(c, dir));
-}
-
-static void splice_in(struct conn *c, int dir)
-{
-	struct relay *r = relay_of(c, dir);
-	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_SPLICE_IN));
-
-	AN_ASSERT(r->pipe_bytes < c->w->pipes.pipe_bytes);
-	r->state = R_SPLICE_IN;
-	io_uring_prep_splice(sqe, relay_src(c, dir), -1, r->pipe->write_fd, -1,
-			     c->w->pipes.pipe_bytes - r->pipe_bytes,
-			     SPLICE_F_FD_IN_FIXED | SPLICE_F_MOVE);
-}
-
-static void splice_out(struct conn *c, int dir)
-{
-	struct relay *r = relay_of(c, dir);
-	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_SPLICE_OUT));
-
-	r->state = R_SPLICE_OUT;
-	io_uring_prep_splice(sqe, r->pipe->read_fd, -1, relay_dst(c, dir), -1, r->pipe_bytes,
-			     SPLICE_F_MOVE);
-	sqe->flags |= IOSQE_FIXED_FILE;
-}
-
-/* Both directions finished cleanly: the tunnel is over. */
-static void relay_maybe_done(struct conn *c)
-{
-	if (c->up.state == R_DONE && c->down.state == R_DONE)
-		conn_close(c);
-}
-
-static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
-{
-	struct relay *r = relay_of(c, dir);
-	struct worker *w = c->w;
-
-	(void)cqe_flags;
-	c->active_ms = w->now_ms;
-	if (res < 0 && res != -EAGAIN && !(rop == ROP_RECV && res == -ENOBUFS)) {
-		conn_close(c); /* reset, broken pipe, or cancelled: abort both ways */
-		return;
-	}
-	switch (rop) {
-	case ROP_POLL:
-		if (r->poll_out) {
-			r->poll_out = false;
-			splice_out(c, dir);
-			break;
-		}
-		r->pipe = pipepool_take(&w->pipes);
-		if (r->pipe != NULL) {
-			w->stats.splice_relays++;
-			splice_in(c, dir);
-		} else {
-			w->stats.copy_relays++;
-			r->state = R_RECV;
-			prep_recv_select(c, dir_op(dir, ROP_RECV), relay_src(c, dir));
-		}
-		break;
-	case ROP_SPLICE_IN:
-		if (res == -EAGAIN || res == 0) {
-			/* Source drained (or ended): flush what the pipe gathered first. */
-			r->eof = res == 0;
-			r->full_fill = false;
-			if (r->pipe_bytes > 0) {
-				splice_out(c, dir);
-				break;
-			}
-			pipepool_put(&w->pipes, r->pipe, 0);
-			r->pipe = NULL;
-			relay_arm(c, dir); /* polls again, or shuts dst on EOF */
-			break;
-		}
-		r->pipe_bytes += (uint32_t)res;
-		r->bytes += (uint64_t)res;
-		r->full_fill = (uint32_t)res >= CONN_STREAMING_BYTES;
-		/* While the source streams, gather up to three quarters of a pipe
-		 * before sending: fewer, larger sends mean fewer wake-ups of the
-		 * receiver (the last quarter keeps a full pipe from ending a splice). */
-		if (r->full_fill && r->pipe_bytes <= w->pipes.pipe_bytes / 4 * 3)
-			splice_in(c, dir);
-		else
-			splice_out(c, dir);
-		break;
-	case ROP_SPLICE_OUT:
-		if (res == -EAGAIN) {
-			/* The destination's send buffer is full: wait until it drains. */
-			r->poll_out = true;
-			r->state = R_POLL;
-			struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_POLL));
-			io_uring_prep_poll_add(sqe, relay_dst(c, dir), POLLOUT);
-			sqe->flags |= IOSQE_FIXED_FILE;
-			break;
-		}
-		if (res <= 0) {
-			conn_close(c);
-			break;
-		}
-		AN_ASSERT((uint32_t)res <= r->pipe_bytes);
-		r->pipe_bytes -= (uint32_t)res;
-		if (r->pipe_bytes > 0) {
-			splice_out(c, dir);
-		} else if (r->full_fill && !r->eof) {
-			splice_in(c, dir);
-		} else {
-			pipepool_put(&w->pipes, r->pipe, 0);
-			r->pipe = NULL;
-			relay_arm(c, dir);
-		}
-		break;
-	case ROP_RECV:
-		if (res == -ENOBUFS || res == -EAGAIN) {
-			r->state = R_IDLE;
-			nobufs_wait(c);
-		} else if (res == 0) {
-			r->eof = true;
-			relay_shut(c, dir);
-		} else {
-			r->buf_off = 0;
-			r->buf_len = (uint32_t)res;
-			r->bytes += (uint64_t)res;
-			r->state = R_SEND;
-			prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir),
-				  ring_buf(conn_ring(c), r->bid), r->buf_len);
-		}
-		break;
-	case ROP_SEND:
-		if (r->state == R_PRELUDE) {
-			if (dir == DIR_UP) {
-				c->bytes_up += (uint64_t)res;
-				early_consume(c, (uint32_t)res);
-				up_prelude_step(c);
-			} else {
-				if (!out_sent(c, dir_op(dir, ROP_SEND), c->cfd, c->out_ptr, res)) {
-					r->state = R_IDLE;
-					relay_arm(c, dir);
-				}
-			}
-			break;
-		}
-		r->buf_off += (uint32_t)res;
-		if (r->buf_off < r->buf_len) {
-			prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir),
-				  ring_buf(conn_ring(c), r->bid) + r->buf_off,
-				  r->buf_len - r->buf_off);
-		} else {
-			ring_buf_return(conn_ring(c), r->bid);
-			r->holds_buf = false;
-			relay_arm(c, dir);
-		}
-		break;
-	case ROP_SHUT:
-		r->state = R_DONE;
-		relay_maybe_done(c);
-		break;
-	default:
-		AN_ASSERT(!"unknown relay op");
-	}
-}
-
-/* ---- absolute-form forwarding ------------------------------------------ */
-
-/* How many of <n> bytes at <p> belong to the request body; sets req_done. */
-static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
-{
-	if (c->req_done)
-		return 0;
-	if (c->req_body == HTTP1_BODY_LENGTH) {
-		uint64_t m = c->req_left < n ? c->req_left : n;
-		c->req_left -= m;
-		c->req_done = c->req_left == 0;
-		return (int64_t)m;
-	}
-	AN_ASSERT(c->req_body == HTTP1_BODY_CHUNKED);
-	ssize_t m = http1_chunked_scan(&c->req_chunks, p, n);
-	if (m < 0)
-		return m;
-	if (c->ingress) {
-		/* The gateway's body cap, counted on the wire: the stream is cut there. */
-		if ((uint64_t)m > c->req_left) {
-			c->reason = REASON_BODY_TOO_LARGE;
-			return -1;
-		}
-		c->req_left -= (uint64_t)m;
-	}
-	c->req_done = c->req_chunks.done;
-	return m;
-}
-
-static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
-{
-	if (c->resp_done)
-		return 0;
-	switch (c->resp_body) {
-	case HTTP1_BODY_NONE:
-		c->resp_done = true;
-		return 0;
-	case HTTP1_BODY_LENGTH: {
-		uint64_t m = c->resp_left < n ? c->resp_left : n;
-		c->resp_left -= m;
-		c->resp_done = c->resp_left == 0;
-		return (int64_t)m;
-	}
-	case HTTP1_BODY_CHUNKED: {
-		ssize_t m = http1_chunked_scan(&c->resp_chunks, p, n);
-		if (m >= 0)
-			c->resp_done = c->resp_chunks.done;
-		return m;
-	}
-	default:
-		return n; /* until the upstream closes */
-	}
-}
-
-typedef int64_t (*frame_fn)(struct conn *c, const char *p, uint32_t n);
-
-/*
- * Sends on the part of the <res> bytes direction <dir> just received that
- * belongs to the current message, as <frame> delimits it. Bytes past the
- * message are dropped and the conn is not kept alive (a pipelining client
- * retries them, RFC 9112 section 9.3.2). Returns the bytes sent, 0 when the
- * message had already ended (the buffer is back in the ring), or -1 when the
- * framing was malformed (the conn is closing).
- */
-static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
-{
-	struct relay *r = relay_of(c, dir);
-	const char *p = (const char *)ring_buf(conn_ring(c), r->bid);
-
-	AN_ASSERT(r->holds_buf);
-	AN_ASSERT(res > 0);
-	int64_t m = frame(c, p, (uint32_t)res);
-	if (m < 0) {
-		conn_close(c);
-		return -1;
-	}
-	if (m < res)
-		c->flags |= F_NO_KEEPALIVE;
-	r->state = R_SEND;
-	r->buf_off = 0;
-	r->buf_len = (uint32_t)m;
-	if (m == 0) {
-		ring_buf_return(conn_ring(c), r->bid);
-		r->holds_buf = false;
-		return 0;
-	}
-	prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir), p, (size_t)m);
-	return m;
-}
-
-static void forward_start(struct conn *c)
-{
-	struct http1_request req;
-	enum reason why;
-
-	c->state = ST_FORWARD;
-	c->reason = REASON_NONE;
-	head_recv_stop(c);
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	/* Re-parse: the head buffer is unchanged, so this cannot fail. */
-	ssize_t n = http1_parse_request(c->head, c->head_len, &req, &why);
-	AN_ASSERT(n == (ssize_t)c->head_len);
-	if (c->out == NULL)
-		c->out = pool_take(&c->w->heads);
-	ssize_t len = c->out == NULL ? -1
-		      : c->ingress
-			  ? ingress_head(c, &req)
-			  : http1_write_origin_head(&req, c->out, WORKER_HEAD_BUFFER_BYTES);
-	if (len < 0) {
-		respond(c, c->out ? REASON_HEADERS_TOO_LARGE : REASON_OVERLOADED);
-		return;
-	}
-	c->out_len = (uint32_t)len;
-	c->out_off = 0;
-	c->req_done = c->req_body == HTTP1_BODY_NONE ||
-		      (c->req_body == HTTP1_BODY_LENGTH && c->req_left == 0);
-	c->resp_done = false;
-	c->resp_head_done = false;
-	c->resp_fill = 0;
-	memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
-	c->up.state = R_IDLE;
-	c->down.state = R_IDLE;
-	fwd_up_step(c);
-	fwd_down_recv(c);
-}
-
-static void fwd_up_step(struct conn *c)
-{
-	struct relay *r = &c->up;
-
-	if (c->state != ST_FORWARD || (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))) ||
-	    (c->ops & op_bit(dir_op(DIR_UP, ROP_RECV))))
-		return;
-	if (c->out_off < c->out_len) {
-		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out + c->out_off,
-			  c->out_len - c->out_off);
-		return;
-	}
-	if (c->req_done) {
-		request_finish(c);
-		return;
-	}
-	const char *p;
-	uint32_t n = early_peek(c, &p);
-	if (n > 0) {
-		int64_t m = req_frame(c, p, n);
-		if (m < 0) {
-			conn_close(c);
-			return;
-		}
-		/* Bytes past the body are the next request: request_finish carries them. */
-		if (m == 0) {
-			request_finish(c);
-			return;
-		}
-		r->state = R_PRELUDE;
-		r->buf_off = 0;
-		r->buf_len = (uint32_t)m;
-		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, (size_t)m);
-		return;
-	}
-	if (c->ops & op_bit(OP_HEAD_RECV))
-		return; /* the cancelled head receive may still deliver body bytes */
-	r->state = R_RECV;
-	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
-}
-
-static void on_fwd_up(struct conn *c, uint32_t rop, int res)
-{
-	struct relay *r = &c->up;
-
-	if (res <= 0 && !(rop == ROP_RECV && (res == -ENOBUFS || res == -EAGAIN))) {
-		if (c->ingress && rop == ROP_SEND && !c->resp_head_done &&
-		    (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV)))) {
-			/* The bridge closed as the agent's port refused it: the down
-			 * receive sees the end and answers agent_not_listening. */
-			r->state = R_IDLE;
-			c->flags |= F_NO_KEEPALIVE;
-			return;
-		}
-		conn_close(c); /* client gone mid-body, or upstream refused our bytes */
-		return;
-	}
-	if (rop == ROP_RECV) {
-		if (res < 0) {
-			r->state = R_IDLE;
-			nobufs_wait(c);
-			return;
-		}
-		if (fwd_send_framed(c, DIR_UP, res, req_frame) == 0)
-			fwd_up_step(c);
-		return;
-	}
-	AN_ASSERT(rop == ROP_SEND);
-	c->bytes_up += (uint64_t)res;
-	if (c->out_off < c->out_len) {
-		c->out_off += (uint32_t)res;
-		fwd_up_step(c);
-		return;
-	}
-	r->buf_off += (uint32_t)res;
-	if (r->state == R_PRELUDE)
-		early_consume(c, (uint32_t)res);
-	if (r->buf_off < r->buf_len) {
-		const char *p;
-		if (r->state == R_PRELUDE)
-			early_peek(c, &p);
-		else
-			p = (const char *)ring_buf(conn_ring(c), r->bid) + r->buf_off;
-		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, r->buf_len - r->buf_off);
-		return;
-	}
-	if (r->state == R_SEND && r->holds_buf) {
-		ring_buf_return(conn_ring(c), r->bid);
-		r->holds_buf = false;
-	}
-	r->state = R_IDLE;
-	fwd_up_step(c);
-}
-
-static void fwd_down_recv(struct conn *c)
-{
-	if (c->state != ST_FORWARD || c->resp_done || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
-		return;
-	c->down.state = R_RECV;
-	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
-}
-
-/* The upstream closed or failed before answering. */
-static void fwd_no_response(struct conn *c)
-{
-	if (c->reused_upstream && c->req_body == HTTP1_BODY_NONE &&
-	    !(c->ops & op_bit(dir_op(DIR_UP, ROP_SEND)))) {
-		/* A kept-alive upstream closed while idle: retry once, fresh. */
-		c->reused_upstream = false;
-		close_slot(c, &c->ufd);
-		c->out_off = 0;
-		c->state = ST_CONNECT;
-		if (c->ingress)
-			ingress_connect(c);
-		else
-			connect_next(c);
-		return;
-	}
-	/* The bridge took the connection, but nothing listens on the agent's port. */
-	respond(c, c->ingress ? REASON_AGENT_NOT_LISTENING : REASON_UPSTREAM_UNREACHABLE);
-}
-
-static_assert(LIMITS_RESPONSE_HEAD_BYTES_MAX <= LIMITS_HEAD_BYTES_MAX &&
-		  HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX - LIMITS_RESPONSE_HEAD_BYTES_MAX <=
-		      WORKER_HEAD_REWRITE_BYTES,
-	      "a rewritten response head and the receive that completed it fit a head buffer");
-
-/*
- * Rewrites the response head <resp>, the <n> bytes at <at> in c->resp, as
- * the proxy forwards it (http1_write_response_head): HTTP/1.1, no hop-by-hop
- * field, and our own Connection field when the client's connection ends
- * after this response (<keep> false; none for an interim one) or stays open
- * for an HTTP/1.0 client. The bytes after the head move up behind the new
- * one: c->resp_fill grows by at most WORKER_HEAD_REWRITE_BYTES, which the
- * caller left free. Returns the new head's length.
- */
-static uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, uint32_t at,
-				  uint32_t n, bool keep)
-{
-	bool interim = resp->status < 200;
-	const char *connection = interim            ? NULL
-				 : !keep            ? "close"
-				 : c->client_http10 ? "keep-alive"
-						    : NULL;
-
-	AN_ASSERT(n > 0 && at + n <= c->resp_fill);
-	AN_ASSERT(resp->status != 101);
-	ssize_t m = http1_write_response_head(resp, connection, c->w->resp_rewrite,
-					      HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX);
-	uint32_t tail = c->resp_fill - at - n;
-	AN_ASSERT(m > 0 && at + (size_t)m + tail <= WORKER_HEAD_BUFFER_BYTES);
-	memmove(c->resp + at + m, c->resp + at + n, tail);
-	memcpy(c->resp + at, c->w->resp_rewrite, (size_t)m);
-	c->resp_fill = at + (uint32_t)m + tail;
-	return (uint32_t)m;
-}
-
-/* Parses the response head gathered in c->resp; sends it, rewritten, when complete. */
-static void fwd_resp_head(struct conn *c)
-{
-	struct http1_response resp;
-
-	ssize_t n = http1_parse_response(c->resp, c->resp_fill, &resp);
-	if (n == -EAGAIN) {
-		fwd_down_recv(c);
-		return;
-	}
-	bool upgrade = resp.status == 101 && c->ingress && c->ingress_upgrade;
-	if (n < 0 || (resp.status == 101 && !upgrade)) {
-		respond(c, REASON_UPSTREAM_BAD_RESPONSE);
-		return;
-	}
-	if (upgrade) {
-		ingress_upgraded(c);
-		return;
-	}
-	bool interim = resp.status >= 100 && resp.status < 200;
-	if (!interim) {
-		c->resp_head_done = true;
-		c->resp_body = (uint8_t)http1_response_body(&resp, c->head_method);
-		c->resp_left = resp.content_length;
-		c->resp_keep_alive = resp.keep_alive;
-		audit_decision(c, true, resp.status);
-	}
-	bool keep = c->keep_alive && resp.keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
-		    http1_response_body(&resp, c->head_method) != HTTP1_BODY_CLOSE;
-	c->resp_head_len = resp_head_rewrite(c, &resp, 0, (uint32_t)n, keep);
-	uint32_t send_len = c->resp_head_len;
-	if (!interim) {
-		uint32_t rest = c->resp_fill - send_len;
-		int64_t m = resp_frame(c, c->resp + send_len, rest);
-		if (m < 0) {
-			conn_close(c);
-			return;
-		}
-		if ((uint32_t)m < rest)
-			c->flags |= F_NO_KEEPALIVE; /* bytes past the response: don't reuse */
-		send_len += (uint32_t)m;
-	}
-	c->down.state = R_PRELUDE;
-	c->down.buf_off = 0;
-	c->down.buf_len = send_len;
-	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->resp, send_len);
-}
-
-static void on_fwd_down_recv(struct conn *c, int res)
-{
-	struct relay *r = &c->down;
-	struct ring *ring = conn_ring(c);
-
-	if (res == -ENOBUFS || res == -EAGAIN) {
-		r->state = R_IDLE;
-		nobufs_wait(c);
-		return;
-	}
-	if (res <= 0) {
-		if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE) {
-			c->resp_done = true;
-			c->flags |= F_NO_KEEPALIVE;
-			request_finish(c);
-		} else if (!c->resp_head_done && c->resp_fill == 0) {
-			fwd_no_response(c);
-		} else if (!c->resp_head_done) {
-			respond(c, REASON_UPSTREAM_BAD_RESPONSE);
-		} else {
-			conn_close(c); /* cut mid-body: the client sees the short body */
-		}
-		return;
-	}
-	if (!c->resp_head_done) {
-		if (c->resp == NULL)
-			c->resp = pool_take(&c->w->heads);
-		if (c->resp == NULL) {
-			ring_buf_return(ring, r->bid);
-			r->holds_buf = false;
-			conn_close(c);
-			return;
-		}
-		AN_ASSERT(c->resp_fill + (uint32_t)res <= WORKER_HEAD_BUFFER_BYTES);
-		memcpy(c->resp + c->resp_fill, ring_buf(ring, r->bid), (size_t)res);
-		c->resp_fill += (uint32_t)res;
-		ring_buf_return(ring, r->bid);
-		r->holds_buf = false;
-		fwd_resp_head(c);
-		return;
-	}
-	if (fwd_send_framed(c, DIR_DOWN, res, resp_frame) == 0)
-		request_finish(c);
-}
-
-static void on_fwd_down_send(struct conn *c, int res)
-{
-	struct relay *r = &c->down;
-
-	if (res <= 0) {
-		conn_close(c);
-		return;
-	}
-	c->bytes_down += (uint64_t)res;
-	r->buf_off += (uint32_t)res;
-	if (r->buf_off < r->buf_len) {
-		const char *base =
-		    r->state == R_PRELUDE ? c->resp : (const char *)ring_buf(conn_ring(c), r->bid);
-		prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, base + r->buf_off,
-			  r->buf_len - r->buf_off);
-		return;
-	}
-	if (r->state == R_SEND && r->holds_buf) {
-		ring_buf_return(conn_ring(c), r->bid);
-		r->holds_buf = false;
-	}
-	if (r->state == R_PRELUDE && !c->resp_head_done) {
-		/* An interim (1xx) response went out: the final one follows it. */
-		uint32_t rest = c->resp_fill - c->resp_head_len;
-		memmove(c->resp, c->resp + c->resp_head_len, rest);
-		c->resp_fill = rest;
-		r->state = R_IDLE;
-		if (rest > 0)
-			fwd_resp_head(c);
-		else
-			fwd_down_recv(c);
-		return;
-	}
-	r->state = R_IDLE;
-	if (c->resp_done)
-		request_finish(c);
-	else
-		fwd_down_recv(c);
-}
-
-static void linger_start(struct conn *c);
-
-/* Both halves of an exchange are done: keep the conn for the next request or close. */
-static void request_finish(struct conn *c)
-{
-	/* The cancelled head receive counts too: its last completion may still
-	 * bring early bytes, and it re-runs this function when it arrives. */
-	uint32_t busy = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
-			op_bit(dir_op(DIR_DOWN, ROP_SEND)) | op_bit(dir_op(DIR_DOWN, ROP_RECV)) |
-			op_bit(OP_HEAD_RECV);
-
-	if (c->state != ST_FORWARD || !c->req_done || !c->resp_done || (c->ops & busy))
-		return;
-	if (c->ingress) {
-		ingress_audit(c);
-		ingress_release(c); /* an idle conn holds no request open */
-	}
-	const char *p;
-	uint32_t next_len = early_peek(c, &p);
-	/* A pipelined next request is carried over when it sits in the head buffer. */
-	bool carry =
-	    next_len > 0 && c->early_count == 0 && p >= c->head && p < c->head + c->head_fill;
-	bool keep = c->keep_alive && c->resp_keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
-		    c->resp_body != HTTP1_BODY_CLOSE && (next_len == 0 || carry);
-	if (!keep) {
-		linger_start(c);
-		return;
-	}
-	if (carry) {
-		char *head = c->head;
-		memmove(head, p, next_len);
-		c->head = NULL; /* kept across the release below */
-		buffers_release(c);
-		c->head = head;
-		c->head_fill = next_len;
-	} else {
-		buffers_release(c);
-	}
-	c->flags |= F_REUSABLE;
-	c->flags &= (uint8_t)~F_HEAD_STOP;
-	c->rule = NULL;
-	c->state = ST_HEAD;
-	c->up.state = R_IDLE;
-	c->down.state = R_IDLE;
-	head_recv_arm(c);
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	if (carry)
-		head_parse(c);
-}
-
-/* ---- terminated tiers: fake-response ----------------------------------- */
-
-/*
- * A CONNECT to a fake-response host: the 200 goes out in clear, then the conn
- * terminates the client's TLS itself (core/term.h) and answers every request
- * inside it from the rule, kept alive; nothing is ever connected upstream.
- * Ciphertext arrives through the head receive, which keeps running, and
- * leaves through the down relay's send, one send at a time, straight from the
- * session's buffer. The plaintext request collects in the head buffer; the
- * answer's framed head goes in c->out and its body is borrowed from the
- * snapshot the conn holds. A request body is read and discarded.
- */
-
-static const struct term_ops *conn_term(const struct conn *c)
-{
-	return c->w->e->term;
-}
-
-/* Sends what the session has for the client; once a close is out, lingers. */
-static void term_flush(struct conn *c)
-{
-	const uint8_t *data = NULL;
-
-	if (c->state != ST_TERM || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_SEND))))
-		return;
-	size_t n = conn_term(c)->out_peek(c->tls, &data);
-	if (n > 0) {
-		c->down.state = R_SEND;
-		prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, data, n);
-	} else if (c->term_closing) {
-		linger_start(c);
-	}
-}
-
-/* The session ended (<st> CLOSED or ERROR): audit why, queue close_notify. */
-/*
- * The client's TLS handshake failed: an agent that does not trust the CA, a
- * public client with no protocol or cipher in common, bytes that are not
- * TLS. No HTTP answer can reach it, so the record is the only trace: on the
- * public listener an ingress record with the client's address, on a
- * terminated tier a decision record for the tunnel's host; either with the
- * session's reason in its detail.
- */
-static void tls_failure_audit(struct conn *c, const char *why)
-{
-	struct audit_ring *ar = c->w->audit;
-
-	AN_ASSERT(c->tls != NULL && !c->ingress);
-	AN_ASSERT(why != NULL);
-	c->reason = REASON_TLS_HANDSHAKE_FAILED;
-	struct audit_record *rec = audit_claim(ar);
-	if (rec == NULL)
-		return;
-	rec->kind = c->ingress_tls ? AUDIT_INGRESS : AUDIT_DECISION;
-	rec->id = audit_next_id(ar);
-	record_common(c, rec);
-	audit_copy(rec->detail, sizeof(rec->detail), why, strlen(why));
-	if (c->ingress_tls) {
-		rec->bytes_up = c->bytes_up;
-		rec->bytes_down = c->bytes_down;
-		rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
-		addr_format(&c->client, rec->addr, sizeof(rec->addr));
-	}
-	audit_commit(ar, rec);
-}
-
-static void term_end(struct conn *c, enum term_status st)
-{
-	const struct term_ops *t = conn_term(c);
-
-	if (st == TERM_ERROR && t->sni_refused(c->tls)) {
-		c->reason = REASON_SNI_MISMATCH;
-		c->w->stats.denied++;
-		audit_decision(c, false, reason_status(REASON_SNI_MISMATCH));
-	} else if (st == TERM_ERROR && !t->established(c->tls)) {
-		tls_failure_audit(c, t->error(c->tls));
-	} else if (st == TERM_ERROR) {
-		log_debug("conn %llx: TLS: %s", (unsigned long long)c->id, t->error(c->tls));
-	}
-	(void)t->close(c->tls); /* a full buffer drops it: the TCP close still ends us */
-	c->term_closing = true;
-}
-
-/* The answer to a request refused inside the session; the conn closes after it. */
-static void term_refuse(struct conn *c, enum reason why)
-{
-	char audit_id[AUDIT_ID_BYTES];
-
-	c->reason = (uint8_t)why;
-	c->w->stats.denied++;
-	audit_decision(c, false, reason_status(why));
-	audit_format_id(c->w->e->audit, c->decision_id, audit_id);
-	struct deny_info d = { .reason = why,
-			       .rule = c->rule,
-			       .instruction = c->instruction,
-			       .host = c->host,
-			       .host_len = c->host_len,
-			       .port = c->port,
-			       .sandbox = conn_sandbox(c)->id,
-			       .audit_id = audit_id };
-	ssize_t n = deny_format(&d, c->out, WORKER_HEAD_BUFFER_BYTES);
-	c->out_len = n > 0 ? (uint32_t)n : 0;
-	c->out_off = 0;
-	c->answer_body = NULL;
-	c->answer_body_len = 0;
-	c->term_close_after = true;
-	c->head_fill = 0; /* nothing after a refused request is read */
-	if (n <= 0)
-		term_end(c, TERM_CLOSED);
-}
-
-/* Whether Host <h>/<len> names the CONNECT host (any case, one trailing dot, its port). */
-static bool term_host_matches(const struct conn *c, const char *h, size_t len)
-{
-	char port[8];
-	int plen = snprintf(port, sizeof(port), ":%u", (unsigned)c->port);
-	if (len > (size_t)plen && memcmp(h + len - (size_t)plen, port, (size_t)plen) == 0)
-		len -= (size_t)plen;
-	if (len >= 2 && h[0] == '[' && h[len - 1] == ']') {
-		h++;
-		len -= 2;
-	}
-	size_t want = c->host_len;
-	if (want > 0 && c->host[want - 1] == '.')
-		want--;
-	if (len > 0 && h[len - 1] == '.')
-		len--;
-	return len == want && strncasecmp(h, c->host, len) == 0;
-}
-
-/*
- * Frames answer <r> in c->out: its head, then Content-Length (never on 204 or
- * 304, which have no body) and Connection. Returns the head's length.
- */
-static uint32_t fake_frame(struct conn *c, const struct verdict_response *r, bool keep_alive)
-{
-	const char *connection = keep_alive ? "keep-alive" : "close";
-	int n;
-
-	AN_ASSERT(r->head_len <= LIMITS_RESPONSE_HEAD_BYTES_MAX);
-	if (r->status == 204 || r->status == 304)
-		n = snprintf(c->out, WORKER_HEAD_BUFFER_BYTES, "%.*sConnection: %s\r\n\r\n",
-			     (int)r->head_len, r->head, connection);
-	else
-		n = snprintf(c->out, WORKER_HEAD_BUFFER_BYTES,
-			     "%.*sContent-Length: %u\r\nConnection: %s\r\n\r\n", (int)r->head_len,
-			     r->head, r->body_len, connection);
-	AN_ASSERT(n > 0 && (size_t)n < WORKER_HEAD_BUFFER_BYTES);
-	return (uint32_t)n;
-}
-
-/* Frames the rule's answer to <req> (origin form) in c->out, and audits it. */
-static void term_answer(struct conn *c, const struct http1_request *req)
-{
-	const struct engine *e = c->w->e;
-	const struct verdict_response *r = e->ops->fake_response(
-	    c->snap->policy, c->fake, req->method, req->method_len, req->target, req->target_len);
-	bool head_only = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
-
-	AN_ASSERT(r != NULL);
-	audit_decision(c, true, r->status);
-	c->out_len = fake_frame(c, r, req->keep_alive);
-	c->out_off = 0;
-	c->answer_body = head_only ? NULL : r->body;
-	c->answer_body_len = head_only ? 0 : r->body_len;
-	c->term_close_after = !req->keep_alive;
-}
-
-/* Drops <n> bytes from the front of the plaintext in the head buffer. */
-static void term_drop(struct conn *c, uint32_t n)
-{
-	AN_ASSERT(n <= c->head_fill);
-	memmove(c->head, c->head + n, c->head_fill - n);
-	c->head_fill -= n;
-}
-
-/* Discards request body bytes; false on a malformed chunked body (then refused). */
-static bool term_skip_body(struct conn *c)
-{
-	if (c->term_skip > 0) {
-		uint32_t n = c->term_skip < c->head_fill ? (uint32_t)c->term_skip : c->head_fill;
-		c->term_skip -= n;
-		term_drop(c, n);
-	}
-	if (!c->term_chunked || c->head_fill == 0)
-		return true;
-	ssize_t n = http1_chunked_scan(&c->req_chunks, c->head, c->head_fill);
-	if (n < 0)
-		return false;
-	term_drop(c, (uint32_t)n);
-	if (c->req_chunks.done)
-		c->term_chunked = false;
-	return true;
-}
-
-/*
- * Takes the next request out of the plaintext, if a whole head is there and
- * no answer is being written: checks it, frames its answer. Returns true
- * when an answer (or a refusal) was started.
- */
-static bool term_request(struct conn *c)
-{
-	struct http1_request req;
-	enum reason why = REASON_BAD_REQUEST;
-
-	if (c->out_len > 0 || c->term_closing)
-		return false;
-	if (!term_skip_body(c)) {
-		term_refuse(c, REASON_BAD_REQUEST);
-		return true;
-	}
-	if (c->term_skip > 0 || c->term_chunked || c->head_fill == 0)
-		return false;
-	ssize_t n = http1_parse_request(c->head, c->head_fill, &req, &why);
-	if (n == -EAGAIN)
-		return false;
-	c->requests++;
-	c->w->stats.requests++;
-	/* c->host and c->port stay the CONNECT's: every audit names that host. */
-	size_t mlen = n > 0 && req.method_len < sizeof(c->method) ? req.method_len : 0;
-	memcpy(c->method, req.method, mlen);
-	c->method_len = (uint8_t)mlen;
-	c->path_len = 0;
-	if (n < 0 || req.form != HTTP1_FORM_ORIGIN) {
-		term_refuse(c, n < 0 ? why : REASON_BAD_REQUEST);
-		return true;
-	}
-	c->path_off = (uint16_t)(req.target - c->head);
-	c->path_len = (uint16_t)req.target_len;
-	if (req.host_header != NULL &&
-	    !term_host_matches(c, req.host_header, req.host_header_len)) {
-		term_refuse(c, REASON_HOST_MISMATCH);
-		return true;
-	}
-	if (placeholder_misdirected(c, c->head, (size_t)n, c->inject)) {
-		term_refuse(c, REASON_PLACEHOLDER_MISDIRECTED);
-		return true;
-	}
-	if (c->inject != NULL) {
-		inject_request(c, &req, (size_t)n);
-		return true;
-	}
-	term_answer(c, &req);
-	c->term_skip = req.body == HTTP1_BODY_LENGTH ? req.content_length : 0;
-	c->term_chunked = req.body == HTTP1_BODY_CHUNKED;
-	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
-	term_drop(c, (uint32_t)n);
-	return true;
-}
-
-/* Writes the answer's next plaintext into the session. */
-static enum term_status term_write_answer(struct conn *c)
-{
-	uint32_t total = c->out_len + c->answer_body_len;
-	const char *p = c->out_off < c->out_len ? c->out + c->out_off
-						: c->answer_body + (c->out_off - c->out_len);
-	uint32_t len = c->out_off < c->out_len ? c->out_len - c->out_off : total - c->out_off;
-	size_t n = 0;
-
-	enum term_status st = conn_term(c)->write(c->tls, p, len, &n);
-	if (st != TERM_OK)
-		return st;
-	c->out_off += (uint32_t)n;
-	if (c->out_off < total)
-		return TERM_OK;
-	c->out_len = 0;
-	c->answer_body = NULL;
-	c->answer_body_len = 0;
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	if (c->term_close_after)
-		term_end(c, TERM_CLOSED);
-	return TERM_OK;
-}
-
-/* Reads plaintext into the head buffer. */
-static enum term_status term_read_request(struct conn *c)
-{
-	uint32_t room = LIMITS_HEAD_BYTES_MAX - c->head_fill;
-	size_t n = 0;
-
-	if (room == 0) {
-		term_refuse(c, REASON_HEADERS_TOO_LARGE);
-		return TERM_OK;
-	}
-	enum term_status st = conn_term(c)->read(c->tls, c->head + c->head_fill, room, &n);
-	if (st == TERM_OK)
-		c->head_fill += (uint32_t)n;
-	return st;
-}
-
-static void term_pump_session(struct conn *c);
-
-/*
- * Moves the sessions as far as they go without the network, then sends:
- * waiting ciphertext is fed as the session makes room, and once none waits
- * the paused receive resumes.
- */
-static void term_pump(struct conn *c)
-{
-	for (uint32_t round = 0; round <= CONN_EARLY_MAX && c->state == ST_TERM; round++) {
-		uint32_t fed = term_feed_waiting(c);
-		if (c->inject != NULL)
-			inject_pump(c);
-		else if (c->ingress_tls)
-			tlsrelay_pump(c);
-		else
-			term_pump_session(c);
-		if (fed == 0)
-			break;
-	}
-	term_recv_arm(c);
-}
-
-/* The fake tier's pump: requests out of the session, answers into it. */
-static void term_pump_session(struct conn *c)
-{
-	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
-		AN_ASSERT(turn < 1000000u);
-		if (term_request(c))
-			continue;
-		enum term_status st = c->out_len > 0 ? term_write_answer(c) : term_read_request(c);
-		if (st == TERM_CLOSED || st == TERM_ERROR)
-			term_end(c, st);
-		else if (st != TERM_OK)
-			break;
-	}
-	term_flush(c);
-}
-
-/* The CONNECT is allowed on a fake rule: answer 200, then terminate its TLS. */
-static void term_start(struct conn *c)
-{
-	struct worker *w = c->w;
-	const struct term_ops *t = conn_term(c);
-
-	bool ca = t != NULL && w->term != NULL && w->e->term_has_ca;
-	c->tls = ca ? t->server_new(w->term, c->host, c->host_len) : NULL;
-	if (c->tls == NULL) {
-		respond(c, !ca ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
-		return;
-	}
-	if (c->out == NULL)
-		c->out = pool_take(&w->heads);
-	if (c->out == NULL) {
-		respond(c, REASON_OVERLOADED);
-		return;
-	}
-	/* Whatever followed the CONNECT head is the start of the ClientHello: the session
-	 * takes one head's worth; more, sent before the 200, is no client's handshake. */
-	uint32_t early = c->head_fill - c->head_len;
-	ssize_t fed = early > 0 ? t->feed(c->tls, c->head + c->head_len, early) : 0;
-	if (fed != (ssize_t)early) {
-		respond(c, REASON_BAD_REQUEST);
-		return;
-	}
-	audit_decision(c, true, 200);
-	c->state = ST_TERM;
-	/* What came while the upstream was connected (inject) stays in the early
-	 * FIFO: the first pump feeds it, in order, after this. */
-	c->head_fill = 0;
-	c->head_len = 0;
-	c->path_len = 0;
-	c->down.state = R_PRELUDE;
-	c->down.buf_off = 0;
-	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, reply_established,
-		  sizeof(reply_established) - 1);
-	head_recv_stop(c); /* from now on one receive at a time, as the session drains */
-	term_recv_arm(c);
-	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
-}
-
-/*
- * Feeds the agent's ciphertext waiting in the early FIFO into its session, as
- * far as the session takes it. Returns the bytes fed.
- */
-static uint32_t term_feed_waiting(struct conn *c)
-{
-	const struct term_ops *t = conn_term(c);
-	struct ring *r = conn_ring(c);
-	uint32_t fed = 0;
-
-	while (c->early_count > 0) {
-		uint16_t bid;
-		uint32_t off;
-		uint32_t len = early_front(c, &bid, &off);
-		ssize_t n = t->feed(c->tls, ring_buf(r, bid) + off, len);
-		if (n <= 0)
-			break;
-		fed += (uint32_t)n;
-		early_advance(c, (uint32_t)n);
-		if ((uint32_t)n < len)
-			break;
-	}
-	return fed;
-}
-
-/*
- * The agent's ciphertext, <len> bytes in provided buffer <bid>: queued, then
- * fed as the session drains. The receive that brings it is single-shot and
- * armed only when nothing waits (term_recv_arm), so while the session is
- * full (its plaintext waits on the upstream) the agent is slowed down by its
- * TCP window, never cut off.
- */
-static void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len)
-{
-	if (!early_push(c, bid, len)) {
-		ring_buf_return(conn_ring(c), bid);
-		conn_close(c); /* a receive cancelled long ago still delivering: not a client */
-		return;
-	}
-	term_pump(c);
-}
-
-/* Receives the agent's next ciphertext, unless some still waits or it ended. */
-static void term_recv_arm(struct conn *c)
-{
-	if (c->state != ST_TERM || c->early_count > 0 || (c->flags & F_CLIENT_EOF) ||
-	    (c->ops & op_bit(dir_op(DIR_UP, ROP_RECV))))
-		return;
-	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
-}
-
-static void on_term_recv(struct conn *c, int res)
-{
-	struct relay *r = &c->up;
-
-	if (res > 0) {
-		r->holds_buf = false; /* the queue holds it now */
-		c->active_ms = c->w->now_ms;
-		c->bytes_up += (uint64_t)res;
-		term_ciphertext(c, r->bid, (uint32_t)res);
-	} else if (res == 0) {
-		c->flags |= F_CLIENT_EOF;
-		term_eof(c);
-	} else if (res == -ENOBUFS) {
-		nobufs_wait(c); /* re-armed by conn_on_buffers */
-	} else {
-		conn_close(c);
-	}
-}
-
-static void term_eof(struct conn *c)
-{
-	conn_term(c)->feed_eof(c->tls);
-	term_pump(c);
-}
-
-static void on_term_send(struct conn *c, int res)
-{
-	if (res <= 0) {
-		conn_close(c);
-		return;
-	}
-	if (c->down.state == R_PRELUDE) {
-		c->down.buf_off += (uint32_t)res;
-		uint32_t left = (uint32_t)sizeof(reply_established) - 1 - c->down.buf_off;
-		if (left > 0) {
-			prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd,
-				  reply_established + c->down.buf_off, left);
-			return;
-		}
-	} else {
-		c->bytes_down += (uint64_t)res;
-		conn_term(c)->out_consume(c->tls, (size_t)res);
-	}
-	c->down.state = R_IDLE;
-	term_pump(c);
-}
-
-/*
- * An absolute-form http:// request to a fake host: the rule's answer in clear,
- * sent through RESPOND as a refusal is; then, kept alive, the conn reads the
- * next request (what arrived meanwhile was kept), else it lingers and closes.
- */
-static void fake_plain(struct conn *c, const struct http1_request *req)
-{
-	struct worker *w = c->w;
-	const struct verdict_response *r = w->e->ops->fake_response(
-	    c->snap->policy, c->fake, req->method, req->method_len, req->path, req->path_len);
-	bool head_only = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
-
-	AN_ASSERT(r != NULL);
-	if (c->out == NULL)
-		c->out = pool_take(&w->heads);
-	if (c->out == NULL) {
-		respond(c, REASON_OVERLOADED);
-		return;
-	}
-	audit_decision(c, true, r->status);
-	c->out_len = fake_frame(c, r, req->keep_alive);
-	c->fake_keep = req->keep_alive;
-	c->answer_body = head_only ? NULL : r->body;
-	c->answer_body_len = head_only ? 0 : r->body_len;
-	c->out_ptr = c->out;
-	respond_send(c);
-}
-
-/* A fake answer in clear (or a kept 429: refusal_keeps) is out: the conn goes back to
- * reading the next head. */
-static void fake_plain_done(struct conn *c)
-{
-	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
-	if (c->early_count > 0 || (c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
-		linger_start(c);
-		return;
-	}
-	uint32_t rest = c->head_fill - c->head_len;
-	memmove(c->head, c->head + c->head_len, rest);
-	c->head_fill = rest;
-	c->head_len = 0;
-	c->path_len = 0;
-	c->fake_keep = false;
-	c->answer_body = NULL;
-	c->answer_body_len = 0;
-	c->rule = NULL;
-	c->state = ST_HEAD;
-	c->down.state = R_IDLE;
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
-		head_recv_arm(c);
-	if (rest > 0)
-		head_parse(c);
-}
-
-/* ---- terminated tiers: credential-inject ------------------------------- */
-
-/*
- * A CONNECT to an inject rule is resolved and connected as a tunnel is; once
- * the upstream accepts, the conn terminates the agent's TLS as the fake tier
- * does and opens a TLS session of its own to the upstream, verified against
- * the rule's roots. Each request's head is rewritten with the placeholder
- * swapped for the secret and written into the upstream session, its body
- * after it as it arrives; the response is relayed to the agent as it
- * arrives (server-sent events reach the agent record by record), its framing
- * followed only to know where it ends. One exchange at a time; the upstream
- * connection serves the conn's next request. The upstream session sends no
- * application data before the upstream's certificate verified, so a failed
- * verification costs no credential: the agent gets 502 upstream_tls_failed.
- */
-
-enum inject_phase {
-	INJ_IDLE = 0, /* waiting for the agent's next request */
-	INJ_REQUEST,  /* the rewritten head, then the body, into the upstream session */
-	INJ_RESPONSE, /* the request is out: waiting for the end of the response */
-};
-
-static void inject_flush_up(struct conn *c)
-{
-	const uint8_t *data = NULL;
-
-	if (c->utls == NULL || c->ufd < 0 || (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))))
-		return;
-	size_t n = conn_term(c)->out_peek(c->utls, &data);
-	if (n > 0)
-		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, data, n);
-}
-
-static void inject_recv_arm(struct conn *c)
-{
-	if (c->ufd < 0 || c->upstream_dead || c->down.holds_buf ||
-	    (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
-		return;
-	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
-}
-
-/*
- * Writes field <h> to <o>, the credential swapped in when its value is the
- * placeholder (with the rule's prefix). Returns whether it was swapped; a
- * field that does not fit sets o->overflow (a secret longer than its
- * placeholder grows the head: the request is then refused 431).
- */
-static bool inject_field(const struct verdict_inject *in, const struct http1_header *h,
-			 struct http1_out *o)
-{
-	bool ours = h->name_len == in->header_len &&
-		    strncasecmp(h->name, in->header, h->name_len) == 0 &&
-		    h->value_len == (size_t)in->prefix_len + in->placeholder_len &&
-		    strncasecmp(h->value, in->prefix, in->prefix_len) == 0 &&
-		    memcmp(h->value + in->prefix_len, in->placeholder, in->placeholder_len) == 0;
-	if (!ours) {
-		http1_out_field(o, h->name, h->name_len, h->value, h->value_len);
-		return false;
-	}
-	http1_out_put(o, h->name, h->name_len);
-	http1_out_put(o, ": ", 2);
-	http1_out_put(o, h->value, in->prefix_len);
-	http1_out_put(o, in->secret, in->secret_len);
-	http1_out_put(o, "\r\n", 2);
-	return true;
-}
-
-/* How many of <req>'s fields are the inject rule's credential header (by name). */
-static uint32_t inject_header_count(const struct verdict_inject *in,
-				    const struct http1_request *req)
-{
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < req->header_count; i++)
-		n += req->headers[i].name_len == in->header_len &&
-		     strncasecmp(req->headers[i].name, in->header, in->header_len) == 0;
-	return n;
-}
-
-/* Whether <req> asks for a protocol upgrade (an Upgrade header, RFC 9110 section 7.8). */
-static bool inject_wants_upgrade(const struct http1_request *req)
-{
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		if (http1_name_is(req->headers[i].name, req->headers[i].name_len, "upgrade"))
-			return true;
-	}
-	return false;
-}
-
-/* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
-static void inject_request(struct conn *c, const struct http1_request *req, size_t head_len)
-{
-	const struct verdict_inject *in = c->inject;
-	size_t line = (size_t)((const char *)memchr(c->head, '\n', head_len) - c->head) + 1;
-	bool swapped = false;
-
-	if (c->upstream_dead) {
-		term_refuse(c, c->upstream_refusal != REASON_NONE ? (enum reason)c->upstream_refusal
-								  : REASON_UPSTREAM_UNREACHABLE);
-		return;
-	}
-	/* One credential a request: a repeated header is refused, never swapped twice. */
-	if (inject_header_count(in, req) > 1) {
-		term_refuse(c, REASON_BAD_REQUEST);
-		return;
-	}
-	/*
-	 * The head goes out through the one writer, as plain forwarding's does: the
-	 * request line as sent, then every field but the hop-by-hop ones (Connection
-	 * and what it names, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection and
-	 * every Proxy-* field: the agent's proxy credentials never reach an origin).
-	 * An upgrade the rule allows keeps its Upgrade, with a Connection of ours.
-	 */
-	bool drop[LIMITS_HEADERS_MAX];
-	bool upgrade = in->upgrades && inject_wants_upgrade(req);
-	struct http1_out o = { .p = c->out, .cap = WORKER_HEAD_BUFFER_BYTES };
-	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
-	http1_hop_by_hop(req, drop);
-	http1_out_put(&o, c->head, line);
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		const struct http1_header *h = &req->headers[i];
-		if (upgrade && http1_name_is(h->name, h->name_len, "upgrade"))
-			drop[i] = false;
-		/* The masker reads the response as sent: no compression is asked for. */
-		if (http1_name_is(h->name, h->name_len, "accept-encoding"))
-			drop[i] = true;
-		if (!drop[i])
-			swapped |= inject_field(in, h, &o);
-	}
-	http1_out_field(&o, "Accept-Encoding", 15, "identity", 8);
-	if (upgrade)
-		http1_out_field(&o, "Connection", 10, "upgrade", 7);
-	ssize_t head_out = http1_out_end(&o);
-	if (head_out < 0) {
-		term_refuse(c, REASON_HEADERS_TOO_LARGE);
-		return;
-	}
-	if (!swapped && in->require) {
-		term_refuse(c, REASON_CREDENTIAL_MISSING);
-		return;
-	}
-	if (!in->upgrades && inject_wants_upgrade(req)) {
-		term_refuse(c, REASON_UPGRADE_REFUSED); /* at once: the agent falls back */
-		return;
-	}
-	if (req->body == HTTP1_BODY_LENGTH && req->content_length > LIMITS_TERM_REQUEST_BYTES_MAX) {
-		term_refuse(c, REASON_BODY_TOO_LARGE); /* nothing of it went upstream */
-		return;
-	}
-	c->term_req_bytes = 0;
-	c->term_resp_bytes = 0;
-	c->out_len = (uint32_t)head_out;
-	c->out_off = 0;
-	audit_decision(c, true, 0); /* the upstream's status is in the close record */
-	c->req_body = (uint8_t)req->body;
-	c->req_left = req->body == HTTP1_BODY_LENGTH ? req->content_length : 0;
-	c->req_done = req->body == HTTP1_BODY_NONE;
-	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
-	c->resp_head_done = false;
-	c->resp_done = false;
-	c->resp_started = false;
-	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
-	c->keep_alive = req->keep_alive;
-	c->inject_phase = INJ_REQUEST;
-	term_drop(c, (uint32_t)head_len);
-}
-
-/* Request body bytes from the plaintext into the upstream session. */
-static enum term_status inject_body(struct conn *c)
-{
-	struct http1_chunked probe = c->req_chunks;
-	uint32_t take = c->head_fill;
-	size_t n = 0;
-
-	if (c->req_body == HTTP1_BODY_LENGTH && c->req_left < take)
-		take = (uint32_t)c->req_left;
-	if (c->req_body == HTTP1_BODY_CHUNKED) {
-		ssize_t m = http1_chunked_scan(&probe, c->head, take);
-		if (m < 0) {
-			term_refuse(c, REASON_BAD_REQUEST);
-			return TERM_OK;
-		}
-		take = (uint32_t)m;
-	}
-	enum term_status st = take > 0 ? conn_term(c)->write(c->utls, c->head, take, &n) : TERM_OK;
-	if (st != TERM_OK || n == 0) {
-		if (take == 0 && c->req_body == HTTP1_BODY_CHUNKED && probe.done)
-			c->req_done = true;
-		return st;
-	}
-	if (c->req_body == HTTP1_BODY_CHUNKED)
-		(void)http1_chunked_scan(&c->req_chunks, c->head, n);
-	else
-		c->req_left -= n;
-	c->bytes_up += n;
-	c->term_req_bytes += n;
-	if (c->term_req_bytes > LIMITS_TERM_REQUEST_BYTES_MAX) {
-		/* A chunked body past the cap: cut, the upstream sees the stream end early. */
-		c->upstream_dead = true;
-		c->inject_phase = INJ_IDLE;
-		c->out_len = 0;
-		term_refuse(c, REASON_BODY_TOO_LARGE);
-		return TERM_OK;
-	}
-	term_drop(c, (uint32_t)n);
-	c->req_done = c->req_body == HTTP1_BODY_CHUNKED ? c->req_chunks.done : c->req_left == 0;
-	return TERM_OK;
-}
-
-/* The agent's side: reads its plaintext, takes a request, writes it upstream. */
-static enum term_status inject_agent_side(struct conn *c)
-{
-	if (c->out_len > 0 && c->inject_phase != INJ_REQUEST)
-		return term_write_answer(c); /* a refusal */
-	if (c->upgraded && c->head_fill > 0) {
-		size_t n = 0;
-		enum term_status st = conn_term(c)->write(c->utls, c->head, c->head_fill, &n);
-		c->bytes_up += n;
-		term_drop(c, (uint32_t)n);
-		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
-	}
-	if (c->upgraded) {
-		uint32_t had = c->head_fill;
-		enum term_status st = term_read_request(c);
-		return st == TERM_OK && c->head_fill == had ? TERM_WANT_READ : st;
-	}
-	if (c->inject_phase == INJ_IDLE && term_request(c))
-		return TERM_OK;
-	if (c->inject_phase == INJ_REQUEST && c->out_off < c->out_len) {
-		size_t n = 0;
-		enum term_status st =
-		    conn_term(c)->write(c->utls, c->out + c->out_off, c->out_len - c->out_off, &n);
-		c->out_off += (uint32_t)n;
-		if (c->out_off == c->out_len)
-			c->out_len = 0;
-		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
-	}
-	if (c->inject_phase == INJ_REQUEST && !c->req_done && c->head_fill > 0) {
-		enum term_status st = inject_body(c);
-		if (st != TERM_OK || c->head_fill > 0)
-			return st;
-	}
-	if (c->inject_phase == INJ_REQUEST && c->req_done)
-		c->inject_phase = INJ_RESPONSE;
-	if (c->inject_phase == INJ_RESPONSE && c->head_fill >= LIMITS_HEAD_BYTES_MAX)
-		return TERM_WANT_READ; /* a pipelined request waits for this response */
-	uint32_t before = c->head_fill;
-	enum term_status st = term_read_request(c);
-	return st == TERM_OK && c->head_fill == before ? TERM_WANT_READ : st;
-}
-
-/*
- * Whether redirect <r> sends the agent somewhere its policy refuses: every
- * Location is read as clients read it (http1_location_target: "//host",
- * backslashes, any slashes after the scheme, userinfo), an absolute one is
- * decided as a request to it would be, and one no reading can place (another
- * scheme, a bad port, an encoded host) is refused. A relative one stays on
- * this host, which is allowed.
- */
-static bool inject_redirect_denied(struct conn *c, const struct http1_response *r)
-{
-	const struct engine *e = c->w->e;
-	const struct snapshot_sandbox *under = &c->snap->sandboxes[c->sandbox];
-
-	for (uint32_t i = 0; i < r->header_count; i++) {
-		const struct http1_header *h = &r->headers[i];
-		struct http1_location to;
-		struct verdict v;
-		if (!http1_name_is(h->name, h->name_len, "location"))
-			continue;
-		http1_location_target(h->value, h->value_len, &to);
-		if (to.kind == HTTP1_LOCATION_UNSAFE)
-			return true;
-		if (to.kind == HTTP1_LOCATION_RELATIVE)
-			continue;
-		e->ops->decide(c->snap->policy, under->profile, to.host, to.host_len, to.port, &v);
-		if (verdict_refusal(&v) != REASON_NONE)
-			return true; /* every Location is checked: a client may follow any of them */
-	}
-	return false;
-}
-
-/* Follows the response's framing over newly read bytes; sets resp_done at its end. */
-static void inject_frame(struct conn *c)
-{
-	while (c->resp_scan < c->resp_fill && !c->resp_done) {
-		const char *p = c->resp + c->resp_scan;
-		uint32_t avail = c->resp_fill - c->resp_scan;
-		if (!c->resp_head_done) {
-			struct http1_response r;
-			ssize_t n = http1_parse_response(p, avail, &r);
-			if (n == -EAGAIN)
-				return;
-			if (n < 0) {
-				/* Malformed: never relayed as it is (its fields were not checked). */
-				c->resp_refusal = (uint8_t)REASON_UPSTREAM_BAD_RESPONSE;
-				return;
-			}
-			c->status = r.status;
-			c->resp_keep_alive = r.keep_alive;
-			if (r.status >= 300 && r.status < 400 && inject_redirect_denied(c, &r)) {
-				c->resp_refusal = (uint8_t)REASON_REDIRECT_DENIED;
-				return;
-			}
-			c->resp_body = (uint8_t)http1_response_body(&r, c->head_method);
-			if (r.status == 101) {
-				/* WebSocket (or any upgrade): raw bytes both ways until one side ends. */
-				c->resp_scan += (uint32_t)n;
-				c->upgraded = true;
-				c->resp_head_done = true;
-				c->resp_body = HTTP1_BODY_CLOSE;
-				c->resp_keep_alive = false;
-				continue;
-			}
-			bool keep =
-			    c->keep_alive && r.keep_alive && c->resp_body != HTTP1_BODY_CLOSE;
-			/* One read is framed at a time with room for one head's growth: heads
-			 * after it (interim ones piled into one read) must fit as well. */
-			if (c->resp_fill + WORKER_HEAD_REWRITE_BYTES > WORKER_HEAD_BUFFER_BYTES) {
-				c->resp_refusal = (uint8_t)REASON_UPSTREAM_BAD_RESPONSE;
-				return;
-			}
-			c->resp_scan += resp_head_rewrite(c, &r, c->resp_scan, (uint32_t)n, keep);
-			c->resp_left = r.content_length;
-			memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
-			bool interim = r.status >= 100 && r.status < 200 && r.status != 101;
-			c->resp_head_done = !interim;
-			c->resp_done = !interim && c->resp_body == HTTP1_BODY_NONE;
-			continue;
-		}
-		uint32_t take = avail;
-		if (c->resp_body == HTTP1_BODY_LENGTH) {
-			take = c->resp_left < avail ? (uint32_t)c->resp_left : avail;
-			c->resp_left -= take;
-			c->resp_done = c->resp_left == 0;
-		} else if (c->resp_body == HTTP1_BODY_CHUNKED) {
-			ssize_t m = http1_chunked_scan(&c->resp_chunks, p, avail);
-			take = m < 0 ? avail : (uint32_t)m;
-			c->resp_done = m < 0 || c->resp_chunks.done;
-			c->resp_keep_alive &= m >= 0;
-		}
-		c->resp_scan += take;
-	}
-}
-
-/* The exchange is over: back to idle for the next request, or the end. */
-static void inject_exchange_done(struct conn *c)
-{
-	c->resp_fill = 0;
-	c->resp_off = 0;
-	c->resp_scan = 0;
-	c->resp_head_done = false;
-	c->resp_done = false;
-	c->inject_phase = INJ_IDLE;
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	if (!c->resp_keep_alive || !c->keep_alive || c->upstream_dead)
-		term_end(c, TERM_CLOSED);
-}
-
-/*
- * How far the response may be relayed: the secret is masked wherever it
- * appears (an upstream that echoes request headers must not hand it to the
- * agent), with as many asterisks, so the framing stays true. Until the
- * response ends, a tail that could begin a copy (a prefix of the secret)
- * waits for the next read: a copy may straddle two. Any other byte goes at
- * once, so a stream is never held back.
- */
-static uint32_t inject_relay_limit(struct conn *c)
-{
-	const struct verdict_inject *in = c->inject;
-	uint32_t keep = in->secret_len - 1;
-
-	AN_ASSERT(in->secret_len > 0);
-	for (char *p = c->resp + c->resp_off; p < c->resp + c->resp_scan;) {
-		p = memmem(p, (size_t)(c->resp + c->resp_scan - p), in->secret, in->secret_len);
-		if (p == NULL)
-			break;
-		memset(p, '*', in->secret_len);
-		p += in->secret_len;
-	}
-	if (c->resp_done)
-		return c->resp_scan;
-	uint32_t avail = c->resp_scan - c->resp_off;
-	for (uint32_t l = keep < avail ? keep : avail; l > 0; l--) {
-		if (memcmp(c->resp + c->resp_scan - l, in->secret, l) == 0)
-			return c->resp_scan - l;
-	}
-	return c->resp_scan;
-}
-
-/*
- * Writes what of the response may go to the agent now (inject_relay_limit).
- * TERM_OK with *<wrote> false when nothing is due; else the write's status.
- */
-static enum term_status inject_relay_write(struct conn *c, bool *wrote)
-{
-	uint32_t limit = inject_relay_limit(c);
-	size_t n = 0;
-
-	*wrote = false;
-	if (c->resp_off >= limit)
-		return TERM_OK;
-	*wrote = true;
-	enum term_status st =
-	    conn_term(c)->write(c->tls, c->resp + c->resp_off, limit - c->resp_off, &n);
-	c->resp_off += (uint32_t)n;
-	c->bytes_down += n;
-	c->resp_started |= n > 0 && c->resp_head_done; /* interim heads start nothing */
-	return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
-}
-
-/* The upstream's side: reads its plaintext and relays it to the agent. */
-static enum term_status inject_upstream_side(struct conn *c)
-{
-	const struct term_ops *t = conn_term(c);
-	size_t n = 0;
-	bool wrote = false;
-
-	enum term_status wst = inject_relay_write(c, &wrote);
-	if (wrote)
-		return wst;
-	if (c->resp_off > 0 && c->resp_off < c->resp_fill) {
-		/* What is held back moves to the front, so the buffer never fills with it. */
-		uint32_t rest = c->resp_fill - c->resp_off;
-		memmove(c->resp, c->resp + c->resp_off, rest);
-		c->resp_scan -= c->resp_off;
-		c->resp_fill = rest;
-		c->resp_off = 0;
-	}
-	if (c->resp_done && c->resp_off == c->resp_scan && c->inject_phase == INJ_RESPONSE) {
-		inject_exchange_done(c);
-		return TERM_OK;
-	}
-	if (c->resp_off == c->resp_fill) {
-		c->resp_fill = c->resp_off = c->resp_scan = 0;
-	}
-	/* While a head is awaited, its rewrite's growth stays free (resp_head_rewrite). */
-	uint32_t cap =
-	    WORKER_HEAD_BUFFER_BYTES - (c->resp_head_done ? 0 : WORKER_HEAD_REWRITE_BYTES);
-	uint32_t room = c->resp_fill < cap ? cap - c->resp_fill : 0;
-	if (room == 0)
-		return TERM_WANT_WRITE; /* a head larger than the buffer: refused below */
-	enum term_status st = t->read(c->utls, c->resp + c->resp_fill, room, &n);
-	if (st != TERM_OK)
-		return st;
-	c->resp_fill += (uint32_t)n;
-	c->term_resp_bytes += n;
-	inject_frame(c);
-	if (c->resp_refusal != REASON_NONE) {
-		enum reason why = (enum reason)c->resp_refusal;
-		c->resp_refusal = REASON_NONE;
-		c->resp_fill = c->resp_off = c->resp_scan = 0;
-		c->upstream_dead = true; /* never reused after a response it got wrong */
-		c->inject_phase = INJ_IDLE;
-		c->out_len = 0;
-		if (!c->resp_started) {
-			term_refuse(c, why); /* nothing of it was relayed: the refusal instead */
-		} else {
-			c->reason = (uint8_t)why; /* in its close record; nothing more is written */
-			term_end(c, TERM_CLOSED);
-		}
-	} else if (c->term_resp_bytes > LIMITS_TERM_RESPONSE_BYTES_MAX) {
-		c->reason = REASON_RESPONSE_TRUNCATED;
-		audit_decision(c, false, reason_status(REASON_RESPONSE_TRUNCATED));
-		c->upstream_dead = true;
-		term_end(c, TERM_ERROR); /* what was relayed stands; the rest is cut */
-	}
-	return TERM_OK;
-}
-
-/* The upstream's session ended (<st>): finish what can be finished, refuse the rest. */
-static void inject_upstream_end(struct conn *c, enum term_status st)
-{
-	const struct term_ops *t = conn_term(c);
-
-	c->upstream_dead = true;
-	/* A close-delimited body ends with the upstream, with or without a close_notify
-	 * (many servers close TCP only): what came is the whole body, relayed as it came. */
-	if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE && !c->upgraded) {
-		c->resp_scan = c->resp_fill;
-		c->resp_done = true;
-	}
-	/* Once a byte of the response went to the agent, nothing else is ever written on it:
-	 * the rest due is relayed and the conn ends (inject_pump), short if the upstream was. */
-	if (c->resp_done || c->resp_started)
-		return;
-	bool tls = st == TERM_ERROR && strstr(t->error(c->utls), "verify") != NULL;
-	c->upstream_refusal =
-	    (uint8_t)(tls ? REASON_UPSTREAM_TLS_FAILED : REASON_UPSTREAM_BAD_RESPONSE);
-	if (st == TERM_ERROR)
-		log_debug("conn %llx: upstream TLS: %s", (unsigned long long)c->id,
-			  t->error(c->utls));
-	if (c->inject_phase != INJ_IDLE) {
-		c->inject_phase = INJ_IDLE;
-		c->out_len = 0; /* what was left of the request goes nowhere */
-		term_refuse(c, (enum reason)c->upstream_refusal);
-	} else if (st == TERM_CLOSED) {
-		term_end(c, TERM_CLOSED); /* an idle upstream left: the agent reconnects */
-	}
-}
-
-static void inject_pump(struct conn *c)
-{
-	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
-		AN_ASSERT(turn < 1000000u);
-		inject_feed_upstream(c);
-		enum term_status a = inject_agent_side(c);
-		if (a == TERM_CLOSED || a == TERM_ERROR) {
-			term_end(c, a);
-			break;
-		}
-		bool wrote = false;
-		bool dead = c->upstream_dead; /* as it was before this turn's upstream step */
-		/* The upstream gone, what it sent is still relayed (never more: a tail that
-		 * could begin the secret waits for an end that will not come). */
-		enum term_status u = dead ? inject_relay_write(c, &wrote) : inject_upstream_side(c);
-		if (dead && !wrote)
-			u = TERM_WANT_READ;
-		if (!dead && (u == TERM_CLOSED || u == TERM_ERROR))
-			inject_upstream_end(c, u);
-		else if (dead && (u == TERM_CLOSED || u == TERM_ERROR))
-			break;
-		else if (a != TERM_OK && u != TERM_OK)
-			break;
-	}
-	/* A response relayed whole, or cut short by its upstream after it began: the end. */
-	bool all_out =
-	    c->resp_off == c->resp_scan || (!c->resp_done && c->resp_off >= inject_relay_limit(c));
-	if (c->upstream_dead && (c->resp_done || c->resp_started) && all_out && !c->term_closing &&
-	    c->state == ST_TERM)
-		term_end(c, TERM_CLOSED);
-	term_flush(c);
-	inject_flush_up(c);
-}
-
-/*
- * The worker's pool (core/uppool.h) keeps an upstream for the next agent
- * connection when this one ends between exchanges: same host, port, roots
- * and secret. Taken, it is checked against the policy the request was just
- * decided with (its address must still be permitted), and the conn goes
- * straight to terminating the agent's TLS, with no connect and no upstream
- * handshake.
- */
-static struct uppool_key inject_pool_key(const struct conn *c)
-{
-	const struct verdict_inject *in = c->inject;
-
-	AN_ASSERT(in != NULL);
-	return (struct uppool_key){ .host = c->host,
-				    .host_len = c->host_len,
-				    .port = c->port,
-				    .ca_file = in->upstream_ca,
-				    .secret = in->secret,
-				    .secret_len = in->secret_len };
-}
-
-static bool inject_take_pooled(struct conn *c)
-{
-	struct worker *w = c->w;
-	const struct uppool_key k = inject_pool_key(c);
-	struct sockaddr_storage addr;
-	int32_t fd = -1;
-	void *session = NULL;
-
-	AN_ASSERT(c->ufd < 0 && c->utls == NULL);
-	if (!w->e->term_has_ca || !uppool_take(&w->uppool, &k, &fd, &session, &addr))
-		return false;
-	c->ufd = fd;
-	c->utls = session; /* the conn's now: freed with it whatever happens next */
-	size_t len =
-	    addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-	memcpy(&c->addrs[0], &addr, len);
-	c->addr_count = 1;
-	c->addr_next = 0;
-	if (!w->e->ops->address_permitted(c->snap->policy, (const struct sockaddr *)&addr)) {
-		respond(c, REASON_PRIVATE_ADDRESS); /* a reload took the address away */
-		return true;
-	}
-	c->reused_upstream = true;
-	c->state = ST_CONNECT;
-	inject_start(c);
-	return true;
-}
-
-/* True when the upstream may serve another agent connection (see inject_park). */
-static bool inject_parkable(const struct conn *c)
-{
-	const struct term_ops *t = conn_term(c);
-
-	if (c->inject == NULL || c->utls == NULL || c->ufd < 0 || c->w->stopping)
-		return false;
-	if (c->upstream_dead || c->upgraded || c->inject_phase != INJ_IDLE || c->resp_fill != 0 ||
-	    c->down.holds_buf || c->requests == 0 || !c->resp_keep_alive)
-		return false;
-	return t->idle(c->utls);
-}
-
-/*
- * At the conn's end (no op of its own in flight any more): hands a parkable
- * upstream, slot and session, to the worker's pool. True when it took them.
- */
-static bool inject_park(struct conn *c)
-{
-	struct worker *w = c->w;
-
-	if (!inject_parkable(c))
-		return false;
-	const struct uppool_key k = inject_pool_key(c);
-	const union conn_addr *a = &c->addrs[c->addr_next < c->addr_count ? c->addr_next : 0];
-	socklen_t len = a->sa.sa_family == AF_INET6 ? sizeof(a->v6) : sizeof(a->v4);
-	AN_ASSERT(c->addr_count > 0);
-	if (!uppool_park(&w->uppool, &k, &a->sa, len, c->ufd, c->utls, w->now_ms))
-		return false;
-	c->ufd = -1;
-	c->utls = NULL;
-	return true;
-}
-
-/* The upstream accepted an inject CONNECT: terminate both TLS sessions. */
-static void inject_start(struct conn *c)
-{
-	struct worker *w = c->w;
-	const struct term_ops *t = conn_term(c);
-
-	c->resp = c->resp != NULL ? c->resp : pool_take(&w->heads);
-	bool ca = t != NULL && w->term != NULL && w->e->term_has_ca;
-	bool pooled = c->utls != NULL; /* taken from the worker's pool: already verified */
-	if (!pooled)
-		c->utls = ca && c->resp != NULL
-			      ? t->client_new(w->term, c->host, c->host_len, c->inject->upstream_ca)
-			      : NULL;
-	if (c->utls == NULL || c->resp == NULL) {
-		respond(c, !ca ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
-		return;
-	}
-	term_start(c);
-	if (c->state != ST_TERM)
-		return;
-	if (!pooled)
-		(void)t->handshake(c->utls); /* the ClientHello, while the agent's arrives */
-	inject_flush_up(c);
-	inject_recv_arm(c);
-}
-
-static void on_inject_recv(struct conn *c, int res)
-{
-	struct relay *r = &c->down;
-	const struct term_ops *t = conn_term(c);
-
-	if (res > 0) {
-		r->buf_off = 0;
-		r->buf_len = (uint32_t)res;
-	} else if (res == 0 || (res < 0 && res != -ENOBUFS)) {
-		t->feed_eof(c->utls);
-	}
-	if (c->state != ST_TERM)
-		return;
-	if (res == -ENOBUFS)
-		nobufs_wait(c); /* re-armed by conn_on_buffers */
-	term_pump(c);
-}
-
-/*
- * Feeds the upstream's ciphertext held in the down relay's buffer into its
- * session; once all of it went in, the buffer goes back and the next receive
- * is armed. While the agent reads slowly the session stays full, the buffer
- * stays held and the upstream is not read: its TCP window slows it down.
- */
-static void inject_feed_upstream(struct conn *c)
-{
-	struct relay *r = &c->down;
-
-	if (!r->holds_buf || c->utls == NULL)
-		return;
-	const uint8_t *p = ring_buf(conn_ring(c), r->bid) + r->buf_off;
-	ssize_t n = conn_term(c)->feed(c->utls, p, r->buf_len - r->buf_off);
-	if (n > 0)
-		r->buf_off += (uint32_t)n;
-	if (r->buf_off < r->buf_len)
-		return;
-	ring_buf_return(conn_ring(c), r->bid);
-	r->holds_buf = false;
-	inject_recv_arm(c);
-}
-
-static void on_inject_send(struct conn *c, int res)
-{
-	if (res <= 0) {
-		c->upstream_dead = true;
-		term_pump(c);
-		return;
-	}
-	conn_term(c)->out_consume(c->utls, (size_t)res);
-	term_pump(c);
-}
-
-/* ---- ingress gateway over TLS ------------------------------------------ */
-
-/*
- * With daemon.ingress.tls the public listener's conns only decrypt: each
- * connects to the gateway's internal socket, sends the client's address
- * there in a PROXY v2 header, and relays plaintext both ways through the
- * session (the operator's certificate, term.public_new), so the gateway
- * proper, on the other end, is the same code with or without TLS. The
- * client's ciphertext comes in through the terminated tiers' receive (one
- * at a time, as the session drains); plaintext goes out of c->out one send
- * at a time, and what the gateway answers is written into the session from
- * the down relay's buffer, which is held until the session took it all.
- */
-
-static void tlsrelay_connect(struct conn *c)
-{
-	struct worker *w = c->w;
-	const struct term_ops *t = conn_term(c);
-
-	AN_ASSERT(c->ingress_tls && w->e->ingress_tls);
-	c->tls = t != NULL && w->term != NULL ? t->public_new(w->term) : NULL;
-	c->out = c->tls != NULL ? pool_take(&w->heads) : NULL;
-	if (c->out == NULL) {
-		conn_close(c); /* out of memory: the client sees the connection end */
-		return;
-	}
-	memcpy(conn_unix(c), &w->e->ingress_internal, sizeof(struct sockaddr_un));
-	c->flags |= F_UNIX_UP;
-	c->addr_count = 1;
-	c->addr_next = 0;
-	c->connect_err = 0;
-	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
-	connect_next(c);
-}
-
-/* Connected to the internal socket: the PROXY header first, then both ways. */
-static void tlsrelay_start(struct conn *c)
-{
-	const struct engine *e = c->w->e;
-
-	AN_ASSERT(c->ingress_tls && c->tls != NULL && c->out != NULL);
-	ssize_t n = ingress_proxy_write(&c->client.sa, (const struct sockaddr *)&e->ingress_addr,
-					c->out, WORKER_HEAD_BUFFER_BYTES);
-	if (n <= 0) {
-		conn_close(c);
-		return;
-	}
-	c->state = ST_TERM;
-	c->down.state = R_IDLE;
-	c->out_len = (uint32_t)n;
-	c->out_off = 0;
-	prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out, c->out_len);
-	term_recv_arm(c);
-	inject_recv_arm(c);
-	timer_arm(c->w->timers, &c->timer, e->cfg->idle_timeout_ms);
-}
-
-/* The client sent close_notify: the gateway reads the end of its requests. */
-static void tlsrelay_shut_up(struct conn *c)
-{
-	if (c->ingress_shut_up || (c->ops & op_bit(dir_op(DIR_UP, ROP_SHUT))))
-		return;
-	c->ingress_shut_up = true;
-	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(DIR_UP, ROP_SHUT));
-	io_uring_prep_shutdown(sqe, c->ufd, SHUT_WR);
-	sqe->flags |= IOSQE_FIXED_FILE;
-}
-
-/* Client plaintext out of the session into c->out, sent to the gateway. True: progress. */
-static bool tlsrelay_up(struct conn *c, enum term_status *st)
-{
-	size_t n = 0;
-
-	if (c->out_off < c->out_len || c->ingress_shut_up ||
-	    (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))))
-		return false;
-	*st = conn_term(c)->read(c->tls, c->out, WORKER_HEAD_BUFFER_BYTES, &n);
-	if (*st == TERM_CLOSED)
-		tlsrelay_shut_up(c);
-	if (*st != TERM_OK || n == 0)
-		return false;
-	c->out_len = (uint32_t)n;
-	c->out_off = 0;
-	prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out, c->out_len);
-	return true;
-}
-
-/* The gateway's answer, from the down relay's buffer into the session. True: progress. */
-static bool tlsrelay_down(struct conn *c, enum term_status *st)
-{
-	struct relay *r = &c->down;
-	size_t n = 0;
-
-	if (!r->holds_buf)
-		return false;
-	AN_ASSERT(r->buf_off < r->buf_len);
-	*st = conn_term(c)->write(c->tls, ring_buf(conn_ring(c), r->bid) + r->buf_off,
-				  r->buf_len - r->buf_off, &n);
-	r->buf_off += (uint32_t)n;
-	if (r->buf_off == r->buf_len) {
-		ring_buf_return(conn_ring(c), r->bid);
-		r->holds_buf = false;
-		inject_recv_arm(c);
-	}
-	return n > 0;
-}
-
-static void tlsrelay_pump(struct conn *c)
-{
-	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
-		enum term_status up = TERM_OK, down = TERM_OK;
-		AN_ASSERT(turn < 1000000u);
-		bool moved = tlsrelay_up(c, &up);
-		moved |= tlsrelay_down(c, &down);
-		if (up == TERM_ERROR || down == TERM_ERROR || down == TERM_CLOSED) {
-			term_end(c, up == TERM_ERROR ? up : down);
-			break;
-		}
-		if (!moved)
-			break;
-	}
-	term_flush(c);
-}
-
-static void on_tlsrelay_send(struct conn *c, int res)
-{
-	if (res <= 0) {
-		conn_close(c); /* the gateway side went away mid-request */
-		return;
-	}
-	if (!out_sent(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out, res))
-		term_pump(c);
-}
-
-static void on_tlsrelay_recv(struct conn *c, int res)
-{
-	struct relay *r = &c->down;
-
-	if (res > 0) {
-		r->buf_off = 0;
-		r->buf_len = (uint32_t)res;
-		c->active_ms = c->w->now_ms;
-		term_pump(c);
-	} else if (res == -ENOBUFS) {
-		nobufs_wait(c); /* re-armed by conn_on_buffers */
-	} else if (res == 0) {
-		term_end(c, TERM_CLOSED); /* the gateway is done: close_notify, then linger */
-		term_flush(c);
-	} else {
-		conn_close(c);
-	}
+	AN_ASSERT(c->mode != NULL && c->mode->connected != NULL);
+	c->mode->connected(c);
 }
 
 /* ---- refusals --------------------------------------------------------- */
@@ -3985,7 +1373,7 @@ static void on_tlsrelay_recv(struct conn *c, int res)
  * Sends c->out_ptr/out_len in RESPOND (a refusal, or a fake answer in clear)
  * and keeps reading, so the client's unread bytes never reset the answer.
  */
-static void respond_send(struct conn *c)
+void respond_send(struct conn *c)
 {
 	AN_ASSERT(c->out_ptr != NULL && c->out_len > 0);
 	c->out_off = 0;
@@ -3998,7 +1386,7 @@ static void respond_send(struct conn *c)
 	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS * 2);
 }
 
-static void respond(struct conn *c, enum reason why)
+void respond(struct conn *c, enum reason why)
 {
 	struct worker *w = c->w;
 	char audit_id[AUDIT_ID_BYTES];
@@ -4052,7 +1440,7 @@ static void respond(struct conn *c, enum reason why)
 }
 
 /* Our answer is out: shut our side and drain the client until EOF or timeout. */
-static void linger_start(struct conn *c)
+void linger_start(struct conn *c)
 {
 	c->state = ST_LINGER;
 	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS);
@@ -4106,6 +1494,16 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 /* ---- dispatch --------------------------------------------------------- */
 
 static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags);
+
+/* Whether <c> runs in its mode's state, where the mode handles its relays' completions. */
+static bool conn_in_mode(const struct conn *c)
+{
+	if (c->state != ST_TUNNEL && c->state != ST_FORWARD && c->state != ST_TERM)
+		return false;
+	AN_ASSERT(c->mode != NULL);
+	AN_ASSERT(c->mode->state == c->state);
+	return true;
+}
 
 void conn_on_cqe(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 {
@@ -4163,33 +1561,10 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 		 * another connection with them. */
 		if (c->state != ST_TUNNEL && rop == ROP_SPLICE_IN && res > 0 && r->pipe != NULL)
 			r->pipe_bytes += (uint32_t)res;
-		if (c->state == ST_TUNNEL) {
-			on_relay(c, dir, rop, res, cqe_flags);
-		} else if (c->state == ST_FORWARD) {
-			c->active_ms = c->w->now_ms;
-			if (dir == DIR_UP)
-				on_fwd_up(c, rop, res);
-			else if (rop == ROP_RECV)
-				on_fwd_down_recv(c, res);
-			else if (rop == ROP_SEND)
-				on_fwd_down_send(c, res);
-		} else if (c->state == ST_TERM && dir == DIR_DOWN && rop == ROP_SEND) {
-			on_term_send(c, res);
-		} else if (c->state == ST_TERM && c->ingress_tls && dir == DIR_DOWN &&
-			   rop == ROP_RECV) {
-			on_tlsrelay_recv(c, res);
-		} else if (c->state == ST_TERM && c->ingress_tls && dir == DIR_UP &&
-			   rop == ROP_SEND) {
-			on_tlsrelay_send(c, res);
-		} else if (c->state == ST_TERM && dir == DIR_DOWN && rop == ROP_RECV) {
-			on_inject_recv(c, res);
-		} else if (c->state == ST_TERM && dir == DIR_UP && rop == ROP_SEND) {
-			on_inject_send(c, res);
-		} else if (c->state == ST_TERM && dir == DIR_UP && rop == ROP_RECV) {
-			on_term_recv(c, res);
-		} else {
+		if (conn_in_mode(c))
+			c->mode->io(c, dir, rop, res, cqe_flags);
+		else
 			on_other(c, dir, rop, res);
-		}
 		break;
 	}
 	}
@@ -4241,21 +1616,7 @@ void conn_on_buffers(struct conn *c)
 	}
 	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
 		head_recv_arm(c);
-	if (c->state == ST_TERM && (c->inject != NULL || c->ingress_tls))
-		inject_recv_arm(c);
-	if (c->state == ST_TERM)
-		term_recv_arm(c);
-	if (c->state == ST_TUNNEL) {
-		for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
-			struct relay *r = relay_of(c, dir);
-			if (r->state == R_IDLE && !r->holds_buf && r->pipe == NULL)
-				relay_arm(c, dir);
-		}
-	} else if (c->state == ST_FORWARD) {
-		if (c->up.state == R_IDLE)
-			fwd_up_step(c);
-		if (c->down.state == R_IDLE)
-			fwd_down_recv(c);
-	}
+	if (conn_in_mode(c))
+		c->mode->buffers(c);
 	conn_maybe_free(c);
 }

@@ -17,6 +17,7 @@
 #include "core/pipepool.h"
 #include "core/timer.h"
 
+struct conn_mode;
 struct worker;
 struct worker_listener;
 
@@ -63,6 +64,9 @@ struct conn {
 	struct conn *live_next; /* worker's list of live conns */
 	struct conn *live_prev;
 	struct conn *nobufs_next; /* worker's list waiting for buffers */
+	/* What runs it in TUNNEL, FORWARD or TERM: chosen with the request's
+	 * tier, before the connect (core/conn_int.h). */
+	const struct conn_mode *mode;
 	uint64_t id;
 	uint32_t ops;     /* bit per operation kind in flight */
 	uint16_t cancels; /* cancel SQEs in flight */
@@ -120,7 +124,7 @@ struct conn {
 	/* Credential-inject: the session to the upstream and the exchange under way. */
 	void *utls;                          /* owned through engine.term, NULL when none */
 	const struct verdict_inject *inject; /* borrowed from the snapshot */
-	uint8_t inject_phase;                /* enum inject_phase (core/conn.c) */
+	uint8_t inject_phase;                /* enum inject_phase (core/inject.c) */
 	bool upstream_dead;                  /* its TLS failed or it closed: no more requests */
 	bool connect_retry; /* the next address waits for the failed one's timeout to complete */
 	uint8_t upstream_refusal; /* then the answer to the next request (enum reason) */

@@ -2,8 +2,9 @@
  * The ingress gateway's pure parts (DESIGN.md sections 1 and 2): which
  * sandbox a public request is for, whether its path stays inside that
  * sandbox's prefix, what head the sandbox's agent is sent, and the table a
- * worker routes sandbox ids with. No I/O and no globals; core/conn.c drives
- * them on the worker that accepted the request.
+ * worker routes sandbox ids with. No I/O and no globals; core/gateway.c (the
+ * PROXY header: core/conn.c) drives them on the worker that accepted the
+ * request.
  *
  * A public path is <prefix>/<sandbox id>[/<rest>][?<query>]. The agent is
  * sent /<rest>[?<query>] ("/" when there is no rest): the prefix belongs to

@@ -9,8 +9,8 @@
  * the kernel in one tail update per call; the kernel only takes a buffer when
  * data arrives, so an idle connection holds none. The probe runs once in the
  * main thread and decides which fast paths the workers use; each has a
- * fallback (see core/conn.c), and AN_NO_SPLICE / AN_NO_URING_SETSOCKOPT in the
- * environment force the fallbacks for tests.
+ * fallback (see core/conn.c and core/tunnel.c), and AN_NO_SPLICE /
+ * AN_NO_URING_SETSOCKOPT in the environment force the fallbacks for tests.
  */
 #include "core/ring.h"
 

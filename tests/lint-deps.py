@@ -28,6 +28,14 @@ RULES = (
     ("tls/", "tools/", "tls/ may not include tools/ (the programs use tls/, never the reverse)"),
     ("core/conn.h", "core/worker.h", "a connection never calls back its worker"),
     ("core/conn.c", "core/worker.h", "a connection never calls back its worker"),
+    # The spine's private header and the files of the connection modes are conn.c's parts.
+    ("core/conn_int.h", "core/worker.h", "a connection never calls back its worker"),
+    ("core/tunnel.c", "core/worker.h", "a connection never calls back its worker"),
+    ("core/forward.c", "core/worker.h", "a connection never calls back its worker"),
+    ("core/tlsterm.c", "core/worker.h", "a connection never calls back its worker"),
+    ("core/fake.c", "core/worker.h", "a connection never calls back its worker"),
+    ("core/inject.c", "core/worker.h", "a connection never calls back its worker"),
+    ("core/gateway.c", "core/worker.h", "a connection never calls back its worker"),
 )
 
 # (includer, included, reason): includes the tree has today that break a rule.
@@ -38,9 +46,22 @@ EXCEPTIONS = (
      "conn.c reads struct worker's pools, buffers and listeners (c->w) and calls "
      "worker_policy_refresh() when its sandbox is not in the worker's snapshot "
      "(snapshot_take); the rule holds for core/conn.h"),
+    ("core/conn_int.h", "core/worker.h",
+     "the ring helpers conn_int.h inlines for the spine and the mode files (conn_sqe, "
+     "conn_ring) reach the worker's ring through c->w, and the mode files read its pools, "
+     "buffers and limits (struct worker, WORKER_HEAD_*): they need its types, never its "
+     "functions; only conn.c calls one (worker_policy_refresh). Goes with a types-only "
+     "core/worker-t.h (issue 16, the worker owns its lists)"),
 )
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+
+# The parts of a connection that see core/worker.h only through core/conn_int.h's
+# exception above: they may use the worker's types, never call a function of its.
+WORKER_TYPES_ONLY = ("core/conn_int.h", "core/tunnel.c", "core/forward.c", "core/tlsterm.c",
+                     "core/fake.c", "core/inject.c", "core/gateway.c")
+WORKER_CALL = re.compile(r"\bworker_[a-z0-9_]+\s*\(")
+COMMENT = re.compile(r"/\*.*?\*/", re.S)
 
 
 def matches(pattern, path):
@@ -83,6 +104,17 @@ def main():
                         continue
                     print(f'lint: {src}:{lineno}: #include "{m.group(1)}": {rule}')
                     fail = True
+    for src in WORKER_TYPES_ONLY:
+        path = os.path.join(root, src)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            code = COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), fh.read())
+        for lineno, line in enumerate(code.split("\n"), 1):
+            m = WORKER_CALL.search(line)
+            if m:
+                print(f"lint: {src}:{lineno}: {m.group(0)}: a connection never calls back its worker")
+                fail = True
     for frm, to, _ in EXCEPTIONS:
         if (frm, to) not in used:
             print(f"lint: tests/lint-deps.py: exception {frm} -> {to} no longer needed: remove it")

@@ -5,7 +5,9 @@
 #  3. no banned function, and raw malloc/free only in core/pool.c;
 #  4. include direction (tests/lint-deps.py): core/ includes none of policy/,
 #     tls/, tools/; policy/ and tls/ include neither each other nor tools/;
-#     core/conn.[ch] do not include core/worker.h (one listed exception).
+#     core/conn.[ch], core/conn_int.h and the connection's mode files do not
+#     include core/worker.h (listed exceptions), and the mode files call none
+#     of its functions.
 set -u
 cd "$(dirname "$0")/.."
 fail=0

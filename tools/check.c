@@ -6,7 +6,7 @@
  * which the daemon's own parser (core/http1.c) takes apart; the policy is
  * loaded by the daemon's loader (the file, or the embedded default); the
  * verdict comes from policy_verdict_ops.decide and verdict_refusal, the two
- * calls core/conn.c makes (and, on the fake tier, fake_response for the
+ * calls core/conn.c makes (and, on the fake tier, core/fake.c's fake_response for the
  * method and the URL's path). So a check and a live request cannot disagree
  * about normalisation, ports, tiers, the reason given or the canned answer.
  * On the inject tier it names the header and the placeholder, never the

@@ -1,6 +1,6 @@
 /*
  * libFuzzer driver for the ingress gateway's parsing (core/ingress.c on top
- * of core/http1.c), in the order core/conn.c runs it: an input that starts
+ * of core/http1.c), in the order core/conn.c and core/gateway.c run it: an input that starts
  * with the PROXY v2 signature goes to ingress_proxy_parse first and, when a
  * header is taken, the bytes after it go on; then http1_parse_request and,
  * for an origin-form head, ingress_route under "/callbacks", the method and

@@ -1,0 +1,397 @@
+/*
+ * What core/conn.c, the connection spine, and the files of its modes share,
+ * and nothing else includes (the worker and the tests see core/conn.h): the
+ * states, operation kinds and flags of a conn, the helpers that put its
+ * operations on the ring, and the functions one file calls in another.
+ *
+ *   core/conn.c     the spine: lifetime, accept, request head, deciding,
+ *                   resolving and connecting, refusals and linger, dispatch;
+ *   core/tunnel.c   CONNECT passthrough: the 200, early data, the splice or
+ *                   copy relay both ways, half-close;
+ *   core/forward.c  absolute-form forwarding: the head rewritten in origin
+ *                   form, the bodies' framing followed, upstream reuse;
+ *   core/tlsterm.c  the agent's TLS terminated here (core/term.h): the
+ *                   ciphertext queue, the session pump, refusals inside it;
+ *   core/fake.c     the fake-response tier: the rule's answers, in TLS and
+ *                   in clear;
+ *   core/inject.c   the credential-inject tier: the swap, the request body,
+ *                   the response relay, secret masking, upstream pooling;
+ *   core/gateway.c  the ingress gateway: routing by path, the agent's head,
+ *                   and the public listener's TLS front relay.
+ *
+ * Every function here runs on the conn's worker thread, takes a live conn
+ * (not freed: its ops, cancels or lookup keep it) and returns nothing it
+ * allocated; a conn's buffers, pipes and slots stay the conn's.
+ */
+#ifndef AN_CORE_CONN_INT_H
+#define AN_CORE_CONN_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include "core/an.h"
+#include "core/audit.h"
+#include "core/conn.h"
+#include "core/engine.h"
+#include "core/http1.h"
+#include "core/reason.h"
+#include "core/snapshot.h"
+#include "core/ring.h"
+#include "core/term.h"
+#include "core/ud.h"
+#include "core/verdict.h"
+#include "core/worker.h"
+
+enum conn_state {
+	ST_HEAD = 0,
+	ST_RESOLVE,
+	ST_CONNECT,
+	ST_TUNNEL,
+	ST_FORWARD,
+	ST_RESPOND,
+	ST_LINGER,
+	ST_TERM, /* the client's TLS terminated here: a fake-response tunnel */
+	ST_CLOSING,
+};
+
+/* Operation kinds; the up/down relay kinds are OP_DIR_BASE + dir * OP_DIR_COUNT + kind. */
+enum conn_op {
+	OP_HEAD_RECV = 0,
+	OP_SOCKET,
+	OP_CONNECT,
+	OP_CONNECT_TIMEOUT,
+	OP_NODELAY_U,
+	OP_NODELAY_C,
+	OP_PEERCRED,
+	OP_CANCEL,
+	OP_DIR_BASE,
+};
+
+enum relay_op {
+	ROP_POLL = 0,
+	ROP_SPLICE_IN,
+	ROP_SPLICE_OUT,
+	ROP_RECV,
+	ROP_SEND,
+	ROP_SHUT,
+	OP_DIR_COUNT,
+};
+
+static_assert(OP_DIR_BASE + 2 * OP_DIR_COUNT <= CONN_OP_COUNT, "op codes must fit");
+static_assert(CONN_OP_COUNT <= 32, "ops is a 32-bit mask");
+
+enum relay_state {
+	R_IDLE = 0,
+	R_PRELUDE, /* sending what must precede the relay (200 reply, early data) */
+	R_POLL,
+	R_SPLICE_IN,
+	R_SPLICE_OUT,
+	R_RECV,
+	R_SEND,
+	R_SHUT,
+	R_DONE,
+};
+
+enum { DIR_UP = 0, DIR_DOWN = 1 };
+
+/* c->flags */
+#define F_TCP_CLIENT   0x01u /* accepted on the TCP listener */
+#define F_HEAD_STOP    0x02u /* do not re-arm the head receive */
+#define F_CLIENT_EOF   0x04u /* the client half-closed before the relay started */
+#define F_REUSABLE     0x08u /* the open upstream may serve the next request */
+#define F_DNS          0x10u /* a lookup is in flight: do not free */
+#define F_NO_KEEPALIVE 0x20u /* close after this exchange */
+#define F_NOBUFS       0x40u /* on the worker's nobufs list */
+#define F_UNIX_UP      0x80u /* the local upstream is a Unix socket, in c->addrs (conn_unix) */
+
+/*
+ * A connection mode: what runs a conn once its request is decided, behind one
+ * table, so that the spine names no mode (nginx's upstream process_header,
+ * HAProxy's mux_ops). One const instance per mode, in the mode's file; c->mode
+ * is set where the mode is chosen (decide, ingress_decide, the TLS front's
+ * accept) or handed over (a gateway request upgraded to a tunnel), always
+ * before the conn enters <state>. The spine calls a mode's io and buffers only
+ * while c->state is its <state>, and its connected only from ST_CONNECT.
+ * Adding a mode: its instance below, the state it runs in, the place that
+ * chooses it.
+ */
+struct conn_mode {
+	uint8_t state; /* ST_TUNNEL, ST_FORWARD or ST_TERM */
+	/* The upstream is connected (c->ufd): start relaying. NULL: the mode never connects. */
+	void (*connected)(struct conn *c);
+	/* Completion <rop> of relay <dir>, result <res> and flags <cqe_flags>, in <state>. */
+	void (*io)(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags);
+	/* Provided buffers are back: re-arms the receives that ran out, in <state>. */
+	void (*buffers)(struct conn *c);
+	/* ST_TERM modes: moves the plaintext as far as it goes (term_pump's step); else NULL. */
+	void (*pump)(struct conn *c);
+};
+
+/* The answer to an allowed CONNECT, before the tunnel or the terminated session. */
+static const char reply_established[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
+
+/* Closes both sides; the debug log names the line that decided it. */
+void conn_close_at(struct conn *c, int line);
+#define conn_close(c) conn_close_at((c), __LINE__)
+
+/* ---- operations on the ring (inline: the relay's hot path) --------------- */
+
+static inline struct ring *conn_ring(struct conn *c)
+{
+	return &c->w->ring;
+}
+
+static inline uint32_t op_bit(uint32_t op)
+{
+	AN_DASSERT(op < CONN_OP_COUNT);
+	return 1u << op;
+}
+
+static inline uint32_t dir_op(int dir, uint32_t rop)
+{
+	return OP_DIR_BASE + (uint32_t)dir * OP_DIR_COUNT + rop;
+}
+
+static inline struct relay *relay_of(struct conn *c, int dir)
+{
+	return dir == DIR_UP ? &c->up : &c->down;
+}
+
+static inline int relay_src(const struct conn *c, int dir)
+{
+	return dir == DIR_UP ? c->cfd : c->ufd;
+}
+
+static inline int relay_dst(const struct conn *c, int dir)
+{
+	return dir == DIR_UP ? c->ufd : c->cfd;
+}
+
+static inline struct io_uring_sqe *conn_sqe(struct conn *c, uint32_t op)
+{
+	AN_ASSERT((c->ops & op_bit(op)) == 0);
+	struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
+	c->ops |= op_bit(op);
+	io_uring_sqe_set_data64(sqe, ud_encode(c, op));
+	return sqe;
+}
+
+static inline void prep_send(struct conn *c, uint32_t op, int fd, const void *p, size_t len)
+{
+	struct io_uring_sqe *sqe = conn_sqe(c, op);
+	io_uring_prep_send(sqe, fd, p, len, MSG_NOSIGNAL);
+	sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+static inline void prep_recv_select(struct conn *c, uint32_t op, int fd)
+{
+	struct io_uring_sqe *sqe = conn_sqe(c, op);
+	io_uring_prep_recv(sqe, fd, NULL, conn_ring(c)->buf_bytes, 0);
+	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_BUFFER_SELECT;
+	sqe->buf_group = RING_BGID;
+}
+
+/*
+ * <res> more bytes of the outgoing message at <base> (c->out_len of them)
+ * went out; sends the rest on <fd> as <op>. True while some is left.
+ */
+static inline bool out_sent(struct conn *c, uint32_t op, int fd, const char *base, int res)
+{
+	AN_ASSERT(res >= 0);
+	AN_ASSERT(c->out_off + (uint32_t)res <= c->out_len);
+	c->out_off += (uint32_t)res;
+	if (c->out_off == c->out_len)
+		return false;
+	prep_send(c, op, fd, base + c->out_off, c->out_len - c->out_off);
+	return true;
+}
+
+/* The engine's TLS termination table (core/term.h), NULL without TLS support. */
+static inline const struct term_ops *conn_term(const struct conn *c)
+{
+	return c->w->e->term;
+}
+
+/* ---- the spine: core/conn.c ---------------------------------------------- */
+
+/*
+ * Closes a direct descriptor. The close references no conn memory, so it is
+ * not tracked: its completion is skipped on success, and a failure (which
+ * would mean the slot was already empty) arrives with user_data 0.
+ */
+void close_slot(struct conn *c, int32_t *slot);
+/* The conn's sandbox; <c> must have one (not WORKER_NO_SANDBOX). */
+const struct engine_sandbox *conn_sandbox(const struct conn *c);
+/* The key of upstream <host>/<len>:<port> in the worker's reuse lists. */
+uint64_t upstream_key(const char *host, size_t len, uint16_t port);
+
+/* Formats address <a> as "ip:port", "[ip6]:port" or "unix:path" into <out> (<cap> bytes). */
+void addr_format(const union conn_addr *a, char *out, size_t cap);
+/* Fills what every record of <c> carries: ids, sandbox, tier, reason, method, host, rule. */
+void record_common(const struct conn *c, struct audit_record *rec);
+/* Writes the decision record for the current request; sets c->decision_id. */
+void audit_decision(struct conn *c, bool allowed, uint16_t status);
+/* Writes the record of the gateway request that just ended; at most one per request. */
+void ingress_audit(struct conn *c);
+
+/*
+ * Queues provided buffer <bid> of <len> bytes behind the conn's early data.
+ * False when CONN_EARLY_MAX wait or no block is left: the caller returns the
+ * buffer and closes.
+ */
+bool early_push(struct conn *c, uint16_t bid, uint32_t len);
+/* The unread bytes of the oldest early buffer: their length; *<bid> and *<off> say where. */
+uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off);
+/* Marks <n> bytes of the oldest early buffer read; a buffer read whole goes back. */
+void early_advance(struct conn *c, uint32_t n);
+/* Gives the head, out and response buffers back to the worker's pool. */
+void buffers_release(struct conn *c);
+
+/* Arms the multishot receive of the request head on the client socket. */
+void head_recv_arm(struct conn *c);
+/* Stops the head receive for good (F_HEAD_STOP), cancelling the one in flight. */
+void head_recv_stop(struct conn *c);
+/* Whether the head receive should run in the conn's state. */
+bool head_recv_wanted(const struct conn *c);
+/* Waits on the worker's nobufs list: conn_on_buffers re-arms the receive. */
+void nobufs_wait(struct conn *c);
+/* Parses the head buffer; on a complete head, decides. */
+void head_parse(struct conn *c);
+
+/* Copies what the request's record and answer need (method, host, port, path) into <c>. */
+void request_copy(struct conn *c, const struct http1_request *req);
+/*
+ * Points the request about to be decided at the worker's snapshot and
+ * returns its sandbox under it; NULL when the snapshot does not know it.
+ */
+const struct snapshot_sandbox *snapshot_take(struct conn *c);
+/*
+ * Whether head <head>/<len> carries a placeholder of the sandbox where its
+ * rule (<own>, NULL: none) does not send it; counted when so.
+ */
+bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
+			     const struct verdict_inject *own);
+/* Decides request <req> (proxy form) against the policy: refuses, or starts its tier. */
+void decide(struct conn *c, const struct http1_request *req);
+
+/* The Unix socket address of a local upstream, stored in c->addrs (F_UNIX_UP). */
+struct sockaddr_un *conn_unix(struct conn *c);
+/* Opens a socket to the next address; none left: refuses (or closes a TLS front conn). */
+void connect_next(struct conn *c);
+
+/*
+ * Sends c->out_ptr/out_len in RESPOND (a refusal, or a fake answer in clear)
+ * and keeps reading, so the client's unread bytes never reset the answer.
+ */
+void respond_send(struct conn *c);
+/* Refuses the request for <why>: audit record, deny-contract answer, then linger. */
+void respond(struct conn *c, enum reason why);
+/* Our answer is out: shut our side and drain the client until EOF or timeout. */
+void linger_start(struct conn *c);
+
+/* ---- the modes: what the spine and the other modes call ------------------ */
+
+/* core/tunnel.c */
+/* The CONNECT tunnel and an upgraded gateway request: ST_TUNNEL. */
+extern const struct conn_mode tunnel_mode;
+/* The next early-data slice to forward: its length (0: none), *<p> where. */
+uint32_t early_peek(struct conn *c, const char **p);
+/* Marks <n> early bytes consumed (sent, or counted as body). */
+void early_consume(struct conn *c, uint32_t n);
+/* Sends the up relay's prelude (early data); once it is out, arms the relay. */
+void up_prelude_step(struct conn *c);
+
+/* core/forward.c */
+/* Absolute-form forwarding and the gateway's requests: ST_FORWARD. */
+extern const struct conn_mode forward_mode;
+/* The absolute-form request is connected: its origin-form head goes up. */
+void forward_start(struct conn *c);
+/* Moves the request on: the head, early data, then body as it arrives. */
+void fwd_up_step(struct conn *c);
+/*
+ * Rewrites the response head <resp>, the <n> bytes at <at> in c->resp, as
+ * the proxy forwards it; c->resp_fill grows by at most
+ * WORKER_HEAD_REWRITE_BYTES. Returns the new head's length.
+ */
+uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, uint32_t at,
+			   uint32_t n, bool keep);
+
+/* core/tlsterm.c */
+/*
+ * The completions of the agent's side of a terminated session (<dir>, <rop>,
+ * <res>): the 200 and ciphertext sent, ciphertext received. False when the
+ * completion is not one of those: the upstream side's, the mode's own.
+ */
+bool term_io(struct conn *c, int dir, uint32_t rop, int res);
+/* The CONNECT is allowed on a terminated tier: answer 200, then terminate its TLS. */
+void term_start(struct conn *c);
+/* Moves the sessions as far as they go without the network, then sends and receives. */
+void term_pump(struct conn *c);
+/* Sends what the session has for the client; once a close is out, lingers. */
+void term_flush(struct conn *c);
+/* The session ended (<st> CLOSED or ERROR): audit why, queue close_notify. */
+void term_end(struct conn *c, enum term_status st);
+/* The answer to a request refused inside the session; the conn closes after it. */
+void term_refuse(struct conn *c, enum reason why);
+/* Drops <n> bytes from the front of the plaintext in the head buffer. */
+void term_drop(struct conn *c, uint32_t n);
+/* Takes the next request out of the plaintext; true when an answer or refusal started. */
+bool term_request(struct conn *c);
+/* Writes the answer's next plaintext into the session. */
+enum term_status term_write_answer(struct conn *c);
+/* Reads plaintext into the head buffer. */
+enum term_status term_read_request(struct conn *c);
+/* The agent's ciphertext, <len> bytes in provided buffer <bid>: queued, then fed. */
+void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len);
+/* Receives the agent's next ciphertext, unless some still waits or it ended. */
+void term_recv_arm(struct conn *c);
+/* The agent closed its side: the session sees the end. */
+void term_eof(struct conn *c);
+
+/* core/fake.c */
+/* The fake tier inside a CONNECT: ST_TERM, never connected. */
+extern const struct conn_mode fake_mode;
+/* Frames the rule's answer to <req> (origin form) in c->out, and audits it. */
+void term_answer(struct conn *c, const struct http1_request *req);
+/* An absolute-form request to a fake host: the rule's answer in clear, through RESPOND. */
+void fake_plain(struct conn *c, const struct http1_request *req);
+/* A fake answer in clear (or a kept 429) is out: back to reading the next head. */
+void fake_plain_done(struct conn *c);
+
+/* core/inject.c */
+/* The credential-inject tier: ST_TERM, with a TLS session of its own upstream. */
+extern const struct conn_mode inject_mode;
+/* Takes a pooled upstream for the inject rule; true when it took one (and went on). */
+bool inject_take_pooled(struct conn *c);
+/* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
+void inject_request(struct conn *c, const struct http1_request *req, size_t head_len);
+/* Receives the upstream's next ciphertext, unless one runs, a buffer waits or it ended. */
+void inject_recv_arm(struct conn *c);
+/* True when the upstream may serve another agent connection (see inject_park). */
+bool inject_parkable(const struct conn *c);
+/* At the conn's end: hands a parkable upstream to the worker's pool; true when taken. */
+bool inject_park(struct conn *c);
+
+/* core/gateway.c */
+/* The public listener's TLS front: ST_TERM, relaying plaintext to the internal socket. */
+extern const struct conn_mode gateway_tls_mode;
+/* A gateway request begins: its record counts from here. */
+void ingress_begin(struct conn *c);
+/* The request no longer counts as open against its sandbox's `concurrent`. */
+void ingress_release(struct conn *c);
+/* Routes gateway request <req> by its path to a sandbox, checks it, connects it. */
+void ingress_decide(struct conn *c, const struct http1_request *req);
+/* Connects the routed sandbox's ingress socket, never through a symlink. */
+void ingress_connect(struct conn *c);
+/* Writes the agent's head for <req> into c->out (core/ingress.h). Bytes or -EMSGSIZE. */
+ssize_t ingress_head(struct conn *c, const struct http1_request *req);
+/* The agent switched protocols (101): from then on the conn is a tunnel both ways. */
+void ingress_upgraded(struct conn *c);
+/* A conn of the public TLS listener: its session, then the internal socket's connect. */
+void tlsrelay_connect(struct conn *c);
+
+#endif /* AN_CORE_CONN_INT_H */

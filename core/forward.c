@@ -1,0 +1,522 @@
+/*
+ * Absolute-form forwarding (FORWARD), for a plain http:// request through the
+ * proxy and for every ingress gateway request: the head is rewritten in
+ * origin form (http1_write_origin_head, or ingress_head for the gateway) and
+ * sent up, then the bodies are copied through provided buffers with their
+ * framing followed (Content-Length or chunked; the response also to its
+ * close), only to know where each ends. The response head is collected in
+ * c->resp and rewritten as the proxy forwards it (resp_head_rewrite: no
+ * hop-by-hop field, our own Connection); interim 1xx heads pass before the
+ * final one.
+ *
+ * An exchange is over when both c->req_done and c->resp_done hold and no
+ * send or receive is in flight (request_finish): the conn then returns to
+ * HEAD with the upstream kept (F_REUSABLE, keyed by host and port) for the
+ * next request to the same host, a pipelined request carried over in the
+ * head buffer; otherwise it lingers. A kept upstream that closed while idle
+ * is retried once, fresh (fwd_no_response).
+ */
+#include "core/conn_int.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/an.h"
+#include "core/http1.h"
+#include "core/pool.h"
+#include "core/ring.h"
+#include "core/timer.h"
+
+static void request_finish(struct conn *c);
+static void fwd_down_recv(struct conn *c);
+
+/* How many of <n> bytes at <p> belong to the request body; sets req_done. */
+static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
+{
+	if (c->req_done)
+		return 0;
+	if (c->req_body == HTTP1_BODY_LENGTH) {
+		uint64_t m = c->req_left < n ? c->req_left : n;
+		c->req_left -= m;
+		c->req_done = c->req_left == 0;
+		return (int64_t)m;
+	}
+	AN_ASSERT(c->req_body == HTTP1_BODY_CHUNKED);
+	ssize_t m = http1_chunked_scan(&c->req_chunks, p, n);
+	if (m < 0)
+		return m;
+	if (c->ingress) {
+		/* The gateway's body cap, counted on the wire: the stream is cut there. */
+		if ((uint64_t)m > c->req_left) {
+			c->reason = REASON_BODY_TOO_LARGE;
+			return -1;
+		}
+		c->req_left -= (uint64_t)m;
+	}
+	c->req_done = c->req_chunks.done;
+	return m;
+}
+
+static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
+{
+	if (c->resp_done)
+		return 0;
+	switch (c->resp_body) {
+	case HTTP1_BODY_NONE:
+		c->resp_done = true;
+		return 0;
+	case HTTP1_BODY_LENGTH: {
+		uint64_t m = c->resp_left < n ? c->resp_left : n;
+		c->resp_left -= m;
+		c->resp_done = c->resp_left == 0;
+		return (int64_t)m;
+	}
+	case HTTP1_BODY_CHUNKED: {
+		ssize_t m = http1_chunked_scan(&c->resp_chunks, p, n);
+		if (m >= 0)
+			c->resp_done = c->resp_chunks.done;
+		return m;
+	}
+	default:
+		return n; /* until the upstream closes */
+	}
+}
+
+typedef int64_t (*frame_fn)(struct conn *c, const char *p, uint32_t n);
+
+/*
+ * Sends on the part of the <res> bytes direction <dir> just received that
+ * belongs to the current message, as <frame> delimits it. Bytes past the
+ * message are dropped and the conn is not kept alive (a pipelining client
+ * retries them, RFC 9112 section 9.3.2). Returns the bytes sent, 0 when the
+ * message had already ended (the buffer is back in the ring), or -1 when the
+ * framing was malformed (the conn is closing).
+ */
+static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
+{
+	struct relay *r = relay_of(c, dir);
+	const char *p = (const char *)ring_buf(conn_ring(c), r->bid);
+
+	AN_ASSERT(r->holds_buf);
+	AN_ASSERT(res > 0);
+	int64_t m = frame(c, p, (uint32_t)res);
+	if (m < 0) {
+		conn_close(c);
+		return -1;
+	}
+	if (m < res)
+		c->flags |= F_NO_KEEPALIVE;
+	r->state = R_SEND;
+	r->buf_off = 0;
+	r->buf_len = (uint32_t)m;
+	if (m == 0) {
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+		return 0;
+	}
+	prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir), p, (size_t)m);
+	return m;
+}
+
+void forward_start(struct conn *c)
+{
+	struct http1_request req;
+	enum reason why;
+
+	c->state = ST_FORWARD;
+	c->reason = REASON_NONE;
+	head_recv_stop(c);
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	/* Re-parse: the head buffer is unchanged, so this cannot fail. */
+	ssize_t n = http1_parse_request(c->head, c->head_len, &req, &why);
+	AN_ASSERT(n == (ssize_t)c->head_len);
+	if (c->out == NULL)
+		c->out = pool_take(&c->w->heads);
+	ssize_t len = c->out == NULL ? -1
+		      : c->ingress
+			  ? ingress_head(c, &req)
+			  : http1_write_origin_head(&req, c->out, WORKER_HEAD_BUFFER_BYTES);
+	if (len < 0) {
+		respond(c, c->out ? REASON_HEADERS_TOO_LARGE : REASON_OVERLOADED);
+		return;
+	}
+	c->out_len = (uint32_t)len;
+	c->out_off = 0;
+	c->req_done = c->req_body == HTTP1_BODY_NONE ||
+		      (c->req_body == HTTP1_BODY_LENGTH && c->req_left == 0);
+	c->resp_done = false;
+	c->resp_head_done = false;
+	c->resp_fill = 0;
+	memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
+	c->up.state = R_IDLE;
+	c->down.state = R_IDLE;
+	fwd_up_step(c);
+	fwd_down_recv(c);
+}
+
+void fwd_up_step(struct conn *c)
+{
+	struct relay *r = &c->up;
+
+	if (c->state != ST_FORWARD || (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))) ||
+	    (c->ops & op_bit(dir_op(DIR_UP, ROP_RECV))))
+		return;
+	if (c->out_off < c->out_len) {
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out + c->out_off,
+			  c->out_len - c->out_off);
+		return;
+	}
+	if (c->req_done) {
+		request_finish(c);
+		return;
+	}
+	const char *p;
+	uint32_t n = early_peek(c, &p);
+	if (n > 0) {
+		int64_t m = req_frame(c, p, n);
+		if (m < 0) {
+			conn_close(c);
+			return;
+		}
+		/* Bytes past the body are the next request: request_finish carries them. */
+		if (m == 0) {
+			request_finish(c);
+			return;
+		}
+		r->state = R_PRELUDE;
+		r->buf_off = 0;
+		r->buf_len = (uint32_t)m;
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, (size_t)m);
+		return;
+	}
+	if (c->ops & op_bit(OP_HEAD_RECV))
+		return; /* the cancelled head receive may still deliver body bytes */
+	r->state = R_RECV;
+	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
+}
+
+static void on_fwd_up(struct conn *c, uint32_t rop, int res)
+{
+	struct relay *r = &c->up;
+
+	if (res <= 0 && !(rop == ROP_RECV && (res == -ENOBUFS || res == -EAGAIN))) {
+		if (c->ingress && rop == ROP_SEND && !c->resp_head_done &&
+		    (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV)))) {
+			/* The bridge closed as the agent's port refused it: the down
+			 * receive sees the end and answers agent_not_listening. */
+			r->state = R_IDLE;
+			c->flags |= F_NO_KEEPALIVE;
+			return;
+		}
+		conn_close(c); /* client gone mid-body, or upstream refused our bytes */
+		return;
+	}
+	if (rop == ROP_RECV) {
+		if (res < 0) {
+			r->state = R_IDLE;
+			nobufs_wait(c);
+			return;
+		}
+		if (fwd_send_framed(c, DIR_UP, res, req_frame) == 0)
+			fwd_up_step(c);
+		return;
+	}
+	AN_ASSERT(rop == ROP_SEND);
+	c->bytes_up += (uint64_t)res;
+	if (c->out_off < c->out_len) {
+		c->out_off += (uint32_t)res;
+		fwd_up_step(c);
+		return;
+	}
+	r->buf_off += (uint32_t)res;
+	if (r->state == R_PRELUDE)
+		early_consume(c, (uint32_t)res);
+	if (r->buf_off < r->buf_len) {
+		const char *p;
+		if (r->state == R_PRELUDE)
+			early_peek(c, &p);
+		else
+			p = (const char *)ring_buf(conn_ring(c), r->bid) + r->buf_off;
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, r->buf_len - r->buf_off);
+		return;
+	}
+	if (r->state == R_SEND && r->holds_buf) {
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+	}
+	r->state = R_IDLE;
+	fwd_up_step(c);
+}
+
+static void fwd_down_recv(struct conn *c)
+{
+	if (c->state != ST_FORWARD || c->resp_done || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
+		return;
+	c->down.state = R_RECV;
+	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
+}
+
+/* The upstream closed or failed before answering. */
+static void fwd_no_response(struct conn *c)
+{
+	if (c->reused_upstream && c->req_body == HTTP1_BODY_NONE &&
+	    !(c->ops & op_bit(dir_op(DIR_UP, ROP_SEND)))) {
+		/* A kept-alive upstream closed while idle: retry once, fresh. */
+		c->reused_upstream = false;
+		close_slot(c, &c->ufd);
+		c->out_off = 0;
+		c->state = ST_CONNECT;
+		if (c->ingress)
+			ingress_connect(c);
+		else
+			connect_next(c);
+		return;
+	}
+	/* The bridge took the connection, but nothing listens on the agent's port. */
+	respond(c, c->ingress ? REASON_AGENT_NOT_LISTENING : REASON_UPSTREAM_UNREACHABLE);
+}
+
+static_assert(LIMITS_RESPONSE_HEAD_BYTES_MAX <= LIMITS_HEAD_BYTES_MAX &&
+		  HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX - LIMITS_RESPONSE_HEAD_BYTES_MAX <=
+		      WORKER_HEAD_REWRITE_BYTES,
+	      "a rewritten response head and the receive that completed it fit a head buffer");
+
+/*
+ * Rewrites the response head <resp>, the <n> bytes at <at> in c->resp, as
+ * the proxy forwards it (http1_write_response_head): HTTP/1.1, no hop-by-hop
+ * field, and our own Connection field when the client's connection ends
+ * after this response (<keep> false; none for an interim one) or stays open
+ * for an HTTP/1.0 client. The bytes after the head move up behind the new
+ * one: c->resp_fill grows by at most WORKER_HEAD_REWRITE_BYTES, which the
+ * caller left free. Returns the new head's length.
+ */
+uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, uint32_t at,
+			   uint32_t n, bool keep)
+{
+	bool interim = resp->status < 200;
+	const char *connection = interim            ? NULL
+				 : !keep            ? "close"
+				 : c->client_http10 ? "keep-alive"
+						    : NULL;
+
+	AN_ASSERT(n > 0 && at + n <= c->resp_fill);
+	AN_ASSERT(resp->status != 101);
+	ssize_t m = http1_write_response_head(resp, connection, c->w->resp_rewrite,
+					      HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX);
+	uint32_t tail = c->resp_fill - at - n;
+	AN_ASSERT(m > 0 && at + (size_t)m + tail <= WORKER_HEAD_BUFFER_BYTES);
+	memmove(c->resp + at + m, c->resp + at + n, tail);
+	memcpy(c->resp + at, c->w->resp_rewrite, (size_t)m);
+	c->resp_fill = at + (uint32_t)m + tail;
+	return (uint32_t)m;
+}
+
+/* Parses the response head gathered in c->resp; sends it, rewritten, when complete. */
+static void fwd_resp_head(struct conn *c)
+{
+	struct http1_response resp;
+
+	ssize_t n = http1_parse_response(c->resp, c->resp_fill, &resp);
+	if (n == -EAGAIN) {
+		fwd_down_recv(c);
+		return;
+	}
+	bool upgrade = resp.status == 101 && c->ingress && c->ingress_upgrade;
+	if (n < 0 || (resp.status == 101 && !upgrade)) {
+		respond(c, REASON_UPSTREAM_BAD_RESPONSE);
+		return;
+	}
+	if (upgrade) {
+		ingress_upgraded(c);
+		return;
+	}
+	bool interim = resp.status >= 100 && resp.status < 200;
+	if (!interim) {
+		c->resp_head_done = true;
+		c->resp_body = (uint8_t)http1_response_body(&resp, c->head_method);
+		c->resp_left = resp.content_length;
+		c->resp_keep_alive = resp.keep_alive;
+		audit_decision(c, true, resp.status);
+	}
+	bool keep = c->keep_alive && resp.keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
+		    http1_response_body(&resp, c->head_method) != HTTP1_BODY_CLOSE;
+	c->resp_head_len = resp_head_rewrite(c, &resp, 0, (uint32_t)n, keep);
+	uint32_t send_len = c->resp_head_len;
+	if (!interim) {
+		uint32_t rest = c->resp_fill - send_len;
+		int64_t m = resp_frame(c, c->resp + send_len, rest);
+		if (m < 0) {
+			conn_close(c);
+			return;
+		}
+		if ((uint32_t)m < rest)
+			c->flags |= F_NO_KEEPALIVE; /* bytes past the response: don't reuse */
+		send_len += (uint32_t)m;
+	}
+	c->down.state = R_PRELUDE;
+	c->down.buf_off = 0;
+	c->down.buf_len = send_len;
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->resp, send_len);
+}
+
+static void on_fwd_down_recv(struct conn *c, int res)
+{
+	struct relay *r = &c->down;
+	struct ring *ring = conn_ring(c);
+
+	if (res == -ENOBUFS || res == -EAGAIN) {
+		r->state = R_IDLE;
+		nobufs_wait(c);
+		return;
+	}
+	if (res <= 0) {
+		if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE) {
+			c->resp_done = true;
+			c->flags |= F_NO_KEEPALIVE;
+			request_finish(c);
+		} else if (!c->resp_head_done && c->resp_fill == 0) {
+			fwd_no_response(c);
+		} else if (!c->resp_head_done) {
+			respond(c, REASON_UPSTREAM_BAD_RESPONSE);
+		} else {
+			conn_close(c); /* cut mid-body: the client sees the short body */
+		}
+		return;
+	}
+	if (!c->resp_head_done) {
+		if (c->resp == NULL)
+			c->resp = pool_take(&c->w->heads);
+		if (c->resp == NULL) {
+			ring_buf_return(ring, r->bid);
+			r->holds_buf = false;
+			conn_close(c);
+			return;
+		}
+		AN_ASSERT(c->resp_fill + (uint32_t)res <= WORKER_HEAD_BUFFER_BYTES);
+		memcpy(c->resp + c->resp_fill, ring_buf(ring, r->bid), (size_t)res);
+		c->resp_fill += (uint32_t)res;
+		ring_buf_return(ring, r->bid);
+		r->holds_buf = false;
+		fwd_resp_head(c);
+		return;
+	}
+	if (fwd_send_framed(c, DIR_DOWN, res, resp_frame) == 0)
+		request_finish(c);
+}
+
+static void on_fwd_down_send(struct conn *c, int res)
+{
+	struct relay *r = &c->down;
+
+	if (res <= 0) {
+		conn_close(c);
+		return;
+	}
+	c->bytes_down += (uint64_t)res;
+	r->buf_off += (uint32_t)res;
+	if (r->buf_off < r->buf_len) {
+		const char *base =
+		    r->state == R_PRELUDE ? c->resp : (const char *)ring_buf(conn_ring(c), r->bid);
+		prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, base + r->buf_off,
+			  r->buf_len - r->buf_off);
+		return;
+	}
+	if (r->state == R_SEND && r->holds_buf) {
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+	}
+	if (r->state == R_PRELUDE && !c->resp_head_done) {
+		/* An interim (1xx) response went out: the final one follows it. */
+		uint32_t rest = c->resp_fill - c->resp_head_len;
+		memmove(c->resp, c->resp + c->resp_head_len, rest);
+		c->resp_fill = rest;
+		r->state = R_IDLE;
+		if (rest > 0)
+			fwd_resp_head(c);
+		else
+			fwd_down_recv(c);
+		return;
+	}
+	r->state = R_IDLE;
+	if (c->resp_done)
+		request_finish(c);
+	else
+		fwd_down_recv(c);
+}
+
+/* Both halves of an exchange are done: keep the conn for the next request or close. */
+static void request_finish(struct conn *c)
+{
+	/* The cancelled head receive counts too: its last completion may still
+	 * bring early bytes, and it re-runs this function when it arrives. */
+	uint32_t busy = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
+			op_bit(dir_op(DIR_DOWN, ROP_SEND)) | op_bit(dir_op(DIR_DOWN, ROP_RECV)) |
+			op_bit(OP_HEAD_RECV);
+
+	if (c->state != ST_FORWARD || !c->req_done || !c->resp_done || (c->ops & busy))
+		return;
+	if (c->ingress) {
+		ingress_audit(c);
+		ingress_release(c); /* an idle conn holds no request open */
+	}
+	const char *p;
+	uint32_t next_len = early_peek(c, &p);
+	/* A pipelined next request is carried over when it sits in the head buffer. */
+	bool carry =
+	    next_len > 0 && c->early_count == 0 && p >= c->head && p < c->head + c->head_fill;
+	bool keep = c->keep_alive && c->resp_keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
+		    c->resp_body != HTTP1_BODY_CLOSE && (next_len == 0 || carry);
+	if (!keep) {
+		linger_start(c);
+		return;
+	}
+	if (carry) {
+		char *head = c->head;
+		memmove(head, p, next_len);
+		c->head = NULL; /* kept across the release below */
+		buffers_release(c);
+		c->head = head;
+		c->head_fill = next_len;
+	} else {
+		buffers_release(c);
+	}
+	c->flags |= F_REUSABLE;
+	c->flags &= (uint8_t)~F_HEAD_STOP;
+	c->rule = NULL;
+	c->state = ST_HEAD;
+	c->up.state = R_IDLE;
+	c->down.state = R_IDLE;
+	head_recv_arm(c);
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (carry)
+		head_parse(c);
+}
+
+static void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+{
+	(void)cqe_flags;
+	c->active_ms = c->w->now_ms;
+	if (dir == DIR_UP)
+		on_fwd_up(c, rop, res);
+	else if (rop == ROP_RECV)
+		on_fwd_down_recv(c, res);
+	else if (rop == ROP_SEND)
+		on_fwd_down_send(c, res);
+}
+
+/* Buffers are back: the body or response receive that waited for one goes on. */
+static void fwd_buffers(struct conn *c)
+{
+	if (c->up.state == R_IDLE)
+		fwd_up_step(c);
+	if (c->down.state == R_IDLE)
+		fwd_down_recv(c);
+}
+
+const struct conn_mode forward_mode = {
+	.state = ST_FORWARD,
+	.connected = forward_start,
+	.io = fwd_io,
+	.buffers = fwd_buffers,
+};

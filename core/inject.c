@@ -1,0 +1,748 @@
+/*
+ * A CONNECT to an inject rule is resolved and connected as a tunnel is; once
+ * the upstream accepts, the conn terminates the agent's TLS as the fake tier
+ * does and opens a TLS session of its own to the upstream, verified against
+ * the rule's roots. Each request's head is rewritten with the placeholder
+ * swapped for the secret and written into the upstream session, its body
+ * after it as it arrives; the response is relayed to the agent as it
+ * arrives (server-sent events reach the agent record by record), its framing
+ * followed only to know where it ends. One exchange at a time; the upstream
+ * connection serves the conn's next request. The upstream session sends no
+ * application data before the upstream's certificate verified, so a failed
+ * verification costs no credential: the agent gets 502 upstream_tls_failed.
+ *
+ * The response is masked on its way: the secret becomes asterisks wherever
+ * it appears (inject_relay_limit), a redirect is decided as a request to its
+ * target would be (inject_redirect_denied), and a refused one reaches the
+ * agent as a refusal, never as itself. When the conn ends between exchanges
+ * its verified upstream, slot and session, goes to the worker's pool
+ * (core/uppool.h) for the next conn with the same host, port, roots and
+ * secret (inject_park, inject_take_pooled). The TLS-termination pump
+ * (core/tlsterm.c) drives both sessions through inject_pump; an exchange's
+ * phase is c->inject_phase.
+ */
+#include "core/conn_int.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "core/an.h"
+#include "core/http1.h"
+#include "core/log.h"
+#include "core/ring.h"
+#include "core/timer.h"
+#include "core/uppool.h"
+#include "core/verdict.h"
+
+static void inject_feed_upstream(struct conn *c);
+static void inject_start(struct conn *c);
+
+enum inject_phase {
+	INJ_IDLE = 0, /* waiting for the agent's next request */
+	INJ_REQUEST,  /* the rewritten head, then the body, into the upstream session */
+	INJ_RESPONSE, /* the request is out: waiting for the end of the response */
+};
+
+static void inject_flush_up(struct conn *c)
+{
+	const uint8_t *data = NULL;
+
+	if (c->utls == NULL || c->ufd < 0 || (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))))
+		return;
+	size_t n = conn_term(c)->out_peek(c->utls, &data);
+	if (n > 0)
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, data, n);
+}
+
+void inject_recv_arm(struct conn *c)
+{
+	if (c->ufd < 0 || c->upstream_dead || c->down.holds_buf ||
+	    (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
+		return;
+	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
+}
+
+/*
+ * Writes field <h> to <o>, the credential swapped in when its value is the
+ * placeholder (with the rule's prefix). Returns whether it was swapped; a
+ * field that does not fit sets o->overflow (a secret longer than its
+ * placeholder grows the head: the request is then refused 431).
+ */
+static bool inject_field(const struct verdict_inject *in, const struct http1_header *h,
+			 struct http1_out *o)
+{
+	bool ours = h->name_len == in->header_len &&
+		    strncasecmp(h->name, in->header, h->name_len) == 0 &&
+		    h->value_len == (size_t)in->prefix_len + in->placeholder_len &&
+		    strncasecmp(h->value, in->prefix, in->prefix_len) == 0 &&
+		    memcmp(h->value + in->prefix_len, in->placeholder, in->placeholder_len) == 0;
+	if (!ours) {
+		http1_out_field(o, h->name, h->name_len, h->value, h->value_len);
+		return false;
+	}
+	http1_out_put(o, h->name, h->name_len);
+	http1_out_put(o, ": ", 2);
+	http1_out_put(o, h->value, in->prefix_len);
+	http1_out_put(o, in->secret, in->secret_len);
+	http1_out_put(o, "\r\n", 2);
+	return true;
+}
+
+/* How many of <req>'s fields are the inject rule's credential header (by name). */
+static uint32_t inject_header_count(const struct verdict_inject *in,
+				    const struct http1_request *req)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < req->header_count; i++)
+		n += req->headers[i].name_len == in->header_len &&
+		     strncasecmp(req->headers[i].name, in->header, in->header_len) == 0;
+	return n;
+}
+
+/* Whether <req> asks for a protocol upgrade (an Upgrade header, RFC 9110 section 7.8). */
+static bool inject_wants_upgrade(const struct http1_request *req)
+{
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		if (http1_name_is(req->headers[i].name, req->headers[i].name_len, "upgrade"))
+			return true;
+	}
+	return false;
+}
+
+/* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
+void inject_request(struct conn *c, const struct http1_request *req, size_t head_len)
+{
+	const struct verdict_inject *in = c->inject;
+	size_t line = (size_t)((const char *)memchr(c->head, '\n', head_len) - c->head) + 1;
+	bool swapped = false;
+
+	if (c->upstream_dead) {
+		term_refuse(c, c->upstream_refusal != REASON_NONE ? (enum reason)c->upstream_refusal
+								  : REASON_UPSTREAM_UNREACHABLE);
+		return;
+	}
+	/* One credential a request: a repeated header is refused, never swapped twice. */
+	if (inject_header_count(in, req) > 1) {
+		term_refuse(c, REASON_BAD_REQUEST);
+		return;
+	}
+	/*
+	 * The head goes out through the one writer, as plain forwarding's does: the
+	 * request line as sent, then every field but the hop-by-hop ones (Connection
+	 * and what it names, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection and
+	 * every Proxy-* field: the agent's proxy credentials never reach an origin).
+	 * An upgrade the rule allows keeps its Upgrade, with a Connection of ours.
+	 */
+	bool drop[LIMITS_HEADERS_MAX];
+	bool upgrade = in->upgrades && inject_wants_upgrade(req);
+	struct http1_out o = { .p = c->out, .cap = WORKER_HEAD_BUFFER_BYTES };
+	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
+	http1_hop_by_hop(req, drop);
+	http1_out_put(&o, c->head, line);
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		if (upgrade && http1_name_is(h->name, h->name_len, "upgrade"))
+			drop[i] = false;
+		/* The masker reads the response as sent: no compression is asked for. */
+		if (http1_name_is(h->name, h->name_len, "accept-encoding"))
+			drop[i] = true;
+		if (!drop[i])
+			swapped |= inject_field(in, h, &o);
+	}
+	http1_out_field(&o, "Accept-Encoding", 15, "identity", 8);
+	if (upgrade)
+		http1_out_field(&o, "Connection", 10, "upgrade", 7);
+	ssize_t head_out = http1_out_end(&o);
+	if (head_out < 0) {
+		term_refuse(c, REASON_HEADERS_TOO_LARGE);
+		return;
+	}
+	if (!swapped && in->require) {
+		term_refuse(c, REASON_CREDENTIAL_MISSING);
+		return;
+	}
+	if (!in->upgrades && inject_wants_upgrade(req)) {
+		term_refuse(c, REASON_UPGRADE_REFUSED); /* at once: the agent falls back */
+		return;
+	}
+	if (req->body == HTTP1_BODY_LENGTH && req->content_length > LIMITS_TERM_REQUEST_BYTES_MAX) {
+		term_refuse(c, REASON_BODY_TOO_LARGE); /* nothing of it went upstream */
+		return;
+	}
+	c->term_req_bytes = 0;
+	c->term_resp_bytes = 0;
+	c->out_len = (uint32_t)head_out;
+	c->out_off = 0;
+	audit_decision(c, true, 0); /* the upstream's status is in the close record */
+	c->req_body = (uint8_t)req->body;
+	c->req_left = req->body == HTTP1_BODY_LENGTH ? req->content_length : 0;
+	c->req_done = req->body == HTTP1_BODY_NONE;
+	memset(&c->req_chunks, 0, sizeof(c->req_chunks));
+	c->resp_head_done = false;
+	c->resp_done = false;
+	c->resp_started = false;
+	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
+	c->keep_alive = req->keep_alive;
+	c->inject_phase = INJ_REQUEST;
+	term_drop(c, (uint32_t)head_len);
+}
+
+/* Request body bytes from the plaintext into the upstream session. */
+static enum term_status inject_body(struct conn *c)
+{
+	struct http1_chunked probe = c->req_chunks;
+	uint32_t take = c->head_fill;
+	size_t n = 0;
+
+	if (c->req_body == HTTP1_BODY_LENGTH && c->req_left < take)
+		take = (uint32_t)c->req_left;
+	if (c->req_body == HTTP1_BODY_CHUNKED) {
+		ssize_t m = http1_chunked_scan(&probe, c->head, take);
+		if (m < 0) {
+			term_refuse(c, REASON_BAD_REQUEST);
+			return TERM_OK;
+		}
+		take = (uint32_t)m;
+	}
+	enum term_status st = take > 0 ? conn_term(c)->write(c->utls, c->head, take, &n) : TERM_OK;
+	if (st != TERM_OK || n == 0) {
+		if (take == 0 && c->req_body == HTTP1_BODY_CHUNKED && probe.done)
+			c->req_done = true;
+		return st;
+	}
+	if (c->req_body == HTTP1_BODY_CHUNKED)
+		(void)http1_chunked_scan(&c->req_chunks, c->head, n);
+	else
+		c->req_left -= n;
+	c->bytes_up += n;
+	c->term_req_bytes += n;
+	if (c->term_req_bytes > LIMITS_TERM_REQUEST_BYTES_MAX) {
+		/* A chunked body past the cap: cut, the upstream sees the stream end early. */
+		c->upstream_dead = true;
+		c->inject_phase = INJ_IDLE;
+		c->out_len = 0;
+		term_refuse(c, REASON_BODY_TOO_LARGE);
+		return TERM_OK;
+	}
+	term_drop(c, (uint32_t)n);
+	c->req_done = c->req_body == HTTP1_BODY_CHUNKED ? c->req_chunks.done : c->req_left == 0;
+	return TERM_OK;
+}
+
+/* The agent's side: reads its plaintext, takes a request, writes it upstream. */
+static enum term_status inject_agent_side(struct conn *c)
+{
+	if (c->out_len > 0 && c->inject_phase != INJ_REQUEST)
+		return term_write_answer(c); /* a refusal */
+	if (c->upgraded && c->head_fill > 0) {
+		size_t n = 0;
+		enum term_status st = conn_term(c)->write(c->utls, c->head, c->head_fill, &n);
+		c->bytes_up += n;
+		term_drop(c, (uint32_t)n);
+		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
+	}
+	if (c->upgraded) {
+		uint32_t had = c->head_fill;
+		enum term_status st = term_read_request(c);
+		return st == TERM_OK && c->head_fill == had ? TERM_WANT_READ : st;
+	}
+	if (c->inject_phase == INJ_IDLE && term_request(c))
+		return TERM_OK;
+	if (c->inject_phase == INJ_REQUEST && c->out_off < c->out_len) {
+		size_t n = 0;
+		enum term_status st =
+		    conn_term(c)->write(c->utls, c->out + c->out_off, c->out_len - c->out_off, &n);
+		c->out_off += (uint32_t)n;
+		if (c->out_off == c->out_len)
+			c->out_len = 0;
+		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
+	}
+	if (c->inject_phase == INJ_REQUEST && !c->req_done && c->head_fill > 0) {
+		enum term_status st = inject_body(c);
+		if (st != TERM_OK || c->head_fill > 0)
+			return st;
+	}
+	if (c->inject_phase == INJ_REQUEST && c->req_done)
+		c->inject_phase = INJ_RESPONSE;
+	if (c->inject_phase == INJ_RESPONSE && c->head_fill >= LIMITS_HEAD_BYTES_MAX)
+		return TERM_WANT_READ; /* a pipelined request waits for this response */
+	uint32_t before = c->head_fill;
+	enum term_status st = term_read_request(c);
+	return st == TERM_OK && c->head_fill == before ? TERM_WANT_READ : st;
+}
+
+/*
+ * Whether redirect <r> sends the agent somewhere its policy refuses: every
+ * Location is read as clients read it (http1_location_target: "//host",
+ * backslashes, any slashes after the scheme, userinfo), an absolute one is
+ * decided as a request to it would be, and one no reading can place (another
+ * scheme, a bad port, an encoded host) is refused. A relative one stays on
+ * this host, which is allowed.
+ */
+static bool inject_redirect_denied(struct conn *c, const struct http1_response *r)
+{
+	const struct engine *e = c->w->e;
+	const struct snapshot_sandbox *under = &c->snap->sandboxes[c->sandbox];
+
+	for (uint32_t i = 0; i < r->header_count; i++) {
+		const struct http1_header *h = &r->headers[i];
+		struct http1_location to;
+		struct verdict v;
+		if (!http1_name_is(h->name, h->name_len, "location"))
+			continue;
+		http1_location_target(h->value, h->value_len, &to);
+		if (to.kind == HTTP1_LOCATION_UNSAFE)
+			return true;
+		if (to.kind == HTTP1_LOCATION_RELATIVE)
+			continue;
+		e->ops->decide(c->snap->policy, under->profile, to.host, to.host_len, to.port, &v);
+		if (verdict_refusal(&v) != REASON_NONE)
+			return true; /* every Location is checked: a client may follow any of them */
+	}
+	return false;
+}
+
+/* Follows the response's framing over newly read bytes; sets resp_done at its end. */
+static void inject_frame(struct conn *c)
+{
+	while (c->resp_scan < c->resp_fill && !c->resp_done) {
+		const char *p = c->resp + c->resp_scan;
+		uint32_t avail = c->resp_fill - c->resp_scan;
+		if (!c->resp_head_done) {
+			struct http1_response r;
+			ssize_t n = http1_parse_response(p, avail, &r);
+			if (n == -EAGAIN)
+				return;
+			if (n < 0) {
+				/* Malformed: never relayed as it is (its fields were not checked). */
+				c->resp_refusal = (uint8_t)REASON_UPSTREAM_BAD_RESPONSE;
+				return;
+			}
+			c->status = r.status;
+			c->resp_keep_alive = r.keep_alive;
+			if (r.status >= 300 && r.status < 400 && inject_redirect_denied(c, &r)) {
+				c->resp_refusal = (uint8_t)REASON_REDIRECT_DENIED;
+				return;
+			}
+			c->resp_body = (uint8_t)http1_response_body(&r, c->head_method);
+			if (r.status == 101) {
+				/* WebSocket (or any upgrade): raw bytes both ways until one side ends. */
+				c->resp_scan += (uint32_t)n;
+				c->upgraded = true;
+				c->resp_head_done = true;
+				c->resp_body = HTTP1_BODY_CLOSE;
+				c->resp_keep_alive = false;
+				continue;
+			}
+			bool keep =
+			    c->keep_alive && r.keep_alive && c->resp_body != HTTP1_BODY_CLOSE;
+			/* One read is framed at a time with room for one head's growth: heads
+			 * after it (interim ones piled into one read) must fit as well. */
+			if (c->resp_fill + WORKER_HEAD_REWRITE_BYTES > WORKER_HEAD_BUFFER_BYTES) {
+				c->resp_refusal = (uint8_t)REASON_UPSTREAM_BAD_RESPONSE;
+				return;
+			}
+			c->resp_scan += resp_head_rewrite(c, &r, c->resp_scan, (uint32_t)n, keep);
+			c->resp_left = r.content_length;
+			memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
+			bool interim = r.status >= 100 && r.status < 200 && r.status != 101;
+			c->resp_head_done = !interim;
+			c->resp_done = !interim && c->resp_body == HTTP1_BODY_NONE;
+			continue;
+		}
+		uint32_t take = avail;
+		if (c->resp_body == HTTP1_BODY_LENGTH) {
+			take = c->resp_left < avail ? (uint32_t)c->resp_left : avail;
+			c->resp_left -= take;
+			c->resp_done = c->resp_left == 0;
+		} else if (c->resp_body == HTTP1_BODY_CHUNKED) {
+			ssize_t m = http1_chunked_scan(&c->resp_chunks, p, avail);
+			take = m < 0 ? avail : (uint32_t)m;
+			c->resp_done = m < 0 || c->resp_chunks.done;
+			c->resp_keep_alive &= m >= 0;
+		}
+		c->resp_scan += take;
+	}
+}
+
+/* The exchange is over: back to idle for the next request, or the end. */
+static void inject_exchange_done(struct conn *c)
+{
+	c->resp_fill = 0;
+	c->resp_off = 0;
+	c->resp_scan = 0;
+	c->resp_head_done = false;
+	c->resp_done = false;
+	c->inject_phase = INJ_IDLE;
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (!c->resp_keep_alive || !c->keep_alive || c->upstream_dead)
+		term_end(c, TERM_CLOSED);
+}
+
+/*
+ * How far the response may be relayed: the secret is masked wherever it
+ * appears (an upstream that echoes request headers must not hand it to the
+ * agent), with as many asterisks, so the framing stays true. Until the
+ * response ends, a tail that could begin a copy (a prefix of the secret)
+ * waits for the next read: a copy may straddle two. Any other byte goes at
+ * once, so a stream is never held back.
+ */
+static uint32_t inject_relay_limit(struct conn *c)
+{
+	const struct verdict_inject *in = c->inject;
+	uint32_t keep = in->secret_len - 1;
+
+	AN_ASSERT(in->secret_len > 0);
+	for (char *p = c->resp + c->resp_off; p < c->resp + c->resp_scan;) {
+		p = memmem(p, (size_t)(c->resp + c->resp_scan - p), in->secret, in->secret_len);
+		if (p == NULL)
+			break;
+		memset(p, '*', in->secret_len);
+		p += in->secret_len;
+	}
+	if (c->resp_done)
+		return c->resp_scan;
+	uint32_t avail = c->resp_scan - c->resp_off;
+	for (uint32_t l = keep < avail ? keep : avail; l > 0; l--) {
+		if (memcmp(c->resp + c->resp_scan - l, in->secret, l) == 0)
+			return c->resp_scan - l;
+	}
+	return c->resp_scan;
+}
+
+/*
+ * Writes what of the response may go to the agent now (inject_relay_limit).
+ * TERM_OK with *<wrote> false when nothing is due; else the write's status.
+ */
+static enum term_status inject_relay_write(struct conn *c, bool *wrote)
+{
+	uint32_t limit = inject_relay_limit(c);
+	size_t n = 0;
+
+	*wrote = false;
+	if (c->resp_off >= limit)
+		return TERM_OK;
+	*wrote = true;
+	enum term_status st =
+	    conn_term(c)->write(c->tls, c->resp + c->resp_off, limit - c->resp_off, &n);
+	c->resp_off += (uint32_t)n;
+	c->bytes_down += n;
+	c->resp_started |= n > 0 && c->resp_head_done; /* interim heads start nothing */
+	return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
+}
+
+/* The upstream's side: reads its plaintext and relays it to the agent. */
+static enum term_status inject_upstream_side(struct conn *c)
+{
+	const struct term_ops *t = conn_term(c);
+	size_t n = 0;
+	bool wrote = false;
+
+	enum term_status wst = inject_relay_write(c, &wrote);
+	if (wrote)
+		return wst;
+	if (c->resp_off > 0 && c->resp_off < c->resp_fill) {
+		/* What is held back moves to the front, so the buffer never fills with it. */
+		uint32_t rest = c->resp_fill - c->resp_off;
+		memmove(c->resp, c->resp + c->resp_off, rest);
+		c->resp_scan -= c->resp_off;
+		c->resp_fill = rest;
+		c->resp_off = 0;
+	}
+	if (c->resp_done && c->resp_off == c->resp_scan && c->inject_phase == INJ_RESPONSE) {
+		inject_exchange_done(c);
+		return TERM_OK;
+	}
+	if (c->resp_off == c->resp_fill) {
+		c->resp_fill = c->resp_off = c->resp_scan = 0;
+	}
+	/* While a head is awaited, its rewrite's growth stays free (resp_head_rewrite). */
+	uint32_t cap =
+	    WORKER_HEAD_BUFFER_BYTES - (c->resp_head_done ? 0 : WORKER_HEAD_REWRITE_BYTES);
+	uint32_t room = c->resp_fill < cap ? cap - c->resp_fill : 0;
+	if (room == 0)
+		return TERM_WANT_WRITE; /* a head larger than the buffer: refused below */
+	enum term_status st = t->read(c->utls, c->resp + c->resp_fill, room, &n);
+	if (st != TERM_OK)
+		return st;
+	c->resp_fill += (uint32_t)n;
+	c->term_resp_bytes += n;
+	inject_frame(c);
+	if (c->resp_refusal != REASON_NONE) {
+		enum reason why = (enum reason)c->resp_refusal;
+		c->resp_refusal = REASON_NONE;
+		c->resp_fill = c->resp_off = c->resp_scan = 0;
+		c->upstream_dead = true; /* never reused after a response it got wrong */
+		c->inject_phase = INJ_IDLE;
+		c->out_len = 0;
+		if (!c->resp_started) {
+			term_refuse(c, why); /* nothing of it was relayed: the refusal instead */
+		} else {
+			c->reason = (uint8_t)why; /* in its close record; nothing more is written */
+			term_end(c, TERM_CLOSED);
+		}
+	} else if (c->term_resp_bytes > LIMITS_TERM_RESPONSE_BYTES_MAX) {
+		c->reason = REASON_RESPONSE_TRUNCATED;
+		audit_decision(c, false, reason_status(REASON_RESPONSE_TRUNCATED));
+		c->upstream_dead = true;
+		term_end(c, TERM_ERROR); /* what was relayed stands; the rest is cut */
+	}
+	return TERM_OK;
+}
+
+/* The upstream's session ended (<st>): finish what can be finished, refuse the rest. */
+static void inject_upstream_end(struct conn *c, enum term_status st)
+{
+	const struct term_ops *t = conn_term(c);
+
+	c->upstream_dead = true;
+	/* A close-delimited body ends with the upstream, with or without a close_notify
+	 * (many servers close TCP only): what came is the whole body, relayed as it came. */
+	if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE && !c->upgraded) {
+		c->resp_scan = c->resp_fill;
+		c->resp_done = true;
+	}
+	/* Once a byte of the response went to the agent, nothing else is ever written on it:
+	 * the rest due is relayed and the conn ends (inject_pump), short if the upstream was. */
+	if (c->resp_done || c->resp_started)
+		return;
+	bool tls = st == TERM_ERROR && strstr(t->error(c->utls), "verify") != NULL;
+	c->upstream_refusal =
+	    (uint8_t)(tls ? REASON_UPSTREAM_TLS_FAILED : REASON_UPSTREAM_BAD_RESPONSE);
+	if (st == TERM_ERROR)
+		log_debug("conn %llx: upstream TLS: %s", (unsigned long long)c->id,
+			  t->error(c->utls));
+	if (c->inject_phase != INJ_IDLE) {
+		c->inject_phase = INJ_IDLE;
+		c->out_len = 0; /* what was left of the request goes nowhere */
+		term_refuse(c, (enum reason)c->upstream_refusal);
+	} else if (st == TERM_CLOSED) {
+		term_end(c, TERM_CLOSED); /* an idle upstream left: the agent reconnects */
+	}
+}
+
+static void inject_pump(struct conn *c)
+{
+	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
+		AN_ASSERT(turn < 1000000u);
+		inject_feed_upstream(c);
+		enum term_status a = inject_agent_side(c);
+		if (a == TERM_CLOSED || a == TERM_ERROR) {
+			term_end(c, a);
+			break;
+		}
+		bool wrote = false;
+		bool dead = c->upstream_dead; /* as it was before this turn's upstream step */
+		/* The upstream gone, what it sent is still relayed (never more: a tail that
+		 * could begin the secret waits for an end that will not come). */
+		enum term_status u = dead ? inject_relay_write(c, &wrote) : inject_upstream_side(c);
+		if (dead && !wrote)
+			u = TERM_WANT_READ;
+		if (!dead && (u == TERM_CLOSED || u == TERM_ERROR))
+			inject_upstream_end(c, u);
+		else if (dead && (u == TERM_CLOSED || u == TERM_ERROR))
+			break;
+		else if (a != TERM_OK && u != TERM_OK)
+			break;
+	}
+	/* A response relayed whole, or cut short by its upstream after it began: the end. */
+	bool all_out =
+	    c->resp_off == c->resp_scan || (!c->resp_done && c->resp_off >= inject_relay_limit(c));
+	if (c->upstream_dead && (c->resp_done || c->resp_started) && all_out && !c->term_closing &&
+	    c->state == ST_TERM)
+		term_end(c, TERM_CLOSED);
+	term_flush(c);
+	inject_flush_up(c);
+}
+
+/*
+ * The worker's pool (core/uppool.h) keeps an upstream for the next agent
+ * connection when this one ends between exchanges: same host, port, roots
+ * and secret. Taken, it is checked against the policy the request was just
+ * decided with (its address must still be permitted), and the conn goes
+ * straight to terminating the agent's TLS, with no connect and no upstream
+ * handshake.
+ */
+static struct uppool_key inject_pool_key(const struct conn *c)
+{
+	const struct verdict_inject *in = c->inject;
+
+	AN_ASSERT(in != NULL);
+	return (struct uppool_key){ .host = c->host,
+				    .host_len = c->host_len,
+				    .port = c->port,
+				    .ca_file = in->upstream_ca,
+				    .secret = in->secret,
+				    .secret_len = in->secret_len };
+}
+
+bool inject_take_pooled(struct conn *c)
+{
+	struct worker *w = c->w;
+	const struct uppool_key k = inject_pool_key(c);
+	struct sockaddr_storage addr;
+	int32_t fd = -1;
+	void *session = NULL;
+
+	AN_ASSERT(c->ufd < 0 && c->utls == NULL);
+	if (!w->e->term_has_ca || !uppool_take(&w->uppool, &k, &fd, &session, &addr))
+		return false;
+	c->ufd = fd;
+	c->utls = session; /* the conn's now: freed with it whatever happens next */
+	size_t len =
+	    addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	memcpy(&c->addrs[0], &addr, len);
+	c->addr_count = 1;
+	c->addr_next = 0;
+	if (!w->e->ops->address_permitted(c->snap->policy, (const struct sockaddr *)&addr)) {
+		respond(c, REASON_PRIVATE_ADDRESS); /* a reload took the address away */
+		return true;
+	}
+	c->reused_upstream = true;
+	c->state = ST_CONNECT;
+	inject_start(c);
+	return true;
+}
+
+/* True when the upstream may serve another agent connection (see inject_park). */
+bool inject_parkable(const struct conn *c)
+{
+	const struct term_ops *t = conn_term(c);
+
+	if (c->inject == NULL || c->utls == NULL || c->ufd < 0 || c->w->stopping)
+		return false;
+	if (c->upstream_dead || c->upgraded || c->inject_phase != INJ_IDLE || c->resp_fill != 0 ||
+	    c->down.holds_buf || c->requests == 0 || !c->resp_keep_alive)
+		return false;
+	return t->idle(c->utls);
+}
+
+/*
+ * At the conn's end (no op of its own in flight any more): hands a parkable
+ * upstream, slot and session, to the worker's pool. True when it took them.
+ */
+bool inject_park(struct conn *c)
+{
+	struct worker *w = c->w;
+
+	if (!inject_parkable(c))
+		return false;
+	const struct uppool_key k = inject_pool_key(c);
+	const union conn_addr *a = &c->addrs[c->addr_next < c->addr_count ? c->addr_next : 0];
+	socklen_t len = a->sa.sa_family == AF_INET6 ? sizeof(a->v6) : sizeof(a->v4);
+	AN_ASSERT(c->addr_count > 0);
+	if (!uppool_park(&w->uppool, &k, &a->sa, len, c->ufd, c->utls, w->now_ms))
+		return false;
+	c->ufd = -1;
+	c->utls = NULL;
+	return true;
+}
+
+/* The upstream accepted an inject CONNECT: terminate both TLS sessions. */
+static void inject_start(struct conn *c)
+{
+	struct worker *w = c->w;
+	const struct term_ops *t = conn_term(c);
+
+	c->resp = c->resp != NULL ? c->resp : pool_take(&w->heads);
+	bool ca = t != NULL && w->term != NULL && w->e->term_has_ca;
+	bool pooled = c->utls != NULL; /* taken from the worker's pool: already verified */
+	if (!pooled)
+		c->utls = ca && c->resp != NULL
+			      ? t->client_new(w->term, c->host, c->host_len, c->inject->upstream_ca)
+			      : NULL;
+	if (c->utls == NULL || c->resp == NULL) {
+		respond(c, !ca ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
+		return;
+	}
+	term_start(c);
+	if (c->state != ST_TERM)
+		return;
+	if (!pooled)
+		(void)t->handshake(c->utls); /* the ClientHello, while the agent's arrives */
+	inject_flush_up(c);
+	inject_recv_arm(c);
+}
+
+static void on_inject_recv(struct conn *c, int res)
+{
+	struct relay *r = &c->down;
+	const struct term_ops *t = conn_term(c);
+
+	if (res > 0) {
+		r->buf_off = 0;
+		r->buf_len = (uint32_t)res;
+	} else if (res == 0 || (res < 0 && res != -ENOBUFS)) {
+		t->feed_eof(c->utls);
+	}
+	if (c->state != ST_TERM)
+		return;
+	if (res == -ENOBUFS)
+		nobufs_wait(c); /* re-armed by conn_on_buffers */
+	term_pump(c);
+}
+
+/*
+ * Feeds the upstream's ciphertext held in the down relay's buffer into its
+ * session; once all of it went in, the buffer goes back and the next receive
+ * is armed. While the agent reads slowly the session stays full, the buffer
+ * stays held and the upstream is not read: its TCP window slows it down.
+ */
+static void inject_feed_upstream(struct conn *c)
+{
+	struct relay *r = &c->down;
+
+	if (!r->holds_buf || c->utls == NULL)
+		return;
+	const uint8_t *p = ring_buf(conn_ring(c), r->bid) + r->buf_off;
+	ssize_t n = conn_term(c)->feed(c->utls, p, r->buf_len - r->buf_off);
+	if (n > 0)
+		r->buf_off += (uint32_t)n;
+	if (r->buf_off < r->buf_len)
+		return;
+	ring_buf_return(conn_ring(c), r->bid);
+	r->holds_buf = false;
+	inject_recv_arm(c);
+}
+
+static void on_inject_send(struct conn *c, int res)
+{
+	if (res <= 0) {
+		c->upstream_dead = true;
+		term_pump(c);
+		return;
+	}
+	conn_term(c)->out_consume(c->utls, (size_t)res);
+	term_pump(c);
+}
+
+static void inject_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+{
+	(void)cqe_flags;
+	if (term_io(c, dir, rop, res))
+		return;
+	if (dir == DIR_DOWN && rop == ROP_RECV)
+		on_inject_recv(c, res);
+	else if (dir == DIR_UP && rop == ROP_SEND)
+		on_inject_send(c, res);
+}
+
+/* Buffers are back: the upstream's receive, then the agent's. */
+static void inject_buffers(struct conn *c)
+{
+	inject_recv_arm(c);
+	term_recv_arm(c);
+}
+
+const struct conn_mode inject_mode = {
+	.state = ST_TERM,
+	.connected = inject_start,
+	.io = inject_io,
+	.buffers = inject_buffers,
+	.pump = inject_pump,
+};
