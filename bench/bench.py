@@ -64,10 +64,8 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
      runs against their p99 while it is stopped (its connections open and idle), the
      phases interleaved so that a drift of the machine falls on both alike. Then again,
      the flooding sandbox's profile limited to 100 requests/s, at 1,000 connections: its
-     refusals are part of its flood. Both cores are kept out of their idle state by a
-     process that only yields (SCHED_IDLE), so a request to an idle daemon does not pay
-     the virtual CPU's wake-up, which a busy one never pays. Target: each ratio at most
-     1.2x (printed PASS or MISS).
+     refusals are part of its flood. Target: each ratio at most 1.2x (printed PASS or
+     MISS).
 
 Prints one table, ratios first (agentsnetd / subject; the "better" column says
 whether higher or lower wins), and writes it as JSON (--results), after
@@ -146,8 +144,7 @@ FAIR_NOTE = ("%d sandboxes, one keep-alive connection each on its egress socket,
              "listener's sandbox, to the same rule; 1 worker; the quiet clients and wrk share "
              "the load core, the quiet ones at real-time priority when run as root; the flood "
              "let run and stopped in turn, %.0f s each, the first %.1f s of each not counted: "
-             "p99 while it runs / p99 while it is stopped; both cores kept from idling by a "
-             "yielding SCHED_IDLE process")
+             "p99 while it runs / p99 while it is stopped")
 TLS_LEVELS = (1, 64)
 TLS_REQUESTS = 10000  # keep-alive requests per connection before a new one
 # The fixed-file table of one io_uring is capped at RLIMIT_NOFILE: 20,000 here,
@@ -1321,34 +1318,19 @@ sandboxes: [{id: bench, profile: bench}]
                   "%.2fx, target <= %.1fx: %s" % (what, conns, on, off, ratio, FAIR_TARGET,
                                                    "PASS" if ratio <= FAIR_TARGET else "MISS"))
 
-    def start_idle_keepers(self):
-        """A process on each core that only yields, at SCHED_IDLE: any other task preempts it
-        at once, and the core never halts, so an idle daemon's wake-up costs what a busy
-        one's does. Returns the processes."""
-        keep = ("import os\nwhile True:\n    os.sched_yield()\n")
-        cores = sorted({self.load_cpu, self.proxy_cpu})
-        return [self.start(["chrt", "-i", "0", sys.executable, "-c", keep],
-                           "idle-keeper-%s.out" % cpu, cpu)[0] for cpu in cores]
-
     def bench_fairness(self):
         """10: QUIET_COUNT quiet sandboxes' p99 with and without one flooding sandbox, then
         again with the flooding sandbox under a profile rate limit (its refusals)."""
-        keepers = self.start_idle_keepers()
-        try:
-            for limited in (False, True):
-                self.start_fair_daemon(limited)
-                floods = FAIR_FLOODS if not limited else FAIR_FLOODS[-1:]
-                try:
-                    runs = {conns: self.fair_run(conns) for conns in floods}
-                finally:
-                    self.stop_daemon()
-                self.raw.setdefault("fairness", {})["limited" if limited else "open"] = {
-                    str(k): {"quiet": q, "flood": f} for k, (q, f) in runs.items()}
-                self.fair_rows("rate-limited flood: " if limited else "", runs)
-        finally:
-            for p in keepers:
-                self.stop(p)
-                self.procs.remove(p)
+        for limited in (False, True):
+            self.start_fair_daemon(limited)
+            floods = FAIR_FLOODS if not limited else FAIR_FLOODS[-1:]
+            try:
+                runs = {conns: self.fair_run(conns) for conns in floods}
+            finally:
+                self.stop_daemon()
+            self.raw.setdefault("fairness", {})["limited" if limited else "open"] = {
+                str(k): {"quiet": q, "flood": f} for k, (q, f) in runs.items()}
+            self.fair_rows("rate-limited flood: " if limited else "", runs)
 
 
 # ---- output -------------------------------------------------------------------
