@@ -1590,6 +1590,8 @@ void conn_on_timer(struct conn *c)
 	case ST_TUNNEL:
 	case ST_FORWARD:
 	case ST_TERM: {
+		if (c->state == ST_TERM && inject_hold_over(c))
+			break;
 		uint64_t idle_ms = w->e->cfg->idle_timeout_ms;
 		uint64_t quiet = w->now_ms - c->active_ms;
 		if (quiet >= idle_ms)

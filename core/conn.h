@@ -132,6 +132,8 @@ struct conn {
 	uint32_t resp_scan;       /* response bytes whose framing is accounted for */
 	bool upgraded;            /* a 101: both ways are raw bytes from now on */
 	uint8_t resp_refusal;    /* enum reason: the response is refused (a redirect, a bad head) */
+	bool resp_holding;       /* inject: a tail is held back and the hold's timer is armed */
+	bool resp_hold_over;     /* inject: the hold's time is up: the tail goes as it is */
 	uint64_t term_req_bytes; /* this request's body bytes sent upstream */
 	uint64_t term_resp_bytes;   /* this response's bytes relayed to the agent */
 	const char *rule;           /* borrowed from the policy snapshot */

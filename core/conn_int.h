@@ -331,6 +331,12 @@ bool term_io(struct conn *c, int dir, uint32_t rop, int res);
 void term_start(struct conn *c);
 /* Moves the sessions as far as they go without the network, then sends and receives. */
 void term_pump(struct conn *c);
+/*
+ * The conn's timer fired: if it was an inject response's hold
+ * (core/inject.c), the held tail goes to the agent now and the idle timer is
+ * armed again; returns whether it was. Else false and nothing changed.
+ */
+bool inject_hold_over(struct conn *c);
 /* Sends what the session has for the client; once a close is out, lingers. */
 void term_flush(struct conn *c);
 /* The session ended (<st> CLOSED or ERROR): audit why, queue close_notify. */

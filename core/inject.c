@@ -189,6 +189,8 @@ void inject_request(struct conn *c, const struct http1_request *req, size_t head
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
 	c->keep_alive = req->keep_alive;
 	c->inject_phase = INJ_REQUEST;
+	c->resp_holding = false; /* no tail of an earlier response is held */
+	c->resp_hold_over = false;
 	term_drop(c, (uint32_t)head_len);
 }
 
@@ -378,6 +380,8 @@ static void inject_exchange_done(struct conn *c)
 	c->resp_scan = 0;
 	c->resp_head_done = false;
 	c->resp_done = false;
+	c->resp_holding = false;
+	c->resp_hold_over = false;
 	c->inject_phase = INJ_IDLE;
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	if (!c->resp_keep_alive || !c->keep_alive || c->upstream_dead)
@@ -388,9 +392,16 @@ static void inject_exchange_done(struct conn *c)
  * How far the response may be relayed: the secret is masked wherever it
  * appears (an upstream that echoes request headers must not hand it to the
  * agent), with as many asterisks, so the framing stays true. Until the
- * response ends, a tail that could begin a copy (a prefix of the secret)
- * waits for the next read: a copy may straddle two. Any other byte goes at
- * once, so a stream is never held back.
+ * response ends, the last bytes read (as many as the secret less one) wait
+ * for the next read, since a copy may straddle two, or for the hold's time
+ * (LIMITS_INJECT_HOLD_MS, inject_hold_over), whichever comes first; then
+ * they go as they are. They wait whatever they are: a wait only for a tail
+ * that begins the secret would tell the agent, by its delay, that the bytes
+ * it had the upstream reflect were a prefix of the secret (a key can be
+ * recovered a byte at a time so). What masking cannot promise: a copy the
+ * upstream sends in pieces further apart than the hold, cuts short, or
+ * transforms (encodes, splits by chunk framing, truncates) reaches the agent
+ * as sent.
  */
 static uint32_t inject_relay_limit(struct conn *c)
 {
@@ -405,14 +416,24 @@ static uint32_t inject_relay_limit(struct conn *c)
 		memset(p, '*', in->secret_len);
 		p += in->secret_len;
 	}
-	if (c->resp_done)
-		return c->resp_scan;
+	if (c->resp_done || c->resp_hold_over || c->upstream_dead)
+		return c->resp_scan; /* nothing more will come after it */
 	uint32_t avail = c->resp_scan - c->resp_off;
-	for (uint32_t l = keep < avail ? keep : avail; l > 0; l--) {
-		if (memcmp(c->resp + c->resp_scan - l, in->secret, l) == 0)
-			return c->resp_scan - l;
-	}
-	return c->resp_scan;
+	return c->resp_scan - (keep < avail ? keep : avail);
+}
+
+/* The conn's timer, while a tail is held: its hold is over. Whether the timer was the hold's. */
+bool inject_hold_over(struct conn *c)
+{
+	if (!c->resp_holding)
+		return false;
+	c->resp_holding = false;
+	c->resp_hold_over = true;
+	uint64_t idle_ms = c->w->e->cfg->idle_timeout_ms;
+	uint64_t quiet = c->w->now_ms - c->active_ms;
+	timer_arm(c->w->timers, &c->timer, (uint32_t)(quiet < idle_ms ? idle_ms - quiet : 1));
+	term_pump(c);
+	return true;
 }
 
 /*
@@ -425,6 +446,11 @@ static enum term_status inject_relay_write(struct conn *c, bool *wrote)
 	size_t n = 0;
 
 	*wrote = false;
+	if (limit < c->resp_scan && !c->resp_holding) {
+		/* A tail waits: for the next read, or the hold's time at most. */
+		c->resp_holding = true;
+		timer_arm(c->w->timers, &c->timer, LIMITS_INJECT_HOLD_MS);
+	}
 	if (c->resp_off >= limit)
 		return TERM_OK;
 	*wrote = true;
@@ -472,6 +498,7 @@ static enum term_status inject_upstream_side(struct conn *c)
 		return st;
 	c->resp_fill += (uint32_t)n;
 	c->term_resp_bytes += n;
+	c->resp_hold_over = false; /* a new tail: held as long as any */
 	inject_frame(c);
 	if (c->resp_refusal != REASON_NONE) {
 		enum reason why = (enum reason)c->resp_refusal;

@@ -76,6 +76,14 @@
 #define LIMITS_CONNECT_TIMEOUT_MS_DEFAULT 10000u
 #define LIMITS_DNS_TIMEOUT_MS_DEFAULT     5000u
 #define LIMITS_IDLE_TIMEOUT_MS_DEFAULT    300000u
+/*
+ * The inject tier holds back the tail of what it read that could begin a copy
+ * of the secret, whatever it is, until the next read or this long (in timer
+ * ticks: it goes between one and two ticks later): a hold that depended on
+ * whether the tail matches would tell the agent, by its delay, how much of
+ * the secret it had guessed (core/inject.c, inject_relay_limit).
+ */
+#define LIMITS_INJECT_HOLD_MS 100u
 /* Timer wheel: slot width and slot count; must cover the longest timeout. */
 #define LIMITS_TIMER_TICK_MS 100u
 #define LIMITS_TIMER_SLOTS   4096u

@@ -10,6 +10,8 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /sse-close    the same events, HTTP/1.1 with Connection: close and no length: the
                        body ends when the origin closes (TCP only, no TLS close_notify)
     GET  /cut          Content-Length: 1000, then 10 bytes, then the connection closed
+    GET  /hold?tail=HEX  Content-Length framed: 32 bytes of "x" and the bytes HEX names, then
+                       HOLD_PAUSE_S of nothing, then "end"
     GET  /bad-framing  a head with Content-Length and Transfer-Encoding both (and an
                        X-Agent-Instruction): no proxy may relay it
     GET  /redirect?to=URL   302 to URL (percent-decoded)
@@ -58,6 +60,7 @@ import urllib.parse
 SEND_BYTES = 1024 * 1024
 SSE_EVENTS = 3
 SSE_GAP_S = 0.4
+HOLD_PAUSE_S = 1.5
 CHUNK_PIECES = (1, 1000, 65536, 7, 123457)
 LOG_LOCK = threading.Lock()
 MODEL_ID = "agentsnet-stand-in"
@@ -193,6 +196,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.answered = 200
         self.close_connection = True
         self.connection.shutdown(socket.SHUT_RDWR)
+
+    def send_hold(self):
+        """The body's first part ends with the bytes the query names (a proxy that masks
+        a secret may hold such a tail back), then a pause, then the rest."""
+        tail = bytes.fromhex(self.path.split("tail=", 1)[-1])
+        first = b"x" * 32 + tail
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(first) + 3, first))
+        self.wfile.flush()
+        time.sleep(HOLD_PAUSE_S)
+        self.wfile.write(b"end")
+        self.wfile.flush()
+        self.answered = 200
 
     def send_bad_framing(self):
         """A response head whose framing is wrong (Content-Length and Transfer-Encoding),
@@ -367,6 +383,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_events_close()
         elif path == "/cut" and self.command == "GET":
             self.send_cut()
+        elif path == "/hold" and self.command == "GET":
+            self.send_hold()
         elif path == "/bad-framing" and self.command == "GET":
             self.send_bad_framing()
         elif path == "/redirect" and self.command == "GET":

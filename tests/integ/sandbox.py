@@ -2438,6 +2438,30 @@ def inject_exchanges(t, ctx, path):
         errs.append("a 1 MiB POST: %d, body_len %r, want 200 and the whole body" % (
             status, doc.get("body_len")))
     received += 1
+    # A tail that could begin the secret is held back as long as any other tail (issue 17
+    # item 5): a hold that depended on the bytes would tell the agent, by its delay, that
+    # the bytes it had the origin reflect begin the secret. The origin pauses 1.5 s after
+    # the tail: both tails must come long before it sends the rest.
+    for label, tail in (("a prefix of the secret", INJECT_SECRET[:16].encode()),
+                        ("as many other bytes", b"q" * 16)):
+        ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+        f = ts.makefile("rb")
+        t0 = time.monotonic()
+        ts.sendall(b"GET /hold?tail=%s HTTP/1.1\r\nHost: api.test\r\n" % tail.hex().encode() +
+                   auth + b"\r\n")
+        try:
+            status, headers, _ = read_response(f)
+            first = f.read(32 + len(tail))
+            took = time.monotonic() - t0
+            rest = f.read(int(headers.get("content-length", "0")) - len(first))
+        except OSError as e:
+            status, first, rest, took = 0, b"", repr(e).encode(), time.monotonic() - t0
+        ts.close()
+        seen += first + rest
+        if status != 200 or first != b"x" * 32 + tail or rest != b"end" or took > 0.9:
+            errs.append("a body whose first part ends with %s: %d, %r then %r, the first part "
+                        "after %.2f s; want 200, it whole long before the origin's 1.5 s pause "
+                        "ends, then \"end\"" % (label, status, first[-20:], rest, took))
     # Streaming: each event reaches the agent when the origin sends it.
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
     f = ts.makefile("rb")
@@ -2446,8 +2470,10 @@ def inject_exchanges(t, ctx, path):
     stamps = []
     seen += read_chunked(f, stamps)
     ts.close()
+    # (An event's last bytes may wait for the next read up to the masker's hold, 0.1 to
+    # 0.2 s: the gaps are 0.4 s give or take that, never the 0 of a body sent at its end.)
     gaps = [b[0] - a[0] for a, b in zip(stamps, stamps[1:])]
-    if status != 200 or len(stamps) != 3 or min(gaps or [0]) < 0.25:
+    if status != 200 or len(stamps) != 3 or min(gaps or [0]) < 0.15:
         errs.append("SSE: status %d, %d chunks, gaps %r; want 3 chunks about 0.4 s apart"
                     % (status, len(stamps), gaps))
     # A close-delimited stream (HTTP/1.1, Connection: close, no length, the origin closing
