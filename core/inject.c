@@ -33,6 +33,7 @@
 #include "core/an.h"
 #include "core/http1.h"
 #include "core/log.h"
+#include "core/mask.h"
 #include "core/ring.h"
 #include "core/timer.h"
 #include "core/uppool.h"
@@ -406,20 +407,11 @@ static void inject_exchange_done(struct conn *c)
 static uint32_t inject_relay_limit(struct conn *c)
 {
 	const struct verdict_inject *in = c->inject;
-	uint32_t keep = in->secret_len - 1;
 
-	AN_ASSERT(in->secret_len > 0);
-	for (char *p = c->resp + c->resp_off; p < c->resp + c->resp_scan;) {
-		p = memmem(p, (size_t)(c->resp + c->resp_scan - p), in->secret, in->secret_len);
-		if (p == NULL)
-			break;
-		memset(p, '*', in->secret_len);
-		p += in->secret_len;
-	}
-	if (c->resp_done || c->resp_hold_over || c->upstream_dead)
-		return c->resp_scan; /* nothing more will come after it */
-	uint32_t avail = c->resp_scan - c->resp_off;
-	return c->resp_scan - (keep < avail ? keep : avail);
+	/* All of it once nothing more will come after it, or the hold is over. */
+	bool all = c->resp_done || c->resp_hold_over || c->upstream_dead;
+	return mask_relay_limit(c->resp, c->resp_off, c->resp_scan, in->secret, in->secret_len,
+				all);
 }
 
 /* The conn's timer, while a tail is held: its hold is over. Whether the timer was the hold's. */
