@@ -365,9 +365,15 @@ static void inject_frame(struct conn *c)
 			c->resp_done = c->resp_left == 0;
 		} else if (c->resp_body == HTTP1_BODY_CHUNKED) {
 			ssize_t m = http1_chunked_scan(&c->resp_chunks, p, avail);
-			take = m < 0 ? avail : (uint32_t)m;
-			c->resp_done = m < 0 || c->resp_chunks.done;
-			c->resp_keep_alive &= m >= 0;
+			if (m < 0) {
+				/* A chunk framed wrong: none of this read goes on, and the
+				 * response ends here (502 if nothing of it went yet; else the
+				 * agent's connection closes, the body visibly short). */
+				c->resp_refusal = (uint8_t)REASON_UPSTREAM_BAD_RESPONSE;
+				return;
+			}
+			take = (uint32_t)m;
+			c->resp_done = c->resp_chunks.done;
 		}
 		c->resp_scan += take;
 	}

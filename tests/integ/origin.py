@@ -10,6 +10,7 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /sse-close    the same events, HTTP/1.1 with Connection: close and no length: the
                        body ends when the origin closes (TCP only, no TLS close_notify)
     GET  /cut          Content-Length: 1000, then 10 bytes, then the connection closed
+    GET  /bad-chunk    chunked: a good chunk, a pause, then a chunk whose size line is not hex
     GET  /hold?tail=HEX  Content-Length framed: 32 bytes of "x" and the bytes HEX names, then
                        HOLD_PAUSE_S of nothing, then "end"
     GET  /bad-framing  a head with Content-Length and Transfer-Encoding both (and an
@@ -197,6 +198,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         self.connection.shutdown(socket.SHUT_RDWR)
 
+    def send_bad_chunk(self):
+        """A chunked body that goes wrong after a good chunk: a proxy must relay nothing of
+        the bad part (its bytes were never framed) and end the response there."""
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n6\r\nhello\n\r\n")
+        self.wfile.flush()
+        time.sleep(0.3)
+        self.wfile.write(b"zz\r\nbad-bytes\r\n0\r\n\r\n")
+        self.wfile.flush()
+        self.answered = 200
+        self.close_connection = True
+
     def send_hold(self):
         """The body's first part ends with the bytes the query names (a proxy that masks
         a secret may hold such a tail back), then a pause, then the rest."""
@@ -383,6 +396,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_events_close()
         elif path == "/cut" and self.command == "GET":
             self.send_cut()
+        elif path == "/bad-chunk" and self.command == "GET":
+            self.send_bad_chunk()
         elif path == "/hold" and self.command == "GET":
             self.send_hold()
         elif path == "/bad-framing" and self.command == "GET":

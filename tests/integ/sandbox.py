@@ -2462,6 +2462,18 @@ def inject_exchanges(t, ctx, path):
             errs.append("a body whose first part ends with %s: %d, %r then %r, the first part "
                         "after %.2f s; want 200, it whole long before the origin's 1.5 s pause "
                         "ends, then \"end\"" % (label, status, first[-20:], rest, took))
+    # A chunk framed wrong after a good one (issue 17 item 3): nothing of the bad part
+    # reaches the agent and nothing is written after it: the body ends short, the
+    # connection closes.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    ts.sendall(b"GET /bad-chunk HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    got = read_until_close(ts)
+    ts.close()
+    seen += got
+    if not got.startswith(b"HTTP/1.1 200 ") or b"bad-bytes" in got or b"zz" in got or \
+            got.count(b"HTTP/1.1 ") != 1:
+        errs.append("a chunk framed wrong after a good one: the agent got %r; want the 200 "
+                    "and at most the good chunk, then the close" % got[-200:])
     # Streaming: each event reaches the agent when the origin sends it.
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
     f = ts.makefile("rb")
