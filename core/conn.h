@@ -174,6 +174,9 @@ struct conn {
 	uint64_t resp_left;
 	struct http1_chunked req_chunks;
 	struct http1_chunked resp_chunks;
+	/* inject: the body's framing state at resp_off, and where the body begins in resp. */
+	struct http1_chunked resp_chunks_sent;
+	uint32_t resp_body_at;
 	uint64_t bytes_up;
 	uint64_t bytes_down;
 	/* The ingress gateway: a conn accepted on the public listener. Its

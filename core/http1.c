@@ -1376,25 +1376,30 @@ static int chunk_tail_step(struct http1_chunked *s, char c)
 	}
 }
 
-ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len)
+ssize_t http1_chunked_next_data(struct http1_chunked *s, const char *buf, size_t len,
+				size_t *data_off, size_t *data_len)
 {
 	size_t i = 0;
 
 	AN_ASSERT(s != NULL);
 	AN_ASSERT(buf != NULL || len == 0);
+	*data_off = 0;
+	*data_len = 0;
 	if (s->done)
 		return 0;
 	if (s->state == CHUNK_ERROR)
 		return -EPROTO;
 	while (i < len) {
 		if (s->state == CHUNK_DATA) {
-			/* Data is not inspected: skip it whole. */
+			/* Data is not inspected: the run is reported whole. */
 			uint64_t n = len - i < s->chunk_left ? len - i : s->chunk_left;
+			*data_off = i;
+			*data_len = (size_t)n;
 			i += (size_t)n;
 			s->chunk_left -= n;
 			if (s->chunk_left == 0)
 				s->state = CHUNK_DATA_CR;
-			continue;
+			return (ssize_t)i;
 		}
 		int rc = s->state <= CHUNK_SIZE_LF ? chunk_size_step(s, buf[i])
 						   : chunk_tail_step(s, buf[i]);
@@ -1410,4 +1415,25 @@ ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len)
 	}
 	AN_ASSERT(i == len);
 	return (ssize_t)len;
+}
+
+ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len)
+{
+	size_t i = 0;
+
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(buf != NULL || len == 0);
+	if (s->done)
+		return 0;
+	while (i < len && !s->done) {
+		size_t off = 0, run = 0;
+		ssize_t m = http1_chunked_next_data(s, buf + i, len - i, &off, &run);
+		if (m < 0)
+			return m;
+		AN_ASSERT(m > 0);
+		i += (size_t)m;
+	}
+	if (s->state == CHUNK_ERROR)
+		return -EPROTO;
+	return (ssize_t)i;
 }

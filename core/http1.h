@@ -302,4 +302,14 @@ struct http1_chunked {
  */
 ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len);
 
+/*
+ * As http1_chunked_scan, but stops right after the first run of chunk data in
+ * <buf>: *<data_off> and *<data_len> say where that run lies (*<data_len> 0:
+ * none in what was scanned). Returns the bytes scanned (0 once the message
+ * ended), or -EPROTO as http1_chunked_scan would. A caller that calls it
+ * again on the rest sees every data byte of the body exactly once.
+ */
+ssize_t http1_chunked_next_data(struct http1_chunked *s, const char *buf, size_t len,
+				size_t *data_off, size_t *data_len);
+
 #endif /* AN_CORE_HTTP1_H */

@@ -353,6 +353,8 @@ static void inject_frame(struct conn *c)
 			c->resp_scan += resp_head_rewrite(c, &r, c->resp_scan, (uint32_t)n, keep);
 			c->resp_left = r.content_length;
 			memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
+			memset(&c->resp_chunks_sent, 0, sizeof(c->resp_chunks_sent));
+			c->resp_body_at = c->resp_scan;
 			bool interim = r.status >= 100 && r.status < 200 && r.status != 101;
 			c->resp_head_done = !interim;
 			c->resp_done = !interim && c->resp_body == HTTP1_BODY_NONE;
@@ -412,12 +414,28 @@ static void inject_exchange_done(struct conn *c)
  */
 static uint32_t inject_relay_limit(struct conn *c)
 {
+	static _Thread_local char view_bytes[WORKER_HEAD_BUFFER_BYTES];
+	static _Thread_local uint16_t view_where[WORKER_HEAD_BUFFER_BYTES];
+	static const struct http1_chunked body_start;
 	const struct verdict_inject *in = c->inject;
 
 	/* All of it once nothing more will come after it, or the hold is over. */
 	bool all = c->resp_done || c->resp_hold_over || c->upstream_dead;
-	return mask_relay_limit(c->resp, c->resp_off, c->resp_scan, in->secret, in->secret_len,
-				all);
+	if (!c->resp_head_done || c->resp_body != HTTP1_BODY_CHUNKED)
+		return mask_relay_limit(c->resp, c->resp_off, c->resp_scan, in->secret,
+					in->secret_len, all);
+	/* A chunked body: its data is scanned across the chunks' framing; what is left of
+	 * the head before it, as it is. */
+	uint32_t body = c->resp_body_at > c->resp_off ? c->resp_body_at : c->resp_off;
+	if (body > c->resp_scan)
+		body = c->resp_scan;
+	if (c->resp_off < body)
+		(void)mask_relay_limit(c->resp, c->resp_off, body, in->secret, in->secret_len,
+				       true);
+	struct mask_view view = { view_bytes, view_where, WORKER_HEAD_BUFFER_BYTES };
+	const struct http1_chunked *at = body > c->resp_off ? &body_start : &c->resp_chunks_sent;
+	return mask_relay_limit_chunked(c->resp, body, c->resp_scan, at, in->secret, in->secret_len,
+					all, &view);
 }
 
 /* The conn's timer, while a tail is held: its hold is over. Whether the timer was the hold's. */
@@ -454,6 +472,13 @@ static enum term_status inject_relay_write(struct conn *c, bool *wrote)
 	*wrote = true;
 	enum term_status st =
 	    conn_term(c)->write(c->tls, c->resp + c->resp_off, limit - c->resp_off, &n);
+	if (c->resp_head_done && c->resp_body == HTTP1_BODY_CHUNKED &&
+	    c->resp_off + n > c->resp_body_at) {
+		/* The framing state follows what went, for the masker's next look. */
+		uint32_t from = c->resp_off > c->resp_body_at ? c->resp_off : c->resp_body_at;
+		(void)http1_chunked_scan(&c->resp_chunks_sent, c->resp + from,
+					 c->resp_off + n - from);
+	}
 	c->resp_off += (uint32_t)n;
 	c->bytes_down += n;
 	c->resp_started |= n > 0 && c->resp_head_done; /* interim heads start nothing */
@@ -475,6 +500,7 @@ static enum term_status inject_upstream_side(struct conn *c)
 		uint32_t rest = c->resp_fill - c->resp_off;
 		memmove(c->resp, c->resp + c->resp_off, rest);
 		c->resp_scan -= c->resp_off;
+		c->resp_body_at = c->resp_body_at > c->resp_off ? c->resp_body_at - c->resp_off : 0;
 		c->resp_fill = rest;
 		c->resp_off = 0;
 	}
@@ -484,6 +510,7 @@ static enum term_status inject_upstream_side(struct conn *c)
 	}
 	if (c->resp_off == c->resp_fill) {
 		c->resp_fill = c->resp_off = c->resp_scan = 0;
+		c->resp_body_at = 0; /* it began at or before what went */
 	}
 	/* While a head is awaited, its rewrite's growth stays free (resp_head_rewrite). */
 	uint32_t cap =

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/http1.h"
+
 /*
  * Masks every copy of <secret> (<secret_len> bytes, at least 1) that lies
  * wholly in buf[<from>, <to>) with '*', scanning left to right, and returns
@@ -24,5 +26,25 @@
  */
 uint32_t mask_relay_limit(char *buf, uint32_t from, uint32_t to, const char *secret,
 			  uint32_t secret_len, bool all);
+
+/* The caller's scratch for mask_relay_limit_chunked: <cap> bytes and places. */
+struct mask_view {
+	char *bytes;
+	uint16_t *where; /* each byte's place in the buffer, from <from> */
+	uint32_t cap;    /* at most 65536 */
+};
+
+/*
+ * As mask_relay_limit for buf[<from>, <to>) holding a chunked body from the
+ * point where its framing state was *<at_from> (not changed): the copies are
+ * looked for in the body's data alone, across chunk boundaries (an upstream
+ * may split a copy with framing), and masked where their bytes lie; the hold
+ * is the last min(<secret_len> - 1, data bytes) data bytes and what follows
+ * them, whatever they are. <to> - <from> is at most <view>->cap. Framing the
+ * upstream got wrong ends the scan there (the caller refuses it).
+ */
+uint32_t mask_relay_limit_chunked(char *buf, uint32_t from, uint32_t to,
+				  const struct http1_chunked *at_from, const char *secret,
+				  uint32_t secret_len, bool all, struct mask_view *view);
 
 #endif /* AN_CORE_MASK_H */

@@ -13,7 +13,7 @@
  *   - each call holds back exactly min(secret_len - 1, what is unsent), whatever
  *     the bytes are (no timing signal), and nothing once told all.
  *
- * fuzz-sources: core/mask.c core/an.c
+ * fuzz-sources: core/mask.c core/http1.c core/an.c core/reason.c core/pool.c
  */
 #include <stdbool.h>
 #include <stddef.h>

@@ -10,6 +10,8 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /sse-close    the same events, HTTP/1.1 with Connection: close and no length: the
                        body ends when the origin closes (TCP only, no TLS close_notify)
     GET  /cut          Content-Length: 1000, then 10 bytes, then the connection closed
+    GET  /echo-split   chunked: the request's Authorization value echoed, split between two
+                       chunks in its middle (and each chunk sent on its own)
     GET  /bad-chunk    chunked: a good chunk, a pause, then a chunk whose size line is not hex
     GET  /hold?tail=HEX  Content-Length framed: 32 bytes of "x" and the bytes HEX names, then
                        HOLD_PAUSE_S of nothing, then "end"
@@ -197,6 +199,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.answered = 200
         self.close_connection = True
         self.connection.shutdown(socket.SHUT_RDWR)
+
+    def send_echo_split(self):
+        """The Authorization value, cut in two by the chunked framing: a masker that reads
+        the raw bytes would not see it whole."""
+        value = self.headers.get("Authorization", "").encode()
+        half = len(value) // 2
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for part in (b"auth: " + value[:half], value[half:] + b"\n"):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.answered = 200
 
     def send_bad_chunk(self):
         """A chunked body that goes wrong after a good chunk: a proxy must relay nothing of
@@ -396,6 +413,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_events_close()
         elif path == "/cut" and self.command == "GET":
             self.send_cut()
+        elif path == "/echo-split" and self.command == "GET":
+            self.send_echo_split()
         elif path == "/bad-chunk" and self.command == "GET":
             self.send_bad_chunk()
         elif path == "/hold" and self.command == "GET":

@@ -2477,6 +2477,23 @@ def inject_exchanges(t, ctx, path):
                     "when it ended with a prefix of the secret, %s s with other bytes"
                     % ([round(x, 3) for x in delays["a prefix of the secret"]],
                        [round(x, 3) for x in delays["as many other bytes"]]))
+    # The secret reflected with the chunked framing cut through its middle (issue 17 item
+    # 5): masked all the same, the framing as the origin sent it.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    f = ts.makefile("rb")
+    ts.sendall(b"GET /echo-split HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    try:
+        status, headers, _ = read_response(f)
+        stamps = []
+        body = read_chunked(f, stamps)
+    except OSError as e:
+        status, body, stamps = 0, repr(e).encode(), []
+    ts.close()
+    seen += body
+    want = b"auth: Bearer " + b"*" * len(INJECT_SECRET) + b"\n"
+    if status != 200 or body != want or len(stamps) != 2:
+        errs.append("the secret echoed split by the chunked framing: %d, %d chunks, %r; want "
+                    "200, the origin's 2 chunks, %r" % (status, len(stamps), body[-80:], want))
     # A chunk framed wrong after a good one (issue 17 item 3): nothing of the bad part
     # reaches the agent and nothing is written after it: the body ends short, the
     # connection closes.

@@ -3,7 +3,9 @@
  * copy of the secret masked, with as many asterisks; a copy straddling two
  * reads masked whole, since the last secret_len - 1 bytes of a read wait;
  * that hold the same length whatever the bytes are (a prefix of the secret
- * or not: the timing oracle); nothing held once the caller says all.
+ * or not: the timing oracle); nothing held once the caller says all; in a
+ * chunked body, a copy cut by the framing masked in the data, the framing
+ * left as it was, and the hold counted in data bytes.
  */
 #include <signal.h>
 
@@ -77,6 +79,53 @@ START_TEST(test_one_byte_secret_holds_nothing)
 }
 END_TEST
 
+static char view_bytes[4096];
+static uint16_t view_where[4096];
+
+static uint32_t chunked(char *buf, uint32_t from, uint32_t to, bool all)
+{
+	struct mask_view view = { view_bytes, view_where, sizeof(view_bytes) };
+	struct http1_chunked fresh;
+
+	memset(&fresh, 0, sizeof(fresh));
+	return mask_relay_limit_chunked(buf, from, to, &fresh, SECRET, SECRET_LEN, all, &view);
+}
+
+START_TEST(test_chunked_copy_cut_by_framing)
+{
+	/* The secret in three chunks: "sk-li", "ve-0123", "456789 ok". */
+	char buf[] = "5\r\nsk-li\r\n7\r\nve-0123\r\n9\r\n456789 ok\r\n0\r\n\r\n";
+	uint32_t len = (uint32_t)strlen(buf);
+
+	ck_assert_uint_eq(chunked(buf, 0, len, true), len);
+	ck_assert_str_eq(buf, "5\r\n*****\r\n7\r\n*******\r\n9\r\n****** ok\r\n0\r\n\r\n");
+	/* The raw scan alone would not have seen it. */
+	char raw[] = "5\r\nsk-li\r\n7\r\nve-0123\r\n9\r\n456789 ok\r\n0\r\n\r\n";
+	(void)mask_relay_limit(raw, 0, len, SECRET, SECRET_LEN, true);
+	ck_assert_ptr_nonnull(strstr(raw, "sk-li"));
+}
+END_TEST
+
+START_TEST(test_chunked_hold_counts_data)
+{
+	/* 20 data bytes in two chunks, the second ending with a prefix of the secret or not:
+	 * the last 17 (the secret less one) wait, from the 4th data byte on, either way; the
+	 * framing before it goes. */
+	const char *bodies[] = { "a\r\nxxxxxxxxxx\r\na\r\nxxxxxxxxxx\r\n",
+				 "a\r\nxxxxxxxxxx\r\na\r\nxxsk-live-\r\n" };
+	for (size_t i = 0; i < 2; i++) {
+		char buf[64];
+		uint32_t len = (uint32_t)strlen(bodies[i]);
+		memcpy(buf, bodies[i], len);
+		uint32_t limit = chunked(buf, 0, len, false);
+		ck_assert_uint_eq(limit, 3 + 3); /* "a\r\n" then 3 data bytes */
+	}
+	/* No data yet (a size line alone): nothing to hold. */
+	char line[] = "1f\r\n";
+	ck_assert_uint_eq(chunked(line, 0, 4, false), 4);
+}
+END_TEST
+
 START_TEST(test_empty_secret_aborts)
 {
 	char buf[] = "abc";
@@ -94,6 +143,8 @@ static Suite *mask_suite(void)
 	tcase_add_test(tc, test_hold_is_the_same_whatever_the_tail);
 	tcase_add_test(tc, test_copy_straddling_two_reads);
 	tcase_add_test(tc, test_one_byte_secret_holds_nothing);
+	tcase_add_test(tc, test_chunked_copy_cut_by_framing);
+	tcase_add_test(tc, test_chunked_hold_counts_data);
 	suite_add_tcase(s, tc);
 	TCase *tc_abort = tcase_create("abort");
 	tcase_add_test_raise_signal(tc_abort, test_empty_secret_aborts, SIGABRT);
