@@ -15,6 +15,7 @@
  * the directory it has mounted, so nothing the daemon trusts may live there.
  */
 #include "core/engine.h"
+#include "core/engine_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -265,7 +266,7 @@ static int sandbox_dir_make(const char *socket_dir, const char *id, bool fresh, 
 	return ret;
 }
 
-static int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh)
+int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh)
 {
 	char dir[PATH_MAX];
 
@@ -359,7 +360,7 @@ static int listen_inet(const char *what, const char *text)
 	return fd;
 }
 
-static int listen_tcp(const char *text)
+int listen_tcp(const char *text)
 {
 	int fd = listen_inet("tcp_listen", text);
 
@@ -373,7 +374,7 @@ static int listen_tcp(const char *text)
  * embedded default (cfg.ingress_optional) a port already taken turns the
  * gateway off with a warning instead, for every worker, and gives 0.
  */
-static int ingress_listen(struct engine *e, struct worker *w)
+int ingress_listen(struct engine *e, struct worker *w)
 {
 	const struct config *cfg = e->cfg;
 
@@ -407,7 +408,7 @@ static int ingress_listen(struct engine *e, struct worker *w)
  * connections come back in on, in a directory only the daemon may enter
  * (no sandbox mounts it). 0 or -errno, logged.
  */
-static int ingress_internal_open(struct engine *e)
+int ingress_internal_open(struct engine *e)
 {
 	const struct config *cfg = e->cfg;
 	char dir[PATH_MAX];
@@ -524,7 +525,7 @@ static int sandbox_slot(struct engine *e)
 	return (int)e->sandbox_used++;
 }
 
-static struct snapshot *snapshot_now(const struct engine *e)
+struct snapshot *snapshot_now(const struct engine *e)
 {
 	return atomic_load_explicit(&e->current, memory_order_relaxed);
 }
@@ -642,8 +643,8 @@ int engine_owner_of(int32_t pid, struct engine_owner *o)
 	return 0;
 }
 
-static int registry_write(const struct engine *e, const char *id, const char *profile_name,
-			  const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid)
+int registry_write(const struct engine *e, const char *id, const char *profile_name,
+		   const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid)
 {
 	char dir[PATH_MAX];
 	char path[PATH_MAX];
@@ -773,7 +774,7 @@ static int sandboxes_open(struct engine *e)
 }
 
 /* Removes run-time sandbox <id>'s record and directory. */
-static void registry_drop(const struct engine *e, const char *id)
+void registry_drop(const struct engine *e, const char *id)
 {
 	char path[PATH_MAX];
 
@@ -781,18 +782,6 @@ static void registry_drop(const struct engine *e, const char *id)
 	unlink(path);
 	sandbox_dir_remove(e, id);
 }
-
-/* Where a sandbox comes from: what its directory may be, and whether the registry has it. */
-enum sandbox_origin {
-	SANDBOX_FROM_FILE,     /* the policy file (a reload): its directory kept if ours */
-	SANDBOX_FROM_CONTROL,  /* registered now: a fresh directory, a registry record */
-	SANDBOX_FROM_REGISTRY, /* re-adopted after a restart: its directory kept if ours */
-};
-
-static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
-			      enum sandbox_origin origin, const struct engine_owner *owner,
-			      uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
-			      int *ingress_fd);
 
 /* Supplementary groups of a registrant looked up for admission (more: only the first ones). */
 #define ENGINE_REGISTRANT_GROUPS_MAX 256
@@ -803,8 +792,8 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
  * registration is gone); a uid the host no longer knows is only itself.
  * Root, and the policy file's own registrations (uid 0), always are.
  */
-static bool registrant_admitted(const struct engine *e, const void *policy,
-				const char *profile_name, uint32_t uid)
+bool registrant_admitted(const struct engine *e, const void *policy, const char *profile_name,
+			 uint32_t uid)
 {
 	gid_t gids[ENGINE_REGISTRANT_GROUPS_MAX];
 	uint32_t groups[ENGINE_REGISTRANT_GROUPS_MAX];
@@ -830,7 +819,7 @@ static bool registrant_admitted(const struct engine *e, const void *policy,
 }
 
 /* Re-adopts every registry record; ones that no longer fit are logged and dropped. */
-static void registry_adopt(struct engine *e)
+void registry_adopt(struct engine *e)
 {
 	char dir[PATH_MAX];
 	char profile[CONFIG_SANDBOX_ID_BYTES_MAX];
@@ -1122,7 +1111,7 @@ static void routes_post(struct engine *e, enum worker_cmd_kind kind, const char 
  * listening; the caller passes it to the owner, whose bridge accepts on it.
  * The fd, or -errno (logged).
  */
-static int ingress_socket_make(const char *id, const char *dir)
+int ingress_socket_make(const char *id, const char *dir)
 {
 	char path[PATH_MAX];
 
@@ -1141,10 +1130,10 @@ static int ingress_socket_make(const char *id, const char *dir)
  * registry) is also recorded in the registry. Caller holds the lock. As
  * engine_sandbox_add.
  */
-static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
-			      enum sandbox_origin origin, const struct engine_owner *owner,
-			      uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
-			      int *ingress_fd)
+int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
+		       enum sandbox_origin origin, const struct engine_owner *owner,
+		       uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
+		       int *ingress_fd)
 {
 	bool dynamic = origin != SANDBOX_FROM_FILE;
 
