@@ -1,32 +1,42 @@
 /*
- * Engine start and stop: listeners and worker threads.
+ * The engine: start and stop, the sandbox table, the policy swap.
  *
- * Sandboxes are spread over the workers round-robin; their sockets, and the
- * directories they are made in, are core/listen.c's.
+ * engine_start checks the socket directory (the daemon's own, under
+ * ancestors that are root's or its own), opens the policy file's sandboxes,
+ * prepares one worker per core with its listeners, starts them and waits
+ * until every one serves, then re-adopts the registry's run-time sandboxes.
+ * engine_stop joins the workers and closes every listener, leaving the
+ * registry for the next start.
  *
- * Run-time sandboxes are recorded on disk, and re-adopted by the next start,
- * by core/registry.c.
+ * The sandbox table (LIMITS_SANDBOXES_MAX slots, at most as many active as
+ * the descriptors allow) is written under engine.lock by the control path
+ * (add, remove, the orphans' reaping, a reload) or at start-up. Sandboxes are
+ * spread over the workers round-robin; a slot reaches its worker through a
+ * command, and is reused only once that worker has dropped it.
+ *
+ * A reload publishes a new snapshot with one pointer store under the lock;
+ * the ones it retires are freed once no worker can reach them
+ * (engine_policy_collect).
+ *
+ * The sockets and the directories they are made in are core/listen.c's, the
+ * on-disk registry of run-time sandboxes core/registry.c's; what the three
+ * share is core/engine_int.h. Called by the daemon (tools/agentsnetd.c) and
+ * the control socket (core/control.c).
  */
 #include "core/engine.h"
 #include "core/engine_int.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <pwd.h>
-#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/fsuid.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "core/an.h"
