@@ -1,38 +1,42 @@
 /*
- * Engine start and stop: listeners and worker threads.
+ * The engine: start and stop, the sandbox table, the policy swap.
  *
- * Each sandbox's egress socket is <socket_dir>/sandboxes/<id>/egress.sock, in
- * a directory of its own so a sandbox can be given that directory as a mount
- * (a file bind mount pins the inode and is stranded when the socket is
- * re-created). A path already bound by a live process is refused
- * (-EADDRINUSE): the daemon never unlinks a socket someone is serving. A
- * stale one (connect refused) is replaced. Sandboxes are spread over the
- * workers round-robin; the optional TCP listener is bound once per worker
- * with SO_REUSEPORT so the kernel spreads its connections over the cores.
+ * engine_start checks the socket directory (the daemon's own, under
+ * ancestors that are root's or its own), opens the policy file's sandboxes,
+ * prepares one worker per core with its listeners, starts them and waits
+ * until every one serves, then re-adopts the registry's run-time sandboxes.
+ * engine_stop joins the workers and closes every listener, leaving the
+ * registry for the next start.
  *
- * Run-time sandboxes are recorded as <socket_dir>/registry/<id> ("profile
- * <name>"), outside every sandbox's own directory: a sandbox can write into
- * the directory it has mounted, so nothing the daemon trusts may live there.
+ * The sandbox table (LIMITS_SANDBOXES_MAX slots, at most as many active as
+ * the descriptors allow) is written under engine.lock by the control path
+ * (add, remove, the orphans' reaping, a reload) or at start-up. Sandboxes are
+ * spread over the workers round-robin; a slot reaches its worker through a
+ * command, and is reused only once that worker has dropped it.
+ *
+ * A reload publishes a new snapshot with one pointer store under the lock;
+ * the ones it retires are freed once no worker can reach them
+ * (engine_policy_collect).
+ *
+ * The sockets and the directories they are made in are core/listen.c's, the
+ * on-disk registry of run-time sandboxes core/registry.c's; what the three
+ * share is core/engine_int.h. Called by the daemon (tools/agentsnetd.c) and
+ * the control socket (core/control.c).
  */
 #include "core/engine.h"
+#include "core/engine_int.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <pwd.h>
-#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/fsuid.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "core/an.h"
@@ -41,403 +45,6 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/worker.h"
-
-/*
- * The calling thread's umask and file-system credentials, apart from the other
- * threads' (unshare(CLONE_FS) once per thread): a socket or directory is then
- * made with its final mode (and group) by setting them around bind or mkdir,
- * never fixed up afterwards by path, and no other thread's files see them.
- */
-static int thread_fs_private(void)
-{
-	static _Thread_local bool done;
-
-	if (done)
-		return 0;
-	if (unshare(CLONE_FS) == -1)
-		return -errno;
-	done = true;
-	return 0;
-}
-
-static int mkdir_one(const char *path, mode_t mode)
-{
-	AN_ASSERT((mode & ~07777u) == 0);
-	mode_t old = umask(~mode & 0777);
-	int ret = mkdir(path, mode) == -1 && errno != EEXIST ? -errno : 0;
-	umask(old);
-	return ret;
-}
-
-int engine_mkdir_parents(const char *dir, mode_t mode)
-{
-	char tmp[PATH_MAX];
-
-	if (strlen(dir) >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	int ret = thread_fs_private();
-	if (ret != 0)
-		return ret;
-	snprintf(tmp, sizeof(tmp), "%s", dir);
-	for (char *p = tmp + 1; *p != '\0'; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		ret = mkdir_one(tmp, mode);
-		*p = '/';
-		if (ret != 0)
-			return ret;
-	}
-	return mkdir_one(tmp, mode);
-}
-
-/* Whether <st> is a directory of ours that nobody else may write into. */
-static bool dir_ours(const struct stat *st)
-{
-	return S_ISDIR(st->st_mode) && st->st_uid == geteuid() && (st->st_mode & 022) == 0;
-}
-
-int engine_dir_secure(const char *path, mode_t mode)
-{
-	struct stat st;
-
-	int ret = engine_mkdir_parents(path, mode);
-	int fd = ret == 0 ? open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : ret;
-	if (fd == -1)
-		fd = -errno;
-	if (fd < 0) {
-		log_error("%s: %s", path, strerror(-fd));
-		return fd;
-	}
-	if (fstat(fd, &st) == -1 || !dir_ours(&st)) {
-		log_error("%s: owned by uid %u, mode %04o: the daemon's directories must be its "
-			  "own and writable by nobody else (a symlink, or anyone's write access, "
-			  "would let them redirect the sockets it makes)",
-			  path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
-		close(fd);
-		return -EPERM;
-	}
-	return fd;
-}
-
-int engine_dir_ancestors_secure(const char *path)
-{
-	char tmp[PATH_MAX];
-	struct stat st;
-
-	if (path[0] != '/' || strlen(path) >= sizeof(tmp))
-		return -EINVAL;
-	snprintf(tmp, sizeof(tmp), "%s", path);
-	for (char *slash = strrchr(tmp, '/'); slash != NULL; slash = strrchr(tmp, '/')) {
-		*slash = '\0';
-		const char *dir = slash == tmp ? "/" : tmp;
-		if (lstat(dir, &st) == -1) {
-			int e = errno;
-			log_error("%s: %s", dir, strerror(e));
-			return -e;
-		}
-		/* A symlink is followed by every lookup, so it counts as its target: see it. */
-		if (S_ISLNK(st.st_mode) && stat(dir, &st) == -1) {
-			int e = errno;
-			log_error("%s: %s", dir, strerror(e));
-			return -e;
-		}
-		bool owner_ok = st.st_uid == 0 || st.st_uid == geteuid();
-		bool write_ok = (st.st_mode & 022) == 0 || (st.st_mode & S_ISVTX) != 0;
-		if (!S_ISDIR(st.st_mode) || !owner_ok || !write_ok) {
-			log_error(
-			    "%s (above %s): owned by uid %u, mode %04o: every directory above the "
-			    "socket directory must be root's or the daemon's, and writable by "
-			    "nobody else unless sticky (whoever may rename an entry there can "
-			    "redirect the daemon's sockets)",
-			    dir, path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
-			return -EPERM;
-		}
-		if (slash == tmp)
-			break;
-	}
-	return 0;
-}
-
-/* -EADDRINUSE when a live process serves <sun>, 0 when the path is free or stale. */
-static int socket_path_claim(const struct sockaddr_un *sun)
-{
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd == -1)
-		return -errno;
-	int ret = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
-	int err = errno;
-	close(fd);
-	if (ret == 0)
-		return -EADDRINUSE;
-	if (err == ECONNREFUSED && unlink(sun->sun_path) == -1 && errno != ENOENT)
-		return -errno;
-	return 0;
-}
-
-int engine_listen_unix(const char *path, mode_t mode, uid_t owner, gid_t group, bool nonblock)
-{
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-
-	AN_ASSERT((mode & ~0777u) == 0);
-	if (strlen(path) >= sizeof(sun.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sun.sun_path, path, strlen(path) + 1);
-	int ret = thread_fs_private();
-	if (ret == 0)
-		ret = socket_path_claim(&sun);
-	if (ret != 0)
-		return ret;
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
-	if (fd == -1)
-		return -errno;
-	/*
-	 * The file gets its mode and group as bind makes it (the thread's own umask and
-	 * fsgid). An owner other than the daemon cannot be had that way (bind creates the
-	 * file as the fsuid, which must be able to write the directory), so it is set right
-	 * after, by lchown in the daemon's own directory (engine_dir_secure: nobody else can
-	 * put another name there); until then the file is the daemon's, and its mode lets
-	 * nobody else connect.
-	 */
-	AN_ASSERT(owner == (uid_t)-1 || (mode & 077) == 0); /* only its owner (and root) */
-	mode_t old_mask = umask(~mode & 0777);
-	int old_fsgid = group != (gid_t)-1 ? setfsgid(group) : -1;
-	ret = bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ? -errno : 0;
-	if (group != (gid_t)-1)
-		setfsgid((gid_t)old_fsgid);
-	umask(old_mask);
-	if (ret == 0 && owner != (uid_t)-1 && lchown(path, owner, (gid_t)-1) == -1)
-		ret = -errno;
-	if (ret == 0 && listen(fd, 4096) == -1)
-		ret = -errno;
-	if (ret != 0) {
-		close(fd);
-		return ret;
-	}
-	return fd;
-}
-
-/*
- * Makes sandbox <id>'s directory in <socket_dir>/sandboxes, never reusing what
- * it did not make: <fresh> (a new registration) removes whatever is in its
- * place first (completely, core/layout.h) and makes it exclusively; otherwise
- * (a sandbox of the policy file, or one re-adopted after a restart, whose
- * `agentsnet run` may still have the directory mounted) an existing one is
- * kept only if it is a directory of ours that nobody else can write. 0 or
- * -errno, logged naming the directory.
- */
-static int sandbox_dir_make(const char *socket_dir, const char *id, bool fresh, const char *dir)
-{
-	char parent[PATH_MAX];
-	struct stat st;
-
-	int ret = layout_sandbox_dir(socket_dir, "x", parent, sizeof(parent));
-	AN_ASSERT(ret == 0); /* shorter than <dir>, which fitted */
-	parent[strlen(parent) - 2] = '\0';
-	int pfd = engine_dir_secure(parent, 0755);
-	if (pfd < 0)
-		return pfd;
-	if (fresh) {
-		ret = layout_sandbox_dir_remove(socket_dir, id);
-		if (ret != 0)
-			log_error("sandbox %s: %s is left from before and cannot be removed: %s",
-				  id, dir, strerror(-ret));
-	}
-	if (ret == 0) {
-		mode_t old = umask(022);
-		ret = mkdirat(pfd, id, 0755) == -1 ? -errno : 0;
-		umask(old);
-	}
-	if (ret == -EEXIST && !fresh) {
-		int fd = openat(pfd, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		ret = fd >= 0 && fstat(fd, &st) == 0 && dir_ours(&st) ? 0 : -EPERM;
-		if (fd >= 0)
-			close(fd);
-		if (ret != 0)
-			log_error(
-			    "sandbox %s: %s exists and is not a directory of the daemon's that "
-			    "nobody else can write: refused (remove it)",
-			    id, dir);
-	} else if (ret != 0 && ret != -ENOTEMPTY) {
-		log_error("sandbox %s: mkdir %s: %s", id, dir, strerror(-ret));
-	}
-	close(pfd);
-	return ret;
-}
-
-static int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh)
-{
-	char dir[PATH_MAX];
-
-	int ret = layout_sandbox_dir(socket_dir, sb->id, dir, sizeof(dir));
-	if (ret != 0)
-		return ret;
-	int n = snprintf(sb->path, sizeof(sb->path), "%s/egress.sock", dir);
-	if (n < 0 || (size_t)n >= sizeof(sb->path)) {
-		log_error("sandbox %s: socket path %s/egress.sock is longer than %zu bytes", sb->id,
-			  dir, sizeof(sb->path) - 1);
-		return -ENAMETOOLONG;
-	}
-	ret = sandbox_dir_make(socket_dir, sb->id, fresh, dir);
-	if (ret != 0)
-		return ret == -EACCES ? -EIO : ret; /* -EACCES answers a caller's rights */
-	/* An agent's uid known: its alone (and root's); the kernel refuses everyone else. */
-	bool any = sb->agent_uid == ENGINE_AGENT_ANY;
-	int fd = engine_listen_unix(sb->path, any ? 0666 : 0600,
-				    any ? (uid_t)-1 : (uid_t)sb->agent_uid, (gid_t)-1, true);
-	if (fd < 0) {
-		log_error("sandbox %s: %s: %s", sb->id, sb->path, strerror(-fd));
-		return fd == -EACCES ? -EIO : fd; /* -EACCES answers a caller's rights */
-	}
-	sb->listen_fd = fd;
-	return 0;
-}
-
-/* "a.b.c.d:port" or "[v6]:port" (as the loader normalised it) into <out>. 0 or -EINVAL. */
-static int parse_inet_addr(const char *text, struct sockaddr_storage *out, socklen_t *len)
-{
-	char host[64];
-	const char *colon = strrchr(text, ':');
-
-	if (colon == NULL || (size_t)(colon - text) >= sizeof(host))
-		return -EINVAL;
-	const char *h = text;
-	size_t hlen = (size_t)(colon - text);
-	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
-		h++;
-		hlen -= 2;
-	}
-	memcpy(host, h, hlen);
-	host[hlen] = '\0';
-	unsigned long port = 0;
-	for (const char *d = colon + 1; *d != '\0'; d++) {
-		if (*d < '0' || *d > '9' || port > 65535)
-			return -EINVAL;
-		port = port * 10 + (unsigned long)(*d - '0');
-	}
-	if (port == 0 || port > 65535)
-		return -EINVAL;
-	memset(out, 0, sizeof(*out));
-	struct sockaddr_in *v4 = (struct sockaddr_in *)out;
-	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)out;
-	if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-		v4->sin_family = AF_INET;
-		v4->sin_port = htons((uint16_t)port);
-		*len = sizeof(*v4);
-		return 0;
-	}
-	if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-		v6->sin6_family = AF_INET6;
-		v6->sin6_port = htons((uint16_t)port);
-		*len = sizeof(*v6);
-		return 0;
-	}
-	return -EINVAL;
-}
-
-/* A listening TCP socket on <text> (SO_REUSEPORT: one per worker); <what> names it in logs. */
-static int listen_inet(const char *what, const char *text)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = 0;
-	int one = 1;
-
-	if (parse_inet_addr(text, &ss, &len) != 0) {
-		log_error("%s %s: not an address:port", what, text);
-		return -EINVAL;
-	}
-	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd == -1)
-		return -errno;
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == -1 ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == -1 ||
-	    bind(fd, (struct sockaddr *)&ss, len) == -1 || listen(fd, 4096) == -1) {
-		int ret = -errno;
-		close(fd);
-		return ret;
-	}
-	return fd;
-}
-
-static int listen_tcp(const char *text)
-{
-	int fd = listen_inet("tcp_listen", text);
-
-	if (fd < 0 && fd != -EINVAL)
-		log_error("tcp_listen %s: %s", text, strerror(-fd));
-	return fd;
-}
-
-/*
- * The public listener of worker <w>: -errno when it cannot be had. On the
- * embedded default (cfg.ingress_optional) a port already taken turns the
- * gateway off with a warning instead, for every worker, and gives 0.
- */
-static int ingress_listen(struct engine *e, struct worker *w)
-{
-	const struct config *cfg = e->cfg;
-
-	AN_ASSERT(cfg->ingress_listen != NULL);
-	if (!e->ingress_on)
-		return 0;
-	int fd = listen_inet("ingress.listen", cfg->ingress_listen);
-	if (fd == -EADDRINUSE && cfg->ingress_optional && w->index == 0) {
-		log_warn("ingress %s: %s: the gateway is off (give the daemon another "
-			 "address with --ingress ADDR)",
-			 cfg->ingress_listen, strerror(-fd));
-		e->ingress_on = false;
-		return 0;
-	}
-	if (fd < 0) {
-		if (fd != -EINVAL)
-			log_error("ingress %s: %s", cfg->ingress_listen, strerror(-fd));
-		return fd;
-	}
-	if (worker_ingress_listener_add(w, fd, false) != 0) {
-		close(fd);
-		return -ENOMEM;
-	}
-	if (e->ingress_tls && worker_ingress_listener_add(w, e->ingress_internal_fd, true) != 0)
-		return -ENOMEM;
-	return 0;
-}
-
-/*
- * With TLS on the public listener: the internal socket the decrypted
- * connections come back in on, in a directory only the daemon may enter
- * (no sandbox mounts it). 0 or -errno, logged.
- */
-static int ingress_internal_open(struct engine *e)
-{
-	const struct config *cfg = e->cfg;
-	char dir[PATH_MAX];
-	socklen_t len = 0;
-
-	AN_ASSERT(e->ingress_tls && e->ingress_internal_fd < 0);
-	if (parse_inet_addr(cfg->ingress_listen, &e->ingress_addr, &len) != 0)
-		return -EINVAL;
-	int n = snprintf(dir, sizeof(dir), "%s/internal", cfg->socket_dir);
-	struct sockaddr_un *sun = &e->ingress_internal;
-	int m = snprintf(sun->sun_path, sizeof(sun->sun_path), "%s/ingress.sock", dir);
-	if (n <= 0 || (size_t)n >= sizeof(dir) || m <= 0 || (size_t)m >= sizeof(sun->sun_path)) {
-		log_error("ingress: %s/internal/ingress.sock: path too long", cfg->socket_dir);
-		return -ENAMETOOLONG;
-	}
-	sun->sun_family = AF_UNIX;
-	int ret = engine_dir_secure(dir, 0700);
-	if (ret >= 0) {
-		close(ret);
-		ret = 0;
-	}
-	int fd =
-	    ret == 0 ? engine_listen_unix(sun->sun_path, 0600, (uid_t)-1, (gid_t)-1, true) : ret;
-	if (fd < 0) {
-		log_error("ingress: %s: %s", sun->sun_path, strerror(-fd));
-		return fd;
-	}
-	e->ingress_internal_fd = fd;
-	return 0;
-}
 
 static uint32_t worker_count_for(const struct config *cfg)
 {
@@ -524,7 +131,7 @@ static int sandbox_slot(struct engine *e)
 	return (int)e->sandbox_used++;
 }
 
-static struct snapshot *snapshot_now(const struct engine *e)
+struct snapshot *snapshot_now(const struct engine *e)
 {
 	return atomic_load_explicit(&e->current, memory_order_relaxed);
 }
@@ -596,13 +203,6 @@ static void sandbox_close(struct engine *e, struct engine_sandbox *sb)
 	sb->state = SANDBOX_FREE;
 }
 
-static void registry_path(const struct engine *e, const char *id, char *out, size_t cap)
-{
-	/* Ids are at most 63 bytes and socket_dir a checked path: it always fits. */
-	int ret = layout_registry_record(e->cfg->socket_dir, id, out, cap);
-	AN_ASSERT(ret == 0);
-}
-
 ssize_t engine_read_small(const char *path, int flags, char *buf, size_t cap)
 {
 	AN_ASSERT(cap > 1);
@@ -640,97 +240,6 @@ int engine_owner_of(int32_t pid, struct engine_owner *o)
 	o->pid = pid;
 	o->start_ticks = ticks;
 	return 0;
-}
-
-static int registry_write(const struct engine *e, const char *id, const char *profile_name,
-			  const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid)
-{
-	char dir[PATH_MAX];
-	char path[PATH_MAX];
-
-	int ret = layout_registry_dir(e->cfg->socket_dir, dir, sizeof(dir));
-	if (ret != 0)
-		return ret;
-	int dfd = engine_dir_secure(dir, 0700);
-	if (dfd < 0)
-		return dfd;
-	close(dfd);
-	registry_path(e, id, path, sizeof(path));
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd == -1)
-		return -errno;
-	char line[192];
-	int n = snprintf(line, sizeof(line), "profile %s\n", profile_name);
-	if (owner != NULL && owner->pid > 0)
-		n += snprintf(line + n, sizeof(line) - (size_t)n, "owner %d %llu\n",
-			      (int)owner->pid, (unsigned long long)owner->start_ticks);
-	n += snprintf(line + n, sizeof(line) - (size_t)n, "registrant %u\n", registrant);
-	if (agent_uid != ENGINE_AGENT_ANY)
-		n += snprintf(line + n, sizeof(line) - (size_t)n, "agent %u\n", agent_uid);
-	AN_ASSERT((size_t)n < sizeof(line));
-	ssize_t wrote = write(fd, line, (size_t)n);
-	ret = wrote == n ? 0 : -EIO;
-	close(fd);
-	return ret;
-}
-
-/* Reads registry record <id>: "profile <name>" [+ "owner <pid> <ticks>"]. 0 or -errno. */
-/*
- * Reads registry record <id>: "profile <name>", then optional "owner <pid>
- * <ticks>", "registrant <uid>" (a record without one: uid 0, so only root
- * may remove it) and "agent <uid>" (without: any uid may connect) lines.
- * 0 or -errno.
- */
-static int registry_read(const struct engine *e, const char *id, char *profile, size_t cap,
-			 struct engine_owner *owner, uint32_t *registrant, uint32_t *agent_uid)
-{
-	char path[PATH_MAX];
-	char line[192];
-
-	registry_path(e, id, path, sizeof(path));
-	ssize_t n = engine_read_small(path, O_NOFOLLOW, line, sizeof(line));
-	if (n < 0 && n != -ENODATA)
-		return (int)n;
-	if (n <= 8 || memcmp(line, "profile ", 8) != 0)
-		return -EINVAL;
-	*owner = (struct engine_owner){ 0 };
-	*registrant = 0;
-	*agent_uid = ENGINE_AGENT_ANY;
-	for (char *next = strchr(line, '\n'); next != NULL && next[1] != '\0';
-	     next = strchr(next + 1, '\n')) {
-		int pid = 0;
-		unsigned long long ticks = 0;
-		unsigned uid = 0;
-		if (strncmp(next + 1, "owner ", 6) == 0) {
-			if (sscanf(next + 7, "%d %llu", &pid, &ticks) != 2 || pid <= 0)
-				return -EINVAL;
-			owner->pid = pid;
-			owner->start_ticks = ticks;
-		} else if (strncmp(next + 1, "registrant ", 11) == 0) {
-			if (sscanf(next + 12, "%u", &uid) != 1)
-				return -EINVAL;
-			*registrant = uid;
-		} else if (strncmp(next + 1, "agent ", 6) == 0) {
-			if (sscanf(next + 7, "%u", &uid) != 1 || uid == ENGINE_AGENT_ANY)
-				return -EINVAL;
-			*agent_uid = uid;
-		}
-	}
-	line[strcspn(line, "\n")] = '\0';
-	size_t len = strlen(line + 8);
-	if (len == 0 || len >= cap)
-		return -EINVAL;
-	memcpy(profile, line + 8, len + 1);
-	return 0;
-}
-
-/* Removes a run-time sandbox's directory; what cannot go is logged and left. */
-static void sandbox_dir_remove(const struct engine *e, const char *id)
-{
-	int ret = layout_sandbox_dir_remove(e->cfg->socket_dir, id);
-	if (ret != 0)
-		log_warn("sandbox %s: removing its directory: %s (left in place)", id,
-			 strerror(-ret));
 }
 
 static int sandboxes_open(struct engine *e)
@@ -772,28 +281,6 @@ static int sandboxes_open(struct engine *e)
 	return 0;
 }
 
-/* Removes run-time sandbox <id>'s record and directory. */
-static void registry_drop(const struct engine *e, const char *id)
-{
-	char path[PATH_MAX];
-
-	registry_path(e, id, path, sizeof(path));
-	unlink(path);
-	sandbox_dir_remove(e, id);
-}
-
-/* Where a sandbox comes from: what its directory may be, and whether the registry has it. */
-enum sandbox_origin {
-	SANDBOX_FROM_FILE,     /* the policy file (a reload): its directory kept if ours */
-	SANDBOX_FROM_CONTROL,  /* registered now: a fresh directory, a registry record */
-	SANDBOX_FROM_REGISTRY, /* re-adopted after a restart: its directory kept if ours */
-};
-
-static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
-			      enum sandbox_origin origin, const struct engine_owner *owner,
-			      uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
-			      int *ingress_fd);
-
 /* Supplementary groups of a registrant looked up for admission (more: only the first ones). */
 #define ENGINE_REGISTRANT_GROUPS_MAX 256
 
@@ -803,8 +290,8 @@ static int sandbox_add_locked(struct engine *e, const char *id, const char *prof
  * registration is gone); a uid the host no longer knows is only itself.
  * Root, and the policy file's own registrations (uid 0), always are.
  */
-static bool registrant_admitted(const struct engine *e, const void *policy,
-				const char *profile_name, uint32_t uid)
+bool registrant_admitted(const struct engine *e, const void *policy, const char *profile_name,
+			 uint32_t uid)
 {
 	gid_t gids[ENGINE_REGISTRANT_GROUPS_MAX];
 	uint32_t groups[ENGINE_REGISTRANT_GROUPS_MAX];
@@ -827,65 +314,6 @@ static bool registrant_admitted(const struct engine *e, const void *policy,
 		who.group_count = (uint32_t)n;
 	}
 	return e->ops->profile_admits(policy, (uint32_t)profile, &who);
-}
-
-/* Re-adopts every registry record; ones that no longer fit are logged and dropped. */
-static void registry_adopt(struct engine *e)
-{
-	char dir[PATH_MAX];
-	char profile[CONFIG_SANDBOX_ID_BYTES_MAX];
-
-	if (layout_registry_dir(e->cfg->socket_dir, dir, sizeof(dir)) != 0)
-		return;
-	DIR *d = opendir(dir);
-	if (d == NULL)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		if (de->d_name[0] == '.')
-			continue;
-		char sandbox_dir[PATH_MAX];
-		struct engine_owner owner = { 0 };
-		struct engine_owner now = { 0 };
-		uint32_t registrant = 0;
-		uint32_t agent_uid = ENGINE_AGENT_ANY;
-		int ret = engine_sandbox_id_valid(de->d_name)
-			      ? registry_read(e, de->d_name, profile, sizeof(profile), &owner,
-					      &registrant, &agent_uid)
-			      : -EINVAL;
-		if (ret == 0 && owner.pid > 0 &&
-		    (engine_owner_of(owner.pid, &now) != 0 ||
-		     now.start_ticks != owner.start_ticks)) {
-			/* Its agentsnet run ended while the daemon was down: nothing to adopt. */
-			registry_drop(e, de->d_name);
-			log_info("sandbox %s: its owner (pid %d) is gone; record removed",
-				 de->d_name, (int)owner.pid);
-			continue;
-		}
-		if (ret == 0 &&
-		    !registrant_admitted(e, snapshot_now(e)->policy, profile, registrant)) {
-			/* Revoked while the daemon was down: as a reload would have done. */
-			registry_drop(e, de->d_name);
-			log_warn(
-			    "sandbox %s: the policy no longer lets uid %u register on profile %s: "
-			    "record removed",
-			    de->d_name, registrant, profile);
-			continue;
-		}
-		if (ret == 0) {
-			pthread_mutex_lock(&e->lock);
-			ret = sandbox_add_locked(e, de->d_name, profile, SANDBOX_FROM_REGISTRY,
-						 owner.pid > 0 ? &owner : NULL, registrant,
-						 agent_uid, sandbox_dir, sizeof(sandbox_dir), NULL);
-			pthread_mutex_unlock(&e->lock);
-		}
-		if (ret == 0)
-			log_info("sandbox %s: re-adopted (profile %s)", de->d_name, profile);
-		else if (ret != -EEXIST)
-			log_warn("sandbox %s: registry record not adopted: %s", de->d_name,
-				 strerror(-ret));
-	}
-	closedir(d);
 }
 
 static int worker_prepare(struct engine *e, struct worker *w, uint32_t index)
@@ -1117,34 +545,15 @@ static void routes_post(struct engine *e, enum worker_cmd_kind kind, const char 
 }
 
 /*
- * The ingress socket of owned sandbox <id>, <dir>/ingress.sock, made by the
- * daemon in its own directory (mode 0600: only the daemon connects) and
- * listening; the caller passes it to the owner, whose bridge accepts on it.
- * The fd, or -errno (logged).
- */
-static int ingress_socket_make(const char *id, const char *dir)
-{
-	char path[PATH_MAX];
-
-	int n = snprintf(path, sizeof(path), "%s/ingress.sock", dir);
-	int fd = n > 0 && (size_t)n < sizeof(path)
-		     ? engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, false)
-		     : -ENAMETOOLONG;
-	if (fd < 0)
-		log_error("sandbox %s: %s/ingress.sock: %s", id, dir, strerror(-fd));
-	return fd;
-}
-
-/*
  * Opens sandbox <id> on profile <profile_name> of the current snapshot and
  * hands it to a worker: a run-time one (from the control socket or the
  * registry) is also recorded in the registry. Caller holds the lock. As
  * engine_sandbox_add.
  */
-static int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
-			      enum sandbox_origin origin, const struct engine_owner *owner,
-			      uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
-			      int *ingress_fd)
+int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
+		       enum sandbox_origin origin, const struct engine_owner *owner,
+		       uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
+		       int *ingress_fd)
 {
 	bool dynamic = origin != SANDBOX_FROM_FILE;
 

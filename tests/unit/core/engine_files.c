@@ -1,7 +1,7 @@
 /*
- * Unit tests for what core/engine.c makes on disk (issue 15): directories and
- * sockets made with their final mode and group, never fixed up by path, and
- * directories refused when they are not the daemon's own.
+ * Unit tests for what the engine makes on disk (issue 15; core/listen.c):
+ * directories and sockets made with their final mode and group, never fixed
+ * up by path, and directories refused when they are not the daemon's own.
  *
  * engine_dir_secure makes a missing directory with exactly its mode under a
  * process umask of 077, and refuses (-EPERM, naming it) one writable by group
@@ -17,11 +17,13 @@
  * writable by others without the sticky bit.
  * The uid and group cases need root (skipped otherwise, printing "skip: ...").
  */
-#include "../../../core/engine.c"
+#include "../../../core/listen.c"
 
 #include <check.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include "core/limits.h"
 #include "tests/unit/unit.h"
 
 static char root[64];

@@ -1,0 +1,98 @@
+/*
+ * What core/engine.c and its parts share, and nothing else includes (the
+ * daemon, the control socket and the tests see core/engine.h):
+ *
+ *   core/engine.c    start and stop, the workers, the sandbox table (add,
+ *                    remove, reap), the policy swap;
+ *   core/listen.c    the sockets the engine listens on (each sandbox's
+ *                    egress socket, the TCP listener, the gateway's public
+ *                    and internal listeners, an owned sandbox's ingress
+ *                    socket) and the directories they are made in;
+ *   core/registry.c  the on-disk registry of run-time sandboxes
+ *                    (<socket_dir>/registry/<id>) and its re-adoption at start.
+ *
+ * The sandbox table is engine.c's: the others change a sandbox only through
+ * the slot engine.c hands them, with engine.lock held (or at start-up,
+ * before any worker runs), as each contract below says.
+ */
+#ifndef AN_CORE_ENGINE_INT_H
+#define AN_CORE_ENGINE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/engine.h"
+#include "core/snapshot.h"
+
+/* Where a sandbox comes from: what its directory may be, and whether the registry has it. */
+enum sandbox_origin {
+	SANDBOX_FROM_FILE,     /* the policy file (a reload): its directory kept if ours */
+	SANDBOX_FROM_CONTROL,  /* registered now: a fresh directory, a registry record */
+	SANDBOX_FROM_REGISTRY, /* re-adopted after a restart: its directory kept if ours */
+};
+
+/* ---- core/engine.c ----------------------------------------------------- */
+
+/* The snapshot published now. Caller holds the lock, or is start-up (the only writers). */
+struct snapshot *snapshot_now(const struct engine *e);
+
+/*
+ * Whether <policy> still lets <uid> register on profile <profile_name> (the
+ * host's group database as it is now; uid 0 always is). Control path or start-up.
+ */
+bool registrant_admitted(const struct engine *e, const void *policy, const char *profile_name,
+			 uint32_t uid);
+
+/*
+ * Opens sandbox <id> from <origin> and hands it to a worker, recording a
+ * run-time one in the registry; as engine_sandbox_add. Caller holds the lock.
+ */
+int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
+		       enum sandbox_origin origin, const struct engine_owner *owner,
+		       uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
+		       int *ingress_fd);
+
+/* ---- core/listen.c ----------------------------------------------------- */
+
+/*
+ * Makes <sb>'s directory under <socket_dir> (<fresh>: whatever was there
+ * removed first; otherwise kept only if ours) and its egress socket in it,
+ * its agent's alone (0600) or anyone's (0666); sets sb->path and
+ * sb->listen_fd. 0 or -errno, logged (-EIO where the kernel said -EACCES).
+ */
+int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh);
+
+/* The TCP listener on "addr:port" <text> (SO_REUSEPORT: one per worker). fd or -errno, logged. */
+int listen_tcp(const char *text);
+
+/*
+ * Adds the gateway's public listener (and with TLS the internal one) to
+ * worker <w>; on the optional default a port in use turns the gateway off
+ * (e->ingress_on) and gives 0. 0 or -errno, logged. Start-up only.
+ */
+int ingress_listen(struct engine *e, struct worker *w);
+
+/* With TLS on the public listener: opens e->ingress_internal_fd. 0 or -errno, logged. Start-up. */
+int ingress_internal_open(struct engine *e);
+
+/* Owned sandbox <id>'s <dir>/ingress.sock, listening, 0600. The fd or -errno, logged. */
+int ingress_socket_make(const char *id, const char *dir);
+
+/* ---- core/registry.c --------------------------------------------------- */
+
+/* Writes run-time sandbox <id>'s record (profile, owner, registrant, agent uid). 0 or -errno. */
+int registry_write(const struct engine *e, const char *id, const char *profile_name,
+		   const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid);
+
+/* Removes run-time sandbox <id>'s record and directory; what cannot go is logged. */
+void registry_drop(const struct engine *e, const char *id);
+
+/*
+ * Re-adopts every registry record through sandbox_add_locked; ones whose
+ * owner is gone, whose registrant the policy no longer admits or that no
+ * longer fit are logged and dropped. Start-up, once the workers serve.
+ */
+void registry_adopt(struct engine *e);
+
+#endif /* AN_CORE_ENGINE_INT_H */

@@ -1,0 +1,462 @@
+/*
+ * The sockets the engine listens on, and the directories they are made in:
+ * each sandbox's egress socket, the TCP listener, the gateway's public
+ * listener and its internal one, and an owned sandbox's ingress socket.
+ *
+ * Each sandbox's egress socket is <socket_dir>/sandboxes/<id>/egress.sock, in
+ * a directory of its own so a sandbox can be given that directory as a mount
+ * (a file bind mount pins the inode and is stranded when the socket is
+ * re-created). A path already bound by a live process is refused
+ * (-EADDRINUSE): the daemon never unlinks a socket someone is serving. A
+ * stale one (connect refused) is replaced. The optional TCP listener is bound
+ * once per worker with SO_REUSEPORT so the kernel spreads its connections
+ * over the cores.
+ *
+ * Invariants: a socket or directory is made with its final mode and group
+ * (the calling thread's own umask and fsgid set around bind or mkdir), never
+ * fixed up by path afterwards; sockets are made only in directories that are
+ * the daemon's own and writable by nobody else (engine_dir_secure), under a
+ * socket directory whose every ancestor is root's or the daemon's
+ * (engine_dir_ancestors_secure).
+ *
+ * Callers: engine.c at start-up and when it opens a sandbox
+ * (core/engine_int.h), the control socket and the run-time limits
+ * (engine_listen_unix, engine_dir_secure: core/engine.h), registry.c (the
+ * registry's directory).
+ */
+#include "core/engine_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/fsuid.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/an.h"
+#include "core/layout.h"
+#include "core/log.h"
+#include "core/worker.h"
+
+/*
+ * The calling thread's umask and file-system credentials, apart from the other
+ * threads' (unshare(CLONE_FS) once per thread): a socket or directory is then
+ * made with its final mode (and group) by setting them around bind or mkdir,
+ * never fixed up afterwards by path, and no other thread's files see them.
+ */
+static int thread_fs_private(void)
+{
+	static _Thread_local bool done;
+
+	if (done)
+		return 0;
+	if (unshare(CLONE_FS) == -1)
+		return -errno;
+	done = true;
+	return 0;
+}
+
+static int mkdir_one(const char *path, mode_t mode)
+{
+	AN_ASSERT((mode & ~07777u) == 0);
+	mode_t old = umask(~mode & 0777);
+	int ret = mkdir(path, mode) == -1 && errno != EEXIST ? -errno : 0;
+	umask(old);
+	return ret;
+}
+
+int engine_mkdir_parents(const char *dir, mode_t mode)
+{
+	char tmp[PATH_MAX];
+
+	if (strlen(dir) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	int ret = thread_fs_private();
+	if (ret != 0)
+		return ret;
+	snprintf(tmp, sizeof(tmp), "%s", dir);
+	for (char *p = tmp + 1; *p != '\0'; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		ret = mkdir_one(tmp, mode);
+		*p = '/';
+		if (ret != 0)
+			return ret;
+	}
+	return mkdir_one(tmp, mode);
+}
+
+/* Whether <st> is a directory of ours that nobody else may write into. */
+static bool dir_ours(const struct stat *st)
+{
+	return S_ISDIR(st->st_mode) && st->st_uid == geteuid() && (st->st_mode & 022) == 0;
+}
+
+int engine_dir_secure(const char *path, mode_t mode)
+{
+	struct stat st;
+
+	int ret = engine_mkdir_parents(path, mode);
+	int fd = ret == 0 ? open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : ret;
+	if (fd == -1)
+		fd = -errno;
+	if (fd < 0) {
+		log_error("%s: %s", path, strerror(-fd));
+		return fd;
+	}
+	if (fstat(fd, &st) == -1 || !dir_ours(&st)) {
+		log_error("%s: owned by uid %u, mode %04o: the daemon's directories must be its "
+			  "own and writable by nobody else (a symlink, or anyone's write access, "
+			  "would let them redirect the sockets it makes)",
+			  path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+int engine_dir_ancestors_secure(const char *path)
+{
+	char tmp[PATH_MAX];
+	struct stat st;
+
+	if (path[0] != '/' || strlen(path) >= sizeof(tmp))
+		return -EINVAL;
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	for (char *slash = strrchr(tmp, '/'); slash != NULL; slash = strrchr(tmp, '/')) {
+		*slash = '\0';
+		const char *dir = slash == tmp ? "/" : tmp;
+		if (lstat(dir, &st) == -1) {
+			int e = errno;
+			log_error("%s: %s", dir, strerror(e));
+			return -e;
+		}
+		/* A symlink is followed by every lookup, so it counts as its target: see it. */
+		if (S_ISLNK(st.st_mode) && stat(dir, &st) == -1) {
+			int e = errno;
+			log_error("%s: %s", dir, strerror(e));
+			return -e;
+		}
+		bool owner_ok = st.st_uid == 0 || st.st_uid == geteuid();
+		bool write_ok = (st.st_mode & 022) == 0 || (st.st_mode & S_ISVTX) != 0;
+		if (!S_ISDIR(st.st_mode) || !owner_ok || !write_ok) {
+			log_error(
+			    "%s (above %s): owned by uid %u, mode %04o: every directory above the "
+			    "socket directory must be root's or the daemon's, and writable by "
+			    "nobody else unless sticky (whoever may rename an entry there can "
+			    "redirect the daemon's sockets)",
+			    dir, path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+			return -EPERM;
+		}
+		if (slash == tmp)
+			break;
+	}
+	return 0;
+}
+
+/* -EADDRINUSE when a live process serves <sun>, 0 when the path is free or stale. */
+static int socket_path_claim(const struct sockaddr_un *sun)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd == -1)
+		return -errno;
+	int ret = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
+	int err = errno;
+	close(fd);
+	if (ret == 0)
+		return -EADDRINUSE;
+	if (err == ECONNREFUSED && unlink(sun->sun_path) == -1 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+int engine_listen_unix(const char *path, mode_t mode, uid_t owner, gid_t group, bool nonblock)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+
+	AN_ASSERT((mode & ~0777u) == 0);
+	if (strlen(path) >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	int ret = thread_fs_private();
+	if (ret == 0)
+		ret = socket_path_claim(&sun);
+	if (ret != 0)
+		return ret;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+	if (fd == -1)
+		return -errno;
+	/*
+	 * The file gets its mode and group as bind makes it (the thread's own umask and
+	 * fsgid). An owner other than the daemon cannot be had that way (bind creates the
+	 * file as the fsuid, which must be able to write the directory), so it is set right
+	 * after, by lchown in the daemon's own directory (engine_dir_secure: nobody else can
+	 * put another name there); until then the file is the daemon's, and its mode lets
+	 * nobody else connect.
+	 */
+	AN_ASSERT(owner == (uid_t)-1 || (mode & 077) == 0); /* only its owner (and root) */
+	mode_t old_mask = umask(~mode & 0777);
+	int old_fsgid = group != (gid_t)-1 ? setfsgid(group) : -1;
+	ret = bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ? -errno : 0;
+	if (group != (gid_t)-1)
+		setfsgid((gid_t)old_fsgid);
+	umask(old_mask);
+	if (ret == 0 && owner != (uid_t)-1 && lchown(path, owner, (gid_t)-1) == -1)
+		ret = -errno;
+	if (ret == 0 && listen(fd, 4096) == -1)
+		ret = -errno;
+	if (ret != 0) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+/*
+ * Makes sandbox <id>'s directory in <socket_dir>/sandboxes, never reusing what
+ * it did not make: <fresh> (a new registration) removes whatever is in its
+ * place first (completely, core/layout.h) and makes it exclusively; otherwise
+ * (a sandbox of the policy file, or one re-adopted after a restart, whose
+ * `agentsnet run` may still have the directory mounted) an existing one is
+ * kept only if it is a directory of ours that nobody else can write. 0 or
+ * -errno, logged naming the directory.
+ */
+static int sandbox_dir_make(const char *socket_dir, const char *id, bool fresh, const char *dir)
+{
+	char parent[PATH_MAX];
+	struct stat st;
+
+	int ret = layout_sandbox_dir(socket_dir, "x", parent, sizeof(parent));
+	AN_ASSERT(ret == 0); /* shorter than <dir>, which fitted */
+	parent[strlen(parent) - 2] = '\0';
+	int pfd = engine_dir_secure(parent, 0755);
+	if (pfd < 0)
+		return pfd;
+	if (fresh) {
+		ret = layout_sandbox_dir_remove(socket_dir, id);
+		if (ret != 0)
+			log_error("sandbox %s: %s is left from before and cannot be removed: %s",
+				  id, dir, strerror(-ret));
+	}
+	if (ret == 0) {
+		mode_t old = umask(022);
+		ret = mkdirat(pfd, id, 0755) == -1 ? -errno : 0;
+		umask(old);
+	}
+	if (ret == -EEXIST && !fresh) {
+		int fd = openat(pfd, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		ret = fd >= 0 && fstat(fd, &st) == 0 && dir_ours(&st) ? 0 : -EPERM;
+		if (fd >= 0)
+			close(fd);
+		if (ret != 0)
+			log_error(
+			    "sandbox %s: %s exists and is not a directory of the daemon's that "
+			    "nobody else can write: refused (remove it)",
+			    id, dir);
+	} else if (ret != 0 && ret != -ENOTEMPTY) {
+		log_error("sandbox %s: mkdir %s: %s", id, dir, strerror(-ret));
+	}
+	close(pfd);
+	return ret;
+}
+
+int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh)
+{
+	char dir[PATH_MAX];
+
+	int ret = layout_sandbox_dir(socket_dir, sb->id, dir, sizeof(dir));
+	if (ret != 0)
+		return ret;
+	int n = snprintf(sb->path, sizeof(sb->path), "%s/egress.sock", dir);
+	if (n < 0 || (size_t)n >= sizeof(sb->path)) {
+		log_error("sandbox %s: socket path %s/egress.sock is longer than %zu bytes", sb->id,
+			  dir, sizeof(sb->path) - 1);
+		return -ENAMETOOLONG;
+	}
+	ret = sandbox_dir_make(socket_dir, sb->id, fresh, dir);
+	if (ret != 0)
+		return ret == -EACCES ? -EIO : ret; /* -EACCES answers a caller's rights */
+	/* An agent's uid known: its alone (and root's); the kernel refuses everyone else. */
+	bool any = sb->agent_uid == ENGINE_AGENT_ANY;
+	int fd = engine_listen_unix(sb->path, any ? 0666 : 0600,
+				    any ? (uid_t)-1 : (uid_t)sb->agent_uid, (gid_t)-1, true);
+	if (fd < 0) {
+		log_error("sandbox %s: %s: %s", sb->id, sb->path, strerror(-fd));
+		return fd == -EACCES ? -EIO : fd; /* -EACCES answers a caller's rights */
+	}
+	sb->listen_fd = fd;
+	return 0;
+}
+
+/* "a.b.c.d:port" or "[v6]:port" (as the loader normalised it) into <out>. 0 or -EINVAL. */
+static int parse_inet_addr(const char *text, struct sockaddr_storage *out, socklen_t *len)
+{
+	char host[64];
+	const char *colon = strrchr(text, ':');
+
+	if (colon == NULL || (size_t)(colon - text) >= sizeof(host))
+		return -EINVAL;
+	const char *h = text;
+	size_t hlen = (size_t)(colon - text);
+	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+		h++;
+		hlen -= 2;
+	}
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	unsigned long port = 0;
+	for (const char *d = colon + 1; *d != '\0'; d++) {
+		if (*d < '0' || *d > '9' || port > 65535)
+			return -EINVAL;
+		port = port * 10 + (unsigned long)(*d - '0');
+	}
+	if (port == 0 || port > 65535)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	struct sockaddr_in *v4 = (struct sockaddr_in *)out;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)out;
+	if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons((uint16_t)port);
+		*len = sizeof(*v4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*v6);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* A listening TCP socket on <text> (SO_REUSEPORT: one per worker); <what> names it in logs. */
+static int listen_inet(const char *what, const char *text)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = 0;
+	int one = 1;
+
+	if (parse_inet_addr(text, &ss, &len) != 0) {
+		log_error("%s %s: not an address:port", what, text);
+		return -EINVAL;
+	}
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd == -1)
+		return -errno;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == -1 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == -1 ||
+	    bind(fd, (struct sockaddr *)&ss, len) == -1 || listen(fd, 4096) == -1) {
+		int ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+int listen_tcp(const char *text)
+{
+	int fd = listen_inet("tcp_listen", text);
+
+	if (fd < 0 && fd != -EINVAL)
+		log_error("tcp_listen %s: %s", text, strerror(-fd));
+	return fd;
+}
+
+/*
+ * The public listener of worker <w>: -errno when it cannot be had. On the
+ * embedded default (cfg.ingress_optional) a port already taken turns the
+ * gateway off with a warning instead, for every worker, and gives 0.
+ */
+int ingress_listen(struct engine *e, struct worker *w)
+{
+	const struct config *cfg = e->cfg;
+
+	AN_ASSERT(cfg->ingress_listen != NULL);
+	if (!e->ingress_on)
+		return 0;
+	int fd = listen_inet("ingress.listen", cfg->ingress_listen);
+	if (fd == -EADDRINUSE && cfg->ingress_optional && w->index == 0) {
+		log_warn("ingress %s: %s: the gateway is off (give the daemon another "
+			 "address with --ingress ADDR)",
+			 cfg->ingress_listen, strerror(-fd));
+		e->ingress_on = false;
+		return 0;
+	}
+	if (fd < 0) {
+		if (fd != -EINVAL)
+			log_error("ingress %s: %s", cfg->ingress_listen, strerror(-fd));
+		return fd;
+	}
+	if (worker_ingress_listener_add(w, fd, false) != 0) {
+		close(fd);
+		return -ENOMEM;
+	}
+	if (e->ingress_tls && worker_ingress_listener_add(w, e->ingress_internal_fd, true) != 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/*
+ * With TLS on the public listener: the internal socket the decrypted
+ * connections come back in on, in a directory only the daemon may enter
+ * (no sandbox mounts it). 0 or -errno, logged.
+ */
+int ingress_internal_open(struct engine *e)
+{
+	const struct config *cfg = e->cfg;
+	char dir[PATH_MAX];
+	socklen_t len = 0;
+
+	AN_ASSERT(e->ingress_tls && e->ingress_internal_fd < 0);
+	if (parse_inet_addr(cfg->ingress_listen, &e->ingress_addr, &len) != 0)
+		return -EINVAL;
+	int n = snprintf(dir, sizeof(dir), "%s/internal", cfg->socket_dir);
+	struct sockaddr_un *sun = &e->ingress_internal;
+	int m = snprintf(sun->sun_path, sizeof(sun->sun_path), "%s/ingress.sock", dir);
+	if (n <= 0 || (size_t)n >= sizeof(dir) || m <= 0 || (size_t)m >= sizeof(sun->sun_path)) {
+		log_error("ingress: %s/internal/ingress.sock: path too long", cfg->socket_dir);
+		return -ENAMETOOLONG;
+	}
+	sun->sun_family = AF_UNIX;
+	int ret = engine_dir_secure(dir, 0700);
+	if (ret >= 0) {
+		close(ret);
+		ret = 0;
+	}
+	int fd =
+	    ret == 0 ? engine_listen_unix(sun->sun_path, 0600, (uid_t)-1, (gid_t)-1, true) : ret;
+	if (fd < 0) {
+		log_error("ingress: %s: %s", sun->sun_path, strerror(-fd));
+		return fd;
+	}
+	e->ingress_internal_fd = fd;
+	return 0;
+}
+
+/*
+ * The ingress socket of owned sandbox <id>, <dir>/ingress.sock, made by the
+ * daemon in its own directory (mode 0600: only the daemon connects) and
+ * listening; the caller passes it to the owner, whose bridge accepts on it.
+ * The fd, or -errno (logged).
+ */
+int ingress_socket_make(const char *id, const char *dir)
+{
+	char path[PATH_MAX];
+
+	int n = snprintf(path, sizeof(path), "%s/ingress.sock", dir);
+	int fd = n > 0 && (size_t)n < sizeof(path)
+		     ? engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, false)
+		     : -ENAMETOOLONG;
+	if (fd < 0)
+		log_error("sandbox %s: %s/ingress.sock: %s", id, dir, strerror(-fd));
+	return fd;
+}
