@@ -304,6 +304,12 @@ uint32_t early_peek(struct conn *c, const char **p);
 void early_consume(struct conn *c, uint32_t n);
 /* Sends the up relay's prelude (early data); once it is out, arms the relay. */
 void up_prelude_step(struct conn *c);
+/*
+ * Starts the relay both ways (core/tunnel.c): the <len> bytes at <reply> (the
+ * CONNECT's 200, the gateway's 101 head) go to the client first, then each
+ * side's bytes to the other. The caller has set the state, mode and timer.
+ */
+void tunnel_relay_start(struct conn *c, const char *reply, uint32_t len);
 
 /* core/forward.c */
 /* Absolute-form forwarding and the gateway's requests: ST_FORWARD. */

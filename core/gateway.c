@@ -304,15 +304,7 @@ void ingress_upgraded(struct conn *c)
 	c->state = ST_TUNNEL;
 	c->mode = &tunnel_mode;
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	c->down.state = R_PRELUDE;
-	c->out_ptr = c->resp;
-	c->out_len = c->resp_fill;
-	c->out_off = 0;
-	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
-	c->up.state = R_PRELUDE;
-	if (c->flags & F_CLIENT_EOF)
-		c->up.eof = true;
-	up_prelude_step(c);
+	tunnel_relay_start(c, c->resp, c->resp_fill);
 }
 
 /* ---- ingress gateway over TLS ------------------------------------------ */

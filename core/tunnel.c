@@ -47,9 +47,14 @@ static void tunnel_start(struct conn *c)
 	audit_decision(c, true, 200);
 	head_recv_stop(c);
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	tunnel_relay_start(c, reply_established, sizeof(reply_established) - 1);
+}
+
+void tunnel_relay_start(struct conn *c, const char *reply, uint32_t len)
+{
 	c->down.state = R_PRELUDE;
-	c->out_ptr = reply_established;
-	c->out_len = sizeof(reply_established) - 1;
+	c->out_ptr = reply;
+	c->out_len = len;
 	c->out_off = 0;
 	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
 	c->up.state = R_PRELUDE;
