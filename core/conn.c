@@ -53,7 +53,6 @@
 #include "core/compat.h"
 #include "core/deny.h"
 #include "core/engine.h"
-#include "core/ingress.h"
 #include "core/log.h"
 #include "core/ud.h"
 #include "core/worker.h"
@@ -199,34 +198,6 @@ static void audit_close_record(struct conn *c)
 	rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
 	if (c->addr_next < c->addr_count && c->requests > 0 && c->reason == REASON_NONE)
 		addr_format(&c->addrs[c->addr_next], rec->addr, sizeof(rec->addr));
-	audit_commit(ar, rec);
-}
-
-/*
- * The record of the gateway request that just ended (answered, refused or
- * cut): who sent what to which sandbox, and what came back. At most one per
- * request.
- */
-void ingress_audit(struct conn *c)
-{
-	struct audit_ring *ar = c->w->audit;
-
-	AN_ASSERT(c->ingress);
-	if (!c->ingress_record)
-		return;
-	c->ingress_record = false;
-	struct audit_record *rec = audit_claim(ar);
-	if (rec == NULL)
-		return;
-	rec->kind = AUDIT_INGRESS;
-	rec->id = c->decision_id != 0 ? c->decision_id : audit_next_id(ar);
-	rec->allowed = c->reason == REASON_NONE;
-	rec->status = c->status;
-	record_common(c, rec);
-	rec->bytes_up = c->bytes_up + c->up.bytes;
-	rec->bytes_down = c->bytes_down + c->down.bytes;
-	rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
-	addr_format(&c->client, rec->addr, sizeof(rec->addr));
 	audit_commit(ar, rec);
 }
 
@@ -499,26 +470,6 @@ static void set_nodelay(struct conn *c, uint32_t op, int fd)
 	struct io_uring_sqe *sqe = conn_sqe(c, op);
 	compat_prep_setsockopt(sqe, fd, IPPROTO_TCP, TCP_NODELAY, &c->nodelay, sizeof(c->nodelay));
 	sqe->flags |= IOSQE_FIXED_FILE;
-}
-
-/*
- * A conn of the public listener (no sandbox until a request names one), of
- * its TLS form (decrypting for the internal socket), or of the internal
- * socket (a decrypted one: who the client is comes in its PROXY header).
- */
-static void ingress_accepted(struct conn *c, const struct worker_listener *l)
-{
-	AN_ASSERT(l->ingress || l->internal);
-	AN_ASSERT(l->sandbox == WORKER_NO_SANDBOX);
-	if (l->internal) {
-		c->ingress = true;
-		c->ingress_proxied = true;
-		return;
-	}
-	c->ingress_tls = l->w->e->ingress_tls;
-	c->ingress = !c->ingress_tls;
-	size_t n = l->peer_len < sizeof(c->client) ? l->peer_len : sizeof(c->client);
-	memcpy(&c->client, &l->peer, n);
 }
 
 /*
@@ -1067,37 +1018,6 @@ void decide(struct conn *c, const struct http1_request *req)
 	if (c->inject != NULL && inject_take_pooled(c))
 		return;
 	resolve_start(c);
-}
-
-/*
- * A conn of the gateway's internal socket starts with the PROXY v2 header
- * of the TLS relay that decrypts for it: the client's address is taken and
- * the header dropped from the head buffer. True when a head may follow.
- */
-static bool ingress_proxy_take(struct conn *c)
-{
-	struct sockaddr_storage src;
-
-	AN_ASSERT(c->ingress_proxied && !c->ingress_proxy_done);
-	ssize_t n = ingress_proxy_parse(c->head, c->head_fill, &src);
-	if (n == -EAGAIN)
-		return false;
-	if (n < 0) {
-		log_warn("ingress: a malformed PROXY header on %s",
-			 c->w->e->ingress_internal.sun_path);
-		conn_close(c);
-		return false;
-	}
-	AN_ASSERT((uint32_t)n <= c->head_fill);
-	if (src.ss_family != AF_INET && src.ss_family != AF_INET6) {
-		conn_close(c); /* LOCAL: the relay always names its client */
-		return false;
-	}
-	memcpy(&c->client, &src, sizeof(c->client));
-	memmove(c->head, c->head + n, c->head_fill - (uint32_t)n);
-	c->head_fill -= (uint32_t)n;
-	c->ingress_proxy_done = true;
-	return c->head_fill > 0;
 }
 
 void head_parse(struct conn *c)

@@ -235,8 +235,6 @@ void addr_format(const union conn_addr *a, char *out, size_t cap);
 void record_common(const struct conn *c, struct audit_record *rec);
 /* Writes the decision record for the current request; sets c->decision_id. */
 void audit_decision(struct conn *c, bool allowed, uint16_t status);
-/* Writes the record of the gateway request that just ended; at most one per request. */
-void ingress_audit(struct conn *c);
 
 /*
  * Queues provided buffer <bid> of <len> bytes behind the conn's early data.
@@ -379,10 +377,23 @@ bool inject_park(struct conn *c);
 /* core/gateway.c */
 /* The public listener's TLS front: ST_TERM, relaying plaintext to the internal socket. */
 extern const struct conn_mode gateway_tls_mode;
+/*
+ * A conn accepted on <l>, the public listener, its TLS form or the internal
+ * socket: what kind of gateway conn it is, and the public client's address.
+ */
+void ingress_accepted(struct conn *c, const struct worker_listener *l);
+/*
+ * Takes the PROXY v2 header off the head buffer of a conn of the internal
+ * socket. True when a head may follow; false to wait for more, or (malformed
+ * or LOCAL) with the conn closed.
+ */
+bool ingress_proxy_take(struct conn *c);
 /* A gateway request begins: its record counts from here. */
 void ingress_begin(struct conn *c);
 /* The request no longer counts as open against its sandbox's `concurrent`. */
 void ingress_release(struct conn *c);
+/* Writes the record of the gateway request that just ended; at most one per request. */
+void ingress_audit(struct conn *c);
 /* Routes gateway request <req> by its path to a sandbox, checks it, connects it. */
 void ingress_decide(struct conn *c, const struct http1_request *req);
 /* Connects the routed sandbox's ingress socket, never through a symlink. */
