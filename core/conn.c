@@ -1378,6 +1378,33 @@ void linger_start(struct conn *c)
 		head_recv_arm(c);
 }
 
+/* A fake answer in clear (or a kept 429: refusal_keeps) is out: the conn goes back to
+ * reading the next head. */
+static void fake_plain_done(struct conn *c)
+{
+	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
+	if (c->early_count > 0 || (c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
+		linger_start(c);
+		return;
+	}
+	uint32_t rest = c->head_fill - c->head_len;
+	memmove(c->head, c->head + c->head_len, rest);
+	c->head_fill = rest;
+	c->head_len = 0;
+	c->path_len = 0;
+	c->fake_keep = false;
+	c->answer_body = NULL;
+	c->answer_body_len = 0;
+	c->rule = NULL;
+	c->state = ST_HEAD;
+	c->down.state = R_IDLE;
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
+		head_recv_arm(c);
+	if (rest > 0)
+		head_parse(c);
+}
+
 /* Relay-kind completions outside TUNNEL and FORWARD: answering and lingering. */
 static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 {

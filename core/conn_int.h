@@ -357,8 +357,6 @@ extern const struct conn_mode fake_mode;
 void term_answer(struct conn *c, const struct http1_request *req);
 /* An absolute-form request to a fake host: the rule's answer in clear, through RESPOND. */
 void fake_plain(struct conn *c, const struct http1_request *req);
-/* A fake answer in clear (or a kept 429) is out: back to reading the next head. */
-void fake_plain_done(struct conn *c);
 
 /* core/inject.c */
 /* The credential-inject tier: ST_TERM, with a TLS session of its own upstream. */
