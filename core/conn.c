@@ -18,8 +18,11 @@
  * tier TERM (core/tlsterm.c, with core/fake.c and core/inject.c), and a conn
  * of the public listener is the ingress gateway (core/gateway.c). Every
  * completion comes back here first (conn_on_cqe); a relay's completion in the
- * mode's state goes to the mode's table (c->mode, struct conn_mode), chosen
- * when the request is decided, so the spine names no mode's handler.
+ * mode's state goes to the mode's table (c->mode, struct conn_mode), and so
+ * does everything else a mode does its own way (early data, the end, records).
+ * The spine names a tier only where the mode is chosen: in decide, where the
+ * verdict's tier picks the table, and at the accept, where a gateway
+ * listener's conn gets the gateway's (ingress_accepted).
  *
  * Bytes the client sent after its head, before the multishot receive was
  * cancelled, are "early data": the tail of the head buffer plus a short FIFO
@@ -83,22 +86,12 @@ const struct engine_sandbox *conn_sandbox(const struct conn *c)
 	return c->w->e->sandboxes[c->sandbox];
 }
 
-/*
- * The id of the conn's sandbox as a string in <buf> (CONFIG_SANDBOX_ID_BYTES_MAX):
- * a gateway conn's is its routed request's, "" before a request is routed.
- */
+/* The id of the conn's sandbox as a string, in <buf> (CONFIG_SANDBOX_ID_BYTES_MAX) or static. */
 static const char *conn_sandbox_id(const struct conn *c, char *buf)
 {
-	if (c->ingress_tls)
-		return ""; /* it only decrypts: the conn it hands the requests to routes them */
-	if (!c->ingress)
-		return conn_sandbox(c)->id;
-	size_t n = c->head != NULL ? c->ingress_id_len : 0;
-	AN_ASSERT(n < CONFIG_SANDBOX_ID_BYTES_MAX);
-	if (n > 0)
-		memcpy(buf, c->head + c->ingress_id_off, n);
-	buf[n] = '\0';
-	return buf;
+	if (c->mode != NULL && c->mode->sandbox_id != NULL)
+		return c->mode->sandbox_id(c, buf);
+	return conn_sandbox(c)->id;
 }
 
 uint64_t upstream_key(const char *host, size_t len, uint16_t port)
@@ -152,9 +145,9 @@ void audit_decision(struct conn *c, bool allowed, uint16_t status)
 
 	c->decision_id = audit_next_id(ar);
 	c->status = status;
-	if (c->ingress) {
+	if (c->mode != NULL && c->mode->record_at_end) {
 		c->reason = allowed ? (uint8_t)REASON_NONE : c->reason;
-		return; /* the request's one record is written when it ends: ingress_audit */
+		return; /* the request's one record is written when it ends: close_record */
 	}
 	struct audit_record *rec = audit_claim(ar);
 	if (rec == NULL)
@@ -178,12 +171,10 @@ static void audit_close_record(struct conn *c)
 {
 	struct audit_ring *ar = c->w->audit;
 
-	if (c->ingress) {
-		ingress_audit(c); /* a request cut short; a gateway conn has no close record */
+	if (c->mode != NULL && c->mode->close_record != NULL) {
+		c->mode->close_record(c);
 		return;
 	}
-	if (c->ingress_tls)
-		return; /* its requests are recorded by the conns it hands them to */
 	struct audit_record *rec = audit_claim(ar);
 	if (rec == NULL)
 		return;
@@ -335,9 +326,8 @@ static void conn_maybe_free(struct conn *c)
 	if (c->state != ST_CLOSING || c->ops != 0 || c->cancels != 0 || (c->flags & F_DNS))
 		return;
 	/* Only now, with no op of ours left to resolve them, may the slots be reused. */
-	if (c->inject != NULL && c->ufd >= 0)
-		(void)inject_park(
-		    c); /* a verified upstream between exchanges serves the next conn */
+	if (c->mode != NULL && c->mode->end != NULL)
+		c->mode->end(c); /* an upstream it may park, what it counts */
 	if (c->cfd >= 0)
 		close_slot(c, &c->cfd);
 	if (c->ufd >= 0)
@@ -353,12 +343,8 @@ static void conn_maybe_free(struct conn *c)
 	if (c->snap != NULL)
 		snapshot_put(c->snap, w->index); /* after the record: it borrows the rule id */
 	c->snap = NULL;
-	if (c->ingress_path_fd >= 0)
-		close(c->ingress_path_fd);
-	c->ingress_path_fd = -1;
-	ingress_release(c);
 	share_put(&w->share, c->share_key);
-	if (!c->ingress && !c->ingress_tls) {
+	if (c->share_key != SHARE_KEY_PUBLIC) { /* a sandbox's listener: counted at the accept */
 		struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
 		uint32_t live = atomic_fetch_sub_explicit(&sb->conns, 1, memory_order_relaxed);
 		AN_ASSERT(live > 0);
@@ -573,8 +559,8 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		c->flags |= F_TCP_CLIENT;
 		set_nodelay(c, OP_NODELAY_C, c->cfd);
 	}
-	if (c->ingress_tls) {
-		tlsrelay_connect(c);
+	if (c->mode != NULL && c->mode->accepted != NULL) {
+		c->mode->accepted(c);
 		return;
 	}
 	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
@@ -657,11 +643,8 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		head_parse(c);
 		return;
 	}
-	if (c->state == ST_TERM) {
-		/* The last of the head receive, cancelled when the session began. */
-		c->active_ms = c->w->now_ms;
-		c->bytes_up += len;
-		term_ciphertext(c, bid, len); /* takes the buffer */
+	if (conn_in_mode(c) && c->mode->client_data != NULL) {
+		c->mode->client_data(c, bid, len); /* takes the buffer */
 		return;
 	}
 	if (head_keeps(c, len)) {
@@ -682,10 +665,8 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		conn_close(c);
 		return;
 	}
-	if (c->state == ST_TUNNEL)
-		up_prelude_step(c);
-	else if (c->state == ST_FORWARD)
-		fwd_up_step(c);
+	if (conn_in_mode(c) && c->mode->early != NULL)
+		c->mode->early(c);
 }
 
 bool head_recv_wanted(const struct conn *c)
@@ -707,15 +688,14 @@ static void head_eof(struct conn *c)
 	case ST_LINGER:
 		conn_close(c);
 		break;
-	case ST_TERM:
-		term_eof(c);
-		break;
 	case ST_RESOLVE:
 	case ST_CONNECT:
 		/* The agent may half-close after CONNECT's request; keep going, and
 		 * shut the upstream's write side once the tunnel is up. */
 		break;
 	default:
+		if (conn_in_mode(c) && c->mode->client_eof != NULL)
+			c->mode->client_eof(c);
 		break;
 	}
 }
@@ -780,10 +760,8 @@ static void on_head_recv(struct conn *c, int res, uint32_t cqe_flags)
 		else
 			head_recv_arm(c);
 	}
-	if (!more && c->state == ST_TUNNEL)
-		up_prelude_step(c);
-	else if (!more && c->state == ST_FORWARD)
-		fwd_up_step(c);
+	if (!more && conn_in_mode(c) && c->mode->early != NULL)
+		c->mode->early(c);
 }
 
 /* ---- deciding -------------------------------------------------------- */
@@ -886,7 +864,7 @@ static bool refusal_keeps(const struct conn *c, const struct http1_request *req,
 {
 	if (why != REASON_RATE_LIMITED && why != REASON_CONCURRENCY_LIMITED)
 		return false;
-	if (!req->keep_alive || req->body != HTTP1_BODY_NONE || c->ingress)
+	if (!req->keep_alive || req->body != HTTP1_BODY_NONE)
 		return false;
 	AN_ASSERT(c->head_len <= c->head_fill);
 	return !req->is_connect || (c->head_fill == c->head_len && c->early_count == 0);
@@ -1025,15 +1003,15 @@ void head_parse(struct conn *c)
 	struct http1_request req;
 	enum reason why = REASON_BAD_REQUEST;
 
-	if (c->ingress_proxied && !c->ingress_proxy_done && !ingress_proxy_take(c))
+	if (c->mode != NULL && c->mode->head_prefix != NULL && !c->mode->head_prefix(c))
 		return;
 	ssize_t n = http1_parse_request(c->head, c->head_fill, &req, &why);
 	if (n == -EAGAIN)
 		return;
 	timer_disarm(c->w->timers, &c->timer);
 	if (n < 0) {
-		if (c->ingress)
-			ingress_begin(c);
+		if (c->mode != NULL && c->mode->request_refused != NULL)
+			c->mode->request_refused(c);
 		c->host_len = 0;
 		c->method_len = 0;
 		c->path_len = 0;
@@ -1046,8 +1024,8 @@ void head_parse(struct conn *c)
 	}
 	c->head_len = (uint32_t)n;
 	c->early_off = 0;
-	if (c->ingress)
-		ingress_decide(c, &req);
+	if (c->mode != NULL && c->mode->decide != NULL)
+		c->mode->decide(c, &req);
 	else
 		decide(c, &req);
 }
@@ -1211,14 +1189,9 @@ void connect_next(struct conn *c)
 	if (c->addr_next >= c->addr_count) {
 		bool timed_out = c->connect_err == -ETIMEDOUT || c->connect_err == -ECANCELED;
 		c->addr_next = 0;
-		if (c->ingress_tls) {
-			log_warn("ingress: %s: %s", c->w->e->ingress_internal.sun_path,
-				 strerror(-c->connect_err));
-			conn_close(c); /* no HTTP can be spoken before the TLS is */
-		} else if (c->ingress) {
-			respond(c,
-				REASON_AGENT_NOT_LISTENING); /* refused, or its backlog is full */
-		} else
+		if (c->mode != NULL && c->mode->unreachable != NULL)
+			c->mode->unreachable(c);
+		else
 			respond(c,
 				timed_out ? REASON_UPSTREAM_TIMEOUT : REASON_UPSTREAM_UNREACHABLE);
 		return;
@@ -1364,8 +1337,9 @@ void linger_start(struct conn *c)
 {
 	c->state = ST_LINGER;
 	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS);
-	if (c->ufd >= 0 && !inject_parkable(c))
-		close_slot(c, &c->ufd); /* a parkable one waits for the conn's end: inject_park */
+	bool parkable = c->mode != NULL && c->mode->parkable != NULL && c->mode->parkable(c);
+	if (c->ufd >= 0 && !parkable)
+		close_slot(c, &c->ufd); /* a parkable one waits for the conn's end: mode->end */
 	if (c->ops & op_bit(dir_op(DIR_DOWN, ROP_SHUT)))
 		return;
 	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(DIR_DOWN, ROP_SHUT));
@@ -1378,9 +1352,9 @@ void linger_start(struct conn *c)
 		head_recv_arm(c);
 }
 
-/* A fake answer in clear (or a kept 429: refusal_keeps) is out: the conn goes back to
- * reading the next head. */
-static void fake_plain_done(struct conn *c)
+/* An answer that keeps the conn (a fake answer in clear, or a limit's 429: refusal_keeps)
+ * is out: the conn goes back to reading the next head. */
+static void head_read_next(struct conn *c)
 {
 	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
 	if (c->early_count > 0 || (c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
@@ -1416,7 +1390,7 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 		if (out_sent(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, res))
 			return;
 		if (c->answer_body_len > 0 && c->out_ptr != c->answer_body) {
-			/* A fake answer in clear: its body follows its head. */
+			/* An answer with a body of its own (a fake one in clear): it follows. */
 			c->out_ptr = c->answer_body;
 			c->out_len = c->answer_body_len;
 			c->out_off = 0;
@@ -1424,7 +1398,7 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 			return;
 		}
 		if (c->fake_keep)
-			fake_plain_done(c);
+			head_read_next(c);
 		else
 			linger_start(c);
 		return;
@@ -1441,16 +1415,6 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 /* ---- dispatch --------------------------------------------------------- */
 
 static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags);
-
-/* Whether <c> runs in its mode's state, where the mode handles its relays' completions. */
-static bool conn_in_mode(const struct conn *c)
-{
-	if (c->state != ST_TUNNEL && c->state != ST_FORWARD && c->state != ST_TERM)
-		return false;
-	AN_ASSERT(c->mode != NULL);
-	AN_ASSERT(c->mode->state == c->state);
-	return true;
-}
 
 void conn_on_cqe(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 {
@@ -1526,8 +1490,8 @@ void conn_on_timer(struct conn *c)
 		if (c->head_fill == 0) {
 			conn_close(c); /* idle keep-alive, or a client that never spoke */
 		} else {
-			if (c->ingress)
-				ingress_begin(c);
+			if (c->mode != NULL && c->mode->request_refused != NULL)
+				c->mode->request_refused(c);
 			respond(c, REASON_REQUEST_TIMEOUT);
 		}
 		break;

@@ -112,12 +112,15 @@ enum { DIR_UP = 0, DIR_DOWN = 1 };
  * A connection mode: what runs a conn once its request is decided, behind one
  * table, so that the spine names no mode (nginx's upstream process_header,
  * HAProxy's mux_ops). One const instance per mode, in the mode's file; c->mode
- * is set where the mode is chosen (decide, ingress_decide, the TLS front's
- * accept) or handed over (a gateway request upgraded to a tunnel), always
- * before the conn enters <state>. The spine calls a mode's io and buffers only
- * while c->state is its <state>, and its connected only from ST_CONNECT.
- * Adding a mode: its instance below, the state it runs in, the place that
- * chooses it.
+ * is set where the mode is chosen (decide, ingress_decide) or handed over (a
+ * gateway request upgraded to a tunnel), always before the conn enters
+ * <state>. The gateway's conns get theirs at the accept (ingress_accepted):
+ * what the gateway does differently from the first byte on (the PROXY header,
+ * routing by path, one record per request) is in the hooks marked "any state".
+ * The spine calls the other hooks only while c->state is the mode's <state>
+ * (conn_in_mode), and connected only from ST_CONNECT. A NULL hook means the
+ * spine's own behaviour, as said for each. Adding a mode: its instance below,
+ * the state it runs in, the place that chooses it.
  */
 struct conn_mode {
 	uint8_t state; /* ST_TUNNEL, ST_FORWARD or ST_TERM */
@@ -129,7 +132,46 @@ struct conn_mode {
 	void (*buffers)(struct conn *c);
 	/* ST_TERM modes: moves the plaintext as far as it goes (term_pump's step); else NULL. */
 	void (*pump)(struct conn *c);
+	/* The head receive's bytes, provided buffer <bid> of <len>, in <state>: takes the
+	 * buffer. NULL: they are queued as early data, then early is called. */
+	void (*client_data)(struct conn *c, uint16_t bid, uint32_t len);
+	/* Early data was queued, or the head receive ended, in <state>: moves it on. */
+	void (*early)(struct conn *c);
+	/* The head receive saw the client's EOF in <state>. NULL: the relay will see it. */
+	void (*client_eof)(struct conn *c);
+	/* Whether the upstream outlives the answer (end keeps it): linger leaves c->ufd. */
+	bool (*parkable)(const struct conn *c);
+	/* Any state: the conn ends, no op of its own in flight, its slots still open. */
+	void (*end)(struct conn *c);
+	/* Any state: the conn is accepted and set up; starts it instead of reading a head. */
+	void (*accepted)(struct conn *c);
+	/* Any state: the head buffer holds the client's next bytes; consumes what comes
+	 * before a head. True when a head may follow; false to wait, or closed. */
+	bool (*head_prefix)(struct conn *c);
+	/* Any state: decides parsed request <req> instead of the spine's decide. */
+	void (*decide)(struct conn *c, const struct http1_request *req);
+	/* Any state: a request is refused before it is decided (a bad or late head). */
+	void (*request_refused)(struct conn *c);
+	/* Any state: no address of the upstream is left to try; answers or closes. */
+	void (*unreachable)(struct conn *c);
+	/* Any state: the sandbox's id for answers and records, in <buf>
+	 * (CONFIG_SANDBOX_ID_BYTES_MAX) or static. NULL: the accepting sandbox's. */
+	const char *(*sandbox_id)(const struct conn *c, char *buf);
+	/* Any state: writes the conn's close record instead of the spine's. */
+	void (*close_record)(struct conn *c);
+	/* Any state: a request's decision writes no record; close_record writes its one. */
+	bool record_at_end;
 };
+
+/* Whether <c> runs in its mode's state, where the mode handles its relays' completions. */
+static inline bool conn_in_mode(const struct conn *c)
+{
+	if (c->state != ST_TUNNEL && c->state != ST_FORWARD && c->state != ST_TERM)
+		return false;
+	AN_ASSERT(c->mode != NULL);
+	AN_ASSERT(c->mode->state == c->state);
+	return true;
+}
 
 /* The answer to an allowed CONNECT, before the tunnel or the terminated session. */
 static const char reply_established[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
@@ -302,6 +344,9 @@ uint32_t early_peek(struct conn *c, const char **p);
 void early_consume(struct conn *c, uint32_t n);
 /* Sends the up relay's prelude (early data); once it is out, arms the relay. */
 void up_prelude_step(struct conn *c);
+/* tunnel_mode's io and buffers, which the gateway's upgraded requests share. */
+void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags);
+void tunnel_buffers(struct conn *c);
 
 /* core/forward.c */
 /* Absolute-form forwarding and the gateway's requests: ST_FORWARD. */
@@ -310,6 +355,9 @@ extern const struct conn_mode forward_mode;
 void forward_start(struct conn *c);
 /* Moves the request on: the head, early data, then body as it arrives. */
 void fwd_up_step(struct conn *c);
+/* forward_mode's io and buffers, which the gateway's requests share. */
+void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags);
+void fwd_buffers(struct conn *c);
 /*
  * Rewrites the response head <resp>, the <n> bytes at <at> in c->resp, as
  * the proxy forwards it; c->resp_fill grows by at most
@@ -349,6 +397,8 @@ void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len);
 void term_recv_arm(struct conn *c);
 /* The agent closed its side: the session sees the end. */
 void term_eof(struct conn *c);
+/* The head receive's last bytes, <len> in buffer <bid>, once a session began: ciphertext. */
+void term_client_data(struct conn *c, uint16_t bid, uint32_t len);
 
 /* core/fake.c */
 /* The fake tier inside a CONNECT: ST_TERM, never connected. */
@@ -367,12 +417,12 @@ bool inject_take_pooled(struct conn *c);
 void inject_request(struct conn *c, const struct http1_request *req, size_t head_len);
 /* Receives the upstream's next ciphertext, unless one runs, a buffer waits or it ended. */
 void inject_recv_arm(struct conn *c);
-/* True when the upstream may serve another agent connection (see inject_park). */
-bool inject_parkable(const struct conn *c);
-/* At the conn's end: hands a parkable upstream to the worker's pool; true when taken. */
-bool inject_park(struct conn *c);
 
 /* core/gateway.c */
+/* A gateway conn, from its accept: its requests forwarded to a sandbox, ST_FORWARD. */
+extern const struct conn_mode gateway_mode;
+/* A gateway request the agent switched protocols on (101): a tunnel, ST_TUNNEL. */
+extern const struct conn_mode gateway_upgraded_mode;
 /* The public listener's TLS front: ST_TERM, relaying plaintext to the internal socket. */
 extern const struct conn_mode gateway_tls_mode;
 /*

@@ -116,4 +116,6 @@ const struct conn_mode fake_mode = {
 	.io = fake_io,
 	.buffers = term_recv_arm,
 	.pump = term_pump_session,
+	.client_data = term_client_data,
+	.client_eof = term_eof,
 };

@@ -48,12 +48,14 @@ void ingress_accepted(struct conn *c, const struct worker_listener *l)
 	if (l->internal) {
 		c->ingress = true;
 		c->ingress_proxied = true;
+		c->mode = &gateway_mode;
 		return;
 	}
 	c->ingress_tls = l->w->e->ingress_tls;
 	c->ingress = !c->ingress_tls;
 	size_t n = l->peer_len < sizeof(c->client) ? l->peer_len : sizeof(c->client);
 	memcpy(&c->client, &l->peer, n);
+	c->mode = c->ingress_tls ? &gateway_tls_mode : &gateway_mode;
 }
 
 /*
@@ -277,7 +279,7 @@ void ingress_decide(struct conn *c, const struct http1_request *req)
 	c->flags &= (uint8_t)~F_REUSABLE;
 	c->upstream_key = key;
 	c->reused_upstream = c->ufd >= 0;
-	c->mode = &forward_mode;
+	c->mode = &gateway_mode;
 	if (c->ufd >= 0)
 		forward_start(c);
 	else
@@ -381,7 +383,7 @@ void ingress_upgraded(struct conn *c)
 	}
 	audit_decision(c, true, 101);
 	c->state = ST_TUNNEL;
-	c->mode = &tunnel_mode;
+	c->mode = &gateway_upgraded_mode;
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	c->down.state = R_PRELUDE;
 	c->out_ptr = c->resp;
@@ -393,6 +395,78 @@ void ingress_upgraded(struct conn *c)
 		c->up.eof = true;
 	up_prelude_step(c);
 }
+
+/* A gateway conn's sandbox is its routed request's: "" before a request is routed. */
+static const char *gateway_sandbox_id(const struct conn *c, char *buf)
+{
+	size_t n = c->head != NULL ? c->ingress_id_len : 0;
+	AN_ASSERT(c->ingress);
+	AN_ASSERT(n < CONFIG_SANDBOX_ID_BYTES_MAX);
+	if (n > 0)
+		memcpy(buf, c->head + c->ingress_id_off, n);
+	buf[n] = '\0';
+	return buf;
+}
+
+/* A conn of the internal socket reads the relay's PROXY header before its first head. */
+static bool gateway_head_prefix(struct conn *c)
+{
+	if (!c->ingress_proxied || c->ingress_proxy_done)
+		return true;
+	return ingress_proxy_take(c);
+}
+
+/* The sandbox's ingress socket refused the connect, or its backlog is full. */
+static void gateway_unreachable(struct conn *c)
+{
+	respond(c, REASON_AGENT_NOT_LISTENING);
+}
+
+/* The conn's end: the socket's O_PATH, and the request's place in `concurrent`. */
+static void gateway_end(struct conn *c)
+{
+	if (c->ingress_path_fd >= 0)
+		close(c->ingress_path_fd);
+	c->ingress_path_fd = -1;
+	ingress_release(c);
+}
+
+/*
+ * The gateway's requests run on forwarding (core/forward.c) and, once
+ * upgraded, on the tunnel (core/tunnel.c); what makes them the gateway's is
+ * from the accept on: the PROXY header, routing by path, one record per
+ * request written when it ends, the agent's socket as the upstream.
+ */
+const struct conn_mode gateway_mode = {
+	.state = ST_FORWARD,
+	.connected = forward_start,
+	.io = fwd_io,
+	.buffers = fwd_buffers,
+	.early = fwd_up_step,
+	.end = gateway_end,
+	.head_prefix = gateway_head_prefix,
+	.decide = ingress_decide,
+	.request_refused = ingress_begin,
+	.unreachable = gateway_unreachable,
+	.sandbox_id = gateway_sandbox_id,
+	.close_record = ingress_audit,
+	.record_at_end = true,
+};
+
+const struct conn_mode gateway_upgraded_mode = {
+	.state = ST_TUNNEL,
+	.io = on_relay,
+	.buffers = tunnel_buffers,
+	.early = up_prelude_step,
+	.end = gateway_end,
+	.head_prefix = gateway_head_prefix,
+	.decide = ingress_decide,
+	.request_refused = ingress_begin,
+	.unreachable = gateway_unreachable,
+	.sandbox_id = gateway_sandbox_id,
+	.close_record = ingress_audit,
+	.record_at_end = true,
+};
 
 /* ---- ingress gateway over TLS ------------------------------------------ */
 
@@ -566,10 +640,37 @@ static void gateway_tls_buffers(struct conn *c)
 	term_recv_arm(c);
 }
 
+/* No internal socket to connect to: no HTTP can be spoken before the TLS is. */
+static void tlsrelay_unreachable(struct conn *c)
+{
+	log_warn("ingress: %s: %s", c->w->e->ingress_internal.sun_path, strerror(-c->connect_err));
+	conn_close(c);
+}
+
+/* It only decrypts: the conn it hands the requests to routes them. */
+static const char *tlsrelay_sandbox_id(const struct conn *c, char *buf)
+{
+	(void)c;
+	(void)buf;
+	return "";
+}
+
+/* None: its requests are recorded by the conns it hands them to. */
+static void tlsrelay_close_record(struct conn *c)
+{
+	(void)c;
+}
+
 const struct conn_mode gateway_tls_mode = {
 	.state = ST_TERM,
 	.connected = tlsrelay_start,
 	.io = gateway_tls_io,
 	.buffers = gateway_tls_buffers,
 	.pump = tlsrelay_pump,
+	.client_data = term_client_data,
+	.client_eof = term_eof,
+	.accepted = tlsrelay_connect,
+	.unreachable = tlsrelay_unreachable,
+	.sandbox_id = tlsrelay_sandbox_id,
+	.close_record = tlsrelay_close_record,
 };

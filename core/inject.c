@@ -610,7 +610,7 @@ bool inject_take_pooled(struct conn *c)
 }
 
 /* True when the upstream may serve another agent connection (see inject_park). */
-bool inject_parkable(const struct conn *c)
+static bool inject_parkable(const struct conn *c)
 {
 	const struct term_ops *t = conn_term(c);
 
@@ -626,7 +626,7 @@ bool inject_parkable(const struct conn *c)
  * At the conn's end (no op of its own in flight any more): hands a parkable
  * upstream, slot and session, to the worker's pool. True when it took them.
  */
-bool inject_park(struct conn *c)
+static bool inject_park(struct conn *c)
 {
 	struct worker *w = c->w;
 
@@ -739,10 +739,21 @@ static void inject_buffers(struct conn *c)
 	term_recv_arm(c);
 }
 
+/* At the conn's end: a verified upstream between exchanges serves the next conn. */
+static void inject_end(struct conn *c)
+{
+	if (c->inject != NULL && c->ufd >= 0)
+		(void)inject_park(c);
+}
+
 const struct conn_mode inject_mode = {
 	.state = ST_TERM,
 	.connected = inject_start,
 	.io = inject_io,
 	.buffers = inject_buffers,
 	.pump = inject_pump,
+	.client_data = term_client_data,
+	.client_eof = term_eof,
+	.parkable = inject_parkable,
+	.end = inject_end,
 };
