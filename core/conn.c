@@ -892,26 +892,6 @@ const struct snapshot_sandbox *snapshot_take(struct conn *c)
 	return sb->known ? sb : NULL;
 }
 
-/*
- * Whether the request head <head>/<len> carries one of the sandbox's
- * placeholders where its rule does not send it (<own>: the inject rule the
- * request goes to, NULL: none): an agent steered to send its credential
- * elsewhere. Counted when so; the caller refuses placeholder_misdirected.
- */
-bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
-			     const struct verdict_inject *own)
-{
-	const struct verdict_ops *ops = c->w->e->ops;
-
-	AN_ASSERT(c->snap != NULL);
-	if (ops->placeholder_elsewhere == NULL ||
-	    !ops->placeholder_elsewhere(c->snap->policy, c->snap->sandboxes[c->sandbox].profile,
-					head, len, own))
-		return false;
-	c->w->stats.misdirected++;
-	return true;
-}
-
 void decide(struct conn *c, const struct http1_request *req)
 {
 	const struct engine *e = c->w->e;

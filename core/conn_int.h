@@ -309,12 +309,6 @@ void request_copy(struct conn *c, const struct http1_request *req);
  * returns its sandbox under it; NULL when the snapshot does not know it.
  */
 const struct snapshot_sandbox *snapshot_take(struct conn *c);
-/*
- * Whether head <head>/<len> carries a placeholder of the sandbox where its
- * rule (<own>, NULL: none) does not send it; counted when so.
- */
-bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
-			     const struct verdict_inject *own);
 /* Decides request <req> (proxy form) against the policy: refuses, or starts its tier. */
 void decide(struct conn *c, const struct http1_request *req);
 
@@ -411,6 +405,12 @@ void fake_plain(struct conn *c, const struct http1_request *req);
 /* core/inject.c */
 /* The credential-inject tier: ST_TERM, with a TLS session of its own upstream. */
 extern const struct conn_mode inject_mode;
+/*
+ * Whether head <head>/<len> carries a placeholder of the sandbox where its
+ * rule (<own>, NULL: none) does not send it; counted when so.
+ */
+bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
+			     const struct verdict_inject *own);
 /* Takes a pooled upstream for the inject rule; true when it took one (and went on). */
 bool inject_take_pooled(struct conn *c);
 /* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */

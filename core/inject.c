@@ -609,6 +609,26 @@ bool inject_take_pooled(struct conn *c)
 	return true;
 }
 
+/*
+ * Whether the request head <head>/<len> carries one of the sandbox's
+ * placeholders where its rule does not send it (<own>: the inject rule the
+ * request goes to, NULL: none): an agent steered to send its credential
+ * elsewhere. Counted when so; the caller refuses placeholder_misdirected.
+ */
+bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
+			     const struct verdict_inject *own)
+{
+	const struct verdict_ops *ops = c->w->e->ops;
+
+	AN_ASSERT(c->snap != NULL);
+	if (ops->placeholder_elsewhere == NULL ||
+	    !ops->placeholder_elsewhere(c->snap->policy, c->snap->sandboxes[c->sandbox].profile,
+					head, len, own))
+		return false;
+	c->w->stats.misdirected++;
+	return true;
+}
+
 /* True when the upstream may serve another agent connection (see inject_park). */
 static bool inject_parkable(const struct conn *c)
 {
