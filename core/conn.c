@@ -58,7 +58,6 @@
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/ud.h"
-#include "core/worker.h"
 
 #define CONN_LINGER_MS 2000u
 
@@ -874,14 +873,14 @@ static bool refusal_keeps(const struct conn *c, const struct http1_request *req,
  * Points the request about to be decided at the worker's snapshot (a kept-
  * alive conn moves on to a reloaded policy at its next request) and returns
  * what its sandbox is under it; NULL when the snapshot does not know the
- * sandbox, which a fresh look at the published one settles.
+ * sandbox (a reload dropped it). The worker adopted the published snapshot
+ * before it applied the command that brought the sandbox (a listener, a
+ * gateway route), so a sandbox added since its last turn is known here.
  */
 const struct snapshot_sandbox *snapshot_take(struct conn *c)
 {
 	struct worker *w = c->w;
 
-	if (!w->policy->sandboxes[c->sandbox].known)
-		worker_policy_refresh(w);
 	if (c->snap != w->policy) {
 		if (c->snap != NULL)
 			snapshot_put(c->snap, w->index);
