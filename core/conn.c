@@ -1,33 +1,24 @@
 /*
  * The connection state machine's spine (DESIGN.md sections 3, 4 and 6): what
- * every conn goes through, whatever its mode.
- *
- * A conn starts in HEAD with a multishot receive on the client socket: each
- * completion's bytes are copied into a pooled head buffer and the head is
+ * every conn goes through, whatever its mode. A conn starts in HEAD with a
+ * multishot receive whose bytes are copied into a pooled head buffer and
  * re-parsed (heads are small; the parser is one pass). A complete head is
- * decided against the policy, the name resolved (literal, static table or
- * c-ares) and every address checked before a direct-descriptor socket is
- * connected with a linked timeout. Every refusal goes through respond():
- * audit record first (its id is in the answer), then the deny-contract
- * response, then LINGER, which shuts our side and drains the client until EOF
- * so the kernel never resets a response the client has not read.
+ * decided, the name resolved (literal, static table or c-ares) and every
+ * address checked before a direct-descriptor socket connects with a linked
+ * timeout. Every refusal goes through respond(): audit record first (its id
+ * is in the answer), the deny-contract response, then LINGER, which drains
+ * the client until EOF so the kernel never resets an answer still unread.
  *
- * Once connected, a conn runs in its mode, each in a file of its own (the map
- * is in core/conn_int.h): a CONNECT becomes TUNNEL (core/tunnel.c), an
- * absolute-form request FORWARD (core/forward.c), a CONNECT to a terminated
- * tier TERM (core/tlsterm.c, with core/fake.c and core/inject.c), and a conn
- * of the public listener is the ingress gateway (core/gateway.c). Every
- * completion comes back here first (conn_on_cqe); a relay's completion in the
- * mode's state goes to the mode's table (c->mode, struct conn_mode), and so
- * does everything else a mode does its own way (early data, the end, records).
- * The spine names a tier only where the mode is chosen: in decide, where the
- * verdict's tier picks the table, and at the accept, where a gateway
- * listener's conn gets the gateway's (ingress_accepted).
+ * Once decided, a conn runs in its mode, a file each (the map is in
+ * core/conn_int.h), behind its table (c->mode, struct conn_mode): relay
+ * completions in the mode's state, early data, the end and the records go
+ * there, so the spine names a tier only where a mode is chosen: in decide,
+ * by the verdict's tier, and at the accept, where a gateway listener's conn
+ * gets the gateway's (ingress_accepted).
  *
- * Bytes the client sent after its head, before the multishot receive was
- * cancelled, are "early data": the tail of the head buffer plus a short FIFO
- * of provided buffers, forwarded before the relay proper starts (in TERM the
- * same FIFO queues ciphertext the session cannot take yet).
+ * "Early data" is what the client sent after its head before the receive was
+ * cancelled: the head buffer's tail plus a short FIFO of provided buffers,
+ * forwarded before the relay starts (in TERM it queues ciphertext).
  *
  * Invariants: each operation kind has at most one SQE in flight (a bit in
  * c->ops); a conn is freed only in CLOSING with no op, cancel or lookup in
@@ -680,10 +671,7 @@ static void head_eof(struct conn *c)
 {
 	c->flags |= F_CLIENT_EOF;
 	switch (c->state) {
-	case ST_HEAD:
-		/* A keep-alive client leaving, or one that gave up mid-head. */
-		conn_close(c);
-		break;
+	case ST_HEAD: /* a keep-alive client leaving, or one that gave up mid-head */
 	case ST_LINGER:
 		conn_close(c);
 		break;
@@ -787,12 +775,6 @@ void request_copy(struct conn *c, const struct http1_request *req)
 static void resolve_start(struct conn *c);
 
 /*
- * The sandbox's limits on a request the policy allows: its connections at
- * once (checked on a connection's first request) and its request rate (a
- * bucket on this worker; the TCP listener's sandbox, served by every worker,
- * gets one per worker). Sets c->retry_after_s for the answer.
- */
-/*
  * The deciding rule's limits for this sandbox (an entry of the worker's
  * table): connections on the rule at once, then its request rate. Checked
  * before the sandbox's own limits, so a request the rule refuses spends
@@ -829,6 +811,12 @@ static enum reason rule_limits_refusal(struct conn *c, const struct verdict *v)
 	return REASON_NONE;
 }
 
+/*
+ * The sandbox's limits on a request the policy allows: its connections at
+ * once (checked on a connection's first request) and its request rate (a
+ * bucket on this worker; the TCP listener's sandbox, served by every worker,
+ * gets one per worker). Sets c->retry_after_s for the answer.
+ */
 static enum reason limits_refusal(struct conn *c, const struct verdict_limits *limits)
 {
 	const struct engine_sandbox *sb = conn_sandbox(c);
@@ -956,7 +944,6 @@ void decide(struct conn *c, const struct http1_request *req)
 	c->mode = c->inject != NULL ? &inject_mode : req->is_connect ? &tunnel_mode : &forward_mode;
 	c->keep_alive = req->keep_alive;
 	c->client_http10 = req->version_minor == 0;
-	c->client_http10 = req->version_minor == 0;
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
 	c->req_body = (uint8_t)req->body;
 	c->req_left = req->content_length;
@@ -1070,7 +1057,6 @@ static bool literal_addr(const char *host, uint16_t port, struct sockaddr_storag
 	return false;
 }
 
-/* Splits a local upstream "host:port" / "[v6]:port" into <host> and <port>. */
 /*
  * A Unix socket upstream's address lives in the storage of c->addrs (it
  * holds four IPv6 addresses: more than a sockaddr_un), so a conn does not
@@ -1100,6 +1086,7 @@ static void unix_upstream_start(struct conn *c)
 	connect_next(c);
 }
 
+/* Splits a local upstream "host:port" / "[v6]:port" into <host> and <port>. */
 static bool upstream_split(const char *up, char *host, size_t cap, uint16_t *port)
 {
 	const char *colon = strrchr(up, ':');
