@@ -1,30 +1,23 @@
 /*
  * The connection state machine's spine (DESIGN.md sections 3, 4 and 6): what
- * every conn goes through, whatever its mode.
- *
- * A conn starts in HEAD with a multishot receive on the client socket: each
- * completion's bytes are copied into a pooled head buffer and the head is
+ * every conn goes through, whatever its mode. A conn starts in HEAD with a
+ * multishot receive whose bytes are copied into a pooled head buffer and
  * re-parsed (heads are small; the parser is one pass). A complete head is
- * decided against the policy, the name resolved (literal, static table or
- * c-ares) and every address checked before a direct-descriptor socket is
- * connected with a linked timeout. Every refusal goes through respond():
- * audit record first (its id is in the answer), then the deny-contract
- * response, then LINGER, which shuts our side and drains the client until EOF
- * so the kernel never resets a response the client has not read.
+ * decided, the name resolved (literal, static table or c-ares) and every
+ * address checked before a direct-descriptor socket connects with a linked
+ * timeout. Every refusal goes through respond(): audit record first (its id
+ * is in the answer), the deny-contract response, then LINGER, which drains
+ * the client until EOF so the kernel never resets an answer still unread.
  *
- * Once connected, a conn runs in its mode, each in a file of its own (the map
- * is in core/conn_int.h): a CONNECT becomes TUNNEL (core/tunnel.c), an
- * absolute-form request FORWARD (core/forward.c), a CONNECT to a terminated
- * tier TERM (core/tlsterm.c, with core/fake.c and core/inject.c), and a conn
- * of the public listener is the ingress gateway (core/gateway.c). Every
- * completion comes back here first (conn_on_cqe); a relay's completion in the
- * mode's state goes to the mode's table (c->mode, struct conn_mode), chosen
- * when the request is decided, so the spine names no mode's handler.
+ * Once decided, a conn runs in its mode, a file each (the map is in
+ * core/conn_int.h), behind its table (c->mode, struct conn_mode): relay
+ * completions in the mode's state, early data, the end and the records go
+ * there. Which mode serves a conn is core/modes.c's to say, at the accept
+ * and once a request is allowed, so the spine names no tier or mode.
  *
- * Bytes the client sent after its head, before the multishot receive was
- * cancelled, are "early data": the tail of the head buffer plus a short FIFO
- * of provided buffers, forwarded before the relay proper starts (in TERM the
- * same FIFO queues ciphertext the session cannot take yet).
+ * "Early data" is what the client sent after its head before the receive was
+ * cancelled: the head buffer's tail plus a short FIFO of provided buffers,
+ * forwarded before the relay starts (in TERM it queues ciphertext).
  *
  * Invariants: each operation kind has at most one SQE in flight (a bit in
  * c->ops); a conn is freed only in CLOSING with no op, cancel or lookup in
@@ -53,10 +46,8 @@
 #include "core/compat.h"
 #include "core/deny.h"
 #include "core/engine.h"
-#include "core/ingress.h"
 #include "core/log.h"
 #include "core/ud.h"
-#include "core/worker.h"
 
 #define CONN_LINGER_MS 2000u
 
@@ -84,22 +75,12 @@ const struct engine_sandbox *conn_sandbox(const struct conn *c)
 	return c->w->e->sandboxes[c->sandbox];
 }
 
-/*
- * The id of the conn's sandbox as a string in <buf> (CONFIG_SANDBOX_ID_BYTES_MAX):
- * a gateway conn's is its routed request's, "" before a request is routed.
- */
+/* The id of the conn's sandbox as a string, in <buf> (CONFIG_SANDBOX_ID_BYTES_MAX) or static. */
 static const char *conn_sandbox_id(const struct conn *c, char *buf)
 {
-	if (c->ingress_tls)
-		return ""; /* it only decrypts: the conn it hands the requests to routes them */
-	if (!c->ingress)
-		return conn_sandbox(c)->id;
-	size_t n = c->head != NULL ? c->ingress_id_len : 0;
-	AN_ASSERT(n < CONFIG_SANDBOX_ID_BYTES_MAX);
-	if (n > 0)
-		memcpy(buf, c->head + c->ingress_id_off, n);
-	buf[n] = '\0';
-	return buf;
+	if (c->mode != NULL && c->mode->sandbox_id != NULL)
+		return c->mode->sandbox_id(c, buf);
+	return conn_sandbox(c)->id;
 }
 
 uint64_t upstream_key(const char *host, size_t len, uint16_t port)
@@ -153,9 +134,9 @@ void audit_decision(struct conn *c, bool allowed, uint16_t status)
 
 	c->decision_id = audit_next_id(ar);
 	c->status = status;
-	if (c->ingress) {
+	if (c->mode != NULL && c->mode->record_at_end) {
 		c->reason = allowed ? (uint8_t)REASON_NONE : c->reason;
-		return; /* the request's one record is written when it ends: ingress_audit */
+		return; /* the request's one record is written when it ends: close_record */
 	}
 	struct audit_record *rec = audit_claim(ar);
 	if (rec == NULL)
@@ -179,12 +160,10 @@ static void audit_close_record(struct conn *c)
 {
 	struct audit_ring *ar = c->w->audit;
 
-	if (c->ingress) {
-		ingress_audit(c); /* a request cut short; a gateway conn has no close record */
+	if (c->mode != NULL && c->mode->close_record != NULL) {
+		c->mode->close_record(c);
 		return;
 	}
-	if (c->ingress_tls)
-		return; /* its requests are recorded by the conns it hands them to */
 	struct audit_record *rec = audit_claim(ar);
 	if (rec == NULL)
 		return;
@@ -199,34 +178,6 @@ static void audit_close_record(struct conn *c)
 	rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
 	if (c->addr_next < c->addr_count && c->requests > 0 && c->reason == REASON_NONE)
 		addr_format(&c->addrs[c->addr_next], rec->addr, sizeof(rec->addr));
-	audit_commit(ar, rec);
-}
-
-/*
- * The record of the gateway request that just ended (answered, refused or
- * cut): who sent what to which sandbox, and what came back. At most one per
- * request.
- */
-void ingress_audit(struct conn *c)
-{
-	struct audit_ring *ar = c->w->audit;
-
-	AN_ASSERT(c->ingress);
-	if (!c->ingress_record)
-		return;
-	c->ingress_record = false;
-	struct audit_record *rec = audit_claim(ar);
-	if (rec == NULL)
-		return;
-	rec->kind = AUDIT_INGRESS;
-	rec->id = c->decision_id != 0 ? c->decision_id : audit_next_id(ar);
-	rec->allowed = c->reason == REASON_NONE;
-	rec->status = c->status;
-	record_common(c, rec);
-	rec->bytes_up = c->bytes_up + c->up.bytes;
-	rec->bytes_down = c->bytes_down + c->down.bytes;
-	rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
-	addr_format(&c->client, rec->addr, sizeof(rec->addr));
 	audit_commit(ar, rec);
 }
 
@@ -364,9 +315,8 @@ static void conn_maybe_free(struct conn *c)
 	if (c->state != ST_CLOSING || c->ops != 0 || c->cancels != 0 || (c->flags & F_DNS))
 		return;
 	/* Only now, with no op of ours left to resolve them, may the slots be reused. */
-	if (c->inject != NULL && c->ufd >= 0)
-		(void)inject_park(
-		    c); /* a verified upstream between exchanges serves the next conn */
+	if (c->mode != NULL && c->mode->end != NULL)
+		c->mode->end(c); /* an upstream it may park, what it counts */
 	if (c->cfd >= 0)
 		close_slot(c, &c->cfd);
 	if (c->ufd >= 0)
@@ -382,12 +332,8 @@ static void conn_maybe_free(struct conn *c)
 	if (c->snap != NULL)
 		snapshot_put(c->snap, w->index); /* after the record: it borrows the rule id */
 	c->snap = NULL;
-	if (c->ingress_path_fd >= 0)
-		close(c->ingress_path_fd);
-	c->ingress_path_fd = -1;
-	ingress_release(c);
 	share_put(&w->share, c->share_key);
-	if (!c->ingress && !c->ingress_tls) {
+	if (c->share_key != SHARE_KEY_PUBLIC) { /* a sandbox's listener: counted at the accept */
 		struct engine_sandbox *sb = w->e->sandboxes[c->sandbox];
 		uint32_t live = atomic_fetch_sub_explicit(&sb->conns, 1, memory_order_relaxed);
 		AN_ASSERT(live > 0);
@@ -502,26 +448,6 @@ static void set_nodelay(struct conn *c, uint32_t op, int fd)
 }
 
 /*
- * A conn of the public listener (no sandbox until a request names one), of
- * its TLS form (decrypting for the internal socket), or of the internal
- * socket (a decrypted one: who the client is comes in its PROXY header).
- */
-static void ingress_accepted(struct conn *c, const struct worker_listener *l)
-{
-	AN_ASSERT(l->ingress || l->internal);
-	AN_ASSERT(l->sandbox == WORKER_NO_SANDBOX);
-	if (l->internal) {
-		c->ingress = true;
-		c->ingress_proxied = true;
-		return;
-	}
-	c->ingress_tls = l->w->e->ingress_tls;
-	c->ingress = !c->ingress_tls;
-	size_t n = l->peer_len < sizeof(c->client) ? l->peer_len : sizeof(c->client);
-	memcpy(&c->client, &l->peer, n);
-}
-
-/*
  * Who may use a sandbox's egress socket is its agent's uid (and root): the
  * socket's owner and mode (0600) make the kernel refuse everyone else, and
  * the peer's credentials, read before the first byte, refuse and audit what
@@ -599,9 +525,7 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 	}
 	share_take(&w->share, share_key);
 	c->share_key = share_key;
-	if (l->ingress || l->internal)
-		ingress_accepted(c, l);
-	else
+	if (!conn_mode_accepted(c, l))
 		atomic_fetch_add_explicit(&w->e->sandboxes[l->sandbox]->conns, 1,
 					  memory_order_relaxed);
 	w->stats.accepted++;
@@ -622,8 +546,8 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		c->flags |= F_TCP_CLIENT;
 		set_nodelay(c, OP_NODELAY_C, c->cfd);
 	}
-	if (c->ingress_tls) {
-		tlsrelay_connect(c);
+	if (c->mode != NULL && c->mode->accepted != NULL) {
+		c->mode->accepted(c);
 		return;
 	}
 	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
@@ -706,11 +630,8 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		head_parse(c);
 		return;
 	}
-	if (c->state == ST_TERM) {
-		/* The last of the head receive, cancelled when the session began. */
-		c->active_ms = c->w->now_ms;
-		c->bytes_up += len;
-		term_ciphertext(c, bid, len); /* takes the buffer */
+	if (conn_in_mode(c) && c->mode->client_data != NULL) {
+		c->mode->client_data(c, bid, len); /* takes the buffer */
 		return;
 	}
 	if (head_keeps(c, len)) {
@@ -731,10 +652,8 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		conn_close(c);
 		return;
 	}
-	if (c->state == ST_TUNNEL)
-		up_prelude_step(c);
-	else if (c->state == ST_FORWARD)
-		fwd_up_step(c);
+	if (conn_in_mode(c) && c->mode->early != NULL)
+		c->mode->early(c);
 }
 
 bool head_recv_wanted(const struct conn *c)
@@ -749,15 +668,9 @@ static void head_eof(struct conn *c)
 {
 	c->flags |= F_CLIENT_EOF;
 	switch (c->state) {
-	case ST_HEAD:
-		/* A keep-alive client leaving, or one that gave up mid-head. */
-		conn_close(c);
-		break;
+	case ST_HEAD: /* a keep-alive client leaving, or one that gave up mid-head */
 	case ST_LINGER:
 		conn_close(c);
-		break;
-	case ST_TERM:
-		term_eof(c);
 		break;
 	case ST_RESOLVE:
 	case ST_CONNECT:
@@ -765,6 +678,8 @@ static void head_eof(struct conn *c)
 		 * shut the upstream's write side once the tunnel is up. */
 		break;
 	default:
+		if (conn_in_mode(c) && c->mode->client_eof != NULL)
+			c->mode->client_eof(c);
 		break;
 	}
 }
@@ -829,10 +744,8 @@ static void on_head_recv(struct conn *c, int res, uint32_t cqe_flags)
 		else
 			head_recv_arm(c);
 	}
-	if (!more && c->state == ST_TUNNEL)
-		up_prelude_step(c);
-	else if (!more && c->state == ST_FORWARD)
-		fwd_up_step(c);
+	if (!more && conn_in_mode(c) && c->mode->early != NULL)
+		c->mode->early(c);
 }
 
 /* ---- deciding -------------------------------------------------------- */
@@ -858,12 +771,6 @@ void request_copy(struct conn *c, const struct http1_request *req)
 
 static void resolve_start(struct conn *c);
 
-/*
- * The sandbox's limits on a request the policy allows: its connections at
- * once (checked on a connection's first request) and its request rate (a
- * bucket on this worker; the TCP listener's sandbox, served by every worker,
- * gets one per worker). Sets c->retry_after_s for the answer.
- */
 /*
  * The deciding rule's limits for this sandbox (an entry of the worker's
  * table): connections on the rule at once, then its request rate. Checked
@@ -901,6 +808,12 @@ static enum reason rule_limits_refusal(struct conn *c, const struct verdict *v)
 	return REASON_NONE;
 }
 
+/*
+ * The sandbox's limits on a request the policy allows: its connections at
+ * once (checked on a connection's first request) and its request rate (a
+ * bucket on this worker; the TCP listener's sandbox, served by every worker,
+ * gets one per worker). Sets c->retry_after_s for the answer.
+ */
 static enum reason limits_refusal(struct conn *c, const struct verdict_limits *limits)
 {
 	const struct engine_sandbox *sb = conn_sandbox(c);
@@ -935,7 +848,7 @@ static bool refusal_keeps(const struct conn *c, const struct http1_request *req,
 {
 	if (why != REASON_RATE_LIMITED && why != REASON_CONCURRENCY_LIMITED)
 		return false;
-	if (!req->keep_alive || req->body != HTTP1_BODY_NONE || c->ingress)
+	if (!req->keep_alive || req->body != HTTP1_BODY_NONE)
 		return false;
 	AN_ASSERT(c->head_len <= c->head_fill);
 	return !req->is_connect || (c->head_fill == c->head_len && c->early_count == 0);
@@ -945,14 +858,14 @@ static bool refusal_keeps(const struct conn *c, const struct http1_request *req,
  * Points the request about to be decided at the worker's snapshot (a kept-
  * alive conn moves on to a reloaded policy at its next request) and returns
  * what its sandbox is under it; NULL when the snapshot does not know the
- * sandbox, which a fresh look at the published one settles.
+ * sandbox (a reload dropped it). The worker adopted the published snapshot
+ * before it applied the command that brought the sandbox (a listener, a
+ * gateway route), so a sandbox added since its last turn is known here.
  */
 const struct snapshot_sandbox *snapshot_take(struct conn *c)
 {
 	struct worker *w = c->w;
 
-	if (!w->policy->sandboxes[c->sandbox].known)
-		worker_policy_refresh(w);
 	if (c->snap != w->policy) {
 		if (c->snap != NULL)
 			snapshot_put(c->snap, w->index);
@@ -961,26 +874,6 @@ const struct snapshot_sandbox *snapshot_take(struct conn *c)
 	}
 	const struct snapshot_sandbox *sb = &c->snap->sandboxes[c->sandbox];
 	return sb->known ? sb : NULL;
-}
-
-/*
- * Whether the request head <head>/<len> carries one of the sandbox's
- * placeholders where its rule does not send it (<own>: the inject rule the
- * request goes to, NULL: none): an agent steered to send its credential
- * elsewhere. Counted when so; the caller refuses placeholder_misdirected.
- */
-bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
-			     const struct verdict_inject *own)
-{
-	const struct verdict_ops *ops = c->w->e->ops;
-
-	AN_ASSERT(c->snap != NULL);
-	if (ops->placeholder_elsewhere == NULL ||
-	    !ops->placeholder_elsewhere(c->snap->policy, c->snap->sandboxes[c->sandbox].profile,
-					head, len, own))
-		return false;
-	c->w->stats.misdirected++;
-	return true;
 }
 
 void decide(struct conn *c, const struct http1_request *req)
@@ -1018,8 +911,7 @@ void decide(struct conn *c, const struct http1_request *req)
 		respond(c, refusal);
 		return;
 	}
-	if (placeholder_misdirected(c, c->head, c->head_len,
-				    v.tier == TIER_INJECT ? v.inject : NULL)) {
+	if (placeholder_misdirected(c, c->head, c->head_len, v.inject)) {
 		rule_limit_release(c);
 		respond(c, REASON_PLACEHOLDER_MISDIRECTED);
 		return;
@@ -1030,24 +922,9 @@ void decide(struct conn *c, const struct http1_request *req)
 		memcpy(c->host, v.ip, ip_len + 1);
 		c->host_len = (uint8_t)ip_len;
 	}
-	if (v.tier == TIER_INJECT && !req->is_connect) {
-		respond(c, REASON_TIER_UNAVAILABLE); /* a credential never goes out in clear */
+	if (conn_mode_start(c, req, &v))
 		return;
-	}
-	c->inject = v.tier == TIER_INJECT ? v.inject : NULL;
-	if (v.tier == TIER_FAKE) {
-		c->fake = v.fake;
-		if (req->is_connect) {
-			c->mode = &fake_mode;
-			term_start(c);
-		} else {
-			fake_plain(c, req);
-		}
-		return;
-	}
-	c->mode = c->inject != NULL ? &inject_mode : req->is_connect ? &tunnel_mode : &forward_mode;
 	c->keep_alive = req->keep_alive;
-	c->client_http10 = req->version_minor == 0;
 	c->client_http10 = req->version_minor == 0;
 	c->head_method = req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
 	c->req_body = (uint8_t)req->body;
@@ -1063,41 +940,9 @@ void decide(struct conn *c, const struct http1_request *req)
 		forward_start(c);
 		return;
 	}
-	c->upstream_local = v.upstream;
-	if (c->inject != NULL && inject_take_pooled(c))
+	if (c->mode->pooled != NULL && c->mode->pooled(c))
 		return;
 	resolve_start(c);
-}
-
-/*
- * A conn of the gateway's internal socket starts with the PROXY v2 header
- * of the TLS relay that decrypts for it: the client's address is taken and
- * the header dropped from the head buffer. True when a head may follow.
- */
-static bool ingress_proxy_take(struct conn *c)
-{
-	struct sockaddr_storage src;
-
-	AN_ASSERT(c->ingress_proxied && !c->ingress_proxy_done);
-	ssize_t n = ingress_proxy_parse(c->head, c->head_fill, &src);
-	if (n == -EAGAIN)
-		return false;
-	if (n < 0) {
-		log_warn("ingress: a malformed PROXY header on %s",
-			 c->w->e->ingress_internal.sun_path);
-		conn_close(c);
-		return false;
-	}
-	AN_ASSERT((uint32_t)n <= c->head_fill);
-	if (src.ss_family != AF_INET && src.ss_family != AF_INET6) {
-		conn_close(c); /* LOCAL: the relay always names its client */
-		return false;
-	}
-	memcpy(&c->client, &src, sizeof(c->client));
-	memmove(c->head, c->head + n, c->head_fill - (uint32_t)n);
-	c->head_fill -= (uint32_t)n;
-	c->ingress_proxy_done = true;
-	return c->head_fill > 0;
 }
 
 void head_parse(struct conn *c)
@@ -1105,15 +950,15 @@ void head_parse(struct conn *c)
 	struct http1_request req;
 	enum reason why = REASON_BAD_REQUEST;
 
-	if (c->ingress_proxied && !c->ingress_proxy_done && !ingress_proxy_take(c))
+	if (c->mode != NULL && c->mode->head_prefix != NULL && !c->mode->head_prefix(c))
 		return;
 	ssize_t n = http1_parse_request(c->head, c->head_fill, &req, &why);
 	if (n == -EAGAIN)
 		return;
 	timer_disarm(c->w->timers, &c->timer);
 	if (n < 0) {
-		if (c->ingress)
-			ingress_begin(c);
+		if (c->mode != NULL && c->mode->request_refused != NULL)
+			c->mode->request_refused(c);
 		c->host_len = 0;
 		c->method_len = 0;
 		c->path_len = 0;
@@ -1126,8 +971,8 @@ void head_parse(struct conn *c)
 	}
 	c->head_len = (uint32_t)n;
 	c->early_off = 0;
-	if (c->ingress)
-		ingress_decide(c, &req);
+	if (c->mode != NULL && c->mode->decide != NULL)
+		c->mode->decide(c, &req);
 	else
 		decide(c, &req);
 }
@@ -1138,7 +983,7 @@ void head_parse(struct conn *c)
 static void addrs_accept(struct conn *c, const struct sockaddr_storage *addrs, uint32_t count)
 {
 	const struct engine *e = c->w->e;
-	bool checked = c->tier != TIER_LOCAL;
+	bool checked = c->upstream_local == NULL;
 
 	c->addr_count = 0;
 	c->addr_next = 0;
@@ -1193,7 +1038,6 @@ static bool literal_addr(const char *host, uint16_t port, struct sockaddr_storag
 	return false;
 }
 
-/* Splits a local upstream "host:port" / "[v6]:port" into <host> and <port>. */
 /*
  * A Unix socket upstream's address lives in the storage of c->addrs (it
  * holds four IPv6 addresses: more than a sockaddr_un), so a conn does not
@@ -1223,6 +1067,7 @@ static void unix_upstream_start(struct conn *c)
 	connect_next(c);
 }
 
+/* Splits a local upstream "host:port" / "[v6]:port" into <host> and <port>. */
 static bool upstream_split(const char *up, char *host, size_t cap, uint16_t *port)
 {
 	const char *colon = strrchr(up, ':');
@@ -1257,11 +1102,11 @@ static void resolve_start(struct conn *c)
 
 	memcpy(name, c->host, (size_t)c->host_len + 1);
 	c->flags &= (uint8_t)~F_UNIX_UP;
-	if (c->tier == TIER_LOCAL && c->upstream_local != NULL && c->upstream_local[0] == '/') {
+	if (c->upstream_local != NULL && c->upstream_local[0] == '/') {
 		unix_upstream_start(c);
 		return;
 	}
-	if (c->tier == TIER_LOCAL &&
+	if (c->upstream_local != NULL &&
 	    !upstream_split(c->upstream_local, name, sizeof(name), &port)) {
 		respond(c, REASON_TIER_UNAVAILABLE);
 		return;
@@ -1291,14 +1136,9 @@ void connect_next(struct conn *c)
 	if (c->addr_next >= c->addr_count) {
 		bool timed_out = c->connect_err == -ETIMEDOUT || c->connect_err == -ECANCELED;
 		c->addr_next = 0;
-		if (c->ingress_tls) {
-			log_warn("ingress: %s: %s", c->w->e->ingress_internal.sun_path,
-				 strerror(-c->connect_err));
-			conn_close(c); /* no HTTP can be spoken before the TLS is */
-		} else if (c->ingress) {
-			respond(c,
-				REASON_AGENT_NOT_LISTENING); /* refused, or its backlog is full */
-		} else
+		if (c->mode != NULL && c->mode->unreachable != NULL)
+			c->mode->unreachable(c);
+		else
 			respond(c,
 				timed_out ? REASON_UPSTREAM_TIMEOUT : REASON_UPSTREAM_UNREACHABLE);
 		return;
@@ -1444,8 +1284,9 @@ void linger_start(struct conn *c)
 {
 	c->state = ST_LINGER;
 	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS);
-	if (c->ufd >= 0 && !inject_parkable(c))
-		close_slot(c, &c->ufd); /* a parkable one waits for the conn's end: inject_park */
+	bool parkable = c->mode != NULL && c->mode->parkable != NULL && c->mode->parkable(c);
+	if (c->ufd >= 0 && !parkable)
+		close_slot(c, &c->ufd); /* a parkable one waits for the conn's end: mode->end */
 	if (c->ops & op_bit(dir_op(DIR_DOWN, ROP_SHUT)))
 		return;
 	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(DIR_DOWN, ROP_SHUT));
@@ -1456,6 +1297,33 @@ void linger_start(struct conn *c)
 		return; /* nothing left to drain: closed when the shutdown completes */
 	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
 		head_recv_arm(c);
+}
+
+/* An answer that keeps the conn (a fake answer in clear, or a limit's 429: refusal_keeps)
+ * is out: the conn goes back to reading the next head. */
+static void head_read_next(struct conn *c)
+{
+	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
+	if (c->early_count > 0 || (c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
+		linger_start(c);
+		return;
+	}
+	uint32_t rest = c->head_fill - c->head_len;
+	memmove(c->head, c->head + c->head_len, rest);
+	c->head_fill = rest;
+	c->head_len = 0;
+	c->path_len = 0;
+	c->fake_keep = false;
+	c->answer_body = NULL;
+	c->answer_body_len = 0;
+	c->rule = NULL;
+	c->state = ST_HEAD;
+	c->down.state = R_IDLE;
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
+		head_recv_arm(c);
+	if (rest > 0)
+		head_parse(c);
 }
 
 /* Relay-kind completions outside TUNNEL and FORWARD: answering and lingering. */
@@ -1469,7 +1337,7 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 		if (out_sent(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, res))
 			return;
 		if (c->answer_body_len > 0 && c->out_ptr != c->answer_body) {
-			/* A fake answer in clear: its body follows its head. */
+			/* An answer with a body of its own (a fake one in clear): it follows. */
 			c->out_ptr = c->answer_body;
 			c->out_len = c->answer_body_len;
 			c->out_off = 0;
@@ -1477,7 +1345,7 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 			return;
 		}
 		if (c->fake_keep)
-			fake_plain_done(c);
+			head_read_next(c);
 		else
 			linger_start(c);
 		return;
@@ -1494,16 +1362,6 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 /* ---- dispatch --------------------------------------------------------- */
 
 static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags);
-
-/* Whether <c> runs in its mode's state, where the mode handles its relays' completions. */
-static bool conn_in_mode(const struct conn *c)
-{
-	if (c->state != ST_TUNNEL && c->state != ST_FORWARD && c->state != ST_TERM)
-		return false;
-	AN_ASSERT(c->mode != NULL);
-	AN_ASSERT(c->mode->state == c->state);
-	return true;
-}
 
 void conn_on_cqe(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 {
@@ -1579,8 +1437,8 @@ void conn_on_timer(struct conn *c)
 		if (c->head_fill == 0) {
 			conn_close(c); /* idle keep-alive, or a client that never spoke */
 		} else {
-			if (c->ingress)
-				ingress_begin(c);
+			if (c->mode != NULL && c->mode->request_refused != NULL)
+				c->mode->request_refused(c);
 			respond(c, REASON_REQUEST_TIMEOUT);
 		}
 		break;
@@ -1590,7 +1448,7 @@ void conn_on_timer(struct conn *c)
 	case ST_TUNNEL:
 	case ST_FORWARD:
 	case ST_TERM: {
-		if (c->state == ST_TERM && inject_hold_over(c))
+		if (c->mode->timer != NULL && c->mode->timer(c))
 			break;
 		uint64_t idle_ms = w->e->cfg->idle_timeout_ms;
 		uint64_t quiet = w->now_ms - c->active_ms;

@@ -112,12 +112,15 @@ enum { DIR_UP = 0, DIR_DOWN = 1 };
  * A connection mode: what runs a conn once its request is decided, behind one
  * table, so that the spine names no mode (nginx's upstream process_header,
  * HAProxy's mux_ops). One const instance per mode, in the mode's file; c->mode
- * is set where the mode is chosen (decide, ingress_decide, the TLS front's
- * accept) or handed over (a gateway request upgraded to a tunnel), always
- * before the conn enters <state>. The spine calls a mode's io and buffers only
- * while c->state is its <state>, and its connected only from ST_CONNECT.
- * Adding a mode: its instance below, the state it runs in, the place that
- * chooses it.
+ * is set where the mode is chosen (core/modes.c; ingress_decide) or handed
+ * over (a gateway request upgraded to a tunnel), always before the conn enters
+ * <state>. The gateway's conns get theirs at the accept (conn_mode_accepted):
+ * what the gateway does differently from the first byte on (the PROXY header,
+ * routing by path, one record per request) is in the hooks marked "any state".
+ * The spine calls the other hooks only while c->state is the mode's <state>
+ * (conn_in_mode), and connected only from ST_CONNECT. A NULL hook means the
+ * spine's own behaviour, as said for each. Adding a mode: its instance below,
+ * the state it runs in, and a case in core/modes.c.
  */
 struct conn_mode {
 	uint8_t state; /* ST_TUNNEL, ST_FORWARD or ST_TERM */
@@ -129,7 +132,62 @@ struct conn_mode {
 	void (*buffers)(struct conn *c);
 	/* ST_TERM modes: moves the plaintext as far as it goes (term_pump's step); else NULL. */
 	void (*pump)(struct conn *c);
+	/* The head receive's bytes, provided buffer <bid> of <len>, in <state>: takes the
+	 * buffer. NULL: they are queued as early data, then early is called. */
+	void (*client_data)(struct conn *c, uint16_t bid, uint32_t len);
+	/* Early data was queued, or the head receive ended, in <state>: moves it on. */
+	void (*early)(struct conn *c);
+	/* The head receive saw the client's EOF in <state>. NULL: the relay will see it. */
+	void (*client_eof)(struct conn *c);
+	/* The conn's timer fired in <state>: true when it was the mode's own (the spine's
+	 * idle check is skipped). NULL: the timer is always the idle timeout. */
+	bool (*timer)(struct conn *c);
+	/* Whether the upstream outlives the answer (end keeps it): linger leaves c->ufd. */
+	bool (*parkable)(const struct conn *c);
+	/* Before resolving an allowed request: takes a pooled upstream for it and goes on;
+	 * true when it took one. NULL: every request resolves and connects. */
+	bool (*pooled)(struct conn *c);
+	/* Any state: the conn ends, no op of its own in flight, its slots still open. */
+	void (*end)(struct conn *c);
+	/* Any state: the conn is accepted and set up; starts it instead of reading a head. */
+	void (*accepted)(struct conn *c);
+	/* Any state: the head buffer holds the client's next bytes; consumes what comes
+	 * before a head. True when a head may follow; false to wait, or closed. */
+	bool (*head_prefix)(struct conn *c);
+	/* Any state: decides parsed request <req> instead of the spine's decide. */
+	void (*decide)(struct conn *c, const struct http1_request *req);
+	/* Any state: a request is refused before it is decided (a bad or late head). */
+	void (*request_refused)(struct conn *c);
+	/* Any state: no address of the upstream is left to try; answers or closes. */
+	void (*unreachable)(struct conn *c);
+	/* Any state: the sandbox's id for answers and records, in <buf>
+	 * (CONFIG_SANDBOX_ID_BYTES_MAX) or static. NULL: the accepting sandbox's. */
+	const char *(*sandbox_id)(const struct conn *c, char *buf);
+	/* Any state: writes the conn's close record instead of the spine's. */
+	void (*close_record)(struct conn *c);
+	/* Any state: a request's decision writes no record; close_record writes its one. */
+	bool record_at_end;
 };
+
+/* core/modes.c: which mode serves a conn. */
+/* A conn accepted on <l>: sets the mode of a gateway listener's conn; false for a sandbox's. */
+bool conn_mode_accepted(struct conn *c, const struct worker_listener *l);
+/*
+ * Request <req> is allowed by <v>: sets the mode that serves it (c->mode and
+ * its tier's state). True when it was answered here (a fake answer, or a
+ * refusal through respond); false when the spine goes on to the upstream.
+ */
+bool conn_mode_start(struct conn *c, const struct http1_request *req, const struct verdict *v);
+
+/* Whether <c> runs in its mode's state, where the mode handles its relays' completions. */
+static inline bool conn_in_mode(const struct conn *c)
+{
+	if (c->state != ST_TUNNEL && c->state != ST_FORWARD && c->state != ST_TERM)
+		return false;
+	AN_ASSERT(c->mode != NULL);
+	AN_ASSERT(c->mode->state == c->state);
+	return true;
+}
 
 /* The answer to an allowed CONNECT, before the tunnel or the terminated session. */
 static const char reply_established[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
@@ -235,8 +293,6 @@ void addr_format(const union conn_addr *a, char *out, size_t cap);
 void record_common(const struct conn *c, struct audit_record *rec);
 /* Writes the decision record for the current request; sets c->decision_id. */
 void audit_decision(struct conn *c, bool allowed, uint16_t status);
-/* Writes the record of the gateway request that just ended; at most one per request. */
-void ingress_audit(struct conn *c);
 
 /*
  * Queues provided buffer <bid> of <len> bytes behind the conn's early data.
@@ -269,12 +325,6 @@ void request_copy(struct conn *c, const struct http1_request *req);
  * returns its sandbox under it; NULL when the snapshot does not know it.
  */
 const struct snapshot_sandbox *snapshot_take(struct conn *c);
-/*
- * Whether head <head>/<len> carries a placeholder of the sandbox where its
- * rule (<own>, NULL: none) does not send it; counted when so.
- */
-bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
-			     const struct verdict_inject *own);
 /* Decides request <req> (proxy form) against the policy: refuses, or starts its tier. */
 void decide(struct conn *c, const struct http1_request *req);
 
@@ -311,6 +361,10 @@ void up_prelude_step(struct conn *c);
  */
 void tunnel_relay_start(struct conn *c, const char *reply, uint32_t len);
 
+/* tunnel_mode's io and buffers, which the gateway's upgraded requests share. */
+void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags);
+void tunnel_buffers(struct conn *c);
+
 /* core/forward.c */
 /* Absolute-form forwarding and the gateway's requests: ST_FORWARD. */
 extern const struct conn_mode forward_mode;
@@ -318,6 +372,9 @@ extern const struct conn_mode forward_mode;
 void forward_start(struct conn *c);
 /* Moves the request on: the head, early data, then body as it arrives. */
 void fwd_up_step(struct conn *c);
+/* forward_mode's io and buffers, which the gateway's requests share. */
+void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags);
+void fwd_buffers(struct conn *c);
 /*
  * Rewrites the response head <resp>, the <n> bytes at <at> in c->resp, as
  * the proxy forwards it; c->resp_fill grows by at most
@@ -337,12 +394,6 @@ bool term_io(struct conn *c, int dir, uint32_t rop, int res);
 void term_start(struct conn *c);
 /* Moves the sessions as far as they go without the network, then sends and receives. */
 void term_pump(struct conn *c);
-/*
- * The conn's timer fired: if it was an inject response's hold
- * (core/inject.c), the held tail goes to the agent now and the idle timer is
- * armed again; returns whether it was. Else false and nothing changed.
- */
-bool inject_hold_over(struct conn *c);
 /* Sends what the session has for the client; once a close is out, lingers. */
 void term_flush(struct conn *c);
 /* The session ended (<st> CLOSED or ERROR): audit why, queue close_notify. */
@@ -363,6 +414,8 @@ void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len);
 void term_recv_arm(struct conn *c);
 /* The agent closed its side: the session sees the end. */
 void term_eof(struct conn *c);
+/* The head receive's last bytes, <len> in buffer <bid>, once a session began: ciphertext. */
+void term_client_data(struct conn *c, uint16_t bid, uint32_t len);
 
 /* core/fake.c */
 /* The fake tier inside a CONNECT: ST_TERM, never connected. */
@@ -371,30 +424,45 @@ extern const struct conn_mode fake_mode;
 void term_answer(struct conn *c, const struct http1_request *req);
 /* An absolute-form request to a fake host: the rule's answer in clear, through RESPOND. */
 void fake_plain(struct conn *c, const struct http1_request *req);
-/* A fake answer in clear (or a kept 429) is out: back to reading the next head. */
-void fake_plain_done(struct conn *c);
 
 /* core/inject.c */
 /* The credential-inject tier: ST_TERM, with a TLS session of its own upstream. */
 extern const struct conn_mode inject_mode;
-/* Takes a pooled upstream for the inject rule; true when it took one (and went on). */
-bool inject_take_pooled(struct conn *c);
+/*
+ * Whether head <head>/<len> carries a placeholder of the sandbox where its
+ * rule (<own>, NULL: none) does not send it; counted when so.
+ */
+bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
+			     const struct verdict_inject *own);
 /* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
 void inject_request(struct conn *c, const struct http1_request *req, size_t head_len);
 /* Receives the upstream's next ciphertext, unless one runs, a buffer waits or it ended. */
 void inject_recv_arm(struct conn *c);
-/* True when the upstream may serve another agent connection (see inject_park). */
-bool inject_parkable(const struct conn *c);
-/* At the conn's end: hands a parkable upstream to the worker's pool; true when taken. */
-bool inject_park(struct conn *c);
 
 /* core/gateway.c */
+/* A gateway conn, from its accept: its requests forwarded to a sandbox, ST_FORWARD. */
+extern const struct conn_mode gateway_mode;
+/* A gateway request the agent switched protocols on (101): a tunnel, ST_TUNNEL. */
+extern const struct conn_mode gateway_upgraded_mode;
 /* The public listener's TLS front: ST_TERM, relaying plaintext to the internal socket. */
 extern const struct conn_mode gateway_tls_mode;
+/*
+ * A conn accepted on <l>, the public listener, its TLS form or the internal
+ * socket: what kind of gateway conn it is, and the public client's address.
+ */
+void ingress_accepted(struct conn *c, const struct worker_listener *l);
+/*
+ * Takes the PROXY v2 header off the head buffer of a conn of the internal
+ * socket. True when a head may follow; false to wait for more, or (malformed
+ * or LOCAL) with the conn closed.
+ */
+bool ingress_proxy_take(struct conn *c);
 /* A gateway request begins: its record counts from here. */
 void ingress_begin(struct conn *c);
 /* The request no longer counts as open against its sandbox's `concurrent`. */
 void ingress_release(struct conn *c);
+/* Writes the record of the gateway request that just ended; at most one per request. */
+void ingress_audit(struct conn *c);
 /* Routes gateway request <req> by its path to a sandbox, checks it, connects it. */
 void ingress_decide(struct conn *c, const struct http1_request *req);
 /* Connects the routed sandbox's ingress socket, never through a symlink. */

@@ -6,7 +6,7 @@
  * body is borrowed from the snapshot the conn holds, and a request body is
  * read and discarded. An absolute-form http:// request gets the same answer
  * in clear, sent through RESPOND as a refusal is; kept alive, the conn then
- * reads the next request (fake_plain_done), else it lingers.
+ * reads the next request (the spine's fake_plain_done), else it lingers.
  *
  * The answers come from the policy (verdict_ops.fake_response); nothing here
  * allocates but the head buffer the answer is framed in.
@@ -20,7 +20,6 @@
 
 #include "core/an.h"
 #include "core/pool.h"
-#include "core/timer.h"
 #include "core/verdict.h"
 
 /*
@@ -105,33 +104,6 @@ void fake_plain(struct conn *c, const struct http1_request *req)
 	respond_send(c);
 }
 
-/* A fake answer in clear (or a kept 429: refusal_keeps) is out: the conn goes back to
- * reading the next head. */
-void fake_plain_done(struct conn *c)
-{
-	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
-	if (c->early_count > 0 || (c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
-		linger_start(c);
-		return;
-	}
-	uint32_t rest = c->head_fill - c->head_len;
-	memmove(c->head, c->head + c->head_len, rest);
-	c->head_fill = rest;
-	c->head_len = 0;
-	c->path_len = 0;
-	c->fake_keep = false;
-	c->answer_body = NULL;
-	c->answer_body_len = 0;
-	c->rule = NULL;
-	c->state = ST_HEAD;
-	c->down.state = R_IDLE;
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
-		head_recv_arm(c);
-	if (rest > 0)
-		head_parse(c);
-}
-
 /* A fake conn has no upstream: its only completions are the agent side's. */
 static void fake_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
@@ -144,4 +116,6 @@ const struct conn_mode fake_mode = {
 	.io = fake_io,
 	.buffers = term_recv_arm,
 	.pump = term_pump_session,
+	.client_data = term_client_data,
+	.client_eof = term_eof,
 };

@@ -493,7 +493,7 @@ static void request_finish(struct conn *c)
 		head_parse(c);
 }
 
-static void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
 	(void)cqe_flags;
 	c->active_ms = c->w->now_ms;
@@ -506,7 +506,7 @@ static void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_
 }
 
 /* Buffers are back: the body or response receive that waited for one goes on. */
-static void fwd_buffers(struct conn *c)
+void fwd_buffers(struct conn *c)
 {
 	if (c->up.state == R_IDLE)
 		fwd_up_step(c);
@@ -519,4 +519,5 @@ const struct conn_mode forward_mode = {
 	.connected = forward_start,
 	.io = fwd_io,
 	.buffers = fwd_buffers,
+	.early = fwd_up_step,
 };

@@ -10,9 +10,10 @@
  *
  * With TLS on the public listener a first conn only decrypts and hands the
  * plaintext to a second one over the internal socket (the second part of
- * this file). The spine keeps what a gateway conn shares with every conn:
- * the accept (ingress_accepted), the PROXY header before the head
- * (ingress_proxy_take) and the audit record (ingress_audit).
+ * this file). A gateway listener's conn gets its mode at the accept
+ * (ingress_accepted, from core/modes.c); the spine then calls in here through
+ * gateway_mode's hooks: the PROXY header before the head (gateway_head_prefix),
+ * the request's decision (ingress_decide) and its record (ingress_audit).
  */
 #include "core/conn_int.h"
 
@@ -35,6 +36,59 @@
 #include "core/pool.h"
 #include "core/ring.h"
 #include "core/timer.h"
+
+/*
+ * A conn of the public listener (no sandbox until a request names one), of
+ * its TLS form (decrypting for the internal socket), or of the internal
+ * socket (a decrypted one: who the client is comes in its PROXY header).
+ */
+void ingress_accepted(struct conn *c, const struct worker_listener *l)
+{
+	AN_ASSERT(l->ingress || l->internal);
+	AN_ASSERT(l->sandbox == WORKER_NO_SANDBOX);
+	if (l->internal) {
+		c->ingress = true;
+		c->ingress_proxied = true;
+		c->mode = &gateway_mode;
+		return;
+	}
+	c->ingress_tls = l->w->e->ingress_tls;
+	c->ingress = !c->ingress_tls;
+	size_t n = l->peer_len < sizeof(c->client) ? l->peer_len : sizeof(c->client);
+	memcpy(&c->client, &l->peer, n);
+	c->mode = c->ingress_tls ? &gateway_tls_mode : &gateway_mode;
+}
+
+/*
+ * A conn of the gateway's internal socket starts with the PROXY v2 header
+ * of the TLS relay that decrypts for it: the client's address is taken and
+ * the header dropped from the head buffer. True when a head may follow.
+ */
+bool ingress_proxy_take(struct conn *c)
+{
+	struct sockaddr_storage src;
+
+	AN_ASSERT(c->ingress_proxied && !c->ingress_proxy_done);
+	ssize_t n = ingress_proxy_parse(c->head, c->head_fill, &src);
+	if (n == -EAGAIN)
+		return false;
+	if (n < 0) {
+		log_warn("ingress: a malformed PROXY header on %s",
+			 c->w->e->ingress_internal.sun_path);
+		conn_close(c);
+		return false;
+	}
+	AN_ASSERT((uint32_t)n <= c->head_fill);
+	if (src.ss_family != AF_INET && src.ss_family != AF_INET6) {
+		conn_close(c); /* LOCAL: the relay always names its client */
+		return false;
+	}
+	memcpy(&c->client, &src, sizeof(c->client));
+	memmove(c->head, c->head + n, c->head_fill - (uint32_t)n);
+	c->head_fill -= (uint32_t)n;
+	c->ingress_proxy_done = true;
+	return c->head_fill > 0;
+}
 
 /* A gateway request begins: its record counts from here. */
 void ingress_begin(struct conn *c)
@@ -91,6 +145,34 @@ void ingress_release(struct conn *c)
 	uint32_t open = atomic_fetch_sub_explicit(&sb->ingress_open, 1, memory_order_relaxed);
 	AN_ASSERT(open > 0);
 	c->ingress_counted = false;
+}
+
+/*
+ * The record of the gateway request that just ended (answered, refused or
+ * cut): who sent what to which sandbox, and what came back. At most one per
+ * request.
+ */
+void ingress_audit(struct conn *c)
+{
+	struct audit_ring *ar = c->w->audit;
+
+	AN_ASSERT(c->ingress);
+	if (!c->ingress_record)
+		return;
+	c->ingress_record = false;
+	struct audit_record *rec = audit_claim(ar);
+	if (rec == NULL)
+		return;
+	rec->kind = AUDIT_INGRESS;
+	rec->id = c->decision_id != 0 ? c->decision_id : audit_next_id(ar);
+	rec->allowed = c->reason == REASON_NONE;
+	rec->status = c->status;
+	record_common(c, rec);
+	rec->bytes_up = c->bytes_up + c->up.bytes;
+	rec->bytes_down = c->bytes_down + c->down.bytes;
+	rec->duration_ms = (uint32_t)(c->w->now_ms - c->start_ms);
+	addr_format(&c->client, rec->addr, sizeof(rec->addr));
+	audit_commit(ar, rec);
 }
 
 /*
@@ -198,7 +280,7 @@ void ingress_decide(struct conn *c, const struct http1_request *req)
 	c->flags &= (uint8_t)~F_REUSABLE;
 	c->upstream_key = key;
 	c->reused_upstream = c->ufd >= 0;
-	c->mode = &forward_mode;
+	c->mode = &gateway_mode;
 	if (c->ufd >= 0)
 		forward_start(c);
 	else
@@ -302,10 +384,82 @@ void ingress_upgraded(struct conn *c)
 	}
 	audit_decision(c, true, 101);
 	c->state = ST_TUNNEL;
-	c->mode = &tunnel_mode;
+	c->mode = &gateway_upgraded_mode;
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	tunnel_relay_start(c, c->resp, c->resp_fill);
 }
+
+/* A gateway conn's sandbox is its routed request's: "" before a request is routed. */
+static const char *gateway_sandbox_id(const struct conn *c, char *buf)
+{
+	size_t n = c->head != NULL ? c->ingress_id_len : 0;
+	AN_ASSERT(c->ingress);
+	AN_ASSERT(n < CONFIG_SANDBOX_ID_BYTES_MAX);
+	if (n > 0)
+		memcpy(buf, c->head + c->ingress_id_off, n);
+	buf[n] = '\0';
+	return buf;
+}
+
+/* A conn of the internal socket reads the relay's PROXY header before its first head. */
+static bool gateway_head_prefix(struct conn *c)
+{
+	if (!c->ingress_proxied || c->ingress_proxy_done)
+		return true;
+	return ingress_proxy_take(c);
+}
+
+/* The sandbox's ingress socket refused the connect, or its backlog is full. */
+static void gateway_unreachable(struct conn *c)
+{
+	respond(c, REASON_AGENT_NOT_LISTENING);
+}
+
+/* The conn's end: the socket's O_PATH, and the request's place in `concurrent`. */
+static void gateway_end(struct conn *c)
+{
+	if (c->ingress_path_fd >= 0)
+		close(c->ingress_path_fd);
+	c->ingress_path_fd = -1;
+	ingress_release(c);
+}
+
+/*
+ * The gateway's requests run on forwarding (core/forward.c) and, once
+ * upgraded, on the tunnel (core/tunnel.c); what makes them the gateway's is
+ * from the accept on: the PROXY header, routing by path, one record per
+ * request written when it ends, the agent's socket as the upstream.
+ */
+const struct conn_mode gateway_mode = {
+	.state = ST_FORWARD,
+	.connected = forward_start,
+	.io = fwd_io,
+	.buffers = fwd_buffers,
+	.early = fwd_up_step,
+	.end = gateway_end,
+	.head_prefix = gateway_head_prefix,
+	.decide = ingress_decide,
+	.request_refused = ingress_begin,
+	.unreachable = gateway_unreachable,
+	.sandbox_id = gateway_sandbox_id,
+	.close_record = ingress_audit,
+	.record_at_end = true,
+};
+
+const struct conn_mode gateway_upgraded_mode = {
+	.state = ST_TUNNEL,
+	.io = on_relay,
+	.buffers = tunnel_buffers,
+	.early = up_prelude_step,
+	.end = gateway_end,
+	.head_prefix = gateway_head_prefix,
+	.decide = ingress_decide,
+	.request_refused = ingress_begin,
+	.unreachable = gateway_unreachable,
+	.sandbox_id = gateway_sandbox_id,
+	.close_record = ingress_audit,
+	.record_at_end = true,
+};
 
 /* ---- ingress gateway over TLS ------------------------------------------ */
 
@@ -479,10 +633,37 @@ static void gateway_tls_buffers(struct conn *c)
 	term_recv_arm(c);
 }
 
+/* No internal socket to connect to: no HTTP can be spoken before the TLS is. */
+static void tlsrelay_unreachable(struct conn *c)
+{
+	log_warn("ingress: %s: %s", c->w->e->ingress_internal.sun_path, strerror(-c->connect_err));
+	conn_close(c);
+}
+
+/* It only decrypts: the conn it hands the requests to routes them. */
+static const char *tlsrelay_sandbox_id(const struct conn *c, char *buf)
+{
+	(void)c;
+	(void)buf;
+	return "";
+}
+
+/* None: its requests are recorded by the conns it hands them to. */
+static void tlsrelay_close_record(struct conn *c)
+{
+	(void)c;
+}
+
 const struct conn_mode gateway_tls_mode = {
 	.state = ST_TERM,
 	.connected = tlsrelay_start,
 	.io = gateway_tls_io,
 	.buffers = gateway_tls_buffers,
 	.pump = tlsrelay_pump,
+	.client_data = term_client_data,
+	.client_eof = term_eof,
+	.accepted = tlsrelay_connect,
+	.unreachable = tlsrelay_unreachable,
+	.sandbox_id = tlsrelay_sandbox_id,
+	.close_record = tlsrelay_close_record,
 };

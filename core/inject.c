@@ -438,8 +438,12 @@ static uint32_t inject_relay_limit(struct conn *c)
 					all, &view);
 }
 
-/* The conn's timer, while a tail is held: its hold is over. Whether the timer was the hold's. */
-bool inject_hold_over(struct conn *c)
+/*
+ * inject_mode's timer: if a response's tail is held, its hold is over: the
+ * tail goes to the agent now and the idle timer is armed again. Whether the
+ * timer was the hold's; else nothing changed.
+ */
+static bool inject_hold_over(struct conn *c)
 {
 	if (!c->resp_holding)
 		return false;
@@ -633,7 +637,8 @@ static struct uppool_key inject_pool_key(const struct conn *c)
 				    .secret_len = in->secret_len };
 }
 
-bool inject_take_pooled(struct conn *c)
+/* inject_mode's pooled: takes a pooled upstream for the inject rule; true when it took one. */
+static bool inject_take_pooled(struct conn *c)
 {
 	struct worker *w = c->w;
 	const struct uppool_key k = inject_pool_key(c);
@@ -661,8 +666,28 @@ bool inject_take_pooled(struct conn *c)
 	return true;
 }
 
+/*
+ * Whether the request head <head>/<len> carries one of the sandbox's
+ * placeholders where its rule does not send it (<own>: the inject rule the
+ * request goes to, NULL: none): an agent steered to send its credential
+ * elsewhere. Counted when so; the caller refuses placeholder_misdirected.
+ */
+bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
+			     const struct verdict_inject *own)
+{
+	const struct verdict_ops *ops = c->w->e->ops;
+
+	AN_ASSERT(c->snap != NULL);
+	if (ops->placeholder_elsewhere == NULL ||
+	    !ops->placeholder_elsewhere(c->snap->policy, c->snap->sandboxes[c->sandbox].profile,
+					head, len, own))
+		return false;
+	c->w->stats.misdirected++;
+	return true;
+}
+
 /* True when the upstream may serve another agent connection (see inject_park). */
-bool inject_parkable(const struct conn *c)
+static bool inject_parkable(const struct conn *c)
 {
 	const struct term_ops *t = conn_term(c);
 
@@ -678,7 +703,7 @@ bool inject_parkable(const struct conn *c)
  * At the conn's end (no op of its own in flight any more): hands a parkable
  * upstream, slot and session, to the worker's pool. True when it took them.
  */
-bool inject_park(struct conn *c)
+static bool inject_park(struct conn *c)
 {
 	struct worker *w = c->w;
 
@@ -791,10 +816,23 @@ static void inject_buffers(struct conn *c)
 	term_recv_arm(c);
 }
 
+/* At the conn's end: a verified upstream between exchanges serves the next conn. */
+static void inject_end(struct conn *c)
+{
+	if (c->inject != NULL && c->ufd >= 0)
+		(void)inject_park(c);
+}
+
 const struct conn_mode inject_mode = {
 	.state = ST_TERM,
 	.connected = inject_start,
 	.io = inject_io,
 	.buffers = inject_buffers,
 	.pump = inject_pump,
+	.client_data = term_client_data,
+	.client_eof = term_eof,
+	.timer = inject_hold_over,
+	.pooled = inject_take_pooled,
+	.parkable = inject_parkable,
+	.end = inject_end,
 };

@@ -400,6 +400,14 @@ static void on_term_recv(struct conn *c, int res)
 	}
 }
 
+void term_client_data(struct conn *c, uint16_t bid, uint32_t len)
+{
+	/* The last of the head receive, cancelled when the session began. */
+	c->active_ms = c->w->now_ms;
+	c->bytes_up += len;
+	term_ciphertext(c, bid, len); /* takes the buffer */
+}
+
 void term_eof(struct conn *c)
 {
 	conn_term(c)->feed_eof(c->tls);

@@ -179,7 +179,7 @@ static void relay_maybe_done(struct conn *c)
 		conn_close(c);
 }
 
-static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
 	struct relay *r = relay_of(c, dir);
 	struct worker *w = c->w;
@@ -309,7 +309,7 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 }
 
 /* Buffers are back: each relay that waited for one (idle, holding nothing) is re-armed. */
-static void tunnel_buffers(struct conn *c)
+void tunnel_buffers(struct conn *c)
 {
 	for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
 		struct relay *r = relay_of(c, dir);
@@ -323,4 +323,5 @@ const struct conn_mode tunnel_mode = {
 	.connected = tunnel_start,
 	.io = on_relay,
 	.buffers = tunnel_buffers,
+	.early = up_prelude_step,
 };

@@ -463,8 +463,19 @@ static void cmd_route(struct worker *w, const struct worker_cmd *cmd)
 			  cmd->id);
 }
 
+static void worker_policy_refresh(struct worker *w);
+
+/*
+ * Applies the commands posted since the last wake-up. One that brings a
+ * sandbox to this worker (a listener, a gateway route) was posted after the
+ * engine marked the sandbox known in its published snapshot, so the worker
+ * adopts that snapshot before any conn can meet the sandbox: a conn never
+ * finds its sandbox unknown to w->policy for want of a refresh.
+ */
 static void run_cmds(struct worker *w)
 {
+	bool sandbox_added = false;
+
 	pthread_mutex_lock(&w->cmd_lock);
 	struct worker_cmd *stack = w->cmds;
 	w->cmds = NULL;
@@ -486,6 +497,7 @@ static void run_cmds(struct worker *w)
 			continue;
 		}
 		if (cmd->kind == WORKER_CMD_ROUTE_ADD || cmd->kind == WORKER_CMD_ROUTE_DEL) {
+			sandbox_added |= cmd->kind == WORKER_CMD_ROUTE_ADD;
 			cmd_route(w, cmd);
 			pool_free(cmd);
 			continue;
@@ -496,8 +508,11 @@ static void run_cmds(struct worker *w)
 		else
 			log_error("worker %u: sandbox %s: no memory for its listener", w->index,
 				  sb->id);
+		sandbox_added = true;
 		pool_free(cmd); /* adds are fire-and-forget: the worker owns them */
 	}
+	if (sandbox_added)
+		worker_policy_refresh(w);
 }
 
 /* Completes removals whose listener is disarmed and whose conns are all gone. */
@@ -846,7 +861,11 @@ static void leaves_prime(struct worker *w, const struct snapshot *s)
 			 n, (unsigned long long)s->generation);
 }
 
-void worker_policy_refresh(struct worker *w)
+/*
+ * Moves <w> to the engine's published snapshot if it is newer than w->policy:
+ * at every loop turn, and when a command brings a sandbox (run_cmds).
+ */
+static void worker_policy_refresh(struct worker *w)
 {
 	struct snapshot *now = atomic_load_explicit(&w->e->current, memory_order_acquire);
 

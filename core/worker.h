@@ -204,13 +204,6 @@ struct worker {
 #define WORKER_HEAD_BUFFER_BYTES \
 	(LIMITS_HEAD_BYTES_MAX + LIMITS_BUFRING_BUFFER_BYTES + WORKER_HEAD_REWRITE_BYTES)
 
-/*
- * Moves <w> to the engine's published snapshot if it is newer than w->policy.
- * Done at every loop turn; a conn calls it too when w->policy does not know
- * its sandbox yet. Worker thread only.
- */
-void worker_policy_refresh(struct worker *w);
-
 /* The thread body: set-up, loop, tear-down. <arg> is the struct worker. */
 void *worker_main(void *arg);
 
