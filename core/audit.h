@@ -1,6 +1,6 @@
 /*
  * The audit trail: one JSON object per line, one record per decision and one
- * per closed connection (DESIGN.md section 5).
+ * per closed connection (docs/design.md section 5).
  *
  * Each worker owns one single-producer/single-consumer ring of fixed-size
  * records; a writer thread drains every ring, formats JSON off the data path

@@ -1,5 +1,5 @@
 /*
- * The connection state machine's spine (DESIGN.md sections 3, 4 and 6): what
+ * The connection state machine's spine (docs/design.md sections 3, 4 and 6): what
  * every conn goes through, whatever its mode. A conn starts in HEAD with a
  * multishot receive whose bytes are copied into a pooled head buffer and
  * re-parsed (heads are small; the parser is one pass). A complete head is

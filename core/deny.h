@@ -1,5 +1,5 @@
 /*
- * The deny contract's wire form (DESIGN.md section 4): every refusal is an
+ * The deny contract's wire form (docs/design.md section 4): every refusal is an
  * HTTP/1.1 response an agent can read, with X-Agent-Reason, X-Agent-
  * Instruction, X-Agent-Rule (when a rule decided) and a JSON body carrying
  * the same facts plus host, port, sandbox and the audit record id.

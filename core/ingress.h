@@ -1,5 +1,5 @@
 /*
- * The ingress gateway's pure parts (DESIGN.md sections 1 and 2): which
+ * The ingress gateway's pure parts (docs/design.md sections 1 and 2): which
  * sandbox a public request is for, whether its path stays inside that
  * sandbox's prefix, what head the sandbox's agent is sent, and the table a
  * worker routes sandbox ids with. No I/O and no globals; core/gateway.c (the

@@ -1,5 +1,5 @@
 /*
- * Every limit in one place (STYLE.md section 8), with its unit in the name and
+ * Every limit in one place (docs/style.md section 8), with its unit in the name and
  * the reason for its value. Configurable limits have their default here and
  * their bounds checked where the configuration is loaded.
  */
@@ -35,7 +35,7 @@
  * which the enter runs), so a turn of 8 is some 70 us. With 32, 100 quiet
  * sandboxes' p50 beside a flood of 1,000 connections was 0.8 ms, with 8 about
  * 0.3 ms (0.2 ms without a flood), and the flood was served no slower: 8
- * SQEs an enter already share its cost (ENGINE-NOTES.md).
+ * SQEs an enter already share its cost (docs/engine-notes.md).
  */
 #define LIMITS_SANDBOX_CQES_PER_TURN 8u
 /*
@@ -64,7 +64,7 @@
 
 /* Pipes per worker for splice relays. Each is two descriptors and up to
  * LIMITS_PIPE_BYTES of kernel pages; the kernel's per-user soft cap is 64 MiB
- * (ENGINE-NOTES.md), so 64 x 512 KiB per worker keeps two workers inside it.
+ * (docs/engine-notes.md), so 64 x 512 KiB per worker keeps two workers inside it.
  * 512 KiB measured best on loopback: the relay gathers up to 3/4 of a pipe
  * before sending, and fewer, larger sends mean fewer receiver wake-ups
  * (64 KiB: 0.33x direct; 256 KiB: 0.56x; 512 KiB: 0.70x; 1 MiB: 0.64x). */

@@ -1,5 +1,5 @@
 /*
- * A bounded per-worker pool of pipes for splice relays (ENGINE-NOTES.md
+ * A bounded per-worker pool of pipes for splice relays (docs/engine-notes.md
  * "Pipes": a pipe per connection hits the kernel's per-user page cap near a
  * thousand connections, after which new pipes silently shrink and p99
  * collapses). A relay takes a pipe only while bytes are moving and puts it

@@ -1,5 +1,5 @@
 /*
- * Memory: the only place the project calls malloc/free (STYLE.md section 7).
+ * Memory: the only place the project calls malloc/free (docs/style.md section 7).
  *
  * pool_malloc/pool_calloc/pool_free are the general wrappers for start-up and
  * control-path allocations. struct pool is a fixed-size object pool, sized once

@@ -1,5 +1,5 @@
 /*
- * Per-worker hashed timer wheel (ENGINE-NOTES.md "Timers": one wheel driven
+ * Per-worker hashed timer wheel (docs/engine-notes.md "Timers": one wheel driven
  * by the loop's wait timeout, not a timeout SQE per connection).
  *
  * Entries are embedded in their owners; arming and disarming are O(1) and

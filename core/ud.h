@@ -1,5 +1,5 @@
 /*
- * user_data encoding, in exactly one place (STYLE.md section 7).
+ * user_data encoding, in exactly one place (docs/style.md section 7).
  *
  * A CQE's user_data is the address of the object the operation belongs to,
  * shifted left by UD_OP_BITS, with the operation code in the low bits. The

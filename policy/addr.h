@@ -1,6 +1,6 @@
 /*
  * Address checks: what kind of address a resolved (or literal) upstream is,
- * and whether the policy lets a sandbox connect to it (DESIGN.md section 3).
+ * and whether the policy lets a sandbox connect to it (docs/design.md section 3).
  *
  * The proxy resolves names itself and connects to the address it checked, so
  * these checks are what stops a sandbox from reaching the host's loopback, the

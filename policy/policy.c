@@ -13,7 +13,7 @@
  * contain, so nothing is ever skipped: an unknown key, a wrong type or a bad
  * value stops the load at once with one "name:line:col: message" and nothing
  * changed. Rejected: the document API (a second tree of every node, and it
- * resolves aliases: an alias bomb) and a hand-written parser (DESIGN.md
+ * resolves aliases: an alias bomb) and a hand-written parser (docs/design.md
  * section 8). Aliases, anchors and tags are refused: a policy is reviewed.
  *
  * Keys of one mapping are matched against a small table and tracked in a

@@ -16,7 +16,7 @@
 /*
  * Limits of the policy file. Each is checked at load with a file:line:col
  * error; the bounds of the daemon settings are here because the loader is
- * where STYLE.md section 8 says they are checked.
+ * where docs/style.md section 8 says they are checked.
  */
 /* Whole file: far beyond any hand-written policy, small enough to read at once. */
 #define POLICY_FILE_BYTES_MAX (64u * 1024u * 1024u)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make lint`, the include direction (STYLE.md; issue 16).
+"""`make lint`, the include direction (docs/style.md section 1).
 
 Reads every `#include "..."` of the C files under core/, policy/, tls/ and
 tools/ and fails, naming file:line and the rule, when one breaks a rule below.

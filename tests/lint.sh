@@ -1,5 +1,5 @@
 #!/bin/sh
-# `make lint`: the house-style rules a tool can check (STYLE.md sections 1, 4, 11).
+# `make lint`: the house-style rules a tool can check (docs/style.md sections 1, 2, 4, 11).
 #  1. clang-format leaves every C file unchanged;
 #  2. every header compiles on its own;
 #  3. no banned function, and raw malloc/free only in core/pool.c;

@@ -23,7 +23,7 @@
  * SSL_get_error reads this call's failure) and after each failure is turned
  * into text. A failure is sticky: no later call reaches OpenSSL, so no
  * application data can follow a failed verification.
- * Later: kernel TLS after the handshake (DESIGN.md section 6) replaces the
+ * Later: kernel TLS after the handshake (docs/design.md section 6) replaces the
  * record layer here; these calls stay the fallback.
  */
 #include "tls/session.h"

@@ -45,7 +45,7 @@ START_TEST(test_codes)
 			ck_assert_str_ne(code, reason_code((enum reason)k));
 	}
 	ck_assert_str_eq(reason_code(REASON_NONE), "none");
-	/* Codes agents already match on (DESIGN.md section 4) keep their spelling. */
+	/* Codes agents already match on (docs/design.md section 4) keep their spelling. */
 	ck_assert_str_eq(reason_code(REASON_HOST_NOT_ALLOWED), "host_not_allowed");
 	ck_assert_str_eq(reason_code(REASON_PORT_NOT_ALLOWED), "port_not_allowed");
 	ck_assert_str_eq(reason_code(REASON_PRIVATE_ADDRESS), "private_address");
