@@ -16,6 +16,7 @@
 #include "core/limits.h"
 #include "core/pipepool.h"
 #include "core/timer.h"
+#include "core/ud.h"
 
 struct conn_mode;
 struct worker;
@@ -219,6 +220,6 @@ void conn_on_buffers(struct conn *c);
 /* Aborts <c> (daemon stopping): closes both sides; freed when its ops are done. */
 void conn_abort(struct conn *c);
 /* Upper bound of the op codes conn_on_cqe takes; user_data ops above it are the worker's. */
-#define CONN_OP_COUNT 24u
+#define CONN_OP_COUNT UD_OP_CONN_END
 
 #endif /* AN_CORE_CONN_H */

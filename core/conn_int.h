@@ -44,7 +44,7 @@
 #include "core/term.h"
 #include "core/ud.h"
 #include "core/verdict.h"
-#include "core/worker.h"
+#include "core/worker-t.h"
 
 enum conn_state {
 	ST_HEAD = 0,

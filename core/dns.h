@@ -13,12 +13,13 @@
 #include <sys/socket.h>
 
 #include "core/ring.h"
+#include "core/ud.h"
 
 /* Sockets c-ares may hold at once: a UDP and a TCP one for each of the 16 servers a
  * policy may name (POLICY_DNS_SERVERS_MAX), so no lookup is ever left without one. */
 #define DNS_SOCKETS_MAX 32u
 #define DNS_ADDRS_MAX   8u
-#define DNS_OP_POLL     0xf0u /* user_data op of a resolver socket poll */
+#define DNS_OP_POLL     UD_OP_DNS_POLL /* user_data op of a resolver socket poll */
 
 /*
  * Called once per dns_resolve that returned 0, from inside dns_on_cqe or

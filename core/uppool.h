@@ -20,12 +20,13 @@
 #include <sys/socket.h>
 
 #include "core/limits.h"
+#include "core/ud.h"
 
 struct ring;
 struct term_ops;
 
 /* The user_data op of a parked entry's poll (core/ud.h), beside worker.h's. */
-#define UPPOOL_OP 0xe2u
+#define UPPOOL_OP UD_OP_UPPOOL
 
 /* Parked connections a worker keeps at most, and how long one stays parked. */
 #define UPPOOL_ENTRIES 64u

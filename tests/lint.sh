@@ -6,8 +6,8 @@
 #  4. include direction (tests/lint-deps.py): core/ includes none of policy/,
 #     tls/, tools/; policy/ and tls/ include neither each other nor tools/;
 #     core/conn.[ch], core/conn_int.h and the connection's mode files do not
-#     include core/worker.h (listed exceptions), and the mode files call none
-#     of its functions.
+#     include core/worker.h, only its types (core/worker-t.h, which declares
+#     no function), and call none of its functions.
 set -u
 cd "$(dirname "$0")/.."
 fail=0

@@ -229,10 +229,10 @@ int main(void)
 
 	snprintf(root, sizeof(root), "/tmp/an-engine-files-XXXXXX");
 	if (mkdtemp(root) == NULL) {
-		perror("engine_files test: mkdtemp");
+		perror("listen test: mkdtemp");
 		return EXIT_FAILURE;
 	}
-	Suite *s = suite_create("engine_files");
+	Suite *s = suite_create("listen");
 	TCase *t = tcase_create("files");
 	tcase_add_test(t, dir_made_with_its_mode);
 	tcase_add_test(t, dir_refused);
