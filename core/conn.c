@@ -323,12 +323,12 @@ static void conn_maybe_free(struct conn *c)
 		close_slot(c, &c->ufd);
 	audit_close_record(c);
 	rule_limit_release(c);
-	if (c->tls != NULL)
-		w->e->term->session_free(c->tls);
-	if (c->utls != NULL)
-		w->e->term->session_free(c->utls);
-	c->tls = NULL;
-	c->utls = NULL;
+	if (c->client_tls != NULL)
+		w->e->term->session_free(c->client_tls);
+	if (c->upstream_tls != NULL)
+		w->e->term->session_free(c->upstream_tls);
+	c->client_tls = NULL;
+	c->upstream_tls = NULL;
 	if (c->snap != NULL)
 		snapshot_put(c->snap, w->index); /* after the record: it borrows the rule id */
 	c->snap = NULL;
@@ -593,7 +593,7 @@ static bool head_keeps(const struct conn *c, uint32_t len)
 {
 	/* Up to one head's worth past the answered one, as a receive in ST_HEAD would take:
 	 * what a CONNECT among it brings early must fit a TLS session (term_start). */
-	return c->state == ST_RESPOND && c->fake_keep && c->head != NULL &&
+	return c->state == ST_RESPOND && c->answer_keeps_conn && c->head != NULL &&
 	       c->head_fill <= LIMITS_HEAD_BYTES_MAX &&
 	       c->head_fill + len <= c->head_len + LIMITS_HEAD_BYTES_MAX &&
 	       c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES;
@@ -640,7 +640,7 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		return;
 	}
 	if (c->state == ST_RESPOND || c->state == ST_LINGER || c->state == ST_CLOSING) {
-		c->fake_keep = false; /* a request lost here must not be waited for */
+		c->answer_keeps_conn = false; /* a request lost here must not be waited for */
 		ring_buf_return(r, bid);
 		return;
 	}
@@ -907,7 +907,7 @@ void decide(struct conn *c, const struct http1_request *req)
 		refusal = limits_refusal(c, &under->limits);
 	if (refusal != REASON_NONE) {
 		rule_limit_release(c); /* a refused request holds no connection on its rule */
-		c->fake_keep = refusal_keeps(c, req, refusal);
+		c->answer_keeps_conn = refusal_keeps(c, req, refusal);
 		respond(c, refusal);
 		return;
 	}
@@ -1241,8 +1241,8 @@ void respond(struct conn *c, enum reason why)
 	AN_ASSERT(why != REASON_NONE);
 	c->reason = (uint8_t)why;
 	/* Only decide() keeps a refused conn, and only for a limit (refusal_keeps). */
-	c->fake_keep =
-	    c->fake_keep && (why == REASON_RATE_LIMITED || why == REASON_CONCURRENCY_LIMITED);
+	c->answer_keeps_conn = c->answer_keeps_conn &&
+			       (why == REASON_RATE_LIMITED || why == REASON_CONCURRENCY_LIMITED);
 	w->stats.denied++;
 	audit_decision(c, false, reason_status(why));
 	audit_format_id(w->e->audit, c->decision_id, audit_id);
@@ -1265,7 +1265,7 @@ void respond(struct conn *c, enum reason why)
 		.retry_after_s = c->retry_after_s != 0       ? c->retry_after_s
 				 : reason_status(why) == 503 ? 1u
 							     : 0u,
-		.keep_alive = c->fake_keep,
+		.keep_alive = c->answer_keeps_conn,
 	};
 	ssize_t n = *buf ? deny_format(&d, *buf, WORKER_HEAD_BUFFER_BYTES) : -ENOMEM;
 	if (n > 0) {
@@ -1274,7 +1274,7 @@ void respond(struct conn *c, enum reason why)
 	} else {
 		c->out_ptr = reply_overloaded;
 		c->out_len = sizeof(reply_overloaded) - 1;
-		c->fake_keep = false; /* it says Connection: close */
+		c->answer_keeps_conn = false; /* it says Connection: close */
 	}
 	respond_send(c);
 }
@@ -1303,7 +1303,7 @@ void linger_start(struct conn *c)
  * is out: the conn goes back to reading the next head. */
 static void head_read_next(struct conn *c)
 {
-	AN_ASSERT(c->state == ST_RESPOND && c->fake_keep);
+	AN_ASSERT(c->state == ST_RESPOND && c->answer_keeps_conn);
 	if (c->early_count > 0 || (c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
 		linger_start(c);
 		return;
@@ -1313,7 +1313,7 @@ static void head_read_next(struct conn *c)
 	c->head_fill = rest;
 	c->head_len = 0;
 	c->path_len = 0;
-	c->fake_keep = false;
+	c->answer_keeps_conn = false;
 	c->answer_body = NULL;
 	c->answer_body_len = 0;
 	c->rule = NULL;
@@ -1326,8 +1326,8 @@ static void head_read_next(struct conn *c)
 		head_parse(c);
 }
 
-/* Relay-kind completions outside TUNNEL and FORWARD: answering and lingering. */
-static void on_other(struct conn *c, int dir, uint32_t rop, int res)
+/* Relay-kind completions outside a mode's state: an answer's writes (RESPOND) and LINGER. */
+static void answer_io(struct conn *c, int dir, uint32_t rop, int res)
 {
 	if (c->state == ST_RESPOND && dir == DIR_DOWN && rop == ROP_SEND) {
 		if (res <= 0) {
@@ -1344,7 +1344,7 @@ static void on_other(struct conn *c, int dir, uint32_t rop, int res)
 			prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
 			return;
 		}
-		if (c->fake_keep)
+		if (c->answer_keeps_conn)
 			head_read_next(c);
 		else
 			linger_start(c);
@@ -1422,7 +1422,7 @@ static void on_op(struct conn *c, uint32_t op, int res, uint32_t cqe_flags)
 		if (conn_in_mode(c))
 			c->mode->io(c, dir, rop, res, cqe_flags);
 		else
-			on_other(c, dir, rop, res);
+			answer_io(c, dir, rop, res);
 		break;
 	}
 	}

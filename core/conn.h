@@ -80,7 +80,11 @@ struct conn {
 	struct timer_entry timer;
 	uint64_t start_ms;
 	uint64_t active_ms; /* last byte moved or request seen */
-	/* Head buffer: the request head, then early data after it. */
+	/*
+	 * Head buffer: the request head, then early data after it. In TERM the
+	 * agent's TLS session writes its plaintext here (requests and their
+	 * bodies): the head buffer is the conn's one client-side input buffer.
+	 */
 	char *head;
 	uint32_t head_fill;
 	uint32_t head_len;  /* parsed head length, 0 until complete */
@@ -112,18 +116,18 @@ struct conn {
 	struct snapshot *snap; /* the current request's policy, held (core/snapshot.h) */
 	struct ratelimit_entry *rule_limit; /* the request's rule limits, counted in its conns */
 	/* Terminated tiers (fake-response): the TLS session and the answer being written. */
-	void *tls;               /* owned through engine.term, NULL when none */
+	void *client_tls;        /* owned through engine.term, NULL when none */
 	const void *fake;        /* the CONNECT's verdict.fake */
 	const char *answer_body; /* borrowed from the snapshot */
 	uint32_t answer_body_len;
-	uint64_t term_skip;    /* request body bytes still to discard */
-	bool term_closing;     /* close_notify queued: linger once it is sent */
-	bool term_close_after; /* close once the answer is written */
-	bool term_chunked;     /* discarding a chunked request body (req_chunks) */
-	bool fake_keep;        /* a fake answer or a 429 in clear: the next request may follow */
-	bool admitted;         /* a request passed the sandbox's conn count: not checked again */
+	uint64_t term_skip;     /* request body bytes still to discard */
+	bool term_closing;      /* close_notify queued: linger once it is sent */
+	bool term_close_after;  /* close once the answer is written */
+	bool term_chunked;      /* discarding a chunked request body (req_chunks) */
+	bool answer_keeps_conn; /* a fake answer or a 429 in clear: the next request may follow */
+	bool admitted;          /* a request passed the sandbox's conn count: not checked again */
 	/* Credential-inject: the session to the upstream and the exchange under way. */
-	void *utls;                          /* owned through engine.term, NULL when none */
+	void *upstream_tls;                  /* owned through engine.term, NULL when none */
 	const struct verdict_inject *inject; /* borrowed from the snapshot */
 	uint8_t inject_phase;                /* enum inject_phase (core/inject.c) */
 	bool upstream_dead;                  /* its TLS failed or it closed: no more requests */

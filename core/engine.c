@@ -78,7 +78,7 @@ static int sandbox_find(const struct engine *e, const char *id)
 {
 	for (uint32_t i = 0; i < e->sandbox_used; i++) {
 		const struct engine_sandbox *sb = e->sandboxes[i];
-		if (sb->state != SANDBOX_FREE && strcmp(sb->id, id) == 0)
+		if (sb->state != ENGINE_SANDBOX_FREE && strcmp(sb->id, id) == 0)
 			return (int)i;
 	}
 	return -1;
@@ -118,7 +118,7 @@ static int sandbox_slot(struct engine *e)
 	if (e->sandbox_active >= e->sandboxes_max)
 		return -1;
 	for (uint32_t i = 0; i < e->sandbox_used; i++) {
-		if (e->sandboxes[i]->state == SANDBOX_FREE)
+		if (e->sandboxes[i]->state == ENGINE_SANDBOX_FREE)
 			return (int)i;
 	}
 	if (e->sandbox_used == LIMITS_SANDBOXES_MAX)
@@ -160,7 +160,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 	struct engine_sandbox *sb = e->sandboxes[idx];
 	struct snapshot *now = snapshot_now(e);
 
-	AN_ASSERT(sb->state == SANDBOX_FREE);
+	AN_ASSERT(sb->state == ENGINE_SANDBOX_FREE);
 	AN_ASSERT(atomic_load_explicit(&sb->conns, memory_order_relaxed) == 0);
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->profile_name, sizeof(sb->profile_name), "%s",
@@ -184,7 +184,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 			uidpool_release(&e->uids, agent_uid);
 		return ret;
 	}
-	sb->state = SANDBOX_ACTIVE;
+	sb->state = ENGINE_SANDBOX_ACTIVE;
 	e->sandbox_active++;
 	return 0;
 }
@@ -196,11 +196,11 @@ static void sandbox_close(struct engine *e, struct engine_sandbox *sb)
 		unlink(sb->path);
 		sb->listen_fd = -1;
 	}
-	if (sb->state != SANDBOX_FREE) {
+	if (sb->state != ENGINE_SANDBOX_FREE) {
 		e->sandbox_active--;
 		uidpool_release(&e->uids, sb->agent_uid);
 	}
-	sb->state = SANDBOX_FREE;
+	sb->state = ENGINE_SANDBOX_FREE;
 }
 
 ssize_t engine_read_small(const char *path, int flags, char *buf, size_t cap)
@@ -329,14 +329,14 @@ static int worker_prepare(struct engine *e, struct worker *w, uint32_t index)
 		return -errno;
 	for (uint32_t i = 0; i < e->sandbox_used; i++) {
 		const struct engine_sandbox *sb = e->sandboxes[i];
-		if (sb->state != SANDBOX_ACTIVE || sb->worker != index)
+		if (sb->state != ENGINE_SANDBOX_ACTIVE || sb->worker != index)
 			continue;
 		if (worker_listener_add(w, sb->listen_fd, i, false) != 0)
 			return -ENOMEM;
 	}
 	for (uint32_t i = 0; e->ingress_on && i < e->sandbox_used; i++) {
 		const struct engine_sandbox *sb = e->sandboxes[i];
-		if (sb->state == SANDBOX_ACTIVE &&
+		if (sb->state == ENGINE_SANDBOX_ACTIVE &&
 		    ingress_routes_put(&w->routes, sb->id, strlen(sb->id), i) != 0)
 			return -ENOMEM;
 	}
@@ -575,7 +575,7 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 		*ingress_fd = ingress_socket_make(id, dir);
 		ret = *ingress_fd < 0 ? *ingress_fd : 0;
 	}
-	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == SANDBOX_ACTIVE) {
+	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == ENGINE_SANDBOX_ACTIVE) {
 		sandbox_close(e, e->sandboxes[idx]);
 		if (dynamic)
 			registry_drop(e, id);
@@ -600,7 +600,7 @@ static uint32_t registered_by(const struct engine *e, uint32_t uid)
 
 	for (uint32_t i = 0; i < e->sandbox_used; i++) {
 		const struct engine_sandbox *sb = e->sandboxes[i];
-		n += sb->state != SANDBOX_FREE && sb->dynamic && sb->registrant == uid;
+		n += sb->state != ENGINE_SANDBOX_FREE && sb->dynamic && sb->registrant == uid;
 	}
 	return n;
 }
@@ -669,8 +669,8 @@ static int sandbox_remove(struct engine *e, const char *id, bool file,
 	int idx = sandbox_find(e, id);
 	int ret = idx < 0 ? -ENOENT : 0;
 	struct engine_sandbox *sb = idx >= 0 ? e->sandboxes[idx] : NULL;
-	if (ret == 0 && (sb->dynamic == file || sb->state != SANDBOX_ACTIVE))
-		ret = sb->state != SANDBOX_ACTIVE || sb->dynamic ? -ENOENT : -EPERM;
+	if (ret == 0 && (sb->dynamic == file || sb->state != ENGINE_SANDBOX_ACTIVE))
+		ret = sb->state != ENGINE_SANDBOX_ACTIVE || sb->dynamic ? -ENOENT : -EPERM;
 	/* Only the user who registered it, or root, may take it away. */
 	if (ret == 0 && who != NULL && who->uid != 0 && who->uid != sb->registrant)
 		ret = -EACCES;
@@ -680,7 +680,7 @@ static int sandbox_remove(struct engine *e, const char *id, bool file,
 		pthread_mutex_unlock(&e->lock);
 		return ret;
 	}
-	sb->state = SANDBOX_REMOVING;
+	sb->state = ENGINE_SANDBOX_REMOVING;
 	routes_post(e, WORKER_CMD_ROUTE_DEL, id, (uint32_t)idx);
 	cmd.sandbox = (uint32_t)idx;
 	struct worker *w = &e->workers[sb->worker];
@@ -727,7 +727,7 @@ uint32_t engine_sandbox_reap_orphans(struct engine *e)
 	struct owned_sandbox *list = used > 0 ? pool_calloc(used, sizeof(*list)) : NULL;
 	for (uint32_t i = 0; list != NULL && i < used; i++) {
 		const struct engine_sandbox *sb = e->sandboxes[i];
-		if (sb->state != SANDBOX_ACTIVE || !sb->dynamic || sb->owner.pid <= 0)
+		if (sb->state != ENGINE_SANDBOX_ACTIVE || !sb->dynamic || sb->owner.pid <= 0)
 			continue;
 		memcpy(list[owned].id, sb->id, sizeof(sb->id));
 		list[owned++].owner = sb->owner;
@@ -757,7 +757,7 @@ void engine_sandbox_foreach(struct engine *e, void *arg,
 {
 	pthread_mutex_lock(&e->lock);
 	for (uint32_t i = 0; i < e->sandbox_used; i++) {
-		if (e->sandboxes[i]->state == SANDBOX_ACTIVE)
+		if (e->sandboxes[i]->state == ENGINE_SANDBOX_ACTIVE)
 			fn(arg, e->sandboxes[i]);
 	}
 	pthread_mutex_unlock(&e->lock);
@@ -796,7 +796,7 @@ static int swap_check(const struct engine *e, const void *policy, const struct c
 {
 	for (uint32_t i = 0; i < e->sandbox_used; i++) {
 		const struct engine_sandbox *sb = e->sandboxes[i];
-		if (sb->state != SANDBOX_ACTIVE)
+		if (sb->state != ENGINE_SANDBOX_ACTIVE)
 			continue;
 		int profile = swap_profile_of(e, sb, policy, file);
 		if (profile == -ENOENT) {
@@ -829,7 +829,7 @@ static void swap_fill(struct engine *e, struct snapshot *s, const struct config 
 {
 	for (uint32_t i = 0; i < e->sandbox_used; i++) {
 		struct engine_sandbox *sb = e->sandboxes[i];
-		if (sb->state != SANDBOX_ACTIVE)
+		if (sb->state != ENGINE_SANDBOX_ACTIVE)
 			continue;
 		int profile = swap_profile_of(e, sb, s->policy, file);
 		if (profile < 0)
@@ -874,7 +874,7 @@ static uint32_t swap_close_dropped(struct engine *e, const struct config *file)
 		pthread_mutex_lock(&e->lock);
 		for (uint32_t i = 0; i < e->sandbox_used && !found; i++) {
 			const struct engine_sandbox *sb = e->sandboxes[i];
-			found = sb->state == SANDBOX_ACTIVE && !sb->dynamic &&
+			found = sb->state == ENGINE_SANDBOX_ACTIVE && !sb->dynamic &&
 				file_sandbox_find(file, sb->id) < 0;
 			if (found)
 				memcpy(id, sb->id, sizeof(id));
@@ -906,7 +906,7 @@ static uint32_t swap_close_unadmitted(struct engine *e)
 		const void *policy = snapshot_now(e)->policy;
 		for (; from < e->sandbox_used && !found; from++) {
 			const struct engine_sandbox *sb = e->sandboxes[from];
-			found = sb->state == SANDBOX_ACTIVE && sb->dynamic &&
+			found = sb->state == ENGINE_SANDBOX_ACTIVE && sb->dynamic &&
 				!registrant_admitted(e, policy, sb->profile_name, sb->registrant);
 			if (found) {
 				memcpy(id, sb->id, sizeof(id));

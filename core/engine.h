@@ -47,9 +47,9 @@ struct audit;
 struct worker;
 
 enum engine_sandbox_state {
-	SANDBOX_FREE = 0, /* slot unused (or released after a removal) */
-	SANDBOX_ACTIVE,
-	SANDBOX_REMOVING, /* its worker is closing the listener and connections */
+	ENGINE_SANDBOX_FREE = 0, /* slot unused (or released after a removal) */
+	ENGINE_SANDBOX_ACTIVE,
+	ENGINE_SANDBOX_REMOVING, /* its worker is closing the listener and connections */
 };
 
 /*

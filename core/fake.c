@@ -97,7 +97,7 @@ void fake_plain(struct conn *c, const struct http1_request *req)
 	}
 	audit_decision(c, true, r->status);
 	c->out_len = fake_frame(c, r, req->keep_alive);
-	c->fake_keep = req->keep_alive;
+	c->answer_keeps_conn = req->keep_alive;
 	c->answer_body = head_only ? NULL : r->body;
 	c->answer_body_len = head_only ? 0 : r->body_len;
 	c->out_ptr = c->out;

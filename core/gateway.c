@@ -482,8 +482,8 @@ void tlsrelay_connect(struct conn *c)
 
 	AN_ASSERT(c->ingress_tls && w->e->ingress_tls);
 	c->mode = &gateway_tls_mode;
-	c->tls = t != NULL && w->term != NULL ? t->public_new(w->term) : NULL;
-	c->out = c->tls != NULL ? pool_take(&w->heads) : NULL;
+	c->client_tls = t != NULL && w->term != NULL ? t->public_new(w->term) : NULL;
+	c->out = c->client_tls != NULL ? pool_take(&w->heads) : NULL;
 	if (c->out == NULL) {
 		conn_close(c); /* out of memory: the client sees the connection end */
 		return;
@@ -502,7 +502,7 @@ static void tlsrelay_start(struct conn *c)
 {
 	const struct engine *e = c->w->e;
 
-	AN_ASSERT(c->ingress_tls && c->tls != NULL && c->out != NULL);
+	AN_ASSERT(c->ingress_tls && c->client_tls != NULL && c->out != NULL);
 	ssize_t n = ingress_proxy_write(&c->client.sa, (const struct sockaddr *)&e->ingress_addr,
 					c->out, WORKER_HEAD_BUFFER_BYTES);
 	if (n <= 0) {
@@ -538,7 +538,7 @@ static bool tlsrelay_up(struct conn *c, enum term_status *st)
 	if (c->out_off < c->out_len || c->ingress_shut_up ||
 	    (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))))
 		return false;
-	*st = conn_term(c)->read(c->tls, c->out, WORKER_HEAD_BUFFER_BYTES, &n);
+	*st = conn_term(c)->read(c->client_tls, c->out, WORKER_HEAD_BUFFER_BYTES, &n);
 	if (*st == TERM_CLOSED)
 		tlsrelay_shut_up(c);
 	if (*st != TERM_OK || n == 0)
@@ -558,7 +558,7 @@ static bool tlsrelay_down(struct conn *c, enum term_status *st)
 	if (!r->holds_buf)
 		return false;
 	AN_ASSERT(r->buf_off < r->buf_len);
-	*st = conn_term(c)->write(c->tls, ring_buf(conn_ring(c), r->bid) + r->buf_off,
+	*st = conn_term(c)->write(c->client_tls, ring_buf(conn_ring(c), r->bid) + r->buf_off,
 				  r->buf_len - r->buf_off, &n);
 	r->buf_off += (uint32_t)n;
 	if (r->buf_off == r->buf_len) {

@@ -52,9 +52,9 @@ static void inject_flush_up(struct conn *c)
 {
 	const uint8_t *data = NULL;
 
-	if (c->utls == NULL || c->ufd < 0 || (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))))
+	if (c->upstream_tls == NULL || c->ufd < 0 || (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))))
 		return;
-	size_t n = conn_term(c)->out_peek(c->utls, &data);
+	size_t n = conn_term(c)->out_peek(c->upstream_tls, &data);
 	if (n > 0)
 		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, data, n);
 }
@@ -212,7 +212,8 @@ static enum term_status inject_body(struct conn *c)
 		}
 		take = (uint32_t)m;
 	}
-	enum term_status st = take > 0 ? conn_term(c)->write(c->utls, c->head, take, &n) : TERM_OK;
+	enum term_status st =
+	    take > 0 ? conn_term(c)->write(c->upstream_tls, c->head, take, &n) : TERM_OK;
 	if (st != TERM_OK || n == 0) {
 		if (take == 0 && c->req_body == HTTP1_BODY_CHUNKED && probe.done)
 			c->req_done = true;
@@ -244,7 +245,8 @@ static enum term_status inject_agent_side(struct conn *c)
 		return term_write_answer(c); /* a refusal */
 	if (c->upgraded && c->head_fill > 0) {
 		size_t n = 0;
-		enum term_status st = conn_term(c)->write(c->utls, c->head, c->head_fill, &n);
+		enum term_status st =
+		    conn_term(c)->write(c->upstream_tls, c->head, c->head_fill, &n);
 		c->bytes_up += n;
 		term_drop(c, (uint32_t)n);
 		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
@@ -258,8 +260,8 @@ static enum term_status inject_agent_side(struct conn *c)
 		return TERM_OK;
 	if (c->inject_phase == INJ_REQUEST && c->out_off < c->out_len) {
 		size_t n = 0;
-		enum term_status st =
-		    conn_term(c)->write(c->utls, c->out + c->out_off, c->out_len - c->out_off, &n);
+		enum term_status st = conn_term(c)->write(c->upstream_tls, c->out + c->out_off,
+							  c->out_len - c->out_off, &n);
 		c->out_off += (uint32_t)n;
 		if (c->out_off == c->out_len)
 			c->out_len = 0;
@@ -475,7 +477,7 @@ static enum term_status inject_relay_write(struct conn *c, bool *wrote)
 		return TERM_OK;
 	*wrote = true;
 	enum term_status st =
-	    conn_term(c)->write(c->tls, c->resp + c->resp_off, limit - c->resp_off, &n);
+	    conn_term(c)->write(c->client_tls, c->resp + c->resp_off, limit - c->resp_off, &n);
 	if (c->resp_head_done && c->resp_body == HTTP1_BODY_CHUNKED &&
 	    c->resp_off + n > c->resp_body_at) {
 		/* The framing state follows what went, for the masker's next look. */
@@ -522,7 +524,7 @@ static enum term_status inject_upstream_side(struct conn *c)
 	uint32_t room = c->resp_fill < cap ? cap - c->resp_fill : 0;
 	if (room == 0)
 		return TERM_WANT_WRITE; /* a head larger than the buffer: refused below */
-	enum term_status st = t->read(c->utls, c->resp + c->resp_fill, room, &n);
+	enum term_status st = t->read(c->upstream_tls, c->resp + c->resp_fill, room, &n);
 	if (st != TERM_OK)
 		return st;
 	c->resp_fill += (uint32_t)n;
@@ -567,12 +569,12 @@ static void inject_upstream_end(struct conn *c, enum term_status st)
 	 * the rest due is relayed and the conn ends (inject_pump), short if the upstream was. */
 	if (c->resp_done || c->resp_started)
 		return;
-	bool tls = st == TERM_ERROR && strstr(t->error(c->utls), "verify") != NULL;
+	bool tls = st == TERM_ERROR && strstr(t->error(c->upstream_tls), "verify") != NULL;
 	c->upstream_refusal =
 	    (uint8_t)(tls ? REASON_UPSTREAM_TLS_FAILED : REASON_UPSTREAM_BAD_RESPONSE);
 	if (st == TERM_ERROR)
 		log_debug("conn %llx: upstream TLS: %s", (unsigned long long)c->id,
-			  t->error(c->utls));
+			  t->error(c->upstream_tls));
 	if (c->inject_phase != INJ_IDLE) {
 		c->inject_phase = INJ_IDLE;
 		c->out_len = 0; /* what was left of the request goes nowhere */
@@ -646,11 +648,11 @@ static bool inject_take_pooled(struct conn *c)
 	int32_t fd = -1;
 	void *session = NULL;
 
-	AN_ASSERT(c->ufd < 0 && c->utls == NULL);
+	AN_ASSERT(c->ufd < 0 && c->upstream_tls == NULL);
 	if (!w->e->term_has_ca || !uppool_take(&w->uppool, &k, &fd, &session, &addr))
 		return false;
 	c->ufd = fd;
-	c->utls = session; /* the conn's now: freed with it whatever happens next */
+	c->upstream_tls = session; /* the conn's now: freed with it whatever happens next */
 	size_t len =
 	    addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 	memcpy(&c->addrs[0], &addr, len);
@@ -691,12 +693,12 @@ static bool inject_parkable(const struct conn *c)
 {
 	const struct term_ops *t = conn_term(c);
 
-	if (c->inject == NULL || c->utls == NULL || c->ufd < 0 || c->w->stopping)
+	if (c->inject == NULL || c->upstream_tls == NULL || c->ufd < 0 || c->w->stopping)
 		return false;
 	if (c->upstream_dead || c->upgraded || c->inject_phase != INJ_IDLE || c->resp_fill != 0 ||
 	    c->down.holds_buf || c->requests == 0 || !c->resp_keep_alive)
 		return false;
-	return t->idle(c->utls);
+	return t->idle(c->upstream_tls);
 }
 
 /*
@@ -713,10 +715,10 @@ static bool inject_park(struct conn *c)
 	const union conn_addr *a = &c->addrs[c->addr_next < c->addr_count ? c->addr_next : 0];
 	socklen_t len = a->sa.sa_family == AF_INET6 ? sizeof(a->v6) : sizeof(a->v4);
 	AN_ASSERT(c->addr_count > 0);
-	if (!uppool_park(&w->uppool, &k, &a->sa, len, c->ufd, c->utls, w->now_ms))
+	if (!uppool_park(&w->uppool, &k, &a->sa, len, c->ufd, c->upstream_tls, w->now_ms))
 		return false;
 	c->ufd = -1;
-	c->utls = NULL;
+	c->upstream_tls = NULL;
 	return true;
 }
 
@@ -728,12 +730,13 @@ static void inject_start(struct conn *c)
 
 	c->resp = c->resp != NULL ? c->resp : pool_take(&w->heads);
 	bool ca = t != NULL && w->term != NULL && w->e->term_has_ca;
-	bool pooled = c->utls != NULL; /* taken from the worker's pool: already verified */
+	bool pooled = c->upstream_tls != NULL; /* taken from the worker's pool: already verified */
 	if (!pooled)
-		c->utls = ca && c->resp != NULL
-			      ? t->client_new(w->term, c->host, c->host_len, c->inject->upstream_ca)
-			      : NULL;
-	if (c->utls == NULL || c->resp == NULL) {
+		c->upstream_tls =
+		    ca && c->resp != NULL
+			? t->client_new(w->term, c->host, c->host_len, c->inject->upstream_ca)
+			: NULL;
+	if (c->upstream_tls == NULL || c->resp == NULL) {
 		respond(c, !ca ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
 		return;
 	}
@@ -741,7 +744,8 @@ static void inject_start(struct conn *c)
 	if (c->state != ST_TERM)
 		return;
 	if (!pooled)
-		(void)t->handshake(c->utls); /* the ClientHello, while the agent's arrives */
+		(void)t->handshake(
+		    c->upstream_tls); /* the ClientHello, while the agent's arrives */
 	inject_flush_up(c);
 	inject_recv_arm(c);
 }
@@ -755,7 +759,7 @@ static void on_inject_recv(struct conn *c, int res)
 		r->buf_off = 0;
 		r->buf_len = (uint32_t)res;
 	} else if (res == 0 || (res < 0 && res != -ENOBUFS)) {
-		t->feed_eof(c->utls);
+		t->feed_eof(c->upstream_tls);
 	}
 	if (c->state != ST_TERM)
 		return;
@@ -774,10 +778,10 @@ static void inject_feed_upstream(struct conn *c)
 {
 	struct relay *r = &c->down;
 
-	if (!r->holds_buf || c->utls == NULL)
+	if (!r->holds_buf || c->upstream_tls == NULL)
 		return;
 	const uint8_t *p = ring_buf(conn_ring(c), r->bid) + r->buf_off;
-	ssize_t n = conn_term(c)->feed(c->utls, p, r->buf_len - r->buf_off);
+	ssize_t n = conn_term(c)->feed(c->upstream_tls, p, r->buf_len - r->buf_off);
 	if (n > 0)
 		r->buf_off += (uint32_t)n;
 	if (r->buf_off < r->buf_len)
@@ -794,7 +798,7 @@ static void on_inject_send(struct conn *c, int res)
 		term_pump(c);
 		return;
 	}
-	conn_term(c)->out_consume(c->utls, (size_t)res);
+	conn_term(c)->out_consume(c->upstream_tls, (size_t)res);
 	term_pump(c);
 }
 

@@ -44,7 +44,7 @@ void term_flush(struct conn *c)
 
 	if (c->state != ST_TERM || (c->ops & op_bit(dir_op(DIR_DOWN, ROP_SEND))))
 		return;
-	size_t n = conn_term(c)->out_peek(c->tls, &data);
+	size_t n = conn_term(c)->out_peek(c->client_tls, &data);
 	if (n > 0) {
 		c->down.state = R_SEND;
 		prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, data, n);
@@ -66,7 +66,7 @@ static void tls_failure_audit(struct conn *c, const char *why)
 {
 	struct audit_ring *ar = c->w->audit;
 
-	AN_ASSERT(c->tls != NULL && !c->ingress);
+	AN_ASSERT(c->client_tls != NULL && !c->ingress);
 	AN_ASSERT(why != NULL);
 	c->reason = REASON_TLS_HANDSHAKE_FAILED;
 	struct audit_record *rec = audit_claim(ar);
@@ -89,16 +89,16 @@ void term_end(struct conn *c, enum term_status st)
 {
 	const struct term_ops *t = conn_term(c);
 
-	if (st == TERM_ERROR && t->sni_refused(c->tls)) {
+	if (st == TERM_ERROR && t->sni_refused(c->client_tls)) {
 		c->reason = REASON_SNI_MISMATCH;
 		c->w->stats.denied++;
 		audit_decision(c, false, reason_status(REASON_SNI_MISMATCH));
-	} else if (st == TERM_ERROR && !t->established(c->tls)) {
-		tls_failure_audit(c, t->error(c->tls));
+	} else if (st == TERM_ERROR && !t->established(c->client_tls)) {
+		tls_failure_audit(c, t->error(c->client_tls));
 	} else if (st == TERM_ERROR) {
-		log_debug("conn %llx: TLS: %s", (unsigned long long)c->id, t->error(c->tls));
+		log_debug("conn %llx: TLS: %s", (unsigned long long)c->id, t->error(c->client_tls));
 	}
-	(void)t->close(c->tls); /* a full buffer drops it: the TCP close still ends us */
+	(void)t->close(c->client_tls); /* a full buffer drops it: the TCP close still ends us */
 	c->term_closing = true;
 }
 
@@ -240,7 +240,7 @@ enum term_status term_write_answer(struct conn *c)
 	uint32_t len = c->out_off < c->out_len ? c->out_len - c->out_off : total - c->out_off;
 	size_t n = 0;
 
-	enum term_status st = conn_term(c)->write(c->tls, p, len, &n);
+	enum term_status st = conn_term(c)->write(c->client_tls, p, len, &n);
 	if (st != TERM_OK)
 		return st;
 	c->out_off += (uint32_t)n;
@@ -265,7 +265,7 @@ enum term_status term_read_request(struct conn *c)
 		term_refuse(c, REASON_HEADERS_TOO_LARGE);
 		return TERM_OK;
 	}
-	enum term_status st = conn_term(c)->read(c->tls, c->head + c->head_fill, room, &n);
+	enum term_status st = conn_term(c)->read(c->client_tls, c->head + c->head_fill, room, &n);
 	if (st == TERM_OK)
 		c->head_fill += (uint32_t)n;
 	return st;
@@ -295,8 +295,8 @@ void term_start(struct conn *c)
 	const struct term_ops *t = conn_term(c);
 
 	bool ca = t != NULL && w->term != NULL && w->e->term_has_ca;
-	c->tls = ca ? t->server_new(w->term, c->host, c->host_len) : NULL;
-	if (c->tls == NULL) {
+	c->client_tls = ca ? t->server_new(w->term, c->host, c->host_len) : NULL;
+	if (c->client_tls == NULL) {
 		respond(c, !ca ? REASON_TIER_UNAVAILABLE : REASON_OVERLOADED);
 		return;
 	}
@@ -309,7 +309,7 @@ void term_start(struct conn *c)
 	/* Whatever followed the CONNECT head is the start of the ClientHello: the session
 	 * takes one head's worth; more, sent before the 200, is no client's handshake. */
 	uint32_t early = c->head_fill - c->head_len;
-	ssize_t fed = early > 0 ? t->feed(c->tls, c->head + c->head_len, early) : 0;
+	ssize_t fed = early > 0 ? t->feed(c->client_tls, c->head + c->head_len, early) : 0;
 	if (fed != (ssize_t)early) {
 		respond(c, REASON_BAD_REQUEST);
 		return;
@@ -344,7 +344,7 @@ static uint32_t term_feed_waiting(struct conn *c)
 		uint16_t bid;
 		uint32_t off;
 		uint32_t len = early_front(c, &bid, &off);
-		ssize_t n = t->feed(c->tls, ring_buf(r, bid) + off, len);
+		ssize_t n = t->feed(c->client_tls, ring_buf(r, bid) + off, len);
 		if (n <= 0)
 			break;
 		fed += (uint32_t)n;
@@ -410,7 +410,7 @@ void term_client_data(struct conn *c, uint16_t bid, uint32_t len)
 
 void term_eof(struct conn *c)
 {
-	conn_term(c)->feed_eof(c->tls);
+	conn_term(c)->feed_eof(c->client_tls);
 	term_pump(c);
 }
 
@@ -430,7 +430,7 @@ static void on_term_send(struct conn *c, int res)
 		}
 	} else {
 		c->bytes_down += (uint64_t)res;
-		conn_term(c)->out_consume(c->tls, (size_t)res);
+		conn_term(c)->out_consume(c->client_tls, (size_t)res);
 	}
 	c->down.state = R_IDLE;
 	term_pump(c);
