@@ -1067,29 +1067,15 @@ static void unix_upstream_start(struct conn *c)
 	connect_next(c);
 }
 
-/* Splits a local upstream "host:port" / "[v6]:port" into <host> and <port>. */
+/* Splits a local upstream "host:port" / "[v6]:port" into <host> (<cap> bytes) and <port>. */
 static bool upstream_split(const char *up, char *host, size_t cap, uint16_t *port)
 {
-	const char *colon = strrchr(up, ':');
-	if (colon == NULL || colon == up)
+	struct http1_authority au;
+	if (http1_authority_split(up, strlen(up), &au) != 0 || au.host_len >= cap)
 		return false;
-	const char *h = up;
-	size_t hlen = (size_t)(colon - up);
-	if (h[0] == '[' && hlen >= 2 && h[hlen - 1] == ']') {
-		h++;
-		hlen -= 2;
-	}
-	unsigned long p = 0;
-	for (const char *d = colon + 1; *d != '\0'; d++) {
-		if (*d < '0' || *d > '9' || p > 65535)
-			return false;
-		p = p * 10 + (unsigned long)(*d - '0');
-	}
-	if (hlen == 0 || hlen >= cap || p == 0 || p > 65535)
-		return false;
-	memcpy(host, h, hlen);
-	host[hlen] = '\0';
-	*port = (uint16_t)p;
+	memcpy(host, au.host, au.host_len);
+	host[au.host_len] = '\0';
+	*port = au.port;
 	return true;
 }
 

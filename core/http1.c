@@ -117,13 +117,6 @@ struct framing {
 	size_t host_len;
 };
 
-/* A host[:port] split into its parts; host has no brackets. */
-struct authority {
-	const char *host;
-	size_t host_len;
-	uint16_t port;
-};
-
 static const char http1_root_path[] = "/";
 
 static inline bool byte_is(char c, unsigned cls)
@@ -318,7 +311,7 @@ static bool ipv6_literal_ok(const char *p, const char *end)
  * port, <port_required> refuses and otherwise <port_default> is used.
  */
 static int parse_authority(const char *s, size_t n, bool port_required, uint16_t port_default,
-			   struct authority *out)
+			   struct http1_authority *out)
 {
 	const char *end = s + n;
 	const char *p = s;
@@ -351,8 +344,13 @@ static int parse_authority(const char *s, size_t n, bool port_required, uint16_t
 	return parse_port(p + 1, end, &out->port);
 }
 
+int http1_authority_split(const char *s, size_t n, struct http1_authority *out)
+{
+	return parse_authority(s, n, true, 0, out);
+}
+
 static void request_set_authority(struct http1_request *req, const char *a, size_t n,
-				  const struct authority *au)
+				  const struct http1_authority *au)
 {
 	AN_DASSERT(au->host >= a);
 	AN_DASSERT(au->host + au->host_len <= a + n);
@@ -369,7 +367,7 @@ static int parse_absolute(struct http1_request *req)
 	const char *a = req->target + 7;
 	const char *end = req->target + req->target_len;
 	const char *q = a;
-	struct authority au;
+	struct http1_authority au;
 
 	AN_DASSERT(req->target_len >= 7);
 	while (q < end && *q != '/' && *q != '?')
@@ -400,7 +398,7 @@ static int parse_target(struct http1_request *req)
 	AN_ASSERT(t != NULL);
 	AN_ASSERT(n > 0);
 	if (req->is_connect) {
-		struct authority au;
+		struct http1_authority au;
 		int rc = parse_authority(t, n, true, 0, &au);
 		if (rc != 0)
 			return rc;
@@ -594,7 +592,7 @@ static void framing_connection(struct framing *fr, const char *v, size_t n)
 /* RFC 9112 section 3.2: one Host, empty or a valid authority. */
 static int framing_host(struct framing *fr, const char *v, size_t n)
 {
-	struct authority au;
+	struct http1_authority au;
 
 	AN_DASSERT(fr->is_request);
 	AN_DASSERT(v != NULL || n == 0);

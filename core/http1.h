@@ -215,6 +215,22 @@ ssize_t http1_out_end(struct http1_out *o);
  */
 ssize_t http1_write_origin_head(const struct http1_request *req, char *out, size_t cap);
 
+/* A host:port split into its parts: views into the text, the host without brackets. */
+struct http1_authority {
+	const char *host;
+	size_t host_len;
+	uint16_t port;
+};
+
+/*
+ * Splits <s>/<n>, "host:port" or "[v6]:port", as a CONNECT target is split
+ * (the one splitter of the tree: configured upstreams and listen addresses
+ * too): 0, or -EPROTO for userinfo, an empty host or one over
+ * LIMITS_HOST_BYTES_MAX, a byte outside the host set, a bad IPv6 literal, or
+ * a port that is missing or not 1..65535. Borrows <s>; writes only <out>.
+ */
+int http1_authority_split(const char *s, size_t n, struct http1_authority *out);
+
 /* A Location value longer than this is not read (UNSAFE): a request line's bound. */
 #define HTTP1_LOCATION_BYTES_MAX LIMITS_REQUEST_LINE_BYTES_MAX
 

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/http1.h"
 #include "core/layout.h"
 #include "core/log.h"
 #include "core/worker.h"
@@ -300,38 +301,25 @@ int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh)
 static int parse_inet_addr(const char *text, struct sockaddr_storage *out, socklen_t *len)
 {
 	char host[64];
-	const char *colon = strrchr(text, ':');
+	struct http1_authority au;
 
-	if (colon == NULL || (size_t)(colon - text) >= sizeof(host))
+	if (http1_authority_split(text, strlen(text), &au) != 0 || au.host_len >= sizeof(host))
 		return -EINVAL;
-	const char *h = text;
-	size_t hlen = (size_t)(colon - text);
-	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
-		h++;
-		hlen -= 2;
-	}
-	memcpy(host, h, hlen);
-	host[hlen] = '\0';
-	unsigned long port = 0;
-	for (const char *d = colon + 1; *d != '\0'; d++) {
-		if (*d < '0' || *d > '9' || port > 65535)
-			return -EINVAL;
-		port = port * 10 + (unsigned long)(*d - '0');
-	}
-	if (port == 0 || port > 65535)
-		return -EINVAL;
+	memcpy(host, au.host, au.host_len);
+	host[au.host_len] = '\0';
+	uint16_t port = au.port;
 	memset(out, 0, sizeof(*out));
 	struct sockaddr_in *v4 = (struct sockaddr_in *)out;
 	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)out;
 	if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
 		v4->sin_family = AF_INET;
-		v4->sin_port = htons((uint16_t)port);
+		v4->sin_port = htons(port);
 		*len = sizeof(*v4);
 		return 0;
 	}
 	if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
 		v6->sin6_family = AF_INET6;
-		v6->sin6_port = htons((uint16_t)port);
+		v6->sin6_port = htons(port);
 		*len = sizeof(*v6);
 		return 0;
 	}

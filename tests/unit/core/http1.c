@@ -216,6 +216,58 @@ START_TEST(test_connect_ip)
 }
 END_TEST
 
+/* The one host:port splitter: configured upstreams and listen addresses use it. */
+START_TEST(test_authority_split)
+{
+	struct http1_authority au;
+	static const struct {
+		const char *in;
+		const char *host; /* NULL: refused */
+		uint16_t port;
+	} cases[] = {
+		{ "127.0.0.1:11434", "127.0.0.1", 11434 },
+		{ "models.internal:8080", "models.internal", 8080 },
+		{ "[::1]:443", "::1", 443 },
+		{ "[fe80::1%25eth0]:22", "fe80::1%25eth0", 22 },
+		{ "a:65535", "a", 65535 },
+		{ "a:1", "a", 1 },
+		{ "a:65536", NULL, 0 }, /* past the port range: never wraps */
+		{ "a:99999", NULL, 0 },
+		{ "a:0", NULL, 0 },
+		{ "a:", NULL, 0 },
+		{ "a", NULL, 0 },   /* the port is required */
+		{ ":80", NULL, 0 }, /* an empty host */
+		{ "[]:80", NULL, 0 },
+		{ "[::1:80", NULL, 0 }, /* an unclosed literal */
+		{ "::1:80", NULL, 0 },  /* an IPv6 address needs its brackets */
+		{ "u@a:80", NULL, 0 },  /* userinfo */
+		{ "a:8x", NULL, 0 },
+		{ "a:+80", NULL, 0 },
+		{ "a b:80", NULL, 0 },
+		{ "[1.2.3.4]:80", NULL, 0 }, /* brackets hold IPv6 only */
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = http1_authority_split(cases[i].in, strlen(cases[i].in), &au);
+		if (cases[i].host == NULL) {
+			ck_assert_msg(rc == -EPROTO, "%s: accepted", cases[i].in);
+			continue;
+		}
+		ck_assert_msg(rc == 0, "%s: refused", cases[i].in);
+		ck_view_eq(au.host, au.host_len, cases[i].host);
+		ck_assert_uint_eq(au.port, cases[i].port);
+	}
+	char longest[LIMITS_HOST_BYTES_MAX + 8];
+	memset(longest, 'a', LIMITS_HOST_BYTES_MAX);
+	memcpy(longest + LIMITS_HOST_BYTES_MAX, ":80", 4);
+	ck_assert_int_eq(http1_authority_split(longest, strlen(longest), &au), 0);
+	ck_assert_uint_eq(au.host_len, LIMITS_HOST_BYTES_MAX);
+	memset(longest, 'a', LIMITS_HOST_BYTES_MAX + 1);
+	memcpy(longest + LIMITS_HOST_BYTES_MAX + 1, ":80", 4);
+	ck_assert_int_eq(http1_authority_split(longest, strlen(longest), &au), -EPROTO);
+}
+END_TEST
+
 START_TEST(test_absolute_form)
 {
 	struct http1_request req;
@@ -1652,6 +1704,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_class_table);
 	tcase_add_test(tc, test_name_is);
 	tcase_add_test(tc, test_connect_name);
+	tcase_add_test(tc, test_authority_split);
 	tcase_add_test(tc, test_connect_ip);
 	tcase_add_test(tc, test_absolute_form);
 	tcase_add_test(tc, test_origin_and_asterisk);
