@@ -3,9 +3,9 @@
  * the upstream accepts, the conn terminates the agent's TLS as the fake tier
  * does and opens a TLS session of its own to the upstream, verified against
  * the rule's roots. Each request's head is rewritten with the placeholder
- * swapped for the secret and written into the upstream session, its body
- * after it as it arrives; the response is relayed to the agent as it
- * arrives (server-sent events reach the agent record by record), its framing
+ * swapped for the secret (core/credential.c) and written into the upstream
+ * session, its body after it as it arrives; the response is relayed to the
+ * agent as it arrives (server-sent events reach the agent record by record), its framing
  * followed only to know where it ends. One exchange at a time; the upstream
  * connection serves the conn's next request. The upstream session sends no
  * application data before the upstream's certificate verified, so a failed
@@ -27,10 +27,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 
 #include "core/an.h"
+#include "core/credential.h"
 #include "core/http1.h"
 #include "core/log.h"
 #include "core/mask.h"
@@ -67,108 +67,20 @@ void inject_recv_arm(struct conn *c)
 	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
 }
 
-/*
- * Writes field <h> to <o>, the credential swapped in when its value is the
- * placeholder (with the rule's prefix). Returns whether it was swapped; a
- * field that does not fit sets o->overflow (a secret longer than its
- * placeholder grows the head: the request is then refused 431).
- */
-static bool inject_field(const struct verdict_inject *in, const struct http1_header *h,
-			 struct http1_out *o)
-{
-	bool ours = h->name_len == in->header_len &&
-		    strncasecmp(h->name, in->header, h->name_len) == 0 &&
-		    h->value_len == (size_t)in->prefix_len + in->placeholder_len &&
-		    strncasecmp(h->value, in->prefix, in->prefix_len) == 0 &&
-		    memcmp(h->value + in->prefix_len, in->placeholder, in->placeholder_len) == 0;
-	if (!ours) {
-		http1_out_field(o, h->name, h->name_len, h->value, h->value_len);
-		return false;
-	}
-	http1_out_put(o, h->name, h->name_len);
-	http1_out_put(o, ": ", 2);
-	http1_out_put(o, h->value, in->prefix_len);
-	http1_out_put(o, in->secret, in->secret_len);
-	http1_out_put(o, "\r\n", 2);
-	return true;
-}
-
-/* How many of <req>'s fields are the inject rule's credential header (by name). */
-static uint32_t inject_header_count(const struct verdict_inject *in,
-				    const struct http1_request *req)
-{
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < req->header_count; i++)
-		n += req->headers[i].name_len == in->header_len &&
-		     strncasecmp(req->headers[i].name, in->header, in->header_len) == 0;
-	return n;
-}
-
-/* Whether <req> asks for a protocol upgrade (an Upgrade header, RFC 9110 section 7.8). */
-static bool inject_wants_upgrade(const struct http1_request *req)
-{
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		if (http1_name_is(req->headers[i].name, req->headers[i].name_len, "upgrade"))
-			return true;
-	}
-	return false;
-}
-
 /* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
 void inject_request(struct conn *c, const struct http1_request *req, size_t head_len)
 {
-	const struct verdict_inject *in = c->inject;
-	size_t line = (size_t)((const char *)memchr(c->head, '\n', head_len) - c->head) + 1;
-	bool swapped = false;
+	enum reason why = REASON_NONE;
 
 	if (c->upstream_dead) {
 		term_refuse(c, c->upstream_refusal != REASON_NONE ? (enum reason)c->upstream_refusal
 								  : REASON_UPSTREAM_UNREACHABLE);
 		return;
 	}
-	/* One credential a request: a repeated header is refused, never swapped twice. */
-	if (inject_header_count(in, req) > 1) {
-		term_refuse(c, REASON_BAD_REQUEST);
-		return;
-	}
-	/*
-	 * The head goes out through the one writer, as plain forwarding's does: the
-	 * request line as sent, then every field but the hop-by-hop ones (Connection
-	 * and what it names, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection and
-	 * every Proxy-* field: the agent's proxy credentials never reach an origin).
-	 * An upgrade the rule allows keeps its Upgrade, with a Connection of ours.
-	 */
-	bool drop[LIMITS_HEADERS_MAX];
-	bool upgrade = in->upgrades && inject_wants_upgrade(req);
-	struct http1_out o = { .p = c->out, .cap = WORKER_HEAD_BUFFER_BYTES };
-	AN_ASSERT(req->header_count <= LIMITS_HEADERS_MAX);
-	http1_hop_by_hop(req, drop);
-	http1_out_put(&o, c->head, line);
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		const struct http1_header *h = &req->headers[i];
-		if (upgrade && http1_name_is(h->name, h->name_len, "upgrade"))
-			drop[i] = false;
-		/* The masker reads the response as sent: no compression is asked for. */
-		if (http1_name_is(h->name, h->name_len, "accept-encoding"))
-			drop[i] = true;
-		if (!drop[i])
-			swapped |= inject_field(in, h, &o);
-	}
-	http1_out_field(&o, "Accept-Encoding", 15, "identity", 8);
-	if (upgrade)
-		http1_out_field(&o, "Connection", 10, "upgrade", 7);
-	ssize_t head_out = http1_out_end(&o);
+	ssize_t head_out = credential_request_head(c->inject, req, c->head, head_len, c->out,
+						   WORKER_HEAD_BUFFER_BYTES, &why);
 	if (head_out < 0) {
-		term_refuse(c, REASON_HEADERS_TOO_LARGE);
-		return;
-	}
-	if (!swapped && in->require) {
-		term_refuse(c, REASON_CREDENTIAL_MISSING);
-		return;
-	}
-	if (!in->upgrades && inject_wants_upgrade(req)) {
-		term_refuse(c, REASON_UPGRADE_REFUSED); /* at once: the agent falls back */
+		term_refuse(c, why);
 		return;
 	}
 	if (req->body == HTTP1_BODY_LENGTH && req->content_length > LIMITS_TERM_REQUEST_BYTES_MAX) {
