@@ -247,6 +247,11 @@ static void inject_frame(struct conn *c)
 				return;
 			}
 			c->resp_body = (uint8_t)http1_response_body(&r, c->head_method);
+			if (c->resp_body != HTTP1_BODY_NONE && !mask_readable_coding(&r)) {
+				/* Asked for identity, sent coded: the masker could not read it. */
+				c->resp_refusal = (uint8_t)REASON_UPSTREAM_BAD_RESPONSE;
+				return;
+			}
 			if (r.status == 101) {
 				/* WebSocket (or any upgrade): raw bytes both ways until one side ends. */
 				c->resp_scan += (uint32_t)n;

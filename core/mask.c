@@ -68,3 +68,20 @@ uint32_t mask_relay_limit_chunked(char *buf, uint32_t from, uint32_t to,
 		return to;
 	return from + view->where[n > keep ? n - keep : 0];
 }
+
+bool mask_readable_coding(const struct http1_response *r)
+{
+	for (uint32_t i = 0; i < r->header_count; i++) {
+		const struct http1_header *h = &r->headers[i];
+		if (!http1_name_is(h->name, h->name_len, "content-encoding"))
+			continue;
+		const char *p = h->value;
+		const char *elem;
+		size_t elem_len;
+		while (http1_list_next(&p, h->value + h->value_len, &elem, &elem_len)) {
+			if (!http1_name_is(elem, elem_len, "identity"))
+				return false;
+		}
+	}
+	return true;
+}

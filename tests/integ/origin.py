@@ -12,6 +12,7 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /cut          Content-Length: 1000, then 10 bytes, then the connection closed
     GET  /echo-split   chunked: the request's Authorization value echoed, split between two
                        chunks in its middle (and each chunk sent on its own)
+    GET  /gzip-echo    the request's Authorization value gzip-compressed, whatever was asked
     GET  /bad-chunk    chunked: a good chunk, a pause, then a chunk whose size line is not hex
     GET  /hold?tail=HEX  Content-Length framed: 32 bytes of "x" and the bytes HEX names, then
                        HOLD_PAUSE_S of nothing, then "end"
@@ -46,6 +47,7 @@ API request gets 401.
 
 import argparse
 import base64
+import gzip
 import hashlib
 import hmac
 import http.server
@@ -213,6 +215,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
+        self.answered = 200
+
+    def send_gzip_echo(self):
+        """The Authorization value gzip-compressed, whatever Accept-Encoding asked for: a
+        masker that reads the bytes as sent cannot see the secret in it."""
+        body = gzip.compress(b"auth: " + self.headers.get("Authorization", "").encode())
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
         self.answered = 200
 
     def send_bad_chunk(self):
@@ -415,6 +429,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_cut()
         elif path == "/echo-split" and self.command == "GET":
             self.send_echo_split()
+        elif path == "/gzip-echo" and self.command == "GET":
+            self.send_gzip_echo()
         elif path == "/bad-chunk" and self.command == "GET":
             self.send_bad_chunk()
         elif path == "/hold" and self.command == "GET":

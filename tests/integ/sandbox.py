@@ -42,6 +42,7 @@ import ctypes
 import errno
 import fnmatch
 import glob
+import gzip
 import hashlib
 import io
 import json
@@ -2494,6 +2495,20 @@ def inject_exchanges(t, ctx, path):
     if status != 200 or body != want or len(stamps) != 2:
         errs.append("the secret echoed split by the chunked framing: %d, %d chunks, %r; want "
                     "200, the origin's 2 chunks, %r" % (status, len(stamps), body[-80:], want))
+    # The secret reflected gzip-compressed by an origin that ignores the identity asked
+    # for (issue 17 item 5): the masker cannot read it, so none of it reaches the agent:
+    # 502 upstream_bad_response, and the compressed copy nowhere.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    ts.sendall(b"GET /gzip-echo HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n" + auth +
+               b"\r\n")
+    got = read_until_close(ts)
+    ts.close()
+    seen += got
+    leaked = gzip.compress(b"auth: Bearer " + INJECT_SECRET.encode())[10:-8]
+    if not got.startswith(b"HTTP/1.1 502 ") or b"upstream_bad_response" not in got or \
+            leaked in got or b"\x1f\x8b" in got:
+        errs.append("a gzip-compressed reflection of the secret: the agent got %r; want 502 "
+                    "upstream_bad_response and none of the compressed body" % got[:300])
     # A chunk framed wrong after a good one (issue 17 item 3): nothing of the bad part
     # reaches the agent and nothing is written after it: the body ends short, the
     # connection closes.

@@ -5,7 +5,8 @@
  * that hold the same length whatever the bytes are (a prefix of the secret
  * or not: the timing oracle); nothing held once the caller says all; in a
  * chunked body, a copy cut by the framing masked in the data, the framing
- * left as it was, and the hold counted in data bytes.
+ * left as it was, and the hold counted in data bytes; a body coded other
+ * than identity is not readable (the inject tier refuses it).
  */
 #include <signal.h>
 
@@ -126,6 +127,28 @@ START_TEST(test_chunked_hold_counts_data)
 }
 END_TEST
 
+/* Parses <head> as a response and asks whether the masker can read its body. */
+static bool readable(const char *head)
+{
+	static struct http1_response r;
+	ck_assert_int_gt(http1_parse_response(head, strlen(head), &r), 0);
+	return mask_readable_coding(&r);
+}
+
+START_TEST(test_readable_coding)
+{
+	ck_assert(readable("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n"));
+	ck_assert(readable("HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\n\r\n"));
+	ck_assert(readable("HTTP/1.1 200 OK\r\nContent-Encoding: Identity , \r\n\r\n"));
+	ck_assert(!readable("HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\r\n"));
+	ck_assert(!readable("HTTP/1.1 200 OK\r\ncontent-encoding: BR\r\n\r\n"));
+	ck_assert(!readable("HTTP/1.1 200 OK\r\nContent-Encoding: identity, gzip\r\n\r\n"));
+	ck_assert(!readable("HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\n"
+			    "Content-Encoding: deflate\r\n\r\n"));
+	ck_assert(!readable("HTTP/1.1 200 OK\r\nContent-Encoding: x-identity\r\n\r\n"));
+}
+END_TEST
+
 START_TEST(test_empty_secret_aborts)
 {
 	char buf[] = "abc";
@@ -145,6 +168,7 @@ static Suite *mask_suite(void)
 	tcase_add_test(tc, test_one_byte_secret_holds_nothing);
 	tcase_add_test(tc, test_chunked_copy_cut_by_framing);
 	tcase_add_test(tc, test_chunked_hold_counts_data);
+	tcase_add_test(tc, test_readable_coding);
 	suite_add_tcase(s, tc);
 	TCase *tc_abort = tcase_create("abort");
 	tcase_add_test_raise_signal(tc_abort, test_empty_secret_aborts, SIGABRT);
