@@ -328,8 +328,8 @@ static void inject_exchange_done(struct conn *c)
  * it had the upstream reflect were a prefix of the secret (a key can be
  * recovered a byte at a time so). What masking cannot promise: a copy the
  * upstream sends in pieces further apart than the hold, cuts short, or
- * transforms (encodes, splits by chunk framing, truncates) reaches the agent
- * as sent.
+ * transforms (truncates, reverses) reaches the agent as sent; a copy split by
+ * chunk framing is read across it, and a coded body is refused.
  */
 static uint32_t inject_relay_limit(struct conn *c)
 {
