@@ -30,6 +30,7 @@
 
 static void request_finish(struct conn *c);
 static void fwd_down_recv(struct conn *c);
+static void req_body_refused(struct conn *c);
 
 /* How many of <n> bytes at <p> belong to the request body; sets req_done. */
 static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
@@ -56,6 +57,30 @@ static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
 	}
 	c->req_done = c->req_chunks.done;
 	return m;
+}
+
+/*
+ * The request's body was framed wrong (a chunk line or its CRLF, a size too
+ * large or not hex, junk after it) or passed the gateway's cap: the rest
+ * never goes upstream, whose connection is dropped with the request
+ * incomplete, so no upstream ever completes a request whose body was
+ * malformed. The client is answered at once, 400 bad_request (413
+ * body_too_large for the cap), unless a response already started to reach
+ * it: then its connection closes.
+ */
+static void req_body_refused(struct conn *c)
+{
+	enum reason why =
+	    c->reason == REASON_BODY_TOO_LARGE ? REASON_BODY_TOO_LARGE : REASON_BAD_REQUEST;
+
+	c->flags |= F_NO_KEEPALIVE;
+	c->keep_alive = false;
+	if (c->resp_head_done) {
+		c->reason = (uint8_t)why;
+		conn_close(c);
+		return;
+	}
+	respond(c, why);
 }
 
 static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
@@ -102,7 +127,13 @@ static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
 	AN_ASSERT(res > 0);
 	int64_t m = frame(c, p, (uint32_t)res);
 	if (m < 0) {
-		conn_close(c);
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+		r->state = R_IDLE;
+		if (dir == DIR_UP)
+			req_body_refused(c);
+		else
+			conn_close(c);
 		return -1;
 	}
 	if (m < res)
@@ -176,7 +207,7 @@ void fwd_up_step(struct conn *c)
 	if (n > 0) {
 		int64_t m = req_frame(c, p, n);
 		if (m < 0) {
-			conn_close(c);
+			req_body_refused(c);
 			return;
 		}
 		/* Bytes past the body are the next request: request_finish carries them. */
