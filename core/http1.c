@@ -675,11 +675,34 @@ static int parse_fields(const char **pp, const char *end, struct http1_header *h
 	return 0;
 }
 
+/* <a>/<n> without one trailing dot: "example.com." and "example.com" name one host. */
+static size_t host_undotted(const char *a, size_t n)
+{
+	return n > 1 && a[n - 1] == '.' ? n - 1 : n;
+}
+
+bool http1_host_names(const char *field, size_t field_len, const char *host, size_t host_len,
+		      uint16_t port)
+{
+	struct http1_authority au;
+
+	if (field_len == 0 || parse_authority(field, field_len, false, port, &au) != 0)
+		return false;
+	size_t a = host_undotted(au.host, au.host_len);
+	size_t b = host_undotted(host, host_len);
+	return a == b && views_equal_nocase(au.host, host, a) && au.port == port;
+}
+
 static int request_finish(struct http1_request *req, const struct framing *fr)
 {
 	AN_ASSERT(req->version_minor <= 1);
 	AN_ASSERT(fr->is_request);
 	if (req->version_minor == 1 && !fr->host_seen)
+		return -EPROTO;
+	/* RFC 9112 section 3.2: a CONNECT's target is nothing but an authority, and its
+	 * Host names it; one naming another (or none) is a broken client or a probe. */
+	if (req->is_connect && fr->host_seen &&
+	    !http1_host_names(fr->host, fr->host_len, req->host, req->host_len, req->port))
 		return -EPROTO;
 	/* RFC 9112 section 6.1: HTTP/1.0 framing with Transfer-Encoding is faulty. */
 	if (fr->te_seen && req->version_minor == 0)

@@ -231,6 +231,15 @@ struct http1_authority {
  */
 int http1_authority_split(const char *s, size_t n, struct http1_authority *out);
 
+/*
+ * Whether Host field value <field>/<field_len> names <host>:<port> (RFC 9112
+ * section 3.2): the same host, ignoring case, brackets and one trailing dot,
+ * and the same port; a value without a port names <port>. An empty or
+ * malformed value names nothing. Borrows both views.
+ */
+bool http1_host_names(const char *field, size_t field_len, const char *host, size_t host_len,
+		      uint16_t port);
+
 /* A Location value longer than this is not read (UNSAFE): a request line's bound. */
 #define HTTP1_LOCATION_BYTES_MAX LIMITS_REQUEST_LINE_BYTES_MAX
 

@@ -130,25 +130,6 @@ void term_refuse(struct conn *c, enum reason why)
 		term_end(c, TERM_CLOSED);
 }
 
-/* Whether Host <h>/<len> names the CONNECT host (any case, one trailing dot, its port). */
-static bool term_host_matches(const struct conn *c, const char *h, size_t len)
-{
-	char port[8];
-	int plen = snprintf(port, sizeof(port), ":%u", (unsigned)c->port);
-	if (len > (size_t)plen && memcmp(h + len - (size_t)plen, port, (size_t)plen) == 0)
-		len -= (size_t)plen;
-	if (len >= 2 && h[0] == '[' && h[len - 1] == ']') {
-		h++;
-		len -= 2;
-	}
-	size_t want = c->host_len;
-	if (want > 0 && c->host[want - 1] == '.')
-		want--;
-	if (len > 0 && h[len - 1] == '.')
-		len--;
-	return len == want && strncasecmp(h, c->host, len) == 0;
-}
-
 /* Drops <n> bytes from the front of the plaintext in the head buffer. */
 void term_drop(struct conn *c, uint32_t n)
 {
@@ -210,8 +191,8 @@ bool term_request(struct conn *c)
 	}
 	c->path_off = (uint16_t)(req.target - c->head);
 	c->path_len = (uint16_t)req.target_len;
-	if (req.host_header != NULL &&
-	    !term_host_matches(c, req.host_header, req.host_header_len)) {
+	if (req.host_header != NULL && !http1_host_names(req.host_header, req.host_header_len,
+							 c->host, c->host_len, c->port)) {
 		term_refuse(c, REASON_HOST_MISMATCH);
 		return true;
 	}

@@ -177,7 +177,9 @@ START_TEST(test_connect_name)
 	ck_view_eq(req.host_header, req.host_header_len, "example.com:443");
 
 	/* CONNECT with "Content-Length: 0" is tolerated: still no body. */
-	req_ok("CONNECT a-b_c.example:8443 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", &req);
+	req_ok("CONNECT a-b_c.example:8443 HTTP/1.1\r\nHost: a-b_c.example:8443\r\n"
+	       "Content-Length: 0\r\n\r\n",
+	       &req);
 	ck_view_eq(req.host, req.host_len, "a-b_c.example");
 	ck_assert_uint_eq(req.port, 8443);
 	ck_assert_int_eq(req.body, HTTP1_BODY_NONE);
@@ -206,13 +208,54 @@ START_TEST(test_connect_ip)
 	ck_view_eq(req.authority, req.authority_len, "[::1]:443");
 	ck_assert_uint_eq(req.port, 443);
 
-	req_ok("CONNECT [2001:db8::ffff:1.2.3.4]:80 HTTP/1.1\r\nHost: a\r\n\r\n", &req);
+	req_ok(
+	    "CONNECT [2001:db8::ffff:1.2.3.4]:80 HTTP/1.1\r\nHost: [2001:db8::ffff:1.2.3.4]\r\n\r\n",
+	    &req);
 	ck_view_eq(req.host, req.host_len, "2001:db8::ffff:1.2.3.4");
 	ck_assert_uint_eq(req.port, 80);
 
-	req_ok("CONNECT [fe80::1%25eth0]:22 HTTP/1.1\r\nHost: a\r\n\r\n", &req);
+	req_ok("CONNECT [fe80::1%25eth0]:22 HTTP/1.1\r\nHost: [FE80::1%25eth0]:22\r\n\r\n", &req);
 	ck_view_eq(req.host, req.host_len, "fe80::1%25eth0");
 	ck_assert_uint_eq(req.port, 22);
+}
+END_TEST
+
+/* RFC 9112 section 3.2: a CONNECT's Host names its target, or it is refused. */
+START_TEST(test_connect_host_names_the_target)
+{
+	struct http1_request req;
+	enum reason why;
+	static const char *const same[] = {
+		"example.com:443",  "EXAMPLE.com:443",  "example.com",
+		"example.com.:443", "example.com:0443",
+	};
+	static const char *const other[] = {
+		"",
+		"other.example:443",
+		"example.com:444",
+		"example.co:443",
+		"example.com.evil:443",
+		"[::1]:443",
+		"127.0.0.1:443",
+	};
+	char head[256];
+
+	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+		snprintf(head, sizeof(head), "CONNECT example.com:443 HTTP/1.1\r\nHost: %s\r\n\r\n",
+			 same[i]);
+		ck_assert_msg(req_parse(head, &req, &why) > 0, "Host: %s refused", same[i]);
+	}
+	for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+		snprintf(head, sizeof(head), "CONNECT example.com:443 HTTP/1.1\r\nHost: %s\r\n\r\n",
+			 other[i]);
+		ck_assert_msg(req_parse(head, &req, &why) == -EPROTO, "Host: %s accepted",
+			      other[i]);
+		ck_assert_int_eq(why, REASON_BAD_REQUEST);
+	}
+	/* HTTP/1.0 may leave Host out; absolute form's Host is replaced, not compared. */
+	req_ok("CONNECT example.com:443 HTTP/1.0\r\n\r\n", &req);
+	req_ok("GET http://example.com/ HTTP/1.1\r\nHost: other.example\r\n\r\n", &req);
+	req_ok("GET http://example.com/ HTTP/1.1\r\nHost:\r\n\r\n", &req);
 }
 END_TEST
 
@@ -769,7 +812,13 @@ START_TEST(test_limit_method_and_host)
 			text_add(&scratch, forms[f]);
 			text_fill(&scratch, 'h', host_len);
 			text_add(&scratch, f == 0 ? ":443" : "/");
-			text_add(&scratch, " HTTP/1.1\r\nHost: a\r\n\r\n");
+			/* A CONNECT's Host is its target (no port: the target's). */
+			text_add(&scratch, " HTTP/1.1\r\nHost: ");
+			if (f == 0)
+				text_fill(&scratch, 'h', host_len);
+			else
+				text_add(&scratch, "a");
+			text_add(&scratch, "\r\n\r\n");
 			ssize_t rc = req_parse_n(scratch.buf, scratch.len, &req, &why);
 			ck_assert_int_eq(rc, ok ? (ssize_t)scratch.len : -EPROTO);
 			if (ok)
@@ -1704,6 +1753,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_class_table);
 	tcase_add_test(tc, test_name_is);
 	tcase_add_test(tc, test_connect_name);
+	tcase_add_test(tc, test_connect_host_names_the_target);
 	tcase_add_test(tc, test_authority_split);
 	tcase_add_test(tc, test_connect_ip);
 	tcase_add_test(tc, test_absolute_form);
