@@ -25,7 +25,7 @@ Q := @
 endif
 
 LIB_SRC := $(sort $(wildcard core/*.c policy/*.c tls/*.c))
-BIN_SRC := tools/agentsnetd.c
+BIN_SRC := tools/agentsnetd/main.c
 UNIT_SRC := $(sort $(wildcard tests/unit/*/*.c))
 HEADERS := $(sort $(wildcard core/*.h policy/*.h tls/*.h))
 
@@ -58,10 +58,10 @@ build/rel/libagentsnet.a: $(REL_OBJ)
 build/san/libagentsnet.a: $(SAN_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-build/rel/agentsnetd: build/rel/tools/agentsnetd.o build/rel/libagentsnet.a
+build/rel/agentsnetd: build/rel/tools/agentsnetd/main.o build/rel/libagentsnet.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
-build/san/agentsnetd: build/san/tools/agentsnetd.o build/san/libagentsnet.a
+build/san/agentsnetd: build/san/tools/agentsnetd/main.o build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
