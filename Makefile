@@ -26,7 +26,7 @@ endif
 
 LIB_SRC := $(sort $(wildcard core/*.c policy/*.c tls/*.c))
 BIN_SRC := tools/agentsnetd/main.c
-UNIT_SRC := $(sort $(wildcard tests/unit/*/*.c))
+UNIT_SRC := $(sort $(wildcard tests/unit/*/*.c tests/unit/*/*/*.c))
 HEADERS := $(sort $(wildcard core/*.h policy/*.h tls/*.h))
 
 REL_OBJ := $(LIB_SRC:%.c=build/rel/%.o)
@@ -65,9 +65,7 @@ build/san/agentsnetd: build/san/tools/agentsnetd/main.o build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/check.o tools/ctl.o \
-	tools/hostsock.o tools/ptyrelay.o tools/runenv.o tools/sandbox.o tools/selftest.o \
-	tools/sandbox_child.o tools/sandbox_root.o tools/sockmask.o tools/wwdirs.o
+AGENTSNET_OBJ := $(patsubst %.c,%.o,$(sort $(wildcard tools/agentsnet/*.c)))
 build/rel/agentsnet: $(AGENTSNET_OBJ:%=build/rel/%) build/rel/libagentsnet.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
@@ -87,7 +85,7 @@ build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/tools/bridge_filt
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(BRIDGE_LIBS)
 build/san/tests/unit/tools/bridge: LDLIBS += $(BRIDGE_LIBS)
 # The selftest's unit test runs the built probe.
-build/san/tests/unit/tools/selftest: | build/san/agentsnet-probe
+build/san/tests/unit/tools/agentsnet/selftest: | build/san/agentsnet-probe
 
 # `agentsnet selftest`'s probes, run as the agent inside the sandbox: static, libc only
 # (tools/probe.c, tools/probe_net.c), so it runs whatever the sandbox's file system holds.

@@ -1,5 +1,5 @@
 /*
- * agentsnet-probe: the agent of `agentsnet selftest` (tools/selftest.c), run
+ * agentsnet-probe: the agent of `agentsnet selftest` (tools/agentsnet/selftest.c), run
  * inside a real `agentsnet run` sandbox at SANDBOX_PROBE_PATH. Every probe is
  * a real attempt that would succeed with its defence off, never a read of the
  * sandbox's configuration; the host's side of each (listeners, sockets,
@@ -911,7 +911,7 @@ static void probe_memory(struct verdict *v)
 
 /*
  * The probes, in the order they run (memory last: an OOM kill that misses may
- * take the sandbox with it). Adding one: also tools/selftest.c's
+ * take the sandbox with it). Adding one: also tools/agentsnet/selftest.c's
  * selftest_probes, and docs/sandbox.md's table.
  */
 static const struct probe {

@@ -29,7 +29,7 @@
 
 #include "core/an.h"
 #include "tools/probe_int.h"
-#include "tools/sandbox.h"
+#include "tools/agentsnet/sandbox.h"
 #include "tools/walkfs.h"
 
 #define PROBE_RESOLVER "127.0.0.53" /* systemd-resolved's stub, tried always */

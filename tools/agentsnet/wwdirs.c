@@ -1,6 +1,6 @@
 /*
  * The host's world-writable directories, for `agentsnet run`'s sandbox: the
- * parent lists them before the clone (ww_prepare, from tools/sandbox.c), and
+ * parent lists them before the clone (ww_prepare, from tools/agentsnet/sandbox.c), and
  * the child gives each a private instance or masks it (mount_private).
  *
  * No shared host state: a world-writable directory is where another sandbox or
@@ -32,7 +32,7 @@
  * directories writable by a group or by the agent's own uid (unprivileged: the
  * caller's home).
  */
-#include "tools/sandbox_int.h"
+#include "tools/agentsnet/sandbox_int.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -11,8 +11,8 @@
  * line per probe, "<probe> closed: <how>" or "<probe> OPEN: <what got
  * through>", and a summary.
  */
-#ifndef AN_TOOLS_SELFTEST_H
-#define AN_TOOLS_SELFTEST_H
+#ifndef AN_TOOLS_AGENTSNET_SELFTEST_H
+#define AN_TOOLS_AGENTSNET_SELFTEST_H
 
 /* Exit codes: 0 every probe closed, 1 one or more OPEN, 2 usage, 125 could not run. */
 #define SELFTEST_EXIT_OPEN   1
@@ -24,4 +24,4 @@
  */
 int selftest_main(int argc, char **argv);
 
-#endif /* AN_TOOLS_SELFTEST_H */
+#endif /* AN_TOOLS_AGENTSNET_SELFTEST_H */

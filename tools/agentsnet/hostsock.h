@@ -17,8 +17,8 @@
  * services). Sockets bound in other namespaces at paths the sandbox sees are
  * not listed; `agentsnet selftest`'s host-sockets probe finds those.
  */
-#ifndef AN_TOOLS_HOSTSOCK_H
-#define AN_TOOLS_HOSTSOCK_H
+#ifndef AN_TOOLS_AGENTSNET_HOSTSOCK_H
+#define AN_TOOLS_AGENTSNET_HOSTSOCK_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests for tools/sandbox.c: the pure helpers, then real sandboxes.
+ * Unit tests for tools/agentsnet/sandbox.c: the pure helpers, then real sandboxes.
  *
  * The namespace tests build a fake daemon layout in a directory of the
  * run's own (not world-writable, outside /tmp and /var/tmp, which the sandbox
@@ -37,13 +37,13 @@
  * list holds end as that parent masked; a directory past its owner's budget is
  * masked, the walk going on elsewhere), and once on the host, timed.
  */
-#include "../../../tools/sandbox.c"
-#include "../../../tools/wwdirs.c"
-#include "../../../tools/sockmask.c"
-#include "../../../tools/sandbox_child.c"
-#include "../../../tools/sandbox_root.c"
-#include "../../../tools/hostsock.c"
-#include "../../../tools/ptyrelay.c"
+#include "../../../../tools/agentsnet/sandbox.c"
+#include "../../../../tools/agentsnet/wwdirs.c"
+#include "../../../../tools/agentsnet/sockmask.c"
+#include "../../../../tools/agentsnet/sandbox_child.c"
+#include "../../../../tools/agentsnet/sandbox_root.c"
+#include "../../../../tools/agentsnet/hostsock.c"
+#include "../../../../tools/agentsnet/ptyrelay.c"
 
 #include <arpa/inet.h>
 #include <check.h>

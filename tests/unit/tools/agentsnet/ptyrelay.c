@@ -1,5 +1,5 @@
 /*
- * Unit tests for tools/ptyrelay.c.
+ * Unit tests for tools/agentsnet/ptyrelay.c.
  *
  * The operator's terminal is a pty the test makes: the test holds its master
  * (it types there and reads what the terminal shows) and a forked "relay"
@@ -29,7 +29,7 @@
  * Every wait is bounded: poll timeouts here, alarm() in the relay and the
  * agent, PR_SET_PDEATHSIG so an agent never outlives its relay.
  */
-#include "../../../tools/ptyrelay.c"
+#include "../../../../tools/agentsnet/ptyrelay.c"
 
 #include <check.h>
 #include <ctype.h>

@@ -1,5 +1,5 @@
 /*
- * The sandbox's own terminal, relayed (contract: tools/ptyrelay.h).
+ * The sandbox's own terminal, relayed (contract: tools/agentsnet/ptyrelay.h).
  *
  * ptyrelay_open makes a pty on the host's /dev/ptmx (the slave through
  * TIOCGPTPEER: no path lookup; ptsname_r before Linux 4.13) with the caller's
@@ -38,7 +38,7 @@
  * in front. The settings go back with TCSADRAIN (TCSAFLUSH would drop keys
  * typed ahead for the shell) and SIGTTOU blocked, so that works from behind.
  */
-#include "tools/ptyrelay.h"
+#include "tools/agentsnet/ptyrelay.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,10 +1,10 @@
 /*
- * agentsnet: the operator CLI. `ca init` makes the demo CA (tools/ca.c);
- * `sandbox add|rm|ls` and `ping` speak the control protocol (tools/ctl.c);
+ * agentsnet: the operator CLI. `ca init` makes the demo CA (tools/agentsnet/ca.c);
+ * `sandbox add|rm|ls` and `ping` speak the control protocol (tools/agentsnet/ctl.c);
  * `run` registers a sandbox, runs a command through the bridge in it
- * (tools/sandbox.c) with the environment of tools/runenv.c (an allow-list of
+ * (tools/agentsnet/sandbox.c) with the environment of tools/agentsnet/runenv.c (an allow-list of
  * the caller's, never the whole of it) and unregisters it again; `selftest`
- * tries to escape a real sandbox (tools/selftest.c).
+ * tries to escape a real sandbox (tools/agentsnet/selftest.c).
  *
  * Exit codes of the daemon-facing commands: 0 ok, 1 the daemon said error
  * (or a local step failed), 2 usage, 3 the daemon is not reachable. `run`
@@ -38,12 +38,12 @@
 #include "core/an.h"
 #include "core/layout.h"
 #include "core/uid.h"
-#include "tools/ca.h"
-#include "tools/check.h"
-#include "tools/ctl.h"
-#include "tools/runenv.h"
-#include "tools/sandbox.h"
-#include "tools/selftest.h"
+#include "tools/agentsnet/ca.h"
+#include "tools/agentsnet/check.h"
+#include "tools/agentsnet/ctl.h"
+#include "tools/agentsnet/runenv.h"
+#include "tools/agentsnet/sandbox.h"
+#include "tools/agentsnet/selftest.h"
 
 #define AGENTSNET_VERSION        "0.1.0"
 #define AGENTSNET_SOCKET_DIR     "/run/agentsnet"

@@ -1,13 +1,13 @@
 /*
  * The host's socket files `agentsnet run`'s sandbox masks: the parent lists them
- * before the clone (sockets_prepare, from tools/sandbox.c), the child masks
+ * before the clone (sockets_prepare, from tools/agentsnet/sandbox.c), the child masks
  * each (mask_socket).
  *
  * A service's socket file outside the world-writable directories is a way out
  * (connect() finds a pathname socket through the file system, whatever the
  * network namespace): /var/lib/mysql/mysql.sock, a node's kubelet sockets, a
  * user's own daemon in a home directory. The parent asks the kernel for every
- * bound pathname socket (tools/hostsock.h: the caller's network namespace,
+ * bound pathname socket (tools/agentsnet/hostsock.h: the caller's network namespace,
  * and the init process's when it may enter it), keeping those the mounts above
  * leave in view (only those count against hostsock's bound), and the child masks each of the rest that it still finds as a
  * socket (opened without following a symlink) with a bind of /dev/null, where
@@ -20,7 +20,7 @@
  * runs fail or slow. Sockets bound in other network namespaces at paths the
  * sandbox sees are not listed; `agentsnet selftest` looks for them.
  */
-#include "tools/sandbox_int.h"
+#include "tools/agentsnet/sandbox_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -31,7 +31,7 @@
 
 #include "core/an.h"
 #include "core/pool.h"
-#include "tools/hostsock.h"
+#include "tools/agentsnet/hostsock.h"
 
 /*
  * Host socket files the sandbox masks one by one, at most (a bind mount each). Past it
@@ -126,7 +126,7 @@ static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, 
 }
 
 /*
- * A coarse listing's directories (tools/hostsock.h; <dirs>, <n>, without their
+ * A coarse listing's directories (tools/agentsnet/hostsock.h; <dirs>, <n>, without their
  * trailing '/', writable), each hidden whole as a masked entry: sorted, those
  * below another dropped, and while they outnumber the room left in the list,
  * each taken one level up. Never / nor a directory holding what the run
@@ -188,7 +188,7 @@ int sockets_prepare(struct child_ctx *c, char *err, size_t err_len)
 		ret = -ENOMEM;
 		goto out;
 	}
-	/* A coarse listing's entries ending in '/' are directories (tools/hostsock.h). */
+	/* A coarse listing's entries ending in '/' are directories (tools/agentsnet/hostsock.h). */
 	if (all.len > 0)
 		memcpy(dir_text, all.buf, all.len);
 	for (const char *p = hostsock_next(&all, NULL); p != NULL; p = hostsock_next(&all, p)) {

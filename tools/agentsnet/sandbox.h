@@ -4,8 +4,8 @@
  * PID 1, only `lo` exists, and the only agentsnet sockets visible are the
  * sandbox's own, mounted at SANDBOX_MOUNT_DIR.
  */
-#ifndef AN_TOOLS_SANDBOX_H
-#define AN_TOOLS_SANDBOX_H
+#ifndef AN_TOOLS_AGENTSNET_SANDBOX_H
+#define AN_TOOLS_AGENTSNET_SANDBOX_H
 
 #include <signal.h>
 #include <stdbool.h>
@@ -14,7 +14,7 @@
 #include <sys/types.h>
 
 #include "core/cgroup.h"
-#include "tools/ptyrelay.h"
+#include "tools/agentsnet/ptyrelay.h"
 
 /* Where the sandbox's directory appears inside, on a fresh tmpfs over /run. */
 #define SANDBOX_RUN_DIR   "/run"
@@ -50,7 +50,7 @@
 #define SANDBOX_GROUPS_MAX 256
 
 /*
- * The sandbox's file system is a root of its own (tools/sandbox_root.c): an
+ * The sandbox's file system is a root of its own (tools/agentsnet/sandbox_root.c): an
  * empty tmpfs holding, read-only, the host's system directories that exist
  * (SANDBOX_SYSTEM_DIRS: programs, libraries, configuration; a top-level
  * symlink such as /bin -> usr/bin is copied as a symlink), the working
@@ -126,8 +126,8 @@ struct sandbox_spec {
 	char *const *cmd;  /* borrowed: the agent command, NULL-terminated, >= 1 word */
 	/*
 	 * borrowed: the environment the bridge (and so the agent) starts with, NULL-terminated:
-	 * tools/runenv.h's (runenv_init, then --env and --env-file), never the caller's whole
-	 * environment.
+	 * tools/agentsnet/runenv.h's (runenv_init, then --env and --env-file), never the
+	 * caller's whole environment.
 	 */
 	char *const *envp;
 	struct sandbox_limits limits;
@@ -181,7 +181,7 @@ int sandbox_user_parse(const char *text, struct sandbox_user *u, char *err, size
  * Whether group <gid> grants privilege on a host: gid 0, or a group whose name
  * is on the list of groups that own devices, logs, secrets or an admin
  * daemon's socket (root, wheel, sudo, admin, adm, disk, kmem, shadow, docker,
- * lxd, kvm, libvirt, systemd-journal, ...; tools/sandbox.c has the list and
+ * lxd, kvm, libvirt, systemd-journal, ...; tools/agentsnet/sandbox.c has the list and
  * why each is there). An unknown gid is not privileged.
  */
 bool sandbox_group_privileged(gid_t gid);
@@ -266,7 +266,7 @@ int sandbox_bridge_argv(const struct sandbox_spec *s, const char **argv, size_t 
  * directory of the host (/tmp, /var/tmp, and the others it finds; past
  * SANDBOX_WW_MAX, or where the search's budget ran out, a parent hidden whole,
  * empty and read-only), /dev/null bound over every host socket file still in
- * view (tools/hostsock.h; past SANDBOX_SOCKET_MASKS_MAX, directories hidden
+ * view (tools/agentsnet/hostsock.h; past SANDBOX_SOCKET_MASKS_MAX, directories hidden
  * whole instead, at whatever depth holds them: sockets_collapse), `lo` up, a fresh session keyring, the cgroup and limits
  * of <s>->limits, lower per-uid rlimits (queued signals, POSIX message queue
  * bytes, locked memory), the host name "agentsnet", a fresh sysfs read-only
@@ -293,4 +293,4 @@ int sandbox_start(const struct sandbox_spec *s, struct sandbox *sb, char *err, s
  */
 int sandbox_wait(struct sandbox *sb, int *wstatus);
 
-#endif /* AN_TOOLS_SANDBOX_H */
+#endif /* AN_TOOLS_AGENTSNET_SANDBOX_H */

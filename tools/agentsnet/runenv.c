@@ -1,5 +1,5 @@
 /*
- * The agent's environment (tools/runenv.h): an allow-list, never a deny-list,
+ * The agent's environment (tools/agentsnet/runenv.h): an allow-list, never a deny-list,
  * which always misses one (a key named after a company, a password in a
  * DATABASE_URL). What passes is a fixed set of variables that configure a
  * terminal session, and anything else only when the caller names it.
@@ -28,7 +28,7 @@
  * "export " allowed, CR LF read as LF. Strings that may hold a secret are
  * wiped when released.
  */
-#include "tools/runenv.h"
+#include "tools/agentsnet/runenv.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -61,7 +61,7 @@ static_assert(RUNENV_FILE_BYTES_MAX >= RUNENV_LINE_BYTES, "a longest line fits a
 /*
  * The allow-list, and why each is there. Adding one: it must configure the
  * session and never hold a secret, a path to code or a way out (see above);
- * also update the usage text of `agentsnet run` (tools/agentsnet.c) and
+ * also update the usage text of `agentsnet run` (tools/agentsnet/main.c) and
  * docs/sandbox.md.
  */
 static const char *const allowed_names[] = {

@@ -14,7 +14,7 @@
  * Before the clone the parent lists the host's world-writable directories
  * (below), makes the sandbox's cgroup when spec->limits asks for one
  * (core/cgroup.h), and opens a pty when a std descriptor is a terminal
- * (tools/ptyrelay.h). The child first blocks on a "go" byte, the first byte of
+ * (tools/agentsnet/ptyrelay.h). The child first blocks on a "go" byte, the first byte of
  * the alive pipe, which the parent writes once it has moved the child into the
  * cgroup: nothing of the agent's ever runs outside it, and then unshares a
  * cgroup namespace, rooted there (/proc/self/cgroup inside shows "/", never the
@@ -48,12 +48,13 @@
  * it as an interruption of its current work. Rejected: fork + unshare (an extra
  * process between us and PID 1), and a setuid helper.
  *
- * In files of their own: tools/wwdirs.c (the world-writable directories),
- * tools/sockmask.c (the host's socket files), tools/sandbox_child.c (the child's
- * setup); tools/sandbox_int.h what they share.
+ * In files of their own: tools/agentsnet/wwdirs.c (the world-writable directories),
+ * tools/agentsnet/sockmask.c (the host's socket files),
+ * tools/agentsnet/sandbox_child.c (the child's setup);
+ * tools/agentsnet/sandbox_int.h what they share.
  */
-#include "tools/sandbox.h"
-#include "tools/sandbox_int.h"
+#include "tools/agentsnet/sandbox.h"
+#include "tools/agentsnet/sandbox_int.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -93,7 +94,7 @@
 #include "core/an.h"
 #include "core/pool.h"
 #include "core/uid.h"
-#include "tools/hostsock.h"
+#include "tools/agentsnet/hostsock.h"
 
 /* What the pty relay's output gets to drain once the bridge exited. */
 #define SANDBOX_PTY_DRAIN_MS 1000

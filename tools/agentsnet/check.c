@@ -18,7 +18,7 @@
  * over the control socket (the check must also work before one starts, on
  * a file being written).
  */
-#include "tools/check.h"
+#include "tools/agentsnet/check.h"
 
 #include <errno.h>
 #include <getopt.h>

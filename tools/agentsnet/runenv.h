@@ -10,8 +10,8 @@
  * (its name says KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH...; or its
  * value starts like a known key format) is named on stderr, never its value.
  */
-#ifndef AN_TOOLS_RUNENV_H
-#define AN_TOOLS_RUNENV_H
+#ifndef AN_TOOLS_AGENTSNET_RUNENV_H
+#define AN_TOOLS_AGENTSNET_RUNENV_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -63,4 +63,4 @@ void runenv_warn_dropped(const struct runenv *e, char *const *caller_env, FILE *
 
 void runenv_free(struct runenv *e);
 
-#endif /* AN_TOOLS_RUNENV_H */
+#endif /* AN_TOOLS_AGENTSNET_RUNENV_H */

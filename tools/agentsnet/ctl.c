@@ -14,7 +14,7 @@
  * is still worth printing), an unknown first word is not. Requests are
  * checked here too, so a bad id is a usage error before anything is sent.
  */
-#include "tools/ctl.h"
+#include "tools/agentsnet/ctl.h"
 
 #include <errno.h>
 #include <stdio.h>

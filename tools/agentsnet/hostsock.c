@@ -1,5 +1,5 @@
 /*
- * The host's pathname Unix sockets (tools/hostsock.h), from the kernel.
+ * The host's pathname Unix sockets (tools/agentsnet/hostsock.h), from the kernel.
  *
  * One NETLINK_SOCK_DIAG dump of AF_UNIX (SOCK_DIAG_BY_FAMILY, every state,
  * UDIAG_SHOW_NAME) per network namespace; each answer's UNIX_DIAG_NAME is the
@@ -14,7 +14,7 @@
  * namespace), and setns back; everything the dump needs after that is a
  * read of that socket.
  */
-#include "tools/hostsock.h"
+#include "tools/agentsnet/hostsock.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -233,7 +233,7 @@ static int list_rebuild(struct hostsock_list *l)
 
 /*
  * A listed socket's path <name> (<len> bytes) into <l>; where the bounds
- * would be passed, the list is rewritten coarse first (tools/hostsock.h).
+ * would be passed, the list is rewritten coarse first (tools/agentsnet/hostsock.h).
  */
 static int add_listed(struct hostsock_list *l, const char *name, size_t len)
 {

@@ -12,8 +12,8 @@
  * caller's poll loop. The caller's terminal settings are restored on every
  * exit path.
  */
-#ifndef AN_TOOLS_PTYRELAY_H
-#define AN_TOOLS_PTYRELAY_H
+#ifndef AN_TOOLS_AGENTSNET_PTYRELAY_H
+#define AN_TOOLS_AGENTSNET_PTYRELAY_H
 
 #include <poll.h>
 #include <stdbool.h>
@@ -95,4 +95,4 @@ void ptyrelay_on_poll(struct ptyrelay *r, const struct pollfd *pfds, size_t n);
  */
 void ptyrelay_close(struct ptyrelay *r, int timeout_ms);
 
-#endif /* AN_TOOLS_PTYRELAY_H */
+#endif /* AN_TOOLS_AGENTSNET_PTYRELAY_H */

@@ -1,5 +1,5 @@
 /*
- * The sandbox's root (tools/sandbox.h, SANDBOX_SYSTEM_DIRS).
+ * The sandbox's root (tools/agentsnet/sandbox.h, SANDBOX_SYSTEM_DIRS).
  *
  * Why a root of its own: masking what the host shows (a mask per socket file,
  * an instance per world-writable directory) covers what exists when the run
@@ -37,7 +37,7 @@
  * Before Linux 5.12 (no mount_setattr), binds are made by descriptor paths and
  * only their top mount made read-only.
  */
-#include "tools/sandbox_int.h"
+#include "tools/agentsnet/sandbox_int.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests for tools/selftest.c's pure parts: the probe's lines (verdicts,
+ * Unit tests for tools/agentsnet/selftest.c's pure parts: the probe's lines (verdicts,
  * padding, malformed lines, a line cut short, duplicates, a probe that never
  * reported and so is OPEN), the host's amendments (the terminal's TIOCSTI
  * rule, a listener that took a connection, text that does not fit),
@@ -10,8 +10,8 @@
  * The whole command runs in the integration tests (tests/integ/containment.py),
  * against a real daemon and sandbox.
  */
-#include "../../../tools/ctl.c"
-#include "../../../tools/selftest.c"
+#include "../../../../tools/agentsnet/ctl.c"
+#include "../../../../tools/agentsnet/selftest.c"
 
 #include <check.h>
 #include <libgen.h>
@@ -387,7 +387,7 @@ static int probe_exec_dirs(const char *root, const char *dirs, char *out, size_t
 
 	ck_assert_int_gt(n, 0);
 	self[n] = '\0';
-	snprintf(exe, sizeof(exe), "%s/../../../agentsnet-probe", dirname(self));
+	snprintf(exe, sizeof(exe), "%s/../../../../agentsnet-probe", dirname(self));
 	ck_assert_msg(access(exe, X_OK) == 0, "%s: not built (make it first)", exe);
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
 	pid_t pid = fork();

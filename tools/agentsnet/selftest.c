@@ -1,6 +1,6 @@
 /*
  * `agentsnet selftest`: escape probes in a real sandbox, on the operator's
- * own host (tools/selftest.h). Three steps, all in this process:
+ * own host (tools/agentsnet/selftest.h). Three steps, all in this process:
  *
  * 1. Lay out on the host what an agent must not reach, each thing named
  *    after this process (agentsnet-selftest-<pid>) so no two runs collide: a
@@ -30,7 +30,7 @@
  * from this process in a sandbox of its own making (it would test a copy of
  * `agentsnet run`, not the real one).
  */
-#include "tools/selftest.h"
+#include "tools/agentsnet/selftest.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -69,12 +69,12 @@
 #include <unistd.h>
 
 #include "core/an.h"
-#include "tools/ctl.h"
-#include "tools/sandbox.h"
+#include "tools/agentsnet/ctl.h"
+#include "tools/agentsnet/sandbox.h"
 #include "tools/unixaddr.h"
 #include "tools/walkfs.h"
 
-/* As tools/agentsnet.c's defaults for `run`: keep them equal. */
+/* As tools/agentsnet/main.c's defaults for `run`: keep them equal. */
 #define SELFTEST_SOCKET_DIR     "/run/agentsnet"
 #define SELFTEST_SOCKET_DIR_ENV "AGENTSNET_SOCKET_DIR"
 #define SELFTEST_PROFILE        "default"

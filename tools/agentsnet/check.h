@@ -2,8 +2,8 @@
  * `agentsnet check`: the decision agentsnetd would make for one URL, from the
  * same compiled policy code, without a daemon.
  */
-#ifndef AN_TOOLS_CHECK_H
-#define AN_TOOLS_CHECK_H
+#ifndef AN_TOOLS_AGENTSNET_CHECK_H
+#define AN_TOOLS_AGENTSNET_CHECK_H
 
 /* Exit codes of `agentsnet check`. */
 #define CHECK_EXIT_ALLOW  0
@@ -17,4 +17,4 @@
  */
 int check_main(int argc, char **argv);
 
-#endif /* AN_TOOLS_CHECK_H */
+#endif /* AN_TOOLS_AGENTSNET_CHECK_H */

@@ -1,6 +1,6 @@
 /*
  * The child of `agentsnet run`'s clone, inside the new namespaces: it sets the
- * sandbox up and execs the bridge (child_main, started by tools/sandbox.c).
+ * sandbox up and execs the bridge (child_main, started by tools/agentsnet/sandbox.c).
  *
  * Setup order matters: the uid/gid maps first (the child writes its own, "deny"
  * to setgroups before the gid map, as the kernel requires), the cgroup
@@ -9,7 +9,7 @@
  * the mount tree private, so no mount leaks back to the host; every host file
  * the sandbox shows (its directory, the bridge, the CA, the probe, six device
  * nodes) opened O_PATH before anything is hidden; the root of its own
- * (tools/sandbox_root.c: the host's system directories read-only, the working
+ * (tools/agentsnet/sandbox_root.c: the host's system directories read-only, the working
  * directory, the binds, the agent's home), the host's kept below it until the
  * last mount is made, then detached; a fresh /proc, its host-wide files
  * (key-users, timer_list, ...) replaced by /dev/null; a minimal
@@ -65,7 +65,7 @@
  * the switch, so the bridge and the CA may live where that user cannot look (a
  * 0700 checkout); only the files themselves must be executable and readable.
  */
-#include "tools/sandbox_int.h"
+#include "tools/agentsnet/sandbox_int.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -105,7 +105,7 @@
 #include "core/an.h"
 #include "core/pool.h"
 #include "core/uid.h"
-#include "tools/hostsock.h"
+#include "tools/agentsnet/hostsock.h"
 
 extern char **environ;
 

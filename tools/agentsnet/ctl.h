@@ -14,8 +14,8 @@
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
  *   stats                      -> ok workers <n> conns <c> ... (docs/control.md)
  */
-#ifndef AN_TOOLS_CTL_H
-#define AN_TOOLS_CTL_H
+#ifndef AN_TOOLS_AGENTSNET_CTL_H
+#define AN_TOOLS_AGENTSNET_CTL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -115,4 +115,4 @@ int ctl_call(const char *path, const char *request, uint32_t timeout_ms, struct 
 /* Whether a ctl_call error means "the daemon is not reachable" (exit 3). */
 bool ctl_unreachable(int err);
 
-#endif /* AN_TOOLS_CTL_H */
+#endif /* AN_TOOLS_AGENTSNET_CTL_H */

@@ -1,13 +1,13 @@
 /*
  * What the parts of `agentsnet run`'s sandbox share, and nothing else includes:
- * tools/sandbox.c (the checks, the start and the supervision), tools/wwdirs.c
- * (the host's world-writable directories), tools/sockmask.c (the host's socket
- * files to mask) and tools/sandbox_child.c (the child's setup inside the
+ * tools/agentsnet/sandbox.c (the checks, the start and the supervision), tools/agentsnet/wwdirs.c
+ * (the host's world-writable directories), tools/agentsnet/sockmask.c (the host's socket
+ * files to mask) and tools/agentsnet/sandbox_child.c (the child's setup inside the
  * namespaces). One file per job; what the parent finds before the clone is the
  * child's to use, so its types live here.
  */
-#ifndef AN_TOOLS_SANDBOX_INT_H
-#define AN_TOOLS_SANDBOX_INT_H
+#ifndef AN_TOOLS_AGENTSNET_SANDBOX_INT_H
+#define AN_TOOLS_AGENTSNET_SANDBOX_INT_H
 
 #include <limits.h>
 #include <stdbool.h>
@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "tools/hostsock.h"
-#include "tools/sandbox.h"
+#include "tools/agentsnet/hostsock.h"
+#include "tools/agentsnet/sandbox.h"
 
 /* Size of each private instance of a world-writable directory (/tmp included). */
 #define SANDBOX_PRIVATE_TMPFS_SIZE "1g"
@@ -83,7 +83,7 @@ struct child_ctx {
 	int pty_fd; /* the child's end of the socket its pty's master goes back over, or -1 */
 };
 
-/* ---- tools/wwdirs.c ---- */
+/* ---- tools/agentsnet/wwdirs.c ---- */
 
 /* One line of /proc/self/mountinfo, split in place (the strings point into the line). */
 struct mountinfo_entry {
@@ -107,13 +107,13 @@ int ww_prepare(struct ww_list *l, const struct sandbox_spec *s, char *err, size_
 /* One line on stderr naming the directories the sandbox hides whole, if any. */
 void ww_report(const struct ww_list *l);
 
-/* ---- tools/sockmask.c ---- */
+/* ---- tools/agentsnet/sockmask.c ---- */
 
 /* Lists the host's socket files the mounts leave in view into c->sockets, hiding
  * directories whole (masked entries of c->ww) past the masks' bound; -errno with <err>. */
 int sockets_prepare(struct child_ctx *c, char *err, size_t err_len);
 
-/* ---- tools/sandbox_root.c ---- */
+/* ---- tools/agentsnet/sandbox_root.c ---- */
 
 /* One source of the sandbox's root: a host directory or file, or a symlink to copy. */
 struct root_source {
@@ -164,7 +164,7 @@ void root_leave(const struct child_ctx *c);
 /* Where the host's root is between root_enter and root_leave. */
 #define ROOT_HOST_DIR "/.agentsnet-host"
 
-/* ---- tools/sandbox_child.c ---- */
+/* ---- tools/agentsnet/sandbox_child.c ---- */
 
 /* Reports <err> and a message to the parent over <fd> and exits; the exec never happens. */
 __attribute__((format(printf, 3, 4))) _Noreturn void child_fail(int fd, int err, const char *fmt,

@@ -1,5 +1,5 @@
 /*
- * Unit tests for tools/hostsock.c: the kernel's list of bound pathname sockets.
+ * Unit tests for tools/agentsnet/hostsock.c: the kernel's list of bound pathname sockets.
  *
  * Sockets bound here (a plain name; a name holding a newline followed by a
  * forged /proc/net/unix line; an abstract one; a relative one) are listed
@@ -11,7 +11,7 @@
  * bounds of hostsock_add. The netns test needs CAP_SYS_ADMIN (skipped
  * otherwise, printing "skip: ...").
  */
-#include "../../../tools/hostsock.c"
+#include "../../../../tools/agentsnet/hostsock.c"
 
 #include <check.h>
 #include <sched.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests for tools/ctl.c: the control protocol's client side.
+ * Unit tests for tools/agentsnet/ctl.c: the control protocol's client side.
  *
  * Parsing: every answer is placed so that its spare byte (the parser may
  * write one terminator past <len>) is the last byte before a PROT_NONE page;
@@ -12,7 +12,7 @@
  * never answers (timeout), one that closes at once, an answer of exactly
  * CTL_REPLY_BYTES_MAX bytes and one byte more, and a path too long.
  */
-#include "../../../tools/ctl.c"
+#include "../../../../tools/agentsnet/ctl.c"
 
 #include <check.h>
 #include <signal.h>

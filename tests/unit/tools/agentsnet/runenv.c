@@ -1,5 +1,5 @@
 /*
- * Unit tests for tools/runenv.c: the agent's environment.
+ * Unit tests for tools/agentsnet/runenv.c: the agent's environment.
  *
  * - The allow-list: what a terminal session needs passes (PATH, LC_ALL,
  *   TERM, ...); credentials, code injection (LD_PRELOAD, BASH_ENV,
@@ -18,7 +18,7 @@
  * - The warning: one line naming the dropped credential-looking variables,
  *   never a value; nothing when there is none.
  */
-#include "../../../tools/runenv.c"
+#include "../../../../tools/agentsnet/runenv.c"
 
 #include <check.h>
 #include <ftw.h>
