@@ -1,5 +1,5 @@
 /*
- * agentsnet: the operator CLI. `ca init` makes the demo CA (tools/agentsnet/ca.c);
+ * agentsnet: the operator CLI. `ca init` makes the demo CA (tools/agentsnet/cainit.c);
  * `sandbox add|rm|ls` and `ping` speak the control protocol (tools/agentsnet/ctl.c);
  * `run` registers a sandbox, runs a command through the bridge in it
  * (tools/agentsnet/sandbox.c) with the environment of tools/agentsnet/runenv.c (an allow-list of
@@ -38,7 +38,7 @@
 #include "core/an.h"
 #include "core/layout.h"
 #include "core/uid.h"
-#include "tools/agentsnet/ca.h"
+#include "tools/agentsnet/cainit.h"
 #include "tools/agentsnet/check.h"
 #include "tools/agentsnet/ctl.h"
 #include "tools/agentsnet/runenv.h"

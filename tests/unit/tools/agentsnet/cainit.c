@@ -1,5 +1,5 @@
 /*
- * Unit tests for tools/agentsnet/ca.c: `agentsnet ca init` in temporary directories.
+ * Unit tests for tools/agentsnet/cainit.c: `agentsnet ca init` in temporary directories.
  *
  * The certificate is parsed back with OpenSSL and every property of the
  * contract is checked (version, subject, serial size, validity window,
@@ -12,7 +12,7 @@
  * umasks, the O_EXCL and --force paths with the key compared byte for byte,
  * a failed write with RLIMIT_FSIZE, and days at 0, 1, 3650 and 3651.
  */
-#include "../../../../tools/agentsnet/ca.c"
+#include "../../../../tools/agentsnet/cainit.c"
 
 #include <check.h>
 #include <dirent.h>

@@ -3,8 +3,8 @@
  * self-signed X.509v3 certificate and the bundle to mount as AGENT_CA_CERT
  * (the host's roots followed by the agentsnet CA), written into one directory.
  */
-#ifndef AN_TOOLS_AGENTSNET_CA_H
-#define AN_TOOLS_AGENTSNET_CA_H
+#ifndef AN_TOOLS_AGENTSNET_CAINIT_H
+#define AN_TOOLS_AGENTSNET_CAINIT_H
 
 #include <limits.h>
 #include <stdbool.h>
@@ -59,4 +59,4 @@ struct ca_result {
  */
 int ca_init(const struct ca_options *o, struct ca_result *r, char *err, size_t err_len);
 
-#endif /* AN_TOOLS_AGENTSNET_CA_H */
+#endif /* AN_TOOLS_AGENTSNET_CAINIT_H */

@@ -19,7 +19,7 @@
  * symlinks, mode left to the umask) and adding an authorityKeyIdentifier (a
  * self-signed root needs none; verifiers match it by subject and SKI).
  */
-#include "tools/agentsnet/ca.h"
+#include "tools/agentsnet/cainit.h"
 
 #include <assert.h>
 #include <errno.h>
