@@ -73,17 +73,16 @@ build/san/agentsnet: $(AGENTSNET_OBJ:%=build/san/%) build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The sandbox's init: static, linking only libc and libseccomp (tools/bridge*.c).
+# The sandbox's init: static, linking only libc and libseccomp (tools/bridge/).
 BRIDGE_LIBS := -lseccomp
-build/rel/agentsnet-bridge: build/rel/tools/bridge.o build/rel/tools/bridge_filter.o build/rel/tools/bridge_relay.o \
-	build/rel/core/an.o
+BRIDGE_OBJ := $(patsubst %.c,%.o,$(sort $(wildcard tools/bridge/*.c))) core/an.o
+build/rel/agentsnet-bridge: $(BRIDGE_OBJ:%=build/rel/%)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -static -Wl,--strip-debug -o $@ $^ $(BRIDGE_LIBS)
-build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/tools/bridge_filter.o build/san/tools/bridge_relay.o \
-	build/san/core/an.o
+build/san/agentsnet-bridge: $(BRIDGE_OBJ:%=build/san/%)
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(BRIDGE_LIBS)
-build/san/tests/unit/tools/bridge: LDLIBS += $(BRIDGE_LIBS)
+build/san/tests/unit/tools/bridge/main: LDLIBS += $(BRIDGE_LIBS)
 # The selftest's unit test runs the built probe.
 build/san/tests/unit/tools/agentsnet/selftest: | build/san/agentsnet-probe
 

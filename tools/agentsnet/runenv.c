@@ -83,7 +83,7 @@ static const char *const allowed_names[] = {
 	"EDITOR",         /* what a tool opens for the operator to write in */
 	"VISUAL",         /* the same, full-screen */
 	"PAGER",          /* what shows long output */
-	"AGENT_NO_PROXY", /* the bridge honours the caller's (tools/bridge.c, bridge_vars) */
+	"AGENT_NO_PROXY", /* the bridge honours the caller's (tools/bridge/main.c, bridge_vars) */
 	/*
 	 * The locale's categories (POSIX, and glibc's own), by name: never "LC_*" as a
 	 * prefix, since sshd's default AcceptEnv LC_* makes LC_ a known way to smuggle any

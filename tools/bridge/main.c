@@ -27,8 +27,8 @@
  * _exit skips LeakSanitizer's ptrace). Invariants: conns_in_use counts slots with in_use; a
  * free slot holds no descriptor; a slot is on the ready queue at most once.
  *
- * In files of their own: tools/bridge_relay.c (the relay's connections and halves),
- * tools/bridge_filter.c (the seccomp filters); tools/bridge_int.h what they share.
+ * In files of their own: tools/bridge/relay.c (the relay's connections and halves),
+ * tools/bridge/filter.c (the seccomp filters); tools/bridge/bridge_int.h what they share.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -59,7 +59,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include "tools/bridge_int.h"
+#include "tools/bridge/bridge_int.h"
 #include "core/an.h"
 
 /* Exit codes of the bridge's own failures, as env(1), timeout(1) and `docker run` use them. */

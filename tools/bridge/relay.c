@@ -1,9 +1,9 @@
 /*
  * agentsnet-bridge's relay: a connection's two halves, each a pipe and non-blocking splice
  * (conn/half/pump), the ready queue and the accepts; the listeners, the loop and PID 1's
- * duties stay in tools/bridge.c, which dispatches the events here.
+ * duties stay in tools/bridge/main.c, which dispatches the events here.
  */
-#include "tools/bridge_int.h"
+#include "tools/bridge/bridge_int.h"
 
 #include <arpa/inet.h>
 #include <assert.h>

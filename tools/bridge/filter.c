@@ -1,9 +1,9 @@
 /*
  * agentsnet-bridge's seccomp filters: the agent's, loaded before its exec, and the
  * bridge's own, loaded once the agent is forked (filter_build, filter_load, from
- * tools/bridge.c). Their tables and builders, apart from the relay they guard.
+ * tools/bridge/main.c). Their tables and builders, apart from the relay they guard.
  */
-#include "tools/bridge_int.h"
+#include "tools/bridge/bridge_int.h"
 
 #include <arpa/inet.h>
 #include <assert.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests for tools/bridge.c (included with BRIDGE_NO_MAIN, so its statics are reachable).
+ * Unit tests for tools/bridge/main.c (included with BRIDGE_NO_MAIN, so its statics are reachable).
  *
  * - The agent's environment: every row of the table, checked against an independent list of
  *   names, with and without a CA bundle; caller-set variables overwritten; --print-env's lines.
@@ -20,9 +20,9 @@
  * Each relay test ends with zero connections in use and no descriptor left open.
  */
 #define BRIDGE_NO_MAIN
-#include "../../../tools/bridge.c"
-#include "../../../tools/bridge_filter.c"
-#include "../../../tools/bridge_relay.c"
+#include "../../../../tools/bridge/main.c"
+#include "../../../../tools/bridge/filter.c"
+#include "../../../../tools/bridge/relay.c"
 
 #include <check.h>
 #include <dirent.h>

@@ -1,7 +1,7 @@
 /*
- * What agentsnet-bridge's parts share, and nothing else includes: tools/bridge.c
- * (options, environment, listeners, loop, PID 1 duties), tools/bridge_relay.c (the
- * relay: connections and their halves) and tools/bridge_filter.c (the seccomp filters
+ * What agentsnet-bridge's parts share, and nothing else includes: tools/bridge/main.c
+ * (options, environment, listeners, loop, PID 1 duties), tools/bridge/relay.c (the
+ * relay: connections and their halves) and tools/bridge/filter.c (the seccomp filters
  * of the agent and of the bridge itself). One file per job.
  */
 #ifndef AN_TOOLS_BRIDGE_INT_H
@@ -108,14 +108,14 @@ enum filter_kind {
 	FILTER_BRIDGE, /* loaded by the bridge once the agent is forked */
 };
 
-/* ---- tools/bridge.c ---- */
+/* ---- tools/bridge/main.c ---- */
 
 /* The epoll word of <tag>, slot <idx>, <side> and generation <gen>. */
 uint64_t ev_pack(enum ev_tag tag, uint32_t idx, uint32_t side, uint32_t gen);
 /* One line on stderr, prefixed; stderr is unbuffered, so it is written at once. */
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* ---- tools/bridge_relay.c ---- */
+/* ---- tools/bridge/relay.c ---- */
 
 /* Closes *<fd> if open and sets it to -1. */
 void fd_close(int *fd);
@@ -130,7 +130,7 @@ void ready_run(struct bridge *b);
 /* Accepts what the listener <lfd> holds (BRIDGE_ACCEPTS_PER_TURN at most), relaying each. */
 void on_accept(struct bridge *b, int lfd, enum conn_kind kind);
 
-/* ---- tools/bridge_filter.c ---- */
+/* ---- tools/bridge/filter.c ---- */
 
 /* Builds the filter of <kind> into <out> (native architecture only; any other kills):
  * 0 or a negative errno from libseccomp. */
