@@ -87,11 +87,12 @@ build/san/tests/unit/tools/bridge/main: LDLIBS += $(BRIDGE_LIBS)
 build/san/tests/unit/tools/agentsnet/selftest: | build/san/agentsnet-probe
 
 # `agentsnet selftest`'s probes, run as the agent inside the sandbox: static, libc only
-# (tools/probe.c, tools/probe_net.c), so it runs whatever the sandbox's file system holds.
-build/rel/agentsnet-probe: build/rel/tools/probe.o build/rel/tools/probe_net.o build/rel/core/an.o
+# (tools/probe/), so it runs whatever the sandbox's file system holds.
+PROBE_OBJ := $(patsubst %.c,%.o,$(sort $(wildcard tools/probe/*.c))) core/an.o
+build/rel/agentsnet-probe: $(PROBE_OBJ:%=build/rel/%)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -static -Wl,--strip-debug -o $@ $^
-build/san/agentsnet-probe: build/san/tools/probe.o build/san/tools/probe_net.o build/san/core/an.o
+build/san/agentsnet-probe: $(PROBE_OBJ:%=build/san/%)
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^
 

@@ -105,8 +105,8 @@
 #define SELFTEST_KEY_USR_SEARCH 0x00080000
 
 /*
- * The probes tools/probe.c runs, each of which must report. Adding one: also
- * tools/probe.c's probes table and docs/sandbox.md.
+ * The probes tools/probe/main.c runs, each of which must report. Adding one: also
+ * tools/probe/main.c's probes table and docs/sandbox.md.
  */
 static const char *const selftest_probes[] = {
 	"dns",          "tcp-host",      "vsock",
@@ -741,7 +741,7 @@ static void arg2(struct selftest *s, const char *name, const char *value)
 	arg(s, value);
 }
 
-/* The fixtures, as the probe's arguments (tools/probe.c's opts table). */
+/* The fixtures, as the probe's arguments (tools/probe/main.c's opts table). */
 static void argv_probe(struct selftest *s)
 {
 	fmt(s->nums[0], sizeof(s->nums[0]), "%d", (int)getpid());

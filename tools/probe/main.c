@@ -45,8 +45,8 @@
  *
  * Two files: this one holds the options, the verdicts and the helpers, the terminal,
  * bridge, shared-state, privilege and limit probes, and the run; the network probes (dns
- * to unlisted-socket above) and host-sockets' walk are in tools/probe_net.c. What the two
- * share is tools/probe_int.h.
+ * to unlisted-socket above) and host-sockets' walk are in tools/probe/net.c. What the two
+ * share is tools/probe/probe_int.h.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -86,7 +86,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
-#include "tools/probe_int.h"
+#include "tools/probe/probe_int.h"
 #include "tools/unixaddr.h"
 
 #define PROBE_ALARM_S   30u /* one probe, start to verdict */
@@ -1060,7 +1060,7 @@ int main(int argc, char **argv)
 	AN_ASSERT(argc >= 0);
 	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
 		printf("usage: agentsnet-probe [--OPTION VALUE]...: run by `agentsnet selftest` "
-		       "inside a sandbox (tools/probe.c)\n");
+		       "inside a sandbox (tools/probe/main.c)\n");
 		return 0;
 	}
 	if (parse_args(argc, argv) != 0)

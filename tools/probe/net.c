@@ -2,8 +2,8 @@
  * agentsnet-probe's network probes and its walk for socket files: dns, tcp-host, vsock,
  * sockets, io-uring, the Unix sockets named on the command line (unix-abstract, unix-path,
  * other-sandbox, control-socket, unlisted-socket) and host-sockets, which tries every socket
- * file the agent can list. tools/probe.c holds the options, the verdicts and helpers these
- * use (tools/probe_int.h), the other probes and the run; what each probe calls closed is
+ * file the agent can list. tools/probe/main.c holds the options, the verdicts and helpers these
+ * use (tools/probe/probe_int.h), the other probes and the run; what each probe calls closed is
  * said there, at the top. Part of the same static, libc-only, allocation-free program:
  * state is static, and each probe runs in a child of its own.
  */
@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
-#include "tools/probe_int.h"
+#include "tools/probe/probe_int.h"
 #include "tools/agentsnet/sandbox.h"
 #include "tools/walkfs.h"
 

@@ -1,7 +1,7 @@
 /*
- * What agentsnet-probe's two files share, and nothing else includes: tools/probe.c
+ * What agentsnet-probe's two files share, and nothing else includes: tools/probe/main.c
  * (the options, the verdicts and their helpers, the terminal, bridge, shared-state,
- * privilege and limit probes, and the run) and tools/probe_net.c (the network probes
+ * privilege and limit probes, and the run) and tools/probe/net.c (the network probes
  * and the walk that tries every socket file). The probe is static and libc only, so
  * this header names libc's types and core/an.h's macros, nothing else of the project.
  */
@@ -29,14 +29,14 @@ struct num {
 	bool set;
 };
 
-/* The command line, as parsed (the table `opts` of tools/probe.c); lists point into argv. */
+/* The command line, as parsed (the table `opts` of tools/probe/main.c); lists point into argv. */
 struct probe_args {
 	struct num bridge_pid, host_pid, shm_key, key_serial, pids, memory, sockets_dirs;
 	const char *vsock, *abstract, *other, *control, *unlisted, *tag, *mq, *key, *sockets_root;
 	struct list dns, tcp, unix_paths, ww, markers, only;
 };
 
-/* Defined in tools/probe.c; set once by the options, read-only to the probes. */
+/* Defined in tools/probe/main.c; set once by the options, read-only to the probes. */
 extern struct probe_args args;
 
 /* One probe's verdict: OPEN as soon as one say_open, and the text of each side. */
@@ -61,7 +61,7 @@ struct outcome {
 	int err; /* 0: the attempt succeeded; errno; or -signal that killed it */
 };
 
-/* ---- tools/probe.c ---- */
+/* ---- tools/probe/main.c ---- */
 
 /* Something got through: the probe is OPEN, and this says what. */
 __attribute__((format(printf, 2, 3))) void say_open(struct verdict *v, const char *fmt, ...);
@@ -82,7 +82,7 @@ int unix_connect(const char *path, int *fd);
 /* Runs <fn> (0 or an errno) in a child: a filter that kills stops only it. */
 struct outcome in_child(int (*fn)(void));
 
-/* ---- tools/probe_net.c: each probe adds its attempts to <v> ---- */
+/* ---- tools/probe/net.c: each probe adds its attempts to <v> ---- */
 
 /* dns: no answer in PROBE_WAIT_MS from any --dns nor systemd-resolved's stub. */
 void probe_dns(struct verdict *v);
