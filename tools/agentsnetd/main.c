@@ -36,7 +36,7 @@
 #include "core/log.h"
 #include "core/ring.h"
 #include "policy/policy.h"
-#include "tls/engine.h"
+#include "tls/term.h"
 #include "tls/tls.h"
 
 #define AGENTSNETD_VERSION "0.1.0"

@@ -1,5 +1,5 @@
 /*
- * Unit tests for the leaf figures tls/engine.c hands the worker through
+ * Unit tests for the leaf figures tls/term.c hands the worker through
  * term_ops.counters: hits and misses of the worker's leaf cache, and the
  * leaves minted into it.
  *
@@ -11,7 +11,7 @@
  * mint, an empty or over-long host (N and N+1 bytes) is refused before the
  * cache; workers count apart; an engine without a CA counts nothing.
  */
-#include "../../../tls/engine.c"
+#include "../../../tls/term.c"
 
 #include <check.h>
 

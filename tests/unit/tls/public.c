@@ -1,5 +1,5 @@
 /*
- * Unit tests for the ingress gateway's TLS in tls/engine.c: the operator's
+ * Unit tests for the ingress gateway's TLS in tls/term.c: the operator's
  * certificate (tls_engine_public_load) and the sessions of public_new.
  *
  * Each test makes a throwaway root CA, an intermediate and a leaf for
@@ -15,7 +15,7 @@
  * OpenSSL refuses), the file size at N and N+1; engines with no CA (no
  * server_new, prime -ENOENT) and with both contexts.
  */
-#include "../../../tls/engine.c"
+#include "../../../tls/term.c"
 
 #include <check.h>
 #include <stdarg.h>

@@ -4,8 +4,8 @@
  * server context, and the table of operations (core/term.h) the daemon
  * installs into the engine.
  */
-#ifndef AN_TLS_ENGINE_H
-#define AN_TLS_ENGINE_H
+#ifndef AN_TLS_TERM_H
+#define AN_TLS_TERM_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -70,4 +70,4 @@ void tls_engine_close(struct tls_engine **e);
 /* The operations of core/term.h over OpenSSL sessions (tls/session.h). */
 extern const struct term_ops tls_term_ops;
 
-#endif /* AN_TLS_ENGINE_H */
+#endif /* AN_TLS_TERM_H */

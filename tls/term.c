@@ -25,7 +25,7 @@
  * SSL_CTX_use_PrivateKey_file for the operator's key (stdio buffers it
  * cannot wipe).
  */
-#include "tls/engine.h"
+#include "tls/term.h"
 
 #include <errno.h>
 #include <fcntl.h>
