@@ -53,43 +53,43 @@
 #include "tls/session.h"
 #include "tls/tls.h"
 
-struct tls_engine {
+struct tls_term {
 	struct tls_ca *ca;   /* owned; NULL: no CA, no terminated tiers */
 	SSL_CTX *server_ctx; /* owned; NULL without a CA */
-	SSL_CTX *public_ctx; /* owned; the operator's chain, NULL until tls_engine_public_load */
+	SSL_CTX *public_ctx; /* owned; the operator's chain, NULL until tls_term_public_load */
 };
 
 /* Client contexts by roots file: rules name few, so a short list will do. */
-#define TLS_ENGINE_CLIENT_CTX_MAX 16u
+#define TLS_TERM_CLIENT_CTX_MAX 16u
 
-struct tls_engine_client_ctx {
+struct tls_term_client_ctx {
 	char *ca_file; /* owned; NULL: the system roots */
 	SSL_CTX *ctx;  /* owned */
 };
 
-struct tls_engine_worker {
-	struct tls_engine *engine; /* borrowed */
+struct tls_term_worker {
+	struct tls_term *engine; /* borrowed */
 	struct tls_leafcache leaves;
 	uint64_t mints; /* leaves leaf_get signed into <leaves> */
 	uint32_t client_count;
-	struct tls_engine_client_ctx clients[TLS_ENGINE_CLIENT_CTX_MAX];
+	struct tls_term_client_ctx clients[TLS_TERM_CLIENT_CTX_MAX];
 };
 
-struct tls_engine_session {
+struct tls_term_session {
 	struct tls_session s; /* must not move: OpenSSL holds its address */
-	struct tls_engine_worker *w;
+	struct tls_term_worker *w;
 	bool sni_refused;
 	uint16_t host_len;
 	char host[LIMITS_HOST_BYTES_MAX + 1];
 };
 
-int tls_engine_open(const char *cert_path, const char *key_path, uint32_t leaf_days,
-		    struct tls_engine **out, char *err, size_t cap)
+int tls_term_open(const char *cert_path, const char *key_path, uint32_t leaf_days,
+		  struct tls_term **out, char *err, size_t cap)
 {
 	AN_ASSERT((cert_path == NULL) == (key_path == NULL));
 	AN_ASSERT(out != NULL);
 	*out = NULL;
-	struct tls_engine *e = pool_calloc(1, sizeof(*e));
+	struct tls_term *e = pool_calloc(1, sizeof(*e));
 	if (e == NULL)
 		return -ENOMEM;
 	if (cert_path == NULL) {
@@ -103,14 +103,14 @@ int tls_engine_open(const char *cert_path, const char *key_path, uint32_t leaf_d
 		ret = e->server_ctx != NULL ? 0 : -EIO;
 	}
 	if (ret != 0) {
-		tls_engine_close(&e);
+		tls_term_close(&e);
 		return ret;
 	}
 	*out = e;
 	return 0;
 }
 
-int tls_engine_ktls_probe(void)
+int tls_term_ktls_probe(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd == -1)
@@ -122,7 +122,7 @@ int tls_engine_ktls_probe(void)
 	return ret == 0 || ret == -ENOTCONN ? 0 : ret;
 }
 
-void tls_engine_close(struct tls_engine **e)
+void tls_term_close(struct tls_term **e)
 {
 	if (*e == NULL)
 		return;
@@ -178,7 +178,7 @@ static int parse_chain(struct public_files *f, const char *buf, size_t len, cons
 		       char *err, size_t cap)
 {
 	AN_ASSERT(f->leaf == NULL && f->chain == NULL);
-	AN_ASSERT(len <= TLS_ENGINE_PUBLIC_FILE_BYTES_MAX);
+	AN_ASSERT(len <= TLS_TERM_PUBLIC_FILE_BYTES_MAX);
 	BIO *b = BIO_new_mem_buf(buf, (int)len);
 	f->chain = sk_X509_new_null();
 	if (b == NULL || f->chain == NULL) {
@@ -231,7 +231,7 @@ static int parse_key(struct public_files *f, const char *buf, size_t len, const 
 	bool asked = false;
 
 	AN_ASSERT(f->key == NULL);
-	AN_ASSERT(len <= TLS_ENGINE_PUBLIC_FILE_BYTES_MAX);
+	AN_ASSERT(len <= TLS_TERM_PUBLIC_FILE_BYTES_MAX);
 	BIO *b = BIO_new_mem_buf(buf, (int)len);
 	if (b == NULL)
 		return tls_fail(err, cap, -ENOMEM, PUBLIC_KEY " %s: out of memory", path);
@@ -292,7 +292,7 @@ static int public_check(const struct public_files *f, const char *cert_path, con
 }
 
 /* The public server context: the session defaults (TLS 1.2+, ALPN http/1.1) and the chain. */
-static int public_install(struct tls_engine *e, const struct public_files *f, const char *cert_path,
+static int public_install(struct tls_term *e, const struct public_files *f, const char *cert_path,
 			  char *err, size_t cap)
 {
 	char what[PATH_MAX + 64];
@@ -314,8 +314,8 @@ static int public_install(struct tls_engine *e, const struct public_files *f, co
 	return 0;
 }
 
-int tls_engine_public_load(struct tls_engine *e, const char *cert_path, const char *key_path,
-			   char *err, size_t cap)
+int tls_term_public_load(struct tls_term *e, const char *cert_path, const char *key_path, char *err,
+			 size_t cap)
 {
 	struct public_files f = { NULL, NULL, NULL };
 	char *buf = NULL;
@@ -323,13 +323,13 @@ int tls_engine_public_load(struct tls_engine *e, const char *cert_path, const ch
 
 	AN_ASSERT(e != NULL && e->public_ctx == NULL);
 	AN_ASSERT(cert_path != NULL && key_path != NULL);
-	int ret = tls_read_file(cert_path, PUBLIC_CERT, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX, false,
-				&buf, &len, err, cap);
+	int ret = tls_read_file(cert_path, PUBLIC_CERT, TLS_TERM_PUBLIC_FILE_BYTES_MAX, false, &buf,
+				&len, err, cap);
 	if (ret == 0)
 		ret = parse_chain(&f, buf, len, cert_path, err, cap);
 	AN_FREE(&buf);
 	if (ret == 0)
-		ret = tls_read_file(key_path, PUBLIC_KEY, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX, true,
+		ret = tls_read_file(key_path, PUBLIC_KEY, TLS_TERM_PUBLIC_FILE_BYTES_MAX, true,
 				    &buf, &len, err, cap);
 	if (ret == 0)
 		ret = parse_key(&f, buf, len, key_path, err, cap);
@@ -348,7 +348,7 @@ int tls_engine_public_load(struct tls_engine *e, const char *cert_path, const ch
 
 static void *worker_new(void *arg, uint32_t worker, char *err, size_t cap)
 {
-	struct tls_engine_worker *w = pool_calloc(1, sizeof(*w));
+	struct tls_term_worker *w = pool_calloc(1, sizeof(*w));
 
 	AN_ASSERT(arg != NULL);
 	if (w == NULL || tls_leafcache_init(&w->leaves, TLS_LEAFCACHE_CAPACITY_DEFAULT) != 0) {
@@ -362,7 +362,7 @@ static void *worker_new(void *arg, uint32_t worker, char *err, size_t cap)
 
 static void worker_counters(const void *worker_state, struct term_counters *out)
 {
-	const struct tls_engine_worker *w = worker_state;
+	const struct tls_term_worker *w = worker_state;
 
 	AN_ASSERT(w != NULL && out != NULL);
 	AN_ASSERT(w->mints <= w->leaves.misses);
@@ -373,7 +373,7 @@ static void worker_counters(const void *worker_state, struct term_counters *out)
 
 static void worker_free(void *worker_state)
 {
-	struct tls_engine_worker *w = worker_state;
+	struct tls_term_worker *w = worker_state;
 
 	if (w == NULL)
 		return;
@@ -403,7 +403,7 @@ static size_t host_normal(const char *in, size_t len, char *out)
  * tls_leafcache_get_or_mint. A call that succeeds after a miss (every miss
  * is counted) minted and cached a leaf: that is the mint counted.
  */
-static int leaf_get(struct tls_engine_worker *w, const char *host, size_t host_len, X509 **leaf)
+static int leaf_get(struct tls_term_worker *w, const char *host, size_t host_len, X509 **leaf)
 {
 	uint64_t misses = w->leaves.misses;
 
@@ -418,7 +418,7 @@ static int leaf_get(struct tls_engine_worker *w, const char *host, size_t host_l
 
 static int prime(void *worker_state, const char *host, size_t host_len)
 {
-	struct tls_engine_worker *w = worker_state;
+	struct tls_term_worker *w = worker_state;
 	char name[LIMITS_HOST_BYTES_MAX + 1];
 	X509 *leaf = NULL;
 
@@ -433,7 +433,7 @@ static int prime(void *worker_state, const char *host, size_t host_len)
 /* The ClientHello arrived: check its SNI against the CONNECT host, then show the leaf. */
 static int on_sni(struct tls_session *s, const char *sni, size_t sni_len, void *arg)
 {
-	struct tls_engine_session *es = arg;
+	struct tls_term_session *es = arg;
 	char name[LIMITS_HOST_BYTES_MAX + 1];
 	X509 *leaf = NULL;
 
@@ -452,12 +452,12 @@ static int on_sni(struct tls_session *s, const char *sni, size_t sni_len, void *
 }
 
 /* A session of worker <w> for <host> (kept in normal form), not yet initialised. */
-static struct tls_engine_session *session_alloc(struct tls_engine_worker *w, const char *host,
-						size_t host_len)
+static struct tls_term_session *session_alloc(struct tls_term_worker *w, const char *host,
+					      size_t host_len)
 {
 	if (host_len == 0 || host_len > LIMITS_HOST_BYTES_MAX)
 		return NULL;
-	struct tls_engine_session *es = pool_calloc(1, sizeof(*es));
+	struct tls_term_session *es = pool_calloc(1, sizeof(*es));
 	if (es == NULL)
 		return NULL;
 	es->w = w;
@@ -467,8 +467,8 @@ static struct tls_engine_session *session_alloc(struct tls_engine_worker *w, con
 
 static void *server_new(void *worker_state, const char *host, size_t host_len)
 {
-	struct tls_engine_worker *w = worker_state;
-	struct tls_engine_session *es =
+	struct tls_term_worker *w = worker_state;
+	struct tls_term_session *es =
 	    w->engine->server_ctx != NULL ? session_alloc(w, host, host_len) : NULL;
 
 	if (es == NULL)
@@ -482,7 +482,7 @@ static void *server_new(void *worker_state, const char *host, size_t host_len)
 }
 
 /* The worker's client context for <ca_file> (NULL: system roots), made on first use. */
-static SSL_CTX *client_ctx(struct tls_engine_worker *w, const char *ca_file)
+static SSL_CTX *client_ctx(struct tls_term_worker *w, const char *ca_file)
 {
 	char err[256];
 
@@ -492,14 +492,14 @@ static SSL_CTX *client_ctx(struct tls_engine_worker *w, const char *ca_file)
 		    (have != NULL && ca_file != NULL && strcmp(have, ca_file) == 0))
 			return w->clients[i].ctx;
 	}
-	if (w->client_count == TLS_ENGINE_CLIENT_CTX_MAX)
+	if (w->client_count == TLS_TERM_CLIENT_CTX_MAX)
 		return NULL;
 	SSL_CTX *ctx = tls_session_client_ctx_new(ca_file, err, sizeof(err));
 	if (ctx == NULL) {
 		log_warn("TLS: upstream roots %s: %s", ca_file ? ca_file : "(system)", err);
 		return NULL;
 	}
-	struct tls_engine_client_ctx *slot = &w->clients[w->client_count];
+	struct tls_term_client_ctx *slot = &w->clients[w->client_count];
 	slot->ca_file = ca_file != NULL ? pool_strndup(ca_file, strlen(ca_file)) : NULL;
 	if (ca_file != NULL && slot->ca_file == NULL) {
 		SSL_CTX_free(ctx);
@@ -512,9 +512,9 @@ static SSL_CTX *client_ctx(struct tls_engine_worker *w, const char *ca_file)
 
 static void *client_new(void *worker_state, const char *host, size_t host_len, const char *ca_file)
 {
-	struct tls_engine_worker *w = worker_state;
+	struct tls_term_worker *w = worker_state;
 	SSL_CTX *ctx = client_ctx(w, ca_file);
-	struct tls_engine_session *es = ctx != NULL ? session_alloc(w, host, host_len) : NULL;
+	struct tls_term_session *es = ctx != NULL ? session_alloc(w, host, host_len) : NULL;
 
 	if (es == NULL)
 		return NULL;
@@ -528,13 +528,13 @@ static void *client_new(void *worker_state, const char *host, size_t host_len, c
 /* A session of the public listener: the operator's chain, whatever the SNI; no host kept. */
 static void *public_new(void *worker_state)
 {
-	struct tls_engine_worker *w = worker_state;
+	struct tls_term_worker *w = worker_state;
 
 	AN_ASSERT(w != NULL);
 	AN_ASSERT(w->engine != NULL);
 	if (w->engine->public_ctx == NULL)
 		return NULL;
-	struct tls_engine_session *es = pool_calloc(1, sizeof(*es));
+	struct tls_term_session *es = pool_calloc(1, sizeof(*es));
 	if (es == NULL)
 		return NULL;
 	es->w = w;
@@ -548,7 +548,7 @@ static void *public_new(void *worker_state)
 
 static void session_free(void *session)
 {
-	struct tls_engine_session *es = session;
+	struct tls_term_session *es = session;
 
 	if (es == NULL)
 		return;
@@ -569,63 +569,62 @@ static enum term_status status_of(enum tls_session_status st)
 
 static ssize_t feed(void *session, const void *buf, size_t len)
 {
-	return tls_session_feed(&((struct tls_engine_session *)session)->s, buf, len);
+	return tls_session_feed(&((struct tls_term_session *)session)->s, buf, len);
 }
 
 static void feed_eof(void *session)
 {
-	tls_session_feed_eof(&((struct tls_engine_session *)session)->s);
+	tls_session_feed_eof(&((struct tls_term_session *)session)->s);
 }
 
 static enum term_status session_handshake(void *session)
 {
-	return status_of(tls_session_handshake(&((struct tls_engine_session *)session)->s));
+	return status_of(tls_session_handshake(&((struct tls_term_session *)session)->s));
 }
 
 static enum term_status session_read(void *session, void *buf, size_t cap, size_t *n)
 {
-	return status_of(tls_session_read(&((struct tls_engine_session *)session)->s, buf, cap, n));
+	return status_of(tls_session_read(&((struct tls_term_session *)session)->s, buf, cap, n));
 }
 
 static enum term_status session_write(void *session, const void *buf, size_t len, size_t *n)
 {
-	return status_of(
-	    tls_session_write(&((struct tls_engine_session *)session)->s, buf, len, n));
+	return status_of(tls_session_write(&((struct tls_term_session *)session)->s, buf, len, n));
 }
 
 static enum term_status session_close(void *session)
 {
-	return status_of(tls_session_close(&((struct tls_engine_session *)session)->s));
+	return status_of(tls_session_close(&((struct tls_term_session *)session)->s));
 }
 
 static size_t out_peek(void *session, const uint8_t **data)
 {
-	return tls_session_out_peek(&((struct tls_engine_session *)session)->s, data);
+	return tls_session_out_peek(&((struct tls_term_session *)session)->s, data);
 }
 
 static void out_consume(void *session, size_t n)
 {
-	tls_session_out_consume(&((struct tls_engine_session *)session)->s, n);
+	tls_session_out_consume(&((struct tls_term_session *)session)->s, n);
 }
 
 static bool session_idle(void *session)
 {
-	return tls_session_idle(&((struct tls_engine_session *)session)->s);
+	return tls_session_idle(&((struct tls_term_session *)session)->s);
 }
 
 static bool established(const void *session)
 {
-	return tls_session_established(&((const struct tls_engine_session *)session)->s);
+	return tls_session_established(&((const struct tls_term_session *)session)->s);
 }
 
 static bool sni_refused(const void *session)
 {
-	return ((const struct tls_engine_session *)session)->sni_refused;
+	return ((const struct tls_term_session *)session)->sni_refused;
 }
 
 static const char *session_error(const void *session)
 {
-	return tls_session_error(&((const struct tls_engine_session *)session)->s);
+	return tls_session_error(&((const struct tls_term_session *)session)->s);
 }
 
 const struct term_ops tls_term_ops = {

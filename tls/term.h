@@ -12,25 +12,25 @@
 
 #include "core/term.h"
 
-struct tls_engine;
+struct tls_term;
 
 /* daemon.ingress.tls's certificate chain or key file larger than this is not
  * one: a leaf and three RSA-4096 intermediates are about 8 KiB of PEM. */
-#define TLS_ENGINE_PUBLIC_FILE_BYTES_MAX (64u * 1024u)
+#define TLS_TERM_PUBLIC_FILE_BYTES_MAX (64u * 1024u)
 
 /*
  * Loads the CA at <cert_path>/<key_path> (tls_ca_load: leaves of <leaf_days>,
  * 0 for TLS_CA_LEAF_DAYS_DEFAULT) and makes the server context every worker
  * shares. Both paths NULL (never one of them) make an engine with no CA, for
- * a daemon that only serves the gateway's TLS (tls_engine_public_load): its
+ * a daemon that only serves the gateway's TLS (tls_term_public_load): its
  * server_new returns NULL and its prime -ENOENT; every other operation
- * works. On success *<out> is owned by the caller (tls_engine_close) and is
+ * works. On success *<out> is owned by the caller (tls_term_close) and is
  * the <arg> of tls_term_ops.worker_new. Returns 0 or -errno with one line
  * naming the file and the fault in <err>/<cap>. Start-up only, after
  * tls_library_init.
  */
-int tls_engine_open(const char *cert_path, const char *key_path, uint32_t leaf_days,
-		    struct tls_engine **out, char *err, size_t cap);
+int tls_term_open(const char *cert_path, const char *key_path, uint32_t leaf_days,
+		  struct tls_term **out, char *err, size_t cap);
 
 /*
  * Loads the certificate the ingress gateway's public listener shows
@@ -38,7 +38,7 @@ int tls_engine_open(const char *cert_path, const char *key_path, uint32_t leaf_d
  * PEM, the leaf first and the intermediates after it (other PEM blocks are
  * skipped, as SSL_CTX_use_certificate_chain_file does); <key_path> its
  * unencrypted PEM private key (PKCS#8 or traditional), wiped from memory
- * once parsed. Both borrowed; each at most TLS_ENGINE_PUBLIC_FILE_BYTES_MAX.
+ * once parsed. Both borrowed; each at most TLS_TERM_PUBLIC_FILE_BYTES_MAX.
  * Checks that the key is the leaf's and that the leaf is valid now (not
  * before its notBefore, not at or after its notAfter); intermediates are the
  * client's to verify. The context takes TLS 1.2 and 1.3 and, when the client
@@ -54,18 +54,18 @@ int tls_engine_open(const char *cert_path, const char *key_path, uint32_t leaf_d
  * engine, at start-up, before any worker_new; a reload does not call it
  * again.
  */
-int tls_engine_public_load(struct tls_engine *e, const char *cert_path, const char *key_path,
-			   char *err, size_t cap);
+int tls_term_public_load(struct tls_term *e, const char *cert_path, const char *key_path, char *err,
+			 size_t cap);
 
 /*
  * Probes kernel TLS: TCP_ULP "tls" on a fresh TCP socket. Returns 0 when the
  * kernel has it (the socket answers "not connected", not "no such ULP"),
  * else -errno: -ENOENT is a kernel without the tls module. Any thread.
  */
-int tls_engine_ktls_probe(void);
+int tls_term_ktls_probe(void);
 
 /* Releases *<e> (NULL accepted) once no worker uses it, and clears the pointer. */
-void tls_engine_close(struct tls_engine **e);
+void tls_term_close(struct tls_term **e);
 
 /* The operations of core/term.h over OpenSSL sessions (tls/session.h). */
 extern const struct term_ops tls_term_ops;

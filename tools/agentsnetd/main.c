@@ -361,7 +361,7 @@ static int control_group_resolve(const char *name, gid_t *gid)
 /* Logs which TLS path the terminated tiers use (userspace: the kernel probe says why). */
 static void tls_log_path(const struct config *cfg)
 {
-	int ktls = tls_engine_ktls_probe();
+	int ktls = tls_term_ktls_probe();
 	if (ktls == 0)
 		log_info("TLS: terminating with the CA %s; the kernel has TLS (TCP_ULP tls), "
 			 "records are still sealed in userspace",
@@ -379,7 +379,7 @@ static void tls_log_path(const struct config *cfg)
  * start. Without a CA the log says what that means; with neither, *<out>
  * stays NULL. 0 or -1.
  */
-static int tls_open(const struct config *cfg, struct tls_engine **out)
+static int tls_open(const struct config *cfg, struct tls_term **out)
 {
 	char err[512];
 	bool public_tls = cfg->ingress_listen != NULL && cfg->ingress_tls_cert != NULL;
@@ -393,14 +393,14 @@ static int tls_open(const struct config *cfg, struct tls_engine **out)
 		return 0;
 	int ret = tls_library_init(err, sizeof(err));
 	if (ret == 0)
-		ret = tls_engine_open(cfg->ca_cert, cfg->ca_key, cfg->leaf_days, out, err,
-				      sizeof(err));
+		ret =
+		    tls_term_open(cfg->ca_cert, cfg->ca_key, cfg->leaf_days, out, err, sizeof(err));
 	if (ret == 0 && public_tls)
-		ret = tls_engine_public_load(*out, cfg->ingress_tls_cert, cfg->ingress_tls_key, err,
-					     sizeof(err));
+		ret = tls_term_public_load(*out, cfg->ingress_tls_cert, cfg->ingress_tls_key, err,
+					   sizeof(err));
 	if (ret != 0) {
 		log_error("TLS: %s", err);
-		tls_engine_close(out);
+		tls_term_close(out);
 		return -1;
 	}
 	if (cfg->ca_cert != NULL)
@@ -447,7 +447,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		policy_free(pol);
 		return 1;
 	}
-	struct tls_engine *tls = NULL;
+	struct tls_term *tls = NULL;
 	if (tls_open(cfg, &tls) != 0) {
 		dns_library_cleanup();
 		audit_close(audit);
@@ -491,7 +491,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		       ret == 0 ? "daemon_stopped" : "daemon_stopped_with_leak");
 	}
 out:
-	tls_engine_close(&tls);
+	tls_term_close(&tls);
 	dns_library_cleanup();
 	audit_close(audit);
 	return ret == 0 ? 0 : 1;
