@@ -1,6 +1,6 @@
 #!/bin/sh
 # `make bench` (not part of `make check`): builds the load client and origin
-# (bench/tunnel.c), then bench/bench.py measures agentsnetd against the peers
+# (bench/loadgen.c), then bench/bench.py measures agentsnetd against the peers
 # (squid, tinyproxy, haproxy, mitmproxy, squid ssl-bump: bench/peers.py) and
 # direct connections on loopback, runs the microbenchmarks
 # (build/rel/bench/micro, built by `make bench`) and prints one table; the
@@ -36,14 +36,14 @@ trap 'exit 1' INT TERM HUP
 
 # Project code: the house flags, optimised; OpenSSL for the tls mode.
 if ! gcc -O2 -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wconversion \
-	-Wimplicit-fallthrough -Wvla -Wformat=2 -I. -pthread -o "$work/tunnel" bench/tunnel.c \
+	-Wimplicit-fallthrough -Wvla -Wformat=2 -I. -pthread -o "$work/loadgen" bench/loadgen.c \
 	core/an.c -lssl -lcrypto; then
-	echo "bench: bench/tunnel.c does not build"
+	echo "bench: bench/loadgen.c does not build"
 	exit 1
 fi
 
 timeout --kill-after=15 "$limit" python3 -u bench/bench.py --daemon "$daemon" \
-	--agentsnet "$cli" --tunnel "$work/tunnel" --micro build/rel/bench/micro --work "$work" \
+	--agentsnet "$cli" --loadgen "$work/loadgen" --micro build/rel/bench/micro --work "$work" \
 	--results bench/results/latest.json
 rc=$?
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then

@@ -1,19 +1,19 @@
 /*
- * bench/tunnel: the load client and the origin of the CONNECT benchmarks in
+ * bench/loadgen: the load client and the origin of the CONNECT benchmarks in
  * bench/run.sh (wrk cannot send CONNECT).
  *
- *   tunnel origin --listen HOST:PORT [--http] [--reset-pinged]
- *   tunnel throughput (--proxy HOST:PORT | --proxy-unix PATH | --direct)
- *          --target HOST:PORT [--authority NAME:PORT] [--streams N]
- *          [--seconds T] [--dir down|up]
- *   tunnel idle (--proxy HOST:PORT | --proxy-unix PATH | --direct)
- *          --target HOST:PORT [--authority NAME:PORT] --count N [--hold-seconds T]
- *   tunnel rate (--proxy HOST:PORT | --proxy-unix PATH | --direct)
- *          --target HOST:PORT [--authority NAME:PORT] [--concurrency C] [--seconds T]
- *   tunnel tls (--proxy HOST:PORT | --proxy-unix PATH | --direct --target HOST:PORT)
- *          [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]
- *          [--header "NAME: VALUE"] [--requests K | --handshakes]
- *          [--concurrency C] [--threads T] [--seconds T]
+ *   loadgen origin --listen HOST:PORT [--http] [--reset-pinged]
+ *   loadgen throughput (--proxy HOST:PORT | --proxy-unix PATH | --direct)
+ *           --target HOST:PORT [--authority NAME:PORT] [--streams N]
+ *           [--seconds T] [--dir down|up]
+ *   loadgen idle (--proxy HOST:PORT | --proxy-unix PATH | --direct)
+ *           --target HOST:PORT [--authority NAME:PORT] --count N [--hold-seconds T]
+ *   loadgen rate (--proxy HOST:PORT | --proxy-unix PATH | --direct)
+ *           --target HOST:PORT [--authority NAME:PORT] [--concurrency C] [--seconds T]
+ *   loadgen tls (--proxy HOST:PORT | --proxy-unix PATH | --direct --target HOST:PORT)
+ *           [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]
+ *           [--header "NAME: VALUE"] [--requests K | --handshakes]
+ *           [--concurrency C] [--threads T] [--seconds T]
  *
  * The origin speaks a one-byte protocol once a connection is up (directly or
  * through a tunnel): 'D' and it writes as fast as it can, 'U' and it reads
@@ -713,7 +713,7 @@ static int throughput_open(const struct tunnel_opts *o, int ep, int *fds)
 	for (uint32_t i = 0; i < o->streams; i++) {
 		int fd = open_stream(o);
 		if (fd < 0) {
-			fprintf(stderr, "tunnel: stream %u: %s\n", i, strerror(-fd));
+			fprintf(stderr, "loadgen: stream %u: %s\n", i, strerror(-fd));
 			return fd;
 		}
 		fds[i] = fd;
@@ -751,7 +751,7 @@ static int throughput_loop(int ep, bool up, uint64_t mark_ns, uint64_t end_ns, u
 		for (int i = 0; i < n; i++) {
 			int err = pump_stream(evs[i].data.fd, up, sum);
 			if (err != 0) {
-				fprintf(stderr, "tunnel: stream failed: %s\n", strerror(-err));
+				fprintf(stderr, "loadgen: stream failed: %s\n", strerror(-err));
 				return err;
 			}
 		}
@@ -812,7 +812,7 @@ static int run_idle(const struct tunnel_opts *o)
 	for (; opened < o->count; opened++) {
 		int fd = open_stream(o);
 		if (fd < 0) {
-			fprintf(stderr, "tunnel: idle tunnel %u: %s\n", opened, strerror(-fd));
+			fprintf(stderr, "loadgen: idle tunnel %u: %s\n", opened, strerror(-fd));
 			err = fd;
 			goto out_close;
 		}
@@ -821,7 +821,7 @@ static int run_idle(const struct tunnel_opts *o)
 	printf("idle: ready %u\n", opened);
 	fflush(stdout);
 	if (sigtimedwait(&set, NULL, &hold) == -1 && errno == EAGAIN)
-		fprintf(stderr, "tunnel: idle: no signal in %u s, closing\n", o->hold_seconds);
+		fprintf(stderr, "loadgen: idle: no signal in %u s, closing\n", o->hold_seconds);
 out_close:
 	for (uint32_t i = 0; i < opened; i++)
 		close(idle_fds[i]);
@@ -1152,7 +1152,7 @@ static void rate_cycle_failed(struct rate_run *r, uint32_t slot, int err)
 	AN_ASSERT(err < 0);
 	AN_ASSERT(c->state != CYCLE_FREE);
 	if (r->errors < TUNNEL_RATE_ERRORS_LOGGED_MAX)
-		fprintf(stderr, "tunnel: rate: cycle failed at %s: %s\n",
+		fprintf(stderr, "loadgen: rate: cycle failed at %s: %s\n",
 			cycle_state_name(c->state), strerror(-err));
 	r->errors++;
 	cycle_close(c);
@@ -1315,11 +1315,11 @@ static int rate_report(const struct rate_run *r)
 	       (unsigned long long)r->errors);
 	fflush(stdout);
 	if (r->cycles_counted == 0) {
-		fprintf(stderr, "tunnel: rate: no cycle completed in the measured window\n");
+		fprintf(stderr, "loadgen: rate: no cycle completed in the measured window\n");
 		return -EIO;
 	}
 	if (r->errors * 100u > attempts * TUNNEL_RATE_ERRORS_PCT_MAX) {
-		fprintf(stderr, "tunnel: rate: %llu of %llu cycles failed (more than %u%%)\n",
+		fprintf(stderr, "loadgen: rate: %llu of %llu cycles failed (more than %u%%)\n",
 			(unsigned long long)r->errors, (unsigned long long)attempts,
 			TUNNEL_RATE_ERRORS_PCT_MAX);
 		return -EIO;
@@ -1509,7 +1509,7 @@ static SSL_CTX *tls_ctx_new(const char *ca_file)
 	    SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
 		char why[256];
 		ERR_error_string_n(ERR_get_error(), why, sizeof(why));
-		fprintf(stderr, "tunnel: tls: --ca %s: %s\n", ca_file, why);
+		fprintf(stderr, "loadgen: tls: --ca %s: %s\n", ca_file, why);
 		SSL_CTX_free(ctx);
 		return NULL;
 	}
@@ -1540,7 +1540,7 @@ static int tls_plan_names(const struct tunnel_opts *o, struct tls_plan *p)
 	if (len <= 0 || (size_t)len >= sizeof(p->name))
 		return -EINVAL;
 	if (inet_pton(AF_INET, p->name, &ip) == 1) {
-		fprintf(stderr, "tunnel: tls: %s is an address: name the host with --sni\n",
+		fprintf(stderr, "loadgen: tls: %s is an address: name the host with --sni\n",
 			p->name);
 		return -EINVAL;
 	}
@@ -1598,7 +1598,7 @@ static void tls_log_failure(const struct tls_conn *c, int err)
 	if (code != 0)
 		ERR_error_string_n(code, why, sizeof(why));
 	long verify = c->ssl != NULL ? SSL_get_verify_result(c->ssl) : X509_V_OK;
-	fprintf(stderr, "tunnel: tls: connection failed at %s: %s%s%s%s%s\n",
+	fprintf(stderr, "loadgen: tls: connection failed at %s: %s%s%s%s%s\n",
 		tls_state_name(c->state), strerror(-err), code != 0 ? "; " : "", why,
 		verify != X509_V_OK ? "; verify: " : "",
 		verify != X509_V_OK ? X509_verify_cert_error_string(verify) : "");
@@ -1987,11 +1987,11 @@ static int tls_report(const struct tunnel_opts *o, const struct tls_run *runs, u
 	       (unsigned long long)handshakes_done);
 	fflush(stdout);
 	if (counted == 0) {
-		fprintf(stderr, "tunnel: tls: no request answered in the measured window\n");
+		fprintf(stderr, "loadgen: tls: no request answered in the measured window\n");
 		return -EIO;
 	}
 	if (errors * 100u > (done + errors) * TUNNEL_RATE_ERRORS_PCT_MAX) {
-		fprintf(stderr, "tunnel: tls: %llu connections failed, %llu requests answered\n",
+		fprintf(stderr, "loadgen: tls: %llu connections failed, %llu requests answered\n",
 			(unsigned long long)errors, (unsigned long long)done);
 		return -EIO;
 	}
@@ -2315,18 +2315,18 @@ static void usage(void)
 	fprintf(
 	    stderr,
 	    "usage:\n"
-	    "  tunnel origin --listen HOST:PORT [--http] [--reset-pinged]\n"
-	    "  tunnel throughput (--proxy HOST:PORT | --proxy-unix PATH | --direct)\n"
-	    "         --target HOST:PORT [--authority NAME:PORT] [--streams N]\n"
-	    "         [--seconds T] [--dir down|up]\n"
-	    "  tunnel idle (--proxy HOST:PORT | --proxy-unix PATH | --direct)\n"
-	    "         --target HOST:PORT [--authority NAME:PORT] --count N [--hold-seconds T]\n"
-	    "  tunnel rate (--proxy HOST:PORT | --proxy-unix PATH | --direct)\n"
-	    "         --target HOST:PORT [--authority NAME:PORT] [--concurrency C] [--seconds T]\n"
-	    "  tunnel tls (--proxy HOST:PORT | --proxy-unix PATH | --direct --target HOST:PORT)\n"
-	    "         [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]\n"
-	    "         [--header \"NAME: VALUE\"] [--requests K | --handshakes]\n"
-	    "         [--concurrency C] [--threads T] [--seconds T]\n"
+	    "  loadgen origin --listen HOST:PORT [--http] [--reset-pinged]\n"
+	    "  loadgen throughput (--proxy HOST:PORT | --proxy-unix PATH | --direct)\n"
+	    "          --target HOST:PORT [--authority NAME:PORT] [--streams N]\n"
+	    "          [--seconds T] [--dir down|up]\n"
+	    "  loadgen idle (--proxy HOST:PORT | --proxy-unix PATH | --direct)\n"
+	    "          --target HOST:PORT [--authority NAME:PORT] --count N [--hold-seconds T]\n"
+	    "  loadgen rate (--proxy HOST:PORT | --proxy-unix PATH | --direct)\n"
+	    "          --target HOST:PORT [--authority NAME:PORT] [--concurrency C] [--seconds T]\n"
+	    "  loadgen tls (--proxy HOST:PORT | --proxy-unix PATH | --direct --target HOST:PORT)\n"
+	    "          [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]\n"
+	    "          [--header \"NAME: VALUE\"] [--requests K | --handshakes]\n"
+	    "          [--concurrency C] [--threads T] [--seconds T]\n"
 	    "\n"
 	    "Proxied, the CONNECT authority defaults to --target. The origin's commands:\n"
 	    "'D' sends, 'U' discards, 'P' answers %u bytes and waits for the next.\n",
@@ -2367,6 +2367,6 @@ int main(int argc, char **argv)
 		break;
 	}
 	if (err != 0)
-		fprintf(stderr, "tunnel: %s\n", strerror(-err));
+		fprintf(stderr, "loadgen: %s\n", strerror(-err));
 	return err == 0 ? 0 : 1;
 }
