@@ -17,7 +17,7 @@
  *
  * The origin speaks a one-byte protocol once a connection is up (directly or
  * through a tunnel): 'D' and it writes as fast as it can, 'U' and it reads
- * and discards, 'P' and it answers TUNNEL_PING_BYTES and waits for the next
+ * and discards, 'P' and it answers LOADGEN_PING_BYTES and waits for the next
  * command. Until then the connection is idle, what the idle benchmark holds
  * (--direct: through a TCP relay, which has no CONNECT). --http makes it a
  * minimal HTTP/1.1 keep-alive responder, the wrk origin without nginx. A
@@ -81,73 +81,73 @@
 #include "core/an.h"
 
 /* Streams of one throughput run: far more than two cores can keep busy. */
-#define TUNNEL_STREAMS_MAX 256u
+#define LOADGEN_STREAMS_MAX 256u
 /* Idle tunnels per process: the open-file limit here is 20,000 per process. */
-#define TUNNEL_IDLE_MAX 19000u
+#define LOADGEN_IDLE_MAX 19000u
 /* Descriptors the origin tracks state for (indexed by fd). */
-#define TUNNEL_FDS_MAX 65536u
+#define LOADGEN_FDS_MAX 65536u
 /* One read or write: large enough to amortise the syscall at tens of Gbit/s. */
-#define TUNNEL_BUF_BYTES (256u * 1024u)
+#define LOADGEN_BUF_BYTES (256u * 1024u)
 /* The proxy's answer to CONNECT: a status line and a few headers. */
-#define TUNNEL_HEAD_BYTES_MAX 4096u
+#define LOADGEN_HEAD_BYTES_MAX 4096u
 /* Bytes moved before this mark are not counted (slow start, first faults). */
-#define TUNNEL_WARMUP_NS 500000000ull
+#define LOADGEN_WARMUP_NS 500000000ull
 /* Blocking set-up steps (connect, CONNECT answer) give up after this. */
-#define TUNNEL_IO_TIMEOUT_S 10
-#define TUNNEL_EVENTS_MAX   256
+#define LOADGEN_IO_TIMEOUT_S 10
+#define LOADGEN_EVENTS_MAX   256
 /* Reads or writes per stream and event: a fast peer must not starve the rest. */
-#define TUNNEL_PUMP_ROUNDS_MAX 16u
-#define TUNNEL_SECONDS_MAX     600u
+#define LOADGEN_PUMP_ROUNDS_MAX 16u
+#define LOADGEN_SECONDS_MAX     600u
 /* Cycles of one rate run in flight at once: 512 is past what one core drives. */
-#define TUNNEL_RATE_CONCURRENCY_MAX 512u
+#define LOADGEN_RATE_CONCURRENCY_MAX 512u
 /* The origin's answer to 'P': small, one segment, one read on the client. */
-#define TUNNEL_PING_BYTES 64u
+#define LOADGEN_PING_BYTES 64u
 /* A rate run with more failed cycles than this share of all of them fails. */
-#define TUNNEL_RATE_ERRORS_PCT_MAX 1u
+#define LOADGEN_RATE_ERRORS_PCT_MAX 1u
 /* Failed cycles described on stderr; the rest are only counted. */
-#define TUNNEL_RATE_ERRORS_LOGGED_MAX 5u
-/* How often a rate run looks for cycles stuck past TUNNEL_IO_TIMEOUT_S. */
-#define TUNNEL_RATE_EXPIRE_NS 100000000ull
+#define LOADGEN_RATE_ERRORS_LOGGED_MAX 5u
+/* How often a rate run looks for cycles stuck past LOADGEN_IO_TIMEOUT_S. */
+#define LOADGEN_RATE_EXPIRE_NS 100000000ull
 /*
  * Latency histogram: values below 2^SUB_BITS ns are exact, each power of two
  * above is split in 2^SUB_BITS buckets (under 3.2% error), and values are
  * clamped at 2^VALUE_BITS ns (68.7 s, past any cycle's timeout).
  */
-#define TUNNEL_HIST_SUB_BITS   5u
-#define TUNNEL_HIST_VALUE_BITS 36u
-#define TUNNEL_HIST_BUCKETS \
-	((TUNNEL_HIST_VALUE_BITS - TUNNEL_HIST_SUB_BITS + 1u) << TUNNEL_HIST_SUB_BITS)
+#define LOADGEN_HIST_SUB_BITS   5u
+#define LOADGEN_HIST_VALUE_BITS 36u
+#define LOADGEN_HIST_BUCKETS \
+	((LOADGEN_HIST_VALUE_BITS - LOADGEN_HIST_SUB_BITS + 1u) << LOADGEN_HIST_SUB_BITS)
 /* Load threads of one tls run: the load has a core or two. */
-#define TUNNEL_TLS_THREADS_MAX 8u
+#define LOADGEN_TLS_THREADS_MAX 8u
 /* Keep-alive requests on one connection before a new one replaces it. */
-#define TUNNEL_TLS_REQUESTS_MAX     100000000u
-#define TUNNEL_TLS_REQUESTS_DEFAULT 10000u
+#define LOADGEN_TLS_REQUESTS_MAX     100000000u
+#define LOADGEN_TLS_REQUESTS_DEFAULT 10000u
 /* Distinct leaf serials a thread remembers: a run talks to one host. */
-#define TUNNEL_TLS_LEAVES_MAX 64u
+#define LOADGEN_TLS_LEAVES_MAX 64u
 /* RFC 5280 caps a serial at 20 octets; longer ones are never remembered. */
-#define TUNNEL_TLS_SERIAL_BYTES_MAX 20u
+#define LOADGEN_TLS_SERIAL_BYTES_MAX 20u
 /* The server name (SNI, verified) and the request head of a run. */
-#define TUNNEL_TLS_NAME_BYTES_MAX    254u
-#define TUNNEL_TLS_PATH_BYTES_MAX    512u
-#define TUNNEL_TLS_HEADER_BYTES_MAX  512u
-#define TUNNEL_TLS_REQUEST_BYTES_MAX 2048u
+#define LOADGEN_TLS_NAME_BYTES_MAX    254u
+#define LOADGEN_TLS_PATH_BYTES_MAX    512u
+#define LOADGEN_TLS_HEADER_BYTES_MAX  512u
+#define LOADGEN_TLS_REQUEST_BYTES_MAX 2048u
 /* Response bodies are read into this and dropped. */
-#define TUNNEL_TLS_SCRATCH_BYTES (16u * 1024u)
+#define LOADGEN_TLS_SCRATCH_BYTES (16u * 1024u)
 
-static_assert(TUNNEL_IDLE_MAX < TUNNEL_FDS_MAX, "idle tunnels need descriptors");
-static_assert(TUNNEL_HEAD_BYTES_MAX < TUNNEL_BUF_BYTES, "the head is read into the buffer");
-static_assert((TUNNEL_RATE_CONCURRENCY_MAX & (TUNNEL_RATE_CONCURRENCY_MAX - 1u)) == 0,
+static_assert(LOADGEN_IDLE_MAX < LOADGEN_FDS_MAX, "idle tunnels need descriptors");
+static_assert(LOADGEN_HEAD_BYTES_MAX < LOADGEN_BUF_BYTES, "the head is read into the buffer");
+static_assert((LOADGEN_RATE_CONCURRENCY_MAX & (LOADGEN_RATE_CONCURRENCY_MAX - 1u)) == 0,
 	      "the rate queue is a power-of-two ring");
-static_assert((uint64_t)TUNNEL_IO_TIMEOUT_S * 1000000000ull < (1ull << TUNNEL_HIST_VALUE_BITS),
+static_assert((uint64_t)LOADGEN_IO_TIMEOUT_S * 1000000000ull < (1ull << LOADGEN_HIST_VALUE_BITS),
 	      "a cycle's timeout fits the histogram unclamped");
-static_assert(TUNNEL_PING_BYTES < TUNNEL_HEAD_BYTES_MAX, "the ping answer is small");
-static_assert(TUNNEL_TLS_THREADS_MAX <= TUNNEL_RATE_CONCURRENCY_MAX, "a thread has a slot");
-static_assert(TUNNEL_TLS_NAME_BYTES_MAX + TUNNEL_TLS_PATH_BYTES_MAX + TUNNEL_TLS_HEADER_BYTES_MAX +
-		      64u <
-		  TUNNEL_TLS_REQUEST_BYTES_MAX,
+static_assert(LOADGEN_PING_BYTES < LOADGEN_HEAD_BYTES_MAX, "the ping answer is small");
+static_assert(LOADGEN_TLS_THREADS_MAX <= LOADGEN_RATE_CONCURRENCY_MAX, "a thread has a slot");
+static_assert(LOADGEN_TLS_NAME_BYTES_MAX + LOADGEN_TLS_PATH_BYTES_MAX +
+		      LOADGEN_TLS_HEADER_BYTES_MAX + 64u <
+		  LOADGEN_TLS_REQUEST_BYTES_MAX,
 	      "a request head holds the path, the Host header and the --header line");
 
-enum tunnel_mode {
+enum loadgen_mode {
 	MODE_NONE = 0,
 	MODE_ORIGIN,
 	MODE_THROUGHPUT,
@@ -166,8 +166,8 @@ enum origin_state {
 	ORIGIN_HTTP,     /* --http: answering request heads */
 };
 
-struct tunnel_opts {
-	enum tunnel_mode mode;
+struct loadgen_opts {
+	enum loadgen_mode mode;
 	const char *proxy_unix;
 	const char *authority;   /* CONNECT target "name:port" */
 	const char *target_text; /* --target as given: the default authority */
@@ -195,18 +195,18 @@ struct tunnel_opts {
 	uint32_t threads;    /* tls: epoll threads sharing the connections */
 };
 
-static char io_buf[TUNNEL_BUF_BYTES];
-static uint8_t origin_states[TUNNEL_FDS_MAX];
-static uint8_t origin_match[TUNNEL_FDS_MAX]; /* bytes of "\r\n\r\n" matched so far */
-static bool origin_resets_pinged;            /* --reset-pinged, set once at start */
-static int idle_fds[TUNNEL_IDLE_MAX];
+static char io_buf[LOADGEN_BUF_BYTES];
+static uint8_t origin_states[LOADGEN_FDS_MAX];
+static uint8_t origin_match[LOADGEN_FDS_MAX]; /* bytes of "\r\n\r\n" matched so far */
+static bool origin_resets_pinged;             /* --reset-pinged, set once at start */
+static int idle_fds[LOADGEN_IDLE_MAX];
 
 static const char http_answer[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
 				  "Content-Length: 13\r\n\r\nhello, bench\n";
 static const char ping_answer[] =
     "agentsnet bench origin: the answer to one 'P' command, 64 bytes\n";
 
-static_assert(sizeof(ping_answer) - 1 == TUNNEL_PING_BYTES, "'P' answers TUNNEL_PING_BYTES");
+static_assert(sizeof(ping_answer) - 1 == LOADGEN_PING_BYTES, "'P' answers LOADGEN_PING_BYTES");
 
 static uint64_t now_ns(void)
 {
@@ -256,16 +256,16 @@ static int parse_addr(const char *s, struct sockaddr_in *out)
 /*
  * Whether <s> is one header line without its CRLF: a token name (RFC 9110
  * tchar), a colon, then a value of visible ASCII, spaces and tabs, and
- * shorter than TUNNEL_TLS_HEADER_BYTES_MAX.
+ * shorter than LOADGEN_TLS_HEADER_BYTES_MAX.
  */
 static bool header_valid(const char *s)
 {
 	static const char tchar[] = "!#$%&'*+-.^_`|~";
-	size_t len = strnlen(s, TUNNEL_TLS_HEADER_BYTES_MAX);
+	size_t len = strnlen(s, LOADGEN_TLS_HEADER_BYTES_MAX);
 	size_t i = 0;
 
 	AN_ASSERT(s != NULL);
-	if (len >= TUNNEL_TLS_HEADER_BYTES_MAX)
+	if (len >= LOADGEN_TLS_HEADER_BYTES_MAX)
 		return false;
 	while (i < len && (((s[i] | 0x20) >= 'a' && (s[i] | 0x20) <= 'z') ||
 			   (s[i] >= '0' && s[i] <= '9') || strchr(tchar, s[i]) != NULL))
@@ -280,7 +280,7 @@ static bool header_valid(const char *s)
 	return true;
 }
 
-static int opts_set(struct tunnel_opts *o, int opt, const char *arg)
+static int opts_set(struct loadgen_opts *o, int opt, const char *arg)
 {
 	AN_ASSERT(o != NULL);
 	AN_ASSERT(opt != 0);
@@ -314,26 +314,26 @@ static int opts_set(struct tunnel_opts *o, int opt, const char *arg)
 		o->up = strcmp(arg, "up") == 0;
 		return o->up || strcmp(arg, "down") == 0 ? 0 : -EINVAL;
 	case 's':
-		return parse_u32(arg, 1, TUNNEL_STREAMS_MAX, &o->streams);
+		return parse_u32(arg, 1, LOADGEN_STREAMS_MAX, &o->streams);
 	case 'n':
-		return parse_u32(arg, 1, TUNNEL_IDLE_MAX, &o->count);
+		return parse_u32(arg, 1, LOADGEN_IDLE_MAX, &o->count);
 	case 'T':
-		return parse_u32(arg, 1, TUNNEL_SECONDS_MAX, &o->seconds);
+		return parse_u32(arg, 1, LOADGEN_SECONDS_MAX, &o->seconds);
 	case 'H':
 		return parse_u32(arg, 1, 3600, &o->hold_seconds);
 	case 'c':
-		return parse_u32(arg, 1, TUNNEL_RATE_CONCURRENCY_MAX, &o->concurrency);
+		return parse_u32(arg, 1, LOADGEN_RATE_CONCURRENCY_MAX, &o->concurrency);
 	case 'C':
 		o->ca_file = arg;
 		return 0;
 	case 'S':
 		o->sni = arg;
-		return strlen(arg) < TUNNEL_TLS_NAME_BYTES_MAX ? 0 : -EINVAL;
+		return strlen(arg) < LOADGEN_TLS_NAME_BYTES_MAX ? 0 : -EINVAL;
 	case 'P':
 		o->path = arg;
-		return arg[0] == '/' && strlen(arg) < TUNNEL_TLS_PATH_BYTES_MAX ? 0 : -EINVAL;
+		return arg[0] == '/' && strlen(arg) < LOADGEN_TLS_PATH_BYTES_MAX ? 0 : -EINVAL;
 	case 'k':
-		return parse_u32(arg, 1, TUNNEL_TLS_REQUESTS_MAX, &o->requests);
+		return parse_u32(arg, 1, LOADGEN_TLS_REQUESTS_MAX, &o->requests);
 	case 'K':
 		o->handshakes = true;
 		return 0;
@@ -341,14 +341,14 @@ static int opts_set(struct tunnel_opts *o, int opt, const char *arg)
 		o->header = arg;
 		return header_valid(arg) ? 0 : -EINVAL;
 	case 'j':
-		return parse_u32(arg, 1, TUNNEL_TLS_THREADS_MAX, &o->threads);
+		return parse_u32(arg, 1, LOADGEN_TLS_THREADS_MAX, &o->threads);
 	default:
 		return -EINVAL;
 	}
 }
 
 /* Whether a client mode has exactly one way to its peer, and what to ask it. */
-static bool opts_peer_valid(const struct tunnel_opts *o)
+static bool opts_peer_valid(const struct loadgen_opts *o)
 {
 	bool via_proxy = o->have_proxy || o->proxy_unix != NULL;
 
@@ -362,7 +362,7 @@ static bool opts_peer_valid(const struct tunnel_opts *o)
 }
 
 /* Whether the options make sense together for the chosen mode. */
-static bool opts_valid(const struct tunnel_opts *o)
+static bool opts_valid(const struct loadgen_opts *o)
 {
 	AN_ASSERT(o != NULL);
 	AN_ASSERT(o->streams >= 1);
@@ -383,11 +383,11 @@ static bool opts_valid(const struct tunnel_opts *o)
 	return false;
 }
 
-static enum tunnel_mode mode_parse(const char *name)
+static enum loadgen_mode mode_parse(const char *name)
 {
 	static const struct {
 		const char *name;
-		enum tunnel_mode mode;
+		enum loadgen_mode mode;
 	} modes[] = {
 		{ "origin", MODE_ORIGIN }, { "throughput", MODE_THROUGHPUT },
 		{ "idle", MODE_IDLE },     { "rate", MODE_RATE },
@@ -404,7 +404,7 @@ static enum tunnel_mode mode_parse(const char *name)
 	return MODE_NONE;
 }
 
-static int opts_parse(int argc, char **argv, struct tunnel_opts *o)
+static int opts_parse(int argc, char **argv, struct loadgen_opts *o)
 {
 	static const struct option longs[] = {
 		{ "proxy", required_argument, NULL, 'p' },
@@ -439,7 +439,7 @@ static int opts_parse(int argc, char **argv, struct tunnel_opts *o)
 	o->seconds = 5;
 	o->hold_seconds = 600;
 	o->path = "/";
-	o->requests = TUNNEL_TLS_REQUESTS_DEFAULT;
+	o->requests = LOADGEN_TLS_REQUESTS_DEFAULT;
 	o->threads = 1;
 	if (argc < 2)
 		return -EINVAL;
@@ -480,7 +480,7 @@ static int send_all(int fd, const char *p, size_t len)
 
 static void set_timeouts(int fd)
 {
-	struct timeval tv = { .tv_sec = TUNNEL_IO_TIMEOUT_S, .tv_usec = 0 };
+	struct timeval tv = { .tv_sec = LOADGEN_IO_TIMEOUT_S, .tv_usec = 0 };
 
 	AN_ASSERT(fd >= 0);
 	AN_ASSERT(tv.tv_sec > 0);
@@ -496,7 +496,7 @@ union peer_addr {
 };
 
 /* Fills <out> with the client's peer address; returns its length. */
-static socklen_t peer_addr_get(const struct tunnel_opts *o, union peer_addr *out)
+static socklen_t peer_addr_get(const struct loadgen_opts *o, union peer_addr *out)
 {
 	AN_ASSERT(o != NULL);
 	AN_ASSERT(o->mode != MODE_ORIGIN);
@@ -512,7 +512,7 @@ static socklen_t peer_addr_get(const struct tunnel_opts *o, union peer_addr *out
 }
 
 /* A blocking connection to the client's peer (see peer_addr_get()). */
-static int dial(const struct tunnel_opts *o)
+static int dial(const struct loadgen_opts *o)
 {
 	union peer_addr addr;
 	int one = 1;
@@ -534,14 +534,14 @@ static int dial(const struct tunnel_opts *o)
 	return fd;
 }
 
-/* Writes "CONNECT <authority>" into <buf> (TUNNEL_HEAD_BYTES_MAX); returns its length. */
+/* Writes "CONNECT <authority>" into <buf> (LOADGEN_HEAD_BYTES_MAX); returns its length. */
 static size_t connect_request(const char *authority, char *buf)
 {
 	AN_ASSERT(authority != NULL);
 	AN_ASSERT(buf != NULL);
-	int len = snprintf(buf, TUNNEL_HEAD_BYTES_MAX, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n",
+	int len = snprintf(buf, LOADGEN_HEAD_BYTES_MAX, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n",
 			   authority, authority);
-	AN_ASSERT(len > 0 && (size_t)len < TUNNEL_HEAD_BYTES_MAX);
+	AN_ASSERT(len > 0 && (size_t)len < LOADGEN_HEAD_BYTES_MAX);
 	return (size_t)len;
 }
 
@@ -567,7 +567,7 @@ static bool head_status_2xx(const char *head, size_t len)
 	static const char version[] = "HTTP/1.";
 
 	AN_ASSERT(head != NULL);
-	AN_ASSERT(len <= TUNNEL_HEAD_BYTES_MAX);
+	AN_ASSERT(len <= LOADGEN_HEAD_BYTES_MAX);
 	if (len < sizeof(version) - 1 + 6 || memcmp(head, version, sizeof(version) - 1) != 0)
 		return false;
 	const char *p = head + sizeof(version) - 1;
@@ -582,16 +582,16 @@ static bool head_status_2xx(const char *head, size_t len)
 /*
  * The proxy's answer to CONNECT, <len> bytes so far in <buf>. Returns the
  * head's length once it is complete with a 2xx status, 0 while incomplete,
- * -EPROTO for another status, -EMSGSIZE when TUNNEL_HEAD_BYTES_MAX bytes hold
+ * -EPROTO for another status, -EMSGSIZE when LOADGEN_HEAD_BYTES_MAX bytes hold
  * no complete head. Borrows <buf>.
  */
 static int head_parse(const char *buf, size_t len)
 {
 	AN_ASSERT(buf != NULL);
-	AN_ASSERT(len <= TUNNEL_HEAD_BYTES_MAX);
+	AN_ASSERT(len <= LOADGEN_HEAD_BYTES_MAX);
 	size_t end = head_end(buf, len);
 	if (end == 0)
-		return len == TUNNEL_HEAD_BYTES_MAX ? -EMSGSIZE : 0;
+		return len == LOADGEN_HEAD_BYTES_MAX ? -EMSGSIZE : 0;
 	if (!head_status_2xx(buf, end))
 		return -EPROTO;
 	AN_ASSERT(end <= len);
@@ -606,7 +606,7 @@ static int head_parse(const char *buf, size_t len)
  */
 static int connect_tunnel(int fd, const char *authority)
 {
-	char req[TUNNEL_HEAD_BYTES_MAX];
+	char req[LOADGEN_HEAD_BYTES_MAX];
 	size_t got = 0;
 
 	AN_ASSERT(fd >= 0);
@@ -615,8 +615,8 @@ static int connect_tunnel(int fd, const char *authority)
 	if (err != 0)
 		return err;
 	for (;;) {
-		AN_ASSERT(got < TUNNEL_HEAD_BYTES_MAX);
-		ssize_t n = recv(fd, io_buf + got, TUNNEL_HEAD_BYTES_MAX - got, 0);
+		AN_ASSERT(got < LOADGEN_HEAD_BYTES_MAX);
+		ssize_t n = recv(fd, io_buf + got, LOADGEN_HEAD_BYTES_MAX - got, 0);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1)
@@ -633,7 +633,7 @@ static int connect_tunnel(int fd, const char *authority)
 }
 
 /* A connection ready for the origin protocol: dialled, tunnelled if proxied. */
-static int open_stream(const struct tunnel_opts *o)
+static int open_stream(const struct loadgen_opts *o)
 {
 	AN_ASSERT(o != NULL);
 	AN_ASSERT(o->mode == MODE_THROUGHPUT || o->mode == MODE_IDLE);
@@ -686,7 +686,7 @@ static ssize_t io_some(int fd, bool out, void *buf, size_t cap)
 }
 
 /*
- * Moves bytes on <fd> until it would block or TUNNEL_PUMP_ROUNDS_MAX calls
+ * Moves bytes on <fd> until it would block or LOADGEN_PUMP_ROUNDS_MAX calls
  * are done (level-triggered epoll calls again); adds them to *<bytes>.
  * Returns 0 or -errno (-ECONNRESET when the peer closed).
  */
@@ -694,7 +694,7 @@ static int pump_stream(int fd, bool up, uint64_t *bytes)
 {
 	AN_ASSERT(fd >= 0);
 	AN_ASSERT(bytes != NULL);
-	for (uint32_t round = 0; round < TUNNEL_PUMP_ROUNDS_MAX; round++) {
+	for (uint32_t round = 0; round < LOADGEN_PUMP_ROUNDS_MAX; round++) {
 		ssize_t n = io_some(fd, up, io_buf, sizeof(io_buf));
 		if (n <= 0)
 			return (int)n;
@@ -704,11 +704,11 @@ static int pump_stream(int fd, bool up, uint64_t *bytes)
 }
 
 /* Opens <o->streams> streams, commands them, and registers them with <ep>. */
-static int throughput_open(const struct tunnel_opts *o, int ep, int *fds)
+static int throughput_open(const struct loadgen_opts *o, int ep, int *fds)
 {
 	const char cmd = o->up ? 'U' : 'D';
 
-	AN_ASSERT(o->streams <= TUNNEL_STREAMS_MAX);
+	AN_ASSERT(o->streams <= LOADGEN_STREAMS_MAX);
 	AN_ASSERT(ep >= 0);
 	for (uint32_t i = 0; i < o->streams; i++) {
 		int fd = open_stream(o);
@@ -736,13 +736,13 @@ static int throughput_open(const struct tunnel_opts *o, int ep, int *fds)
 static int throughput_loop(int ep, bool up, uint64_t mark_ns, uint64_t end_ns, uint64_t *bytes,
 			   uint64_t *ns)
 {
-	struct epoll_event evs[TUNNEL_EVENTS_MAX];
+	struct epoll_event evs[LOADGEN_EVENTS_MAX];
 	uint64_t before_mark = 0;
 
 	AN_ASSERT(mark_ns < end_ns);
 	AN_ASSERT(*bytes == 0);
 	for (uint64_t now = now_ns(); now < end_ns; now = now_ns()) {
-		int n = epoll_wait(ep, evs, TUNNEL_EVENTS_MAX, 100);
+		int n = epoll_wait(ep, evs, LOADGEN_EVENTS_MAX, 100);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1)
@@ -761,22 +761,22 @@ static int throughput_loop(int ep, bool up, uint64_t mark_ns, uint64_t end_ns, u
 	return 0;
 }
 
-static int run_throughput(const struct tunnel_opts *o)
+static int run_throughput(const struct loadgen_opts *o)
 {
-	int fds[TUNNEL_STREAMS_MAX];
+	int fds[LOADGEN_STREAMS_MAX];
 	uint64_t bytes = 0;
 	uint64_t ns = 0;
 
 	AN_ASSERT(o->mode == MODE_THROUGHPUT);
 	AN_ASSERT(o->seconds >= 1);
-	for (uint32_t i = 0; i < TUNNEL_STREAMS_MAX; i++)
+	for (uint32_t i = 0; i < LOADGEN_STREAMS_MAX; i++)
 		fds[i] = -1;
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	if (ep == -1)
 		return -errno;
 	int err = throughput_open(o, ep, fds);
 	uint64_t start = now_ns();
-	uint64_t mark = start + TUNNEL_WARMUP_NS;
+	uint64_t mark = start + LOADGEN_WARMUP_NS;
 	uint64_t end = mark + (uint64_t)o->seconds * 1000000000ull;
 	if (err == 0)
 		err = throughput_loop(ep, o->up, mark, end, &bytes, &ns);
@@ -795,7 +795,7 @@ static int run_throughput(const struct tunnel_opts *o)
 }
 
 /* Holds <o->count> idle tunnels until SIGTERM, SIGINT or SIGUSR1 (bounded). */
-static int run_idle(const struct tunnel_opts *o)
+static int run_idle(const struct loadgen_opts *o)
 {
 	struct timespec hold = { .tv_sec = (time_t)o->hold_seconds, .tv_nsec = 0 };
 	uint32_t opened = 0;
@@ -803,7 +803,7 @@ static int run_idle(const struct tunnel_opts *o)
 	int err = 0;
 
 	AN_ASSERT(o->mode == MODE_IDLE);
-	AN_ASSERT(o->count <= TUNNEL_IDLE_MAX);
+	AN_ASSERT(o->count <= LOADGEN_IDLE_MAX);
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
@@ -843,22 +843,22 @@ struct rate_cycle {
 	enum cycle_state state;
 	uint32_t in_bytes; /* of the head (CYCLE_HEAD) or ping answer (CYCLE_PING) */
 	uint64_t start_ns;
-	char head[TUNNEL_HEAD_BYTES_MAX];
+	char head[LOADGEN_HEAD_BYTES_MAX];
 };
 
-/* Log-linear latency histogram (see TUNNEL_HIST_SUB_BITS), in ns. */
+/* Log-linear latency histogram (see LOADGEN_HIST_SUB_BITS), in ns. */
 struct rate_hist {
-	uint64_t counts[TUNNEL_HIST_BUCKETS];
+	uint64_t counts[LOADGEN_HIST_BUCKETS];
 	uint64_t total;
 };
 
 struct rate_run {
-	const struct tunnel_opts *o;
+	const struct loadgen_opts *o;
 	union peer_addr addr;
 	socklen_t addr_len;
 	int ep;
 	size_t request_len;
-	char request[TUNNEL_HEAD_BYTES_MAX];
+	char request[LOADGEN_HEAD_BYTES_MAX];
 	uint64_t mark_ns;
 	uint64_t end_ns;
 	uint64_t expire_ns;      /* next scan for stuck cycles */
@@ -867,8 +867,8 @@ struct rate_run {
 	uint64_t errors;         /* failed during the run, warm-up included */
 	uint32_t queue_head;
 	uint32_t queue_len;
-	uint32_t queue[TUNNEL_RATE_CONCURRENCY_MAX]; /* slots to start, oldest first */
-	struct rate_cycle cycles[TUNNEL_RATE_CONCURRENCY_MAX];
+	uint32_t queue[LOADGEN_RATE_CONCURRENCY_MAX]; /* slots to start, oldest first */
+	struct rate_cycle cycles[LOADGEN_RATE_CONCURRENCY_MAX];
 	struct rate_hist hist;
 };
 
@@ -876,31 +876,31 @@ static struct rate_run rate_state;
 
 static uint32_t hist_index(uint64_t ns)
 {
-	const uint64_t clamp = (1ull << TUNNEL_HIST_VALUE_BITS) - 1u;
+	const uint64_t clamp = (1ull << LOADGEN_HIST_VALUE_BITS) - 1u;
 
 	if (ns > clamp)
 		ns = clamp;
-	if (ns < (1u << TUNNEL_HIST_SUB_BITS))
+	if (ns < (1u << LOADGEN_HIST_SUB_BITS))
 		return (uint32_t)ns;
 	uint32_t exp = 63u - (uint32_t)__builtin_clzll(ns);
-	AN_ASSERT(exp >= TUNNEL_HIST_SUB_BITS && exp < TUNNEL_HIST_VALUE_BITS);
-	uint64_t sub = (ns >> (exp - TUNNEL_HIST_SUB_BITS)) - (1u << TUNNEL_HIST_SUB_BITS);
+	AN_ASSERT(exp >= LOADGEN_HIST_SUB_BITS && exp < LOADGEN_HIST_VALUE_BITS);
+	uint64_t sub = (ns >> (exp - LOADGEN_HIST_SUB_BITS)) - (1u << LOADGEN_HIST_SUB_BITS);
 	uint32_t index =
-	    ((exp - TUNNEL_HIST_SUB_BITS + 1u) << TUNNEL_HIST_SUB_BITS) + (uint32_t)sub;
-	AN_ASSERT(index < TUNNEL_HIST_BUCKETS);
+	    ((exp - LOADGEN_HIST_SUB_BITS + 1u) << LOADGEN_HIST_SUB_BITS) + (uint32_t)sub;
+	AN_ASSERT(index < LOADGEN_HIST_BUCKETS);
 	return index;
 }
 
 /* The smallest value bucket <index> holds: hist_index(hist_floor(i)) == i. */
 static uint64_t hist_floor(uint32_t index)
 {
-	AN_ASSERT(index < TUNNEL_HIST_BUCKETS);
-	if (index < (1u << TUNNEL_HIST_SUB_BITS))
+	AN_ASSERT(index < LOADGEN_HIST_BUCKETS);
+	if (index < (1u << LOADGEN_HIST_SUB_BITS))
 		return index;
-	uint32_t exp = (index >> TUNNEL_HIST_SUB_BITS) + TUNNEL_HIST_SUB_BITS - 1u;
+	uint32_t exp = (index >> LOADGEN_HIST_SUB_BITS) + LOADGEN_HIST_SUB_BITS - 1u;
 	uint64_t mantissa =
-	    (index & ((1u << TUNNEL_HIST_SUB_BITS) - 1u)) + (1u << TUNNEL_HIST_SUB_BITS);
-	uint64_t floor_ns = mantissa << (exp - TUNNEL_HIST_SUB_BITS);
+	    (index & ((1u << LOADGEN_HIST_SUB_BITS) - 1u)) + (1u << LOADGEN_HIST_SUB_BITS);
+	uint64_t floor_ns = mantissa << (exp - LOADGEN_HIST_SUB_BITS);
 	AN_ASSERT(hist_index(floor_ns) == index);
 	return floor_ns;
 }
@@ -909,7 +909,7 @@ static void hist_add(struct rate_hist *h, uint64_t ns)
 {
 	uint32_t index = hist_index(ns);
 
-	AN_ASSERT(index < TUNNEL_HIST_BUCKETS);
+	AN_ASSERT(index < LOADGEN_HIST_BUCKETS);
 	h->counts[index]++;
 	h->total++;
 	AN_ASSERT(h->total > 0);
@@ -925,7 +925,7 @@ static double hist_percentile_us(const struct rate_hist *h, uint32_t permille)
 		return 0.0;
 	uint64_t rank = (h->total * permille + 999u) / 1000u;
 	AN_ASSERT(rank >= 1 && rank <= h->total);
-	for (uint32_t i = 0; i < TUNNEL_HIST_BUCKETS; i++) {
+	for (uint32_t i = 0; i < LOADGEN_HIST_BUCKETS; i++) {
 		seen += h->counts[i];
 		if (seen >= rank)
 			return (double)hist_floor(i) / 1e3;
@@ -936,9 +936,9 @@ static double hist_percentile_us(const struct rate_hist *h, uint32_t permille)
 
 static void rate_queue_push(struct rate_run *r, uint32_t slot)
 {
-	AN_ASSERT(r->queue_len < TUNNEL_RATE_CONCURRENCY_MAX);
+	AN_ASSERT(r->queue_len < LOADGEN_RATE_CONCURRENCY_MAX);
 	AN_ASSERT(r->cycles[slot].state == CYCLE_FREE);
-	r->queue[(r->queue_head + r->queue_len) & (TUNNEL_RATE_CONCURRENCY_MAX - 1u)] = slot;
+	r->queue[(r->queue_head + r->queue_len) & (LOADGEN_RATE_CONCURRENCY_MAX - 1u)] = slot;
 	r->queue_len++;
 }
 
@@ -946,7 +946,7 @@ static uint32_t rate_queue_pop(struct rate_run *r)
 {
 	AN_ASSERT(r->queue_len > 0);
 	uint32_t slot = r->queue[r->queue_head];
-	r->queue_head = (r->queue_head + 1u) & (TUNNEL_RATE_CONCURRENCY_MAX - 1u);
+	r->queue_head = (r->queue_head + 1u) & (LOADGEN_RATE_CONCURRENCY_MAX - 1u);
 	r->queue_len--;
 	AN_ASSERT(slot < r->o->concurrency);
 	return slot;
@@ -1053,8 +1053,9 @@ static int send_whole(int fd, const void *buf, size_t len)
 static int proxy_head_read(int fd, char *head, uint32_t *in_bytes)
 {
 	for (;;) {
-		AN_ASSERT(*in_bytes < TUNNEL_HEAD_BYTES_MAX);
-		ssize_t n = io_some(fd, false, head + *in_bytes, TUNNEL_HEAD_BYTES_MAX - *in_bytes);
+		AN_ASSERT(*in_bytes < LOADGEN_HEAD_BYTES_MAX);
+		ssize_t n =
+		    io_some(fd, false, head + *in_bytes, LOADGEN_HEAD_BYTES_MAX - *in_bytes);
 		if (n <= 0)
 			return (int)n;
 		*in_bytes += (uint32_t)n;
@@ -1093,18 +1094,18 @@ static int cycle_on_head(struct rate_cycle *c)
 /* Reads the origin's ping answer; returns 1 once all of it is in. */
 static int cycle_on_ping(struct rate_cycle *c)
 {
-	char buf[TUNNEL_PING_BYTES + 1];
+	char buf[LOADGEN_PING_BYTES + 1];
 
 	AN_ASSERT(c->state == CYCLE_PING);
 	for (;;) {
-		AN_ASSERT(c->in_bytes < TUNNEL_PING_BYTES);
+		AN_ASSERT(c->in_bytes < LOADGEN_PING_BYTES);
 		ssize_t n = io_some(c->fd, false, buf, sizeof(buf));
 		if (n <= 0)
 			return (int)n;
 		c->in_bytes += (uint32_t)n;
-		if (c->in_bytes > TUNNEL_PING_BYTES)
+		if (c->in_bytes > LOADGEN_PING_BYTES)
 			return -EPROTO;
-		if (c->in_bytes == TUNNEL_PING_BYTES)
+		if (c->in_bytes == LOADGEN_PING_BYTES)
 			return 1;
 	}
 }
@@ -1151,7 +1152,7 @@ static void rate_cycle_failed(struct rate_run *r, uint32_t slot, int err)
 
 	AN_ASSERT(err < 0);
 	AN_ASSERT(c->state != CYCLE_FREE);
-	if (r->errors < TUNNEL_RATE_ERRORS_LOGGED_MAX)
+	if (r->errors < LOADGEN_RATE_ERRORS_LOGGED_MAX)
 		fprintf(stderr, "loadgen: rate: cycle failed at %s: %s\n",
 			cycle_state_name(c->state), strerror(-err));
 	r->errors++;
@@ -1193,14 +1194,14 @@ static void rate_start_queued(struct rate_run *r)
 	AN_ASSERT(r->queue_len <= starts);
 }
 
-/* Fails the cycles in flight for longer than TUNNEL_IO_TIMEOUT_S. */
+/* Fails the cycles in flight for longer than LOADGEN_IO_TIMEOUT_S. */
 static void rate_expire(struct rate_run *r)
 {
-	const uint64_t limit_ns = (uint64_t)TUNNEL_IO_TIMEOUT_S * 1000000000ull;
+	const uint64_t limit_ns = (uint64_t)LOADGEN_IO_TIMEOUT_S * 1000000000ull;
 	/* Read now, not at the loop's top: cycles started since are younger. */
 	uint64_t now = now_ns();
 
-	AN_ASSERT(r->o->concurrency <= TUNNEL_RATE_CONCURRENCY_MAX);
+	AN_ASSERT(r->o->concurrency <= LOADGEN_RATE_CONCURRENCY_MAX);
 	for (uint32_t slot = 0; slot < r->o->concurrency; slot++) {
 		struct rate_cycle *c = &r->cycles[slot];
 		if (c->state == CYCLE_FREE)
@@ -1209,7 +1210,7 @@ static void rate_expire(struct rate_run *r)
 		if (now - c->start_ns > limit_ns)
 			rate_cycle_failed(r, slot, -ETIMEDOUT);
 	}
-	r->expire_ns = now + TUNNEL_RATE_EXPIRE_NS;
+	r->expire_ns = now + LOADGEN_RATE_EXPIRE_NS;
 }
 
 static void rate_on_event(struct rate_run *r, const struct epoll_event *ev)
@@ -1248,13 +1249,13 @@ struct load_loop {
 
 static int load_loop_run(const struct load_loop *l)
 {
-	struct epoll_event evs[TUNNEL_EVENTS_MAX];
+	struct epoll_event evs[LOADGEN_EVENTS_MAX];
 
 	AN_ASSERT(l->ep >= 0);
 	AN_ASSERT(l->start != NULL && l->on_event != NULL && l->expire != NULL);
 	for (uint64_t now = now_ns(); now < l->end_ns; now = now_ns()) {
 		int timeout_ms = l->start(l->run) > 0 ? 1 : 100;
-		int n = epoll_wait(l->ep, evs, TUNNEL_EVENTS_MAX, timeout_ms);
+		int n = epoll_wait(l->ep, evs, LOADGEN_EVENTS_MAX, timeout_ms);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1)
@@ -1318,22 +1319,22 @@ static int rate_report(const struct rate_run *r)
 		fprintf(stderr, "loadgen: rate: no cycle completed in the measured window\n");
 		return -EIO;
 	}
-	if (r->errors * 100u > attempts * TUNNEL_RATE_ERRORS_PCT_MAX) {
+	if (r->errors * 100u > attempts * LOADGEN_RATE_ERRORS_PCT_MAX) {
 		fprintf(stderr, "loadgen: rate: %llu of %llu cycles failed (more than %u%%)\n",
 			(unsigned long long)r->errors, (unsigned long long)attempts,
-			TUNNEL_RATE_ERRORS_PCT_MAX);
+			LOADGEN_RATE_ERRORS_PCT_MAX);
 		return -EIO;
 	}
 	return 0;
 }
 
 /* Keeps <o->concurrency> cycles in flight for the warm-up and <o->seconds>. */
-static int run_rate(const struct tunnel_opts *o)
+static int run_rate(const struct loadgen_opts *o)
 {
 	struct rate_run *r = &rate_state;
 
 	AN_ASSERT(o->mode == MODE_RATE);
-	AN_ASSERT(o->concurrency >= 1 && o->concurrency <= TUNNEL_RATE_CONCURRENCY_MAX);
+	AN_ASSERT(o->concurrency >= 1 && o->concurrency <= LOADGEN_RATE_CONCURRENCY_MAX);
 	memset(r, 0, sizeof(*r));
 	r->o = o;
 	r->addr_len = peer_addr_get(o, &r->addr);
@@ -1347,9 +1348,9 @@ static int run_rate(const struct tunnel_opts *o)
 		rate_queue_push(r, slot);
 	}
 	uint64_t start = now_ns();
-	r->mark_ns = start + TUNNEL_WARMUP_NS;
+	r->mark_ns = start + LOADGEN_WARMUP_NS;
 	r->end_ns = r->mark_ns + (uint64_t)o->seconds * 1000000000ull;
-	r->expire_ns = start + TUNNEL_RATE_EXPIRE_NS;
+	r->expire_ns = start + LOADGEN_RATE_EXPIRE_NS;
 	int err = rate_loop(r);
 	for (uint32_t slot = 0; slot < o->concurrency; slot++) {
 		if (r->cycles[slot].state != CYCLE_FREE)
@@ -1378,9 +1379,9 @@ struct tls_plan {
 	socklen_t addr_len;
 	size_t connect_len; /* 0 with --direct */
 	size_t request_len;
-	char name[TUNNEL_TLS_NAME_BYTES_MAX];
-	char connect[TUNNEL_HEAD_BYTES_MAX];
-	char request[TUNNEL_TLS_REQUEST_BYTES_MAX];
+	char name[LOADGEN_TLS_NAME_BYTES_MAX];
+	char connect[LOADGEN_HEAD_BYTES_MAX];
+	char request[LOADGEN_TLS_REQUEST_BYTES_MAX];
 };
 
 /* One connection; the slot is reused by the next one. */
@@ -1394,17 +1395,17 @@ struct tls_conn {
 	uint64_t body_left; /* bytes of the response body still to come */
 	uint64_t start_ns;  /* the connection's start */
 	uint64_t step_ns;   /* the start, then each request's sending */
-	char head[TUNNEL_HEAD_BYTES_MAX];
+	char head[LOADGEN_HEAD_BYTES_MAX];
 };
 
 struct tls_serial {
 	uint32_t len;
-	unsigned char bytes[TUNNEL_TLS_SERIAL_BYTES_MAX];
+	unsigned char bytes[LOADGEN_TLS_SERIAL_BYTES_MAX];
 };
 
 /* One thread's share of a run: its slots, its counters, its histogram. */
 struct tls_run {
-	const struct tunnel_opts *o;
+	const struct loadgen_opts *o;
 	const struct tls_plan *plan;
 	struct tls_conn *conns;
 	uint32_t conns_len;
@@ -1420,15 +1421,15 @@ struct tls_run {
 	uint64_t leaves_seen;     /* of those, the ones whose leaf serial was seen before */
 	uint64_t errors;          /* failed connections, warm-up included */
 	uint32_t leaves_len;
-	struct tls_serial leaves[TUNNEL_TLS_LEAVES_MAX];
+	struct tls_serial leaves[LOADGEN_TLS_LEAVES_MAX];
 	struct rate_hist hist;
-	char scratch[TUNNEL_TLS_SCRATCH_BYTES];
+	char scratch[LOADGEN_TLS_SCRATCH_BYTES];
 	pthread_t thread;
 };
 
 static struct tls_plan tls_plan_state;
-static struct tls_conn tls_conns[TUNNEL_RATE_CONCURRENCY_MAX];
-static struct tls_run tls_runs[TUNNEL_TLS_THREADS_MAX];
+static struct tls_conn tls_conns[LOADGEN_RATE_CONCURRENCY_MAX];
+static struct tls_run tls_runs[LOADGEN_TLS_THREADS_MAX];
 static struct rate_hist tls_hist_total;
 static atomic_uint tls_errors_logged;
 
@@ -1460,7 +1461,7 @@ static int64_t head_content_length(const char *head, size_t len)
 	const size_t name_len = sizeof(name) - 1;
 
 	AN_ASSERT(head != NULL);
-	AN_ASSERT(len <= TUNNEL_HEAD_BYTES_MAX);
+	AN_ASSERT(len <= LOADGEN_HEAD_BYTES_MAX);
 	for (size_t i = 0; i + name_len <= len; i++) {
 		if (strncasecmp(head + i, name, name_len) != 0)
 			continue;
@@ -1523,7 +1524,7 @@ static SSL_CTX *tls_ctx_new(const char *ca_file)
  * port (left out when 443), as a client of https://NAME:PORT/ sends it,
  * then the --header line if there is one.
  */
-static int tls_plan_names(const struct tunnel_opts *o, struct tls_plan *p)
+static int tls_plan_names(const struct loadgen_opts *o, struct tls_plan *p)
 {
 	const char *authority = o->direct ? o->target_text : o->authority;
 	struct in_addr ip;
@@ -1555,7 +1556,7 @@ static int tls_plan_names(const struct tunnel_opts *o, struct tls_plan *p)
 	return 0;
 }
 
-static int tls_plan_init(const struct tunnel_opts *o, struct tls_plan *p)
+static int tls_plan_init(const struct loadgen_opts *o, struct tls_plan *p)
 {
 	AN_ASSERT(o->mode == MODE_TLS);
 	AN_ASSERT(o->ca_file != NULL);
@@ -1608,7 +1609,7 @@ static void tls_failed(struct tls_run *r, struct tls_conn *c, int err)
 {
 	AN_ASSERT(err < 0);
 	AN_ASSERT(c->state != TLS_FREE);
-	if (atomic_fetch_add(&tls_errors_logged, 1u) < TUNNEL_RATE_ERRORS_LOGGED_MAX)
+	if (atomic_fetch_add(&tls_errors_logged, 1u) < LOADGEN_RATE_ERRORS_LOGGED_MAX)
 		tls_log_failure(c, err);
 	/* SSL_get_error reads this thread's queue: the next call must find it empty. */
 	ERR_clear_error();
@@ -1649,15 +1650,15 @@ static int tls_conn_start(struct tls_run *r, uint32_t index)
 static bool tls_leaf_seen(struct tls_run *r, const unsigned char *bytes, int len)
 {
 	AN_ASSERT(bytes != NULL || len == 0);
-	AN_ASSERT(r->leaves_len <= TUNNEL_TLS_LEAVES_MAX);
-	if (len <= 0 || (size_t)len > TUNNEL_TLS_SERIAL_BYTES_MAX)
+	AN_ASSERT(r->leaves_len <= LOADGEN_TLS_LEAVES_MAX);
+	if (len <= 0 || (size_t)len > LOADGEN_TLS_SERIAL_BYTES_MAX)
 		return false;
 	for (uint32_t i = 0; i < r->leaves_len; i++) {
 		const struct tls_serial *s = &r->leaves[i];
 		if (s->len == (uint32_t)len && memcmp(s->bytes, bytes, (size_t)len) == 0)
 			return true;
 	}
-	if (r->leaves_len < TUNNEL_TLS_LEAVES_MAX) {
+	if (r->leaves_len < LOADGEN_TLS_LEAVES_MAX) {
 		struct tls_serial *s = &r->leaves[r->leaves_len++];
 		s->len = (uint32_t)len;
 		memcpy(s->bytes, bytes, (size_t)len);
@@ -1760,10 +1761,10 @@ static int tls_on_tunnel(struct tls_run *r, struct tls_conn *c)
 static int tls_response_head(struct tls_conn *c)
 {
 	AN_ASSERT(c->head_len == 0);
-	AN_ASSERT(c->in_bytes <= TUNNEL_HEAD_BYTES_MAX);
+	AN_ASSERT(c->in_bytes <= LOADGEN_HEAD_BYTES_MAX);
 	size_t end = head_end(c->head, c->in_bytes);
 	if (end == 0)
-		return c->in_bytes == TUNNEL_HEAD_BYTES_MAX ? -EMSGSIZE : 0;
+		return c->in_bytes == LOADGEN_HEAD_BYTES_MAX ? -EMSGSIZE : 0;
 	if (!head_status_2xx(c->head, end))
 		return -EPROTO;
 	int64_t length = head_content_length(c->head, end);
@@ -1785,7 +1786,7 @@ static int tls_on_response(struct tls_run *r, struct tls_conn *c)
 	AN_ASSERT(c->ssl != NULL);
 	while (c->head_len == 0) {
 		int n = SSL_read(c->ssl, c->head + c->in_bytes,
-				 (int)(TUNNEL_HEAD_BYTES_MAX - c->in_bytes));
+				 (int)(LOADGEN_HEAD_BYTES_MAX - c->in_bytes));
 		if (n <= 0)
 			return tls_want(c->ssl, n);
 		c->in_bytes += (uint32_t)n;
@@ -1883,13 +1884,13 @@ static uint32_t tls_start_free(struct tls_run *r)
 	return failed;
 }
 
-/* Fails the connections stuck in one step for longer than TUNNEL_IO_TIMEOUT_S. */
+/* Fails the connections stuck in one step for longer than LOADGEN_IO_TIMEOUT_S. */
 static void tls_expire(struct tls_run *r)
 {
-	const uint64_t limit_ns = (uint64_t)TUNNEL_IO_TIMEOUT_S * 1000000000ull;
+	const uint64_t limit_ns = (uint64_t)LOADGEN_IO_TIMEOUT_S * 1000000000ull;
 	uint64_t now = now_ns();
 
-	AN_ASSERT(r->conns_len <= TUNNEL_RATE_CONCURRENCY_MAX);
+	AN_ASSERT(r->conns_len <= LOADGEN_RATE_CONCURRENCY_MAX);
 	for (uint32_t i = 0; i < r->conns_len; i++) {
 		struct tls_conn *c = &r->conns[i];
 		if (c->state == TLS_FREE)
@@ -1898,7 +1899,7 @@ static void tls_expire(struct tls_run *r)
 		if (now - c->step_ns > limit_ns)
 			tls_failed(r, c, -ETIMEDOUT);
 	}
-	r->expire_ns = now + TUNNEL_RATE_EXPIRE_NS;
+	r->expire_ns = now + LOADGEN_RATE_EXPIRE_NS;
 }
 
 static uint32_t tls_loop_start(void *run)
@@ -1953,12 +1954,12 @@ static void *tls_thread(void *arg)
 }
 
 /* Adds up the <threads> runs and prints the JSON line; fails on too many errors. */
-static int tls_report(const struct tunnel_opts *o, const struct tls_run *runs, uint32_t threads)
+static int tls_report(const struct loadgen_opts *o, const struct tls_run *runs, uint32_t threads)
 {
 	uint64_t done = 0, counted = 0, handshakes = 0, handshakes_done = 0, seen = 0, errors = 0;
 	struct rate_hist *h = &tls_hist_total;
 
-	AN_ASSERT(threads >= 1 && threads <= TUNNEL_TLS_THREADS_MAX);
+	AN_ASSERT(threads >= 1 && threads <= LOADGEN_TLS_THREADS_MAX);
 	AN_ASSERT(o->seconds >= 1);
 	memset(h, 0, sizeof(*h));
 	for (uint32_t t = 0; t < threads; t++) {
@@ -1968,7 +1969,7 @@ static int tls_report(const struct tunnel_opts *o, const struct tls_run *runs, u
 		handshakes_done += runs[t].handshakes_done;
 		seen += runs[t].leaves_seen;
 		errors += runs[t].errors;
-		for (uint32_t i = 0; i < TUNNEL_HIST_BUCKETS; i++)
+		for (uint32_t i = 0; i < LOADGEN_HIST_BUCKETS; i++)
 			h->counts[i] += runs[t].hist.counts[i];
 		h->total += runs[t].hist.total;
 	}
@@ -1990,7 +1991,7 @@ static int tls_report(const struct tunnel_opts *o, const struct tls_run *runs, u
 		fprintf(stderr, "loadgen: tls: no request answered in the measured window\n");
 		return -EIO;
 	}
-	if (errors * 100u > (done + errors) * TUNNEL_RATE_ERRORS_PCT_MAX) {
+	if (errors * 100u > (done + errors) * LOADGEN_RATE_ERRORS_PCT_MAX) {
 		fprintf(stderr, "loadgen: tls: %llu connections failed, %llu requests answered\n",
 			(unsigned long long)errors, (unsigned long long)done);
 		return -EIO;
@@ -1999,14 +2000,14 @@ static int tls_report(const struct tunnel_opts *o, const struct tls_run *runs, u
 }
 
 /* Gives thread <t> of <threads> its share of the <o->concurrency> slots. */
-static void tls_run_init(struct tls_run *r, const struct tunnel_opts *o, uint32_t t,
+static void tls_run_init(struct tls_run *r, const struct loadgen_opts *o, uint32_t t,
 			 uint32_t threads)
 {
 	uint32_t first = (uint32_t)((uint64_t)o->concurrency * t / threads);
 	uint32_t last = (uint32_t)((uint64_t)o->concurrency * (t + 1u) / threads);
 
 	AN_ASSERT(t < threads && threads <= o->concurrency);
-	AN_ASSERT(first < last && last <= TUNNEL_RATE_CONCURRENCY_MAX);
+	AN_ASSERT(first < last && last <= LOADGEN_RATE_CONCURRENCY_MAX);
 	memset(r, 0, sizeof(*r));
 	r->o = o;
 	r->plan = &tls_plan_state;
@@ -2017,7 +2018,7 @@ static void tls_run_init(struct tls_run *r, const struct tunnel_opts *o, uint32_
 
 /* Runs <o->threads> threads over <o->concurrency> connections for the warm-up and
  * <o->seconds>, all with one window. */
-static int run_tls(const struct tunnel_opts *o)
+static int run_tls(const struct loadgen_opts *o)
 {
 	uint32_t started = 0;
 	int err;
@@ -2027,14 +2028,14 @@ static int run_tls(const struct tunnel_opts *o)
 	err = tls_plan_init(o, &tls_plan_state);
 	if (err != 0)
 		goto out_free_ctx;
-	uint64_t mark = now_ns() + TUNNEL_WARMUP_NS;
+	uint64_t mark = now_ns() + LOADGEN_WARMUP_NS;
 	uint64_t end = mark + (uint64_t)o->seconds * 1000000000ull;
 	for (; started < o->threads; started++) {
 		struct tls_run *r = &tls_runs[started];
 		tls_run_init(r, o, started, o->threads);
 		r->mark_ns = mark;
 		r->end_ns = end;
-		r->expire_ns = now_ns() + TUNNEL_RATE_EXPIRE_NS;
+		r->expire_ns = now_ns() + LOADGEN_RATE_EXPIRE_NS;
 		int ret = pthread_create(&r->thread, NULL, tls_thread, r);
 		if (ret != 0) {
 			err = -ret;
@@ -2076,7 +2077,7 @@ static int origin_listen(struct sockaddr_in *addr)
 
 static void origin_close(int ep, int fd)
 {
-	AN_ASSERT(fd >= 0 && (uint32_t)fd < TUNNEL_FDS_MAX);
+	AN_ASSERT(fd >= 0 && (uint32_t)fd < LOADGEN_FDS_MAX);
 	AN_ASSERT(origin_states[fd] != ORIGIN_FREE);
 	/* --reset-pinged: RST frees the proxy's FIN_WAIT socket, no TIME_WAIT. */
 	if (origin_resets_pinged && origin_states[fd] == ORIGIN_PINGED) {
@@ -2099,7 +2100,7 @@ static void origin_accept(int ep, int lfd, bool http)
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd == -1)
 			return; /* EAGAIN, or a transient error the next event retries */
-		if ((uint32_t)fd >= TUNNEL_FDS_MAX) {
+		if ((uint32_t)fd >= LOADGEN_FDS_MAX) {
 			close(fd);
 			continue;
 		}
@@ -2173,8 +2174,8 @@ static int origin_commands(int ep, int fd, const char *buf, size_t len)
 		}
 		if (buf[i] != 'P')
 			return -EPROTO;
-		ssize_t n = send(fd, ping_answer, TUNNEL_PING_BYTES, MSG_NOSIGNAL);
-		if (n != (ssize_t)TUNNEL_PING_BYTES)
+		ssize_t n = send(fd, ping_answer, LOADGEN_PING_BYTES, MSG_NOSIGNAL);
+		if (n != (ssize_t)LOADGEN_PING_BYTES)
 			return -EAGAIN;
 		origin_states[fd] = ORIGIN_PINGED;
 	}
@@ -2185,7 +2186,7 @@ static int origin_commands(int ep, int fd, const char *buf, size_t len)
 /* Readable connection: command bytes, data to discard, or HTTP heads. */
 static int origin_on_read(int ep, int fd)
 {
-	AN_ASSERT(fd >= 0 && (uint32_t)fd < TUNNEL_FDS_MAX);
+	AN_ASSERT(fd >= 0 && (uint32_t)fd < LOADGEN_FDS_MAX);
 	AN_ASSERT(origin_states[fd] != ORIGIN_FREE);
 	for (;;) {
 		ssize_t n = io_some(fd, false, io_buf, sizeof(io_buf));
@@ -2210,7 +2211,7 @@ static int origin_on_write(int fd)
 {
 	uint64_t ignored = 0;
 
-	AN_ASSERT(fd >= 0 && (uint32_t)fd < TUNNEL_FDS_MAX);
+	AN_ASSERT(fd >= 0 && (uint32_t)fd < LOADGEN_FDS_MAX);
 	AN_ASSERT(origin_states[fd] == ORIGIN_SOURCE);
 	return pump_stream(fd, true, &ignored);
 }
@@ -2235,12 +2236,12 @@ static int stop_signal_fd(void)
 
 static int origin_loop(int ep, int lfd, int sfd, bool http)
 {
-	struct epoll_event evs[TUNNEL_EVENTS_MAX];
+	struct epoll_event evs[LOADGEN_EVENTS_MAX];
 
 	AN_ASSERT(lfd >= 0);
 	AN_ASSERT(sfd >= 0);
 	for (;;) {
-		int n = epoll_wait(ep, evs, TUNNEL_EVENTS_MAX, -1);
+		int n = epoll_wait(ep, evs, LOADGEN_EVENTS_MAX, -1);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1)
@@ -2264,7 +2265,7 @@ static int origin_loop(int ep, int lfd, int sfd, bool http)
 	}
 }
 
-static int run_origin(struct tunnel_opts *o)
+static int run_origin(struct loadgen_opts *o)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
 	char host[INET_ADDRSTRLEN];
@@ -2297,7 +2298,7 @@ static int run_origin(struct tunnel_opts *o)
 	printf("origin: listening %s:%u\n", host, ntohs(o->listen.sin_port));
 	fflush(stdout);
 	err = origin_loop(ep, lfd, sfd, o->http);
-	for (uint32_t fd = 0; fd < TUNNEL_FDS_MAX; fd++) {
+	for (uint32_t fd = 0; fd < LOADGEN_FDS_MAX; fd++) {
 		if (origin_states[fd] != ORIGIN_FREE)
 			origin_close(ep, (int)fd);
 	}
@@ -2330,12 +2331,12 @@ static void usage(void)
 	    "\n"
 	    "Proxied, the CONNECT authority defaults to --target. The origin's commands:\n"
 	    "'D' sends, 'U' discards, 'P' answers %u bytes and waits for the next.\n",
-	    TUNNEL_PING_BYTES);
+	    LOADGEN_PING_BYTES);
 }
 
 int main(int argc, char **argv)
 {
-	struct tunnel_opts o;
+	struct loadgen_opts o;
 	int err;
 
 	if (opts_parse(argc, argv, &o) != 0) {
