@@ -32,13 +32,14 @@ HEADERS := $(sort $(wildcard core/*.h policy/*.h tls/*.h))
 REL_OBJ := $(LIB_SRC:%.c=build/rel/%.o)
 SAN_OBJ := $(LIB_SRC:%.c=build/san/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=build/san/tests/unit/%)
+LOADGEN_BIN := build/rel/bench/loadgen
 
 .PHONY: all lint test check demo bench fuzz deps clean unit integ
 .DEFAULT_GOAL := all
 
 all: build/rel/agentsnetd build/san/agentsnetd build/rel/agentsnet build/san/agentsnet \
 	build/rel/agentsnet-bridge build/san/agentsnet-bridge \
-	build/rel/agentsnet-probe build/san/agentsnet-probe
+	build/rel/agentsnet-probe build/san/agentsnet-probe $(LOADGEN_BIN)
 
 deps:
 	$(Q)./tools/deps.sh
@@ -96,6 +97,13 @@ build/san/agentsnet-probe: $(PROBE_OBJ:%=build/san/%)
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^
 
+# The bench's load client and origin (bench/loadgen.c): optimised, linking only core/an.o
+# and OpenSSL (for its tls mode), never the proxy's code paths. `make bench` runs it; `make
+# all` builds it too, so that it keeps building.
+$(LOADGEN_BIN): build/rel/bench/loadgen.o build/rel/core/an.o
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -o $@ $^ -lssl -lcrypto -pthread
+
 # A unit test may #include the .c under test; the archive then supplies the rest.
 build/san/tests/unit/%: tests/unit/%.c build/san/libagentsnet.a
 	@mkdir -p $(dir $@)
@@ -127,7 +135,7 @@ demo: deps
 bench:
 	$(Q)./tools/deps.sh bench
 	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd build/rel/agentsnet \
-		build/rel/agentsnet-bridge $(MICRO_BIN)
+		build/rel/agentsnet-bridge $(LOADGEN_BIN) $(MICRO_BIN)
 	$(Q)bench/run.sh
 
 fuzz:
