@@ -25,20 +25,21 @@ Q := @
 endif
 
 LIB_SRC := $(sort $(wildcard core/*.c policy/*.c tls/*.c))
-BIN_SRC := tools/agentsnetd.c
-UNIT_SRC := $(sort $(wildcard tests/unit/*/*.c))
+BIN_SRC := tools/agentsnetd/main.c
+UNIT_SRC := $(sort $(wildcard tests/unit/*/*.c tests/unit/*/*/*.c))
 HEADERS := $(sort $(wildcard core/*.h policy/*.h tls/*.h))
 
 REL_OBJ := $(LIB_SRC:%.c=build/rel/%.o)
 SAN_OBJ := $(LIB_SRC:%.c=build/san/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=build/san/tests/unit/%)
+LOADGEN_BIN := build/rel/bench/loadgen
 
 .PHONY: all lint test check demo bench fuzz deps clean unit integ
 .DEFAULT_GOAL := all
 
 all: build/rel/agentsnetd build/san/agentsnetd build/rel/agentsnet build/san/agentsnet \
 	build/rel/agentsnet-bridge build/san/agentsnet-bridge \
-	build/rel/agentsnet-probe build/san/agentsnet-probe
+	build/rel/agentsnet-probe build/san/agentsnet-probe $(LOADGEN_BIN)
 
 deps:
 	$(Q)./tools/deps.sh
@@ -58,16 +59,14 @@ build/rel/libagentsnet.a: $(REL_OBJ)
 build/san/libagentsnet.a: $(SAN_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-build/rel/agentsnetd: build/rel/tools/agentsnetd.o build/rel/libagentsnet.a
+build/rel/agentsnetd: build/rel/tools/agentsnetd/main.o build/rel/libagentsnet.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
-build/san/agentsnetd: build/san/tools/agentsnetd.o build/san/libagentsnet.a
+build/san/agentsnetd: build/san/tools/agentsnetd/main.o build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-AGENTSNET_OBJ := tools/agentsnet.o tools/ca.o tools/check.o tools/ctl.o \
-	tools/hostsock.o tools/ptyrelay.o tools/runenv.o tools/sandbox.o tools/selftest.o \
-	tools/sandbox_child.o tools/sandbox_root.o tools/sockmask.o tools/wwdirs.o
+AGENTSNET_OBJ := $(patsubst %.c,%.o,$(sort $(wildcard tools/agentsnet/*.c)))
 build/rel/agentsnet: $(AGENTSNET_OBJ:%=build/rel/%) build/rel/libagentsnet.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
@@ -75,28 +74,35 @@ build/san/agentsnet: $(AGENTSNET_OBJ:%=build/san/%) build/san/libagentsnet.a
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The sandbox's init: static, linking only libc and libseccomp (tools/bridge*.c).
+# The sandbox's init: static, linking only libc and libseccomp (tools/bridge/).
 BRIDGE_LIBS := -lseccomp
-build/rel/agentsnet-bridge: build/rel/tools/bridge.o build/rel/tools/bridge_filter.o build/rel/tools/bridge_relay.o \
-	build/rel/core/an.o
+BRIDGE_OBJ := $(patsubst %.c,%.o,$(sort $(wildcard tools/bridge/*.c))) core/an.o
+build/rel/agentsnet-bridge: $(BRIDGE_OBJ:%=build/rel/%)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -static -Wl,--strip-debug -o $@ $^ $(BRIDGE_LIBS)
-build/san/agentsnet-bridge: build/san/tools/bridge.o build/san/tools/bridge_filter.o build/san/tools/bridge_relay.o \
-	build/san/core/an.o
+build/san/agentsnet-bridge: $(BRIDGE_OBJ:%=build/san/%)
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^ $(BRIDGE_LIBS)
-build/san/tests/unit/tools/bridge: LDLIBS += $(BRIDGE_LIBS)
+build/san/tests/unit/tools/bridge/main: LDLIBS += $(BRIDGE_LIBS)
 # The selftest's unit test runs the built probe.
-build/san/tests/unit/tools/selftest: | build/san/agentsnet-probe
+build/san/tests/unit/tools/agentsnet/selftest: | build/san/agentsnet-probe
 
 # `agentsnet selftest`'s probes, run as the agent inside the sandbox: static, libc only
-# (tools/probe.c, tools/probe_net.c), so it runs whatever the sandbox's file system holds.
-build/rel/agentsnet-probe: build/rel/tools/probe.o build/rel/tools/probe_net.o build/rel/core/an.o
+# (tools/probe/), so it runs whatever the sandbox's file system holds.
+PROBE_OBJ := $(patsubst %.c,%.o,$(sort $(wildcard tools/probe/*.c))) core/an.o
+build/rel/agentsnet-probe: $(PROBE_OBJ:%=build/rel/%)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -static -Wl,--strip-debug -o $@ $^
-build/san/agentsnet-probe: build/san/tools/probe.o build/san/tools/probe_net.o build/san/core/an.o
+build/san/agentsnet-probe: $(PROBE_OBJ:%=build/san/%)
 	@$(if $(Q),echo "  LD-SAN  $@")
 	$(Q)$(CC) $(SAN_LDFLAGS) -o $@ $^
+
+# The bench's load client and origin (bench/loadgen.c): optimised, linking only core/an.o
+# and OpenSSL (for its tls mode), never the proxy's code paths. `make bench` runs it; `make
+# all` builds it too, so that it keeps building.
+$(LOADGEN_BIN): build/rel/bench/loadgen.o build/rel/core/an.o
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -o $@ $^ -lssl -lcrypto -pthread
 
 # A unit test may #include the .c under test; the archive then supplies the rest.
 build/san/tests/unit/%: tests/unit/%.c build/san/libagentsnet.a
@@ -129,7 +135,7 @@ demo: deps
 bench:
 	$(Q)./tools/deps.sh bench
 	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd build/rel/agentsnet \
-		build/rel/agentsnet-bridge $(MICRO_BIN)
+		build/rel/agentsnet-bridge $(LOADGEN_BIN) $(MICRO_BIN)
 	$(Q)bench/run.sh
 
 fuzz:

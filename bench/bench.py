@@ -22,14 +22,14 @@ each proxy on the other (taskset). Subjects:
 Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
   1. plain-HTTP forward requests/s and p50/p99 (wrk, bench/forward.lua) to nginx;
   2. new CONNECT tunnels/s: connect, CONNECT, one small exchange, close
-     (bench/tunnel rate);
+     (bench/loadgen rate);
   3. bulk tunnel throughput, 1 and 8 streams: Gbit/s and the proxy's CPU
      seconds per GiB moved;
   4. idle tunnels: the proxy's memory per tunnel (Pss, whole process tree) at
      1,000, 8,000 and the most this machine allows;
   5. canned responses (fake tier, rule host fake.bench): plain http:// requests/s with
      wrk against nginx's `return 200` of the same 13-byte body, at 1 and 64 connections;
-     over TLS (bench/tunnel tls: CONNECT, full handshake verified against the CA made
+     over TLS (bench/loadgen tls: CONNECT, full handshake verified against the CA made
      here with `agentsnet ca init`, given to the daemon with --ca-dir), keep-alive
      requests/s and handshakes/s against nginx over TLS (the ceiling), the server side's
      CPU per request and per handshake, and the leaf-cache hit rate after warm-up as the
@@ -341,7 +341,7 @@ class Bench:
             f.write(self.secret + "\n")
 
     def start_origins(self):
-        p, path = self.start([self.args.tunnel, "origin", "--listen", "127.0.0.1:0"],
+        p, path = self.start([self.args.loadgen, "origin", "--listen", "127.0.0.1:0"],
                              "origin-raw.out", self.load_cpu)
         text = read_until(path, "origin: listening", p, READY_TIMEOUT_S)
         self.raw_port = int(text.split("origin: listening")[1].split()[0].rsplit(":", 1)[1])
@@ -468,7 +468,7 @@ sandboxes: [{id: bench, profile: bench}]
         return peer is not None and role in peer.roles
 
     def tunnel_args(self, subject):
-        """bench/tunnel options that reach the raw origin through <subject>."""
+        """bench/loadgen options that reach the raw origin through <subject>."""
         raw = "127.0.0.1:%d" % self.raw_port
         if subject == "direct":
             return ["--direct", "--target", raw]
@@ -590,7 +590,7 @@ sandboxes: [{id: bench, profile: bench}]
     # ---- 2. new CONNECT tunnels per second -----------------------------------
 
     def rate(self, subject, conns):
-        out = self.run_load([self.args.tunnel, "rate", *self.tunnel_args(subject),
+        out = self.run_load([self.args.loadgen, "rate", *self.tunnel_args(subject),
                              "--concurrency", str(conns), "--seconds", str(RATE_SECONDS)],
                             RATE_SECONDS + 60)
         line = [x for x in out.splitlines() if x.startswith("rate:")][-1]
@@ -631,7 +631,7 @@ sandboxes: [{id: bench, profile: bench}]
                     "%s:%d" % (ORIGIN_NAME, self.raw_port)]
         pids = self.proxy_pids(subject)
         cpu0 = cpu_seconds(pids)
-        out = self.run_load([self.args.tunnel, "throughput", *args, "--streams", str(streams),
+        out = self.run_load([self.args.loadgen, "throughput", *args, "--streams", str(streams),
                              "--seconds", str(THROUGHPUT_SECONDS), "--dir", "down"],
                             THROUGHPUT_SECONDS + 60)
         cpu = cpu_seconds(pids) - cpu0
@@ -690,7 +690,7 @@ sandboxes: [{id: bench, profile: bench}]
         per = count // IDLE_PROCS
         clients = []
         for i in range(IDLE_PROCS):
-            p, path = self.start([self.args.tunnel, "idle", *self.tunnel_args(subject),
+            p, path = self.start([self.args.loadgen, "idle", *self.tunnel_args(subject),
                                   "--count", str(per), "--hold-seconds", str(IDLE_HOLD_S)],
                                  "idle-%s-%d-%d.out" % (subject, count, i), self.load_cpu)
             clients.append((p, path))
@@ -742,7 +742,7 @@ sandboxes: [{id: bench, profile: bench}]
     # ---- 5. canned responses and 6. TLS interception ---------------------------
 
     def tls_args(self, subject, inject=False):
-        """bench/tunnel tls options: agentsnetd's fake host (its inject host if <inject>),
+        """bench/loadgen tls options: agentsnetd's fake host (its inject host if <inject>),
         nginx over TLS (direct), or nginx over TLS through an intercepting peer, which the
         client trusts instead. With <inject> every subject's requests carry the placeholder
         credential, as an agent's would."""
@@ -761,12 +761,12 @@ sandboxes: [{id: bench, profile: bench}]
                 peer.tls["ca_file"], *header]
 
     def tls_load(self, subject, conns, handshakes, inject=False):
-        """One bench/tunnel tls run's JSON, plus cpu_us: the TLS server's CPU (the proxy's,
+        """One bench/loadgen tls run's JSON, plus cpu_us: the TLS server's CPU (the proxy's,
         nginx's when direct) per request answered in the whole run."""
         pids = self.server_pids(subject)
         cpu0 = cpu_seconds(pids)
         shape = ["--handshakes"] if handshakes else ["--requests", str(TLS_REQUESTS)]
-        out = self.run_load([self.args.tunnel, "tls", *self.tls_args(subject, inject), *shape,
+        out = self.run_load([self.args.loadgen, "tls", *self.tls_args(subject, inject), *shape,
                              "--concurrency", str(conns), "--seconds", str(RATE_SECONDS)],
                             RATE_SECONDS + 60)
         cpu = cpu_seconds(pids) - cpu0
@@ -817,7 +817,7 @@ sandboxes: [{id: bench, profile: bench}]
                      False, None, {**failed, **notes, "direct (info)": CPU_DIRECT_NOTE})
 
     def bench_fake(self):
-        """5: the fake tier answering plain http:// (wrk) and over TLS (bench/tunnel tls)."""
+        """5: the fake tier answering plain http:// (wrk) and over TLS (bench/loadgen tls)."""
         for conns in TLS_LEVELS:
             figs = {}
             for s in ("agentsnetd", "direct"):
@@ -1429,7 +1429,7 @@ def main():
     ap = argparse.ArgumentParser(description="agentsnet load benchmarks")
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--agentsnet", required=True, help="the CLI, for `agentsnet ca init`")
-    ap.add_argument("--tunnel", required=True)
+    ap.add_argument("--loadgen", required=True, help="bench/loadgen, the load client and origin")
     ap.add_argument("--micro")
     ap.add_argument("--work", required=True)
     ap.add_argument("--results", required=True)

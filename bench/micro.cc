@@ -705,7 +705,7 @@ bool add_ext(X509 *x, int nid, const char *value)
 	return ok;
 }
 
-/* A self-signed P-256 CA as tools/ca.c makes one (CA:TRUE, keyCertSign, SKI). */
+/* A self-signed P-256 CA as tools/agentsnet/cainit.c makes one (CA:TRUE, keyCertSign, SKI). */
 X509 *mint_ca_cert(EVP_PKEY *key)
 {
 	X509 *x = X509_new();

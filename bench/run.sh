@@ -1,10 +1,11 @@
 #!/bin/sh
-# `make bench` (not part of `make check`): builds the load client and origin
-# (bench/tunnel.c), then bench/bench.py measures agentsnetd against the peers
-# (squid, tinyproxy, haproxy, mitmproxy, squid ssl-bump: bench/peers.py) and
-# direct connections on loopback, runs the microbenchmarks
-# (build/rel/bench/micro, built by `make bench`) and prints one table; the
-# figures also go to bench/results/latest.json. Every step is bounded in time.
+# `make bench` (not part of `make check`): bench/bench.py measures agentsnetd
+# against the peers (squid, tinyproxy, haproxy, mitmproxy, squid ssl-bump:
+# bench/peers.py) and direct connections on loopback, with the load client and
+# origin build/rel/bench/loadgen (bench/loadgen.c), runs the microbenchmarks
+# (build/rel/bench/micro), both built by `make bench`, and prints one table;
+# the figures also go to bench/results/latest.json. Every step is bounded in
+# time.
 #
 # AGENTSNETD overrides the daemon (default build/rel/agentsnetd);
 # AN_BENCH_TIMEOUT_S the global timeout (default 900 s); AN_BENCH_STRICT=1
@@ -14,8 +15,9 @@ cd "$(dirname "$0")/.."
 
 daemon=${AGENTSNETD:-build/rel/agentsnetd}
 cli=build/rel/agentsnet
+loadgen=build/rel/bench/loadgen
 limit=${AN_BENCH_TIMEOUT_S:-900}
-for tool in gcc openssl python3 taskset timeout wrk; do
+for tool in openssl python3 taskset timeout wrk; do
 	if ! command -v "$tool" >/dev/null 2>&1; then
 		echo "bench: $tool is missing (tools/deps.sh bench installs it)"
 		exit 1
@@ -29,21 +31,17 @@ if [ ! -x "$cli" ]; then
 	echo "bench: $cli is not built (make $cli): it makes the bench's CA"
 	exit 1
 fi
+if [ ! -x "$loadgen" ]; then
+	echo "bench: $loadgen is not built (make $loadgen)"
+	exit 1
+fi
 
 work=$(mktemp -d /tmp/agentsnet-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM HUP
 
-# Project code: the house flags, optimised; OpenSSL for the tls mode.
-if ! gcc -O2 -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wconversion \
-	-Wimplicit-fallthrough -Wvla -Wformat=2 -I. -pthread -o "$work/tunnel" bench/tunnel.c \
-	core/an.c -lssl -lcrypto; then
-	echo "bench: bench/tunnel.c does not build"
-	exit 1
-fi
-
 timeout --kill-after=15 "$limit" python3 -u bench/bench.py --daemon "$daemon" \
-	--agentsnet "$cli" --tunnel "$work/tunnel" --micro build/rel/bench/micro --work "$work" \
+	--agentsnet "$cli" --loadgen "$loadgen" --micro build/rel/bench/micro --work "$work" \
 	--results bench/results/latest.json
 rc=$?
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then

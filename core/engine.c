@@ -20,7 +20,7 @@
  *
  * The sockets and the directories they are made in are core/listen.c's, the
  * on-disk registry of run-time sandboxes core/registry.c's; what the three
- * share is core/engine_int.h. Called by the daemon (tools/agentsnetd.c) and
+ * share is core/engine_int.h. Called by the daemon (tools/agentsnetd/main.c) and
  * the control socket (core/control.c).
  */
 #include "core/engine.h"

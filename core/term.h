@@ -3,7 +3,7 @@
  * re-originate inside the agent's TLS (fake-response, credential-inject).
  *
  * core/ may not include tls/ (dependencies point one way), so the daemon
- * installs this table (tls/engine.h) when it has a CA; without one the
+ * installs this table (tls/term.h) when it has a CA; without one the
  * engine refuses CONNECTs to terminated tiers as tier_unavailable. Every
  * session call is made by the worker that owns the connection; sessions move
  * ciphertext through memory only: the engine's ring owns every socket.

@@ -24,7 +24,7 @@
 #define TLS_CA_LEAF_BACKDATE_S 3600
 /* ca.pem or ca.key larger than this is not a CA file (a P-256 pair is < 1 KiB). */
 #define TLS_CA_FILE_BYTES_MAX (64u * 1024u)
-/* Leaf serials: 128 random bits, as tools/ca.c gives the CA. */
+/* Leaf serials: 128 random bits, as tools/agentsnet/cainit.c gives the CA. */
 #define TLS_CA_SERIAL_BYTES 16u
 
 /* Opaque: the CA certificate and key, the shared leaf key, prepared extensions. */

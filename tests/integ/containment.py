@@ -36,7 +36,7 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   /var/lib/mysql/mysql.sock), bound in the caller's network namespace: the sandbox masks
   it, and host-sockets finds none that accepts. (The init process's namespace, which root
   also lists, is out of reach on this test machine: its PID 1 refuses /proc/1/ns/net; the
-  unit test of tools/hostsock.c lists another namespace through a descriptor.)
+  unit test of tools/agentsnet/hostsock.c lists another namespace through a descriptor.)
 """
 
 import errno
@@ -279,7 +279,7 @@ while not stop:
 ROOT_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "proc",
                 "dev", "run", "tmp", "var", "sys"}
 
-# Sockets the flood binds in all: past tools/hostsock.h's HOSTSOCK_MAX (65,536), in four
+# Sockets the flood binds in all: past tools/agentsnet/hostsock.h's HOSTSOCK_MAX (65,536), in four
 # processes (each holds its sockets open: 20,000 descriptors a process at most).
 FLOOD_PROCS, FLOOD_EACH = 4, 17000
 

@@ -2,7 +2,7 @@
  * Unit tests for tls/ca.c: loading the agentsnet CA and minting leaves.
  *
  * Each test makes its CA files in a temporary directory with OpenSSL calls
- * shaped like `agentsnet ca init`'s output (tools/ca.c is not in the
+ * shaped like `agentsnet ca init`'s output (tools/agentsnet/cainit.c is not in the
  * library), with knobs for every way a CA can be wrong. Minted leaves are
  * parsed back field by field (version, serial, validity, names, each
  * extension and its criticality, key, signature algorithm) and verified

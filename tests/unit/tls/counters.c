@@ -1,5 +1,5 @@
 /*
- * Unit tests for the leaf figures tls/engine.c hands the worker through
+ * Unit tests for the leaf figures tls/term.c hands the worker through
  * term_ops.counters: hits and misses of the worker's leaf cache, and the
  * leaves minted into it.
  *
@@ -11,7 +11,7 @@
  * mint, an empty or over-long host (N and N+1 bytes) is refused before the
  * cache; workers count apart; an engine without a CA counts nothing.
  */
-#include "../../../tls/engine.c"
+#include "../../../tls/term.c"
 
 #include <check.h>
 
@@ -20,23 +20,23 @@
 
 static const struct term_ops *const ops = &tls_term_ops;
 static char ca_pem[PATH_MAX], ca_key[PATH_MAX];
-static struct tls_engine *eng;
+static struct tls_term *eng;
 static char err[512];
 
 static void setup(void)
 {
 	tt_mkdir();
 	tt_make_ca("ca", NULL, ca_pem, ca_key);
-	ck_assert_int_eq(tls_engine_open(ca_pem, ca_key, 0, &eng, err, sizeof(err)), 0);
+	ck_assert_int_eq(tls_term_open(ca_pem, ca_key, 0, &eng, err, sizeof(err)), 0);
 }
 
 static void teardown(void)
 {
-	tls_engine_close(&eng);
+	tls_term_close(&eng);
 	tt_rmdir();
 }
 
-static void *worker_of(struct tls_engine *e, uint32_t index)
+static void *worker_of(struct tls_term *e, uint32_t index)
 {
 	void *w = ops->worker_new(e, index, err, sizeof(err));
 
@@ -150,16 +150,16 @@ END_TEST
 
 START_TEST(test_no_ca)
 {
-	struct tls_engine *bare = NULL;
+	struct tls_term *bare = NULL;
 
-	ck_assert_int_eq(tls_engine_open(NULL, NULL, 0, &bare, err, sizeof(err)), 0);
+	ck_assert_int_eq(tls_term_open(NULL, NULL, 0, &bare, err, sizeof(err)), 0);
 	void *w = worker_of(bare, 0);
 	ck_assert_int_eq(ops->prime(w, "a.example.test", 14), -ENOENT);
 	expect_counters(w, 0, 0, 0);
 	ck_assert_ptr_null(ops->server_new(w, "a.example.test", 14));
 	expect_counters(w, 0, 0, 0);
 	ops->worker_free(w);
-	tls_engine_close(&bare);
+	tls_term_close(&bare);
 }
 END_TEST
 

@@ -1,6 +1,6 @@
 /*
- * Unit tests for the ingress gateway's TLS in tls/engine.c: the operator's
- * certificate (tls_engine_public_load) and the sessions of public_new.
+ * Unit tests for the ingress gateway's TLS in tls/term.c: the operator's
+ * certificate (tls_term_public_load) and the sessions of public_new.
  *
  * Each test makes a throwaway root CA, an intermediate and a leaf for
  * hooks.example.test with OpenSSL calls, writes the chain (leaf first) and
@@ -15,7 +15,7 @@
  * OpenSSL refuses), the file size at N and N+1; engines with no CA (no
  * server_new, prime -ENOENT) and with both contexts.
  */
-#include "../../../tls/engine.c"
+#include "../../../tls/term.c"
 
 #include <check.h>
 #include <stdarg.h>
@@ -124,19 +124,19 @@ static void teardown(void)
 }
 
 /* An engine with no CA and the public certificate <cert>/<key> loaded. */
-static struct tls_engine *open_public(const char *cert, const char *key)
+static struct tls_term *open_public(const char *cert, const char *key)
 {
-	struct tls_engine *e = NULL;
+	struct tls_term *e = NULL;
 
-	ck_assert_int_eq(tls_engine_open(NULL, NULL, 0, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(tls_term_open(NULL, NULL, 0, &e, err, sizeof(err)), 0);
 	ck_assert_ptr_nonnull(e);
-	int ret = tls_engine_public_load(e, cert, key, err, sizeof(err));
+	int ret = tls_term_public_load(e, cert, key, err, sizeof(err));
 	ck_assert_msg(ret == 0, "load: %d: %s", ret, err);
 	ck_assert_ptr_nonnull(e->public_ctx);
 	return e;
 }
 
-static void *worker_of(struct tls_engine *e)
+static void *worker_of(struct tls_term *e)
 {
 	void *w = ops->worker_new(e, 0, err, sizeof(err));
 
@@ -244,7 +244,7 @@ static void run_exchange(SSL_CTX *cctx, int version)
 	struct tls_session c;
 	size_t n = 0;
 
-	struct tls_engine *e = open_public(chain_pem, key_pem);
+	struct tls_term *e = open_public(chain_pem, key_pem);
 	void *w = worker_of(e);
 	void *srv = connect_public(w, cctx, HOST, &c);
 	ck_assert_int_eq(SSL_version(c.ssl), version);
@@ -279,7 +279,7 @@ static void run_exchange(SSL_CTX *cctx, int version)
 	tls_session_destroy(&c);
 	ops->session_free(srv);
 	ops->worker_free(w);
-	tls_engine_close(&e);
+	tls_term_close(&e);
 	ck_assert_ptr_null(e);
 }
 
@@ -303,11 +303,11 @@ END_TEST
 /* Nothing older than TLS 1.2 is taken, as on the terminated tiers. */
 START_TEST(test_tls12_minimum)
 {
-	struct tls_engine *e = open_public(chain_pem, key_pem);
+	struct tls_term *e = open_public(chain_pem, key_pem);
 
 	ck_assert_int_eq(SSL_CTX_get_min_proto_version(e->public_ctx), TLS1_2_VERSION);
 	ck_assert_int_eq(SSL_CTX_get_max_proto_version(e->public_ctx), 0); /* up to TLS 1.3 */
-	tls_engine_close(&e);
+	tls_term_close(&e);
 }
 END_TEST
 
@@ -327,7 +327,7 @@ START_TEST(test_alpn)
 		{ h2, sizeof(h2), "" },
 		{ NULL, 0, "" }, /* no ALPN at all */
 	};
-	struct tls_engine *e = open_public(chain_pem, key_pem);
+	struct tls_term *e = open_public(chain_pem, key_pem);
 	void *w = worker_of(e);
 
 	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
@@ -344,12 +344,12 @@ START_TEST(test_alpn)
 		ck_assert_msg(cs == TLS_SESSION_OK, "case %zu: %s", i, tls_session_error(&c));
 		ck_assert_int_eq(ss, TERM_OK);
 		ck_assert_str_eq(alpn_of(c.ssl), cases[i].want);
-		ck_assert_str_eq(alpn_of(((struct tls_engine_session *)srv)->s.ssl), cases[i].want);
+		ck_assert_str_eq(alpn_of(((struct tls_term_session *)srv)->s.ssl), cases[i].want);
 		tls_session_destroy(&c);
 		ops->session_free(srv);
 	}
 	ops->worker_free(w);
-	tls_engine_close(&e);
+	tls_term_close(&e);
 }
 END_TEST
 
@@ -359,7 +359,7 @@ START_TEST(test_any_sni)
 	static const char *const hosts[] = { "other.example.net", "192.0.2.1", HOST };
 	char cerr[256];
 	SSL_CTX *nv = tls_session_client_ctx_new(root_pem, cerr, sizeof(cerr));
-	struct tls_engine *e = open_public(chain_pem, key_pem);
+	struct tls_term *e = open_public(chain_pem, key_pem);
 	void *w = worker_of(e);
 
 	ck_assert_ptr_nonnull(nv);
@@ -367,7 +367,7 @@ START_TEST(test_any_sni)
 	for (size_t i = 0; i < AN_ARRAY_LEN(hosts); i++) {
 		struct tls_session c;
 		void *srv = connect_public(w, nv, hosts[i], &c);
-		const char *sni = tls_session_sni(&((struct tls_engine_session *)srv)->s);
+		const char *sni = tls_session_sni(&((struct tls_term_session *)srv)->s);
 
 		expect_operator_chain(&c);
 		ck_assert(!ops->sni_refused(srv));
@@ -379,7 +379,7 @@ START_TEST(test_any_sni)
 		ops->session_free(srv);
 	}
 	ops->worker_free(w);
-	tls_engine_close(&e);
+	tls_term_close(&e);
 	SSL_CTX_free(nv);
 }
 END_TEST
@@ -392,7 +392,7 @@ START_TEST(test_combined_file)
 	struct tls_session c;
 
 	tt_write_pem(tt_path(both, "both.pem"), certs, 2, leaf_key, false);
-	struct tls_engine *e = open_public(both, both);
+	struct tls_term *e = open_public(both, both);
 	void *w = worker_of(e);
 	void *srv = connect_public(w, root_ctx, HOST, &c);
 	ck_assert(tls_session_verified(&c));
@@ -400,7 +400,7 @@ START_TEST(test_combined_file)
 	tls_session_destroy(&c);
 	ops->session_free(srv);
 	ops->worker_free(w);
-	tls_engine_close(&e);
+	tls_term_close(&e);
 }
 END_TEST
 
@@ -413,7 +413,7 @@ START_TEST(test_leaf_only)
 	enum term_status ss;
 
 	tt_write_pem(tt_path(only, "leaf.pem"), &leaf, 1, NULL, false);
-	struct tls_engine *e = open_public(only, key_pem);
+	struct tls_term *e = open_public(only, key_pem);
 	void *w = worker_of(e);
 	void *srv = ops->public_new(w);
 	ck_assert_ptr_nonnull(srv);
@@ -425,7 +425,7 @@ START_TEST(test_leaf_only)
 	tls_session_destroy(&c);
 	ops->session_free(srv);
 	ops->worker_free(w);
-	tls_engine_close(&e);
+	tls_term_close(&e);
 }
 END_TEST
 
@@ -433,11 +433,11 @@ END_TEST
 
 START_TEST(test_no_ca)
 {
-	struct tls_engine *e = NULL;
+	struct tls_term *e = NULL;
 	struct tls_session c;
 
 	/* No CA, no public certificate: nothing to serve, the rest still works. */
-	ck_assert_int_eq(tls_engine_open(NULL, NULL, 0, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(tls_term_open(NULL, NULL, 0, &e, err, sizeof(err)), 0);
 	ck_assert_ptr_null(e->ca);
 	ck_assert_ptr_null(e->server_ctx);
 	void *w = worker_of(e);
@@ -448,7 +448,7 @@ START_TEST(test_no_ca)
 	ck_assert_ptr_nonnull(up);
 	ops->session_free(up);
 	ops->worker_free(w);
-	tls_engine_close(&e);
+	tls_term_close(&e);
 	/* No CA, a public certificate: public_new works, server_new still does not. */
 	e = open_public(chain_pem, key_pem);
 	w = worker_of(e);
@@ -459,9 +459,9 @@ START_TEST(test_no_ca)
 	tls_session_destroy(&c);
 	ops->session_free(srv);
 	ops->worker_free(w);
-	tls_engine_close(&e);
+	tls_term_close(&e);
 	ops->session_free(NULL);
-	tls_engine_close(&e); /* NULL accepted */
+	tls_term_close(&e); /* NULL accepted */
 }
 END_TEST
 
@@ -469,14 +469,14 @@ END_TEST
 START_TEST(test_with_ca)
 {
 	char ca_pem[PATH_MAX], ca_key[PATH_MAX];
-	struct tls_engine *e = NULL;
+	struct tls_term *e = NULL;
 	struct tls_session c, a;
 	enum tls_session_status cs;
 	enum term_status ss;
 
 	tt_make_ca("ca", NULL, ca_pem, ca_key);
-	ck_assert_int_eq(tls_engine_open(ca_pem, ca_key, 0, &e, err, sizeof(err)), 0);
-	ck_assert_int_eq(tls_engine_public_load(e, chain_pem, key_pem, err, sizeof(err)), 0);
+	ck_assert_int_eq(tls_term_open(ca_pem, ca_key, 0, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(tls_term_public_load(e, chain_pem, key_pem, err, sizeof(err)), 0);
 	void *w = worker_of(e);
 	ck_assert_int_eq(ops->prime(w, "api.example.test", 16), 0);
 	/* A terminated-tier session: the minted leaf, the SNI checked. */
@@ -500,7 +500,7 @@ START_TEST(test_with_ca)
 	ops->session_free(tier);
 	ops->worker_free(w);
 	SSL_CTX_free(agent_ctx);
-	tls_engine_close(&e);
+	tls_term_close(&e);
 }
 END_TEST
 
@@ -520,11 +520,11 @@ END_TEST
 static void expect_load_error_at(int line, const char *cert, const char *key, int ret,
 				 const char *want, bool prefix)
 {
-	struct tls_engine *e = NULL;
+	struct tls_term *e = NULL;
 
-	ck_assert_int_eq(tls_engine_open(NULL, NULL, 0, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(tls_term_open(NULL, NULL, 0, &e, err, sizeof(err)), 0);
 	err[0] = '\0';
-	int got = tls_engine_public_load(e, cert, key, err, sizeof(err));
+	int got = tls_term_public_load(e, cert, key, err, sizeof(err));
 	ck_assert_msg(got == ret, "line %d: ret %d (want %d): %s", line, got, ret, err);
 	if (prefix)
 		ck_assert_msg(strncmp(err, want, strlen(want)) == 0,
@@ -537,9 +537,9 @@ static void expect_load_error_at(int line, const char *cert, const char *key, in
 	void *w = worker_of(e);
 	ck_assert_ptr_null(ops->public_new(w));
 	ops->worker_free(w);
-	ck_assert_int_eq(tls_engine_public_load(e, chain_pem, key_pem, err, sizeof(err)), 0);
+	ck_assert_int_eq(tls_term_public_load(e, chain_pem, key_pem, err, sizeof(err)), 0);
 	ck_assert_ptr_nonnull(e->public_ctx);
-	tls_engine_close(&e);
+	tls_term_close(&e);
 }
 
 START_TEST(test_error_missing)
@@ -578,10 +578,10 @@ START_TEST(test_error_key_file_mode)
 	/* The certificate is public: its mode is not checked. */
 	ck_assert_int_eq(chmod(key, 0600), 0);
 	ck_assert_int_eq(chmod(chain_pem, 0644), 0);
-	struct tls_engine *e = NULL;
-	ck_assert_int_eq(tls_engine_open(NULL, NULL, 0, &e, err, sizeof(err)), 0);
-	ck_assert_msg(tls_engine_public_load(e, chain_pem, key, err, sizeof(err)) == 0, "%s", err);
-	tls_engine_close(&e);
+	struct tls_term *e = NULL;
+	ck_assert_int_eq(tls_term_open(NULL, NULL, 0, &e, err, sizeof(err)), 0);
+	ck_assert_msg(tls_term_public_load(e, chain_pem, key, err, sizeof(err)) == 0, "%s", err);
+	tls_term_close(&e);
 	if (geteuid() != 0) {
 		fprintf(stderr, "skip: test_error_key_file_mode's other-owner case needs root\n");
 		return;
@@ -703,8 +703,8 @@ START_TEST(test_error_validity)
 	/* Valid from a second ago to an hour ahead: loads. */
 	X509 *fresh = make_cert(leaf_key, HOST, false, inter, inter_key, now - 1, now + 3600);
 	write_chain(path, fresh);
-	struct tls_engine *e = open_public(path, key_pem);
-	tls_engine_close(&e);
+	struct tls_term *e = open_public(path, key_pem);
+	tls_term_close(&e);
 	X509_free(fresh);
 }
 END_TEST
@@ -742,7 +742,7 @@ static void write_padded(const char *path, const char *pem, size_t len, size_t s
 	pool_free(buf);
 }
 
-/* Each file at TLS_ENGINE_PUBLIC_FILE_BYTES_MAX loads, one byte more is refused. */
+/* Each file at TLS_TERM_PUBLIC_FILE_BYTES_MAX loads, one byte more is refused. */
 START_TEST(test_file_size_limit)
 {
 	char cert[PATH_MAX], key[PATH_MAX];
@@ -750,15 +750,15 @@ START_TEST(test_file_size_limit)
 	char *chain = unit_slurp(chain_pem, &chain_len);
 	char *k = unit_slurp(key_pem, &key_len);
 
-	ck_assert_uint_eq(TLS_ENGINE_PUBLIC_FILE_BYTES_MAX, 65536);
-	write_padded(tt_path(cert, "big.pem"), chain, chain_len, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX);
-	write_padded(tt_path(key, "big.key"), k, key_len, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX);
-	struct tls_engine *e = open_public(cert, key);
-	tls_engine_close(&e);
-	write_padded(cert, chain, chain_len, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX + 1);
+	ck_assert_uint_eq(TLS_TERM_PUBLIC_FILE_BYTES_MAX, 65536);
+	write_padded(tt_path(cert, "big.pem"), chain, chain_len, TLS_TERM_PUBLIC_FILE_BYTES_MAX);
+	write_padded(tt_path(key, "big.key"), k, key_len, TLS_TERM_PUBLIC_FILE_BYTES_MAX);
+	struct tls_term *e = open_public(cert, key);
+	tls_term_close(&e);
+	write_padded(cert, chain, chain_len, TLS_TERM_PUBLIC_FILE_BYTES_MAX + 1);
 	expect_load_error(cert, key_pem, -EFBIG,
 			  textf("ingress.tls.cert %s: 65537 bytes, more than 65536", cert));
-	write_padded(key, k, key_len, TLS_ENGINE_PUBLIC_FILE_BYTES_MAX + 1);
+	write_padded(key, k, key_len, TLS_TERM_PUBLIC_FILE_BYTES_MAX + 1);
 	expect_load_error(chain_pem, key, -EFBIG,
 			  textf("ingress.tls.key %s: 65537 bytes, more than 65536", key));
 	pool_free_secret(k, key_len + 1);

@@ -1,0 +1,537 @@
+/*
+ * agentsnetd: the host daemon. Loads the policy (a file, or the embedded
+ * default), applies command-line overrides, probes io_uring, opens the audit
+ * trail, starts the engine and waits for a signal: SIGINT/SIGTERM stop it,
+ * SIGHUP reloads the policy (as `policy reload` on the control socket does).
+ * The exit status is 0 only when the engine stopped with nothing leaked.
+ *
+ * A reload re-reads the file whole and swaps the compiled policy in; a file
+ * that does not load, or that drops a profile a running sandbox uses, is
+ * refused and the running policy stays. Either way the outcome is logged and
+ * audited. The `daemon:` settings and resolver.servers are read at start
+ * only: a reload that changes them says so and leaves them.
+ *
+ * This file is the top of the dependency graph: it is the one place that
+ * wires policy/ into core/ (through core/verdict.h), so core/ never includes
+ * policy/.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/an.h"
+#include "core/audit.h"
+#include "core/cgroup.h"
+#include "core/config.h"
+#include "core/control.h"
+#include "core/dns.h"
+#include "core/engine.h"
+#include "core/limits.h"
+#include "core/log.h"
+#include "core/ring.h"
+#include "policy/policy.h"
+#include "tls/term.h"
+#include "tls/tls.h"
+
+#define AGENTSNETD_VERSION "0.1.0"
+
+struct options {
+	const char *config_path;
+	const char *check_path;
+	const char *socket_dir;
+	const char *audit_path;
+	const char *tcp_listen;
+	const char *tcp_sandbox;
+	const char *ca_dir;  /* ca.pem and ca.key, as `agentsnet ca init` writes them */
+	const char *ingress; /* the gateway's listen address, over daemon.ingress.listen */
+	bool no_ingress;     /* no gateway, whatever the policy says */
+	long workers;        /* -1: from the file */
+	bool debug;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: agentsnetd [--config FILE] [--socket-dir DIR] [--audit FILE|-]\n"
+		"                  [--workers N] [--listen 127.0.0.1:PORT --listen-sandbox ID]\n"
+		"                  [--ca-dir DIR] [--ingress ADDR:PORT | --no-ingress]\n"
+		"                  [--debug]\n"
+		"       agentsnetd --check-config FILE\n"
+		"With no --config, runs on the embedded default policy.\n");
+}
+
+static int parse_number(const char *s, long max, long *out)
+{
+	long v = 0;
+
+	if (*s == '\0')
+		return -EINVAL;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9' || v > max)
+			return -EINVAL;
+		v = v * 10 + (*s - '0');
+	}
+	if (v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_options(int argc, char **argv, struct options *o)
+{
+	static const struct option longs[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "check-config", required_argument, NULL, 'C' },
+		{ "socket-dir", required_argument, NULL, 's' },
+		{ "audit", required_argument, NULL, 'a' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "listen-sandbox", required_argument, NULL, 'L' },
+		{ "ca-dir", required_argument, NULL, 'A' },
+		{ "ingress", required_argument, NULL, 'I' },
+		{ "no-ingress", no_argument, NULL, 'N' },
+		{ "debug", no_argument, NULL, 'd' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt;
+
+	*o = (struct options){ .workers = -1 };
+	while ((opt = getopt_long(argc, argv, "c:", longs, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			o->config_path = optarg;
+			break;
+		case 'C':
+			o->check_path = optarg;
+			break;
+		case 's':
+			o->socket_dir = optarg;
+			break;
+		case 'a':
+			o->audit_path = optarg;
+			break;
+		case 'w':
+			if (parse_number(optarg, LIMITS_WORKERS_MAX, &o->workers) != 0) {
+				fprintf(stderr, "agentsnetd: --workers %s: not 0..%u\n", optarg,
+					LIMITS_WORKERS_MAX);
+				return 2;
+			}
+			break;
+		case 'l':
+			o->tcp_listen = optarg;
+			break;
+		case 'L':
+			o->tcp_sandbox = optarg;
+			break;
+		case 'A':
+			o->ca_dir = optarg;
+			break;
+		case 'I':
+			o->ingress = optarg;
+			break;
+		case 'N':
+			o->no_ingress = true;
+			break;
+		case 'd':
+			o->debug = true;
+			break;
+		case 'V':
+			printf("agentsnetd %s\n", AGENTSNETD_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	return -1;
+}
+
+static int load(const struct options *o, struct config *cfg, struct policy **pol)
+{
+	char err[512];
+	const char *path = o->check_path ? o->check_path : o->config_path;
+	int ret;
+
+	if (config_init_defaults(cfg) != 0)
+		return -ENOMEM;
+	ret = policy_load_or_default(path, cfg, pol, err, sizeof(err));
+	if (ret != 0) {
+		fprintf(stderr, "%s\n", err);
+		return ret;
+	}
+	return 0;
+}
+
+static int apply_overrides(const struct options *o, struct config *cfg)
+{
+	int ret = 0;
+
+	if (o->socket_dir != NULL)
+		ret |= config_set_string(&cfg->socket_dir, o->socket_dir);
+	if (o->audit_path != NULL)
+		ret |= config_set_string(&cfg->audit_path, o->audit_path);
+	if (o->tcp_listen != NULL)
+		ret |= config_set_string(&cfg->tcp_listen, o->tcp_listen);
+	if (o->tcp_sandbox != NULL)
+		ret |= config_set_string(&cfg->tcp_sandbox, o->tcp_sandbox);
+	if (o->ca_dir != NULL) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/ca.pem", o->ca_dir);
+		ret |= config_set_string(&cfg->ca_cert, path);
+		snprintf(path, sizeof(path), "%s/ca.key", o->ca_dir);
+		ret |= config_set_string(&cfg->ca_key, path);
+	}
+	if (o->ingress != NULL) {
+		ret |= config_set_string(&cfg->ingress_listen, o->ingress);
+		cfg->ingress_optional = false; /* asked for by name: a taken port is an error */
+	}
+	if (o->no_ingress)
+		ret |= config_set_string(&cfg->ingress_listen, NULL);
+	if (o->workers >= 0)
+		cfg->workers = (uint32_t)o->workers;
+	if (cfg->workers == 0) {
+		long cores = sysconf(_SC_NPROCESSORS_ONLN);
+		cfg->workers = cores > 0 ? (uint32_t)cores : 1u;
+	}
+	if (cfg->workers > LIMITS_WORKERS_MAX)
+		cfg->workers = LIMITS_WORKERS_MAX;
+	if (cfg->tcp_listen != NULL && cfg->tcp_sandbox == NULL && cfg->sandbox_count > 0)
+		ret |= config_set_string(&cfg->tcp_sandbox, cfg->sandboxes[0].id);
+	return ret == 0 ? 0 : -ENOMEM;
+}
+
+/* One reload at a time; also serialises the main thread's audit ring. */
+static pthread_mutex_t daemon_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void notice(struct audit *a, uint32_t ring, const char *detail)
+{
+	struct audit_ring *r = audit_ring_get(a, ring);
+	struct audit_record *rec = audit_claim(r);
+
+	if (rec == NULL)
+		return;
+	rec->kind = AUDIT_NOTICE;
+	rec->id = audit_next_id(r);
+	rec->allowed = true;
+	audit_copy(rec->detail, sizeof(rec->detail), detail, strlen(detail));
+	audit_commit(r, rec);
+}
+
+/* The running daemon, for reloads. */
+struct daemon {
+	const struct options *o;
+	const struct config *cfg; /* the running settings */
+	struct engine *e;
+	struct audit *audit;
+};
+
+static bool text_differs(const char *a, const char *b)
+{
+	return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
+}
+
+/* Warns about each start-only setting <fresh> changes; they stay as <run> has them. */
+static void settings_compare(const struct config *run, const struct config *fresh)
+{
+	const struct {
+		const char *name;
+		bool differs;
+	} settings[] = {
+		{ "daemon.socket_dir", text_differs(run->socket_dir, fresh->socket_dir) },
+		{ "daemon.audit_log", text_differs(run->audit_path, fresh->audit_path) },
+		{ "daemon.listen", text_differs(run->tcp_listen, fresh->tcp_listen) },
+		{ "daemon.control_group", text_differs(run->control_group, fresh->control_group) },
+		{ "daemon.ingress",
+		  text_differs(run->ingress_listen, fresh->ingress_listen) ||
+		      text_differs(run->ingress_public_url, fresh->ingress_public_url) ||
+		      text_differs(run->ingress_prefix, fresh->ingress_prefix) ||
+		      text_differs(run->ingress_tls_cert, fresh->ingress_tls_cert) ||
+		      text_differs(run->ingress_tls_key, fresh->ingress_tls_key) },
+		{ "resolver.servers", text_differs(run->dns_servers, fresh->dns_servers) },
+		{ "daemon.workers", run->workers != fresh->workers },
+		{ "daemon.conns_per_worker", run->conns_per_worker != fresh->conns_per_worker },
+		{ "daemon.pipes_per_worker", run->pipes_per_worker != fresh->pipes_per_worker },
+		{ "daemon timeouts", run->head_timeout_ms != fresh->head_timeout_ms ||
+					 run->connect_timeout_ms != fresh->connect_timeout_ms ||
+					 run->dns_timeout_ms != fresh->dns_timeout_ms ||
+					 run->idle_timeout_ms != fresh->idle_timeout_ms },
+	};
+	for (size_t i = 0; i < AN_ARRAY_LEN(settings); i++) {
+		if (settings[i].differs)
+			log_warn("reload: %s changed; it is read at start only (restart to apply)",
+				 settings[i].name);
+	}
+}
+
+static int apply_overrides(const struct options *o, struct config *cfg);
+
+/* engine.reload: re-reads the file and swaps it in. Control thread or main thread. */
+static int reload(void *arg, char *msg, size_t cap)
+{
+	struct daemon *d = arg;
+	struct config fresh;
+	struct policy *pol = NULL;
+	char err[512] = "";
+	char detail[128];
+
+	pthread_mutex_lock(&daemon_lock);
+	int ret = config_init_defaults(&fresh);
+	if (ret == 0)
+		ret = policy_load_or_default(d->o->config_path, &fresh, &pol, err, sizeof(err));
+	if (ret == 0 && apply_overrides(d->o, &fresh) != 0)
+		ret = -ENOMEM;
+	if (ret == 0) {
+		ret = engine_policy_swap(d->e, pol, &fresh, err, sizeof(err));
+		if (ret != 0)
+			policy_free(pol);
+	}
+	if (ret == 0) {
+		settings_compare(d->cfg, &fresh);
+		log_info("reload: %s", err);
+	} else {
+		if (err[0] == '\0')
+			snprintf(err, sizeof(err), "%s", strerror(-ret));
+		log_error("reload refused, the running policy stays: %s", err);
+	}
+	/* The audit's detail field holds 127 bytes: the log line has the rest. */
+	snprintf(detail, sizeof(detail), "%s: %.100s",
+		 ret == 0 ? "policy_reloaded" : "policy_reload_refused", err);
+	notice(d->audit, d->cfg->workers, detail);
+	snprintf(msg, cap, "%s", err);
+	config_free(&fresh);
+	pthread_mutex_unlock(&daemon_lock);
+	return ret;
+}
+
+/* Blocks until SIGINT or SIGTERM; each SIGHUP reloads the policy. */
+static void wait_for_stop(struct daemon *d)
+{
+	sigset_t set;
+	int sig = 0;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	for (;;) {
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			char msg[512];
+			(void)reload(d, msg, sizeof(msg));
+			continue;
+		}
+		log_info("signal %d: stopping", sig);
+		return;
+	}
+}
+
+/* The gid of <name>, or -1 when <name> is NULL. 0 or -ENOENT (logged). */
+static int control_group_resolve(const char *name, gid_t *gid)
+{
+	struct group grp;
+	struct group *found = NULL;
+	char buf[4096];
+
+	if (name == NULL)
+		return 0;
+	if (getgrnam_r(name, &grp, buf, sizeof(buf), &found) != 0 || found == NULL) {
+		log_error("daemon.control_group: no group named %s", name);
+		return -ENOENT;
+	}
+	*gid = found->gr_gid;
+	return 0;
+}
+
+/* Logs which TLS path the terminated tiers use (userspace: the kernel probe says why). */
+static void tls_log_path(const struct config *cfg)
+{
+	int ktls = tls_term_ktls_probe();
+	if (ktls == 0)
+		log_info("TLS: terminating with the CA %s; the kernel has TLS (TCP_ULP tls), "
+			 "records are still sealed in userspace",
+			 cfg->ca_cert);
+	else
+		log_info("TLS: terminating with the CA %s; kernel TLS unavailable (TCP_ULP tls: "
+			 "%s): userspace TLS",
+			 cfg->ca_cert, strerror(-ktls));
+}
+
+/*
+ * TLS, when the daemon needs it: the CA of the terminated tiers (daemon.ca
+ * or --ca-dir) and the operator's certificate of the gateway's public
+ * listener (daemon.ingress.tls). Either one that does not load stops the
+ * start. Without a CA the log says what that means; with neither, *<out>
+ * stays NULL. 0 or -1.
+ */
+static int tls_open(const struct config *cfg, struct tls_term **out)
+{
+	char err[512];
+	bool public_tls = cfg->ingress_listen != NULL && cfg->ingress_tls_cert != NULL;
+
+	*out = NULL;
+	if (cfg->ca_cert == NULL)
+		log_info(
+		    "no CA (daemon.ca or --ca-dir): CONNECTs to fake-response rules are refused "
+		    "tier_unavailable; plain http:// ones are answered");
+	if (cfg->ca_cert == NULL && !public_tls)
+		return 0;
+	int ret = tls_library_init(err, sizeof(err));
+	if (ret == 0)
+		ret =
+		    tls_term_open(cfg->ca_cert, cfg->ca_key, cfg->leaf_days, out, err, sizeof(err));
+	if (ret == 0 && public_tls)
+		ret = tls_term_public_load(*out, cfg->ingress_tls_cert, cfg->ingress_tls_key, err,
+					   sizeof(err));
+	if (ret != 0) {
+		log_error("TLS: %s", err);
+		tls_term_close(out);
+		return -1;
+	}
+	if (cfg->ca_cert != NULL)
+		tls_log_path(cfg);
+	if (public_tls)
+		log_info("ingress: HTTPS on %s with %s", cfg->ingress_listen,
+			 cfg->ingress_tls_cert);
+	return 0;
+}
+
+static int serve(const struct options *o, struct config *cfg, struct policy *pol)
+{
+	struct engine e;
+	struct audit *audit = NULL;
+	char features[256];
+
+	memset(&e, 0, sizeof(e));
+	int ret = ring_probe(&e.features);
+	if (ret != 0) {
+		log_error("io_uring is unavailable: %s", strerror(-ret));
+		policy_free(pol);
+		return 1;
+	}
+	ring_features_describe(&e.features, features, sizeof(features));
+	log_info("%s", features);
+	if (!e.features.socket_direct || !e.features.multishot_recv) {
+		log_error("this kernel lacks direct sockets or multishot receive (Linux >= 6.0)");
+		policy_free(pol);
+		return 1;
+	}
+	/* While we have one thread: the cgroups of unprivileged runs need the hierarchies in view. */
+	if (geteuid() == 0 && (ret = cgroup_hierarchies_ensure()) != 0)
+		log_warn("no cgroup hierarchy in view (%s): unprivileged runs without a delegated "
+			 "cgroup get no memory limit",
+			 strerror(-ret));
+	ret = audit_open(cfg->audit_path, cfg->workers + 1, &audit);
+	if (ret != 0) {
+		log_error("audit %s: %s", cfg->audit_path, strerror(-ret));
+		policy_free(pol);
+		return 1;
+	}
+	if (dns_library_init() != 0) {
+		audit_close(audit);
+		policy_free(pol);
+		return 1;
+	}
+	struct tls_term *tls = NULL;
+	if (tls_open(cfg, &tls) != 0) {
+		dns_library_cleanup();
+		audit_close(audit);
+		policy_free(pol);
+		return 1;
+	}
+	struct daemon d = { .o = o, .cfg = cfg, .e = &e, .audit = audit };
+	e.cfg = cfg;
+	e.policy = pol; /* the engine's from here on */
+	e.ops = &policy_verdict_ops;
+	e.audit = audit;
+	e.reload = reload;
+	e.reload_arg = &d;
+	e.term = tls != NULL ? &tls_term_ops : NULL;
+	e.term_arg = tls;
+	e.term_has_ca = tls != NULL && cfg->ca_cert != NULL;
+	ret = engine_start(&e);
+	if (ret == 0) {
+		struct control ctl;
+		gid_t group = (gid_t)-1;
+		ret = control_group_resolve(cfg->control_group, &group);
+		if (ret == 0)
+			ret = control_start(&ctl, &e, group);
+		if (ret != 0) {
+			engine_stop(&e);
+			goto out;
+		}
+		pthread_mutex_lock(&daemon_lock);
+		notice(audit, cfg->workers, "daemon_started");
+		pthread_mutex_unlock(&daemon_lock);
+		pthread_mutex_lock(&e.lock); /* the control thread may be adding sandboxes */
+		uint32_t active = e.sandbox_active;
+		pthread_mutex_unlock(&e.lock);
+		fprintf(stderr,
+			"agentsnetd: ready (%u sandboxes, %u workers, audit %s, control %s)\n",
+			active, cfg->workers, cfg->audit_path, ctl.path);
+		wait_for_stop(&d);
+		control_stop(&ctl);
+		ret = engine_stop(&e);
+		notice(audit, cfg->workers,
+		       ret == 0 ? "daemon_stopped" : "daemon_stopped_with_leak");
+	}
+out:
+	tls_term_close(&tls);
+	dns_library_cleanup();
+	audit_close(audit);
+	return ret == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o;
+	struct config cfg;
+	struct policy *pol = NULL;
+	sigset_t set;
+
+	int rc = parse_options(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	log_set_level(o.debug ? LOG_DEBUG : LOG_INFO);
+	/* Every thread inherits this mask; only wait_for_stop takes the signals. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (load(&o, &cfg, &pol) != 0) {
+		config_free(&cfg);
+		return 1;
+	}
+	if (o.check_path != NULL) {
+		printf("%s: ok (%u profiles, %u rules, %u sandboxes)\n", o.check_path,
+		       policy_profile_count(pol), policy_rule_count(pol), cfg.sandbox_count);
+		policy_free(pol);
+		config_free(&cfg);
+		return 0;
+	}
+	if (apply_overrides(&o, &cfg) != 0) {
+		policy_free(pol);
+		config_free(&cfg);
+		return 1;
+	}
+	rc = serve(&o, &cfg, pol); /* takes pol */
+	config_free(&cfg);
+	return rc;
+}
