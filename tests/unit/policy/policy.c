@@ -1,6 +1,6 @@
 /*
- * policy/policy.c, and through it the reader (yaml.c), hosts (host.c) and
- * the daemon: and resolver: sections (daemon.c, resolver.c), which have no
+ * policy/policy.c, and through it the reader (yaml.c), hosts (host.c), the
+ * resolver: section (resolver.c) and profiles (profile.c), which have no
  * suite of their own yet: the docs example and the built-in policy load and mean
  * what they say; every error kind gives the exact "name:line:col: message";
  * every limit is tested at N and N+1; the caller's config is untouched on
@@ -25,12 +25,6 @@ static double now_s(void)
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
-
-/* The policy header used by most cases: the first rule starts on line 5, column 7. */
-#define HEAD "version: 1\nprofiles:\n  p:\n    rules:\n"
-#define RULE(host) \
-	"    - host: " host "\n      tier: passthrough\n      owner: o\n      reason: r\n"
-#define MINIMAL HEAD RULE("a.test")
 
 /* "[<item>1, <item>2, ..., <item><n>", a flow sequence the caller closes (a textf text). */
 static const char *flow_items(const char *item, int n)
@@ -243,39 +237,6 @@ START_TEST(test_sandbox_uid)
 		     "t.yaml:10:30: uid \"4294967295\": no such user");
 	expect_error(MINIMAL "sandboxes:\n  - {id: a, profile: p, uid: [1]}\n",
 		     "t.yaml:10:30: uid must be a number or a user name");
-}
-END_TEST
-
-/* --- daemon.sandbox_uids ------------------------------------------------------------------- */
-
-START_TEST(test_sandbox_uids)
-{
-	expect_ok(MINIMAL "daemon: {sandbox_uids: {first: 200000, count: 10}}\n");
-	ck_assert_uint_eq(cfg.sandbox_uid_first, 200000);
-	ck_assert_uint_eq(cfg.sandbox_uid_count, 10);
-	/* The last uid may be POLICY_SANDBOX_UID_LAST_MAX, not one more. */
-	expect_ok(MINIMAL "daemon: {sandbox_uids: {count: 16, first: 2147483631}}\n");
-	ck_assert_uint_eq(cfg.sandbox_uid_first, 2147483631);
-	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 2147483632, count: 16}}\n",
-		     "t.yaml:9:24: sandbox_uids ends at 2147483647, past 2147483646");
-	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 0, count: 16}}\n",
-		     "t.yaml:9:32: sandbox_uids.first must be 1..2147483646, got 0");
-	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 5, count: 0}}\n",
-		     "t.yaml:9:42: sandbox_uids.count must be 1..16777216, got 0");
-	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 5, count: 16777217}}\n",
-		     "t.yaml:9:42: sandbox_uids.count must be 1..16777216, got 16777217");
-	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 5}}\n",
-		     "t.yaml:9:24: sandbox_uids needs both first and count");
-	expect_error(MINIMAL "daemon: {sandbox_uids: {count: 5}}\n",
-		     "t.yaml:9:24: sandbox_uids needs both first and count");
-	expect_error(MINIMAL "daemon: {sandbox_uids: {first: 5, count: 5, last: 9}}\n",
-		     "t.yaml:9:45: unknown key \"last\" in daemon.sandbox_uids (expected one of: "
-		     "first, count)");
-	expect_error(MINIMAL "daemon: {sandbox_uids: 1879048192}\n",
-		     "t.yaml:9:24: sandbox_uids must be a mapping");
-	/* A failed load keeps what the last good one set. */
-	ck_assert_uint_eq(cfg.sandbox_uid_first, 2147483631);
-	ck_assert_uint_eq(cfg.sandbox_uid_count, 16);
 }
 END_TEST
 
@@ -759,142 +720,6 @@ START_TEST(test_sandboxes)
 	id[64] = '\0';
 	expect_error(textf(MINIMAL "sandboxes:\n  - {id: %s, profile: p}\n", id),
 		     "t.yaml:10:10: invalid sandbox id");
-}
-END_TEST
-
-/* --- daemon ---------------------------------------------------------------------------------- */
-
-struct limit_case {
-	const char *key; /* "workers" or "timeouts: {head_ms" */
-	const char *close;
-	uint32_t lo;
-	uint32_t hi;
-	size_t offset;
-};
-
-static void check_limit(const struct limit_case *c)
-{
-	uint32_t got = 0;
-
-	for (int side = 0; side < 2; side++) {
-		uint64_t ok = side == 0 ? c->lo : c->hi;
-		uint64_t bad = side == 0 ? (uint64_t)c->lo - 1 : (uint64_t)c->hi + 1;
-
-		expect_ok(textf(MINIMAL "daemon:\n  %s: %llu%s\n", c->key, (unsigned long long)ok,
-				c->close));
-		memcpy(&got, (const char *)&cfg + c->offset, sizeof(got));
-		ck_assert_uint_eq(got, ok);
-		if (side == 0 && c->lo == 0)
-			continue;
-		const char *name = strrchr(c->key, '{') != NULL ? strrchr(c->key, '{') + 1 : c->key;
-		expect_error(textf(MINIMAL "daemon:\n  %s: %llu%s\n", c->key,
-				   (unsigned long long)bad, c->close),
-			     textf("t.yaml:10:%zu: %s must be %u..%u, got %llu", strlen(c->key) + 5,
-				   name, c->lo, c->hi, (unsigned long long)bad));
-	}
-}
-
-START_TEST(test_daemon_limits)
-{
-	static const struct limit_case cases[] = {
-		{ "workers", "", 0, 64, offsetof(struct config, workers) },
-		{ "conns_per_worker", "", 16, 1048576, offsetof(struct config, conns_per_worker) },
-		{ "pipes_per_worker", "", 0, 4096, offsetof(struct config, pipes_per_worker) },
-		{ "sandbox_share_percent", "", 10, 100,
-		  offsetof(struct config, sandbox_share_percent) },
-		{ "sandbox_completions_per_turn", "", 1, 256,
-		  offsetof(struct config, sandbox_completions_per_turn) },
-		{ "timeouts: {head_ms", "}", 1, 3600000, offsetof(struct config, head_timeout_ms) },
-		{ "timeouts: {connect_ms", "}", 1, 3600000,
-		  offsetof(struct config, connect_timeout_ms) },
-		{ "timeouts: {dns_ms", "}", 1, 3600000, offsetof(struct config, dns_timeout_ms) },
-		{ "timeouts: {idle_ms", "}", 1, 3600000, offsetof(struct config, idle_timeout_ms) },
-		{ "leaf_days", "", 1, 397, offsetof(struct config, leaf_days) },
-	};
-
-	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++)
-		check_limit(&cases[i]);
-	expect_error(MINIMAL "daemon:\n  workers: 99999999999999999999999\n",
-		     "t.yaml:10:12: workers must be 0..64, got 99999999999999999999999");
-}
-END_TEST
-
-START_TEST(test_daemon_settings)
-{
-	expect_ok(MINIMAL "sandboxes: [{id: b, profile: p}]\n"
-			  "daemon:\n  socket_dir: /tmp/an\n  audit_log: \"-\"\n  workers: 3\n"
-			  "  tcp_listen: \"[::1]:9000\"\n  tcp_sandbox: b\n"
-			  "  timeouts: {idle_ms: 7}\n");
-	ck_assert_str_eq(cfg.socket_dir, "/tmp/an");
-	ck_assert_str_eq(cfg.audit_path, "-");
-	ck_assert_uint_eq(cfg.workers, 3);
-	ck_assert_str_eq(cfg.tcp_listen, "[::1]:9000");
-	ck_assert_str_eq(cfg.tcp_sandbox, "b");
-	ck_assert_uint_eq(cfg.idle_timeout_ms, 7);
-	ck_assert_uint_eq(cfg.head_timeout_ms, LIMITS_HEAD_TIMEOUT_MS_DEFAULT);
-	ck_assert_ptr_null(cfg.control_group);
-	expect_ok(MINIMAL "daemon:\n  control_group: agentsnet-ops\n");
-	ck_assert_str_eq(cfg.control_group, "agentsnet-ops");
-	expect_error("version: 1\ndaemon:\n  control_group: \"-x\"\n",
-		     "t.yaml:3:18: invalid control_group \"-x\"");
-	expect_error("version: 1\ndaemon:\n  control_group: \"a b\"\n",
-		     "t.yaml:3:18: invalid control_group \"a b\"");
-	expect_error("version: 1\ndaemon:\n  socket_dir: run/agentsnet\n",
-		     "t.yaml:3:15: socket_dir must be an absolute path");
-	expect_error("version: 1\ndaemon:\n  socket_dir: \"-\"\n",
-		     "t.yaml:3:15: socket_dir must be an absolute path");
-	expect_error("version: 1\ndaemon:\n  audit_log: audit.jsonl\n",
-		     "t.yaml:3:14: audit_log must be an absolute path or \"-\"");
-	expect_error(
-	    "version: 1\ndaemon:\n  audit_log: \"/a\\nb\"\n",
-	    "t.yaml:3:14: audit_log must be at most 4095 bytes without control characters");
-	/* Path length: 4095 accepted, 4096 refused. */
-	char path[POLICY_PATH_BYTES_MAX + 2];
-	memset(path, 'p', sizeof(path));
-	path[0] = '/';
-	path[POLICY_PATH_BYTES_MAX] = '\0';
-	expect_ok(textf(MINIMAL "daemon:\n  socket_dir: %s\n", path));
-	ck_assert_uint_eq(strlen(cfg.socket_dir), POLICY_PATH_BYTES_MAX);
-	path[POLICY_PATH_BYTES_MAX] = 'p';
-	path[POLICY_PATH_BYTES_MAX + 1] = '\0';
-	expect_error(textf(MINIMAL "daemon:\n  socket_dir: %s\n", path),
-		     "t.yaml:10:15: socket_dir must be at most 4095 bytes");
-}
-END_TEST
-
-START_TEST(test_tcp_listen)
-{
-	expect_error(
-	    "version: 1\ndaemon:\n  tcp_listen: 0.0.0.0:8080\n  tcp_sandbox: s\n",
-	    "t.yaml:3:15: tcp_listen must be a loopback address:port (127.0.0.1:PORT or [::1]:PORT)");
-	expect_error("version: 1\ndaemon:\n  tcp_listen: 10.0.0.1:8080\n",
-		     "t.yaml:3:15: tcp_listen must be a loopback address:port");
-	expect_error("version: 1\ndaemon:\n  tcp_listen: \"[::ffff:127.0.0.1]:80\"\n",
-		     "t.yaml:3:15: tcp_listen must be a loopback address:port");
-	expect_error(
-	    "version: 1\ndaemon:\n  tcp_listen: localhost:80\n",
-	    "t.yaml:3:15: invalid tcp_listen \"localhost:80\": not an IPv4 or IPv6 address");
-	expect_error("version: 1\ndaemon:\n  tcp_listen: 127.0.0.1\n",
-		     "t.yaml:3:15: invalid tcp_listen \"127.0.0.1\": the port is missing");
-	expect_error("version: 1\ndaemon:\n  tcp_listen: 127.0.0.1:0\n",
-		     "t.yaml:3:15: invalid tcp_listen \"127.0.0.1:0\": the port must be 1..65535");
-	expect_error(
-	    "version: 1\ndaemon:\n  tcp_listen: 127.0.0.1:65536\n",
-	    "t.yaml:3:15: invalid tcp_listen \"127.0.0.1:65536\": the port must be 1..65535");
-	expect_error("version: 1\ndaemon:\n  tcp_listen: \"::1\"\n",
-		     "t.yaml:3:15: invalid tcp_listen \"::1\": the port is missing");
-	expect_error("version: 1\ndaemon:\n  tcp_listen: 127.0.0.1:80\n",
-		     "t.yaml:3:3: tcp_sandbox is mandatory with tcp_listen");
-	expect_error("version: 1\ndaemon:\n  tcp_sandbox: s\n",
-		     "t.yaml:3:3: tcp_sandbox is only allowed with tcp_listen");
-	expect_error(MINIMAL "daemon:\n  tcp_listen: 127.0.0.1:80\n  tcp_sandbox: s\n",
-		     "t.yaml:11:16: tcp_sandbox \"s\" is not a sandbox listed under sandboxes");
-	expect_ok(MINIMAL "sandboxes: [{id: s, profile: p}]\n"
-			  "daemon: {tcp_listen: 127.9.8.7:1, tcp_sandbox: s}\n");
-	ck_assert_str_eq(cfg.tcp_listen, "127.9.8.7:1");
-	expect_ok(MINIMAL "sandboxes: [{id: s, profile: p}]\n"
-			  "daemon: {tcp_listen: 127.0.0.1:65535, tcp_sandbox: s}\n");
-	ck_assert_str_eq(cfg.tcp_listen, "127.0.0.1:65535");
 }
 END_TEST
 
@@ -1450,7 +1275,6 @@ int main(void)
 	tcase_add_test(tc, test_rule_limits_verdict);
 	tcase_add_test(tc, test_rule_limits_docs);
 	tcase_add_test(tc, test_default_policy);
-	tcase_add_test(tc, test_sandbox_uids);
 	tcase_add_test(tc, test_sandbox_uid);
 	tcase_add_test(tc, test_unknown_keys);
 	tcase_add_test(tc, test_duplicate_keys);
@@ -1469,9 +1293,6 @@ int main(void)
 	tcase_add_test(tc, test_rule_ids);
 	tcase_add_test(tc, test_profiles);
 	tcase_add_test(tc, test_sandboxes);
-	tcase_add_test(tc, test_daemon_limits);
-	tcase_add_test(tc, test_daemon_settings);
-	tcase_add_test(tc, test_tcp_listen);
 	tcase_add_test(tc, test_resolver_servers);
 	tcase_add_test(tc, test_resolver_hosts);
 	tcase_add_test(tc, test_resolver_allow_private);
