@@ -151,6 +151,19 @@ static inline const char *gen_close(struct gen *g)
 	return g->buf;
 }
 
+/* "[<item>1, <item>2, ..., <item><n>", a flow sequence the caller closes (a textf text). */
+static inline const char *flow_items(const char *item, int n)
+{
+	struct gen g;
+
+	gen_open(&g);
+	for (int i = 1; i <= n; i++)
+		fprintf(g.f, "%s%s%d", i == 1 ? "[" : ", ", item, i);
+	const char *text = textf("%s", gen_close(&g));
+	free(g.buf);
+	return text;
+}
+
 /* --- the policy most cases start from ---------------------------------------------------- */
 
 /* The policy header used by most cases: the first rule starts on line 5, column 7. */
