@@ -28,7 +28,7 @@
  * Checklist when adding a key: the key table and the switch of its section
  * (in the file that holds the section), docs/policy.md (example and
  * reference), and the suite of that file: tests/unit/policy/policy.c (this
- * file, host.c, profile.c), yaml.c, daemon.c, resolver.c, fake.c, inject.c
+ * file, profile.c), yaml.c, host.c, daemon.c, resolver.c, fake.c, inject.c
  * or ingress.c.
  */
 #include "policy/policy.h"
