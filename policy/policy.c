@@ -27,9 +27,7 @@
  *
  * Checklist when adding a key: the key table and the switch of its section
  * (in the file that holds the section), docs/policy.md (example and
- * reference), and the suite of that file: tests/unit/policy/policy.c (this
- * file, profile.c), yaml.c, host.c, daemon.c, resolver.c, fake.c, inject.c
- * or ingress.c.
+ * reference), and the suite named after that file in tests/unit/policy/.
  */
 #include "policy/policy.h"
 

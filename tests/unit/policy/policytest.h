@@ -369,6 +369,15 @@ static inline struct verdict decide(uint32_t profile, const char *host)
 	return decide_port(profile, host, 443);
 }
 
+/* Asserts that <l> is {<rate>, <burst>, <concurrent>}. */
+static inline void expect_limits(struct verdict_limits l, uint32_t rate, uint32_t burst,
+				 uint32_t concurrent)
+{
+	ck_assert_uint_eq(l.requests_per_second, rate);
+	ck_assert_uint_eq(l.burst, burst);
+	ck_assert_uint_eq(l.concurrent, concurrent);
+}
+
 /* --- docs/policy.md ---------------------------------------------------------------------- */
 
 /* The whole of docs/policy.md, NUL-terminated (owned: pool_free it). */
