@@ -30,7 +30,8 @@
 #include "policy/acl.h"
 #include "policy/addr.h"
 
-static const char *parse_port(const char *s, size_t len, uint16_t *port)
+/* The port of a "host:port": 1..65535 in decimal, no sign, no leading zero. NULL, or why not. */
+static const char *parse_hostport_port(const char *s, size_t len, uint16_t *port)
 {
 	uint64_t v = 0;
 
@@ -70,7 +71,7 @@ const char *loader_split_hostport(const char *s, size_t len, struct hostport *hp
 		return "the host is empty";
 	AN_ASSERT(hp->host + hp->host_len <= s + len);
 	if (port != NULL)
-		return parse_port(port, len - (size_t)(port - s), &hp->port);
+		return parse_hostport_port(port, len - (size_t)(port - s), &hp->port);
 	return NULL;
 }
 

@@ -15,10 +15,13 @@
  *   policy/fake.c      the fake-response tier's compiler: a rule's `responses`;
  *   policy/inject.c    the credential-inject tier's compiler: a rule's `inject`
  *                      and `upstream_ca`, the secret read and wiped;
+ *   policy/profile.c   the `profiles:` section: a profile's rules, limits,
+ *                      users and groups;
  *   policy/ingress.c   a profile's `ingress:` section, what the ingress gateway
  *                      lets through to its sandboxes;
- *   policy/policy.c    the document, profiles, rules, sandboxes, the deny list,
- *                      the load itself, and the run-time queries (verdict ops).
+ *   policy/policy.c    the document, sandboxes, the deny list, the limits every
+ *                      section reads alike, the load itself, and the run-time
+ *                      queries (verdict ops).
  *
  * Everything declared here that is not a type starts with loader_ (libyaml
  * owns yaml_). A section parser reads exactly the events its value may hold;
@@ -402,6 +405,16 @@ void loader_apply_config(struct loader *ld, struct config *cfg);
  */
 int loader_resolver(struct loader *ld);
 
+/* --- policy/profile.c: the profiles: section ------------------------------------------- */
+
+/*
+ * Reads the `profiles:` mapping into ld->p->profiles: 1..POLICY_PROFILES_MAX
+ * profiles, each with its rules (dense verdict.rule_index, in file order),
+ * limits, users and groups (resolved now) and ingress. A profile's host
+ * index is not built here: the deny list may come later. 0, or an error.
+ */
+int loader_profiles(struct loader *ld);
+
 /* --- policy/fake.c: a fake rule's responses -------------------------------------------- */
 
 /*
@@ -471,7 +484,7 @@ extern const struct verdict_ingress loader_ingress_default;
  */
 int loader_ingress(struct loader *ld, struct policy_profile *pr);
 
-/* --- policy/policy.c: what the sections share with the rules --------------------------- */
+/* --- policy/policy.c: the limits a profile, a rule and an ingress: section read -------- */
 
 /* The keys of every `limits` mapping: requests_per_second, burst, concurrent. */
 #define LOADER_LIMIT_KEY_COUNT 3u

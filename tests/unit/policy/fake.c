@@ -2,8 +2,8 @@
  * policy/fake.c, the fake-response tier: a rule's `responses` (every
  * validation rule at its limit N and N+1, with the exact message), the
  * compiled heads byte for byte, body_file, first-match answers through
- * policy_verdict_ops.fake_response, daemon.ca and daemon.leaf_days, and the
- * embedded default policy's answer.
+ * policy_verdict_ops.fake_response, and the embedded default policy's
+ * answer.
  */
 #include "../../../policy/fake.c"
 
@@ -841,7 +841,7 @@ START_TEST(test_docs_example)
 }
 END_TEST
 
-/* --- the embedded default and the daemon section ------------------------------------------ */
+/* --- the embedded default ----------------------------------------------------------------- */
 
 START_TEST(test_default_policy)
 {
@@ -867,64 +867,6 @@ START_TEST(test_default_policy)
 	ck_assert_ptr_null(decide(0, "ollama.internal").fake);
 	ck_assert_ptr_null(cfg.ca_cert);
 	ck_assert_uint_eq(cfg.leaf_days, 0);
-}
-END_TEST
-
-#define MINIMAL "version: 1\nprofiles:\n  p:\n    rules: []\n"
-
-START_TEST(test_daemon_ca)
-{
-	expect_ok(MINIMAL "daemon:\n  ca:\n    cert: /etc/an/ca.pem\n    key: /etc/an/ca.key\n"
-			  "  leaf_days: 30\n");
-	ck_assert_str_eq(cfg.ca_cert, "/etc/an/ca.pem");
-	ck_assert_str_eq(cfg.ca_key, "/etc/an/ca.key");
-	ck_assert_uint_eq(cfg.leaf_days, 30);
-	/* Nothing is read: the files need not exist. Flow style, either order. */
-	expect_ok(MINIMAL "daemon: {ca: {key: /nonexistent/k, cert: /nonexistent/c}}\n");
-	ck_assert_str_eq(cfg.ca_cert, "/nonexistent/c");
-	ck_assert_str_eq(cfg.ca_key, "/nonexistent/k");
-	ck_assert_uint_eq(cfg.leaf_days, 30); /* a key not given keeps its value */
-	/* A failed load leaves both as they were. */
-	expect_error(MINIMAL "daemon: {ca: {cert: /a, key: /b}, leaf_days: 0}\n",
-		     "t.yaml:5:46: leaf_days must be 1..397, got 0");
-	ck_assert_str_eq(cfg.ca_cert, "/nonexistent/c");
-	ck_assert_uint_eq(cfg.leaf_days, 30);
-	expect_error(MINIMAL "daemon: {leaf_days: 398}\n",
-		     "t.yaml:5:21: leaf_days must be 1..397, got 398");
-	expect_ok(MINIMAL "daemon: {leaf_days: 397}\n");
-	ck_assert_uint_eq(cfg.leaf_days, 397);
-	expect_ok(MINIMAL "daemon: {leaf_days: 1}\n");
-	ck_assert_uint_eq(cfg.leaf_days, 1);
-	expect_error(MINIMAL "daemon:\n  ca:\n    cert: /a\n",
-		     "t.yaml:7:5: missing mandatory key \"key\" in daemon.ca");
-	expect_error(MINIMAL "daemon:\n  ca:\n    key: /a\n",
-		     "t.yaml:7:5: missing mandatory key \"cert\" in daemon.ca");
-	expect_error(MINIMAL "daemon: {ca: {}}\n",
-		     "t.yaml:5:14: missing mandatory key \"cert\" in daemon.ca");
-	expect_error(
-	    MINIMAL "daemon: {ca: {cert: /a, key: /b, chain: /c}}\n",
-	    "t.yaml:5:34: unknown key \"chain\" in daemon.ca (expected one of: cert, key)");
-	expect_error(MINIMAL "daemon: {ca: {cert: /a, cert: /b}}\n",
-		     "t.yaml:5:25: duplicate key \"cert\" in daemon.ca");
-	expect_error(MINIMAL "daemon: {ca: /etc/ca.pem}\n", "t.yaml:5:14: ca must be a mapping");
-	expect_error(MINIMAL "daemon: {ca: {cert: ca.pem, key: /b}}\n",
-		     "t.yaml:5:21: ca.cert must be an absolute path");
-	expect_error(MINIMAL "daemon: {ca: {cert: /a, key: \"-\"}}\n",
-		     "t.yaml:5:30: ca.key must be an absolute path");
-	expect_error(MINIMAL "daemon: {ca: {cert: \"/a\\nb\", key: /b}}\n",
-		     "t.yaml:5:21: ca.cert must be at most 4095 bytes without control characters");
-	expect_error(MINIMAL "daemon: {ca: {cert: /a, key: /b}, ca: {cert: /a, key: /b}}\n",
-		     "t.yaml:5:35: duplicate key \"ca\" in daemon");
-	/* A path of 4095 bytes accepted, 4096 refused. */
-	char *p = repeat('p', POLICY_PATH_BYTES_MAX + 1);
-	p[0] = '/';
-	p[POLICY_PATH_BYTES_MAX] = '\0';
-	expect_ok(textf(MINIMAL "daemon: {ca: {cert: %s, key: %s}}\n", p, p));
-	ck_assert_uint_eq(strlen(cfg.ca_key), POLICY_PATH_BYTES_MAX);
-	p[POLICY_PATH_BYTES_MAX] = 'p';
-	expect_error(textf(MINIMAL "daemon: {ca: {cert: /a, key: %s}}\n", p),
-		     "t.yaml:5:30: ca.key must be at most 4095 bytes");
-	free(p);
 }
 END_TEST
 
@@ -985,7 +927,6 @@ int main(void)
 	tcase_add_test(tc, test_verdict_fake);
 	tcase_add_test(tc, test_docs_example);
 	tcase_add_test(tc, test_default_policy);
-	tcase_add_test(tc, test_daemon_ca);
 	tcase_add_test(tc, test_allocation_failures);
 	suite_add_tcase(s, tc);
 	return unit_run(s);

@@ -1,11 +1,12 @@
 /*
- * What the suites of the policy loader (policy.c, fake.c, inject.c and
- * ingress.c here) share: the state a test loads into, the allocation
- * wrappers that let the Nth allocation fail, loading a YAML buffer and
- * expecting it to load or to fail with a message (at a line and column found
- * in the text), each allocation of a load failing in turn, the verdict
- * wrappers, texts for generated policies, the examples of docs/policy.md,
- * and a suite's one test case.
+ * What the suites of the policy loader's files (a suite here for each file
+ * of it, named after the file) share: the state a test loads into, the
+ * allocation wrappers that let the Nth allocation fail, the policy most cases
+ * start from (HEAD, RULE, MINIMAL), loading a YAML buffer and expecting it to
+ * load or to fail with a message (at a line and column found in the text),
+ * each allocation of a load failing in turn, the verdict wrappers, texts for
+ * generated policies, the examples of docs/policy.md, and a suite's one test
+ * case.
  *
  * The state is a few globals (cfg, pol, err, dir) rather than a context
  * passed around: every test works on one loaded policy, and libcheck runs
@@ -150,6 +151,27 @@ static inline const char *gen_close(struct gen *g)
 	return g->buf;
 }
 
+/* "[<item>1, <item>2, ..., <item><n>", a flow sequence the caller closes (a textf text). */
+static inline const char *flow_items(const char *item, int n)
+{
+	struct gen g;
+
+	gen_open(&g);
+	for (int i = 1; i <= n; i++)
+		fprintf(g.f, "%s%s%d", i == 1 ? "[" : ", ", item, i);
+	const char *text = textf("%s", gen_close(&g));
+	free(g.buf);
+	return text;
+}
+
+/* --- the policy most cases start from ---------------------------------------------------- */
+
+/* The policy header used by most cases: the first rule starts on line 5, column 7. */
+#define HEAD "version: 1\nprofiles:\n  p:\n    rules:\n"
+#define RULE(host) \
+	"    - host: " host "\n      tier: passthrough\n      owner: o\n      reason: r\n"
+#define MINIMAL HEAD RULE("a.test")
+
 /* --- a test's state ---------------------------------------------------------------------- */
 
 /*
@@ -256,6 +278,28 @@ static inline const char *policytest_at(const char *name, const char *yaml, cons
 				policytest_at("t.yaml", y_, (needle), (msg))); \
 	} while (0)
 
+/* A policy refused at the first <needle> of its text with <msg>. */
+struct refusal {
+	const char *yaml;
+	const char *needle;
+	const char *msg;
+};
+
+/* Each of the <n> policies of <cases> is refused as it says. */
+static inline void expect_refusals(const struct refusal *cases, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		expect_error_at_needle(cases[i].yaml, cases[i].needle, cases[i].msg);
+}
+
+/* cfg's daemon.ingress listen, public_url and prefix (NULL: unset). */
+static inline void expect_daemon(const char *listen, const char *public_url, const char *prefix)
+{
+	ck_assert_pstr_eq(cfg.ingress_listen, listen);
+	ck_assert_pstr_eq(cfg.ingress_public_url, public_url);
+	ck_assert_pstr_eq(cfg.ingress_prefix, prefix);
+}
+
 #define count_allocations(yaml) count_allocations_at(__LINE__, (yaml))
 
 /* Asserts that <yaml> loads (as expect_ok_at); returns how many allocations the load made. */
@@ -323,6 +367,15 @@ static inline struct verdict decide_port(uint32_t profile, const char *host, uin
 static inline struct verdict decide(uint32_t profile, const char *host)
 {
 	return decide_port(profile, host, 443);
+}
+
+/* Asserts that <l> is {<rate>, <burst>, <concurrent>}. */
+static inline void expect_limits(struct verdict_limits l, uint32_t rate, uint32_t burst,
+				 uint32_t concurrent)
+{
+	ck_assert_uint_eq(l.requests_per_second, rate);
+	ck_assert_uint_eq(l.burst, burst);
+	ck_assert_uint_eq(l.concurrent, concurrent);
 }
 
 /* --- docs/policy.md ---------------------------------------------------------------------- */
