@@ -396,6 +396,8 @@ daemon:
   workers: %(workers)d
   tcp_listen: 127.0.0.1:%(tcp)d
   tcp_sandbox: bench
+  # One sandbox is all the bench measures: its share of the worker is the whole.
+  sandbox_share_percent: 100
 %(gateway)sresolver:
   # Loopback only: the system resolver's address must never see a query.
   servers: ["127.0.0.1:9"]
@@ -417,6 +419,7 @@ profiles:
         tier: inject
         owner: bench
         reason: nginx over TLS with a brokered key (scenario 6)
+        ports: [%(https)d]  # an inject rule's default is 443 alone
         inject: {header: Authorization, prefix: "Bearer ", placeholder: %(placeholder)s,
                  secret_file: %(w)s/secret.txt, require: true}
         upstream_ca: %(origin_ca)s
@@ -424,7 +427,7 @@ sandboxes: [{id: bench, profile: bench}]
 """ % {"sock": self.sock_dir, "w": self.work, "tcp": self.tcp_port, "name": ORIGIN_NAME,
        "workers": workers, "fake": FAKE_NAME, "body": json.dumps(FAKE_BODY), "tls": TLS_NAME,
        "placeholder": PLACEHOLDER, "origin_ca": self.origin_ca, "tag": tag,
-       "gateway": gateway, "profile_ingress": profile_ingress})
+       "gateway": gateway, "profile_ingress": profile_ingress, "https": self.https_port})
         self.daemon, self.daemon_out = self.start(
             [self.args.daemon, "--config", policy, "--workers", str(workers),
              "--ca-dir", self.ca_dir],

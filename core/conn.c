@@ -534,7 +534,7 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 	c->cfd = res;
 	c->ufd = -1;
 	c->sandbox = l->sandbox;
-	c->ingress_path_fd = -1;
+	c->connect_path_fd = -1;
 	c->state = ST_HEAD;
 	c->start_ms = w->now_ms;
 	c->active_ms = w->now_ms;
@@ -1170,9 +1170,9 @@ static void on_socket(struct conn *c, int res)
 
 static void on_connect(struct conn *c, int res)
 {
-	if (c->ingress_path_fd >= 0) {
-		close(c->ingress_path_fd); /* the connect has resolved the path */
-		c->ingress_path_fd = -1;
+	if (c->connect_path_fd >= 0) {
+		close(c->connect_path_fd); /* the connect has resolved the path it named */
+		c->connect_path_fd = -1;
 	}
 	if (c->state != ST_CONNECT)
 		return;

@@ -144,6 +144,9 @@ struct conn {
 	const char *rule;           /* borrowed from the policy snapshot */
 	const char *instruction;    /* borrowed from the policy snapshot */
 	const char *upstream_local; /* TIER_LOCAL: "host:port" to relay to, borrowed */
+	/* An O_PATH descriptor the upstream's Unix address names (/proc/self/fd/N: the
+	 * gateway's agent socket), held until the connect completes; -1: none. */
+	int32_t connect_path_fd;
 	uint64_t decision_id;
 	uint32_t requests;
 	uint32_t retry_after_s; /* the refusal's Retry-After, 0: the reason's default */
@@ -197,7 +200,6 @@ struct conn {
 	bool ingress_counted;    /* ... and counts in its sandbox's ingress_open */
 	uint8_t ingress_id_len;  /* 0: not routed (yet) */
 	uint16_t ingress_id_off; /* in the head buffer */
-	int32_t ingress_path_fd; /* O_PATH of the agent's socket while connecting, -1: none */
 	union conn_addr client;  /* the public client's address */
 } __attribute__((aligned(16)));
 

@@ -303,9 +303,9 @@ void ingress_connect(struct conn *c)
 	AN_ASSERT(c->ingress && c->ingress_id_len > 0 && c->head != NULL);
 	memcpy(id, c->head + c->ingress_id_off, c->ingress_id_len);
 	id[c->ingress_id_len] = '\0';
-	if (c->ingress_path_fd >= 0)
-		close(c->ingress_path_fd);
-	c->ingress_path_fd = -1;
+	if (c->connect_path_fd >= 0)
+		close(c->connect_path_fd);
+	c->connect_path_fd = -1;
 	size_t n = layout_sandbox_dir(cfg->socket_dir, id, path, sizeof(path)) == 0 ? strlen(path)
 										    : sizeof(path);
 	int fd = n + sizeof("/ingress.sock") <= sizeof(path)
@@ -320,7 +320,7 @@ void ingress_connect(struct conn *c)
 		respond(c, REASON_AGENT_NOT_LISTENING); /* no `agentsnet run` holds the sandbox */
 		return;
 	}
-	c->ingress_path_fd = fd;
+	c->connect_path_fd = fd;
 	struct sockaddr_un *sun = conn_unix(c);
 	memset(sun, 0, sizeof(*sun));
 	sun->sun_family = AF_UNIX;
@@ -418,9 +418,9 @@ static void gateway_unreachable(struct conn *c)
 /* The conn's end: the socket's O_PATH, and the request's place in `concurrent`. */
 static void gateway_end(struct conn *c)
 {
-	if (c->ingress_path_fd >= 0)
-		close(c->ingress_path_fd);
-	c->ingress_path_fd = -1;
+	if (c->connect_path_fd >= 0)
+		close(c->connect_path_fd);
+	c->connect_path_fd = -1;
 	ingress_release(c);
 }
 
