@@ -73,13 +73,20 @@ bool mask_readable_coding(const struct http1_response *r)
 {
 	for (uint32_t i = 0; i < r->header_count; i++) {
 		const struct http1_header *h = &r->headers[i];
-		if (!http1_name_is(h->name, h->name_len, "content-encoding"))
+		/* A content coding other than identity, or a transfer coding other than
+		 * chunked (gzip, deflate, compress, ...): the bytes are not the body's. */
+		const char *plain;
+		if (http1_name_is(h->name, h->name_len, "content-encoding"))
+			plain = "identity";
+		else if (http1_name_is(h->name, h->name_len, "transfer-encoding"))
+			plain = "chunked";
+		else
 			continue;
 		const char *p = h->value;
 		const char *elem;
 		size_t elem_len;
 		while (http1_list_next(&p, h->value + h->value_len, &elem, &elem_len)) {
-			if (!http1_name_is(elem, elem_len, "identity"))
+			if (!http1_name_is(elem, elem_len, plain))
 				return false;
 		}
 	}

@@ -49,10 +49,12 @@ uint32_t mask_relay_limit_chunked(char *buf, uint32_t from, uint32_t to,
 
 /*
  * Whether the body of response <r> is as the masker reads it: it names no
- * content coding but "identity" (Content-Encoding, RFC 9110 section 8.4). A
- * coded body (gzip, br, ...) would hide a copy of the secret from the
- * masker, so the inject tier, which asks for identity, refuses any other
- * answer (502 upstream_bad_response) before a byte of it reaches the agent.
+ * content coding but "identity" (Content-Encoding, RFC 9110 section 8.4) and
+ * no transfer coding but "chunked" (Transfer-Encoding, RFC 9112 section 6.1).
+ * A coded body (gzip, br, ...), either way, would hide a copy of the secret
+ * from the masker, so the inject tier, which asks for identity, refuses any
+ * other answer (502 upstream_bad_response) before a byte of it reaches the
+ * agent.
  */
 bool mask_readable_coding(const struct http1_response *r);
 

@@ -13,6 +13,7 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /echo-split   chunked: the request's Authorization value echoed, split between two
                        chunks in its middle (and each chunk sent on its own)
     GET  /gzip-echo    the request's Authorization value gzip-compressed, whatever was asked
+    GET  /te-gzip-echo the same as a transfer coding: Transfer-Encoding: gzip, chunked
     GET  /bad-chunk    chunked: a good chunk, a pause, then a chunk whose size line is not hex
     GET  /hold?tail=HEX  Content-Length framed: 32 bytes of "x" and the bytes HEX names, then
                        HOLD_PAUSE_S of nothing, then "end"
@@ -296,6 +297,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
         self.answered = 200
+
+    def send_te_gzip_echo(self):
+        """The Authorization value gzip-compressed as a transfer coding before chunked:
+        the same hiding as Content-Encoding, in the framing instead."""
+        body = gzip.compress(b"auth: " + self.headers.get("Authorization", "").encode())
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                         b"Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+                         b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        self.wfile.flush()
+        self.answered = 200
+        self.close_connection = True
 
     def send_bad_chunk(self):
         """A chunked body that goes wrong after a good chunk: a proxy must relay nothing of
@@ -668,6 +680,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_echo_split()
         elif path == "/gzip-echo" and self.command == "GET":
             self.send_gzip_echo()
+        elif path == "/te-gzip-echo" and self.command == "GET":
+            self.send_te_gzip_echo()
         elif path == "/bad-chunk" and self.command == "GET":
             self.send_bad_chunk()
         elif path == "/hold" and self.command == "GET":

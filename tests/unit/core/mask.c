@@ -146,6 +146,12 @@ START_TEST(test_readable_coding)
 	ck_assert(!readable("HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\n"
 			    "Content-Encoding: deflate\r\n\r\n"));
 	ck_assert(!readable("HTTP/1.1 200 OK\r\nContent-Encoding: x-identity\r\n\r\n"));
+	/* Transfer codings: chunked alone is read; gzip before it, or alone, is not. */
+	ck_assert(readable("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"));
+	ck_assert(readable("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n"));
+	ck_assert(!readable("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"));
+	ck_assert(!readable("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"));
+	ck_assert(!readable("HTTP/1.1 200 OK\r\nTransfer-Encoding: deflate,chunked\r\n\r\n"));
 }
 END_TEST
 
