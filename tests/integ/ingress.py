@@ -942,10 +942,25 @@ class Tests(Pass):
             if got:
                 errs.append("the agent saw requests over the limit: %r" % [
                     (g.get("method"), g.get("path"), g.get("body_len")) for g in got])
+            # Chunked, the cap counted as it streams: the head has gone to the agent, the
+            # body is cut at the cap, the client answered 413 at once (not a silent close),
+            # and the agent never gets the request whole.
+            target = self.target("a", "/body-over-chunked")
+            chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body) + 1, body + b"x")
+            r = self.send(build("POST", target, self.host(), [("Transfer-Encoding", "chunked")],
+                                body=chunked, length=False), "POST",
+                          {"sandbox": self.sid["a"], "method": "POST", "path": target})
+            errs += ["a chunked body of %d bytes: %s" % (BODY_BYTES + 1, e)
+                     for e in refusal(r, 413, "body_too_large")]
+            time.sleep(0.3)
+            whole = [g for g in self.seen("a")[before:] if g.get("body_len") == BODY_BYTES + 1]
+            if whole:
+                errs.append("the agent got the chunked body over the limit whole: %r" % whole)
             return errs
 
         self.timed("a Content-Length over body_bytes (%d+1, 10^12, sent or not): 413 "
-                   "body_too_large and the agent saw no request; exactly %d reaches it"
+                   "body_too_large and the agent saw no request; exactly %d reaches it; a "
+                   "chunked body over it: 413 at once, never whole at the agent"
                    % (BODY_BYTES, BODY_BYTES), body_limit)
 
     def t_escape(self):
