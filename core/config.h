@@ -53,6 +53,11 @@ struct config {
 	uint32_t connect_timeout_ms;
 	uint32_t dns_timeout_ms;
 	uint32_t idle_timeout_ms;
+	/* A request body that sends nothing for this long: 408 while no answer began. */
+	uint32_t body_timeout_ms;
+	/* An upstream that sends no response head for this long once the request is
+	 * out: 504 upstream_timeout. */
+	uint32_t response_timeout_ms;
 	/* The uids (and gids) given to root's sandboxes, one each: first..first + count - 1. */
 	uint32_t sandbox_uid_first;
 	uint32_t sandbox_uid_count;

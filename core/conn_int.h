@@ -368,6 +368,8 @@ void tunnel_buffers(struct conn *c);
 /* core/forward.c */
 /* Absolute-form forwarding and the gateway's requests: ST_FORWARD. */
 extern const struct conn_mode forward_mode;
+/* ST_FORWARD's deadlines (body_ms, response_ms, idle_ms): forward_mode's and the gateway's. */
+bool fwd_timer(struct conn *c);
 /* The absolute-form request is connected: its origin-form head goes up. */
 void forward_start(struct conn *c);
 /* Moves the request on: the head, early data, then body as it arrives. */

@@ -150,6 +150,57 @@ static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
 	return m;
 }
 
+/*
+ * The exchange's deadlines, from its last I/O (c->active_ms): while the
+ * request body is still due, body_ms (it stalled); once the request is out
+ * and no response head came, response_ms (the upstream is not answering);
+ * idle_ms always. Returns the milliseconds left to the nearest, 0 when one
+ * has passed, and that one in *<why> (REASON_NONE: idle).
+ */
+static uint64_t fwd_deadline(const struct conn *c, enum reason *why)
+{
+	const struct config *cfg = c->w->e->cfg;
+	uint64_t quiet = c->w->now_ms - c->active_ms;
+	uint64_t limit = cfg->idle_timeout_ms;
+
+	*why = REASON_NONE;
+	if (!c->req_done && cfg->body_timeout_ms <= limit) {
+		limit = cfg->body_timeout_ms;
+		*why = REASON_REQUEST_TIMEOUT;
+	} else if (c->req_done && !c->resp_head_done && cfg->response_timeout_ms <= limit) {
+		limit = cfg->response_timeout_ms;
+		*why = REASON_UPSTREAM_TIMEOUT;
+	} else if (c->req_done && !c->resp_head_done) {
+		*why = REASON_UPSTREAM_TIMEOUT; /* idle first: still no answer */
+	}
+	return quiet >= limit ? 0 : limit - quiet;
+}
+
+/*
+ * forward_mode's timer: a deadline passed is answered while the protocol
+ * still allows it, 408 request_timeout for a stalled body, 504
+ * upstream_timeout for a response head that never came (audited through
+ * respond); once the response began, the connection closes. Else the timer
+ * is armed again for the nearest deadline. Always the mode's own.
+ */
+bool fwd_timer(struct conn *c)
+{
+	enum reason why;
+	uint64_t left = fwd_deadline(c, &why);
+
+	if (left > 0) {
+		timer_arm(c->w->timers, &c->timer, (uint32_t)left);
+		return true;
+	}
+	c->flags |= F_NO_KEEPALIVE;
+	c->keep_alive = false;
+	if (why == REASON_NONE || c->resp_head_done)
+		conn_close(c);
+	else
+		respond(c, why);
+	return true;
+}
+
 void forward_start(struct conn *c)
 {
 	struct http1_request req;
@@ -158,7 +209,6 @@ void forward_start(struct conn *c)
 	c->state = ST_FORWARD;
 	c->reason = REASON_NONE;
 	head_recv_stop(c);
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	/* Re-parse: the head buffer is unchanged, so this cannot fail. */
 	ssize_t n = http1_parse_request(c->head, c->head_len, &req, &why);
 	AN_ASSERT(n == (ssize_t)c->head_len);
@@ -182,6 +232,8 @@ void forward_start(struct conn *c)
 	memset(&c->resp_chunks, 0, sizeof(c->resp_chunks));
 	c->up.state = R_IDLE;
 	c->down.state = R_IDLE;
+	c->active_ms = c->w->now_ms;
+	timer_arm(c->w->timers, &c->timer, (uint32_t)fwd_deadline(c, &why));
 	fwd_up_step(c);
 	fwd_down_recv(c);
 }
@@ -551,4 +603,5 @@ const struct conn_mode forward_mode = {
 	.io = fwd_io,
 	.buffers = fwd_buffers,
 	.early = fwd_up_step,
+	.timer = fwd_timer,
 };

@@ -436,6 +436,7 @@ const struct conn_mode gateway_mode = {
 	.io = fwd_io,
 	.buffers = fwd_buffers,
 	.early = fwd_up_step,
+	.timer = fwd_timer,
 	.end = gateway_end,
 	.head_prefix = gateway_head_prefix,
 	.decide = ingress_decide,

@@ -72,10 +72,12 @@
 #define LIMITS_PIPE_BYTES               (512u * 1024u)
 
 /* Timeouts (milliseconds). */
-#define LIMITS_HEAD_TIMEOUT_MS_DEFAULT    10000u
-#define LIMITS_CONNECT_TIMEOUT_MS_DEFAULT 10000u
-#define LIMITS_DNS_TIMEOUT_MS_DEFAULT     5000u
-#define LIMITS_IDLE_TIMEOUT_MS_DEFAULT    300000u
+#define LIMITS_HEAD_TIMEOUT_MS_DEFAULT     10000u
+#define LIMITS_CONNECT_TIMEOUT_MS_DEFAULT  10000u
+#define LIMITS_DNS_TIMEOUT_MS_DEFAULT      5000u
+#define LIMITS_IDLE_TIMEOUT_MS_DEFAULT     300000u
+#define LIMITS_BODY_TIMEOUT_MS_DEFAULT     30000u
+#define LIMITS_RESPONSE_TIMEOUT_MS_DEFAULT 300000u
 /*
  * The inject tier holds back the tail of what it read that could begin a copy
  * of the secret, whatever it is, until the next read or this long (in timer

@@ -12,6 +12,7 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /cut          Content-Length: 1000, then 10 bytes, then the connection closed
     GET  /echo-split   chunked: the request's Authorization value echoed, split between two
                        chunks in its middle (and each chunk sent on its own)
+    GET  /stall        waits 6 s before its head (a proxy's response deadline passes first)
     GET  /gzip-echo    the request's Authorization value gzip-compressed, whatever was asked
     GET  /te-gzip-echo the same as a transfer coding: Transfer-Encoding: gzip, chunked
     GET  /bad-chunk    chunked: a good chunk, a pause, then a chunk whose size line is not hex
@@ -678,6 +679,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_cut()
         elif path == "/echo-split" and self.command == "GET":
             self.send_echo_split()
+        elif path == "/stall" and self.command == "GET":
+            time.sleep(6)  # past the proxy's response deadline: it answers 504 first
+            self.send_json(200, {"path": "/stall"})
         elif path == "/gzip-echo" and self.command == "GET":
             self.send_gzip_echo()
         elif path == "/te-gzip-echo" and self.command == "GET":

@@ -269,7 +269,9 @@ static void settings_compare(const struct config *run, const struct config *fres
 		{ "daemon timeouts", run->head_timeout_ms != fresh->head_timeout_ms ||
 					 run->connect_timeout_ms != fresh->connect_timeout_ms ||
 					 run->dns_timeout_ms != fresh->dns_timeout_ms ||
-					 run->idle_timeout_ms != fresh->idle_timeout_ms },
+					 run->idle_timeout_ms != fresh->idle_timeout_ms ||
+					 run->body_timeout_ms != fresh->body_timeout_ms ||
+					 run->response_timeout_ms != fresh->response_timeout_ms },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(settings); i++) {
 		if (settings[i].differs)

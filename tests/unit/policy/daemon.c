@@ -96,6 +96,9 @@ START_TEST(test_daemon_limits)
 		  offsetof(struct config, connect_timeout_ms) },
 		{ "timeouts: {dns_ms", "}", 1, 3600000, offsetof(struct config, dns_timeout_ms) },
 		{ "timeouts: {idle_ms", "}", 1, 3600000, offsetof(struct config, idle_timeout_ms) },
+		{ "timeouts: {body_ms", "}", 1, 3600000, offsetof(struct config, body_timeout_ms) },
+		{ "timeouts: {response_ms", "}", 1, 3600000,
+		  offsetof(struct config, response_timeout_ms) },
 		{ "leaf_days", "", 1, 397, offsetof(struct config, leaf_days) },
 	};
 
@@ -119,6 +122,8 @@ START_TEST(test_daemon_settings)
 	ck_assert_str_eq(cfg.tcp_sandbox, "b");
 	ck_assert_uint_eq(cfg.idle_timeout_ms, 7);
 	ck_assert_uint_eq(cfg.head_timeout_ms, LIMITS_HEAD_TIMEOUT_MS_DEFAULT);
+	ck_assert_uint_eq(cfg.body_timeout_ms, LIMITS_BODY_TIMEOUT_MS_DEFAULT);
+	ck_assert_uint_eq(cfg.response_timeout_ms, LIMITS_RESPONSE_TIMEOUT_MS_DEFAULT);
 	ck_assert_ptr_null(cfg.control_group);
 	expect_ok(MINIMAL "daemon:\n  control_group: agentsnet-ops\n");
 	ck_assert_str_eq(cfg.control_group, "agentsnet-ops");
