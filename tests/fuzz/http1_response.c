@@ -15,7 +15,8 @@
  *     reading of RFC 9110 section 7.6.1 (as the header words it) calls
  *     hop-by-hop, and nothing in a 101;
  *   - the output's fields are the unmarked input fields in order, byte for
- *     byte, then our Connection field; none of them is hop-by-hop;
+ *     byte, then our Connection field; none of them is hop-by-hop, and none
+ *     is in the proxy's own namespace (X-Agent-*, any case);
  *   - the output parses again to the same status, phrase and body framing,
  *     with keep_alive as our argument says (every received Connection field
  *     is dropped, so nothing else can speak; a 101 keeps its own), and a
@@ -31,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/an.h"
 #include "core/http1.h"
@@ -329,6 +331,10 @@ static void check_input(const char *buf, size_t len, struct rewrite *rw, struct 
 	AN_ASSERT(in->reason != NULL);
 	http1_response_hop_by_hop(in, drop);
 	check_marks(in, drop);
+	/* The writer drops the proxy's own namespace too: no X-Agent-* from an upstream. */
+	for (uint32_t i = 0; i < in->header_count; i++)
+		drop[i] = drop[i] || (in->headers[i].name_len >= 8 &&
+				      strncasecmp(in->headers[i].name, "x-agent-", 8) == 0);
 	rw->in = in;
 	rw->drop = drop;
 	/* The proxy sends an interim response without Connection; a 101 keeps its own. */
