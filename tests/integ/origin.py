@@ -10,6 +10,7 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /sse-close    the same events, HTTP/1.1 with Connection: close and no length: the
                        body ends when the origin closes (TCP only, no TLS close_notify)
     GET  /cut          Content-Length: 1000, then 10 bytes, then the connection closed
+    GET  /cut-chunked  chunked: one chunk, then the connection reset (no last chunk)
     GET  /echo-split   chunked: the request's Authorization value echoed, split between two
                        chunks in its middle (and each chunk sent on its own)
     GET  /stall        waits 6 s before its head (a proxy's response deadline passes first)
@@ -77,6 +78,7 @@ import signal
 import socket
 import socketserver
 import ssl
+import struct
 import sys
 import threading
 import time
@@ -271,6 +273,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.answered = 200
         self.close_connection = True
         self.connection.shutdown(socket.SHUT_RDWR)
+
+    def send_cut_chunked(self):
+        """A chunked response reset after its first chunk (SO_LINGER 0: a RST, not a FIN):
+        no last chunk ever comes."""
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        self.wfile.flush()
+        time.sleep(0.2)
+        self.answered = 200
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                   struct.pack("ii", 1, 0))
+        self.connection.close()
 
     def send_echo_split(self):
         """The Authorization value, cut in two by the chunked framing: a masker that reads
@@ -677,6 +692,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_events_close()
         elif path == "/cut" and self.command == "GET":
             self.send_cut()
+        elif path == "/cut-chunked" and self.command == "GET":
+            self.send_cut_chunked()
         elif path == "/echo-split" and self.command == "GET":
             self.send_echo_split()
         elif path == "/stall" and self.command == "GET":

@@ -2785,6 +2785,17 @@ def inject_exchanges(t, ctx, path):
             or body != b"0123456789":
         errs.append("a response cut short: head %r, body %r; want 200, Content-Length 1000 "
                     "and only the 10 bytes sent" % (head[:80], body[-200:]))
+    # The same chunked, the upstream resetting its connection after the first chunk: the
+    # agent gets the head and that chunk, never a last chunk, then the end.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    ts.sendall(b"GET /cut-chunked HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    got = read_until_close(ts)
+    ts.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200 ") or b"chunked" not in head.lower() or \
+            body != b"5\r\nhello\r\n":
+        errs.append("a chunked response reset after its first chunk: head %r, body %r; want "
+                    "200 chunked, the one chunk and no last chunk" % (head[:80], body[-200:]))
     # A response head framed wrong (Content-Length and Transfer-Encoding), carrying an
     # X-Agent-Instruction: 502 upstream_bad_response, none of its bytes at the agent.
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
