@@ -78,8 +78,8 @@ const struct engine_sandbox *conn_sandbox(const struct conn *c)
 /* The id of the conn's sandbox as a string, in <buf> (CONFIG_SANDBOX_ID_BYTES_MAX) or static. */
 static const char *conn_sandbox_id(const struct conn *c, char *buf)
 {
-	if (c->mode != NULL && c->mode->sandbox_id != NULL)
-		return c->mode->sandbox_id(c, buf);
+	if (c->front != NULL && c->front->sandbox_id != NULL)
+		return c->front->sandbox_id(c, buf);
 	return conn_sandbox(c)->id;
 }
 
@@ -134,7 +134,7 @@ void audit_decision(struct conn *c, bool allowed, uint16_t status)
 
 	c->decision_id = audit_next_id(ar);
 	c->status = status;
-	if (c->mode != NULL && c->mode->record_at_end) {
+	if (c->front != NULL && c->front->record_at_end) {
 		c->reason = allowed ? (uint8_t)REASON_NONE : c->reason;
 		return; /* the request's one record is written when it ends: close_record */
 	}
@@ -160,8 +160,8 @@ static void audit_close_record(struct conn *c)
 {
 	struct audit_ring *ar = c->w->audit;
 
-	if (c->mode != NULL && c->mode->close_record != NULL) {
-		c->mode->close_record(c);
+	if (c->front != NULL && c->front->close_record != NULL) {
+		c->front->close_record(c);
 		return;
 	}
 	struct audit_record *rec = audit_claim(ar);
@@ -316,7 +316,9 @@ static void conn_maybe_free(struct conn *c)
 		return;
 	/* Only now, with no op of ours left to resolve them, may the slots be reused. */
 	if (c->mode != NULL && c->mode->end != NULL)
-		c->mode->end(c); /* an upstream it may park, what it counts */
+		c->mode->end(c); /* an upstream it may park */
+	if (c->front != NULL && c->front->end != NULL)
+		c->front->end(c); /* what it counts */
 	if (c->cfd >= 0)
 		close_slot(c, &c->cfd);
 	if (c->ufd >= 0)
@@ -546,8 +548,8 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		c->flags |= F_TCP_CLIENT;
 		set_nodelay(c, OP_NODELAY_C, c->cfd);
 	}
-	if (c->mode != NULL && c->mode->accepted != NULL) {
-		c->mode->accepted(c);
+	if (c->front != NULL && c->front->accepted != NULL) {
+		c->front->accepted(c);
 		return;
 	}
 	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
@@ -950,15 +952,15 @@ void head_parse(struct conn *c)
 	struct http1_request req;
 	enum reason why = REASON_BAD_REQUEST;
 
-	if (c->mode != NULL && c->mode->head_prefix != NULL && !c->mode->head_prefix(c))
+	if (c->front != NULL && c->front->head_prefix != NULL && !c->front->head_prefix(c))
 		return;
 	ssize_t n = http1_parse_request(c->head, c->head_fill, &req, &why);
 	if (n == -EAGAIN)
 		return;
 	timer_disarm(c->w->timers, &c->timer);
 	if (n < 0) {
-		if (c->mode != NULL && c->mode->request_refused != NULL)
-			c->mode->request_refused(c);
+		if (c->front != NULL && c->front->request_refused != NULL)
+			c->front->request_refused(c);
 		c->host_len = 0;
 		c->method_len = 0;
 		c->path_len = 0;
@@ -971,8 +973,8 @@ void head_parse(struct conn *c)
 	}
 	c->head_len = (uint32_t)n;
 	c->early_off = 0;
-	if (c->mode != NULL && c->mode->decide != NULL)
-		c->mode->decide(c, &req);
+	if (c->front != NULL && c->front->decide != NULL)
+		c->front->decide(c, &req);
 	else
 		decide(c, &req);
 }
@@ -1122,8 +1124,8 @@ void connect_next(struct conn *c)
 	if (c->addr_next >= c->addr_count) {
 		bool timed_out = c->connect_err == -ETIMEDOUT || c->connect_err == -ECANCELED;
 		c->addr_next = 0;
-		if (c->mode != NULL && c->mode->unreachable != NULL)
-			c->mode->unreachable(c);
+		if (c->front != NULL && c->front->unreachable != NULL)
+			c->front->unreachable(c);
 		else
 			respond(c,
 				timed_out ? REASON_UPSTREAM_TIMEOUT : REASON_UPSTREAM_UNREACHABLE);
@@ -1423,8 +1425,8 @@ void conn_on_timer(struct conn *c)
 		if (c->head_fill == 0) {
 			conn_close(c); /* idle keep-alive, or a client that never spoke */
 		} else {
-			if (c->mode != NULL && c->mode->request_refused != NULL)
-				c->mode->request_refused(c);
+			if (c->front != NULL && c->front->request_refused != NULL)
+				c->front->request_refused(c);
 			respond(c, REASON_REQUEST_TIMEOUT);
 		}
 		break;

@@ -68,6 +68,7 @@ struct conn {
 	/* What runs it in TUNNEL, FORWARD or TERM: chosen with the request's
 	 * tier, before the connect (core/conn_int.h). */
 	const struct conn_mode *mode;
+	const struct conn_front *front; /* NULL: a sandbox's listener's conn */
 	uint64_t id;
 	uint32_t ops;     /* bit per operation kind in flight */
 	uint16_t cancels; /* cancel SQEs in flight */

@@ -109,18 +109,16 @@ enum { DIR_UP = 0, DIR_DOWN = 1 };
 #define F_UNIX_UP      0x80u /* the local upstream is a Unix socket, in c->addrs (conn_unix) */
 
 /*
- * A connection mode: what runs a conn once its request is decided, behind one
- * table, so that the spine names no mode (nginx's upstream process_header,
- * HAProxy's mux_ops). One const instance per mode, in the mode's file; c->mode
- * is set where the mode is chosen (core/modes.c; ingress_decide) or handed
- * over (a gateway request upgraded to a tunnel), always before the conn enters
- * <state>. The gateway's conns get theirs at the accept (conn_mode_accepted):
- * what the gateway does differently from the first byte on (the PROXY header,
- * routing by path, one record per request) is in the hooks marked "any state".
- * The spine calls the other hooks only while c->state is the mode's <state>
- * (conn_in_mode), and connected only from ST_CONNECT. A NULL hook means the
- * spine's own behaviour, as said for each. Adding a mode: its instance below,
- * the state it runs in, and a case in core/modes.c.
+ * A connection mode: what runs a conn's exchange once its request is decided,
+ * behind one table, so that the spine names no mode (nginx's upstream
+ * process_header, HAProxy's mux_ops). One const instance per mode, in the
+ * mode's file; c->mode is set where the mode is chosen (core/modes.c,
+ * ingress_decide) or handed over (a gateway request upgraded to a tunnel),
+ * always before the conn enters <state>. The spine calls the hooks only while
+ * c->state is the mode's <state> (conn_in_mode), connected only from
+ * ST_CONNECT, end at any state. A NULL hook means the spine's own behaviour,
+ * as said for each. Adding a mode: its instance below, the state it runs in,
+ * and a case in core/modes.c.
  */
 struct conn_mode {
 	uint8_t state; /* ST_TUNNEL, ST_FORWARD or ST_TERM */
@@ -149,28 +147,43 @@ struct conn_mode {
 	bool (*pooled)(struct conn *c);
 	/* Any state: the conn ends, no op of its own in flight, its slots still open. */
 	void (*end)(struct conn *c);
-	/* Any state: the conn is accepted and set up; starts it instead of reading a head. */
+};
+
+/*
+ * A connection front: what a listener's conns do differently from the first
+ * byte on, whatever mode runs their exchanges: the gateway's (the PROXY
+ * header, routing by path, one record per request, the agent's socket as the
+ * upstream) and the TLS front of its public listener. Set at the accept
+ * (conn_mode_accepted) and never changed; NULL for a sandbox's listener,
+ * whose conns are the spine's. Every hook is called at any state; NULL means
+ * the spine's own behaviour, as said for each.
+ */
+struct conn_front {
+	/* The conn ends, after its mode's end: no op of its own in flight, its slots open. */
+	void (*end)(struct conn *c);
+	/* The conn is accepted and set up; starts it instead of reading a head. */
 	void (*accepted)(struct conn *c);
-	/* Any state: the head buffer holds the client's next bytes; consumes what comes
-	 * before a head. True when a head may follow; false to wait, or closed. */
+	/* The head buffer holds the client's next bytes; consumes what comes before a
+	 * head. True when a head may follow; false to wait, or closed. */
 	bool (*head_prefix)(struct conn *c);
-	/* Any state: decides parsed request <req> instead of the spine's decide. */
+	/* Decides parsed request <req> instead of the spine's decide. */
 	void (*decide)(struct conn *c, const struct http1_request *req);
-	/* Any state: a request is refused before it is decided (a bad or late head). */
+	/* A request is refused before it is decided (a bad or late head). */
 	void (*request_refused)(struct conn *c);
-	/* Any state: no address of the upstream is left to try; answers or closes. */
+	/* No address of the upstream is left to try; answers or closes. */
 	void (*unreachable)(struct conn *c);
-	/* Any state: the sandbox's id for answers and records, in <buf>
+	/* the sandbox's id for answers and records, in <buf>
 	 * (CONFIG_SANDBOX_ID_BYTES_MAX) or static. NULL: the accepting sandbox's. */
 	const char *(*sandbox_id)(const struct conn *c, char *buf);
-	/* Any state: writes the conn's close record instead of the spine's. */
+	/* Writes the conn's close record instead of the spine's. */
 	void (*close_record)(struct conn *c);
-	/* Any state: a request's decision writes no record; close_record writes its one. */
+	/* A request's decision writes no record; close_record writes its one. */
 	bool record_at_end;
 };
 
 /* core/modes.c: which mode serves a conn. */
-/* A conn accepted on <l>: sets the mode of a gateway listener's conn; false for a sandbox's. */
+/* A conn accepted on <l>: sets a gateway listener's conn's front (and the TLS front's
+ * mode); false for a sandbox's listener, whose conns have none. */
 bool conn_mode_accepted(struct conn *c, const struct worker_listener *l);
 /*
  * Request <req> is allowed by <v>: sets the mode that serves it (c->mode and
@@ -352,8 +365,6 @@ extern const struct conn_mode tunnel_mode;
 uint32_t early_peek(struct conn *c, const char **p);
 /* Marks <n> early bytes consumed (sent, or counted as body). */
 void early_consume(struct conn *c, uint32_t n);
-/* Sends the up relay's prelude (early data); once it is out, arms the relay. */
-void up_prelude_step(struct conn *c);
 /*
  * Starts the relay both ways (core/tunnel.c): the <len> bytes at <reply> (the
  * CONNECT's 200, the gateway's 101 head) go to the client first, then each
@@ -361,22 +372,11 @@ void up_prelude_step(struct conn *c);
  */
 void tunnel_relay_start(struct conn *c, const char *reply, uint32_t len);
 
-/* tunnel_mode's io and buffers, which the gateway's upgraded requests share. */
-void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags);
-void tunnel_buffers(struct conn *c);
-
 /* core/forward.c */
 /* Absolute-form forwarding and the gateway's requests: ST_FORWARD. */
 extern const struct conn_mode forward_mode;
-/* ST_FORWARD's deadlines (body_ms, response_ms, idle_ms): forward_mode's and the gateway's. */
-bool fwd_timer(struct conn *c);
 /* The absolute-form request is connected: its origin-form head goes up. */
 void forward_start(struct conn *c);
-/* Moves the request on: the head, early data, then body as it arrives. */
-void fwd_up_step(struct conn *c);
-/* forward_mode's io and buffers, which the gateway's requests share. */
-void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags);
-void fwd_buffers(struct conn *c);
 /*
  * Rewrites the response head <resp>, the <n> bytes at <at> in c->resp, as
  * the proxy forwards it; c->resp_fill grows by at most
@@ -442,11 +442,12 @@ void inject_request(struct conn *c, const struct http1_request *req, size_t head
 void inject_recv_arm(struct conn *c);
 
 /* core/gateway.c */
-/* A gateway conn, from its accept: its requests forwarded to a sandbox, ST_FORWARD. */
-extern const struct conn_mode gateway_mode;
-/* A gateway request the agent switched protocols on (101): a tunnel, ST_TUNNEL. */
-extern const struct conn_mode gateway_upgraded_mode;
-/* The public listener's TLS front: ST_TERM, relaying plaintext to the internal socket. */
+/* A gateway conn, from its accept: its requests routed to a sandbox's agent (they run on
+ * forward_mode, and tunnel_mode once the agent switched protocols). */
+extern const struct conn_front gateway_front;
+/* The public listener's TLS front: its conns only decrypt, relaying plaintext to the
+ * internal socket, in gateway_tls_mode (ST_TERM). */
+extern const struct conn_front gateway_tls_front;
 extern const struct conn_mode gateway_tls_mode;
 /*
  * A conn accepted on <l>, the public listener, its TLS form or the internal

@@ -29,6 +29,7 @@
 #include "core/timer.h"
 
 static void request_finish(struct conn *c);
+static void fwd_up_step(struct conn *c);
 static void fwd_down_recv(struct conn *c);
 static void req_body_refused(struct conn *c);
 
@@ -183,7 +184,7 @@ static uint64_t fwd_deadline(const struct conn *c, enum reason *why)
  * respond); once the response began, the connection closes. Else the timer
  * is armed again for the nearest deadline. Always the mode's own.
  */
-bool fwd_timer(struct conn *c)
+static bool fwd_timer(struct conn *c)
 {
 	enum reason why;
 	uint64_t left = fwd_deadline(c, &why);
@@ -238,7 +239,7 @@ void forward_start(struct conn *c)
 	fwd_down_recv(c);
 }
 
-void fwd_up_step(struct conn *c)
+static void fwd_up_step(struct conn *c)
 {
 	struct relay *r = &c->up;
 
@@ -576,7 +577,7 @@ static void request_finish(struct conn *c)
 		head_parse(c);
 }
 
-void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+static void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
 	(void)cqe_flags;
 	c->active_ms = c->w->now_ms;
@@ -589,7 +590,7 @@ void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 }
 
 /* Buffers are back: the body or response receive that waited for one goes on. */
-void fwd_buffers(struct conn *c)
+static void fwd_buffers(struct conn *c)
 {
 	if (c->up.state == R_IDLE)
 		fwd_up_step(c);

@@ -10,9 +10,9 @@
  *
  * With TLS on the public listener a first conn only decrypts and hands the
  * plaintext to a second one over the internal socket (the second part of
- * this file). A gateway listener's conn gets its mode at the accept
+ * this file). A gateway listener's conn gets its front at the accept
  * (ingress_accepted, from core/modes.c); the spine then calls in here through
- * gateway_mode's hooks: the PROXY header before the head (gateway_head_prefix),
+ * gateway_front's hooks: the PROXY header before the head (gateway_head_prefix),
  * the request's decision (ingress_decide) and its record (ingress_audit).
  */
 #include "core/conn_int.h"
@@ -49,14 +49,16 @@ void ingress_accepted(struct conn *c, const struct worker_listener *l)
 	if (l->internal) {
 		c->ingress = true;
 		c->ingress_proxied = true;
-		c->mode = &gateway_mode;
+		c->front = &gateway_front;
 		return;
 	}
 	c->ingress_tls = l->w->e->ingress_tls;
 	c->ingress = !c->ingress_tls;
 	size_t n = l->peer_len < sizeof(c->client) ? l->peer_len : sizeof(c->client);
 	memcpy(&c->client, &l->peer, n);
-	c->mode = c->ingress_tls ? &gateway_tls_mode : &gateway_mode;
+	c->front = c->ingress_tls ? &gateway_tls_front : &gateway_front;
+	if (c->ingress_tls)
+		c->mode = &gateway_tls_mode; /* it connects at the accept: tlsrelay_connect */
 }
 
 /*
@@ -280,7 +282,7 @@ void ingress_decide(struct conn *c, const struct http1_request *req)
 	c->flags &= (uint8_t)~F_REUSABLE;
 	c->upstream_key = key;
 	c->reused_upstream = c->ufd >= 0;
-	c->mode = &gateway_mode;
+	c->mode = &forward_mode;
 	if (c->ufd >= 0)
 		forward_start(c);
 	else
@@ -384,7 +386,7 @@ void ingress_upgraded(struct conn *c)
 	}
 	audit_decision(c, true, 101);
 	c->state = ST_TUNNEL;
-	c->mode = &gateway_upgraded_mode;
+	c->mode = &tunnel_mode;
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	tunnel_relay_start(c, c->resp, c->resp_fill);
 }
@@ -425,33 +427,13 @@ static void gateway_end(struct conn *c)
 }
 
 /*
- * The gateway's requests run on forwarding (core/forward.c) and, once
- * upgraded, on the tunnel (core/tunnel.c); what makes them the gateway's is
- * from the accept on: the PROXY header, routing by path, one record per
- * request written when it ends, the agent's socket as the upstream.
+ * The gateway's requests run on forwarding (forward_mode, core/forward.c) and,
+ * once upgraded, on the tunnel (tunnel_mode, core/tunnel.c); what makes them
+ * the gateway's is this front, from the accept on: the PROXY header, routing
+ * by path, one record per request written when it ends, the agent's socket
+ * as the upstream.
  */
-const struct conn_mode gateway_mode = {
-	.state = ST_FORWARD,
-	.connected = forward_start,
-	.io = fwd_io,
-	.buffers = fwd_buffers,
-	.early = fwd_up_step,
-	.timer = fwd_timer,
-	.end = gateway_end,
-	.head_prefix = gateway_head_prefix,
-	.decide = ingress_decide,
-	.request_refused = ingress_begin,
-	.unreachable = gateway_unreachable,
-	.sandbox_id = gateway_sandbox_id,
-	.close_record = ingress_audit,
-	.record_at_end = true,
-};
-
-const struct conn_mode gateway_upgraded_mode = {
-	.state = ST_TUNNEL,
-	.io = on_relay,
-	.buffers = tunnel_buffers,
-	.early = up_prelude_step,
+const struct conn_front gateway_front = {
 	.end = gateway_end,
 	.head_prefix = gateway_head_prefix,
 	.decide = ingress_decide,
@@ -663,6 +645,9 @@ const struct conn_mode gateway_tls_mode = {
 	.pump = tlsrelay_pump,
 	.client_data = term_client_data,
 	.client_eof = term_eof,
+};
+
+const struct conn_front gateway_tls_front = {
 	.accepted = tlsrelay_connect,
 	.unreachable = tlsrelay_unreachable,
 	.sandbox_id = tlsrelay_sandbox_id,

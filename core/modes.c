@@ -1,12 +1,15 @@
 /*
- * Which mode serves a conn: the one place that maps a listener's kind and a
- * verdict's tier to a struct conn_mode (core/conn_int.h). The spine asks here
- * at the accept and once a request is allowed, and names no tier or mode
- * itself; a new tier is a mode file and a case here.
+ * Which mode serves a conn: the one place that maps a listener's kind to a
+ * struct conn_front and a verdict's tier to a struct conn_mode
+ * (core/conn_int.h). The spine asks here at the accept and once a request is
+ * allowed, and names no tier, front or mode itself; a new tier is a mode file
+ * and a case here.
  *
- *   listener            tier          request form   mode
- *   gateway (public)    -             -              gateway_mode, gateway_tls_mode
- *   gateway (internal)  -             -              gateway_mode
+ *   listener            tier          request form   front, mode
+ *   gateway (public)    -             -              gateway_front: forward_mode (tunnel_mode
+ *                                                    after a 101); with TLS gateway_tls_front,
+ *                                                    gateway_tls_mode
+ *   gateway (internal)  -             -              gateway_front: forward_mode, tunnel_mode
  *   sandbox, tcp        passthrough   CONNECT        tunnel_mode
  *                       local         absolute       forward_mode
  *                       fake          CONNECT        fake_mode (terminated)

@@ -31,6 +31,7 @@
 #include "core/timer.h"
 
 static void relay_arm(struct conn *c, int dir);
+static void up_prelude_step(struct conn *c);
 
 /*
  * A splice-in of at least this much means the source is streaming: the relay
@@ -94,7 +95,7 @@ void early_consume(struct conn *c, uint32_t n)
 	early_advance(c, n);
 }
 
-void up_prelude_step(struct conn *c)
+static void up_prelude_step(struct conn *c)
 {
 	struct relay *r = &c->up;
 
@@ -179,7 +180,7 @@ static void relay_maybe_done(struct conn *c)
 		conn_close(c);
 }
 
-void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
+static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
 	struct relay *r = relay_of(c, dir);
 	struct worker *w = c->w;
@@ -309,7 +310,7 @@ void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags
 }
 
 /* Buffers are back: each relay that waited for one (idle, holding nothing) is re-armed. */
-void tunnel_buffers(struct conn *c)
+static void tunnel_buffers(struct conn *c)
 {
 	for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
 		struct relay *r = relay_of(c, dir);
