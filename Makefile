@@ -34,7 +34,7 @@ SAN_OBJ := $(LIB_SRC:%.c=build/san/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=build/san/tests/unit/%)
 LOADGEN_BIN := build/rel/bench/loadgen
 
-.PHONY: all lint test check demo bench fuzz deps clean unit integ
+.PHONY: all lint test check demo bench fuzz fuzz-short deps clean unit integ
 .DEFAULT_GOAL := all
 
 all: build/rel/agentsnetd build/san/agentsnetd build/rel/agentsnet build/san/agentsnet \
@@ -117,7 +117,13 @@ unit: $(UNIT_BIN)
 integ: all
 	$(Q)tests/integ/run.sh
 
-test: unit integ
+# The fuzzers' short run (FUZZ_SECONDS each; `make fuzz` runs them longer). A
+# compiler that cannot build them is a failure here, not a skip: clang and its
+# libFuzzer come from tools/deps.sh.
+fuzz-short:
+	$(Q)FUZZ_SECONDS=$${FUZZ_SECONDS:-3} tests/fuzz/run.sh
+
+test: unit integ fuzz-short
 
 lint:
 	$(Q)tests/lint.sh

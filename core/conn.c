@@ -127,8 +127,12 @@ void record_common(const struct conn *c, struct audit_record *rec)
 		audit_copy(rec->path, sizeof(rec->path), c->head + c->path_off, c->path_len);
 }
 
-/* Writes the decision record for the current request; sets c->decision_id. */
 void audit_decision(struct conn *c, bool allowed, uint16_t status)
+{
+	audit_decision_detail(c, allowed, status, NULL);
+}
+
+void audit_decision_detail(struct conn *c, bool allowed, uint16_t status, const char *detail)
 {
 	struct audit_ring *ar = c->w->audit;
 
@@ -151,6 +155,8 @@ void audit_decision(struct conn *c, bool allowed, uint16_t status)
 			 "peer uid %d gid %d pid %d is not the sandbox's agent (uid %u) nor root",
 			 (int32_t)c->peer.uid, (int32_t)c->peer.gid, (int)c->peer.pid,
 			 c->w->e->sandboxes[c->sandbox]->agent_uid);
+	else if (detail != NULL)
+		audit_copy(rec->detail, sizeof(rec->detail), detail, strlen(detail));
 	if (allowed && c->addr_next < c->addr_count)
 		addr_format(&c->addrs[c->addr_next], rec->addr, sizeof(rec->addr));
 	audit_commit(ar, rec);
@@ -1216,6 +1222,12 @@ void respond_send(struct conn *c)
 
 void respond(struct conn *c, enum reason why)
 {
+	respond_with(c, why, NULL, NULL, 0);
+}
+
+void respond_with(struct conn *c, enum reason why, const char *detail, const char *reply,
+		  uint32_t reply_len)
+{
 	struct worker *w = c->w;
 	char audit_id[AUDIT_ID_BYTES];
 	char sandbox_id[CONFIG_SANDBOX_ID_BYTES_MAX];
@@ -1232,10 +1244,17 @@ void respond(struct conn *c, enum reason why)
 	c->answer_keeps_conn = c->answer_keeps_conn &&
 			       (why == REASON_RATE_LIMITED || why == REASON_CONCURRENCY_LIMITED);
 	w->stats.denied++;
-	audit_decision(c, false, reason_status(why));
+	audit_decision_detail(c, false, reason_status(why), detail);
 	audit_format_id(w->e->audit, c->decision_id, audit_id);
 	if (c->ufd >= 0)
 		close_slot(c, &c->ufd);
+	if (reply != NULL) {
+		c->answer_keeps_conn = false;
+		c->out_ptr = reply;
+		c->out_len = reply_len;
+		respond_send(c);
+		return;
+	}
 	/* Early-data buffers may still be under a send: they go when the conn does.
 	 * Likewise the origin-form head in c->out: then the answer goes in c->resp. */
 	char **buf = (c->ops & op_bit(dir_op(DIR_UP, ROP_SEND))) ? &c->resp : &c->out;

@@ -127,6 +127,12 @@ struct conn {
 	bool term_chunked;      /* discarding a chunked request body (req_chunks) */
 	bool answer_keeps_conn; /* a fake answer or a 429 in clear: the next request may follow */
 	bool admitted;          /* a request passed the sandbox's conn count: not checked again */
+	/* A passthrough CONNECT: the tunnel's first flight must name its host (core/tunnel.c). */
+	bool tunnel_checks_name;
+	/* ... and it is plain HTTP: each request is checked, up to tunnel_checked bytes
+	 * of the head buffer (req_body, req_left and req_chunks frame its bodies). */
+	bool tunnel_http;
+	uint32_t tunnel_checked;
 	/* Credential-inject: the session to the upstream and the exchange under way. */
 	void *upstream_tls;                  /* owned through engine.term, NULL when none */
 	const struct verdict_inject *inject; /* borrowed from the snapshot */

@@ -86,7 +86,8 @@ static_assert(CONN_OP_COUNT <= 32, "ops is a 32-bit mask");
 
 enum relay_state {
 	R_IDLE = 0,
-	R_PRELUDE, /* sending what must precede the relay (200 reply, early data) */
+	R_PRELUDE,      /* sending what must precede the relay (200 reply, early data) */
+	R_FIRST_FLIGHT, /* up: reading the client's first bytes, held until checked */
 	R_POLL,
 	R_SPLICE_IN,
 	R_SPLICE_OUT,
@@ -306,6 +307,9 @@ void addr_format(const union conn_addr *a, char *out, size_t cap);
 void record_common(const struct conn *c, struct audit_record *rec);
 /* Writes the decision record for the current request; sets c->decision_id. */
 void audit_decision(struct conn *c, bool allowed, uint16_t status);
+/* The same, with <detail> (NULL: none) in the record: what a reason code alone
+ * does not say (the server name a tunnel's client sent, say). Never a secret. */
+void audit_decision_detail(struct conn *c, bool allowed, uint16_t status, const char *detail);
 
 /*
  * Queues provided buffer <bid> of <len> bytes behind the conn's early data.
@@ -353,6 +357,13 @@ void connect_next(struct conn *c);
 void respond_send(struct conn *c);
 /* Refuses the request for <why>: audit record, deny-contract answer, then linger. */
 void respond(struct conn *c, enum reason why);
+/*
+ * respond, with <detail> (NULL: none) in the decision record, and <reply>/
+ * <reply_len> (static, NULL: the deny contract's answer) as what the client
+ * gets instead: a TLS alert where the client speaks TLS, say. A reply closes.
+ */
+void respond_with(struct conn *c, enum reason why, const char *detail, const char *reply,
+		  uint32_t reply_len);
 /* Our answer is out: shut our side and drain the client until EOF or timeout. */
 void linger_start(struct conn *c);
 

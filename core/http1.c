@@ -33,6 +33,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/an.h"
 
@@ -679,6 +680,36 @@ static int parse_fields(const char **pp, const char *end, struct http1_header *h
 static size_t host_undotted(const char *a, size_t n)
 {
 	return n > 1 && a[n - 1] == '.' ? n - 1 : n;
+}
+
+enum http1_shape http1_request_line_shape(const char *p, size_t n, size_t *skip)
+{
+	size_t i = 0;
+
+	while (i < n && (p[i] == '\r' || p[i] == '\n'))
+		i++;
+	*skip = i;
+	size_t j = i;
+	while (j < n && j - i < LIMITS_REQUEST_LINE_BYTES_MAX &&
+	       (http1_class[(unsigned char)p[j]] & HC_TCHAR))
+		j++;
+	if (j - i >= LIMITS_REQUEST_LINE_BYTES_MAX)
+		return HTTP1_SHAPE_NOT;
+	if (j == n)
+		return HTTP1_SHAPE_MAYBE;
+	if (j == i || p[j] != ' ')
+		return HTTP1_SHAPE_NOT;
+	size_t line = n - i < LIMITS_REQUEST_LINE_BYTES_MAX ? n - i : LIMITS_REQUEST_LINE_BYTES_MAX;
+	const char *lf = memchr(p + i, '\n', line);
+	if (lf == NULL)
+		return line < LIMITS_REQUEST_LINE_BYTES_MAX ? HTTP1_SHAPE_MAYBE : HTTP1_SHAPE_NOT;
+	/* "HTTP/" anywhere after the method, in any case: a lenient server reads a
+	 * line with a stray space or a lower-case version as a request too. */
+	for (size_t k = j; k + 5 <= (size_t)(lf - p); k++) {
+		if (strncasecmp(p + k, "http/", 5) == 0)
+			return HTTP1_SHAPE_YES;
+	}
+	return HTTP1_SHAPE_NOT;
 }
 
 bool http1_host_names(const char *field, size_t field_len, const char *host, size_t host_len,

@@ -240,6 +240,26 @@ int http1_authority_split(const char *s, size_t n, struct http1_authority *out);
 bool http1_host_names(const char *field, size_t field_len, const char *host, size_t host_len,
 		      uint16_t port);
 
+/* What the first bytes of a stream say of it (http1_request_line_shape). */
+enum http1_shape {
+	HTTP1_SHAPE_NOT,   /* no HTTP/1 request line: another protocol */
+	HTTP1_SHAPE_MAYBE, /* a prefix of one so far (no line end yet) */
+	HTTP1_SHAPE_YES,   /* a line "token SP ... SP HTTP/1.x" ends within them */
+};
+
+/*
+ * Whether <p>/<n>, the first bytes a client sent on a stream, begin what
+ * some HTTP/1 server would take for a request: its first line, after the
+ * empty lines a server ignores (RFC 9112 section 2.2), is a method token, a
+ * space, and holds "HTTP/" (any case) after them. Wider than the grammar on
+ * purpose: a line a lenient server reads as a request is one (the caller then
+ * parses it strictly); a line of another protocol ("EHLO x", "SSH-2.0-...")
+ * is NOT. Looks at the first line alone, and not past
+ * LIMITS_REQUEST_LINE_BYTES_MAX of it (NOT past that). *<skip> is the count
+ * of leading CR and LF bytes. Pure.
+ */
+enum http1_shape http1_request_line_shape(const char *p, size_t n, size_t *skip);
+
 /* A Location value longer than this is not read (UNSAFE): a request line's bound. */
 #define HTTP1_LOCATION_BYTES_MAX LIMITS_REQUEST_LINE_BYTES_MAX
 

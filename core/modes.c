@@ -33,6 +33,8 @@ bool conn_mode_accepted(struct conn *c, const struct worker_listener *l)
 bool conn_mode_start(struct conn *c, const struct http1_request *req, const struct verdict *v)
 {
 	c->upstream_local = v->tier == TIER_LOCAL ? v->upstream : NULL;
+	c->tunnel_checks_name =
+	    req->is_connect && v->tier == TIER_PASSTHROUGH && !v->server_name_any;
 	if (v->tier == TIER_INJECT && !req->is_connect) {
 		respond(c, REASON_TIER_UNAVAILABLE); /* a credential never goes out in clear */
 		return true;

@@ -16,22 +16,48 @@
  * EOF. Invariants: a relay holds a pipe or a provided buffer only while bytes
  * are in it; the conn closes when both relays are DONE. splice_in, splice_out
  * and on_relay stay in this one file, so the splice path inlines.
+ *
+ * A passthrough tunnel first checks that it goes where its CONNECT said (no
+ * domain fronting): the up relay starts in FIRST_FLIGHT, reading the
+ * client's first bytes into the head buffer, after the CONNECT's head, and
+ * sending nothing up. A TLS ClientHello must name the CONNECT host, or
+ * none (core/clienthello.h): once passed, the bytes go up as early data do
+ * (PRELUDE) and the relay is what it always was, so the check costs one copy
+ * of the first flight per tunnel; what TLS then encrypts is not ours to read.
+ * Plain HTTP/1 stays readable, so its every request is checked: the up relay
+ * copies through the head buffer, frames each body (Content-Length, chunked)
+ * to find the next head where the server will, and each head's target and
+ * Host must name the CONNECT's host and port; an Upgrade, after which nothing
+ * is HTTP, is refused. HTTP/2 in clear, whose :authority is not read here, is
+ * refused; any other protocol passes. A refusal is sni_mismatch (or the
+ * framing's own reason), audited with what the client named, and answered in
+ * the client's protocol, a TLS unrecognized_name alert or the deny contract's
+ * 403, while nothing from the upstream has reached the client; after that the
+ * tunnel only closes. The rule's `server_name_check: false` skips the check.
  */
 #include "core/conn_int.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 
 #include "core/an.h"
+#include "core/clienthello.h"
+#include "core/http1.h"
 #include "core/pipepool.h"
 #include "core/ring.h"
 #include "core/timer.h"
 
 static void relay_arm(struct conn *c, int dir);
 static void up_prelude_step(struct conn *c);
+static void first_flight_step(struct conn *c);
+static void http_tunnel_step(struct conn *c);
+static void relay_shut(struct conn *c, int dir);
+static void relay_maybe_done(struct conn *c);
 
 /*
  * A splice-in of at least this much means the source is streaming: the relay
@@ -58,10 +84,436 @@ void tunnel_relay_start(struct conn *c, const char *reply, uint32_t len)
 	c->out_len = len;
 	c->out_off = 0;
 	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, c->out_ptr, c->out_len);
-	c->up.state = R_PRELUDE;
+	c->up.state = c->tunnel_checks_name ? R_FIRST_FLIGHT : R_PRELUDE;
 	if (c->flags & F_CLIENT_EOF)
 		c->up.eof = true;
-	up_prelude_step(c);
+	if (c->up.state == R_FIRST_FLIGHT)
+		first_flight_step(c);
+	else
+		up_prelude_step(c);
+}
+
+/* ---- the first flight's check ------------------------------------------ */
+
+/* First-flight bytes read at most before the check must have an answer. */
+#define TUNNEL_FIRST_FLIGHT_BYTES_MAX (CLIENTHELLO_MESSAGE_BYTES_MAX + 512u)
+
+/* A fatal unrecognized_name alert (RFC 8446 section 6), in a record of the version a
+ * ClientHello's record carries: what a TLS client can be told before any key, and
+ * what the terminated tiers answer a server name that is not the CONNECT's. */
+static const char tls_alert_unrecognized_name[] = "\x15\x03\x01\x00\x02\x02\x70";
+
+/* The HTTP/2 connection preface (RFC 9113 section 3.4), as far as it names the protocol. */
+static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/* The ClientHello's joined handshake bytes: the worker's own, used within one call. */
+static _Thread_local uint8_t clienthello_scratch[CLIENTHELLO_MESSAGE_BYTES_MAX + 4];
+
+enum first_flight {
+	FIRST_FLIGHT_WAIT = 0, /* more bytes are needed to tell */
+	FIRST_FLIGHT_PASS,     /* it names the CONNECT's host, or no server at all */
+	FIRST_FLIGHT_HTTP,     /* plain HTTP/1: every request is checked as it comes */
+	FIRST_FLIGHT_REFUSE,   /* it names another server: sni_mismatch */
+	FIRST_FLIGHT_BAD_HTTP, /* an HTTP/1 head the parser refuses: bad_request */
+	FIRST_FLIGHT_UPGRADE,  /* an HTTP/1 request to switch protocols: upgrade_refused */
+	FIRST_FLIGHT_TOO_LONG, /* an HTTP/1 head over the limit: headers_too_large */
+};
+
+static bool host_is_ip_literal(const char *host)
+{
+	struct in6_addr a;
+	return inet_pton(AF_INET, host, &a) == 1 || inet_pton(AF_INET6, host, &a) == 1;
+}
+
+/* A TLS first flight: its server name, or none where the CONNECT named an address. */
+static enum first_flight tls_flight(const struct conn *c, const uint8_t *p, size_t n, char *detail,
+				    size_t cap)
+{
+	struct clienthello_name sni;
+
+	switch (
+	    clienthello_server_name(p, n, clienthello_scratch, sizeof(clienthello_scratch), &sni)) {
+	case CLIENTHELLO_NEED_MORE:
+		return FIRST_FLIGHT_WAIT;
+	case CLIENTHELLO_NAME:
+		if (!host_is_ip_literal(c->host) &&
+		    clienthello_names_host(sni.name, sni.len, c->host, c->host_len))
+			return FIRST_FLIGHT_PASS;
+		snprintf(detail, cap, "TLS server name \"%.*s\" is not the CONNECT host",
+			 (int)sni.len, sni.name);
+		return FIRST_FLIGHT_REFUSE;
+	case CLIENTHELLO_NO_NAME:
+		/* It names no other server: the server picks its default, as it
+		 * would for the CONNECT host (and must for an address, RFC 6066). */
+		return FIRST_FLIGHT_PASS;
+	case CLIENTHELLO_MALFORMED:
+	default:
+		snprintf(detail, cap,
+			 "a TLS ClientHello this proxy cannot read for its server name");
+		return FIRST_FLIGHT_REFUSE;
+	}
+}
+
+/* Whether request <req> asks to switch protocols (an Upgrade field). */
+static bool request_upgrades(const struct http1_request *req)
+{
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		if (http1_name_is(req->headers[i].name, req->headers[i].name_len, "upgrade"))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * One HTTP/1 request head at <p>/<n> in a tunnel: its target's authority and
+ * its Host must name the CONNECT's host and port. On PASS, *<req> is the
+ * parsed head (its body framing, its length).
+ */
+static enum first_flight http_head_check(const struct conn *c, const char *p, size_t n,
+					 struct http1_request *req, char *detail, size_t cap)
+{
+	enum reason why;
+	ssize_t len = http1_parse_request(p, n, req, &why);
+
+	if (len == -EAGAIN)
+		return n > LIMITS_HEAD_BYTES_MAX ? FIRST_FLIGHT_TOO_LONG : FIRST_FLIGHT_WAIT;
+	if (len < 0) {
+		snprintf(detail, cap, "an HTTP request in the tunnel: %s", reason_code(why));
+		return why == REASON_HEADERS_TOO_LARGE ? FIRST_FLIGHT_TOO_LONG
+						       : FIRST_FLIGHT_BAD_HTTP;
+	}
+	if (req->is_connect) {
+		snprintf(detail, cap, "a CONNECT inside the tunnel");
+		return FIRST_FLIGHT_REFUSE;
+	}
+	if (req->form == HTTP1_FORM_ABSOLUTE &&
+	    (req->port != c->port ||
+	     !clienthello_names_host(req->host, req->host_len, c->host, c->host_len))) {
+		snprintf(detail, cap, "HTTP target \"%.*s\" is not the CONNECT host",
+			 (int)req->authority_len, req->authority);
+		return FIRST_FLIGHT_REFUSE;
+	}
+	if (req->host_header != NULL && !http1_host_names(req->host_header, req->host_header_len,
+							  c->host, c->host_len, c->port)) {
+		snprintf(detail, cap, "HTTP Host \"%.*s\" is not the CONNECT host",
+			 (int)req->host_header_len, req->host_header);
+		return FIRST_FLIGHT_REFUSE;
+	}
+	if (request_upgrades(req)) {
+		/* What follows a 101 is no HTTP to check: an upgrade ends the checking. */
+		snprintf(detail, cap, "an HTTP upgrade inside a checked tunnel");
+		return FIRST_FLIGHT_UPGRADE;
+	}
+	return FIRST_FLIGHT_PASS;
+}
+
+static enum first_flight first_flight_check(const struct conn *c, const char *p, size_t n,
+					    char *detail, size_t cap)
+{
+	size_t skip;
+
+	if (n == 0)
+		return FIRST_FLIGHT_WAIT;
+	if ((uint8_t)p[0] == 22)
+		return tls_flight(c, (const uint8_t *)p, n, detail, cap);
+	size_t h2 = n < sizeof(h2_preface) - 1 ? n : sizeof(h2_preface) - 1;
+	if (memcmp(p, h2_preface, h2) == 0) {
+		if (h2 < sizeof(h2_preface) - 1)
+			return FIRST_FLIGHT_WAIT;
+		snprintf(detail, cap, "HTTP/2 in clear (its :authority is not read here)");
+		return FIRST_FLIGHT_REFUSE;
+	}
+	switch (http1_request_line_shape(p, n, &skip)) {
+	case HTTP1_SHAPE_MAYBE:
+		return FIRST_FLIGHT_WAIT;
+	case HTTP1_SHAPE_YES:
+		return FIRST_FLIGHT_HTTP; /* checked request by request: http_tunnel_step */
+	case HTTP1_SHAPE_NOT:
+	default:
+		return FIRST_FLIGHT_PASS; /* another protocol: names no HTTP or TLS server */
+	}
+}
+
+/*
+ * The first flight names another server: refused, audited with <detail>, and
+ * answered in the protocol the client speaks while nothing from the
+ * upstream has reached it (the 200 is out, the down relay only polls).
+ */
+static void first_flight_refuse(struct conn *c, enum first_flight verdict, const char *detail,
+				bool tls)
+{
+	const struct relay *down = &c->down;
+	enum reason why = verdict == FIRST_FLIGHT_BAD_HTTP   ? REASON_BAD_REQUEST
+			  : verdict == FIRST_FLIGHT_UPGRADE  ? REASON_UPGRADE_REFUSED
+			  : verdict == FIRST_FLIGHT_TOO_LONG ? REASON_HEADERS_TOO_LARGE
+							     : REASON_SNI_MISMATCH;
+	bool answerable = down->bytes == 0 && down->pipe == NULL && !down->holds_buf &&
+			  (down->state == R_POLL || down->state == R_IDLE);
+
+	c->up.state = R_IDLE;
+	if (!answerable) {
+		c->reason = (uint8_t)why;
+		c->w->stats.denied++;
+		audit_decision_detail(c, false, reason_status(why), detail);
+		conn_close(c);
+		return;
+	}
+	if (tls)
+		respond_with(c, why, detail, tls_alert_unrecognized_name,
+			     sizeof(tls_alert_unrecognized_name) - 1);
+	else
+		respond_with(c, why, detail, NULL, 0);
+}
+
+/*
+ * Moves the first flight on: the early data gathered behind the CONNECT's head,
+ * then checked; passed, it goes up as early data; undecided, one more receive.
+ * Waits for the cancelled head receive and for the 200's send, so that what
+ * the client sent arrives in order and a refusal is the next thing it reads.
+ */
+static void first_flight_step(struct conn *c)
+{
+	struct relay *r = &c->up;
+	char detail[128];
+
+	if (c->state != ST_TUNNEL || r->state != R_FIRST_FLIGHT)
+		return;
+	if (c->ops & (op_bit(OP_HEAD_RECV) | op_bit(dir_op(DIR_UP, ROP_RECV))))
+		return;
+	if (c->down.state == R_PRELUDE)
+		return; /* the 200 is still going out */
+	while (c->early_count > 0) {
+		uint16_t bid;
+		uint32_t off;
+		uint32_t n = early_front(c, &bid, &off);
+		if (c->head_fill + n > WORKER_HEAD_BUFFER_BYTES) {
+			first_flight_refuse(c, FIRST_FLIGHT_REFUSE,
+					    "a first flight too long to check", false);
+			return;
+		}
+		memcpy(c->head + c->head_fill, (const char *)ring_buf(conn_ring(c), bid) + off, n);
+		c->head_fill += n;
+		early_advance(c, n);
+	}
+	const char *p = c->head + c->head_len;
+	size_t n = c->head_fill - c->head_len;
+	detail[0] = '\0';
+	enum first_flight verdict = first_flight_check(c, p, n, detail, sizeof(detail));
+	bool room = n < TUNNEL_FIRST_FLIGHT_BYTES_MAX &&
+		    c->head_fill + conn_ring(c)->buf_bytes <= WORKER_HEAD_BUFFER_BYTES;
+	if (verdict == FIRST_FLIGHT_WAIT && (r->eof || n == 0) && (r->eof || !room))
+		verdict = FIRST_FLIGHT_PASS; /* ended before it named anything: nothing to check */
+	if (verdict == FIRST_FLIGHT_WAIT && !room) {
+		snprintf(detail, sizeof(detail), "a first flight over %u bytes",
+			 TUNNEL_FIRST_FLIGHT_BYTES_MAX);
+		verdict = FIRST_FLIGHT_REFUSE;
+	}
+	switch (verdict) {
+	case FIRST_FLIGHT_WAIT:
+		prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
+		return;
+	case FIRST_FLIGHT_PASS:
+		r->state = R_PRELUDE;
+		up_prelude_step(c);
+		return;
+	case FIRST_FLIGHT_HTTP:
+		/* The flight moves to the head buffer's start: from now on it holds
+		 * what the client sent and did not go up yet (http_tunnel_step). */
+		memmove(c->head, p, n);
+		c->head_fill = (uint32_t)n;
+		c->head_len = 0;
+		c->tunnel_checked = 0;
+		c->req_body = HTTP1_BODY_NONE;
+		c->tunnel_http = true;
+		r->state = R_IDLE;
+		http_tunnel_step(c);
+		return;
+	default:
+		first_flight_refuse(c, verdict, detail, n > 0 && (uint8_t)p[0] == 22);
+		return;
+	}
+}
+
+/* A receive of the first flight completed: its bytes join the head buffer's. */
+static void first_flight_recv(struct conn *c, int res)
+{
+	struct relay *r = &c->up;
+
+	if (res == -ENOBUFS || res == -EAGAIN) {
+		nobufs_wait(c); /* tunnel_buffers steps it again */
+		return;
+	}
+	if (res < 0) {
+		conn_close(c);
+		return;
+	}
+	if (res == 0) {
+		r->eof = true;
+	} else {
+		AN_ASSERT(r->holds_buf);
+		AN_ASSERT(c->head_fill + (uint32_t)res <= WORKER_HEAD_BUFFER_BYTES);
+		memcpy(c->head + c->head_fill, ring_buf(conn_ring(c), r->bid), (size_t)res);
+		c->head_fill += (uint32_t)res;
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+	}
+	first_flight_step(c);
+}
+
+/* ---- plain HTTP in a checked tunnel ------------------------------------ */
+
+/*
+ * Walks the head buffer's unchecked bytes (from c->tunnel_checked): each
+ * request head is checked (http_head_check), its body framed by its
+ * Content-Length or chunked coding, so that the next head is found where the
+ * server will find it. Stops at a head not whole yet. True while all is
+ * well; false when it refused (the conn is answering or closing).
+ */
+static bool http_tunnel_scan(struct conn *c)
+{
+	char detail[128];
+
+	while (c->tunnel_checked < c->head_fill) {
+		const char *p = c->head + c->tunnel_checked;
+		size_t n = c->head_fill - c->tunnel_checked;
+		if (c->req_body == HTTP1_BODY_LENGTH) {
+			size_t k = n < c->req_left ? n : (size_t)c->req_left;
+			c->tunnel_checked += (uint32_t)k;
+			c->req_left -= k;
+			if (c->req_left == 0)
+				c->req_body = HTTP1_BODY_NONE;
+			continue;
+		}
+		if (c->req_body == HTTP1_BODY_CHUNKED) {
+			ssize_t k = http1_chunked_scan(&c->req_chunks, p, n);
+			if (k < 0) {
+				first_flight_refuse(c, FIRST_FLIGHT_BAD_HTTP,
+						    "a chunked body framed wrong in the tunnel",
+						    false);
+				return false;
+			}
+			c->tunnel_checked += (uint32_t)k;
+			if (c->req_chunks.done)
+				c->req_body = HTTP1_BODY_NONE;
+			continue;
+		}
+		size_t skip;
+		struct http1_request req;
+		enum first_flight verdict;
+		detail[0] = '\0';
+		switch (http1_request_line_shape(p, n, &skip)) {
+		case HTTP1_SHAPE_MAYBE:
+			verdict =
+			    n > LIMITS_HEAD_BYTES_MAX ? FIRST_FLIGHT_TOO_LONG : FIRST_FLIGHT_WAIT;
+			break;
+		case HTTP1_SHAPE_YES:
+			verdict =
+			    http_head_check(c, p + skip, n - skip, &req, detail, sizeof(detail));
+			break;
+		case HTTP1_SHAPE_NOT:
+		default:
+			snprintf(detail, sizeof(detail),
+				 "bytes that are no HTTP request after one");
+			verdict = FIRST_FLIGHT_BAD_HTTP;
+			break;
+		}
+		if (verdict == FIRST_FLIGHT_WAIT && n > LIMITS_HEAD_BYTES_MAX)
+			verdict = FIRST_FLIGHT_TOO_LONG; /* empty lines before it count too */
+		if (verdict == FIRST_FLIGHT_WAIT)
+			return true;
+		if (verdict != FIRST_FLIGHT_PASS) {
+			first_flight_refuse(c, verdict, detail, false);
+			return false;
+		}
+		c->tunnel_checked += (uint32_t)(skip + req.head_len);
+		c->req_body = (uint8_t)req.body;
+		c->req_left = req.content_length;
+		memset(&c->req_chunks, 0, sizeof(c->req_chunks));
+		if (req.body == HTTP1_BODY_LENGTH && req.content_length == 0)
+			c->req_body = HTTP1_BODY_NONE;
+	}
+	return true;
+}
+
+/*
+ * The up relay of a checked plain-HTTP tunnel, one operation at a time: what
+ * is checked goes up (a send from the head buffer), then the next receive
+ * joins the head buffer behind what is left. The client's EOF shuts the
+ * upstream's write side; a head it left unfinished never goes up.
+ */
+static void http_tunnel_step(struct conn *c)
+{
+	struct relay *r = &c->up;
+
+	if (c->state != ST_TUNNEL || !c->tunnel_http || r->state == R_SHUT || r->state == R_DONE)
+		return;
+	if (c->ops & (op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV))))
+		return;
+	if (!http_tunnel_scan(c))
+		return;
+	if (c->tunnel_checked > 0) {
+		r->state = R_SEND;
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->head, c->tunnel_checked);
+		return;
+	}
+	if (r->eof) {
+		relay_shut(c, DIR_UP);
+		return;
+	}
+	AN_ASSERT(c->head_fill + conn_ring(c)->buf_bytes <= WORKER_HEAD_BUFFER_BYTES);
+	r->state = R_RECV;
+	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
+}
+
+/* A completion of the checked HTTP tunnel's up relay. */
+static void http_tunnel_io(struct conn *c, uint32_t rop, int res)
+{
+	struct relay *r = &c->up;
+
+	if (rop == ROP_SHUT) {
+		r->state = R_DONE;
+		relay_maybe_done(c);
+		return;
+	}
+	if (res == -ENOBUFS || res == -EAGAIN) {
+		r->state = R_IDLE;
+		nobufs_wait(c); /* tunnel_buffers steps it again */
+		return;
+	}
+	if (res < 0 || (rop == ROP_SEND && res == 0)) {
+		conn_close(c);
+		return;
+	}
+	if (rop == ROP_RECV) {
+		if (res == 0) {
+			r->eof = true;
+		} else {
+			AN_ASSERT(r->holds_buf);
+			memcpy(c->head + c->head_fill, ring_buf(conn_ring(c), r->bid), (size_t)res);
+			c->head_fill += (uint32_t)res;
+			ring_buf_return(conn_ring(c), r->bid);
+			r->holds_buf = false;
+		}
+	} else {
+		/* Sent: what is left moves to the buffer's start. */
+		uint32_t sent = (uint32_t)res;
+		AN_ASSERT(sent <= c->tunnel_checked);
+		memmove(c->head, c->head + sent, c->head_fill - sent);
+		c->head_fill -= sent;
+		c->tunnel_checked -= sent;
+		r->bytes += sent;
+	}
+	r->state = R_IDLE;
+	http_tunnel_step(c);
+}
+
+/* Early data was queued, or the cancelled head receive ended: the up relay takes it. */
+static void tunnel_early(struct conn *c)
+{
+	if (c->up.state == R_FIRST_FLIGHT)
+		first_flight_step(c);
+	else
+		up_prelude_step(c);
 }
 
 /*
@@ -187,6 +639,14 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 
 	(void)cqe_flags;
 	c->active_ms = w->now_ms;
+	if (r->state == R_FIRST_FLIGHT && rop == ROP_RECV) {
+		first_flight_recv(c, res);
+		return;
+	}
+	if (dir == DIR_UP && c->tunnel_http) {
+		http_tunnel_io(c, rop, res);
+		return;
+	}
 	if (res < 0 && res != -EAGAIN && !(rop == ROP_RECV && res == -ENOBUFS)) {
 		conn_close(c); /* reset, broken pipe, or cancelled: abort both ways */
 		return;
@@ -285,6 +745,7 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 				if (!out_sent(c, dir_op(dir, ROP_SEND), c->cfd, c->out_ptr, res)) {
 					r->state = R_IDLE;
 					relay_arm(c, dir);
+					first_flight_step(c); /* it waited for the 200 */
 				}
 			}
 			break;
@@ -314,9 +775,13 @@ static void tunnel_buffers(struct conn *c)
 {
 	for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
 		struct relay *r = relay_of(c, dir);
+		if (dir == DIR_UP && c->tunnel_http)
+			continue;
 		if (r->state == R_IDLE && !r->holds_buf && r->pipe == NULL)
 			relay_arm(c, dir);
 	}
+	first_flight_step(c);
+	http_tunnel_step(c);
 }
 
 const struct conn_mode tunnel_mode = {
@@ -324,5 +789,5 @@ const struct conn_mode tunnel_mode = {
 	.connected = tunnel_start,
 	.io = on_relay,
 	.buffers = tunnel_buffers,
-	.early = up_prelude_step,
+	.early = tunnel_early,
 };

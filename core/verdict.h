@@ -113,6 +113,10 @@ struct verdict {
 	uint32_t rule_index;
 	/* That rule's limits, all zero when it has none or rule_index is NONE. */
 	struct verdict_limits rule_limits;
+	/* TIER_PASSTHROUGH: the rule lets a CONNECT tunnel's TLS server name (SNI) or
+	 * plain-HTTP Host name another host than the CONNECT's (`server_name_check:
+	 * false`); false: checked, sni_mismatch. Always false on other tiers. */
+	bool server_name_any;
 	/* An IP literal host in canonical text ("2130706433" is "127.0.0.1"), the
 	 * address to connect to; "" for a name. INET6_ADDRSTRLEN bytes. */
 	char ip[46];

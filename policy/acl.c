@@ -796,8 +796,8 @@ static struct acl_node node_of(struct acl_trie *t, const struct acl_rule *r, uin
 			       size_t *tail_used)
 {
 	bool cold = r->instruction != NULL || r->upstream != NULL || r->port_count > NODE_PORTS ||
-		    r->limits.requests_per_second != 0 || r->limits.burst != 0 ||
-		    r->limits.concurrent != 0;
+		    r->server_name_any || r->limits.requests_per_second != 0 ||
+		    r->limits.burst != 0 || r->limits.concurrent != 0;
 	struct acl_node n = { .id = r->id,
 			      .rule = i,
 			      .rule_index = r->index,
@@ -1029,6 +1029,7 @@ static void node_verdict(const struct acl *a, const struct acl_node *n, uint16_t
 	AN_ASSERT(r->id == n->id);
 	verdict_fill(out, r->id, r->instruction, r->upstream, r->ports, r->port_count, r->tier,
 		     port, r->index, &r->limits);
+	out->server_name_any = out->tier == TIER_PASSTHROUGH && r->server_name_any;
 }
 
 static_assert(sizeof(((struct verdict *)0)->ip) == INET6_ADDRSTRLEN, "any address text fits");
@@ -1059,9 +1060,11 @@ void acl_decide(const struct acl *a, const char *host, size_t len, uint16_t port
 		return;
 	}
 	const struct acl_rule *r = acl_lookup(a, norm, (size_t)n, kind);
-	if (r != NULL)
+	if (r != NULL) {
 		verdict_fill(out, r->id, r->instruction, r->upstream, r->ports, r->port_count,
 			     r->tier, port, r->index, &r->limits);
+		out->server_name_any = out->tier == TIER_PASSTHROUGH && r->server_name_any;
+	}
 }
 
 void acl_rule_free(struct acl_rule *r)

@@ -53,6 +53,8 @@ struct acl_rule {
 	uint16_t port_count;
 	uint8_t kind; /* enum acl_kind */
 	uint8_t tier; /* enum tier */
+	/* TIER_PASSTHROUGH: `server_name_check: false`, a tunnel may name another server. */
+	bool server_name_any;
 };
 
 struct acl_node;         /* policy/acl.c: one key's slot, a cache line */

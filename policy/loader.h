@@ -207,6 +207,7 @@ struct rule_marks {
 	yaml_mark_t responses;
 	yaml_mark_t inject;
 	yaml_mark_t upstream_ca;
+	yaml_mark_t server_name_check;
 	yaml_mark_t placeholder; /* the inject's placeholder value */
 };
 

@@ -59,15 +59,23 @@ enum {
 	RULE_RESPONSES,
 	RULE_INJECT,
 	RULE_UPSTREAM_CA,
+	RULE_SERVER_NAME_CHECK,
 	RULE__COUNT
 };
 static const char *const rule_keys[] = {
-	[RULE_HOST] = "host",         [RULE_PORTS] = "ports",
-	[RULE_TIER] = "tier",         [RULE_OWNER] = "owner",
-	[RULE_REASON] = "reason",     [RULE_INSTRUCTION] = "instruction",
-	[RULE_UPSTREAM] = "upstream", [RULE_ID] = "id",
-	[RULE_LIMITS] = "limits",     [RULE_RESPONSES] = "responses",
-	[RULE_INJECT] = "inject",     [RULE_UPSTREAM_CA] = "upstream_ca",
+	[RULE_HOST] = "host",
+	[RULE_PORTS] = "ports",
+	[RULE_TIER] = "tier",
+	[RULE_OWNER] = "owner",
+	[RULE_REASON] = "reason",
+	[RULE_INSTRUCTION] = "instruction",
+	[RULE_UPSTREAM] = "upstream",
+	[RULE_ID] = "id",
+	[RULE_LIMITS] = "limits",
+	[RULE_RESPONSES] = "responses",
+	[RULE_INJECT] = "inject",
+	[RULE_UPSTREAM_CA] = "upstream_ca",
+	[RULE_SERVER_NAME_CHECK] = "server_name_check",
 };
 static_assert(AN_ARRAY_LEN(rule_keys) == RULE__COUNT, "every rule key needs a name");
 static const struct keyset rule_keyset = { "a rule", rule_keys, RULE__COUNT };
@@ -302,6 +310,13 @@ static int rule_value(struct loader *ld, struct acl_rule *r, uint32_t key, struc
 	case RULE_UPSTREAM_CA:
 		m->upstream_ca = ld->key_mark;
 		return loader_upstream_ca(ld, r);
+	case RULE_SERVER_NAME_CHECK: {
+		m->server_name_check = ld->key_mark;
+		bool check = true;
+		int rc = loader_bool(ld, "server_name_check", &check);
+		r->server_name_any = !check;
+		return rc;
+	}
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -339,6 +354,11 @@ static int rule_tier_keys(struct loader *ld, const struct acl_rule *r, uint32_t 
 	if (r->tier != TIER_INJECT && (seen & (1u << RULE_UPSTREAM_CA)))
 		return loader_fail(ld, m->upstream_ca,
 				   "upstream_ca is only allowed with tier inject");
+	if (r->tier != TIER_PASSTHROUGH && (seen & (1u << RULE_SERVER_NAME_CHECK)))
+		return loader_fail(
+		    ld, m->server_name_check,
+		    "server_name_check is only allowed with tier passthrough (the "
+		    "terminated tiers check the Host against the server name themselves)");
 	return 0;
 }
 

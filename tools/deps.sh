@@ -7,7 +7,7 @@
 #   tools/deps.sh bench      also the peers and load tools used by `make bench`
 set -eu
 
-BUILD_PKGS="build-essential pkg-config clang-format liburing-dev libssl-dev libxxhash-dev \
+BUILD_PKGS="build-essential pkg-config clang clang-format libclang-rt-14-dev liburing-dev libssl-dev libxxhash-dev \
 libc-ares-dev libyaml-dev libidn2-dev libpsl-dev libseccomp-dev libnghttp2-dev check \
 libbenchmark-dev iproute2 curl openssl python3 nodejs npm wrk"
 BENCH_PKGS="haproxy nginx-light squid-openssl tinyproxy mitmproxy"

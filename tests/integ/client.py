@@ -169,9 +169,12 @@ def run_raw(spec):
     try:
         sock.connect(addr)
         sock.sendall(base64.b64decode(spec["send_b64"]))
+        later = list(spec.get("later", []))  # bytes sent once so many responses came
         if spec.get("shut_wr"):
             sock.shutdown(socket.SHUT_WR)
         while len(result["responses"]) < want:
+            while later and len(result["responses"]) >= later[0]["after_responses"]:
+                sock.sendall(base64.b64decode(later.pop(0)["send_b64"]))
             first = not result["responses"]
             got = parse_response(buf, result["eof"], to_connect=first and spec.get("connect"))
             if got is not None:
@@ -184,6 +187,12 @@ def run_raw(spec):
             if not data:
                 result["eof"] = True
             buf += data
+        while later and len(result["responses"]) >= later[0]["after_responses"]:
+            sock.sendall(base64.b64decode(later.pop(0)["send_b64"]))
+        while len(buf) < spec.get("read_bytes", 0) and not result["eof"]:
+            data = sock.recv(READ_BYTES)  # what follows the responses
+            result["eof"] = not data
+            buf += data
         if spec.get("wait_close_s") and not result["eof"]:
             result["closed_after_s"] = wait_close(sock, spec["wait_close_s"])
     except OSError as e:
@@ -191,6 +200,7 @@ def run_raw(spec):
     finally:
         sock.close()
     result["leftover_len"] = len(buf)
+    result["leftover_hex"] = buf[:64].hex()
     return result
 
 

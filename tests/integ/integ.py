@@ -31,6 +31,7 @@ import random
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -83,8 +84,24 @@ def make_data(tmp):
 
 # ---- templates --------------------------------------------------------------
 
+def client_hello(server_name):
+    """The first flight Python's TLS client sends for <server_name> (None: no
+    server name), as text of one byte a character (latin-1), like the pieces."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=server_name)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read().decode("latin-1")
+
+
 def expand_pieces(pieces):
     """Raw request text from pieces: strings; {"repeat": s, "times": n};
+    {"client_hello": NAME or null}: a TLS ClientHello naming NAME (or none);
     {"pad_header": NAME, "head_bytes": N}: a header line sized so that the
     head (everything before it, it, and the pieces after it) is N bytes."""
     out = []
@@ -94,6 +111,8 @@ def expand_pieces(pieces):
             out.append(p)
         elif "repeat" in p:
             out.append(p["repeat"] * p["times"])
+        elif "client_hello" in p:
+            out.append(client_hello(p["client_hello"]))
         else:
             pad_at = len(out)
             out.append(p)
@@ -336,10 +355,22 @@ class Suite:
         return self.responses(self.run_python(spec, timeout))
 
     def client_raw(self, case, timeout):
-        spec = {"mode": "raw", "send_b64": base64.b64encode(expand_pieces(case["request"]))
-                .decode(), "responses": case.get("responses", 1), "timeout_s": timeout - 5,
+        # {"after_responses": k} in the pieces: what follows is sent once k responses came.
+        stages = [[]]
+        for piece in case["request"]:
+            if isinstance(piece, dict) and "after_responses" in piece:
+                stages.append([piece])
+            else:
+                stages[-1].append(piece)
+        later = [{"after_responses": st[0]["after_responses"],
+                  "send_b64": base64.b64encode(expand_pieces(st[1:])).decode()}
+                 for st in stages[1:]]
+        spec = {"mode": "raw", "send_b64": base64.b64encode(expand_pieces(stages[0]))
+                .decode(), "later": later,
+                "responses": case.get("responses", 1), "timeout_s": timeout - 5,
                 "shut_wr": case.get("shut_wr", False), "connect": case.get("connect", False),
-                "wait_close_s": case.get("wait_close_s", 0)}
+                "wait_close_s": case.get("wait_close_s", 0),
+                "read_bytes": len(case.get("leftover_hex", "")) // 2}
         sandbox = case.get("sandbox")
         if sandbox:
             spec["unix"] = os.path.join(self.vars["sock_dir"], "sandboxes", sandbox,
@@ -419,6 +450,11 @@ class Suite:
             if got is None or not lo <= got <= hi:
                 errs.append("the proxy closed the idle connection after %s s, want %s..%s s"
                             % (got, lo, hi))
+        if "leftover_hex" in case:
+            got = (self.last_extra or {}).get("leftover_hex")
+            if got is None or not got.startswith(case["leftover_hex"]):
+                errs.append("bytes after the last response: %r, want them to begin %r"
+                            % (got, case["leftover_hex"]))
         if "forwarder_connections" in case:
             made = self.forwarder_count() - fwd_before
             if made != case["forwarder_connections"]:

@@ -221,6 +221,57 @@ START_TEST(test_connect_ip)
 END_TEST
 
 /* RFC 9112 section 3.2: a CONNECT's Host names its target, or it is refused. */
+/*
+ * What a stream's first bytes are (a tunnel's check reads them): a request
+ * line as strict and as lenient servers read one is YES, a prefix MAYBE,
+ * another protocol's first line NOT; the empty lines before it are skipped.
+ */
+START_TEST(test_request_line_shape)
+{
+	static const struct {
+		const char *in;
+		enum http1_shape want;
+		size_t skip;
+	} cases[] = {
+		{ "GET / HTTP/1.1\r\n", HTTP1_SHAPE_YES, 0 },
+		{ "\r\n\r\nGET / HTTP/1.1\r\n", HTTP1_SHAPE_YES, 4 },
+		{ "\nPOST http://a/ HTTP/1.0\n", HTTP1_SHAPE_YES, 1 },
+		{ "GET / HTTP/1.1 \r\n", HTTP1_SHAPE_YES, 0 }, /* a stray space */
+		{ "get / http/1.1\r\n", HTTP1_SHAPE_YES, 0 },  /* lower case */
+		{ "GET /  HTTP/2.0\r\n", HTTP1_SHAPE_YES, 0 }, /* another version */
+		{ "GET / HTTP/1.1", HTTP1_SHAPE_MAYBE, 0 },    /* no line end yet */
+		{ "GE", HTTP1_SHAPE_MAYBE, 0 },
+		{ "\r\n", HTTP1_SHAPE_MAYBE, 2 },
+		{ "", HTTP1_SHAPE_MAYBE, 0 },
+		{ "GET /path\r\n", HTTP1_SHAPE_NOT, 0 }, /* HTTP/0.9: no Host to check */
+		{ "SSH-2.0-OpenSSH_9.6\r\n", HTTP1_SHAPE_NOT, 0 },
+		{ "EHLO mail.example\r\n", HTTP1_SHAPE_NOT, 0 },
+		{ " GET / HTTP/1.1\r\n", HTTP1_SHAPE_NOT, 0 },
+		{ "\x16\x03\x01", HTTP1_SHAPE_NOT, 0 },
+		{ "*1\r\n$4\r\nPING\r\n", HTTP1_SHAPE_NOT, 0 },
+	};
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		size_t n = strlen(cases[i].in);
+		size_t skip = 99;
+		const char *p = unit_guard_place(&guard_in, cases[i].in, n);
+		ck_assert_msg(http1_request_line_shape(p, n, &skip) == cases[i].want, "case %zu",
+			      i);
+		ck_assert_uint_eq(skip, cases[i].skip);
+	}
+	/* A first line longer than a request line may be is no request. */
+	char *line = malloc(LIMITS_REQUEST_LINE_BYTES_MAX + 32);
+	memset(line, 'a', LIMITS_REQUEST_LINE_BYTES_MAX + 32);
+	memcpy(line, "GET /", 5);
+	size_t skip;
+	ck_assert_int_eq(http1_request_line_shape(line, LIMITS_REQUEST_LINE_BYTES_MAX + 32, &skip),
+			 HTTP1_SHAPE_NOT);
+	memset(line, 'G', LIMITS_REQUEST_LINE_BYTES_MAX + 32);
+	ck_assert_int_eq(http1_request_line_shape(line, LIMITS_REQUEST_LINE_BYTES_MAX + 32, &skip),
+			 HTTP1_SHAPE_NOT);
+	free(line);
+}
+END_TEST
+
 START_TEST(test_connect_host_names_the_target)
 {
 	struct http1_request req;
@@ -1754,6 +1805,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_name_is);
 	tcase_add_test(tc, test_connect_name);
 	tcase_add_test(tc, test_connect_host_names_the_target);
+	tcase_add_test(tc, test_request_line_shape);
 	tcase_add_test(tc, test_authority_split);
 	tcase_add_test(tc, test_connect_ip);
 	tcase_add_test(tc, test_absolute_form);

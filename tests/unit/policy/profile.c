@@ -389,6 +389,47 @@ START_TEST(test_rule_limits_docs)
 }
 END_TEST
 
+/*
+ * `server_name_check` (issue 18 item 4): a passthrough rule checks by default,
+ * `false` lets its tunnels name other servers; the verdict says so for that
+ * rule alone (name, wildcard and address rules), and the key is refused on
+ * every other tier and as a non-boolean.
+ */
+START_TEST(test_rule_server_name_check)
+{
+	expect_ok(HEAD RULE(
+	    "checked.test") "    - {host: any.test, tier: passthrough, owner: o, reason: r,\n"
+			    "       server_name_check: false}\n"
+			    "    - {host: \"*.w.test\", tier: passthrough, owner: o, reason: r,\n"
+			    "       server_name_check: false}\n"
+			    "    - {host: 192.0.2.1, tier: passthrough, owner: o, reason: r,\n"
+			    "       server_name_check: false}\n"
+			    "    - {host: on.test, tier: passthrough, owner: o, reason: r,\n"
+			    "       server_name_check: true}\n");
+	ck_assert(!decide(0, "checked.test").server_name_any);
+	ck_assert(decide(0, "any.test").server_name_any);
+	ck_assert(decide(0, "a.w.test").server_name_any);
+	ck_assert(decide(0, "192.0.2.1").server_name_any);
+	ck_assert(!decide(0, "on.test").server_name_any);
+	ck_assert(!decide(0, "other.test").server_name_any);
+	static const char *const others[] = { "local", "fake", "inject", "deny" };
+	for (size_t i = 0; i < AN_ARRAY_LEN(others); i++) {
+		const char *yaml = textf(HEAD "    - host: a.test\n      tier: %s\n      owner: o\n"
+					      "      reason: r\n      server_name_check: false\n",
+					 others[i]);
+		/* Another tier's own mandatory keys are missing or come first: the message
+		 * names this key only once those pass, so the deny rule is the one shown. */
+		if (strcmp(others[i], "deny") == 0)
+			expect_error(yaml, "t.yaml:9:7: server_name_check is only allowed with "
+					   "tier passthrough");
+		else
+			ck_assert_int_eq(load(yaml), -EINVAL);
+	}
+	expect_error(HEAD RULE("a.test") "      server_name_check: sometimes\n",
+		     "t.yaml:9:26: server_name_check must be true or false");
+}
+END_TEST
+
 /* --- the most rules and profiles --------------------------------------------------------- */
 
 /* Short lines, so that POLICY_RULES_MAX rules fit in POLICY_FILE_BYTES_MAX. */
@@ -447,6 +488,7 @@ int main(void)
 	tcase_add_test(tc, test_rule_tier);
 	tcase_add_test(tc, test_rule_ports);
 	tcase_add_test(tc, test_rule_ports_limit);
+	tcase_add_test(tc, test_rule_server_name_check);
 	tcase_add_test(tc, test_rule_upstream);
 	tcase_add_test(tc, test_rule_ids);
 	tcase_add_test(tc, test_profiles);
