@@ -104,10 +104,11 @@ class Lease:
 
 
 class Capture:
-    """One recording listener (see the module comment); <kind> names its pool."""
+    """One recording listener (see the module comment): <label> names it in messages, <key>
+    is what a case's template calls it (a port, a sandbox id), <tls> a server context."""
 
-    def __init__(self, kind, listener, label, tls=None):
-        self.kind, self.listener, self.label, self.tls = kind, listener, label, tls
+    def __init__(self, listener, label, key, tls=None):
+        self.listener, self.label, self.key, self.tls = listener, label, key, tls
         self.lock = threading.Lock()
         self.lease = None
         self.stray = []  # what arrived with no lease held, as text
@@ -115,13 +116,15 @@ class Capture:
         self.numbers = iter(range(1, 1 << 62))
         threading.Thread(target=self.accept_loop, daemon=True).start()
 
-    def take(self, reply=None):
+    def begin_lease(self, reply):
+        """Starts a run's lease; <reply> as Lease takes it. Returns the Lease, which keeps
+        what arrives until end_lease."""
         with self.lock:
             self.lease = Lease(reply)
             return self.lease
 
-    def give_back(self):
-        """Ends the lease: every connection still open is closed."""
+    def end_lease(self):
+        """Ends the lease (if one is held): every connection still open is closed."""
         with self.lock:
             lease, self.lease = self.lease, None
             conns, self.open = list(self.open.values()), {}
@@ -208,10 +211,11 @@ class Capture:
                     answer = CANNED_REPLY[:-len(CANNED_BODY)] if is_head else CANNED_REPLY
                 try:
                     conn.sendall(answer)
+                    if close:
+                        conn.shutdown(socket.SHUT_WR)
                 except (OSError, ssl.SSLError):
                     return
                 if close:
-                    conn.shutdown(socket.SHUT_WR)
                     answering = False
                     break
 

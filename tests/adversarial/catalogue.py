@@ -24,7 +24,7 @@ CASE_KEYS = {"id": str, "title": str, "via": str, "tunnel": dict, "send": list,
              "upstream_reply": list, "expect": dict, "pending": str, "skip": str}
 CASE_REQUIRED = ("id", "title", "via", "send", "expect")
 VIAS = ("egress", "ingress")
-TUNNEL_KEYS = {"connect": str, "tls": bool, "sni": str}
+TUNNEL_KEYS = {"connect": str, "tls": bool}
 EXPECT_KEYS = {"responses": list, "close": str, "upstream": (str, dict), "audit": list,
                "never_in_responses": list, "tls_alert": int}
 EXPECT_REQUIRED = ("responses", "close", "upstream", "audit")
@@ -112,9 +112,10 @@ def check_case(where, case):
 
 
 def load(case_dir, skip_list, pattern=None):
-    """Every case of case_dir/*.json (with its "group"), or those whose "group/id" matches
-    the glob <pattern>. A case marked "skip" must be on <skip_list> ({id: reason})."""
-    cases, seen = [], {}
+    """Every case of case_dir/*.json, with its "group" and its "name" (GROUP/ID, unique),
+    or those whose name matches the glob <pattern>. A case marked "skip" must be on
+    <skip_list> ({name: reason})."""
+    cases = []
     for fname in sorted(f for f in os.listdir(case_dir) if f.endswith(".json")):
         path = os.path.join(case_dir, fname)
         with open(path, encoding="utf-8") as f:
@@ -126,18 +127,18 @@ def load(case_dir, skip_list, pattern=None):
                    ("group", "about", "cases"))
         if doc["group"] != fname[:-len(".json")]:
             raise CatalogueError("%s: group %r is not the file's name" % (path, doc["group"]))
+        seen = set()
         for i, case in enumerate(doc["cases"]):
             where = "%s: case %d (%s)" % (path, i + 1, case.get("id", "no id")
                                           if isinstance(case, dict) else "?")
             check_case(where, case)
             if case["id"] in seen:
-                raise CatalogueError("%s: id %r is also in %s" % (where, case["id"],
-                                                                  seen[case["id"]]))
-            seen[case["id"]] = path
-            if "skip" in case and case["id"] not in skip_list:
+                raise CatalogueError("%s: id %r is there twice" % (where, case["id"]))
+            seen.add(case["id"])
+            case = dict(case, group=doc["group"], name="%s/%s" % (doc["group"], case["id"]))
+            if "skip" in case and case["name"] not in skip_list:
                 raise CatalogueError("%s: skipped, but not on README.md's skip list" % where)
-            case = dict(case, group=doc["group"])
-            if pattern is None or fnmatch.fnmatch("%s/%s" % (doc["group"], case["id"]), pattern):
+            if pattern is None or fnmatch.fnmatch(case["name"], pattern):
                 cases.append(case)
     return cases
 

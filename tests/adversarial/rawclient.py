@@ -21,6 +21,10 @@ class Closed(Exception):
     """The peer closed (or reset) the connection before what was being read was whole."""
 
 
+class Silent(Closed):
+    """Nothing more came before the deadline: the connection is still open."""
+
+
 class Response:
     """One response: its status, its header fields in order, its body, its raw bytes."""
 
@@ -49,6 +53,7 @@ class Conn:
         self.buf = bytearray()
         self.received = bytearray()  # every byte read, for the cases' never-in-a-response checks
         self.send_error = None
+        self.client = None  # TCP: "ip:port" of this end, as the gateway's audit names it
 
     @classmethod
     def unix(cls, path, deadline):
@@ -61,11 +66,9 @@ class Conn:
     def tcp(cls, port, deadline):
         s = socket.create_connection(("127.0.0.1", port), timeout=deadline - time.monotonic())
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(s, deadline)
-
-    def local_address(self):
-        host, port = self.sock.getsockname()[:2]
-        return "%s:%d" % (host, port)
+        conn = cls(s, deadline)
+        conn.client = "%s:%d" % s.getsockname()[:2]
+        return conn
 
     def start_tls(self, context, server_name):
         """TLS inside the tunnel just opened; bytes already read past the tunnel's 200
@@ -91,12 +94,12 @@ class Conn:
         """Reads more; raises Closed at EOF, a reset or the deadline."""
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise Closed("no more bytes before the deadline")
+            raise Silent("no more bytes before the deadline")
         self.sock.settimeout(left)
         try:
             data = self.sock.recv(RECV_BYTES)
         except (socket.timeout, TimeoutError):
-            raise Closed("no more bytes before the deadline") from None
+            raise Silent("no more bytes before the deadline") from None
         except (OSError, ssl.SSLError) as e:
             raise Closed("%s: %s" % (type(e).__name__, e)) from None
         if not data:
@@ -177,8 +180,10 @@ class Conn:
         try:
             while True:
                 self.fill()
-        except Closed as e:
-            state = "open" if "deadline" in str(e) else "closed"
+        except Silent:
+            state = "open"
+        except Closed:
+            state = "closed"
         extra = bytes(self.buf)
         self.buf.clear()
         return state, extra

@@ -31,6 +31,7 @@ skip (with the reason); the last line is the tally.
 
 import argparse
 import calendar
+import collections
 import concurrent.futures
 import json
 import os
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -62,7 +64,7 @@ PLACEHOLDER = "agentsnet-placeholder-adversarial"
 HEAD_MS = 5000  # daemon.timeouts.head_ms: the head-timeout cases wait it out
 BODY_MS = 3000  # daemon.timeouts.body_ms
 INGRESS_BODY_BYTES = 1024  # profile public's ingress.body_bytes
-JOBS = 12  # runs at once; each holds one capture of each kind
+JOBS = 16  # runs at once; each holds one capture of each kind
 RUN_DEADLINE_S = 25  # one run, all its reads included
 CLOSE_WITHIN_S = 2.0  # "close": "closed": EOF or a reset within this of the last response
 HOLD_OPEN_S = 1.0  # "close": "open": no EOF and no byte within this
@@ -92,6 +94,7 @@ class Fixture:
         secret_file = os.path.join(self.tmp, "secret.txt")
         with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(self.secret)
+        netns_del(self.args.netns)  # ours by name: one a killed run left behind
         netns_add(self.args.netns)
         enter_netns("/run/netns/" + self.args.netns)
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -106,33 +109,30 @@ class Fixture:
             "sock_dir": self.sock_dir, "audit": self.audit_path, "tmp": self.tmp,
             "head_ms": HEAD_MS, "body_ms": BODY_MS, "ingress_port": self.ingress_port,
             "dns_port": dns_port, "placeholder": PLACEHOLDER,
-            "tls_ports": ", ".join(str(c.port) for c in self.pools["tls"].captures),
+            "tls_ports": ", ".join(str(c.key) for c in self.pools["tls"].captures),
             "ingress_body_bytes": INGRESS_BODY_BYTES,
             "public_sandboxes": "\n".join("  - {id: %s, profile: public}" % i
                                           for i in self.ingress_ids)})
         self.client_tls = ssl.create_default_context(cafile=os.path.join(self.tmp, "ca.pem"))
         self.daemon = start_daemon(self.procs, self.args.netns, self.args.daemon, policy,
                                    self.err_path)
-        ingress = []
-        for sid in self.ingress_ids:
-            path = os.path.join(self.sock_dir, "sandboxes", sid, "ingress.sock")
-            ingress.append(capture.Capture("ingress", capture.unix_listener(path), sid))
-            ingress[-1].sandbox = sid
+        ingress = [capture.Capture(capture.unix_listener(os.path.join(
+            self.sock_dir, "sandboxes", sid, "ingress.sock")), "ingress capture " + sid, sid)
+            for sid in self.ingress_ids]
         self.captures += ingress
         self.pools["ingress"] = capture.Pool(ingress)
 
     def tcp_pool(self, kind, n, tls):
+        """<n> TCP captures; each one's key is its port."""
         made = []
         for _ in range(n):
             listener, port = capture.tcp_listener()
-            made.append(capture.Capture(kind, listener, "%s capture :%d" % (kind, port), tls))
-            made[-1].port = port
+            made.append(capture.Capture(listener, "%s capture :%d" % (kind, port), port, tls))
         self.captures += made
         return capture.Pool(made)
 
     def egress_socket(self):
         return os.path.join(self.sock_dir, "sandboxes", SANDBOX, "egress.sock")
-
 
     def stray(self):
         return [s for c in self.captures for s in c.stray]
@@ -151,76 +151,74 @@ class Fixture:
 
 
 class Run:
-    """One case sent one way (<mode>): what it got, and how to find its audit records."""
+    """One case sent one way (<mode>): what it got, and how to find its audit records.
+    <values> are its template values (None for a run that broke before it had any)."""
 
-    def __init__(self, case, mode):
+    def __init__(self, case, mode, values):
         self.case, self.mode = case, mode
+        self.expect = None if values is None else catalogue.substitute(case["expect"], values)
+        self.ports = set() if values is None else {values["port"], values["tls_port"]}
         self.errors = []
         self.audit_ids = set()
         self.refusals = []  # the deny bodies it got, checked against the audit file
-        self.ports = set()
         self.client = None
         self.window_us = (0, 0)
         self.secs = 0.0
-        self.expect = None  # the case's expectations under this run's template values
-
-
-def lease_captures(fx, reply):
-    held = {}
-    for kind, pool in fx.pools.items():
-        held[kind] = pool.take()
-        held[kind].take(reply)
-    return held
 
 
 def run_case(fx, case, mode):
-    run = Run(case, mode)
-    held = lease_captures(fx, None)
-    values = {"port": held["plain"].port, "tls_port": held["tls"].port,
-              "sandbox": held["ingress"].sandbox, "ingress_port": fx.ingress_port,
+    """Leases a capture of each kind for the run, and always gives them back."""
+    held = {kind: pool.take() for kind, pool in fx.pools.items()}
+    try:
+        return run_leased(fx, case, mode, held)
+    finally:
+        for kind, capture in held.items():
+            capture.end_lease()
+            fx.pools[kind].give_back(capture)
+
+
+def run_leased(fx, case, mode, held):
+    values = {"port": held["plain"].key, "tls_port": held["tls"].key,
+              "sandbox": held["ingress"].key, "ingress_port": fx.ingress_port,
               "placeholder": PLACEHOLDER, "secret": fx.secret,
               "secret_len": len("key=" + fx.secret)}
-    if "upstream_reply" in case:
-        for c in held.values():
-            c.lease.reply = b"".join(catalogue.expand(case["upstream_reply"], values))
-    run.ports = {values["port"], values["tls_port"]}
-    expect = run.expect = catalogue.substitute(case["expect"], values)
+    reply = b"".join(catalogue.expand(case.get("upstream_reply", []), values)) or None
+    leases = {kind: capture.begin_lease(reply) for kind, capture in held.items()}
+    run = Run(case, mode, values)
     t0 = time.monotonic()
     start_us = time.time_ns() // 1000
-    conn = None
-    responses = []
+    conn, responses = None, []
     try:
         conn = open_conn(fx, case, values, t0 + RUN_DEADLINE_S)
         run.client = conn.client
-        converse(fx, conn, case, values, expect, mode, responses, run)
+        converse(conn, case, values, mode, responses, run)
     except (Closed, OSError, ssl.SSLError) as e:
         run.errors.append("%s: %s" % (type(e).__name__, e))
     finally:
         if conn is not None:
             conn.close()
     time.sleep(SETTLE_S)
-    leases = {kind: c.give_back() for kind, c in held.items()}
-    for kind, c in held.items():
-        fx.pools[kind].give_back(c)
+    for capture in held.values():
+        capture.end_lease()
     run.window_us = (start_us, time.time_ns() // 1000)
     run.secs = time.monotonic() - t0
     for i, resp in enumerate(responses):
-        run.errors += check_response("response %d" % (i + 1), resp, expect["responses"][i], run)
+        run.errors += check_response("response %d" % (i + 1), resp,
+                                     run.expect["responses"][i], run)
     if conn is not None:
-        for text in expect.get("never_in_responses", []):
+        for text in run.expect.get("never_in_responses", []):
             if text.encode("latin-1") in conn.received:
                 run.errors.append("the client was sent %r" % text)
-    run.errors += check_upstream(expect["upstream"], leases)
+    run.errors += check_upstream(run.expect["upstream"], leases)
     return run
 
 
 def open_conn(fx, case, values, deadline):
+    """The run's connection: to the gateway, or to sb1's egress socket, there with the
+    case's tunnel opened (its CONNECT sent whole: the case's bytes are what goes inside)."""
     if case["via"] == "ingress":
-        conn = Conn.tcp(fx.ingress_port, deadline)
-        conn.client = conn.local_address()
-        return conn
+        return Conn.tcp(fx.ingress_port, deadline)
     conn = Conn.unix(fx.egress_socket(), deadline)
-    conn.client = None
     tunnel = catalogue.substitute(case.get("tunnel"), values)
     if tunnel is not None:
         authority = tunnel["connect"]
@@ -230,14 +228,14 @@ def open_conn(fx, case, values, deadline):
         if resp.status != 200:
             raise Closed("the tunnel's CONNECT got %r" % resp)
         if tunnel["tls"]:
-            host = authority.rsplit(":", 1)[0]
-            conn.start_tls(fx.client_tls, tunnel.get("sni", host))
+            conn.start_tls(fx.client_tls, authority.rsplit(":", 1)[0])
     return conn
 
 
-def converse(fx, conn, case, values, expect, mode, responses, run):
-    """Sends the case's bytes (<mode>), reads the responses it expects, then watches what
-    follows them: the close or the kept connection, and nothing else."""
+def converse(conn, case, values, mode, responses, run):
+    """Sends the case's bytes (<mode>), reads the responses it expects into <responses>,
+    then watches what follows them: the close or the kept connection, and nothing else."""
+    expect = run.expect
     wants = expect["responses"]
 
     def next_response():
@@ -365,6 +363,8 @@ def records_of(run, records, by_id):
 
 
 def check_audit(run, records, by_id):
+    if run.expect is None:
+        return []
     want = run.expect["audit"]
     got = records_of(run, records, by_id)
     errs = []
@@ -385,29 +385,28 @@ def check_audit(run, records, by_id):
 
 
 def skip_list():
-    """README.md's skip list: {case id: reason}, the only skips the runner accepts."""
+    """README.md's skip list: {GROUP/ID: reason}, the only skips the runner accepts."""
     with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
         text = f.read()
     section = text.split("## Skip list", 1)[-1].split("\n## ", 1)[0] if "## Skip list" in text \
         else ""
-    return dict(re.findall(r"^\| `([a-z0-9.-]+)` \| (.+?) \|$", section, re.M))
+    return dict(re.findall(r"^\| `([a-z0-9-]+/[a-z0-9.-]+)` \| (.+?) \|$", section, re.M))
 
 
 def run_all(fx, cases, jobs):
-    """Every case whole and split on <jobs> threads; returns {case id: [Run, Run]}."""
+    """Every case whole and split on <jobs> threads; returns {case name: [Run, Run]}."""
     todo = [(c, m) for m in MODES for c in cases if "skip" not in c]
-    runs = {c["id"]: [] for c in cases}
+    runs = {c["name"]: [] for c in cases}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(run_case, fx, c, m): (c, m) for c, m in todo}
         for fut in concurrent.futures.as_completed(futures):
             case, mode = futures[fut]
             try:
-                runs[case["id"]].append(fut.result())
-            except Exception as e:  # noqa: BLE001: a broken run is a failed one, not a lost one
-                broken = Run(case, mode)
-                broken.errors.append("the run itself raised %s: %s" % (type(e).__name__, e))
-                broken.expect = {"audit": []}
-                runs[case["id"]].append(broken)
+                runs[case["name"]].append(fut.result())
+            except Exception:  # noqa: BLE001: a broken run is a failed one, not a lost one
+                broken = Run(case, mode, None)
+                broken.errors.append("the run itself raised:\n" + traceback.format_exc())
+                runs[case["name"]].append(broken)
     return runs
 
 
@@ -415,6 +414,7 @@ class Tally:
     def __init__(self, verbose):
         self.verbose = verbose
         self.passed = self.failed = self.pending = self.skipped = 0
+        self.pending_by_mark = collections.Counter()
 
     def check(self, name, errs):
         """A check of the pass as a whole (not a case): the daemon, the audit, the captures."""
@@ -423,7 +423,7 @@ class Tally:
             self.failed += 1
 
     def case(self, case, runs):
-        label = "%s/%s" % (case["group"], case["id"])
+        label = case["name"]
         if "skip" in case:
             self.skipped += 1
             self.report("skip", label, ["on README.md's skip list: %s" % case["skip"]])
@@ -438,6 +438,7 @@ class Tally:
             self.report("ok", "%s (%s)%s" % (label, secs, stale), [])
         elif "pending" in case:
             self.pending += 1
+            self.pending_by_mark[case["pending"].split(":")[0]] += 1
             self.report("PENDING", "%s (%s)" % (label, case["pending"]), errs)
         else:
             self.failed += 1
@@ -455,9 +456,9 @@ def judge(fx, cases, runs, tally, stop_errs):
     records, parse_errs = read_audit(fx.audit_path)
     by_id = {str(r.get("id")): r for r in records}
     for case in cases:
-        for run in runs[case["id"]]:
+        for run in runs[case["name"]]:
             run.errors += check_audit(run, records, by_id)
-        tally.case(case, runs[case["id"]])
+        tally.case(case, runs[case["name"]])
     tally.check("daemon stops on SIGTERM with exit 0 and a clean stderr", stop_errs)
     tally.check("audit: every one of %d lines is JSON, none dropped" % len(records), parse_errs + [
         "%s" % r for r in records if r.get("dropped") or r.get("lost")])
@@ -493,7 +494,7 @@ def main():
         return 1
     if args.list:
         for c in cases:
-            log("%s/%s%s: %s" % (c["group"], c["id"], " [pending: %s]" % c["pending"]
+            log("%s%s: %s" % (c["name"], " [pending: %s]" % c["pending"]
                                  if "pending" in c else "", c["title"]))
         return 0
     if not cases:
@@ -523,6 +524,9 @@ def main():
             log("# kept %s" % tmp)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    if tally.pending:
+        log("# pending: %s" % ", ".join("%d %s" % (n, mark)
+                                        for mark, n in sorted(tally.pending_by_mark.items())))
     log("adversarial: %d passed, %d failed, %d pending, %d skipped (%d cases, each run whole "
         "and split, in %.1fs)" % (tally.passed, tally.failed, tally.pending, tally.skipped,
                                   len(cases), time.monotonic() - t0))
