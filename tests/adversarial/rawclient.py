@@ -122,7 +122,7 @@ class Conn:
     def response(self, bodiless=False):
         """The next response; <bodiless> for a CONNECT's 2xx or a HEAD's answer."""
         raw = bytearray(self.line())
-        parts = raw.decode("latin-1").split(" ", 2)
+        parts = raw[:-2].decode("latin-1").split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
             raise Closed("not a status line: %r" % bytes(raw))
         status, fields = int(parts[1]), []
@@ -139,7 +139,10 @@ class Conn:
         elif resp.header("Transfer-Encoding") is not None:
             resp.body = self.chunked_body(raw)
         elif resp.header("Content-Length") is not None:
-            resp.body = self.take(int(resp.header("Content-Length")))
+            length = resp.header("Content-Length")
+            if not length.isdigit():
+                raise Closed("a response no client can frame: Content-Length %r" % length)
+            resp.body = self.take(int(length))
             raw += resp.body
         else:
             resp.body = self.until_close()
@@ -152,7 +155,10 @@ class Conn:
         while True:
             size_line = self.line()
             raw += size_line
-            size = int(size_line.split(b";")[0].strip(), 16)
+            size_text = size_line.split(b";")[0].strip()
+            if not size_text or any(c not in b"0123456789abcdefABCDEF" for c in size_text):
+                raise Closed("a response no client can frame: chunk size line %r" % size_line)
+            size = int(size_text, 16)
             if size == 0:
                 break
             chunk = self.take(size + 2)
