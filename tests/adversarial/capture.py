@@ -10,8 +10,9 @@ holds the capture is stray traffic, which fails the whole pass (it came from a r
 already ended, or went where no case sent it).
 
 While leased a capture answers like a small HTTP/1.1 origin: every complete request (its
-head, then a Content-Length or chunked body) gets CANNED_REPLY, or the case's own bytes
-(`upstream_reply`), and the connection ends after a request that asks for it. Bytes it
+head, then a Content-Length or chunked body) gets CANNED_REPLY, or the first gets the case's
+own bytes (`upstream_reply`), and the connection ends after a request or a reply that asks
+for it (Connection: close). Bytes it
 cannot read as HTTP (TLS inside a passthrough tunnel, garbage) are recorded, never answered.
 At release every connection still open is closed, so that no upstream connection a daemon
 keeps for reuse carries one run's bytes into the next one's lease.
@@ -92,6 +93,10 @@ class Lease:
 
     def __init__(self, reply):
         self.reply = reply  # bytes for the first request, or None: CANNED_REPLY for each
+        # A reply whose head says Connection: close ends the connection once sent (its body
+        # may be delimited by that close).
+        fields = (reply or b"").split(HEAD_END, 1)[0].lower().split(b"\r\n")[1:]
+        self.reply_closes = b"connection: close" in fields
         # Connection number -> what it sent during the lease; a connection accepted during
         # the lease is here from its accept on, so one that sent nothing counts too.
         self.received = collections.OrderedDict()
@@ -207,6 +212,7 @@ class Capture:
                     lease.requests += 1
                 if lease.reply is not None:
                     answer, replied = (b"" if replied else lease.reply), True
+                    close = close or lease.reply_closes
                 else:
                     answer = CANNED_REPLY[:-len(CANNED_BODY)] if is_head else CANNED_REPLY
                 try:

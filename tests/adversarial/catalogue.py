@@ -17,8 +17,7 @@ from integlib import PLACEHOLDER, substitute
 from rawclient import client_hello
 
 # What a case may name in {{...}}: run.py gives each run its own values (see README.md).
-TEMPLATE_VARS = ("port", "tls_port", "sandbox", "ingress_port", "placeholder", "secret",
-                 "secret_len")
+TEMPLATE_VARS = ("port", "tls_port", "sandbox", "ingress_port", "placeholder", "secret")
 
 CASE_KEYS = {"id": str, "title": str, "via": str, "tunnel": dict, "send": list,
              "upstream_reply": list, "expect": dict, "pending": str, "skip": str}
@@ -86,6 +85,9 @@ def check_expect(where, expect):
         check_keys(where + ".upstream", upstream, UPSTREAM_KEYS)
         if not upstream:
             raise CatalogueError("%s: upstream {} checks nothing" % where)
+    if not expect["audit"]:
+        raise CatalogueError("%s: audit is empty: every case reaches a decision, and its "
+                             "record is due" % where)
     for i, rec in enumerate(expect["audit"]):
         if not isinstance(rec, dict) or not rec:
             raise CatalogueError("%s.audit[%d]: a non-empty object is due" % (where, i))

@@ -180,8 +180,7 @@ def run_case(fx, case, mode):
 def run_leased(fx, case, mode, held):
     values = {"port": held["plain"].key, "tls_port": held["tls"].key,
               "sandbox": held["ingress"].key, "ingress_port": fx.ingress_port,
-              "placeholder": PLACEHOLDER, "secret": fx.secret,
-              "secret_len": len("key=" + fx.secret)}
+              "placeholder": PLACEHOLDER, "secret": fx.secret}
     reply = b"".join(catalogue.expand(case.get("upstream_reply", []), values)) or None
     leases = {kind: capture.begin_lease(reply) for kind, capture in held.items()}
     run = Run(case, mode, values)
