@@ -1,8 +1,10 @@
 #!/bin/sh
 # `make integ`: the integration suite (tests/integ/integ.py) under a global
 # timeout, then the sandbox pass (tests/integ/sandbox.py: clients inside real
-# `agentsnet run` sandboxes) and the ingress pass (tests/integ/ingress.py:
-# public requests through the gateway to servers in such sandboxes).
+# `agentsnet run` sandboxes), the ingress pass (tests/integ/ingress.py:
+# public requests through the gateway to servers in such sandboxes), the
+# fairness pass and the adversarial pass (tests/adversarial/run.py: hostile
+# bytes, each against the safe behaviour it must meet).
 # Exit 0 pass, 1 fail, 77 skip (the reason is printed).
 #
 #   tests/integ/run.sh [integ.py options, e.g. --cases '04*' -v --keep]
@@ -15,7 +17,10 @@
 # are `python3 tests/integ/sandbox.py [--cases GLOB] [--tests GLOB] -v` and
 # `python3 tests/integ/ingress.py [--tests GLOB] -v` (AN_INGRESS_TIMEOUT_S, 150 s); the
 # fairness pass (one sandbox's flood against another's requests) is
-# `python3 tests/integ/fairness.py -v` (AN_FAIRNESS_TIMEOUT_S, 60 s).
+# `python3 tests/integ/fairness.py -v` (AN_FAIRNESS_TIMEOUT_S, 60 s); the
+# adversarial pass (hostile bytes against the safe behaviour each must meet,
+# tests/adversarial/README.md) is `python3 tests/adversarial/run.py [--cases
+# 'GROUP/ID'] -v` (AN_ADVERSARIAL_TIMEOUT_S, 120 s).
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -76,6 +81,7 @@ if [ $# -eq 0 ]; then
 	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-300}"
 	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
 	run_pass fairness fairness.py "${AN_FAIRNESS_TIMEOUT_S:-60}"
+	run_pass adversarial ../adversarial/run.py "${AN_ADVERSARIAL_TIMEOUT_S:-120}"
 fi
 case $rc in
 0 | 1 | 77) ;;
