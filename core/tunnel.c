@@ -73,6 +73,7 @@ static void tunnel_start(struct conn *c)
 	c->reason = REASON_NONE;
 	audit_decision(c, true, 200);
 	head_recv_stop(c);
+	c->tunnel_since_ms = c->w->now_ms;
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	tunnel_relay_start(c, reply_established, sizeof(reply_established) - 1);
 }
@@ -310,6 +311,8 @@ static void first_flight_step(struct conn *c)
 	}
 	switch (verdict) {
 	case FIRST_FLIGHT_WAIT:
+		if (n > 0) /* held: the first flight's deadline now applies (tunnel_timer) */
+			timer_arm(c->w->timers, &c->timer, 0);
 		prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
 		return;
 	case FIRST_FLIGHT_PASS:
@@ -505,6 +508,41 @@ static void http_tunnel_io(struct conn *c, uint32_t rop, int res)
 	}
 	r->state = R_IDLE;
 	http_tunnel_step(c);
+}
+
+/*
+ * tunnel_mode's timer: a first flight that began but named nothing within
+ * head_ms of the 200 ("G", then silence: a request line held back to wait
+ * the check out) is refused, as a head that never completes is; one not
+ * begun waits (a server speaks first in some protocols). Else the idle
+ * timeout, armed for the nearer of the two.
+ */
+static bool tunnel_timer(struct conn *c)
+{
+	const struct config *cfg = c->w->e->cfg;
+	uint64_t now = c->w->now_ms;
+	bool held = c->up.state == R_FIRST_FLIGHT && c->head != NULL && c->head_fill > c->head_len;
+
+	if (held && now - c->tunnel_since_ms >= cfg->head_timeout_ms) {
+		char detail[96];
+		snprintf(detail, sizeof(detail), "a first flight that named nothing within %u ms",
+			 cfg->head_timeout_ms);
+		if (c->ops & op_bit(dir_op(DIR_UP, ROP_RECV)))
+			c->up.state = R_IDLE; /* the receive's completion is a leftover now */
+		first_flight_refuse(c, FIRST_FLIGHT_REFUSE, detail,
+				    (uint8_t)c->head[c->head_len] == 22);
+		return true;
+	}
+	uint64_t quiet = now - c->active_ms;
+	if (quiet >= cfg->idle_timeout_ms) {
+		conn_close(c);
+		return true;
+	}
+	uint64_t left = cfg->idle_timeout_ms - quiet;
+	if (held && c->tunnel_since_ms + cfg->head_timeout_ms - now < left)
+		left = c->tunnel_since_ms + cfg->head_timeout_ms - now;
+	timer_arm(c->w->timers, &c->timer, (uint32_t)left);
+	return true;
 }
 
 /* Early data was queued, or the cancelled head receive ended: the up relay takes it. */
@@ -790,4 +828,5 @@ const struct conn_mode tunnel_mode = {
 	.io = on_relay,
 	.buffers = tunnel_buffers,
 	.early = tunnel_early,
+	.timer = tunnel_timer,
 };
