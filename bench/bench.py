@@ -109,6 +109,10 @@ IDLE_READY_TIMEOUT_S = 120
 MICRO_REPEATS = 10
 REAP_WAIT_S = 5  # a stopped `agentsnet run` has removed its sandbox within this
 ORIGIN_NAME = "bench.origin"
+# The same raw origin under a passthrough rule with `server_name_check: false`: the
+# "unchecked" subject, agentsnetd without the tunnel's server-name check, so that the
+# check's cost on new tunnels and throughput is a ratio measured in the same run.
+UNCHECKED_NAME = "unchecked.origin"
 # nginx over TLS: its certificate's name, the SNI and Host of every TLS subject, and the
 # host of agentsnetd's inject rule (a profile names a host once: bench.origin is passthrough).
 TLS_NAME = "api.bench"
@@ -122,6 +126,7 @@ INGRESS_BODY = "hello, ingress\n"  # what nginx in that sandbox answers every re
 PEERS = ("squid", "tinyproxy", "haproxy")
 TLS_PEERS = ("mitmproxy", "squid-bump")
 SUBJECTS = ("agentsnetd", "direct") + PEERS
+TUNNEL_SUBJECTS = ("agentsnetd", "unchecked", "direct") + PEERS
 # What --only (or AN_BENCH_ONLY) may name, in the order a whole run takes them.
 SCENARIOS = ("idle", "forward", "rate", "throughput", "fake", "intercept", "micro", "scaling",
              "ingress", "fairness")
@@ -401,12 +406,14 @@ daemon:
 %(gateway)sresolver:
   # Loopback only: the system resolver's address must never see a query.
   servers: ["127.0.0.1:9"]
-  hosts: {%(name)s: [127.0.0.1], %(tls)s: [127.0.0.1]}
+  hosts: {%(name)s: [127.0.0.1], %(unchecked)s: [127.0.0.1], %(tls)s: [127.0.0.1]}
   allow_private: [127.0.0.1/32]
 profiles:
   bench:
 %(profile_ingress)s    rules:
       - {host: %(name)s, tier: passthrough, owner: bench, reason: loopback bench origins}
+      - {host: %(unchecked)s, tier: passthrough, server_name_check: false, owner: bench,
+         reason: the same origin without the tunnel's server-name check}
       - host: %(fake)s
         tier: fake
         owner: bench
@@ -425,7 +432,7 @@ profiles:
         upstream_ca: %(origin_ca)s
 sandboxes: [{id: bench, profile: bench}]
 """ % {"sock": self.sock_dir, "w": self.work, "tcp": self.tcp_port, "name": ORIGIN_NAME,
-       "workers": workers, "fake": FAKE_NAME, "body": json.dumps(FAKE_BODY), "tls": TLS_NAME,
+       "workers": workers, "unchecked": UNCHECKED_NAME, "fake": FAKE_NAME, "body": json.dumps(FAKE_BODY), "tls": TLS_NAME,
        "placeholder": PLACEHOLDER, "origin_ca": self.origin_ca, "tag": tag,
        "gateway": gateway, "profile_ingress": profile_ingress, "https": self.https_port})
         self.daemon, self.daemon_out = self.start(
@@ -456,7 +463,7 @@ sandboxes: [{id: bench, profile: bench}]
     # ---- how each subject is reached -----------------------------------------
 
     def proxy_pids(self, subject):
-        if subject == "agentsnetd":
+        if subject in ("agentsnetd", "unchecked"):
             return [self.daemon.pid]
         return self.peers[subject].pids() if subject in self.peers else []
 
@@ -467,6 +474,9 @@ sandboxes: [{id: bench, profile: bench}]
     def has_role(self, subject, role):
         if subject in ("agentsnetd", "direct"):
             return True
+        if subject == "unchecked":
+            return role == "connect"
+            return True
         peer = self.peers.get(subject)
         return peer is not None and role in peer.roles
 
@@ -475,9 +485,10 @@ sandboxes: [{id: bench, profile: bench}]
         raw = "127.0.0.1:%d" % self.raw_port
         if subject == "direct":
             return ["--direct", "--target", raw]
-        if subject == "agentsnetd":
+        if subject in ("agentsnetd", "unchecked"):
+            name = ORIGIN_NAME if subject == "agentsnetd" else UNCHECKED_NAME
             return ["--proxy", "127.0.0.1:%d" % self.tcp_port, "--target", raw,
-                    "--authority", "%s:%d" % (ORIGIN_NAME, self.raw_port)]
+                    "--authority", "%s:%d" % (name, self.raw_port)]
         peer = self.peers[subject]
         if "tcp_relay" in peer.roles:
             return ["--direct", "--target", "127.0.0.1:%d" % peer.port]
@@ -1346,7 +1357,8 @@ def fmt(v, unit):
     return "%.3g" % v if abs(v) < 10 else "%.0f" % v
 
 
-RATIO_COLS = ("direct", "squid", "tinyproxy", "haproxy") + TLS_PEERS + ("nginx-proxy",)
+RATIO_COLS = ("direct", "squid", "tinyproxy", "haproxy") + TLS_PEERS + ("nginx-proxy",
+                                                                          "unchecked")
 
 
 def print_table(rows, last):
@@ -1469,8 +1481,8 @@ def main():
         if "idle" in run:
             b.bench_idle()
         fwd = b.bench_forward() if "forward" in run else None
-        rate = b.bench_rate() if "rate" in run else None
-        thr = b.bench_throughput() if "throughput" in run else None
+        rate = b.bench_rate(TUNNEL_SUBJECTS) if "rate" in run else None
+        thr = b.bench_throughput(TUNNEL_SUBJECTS) if "throughput" in run else None
         if "fake" in run:
             b.bench_fake()
         for peer in list(b.peers.values()):

@@ -18,7 +18,10 @@
  * The origin speaks a one-byte protocol once a connection is up (directly or
  * through a tunnel): 'D' and it writes as fast as it can, 'U' and it reads
  * and discards, 'P' and it answers LOADGEN_PING_BYTES and waits for the next
- * command. Until then the connection is idle, what the idle benchmark holds
+ * command. Through a proxy, the first command follows a TLS ClientHello
+ * record naming the CONNECT authority's host (what a real tunnel carries
+ * first, and what agentsnetd's passthrough tier reads to check the server
+ * name); the origin skips one such record at a connection's start. Until then the connection is idle, what the idle benchmark holds
  * (--direct: through a TCP relay, which has no CONNECT). --http makes it a
  * minimal HTTP/1.1 keep-alive responder, the wrk origin without nginx. A
  * proxied client CONNECTs to --authority, by default --target; any 2xx status
@@ -198,7 +201,15 @@ struct loadgen_opts {
 static char io_buf[LOADGEN_BUF_BYTES];
 static uint8_t origin_states[LOADGEN_FDS_MAX];
 static uint8_t origin_match[LOADGEN_FDS_MAX]; /* bytes of "\r\n\r\n" matched so far */
-static bool origin_resets_pinged;             /* --reset-pinged, set once at start */
+/* A leading TLS record being skipped: its header bytes seen (0..5; 6: skipped or
+ * none), then its payload bytes left. */
+static uint8_t origin_hello_head[LOADGEN_FDS_MAX];
+static uint16_t origin_hello_left[LOADGEN_FDS_MAX];
+/* Through a proxy: the ClientHello record sent before the first command. */
+static char first_flight[512];
+static size_t first_flight_len;
+static void first_flight_build(const char *authority);
+static bool origin_resets_pinged; /* --reset-pinged, set once at start */
 static int idle_fds[LOADGEN_IDLE_MAX];
 
 static const char http_answer[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
@@ -458,6 +469,8 @@ static int opts_parse(int argc, char **argv, struct loadgen_opts *o)
 		o->authority = o->target_text;
 	if (optind != argc || !opts_valid(o))
 		return -EINVAL;
+	if (!o->direct && o->authority != NULL)
+		first_flight_build(o->authority);
 	return 0;
 }
 
@@ -535,6 +548,88 @@ static int dial(const struct loadgen_opts *o)
 }
 
 /* Writes "CONNECT <authority>" into <buf> (LOADGEN_HEAD_BYTES_MAX); returns its length. */
+/*
+ * A TLS 1.2-shaped ClientHello record (one cipher suite, no other extension)
+ * whose server_name is the host of <authority> ("name:port"), in
+ * first_flight. Enough for a proxy that reads the name; the origin skips it.
+ */
+static void first_flight_build(const char *authority)
+{
+	const char *colon = strrchr(authority, ':');
+	size_t name_len = colon != NULL ? (size_t)(colon - authority) : strlen(authority);
+	uint8_t *p = (uint8_t *)first_flight;
+	size_t body = 2 + 32 + 1 + 4 + 2 + 2 + 9 + name_len;
+
+	AN_ASSERT(name_len > 0 && 5 + 4 + body <= sizeof(first_flight));
+	size_t n = 0;
+	p[n++] = 22; /* handshake record, TLS 1.0 on the wire as clients send it */
+	p[n++] = 3;
+	p[n++] = 1;
+	p[n++] = (uint8_t)((4 + body) >> 8);
+	p[n++] = (uint8_t)(4 + body);
+	p[n++] = 1; /* ClientHello */
+	p[n++] = 0;
+	p[n++] = (uint8_t)(body >> 8);
+	p[n++] = (uint8_t)body;
+	p[n++] = 3;
+	p[n++] = 3;
+	memset(p + n, 0x42, 32);
+	n += 32;
+	p[n++] = 0; /* no session id */
+	p[n++] = 0;
+	p[n++] = 2;
+	p[n++] = 0x13;
+	p[n++] = 0x01;
+	p[n++] = 1;
+	p[n++] = 0; /* null compression */
+	p[n++] = (uint8_t)((9 + name_len) >> 8);
+	p[n++] = (uint8_t)(9 + name_len);
+	p[n++] = 0; /* server_name */
+	p[n++] = 0;
+	p[n++] = (uint8_t)((5 + name_len) >> 8);
+	p[n++] = (uint8_t)(5 + name_len);
+	p[n++] = (uint8_t)((3 + name_len) >> 8);
+	p[n++] = (uint8_t)(3 + name_len);
+	p[n++] = 0; /* host_name */
+	p[n++] = (uint8_t)(name_len >> 8);
+	p[n++] = (uint8_t)name_len;
+	memcpy(p + n, authority, name_len);
+	n += name_len;
+	first_flight_len = n;
+}
+
+/*
+ * Skips the TLS record a proxied client sends before its first command, at
+ * the start of <fd>'s bytes <buf>/<len>; returns how many of them it took.
+ */
+static size_t origin_hello_skip(int fd, const char *buf, size_t len)
+{
+	size_t i = 0;
+	uint8_t *head = &origin_hello_head[fd];
+
+	while (i < len && *head < 6) {
+		if (*head == 0 && buf[i] != 22) {
+			*head = 6; /* no record: commands from the first byte */
+			break;
+		}
+		if (*head < 5) {
+			if (*head == 3)
+				origin_hello_left[fd] = (uint16_t)((uint8_t)buf[i] << 8);
+			if (*head == 4)
+				origin_hello_left[fd] |= (uint8_t)buf[i];
+			(*head)++;
+			i++;
+			continue;
+		}
+		size_t k = len - i < origin_hello_left[fd] ? len - i : origin_hello_left[fd];
+		i += k;
+		origin_hello_left[fd] = (uint16_t)(origin_hello_left[fd] - k);
+		if (origin_hello_left[fd] == 0)
+			*head = 6;
+	}
+	return i;
+}
+
 static size_t connect_request(const char *authority, char *buf)
 {
 	AN_ASSERT(authority != NULL);
@@ -718,7 +813,9 @@ static int throughput_open(const struct loadgen_opts *o, int ep, int *fds)
 		}
 		fds[i] = fd;
 		struct epoll_event ev = { .events = o->up ? EPOLLOUT : EPOLLIN, .data.fd = fd };
-		int err = send_all(fd, &cmd, 1);
+		int err = o->direct ? 0 : send_all(fd, first_flight, first_flight_len);
+		if (err == 0)
+			err = send_all(fd, &cmd, 1);
 		if (err == 0)
 			err = set_nonblocking(fd);
 		if (err == 0 && epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == -1)
@@ -1083,12 +1180,19 @@ static int cycle_on_connected(struct rate_run *r, struct rate_cycle *c)
 	return ret;
 }
 
-/* Reads the proxy's answer; on a 2xx head sends the ping. */
+/* Reads the proxy's answer; on a 2xx head sends the first flight and the ping. */
 static int cycle_on_head(struct rate_cycle *c)
 {
 	AN_ASSERT(c->state == CYCLE_HEAD);
 	int ret = proxy_head_read(c->fd, c->head, &c->in_bytes); /* the origin waits for the ping */
-	return ret == 1 ? cycle_send_ping(c) : ret;
+	if (ret != 1)
+		return ret;
+	char flight[sizeof(first_flight) + 1];
+	memcpy(flight, first_flight, first_flight_len);
+	flight[first_flight_len] = 'P';
+	c->state = CYCLE_PING;
+	c->in_bytes = 0;
+	return send_whole(c->fd, flight, first_flight_len + 1);
 }
 
 /* Reads the origin's ping answer; returns 1 once all of it is in. */
@@ -2087,6 +2191,8 @@ static void origin_close(int ep, int fd)
 	(void)epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 	origin_states[fd] = ORIGIN_FREE;
 	origin_match[fd] = 0;
+	origin_hello_head[fd] = 0;
+	origin_hello_left[fd] = 0;
 	close(fd);
 }
 
@@ -2162,7 +2268,8 @@ static int origin_commands(int ep, int fd, const char *buf, size_t len)
 {
 	AN_ASSERT(fd >= 0);
 	AN_ASSERT(origin_states[fd] == ORIGIN_WAIT_CMD || origin_states[fd] == ORIGIN_PINGED);
-	for (size_t i = 0; i < len; i++) {
+	size_t start = origin_states[fd] == ORIGIN_WAIT_CMD ? origin_hello_skip(fd, buf, len) : 0;
+	for (size_t i = start; i < len; i++) {
 		if (buf[i] == 'U') {
 			origin_states[fd] = ORIGIN_DISCARD;
 			return 0;
