@@ -133,7 +133,9 @@ struct conn {
 	 * of the head buffer (req_body, req_left and req_chunks frame its bodies). */
 	bool tunnel_http;
 	uint32_t tunnel_checked;
-	uint64_t tunnel_since_ms; /* the 200 went out: the first flight's deadline runs from it */
+	/* When the phase a deadline runs from began: a tunnel's 200 (its first flight's
+	 * head_ms), an inject request's end (its response head's response_ms). */
+	uint64_t phase_since_ms;
 	/* Credential-inject: the session to the upstream and the exchange under way. */
 	void *upstream_tls;                  /* owned through engine.term, NULL when none */
 	const struct verdict_inject *inject; /* borrowed from the snapshot */

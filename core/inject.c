@@ -41,6 +41,7 @@
 
 static void inject_feed_upstream(struct conn *c);
 static void inject_start(struct conn *c);
+static void inject_deadline_arm(struct conn *c);
 
 enum inject_phase {
 	INJ_IDLE = 0, /* waiting for the agent's next request */
@@ -105,6 +106,7 @@ void inject_request(struct conn *c, const struct http1_request *req, size_t head
 	c->resp_holding = false; /* no tail of an earlier response is held */
 	c->resp_hold_over = false;
 	term_drop(c, (uint32_t)head_len);
+	inject_deadline_arm(c); /* a body that stalls: body_ms */
 }
 
 /* Request body bytes from the plaintext into the upstream session. */
@@ -184,8 +186,11 @@ static enum term_status inject_agent_side(struct conn *c)
 		if (st != TERM_OK || c->head_fill > 0)
 			return st;
 	}
-	if (c->inject_phase == INJ_REQUEST && c->req_done)
+	if (c->inject_phase == INJ_REQUEST && c->req_done) {
 		c->inject_phase = INJ_RESPONSE;
+		c->phase_since_ms = c->w->now_ms; /* the response head's deadline runs from here */
+		inject_deadline_arm(c);
+	}
 	if (c->inject_phase == INJ_RESPONSE && c->head_fill >= LIMITS_HEAD_BYTES_MAX)
 		return TERM_WANT_READ; /* a pipelined request waits for this response */
 	uint32_t before = c->head_fill;
@@ -322,7 +327,7 @@ static void inject_exchange_done(struct conn *c)
  * agent), with as many asterisks, so the framing stays true. Until the
  * response ends, the last bytes read (as many as the secret less one) wait
  * for the next read, since a copy may straddle two, or for the hold's time
- * (LIMITS_INJECT_HOLD_MS, inject_hold_over), whichever comes first; then
+ * (LIMITS_INJECT_HOLD_MS, inject_timer), whichever comes first; then
  * they go as they are. They wait whatever they are: a wait only for a tail
  * that begins the secret would tell the agent, by its delay, that the bytes
  * it had the upstream reflect were a prefix of the secret (a key can be
@@ -358,20 +363,75 @@ static uint32_t inject_relay_limit(struct conn *c)
 }
 
 /*
- * inject_mode's timer: if a response's tail is held, its hold is over: the
- * tail goes to the agent now and the idle timer is armed again. Whether the
- * timer was the hold's; else nothing changed.
+ * The exchange's deadline, as forward_mode's (core/forward.c): while the
+ * request body is due, body_ms from the agent's last byte; once the request
+ * is out and no byte of a response reached the agent, response_ms from the
+ * request's end. Returns its time (UINT64_MAX: none now) and *<why>.
  */
-static bool inject_hold_over(struct conn *c)
+static uint64_t inject_deadline(const struct conn *c, enum reason *why)
 {
-	if (!c->resp_holding)
-		return false;
-	c->resp_holding = false;
-	c->resp_hold_over = true;
-	uint64_t idle_ms = c->w->e->cfg->idle_timeout_ms;
-	uint64_t quiet = c->w->now_ms - c->active_ms;
-	timer_arm(c->w->timers, &c->timer, (uint32_t)(quiet < idle_ms ? idle_ms - quiet : 1));
-	term_pump(c);
+	const struct config *cfg = c->w->e->cfg;
+
+	*why = REASON_NONE;
+	if (c->inject_phase == INJ_REQUEST && !c->req_done) {
+		*why = REASON_REQUEST_TIMEOUT;
+		return c->active_ms + cfg->body_timeout_ms;
+	}
+	if (c->inject_phase == INJ_RESPONSE && !c->resp_head_done && !c->resp_started) {
+		*why = REASON_UPSTREAM_TIMEOUT;
+		return c->phase_since_ms + cfg->response_timeout_ms;
+	}
+	return UINT64_MAX;
+}
+
+/* Arms the timer for the nearer of the exchange's deadline and the idle timeout. */
+static void inject_deadline_arm(struct conn *c)
+{
+	enum reason why;
+	uint64_t now = c->w->now_ms;
+	uint64_t at = inject_deadline(c, &why);
+	uint64_t idle_at = c->active_ms + c->w->e->cfg->idle_timeout_ms;
+
+	if (c->resp_holding)
+		return; /* the hold's timer is shorter than either, and re-arms this */
+	if (idle_at < at)
+		at = idle_at;
+	timer_arm(c->w->timers, &c->timer, (uint32_t)(at > now ? at - now : 0));
+}
+
+/*
+ * inject_mode's timer. A held response tail's hold is over: the tail goes to
+ * the agent now. A deadline passed is answered while nothing of a response
+ * reached the agent: 408 request_timeout for a stalled body, 504
+ * upstream_timeout for a response head that never came, audited, and the
+ * upstream, holding a request cut short, is never used again. Else the idle
+ * timeout, as the spine's; the timer is re-armed for the nearest.
+ */
+static bool inject_timer(struct conn *c)
+{
+	enum reason why;
+	uint64_t now = c->w->now_ms;
+
+	if (c->resp_holding) {
+		c->resp_holding = false;
+		c->resp_hold_over = true;
+		inject_deadline_arm(c);
+		term_pump(c);
+		return true;
+	}
+	if (now >= inject_deadline(c, &why) && why != REASON_NONE) {
+		c->upstream_dead = true;
+		c->inject_phase = INJ_IDLE;
+		c->out_len = 0;
+		term_refuse(c, why);
+		term_pump(c);
+		return true;
+	}
+	if (now - c->active_ms >= c->w->e->cfg->idle_timeout_ms) {
+		conn_close(c);
+		return true;
+	}
+	inject_deadline_arm(c);
 	return true;
 }
 
@@ -752,7 +812,7 @@ const struct conn_mode inject_mode = {
 	.pump = inject_pump,
 	.client_data = term_client_data,
 	.client_eof = term_eof,
-	.timer = inject_hold_over,
+	.timer = inject_timer,
 	.pooled = inject_take_pooled,
 	.parkable = inject_parkable,
 	.end = inject_end,

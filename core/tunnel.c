@@ -73,7 +73,7 @@ static void tunnel_start(struct conn *c)
 	c->reason = REASON_NONE;
 	audit_decision(c, true, 200);
 	head_recv_stop(c);
-	c->tunnel_since_ms = c->w->now_ms;
+	c->phase_since_ms = c->w->now_ms;
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	tunnel_relay_start(c, reply_established, sizeof(reply_established) - 1);
 }
@@ -523,7 +523,7 @@ static bool tunnel_timer(struct conn *c)
 	uint64_t now = c->w->now_ms;
 	bool held = c->up.state == R_FIRST_FLIGHT && c->head != NULL && c->head_fill > c->head_len;
 
-	if (held && now - c->tunnel_since_ms >= cfg->head_timeout_ms) {
+	if (held && now - c->phase_since_ms >= cfg->head_timeout_ms) {
 		char detail[96];
 		snprintf(detail, sizeof(detail), "a first flight that named nothing within %u ms",
 			 cfg->head_timeout_ms);
@@ -539,8 +539,8 @@ static bool tunnel_timer(struct conn *c)
 		return true;
 	}
 	uint64_t left = cfg->idle_timeout_ms - quiet;
-	if (held && c->tunnel_since_ms + cfg->head_timeout_ms - now < left)
-		left = c->tunnel_since_ms + cfg->head_timeout_ms - now;
+	if (held && c->phase_since_ms + cfg->head_timeout_ms - now < left)
+		left = c->phase_since_ms + cfg->head_timeout_ms - now;
 	timer_arm(c->w->timers, &c->timer, (uint32_t)left);
 	return true;
 }

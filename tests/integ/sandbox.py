@@ -2796,6 +2796,29 @@ def inject_exchanges(t, ctx, path):
             body != b"5\r\nhello\r\n":
         errs.append("a chunked response reset after its first chunk: head %r, body %r; want "
                     "200 chunked, the one chunk and no last chunk" % (head[:80], body[-200:]))
+    # Deadlines per phase (issue 18 item 3), from the pass's policy: an upstream whose
+    # head does not come within response_ms (3 s; /stall waits 6 s) is answered 504
+    # upstream_timeout, and a request body that stops (3 of 10 bytes) 408
+    # request_timeout after body_ms (2 s), each at once, not at the idle timeout.
+    for req, want, label in (
+            (b"GET /stall HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n", 504,
+             "upstream_timeout"),
+            (b"POST /body-stall HTTP/1.1\r\nHost: api.test\r\nContent-Length: 10\r\n" + auth +
+             b"\r\nabc", 408, "request_timeout")):
+        ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+        t0 = time.monotonic()
+        ts.sendall(req)
+        f = ts.makefile("rb")
+        try:
+            status, headers, _ = read_response(f)
+        except (OSError, ValueError) as e:
+            status, headers = 0, {"error": str(e)}
+        took = time.monotonic() - t0
+        ts.close()
+        if status != want or headers.get("x-agent-reason") != label or not 1.5 < took < 5.5:
+            errs.append("%s: %d %r after %.1f s, want %d %s within the phase's deadline"
+                        % (req.split(b" ")[1].decode(), status, headers.get("x-agent-reason"),
+                           took, want, label))
     # A response head framed wrong (Content-Length and Transfer-Encoding), carrying an
     # X-Agent-Instruction: 502 upstream_bad_response, none of its bytes at the agent.
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
