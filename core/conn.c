@@ -558,7 +558,7 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		c->front->accepted(c);
 		return;
 	}
-	timer_arm(w->timers, &c->timer, w->e->cfg->head_timeout_ms);
+	head_deadline_arm(c);
 	if (peer_check_wanted(c, l))
 		peer_ask(c); /* the head is read once the peer is known to be the agent */
 	else
@@ -607,6 +607,17 @@ static bool head_keeps(const struct conn *c, uint32_t len)
 	       c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES;
 }
 
+/*
+ * The head deadline: daemon.timeouts.head_ms from the head's first byte (a
+ * new connection's from its accept), absolute: bytes trickling in never
+ * extend it. A kept connection waits for its next head's first byte as long
+ * as the idle timeout allows.
+ */
+void head_deadline_arm(struct conn *c)
+{
+	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->head_timeout_ms);
+}
+
 /* Appends buffer <bid>'s <len> bytes to the head buffer and gives the buffer back. */
 static void head_append(struct conn *c, uint16_t bid, uint32_t len)
 {
@@ -616,6 +627,8 @@ static void head_append(struct conn *c, uint16_t bid, uint32_t len)
 	/* The buffer always has room for one more receive past the limit. */
 	AN_ASSERT(c->head_fill <= LIMITS_HEAD_BYTES_MAX);
 	AN_ASSERT(c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES);
+	if (c->state == ST_HEAD && c->head_fill == 0 && c->requests > 0)
+		head_deadline_arm(c); /* a kept connection's next head begins */
 	memcpy(c->head + c->head_fill, ring_buf(r, bid), len);
 	c->head_fill += len;
 	ring_buf_return(r, bid);
@@ -1326,7 +1339,10 @@ static void head_read_next(struct conn *c)
 	c->rule = NULL;
 	c->state = ST_HEAD;
 	c->down.state = R_IDLE;
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (rest > 0)
+		head_deadline_arm(c);
+	else
+		timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
 		head_recv_arm(c);
 	if (rest > 0)

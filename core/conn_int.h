@@ -328,6 +328,8 @@ void buffers_release(struct conn *c);
 void head_recv_arm(struct conn *c);
 /* Stops the head receive for good (F_HEAD_STOP), cancelling the one in flight. */
 void head_recv_stop(struct conn *c);
+/* Arms the head deadline (head_ms) for a head whose first byte is here or was at the accept. */
+void head_deadline_arm(struct conn *c);
 /* Whether the head receive should run in the conn's state. */
 bool head_recv_wanted(const struct conn *c);
 /* Waits on the worker's nobufs list: conn_on_buffers re-arms the receive. */

@@ -572,7 +572,10 @@ static void request_finish(struct conn *c)
 	c->up.state = R_IDLE;
 	c->down.state = R_IDLE;
 	head_recv_arm(c);
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	if (carry)
+		head_deadline_arm(c); /* the next head began already */
+	else
+		timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	if (carry)
 		head_parse(c);
 }

@@ -450,6 +450,11 @@ class Suite:
             if got is None or not lo <= got <= hi:
                 errs.append("the proxy closed the idle connection after %s s, want %s..%s s"
                             % (got, lo, hi))
+        if "elapsed_s" in case:
+            lo, hi = case["elapsed_s"]
+            took = time.monotonic() - t0
+            if not lo <= took <= hi:
+                errs.append("the case took %.1f s, want %s..%s s" % (took, lo, hi))
         if "leftover_hex" in case:
             got = (self.last_extra or {}).get("leftover_hex")
             if got is None or not got.startswith(case["leftover_hex"]):
