@@ -302,8 +302,12 @@ static void first_flight_step(struct conn *c)
 	enum first_flight verdict = first_flight_check(c, p, n, detail, sizeof(detail));
 	bool room = n < TUNNEL_FIRST_FLIGHT_BYTES_MAX &&
 		    c->head_fill + conn_ring(c)->buf_bytes <= WORKER_HEAD_BUFFER_BYTES;
-	if (verdict == FIRST_FLIGHT_WAIT && (r->eof || n == 0) && (r->eof || !room))
-		verdict = FIRST_FLIGHT_PASS; /* ended before it named anything: nothing to check */
+	if (verdict == FIRST_FLIGHT_WAIT && r->eof) {
+		/* Ended before it named anything. A TLS hello cut short starts no session;
+		 * anything else is read as HTTP, whose head left unfinished never goes up
+		 * (a lenient server takes the end of the stream for the end of a head). */
+		verdict = n == 0 || (uint8_t)p[0] == 22 ? FIRST_FLIGHT_PASS : FIRST_FLIGHT_HTTP;
+	}
 	if (verdict == FIRST_FLIGHT_WAIT && !room) {
 		snprintf(detail, sizeof(detail), "a first flight over %u bytes",
 			 TUNNEL_FIRST_FLIGHT_BYTES_MAX);
