@@ -190,7 +190,7 @@ enum clienthello_result clienthello_server_name(const uint8_t *in, size_t len, u
 			if (joined > message)
 				joined = message;
 		}
-		if (message == 0 && scratch[0] != TLS_HANDSHAKE_CLIENT_HELLO)
+		if (message == 0 && joined > 0 && scratch[0] != TLS_HANDSHAKE_CLIENT_HELLO)
 			return CLIENTHELLO_MALFORMED;
 		if (message != 0 && joined == message)
 			break; /* whole: what follows in this record or after is not read */

@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct clienthello_name out = { 0 }, again = { 0 };
 	memset(scratch, 0, sizeof(scratch));
-	memset(scratch2, 0xa5, sizeof(scratch2));
+	memset(scratch2, 0x01, sizeof(scratch2)); /* a ClientHello's type byte, stale */
 	enum clienthello_result r =
 	    clienthello_server_name(data, size, scratch, sizeof(scratch), &out);
 	if (clienthello_server_name(data, size, scratch2, sizeof(scratch2), &again) != r ||

@@ -292,6 +292,26 @@ START_TEST(test_records_and_messages)
 }
 END_TEST
 
+/* A first flight of a record header alone waits, whatever the scratch held before
+ * (a worker's scratch keeps the last hello's bytes: they must never decide). */
+START_TEST(test_header_alone_ignores_stale_scratch)
+{
+	uint8_t flight[8192];
+	struct clienthello_name out;
+	size_t len = openssl_hello("stale.example", flight, sizeof(flight));
+
+	for (int fill = 0; fill < 256; fill += 85) {
+		memset(scratch, fill, sizeof(scratch));
+		ck_assert_int_eq(read_at_guard(flight, 5, &out), CLIENTHELLO_NEED_MORE);
+	}
+	memset(scratch, 0x01, sizeof(scratch));
+	ck_assert_int_eq(read_at_guard((const uint8_t *)"\x16\x03\x01\x00\x04", 5, &out),
+			 CLIENTHELLO_NEED_MORE);
+	memset(scratch, 0x02, sizeof(scratch));
+	ck_assert_int_eq(read_at_guard(flight, len, &out), CLIENTHELLO_NAME);
+}
+END_TEST
+
 START_TEST(test_names_host)
 {
 	ck_assert(clienthello_names_host("api.example.com", 15, "api.example.com", 15));
@@ -317,6 +337,7 @@ static Suite *clienthello_suite(void)
 	tcase_add_test(tc, test_not_tls);
 	tcase_add_test(tc, test_crafted_shapes);
 	tcase_add_test(tc, test_records_and_messages);
+	tcase_add_test(tc, test_header_alone_ignores_stale_scratch);
 	tcase_add_test(tc, test_names_host);
 	suite_add_tcase(s, tc);
 	return s;
