@@ -18,6 +18,8 @@
 #define TLS_HANDSHAKE_CLIENT_HELLO 1u
 #define TLS_HANDSHAKE_HEADER_BYTES 4u
 #define TLS_EXT_SERVER_NAME        0u
+#define TLS_EXT_ECH                0xfe0du /* encrypted_client_hello (draft-ietf-tls-esni) */
+#define TLS_EXT_ESNI               0xffceu /* encrypted_server_name (its drafts, deployed) */
 #define TLS_SNI_HOST_NAME          0u
 #define TLS_RANDOM_BYTES           32u
 #define TLS_SESSION_ID_MAX         32u
@@ -119,6 +121,8 @@ static enum clienthello_result client_hello_read(struct cursor m, struct clienth
 	struct cursor exts;
 	enum clienthello_result found = CLIENTHELLO_NO_NAME;
 
+	out->encrypted = false;
+
 	if (!take(&m, 2 + TLS_RANDOM_BYTES, &skip)) /* legacy_version, random */
 		return CLIENTHELLO_MALFORMED;
 	if (!take_u8(&m, &n) || n > TLS_SESSION_ID_MAX || !take(&m, n, &skip))
@@ -137,6 +141,8 @@ static enum clienthello_result client_hello_read(struct cursor m, struct clienth
 		if (!take_u16(&exts, &type) || !take_u16(&exts, &len) ||
 		    !take_field(&exts, len, &ext))
 			return CLIENTHELLO_MALFORMED;
+		if (type == TLS_EXT_ECH || type == TLS_EXT_ESNI)
+			out->encrypted = true;
 		if (type != TLS_EXT_SERVER_NAME)
 			continue;
 		if (found != CLIENTHELLO_NO_NAME)
@@ -154,6 +160,9 @@ enum clienthello_result clienthello_server_name(const uint8_t *in, size_t len, u
 	size_t joined = 0;  /* handshake bytes gathered in scratch */
 	size_t message = 0; /* the whole message's length, header included; 0: unknown yet */
 
+	out->name = NULL;
+	out->len = 0;
+	out->encrypted = false;
 	if (len == 0)
 		return CLIENTHELLO_NEED_MORE;
 	if (in[0] != TLS_RECORD_HANDSHAKE)

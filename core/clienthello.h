@@ -31,10 +31,16 @@ enum clienthello_result {
 	CLIENTHELLO_MALFORMED,     /* TLS, but not a ClientHello this reader accepts */
 };
 
-/* The server name of a ClientHello: <len> bytes (1..255), no NUL, into the caller's scratch. */
+/*
+ * What a ClientHello names: the server name, <len> bytes (1..255, no NUL) into
+ * the caller's scratch (NAME only); and whether it carries an Encrypted
+ * Client Hello (encrypted_client_hello, 0xfe0d, or the ESNI draft's 0xffce),
+ * whose inner name this reader cannot see (NAME and NO_NAME).
+ */
 struct clienthello_name {
 	const char *name;
 	size_t len;
+	bool encrypted;
 };
 
 /*

@@ -682,6 +682,21 @@ static size_t host_undotted(const char *a, size_t n)
 	return n > 1 && a[n - 1] == '.' ? n - 1 : n;
 }
 
+/* The methods of RFC 9110 section 9, PATCH (RFC 5789) and WebDAV's (RFC 4918): a
+ * line that starts with one of them and a blank is a request to any server. */
+static bool method_known(const char *p, size_t n)
+{
+	static const char *const methods[] = { "GET",    "HEAD",     "POST",      "PUT",
+					       "DELETE", "CONNECT",  "OPTIONS",   "TRACE",
+					       "PATCH",  "PROPFIND", "PROPPATCH", "MKCOL",
+					       "COPY",   "MOVE",     "LOCK",      "UNLOCK" };
+	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+		if (strlen(methods[i]) == n && strncasecmp(p, methods[i], n) == 0)
+			return true;
+	}
+	return false;
+}
+
 enum http1_shape http1_request_line_shape(const char *p, size_t n, size_t *skip)
 {
 	size_t i = 0;
@@ -689,26 +704,33 @@ enum http1_shape http1_request_line_shape(const char *p, size_t n, size_t *skip)
 	while (i < n && (p[i] == '\r' || p[i] == '\n'))
 		i++;
 	*skip = i;
-	size_t j = i;
-	while (j < n && j - i < LIMITS_REQUEST_LINE_BYTES_MAX &&
-	       (http1_class[(unsigned char)p[j]] & HC_TCHAR))
-		j++;
-	if (j - i >= LIMITS_REQUEST_LINE_BYTES_MAX)
-		return HTTP1_SHAPE_NOT;
-	if (j == n)
+	if (i == n)
 		return HTTP1_SHAPE_MAYBE;
-	if (j == i || p[j] != ' ')
-		return HTTP1_SHAPE_NOT;
+	if (p[i] == ' ' || p[i] == '\t' || p[i] == '\v' || p[i] == '\f')
+		return HTTP1_SHAPE_YES; /* a blank before the method: read (and refused) as HTTP */
 	size_t line = n - i < LIMITS_REQUEST_LINE_BYTES_MAX ? n - i : LIMITS_REQUEST_LINE_BYTES_MAX;
+	size_t j = i;
+	while (j < i + line && (http1_class[(unsigned char)p[j]] & HC_TCHAR))
+		j++;
+	if (j == i)
+		return HTTP1_SHAPE_NOT; /* no token first: a binary protocol */
+	if (j == i + line)
+		return line < LIMITS_REQUEST_LINE_BYTES_MAX ? HTTP1_SHAPE_MAYBE : HTTP1_SHAPE_YES;
+	if (p[j] == '\r' || p[j] == '\n')
+		return HTTP1_SHAPE_NOT; /* a token alone on its line: "SSH-2.0-x", "PING" */
+	if (method_known(p + i, j - i))
+		return HTTP1_SHAPE_YES; /* any separator (RFC 9112 section 3 lets a server split on
+					 * any blank); HTTP/0.9's "GET /x" too */
+	/* Another first word: a request only if its line names a version, in any case. A
+	 * line too long to tell is read as HTTP (and refused), never passed unread. */
 	const char *lf = memchr(p + i, '\n', line);
-	if (lf == NULL)
-		return line < LIMITS_REQUEST_LINE_BYTES_MAX ? HTTP1_SHAPE_MAYBE : HTTP1_SHAPE_NOT;
-	/* "HTTP/" anywhere after the method, in any case: a lenient server reads a
-	 * line with a stray space or a lower-case version as a request too. */
-	for (size_t k = j; k + 5 <= (size_t)(lf - p); k++) {
+	size_t end = lf != NULL ? (size_t)(lf - p) : i + line;
+	for (size_t k = j; k + 5 <= end; k++) {
 		if (strncasecmp(p + k, "http/", 5) == 0)
 			return HTTP1_SHAPE_YES;
 	}
+	if (lf == NULL)
+		return line < LIMITS_REQUEST_LINE_BYTES_MAX ? HTTP1_SHAPE_MAYBE : HTTP1_SHAPE_YES;
 	return HTTP1_SHAPE_NOT;
 }
 

@@ -242,21 +242,23 @@ bool http1_host_names(const char *field, size_t field_len, const char *host, siz
 
 /* What the first bytes of a stream say of it (http1_request_line_shape). */
 enum http1_shape {
-	HTTP1_SHAPE_NOT,   /* no HTTP/1 request line: another protocol */
-	HTTP1_SHAPE_MAYBE, /* a prefix of one so far (no line end yet) */
-	HTTP1_SHAPE_YES,   /* a line "token SP ... SP HTTP/1.x" ends within them */
+	HTTP1_SHAPE_NOT,   /* another protocol's first line, or binary */
+	HTTP1_SHAPE_MAYBE, /* it could still be either */
+	HTTP1_SHAPE_YES,   /* a request to some server: read it as HTTP */
 };
 
 /*
  * Whether <p>/<n>, the first bytes a client sent on a stream, begin what
- * some HTTP/1 server would take for a request: its first line, after the
- * empty lines a server ignores (RFC 9112 section 2.2), is a method token, a
- * space, and holds "HTTP/" (any case) after them. Wider than the grammar on
- * purpose: a line a lenient server reads as a request is one (the caller then
- * parses it strictly); a line of another protocol ("EHLO x", "SSH-2.0-...")
- * is NOT. Looks at the first line alone, and not past
- * LIMITS_REQUEST_LINE_BYTES_MAX of it (NOT past that). *<skip> is the count
- * of leading CR and LF bytes. Pure.
+ * some HTTP/1 server would take for a request, read wider than the grammar
+ * on purpose (the caller then parses it strictly and refuses what fails):
+ * after the empty lines a server ignores (RFC 9112 section 2.2, *<skip> of
+ * them), YES for a line that starts with a blank, with a known method and a
+ * blank (HTTP/0.9's "GET /x" too), or with any token whose line holds
+ * "HTTP/" in any case, and for a first line too long to tell
+ * (LIMITS_REQUEST_LINE_BYTES_MAX); NOT for a first byte that begins no token
+ * (a binary protocol), a token alone on its line ("SSH-2.0-x"), or a line
+ * of another protocol ("EHLO x", "a1 LOGIN u p"); MAYBE while it could still
+ * be either. Pure.
  */
 enum http1_shape http1_request_line_shape(const char *p, size_t n, size_t *skip);
 

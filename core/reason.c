@@ -55,7 +55,7 @@ static const struct reason_row reason_rows[] = {
 	[REASON_CONCURRENCY_LIMITED] = { "concurrency_limited", 429,
 					 "The sandbox has as many connections open as it may; close one or wait, then retry." },
 	[REASON_SNI_MISMATCH] = { "sni_mismatch", 403,
-				  "The TLS server name must be the host given to CONNECT; connect again to that host." },
+				  "The TLS server name (or, in clear, each request's Host) must be the host given to CONNECT; open a CONNECT to each host you mean to reach." },
 	[REASON_HOST_MISMATCH] = { "host_mismatch", 403,
 				   "The Host header must name the host given to CONNECT; open a tunnel to each host." },
 	[REASON_CREDENTIAL_MISSING] = { "credential_missing", 403,

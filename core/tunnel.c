@@ -48,7 +48,9 @@
 #include "core/an.h"
 #include "core/clienthello.h"
 #include "core/http1.h"
+#include "core/log.h"
 #include "core/pipepool.h"
+#include "core/pool.h"
 #include "core/ring.h"
 #include "core/timer.h"
 
@@ -58,6 +60,7 @@ static void first_flight_step(struct conn *c);
 static void http_tunnel_step(struct conn *c);
 static void relay_shut(struct conn *c, int dir);
 static void relay_maybe_done(struct conn *c);
+static bool first_flight_buffer(struct conn *c);
 
 /*
  * A splice-in of at least this much means the source is streaming: the relay
@@ -73,7 +76,7 @@ static void tunnel_start(struct conn *c)
 	c->reason = REASON_NONE;
 	audit_decision(c, true, 200);
 	head_recv_stop(c);
-	c->phase_since_ms = c->w->now_ms;
+	c->phase_since_ms = 0; /* the first flight's first byte sets it (first_flight_step) */
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
 	tunnel_relay_start(c, reply_established, sizeof(reply_established) - 1);
 }
@@ -118,7 +121,14 @@ enum first_flight {
 	FIRST_FLIGHT_BAD_HTTP, /* an HTTP/1 head the parser refuses: bad_request */
 	FIRST_FLIGHT_UPGRADE,  /* an HTTP/1 request to switch protocols: upgrade_refused */
 	FIRST_FLIGHT_TOO_LONG, /* an HTTP/1 head over the limit: headers_too_large */
+	FIRST_FLIGHT_TIMEOUT,  /* an HTTP/1 head not whole within head_ms: request_timeout */
 };
+
+/* Whether first flight <p>/<n> begins with a TLS record (any type): a refusal is an alert. */
+static bool flight_is_tls(const char *p, size_t n)
+{
+	return n > 0 && (uint8_t)p[0] >= 20 && (uint8_t)p[0] <= 24;
+}
 
 static bool host_is_ip_literal(const char *host)
 {
@@ -131,28 +141,32 @@ static enum first_flight tls_flight(const struct conn *c, const uint8_t *p, size
 				    size_t cap)
 {
 	struct clienthello_name sni;
+	enum clienthello_result r =
+	    clienthello_server_name(p, n, clienthello_scratch, sizeof(clienthello_scratch), &sni);
 
-	switch (
-	    clienthello_server_name(p, n, clienthello_scratch, sizeof(clienthello_scratch), &sni)) {
-	case CLIENTHELLO_NEED_MORE:
+	if (r == CLIENTHELLO_NEED_MORE)
 		return FIRST_FLIGHT_WAIT;
-	case CLIENTHELLO_NAME:
-		if (!host_is_ip_literal(c->host) &&
-		    clienthello_names_host(sni.name, sni.len, c->host, c->host_len))
-			return FIRST_FLIGHT_PASS;
-		snprintf(detail, cap, "TLS server name \"%.*s\" is not the CONNECT host",
-			 (int)sni.len, sni.name);
-		return FIRST_FLIGHT_REFUSE;
-	case CLIENTHELLO_NO_NAME:
-		/* It names no other server: the server picks its default, as it
-		 * would for the CONNECT host (and must for an address, RFC 6066). */
-		return FIRST_FLIGHT_PASS;
-	case CLIENTHELLO_MALFORMED:
-	default:
+	if (r == CLIENTHELLO_MALFORMED || r == CLIENTHELLO_NOT_TLS) {
 		snprintf(detail, cap,
 			 "a TLS ClientHello this proxy cannot read for its server name");
 		return FIRST_FLIGHT_REFUSE;
 	}
+	if (sni.encrypted) {
+		/* The name that counts is inside, encrypted to the server: whatever the outer
+		 * name, a server that decrypts it serves the inner one (draft-ietf-tls-esni). */
+		snprintf(detail, cap,
+			 "an Encrypted Client Hello (its inner server name cannot be read)");
+		return FIRST_FLIGHT_REFUSE;
+	}
+	if (r == CLIENTHELLO_NO_NAME)
+		return FIRST_FLIGHT_PASS; /* it names no other server: the server picks its default,
+					   * as it must for an address (RFC 6066) */
+	if (!host_is_ip_literal(c->host) &&
+	    clienthello_names_host(sni.name, sni.len, c->host, c->host_len))
+		return FIRST_FLIGHT_PASS;
+	snprintf(detail, cap, "TLS server name \"%.*s\" is not the CONNECT host", (int)sni.len,
+		 sni.name);
+	return FIRST_FLIGHT_REFUSE;
 }
 
 /* Whether request <req> asks to switch protocols (an Upgrade field). */
@@ -200,6 +214,27 @@ static enum first_flight http_head_check(const struct conn *c, const char *p, si
 			 (int)req->host_header_len, req->host_header);
 		return FIRST_FLIGHT_REFUSE;
 	}
+	if ((http1_name_is(req->method, req->method_len, "GET") ||
+	     http1_name_is(req->method, req->method_len, "HEAD")) &&
+	    req->body != HTTP1_BODY_NONE &&
+	    !(req->body == HTTP1_BODY_LENGTH && req->content_length == 0)) {
+		/* Content on a GET has no meaning (RFC 9110 section 9.3.1), and a server that
+		 * never reads it takes it for the next request, which was never checked. */
+		snprintf(detail, cap, "a %.*s with content in a checked tunnel",
+			 (int)req->method_len, req->method);
+		return FIRST_FLIGHT_BAD_HTTP;
+	}
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		if (http1_name_is(h->name, h->name_len, "expect") &&
+		    !http1_name_is(h->value, h->value_len, "100-continue")) {
+			/* An expectation a server refuses (417) before the body it then reads as
+			 * the next request. */
+			snprintf(detail, cap,
+				 "an Expect other than 100-continue in a checked tunnel");
+			return FIRST_FLIGHT_BAD_HTTP;
+		}
+	}
 	if (request_upgrades(req)) {
 		/* What follows a 101 is no HTTP to check: an upgrade ends the checking. */
 		snprintf(detail, cap, "an HTTP upgrade inside a checked tunnel");
@@ -217,6 +252,18 @@ static enum first_flight first_flight_check(const struct conn *c, const char *p,
 		return FIRST_FLIGHT_WAIT;
 	if ((uint8_t)p[0] == 22)
 		return tls_flight(c, (const uint8_t *)p, n, detail, cap);
+	if ((uint8_t)p[0] >= 20 && (uint8_t)p[0] <= 24) {
+		/* Another TLS record first (a ChangeCipherSpec, an alert): servers skip it and
+		 * read the hello after it, so it is no other protocol, and nothing precedes a
+		 * ClientHello in a TLS client's first flight. */
+		if (n < 2)
+			return FIRST_FLIGHT_WAIT;
+		if (p[1] == 3) {
+			snprintf(detail, cap, "a TLS record of type %u before the ClientHello",
+				 (unsigned)(uint8_t)p[0]);
+			return FIRST_FLIGHT_REFUSE;
+		}
+	}
 	size_t h2 = n < sizeof(h2_preface) - 1 ? n : sizeof(h2_preface) - 1;
 	if (memcmp(p, h2_preface, h2) == 0) {
 		if (h2 < sizeof(h2_preface) - 1)
@@ -247,6 +294,7 @@ static void first_flight_refuse(struct conn *c, enum first_flight verdict, const
 	enum reason why = verdict == FIRST_FLIGHT_BAD_HTTP   ? REASON_BAD_REQUEST
 			  : verdict == FIRST_FLIGHT_UPGRADE  ? REASON_UPGRADE_REFUSED
 			  : verdict == FIRST_FLIGHT_TOO_LONG ? REASON_HEADERS_TOO_LARGE
+			  : verdict == FIRST_FLIGHT_TIMEOUT  ? REASON_REQUEST_TIMEOUT
 							     : REASON_SNI_MISMATCH;
 	bool answerable = down->bytes == 0 && down->pipe == NULL && !down->holds_buf &&
 			  (down->state == R_POLL || down->state == R_IDLE);
@@ -266,6 +314,23 @@ static void first_flight_refuse(struct conn *c, enum first_flight verdict, const
 		respond_with(c, why, detail, NULL, 0);
 }
 
+/* The head buffer the first flight gathers in, taken again if a silent tunnel gave it
+ * back: true, or false when the pool has none (the tunnel is closed: overloaded). */
+static bool first_flight_buffer(struct conn *c)
+{
+	if (c->head != NULL)
+		return true;
+	c->head = pool_take(&c->w->heads);
+	c->head_fill = 0;
+	c->head_len = 0;
+	c->early_off = 0;
+	if (c->head != NULL)
+		return true;
+	log_debug("conn %llx: no head buffer for a first flight", (unsigned long long)c->id);
+	conn_close(c);
+	return false;
+}
+
 /*
  * Moves the first flight on: the early data gathered behind the CONNECT's head,
  * then checked; passed, it goes up as early data; undecided, one more receive.
@@ -283,6 +348,8 @@ static void first_flight_step(struct conn *c)
 		return;
 	if (c->down.state == R_PRELUDE)
 		return; /* the 200 is still going out */
+	if (c->early_count > 0 && !first_flight_buffer(c))
+		return;
 	while (c->early_count > 0) {
 		uint16_t bid;
 		uint32_t off;
@@ -296,6 +363,21 @@ static void first_flight_step(struct conn *c)
 		c->head_fill += n;
 		early_advance(c, n);
 	}
+	if (c->head == NULL || c->head_fill == c->head_len) {
+		/* Nothing yet: a silent tunnel holds no buffer (an idle one, or one whose
+		 * server speaks first); the receive takes one when bytes come. */
+		if (c->head != NULL && !c->ingress)
+			buffers_release(c);
+		if (r->eof) {
+			r->state = R_PRELUDE;
+			up_prelude_step(c);
+			return;
+		}
+		prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
+		return;
+	}
+	if (c->phase_since_ms == 0)
+		c->phase_since_ms = c->w->now_ms; /* the first byte: head_ms runs from here */
 	const char *p = c->head + c->head_len;
 	size_t n = c->head_fill - c->head_len;
 	detail[0] = '\0';
@@ -331,12 +413,12 @@ static void first_flight_step(struct conn *c)
 		c->head_len = 0;
 		c->tunnel_checked = 0;
 		c->req_body = HTTP1_BODY_NONE;
-		c->tunnel_http = true;
+		c->tunnel_http = true; /* its first head keeps the deadline its first byte began */
 		r->state = R_IDLE;
 		http_tunnel_step(c);
 		return;
 	default:
-		first_flight_refuse(c, verdict, detail, n > 0 && (uint8_t)p[0] == 22);
+		first_flight_refuse(c, verdict, detail, flight_is_tls(p, n));
 		return;
 	}
 }
@@ -358,6 +440,8 @@ static void first_flight_recv(struct conn *c, int res)
 		r->eof = true;
 	} else {
 		AN_ASSERT(r->holds_buf);
+		if (!first_flight_buffer(c))
+			return;
 		AN_ASSERT(c->head_fill + (uint32_t)res <= WORKER_HEAD_BUFFER_BYTES);
 		memcpy(c->head + c->head_fill, ring_buf(conn_ring(c), r->bid), (size_t)res);
 		c->head_fill += (uint32_t)res;
@@ -426,13 +510,20 @@ static bool http_tunnel_scan(struct conn *c)
 		}
 		if (verdict == FIRST_FLIGHT_WAIT && n > LIMITS_HEAD_BYTES_MAX)
 			verdict = FIRST_FLIGHT_TOO_LONG; /* empty lines before it count too */
-		if (verdict == FIRST_FLIGHT_WAIT)
+		if (verdict == FIRST_FLIGHT_WAIT) {
+			/* A head began: head_ms from its first byte; tunnel_timer arms the nearer. */
+			if (c->phase_since_ms == 0)
+				c->phase_since_ms = c->w->now_ms;
+			timer_arm(c->w->timers, &c->timer, 0);
 			return true;
+		}
 		if (verdict != FIRST_FLIGHT_PASS) {
 			first_flight_refuse(c, verdict, detail, false);
 			return false;
 		}
 		c->tunnel_checked += (uint32_t)(skip + req.head_len);
+		c->phase_since_ms =
+		    0; /* whole: the next head's deadline starts with its first byte */
 		c->req_body = (uint8_t)req.body;
 		c->req_left = req.content_length;
 		memset(&c->req_chunks, 0, sizeof(c->req_chunks));
@@ -467,6 +558,8 @@ static void http_tunnel_step(struct conn *c)
 		relay_shut(c, DIR_UP);
 		return;
 	}
+	if (c->head_fill == 0)
+		buffers_release(c); /* between requests the tunnel holds no buffer */
 	AN_ASSERT(c->head_fill + conn_ring(c)->buf_bytes <= WORKER_HEAD_BUFFER_BYTES);
 	r->state = R_RECV;
 	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
@@ -496,6 +589,8 @@ static void http_tunnel_io(struct conn *c, uint32_t rop, int res)
 			r->eof = true;
 		} else {
 			AN_ASSERT(r->holds_buf);
+			if (!first_flight_buffer(c))
+				return;
 			memcpy(c->head + c->head_fill, ring_buf(conn_ring(c), r->bid), (size_t)res);
 			c->head_fill += (uint32_t)res;
 			ring_buf_return(conn_ring(c), r->bid);
@@ -525,16 +620,21 @@ static bool tunnel_timer(struct conn *c)
 {
 	const struct config *cfg = c->w->e->cfg;
 	uint64_t now = c->w->now_ms;
-	bool held = c->up.state == R_FIRST_FLIGHT && c->head != NULL && c->head_fill > c->head_len;
+	bool first = c->up.state == R_FIRST_FLIGHT && c->head != NULL && c->head_fill > c->head_len;
+	bool head = c->tunnel_http && c->req_body == HTTP1_BODY_NONE && c->head != NULL &&
+		    c->head_fill > c->tunnel_checked;
+	bool held = (first || head) && c->phase_since_ms != 0;
 
 	if (held && now - c->phase_since_ms >= cfg->head_timeout_ms) {
 		char detail[96];
-		snprintf(detail, sizeof(detail), "a first flight that named nothing within %u ms",
+		snprintf(detail, sizeof(detail), "%s within %u ms",
+			 first ? "a first flight that named nothing" : "a request head not whole",
 			 cfg->head_timeout_ms);
 		if (c->ops & op_bit(dir_op(DIR_UP, ROP_RECV)))
 			c->up.state = R_IDLE; /* the receive's completion is a leftover now */
-		first_flight_refuse(c, FIRST_FLIGHT_REFUSE, detail,
-				    (uint8_t)c->head[c->head_len] == 22);
+		first_flight_refuse(
+		    c, first ? FIRST_FLIGHT_REFUSE : FIRST_FLIGHT_TIMEOUT, detail,
+		    first && flight_is_tls(c->head + c->head_len, c->head_fill - c->head_len));
 		return true;
 	}
 	uint64_t quiet = now - c->active_ms;

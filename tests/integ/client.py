@@ -174,7 +174,9 @@ def run_raw(spec):
             sock.shutdown(socket.SHUT_WR)
         while len(result["responses"]) < want:
             while later and len(result["responses"]) >= later[0]["after_responses"]:
-                sock.sendall(base64.b64decode(later.pop(0)["send_b64"]))
+                stage = later.pop(0)
+                time.sleep(stage.get("sleep_s", 0))
+                sock.sendall(base64.b64decode(stage["send_b64"]))
             first = not result["responses"]
             got = parse_response(buf, result["eof"], to_connect=first and spec.get("connect"))
             if got is not None:
@@ -188,7 +190,9 @@ def run_raw(spec):
                 result["eof"] = True
             buf += data
         while later and len(result["responses"]) >= later[0]["after_responses"]:
-            sock.sendall(base64.b64decode(later.pop(0)["send_b64"]))
+            stage = later.pop(0)
+            time.sleep(stage.get("sleep_s", 0))
+            sock.sendall(base64.b64decode(stage["send_b64"]))
         while len(buf) < spec.get("read_bytes", 0) and not result["eof"]:
             data = sock.recv(READ_BYTES)  # what follows the responses
             result["eof"] = not data

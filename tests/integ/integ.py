@@ -24,6 +24,7 @@ Exit 0 pass, 1 fail, 77 skip (with the reason).
 
 import argparse
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -84,6 +85,7 @@ def make_data(tmp):
 
 # ---- templates --------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
 def client_hello(server_name):
     """The first flight Python's TLS client sends for <server_name> (None: no
     server name), as text of one byte a character (latin-1), like the pieces."""
@@ -102,6 +104,7 @@ def client_hello(server_name):
 def expand_pieces(pieces):
     """Raw request text from pieces: strings; {"repeat": s, "times": n};
     {"client_hello": NAME or null}: a TLS ClientHello naming NAME (or none);
+    {"client_hello_part": NAME, "part": 0 or 1}: its first 7 bytes, or the rest;
     {"pad_header": NAME, "head_bytes": N}: a header line sized so that the
     head (everything before it, it, and the pieces after it) is N bytes."""
     out = []
@@ -113,6 +116,9 @@ def expand_pieces(pieces):
             out.append(p["repeat"] * p["times"])
         elif "client_hello" in p:
             out.append(client_hello(p["client_hello"]))
+        elif "client_hello_part" in p:  # its first 7 bytes (part 0), or the rest (part 1)
+            hello = client_hello(p["client_hello_part"])
+            out.append(hello[:7] if p["part"] == 0 else hello[7:])
         else:
             pad_at = len(out)
             out.append(p)
@@ -355,7 +361,8 @@ class Suite:
         return self.responses(self.run_python(spec, timeout))
 
     def client_raw(self, case, timeout):
-        # {"after_responses": k} in the pieces: what follows is sent once k responses came.
+        # {"after_responses": k[, "sleep_s": s]} in the pieces: what follows is sent once k
+        # responses came (and s seconds more passed).
         stages = [[]]
         for piece in case["request"]:
             if isinstance(piece, dict) and "after_responses" in piece:
@@ -363,6 +370,7 @@ class Suite:
             else:
                 stages[-1].append(piece)
         later = [{"after_responses": st[0]["after_responses"],
+                  "sleep_s": st[0].get("sleep_s", 0),
                   "send_b64": base64.b64encode(expand_pieces(st[1:])).decode()}
                  for st in stages[1:]]
         spec = {"mode": "raw", "send_b64": base64.b64encode(expand_pieces(stages[0]))

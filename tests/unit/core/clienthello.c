@@ -11,6 +11,7 @@
 #include <openssl/bio.h>
 #include <openssl/ssl.h>
 
+#include "core/an.h"
 #include "core/clienthello.h"
 #include "tests/unit/unit.h"
 
@@ -194,6 +195,29 @@ START_TEST(test_crafted_shapes)
 			 CLIENTHELLO_NO_NAME);
 	ck_assert_int_eq(read_at_guard(flight, crafted_hello(NULL, 0, flight), &out),
 			 CLIENTHELLO_NO_NAME);
+
+	/* An Encrypted Client Hello (or the ESNI draft's extension), beside a name or none:
+	 * read, and said, since its inner name is what a server that decrypts it serves. */
+	static const uint16_t encrypted[] = { 0xfe0d, 0xffce };
+	for (size_t i = 0; i < AN_ARRAY_LEN(encrypted); i++) {
+		n = sni_ext("good.example", exts);
+		uint8_t ech[] = {
+			(uint8_t)(encrypted[i] >> 8), (uint8_t)encrypted[i], 0, 2, 0xaa, 0xbb
+		};
+		memcpy(exts + n, ech, sizeof(ech));
+		ck_assert_int_eq(
+		    read_at_guard(flight, crafted_hello(exts, n + sizeof(ech), flight), &out),
+		    CLIENTHELLO_NAME);
+		ck_assert(out.encrypted);
+		ck_assert_int_eq(
+		    read_at_guard(flight, crafted_hello(ech, sizeof(ech), flight), &out),
+		    CLIENTHELLO_NO_NAME);
+		ck_assert(out.encrypted);
+	}
+	n = sni_ext("good.example", exts);
+	ck_assert_int_eq(read_at_guard(flight, crafted_hello(exts, n, flight), &out),
+			 CLIENTHELLO_NAME);
+	ck_assert(!out.encrypted);
 
 	/* Two server_name extensions: a server may read the second. */
 	n = sni_ext("good.example", exts);
