@@ -4,9 +4,13 @@
  *
  * The sandbox is chosen by the id alone, so the path checks are not what
  * keeps a request inside its sandbox; they keep shapes that two parsers can
- * read two ways (dot segments, encoded separators, double encoding, a NUL)
- * away from the agent's server, which we do not know. They refuse rather
- * than normalise: a caller that sends "/a/../b" gets a 403, never "/b".
+ * read two ways (dot segments, also with ";params", encoded separators,
+ * double encoding, a NUL, overlong or otherwise invalid UTF-8 such as
+ * %C0%AE for '.', code points NFKC folds into dots or slashes) away from the
+ * agent's server, which we do not know. They refuse rather than normalise: a
+ * caller that sends "/a/../b" gets a 400, never "/b". A segment is decoded
+ * once, byte by byte, and judged as a whole: no decoded buffer, no second
+ * pass.
  *
  * The head is rebuilt, not patched: the request line with the agent's path,
  * the client's fields minus hop-by-hop, forgeable forwarding and profile-
@@ -113,38 +117,128 @@ static const char *find_byte(const char *p, const char *end, char c)
 }
 
 /*
- * One segment (the bytes between two '/'), decoded as the agent's server
- * would: refused when it is "." or ".." in any spelling, or when it holds
- * what decodes to a separator, a second round of encoding or a NUL.
+ * Code points that Unicode compatibility normalisation (NFKC) turns into
+ * dots only, or into text holding '/' or '\': a server that normalises a
+ * decoded path reads U+FF0E U+FF0E as "..", U+FF0F as "/", U+2100 as "a/c".
+ * Every such code point of Unicode 14.
  */
-static int segment_check(const char *s, size_t n)
+static const uint32_t compat_separators[] = {
+	0x2024, 0x2025, 0x2026, 0x2100, 0x2101, 0x2105, 0x2106,
+	0xfe19, 0xfe30, 0xfe52, 0xfe68, 0xff0e, 0xff0f, 0xff3c,
+};
+
+static bool compat_separator(uint32_t cp)
 {
-	size_t dots = 0;
-	size_t decoded = 0;
+	for (size_t i = 0; i < AN_ARRAY_LEN(compat_separators); i++) {
+		if (compat_separators[i] == cp)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * UTF-8 read as RFC 3629 section 4 allows it, a byte at a time: shortest
+ * form only (no C0 AE for '.', no E0 80 AF for '/'), no surrogates, nothing
+ * past U+10FFFF. A zeroed struct is between code points.
+ */
+struct utf8_scan {
+	uint32_t cp;    /* the code point so far, complete when need is 0 */
+	uint8_t need;   /* continuation bytes still to come */
+	uint8_t lo, hi; /* the range the next continuation byte must lie in */
+};
+
+/* Feeds byte <b>: -1 when it cannot continue valid UTF-8, 1 when it ends a code point, else 0. */
+static int utf8_step(struct utf8_scan *u, unsigned b)
+{
+	AN_DASSERT(b <= 0xff);
+	if (u->need > 0) {
+		if (b < u->lo || b > u->hi)
+			return -1;
+		u->cp = (u->cp << 6) | (b & 0x3fu);
+		u->lo = 0x80;
+		u->hi = 0xbf;
+		u->need--;
+		return u->need == 0 ? 1 : 0;
+	}
+	u->lo = 0x80;
+	u->hi = 0xbf;
+	if (b < 0x80) {
+		u->cp = b;
+		return 1;
+	}
+	if (b >= 0xc2 && b <= 0xdf) {
+		u->cp = b & 0x1fu;
+		u->need = 1;
+	} else if (b >= 0xe0 && b <= 0xef) {
+		u->cp = b & 0x0fu;
+		u->need = 2;
+		u->lo = b == 0xe0 ? 0xa0 : 0x80; /* E0 80..9F: an overlong */
+		u->hi = b == 0xed ? 0x9f : 0xbf; /* ED A0..BF: a surrogate */
+	} else if (b >= 0xf0 && b <= 0xf4) {
+		u->cp = b & 0x07u;
+		u->need = 3;
+		u->lo = b == 0xf0 ? 0x90 : 0x80; /* F0 80..8F: an overlong */
+		u->hi = b == 0xf4 ? 0x8f : 0xbf; /* F4 90..: past U+10FFFF */
+	} else {
+		return -1; /* a continuation byte first, C0, C1 (overlongs) or F5..FF */
+	}
+	AN_DASSERT(u->need > 0);
+	return 0;
+}
+
+/* The byte at <s>[*<i>] as decoded: itself, or a %XX's value (*<i> then on its last digit). */
+static int segment_byte(const char *s, size_t n, size_t *i)
+{
+	AN_DASSERT(*i < n);
+	if (s[*i] != '%')
+		return (unsigned char)s[*i];
+	int hi = n - *i >= 3 ? hex_value(s[*i + 1]) : -1;
+	int lo = n - *i >= 3 ? hex_value(s[*i + 2]) : -1;
+	if (hi < 0 || lo < 0)
+		return -1;
+	*i += 2;
+	AN_DASSERT(*i < n);
+	return hi * 16 + lo;
+}
+
+/*
+ * One segment (the bytes between two '/'), decoded as the agent's server
+ * would. Refused: a raw '\', a bad escape, what decodes to a separator, a
+ * second round of encoding or a NUL, bytes that are not shortest-form UTF-8,
+ * a compat_separators code point, and a segment whose name (what comes
+ * before its first ';', raw or %3B: the path parameters Tomcat and others
+ * strip) is "." or "..", or is empty where the segment is not the <last>.
+ */
+static int segment_check(const char *s, size_t n, bool last)
+{
+	struct utf8_scan u = { 0 };
+	size_t name_len = 0;
+	size_t name_dots = 0;
+	bool in_name = true;
 
 	AN_DASSERT(s != NULL || n == 0);
 	for (size_t i = 0; i < n; i++) {
-		unsigned v = (unsigned char)s[i];
-		if (v == '\\')
+		if (s[i] == '\\')
 			return -EPERM;
-		if (v == '%') {
-			int hi = n - i >= 3 ? hex_value(s[i + 1]) : -1;
-			int lo = n - i >= 3 ? hex_value(s[i + 2]) : -1;
-			if (hi < 0 || lo < 0)
-				return -EPERM;
-			v = (unsigned)(hi * 16 + lo);
-			if (v == '/' || v == '\\' || v == '%' || v == 0)
-				return -EPERM;
-			i += 2;
-		}
-		dots += v == '.';
-		decoded++;
+		int v = segment_byte(s, n, &i);
+		if (v < 0 || v == '/' || v == '\\' || v == '%' || v == 0)
+			return -EPERM;
+		int done = utf8_step(&u, (unsigned)v);
+		if (done < 0 || (done > 0 && compat_separator(u.cp)))
+			return -EPERM;
+		in_name = in_name && v != ';';
+		name_len += in_name;
+		name_dots += in_name && v == '.';
 	}
-	AN_DASSERT(dots <= decoded);
-	return decoded == dots && (dots == 1 || dots == 2) ? -EPERM : 0;
+	AN_DASSERT(name_dots <= name_len);
+	if (u.need > 0)
+		return -EPERM; /* a sequence cut short */
+	if (name_len == 0)
+		return last ? 0 : -EPERM; /* "//" or "/;x/": merged by some servers, not others */
+	return name_len == name_dots && name_dots <= 2 ? -EPERM : 0;
 }
 
-/* The path part of the rest: "" or "/" then segments; only the last may be empty. */
+/* The path part of the rest: "" or "/" then segments. */
 static int path_check(const char *p, size_t n)
 {
 	size_t seg = 0;
@@ -155,10 +249,7 @@ static int path_check(const char *p, size_t n)
 		if (i < n && p[i] != '/')
 			continue;
 		if (i > 0) {
-			/* "//": an empty segment some servers merge and some do not. */
-			if (i == seg && i < n)
-				return -EPERM;
-			int rc = segment_check(p + seg, i - seg);
+			int rc = segment_check(p + seg, i - seg, i == n);
 			if (rc != 0)
 				return rc;
 		}

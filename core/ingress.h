@@ -43,11 +43,17 @@ struct ingress_target {
  *   -ENOENT when the target is not <prefix> '/' <id> followed by '/', '?' or
  *           its end, or when <id> is not a sandbox id ([A-Za-z0-9_.-]{1,63},
  *           not starting with '.'; a percent sign is never part of one);
- *   -EPERM  when the rest tries to step out or to be read two ways: a "." or
- *           ".." segment (also percent-encoded, in any case), an encoded '/'
- *           or '\' (%2F, %5C), a raw '\', an encoded '%' (%25: double
+ *   -EPERM  when the rest tries to step out or to be read two ways: a
+ *           segment whose name (what precedes its first ';', raw or %3B) is
+ *           "." or ".." (also percent-encoded, in any case: "..;x", "%2e;"),
+ *           or is empty and not the last ("//", "/;x/"); an encoded '/' or
+ *           '\' (%2F, %5C), a raw '\', an encoded '%' (%25: double
  *           encoding), an encoded NUL (%00), a '%' not followed by two hex
- *           digits, an empty segment ("//"), or a '#'.
+ *           digits, decoded bytes that are not shortest-form UTF-8 (RFC 3629:
+ *           %C0%AE, %E0%80%AE, %C1%9C, a stray continuation byte, a sequence
+ *           cut short, a surrogate), a code point NFKC folds into dots alone
+ *           or into text holding '/' or '\' (U+FF0E, U+FF0F, U+2025, ...), or
+ *           a '#'.
  * Only the part before '?' is checked; the query goes to the agent as sent.
  */
 int ingress_route(const char *prefix, size_t prefix_len, const char *target, size_t len,

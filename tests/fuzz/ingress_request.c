@@ -269,14 +269,57 @@ static int hex_digit(char c)
 	return (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
 }
 
+/* A code point and its length decoded from <b>/<n> (no checks of the form): 0 when <b> is no lead. */
+static size_t model_utf8_decode(const unsigned char *b, size_t n, uint32_t *cp)
+{
+	size_t len = b[0] < 0x80           ? 1
+		     : (b[0] >> 5) == 0x6  ? 2
+		     : (b[0] >> 4) == 0xe  ? 3
+		     : (b[0] >> 3) == 0x1e ? 4
+					   : 0;
+	if (len == 0 || len > n)
+		return 0;
+	*cp = len == 1 ? b[0] : b[0] & (0x7fu >> len);
+	for (size_t k = 1; k < len; k++) {
+		if ((b[k] & 0xc0) != 0x80)
+			return 0;
+		*cp = (*cp << 6) | (b[k] & 0x3fu);
+	}
+	return len;
+}
+
+/* Whether <b>/<n> is UTF-8 as RFC 3629 allows: shortest forms, no surrogates, <= U+10FFFF. */
+static bool model_utf8_ok(const unsigned char *b, size_t n, uint32_t *cps, size_t *cp_count)
+{
+	static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+
+	*cp_count = 0;
+	for (size_t i = 0; i < n;) {
+		uint32_t cp = 0;
+		size_t len = model_utf8_decode(b + i, n - i, &cp);
+		if (len == 0 || cp < least[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		cps[(*cp_count)++] = cp;
+		i += len;
+	}
+	return true;
+}
+
 /*
  * One segment percent-decoded, then judged: no raw backslash, no bad escape,
- * nothing that decodes to '/', backslash, '%' or NUL, and not "." or "..".
+ * nothing that decodes to '/', backslash, '%' or NUL, UTF-8 in its shortest
+ * form, no code point whose NFKC form is dots only or holds a slash (listed
+ * here by hand from Unicode's data), and a name (the bytes before the first
+ * decoded ';') that is not "." or "..", nor empty unless <last>.
  */
-static bool model_segment_ok(const char *s, size_t n)
+static bool model_segment_ok(const char *s, size_t n, bool last)
 {
+	static const uint32_t folded[] = { 0x2024, 0x2025, 0x2026, 0x2100, 0x2101, 0x2105, 0x2106,
+					   0xfe19, 0xfe30, 0xfe52, 0xfe68, 0xff0e, 0xff0f, 0xff3c };
 	unsigned char dec[LIMITS_REQUEST_LINE_BYTES_MAX];
+	uint32_t cps[LIMITS_REQUEST_LINE_BYTES_MAX];
 	size_t m = 0;
+	size_t cp_count = 0;
 
 	AN_ASSERT(n <= sizeof(dec));
 	for (size_t i = 0; i < n; i++) {
@@ -295,10 +338,22 @@ static bool model_segment_ok(const char *s, size_t n)
 		if (dec[i] == '/' || dec[i] == '\\' || dec[i] == '%' || dec[i] == 0)
 			return false;
 	}
-	return !((m == 1 && dec[0] == '.') || (m == 2 && dec[0] == '.' && dec[1] == '.'));
+	if (!model_utf8_ok(dec, m, cps, &cp_count))
+		return false;
+	for (size_t i = 0; i < cp_count; i++) {
+		for (size_t k = 0; k < sizeof(folded) / sizeof(folded[0]); k++) {
+			if (cps[i] == folded[k])
+				return false;
+		}
+	}
+	const unsigned char *semi = memchr(dec, ';', m);
+	size_t name = semi != NULL ? (size_t)(semi - dec) : m;
+	if (name == 0)
+		return last;
+	return !((name == 1 && dec[0] == '.') || (name == 2 && dec[0] == '.' && dec[1] == '.'));
 }
 
-/* The path part of a rest, "" or "/" then segments; only the last may be empty. */
+/* The path part of a rest, "" or "/" then segments. */
 static bool model_path_ok(const char *p, size_t n)
 {
 	size_t start = 1;
@@ -309,9 +364,7 @@ static bool model_path_ok(const char *p, size_t n)
 	for (size_t i = 1; i <= n; i++) {
 		if (i < n && p[i] != '/')
 			continue;
-		if (i == start && i < n)
-			return false;
-		if (!model_segment_ok(p + start, i - start))
+		if (!model_segment_ok(p + start, i - start, i == n))
 			return false;
 		start = i + 1;
 	}

@@ -1024,6 +1024,44 @@ class Tests(Pass):
                    "%25, //, NUL, id%2f..): 400 path_not_allowed or 404, B's and A's servers "
                    "saw none; a plain request to B arrives", escape)
 
+    def t_escape_forms(self):
+        """Issue 18 item 5: the readings of '.', '/' and '\\' a plain decoder does not
+        see (path parameters, overlong and invalid UTF-8, NFKC folds) toward B under A's
+        prefix: 400 path_not_allowed, no agent saw them; valid UTF-8 and parameters on
+        other names reach A as sent."""
+        def forms():
+            a, b = self.sid["a"], self.sid["b"]
+            shapes = ["/..;/%s/secret", "/..;x=1/%s/secret", "/.;/..;/%s/secret",
+                      "/%%2e%%2e;/%s/secret", "/..%%3b/%s/secret", "/;/..;/%s/secret",
+                      "/%%c0%%ae%%c0%%ae/%s/secret", "/%%C0%%AE%%C0%%AE/%s/secret",
+                      "/..%%c0%%af%s/secret", "/..%%c1%%9c%s/secret",
+                      "/%%e0%%80%%ae%%e0%%80%%ae/%s/secret", "/..%%e0%%80%%af%s/secret",
+                      "/%%f0%%80%%80%%ae%%f0%%80%%80%%ae/%s/secret", "/..%%f0%%80%%80%%af%s/secret",
+                      "/..%%c0/%s/secret", "/x%%80/%s/secret", "/x%%ed%%a0%%80/%s/secret",
+                      "/%%ef%%bc%%8e%%ef%%bc%%8e/%s/secret", "/..%%ef%%bc%%8f%s/secret",
+                      "/..%%ef%%bc%%bc%s/secret", "/%%e2%%80%%a5/%s/secret"]
+            targets = ["%s/%s%s" % (PREFIX, a, t % b) for t in shapes]
+            errs = []
+            before_a, before_b = len(self.seen("a")), len(self.seen("b"))
+            for t in targets:
+                r = self.send(build("GET", t, self.host()), "GET", {"method": "GET", "path": t})
+                errs += ["%s: %s" % (t, e) for e in refusal(r, 400, "path_not_allowed")]
+            time.sleep(0.3)
+            if self.seen("b")[before_b:] or self.seen("a")[before_a:]:
+                errs.append("the agents got them: A %r, B %r" % (
+                    self.seen_paths("a")[before_a:], self.seen_paths("b")[before_b:]))
+            for rest in ("/caf%c3%a9/%f0%9f%98%80", "/x;y=1/z;..", "/;jsessionid=1"):
+                r = self.req("a", rest)
+                if r.status != 200 or (r.json() or {}).get("path") != rest:
+                    errs.append("the control %s: %r, want 200 and the agent gets it as sent"
+                                % (rest, r))
+            return errs
+
+        self.timed("path escapes toward B under A's prefix that only some servers read as "
+                   "such (..;, .;, %3b, overlong %c0%ae %e0%80%af %f0%80%80%af %c1%9c, "
+                   "invalid UTF-8, fullwidth dots and slashes): 400 path_not_allowed, no agent "
+                   "saw them; valid UTF-8 and ;params elsewhere reach the agent", forms)
+
     def t_websocket(self):
         """Done when 5: a WebSocket echo through the gateway, 1,000 messages."""
         def websocket():
@@ -2384,9 +2422,9 @@ def audit_field(got, want):
 
 # ---- set-up and tear-down -------------------------------------------------------------
 
-TESTS = ["static", "headers", "body_limit", "escape", "websocket", "sse", "keepalive",
-         "methods", "rate", "smuggling", "head_limits", "not_found", "finish", "audit",
-         "flags", "embedded", "tls"]
+TESTS = ["static", "headers", "body_limit", "escape", "escape_forms", "websocket", "sse",
+         "keepalive", "methods", "rate", "smuggling", "head_limits", "not_found", "finish",
+         "audit", "flags", "embedded", "tls"]
 
 
 def preflight(args):

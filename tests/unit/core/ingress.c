@@ -229,6 +229,108 @@ START_TEST(test_route_refused)
 }
 END_TEST
 
+/* Readings of '.', '/' and '\' a plain decoder does not see (issue 18 item 5). */
+START_TEST(test_route_refused_encodings)
+{
+	static const char *const cases[] = {
+		/* A dot segment with path parameters, raw or encoded ';'. */
+		"/callbacks/a/..;",
+		"/callbacks/a/..;/b",
+		"/callbacks/a/..;x=1/b",
+		"/callbacks/a/.;",
+		"/callbacks/a/.;x/b",
+		"/callbacks/a/%2e%2e;/b",
+		"/callbacks/a/%2E%2e;jsessionid=1",
+		"/callbacks/a/..%3b/b",
+		"/callbacks/a/..%3Bx",
+		"/callbacks/a/.%3b",
+		"/callbacks/a/x/..;",
+		"/callbacks/a/x/..;?q",
+		/* A segment whose name is empty, but for the last. */
+		"/callbacks/a/;/b",
+		"/callbacks/a/;x/b",
+		"/callbacks/a/x/%3b/y",
+		/* Overlong forms of '.', '/', '\', NUL and 'A', in 2, 3 and 4 bytes, and
+		 * the 5- and 6-byte forms RFC 3629 removed. */
+		"/callbacks/a/%c0%ae",
+		"/callbacks/a/%C0%AE%C0%AE/b",
+		"/callbacks/a/%c0%ae%c0%ae%c0%af",
+		"/callbacks/a/x%c0%afy",
+		"/callbacks/a/x%c1%9cy",
+		"/callbacks/a/x%c1%81",
+		"/callbacks/a/x%c0%80",
+		"/callbacks/a/%e0%80%ae",
+		"/callbacks/a/x%e0%80%af",
+		"/callbacks/a/x%e0%81%9c",
+		"/callbacks/a/x%e0%9f%bf",
+		"/callbacks/a/x%f0%80%80%af",
+		"/callbacks/a/x%f0%8f%bf%bf",
+		"/callbacks/a/x%f8%80%80%80%af",
+		"/callbacks/a/x%fc%80%80%80%80%af",
+		/* Other invalid UTF-8: stray continuations, sequences cut short or broken
+		 * by an ASCII byte, a surrogate, past U+10FFFF, bytes never valid. */
+		"/callbacks/a/x%80",
+		"/callbacks/a/x%bf",
+		"/callbacks/a/x%c3",
+		"/callbacks/a/x%c3/y",
+		"/callbacks/a/x%c3y",
+		"/callbacks/a/x%c3%c3%a9",
+		"/callbacks/a/x%e2%82",
+		"/callbacks/a/x%e2%82?q",
+		"/callbacks/a/x%f0%9f%98",
+		"/callbacks/a/x%ed%a0%80",
+		"/callbacks/a/x%ed%bf%bf",
+		"/callbacks/a/x%f4%90%80%80",
+		"/callbacks/a/x%f5%80%80%80",
+		"/callbacks/a/x%fe",
+		"/callbacks/a/x%ff",
+		/* Code points NFKC folds into dots or a separator. */
+		"/callbacks/a/%ef%bc%8e%ef%bc%8e/b",
+		"/callbacks/a/%ef%bc%8e",
+		"/callbacks/a/.%ef%bc%8e",
+		"/callbacks/a/x%ef%bc%8fy",
+		"/callbacks/a/x%EF%BC%BCy",
+		"/callbacks/a/%e2%80%a5",
+		"/callbacks/a/%e2%80%a4%e2%80%a4",
+		"/callbacks/a/x%e2%80%a6",
+		"/callbacks/a/%e2%84%80",
+		"/callbacks/a/%e2%84%81",
+		"/callbacks/a/%e2%84%85",
+		"/callbacks/a/%e2%84%86",
+		"/callbacks/a/%ef%b8%99",
+		"/callbacks/a/%ef%b8%b0",
+		"/callbacks/a/%ef%b9%92",
+		"/callbacks/a/x%ef%b9%a8",
+	};
+
+	expect_routes(cases, AN_ARRAY_LEN(cases), -EPERM);
+}
+END_TEST
+
+/* What stays the agent's to read: valid UTF-8 at each boundary, parameters on names. */
+START_TEST(test_route_utf8_and_params)
+{
+	check_split("/callbacks/a/caf%c3%a9", "a", "/caf%c3%a9");
+	check_split("/callbacks/a/%C2%80%df%bf", "a", "/%C2%80%df%bf");
+	check_split("/callbacks/a/%e0%a0%80%ed%9f%bf%ee%80%80%ef%bf%bf", "a",
+		    "/%e0%a0%80%ed%9f%bf%ee%80%80%ef%bf%bf");
+	check_split("/callbacks/a/%f0%90%80%80%f0%9f%98%80%f4%8f%bf%bf", "a",
+		    "/%f0%90%80%80%f0%9f%98%80%f4%8f%bf%bf");
+	/* Neighbours of the folded code points. */
+	check_split("/callbacks/a/%e2%80%a3%e2%80%a7%ef%bc%8d%ef%bc%90", "a",
+		    "/%e2%80%a3%e2%80%a7%ef%bc%8d%ef%bc%90");
+	/* Parameters on a name that is not a dot segment, and after the last one. */
+	check_split("/callbacks/a/x;y=1/z", "a", "/x;y=1/z");
+	check_split("/callbacks/a/..x;/...;y", "a", "/..x;/...;y");
+	check_split("/callbacks/a/x;..", "a", "/x;..");
+	check_split("/callbacks/a/x%3b..%3b", "a", "/x%3b..%3b");
+	check_split("/callbacks/a/;jsessionid=1", "a", "/;jsessionid=1");
+	check_split("/callbacks/a/x/;", "a", "/x/;");
+	/* Bytes past the path are the query's: not checked. */
+	check_split("/callbacks/a/x?%c0%ae;..%ff", "a", "/x?%c0%ae;..%ff");
+}
+END_TEST
+
 START_TEST(test_route_other_prefix)
 {
 	struct ingress_target t;
@@ -1274,6 +1376,8 @@ static Suite *ingress_suite(void)
 	tcase_add_test(tc, test_route_id_length);
 	tcase_add_test(tc, test_route_splits);
 	tcase_add_test(tc, test_route_refused);
+	tcase_add_test(tc, test_route_refused_encodings);
+	tcase_add_test(tc, test_route_utf8_and_params);
 	tcase_add_test(tc, test_route_other_prefix);
 	tcase_add_test(tc, test_route_parsed_request);
 	tcase_add_test(tc, test_method_allowed);
