@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/ingress.h"
 #include "core/layout.h"
 #include "core/limits.h"
 #include "core/log.h"
@@ -449,13 +450,13 @@ int engine_ingress_url(struct engine *e, const char *id, char *out, size_t cap)
 	pthread_mutex_unlock(&e->lock);
 	if (!known)
 		return -ENOENT;
+	char base[128]; /* "https://[<IPv6 address>]:<port>" at most */
 	const char *scheme = e->ingress_tls ? "https" : "http";
-	int n =
-	    cfg->ingress_public_url != NULL
-		? snprintf(out, cap, "%s%s/%s", cfg->ingress_public_url, cfg->ingress_prefix, id)
-		: snprintf(out, cap, "%s://%s%s/%s", scheme, cfg->ingress_listen,
-			   cfg->ingress_prefix, id);
-	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
+	int n = snprintf(base, sizeof(base), "%s://%s", scheme, cfg->ingress_listen);
+	if (n < 0 || (size_t)n >= sizeof(base))
+		return -ENAMETOOLONG;
+	return ingress_public_url(cfg->ingress_public_url != NULL ? cfg->ingress_public_url : base,
+				  cfg->ingress_prefix, cfg->ingress_origins, id, out, cap);
 }
 
 int engine_start(struct engine *e)

@@ -254,8 +254,10 @@ void engine_sandbox_foreach(struct engine *e, void *arg,
 			    void (*fn)(void *arg, const struct engine_sandbox *sb));
 
 /*
- * Writes sandbox <id>'s public URL (the gateway's base, its prefix, "/<id>":
- * what the agent is told as AGENT_PUBLIC_URL) to <out>/<cap>. 0, -ENOTCONN
+ * Writes sandbox <id>'s public URL (the gateway's base, its prefix, "/<id>";
+ * with per-sandbox origins, its own origin when it can have one:
+ * ingress_public_url; what the agent is told as AGENT_PUBLIC_URL) to
+ * <out>/<cap>. 0, -ENOTCONN
  * (the daemon has no gateway), -ENOENT (no such sandbox) or -ENAMETOOLONG.
  * Control path (takes the lock).
  */

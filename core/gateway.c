@@ -1,6 +1,6 @@
 /*
  * A conn of the public listener reads a request head like any other; then
- * the path, not a policy rule, picks the sandbox (core/ingress.h), the
+ * the path or the Host, not a policy rule, picks the sandbox (core/ingress.h), the
  * sandbox profile's `ingress` settings are applied (methods, body cap,
  * limits), and the request is forwarded to the sandbox's ingress socket
  * with the FORWARD machinery: the head rewritten for the agent, the bodies
@@ -105,6 +105,7 @@ void ingress_begin(struct conn *c)
 	c->down.bytes = 0;
 	c->start_ms = c->w->now_ms;
 	c->ingress_id_len = 0;
+	c->ingress_origin = false;
 	c->decision_id = 0;
 	c->status = 0;
 	c->reason = REASON_NONE;
@@ -210,24 +211,56 @@ static enum reason ingress_limits_refusal(struct conn *c, const struct verdict_i
 	return REASON_NONE;
 }
 
+/* Routes <req> (core/ingress.h) as the daemon's gateway is reached: its prefix, its origins. */
+static int gateway_route(const struct conn *c, const struct http1_request *req,
+			 struct ingress_target *t)
+{
+	const struct config *cfg = c->w->e->cfg;
+	struct ingress_site site;
+
+	ingress_site_init(&site, cfg->ingress_prefix, cfg->ingress_public_url,
+			  cfg->ingress_origins);
+	return ingress_route_request(&site, req->host_header, req->host_header_len, req->target,
+				     req->target_len, t);
+}
+
+/*
+ * The id <t> names, a view into the head buffer. A host name is
+ * case-insensitive: an origin's label is looked up, connected and recorded
+ * in lower case, so it is lowered where it lies (Host then reaches the agent
+ * so spelled, the same name).
+ */
+static void gateway_take_id(struct conn *c, const struct ingress_target *t)
+{
+	AN_ASSERT(t->id >= c->head && t->id + t->id_len <= c->head + c->head_len);
+	AN_ASSERT(t->id_len > 0 && t->id_len < CONFIG_SANDBOX_ID_BYTES_MAX);
+	c->ingress_id_off = (uint16_t)(t->id - c->head);
+	c->ingress_id_len = (uint8_t)t->id_len;
+	c->ingress_origin = t->origin;
+	for (size_t i = 0; t->origin && i < t->id_len; i++) {
+		char *ch = c->head + c->ingress_id_off + i;
+		if (*ch >= 'A' && *ch <= 'Z')
+			*ch = (char)(*ch - 'A' + 'a');
+	}
+}
+
 /* Where the request goes, or why not: the sandbox, its profile's gateway settings, limits. */
 static enum reason ingress_refusal(struct conn *c, const struct http1_request *req)
 {
 	struct worker *w = c->w;
-	const struct config *cfg = w->e->cfg;
 	struct ingress_target t;
 
 	if (req->form != HTTP1_FORM_ORIGIN)
 		return REASON_BAD_REQUEST;
-	int rc = ingress_route(cfg->ingress_prefix, strlen(cfg->ingress_prefix), req->target,
-			       req->target_len, &t);
+	int rc = gateway_route(c, req, &t);
 	if (rc != 0)
 		return rc == -EPERM ? REASON_PATH_NOT_ALLOWED : REASON_INGRESS_NOT_FOUND;
-	int64_t slot = ingress_routes_get(&w->routes, t.id, t.id_len);
-	if (slot < 0)
+	gateway_take_id(c, &t);
+	int64_t slot = ingress_routes_get(&w->routes, c->head + c->ingress_id_off, t.id_len);
+	if (slot < 0) {
+		c->ingress_id_len = 0; /* no sandbox: the record names none */
 		return REASON_INGRESS_NOT_FOUND;
-	c->ingress_id_off = (uint16_t)(t.id - c->head);
-	c->ingress_id_len = (uint8_t)t.id_len;
+	}
 	c->sandbox = (uint32_t)slot;
 	const struct snapshot_sandbox *under = snapshot_take(c);
 	if (under == NULL)
@@ -343,9 +376,8 @@ ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 	char prefix[512];
 
 	AN_ASSERT(c->ingress && c->out != NULL && c->snap != NULL);
-	int rc = ingress_route(cfg->ingress_prefix, strlen(cfg->ingress_prefix), req->target,
-			       req->target_len, &t);
-	AN_ASSERT(rc == 0); /* the same head was routed before */
+	int rc = gateway_route(c, req, &t);
+	AN_ASSERT(rc == 0 && t.origin == c->ingress_origin); /* the same head was routed before */
 	if (c->client.sa.sa_family == AF_INET)
 		inet_ntop(AF_INET, &c->client.v4.sin_addr, addr, sizeof(addr));
 	else if (c->client.sa.sa_family == AF_INET6)
@@ -359,8 +391,8 @@ ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 									  : cfg->ingress_listen;
 	const struct ingress_client client = { .addr = addr,
 					       .proto = c->ingress_proxied ? "https" : "http",
-					       .prefix = prefix,
-					       .prefix_len = (size_t)n,
+					       .prefix = t.origin ? NULL : prefix,
+					       .prefix_len = t.origin ? 0 : (size_t)n,
 					       .authority = authority };
 	return ingress_write_head(req, &t, ingress_rules(c), &client, c->out,
 				  WORKER_HEAD_BUFFER_BYTES);

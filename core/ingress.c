@@ -12,6 +12,14 @@
  * once, byte by byte, and judged as a whole: no decoded buffer, no second
  * pass.
  *
+ * A per-sandbox origin is read from the Host alone: a sub-domain of the
+ * public host at the public port names a sandbox by its first label, or no
+ * sandbox (404), never the path form, so the origin <id>.<host> serves only
+ * <id>'s answers whatever the path says; the public host itself, and any
+ * other Host, keep the path form webhooks use. Only a DNS label can be such
+ * an id: an id with a dot would be a sub-domain of another sandbox's origin,
+ * which shares cookies with it.
+ *
  * The head is rebuilt, not patched: the request line with the agent's path,
  * the client's fields minus hop-by-hop, forgeable forwarding and profile-
  * stripped ones, then the gateway's own forwarding fields. Framing fields
@@ -35,7 +43,9 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include <xxhash.h>
 
@@ -286,8 +296,153 @@ int ingress_route(const char *prefix, size_t prefix_len, const char *target, siz
 	out->id_len = (size_t)(p - id);
 	out->rest = p;
 	out->rest_len = (size_t)(end - p);
+	out->origin = false;
 	AN_ASSERT(out->rest_len == 0 || out->rest[0] == '/' || out->rest[0] == '?');
 	return 0;
+}
+
+/* ---- Per-sandbox origins ---- */
+
+/* A DNS label (RFC 1123 section 2.1): 1-63 of [A-Za-z0-9-], not starting or ending with '-'. */
+static bool label_ok(const char *s, size_t n)
+{
+	AN_DASSERT(s != NULL || n == 0);
+	if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-'))
+			return false;
+	}
+	AN_DASSERT(n <= INGRESS_ID_BYTES_MAX);
+	return true;
+}
+
+bool ingress_id_is_origin(const char *id, size_t len)
+{
+	AN_ASSERT(id != NULL || len == 0);
+	if (!label_ok(id, len))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (id[i] >= 'A' && id[i] <= 'Z')
+			return false;
+	}
+	AN_DASSERT(id_valid(id, len));
+	return true;
+}
+
+/* The port <p>/<n> (the digits after a ':'), or 0 when it is not 1..65535 in decimal. */
+static uint16_t port_value(const char *p, size_t n)
+{
+	uint32_t v = 0;
+
+	AN_DASSERT(p != NULL || n == 0);
+	if (n == 0 || n > 5)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return 0;
+		v = v * 10u + (uint32_t)(p[i] - '0');
+	}
+	AN_DASSERT(v <= 99999u);
+	return v <= UINT16_MAX ? (uint16_t)v : 0;
+}
+
+void ingress_site_init(struct ingress_site *site, const char *prefix, const char *public_url,
+		       bool origins)
+{
+	AN_ASSERT(site != NULL);
+	AN_ASSERT(prefix != NULL && prefix[0] == '/');
+	*site = (struct ingress_site){ .prefix = prefix, .prefix_len = strlen(prefix) };
+	if (!origins)
+		return;
+	AN_ASSERT(public_url != NULL && strstr(public_url, "://") != NULL);
+	uint16_t scheme_port = strncmp(public_url, "https:", 6) == 0 ? 443 : 80;
+	const char *host = strstr(public_url, "://") + 3;
+	const char *colon = strchr(host, ':');
+	size_t n = colon != NULL ? (size_t)(colon - host) : strlen(host);
+	uint16_t port = colon != NULL ? port_value(colon + 1, strlen(colon + 1)) : scheme_port;
+	AN_ASSERT(port != 0); /* the loader checked the URL */
+	if (n > 0 && host[n - 1] == '.')
+		n--;
+	AN_ASSERT(n > 0);
+	site->origin_host = host;
+	site->origin_host_len = n;
+	site->origin_port = port;
+	site->origin_port_implied = port == scheme_port;
+}
+
+enum origin_match {
+	ORIGIN_NONE,   /* not a sub-domain of the public host at its port: the path form */
+	ORIGIN_LABEL,  /* <label>.<public host>: the label may be an id */
+	ORIGIN_NOT_ID, /* a sub-domain whose first part no id can be */
+};
+
+/* What Host value <host>/<n> names for <site>; the first label into *<label>. */
+static enum origin_match origin_of(const struct ingress_site *site, const char *host, size_t n,
+				   const char **label, size_t *label_len)
+{
+	size_t h = site->origin_host_len;
+
+	AN_DASSERT(site->origin_host == NULL || h > 0);
+	if (site->origin_host == NULL || host == NULL || n == 0 || host[0] == '[')
+		return ORIGIN_NONE; /* an IPv6 literal has no sub-domains */
+	const char *colon = memchr(host, ':', n);
+	size_t name = colon != NULL ? (size_t)(colon - host) : n;
+	if (colon != NULL ? port_value(colon + 1, n - name - 1) != site->origin_port
+			  : !site->origin_port_implied)
+		return ORIGIN_NONE;
+	if (name > 0 && host[name - 1] == '.')
+		name--; /* "a1.hooks.example." is the same name */
+	if (name <= h || host[name - h - 1] != '.' ||
+	    strncasecmp(host + name - h, site->origin_host, h) != 0)
+		return ORIGIN_NONE;
+	*label = host;
+	*label_len = name - h - 1;
+	AN_DASSERT(*label_len < n);
+	return label_ok(host, *label_len) ? ORIGIN_LABEL : ORIGIN_NOT_ID;
+}
+
+int ingress_route_request(const struct ingress_site *site, const char *host, size_t host_len,
+			  const char *target, size_t len, struct ingress_target *out)
+{
+	const char *label = NULL;
+	size_t label_len = 0;
+
+	AN_ASSERT(site != NULL && out != NULL);
+	AN_ASSERT(target != NULL || len == 0);
+	enum origin_match m = origin_of(site, host, host_len, &label, &label_len);
+	if (m == ORIGIN_NONE)
+		return ingress_route(site->prefix, site->prefix_len, target, len, out);
+	if (m == ORIGIN_NOT_ID || len == 0 || target[0] != '/')
+		return -ENOENT;
+	const char *end = target + len;
+	if (find_byte(target, end, '#') != end)
+		return -EPERM;
+	int rc = path_check(target, (size_t)(find_byte(target, end, '?') - target));
+	if (rc != 0)
+		return rc;
+	*out = (struct ingress_target){
+		.id = label, .id_len = label_len, .rest = target, .rest_len = len, .origin = true
+	};
+	AN_ASSERT(id_valid(out->id, out->id_len));
+	return 0;
+}
+
+int ingress_public_url(const char *base, const char *prefix, bool origins, const char *id,
+		       char *out, size_t cap)
+{
+	const char *auth = strstr(base, "://");
+	int n;
+
+	AN_ASSERT(auth != NULL && prefix != NULL && id != NULL);
+	AN_ASSERT(out != NULL && cap > 0);
+	if (origins && ingress_id_is_origin(id, strlen(id)))
+		n = snprintf(out, cap, "%.*s%s.%s", (int)(auth + 3 - base), base, id, auth + 3);
+	else
+		n = snprintf(out, cap, "%s%s/%s", base, prefix, id);
+	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
 }
 
 bool ingress_method_allowed(const struct verdict_ingress *in, const char *method, size_t len)
@@ -432,13 +587,14 @@ static void head_put_forwarding(struct http1_out *o, const struct http1_request 
 
 	AN_ASSERT(addr_len > 0);
 	AN_ASSERT(strcmp(c->proto, "http") == 0 || strcmp(c->proto, "https") == 0);
-	AN_ASSERT(c->prefix_len > 0);
-	AN_ASSERT(c->prefix[0] == '/');
+	if (c->prefix != NULL)
+		AN_ASSERT(c->prefix_len > 0 && c->prefix[0] == '/');
 	http1_out_field(o, "X-Forwarded-For", 15, c->addr, addr_len);
 	http1_out_field(o, "X-Forwarded-Proto", 17, c->proto, strlen(c->proto));
 	if (host)
 		http1_out_field(o, "X-Forwarded-Host", 16, req->host_header, req->host_header_len);
-	http1_out_field(o, "X-Forwarded-Prefix", 18, c->prefix, c->prefix_len);
+	if (c->prefix != NULL)
+		http1_out_field(o, "X-Forwarded-Prefix", 18, c->prefix, c->prefix_len);
 	/* RFC 7239 section 6: an IPv6 node is bracketed, so it must be quoted. */
 	out_str(o, v6 ? "Forwarded: for=\"[" : "Forwarded: for=");
 	http1_out_put(o, c->addr, addr_len);

@@ -6,12 +6,16 @@
  * PROXY header: core/conn.c) drives them on the worker that accepted the
  * request.
  *
- * A public path is <prefix>/<sandbox id>[/<rest>][?<query>]. The agent is
- * sent /<rest>[?<query>] ("/" when there is no rest): the prefix belongs to
- * the gateway, and the agent learns it from X-Forwarded-Prefix. Which socket
- * a request goes to is fixed by the id alone (the sandbox's own directory),
- * so no spelling of the rest can reach another sandbox; the path checks
- * below also keep traversal shapes away from the agent's own server.
+ * A public path is <prefix>/<sandbox id>[/<rest>][?<query>] (the path
+ * form). The agent is sent /<rest>[?<query>] ("/" when there is no rest): the
+ * prefix belongs to the gateway, and the agent learns it from
+ * X-Forwarded-Prefix. With per-sandbox origins (daemon.ingress.origins:
+ * subdomain) a request whose Host is <id>.<public host> is sandbox <id>'s
+ * whole (the origin form): the agent is sent the path as it came, and no
+ * other sandbox's answer is ever served from that origin. Which socket a
+ * request goes to is fixed by the id alone (the sandbox's own directory), so
+ * no spelling of the rest can reach another sandbox; the path checks below
+ * also keep traversal shapes away from the agent's own server.
  */
 #ifndef AN_CORE_INGRESS_H
 #define AN_CORE_INGRESS_H
@@ -27,13 +31,81 @@
 
 /* A public request target split into its sandbox and the agent's path. */
 struct ingress_target {
-	const char *id; /* the sandbox id, borrowed from the target */
+	/* The sandbox id, borrowed: from the target (the path form), or the
+	 * Host's first label as the client spelled it (the origin form). */
+	const char *id;
 	size_t id_len;
 	/* The rest, borrowed from the target: "" (then the agent is sent "/"),
-	 * "/..." or "?..." (then "/" is put before it). */
+	 * "/..." or "?..." (then "/" is put before it); the whole target on the
+	 * origin form. */
 	const char *rest;
 	size_t rest_len;
+	bool origin; /* routed by Host (the origin form), not by the path */
 };
+
+/*
+ * How public requests name their sandbox: the path prefix and, with
+ * per-sandbox origins, the public URL's host. Built once from the config
+ * (ingress_site_init); views only.
+ */
+struct ingress_site {
+	const char *prefix; /* "/callbacks": starts with '/', no trailing '/' */
+	size_t prefix_len;
+	/* The public URL's host without a trailing dot, NULL when origins are off;
+	 * the port a Host must name (the URL's, or its scheme's), and whether a
+	 * Host without a port names it (the URL has no port, or its scheme's). */
+	const char *origin_host;
+	size_t origin_host_len;
+	uint16_t origin_port;
+	bool origin_port_implied;
+};
+
+/*
+ * Fills <site> for <prefix> and, when <origins>, the host and port of
+ * <public_url> ("http://" or "https://", a host name, an optional port and
+ * nothing after, as the loader checks it: docs/policy.md). Borrows both
+ * strings, which must outlive <site>.
+ */
+void ingress_site_init(struct ingress_site *site, const char *prefix, const char *public_url,
+		       bool origins);
+
+/*
+ * Routes a public request: its Host field value <host>/<host_len> (NULL
+ * when it has none) and origin-form <target>/<len>.
+ *
+ * The origin form, when <site> has origins and <host> names a sub-domain of
+ * the public host (ignoring case and one trailing dot) at the public port (a
+ * Host without one names the scheme's): its first label is the id, and the
+ * whole target is the sandbox's, checked as ingress_route checks a rest.
+ * Only a label can be an id there (1-63 of [A-Za-z0-9-], not starting or
+ * ending with '-'; the caller looks it up in lower case): a dot, an
+ * underscore or an empty label makes it -ENOENT, never another sandbox's.
+ * Any other Host (the public host itself, another name or port, an address,
+ * none) leaves the path form, ingress_route under site->prefix.
+ *
+ * Returns 0 with <out> filled, -ENOENT (no sandbox named) or -EPERM (the
+ * path is refused), as ingress_route. Borrows everything; writes only <out>.
+ */
+int ingress_route_request(const struct ingress_site *site, const char *host, size_t host_len,
+			  const char *target, size_t len, struct ingress_target *out);
+
+/*
+ * Whether sandbox id <id>/<len> can be reached at an origin of its own: a
+ * DNS label in lower case (1-63 of [a-z0-9-], not starting or ending with
+ * '-'), since a host name is case-insensitive and an id is not. Others keep
+ * the path form alone.
+ */
+bool ingress_id_is_origin(const char *id, size_t len);
+
+/*
+ * Writes sandbox <id>'s public URL, what the agent is told as
+ * AGENT_PUBLIC_URL, to <out>/<cap>: "<scheme>://<id>.<authority>" when
+ * <origins> and ingress_id_is_origin(<id>), else "<base><prefix>/<id>".
+ * <base> is "<scheme>://<authority>" (the public URL), <prefix> the path
+ * prefix. 0, or -ENAMETOOLONG when it does not fit. Borrows the strings.
+ */
+int ingress_public_url(const char *base, const char *prefix, bool origins, const char *id,
+		       char *out, size_t cap);
 
 /*
  * Splits origin-form <target>/<len> (as http1_parse_request gives it) under
@@ -71,9 +143,11 @@ bool ingress_is_upgrade(const struct http1_request *req);
 
 /* Who sent a public request, for the forwarding headers. */
 struct ingress_client {
-	const char *addr;   /* "192.0.2.1" or "2001:db8::1": no port, no brackets */
-	const char *proto;  /* "http" or "https": how it reached the gateway */
-	const char *prefix; /* the public path's prefix with the id, e.g. "/callbacks/a1" */
+	const char *addr;  /* "192.0.2.1" or "2001:db8::1": no port, no brackets */
+	const char *proto; /* "http" or "https": how it reached the gateway */
+	/* The public path's prefix with the id, e.g. "/callbacks/a1"; NULL on the
+	 * origin form, whose paths are the agent's from the root. */
+	const char *prefix;
 	size_t prefix_len;
 	/* The gateway's public authority ("hooks.example.com", "127.0.0.1:8090"),
 	 * sent as Host when the request has none: HTTP/1.0 allows that, the
@@ -94,8 +168,9 @@ struct ingress_client {
  *     client's Upgrade value;
  *   - the gateway's own X-Forwarded-For (<c>->addr), X-Forwarded-Proto,
  *     X-Forwarded-Host (the client's Host, omitted without one),
- *     X-Forwarded-Prefix and Forwarded (RFC 7239: for, proto and host, an
- *     IPv6 address and any host with a port quoted);
+ *     X-Forwarded-Prefix (omitted on the origin form) and Forwarded (RFC
+ *     7239: for, proto and host, an IPv6 address and any host with a port
+ *     quoted);
  *   - the blank line.
  * Returns the bytes written, or -EMSGSIZE when <cap> is too small.
  */

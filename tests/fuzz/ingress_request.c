@@ -14,6 +14,10 @@
  *   - ingress_route agrees with a model of its contract; a routed id is
  *     1..63 bytes of [A-Za-z0-9_.-] not starting with '.', and the agent's
  *     path has no "." or ".." segment and no %2F or %25;
+ *   - with per-sandbox origins on, ingress_route_request agrees with a model:
+ *     a Host <label>.hooks.fuzz.test:8090 (any case, one trailing dot) routes
+ *     the whole target to the label, or is -ENOENT when it is no DNS label;
+ *     any other Host leaves ingress_route's answer;
  *   - ingress_method_allowed and ingress_is_upgrade agree with models;
  *   - a written head fits its cap, is -EMSGSIZE exactly below its length and
  *     the same bytes at any cap above it; it is method SP "/"... HTTP/1.1,
@@ -46,6 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_PREFIX     "/callbacks"
 #define FUZZ_AUTHORITY  "hooks.fuzz.test:8090" /* what a request without Host is given */
 #define FUZZ_PREFIX_LEN (sizeof(FUZZ_PREFIX) - 1)
+/* The public URL when origins are on: each sandbox is also <id>.hooks.fuzz.test:8090. */
+#define FUZZ_ORIGIN_URL "http://hooks.fuzz.test:8090"
 #define FUZZ_ID_MAX     63u
 /* Any head written from a parsed one: the head, the Host twice more, the gateway's fields. */
 #define FUZZ_OUT_BYTES (4u * LIMITS_HEAD_BYTES_MAX + 4096u)
@@ -766,6 +772,78 @@ static void check_write(const struct http1_request *req, const struct ingress_ta
 	pool_free(out);
 }
 
+/* What a Host must be to name an origin of FUZZ_ORIGIN_URL: a label into *<label_len>. */
+static bool model_origin_host(const char *h, size_t n, size_t *label_len)
+{
+	static const char suffix[] = ".hooks.fuzz.test";
+	size_t suffix_len = sizeof(suffix) - 1;
+	const char *colon = h != NULL ? memchr(h, ':', n) : NULL;
+
+	if (colon == NULL || n == 0 || h[0] == '[')
+		return false; /* no port: the scheme's (80), not the URL's 8090 */
+	size_t name = (size_t)(colon - h);
+	size_t port_len = n - name - 1;
+	unsigned long port = 0;
+	for (size_t i = 0; i < port_len; i++) {
+		if (colon[1 + i] < '0' || colon[1 + i] > '9')
+			return false;
+		port = port * 10 + (unsigned long)(colon[1 + i] - '0');
+	}
+	if (port_len == 0 || port_len > 5 || port != 8090)
+		return false;
+	if (name > 0 && h[name - 1] == '.')
+		name--;
+	/* ".hooks.fuzz.test" itself is under it too: an empty label, which no id is. */
+	if (name < suffix_len || !starts_nocase(h + name - suffix_len, suffix_len, suffix))
+		return false;
+	*label_len = name - suffix_len;
+	return true;
+}
+
+/* A DNS label, 1-63 of [A-Za-z0-9-] without a '-' at either end. */
+static bool model_label(const char *s, size_t n)
+{
+	if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = lower(s[i]);
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* ingress_route_request with origins on agrees with the models: the Host picks the form. */
+static void check_origin_route(const struct http1_request *req)
+{
+	struct ingress_site site;
+	struct ingress_target t;
+	size_t label_len = 0;
+
+	ingress_site_init(&site, FUZZ_PREFIX, FUZZ_ORIGIN_URL, true);
+	int rc = ingress_route_request(&site, req->host_header, req->host_header_len, req->target,
+				       req->target_len, &t);
+	if (!model_origin_host(req->host_header, req->host_header_len, &label_len)) {
+		size_t id_len = 0;
+		AN_ASSERT(rc == model_route(req->target, req->target_len, &id_len));
+		AN_ASSERT(rc != 0 || !t.origin);
+		return;
+	}
+	const char *end = req->target + req->target_len;
+	const char *q = memchr(req->target, '?', req->target_len);
+	int want = !model_label(req->host_header, label_len)           ? -ENOENT
+		   : memchr(req->target, '#', req->target_len) != NULL ? -EPERM
+		   : !model_path_ok(req->target, (size_t)((q != NULL ? q : end) - req->target))
+		       ? -EPERM
+		       : 0;
+	AN_ASSERT(rc == want);
+	if (rc != 0)
+		return;
+	AN_ASSERT(t.origin);
+	AN_ASSERT(t.id == req->host_header && t.id_len == label_len);
+	AN_ASSERT(t.rest == req->target && t.rest_len == req->target_len);
+}
+
 static void check_request(const char *buf, size_t len, const struct sockaddr_storage *src,
 			  struct rng *r)
 {
@@ -775,6 +853,8 @@ static void check_request(const char *buf, size_t len, const struct sockaddr_sto
 
 	AN_ASSERT(req != NULL);
 	ssize_t rc = http1_parse_request(buf, len, req, &why);
+	if (rc > 0 && req->form == HTTP1_FORM_ORIGIN)
+		check_origin_route(req);
 	if (rc > 0 && req->form == HTTP1_FORM_ORIGIN && check_route(req, &t) == 0) {
 		const struct verdict_ingress *in = &profiles[rng_next(r) & 1u];
 		AN_ASSERT(ingress_method_allowed(in, req->method, req->method_len) ==

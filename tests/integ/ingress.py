@@ -108,6 +108,9 @@ STATIC_SH = ('echo "{\\"public_url\\": \\"$AGENT_PUBLIC_URL\\", \\"ingress_port\
 # 127.0.0.1 and TLS_NAME; each check connects from its own loopback address, so that the
 # client the agent and the audit are told is the real one, not the daemon's own socket.
 TLS_NAME = "hooks.ingress.test"
+# The public host of the origins daemon (daemon.ingress.origins: subdomain): each sandbox is
+# also <id>.ORIGIN_HOST. Never resolved: the clients connect to 127.0.0.1 and send it as Host.
+ORIGIN_HOST = "hooks.origins.test"
 TLS_CA_CN = "agentsnet ingress test CA"
 TLS_WS_MESSAGES = 200  # 5 over 64 KiB (ws_plan)
 TLS_WS_LOCKSTEP = 50
@@ -1620,6 +1623,209 @@ class Tests(Pass):
             return
         self.timed("--no-ingress: no public listener; the daemon runs and stops cleanly", off)
 
+    # ---- per-sandbox origins (daemon.ingress.origins: subdomain) ---------------------------
+
+    def t_origins(self):
+        """Issue 18 item 5: a second daemon (its own socket directory, audit file and port)
+        whose public_url names ORIGIN_HOST, with origins: subdomain; two sandboxes under it,
+        and two ids no origin can have (a dot, an upper-case letter)."""
+        saved = (self.port, dict(self.vars), self.wants, self.bare)
+        sock_dir = "/run/%s-origins" % self.args.netns
+        self.port, self.wants, self.bare = free_port(), [], set()
+        self.vars.update({"sock_dir": sock_dir, "control": os.path.join(sock_dir, "control.sock"),
+                          "audit": os.path.join(self.tmp, "audit-origins.jsonl")})
+        self.or_err = os.path.join(self.tmp, "daemon-origins.stderr")
+        self.or_daemon, self.or_agents, self.or_added = None, {}, []
+        try:
+            self.timed("origins daemon: agentsnetd starts with public_url http://%s:<port> and "
+                       "origins: subdomain; two sandboxes listen under it" % ORIGIN_HOST,
+                       self.origins_up)
+            checks = [
+                ("AGENT_PUBLIC_URL and `sandbox url` are http://<id>.%s:<port>; an id with a "
+                 "dot or an upper-case letter keeps <public_url>/callbacks/<id>" % ORIGIN_HOST,
+                 self.origins_urls),
+                ("Host <id>.%s:<port> reaches that sandbox with the whole path (one naming "
+                 "another sandbox too), no X-Forwarded-Prefix; any case, a trailing dot; the "
+                 "public host, an address or another port keep the path form" % ORIGIN_HOST,
+                 self.origins_route),
+                ("Host <unknown id>.%s, <b>.<a>.%s, a dotted or upper-case id's name: 404 "
+                 "ingress_not_found, the same answer as an unknown id in the path form; dot "
+                 "segments on an origin: 400 path_not_allowed; no agent saw any"
+                 % (ORIGIN_HOST, ORIGIN_HOST), self.origins_refused),
+            ]
+            for name, fn in checks:
+                if self.or_daemon is None or self.or_daemon.poll() is not None:
+                    self.result(name, ["not run: the origins daemon is not up; stderr:\n" +
+                                       read_text(self.or_err)[-3000:]])
+                    continue
+                self.timed(name, fn)
+            self.timed("audit of the origins daemon: one \"ingress\" record per public request "
+                       "(%d), the sandbox the Host named, the path as sent" % len(self.wants),
+                       self.audit_errs)
+        finally:
+            self.timed("origins daemon: every agentsnet run stopped, nothing left; the daemon "
+                       "stops on SIGTERM with exit 0 and a clean stderr", self.origins_down)
+            self.port, self.wants, self.bare = saved[0], saved[2], saved[3]
+            self.vars.clear()
+            self.vars.update(saved[1])
+
+    def origins_up(self):
+        more = '    public_url: "http://%s:%d"\n    origins: subdomain' % (ORIGIN_HOST, self.port)
+        policy = self.render_policy("policy-origins.yaml", self.port, more)
+        self.or_daemon = self.start_daemon(policy, err_path=self.or_err)
+        pending = []
+        for role in ("or-a", "or-b"):
+            sid = self.sid[role] = self.sandbox_id(role)
+            self.or_agents[role] = self.start(self.agent_cmd(role), sandbox=sid)
+            pending.append((self.or_agents[role], "listening"))
+        self.wait_agents(pending)
+        for role, sid in (("or-dot", self.sandbox_id("or.dot")),
+                          ("or-upper", self.sandbox_id("Or-Upper"))):
+            got = self.ctl("sandbox add %s default" % sid)
+            if not got or not got[0].startswith("ok "):
+                raise Fatal("sandbox add %s default: %r" % (sid, got))
+            self.sid[role] = sid
+            self.or_added.append(sid)
+        log("# origins daemon: public listener 127.0.0.1:%d as %s, sandboxes %s" % (
+            self.port, ORIGIN_HOST, " ".join(self.sid[r] for r in (
+                "or-a", "or-b", "or-dot", "or-upper"))))
+        return []
+
+    def origins_down(self):
+        errs = []
+        for sid in self.or_added:
+            self.ctl("sandbox rm %s" % sid)
+        self.or_added = []
+        for role, a in list(self.or_agents.items()):
+            if a.proc.poll() is None:
+                a.proc.send_signal(signal.SIGTERM)
+            try:
+                a.finish(20)
+            except Fatal as e:
+                errs.append(str(e))
+                continue
+            errs += ["%s: %s" % (role, e) for e in self.leftovers(
+                a, daemon_up=self.or_daemon is not None and self.or_daemon.poll() is None)]
+        self.or_agents = {}
+        if self.or_daemon is not None:
+            errs += ["the origins daemon's stop: " + e for e in stop_daemon(self.or_daemon,
+                                                                             self.or_err)]
+            self.or_daemon = None
+        return errs
+
+    def origin(self, role, port=None, upper=False, dot=""):
+        """The Host of <role>'s origin: "<id>.ORIGIN_HOST<dot>:<port>"."""
+        host = "%s.%s%s:%d" % (self.sid[role], ORIGIN_HOST, dot, port or self.port)
+        return host.upper() if upper else host
+
+    def via(self, host, target, want_role=None, method="GET"):
+        """GET <target> with Host <host> on a new connection; the audit is told the
+        sandbox of <want_role> (None: no sandbox, or a refusal's)."""
+        w = {"method": method, "path": target}
+        if want_role is not None:
+            w["sandbox"] = self.sid[want_role]
+        return self.send(build(method, target, host), method, w)
+
+    def origins_urls(self):
+        errs = []
+        a = self.sid["or-a"]
+        want = "http://%s" % self.origin("or-a")
+        got = self.info[a].get("public_url")
+        if got != want:
+            errs.append("AGENT_PUBLIC_URL of %s is %r, want %r" % (a, got, want))
+        for role, url in (("or-b", "http://%s" % self.origin("or-b")),
+                          ("or-dot", "http://%s:%d%s/%s" % (ORIGIN_HOST, self.port, PREFIX,
+                                                            self.sid["or-dot"])),
+                          ("or-upper", "http://%s:%d%s/%s" % (ORIGIN_HOST, self.port, PREFIX,
+                                                              self.sid["or-upper"]))):
+            reply = self.ctl("sandbox url %s" % self.sid[role])
+            if reply != ["ok " + url]:
+                errs.append("sandbox url %s: %r, want ok %s" % (self.sid[role], reply, url))
+        return errs
+
+    def origins_route(self):
+        errs = []
+        a, b = self.sid["or-a"], self.sid["or-b"]
+        before_a, before_b = len(self.seen("or-a")), len(self.seen("or-b"))
+        cases = [  # (Host, target, the role it reaches, the path that role's agent gets)
+            (self.origin("or-a"), "/o-1?q=1", "or-a", "/o-1?q=1"),
+            (self.origin("or-a"), "%s/%s/o-2" % (PREFIX, b), "or-a", "%s/%s/o-2" % (PREFIX, b)),
+            (self.origin("or-a", upper=True, dot="."), "/o-3", "or-a", "/o-3"),
+            (self.origin("or-b"), "/", "or-b", "/"),
+            ("%s:%d" % (ORIGIN_HOST, self.port), "%s/%s/o-4" % (PREFIX, b), "or-b", "/o-4"),
+            ("%s:%d" % (ORIGIN_HOST.upper(), self.port), "%s/%s/o-5" % (PREFIX, a), "or-a",
+             "/o-5"),
+            (self.host(), "%s/%s/o-6" % (PREFIX, b), "or-b", "/o-6"),
+            (self.origin("or-a", port=1), "%s/%s/o-7" % (PREFIX, b), "or-b", "/o-7"),
+        ]
+        for host, target, role, path in cases:
+            r = self.via(host, target, role)
+            rec = r.json() or {}
+            h = header_map(rec)
+            if r.status != 200 or rec.get("path") != path:
+                errs.append("Host %s, %s: %r, want 200 from %s's agent with path %s" % (
+                    host, target, r, role, path))
+                continue
+            origin = host.lower().startswith(self.sid[role].lower() + ".")
+            prefix = h.get("x-forwarded-prefix")
+            if origin and prefix is not None:
+                errs.append("Host %s: the agent got X-Forwarded-Prefix %r (an origin's paths are "
+                            "its own from /)" % (host, prefix))
+            if not origin and prefix != ["%s/%s" % (PREFIX, self.sid[role])]:
+                errs.append("Host %s, path form: X-Forwarded-Prefix %r" % (host, prefix))
+            # A host name is case-insensitive: the origin's label reaches the agent lowered.
+            sent = self.sid[role].lower() + host[len(self.sid[role]):] if origin else host
+            if h.get("host") != [sent]:
+                errs.append("Host %s: the agent got Host %r, want %r" % (host, h.get("host"),
+                                                                         sent))
+        got_a = self.seen_paths("or-a")[before_a:]
+        got_b = self.seen_paths("or-b")[before_b:]
+        want_a = [c[3] for c in cases if c[2] == "or-a"]
+        want_b = [c[3] for c in cases if c[2] == "or-b"]
+        if got_a != want_a or got_b != want_b:
+            errs.append("A recorded %r (want %r), B %r (want %r)" % (got_a, want_a, got_b,
+                                                                   want_b))
+        return errs
+
+    def origins_refused(self):
+        errs = []
+        a, b = self.sid["or-a"], self.sid["or-b"]
+        before_a, before_b = len(self.seen("or-a")), len(self.seen("or-b"))
+        unknown_path = self.via("%s:%d" % (ORIGIN_HOST, self.port),
+                                "%s/it-no-such-sandbox/x" % PREFIX)
+        errs += ["the path form's unknown id: %s" % e
+                 for e in refusal(unknown_path, 404, "ingress_not_found")]
+        names = ["it-no-such-sandbox.%s:%d" % (ORIGIN_HOST, self.port),
+                 "%s.%s" % (b, self.origin("or-a")),
+                 "%s.%s:%d" % (self.sid["or-dot"], ORIGIN_HOST, self.port),
+                 "%s.%s:%d" % (self.sid["or-upper"], ORIGIN_HOST, self.port),
+                 "%s.%s:%d" % (self.sid["or-upper"].lower(), ORIGIN_HOST, self.port),
+                 ".%s:%d" % (ORIGIN_HOST, self.port),
+                 "%s_x.%s:%d" % (a, ORIGIN_HOST, self.port)]
+        for host in names:
+            for target in ("/x", "%s/%s/x" % (PREFIX, b)):
+                r = self.via(host, target)
+                bad = refusal(r, 404, "ingress_not_found")
+                mine, theirs = r.json() or {}, unknown_path.json() or {}
+                for key in ("instruction", "sandbox", "rule", "port"):
+                    if mine.get(key) != theirs.get(key):
+                        bad.append("%s %r differs from the path form's unknown id's %r" % (
+                            key, mine.get(key), theirs.get(key)))
+                if sorted(k.lower() for k, _ in r.headers) != sorted(
+                        k.lower() for k, _ in unknown_path.headers):
+                    bad.append("header names %r differ from the path form's %r" % (
+                        [k for k, _ in r.headers], [k for k, _ in unknown_path.headers]))
+                errs += ["Host %s, %s: %s" % (host, target, e) for e in bad]
+        for target in ("/..;/x", "/%2e%2e/x", "/x/%c0%ae%c0%ae/y"):
+            r = self.via(self.origin("or-a"), target)  # refused before a sandbox is looked up
+            errs += ["Host %s, %s: %s" % (self.origin("or-a"), target, e)
+                     for e in refusal(r, 400, "path_not_allowed")]
+        time.sleep(0.3)
+        if self.seen("or-a")[before_a:] or self.seen("or-b")[before_b:]:
+            errs.append("the agents got them: A %r, B %r" % (
+                self.seen_paths("or-a")[before_a:], self.seen_paths("or-b")[before_b:]))
+        return errs
+
     # ---- the embedded default policy (agentsnetd with no --config) -------------------------
 
     def t_embedded(self):
@@ -2424,7 +2630,7 @@ def audit_field(got, want):
 
 TESTS = ["static", "headers", "body_limit", "escape", "escape_forms", "websocket", "sse",
          "keepalive", "methods", "rate", "smuggling", "head_limits", "not_found", "finish",
-         "audit", "flags", "embedded", "tls"]
+         "audit", "origins", "flags", "embedded", "tls"]
 
 
 def preflight(args):
@@ -2508,7 +2714,7 @@ class Setup:
             os.close(self.home_ns)
         netns_del(t.args.netns)
         netns_del(t.args.upns)
-        for suffix in ("", "-tls", "-tlsbad"):
+        for suffix in ("", "-tls", "-tlsbad", "-origins"):
             shutil.rmtree("/run/" + t.args.netns + suffix, ignore_errors=True)
 
 
@@ -2516,8 +2722,8 @@ def run_pass(t, tests):
     setup = Setup(t)
     try:
         setup.up()
-        # flags, embedded and tls start daemons of their own.
-        run_tests(t, tests, lambda name: name not in ("flags", "embedded", "tls"))
+        # origins, flags, embedded and tls start daemons of their own.
+        run_tests(t, tests, lambda name: name not in ("origins", "flags", "embedded", "tls"))
     finally:
         setup.down()
 

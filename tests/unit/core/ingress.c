@@ -363,6 +363,208 @@ START_TEST(test_route_parsed_request)
 }
 END_TEST
 
+/* ---- Per-sandbox origins ---- */
+
+/* The site of a gateway at <public_url> under /callbacks, origins on. */
+static struct ingress_site site_of(const char *public_url)
+{
+	struct ingress_site site;
+
+	ingress_site_init(&site, "/callbacks", public_url, true);
+	return site;
+}
+
+/* Routes <target> with Host <host> (NULL: none) at <site>; the Host is guarded too. */
+static int route_host(const struct ingress_site *site, const char *host, const char *target,
+		      struct ingress_target *t)
+{
+	static struct unit_guard guard_host;
+	size_t n = host != NULL ? strlen(host) : 0;
+	const char *h = host != NULL ? unit_guard_place(&guard_host, host, n) : NULL;
+
+	return ingress_route_request(
+	    site, h, n, unit_guard_place(&guard_in, target, strlen(target)), strlen(target), t);
+}
+
+/* <host> and <target> route to sandbox <id> on the origin form, the whole target its rest. */
+static void check_origin(const struct ingress_site *site, const char *host, const char *target,
+			 const char *id)
+{
+	struct ingress_target t;
+
+	ck_assert_msg(route_host(site, host, target, &t) == 0, "%s %s", host, target);
+	ck_assert_msg(t.origin, "%s: not the origin form", host);
+	ck_assert_uint_eq(t.id_len, strlen(id));
+	ck_assert_int_eq(memcmp(t.id, id, t.id_len), 0);
+	ck_assert_uint_eq(t.rest_len, strlen(target));
+}
+
+/* <host> leaves the path form: /callbacks/p1/x routes to p1, /p1/x nowhere. */
+static void check_path_form(const struct ingress_site *site, const char *host)
+{
+	struct ingress_target t;
+
+	ck_assert_msg(route_host(site, host, "/callbacks/p1/x", &t) == 0, "%s", host);
+	ck_assert_msg(!t.origin, "%s: routed by Host", host);
+	ck_assert_uint_eq(t.id_len, 2);
+	ck_assert_int_eq(memcmp(t.id, "p1", 2), 0);
+	ck_assert_int_eq(route_host(site, host, "/p1/x", &t), -ENOENT);
+}
+
+START_TEST(test_origin_matching)
+{
+	struct ingress_site site = site_of("https://hooks.example.com");
+
+	ck_assert_str_eq(site.prefix, "/callbacks");
+	ck_assert_uint_eq(site.origin_host_len, 17);
+	ck_assert_uint_eq(site.origin_port, 443);
+	ck_assert(site.origin_port_implied);
+	check_origin(&site, "a1.hooks.example.com", "/", "a1");
+	check_origin(&site, "a1.hooks.example.com", "/x/y?q=1", "a1");
+	/* The whole path is the sandbox's: a path naming another sandbox stays in a1. */
+	check_origin(&site, "a1.hooks.example.com", "/callbacks/b2/x", "a1");
+	/* Case, the scheme's port, one trailing dot. */
+	check_origin(&site, "A1.Hooks.EXAMPLE.com", "/", "A1");
+	check_origin(&site, "a1.hooks.example.com:443", "/", "a1");
+	check_origin(&site, "a1.hooks.example.com.", "/", "a1");
+	check_origin(&site, "a1.hooks.example.com.:443", "/", "a1");
+	check_origin(&site, "x-9.hooks.example.com", "/", "x-9");
+	/* The public host itself, another host, port or an address: the path form. */
+	check_path_form(&site, "hooks.example.com");
+	check_path_form(&site, "HOOKS.example.com.:443");
+	check_path_form(&site, "a1.hooks.example.com:8443");
+	check_path_form(&site, "a1.hooks.example.com:80");
+	check_path_form(&site, "a1.hooks.example.com:");
+	check_path_form(&site, "a1.hooks.example.com:4430");
+	check_path_form(&site, "a1.hooks.example.com:x");
+	check_path_form(&site, "a1.hooks.example.com..");
+	check_path_form(&site, "a1.hooks.example.co");
+	check_path_form(&site, "a1hooks.example.com");
+	check_path_form(&site, "a1.xhooks.example.com");
+	check_path_form(&site, "a1.hooks.example.com.evil.test");
+	check_path_form(&site, "example.com");
+	check_path_form(&site, "192.0.2.1");
+	check_path_form(&site, "[2001:db8::1]:443");
+	check_path_form(&site, "");
+	check_path_form(&site, NULL);
+}
+END_TEST
+
+START_TEST(test_origin_not_an_id)
+{
+	struct ingress_site site = site_of("http://hooks.example.com:8090");
+	static const char *const hosts[] = {
+		/* Not one DNS label: never another sandbox's origin, never the path form. */
+		".hooks.example.com:8090",
+		"b.a1.hooks.example.com:8090",
+		"a_1.hooks.example.com:8090",
+		"-a1.hooks.example.com:8090",
+		"a1-.hooks.example.com:8090",
+		"a%31.hooks.example.com:8090",
+		"a1~.hooks.example.com:8090",
+		"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.hooks.example.com:8090",
+	};
+	struct ingress_target t;
+
+	ck_assert_uint_eq(site.origin_port, 8090);
+	ck_assert(!site.origin_port_implied);
+	for (size_t i = 0; i < AN_ARRAY_LEN(hosts); i++) {
+		ck_assert_msg(route_host(&site, hosts[i], "/callbacks/p1/x", &t) == -ENOENT, "%s",
+			      hosts[i]);
+		ck_assert_int_eq(route_host(&site, hosts[i], "/x", &t), -ENOENT);
+	}
+	/* 63 bytes is a label; the port must be named, the scheme's is not the URL's. */
+	check_origin(
+	    &site,
+	    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.hooks.example."
+	    "com:8090",
+	    "/", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+	check_path_form(&site, "a1.hooks.example.com");
+	check_path_form(&site, "a1.hooks.example.com:80");
+}
+END_TEST
+
+START_TEST(test_origin_path_checks)
+{
+	struct ingress_site site = site_of("https://hooks.example.com.");
+	static const char *const refused[] = {
+		"/..",    "/../x", "/x/%2e%2e/y", "/..;/x", "/%c0%ae%c0%ae/x",
+		"/x%2fy", "/x\\y", "//x",         "/x#f",   "/%ef%bc%8f",
+	};
+	struct ingress_target t;
+
+	ck_assert_uint_eq(site.origin_host_len, 17); /* the URL's trailing dot is not compared */
+	check_origin(&site, "a1.hooks.example.com", "/x", "a1");
+	for (size_t i = 0; i < AN_ARRAY_LEN(refused); i++)
+		ck_assert_msg(route_host(&site, "a1.hooks.example.com", refused[i], &t) == -EPERM,
+			      "%s", refused[i]);
+	/* The query is the agent's. */
+	check_origin(&site, "a1.hooks.example.com", "/x?..%2f%c0", "a1");
+	ck_assert_int_eq(route_host(&site, "a1.hooks.example.com", "*", &t), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_origins_off)
+{
+	struct ingress_site site;
+	struct ingress_target t;
+
+	ingress_site_init(&site, "/callbacks", "https://hooks.example.com", false);
+	ck_assert_ptr_null(site.origin_host);
+	check_path_form(&site, "a1.hooks.example.com");
+	check_path_form(&site, "b.a1.hooks.example.com");
+	ingress_site_init(&site, "/callbacks", NULL, false);
+	ck_assert_int_eq(route_host(&site, "a1.hooks.example.com", "/x", &t), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_id_is_origin)
+{
+	ck_assert(ingress_id_is_origin("a1", 2));
+	ck_assert(ingress_id_is_origin("0", 1));
+	ck_assert(ingress_id_is_origin("x-y-9", 5));
+	ck_assert(!ingress_id_is_origin("A1", 2));
+	ck_assert(!ingress_id_is_origin("a.b", 3));
+	ck_assert(!ingress_id_is_origin("a_b", 3));
+	ck_assert(!ingress_id_is_origin("-a", 2));
+	ck_assert(!ingress_id_is_origin("a-", 2));
+	ck_assert(!ingress_id_is_origin("", 0));
+}
+END_TEST
+
+START_TEST(test_public_url)
+{
+	char out[64];
+
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a1",
+					    out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://a1.hooks.example.com");
+	ck_assert_int_eq(ingress_public_url("http://hooks.example.com:8090", "/cb", true, "a1", out,
+					    sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "http://a1.hooks.example.com:8090");
+	/* An id no origin can have, or origins off: the path form. */
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "A1",
+					    out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/A1");
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a.b",
+					    out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/a.b");
+	ck_assert_int_eq(ingress_public_url("http://127.0.0.1:8090", "/callbacks", false, "a1", out,
+					    sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "http://127.0.0.1:8090/callbacks/a1");
+	/* Exactly the room it needs, then one byte less. */
+	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", true, "a1", out, 20), 0);
+	ck_assert_str_eq(out, "http://a1.h.example");
+	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", true, "a1", out, 19),
+			 -ENAMETOOLONG);
+}
+END_TEST
+
 /* ---- Methods and upgrades ---- */
 
 START_TEST(test_method_allowed)
@@ -633,6 +835,40 @@ START_TEST(test_head_paths)
 	};
 
 	check_heads_v4(cases, AN_ARRAY_LEN(cases));
+}
+END_TEST
+
+START_TEST(test_head_origin_form)
+{
+	static const char head[] = "GET /callbacks/b2/x?q=1 HTTP/1.1\r\n"
+				   "Host: A1.hooks.example.com\r\n"
+				   "X-Forwarded-Prefix: /evil\r\n"
+				   "\r\n";
+	static const char want[] =
+	    "GET /callbacks/b2/x?q=1 HTTP/1.1\r\n"
+	    "Host: A1.hooks.example.com\r\n"
+	    "X-Forwarded-For: 192.0.2.1\r\n"
+	    "X-Forwarded-Proto: https\r\n"
+	    "X-Forwarded-Host: A1.hooks.example.com\r\n"
+	    "Forwarded: for=192.0.2.1;proto=https;host=\"A1.hooks.example.com\"\r\n"
+	    "\r\n";
+	const struct ingress_client c = { .addr = "192.0.2.1",
+					  .proto = "https",
+					  .authority = "hooks.example.com" };
+	struct ingress_site site = site_of("https://hooks.example.com");
+	struct http1_request req;
+	struct ingress_target t;
+	char out[HEAD_BYTES_MAX];
+
+	/* The whole path as sent, and no prefix: the origin's paths are the agent's. */
+	parse(head, &req);
+	ck_assert_int_eq(ingress_route_request(&site, req.host_header, req.host_header_len,
+					       req.target, req.target_len, &t),
+			 0);
+	ck_assert(t.origin);
+	ssize_t n = ingress_write_head(&req, &t, &ingress_default, &c, out, sizeof(out));
+	ck_assert_int_eq(n, (ssize_t)strlen(want));
+	ck_assert_int_eq(memcmp(out, want, (size_t)n), 0);
 }
 END_TEST
 
@@ -1379,6 +1615,12 @@ static Suite *ingress_suite(void)
 	tcase_add_test(tc, test_route_refused_encodings);
 	tcase_add_test(tc, test_route_utf8_and_params);
 	tcase_add_test(tc, test_route_other_prefix);
+	tcase_add_test(tc, test_origin_matching);
+	tcase_add_test(tc, test_origin_not_an_id);
+	tcase_add_test(tc, test_origin_path_checks);
+	tcase_add_test(tc, test_origins_off);
+	tcase_add_test(tc, test_id_is_origin);
+	tcase_add_test(tc, test_public_url);
 	tcase_add_test(tc, test_route_parsed_request);
 	tcase_add_test(tc, test_method_allowed);
 	tcase_add_test(tc, test_upgrade_detection);
@@ -1386,6 +1628,7 @@ static Suite *ingress_suite(void)
 	tcase_add_test(tc, test_head_connection_keeps_framing);
 	tcase_add_test(tc, test_head_ipv6_and_no_host);
 	tcase_add_test(tc, test_head_paths);
+	tcase_add_test(tc, test_head_origin_form);
 	tcase_add_test(tc, test_head_upgrade);
 	tcase_add_test(tc, test_head_msgsize_large);
 	tcase_add_test(tc, test_routes_basic);
