@@ -130,6 +130,11 @@ static void ingress_request_copy(struct conn *c, const struct http1_request *req
 	c->path_len = (uint16_t)(req->target_len < UINT16_MAX ? req->target_len : UINT16_MAX);
 }
 
+/* "<prefix>/<id>": a prefix (POLICY_INGRESS_PREFIX_BYTES_MAX) and an id, with room to spare. */
+#define GATEWAY_SCOPE_BYTES 512u
+static_assert(GATEWAY_SCOPE_BYTES > 256u + 1u + CONFIG_SANDBOX_ID_BYTES_MAX,
+	      "a prefix, '/' and an id fit");
+
 /* The routed sandbox's profile's gateway settings, under the snapshot the request holds. */
 static const struct verdict_ingress *ingress_rules(const struct conn *c)
 {
@@ -367,13 +372,25 @@ void ingress_connect(struct conn *c)
 	connect_next(c);
 }
 
+/* "<prefix>/<id>" of the routed request, the sandbox's part of the shared origin, in <buf>. */
+static size_t gateway_scope(const struct conn *c, char *buf, size_t cap)
+{
+	const char *prefix = c->w->e->cfg->ingress_prefix;
+
+	AN_ASSERT(c->ingress_id_len > 0);
+	int n = snprintf(buf, cap, "%s/%.*s", prefix, (int)c->ingress_id_len,
+			 c->head + c->ingress_id_off);
+	AN_ASSERT(n > 0 && (size_t)n < cap);
+	return (size_t)n;
+}
+
 /* Writes the agent's head for <req> into c->out (core/ingress.h). Bytes or -EMSGSIZE. */
 ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 {
 	const struct config *cfg = c->w->e->cfg;
 	struct ingress_target t;
 	char addr[INET6_ADDRSTRLEN] = "";
-	char prefix[512];
+	char prefix[GATEWAY_SCOPE_BYTES];
 
 	AN_ASSERT(c->ingress && c->out != NULL && c->snap != NULL);
 	int rc = gateway_route(c, req, &t);
@@ -382,9 +399,7 @@ ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 		inet_ntop(AF_INET, &c->client.v4.sin_addr, addr, sizeof(addr));
 	else if (c->client.sa.sa_family == AF_INET6)
 		inet_ntop(AF_INET6, &c->client.v6.sin6_addr, addr, sizeof(addr));
-	int n =
-	    snprintf(prefix, sizeof(prefix), "%s/%.*s", cfg->ingress_prefix, (int)t.id_len, t.id);
-	AN_ASSERT(n > 0 && (size_t)n < sizeof(prefix));
+	size_t n = gateway_scope(c, prefix, sizeof(prefix));
 	/* The public URL's authority (validated at load: a scheme, "://", no path). */
 	const char *url = cfg->ingress_public_url;
 	const char *authority = url != NULL && strstr(url, "://") != NULL ? strstr(url, "://") + 3
@@ -392,17 +407,83 @@ ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 	const struct ingress_client client = { .addr = addr,
 					       .proto = c->ingress_proxied ? "https" : "http",
 					       .prefix = t.origin ? NULL : prefix,
-					       .prefix_len = t.origin ? 0 : (size_t)n,
+					       .prefix_len = t.origin ? 0 : n,
 					       .authority = authority };
 	return ingress_write_head(req, &t, ingress_rules(c), &client, c->out,
 				  WORKER_HEAD_BUFFER_BYTES);
 }
 
 /*
- * The agent switched protocols (101 to an upgrade request): its answer goes
- * to the client as is, and from then on the conn is a tunnel both ways.
+ * The isolation of the answers to the request under way (core/ingress.h);
+ * <scope> (GATEWAY_SCOPE_BYTES) holds its "<prefix>/<id>".
  */
-void ingress_upgraded(struct conn *c)
+static void gateway_answer(const struct conn *c, char *scope, struct ingress_answer *a)
+{
+	const char *path = c->head + c->path_off;
+	const char *query = memchr(path, '?', c->path_len);
+	const char *port = memchr(c->host, ':', c->host_len);
+	size_t host_len = port != NULL ? (size_t)(port - c->host) : c->host_len;
+
+	AN_ASSERT(c->ingress && c->sandbox != WORKER_NO_SANDBOX);
+	AN_ASSERT(c->path_len > 0 && path[0] == '/');
+	if (host_len > 0 && c->host[host_len - 1] == '.')
+		host_len--;
+	*a = (struct ingress_answer){
+		.in = ingress_rules(c),
+		.origin = c->ingress_origin,
+		.scope = scope,
+		.scope_len = gateway_scope(c, scope, GATEWAY_SCOPE_BYTES),
+		.path = path,
+		.path_len = query != NULL ? (size_t)(query - path) : c->path_len,
+		.host = c->host,
+		.host_len = host_len,
+	};
+}
+
+ssize_t ingress_response_head(struct conn *c, const struct http1_response *resp,
+			      const char *connection, char *out, size_t cap)
+{
+	char scope[GATEWAY_SCOPE_BYTES];
+	struct ingress_answer a;
+
+	gateway_answer(c, scope, &a);
+	return ingress_write_response_head(resp, connection, &a, out, cap);
+}
+
+/*
+ * A 101 the gateway must not relay whole (a Set-Cookie or an origin-wide
+ * field: browsers take them from a WebSocket handshake too) is rewritten in
+ * c->resp without them; it only shrinks, but for a byte a field where the
+ * agent wrote no space after the colon. False when it did not fit.
+ */
+static bool gateway_upgrade_isolate(struct conn *c, const struct http1_response *resp, uint32_t n)
+{
+	char scope[GATEWAY_SCOPE_BYTES];
+	struct ingress_answer a;
+
+	gateway_answer(c, scope, &a);
+	if (!ingress_response_drops(resp, &a))
+		return true;
+	uint32_t tail = c->resp_fill - n;
+	size_t room = WORKER_HEAD_BUFFER_BYTES - tail;
+	ssize_t m = ingress_write_response_head(
+	    resp, NULL, &a, c->w->resp_rewrite,
+	    room < HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX ? room : HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX);
+	if (m < 0)
+		return false;
+	memmove(c->resp + m, c->resp + n, tail);
+	memcpy(c->resp, c->w->resp_rewrite, (size_t)m);
+	c->resp_fill = (uint32_t)m + tail;
+	AN_ASSERT(c->resp_fill <= WORKER_HEAD_BUFFER_BYTES);
+	return true;
+}
+
+/*
+ * The agent switched protocols (101 to an upgrade request): its answer goes
+ * to the client (without what gateway_upgrade_isolate drops), and from then
+ * on the conn is a tunnel both ways.
+ */
+void ingress_upgraded(struct conn *c, const struct http1_response *resp, uint32_t n)
 {
 	uint32_t up_ops = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
 			  op_bit(dir_op(DIR_UP, ROP_POLL)) | op_bit(dir_op(DIR_UP, ROP_SPLICE_IN)) |
@@ -414,6 +495,10 @@ void ingress_upgraded(struct conn *c)
 		/* Answered before the request was out, or while the client's side still moves:
 		 * not a peer to trust, and the tunnel cannot take that side over. */
 		conn_close(c);
+		return;
+	}
+	if (!gateway_upgrade_isolate(c, resp, n)) {
+		respond(c, REASON_UPSTREAM_BAD_RESPONSE);
 		return;
 	}
 	audit_decision(c, true, 101);

@@ -20,6 +20,14 @@
  * an id: an id with a dot would be a sub-domain of another sandbox's origin,
  * which shares cookies with it.
  *
+ * The agent's answers are isolated as they go out, since a browser takes a
+ * public URL's pages for its origin's: on the path form, where every sandbox
+ * shares one, a CSP sandbox field on every final answer (rejected: reading
+ * Content-Type, which a browser reads otherwise: sniffing, SVG, XML), and no
+ * cookie or origin-wide field that could act beyond the sandbox's part of
+ * it; a cookie is read as conservatively as the browsers differ (each Path
+ * judged, an over-long value refused), and dropped when in doubt.
+ *
  * The head is rebuilt, not patched: the request line with the agent's path,
  * the client's fields minus hop-by-hop, forgeable forwarding and profile-
  * stripped ones, then the gateway's own forwarding fields. Framing fields
@@ -634,6 +642,209 @@ ssize_t ingress_write_head(const struct http1_request *req, const struct ingress
 		head_put_upgrade(&o, req);
 	head_put_forwarding(&o, req, c);
 	return http1_out_end(&o);
+}
+
+/* ---- The agent's answers ---- */
+
+/* RFC 6265bis section 5.6: a user agent ignores an attribute value longer than this. */
+#define INGRESS_COOKIE_AV_BYTES_MAX 1024u
+
+/*
+ * Response fields whose effect reaches past the page they came with, to its
+ * whole origin: on the path form, every sandbox's pages.
+ */
+static const char *const origin_fields[] = {
+	"alt-svc",                   /* RFC 7838: where the origin's requests go */
+	"clear-site-data",           /* wipes the origin's storage, its site's cookies */
+	"nel",                       /* Network Error Logging: reports of its requests */
+	"report-to",                 /* where those reports go */
+	"service-worker-allowed",    /* a worker controlling paths above its own */
+	"strict-transport-security", /* HTTPS only, for the host and its sub-domains */
+};
+
+/* One attribute of a Set-Cookie value (after its first ';'), trimmed as RFC 6265 5.2 does. */
+struct cookie_av {
+	const char *name;
+	size_t name_len;
+	const char *value; /* "" when the attribute has no '=' */
+	size_t value_len;
+};
+
+/* <*s>/<*n> without leading and trailing SP and HTAB. */
+static void wsp_trim(const char **s, size_t *n)
+{
+	while (*n > 0 && ((*s)[0] == ' ' || (*s)[0] == '\t')) {
+		(*s)++;
+		(*n)--;
+	}
+	while (*n > 0 && ((*s)[*n - 1] == ' ' || (*s)[*n - 1] == '\t'))
+		(*n)--;
+}
+
+/* The attribute [<av>, <end>): its name up to the first '=', its value after it. */
+static void cookie_av_split(const char *av, const char *end, struct cookie_av *out)
+{
+	const char *eq = find_byte(av, end, '=');
+
+	AN_DASSERT(av <= end);
+	out->name = av;
+	out->name_len = (size_t)(eq - av);
+	out->value = eq < end ? eq + 1 : end;
+	out->value_len = (size_t)(end - out->value);
+	wsp_trim(&out->name, &out->name_len);
+	wsp_trim(&out->value, &out->value_len);
+	AN_DASSERT(out->value + out->value_len <= end);
+}
+
+/* <p>/<n> is the sandbox's part of the shared origin: its scope, or a path ingress_route lets through below it. */
+static bool cookie_path_inside(const struct ingress_answer *a, const char *p, size_t n)
+{
+	AN_DASSERT(!a->origin && a->scope_len > 0);
+	if (n < a->scope_len || memcmp(p, a->scope, a->scope_len) != 0)
+		return false;
+	if (n > a->scope_len && p[a->scope_len] != '/')
+		return false; /* "/callbacks/a1x" is another sandbox's */
+	return path_check(p, n) == 0;
+}
+
+/*
+ * The path a cookie is kept for, given Path value <v>/<n> (NULL: none),
+ * into *<p> and *<len>: the value when it starts with '/', else the default
+ * path, the request path up to its last '/' ("/" when that is the first:
+ * RFC 6265 section 5.1.4).
+ */
+static void cookie_path(const struct ingress_answer *a, const char *v, size_t n, const char **p,
+			size_t *len)
+{
+	size_t last = 0;
+
+	if (v != NULL && n > 0 && v[0] == '/') {
+		*p = v;
+		*len = n;
+		return;
+	}
+	AN_DASSERT(a->path_len > 0 && a->path[0] == '/');
+	for (size_t i = 0; i < a->path_len; i++)
+		last = a->path[i] == '/' ? i : last;
+	*p = a->path;
+	*len = last == 0 ? 1 : last;
+}
+
+/* Domain value <v>/<n> widens nothing: the origin form's own host (a leading '.' ignored), or none. */
+static bool cookie_domain_own(const struct ingress_answer *a, const char *v, size_t n)
+{
+	if (n > 0 && v[0] == '.') {
+		v++;
+		n--;
+	}
+	return a->origin && (n == 0 || (n == a->host_len && strncasecmp(v, a->host, n) == 0));
+}
+
+/* Whether Set-Cookie value <v>/<n> could set a cookie for more than this sandbox. */
+static bool cookie_escapes(const struct ingress_answer *a, const char *v, size_t n)
+{
+	const char *end = v + n;
+	const char *p = find_byte(v, end, ';');
+	const char *path;
+	size_t path_len;
+	bool path_given = false;
+	struct cookie_av av;
+
+	while (p < end) {
+		const char *next = find_byte(p + 1, end, ';');
+		cookie_av_split(p + 1, next, &av);
+		p = next;
+		bool domain = av.name_len == 6 && http1_name_is(av.name, 6, "domain");
+		if (!domain && !(av.name_len == 4 && http1_name_is(av.name, 4, "path")))
+			continue;
+		/* Ignored by some browsers and not others: which one they keep is unknown. */
+		if (av.value_len > INGRESS_COOKIE_AV_BYTES_MAX)
+			return true;
+		if (domain && !cookie_domain_own(a, av.value, av.value_len))
+			return true;
+		if (domain || a->origin)
+			continue;
+		path_given = true;
+		cookie_path(a, av.value, av.value_len, &path, &path_len);
+		if (!cookie_path_inside(a, path, path_len))
+			return true;
+	}
+	if (a->origin || path_given)
+		return false;
+	cookie_path(a, NULL, 0, &path, &path_len);
+	return !cookie_path_inside(a, path, path_len);
+}
+
+/* Whether the gateway leaves field <h> of an answer out (ingress_write_response_head). */
+static bool answer_drops(const struct ingress_answer *a, const struct http1_header *h)
+{
+	if (header_is(h, "set-cookie", 10))
+		return a->in->scope_cookies && cookie_escapes(a, h->value, h->value_len);
+	if (!a->in->drop_origin_fields)
+		return false;
+	if (a->origin)
+		return header_is(h, "clear-site-data", 15);
+	for (size_t i = 0; i < AN_ARRAY_LEN(origin_fields); i++) {
+		if (header_is(h, origin_fields[i], strlen(origin_fields[i])))
+			return true;
+	}
+	return false;
+}
+
+/* Sets <drop>[i] for each field of <resp> the gateway leaves out; their count. */
+static uint32_t answer_drop_marks(const struct http1_response *resp, const struct ingress_answer *a,
+				  bool *drop)
+{
+	uint32_t n = 0;
+
+	AN_ASSERT(resp->header_count <= LIMITS_HEADERS_MAX);
+	for (uint32_t i = 0; i < resp->header_count; i++) {
+		drop[i] = answer_drops(a, &resp->headers[i]);
+		n += drop[i];
+	}
+	AN_ASSERT(n <= resp->header_count);
+	return n;
+}
+
+bool ingress_response_drops(const struct http1_response *resp, const struct ingress_answer *a)
+{
+	bool drop[LIMITS_HEADERS_MAX];
+
+	AN_ASSERT(resp != NULL && a != NULL && a->in != NULL);
+	return answer_drop_marks(resp, a, drop) > 0;
+}
+
+ssize_t ingress_write_response_head(const struct http1_response *resp, const char *connection,
+				    const struct ingress_answer *a, char *out, size_t cap)
+{
+	bool drop[LIMITS_HEADERS_MAX];
+	struct http1_response kept;
+	const struct http1_response *head = resp;
+
+	AN_ASSERT(resp != NULL && a != NULL && a->in != NULL);
+	AN_ASSERT(a->path_len > 0 && a->path[0] == '/');
+	if (!a->origin)
+		AN_ASSERT(a->scope_len > 0 && a->scope[0] == '/');
+	if (answer_drop_marks(resp, a, drop) > 0) {
+		kept = *resp;
+		kept.header_count = 0;
+		for (uint32_t i = 0; i < resp->header_count; i++) {
+			if (!drop[i])
+				kept.headers[kept.header_count++] = resp->headers[i];
+		}
+		head = &kept;
+	}
+	ssize_t n = http1_write_response_head(head, connection, out, cap);
+	if (n < 0 || !a->in->csp_sandbox || a->origin || resp->status < 200)
+		return n;
+	/* A field of its own: one the agent sent stays whole, and browsers enforce both. */
+	AN_ASSERT(n >= 2 && out[n - 2] == '\r' && out[n - 1] == '\n');
+	struct http1_out o = { .p = out, .cap = cap, .len = (size_t)n - 2 };
+	http1_out_field(&o, "Content-Security-Policy", 23, "sandbox", 7);
+	n = http1_out_end(&o);
+	if (n > 0)
+		AN_ASSERT((size_t)n <= cap);
+	return n;
 }
 
 /* ---- The PROXY v2 header ---- */

@@ -179,6 +179,61 @@ ssize_t ingress_write_head(const struct http1_request *req, const struct ingress
 			   char *out, size_t cap);
 
 /*
+ * One answer of an agent's to a public request, as the gateway relays it:
+ * what isolates it from the other sandboxes' pages in a browser. On the path
+ * form every sandbox shares one origin, so the answer may act only on its
+ * sandbox's part of it; on the origin form the origin is its own, but a
+ * cookie's Domain and Clear-Site-Data reach the registrable domain above it.
+ */
+struct ingress_answer {
+	const struct verdict_ingress *in; /* csp_sandbox, scope_cookies, drop_origin_fields */
+	bool origin;                      /* the request came by its sandbox's own origin */
+	/* The path form: the sandbox's part of the origin, "<prefix>/<id>". */
+	const char *scope;
+	size_t scope_len;
+	/* The public request's path, without the query: a cookie's default Path. */
+	const char *path;
+	size_t path_len;
+	/* The origin form: its host name (the Host without a port or a trailing
+	 * dot), the one Domain a cookie may name. */
+	const char *host;
+	size_t host_len;
+};
+
+/* Bytes ingress_write_response_head may add to a head: its Content-Security-Policy field. */
+#define INGRESS_RESPONSE_ADDED_BYTES (sizeof("Content-Security-Policy: sandbox\r\n") - 1)
+
+/*
+ * Writes the head the public client is sent for the agent's parsed <resp>,
+ * as http1_write_response_head writes it (with <connection>), less:
+ *   - with in->scope_cookies, each Set-Cookie the browser could keep for
+ *     more than this sandbox (RFC 6265 sections 5.1.4 and 5.2, read
+ *     conservatively): a Domain attribute (on the origin form, one naming
+ *     another host than its own), an attribute value over 1024 bytes
+ *     (RFC 6265bis ignores it, keeping another), and on the path form any
+ *     Path, or the default path when none is given (the request path's
+ *     directory), that is not a->scope or below it with a path
+ *     ingress_route would let through;
+ *   - with in->drop_origin_fields, the fields that act on a whole origin:
+ *     on the path form Alt-Svc, Clear-Site-Data, NEL, Report-To,
+ *     Service-Worker-Allowed and Strict-Transport-Security; on the origin
+ *     form Clear-Site-Data (its "cookies" clear the registrable domain);
+ * plus, with in->csp_sandbox, on the path form, for a final status (200 and
+ * up), "Content-Security-Policy: sandbox" as a field of its own beside any
+ * the agent sent: whatever the Content-Type says, the browser may render
+ * the answer as a document (HTML, XHTML, SVG, XML, a sniffed or missing
+ * type), and the sandbox directive then gives it an opaque origin, no
+ * scripts, no forms, no cookies, no storage of the shared one. A 101 gets
+ * the drops, never the field. Returns the bytes written, or -EMSGSIZE when
+ * <cap> is too small. Borrows <resp> and <a>; writes only <out>.
+ */
+ssize_t ingress_write_response_head(const struct http1_response *resp, const char *connection,
+				    const struct ingress_answer *a, char *out, size_t cap);
+
+/* Whether ingress_write_response_head would leave out a field of <resp> (for a 101: any). */
+bool ingress_response_drops(const struct http1_response *resp, const struct ingress_answer *a);
+
+/*
  * The PROXY protocol, version 2 (binary), with which the gateway's TLS
  * listener hands each decrypted connection to the plain one over the
  * daemon's internal socket: who the client is, since the plain side sees

@@ -2,7 +2,8 @@
  * A profile's `ingress:` section: what the ingress gateway lets through from
  * the outside to the profile's sandboxes (whether it is on, the methods, the
  * request headers it strips, the largest body, and the profile's ingress
- * limits). The gateway's public listener itself is daemon.ingress, staged
+ * limits), and how it isolates their answers in a browser (csp_sandbox,
+ * scope_cookies, drop_origin_fields: on by default). The gateway's public listener itself is daemon.ingress, staged
  * into the config with the other daemon keys (policy/daemon.c).
  *
  * A profile without the section points at one static struct of defaults
@@ -40,6 +41,9 @@ const struct verdict_ingress loader_ingress_default = {
 	.method_count = (uint32_t)AN_ARRAY_LEN(ingress_default_methods),
 	.methods = { VERDICT_INGRESS_METHODS_DEFAULT },
 	.body_bytes_max = VERDICT_INGRESS_BODY_DEFAULT,
+	.csp_sandbox = true,
+	.scope_cookies = true,
+	.drop_origin_fields = true,
 };
 
 /* Every name one section can give, each with its NUL. */
@@ -171,10 +175,22 @@ static int ingress_strip_item(struct loader *ld, void *ctx, uint32_t index)
 	return 0;
 }
 
-enum { IG_ENABLED, IG_METHODS, IG_STRIP, IG_BODY, IG_LIMITS, IG__COUNT };
+enum {
+	IG_ENABLED,
+	IG_METHODS,
+	IG_STRIP,
+	IG_BODY,
+	IG_LIMITS,
+	IG_CSP,
+	IG_COOKIES,
+	IG_ORIGIN_FIELDS,
+	IG__COUNT
+};
 static const char *const ingress_keys[] = {
-	[IG_ENABLED] = "enabled", [IG_METHODS] = "methods", [IG_STRIP] = "strip_headers",
-	[IG_BODY] = "body_bytes", [IG_LIMITS] = "limits",
+	[IG_ENABLED] = "enabled",       [IG_METHODS] = "methods",
+	[IG_STRIP] = "strip_headers",   [IG_BODY] = "body_bytes",
+	[IG_LIMITS] = "limits",         [IG_CSP] = "csp_sandbox",
+	[IG_COOKIES] = "scope_cookies", [IG_ORIGIN_FIELDS] = "drop_origin_fields",
 };
 static_assert(AN_ARRAY_LEN(ingress_keys) == IG__COUNT, "every ingress key needs a name");
 static const struct keyset ingress_keyset = { "a profile's ingress", ingress_keys, IG__COUNT };
@@ -205,6 +221,12 @@ static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t ke
 	}
 	case IG_LIMITS:
 		return loader_limits(ld, &ingress_limit_keyset, &vi->limits);
+	case IG_CSP:
+		return loader_bool(ld, "csp_sandbox", &vi->csp_sandbox);
+	case IG_COOKIES:
+		return loader_bool(ld, "scope_cookies", &vi->scope_cookies);
+	case IG_ORIGIN_FIELDS:
+		return loader_bool(ld, "drop_origin_fields", &vi->drop_origin_fields);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;

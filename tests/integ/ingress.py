@@ -67,6 +67,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import warnings
 
 from integlib import (READY_TIMEOUT_S, Fatal, Procs, Skip, add_binary_args, add_run_args,
@@ -746,6 +747,7 @@ class Tests(Pass):
             self.start_agent("a", self.agent_cmd("a"), "listening"),
             self.start_agent("b", self.agent_cmd("b"), "listening"),
             self.start_agent("lim", self.agent_cmd("lim"), "listening", profile="limited"),
+            self.start_agent("open", self.agent_cmd("open"), "listening", profile="open"),
             self.start_agent("once", self.agent_cmd("once", 1, self.vars["once_go"]),
                              "listening"),
         ]
@@ -1064,6 +1066,117 @@ class Tests(Pass):
                    "such (..;, .;, %3b, overlong %c0%ae %e0%80%af %f0%80%80%af %c1%9c, "
                    "invalid UTF-8, fullwidth dots and slashes): 400 path_not_allowed, no agent "
                    "saw them; valid UTF-8 and ;params elsewhere reach the agent", forms)
+
+    def t_isolation(self):
+        """Issue 18 item 5: on the path form, where every sandbox shares one origin, an
+        agent's answer cannot act beyond its sandbox in a browser: a CSP sandbox field on
+        every final answer, no Set-Cookie out of its path or with a Domain, no field that
+        acts on the whole origin, in a 101 too; a profile with the keys off gets it all."""
+        def csp():
+            errs = []
+            for fields, want_theirs in (([("Content-Type", "text/html")], []),
+                                        ([("Content-Type", "image/svg+xml")], []),
+                                        ([], []),
+                                        ([("Content-Type", "text/html"),
+                                          ("Content-Security-Policy", "default-src 'self'")],
+                                         ["default-src 'self'"])):
+                r = self.answer("a", fields)
+                got = r.all("Content-Security-Policy")
+                if r.status != 200 or got != want_theirs + ["sandbox"]:
+                    errs.append("an answer with %r: %r, Content-Security-Policy %r, want %r"
+                                % (fields, r, got, want_theirs + ["sandbox"]))
+            r = self.answer("open", [("Content-Type", "text/html")])
+            if r.status != 200 or r.all("Content-Security-Policy"):
+                errs.append("csp_sandbox: false: %r with %r, want 200 and none" % (
+                    r, r.all("Content-Security-Policy")))
+            return errs
+
+        def cookies():
+            a, b = self.sid["a"], self.sid["b"]
+            sent = [("k-own", "Path=%s/%s" % (PREFIX, a)),
+                    ("k-below", "Path=%s/%s/x" % (PREFIX, a)),
+                    ("k-default", "HttpOnly"), ("k-root", "Path=/"),
+                    ("k-prefix", "Path=%s" % PREFIX), ("k-other", "Path=%s/%s" % (PREFIX, b)),
+                    ("k-shorter", "Path=%s/%s" % (PREFIX, a[:-1])),
+                    ("k-domain", "Path=%s/%s; Domain=127.0.0.1" % (PREFIX, a)),
+                    ("k-both", "Path=%s/%s; Path=/" % (PREFIX, a)),
+                    ("k-dots", "Path=%s/%s/../%s" % (PREFIX, a, b))]
+            fields = [("Set-Cookie", "%s=1; %s" % kv) for kv in sent]
+            errs = []
+            for role, want in (("a", ["k-own", "k-below", "k-default"]),
+                               ("open", [k for k, _ in sent])):
+                r = self.answer(role, fields)
+                got = [c.split("=", 1)[0] for c in r.all("Set-Cookie")]
+                if r.status != 200 or got != want:
+                    errs.append("%s: %r, cookies %r, want %r" % (role, r, got, want))
+            return errs
+
+        def origin_fields():
+            fields = [("Clear-Site-Data", '"cookies", "storage"'),
+                      ("Strict-Transport-Security", "max-age=63072000; includeSubDomains"),
+                      ("Service-Worker-Allowed", "/"), ("Alt-Svc", 'h2="evil.test:443"'),
+                      ("NEL", '{"report_to":"g","max_age":86400}'),
+                      ("Report-To", '{"group":"g","max_age":86400,"endpoints":[]}'),
+                      ("X-Kept", "1")]
+            errs = []
+            for role, want in (("a", ["x-kept"]), ("open", [k.lower() for k, _ in fields])):
+                r = self.answer(role, fields)
+                names = [k.lower() for k, _ in fields]
+                got = [k.lower() for k, _ in r.headers if k.lower() in names]
+                if r.status != 200 or got != want:
+                    errs.append("%s: %r, fields %r, want %r" % (role, r, got, want))
+            return errs
+
+        def upgrade():
+            """A 101 with a cookie for the whole origin: dropped; the tunnel still echoes."""
+            errs = []
+            target = self.target("a", "/ws?" + urllib.parse.urlencode(
+                [("h", "Set-Cookie: ws=1; Path=/"), ("h", "X-Kept: 1")]))
+            c = Conn(self.port)
+            try:
+                key = base64.b64encode(os.urandom(16)).decode()
+                c.send(build("GET", target, self.host(), [
+                    ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                    ("Sec-WebSocket-Key", key), ("Sec-WebSocket-Version", "13")]))
+                status, headers = c.head()
+                r = Resp(status, headers, client=c.client)
+                if status != 101 or r.get("Sec-WebSocket-Accept") != ws.accept_key(key):
+                    return ["the handshake: %d %r" % (status, headers)]
+                if r.all("Set-Cookie") or r.get("X-Kept") != "1":
+                    errs.append("the 101 came with Set-Cookie %r, X-Kept %r; want none, 1" % (
+                        r.all("Set-Cookie"), r.get("X-Kept")))
+                c.send(ws.encode(ws.OP_TEXT, b"after the 101", os.urandom(4)))
+                reader = ws.Reader(c.s.recv, bytes(c.buf))
+                op, payload, _ = reader.message()
+                if op != ws.OP_TEXT or payload != b"after the 101":
+                    errs.append("the echo after the rewritten 101: %d %r" % (op, payload))
+                c.send(ws.encode(ws.OP_CLOSE, b"\x03\xe8", os.urandom(4)))
+                reader.message()
+            except (OSError, EOFError, ws.ProtocolError) as e:
+                errs.append("%s: %s" % (type(e).__name__, e))
+            finally:
+                c.close()
+            self.wants.append((c.client, {"sandbox": self.sid["a"], "path": target,
+                                          "status": 101}))
+            return errs
+
+        self.timed("path form: Content-Security-Policy: sandbox on every answer (HTML, SVG, no "
+                   "Content-Type), beside the agent's own; none with csp_sandbox: false", csp)
+        self.timed("path form: Set-Cookie whose Path (or default path) leaves /callbacks/<id>, "
+                   "that has a Domain or a second Path outside, or ../ in it: dropped; inside: "
+                   "kept; scope_cookies: false keeps all", cookies)
+        self.timed("path form: Clear-Site-Data, Strict-Transport-Security, "
+                   "Service-Worker-Allowed, Alt-Svc, NEL, Report-To dropped, other fields kept; "
+                   "drop_origin_fields: false keeps them", origin_fields)
+        self.timed("path form: a WebSocket 101 with Set-Cookie Path=/ reaches the client "
+                   "without it, and the tunnel works", upgrade)
+
+    def answer(self, role, fields, host=None):
+        """GET <role>'s /answer asking for <fields> ((name, value) pairs) in its answer."""
+        target = self.target(role, "/answer?" + urllib.parse.urlencode(
+            [("h", "%s: %s" % f) for f in fields]))
+        return self.send(build("GET", target, host or self.host()), "GET",
+                         {"sandbox": self.sid[role], "method": "GET", "path": target})
 
     def t_websocket(self):
         """Done when 5: a WebSocket echo through the gateway, 1,000 messages."""
@@ -1652,6 +1765,10 @@ class Tests(Pass):
                  "ingress_not_found, the same answer as an unknown id in the path form; dot "
                  "segments on an origin: 400 path_not_allowed; no agent saw any"
                  % (ORIGIN_HOST, ORIGIN_HOST), self.origins_refused),
+                ("on its own origin an answer gets no CSP, keeps a cookie for / and "
+                 "Strict-Transport-Security, loses a cookie for %s and Clear-Site-Data; the "
+                 "same sandbox on the path form gets the CSP, not the cookie" % ORIGIN_HOST,
+                 self.origins_answers),
             ]
             for name, fn in checks:
                 if self.or_daemon is None or self.or_daemon.poll() is not None:
@@ -1824,6 +1941,29 @@ class Tests(Pass):
         if self.seen("or-a")[before_a:] or self.seen("or-b")[before_b:]:
             errs.append("the agents got them: A %r, B %r" % (
                 self.seen_paths("or-a")[before_a:], self.seen_paths("or-b")[before_b:]))
+        return errs
+
+    def origins_answers(self):
+        errs = []
+        fields = [("Content-Type", "text/html"), ("Set-Cookie", "own=1; Path=/"),
+                  ("Set-Cookie", "site=1; Domain=%s" % ORIGIN_HOST),
+                  ("Set-Cookie", "self=1; Domain=%s.%s" % (self.sid["or-a"], ORIGIN_HOST)),
+                  ("Strict-Transport-Security", "max-age=60"), ("Clear-Site-Data", '"*"')]
+        query = "?" + urllib.parse.urlencode([("h", "%s: %s" % f) for f in fields])
+        r = self.via(self.origin("or-a"), "/answer" + query, "or-a")
+        cookies = [c.split("=", 1)[0] for c in r.all("Set-Cookie")]
+        if r.status != 200 or r.all("Content-Security-Policy") or cookies != ["own", "self"] or \
+                r.get("Strict-Transport-Security") is None or r.get("Clear-Site-Data"):
+            errs.append("its own origin: %r: CSP %r, cookies %r, HSTS %r, Clear-Site-Data %r; "
+                        "want no CSP, own and self, HSTS, no Clear-Site-Data" % (
+                            r, r.all("Content-Security-Policy"), cookies,
+                            r.get("Strict-Transport-Security"), r.get("Clear-Site-Data")))
+        r = self.via("%s:%d" % (ORIGIN_HOST, self.port),
+                     "%s/%s/answer%s" % (PREFIX, self.sid["or-a"], query), "or-a")
+        if r.status != 200 or r.all("Content-Security-Policy") != ["sandbox"] or \
+                r.all("Set-Cookie"):
+            errs.append("the path form: %r: CSP %r, cookies %r; want sandbox, none" % (
+                r, r.all("Content-Security-Policy"), r.all("Set-Cookie")))
         return errs
 
     # ---- the embedded default policy (agentsnetd with no --config) -------------------------
@@ -2628,9 +2768,9 @@ def audit_field(got, want):
 
 # ---- set-up and tear-down -------------------------------------------------------------
 
-TESTS = ["static", "headers", "body_limit", "escape", "escape_forms", "websocket", "sse",
-         "keepalive", "methods", "rate", "smuggling", "head_limits", "not_found", "finish",
-         "audit", "origins", "flags", "embedded", "tls"]
+TESTS = ["static", "headers", "body_limit", "escape", "escape_forms", "isolation", "websocket",
+         "sse", "keepalive", "methods", "rate", "smuggling", "head_limits", "not_found",
+         "finish", "audit", "origins", "flags", "embedded", "tls"]
 
 
 def preflight(args):

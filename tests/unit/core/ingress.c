@@ -565,6 +565,300 @@ START_TEST(test_public_url)
 }
 END_TEST
 
+/* ---- The agent's answers ---- */
+
+static const struct verdict_ingress isolating = {
+	.enabled = true,
+	.method_count = 1,
+	.methods = { "GET" },
+	.body_bytes_max = 1,
+	.csp_sandbox = true,
+	.scope_cookies = true,
+	.drop_origin_fields = true,
+};
+
+/* An answer on the path form to GET <path> (no query) under /callbacks/a1, with <in>. */
+static struct ingress_answer path_answer(const struct verdict_ingress *in, const char *path)
+{
+	return (struct ingress_answer){ .in = in,
+					.scope = "/callbacks/a1",
+					.scope_len = 13,
+					.path = path,
+					.path_len = strlen(path) };
+}
+
+/* An answer on a1's own origin, a1.hooks.example.com, to GET /x. */
+static struct ingress_answer origin_answer(const struct verdict_ingress *in)
+{
+	return (struct ingress_answer){ .in = in,
+					.origin = true,
+					.path = "/x",
+					.path_len = 2,
+					.host = "a1.hooks.example.com",
+					.host_len = 20 };
+}
+
+/*
+ * Parses response head <s> and checks the head written for it under <a> is
+ * <want>, at exactly its length (every cap below: -EMSGSIZE, nothing past it).
+ */
+static void check_answer(const char *s, const struct ingress_answer *a, const char *connection,
+			 const char *want)
+{
+	struct http1_response resp;
+	size_t len = strlen(s);
+	size_t n = strlen(want);
+
+	ck_assert_int_eq(http1_parse_response(unit_guard_place(&guard_in, s, len), len, &resp),
+			 (ssize_t)len);
+	ssize_t rc =
+	    ingress_write_response_head(&resp, connection, a, unit_guard_end(&guard_out, n), n);
+	ck_assert_int_eq(rc, (ssize_t)n);
+	ck_assert_int_eq(memcmp(unit_guard_end(&guard_out, n), want, n), 0);
+	for (size_t cap = 0; cap < n; cap++)
+		ck_assert_int_eq(ingress_write_response_head(&resp, connection, a,
+							     unit_guard_end(&guard_out, cap), cap),
+				 -EMSGSIZE);
+	/* Whether anything is left out agrees with the written head. */
+	bool dropped = false;
+	for (uint32_t i = 0; i < resp.header_count; i++) {
+		const struct http1_header *h = &resp.headers[i];
+		char line[512];
+		int m = snprintf(line, sizeof(line), "%.*s: %.*s\r\n", (int)h->name_len, h->name,
+				 (int)h->value_len, h->value);
+		ck_assert(m > 0 && (size_t)m < sizeof(line));
+		dropped = dropped || memmem(want, n, line, (size_t)m) == NULL;
+	}
+	if (resp.status != 101)
+		ck_assert(ingress_response_drops(&resp, a) == dropped);
+}
+
+/* One Set-Cookie value under <a>: whether the written head keeps it. */
+static bool cookie_kept(const struct ingress_answer *a, const char *value)
+{
+	char head[4096];
+	char out[4096 + 64];
+	struct http1_response resp;
+
+	int n = snprintf(head, sizeof(head), "HTTP/1.1 204 \r\nSet-Cookie: %s\r\n\r\n", value);
+	ck_assert(n > 0 && (size_t)n < sizeof(head));
+	ck_assert_int_eq(http1_parse_response(head, (size_t)n, &resp), n);
+	ssize_t m = ingress_write_response_head(&resp, NULL, a, out, sizeof(out));
+	ck_assert_int_gt(m, 0);
+	out[m] = '\0';
+	ck_assert(ingress_response_drops(&resp, a) == (strstr(out, "Set-Cookie") == NULL));
+	return strstr(out, "Set-Cookie") != NULL;
+}
+
+START_TEST(test_answer_csp)
+{
+	struct ingress_answer a = path_answer(&isolating, "/callbacks/a1/page");
+	struct ingress_answer o = origin_answer(&isolating);
+	struct verdict_ingress off = isolating;
+	struct ingress_answer a_off = path_answer(&off, "/callbacks/a1/page");
+
+	off.csp_sandbox = false;
+	/* Every final answer on the path form, whatever its type, or none. */
+	check_answer("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5\r\n\r\n", &a,
+		     NULL,
+		     "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	check_answer("HTTP/1.1 200 OK\r\nContent-Type: image/svg+xml\r\n\r\n", &a, "close",
+		     "HTTP/1.1 200 OK\r\nContent-Type: image/svg+xml\r\nConnection: close\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	check_answer("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", &a, "keep-alive",
+		     "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	check_answer("HTTP/1.1 304 Not Modified\r\n\r\n", &a, NULL,
+		     "HTTP/1.1 304 Not Modified\r\nContent-Security-Policy: sandbox\r\n\r\n");
+	check_answer("HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n\r\n", &a, NULL,
+		     "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	/* The agent's own policy stays whole beside it. */
+	check_answer("HTTP/1.1 200 OK\r\nContent-Security-Policy: default-src 'self'\r\n\r\n", &a,
+		     NULL,
+		     "HTTP/1.1 200 OK\r\nContent-Security-Policy: default-src 'self'\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	/* Not on an interim answer, not on the origin form, not when turned off. */
+	check_answer("HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n", &a, NULL,
+		     "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n");
+	check_answer("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n", &o, NULL,
+		     "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n");
+	check_answer("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n", &a_off, NULL,
+		     "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n");
+}
+END_TEST
+
+START_TEST(test_answer_cookies_path_form)
+{
+	static const char *const kept[] = {
+		"a=1; Path=/callbacks/a1",
+		"a=1; Path=/callbacks/a1/",
+		"a=1; Path=/callbacks/a1/x/y",
+		"a=1; path=/callbacks/a1; Secure; HttpOnly; SameSite=Lax",
+		"a=1;Path=/callbacks/a1  ;Max-Age=60",
+		"a=1; PATH =\t/callbacks/a1",
+		"a=1; Path=/callbacks/a1; Path=/callbacks/a1/y",
+		/* No Path, or one not starting with '/': the default, /callbacks/a1/oauth. */
+		"a=1",
+		"a=1; Secure",
+		"a=1; Path=",
+		"a=1; Path=x",
+		"a=1; Pathx=/",
+		"a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT",
+	};
+	static const char *const dropped[] = {
+		"a=1; Path=/",
+		"a=1; Path=/callbacks",
+		"a=1; Path=/callbacks/",
+		"a=1; Path=/callbacks/a",
+		"a=1; Path=/callbacks/a10",
+		"a=1; Path=/callbacks/a1x",
+		"a=1; Path=/CALLBACKS/a1",
+		"a=1; Path=/callbacks/a1; Path=/",
+		"a=1; Path=/; Path=/callbacks/a1",
+		"a=1; Path=/callbacks/a1/../b2",
+		"a=1; Path=/callbacks/a1/%2e%2e/b2",
+		"a=1; Path=/callbacks/a1%2f..%2fb2",
+		"a=1; Path=/callbacks/a1//x",
+		"a=1; Path=/callbacks/a1; Domain=hooks.example.com",
+		"a=1; Domain=.hooks.example.com",
+		"a=1; domain=",
+		"__Host-a=1; Path=/; Secure",
+		" a=1 ; path = / ",
+	};
+	struct ingress_answer a = path_answer(&isolating, "/callbacks/a1/oauth/cb");
+	struct verdict_ingress off = isolating;
+	char lng[1200];
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(kept); i++)
+		ck_assert_msg(cookie_kept(&a, kept[i]), "dropped: %s", kept[i]);
+	for (size_t i = 0; i < AN_ARRAY_LEN(dropped); i++)
+		ck_assert_msg(!cookie_kept(&a, dropped[i]), "kept: %s", dropped[i]);
+	/* A Path value of 1024 bytes is read; past that, RFC 6265bis ignores it and would keep
+	 * the default path, here /callbacks: dropped. */
+	a = path_answer(&isolating, "/callbacks/a1");
+	int n = snprintf(lng, sizeof(lng), "a=1; Path=/callbacks/a1/%01010d", 0);
+	ck_assert_int_eq(n, 10 + 1024);
+	ck_assert(cookie_kept(&a, lng));
+	snprintf(lng, sizeof(lng), "a=1; Path=/callbacks/a1/%01011d", 0);
+	ck_assert(!cookie_kept(&a, lng));
+	/* The default path is the request path's directory: inside only below the id. */
+	a = path_answer(&isolating, "/callbacks/a1");
+	ck_assert(!cookie_kept(&a, "a=1"));
+	ck_assert(!cookie_kept(&a, "a=1; Path=x"));
+	ck_assert(cookie_kept(&a, "a=1; Path=/callbacks/a1"));
+	a = path_answer(&isolating, "/callbacks/a1/");
+	ck_assert(cookie_kept(&a, "a=1"));
+	a = path_answer(&isolating, "/callbacks/a1/cb");
+	ck_assert(cookie_kept(&a, "a=1"));
+	/* scope_cookies: false lets each through. */
+	off.scope_cookies = false;
+	a = path_answer(&off, "/callbacks/a1");
+	for (size_t i = 0; i < AN_ARRAY_LEN(dropped); i++)
+		ck_assert_msg(cookie_kept(&a, dropped[i]), "dropped: %s", dropped[i]);
+}
+END_TEST
+
+START_TEST(test_answer_cookies_origin_form)
+{
+	static const char *const kept[] = {
+		"a=1",
+		"a=1; Path=/",
+		"__Host-a=1; Path=/; Secure",
+		"a=1; Domain=a1.hooks.example.com",
+		"a=1; Domain=.A1.Hooks.Example.COM",
+		"a=1; Domain=",
+	};
+	static const char *const dropped[] = {
+		"a=1; Domain=hooks.example.com",
+		"a=1; Domain=.hooks.example.com",
+		"a=1; Domain=example.com",
+		"a=1; Domain=b2.hooks.example.com",
+		"a=1; Domain=a1.hooks.example.com.evil.test",
+		"a=1; Domain=x.a1.hooks.example.com",
+		"a=1; Domain=a1.hooks.example.com; Domain=hooks.example.com",
+	};
+	struct ingress_answer o = origin_answer(&isolating);
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(kept); i++)
+		ck_assert_msg(cookie_kept(&o, kept[i]), "dropped: %s", kept[i]);
+	for (size_t i = 0; i < AN_ARRAY_LEN(dropped); i++)
+		ck_assert_msg(!cookie_kept(&o, dropped[i]), "kept: %s", dropped[i]);
+}
+END_TEST
+
+START_TEST(test_answer_origin_fields)
+{
+	static const char head[] =
+	    "HTTP/1.1 200 OK\r\n"
+	    "Alt-Svc: h2=\"evil.test:443\"\r\n"
+	    "clear-site-data: \"cookies\", \"storage\"\r\n"
+	    "NEL: {\"report_to\":\"g\",\"max_age\":86400}\r\n"
+	    "Report-To: {\"group\":\"g\",\"endpoints\":[]}\r\n"
+	    "SERVICE-WORKER-ALLOWED: /\r\n"
+	    "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
+	    "Link: </s.css>; rel=preload\r\n"
+	    "X-Frame-Options: DENY\r\n"
+	    "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
+	    "Set-Cookie: b=1; Path=/\r\n"
+	    "\r\n";
+	struct ingress_answer a = path_answer(&isolating, "/callbacks/a1/x");
+	struct ingress_answer o = origin_answer(&isolating);
+	struct verdict_ingress keep = isolating;
+
+	check_answer(head, &a, NULL,
+		     "HTTP/1.1 200 OK\r\n"
+		     "Link: </s.css>; rel=preload\r\n"
+		     "X-Frame-Options: DENY\r\n"
+		     "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	/* Its own origin's: only what reaches the registrable domain. */
+	check_answer(head, &o, NULL,
+		     "HTTP/1.1 200 OK\r\n"
+		     "Alt-Svc: h2=\"evil.test:443\"\r\n"
+		     "NEL: {\"report_to\":\"g\",\"max_age\":86400}\r\n"
+		     "Report-To: {\"group\":\"g\",\"endpoints\":[]}\r\n"
+		     "SERVICE-WORKER-ALLOWED: /\r\n"
+		     "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
+		     "Link: </s.css>; rel=preload\r\n"
+		     "X-Frame-Options: DENY\r\n"
+		     "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
+		     "Set-Cookie: b=1; Path=/\r\n\r\n");
+	/* Each key on its own: all three off relays the head as http1 writes it. */
+	keep.drop_origin_fields = false;
+	keep.scope_cookies = false;
+	keep.csp_sandbox = false;
+	a = path_answer(&keep, "/callbacks/a1/x");
+	check_answer(head, &a, NULL,
+		     "HTTP/1.1 200 OK\r\n"
+		     "Alt-Svc: h2=\"evil.test:443\"\r\n"
+		     "clear-site-data: \"cookies\", \"storage\"\r\n"
+		     "NEL: {\"report_to\":\"g\",\"max_age\":86400}\r\n"
+		     "Report-To: {\"group\":\"g\",\"endpoints\":[]}\r\n"
+		     "SERVICE-WORKER-ALLOWED: /\r\n"
+		     "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
+		     "Link: </s.css>; rel=preload\r\n"
+		     "X-Frame-Options: DENY\r\n"
+		     "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
+		     "Set-Cookie: b=1; Path=/\r\n\r\n");
+}
+END_TEST
+
+START_TEST(test_answer_upgrade)
+{
+	struct ingress_answer a = path_answer(&isolating, "/callbacks/a1/ws");
+
+	/* A 101 keeps its Connection and Upgrade, loses the cookie, gains no field. */
+	check_answer("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+		     "Connection: Upgrade\r\nSet-Cookie: a=1; Path=/\r\n"
+		     "Sec-WebSocket-Accept: x\r\n\r\n",
+		     &a, NULL,
+		     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+		     "Connection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n");
+}
+END_TEST
+
 /* ---- Methods and upgrades ---- */
 
 START_TEST(test_method_allowed)
@@ -1616,6 +1910,11 @@ static Suite *ingress_suite(void)
 	tcase_add_test(tc, test_route_utf8_and_params);
 	tcase_add_test(tc, test_route_other_prefix);
 	tcase_add_test(tc, test_origin_matching);
+	tcase_add_test(tc, test_answer_csp);
+	tcase_add_test(tc, test_answer_cookies_path_form);
+	tcase_add_test(tc, test_answer_cookies_origin_form);
+	tcase_add_test(tc, test_answer_origin_fields);
+	tcase_add_test(tc, test_answer_upgrade);
 	tcase_add_test(tc, test_origin_not_an_id);
 	tcase_add_test(tc, test_origin_path_checks);
 	tcase_add_test(tc, test_origins_off);
