@@ -11,6 +11,8 @@
 #include <stdint.h>
 
 #define CONFIG_SANDBOX_ID_BYTES_MAX 64u
+/* A sandbox's ingress token (core/ingress.h) and its NUL: 32 random bytes in base64url. */
+#define CONFIG_INGRESS_TOKEN_BYTES 44u
 
 /* config_sandbox.agent_uid of a sandbox any uid may connect to (no `uid` in the file). */
 #define CONFIG_AGENT_ANY UINT32_MAX

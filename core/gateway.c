@@ -127,7 +127,12 @@ static void ingress_request_copy(struct conn *c, const struct http1_request *req
 	c->port = 0;
 	AN_ASSERT(req->target >= c->head && req->target < c->head + c->head_len);
 	c->path_off = (uint16_t)(req->target - c->head);
-	c->path_len = (uint16_t)(req->target_len < UINT16_MAX ? req->target_len : UINT16_MAX);
+	/* A sandbox's token stays out of the audit: such a path is recorded without its query. */
+	const struct ingress_target whole = { .rest = req->target, .rest_len = req->target_len };
+	const char *query = memchr(req->target, '?', req->target_len);
+	size_t len =
+	    ingress_target_has_token(&whole) ? (size_t)(query - req->target) : req->target_len;
+	c->path_len = (uint16_t)(len < UINT16_MAX ? len : UINT16_MAX);
 }
 
 /* "<prefix>/<id>": a prefix (POLICY_INGRESS_PREFIX_BYTES_MAX) and an id, with room to spare. */
@@ -261,7 +266,9 @@ static enum reason ingress_refusal(struct conn *c, const struct http1_request *r
 	if (rc != 0)
 		return rc == -EPERM ? REASON_PATH_NOT_ALLOWED : REASON_INGRESS_NOT_FOUND;
 	gateway_take_id(c, &t);
-	int64_t slot = ingress_routes_get(&w->routes, c->head + c->ingress_id_off, t.id_len);
+	const char *token = NULL;
+	int64_t slot =
+	    ingress_routes_get(&w->routes, c->head + c->ingress_id_off, t.id_len, &token);
 	if (slot < 0) {
 		c->ingress_id_len = 0; /* no sandbox: the record names none */
 		return REASON_INGRESS_NOT_FOUND;
@@ -275,11 +282,32 @@ static enum reason ingress_refusal(struct conn *c, const struct http1_request *r
 	AN_ASSERT(in != NULL);
 	if (!in->enabled)
 		return REASON_INGRESS_NOT_FOUND;
+	if (in->token_required && !ingress_token_carried(req, &t, token))
+		return REASON_INGRESS_TOKEN_REFUSED;
 	if (!ingress_method_allowed(in, req->method, req->method_len))
 		return REASON_METHOD_NOT_ALLOWED;
 	if (req->body == HTTP1_BODY_LENGTH && req->content_length > in->body_bytes_max)
 		return REASON_BODY_TOO_LARGE;
 	return ingress_limits_refusal(c, in);
+}
+
+/*
+ * A request without its sandbox's token is answered as one for no sandbox
+ * is, 404 ingress_not_found naming none, so that the answer tells a client
+ * nothing about which ids exist. Its record, the operator's, says what it
+ * was and to which sandbox.
+ */
+static void gateway_refuse_token(struct conn *c)
+{
+	uint8_t id_len = c->ingress_id_len;
+
+	AN_ASSERT(id_len > 0);
+	c->ingress_id_len = 0;
+	respond(c, REASON_INGRESS_NOT_FOUND);
+	if (c->state != ST_RESPOND)
+		return; /* closed instead: its record is written */
+	c->ingress_id_len = id_len;
+	c->reason = REASON_INGRESS_TOKEN_REFUSED;
 }
 
 void ingress_decide(struct conn *c, const struct http1_request *req)
@@ -294,6 +322,10 @@ void ingress_decide(struct conn *c, const struct http1_request *req)
 	ingress_request_copy(c, req);
 	ingress_release(c);
 	enum reason refusal = ingress_refusal(c, req);
+	if (refusal == REASON_INGRESS_TOKEN_REFUSED) {
+		gateway_refuse_token(c);
+		return;
+	}
 	if (refusal != REASON_NONE) {
 		respond(c, refusal);
 		return;

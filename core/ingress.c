@@ -34,9 +34,15 @@
  * pass untouched (the parser has already refused every ambiguity), and a
  * Connection option never removes them or Host.
  *
+ * A sandbox's access token is checked against the worker's own copy, which
+ * came with its route (no read of another thread's memory on the data path),
+ * in constant time, and both the parameter and the field that carry it are
+ * the gateway's: taken from every request, whatever the profile, so that the
+ * agent never learns whether a client sent one.
+ *
  * The route table is open addressing with linear probing on XXH3 of the id,
- * ids stored inline (at most 63 bytes) so a hit costs one cache line and a
- * memcmp. Deletion leaves a tombstone unless the next entry is empty, when
+ * ids (at most 63 bytes) and tokens stored inline so a hit costs two cache
+ * lines, a memcmp and no pointer chase. Deletion leaves a tombstone unless the next entry is empty, when
  * it and the tombstones before it become empty again. The table is rebuilt
  * when live entries plus tombstones pass 70%, into a capacity that leaves it
  * at most half full (never smaller than now): put/del churn rebuilds in
@@ -88,7 +94,8 @@ struct ingress_route_entry {
 	uint32_t slot;
 	uint8_t state; /* enum route_state */
 	uint8_t id_len;
-	char id[INGRESS_ID_BYTES_MAX]; /* not NUL-terminated */
+	char id[INGRESS_ID_BYTES_MAX];   /* not NUL-terminated */
+	char token[INGRESS_TOKEN_CHARS]; /* the sandbox's (core/ingress.h), not NUL-terminated */
 };
 
 /* ---- Routing and path checks ---- */
@@ -439,17 +446,21 @@ int ingress_route_request(const struct ingress_site *site, const char *host, siz
 }
 
 int ingress_public_url(const char *base, const char *prefix, bool origins, const char *id,
-		       char *out, size_t cap)
+		       const char *token, char *out, size_t cap)
 {
 	const char *auth = strstr(base, "://");
+	bool origin = origins && ingress_id_is_origin(id, strlen(id));
 	int n;
 
 	AN_ASSERT(auth != NULL && prefix != NULL && id != NULL);
 	AN_ASSERT(out != NULL && cap > 0);
-	if (origins && ingress_id_is_origin(id, strlen(id)))
+	if (origin)
 		n = snprintf(out, cap, "%.*s%s.%s", (int)(auth + 3 - base), base, id, auth + 3);
 	else
 		n = snprintf(out, cap, "%s%s/%s", base, prefix, id);
+	if (n > 0 && (size_t)n < cap && token != NULL)
+		n += snprintf(out + n, cap - (size_t)n, "%s?" INGRESS_TOKEN_PARAM "=%s",
+			      origin ? "/" : "", token);
 	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
 }
 
@@ -464,6 +475,159 @@ bool ingress_method_allowed(const struct verdict_ingress *in, const char *method
 			return true;
 	}
 	return false;
+}
+
+/* ---- The access token ---- */
+
+static_assert((INGRESS_TOKEN_RAW_BYTES * 8u + 5u) / 6u == INGRESS_TOKEN_CHARS,
+	      "the token is its raw bytes in base64url without padding");
+
+void ingress_token_encode(const uint8_t *raw, char *out)
+{
+	static const char alphabet[] =
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	uint32_t bits = 0;
+	uint32_t held = 0;
+	size_t n = 0;
+
+	AN_ASSERT(raw != NULL && out != NULL);
+	for (size_t i = 0; i < INGRESS_TOKEN_RAW_BYTES; i++) {
+		bits = (bits << 8) | raw[i];
+		held += 8;
+		while (held >= 6) {
+			held -= 6;
+			out[n++] = alphabet[(bits >> held) & 0x3fu];
+		}
+	}
+	if (held > 0)
+		out[n++] = alphabet[(bits << (6 - held)) & 0x3fu];
+	AN_ASSERT(n == INGRESS_TOKEN_CHARS);
+	out[n] = '\0';
+}
+
+/*
+ * Whether <v>/<n> is <token>, in time that depends on <n> alone: a guess
+ * learns nothing from where it went wrong. The accumulator is volatile so
+ * that no compiler turns the loop into an early exit.
+ */
+static bool token_equal(const char *v, size_t n, const char *token)
+{
+	volatile unsigned diff = n != INGRESS_TOKEN_CHARS;
+
+	for (size_t i = 0; i < INGRESS_TOKEN_CHARS; i++)
+		diff |= (unsigned char)token[i] ^ (unsigned char)(i < n ? v[i] : 0);
+	return diff == 0;
+}
+
+/* The '&'-separated parameters of a query, one after the other. */
+struct query_iter {
+	const char *p;   /* the next parameter's start */
+	const char *end; /* the query's */
+	bool done;
+};
+
+/* The parameters of <t>'s query (after its first '?'); none without one. */
+static struct query_iter query_params(const struct ingress_target *t)
+{
+	const char *end = t->rest + t->rest_len;
+	const char *q = find_byte(t->rest, end, '?');
+
+	return (struct query_iter){ .p = q < end ? q + 1 : end, .end = end, .done = q == end };
+}
+
+/* The next parameter into <param>/<n>; false once there is none. */
+static bool query_next(struct query_iter *it, const char **param, size_t *n)
+{
+	if (it->done)
+		return false;
+	const char *amp = find_byte(it->p, it->end, '&');
+	*param = it->p;
+	*n = (size_t)(amp - it->p);
+	it->done = amp == it->end;
+	it->p = it->done ? it->end : amp + 1;
+	AN_DASSERT(it->p <= it->end);
+	return true;
+}
+
+/* Parameter <param>/<n> is the token's: its value, "" when it has none, into <value>/<len>. */
+static bool token_param(const char *param, size_t n, const char **value, size_t *len)
+{
+	static const size_t name_len = sizeof(INGRESS_TOKEN_PARAM) - 1;
+
+	if (n < name_len || memcmp(param, INGRESS_TOKEN_PARAM, name_len) != 0 ||
+	    (n > name_len && param[name_len] != '='))
+		return false;
+	*value = n > name_len ? param + name_len + 1 : param + n;
+	*len = n > name_len ? n - name_len - 1 : 0;
+	return true;
+}
+
+bool ingress_target_has_token(const struct ingress_target *t)
+{
+	struct query_iter it = query_params(t);
+	const char *param;
+	const char *value;
+	size_t n;
+	size_t value_len;
+
+	while (query_next(&it, &param, &n)) {
+		if (token_param(param, n, &value, &value_len))
+			return true;
+	}
+	return false;
+}
+
+bool ingress_token_carried(const struct http1_request *req, const struct ingress_target *t,
+			   const char *token)
+{
+	struct query_iter it = query_params(t);
+	const char *v;
+	size_t n;
+	size_t len;
+	uint32_t carried = 0;
+	bool all_equal = true;
+
+	AN_ASSERT(req != NULL && token != NULL);
+	while (query_next(&it, &v, &n)) {
+		if (!token_param(v, n, &v, &len))
+			continue;
+		carried++;
+		all_equal &= token_equal(v, len, token);
+	}
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		if (!http1_name_is(h->name, h->name_len, INGRESS_TOKEN_FIELD))
+			continue;
+		carried++;
+		all_equal &= token_equal(h->value, h->value_len, token);
+	}
+	AN_ASSERT(carried <= LIMITS_REQUEST_LINE_BYTES_MAX + LIMITS_HEADERS_MAX);
+	return carried > 0 && all_equal;
+}
+
+/* <t>'s rest without its token parameters (nor the '?' when none is left) into <out>/<cap>. */
+static size_t rest_without_token(const struct ingress_target *t, char *out, size_t cap)
+{
+	struct query_iter it = query_params(t);
+	size_t path_len = (size_t)(it.p - t->rest) - 1;
+	size_t kept = path_len;
+	const char *param;
+	const char *value;
+	size_t n;
+	size_t value_len;
+
+	AN_ASSERT(!it.done && it.p[-1] == '?');
+	AN_ASSERT(t->rest_len <= cap);
+	memcpy(out, t->rest, path_len);
+	while (query_next(&it, &param, &n)) {
+		if (token_param(param, n, &value, &value_len))
+			continue;
+		out[kept] = kept == path_len ? '?' : '&';
+		memcpy(out + kept + 1, param, n);
+		kept += 1 + n;
+	}
+	AN_ASSERT(kept < t->rest_len);
+	return kept;
 }
 
 /* ---- Upgrade and hop-by-hop fields ---- */
@@ -511,7 +675,8 @@ bool ingress_is_upgrade(const struct http1_request *req)
 
 /*
  * The forwarding fields only the gateway may write: a client's own would
- * reach the agent as if the gateway had vouched for them.
+ * reach the agent as if the gateway had vouched for them; and the token,
+ * which is the gateway's to check.
  */
 static bool head_gateway_drops(const char *name, size_t n)
 {
@@ -519,7 +684,8 @@ static bool head_gateway_drops(const char *name, size_t n)
 	AN_DASSERT(n > 0);
 	if (n >= 12 && http1_name_is(name, 12, "x-forwarded-"))
 		return true;
-	return http1_name_is(name, n, "forwarded") || http1_name_is(name, n, "x-real-ip");
+	return http1_name_is(name, n, "forwarded") || http1_name_is(name, n, "x-real-ip") ||
+	       http1_name_is(name, n, INGRESS_TOKEN_FIELD);
 }
 
 static bool head_profile_strips(const struct verdict_ingress *in, const char *name, size_t n)
@@ -632,7 +798,13 @@ ssize_t ingress_write_head(const struct http1_request *req, const struct ingress
 	AN_ASSERT(req->form == HTTP1_FORM_ORIGIN);
 	AN_ASSERT(t->rest_len == 0 || t->rest[0] == '/' || t->rest[0] == '?');
 	head_drops(req, in, drop);
-	http1_out_request_line(&o, req->method, req->method_len, t->rest, t->rest_len);
+	if (ingress_target_has_token(t)) {
+		char rest[LIMITS_REQUEST_LINE_BYTES_MAX];
+		size_t n = rest_without_token(t, rest, sizeof(rest));
+		http1_out_request_line(&o, req->method, req->method_len, rest, n);
+	} else {
+		http1_out_request_line(&o, req->method, req->method_len, t->rest, t->rest_len);
+	}
 	http1_out_fields(&o, req, drop);
 	if (req->host_header == NULL) {
 		AN_ASSERT(c->authority != NULL && c->authority[0] != '\0');
@@ -1092,20 +1264,25 @@ static int routes_rebuild(struct ingress_routes *r, uint64_t capacity)
 		next.used++;
 	}
 	AN_ASSERT(next.used == r->used);
+	if (r->entries != NULL)
+		explicit_bzero(r->entries, (size_t)r->capacity * sizeof(*r->entries));
 	pool_free(r->entries);
 	*r = next;
 	return 0;
 }
 
-int ingress_routes_put(struct ingress_routes *r, const char *id, size_t len, uint32_t slot)
+int ingress_routes_put(struct ingress_routes *r, const char *id, size_t len, uint32_t slot,
+		       const char *token)
 {
 	AN_ASSERT(r != NULL);
 	AN_ASSERT(id_valid(id, len));
+	AN_ASSERT(token != NULL && memchr(token, '\0', INGRESS_TOKEN_CHARS) == NULL);
 	uint64_t hash = XXH3_64bits(id, len);
 	if (r->capacity > 0) {
 		uint32_t i = routes_find(r, hash, id, len);
 		if (i < r->capacity) {
 			r->entries[i].slot = slot;
+			memcpy(r->entries[i].token, token, INGRESS_TOKEN_CHARS);
 			return 0;
 		}
 	}
@@ -1125,6 +1302,7 @@ int ingress_routes_put(struct ingress_routes *r, const char *id, size_t len, uin
 	e->state = ROUTE_LIVE;
 	e->id_len = (uint8_t)len;
 	memcpy(e->id, id, len);
+	memcpy(e->token, token, INGRESS_TOKEN_CHARS);
 	r->used++;
 	AN_ASSERT((uint64_t)(r->used + r->tombstones) * INGRESS_ROUTES_LOAD_DEN <=
 		  (uint64_t)r->capacity * INGRESS_ROUTES_LOAD_NUM);
@@ -1170,7 +1348,8 @@ void ingress_routes_del(struct ingress_routes *r, const char *id, size_t len, ui
 	AN_ASSERT(r->used + r->tombstones < r->capacity);
 }
 
-int64_t ingress_routes_get(const struct ingress_routes *r, const char *id, size_t len)
+int64_t ingress_routes_get(const struct ingress_routes *r, const char *id, size_t len,
+			   const char **token)
 {
 	AN_ASSERT(r != NULL);
 	AN_ASSERT(id != NULL || len == 0);
@@ -1180,6 +1359,8 @@ int64_t ingress_routes_get(const struct ingress_routes *r, const char *id, size_
 	if (i == r->capacity)
 		return -1;
 	AN_ASSERT(r->entries[i].state == ROUTE_LIVE);
+	if (token != NULL)
+		*token = r->entries[i].token;
 	return (int64_t)r->entries[i].slot;
 }
 
@@ -1187,6 +1368,8 @@ void ingress_routes_free(struct ingress_routes *r)
 {
 	AN_ASSERT(r != NULL);
 	AN_ASSERT(r->used + r->tombstones <= r->capacity);
+	if (r->entries != NULL)
+		explicit_bzero(r->entries, (size_t)r->capacity * sizeof(*r->entries));
 	AN_FREE(&r->entries);
 	r->capacity = 0;
 	r->used = 0;

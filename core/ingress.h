@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "core/config.h"
 #include "core/http1.h"
 #include "core/verdict.h"
 
@@ -99,13 +100,15 @@ bool ingress_id_is_origin(const char *id, size_t len);
 
 /*
  * Writes sandbox <id>'s public URL, what the agent is told as
- * AGENT_PUBLIC_URL, to <out>/<cap>: "<scheme>://<id>.<authority>" when
- * <origins> and ingress_id_is_origin(<id>), else "<base><prefix>/<id>".
- * <base> is "<scheme>://<authority>" (the public URL), <prefix> the path
- * prefix. 0, or -ENAMETOOLONG when it does not fit. Borrows the strings.
+ * AGENT_PUBLIC_URL, to <out>/<cap>: "<scheme>://<id>.<authority>/" when
+ * <origins> and ingress_id_is_origin(<id>), else "<base><prefix>/<id>"; then,
+ * with a <token> (NULL: none), "?agentsnet_token=<token>" (after the '/' of
+ * an origin, which a URL with a query needs). <base> is
+ * "<scheme>://<authority>" (the public URL), <prefix> the path prefix. 0, or
+ * -ENAMETOOLONG when it does not fit. Borrows the strings.
  */
 int ingress_public_url(const char *base, const char *prefix, bool origins, const char *id,
-		       char *out, size_t cap);
+		       const char *token, char *out, size_t cap);
 
 /*
  * Splits origin-form <target>/<len> (as http1_parse_request gives it) under
@@ -141,6 +144,40 @@ bool ingress_method_allowed(const struct verdict_ingress *in, const char *method
  */
 bool ingress_is_upgrade(const struct http1_request *req);
 
+/*
+ * A sandbox's access token: 32 random bytes the daemon draws when it opens
+ * the sandbox, in base64url without padding (RFC 4648 section 5). When the
+ * sandbox's profile says `ingress.token: required`, a public request reaches
+ * the agent only when it carries the token, in the query parameter
+ * INGRESS_TOKEN_PARAM or the field INGRESS_TOKEN_FIELD; the gateway takes
+ * both away from every request, so no agent sees one.
+ */
+#define INGRESS_TOKEN_CHARS     (CONFIG_INGRESS_TOKEN_BYTES - 1u)
+#define INGRESS_TOKEN_RAW_BYTES 32u
+#define INGRESS_TOKEN_PARAM     "agentsnet_token"
+#define INGRESS_TOKEN_FIELD     "Agentsnet-Token"
+
+/*
+ * Writes the token of <raw> (INGRESS_TOKEN_RAW_BYTES bytes) to <out>
+ * (CONFIG_INGRESS_TOKEN_BYTES): INGRESS_TOKEN_CHARS of [A-Za-z0-9_-] and a
+ * NUL. Borrows <raw>.
+ */
+void ingress_token_encode(const uint8_t *raw, char *out);
+
+/*
+ * Whether request <req>, routed as <t>, carries <token> (INGRESS_TOKEN_CHARS
+ * bytes): once at least, as the value of an INGRESS_TOKEN_PARAM parameter of
+ * the query ('&'-separated; the name exact, the value as sent) or of an
+ * INGRESS_TOKEN_FIELD field, and every such parameter and field holds it.
+ * Each is compared in time that does not depend on where it differs. Borrows
+ * everything.
+ */
+bool ingress_token_carried(const struct http1_request *req, const struct ingress_target *t,
+			   const char *token);
+
+/* Whether the query of <t> has an INGRESS_TOKEN_PARAM parameter (none reaches the agent). */
+bool ingress_target_has_token(const struct ingress_target *t);
+
 /* Who sent a public request, for the forwarding headers. */
 struct ingress_client {
 	const char *addr;  /* "192.0.2.1" or "2001:db8::1": no port, no brackets */
@@ -157,11 +194,14 @@ struct ingress_client {
 
 /*
  * Writes the head the agent is sent for origin-form <req> routed as <t>:
- *   - the request line with the agent's path and HTTP/1.1;
+ *   - the request line with the agent's path and HTTP/1.1, the query
+ *     without its INGRESS_TOKEN_PARAM parameters (and without the '?' when
+ *     nothing else is left);
  *   - every header of <req> except the hop-by-hop ones (Connection and the
  *     names it lists, Keep-Alive, TE, Trailer, Upgrade, Proxy-Connection,
  *     every Proxy-*), the forwarding ones a client could forge (Forwarded,
- *     every X-Forwarded-*, X-Real-IP) and the names in <in>->strip_headers
+ *     every X-Forwarded-*, X-Real-IP), INGRESS_TOKEN_FIELD, and the names in
+ *     <in>->strip_headers
  *     (compared ignoring case); Host is kept as the client sent it, and
  *     one without (HTTP/1.0) gets "Host: <c>->authority";
  *   - for an upgrade (ingress_is_upgrade): "Connection: Upgrade" and the
@@ -273,14 +313,22 @@ struct ingress_routes {
 	uint32_t tombstones;                 /* removed entries not yet reclaimed */
 };
 
-/* Maps <id>/<len> (a valid sandbox id) to <slot>, replacing any mapping. 0 or -ENOMEM. */
-int ingress_routes_put(struct ingress_routes *r, const char *id, size_t len, uint32_t slot);
+/*
+ * Maps <id>/<len> (a valid sandbox id) to <slot> and its <token>
+ * (INGRESS_TOKEN_CHARS bytes, copied), replacing any mapping. 0 or -ENOMEM.
+ */
+int ingress_routes_put(struct ingress_routes *r, const char *id, size_t len, uint32_t slot,
+		       const char *token);
 
 /* Removes <id>'s mapping when it is <slot> (a later re-add of the id is left alone). */
 void ingress_routes_del(struct ingress_routes *r, const char *id, size_t len, uint32_t slot);
 
-/* The slot of <id>/<len>, or -1 when none. */
-int64_t ingress_routes_get(const struct ingress_routes *r, const char *id, size_t len);
+/*
+ * The slot of <id>/<len>, or -1 when none; its token (INGRESS_TOKEN_CHARS
+ * bytes, no NUL, valid until the table changes) into *<token> unless NULL.
+ */
+int64_t ingress_routes_get(const struct ingress_routes *r, const char *id, size_t len,
+			   const char **token);
 
 /* Frees the table and zeroes <r>. */
 void ingress_routes_free(struct ingress_routes *r);

@@ -59,6 +59,10 @@ struct verdict_ingress {
 	bool csp_sandbox;
 	bool scope_cookies;
 	bool drop_origin_fields;
+	/* `token: required`: a public request reaches the sandbox only with its
+	 * token (core/ingress.h); without it, the answer to a sandbox that does
+	 * not exist. */
+	bool token_required;
 };
 
 /* verdict.rule_index when no rule's limits apply. */

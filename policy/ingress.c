@@ -2,8 +2,9 @@
  * A profile's `ingress:` section: what the ingress gateway lets through from
  * the outside to the profile's sandboxes (whether it is on, the methods, the
  * request headers it strips, the largest body, and the profile's ingress
- * limits), and how it isolates their answers in a browser (csp_sandbox,
- * scope_cookies, drop_origin_fields: on by default). The gateway's public listener itself is daemon.ingress, staged
+ * limits), how it isolates their answers in a browser (csp_sandbox,
+ * scope_cookies, drop_origin_fields: on by default), and whether a public
+ * request needs the sandbox's token (token: required; none by default). The gateway's public listener itself is daemon.ingress, staged
  * into the config with the other daemon keys (policy/daemon.c).
  *
  * A profile without the section points at one static struct of defaults
@@ -184,6 +185,7 @@ enum {
 	IG_CSP,
 	IG_COOKIES,
 	IG_ORIGIN_FIELDS,
+	IG_TOKEN,
 	IG__COUNT
 };
 static const char *const ingress_keys[] = {
@@ -191,11 +193,29 @@ static const char *const ingress_keys[] = {
 	[IG_STRIP] = "strip_headers",   [IG_BODY] = "body_bytes",
 	[IG_LIMITS] = "limits",         [IG_CSP] = "csp_sandbox",
 	[IG_COOKIES] = "scope_cookies", [IG_ORIGIN_FIELDS] = "drop_origin_fields",
+	[IG_TOKEN] = "token",
 };
 static_assert(AN_ARRAY_LEN(ingress_keys) == IG__COUNT, "every ingress key needs a name");
 static const struct keyset ingress_keyset = { "a profile's ingress", ingress_keys, IG__COUNT };
 static const struct keyset ingress_limit_keyset = { "a profile's ingress limits", loader_limit_keys,
 						    AN_ARRAY_LEN(loader_limit_keys) };
+
+/* ingress.token: "required" (a public request needs the sandbox's token) or "none". */
+static int ingress_token_value(struct loader *ld, bool *required)
+{
+	int rc = loader_scalar(ld, "token", "\"required\" or \"none\"");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len == 8 && memcmp(s, "required", 8) == 0)
+		*required = true;
+	else if (len == 4 && memcmp(s, "none", 4) == 0)
+		*required = false;
+	else
+		return loader_fail(ld, ld->ev.start_mark, "token must be \"required\" or \"none\"");
+	return 0;
+}
 
 static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t key)
 {
@@ -227,6 +247,8 @@ static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t ke
 		return loader_bool(ld, "scope_cookies", &vi->scope_cookies);
 	case IG_ORIGIN_FIELDS:
 		return loader_bool(ld, "drop_origin_fields", &vi->drop_origin_fields);
+	case IG_TOKEN:
+		return ingress_token_value(ld, &vi->token_required);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;

@@ -20,7 +20,9 @@
  *     any other Host leaves ingress_route's answer;
  *   - ingress_method_allowed and ingress_is_upgrade agree with models;
  *   - a written head fits its cap, is -EMSGSIZE exactly below its length and
- *     the same bytes at any cap above it; it is method SP "/"... HTTP/1.1,
+ *     the same bytes at any cap above it; it is method SP "/"... HTTP/1.1
+ *     (the rest with no agentsnet_token parameter, nor an Agentsnet-Token
+ *     field below),
  *     CR and LF only as CRLF, ends in the blank line, has exactly one
  *     X-Forwarded-For (the gateway's), its X-Forwarded-Prefix, no field the
  *     gateway drops, the client's framing fields and Host, and it parses
@@ -523,7 +525,8 @@ static bool connection_lists(const struct http1_request *req, const char *name, 
 static void check_client_field(const struct head_field *f, const struct http1_request *req,
 			       const struct verdict_ingress *in)
 {
-	static const char *const never[] = { "te", "trailer", "keep-alive", "x-real-ip" };
+	static const char *const never[] = { "te", "trailer", "keep-alive", "x-real-ip",
+					     "agentsnet-token" };
 
 	for (size_t i = 0; i < AN_ARRAY_LEN(never); i++)
 		AN_ASSERT(!field_is(f, never[i]));
@@ -637,18 +640,51 @@ static void check_head_fields(const char *out, size_t n, const struct http1_requ
 	AN_ASSERT(host == request_count(req, "host") + (req->host_header == NULL ? 1u : 0u));
 }
 
+/*
+ * What the agent's target is for rest <r>/<n>: its query's '&'-separated
+ * parameters kept in order but those named exactly agentsnet_token, and no
+ * '?' when none is kept; into <out> (<n> bytes at least).
+ */
+static size_t model_agent_rest(const char *r, size_t n, char *out)
+{
+	const char *q = memchr(r, '?', n);
+	size_t path = q != NULL ? (size_t)(q - r) : n;
+	size_t m = path;
+	bool first = true;
+
+	memcpy(out, r, path);
+	for (size_t i = path + 1; q != NULL && i <= n;) {
+		const char *amp = memchr(r + i, '&', n - i);
+		size_t end = amp != NULL ? (size_t)(amp - r) : n;
+		size_t len = end - i;
+		bool token = len >= 15 && memcmp(r + i, "agentsnet_token", 15) == 0 &&
+			     (len == 15 || r[i + 15] == '=');
+		if (!token) {
+			out[m++] = first ? '?' : '&';
+			memcpy(out + m, r + i, len);
+			m += len;
+			first = false;
+		}
+		i = end + 1;
+	}
+	AN_ASSERT(m <= n);
+	return m;
+}
+
 /* The request line, the line endings, the blank line and the prefix field. */
 static void check_head_text(const char *out, size_t n, const struct http1_request *req,
 			    const struct ingress_target *t, const struct ingress_client *c)
 {
 	char want[FUZZ_PREFIX_LEN + FUZZ_ID_MAX + 64];
+	char rest[LIMITS_REQUEST_LINE_BYTES_MAX];
+	size_t rest_len = model_agent_rest(t->rest, t->rest_len, rest);
 	size_t m = req->method_len;
-	bool slash = t->rest_len == 0 || t->rest[0] == '?';
-	size_t line = m + 1 + (slash ? 1 : 0) + t->rest_len + sizeof(" HTTP/1.1\r\n") - 1;
+	bool slash = rest_len == 0 || rest[0] == '?';
+	size_t line = m + 1 + (slash ? 1 : 0) + rest_len + sizeof(" HTTP/1.1\r\n") - 1;
 
 	AN_ASSERT(n >= line + 2 && memcmp(out + n - 4, "\r\n\r\n", 4) == 0);
 	AN_ASSERT(memcmp(out, req->method, m) == 0 && out[m] == ' ' && out[m + 1] == '/');
-	AN_ASSERT(memcmp(out + m + 1 + (slash ? 1 : 0), t->rest, t->rest_len) == 0);
+	AN_ASSERT(memcmp(out + m + 1 + (slash ? 1 : 0), rest, rest_len) == 0);
 	AN_ASSERT(memcmp(out + line - 11, " HTTP/1.1\r\n", 11) == 0);
 	for (size_t i = 0; i < n; i++) {
 		if (out[i] == '\r')
@@ -668,7 +704,9 @@ static void check_head_parses(const char *out, size_t n, const struct http1_requ
 {
 	struct http1_request *again = pool_malloc(sizeof(*again));
 	enum reason why = REASON_NONE;
-	bool slash = t->rest_len == 0 || t->rest[0] == '?';
+	char rest[LIMITS_REQUEST_LINE_BYTES_MAX];
+	size_t rest_len = model_agent_rest(t->rest, t->rest_len, rest);
+	bool slash = rest_len == 0 || rest[0] == '?';
 
 	AN_ASSERT(again != NULL);
 	ssize_t rc = http1_parse_request(out, n, again, &why);
@@ -680,8 +718,8 @@ static void check_head_parses(const char *out, size_t n, const struct http1_requ
 		AN_ASSERT(again->form == HTTP1_FORM_ORIGIN && again->version_minor == 1);
 		AN_ASSERT(again->method_len == req->method_len &&
 			  memcmp(again->method, req->method, req->method_len) == 0);
-		AN_ASSERT(again->target_len == t->rest_len + (slash ? 1 : 0));
-		AN_ASSERT(memcmp(again->target + (slash ? 1 : 0), t->rest, t->rest_len) == 0);
+		AN_ASSERT(again->target_len == rest_len + (slash ? 1 : 0));
+		AN_ASSERT(memcmp(again->target + (slash ? 1 : 0), rest, rest_len) == 0);
 		AN_ASSERT(again->body == req->body && again->content_length == req->content_length);
 		/* Host as the client sent it; the gateway's authority for one without (1.0). */
 		size_t want =

@@ -748,6 +748,7 @@ class Tests(Pass):
             self.start_agent("b", self.agent_cmd("b"), "listening"),
             self.start_agent("lim", self.agent_cmd("lim"), "listening", profile="limited"),
             self.start_agent("open", self.agent_cmd("open"), "listening", profile="open"),
+            self.start_agent("tok", self.agent_cmd("tok"), "listening", profile="tokened"),
             self.start_agent("once", self.agent_cmd("once", 1, self.vars["once_go"]),
                              "listening"),
         ]
@@ -1170,6 +1171,162 @@ class Tests(Pass):
                    "drop_origin_fields: false keeps them", origin_fields)
         self.timed("path form: a WebSocket 101 with Set-Cookie Path=/ reaches the client "
                    "without it, and the tunnel works", upgrade)
+
+    def t_token(self):
+        """Issue 18 item 5: a sandbox on a profile with ingress.token: required is reached
+        only with its token, in the agentsnet_token parameter or the Agentsnet-Token
+        field, which never reach the agent nor the audit; without it, the very answer an
+        unknown id gets."""
+        def url_token():
+            url = self.info[self.sid["tok"]].get("public_url") or ""
+            m = re.fullmatch(r"http://%s%s/%s\?agentsnet_token=([A-Za-z0-9_-]{43})" % (
+                re.escape(self.host()), PREFIX, re.escape(self.sid["tok"])), url)
+            if m is None:
+                return None, ["AGENT_PUBLIC_URL is %r, want http://%s%s/%s?agentsnet_token="
+                              "<43 of base64url>" % (url, self.host(), PREFIX, self.sid["tok"])]
+            return m.group(1), []
+
+        def refused():
+            token, errs = url_token()
+            if token is None:
+                return errs
+            tok = self.sid["tok"]
+            wrong = token[:-1] + ("A" if token[-1] != "A" else "B")
+            unknown = self.send(build("GET", "%s/it-no-such-sandbox/x" % PREFIX, self.host()))
+            errs += ["an unknown id: %s" % e for e in refusal(unknown, 404, "ingress_not_found")]
+            before = len(self.seen("tok"))
+            for label, rest, fields in (
+                    ("no token", "/x", []),
+                    ("an empty one", "/x?agentsnet_token=", []),
+                    ("a wrong one", "/x?agentsnet_token=" + wrong, []),
+                    ("its prefix", "/x?agentsnet_token=" + token[:-1], []),
+                    ("another parameter name", "/x?agentsnet_tokens=" + wrong, []),
+                    ("a wrong field", "/x", [("Agentsnet-Token", wrong)]),
+                    ("the right one and a wrong field", "/x?agentsnet_token=" + token,
+                     [("Agentsnet-Token", wrong)]),
+                    ("a wrong one beside the right one",
+                     "/x?agentsnet_token=%s&agentsnet_token=%s" % (wrong, token), []),
+                    ("a POST with a body", "/x", [("Content-Length", "3")])):
+                target = self.target("tok", rest)
+                body = b"abc" if label.startswith("a POST") else b""
+                r = self.send(build("POST" if body else "GET", target, self.host(), fields,
+                                    body, length=False),
+                              "POST" if body else "GET")
+                self.wants[-1] = (r.client, {"sandbox": tok, "path": target,
+                                             "reason": "ingress_token_refused",
+                                             "status": 404})
+                bad = refusal(r, 404, "ingress_not_found")
+                mine, theirs = r.json() or {}, unknown.json() or {}
+                for key in ("instruction", "sandbox", "rule", "port", "status", "reason"):
+                    if mine.get(key) != theirs.get(key):
+                        bad.append("%s %r, an unknown id's %r" % (key, mine.get(key),
+                                                                  theirs.get(key)))
+                if sorted(k.lower() for k, _ in r.headers) != sorted(
+                        k.lower() for k, _ in unknown.headers):
+                    bad.append("header names %r, an unknown id's %r" % (
+                        [k for k, _ in r.headers], [k for k, _ in unknown.headers]))
+                errs += ["%s: %s" % (label, e) for e in bad]
+            time.sleep(0.2)
+            if self.seen("tok")[before:]:
+                errs.append("the agent got %r" % self.seen_paths("tok")[before:])
+            return errs
+
+        def carried():
+            token, errs = url_token()
+            if token is None:
+                return errs
+            before = len(self.seen("tok"))
+            cases = [("/q?a=1&agentsnet_token=%s&b=2" % token, [], "/q?a=1&b=2"),
+                     ("/q?agentsnet_token=%s" % token, [], "/q"),
+                     ("/f?z=9", [("Agentsnet-Token", token)], "/f?z=9"),
+                     ("/both?agentsnet_token=%s" % token, [("Agentsnet-Token", token)],
+                      "/both")]
+            for rest, fields, path in cases:
+                target = self.target("tok", rest)
+                r = self.send(build("GET", target, self.host(), fields), "GET",
+                              {"sandbox": self.sid["tok"], "path": target, "status": 200})
+                rec = r.json() or {}
+                if r.status != 200 or rec.get("path") != path:
+                    errs.append("%s with %r: %r, want 200 and the agent gets %s" % (
+                        rest, fields, r, path))
+                if "agentsnet-token" in header_map(rec):
+                    errs.append("%s: the agent got Agentsnet-Token" % rest)
+            # A sandbox that needs none: the parameter and the field are taken away too.
+            target = self.target("a", "/t?agentsnet_token=x&k=v")
+            r = self.send(build("GET", target, self.host(), [("Agentsnet-Token", "y")]), "GET",
+                          {"sandbox": self.sid["a"], "path": target})
+            rec = r.json() or {}
+            if r.status != 200 or rec.get("path") != "/t?k=v" or \
+                    "agentsnet-token" in header_map(rec):
+                errs.append("sandbox A (no token needed) with one: %r, the agent got %r %r" % (
+                    r, rec.get("path"), header_map(rec).get("agentsnet-token")))
+            got = [g.get("path") for g in self.seen("tok")[before:]]
+            if got != [c[2] for c in cases]:
+                errs.append("the agent recorded %r" % got)
+            wait_for(lambda: token in read_text(self.vars["audit"]) or
+                     len(read_audit(self.vars["audit"])[0]) > 0, AUDIT_WAIT_S, "audit records")
+            time.sleep(0.5)
+            if token in read_text(self.vars["audit"]):
+                errs.append("the token is in the audit file")
+            return errs
+
+        def kept():
+            """A second daemon: a run-time sandbox on the profile keeps its token through a
+            restart (the registry has it, 0600), and the gateway takes it."""
+            sock_dir = "/run/%s-token" % self.args.netns
+            port = free_port()
+            saved = dict(self.vars)
+            self.vars.update({"sock_dir": sock_dir,
+                              "control": os.path.join(sock_dir, "control.sock"),
+                              "audit": os.path.join(self.tmp, "audit-token.jsonl")})
+            err_path = os.path.join(self.tmp, "daemon-token.stderr")
+            policy = self.render_policy("policy-token.yaml", port)
+            sid = self.sandbox_id("tok-kept")
+            errs, urls, d = [], [], None
+            try:
+                for run in (1, 2):
+                    d = self.start_daemon(policy, err_path=err_path)
+                    if run == 1:
+                        got = self.ctl("sandbox add %s tokened" % sid)
+                        if not got or not got[0].startswith("ok "):
+                            return ["sandbox add: %r" % got]
+                    urls.append((self.ctl("sandbox url %s" % sid) or [""])[0])
+                    record = os.path.join(sock_dir, "registry", sid)
+                    mode = os.stat(record).st_mode & 0o777
+                    if mode != 0o600:
+                        errs.append("run %d: the registry record is %o, want 600" % (run, mode))
+                    m = re.search(r"agentsnet_token=(\S+)$", urls[-1])
+                    token = m.group(1) if m else "none"
+                    host = "127.0.0.1:%d" % port
+                    for want, rest in ((502, "/x?agentsnet_token=" + token), (404, "/x")):
+                        r = self.send(build("GET", "%s/%s%s" % (PREFIX, sid, rest), host),
+                                      port=port)
+                        self.wants.pop()  # another daemon's audit
+                        if r.status != want:
+                            errs.append("run %d, %s: %r, want %d" % (run, rest[:20], r, want))
+                    errs += ["run %d: stop: %s" % (run, e) for e in stop_daemon(d, err_path)]
+                    d = None
+                if len(set(urls)) != 1 or "agentsnet_token=" not in urls[0]:
+                    errs.append("sandbox url before and after the restart: %r, want one URL "
+                                "with a token" % urls)
+            finally:
+                if d is not None:
+                    self.procs.stop(d)
+                self.vars.clear()
+                self.vars.update(saved)
+                shutil.rmtree(sock_dir, ignore_errors=True)
+            return errs
+
+        self.timed("AGENT_PUBLIC_URL of a sandbox on token: required holds its token; without "
+                   "it (none, empty, wrong, a prefix, a wrong copy beside the right one, in the "
+                   "query or Agentsnet-Token): 404 ingress_not_found, the same answer as an "
+                   "unknown id, the agent saw none, the audit says ingress_token_refused",
+                   refused)
+        self.timed("with the token (query or field) the request reaches the agent without it, "
+                   "the other parameters as sent; a sandbox that needs none never sees one "
+                   "either; the token is nowhere in the audit", carried)
+        self.timed("a run-time sandbox's token survives a daemon restart (its 0600 registry "
+                   "record), and the restarted gateway takes it", kept)
 
     def answer(self, role, fields, host=None):
         """GET <role>'s /answer asking for <fields> ((name, value) pairs) in its answer."""
@@ -2768,9 +2925,9 @@ def audit_field(got, want):
 
 # ---- set-up and tear-down -------------------------------------------------------------
 
-TESTS = ["static", "headers", "body_limit", "escape", "escape_forms", "isolation", "websocket",
-         "sse", "keepalive", "methods", "rate", "smuggling", "head_limits", "not_found",
-         "finish", "audit", "origins", "flags", "embedded", "tls"]
+TESTS = ["static", "headers", "body_limit", "escape", "escape_forms", "isolation", "token",
+         "websocket", "sse", "keepalive", "methods", "rate", "smuggling", "head_limits",
+         "not_found", "finish", "audit", "origins", "flags", "embedded", "tls"]
 
 
 def preflight(args):

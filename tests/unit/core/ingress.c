@@ -15,6 +15,9 @@
 #include "tests/unit/unit.h"
 
 #define HEAD_BYTES_MAX 8192u
+/* Two sandbox tokens (core/ingress.h): 43 characters of base64url each. */
+#define TOKEN_A "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
+#define TOKEN_B "__________________________________________8"
 
 static struct unit_guard guard_in;
 static struct unit_guard guard_out;
@@ -537,30 +540,31 @@ START_TEST(test_public_url)
 	char out[64];
 
 	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a1",
-					    out, sizeof(out)),
+					    NULL, out, sizeof(out)),
 			 0);
 	ck_assert_str_eq(out, "https://a1.hooks.example.com");
-	ck_assert_int_eq(ingress_public_url("http://hooks.example.com:8090", "/cb", true, "a1", out,
-					    sizeof(out)),
+	ck_assert_int_eq(ingress_public_url("http://hooks.example.com:8090", "/cb", true, "a1",
+					    NULL, out, sizeof(out)),
 			 0);
 	ck_assert_str_eq(out, "http://a1.hooks.example.com:8090");
 	/* An id no origin can have, or origins off: the path form. */
 	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "A1",
-					    out, sizeof(out)),
+					    NULL, out, sizeof(out)),
 			 0);
 	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/A1");
 	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a.b",
-					    out, sizeof(out)),
+					    NULL, out, sizeof(out)),
 			 0);
 	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/a.b");
-	ck_assert_int_eq(ingress_public_url("http://127.0.0.1:8090", "/callbacks", false, "a1", out,
-					    sizeof(out)),
+	ck_assert_int_eq(ingress_public_url("http://127.0.0.1:8090", "/callbacks", false, "a1",
+					    NULL, out, sizeof(out)),
 			 0);
 	ck_assert_str_eq(out, "http://127.0.0.1:8090/callbacks/a1");
 	/* Exactly the room it needs, then one byte less. */
-	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", true, "a1", out, 20), 0);
+	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", true, "a1", NULL, out, 20),
+			 0);
 	ck_assert_str_eq(out, "http://a1.h.example");
-	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", true, "a1", out, 19),
+	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", true, "a1", NULL, out, 19),
 			 -ENAMETOOLONG);
 }
 END_TEST
@@ -856,6 +860,124 @@ START_TEST(test_answer_upgrade)
 		     &a, NULL,
 		     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
 		     "Connection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n");
+}
+END_TEST
+
+/* ---- The access token ---- */
+
+START_TEST(test_token_encode)
+{
+	uint8_t raw[INGRESS_TOKEN_RAW_BYTES];
+	char out[CONFIG_INGRESS_TOKEN_BYTES];
+
+	for (size_t i = 0; i < sizeof(raw); i++)
+		raw[i] = (uint8_t)i;
+	ingress_token_encode(raw, out);
+	ck_assert_str_eq(out, TOKEN_A);
+	memset(raw, 0xff, sizeof(raw));
+	ingress_token_encode(raw, out);
+	ck_assert_str_eq(out, TOKEN_B);
+	ck_assert_uint_eq(strlen(TOKEN_A), INGRESS_TOKEN_CHARS);
+}
+END_TEST
+
+/* Whether request head <s> carries TOKEN_A. */
+static bool carries(const char *s)
+{
+	struct http1_request req;
+	struct ingress_target t;
+
+	ck_assert_int_eq(parse_route(s, &req, &t), 0);
+	return ingress_token_carried(&req, &t, TOKEN_A);
+}
+
+START_TEST(test_token_carried)
+{
+	static const char *const yes[] = {
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?a=1&agentsnet_token=" TOKEN_A
+		"&b=2 HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nAgentsnet-Token: " TOKEN_A "\r\n\r\n",
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nagentsnet-token:  " TOKEN_A " \r\n\r\n",
+		/* Every copy is the token. */
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n"
+		"Agentsnet-Token: " TOKEN_A "\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A "&agentsnet_token=" TOKEN_A
+		" HTTP/1.1\r\nHost: h\r\n\r\n",
+	};
+	static const char *const no[] = {
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?a=1 HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_B " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token= HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token HTTP/1.1\r\nHost: h\r\n\r\n",
+		/* A prefix, one byte more, another case, an encoded name: not the token. */
+		"GET /callbacks/a1/x?agentsnet_token=AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh"
+		" HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A "x HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=aaecawqfbgcicqolda0odxarehmufrywgbkagxwdhh8"
+		" HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?Agentsnet_Token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet%5Ftoken=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?xagentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?a=1;agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		/* In the path, not the query. */
+		"GET /callbacks/a1/agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		/* One copy wrong spoils the right one. */
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n"
+		"Agentsnet-Token: " TOKEN_B "\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_B "&agentsnet_token=" TOKEN_A
+		" HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nAgentsnet-Token: " TOKEN_A
+		"\r\nAgentsnet-Token: x\r\n\r\n",
+		/* Another field that merely holds it. */
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer " TOKEN_A
+		"\r\n\r\n",
+	};
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(yes); i++)
+		ck_assert_msg(carries(yes[i]), "refused: %s", yes[i]);
+	for (size_t i = 0; i < AN_ARRAY_LEN(no); i++)
+		ck_assert_msg(!carries(no[i]), "carried: %s", no[i]);
+}
+END_TEST
+
+START_TEST(test_routes_token)
+{
+	struct ingress_routes r = { 0 };
+	const char *token = NULL;
+
+	ck_assert_int_eq(ingress_routes_put(&r, "a1", 2, 3, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "a1", 2, &token), 3);
+	ck_assert_int_eq(memcmp(token, TOKEN_A, INGRESS_TOKEN_CHARS), 0);
+	/* A re-add (the id opened again) brings its new token. */
+	ck_assert_int_eq(ingress_routes_put(&r, "a1", 2, 4, TOKEN_B), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "a1", 2, &token), 4);
+	ck_assert_int_eq(memcmp(token, TOKEN_B, INGRESS_TOKEN_CHARS), 0);
+	token = NULL;
+	ck_assert_int_eq(ingress_routes_get(&r, "a2", 2, &token), -1);
+	ck_assert_ptr_null(token);
+	ingress_routes_free(&r);
+}
+END_TEST
+
+START_TEST(test_public_url_token)
+{
+	char out[128];
+
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", false, "a1",
+					    TOKEN_A, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/a1?agentsnet_token=" TOKEN_A);
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a1",
+					    TOKEN_A, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://a1.hooks.example.com/?agentsnet_token=" TOKEN_A);
+	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", false, "a1", TOKEN_A, out,
+					    sizeof("http://h.example/c/a1?agentsnet_token=") +
+						INGRESS_TOKEN_CHARS - 1),
+			 -ENAMETOOLONG);
 }
 END_TEST
 
@@ -1166,6 +1288,35 @@ START_TEST(test_head_origin_form)
 }
 END_TEST
 
+START_TEST(test_head_token_stripped)
+{
+	/* The token never reaches the agent: the field, and each parameter of the query. */
+	static const struct head_case cases[] = {
+		{ "GET /callbacks/a1/x?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n"
+		  "Agentsnet-Token: " TOKEN_A "\r\n\r\n",
+		  "GET /x HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		{ "GET /callbacks/a1/x?a=1&agentsnet_token=" TOKEN_A
+		  "&b=&&c HTTP/1.1\r\nHost: h\r\n"
+		  "\r\n",
+		  "GET /x?a=1&b=&&c HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		{ "GET /callbacks/a1/x?agentsnet_token=" TOKEN_B "&agentsnet_token&q HTTP/1.1\r\n"
+		  "Host: h\r\n\r\n",
+		  "GET /x?q HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		{ "GET /callbacks/a1?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		  "GET / HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		{ "GET /callbacks/a1/?&agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		  "GET /? HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		/* Names that only resemble it are the agent's. */
+		{ "GET /callbacks/a1/x?agentsnet_tokens=1&xagentsnet_token=2 HTTP/1.1\r\nHost: h\r\n"
+		  "Agentsnet-Tokens: 3\r\n\r\n",
+		  "GET /x?agentsnet_tokens=1&xagentsnet_token=2 HTTP/1.1\r\nHost: h\r\n"
+		  "Agentsnet-Tokens: 3\r\n" ADDED_V4("h") },
+	};
+
+	check_heads_v4(cases, AN_ARRAY_LEN(cases));
+}
+END_TEST
+
 START_TEST(test_head_upgrade)
 {
 	static const struct head_case cases[] = {
@@ -1252,7 +1403,7 @@ static void put_id(struct ingress_routes *r, uint32_t i, uint32_t slot)
 	char id[32];
 	size_t n = id_of(id, sizeof(id), i);
 
-	ck_assert_int_eq(ingress_routes_put(r, id, n, slot), 0);
+	ck_assert_int_eq(ingress_routes_put(r, id, n, slot, TOKEN_A), 0);
 }
 
 /* put_id without an assertion, for the churn loops: 1 when the put failed. */
@@ -1261,7 +1412,7 @@ static uint32_t put_id_fault(struct ingress_routes *r, uint32_t i, uint32_t slot
 	char id[32];
 	int n = snprintf(id, sizeof(id), "sb-%u", i);
 
-	return ingress_routes_put(r, id, (size_t)n, slot) != 0;
+	return ingress_routes_put(r, id, (size_t)n, slot, TOKEN_A) != 0;
 }
 
 /* Deletes the id "sb-<i>" where it has <slot>. */
@@ -1279,32 +1430,32 @@ static int64_t get_id(const struct ingress_routes *r, uint32_t i)
 	char id[32];
 	size_t n = id_of(id, sizeof(id), i);
 
-	return ingress_routes_get(r, id, n);
+	return ingress_routes_get(r, id, n, NULL);
 }
 
 START_TEST(test_routes_basic)
 {
 	struct ingress_routes r = { 0 };
 
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), -1);
 	ingress_routes_del(&r, "a", 1, 0);
-	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 7), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 7, TOKEN_A), 0);
 	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), 7);
-	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), -1);
-	ck_assert_int_eq(ingress_routes_get(&r, "ab", 2), -1);
-	ck_assert_int_eq(ingress_routes_get(&r, "", 0), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), 7);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1, NULL), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "ab", 2, NULL), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "", 0, NULL), -1);
 	/* A view: "ab" cut to 1 is "a". */
-	ck_assert_int_eq(ingress_routes_get(&r, "ab", 1), 7);
+	ck_assert_int_eq(ingress_routes_get(&r, "ab", 1, NULL), 7);
 	/* Replacing keeps one entry. */
-	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 0), 0);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 0, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), 0);
 	ck_assert_uint_eq(r.used, 1);
-	ck_assert_int_eq(ingress_routes_put(&r, "b", 1, UINT32_MAX), 0);
-	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), (int64_t)UINT32_MAX);
+	ck_assert_int_eq(ingress_routes_put(&r, "b", 1, UINT32_MAX, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1, NULL), (int64_t)UINT32_MAX);
 	ingress_routes_del(&r, "a", 1, 0);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), -1);
-	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), (int64_t)UINT32_MAX);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1, NULL), (int64_t)UINT32_MAX);
 	ck_assert_uint_eq(r.used, 1);
 	/* Deleting twice, or an id never added, changes nothing. */
 	ingress_routes_del(&r, "a", 1, 0);
@@ -1318,7 +1469,7 @@ START_TEST(test_routes_basic)
 	ck_assert_uint_eq(r.capacity, 0);
 	ck_assert_uint_eq(r.used, 0);
 	ck_assert_uint_eq(r.tombstones, 0);
-	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1, NULL), -1);
 	/* Freeing an empty table is fine. */
 	ingress_routes_free(&r);
 }
@@ -1328,13 +1479,13 @@ START_TEST(test_routes_stale_del)
 {
 	struct ingress_routes r = { 0 };
 
-	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 1), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 1, TOKEN_A), 0);
 	/* The sandbox is removed and re-added (slot 2) before the old removal lands. */
-	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 2), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 2, TOKEN_A), 0);
 	ingress_routes_del(&r, "a", 1, 1);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), 2);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), 2);
 	ingress_routes_del(&r, "a", 1, 2);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), -1);
 	ck_assert_uint_eq(r.used, 0);
 	ingress_routes_free(&r);
 }
@@ -1346,12 +1497,12 @@ START_TEST(test_routes_id_length)
 	char id[64];
 
 	memset(id, 'z', sizeof(id));
-	ck_assert_int_eq(ingress_routes_put(&r, id, 63, 63), 0);
-	ck_assert_int_eq(ingress_routes_put(&r, id, 62, 62), 0);
-	ck_assert_int_eq(ingress_routes_get(&r, id, 63), 63);
-	ck_assert_int_eq(ingress_routes_get(&r, id, 62), 62);
+	ck_assert_int_eq(ingress_routes_put(&r, id, 63, 63, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, id, 62, 62, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, id, 63, NULL), 63);
+	ck_assert_int_eq(ingress_routes_get(&r, id, 62, NULL), 62);
 	/* 64 bytes cannot be an id: never found. */
-	ck_assert_int_eq(ingress_routes_get(&r, id, 64), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, id, 64, NULL), -1);
 	ingress_routes_free(&r);
 }
 END_TEST
@@ -1360,14 +1511,14 @@ START_TEST(test_routes_full_compare)
 {
 	struct ingress_routes r = { 0 };
 
-	ck_assert_int_eq(ingress_routes_put(&r, "sb-a", 4, 1), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "sb-a", 4, 1, TOKEN_A), 0);
 	/* Another id under the same hash (as a collision would be) is not a hit. */
 	uint32_t i = routes_find(&r, XXH3_64bits("sb-a", 4), "sb-a", 4);
 	ck_assert_uint_lt(i, r.capacity);
 	r.entries[i].id[3] = 'b';
-	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4, NULL), -1);
 	r.entries[i].id[3] = 'a';
-	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4), 1);
+	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4, NULL), 1);
 	ingress_routes_free(&r);
 }
 END_TEST
@@ -1391,7 +1542,7 @@ START_TEST(test_routes_growth)
 	ck_assert_uint_eq(r.used, IDS / 2);
 	for (uint32_t i = 0; i < IDS; i++)
 		ck_assert_int_eq(get_id(&r, i), i % 2 == 0 ? -1 : (int64_t)i);
-	ck_assert_int_eq(ingress_routes_get(&r, "sb-5000", 7), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "sb-5000", 7, NULL), -1);
 	ingress_routes_free(&r);
 }
 END_TEST
@@ -1489,14 +1640,14 @@ START_TEST(test_routes_tombstone_reuse)
 	ingress_routes_del(&r, id, n, pick);
 	ck_assert_uint_eq(r.tombstones, 1);
 	ck_assert_uint_eq(r.entries[at].state, ROUTE_TOMBSTONE);
-	ck_assert_int_eq(ingress_routes_get(&r, id, n), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, id, n, NULL), -1);
 	for (uint32_t i = 0; i < 40; i++)
 		ck_assert_int_eq(get_id(&r, i), i == pick ? -1 : (int64_t)i);
 	/* Put back, it takes the tombstone. */
-	ck_assert_int_eq(ingress_routes_put(&r, id, n, 99), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, id, n, 99, TOKEN_A), 0);
 	ck_assert_uint_eq(r.tombstones, 0);
 	ck_assert_uint_eq(r.entries[at].state, ROUTE_LIVE);
-	ck_assert_int_eq(ingress_routes_get(&r, id, n), 99);
+	ck_assert_int_eq(ingress_routes_get(&r, id, n, NULL), 99);
 	ingress_routes_free(&r);
 }
 END_TEST
@@ -1910,6 +2061,11 @@ static Suite *ingress_suite(void)
 	tcase_add_test(tc, test_route_utf8_and_params);
 	tcase_add_test(tc, test_route_other_prefix);
 	tcase_add_test(tc, test_origin_matching);
+	tcase_add_test(tc, test_token_encode);
+	tcase_add_test(tc, test_token_carried);
+	tcase_add_test(tc, test_head_token_stripped);
+	tcase_add_test(tc, test_routes_token);
+	tcase_add_test(tc, test_public_url_token);
 	tcase_add_test(tc, test_answer_csp);
 	tcase_add_test(tc, test_answer_cookies_path_form);
 	tcase_add_test(tc, test_answer_cookies_origin_form);

@@ -59,6 +59,7 @@ static void expect_defaults(const struct verdict_ingress *vi)
 	ck_assert(vi->csp_sandbox);
 	ck_assert(vi->scope_cookies);
 	ck_assert(vi->drop_origin_fields);
+	ck_assert(!vi->token_required);
 }
 
 /* --- the built-in policy -------------------------------------------------------------------- */
@@ -177,6 +178,23 @@ START_TEST(test_profile_isolation)
 	ck_assert(!ingress(0)->csp_sandbox);
 	ck_assert(!ingress(0)->scope_cookies);
 	ck_assert(!ingress(0)->drop_origin_fields);
+}
+END_TEST
+
+START_TEST(test_profile_token)
+{
+	static const char *const bad[] = { "true", "Required", "\"\"", "[required]", "~", "1" };
+
+	expect_ok(PROFILE("token: required"));
+	ck_assert(ingress(0)->token_required);
+	ck_assert(ingress(0)->enabled);
+	expect_ok(PROFILE("token: none"));
+	expect_defaults(ingress(0));
+	expect_ok(PROFILE("token: \"required\""));
+	ck_assert(ingress(0)->token_required);
+	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++)
+		expect_error_at_needle(textf(PROFILE("token: %s"), bad[i]), textf("%s}", bad[i]),
+				       "token must be \"required\" or \"none\"");
 }
 END_TEST
 
@@ -385,7 +403,7 @@ START_TEST(test_profile_keys)
 	expect_error_at_needle(PROFILE("paths: [/a]"), "paths",
 			       "unknown key \"paths\" in a profile's ingress (expected one of: "
 			       "enabled, methods, strip_headers, body_bytes, limits, csp_sandbox, "
-			       "scope_cookies, drop_origin_fields)");
+			       "scope_cookies, drop_origin_fields, token)");
 	expect_error_at_needle(PROFILE("enabled: true, enabled: false"), "enabled: false",
 			       "duplicate key \"enabled\" in a profile's ingress");
 	expect_error_at_needle(MINIMAL "    ingress: true\n", "true", "ingress must be a mapping");
@@ -571,6 +589,7 @@ int main(void)
 	tcase_add_test(tc, test_profile_defaults);
 	tcase_add_test(tc, test_profile_enabled);
 	tcase_add_test(tc, test_profile_isolation);
+	tcase_add_test(tc, test_profile_token);
 	tcase_add_test(tc, test_profile_methods);
 	tcase_add_test(tc, test_profile_methods_limit);
 	tcase_add_test(tc, test_profile_strip_headers);
