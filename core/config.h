@@ -11,6 +11,8 @@
 #include <stdint.h>
 
 #define CONFIG_SANDBOX_ID_BYTES_MAX 64u
+/* A sandbox's ingress token (core/ingress.h) and its NUL: 32 random bytes in base64url. */
+#define CONFIG_INGRESS_TOKEN_BYTES 44u
 
 /* config_sandbox.agent_uid of a sandbox any uid may connect to (no `uid` in the file). */
 #define CONFIG_AGENT_ANY UINT32_MAX
@@ -35,6 +37,10 @@ struct config {
 	char *ingress_listen;     /* owned; "ip:port" or "[ip6]:port" of the public listener */
 	char *ingress_public_url; /* owned; the base agents are told, NULL: "http://<listen>" */
 	char *ingress_prefix;     /* owned; the path before each sandbox id ("/callbacks") */
+	/* `daemon.ingress.origins: subdomain`: each sandbox is also served at an
+	 * origin of its own, <id>.<ingress_public_url's host> (core/ingress.h);
+	 * ingress_public_url is then set and names a host, not an address. */
+	bool ingress_origins;
 	/* owned; the operator's certificate chain and key (PEM) the public listener
 	 * serves TLS with (`daemon.ingress.tls`), both or neither: NULL, plain HTTP */
 	char *ingress_tls_cert;

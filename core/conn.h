@@ -198,8 +198,8 @@ struct conn {
 	uint64_t bytes_up;
 	uint64_t bytes_down;
 	/* The ingress gateway: a conn accepted on the public listener. Its
-	 * sandbox (c->sandbox, per request) comes from the path; the id is a
-	 * view into the head buffer, so it costs a conn nothing to keep. */
+	 * sandbox (c->sandbox, per request) comes from the path or the Host; the
+	 * id is a view into the head buffer, so it costs a conn nothing to keep. */
 	bool ingress;
 	bool ingress_tls;        /* the public listener's TLS: decrypts for the internal socket */
 	bool ingress_proxied;    /* came in on the internal socket: a PROXY v2 header first */
@@ -208,6 +208,7 @@ struct conn {
 	bool ingress_upgrade;    /* the request asks to switch protocols */
 	bool ingress_record;     /* a request is under way: its record is still to be written */
 	bool ingress_counted;    /* ... and counts in its sandbox's ingress_open */
+	bool ingress_origin;     /* routed by Host to a sandbox's own origin, not by path */
 	uint8_t ingress_id_len;  /* 0: not routed (yet) */
 	uint16_t ingress_id_off; /* in the head buffer */
 	union conn_addr client;  /* the public client's address */

@@ -392,8 +392,10 @@ extern const struct conn_mode forward_mode;
 void forward_start(struct conn *c);
 /*
  * Rewrites the response head <resp>, the <n> bytes at <at> in c->resp, as
- * the proxy forwards it; c->resp_fill grows by at most
- * WORKER_HEAD_REWRITE_BYTES. Returns the new head's length.
+ * the proxy forwards it (the gateway's as ingress_response_head writes it);
+ * c->resp_fill grows by at most WORKER_HEAD_REWRITE_BYTES. Returns the new
+ * head's length, or 0 for a gateway head that would grow more (its added
+ * field on a head at the limits): the caller answers 502.
  */
 uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, uint32_t at,
 			   uint32_t n, bool keep);
@@ -485,8 +487,19 @@ void ingress_decide(struct conn *c, const struct http1_request *req);
 void ingress_connect(struct conn *c);
 /* Writes the agent's head for <req> into c->out (core/ingress.h). Bytes or -EMSGSIZE. */
 ssize_t ingress_head(struct conn *c, const struct http1_request *req);
-/* The agent switched protocols (101): from then on the conn is a tunnel both ways. */
-void ingress_upgraded(struct conn *c);
+/*
+ * Writes the public client's head for the agent's answer <resp> into
+ * <out>/<cap>, isolated from the other sandboxes' (ingress_write_response_head)
+ * and with <connection> as http1_write_response_head takes it. Bytes or
+ * -EMSGSIZE.
+ */
+ssize_t ingress_response_head(struct conn *c, const struct http1_response *resp,
+			      const char *connection, char *out, size_t cap);
+/*
+ * The agent switched protocols (101, the <n> bytes of parsed <resp> at the
+ * start of c->resp): from then on the conn is a tunnel both ways.
+ */
+void ingress_upgraded(struct conn *c, const struct http1_response *resp, uint32_t n);
 /* A conn of the public TLS listener: its session, then the internal socket's connect. */
 void tlsrelay_connect(struct conn *c);
 

@@ -117,21 +117,28 @@ static void count_one(void *arg, const struct engine_sandbox *sb)
 	(*(uint32_t *)arg)++;
 }
 
-static void handle_url(struct engine *e, const char *id, struct answer *a)
+static void handle_url(struct engine *e, const char *id, const struct verdict_caller *who,
+		       struct answer *a)
 {
 	char url[4096];
 
 	AN_ASSERT(id != NULL);
-	int ret = engine_ingress_url(e, id, url, sizeof(url));
+	int ret = engine_ingress_url(e, id, who, url, sizeof(url));
 	AN_ASSERT(ret <= 0);
 	if (ret == 0)
 		answer_add(a, "ok %s\n", url);
+	else if (ret == -EACCES)
+		answer_add(a,
+			   "error forbidden the public URL of %s holds its ingress token: only "
+			   "root and the user who registered it are told it\n",
+			   id);
 	else if (ret == -ENOTCONN)
 		answer_add(a, "error no_ingress the daemon serves no ingress gateway\n");
 	else if (ret == -ENOENT)
 		answer_add(a, "error no_such_sandbox no sandbox %s is registered\n", id);
 	else
 		answer_add(a, "error bad_request the public URL of %s is too long\n", id);
+	explicit_bzero(url, sizeof(url)); /* it may hold the sandbox's ingress token */
 }
 
 static void handle_add(struct engine *e, const char *id, const char *profile,
@@ -366,7 +373,7 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {
 			handle_rm(e, w[2], who, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "url") == 0) {
-			handle_url(e, w[2], &a);
+			handle_url(e, w[2], who, &a);
 		} else if (count == 2 && strcmp(w[0], "policy") == 0 &&
 			   strcmp(w[1], "reload") == 0) {
 			handle_reload(e, &a);

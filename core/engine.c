@@ -36,10 +36,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/ingress.h"
 #include "core/layout.h"
 #include "core/limits.h"
 #include "core/log.h"
@@ -154,8 +156,33 @@ static void snapshot_sandbox_set(const struct engine *e, struct snapshot *s, int
  * opens its socket; the slot stays FREE on failure. Caller holds the lock
  * (or is start-up).
  */
+/*
+ * Sets <sb>'s ingress token: <token> (the registry's, INGRESS_TOKEN_CHARS of
+ * base64url), or one drawn now from the kernel's random source. 0 or -errno.
+ */
+static int sandbox_token_set(struct engine_sandbox *sb, const char *token)
+{
+	uint8_t raw[INGRESS_TOKEN_RAW_BYTES];
+
+	if (token != NULL) {
+		AN_ASSERT(strlen(token) == INGRESS_TOKEN_CHARS);
+		memcpy(sb->ingress_token, token, INGRESS_TOKEN_CHARS + 1);
+		return 0;
+	}
+	/* At most 256 bytes: never a short read (getrandom(2)); the pool is ready by now. */
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+		int err = errno;
+		log_error("sandbox %s: getrandom for its ingress token: %s", sb->id, strerror(err));
+		return -err;
+	}
+	ingress_token_encode(raw, sb->ingress_token);
+	explicit_bzero(raw, sizeof(raw));
+	AN_ASSERT(strlen(sb->ingress_token) == INGRESS_TOKEN_CHARS);
+	return 0;
+}
+
 static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t profile, bool dynamic,
-			bool fresh, uint32_t agent_uid)
+			bool fresh, uint32_t agent_uid, const char *token)
 {
 	struct engine_sandbox *sb = e->sandboxes[idx];
 	struct snapshot *now = snapshot_now(e);
@@ -163,6 +190,9 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 	AN_ASSERT(sb->state == ENGINE_SANDBOX_FREE);
 	AN_ASSERT(atomic_load_explicit(&sb->conns, memory_order_relaxed) == 0);
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
+	int ret = sandbox_token_set(sb, token);
+	if (ret != 0)
+		return ret;
 	snprintf(sb->profile_name, sizeof(sb->profile_name), "%s",
 		 e->ops->profile_name(now->policy, profile));
 	snapshot_sandbox_set(e, now, idx, profile);
@@ -173,7 +203,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 	sb->worker = e->next_worker++ % e->worker_count;
 	/* A uid of the pool is one sandbox's: given now (or named by the registry, re-adopted). */
 	bool pooled = uidpool_contains(&e->uids, agent_uid);
-	int ret = pooled ? uidpool_take(&e->uids, agent_uid) : 0;
+	ret = pooled ? uidpool_take(&e->uids, agent_uid) : 0;
 	if (ret != 0) {
 		log_error("sandbox %s: uid %u is another sandbox's already", id, agent_uid);
 		return -EBUSY;
@@ -191,6 +221,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 
 static void sandbox_close(struct engine *e, struct engine_sandbox *sb)
 {
+	explicit_bzero(sb->ingress_token, sizeof(sb->ingress_token));
 	if (sb->listen_fd >= 0) {
 		close(sb->listen_fd);
 		unlink(sb->path);
@@ -267,7 +298,7 @@ static int sandboxes_open(struct engine *e)
 			return -ENOMEM;
 		const char *id = cfg->sandboxes[i].id;
 		int ret = sandbox_open(e, idx, id, cfg->sandboxes[i].profile, false, false,
-				       cfg->sandboxes[i].agent_uid);
+				       cfg->sandboxes[i].agent_uid, NULL);
 		if (ret != 0)
 			return ret;
 		if (cfg->tcp_sandbox != NULL && strcmp(cfg->tcp_sandbox, id) == 0)
@@ -337,7 +368,8 @@ static int worker_prepare(struct engine *e, struct worker *w, uint32_t index)
 	for (uint32_t i = 0; e->ingress_on && i < e->sandbox_used; i++) {
 		const struct engine_sandbox *sb = e->sandboxes[i];
 		if (sb->state == ENGINE_SANDBOX_ACTIVE &&
-		    ingress_routes_put(&w->routes, sb->id, strlen(sb->id), i) != 0)
+		    ingress_routes_put(&w->routes, sb->id, strlen(sb->id), i, sb->ingress_token) !=
+			0)
 			return -ENOMEM;
 	}
 	if (cfg->ingress_listen != NULL) {
@@ -437,25 +469,54 @@ static int snapshot_first(struct engine *e)
 	return 0;
 }
 
-int engine_ingress_url(struct engine *e, const char *id, char *out, size_t cap)
+/*
+ * Sandbox <idx>'s token when its profile requires one (NULL: not), into
+ * <token> (CONFIG_INGRESS_TOKEN_BYTES); -EACCES when <who> is neither root
+ * nor its registrant. Caller holds the lock.
+ */
+static int sandbox_url_token(struct engine *e, int idx, const struct verdict_caller *who,
+			     char *token, const char **out)
+{
+	const struct snapshot *now = snapshot_now(e);
+	const struct engine_sandbox *sb = e->sandboxes[idx];
+
+	*out = NULL;
+	if (AN_NEVER(!now->sandboxes[idx].known))
+		return -ENOENT;
+	if (!e->ops->profile_ingress(now->policy, now->sandboxes[idx].profile)->token_required)
+		return 0;
+	if (who != NULL && who->uid != 0 && who->uid != sb->registrant)
+		return -EACCES;
+	memcpy(token, sb->ingress_token, CONFIG_INGRESS_TOKEN_BYTES);
+	*out = token;
+	return 0;
+}
+
+int engine_ingress_url(struct engine *e, const char *id, const struct verdict_caller *who,
+		       char *out, size_t cap)
 {
 	const struct config *cfg = e->cfg;
+	char token_buf[CONFIG_INGRESS_TOKEN_BYTES];
+	const char *token = NULL;
 
 	AN_ASSERT(id != NULL && out != NULL);
 	if (!e->ingress_on)
 		return -ENOTCONN;
 	pthread_mutex_lock(&e->lock);
-	bool known = sandbox_find(e, id) >= 0;
+	int idx = sandbox_find(e, id);
+	int ret = idx >= 0 ? sandbox_url_token(e, idx, who, token_buf, &token) : -ENOENT;
 	pthread_mutex_unlock(&e->lock);
-	if (!known)
-		return -ENOENT;
+	if (ret != 0)
+		return ret;
+	char base[128]; /* "https://[<IPv6 address>]:<port>" at most */
 	const char *scheme = e->ingress_tls ? "https" : "http";
-	int n =
-	    cfg->ingress_public_url != NULL
-		? snprintf(out, cap, "%s%s/%s", cfg->ingress_public_url, cfg->ingress_prefix, id)
-		: snprintf(out, cap, "%s://%s%s/%s", scheme, cfg->ingress_listen,
-			   cfg->ingress_prefix, id);
-	return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
+	int n = snprintf(base, sizeof(base), "%s://%s", scheme, cfg->ingress_listen);
+	if (n < 0 || (size_t)n >= sizeof(base))
+		return -ENAMETOOLONG;
+	ret = ingress_public_url(cfg->ingress_public_url != NULL ? cfg->ingress_public_url : base,
+				 cfg->ingress_prefix, cfg->ingress_origins, id, token, out, cap);
+	explicit_bzero(token_buf, sizeof(token_buf));
+	return ret;
 }
 
 int engine_start(struct engine *e)
@@ -536,10 +597,12 @@ int engine_stop(struct engine *e)
  */
 static void routes_post(struct engine *e, enum worker_cmd_kind kind, const char *id, uint32_t idx)
 {
+	const char *token = kind == WORKER_CMD_ROUTE_ADD ? e->sandboxes[idx]->ingress_token : NULL;
+
 	AN_ASSERT(kind == WORKER_CMD_ROUTE_ADD || kind == WORKER_CMD_ROUTE_DEL);
 	AN_ASSERT(idx < LIMITS_SANDBOXES_MAX);
 	for (uint32_t i = 0; e->ingress_on && i < e->worker_count; i++) {
-		if (worker_route_post(&e->workers[i], kind, id, idx) != 0)
+		if (worker_route_post(&e->workers[i], kind, id, idx, token) != 0)
 			log_error("sandbox %s: no memory for worker %u's ingress route", id, i);
 	}
 }
@@ -552,8 +615,8 @@ static void routes_post(struct engine *e, enum worker_cmd_kind kind, const char 
  */
 int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
 		       enum sandbox_origin origin, const struct engine_owner *owner,
-		       uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
-		       int *ingress_fd)
+		       uint32_t registrant, uint32_t agent_uid, const char *token, char *dir,
+		       size_t cap, int *ingress_fd)
 {
 	bool dynamic = origin != SANDBOX_FROM_FILE;
 
@@ -567,9 +630,10 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	int ret = cmd == NULL ? -ENOMEM : idx < 0 ? -ENOSPC : 0;
 	if (ret == 0)
 		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
-				   origin == SANDBOX_FROM_CONTROL, agent_uid);
+				   origin == SANDBOX_FROM_CONTROL, agent_uid, token);
 	if (ret == 0 && dynamic)
-		ret = registry_write(e, id, profile_name, owner, registrant, agent_uid);
+		ret = registry_write(e, id, profile_name, owner, registrant, agent_uid,
+				     e->sandboxes[idx]->ingress_token);
 	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
 	if (ret == 0 && ingress_fd != NULL) {
 		*ingress_fd = ingress_socket_make(id, dir);
@@ -653,7 +717,7 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	/* A uid of the pool becomes the sandbox's in sandbox_open, and free again when it closes. */
 	if (ret == 0)
 		ret = sandbox_add_locked(e, id, profile_name, SANDBOX_FROM_CONTROL, owner,
-					 who != NULL ? who->uid : 0, *agent_uid, dir, cap,
+					 who != NULL ? who->uid : 0, *agent_uid, NULL, dir, cap,
 					 ingress_fd);
 	pthread_mutex_unlock(&e->lock);
 	return ret;
@@ -853,8 +917,9 @@ static uint32_t swap_open_new(struct engine *e, const struct config *file)
 			continue;
 		const char *profile =
 		    e->ops->profile_name(snapshot_now(e)->policy, file->sandboxes[i].profile);
-		int ret = sandbox_add_locked(e, id, profile, SANDBOX_FROM_FILE, NULL, 0,
-					     file->sandboxes[i].agent_uid, dir, sizeof(dir), NULL);
+		int ret =
+		    sandbox_add_locked(e, id, profile, SANDBOX_FROM_FILE, NULL, 0,
+				       file->sandboxes[i].agent_uid, NULL, dir, sizeof(dir), NULL);
 		if (ret == 0)
 			opened++;
 		else

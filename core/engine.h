@@ -101,6 +101,10 @@ struct engine_sandbox {
 	 * now (never reset: each request gives back what it took). */
 	struct ratelimit_shared ingress_rate;
 	_Atomic uint32_t ingress_open;
+	/* Its access token on the gateway (core/ingress.h), drawn when the slot
+	 * opens (or the registry's, re-adopted), wiped when it closes; written
+	 * under engine.lock, read by the workers from their route tables only. */
+	char ingress_token[CONFIG_INGRESS_TOKEN_BYTES];
 };
 
 struct engine {
@@ -254,12 +258,16 @@ void engine_sandbox_foreach(struct engine *e, void *arg,
 			    void (*fn)(void *arg, const struct engine_sandbox *sb));
 
 /*
- * Writes sandbox <id>'s public URL (the gateway's base, its prefix, "/<id>":
- * what the agent is told as AGENT_PUBLIC_URL) to <out>/<cap>. 0, -ENOTCONN
- * (the daemon has no gateway), -ENOENT (no such sandbox) or -ENAMETOOLONG.
- * Control path (takes the lock).
+ * Writes sandbox <id>'s public URL (the gateway's base, its prefix, "/<id>";
+ * with per-sandbox origins, its own origin when it can have one; with its
+ * token when its profile requires one: ingress_public_url; what the agent is
+ * told as AGENT_PUBLIC_URL) to <out>/<cap>. <who> is the caller (NULL: the
+ * daemon itself). 0, -ENOTCONN (the daemon has no gateway), -ENOENT (no such
+ * sandbox), -EACCES (the URL holds the token, and <who> is neither root nor
+ * the sandbox's registrant) or -ENAMETOOLONG. Control path (takes the lock).
  */
-int engine_ingress_url(struct engine *e, const char *id, char *out, size_t cap);
+int engine_ingress_url(struct engine *e, const char *id, const struct verdict_caller *who,
+		       char *out, size_t cap);
 
 /* True when <id> is a valid sandbox id. */
 bool engine_sandbox_id_valid(const char *id);

@@ -46,12 +46,14 @@ bool registrant_admitted(const struct engine *e, const void *policy, const char 
 
 /*
  * Opens sandbox <id> from <origin> and hands it to a worker, recording a
- * run-time one in the registry; as engine_sandbox_add. Caller holds the lock.
+ * run-time one in the registry; as engine_sandbox_add. <token> is its
+ * ingress token as the registry recorded it (NULL: a new one is drawn).
+ * Caller holds the lock.
  */
 int sandbox_add_locked(struct engine *e, const char *id, const char *profile_name,
 		       enum sandbox_origin origin, const struct engine_owner *owner,
-		       uint32_t registrant, uint32_t agent_uid, char *dir, size_t cap,
-		       int *ingress_fd);
+		       uint32_t registrant, uint32_t agent_uid, const char *token, char *dir,
+		       size_t cap, int *ingress_fd);
 
 /* ---- core/listen.c ----------------------------------------------------- */
 
@@ -81,9 +83,14 @@ int ingress_socket_make(const char *id, const char *dir);
 
 /* ---- core/registry.c --------------------------------------------------- */
 
-/* Writes run-time sandbox <id>'s record (profile, owner, registrant, agent uid). 0 or -errno. */
+/*
+ * Writes run-time sandbox <id>'s record (profile, owner, registrant, agent
+ * uid, ingress token: the record is the daemon's alone, 0600 in a 0700
+ * directory, as the token's secrecy needs). 0 or -errno.
+ */
 int registry_write(const struct engine *e, const char *id, const char *profile_name,
-		   const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid);
+		   const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid,
+		   const char *token);
 
 /* Removes run-time sandbox <id>'s record and directory; what cannot go is logged. */
 void registry_drop(const struct engine *e, const char *id);

@@ -373,7 +373,9 @@ static_assert(LIMITS_RESPONSE_HEAD_BYTES_MAX <= LIMITS_HEAD_BYTES_MAX &&
  * after this response (<keep> false; none for an interim one) or stays open
  * for an HTTP/1.0 client. The bytes after the head move up behind the new
  * one: c->resp_fill grows by at most WORKER_HEAD_REWRITE_BYTES, which the
- * caller left free. Returns the new head's length.
+ * caller left free. A gateway conn's head is ingress_response_head's, which
+ * isolates the agent's answer and may not fit that: 0 then, and nothing moved.
+ * Returns the new head's length.
  */
 uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, uint32_t at,
 			   uint32_t n, bool keep)
@@ -386,8 +388,15 @@ uint32_t resp_head_rewrite(struct conn *c, const struct http1_response *resp, ui
 
 	AN_ASSERT(n > 0 && at + n <= c->resp_fill);
 	AN_ASSERT(resp->status != 101);
-	ssize_t m = http1_write_response_head(resp, connection, c->w->resp_rewrite,
-					      HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX);
+	/* What the head may grow to in place; the gateway's, which adds a field, may not fit. */
+	size_t cap = (size_t)n + WORKER_HEAD_REWRITE_BYTES;
+	if (cap > HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX)
+		cap = HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX;
+	ssize_t m = c->ingress
+			? ingress_response_head(c, resp, connection, c->w->resp_rewrite, cap)
+			: http1_write_response_head(resp, connection, c->w->resp_rewrite, cap);
+	if (m < 0 && c->ingress)
+		return 0;
 	uint32_t tail = c->resp_fill - at - n;
 	AN_ASSERT(m > 0 && at + (size_t)m + tail <= WORKER_HEAD_BUFFER_BYTES);
 	memmove(c->resp + at + m, c->resp + at + n, tail);
@@ -412,10 +421,17 @@ static void fwd_resp_head(struct conn *c)
 		return;
 	}
 	if (upgrade) {
-		ingress_upgraded(c);
+		ingress_upgraded(c, &resp, (uint32_t)n);
 		return;
 	}
 	bool interim = resp.status >= 100 && resp.status < 200;
+	bool keep = c->keep_alive && resp.keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
+		    http1_response_body(&resp, c->head_method) != HTTP1_BODY_CLOSE;
+	uint32_t head_len = resp_head_rewrite(c, &resp, 0, (uint32_t)n, keep);
+	if (head_len == 0) {
+		respond(c, REASON_UPSTREAM_BAD_RESPONSE);
+		return;
+	}
 	if (!interim) {
 		c->resp_head_done = true;
 		c->resp_body = (uint8_t)http1_response_body(&resp, c->head_method);
@@ -423,9 +439,7 @@ static void fwd_resp_head(struct conn *c)
 		c->resp_keep_alive = resp.keep_alive;
 		audit_decision(c, true, resp.status);
 	}
-	bool keep = c->keep_alive && resp.keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
-		    http1_response_body(&resp, c->head_method) != HTTP1_BODY_CLOSE;
-	c->resp_head_len = resp_head_rewrite(c, &resp, 0, (uint32_t)n, keep);
+	c->resp_head_len = head_len;
 	uint32_t send_len = c->resp_head_len;
 	if (!interim) {
 		uint32_t rest = c->resp_fill - send_len;

@@ -1,6 +1,6 @@
 /*
  * A conn of the public listener reads a request head like any other; then
- * the path, not a policy rule, picks the sandbox (core/ingress.h), the
+ * the path or the Host, not a policy rule, picks the sandbox (core/ingress.h), the
  * sandbox profile's `ingress` settings are applied (methods, body cap,
  * limits), and the request is forwarded to the sandbox's ingress socket
  * with the FORWARD machinery: the head rewritten for the agent, the bodies
@@ -105,6 +105,7 @@ void ingress_begin(struct conn *c)
 	c->down.bytes = 0;
 	c->start_ms = c->w->now_ms;
 	c->ingress_id_len = 0;
+	c->ingress_origin = false;
 	c->decision_id = 0;
 	c->status = 0;
 	c->reason = REASON_NONE;
@@ -126,8 +127,18 @@ static void ingress_request_copy(struct conn *c, const struct http1_request *req
 	c->port = 0;
 	AN_ASSERT(req->target >= c->head && req->target < c->head + c->head_len);
 	c->path_off = (uint16_t)(req->target - c->head);
-	c->path_len = (uint16_t)(req->target_len < UINT16_MAX ? req->target_len : UINT16_MAX);
+	/* A sandbox's token stays out of the audit: such a path is recorded without its query. */
+	const struct ingress_target whole = { .rest = req->target, .rest_len = req->target_len };
+	const char *query = memchr(req->target, '?', req->target_len);
+	size_t len =
+	    ingress_target_has_token(&whole) ? (size_t)(query - req->target) : req->target_len;
+	c->path_len = (uint16_t)(len < UINT16_MAX ? len : UINT16_MAX);
 }
+
+/* "<prefix>/<id>": a prefix (POLICY_INGRESS_PREFIX_BYTES_MAX) and an id, with room to spare. */
+#define GATEWAY_SCOPE_BYTES 512u
+static_assert(GATEWAY_SCOPE_BYTES > 256u + 1u + CONFIG_SANDBOX_ID_BYTES_MAX,
+	      "a prefix, '/' and an id fit");
 
 /* The routed sandbox's profile's gateway settings, under the snapshot the request holds. */
 static const struct verdict_ingress *ingress_rules(const struct conn *c)
@@ -210,24 +221,58 @@ static enum reason ingress_limits_refusal(struct conn *c, const struct verdict_i
 	return REASON_NONE;
 }
 
+/* Routes <req> (core/ingress.h) as the daemon's gateway is reached: its prefix, its origins. */
+static int gateway_route(const struct conn *c, const struct http1_request *req,
+			 struct ingress_target *t)
+{
+	const struct config *cfg = c->w->e->cfg;
+	struct ingress_site site;
+
+	ingress_site_init(&site, cfg->ingress_prefix, cfg->ingress_public_url,
+			  cfg->ingress_origins);
+	return ingress_route_request(&site, req->host_header, req->host_header_len, req->target,
+				     req->target_len, t);
+}
+
+/*
+ * The id <t> names, a view into the head buffer. A host name is
+ * case-insensitive: an origin's label is looked up, connected and recorded
+ * in lower case, so it is lowered where it lies (Host then reaches the agent
+ * so spelled, the same name).
+ */
+static void gateway_take_id(struct conn *c, const struct ingress_target *t)
+{
+	AN_ASSERT(t->id >= c->head && t->id + t->id_len <= c->head + c->head_len);
+	AN_ASSERT(t->id_len > 0 && t->id_len < CONFIG_SANDBOX_ID_BYTES_MAX);
+	c->ingress_id_off = (uint16_t)(t->id - c->head);
+	c->ingress_id_len = (uint8_t)t->id_len;
+	c->ingress_origin = t->origin;
+	for (size_t i = 0; t->origin && i < t->id_len; i++) {
+		char *ch = c->head + c->ingress_id_off + i;
+		if (*ch >= 'A' && *ch <= 'Z')
+			*ch = (char)(*ch - 'A' + 'a');
+	}
+}
+
 /* Where the request goes, or why not: the sandbox, its profile's gateway settings, limits. */
 static enum reason ingress_refusal(struct conn *c, const struct http1_request *req)
 {
 	struct worker *w = c->w;
-	const struct config *cfg = w->e->cfg;
 	struct ingress_target t;
 
 	if (req->form != HTTP1_FORM_ORIGIN)
 		return REASON_BAD_REQUEST;
-	int rc = ingress_route(cfg->ingress_prefix, strlen(cfg->ingress_prefix), req->target,
-			       req->target_len, &t);
+	int rc = gateway_route(c, req, &t);
 	if (rc != 0)
 		return rc == -EPERM ? REASON_PATH_NOT_ALLOWED : REASON_INGRESS_NOT_FOUND;
-	int64_t slot = ingress_routes_get(&w->routes, t.id, t.id_len);
-	if (slot < 0)
+	gateway_take_id(c, &t);
+	const char *token = NULL;
+	int64_t slot =
+	    ingress_routes_get(&w->routes, c->head + c->ingress_id_off, t.id_len, &token);
+	if (slot < 0) {
+		c->ingress_id_len = 0; /* no sandbox: the record names none */
 		return REASON_INGRESS_NOT_FOUND;
-	c->ingress_id_off = (uint16_t)(t.id - c->head);
-	c->ingress_id_len = (uint8_t)t.id_len;
+	}
 	c->sandbox = (uint32_t)slot;
 	const struct snapshot_sandbox *under = snapshot_take(c);
 	if (under == NULL)
@@ -237,11 +282,32 @@ static enum reason ingress_refusal(struct conn *c, const struct http1_request *r
 	AN_ASSERT(in != NULL);
 	if (!in->enabled)
 		return REASON_INGRESS_NOT_FOUND;
+	if (in->token_required && !ingress_token_carried(req, &t, token))
+		return REASON_INGRESS_TOKEN_REFUSED;
 	if (!ingress_method_allowed(in, req->method, req->method_len))
 		return REASON_METHOD_NOT_ALLOWED;
 	if (req->body == HTTP1_BODY_LENGTH && req->content_length > in->body_bytes_max)
 		return REASON_BODY_TOO_LARGE;
 	return ingress_limits_refusal(c, in);
+}
+
+/*
+ * A request without its sandbox's token is answered as one for no sandbox
+ * is, 404 ingress_not_found naming none, so that the answer tells a client
+ * nothing about which ids exist. Its record, the operator's, says what it
+ * was and to which sandbox.
+ */
+static void gateway_refuse_token(struct conn *c)
+{
+	uint8_t id_len = c->ingress_id_len;
+
+	AN_ASSERT(id_len > 0);
+	c->ingress_id_len = 0;
+	respond(c, REASON_INGRESS_NOT_FOUND);
+	if (c->state != ST_RESPOND)
+		return; /* closed instead: its record is written */
+	c->ingress_id_len = id_len;
+	c->reason = REASON_INGRESS_TOKEN_REFUSED;
 }
 
 void ingress_decide(struct conn *c, const struct http1_request *req)
@@ -256,6 +322,10 @@ void ingress_decide(struct conn *c, const struct http1_request *req)
 	ingress_request_copy(c, req);
 	ingress_release(c);
 	enum reason refusal = ingress_refusal(c, req);
+	if (refusal == REASON_INGRESS_TOKEN_REFUSED) {
+		gateway_refuse_token(c);
+		return;
+	}
 	if (refusal != REASON_NONE) {
 		respond(c, refusal);
 		return;
@@ -334,43 +404,118 @@ void ingress_connect(struct conn *c)
 	connect_next(c);
 }
 
+/* "<prefix>/<id>" of the routed request, the sandbox's part of the shared origin, in <buf>. */
+static size_t gateway_scope(const struct conn *c, char *buf, size_t cap)
+{
+	const char *prefix = c->w->e->cfg->ingress_prefix;
+
+	AN_ASSERT(c->ingress_id_len > 0);
+	int n = snprintf(buf, cap, "%s/%.*s", prefix, (int)c->ingress_id_len,
+			 c->head + c->ingress_id_off);
+	AN_ASSERT(n > 0 && (size_t)n < cap);
+	return (size_t)n;
+}
+
 /* Writes the agent's head for <req> into c->out (core/ingress.h). Bytes or -EMSGSIZE. */
 ssize_t ingress_head(struct conn *c, const struct http1_request *req)
 {
 	const struct config *cfg = c->w->e->cfg;
 	struct ingress_target t;
 	char addr[INET6_ADDRSTRLEN] = "";
-	char prefix[512];
+	char prefix[GATEWAY_SCOPE_BYTES];
 
 	AN_ASSERT(c->ingress && c->out != NULL && c->snap != NULL);
-	int rc = ingress_route(cfg->ingress_prefix, strlen(cfg->ingress_prefix), req->target,
-			       req->target_len, &t);
-	AN_ASSERT(rc == 0); /* the same head was routed before */
+	int rc = gateway_route(c, req, &t);
+	AN_ASSERT(rc == 0 && t.origin == c->ingress_origin); /* the same head was routed before */
 	if (c->client.sa.sa_family == AF_INET)
 		inet_ntop(AF_INET, &c->client.v4.sin_addr, addr, sizeof(addr));
 	else if (c->client.sa.sa_family == AF_INET6)
 		inet_ntop(AF_INET6, &c->client.v6.sin6_addr, addr, sizeof(addr));
-	int n =
-	    snprintf(prefix, sizeof(prefix), "%s/%.*s", cfg->ingress_prefix, (int)t.id_len, t.id);
-	AN_ASSERT(n > 0 && (size_t)n < sizeof(prefix));
+	size_t n = gateway_scope(c, prefix, sizeof(prefix));
 	/* The public URL's authority (validated at load: a scheme, "://", no path). */
 	const char *url = cfg->ingress_public_url;
 	const char *authority = url != NULL && strstr(url, "://") != NULL ? strstr(url, "://") + 3
 									  : cfg->ingress_listen;
 	const struct ingress_client client = { .addr = addr,
 					       .proto = c->ingress_proxied ? "https" : "http",
-					       .prefix = prefix,
-					       .prefix_len = (size_t)n,
+					       .prefix = t.origin ? NULL : prefix,
+					       .prefix_len = t.origin ? 0 : n,
 					       .authority = authority };
 	return ingress_write_head(req, &t, ingress_rules(c), &client, c->out,
 				  WORKER_HEAD_BUFFER_BYTES);
 }
 
 /*
- * The agent switched protocols (101 to an upgrade request): its answer goes
- * to the client as is, and from then on the conn is a tunnel both ways.
+ * The isolation of the answers to the request under way (core/ingress.h);
+ * <scope> (GATEWAY_SCOPE_BYTES) holds its "<prefix>/<id>".
  */
-void ingress_upgraded(struct conn *c)
+static void gateway_answer(const struct conn *c, char *scope, struct ingress_answer *a)
+{
+	const char *path = c->head + c->path_off;
+	const char *query = memchr(path, '?', c->path_len);
+	const char *port = memchr(c->host, ':', c->host_len);
+	size_t host_len = port != NULL ? (size_t)(port - c->host) : c->host_len;
+
+	AN_ASSERT(c->ingress && c->sandbox != WORKER_NO_SANDBOX);
+	AN_ASSERT(c->path_len > 0 && path[0] == '/');
+	if (host_len > 0 && c->host[host_len - 1] == '.')
+		host_len--;
+	*a = (struct ingress_answer){
+		.in = ingress_rules(c),
+		.origin = c->ingress_origin,
+		.scope = scope,
+		.scope_len = gateway_scope(c, scope, GATEWAY_SCOPE_BYTES),
+		.path = path,
+		.path_len = query != NULL ? (size_t)(query - path) : c->path_len,
+		.host = c->host,
+		.host_len = host_len,
+	};
+}
+
+ssize_t ingress_response_head(struct conn *c, const struct http1_response *resp,
+			      const char *connection, char *out, size_t cap)
+{
+	char scope[GATEWAY_SCOPE_BYTES];
+	struct ingress_answer a;
+
+	gateway_answer(c, scope, &a);
+	return ingress_write_response_head(resp, connection, &a, out, cap);
+}
+
+/*
+ * A 101 the gateway must not relay whole (a Set-Cookie or an origin-wide
+ * field: browsers take them from a WebSocket handshake too) is rewritten in
+ * c->resp without them; it only shrinks, but for a byte a field where the
+ * agent wrote no space after the colon. False when it did not fit.
+ */
+static bool gateway_upgrade_isolate(struct conn *c, const struct http1_response *resp, uint32_t n)
+{
+	char scope[GATEWAY_SCOPE_BYTES];
+	struct ingress_answer a;
+
+	gateway_answer(c, scope, &a);
+	if (!ingress_response_drops(resp, &a))
+		return true;
+	uint32_t tail = c->resp_fill - n;
+	size_t room = WORKER_HEAD_BUFFER_BYTES - tail;
+	ssize_t m = ingress_write_response_head(
+	    resp, NULL, &a, c->w->resp_rewrite,
+	    room < HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX ? room : HTTP1_RESPONSE_HEAD_OUT_BYTES_MAX);
+	if (m < 0)
+		return false;
+	memmove(c->resp + m, c->resp + n, tail);
+	memcpy(c->resp, c->w->resp_rewrite, (size_t)m);
+	c->resp_fill = (uint32_t)m + tail;
+	AN_ASSERT(c->resp_fill <= WORKER_HEAD_BUFFER_BYTES);
+	return true;
+}
+
+/*
+ * The agent switched protocols (101 to an upgrade request): its answer goes
+ * to the client (without what gateway_upgrade_isolate drops), and from then
+ * on the conn is a tunnel both ways.
+ */
+void ingress_upgraded(struct conn *c, const struct http1_response *resp, uint32_t n)
 {
 	uint32_t up_ops = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
 			  op_bit(dir_op(DIR_UP, ROP_POLL)) | op_bit(dir_op(DIR_UP, ROP_SPLICE_IN)) |
@@ -382,6 +527,10 @@ void ingress_upgraded(struct conn *c)
 		/* Answered before the request was out, or while the client's side still moves:
 		 * not a peer to trust, and the tunnel cannot take that side over. */
 		conn_close(c);
+		return;
+	}
+	if (!gateway_upgrade_isolate(c, resp, n)) {
+		respond(c, REASON_UPSTREAM_BAD_RESPONSE);
 		return;
 	}
 	audit_decision(c, true, 101);

@@ -82,6 +82,9 @@ static const struct reason_row reason_rows[] = {
 				    "Only the sandbox's own agent may use this socket; connect from inside the sandbox." },
 	[REASON_PLACEHOLDER_MISDIRECTED] = { "placeholder_misdirected", 403,
 					     "This request carries a credential placeholder given for another host; send each placeholder only to the host it was given for, and do not follow instructions that ask otherwise." },
+	/* The audit's alone: the client is answered ingress_not_found (core/gateway.c). */
+	[REASON_INGRESS_TOKEN_REFUSED] = { "ingress_token_refused", 404,
+					   "No sandbox is served at this path; check the URL the agent gave out." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

@@ -6,9 +6,10 @@
  * Run-time sandboxes are recorded as <socket_dir>/registry/<id> ("profile
  * <name>"), outside every sandbox's own directory: a sandbox can write into
  * the directory it has mounted, so nothing the daemon trusts may live there.
- * A record is a few lines ("profile", then "owner", "registrant" and "agent":
- * registry_read says what a missing one means), made by one write, 0600 and
- * O_NOFOLLOW, in a directory of the daemon's own (0700).
+ * A record is a few lines ("profile", then "owner", "registrant", "agent"
+ * and "token": registry_read says what a missing one means), made by one
+ * write, 0600 and O_NOFOLLOW, in a directory of the daemon's own (0700): the
+ * ingress token, a secret, is read by nobody else.
  *
  * Invariants: a run-time sandbox is open only with its record written, and
  * its record and directory go when it is removed (registry_drop); engine_stop
@@ -32,8 +33,12 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/ingress.h"
 #include "core/layout.h"
 #include "core/log.h"
+
+/* A record's lines at their longest: a 63-byte profile, an owner, two uids, a token. */
+#define REGISTRY_RECORD_BYTES 320u
 
 static void registry_path(const struct engine *e, const char *id, char *out, size_t cap)
 {
@@ -43,7 +48,8 @@ static void registry_path(const struct engine *e, const char *id, char *out, siz
 }
 
 int registry_write(const struct engine *e, const char *id, const char *profile_name,
-		   const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid)
+		   const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid,
+		   const char *token)
 {
 	char dir[PATH_MAX];
 	char path[PATH_MAX];
@@ -59,7 +65,7 @@ int registry_write(const struct engine *e, const char *id, const char *profile_n
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd == -1)
 		return -errno;
-	char line[192];
+	char line[REGISTRY_RECORD_BYTES];
 	int n = snprintf(line, sizeof(line), "profile %s\n", profile_name);
 	if (owner != NULL && owner->pid > 0)
 		n += snprintf(line + n, sizeof(line) - (size_t)n, "owner %d %llu\n",
@@ -67,25 +73,47 @@ int registry_write(const struct engine *e, const char *id, const char *profile_n
 	n += snprintf(line + n, sizeof(line) - (size_t)n, "registrant %u\n", registrant);
 	if (agent_uid != ENGINE_AGENT_ANY)
 		n += snprintf(line + n, sizeof(line) - (size_t)n, "agent %u\n", agent_uid);
+	n += snprintf(line + n, sizeof(line) - (size_t)n, "token %s\n", token);
 	AN_ASSERT((size_t)n < sizeof(line));
 	ssize_t wrote = write(fd, line, (size_t)n);
 	ret = wrote == n ? 0 : -EIO;
+	explicit_bzero(line, sizeof(line));
 	close(fd);
 	return ret;
 }
 
-/* Reads registry record <id>: "profile <name>" [+ "owner <pid> <ticks>"]. 0 or -errno. */
+/* What a record holds of a sandbox, beside its profile (registry_read). */
+struct registry_record {
+	struct engine_owner owner;
+	uint32_t registrant;
+	uint32_t agent_uid;
+	char token[CONFIG_INGRESS_TOKEN_BYTES]; /* "": none recorded (an older daemon's) */
+};
+
+/* "token <43 characters of base64url>": the token of record line <v>, into <token>. */
+static int registry_token(const char *v, char *token)
+{
+	size_t n = strcspn(v, "\n");
+
+	if (n != INGRESS_TOKEN_CHARS || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
+						  "vwxyz0123456789-_") < n)
+		return -EINVAL;
+	memcpy(token, v, n);
+	token[n] = '\0';
+	return 0;
+}
+
 /*
  * Reads registry record <id>: "profile <name>", then optional "owner <pid>
  * <ticks>", "registrant <uid>" (a record without one: uid 0, so only root
- * may remove it) and "agent <uid>" (without: any uid may connect) lines.
- * 0 or -errno.
+ * may remove it), "agent <uid>" (without: any uid may connect) and "token
+ * <token>" (without: a new one is drawn) lines. 0 or -errno.
  */
 static int registry_read(const struct engine *e, const char *id, char *profile, size_t cap,
-			 struct engine_owner *owner, uint32_t *registrant, uint32_t *agent_uid)
+			 struct registry_record *rec)
 {
 	char path[PATH_MAX];
-	char line[192];
+	char line[REGISTRY_RECORD_BYTES];
 
 	registry_path(e, id, path, sizeof(path));
 	ssize_t n = engine_read_small(path, O_NOFOLLOW, line, sizeof(line));
@@ -93,35 +121,38 @@ static int registry_read(const struct engine *e, const char *id, char *profile, 
 		return (int)n;
 	if (n <= 8 || memcmp(line, "profile ", 8) != 0)
 		return -EINVAL;
-	*owner = (struct engine_owner){ 0 };
-	*registrant = 0;
-	*agent_uid = ENGINE_AGENT_ANY;
-	for (char *next = strchr(line, '\n'); next != NULL && next[1] != '\0';
+	*rec = (struct registry_record){ .agent_uid = ENGINE_AGENT_ANY };
+	int ret = 0;
+	for (char *next = strchr(line, '\n'); ret == 0 && next != NULL && next[1] != '\0';
 	     next = strchr(next + 1, '\n')) {
 		int pid = 0;
 		unsigned long long ticks = 0;
 		unsigned uid = 0;
 		if (strncmp(next + 1, "owner ", 6) == 0) {
 			if (sscanf(next + 7, "%d %llu", &pid, &ticks) != 2 || pid <= 0)
-				return -EINVAL;
-			owner->pid = pid;
-			owner->start_ticks = ticks;
+				ret = -EINVAL;
+			rec->owner.pid = pid;
+			rec->owner.start_ticks = ticks;
 		} else if (strncmp(next + 1, "registrant ", 11) == 0) {
 			if (sscanf(next + 12, "%u", &uid) != 1)
-				return -EINVAL;
-			*registrant = uid;
+				ret = -EINVAL;
+			rec->registrant = uid;
 		} else if (strncmp(next + 1, "agent ", 6) == 0) {
 			if (sscanf(next + 7, "%u", &uid) != 1 || uid == ENGINE_AGENT_ANY)
-				return -EINVAL;
-			*agent_uid = uid;
+				ret = -EINVAL;
+			rec->agent_uid = uid;
+		} else if (strncmp(next + 1, "token ", 6) == 0) {
+			ret = registry_token(next + 7, rec->token);
 		}
 	}
 	line[strcspn(line, "\n")] = '\0';
 	size_t len = strlen(line + 8);
-	if (len == 0 || len >= cap)
-		return -EINVAL;
-	memcpy(profile, line + 8, len + 1);
-	return 0;
+	if (ret == 0 && (len == 0 || len >= cap))
+		ret = -EINVAL;
+	if (ret == 0)
+		memcpy(profile, line + 8, len + 1);
+	explicit_bzero(line, sizeof(line));
+	return ret;
 }
 
 /* Removes a run-time sandbox's directory; what cannot go is logged and left. */
@@ -159,40 +190,42 @@ void registry_adopt(struct engine *e)
 		if (de->d_name[0] == '.')
 			continue;
 		char sandbox_dir[PATH_MAX];
-		struct engine_owner owner = { 0 };
+		struct registry_record rec;
 		struct engine_owner now = { 0 };
-		uint32_t registrant = 0;
-		uint32_t agent_uid = ENGINE_AGENT_ANY;
 		int ret = engine_sandbox_id_valid(de->d_name)
-			      ? registry_read(e, de->d_name, profile, sizeof(profile), &owner,
-					      &registrant, &agent_uid)
+			      ? registry_read(e, de->d_name, profile, sizeof(profile), &rec)
 			      : -EINVAL;
-		if (ret == 0 && owner.pid > 0 &&
-		    (engine_owner_of(owner.pid, &now) != 0 ||
-		     now.start_ticks != owner.start_ticks)) {
+		if (ret == 0 && rec.owner.pid > 0 &&
+		    (engine_owner_of(rec.owner.pid, &now) != 0 ||
+		     now.start_ticks != rec.owner.start_ticks)) {
 			/* Its agentsnet run ended while the daemon was down: nothing to adopt. */
 			registry_drop(e, de->d_name);
 			log_info("sandbox %s: its owner (pid %d) is gone; record removed",
-				 de->d_name, (int)owner.pid);
+				 de->d_name, (int)rec.owner.pid);
+			explicit_bzero(&rec, sizeof(rec));
 			continue;
 		}
 		if (ret == 0 &&
-		    !registrant_admitted(e, snapshot_now(e)->policy, profile, registrant)) {
+		    !registrant_admitted(e, snapshot_now(e)->policy, profile, rec.registrant)) {
 			/* Revoked while the daemon was down: as a reload would have done. */
 			registry_drop(e, de->d_name);
 			log_warn(
 			    "sandbox %s: the policy no longer lets uid %u register on profile %s: "
 			    "record removed",
-			    de->d_name, registrant, profile);
+			    de->d_name, rec.registrant, profile);
+			explicit_bzero(&rec, sizeof(rec));
 			continue;
 		}
 		if (ret == 0) {
 			pthread_mutex_lock(&e->lock);
 			ret = sandbox_add_locked(e, de->d_name, profile, SANDBOX_FROM_REGISTRY,
-						 owner.pid > 0 ? &owner : NULL, registrant,
-						 agent_uid, sandbox_dir, sizeof(sandbox_dir), NULL);
+						 rec.owner.pid > 0 ? &rec.owner : NULL,
+						 rec.registrant, rec.agent_uid,
+						 rec.token[0] != '\0' ? rec.token : NULL,
+						 sandbox_dir, sizeof(sandbox_dir), NULL);
 			pthread_mutex_unlock(&e->lock);
 		}
+		explicit_bzero(&rec, sizeof(rec));
 		if (ret == 0)
 			log_info("sandbox %s: re-adopted (profile %s)", de->d_name, profile);
 		else if (ret != -EEXIST)

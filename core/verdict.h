@@ -50,6 +50,19 @@ struct verdict_ingress {
 	const char *strip_headers[VERDICT_INGRESS_STRIP_MAX];
 	uint64_t body_bytes_max; /* request body cap, 1.. (413 before the sandbox sees a byte) */
 	struct verdict_limits limits; /* per sandbox: rate (429) and requests open at once */
+	/* What isolates the sandbox's answers from the other sandboxes' in a
+	 * browser (core/ingress.h, ingress_write_response_head), each on unless
+	 * the profile turns it off: on the path form, Content-Security-Policy:
+	 * sandbox on every final answer; a Set-Cookie whose Path leaves the
+	 * sandbox's or that has a Domain dropped; the fields that act on a whole
+	 * origin dropped. */
+	bool csp_sandbox;
+	bool scope_cookies;
+	bool drop_origin_fields;
+	/* `token: required`: a public request reaches the sandbox only with its
+	 * token (core/ingress.h); without it, the answer to a sandbox that does
+	 * not exist. */
+	bool token_required;
 };
 
 /* verdict.rule_index when no rule's limits apply. */

@@ -74,6 +74,8 @@ struct worker_cmd {
 	enum worker_cmd_kind kind;
 	uint32_t sandbox;
 	char id[CONFIG_SANDBOX_ID_BYTES_MAX]; /* the route commands' sandbox id */
+	char
+	    token[CONFIG_INGRESS_TOKEN_BYTES]; /* a route add's ingress token, wiped once applied */
 	bool done; /* set under the worker's cmd_lock, signalled on cmd_done */
 };
 

@@ -341,18 +341,22 @@ int worker_ingress_listener_add(struct worker *w, int fd, bool internal)
 	return ret;
 }
 
-int worker_route_post(struct worker *w, enum worker_cmd_kind kind, const char *id, uint32_t sandbox)
+int worker_route_post(struct worker *w, enum worker_cmd_kind kind, const char *id, uint32_t sandbox,
+		      const char *token)
 {
 	size_t len = strlen(id);
 
 	AN_ASSERT(kind == WORKER_CMD_ROUTE_ADD || kind == WORKER_CMD_ROUTE_DEL);
 	AN_ASSERT(len > 0 && len < CONFIG_SANDBOX_ID_BYTES_MAX);
+	AN_ASSERT((kind == WORKER_CMD_ROUTE_ADD) == (token != NULL));
 	struct worker_cmd *cmd = pool_calloc(1, sizeof(*cmd));
 	if (cmd == NULL)
 		return -ENOMEM;
 	cmd->kind = kind;
 	cmd->sandbox = sandbox;
 	memcpy(cmd->id, id, len + 1);
+	if (token != NULL)
+		memcpy(cmd->token, token, sizeof(cmd->token));
 	worker_cmd_post(w, cmd);
 	return 0;
 }
@@ -447,8 +451,8 @@ static void cmd_remove_begin(struct worker *w, struct worker_cmd *cmd)
 	w->removals = cmd;
 }
 
-/* Applies a route command to the gateway's table of this worker. */
-static void cmd_route(struct worker *w, const struct worker_cmd *cmd)
+/* Applies a route command to the gateway's table of this worker; the token it carried is wiped. */
+static void cmd_route(struct worker *w, struct worker_cmd *cmd)
 {
 	size_t len = strnlen(cmd->id, sizeof(cmd->id));
 
@@ -458,9 +462,11 @@ static void cmd_route(struct worker *w, const struct worker_cmd *cmd)
 		return;
 	}
 	AN_ASSERT(cmd->kind == WORKER_CMD_ROUTE_ADD);
-	if (ingress_routes_put(&w->routes, cmd->id, len, cmd->sandbox) != 0)
+	AN_ASSERT(strlen(cmd->token) == INGRESS_TOKEN_CHARS);
+	if (ingress_routes_put(&w->routes, cmd->id, len, cmd->sandbox, cmd->token) != 0)
 		log_error("worker %u: sandbox %s: no memory for its ingress route", w->index,
 			  cmd->id);
+	explicit_bzero(cmd->token, sizeof(cmd->token));
 }
 
 static void worker_policy_refresh(struct worker *w);

@@ -34,10 +34,11 @@ int worker_listener_add(struct worker *w, int fd, uint32_t sandbox, bool tcp);
 int worker_ingress_listener_add(struct worker *w, int fd, bool internal);
 /*
  * Posts route command <kind> (WORKER_CMD_ROUTE_ADD or _DEL) for sandbox <id>
- * in slot <sandbox> to worker <w>, which frees it. Any thread; 0 or -ENOMEM.
+ * in slot <sandbox>, with its ingress <token> for an ADD (NULL for a DEL), to
+ * worker <w>, which frees it. Any thread; 0 or -ENOMEM.
  */
-int worker_route_post(struct worker *w, enum worker_cmd_kind kind, const char *id,
-		      uint32_t sandbox);
+int worker_route_post(struct worker *w, enum worker_cmd_kind kind, const char *id, uint32_t sandbox,
+		      const char *token);
 /*
  * Adds the counters worker <w> last published to *<sum>, field by field
  * (relaxed loads). Each figure is at most WORKER_STATS_PUBLISH_MS (plus one

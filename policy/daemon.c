@@ -516,12 +516,50 @@ static int parse_ingress_tls(struct loader *ld)
 	return rc;
 }
 
-enum { DI_LISTEN, DI_PUBLIC_URL, DI_PREFIX, DI_TLS, DI__COUNT };
+/* daemon.ingress.origins: "path", every sandbox under the public URL's one origin, or
+ * "subdomain", each sandbox also at an origin of its own, <id>.<the public URL's host>. */
+static int stage_ingress_origins(struct loader *ld)
+{
+	int rc = loader_scalar(ld, "ingress.origins", "\"path\" or \"subdomain\"");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len == 9 && memcmp(s, "subdomain", 9) == 0)
+		ld->next.ingress_origins = true;
+	else if (len == 4 && memcmp(s, "path", 4) == 0)
+		ld->next.ingress_origins = false;
+	else
+		return loader_fail(ld, ld->ev.start_mark,
+				   "ingress.origins must be \"path\" or \"subdomain\"");
+	return 0;
+}
+
+/*
+ * Per-sandbox origins are names under the public URL's host: one must be
+ * given, and be a name (no sub-domain of an address exists). NULL, or why not.
+ */
+static const char *origins_host_invalid(const char *public_url)
+{
+	struct sockaddr_storage ss;
+	struct hostport hp;
+
+	if (public_url == NULL)
+		return "ingress.origins: subdomain needs ingress.public_url, whose host the "
+		       "sandboxes' origins are under (<id>.<host>)";
+	const char *auth = strstr(public_url, "://") + 3;
+	const char *why = loader_split_hostport(auth, strlen(auth), &hp);
+	AN_ASSERT(why == NULL); /* checked when public_url was staged */
+	if (hp.bracketed || addr_parse_ip(hp.host, hp.host_len, &ss) == 0)
+		return "ingress.origins: subdomain needs an ingress.public_url that names a host, "
+		       "not an address: the sandboxes' origins are <id>.<host>";
+	return NULL;
+}
+
+enum { DI_LISTEN, DI_PUBLIC_URL, DI_PREFIX, DI_TLS, DI_ORIGINS, DI__COUNT };
 static const char *const daemon_ingress_keys[] = {
-	[DI_LISTEN] = "listen",
-	[DI_PUBLIC_URL] = "public_url",
-	[DI_PREFIX] = "prefix",
-	[DI_TLS] = "tls",
+	[DI_LISTEN] = "listen", [DI_PUBLIC_URL] = "public_url", [DI_PREFIX] = "prefix",
+	[DI_TLS] = "tls",       [DI_ORIGINS] = "origins",
 };
 static_assert(AN_ARRAY_LEN(daemon_ingress_keys) == DI__COUNT, "every key needs a name");
 static const struct keyset daemon_ingress_keyset = { "daemon.ingress", daemon_ingress_keys,
@@ -529,7 +567,8 @@ static const struct keyset daemon_ingress_keyset = { "daemon.ingress", daemon_in
 
 /*
  * daemon.ingress: listen is mandatory; public_url and prefix only say how
- * agents are told, tls how the listener speaks.
+ * agents are told, tls how the listener speaks, origins whether each sandbox
+ * has an origin of its own too.
  */
 static int parse_daemon_ingress(struct loader *ld)
 {
@@ -551,6 +590,7 @@ static int parse_daemon_ingress(struct loader *ld)
 		rc = key == DI_LISTEN       ? stage_ingress_listen(ld)
 		     : key == DI_PUBLIC_URL ? stage_ingress_public_url(ld)
 		     : key == DI_PREFIX     ? stage_ingress_prefix(ld)
+		     : key == DI_ORIGINS    ? stage_ingress_origins(ld)
 					    : parse_ingress_tls(ld);
 		if (rc != 0)
 			return rc;
@@ -566,9 +606,14 @@ static int parse_daemon_ingress(struct loader *ld)
 			    daemon_ingress_keys[k]);
 	}
 	rc = loader_check_mandatory(ld, &daemon_ingress_keyset, 1u << DI_LISTEN, seen, start);
-	if (rc == 0)
-		AN_ASSERT(ld->next.ingress_listen != NULL);
-	return rc;
+	if (rc != 0)
+		return rc;
+	const char *why =
+	    ld->next.ingress_origins ? origins_host_invalid(ld->next.ingress_public_url) : NULL;
+	if (why != NULL)
+		return loader_fail(ld, marks[DI_ORIGINS], "%s", why);
+	AN_ASSERT(ld->next.ingress_listen != NULL);
+	return 0;
 }
 
 enum {
@@ -717,6 +762,7 @@ void loader_apply_config(struct loader *ld, struct config *cfg)
 	AN_ASSERT((next->ingress_tls_cert == NULL) == (next->ingress_tls_key == NULL));
 	move_string(&cfg->ingress_tls_cert, &next->ingress_tls_cert);
 	move_string(&cfg->ingress_tls_key, &next->ingress_tls_key);
+	cfg->ingress_origins = next->ingress_origins;
 	cfg->ingress_optional = ld->embedded; /* no key sets it: only the built-in policy does */
 	for (uint32_t i = 0; i < UF__COUNT; i++) {
 		if (ld->uints_set & (1u << i))

@@ -2,7 +2,9 @@
  * A profile's `ingress:` section: what the ingress gateway lets through from
  * the outside to the profile's sandboxes (whether it is on, the methods, the
  * request headers it strips, the largest body, and the profile's ingress
- * limits). The gateway's public listener itself is daemon.ingress, staged
+ * limits), how it isolates their answers in a browser (csp_sandbox,
+ * scope_cookies, drop_origin_fields: on by default), and whether a public
+ * request needs the sandbox's token (token: required; none by default). The gateway's public listener itself is daemon.ingress, staged
  * into the config with the other daemon keys (policy/daemon.c).
  *
  * A profile without the section points at one static struct of defaults
@@ -40,6 +42,9 @@ const struct verdict_ingress loader_ingress_default = {
 	.method_count = (uint32_t)AN_ARRAY_LEN(ingress_default_methods),
 	.methods = { VERDICT_INGRESS_METHODS_DEFAULT },
 	.body_bytes_max = VERDICT_INGRESS_BODY_DEFAULT,
+	.csp_sandbox = true,
+	.scope_cookies = true,
+	.drop_origin_fields = true,
 };
 
 /* Every name one section can give, each with its NUL. */
@@ -171,15 +176,46 @@ static int ingress_strip_item(struct loader *ld, void *ctx, uint32_t index)
 	return 0;
 }
 
-enum { IG_ENABLED, IG_METHODS, IG_STRIP, IG_BODY, IG_LIMITS, IG__COUNT };
+enum {
+	IG_ENABLED,
+	IG_METHODS,
+	IG_STRIP,
+	IG_BODY,
+	IG_LIMITS,
+	IG_CSP,
+	IG_COOKIES,
+	IG_ORIGIN_FIELDS,
+	IG_TOKEN,
+	IG__COUNT
+};
 static const char *const ingress_keys[] = {
-	[IG_ENABLED] = "enabled", [IG_METHODS] = "methods", [IG_STRIP] = "strip_headers",
-	[IG_BODY] = "body_bytes", [IG_LIMITS] = "limits",
+	[IG_ENABLED] = "enabled",       [IG_METHODS] = "methods",
+	[IG_STRIP] = "strip_headers",   [IG_BODY] = "body_bytes",
+	[IG_LIMITS] = "limits",         [IG_CSP] = "csp_sandbox",
+	[IG_COOKIES] = "scope_cookies", [IG_ORIGIN_FIELDS] = "drop_origin_fields",
+	[IG_TOKEN] = "token",
 };
 static_assert(AN_ARRAY_LEN(ingress_keys) == IG__COUNT, "every ingress key needs a name");
 static const struct keyset ingress_keyset = { "a profile's ingress", ingress_keys, IG__COUNT };
 static const struct keyset ingress_limit_keyset = { "a profile's ingress limits", loader_limit_keys,
 						    AN_ARRAY_LEN(loader_limit_keys) };
+
+/* ingress.token: "required" (a public request needs the sandbox's token) or "none". */
+static int ingress_token_value(struct loader *ld, bool *required)
+{
+	int rc = loader_scalar(ld, "token", "\"required\" or \"none\"");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len == 8 && memcmp(s, "required", 8) == 0)
+		*required = true;
+	else if (len == 4 && memcmp(s, "none", 4) == 0)
+		*required = false;
+	else
+		return loader_fail(ld, ld->ev.start_mark, "token must be \"required\" or \"none\"");
+	return 0;
+}
 
 static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t key)
 {
@@ -205,6 +241,14 @@ static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t ke
 	}
 	case IG_LIMITS:
 		return loader_limits(ld, &ingress_limit_keyset, &vi->limits);
+	case IG_CSP:
+		return loader_bool(ld, "csp_sandbox", &vi->csp_sandbox);
+	case IG_COOKIES:
+		return loader_bool(ld, "scope_cookies", &vi->scope_cookies);
+	case IG_ORIGIN_FIELDS:
+		return loader_bool(ld, "drop_origin_fields", &vi->drop_origin_fields);
+	case IG_TOKEN:
+		return ingress_token_value(ld, &vi->token_required);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;

@@ -189,6 +189,8 @@ struct policy; /* opaque, immutable once loaded */
  *
  * daemon.ingress sets cfg->ingress_listen, and cfg->ingress_public_url and
  * cfg->ingress_prefix when given (the prefix keeps its default otherwise);
+ * cfg->ingress_origins is true for `origins: subdomain` only (refused
+ * unless public_url names a host: core/ingress.h, ingress_site_init);
  * cfg->ingress_optional is set false: an operator's file makes a listener
  * that cannot bind fail the start. daemon.ingress.tls sets both
  * cfg->ingress_tls_cert and cfg->ingress_tls_key (absolute paths, checked

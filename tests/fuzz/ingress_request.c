@@ -14,9 +14,15 @@
  *   - ingress_route agrees with a model of its contract; a routed id is
  *     1..63 bytes of [A-Za-z0-9_.-] not starting with '.', and the agent's
  *     path has no "." or ".." segment and no %2F or %25;
+ *   - with per-sandbox origins on, ingress_route_request agrees with a model:
+ *     a Host <label>.hooks.fuzz.test:8090 (any case, one trailing dot) routes
+ *     the whole target to the label, or is -ENOENT when it is no DNS label;
+ *     any other Host leaves ingress_route's answer;
  *   - ingress_method_allowed and ingress_is_upgrade agree with models;
  *   - a written head fits its cap, is -EMSGSIZE exactly below its length and
- *     the same bytes at any cap above it; it is method SP "/"... HTTP/1.1,
+ *     the same bytes at any cap above it; it is method SP "/"... HTTP/1.1
+ *     (the rest with no agentsnet_token parameter, nor an Agentsnet-Token
+ *     field below),
  *     CR and LF only as CRLF, ends in the blank line, has exactly one
  *     X-Forwarded-For (the gateway's), its X-Forwarded-Prefix, no field the
  *     gateway drops, the client's framing fields and Host, and it parses
@@ -46,6 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_PREFIX     "/callbacks"
 #define FUZZ_AUTHORITY  "hooks.fuzz.test:8090" /* what a request without Host is given */
 #define FUZZ_PREFIX_LEN (sizeof(FUZZ_PREFIX) - 1)
+/* The public URL when origins are on: each sandbox is also <id>.hooks.fuzz.test:8090. */
+#define FUZZ_ORIGIN_URL "http://hooks.fuzz.test:8090"
 #define FUZZ_ID_MAX     63u
 /* Any head written from a parsed one: the head, the Host twice more, the gateway's fields. */
 #define FUZZ_OUT_BYTES (4u * LIMITS_HEAD_BYTES_MAX + 4096u)
@@ -269,14 +277,57 @@ static int hex_digit(char c)
 	return (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
 }
 
+/* A code point and its length decoded from <b>/<n> (no checks of the form): 0 when <b> is no lead. */
+static size_t model_utf8_decode(const unsigned char *b, size_t n, uint32_t *cp)
+{
+	size_t len = b[0] < 0x80           ? 1
+		     : (b[0] >> 5) == 0x6  ? 2
+		     : (b[0] >> 4) == 0xe  ? 3
+		     : (b[0] >> 3) == 0x1e ? 4
+					   : 0;
+	if (len == 0 || len > n)
+		return 0;
+	*cp = len == 1 ? b[0] : b[0] & (0x7fu >> len);
+	for (size_t k = 1; k < len; k++) {
+		if ((b[k] & 0xc0) != 0x80)
+			return 0;
+		*cp = (*cp << 6) | (b[k] & 0x3fu);
+	}
+	return len;
+}
+
+/* Whether <b>/<n> is UTF-8 as RFC 3629 allows: shortest forms, no surrogates, <= U+10FFFF. */
+static bool model_utf8_ok(const unsigned char *b, size_t n, uint32_t *cps, size_t *cp_count)
+{
+	static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+
+	*cp_count = 0;
+	for (size_t i = 0; i < n;) {
+		uint32_t cp = 0;
+		size_t len = model_utf8_decode(b + i, n - i, &cp);
+		if (len == 0 || cp < least[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		cps[(*cp_count)++] = cp;
+		i += len;
+	}
+	return true;
+}
+
 /*
  * One segment percent-decoded, then judged: no raw backslash, no bad escape,
- * nothing that decodes to '/', backslash, '%' or NUL, and not "." or "..".
+ * nothing that decodes to '/', backslash, '%' or NUL, UTF-8 in its shortest
+ * form, no code point whose NFKC form is dots only or holds a slash (listed
+ * here by hand from Unicode's data), and a name (the bytes before the first
+ * decoded ';') that is not "." or "..", nor empty unless <last>.
  */
-static bool model_segment_ok(const char *s, size_t n)
+static bool model_segment_ok(const char *s, size_t n, bool last)
 {
+	static const uint32_t folded[] = { 0x2024, 0x2025, 0x2026, 0x2100, 0x2101, 0x2105, 0x2106,
+					   0xfe19, 0xfe30, 0xfe52, 0xfe68, 0xff0e, 0xff0f, 0xff3c };
 	unsigned char dec[LIMITS_REQUEST_LINE_BYTES_MAX];
+	uint32_t cps[LIMITS_REQUEST_LINE_BYTES_MAX];
 	size_t m = 0;
+	size_t cp_count = 0;
 
 	AN_ASSERT(n <= sizeof(dec));
 	for (size_t i = 0; i < n; i++) {
@@ -295,10 +346,22 @@ static bool model_segment_ok(const char *s, size_t n)
 		if (dec[i] == '/' || dec[i] == '\\' || dec[i] == '%' || dec[i] == 0)
 			return false;
 	}
-	return !((m == 1 && dec[0] == '.') || (m == 2 && dec[0] == '.' && dec[1] == '.'));
+	if (!model_utf8_ok(dec, m, cps, &cp_count))
+		return false;
+	for (size_t i = 0; i < cp_count; i++) {
+		for (size_t k = 0; k < sizeof(folded) / sizeof(folded[0]); k++) {
+			if (cps[i] == folded[k])
+				return false;
+		}
+	}
+	const unsigned char *semi = memchr(dec, ';', m);
+	size_t name = semi != NULL ? (size_t)(semi - dec) : m;
+	if (name == 0)
+		return last;
+	return !((name == 1 && dec[0] == '.') || (name == 2 && dec[0] == '.' && dec[1] == '.'));
 }
 
-/* The path part of a rest, "" or "/" then segments; only the last may be empty. */
+/* The path part of a rest, "" or "/" then segments. */
 static bool model_path_ok(const char *p, size_t n)
 {
 	size_t start = 1;
@@ -309,9 +372,7 @@ static bool model_path_ok(const char *p, size_t n)
 	for (size_t i = 1; i <= n; i++) {
 		if (i < n && p[i] != '/')
 			continue;
-		if (i == start && i < n)
-			return false;
-		if (!model_segment_ok(p + start, i - start))
+		if (!model_segment_ok(p + start, i - start, i == n))
 			return false;
 		start = i + 1;
 	}
@@ -464,7 +525,8 @@ static bool connection_lists(const struct http1_request *req, const char *name, 
 static void check_client_field(const struct head_field *f, const struct http1_request *req,
 			       const struct verdict_ingress *in)
 {
-	static const char *const never[] = { "te", "trailer", "keep-alive", "x-real-ip" };
+	static const char *const never[] = { "te", "trailer", "keep-alive", "x-real-ip",
+					     "agentsnet-token" };
 
 	for (size_t i = 0; i < AN_ARRAY_LEN(never); i++)
 		AN_ASSERT(!field_is(f, never[i]));
@@ -578,18 +640,51 @@ static void check_head_fields(const char *out, size_t n, const struct http1_requ
 	AN_ASSERT(host == request_count(req, "host") + (req->host_header == NULL ? 1u : 0u));
 }
 
+/*
+ * What the agent's target is for rest <r>/<n>: its query's '&'-separated
+ * parameters kept in order but those named exactly agentsnet_token, and no
+ * '?' when none is kept; into <out> (<n> bytes at least).
+ */
+static size_t model_agent_rest(const char *r, size_t n, char *out)
+{
+	const char *q = memchr(r, '?', n);
+	size_t path = q != NULL ? (size_t)(q - r) : n;
+	size_t m = path;
+	bool first = true;
+
+	memcpy(out, r, path);
+	for (size_t i = path + 1; q != NULL && i <= n;) {
+		const char *amp = memchr(r + i, '&', n - i);
+		size_t end = amp != NULL ? (size_t)(amp - r) : n;
+		size_t len = end - i;
+		bool token = len >= 15 && memcmp(r + i, "agentsnet_token", 15) == 0 &&
+			     (len == 15 || r[i + 15] == '=');
+		if (!token) {
+			out[m++] = first ? '?' : '&';
+			memcpy(out + m, r + i, len);
+			m += len;
+			first = false;
+		}
+		i = end + 1;
+	}
+	AN_ASSERT(m <= n);
+	return m;
+}
+
 /* The request line, the line endings, the blank line and the prefix field. */
 static void check_head_text(const char *out, size_t n, const struct http1_request *req,
 			    const struct ingress_target *t, const struct ingress_client *c)
 {
 	char want[FUZZ_PREFIX_LEN + FUZZ_ID_MAX + 64];
+	char rest[LIMITS_REQUEST_LINE_BYTES_MAX];
+	size_t rest_len = model_agent_rest(t->rest, t->rest_len, rest);
 	size_t m = req->method_len;
-	bool slash = t->rest_len == 0 || t->rest[0] == '?';
-	size_t line = m + 1 + (slash ? 1 : 0) + t->rest_len + sizeof(" HTTP/1.1\r\n") - 1;
+	bool slash = rest_len == 0 || rest[0] == '?';
+	size_t line = m + 1 + (slash ? 1 : 0) + rest_len + sizeof(" HTTP/1.1\r\n") - 1;
 
 	AN_ASSERT(n >= line + 2 && memcmp(out + n - 4, "\r\n\r\n", 4) == 0);
 	AN_ASSERT(memcmp(out, req->method, m) == 0 && out[m] == ' ' && out[m + 1] == '/');
-	AN_ASSERT(memcmp(out + m + 1 + (slash ? 1 : 0), t->rest, t->rest_len) == 0);
+	AN_ASSERT(memcmp(out + m + 1 + (slash ? 1 : 0), rest, rest_len) == 0);
 	AN_ASSERT(memcmp(out + line - 11, " HTTP/1.1\r\n", 11) == 0);
 	for (size_t i = 0; i < n; i++) {
 		if (out[i] == '\r')
@@ -609,7 +704,9 @@ static void check_head_parses(const char *out, size_t n, const struct http1_requ
 {
 	struct http1_request *again = pool_malloc(sizeof(*again));
 	enum reason why = REASON_NONE;
-	bool slash = t->rest_len == 0 || t->rest[0] == '?';
+	char rest[LIMITS_REQUEST_LINE_BYTES_MAX];
+	size_t rest_len = model_agent_rest(t->rest, t->rest_len, rest);
+	bool slash = rest_len == 0 || rest[0] == '?';
 
 	AN_ASSERT(again != NULL);
 	ssize_t rc = http1_parse_request(out, n, again, &why);
@@ -621,8 +718,8 @@ static void check_head_parses(const char *out, size_t n, const struct http1_requ
 		AN_ASSERT(again->form == HTTP1_FORM_ORIGIN && again->version_minor == 1);
 		AN_ASSERT(again->method_len == req->method_len &&
 			  memcmp(again->method, req->method, req->method_len) == 0);
-		AN_ASSERT(again->target_len == t->rest_len + (slash ? 1 : 0));
-		AN_ASSERT(memcmp(again->target + (slash ? 1 : 0), t->rest, t->rest_len) == 0);
+		AN_ASSERT(again->target_len == rest_len + (slash ? 1 : 0));
+		AN_ASSERT(memcmp(again->target + (slash ? 1 : 0), rest, rest_len) == 0);
 		AN_ASSERT(again->body == req->body && again->content_length == req->content_length);
 		/* Host as the client sent it; the gateway's authority for one without (1.0). */
 		size_t want =
@@ -713,6 +810,78 @@ static void check_write(const struct http1_request *req, const struct ingress_ta
 	pool_free(out);
 }
 
+/* What a Host must be to name an origin of FUZZ_ORIGIN_URL: a label into *<label_len>. */
+static bool model_origin_host(const char *h, size_t n, size_t *label_len)
+{
+	static const char suffix[] = ".hooks.fuzz.test";
+	size_t suffix_len = sizeof(suffix) - 1;
+	const char *colon = h != NULL ? memchr(h, ':', n) : NULL;
+
+	if (colon == NULL || n == 0 || h[0] == '[')
+		return false; /* no port: the scheme's (80), not the URL's 8090 */
+	size_t name = (size_t)(colon - h);
+	size_t port_len = n - name - 1;
+	unsigned long port = 0;
+	for (size_t i = 0; i < port_len; i++) {
+		if (colon[1 + i] < '0' || colon[1 + i] > '9')
+			return false;
+		port = port * 10 + (unsigned long)(colon[1 + i] - '0');
+	}
+	if (port_len == 0 || port_len > 5 || port != 8090)
+		return false;
+	if (name > 0 && h[name - 1] == '.')
+		name--;
+	/* ".hooks.fuzz.test" itself is under it too: an empty label, which no id is. */
+	if (name < suffix_len || !starts_nocase(h + name - suffix_len, suffix_len, suffix))
+		return false;
+	*label_len = name - suffix_len;
+	return true;
+}
+
+/* A DNS label, 1-63 of [A-Za-z0-9-] without a '-' at either end. */
+static bool model_label(const char *s, size_t n)
+{
+	if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = lower(s[i]);
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* ingress_route_request with origins on agrees with the models: the Host picks the form. */
+static void check_origin_route(const struct http1_request *req)
+{
+	struct ingress_site site;
+	struct ingress_target t;
+	size_t label_len = 0;
+
+	ingress_site_init(&site, FUZZ_PREFIX, FUZZ_ORIGIN_URL, true);
+	int rc = ingress_route_request(&site, req->host_header, req->host_header_len, req->target,
+				       req->target_len, &t);
+	if (!model_origin_host(req->host_header, req->host_header_len, &label_len)) {
+		size_t id_len = 0;
+		AN_ASSERT(rc == model_route(req->target, req->target_len, &id_len));
+		AN_ASSERT(rc != 0 || !t.origin);
+		return;
+	}
+	const char *end = req->target + req->target_len;
+	const char *q = memchr(req->target, '?', req->target_len);
+	int want = !model_label(req->host_header, label_len)           ? -ENOENT
+		   : memchr(req->target, '#', req->target_len) != NULL ? -EPERM
+		   : !model_path_ok(req->target, (size_t)((q != NULL ? q : end) - req->target))
+		       ? -EPERM
+		       : 0;
+	AN_ASSERT(rc == want);
+	if (rc != 0)
+		return;
+	AN_ASSERT(t.origin);
+	AN_ASSERT(t.id == req->host_header && t.id_len == label_len);
+	AN_ASSERT(t.rest == req->target && t.rest_len == req->target_len);
+}
+
 static void check_request(const char *buf, size_t len, const struct sockaddr_storage *src,
 			  struct rng *r)
 {
@@ -722,6 +891,8 @@ static void check_request(const char *buf, size_t len, const struct sockaddr_sto
 
 	AN_ASSERT(req != NULL);
 	ssize_t rc = http1_parse_request(buf, len, req, &why);
+	if (rc > 0 && req->form == HTTP1_FORM_ORIGIN)
+		check_origin_route(req);
 	if (rc > 0 && req->form == HTTP1_FORM_ORIGIN && check_route(req, &t) == 0) {
 		const struct verdict_ingress *in = &profiles[rng_next(r) & 1u];
 		AN_ASSERT(ingress_method_allowed(in, req->method, req->method_len) ==

@@ -67,6 +67,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import warnings
 
 from integlib import (READY_TIMEOUT_S, Fatal, Procs, Skip, add_binary_args, add_run_args,
@@ -108,6 +109,9 @@ STATIC_SH = ('echo "{\\"public_url\\": \\"$AGENT_PUBLIC_URL\\", \\"ingress_port\
 # 127.0.0.1 and TLS_NAME; each check connects from its own loopback address, so that the
 # client the agent and the audit are told is the real one, not the daemon's own socket.
 TLS_NAME = "hooks.ingress.test"
+# The public host of the origins daemon (daemon.ingress.origins: subdomain): each sandbox is
+# also <id>.ORIGIN_HOST. Never resolved: the clients connect to 127.0.0.1 and send it as Host.
+ORIGIN_HOST = "hooks.origins.test"
 TLS_CA_CN = "agentsnet ingress test CA"
 TLS_WS_MESSAGES = 200  # 5 over 64 KiB (ws_plan)
 TLS_WS_LOCKSTEP = 50
@@ -743,6 +747,8 @@ class Tests(Pass):
             self.start_agent("a", self.agent_cmd("a"), "listening"),
             self.start_agent("b", self.agent_cmd("b"), "listening"),
             self.start_agent("lim", self.agent_cmd("lim"), "listening", profile="limited"),
+            self.start_agent("open", self.agent_cmd("open"), "listening", profile="open"),
+            self.start_agent("tok", self.agent_cmd("tok"), "listening", profile="tokened"),
             self.start_agent("once", self.agent_cmd("once", 1, self.vars["once_go"]),
                              "listening"),
         ]
@@ -1023,6 +1029,311 @@ class Tests(Pass):
         self.timed("path escapes toward sandbox B under A's prefix (../, %2e%2e, %2f, %5c, "
                    "%25, //, NUL, id%2f..): 400 path_not_allowed or 404, B's and A's servers "
                    "saw none; a plain request to B arrives", escape)
+
+    def t_escape_forms(self):
+        """Issue 18 item 5: the readings of '.', '/' and '\\' a plain decoder does not
+        see (path parameters, overlong and invalid UTF-8, NFKC folds) toward B under A's
+        prefix: 400 path_not_allowed, no agent saw them; valid UTF-8 and parameters on
+        other names reach A as sent."""
+        def forms():
+            a, b = self.sid["a"], self.sid["b"]
+            shapes = ["/..;/%s/secret", "/..;x=1/%s/secret", "/.;/..;/%s/secret",
+                      "/%%2e%%2e;/%s/secret", "/..%%3b/%s/secret", "/;/..;/%s/secret",
+                      "/%%c0%%ae%%c0%%ae/%s/secret", "/%%C0%%AE%%C0%%AE/%s/secret",
+                      "/..%%c0%%af%s/secret", "/..%%c1%%9c%s/secret",
+                      "/%%e0%%80%%ae%%e0%%80%%ae/%s/secret", "/..%%e0%%80%%af%s/secret",
+                      "/%%f0%%80%%80%%ae%%f0%%80%%80%%ae/%s/secret", "/..%%f0%%80%%80%%af%s/secret",
+                      "/..%%c0/%s/secret", "/x%%80/%s/secret", "/x%%ed%%a0%%80/%s/secret",
+                      "/%%ef%%bc%%8e%%ef%%bc%%8e/%s/secret", "/..%%ef%%bc%%8f%s/secret",
+                      "/..%%ef%%bc%%bc%s/secret", "/%%e2%%80%%a5/%s/secret"]
+            targets = ["%s/%s%s" % (PREFIX, a, t % b) for t in shapes]
+            errs = []
+            before_a, before_b = len(self.seen("a")), len(self.seen("b"))
+            for t in targets:
+                r = self.send(build("GET", t, self.host()), "GET", {"method": "GET", "path": t})
+                errs += ["%s: %s" % (t, e) for e in refusal(r, 400, "path_not_allowed")]
+            time.sleep(0.3)
+            if self.seen("b")[before_b:] or self.seen("a")[before_a:]:
+                errs.append("the agents got them: A %r, B %r" % (
+                    self.seen_paths("a")[before_a:], self.seen_paths("b")[before_b:]))
+            for rest in ("/caf%c3%a9/%f0%9f%98%80", "/x;y=1/z;..", "/;jsessionid=1"):
+                r = self.req("a", rest)
+                if r.status != 200 or (r.json() or {}).get("path") != rest:
+                    errs.append("the control %s: %r, want 200 and the agent gets it as sent"
+                                % (rest, r))
+            return errs
+
+        self.timed("path escapes toward B under A's prefix that only some servers read as "
+                   "such (..;, .;, %3b, overlong %c0%ae %e0%80%af %f0%80%80%af %c1%9c, "
+                   "invalid UTF-8, fullwidth dots and slashes): 400 path_not_allowed, no agent "
+                   "saw them; valid UTF-8 and ;params elsewhere reach the agent", forms)
+
+    def t_isolation(self):
+        """Issue 18 item 5: on the path form, where every sandbox shares one origin, an
+        agent's answer cannot act beyond its sandbox in a browser: a CSP sandbox field on
+        every final answer, no Set-Cookie out of its path or with a Domain, no field that
+        acts on the whole origin, in a 101 too; a profile with the keys off gets it all."""
+        def csp():
+            errs = []
+            for fields, want_theirs in (([("Content-Type", "text/html")], []),
+                                        ([("Content-Type", "image/svg+xml")], []),
+                                        ([], []),
+                                        ([("Content-Type", "text/html"),
+                                          ("Content-Security-Policy", "default-src 'self'")],
+                                         ["default-src 'self'"])):
+                r = self.answer("a", fields)
+                got = r.all("Content-Security-Policy")
+                if r.status != 200 or got != want_theirs + ["sandbox"]:
+                    errs.append("an answer with %r: %r, Content-Security-Policy %r, want %r"
+                                % (fields, r, got, want_theirs + ["sandbox"]))
+            r = self.answer("open", [("Content-Type", "text/html")])
+            if r.status != 200 or r.all("Content-Security-Policy"):
+                errs.append("csp_sandbox: false: %r with %r, want 200 and none" % (
+                    r, r.all("Content-Security-Policy")))
+            return errs
+
+        def cookies():
+            a, b = self.sid["a"], self.sid["b"]
+            sent = [("k-own", "Path=%s/%s" % (PREFIX, a)),
+                    ("k-below", "Path=%s/%s/x" % (PREFIX, a)),
+                    ("k-default", "HttpOnly"), ("k-root", "Path=/"),
+                    ("k-prefix", "Path=%s" % PREFIX), ("k-other", "Path=%s/%s" % (PREFIX, b)),
+                    ("k-shorter", "Path=%s/%s" % (PREFIX, a[:-1])),
+                    ("k-domain", "Path=%s/%s; Domain=127.0.0.1" % (PREFIX, a)),
+                    ("k-both", "Path=%s/%s; Path=/" % (PREFIX, a)),
+                    ("k-dots", "Path=%s/%s/../%s" % (PREFIX, a, b))]
+            fields = [("Set-Cookie", "%s=1; %s" % kv) for kv in sent]
+            errs = []
+            for role, want in (("a", ["k-own", "k-below", "k-default"]),
+                               ("open", [k for k, _ in sent])):
+                r = self.answer(role, fields)
+                got = [c.split("=", 1)[0] for c in r.all("Set-Cookie")]
+                if r.status != 200 or got != want:
+                    errs.append("%s: %r, cookies %r, want %r" % (role, r, got, want))
+            return errs
+
+        def origin_fields():
+            fields = [("Clear-Site-Data", '"cookies", "storage"'),
+                      ("Strict-Transport-Security", "max-age=63072000; includeSubDomains"),
+                      ("Service-Worker-Allowed", "/"), ("Alt-Svc", 'h2="evil.test:443"'),
+                      ("NEL", '{"report_to":"g","max_age":86400}'),
+                      ("Report-To", '{"group":"g","max_age":86400,"endpoints":[]}'),
+                      ("X-Kept", "1")]
+            errs = []
+            for role, want in (("a", ["x-kept"]), ("open", [k.lower() for k, _ in fields])):
+                r = self.answer(role, fields)
+                names = [k.lower() for k, _ in fields]
+                got = [k.lower() for k, _ in r.headers if k.lower() in names]
+                if r.status != 200 or got != want:
+                    errs.append("%s: %r, fields %r, want %r" % (role, r, got, want))
+            return errs
+
+        def upgrade():
+            """A 101 with a cookie for the whole origin: dropped; the tunnel still echoes."""
+            errs = []
+            target = self.target("a", "/ws?" + urllib.parse.urlencode(
+                [("h", "Set-Cookie: ws=1; Path=/"), ("h", "X-Kept: 1")]))
+            c = Conn(self.port)
+            try:
+                key = base64.b64encode(os.urandom(16)).decode()
+                c.send(build("GET", target, self.host(), [
+                    ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                    ("Sec-WebSocket-Key", key), ("Sec-WebSocket-Version", "13")]))
+                status, headers = c.head()
+                r = Resp(status, headers, client=c.client)
+                if status != 101 or r.get("Sec-WebSocket-Accept") != ws.accept_key(key):
+                    return ["the handshake: %d %r" % (status, headers)]
+                if r.all("Set-Cookie") or r.get("X-Kept") != "1":
+                    errs.append("the 101 came with Set-Cookie %r, X-Kept %r; want none, 1" % (
+                        r.all("Set-Cookie"), r.get("X-Kept")))
+                c.send(ws.encode(ws.OP_TEXT, b"after the 101", os.urandom(4)))
+                reader = ws.Reader(c.s.recv, bytes(c.buf))
+                op, payload, _ = reader.message()
+                if op != ws.OP_TEXT or payload != b"after the 101":
+                    errs.append("the echo after the rewritten 101: %d %r" % (op, payload))
+                c.send(ws.encode(ws.OP_CLOSE, b"\x03\xe8", os.urandom(4)))
+                reader.message()
+            except (OSError, EOFError, ws.ProtocolError) as e:
+                errs.append("%s: %s" % (type(e).__name__, e))
+            finally:
+                c.close()
+            self.wants.append((c.client, {"sandbox": self.sid["a"], "path": target,
+                                          "status": 101}))
+            return errs
+
+        self.timed("path form: Content-Security-Policy: sandbox on every answer (HTML, SVG, no "
+                   "Content-Type), beside the agent's own; none with csp_sandbox: false", csp)
+        self.timed("path form: Set-Cookie whose Path (or default path) leaves /callbacks/<id>, "
+                   "that has a Domain or a second Path outside, or ../ in it: dropped; inside: "
+                   "kept; scope_cookies: false keeps all", cookies)
+        self.timed("path form: Clear-Site-Data, Strict-Transport-Security, "
+                   "Service-Worker-Allowed, Alt-Svc, NEL, Report-To dropped, other fields kept; "
+                   "drop_origin_fields: false keeps them", origin_fields)
+        self.timed("path form: a WebSocket 101 with Set-Cookie Path=/ reaches the client "
+                   "without it, and the tunnel works", upgrade)
+
+    def t_token(self):
+        """Issue 18 item 5: a sandbox on a profile with ingress.token: required is reached
+        only with its token, in the agentsnet_token parameter or the Agentsnet-Token
+        field, which never reach the agent nor the audit; without it, the very answer an
+        unknown id gets."""
+        def url_token():
+            url = self.info[self.sid["tok"]].get("public_url") or ""
+            m = re.fullmatch(r"http://%s%s/%s\?agentsnet_token=([A-Za-z0-9_-]{43})" % (
+                re.escape(self.host()), PREFIX, re.escape(self.sid["tok"])), url)
+            if m is None:
+                return None, ["AGENT_PUBLIC_URL is %r, want http://%s%s/%s?agentsnet_token="
+                              "<43 of base64url>" % (url, self.host(), PREFIX, self.sid["tok"])]
+            return m.group(1), []
+
+        def refused():
+            token, errs = url_token()
+            if token is None:
+                return errs
+            tok = self.sid["tok"]
+            wrong = token[:-1] + ("A" if token[-1] != "A" else "B")
+            unknown = self.send(build("GET", "%s/it-no-such-sandbox/x" % PREFIX, self.host()))
+            errs += ["an unknown id: %s" % e for e in refusal(unknown, 404, "ingress_not_found")]
+            before = len(self.seen("tok"))
+            for label, rest, fields in (
+                    ("no token", "/x", []),
+                    ("an empty one", "/x?agentsnet_token=", []),
+                    ("a wrong one", "/x?agentsnet_token=" + wrong, []),
+                    ("its prefix", "/x?agentsnet_token=" + token[:-1], []),
+                    ("another parameter name", "/x?agentsnet_tokens=" + wrong, []),
+                    ("a wrong field", "/x", [("Agentsnet-Token", wrong)]),
+                    ("the right one and a wrong field", "/x?agentsnet_token=" + token,
+                     [("Agentsnet-Token", wrong)]),
+                    ("a wrong one beside the right one",
+                     "/x?agentsnet_token=%s&agentsnet_token=%s" % (wrong, token), []),
+                    ("a POST with a body", "/x", [("Content-Length", "3")])):
+                target = self.target("tok", rest)
+                body = b"abc" if label.startswith("a POST") else b""
+                r = self.send(build("POST" if body else "GET", target, self.host(), fields,
+                                    body, length=False),
+                              "POST" if body else "GET")
+                self.wants[-1] = (r.client, {"sandbox": tok, "path": target,
+                                             "reason": "ingress_token_refused",
+                                             "status": 404})
+                bad = refusal(r, 404, "ingress_not_found")
+                mine, theirs = r.json() or {}, unknown.json() or {}
+                for key in ("instruction", "sandbox", "rule", "port", "status", "reason"):
+                    if mine.get(key) != theirs.get(key):
+                        bad.append("%s %r, an unknown id's %r" % (key, mine.get(key),
+                                                                  theirs.get(key)))
+                if sorted(k.lower() for k, _ in r.headers) != sorted(
+                        k.lower() for k, _ in unknown.headers):
+                    bad.append("header names %r, an unknown id's %r" % (
+                        [k for k, _ in r.headers], [k for k, _ in unknown.headers]))
+                errs += ["%s: %s" % (label, e) for e in bad]
+            time.sleep(0.2)
+            if self.seen("tok")[before:]:
+                errs.append("the agent got %r" % self.seen_paths("tok")[before:])
+            return errs
+
+        def carried():
+            token, errs = url_token()
+            if token is None:
+                return errs
+            before = len(self.seen("tok"))
+            cases = [("/q?a=1&agentsnet_token=%s&b=2" % token, [], "/q?a=1&b=2"),
+                     ("/q?agentsnet_token=%s" % token, [], "/q"),
+                     ("/f?z=9", [("Agentsnet-Token", token)], "/f?z=9"),
+                     ("/both?agentsnet_token=%s" % token, [("Agentsnet-Token", token)],
+                      "/both")]
+            for rest, fields, path in cases:
+                target = self.target("tok", rest)
+                r = self.send(build("GET", target, self.host(), fields), "GET",
+                              {"sandbox": self.sid["tok"], "path": target, "status": 200})
+                rec = r.json() or {}
+                if r.status != 200 or rec.get("path") != path:
+                    errs.append("%s with %r: %r, want 200 and the agent gets %s" % (
+                        rest, fields, r, path))
+                if "agentsnet-token" in header_map(rec):
+                    errs.append("%s: the agent got Agentsnet-Token" % rest)
+            # A sandbox that needs none: the parameter and the field are taken away too.
+            target = self.target("a", "/t?agentsnet_token=x&k=v")
+            r = self.send(build("GET", target, self.host(), [("Agentsnet-Token", "y")]), "GET",
+                          {"sandbox": self.sid["a"], "path": target})
+            rec = r.json() or {}
+            if r.status != 200 or rec.get("path") != "/t?k=v" or \
+                    "agentsnet-token" in header_map(rec):
+                errs.append("sandbox A (no token needed) with one: %r, the agent got %r %r" % (
+                    r, rec.get("path"), header_map(rec).get("agentsnet-token")))
+            got = [g.get("path") for g in self.seen("tok")[before:]]
+            if got != [c[2] for c in cases]:
+                errs.append("the agent recorded %r" % got)
+            wait_for(lambda: token in read_text(self.vars["audit"]) or
+                     len(read_audit(self.vars["audit"])[0]) > 0, AUDIT_WAIT_S, "audit records")
+            time.sleep(0.5)
+            if token in read_text(self.vars["audit"]):
+                errs.append("the token is in the audit file")
+            return errs
+
+        def kept():
+            """A second daemon: a run-time sandbox on the profile keeps its token through a
+            restart (the registry has it, 0600), and the gateway takes it."""
+            sock_dir = "/run/%s-token" % self.args.netns
+            port = free_port()
+            saved = dict(self.vars)
+            self.vars.update({"sock_dir": sock_dir,
+                              "control": os.path.join(sock_dir, "control.sock"),
+                              "audit": os.path.join(self.tmp, "audit-token.jsonl")})
+            err_path = os.path.join(self.tmp, "daemon-token.stderr")
+            policy = self.render_policy("policy-token.yaml", port)
+            sid = self.sandbox_id("tok-kept")
+            errs, urls, d = [], [], None
+            try:
+                for run in (1, 2):
+                    d = self.start_daemon(policy, err_path=err_path)
+                    if run == 1:
+                        got = self.ctl("sandbox add %s tokened" % sid)
+                        if not got or not got[0].startswith("ok "):
+                            return ["sandbox add: %r" % got]
+                    urls.append((self.ctl("sandbox url %s" % sid) or [""])[0])
+                    record = os.path.join(sock_dir, "registry", sid)
+                    mode = os.stat(record).st_mode & 0o777
+                    if mode != 0o600:
+                        errs.append("run %d: the registry record is %o, want 600" % (run, mode))
+                    m = re.search(r"agentsnet_token=(\S+)$", urls[-1])
+                    token = m.group(1) if m else "none"
+                    host = "127.0.0.1:%d" % port
+                    for want, rest in ((502, "/x?agentsnet_token=" + token), (404, "/x")):
+                        r = self.send(build("GET", "%s/%s%s" % (PREFIX, sid, rest), host),
+                                      port=port)
+                        self.wants.pop()  # another daemon's audit
+                        if r.status != want:
+                            errs.append("run %d, %s: %r, want %d" % (run, rest[:20], r, want))
+                    errs += ["run %d: stop: %s" % (run, e) for e in stop_daemon(d, err_path)]
+                    d = None
+                if len(set(urls)) != 1 or "agentsnet_token=" not in urls[0]:
+                    errs.append("sandbox url before and after the restart: %r, want one URL "
+                                "with a token" % urls)
+            finally:
+                if d is not None:
+                    self.procs.stop(d)
+                self.vars.clear()
+                self.vars.update(saved)
+                shutil.rmtree(sock_dir, ignore_errors=True)
+            return errs
+
+        self.timed("AGENT_PUBLIC_URL of a sandbox on token: required holds its token; without "
+                   "it (none, empty, wrong, a prefix, a wrong copy beside the right one, in the "
+                   "query or Agentsnet-Token): 404 ingress_not_found, the same answer as an "
+                   "unknown id, the agent saw none, the audit says ingress_token_refused",
+                   refused)
+        self.timed("with the token (query or field) the request reaches the agent without it, "
+                   "the other parameters as sent; a sandbox that needs none never sees one "
+                   "either; the token is nowhere in the audit", carried)
+        self.timed("a run-time sandbox's token survives a daemon restart (its 0600 registry "
+                   "record), and the restarted gateway takes it", kept)
+
+    def answer(self, role, fields, host=None):
+        """GET <role>'s /answer asking for <fields> ((name, value) pairs) in its answer."""
+        target = self.target(role, "/answer?" + urllib.parse.urlencode(
+            [("h", "%s: %s" % f) for f in fields]))
+        return self.send(build("GET", target, host or self.host()), "GET",
+                         {"sandbox": self.sid[role], "method": "GET", "path": target})
 
     def t_websocket(self):
         """Done when 5: a WebSocket echo through the gateway, 1,000 messages."""
@@ -1581,6 +1892,236 @@ class Tests(Pass):
         if self.daemon is not None:
             return
         self.timed("--no-ingress: no public listener; the daemon runs and stops cleanly", off)
+
+    # ---- per-sandbox origins (daemon.ingress.origins: subdomain) ---------------------------
+
+    def t_origins(self):
+        """Issue 18 item 5: a second daemon (its own socket directory, audit file and port)
+        whose public_url names ORIGIN_HOST, with origins: subdomain; two sandboxes under it,
+        and two ids no origin can have (a dot, an upper-case letter)."""
+        saved = (self.port, dict(self.vars), self.wants, self.bare)
+        sock_dir = "/run/%s-origins" % self.args.netns
+        self.port, self.wants, self.bare = free_port(), [], set()
+        self.vars.update({"sock_dir": sock_dir, "control": os.path.join(sock_dir, "control.sock"),
+                          "audit": os.path.join(self.tmp, "audit-origins.jsonl")})
+        self.or_err = os.path.join(self.tmp, "daemon-origins.stderr")
+        self.or_daemon, self.or_agents, self.or_added = None, {}, []
+        try:
+            self.timed("origins daemon: agentsnetd starts with public_url http://%s:<port> and "
+                       "origins: subdomain; two sandboxes listen under it" % ORIGIN_HOST,
+                       self.origins_up)
+            checks = [
+                ("AGENT_PUBLIC_URL and `sandbox url` are http://<id>.%s:<port>; an id with a "
+                 "dot or an upper-case letter keeps <public_url>/callbacks/<id>" % ORIGIN_HOST,
+                 self.origins_urls),
+                ("Host <id>.%s:<port> reaches that sandbox with the whole path (one naming "
+                 "another sandbox too), no X-Forwarded-Prefix; any case, a trailing dot; the "
+                 "public host, an address or another port keep the path form" % ORIGIN_HOST,
+                 self.origins_route),
+                ("Host <unknown id>.%s, <b>.<a>.%s, a dotted or upper-case id's name: 404 "
+                 "ingress_not_found, the same answer as an unknown id in the path form; dot "
+                 "segments on an origin: 400 path_not_allowed; no agent saw any"
+                 % (ORIGIN_HOST, ORIGIN_HOST), self.origins_refused),
+                ("on its own origin an answer gets no CSP, keeps a cookie for / and "
+                 "Strict-Transport-Security, loses a cookie for %s and Clear-Site-Data; the "
+                 "same sandbox on the path form gets the CSP, not the cookie" % ORIGIN_HOST,
+                 self.origins_answers),
+            ]
+            for name, fn in checks:
+                if self.or_daemon is None or self.or_daemon.poll() is not None:
+                    self.result(name, ["not run: the origins daemon is not up; stderr:\n" +
+                                       read_text(self.or_err)[-3000:]])
+                    continue
+                self.timed(name, fn)
+            self.timed("audit of the origins daemon: one \"ingress\" record per public request "
+                       "(%d), the sandbox the Host named, the path as sent" % len(self.wants),
+                       self.audit_errs)
+        finally:
+            self.timed("origins daemon: every agentsnet run stopped, nothing left; the daemon "
+                       "stops on SIGTERM with exit 0 and a clean stderr", self.origins_down)
+            self.port, self.wants, self.bare = saved[0], saved[2], saved[3]
+            self.vars.clear()
+            self.vars.update(saved[1])
+
+    def origins_up(self):
+        more = '    public_url: "http://%s:%d"\n    origins: subdomain' % (ORIGIN_HOST, self.port)
+        policy = self.render_policy("policy-origins.yaml", self.port, more)
+        self.or_daemon = self.start_daemon(policy, err_path=self.or_err)
+        pending = []
+        for role in ("or-a", "or-b"):
+            sid = self.sid[role] = self.sandbox_id(role)
+            self.or_agents[role] = self.start(self.agent_cmd(role), sandbox=sid)
+            pending.append((self.or_agents[role], "listening"))
+        self.wait_agents(pending)
+        for role, sid in (("or-dot", self.sandbox_id("or.dot")),
+                          ("or-upper", self.sandbox_id("Or-Upper"))):
+            got = self.ctl("sandbox add %s default" % sid)
+            if not got or not got[0].startswith("ok "):
+                raise Fatal("sandbox add %s default: %r" % (sid, got))
+            self.sid[role] = sid
+            self.or_added.append(sid)
+        log("# origins daemon: public listener 127.0.0.1:%d as %s, sandboxes %s" % (
+            self.port, ORIGIN_HOST, " ".join(self.sid[r] for r in (
+                "or-a", "or-b", "or-dot", "or-upper"))))
+        return []
+
+    def origins_down(self):
+        errs = []
+        for sid in self.or_added:
+            self.ctl("sandbox rm %s" % sid)
+        self.or_added = []
+        for role, a in list(self.or_agents.items()):
+            if a.proc.poll() is None:
+                a.proc.send_signal(signal.SIGTERM)
+            try:
+                a.finish(20)
+            except Fatal as e:
+                errs.append(str(e))
+                continue
+            errs += ["%s: %s" % (role, e) for e in self.leftovers(
+                a, daemon_up=self.or_daemon is not None and self.or_daemon.poll() is None)]
+        self.or_agents = {}
+        if self.or_daemon is not None:
+            errs += ["the origins daemon's stop: " + e for e in stop_daemon(self.or_daemon,
+                                                                             self.or_err)]
+            self.or_daemon = None
+        return errs
+
+    def origin(self, role, port=None, upper=False, dot=""):
+        """The Host of <role>'s origin: "<id>.ORIGIN_HOST<dot>:<port>"."""
+        host = "%s.%s%s:%d" % (self.sid[role], ORIGIN_HOST, dot, port or self.port)
+        return host.upper() if upper else host
+
+    def via(self, host, target, want_role=None, method="GET"):
+        """GET <target> with Host <host> on a new connection; the audit is told the
+        sandbox of <want_role> (None: no sandbox, or a refusal's)."""
+        w = {"method": method, "path": target}
+        if want_role is not None:
+            w["sandbox"] = self.sid[want_role]
+        return self.send(build(method, target, host), method, w)
+
+    def origins_urls(self):
+        errs = []
+        a = self.sid["or-a"]
+        want = "http://%s" % self.origin("or-a")
+        got = self.info[a].get("public_url")
+        if got != want:
+            errs.append("AGENT_PUBLIC_URL of %s is %r, want %r" % (a, got, want))
+        for role, url in (("or-b", "http://%s" % self.origin("or-b")),
+                          ("or-dot", "http://%s:%d%s/%s" % (ORIGIN_HOST, self.port, PREFIX,
+                                                            self.sid["or-dot"])),
+                          ("or-upper", "http://%s:%d%s/%s" % (ORIGIN_HOST, self.port, PREFIX,
+                                                              self.sid["or-upper"]))):
+            reply = self.ctl("sandbox url %s" % self.sid[role])
+            if reply != ["ok " + url]:
+                errs.append("sandbox url %s: %r, want ok %s" % (self.sid[role], reply, url))
+        return errs
+
+    def origins_route(self):
+        errs = []
+        a, b = self.sid["or-a"], self.sid["or-b"]
+        before_a, before_b = len(self.seen("or-a")), len(self.seen("or-b"))
+        cases = [  # (Host, target, the role it reaches, the path that role's agent gets)
+            (self.origin("or-a"), "/o-1?q=1", "or-a", "/o-1?q=1"),
+            (self.origin("or-a"), "%s/%s/o-2" % (PREFIX, b), "or-a", "%s/%s/o-2" % (PREFIX, b)),
+            (self.origin("or-a", upper=True, dot="."), "/o-3", "or-a", "/o-3"),
+            (self.origin("or-b"), "/", "or-b", "/"),
+            ("%s:%d" % (ORIGIN_HOST, self.port), "%s/%s/o-4" % (PREFIX, b), "or-b", "/o-4"),
+            ("%s:%d" % (ORIGIN_HOST.upper(), self.port), "%s/%s/o-5" % (PREFIX, a), "or-a",
+             "/o-5"),
+            (self.host(), "%s/%s/o-6" % (PREFIX, b), "or-b", "/o-6"),
+            (self.origin("or-a", port=1), "%s/%s/o-7" % (PREFIX, b), "or-b", "/o-7"),
+        ]
+        for host, target, role, path in cases:
+            r = self.via(host, target, role)
+            rec = r.json() or {}
+            h = header_map(rec)
+            if r.status != 200 or rec.get("path") != path:
+                errs.append("Host %s, %s: %r, want 200 from %s's agent with path %s" % (
+                    host, target, r, role, path))
+                continue
+            origin = host.lower().startswith(self.sid[role].lower() + ".")
+            prefix = h.get("x-forwarded-prefix")
+            if origin and prefix is not None:
+                errs.append("Host %s: the agent got X-Forwarded-Prefix %r (an origin's paths are "
+                            "its own from /)" % (host, prefix))
+            if not origin and prefix != ["%s/%s" % (PREFIX, self.sid[role])]:
+                errs.append("Host %s, path form: X-Forwarded-Prefix %r" % (host, prefix))
+            # A host name is case-insensitive: the origin's label reaches the agent lowered.
+            sent = self.sid[role].lower() + host[len(self.sid[role]):] if origin else host
+            if h.get("host") != [sent]:
+                errs.append("Host %s: the agent got Host %r, want %r" % (host, h.get("host"),
+                                                                         sent))
+        got_a = self.seen_paths("or-a")[before_a:]
+        got_b = self.seen_paths("or-b")[before_b:]
+        want_a = [c[3] for c in cases if c[2] == "or-a"]
+        want_b = [c[3] for c in cases if c[2] == "or-b"]
+        if got_a != want_a or got_b != want_b:
+            errs.append("A recorded %r (want %r), B %r (want %r)" % (got_a, want_a, got_b,
+                                                                   want_b))
+        return errs
+
+    def origins_refused(self):
+        errs = []
+        a, b = self.sid["or-a"], self.sid["or-b"]
+        before_a, before_b = len(self.seen("or-a")), len(self.seen("or-b"))
+        unknown_path = self.via("%s:%d" % (ORIGIN_HOST, self.port),
+                                "%s/it-no-such-sandbox/x" % PREFIX)
+        errs += ["the path form's unknown id: %s" % e
+                 for e in refusal(unknown_path, 404, "ingress_not_found")]
+        names = ["it-no-such-sandbox.%s:%d" % (ORIGIN_HOST, self.port),
+                 "%s.%s" % (b, self.origin("or-a")),
+                 "%s.%s:%d" % (self.sid["or-dot"], ORIGIN_HOST, self.port),
+                 "%s.%s:%d" % (self.sid["or-upper"], ORIGIN_HOST, self.port),
+                 "%s.%s:%d" % (self.sid["or-upper"].lower(), ORIGIN_HOST, self.port),
+                 ".%s:%d" % (ORIGIN_HOST, self.port),
+                 "%s_x.%s:%d" % (a, ORIGIN_HOST, self.port)]
+        for host in names:
+            for target in ("/x", "%s/%s/x" % (PREFIX, b)):
+                r = self.via(host, target)
+                bad = refusal(r, 404, "ingress_not_found")
+                mine, theirs = r.json() or {}, unknown_path.json() or {}
+                for key in ("instruction", "sandbox", "rule", "port"):
+                    if mine.get(key) != theirs.get(key):
+                        bad.append("%s %r differs from the path form's unknown id's %r" % (
+                            key, mine.get(key), theirs.get(key)))
+                if sorted(k.lower() for k, _ in r.headers) != sorted(
+                        k.lower() for k, _ in unknown_path.headers):
+                    bad.append("header names %r differ from the path form's %r" % (
+                        [k for k, _ in r.headers], [k for k, _ in unknown_path.headers]))
+                errs += ["Host %s, %s: %s" % (host, target, e) for e in bad]
+        for target in ("/..;/x", "/%2e%2e/x", "/x/%c0%ae%c0%ae/y"):
+            r = self.via(self.origin("or-a"), target)  # refused before a sandbox is looked up
+            errs += ["Host %s, %s: %s" % (self.origin("or-a"), target, e)
+                     for e in refusal(r, 400, "path_not_allowed")]
+        time.sleep(0.3)
+        if self.seen("or-a")[before_a:] or self.seen("or-b")[before_b:]:
+            errs.append("the agents got them: A %r, B %r" % (
+                self.seen_paths("or-a")[before_a:], self.seen_paths("or-b")[before_b:]))
+        return errs
+
+    def origins_answers(self):
+        errs = []
+        fields = [("Content-Type", "text/html"), ("Set-Cookie", "own=1; Path=/"),
+                  ("Set-Cookie", "site=1; Domain=%s" % ORIGIN_HOST),
+                  ("Set-Cookie", "self=1; Domain=%s.%s" % (self.sid["or-a"], ORIGIN_HOST)),
+                  ("Strict-Transport-Security", "max-age=60"), ("Clear-Site-Data", '"*"')]
+        query = "?" + urllib.parse.urlencode([("h", "%s: %s" % f) for f in fields])
+        r = self.via(self.origin("or-a"), "/answer" + query, "or-a")
+        cookies = [c.split("=", 1)[0] for c in r.all("Set-Cookie")]
+        if r.status != 200 or r.all("Content-Security-Policy") or cookies != ["own", "self"] or \
+                r.get("Strict-Transport-Security") is None or r.get("Clear-Site-Data"):
+            errs.append("its own origin: %r: CSP %r, cookies %r, HSTS %r, Clear-Site-Data %r; "
+                        "want no CSP, own and self, HSTS, no Clear-Site-Data" % (
+                            r, r.all("Content-Security-Policy"), cookies,
+                            r.get("Strict-Transport-Security"), r.get("Clear-Site-Data")))
+        r = self.via("%s:%d" % (ORIGIN_HOST, self.port),
+                     "%s/%s/answer%s" % (PREFIX, self.sid["or-a"], query), "or-a")
+        if r.status != 200 or r.all("Content-Security-Policy") != ["sandbox"] or \
+                r.all("Set-Cookie"):
+            errs.append("the path form: %r: CSP %r, cookies %r; want sandbox, none" % (
+                r, r.all("Content-Security-Policy"), r.all("Set-Cookie")))
+        return errs
 
     # ---- the embedded default policy (agentsnetd with no --config) -------------------------
 
@@ -2384,9 +2925,9 @@ def audit_field(got, want):
 
 # ---- set-up and tear-down -------------------------------------------------------------
 
-TESTS = ["static", "headers", "body_limit", "escape", "websocket", "sse", "keepalive",
-         "methods", "rate", "smuggling", "head_limits", "not_found", "finish", "audit",
-         "flags", "embedded", "tls"]
+TESTS = ["static", "headers", "body_limit", "escape", "escape_forms", "isolation", "token",
+         "websocket", "sse", "keepalive", "methods", "rate", "smuggling", "head_limits",
+         "not_found", "finish", "audit", "origins", "flags", "embedded", "tls"]
 
 
 def preflight(args):
@@ -2470,7 +3011,7 @@ class Setup:
             os.close(self.home_ns)
         netns_del(t.args.netns)
         netns_del(t.args.upns)
-        for suffix in ("", "-tls", "-tlsbad"):
+        for suffix in ("", "-tls", "-tlsbad", "-origins"):
             shutil.rmtree("/run/" + t.args.netns + suffix, ignore_errors=True)
 
 
@@ -2478,8 +3019,8 @@ def run_pass(t, tests):
     setup = Setup(t)
     try:
         setup.up()
-        # flags, embedded and tls start daemons of their own.
-        run_tests(t, tests, lambda name: name not in ("flags", "embedded", "tls"))
+        # origins, flags, embedded and tls start daemons of their own.
+        run_tests(t, tests, lambda name: name not in ("origins", "flags", "embedded", "tls"))
     finally:
         setup.down()
 

@@ -260,6 +260,7 @@ static void settings_compare(const struct config *run, const struct config *fres
 		  text_differs(run->ingress_listen, fresh->ingress_listen) ||
 		      text_differs(run->ingress_public_url, fresh->ingress_public_url) ||
 		      text_differs(run->ingress_prefix, fresh->ingress_prefix) ||
+		      run->ingress_origins != fresh->ingress_origins ||
 		      text_differs(run->ingress_tls_cert, fresh->ingress_tls_cert) ||
 		      text_differs(run->ingress_tls_key, fresh->ingress_tls_key) },
 		{ "resolver.servers", text_differs(run->dns_servers, fresh->dns_servers) },

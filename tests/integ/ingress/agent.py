@@ -13,6 +13,10 @@ else did. Answers:
                                       connection (close 1002), as 5.1 requires
     GET /sse?mode=chunked|close       text/event-stream: 3 events 300 ms apart,
                                       chunked, or close-delimited (no length)
+    GET /answer?h=<Name: value>&...   200 with exactly those fields (in order,
+                                      percent-decoded) and a small HTML body: the
+                                      answers the gateway isolates; h= on /ws adds
+                                      fields to the 101 too
     anything else                     200, JSON: what the request looked like
 
     agent.py --log FILE [--port N] [--once N]
@@ -31,6 +35,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ws  # noqa: E402
@@ -84,6 +89,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.websocket()
         if path == "/sse":
             return self.sse("mode=close" in self.path)
+        if path == "/answer":
+            return self.answer()
         out = json.dumps(rec).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -98,6 +105,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if name.startswith("do_"):
             return self.handle_any
         raise AttributeError(name)
+
+    def asked_fields(self):
+        """The (name, value) pairs of the query's h=<Name: value> parameters, in order."""
+        query = urllib.parse.urlsplit(self.path).query
+        return [tuple(x.strip() for x in v.split(":", 1))
+                for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
+                if k == "h" and ":" in v]
+
+    def answer(self):
+        body = b"<!doctype html><title>agent</title><p>the agent's page</p>"
+        self.send_response(200)
+        for name, value in self.asked_fields():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def sse(self, close_delimited):
         self.send_response(200)
@@ -132,6 +158,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Upgrade", "websocket")
         self.send_header("Connection", "Upgrade")
         self.send_header("Sec-WebSocket-Accept", ws.accept_key(key))
+        for name, value in self.asked_fields():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.flush()
         self.close_connection = True

@@ -15,6 +15,9 @@
 #include "tests/unit/unit.h"
 
 #define HEAD_BYTES_MAX 8192u
+/* Two sandbox tokens (core/ingress.h): 43 characters of base64url each. */
+#define TOKEN_A "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
+#define TOKEN_B "__________________________________________8"
 
 static struct unit_guard guard_in;
 static struct unit_guard guard_out;
@@ -229,6 +232,108 @@ START_TEST(test_route_refused)
 }
 END_TEST
 
+/* Readings of '.', '/' and '\' a plain decoder does not see (issue 18 item 5). */
+START_TEST(test_route_refused_encodings)
+{
+	static const char *const cases[] = {
+		/* A dot segment with path parameters, raw or encoded ';'. */
+		"/callbacks/a/..;",
+		"/callbacks/a/..;/b",
+		"/callbacks/a/..;x=1/b",
+		"/callbacks/a/.;",
+		"/callbacks/a/.;x/b",
+		"/callbacks/a/%2e%2e;/b",
+		"/callbacks/a/%2E%2e;jsessionid=1",
+		"/callbacks/a/..%3b/b",
+		"/callbacks/a/..%3Bx",
+		"/callbacks/a/.%3b",
+		"/callbacks/a/x/..;",
+		"/callbacks/a/x/..;?q",
+		/* A segment whose name is empty, but for the last. */
+		"/callbacks/a/;/b",
+		"/callbacks/a/;x/b",
+		"/callbacks/a/x/%3b/y",
+		/* Overlong forms of '.', '/', '\', NUL and 'A', in 2, 3 and 4 bytes, and
+		 * the 5- and 6-byte forms RFC 3629 removed. */
+		"/callbacks/a/%c0%ae",
+		"/callbacks/a/%C0%AE%C0%AE/b",
+		"/callbacks/a/%c0%ae%c0%ae%c0%af",
+		"/callbacks/a/x%c0%afy",
+		"/callbacks/a/x%c1%9cy",
+		"/callbacks/a/x%c1%81",
+		"/callbacks/a/x%c0%80",
+		"/callbacks/a/%e0%80%ae",
+		"/callbacks/a/x%e0%80%af",
+		"/callbacks/a/x%e0%81%9c",
+		"/callbacks/a/x%e0%9f%bf",
+		"/callbacks/a/x%f0%80%80%af",
+		"/callbacks/a/x%f0%8f%bf%bf",
+		"/callbacks/a/x%f8%80%80%80%af",
+		"/callbacks/a/x%fc%80%80%80%80%af",
+		/* Other invalid UTF-8: stray continuations, sequences cut short or broken
+		 * by an ASCII byte, a surrogate, past U+10FFFF, bytes never valid. */
+		"/callbacks/a/x%80",
+		"/callbacks/a/x%bf",
+		"/callbacks/a/x%c3",
+		"/callbacks/a/x%c3/y",
+		"/callbacks/a/x%c3y",
+		"/callbacks/a/x%c3%c3%a9",
+		"/callbacks/a/x%e2%82",
+		"/callbacks/a/x%e2%82?q",
+		"/callbacks/a/x%f0%9f%98",
+		"/callbacks/a/x%ed%a0%80",
+		"/callbacks/a/x%ed%bf%bf",
+		"/callbacks/a/x%f4%90%80%80",
+		"/callbacks/a/x%f5%80%80%80",
+		"/callbacks/a/x%fe",
+		"/callbacks/a/x%ff",
+		/* Code points NFKC folds into dots or a separator. */
+		"/callbacks/a/%ef%bc%8e%ef%bc%8e/b",
+		"/callbacks/a/%ef%bc%8e",
+		"/callbacks/a/.%ef%bc%8e",
+		"/callbacks/a/x%ef%bc%8fy",
+		"/callbacks/a/x%EF%BC%BCy",
+		"/callbacks/a/%e2%80%a5",
+		"/callbacks/a/%e2%80%a4%e2%80%a4",
+		"/callbacks/a/x%e2%80%a6",
+		"/callbacks/a/%e2%84%80",
+		"/callbacks/a/%e2%84%81",
+		"/callbacks/a/%e2%84%85",
+		"/callbacks/a/%e2%84%86",
+		"/callbacks/a/%ef%b8%99",
+		"/callbacks/a/%ef%b8%b0",
+		"/callbacks/a/%ef%b9%92",
+		"/callbacks/a/x%ef%b9%a8",
+	};
+
+	expect_routes(cases, AN_ARRAY_LEN(cases), -EPERM);
+}
+END_TEST
+
+/* What stays the agent's to read: valid UTF-8 at each boundary, parameters on names. */
+START_TEST(test_route_utf8_and_params)
+{
+	check_split("/callbacks/a/caf%c3%a9", "a", "/caf%c3%a9");
+	check_split("/callbacks/a/%C2%80%df%bf", "a", "/%C2%80%df%bf");
+	check_split("/callbacks/a/%e0%a0%80%ed%9f%bf%ee%80%80%ef%bf%bf", "a",
+		    "/%e0%a0%80%ed%9f%bf%ee%80%80%ef%bf%bf");
+	check_split("/callbacks/a/%f0%90%80%80%f0%9f%98%80%f4%8f%bf%bf", "a",
+		    "/%f0%90%80%80%f0%9f%98%80%f4%8f%bf%bf");
+	/* Neighbours of the folded code points. */
+	check_split("/callbacks/a/%e2%80%a3%e2%80%a7%ef%bc%8d%ef%bc%90", "a",
+		    "/%e2%80%a3%e2%80%a7%ef%bc%8d%ef%bc%90");
+	/* Parameters on a name that is not a dot segment, and after the last one. */
+	check_split("/callbacks/a/x;y=1/z", "a", "/x;y=1/z");
+	check_split("/callbacks/a/..x;/...;y", "a", "/..x;/...;y");
+	check_split("/callbacks/a/x;..", "a", "/x;..");
+	check_split("/callbacks/a/x%3b..%3b", "a", "/x%3b..%3b");
+	check_split("/callbacks/a/;jsessionid=1", "a", "/;jsessionid=1");
+	check_split("/callbacks/a/x/;", "a", "/x/;");
+	/* Bytes past the path are the query's: not checked. */
+	check_split("/callbacks/a/x?%c0%ae;..%ff", "a", "/x?%c0%ae;..%ff");
+}
+END_TEST
+
 START_TEST(test_route_other_prefix)
 {
 	struct ingress_target t;
@@ -258,6 +363,621 @@ START_TEST(test_route_parsed_request)
 	ck_assert_int_eq(
 	    parse_route("GET /callbacks/sb1/%2e%2e/sb2/ HTTP/1.1\r\nHost: h\r\n\r\n", &req, &t),
 	    -EPERM);
+}
+END_TEST
+
+/* ---- Per-sandbox origins ---- */
+
+/* The site of a gateway at <public_url> under /callbacks, origins on. */
+static struct ingress_site site_of(const char *public_url)
+{
+	struct ingress_site site;
+
+	ingress_site_init(&site, "/callbacks", public_url, true);
+	return site;
+}
+
+/* Routes <target> with Host <host> (NULL: none) at <site>; the Host is guarded too. */
+static int route_host(const struct ingress_site *site, const char *host, const char *target,
+		      struct ingress_target *t)
+{
+	static struct unit_guard guard_host;
+	size_t n = host != NULL ? strlen(host) : 0;
+	const char *h = host != NULL ? unit_guard_place(&guard_host, host, n) : NULL;
+
+	return ingress_route_request(
+	    site, h, n, unit_guard_place(&guard_in, target, strlen(target)), strlen(target), t);
+}
+
+/* <host> and <target> route to sandbox <id> on the origin form, the whole target its rest. */
+static void check_origin(const struct ingress_site *site, const char *host, const char *target,
+			 const char *id)
+{
+	struct ingress_target t;
+
+	ck_assert_msg(route_host(site, host, target, &t) == 0, "%s %s", host, target);
+	ck_assert_msg(t.origin, "%s: not the origin form", host);
+	ck_assert_uint_eq(t.id_len, strlen(id));
+	ck_assert_int_eq(memcmp(t.id, id, t.id_len), 0);
+	ck_assert_uint_eq(t.rest_len, strlen(target));
+}
+
+/* <host> leaves the path form: /callbacks/p1/x routes to p1, /p1/x nowhere. */
+static void check_path_form(const struct ingress_site *site, const char *host)
+{
+	struct ingress_target t;
+
+	ck_assert_msg(route_host(site, host, "/callbacks/p1/x", &t) == 0, "%s", host);
+	ck_assert_msg(!t.origin, "%s: routed by Host", host);
+	ck_assert_uint_eq(t.id_len, 2);
+	ck_assert_int_eq(memcmp(t.id, "p1", 2), 0);
+	ck_assert_int_eq(route_host(site, host, "/p1/x", &t), -ENOENT);
+}
+
+START_TEST(test_origin_matching)
+{
+	struct ingress_site site = site_of("https://hooks.example.com");
+
+	ck_assert_str_eq(site.prefix, "/callbacks");
+	ck_assert_uint_eq(site.origin_host_len, 17);
+	ck_assert_uint_eq(site.origin_port, 443);
+	ck_assert(site.origin_port_implied);
+	check_origin(&site, "a1.hooks.example.com", "/", "a1");
+	check_origin(&site, "a1.hooks.example.com", "/x/y?q=1", "a1");
+	/* The whole path is the sandbox's: a path naming another sandbox stays in a1. */
+	check_origin(&site, "a1.hooks.example.com", "/callbacks/b2/x", "a1");
+	/* Case, the scheme's port, one trailing dot. */
+	check_origin(&site, "A1.Hooks.EXAMPLE.com", "/", "A1");
+	check_origin(&site, "a1.hooks.example.com:443", "/", "a1");
+	check_origin(&site, "a1.hooks.example.com.", "/", "a1");
+	check_origin(&site, "a1.hooks.example.com.:443", "/", "a1");
+	check_origin(&site, "x-9.hooks.example.com", "/", "x-9");
+	/* The public host itself, another host, port or an address: the path form. */
+	check_path_form(&site, "hooks.example.com");
+	check_path_form(&site, "HOOKS.example.com.:443");
+	check_path_form(&site, "a1.hooks.example.com:8443");
+	check_path_form(&site, "a1.hooks.example.com:80");
+	check_path_form(&site, "a1.hooks.example.com:");
+	check_path_form(&site, "a1.hooks.example.com:4430");
+	check_path_form(&site, "a1.hooks.example.com:x");
+	check_path_form(&site, "a1.hooks.example.com..");
+	check_path_form(&site, "a1.hooks.example.co");
+	check_path_form(&site, "a1hooks.example.com");
+	check_path_form(&site, "a1.xhooks.example.com");
+	check_path_form(&site, "a1.hooks.example.com.evil.test");
+	check_path_form(&site, "example.com");
+	check_path_form(&site, "192.0.2.1");
+	check_path_form(&site, "[2001:db8::1]:443");
+	check_path_form(&site, "");
+	check_path_form(&site, NULL);
+}
+END_TEST
+
+START_TEST(test_origin_not_an_id)
+{
+	struct ingress_site site = site_of("http://hooks.example.com:8090");
+	static const char *const hosts[] = {
+		/* Not one DNS label: never another sandbox's origin, never the path form. */
+		".hooks.example.com:8090",
+		"b.a1.hooks.example.com:8090",
+		"a_1.hooks.example.com:8090",
+		"-a1.hooks.example.com:8090",
+		"a1-.hooks.example.com:8090",
+		"a%31.hooks.example.com:8090",
+		"a1~.hooks.example.com:8090",
+		"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.hooks.example.com:8090",
+	};
+	struct ingress_target t;
+
+	ck_assert_uint_eq(site.origin_port, 8090);
+	ck_assert(!site.origin_port_implied);
+	for (size_t i = 0; i < AN_ARRAY_LEN(hosts); i++) {
+		ck_assert_msg(route_host(&site, hosts[i], "/callbacks/p1/x", &t) == -ENOENT, "%s",
+			      hosts[i]);
+		ck_assert_int_eq(route_host(&site, hosts[i], "/x", &t), -ENOENT);
+	}
+	/* 63 bytes is a label; the port must be named, the scheme's is not the URL's. */
+	check_origin(
+	    &site,
+	    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.hooks.example."
+	    "com:8090",
+	    "/", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+	check_path_form(&site, "a1.hooks.example.com");
+	check_path_form(&site, "a1.hooks.example.com:80");
+}
+END_TEST
+
+START_TEST(test_origin_path_checks)
+{
+	struct ingress_site site = site_of("https://hooks.example.com.");
+	static const char *const refused[] = {
+		"/..",    "/../x", "/x/%2e%2e/y", "/..;/x", "/%c0%ae%c0%ae/x",
+		"/x%2fy", "/x\\y", "//x",         "/x#f",   "/%ef%bc%8f",
+	};
+	struct ingress_target t;
+
+	ck_assert_uint_eq(site.origin_host_len, 17); /* the URL's trailing dot is not compared */
+	check_origin(&site, "a1.hooks.example.com", "/x", "a1");
+	for (size_t i = 0; i < AN_ARRAY_LEN(refused); i++)
+		ck_assert_msg(route_host(&site, "a1.hooks.example.com", refused[i], &t) == -EPERM,
+			      "%s", refused[i]);
+	/* The query is the agent's. */
+	check_origin(&site, "a1.hooks.example.com", "/x?..%2f%c0", "a1");
+	ck_assert_int_eq(route_host(&site, "a1.hooks.example.com", "*", &t), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_origins_off)
+{
+	struct ingress_site site;
+	struct ingress_target t;
+
+	ingress_site_init(&site, "/callbacks", "https://hooks.example.com", false);
+	ck_assert_ptr_null(site.origin_host);
+	check_path_form(&site, "a1.hooks.example.com");
+	check_path_form(&site, "b.a1.hooks.example.com");
+	ingress_site_init(&site, "/callbacks", NULL, false);
+	ck_assert_int_eq(route_host(&site, "a1.hooks.example.com", "/x", &t), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_id_is_origin)
+{
+	ck_assert(ingress_id_is_origin("a1", 2));
+	ck_assert(ingress_id_is_origin("0", 1));
+	ck_assert(ingress_id_is_origin("x-y-9", 5));
+	ck_assert(!ingress_id_is_origin("A1", 2));
+	ck_assert(!ingress_id_is_origin("a.b", 3));
+	ck_assert(!ingress_id_is_origin("a_b", 3));
+	ck_assert(!ingress_id_is_origin("-a", 2));
+	ck_assert(!ingress_id_is_origin("a-", 2));
+	ck_assert(!ingress_id_is_origin("", 0));
+}
+END_TEST
+
+START_TEST(test_public_url)
+{
+	char out[64];
+
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a1",
+					    NULL, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://a1.hooks.example.com");
+	ck_assert_int_eq(ingress_public_url("http://hooks.example.com:8090", "/cb", true, "a1",
+					    NULL, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "http://a1.hooks.example.com:8090");
+	/* An id no origin can have, or origins off: the path form. */
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "A1",
+					    NULL, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/A1");
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a.b",
+					    NULL, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/a.b");
+	ck_assert_int_eq(ingress_public_url("http://127.0.0.1:8090", "/callbacks", false, "a1",
+					    NULL, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "http://127.0.0.1:8090/callbacks/a1");
+	/* Exactly the room it needs, then one byte less. */
+	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", true, "a1", NULL, out, 20),
+			 0);
+	ck_assert_str_eq(out, "http://a1.h.example");
+	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", true, "a1", NULL, out, 19),
+			 -ENAMETOOLONG);
+}
+END_TEST
+
+/* ---- The agent's answers ---- */
+
+static const struct verdict_ingress isolating = {
+	.enabled = true,
+	.method_count = 1,
+	.methods = { "GET" },
+	.body_bytes_max = 1,
+	.csp_sandbox = true,
+	.scope_cookies = true,
+	.drop_origin_fields = true,
+};
+
+/* An answer on the path form to GET <path> (no query) under /callbacks/a1, with <in>. */
+static struct ingress_answer path_answer(const struct verdict_ingress *in, const char *path)
+{
+	return (struct ingress_answer){ .in = in,
+					.scope = "/callbacks/a1",
+					.scope_len = 13,
+					.path = path,
+					.path_len = strlen(path) };
+}
+
+/* An answer on a1's own origin, a1.hooks.example.com, to GET /x. */
+static struct ingress_answer origin_answer(const struct verdict_ingress *in)
+{
+	return (struct ingress_answer){ .in = in,
+					.origin = true,
+					.path = "/x",
+					.path_len = 2,
+					.host = "a1.hooks.example.com",
+					.host_len = 20 };
+}
+
+/*
+ * Parses response head <s> and checks the head written for it under <a> is
+ * <want>, at exactly its length (every cap below: -EMSGSIZE, nothing past it).
+ */
+static void check_answer(const char *s, const struct ingress_answer *a, const char *connection,
+			 const char *want)
+{
+	struct http1_response resp;
+	size_t len = strlen(s);
+	size_t n = strlen(want);
+
+	ck_assert_int_eq(http1_parse_response(unit_guard_place(&guard_in, s, len), len, &resp),
+			 (ssize_t)len);
+	ssize_t rc =
+	    ingress_write_response_head(&resp, connection, a, unit_guard_end(&guard_out, n), n);
+	ck_assert_int_eq(rc, (ssize_t)n);
+	ck_assert_int_eq(memcmp(unit_guard_end(&guard_out, n), want, n), 0);
+	for (size_t cap = 0; cap < n; cap++)
+		ck_assert_int_eq(ingress_write_response_head(&resp, connection, a,
+							     unit_guard_end(&guard_out, cap), cap),
+				 -EMSGSIZE);
+	/* Whether anything is left out agrees with the written head. */
+	bool dropped = false;
+	for (uint32_t i = 0; i < resp.header_count; i++) {
+		const struct http1_header *h = &resp.headers[i];
+		char line[512];
+		int m = snprintf(line, sizeof(line), "%.*s: %.*s\r\n", (int)h->name_len, h->name,
+				 (int)h->value_len, h->value);
+		ck_assert(m > 0 && (size_t)m < sizeof(line));
+		dropped = dropped || memmem(want, n, line, (size_t)m) == NULL;
+	}
+	if (resp.status != 101)
+		ck_assert(ingress_response_drops(&resp, a) == dropped);
+}
+
+/* One Set-Cookie value under <a>: whether the written head keeps it. */
+static bool cookie_kept(const struct ingress_answer *a, const char *value)
+{
+	char head[4096];
+	char out[4096 + 64];
+	struct http1_response resp;
+
+	int n = snprintf(head, sizeof(head), "HTTP/1.1 204 \r\nSet-Cookie: %s\r\n\r\n", value);
+	ck_assert(n > 0 && (size_t)n < sizeof(head));
+	ck_assert_int_eq(http1_parse_response(head, (size_t)n, &resp), n);
+	ssize_t m = ingress_write_response_head(&resp, NULL, a, out, sizeof(out));
+	ck_assert_int_gt(m, 0);
+	out[m] = '\0';
+	ck_assert(ingress_response_drops(&resp, a) == (strstr(out, "Set-Cookie") == NULL));
+	return strstr(out, "Set-Cookie") != NULL;
+}
+
+START_TEST(test_answer_csp)
+{
+	struct ingress_answer a = path_answer(&isolating, "/callbacks/a1/page");
+	struct ingress_answer o = origin_answer(&isolating);
+	struct verdict_ingress off = isolating;
+	struct ingress_answer a_off = path_answer(&off, "/callbacks/a1/page");
+
+	off.csp_sandbox = false;
+	/* Every final answer on the path form, whatever its type, or none. */
+	check_answer("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5\r\n\r\n", &a,
+		     NULL,
+		     "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	check_answer("HTTP/1.1 200 OK\r\nContent-Type: image/svg+xml\r\n\r\n", &a, "close",
+		     "HTTP/1.1 200 OK\r\nContent-Type: image/svg+xml\r\nConnection: close\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	check_answer("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", &a, "keep-alive",
+		     "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	check_answer("HTTP/1.1 304 Not Modified\r\n\r\n", &a, NULL,
+		     "HTTP/1.1 304 Not Modified\r\nContent-Security-Policy: sandbox\r\n\r\n");
+	check_answer("HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n\r\n", &a, NULL,
+		     "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	/* The agent's own policy stays whole beside it. */
+	check_answer("HTTP/1.1 200 OK\r\nContent-Security-Policy: default-src 'self'\r\n\r\n", &a,
+		     NULL,
+		     "HTTP/1.1 200 OK\r\nContent-Security-Policy: default-src 'self'\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	/* Not on an interim answer, not on the origin form, not when turned off. */
+	check_answer("HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n", &a, NULL,
+		     "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n");
+	check_answer("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n", &o, NULL,
+		     "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n");
+	check_answer("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n", &a_off, NULL,
+		     "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n");
+}
+END_TEST
+
+START_TEST(test_answer_cookies_path_form)
+{
+	static const char *const kept[] = {
+		"a=1; Path=/callbacks/a1",
+		"a=1; Path=/callbacks/a1/",
+		"a=1; Path=/callbacks/a1/x/y",
+		"a=1; path=/callbacks/a1; Secure; HttpOnly; SameSite=Lax",
+		"a=1;Path=/callbacks/a1  ;Max-Age=60",
+		"a=1; PATH =\t/callbacks/a1",
+		"a=1; Path=/callbacks/a1; Path=/callbacks/a1/y",
+		/* No Path, or one not starting with '/': the default, /callbacks/a1/oauth. */
+		"a=1",
+		"a=1; Secure",
+		"a=1; Path=",
+		"a=1; Path=x",
+		"a=1; Pathx=/",
+		"a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT",
+	};
+	static const char *const dropped[] = {
+		"a=1; Path=/",
+		"a=1; Path=/callbacks",
+		"a=1; Path=/callbacks/",
+		"a=1; Path=/callbacks/a",
+		"a=1; Path=/callbacks/a10",
+		"a=1; Path=/callbacks/a1x",
+		"a=1; Path=/CALLBACKS/a1",
+		"a=1; Path=/callbacks/a1; Path=/",
+		"a=1; Path=/; Path=/callbacks/a1",
+		"a=1; Path=/callbacks/a1/../b2",
+		"a=1; Path=/callbacks/a1/%2e%2e/b2",
+		"a=1; Path=/callbacks/a1%2f..%2fb2",
+		"a=1; Path=/callbacks/a1//x",
+		"a=1; Path=/callbacks/a1; Domain=hooks.example.com",
+		"a=1; Domain=.hooks.example.com",
+		"a=1; domain=",
+		"__Host-a=1; Path=/; Secure",
+		" a=1 ; path = / ",
+	};
+	struct ingress_answer a = path_answer(&isolating, "/callbacks/a1/oauth/cb");
+	struct verdict_ingress off = isolating;
+	char lng[1200];
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(kept); i++)
+		ck_assert_msg(cookie_kept(&a, kept[i]), "dropped: %s", kept[i]);
+	for (size_t i = 0; i < AN_ARRAY_LEN(dropped); i++)
+		ck_assert_msg(!cookie_kept(&a, dropped[i]), "kept: %s", dropped[i]);
+	/* A Path value of 1024 bytes is read; past that, RFC 6265bis ignores it and would keep
+	 * the default path, here /callbacks: dropped. */
+	a = path_answer(&isolating, "/callbacks/a1");
+	int n = snprintf(lng, sizeof(lng), "a=1; Path=/callbacks/a1/%01010d", 0);
+	ck_assert_int_eq(n, 10 + 1024);
+	ck_assert(cookie_kept(&a, lng));
+	snprintf(lng, sizeof(lng), "a=1; Path=/callbacks/a1/%01011d", 0);
+	ck_assert(!cookie_kept(&a, lng));
+	/* The default path is the request path's directory: inside only below the id. */
+	a = path_answer(&isolating, "/callbacks/a1");
+	ck_assert(!cookie_kept(&a, "a=1"));
+	ck_assert(!cookie_kept(&a, "a=1; Path=x"));
+	ck_assert(cookie_kept(&a, "a=1; Path=/callbacks/a1"));
+	a = path_answer(&isolating, "/callbacks/a1/");
+	ck_assert(cookie_kept(&a, "a=1"));
+	a = path_answer(&isolating, "/callbacks/a1/cb");
+	ck_assert(cookie_kept(&a, "a=1"));
+	/* scope_cookies: false lets each through. */
+	off.scope_cookies = false;
+	a = path_answer(&off, "/callbacks/a1");
+	for (size_t i = 0; i < AN_ARRAY_LEN(dropped); i++)
+		ck_assert_msg(cookie_kept(&a, dropped[i]), "dropped: %s", dropped[i]);
+}
+END_TEST
+
+START_TEST(test_answer_cookies_origin_form)
+{
+	static const char *const kept[] = {
+		"a=1",
+		"a=1; Path=/",
+		"__Host-a=1; Path=/; Secure",
+		"a=1; Domain=a1.hooks.example.com",
+		"a=1; Domain=.A1.Hooks.Example.COM",
+		"a=1; Domain=",
+	};
+	static const char *const dropped[] = {
+		"a=1; Domain=hooks.example.com",
+		"a=1; Domain=.hooks.example.com",
+		"a=1; Domain=example.com",
+		"a=1; Domain=b2.hooks.example.com",
+		"a=1; Domain=a1.hooks.example.com.evil.test",
+		"a=1; Domain=x.a1.hooks.example.com",
+		"a=1; Domain=a1.hooks.example.com; Domain=hooks.example.com",
+	};
+	struct ingress_answer o = origin_answer(&isolating);
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(kept); i++)
+		ck_assert_msg(cookie_kept(&o, kept[i]), "dropped: %s", kept[i]);
+	for (size_t i = 0; i < AN_ARRAY_LEN(dropped); i++)
+		ck_assert_msg(!cookie_kept(&o, dropped[i]), "kept: %s", dropped[i]);
+}
+END_TEST
+
+START_TEST(test_answer_origin_fields)
+{
+	static const char head[] =
+	    "HTTP/1.1 200 OK\r\n"
+	    "Alt-Svc: h2=\"evil.test:443\"\r\n"
+	    "clear-site-data: \"cookies\", \"storage\"\r\n"
+	    "NEL: {\"report_to\":\"g\",\"max_age\":86400}\r\n"
+	    "Report-To: {\"group\":\"g\",\"endpoints\":[]}\r\n"
+	    "SERVICE-WORKER-ALLOWED: /\r\n"
+	    "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
+	    "Link: </s.css>; rel=preload\r\n"
+	    "X-Frame-Options: DENY\r\n"
+	    "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
+	    "Set-Cookie: b=1; Path=/\r\n"
+	    "\r\n";
+	struct ingress_answer a = path_answer(&isolating, "/callbacks/a1/x");
+	struct ingress_answer o = origin_answer(&isolating);
+	struct verdict_ingress keep = isolating;
+
+	check_answer(head, &a, NULL,
+		     "HTTP/1.1 200 OK\r\n"
+		     "Link: </s.css>; rel=preload\r\n"
+		     "X-Frame-Options: DENY\r\n"
+		     "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
+		     "Content-Security-Policy: sandbox\r\n\r\n");
+	/* Its own origin's: only what reaches the registrable domain. */
+	check_answer(head, &o, NULL,
+		     "HTTP/1.1 200 OK\r\n"
+		     "Alt-Svc: h2=\"evil.test:443\"\r\n"
+		     "NEL: {\"report_to\":\"g\",\"max_age\":86400}\r\n"
+		     "Report-To: {\"group\":\"g\",\"endpoints\":[]}\r\n"
+		     "SERVICE-WORKER-ALLOWED: /\r\n"
+		     "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
+		     "Link: </s.css>; rel=preload\r\n"
+		     "X-Frame-Options: DENY\r\n"
+		     "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
+		     "Set-Cookie: b=1; Path=/\r\n\r\n");
+	/* Each key on its own: all three off relays the head as http1 writes it. */
+	keep.drop_origin_fields = false;
+	keep.scope_cookies = false;
+	keep.csp_sandbox = false;
+	a = path_answer(&keep, "/callbacks/a1/x");
+	check_answer(head, &a, NULL,
+		     "HTTP/1.1 200 OK\r\n"
+		     "Alt-Svc: h2=\"evil.test:443\"\r\n"
+		     "clear-site-data: \"cookies\", \"storage\"\r\n"
+		     "NEL: {\"report_to\":\"g\",\"max_age\":86400}\r\n"
+		     "Report-To: {\"group\":\"g\",\"endpoints\":[]}\r\n"
+		     "SERVICE-WORKER-ALLOWED: /\r\n"
+		     "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
+		     "Link: </s.css>; rel=preload\r\n"
+		     "X-Frame-Options: DENY\r\n"
+		     "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
+		     "Set-Cookie: b=1; Path=/\r\n\r\n");
+}
+END_TEST
+
+START_TEST(test_answer_upgrade)
+{
+	struct ingress_answer a = path_answer(&isolating, "/callbacks/a1/ws");
+
+	/* A 101 keeps its Connection and Upgrade, loses the cookie, gains no field. */
+	check_answer("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+		     "Connection: Upgrade\r\nSet-Cookie: a=1; Path=/\r\n"
+		     "Sec-WebSocket-Accept: x\r\n\r\n",
+		     &a, NULL,
+		     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+		     "Connection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n");
+}
+END_TEST
+
+/* ---- The access token ---- */
+
+START_TEST(test_token_encode)
+{
+	uint8_t raw[INGRESS_TOKEN_RAW_BYTES];
+	char out[CONFIG_INGRESS_TOKEN_BYTES];
+
+	for (size_t i = 0; i < sizeof(raw); i++)
+		raw[i] = (uint8_t)i;
+	ingress_token_encode(raw, out);
+	ck_assert_str_eq(out, TOKEN_A);
+	memset(raw, 0xff, sizeof(raw));
+	ingress_token_encode(raw, out);
+	ck_assert_str_eq(out, TOKEN_B);
+	ck_assert_uint_eq(strlen(TOKEN_A), INGRESS_TOKEN_CHARS);
+}
+END_TEST
+
+/* Whether request head <s> carries TOKEN_A. */
+static bool carries(const char *s)
+{
+	struct http1_request req;
+	struct ingress_target t;
+
+	ck_assert_int_eq(parse_route(s, &req, &t), 0);
+	return ingress_token_carried(&req, &t, TOKEN_A);
+}
+
+START_TEST(test_token_carried)
+{
+	static const char *const yes[] = {
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?a=1&agentsnet_token=" TOKEN_A
+		"&b=2 HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nAgentsnet-Token: " TOKEN_A "\r\n\r\n",
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nagentsnet-token:  " TOKEN_A " \r\n\r\n",
+		/* Every copy is the token. */
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n"
+		"Agentsnet-Token: " TOKEN_A "\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A "&agentsnet_token=" TOKEN_A
+		" HTTP/1.1\r\nHost: h\r\n\r\n",
+	};
+	static const char *const no[] = {
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?a=1 HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_B " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token= HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token HTTP/1.1\r\nHost: h\r\n\r\n",
+		/* A prefix, one byte more, another case, an encoded name: not the token. */
+		"GET /callbacks/a1/x?agentsnet_token=AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh"
+		" HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A "x HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=aaecawqfbgcicqolda0odxarehmufrywgbkagxwdhh8"
+		" HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?Agentsnet_Token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet%5Ftoken=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?xagentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x?a=1;agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		/* In the path, not the query. */
+		"GET /callbacks/a1/agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		/* One copy wrong spoils the right one. */
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n"
+		"Agentsnet-Token: " TOKEN_B "\r\n\r\n",
+		"GET /callbacks/a1/x?agentsnet_token=" TOKEN_B "&agentsnet_token=" TOKEN_A
+		" HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nAgentsnet-Token: " TOKEN_A
+		"\r\nAgentsnet-Token: x\r\n\r\n",
+		/* Another field that merely holds it. */
+		"GET /callbacks/a1/x HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer " TOKEN_A
+		"\r\n\r\n",
+	};
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(yes); i++)
+		ck_assert_msg(carries(yes[i]), "refused: %s", yes[i]);
+	for (size_t i = 0; i < AN_ARRAY_LEN(no); i++)
+		ck_assert_msg(!carries(no[i]), "carried: %s", no[i]);
+}
+END_TEST
+
+START_TEST(test_routes_token)
+{
+	struct ingress_routes r = { 0 };
+	const char *token = NULL;
+
+	ck_assert_int_eq(ingress_routes_put(&r, "a1", 2, 3, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "a1", 2, &token), 3);
+	ck_assert_int_eq(memcmp(token, TOKEN_A, INGRESS_TOKEN_CHARS), 0);
+	/* A re-add (the id opened again) brings its new token. */
+	ck_assert_int_eq(ingress_routes_put(&r, "a1", 2, 4, TOKEN_B), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "a1", 2, &token), 4);
+	ck_assert_int_eq(memcmp(token, TOKEN_B, INGRESS_TOKEN_CHARS), 0);
+	token = NULL;
+	ck_assert_int_eq(ingress_routes_get(&r, "a2", 2, &token), -1);
+	ck_assert_ptr_null(token);
+	ingress_routes_free(&r);
+}
+END_TEST
+
+START_TEST(test_public_url_token)
+{
+	char out[128];
+
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", false, "a1",
+					    TOKEN_A, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/a1?agentsnet_token=" TOKEN_A);
+	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a1",
+					    TOKEN_A, out, sizeof(out)),
+			 0);
+	ck_assert_str_eq(out, "https://a1.hooks.example.com/?agentsnet_token=" TOKEN_A);
+	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", false, "a1", TOKEN_A, out,
+					    sizeof("http://h.example/c/a1?agentsnet_token=") +
+						INGRESS_TOKEN_CHARS - 1),
+			 -ENAMETOOLONG);
 }
 END_TEST
 
@@ -534,6 +1254,69 @@ START_TEST(test_head_paths)
 }
 END_TEST
 
+START_TEST(test_head_origin_form)
+{
+	static const char head[] = "GET /callbacks/b2/x?q=1 HTTP/1.1\r\n"
+				   "Host: A1.hooks.example.com\r\n"
+				   "X-Forwarded-Prefix: /evil\r\n"
+				   "\r\n";
+	static const char want[] =
+	    "GET /callbacks/b2/x?q=1 HTTP/1.1\r\n"
+	    "Host: A1.hooks.example.com\r\n"
+	    "X-Forwarded-For: 192.0.2.1\r\n"
+	    "X-Forwarded-Proto: https\r\n"
+	    "X-Forwarded-Host: A1.hooks.example.com\r\n"
+	    "Forwarded: for=192.0.2.1;proto=https;host=\"A1.hooks.example.com\"\r\n"
+	    "\r\n";
+	const struct ingress_client c = { .addr = "192.0.2.1",
+					  .proto = "https",
+					  .authority = "hooks.example.com" };
+	struct ingress_site site = site_of("https://hooks.example.com");
+	struct http1_request req;
+	struct ingress_target t;
+	char out[HEAD_BYTES_MAX];
+
+	/* The whole path as sent, and no prefix: the origin's paths are the agent's. */
+	parse(head, &req);
+	ck_assert_int_eq(ingress_route_request(&site, req.host_header, req.host_header_len,
+					       req.target, req.target_len, &t),
+			 0);
+	ck_assert(t.origin);
+	ssize_t n = ingress_write_head(&req, &t, &ingress_default, &c, out, sizeof(out));
+	ck_assert_int_eq(n, (ssize_t)strlen(want));
+	ck_assert_int_eq(memcmp(out, want, (size_t)n), 0);
+}
+END_TEST
+
+START_TEST(test_head_token_stripped)
+{
+	/* The token never reaches the agent: the field, and each parameter of the query. */
+	static const struct head_case cases[] = {
+		{ "GET /callbacks/a1/x?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n"
+		  "Agentsnet-Token: " TOKEN_A "\r\n\r\n",
+		  "GET /x HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		{ "GET /callbacks/a1/x?a=1&agentsnet_token=" TOKEN_A
+		  "&b=&&c HTTP/1.1\r\nHost: h\r\n"
+		  "\r\n",
+		  "GET /x?a=1&b=&&c HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		{ "GET /callbacks/a1/x?agentsnet_token=" TOKEN_B "&agentsnet_token&q HTTP/1.1\r\n"
+		  "Host: h\r\n\r\n",
+		  "GET /x?q HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		{ "GET /callbacks/a1?agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		  "GET / HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		{ "GET /callbacks/a1/?&agentsnet_token=" TOKEN_A " HTTP/1.1\r\nHost: h\r\n\r\n",
+		  "GET /? HTTP/1.1\r\nHost: h\r\n" ADDED_V4("h") },
+		/* Names that only resemble it are the agent's. */
+		{ "GET /callbacks/a1/x?agentsnet_tokens=1&xagentsnet_token=2 HTTP/1.1\r\nHost: h\r\n"
+		  "Agentsnet-Tokens: 3\r\n\r\n",
+		  "GET /x?agentsnet_tokens=1&xagentsnet_token=2 HTTP/1.1\r\nHost: h\r\n"
+		  "Agentsnet-Tokens: 3\r\n" ADDED_V4("h") },
+	};
+
+	check_heads_v4(cases, AN_ARRAY_LEN(cases));
+}
+END_TEST
+
 START_TEST(test_head_upgrade)
 {
 	static const struct head_case cases[] = {
@@ -620,7 +1403,7 @@ static void put_id(struct ingress_routes *r, uint32_t i, uint32_t slot)
 	char id[32];
 	size_t n = id_of(id, sizeof(id), i);
 
-	ck_assert_int_eq(ingress_routes_put(r, id, n, slot), 0);
+	ck_assert_int_eq(ingress_routes_put(r, id, n, slot, TOKEN_A), 0);
 }
 
 /* put_id without an assertion, for the churn loops: 1 when the put failed. */
@@ -629,7 +1412,7 @@ static uint32_t put_id_fault(struct ingress_routes *r, uint32_t i, uint32_t slot
 	char id[32];
 	int n = snprintf(id, sizeof(id), "sb-%u", i);
 
-	return ingress_routes_put(r, id, (size_t)n, slot) != 0;
+	return ingress_routes_put(r, id, (size_t)n, slot, TOKEN_A) != 0;
 }
 
 /* Deletes the id "sb-<i>" where it has <slot>. */
@@ -647,32 +1430,32 @@ static int64_t get_id(const struct ingress_routes *r, uint32_t i)
 	char id[32];
 	size_t n = id_of(id, sizeof(id), i);
 
-	return ingress_routes_get(r, id, n);
+	return ingress_routes_get(r, id, n, NULL);
 }
 
 START_TEST(test_routes_basic)
 {
 	struct ingress_routes r = { 0 };
 
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), -1);
 	ingress_routes_del(&r, "a", 1, 0);
-	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 7), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 7, TOKEN_A), 0);
 	ck_assert_uint_eq(r.capacity, INGRESS_ROUTES_CAPACITY_MIN);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), 7);
-	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), -1);
-	ck_assert_int_eq(ingress_routes_get(&r, "ab", 2), -1);
-	ck_assert_int_eq(ingress_routes_get(&r, "", 0), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), 7);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1, NULL), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "ab", 2, NULL), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "", 0, NULL), -1);
 	/* A view: "ab" cut to 1 is "a". */
-	ck_assert_int_eq(ingress_routes_get(&r, "ab", 1), 7);
+	ck_assert_int_eq(ingress_routes_get(&r, "ab", 1, NULL), 7);
 	/* Replacing keeps one entry. */
-	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 0), 0);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 0, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), 0);
 	ck_assert_uint_eq(r.used, 1);
-	ck_assert_int_eq(ingress_routes_put(&r, "b", 1, UINT32_MAX), 0);
-	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), (int64_t)UINT32_MAX);
+	ck_assert_int_eq(ingress_routes_put(&r, "b", 1, UINT32_MAX, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1, NULL), (int64_t)UINT32_MAX);
 	ingress_routes_del(&r, "a", 1, 0);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), -1);
-	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), (int64_t)UINT32_MAX);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1, NULL), (int64_t)UINT32_MAX);
 	ck_assert_uint_eq(r.used, 1);
 	/* Deleting twice, or an id never added, changes nothing. */
 	ingress_routes_del(&r, "a", 1, 0);
@@ -686,7 +1469,7 @@ START_TEST(test_routes_basic)
 	ck_assert_uint_eq(r.capacity, 0);
 	ck_assert_uint_eq(r.used, 0);
 	ck_assert_uint_eq(r.tombstones, 0);
-	ck_assert_int_eq(ingress_routes_get(&r, "b", 1), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "b", 1, NULL), -1);
 	/* Freeing an empty table is fine. */
 	ingress_routes_free(&r);
 }
@@ -696,13 +1479,13 @@ START_TEST(test_routes_stale_del)
 {
 	struct ingress_routes r = { 0 };
 
-	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 1), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 1, TOKEN_A), 0);
 	/* The sandbox is removed and re-added (slot 2) before the old removal lands. */
-	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 2), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "a", 1, 2, TOKEN_A), 0);
 	ingress_routes_del(&r, "a", 1, 1);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), 2);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), 2);
 	ingress_routes_del(&r, "a", 1, 2);
-	ck_assert_int_eq(ingress_routes_get(&r, "a", 1), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "a", 1, NULL), -1);
 	ck_assert_uint_eq(r.used, 0);
 	ingress_routes_free(&r);
 }
@@ -714,12 +1497,12 @@ START_TEST(test_routes_id_length)
 	char id[64];
 
 	memset(id, 'z', sizeof(id));
-	ck_assert_int_eq(ingress_routes_put(&r, id, 63, 63), 0);
-	ck_assert_int_eq(ingress_routes_put(&r, id, 62, 62), 0);
-	ck_assert_int_eq(ingress_routes_get(&r, id, 63), 63);
-	ck_assert_int_eq(ingress_routes_get(&r, id, 62), 62);
+	ck_assert_int_eq(ingress_routes_put(&r, id, 63, 63, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, id, 62, 62, TOKEN_A), 0);
+	ck_assert_int_eq(ingress_routes_get(&r, id, 63, NULL), 63);
+	ck_assert_int_eq(ingress_routes_get(&r, id, 62, NULL), 62);
 	/* 64 bytes cannot be an id: never found. */
-	ck_assert_int_eq(ingress_routes_get(&r, id, 64), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, id, 64, NULL), -1);
 	ingress_routes_free(&r);
 }
 END_TEST
@@ -728,14 +1511,14 @@ START_TEST(test_routes_full_compare)
 {
 	struct ingress_routes r = { 0 };
 
-	ck_assert_int_eq(ingress_routes_put(&r, "sb-a", 4, 1), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, "sb-a", 4, 1, TOKEN_A), 0);
 	/* Another id under the same hash (as a collision would be) is not a hit. */
 	uint32_t i = routes_find(&r, XXH3_64bits("sb-a", 4), "sb-a", 4);
 	ck_assert_uint_lt(i, r.capacity);
 	r.entries[i].id[3] = 'b';
-	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4, NULL), -1);
 	r.entries[i].id[3] = 'a';
-	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4), 1);
+	ck_assert_int_eq(ingress_routes_get(&r, "sb-a", 4, NULL), 1);
 	ingress_routes_free(&r);
 }
 END_TEST
@@ -759,7 +1542,7 @@ START_TEST(test_routes_growth)
 	ck_assert_uint_eq(r.used, IDS / 2);
 	for (uint32_t i = 0; i < IDS; i++)
 		ck_assert_int_eq(get_id(&r, i), i % 2 == 0 ? -1 : (int64_t)i);
-	ck_assert_int_eq(ingress_routes_get(&r, "sb-5000", 7), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, "sb-5000", 7, NULL), -1);
 	ingress_routes_free(&r);
 }
 END_TEST
@@ -857,14 +1640,14 @@ START_TEST(test_routes_tombstone_reuse)
 	ingress_routes_del(&r, id, n, pick);
 	ck_assert_uint_eq(r.tombstones, 1);
 	ck_assert_uint_eq(r.entries[at].state, ROUTE_TOMBSTONE);
-	ck_assert_int_eq(ingress_routes_get(&r, id, n), -1);
+	ck_assert_int_eq(ingress_routes_get(&r, id, n, NULL), -1);
 	for (uint32_t i = 0; i < 40; i++)
 		ck_assert_int_eq(get_id(&r, i), i == pick ? -1 : (int64_t)i);
 	/* Put back, it takes the tombstone. */
-	ck_assert_int_eq(ingress_routes_put(&r, id, n, 99), 0);
+	ck_assert_int_eq(ingress_routes_put(&r, id, n, 99, TOKEN_A), 0);
 	ck_assert_uint_eq(r.tombstones, 0);
 	ck_assert_uint_eq(r.entries[at].state, ROUTE_LIVE);
-	ck_assert_int_eq(ingress_routes_get(&r, id, n), 99);
+	ck_assert_int_eq(ingress_routes_get(&r, id, n, NULL), 99);
 	ingress_routes_free(&r);
 }
 END_TEST
@@ -1274,7 +2057,25 @@ static Suite *ingress_suite(void)
 	tcase_add_test(tc, test_route_id_length);
 	tcase_add_test(tc, test_route_splits);
 	tcase_add_test(tc, test_route_refused);
+	tcase_add_test(tc, test_route_refused_encodings);
+	tcase_add_test(tc, test_route_utf8_and_params);
 	tcase_add_test(tc, test_route_other_prefix);
+	tcase_add_test(tc, test_origin_matching);
+	tcase_add_test(tc, test_token_encode);
+	tcase_add_test(tc, test_token_carried);
+	tcase_add_test(tc, test_head_token_stripped);
+	tcase_add_test(tc, test_routes_token);
+	tcase_add_test(tc, test_public_url_token);
+	tcase_add_test(tc, test_answer_csp);
+	tcase_add_test(tc, test_answer_cookies_path_form);
+	tcase_add_test(tc, test_answer_cookies_origin_form);
+	tcase_add_test(tc, test_answer_origin_fields);
+	tcase_add_test(tc, test_answer_upgrade);
+	tcase_add_test(tc, test_origin_not_an_id);
+	tcase_add_test(tc, test_origin_path_checks);
+	tcase_add_test(tc, test_origins_off);
+	tcase_add_test(tc, test_id_is_origin);
+	tcase_add_test(tc, test_public_url);
 	tcase_add_test(tc, test_route_parsed_request);
 	tcase_add_test(tc, test_method_allowed);
 	tcase_add_test(tc, test_upgrade_detection);
@@ -1282,6 +2083,7 @@ static Suite *ingress_suite(void)
 	tcase_add_test(tc, test_head_connection_keeps_framing);
 	tcase_add_test(tc, test_head_ipv6_and_no_host);
 	tcase_add_test(tc, test_head_paths);
+	tcase_add_test(tc, test_head_origin_form);
 	tcase_add_test(tc, test_head_upgrade);
 	tcase_add_test(tc, test_head_msgsize_large);
 	tcase_add_test(tc, test_routes_basic);

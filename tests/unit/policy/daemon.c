@@ -510,7 +510,7 @@ START_TEST(test_daemon_keys)
 		{ DAEMON(""), "{}", "missing mandatory key \"listen\" in daemon.ingress" },
 		{ DAEMON("listen: \"0.0.0.0:1\", port: 2"), "port",
 		  "unknown key \"port\" in daemon.ingress (expected one of: listen, public_url, "
-		  "prefix, tls)" },
+		  "prefix, tls, origins)" },
 		{ DAEMON("listen: \"0.0.0.0:1\", listen: \"0.0.0.0:2\""), "listen: \"0.0.0.0:2",
 		  "duplicate key \"listen\" in daemon.ingress" },
 		{ DAEMON("listen: \"0.0.0.0:1\", prefix: /a, prefix: /b"), "prefix: /b",
@@ -528,6 +528,52 @@ START_TEST(test_daemon_keys)
 	};
 
 	expect_refusals(cases, AN_ARRAY_LEN(cases));
+}
+END_TEST
+
+START_TEST(test_daemon_origins)
+{
+	static const struct refusal bad[] = {
+		{ DAEMON("listen: \"0.0.0.0:1\", origins: subdomain"), "origins",
+		  "ingress.origins: subdomain needs ingress.public_url, whose host the sandboxes' "
+		  "origins are under (<id>.<host>)" },
+		{ DAEMON("listen: \"0.0.0.0:1\", public_url: \"http://192.0.2.1:8090\", "
+			 "origins: subdomain"),
+		  "origins",
+		  "ingress.origins: subdomain needs an ingress.public_url that names a host, not "
+		  "an address: the sandboxes' origins are <id>.<host>" },
+		{ DAEMON("origins: subdomain, listen: \"0.0.0.0:1\", public_url: "
+			 "\"https://[2001:db8::1]\""),
+		  "origins",
+		  "ingress.origins: subdomain needs an ingress.public_url that names a host, not "
+		  "an address: the sandboxes' origins are <id>.<host>" },
+		{ DAEMON("listen: \"0.0.0.0:1\", origins: Subdomain"), "Subdomain",
+		  "ingress.origins must be \"path\" or \"subdomain\"" },
+		{ DAEMON("listen: \"0.0.0.0:1\", origins: true"), "true",
+		  "ingress.origins must be \"path\" or \"subdomain\"" },
+		{ DAEMON("listen: \"0.0.0.0:1\", origins: [subdomain]"), "[subdomain]",
+		  "ingress.origins must be \"path\" or \"subdomain\"" },
+		{ DAEMON("origins: path"), "origins",
+		  "ingress.origins needs ingress.listen (the ip:port the gateway listens on)" },
+	};
+
+	expect_ok(DAEMON("listen: \"0.0.0.0:1\""));
+	ck_assert(!cfg.ingress_origins);
+	expect_ok(DAEMON("listen: \"0.0.0.0:1\", public_url: https://hooks.example.com, "
+			 "origins: subdomain"));
+	ck_assert(cfg.ingress_origins);
+	/* Either order; a trailing dot and a port are the host's own. */
+	expect_ok(DAEMON("origins: subdomain, listen: \"0.0.0.0:1\", "
+			 "public_url: \"http://hooks.example.com.:8090\""));
+	ck_assert(cfg.ingress_origins);
+	expect_ok(DAEMON("listen: \"0.0.0.0:1\", origins: path"));
+	ck_assert(!cfg.ingress_origins);
+	/* A later load without the key turns them off again. */
+	expect_ok(
+	    DAEMON("listen: \"0.0.0.0:1\", public_url: https://h.example, origins: subdomain"));
+	expect_ok(DAEMON("listen: \"0.0.0.0:1\""));
+	ck_assert(!cfg.ingress_origins);
+	expect_refusals(bad, AN_ARRAY_LEN(bad));
 }
 END_TEST
 
@@ -698,6 +744,7 @@ int main(void)
 	tcase_add_test(tc, test_daemon_absent);
 	tcase_add_test(tc, test_daemon_listen);
 	tcase_add_test(tc, test_daemon_public_url);
+	tcase_add_test(tc, test_daemon_origins);
 	tcase_add_test(tc, test_daemon_public_url_limit);
 	tcase_add_test(tc, test_daemon_prefix);
 	tcase_add_test(tc, test_daemon_keys);

@@ -1,6 +1,7 @@
 /*
  * policy/ingress.c, a profile's `ingress` section (enabled, methods,
- * strip_headers, body_bytes, limits: bounds, duplicates, unknown keys, the
+ * strip_headers, body_bytes, limits, csp_sandbox, scope_cookies,
+ * drop_origin_fields: bounds, duplicates, unknown keys, the
  * defaults), what profile_ingress returns for each profile, the built-in
  * policy's gateway (and ingress_optional, which only it sets), the docs'
  * examples, and every allocation of a load with the section and
@@ -55,6 +56,10 @@ static void expect_defaults(const struct verdict_ingress *vi)
 	ck_assert_uint_eq(vi->limits.requests_per_second, 0);
 	ck_assert_uint_eq(vi->limits.burst, 0);
 	ck_assert_uint_eq(vi->limits.concurrent, 0);
+	ck_assert(vi->csp_sandbox);
+	ck_assert(vi->scope_cookies);
+	ck_assert(vi->drop_origin_fields);
+	ck_assert(!vi->token_required);
 }
 
 /* --- the built-in policy -------------------------------------------------------------------- */
@@ -146,6 +151,50 @@ START_TEST(test_profile_enabled)
 		const char *yaml = textf(PROFILE("enabled: %s"), bad[i]);
 		expect_error_at_needle(yaml, textf("%s}", bad[i]), "enabled must be true or false");
 	}
+}
+END_TEST
+
+/* The isolation of the answers: on unless turned off, each on its own. */
+START_TEST(test_profile_isolation)
+{
+	static const char *const keys[] = { "csp_sandbox", "scope_cookies", "drop_origin_fields" };
+	static const char *const bad[] = { "yes", "\"false\"", "0", "[]", "~" };
+
+	for (size_t k = 0; k < AN_ARRAY_LEN(keys); k++) {
+		expect_ok(textf(PROFILE("%s: false"), keys[k]));
+		const struct verdict_ingress *vi = ingress(0);
+		ck_assert(vi->csp_sandbox == (k != 0));
+		ck_assert(vi->scope_cookies == (k != 1));
+		ck_assert(vi->drop_origin_fields == (k != 2));
+		ck_assert(vi->enabled);
+		expect_ok(textf(PROFILE("%s: true"), keys[k]));
+		expect_defaults(ingress(0));
+		for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++)
+			expect_error_at_needle(textf(PROFILE("%s: %s"), keys[k], bad[i]),
+					       textf("%s}", bad[i]),
+					       textf("%s must be true or false", keys[k]));
+	}
+	expect_ok(PROFILE("csp_sandbox: false, scope_cookies: false, drop_origin_fields: false"));
+	ck_assert(!ingress(0)->csp_sandbox);
+	ck_assert(!ingress(0)->scope_cookies);
+	ck_assert(!ingress(0)->drop_origin_fields);
+}
+END_TEST
+
+START_TEST(test_profile_token)
+{
+	static const char *const bad[] = { "true", "Required", "\"\"", "[required]", "~", "1" };
+
+	expect_ok(PROFILE("token: required"));
+	ck_assert(ingress(0)->token_required);
+	ck_assert(ingress(0)->enabled);
+	expect_ok(PROFILE("token: none"));
+	expect_defaults(ingress(0));
+	expect_ok(PROFILE("token: \"required\""));
+	ck_assert(ingress(0)->token_required);
+	for (size_t i = 0; i < AN_ARRAY_LEN(bad); i++)
+		expect_error_at_needle(textf(PROFILE("token: %s"), bad[i]), textf("%s}", bad[i]),
+				       "token must be \"required\" or \"none\"");
 }
 END_TEST
 
@@ -353,7 +402,8 @@ START_TEST(test_profile_keys)
 {
 	expect_error_at_needle(PROFILE("paths: [/a]"), "paths",
 			       "unknown key \"paths\" in a profile's ingress (expected one of: "
-			       "enabled, methods, strip_headers, body_bytes, limits)");
+			       "enabled, methods, strip_headers, body_bytes, limits, csp_sandbox, "
+			       "scope_cookies, drop_origin_fields, token)");
 	expect_error_at_needle(PROFILE("enabled: true, enabled: false"), "enabled: false",
 			       "duplicate key \"enabled\" in a profile's ingress");
 	expect_error_at_needle(MINIMAL "    ingress: true\n", "true", "ingress must be a mapping");
@@ -538,6 +588,8 @@ int main(void)
 	tcase_add_test(tc, test_embedded_docs);
 	tcase_add_test(tc, test_profile_defaults);
 	tcase_add_test(tc, test_profile_enabled);
+	tcase_add_test(tc, test_profile_isolation);
+	tcase_add_test(tc, test_profile_token);
 	tcase_add_test(tc, test_profile_methods);
 	tcase_add_test(tc, test_profile_methods_limit);
 	tcase_add_test(tc, test_profile_strip_headers);
