@@ -230,9 +230,36 @@ static int worker_setup(struct worker *w)
 	return 0;
 }
 
+static void cmd_complete(struct worker *w, struct worker_cmd *cmd);
+
+/*
+ * The commands posted after the worker's last turn, at its stop: adds and
+ * route commands are the worker's, freed (a route add's token wiped first); a
+ * removal's sender waits for it, and nothing is left to remove: completed.
+ */
+static void cmds_drop(struct worker *w)
+{
+	pthread_mutex_lock(&w->cmd_lock);
+	struct worker_cmd *list = w->cmds;
+	w->cmds = NULL;
+	pthread_mutex_unlock(&w->cmd_lock);
+	while (list != NULL) {
+		struct worker_cmd *cmd = list;
+		list = cmd->next;
+		if (cmd->kind == WORKER_CMD_REMOVE) {
+			cmd_complete(w, cmd);
+			continue;
+		}
+		explicit_bzero(cmd->token, sizeof(cmd->token));
+		pool_free(cmd);
+	}
+}
+
 static void worker_teardown(struct worker *w)
 {
 	bool leak = false;
+
+	cmds_drop(w);
 
 	if (pool_in_use(&w->conns) != 0 || pool_in_use(&w->heads) != 0 ||
 	    pool_in_use(&w->earlies) != 0 || pipepool_in_use(&w->pipes) != 0 ||
