@@ -157,12 +157,14 @@ static enum clienthello_result client_hello_read(struct cursor m, struct clienth
 enum clienthello_result clienthello_server_name(const uint8_t *in, size_t len, uint8_t *scratch,
 						size_t scratch_cap, struct clienthello_name *out)
 {
+	const uint8_t *start = in;
 	size_t joined = 0;  /* handshake bytes gathered in scratch */
 	size_t message = 0; /* the whole message's length, header included; 0: unknown yet */
 
 	out->name = NULL;
 	out->len = 0;
 	out->encrypted = false;
+	out->records_len = 0;
 	if (len == 0)
 		return CLIENTHELLO_NEED_MORE;
 	if (in[0] != TLS_RECORD_HANDSHAKE)
@@ -201,8 +203,11 @@ enum clienthello_result clienthello_server_name(const uint8_t *in, size_t len, u
 		}
 		if (message == 0 && joined > 0 && scratch[0] != TLS_HANDSHAKE_CLIENT_HELLO)
 			return CLIENTHELLO_MALFORMED;
-		if (message != 0 && joined == message)
+		if (message != 0 && joined == message) {
+			size_t record = TLS_RECORD_HEADER_BYTES + payload;
+			out->records_len = (size_t)(in - start) + (record < len ? record : len);
 			break; /* whole: what follows in this record or after is not read */
+		}
 		if (have < payload)
 			return CLIENTHELLO_NEED_MORE; /* this record is not whole yet */
 		in += TLS_RECORD_HEADER_BYTES + payload;

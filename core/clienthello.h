@@ -41,6 +41,7 @@ struct clienthello_name {
 	const char *name;
 	size_t len;
 	bool encrypted;
+	size_t records_len; /* NAME, NO_NAME: the bytes of the records that carry the message */
 };
 
 /*

@@ -132,6 +132,8 @@ struct conn {
 	/* ... and it is plain HTTP: each request is checked, up to tunnel_checked bytes
 	 * of the head buffer (req_body, req_left and req_chunks frame its bodies). */
 	bool tunnel_http;
+	/* ... or TLS whose client flights are still read in clear: enum tunnel_tls_watch */
+	uint8_t tunnel_tls_watch;
 	uint32_t tunnel_checked;
 	/* When the phase a deadline runs from began: a tunnel's 200 (its first flight's
 	 * head_ms), an inject request's end (its response head's response_ms). */

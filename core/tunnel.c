@@ -21,9 +21,11 @@
  * domain fronting): the up relay starts in FIRST_FLIGHT, reading the
  * client's first bytes into the head buffer, after the CONNECT's head, and
  * sending nothing up. A TLS ClientHello must name the CONNECT host, or
- * none (core/clienthello.h): once passed, the bytes go up as early data do
- * (PRELUDE) and the relay is what it always was, so the check costs one copy
- * of the first flight per tunnel; what TLS then encrypts is not ours to read.
+ * none (core/clienthello.h), and so must a second one (after a TLS 1.3
+ * HelloRetryRequest): the client's records are read until they are
+ * encrypted (tls_watch_scan), then the relay is what it always was, so the
+ * check costs a copy of the client's first flights; what TLS then encrypts
+ * is not ours to read.
  * Plain HTTP/1 stays readable, so its every request is checked: the up relay
  * copies through the head buffer, frames each body (Content-Length, chunked)
  * to find the next head where the server will, and each head's target and
@@ -57,7 +59,7 @@
 static void relay_arm(struct conn *c, int dir);
 static void up_prelude_step(struct conn *c);
 static void first_flight_step(struct conn *c);
-static void http_tunnel_step(struct conn *c);
+static void checked_up_step(struct conn *c);
 static void relay_shut(struct conn *c, int dir);
 static void relay_maybe_done(struct conn *c);
 static bool first_flight_buffer(struct conn *c);
@@ -113,10 +115,21 @@ static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /* The ClientHello's joined handshake bytes: the worker's own, used within one call. */
 static _Thread_local uint8_t clienthello_scratch[CLIENTHELLO_MESSAGE_BYTES_MAX + 4];
 
+/* What a TLS tunnel's up relay still reads (tls_watch_scan). */
+enum tunnel_tls_watch {
+	TLS_WATCH_NONE = 0,
+	TLS_WATCH_CLEAR, /* before the client's ChangeCipherSpec */
+	TLS_WATCH_CCS,   /* after it */
+	TLS_WATCH_OVER,  /* encrypted: what is checked goes up, then the splice relay */
+};
+
+#define TUNNEL_TLS_WATCH_BYTES (64u * 1024u)
+
 enum first_flight {
 	FIRST_FLIGHT_WAIT = 0, /* more bytes are needed to tell */
 	FIRST_FLIGHT_PASS,     /* it names the CONNECT's host, or no server at all */
 	FIRST_FLIGHT_HTTP,     /* plain HTTP/1: every request is checked as it comes */
+	FIRST_FLIGHT_TLS,      /* a ClientHello that passed: the next records are read too */
 	FIRST_FLIGHT_REFUSE,   /* it names another server: sni_mismatch */
 	FIRST_FLIGHT_BAD_HTTP, /* an HTTP/1 head the parser refuses: bad_request */
 	FIRST_FLIGHT_UPGRADE,  /* an HTTP/1 request to switch protocols: upgrade_refused */
@@ -137,12 +150,15 @@ static bool host_is_ip_literal(const char *host)
 }
 
 /* A TLS first flight: its server name, or none where the CONNECT named an address. */
-static enum first_flight tls_flight(const struct conn *c, const uint8_t *p, size_t n, char *detail,
-				    size_t cap)
+static enum first_flight tls_flight(const struct conn *c, const char *flight, size_t n,
+				    char *detail, size_t cap, struct clienthello_name *hello)
 {
+	const uint8_t *p = (const uint8_t *)flight;
 	struct clienthello_name sni;
 	enum clienthello_result r =
 	    clienthello_server_name(p, n, clienthello_scratch, sizeof(clienthello_scratch), &sni);
+
+	*hello = sni;
 
 	if (r == CLIENTHELLO_NEED_MORE)
 		return FIRST_FLIGHT_WAIT;
@@ -250,8 +266,11 @@ static enum first_flight first_flight_check(const struct conn *c, const char *p,
 
 	if (n == 0)
 		return FIRST_FLIGHT_WAIT;
-	if ((uint8_t)p[0] == 22)
-		return tls_flight(c, (const uint8_t *)p, n, detail, cap);
+	struct clienthello_name hello;
+	if ((uint8_t)p[0] == 22) {
+		enum first_flight v = tls_flight(c, p, n, detail, cap, &hello);
+		return v == FIRST_FLIGHT_PASS ? FIRST_FLIGHT_TLS : v;
+	}
 	if ((uint8_t)p[0] >= 20 && (uint8_t)p[0] <= 24) {
 		/* Another TLS record first (a ChangeCipherSpec, an alert): servers skip it and
 		 * read the hello after it, so it is no other protocol, and nothing precedes a
@@ -275,7 +294,7 @@ static enum first_flight first_flight_check(const struct conn *c, const char *p,
 	case HTTP1_SHAPE_MAYBE:
 		return FIRST_FLIGHT_WAIT;
 	case HTTP1_SHAPE_YES:
-		return FIRST_FLIGHT_HTTP; /* checked request by request: http_tunnel_step */
+		return FIRST_FLIGHT_HTTP; /* checked request by request: checked_up_step */
 	case HTTP1_SHAPE_NOT:
 	default:
 		return FIRST_FLIGHT_PASS; /* another protocol: names no HTTP or TLS server */
@@ -405,17 +424,24 @@ static void first_flight_step(struct conn *c)
 		r->state = R_PRELUDE;
 		up_prelude_step(c);
 		return;
+	case FIRST_FLIGHT_TLS:
 	case FIRST_FLIGHT_HTTP:
 		/* The flight moves to the head buffer's start: from now on it holds
-		 * what the client sent and did not go up yet (http_tunnel_step). */
+		 * what the client sent and did not go up yet (checked_up_step). */
 		memmove(c->head, p, n);
 		c->head_fill = (uint32_t)n;
 		c->head_len = 0;
 		c->tunnel_checked = 0;
 		c->req_body = HTTP1_BODY_NONE;
+		if (verdict == FIRST_FLIGHT_TLS) {
+			c->tunnel_tls_watch = TLS_WATCH_CLEAR; /* the hello is read again there */
+			r->state = R_IDLE;
+			checked_up_step(c);
+			return;
+		}
 		c->tunnel_http = true; /* its first head keeps the deadline its first byte began */
 		r->state = R_IDLE;
-		http_tunnel_step(c);
+		checked_up_step(c);
 		return;
 	default:
 		first_flight_refuse(c, verdict, detail, flight_is_tls(p, n));
@@ -449,6 +475,83 @@ static void first_flight_recv(struct conn *c, int res)
 		r->holds_buf = false;
 	}
 	first_flight_step(c);
+}
+
+/* ---- TLS records after the first ClientHello ---------------------------- */
+
+/*
+ * A TLS 1.3 server may answer the first ClientHello with a HelloRetryRequest,
+ * and the client then sends a second one, in clear, which may name another
+ * server: so the client's records stay read until they are encrypted (its
+ * first application_data record), and every ClientHello among them is checked
+ * as the first was. After the client's ChangeCipherSpec a handshake record
+ * may be a TLS 1.2 Finished, encrypted: only one shaped as a ClientHello (its
+ * type, its length, version 3.3) is read then. Bounded: past
+ * TUNNEL_TLS_WATCH_BYTES the client's flights are relayed unread.
+ */
+
+/* Whether the handshake record at <p>/<n> is shaped as a ClientHello's first. */
+static bool record_shaped_as_hello(const uint8_t *p, size_t n)
+{
+	if (n < 11 || p[5] != 1 || p[9] != 3 || p[10] != 3)
+		return false;
+	size_t body = (size_t)p[6] << 16 | (size_t)p[7] << 8 | p[8];
+	return body >= 38 && body <= CLIENTHELLO_MESSAGE_BYTES_MAX;
+}
+
+/*
+ * Walks the client's records past c->tunnel_checked: what may go up is
+ * counted in it, a ClientHello is checked (tls_flight). True while all is
+ * well (a record not whole yet waits); false when it refused.
+ */
+static bool tls_watch_scan(struct conn *c)
+{
+	char detail[128];
+
+	while (c->tunnel_tls_watch != TLS_WATCH_OVER && c->tunnel_checked < c->head_fill) {
+		const uint8_t *p = (const uint8_t *)c->head + c->tunnel_checked;
+		size_t n = c->head_fill - c->tunnel_checked;
+		if (n < 5)
+			return true;
+		size_t record = 5 + ((size_t)p[3] << 8 | p[4]);
+		if (p[1] != 3 || p[0] < 20 || p[0] > 24 || p[0] == 23 ||
+		    c->up.bytes + c->tunnel_checked > TUNNEL_TLS_WATCH_BYTES) {
+			/* Encrypted now (application_data), or no TLS the server will take. */
+			c->tunnel_tls_watch = TLS_WATCH_OVER;
+			break;
+		}
+		if (p[0] == 20)
+			c->tunnel_tls_watch = TLS_WATCH_CCS;
+		bool hello = p[0] == 22 && (c->tunnel_tls_watch == TLS_WATCH_CLEAR
+						? n > 5 && p[5] == 1
+						: record_shaped_as_hello(p, n));
+		if (hello || (p[0] == 22 && c->tunnel_tls_watch == TLS_WATCH_CLEAR && n < 6)) {
+			if (n < 6)
+				return true; /* its first byte says whether it is a hello */
+			detail[0] = '\0';
+			struct clienthello_name sni;
+			enum first_flight verdict =
+			    tls_flight(c, (const char *)p, n, detail, sizeof(detail), &sni);
+			if (verdict == FIRST_FLIGHT_WAIT) {
+				if (n >= TUNNEL_FIRST_FLIGHT_BYTES_MAX)
+					verdict = FIRST_FLIGHT_REFUSE;
+				else
+					return true;
+			}
+			if (verdict != FIRST_FLIGHT_PASS) {
+				first_flight_refuse(c, verdict, detail, true);
+				return false;
+			}
+			c->tunnel_checked += (uint32_t)sni.records_len;
+			continue;
+		}
+		if (n < record)
+			return true; /* cleared whole, so that the next header is found */
+		c->tunnel_checked += (uint32_t)record;
+	}
+	if (c->tunnel_tls_watch == TLS_WATCH_OVER)
+		c->tunnel_checked = c->head_fill;
+	return true;
 }
 
 /* ---- plain HTTP in a checked tunnel ------------------------------------ */
@@ -534,21 +637,31 @@ static bool http_tunnel_scan(struct conn *c)
 }
 
 /*
- * The up relay of a checked plain-HTTP tunnel, one operation at a time: what
- * is checked goes up (a send from the head buffer), then the next receive
- * joins the head buffer behind what is left. The client's EOF shuts the
- * upstream's write side; a head it left unfinished never goes up.
+ * The up relay while the client's bytes are read before they go up (plain
+ * HTTP, and TLS until it is encrypted), one operation at a time: what is
+ * checked goes up (a send from the head buffer), then the next receive joins
+ * the head buffer behind what is left. The client's EOF shuts the upstream's
+ * write side; a head or record it left unfinished never goes up.
  */
-static void http_tunnel_step(struct conn *c)
+static void checked_up_step(struct conn *c)
 {
 	struct relay *r = &c->up;
 
-	if (c->state != ST_TUNNEL || !c->tunnel_http || r->state == R_SHUT || r->state == R_DONE)
+	if (c->state != ST_TUNNEL || (!c->tunnel_http && c->tunnel_tls_watch == TLS_WATCH_NONE) ||
+	    r->state == R_SHUT || r->state == R_DONE)
 		return;
 	if (c->ops & (op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV))))
 		return;
-	if (!http_tunnel_scan(c))
+	if (!(c->tunnel_http ? http_tunnel_scan(c) : tls_watch_scan(c)))
 		return;
+	if (c->tunnel_tls_watch == TLS_WATCH_OVER && c->head_fill == 0) {
+		/* The client's flights are encrypted from here: the splice relay takes over. */
+		c->tunnel_tls_watch = TLS_WATCH_NONE;
+		buffers_release(c);
+		r->state = R_IDLE;
+		relay_arm(c, DIR_UP);
+		return;
+	}
 	if (c->tunnel_checked > 0) {
 		r->state = R_SEND;
 		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->head, c->tunnel_checked);
@@ -565,8 +678,8 @@ static void http_tunnel_step(struct conn *c)
 	prep_recv_select(c, dir_op(DIR_UP, ROP_RECV), c->cfd);
 }
 
-/* A completion of the checked HTTP tunnel's up relay. */
-static void http_tunnel_io(struct conn *c, uint32_t rop, int res)
+/* A completion of that up relay (checked_up_step). */
+static void checked_up_io(struct conn *c, uint32_t rop, int res)
 {
 	struct relay *r = &c->up;
 
@@ -606,7 +719,7 @@ static void http_tunnel_io(struct conn *c, uint32_t rop, int res)
 		r->bytes += sent;
 	}
 	r->state = R_IDLE;
-	http_tunnel_step(c);
+	checked_up_step(c);
 }
 
 /*
@@ -785,8 +898,8 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 		first_flight_recv(c, res);
 		return;
 	}
-	if (dir == DIR_UP && c->tunnel_http) {
-		http_tunnel_io(c, rop, res);
+	if (dir == DIR_UP && (c->tunnel_http || c->tunnel_tls_watch != TLS_WATCH_NONE)) {
+		checked_up_io(c, rop, res);
 		return;
 	}
 	if (res < 0 && res != -EAGAIN && !(rop == ROP_RECV && res == -ENOBUFS)) {
@@ -917,13 +1030,13 @@ static void tunnel_buffers(struct conn *c)
 {
 	for (int dir = DIR_UP; dir <= DIR_DOWN; dir++) {
 		struct relay *r = relay_of(c, dir);
-		if (dir == DIR_UP && c->tunnel_http)
+		if (dir == DIR_UP && (c->tunnel_http || c->tunnel_tls_watch != TLS_WATCH_NONE))
 			continue;
 		if (r->state == R_IDLE && !r->holds_buf && r->pipe == NULL)
 			relay_arm(c, dir);
 	}
 	first_flight_step(c);
-	http_tunnel_step(c);
+	checked_up_step(c);
 }
 
 const struct conn_mode tunnel_mode = {
