@@ -511,15 +511,16 @@ static bool tls_watch_scan(struct conn *c)
 	while (c->tunnel_tls_watch != TLS_WATCH_OVER && c->tunnel_checked < c->head_fill) {
 		const uint8_t *p = (const uint8_t *)c->head + c->tunnel_checked;
 		size_t n = c->head_fill - c->tunnel_checked;
-		if (n < 5)
-			return true;
-		size_t record = 5 + ((size_t)p[3] << 8 | p[4]);
-		if (p[1] != 3 || p[0] < 20 || p[0] > 24 || p[0] == 23 ||
+		if (p[0] < 20 || p[0] > 24 || p[0] == 23 || (n > 1 && p[1] != 3) ||
 		    c->up.bytes + c->tunnel_checked > TUNNEL_TLS_WATCH_BYTES) {
-			/* Encrypted now (application_data), or no TLS the server will take. */
+			/* Encrypted now (application_data), or no TLS the server will take:
+			 * told from the first byte, so a client that waits is not waited for. */
 			c->tunnel_tls_watch = TLS_WATCH_OVER;
 			break;
 		}
+		if (n < 5)
+			return true;
+		size_t record = 5 + ((size_t)p[3] << 8 | p[4]);
 		if (p[0] == 20)
 			c->tunnel_tls_watch = TLS_WATCH_CCS;
 		bool hello = p[0] == 22 && (c->tunnel_tls_watch == TLS_WATCH_CLEAR
