@@ -416,11 +416,20 @@ static void fwd_resp_head(struct conn *c)
 		return;
 	}
 	bool interim = resp.status >= 100 && resp.status < 200;
+	uint32_t rest = c->resp_fill - (uint32_t)n;
+	int64_t body_now = 0;
 	if (!interim) {
 		c->resp_head_done = true;
 		c->resp_body = (uint8_t)http1_response_body(&resp, c->head_method);
 		c->resp_left = resp.content_length;
 		c->resp_keep_alive = resp.keep_alive;
+		/* The body bytes that came with the head are framed before it goes: a
+		 * chunk framed wrong there is answered 502, the head never relayed. */
+		body_now = resp_frame(c, c->resp + n, rest);
+		if (body_now < 0) {
+			respond(c, REASON_UPSTREAM_BAD_RESPONSE);
+			return;
+		}
 		audit_decision(c, true, resp.status);
 	}
 	bool keep = c->keep_alive && resp.keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
@@ -428,15 +437,9 @@ static void fwd_resp_head(struct conn *c)
 	c->resp_head_len = resp_head_rewrite(c, &resp, 0, (uint32_t)n, keep);
 	uint32_t send_len = c->resp_head_len;
 	if (!interim) {
-		uint32_t rest = c->resp_fill - send_len;
-		int64_t m = resp_frame(c, c->resp + send_len, rest);
-		if (m < 0) {
-			conn_close(c);
-			return;
-		}
-		if ((uint32_t)m < rest)
+		if ((uint64_t)body_now < rest)
 			c->flags |= F_NO_KEEPALIVE; /* bytes past the response: don't reuse */
-		send_len += (uint32_t)m;
+		send_len += (uint32_t)body_now;
 	}
 	c->down.state = R_PRELUDE;
 	c->down.buf_off = 0;

@@ -26,7 +26,9 @@
  * place: our own HTTP/1.1 version, the fields minus the hop-by-hop ones (one
  * marking serves both directions), through a bounded writer judged once.
  * The chunked scanner is the one stateful piece: a byte-level state machine
- * that skips chunk data in bulk and never changes or copies the bytes.
+ * that skips chunk data in bulk and never changes or copies the bytes. Its
+ * size lines are read to the grammar, chunk extensions too (a quoted-string
+ * a server reads to its closing quote must close before the CRLF).
  */
 #include "core/http1.h"
 
@@ -1314,12 +1316,19 @@ ssize_t http1_write_response_head(const struct http1_response *resp, const char 
 
 /* Chunked body states; 0 must be the start so a zeroed struct is ready. */
 enum chunk_state {
-	CHUNK_SIZE = 0, /* hex digits of the chunk size */
-	CHUNK_SIZE_BWS, /* whitespace after the size, before ';' */
-	CHUNK_EXT,      /* chunk extensions, up to the CR */
-	CHUNK_SIZE_LF,  /* CR of the size line seen */
-	CHUNK_DATA,     /* chunk_left bytes of data */
-	CHUNK_DATA_CR,  /* CRLF after the data */
+	CHUNK_SIZE = 0,        /* hex digits of the chunk size */
+	CHUNK_SIZE_BWS,        /* BWS before a ';': after the size or an extension */
+	CHUNK_EXT_NAME_START,  /* after ';': BWS, then the extension's name */
+	CHUNK_EXT_NAME,        /* the name's token */
+	CHUNK_EXT_NAME_BWS,    /* BWS after the name: '=' or ';' follows */
+	CHUNK_EXT_VALUE_START, /* after '=': BWS, then a token or a quoted-string */
+	CHUNK_EXT_TOKEN,       /* a token value */
+	CHUNK_EXT_QUOTED,      /* inside a quoted-string value */
+	CHUNK_EXT_QUOTED_PAIR, /* after a backslash inside it */
+	CHUNK_EXT_QUOTED_END,  /* its closing quote seen */
+	CHUNK_SIZE_LF,         /* CR of the size line seen; the last state of the line */
+	CHUNK_DATA,            /* chunk_left bytes of data */
+	CHUNK_DATA_CR,         /* CRLF after the data */
 	CHUNK_DATA_LF,
 	CHUNK_TRAILER, /* start of a trailer line, or the final CRLF */
 	CHUNK_TRAILER_NAME,
@@ -1338,7 +1347,80 @@ static int chunk_line_grow(struct http1_chunked *s)
 	return 0;
 }
 
-/* chunk-size [ BWS ";" chunk-ext ] CRLF (RFC 9112 section 7.1). */
+/* qdtext (RFC 9110 section 5.6.4): a field-value byte but DQUOTE and backslash. */
+static inline bool is_qdtext(char c)
+{
+	return byte_is(c, HC_VALUE) && c != '"' && c != '\\';
+}
+
+/*
+ * The state after byte <c> of a chunk extension (RFC 9112 section 7.1.1), read
+ * exactly: *( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] ).
+ * A bare ';', a name-less or value-less '=', an open quote, a CTL, or BWS
+ * before the CRLF is CHUNK_ERROR: a server that reads the line another way
+ * (up to a quote's end, say) would find another size or another end of the
+ * body. A CR ends the line only where an extension may end.
+ */
+static enum chunk_state chunk_ext_next(enum chunk_state at, char c)
+{
+	AN_DASSERT(at >= CHUNK_EXT_NAME_START);
+	AN_DASSERT(at < CHUNK_SIZE_LF);
+	switch (at) {
+	case CHUNK_EXT_NAME_START:
+		if (is_ows(c))
+			return CHUNK_EXT_NAME_START;
+		return byte_is(c, HC_TCHAR) ? CHUNK_EXT_NAME : CHUNK_ERROR;
+	case CHUNK_EXT_NAME:
+		if (byte_is(c, HC_TCHAR))
+			return CHUNK_EXT_NAME;
+		if (c == '\r')
+			return CHUNK_SIZE_LF;
+		/* fallthrough */
+	case CHUNK_EXT_NAME_BWS:
+		if (c == '=')
+			return CHUNK_EXT_VALUE_START;
+		if (c == ';')
+			return CHUNK_EXT_NAME_START;
+		return is_ows(c) ? CHUNK_EXT_NAME_BWS : CHUNK_ERROR;
+	case CHUNK_EXT_VALUE_START:
+		if (is_ows(c))
+			return CHUNK_EXT_VALUE_START;
+		if (c == '"')
+			return CHUNK_EXT_QUOTED;
+		return byte_is(c, HC_TCHAR) ? CHUNK_EXT_TOKEN : CHUNK_ERROR;
+	case CHUNK_EXT_QUOTED:
+		if (c == '"')
+			return CHUNK_EXT_QUOTED_END;
+		if (c == '\\')
+			return CHUNK_EXT_QUOTED_PAIR;
+		return is_qdtext(c) ? CHUNK_EXT_QUOTED : CHUNK_ERROR;
+	case CHUNK_EXT_QUOTED_PAIR:
+		return byte_is(c, HC_VALUE) ? CHUNK_EXT_QUOTED : CHUNK_ERROR;
+	case CHUNK_EXT_TOKEN:
+		if (byte_is(c, HC_TCHAR))
+			return CHUNK_EXT_TOKEN;
+		/* fallthrough */
+	default: /* CHUNK_EXT_QUOTED_END: the value is whole */
+		if (c == '\r')
+			return CHUNK_SIZE_LF;
+		if (c == ';')
+			return CHUNK_EXT_NAME_START;
+		return is_ows(c) ? CHUNK_SIZE_BWS : CHUNK_ERROR;
+	}
+}
+
+static int chunk_ext_step(struct http1_chunked *s, char c)
+{
+	enum chunk_state next = chunk_ext_next((enum chunk_state)s->state, c);
+
+	if (next == CHUNK_ERROR)
+		return -EPROTO;
+	s->state = (uint32_t)next;
+	AN_DASSERT(s->state <= CHUNK_SIZE_LF);
+	return c == '\r' ? 0 : chunk_line_grow(s);
+}
+
+/* chunk-size [ chunk-ext ] CRLF (RFC 9112 section 7.1); the extension's bytes above. */
 static int chunk_size_step(struct http1_chunked *s, char c)
 {
 	AN_DASSERT(s->state <= CHUNK_SIZE_LF);
@@ -1358,30 +1440,27 @@ static int chunk_size_step(struct http1_chunked *s, char c)
 		if (c == '\r')
 			s->state = CHUNK_SIZE_LF;
 		else if (c == ';')
-			s->state = CHUNK_EXT;
+			s->state = CHUNK_EXT_NAME_START;
 		else if (is_ows(c))
 			s->state = CHUNK_SIZE_BWS;
 		else
 			return -EPROTO;
 		return c == '\r' ? 0 : chunk_line_grow(s);
 	case CHUNK_SIZE_BWS:
+		/* BWS only ever comes before a ';' here: "5 " CRLF is no chunk line. */
 		if (c == ';')
-			s->state = CHUNK_EXT;
+			s->state = CHUNK_EXT_NAME_START;
 		else if (!is_ows(c))
 			return -EPROTO;
 		return chunk_line_grow(s);
-	case CHUNK_EXT:
-		if (c == '\r') {
-			s->state = CHUNK_SIZE_LF;
-			return 0;
-		}
-		return byte_is(c, HC_VALUE) ? chunk_line_grow(s) : -EPROTO;
-	default:
+	case CHUNK_SIZE_LF:
 		if (c != '\n')
 			return -EPROTO;
 		s->state = s->chunk_left == 0 ? CHUNK_TRAILER : CHUNK_DATA;
 		s->line_len = 0;
 		return 0;
+	default:
+		return chunk_ext_step(s, c);
 	}
 }
 

@@ -342,7 +342,10 @@ struct http1_chunked {
  * Scans <len> bytes of a chunked body that continue the stream <s> has seen so
  * far. Returns the bytes that belong to this message (== len unless the message
  * ended inside the buffer; then s->done is set), or -EPROTO on a malformed size
- * line, a chunk size over 2^62, a size or trailer line over 4 KiB, or bare CR/LF.
+ * line (a size that is not hex, a chunk extension outside RFC 9112 section
+ * 7.1.1's grammar: a bare ';', a name-less or value-less '=', an unclosed
+ * quoted-string, a CTL, BWS before the CRLF), a chunk size over 2^62, a size
+ * or trailer line over 4 KiB, a malformed trailer field, or bare CR/LF.
  * The bytes are only inspected, never changed: the relay forwards them as-is.
  */
 ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len);

@@ -1760,6 +1760,115 @@ START_TEST(test_chunked_malformed)
 }
 END_TEST
 
+/* Chunk extensions to RFC 9112 section 7.1.1, each shape in a size line "4<ext>" CRLF. */
+static const char *const chunk_ext_good[] = {
+	";a",
+	" ;a",
+	"\t;\ta",
+	"; a",
+	";a=b",
+	";a = b",
+	";a\t=\tb",
+	";a=\"\"",
+	";a=\"b c\"",
+	";a=\"\\\"\"",
+	";a=\"\\\\\"",
+	";a=\"\t!#[]~\"",
+	";a=\"\x80\xff\"",
+	";a=\"\\\x80\\\t\\ \\x\"",
+	";a;b=c;d=\"e\"",
+	";a ;b",
+	";a=b ;c",
+	";a=\"b\" ;c",
+	";a=\"b\";c",
+	";!#$%&'*+-.^_`|~09AZaz=!#$%&'*+-.^_`|~",
+};
+
+/* Extensions outside the grammar; <len> counts a NUL in the bytes. */
+static const struct {
+	const char *name;
+	const char *ext;
+	size_t len; /* 0: strlen(ext) */
+} chunk_ext_bad[] = {
+	{ "bare semicolon", ";", 0 },
+	{ "semicolon then BWS", "; ", 0 },
+	{ "BWS before CRLF after a name", ";a ", 0 },
+	{ "BWS before CRLF after a token", ";a=b ", 0 },
+	{ "BWS before CRLF after a quote", ";a=\"b\" ", 0 },
+	{ "two semicolons", ";;a", 0 },
+	{ "trailing semicolon", ";a;", 0 },
+	{ "no name", ";=v", 0 },
+	{ "no name, no value", ";=", 0 },
+	{ "no value", ";a=", 0 },
+	{ "no value, BWS", ";a= ", 0 },
+	{ "two equals", ";a==b", 0 },
+	{ "value then equals", ";a=b=c", 0 },
+	{ "comma list", ";a,b", 0 },
+	{ "quoted name", ";\"a\"=b", 0 },
+	{ "quote inside a token", ";a=b\"c\"", 0 },
+	{ "junk after a quote", ";a=\"b\"c", 0 },
+	{ "unterminated quote", ";a=\"x", 0 },
+	{ "closing quote escaped", ";a=\"x\\\"", 0 },
+	{ "LF in a quote", ";a=\"x\nq\"", 0 },
+	{ "CR in a quote", ";a=\"x\rq\"", 0 },
+	{ "CTL in a quote", ";a=\"\x01\"", 0 },
+	{ "DEL in a quote", ";a=\"\x7f\"", 0 },
+	{ "NUL in a quote", ";a=\"\0\"", sizeof(";a=\"\0\"") - 1 },
+	{ "CTL in a quoted-pair", ";a=\"\\\x01\"", 0 },
+	{ "DEL in a quoted-pair", ";a=\"\\\x7f\"", 0 },
+	{ "obs-text in a name", ";\x80", 0 },
+	{ "obs-text in a token", ";a=\x80", 0 },
+	{ "CTL in a name", ";a\x01", 0 },
+	{ "DEL in a token", ";a=b\x7f", 0 },
+	{ "separator in a name", ";a/b", 0 },
+	{ "separator in a token", ";a=b/c", 0 },
+};
+
+/* "4" <ext> CRLF "Wiki" CRLF, then a last chunk with an extension and the end. */
+static void chunk_ext_line(const char *ext, size_t ext_len)
+{
+	scratch.len = 0;
+	text_add(&scratch, "4");
+	AN_ASSERT(scratch.len + ext_len < sizeof(scratch.buf));
+	memcpy(scratch.buf + scratch.len, ext, ext_len);
+	scratch.len += ext_len;
+	text_add(&scratch, "\r\nWiki\r\n0;z=\"\"\r\n\r\n");
+}
+
+START_TEST(test_chunked_extensions)
+{
+	struct http1_chunked s;
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(chunk_ext_good); i++) {
+		chunk_ext_line(chunk_ext_good[i], strlen(chunk_ext_good[i]));
+		memset(&s, 0, sizeof(s));
+		ssize_t rc = chunk_scan_at_guard(&s, scratch.buf, scratch.len);
+		ck_assert_msg(rc == (ssize_t)scratch.len && s.done, "good %zu (%s): rc %zd", i,
+			      chunk_ext_good[i], rc);
+		/* One byte at a time: the state carries across every boundary. */
+		memset(&s, 0, sizeof(s));
+		for (size_t k = 0; k < scratch.len; k++)
+			ck_assert_int_eq(chunk_scan_at_guard(&s, scratch.buf + k, 1), 1);
+		ck_assert(s.done);
+	}
+	for (size_t i = 0; i < AN_ARRAY_LEN(chunk_ext_bad); i++) {
+		const char *ext = chunk_ext_bad[i].ext;
+		size_t n = chunk_ext_bad[i].len ? chunk_ext_bad[i].len : strlen(ext);
+		chunk_ext_line(ext, n);
+		chunked_bad(chunk_ext_bad[i].name, scratch.buf, scratch.len);
+		/* Split before every byte: the fault is found wherever a read ends. */
+		for (size_t k = 1; k < scratch.len; k++) {
+			memset(&s, 0, sizeof(s));
+			ssize_t a = chunk_scan_at_guard(&s, scratch.buf, k);
+			ssize_t b =
+			    a < 0 ? a : chunk_scan_at_guard(&s, scratch.buf + k, scratch.len - k);
+			ck_assert_msg(b == -EPROTO, "bad %s, split at %zu: %zd %zd",
+				      chunk_ext_bad[i].name, k, a, b);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_chunked_line_limit)
 {
 	const size_t n = HTTP1_CHUNK_LINE_BYTES_MAX;
@@ -1840,6 +1949,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_chunked_whole_and_split);
 	tcase_add_test(tc, test_chunked_small);
 	tcase_add_test(tc, test_chunked_malformed);
+	tcase_add_test(tc, test_chunked_extensions);
 	tcase_add_test(tc, test_chunked_line_limit);
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("abort");
