@@ -107,6 +107,20 @@ void inject_request(struct conn *c, const struct http1_request *req, size_t head
 	term_drop(c, (uint32_t)head_len);
 }
 
+/*
+ * The request's body goes no further (framed wrong, or past the cap): the
+ * upstream, which holds part of it, is never used again, and the agent is
+ * answered <why> in its place.
+ */
+static void inject_body_refused(struct conn *c, enum reason why)
+{
+	c->upstream_dead = true;
+	c->inject_phase = INJ_IDLE; /* the answer goes to the agent, not upstream */
+	c->out_len = 0;
+	term_refuse(c, why);
+	AN_ASSERT(c->term_close_after);
+}
+
 /* Request body bytes from the plaintext into the upstream session. */
 static enum term_status inject_body(struct conn *c)
 {
@@ -119,7 +133,7 @@ static enum term_status inject_body(struct conn *c)
 	if (c->req_body == HTTP1_BODY_CHUNKED) {
 		ssize_t m = http1_chunked_scan(&probe, c->head, take);
 		if (m < 0) {
-			term_refuse(c, REASON_BAD_REQUEST);
+			inject_body_refused(c, REASON_BAD_REQUEST);
 			return TERM_OK;
 		}
 		take = (uint32_t)m;
@@ -139,10 +153,7 @@ static enum term_status inject_body(struct conn *c)
 	c->term_req_bytes += n;
 	if (c->term_req_bytes > LIMITS_TERM_REQUEST_BYTES_MAX) {
 		/* A chunked body past the cap: cut, the upstream sees the stream end early. */
-		c->upstream_dead = true;
-		c->inject_phase = INJ_IDLE;
-		c->out_len = 0;
-		term_refuse(c, REASON_BODY_TOO_LARGE);
+		inject_body_refused(c, REASON_BODY_TOO_LARGE);
 		return TERM_OK;
 	}
 	term_drop(c, (uint32_t)n);
