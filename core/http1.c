@@ -18,13 +18,16 @@
  * or LF, obs-fold, whitespace before a colon, CTLs), and so is every framing
  * ambiguity a smuggling attack feeds on: duplicate Content-Length even when
  * equal, Transfer-Encoding with Content-Length, any request coding other than
- * a lone "chunked", Transfer-Encoding on HTTP/1.0. Rejected alternative:
- * picohttpparser-style leniency (it accepts bare LF), which is right for a
- * server and wrong for a proxy in front of servers we do not know.
+ * a lone "chunked", Transfer-Encoding on HTTP/1.0, a request field name a
+ * CGI server reads as a framing or forwarding one ("Transfer_Encoding").
+ * Rejected alternative: picohttpparser-style leniency (it accepts bare LF),
+ * which is right for a server and wrong for a proxy in front of servers we
+ * do not know.
  *
  * A forwarded head, request or response, is rebuilt rather than patched in
  * place: our own HTTP/1.1 version, the fields minus the hop-by-hop ones (one
- * marking serves both directions), through a bounded writer judged once.
+ * marking serves both directions) and, in a request, minus every name with
+ * '_' (as nginx drops them), through a bounded writer judged once.
  * The chunked scanner is the one stateful piece: a byte-level state machine
  * that skips chunk data in bulk and never changes or copies the bytes. Its
  * size lines are read to the grammar, chunk extensions too (a quoted-string
@@ -609,11 +612,57 @@ static int framing_host(struct framing *fr, const char *v, size_t n)
 	return parse_authority(v, n, false, 0, &au);
 }
 
+/* Whether <name>'s first <n> bytes, any case and '_' read as '-', are lower-case <lit>'s. */
+static bool name_as_cgi_reads(const char *name, const char *lit, size_t n)
+{
+	AN_DASSERT(name != NULL);
+	AN_DASSERT(lit != NULL);
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i] == '_' ? '-' : ascii_lower(name[i]);
+		if (c != lit[i])
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Whether request field name <name>/<n> is, as CGI and WSGI servers read
+ * names (HTTP_CONTENT_LENGTH: '_' and '-' alike, any case), one the proxy
+ * frames the request by (Content-Length, Transfer-Encoding) or removes or
+ * writes itself (Keep-Alive, Proxy-*, the gateway's X-Forwarded-* and
+ * X-Real-IP) while not being it: Transfer_Encoding beside a Content-Length
+ * is a second body to such a backend, X_Forwarded_For a forged client.
+ * Names without '-' (Host, Connection, TE, ...) have no such spelling.
+ */
+static bool name_underscore_lookalike(const char *name, size_t n)
+{
+	static const struct {
+		const char *lit;
+		size_t len;
+		bool prefix;
+	} owned[] = {
+		{ "content-length", 14, false }, { "transfer-encoding", 17, false },
+		{ "keep-alive", 10, false },     { "x-real-ip", 9, false },
+		{ "proxy-", 6, true },           { "x-forwarded-", 12, true },
+	};
+
+	AN_DASSERT(memchr(name, '_', n) != NULL);
+	for (size_t i = 0; i < AN_ARRAY_LEN(owned); i++) {
+		bool fits = owned[i].prefix ? n >= owned[i].len : n == owned[i].len;
+		if (fits && name_as_cgi_reads(name, owned[i].lit, owned[i].len))
+			return true;
+	}
+	return false;
+}
+
 /* Dispatches on the name's length first: most fields are none of these. */
 static int framing_apply(struct framing *fr, const struct http1_header *h)
 {
 	AN_DASSERT(h->name_len > 0);
 	AN_DASSERT(h->value != NULL);
+	if (fr->is_request && memchr(h->name, '_', h->name_len) != NULL &&
+	    name_underscore_lookalike(h->name, h->name_len))
+		return -EPROTO;
 	switch (h->name_len) {
 	case 4:
 		if (fr->is_request && http1_name_is(h->name, 4, "host"))
@@ -1109,6 +1158,13 @@ void http1_hop_by_hop(const struct http1_request *req, bool *drop)
 	AN_ASSERT(req != NULL);
 	AN_ASSERT(drop != NULL);
 	hop_by_hop_mark(req->headers, req->header_count, true, drop);
+	/* nginx's underscores_in_headers off: a backend that reads '_' as '-' would take
+	 * such a field for one the proxy checked, stripped or wrote under the other
+	 * spelling (a profile's strip_headers, a Connection option, an inject header). */
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		drop[i] = drop[i] || memchr(h->name, '_', h->name_len) != NULL;
+	}
 }
 
 void http1_response_hop_by_hop(const struct http1_response *resp, bool *drop)

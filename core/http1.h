@@ -100,7 +100,10 @@ struct http1_response {
  *                             CONNECT whose target is not host:port, an
  *                             absolute form other than http:// (or with
  *                             userinfo), a missing or duplicate Host in HTTP/1.1,
- *                             a port that is not 1..65535.
+ *                             a port that is not 1..65535, a field name with
+ *                             '_' that a CGI or WSGI server reads ('_' as '-')
+ *                             as Content-Length, Transfer-Encoding, Keep-Alive,
+ *                             Proxy-*, X-Forwarded-* or X-Real-IP.
  * Leading empty lines (RFC 9112 section 2.2) are skipped and count in head_len.
  * Origin and asterisk forms parse successfully; refusing them is the caller's
  * policy. Borrows <buf>; writes only <req> and <why>.
@@ -138,14 +141,18 @@ bool http1_list_next(const char **pp, const char *end, const char **elem, size_t
 
 /*
  * Sets <drop>[i], for each of <req>'s header_count fields, to whether field i
- * is hop-by-hop (RFC 9110 section 7.6.1), one a proxy never forwards:
+ * is one a proxy never forwards: hop-by-hop (RFC 9110 section 7.6.1), that is
  * Connection, the fields its options name, Keep-Alive, TE, Trailer, Upgrade,
- * Proxy-Connection and every other Proxy-* field. A Connection option never
- * marks Content-Length, Transfer-Encoding or Host: dropping framing would let
- * the next hop read the body as a second, unchecked request, and an HTTP/1.1
- * request must keep its Host. "close" names no field. Writes every entry of
- * <drop> (at least header_count of them) and nothing else; callers then add
- * drops of their own. Borrows <req>.
+ * Proxy-Connection and every other Proxy-* field; and every field whose name
+ * holds '_' (nginx's underscores_in_headers off), which a CGI or WSGI backend
+ * reads as the name with '-' and so as a field the proxy checked, stripped or
+ * wrote under that name. A Connection option never marks Content-Length,
+ * Transfer-Encoding or Host: dropping framing would let the next hop read the
+ * body as a second, unchecked request, and an HTTP/1.1 request must keep its
+ * Host. "close" names no field. Every head the proxy writes for a request
+ * (plain forwarding, the inject tier, the gateway) starts from this marking.
+ * Writes every entry of <drop> (at least header_count of them) and nothing
+ * else; callers then add drops of their own. Borrows <req>.
  */
 void http1_hop_by_hop(const struct http1_request *req, bool *drop);
 
@@ -205,9 +212,9 @@ ssize_t http1_out_end(struct http1_out *o);
 
 /*
  * Writes the head to send upstream for an absolute-form <req>: the request
- * line in origin form with HTTP/1.1, every header except hop-by-hop ones
- * (Connection and the names it lists, Keep-Alive, TE, Trailer, Upgrade,
- * Proxy-Connection and every Proxy-* field) and Host, then "Host:
+ * line in origin form with HTTP/1.1, every header except those
+ * http1_hop_by_hop marks (Connection and the names it lists, Keep-Alive, TE,
+ * Trailer, Upgrade, every Proxy-* field, every name with '_') and Host, then "Host:
  * <authority>" (RFC 9112 section 3.2.2: a proxy replaces Host with the
  * target's authority), then the blank line. An origin-form <req> (a
  * terminated tier's inner request) keeps its own Host instead. Returns the

@@ -9,7 +9,7 @@
  *     is -EAGAIN (the parser never decides on bytes it has not seen);
  *   - an absolute-form head is rewritten by http1_write_origin_head into an
  *     exactly-sized buffer, one byte less is -EMSGSIZE, and the rewrite parses
- *     again with the same method and body framing;
+ *     again with the same method and body framing and no field name with '_';
  *   - the chunked scanner gives the same answer for the whole input, for two
  *     pieces split anywhere, and for one byte at a time.
  *
@@ -97,6 +97,10 @@ static void check_origin_head(const struct http1_request *req)
 		AN_ASSERT(again->body == req->body);
 		AN_ASSERT(again->content_length == req->content_length);
 		AN_ASSERT(again->host_header_len == req->authority_len);
+		/* No name with '_' is relayed (a CGI server reads it as the one with '-'). */
+		for (uint32_t i = 0; i < again->header_count; i++)
+			AN_ASSERT(memchr(again->headers[i].name, '_', again->headers[i].name_len) ==
+				  NULL);
 	}
 	pool_free(again);
 	pool_free(out);
