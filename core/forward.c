@@ -4,7 +4,10 @@
  * origin form (http1_write_origin_head, or ingress_head for the gateway) and
  * sent up, then the bodies are copied through provided buffers with their
  * framing followed (Content-Length or chunked; the response also to its
- * close), only to know where each ends. The response head is collected in
+ * close), only to know where each ends. The client's bytes all take one
+ * path, the conn's early-data queue (early_peek): what came with the head,
+ * what came before the upstream connected, and each receive after, so what
+ * follows the body stays queued, in order. The response head is collected in
  * c->resp and rewritten as the proxy forwards it (resp_head_rewrite: no
  * hop-by-hop field, our own Connection); interim 1xx heads pass before the
  * final one.
@@ -109,32 +112,26 @@ static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
 	}
 }
 
-typedef int64_t (*frame_fn)(struct conn *c, const char *p, uint32_t n);
-
 /*
- * Sends on the part of the <res> bytes direction <dir> just received that
- * belongs to the current message, as <frame> delimits it. Bytes past the
- * message are dropped and the conn is not kept alive (a pipelining client
- * retries them, RFC 9112 section 9.3.2). Returns the bytes sent, 0 when the
- * message had already ended (the buffer is back in the ring), or -1 when the
- * framing was malformed (the conn is closing).
+ * Sends on the part of the <res> bytes the upstream just sent that belongs
+ * to the current response, as resp_frame delimits it. Bytes past the
+ * response are dropped and the conn is not kept alive. Returns the bytes
+ * sent, 0 when the response had already ended (the buffer is back in the
+ * ring), or -1 when the framing was malformed (the conn is closing).
  */
-static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
+static int64_t resp_send_framed(struct conn *c, int res)
 {
-	struct relay *r = relay_of(c, dir);
+	struct relay *r = &c->down;
 	const char *p = (const char *)ring_buf(conn_ring(c), r->bid);
 
 	AN_ASSERT(r->holds_buf);
 	AN_ASSERT(res > 0);
-	int64_t m = frame(c, p, (uint32_t)res);
+	int64_t m = resp_frame(c, p, (uint32_t)res);
 	if (m < 0) {
 		ring_buf_return(conn_ring(c), r->bid);
 		r->holds_buf = false;
 		r->state = R_IDLE;
-		if (dir == DIR_UP)
-			req_body_refused(c);
-		else
-			conn_close(c);
+		conn_close(c);
 		return -1;
 	}
 	if (m < res)
@@ -147,7 +144,7 @@ static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
 		r->holds_buf = false;
 		return 0;
 	}
-	prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir), p, (size_t)m);
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, p, (size_t)m);
 	return m;
 }
 
@@ -296,14 +293,21 @@ static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 		conn_close(c); /* client gone mid-body, or upstream refused our bytes */
 		return;
 	}
+	r->state = R_IDLE;
+	if (rop == ROP_RECV && res < 0) {
+		nobufs_wait(c);
+		return;
+	}
 	if (rop == ROP_RECV) {
-		if (res < 0) {
-			r->state = R_IDLE;
-			nobufs_wait(c);
+		/* Queued like early data (the receive is armed only when none waits):
+		 * framed and sent from there, and bytes past the body stay queued. */
+		r->holds_buf = false;
+		if (!early_push(c, r->bid, (uint32_t)res)) {
+			ring_buf_return(conn_ring(c), r->bid);
+			conn_close(c);
 			return;
 		}
-		if (fwd_send_framed(c, DIR_UP, res, req_frame) == 0)
-			fwd_up_step(c);
+		fwd_up_step(c);
 		return;
 	}
 	AN_ASSERT(rop == ROP_SEND);
@@ -314,22 +318,14 @@ static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 		return;
 	}
 	r->buf_off += (uint32_t)res;
-	if (r->state == R_PRELUDE)
-		early_consume(c, (uint32_t)res);
+	early_consume(c, (uint32_t)res);
 	if (r->buf_off < r->buf_len) {
 		const char *p;
-		if (r->state == R_PRELUDE)
-			early_peek(c, &p);
-		else
-			p = (const char *)ring_buf(conn_ring(c), r->bid) + r->buf_off;
+		early_peek(c, &p);
+		r->state = R_PRELUDE;
 		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, r->buf_len - r->buf_off);
 		return;
 	}
-	if (r->state == R_SEND && r->holds_buf) {
-		ring_buf_return(conn_ring(c), r->bid);
-		r->holds_buf = false;
-	}
-	r->state = R_IDLE;
 	fwd_up_step(c);
 }
 
@@ -488,7 +484,7 @@ static void on_fwd_down_recv(struct conn *c, int res)
 		fwd_resp_head(c);
 		return;
 	}
-	if (fwd_send_framed(c, DIR_DOWN, res, resp_frame) == 0)
+	if (resp_send_framed(c, res) == 0)
 		request_finish(c);
 }
 
