@@ -4,10 +4,12 @@
  * origin form (http1_write_origin_head, or ingress_head for the gateway) and
  * sent up, then the bodies are copied through provided buffers with their
  * framing followed (Content-Length or chunked; the response also to its
- * close), only to know where each ends. The client's bytes all take one
- * path, the conn's early-data queue (early_peek): what came with the head,
- * what came before the upstream connected, and each receive after, so what
- * follows the body stays queued, in order. The response head is collected in
+ * close), only to know where each ends; a request's trailer fields are
+ * dropped on the way (its head was checked, they would not be). The
+ * client's bytes all take one path, the conn's early-data queue
+ * (early_peek): what came with the head, what came before the upstream
+ * connected, and each receive after, so what follows the body stays queued,
+ * in order. The response head is collected in
  * c->resp and rewritten as the proxy forwards it (resp_head_rewrite: no
  * hop-by-hop field, our own Connection); interim 1xx heads pass before the
  * final one.
@@ -36,9 +38,16 @@ static void fwd_up_step(struct conn *c);
 static void fwd_down_recv(struct conn *c);
 static void req_body_refused(struct conn *c);
 
-/* How many of <n> bytes at <p> belong to the request body; sets req_done. */
-static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
+/*
+ * How many of <n> bytes at <p> are the request body's next part; sets
+ * req_done, and *<drop> for a chunked body's trailer fields, which are never
+ * forwarded (http1_chunked_scan_part): the head was checked and rewritten,
+ * a trailer would reach the upstream unchecked (a Host, framing, an
+ * Authorization beside an injected one).
+ */
+static int64_t req_frame(struct conn *c, const char *p, uint32_t n, bool *drop)
 {
+	*drop = false;
 	if (c->req_done)
 		return 0;
 	if (c->req_body == HTTP1_BODY_LENGTH) {
@@ -48,7 +57,7 @@ static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
 		return (int64_t)m;
 	}
 	AN_ASSERT(c->req_body == HTTP1_BODY_CHUNKED);
-	ssize_t m = http1_chunked_scan(&c->req_chunks, p, n);
+	ssize_t m = http1_chunked_scan_part(&c->req_chunks, p, n, drop);
 	if (m < 0)
 		return m;
 	if (c->ingress) {
@@ -236,6 +245,42 @@ void forward_start(struct conn *c)
 	fwd_down_recv(c);
 }
 
+/*
+ * Sends the request body's next part waiting in the early-data queue, trailer
+ * fields before it dropped. True when that moved the exchange on (a send is
+ * out, the body was refused, or it ended), false when nothing waits.
+ */
+static bool fwd_body_next(struct conn *c)
+{
+	struct relay *r = &c->up;
+	const char *p;
+	uint32_t n = early_peek(c, &p);
+
+	for (; n > 0; n = early_peek(c, &p)) {
+		bool drop = false;
+		int64_t m = req_frame(c, p, n, &drop);
+		if (m < 0) {
+			req_body_refused(c);
+			return true;
+		}
+		/* Bytes past the body are the next request: request_finish carries them. */
+		if (m == 0) {
+			request_finish(c);
+			return true;
+		}
+		if (drop) {
+			early_consume(c, (uint32_t)m);
+			continue;
+		}
+		r->state = R_PRELUDE;
+		r->buf_off = 0;
+		r->buf_len = (uint32_t)m;
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, (size_t)m);
+		return true;
+	}
+	return false;
+}
+
 static void fwd_up_step(struct conn *c)
 {
 	struct relay *r = &c->up;
@@ -252,25 +297,8 @@ static void fwd_up_step(struct conn *c)
 		request_finish(c);
 		return;
 	}
-	const char *p;
-	uint32_t n = early_peek(c, &p);
-	if (n > 0) {
-		int64_t m = req_frame(c, p, n);
-		if (m < 0) {
-			req_body_refused(c);
-			return;
-		}
-		/* Bytes past the body are the next request: request_finish carries them. */
-		if (m == 0) {
-			request_finish(c);
-			return;
-		}
-		r->state = R_PRELUDE;
-		r->buf_off = 0;
-		r->buf_len = (uint32_t)m;
-		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, (size_t)m);
+	if (fwd_body_next(c))
 		return;
-	}
 	if (c->ops & op_bit(OP_HEAD_RECV))
 		return; /* the cancelled head receive may still deliver body bytes */
 	r->state = R_RECV;

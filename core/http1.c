@@ -1599,9 +1599,44 @@ ssize_t http1_chunked_next_data(struct http1_chunked *s, const char *buf, size_t
 			s->done = true;
 			return (ssize_t)i;
 		}
+		if (s->state == CHUNK_TRAILER)
+			return (ssize_t)i; /* a trailer field may begin: its caller's part */
 	}
 	AN_ASSERT(i == len);
 	return (ssize_t)len;
+}
+
+/* Whether byte <c>, next for <s>, is in a trailer field line (RFC 9112 section 7.1.2). */
+static bool chunk_in_trailer_field(const struct http1_chunked *s, char c)
+{
+	return (s->state == CHUNK_TRAILER && c != '\r') || s->state == CHUNK_TRAILER_NAME ||
+	       s->state == CHUNK_TRAILER_VALUE || s->state == CHUNK_TRAILER_LF;
+}
+
+ssize_t http1_chunked_scan_part(struct http1_chunked *s, const char *buf, size_t len,
+				bool *trailer_field)
+{
+	size_t i = 0;
+
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(buf != NULL || len == 0);
+	*trailer_field = false;
+	if (s->state == CHUNK_ERROR)
+		return -EPROTO;
+	if (s->done || len == 0)
+		return 0;
+	bool field = chunk_in_trailer_field(s, buf[0]);
+	while (i < len && !s->done && chunk_in_trailer_field(s, buf[i]) == field) {
+		size_t off = 0, run = 0;
+		ssize_t m = http1_chunked_next_data(s, buf + i, len - i, &off, &run);
+		if (m < 0)
+			return m;
+		AN_ASSERT(m > 0);
+		i += (size_t)m;
+	}
+	*trailer_field = field;
+	AN_ASSERT(i > 0);
+	return (ssize_t)i;
 }
 
 ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len)

@@ -359,12 +359,28 @@ ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len)
 
 /*
  * As http1_chunked_scan, but stops right after the first run of chunk data in
- * <buf>: *<data_off> and *<data_len> say where that run lies (*<data_len> 0:
- * none in what was scanned). Returns the bytes scanned (0 once the message
- * ended), or -EPROTO as http1_chunked_scan would. A caller that calls it
- * again on the rest sees every data byte of the body exactly once.
+ * <buf>, and right after a line a trailer field may follow (the last chunk's,
+ * each trailer field's): *<data_off> and *<data_len> say where that run lies
+ * (*<data_len> 0: none in what was scanned). Returns the bytes scanned (0
+ * once the message ended), or -EPROTO as http1_chunked_scan would. A caller
+ * that calls it again on the rest sees every data byte of the body exactly
+ * once.
  */
 ssize_t http1_chunked_next_data(struct http1_chunked *s, const char *buf, size_t len,
 				size_t *data_off, size_t *data_len);
+
+/*
+ * As http1_chunked_scan, one part at a time: returns the bytes of the part
+ * that starts <buf> and *<trailer_field> says which it is: true for trailer
+ * field lines (RFC 9112 section 7.1.2: every field of the trailer section,
+ * each with its CRLF), false for everything else (the chunks, the last
+ * chunk's line, the final CRLF). A relay that sends the false parts and
+ * drops the true ones sends the body with an empty trailer section, which
+ * is still a valid chunked body; the proxy then never forwards a field a
+ * head check did not see. Returns 0 once the message ended (or for <len>
+ * 0), -EPROTO as http1_chunked_scan. Borrows <buf>; inspects it only.
+ */
+ssize_t http1_chunked_scan_part(struct http1_chunked *s, const char *buf, size_t len,
+				bool *trailer_field);
 
 #endif /* AN_CORE_HTTP1_H */

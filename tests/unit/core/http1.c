@@ -1926,6 +1926,78 @@ START_TEST(test_chunked_extensions)
 }
 END_TEST
 
+/*
+ * Scans <n> bytes at the guard page in pieces of <piece> bytes, part by part,
+ * appending the kept parts to <kept> and the trailer field parts to <fields>.
+ * Returns the bytes of the message scanned, or -EPROTO.
+ */
+static ssize_t chunk_parts_at_guard(const char *in, size_t n, size_t piece, struct text *kept,
+				    struct text *fields)
+{
+	struct http1_chunked s = { 0 };
+	size_t used = 0;
+
+	kept->len = 0;
+	fields->len = 0;
+	for (size_t at = 0; at < n && !s.done; at += piece) {
+		size_t len = n - at < piece ? n - at : piece;
+		const char *b = unit_guard_place(&guard_in, in + at, len);
+		for (size_t i = 0; i < len && !s.done;) {
+			bool field = true;
+			ssize_t m = http1_chunked_scan_part(&s, b + i, len - i, &field);
+			if (m < 0)
+				return m;
+			ck_assert_int_gt(m, 0);
+			struct text *to = field ? fields : kept;
+			memcpy(to->buf + to->len, b + i, (size_t)m);
+			to->len += (size_t)m;
+			i += (size_t)m;
+			used += (size_t)m;
+		}
+	}
+	return (ssize_t)used;
+}
+
+START_TEST(test_chunked_parts)
+{
+	static const char body[] = "5;a=b\r\nhello\r\n0;z\r\n";
+	static const char fields[] = "Host: evil\r\nAuthorization: Bearer x\r\nX-T:\r\n";
+	static struct text kept, dropped, in;
+	size_t body_len = sizeof(body) - 1, fields_len = sizeof(fields) - 1;
+
+	in.len = 0;
+	text_add(&in, body);
+	text_add(&in, fields);
+	text_add(&in, "\r\nGET / HTTP/1.1\r\n");
+	size_t msg_len = body_len + fields_len + 2;
+	/* Whole, in every piece size: the kept parts are the body with an empty trailer
+	 * section, the dropped ones exactly the field lines; the next request untouched. */
+	for (size_t piece = 1; piece <= in.len; piece++) {
+		ssize_t rc = chunk_parts_at_guard(in.buf, in.len, piece, &kept, &dropped);
+		ck_assert_msg(rc == (ssize_t)msg_len, "piece %zu: rc %zd", piece, rc);
+		ck_assert_uint_eq(kept.len, body_len + 2);
+		ck_assert_int_eq(memcmp(kept.buf, body, body_len), 0);
+		ck_assert_int_eq(memcmp(kept.buf + body_len, "\r\n", 2), 0);
+		ck_assert_uint_eq(dropped.len, fields_len);
+		ck_assert_int_eq(memcmp(dropped.buf, fields, fields_len), 0);
+	}
+	/* No trailer: nothing dropped, the final CRLF kept. */
+	ck_assert_int_eq(chunk_parts_at_guard("0\r\n\r\n", 5, 1, &kept, &dropped), 5);
+	ck_assert_uint_eq(kept.len, 5);
+	ck_assert_uint_eq(dropped.len, 0);
+	/* A fault in a trailer field is a fault, and stays one. */
+	ck_assert_int_eq(chunk_parts_at_guard("0\r\nX: \x01\r\n\r\n", 11, 1, &kept, &dropped),
+			 -EPROTO);
+	/* Once the message ended, and for no bytes: 0. */
+	struct http1_chunked s = { 0 };
+	bool field = true;
+	ck_assert_int_eq(http1_chunked_scan_part(&s, "", 0, &field), 0);
+	ck_assert(!field);
+	ck_assert_int_eq(chunk_scan_at_guard(&s, "0\r\n\r\n", 5), 5);
+	ck_assert_int_eq(http1_chunked_scan_part(&s, "x", 1, &field), 0);
+}
+END_TEST
+
 START_TEST(test_chunked_line_limit)
 {
 	const size_t n = HTTP1_CHUNK_LINE_BYTES_MAX;
@@ -2007,6 +2079,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_chunked_small);
 	tcase_add_test(tc, test_chunked_malformed);
 	tcase_add_test(tc, test_chunked_extensions);
+	tcase_add_test(tc, test_chunked_parts);
 	tcase_add_test(tc, test_chunked_line_limit);
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("abort");
