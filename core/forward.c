@@ -17,8 +17,8 @@
  * An exchange is over when both c->req_done and c->resp_done hold and no
  * send or receive is in flight (request_finish): the conn then returns to
  * HEAD with the upstream kept (F_REUSABLE, keyed by host and port) for the
- * next request to the same host, a pipelined request carried over in the
- * head buffer; otherwise it lingers. A kept upstream that closed while idle
+ * next request to the same host, what the client pipelined behind this one
+ * carried over to the head buffer (head_carry); otherwise it lingers. A kept upstream that closed while idle
  * is retried once, fresh (fwd_no_response).
  */
 #include "core/conn_int.h"
@@ -571,27 +571,20 @@ static void request_finish(struct conn *c)
 		ingress_audit(c);
 		ingress_release(c); /* an idle conn holds no request open */
 	}
-	const char *p;
-	uint32_t next_len = early_peek(c, &p);
-	/* A pipelined next request is carried over when it sits in the head buffer. */
-	bool carry =
-	    next_len > 0 && c->early_count == 0 && p >= c->head && p < c->head + c->head_fill;
 	bool keep = c->keep_alive && c->resp_keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
-		    c->resp_body != HTTP1_BODY_CLOSE && (next_len == 0 || carry);
+		    c->resp_body != HTTP1_BODY_CLOSE;
 	if (!keep) {
 		linger_start(c);
 		return;
 	}
-	if (carry) {
-		char *head = c->head;
-		memmove(head, p, next_len);
-		c->head = NULL; /* kept across the release below */
-		buffers_release(c);
-		c->head = head;
-		c->head_fill = next_len;
-	} else {
-		buffers_release(c);
-	}
+	/* What the client sent past this request, whichever read brought it, is the next
+	 * request: kept and served (or refused, audited) as one, never dropped unread. */
+	uint32_t next_len = head_carry(c);
+	char *head = c->head;
+	c->head = NULL; /* kept across the release below */
+	buffers_release(c);
+	c->head = head;
+	c->head_fill = next_len;
 	c->flags |= F_REUSABLE;
 	c->flags &= (uint8_t)~F_HEAD_STOP;
 	c->rule = NULL;
@@ -600,7 +593,7 @@ static void request_finish(struct conn *c)
 	c->down.state = R_IDLE;
 	head_recv_arm(c);
 	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	if (carry)
+	if (next_len > 0)
 		head_parse(c);
 }
 
