@@ -110,6 +110,25 @@ void addr_format(const union conn_addr *a, char *out, size_t cap)
 	}
 }
 
+/*
+ * The host a record names: as the decision read it (verdict_ops.normalise_host:
+ * BLOCKED.TEST. is blocked.test, 2130706433 is 127.0.0.1), so an operator who
+ * looks for a host finds every attempt at it, however spelled. What is sent
+ * upstream and the refusal's body keep the client's spelling (c->host). A
+ * gateway request's host is its public client's Host field, which no rule
+ * decides: as sent. A host no rule can name is kept as spelled too.
+ */
+static void record_host(const struct conn *c, char *out, size_t cap)
+{
+	const struct verdict_ops *ops = c->w->e->ops;
+
+	AN_ASSERT(cap > LIMITS_HOST_BYTES_MAX);
+	if (!c->ingress && c->host_len > 0 && ops->normalise_host != NULL &&
+	    ops->normalise_host(c->host, c->host_len, out, cap) >= 0)
+		return;
+	audit_copy(out, cap, c->host, c->host_len);
+}
+
 void record_common(const struct conn *c, struct audit_record *rec)
 {
 	rec->conn_id = c->id;
@@ -120,7 +139,7 @@ void record_common(const struct conn *c, struct audit_record *rec)
 	const char *sb = conn_sandbox_id(c, id);
 	audit_copy(rec->sandbox, sizeof(rec->sandbox), sb, strlen(sb));
 	audit_copy(rec->method, sizeof(rec->method), c->method, c->method_len);
-	audit_copy(rec->host, sizeof(rec->host), c->host, c->host_len);
+	record_host(c, rec->host, sizeof(rec->host));
 	if (c->rule != NULL)
 		audit_copy(rec->rule, sizeof(rec->rule), c->rule, strlen(c->rule));
 	if (c->path_len != 0 && c->head != NULL)
