@@ -110,6 +110,25 @@ void addr_format(const union conn_addr *a, char *out, size_t cap)
 	}
 }
 
+/*
+ * The host a record names: as the decision read it (verdict_ops.normalise_host:
+ * BLOCKED.TEST. is blocked.test, 2130706433 is 127.0.0.1), so an operator who
+ * looks for a host finds every attempt at it, however spelled. What is sent
+ * upstream and the refusal's body keep the client's spelling (c->host). A
+ * gateway request's host is its public client's Host field, which no rule
+ * decides: as sent. A host no rule can name is kept as spelled too.
+ */
+static void record_host(const struct conn *c, char *out, size_t cap)
+{
+	const struct verdict_ops *ops = c->w->e->ops;
+
+	AN_ASSERT(cap > LIMITS_HOST_BYTES_MAX);
+	if (!c->ingress && c->host_len > 0 && ops->normalise_host != NULL &&
+	    ops->normalise_host(c->host, c->host_len, out, cap) >= 0)
+		return;
+	audit_copy(out, cap, c->host, c->host_len);
+}
+
 void record_common(const struct conn *c, struct audit_record *rec)
 {
 	rec->conn_id = c->id;
@@ -120,7 +139,7 @@ void record_common(const struct conn *c, struct audit_record *rec)
 	const char *sb = conn_sandbox_id(c, id);
 	audit_copy(rec->sandbox, sizeof(rec->sandbox), sb, strlen(sb));
 	audit_copy(rec->method, sizeof(rec->method), c->method, c->method_len);
-	audit_copy(rec->host, sizeof(rec->host), c->host, c->host_len);
+	record_host(c, rec->host, sizeof(rec->host));
 	if (c->rule != NULL)
 		audit_copy(rec->rule, sizeof(rec->rule), c->rule, strlen(c->rule));
 	if (c->path_len != 0 && c->head != NULL)
@@ -600,9 +619,10 @@ void nobufs_wait(struct conn *c)
 static bool head_keeps(const struct conn *c, uint32_t len)
 {
 	/* Up to one head's worth past the answered one, as a receive in ST_HEAD would take:
-	 * what a CONNECT among it brings early must fit a TLS session (term_start). */
+	 * what a CONNECT among it brings early must fit a TLS session (term_start). Behind
+	 * bytes still queued (head_carry), they queue too: head_data. */
 	return c->state == ST_RESPOND && c->answer_keeps_conn && c->head != NULL &&
-	       c->head_fill <= LIMITS_HEAD_BYTES_MAX &&
+	       c->early_count == 0 && c->head_fill <= LIMITS_HEAD_BYTES_MAX &&
 	       c->head_fill + len <= c->head_len + LIMITS_HEAD_BYTES_MAX &&
 	       c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES;
 }
@@ -660,6 +680,9 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		head_append(c, bid, len);
 		return;
 	}
+	bool queued = c->state == ST_RESPOND && c->answer_keeps_conn && c->early_count > 0;
+	if (queued && early_push(c, bid, len))
+		return; /* behind what waits already: head_read_next carries it on */
 	if (c->state == ST_RESPOND || c->state == ST_LINGER || c->state == ST_CLOSING) {
 		c->answer_keeps_conn = false; /* a request lost here must not be waited for */
 		ring_buf_return(r, bid);
@@ -998,6 +1021,36 @@ void head_parse(struct conn *c)
 		decide(c, &req);
 }
 
+static_assert(WORKER_HEAD_BUFFER_BYTES > LIMITS_HEAD_BYTES_MAX,
+	      "a head buffer holds a head's worth and a byte");
+
+uint32_t head_carry(struct conn *c)
+{
+	uint32_t from = c->head_len + c->early_off;
+	uint32_t n = c->head_fill > from ? c->head_fill - from : 0;
+
+	AN_ASSERT(c->head != NULL);
+	memmove(c->head, c->head + from, n);
+	c->head_fill = n;
+	c->head_len = 0;
+	c->early_off = 0;
+	c->path_len = 0;
+	/* One byte past the limit: http1_parse_request then knows a head too large. */
+	while (c->early_count > 0 && c->head_fill <= LIMITS_HEAD_BYTES_MAX) {
+		uint16_t bid;
+		uint32_t off;
+		uint32_t len = early_front(c, &bid, &off);
+		uint32_t room = LIMITS_HEAD_BYTES_MAX + 1 - c->head_fill;
+		uint32_t take = len < room ? len : room;
+		memcpy(c->head + c->head_fill, ring_buf(conn_ring(c), bid) + off, take);
+		c->head_fill += take;
+		early_advance(c, take);
+	}
+	if (c->early_count > 0)
+		AN_ASSERT(c->head_fill == LIMITS_HEAD_BYTES_MAX + 1);
+	return c->head_fill;
+}
+
 /* ---- resolving and connecting ------------------------------------------ */
 
 /* Keeps the addresses the policy permits (all of them for a local upstream). */
@@ -1324,15 +1377,11 @@ void linger_start(struct conn *c)
 static void head_read_next(struct conn *c)
 {
 	AN_ASSERT(c->state == ST_RESPOND && c->answer_keeps_conn);
-	if (c->early_count > 0 || (c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
+	if ((c->flags & F_CLIENT_EOF) || c->head_fill < c->head_len) {
 		linger_start(c);
 		return;
 	}
-	uint32_t rest = c->head_fill - c->head_len;
-	memmove(c->head, c->head + c->head_len, rest);
-	c->head_fill = rest;
-	c->head_len = 0;
-	c->path_len = 0;
+	uint32_t rest = head_carry(c);
 	c->answer_keeps_conn = false;
 	c->answer_body = NULL;
 	c->answer_body_len = 0;

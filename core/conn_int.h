@@ -336,6 +336,14 @@ bool head_recv_wanted(const struct conn *c);
 void nobufs_wait(struct conn *c);
 /* Parses the head buffer; on a complete head, decides. */
 void head_parse(struct conn *c);
+/*
+ * Moves what the client sent past the request just served (early_peek's
+ * bytes: the rest of the head buffer, then the early queue) to the front of
+ * the head buffer for the next head_parse, up to LIMITS_HEAD_BYTES_MAX + 1
+ * bytes (enough to find a head or to know it too large); the rest stays
+ * queued behind it, in order. Returns the bytes now in the head buffer.
+ */
+uint32_t head_carry(struct conn *c);
 
 /* Copies what the request's record and answer need (method, host, port, path) into <c>. */
 void request_copy(struct conn *c, const struct http1_request *req);

@@ -22,8 +22,9 @@
  * Writes the upstream's head for request <req> (parsed from the <head_len>
  * bytes at <head>, whose request line is copied as sent, without the empty
  * lines a client may send before it) into <out> (<cap> bytes): every field but
- * the hop-by-hop ones, in order, the credential header <in>->header whose
- * value is exactly <prefix><placeholder> with <prefix><secret> instead, any
+ * those http1_hop_by_hop marks (the hop-by-hop ones, every name with '_'), in
+ * order, the credential header <in>->header whose value is exactly
+ * <prefix><placeholder> with <prefix><secret> instead, any
  * Accept-Encoding replaced by "identity" (the response masker reads bytes as
  * sent), and an upgrade the rule allows kept with a Connection of ours.
  * Returns the head's length, or -1 with *<why>: bad_request when the request

@@ -4,7 +4,12 @@
  * origin form (http1_write_origin_head, or ingress_head for the gateway) and
  * sent up, then the bodies are copied through provided buffers with their
  * framing followed (Content-Length or chunked; the response also to its
- * close), only to know where each ends. The response head is collected in
+ * close), only to know where each ends; a request's trailer fields are
+ * dropped on the way (its head was checked, they would not be). The
+ * client's bytes all take one path, the conn's early-data queue
+ * (early_peek): what came with the head, what came before the upstream
+ * connected, and each receive after, so what follows the body stays queued,
+ * in order. The response head is collected in
  * c->resp and rewritten as the proxy forwards it (resp_head_rewrite: no
  * hop-by-hop field, our own Connection); interim 1xx heads pass before the
  * final one.
@@ -12,8 +17,8 @@
  * An exchange is over when both c->req_done and c->resp_done hold and no
  * send or receive is in flight (request_finish): the conn then returns to
  * HEAD with the upstream kept (F_REUSABLE, keyed by host and port) for the
- * next request to the same host, a pipelined request carried over in the
- * head buffer; otherwise it lingers. A kept upstream that closed while idle
+ * next request to the same host, what the client pipelined behind this one
+ * carried over to the head buffer (head_carry); otherwise it lingers. A kept upstream that closed while idle
  * is retried once, fresh (fwd_no_response).
  */
 #include "core/conn_int.h"
@@ -33,9 +38,16 @@ static void fwd_up_step(struct conn *c);
 static void fwd_down_recv(struct conn *c);
 static void req_body_refused(struct conn *c);
 
-/* How many of <n> bytes at <p> belong to the request body; sets req_done. */
-static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
+/*
+ * How many of <n> bytes at <p> are the request body's next part; sets
+ * req_done, and *<drop> for a chunked body's trailer fields, which are never
+ * forwarded (http1_chunked_scan_part): the head was checked and rewritten,
+ * a trailer would reach the upstream unchecked (a Host, framing, an
+ * Authorization beside an injected one).
+ */
+static int64_t req_frame(struct conn *c, const char *p, uint32_t n, bool *drop)
 {
+	*drop = false;
 	if (c->req_done)
 		return 0;
 	if (c->req_body == HTTP1_BODY_LENGTH) {
@@ -45,7 +57,7 @@ static int64_t req_frame(struct conn *c, const char *p, uint32_t n)
 		return (int64_t)m;
 	}
 	AN_ASSERT(c->req_body == HTTP1_BODY_CHUNKED);
-	ssize_t m = http1_chunked_scan(&c->req_chunks, p, n);
+	ssize_t m = http1_chunked_scan_part(&c->req_chunks, p, n, drop);
 	if (m < 0)
 		return m;
 	if (c->ingress) {
@@ -109,32 +121,26 @@ static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
 	}
 }
 
-typedef int64_t (*frame_fn)(struct conn *c, const char *p, uint32_t n);
-
 /*
- * Sends on the part of the <res> bytes direction <dir> just received that
- * belongs to the current message, as <frame> delimits it. Bytes past the
- * message are dropped and the conn is not kept alive (a pipelining client
- * retries them, RFC 9112 section 9.3.2). Returns the bytes sent, 0 when the
- * message had already ended (the buffer is back in the ring), or -1 when the
- * framing was malformed (the conn is closing).
+ * Sends on the part of the <res> bytes the upstream just sent that belongs
+ * to the current response, as resp_frame delimits it. Bytes past the
+ * response are dropped and the conn is not kept alive. Returns the bytes
+ * sent, 0 when the response had already ended (the buffer is back in the
+ * ring), or -1 when the framing was malformed (the conn is closing).
  */
-static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
+static int64_t resp_send_framed(struct conn *c, int res)
 {
-	struct relay *r = relay_of(c, dir);
+	struct relay *r = &c->down;
 	const char *p = (const char *)ring_buf(conn_ring(c), r->bid);
 
 	AN_ASSERT(r->holds_buf);
 	AN_ASSERT(res > 0);
-	int64_t m = frame(c, p, (uint32_t)res);
+	int64_t m = resp_frame(c, p, (uint32_t)res);
 	if (m < 0) {
 		ring_buf_return(conn_ring(c), r->bid);
 		r->holds_buf = false;
 		r->state = R_IDLE;
-		if (dir == DIR_UP)
-			req_body_refused(c);
-		else
-			conn_close(c);
+		conn_close(c);
 		return -1;
 	}
 	if (m < res)
@@ -147,7 +153,7 @@ static int64_t fwd_send_framed(struct conn *c, int dir, int res, frame_fn frame)
 		r->holds_buf = false;
 		return 0;
 	}
-	prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir), p, (size_t)m);
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, p, (size_t)m);
 	return m;
 }
 
@@ -239,6 +245,42 @@ void forward_start(struct conn *c)
 	fwd_down_recv(c);
 }
 
+/*
+ * Sends the request body's next part waiting in the early-data queue, trailer
+ * fields before it dropped. True when that moved the exchange on (a send is
+ * out, the body was refused, or it ended), false when nothing waits.
+ */
+static bool fwd_body_next(struct conn *c)
+{
+	struct relay *r = &c->up;
+	const char *p;
+	uint32_t n = early_peek(c, &p);
+
+	for (; n > 0; n = early_peek(c, &p)) {
+		bool drop = false;
+		int64_t m = req_frame(c, p, n, &drop);
+		if (m < 0) {
+			req_body_refused(c);
+			return true;
+		}
+		/* Bytes past the body are the next request: request_finish carries them. */
+		if (m == 0) {
+			request_finish(c);
+			return true;
+		}
+		if (drop) {
+			early_consume(c, (uint32_t)m);
+			continue;
+		}
+		r->state = R_PRELUDE;
+		r->buf_off = 0;
+		r->buf_len = (uint32_t)m;
+		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, (size_t)m);
+		return true;
+	}
+	return false;
+}
+
 static void fwd_up_step(struct conn *c)
 {
 	struct relay *r = &c->up;
@@ -255,25 +297,8 @@ static void fwd_up_step(struct conn *c)
 		request_finish(c);
 		return;
 	}
-	const char *p;
-	uint32_t n = early_peek(c, &p);
-	if (n > 0) {
-		int64_t m = req_frame(c, p, n);
-		if (m < 0) {
-			req_body_refused(c);
-			return;
-		}
-		/* Bytes past the body are the next request: request_finish carries them. */
-		if (m == 0) {
-			request_finish(c);
-			return;
-		}
-		r->state = R_PRELUDE;
-		r->buf_off = 0;
-		r->buf_len = (uint32_t)m;
-		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, (size_t)m);
+	if (fwd_body_next(c))
 		return;
-	}
 	if (c->ops & op_bit(OP_HEAD_RECV))
 		return; /* the cancelled head receive may still deliver body bytes */
 	r->state = R_RECV;
@@ -296,14 +321,21 @@ static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 		conn_close(c); /* client gone mid-body, or upstream refused our bytes */
 		return;
 	}
+	r->state = R_IDLE;
+	if (rop == ROP_RECV && res < 0) {
+		nobufs_wait(c);
+		return;
+	}
 	if (rop == ROP_RECV) {
-		if (res < 0) {
-			r->state = R_IDLE;
-			nobufs_wait(c);
+		/* Queued like early data (the receive is armed only when none waits):
+		 * framed and sent from there, and bytes past the body stay queued. */
+		r->holds_buf = false;
+		if (!early_push(c, r->bid, (uint32_t)res)) {
+			ring_buf_return(conn_ring(c), r->bid);
+			conn_close(c);
 			return;
 		}
-		if (fwd_send_framed(c, DIR_UP, res, req_frame) == 0)
-			fwd_up_step(c);
+		fwd_up_step(c);
 		return;
 	}
 	AN_ASSERT(rop == ROP_SEND);
@@ -314,22 +346,14 @@ static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 		return;
 	}
 	r->buf_off += (uint32_t)res;
-	if (r->state == R_PRELUDE)
-		early_consume(c, (uint32_t)res);
+	early_consume(c, (uint32_t)res);
 	if (r->buf_off < r->buf_len) {
 		const char *p;
-		if (r->state == R_PRELUDE)
-			early_peek(c, &p);
-		else
-			p = (const char *)ring_buf(conn_ring(c), r->bid) + r->buf_off;
+		early_peek(c, &p);
+		r->state = R_PRELUDE;
 		prep_send(c, dir_op(DIR_UP, ROP_SEND), c->ufd, p, r->buf_len - r->buf_off);
 		return;
 	}
-	if (r->state == R_SEND && r->holds_buf) {
-		ring_buf_return(conn_ring(c), r->bid);
-		r->holds_buf = false;
-	}
-	r->state = R_IDLE;
 	fwd_up_step(c);
 }
 
@@ -425,6 +449,21 @@ static void fwd_resp_head(struct conn *c)
 		return;
 	}
 	bool interim = resp.status >= 100 && resp.status < 200;
+	uint32_t rest = c->resp_fill - (uint32_t)n;
+	int64_t body_now = 0;
+	if (!interim) {
+		c->resp_head_done = true;
+		c->resp_body = (uint8_t)http1_response_body(&resp, c->head_method);
+		c->resp_left = resp.content_length;
+		c->resp_keep_alive = resp.keep_alive;
+		/* The body bytes that came with the head are framed before it goes: a
+		 * chunk framed wrong there is answered 502, the head never relayed. */
+		body_now = resp_frame(c, c->resp + n, rest);
+		if (body_now < 0) {
+			respond(c, REASON_UPSTREAM_BAD_RESPONSE);
+			return;
+		}
+	}
 	bool keep = c->keep_alive && resp.keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
 		    http1_response_body(&resp, c->head_method) != HTTP1_BODY_CLOSE;
 	uint32_t head_len = resp_head_rewrite(c, &resp, 0, (uint32_t)n, keep);
@@ -432,25 +471,14 @@ static void fwd_resp_head(struct conn *c)
 		respond(c, REASON_UPSTREAM_BAD_RESPONSE);
 		return;
 	}
-	if (!interim) {
-		c->resp_head_done = true;
-		c->resp_body = (uint8_t)http1_response_body(&resp, c->head_method);
-		c->resp_left = resp.content_length;
-		c->resp_keep_alive = resp.keep_alive;
+	if (!interim)
 		audit_decision(c, true, resp.status);
-	}
 	c->resp_head_len = head_len;
 	uint32_t send_len = c->resp_head_len;
 	if (!interim) {
-		uint32_t rest = c->resp_fill - send_len;
-		int64_t m = resp_frame(c, c->resp + send_len, rest);
-		if (m < 0) {
-			conn_close(c);
-			return;
-		}
-		if ((uint32_t)m < rest)
+		if ((uint64_t)body_now < rest)
 			c->flags |= F_NO_KEEPALIVE; /* bytes past the response: don't reuse */
-		send_len += (uint32_t)m;
+		send_len += (uint32_t)body_now;
 	}
 	c->down.state = R_PRELUDE;
 	c->down.buf_off = 0;
@@ -499,7 +527,7 @@ static void on_fwd_down_recv(struct conn *c, int res)
 		fwd_resp_head(c);
 		return;
 	}
-	if (fwd_send_framed(c, DIR_DOWN, res, resp_frame) == 0)
+	if (resp_send_framed(c, res) == 0)
 		request_finish(c);
 }
 
@@ -558,27 +586,20 @@ static void request_finish(struct conn *c)
 		ingress_audit(c);
 		ingress_release(c); /* an idle conn holds no request open */
 	}
-	const char *p;
-	uint32_t next_len = early_peek(c, &p);
-	/* A pipelined next request is carried over when it sits in the head buffer. */
-	bool carry =
-	    next_len > 0 && c->early_count == 0 && p >= c->head && p < c->head + c->head_fill;
 	bool keep = c->keep_alive && c->resp_keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
-		    c->resp_body != HTTP1_BODY_CLOSE && (next_len == 0 || carry);
+		    c->resp_body != HTTP1_BODY_CLOSE;
 	if (!keep) {
 		linger_start(c);
 		return;
 	}
-	if (carry) {
-		char *head = c->head;
-		memmove(head, p, next_len);
-		c->head = NULL; /* kept across the release below */
-		buffers_release(c);
-		c->head = head;
-		c->head_fill = next_len;
-	} else {
-		buffers_release(c);
-	}
+	/* What the client sent past this request, whichever read brought it, is the next
+	 * request: kept and served (or refused, audited) as one, never dropped unread. */
+	uint32_t next_len = head_carry(c);
+	char *head = c->head;
+	c->head = NULL; /* kept across the release below */
+	buffers_release(c);
+	c->head = head;
+	c->head_fill = next_len;
 	c->flags |= F_REUSABLE;
 	c->flags &= (uint8_t)~F_HEAD_STOP;
 	c->rule = NULL;
@@ -586,11 +607,11 @@ static void request_finish(struct conn *c)
 	c->up.state = R_IDLE;
 	c->down.state = R_IDLE;
 	head_recv_arm(c);
-	if (carry)
+	if (next_len > 0)
 		head_deadline_arm(c); /* the next head began already */
 	else
 		timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
-	if (carry)
+	if (next_len > 0)
 		head_parse(c);
 }
 

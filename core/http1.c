@@ -18,15 +18,20 @@
  * or LF, obs-fold, whitespace before a colon, CTLs), and so is every framing
  * ambiguity a smuggling attack feeds on: duplicate Content-Length even when
  * equal, Transfer-Encoding with Content-Length, any request coding other than
- * a lone "chunked", Transfer-Encoding on HTTP/1.0. Rejected alternative:
- * picohttpparser-style leniency (it accepts bare LF), which is right for a
- * server and wrong for a proxy in front of servers we do not know.
+ * a lone "chunked", Transfer-Encoding on HTTP/1.0, a request field name a
+ * CGI server reads as a framing or forwarding one ("Transfer_Encoding").
+ * Rejected alternative: picohttpparser-style leniency (it accepts bare LF),
+ * which is right for a server and wrong for a proxy in front of servers we
+ * do not know.
  *
  * A forwarded head, request or response, is rebuilt rather than patched in
  * place: our own HTTP/1.1 version, the fields minus the hop-by-hop ones (one
- * marking serves both directions), through a bounded writer judged once.
+ * marking serves both directions) and, in a request, minus every name with
+ * '_' (as nginx drops them), through a bounded writer judged once.
  * The chunked scanner is the one stateful piece: a byte-level state machine
- * that skips chunk data in bulk and never changes or copies the bytes.
+ * that skips chunk data in bulk and never changes or copies the bytes. Its
+ * size lines are read to the grammar, chunk extensions too (a quoted-string
+ * a server reads to its closing quote must close before the CRLF).
  */
 #include "core/http1.h"
 
@@ -607,11 +612,57 @@ static int framing_host(struct framing *fr, const char *v, size_t n)
 	return parse_authority(v, n, false, 0, &au);
 }
 
+/* Whether <name>'s first <n> bytes, any case and '_' read as '-', are lower-case <lit>'s. */
+static bool name_as_cgi_reads(const char *name, const char *lit, size_t n)
+{
+	AN_DASSERT(name != NULL);
+	AN_DASSERT(lit != NULL);
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i] == '_' ? '-' : ascii_lower(name[i]);
+		if (c != lit[i])
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Whether request field name <name>/<n> is, as CGI and WSGI servers read
+ * names (HTTP_CONTENT_LENGTH: '_' and '-' alike, any case), one the proxy
+ * frames the request by (Content-Length, Transfer-Encoding) or removes or
+ * writes itself (Keep-Alive, Proxy-*, the gateway's X-Forwarded-* and
+ * X-Real-IP) while not being it: Transfer_Encoding beside a Content-Length
+ * is a second body to such a backend, X_Forwarded_For a forged client.
+ * Names without '-' (Host, Connection, TE, ...) have no such spelling.
+ */
+static bool name_underscore_lookalike(const char *name, size_t n)
+{
+	static const struct {
+		const char *lit;
+		size_t len;
+		bool prefix;
+	} owned[] = {
+		{ "content-length", 14, false }, { "transfer-encoding", 17, false },
+		{ "keep-alive", 10, false },     { "x-real-ip", 9, false },
+		{ "proxy-", 6, true },           { "x-forwarded-", 12, true },
+	};
+
+	AN_DASSERT(memchr(name, '_', n) != NULL);
+	for (size_t i = 0; i < AN_ARRAY_LEN(owned); i++) {
+		bool fits = owned[i].prefix ? n >= owned[i].len : n == owned[i].len;
+		if (fits && name_as_cgi_reads(name, owned[i].lit, owned[i].len))
+			return true;
+	}
+	return false;
+}
+
 /* Dispatches on the name's length first: most fields are none of these. */
 static int framing_apply(struct framing *fr, const struct http1_header *h)
 {
 	AN_DASSERT(h->name_len > 0);
 	AN_DASSERT(h->value != NULL);
+	if (fr->is_request && memchr(h->name, '_', h->name_len) != NULL &&
+	    name_underscore_lookalike(h->name, h->name_len))
+		return -EPROTO;
 	switch (h->name_len) {
 	case 4:
 		if (fr->is_request && http1_name_is(h->name, 4, "host"))
@@ -1129,6 +1180,13 @@ void http1_hop_by_hop(const struct http1_request *req, bool *drop)
 	AN_ASSERT(req != NULL);
 	AN_ASSERT(drop != NULL);
 	hop_by_hop_mark(req->headers, req->header_count, true, drop);
+	/* nginx's underscores_in_headers off: a backend that reads '_' as '-' would take
+	 * such a field for one the proxy checked, stripped or wrote under the other
+	 * spelling (a profile's strip_headers, a Connection option, an inject header). */
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		drop[i] = drop[i] || memchr(h->name, '_', h->name_len) != NULL;
+	}
 }
 
 void http1_response_hop_by_hop(const struct http1_response *resp, bool *drop)
@@ -1336,12 +1394,19 @@ ssize_t http1_write_response_head(const struct http1_response *resp, const char 
 
 /* Chunked body states; 0 must be the start so a zeroed struct is ready. */
 enum chunk_state {
-	CHUNK_SIZE = 0, /* hex digits of the chunk size */
-	CHUNK_SIZE_BWS, /* whitespace after the size, before ';' */
-	CHUNK_EXT,      /* chunk extensions, up to the CR */
-	CHUNK_SIZE_LF,  /* CR of the size line seen */
-	CHUNK_DATA,     /* chunk_left bytes of data */
-	CHUNK_DATA_CR,  /* CRLF after the data */
+	CHUNK_SIZE = 0,        /* hex digits of the chunk size */
+	CHUNK_SIZE_BWS,        /* BWS before a ';': after the size or an extension */
+	CHUNK_EXT_NAME_START,  /* after ';': BWS, then the extension's name */
+	CHUNK_EXT_NAME,        /* the name's token */
+	CHUNK_EXT_NAME_BWS,    /* BWS after the name: '=' or ';' follows */
+	CHUNK_EXT_VALUE_START, /* after '=': BWS, then a token or a quoted-string */
+	CHUNK_EXT_TOKEN,       /* a token value */
+	CHUNK_EXT_QUOTED,      /* inside a quoted-string value */
+	CHUNK_EXT_QUOTED_PAIR, /* after a backslash inside it */
+	CHUNK_EXT_QUOTED_END,  /* its closing quote seen */
+	CHUNK_SIZE_LF,         /* CR of the size line seen; the last state of the line */
+	CHUNK_DATA,            /* chunk_left bytes of data */
+	CHUNK_DATA_CR,         /* CRLF after the data */
 	CHUNK_DATA_LF,
 	CHUNK_TRAILER, /* start of a trailer line, or the final CRLF */
 	CHUNK_TRAILER_NAME,
@@ -1360,7 +1425,80 @@ static int chunk_line_grow(struct http1_chunked *s)
 	return 0;
 }
 
-/* chunk-size [ BWS ";" chunk-ext ] CRLF (RFC 9112 section 7.1). */
+/* qdtext (RFC 9110 section 5.6.4): a field-value byte but DQUOTE and backslash. */
+static inline bool is_qdtext(char c)
+{
+	return byte_is(c, HC_VALUE) && c != '"' && c != '\\';
+}
+
+/*
+ * The state after byte <c> of a chunk extension (RFC 9112 section 7.1.1), read
+ * exactly: *( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] ).
+ * A bare ';', a name-less or value-less '=', an open quote, a CTL, or BWS
+ * before the CRLF is CHUNK_ERROR: a server that reads the line another way
+ * (up to a quote's end, say) would find another size or another end of the
+ * body. A CR ends the line only where an extension may end.
+ */
+static enum chunk_state chunk_ext_next(enum chunk_state at, char c)
+{
+	AN_DASSERT(at >= CHUNK_EXT_NAME_START);
+	AN_DASSERT(at < CHUNK_SIZE_LF);
+	switch (at) {
+	case CHUNK_EXT_NAME_START:
+		if (is_ows(c))
+			return CHUNK_EXT_NAME_START;
+		return byte_is(c, HC_TCHAR) ? CHUNK_EXT_NAME : CHUNK_ERROR;
+	case CHUNK_EXT_NAME:
+		if (byte_is(c, HC_TCHAR))
+			return CHUNK_EXT_NAME;
+		if (c == '\r')
+			return CHUNK_SIZE_LF;
+		/* fallthrough */
+	case CHUNK_EXT_NAME_BWS:
+		if (c == '=')
+			return CHUNK_EXT_VALUE_START;
+		if (c == ';')
+			return CHUNK_EXT_NAME_START;
+		return is_ows(c) ? CHUNK_EXT_NAME_BWS : CHUNK_ERROR;
+	case CHUNK_EXT_VALUE_START:
+		if (is_ows(c))
+			return CHUNK_EXT_VALUE_START;
+		if (c == '"')
+			return CHUNK_EXT_QUOTED;
+		return byte_is(c, HC_TCHAR) ? CHUNK_EXT_TOKEN : CHUNK_ERROR;
+	case CHUNK_EXT_QUOTED:
+		if (c == '"')
+			return CHUNK_EXT_QUOTED_END;
+		if (c == '\\')
+			return CHUNK_EXT_QUOTED_PAIR;
+		return is_qdtext(c) ? CHUNK_EXT_QUOTED : CHUNK_ERROR;
+	case CHUNK_EXT_QUOTED_PAIR:
+		return byte_is(c, HC_VALUE) ? CHUNK_EXT_QUOTED : CHUNK_ERROR;
+	case CHUNK_EXT_TOKEN:
+		if (byte_is(c, HC_TCHAR))
+			return CHUNK_EXT_TOKEN;
+		/* fallthrough */
+	default: /* CHUNK_EXT_QUOTED_END: the value is whole */
+		if (c == '\r')
+			return CHUNK_SIZE_LF;
+		if (c == ';')
+			return CHUNK_EXT_NAME_START;
+		return is_ows(c) ? CHUNK_SIZE_BWS : CHUNK_ERROR;
+	}
+}
+
+static int chunk_ext_step(struct http1_chunked *s, char c)
+{
+	enum chunk_state next = chunk_ext_next((enum chunk_state)s->state, c);
+
+	if (next == CHUNK_ERROR)
+		return -EPROTO;
+	s->state = (uint32_t)next;
+	AN_DASSERT(s->state <= CHUNK_SIZE_LF);
+	return c == '\r' ? 0 : chunk_line_grow(s);
+}
+
+/* chunk-size [ chunk-ext ] CRLF (RFC 9112 section 7.1); the extension's bytes above. */
 static int chunk_size_step(struct http1_chunked *s, char c)
 {
 	AN_DASSERT(s->state <= CHUNK_SIZE_LF);
@@ -1380,30 +1518,27 @@ static int chunk_size_step(struct http1_chunked *s, char c)
 		if (c == '\r')
 			s->state = CHUNK_SIZE_LF;
 		else if (c == ';')
-			s->state = CHUNK_EXT;
+			s->state = CHUNK_EXT_NAME_START;
 		else if (is_ows(c))
 			s->state = CHUNK_SIZE_BWS;
 		else
 			return -EPROTO;
 		return c == '\r' ? 0 : chunk_line_grow(s);
 	case CHUNK_SIZE_BWS:
+		/* BWS only ever comes before a ';' here: "5 " CRLF is no chunk line. */
 		if (c == ';')
-			s->state = CHUNK_EXT;
+			s->state = CHUNK_EXT_NAME_START;
 		else if (!is_ows(c))
 			return -EPROTO;
 		return chunk_line_grow(s);
-	case CHUNK_EXT:
-		if (c == '\r') {
-			s->state = CHUNK_SIZE_LF;
-			return 0;
-		}
-		return byte_is(c, HC_VALUE) ? chunk_line_grow(s) : -EPROTO;
-	default:
+	case CHUNK_SIZE_LF:
 		if (c != '\n')
 			return -EPROTO;
 		s->state = s->chunk_left == 0 ? CHUNK_TRAILER : CHUNK_DATA;
 		s->line_len = 0;
 		return 0;
+	default:
+		return chunk_ext_step(s, c);
 	}
 }
 
@@ -1486,9 +1621,44 @@ ssize_t http1_chunked_next_data(struct http1_chunked *s, const char *buf, size_t
 			s->done = true;
 			return (ssize_t)i;
 		}
+		if (s->state == CHUNK_TRAILER)
+			return (ssize_t)i; /* a trailer field may begin: its caller's part */
 	}
 	AN_ASSERT(i == len);
 	return (ssize_t)len;
+}
+
+/* Whether byte <c>, next for <s>, is in a trailer field line (RFC 9112 section 7.1.2). */
+static bool chunk_in_trailer_field(const struct http1_chunked *s, char c)
+{
+	return (s->state == CHUNK_TRAILER && c != '\r') || s->state == CHUNK_TRAILER_NAME ||
+	       s->state == CHUNK_TRAILER_VALUE || s->state == CHUNK_TRAILER_LF;
+}
+
+ssize_t http1_chunked_scan_part(struct http1_chunked *s, const char *buf, size_t len,
+				bool *trailer_field)
+{
+	size_t i = 0;
+
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(buf != NULL || len == 0);
+	*trailer_field = false;
+	if (s->state == CHUNK_ERROR)
+		return -EPROTO;
+	if (s->done || len == 0)
+		return 0;
+	bool field = chunk_in_trailer_field(s, buf[0]);
+	while (i < len && !s->done && chunk_in_trailer_field(s, buf[i]) == field) {
+		size_t off = 0, run = 0;
+		ssize_t m = http1_chunked_next_data(s, buf + i, len - i, &off, &run);
+		if (m < 0)
+			return m;
+		AN_ASSERT(m > 0);
+		i += (size_t)m;
+	}
+	*trailer_field = field;
+	AN_ASSERT(i > 0);
+	return (ssize_t)i;
 }
 
 ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len)

@@ -100,7 +100,10 @@ struct http1_response {
  *                             CONNECT whose target is not host:port, an
  *                             absolute form other than http:// (or with
  *                             userinfo), a missing or duplicate Host in HTTP/1.1,
- *                             a port that is not 1..65535.
+ *                             a port that is not 1..65535, a field name with
+ *                             '_' that a CGI or WSGI server reads ('_' as '-')
+ *                             as Content-Length, Transfer-Encoding, Keep-Alive,
+ *                             Proxy-*, X-Forwarded-* or X-Real-IP.
  * Leading empty lines (RFC 9112 section 2.2) are skipped and count in head_len.
  * Origin and asterisk forms parse successfully; refusing them is the caller's
  * policy. Borrows <buf>; writes only <req> and <why>.
@@ -138,14 +141,18 @@ bool http1_list_next(const char **pp, const char *end, const char **elem, size_t
 
 /*
  * Sets <drop>[i], for each of <req>'s header_count fields, to whether field i
- * is hop-by-hop (RFC 9110 section 7.6.1), one a proxy never forwards:
+ * is one a proxy never forwards: hop-by-hop (RFC 9110 section 7.6.1), that is
  * Connection, the fields its options name, Keep-Alive, TE, Trailer, Upgrade,
- * Proxy-Connection and every other Proxy-* field. A Connection option never
- * marks Content-Length, Transfer-Encoding or Host: dropping framing would let
- * the next hop read the body as a second, unchecked request, and an HTTP/1.1
- * request must keep its Host. "close" names no field. Writes every entry of
- * <drop> (at least header_count of them) and nothing else; callers then add
- * drops of their own. Borrows <req>.
+ * Proxy-Connection and every other Proxy-* field; and every field whose name
+ * holds '_' (nginx's underscores_in_headers off), which a CGI or WSGI backend
+ * reads as the name with '-' and so as a field the proxy checked, stripped or
+ * wrote under that name. A Connection option never marks Content-Length,
+ * Transfer-Encoding or Host: dropping framing would let the next hop read the
+ * body as a second, unchecked request, and an HTTP/1.1 request must keep its
+ * Host. "close" names no field. Every head the proxy writes for a request
+ * (plain forwarding, the inject tier, the gateway) starts from this marking.
+ * Writes every entry of <drop> (at least header_count of them) and nothing
+ * else; callers then add drops of their own. Borrows <req>.
  */
 void http1_hop_by_hop(const struct http1_request *req, bool *drop);
 
@@ -205,9 +212,9 @@ ssize_t http1_out_end(struct http1_out *o);
 
 /*
  * Writes the head to send upstream for an absolute-form <req>: the request
- * line in origin form with HTTP/1.1, every header except hop-by-hop ones
- * (Connection and the names it lists, Keep-Alive, TE, Trailer, Upgrade,
- * Proxy-Connection and every Proxy-* field) and Host, then "Host:
+ * line in origin form with HTTP/1.1, every header except those
+ * http1_hop_by_hop marks (Connection and the names it lists, Keep-Alive, TE,
+ * Trailer, Upgrade, every Proxy-* field, every name with '_') and Host, then "Host:
  * <authority>" (RFC 9112 section 3.2.2: a proxy replaces Host with the
  * target's authority), then the blank line. An origin-form <req> (a
  * terminated tier's inner request) keeps its own Host instead. Returns the
@@ -344,19 +351,38 @@ struct http1_chunked {
  * Scans <len> bytes of a chunked body that continue the stream <s> has seen so
  * far. Returns the bytes that belong to this message (== len unless the message
  * ended inside the buffer; then s->done is set), or -EPROTO on a malformed size
- * line, a chunk size over 2^62, a size or trailer line over 4 KiB, or bare CR/LF.
+ * line (a size that is not hex, a chunk extension outside RFC 9112 section
+ * 7.1.1's grammar: a bare ';', a name-less or value-less '=', an unclosed
+ * quoted-string, a CTL, BWS before the CRLF), a chunk size over 2^62, a size
+ * or trailer line over 4 KiB, a malformed trailer field, or bare CR/LF.
  * The bytes are only inspected, never changed: the relay forwards them as-is.
  */
 ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len);
 
 /*
  * As http1_chunked_scan, but stops right after the first run of chunk data in
- * <buf>: *<data_off> and *<data_len> say where that run lies (*<data_len> 0:
- * none in what was scanned). Returns the bytes scanned (0 once the message
- * ended), or -EPROTO as http1_chunked_scan would. A caller that calls it
- * again on the rest sees every data byte of the body exactly once.
+ * <buf>, and right after a line a trailer field may follow (the last chunk's,
+ * each trailer field's): *<data_off> and *<data_len> say where that run lies
+ * (*<data_len> 0: none in what was scanned). Returns the bytes scanned (0
+ * once the message ended), or -EPROTO as http1_chunked_scan would. A caller
+ * that calls it again on the rest sees every data byte of the body exactly
+ * once.
  */
 ssize_t http1_chunked_next_data(struct http1_chunked *s, const char *buf, size_t len,
 				size_t *data_off, size_t *data_len);
+
+/*
+ * As http1_chunked_scan, one part at a time: returns the bytes of the part
+ * that starts <buf> and *<trailer_field> says which it is: true for trailer
+ * field lines (RFC 9112 section 7.1.2: every field of the trailer section,
+ * each with its CRLF), false for everything else (the chunks, the last
+ * chunk's line, the final CRLF). A relay that sends the false parts and
+ * drops the true ones sends the body with an empty trailer section, which
+ * is still a valid chunked body; the proxy then never forwards a field a
+ * head check did not see. Returns 0 once the message ended (or for <len>
+ * 0), -EPROTO as http1_chunked_scan. Borrows <buf>; inspects it only.
+ */
+ssize_t http1_chunked_scan_part(struct http1_chunked *s, const char *buf, size_t len,
+				bool *trailer_field);
 
 #endif /* AN_CORE_HTTP1_H */

@@ -4,9 +4,10 @@
  * does and opens a TLS session of its own to the upstream, verified against
  * the rule's roots. Each request's head is rewritten with the placeholder
  * swapped for the secret (core/credential.c) and written into the upstream
- * session, its body after it as it arrives; the response is relayed to the
- * agent as it arrives (server-sent events reach the agent record by record), its framing
- * followed only to know where it ends. One exchange at a time; the upstream
+ * session, its body after it as it arrives (trailer fields dropped: nothing
+ * beside the swapped head reaches the upstream unchecked); the response is
+ * relayed to the agent as it arrives (server-sent events reach the agent
+ * record by record), its framing followed only to know where it ends. One exchange at a time; the upstream
  * connection serves the conn's next request. The upstream session sends no
  * application data before the upstream's certificate verified, so a failed
  * verification costs no credential: the agent gets 502 upstream_tls_failed.
@@ -109,6 +110,42 @@ void inject_request(struct conn *c, const struct http1_request *req, size_t head
 	inject_deadline_arm(c); /* a body that stalls: body_ms */
 }
 
+/*
+ * The request's body goes no further (framed wrong, or past the cap): the
+ * upstream, which holds part of it, is never used again, and the agent is
+ * answered <why> in its place.
+ */
+static void inject_body_refused(struct conn *c, enum reason why)
+{
+	c->upstream_dead = true;
+	c->inject_phase = INJ_IDLE; /* the answer goes to the agent, not upstream */
+	c->out_len = 0;
+	term_refuse(c, why);
+	AN_ASSERT(c->term_close_after);
+}
+
+/*
+ * Drops the <n> bytes of trailer fields at the front of the plaintext, which
+ * <scanned> has framed: never forwarded (http1_chunked_scan_part), so no
+ * field reaches the upstream beside the head the credential was swapped
+ * into (a second Authorization, a Host) unchecked. They count towards the
+ * body's cap as the rest of it does.
+ */
+static enum term_status inject_trailer_drop(struct conn *c, const struct http1_chunked *scanned,
+					    uint32_t n)
+{
+	AN_ASSERT(c->req_body == HTTP1_BODY_CHUNKED);
+	AN_ASSERT(n > 0 && n <= c->head_fill);
+	c->req_chunks = *scanned;
+	c->term_req_bytes += n;
+	if (c->term_req_bytes > LIMITS_TERM_REQUEST_BYTES_MAX) {
+		inject_body_refused(c, REASON_BODY_TOO_LARGE);
+		return TERM_OK;
+	}
+	term_drop(c, n);
+	return TERM_OK;
+}
+
 /* Request body bytes from the plaintext into the upstream session. */
 static enum term_status inject_body(struct conn *c)
 {
@@ -119,11 +156,14 @@ static enum term_status inject_body(struct conn *c)
 	if (c->req_body == HTTP1_BODY_LENGTH && c->req_left < take)
 		take = (uint32_t)c->req_left;
 	if (c->req_body == HTTP1_BODY_CHUNKED) {
-		ssize_t m = http1_chunked_scan(&probe, c->head, take);
+		bool trailer_field = false;
+		ssize_t m = http1_chunked_scan_part(&probe, c->head, take, &trailer_field);
 		if (m < 0) {
-			term_refuse(c, REASON_BAD_REQUEST);
+			inject_body_refused(c, REASON_BAD_REQUEST);
 			return TERM_OK;
 		}
+		if (trailer_field)
+			return inject_trailer_drop(c, &probe, (uint32_t)m);
 		take = (uint32_t)m;
 	}
 	enum term_status st =
@@ -141,10 +181,7 @@ static enum term_status inject_body(struct conn *c)
 	c->term_req_bytes += n;
 	if (c->term_req_bytes > LIMITS_TERM_REQUEST_BYTES_MAX) {
 		/* A chunked body past the cap: cut, the upstream sees the stream end early. */
-		c->upstream_dead = true;
-		c->inject_phase = INJ_IDLE;
-		c->out_len = 0;
-		term_refuse(c, REASON_BODY_TOO_LARGE);
+		inject_body_refused(c, REASON_BODY_TOO_LARGE);
 		return TERM_OK;
 	}
 	term_drop(c, (uint32_t)n);

@@ -153,6 +153,15 @@ struct verdict_ops {
 	void (*decide)(const void *policy, uint32_t profile, const char *host, size_t host_len,
 		       uint16_t port, struct verdict *out);
 	/*
+	 * Writes <host>/<len> as decide reads it (a name in ASCII lower case with
+	 * one trailing dot removed, an IP literal in canonical text) into <out>
+	 * (<cap> bytes), NUL-terminated: the name audit records carry, so one
+	 * search finds every spelling of a host. Returns its length, or -1 for
+	 * a host no rule can name (decide refuses it) or one over <cap>. Pure;
+	 * callable from any thread. May be NULL: records keep the spelling.
+	 */
+	int (*normalise_host)(const char *host, size_t len, char *out, size_t cap);
+	/*
 	 * Looks <host> up in the policy's static resolver table. Writes up to
 	 * <cap> addresses with <port> set and returns how many (0: not listed).
 	 */

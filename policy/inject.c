@@ -11,7 +11,8 @@
  * or prefix value. It is wiped when the policy is freed (pool_free_secret),
  * and a failed load frees, so wipes, what it read. verdict.inject comes from
  * a table by rule index, as verdict.fake does. A header the engine frames or
- * routes by, or one for this proxy, cannot carry a credential; the
+ * routes by, or one for this proxy, cannot carry a credential, nor one with
+ * '_' in its name (never relayed: http1_hop_by_hop); the
  * placeholder must neither contain the secret nor be part of it (the sandbox
  * holds it), and one shared by two rules of a profile must stand for the
  * same secret (policy.c, inject_share).
@@ -116,6 +117,12 @@ static int parse_inject_header(struct loader *ld, struct policy_inject *in)
 		    "header \"%s\" is refused: the daemon frames and routes the request "
 		    "(Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, "
 		    "Proxy-*, Host, TE, Trailer)",
+		    shown);
+	if (memchr(s, '_', len) != NULL)
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "header \"%s\" is refused: the daemon relays no request field "
+		    "whose name holds '_' (a backend may read it as the name with '-')",
 		    shown);
 	in->header = pool_strndup(s, len);
 	if (in->header == NULL)

@@ -832,6 +832,20 @@ static void policy_decide(const void *snapshot, uint32_t profile, const char *ho
 		AN_DASSERT(out->rule_index < p->rule_count);
 }
 
+static int policy_normalise_host(const char *host, size_t len, char *out, size_t cap)
+{
+	char norm[ACL_HOST_NORM_BYTES];
+	enum acl_kind kind;
+
+	AN_ASSERT(host != NULL || len == 0);
+	AN_ASSERT(out != NULL);
+	int n = acl_normalise(host, len, norm, sizeof(norm), &kind, NULL);
+	if (n < 0 || (size_t)n >= cap)
+		return -1;
+	memcpy(out, norm, (size_t)n + 1);
+	return n;
+}
+
 static int policy_static_lookup(const void *snapshot, const char *host, size_t host_len,
 				uint16_t port, struct sockaddr_storage *out, int cap)
 {
@@ -991,6 +1005,7 @@ static void policy_release_op(const void *policy)
 
 const struct verdict_ops policy_verdict_ops = {
 	.decide = policy_decide,
+	.normalise_host = policy_normalise_host,
 	.static_lookup = policy_static_lookup,
 	.address_permitted = policy_address_permitted,
 	.profile_index = policy_profile_index_op,

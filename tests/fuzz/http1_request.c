@@ -9,9 +9,10 @@
  *     is -EAGAIN (the parser never decides on bytes it has not seen);
  *   - an absolute-form head is rewritten by http1_write_origin_head into an
  *     exactly-sized buffer, one byte less is -EMSGSIZE, and the rewrite parses
- *     again with the same method and body framing;
+ *     again with the same method and body framing and no field name with '_';
  *   - the chunked scanner gives the same answer for the whole input, for two
- *     pieces split anywhere, and for one byte at a time.
+ *     pieces split anywhere, and for one byte at a time, and part by part,
+ *     the kept parts alone a body with an empty trailer section.
  *
  * fuzz-sources: core/http1.c core/an.c core/reason.c core/pool.c
  */
@@ -97,6 +98,10 @@ static void check_origin_head(const struct http1_request *req)
 		AN_ASSERT(again->body == req->body);
 		AN_ASSERT(again->content_length == req->content_length);
 		AN_ASSERT(again->host_header_len == req->authority_len);
+		/* No name with '_' is relayed (a CGI server reads it as the one with '-'). */
+		for (uint32_t i = 0; i < again->header_count; i++)
+			AN_ASSERT(memchr(again->headers[i].name, '_', again->headers[i].name_len) ==
+				  NULL);
 	}
 	pool_free(again);
 	pool_free(out);
@@ -192,6 +197,32 @@ static ssize_t chunked_bytes(const char *buf, size_t len, struct http1_chunked *
 	return used;
 }
 
+/*
+ * Scans <len> bytes part by part (http1_chunked_scan_part): the parts tile what
+ * http1_chunked_scan takes, and the kept ones, alone, are a chunked body that
+ * scans to its end with no trailer field (what a relay that drops them sends).
+ */
+static ssize_t chunked_parts(const char *buf, size_t len, bool done)
+{
+	struct http1_chunked s = { 0 }, kept_scan = { 0 };
+	size_t used = 0;
+
+	while (used < len && !s.done) {
+		bool field = false;
+		ssize_t m = http1_chunked_scan_part(&s, buf + used, len - used, &field);
+		if (m < 0)
+			return m;
+		AN_ASSERT(m > 0 && (size_t)m <= len - used);
+		if (!field) {
+			ssize_t k = http1_chunked_scan(&kept_scan, buf + used, (size_t)m);
+			AN_ASSERT(k == m);
+		}
+		used += (size_t)m;
+	}
+	AN_ASSERT(s.done == done && kept_scan.done == done);
+	return (ssize_t)used;
+}
+
 static void check_chunked(const char *buf, size_t len)
 {
 	struct http1_chunked whole;
@@ -208,6 +239,10 @@ static void check_chunked(const char *buf, size_t len)
 	AN_ASSERT(piece.done == whole.done);
 	AN_ASSERT(chunked_bytes(buf, len, &piece) == rc);
 	AN_ASSERT(piece.done == whole.done);
+	if (rc >= 0)
+		AN_ASSERT(chunked_parts(buf, len, whole.done) == rc);
+	else
+		AN_ASSERT(chunked_parts(buf, len, false) == -EPROTO);
 	if (whole.done)
 		AN_ASSERT(http1_chunked_scan(&whole, buf, len) == 0);
 	if (rc == -EPROTO)

@@ -25,7 +25,8 @@
  *     field below),
  *     CR and LF only as CRLF, ends in the blank line, has exactly one
  *     X-Forwarded-For (the gateway's), its X-Forwarded-Prefix, no field the
- *     gateway drops, the client's framing fields and Host, and it parses
+ *     gateway drops (nor any name with '_'), the client's framing fields and
+ *     Host, and it parses
  *     again with the same method, path and body framing.
  *
  * fuzz-sources: core/ingress.c core/http1.c core/an.c core/reason.c core/pool.c
@@ -532,6 +533,7 @@ static void check_client_field(const struct head_field *f, const struct http1_re
 		AN_ASSERT(!field_is(f, never[i]));
 	AN_ASSERT(!starts_nocase(f->name, f->name_len, "proxy-"));
 	AN_ASSERT(!starts_nocase(f->name, f->name_len, "x-forwarded-"));
+	AN_ASSERT(memchr(f->name, '_', f->name_len) == NULL); /* no X_Forwarded_For */
 	for (uint32_t i = 0; i < in->strip_count; i++)
 		AN_ASSERT(!field_is(f, in->strip_headers[i]));
 	if (connection_lists(req, f->name, f->name_len))

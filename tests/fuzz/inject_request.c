@@ -11,7 +11,8 @@
  *   - a rewrite fits its buffer, writes nothing past its length, and parses
  *     as a request with the same request line;
  *   - it holds no hop-by-hop field (Connection only as the upgrade's own,
- *     Upgrade only when the rule allows it), one Accept-Encoding: identity,
+ *     Upgrade only when the rule allows it), no name with '_', one
+ *     Accept-Encoding: identity,
  *     and every other field of the agent's, in order, as sent, except the
  *     one credential field whose whole value was prefix plus placeholder;
  *   - the secret appears in it no more often than in what it kept of the
@@ -125,6 +126,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    !(upgrade && name_is(h, "connection") && h->value_len == 7 &&
 		      memcmp(h->value, "upgrade", 7) == 0 && i + 1 == got.header_count))
 			abort(); /* a hop-by-hop field reached the origin */
+		if (memchr(h->name, '_', h->name_len) != NULL)
+			abort(); /* a name a CGI server reads as another */
 		if (name_is(h, "accept-encoding")) {
 			if (h->value_len != 8 || memcmp(h->value, "identity", 8) != 0)
 				abort();

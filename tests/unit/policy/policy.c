@@ -428,6 +428,48 @@ START_TEST(test_global_deny)
 }
 END_TEST
 
+/* The name audit records carry: as decide reads the host, or -1 when no rule could name it. */
+START_TEST(test_normalise_host)
+{
+	static const struct {
+		const char *in;
+		const char *want; /* NULL: -1 */
+	} cases[] = {
+		{ "BLOCKED.TEST.", "blocked.test" },
+		{ "BlOcKeD.TeSt", "blocked.test" },
+		{ "blocked.test", "blocked.test" },
+		{ "xn--bcher-kva.example.", "xn--bcher-kva.example" },
+		{ "2130706433", "127.0.0.1" },
+		{ "0x7f.1", "127.0.0.1" },
+		{ "[::FFFF:127.0.0.1]", "127.0.0.1" },
+		{ "[2001:DB8::1]", "2001:db8::1" },
+		{ "a..b", NULL },
+		{ "1.2.3.4.5", NULL },
+		{ "", NULL },
+	};
+	char out[ACL_HOST_NORM_BYTES];
+
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		memset(out, '#', sizeof(out));
+		int n = policy_verdict_ops.normalise_host(cases[i].in, strlen(cases[i].in), out,
+							  sizeof(out));
+		if (cases[i].want == NULL) {
+			ck_assert_msg(n == -1, "%s: %d, want -1", cases[i].in, n);
+			continue;
+		}
+		ck_assert_msg(n == (int)strlen(cases[i].want) && strcmp(out, cases[i].want) == 0,
+			      "%s: %d '%s', want '%s'", cases[i].in, n, out, cases[i].want);
+		/* Exactly its length and the NUL fit; one byte less does not. */
+		ck_assert_int_eq(policy_verdict_ops.normalise_host(cases[i].in, strlen(cases[i].in),
+								   out, (size_t)n + 1),
+				 n);
+		ck_assert_int_eq(policy_verdict_ops.normalise_host(cases[i].in, strlen(cases[i].in),
+								   out, (size_t)n),
+				 -1);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("policy/policy");
@@ -437,6 +479,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_docs_example);
 	tcase_add_test(tc, test_global_deny);
+	tcase_add_test(tc, test_normalise_host);
 	tcase_add_test(tc, test_default_policy);
 	tcase_add_test(tc, test_sandbox_uid);
 	tcase_add_test(tc, test_version);
