@@ -351,6 +351,26 @@ static bool first_flight_buffer(struct conn *c)
 }
 
 /*
+ * The up relay's received <len> bytes (its provided buffer) join the head
+ * buffer, taken again if the tunnel gave it back, and the provided buffer goes
+ * back. False when no head buffer was left (the tunnel is closing).
+ */
+static bool client_bytes_keep(struct conn *c, uint32_t len)
+{
+	struct relay *r = &c->up;
+
+	AN_ASSERT(r->holds_buf);
+	if (!first_flight_buffer(c))
+		return false;
+	AN_ASSERT(c->head_fill + len <= WORKER_HEAD_BUFFER_BYTES);
+	memcpy(c->head + c->head_fill, ring_buf(conn_ring(c), r->bid), len);
+	c->head_fill += len;
+	ring_buf_return(conn_ring(c), r->bid);
+	r->holds_buf = false;
+	return true;
+}
+
+/*
  * Moves the first flight on: the early data gathered behind the CONNECT's head,
  * then checked; passed, it goes up as early data; undecided, one more receive.
  * Waits for the cancelled head receive and for the 200's send, so that what
@@ -462,18 +482,10 @@ static void first_flight_recv(struct conn *c, int res)
 		conn_close(c);
 		return;
 	}
-	if (res == 0) {
+	if (res == 0)
 		r->eof = true;
-	} else {
-		AN_ASSERT(r->holds_buf);
-		if (!first_flight_buffer(c))
-			return;
-		AN_ASSERT(c->head_fill + (uint32_t)res <= WORKER_HEAD_BUFFER_BYTES);
-		memcpy(c->head + c->head_fill, ring_buf(conn_ring(c), r->bid), (size_t)res);
-		c->head_fill += (uint32_t)res;
-		ring_buf_return(conn_ring(c), r->bid);
-		r->holds_buf = false;
-	}
+	else if (!client_bytes_keep(c, (uint32_t)res))
+		return;
 	first_flight_step(c);
 }
 
@@ -699,17 +711,10 @@ static void checked_up_io(struct conn *c, uint32_t rop, int res)
 		return;
 	}
 	if (rop == ROP_RECV) {
-		if (res == 0) {
+		if (res == 0)
 			r->eof = true;
-		} else {
-			AN_ASSERT(r->holds_buf);
-			if (!first_flight_buffer(c))
-				return;
-			memcpy(c->head + c->head_fill, ring_buf(conn_ring(c), r->bid), (size_t)res);
-			c->head_fill += (uint32_t)res;
-			ring_buf_return(conn_ring(c), r->bid);
-			r->holds_buf = false;
-		}
+		else if (!client_bytes_keep(c, (uint32_t)res))
+			return;
 	} else {
 		/* Sent: what is left moves to the buffer's start. */
 		uint32_t sent = (uint32_t)res;

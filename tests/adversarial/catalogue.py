@@ -13,8 +13,7 @@ import json
 import os
 import re
 
-from integlib import PLACEHOLDER, substitute
-from rawclient import client_hello
+from integlib import PLACEHOLDER, client_hello, substitute
 
 # What a case may name in {{...}}: run.py gives each run its own values (see README.md).
 TEMPLATE_VARS = ("port", "tls_port", "sandbox", "ingress_port", "placeholder", "secret")

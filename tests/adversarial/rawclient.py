@@ -199,17 +199,3 @@ class Conn:
             self.sock.close()
         except OSError:
             pass
-
-
-def client_hello(server_name):
-    """The ClientHello a TLS 1.2/1.3 client sends for <server_name> (no SNI for None)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=server_name)
-    try:
-        tls.do_handshake()
-    except ssl.SSLWantReadError:
-        pass
-    return outgoing.read()

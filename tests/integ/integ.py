@@ -32,7 +32,6 @@ import random
 import re
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ import time
 
 import reload
 from integlib import (Fatal, Procs, SANITIZER_MARKS, SKIP, Skip, add_run_args, audit_match,
+                      client_hello,
                       checked_preflight, client_env, daemon_env, free_ports, load_cases, log,
                       make_pki, netns_add, netns_del, read_audit, read_text, render_file,
                       run_and_tally, start_daemon, start_origin, stop_daemon, substitute, wait_for)
@@ -86,19 +86,10 @@ def make_data(tmp):
 # ---- templates --------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def client_hello(server_name):
-    """The first flight Python's TLS client sends for <server_name> (None: no
-    server name), as text of one byte a character (latin-1), like the pieces."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=server_name)
-    try:
-        tls.do_handshake()
-    except ssl.SSLWantReadError:
-        pass
-    return outgoing.read().decode("latin-1")
+def client_hello_text(server_name):
+    """integlib.client_hello as text of one byte a character (latin-1), like the pieces;
+    the same bytes for a name within a run."""
+    return client_hello(server_name).decode("latin-1")
 
 
 def expand_pieces(pieces):
@@ -115,9 +106,9 @@ def expand_pieces(pieces):
         elif "repeat" in p:
             out.append(p["repeat"] * p["times"])
         elif "client_hello" in p:
-            out.append(client_hello(p["client_hello"]))
+            out.append(client_hello_text(p["client_hello"]))
         elif "client_hello_part" in p:  # its first 7 bytes (part 0), or the rest (part 1)
-            hello = client_hello(p["client_hello_part"])
+            hello = client_hello_text(p["client_hello_part"])
             out.append(hello[:7] if p["part"] == 0 else hello[7:])
         else:
             pad_at = len(out)

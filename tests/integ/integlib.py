@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -418,3 +419,18 @@ def load_cases(case_dir, pattern):
             continue
         cases.append(case)
     return cases
+
+
+def client_hello(server_name):
+    """The first flight Python's TLS client (OpenSSL) sends for <server_name> (None: no
+    server name): a ClientHello record, as bytes."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=server_name)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
