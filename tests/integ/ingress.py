@@ -1965,12 +1965,11 @@ class Tests(Pass):
                 "or-a", "or-b", "or-dot", "or-upper"))))
         return []
 
-    def origins_down(self):
+    def second_daemon_down(self, agents, daemon, err, label):
+        """Stops the agents of a pass's own daemon (role -> agent), then the daemon:
+        what went wrong, each named (label: the daemon's name in messages)."""
         errs = []
-        for sid in self.or_added:
-            self.ctl("sandbox rm %s" % sid)
-        self.or_added = []
-        for role, a in list(self.or_agents.items()):
+        for role, a in list(agents.items()):
             if a.proc.poll() is None:
                 a.proc.send_signal(signal.SIGTERM)
             try:
@@ -1979,12 +1978,19 @@ class Tests(Pass):
                 errs.append(str(e))
                 continue
             errs += ["%s: %s" % (role, e) for e in self.leftovers(
-                a, daemon_up=self.or_daemon is not None and self.or_daemon.poll() is None)]
+                a, daemon_up=daemon is not None and daemon.poll() is None)]
+        if daemon is not None:
+            errs += ["the %s's stop: %s" % (label, e) for e in stop_daemon(daemon, err)]
+        return errs
+
+    def origins_down(self):
+        for sid in self.or_added:
+            self.ctl("sandbox rm %s" % sid)
+        self.or_added = []
+        errs = self.second_daemon_down(self.or_agents, self.or_daemon, self.or_err,
+                                       "origins daemon")
         self.or_agents = {}
-        if self.or_daemon is not None:
-            errs += ["the origins daemon's stop: " + e for e in stop_daemon(self.or_daemon,
-                                                                             self.or_err)]
-            self.or_daemon = None
+        self.or_daemon = None
         return errs
 
     def origin(self, role, port=None, upper=False, dot=""):
@@ -2356,22 +2362,10 @@ class Tests(Pass):
         return []
 
     def tls_down(self):
-        errs = []
-        for role, a in list(self.tls_agents.items()):
-            if a.proc.poll() is None:
-                a.proc.send_signal(signal.SIGTERM)
-            try:
-                a.finish(20)
-            except Fatal as e:
-                errs.append(str(e))
-                continue
-            errs += ["%s: %s" % (role, e) for e in self.leftovers(
-                a, daemon_up=self.tls_daemon is not None and self.tls_daemon.poll() is None)]
+        errs = self.second_daemon_down(self.tls_agents, self.tls_daemon, self.tls_err,
+                                       "TLS daemon")
         self.tls_agents = {}
-        if self.tls_daemon is not None:
-            errs += ["the TLS daemon's stop: " + e for e in stop_daemon(self.tls_daemon,
-                                                                           self.tls_err)]
-            self.tls_daemon = None
+        self.tls_daemon = None
         return errs
 
     def tls_checks(self):

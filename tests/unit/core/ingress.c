@@ -538,28 +538,31 @@ END_TEST
 START_TEST(test_public_url)
 {
 	char out[64];
+	static const struct {
+		const char *public_url, *prefix;
+		bool origins;
+		const char *id, *want;
+	} cases[] = {
+		{ "https://hooks.example.com", "/callbacks", true, "a1",
+		  "https://a1.hooks.example.com" },
+		{ "http://hooks.example.com:8090", "/cb", true, "a1",
+		  "http://a1.hooks.example.com:8090" },
+		/* An id no origin can have, or origins off: the path form. */
+		{ "https://hooks.example.com", "/callbacks", true, "A1",
+		  "https://hooks.example.com/callbacks/A1" },
+		{ "https://hooks.example.com", "/callbacks", true, "a.b",
+		  "https://hooks.example.com/callbacks/a.b" },
+		{ "http://127.0.0.1:8090", "/callbacks", false, "a1",
+		  "http://127.0.0.1:8090/callbacks/a1" },
+	};
 
-	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a1",
-					    NULL, out, sizeof(out)),
-			 0);
-	ck_assert_str_eq(out, "https://a1.hooks.example.com");
-	ck_assert_int_eq(ingress_public_url("http://hooks.example.com:8090", "/cb", true, "a1",
-					    NULL, out, sizeof(out)),
-			 0);
-	ck_assert_str_eq(out, "http://a1.hooks.example.com:8090");
-	/* An id no origin can have, or origins off: the path form. */
-	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "A1",
-					    NULL, out, sizeof(out)),
-			 0);
-	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/A1");
-	ck_assert_int_eq(ingress_public_url("https://hooks.example.com", "/callbacks", true, "a.b",
-					    NULL, out, sizeof(out)),
-			 0);
-	ck_assert_str_eq(out, "https://hooks.example.com/callbacks/a.b");
-	ck_assert_int_eq(ingress_public_url("http://127.0.0.1:8090", "/callbacks", false, "a1",
-					    NULL, out, sizeof(out)),
-			 0);
-	ck_assert_str_eq(out, "http://127.0.0.1:8090/callbacks/a1");
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		ck_assert_int_eq(ingress_public_url(cases[i].public_url, cases[i].prefix,
+						    cases[i].origins, cases[i].id, NULL, out,
+						    sizeof(out)),
+				 0);
+		ck_assert_str_eq(out, cases[i].want);
+	}
 	/* Exactly the room it needs, then one byte less. */
 	ck_assert_int_eq(ingress_public_url("http://h.example", "/c", true, "a1", NULL, out, 20),
 			 0);
