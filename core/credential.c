@@ -57,16 +57,6 @@ static uint32_t credential_header_count(const struct verdict_inject *in,
 	return n;
 }
 
-/* Whether <req> asks for a protocol upgrade (an Upgrade field, RFC 9110 section 7.8). */
-static bool credential_wants_upgrade(const struct http1_request *req)
-{
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		if (http1_name_is(req->headers[i].name, req->headers[i].name_len, "upgrade"))
-			return true;
-	}
-	return false;
-}
-
 ssize_t credential_request_head(const struct verdict_inject *in, const struct http1_request *req,
 				const char *head, size_t head_len, char *out, size_t cap,
 				enum reason *why)
@@ -85,7 +75,7 @@ ssize_t credential_request_head(const struct verdict_inject *in, const struct ht
 		*why = REASON_BAD_REQUEST;
 		return -1;
 	}
-	bool wants_upgrade = credential_wants_upgrade(req);
+	bool wants_upgrade = http1_request_upgrades(req);
 	bool upgrade = in->upgrades && wants_upgrade;
 	/* The upstream's head is held to the bounds of the agent's (http1_parse_request). */
 	struct http1_out o = { .p = out,

@@ -785,6 +785,15 @@ enum http1_shape http1_request_line_shape(const char *p, size_t n, size_t *skip)
 	return HTTP1_SHAPE_NOT;
 }
 
+bool http1_request_upgrades(const struct http1_request *req)
+{
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		if (http1_name_is(req->headers[i].name, req->headers[i].name_len, "upgrade"))
+			return true;
+	}
+	return false;
+}
+
 bool http1_host_names(const char *field, size_t field_len, const char *host, size_t host_len,
 		      uint16_t port)
 {

@@ -129,6 +129,9 @@ enum http1_body http1_response_body(const struct http1_response *resp, bool requ
 /* True when <name>/<len> equals <lit> ignoring ASCII case. */
 bool http1_name_is(const char *name, size_t len, const char *lit);
 
+/* Whether request <req> asks to switch protocols: it has an Upgrade field (RFC 9110 7.8). */
+bool http1_request_upgrades(const struct http1_request *req);
+
 /*
  * Steps through a comma-separated field value (RFC 9110 section 5.6.1): from
  * *<pp> up to <end>, skips commas and OWS, sets <elem>/<elem_len> to the next

@@ -185,16 +185,6 @@ static enum first_flight tls_flight(const struct conn *c, const char *flight, si
 	return FIRST_FLIGHT_REFUSE;
 }
 
-/* Whether request <req> asks to switch protocols (an Upgrade field). */
-static bool request_upgrades(const struct http1_request *req)
-{
-	for (uint32_t i = 0; i < req->header_count; i++) {
-		if (http1_name_is(req->headers[i].name, req->headers[i].name_len, "upgrade"))
-			return true;
-	}
-	return false;
-}
-
 /*
  * One HTTP/1 request head at <p>/<n> in a tunnel: its target's authority and
  * its Host must name the CONNECT's host and port. On PASS, *<req> is the
@@ -251,7 +241,7 @@ static enum first_flight http_head_check(const struct conn *c, const char *p, si
 			return FIRST_FLIGHT_BAD_HTTP;
 		}
 	}
-	if (request_upgrades(req)) {
+	if (http1_request_upgrades(req)) {
 		/* What follows a 101 is no HTTP to check: an upgrade ends the checking. */
 		snprintf(detail, cap, "an HTTP upgrade inside a checked tunnel");
 		return FIRST_FLIGHT_UPGRADE;

@@ -289,6 +289,22 @@ START_TEST(test_request_line_shape)
 }
 END_TEST
 
+/* An Upgrade field, in any case, is a request to switch protocols; Connection: upgrade alone
+ * is not. */
+START_TEST(test_request_upgrades)
+{
+	struct http1_request req;
+	enum reason why;
+
+	ck_assert_int_gt(
+	    req_parse("GET / HTTP/1.1\r\nHost: a\r\nuPgRaDe: websocket\r\n\r\n", &req, &why), 0);
+	ck_assert(http1_request_upgrades(&req));
+	ck_assert_int_gt(
+	    req_parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n", &req, &why), 0);
+	ck_assert(!http1_request_upgrades(&req));
+}
+END_TEST
+
 START_TEST(test_connect_host_names_the_target)
 {
 	struct http1_request req;
@@ -2061,6 +2077,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_connect_name);
 	tcase_add_test(tc, test_connect_host_names_the_target);
 	tcase_add_test(tc, test_request_line_shape);
+	tcase_add_test(tc, test_request_upgrades);
 	tcase_add_test(tc, test_authority_split);
 	tcase_add_test(tc, test_connect_ip);
 	tcase_add_test(tc, test_absolute_form);
