@@ -121,7 +121,7 @@ integ: all
 # compiler that cannot build them is a failure here, not a skip: clang and its
 # libFuzzer come from tools/deps.sh.
 fuzz-short:
-	$(Q)FUZZ_SECONDS=$${FUZZ_SECONDS:-3} tests/fuzz/run.sh
+	$(Q)FUZZ_RUNS=$${FUZZ_RUNS:-100000} tests/fuzz/run.sh
 
 test: unit integ fuzz-short
 

@@ -15,6 +15,9 @@
  *     Accept-Encoding: identity,
  *     and every other field of the agent's, in order, as sent, except the
  *     one credential field whose whole value was prefix plus placeholder;
+ *   - a credential field a Connection field names is hop-by-hop, as
+ *     RFC 9110 section 7.6.1 has it: never sent, never swapped (and with
+ *     require, credential_missing);
  *   - the secret appears in it no more often than in what it kept of the
  *     agent's head, plus one if the placeholder was swapped, and then in the
  *     rule's header only.
@@ -45,6 +48,31 @@ static size_t count_of(const char *hay, size_t n, const char *needle, size_t m)
 static bool name_is(const struct http1_header *h, const char *lit)
 {
 	return h->name_len == strlen(lit) && strncasecmp(h->name, lit, h->name_len) == 0;
+}
+
+/* Whether any Connection field of <req> lists <lit> among its tokens. */
+static bool connection_names(const struct http1_request *req, const char *lit)
+{
+	size_t m = strlen(lit);
+	for (uint32_t i = 0; i < req->header_count; i++) {
+		const struct http1_header *h = &req->headers[i];
+		if (!name_is(h, "connection"))
+			continue;
+		size_t at = 0;
+		while (at <= h->value_len) {
+			const char *comma = memchr(h->value + at, ',', h->value_len - at);
+			size_t end = comma != NULL ? (size_t)(comma - h->value) : h->value_len;
+			size_t a = at, b = end;
+			while (a < b && (h->value[a] == ' ' || h->value[a] == '\t'))
+				a++;
+			while (b > a && (h->value[b - 1] == ' ' || h->value[b - 1] == '\t'))
+				b--;
+			if (b - a == m && strncasecmp(h->value + a, lit, m) == 0)
+				return true;
+			at = end + 1;
+		}
+	}
+	return false;
 }
 
 static bool hop_by_hop(const struct http1_header *h)
@@ -83,11 +111,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (head_len <= 0)
 		return 0;
 	size_t creds = 0, upgrade_fields = 0, placeholders = 0;
+	bool cred_hop = connection_names(&req, "authorization");
 	for (uint32_t i = 0; i < req.header_count; i++) {
 		const struct http1_header *h = &req.headers[i];
 		creds += name_is(h, "authorization");
 		upgrade_fields += name_is(h, "upgrade");
-		placeholders += name_is(h, "authorization") && h->value_len == 14 &&
+		placeholders += !cred_hop && name_is(h, "authorization") && h->value_len == 14 &&
 				strncasecmp(h->value, "bearer ", 7) == 0 &&
 				memcmp(h->value + 7, "PH-0000", 7) == 0;
 	}

@@ -2,7 +2,11 @@
 # `make fuzz`: builds every tests/fuzz/*.c as a libFuzzer binary (clang, with
 # ASan and UBSan) and runs each for ${FUZZ_SECONDS:-30} seconds on its seed
 # corpus tests/fuzz/corpus/<name>/, with inputs up to ${FUZZ_MAX_LEN:-20480}
-# bytes. A driver lists the library sources it needs on a "fuzz-sources:" line
+# bytes. With FUZZ_RUNS set (`make fuzz-short`, which `make check` runs), each
+# driver instead runs that many inputs from seed ${FUZZ_SEED:-1}, on its seeds
+# and a fresh scratch corpus: the same inputs on every machine and every run,
+# so a CI result is reproducible and a red run is a regression, not luck; the
+# exploring belongs to `make fuzz`. A driver lists the library sources it needs on a "fuzz-sources:" line
 # (or several) in its top comment, and the pkg-config names of the libraries it
 # links on "fuzz-libs:" lines; without sources it gets the default below. New inputs go to
 # build/fuzz/corpus/<name>/ (the seeds stay as they are), crashes to
@@ -49,15 +53,24 @@ for f in tests/fuzz/*.c; do
 		fail=1
 		continue
 	fi
-	mkdir -p "$out/corpus/$name"
 	seeds=tests/fuzz/corpus/$name
 	[ -d "$seeds" ] || seeds=
-	echo "  FUZZ    $name (${secs}s)"
-	# shellcheck disable=SC2086 # $seeds is empty or one directory
+	if [ -n "${FUZZ_RUNS:-}" ]; then
+		corpus="$out/scratch/$name"
+		rm -rf "$corpus"
+		budget="-runs=$FUZZ_RUNS -seed=${FUZZ_SEED:-1}"
+		echo "  FUZZ    $name ($FUZZ_RUNS runs, seed ${FUZZ_SEED:-1})"
+	else
+		corpus="$out/corpus/$name"
+		budget="-max_total_time=$secs"
+		echo "  FUZZ    $name (${secs}s)"
+	fi
+	mkdir -p "$corpus"
+	# shellcheck disable=SC2086 # $seeds is empty or one directory, $budget two flags
 	# max_len above the 16 KiB head limits, so the fuzzer can cross them.
-	"$out/$name" -max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+	"$out/$name" $budget -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
 		-artifact_prefix="$out/$name-" -print_final_stats=1 \
-		"$out/corpus/$name" $seeds >"$out/$name.log" 2>&1
+		"$corpus" $seeds >"$out/$name.log" 2>&1
 	rc=$?
 	if [ $rc -ne 0 ]; then
 		echo "  FAIL    $name (exit $rc), log: $out/$name.log"
