@@ -6,6 +6,8 @@
  *
  *   core/conn.c     the spine: lifetime, accept, request head, deciding,
  *                   resolving and connecting, refusals and linger, dispatch;
+ *   core/record.c   its audit records: a decision a request, a close at the end;
+ *   core/modes.c    which mode serves a conn, at its accept and its decision;
  *   core/tunnel.c   CONNECT passthrough: the 200, early data, the splice or
  *                   copy relay both ways, half-close;
  *   core/forward.c  absolute-form forwarding: the head rewritten in origin
@@ -300,6 +302,10 @@ void close_slot(struct conn *c, int32_t *slot);
 const struct engine_sandbox *conn_sandbox(const struct conn *c);
 /* The key of upstream <host>/<len>:<port> in the worker's reuse lists. */
 uint64_t upstream_key(const char *host, size_t len, uint16_t port);
+/* The id of the conn's sandbox as a string, in <buf> (CONFIG_SANDBOX_ID_BYTES_MAX) or static. */
+const char *conn_sandbox_id(const struct conn *c, char *buf);
+
+/* Audit records (core/record.c). */
 
 /* Formats address <a> as "ip:port", "[ip6]:port" or "unix:path" into <out> (<cap> bytes). */
 void addr_format(const union conn_addr *a, char *out, size_t cap);
@@ -310,6 +316,9 @@ void audit_decision(struct conn *c, bool allowed, uint16_t status);
 /* The same, with <detail> (NULL: none) in the record: what a reason code alone
  * does not say (the server name a tunnel's client sent, say). Never a secret. */
 void audit_decision_detail(struct conn *c, bool allowed, uint16_t status, const char *detail);
+/* Writes the record that ends <c> (its front's own, if it has one): bytes each way,
+ * duration, the last request's outcome. Once, from the conn's free. */
+void conn_close_record(struct conn *c);
 
 /*
  * Queues provided buffer <bid> of <len> bytes behind the conn's early data.
