@@ -90,15 +90,14 @@ struct conn {
 	uint32_t head_fill;
 	uint32_t head_len;  /* parsed head length, 0 until complete */
 	uint32_t early_off; /* early data forwarded so far (from head_len) */
+	uint16_t path_off;  /* absolute form: the path inside the head buffer */
+	uint16_t path_len;
 	/* Early data that arrived in provided buffers after the head (FIFO). */
 	struct conn_early *early; /* NULL while early_count is 0 */
-	uint8_t early_count;
 	/* Response head from the upstream (forwarding), pooled like the head. */
 	char *resp;
 	uint32_t resp_fill;
 	uint32_t resp_head_len;
-	uint16_t path_off; /* absolute form: the path inside the head buffer */
-	uint16_t path_len;
 	/* Outgoing buffer: refusal or origin-form head. */
 	char *out;
 	const char *out_ptr; /* what is being sent (out or a static string) */
@@ -107,12 +106,15 @@ struct conn {
 	struct relay up;
 	struct relay down;
 	/* The request being served. */
+	uint8_t early_count;
 	uint8_t tier;
 	uint8_t reason;
 	uint8_t addr_count;
 	uint8_t addr_next;
+	uint8_t host_len;
 	uint16_t port;
 	uint16_t status;
+	uint8_t method_len;
 	int32_t connect_err;
 	struct snapshot *snap; /* the current request's policy, held (core/snapshot.h) */
 	struct ratelimit_entry *rule_limit; /* the request's rule limits, counted in its conns */
@@ -121,11 +123,11 @@ struct conn {
 	const void *fake;        /* the CONNECT's verdict.fake */
 	const char *answer_body; /* borrowed from the snapshot */
 	uint32_t answer_body_len;
-	uint64_t term_skip;     /* request body bytes still to discard */
 	bool term_closing;      /* close_notify queued: linger once it is sent */
 	bool term_close_after;  /* close once the answer is written */
 	bool term_chunked;      /* discarding a chunked request body (req_chunks) */
 	bool answer_keeps_conn; /* a fake answer or a 429 in clear: the next request may follow */
+	uint64_t term_skip;     /* request body bytes still to discard */
 	bool admitted;          /* a request passed the sandbox's conn count: not checked again */
 	/* A passthrough CONNECT: the tunnel's first flight must name its host (core/tunnel.c). */
 	bool tunnel_checks_name;
@@ -138,35 +140,34 @@ struct conn {
 	/* When the phase a deadline runs from began: a tunnel's 200 (its first flight's
 	 * head_ms), an inject request's end (its response head's response_ms). */
 	uint64_t phase_since_ms;
-	/* Credential-inject: the session to the upstream and the exchange under way. */
+	/* Credential-inject: the session to the upstream and the rule. */
 	void *upstream_tls;                  /* owned through engine.term, NULL when none */
 	const struct verdict_inject *inject; /* borrowed from the snapshot */
-	uint8_t inject_phase;                /* enum inject_phase (core/inject.c) */
-	bool upstream_dead;                  /* its TLS failed or it closed: no more requests */
-	bool connect_retry; /* the next address waits for the failed one's timeout to complete */
-	uint8_t upstream_refusal; /* then the answer to the next request (enum reason) */
-	uint32_t resp_off;        /* response bytes relayed to the agent */
-	uint32_t resp_scan;       /* response bytes whose framing is accounted for */
-	bool upgraded;            /* a 101: both ways are raw bytes from now on */
-	uint8_t resp_refusal;    /* enum reason: the response is refused (a redirect, a bad head) */
-	bool resp_holding;       /* inject: a tail is held back and the hold's timer is armed */
-	bool resp_hold_over;     /* inject: the hold's time is up: the tail goes as it is */
-	uint64_t term_req_bytes; /* this request's body bytes sent upstream */
-	uint64_t term_resp_bytes;   /* this response's bytes relayed to the agent */
-	const char *rule;           /* borrowed from the policy snapshot */
-	const char *instruction;    /* borrowed from the policy snapshot */
-	const char *upstream_local; /* TIER_LOCAL: "host:port" to relay to, borrowed */
+	const char *rule;                    /* borrowed from the policy snapshot */
+	const char *instruction;             /* borrowed from the policy snapshot */
+	const char *upstream_local;          /* TIER_LOCAL: "host:port" to relay to, borrowed */
 	/* An O_PATH descriptor the upstream's Unix address names (/proc/self/fd/N: the
 	 * gateway's agent socket), held until the connect completes; -1: none. */
 	int32_t connect_path_fd;
-	uint64_t decision_id;
 	uint32_t requests;
+	uint64_t decision_id;
 	uint32_t retry_after_s; /* the refusal's Retry-After, 0: the reason's default */
-	uint8_t host_len;
-	uint8_t method_len;
+	bool connect_retry; /* the next address waits for the failed one's timeout to complete */
+	bool peer_refused;  /* the peer is not the agent: the refusal's record names it */
+	/* Absolute-form forwarding: framing of the request and response bodies. */
+	uint8_t req_body;
+	uint8_t resp_body;
 	char method[16];
 	char host[LIMITS_HOST_BYTES_MAX + 1];
 	union conn_addr addrs[CONN_ADDRS_MAX];
+	bool req_done;
+	bool resp_done;
+	bool resp_head_done;
+	bool resp_started; /* inject: a byte of this final response went to the agent */
+	bool keep_alive;
+	bool head_method;
+	bool reused_upstream; /* this request went to a kept-alive upstream */
+	bool resp_keep_alive;
 	uint64_t upstream_key; /* host+port hash of the open upstream (forwarding reuse) */
 	struct __kernel_timespec connect_ts;
 	int nodelay;
@@ -177,43 +178,60 @@ struct conn {
 		uint32_t uid;
 		uint32_t gid;
 	} peer;
-	bool peer_refused; /* the peer is not the agent: the refusal's record names it */
-	/* Absolute-form forwarding: framing of the request and response bodies. */
-	uint8_t req_body;
-	uint8_t resp_body;
-	bool req_done;
-	bool resp_done;
-	bool resp_head_done;
-	bool resp_started; /* inject: a byte of this final response went to the agent */
-	bool keep_alive;
-	bool head_method;
-	bool reused_upstream; /* this request went to a kept-alive upstream */
-	bool resp_keep_alive;
-	bool client_http10; /* the request was HTTP/1.0: a kept connection says so */
 	uint64_t req_left;
 	uint64_t resp_left;
 	struct http1_chunked req_chunks;
 	struct http1_chunked resp_chunks;
-	/* inject: the body's framing state at resp_off, and where the body begins in resp. */
-	struct http1_chunked resp_chunks_sent;
-	uint32_t resp_body_at;
 	uint64_t bytes_up;
 	uint64_t bytes_down;
+	bool client_http10; /* the request was HTTP/1.0: a kept connection says so */
 	/* The ingress gateway: a conn accepted on the public listener. Its
 	 * sandbox (c->sandbox, per request) comes from the path or the Host; the
 	 * id is a view into the head buffer, so it costs a conn nothing to keep. */
 	bool ingress;
-	bool ingress_tls;        /* the public listener's TLS: decrypts for the internal socket */
-	bool ingress_proxied;    /* came in on the internal socket: a PROXY v2 header first */
-	bool ingress_proxy_done; /* ... which was read */
-	bool ingress_shut_up;    /* the TLS relay shut the internal socket's write side */
-	bool ingress_upgrade;    /* the request asks to switch protocols */
-	bool ingress_record;     /* a request is under way: its record is still to be written */
-	bool ingress_counted;    /* ... and counts in its sandbox's ingress_open */
-	bool ingress_origin;     /* routed by Host to a sandbox's own origin, not by path */
-	uint8_t ingress_id_len;  /* 0: not routed (yet) */
-	uint16_t ingress_id_off; /* in the head buffer */
-	union conn_addr client;  /* the public client's address */
+	bool ingress_tls; /* the public listener's TLS: decrypts for the internal socket */
+	/*
+	 * What one mode alone keeps: a conn is the inject tier's (a sandbox's,
+	 * after its CONNECT) or the gateway's (from its accept, its TLS front's
+	 * included) for its whole life, never both, so the two share their bytes.
+	 * The other modes touch neither; both start zeroed (pool_take).
+	 */
+	union {
+		struct { /* the credential-inject exchange under way (core/inject.c) */
+			uint8_t inject_phase; /* enum inject_phase (core/inject.c) */
+			bool upstream_dead;   /* its TLS failed or it closed: no more requests */
+			uint8_t
+			    upstream_refusal; /* then the answer to the next request (enum reason) */
+			bool upgraded;        /* a 101: both ways are raw bytes from now on */
+			uint8_t
+			    resp_refusal; /* enum reason: the response is refused (a redirect, a bad head) */
+			bool resp_holding;   /* a tail is held back and the hold's timer is armed */
+			bool resp_hold_over; /* the hold's time is up: the tail goes as it is */
+			uint32_t resp_off;   /* response bytes relayed to the agent */
+			uint32_t resp_scan;  /* response bytes whose framing is accounted for */
+			uint64_t term_req_bytes;  /* this request's body bytes sent upstream */
+			uint64_t term_resp_bytes; /* this response's bytes relayed to the agent */
+			/* the body's framing state at resp_off, and where the body begins in resp */
+			struct http1_chunked resp_chunks_sent;
+			uint32_t resp_body_at;
+		};
+		struct { /* the ingress gateway's (core/gateway.c) */
+			bool
+			    ingress_proxied; /* came in on the internal socket: a PROXY v2 header first */
+			bool ingress_proxy_done; /* ... which was read */
+			bool
+			    ingress_shut_up; /* the TLS relay shut the internal socket's write side */
+			bool ingress_upgrade; /* the request asks to switch protocols */
+			bool
+			    ingress_record; /* a request is under way: its record is still to be written */
+			bool ingress_counted; /* ... and counts in its sandbox's ingress_open */
+			bool
+			    ingress_origin; /* routed by Host to a sandbox's own origin, not by path */
+			uint8_t ingress_id_len;  /* 0: not routed (yet) */
+			uint16_t ingress_id_off; /* in the head buffer */
+			union conn_addr client;  /* the public client's address */
+		};
+	};
 } __attribute__((aligned(16)));
 
 /* Handles a listener's accept completion (<res> is the new fixed slot or -errno). */
