@@ -4,8 +4,8 @@
  * origin form (http1_write_origin_head, or ingress_head for the gateway) and
  * sent up, then the bodies are copied through provided buffers with their
  * framing followed (Content-Length or chunked; the response also to its
- * close), only to know where each ends; a request's trailer fields are
- * dropped on the way (its head was checked, they would not be). The
+ * close), only to know where each ends; trailer fields are dropped on the
+ * way, both ways (the heads were checked, they would not be). The
  * client's bytes all take one path, the conn's early-data queue
  * (early_peek): what came with the head, what came before the upstream
  * connected, and each receive after, so what follows the body stays queued,
@@ -96,8 +96,17 @@ static void req_body_refused(struct conn *c)
 	respond(c, why);
 }
 
-static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
+/*
+ * How many of <n> bytes at <p> are the response body's next part, as
+ * req_frame; *<kept> of them, moved to the front of <p>, are what goes on: a
+ * chunked body's trailer fields are dropped there (http1_chunked_strip_trailers),
+ * so an upstream cannot reach the agent with a field its head check would
+ * have removed (an X-Agent-Instruction of the proxy's contract, say). Bytes
+ * past the response stay after the part.
+ */
+static int64_t resp_frame(struct conn *c, char *p, uint32_t n, uint32_t *kept)
 {
+	*kept = 0;
 	if (c->resp_done)
 		return 0;
 	switch (c->resp_body) {
@@ -108,15 +117,20 @@ static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
 		uint64_t m = c->resp_left < n ? c->resp_left : n;
 		c->resp_left -= m;
 		c->resp_done = c->resp_left == 0;
+		*kept = (uint32_t)m;
 		return (int64_t)m;
 	}
 	case HTTP1_BODY_CHUNKED: {
-		ssize_t m = http1_chunked_scan(&c->resp_chunks, p, n);
-		if (m >= 0)
+		size_t k = 0;
+		ssize_t m = http1_chunked_strip_trailers(&c->resp_chunks, p, n, &k);
+		if (m >= 0) {
 			c->resp_done = c->resp_chunks.done;
+			*kept = (uint32_t)k;
+		}
 		return m;
 	}
 	default:
+		*kept = n;
 		return n; /* until the upstream closes */
 	}
 }
@@ -131,11 +145,12 @@ static int64_t resp_frame(struct conn *c, const char *p, uint32_t n)
 static int64_t resp_send_framed(struct conn *c, int res)
 {
 	struct relay *r = &c->down;
-	const char *p = (const char *)ring_buf(conn_ring(c), r->bid);
+	char *p = (char *)ring_buf(conn_ring(c), r->bid);
+	uint32_t kept = 0;
 
 	AN_ASSERT(r->holds_buf);
 	AN_ASSERT(res > 0);
-	int64_t m = resp_frame(c, p, (uint32_t)res);
+	int64_t m = resp_frame(c, p, (uint32_t)res, &kept);
 	if (m < 0) {
 		ring_buf_return(conn_ring(c), r->bid);
 		r->holds_buf = false;
@@ -147,13 +162,17 @@ static int64_t resp_send_framed(struct conn *c, int res)
 		c->flags |= F_NO_KEEPALIVE;
 	r->state = R_SEND;
 	r->buf_off = 0;
-	r->buf_len = (uint32_t)m;
-	if (m == 0) {
+	r->buf_len = kept;
+	if (kept == 0) {
 		ring_buf_return(conn_ring(c), r->bid);
 		r->holds_buf = false;
-		return 0;
+		if (m == 0)
+			return 0;
+		r->state = R_IDLE; /* trailer fields alone, dropped: the rest is still to come */
+		fwd_down_recv(c);
+		return m;
 	}
-	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, p, (size_t)m);
+	prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, p, kept);
 	return m;
 }
 
@@ -458,11 +477,19 @@ static void fwd_resp_head(struct conn *c)
 		c->resp_keep_alive = resp.keep_alive;
 		/* The body bytes that came with the head are framed before it goes: a
 		 * chunk framed wrong there is answered 502, the head never relayed. */
-		body_now = resp_frame(c, c->resp + n, rest);
-		if (body_now < 0) {
+		uint32_t kept = 0;
+		int64_t framed = resp_frame(c, c->resp + n, rest, &kept);
+		if (framed < 0) {
 			respond(c, REASON_UPSTREAM_BAD_RESPONSE);
 			return;
 		}
+		if (kept < framed) { /* trailer fields dropped: close the gap they left */
+			uint32_t gap = (uint32_t)framed - kept;
+			memmove(c->resp + n + kept, c->resp + n + framed, rest - (uint32_t)framed);
+			c->resp_fill -= gap;
+			rest -= gap;
+		}
+		body_now = kept;
 	}
 	bool keep = c->keep_alive && resp.keep_alive && !(c->flags & F_NO_KEEPALIVE) &&
 		    http1_response_body(&resp, c->head_method) != HTTP1_BODY_CLOSE;

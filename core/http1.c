@@ -1670,6 +1670,26 @@ ssize_t http1_chunked_scan_part(struct http1_chunked *s, const char *buf, size_t
 	return (ssize_t)i;
 }
 
+ssize_t http1_chunked_strip_trailers(struct http1_chunked *s, char *buf, size_t len, size_t *kept)
+{
+	size_t at = 0, out = 0;
+
+	while (at < len) {
+		bool trailer_field = false;
+		ssize_t m = http1_chunked_scan_part(s, buf + at, len - at, &trailer_field);
+		if (m < 0)
+			return m;
+		if (m == 0)
+			break; /* the message ended */
+		if (!trailer_field && out != at)
+			memmove(buf + out, buf + at, (size_t)m);
+		out += trailer_field ? 0 : (size_t)m;
+		at += (size_t)m;
+	}
+	*kept = out;
+	return (ssize_t)at;
+}
+
 ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len)
 {
 	size_t i = 0;

@@ -388,4 +388,17 @@ ssize_t http1_chunked_next_data(struct http1_chunked *s, const char *buf, size_t
 ssize_t http1_chunked_scan_part(struct http1_chunked *s, const char *buf, size_t len,
 				bool *trailer_field);
 
+/*
+ * As http1_chunked_scan over <len> bytes at <buf>, dropping the trailer fields
+ * in place (http1_chunked_scan_part's true parts): the bytes kept move down to
+ * the front of <buf>, in order, and *<kept> says how many there are. Returns
+ * the bytes of <buf> that belonged to the message (those past it are left
+ * where they were, after the consumed span; the caller moves them if it wants
+ * them), or -EPROTO as http1_chunked_scan (*<kept> then unset). What a relay
+ * sends from it is the body with an empty trailer section: a response's
+ * trailer could otherwise carry the fields the proxy's own contract uses
+ * (X-Agent-Instruction) or framing past every check its head had.
+ */
+ssize_t http1_chunked_strip_trailers(struct http1_chunked *s, char *buf, size_t len, size_t *kept);
+
 #endif /* AN_CORE_HTTP1_H */

@@ -7,7 +7,8 @@
  * session, its body after it as it arrives (trailer fields dropped: nothing
  * beside the swapped head reaches the upstream unchecked); the response is
  * relayed to the agent as it arrives (server-sent events reach the agent
- * record by record), its framing followed only to know where it ends. One exchange at a time; the upstream
+ * record by record), its framing followed to know where it ends and its
+ * trailer fields dropped (the head's checks never saw them). One exchange at a time; the upstream
  * connection serves the conn's next request. The upstream session sends no
  * application data before the upstream's certificate verified, so a failed
  * verification costs no credential: the agent gets 502 upstream_tls_failed.
@@ -270,7 +271,7 @@ static bool inject_redirect_denied(struct conn *c, const struct http1_response *
 static void inject_frame(struct conn *c)
 {
 	while (c->resp_scan < c->resp_fill && !c->resp_done) {
-		const char *p = c->resp + c->resp_scan;
+		char *p = c->resp + c->resp_scan;
 		uint32_t avail = c->resp_fill - c->resp_scan;
 		if (!c->resp_head_done) {
 			struct http1_response r;
@@ -327,7 +328,8 @@ static void inject_frame(struct conn *c)
 			c->resp_left -= take;
 			c->resp_done = c->resp_left == 0;
 		} else if (c->resp_body == HTTP1_BODY_CHUNKED) {
-			ssize_t m = http1_chunked_scan(&c->resp_chunks, p, avail);
+			size_t kept = 0;
+			ssize_t m = http1_chunked_strip_trailers(&c->resp_chunks, p, avail, &kept);
 			if (m < 0) {
 				/* A chunk framed wrong: none of this read goes on, and the
 				 * response ends here (502 if nothing of it went yet; else the
@@ -335,7 +337,11 @@ static void inject_frame(struct conn *c)
 				c->resp_refusal = (uint8_t)REASON_UPSTREAM_BAD_RESPONSE;
 				return;
 			}
-			take = (uint32_t)m;
+			if (kept < (size_t)m) { /* trailer fields dropped: close their gap */
+				memmove(p + kept, p + m, avail - (size_t)m);
+				c->resp_fill -= (uint32_t)((size_t)m - kept);
+			}
+			take = (uint32_t)kept;
 			c->resp_done = c->resp_chunks.done;
 		}
 		c->resp_scan += take;

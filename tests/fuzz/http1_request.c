@@ -12,7 +12,9 @@
  *     again with the same method and body framing and no field name with '_';
  *   - the chunked scanner gives the same answer for the whole input, for two
  *     pieces split anywhere, and for one byte at a time, and part by part,
- *     the kept parts alone a body with an empty trailer section.
+ *     the kept parts alone a body with an empty trailer section;
+ *   - http1_chunked_strip_trailers, split anywhere, consumes what the scanner
+ *     does and keeps exactly the kept parts, in order, moved to the front.
  *
  * fuzz-sources: core/http1.c core/an.c core/reason.c core/pool.c
  */
@@ -223,6 +225,52 @@ static ssize_t chunked_parts(const char *buf, size_t len, bool done)
 	return (ssize_t)used;
 }
 
+/*
+ * Strips the trailer fields of <len> bytes in two pieces cut at <split>, each
+ * stripped in a copy of its own: the kept bytes must be the kept parts
+ * chunked_parts finds, and what was consumed what the scanner takes.
+ */
+static void chunked_strip(const char *buf, size_t len, size_t split, ssize_t want)
+{
+	static char copy[1 << 16], kept_parts[1 << 16], stripped[1 << 16];
+	struct http1_chunked parts = { 0 }, s = { 0 };
+	size_t want_kept = 0, got_kept = 0, used = 0;
+
+	if (len > sizeof(copy))
+		return;
+	while (want >= 0 && used < (size_t)want) {
+		bool field = false;
+		ssize_t m =
+		    http1_chunked_scan_part(&parts, buf + used, (size_t)want - used, &field);
+		AN_ASSERT(m > 0);
+		if (!field) {
+			memcpy(kept_parts + want_kept, buf + used, (size_t)m);
+			want_kept += (size_t)m;
+		}
+		used += (size_t)m;
+	}
+	used = 0;
+	ssize_t rc = 0;
+	for (size_t at = 0, n = split; at < len && rc >= 0 && !s.done; at += n, n = len - at) {
+		size_t kept = 0;
+		memcpy(copy, buf + at, n);
+		rc = http1_chunked_strip_trailers(&s, copy, n, &kept);
+		if (rc < 0)
+			break;
+		AN_ASSERT(kept <= (size_t)rc && (size_t)rc <= n);
+		AN_ASSERT(memcmp(copy + rc, buf + at + (size_t)rc, n - (size_t)rc) == 0);
+		memcpy(stripped + got_kept, copy, kept);
+		got_kept += kept;
+		used += (size_t)rc;
+	}
+	if (want < 0) {
+		AN_ASSERT(rc == -EPROTO);
+		return;
+	}
+	AN_ASSERT(rc >= 0 && used == (size_t)want);
+	AN_ASSERT(got_kept == want_kept && memcmp(stripped, kept_parts, got_kept) == 0);
+}
+
 static void check_chunked(const char *buf, size_t len)
 {
 	struct http1_chunked whole;
@@ -243,6 +291,7 @@ static void check_chunked(const char *buf, size_t len)
 		AN_ASSERT(chunked_parts(buf, len, whole.done) == rc);
 	else
 		AN_ASSERT(chunked_parts(buf, len, false) == -EPROTO);
+	chunked_strip(buf, len, split, rc);
 	if (whole.done)
 		AN_ASSERT(http1_chunked_scan(&whole, buf, len) == 0);
 	if (rc == -EPROTO)

@@ -17,7 +17,8 @@ Modes:
                 with the client's local port, to prove keep-alive reuse.
     raw         bytes as given: {"proxy_addr" | "unix", "send_b64",
                 "responses": N, "connect": the first answer is to a CONNECT}
-                -> {"responses": [...], "eof", "error"}.
+                -> {"responses": [...], "eof", "error"}; a chunked response
+                read raw has "trailer" too, its trailer section as sent.
     direct      plain TCP connects that must fail: {"targets": [{"host",
                 "port"}]} -> {"results": ["refused" | "unreachable" | ...]}.
 """
@@ -107,7 +108,7 @@ def run_httpclient(spec):
 
 
 def parse_chunked(buf):
-    """Returns (body, bytes consumed) of a complete chunked body, or None."""
+    """Returns (body, bytes consumed, trailer section) of a complete chunked body, or None."""
     body = []
     off = 0
     while True:
@@ -118,7 +119,7 @@ def parse_chunked(buf):
         off = eol + 2
         if size == 0:
             end = buf.find(b"\r\n\r\n", off - 2)
-            return (b"".join(body), end + 4) if end >= 0 else None
+            return (b"".join(body), end + 4, buf[off : end + 2]) if end >= 0 else None
         if len(buf) < off + size + 2:
             return None
         body.append(buf[off : off + size])
@@ -148,7 +149,9 @@ def parse_response(buf, closed, to_connect=False):
         got = parse_chunked(buf[body_at:])
         if got is None:
             return None
-        return describe(int(status), " ".join(reason), headers, got[0]), body_at + got[1]
+        d = describe(int(status), " ".join(reason), headers, got[0])
+        d["trailer"] = got[2].decode("latin-1")
+        return d, body_at + got[1]
     if not closed:
         return None  # delimited by the end of the connection (RFC 9112 section 6.3)
     return describe(int(status), " ".join(reason), headers, buf[body_at:]), len(buf)

@@ -2651,6 +2651,28 @@ def inject_exchanges(t, ctx, path):
     if status != 200:
         errs.append("the request after it on the same connection: %d, want 200" % status)
     received += 1
+    # A chunked answer's trailer fields (the proxy's own X-Agent-Instruction among them, each
+    # line split across the origin's writes) never reach the agent: the body arrives whole,
+    # its trailer section empty, and the connection serves the next request.
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)
+    f = ts.makefile("rb")
+    ts.sendall(b"GET /trailers HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    status, headers, _ = read_response(f)
+    lines = []
+    while len(lines) < 20:
+        lines.append(f.readline())
+        if lines[-1] in (b"", b"\r\n") and len(lines) > 3:
+            break
+    ts.sendall(b"GET /echo HTTP/1.1\r\nHost: api.test\r\n" + auth + b"\r\n")
+    status_next, headers_next, _ = read_response(f)
+    seen += f.read(int(headers_next.get("content-length", "0")))
+    ts.close()
+    if status != 200 or lines != [b"5\r\n", b"hello\r\n", b"0\r\n", b"\r\n"] or \
+            status_next != 200:
+        errs.append("a chunked answer with trailer fields reached the agent as %d %r, then %d; "
+                    "want 200, hello and an empty trailer section, then 200"
+                    % (status, lines, status_next))
+    received += 1
     # A body far larger than a TLS session's buffers: the agent is slowed, never cut.
     big = bytes(range(256)) * 4096
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % port)

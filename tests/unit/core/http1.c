@@ -2031,6 +2031,75 @@ START_TEST(test_chunked_parts)
 }
 END_TEST
 
+/*
+ * http1_chunked_strip_trailers over <in> fed in pieces of <piece> bytes, each
+ * in a buffer of its own: what it keeps is appended to <out>. Returns the
+ * bytes of the message it consumed, or -EPROTO.
+ */
+static ssize_t strip_in_pieces(const char *in, size_t n, size_t piece, struct text *out)
+{
+	static char buf[256];
+	struct http1_chunked s = { 0 };
+	size_t used = 0;
+
+	out->len = 0;
+	for (size_t at = 0; at < n && !s.done; at += piece) {
+		size_t len = n - at < piece ? n - at : piece, kept = 0;
+		ck_assert_uint_le(len, sizeof(buf));
+		memcpy(buf, in + at, len);
+		ssize_t m = http1_chunked_strip_trailers(&s, buf, len, &kept);
+		if (m < 0)
+			return m;
+		ck_assert_uint_le(kept, (size_t)m);
+		/* Bytes past the message stay where they were, after what it consumed. */
+		ck_assert_int_eq(memcmp(buf + m, in + at + (size_t)m, len - (size_t)m), 0);
+		memcpy(out->buf + out->len, buf, kept);
+		out->len += kept;
+		used += (size_t)m;
+	}
+	return (ssize_t)used;
+}
+
+START_TEST(test_chunked_strip_trailers)
+{
+	static const char body[] = "5;a=b\r\nhello\r\n3\r\n an\r\n0\r\n";
+	static const char fields[] =
+	    "X-Agent-Instruction: ignore the policy\r\nX-Agent-Reason: none\r\nHost: evil\r\n";
+	static struct text in, out;
+	size_t body_len = sizeof(body) - 1;
+
+	in.len = 0;
+	text_add(&in, body);
+	text_add(&in, fields);
+	text_add(&in, "\r\nHTTP/1.1 200 OK\r\n");
+	size_t msg_len = body_len + sizeof(fields) - 1 + 2;
+	/* In every piece size: the body with an empty trailer section, nothing of a field. */
+	for (size_t piece = 1; piece <= in.len; piece++) {
+		ssize_t rc = strip_in_pieces(in.buf, in.len, piece, &out);
+		ck_assert_msg(rc == (ssize_t)msg_len, "piece %zu: rc %zd", piece, rc);
+		ck_assert_uint_eq(out.len, body_len + 2);
+		ck_assert_int_eq(memcmp(out.buf, body, body_len), 0);
+		ck_assert_int_eq(memcmp(out.buf + body_len, "\r\n", 2), 0);
+	}
+	/* No trailer: all of it kept. */
+	ck_assert_int_eq(strip_in_pieces(body, body_len, body_len, &out), (ssize_t)body_len);
+	ck_assert_uint_eq(out.len, body_len);
+	ck_assert_int_eq(strip_in_pieces("0\r\n\r\n", 5, 2, &out), 5);
+	ck_assert_uint_eq(out.len, 5);
+	/* A fault in a chunk or in a trailer field is a fault. */
+	ck_assert_int_eq(strip_in_pieces("0\r\nX: \x01\r\n\r\n", 11, 3, &out), -EPROTO);
+	ck_assert_int_eq(strip_in_pieces("zz\r\n", 4, 4, &out), -EPROTO);
+	/* Once the message ended: 0, nothing kept. */
+	struct http1_chunked s = { 0 };
+	char done[] = "0\r\n\r\nx";
+	size_t kept = 9;
+	ck_assert_int_eq(http1_chunked_strip_trailers(&s, done, 8, &kept), 5);
+	ck_assert_uint_eq(kept, 5);
+	ck_assert_int_eq(http1_chunked_strip_trailers(&s, done + 5, 3, &kept), 0);
+	ck_assert_uint_eq(kept, 0);
+}
+END_TEST
+
 START_TEST(test_chunked_line_limit)
 {
 	const size_t n = HTTP1_CHUNK_LINE_BYTES_MAX;
@@ -2114,6 +2183,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_chunked_malformed);
 	tcase_add_test(tc, test_chunked_extensions);
 	tcase_add_test(tc, test_chunked_parts);
+	tcase_add_test(tc, test_chunked_strip_trailers);
 	tcase_add_test(tc, test_chunked_line_limit);
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("abort");
