@@ -581,6 +581,9 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		conn_close(c);
 		return;
 	}
+	/* Enough waits: what the client sends next stays in the kernel until the mode reads. */
+	if (c->early_count >= CONN_EARLY_STOP_AT && !(c->flags & F_HEAD_STOP))
+		head_recv_stop(c);
 	if (conn_in_mode(c) && c->mode->early != NULL)
 		c->mode->early(c);
 }

@@ -44,9 +44,17 @@ union conn_addr {
 };
 
 #define CONN_ADDRS_MAX 4u
-/* Early-data buffers one conn may hold: the kernel posts at most 32 multishot
- * receive completions per wake-up, and one wake-up can pass before the cancel lands. */
-#define CONN_EARLY_MAX 32u
+/*
+ * Early-data buffers one conn may hold. Its head receive stops once
+ * CONN_EARLY_STOP_AT wait (head_data), whatever the conn is doing, so a client
+ * that sends on while the conn resolves or connects (a body a byte a segment)
+ * is held back by TCP, its bytes left in the kernel for the mode's own
+ * receive, never closed for having sent them. Past the stop, the kernel posts
+ * at most 32 multishot receive completions per wake-up, and one wake-up can
+ * pass before the cancel lands.
+ */
+#define CONN_EARLY_STOP_AT 8u
+#define CONN_EARLY_MAX     (CONN_EARLY_STOP_AT + 32u)
 
 /*
  * A conn's early data: provided buffers that arrived before it could pass
