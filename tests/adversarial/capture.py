@@ -24,6 +24,7 @@ import re
 import socket
 import ssl
 import threading
+import time
 
 CANNED_BODY = b"captured\n"
 CANNED_REPLY = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n"
@@ -92,10 +93,13 @@ class Lease:
     """What one capture received during one run's hold of it."""
 
     def __init__(self, reply):
-        self.reply = reply  # bytes for the first request, or None: CANNED_REPLY for each
+        # For the first request: byte strings sent in order, with pauses (float seconds)
+        # between them; None: CANNED_REPLY for each.
+        self.reply = reply
         # A reply whose head says Connection: close ends the connection once sent (its body
         # may be delimited by that close).
-        fields = (reply or b"").split(HEAD_END, 1)[0].lower().split(b"\r\n")[1:]
+        text = b"".join(p for p in reply or [] if isinstance(p, bytes))
+        fields = text.split(HEAD_END, 1)[0].lower().split(b"\r\n")[1:]
         self.reply_closes = b"connection: close" in fields
         # Connection number -> what it sent during the lease; a connection accepted during
         # the lease is here from its accept on, so one that sent nothing counts too.
@@ -211,12 +215,16 @@ class Capture:
                 with self.lock:
                     lease.requests += 1
                 if lease.reply is not None:
-                    answer, replied = (b"" if replied else lease.reply), True
+                    answer, replied = ([] if replied else lease.reply), True
                     close = close or lease.reply_closes
                 else:
-                    answer = CANNED_REPLY[:-len(CANNED_BODY)] if is_head else CANNED_REPLY
+                    answer = [CANNED_REPLY[:-len(CANNED_BODY)] if is_head else CANNED_REPLY]
                 try:
-                    conn.sendall(answer)
+                    for piece in answer:
+                        if isinstance(piece, float):
+                            time.sleep(piece)
+                        else:
+                            conn.sendall(piece)
                     if close:
                         conn.shutdown(socket.SHUT_WR)
                 except (OSError, ssl.SSLError):

@@ -33,7 +33,8 @@ RESPONSE_REQUIRED = ("status", "reason")
 UPSTREAM_KEYS = {"connections": int, "requests": int, "saw": list, "contains": list,
                  "never": list}
 SEGMENT_FORMS = ({"repeat": str, "times": int}, {"client_hello": (str, type(None))},
-                 {"await": str})
+                 {"await": str}, {"pause_s": (int, float)})
+PAUSE_S_MAX = 10  # a run's reads all end within run.py's RUN_DEADLINE_S
 ID_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
 
 
@@ -63,11 +64,14 @@ def check_segments(where, segments, allow_await):
         form = next((f for f in SEGMENT_FORMS if isinstance(seg, dict) and set(seg) == set(f)),
                     None)
         if form is None:
-            raise CatalogueError("%s: a segment is a string, {repeat, times}, {client_hello} "
-                                 "or {await}, not %r" % (at, seg))
+            raise CatalogueError("%s: a segment is a string, {repeat, times}, {client_hello}, "
+                                 "{await} or {pause_s}, not %r" % (at, seg))
         check_keys(at, seg, form, form)
         if "await" in seg and (seg["await"] != "response" or not allow_await):
             raise CatalogueError("%s: only the request may hold {\"await\": \"response\"}" % at)
+        if "pause_s" in seg and (allow_await or not 0 < seg["pause_s"] <= PAUSE_S_MAX):
+            raise CatalogueError("%s: only upstream_reply may hold {\"pause_s\": S}, "
+                                 "0 < S <= %d" % (at, PAUSE_S_MAX))
 
 
 def check_expect(where, expect):
@@ -145,8 +149,8 @@ def load(case_dir, skip_list, pattern=None):
 
 
 def expand(segments, values):
-    """Bytes of <segments> under the run's template <values>: a list of byte strings and
-    "await" marks, in order."""
+    """Bytes of <segments> under the run's template <values>: a list of byte strings,
+    "await" marks (None) and pauses (seconds, a float), in order."""
     out = []
     for seg in substitute(segments, values):
         if isinstance(seg, (str, int)):
@@ -155,6 +159,8 @@ def expand(segments, values):
             out.append(seg["repeat"].encode("latin-1") * seg["times"])
         elif "client_hello" in seg:
             out.append(client_hello(seg["client_hello"]))
+        elif "pause_s" in seg:
+            out.append(float(seg["pause_s"]))
         else:
             out.append(None)
     return out

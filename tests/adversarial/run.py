@@ -177,11 +177,23 @@ def run_case(fx, case, mode):
             fx.pools[kind].give_back(capture)
 
 
+def reply_pieces(expanded):
+    """A case's upstream reply as the capture sends it: byte strings, adjacent ones joined,
+    and pauses (float seconds) between them; None for no reply of its own."""
+    pieces = []
+    for piece in expanded:
+        if isinstance(piece, bytes) and pieces and isinstance(pieces[-1], bytes):
+            pieces[-1] += piece
+        else:
+            pieces.append(piece)
+    return pieces or None
+
+
 def run_leased(fx, case, mode, held):
     values = {"port": held["plain"].key, "tls_port": held["tls"].key,
               "sandbox": held["ingress"].key, "ingress_port": fx.ingress_port,
               "placeholder": PLACEHOLDER, "secret": fx.secret}
-    reply = b"".join(catalogue.expand(case.get("upstream_reply", []), values)) or None
+    reply = reply_pieces(catalogue.expand(case.get("upstream_reply", []), values))
     leases = {kind: capture.begin_lease(reply) for kind, capture in held.items()}
     run = Run(case, mode, values)
     t0 = time.monotonic()
