@@ -1071,7 +1071,7 @@ static void resolve_start(struct conn *c)
 	}
 	c->state = ST_RESOLVE;
 	c->flags |= F_DNS;
-	timer_arm(c->w->timers, &c->timer, e->cfg->dns_timeout_ms + 1000u);
+	timer_arm(c->w->timers, &c->timer, e->cfg->dns_timeout_ms); /* conn_on_timer: dns_failed */
 	int ret = dns_resolve(&c->w->dns, name, port, on_dns, c);
 	if (ret != 0) {
 		c->flags &= (uint8_t)~F_DNS;

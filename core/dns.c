@@ -119,7 +119,10 @@ static int channel_open(struct dns *d)
 	memset(&opts, 0, sizeof(opts));
 	opts.sock_state_cb = sock_state_cb;
 	opts.sock_state_cb_data = d;
-	opts.timeout = (int)(d->timeout_ms / 2 ? d->timeout_ms / 2 : 1);
+	/* Two tries, the second given twice the first's time (c-ares doubles it each round):
+	 * with one server the lookup gives up at timeout_ms, as the conn's deadline does
+	 * (resolve_start); with more, that deadline answers first. */
+	opts.timeout = (int)(d->timeout_ms / 3 ? d->timeout_ms / 3 : 1);
 	opts.tries = 2;
 	int mask = ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES;
 	if (ares_init_options(&d->channel, &opts, mask) != ARES_SUCCESS) {

@@ -478,6 +478,19 @@ class Suite:
         """Ports nothing listens on in the upstream namespace (it is ours alone)."""
         return free_ports(self.args.upns)
 
+    def start_silent_resolver(self, port):
+        """A UDP socket on the resolver's port that reads nothing and answers nothing: a
+        DNS server that has gone silent, so that a lookup meets its deadline (a closed
+        port would be refused at once)."""
+        code = ("import socket, time\n"
+                "u = socket.socket(type=socket.SOCK_DGRAM); u.bind(('127.0.0.1', %d))\n"
+                "print('ready', flush=True)\n"
+                "time.sleep(86400)\n" % port)
+        p = self.procs.start("resolver", ["ip", "netns", "exec", self.args.upns, "python3",
+                                          "-c", code], stdout=subprocess.PIPE)
+        if p.stdout.readline().strip() != b"ready":
+            raise Fatal("the silent resolver did not start on udp:%d" % port)
+
     def start_daemon(self):
         self.daemon_err_path = os.path.join(self.tmp, "daemon.stderr")
         self.daemon = start_daemon(self.procs, self.args.upns, self.args.daemon,
@@ -613,7 +626,8 @@ def run_suite(suite, cases):
         "sandbox": SANDBOX, "other_sandbox": OTHER_SANDBOX,
     })
     render_policy(suite)
-    log("# origin https:%d http:%d, closed tcp:%d udp:%d" % (
+    suite.start_silent_resolver(dns_port)
+    log("# origin https:%d http:%d, closed tcp:%d, silent resolver udp:%d" % (
         ports["https_port"], ports["http_port"], closed_port, dns_port))
 
     static = [c for c in cases if c["client"] == "check_config"]
