@@ -14,7 +14,14 @@
  * Writer: takes at most AUDIT_BATCH_RECORDS per ring per pass into one
  * AUDIT_OUT_BYTES buffer, formats by hand (no stdio, locale or tz lock) and
  * write()s it whole, retrying EINTR and short writes. A failed write counts
- * its records as lost and the writer carries on. Drops are reported in an
+ * its records as lost (audit_lost), cuts what it wrote of them off the file's
+ * end so no torn line stays (a pipe, which cannot be cut, gets a newline
+ * first instead), and sets audit_failing until a write succeeds again. While
+ * failing, each write first tries an "audit_gap" notice of the records lost
+ * so far and the time span since the first failure (one a second when there
+ * is nothing else to write; for a regular file, only once its file system has
+ * a buffer's worth of room); the first that lands ends the gap, and stderr
+ * says so. Drops are reported in an
  * "audit_dropped" notice with the cumulative count (at most one per
  * AUDIT_DROP_NOTICE_NS, always one at close); the last line is an
  * "audit_closed" notice of the totals. audit_written counts ring records,
@@ -43,6 +50,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +66,8 @@
 #define AUDIT_IDLE_SLEEP_NS 2000000L
 /* Under sustained overload, one drop notice a second is enough to see it. */
 #define AUDIT_DROP_NOTICE_NS 1000000000ull
+/* While writes fail and no record waits, the gap notice is tried again this often. */
+#define AUDIT_RETRY_NS 1000000000ull
 /* Rings: one per worker plus one for the control thread. */
 #define AUDIT_RINGS_MAX (LIMITS_WORKERS_MAX + 1u)
 /* Id layout: ring index above bit 48, a per-ring sequence below. */
@@ -119,12 +129,16 @@ struct audit {
 	_Atomic uint64_t written;
 	_Atomic uint64_t lost; /* records that were in a failed write */
 	_Atomic uint64_t write_errors;
+	_Atomic bool failing; /* the last write failed (audit_failing) */
 	/* Writer only. */
 	char *out; /* owned, AUDIT_OUT_BYTES */
 	size_t out_len;
 	uint32_t out_records; /* ring records in out */
 	bool write_failing;
-	bool line_torn; /* a failed write left a partial line in the file */
+	bool line_torn;        /* a failed write left a partial line the file could not lose */
+	uint64_t gap_lost;     /* records lost since writes began to fail */
+	uint64_t gap_from_us;  /* CLOCK_REALTIME of the first failed write of the gap */
+	uint64_t gap_retry_ns; /* CLOCK_MONOTONIC of the last try to end it */
 	uint64_t notice_seq;
 	uint64_t dropped_reported;
 	uint64_t drop_notice_ns;
@@ -511,35 +525,140 @@ static int write_all(int fd, const char *buf, size_t len, size_t *done)
 	return 0;
 }
 
-/* Writes the buffer out and accounts for its records, whatever the outcome. */
-static void writer_flush(struct audit *a)
+/*
+ * Writes whole lines: <head_len> bytes at <head> (none: 0), then <len> at
+ * <buf>, as one: on a failure, what of either went out is cut off the file's
+ * end again, so the file keeps whole lines only, and neither counts as
+ * written. Where the file cannot be cut (not a regular file), a newline goes
+ * first at the next write instead, so the lines after the torn one still
+ * parse. 0 or -errno.
+ */
+static int write_lines(struct audit *a, const char *head, size_t head_len, const char *buf,
+		       size_t len)
 {
-	size_t done = 0;
+	size_t done = 0, head_done = 0;
 	int err = 0;
 
-	AN_ASSERT(a->out_len <= AUDIT_OUT_BYTES);
-	if (a->out_len == 0)
-		return;
-	/* End the line a failed write cut, so the lines after it still parse. */
 	if (a->line_torn) {
 		err = write_all(a->fd, "\n", 1, &done);
-		if (err == 0)
-			a->line_torn = false;
+		if (err != 0)
+			return err;
+		a->line_torn = false;
 	}
+	err = write_all(a->fd, head, head_len, &head_done);
 	if (err == 0)
-		err = write_all(a->fd, a->out, a->out_len, &done);
+		err = write_all(a->fd, buf, len, &done);
+	else
+		done = 0;
+	size_t cut = head_done + done;
+	if (err == 0 || cut == 0)
+		return err;
+	off_t end = a->fd_regular ? lseek(a->fd, 0, SEEK_END) : -1;
+	if (end < (off_t)cut || ftruncate(a->fd, end - (off_t)cut) != 0)
+		a->line_torn = (done > 0 ? buf[done - 1] : head[head_done - 1]) != '\n';
+	return err;
+}
+
+/*
+ * While writes fail: the "audit_gap" notice (the records lost since the first
+ * failure and its time span) formatted into <line>, which goes out with the
+ * records waiting, before them, or with neither. Returns its length.
+ */
+static size_t writer_gap_notice(struct audit *a, char *line, uint64_t now_us)
+{
+	uint64_t id = ((uint64_t)AUDIT_WRITER_INDEX << AUDIT_ID_SEQ_BITS) | (a->notice_seq + 1);
+
+	char *p = put_head(a, line, now_us, id, AUDIT_NOTICE);
+	p = put_lit(p, ",\"detail\":\"audit_gap\",\"lost\":");
+	p = put_u64(p, a->gap_lost);
+	p = put_lit(p, ",\"from\":\"");
+	p = put_ts(a, p, a->gap_from_us);
+	p = put_lit(p, "\",\"to\":\"");
+	p = put_ts(a, p, now_us);
+	p = put_lit(p, "\"}\n");
+	AN_ASSERT((size_t)(p - line) <= AUDIT_LINE_WORST_BYTES);
+	return (size_t)(p - line);
+}
+
+/* The gap notice went out: the gap is over, and stderr says so. */
+static void writer_gap_over(struct audit *a, uint64_t now_us)
+{
+	a->notice_seq++;
+	fprintf(stderr,
+		"agentsnetd: audit: writing again: %llu records lost in %llu ms (an audit_gap "
+		"notice says so)\n",
+		(unsigned long long)a->gap_lost,
+		(unsigned long long)((now_us - a->gap_from_us) / 1000u));
+	a->write_failing = false;
+	a->gap_lost = 0;
+	atomic_store_explicit(&a->failing, false, memory_order_relaxed);
+}
+
+/*
+ * While writes fail, whether the file is worth trying again: its file system
+ * has a buffer's worth of room (a regular file; any other is tried). A write
+ * that failed was cut off again, and the room that freed would let a few
+ * small writes through on a disk still full, each ending the gap only for the
+ * next to start another.
+ */
+static bool writer_has_room(const struct audit *a)
+{
+	struct statvfs fs;
+
+	if (!a->fd_regular || fstatvfs(a->fd, &fs) != 0)
+		return true;
+	return (uint64_t)fs.f_bavail * fs.f_frsize >= AUDIT_OUT_BYTES;
+}
+
+/*
+ * Writes the buffer out and accounts for its records, whatever the outcome.
+ * While writes fail, the gap notice goes first, in the same write: the gap is
+ * over only when the records after it landed too. Tried only once the file
+ * has room (writer_has_room), and at least once a second with nothing waiting;
+ * otherwise the records waiting join the gap unwritten.
+ */
+static void writer_flush(struct audit *a)
+{
+	char gap[AUDIT_LINE_WORST_BYTES];
+	size_t gap_len = 0;
+	uint64_t now_us = clock_ns(CLOCK_REALTIME) / 1000u;
+
+	AN_ASSERT(a->out_len <= AUDIT_OUT_BYTES);
+	if (a->write_failing) {
+		bool due = clock_ns(CLOCK_MONOTONIC) - a->gap_retry_ns >= AUDIT_RETRY_NS;
+		if ((a->out_len > 0 || due) && writer_has_room(a)) {
+			a->gap_retry_ns = clock_ns(CLOCK_MONOTONIC);
+			gap_len = writer_gap_notice(a, gap, now_us);
+		} else if (a->out_len > 0) {
+			counter_add(&a->lost, a->out_records);
+			a->gap_lost += a->out_records;
+			a->out_len = 0;
+			a->out_records = 0;
+			return;
+		}
+	}
+	if (a->out_len == 0 && gap_len == 0)
+		return;
+	int err = write_lines(a, gap, gap_len, a->out, a->out_len);
 	if (err == 0) {
 		counter_add(&a->written, a->out_records);
-		a->write_failing = false;
+		if (gap_len > 0)
+			writer_gap_over(a, now_us);
 	} else {
 		counter_add(&a->write_errors, 1);
 		counter_add(&a->lost, a->out_records);
-		if (done > 0 && a->out[done - 1] != '\n')
-			a->line_torn = true;
-		if (!a->write_failing)
-			fprintf(stderr, "agentsnetd: audit: write: %s (records lost)\n",
-				strerror(-err));
-		a->write_failing = true;
+		if (!a->write_failing) {
+			fprintf(
+			    stderr,
+			    "agentsnetd: audit: write: %s (records lost until it succeeds again)\n",
+			    strerror(-err));
+			a->write_failing = true;
+			a->gap_lost = 0;
+			a->gap_from_us = now_us;
+			a->gap_retry_ns = clock_ns(CLOCK_MONOTONIC);
+			atomic_store_explicit(&a->failing, true, memory_order_relaxed);
+		}
+		a->gap_lost += a->out_records;
 	}
 	a->out_len = 0;
 	a->out_records = 0;
@@ -938,6 +1057,17 @@ uint64_t audit_written(const struct audit *a)
 {
 	AN_ASSERT(a != NULL);
 	return atomic_load_explicit(&a->written, memory_order_relaxed);
+}
+
+uint64_t audit_lost(const struct audit *a)
+{
+	AN_ASSERT(a != NULL);
+	return atomic_load_explicit(&a->lost, memory_order_relaxed);
+}
+
+bool audit_failing(const struct audit *a)
+{
+	return a != NULL && atomic_load_explicit(&a->failing, memory_order_relaxed);
 }
 
 void audit_close(struct audit *a)

@@ -90,6 +90,14 @@ void audit_copy(char *dst, size_t cap, const char *s, size_t len);
 uint64_t audit_dropped(const struct audit *a);
 /* Records written so far. Any thread. */
 uint64_t audit_written(const struct audit *a);
+/* Records formatted but lost in a failed write (a full disk), so far. Any thread. */
+uint64_t audit_lost(const struct audit *a);
+/*
+ * Whether the last write to the file failed and none has succeeded since
+ * (the records of those writes are lost; an "audit_gap" notice ends the gap).
+ * A relaxed load: cheap enough for every request. NULL: false. Any thread.
+ */
+bool audit_failing(const struct audit *a);
 
 /*
  * Drains every ring, writes a final notice with the drop count, stops the

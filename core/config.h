@@ -49,6 +49,10 @@ struct config {
 	 * use then leaves the gateway off with a warning instead of failing the
 	 * start (an operator's own file fails it). */
 	bool ingress_optional;
+	/* `daemon.audit_failure: refuse`: while the audit log cannot be written
+	 * (audit_failing), requests are refused 503 audit_unavailable; false
+	 * (`continue`, the default): served, their records counted as lost. */
+	bool audit_failure_refuse;
 	uint32_t workers; /* 0: one per online core */
 	uint32_t conns_per_worker;
 	uint32_t pipes_per_worker;      /* 0 disables splice: every relay copies */

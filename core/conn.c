@@ -821,6 +821,12 @@ void decide(struct conn *c, const struct http1_request *req)
 		respond(c, REASON_NOT_A_PROXY_REQUEST);
 		return;
 	}
+	if (audit_refuses(c)) {
+		c->rule = NULL;
+		c->instruction = NULL;
+		respond(c, REASON_AUDIT_UNAVAILABLE); /* nothing is served that goes unrecorded */
+		return;
+	}
 	const struct snapshot_sandbox *under = snapshot_take(c);
 	if (under == NULL) {
 		c->rule = NULL;

@@ -319,6 +319,9 @@ void audit_decision_detail(struct conn *c, bool allowed, uint16_t status, const 
 /* Writes the record that ends <c> (its front's own, if it has one): bytes each way,
  * duration, the last request's outcome. Once, from the conn's free. */
 void conn_close_record(struct conn *c);
+/* Whether a request is refused 503 audit_unavailable now: the audit log cannot be
+ * written (audit_failing) and the policy says so (daemon.audit_failure: refuse). */
+bool audit_refuses(const struct conn *c);
 
 /*
  * Queues provided buffer <bid> of <len> bytes behind the conn's early data.

@@ -296,11 +296,12 @@ static void handle_stats(struct engine *e, struct answer *a)
 		worker_counters_add(&e->workers[i], &sum);
 	uint64_t written = e->audit != NULL ? audit_written(e->audit) : 0;
 	uint64_t dropped = e->audit != NULL ? audit_dropped(e->audit) : 0;
+	uint64_t lost = e->audit != NULL ? audit_lost(e->audit) : 0;
 	answer_add(a,
 		   "ok workers %u conns %llu accepted %llu refused_overload %llu requests %llu "
 		   "denied %llu splice_relays %llu copy_relays %llu upstreams_reused %llu "
 		   "leaf_hits %llu leaf_misses %llu leaf_mints %llu audit_written %llu "
-		   "audit_dropped %llu misdirected %llu\n",
+		   "audit_dropped %llu misdirected %llu audit_lost %llu audit_failing %d\n",
 		   e->worker_count, (unsigned long long)sum.conns_open,
 		   (unsigned long long)sum.accepted, (unsigned long long)sum.refused_overload,
 		   (unsigned long long)sum.requests, (unsigned long long)sum.denied,
@@ -308,7 +309,8 @@ static void handle_stats(struct engine *e, struct answer *a)
 		   (unsigned long long)sum.upstreams_reused, (unsigned long long)sum.leaf_hits,
 		   (unsigned long long)sum.leaf_misses, (unsigned long long)sum.leaf_mints,
 		   (unsigned long long)written, (unsigned long long)dropped,
-		   (unsigned long long)sum.misdirected);
+		   (unsigned long long)sum.misdirected, (unsigned long long)lost,
+		   audit_failing(e->audit) ? 1 : 0);
 }
 
 /* Splits <line> into at most 4 space-separated words; returns how many. */

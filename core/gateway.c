@@ -262,6 +262,8 @@ static enum reason ingress_refusal(struct conn *c, const struct http1_request *r
 
 	if (req->form != HTTP1_FORM_ORIGIN)
 		return REASON_BAD_REQUEST;
+	if (audit_refuses(c))
+		return REASON_AUDIT_UNAVAILABLE;
 	int rc = gateway_route(c, req, &t);
 	if (rc != 0)
 		return rc == -EPERM ? REASON_PATH_NOT_ALLOWED : REASON_INGRESS_NOT_FOUND;

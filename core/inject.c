@@ -778,7 +778,8 @@ static void on_inject_recv(struct conn *c, int res)
 	if (res > 0) {
 		r->buf_off = 0;
 		r->buf_len = (uint32_t)res;
-		c->active_ms = c->w->now_ms; /* idle is no byte either way: a long answer streams on */
+		/* Idle is no byte either way: a long answer streams on. */
+		c->active_ms = c->w->now_ms;
 	} else if (res == 0 || (res < 0 && res != -ENOBUFS)) {
 		t->feed_eof(c->upstream_tls);
 	}

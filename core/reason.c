@@ -85,6 +85,9 @@ static const struct reason_row reason_rows[] = {
 	/* The audit's alone: the client is answered ingress_not_found (core/gateway.c). */
 	[REASON_INGRESS_TOKEN_REFUSED] = { "ingress_token_refused", 404,
 					   "No sandbox is served at this path; check the URL the agent gave out." },
+	[REASON_AUDIT_UNAVAILABLE] = { "audit_unavailable", 503,
+				       "The proxy cannot write its audit trail and serves no request "
+				       "until it can; retry after the time in Retry-After." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 10
+#define REASON_CONTRACT_VERSION 11
 
 enum tier {
 	TIER_DENY = 0,
@@ -59,6 +59,7 @@ enum reason {
 	REASON_PEER_NOT_AGENT,
 	REASON_PLACEHOLDER_MISDIRECTED,
 	REASON_INGRESS_TOKEN_REFUSED,
+	REASON_AUDIT_UNAVAILABLE,
 	REASON__COUNT,
 };
 

@@ -132,3 +132,10 @@ void conn_close_record(struct conn *c)
 		addr_format(&c->addrs[c->addr_next], rec->addr, sizeof(rec->addr));
 	audit_commit(ar, rec);
 }
+
+bool audit_refuses(const struct conn *c)
+{
+	const struct engine *e = c->w->e;
+
+	return e->cfg->audit_failure_refuse && audit_failing(e->audit);
+}

@@ -200,6 +200,10 @@ bool term_request(struct conn *c)
 		term_refuse(c, REASON_PLACEHOLDER_MISDIRECTED);
 		return true;
 	}
+	if (audit_refuses(c)) {
+		term_refuse(c, REASON_AUDIT_UNAVAILABLE);
+		return true;
+	}
 	if (c->inject != NULL) {
 		inject_request(c, &req, (size_t)n);
 		return true;

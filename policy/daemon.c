@@ -516,6 +516,25 @@ static int parse_ingress_tls(struct loader *ld)
 	return rc;
 }
 
+/* daemon.audit_failure: "continue", requests are served while the audit log cannot be
+ * written (their records lost, counted), or "refuse", each refused 503 audit_unavailable. */
+static int stage_audit_failure(struct loader *ld)
+{
+	int rc = loader_scalar(ld, "audit_failure", "\"continue\" or \"refuse\"");
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len == 6 && memcmp(s, "refuse", 6) == 0)
+		ld->next.audit_failure_refuse = true;
+	else if (len == 8 && memcmp(s, "continue", 8) == 0)
+		ld->next.audit_failure_refuse = false;
+	else
+		return loader_fail(ld, ld->ev.start_mark,
+				   "audit_failure must be \"continue\" or \"refuse\"");
+	return 0;
+}
+
 /* daemon.ingress.origins: "path", every sandbox under the public URL's one origin, or
  * "subdomain", each sandbox also at an origin of its own, <id>.<the public URL's host>. */
 static int stage_ingress_origins(struct loader *ld)
@@ -633,6 +652,7 @@ enum {
 	DK_INGRESS,
 	DK_SANDBOX_UIDS,
 	DK_PER_USER,
+	DK_AUDIT_FAILURE,
 	DK__COUNT
 };
 static const char *const daemon_keys[] = {
@@ -652,6 +672,7 @@ static const char *const daemon_keys[] = {
 	[DK_INGRESS] = "ingress",
 	[DK_SANDBOX_UIDS] = "sandbox_uids",
 	[DK_PER_USER] = "sandboxes_per_user",
+	[DK_AUDIT_FAILURE] = "audit_failure",
 };
 static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
 static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
@@ -693,6 +714,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return parse_sandbox_uids(ld);
 	case DK_PER_USER:
 		return stage_uint(ld, UF_PER_USER);
+	case DK_AUDIT_FAILURE:
+		return stage_audit_failure(ld);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -763,6 +786,7 @@ void loader_apply_config(struct loader *ld, struct config *cfg)
 	move_string(&cfg->ingress_tls_cert, &next->ingress_tls_cert);
 	move_string(&cfg->ingress_tls_key, &next->ingress_tls_key);
 	cfg->ingress_origins = next->ingress_origins;
+	cfg->audit_failure_refuse = next->audit_failure_refuse;
 	cfg->ingress_optional = ld->embedded; /* no key sets it: only the built-in policy does */
 	for (uint32_t i = 0; i < UF__COUNT; i++) {
 		if (ld->uints_set & (1u << i))

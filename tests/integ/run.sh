@@ -17,7 +17,9 @@
 # are `python3 tests/integ/sandbox.py [--cases GLOB] [--tests GLOB] -v` and
 # `python3 tests/integ/ingress.py [--tests GLOB] -v` (AN_INGRESS_TIMEOUT_S, 150 s); the
 # fairness pass (one sandbox's flood against another's requests) is
-# `python3 tests/integ/fairness.py -v` (AN_FAIRNESS_TIMEOUT_S, 60 s); the
+# `python3 tests/integ/fairness.py -v` (AN_FAIRNESS_TIMEOUT_S, 60 s); the fault
+# pass (the audit log on a full disk) is `python3 tests/integ/faults.py -v`
+# (AN_FAULTS_TIMEOUT_S, 60 s); the
 # adversarial pass (hostile bytes against the safe behaviour each must meet,
 # tests/adversarial/README.md) is `python3 tests/adversarial/run.py [--cases
 # 'GROUP/ID'] -v` (AN_ADVERSARIAL_TIMEOUT_S, 120 s).
@@ -81,6 +83,7 @@ if [ $# -eq 0 ]; then
 	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-300}"
 	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
 	run_pass fairness fairness.py "${AN_FAIRNESS_TIMEOUT_S:-60}"
+	run_pass faults faults.py "${AN_FAULTS_TIMEOUT_S:-60}"
 	run_pass adversarial ../adversarial/run.py "${AN_ADVERSARIAL_TIMEOUT_S:-120}"
 fi
 case $rc in

@@ -86,7 +86,8 @@ AUDIT_WAIT_S = 3
 # late a worker's figures may be (core/worker.h, WORKER_STATS_PUBLISH_MS) plus a margin.
 STATS_KEYS = ["workers", "conns", "accepted", "refused_overload", "requests", "denied",
               "splice_relays", "copy_relays", "upstreams_reused", "leaf_hits", "leaf_misses",
-              "leaf_mints", "audit_written", "audit_dropped", "misdirected"]
+              "leaf_mints", "audit_written", "audit_dropped", "misdirected", "audit_lost",
+              "audit_failing"]
 STATS_PUBLISH_S = 0.1
 STATS_MARGIN_S = 0.9
 DOWN_ERROR_S = 5  # the agent's request after the daemon stopped fails within this

@@ -238,10 +238,12 @@ START_TEST(test_stats_line)
 	ck_assert_uint_eq(sum.leaf_mints, 1018);
 	char *out = control_handle(&eng, "stats", NULL, NULL, &len, NULL);
 	ck_assert_ptr_nonnull(out);
-	ck_assert_str_eq(out, "ok workers 2 conns 3 accepted 1002 refused_overload 1004 "
-			      "requests 1006 denied 1008 splice_relays 1010 copy_relays 1012 "
-			      "upstreams_reused 1014 leaf_hits 1016 leaf_misses 1020 "
-			      "leaf_mints 1018 audit_written 0 audit_dropped 0 misdirected 1022\n");
+	ck_assert_str_eq(
+	    out, "ok workers 2 conns 3 accepted 1002 refused_overload 1004 "
+		 "requests 1006 denied 1008 splice_relays 1010 copy_relays 1012 "
+		 "upstreams_reused 1014 leaf_hits 1016 leaf_misses 1020 "
+		 "leaf_mints 1018 audit_written 0 audit_dropped 0 misdirected 1022 audit_lost 0 "
+		 "audit_failing 0\n");
 	ck_assert_uint_eq(len, strlen(out));
 	pool_free(out);
 	/* Unpublished changes do not show; `stats` never waits on a worker. */

@@ -524,7 +524,7 @@ START_TEST(test_daemon_keys)
 		  "unknown key \"gateway\" in daemon (expected one of: socket_dir, audit_log, "
 		  "workers, conns_per_worker, pipes_per_worker, sandbox_share_percent, "
 		  "sandbox_completions_per_turn, tcp_listen, tcp_sandbox, timeouts, control_group, "
-		  "ca, leaf_days, ingress, sandbox_uids, sandboxes_per_user)" },
+		  "ca, leaf_days, ingress, sandbox_uids, sandboxes_per_user, audit_failure)" },
 	};
 
 	expect_refusals(cases, AN_ARRAY_LEN(cases));
@@ -573,6 +573,33 @@ START_TEST(test_daemon_origins)
 	    DAEMON("listen: \"0.0.0.0:1\", public_url: https://h.example, origins: subdomain"));
 	expect_ok(DAEMON("listen: \"0.0.0.0:1\""));
 	ck_assert(!cfg.ingress_origins);
+	expect_refusals(bad, AN_ARRAY_LEN(bad));
+}
+END_TEST
+
+START_TEST(test_daemon_audit_failure)
+{
+	static const struct refusal bad[] = {
+		{ MINIMAL "daemon: {audit_failure: Refuse}\n", "Refuse",
+		  "audit_failure must be \"continue\" or \"refuse\"" },
+		{ MINIMAL "daemon: {audit_failure: true}\n", "true",
+		  "audit_failure must be \"continue\" or \"refuse\"" },
+		{ MINIMAL "daemon: {audit_failure: [refuse]}\n", "[refuse]",
+		  "audit_failure must be \"continue\" or \"refuse\"" },
+		{ MINIMAL "daemon: {audit_failure: refuse, audit_failure: continue}\n",
+		  "audit_failure: continue", "duplicate key \"audit_failure\" in daemon" },
+	};
+
+	expect_ok(MINIMAL);
+	ck_assert(!cfg.audit_failure_refuse); /* continue, the default */
+	expect_ok(MINIMAL "daemon: {audit_failure: refuse}\n");
+	ck_assert(cfg.audit_failure_refuse);
+	expect_ok(MINIMAL "daemon: {audit_failure: continue}\n");
+	ck_assert(!cfg.audit_failure_refuse);
+	/* A later load without the key is the default again. */
+	expect_ok(MINIMAL "daemon: {audit_failure: refuse}\n");
+	expect_ok(MINIMAL);
+	ck_assert(!cfg.audit_failure_refuse);
 	expect_refusals(bad, AN_ARRAY_LEN(bad));
 }
 END_TEST
@@ -745,6 +772,7 @@ int main(void)
 	tcase_add_test(tc, test_daemon_listen);
 	tcase_add_test(tc, test_daemon_public_url);
 	tcase_add_test(tc, test_daemon_origins);
+	tcase_add_test(tc, test_daemon_audit_failure);
 	tcase_add_test(tc, test_daemon_public_url_limit);
 	tcase_add_test(tc, test_daemon_prefix);
 	tcase_add_test(tc, test_daemon_keys);

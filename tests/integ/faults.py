@@ -1,0 +1,305 @@
+"""The fault pass (issue 19): what the daemon does when what it depends on fails.
+
+  - audit_full_continue: the audit log is on a 1 MiB tmpfs of its own. Once the
+    disk is filled (a filler file), requests are still served (daemon.audit_failure:
+    continue, the default); `stats` says audit_failing 1 and counts audit_lost; the
+    file holds whole lines only (what a failed write put there is cut off again).
+    Once the filler is removed, the writer finds the file again within a few seconds:
+    audit_failing 0, an "audit_gap" notice whose lost count is stats' audit_lost
+    and whose from..to spans the outage, stderr says so, and the records of the
+    requests after it are written.
+  - audit_full_refuse: the same with audit_failure: refuse: while the disk is full,
+    requests are answered 503 audit_unavailable with Retry-After (after the one whose
+    records found the disk full), and served again once it is not.
+
+  - audit_file_size: the daemon runs under a file size limit (RLIMIT_FSIZE, 64 KiB):
+    once the audit log reaches it, each write fails (EFBIG) and is counted lost, the
+    requests are served, and the daemon lives on (the writer thread blocks SIGXFSZ,
+    whose default is to end the process); the file holds whole lines only.
+
+Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] -v
+(--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
+"""
+
+import argparse
+import http.server
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from fairness import Origin, control, egress, served
+from integlib import read_text, sanitizer_marks, wait_for, Fatal
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DISK_BYTES = 1 << 20
+RECOVER_S = 5  # the writer tries a failing file at least once a second
+FSIZE_BYTES = 64 << 10
+
+POLICY = """version: 1
+daemon:
+  socket_dir: {sock_dir}
+  audit_log: {audit}
+  audit_failure: {failure}
+  workers: 1
+profiles:
+  faults:
+    rules:
+      - {{id: model, host: model.internal, tier: local, upstream: "127.0.0.1:{port}",
+         owner: tests, reason: loopback origin}}
+sandboxes:
+  - {{id: agent, profile: faults}}
+"""
+
+
+def stats(v):
+    """The control socket's stats line as a dict of integers."""
+    words = control(v, "stats").split()
+    if not words or words[0] != "ok":
+        raise Fatal("stats: %r" % words)
+    return {k: int(x) for k, x in zip(words[1::2], words[2::2])}
+
+
+def within(pred, seconds):
+    """Whether <pred> holds within <seconds>."""
+    deadline = time.monotonic() + seconds
+    while not pred():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def fill(path):
+    """Writes zeros to <path> until the file system is full, to its last byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (65536, 4096, 1):
+            while True:
+                try:
+                    if os.write(fd, b"\0" * size) < size:
+                        break
+                except OSError:
+                    break
+    finally:
+        os.close(fd)
+
+
+def audit_lines(path):
+    """Every line of the audit file, and the ones that are not a whole JSON object."""
+    text = read_text(path)
+    lines = text.split("\n")
+    torn = [x for x in lines[:-1] if not is_json(x)]
+    if lines[-1] != "":
+        torn.append(lines[-1])  # a line without its newline
+    return [json.loads(x) for x in lines[:-1] if is_json(x)], torn
+
+
+def is_json(line):
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def status_of(answer):
+    parts = answer.split(b" ", 2)
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+def t_audit_full_continue(v, log):
+    errs = []
+    path = egress(v["sock_dir"], "agent")
+    for _ in range(3):
+        if status_of(served(path)) != 200:
+            errs.append("a request before the disk filled was not served")
+    time.sleep(0.3)
+    fill(v["filler"])
+    answers = [status_of(served(path)) for _ in range(40)]
+    log("disk full: %d of 40 served" % answers.count(200))
+    if answers.count(200) != 40:
+        errs.append("with the disk full and audit_failure: continue, %r, want 40 x 200"
+                    % answers)
+    time.sleep(0.5)
+    during = stats(v)
+    log("stats while full: audit_failing %d audit_lost %d" % (during.get("audit_failing", -1),
+                                                              during.get("audit_lost", -1)))
+    if during.get("audit_failing") != 1 or during.get("audit_lost", 0) < 40:
+        errs.append("stats while the disk is full: audit_failing %r audit_lost %r, want 1 "
+                    "and at least 40" % (during.get("audit_failing"), during.get("audit_lost")))
+    _, torn = audit_lines(v["audit"])
+    if torn:
+        errs.append("the audit file holds torn lines while the disk is full: %r" % torn[:3])
+    os.unlink(v["filler"])
+    if not within(lambda: stats(v).get("audit_failing") == 0, RECOVER_S):
+        errs.append("audit_failing still 1 %d s after the disk had room again" % RECOVER_S)
+    for _ in range(3):
+        if status_of(served(path)) != 200:
+            errs.append("a request after the disk had room was not served")
+    time.sleep(0.5)
+    after = stats(v)
+    records, torn = audit_lines(v["audit"])
+    if torn:
+        errs.append("torn lines in the audit file: %r" % torn[:3])
+    gaps = [r for r in records if r.get("event") == "notice" and r.get("detail") == "audit_gap"]
+    if len(gaps) != 1:
+        errs.append("%d audit_gap notices, want 1" % len(gaps))
+    else:
+        gap = gaps[0]
+        log("gap notice: %r" % gap)
+        if gap.get("lost") != after.get("audit_lost") or not gap.get("lost"):
+            errs.append("the gap notice says %r lost, stats %r" % (gap.get("lost"),
+                                                                  after.get("audit_lost")))
+        if not gap.get("from") or not gap.get("to") or not gap["from"] < gap["to"] <= gap["ts"]:
+            errs.append("the gap's span %r..%r (ts %r)" % (gap.get("from"), gap.get("to"),
+                                                           gap.get("ts")))
+        late = [r for r in records[records.index(gap):] if r.get("event") == "decision"]
+        if len(late) < 3:
+            errs.append("%d decision records after the gap notice, want the 3 requests'"
+                        % len(late))
+    if "audit: writing again" not in read_text(v["err"]):
+        errs.append("stderr does not say the audit is written again")
+    return errs
+
+
+def t_audit_full_refuse(v, log):
+    errs = []
+    path = egress(v["sock_dir"], "agent")
+    if status_of(served(path)) != 200:
+        errs.append("a request before the disk filled was not served")
+    time.sleep(0.3)
+    fill(v["filler"])
+    answers = [served(path) for _ in range(10)]
+    time.sleep(0.3)
+    answers += [served(path) for _ in range(5)]
+    codes = [status_of(a) for a in answers]
+    log("disk full, refuse: %r" % codes)
+    refused = [a for a in answers[-5:] if status_of(a) == 503]
+    if len(refused) != 5:
+        errs.append("with the disk full and audit_failure: refuse, the last 5 answers were %r,"
+                    " want 503 each" % codes[-5:])
+    for a in refused[:1]:
+        head = a.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+        if "x-agent-reason: audit_unavailable" not in head or "retry-after: 1" not in head:
+            errs.append("the refusal's head: %r" % head)
+    os.unlink(v["filler"])
+    if not within(lambda: stats(v).get("audit_failing") == 0, RECOVER_S):
+        errs.append("audit_failing still 1 %d s after the disk had room again" % RECOVER_S)
+    got = status_of(served(path))
+    if got != 200:
+        errs.append("after the disk had room again: %r, want 200" % got)
+    return errs
+
+
+def t_audit_file_size(v, log):
+    errs = []
+    path = egress(v["sock_dir"], "agent")
+    answers = [status_of(served(path)) for _ in range(300)]
+    time.sleep(0.5)
+    now = stats(v)
+    log("file size limit: %d of 300 served, audit_lost %d" % (answers.count(200),
+                                                             now.get("audit_lost", -1)))
+    if answers.count(200) != 300:
+        errs.append("under a file size limit, %d of 300 requests served" % answers.count(200))
+    if now.get("audit_lost", 0) == 0 or now.get("audit_failing") != 1:
+        errs.append("stats at the file size limit: audit_lost %r audit_failing %r"
+                    % (now.get("audit_lost"), now.get("audit_failing")))
+    _, torn = audit_lines(v["audit"])
+    if torn:
+        errs.append("torn lines at the file size limit: %r" % torn[:3])
+    return errs
+
+
+def run_daemon(args, v, test, log):
+    err = open(v["err"], "wb")
+    fsize = v.get("fsize")
+    limit = None
+    if fsize is not None:
+        limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))  # noqa
+    daemon = subprocess.Popen([args.daemon, "--config", v["policy"]], stdin=subprocess.DEVNULL,
+                              stdout=err, stderr=err, preexec_fn=limit)
+    err.close()
+    failed = 0
+    try:
+        wait_for(lambda: "agentsnetd: ready" in read_text(v["err"]) or
+                 daemon.poll() is not None, 30, "agentsnetd: ready")
+        if daemon.poll() is not None:
+            raise Fatal("agentsnetd exited: " + read_text(v["err"])[-3000:])
+        try:
+            errs = test(v, log)
+        except (OSError, Fatal) as e:  # the daemon gone mid-test, say
+            errs = ["%s: %s" % (type(e).__name__, e)]
+        print("faults: %s: %s" % (v["name"], "ok" if not errs else "FAIL"))
+        for e in errs:
+            print("  " + e)
+        failed += bool(errs)
+    finally:
+        if os.path.exists(v["filler"]):
+            os.unlink(v["filler"])
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            code = daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            code = daemon.wait()
+    text = read_text(v["err"])
+    if code != 0 or sanitizer_marks(text):
+        print("faults: daemon: FAIL: exit %d, stderr:\n%s" % (code, text[-4000:]))
+        failed += 1
+    return failed
+
+
+def main():
+    ap = argparse.ArgumentParser(description="agentsnet fault pass")
+    ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "san", "agentsnetd"))
+    ap.add_argument("--netns", default=None, help="accepted for run.sh; unused")
+    ap.add_argument("-v", action="store_true")
+    args = ap.parse_args()
+    log = print if args.v else (lambda *_: None)
+    if os.geteuid() != 0:
+        print("faults: FAIL: a tmpfs of the pass's own is mounted: run as root")
+        return 1
+
+    tmp = tempfile.mkdtemp(prefix="an-faults-")
+    origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
+    failed = 0
+    try:
+        for name, failure, fsize, test in (
+                ("audit_full_continue", "continue", None, t_audit_full_continue),
+                ("audit_full_refuse", "refuse", None, t_audit_full_refuse),
+                ("audit_file_size", "continue", FSIZE_BYTES, t_audit_file_size)):
+            top = os.path.join(tmp, name)
+            disk = os.path.join(top, "disk")
+            os.makedirs(disk, 0o755)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0755" % DISK_BYTES,
+                            "tmpfs", disk], check=True)
+            try:
+                v = {"name": name, "fsize": fsize, "sock_dir": os.path.join(top, "run"),
+                     "audit": os.path.join(disk, "audit.jsonl"),
+                     "filler": os.path.join(disk, "filler"),
+                     "policy": os.path.join(top, "policy.yaml"),
+                     "err": os.path.join(top, "daemon.stderr")}
+                with open(v["policy"], "w", encoding="utf-8") as f:
+                    f.write(POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"],
+                                          failure=failure, port=origin.server_address[1]))
+                failed += run_daemon(args, v, test, log)
+            finally:
+                subprocess.run(["umount", disk], check=False)
+    finally:
+        origin.shutdown()
+    if failed == 0:
+        subprocess.run(["rm", "-rf", tmp], check=False)
+    else:
+        print("faults: kept " + tmp)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
