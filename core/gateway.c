@@ -726,6 +726,7 @@ static void on_tlsrelay_send(struct conn *c, int res)
 		conn_close(c); /* the gateway side went away mid-request */
 		return;
 	}
+	c->bytes_up += (uint64_t)res; /* the public client's plaintext, to the sandbox */
 	if (!out_sent(c, dir_op(DIR_UP, ROP_SEND), c->ufd, c->out, res))
 		term_pump(c);
 }

@@ -178,7 +178,6 @@ static enum term_status inject_body(struct conn *c)
 		(void)http1_chunked_scan(&c->req_chunks, c->head, n);
 	else
 		c->req_left -= n;
-	c->bytes_up += n;
 	c->term_req_bytes += n;
 	if (c->term_req_bytes > LIMITS_TERM_REQUEST_BYTES_MAX) {
 		/* A chunked body past the cap: cut, the upstream sees the stream end early. */
@@ -199,7 +198,6 @@ static enum term_status inject_agent_side(struct conn *c)
 		size_t n = 0;
 		enum term_status st =
 		    conn_term(c)->write(c->upstream_tls, c->head, c->head_fill, &n);
-		c->bytes_up += n;
 		term_drop(c, (uint32_t)n);
 		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
 	}
@@ -506,7 +504,6 @@ static enum term_status inject_relay_write(struct conn *c, bool *wrote)
 					 c->resp_off + n - from);
 	}
 	c->resp_off += (uint32_t)n;
-	c->bytes_down += n;
 	c->resp_started |= n > 0 && c->resp_head_done; /* interim heads start nothing */
 	return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
 }
@@ -820,6 +817,7 @@ static void on_inject_send(struct conn *c, int res)
 		term_pump(c);
 		return;
 	}
+	c->bytes_up += (uint64_t)res; /* the upstream session's bytes, as its socket took them */
 	conn_term(c)->out_consume(c->upstream_tls, (size_t)res);
 	term_pump(c);
 }

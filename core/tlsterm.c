@@ -373,7 +373,6 @@ static void on_term_recv(struct conn *c, int res)
 	if (res > 0) {
 		r->holds_buf = false; /* the queue holds it now */
 		c->active_ms = c->w->now_ms;
-		c->bytes_up += (uint64_t)res;
 		term_ciphertext(c, r->bid, (uint32_t)res);
 	} else if (res == 0) {
 		c->flags |= F_CLIENT_EOF;
@@ -389,7 +388,6 @@ void term_client_data(struct conn *c, uint16_t bid, uint32_t len)
 {
 	/* The last of the head receive, cancelled when the session began. */
 	c->active_ms = c->w->now_ms;
-	c->bytes_up += len;
 	term_ciphertext(c, bid, len); /* takes the buffer */
 }
 
@@ -414,7 +412,8 @@ static void on_term_send(struct conn *c, int res)
 			return;
 		}
 	} else {
-		c->bytes_down += (uint64_t)res;
+		c->bytes_down +=
+		    (uint64_t)res; /* the agent's session's bytes, as its socket took them */
 		conn_term(c)->out_consume(c->client_tls, (size_t)res);
 	}
 	c->down.state = R_IDLE;

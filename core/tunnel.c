@@ -934,7 +934,6 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 			break;
 		}
 		r->pipe_bytes += (uint32_t)res;
-		r->bytes += (uint64_t)res;
 		r->full_fill = (uint32_t)res >= CONN_STREAMING_BYTES;
 		/* While the source streams, gather up to three quarters of a pipe
 		 * before sending: fewer, larger sends mean fewer wake-ups of the
@@ -960,6 +959,8 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 		}
 		AN_ASSERT((uint32_t)res <= r->pipe_bytes);
 		r->pipe_bytes -= (uint32_t)res;
+		r->bytes +=
+		    (uint64_t)res; /* delivered, not taken: a pipe's unsent bytes never count */
 		if (r->pipe_bytes > 0) {
 			splice_out(c, dir);
 		} else if (r->full_fill && !r->eof) {
@@ -980,7 +981,6 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 		} else {
 			r->buf_off = 0;
 			r->buf_len = (uint32_t)res;
-			r->bytes += (uint64_t)res;
 			r->state = R_SEND;
 			prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir),
 				  ring_buf(conn_ring(c), r->bid), r->buf_len);
@@ -1002,6 +1002,7 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 			break;
 		}
 		r->buf_off += (uint32_t)res;
+		r->bytes += (uint64_t)res; /* delivered */
 		if (r->buf_off < r->buf_len) {
 			prep_send(c, dir_op(dir, ROP_SEND), relay_dst(c, dir),
 				  ring_buf(conn_ring(c), r->bid) + r->buf_off,

@@ -2866,6 +2866,18 @@ def inject_exchanges(t, ctx, path):
     if read_text(echo_log).count("\n") != before:
         errs.append("the origin got a request from a session that did not verify")
     errs += inject_edges(t, ctx, path, auth)
+    # The 1 MiB POST's close record (its connection has long ended by now) counts the bytes
+    # delivered each way once (issue 19 item 2): up, what the upstream's socket took (the
+    # body and its TLS framing), not that and the agent's own ciphertext besides.
+    records, _ = read_audit(t.vars["audit"])
+    posts = {r.get("conn") for r in records if r.get("event") == "decision" and
+             r.get("method") == "POST" and r.get("rule") == "inject"}
+    ups = [r.get("bytes_up") or 0 for r in records
+           if r.get("event") == "close" and r.get("conn") in posts]
+    if not ups or not len(big) <= max(ups) <= len(big) * 5 // 4:
+        errs.append("the 1 MiB POST's close record: bytes_up %r, want %d..%d (each byte "
+                    "counted once, as delivered)" % (max(ups or [None]), len(big),
+                                                     len(big) * 5 // 4))
     return errs, seen
 
 
