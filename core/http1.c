@@ -1690,6 +1690,15 @@ ssize_t http1_chunked_strip_trailers(struct http1_chunked *s, char *buf, size_t 
 	return (ssize_t)at;
 }
 
+uint32_t http1_chunked_size_line_open(const struct http1_chunked *s)
+{
+	AN_ASSERT(s != NULL);
+	if (s->done || s->state > CHUNK_SIZE_LF)
+		return 0;
+	/* line_len counts every byte of the line but its CR. */
+	return s->line_len + (s->state == CHUNK_SIZE_LF ? 1u : 0u);
+}
+
 ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len)
 {
 	size_t i = 0;

@@ -401,4 +401,12 @@ ssize_t http1_chunked_scan_part(struct http1_chunked *s, const char *buf, size_t
  */
 ssize_t http1_chunked_strip_trailers(struct http1_chunked *s, char *buf, size_t len, size_t *kept);
 
+/*
+ * The bytes of a chunk-size line (its size, its extensions, its CR) <s> has
+ * read without reaching the line's end, or 0 when it is not inside one: a
+ * relay that must see a line whole (the inject masker, over its extensions)
+ * holds them back until the rest comes.
+ */
+uint32_t http1_chunked_size_line_open(const struct http1_chunked *s);
+
 #endif /* AN_CORE_HTTP1_H */
