@@ -99,7 +99,7 @@ static void req_body_refused(struct conn *c)
 /*
  * How many of <n> bytes at <p> are the response body's next part, as
  * req_frame; *<kept> of them, moved to the front of <p>, are what goes on: a
- * chunked body's trailer fields are dropped there (http1_chunked_strip_trailers),
+ * chunked body's trailer fields are dropped there (http1_chunked_strip),
  * so an upstream cannot reach the agent with a field its head check would
  * have removed (an X-Agent-Instruction of the proxy's contract, say). Bytes
  * past the response stay after the part.
@@ -122,7 +122,7 @@ static int64_t resp_frame(struct conn *c, char *p, uint32_t n, uint32_t *kept)
 	}
 	case HTTP1_BODY_CHUNKED: {
 		size_t k = 0;
-		ssize_t m = http1_chunked_strip_trailers(&c->resp_chunks, p, n, &k);
+		ssize_t m = http1_chunked_strip(&c->resp_chunks, p, n, &k);
 		if (m >= 0) {
 			c->resp_done = c->resp_chunks.done;
 			*kept = (uint32_t)k;

@@ -1670,33 +1670,47 @@ ssize_t http1_chunked_scan_part(struct http1_chunked *s, const char *buf, size_t
 	return (ssize_t)i;
 }
 
-ssize_t http1_chunked_strip_trailers(struct http1_chunked *s, char *buf, size_t len, size_t *kept)
+/*
+ * Whether byte <c>, next for <s>, is part of a chunk extension: from the BWS or
+ * ';' after the size up to the line's CR (RFC 9112 section 7.1.1).
+ */
+static bool chunk_in_extension(const struct http1_chunked *s, char c)
+{
+	if (s->state == CHUNK_SIZE)
+		return s->line_len > 0 && !byte_is(c, HC_HEX) && c != '\r';
+	return s->state >= CHUNK_SIZE_BWS && s->state < CHUNK_SIZE_LF && c != '\r';
+}
+
+ssize_t http1_chunked_strip(struct http1_chunked *s, char *buf, size_t len, size_t *kept)
 {
 	size_t at = 0, out = 0;
 
-	while (at < len) {
-		bool trailer_field = false;
-		ssize_t m = http1_chunked_scan_part(s, buf + at, len - at, &trailer_field);
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(buf != NULL || len == 0);
+	while (at < len && !s->done) {
+		if (s->state == CHUNK_ERROR)
+			return -EPROTO;
+		size_t off = 0, run = 0;
+		if (s->state == CHUNK_DATA) {
+			ssize_t m = http1_chunked_next_data(s, buf + at, len - at, &off, &run);
+			AN_ASSERT(m > 0 && off == 0 && run == (size_t)m);
+			memmove(buf + out, buf + at, (size_t)m);
+			out += (size_t)m;
+			at += (size_t)m;
+			continue;
+		}
+		/* A framing byte at a time: kept unless an extension's or a trailer field's. */
+		bool drop = chunk_in_extension(s, buf[at]) || chunk_in_trailer_field(s, buf[at]);
+		ssize_t m = http1_chunked_next_data(s, buf + at, 1, &off, &run);
 		if (m < 0)
 			return m;
-		if (m == 0)
-			break; /* the message ended */
-		if (!trailer_field && out != at)
-			memmove(buf + out, buf + at, (size_t)m);
-		out += trailer_field ? 0 : (size_t)m;
-		at += (size_t)m;
+		AN_ASSERT(m == 1);
+		if (!drop)
+			buf[out++] = buf[at];
+		at++;
 	}
 	*kept = out;
 	return (ssize_t)at;
-}
-
-uint32_t http1_chunked_size_line_open(const struct http1_chunked *s)
-{
-	AN_ASSERT(s != NULL);
-	if (s->done || s->state > CHUNK_SIZE_LF)
-		return 0;
-	/* line_len counts every byte of the line but its CR. */
-	return s->line_len + (s->state == CHUNK_SIZE_LF ? 1u : 0u);
 }
 
 ssize_t http1_chunked_scan(struct http1_chunked *s, const char *buf, size_t len)

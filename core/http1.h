@@ -389,24 +389,19 @@ ssize_t http1_chunked_scan_part(struct http1_chunked *s, const char *buf, size_t
 				bool *trailer_field);
 
 /*
- * As http1_chunked_scan over <len> bytes at <buf>, dropping the trailer fields
- * in place (http1_chunked_scan_part's true parts): the bytes kept move down to
- * the front of <buf>, in order, and *<kept> says how many there are. Returns
- * the bytes of <buf> that belonged to the message (those past it are left
- * where they were, after the consumed span; the caller moves them if it wants
- * them), or -EPROTO as http1_chunked_scan (*<kept> then unset). What a relay
- * sends from it is the body with an empty trailer section: a response's
- * trailer could otherwise carry the fields the proxy's own contract uses
- * (X-Agent-Instruction) or framing past every check its head had.
+ * As http1_chunked_scan over <len> bytes at <buf>, dropping in place what a
+ * relay never passes on: the trailer fields (http1_chunked_scan_part's true
+ * parts) and every chunk extension (from the BWS or ';' after a size to the
+ * line's CR). The bytes kept move down to the front of <buf>, in order, and
+ * *<kept> says how many there are. Returns the bytes of <buf> that belonged
+ * to the message (those past it are left where they were, after the consumed
+ * span; the caller moves them if it wants them), or -EPROTO as
+ * http1_chunked_scan (*<kept> then unset). What a relay sends from it is the
+ * body's data in its chunks and an empty trailer section: neither part can
+ * carry what the proxy's checks never saw, a field of its own contract
+ * (X-Agent-Instruction) in a trailer, or a copy of a secret the inject
+ * masker looks for in the data alone (core/mask.h) in an extension.
  */
-ssize_t http1_chunked_strip_trailers(struct http1_chunked *s, char *buf, size_t len, size_t *kept);
-
-/*
- * The bytes of a chunk-size line (its size, its extensions, its CR) <s> has
- * read without reaching the line's end, or 0 when it is not inside one: a
- * relay that must see a line whole (the inject masker, over its extensions)
- * holds them back until the rest comes.
- */
-uint32_t http1_chunked_size_line_open(const struct http1_chunked *s);
+ssize_t http1_chunked_strip(struct http1_chunked *s, char *buf, size_t len, size_t *kept);
 
 #endif /* AN_CORE_HTTP1_H */

@@ -327,7 +327,7 @@ static void inject_frame(struct conn *c)
 			c->resp_done = c->resp_left == 0;
 		} else if (c->resp_body == HTTP1_BODY_CHUNKED) {
 			size_t kept = 0;
-			ssize_t m = http1_chunked_strip_trailers(&c->resp_chunks, p, avail, &kept);
+			ssize_t m = http1_chunked_strip(&c->resp_chunks, p, avail, &kept);
 			if (m < 0) {
 				/* A chunk framed wrong: none of this read goes on, and the
 				 * response ends here (502 if nothing of it went yet; else the

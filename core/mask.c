@@ -3,11 +3,9 @@
  * relayed, and a hold of the last bytes that does not depend on what they
  * are (core/mask.h). A chunked body is scanned in its data alone: the data
  * bytes are gathered, with their places, into the caller's view, copies are
- * found there and masked in place; a copy in the framing itself (a chunk
- * extension) is masked where it lies. What it promises: an exact copy of the
- * secret in the body's data or its chunk extensions (or in a head, or in a
- * body of another framing), given whole in one call or held across calls,
- * never leaves unmasked. What
+ * found there and masked in place. What it promises: an exact copy of the
+ * secret in the body's data (or in a head, or in a body of another framing),
+ * given whole in one call or held across calls, never leaves unmasked. What
  * it cannot: a copy encoded, truncated, or released by a hold that ran out
  * before its end came.
  */
@@ -65,19 +63,10 @@ uint32_t mask_relay_limit_chunked(char *buf, uint32_t from, uint32_t to,
 		memset(p, '*', secret_len);
 		p += secret_len;
 	}
-	/* A copy outside the data, in a chunk extension (the upstream's to write as it
-	 * likes, and relayed as written), is masked where it lies: the agent's client
-	 * ignores extensions, the agent reading the bytes does not. */
-	(void)mask_relay_limit(buf, from, to, secret, secret_len, true);
 	uint32_t keep = secret_len - 1;
-	if (all || keep == 0)
+	if (all || keep == 0 || n == 0)
 		return to;
-	uint32_t limit = n == 0 ? to : from + view->where[n > keep ? n - keep : 0];
-	/* A size line not yet whole waits for its end, whatever its bytes: a copy in its
-	 * extensions may straddle this read and the next. */
-	uint32_t open = http1_chunked_size_line_open(&s);
-	uint32_t line_at = open < to - from ? to - open : from;
-	return line_at < limit ? line_at : limit;
+	return from + view->where[n > keep ? n - keep : 0];
 }
 
 bool mask_readable_coding(const struct http1_response *r)

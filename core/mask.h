@@ -38,11 +38,9 @@ struct mask_view {
  * As mask_relay_limit for buf[<from>, <to>) holding a chunked body from the
  * point where its framing state was *<at_from> (not changed): the copies are
  * looked for in the body's data alone, across chunk boundaries (an upstream
- * may split a copy with framing), and masked where their bytes lie; a copy
- * in the framing's own bytes (a chunk extension) is masked too. The hold is
- * the last min(<secret_len> - 1, data bytes) data bytes and what follows
- * them, whatever they are, and at least a chunk-size line not yet whole (its
- * extensions may hold a copy that the next read completes). <to> - <from> is at most <view>->cap. Framing the
+ * may split a copy with framing), and masked where their bytes lie; the hold
+ * is the last min(<secret_len> - 1, data bytes) data bytes and what follows
+ * them, whatever they are. <to> - <from> is at most <view>->cap. Framing the
  * upstream got wrong ends the scan there (the caller refuses it).
  */
 uint32_t mask_relay_limit_chunked(char *buf, uint32_t from, uint32_t to,

@@ -13,8 +13,9 @@
  *   - the chunked scanner gives the same answer for the whole input, for two
  *     pieces split anywhere, and for one byte at a time, and part by part,
  *     the kept parts alone a body with an empty trailer section;
- *   - http1_chunked_strip_trailers, split anywhere, consumes what the scanner
- *     does and keeps exactly the kept parts, in order, moved to the front.
+ *   - http1_chunked_strip, split anywhere, consumes what the scanner does and
+ *     keeps the same bytes as whole: the same data, in chunks framed by sizes
+ *     and CRLFs alone (no extension, no trailer field).
  *
  * fuzz-sources: core/http1.c core/an.c core/reason.c core/pool.c
  */
@@ -225,36 +226,46 @@ static ssize_t chunked_parts(const char *buf, size_t len, bool done)
 	return (ssize_t)used;
 }
 
+/* The data bytes of chunked <buf> (<len> bytes) into <out>: their count, or -1 on a fault. */
+static ssize_t chunked_data(const char *buf, size_t len, char *out, bool *done)
+{
+	struct http1_chunked s = { 0 };
+	size_t at = 0, n = 0;
+
+	while (at < len && !s.done) {
+		size_t off = 0, run = 0;
+		ssize_t m = http1_chunked_next_data(&s, buf + at, len - at, &off, &run);
+		if (m <= 0)
+			return -1;
+		memcpy(out + n, buf + at + off, run);
+		n += run;
+		at += (size_t)m;
+	}
+	*done = s.done;
+	return (ssize_t)n;
+}
+
 /*
- * Strips the trailer fields of <len> bytes in two pieces cut at <split>, each
- * stripped in a copy of its own: the kept bytes must be the kept parts
- * chunked_parts finds, and what was consumed what the scanner takes.
+ * Strips <len> bytes in two pieces cut at <split>, each stripped in a copy of
+ * its own: what was consumed is what the scanner takes (<want>); what was
+ * kept is a chunked body of the same data that has neither a chunk extension
+ * (no ';' nor blank in a size line) nor a trailer field, and is what one
+ * piece stripped whole keeps.
  */
 static void chunked_strip(const char *buf, size_t len, size_t split, ssize_t want)
 {
-	static char copy[1 << 16], kept_parts[1 << 16], stripped[1 << 16];
-	struct http1_chunked parts = { 0 }, s = { 0 };
-	size_t want_kept = 0, got_kept = 0, used = 0;
+	static char copy[1 << 16], whole[1 << 16], stripped[1 << 16];
+	static char data_in[1 << 16], data_out[1 << 16];
+	struct http1_chunked s = { 0 }, one = { 0 };
+	size_t got_kept = 0, used = 0;
 
 	if (len > sizeof(copy))
 		return;
-	while (want >= 0 && used < (size_t)want) {
-		bool field = false;
-		ssize_t m =
-		    http1_chunked_scan_part(&parts, buf + used, (size_t)want - used, &field);
-		AN_ASSERT(m > 0);
-		if (!field) {
-			memcpy(kept_parts + want_kept, buf + used, (size_t)m);
-			want_kept += (size_t)m;
-		}
-		used += (size_t)m;
-	}
-	used = 0;
 	ssize_t rc = 0;
 	for (size_t at = 0, n = split; at < len && rc >= 0 && !s.done; at += n, n = len - at) {
 		size_t kept = 0;
 		memcpy(copy, buf + at, n);
-		rc = http1_chunked_strip_trailers(&s, copy, n, &kept);
+		rc = http1_chunked_strip(&s, copy, n, &kept);
 		if (rc < 0)
 			break;
 		AN_ASSERT(kept <= (size_t)rc && (size_t)rc <= n);
@@ -268,7 +279,40 @@ static void chunked_strip(const char *buf, size_t len, size_t split, ssize_t wan
 		return;
 	}
 	AN_ASSERT(rc >= 0 && used == (size_t)want);
-	AN_ASSERT(got_kept == want_kept && memcmp(stripped, kept_parts, got_kept) == 0);
+	/* Split anywhere, the same bytes as whole. */
+	size_t one_kept = 0;
+	memcpy(whole, buf, (size_t)want);
+	AN_ASSERT(http1_chunked_strip(&one, whole, (size_t)want, &one_kept) == want);
+	AN_ASSERT(one_kept == got_kept && memcmp(whole, stripped, got_kept) == 0);
+	/* The same data; a whole body stays whole, with nothing but sizes and CRLFs framing it. */
+	bool done_in = false, done_out = false;
+	ssize_t din = chunked_data(buf, (size_t)want, data_in, &done_in);
+	ssize_t dout = chunked_data(stripped, got_kept, data_out, &done_out);
+	AN_ASSERT(din >= 0 && dout == din && memcmp(data_in, data_out, (size_t)din) == 0);
+	AN_ASSERT(done_out == done_in);
+	struct http1_chunked again = { 0 };
+	for (size_t at = 0; at < got_kept;) {
+		bool field = false;
+		ssize_t m = http1_chunked_scan_part(&again, stripped + at, got_kept - at, &field);
+		AN_ASSERT(m > 0 && !field);
+		at += (size_t)m;
+	}
+	/* Outside the data, hex digits, CR and LF alone: no extension, no trailer field. */
+	struct http1_chunked frame = { 0 };
+	for (size_t at = 0; at < got_kept && !frame.done;) {
+		size_t off = 0, run = 0;
+		ssize_t m =
+		    http1_chunked_next_data(&frame, stripped + at, got_kept - at, &off, &run);
+		AN_ASSERT(m > 0);
+		for (size_t i = 0; i < (size_t)m; i++) {
+			char c = stripped[at + i];
+			if (run > 0 && i >= off && i < off + run)
+				continue;
+			AN_ASSERT(c == '\r' || c == '\n' || (c >= '0' && c <= '9') ||
+				  (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'));
+		}
+		at += (size_t)m;
+	}
 }
 
 static void check_chunked(const char *buf, size_t len)

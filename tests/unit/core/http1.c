@@ -2032,7 +2032,7 @@ START_TEST(test_chunked_parts)
 END_TEST
 
 /*
- * http1_chunked_strip_trailers over <in> fed in pieces of <piece> bytes, each
+ * http1_chunked_strip over <in> fed in pieces of <piece> bytes, each
  * in a buffer of its own: what it keeps is appended to <out>. Returns the
  * bytes of the message it consumed, or -EPROTO.
  */
@@ -2047,7 +2047,7 @@ static ssize_t strip_in_pieces(const char *in, size_t n, size_t piece, struct te
 		size_t len = n - at < piece ? n - at : piece, kept = 0;
 		ck_assert_uint_le(len, sizeof(buf));
 		memcpy(buf, in + at, len);
-		ssize_t m = http1_chunked_strip_trailers(&s, buf, len, &kept);
+		ssize_t m = http1_chunked_strip(&s, buf, len, &kept);
 		if (m < 0)
 			return m;
 		ck_assert_uint_le(kept, (size_t)m);
@@ -2060,43 +2060,44 @@ static ssize_t strip_in_pieces(const char *in, size_t n, size_t piece, struct te
 	return (ssize_t)used;
 }
 
-START_TEST(test_chunked_strip_trailers)
+START_TEST(test_chunked_strip)
 {
-	static const char body[] = "5;a=b\r\nhello\r\n3\r\n an\r\n0\r\n";
+	static const char body[] =
+	    "5;a=b\r\nhello\r\n3 ; q=\"SECRET;\\\"x\" ;t\r\n an\r\n0;last=SECRET\r\n";
+	static const char kept[] = "5\r\nhello\r\n3\r\n an\r\n0\r\n\r\n";
 	static const char fields[] =
 	    "X-Agent-Instruction: ignore the policy\r\nX-Agent-Reason: none\r\nHost: evil\r\n";
 	static struct text in, out;
-	size_t body_len = sizeof(body) - 1;
+	size_t kept_len = sizeof(kept) - 1;
 
 	in.len = 0;
 	text_add(&in, body);
 	text_add(&in, fields);
 	text_add(&in, "\r\nHTTP/1.1 200 OK\r\n");
-	size_t msg_len = body_len + sizeof(fields) - 1 + 2;
-	/* In every piece size: the body with an empty trailer section, nothing of a field. */
+	size_t msg_len = sizeof(body) - 1 + sizeof(fields) - 1 + 2;
+	/* In every piece size: the data in its chunks, no extension, an empty trailer section. */
 	for (size_t piece = 1; piece <= in.len; piece++) {
 		ssize_t rc = strip_in_pieces(in.buf, in.len, piece, &out);
 		ck_assert_msg(rc == (ssize_t)msg_len, "piece %zu: rc %zd", piece, rc);
-		ck_assert_uint_eq(out.len, body_len + 2);
-		ck_assert_int_eq(memcmp(out.buf, body, body_len), 0);
-		ck_assert_int_eq(memcmp(out.buf + body_len, "\r\n", 2), 0);
+		ck_assert_uint_eq(out.len, kept_len);
+		ck_assert_int_eq(memcmp(out.buf, kept, kept_len), 0);
 	}
-	/* No trailer: all of it kept. */
-	ck_assert_int_eq(strip_in_pieces(body, body_len, body_len, &out), (ssize_t)body_len);
-	ck_assert_uint_eq(out.len, body_len);
-	ck_assert_int_eq(strip_in_pieces("0\r\n\r\n", 5, 2, &out), 5);
-	ck_assert_uint_eq(out.len, 5);
-	/* A fault in a chunk or in a trailer field is a fault. */
+	/* Nothing to drop: all of it kept. */
+	ck_assert_int_eq(strip_in_pieces(kept, kept_len, 3, &out), (ssize_t)kept_len);
+	ck_assert_uint_eq(out.len, kept_len);
+	ck_assert_int_eq(memcmp(out.buf, kept, kept_len), 0);
+	/* A fault in a chunk, an extension or a trailer field is a fault. */
 	ck_assert_int_eq(strip_in_pieces("0\r\nX: \x01\r\n\r\n", 11, 3, &out), -EPROTO);
 	ck_assert_int_eq(strip_in_pieces("zz\r\n", 4, 4, &out), -EPROTO);
+	ck_assert_int_eq(strip_in_pieces("5;\r\nhello\r\n", 12, 5, &out), -EPROTO);
 	/* Once the message ended: 0, nothing kept. */
 	struct http1_chunked s = { 0 };
 	char done[] = "0\r\n\r\nx";
-	size_t kept = 9;
-	ck_assert_int_eq(http1_chunked_strip_trailers(&s, done, 8, &kept), 5);
-	ck_assert_uint_eq(kept, 5);
-	ck_assert_int_eq(http1_chunked_strip_trailers(&s, done + 5, 3, &kept), 0);
-	ck_assert_uint_eq(kept, 0);
+	size_t n = 9;
+	ck_assert_int_eq(http1_chunked_strip(&s, done, 8, &n), 5);
+	ck_assert_uint_eq(n, 5);
+	ck_assert_int_eq(http1_chunked_strip(&s, done + 5, 3, &n), 0);
+	ck_assert_uint_eq(n, 0);
 }
 END_TEST
 
@@ -2183,7 +2184,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_chunked_malformed);
 	tcase_add_test(tc, test_chunked_extensions);
 	tcase_add_test(tc, test_chunked_parts);
-	tcase_add_test(tc, test_chunked_strip_trailers);
+	tcase_add_test(tc, test_chunked_strip);
 	tcase_add_test(tc, test_chunked_line_limit);
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("abort");
