@@ -95,13 +95,30 @@ uint64_t upstream_key(const char *host, size_t len, uint16_t port)
 
 /*
  * Queues provided buffer <bid> of <len> bytes behind the conn's early data,
- * taking a block from the worker's pool for the first. False when
- * CONN_EARLY_MAX wait already or no block is left: the caller returns the
- * buffer and closes.
+ * taking a block from the worker's pool for the first. Bytes that fit in the
+ * room left in the last buffer queued join it there, and <bid> goes back to
+ * the ring at once: a client sending a few bytes a segment holds one buffer,
+ * not one a segment (a send from that buffer already under way covers the
+ * bytes it had; early_advance finds the rest). False when CONN_EARLY_MAX
+ * buffers wait already or no block is left: the caller returns the buffer
+ * and closes.
  */
 bool early_push(struct conn *c, uint16_t bid, uint32_t len)
 {
-	AN_ASSERT(len > 0 && len <= UINT16_MAX);
+	struct ring *r = conn_ring(c);
+
+	AN_ASSERT(len > 0 && len <= UINT16_MAX && len <= r->buf_bytes);
+	if (c->early_count > 0) {
+		struct conn_early *e = c->early;
+		uint32_t last = (e->first + c->early_count - 1u) % CONN_EARLY_MAX;
+		if (len <= r->buf_bytes - e->len[last]) {
+			memcpy((char *)ring_buf(r, e->bid[last]) + e->len[last], ring_buf(r, bid),
+			       len);
+			e->len[last] = (uint16_t)(e->len[last] + len);
+			ring_buf_return(r, bid);
+			return true;
+		}
+	}
 	if (c->early_count == CONN_EARLY_MAX)
 		return false;
 	if (c->early == NULL) {
