@@ -35,7 +35,6 @@ import json
 import os
 import resource
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -43,7 +42,7 @@ import tempfile
 import threading
 import time
 
-from integlib import read_audit, read_text, sanitizer_marks, wait_for, Fatal
+from integlib import read_audit, wait_for, with_daemon, Fatal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -429,39 +428,23 @@ def t_audit(v, log):
 def run_daemon(args, v, tests, log, nofile=None):
     """Runs <tests> against a daemon started with v["policy"] (under an open-files limit of
     <nofile> when given), then stops it; returns how many failed (the daemon's exit too)."""
-    err_path = v["policy"] + ".err"
     limit = None
     if nofile is not None:
         limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))  # noqa
     extra = os.environ.get("AN_FAIR_DAEMON_ARGS", "").split()
-    with open(err_path, "wb") as err:
-        daemon = subprocess.Popen([args.daemon, "--config", v["policy"]] + extra,
-                                  stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                  preexec_fn=limit)
-    failed = 0
-    try:
-        wait_for(lambda: "agentsnetd: ready" in read_text(err_path) or
-                 daemon.poll() is not None, 30, "agentsnetd: ready")
-        if daemon.poll() is not None:
-            raise Fatal("agentsnetd exited: " + read_text(err_path)[-3000:])
+
+    def body():
+        failed = 0
         for name, test in tests:
             errs = test(v, log)
             print("fairness: %s: %s" % (name, "ok" if not errs else "FAIL"))
             for e in errs:
                 print("  " + e)
             failed += bool(errs)
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            code = daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            code = daemon.wait()
-    text = read_text(err_path)
-    if code != 0 or sanitizer_marks(text):
-        print("fairness: daemon: FAIL: exit %d, stderr:\n%s" % (code, text[-4000:]))
-        failed += 1
-    return failed
+        return failed
+
+    return with_daemon("fairness", [args.daemon, "--config", v["policy"]] + extra,
+                       v["policy"] + ".err", body, limit)
 
 
 def main():

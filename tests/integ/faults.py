@@ -26,7 +26,6 @@ import http.server
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import read_text, sanitizer_marks, wait_for, Fatal
+from integlib import read_text, with_daemon, Fatal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -217,42 +216,27 @@ def t_audit_file_size(v, log):
 
 
 def run_daemon(args, v, test, log):
-    err = open(v["err"], "wb")
+    """Runs <test> against a daemon started with v["policy"] (under v["fsize"], a file size
+    limit, when set), then stops it; returns how many failed (the daemon's exit too)."""
     fsize = v.get("fsize")
     limit = None
     if fsize is not None:
         limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))  # noqa
-    daemon = subprocess.Popen([args.daemon, "--config", v["policy"]], stdin=subprocess.DEVNULL,
-                              stdout=err, stderr=err, preexec_fn=limit)
-    err.close()
-    failed = 0
-    try:
-        wait_for(lambda: "agentsnetd: ready" in read_text(v["err"]) or
-                 daemon.poll() is not None, 30, "agentsnetd: ready")
-        if daemon.poll() is not None:
-            raise Fatal("agentsnetd exited: " + read_text(v["err"])[-3000:])
+
+    def body():
         try:
             errs = test(v, log)
         except (OSError, Fatal) as e:  # the daemon gone mid-test, say
             errs = ["%s: %s" % (type(e).__name__, e)]
+        finally:
+            if os.path.exists(v["filler"]):
+                os.unlink(v["filler"])
         print("faults: %s: %s" % (v["name"], "ok" if not errs else "FAIL"))
         for e in errs:
             print("  " + e)
-        failed += bool(errs)
-    finally:
-        if os.path.exists(v["filler"]):
-            os.unlink(v["filler"])
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            code = daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            code = daemon.wait()
-    text = read_text(v["err"])
-    if code != 0 or sanitizer_marks(text):
-        print("faults: daemon: FAIL: exit %d, stderr:\n%s" % (code, text[-4000:]))
-        failed += 1
-    return failed
+        return int(bool(errs))
+
+    return with_daemon("faults", [args.daemon, "--config", v["policy"]], v["err"], body, limit)
 
 
 def main():

@@ -188,6 +188,35 @@ def sanitizer_marks(text):
     return [m for m in SANITIZER_MARKS if m in text]
 
 
+def with_daemon(label, cmd, err_path, body, preexec_fn=None):
+    """Runs <cmd> (an agentsnetd), its stdout and stderr to <err_path>, waits for its ready
+    line, calls body() (which returns how many of its checks failed), then stops it with
+    SIGTERM (SIGKILL after 30 s). Returns body's count, plus 1 when the daemon exited
+    non-zero or its stderr holds a sanitizer report ("<label>: daemon: FAIL", printed)."""
+    with open(err_path, "wb") as err:
+        daemon = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                  preexec_fn=preexec_fn)
+    failed = 0
+    try:
+        wait_for(lambda: "agentsnetd: ready" in read_text(err_path) or
+                 daemon.poll() is not None, 30, "agentsnetd: ready")
+        if daemon.poll() is not None:
+            raise Fatal("agentsnetd exited: " + read_text(err_path)[-3000:])
+        failed += body()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            code = daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            code = daemon.wait()
+    text = read_text(err_path)
+    if code != 0 or sanitizer_marks(text):
+        print("%s: daemon: FAIL: exit %d, stderr:\n%s" % (label, code, text[-4000:]))
+        failed += 1
+    return failed
+
+
 # ---- the upstream side: origin.py and agentsnetd ----------------------------
 
 
