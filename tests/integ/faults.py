@@ -10,7 +10,8 @@
     requests after it are written.
   - audit_full_refuse: the same with audit_failure: refuse: while the disk is full,
     requests are answered 503 audit_unavailable with Retry-After (after the one whose
-    records found the disk full), and served again once it is not.
+    records found the disk full), a public request through the gateway too, and
+    served again once it is not.
 
   - audit_file_size: the daemon runs under a file size limit (RLIMIT_FSIZE, 64 KiB):
     once the audit log reaches it, each write fails (EFBIG) and is counted lost, the
@@ -26,6 +27,7 @@ import http.server
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +49,7 @@ daemon:
   audit_log: {audit}
   audit_failure: {failure}
   workers: 1
+  ingress: {{listen: "127.0.0.1:{ingress_port}"}}
 profiles:
   faults:
     rules:
@@ -110,6 +113,25 @@ def is_json(line):
 def status_of(answer):
     parts = answer.split(b" ", 2)
     return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+def public_request(port):
+    """One request to the gateway's public listener: what came back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /callbacks/agent/x HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Connection: close\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def t_audit_full_continue(v, log):
@@ -187,6 +209,11 @@ def t_audit_full_refuse(v, log):
         head = a.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
         if "x-agent-reason: audit_unavailable" not in head or "retry-after: 1" not in head:
             errs.append("the refusal's head: %r" % head)
+    # A public request through the gateway is refused the same way, before its routing.
+    public = public_request(v["ingress_port"])
+    if status_of(public) != 503 or b"audit_unavailable" not in public:
+        errs.append("a public request while the disk is full: %r, want 503 audit_unavailable"
+                    % public[:200])
     os.unlink(v["filler"])
     if not within(lambda: stats(v).get("audit_failing") == 0, RECOVER_S):
         errs.append("audit_failing still 1 %d s after the disk had room again" % RECOVER_S)
@@ -266,13 +293,15 @@ def main():
                             "tmpfs", disk], check=True)
             try:
                 v = {"name": name, "fsize": fsize, "sock_dir": os.path.join(top, "run"),
+                     "ingress_port": free_port(),
                      "audit": os.path.join(disk, "audit.jsonl"),
                      "filler": os.path.join(disk, "filler"),
                      "policy": os.path.join(top, "policy.yaml"),
                      "err": os.path.join(top, "daemon.stderr")}
                 with open(v["policy"], "w", encoding="utf-8") as f:
                     f.write(POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"],
-                                          failure=failure, port=origin.server_address[1]))
+                                          failure=failure, port=origin.server_address[1],
+                                          ingress_port=v["ingress_port"]))
                 failed += run_daemon(args, v, test, log)
             finally:
                 subprocess.run(["umount", disk], check=False)
