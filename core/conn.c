@@ -73,6 +73,22 @@ void close_slot(struct conn *c, int32_t *slot)
 	*slot = -1;
 }
 
+void upstream_close(struct conn *c)
+{
+	static const struct linger reset = { .l_onoff = 1, .l_linger = 0 };
+
+	AN_ASSERT(c->ufd >= 0);
+	if (c->upstream_reset && c->w->e->features.setsockopt_cmd) {
+		struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
+		compat_prep_setsockopt(sqe, c->ufd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+		io_uring_sqe_set_data64(sqe, 0);
+		/* Hard-linked: the close runs whatever the option's outcome. */
+		sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK | IOSQE_CQE_SKIP_SUCCESS;
+	}
+	c->upstream_reset = false;
+	close_slot(c, &c->ufd);
+}
+
 const struct engine_sandbox *conn_sandbox(const struct conn *c)
 {
 	AN_DASSERT(c->sandbox != WORKER_NO_SANDBOX);
@@ -249,7 +265,7 @@ static void conn_maybe_free(struct conn *c)
 	if (c->cfd >= 0)
 		close_slot(c, &c->cfd);
 	if (c->ufd >= 0)
-		close_slot(c, &c->ufd);
+		upstream_close(c);
 	conn_close_record(c);
 	rule_limit_release(c);
 	if (c->client_tls != NULL)
@@ -1224,7 +1240,7 @@ void respond_with(struct conn *c, enum reason why, const char *detail, const cha
 	audit_decision_detail(c, false, reason_status(why), detail);
 	audit_format_id(w->e->audit, c->decision_id, audit_id);
 	if (c->ufd >= 0)
-		close_slot(c, &c->ufd);
+		upstream_close(c);
 	if (reply != NULL) {
 		c->answer_keeps_conn = false;
 		c->out_ptr = reply;
@@ -1270,7 +1286,7 @@ void linger_start(struct conn *c)
 	timer_arm(c->w->timers, &c->timer, CONN_LINGER_MS);
 	bool parkable = c->mode != NULL && c->mode->parkable != NULL && c->mode->parkable(c);
 	if (c->ufd >= 0 && !parkable)
-		close_slot(c, &c->ufd); /* a parkable one waits for the conn's end: mode->end */
+		upstream_close(c); /* a parkable one waits for the conn's end: mode->end */
 	if (c->ops & op_bit(dir_op(DIR_DOWN, ROP_SHUT)))
 		return;
 	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(DIR_DOWN, ROP_SHUT));

@@ -123,6 +123,7 @@ struct conn {
 	uint16_t port;
 	uint16_t status;
 	uint8_t method_len;
+	bool upstream_reset; /* the upstream holds a request cut short: upstream_close resets it */
 	int32_t connect_err;
 	struct snapshot *snap; /* the current request's policy, held (core/snapshot.h) */
 	struct ratelimit_entry *rule_limit; /* the request's rule limits, counted in its conns */

@@ -298,6 +298,14 @@ static inline const struct term_ops *conn_term(const struct conn *c)
  * would mean the slot was already empty) arrives with user_data 0.
  */
 void close_slot(struct conn *c, int32_t *slot);
+/*
+ * Closes the upstream's slot (c->ufd, which must be open). With
+ * c->upstream_reset, in a reset: SO_LINGER 0 first, hard-linked to the close,
+ * so an upstream holding a request cut short (the agent left mid-body, or the
+ * body was refused) sees the connection fail at once, never a FIN it could
+ * read as the body's end after reading on through what was buffered.
+ */
+void upstream_close(struct conn *c);
 /* The conn's sandbox; <c> must have one (not WORKER_NO_SANDBOX). */
 const struct engine_sandbox *conn_sandbox(const struct conn *c);
 /* The key of upstream <host>/<len>:<port> in the worker's reuse lists. */

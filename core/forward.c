@@ -88,6 +88,7 @@ static void req_body_refused(struct conn *c)
 
 	c->flags |= F_NO_KEEPALIVE;
 	c->keep_alive = false;
+	c->upstream_reset = true; /* it holds the body's part before the fault */
 	if (c->resp_head_done) {
 		c->reason = (uint8_t)why;
 		conn_close(c);
@@ -337,6 +338,7 @@ static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 			c->flags |= F_NO_KEEPALIVE;
 			return;
 		}
+		c->upstream_reset = !c->req_done; /* it holds part of a request: never a FIN */
 		conn_close(c); /* client gone mid-body, or upstream refused our bytes */
 		return;
 	}

@@ -119,6 +119,7 @@ void inject_request(struct conn *c, const struct http1_request *req, size_t head
 static void inject_body_refused(struct conn *c, enum reason why)
 {
 	c->upstream_dead = true;
+	c->upstream_reset = true;   /* it holds the body's part before the fault */
 	c->inject_phase = INJ_IDLE; /* the answer goes to the agent, not upstream */
 	c->out_len = 0;
 	term_refuse(c, why);
@@ -845,6 +846,16 @@ static void inject_end(struct conn *c)
 {
 	if (c->inject != NULL && c->ufd >= 0)
 		(void)inject_park(c);
+	if (c->inject_phase == INJ_REQUEST && !c->req_done)
+		c->upstream_reset = true; /* the agent left mid-body: never a close_notify */
+}
+
+/* The agent's end: mid-body, its upstream, holding a request cut short, is reset. */
+static void inject_client_eof(struct conn *c)
+{
+	if (c->inject_phase == INJ_REQUEST && !c->req_done)
+		c->upstream_reset = true;
+	term_eof(c);
 }
 
 const struct conn_mode inject_mode = {
@@ -854,7 +865,7 @@ const struct conn_mode inject_mode = {
 	.buffers = inject_buffers,
 	.pump = inject_pump,
 	.client_data = term_client_data,
-	.client_eof = term_eof,
+	.client_eof = inject_client_eof,
 	.timer = inject_timer,
 	.pooled = inject_take_pooled,
 	.parkable = inject_parkable,

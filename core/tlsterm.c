@@ -412,8 +412,8 @@ static void on_term_send(struct conn *c, int res)
 			return;
 		}
 	} else {
-		c->bytes_down +=
-		    (uint64_t)res; /* the agent's session's bytes, as its socket took them */
+		/* The agent's session's bytes, as its socket took them. */
+		c->bytes_down += (uint64_t)res;
 		conn_term(c)->out_consume(c->client_tls, (size_t)res);
 	}
 	c->down.state = R_IDLE;
