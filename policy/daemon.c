@@ -520,38 +520,15 @@ static int parse_ingress_tls(struct loader *ld)
  * written (their records lost, counted), or "refuse", each refused 503 audit_unavailable. */
 static int stage_audit_failure(struct loader *ld)
 {
-	int rc = loader_scalar(ld, "audit_failure", "\"continue\" or \"refuse\"");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	if (len == 6 && memcmp(s, "refuse", 6) == 0)
-		ld->next.audit_failure_refuse = true;
-	else if (len == 8 && memcmp(s, "continue", 8) == 0)
-		ld->next.audit_failure_refuse = false;
-	else
-		return loader_fail(ld, ld->ev.start_mark,
-				   "audit_failure must be \"continue\" or \"refuse\"");
-	return 0;
+	return loader_choice(ld, "audit_failure", "continue", "refuse",
+			     &ld->next.audit_failure_refuse);
 }
 
 /* daemon.ingress.origins: "path", every sandbox under the public URL's one origin, or
  * "subdomain", each sandbox also at an origin of its own, <id>.<the public URL's host>. */
 static int stage_ingress_origins(struct loader *ld)
 {
-	int rc = loader_scalar(ld, "ingress.origins", "\"path\" or \"subdomain\"");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	if (len == 9 && memcmp(s, "subdomain", 9) == 0)
-		ld->next.ingress_origins = true;
-	else if (len == 4 && memcmp(s, "path", 4) == 0)
-		ld->next.ingress_origins = false;
-	else
-		return loader_fail(ld, ld->ev.start_mark,
-				   "ingress.origins must be \"path\" or \"subdomain\"");
-	return 0;
+	return loader_choice(ld, "ingress.origins", "path", "subdomain", &ld->next.ingress_origins);
 }
 
 /*

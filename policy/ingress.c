@@ -203,18 +203,11 @@ static const struct keyset ingress_limit_keyset = { "a profile's ingress limits"
 /* ingress.token: "required" (a public request needs the sandbox's token) or "none". */
 static int ingress_token_value(struct loader *ld, bool *required)
 {
-	int rc = loader_scalar(ld, "token", "\"required\" or \"none\"");
-	if (rc != 0)
-		return rc;
-	const char *s = ev_text(ld);
-	size_t len = ev_len(ld);
-	if (len == 8 && memcmp(s, "required", 8) == 0)
-		*required = true;
-	else if (len == 4 && memcmp(s, "none", 4) == 0)
-		*required = false;
-	else
-		return loader_fail(ld, ld->ev.start_mark, "token must be \"required\" or \"none\"");
-	return 0;
+	bool none = false;
+	int rc = loader_choice(ld, "token", "required", "none", &none);
+
+	*required = rc == 0 && !none;
+	return rc;
 }
 
 static int ingress_value(struct loader *ld, struct ingress_build *b, uint32_t key)

@@ -264,6 +264,14 @@ int loader_start(struct loader *ld, yaml_event_type_t type, const char *what);
 int loader_scalar(struct loader *ld, const char *what, const char *type);
 
 /*
+ * Reads a scalar that must be one of two words, <first> or <second> (case
+ * as written): *<is_second> says which. Anything else is the error "<what>
+ * must be "<first>" or "<second>"". 0, or an error.
+ */
+int loader_choice(struct loader *ld, const char *what, const char *first, const char *second,
+		  bool *is_second);
+
+/*
  * Reads the next key of a mapping with the keys of <ks> (at most 32),
  * tracked in the bitmask *<seen>: returns 1 with *<key> its index (and
  * ld->key_mark its position), 0 at the end of the mapping, or an error for

@@ -196,6 +196,27 @@ int loader_scalar(struct loader *ld, const char *what, const char *type)
 	return 0;
 }
 
+int loader_choice(struct loader *ld, const char *what, const char *first, const char *second,
+		  bool *is_second)
+{
+	char type[64];
+	int n = snprintf(type, sizeof(type), "\"%s\" or \"%s\"", first, second);
+
+	AN_ASSERT(n > 0 && (size_t)n < sizeof(type));
+	int rc = loader_scalar(ld, what, type);
+	if (rc != 0)
+		return rc;
+	const char *s = ev_text(ld);
+	size_t len = ev_len(ld);
+	if (len == strlen(first) && memcmp(s, first, len) == 0)
+		*is_second = false;
+	else if (len == strlen(second) && memcmp(s, second, len) == 0)
+		*is_second = true;
+	else
+		return loader_fail(ld, ld->ev.start_mark, "%s must be %s", what, type);
+	return 0;
+}
+
 static void list_keys(const struct keyset *ks, char *buf, size_t cap)
 {
 	size_t used = 0;

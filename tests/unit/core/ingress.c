@@ -832,23 +832,12 @@ START_TEST(test_answer_origin_fields)
 		     "X-Frame-Options: DENY\r\n"
 		     "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
 		     "Set-Cookie: b=1; Path=/\r\n\r\n");
-	/* Each key on its own: all three off relays the head as http1 writes it. */
+	/* Each key on its own: all three off relays the head as it came. */
 	keep.drop_origin_fields = false;
 	keep.scope_cookies = false;
 	keep.csp_sandbox = false;
 	a = path_answer(&keep, "/callbacks/a1/x");
-	check_answer(head, &a, NULL,
-		     "HTTP/1.1 200 OK\r\n"
-		     "Alt-Svc: h2=\"evil.test:443\"\r\n"
-		     "clear-site-data: \"cookies\", \"storage\"\r\n"
-		     "NEL: {\"report_to\":\"g\",\"max_age\":86400}\r\n"
-		     "Report-To: {\"group\":\"g\",\"endpoints\":[]}\r\n"
-		     "SERVICE-WORKER-ALLOWED: /\r\n"
-		     "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
-		     "Link: </s.css>; rel=preload\r\n"
-		     "X-Frame-Options: DENY\r\n"
-		     "Set-Cookie: a=1; Path=/callbacks/a1\r\n"
-		     "Set-Cookie: b=1; Path=/\r\n\r\n");
+	check_answer(head, &a, NULL, head);
 }
 END_TEST
 
