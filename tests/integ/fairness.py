@@ -29,23 +29,19 @@ Runs as its own pass: python3 tests/integ/fairness.py [--daemon PATH] [--share N
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
 """
 
-import argparse
 import http.server
 import json
 import os
 import resource
 import select
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from integlib import read_audit, wait_for, with_daemon, Fatal
+from integlib import own_pass_args, own_pass_end, read_audit, wait_for, with_daemon, Fatal
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 CONNS_PER_WORKER = 64
 FLOOD_CONNS = 100
 QUIET_CONNS = 8
@@ -448,13 +444,10 @@ def run_daemon(args, v, tests, log, nofile=None):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="agentsnet fairness pass")
-    ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "san", "agentsnetd"))
-    ap.add_argument("--netns", default=None, help="accepted for run.sh; unused")
-    ap.add_argument("--share", type=int, default=75, help="sandbox_share_percent (100: off)")
-    ap.add_argument("-v", action="store_true")
-    args = ap.parse_args()
-    log = print if args.v else (lambda *_: None)
+    args, log = own_pass_args(
+        "agentsnet fairness pass",
+        lambda ap: ap.add_argument("--share", type=int, default=75,
+                                   help="sandbox_share_percent (100: off)"))
     if os.geteuid() != 0:
         print("fairness: SKIP: the daemon's socket directory checks want root")
         return 77
@@ -480,11 +473,7 @@ def main():
             failed += run_daemon(args, v, tests, log, nofile)
     finally:
         origin.shutdown()
-    if failed == 0:
-        subprocess.run(["rm", "-rf", tmp], check=False)
-    else:
-        print("fairness: kept " + tmp)
-    return 1 if failed else 0
+    return own_pass_end("fairness", tmp, failed)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
 """
 
-import argparse
 import http.server
 import json
 import os
@@ -38,10 +37,8 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import read_text, with_daemon, Fatal
+from integlib import own_pass_args, own_pass_end, read_text, with_daemon, Fatal
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 DISK_BYTES = 1 << 20
 RECOVER_S = 5  # the writer tries a failing file at least once a second
 FSIZE_BYTES = 64 << 10
@@ -333,12 +330,7 @@ def run_daemon(args, v, test, log):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="agentsnet fault pass")
-    ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "san", "agentsnetd"))
-    ap.add_argument("--netns", default=None, help="accepted for run.sh; unused")
-    ap.add_argument("-v", action="store_true")
-    args = ap.parse_args()
-    log = print if args.v else (lambda *_: None)
+    args, log = own_pass_args("agentsnet fault pass")
     if os.geteuid() != 0:
         print("faults: FAIL: a tmpfs of the pass's own is mounted: run as root")
         return 1
@@ -375,11 +367,7 @@ def main():
                 subprocess.run(["umount", disk], check=False)
     finally:
         origin.shutdown()
-    if failed == 0:
-        subprocess.run(["rm", "-rf", tmp], check=False)
-    else:
-        print("faults: kept " + tmp)
-    return 1 if failed else 0
+    return own_pass_end("faults", tmp, failed)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ the audit file. Everything stays on loopback: the namespaces made here have
 only `lo`.
 """
 
+import argparse
 import fnmatch
 import json
 import os
@@ -186,6 +187,30 @@ def read_text(path):
 
 def sanitizer_marks(text):
     return [m for m in SANITIZER_MARKS if m in text]
+
+
+def own_pass_args(description, add=None):
+    """The options of a pass that starts daemons of its own (fairness.py, faults.py):
+    --daemon, --netns (given by run.sh; unused: loopback only) and -v, and what
+    <add>(parser) adds. Returns (args, log), log printing only under -v."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "san", "agentsnetd"))
+    ap.add_argument("--netns", default=None, help="accepted for run.sh; unused")
+    ap.add_argument("-v", action="store_true")
+    if add is not None:
+        add(ap)
+    args = ap.parse_args()
+    return args, (print if args.v else (lambda *_: None))
+
+
+def own_pass_end(label, tmp, failed):
+    """A pass's end: its directory <tmp> removed when nothing failed, else kept and named.
+    Returns its exit code."""
+    if failed == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print("%s: kept %s" % (label, tmp))
+    return 1 if failed else 0
 
 
 def with_daemon(label, cmd, err_path, body, preexec_fn=None):
