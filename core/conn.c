@@ -31,7 +31,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,22 +87,6 @@ void upstream_close(struct conn *c)
 	}
 	c->upstream_reset = false;
 	close_slot(c, &c->ufd);
-}
-
-void hangup_watch(struct conn *c)
-{
-	uint32_t op = dir_op(DIR_UP, ROP_POLL);
-
-	if (c->req_done || (c->ops & op_bit(op)) || c->cfd < 0)
-		return;
-	struct io_uring_sqe *sqe = conn_sqe(c, op);
-	io_uring_prep_poll_add(sqe, c->cfd, POLLHUP | POLLERR);
-	sqe->flags |= IOSQE_FIXED_FILE;
-}
-
-bool hangup_seen(int res)
-{
-	return res > 0 && (res & (POLLHUP | POLLERR)) != 0;
 }
 
 const struct engine_sandbox *conn_sandbox(const struct conn *c)

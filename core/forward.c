@@ -24,6 +24,7 @@
 #include "core/conn_int.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -34,6 +35,7 @@
 #include "core/timer.h"
 
 static void request_finish(struct conn *c);
+static void fwd_hangup_watch(struct conn *c);
 static void fwd_up_step(struct conn *c);
 static void fwd_down_recv(struct conn *c);
 static void req_body_refused(struct conn *c);
@@ -261,15 +263,36 @@ void forward_start(struct conn *c)
 	c->down.state = R_IDLE;
 	c->active_ms = c->w->now_ms;
 	timer_arm(c->w->timers, &c->timer, (uint32_t)fwd_deadline(c, &why));
-	hangup_watch(c); /* request_finish cancels it and waits for its end */
+	fwd_hangup_watch(c);
 	fwd_up_step(c);
 	fwd_down_recv(c);
+}
+
+/*
+ * While a request's body goes up, a poll for the client's hangup (POLLHUP or
+ * POLLERR: its socket closed or reset, not only its writing half, which a
+ * client may shut once its body is sent): the up relay reads the client only
+ * once the upstream took what went, so without it an agent that leaves while
+ * a slow upstream holds a send would be noticed only when the upstream had
+ * read on. One-shot, on the up direction's poll op (a tunnel's, which forward
+ * mode has no other use for); request_finish cancels it and waits for its end,
+ * so the next request, a CONNECT say, finds the op free.
+ */
+static void fwd_hangup_watch(struct conn *c)
+{
+	uint32_t op = dir_op(DIR_UP, ROP_POLL);
+
+	if (c->req_done || (c->ops & op_bit(op)) || c->cfd < 0)
+		return;
+	struct io_uring_sqe *sqe = conn_sqe(c, op);
+	io_uring_prep_poll_add(sqe, c->cfd, POLLHUP | POLLERR);
+	sqe->flags |= IOSQE_FIXED_FILE;
 }
 
 /* The client hung up (or the poll was cancelled: <res> -ECANCELED). */
 static void on_fwd_hangup(struct conn *c, int res)
 {
-	if (hangup_seen(res) && c->state == ST_FORWARD && !c->req_done) {
+	if (res > 0 && (res & (POLLHUP | POLLERR)) && c->state == ST_FORWARD && !c->req_done) {
 		c->upstream_reset = true; /* it holds part of a request: reset at once */
 		conn_close(c);
 		return;
