@@ -24,7 +24,6 @@
 #include "core/conn_int.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -35,7 +34,6 @@
 #include "core/timer.h"
 
 static void request_finish(struct conn *c);
-static void fwd_hangup_watch(struct conn *c);
 static void fwd_up_step(struct conn *c);
 static void fwd_down_recv(struct conn *c);
 static void req_body_refused(struct conn *c);
@@ -263,41 +261,8 @@ void forward_start(struct conn *c)
 	c->down.state = R_IDLE;
 	c->active_ms = c->w->now_ms;
 	timer_arm(c->w->timers, &c->timer, (uint32_t)fwd_deadline(c, &why));
-	fwd_hangup_watch(c);
 	fwd_up_step(c);
 	fwd_down_recv(c);
-}
-
-/*
- * While a request's body goes up, a poll for the client's hangup (POLLHUP or
- * POLLERR: its socket closed or reset, not only its writing half, which a
- * client may shut once its body is sent): the up relay reads the client only
- * once the upstream took what went, so without it an agent that leaves while
- * a slow upstream holds a send would be noticed only when the upstream had
- * read on. One-shot, on the up direction's poll op (a tunnel's, which forward
- * mode has no other use for); request_finish cancels it and waits for its end,
- * so the next request, a CONNECT say, finds the op free.
- */
-static void fwd_hangup_watch(struct conn *c)
-{
-	uint32_t op = dir_op(DIR_UP, ROP_POLL);
-
-	if (c->req_done || (c->ops & op_bit(op)) || c->cfd < 0)
-		return;
-	struct io_uring_sqe *sqe = conn_sqe(c, op);
-	io_uring_prep_poll_add(sqe, c->cfd, POLLHUP | POLLERR);
-	sqe->flags |= IOSQE_FIXED_FILE;
-}
-
-/* The client hung up (or the poll was cancelled: <res> -ECANCELED). */
-static void on_fwd_hangup(struct conn *c, int res)
-{
-	if (res > 0 && (res & (POLLHUP | POLLERR)) && c->state == ST_FORWARD && !c->req_done) {
-		c->upstream_reset = true; /* it holds part of a request: reset at once */
-		conn_close(c);
-		return;
-	}
-	request_finish(c); /* it may have waited for this poll's end */
 }
 
 /*
@@ -643,18 +608,9 @@ static void request_finish(struct conn *c)
 	uint32_t busy = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
 			op_bit(dir_op(DIR_DOWN, ROP_SEND)) | op_bit(dir_op(DIR_DOWN, ROP_RECV)) |
 			op_bit(OP_HEAD_RECV);
-	uint32_t hangup = op_bit(dir_op(DIR_UP, ROP_POLL));
 
 	if (c->state != ST_FORWARD || !c->req_done || !c->resp_done || (c->ops & busy))
 		return;
-	if (c->ops & hangup) {
-		/* The body's hangup watch ends first: on_fwd_hangup comes back here. */
-		struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
-		io_uring_prep_cancel64(sqe, ud_encode(c, dir_op(DIR_UP, ROP_POLL)), 0);
-		io_uring_sqe_set_data64(sqe, ud_encode(c, OP_CANCEL));
-		c->cancels++;
-		return;
-	}
 	if (c->ingress) {
 		ingress_audit(c);
 		ingress_release(c); /* an idle conn holds no request open */
@@ -691,10 +647,6 @@ static void request_finish(struct conn *c)
 static void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
 	(void)cqe_flags;
-	if (dir == DIR_UP && rop == ROP_POLL) {
-		on_fwd_hangup(c, res);
-		return;
-	}
 	c->active_ms = c->w->now_ms;
 	if (dir == DIR_UP)
 		on_fwd_up(c, rop, res);
