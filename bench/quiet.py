@@ -26,8 +26,14 @@ p50/p99/p99.9/max latency in microseconds, from histograms of 1 us buckets
 up to 1 s (one bucket above), allocated before the run (arrays, not lists,
 and the cyclic garbage collector off: a collection walking them would pause
 the loop for milliseconds); with --flood-pid
-also the same figures of each phase under "on" and "off". Bounded: it runs
---seconds and then stops, whatever the daemon does.
+also the same figures of each phase under "on" and "off", and each phase's
+own p99 in "phase_p99_us" ("on" and "off" lists, in run order) with their
+medians in "median_p99_us". A pause of the machine of a few milliseconds
+(this host has them with the daemon idle: a VM's) lands in one phase and
+moves the pooled p99 of its kind by several times; it moves that phase's p99
+alone, and the median of the phases not at all, while a cost of the flood is
+in every phase it runs in. Bounded: it runs --seconds and then stops,
+whatever the daemon does.
 """
 
 import argparse
@@ -56,6 +62,7 @@ class Quiet:
         self.start = 0.0  # what the latency of the request in flight counts from
         self.blocked = False  # the last answer came after the next request was due
         self.phase = None  # the request in flight counts in this phase's figures (None: none)
+        self.phase_index = 0  # and in this phase's own list (0: the first, flood running)
 
     def open(self, sel):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -120,6 +127,18 @@ class Figures:
                 "max_us": self.worst}
 
 
+def p99_of(samples):
+    """The p99 of a list of latencies, as percentile() reads a histogram."""
+    ordered = sorted(samples)
+    return ordered[max(1, int(len(ordered) * 0.99 + 0.999999)) - 1]
+
+
+def median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sock-dir", required=True)
@@ -152,6 +171,8 @@ def main():
         quiet.append(q)
     every = Figures()
     phases = {"on": Figures(), "off": Figures()}
+    phase_samples = []  # each phase's latencies, in run order (even: flood running)
+    phase_index = 0
     answered = errors = non_200 = 0
     end = start + args.seconds
     flood_on = True
@@ -168,12 +189,14 @@ def main():
             os.kill(args.flood_pid, signal.SIGCONT if flood_on else signal.SIGSTOP)
             settled_at = switch_at + args.settle_seconds
             switch_at += args.phase_seconds
+            phase_index += 1
         for q in quiet:
             if not q.busy and q.due <= now:
                 try:
                     q.sock.sendall(q.request)  # small: the socket buffer takes it whole
                     q.busy = True
                     q.start = q.due if q.blocked else time.monotonic()
+                    q.phase_index = phase_index
                     q.phase = ("on" if flood_on else "off") if q.start >= settled_at else None
                 except OSError:
                     errors += 1
@@ -202,6 +225,9 @@ def main():
             every.add(us)
             if args.flood_pid and q.phase is not None:
                 phases[q.phase].add(us)
+                while len(phase_samples) <= q.phase_index:
+                    phase_samples.append([])
+                phase_samples[q.phase_index].append(us)
             answered += 1
             non_200 += status != 200
             q.buf = b""
@@ -216,6 +242,10 @@ def main():
     doc.update(every.summary())
     if args.flood_pid:
         doc.update({name: f.summary() for name, f in phases.items()})
+        per = {"on": [p99_of(v) for v in phase_samples[0::2] if v],
+               "off": [p99_of(v) for v in phase_samples[1::2] if v]}
+        doc["phase_p99_us"] = per
+        doc["median_p99_us"] = {k: median(v) if v else None for k, v in per.items()}
     print(json.dumps(doc))
     return 0 if answered else 1
 
