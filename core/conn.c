@@ -73,20 +73,39 @@ void close_slot(struct conn *c, int32_t *slot)
 	*slot = -1;
 }
 
-void upstream_close(struct conn *c)
+/* Closes <slot>, a TCP socket's, in a reset: SO_LINGER 0 first, hard-linked to the close. */
+static void reset_slot(struct conn *c, int32_t *slot)
 {
 	static const struct linger reset = { .l_onoff = 1, .l_linger = 0 };
 
-	AN_ASSERT(c->ufd >= 0);
-	if (c->upstream_reset && c->w->e->features.setsockopt_cmd) {
+	if (c->w->e->features.setsockopt_cmd) {
 		struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
-		compat_prep_setsockopt(sqe, c->ufd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+		compat_prep_setsockopt(sqe, *slot, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
 		io_uring_sqe_set_data64(sqe, 0);
 		/* Hard-linked: the close runs whatever the option's outcome. */
 		sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK | IOSQE_CQE_SKIP_SUCCESS;
 	}
+	close_slot(c, slot);
+}
+
+void upstream_close(struct conn *c)
+{
+	AN_ASSERT(c->ufd >= 0);
+	if (c->upstream_reset)
+		reset_slot(c, &c->ufd);
+	else
+		close_slot(c, &c->ufd);
 	c->upstream_reset = false;
-	close_slot(c, &c->ufd);
+}
+
+/* The client's slot closed, in a reset when the upstream's was passed on and the client is on TCP. */
+static void client_close(struct conn *c)
+{
+	if (c->client_reset && (c->flags & F_TCP_CLIENT))
+		reset_slot(c, &c->cfd);
+	else
+		close_slot(c, &c->cfd);
+	c->client_reset = false;
 }
 
 const struct engine_sandbox *conn_sandbox(const struct conn *c)
@@ -263,7 +282,7 @@ static void conn_maybe_free(struct conn *c)
 	if (c->front != NULL && c->front->end != NULL)
 		c->front->end(c); /* what it counts */
 	if (c->cfd >= 0)
-		close_slot(c, &c->cfd);
+		client_close(c);
 	if (c->ufd >= 0)
 		upstream_close(c);
 	conn_close_record(c);

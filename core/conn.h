@@ -25,11 +25,13 @@ struct worker_listener;
 /* One direction of a relay: up is sandbox -> upstream, down the reverse. */
 struct relay {
 	uint8_t state;
-	bool eof;     /* the source has sent its last byte */
-	uint16_t bid; /* copy path: the provided buffer being sent */
+	bool eof; /* the source has sent its last byte */
+	bool
+	    reset; /* ... and then failed: the destination is reset, not shut, once it has it all */
 	bool holds_buf;
 	bool full_fill;         /* the last splice-in was large: the source is streaming */
 	bool poll_out;          /* the poll in flight waits for the destination to drain */
+	uint16_t bid;           /* copy path: the provided buffer being sent */
 	uint32_t buf_off;       /* copy path: sent so far from the buffer */
 	uint32_t buf_len;       /* copy path: bytes in the buffer */
 	uint32_t pipe_bytes;    /* splice path: bytes inside the pipe */
@@ -123,7 +125,9 @@ struct conn {
 	uint16_t port;
 	uint16_t status;
 	uint8_t method_len;
-	bool upstream_reset; /* the upstream holds a request cut short: upstream_close resets it */
+	bool
+	    upstream_reset : 1; /* the upstream holds a request cut short: upstream_close resets it */
+	bool client_reset : 1; /* the upstream reset: a TCP client is reset at the close too */
 	int32_t connect_err;
 	struct snapshot *snap; /* the current request's policy, held (core/snapshot.h) */
 	struct ratelimit_entry *rule_limit; /* the request's rule limits, counted in its conns */

@@ -88,6 +88,10 @@ static const struct reason_row reason_rows[] = {
 	[REASON_AUDIT_UNAVAILABLE] = { "audit_unavailable", 503,
 				       "The proxy cannot write its audit trail and serves no request "
 				       "until it can; retry after the time in Retry-After." },
+	/* The close record's: a tunnel's answer has begun, so no status can reach the agent. */
+	[REASON_UPSTREAM_RESET] = { "upstream_reset", 502,
+				    "The upstream aborted the connection (a TCP reset) after what "
+				    "was relayed; the stream is incomplete. Retry the request." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 11
+#define REASON_CONTRACT_VERSION 12
 
 enum tier {
 	TIER_DENY = 0,
@@ -60,6 +60,7 @@ enum reason {
 	REASON_PLACEHOLDER_MISDIRECTED,
 	REASON_INGRESS_TOKEN_REFUSED,
 	REASON_AUDIT_UNAVAILABLE,
+	REASON_UPSTREAM_RESET,
 	REASON__COUNT,
 };
 

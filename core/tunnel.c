@@ -61,6 +61,7 @@ static void up_prelude_step(struct conn *c);
 static void first_flight_step(struct conn *c);
 static void checked_up_step(struct conn *c);
 static void relay_shut(struct conn *c, int dir);
+static void relay_destination_failed(struct conn *c, int dir);
 static void relay_maybe_done(struct conn *c);
 static bool first_flight_buffer(struct conn *c);
 
@@ -696,8 +697,22 @@ static void checked_up_io(struct conn *c, uint32_t rop, int res)
 		nobufs_wait(c); /* tunnel_buffers steps it again */
 		return;
 	}
-	if (res < 0 || (rop == ROP_SEND && res == 0)) {
+	if (res == -ECANCELED) {
 		conn_close(c);
+		return;
+	}
+	if (rop == ROP_SEND && res <= 0) {
+		r->state = R_IDLE;
+		relay_destination_failed(c, DIR_UP);
+		return;
+	}
+	if (rop == ROP_RECV && res < 0) {
+		/* The client reset: what is checked still goes up (checked_up_step), the
+		 * rest never does, and then the upstream is reset (relay_shut). */
+		r->eof = true;
+		r->reset = true;
+		r->state = R_IDLE;
+		checked_up_step(c);
 		return;
 	}
 	if (rop == ROP_RECV) {
@@ -822,10 +837,27 @@ static void up_prelude_step(struct conn *c)
 	relay_arm(c, DIR_UP);
 }
 
+/*
+ * The source's last byte is at the destination: its EOF becomes the
+ * destination's (shutdown of its write side), or, after a failure
+ * (r->reset), the destination is reset and the conn ends: the far side must
+ * not read a cut stream as a whole one, and nothing more can go to the side
+ * that failed. The client's reset is sent only on TCP (the agent's Unix
+ * socket carries none).
+ */
 static void relay_shut(struct conn *c, int dir)
 {
 	struct relay *r = relay_of(c, dir);
 
+	if (r->reset) {
+		r->state = R_DONE;
+		if (dir == DIR_UP)
+			c->upstream_reset = true;
+		else
+			c->client_reset = true;
+		conn_close(c);
+		return;
+	}
 	r->state = R_SHUT;
 	struct io_uring_sqe *sqe = conn_sqe(c, dir_op(dir, ROP_SHUT));
 	io_uring_prep_shutdown(sqe, relay_dst(c, dir), SHUT_WR);
@@ -883,6 +915,77 @@ static void relay_maybe_done(struct conn *c)
 		conn_close(c);
 }
 
+/*
+ * A relay's source failed (a reset, or another error reading it): the bytes
+ * it gave before are delivered first, as at an EOF (a reset's error comes
+ * only after the data that came ahead of it), and then relay_shut resets the
+ * destination instead of ending it. The upstream's failure is the close
+ * record's reason (upstream_reset).
+ */
+static void relay_source_failed(struct conn *c, int dir)
+{
+	struct relay *r = relay_of(c, dir);
+
+	r->eof = true;
+	r->reset = true;
+	r->full_fill = false;
+	if (dir == DIR_DOWN && c->reason == REASON_NONE)
+		c->reason = REASON_UPSTREAM_RESET;
+	if (r->pipe != NULL && r->pipe_bytes > 0) {
+		splice_out(c, dir);
+		return;
+	}
+	if (r->pipe != NULL) {
+		pipepool_put(&c->w->pipes, r->pipe, 0);
+		r->pipe = NULL;
+	}
+	r->state = R_IDLE;
+	relay_shut(c, dir);
+}
+
+/*
+ * A relay's destination failed (reset, or gone): what the relay held for it
+ * is dropped and the relay is over. The side that failed may still have sent
+ * bytes first, which the other relay reads and delivers before it meets the
+ * failure itself and ends the conn; an other relay already over, or still in
+ * its prelude, ends it now.
+ */
+static void relay_destination_failed(struct conn *c, int dir)
+{
+	struct relay *r = relay_of(c, dir);
+	const struct relay *other = relay_of(c, dir == DIR_UP ? DIR_DOWN : DIR_UP);
+
+	if (r->holds_buf) {
+		ring_buf_return(conn_ring(c), r->bid);
+		r->holds_buf = false;
+	}
+	if (r->pipe != NULL) {
+		pipepool_put(&c->w->pipes, r->pipe, r->pipe_bytes != 0);
+		r->pipe = NULL;
+		r->pipe_bytes = 0;
+	}
+	r->state = R_DONE;
+	if (other->state == R_DONE || other->state == R_PRELUDE || other->state == R_FIRST_FLIGHT)
+		conn_close(c);
+}
+
+/* A relay operation failed with <res>: its source's or its destination's fault (or a cancel). */
+static void relay_failed(struct conn *c, int dir, uint32_t rop, int res)
+{
+	struct relay *r = relay_of(c, dir);
+
+	if (res == -ECANCELED || r->state == R_PRELUDE) {
+		conn_close(c);
+		return;
+	}
+	bool from_source =
+	    rop == ROP_SPLICE_IN || rop == ROP_RECV || (rop == ROP_POLL && !r->poll_out);
+	if (from_source)
+		relay_source_failed(c, dir);
+	else
+		relay_destination_failed(c, dir);
+}
+
 static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
 	struct relay *r = relay_of(c, dir);
@@ -899,7 +1002,7 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 		return;
 	}
 	if (res < 0 && res != -EAGAIN && !(rop == ROP_RECV && res == -ENOBUFS)) {
-		conn_close(c); /* reset, broken pipe, or cancelled: abort both ways */
+		relay_failed(c, dir, rop, res);
 		return;
 	}
 	switch (rop) {
@@ -953,8 +1056,8 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 			sqe->flags |= IOSQE_FIXED_FILE;
 			break;
 		}
-		if (res <= 0) {
-			conn_close(c);
+		if (res == 0) {
+			relay_destination_failed(c, dir);
 			break;
 		}
 		AN_ASSERT((uint32_t)res <= r->pipe_bytes);

@@ -21,18 +21,29 @@
   - upload_abandoned: an agent leaves mid-upload while the upstream reads slowly: the
     upstream's connection is reset, not ended with a FIN after the buffered part.
 
-Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] -v
+  - upstream_reset_splice, upstream_reset_copy: an upstream that sends 64 KiB into a
+    CONNECT tunnel and then resets its connection (SO_LINGER 0, once its kernel has
+    them acknowledged): the agent gets all 64 KiB, then a reset (on the TCP listener;
+    the Unix socket carries none, and its agent sees the end), RESET_RUNS times over
+    TCP and RESET_UNIX_RUNS over the sandbox's socket; every tunnel's close record says
+    upstream_reset. Once through the splice relay, once through the copy relay
+    (AN_NO_SPLICE=1).
+
+Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] [--tests NAME...] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
 """
 
+import fcntl
 import http.server
 import json
 import os
 import resource
 import socket
 import subprocess
+import struct
 import sys
 import tempfile
+import termios
 import threading
 import time
 
@@ -42,6 +53,9 @@ from integlib import own_pass_args, own_pass_end, read_text, with_daemon, Fatal
 DISK_BYTES = 1 << 20
 RECOVER_S = 5  # the writer tries a failing file at least once a second
 FSIZE_BYTES = 64 << 10
+RESET_BYTES = 64 << 10
+RESET_RUNS = 200
+RESET_UNIX_RUNS = 20
 
 POLICY = """version: 1
 daemon:
@@ -50,6 +64,8 @@ daemon:
   audit_failure: {failure}
   workers: 1
   ingress: {{listen: "127.0.0.1:{ingress_port}"}}
+  tcp_listen: "127.0.0.1:{tcp_port}"
+  tcp_sandbox: agent
 profiles:
   faults:
     rules:
@@ -57,6 +73,8 @@ profiles:
          owner: tests, reason: loopback origin}}
       - {{id: upload, host: upload.internal, tier: local, upstream: "127.0.0.1:{slow_port}",
          owner: tests, reason: a loopback origin that reads slowly}}
+      - {{id: reset, host: reset.internal, tier: local, upstream: "127.0.0.1:{reset_port}",
+         owner: tests, reason: a loopback origin that resets}}
 sandboxes:
   - {{id: agent, profile: faults}}
 """
@@ -161,6 +179,118 @@ class SlowReader:
                     time.sleep(0.02)
             except ConnectionResetError:
                 self.ended = ("reset", time.monotonic())
+
+
+class ResetOrigin:
+    """An origin that, on each connection, sends RESET_BYTES at once and then resets it
+    (SO_LINGER 0), once its kernel holds none of them unacknowledged (SIOCOUTQ 0), so
+    that every byte is in the daemon's kernel before the reset."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.payload = bytes(range(256)) * (RESET_BYTES // 256)
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.sendall(self.payload)
+                    deadline = time.monotonic() + 5
+                    while unacked(conn) and time.monotonic() < deadline:
+                        time.sleep(0.001)
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                    struct.pack("ii", 1, 0))
+                except OSError:
+                    pass
+
+
+def unacked(sock):
+    """Bytes <sock> has sent that its peer has not acknowledged (SIOCOUTQ)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+
+
+def tunnel_through(sock, port):
+    """CONNECT to the resetting origin on <sock>; what came after the 200's head, and how
+    the stream ended: "reset", "eof" or "timeout"."""
+    sock.settimeout(5)
+    sock.sendall(b"CONNECT reset.internal:%d HTTP/1.1\r\nHost: reset.internal:%d\r\n\r\n"
+                 % (port, port))
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            end = "reset"
+            break
+        except socket.timeout:
+            end = "timeout"
+            break
+        if not chunk:
+            end = "eof"
+            break
+        data += chunk
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep or not head.startswith(b"HTTP/1.1 200"):
+        return None, end, data[:200]
+    return body, end, None
+
+
+def t_upstream_reset(v, log):
+    """An upstream that resets after 64 KiB (issue 19 item 1): the agent gets the 64 KiB
+    every time, then a reset where its connection can carry one, and each close record
+    says upstream_reset."""
+    errs = []
+    port = v["reset"].port
+    want = v["reset"].payload
+    short = []
+    ends = {}
+    for i in range(RESET_RUNS + RESET_UNIX_RUNS):
+        tcp = i < RESET_RUNS
+        if tcp:
+            s = socket.create_connection(("127.0.0.1", v["tcp_port"]), timeout=5)
+        else:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(egress(v["sock_dir"], "agent"))
+        with s:
+            body, end, bad = tunnel_through(s, port)
+        if bad is not None:
+            errs.append("tunnel %d: no 200: %r" % (i, bad))
+            break
+        if body != want:
+            short.append(len(body))
+        kind = "tcp" if tcp else "unix"
+        ends.setdefault(kind, {}).setdefault(end, 0)
+        ends[kind][end] += 1
+    log("upstream reset after %d bytes: %d of %d tunnels short %r; ends %r" % (
+        RESET_BYTES, len(short), RESET_RUNS + RESET_UNIX_RUNS, short[:10], ends))
+    if short:
+        errs.append("%d of %d tunnels delivered less than the %d bytes sent before the reset "
+                    "(%r)" % (len(short), RESET_RUNS + RESET_UNIX_RUNS, RESET_BYTES, short[:10]))
+    if ends.get("tcp") != {"reset": RESET_RUNS}:
+        errs.append("on the TCP listener, the tunnels ended %r, want a reset each" %
+                    ends.get("tcp"))
+    if ends.get("unix") != {"eof": RESET_UNIX_RUNS}:
+        errs.append("on the Unix socket, the tunnels ended %r, want the end each" %
+                    ends.get("unix"))
+    time.sleep(0.5)  # the writer's pass
+    records, _ = audit_lines(v["audit"])
+    closes = [r for r in records if r.get("event") == "close" and r.get("host") ==
+              "reset.internal"]
+    reasons = {}
+    for r in closes:
+        reasons[r.get("reason")] = reasons.get(r.get("reason"), 0) + 1
+    if reasons != {"upstream_reset": RESET_RUNS + RESET_UNIX_RUNS}:
+        errs.append("close records' reasons %r, want upstream_reset for each of %d" % (
+            reasons, RESET_RUNS + RESET_UNIX_RUNS))
+    return errs
 
 
 def t_upload_abandoned(v, log):
@@ -307,11 +437,16 @@ def t_audit_file_size(v, log):
 
 def run_daemon(args, v, test, log):
     """Runs <test> against a daemon started with v["policy"] (under v["fsize"], a file size
-    limit, when set), then stops it; returns how many failed (the daemon's exit too)."""
+    limit, when set; with v["env"] added to its environment), then stops it; returns how
+    many failed (the daemon's exit too)."""
     fsize = v.get("fsize")
-    limit = None
-    if fsize is not None:
-        limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))  # noqa
+    env = v.get("env") or {}
+
+    def limit():
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        for key, value in env.items():
+            os.environ[key] = value  # the child's, before its exec
 
     def body():
         try:
@@ -330,7 +465,8 @@ def run_daemon(args, v, test, log):
 
 
 def main():
-    args, log = own_pass_args("agentsnet fault pass")
+    args, log = own_pass_args("agentsnet fault pass", lambda ap: ap.add_argument(
+        "--tests", nargs="*", default=None, help="run only these (by name)"))
     if os.geteuid() != 0:
         print("faults: FAIL: a tmpfs of the pass's own is mounted: run as root")
         return 1
@@ -340,19 +476,25 @@ def main():
     threading.Thread(target=origin.serve_forever, daemon=True).start()
     failed = 0
     try:
-        for name, failure, fsize, test in (
-                ("audit_full_continue", "continue", None, t_audit_full_continue),
-                ("audit_full_refuse", "refuse", None, t_audit_full_refuse),
-                ("audit_file_size", "continue", FSIZE_BYTES, t_audit_file_size),
-                ("upload_abandoned", "continue", None, t_upload_abandoned)):
+        for name, failure, fsize, env, test in (
+                ("audit_full_continue", "continue", None, None, t_audit_full_continue),
+                ("audit_full_refuse", "refuse", None, None, t_audit_full_refuse),
+                ("audit_file_size", "continue", FSIZE_BYTES, None, t_audit_file_size),
+                ("upload_abandoned", "continue", None, None, t_upload_abandoned),
+                ("upstream_reset_splice", "continue", None, None, t_upstream_reset),
+                ("upstream_reset_copy", "continue", None, {"AN_NO_SPLICE": "1"},
+                 t_upstream_reset)):
+            if args.tests and name not in args.tests:
+                continue
             top = os.path.join(tmp, name)
             disk = os.path.join(top, "disk")
             os.makedirs(disk, 0o755)
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0755" % DISK_BYTES,
                             "tmpfs", disk], check=True)
             try:
-                v = {"name": name, "fsize": fsize, "sock_dir": os.path.join(top, "run"),
-                     "ingress_port": free_port(), "slow": SlowReader(),
+                v = {"name": name, "fsize": fsize, "env": env,
+                     "sock_dir": os.path.join(top, "run"), "ingress_port": free_port(),
+                     "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(),
                      "audit": os.path.join(disk, "audit.jsonl"),
                      "filler": os.path.join(disk, "filler"),
                      "policy": os.path.join(top, "policy.yaml"),
@@ -361,7 +503,8 @@ def main():
                     f.write(POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"],
                                           failure=failure, port=origin.server_address[1],
                                           ingress_port=v["ingress_port"],
-                                          slow_port=v["slow"].port))
+                                          tcp_port=v["tcp_port"], slow_port=v["slow"].port,
+                                          reset_port=v["reset"].port))
                 failed += run_daemon(args, v, test, log)
             finally:
                 subprocess.run(["umount", disk], check=False)
