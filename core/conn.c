@@ -130,77 +130,65 @@ uint64_t upstream_key(const char *host, size_t len, uint16_t port)
 
 /*
  * Queues provided buffer <bid> of <len> bytes behind the conn's early data,
- * taking a block from the worker's pool for the first. Bytes that fit in the
- * room left in the last buffer queued join it there, and <bid> goes back to
- * the ring at once: a client sending a few bytes a segment holds one buffer,
- * not one a segment (a send from that buffer already under way covers the
- * bytes it had; early_advance finds the rest). False when CONN_EARLY_MAX
- * buffers wait already or no block is left: the caller returns the buffer
- * and closes.
+ * chained through the ring's held_next. Bytes that fit in the room left in
+ * the last buffer queued join it there, and <bid> goes back to the ring at
+ * once: a client sending a few bytes a segment holds one buffer, not one a
+ * segment (a send from that buffer already under way covers the bytes it
+ * had; early_advance finds the rest).
  */
-bool early_push(struct conn *c, uint16_t bid, uint32_t len)
+void early_push(struct conn *c, uint16_t bid, uint32_t len)
 {
 	struct ring *r = conn_ring(c);
 
-	AN_ASSERT(len > 0 && len <= UINT16_MAX && len <= r->buf_bytes);
+	AN_ASSERT(len > 0 && len <= UINT16_MAX && len <= r->buf_bytes && bid < r->buf_count);
 	if (c->early_count > 0) {
-		struct conn_early *e = c->early;
-		uint32_t last = (e->first + c->early_count - 1u) % CONN_EARLY_MAX;
-		if (len <= r->buf_bytes - e->len[last]) {
-			memcpy((char *)ring_buf(r, e->bid[last]) + e->len[last], ring_buf(r, bid),
+		uint16_t last = c->early_last;
+		if (len <= r->buf_bytes - r->held_len[last]) {
+			memcpy((char *)ring_buf(r, last) + r->held_len[last], ring_buf(r, bid),
 			       len);
-			e->len[last] = (uint16_t)(e->len[last] + len);
+			r->held_len[last] = (uint16_t)(r->held_len[last] + len);
 			ring_buf_return(r, bid);
-			return true;
+			return;
 		}
+		r->held_next[last] = bid;
+	} else {
+		c->early_first = bid;
+		c->early_read = 0;
 	}
-	if (c->early_count == CONN_EARLY_MAX)
-		return false;
-	if (c->early == NULL) {
-		AN_ASSERT(c->early_count == 0);
-		c->early = pool_take(&c->w->earlies);
-		if (c->early == NULL)
-			return false;
-	}
-	uint32_t slot = (c->early->first + c->early_count) % CONN_EARLY_MAX;
-	c->early->bid[slot] = bid;
-	c->early->len[slot] = (uint16_t)len;
+	r->held_len[bid] = (uint16_t)len;
+	c->early_last = bid;
+	AN_ASSERT(c->early_count < r->buf_count);
 	c->early_count++;
-	return true;
 }
 
 /* The unread bytes of the oldest early buffer: their length; *<bid> and *<off> say where. */
 uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off)
 {
-	const struct conn_early *e = c->early;
+	const struct ring *r = &c->w->ring;
 
-	AN_ASSERT(c->early_count > 0 && e != NULL);
-	*bid = e->bid[e->first];
-	*off = e->buf_off;
-	AN_ASSERT(e->buf_off < e->len[e->first]);
-	return e->len[e->first] - e->buf_off;
+	AN_ASSERT(c->early_count > 0);
+	*bid = c->early_first;
+	*off = c->early_read;
+	AN_ASSERT(c->early_read < r->held_len[c->early_first]);
+	return r->held_len[c->early_first] - c->early_read;
 }
 
-/*
- * Marks <n> bytes of the oldest early buffer read. A buffer read whole goes
- * back to the ring, and the last one takes the block back to the pool.
- */
+/* Marks <n> bytes of the oldest early buffer read. A buffer read whole goes back to the ring. */
 void early_advance(struct conn *c, uint32_t n)
 {
-	struct conn_early *e = c->early;
+	struct ring *r = conn_ring(c);
+	uint16_t first = c->early_first;
 
-	AN_ASSERT(c->early_count > 0 && e != NULL);
-	e->buf_off += n;
-	AN_ASSERT(e->buf_off <= e->len[e->first]);
-	if (e->buf_off < e->len[e->first])
+	AN_ASSERT(c->early_count > 0);
+	AN_ASSERT(c->early_read + n <= r->held_len[first]);
+	c->early_read = (uint16_t)(c->early_read + n);
+	if (c->early_read < r->held_len[first])
 		return;
-	ring_buf_return(conn_ring(c), e->bid[e->first]);
-	e->first = (uint8_t)((e->first + 1) % CONN_EARLY_MAX);
-	e->buf_off = 0;
-	if (--c->early_count == 0) {
-		pool_put(&c->w->earlies, e);
-		c->early = NULL;
-	}
+	c->early_read = 0;
+	c->early_count--;
+	if (c->early_count > 0)
+		c->early_first = r->held_next[first];
+	ring_buf_return(r, first);
 }
 
 static void early_release_all(struct conn *c)
@@ -210,7 +198,6 @@ static void early_release_all(struct conn *c)
 		uint32_t off;
 		early_advance(c, early_front(c, &bid, &off));
 	}
-	AN_ASSERT(c->early == NULL);
 }
 
 static void relay_release(struct conn *c, struct relay *r)
@@ -617,22 +604,17 @@ static void head_data(struct conn *c, uint16_t bid, uint32_t len)
 		head_append(c, bid, len);
 		return;
 	}
-	bool queued = c->state == ST_RESPOND && c->answer_keeps_conn && c->early_count > 0;
-	if (queued && early_push(c, bid, len))
+	if (c->state == ST_RESPOND && c->answer_keeps_conn && c->early_count > 0) {
+		early_push(c, bid, len);
 		return; /* behind what waits already: head_read_next carries it on */
+	}
 	if (c->state == ST_RESPOND || c->state == ST_LINGER || c->state == ST_CLOSING) {
 		c->answer_keeps_conn = false; /* a request lost here must not be waited for */
 		ring_buf_return(r, bid);
 		return;
 	}
 	/* Early data: the client sent more before we answered. Keep it in order. */
-	if (!early_push(c, bid, len)) {
-		ring_buf_return(r, bid);
-		log_debug("conn %llx: early data over %u buffers (or no block for them)",
-			  (unsigned long long)c->id, CONN_EARLY_MAX);
-		conn_close(c);
-		return;
-	}
+	early_push(c, bid, len);
 	/* Enough waits: what the client sends next stays in the kernel until the mode reads. */
 	if (c->early_count >= CONN_EARLY_STOP_AT && !(c->flags & F_HEAD_STOP))
 		head_recv_stop(c);

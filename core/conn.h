@@ -47,28 +47,16 @@ union conn_addr {
 
 #define CONN_ADDRS_MAX 4u
 /*
- * Early-data buffers one conn may hold. Its head receive stops once
- * CONN_EARLY_STOP_AT wait (head_data), whatever the conn is doing, so a client
- * that sends on while the conn resolves or connects (a body a byte a segment)
- * is held back by TCP, its bytes left in the kernel for the mode's own
- * receive, never closed for having sent them. Past the stop, the kernel posts
- * at most 32 multishot receive completions per wake-up, and one wake-up can
- * pass before the cancel lands.
+ * Early-data buffers after which a conn's head receive stops (head_data),
+ * whatever the conn is doing, so a client that sends on while the conn
+ * resolves or connects (a body sent at once) is held back by its socket, its
+ * bytes left in the kernel for the mode's own receive. What the receive
+ * posted before the stop landed (completions already in the ring, or waiting
+ * their sandbox's turn: core/sched.h) is kept too, however many: a conn's
+ * early data is a chain of the ring's buffers (ring.held_next), bounded by
+ * the ring, never a reason to close.
  */
 #define CONN_EARLY_STOP_AT 8u
-#define CONN_EARLY_MAX     (CONN_EARLY_STOP_AT + 32u)
-
-/*
- * A conn's early data: provided buffers that arrived before it could pass
- * them on, oldest first, a ring of CONN_EARLY_MAX. A block of the worker's
- * pool (worker.earlies), held only while a buffer waits in it.
- */
-struct conn_early {
-	uint16_t bid[CONN_EARLY_MAX];
-	uint16_t len[CONN_EARLY_MAX];
-	uint32_t buf_off; /* consumed from the first buffer */
-	uint8_t first;
-};
 
 struct conn {
 	struct worker *w;
@@ -103,7 +91,10 @@ struct conn {
 	uint16_t path_off;  /* absolute form: the path inside the head buffer */
 	uint16_t path_len;
 	/* Early data that arrived in provided buffers after the head (FIFO). */
-	struct conn_early *early; /* NULL while early_count is 0 */
+	uint16_t early_first; /* the oldest buffer of the chain, valid while early_count > 0 */
+	uint16_t early_last;  /* the newest */
+	uint16_t early_read;  /* bytes of the oldest already passed on */
+	uint16_t early_count; /* buffers in the chain */
 	/* Response head from the upstream (forwarding), pooled like the head. */
 	char *resp;
 	uint32_t resp_fill;
@@ -116,7 +107,6 @@ struct conn {
 	struct relay up;
 	struct relay down;
 	/* The request being served. */
-	uint8_t early_count;
 	uint8_t tier;
 	uint8_t reason;
 	uint8_t addr_count;
@@ -127,7 +117,8 @@ struct conn {
 	uint8_t method_len;
 	bool
 	    upstream_reset : 1; /* the upstream holds a request cut short: upstream_close resets it */
-	bool client_reset : 1; /* the upstream reset: a TCP client is reset at the close too */
+	bool client_reset : 1;     /* the upstream reset: a TCP client is reset at the close too */
+	bool upstream_aborted : 1; /* the upstream's connection ended in a reset (inject) */
 	int32_t connect_err;
 	struct snapshot *snap; /* the current request's policy, held (core/snapshot.h) */
 	struct ratelimit_entry *rule_limit; /* the request's rule limits, counted in its conns */

@@ -332,11 +332,11 @@ void conn_close_record(struct conn *c);
 bool audit_refuses(const struct conn *c);
 
 /*
- * Queues provided buffer <bid> of <len> bytes behind the conn's early data.
- * False when CONN_EARLY_MAX wait or no block is left: the caller returns the
- * buffer and closes.
+ * Queues provided buffer <bid> of <len> bytes behind the conn's early data
+ * (the conn holds it until early_advance has read it whole). Never fails:
+ * the chain is bounded by the ring's buffers.
  */
-bool early_push(struct conn *c, uint16_t bid, uint32_t len);
+void early_push(struct conn *c, uint16_t bid, uint32_t len);
 /* The unread bytes of the oldest early buffer: their length; *<bid> and *<off> say where. */
 uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off);
 /* Marks <n> bytes of the oldest early buffer read; a buffer read whole goes back. */
@@ -443,6 +443,12 @@ void term_pump(struct conn *c);
 void term_flush(struct conn *c);
 /* The session ended (<st> CLOSED or ERROR): audit why, queue close_notify. */
 void term_end(struct conn *c, enum term_status st);
+/*
+ * The stream the agent reads was cut by its upstream (a reset): what the
+ * session holds goes out, then the connection closes with no close_notify
+ * (a reset on TCP), so that the agent's TLS reads a truncation, not the end.
+ */
+void term_abort(struct conn *c);
 /* The answer to a request refused inside the session; the conn closes after it. */
 void term_refuse(struct conn *c, enum reason why);
 /* Drops <n> bytes from the front of the plaintext in the head buffer. */

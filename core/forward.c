@@ -351,11 +351,7 @@ static void on_fwd_up(struct conn *c, uint32_t rop, int res)
 		/* Queued like early data (the receive is armed only when none waits):
 		 * framed and sent from there, and bytes past the body stay queued. */
 		r->holds_buf = false;
-		if (!early_push(c, r->bid, (uint32_t)res)) {
-			ring_buf_return(conn_ring(c), r->bid);
-			conn_close(c);
-			return;
-		}
+		early_push(c, r->bid, (uint32_t)res);
 		fwd_up_step(c);
 		return;
 	}
@@ -523,6 +519,14 @@ static void on_fwd_down_recv(struct conn *c, int res)
 	if (res == -ENOBUFS || res == -EAGAIN) {
 		r->state = R_IDLE;
 		nobufs_wait(c);
+		return;
+	}
+	if (res < 0 && c->resp_head_done) {
+		/* A reset after the answer began: what came before it is out, and the agent's
+		 * stream is cut (a reset on TCP), never ended as if the body were whole. */
+		c->reason = REASON_UPSTREAM_RESET;
+		c->client_reset = true;
+		conn_close(c);
 		return;
 	}
 	if (res <= 0) {

@@ -578,8 +578,10 @@ static void inject_upstream_end(struct conn *c, enum term_status st)
 
 	c->upstream_dead = true;
 	/* A close-delimited body ends with the upstream, with or without a close_notify
-	 * (many servers close TCP only): what came is the whole body, relayed as it came. */
-	if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE && !c->upgraded) {
+	 * (many servers close TCP only): what came is the whole body, relayed as it came;
+	 * never at a reset, which cut it. */
+	if (c->resp_head_done && c->resp_body == HTTP1_BODY_CLOSE && !c->upgraded &&
+	    !c->upstream_aborted) {
 		c->resp_scan = c->resp_fill;
 		c->resp_done = true;
 	}
@@ -630,8 +632,14 @@ static void inject_pump(struct conn *c)
 	bool all_out =
 	    c->resp_off == c->resp_scan || (!c->resp_done && c->resp_off >= inject_relay_limit(c));
 	if (c->upstream_dead && (c->resp_done || c->resp_started) && all_out && !c->term_closing &&
-	    c->state == ST_TERM)
-		term_end(c, TERM_CLOSED);
+	    c->state == ST_TERM) {
+		if (c->upstream_aborted && c->inject_phase == INJ_RESPONSE && !c->resp_done) {
+			c->reason = REASON_UPSTREAM_RESET;
+			term_abort(c); /* cut by a reset: the agent must not read it as whole */
+		} else {
+			term_end(c, TERM_CLOSED);
+		}
+	}
 	term_flush(c);
 	inject_flush_up(c);
 }
@@ -779,6 +787,10 @@ static void on_inject_recv(struct conn *c, int res)
 		/* Idle is no byte either way: a long answer streams on. */
 		c->active_ms = c->w->now_ms;
 	} else if (res == 0 || (res < 0 && res != -ENOBUFS)) {
+		/* A reset comes after the bytes ahead of it, which are all in: what the session
+		 * made of them is still relayed (inject_pump), then the agent's stream is cut. */
+		if (res < 0)
+			c->upstream_aborted = true;
 		t->feed_eof(c->upstream_tls);
 	}
 	if (c->state != ST_TERM)

@@ -105,10 +105,16 @@ void ring_features_describe(const struct ring_features *f, char *out, size_t cap
 		 f->splice ? "yes" : "no", f->ext_arg ? "yes" : "no");
 }
 
+/* The mapping behind <buf_count> buffers of <buf_bytes>: the buffers, then held_next and held_len. */
+static size_t ring_bufs_bytes(uint32_t buf_count, uint32_t buf_bytes)
+{
+	return (size_t)buf_count * buf_bytes + (size_t)buf_count * 2u * sizeof(uint16_t);
+}
+
 static int ring_bufs_init(struct ring *r, uint32_t buf_count, uint32_t buf_bytes)
 {
 	int err = 0;
-	size_t bytes = (size_t)buf_count * buf_bytes;
+	size_t bytes = ring_bufs_bytes(buf_count, buf_bytes);
 	void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	if (base == MAP_FAILED)
@@ -121,6 +127,8 @@ static int ring_bufs_init(struct ring *r, uint32_t buf_count, uint32_t buf_bytes
 	r->buf_base = base;
 	r->buf_count = buf_count;
 	r->buf_bytes = buf_bytes;
+	r->held_next = (uint16_t *)(r->buf_base + (size_t)buf_count * buf_bytes);
+	r->held_len = r->held_next + buf_count;
 	int mask = io_uring_buf_ring_mask(buf_count);
 	for (uint32_t i = 0; i < buf_count; i++)
 		io_uring_buf_ring_add(r->br, r->buf_base + (size_t)i * buf_bytes, buf_bytes,
@@ -171,7 +179,7 @@ void ring_destroy(struct ring *r)
 	if (r->br != NULL)
 		compat_free_buf_ring(&r->uring, r->br, r->buf_count, RING_BGID);
 	if (r->buf_base != NULL)
-		munmap(r->buf_base, (size_t)r->buf_count * r->buf_bytes);
+		munmap(r->buf_base, ring_bufs_bytes(r->buf_count, r->buf_bytes));
 	io_uring_queue_exit(&r->uring);
 	memset(r, 0, sizeof(*r));
 }

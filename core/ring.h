@@ -30,7 +30,12 @@ struct ring {
 	unsigned char *buf_base;      /* owned; buf_count * buf_bytes */
 	uint32_t buf_count;
 	uint32_t buf_bytes;
-	uint32_t bufs_out;   /* buffers handed to us by CQEs and not yet returned */
+	uint32_t bufs_out; /* buffers handed to us by CQEs and not yet returned */
+	/* Per buffer, buf_count entries each, in buf_base's mapping after the buffers:
+	 * for a buffer a conn holds in a chain (its early data, core/conn.c), the next
+	 * buffer of that chain and the bytes it holds. */
+	uint16_t *held_next;
+	uint16_t *held_len;
 	uint32_t sq_unsent;  /* SQEs prepared since the last submit */
 	uint32_t file_slots; /* the fixed-file table's size, as registered */
 };

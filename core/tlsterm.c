@@ -48,6 +48,8 @@ void term_flush(struct conn *c)
 	if (n > 0) {
 		c->down.state = R_SEND;
 		prep_send(c, dir_op(DIR_DOWN, ROP_SEND), c->cfd, data, n);
+	} else if (c->term_closing && c->client_reset) {
+		conn_close(c); /* term_abort: no close_notify, no linger */
 	} else if (c->term_closing) {
 		linger_start(c);
 	}
@@ -99,6 +101,12 @@ void term_end(struct conn *c, enum term_status st)
 		log_debug("conn %llx: TLS: %s", (unsigned long long)c->id, t->error(c->client_tls));
 	}
 	(void)t->close(c->client_tls); /* a full buffer drops it: the TCP close still ends us */
+	c->term_closing = true;
+}
+
+void term_abort(struct conn *c)
+{
+	c->client_reset = true;
 	c->term_closing = true;
 }
 
@@ -256,6 +264,9 @@ enum term_status term_read_request(struct conn *c)
 	return st;
 }
 
+/* Rounds of feeding and pumping one call makes at most (each feeds some waiting bytes). */
+#define TERM_PUMP_ROUNDS_MAX 41u
+
 /*
  * Moves the sessions as far as they go without the network, then sends:
  * waiting ciphertext is fed as the session makes room, and once none waits
@@ -263,7 +274,7 @@ enum term_status term_read_request(struct conn *c)
  */
 void term_pump(struct conn *c)
 {
-	for (uint32_t round = 0; round <= CONN_EARLY_MAX && c->state == ST_TERM; round++) {
+	for (uint32_t round = 0; round < TERM_PUMP_ROUNDS_MAX && c->state == ST_TERM; round++) {
 		uint32_t fed = term_feed_waiting(c);
 		AN_ASSERT(c->mode->state == ST_TERM);
 		c->mode->pump(c);
@@ -349,11 +360,7 @@ static uint32_t term_feed_waiting(struct conn *c)
  */
 void term_ciphertext(struct conn *c, uint16_t bid, uint32_t len)
 {
-	if (!early_push(c, bid, len)) {
-		ring_buf_return(conn_ring(c), bid);
-		conn_close(c); /* a receive cancelled long ago still delivering: not a client */
-		return;
-	}
+	early_push(c, bid, len);
 	term_pump(c);
 }
 

@@ -159,11 +159,10 @@ struct worker {
 	int wake_fd; /* eventfd written by engine_stop */
 	uint64_t wake_value;
 	struct ring ring;
-	struct pool conns;   /* struct conn */
-	struct pool heads;   /* head/response buffers of LIMITS_HEAD_BYTES_MAX + slack */
-	struct pool earlies; /* struct conn_early, one a conn while early data waits */
-	struct share share;  /* each sandbox's conns on this worker, and its share (core/share.h) */
-	struct sched sched;  /* each sandbox's completions per loop turn (core/sched.h) */
+	struct pool conns;  /* struct conn */
+	struct pool heads;  /* head/response buffers of LIMITS_HEAD_BYTES_MAX + slack */
+	struct share share; /* each sandbox's conns on this worker, and its share (core/share.h) */
+	struct sched sched; /* each sandbox's completions per loop turn (core/sched.h) */
 	char share_reply[WORKER_SHARE_REPLY_BYTES]; /* answered to a conn over its share */
 	uint32_t share_reply_len;
 	struct pipepool pipes;

@@ -176,9 +176,6 @@ static int worker_setup(struct worker *w)
 	if (ret == 0)
 		ret =
 		    pool_init(&w->heads, "heads", WORKER_HEAD_BUFFER_BYTES, cfg->conns_per_worker);
-	if (ret == 0)
-		ret = pool_init(&w->earlies, "earlies", sizeof(struct conn_early),
-				cfg->conns_per_worker);
 	if (ret != 0) {
 		log_error("worker %u: pools: %s", w->index, strerror(-ret));
 		return ret;
@@ -262,13 +259,12 @@ static void worker_teardown(struct worker *w)
 	cmds_drop(w);
 
 	if (pool_in_use(&w->conns) != 0 || pool_in_use(&w->heads) != 0 ||
-	    pool_in_use(&w->earlies) != 0 || pipepool_in_use(&w->pipes) != 0 ||
-	    w->share.total != 0 || w->ring.bufs_out != 0 || w->dns.polls_pending != 0) {
-		log_error("worker %u: leak at exit: conns=%u heads=%u earlies=%u pipes=%u "
-			  "buffers=%u dns_polls=%u",
+	    pipepool_in_use(&w->pipes) != 0 || w->share.total != 0 || w->ring.bufs_out != 0 ||
+	    w->dns.polls_pending != 0) {
+		log_error("worker %u: leak at exit: conns=%u heads=%u pipes=%u buffers=%u "
+			  "dns_polls=%u",
 			  w->index, pool_in_use(&w->conns), pool_in_use(&w->heads),
-			  pool_in_use(&w->earlies), pipepool_in_use(&w->pipes), w->ring.bufs_out,
-			  w->dns.polls_pending);
+			  pipepool_in_use(&w->pipes), w->ring.bufs_out, w->dns.polls_pending);
 		leak = true;
 		atomic_fetch_add(&w->e->leaks, 1);
 	}
@@ -292,7 +288,6 @@ static void worker_teardown(struct worker *w)
 	sched_destroy(&w->sched);
 	pool_destroy(&w->conns);
 	pool_destroy(&w->heads);
-	pool_destroy(&w->earlies);
 	ring_destroy(&w->ring);
 	AN_FREE(&w->timers);
 	AN_FREE(&w->resp_rewrite);
@@ -696,8 +691,9 @@ static uint32_t reap_all(struct worker *w, struct sched_cqe *batch)
  * runs only a bounded number of its items (a score or so) before returning:
  * a quiet sandbox's completion would wait there behind a flood's, where no
  * turn-taking reaches it. So when an enter brought many, the turn asks for
- * more (GETEVENTS, no wait) while the list yields some and there is room to
- * defer, at most LIMITS_CQ_PULLS_PER_TURN times; the excess waits in the
+ * more (GETEVENTS, no wait, with what the turn queued submitted) while the
+ * list yields some and there is room to defer, at most
+ * LIMITS_CQ_PULLS_PER_TURN times; the excess waits in the
  * sandboxes' queues, where each gets its turn. A light turn costs no extra
  * enter.
  */
@@ -708,7 +704,11 @@ static void run_reaped(struct worker *w, struct sched_cqe *batch)
 	for (uint32_t pulls = 0; pulls < LIMITS_CQ_PULLS_PER_TURN; pulls++) {
 		if (got < LIMITS_CQ_PULL_MIN || !sched_room(&w->sched, LIMITS_CQES_PER_TURN))
 			return;
-		int ret = io_uring_get_events(&w->ring.uring);
+		/* What the turn queued goes in with the pull: a stop (a receive's cancel)
+		 * lands before that receive posts more behind it. */
+		int ret = io_uring_submit_and_get_events(&w->ring.uring);
+		if (ret >= 0)
+			w->ring.sq_unsent = 0;
 		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
 			return;
 		got = reap_all(w, batch);

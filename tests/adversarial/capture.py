@@ -19,12 +19,17 @@ keeps for reuse carries one run's bytes into the next one's lease.
 """
 
 import collections
+import fcntl
 import os
 import re
 import socket
 import ssl
+import struct
+import termios
 import threading
 import time
+
+from catalogue import RESET
 
 CANNED_BODY = b"captured\n"
 CANNED_REPLY = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n"
@@ -87,6 +92,19 @@ def chunked_end(buf, at):
         at = eol + 2 + size + 2
         if len(buf) < at:
             return None
+
+
+def reset(conn):
+    """Ends <conn> in a TCP reset (SO_LINGER 0; the caller closes it), once its peer has
+    acknowledged what was sent (SIOCOUTQ 0, 2 s at most): the bytes before the reset are
+    all in the daemon's kernel, so what it does with them is its own doing."""
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        left = struct.unpack("i", fcntl.ioctl(conn.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+        if left == 0:
+            break
+        time.sleep(0.001)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 class Lease:
@@ -223,6 +241,9 @@ class Capture:
                     for piece in answer:
                         if isinstance(piece, float):
                             time.sleep(piece)
+                        elif piece == RESET:
+                            reset(conn)
+                            return
                         else:
                             conn.sendall(piece)
                     if close:

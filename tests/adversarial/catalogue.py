@@ -24,16 +24,22 @@ CASE_REQUIRED = ("id", "title", "via", "send", "expect")
 VIAS = ("egress", "ingress")
 TUNNEL_KEYS = {"connect": str, "tls": bool}
 EXPECT_KEYS = {"responses": list, "close": str, "upstream": (str, dict), "audit": list,
-               "never_in_responses": list, "tls_alert": int}
+               "never_in_responses": list, "tls_alert": int, "end": str, "close_reason": str}
 EXPECT_REQUIRED = ("responses", "close", "upstream", "audit")
 CLOSES = ("closed", "open")
+# How a closed connection ended, as its client reads it: "clean" (an EOF, after a TLS
+# close_notify inside a TLS tunnel) or "aborted" (a reset, or TLS without close_notify).
+ENDS = ("clean", "aborted")
+# The mark {"reset": true} leaves in an expanded upstream_reply: the capture resets its
+# connection there (SO_LINGER 0), once its peer has acknowledged every byte before it.
+RESET = "reset"
 RESPONSE_KEYS = {"status": int, "reason": (str, type(None)), "headers": dict,
                  "headers_absent": list, "body_contains": str, "bodiless": bool}
 RESPONSE_REQUIRED = ("status", "reason")
 UPSTREAM_KEYS = {"connections": int, "requests": int, "saw": list, "contains": list,
                  "never": list}
 SEGMENT_FORMS = ({"repeat": str, "times": int}, {"client_hello": (str, type(None))},
-                 {"await": str}, {"pause_s": (int, float)})
+                 {"await": str}, {"pause_s": (int, float)}, {"reset": bool})
 PAUSE_S_MAX = 10  # a run's reads all end within run.py's RUN_DEADLINE_S
 ID_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
 
@@ -65,10 +71,14 @@ def check_segments(where, segments, allow_await):
                     None)
         if form is None:
             raise CatalogueError("%s: a segment is a string, {repeat, times}, {client_hello}, "
-                                 "{await} or {pause_s}, not %r" % (at, seg))
+                                 "{await}, {pause_s} or {reset}, not %r" % (at, seg))
         check_keys(at, seg, form, form)
         if "await" in seg and (seg["await"] != "response" or not allow_await):
             raise CatalogueError("%s: only the request may hold {\"await\": \"response\"}" % at)
+        if "reset" in seg and (allow_await or seg["reset"] is not True or
+                               i != len(segments) - 1):
+            raise CatalogueError("%s: {\"reset\": true} ends an upstream_reply, and only it"
+                                 % at)
         if "pause_s" in seg and (allow_await or not 0 < seg["pause_s"] <= PAUSE_S_MAX):
             raise CatalogueError("%s: only upstream_reply may hold {\"pause_s\": S}, "
                                  "0 < S <= %d" % (at, PAUSE_S_MAX))
@@ -78,6 +88,9 @@ def check_expect(where, expect):
     check_keys(where, expect, EXPECT_KEYS, EXPECT_REQUIRED)
     if expect["close"] not in CLOSES:
         raise CatalogueError("%s: close is one of %s" % (where, ", ".join(CLOSES)))
+    if "end" in expect and (expect["end"] not in ENDS or expect["close"] != "closed"):
+        raise CatalogueError("%s: end is one of %s, of a connection that closed" % (
+            where, ", ".join(ENDS)))
     for i, resp in enumerate(expect["responses"]):
         check_keys("%s.responses[%d]" % (where, i), resp, RESPONSE_KEYS, RESPONSE_REQUIRED)
     upstream = expect["upstream"]
@@ -150,7 +163,7 @@ def load(case_dir, skip_list, pattern=None):
 
 def expand(segments, values):
     """Bytes of <segments> under the run's template <values>: a list of byte strings,
-    "await" marks (None) and pauses (seconds, a float), in order."""
+    "await" marks (None), pauses (seconds, a float) and the RESET mark, in order."""
     out = []
     for seg in substitute(segments, values):
         if isinstance(seg, (str, int)):
@@ -161,6 +174,8 @@ def expand(segments, values):
             out.append(client_hello(seg["client_hello"]))
         elif "pause_s" in seg:
             out.append(float(seg["pause_s"]))
+        elif "reset" in seg:
+            out.append(RESET)
         else:
             out.append(None)
     return out

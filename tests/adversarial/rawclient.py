@@ -54,6 +54,7 @@ class Conn:
         self.received = bytearray()  # every byte read, for the cases' never-in-a-response checks
         self.send_error = None
         self.client = None  # TCP: "ip:port" of this end, as the gateway's audit names it
+        self.end = None  # how it closed: "clean" (EOF, TLS after close_notify) or "aborted"
 
     @classmethod
     def unix(cls, path, deadline):
@@ -76,7 +77,10 @@ class Conn:
         if self.buf:
             raise Closed("bytes after the tunnel's 200: %r" % bytes(self.buf[:200]))
         self.sock.settimeout(max(0.1, self.deadline - time.monotonic()))
-        self.sock = context.wrap_socket(self.sock, server_hostname=server_name)
+        # A ragged EOF raises (SSLEOFError): a stream cut without close_notify is told
+        # from one that ended.
+        self.sock = context.wrap_socket(self.sock, server_hostname=server_name,
+                                        suppress_ragged_eofs=False)
 
     def send(self, data, split):
         """Sends <data> whole or a byte at a time; stops quietly at the first refused send
@@ -101,8 +105,11 @@ class Conn:
         except (socket.timeout, TimeoutError):
             raise Silent("no more bytes before the deadline") from None
         except (OSError, ssl.SSLError) as e:
+            if self.end is None and isinstance(e, (ConnectionResetError, ssl.SSLEOFError)):
+                self.end = "aborted"  # the first end read is the one (a read after it: EOF)
             raise Closed("%s: %s" % (type(e).__name__, e)) from None
         if not data:
+            self.end = self.end or "clean"
             raise Closed("EOF")
         self.buf += data
         self.received += data

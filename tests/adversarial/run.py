@@ -278,6 +278,8 @@ def converse(conn, case, values, mode, responses, run):
         run.errors.append("connection %s after the responses, want %s%s" % (
             state, expect["close"],
             " (within %.1fs)" % CLOSE_WITHIN_S if expect["close"] == "closed" else ""))
+    elif "end" in expect and conn.end != expect["end"]:
+        run.errors.append("the connection's end was %s, want %s" % (conn.end, expect["end"]))
 
 
 def is_tls_alert(data, description):
@@ -379,6 +381,13 @@ def check_audit(run, records, by_id):
     want = run.expect["audit"]
     got = records_of(run, records, by_id)
     errs = []
+    if "close_reason" in run.expect:
+        conns = {r.get("conn") for r in got}
+        closes = [r for r in records if r.get("event") == "close" and r.get("conn") in conns]
+        reasons = [r.get("reason") for r in closes]
+        if not closes or any(x != run.expect["close_reason"] for x in reasons):
+            errs.append("close records' reasons %r, want %r" % (reasons,
+                                                               run.expect["close_reason"]))
     if len(got) != len(want) or not all(audit_match(g, w) for g, w in zip(got, want)):
         errs.append("audit records %s, want %s" % (
             json.dumps([{k: g.get(k) for k in ("event", "decision", "reason", "method",

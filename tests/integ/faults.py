@@ -28,6 +28,15 @@
     TCP and RESET_UNIX_RUNS over the sandbox's socket; every tunnel's close record says
     upstream_reset. Once through the splice relay, once through the copy relay
     (AN_NO_SPLICE=1).
+  - early_flood: an agent that sends a 4 MiB body at once behind its head (its socket's
+    buffer forced to hold it all) while the upstream's listener has no room to accept for a
+    second: every byte the daemon's head receive took before it stopped waits in the conn
+    (however many the receive posted before the stop landed), the upload reaches the
+    upstream whole once it accepts, and the agent gets its answer; never a close.
+  - upstream_reset_inject: the same origin behind TLS and an inject rule, its answer a body
+    its close delimits: the agent gets the 64 KiB, then its TLS ends without close_notify
+    (a truncation, never the body's end), RESET_INJECT_RUNS times; each close record says
+    upstream_reset.
 
 Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] [--tests NAME...] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
@@ -39,6 +48,7 @@ import json
 import os
 import resource
 import socket
+import ssl
 import subprocess
 import struct
 import sys
@@ -48,7 +58,7 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import own_pass_args, own_pass_end, read_text, with_daemon, Fatal
+from integlib import make_pki, own_pass_args, own_pass_end, read_text, with_daemon, Fatal
 
 DISK_BYTES = 1 << 20
 RECOVER_S = 5  # the writer tries a failing file at least once a second
@@ -56,6 +66,10 @@ FSIZE_BYTES = 64 << 10
 RESET_BYTES = 64 << 10
 RESET_RUNS = 200
 RESET_UNIX_RUNS = 20
+RESET_INJECT_RUNS = 200
+PLACEHOLDER = "agentsnet-placeholder-faults"
+FLOOD_BYTES = 4 << 20
+FLOOD_HOLD_S = 1.0
 
 POLICY = """version: 1
 daemon:
@@ -66,6 +80,11 @@ daemon:
   ingress: {{listen: "127.0.0.1:{ingress_port}"}}
   tcp_listen: "127.0.0.1:{tcp_port}"
   tcp_sandbox: agent
+  ca: {{cert: "{pki}/ca.pem", key: "{pki}/ca.key"}}
+resolver:
+  servers: ["127.0.0.1:9"]
+  hosts: {{api.internal: [127.0.0.1]}}
+  allow_private: [127.0.0.1/32]
 profiles:
   faults:
     rules:
@@ -75,6 +94,17 @@ profiles:
          owner: tests, reason: a loopback origin that reads slowly}}
       - {{id: reset, host: reset.internal, tier: local, upstream: "127.0.0.1:{reset_port}",
          owner: tests, reason: a loopback origin that resets}}
+      - {{id: late, host: late.internal, tier: local, upstream: "127.0.0.1:{late_port}",
+         owner: tests, reason: a loopback origin that accepts late}}
+      - id: inject
+        host: api.internal
+        tier: inject
+        ports: [{tls_reset_port}]
+        owner: tests
+        reason: a TLS origin that resets
+        inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
+                 secret_file: "{pki}/secret.txt"}}
+        upstream_ca: "{pki}/ca.pem"
 sandboxes:
   - {{id: agent, profile: faults}}
 """
@@ -184,9 +214,12 @@ class SlowReader:
 class ResetOrigin:
     """An origin that, on each connection, sends RESET_BYTES at once and then resets it
     (SO_LINGER 0), once its kernel holds none of them unacknowledged (SIOCOUTQ 0), so
-    that every byte is in the daemon's kernel before the reset."""
+    that every byte is in the daemon's kernel before the reset. With <tls> (an
+    ssl.SSLContext), it speaks TLS, reads a request head first and answers it with
+    RESET_BYTES of a body its close delimits."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
+        self.tls = tls
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
@@ -200,16 +233,30 @@ class ResetOrigin:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            with conn:
-                try:
-                    conn.sendall(self.payload)
-                    deadline = time.monotonic() + 5
-                    while unacked(conn) and time.monotonic() < deadline:
-                        time.sleep(0.001)
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                    struct.pack("ii", 1, 0))
-                except OSError:
-                    pass
+            threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+
+    def answer(self, conn):
+        try:
+            conn.settimeout(10)
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    head += chunk
+                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + self.payload)
+            else:
+                conn.sendall(self.payload)
+            deadline = time.monotonic() + 5
+            while unacked(conn) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            conn.close()
 
 
 def unacked(sock):
@@ -290,6 +337,162 @@ def t_upstream_reset(v, log):
     if reasons != {"upstream_reset": RESET_RUNS + RESET_UNIX_RUNS}:
         errs.append("close records' reasons %r, want upstream_reset for each of %d" % (
             reasons, RESET_RUNS + RESET_UNIX_RUNS))
+    return errs
+
+
+class LateOrigin:
+    """An origin whose listener has no room for a connection (backlog 0, filled by one of
+    its own) for FLOOD_HOLD_S after arm(): a connect to it waits for a SYN retransmit.
+    Then it accepts, reads one request with a Content-Length body and answers 200 with
+    the body's length; received holds that length."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(0)
+        self.port = self.sock.getsockname()[1]
+        self.filler = None
+        self.received = None
+
+    def arm(self):
+        self.filler = socket.create_connection(("127.0.0.1", self.port))
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        time.sleep(FLOOD_HOLD_S)
+        first, _ = self.sock.accept()  # the filler's
+        first.close()
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.settimeout(20)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int([x for x in head.split(b"\r\n") if x.lower().startswith(
+                b"content-length:")][0].split(b":")[1])
+            got = len(body)
+            while got < length:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                got += len(chunk)
+            self.received = got
+            answer = b"%d" % got
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n"
+                         b"\r\n%s" % (len(answer), answer))
+
+
+def t_early_flood(v, log):
+    """A body sent at once behind its head while the upstream's connect waits: it reaches
+    the upstream whole and the agent gets the answer (the daemon closed such a conn
+    when its head receive posted over 40 buffers before the stop landed)."""
+    errs = []
+    late = v["late"]
+    late.arm()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, 32, 2 * FLOOD_BYTES)  # SO_SNDBUFFORCE (root)
+    s.settimeout(20)
+    s.connect(egress(v["sock_dir"], "agent"))
+    with s:
+        try:
+            s.sendall(b"POST http://late.internal/ HTTP/1.1\r\nHost: late.internal\r\n"
+                      b"Content-Length: %d\r\n\r\n" % FLOOD_BYTES + b"x" * FLOOD_BYTES)
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError as e:
+            data = ("%s: %s" % (type(e).__name__, e)).encode()
+    log("early flood of %d bytes: the agent got %r; the upstream received %r" % (
+        FLOOD_BYTES, data[:120], late.received))
+    if not data.startswith(b"HTTP/1.1 200") or not data.endswith(b"%d" % FLOOD_BYTES):
+        errs.append("a %d-byte body sent at once while the connect waited: the agent got %r, "
+                    "want 200 with the upstream's count" % (FLOOD_BYTES, data[:200]))
+    if late.received != FLOOD_BYTES:
+        errs.append("the upstream received %r bytes of the body, want %d" % (late.received,
+                                                                          FLOOD_BYTES))
+    return errs
+
+
+def inject_through(v, port, agent_tls):
+    """CONNECT to the inject rule's TLS origin, TLS with the daemon, one request with the
+    placeholder: the answer's body and how the agent's TLS ended: "truncated" (no
+    close_notify), "closed" (close_notify), "timeout"; or None and what came instead."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(egress(v["sock_dir"], "agent"))
+    with s:
+        s.sendall(b"CONNECT api.internal:%d HTTP/1.1\r\nHost: api.internal:%d\r\n\r\n"
+                  % (port, port))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(1)
+            if not chunk:
+                return None, "the CONNECT got %r" % head
+            head += chunk
+        if not head.startswith(b"HTTP/1.1 200"):
+            return None, "the CONNECT got %r" % head
+        t = agent_tls.wrap_socket(s, server_hostname="api.internal", suppress_ragged_eofs=False)
+        t.sendall(b"GET /v1 HTTP/1.1\r\nHost: api.internal:%d\r\nAuthorization: Bearer %s"
+                  b"\r\n\r\n" % (port, PLACEHOLDER.encode()))
+        data = b""
+        while True:
+            try:
+                chunk = t.recv(65536)
+            except ssl.SSLEOFError:
+                end = "truncated"
+                break
+            except socket.timeout:
+                end = "timeout"
+                break
+            except (OSError, ssl.SSLError) as e:
+                end = type(e).__name__
+                break
+            if not chunk:
+                end = "closed"
+                break
+            data += chunk
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep or not head.startswith(b"HTTP/1.1 200"):
+        return None, "the request got %r" % data[:200]
+    return body, end
+
+
+def t_upstream_reset_inject(v, log):
+    """An inject upstream that resets after 64 KiB of a body its close delimits (issue 19
+    item 1): the agent gets the 64 KiB every time, then a TLS truncation, and each close
+    record says upstream_reset."""
+    errs = []
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    want = v["tls_reset"].payload
+    short, ends = [], {}
+    for i in range(RESET_INJECT_RUNS):
+        body, end = inject_through(v, v["tls_reset"].port, agent_tls)
+        if body is None:
+            errs.append("exchange %d: %s" % (i, end))
+            break
+        if body != want:
+            short.append(len(body))
+        ends[end] = ends.get(end, 0) + 1
+    log("inject upstream reset after %d bytes: %d of %d answers short %r; ends %r" % (
+        RESET_BYTES, len(short), RESET_INJECT_RUNS, short[:10], ends))
+    if short:
+        errs.append("%d of %d answers delivered less than the %d bytes sent before the reset "
+                    "(%r)" % (len(short), RESET_INJECT_RUNS, RESET_BYTES, short[:10]))
+    if ends != {"truncated": RESET_INJECT_RUNS} and not errs:
+        errs.append("the agent's TLS ended %r, want a truncation (no close_notify) each" % ends)
+    time.sleep(0.5)  # the writer's pass
+    records, _ = audit_lines(v["audit"])
+    reasons = {}
+    for r in records:
+        if r.get("event") == "close" and r.get("host") == "api.internal":
+            reasons[r.get("reason")] = reasons.get(r.get("reason"), 0) + 1
+    if reasons != {"upstream_reset": RESET_INJECT_RUNS} and not errs:
+        errs.append("close records' reasons %r, want upstream_reset for each of %d" % (
+            reasons, RESET_INJECT_RUNS))
     return errs
 
 
@@ -472,6 +675,15 @@ def main():
         return 1
 
     tmp = tempfile.mkdtemp(prefix="an-faults-")
+    pki = os.path.join(tmp, "pki")
+    os.mkdir(pki, 0o700)
+    make_pki(pki, names=("api.internal",))
+    with open(os.open(os.path.join(pki, "secret.txt"), os.O_WRONLY | os.O_CREAT, 0o600), "w",
+              encoding="ascii") as f:
+        f.write("sk-faults-" + os.urandom(8).hex())
+    origin_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    origin_tls.load_cert_chain(os.path.join(pki, "leaf.pem"), os.path.join(pki, "leaf.key"))
+    tls_reset = ResetOrigin(origin_tls)
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
     failed = 0
@@ -481,9 +693,11 @@ def main():
                 ("audit_full_refuse", "refuse", None, None, t_audit_full_refuse),
                 ("audit_file_size", "continue", FSIZE_BYTES, None, t_audit_file_size),
                 ("upload_abandoned", "continue", None, None, t_upload_abandoned),
+                ("early_flood", "continue", None, None, t_early_flood),
                 ("upstream_reset_splice", "continue", None, None, t_upstream_reset),
                 ("upstream_reset_copy", "continue", None, {"AN_NO_SPLICE": "1"},
-                 t_upstream_reset)):
+                 t_upstream_reset),
+                ("upstream_reset_inject", "continue", None, None, t_upstream_reset_inject)):
             if args.tests and name not in args.tests:
                 continue
             top = os.path.join(tmp, name)
@@ -492,7 +706,8 @@ def main():
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0755" % DISK_BYTES,
                             "tmpfs", disk], check=True)
             try:
-                v = {"name": name, "fsize": fsize, "env": env,
+                v = {"name": name, "fsize": fsize, "env": env, "pki": pki,
+                     "tls_reset": tls_reset, "late": LateOrigin(),
                      "sock_dir": os.path.join(top, "run"), "ingress_port": free_port(),
                      "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(),
                      "audit": os.path.join(disk, "audit.jsonl"),
@@ -504,7 +719,10 @@ def main():
                                           failure=failure, port=origin.server_address[1],
                                           ingress_port=v["ingress_port"],
                                           tcp_port=v["tcp_port"], slow_port=v["slow"].port,
-                                          reset_port=v["reset"].port))
+                                          reset_port=v["reset"].port, pki=pki,
+                                          tls_reset_port=tls_reset.port,
+                                          late_port=v["late"].port,
+                                          placeholder=PLACEHOLDER))
                 failed += run_daemon(args, v, test, log)
             finally:
                 subprocess.run(["umount", disk], check=False)
