@@ -200,7 +200,7 @@ static void early_release_all(struct conn *c)
 	}
 }
 
-static void relay_release(struct conn *c, struct relay *r)
+void relay_release(struct conn *c, struct relay *r)
 {
 	if (r->holds_buf) {
 		ring_buf_return(conn_ring(c), r->bid);

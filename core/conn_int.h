@@ -341,6 +341,9 @@ void early_push(struct conn *c, uint16_t bid, uint32_t len);
 uint32_t early_front(const struct conn *c, uint16_t *bid, uint32_t *off);
 /* Marks <n> bytes of the oldest early buffer read; a buffer read whole goes back. */
 void early_advance(struct conn *c, uint32_t n);
+/* Gives back what relay <r> holds: its provided buffer and its pipe (a pipe with bytes
+ * left in it is replaced by a fresh one). */
+void relay_release(struct conn *c, struct relay *r);
 /* Gives the head, out and response buffers back to the worker's pool. */
 void buffers_release(struct conn *c);
 

@@ -955,15 +955,7 @@ static void relay_destination_failed(struct conn *c, int dir)
 	struct relay *r = relay_of(c, dir);
 	const struct relay *other = relay_of(c, dir == DIR_UP ? DIR_DOWN : DIR_UP);
 
-	if (r->holds_buf) {
-		ring_buf_return(conn_ring(c), r->bid);
-		r->holds_buf = false;
-	}
-	if (r->pipe != NULL) {
-		pipepool_put(&c->w->pipes, r->pipe, r->pipe_bytes != 0);
-		r->pipe = NULL;
-		r->pipe_bytes = 0;
-	}
+	relay_release(c, r);
 	r->state = R_DONE;
 	if (other->state == R_DONE || other->state == R_PRELUDE || other->state == R_FIRST_FLIGHT)
 		conn_close(c);

@@ -40,7 +40,8 @@ import tempfile
 import threading
 import time
 
-from integlib import own_pass_args, own_pass_end, read_audit, wait_for, with_daemon, Fatal
+from integlib import (own_pass_args, own_pass_end, read_audit, read_head, wait_for, with_daemon,
+                      Fatal)
 
 CONNS_PER_WORKER = 64
 FLOOD_CONNS = 100
@@ -297,12 +298,7 @@ def t_keep_refused(v, log):
         else:
             time.sleep(int(over[1].get("retry-after", "1")) + 0.1)
             s.sendall(CONNECT)
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                head += chunk
+            head = read_head(s)
             if not head.startswith(b"HTTP/1.1 200 "):
                 errs.append("the kept connection's CONNECT after Retry-After: %r" % head[:200])
             else:

@@ -58,7 +58,8 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import make_pki, own_pass_args, own_pass_end, read_text, with_daemon, Fatal
+from integlib import (make_pki, own_pass_args, own_pass_end, read_head, read_text, with_daemon,
+                      Fatal)
 
 DISK_BYTES = 1 << 20
 RECOVER_S = 5  # the writer tries a failing file at least once a second
@@ -240,12 +241,8 @@ class ResetOrigin:
             conn.settimeout(10)
             if self.tls is not None:
                 conn = self.tls.wrap_socket(conn, server_side=True)
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    head += chunk
+                if b"\r\n\r\n" not in read_head(conn):
+                    return
                 conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + self.payload)
             else:
                 conn.sendall(self.payload)
@@ -264,26 +261,34 @@ def unacked(sock):
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
 
 
-def tunnel_through(sock, port):
-    """CONNECT to the resetting origin on <sock>; what came after the 200's head, and how
-    the stream ended: "reset", "eof" or "timeout"."""
-    sock.settimeout(5)
-    sock.sendall(b"CONNECT reset.internal:%d HTTP/1.1\r\nHost: reset.internal:%d\r\n\r\n"
-                 % (port, port))
+def read_to_end(sock):
+    """Everything <sock> sends until it ends, and how it ended: "eof" (an EOF; in TLS,
+    after close_notify), "reset", "truncated" (TLS ended without close_notify),
+    "timeout", or the name of another error."""
     data = b""
     while True:
         try:
             chunk = sock.recv(65536)
         except ConnectionResetError:
-            end = "reset"
-            break
+            return data, "reset"
+        except ssl.SSLEOFError:
+            return data, "truncated"
         except socket.timeout:
-            end = "timeout"
-            break
+            return data, "timeout"
+        except (OSError, ssl.SSLError) as e:
+            return data, type(e).__name__
         if not chunk:
-            end = "eof"
-            break
+            return data, "eof"
         data += chunk
+
+
+def tunnel_through(sock, port):
+    """CONNECT to the resetting origin on <sock>; what came after the 200's head, and how
+    the stream ended (read_to_end)."""
+    sock.settimeout(5)
+    sock.sendall(b"CONNECT reset.internal:%d HTTP/1.1\r\nHost: reset.internal:%d\r\n\r\n"
+                 % (port, port))
+    data, end = read_to_end(sock)
     head, sep, body = data.partition(b"\r\n\r\n")
     if not sep or not head.startswith(b"HTTP/1.1 200"):
         return None, end, data[:200]
@@ -365,9 +370,7 @@ class LateOrigin:
         conn, _ = self.sock.accept()
         with conn:
             conn.settimeout(20)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
+            data = read_head(conn)
             head, _, body = data.partition(b"\r\n\r\n")
             length = int([x for x in head.split(b"\r\n") if x.lower().startswith(
                 b"content-length:")][0].split(b":")[1])
@@ -419,8 +422,8 @@ def t_early_flood(v, log):
 
 def inject_through(v, port, agent_tls):
     """CONNECT to the inject rule's TLS origin, TLS with the daemon, one request with the
-    placeholder: the answer's body and how the agent's TLS ended: "truncated" (no
-    close_notify), "closed" (close_notify), "timeout"; or None and what came instead."""
+    placeholder: the answer's body and how the agent's TLS ended (read_to_end: "truncated",
+    no close_notify, or "eof" after one); or None and what came instead."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect(egress(v["sock_dir"], "agent"))
@@ -438,23 +441,7 @@ def inject_through(v, port, agent_tls):
         t = agent_tls.wrap_socket(s, server_hostname="api.internal", suppress_ragged_eofs=False)
         t.sendall(b"GET /v1 HTTP/1.1\r\nHost: api.internal:%d\r\nAuthorization: Bearer %s"
                   b"\r\n\r\n" % (port, PLACEHOLDER.encode()))
-        data = b""
-        while True:
-            try:
-                chunk = t.recv(65536)
-            except ssl.SSLEOFError:
-                end = "truncated"
-                break
-            except socket.timeout:
-                end = "timeout"
-                break
-            except (OSError, ssl.SSLError) as e:
-                end = type(e).__name__
-                break
-            if not chunk:
-                end = "closed"
-                break
-            data += chunk
+        data, end = read_to_end(t)
     head, sep, body = data.partition(b"\r\n\r\n")
     if not sep or not head.startswith(b"HTTP/1.1 200"):
         return None, "the request got %r" % data[:200]

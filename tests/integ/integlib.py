@@ -177,6 +177,18 @@ def wait_for(pred, timeout, what):
     raise Fatal("timed out after %ds waiting for %s" % (timeout, what))
 
 
+def read_head(sock):
+    """What <sock> sends up to and with the end of a head (CRLF CRLF), or until it ends:
+    the bytes read (a few past the head, if they came in the same read)."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        head += chunk
+    return head
+
+
 def read_text(path):
     try:
         with open(path, "r", encoding="utf-8", errors="replace") as f:
