@@ -44,6 +44,7 @@
 static void inject_feed_upstream(struct conn *c);
 static void inject_start(struct conn *c);
 static void inject_deadline_arm(struct conn *c);
+static void inject_upstream_end(struct conn *c, enum term_status st);
 
 enum inject_phase {
 	INJ_IDLE = 0, /* waiting for the agent's next request */
@@ -68,6 +69,28 @@ void inject_recv_arm(struct conn *c)
 	    (c->ops & op_bit(dir_op(DIR_DOWN, ROP_RECV))))
 		return;
 	prep_recv_select(c, dir_op(DIR_DOWN, ROP_RECV), c->ufd);
+}
+
+/*
+ * Writes <len> bytes of the agent's request into the upstream's session; *<n>
+ * says how many it took. The session may finish its handshake inside the
+ * write, so a failure here is the upstream's (a certificate that does not
+ * verify, a reset under the handshake), never the agent's: it ends the
+ * upstream as a failed read does (inject_upstream_end, which answers the agent
+ * while nothing of a response reached it; inject_pump writes that answer next
+ * turn). Nothing goes into a session that ended: TERM_WANT_READ then.
+ */
+static enum term_status inject_upstream_write(struct conn *c, const void *data, size_t len,
+					      size_t *n)
+{
+	*n = 0;
+	if (c->upstream_dead)
+		return TERM_WANT_READ;
+	enum term_status st = conn_term(c)->write(c->upstream_tls, data, len, n);
+	if (st != TERM_CLOSED && st != TERM_ERROR)
+		return st;
+	inject_upstream_end(c, st);
+	return TERM_WANT_READ;
 }
 
 /* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
@@ -168,8 +191,7 @@ static enum term_status inject_body(struct conn *c)
 			return inject_trailer_drop(c, &probe, (uint32_t)m);
 		take = (uint32_t)m;
 	}
-	enum term_status st =
-	    take > 0 ? conn_term(c)->write(c->upstream_tls, c->head, take, &n) : TERM_OK;
+	enum term_status st = take > 0 ? inject_upstream_write(c, c->head, take, &n) : TERM_OK;
 	if (st != TERM_OK || n == 0) {
 		if (take == 0 && c->req_body == HTTP1_BODY_CHUNKED && probe.done)
 			c->req_done = true;
@@ -197,8 +219,7 @@ static enum term_status inject_agent_side(struct conn *c)
 		return term_write_answer(c); /* a refusal */
 	if (c->upgraded && c->head_fill > 0) {
 		size_t n = 0;
-		enum term_status st =
-		    conn_term(c)->write(c->upstream_tls, c->head, c->head_fill, &n);
+		enum term_status st = inject_upstream_write(c, c->head, c->head_fill, &n);
 		term_drop(c, (uint32_t)n);
 		return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
 	}
@@ -211,8 +232,8 @@ static enum term_status inject_agent_side(struct conn *c)
 		return TERM_OK;
 	if (c->inject_phase == INJ_REQUEST && c->out_off < c->out_len) {
 		size_t n = 0;
-		enum term_status st = conn_term(c)->write(c->upstream_tls, c->out + c->out_off,
-							  c->out_len - c->out_off, &n);
+		enum term_status st =
+		    inject_upstream_write(c, c->out + c->out_off, c->out_len - c->out_off, &n);
 		c->out_off += (uint32_t)n;
 		if (c->out_off == c->out_len)
 			c->out_len = 0;
@@ -480,6 +501,8 @@ static bool inject_timer(struct conn *c)
 /*
  * Writes what of the response may go to the agent now (inject_relay_limit).
  * TERM_OK with *<wrote> false when nothing is due; else the write's status.
+ * A failure of the write is the agent's session's: it ends the agent's side
+ * (term_end), never the upstream's.
  */
 static enum term_status inject_relay_write(struct conn *c, bool *wrote)
 {
@@ -506,6 +529,10 @@ static enum term_status inject_relay_write(struct conn *c, bool *wrote)
 	}
 	c->resp_off += (uint32_t)n;
 	c->resp_started |= n > 0 && c->resp_head_done; /* interim heads start nothing */
+	if (st == TERM_CLOSED || st == TERM_ERROR) {
+		term_end(c, st);
+		return TERM_WANT_WRITE;
+	}
 	return st == TERM_OK && n == 0 ? TERM_WANT_WRITE : st;
 }
 
@@ -589,9 +616,13 @@ static void inject_upstream_end(struct conn *c, enum term_status st)
 	 * the rest due is relayed and the conn ends (inject_pump), short if the upstream was. */
 	if (c->resp_done || c->resp_started)
 		return;
+	/* Nothing of a response: the upstream dropped the connection (as forwarding says it);
+	 * part of a head: a response it got wrong. */
 	bool tls = st == TERM_ERROR && strstr(t->error(c->upstream_tls), "verify") != NULL;
-	c->upstream_refusal =
-	    (uint8_t)(tls ? REASON_UPSTREAM_TLS_FAILED : REASON_UPSTREAM_BAD_RESPONSE);
+	bool nothing = c->resp_fill == 0 && !c->resp_head_done;
+	c->upstream_refusal = (uint8_t)(tls       ? REASON_UPSTREAM_TLS_FAILED
+					: nothing ? REASON_UPSTREAM_UNREACHABLE
+						  : REASON_UPSTREAM_BAD_RESPONSE);
 	if (st == TERM_ERROR)
 		log_debug("conn %llx: upstream TLS: %s", (unsigned long long)c->id,
 			  t->error(c->upstream_tls));
@@ -609,6 +640,7 @@ static void inject_pump(struct conn *c)
 	for (uint32_t turn = 0; c->state == ST_TERM && !c->term_closing; turn++) {
 		AN_ASSERT(turn < 1000000u);
 		inject_feed_upstream(c);
+		bool was_dead = c->upstream_dead;
 		enum term_status a = inject_agent_side(c);
 		if (a == TERM_CLOSED || a == TERM_ERROR) {
 			term_end(c, a);
@@ -616,6 +648,8 @@ static void inject_pump(struct conn *c)
 		}
 		bool wrote = false;
 		bool dead = c->upstream_dead; /* as it was before this turn's upstream step */
+		if (dead && !was_dead)
+			continue; /* it ended under the agent's write: what it left is next */
 		/* The upstream gone, what it sent is still relayed (never more: a tail that
 		 * could begin the secret waits for an end that will not come). */
 		enum term_status u = dead ? inject_relay_write(c, &wrote) : inject_upstream_side(c);
@@ -826,7 +860,11 @@ static void inject_feed_upstream(struct conn *c)
 static void on_inject_send(struct conn *c, int res)
 {
 	if (res <= 0) {
-		c->upstream_dead = true;
+		/* The upstream's socket refused its session's bytes (a reset): ended as a
+		 * reset read ends it, the agent answered while no response reached it. */
+		c->upstream_aborted = true;
+		if (!c->upstream_dead)
+			inject_upstream_end(c, TERM_ERROR);
 		term_pump(c);
 		return;
 	}

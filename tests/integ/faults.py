@@ -38,6 +38,14 @@
     (a truncation, never the body's end), RESET_INJECT_RUNS times; each close record says
     upstream_reset.
 
+  - upstream_fails_in_handshake: an inject upstream that holds its answer to the
+    daemon's ClientHello until the agent's request waits in the daemon, then shows a
+    certificate the rule does not verify (a leaf for another name), or resets the
+    connection: every request is answered at once, 502 upstream_tls_failed or 502
+    upstream_unreachable (the session finishes its handshake inside the write of the
+    agent's request; its failure is the upstream's, never the agent's end), audited,
+    HANDSHAKE_RUNS times each; the origin never reads a request.
+
 Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] [--tests NAME...] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
 """
@@ -71,6 +79,8 @@ RESET_INJECT_RUNS = 200
 PLACEHOLDER = "agentsnet-placeholder-faults"
 FLOOD_BYTES = 4 << 20
 FLOOD_HOLD_S = 1.0
+HANDSHAKE_HOLD_S = 0.3
+HANDSHAKE_RUNS = 20
 
 POLICY = """version: 1
 daemon:
@@ -84,7 +94,8 @@ daemon:
   ca: {{cert: "{pki}/ca.pem", key: "{pki}/ca.key"}}
 resolver:
   servers: ["127.0.0.1:9"]
-  hosts: {{api.internal: [127.0.0.1]}}
+  hosts: {{api.internal: [127.0.0.1], mismatch.internal: [127.0.0.1],
+          dropped.internal: [127.0.0.1]}}
   allow_private: [127.0.0.1/32]
 profiles:
   faults:
@@ -103,6 +114,24 @@ profiles:
         ports: [{tls_reset_port}]
         owner: tests
         reason: a TLS origin that resets
+        inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
+                 secret_file: "{pki}/secret.txt"}}
+        upstream_ca: "{pki}/ca.pem"
+      - id: mismatch
+        host: mismatch.internal
+        tier: inject
+        ports: [{mismatch_port}]
+        owner: tests
+        reason: a TLS origin whose certificate names another host
+        inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
+                 secret_file: "{pki}/secret.txt"}}
+        upstream_ca: "{pki}/ca.pem"
+      - id: dropped
+        host: dropped.internal
+        tier: inject
+        ports: [{dropped_port}]
+        owner: tests
+        reason: an origin that resets before its handshake
         inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
                  secret_file: "{pki}/secret.txt"}}
         upstream_ca: "{pki}/ca.pem"
@@ -250,6 +279,45 @@ class ResetOrigin:
             while unacked(conn) and time.monotonic() < deadline:
                 time.sleep(0.001)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            conn.close()
+
+
+class HeldHandshakeOrigin:
+    """An origin that holds each connection HANDSHAKE_HOLD_S before it answers the
+    daemon's ClientHello; then, with <tls> (an ssl.SSLContext), takes its side of the
+    handshake, noting any request it reads in self.requests; without, resets it
+    (SO_LINGER 0)."""
+
+    def __init__(self, tls=None):
+        self.tls = tls
+        self.requests = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+
+    def answer(self, conn):
+        try:
+            conn.settimeout(10)
+            time.sleep(HANDSHAKE_HOLD_S)
+            if self.tls is None:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return
+            conn = self.tls.wrap_socket(conn, server_side=True)
+            if read_head(conn):
+                self.requests += 1
         except (OSError, ssl.SSLError):
             pass
         finally:
@@ -420,16 +488,17 @@ def t_early_flood(v, log):
     return errs
 
 
-def inject_through(v, port, agent_tls):
-    """CONNECT to the inject rule's TLS origin, TLS with the daemon, one request with the
-    placeholder: the answer's body and how the agent's TLS ended (read_to_end: "truncated",
-    no close_notify, or "eof" after one); or None and what came instead."""
+def inject_exchange(v, port, agent_tls, host="api.internal"):
+    """CONNECT to <host>:<port> (an inject rule's TLS origin), TLS with the daemon, one
+    request with the placeholder: every byte of the answer and how the agent's TLS ended
+    (read_to_end: "truncated", no close_notify, or "eof" after one); or None and what
+    came instead of the CONNECT's 200."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect(egress(v["sock_dir"], "agent"))
     with s:
-        s.sendall(b"CONNECT api.internal:%d HTTP/1.1\r\nHost: api.internal:%d\r\n\r\n"
-                  % (port, port))
+        s.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                  % (host.encode(), port, host.encode(), port))
         head = b""
         while b"\r\n\r\n" not in head:
             chunk = s.recv(1)
@@ -438,10 +507,18 @@ def inject_through(v, port, agent_tls):
             head += chunk
         if not head.startswith(b"HTTP/1.1 200"):
             return None, "the CONNECT got %r" % head
-        t = agent_tls.wrap_socket(s, server_hostname="api.internal", suppress_ragged_eofs=False)
-        t.sendall(b"GET /v1 HTTP/1.1\r\nHost: api.internal:%d\r\nAuthorization: Bearer %s"
-                  b"\r\n\r\n" % (port, PLACEHOLDER.encode()))
-        data, end = read_to_end(t)
+        t = agent_tls.wrap_socket(s, server_hostname=host, suppress_ragged_eofs=False)
+        t.sendall(b"GET /v1 HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s"
+                  b"\r\n\r\n" % (host.encode(), port, PLACEHOLDER.encode()))
+        return read_to_end(t)
+
+
+def inject_through(v, port, agent_tls):
+    """inject_exchange to the resetting origin: the answer's body and how the agent's TLS
+    ended; or None and what came instead."""
+    data, end = inject_exchange(v, port, agent_tls)
+    if data is None:
+        return None, end
     head, sep, body = data.partition(b"\r\n\r\n")
     if not sep or not head.startswith(b"HTTP/1.1 200"):
         return None, "the request got %r" % data[:200]
@@ -480,6 +557,52 @@ def t_upstream_reset_inject(v, log):
     if reasons != {"upstream_reset": RESET_INJECT_RUNS} and not errs:
         errs.append("close records' reasons %r, want upstream_reset for each of %d" % (
             reasons, RESET_INJECT_RUNS))
+    return errs
+
+
+def t_upstream_fails_in_handshake(v, log):
+    """An inject upstream whose handshake fails after the agent's request reached the
+    daemon (a certificate for another name; a reset): each request is answered at once
+    with the upstream's failure, and audited; nothing reaches the origin."""
+    errs = []
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    for host, origin, want in (("mismatch.internal", v["mismatch"], "upstream_tls_failed"),
+                               ("dropped.internal", v["dropped"], "upstream_unreachable")):
+        got, slow = {}, []
+        for _ in range(HANDSHAKE_RUNS):
+            t0 = time.monotonic()
+            data, end = inject_exchange(v, origin.port, agent_tls, host)
+            took = time.monotonic() - t0
+            head = (data or b"").split(b"\r\n\r\n", 1)[0].lower()
+            reason = head.split(b"x-agent-reason: ", 1)[1].split(b"\r\n", 1)[0].decode() \
+                if b"x-agent-reason: " in head else None
+            key = "%s %s, %s" % (head.split(b"\r\n", 1)[0].decode(errors="replace")[:24],
+                                 reason, end)
+            got[key] = got.get(key, 0) + 1
+            if took > HANDSHAKE_HOLD_S + 2:
+                slow.append(round(took, 2))
+        log("%s: %r; answers later than %.1f s: %r" % (host, got, HANDSHAKE_HOLD_S + 2, slow))
+        want_key = "http/1.1 502 bad gateway %s, eof" % want
+        if got != {want_key: HANDSHAKE_RUNS}:
+            errs.append("%s (its handshake fails after the request came): answers %r; want "
+                        "502 %s, then the end, for each of %d" % (host, got, want,
+                                                                HANDSHAKE_RUNS))
+        if slow:
+            errs.append("%s: %d answers took %r s, want each within %.1f s of the request"
+                        % (host, len(slow), slow, HANDSHAKE_HOLD_S + 2))
+        if origin.requests:
+            errs.append("%s: the origin read %d requests from sessions that failed"
+                        % (host, origin.requests))
+    time.sleep(0.5)  # the writer's pass
+    records, _ = audit_lines(v["audit"])
+    for host, want in (("mismatch.internal", "upstream_tls_failed"),
+                       ("dropped.internal", "upstream_unreachable")):
+        denied = sum(1 for r in records if r.get("event") == "decision" and
+                     r.get("host") == host and r.get("decision") == "deny" and
+                     r.get("reason") == want)
+        if denied != HANDSHAKE_RUNS:
+            errs.append("%s: %d decision records deny %s, want %d" % (host, denied, want,
+                                                                     HANDSHAKE_RUNS))
     return errs
 
 
@@ -671,6 +794,7 @@ def main():
     origin_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     origin_tls.load_cert_chain(os.path.join(pki, "leaf.pem"), os.path.join(pki, "leaf.key"))
     tls_reset = ResetOrigin(origin_tls)
+    mismatch, dropped = HeldHandshakeOrigin(origin_tls), HeldHandshakeOrigin()
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
     failed = 0
@@ -684,7 +808,9 @@ def main():
                 ("upstream_reset_splice", "continue", None, None, t_upstream_reset),
                 ("upstream_reset_copy", "continue", None, {"AN_NO_SPLICE": "1"},
                  t_upstream_reset),
-                ("upstream_reset_inject", "continue", None, None, t_upstream_reset_inject)):
+                ("upstream_reset_inject", "continue", None, None, t_upstream_reset_inject),
+                ("upstream_fails_in_handshake", "continue", None, None,
+                 t_upstream_fails_in_handshake)):
             if args.tests and name not in args.tests:
                 continue
             top = os.path.join(tmp, name)
@@ -695,6 +821,7 @@ def main():
             try:
                 v = {"name": name, "fsize": fsize, "env": env, "pki": pki,
                      "tls_reset": tls_reset, "late": LateOrigin(),
+                     "mismatch": mismatch, "dropped": dropped,
                      "sock_dir": os.path.join(top, "run"), "ingress_port": free_port(),
                      "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(),
                      "audit": os.path.join(disk, "audit.jsonl"),
@@ -708,6 +835,8 @@ def main():
                                           tcp_port=v["tcp_port"], slow_port=v["slow"].port,
                                           reset_port=v["reset"].port, pki=pki,
                                           tls_reset_port=tls_reset.port,
+                                          mismatch_port=mismatch.port,
+                                          dropped_port=dropped.port,
                                           late_port=v["late"].port,
                                           placeholder=PLACEHOLDER))
                 failed += run_daemon(args, v, test, log)

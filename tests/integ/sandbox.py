@@ -61,6 +61,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 from containment import ContainmentTests
 from hostboundary import HostBoundaryTests
@@ -923,11 +924,15 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
         return "https://%s:%d%s" % (host, self.vars["https_port"], path)
 
     def timed(self, name, fn):
+        """Runs test <fn> (its errors a list) and reports it as <name>; an exception it
+        raises fails that test alone, its traceback the error, and the pass goes on."""
         t0 = time.monotonic()
         try:
             errs = fn()
         except Fatal as e:
             errs = [str(e)]
+        except Exception:  # noqa: BLE001 (any failure of the test is its result)
+            errs = ["raised:\n" + traceback.format_exc()]
         self.result("%s (%.1fs)" % (name, time.monotonic() - t0), errs)
 
     def status_case(self, cmd, want_rc, stderr_has=None, wrap=True):
