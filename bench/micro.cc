@@ -8,7 +8,7 @@
  *                          browser-like absolute-form GET head of about 1 KiB).
  *   policy_lookup/<rules>/<hit|miss>
  *                          acl_decide, which is all policy_decide does per
- *                          request: acl_normalise of the host as the client
+ *                          request: host_normalise of the host as the client
  *                          sent it, the exact table, the wildcard suffixes,
  *                          the port check. 1k, 100k and 1M rules.
  *   policy_build/<rules>   acl_build of that table (a reload without libyaml), in ms.
@@ -324,7 +324,7 @@ int rule_host_text(uint32_t index, char *out, size_t cap)
 /* A host a client sends for name <index>: the name, or one or two labels below a suffix. */
 int client_host_text(uint32_t index, uint64_t salt, char *out, size_t cap)
 {
-	char base[ACL_HOST_NORM_BYTES];
+	char base[HOST_NORM_BYTES];
 	uint64_t r = splitmix(salt);
 
 	rule_host_text(index, base, sizeof(base));
@@ -388,7 +388,7 @@ struct acl_fixture {
 
 void rules_generate(acl_fixture &f)
 {
-	char text[ACL_HOST_NORM_BYTES];
+	char text[HOST_NORM_BYTES];
 
 	f.rules.assign(f.rule_count, acl_rule{});
 	for (uint32_t i = 0; i < f.rule_count; i++) {
@@ -415,7 +415,7 @@ void rules_generate(acl_fixture &f)
 /* Hits name uniformly drawn rules; misses use indexes past the last rule. */
 void lookups_generate(acl_fixture &f)
 {
-	char text[ACL_HOST_NORM_BYTES];
+	char text[HOST_NORM_BYTES];
 
 	f.hits.resize(LOOKUP_HOSTS);
 	f.misses.resize(LOOKUP_HOSTS);

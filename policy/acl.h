@@ -15,22 +15,8 @@
 
 #include "core/limits.h"
 #include "core/verdict.h"
+#include "policy/hostname.h"
 #include "policy/strtab.h"
-
-/* Room for any normalised host: a 253-byte name or an IPv6 literal, plus a NUL. */
-#define ACL_HOST_NORM_BYTES 256u
-/* A DNS name in presentation form without the trailing dot (RFC 1035 section 2.3.4). */
-#define ACL_NAME_BYTES_MAX  253u
-#define ACL_LABEL_BYTES_MAX 63u
-
-static_assert(ACL_NAME_BYTES_MAX + 1 <= ACL_HOST_NORM_BYTES, "a name and its NUL must fit");
-static_assert(ACL_NAME_BYTES_MAX + 2 <= LIMITS_HOST_BYTES_MAX, "a name and a trailing dot fit");
-
-enum acl_kind {
-	ACL_KIND_NAME = 0, /* exact host name */
-	ACL_KIND_WILDCARD, /* "*.<host>": any name strictly below <host>, never <host> itself */
-	ACL_KIND_IP,       /* IP literal, in canonical inet_ntop form */
-};
 
 /*
  * One rule, as the policy loader builds it. Every pointer is owned by the
@@ -95,20 +81,6 @@ struct acl {
  */
 int acl_build(struct acl *a, const struct acl_rule *rules, uint32_t count, uint32_t *dup_first,
 	      uint32_t *dup_second);
-
-/*
- * Normalises <host>/<len> as a client or a rule spells it into <out> (<cap> at
- * least ACL_HOST_NORM_BYTES), NUL-terminated. IP literals ("192.0.2.1",
- * "::1", "[::1]") become canonical inet_ntop text with *<kind> ACL_KIND_IP;
- * names are lower-cased, lose one trailing dot and get ACL_KIND_NAME. Refuses
- * (-EINVAL, *<why> a static message when <why> is not NULL) empty labels,
- * names over 253 bytes or labels over 63, bytes outside [A-Za-z0-9-_.], IPv6
- * zones, and names whose last label is numeric ("1.2.3", "0x7f.1",
- * "2130706433"), which some resolvers would read as an IPv4 address.
- * Returns the length written. Borrows <host>; callable from any thread.
- */
-int acl_normalise(const char *host, size_t len, char *out, size_t cap, enum acl_kind *kind,
-		  const char **why);
 
 /*
  * The rule deciding the normalised <host>/<len> of <kind> (ACL_KIND_NAME or

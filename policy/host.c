@@ -2,7 +2,7 @@
  * Hosts and addresses as a policy writes them: a rule's host, and the
  * "host:port" and "ip[:port]" values of the daemon and resolver sections.
  *
- * A rule's host is normalised once, here, by the same acl_normalise the
+ * A rule's host is normalised once, here, by the same host_normalise the
  * engine runs on the host an agent asks for (IDNA to A-labels, lower case,
  * the WHATWG IPv4 forms to dotted decimal), so a rule and a request compare
  * as bytes. A rule may not use the odd IPv4 spellings a client may
@@ -139,8 +139,7 @@ static int wildcard_host(struct loader *ld, char *norm, const char *shown)
 		return loader_fail(ld, ld->ev.start_mark,
 				   "invalid host \"%s\": a wildcard is \"*.\" followed by a domain",
 				   shown);
-	int n =
-	    acl_normalise(ev_text(ld) + 2, ev_len(ld) - 2, norm, ACL_HOST_NORM_BYTES, &kind, &why);
+	int n = host_normalise(ev_text(ld) + 2, ev_len(ld) - 2, norm, HOST_NORM_BYTES, &kind, &why);
 	if (n < 0)
 		return loader_fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown, why);
 	if (kind == ACL_KIND_IP)
@@ -172,7 +171,7 @@ static int wildcard_host(struct loader *ld, char *norm, const char *shown)
 
 int loader_rule_host(struct loader *ld, struct acl_rule *r)
 {
-	char norm[ACL_HOST_NORM_BYTES];
+	char norm[HOST_NORM_BYTES];
 	char shown[SHOW_BYTES];
 	enum acl_kind kind = ACL_KIND_NAME;
 	const char *why = NULL;
@@ -189,7 +188,7 @@ int loader_rule_host(struct loader *ld, struct acl_rule *r)
 		n = wildcard_host(ld, norm, shown);
 		kind = ACL_KIND_WILDCARD;
 	} else {
-		n = acl_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
+		n = host_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
 		if (n < 0)
 			return loader_fail(ld, ld->ev.start_mark, "invalid host \"%s\": %s", shown,
 					   why);

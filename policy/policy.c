@@ -834,12 +834,12 @@ static void policy_decide(const void *snapshot, uint32_t profile, const char *ho
 
 static int policy_normalise_host(const char *host, size_t len, char *out, size_t cap)
 {
-	char norm[ACL_HOST_NORM_BYTES];
+	char norm[HOST_NORM_BYTES];
 	enum acl_kind kind;
 
 	AN_ASSERT(host != NULL || len == 0);
 	AN_ASSERT(out != NULL);
-	int n = acl_normalise(host, len, norm, sizeof(norm), &kind, NULL);
+	int n = host_normalise(host, len, norm, sizeof(norm), &kind, NULL);
 	if (n < 0 || (size_t)n >= cap)
 		return -1;
 	memcpy(out, norm, (size_t)n + 1);
@@ -850,13 +850,13 @@ static int policy_static_lookup(const void *snapshot, const char *host, size_t h
 				uint16_t port, struct sockaddr_storage *out, int cap)
 {
 	const struct policy *p = snapshot;
-	char norm[ACL_HOST_NORM_BYTES];
+	char norm[HOST_NORM_BYTES];
 	enum acl_kind kind;
 	uint32_t index = 0;
 
 	AN_ASSERT(p != NULL);
 	AN_ASSERT(out != NULL || cap <= 0);
-	int n = acl_normalise(host, host_len, norm, sizeof(norm), &kind, NULL);
+	int n = host_normalise(host, host_len, norm, sizeof(norm), &kind, NULL);
 	if (n < 0 || kind != ACL_KIND_NAME || cap <= 0)
 		return 0;
 	if (strtab_find(&p->host_index, norm, (size_t)n, &index) != 0)

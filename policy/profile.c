@@ -175,9 +175,9 @@ static int parse_upstream_unix(struct loader *ld, struct acl_rule *r)
 
 static int parse_upstream(struct loader *ld, struct acl_rule *r)
 {
-	char norm[ACL_HOST_NORM_BYTES];
+	char norm[HOST_NORM_BYTES];
 	char shown[SHOW_BYTES];
-	char buf[ACL_HOST_NORM_BYTES + sizeof("[]:65535")];
+	char buf[HOST_NORM_BYTES + sizeof("[]:65535")];
 	enum acl_kind kind = ACL_KIND_NAME;
 	struct hostport hp;
 
@@ -192,7 +192,7 @@ static int parse_upstream(struct loader *ld, struct acl_rule *r)
 		why = "expected host:port";
 	int n = -1;
 	if (why == NULL)
-		n = acl_normalise(hp.host, hp.host_len, norm, sizeof(norm), &kind, &why);
+		n = host_normalise(hp.host, hp.host_len, norm, sizeof(norm), &kind, &why);
 	bool v6 = n > 0 && kind == ACL_KIND_IP && memchr(norm, ':', (size_t)n) != NULL;
 	if (why == NULL && hp.bracketed && !v6)
 		why = "brackets are for IPv6 addresses";

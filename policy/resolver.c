@@ -4,7 +4,7 @@
  * the config as one comma-separated list for c-ares, like a daemon setting
  * (policy/daemon.c applies it). `hosts` pins names to addresses, answered
  * without a query (policy_verdict_ops.static_lookup); a name is normalised
- * as a rule's host is (acl_normalise), so it matches what an agent asks for,
+ * as a rule's host is (host_normalise), so it matches what an agent asks for,
  * and an IP literal needs no entry. `allow_private` lists the private
  * networks an upstream may be in (address_permitted, addr_permitted); an
  * entry that could never match (multicast, unspecified) is refused rather
@@ -85,7 +85,7 @@ static int host_addr_item(struct loader *ld, void *ctx, uint32_t index)
 static int push_static_host(struct loader *ld, struct policy_host **out)
 {
 	struct policy *p = ld->p;
-	char norm[ACL_HOST_NORM_BYTES];
+	char norm[HOST_NORM_BYTES];
 	char shown[SHOW_BYTES];
 	enum acl_kind kind;
 	const char *why = NULL;
@@ -93,7 +93,7 @@ static int push_static_host(struct loader *ld, struct policy_host **out)
 
 	AN_ASSERT(ld->ev.type == YAML_SCALAR_EVENT);
 	AN_ASSERT(p->host_count == p->host_index.count);
-	int n = acl_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
+	int n = host_normalise(ev_text(ld), ev_len(ld), norm, sizeof(norm), &kind, &why);
 	if (n >= 0 && kind != ACL_KIND_NAME)
 		why = "an IP literal needs no static entry";
 	if (n < 0 || why != NULL)

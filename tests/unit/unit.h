@@ -9,6 +9,7 @@
 
 #include <check.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,25 @@ static inline const char *unit_guard_place(struct unit_guard *g, const void *s, 
 	if (n > 0)
 		memcpy(dst, s, n);
 	return dst;
+}
+
+/* The next of a xorshift64 sequence whose state is *<s> (never 0): test inputs, not secrets. */
+static inline uint64_t unit_rng_next(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* A DNS name of <len> bytes at <buf> (NUL after it) made of <label>-byte labels of 'a', the last one shorter. */
+static inline void unit_host_name(char *buf, size_t len, size_t label)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (i + 1) % (label + 1) == 0 ? '.' : 'a';
+	buf[len] = '\0';
+	if (buf[len - 1] == '.')
+		buf[len - 1] = 'a';
 }
 
 /*

@@ -310,14 +310,6 @@ struct ref_key {
 	struct ratelimit_entry *busy_at; /* where it was while it held a connection */
 };
 
-static uint64_t rng_next(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 /* The reference's own idea of idle: written apart from entry_idle, in plain arithmetic. */
 static bool ref_idle(const struct ref_key *r, uint64_t now_ms)
 {
@@ -334,7 +326,7 @@ static void ref_init(struct ref_key *ref, uint64_t *seed)
 {
 	for (uint32_t i = 0; i < REF_KEYS; i++) {
 		struct ref_key *r = &ref[i];
-		uint32_t rate = (uint32_t)(rng_next(seed) % 4);
+		uint32_t rate = (uint32_t)(unit_rng_next(seed) % 4);
 
 		memset(r, 0, sizeof(*r));
 		/* Few distinct slots and rules, so keys share every field but one. */
@@ -426,7 +418,7 @@ static void table_random_run(uint32_t capacity, uint64_t seed, uint32_t ops, uin
 	HOT_EQ(ratelimit_table_init(&t, capacity), 0);
 	ref_init(ref, &seed);
 	for (uint32_t n = 0; n < ops; n++) {
-		uint64_t roll = rng_next(&seed);
+		uint64_t roll = unit_rng_next(&seed);
 		uint32_t i = (uint32_t)(roll % REF_KEYS);
 
 		now_ms += (roll >> 8) % 4 == 0 ? (roll >> 16) % 1500 : 0;

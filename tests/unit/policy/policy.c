@@ -447,7 +447,7 @@ START_TEST(test_normalise_host)
 		{ "1.2.3.4.5", NULL },
 		{ "", NULL },
 	};
-	char out[ACL_HOST_NORM_BYTES];
+	char out[HOST_NORM_BYTES];
 
 	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
 		memset(out, '#', sizeof(out));
