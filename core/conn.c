@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,22 @@ static void client_close(struct conn *c)
 	else
 		close_slot(c, &c->cfd);
 	c->client_reset = false;
+}
+
+void hangup_watch(struct conn *c)
+{
+	uint32_t op = dir_op(DIR_UP, ROP_POLL);
+
+	if (c->req_done || (c->ops & op_bit(op)) || c->cfd < 0)
+		return;
+	struct io_uring_sqe *sqe = conn_sqe(c, op);
+	io_uring_prep_poll_add(sqe, c->cfd, POLLHUP | POLLERR);
+	sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+bool hangup_seen(int res)
+{
+	return res > 0 && (res & (POLLHUP | POLLERR)) != 0;
 }
 
 const struct engine_sandbox *conn_sandbox(const struct conn *c)

@@ -306,6 +306,21 @@ void close_slot(struct conn *c, int32_t *slot);
  * read as the body's end after reading on through what was buffered.
  */
 void upstream_close(struct conn *c);
+/*
+ * While a request's body goes up (c->req_done false), a one-shot poll on the
+ * client for its hangup, POLLHUP or POLLERR: its socket closed or reset, not
+ * only its writing half, which a client may shut once its body is sent. A
+ * relay reads the client only once the upstream took what went, so without it
+ * an agent that leaves while a slow upstream holds a send would be noticed only
+ * when the upstream had read on. Its completion comes to the mode's io as the
+ * up direction's ROP_POLL (which forwarding and the terminated tiers have no
+ * other use for); hangup_seen(res) says whether the client left, and the mode
+ * then resets its upstream (c->upstream_reset) and closes. Cancelled with the
+ * conn; a mode that goes on to another request waits for its end first
+ * (forwarding's request_finish: a CONNECT may follow).
+ */
+void hangup_watch(struct conn *c);
+bool hangup_seen(int res);
 /* The conn's sandbox; <c> must have one (not WORKER_NO_SANDBOX). */
 const struct engine_sandbox *conn_sandbox(const struct conn *c);
 /* The key of upstream <host>/<len>:<port> in the worker's reuse lists. */

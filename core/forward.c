@@ -261,8 +261,20 @@ void forward_start(struct conn *c)
 	c->down.state = R_IDLE;
 	c->active_ms = c->w->now_ms;
 	timer_arm(c->w->timers, &c->timer, (uint32_t)fwd_deadline(c, &why));
+	hangup_watch(c); /* request_finish cancels it and waits for its end */
 	fwd_up_step(c);
 	fwd_down_recv(c);
+}
+
+/* The client hung up (or the poll was cancelled: <res> -ECANCELED). */
+static void on_fwd_hangup(struct conn *c, int res)
+{
+	if (hangup_seen(res) && c->state == ST_FORWARD && !c->req_done) {
+		c->upstream_reset = true; /* it holds part of a request: reset at once */
+		conn_close(c);
+		return;
+	}
+	request_finish(c); /* it may have waited for this poll's end */
 }
 
 /*
@@ -612,9 +624,18 @@ static void request_finish(struct conn *c)
 	uint32_t busy = op_bit(dir_op(DIR_UP, ROP_SEND)) | op_bit(dir_op(DIR_UP, ROP_RECV)) |
 			op_bit(dir_op(DIR_DOWN, ROP_SEND)) | op_bit(dir_op(DIR_DOWN, ROP_RECV)) |
 			op_bit(OP_HEAD_RECV);
+	uint32_t hangup = op_bit(dir_op(DIR_UP, ROP_POLL));
 
 	if (c->state != ST_FORWARD || !c->req_done || !c->resp_done || (c->ops & busy))
 		return;
+	if (c->ops & hangup) {
+		/* The body's hangup watch ends first: on_fwd_hangup comes back here. */
+		struct io_uring_sqe *sqe = ring_sqe(conn_ring(c));
+		io_uring_prep_cancel64(sqe, ud_encode(c, dir_op(DIR_UP, ROP_POLL)), 0);
+		io_uring_sqe_set_data64(sqe, ud_encode(c, OP_CANCEL));
+		c->cancels++;
+		return;
+	}
 	if (c->ingress) {
 		ingress_audit(c);
 		ingress_release(c); /* an idle conn holds no request open */
@@ -651,6 +672,10 @@ static void request_finish(struct conn *c)
 static void fwd_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t cqe_flags)
 {
 	(void)cqe_flags;
+	if (dir == DIR_UP && rop == ROP_POLL) {
+		on_fwd_hangup(c, res);
+		return;
+	}
 	c->active_ms = c->w->now_ms;
 	if (dir == DIR_UP)
 		on_fwd_up(c, rop, res);

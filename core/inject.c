@@ -132,6 +132,7 @@ void inject_request(struct conn *c, const struct http1_request *req, size_t head
 	c->resp_hold_over = false;
 	term_drop(c, (uint32_t)head_len);
 	inject_deadline_arm(c); /* a body that stalls: body_ms */
+	hangup_watch(c);        /* the agent that leaves mid-body */
 }
 
 /*
@@ -878,6 +879,14 @@ static void inject_io(struct conn *c, int dir, uint32_t rop, int res, uint32_t c
 	(void)cqe_flags;
 	if (term_io(c, dir, rop, res))
 		return;
+	if (dir == DIR_UP && rop == ROP_POLL) {
+		/* The agent hung up: mid-body, its upstream, holding a request cut short, is reset. */
+		if (hangup_seen(res) && c->inject_phase == INJ_REQUEST && !c->req_done) {
+			c->upstream_reset = true;
+			conn_close(c);
+		}
+		return;
+	}
 	if (dir == DIR_DOWN && rop == ROP_RECV)
 		on_inject_recv(c, res);
 	else if (dir == DIR_UP && rop == ROP_SEND)

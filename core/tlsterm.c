@@ -383,7 +383,7 @@ static void on_term_recv(struct conn *c, int res)
 		term_ciphertext(c, r->bid, (uint32_t)res);
 	} else if (res == 0) {
 		c->flags |= F_CLIENT_EOF;
-		term_eof(c);
+		c->mode->client_eof(c); /* term_eof, and what the mode makes of the agent's end */
 	} else if (res == -ENOBUFS) {
 		nobufs_wait(c); /* re-armed by conn_on_buffers */
 	} else {

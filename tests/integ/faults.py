@@ -18,8 +18,10 @@
     requests are served, and the daemon lives on (the writer thread blocks SIGXFSZ,
     whose default is to end the process); the file holds whole lines only.
 
-  - upload_abandoned: an agent leaves mid-upload while the upstream reads slowly: the
-    upstream's connection is reset, not ended with a FIN after the buffered part.
+  - upload_abandoned: an agent leaves mid-upload while the upstream reads slowly (plain
+    forwarding, then the inject tier): the upstream's connection is reset within a
+    second (a poll watches the agent's connection while a body goes up), not ended with
+    a FIN after the buffered part.
 
   - upstream_reset_splice, upstream_reset_copy: an upstream that sends 64 KiB into a
     CONNECT tunnel and then resets its connection (SO_LINGER 0, once its kernel has
@@ -66,8 +68,8 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import (make_pki, own_pass_args, own_pass_end, read_head, read_text, with_daemon,
-                      Fatal)
+from integlib import (make_leaf, make_pki, own_pass_args, own_pass_end, read_head, read_text,
+                      with_daemon, Fatal)
 
 DISK_BYTES = 1 << 20
 RECOVER_S = 5  # the writer tries a failing file at least once a second
@@ -95,7 +97,7 @@ daemon:
 resolver:
   servers: ["127.0.0.1:9"]
   hosts: {{api.internal: [127.0.0.1], mismatch.internal: [127.0.0.1],
-          dropped.internal: [127.0.0.1]}}
+          dropped.internal: [127.0.0.1], upload-tls.internal: [127.0.0.1]}}
   allow_private: [127.0.0.1/32]
 profiles:
   faults:
@@ -114,6 +116,15 @@ profiles:
         ports: [{tls_reset_port}]
         owner: tests
         reason: a TLS origin that resets
+        inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
+                 secret_file: "{pki}/secret.txt"}}
+        upstream_ca: "{pki}/ca.pem"
+      - id: upload-tls
+        host: upload-tls.internal
+        tier: inject
+        ports: [{slow_tls_port}]
+        owner: tests
+        reason: a TLS origin that reads slowly
         inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
                  secret_file: "{pki}/secret.txt"}}
         upstream_ca: "{pki}/ca.pem"
@@ -216,29 +227,33 @@ def free_port():
 
 class SlowReader:
     """An origin that reads a request body slowly (a small receive buffer, 4 KiB every
-    20 ms) and notes how its connection ended and when: "reset" or "eof"."""
+    20 ms) and notes how its connection ended and when: "reset" or "eof". With <tls> (an
+    ssl.SSLContext) it speaks TLS, which reads a reset and a FIN alike: the socket's TCP
+    state tells them apart (CLOSE after a reset, CLOSE_WAIT after a FIN)."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
+        self.tls = tls
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(4)
         self.port = self.sock.getsockname()[1]
-        self.ended = None  # ("reset" | "eof", time.monotonic())
+        self.ended = None  # ("reset" | "eof" | "state N", time.monotonic())
         threading.Thread(target=self.serve, daemon=True).start()
 
     def serve(self):
         conn, _ = self.sock.accept()
         with conn:
             try:
-                while True:
-                    data = conn.recv(4096)
-                    if not data:
-                        self.ended = ("eof", time.monotonic())
-                        return
+                if self.tls is not None:
+                    conn = self.tls.wrap_socket(conn, server_side=True)
+                while conn.recv(4096):
                     time.sleep(0.02)
-            except ConnectionResetError:
-                self.ended = ("reset", time.monotonic())
+            except (OSError, ssl.SSLError):
+                pass
+            state = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+            self.ended = ("reset" if state == 7 else "eof" if state == 8 else
+                          "state %d" % state, time.monotonic())
 
 
 class ResetOrigin:
@@ -606,38 +621,59 @@ def t_upstream_fails_in_handshake(v, log):
     return errs
 
 
+def abandon_upload(sock, slow, log, label):
+    """Sends a body on <sock> (its head sent) until the daemon, held back by <slow>, stops
+    taking it, then closes <sock>: errors unless <slow> saw its connection reset within a
+    second (issue 19 item 3: 100 ms is the target; a second is the margin a loaded CI
+    machine needs, and far below what the upstream's reading on would take)."""
+    sock.settimeout(0.5)
+    sent = 0
+    try:
+        while sent < 8 << 20:
+            sent += sock.send(b"x" * 16384)
+    except (socket.timeout, ssl.SSLWantWriteError, BlockingIOError):
+        pass
+    time.sleep(0.3)
+    left = time.monotonic()
+    sock.close()
+    within(lambda: slow.ended is not None, 10)
+    log("%s: upload abandoned after %d bytes: the upstream saw %r" % (
+        label, sent, slow.ended and (slow.ended[0], round(slow.ended[1] - left, 3))))
+    if slow.ended is None:
+        return ["%s: the upstream's connection had not ended 10 s after the agent left"
+                % label]
+    if slow.ended[0] != "reset" or slow.ended[1] - left > 1.0:
+        return ["%s: the agent left mid-upload; the upstream saw %s %.2f s later, want a "
+                "reset at once" % (label, slow.ended[0], slow.ended[1] - left)]
+    return []
+
+
 def t_upload_abandoned(v, log):
     """An agent that leaves mid-upload, while the upstream reads slowly and the daemon holds
-    what it could not yet pass on: the upstream's connection is reset (issue 19 item 3),
-    never ended with a FIN it would read as the body's end after reading on through what
-    was buffered."""
-    errs = []
-    slow = v["slow"]
+    what it could not yet pass on: the upstream's connection is reset at once (issue 19
+    item 3), never ended with a FIN it would read as the body's end after reading on
+    through what was buffered. Plain forwarding, then the inject tier (the agent's TLS
+    ended too: a close of its socket, no close_notify)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(egress(v["sock_dir"], "agent"))
     s.sendall(b"POST http://upload.internal/ HTTP/1.1\r\nHost: upload.internal\r\n"
               b"Content-Length: 100000000\r\n\r\n")
-    s.settimeout(0.5)
-    sent = 0
-    try:
-        while sent < 8 << 20:  # until the daemon, held back by the upstream, stops taking
-            sent += s.send(b"x" * 65536)
-    except (socket.timeout, BlockingIOError):
-        pass
-    time.sleep(0.3)
-    left = time.monotonic()
-    s.close()
-    within(lambda: slow.ended is not None, 10)
-    log("upload abandoned after %d bytes: the upstream saw %r" % (
-        sent, slow.ended and (slow.ended[0], round(slow.ended[1] - left, 3))))
-    if slow.ended is None:
-        errs.append("the upstream's connection had not ended 10 s after the agent left")
-    elif slow.ended[0] != "reset":
-        # How soon is not held here yet: under back-pressure the daemon notices the agent's
-        # close only once the upstream has taken the send in flight (issue 19 item 3).
-        errs.append("the agent left mid-upload; the upstream saw %s %.2f s later, want a "
-                    "reset" % (slow.ended[0], slow.ended[1] - left))
-    return errs
+    errs = abandon_upload(s, v["slow"], log, "forwarding")
+    port = v["slow_tls"].port
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    raw.settimeout(10)
+    raw.connect(egress(v["sock_dir"], "agent"))
+    raw.sendall(b"CONNECT upload-tls.internal:%d HTTP/1.1\r\nHost: upload-tls.internal:%d"
+                b"\r\n\r\n" % (port, port))
+    head = read_head(raw)
+    if not head.startswith(b"HTTP/1.1 200"):
+        raw.close()
+        return errs + ["inject: the CONNECT got %r" % head[:200]]
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    t = agent_tls.wrap_socket(raw, server_hostname="upload-tls.internal")
+    t.sendall(b"POST /up HTTP/1.1\r\nHost: upload-tls.internal:%d\r\nAuthorization: Bearer "
+              b"%s\r\nContent-Length: 50000000\r\n\r\n" % (port, PLACEHOLDER.encode()))
+    return errs + abandon_upload(t, v["slow_tls"], log, "inject")
 
 
 def t_audit_full_continue(v, log):
@@ -795,6 +831,9 @@ def main():
     origin_tls.load_cert_chain(os.path.join(pki, "leaf.pem"), os.path.join(pki, "leaf.key"))
     tls_reset = ResetOrigin(origin_tls)
     mismatch, dropped = HeldHandshakeOrigin(origin_tls), HeldHandshakeOrigin()
+    upload_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # the slow reader's: a leaf for it
+    upload_tls.load_cert_chain(*make_leaf(pki, "upload", os.path.join(pki, "ca.pem"),
+                                          os.path.join(pki, "ca.key"), ("upload-tls.internal",)))
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
     failed = 0
@@ -824,6 +863,7 @@ def main():
                      "mismatch": mismatch, "dropped": dropped,
                      "sock_dir": os.path.join(top, "run"), "ingress_port": free_port(),
                      "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(),
+                     "slow_tls": SlowReader(upload_tls),
                      "audit": os.path.join(disk, "audit.jsonl"),
                      "filler": os.path.join(disk, "filler"),
                      "policy": os.path.join(top, "policy.yaml"),
@@ -834,6 +874,7 @@ def main():
                                           ingress_port=v["ingress_port"],
                                           tcp_port=v["tcp_port"], slow_port=v["slow"].port,
                                           reset_port=v["reset"].port, pki=pki,
+                                          slow_tls_port=v["slow_tls"].port,
                                           tls_reset_port=tls_reset.port,
                                           mismatch_port=mismatch.port,
                                           dropped_port=dropped.port,

@@ -19,6 +19,8 @@ Both serve the same resources from the fixture directory <dir>:
     GET  /bad-chunk    chunked: a good chunk, a pause, then a chunk whose size line is not hex
     GET  /hold?tail=HEX  Content-Length framed: 32 bytes of "x" and the bytes HEX names, then
                        HOLD_PAUSE_S of nothing, then "end"
+    POST /slow-read    reads the body 64 KiB every 20 ms, answers nothing; slow-read.log
+                       says how the connection ended: reset, eof or an error
     GET  /trailers     chunked: "hello" then a trailer section of fields a proxy must never
                        relay (X-Agent-Instruction, X-Agent-Reason, Host), its lines each
                        split across two writes
@@ -690,7 +692,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                            "invalid_request_error", "param": None,
                                            "code": None}})
 
+    def slow_read(self):
+        """Reads the request's body 64 KiB every 20 ms (slower than a proxy sends it, so
+        the proxy holds some back) and notes in slow-read.log how the connection ended:
+        "reset" (the proxy reset it), "eof" (a FIN or a close_notify: the body's end, as a
+        server would read it) or another error. A reset is seen once what the kernel had
+        queued for this reader is read."""
+        try:
+            while self.rfile.read1(65536):
+                time.sleep(0.02)
+        except (OSError, ssl.SSLError):
+            pass  # TLS reads a reset and a FIN alike: the TCP state below tells them apart
+        # After a peer's reset the socket is CLOSE (7); after its FIN, CLOSE_WAIT (8).
+        state = self.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+        how = "reset" if state == 7 else "eof" if state == 8 else "state %d" % state
+        with LOG_LOCK, open(os.path.join(self.server.fixture_dir, "slow-read.log"), "a",
+                            encoding="utf-8") as f:
+            f.write(how + "\n")
+        self.close_connection = True
+
     def route(self):
+        if self.path == "/slow-read" and self.command == "POST":
+            self.slow_read()
+            return
         body = self.read_body()
         path = self.path.split("?", 1)[0]
         api = model_api(path.rstrip("/"))

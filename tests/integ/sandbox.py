@@ -2563,6 +2563,38 @@ def read_chunked(f, stamps):
         body += data
 
 
+def inject_upload_abandoned(t, ctx, path, auth):
+    """An agent that leaves mid-upload while the origin reads slowly (/slow-read): the
+    origin's connection is reset (issue 19 item 3), never ended with a close_notify or a
+    FIN it would read as the body's end. The origin sees the reset once it has read what
+    its kernel had queued (how soon the daemon resets is the fault pass's check, on plain
+    forwarding, where the origin's receive buffer is small from its accept)."""
+    log_path = os.path.join(t.vars["tmp"], "slow-read.log")
+    before = read_text(log_path).count("\n")
+    ts = tls_tunnel(t, ctx, path, "api.test:%d" % t.vars["https_port"])
+    ts.sendall(b"POST /slow-read HTTP/1.1\r\nHost: api.test\r\n" + auth +
+               b"Content-Length: 50000000\r\n\r\n")  # under the tier's 64 MiB
+    ts.settimeout(0.5)
+    sent = 0
+    try:
+        while sent < 8 << 20:  # until the daemon, held back by the origin, stops taking
+            sent += ts.send(b"x" * 16384)
+    except (socket.timeout, ssl.SSLWantWriteError, BlockingIOError):
+        pass
+    time.sleep(0.3)
+    left = time.monotonic()
+    ts.close()
+    ended = None
+    while time.monotonic() - left < 15 and ended is None:
+        lines = read_text(log_path).splitlines()
+        ended = lines[before] if len(lines) > before else None
+        time.sleep(0.02)
+    if ended != "reset":
+        return ["an inject upload abandoned after %d bytes: the origin saw %r %.2f s later, "
+                "want a reset" % (sent, ended, time.monotonic() - left)]
+    return []
+
+
 def inject_exchanges(t, ctx, path):
     """The inject checks that talk TLS; returns (errors, every response byte seen)."""
     errs, seen = [], b""
@@ -2871,12 +2903,14 @@ def inject_exchanges(t, ctx, path):
     if read_text(echo_log).count("\n") != before:
         errs.append("the origin got a request from a session that did not verify")
     errs += inject_edges(t, ctx, path, auth)
+    errs += inject_upload_abandoned(t, ctx, path, auth)
     # The 1 MiB POST's close record (its connection has long ended by now) counts the bytes
     # delivered each way once (issue 19 item 2): up, what the upstream's socket took (the
     # body and its TLS framing), not that and the agent's own ciphertext besides.
     records, _ = read_audit(t.vars["audit"])
     posts = {r.get("conn") for r in records if r.get("event") == "decision" and
-             r.get("method") == "POST" and r.get("rule") == "inject"}
+             r.get("method") == "POST" and r.get("rule") == "inject" and
+             r.get("path") == "/echo"}
     ups = [r.get("bytes_up") or 0 for r in records
            if r.get("event") == "close" and r.get("conn") in posts]
     if not ups or not len(big) <= max(ups) <= len(big) * 5 // 4:
