@@ -34,7 +34,7 @@ SAN_OBJ := $(LIB_SRC:%.c=build/san/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=build/san/tests/unit/%)
 LOADGEN_BIN := build/rel/bench/loadgen
 
-.PHONY: all lint test check demo bench fuzz fuzz-short deps clean unit integ
+.PHONY: all lint test check demo bench fuzz fuzz-short deps clean unit integ install
 .DEFAULT_GOAL := all
 
 all: build/rel/agentsnetd build/san/agentsnetd build/rel/agentsnet build/san/agentsnet \
@@ -43,6 +43,22 @@ all: build/rel/agentsnetd build/san/agentsnetd build/rel/agentsnet build/san/age
 
 deps:
 	$(Q)./tools/deps.sh
+
+# `make install [PREFIX=/usr/local] [DESTDIR=...]`: the release binaries (the CLI,
+# the bridge and the probe side by side: the CLI finds them next to itself), the
+# systemd unit (deploy/systemd/, its ExecStart pointed at PREFIX) and the docs.
+PREFIX ?= /usr/local
+install: build/rel/agentsnetd build/rel/agentsnet build/rel/agentsnet-bridge \
+		build/rel/agentsnet-probe
+	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/bin \
+		$(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/doc/agentsnet
+	install -m 0755 build/rel/agentsnetd $(DESTDIR)$(PREFIX)/sbin/agentsnetd
+	install -m 0755 build/rel/agentsnet build/rel/agentsnet-bridge build/rel/agentsnet-probe \
+		$(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|/usr/local/|$(PREFIX)/|g' deploy/systemd/agentsnetd.service \
+		> $(DESTDIR)/lib/systemd/system/agentsnetd.service
+	chmod 0644 $(DESTDIR)/lib/systemd/system/agentsnetd.service
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/agentsnet/
 
 build/rel/%.o: %.c
 	@mkdir -p $(dir $@)

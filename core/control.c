@@ -652,6 +652,8 @@ int control_start(struct control *ctl, struct engine *e, gid_t group)
 	runlimit_adopt(&ctl->limits, e);
 	ctl->stop_fd = eventfd(0, EFD_CLOEXEC);
 	ret = ctl->stop_fd == -1 ? -errno : -pthread_create(&ctl->thread, NULL, control_main, ctl);
+	if (ret == 0)
+		(void)pthread_setname_np(ctl->thread, "an-control");
 	if (ret != 0) {
 		if (ctl->stop_fd >= 0)
 			close(ctl->stop_fd);

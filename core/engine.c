@@ -559,6 +559,9 @@ int engine_start(struct engine *e)
 				      &e->workers[started]);
 		if (ret != 0)
 			break;
+		char name[16]; /* what top -H, ps -L and /proc/<pid>/task/<tid>/comm show */
+		snprintf(name, sizeof(name), "an-worker%u", started % 1000u);
+		(void)pthread_setname_np(e->workers[started].thread, name);
 	}
 	while (atomic_load(&e->workers_ready) < started)
 		sched_yield();
@@ -721,6 +724,46 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 					 ingress_fd);
 	pthread_mutex_unlock(&e->lock);
 	return ret;
+}
+
+int engine_workers_answer(struct engine *e, uint32_t timeout_ms, uint32_t *late)
+{
+	int ret = 0;
+
+	AN_ASSERT(e->workers != NULL && late != NULL);
+	for (uint32_t i = 0; i < e->worker_count; i++) {
+		struct worker *w = &e->workers[i];
+		if (w->ping_posted)
+			continue; /* still unanswered since the last call */
+		w->ping = (struct worker_cmd){ .kind = WORKER_CMD_PING };
+		worker_cmd_post(w, &w->ping);
+		w->ping_posted = true;
+	}
+	for (uint32_t i = 0; i < e->worker_count; i++) {
+		struct worker *w = &e->workers[i];
+		if (worker_cmd_wait(w, &w->ping, timeout_ms) == 0) {
+			w->ping_posted = false;
+		} else if (ret == 0) {
+			*late = i;
+			ret = -ETIMEDOUT;
+		}
+	}
+	return ret;
+}
+
+void engine_status_line(struct engine *e, char *out, size_t cap)
+{
+	struct worker_counters sum = { 0 };
+
+	AN_ASSERT(e->workers != NULL && cap > 0);
+	for (uint32_t i = 0; i < e->worker_count; i++)
+		worker_counters_add(&e->workers[i], &sum);
+	pthread_mutex_lock(&e->lock);
+	uint32_t sandboxes = e->sandbox_active;
+	uint64_t generation = atomic_load_explicit(&e->current, memory_order_acquire)->generation;
+	pthread_mutex_unlock(&e->lock);
+	snprintf(out, cap, "serving %u sandboxes, %llu connections, policy generation %llu",
+		 sandboxes, (unsigned long long)sum.conns_open, (unsigned long long)generation);
 }
 
 /* Removes sandbox <id>: a run-time one, or with <file> one from the policy file. */

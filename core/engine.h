@@ -250,6 +250,22 @@ uint32_t engine_sandbox_reap_orphans(struct engine *e);
 int engine_policy_swap(struct engine *e, const void *policy, const struct config *file, char *err,
 		       size_t cap);
 
+/*
+ * Whether every worker's loop still turns: each is sent a ping it completes
+ * on its next turn, and waited for up to <timeout_ms> (a worker at most that
+ * long). 0 when all answered; -ETIMEDOUT with *<late> the first that did not
+ * (its ping stays posted and is waited for again on the next call). For the
+ * service manager's watchdog; the main thread only, while the engine runs.
+ */
+int engine_workers_answer(struct engine *e, uint32_t timeout_ms, uint32_t *late);
+
+/*
+ * One line for the service manager's STATUS into <out> (<cap> bytes): the
+ * sandboxes served, the connections open (as the workers last published them)
+ * and the policy generation. Any thread, while the engine runs.
+ */
+void engine_status_line(struct engine *e, char *out, size_t cap);
+
 /* Frees every retired snapshot no worker can reach any more. Control path only. */
 void engine_policy_collect(struct engine *e);
 

@@ -66,6 +66,7 @@ enum worker_cmd_kind {
 	WORKER_CMD_REMOVE,    /* stop accepting, abort its conns; done when all are gone */
 	WORKER_CMD_ROUTE_ADD, /* the gateway routes <id> to <sandbox> (sent to every worker) */
 	WORKER_CMD_ROUTE_DEL, /* ... no longer */
+	WORKER_CMD_PING, /* completed at once: the worker's loop turns (the watchdog's proof) */
 };
 
 /* A request from the control path; the sender owns it and waits on <done> for removals. */
@@ -184,9 +185,13 @@ struct worker {
 	pthread_cond_t cmd_done;
 	struct worker_cmd *cmds;     /* queued by the control path, taken on wake-up */
 	struct worker_cmd *removals; /* removals waiting for their conns to close */
-	struct conn *live;           /* every conn not yet freed */
-	struct conn *nobufs;         /* conns waiting for buffers to re-arm a receive */
-	uint64_t now_ms;             /* loop-turn clock */
+	/* The watchdog's ping (engine_workers_answer): the main thread's alone, posted
+	 * again only once it completed (ping_posted false). */
+	struct worker_cmd ping;
+	bool ping_posted;
+	struct conn *live;   /* every conn not yet freed */
+	struct conn *nobufs; /* conns waiting for buffers to re-arm a receive */
+	uint64_t now_ms;     /* loop-turn clock */
 	uint64_t next_conn_seq;
 	bool stopping;
 	int start_error; /* set before workers_ready is bumped */

@@ -243,7 +243,7 @@ static void cmds_drop(struct worker *w)
 	while (list != NULL) {
 		struct worker_cmd *cmd = list;
 		list = cmd->next;
-		if (cmd->kind == WORKER_CMD_REMOVE) {
+		if (cmd->kind == WORKER_CMD_REMOVE || cmd->kind == WORKER_CMD_PING) {
 			cmd_complete(w, cmd);
 			continue;
 		}
@@ -522,6 +522,10 @@ static void run_cmds(struct worker *w)
 		list = cmd->next;
 		if (cmd->kind == WORKER_CMD_REMOVE) {
 			cmd_remove_begin(w, cmd);
+			continue;
+		}
+		if (cmd->kind == WORKER_CMD_PING) {
+			cmd_complete(w, cmd); /* the sender's: it waits on it */
 			continue;
 		}
 		if (cmd->kind == WORKER_CMD_ROUTE_ADD || cmd->kind == WORKER_CMD_ROUTE_DEL) {

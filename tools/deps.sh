@@ -9,7 +9,7 @@ set -eu
 
 BUILD_PKGS="build-essential pkg-config clang clang-format libclang-rt-14-dev liburing-dev libssl-dev libxxhash-dev \
 libc-ares-dev libyaml-dev libidn2-dev libpsl-dev libseccomp-dev libnghttp2-dev check \
-libbenchmark-dev iproute2 curl openssl python3 nodejs npm wrk"
+libbenchmark-dev iproute2 curl openssl python3 nodejs npm wrk systemd util-linux"
 BENCH_PKGS="haproxy nginx-light squid-openssl tinyproxy mitmproxy"
 
 want="$BUILD_PKGS"

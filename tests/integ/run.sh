@@ -19,7 +19,8 @@
 # fairness pass (one sandbox's flood against another's requests) is
 # `python3 tests/integ/fairness.py -v` (AN_FAIRNESS_TIMEOUT_S, 60 s); the fault
 # pass (the audit log on a full disk) is `python3 tests/integ/faults.py -v`
-# (AN_FAULTS_TIMEOUT_S, 60 s); the
+# (AN_FAULTS_TIMEOUT_S, 90 s); the service pass (what the daemon tells systemd,
+# the unit) is `python3 tests/integ/service.py -v` (AN_SERVICE_TIMEOUT_S, 120 s); the
 # adversarial pass (hostile bytes against the safe behaviour each must meet,
 # tests/adversarial/README.md) is `python3 tests/adversarial/run.py [--cases
 # 'GROUP/ID'] -v` (AN_ADVERSARIAL_TIMEOUT_S, 120 s).
@@ -83,7 +84,8 @@ if [ $# -eq 0 ]; then
 	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-300}"
 	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
 	run_pass fairness fairness.py "${AN_FAIRNESS_TIMEOUT_S:-60}"
-	run_pass faults faults.py "${AN_FAULTS_TIMEOUT_S:-60}"
+	run_pass faults faults.py "${AN_FAULTS_TIMEOUT_S:-90}"
+	run_pass service service.py "${AN_SERVICE_TIMEOUT_S:-120}"
 	run_pass adversarial ../adversarial/run.py "${AN_ADVERSARIAL_TIMEOUT_S:-120}"
 fi
 case $rc in

@@ -5,6 +5,12 @@
  * SIGHUP reloads the policy (as `policy reload` on the control socket does).
  * The exit status is 0 only when the engine stopped with nothing leaked.
  *
+ * Under a service manager ($NOTIFY_SOCKET: systemd's Type=notify, the unit in
+ * deploy/systemd/) it says READY=1 once every sandbox socket listens,
+ * RELOADING=1 and READY=1 around each reload, STOPPING=1, and a STATUS line;
+ * with a watchdog ($WATCHDOG_USEC) it says WATCHDOG=1 only after every worker
+ * answered a ping, so a worker whose loop hangs gets the daemon restarted.
+ *
  * A reload re-reads the file whole and swaps the compiled policy in; a file
  * that does not load, or that drops a profile a running sandbox uses, is
  * refused and the running policy stays. Either way the outcome is logged and
@@ -23,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/an.h"
@@ -34,6 +41,7 @@
 #include "core/engine.h"
 #include "core/limits.h"
 #include "core/log.h"
+#include "core/notify.h"
 #include "core/ring.h"
 #include "policy/policy.h"
 #include "tls/term.h"
@@ -238,7 +246,32 @@ struct daemon {
 	const struct config *cfg; /* the running settings */
 	struct engine *e;
 	struct audit *audit;
+	const struct notify *manager; /* the service manager's socket (core/notify.h) */
 };
+
+/* Tells the service manager <fields> ("READY=1\n", ...) and the engine's STATUS line. */
+static void manager_tell(const struct daemon *d, const char *fields)
+{
+	char status[200];
+	char state[300];
+
+	if (!notify_on(d->manager))
+		return;
+	engine_status_line(d->e, status, sizeof(status));
+	snprintf(state, sizeof(state), "%sSTATUS=%s", fields, status);
+	int ret = notify_send(d->manager, state);
+	if (ret != 0)
+		log_warn("service manager: %s", strerror(-ret));
+}
+
+/* CLOCK_MONOTONIC in microseconds, as RELOADING=1's MONOTONIC_USEC wants it. */
+static unsigned long long monotonic_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u;
+}
 
 static bool text_differs(const char *a, const char *b)
 {
@@ -293,6 +326,10 @@ static int reload(void *arg, char *msg, size_t cap)
 	char detail[128];
 
 	pthread_mutex_lock(&daemon_lock);
+	char reloading[64];
+	snprintf(reloading, sizeof(reloading), "RELOADING=1\nMONOTONIC_USEC=%llu\n",
+		 monotonic_usec());
+	manager_tell(d, reloading);
 	int ret = config_init_defaults(&fresh);
 	if (ret == 0)
 		ret = policy_load_or_default(d->o->config_path, &fresh, &pol, err, sizeof(err));
@@ -317,23 +354,79 @@ static int reload(void *arg, char *msg, size_t cap)
 	notice(d->audit, d->cfg->workers, detail);
 	snprintf(msg, cap, "%s", err);
 	config_free(&fresh);
+	manager_tell(d, "READY=1\n"); /* the new policy, or the one that stayed */
 	pthread_mutex_unlock(&daemon_lock);
 	return ret;
 }
 
-/* Blocks until SIGINT or SIGTERM; each SIGHUP reloads the policy. */
+/* How often the STATUS line is refreshed without a watchdog. */
+#define MANAGER_STATUS_MS 5000u
+
+/*
+ * The service manager's watchdog, once a tick: WATCHDOG=1 only when every
+ * worker answered a ping within <wait_ms> (engine_workers_answer), so a
+ * worker whose loop hangs gets the daemon restarted; else the log and the
+ * STATUS line name it.
+ */
+static void watchdog_tick(struct daemon *d, uint32_t wait_ms)
+{
+	uint32_t late = 0;
+
+	if (engine_workers_answer(d->e, wait_ms, &late) == 0) {
+		manager_tell(d, "WATCHDOG=1\n");
+		return;
+	}
+	log_error("watchdog: worker %u did not answer within %u ms: the service manager is not "
+		  "told that the daemon lives",
+		  late, wait_ms);
+	char fields[96];
+	snprintf(fields, sizeof(fields), "STATUS=worker %u does not answer\n", late);
+	(void)notify_send(d->manager, fields);
+}
+
+/*
+ * Blocks until SIGINT or SIGTERM; each SIGHUP reloads the policy. Under a
+ * service manager, wakes every quarter of the watchdog's interval for its
+ * tick (each worker then given at most another quarter, over them all, to
+ * answer: a ping at least every half interval), or every MANAGER_STATUS_MS
+ * to refresh the STATUS line.
+ */
 static void wait_for_stop(struct daemon *d)
 {
 	sigset_t set;
 	int sig = 0;
+	bool watchdog = d->manager->watchdog_usec > 0;
+	uint64_t tick_ms = watchdog                ? d->manager->watchdog_usec / 4000u + 1u
+			   : notify_on(d->manager) ? MANAGER_STATUS_MS
+						   : 0;
+	uint32_t wait_ms = (uint32_t)(tick_ms / (d->cfg->workers > 0 ? d->cfg->workers : 1u) + 1u);
+	uint64_t next_ms = monotonic_usec() / 1000u + tick_ms;
 
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGHUP);
 	for (;;) {
-		if (sigwait(&set, &sig) != 0)
-			continue;
+		if (tick_ms == 0) {
+			if (sigwait(&set, &sig) != 0)
+				continue;
+		} else {
+			/* The tick keeps its pace whatever signals come between. */
+			uint64_t now_ms = monotonic_usec() / 1000u;
+			uint64_t left_ms = next_ms > now_ms ? next_ms - now_ms : 0;
+			struct timespec ts = { .tv_sec = (time_t)(left_ms / 1000u),
+					       .tv_nsec = (long)(left_ms % 1000u) * 1000000L };
+			sig = left_ms > 0 ? sigtimedwait(&set, NULL, &ts) : -1;
+			if (sig < 0 && (left_ms == 0 || errno == EAGAIN)) {
+				next_ms = now_ms + left_ms + tick_ms;
+				if (watchdog)
+					watchdog_tick(d, wait_ms);
+				else
+					manager_tell(d, "");
+			}
+			if (sig < 0)
+				continue;
+		}
 		if (sig == SIGHUP) {
 			char msg[512];
 			(void)reload(d, msg, sizeof(msg));
@@ -414,7 +507,8 @@ static int tls_open(const struct config *cfg, struct tls_term **out)
 	return 0;
 }
 
-static int serve(const struct options *o, struct config *cfg, struct policy *pol)
+static int serve(const struct options *o, struct config *cfg, struct policy *pol,
+		 const struct notify *manager)
 {
 	struct engine e;
 	struct audit *audit = NULL;
@@ -457,7 +551,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		policy_free(pol);
 		return 1;
 	}
-	struct daemon d = { .o = o, .cfg = cfg, .e = &e, .audit = audit };
+	struct daemon d = { .o = o, .cfg = cfg, .e = &e, .audit = audit, .manager = manager };
 	e.cfg = cfg;
 	e.policy = pol; /* the engine's from here on */
 	e.ops = &policy_verdict_ops;
@@ -487,7 +581,11 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		fprintf(stderr,
 			"agentsnetd: ready (%u sandboxes, %u workers, audit %s, control %s)\n",
 			active, cfg->workers, cfg->audit_path, ctl.path);
+		char ready[64];
+		snprintf(ready, sizeof(ready), "READY=1\nMAINPID=%ld\n", (long)getpid());
+		manager_tell(&d, ready);
 		wait_for_stop(&d);
+		manager_tell(&d, "STOPPING=1\n");
 		control_stop(&ctl);
 		ret = engine_stop(&e);
 		notice(audit, cfg->workers,
@@ -507,10 +605,20 @@ int main(int argc, char **argv)
 	struct policy *pol = NULL;
 	sigset_t set;
 
+	struct notify manager;
 	int rc = parse_options(argc, argv, &o);
 	if (rc >= 0)
 		return rc;
 	log_set_level(o.debug ? LOG_DEBUG : LOG_INFO);
+	/* Before any thread (getenv, unsetenv); a manager that waits for READY=1 and cannot
+	 * be told would wait out its timeout, so a bad address stops the start. */
+	if ((rc = notify_open(&manager)) != 0) {
+		log_error(
+		    "$NOTIFY_SOCKET or $WATCHDOG_USEC: %s (a path, or @ and an abstract name; "
+		    "a number of microseconds)",
+		    strerror(-rc));
+		return 1;
+	}
 	/* Every thread inherits this mask; only wait_for_stop takes the signals. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
@@ -520,6 +628,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	if (load(&o, &cfg, &pol) != 0) {
 		config_free(&cfg);
+		notify_close(&manager);
 		return 1;
 	}
 	if (o.check_path != NULL) {
@@ -527,14 +636,17 @@ int main(int argc, char **argv)
 		       policy_profile_count(pol), policy_rule_count(pol), cfg.sandbox_count);
 		policy_free(pol);
 		config_free(&cfg);
+		notify_close(&manager);
 		return 0;
 	}
 	if (apply_overrides(&o, &cfg) != 0) {
 		policy_free(pol);
 		config_free(&cfg);
+		notify_close(&manager);
 		return 1;
 	}
-	rc = serve(&o, &cfg, pol); /* takes pol */
+	rc = serve(&o, &cfg, pol, &manager); /* takes pol */
 	config_free(&cfg);
+	notify_close(&manager);
 	return rc;
 }

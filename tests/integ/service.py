@@ -1,0 +1,462 @@
+"""The service pass (issue 20 item 1): what the daemon tells a service manager, against a
+stand-in for systemd's notification socket (systemd is not PID 1 on the test machine), and
+the unit in deploy/systemd/ checked as systemd would read it.
+
+  - notify: $NOTIFY_SOCKET a path, $WATCHDOG_USEC 0.6 s. READY=1 comes once every
+    sandbox socket of the policy accepts and serves, with MAINPID (the daemon's pid) and a
+    STATUS line (sandboxes, connections, policy generation); WATCHDOG=1 then comes at
+    least every half interval; a reload by SIGHUP, one by the control socket and one
+    refused (a policy that does not load) each come as RELOADING=1 (MONOTONIC_USEC now)
+    and then READY=1, the STATUS line's generation one more for the two that loaded and
+    unchanged for the refused one; a worker whose loop is stopped (one thread held by
+    ptrace) stops WATCHDOG=1 until it runs again, the STATUS line and the log naming it;
+    SIGTERM brings STOPPING=1.
+  - abstract: $NOTIFY_SOCKET "@name" (an abstract socket): READY=1; no WATCHDOG=1 without
+    $WATCHDOG_USEC, nor with a $WATCHDOG_PID that is another process's.
+  - bad_address: $NOTIFY_SOCKET neither a path nor "@name": the daemon does not start,
+    and its error names the variable.
+  - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
+    puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
+    its key settings, and the daemon serving, reloading and stopping under the unit's
+    capability bounding set and no_new_privs (setpriv), as systemd would start it.
+
+Runs as its own pass: python3 tests/integ/service.py [--daemon PATH] [--tests NAME...] -v
+(--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
+"""
+
+import ctypes
+import http.server
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from fairness import Origin, control, egress, served
+from integlib import own_pass_args, own_pass_end, read_text, with_daemon, Fatal
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+WATCHDOG_S = 0.6
+UNIT = os.path.join(ROOT, "deploy", "systemd", "agentsnetd.service")
+
+POLICY = """version: 1
+daemon:
+  socket_dir: {sock_dir}
+  audit_log: {audit}
+  workers: 2
+resolver:
+  servers: ["127.0.0.1:9"]
+profiles:
+  service:
+    rules:
+      - {{id: model, host: model.internal, tier: local, upstream: "127.0.0.1:{port}",
+         owner: tests, reason: loopback origin}}
+sandboxes:
+  - {{id: one, profile: service}}
+  - {{id: two, profile: service}}
+"""
+
+
+class Manager:
+    """A stand-in for the service manager's notification socket: a datagram socket bound
+    at <address> (a path, or "@name" for an abstract one) that keeps every state it
+    receives with its arrival time (time.monotonic)."""
+
+    def __init__(self, address):
+        self.address = address
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + address[1:] if address.startswith("@") else address)
+        self.states = []  # (time, {key: value})
+        self.lock = threading.Lock()
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                return
+            fields = dict(line.split("=", 1) for line in data.decode().split("\n") if line)
+            with self.lock:
+                self.states.append((time.monotonic(), fields))
+
+    def since(self, t0, key=None):
+        """The states received after <t0>, those holding <key> when given."""
+        with self.lock:
+            return [(t, f) for t, f in self.states if t > t0 and (key is None or key in f)]
+
+    def wait(self, t0, key, timeout=10.0):
+        """The first state after <t0> holding <key>, within <timeout> s; None if none."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.since(t0, key)
+            if got:
+                return got[0]
+            time.sleep(0.01)
+        return None
+
+    def close(self):
+        self.sock.close()
+
+
+def generation(state):
+    m = re.search(r"policy generation (\d+)", state.get("STATUS", ""))
+    return int(m.group(1)) if m else None
+
+
+def watchdog_gaps(manager, t0, t1):
+    """The times between WATCHDOG=1 states received in (t0, t1], and how many came."""
+    times = [t for t, _ in manager.since(t0, "WATCHDOG") if t <= t1]
+    return [b - a for a, b in zip(times, times[1:])], len(times)
+
+
+# ---- ptrace, to stop one thread of the daemon and no other ------------------
+
+PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 17, 0x4206, 0x4207
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+
+
+def thread_named(pid, name):
+    """The tid of <pid>'s thread called <name> (/proc/<pid>/task/<tid>/comm), or None."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        if read_text("/proc/%d/task/%s/comm" % (pid, tid)).strip() == name:
+            return int(tid)
+    return None
+
+
+def ptrace(request, tid):
+    if libc.ptrace(request, tid, None, None) != 0:
+        raise OSError(ctypes.get_errno(), "ptrace(%d, %d)" % (request, tid))
+
+
+def hold_thread(tid):
+    """Stops thread <tid> alone (PTRACE_SEIZE, PTRACE_INTERRUPT); release_thread lets it go."""
+    ptrace(PTRACE_SEIZE, tid)
+    ptrace(PTRACE_INTERRUPT, tid)
+    os.waitpid(tid, os.__dict__.get("__WALL", 0x40000000))
+
+
+def release_thread(tid):
+    ptrace(PTRACE_DETACH, tid)
+
+
+# ---- the tests ---------------------------------------------------------------
+
+
+def t_notify(v, log):
+    """READY=1 once every sandbox serves; WATCHDOG=1 at least every half interval; reloads
+    (signal, control socket, refused) bracketed by RELOADING=1 and READY=1; a stopped
+    worker stops the watchdog; STOPPING=1 at SIGTERM (checked by after_notify)."""
+    errs = []
+    m, pid = v["manager"], v["pid"]
+    ready = m.wait(0, "READY")
+    if ready is None:
+        return ["no READY=1 within 10 s of the start"]
+    t_ready, state = ready
+    for sandbox in ("one", "two"):
+        answer = served(egress(v["sock_dir"], sandbox))
+        if not answer.startswith(b"HTTP/1.1 200"):
+            errs.append("sandbox %s after READY=1: %r, want 200" % (sandbox, answer[:80]))
+    if state.get("MAINPID") != str(pid):
+        errs.append("READY=1 came with MAINPID %r, want %d" % (state.get("MAINPID"), pid))
+    if not re.fullmatch(r"serving 2 sandboxes, \d+ connections, policy generation 1",
+                        state.get("STATUS", "")):
+        errs.append("READY=1's STATUS %r, want serving 2 sandboxes, N connections, policy "
+                    "generation 1" % state.get("STATUS"))
+    # The watchdog: a tick every quarter interval, so no gap near the interval.
+    time.sleep(2.0)
+    gaps, count = watchdog_gaps(m, t_ready, time.monotonic())
+    log("watchdog: %d in 2 s after READY, the longest gap %.3f s" % (count, max(gaps or [0])))
+    if count < 4 or max(gaps or [WATCHDOG_S]) > WATCHDOG_S / 2 + 0.1:
+        errs.append("WATCHDOG=1 %d times in 2 s, gaps up to %.3f s; want at least every "
+                    "%.2f s" % (count, max(gaps or [0]), WATCHDOG_S / 2 + 0.1))
+    # Reloads: each bracketed, the generation one more when the policy loaded.
+    for how, want_gen in (("SIGHUP", 2), ("policy reload", 3), ("refused", 3)):
+        t0 = time.monotonic()
+        before_us = time.monotonic_ns() // 1000
+        if how == "SIGHUP":
+            os.kill(pid, signal.SIGHUP)
+        elif how == "policy reload":
+            control(v, "policy reload")
+        else:
+            with open(v["policy"], encoding="utf-8") as f:
+                good = f.read()
+            with open(v["policy"], "w", encoding="utf-8") as f:
+                f.write(good.replace("profiles:", "profiles:\n  broken: [", 1))
+            os.kill(pid, signal.SIGHUP)
+        done = m.wait(t0, "READY")
+        if how == "refused":
+            with open(v["policy"], "w", encoding="utf-8") as f:
+                f.write(good)
+        reloading = m.since(t0, "RELOADING")
+        if not reloading or done is None or reloading[0][0] > done[0]:
+            errs.append("reload by %s: RELOADING=1 %s, READY=1 %s; want one, then the other"
+                        % (how, "came" if reloading else "never came",
+                           "came" if done else "never came"))
+            continue
+        usec = int(reloading[0][1].get("MONOTONIC_USEC", "0"))
+        if not before_us <= usec <= time.monotonic_ns() // 1000:
+            errs.append("reload by %s: MONOTONIC_USEC %d, not the monotonic clock then (%d)"
+                        % (how, usec, before_us))
+        if generation(done[1]) != want_gen:
+            errs.append("reload by %s: READY=1's STATUS %r, want policy generation %d"
+                        % (how, done[1].get("STATUS"), want_gen))
+    # One worker stopped (its thread alone, by ptrace): no WATCHDOG=1 while it is.
+    tid = thread_named(pid, "an-worker1")
+    if tid is None:
+        return errs + ["no thread named an-worker1 in /proc/%d/task" % pid]
+    hold_thread(tid)
+    t_held = time.monotonic()
+    try:
+        time.sleep(WATCHDOG_S * 3)
+    finally:
+        release_thread(tid)
+    t_released = time.monotonic()
+    # A tick under way when the thread stopped may still say WATCHDOG=1.
+    during = [t for t, _ in m.since(t_held + WATCHDOG_S / 2, "WATCHDOG") if t < t_released]
+    named = [f for _, f in m.since(t_held) if "worker 1 does not answer" in f.get("STATUS", "")]
+    log("worker 1 held %.1f s: %d WATCHDOG=1 meanwhile, %d STATUS naming it" % (
+        t_released - t_held, len(during), len(named)))
+    if during:
+        errs.append("WATCHDOG=1 %d times while worker 1 was stopped, want none" % len(during))
+    if not named:
+        errs.append("no STATUS naming worker 1 while it was stopped")
+    if "watchdog: worker 1 did not answer" not in read_text(v["err"]):
+        errs.append("the log does not name the worker that did not answer")
+    if m.wait(t_released, "WATCHDOG", WATCHDOG_S * 2) is None:
+        errs.append("no WATCHDOG=1 within %.1f s of the worker running again" % (WATCHDOG_S * 2))
+    return errs
+
+
+def after_notify(v):
+    stopping = v["manager"].wait(0, "STOPPING", 5)
+    return [] if stopping else ["no STOPPING=1 at SIGTERM"]
+
+
+def t_abstract(v, log):
+    """READY=1 on an abstract socket; no watchdog asked (or asked of another process)."""
+    m = v["manager"]
+    ready = m.wait(0, "READY")
+    if ready is None:
+        return ["no READY=1 on the abstract socket %s" % m.address]
+    time.sleep(1.0)
+    beats = m.since(0, "WATCHDOG")
+    log("abstract: READY=1, %d WATCHDOG=1 in 1 s" % len(beats))
+    return ["WATCHDOG=1 %d times, none asked of this process" % len(beats)] if beats else []
+
+
+def t_bad_address(v, log):
+    """Handled by run_test: the daemon must not start."""
+    return []
+
+
+def make_install(v):
+    """`make install` into a DESTDIR of its own; the tree's root."""
+    dest = os.path.join(v["top"], "dest")
+    proc = subprocess.run(["make", "--no-print-directory", "-C", ROOT, "install",
+                           "DESTDIR=" + dest], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise Fatal("make install: %s%s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
+    return dest
+
+
+def unit_settings(path):
+    """The unit file's settings, key -> [values] (repeated keys in order)."""
+    out = {}
+    for line in read_text(path).splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";", "[")) and "=" in line:
+            key, value = line.split("=", 1)
+            out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def t_unit(v, log):
+    """systemd-analyze verify on the installed unit; the daemon under the unit's capability
+    bounding set and no_new_privs serves, reloads and stops (run_unit_daemon)."""
+    errs = []
+    dest = v["dest"]
+    unit = os.path.join(dest, "lib", "systemd", "system", "agentsnetd.service")
+    if not os.path.exists(unit):
+        return ["make install did not install %s" % unit]
+    for binary in ("sbin/agentsnetd", "bin/agentsnet", "bin/agentsnet-bridge",
+                   "bin/agentsnet-probe"):
+        if not os.access(os.path.join(dest, "usr", "local", binary), os.X_OK):
+            errs.append("make install did not install /usr/local/%s" % binary)
+    # Verified on this host's systemd, the binary paths pointed into DESTDIR (verify wants
+    # ExecStart to exist): the unit as `make install` wrote it, but for that prefix.
+    copy = os.path.join(v["top"], "agentsnetd.service")
+    with open(copy, "w", encoding="utf-8") as f:
+        f.write(read_text(unit).replace("/usr/local/", os.path.join(dest, "usr", "local", "")))
+    proc = subprocess.run(["systemd-analyze", "verify", copy],
+                          capture_output=True, text=True, timeout=60)
+    log("systemd-analyze verify: exit %d %s" % (proc.returncode, (proc.stdout + proc.stderr)
+                                                 .strip()[-500:]))
+    if proc.returncode != 0 or proc.stdout.strip() or proc.stderr.strip():
+        errs.append("systemd-analyze verify: exit %d: %s" % (proc.returncode,
+                                                          (proc.stdout + proc.stderr)[-1500:]))
+    settings = unit_settings(unit)
+    for key, want in (("Type", "notify"), ("NotifyAccess", "main"),
+                      ("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"),
+                      ("ProtectHome", "yes")):
+        if settings.get(key) != [want]:
+            errs.append("the unit's %s is %r, want %s" % (key, settings.get(key), want))
+    for key in ("WatchdogSec", "RestrictAddressFamilies", "SystemCallFilter",
+                "CapabilityBoundingSet"):
+        if key not in settings:
+            errs.append("the unit has no %s" % key)
+    return errs
+
+
+def unit_caps(path):
+    """The unit's CapabilityBoundingSet as setpriv's --bounding-set argument."""
+    caps = " ".join(unit_settings(path).get("CapabilityBoundingSet", [])).split()
+    return "-all," + ",".join("+" + c.lower().replace("cap_", "", 1) for c in caps)
+
+
+# ---- running them ------------------------------------------------------------
+
+
+def run_test(args, name, test, log, tmp, origin_port):
+    top = os.path.join(tmp, name)
+    os.makedirs(top)
+    v = {"name": name, "top": top, "sock_dir": os.path.join(top, "run"),
+         "audit": os.path.join(top, "audit.jsonl"), "policy": os.path.join(top, "policy.yaml"),
+         "err": os.path.join(top, "daemon.stderr")}
+    with open(v["policy"], "w", encoding="utf-8") as f:
+        f.write(POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"], port=origin_port))
+    env = {}
+    after = None
+    cmd = [args.daemon, "--config", v["policy"]]
+    if name == "notify":
+        v["manager"] = Manager(os.path.join(top, "notify.sock"))
+        env = {"NOTIFY_SOCKET": v["manager"].address,
+               "WATCHDOG_USEC": str(int(WATCHDOG_S * 1e6))}
+        after = after_notify
+    elif name == "abstract":
+        v["manager"] = Manager("@agentsnet-service-test-%d" % os.getpid())
+        env = {"NOTIFY_SOCKET": v["manager"].address, "WATCHDOG_USEC": "200000",
+               "WATCHDOG_PID": "1"}
+    elif name == "unit":
+        v["dest"] = make_install(v)
+        unit = os.path.join(v["dest"], "lib", "systemd", "system", "agentsnetd.service")
+        v["manager"] = Manager(os.path.join(top, "notify.sock"))
+        env = {"NOTIFY_SOCKET": v["manager"].address}
+        if os.path.exists(unit):
+            cmd = ["setpriv", "--no-new-privs", "--bounding-set", unit_caps(unit),
+                   "--inh-caps=-all"] + cmd
+        after = after_unit
+    elif name == "bad_address":
+        return bad_address(args, v)
+
+    def preexec():
+        for key, value in env.items():
+            os.environ[key] = value  # the child's, before its exec
+
+    def body():
+        try:
+            v["pid"] = daemon_pid(v)
+            errs = test(v, log)
+        except (OSError, Fatal) as e:
+            errs = ["%s: %s" % (type(e).__name__, e)]
+        print("service: %s: %s" % (name, "ok" if not errs else "FAIL"))
+        for e in errs:
+            print("  " + e)
+        return int(bool(errs))
+
+    try:
+        failed = with_daemon("service", cmd, v["err"], body, preexec)
+    finally:
+        if "manager" in v:
+            time.sleep(0.2)
+    if after is not None:
+        errs = after(v)
+        for e in errs:
+            print("service: %s: FAIL after the stop: %s" % (name, e))
+        failed += int(bool(errs))
+    if "manager" in v:
+        v["manager"].close()
+    return failed
+
+
+def daemon_pid(v):
+    """The pid of the daemon serving v's control socket (its peer's credentials)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(os.path.join(v["sock_dir"], "control.sock"))
+        creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    return int.from_bytes(creds[:4], sys.byteorder)
+
+
+def after_unit(v):
+    """Under the unit's bounds: READY=1, a request served, a reload, STOPPING=1."""
+    m = v["manager"]
+    errs = []
+    for key in ("READY", "STOPPING"):
+        if m.wait(0, key, 5) is None:
+            errs.append("under the unit's bounds: no %s=1" % key)
+    if "served under the unit" not in v.get("notes", ""):
+        errs.append("under the unit's bounds: the request was not served")
+    return errs
+
+
+def bad_address(args, v):
+    env = dict(os.environ, NOTIFY_SOCKET="relative/notify.sock")
+    proc = subprocess.run([args.daemon, "--config", v["policy"]], env=env,
+                          capture_output=True, text=True, timeout=30)
+    errs = []
+    if proc.returncode != 1 or "NOTIFY_SOCKET" not in proc.stderr or \
+            "ready" in proc.stderr:
+        errs.append("NOTIFY_SOCKET=relative/notify.sock: exit %d, stderr %r; want exit 1 "
+                    "naming $NOTIFY_SOCKET, nothing served" % (proc.returncode,
+                                                              proc.stderr[-400:]))
+    print("service: bad_address: %s" % ("ok" if not errs else "FAIL"))
+    for e in errs:
+        print("  " + e)
+    return int(bool(errs))
+
+
+def main():
+    args, log = own_pass_args("agentsnet service pass", lambda ap: ap.add_argument(
+        "--tests", nargs="*", default=None, help="run only these (by name)"))
+    if os.geteuid() != 0:
+        print("service: FAIL: the unit's test runs the daemon as root under setpriv")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="an-service-")
+    origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
+    failed = 0
+    try:
+        for name, test in (("notify", t_notify), ("abstract", t_abstract),
+                           ("bad_address", t_bad_address), ("unit", t_unit_served)):
+            if args.tests and name not in args.tests:
+                continue
+            failed += run_test(args, name, test, log, tmp, origin.server_address[1])
+    finally:
+        origin.shutdown()
+    return own_pass_end("service", tmp, failed)
+
+
+def t_unit_served(v, log):
+    """t_unit, and a request and a reload through the daemon under the unit's bounds."""
+    errs = t_unit(v, log)
+    if v["manager"].wait(0, "READY", 10) is None:
+        return errs + ["under the unit's bounds: no READY=1"]
+    answer = served(egress(v["sock_dir"], "one"))
+    if answer.startswith(b"HTTP/1.1 200"):
+        v["notes"] = "served under the unit"
+    else:
+        errs.append("under the unit's bounds: a request got %r" % answer[:120])
+    t0 = time.monotonic()
+    got = control(v, "policy reload")
+    if not got.startswith("ok") or v["manager"].wait(t0, "READY", 5) is None:
+        errs.append("under the unit's bounds: policy reload said %r" % got[:200])
+    return errs
+
+
+if __name__ == "__main__":
+    sys.exit(main())
