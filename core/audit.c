@@ -27,6 +27,13 @@
  * "audit_closed" notice of the totals. audit_written counts ring records,
  * not the writer's own notices (whose ids use ring AUDIT_WRITER_INDEX).
  *
+ * Rotation: audit_reopen asks the writer, which acts between two writes: what
+ * it has formatted goes to the file it was formatted for, then the path is
+ * opened afresh (a rotator moved the old file away), the old descriptor is
+ * synced and closed, and the new file begins with an "audit_reopened" notice
+ * of the records written so far. Each record is in one file, once; one that
+ * cannot be opened leaves the writer on the file it had, and says so.
+ *
  * Line schema, field order fixed (checklist: docs/ and the integration cases):
  *   {"ts","id","event","sandbox","conn","tier","decision","reason","rule","method",
  *    "host","port","path","status",["bytes_up","bytes_down","duration_ms": close
@@ -130,6 +137,11 @@ struct audit {
 	_Atomic uint64_t lost; /* records that were in a failed write */
 	_Atomic uint64_t write_errors;
 	_Atomic bool failing; /* the last write failed (audit_failing) */
+	/* Reopening (audit_reopen): asked by any thread, done by the writer. */
+	_Atomic uint64_t reopen_asked;
+	_Atomic uint64_t reopen_done; /* the last ask the writer acted on */
+	_Atomic int reopen_result;    /* and its outcome: 0 or -errno */
+	char *path;                   /* owned; NULL: standard output, never reopened */
 	/* Writer only. */
 	char *out; /* owned, AUDIT_OUT_BYTES */
 	size_t out_len;
@@ -747,6 +759,49 @@ static void writer_report_drops(struct audit *a, bool force)
 	a->drop_notice_ns = now;
 }
 
+static int audit_mkdir_parent(const char *path);
+
+/*
+ * Acts on an audit_reopen asked since the last: flushes what is formatted to
+ * the file open now, opens the path afresh and writes to it from then on,
+ * beginning with an "audit_reopened" notice; on failure keeps the file it had.
+ */
+static void writer_reopen(struct audit *a)
+{
+	uint64_t asked = atomic_load_explicit(&a->reopen_asked, memory_order_acquire);
+	int fd = -1;
+
+	if (asked == atomic_load_explicit(&a->reopen_done, memory_order_relaxed))
+		return;
+	writer_flush(a);
+	int err = a->path == NULL ? -EINVAL : audit_mkdir_parent(a->path);
+	if (err == 0) {
+		fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+		err = fd == -1 ? -errno : 0;
+	}
+	if (err == 0) {
+		struct stat st;
+		if (a->fd_regular && fsync(a->fd) == -1)
+			fprintf(stderr, "agentsnetd: audit: fsync before reopening: %s\n",
+				strerror(errno));
+		AN_ASSERT(a->fd_owned);
+		(void)close(a->fd);
+		a->fd = fd;
+		a->fd_regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+		char *p = writer_notice_head(a, "audit_reopened");
+		p = put_lit(p, ",\"written\":");
+		p = put_u64(p, atomic_load_explicit(&a->written, memory_order_relaxed));
+		writer_notice_end(a, p);
+		writer_flush(a);
+	} else {
+		fprintf(stderr,
+			"agentsnetd: audit: reopen %s: %s (writing on to the file open before)\n",
+			a->path != NULL ? a->path : "-", strerror(-err));
+	}
+	atomic_store_explicit(&a->reopen_result, err, memory_order_relaxed);
+	atomic_store_explicit(&a->reopen_done, asked, memory_order_release);
+}
+
 /* Drains what is left, writes the closing notice and makes the file durable. */
 static void writer_final(struct audit *a)
 {
@@ -779,6 +834,7 @@ static void *writer_main(void *arg)
 		/* Producers stopped before close set the flag: the final drain sees all. */
 		if (atomic_load_explicit(&a->stop, memory_order_acquire))
 			break;
+		writer_reopen(a);
 		uint64_t moved = writer_pass(a);
 		writer_report_drops(a, false);
 		writer_flush(a);
@@ -824,6 +880,9 @@ static int audit_open_fd(struct audit *a, const char *path)
 		if (a->fd == -1)
 			return -errno;
 		a->fd_owned = true;
+		a->path = pool_strndup(path, strlen(path));
+		if (a->path == NULL)
+			return -ENOMEM;
 	}
 	a->fd_regular = fstat(a->fd, &st) == 0 && S_ISREG(st.st_mode);
 	AN_ASSERT(a->fd >= 0);
@@ -895,6 +954,7 @@ static void audit_destroy(struct audit *a)
 	a->rings = NULL;
 	AN_FREE(&a->rings_raw);
 	AN_FREE(&a->out);
+	AN_FREE(&a->path);
 	if (a->fd_owned && close(a->fd) == -1)
 		fprintf(stderr, "agentsnetd: audit: close: %s\n", strerror(errno));
 	pool_free(a);
@@ -1068,6 +1128,26 @@ uint64_t audit_lost(const struct audit *a)
 bool audit_failing(const struct audit *a)
 {
 	return a != NULL && atomic_load_explicit(&a->failing, memory_order_relaxed);
+}
+
+/* How often audit_reopen looks whether the writer has acted. */
+#define AUDIT_REOPEN_POLL_NS 1000000L
+
+int audit_reopen(struct audit *a, uint32_t timeout_ms)
+{
+	const struct timespec poll = { .tv_sec = 0, .tv_nsec = AUDIT_REOPEN_POLL_NS };
+
+	AN_ASSERT(a != NULL && a->writer_started);
+	if (a->path == NULL)
+		return -EINVAL;
+	uint64_t mine = atomic_fetch_add_explicit(&a->reopen_asked, 1, memory_order_release) + 1;
+	for (uint64_t waited_ns = 0; waited_ns <= (uint64_t)timeout_ms * 1000000u;
+	     waited_ns += AUDIT_REOPEN_POLL_NS) {
+		if (atomic_load_explicit(&a->reopen_done, memory_order_acquire) >= mine)
+			return atomic_load_explicit(&a->reopen_result, memory_order_relaxed);
+		nanosleep(&poll, NULL);
+	}
+	return -ETIMEDOUT;
 }
 
 void audit_close(struct audit *a)

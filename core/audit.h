@@ -100,6 +100,16 @@ uint64_t audit_lost(const struct audit *a);
 bool audit_failing(const struct audit *a);
 
 /*
+ * Reopens the audit file by its path, for a rotator that moved it away: the
+ * writer finishes the write under way on the old file and goes on in a new
+ * one, which begins with an "audit_reopened" notice; no record is lost or in
+ * both. Waits up to <timeout_ms> for the writer. Returns 0; -EINVAL when the
+ * audit goes to standard output; -ETIMEDOUT; or the -errno of the open, the
+ * old file kept. Any thread but the writer's.
+ */
+int audit_reopen(struct audit *a, uint32_t timeout_ms);
+
+/*
  * Drains every ring, writes a final notice with the drop count, stops the
  * writer and releases everything. Producers must have stopped. NULL is fine.
  */

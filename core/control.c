@@ -30,6 +30,8 @@
  *   sandbox url <id>           -> ok <public URL> (or error no_ingress / no_such_sandbox)
  *   policy reload              -> ok policy generation <n>: ... (or error reload_refused)
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
+ *   audit reopen               -> ok audit reopened <path>: root only; the audit file
+ *                                 opened afresh by its path, for a rotator (audit_reopen)
  *   stats                      -> ok workers <n> conns <open> ... audit_dropped <x> (one
  *                                 line of sums, keys in a fixed order: handle_stats)
  *   errors                     -> error <code> <message>
@@ -63,6 +65,8 @@
 #define CONTROL_GROUPS_MAX       256
 #define CONTROL_REAP_INTERVAL_MS 1000
 #define CONTROL_VERSION          "0.1.0"
+/* How long `audit reopen` waits for the audit writer to act. */
+#define CONTROL_AUDIT_REOPEN_MS 5000u
 
 struct answer {
 	char *p;
@@ -268,6 +272,26 @@ static void handle_reload(struct engine *e, struct answer *a)
 		answer_add(a, "error reload_refused %s\n", msg);
 }
 
+/* `audit reopen`: root's (a rotator's) alone, since it touches the file the others read. */
+static void handle_audit_reopen(struct engine *e, const struct verdict_caller *who,
+				struct answer *a)
+{
+	if (who != NULL && who->uid != 0) {
+		answer_add(a, "error forbidden only root reopens the audit file\n");
+		return;
+	}
+	int ret = e->audit != NULL ? audit_reopen(e->audit, CONTROL_AUDIT_REOPEN_MS) : -EINVAL;
+	if (ret == 0)
+		answer_add(a, "ok audit reopened %s\n", e->cfg->audit_path);
+	else if (ret == -EINVAL)
+		answer_add(a, "error bad_request the audit goes to standard output\n");
+	else
+		answer_add(a,
+			   "error reopen_failed %s: %s (the audit goes on to the file open "
+			   "before)\n",
+			   e->cfg->audit_path, strerror(-ret));
+}
+
 static void handle_status(struct engine *e, struct answer *a)
 {
 	pthread_mutex_lock(&e->lock);
@@ -382,6 +406,9 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 		} else if (count == 2 && strcmp(w[0], "policy") == 0 &&
 			   strcmp(w[1], "status") == 0) {
 			handle_status(e, &a);
+		} else if (count == 2 && strcmp(w[0], "audit") == 0 &&
+			   strcmp(w[1], "reopen") == 0) {
+			handle_audit_reopen(e, who, &a);
 		} else if (count == 1 && strcmp(w[0], "stats") == 0) {
 			handle_stats(e, &a);
 		} else if (sandbox && count == 2 && strcmp(w[1], "ls") == 0) {

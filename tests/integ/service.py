@@ -15,6 +15,11 @@ the unit in deploy/systemd/ checked as systemd would read it.
     $WATCHDOG_USEC, nor with a $WATCHDOG_PID that is another process's.
   - bad_address: $NOTIFY_SOCKET neither a path nor "@name": the daemon does not start,
     and its error names the variable.
+  - audit_rotation: under load (four clients looping requests), the audit file is moved
+    away and reopened six times, by SIGUSR1 and by `audit reopen` on the control socket
+    in turn: every request's decision record is in exactly one of the seven files, each
+    file after the first begins with an "audit_reopened" notice, and the control
+    socket's answer names the file.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
     its key settings, and the daemon serving, reloading and stopping under the unit's
@@ -26,6 +31,7 @@ Runs as its own pass: python3 tests/integ/service.py [--daemon PATH] [--tests NA
 
 import ctypes
 import http.server
+import json
 import os
 import re
 import signal
@@ -255,6 +261,82 @@ def t_bad_address(v, log):
     return []
 
 
+ROTATIONS = 6
+ROTATION_CLIENTS = 4
+
+
+def t_audit_rotation(v, log):
+    """The audit file moved and reopened under load: each record once, in one file."""
+    errs, answered, stop = [], [], threading.Event()
+    path = egress(v["sock_dir"], "one")
+
+    def client():
+        while not stop.is_set():
+            if served(path).startswith(b"HTTP/1.1 200"):
+                answered.append(1)
+
+    threads = [threading.Thread(target=client) for _ in range(ROTATION_CLIENTS)]
+    for th in threads:
+        th.start()
+    moved = []
+    try:
+        for i in range(ROTATIONS):
+            time.sleep(0.3)
+            moved.append("%s.%d" % (v["audit"], i + 1))
+            os.rename(v["audit"], moved[-1])
+            if i % 2 == 0:
+                os.kill(v["pid"], signal.SIGUSR1)
+                if not wait_exists(v["audit"], 5):
+                    errs.append("SIGUSR1 %d: no new audit file within 5 s" % (i + 1))
+                    break
+            else:
+                got = control(v, "audit reopen")
+                if got.strip() != "ok audit reopened %s" % v["audit"]:
+                    errs.append("audit reopen %d: %r" % (i + 1, got))
+                    break
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join()
+    v["rotated"] = moved
+    v["answered"] = len(answered)
+    log("audit rotation: %d requests answered across %d rotations" % (len(answered),
+                                                                       ROTATIONS))
+    return errs
+
+
+def wait_exists(path, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def after_audit_rotation(v):
+    """Once the daemon stopped (its writer drained): every record in exactly one file."""
+    errs, ids, decisions = [], {}, 0
+    files = v.get("rotated", []) + [v["audit"]]
+    for i, name in enumerate(files):
+        lines = read_text(name).splitlines()
+        if i > 0 and (not lines or json.loads(lines[0]).get("detail") != "audit_reopened"):
+            errs.append("%s does not begin with an audit_reopened notice: %r"
+                        % (os.path.basename(name), lines[:1]))
+        for line in lines:
+            rec = json.loads(line)
+            ids[rec["id"]] = ids.get(rec["id"], 0) + 1
+            decisions += rec.get("event") == "decision" and rec.get("host") == "model.internal"
+    twice = [k for k, n in ids.items() if n > 1]
+    if twice:
+        errs.append("%d records are in two files: %r" % (len(twice), twice[:5]))
+    if decisions != v.get("answered"):
+        errs.append("%d decision records across %d files, want one for each of the %r "
+                    "requests answered" % (decisions, len(files), v.get("answered")))
+    return errs
+
+
 def make_install(v):
     """`make install` into a DESTDIR of its own; the tree's root."""
     dest = os.path.join(v["top"], "dest")
@@ -351,6 +433,8 @@ def run_test(args, name, test, log, tmp, origin_port):
             cmd = ["setpriv", "--no-new-privs", "--bounding-set", unit_caps(unit),
                    "--inh-caps=-all"] + cmd
         after = after_unit
+    elif name == "audit_rotation":
+        after = after_audit_rotation
     elif name == "bad_address":
         return bad_address(args, v)
 
@@ -432,7 +516,8 @@ def main():
     failed = 0
     try:
         for name, test in (("notify", t_notify), ("abstract", t_abstract),
-                           ("bad_address", t_bad_address), ("unit", t_unit_served)):
+                           ("bad_address", t_bad_address), ("audit_rotation", t_audit_rotation),
+                           ("unit", t_unit_served)):
             if args.tests and name not in args.tests:
                 continue
             failed += run_test(args, name, test, log, tmp, origin.server_address[1])

@@ -65,6 +65,7 @@ static const char usage_text[] =
     "       agentsnet sandbox rm ID [--socket-dir DIR]\n"
     "       agentsnet sandbox ls [--socket-dir DIR]\n"
     "       agentsnet policy reload|status [--socket-dir DIR]\n"
+    "       agentsnet audit reopen [--socket-dir DIR]\n"
     "       agentsnet ping [--socket-dir DIR]\n"
     "       agentsnet stats [--socket-dir DIR]\n"
     "       agentsnet run [--sandbox ID] [--profile NAME] [--socket-dir DIR] [--bridge PATH]\n"
@@ -82,6 +83,8 @@ static const char usage_text[] =
     "sandbox     registers, removes or lists sandboxes on the running agentsnetd.\n"
     "policy      reload: agentsnetd re-reads its policy file (a bad one is refused and\n"
     "            the running policy stays); status: the generation it serves.\n"
+    "audit       reopen: agentsnetd reopens its audit file by its path, after a rotator\n"
+    "            moved it (as SIGUSR1 does); root only.\n"
     "stats       prints agentsnetd's counters, one line of <key> <value> pairs (the\n"
     "            keys and their order: docs/control.md).\n"
     "check       prints the decision agentsnetd would make for URL, from the same code\n"
@@ -324,7 +327,8 @@ static int print_answer(const char *verb, struct ctl_reply *r)
 	return fflush(stdout) == 0 ? CTL_EXIT_OK : CTL_EXIT_ERROR;
 }
 
-/* `sandbox add|rm|ls ...`, `policy reload|status`, `ping` and `stats` (<argv>[0] names which). */
+/* `sandbox add|rm|ls ...`, `policy reload|status`, `audit reopen`, `ping` and `stats` (<argv>[0]
+ * names which). */
 static int control_main(int argc, char **argv)
 {
 	static const struct option longs[] = {
@@ -1005,7 +1009,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "ca") == 0)
 		return ca_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "sandbox") == 0 || strcmp(cmd, "ping") == 0 || strcmp(cmd, "policy") == 0 ||
-	    strcmp(cmd, "stats") == 0)
+	    strcmp(cmd, "audit") == 0 || strcmp(cmd, "stats") == 0)
 		return control_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "run") == 0)
 		return run_main(argc - 1, argv + 1);

@@ -2,7 +2,8 @@
  * agentsnetd: the host daemon. Loads the policy (a file, or the embedded
  * default), applies command-line overrides, probes io_uring, opens the audit
  * trail, starts the engine and waits for a signal: SIGINT/SIGTERM stop it,
- * SIGHUP reloads the policy (as `policy reload` on the control socket does).
+ * SIGHUP reloads the policy (as `policy reload` on the control socket does);
+ * SIGUSR1 reopens the audit file (as `audit reopen` does), for log rotation.
  * The exit status is 0 only when the engine stopped with nothing leaked.
  *
  * Under a service manager ($NOTIFY_SOCKET: systemd's Type=notify, the unit in
@@ -359,6 +360,8 @@ static int reload(void *arg, char *msg, size_t cap)
 	return ret;
 }
 
+/* How long SIGUSR1 waits for the audit writer to reopen its file. */
+#define AUDIT_REOPEN_WAIT_MS 5000u
 /* How often the STATUS line is refreshed without a watchdog. */
 #define MANAGER_STATUS_MS 5000u
 
@@ -385,7 +388,8 @@ static void watchdog_tick(struct daemon *d, uint32_t wait_ms)
 }
 
 /*
- * Blocks until SIGINT or SIGTERM; each SIGHUP reloads the policy. Under a
+ * Blocks until SIGINT or SIGTERM; each SIGHUP reloads the policy, each SIGUSR1
+ * reopens the audit file. Under a
  * service manager, wakes every quarter of the watchdog's interval for its
  * tick (each worker then given at most another quarter, over them all, to
  * answer: a ping at least every half interval), or every MANAGER_STATUS_MS
@@ -406,6 +410,7 @@ static void wait_for_stop(struct daemon *d)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR1);
 	for (;;) {
 		if (tick_ms == 0) {
 			if (sigwait(&set, &sig) != 0)
@@ -430,6 +435,15 @@ static void wait_for_stop(struct daemon *d)
 		if (sig == SIGHUP) {
 			char msg[512];
 			(void)reload(d, msg, sizeof(msg));
+			continue;
+		}
+		if (sig == SIGUSR1) {
+			int ret = audit_reopen(d->audit, AUDIT_REOPEN_WAIT_MS);
+			if (ret == 0)
+				log_info("audit: reopened %s", d->cfg->audit_path);
+			else
+				log_error("audit: reopen %s: %s", d->cfg->audit_path,
+					  strerror(-ret));
 			continue;
 		}
 		log_info("signal %d: stopping", sig);
@@ -624,6 +638,7 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR1);
 	sigaddset(&set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	if (load(&o, &cfg, &pol) != 0) {

@@ -937,6 +937,94 @@ END_TEST
  * that lands once it can is the audit_gap notice (the records lost, from when
  * to when), then what followed; the closing notice counts the loss too.
  */
+/*
+ * Rotation under load: while two producers commit 100,000 records each, the
+ * file is moved away and reopened five times. Every record is in exactly one
+ * of the six files (the checker refuses a duplicate id in their concatenation,
+ * and the count is what was written), and each file after the first begins
+ * with the "audit_reopened" notice of the records written before it.
+ */
+#define REOPENS 5u
+
+START_TEST(test_reopen_under_load)
+{
+	char path[128], moved[REOPENS][144], all[128], cmd[1024];
+	struct audit *a = NULL;
+	struct producer prod[2];
+	pthread_t th[2];
+	struct dump d;
+	char got[64];
+
+	tpath(path, sizeof(path), "audit.log");
+	tpath(all, sizeof(all), "all.log");
+	ck_assert_int_eq(audit_open(path, 2, &a), 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		prod[i] = (struct producer){ .a = a, .ring = i };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, producer_main, &prod[i]), 0);
+	}
+	for (uint32_t i = 0; i < REOPENS; i++) {
+		snprintf(moved[i], sizeof(moved[i]), "%s.%u", path, i + 1);
+		ck_assert_int_eq(rename(path, moved[i]), 0);
+		ck_assert_int_eq(audit_reopen(a, 5000), 0);
+		usleep(2000);
+	}
+	for (uint32_t i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+	uint64_t refused = prod[0].refused + prod[1].refused;
+	audit_close(a);
+
+	int n = snprintf(cmd, sizeof(cmd), "cat");
+	for (uint32_t i = 0; i < REOPENS; i++)
+		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " %s", moved[i]);
+	snprintf(cmd + n, sizeof(cmd) - (size_t)n, " %s > %s", path, all);
+	ck_assert_int_eq(system(cmd), 0);
+	check_file(all, "count", &d);
+	long written = strtol(dump_get(&d, 0, "written", got, sizeof(got)), NULL, 10);
+	count_expect(&d, "records", written);
+	ck_assert_int_eq(written + (long)refused, 2 * PRODUCED_PER_THREAD);
+	pool_free(d.text);
+	for (uint32_t i = 1; i <= REOPENS; i++) {
+		check_file(i < REOPENS ? moved[i] : path, "dump", &d);
+		expect_str(&d, 0, "detail", "audit_reopened");
+		pool_free(d.text);
+	}
+}
+END_TEST
+
+/* A path that cannot be opened any more: the writer stays on the file it has. */
+START_TEST(test_reopen_fails)
+{
+	char dir[128], path[160];
+	struct audit *a = NULL;
+
+	tpath(dir, sizeof(dir), "logs");
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/audit.log", dir);
+	ck_assert_int_eq(audit_open(path, 1, &a), 0);
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(rmdir(dir), 0);
+	write_file(dir, "a file where the directory was\n"); /* mkdir and open both fail */
+	ck_assert_int_eq(audit_reopen(a, 5000), -ENOTDIR);
+	struct audit_ring *r = audit_ring_get(a, 0);
+	struct audit_record *rec = claim_ok(r);
+	SET(rec, host, "kept.example");
+	audit_commit(r, rec);
+	audit_close(a); /* written to the unlinked file: nothing lost, nothing at <path> */
+	ck_assert_int_eq(access(path, F_OK), -1);
+}
+END_TEST
+
+/* Standard output is never reopened. */
+START_TEST(test_reopen_stdout)
+{
+	struct audit *a = NULL;
+
+	ck_assert_int_eq(audit_open("-", 1, &a), 0);
+	ck_assert_int_eq(audit_reopen(a, 1000), -EINVAL);
+	audit_close(a);
+}
+END_TEST
+
 START_TEST(test_torn_write)
 {
 	char path[128];
@@ -1050,6 +1138,9 @@ static Suite *audit_suite(void)
 	tcase_add_test(tc, test_timestamp);
 	tcase_add_test(tc, test_write_error);
 	tcase_add_test(tc, test_torn_write);
+	tcase_add_test(tc, test_reopen_under_load);
+	tcase_add_test(tc, test_reopen_fails);
+	tcase_add_test(tc, test_reopen_stdout);
 	suite_add_tcase(s, tc);
 	/* Programmer errors abort; no fixture, as a crashed test cannot clean up. */
 	TCase *tc_abort = tcase_create("abort");
