@@ -27,6 +27,10 @@
  *                              (core/runlimit.h; 0: no limit of that kind)
  *   sandbox rm <id>            -> ok
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <directory>"
+ *   sandbox stats              -> ok <n>, then n lines "<id> profile <p> owner <uid> pid
+ *                                 <pid> uptime_s <s> conns <c> requests <r> refusals <d>
+ *                                 bytes_up <u> bytes_down <v>" (engine_sandbox_stats; keys
+ *                                 only ever appended)
  *   sandbox url <id>           -> ok <public URL> (or error no_ingress / no_such_sandbox)
  *   policy reload              -> ok policy generation <n>: ... (or error reload_refused)
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
@@ -113,6 +117,28 @@ static void list_one(void *arg, const struct engine_sandbox *sb)
 
 	answer_add(a, "%s %s %.*s\n", sb->id, sb->profile_name[0] ? sb->profile_name : "-",
 		   (int)(strlen(sb->path) - strlen("/egress.sock")), sb->path);
+}
+
+/* `sandbox stats`'s lines, and how many: counted as written, under one hold of the lock. */
+struct stats_lines {
+	struct answer lines;
+	uint32_t count;
+};
+
+static void stats_one(void *arg, const struct engine_sandbox_view *v)
+{
+	struct stats_lines *out = arg;
+	struct answer *a = &out->lines;
+	const struct engine_sandbox *sb = v->sb;
+
+	out->count++;
+	answer_add(a,
+		   "%s profile %s owner %u pid %d uptime_s %llu conns %u requests %llu refusals "
+		   "%llu bytes_up %llu bytes_down %llu\n",
+		   sb->id, sb->profile_name[0] ? sb->profile_name : "-", sb->registrant,
+		   (int)sb->owner.pid, (unsigned long long)v->uptime_s, v->conns,
+		   (unsigned long long)v->requests, (unsigned long long)v->refusals,
+		   (unsigned long long)v->bytes_up, (unsigned long long)v->bytes_down);
 }
 
 static void count_one(void *arg, const struct engine_sandbox *sb)
@@ -411,6 +437,14 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 			handle_audit_reopen(e, who, &a);
 		} else if (count == 1 && strcmp(w[0], "stats") == 0) {
 			handle_stats(e, &a);
+		} else if (sandbox && count == 2 && strcmp(w[1], "stats") == 0) {
+			struct stats_lines out = { .lines = { .fd = -1 } };
+			engine_sandbox_stats(e, &out, stats_one);
+			a.failed |= out.lines.failed;
+			answer_add(&a, "ok %u\n", out.count);
+			if (out.lines.len > 0)
+				answer_add(&a, "%.*s", (int)out.lines.len, out.lines.p);
+			AN_FREE(&out.lines.p);
 		} else if (sandbox && count == 2 && strcmp(w[1], "ls") == 0) {
 			uint32_t active = 0;
 			engine_sandbox_foreach(e, &active, count_one);

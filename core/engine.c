@@ -38,6 +38,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/an.h"
@@ -73,6 +74,15 @@ bool engine_sandbox_id_valid(const char *id)
 			return false;
 	}
 	return true;
+}
+
+/* CLOCK_MONOTONIC in milliseconds: a sandbox's age. */
+static uint64_t engine_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* The slot of active sandbox <id>, or -1. Caller holds the lock (or is start-up). */
@@ -197,6 +207,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 		 e->ops->profile_name(now->policy, profile));
 	snapshot_sandbox_set(e, now, idx, profile);
 	sb->generation++;
+	sb->opened_ms = engine_now_ms();
 	__atomic_store_n(&sb->ingress_rate.tat_us, 0, __ATOMIC_RELAXED);
 	sb->dynamic = dynamic;
 	sb->agent_uid = agent_uid;
@@ -857,6 +868,33 @@ uint32_t engine_sandbox_reap_orphans(struct engine *e)
 	}
 	pool_free(list);
 	return removed;
+}
+
+void engine_sandbox_stats(struct engine *e, void *arg,
+			  void (*fn)(void *arg, const struct engine_sandbox_view *v))
+{
+	uint64_t now_ms = engine_now_ms();
+
+	pthread_mutex_lock(&e->lock);
+	for (uint32_t i = 0; i < e->sandbox_used; i++) {
+		const struct engine_sandbox *sb = e->sandboxes[i];
+		struct worker_sandbox_sum sum = { 0 };
+		if (sb->state != ENGINE_SANDBOX_ACTIVE)
+			continue;
+		for (uint32_t k = 0; k < e->worker_count; k++)
+			worker_sandbox_sum_add(&e->workers[k], i, sb->generation, &sum);
+		struct engine_sandbox_view v = {
+			.sb = sb,
+			.uptime_s = (now_ms - sb->opened_ms) / 1000u,
+			.conns = atomic_load_explicit(&sb->conns, memory_order_relaxed),
+			.requests = sum.requests,
+			.refusals = sum.refusals,
+			.bytes_up = sum.bytes_up,
+			.bytes_down = sum.bytes_down,
+		};
+		fn(arg, &v);
+	}
+	pthread_mutex_unlock(&e->lock);
 }
 
 void engine_sandbox_foreach(struct engine *e, void *arg,

@@ -96,6 +96,7 @@ struct engine_sandbox {
 	uint32_t registrant;       /* who registered it (0: root, or the policy file) */
 	uint32_t agent_uid;        /* who may connect besides root; ENGINE_AGENT_ANY: anyone */
 	uint32_t generation;       /* bumped each time the slot opens: buckets follow it */
+	uint64_t opened_ms;        /* CLOCK_MONOTONIC when the slot last opened */
 	/* The gateway's limits for it, shared by every worker (core/ratelimit.h):
 	 * its rate (reset when the slot opens) and its public requests open
 	 * now (never reset: each request gives back what it took). */
@@ -268,6 +269,25 @@ void engine_status_line(struct engine *e, char *out, size_t cap);
 
 /* Frees every retired snapshot no worker can reach any more. Control path only. */
 void engine_policy_collect(struct engine *e);
+
+/* One active sandbox as `sandbox stats` shows it (engine_sandbox_stats). */
+struct engine_sandbox_view {
+	const struct engine_sandbox *sb;
+	uint64_t uptime_s; /* since its slot opened (a re-adopted one: since this daemon's start) */
+	uint32_t conns;    /* open now */
+	uint64_t requests; /* decisions since it opened, allowed or refused */
+	uint64_t refusals;
+	uint64_t bytes_up; /* delivered by its closed connections, each way */
+	uint64_t bytes_down;
+};
+
+/*
+ * Calls <fn> for every active sandbox, under the lock, with its traffic as the
+ * workers last counted it (relaxed loads of their single-writer counters).
+ * Control path.
+ */
+void engine_sandbox_stats(struct engine *e, void *arg,
+			  void (*fn)(void *arg, const struct engine_sandbox_view *v));
 
 /* Calls <fn> for every active sandbox, under the lock. */
 void engine_sandbox_foreach(struct engine *e, void *arg,

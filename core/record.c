@@ -10,12 +10,14 @@
 #include "core/conn_int.h"
 
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/an.h"
 #include "core/audit.h"
 #include "core/engine.h"
+#include "core/limits.h"
 
 void addr_format(const union conn_addr *a, char *out, size_t cap)
 {
@@ -73,6 +75,39 @@ void record_common(const struct conn *c, struct audit_record *rec)
 		audit_copy(rec->path, sizeof(rec->path), c->head + c->path_off, c->path_len);
 }
 
+/* <c> += <n>, its one writer being the caller: a relaxed load and store, no locked instruction. */
+static inline void count_add(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+
+/*
+ * Counts for the conn's sandbox on its worker (worker_sandbox_counts, which
+ * `sandbox stats` sums): <decisions> of which <refused>, and bytes delivered.
+ * The slot's entry is zeroed first when it holds an older generation's counts.
+ */
+static void sandbox_count(struct conn *c, uint64_t decisions, uint64_t refused, uint64_t up,
+			  uint64_t down)
+{
+	if (c->sandbox == WORKER_NO_SANDBOX)
+		return;
+	AN_ASSERT(c->sandbox < LIMITS_SANDBOXES_MAX);
+	struct worker_sandbox_counts *s = &c->w->sandbox_counts[c->sandbox];
+	uint32_t generation = c->w->e->sandboxes[c->sandbox]->generation;
+	if (atomic_load_explicit(&s->generation, memory_order_relaxed) != generation) {
+		atomic_store_explicit(&s->requests, 0, memory_order_relaxed);
+		atomic_store_explicit(&s->refusals, 0, memory_order_relaxed);
+		atomic_store_explicit(&s->bytes_up, 0, memory_order_relaxed);
+		atomic_store_explicit(&s->bytes_down, 0, memory_order_relaxed);
+		atomic_store_explicit(&s->generation, generation, memory_order_release);
+	}
+	count_add(&s->requests, decisions);
+	count_add(&s->refusals, refused);
+	count_add(&s->bytes_up, up);
+	count_add(&s->bytes_down, down);
+}
+
 void audit_decision(struct conn *c, bool allowed, uint16_t status)
 {
 	audit_decision_detail(c, allowed, status, NULL);
@@ -84,6 +119,7 @@ void audit_decision_detail(struct conn *c, bool allowed, uint16_t status, const 
 
 	c->decision_id = audit_next_id(ar);
 	c->status = status;
+	sandbox_count(c, 1, allowed ? 0 : 1, 0, 0);
 	if (c->front != NULL && c->front->record_at_end) {
 		c->reason = allowed ? (uint8_t)REASON_NONE : c->reason;
 		return; /* the request's one record is written when it ends: close_record */
@@ -112,6 +148,7 @@ void conn_close_record(struct conn *c)
 {
 	struct audit_ring *ar = c->w->audit;
 
+	sandbox_count(c, 0, 0, c->bytes_up + c->up.bytes, c->bytes_down + c->down.bytes);
 	if (c->front != NULL && c->front->close_record != NULL) {
 		c->front->close_record(c);
 		return;

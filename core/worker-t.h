@@ -94,6 +94,30 @@ struct worker_stats {
 };
 
 /*
+ * One sandbox's traffic on one worker, for `sandbox stats` (core/control.c):
+ * the decisions this worker made for it and the bytes its closed connections
+ * delivered, since its slot last opened (<generation>, the slot's
+ * engine_sandbox.generation: an entry of an older one counts as zero). The
+ * worker alone writes them, each a relaxed load and store (no atomic
+ * read-modify-write on the data path); the control thread sums the workers'.
+ */
+struct worker_sandbox_counts {
+	_Atomic uint32_t generation;
+	_Atomic uint64_t requests; /* decisions, allowed or refused */
+	_Atomic uint64_t refusals;
+	_Atomic uint64_t bytes_up;
+	_Atomic uint64_t bytes_down;
+};
+
+/* The sums of a sandbox's worker_sandbox_counts over the workers. */
+struct worker_sandbox_sum {
+	uint64_t requests;
+	uint64_t refusals;
+	uint64_t bytes_up;
+	uint64_t bytes_down;
+};
+
+/*
  * How late the counters a worker publishes may be, at most: a worker copies
  * its counters out at the end of a loop turn once this long has passed since
  * its last copy, and one with unpublished figures waits no longer than that
@@ -196,6 +220,7 @@ struct worker {
 	bool stopping;
 	int start_error; /* set before workers_ready is bumped */
 	struct worker_stats stats;
+	struct worker_sandbox_counts *sandbox_counts; /* owned, LIMITS_SANDBOXES_MAX */
 	uint64_t stats_due_ms;  /* the earliest loop-turn clock of the next publication */
 	bool stats_unpublished; /* a turn ran since the last publication */
 	struct worker_published published;

@@ -197,7 +197,9 @@ static int worker_setup(struct worker *w)
 		return -ENOMEM;
 	/* Zeroed pages are only touched by sandboxes with limits on this worker. */
 	w->buckets = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*w->buckets));
-	if (w->buckets == NULL)
+	/* Zero pages until a sandbox's traffic touches its entry. */
+	w->sandbox_counts = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*w->sandbox_counts));
+	if (w->buckets == NULL || w->sandbox_counts == NULL)
 		return -ENOMEM;
 	ret = ratelimit_table_init(&w->rule_buckets, rule_buckets_for(cfg->conns_per_worker));
 	if (ret != 0) {
@@ -292,6 +294,7 @@ static void worker_teardown(struct worker *w)
 	AN_FREE(&w->timers);
 	AN_FREE(&w->resp_rewrite);
 	AN_FREE(&w->buckets);
+	AN_FREE(&w->sandbox_counts);
 	ratelimit_table_free(&w->rule_buckets);
 	ingress_routes_free(&w->routes);
 	if (w->term != NULL)
@@ -767,6 +770,21 @@ static void run_paused_accepts(struct worker *w)
 static inline void publish_one(_Atomic uint64_t *at, uint64_t value)
 {
 	atomic_store_explicit(at, value, memory_order_relaxed);
+}
+
+void worker_sandbox_sum_add(const struct worker *w, uint32_t sandbox, uint32_t generation,
+			    struct worker_sandbox_sum *sum)
+{
+	AN_ASSERT(sandbox < LIMITS_SANDBOXES_MAX);
+	if (w->sandbox_counts == NULL)
+		return;
+	const struct worker_sandbox_counts *s = &w->sandbox_counts[sandbox];
+	if (atomic_load_explicit(&s->generation, memory_order_acquire) != generation)
+		return;
+	sum->requests += atomic_load_explicit(&s->requests, memory_order_relaxed);
+	sum->refusals += atomic_load_explicit(&s->refusals, memory_order_relaxed);
+	sum->bytes_up += atomic_load_explicit(&s->bytes_up, memory_order_relaxed);
+	sum->bytes_down += atomic_load_explicit(&s->bytes_down, memory_order_relaxed);
 }
 
 /* Copies <w>'s counters to w->published: a dozen plain stores, no lock. Worker thread only. */

@@ -48,6 +48,14 @@ int worker_route_post(struct worker *w, enum worker_cmd_kind kind, const char *i
  * (from engine_start's return until engine_stop frees the workers).
  */
 void worker_counters_add(const struct worker *w, struct worker_counters *sum);
+
+/*
+ * Adds <w>'s counts of slot <sandbox> (written by its connections: core/record.c)
+ * to <sum>, when they belong to the slot's
+ * <generation> (relaxed loads: a view, not a snapshot). Any thread.
+ */
+void worker_sandbox_sum_add(const struct worker *w, uint32_t sandbox, uint32_t generation,
+			    struct worker_sandbox_sum *sum);
 /* Frees the listeners (closing owned TCP ones). The worker thread has ended. */
 void worker_listeners_free(struct worker *w);
 

@@ -17,9 +17,15 @@ the unit in deploy/systemd/ checked as systemd would read it.
     and its error names the variable.
   - audit_rotation: under load (four clients looping requests), the audit file is moved
     away and reopened six times, by SIGUSR1 and by `audit reopen` on the control socket
-    in turn: every request's decision record is in exactly one of the seven files, each
+    and `agentsnet audit reopen` in turn: every request's decision record is in exactly
+    one of the seven files, each
     file after the first begins with an "audit_reopened" notice, and the control
     socket's answer names the file.
+  - node_view: `sandbox stats` counts each sandbox's decisions, refusals and delivered
+    bytes (30 served on one sandbox, 5 refused on the other), open connections and
+    uptime; a run-time sandbox removed and added again under its id counts from zero;
+    `agentsnet sandbox ls` prints them as a table (`--ids` the bare list), and
+    `agentsnet top --once` ranks the sandbox that was busy during its interval first.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
     its key settings, and the daemon serving, reloading and stopping under the unit's
@@ -284,10 +290,16 @@ def t_audit_rotation(v, log):
             time.sleep(0.3)
             moved.append("%s.%d" % (v["audit"], i + 1))
             os.rename(v["audit"], moved[-1])
-            if i % 2 == 0:
+            if i % 3 == 0:
                 os.kill(v["pid"], signal.SIGUSR1)
                 if not wait_exists(v["audit"], 5):
                     errs.append("SIGUSR1 %d: no new audit file within 5 s" % (i + 1))
+                    break
+            elif i % 3 == 1:
+                rc, out, err = cli(v, "audit", "reopen")
+                if rc != 0 or out.strip() != "audit reopened %s" % v["audit"]:
+                    errs.append("agentsnet audit reopen %d: exit %d, %r %r" % (i + 1, rc, out,
+                                                                             err))
                     break
             else:
                 got = control(v, "audit reopen")
@@ -334,6 +346,115 @@ def after_audit_rotation(v):
     if decisions != v.get("answered"):
         errs.append("%d decision records across %d files, want one for each of the %r "
                     "requests answered" % (decisions, len(files), v.get("answered")))
+    return errs
+
+
+def stats_of(v):
+    """`sandbox stats`: {id: {key: value}} (values as ints where they are)."""
+    lines = control(v, "sandbox stats").splitlines()
+    if not lines or not lines[0].startswith("ok ") or int(lines[0].split()[1]) != len(lines) - 1:
+        raise Fatal("sandbox stats: %r" % lines[:3])
+    out = {}
+    for line in lines[1:]:
+        words = line.split()
+        fields = dict(zip(words[1::2], words[2::2]))
+        out[words[0]] = {k: int(x) if x.lstrip("-").isdigit() else x for k, x in fields.items()}
+        if list(fields) != ["profile", "owner", "pid", "uptime_s", "conns", "requests",
+                            "refusals", "bytes_up", "bytes_down"]:
+            raise Fatal("sandbox stats line %r: keys out of order" % line)
+    return out
+
+
+def refused(path):
+    """A request the policy refuses (no rule names the host), through <path>."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(path)
+        s.sendall(b"GET http://nowhere.internal/ HTTP/1.1\r\nHost: nowhere.internal\r\n"
+                  b"Connection: close\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+
+
+def cli(v, *words):
+    proc = subprocess.run([v["cli"]] + list(words) + ["--socket-dir", v["sock_dir"]],
+                          capture_output=True, text=True, timeout=30)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def t_node_view(v, log):
+    """Per-sandbox counts, the sandbox ls table and top."""
+    errs = []
+    for _ in range(30):
+        if not served(egress(v["sock_dir"], "one")).startswith(b"HTTP/1.1 200"):
+            errs.append("a request on sandbox one was not served")
+            break
+    for _ in range(5):
+        if not refused(egress(v["sock_dir"], "two")).startswith(b"HTTP/1.1 403"):
+            errs.append("a request for a host no rule names was not refused 403")
+            break
+    time.sleep(0.2)
+    st = stats_of(v)
+    one, two = st.get("one", {}), st.get("two", {})
+    log("sandbox stats: one %r, two %r" % (one, two))
+    if one.get("requests") != 30 or one.get("refusals") != 0 or \
+            not one.get("bytes_up", 0) >= 30 * 30 or not one.get("bytes_down", 0) >= 30 * 100 or \
+            one.get("conns") != 0 or one.get("profile") != "service" or one.get("owner") != 0:
+        errs.append("sandbox one: %r; want 30 requests, 0 refusals, the bytes of 30 "
+                    "exchanges each way (at least 30 up and 100 down each), 0 connections "
+                    "open, profile service, owner 0" % one)
+    if two.get("requests") != 5 or two.get("refusals") != 5:
+        errs.append("sandbox two: %r; want 5 requests, all 5 refused" % two)
+    # A run-time sandbox's counts are its own registration's: gone with it.
+    for step in ("sandbox add three service", "served", "sandbox rm three",
+                 "sandbox add three service"):
+        if step == "served":
+            served(egress(v["sock_dir"], "three"))
+            served(egress(v["sock_dir"], "three"))
+            time.sleep(0.1)
+            first = stats_of(v).get("three", {}).get("requests")
+            if first != 2:
+                errs.append("sandbox three after 2 requests: %r requests" % first)
+        elif not control(v, step).startswith("ok"):
+            errs.append("%s: refused" % step)
+    again = stats_of(v).get("three", {})
+    if again.get("requests") != 0 or again.get("bytes_down") != 0:
+        errs.append("sandbox three added again: %r; want its counts from zero" % again)
+    control(v, "sandbox rm three")
+    # The CLI's views.
+    rc, out, err = cli(v, "sandbox", "ls")
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:] if line.split()}
+    if rc != 0 or not out.startswith("ID ") or rows.get("one", [None] * 9)[5] != "30" or \
+            rows.get("two", [None] * 9)[6] != "5":
+        errs.append("agentsnet sandbox ls: exit %d, %r %r; want a table with one's 30 "
+                    "decisions and two's 5 refusals" % (rc, out[-600:], err[-300:]))
+    rc, out, err = cli(v, "sandbox", "ls", "--ids")
+    if rc != 0 or sorted(line.split()[0] for line in out.splitlines()) != ["one", "two"] or \
+            any(len(line.split()) != 3 for line in out.splitlines()):
+        errs.append("agentsnet sandbox ls --ids: exit %d, %r" % (rc, out[-300:]))
+    stop = threading.Event()
+
+    def busy():
+        while not stop.is_set():
+            served(egress(v["sock_dir"], "two"))  # refused or not: a decision each
+
+    th = threading.Thread(target=busy)
+    th.start()
+    try:
+        rc, out, err = cli(v, "top", "--once", "--interval", "0.5")
+    finally:
+        stop.set()
+        th.join()
+    lines = out.splitlines()
+    log("agentsnet top --once:\n" + out)
+    if rc != 0 or len(lines) < 4 or not lines[0].startswith("agentsnet top: 2 sandboxes") or \
+            lines[2].split()[0] != "two" or float(lines[2].split()[5]) <= 0:
+        errs.append("agentsnet top --once while two was busy: exit %d, %r %r; want two first, "
+                    "its decisions a second above 0" % (rc, out[-600:], err[-300:]))
     return errs
 
 
@@ -408,6 +529,7 @@ def run_test(args, name, test, log, tmp, origin_port):
     top = os.path.join(tmp, name)
     os.makedirs(top)
     v = {"name": name, "top": top, "sock_dir": os.path.join(top, "run"),
+         "cli": os.path.join(os.path.dirname(args.daemon), "agentsnet"),
          "audit": os.path.join(top, "audit.jsonl"), "policy": os.path.join(top, "policy.yaml"),
          "err": os.path.join(top, "daemon.stderr")}
     with open(v["policy"], "w", encoding="utf-8") as f:
@@ -517,6 +639,7 @@ def main():
     try:
         for name, test in (("notify", t_notify), ("abstract", t_abstract),
                            ("bad_address", t_bad_address), ("audit_rotation", t_audit_rotation),
+                           ("node_view", t_node_view),
                            ("unit", t_unit_served)):
             if args.tests and name not in args.tests:
                 continue

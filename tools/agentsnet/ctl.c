@@ -17,6 +17,7 @@
 #include "tools/agentsnet/ctl.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,24 @@ static int ls_split(const char *line, size_t *id_len, size_t *profile_len)
 	return ctl_id_valid(id) && ctl_profile_valid(profile) ? 0 : -EPROTO;
 }
 
+int ctl_stats_parse(const char *line, struct ctl_stats_entry *e)
+{
+	char tail;
+
+	AN_ASSERT(line != NULL && e != NULL);
+	memset(e, 0, sizeof(*e));
+	int n = sscanf(line,
+		       "%63s profile %63s owner %" SCNu32 " pid %" SCNd32 " uptime_s %" SCNu64
+		       " conns %" SCNu32 " requests %" SCNu64 " refusals %" SCNu64
+		       " bytes_up %" SCNu64 " bytes_down %" SCNu64 "%c",
+		       e->id, e->profile, &e->owner, &e->pid, &e->uptime_s, &e->conns, &e->requests,
+		       &e->refusals, &e->bytes_up, &e->bytes_down, &tail);
+	if (n != 10 || !ctl_id_valid(e->id) ||
+	    (strcmp(e->profile, "-") != 0 && !ctl_profile_valid(e->profile)))
+		return -EPROTO;
+	return 0;
+}
+
 int ctl_ls_parse(char *line, struct ctl_ls_entry *e)
 {
 	size_t id_len = 0, profile_len = 0;
@@ -224,10 +243,12 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 	if (strcmp(argv[0], "policy") == 0 && argc == 2 &&
 	    (strcmp(argv[1], "reload") == 0 || strcmp(argv[1], "status") == 0))
 		return snprintf(out, cap, "policy %s\n", argv[1]);
+	if (strcmp(argv[0], "audit") == 0 && argc == 2 && strcmp(argv[1], "reopen") == 0)
+		return snprintf(out, cap, "audit reopen\n");
 	if (strcmp(argv[0], "sandbox") != 0 || argc < 2)
 		return -EINVAL;
-	if (strcmp(argv[1], "ls") == 0 && argc == 2)
-		return snprintf(out, cap, "sandbox ls\n");
+	if ((strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "stats") == 0) && argc == 2)
+		return snprintf(out, cap, "sandbox %s\n", argv[1]);
 	if (strcmp(argv[1], "rm") == 0 && argc == 3 && ctl_id_valid(argv[2]))
 		return snprintf(out, cap, "sandbox rm %s\n", argv[2]);
 	if (strcmp(argv[1], "url") == 0 && argc == 3 && ctl_id_valid(argv[2]))

@@ -10,6 +10,10 @@
  *                                       one (with root) that may connect
  *   sandbox rm <id>            -> ok | error no_such_sandbox <message>
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <dir>"
+ *   sandbox stats              -> ok <n>, then n lines "<id> profile <p> owner <uid> pid
+ *                                 <pid> uptime_s <s> conns <c> requests <r> refusals <d>
+ *                                 bytes_up <u> bytes_down <v>"
+ *   audit reopen               -> ok audit reopened <path> | error <code> <message>
  *   policy reload              -> ok <what was loaded> | error reload_refused <why>
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
  *   stats                      -> ok workers <n> conns <c> ... (docs/control.md)
@@ -60,6 +64,23 @@ struct ctl_ls_entry {
 	const char *profile;
 	const char *dir;
 };
+
+/* One line of `sandbox stats`, parsed (ctl_stats_parse). */
+struct ctl_stats_entry {
+	char id[CTL_ID_BYTES_MAX + 1];
+	char profile[CTL_PROFILE_BYTES_MAX + 1]; /* "-": none */
+	uint32_t owner; /* the uid that registered it (0: root, the file) */
+	int32_t pid;    /* the process it lives with (0: none) */
+	uint64_t uptime_s;
+	uint32_t conns;
+	uint64_t requests; /* decisions, allowed or refused */
+	uint64_t refusals;
+	uint64_t bytes_up;
+	uint64_t bytes_down;
+};
+
+/* Parses one `sandbox stats` line into <e>: every key in its place, nothing after. 0 or -EPROTO. */
+int ctl_stats_parse(const char *line, struct ctl_stats_entry *e);
 
 /* Whether <id> is a valid sandbox id. */
 bool ctl_id_valid(const char *id);

@@ -42,6 +42,7 @@
 #include "tools/agentsnet/check.h"
 #include "tools/agentsnet/ctl.h"
 #include "tools/agentsnet/runenv.h"
+#include "tools/agentsnet/top.h"
 #include "tools/agentsnet/sandbox.h"
 #include "tools/agentsnet/selftest.h"
 
@@ -63,7 +64,8 @@ static const char usage_text[] =
     "usage: agentsnet ca init --dir DIR [--days N] [--force] [--roots FILE]\n"
     "       agentsnet sandbox add ID [--profile NAME] [--uid UID] [--socket-dir DIR]\n"
     "       agentsnet sandbox rm ID [--socket-dir DIR]\n"
-    "       agentsnet sandbox ls [--socket-dir DIR]\n"
+    "       agentsnet sandbox ls [--ids] [--socket-dir DIR]\n"
+    "       agentsnet top [--interval SECONDS] [--once] [--socket-dir DIR]\n"
     "       agentsnet policy reload|status [--socket-dir DIR]\n"
     "       agentsnet audit reopen [--socket-dir DIR]\n"
     "       agentsnet ping [--socket-dir DIR]\n"
@@ -80,7 +82,10 @@ static const char usage_text[] =
     "\n"
     "ca init     writes DIR/ca.key (0600), DIR/ca.pem and DIR/bundle.pem (host roots + CA,\n"
     "            the file to mount as AGENT_CA_CERT); --days 1..3650, default 397.\n"
-    "sandbox     registers, removes or lists sandboxes on the running agentsnetd.\n"
+    "sandbox     registers, removes or lists sandboxes on the running agentsnetd; ls\n"
+    "            shows each one's profile, owner, uptime, connections, decisions,\n"
+    "            refusals and bytes (--ids: \"<id> <profile> <directory>\" lines).\n"
+    "top         the same, refreshed every --interval (1 s), busiest first.\n"
     "policy      reload: agentsnetd re-reads its policy file (a bad one is refused and\n"
     "            the running policy stays); status: the generation it serves.\n"
     "audit       reopen: agentsnetd reopens its audit file by its path, after a rotator\n"
@@ -321,10 +326,57 @@ static int print_answer(const char *verb, struct ctl_reply *r)
 		}
 		for (const char *l = r->more; l != NULL; l = ctl_reply_next(r, l))
 			printf("%s\n", l);
+	} else if (strcmp(verb, "table") == 0 && r->more_count > 0) {
+		if (top_table(r, stdout) != 0) {
+			fprintf(stderr, "agentsnet: malformed answer to sandbox stats\n");
+			return CTL_EXIT_ERROR;
+		}
+	} else if (strcmp(verb, "table") == 0) {
+		printf("no sandboxes\n");
 	} else if (r->text[0] != '\0') {
 		printf("%s\n", r->text);
 	}
 	return fflush(stdout) == 0 ? CTL_EXIT_OK : CTL_EXIT_ERROR;
+}
+
+/* `agentsnet top [--interval SECONDS] [--once] [--socket-dir DIR]` (tools/agentsnet/top.h). */
+static int top_main(int argc, char **argv)
+{
+	static const struct option longs[] = {
+		{ "socket-dir", required_argument, NULL, 's' },
+		{ "interval", required_argument, NULL, 'n' },
+		{ "once", no_argument, NULL, '1' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *socket_dir = default_socket_dir();
+	char path[PATH_MAX];
+	double interval_s = 1.0;
+	bool once = false;
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+		char *end = NULL;
+		if (opt == 's') {
+			socket_dir = optarg;
+		} else if (opt == 'n') {
+			interval_s = strtod(optarg, &end);
+			if (end == optarg || *end != '\0' ||
+			    !(interval_s >= 0.1 && interval_s <= 3600))
+				return usage_error("--interval: seconds, 0.1 to 3600");
+		} else if (opt == '1') {
+			once = true;
+		} else if (opt == 'h') {
+			return fputs(usage_text, stdout) >= 0 ? 0 : 1;
+		} else {
+			return usage_error("unknown option");
+		}
+	}
+	if (optind != argc)
+		return usage_error("wrong arguments");
+	control_path(socket_dir, path, sizeof(path));
+	return top_run(path, (uint32_t)(interval_s * 1000.0), once, stdout);
 }
 
 /* `sandbox add|rm|ls ...`, `policy reload|status`, `audit reopen`, `ping` and `stats` (<argv>[0]
@@ -335,10 +387,12 @@ static int control_main(int argc, char **argv)
 		{ "socket-dir", required_argument, NULL, 's' },
 		{ "profile", required_argument, NULL, 'p' },
 		{ "uid", required_argument, NULL, 'u' },
+		{ "ids", no_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *socket_dir = default_socket_dir(), *profile = NULL, *uid = NULL;
+	bool ids_only = false;
 	const char *words[6] = { argv[0] };
 	struct ctl_reply r;
 	int opt, n = 1;
@@ -353,6 +407,8 @@ static int control_main(int argc, char **argv)
 			profile = optarg;
 		else if (opt == 'u')
 			uid = optarg;
+		else if (opt == 'i')
+			ids_only = true;
 		else if (opt == 'h')
 			return fputs(usage_text, stdout) >= 0 ? 0 : 1;
 		else
@@ -363,11 +419,18 @@ static int control_main(int argc, char **argv)
 	/* A command of one word: the daemon's answer is its text. */
 	bool single = strcmp(argv[0], "ping") == 0 || strcmp(argv[0], "stats") == 0;
 	bool add = strcmp(argv[0], "sandbox") == 0 && n >= 2 && strcmp(words[1], "add") == 0;
+	bool ls = strcmp(argv[0], "sandbox") == 0 && n == 2 && strcmp(words[1], "ls") == 0;
 	if (optind + n - 1 != argc || (single && n != 1) || (!single && n < 2) ||
-	    ((profile != NULL || uid != NULL) && !add))
+	    ((profile != NULL || uid != NULL) && !add) || (ids_only && !ls))
 		return usage_error("wrong arguments");
 	if (add && n == 3)
 		words[n++] = profile != NULL ? profile : AGENTSNET_PROFILE;
+	/* `sandbox ls` shows each sandbox's traffic: the daemon's `sandbox stats` as a table;
+	 * `--ids` the bare list, "<id> <profile> <directory>" a line. */
+	bool table =
+	    strcmp(argv[0], "sandbox") == 0 && n == 2 && strcmp(words[1], "ls") == 0 && !ids_only;
+	if (table)
+		words[1] = "stats";
 	/* --uid: the agent's user, by number or name; its egress socket is then that uid's. */
 	char uid_text[16];
 	if (add && uid != NULL && n == 4) {
@@ -381,7 +444,7 @@ static int control_main(int argc, char **argv)
 	}
 	int rc = control(socket_dir, n, words, &r);
 	if (rc == CTL_EXIT_OK)
-		rc = print_answer(single ? argv[0] : words[1], &r);
+		rc = print_answer(table ? "table" : single ? argv[0] : words[1], &r);
 	ctl_reply_free(&r);
 	return rc;
 }
@@ -1011,6 +1074,8 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "sandbox") == 0 || strcmp(cmd, "ping") == 0 || strcmp(cmd, "policy") == 0 ||
 	    strcmp(cmd, "audit") == 0 || strcmp(cmd, "stats") == 0)
 		return control_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "top") == 0)
+		return top_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "run") == 0)
 		return run_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "check") == 0)

@@ -151,6 +151,59 @@ START_TEST(requests)
 	ck_assert_str_eq(out, "sandbox rm box\n");
 	ck_assert_int_eq(fmt(out, sizeof(out), 4, "sandbox", "add", "box", "default"), 24);
 	ck_assert_str_eq(out, "sandbox add box default\n");
+	ck_assert_int_eq(fmt(out, sizeof(out), 2, "sandbox", "stats", NULL, NULL), 14);
+	ck_assert_str_eq(out, "sandbox stats\n");
+	ck_assert_int_eq(fmt(out, sizeof(out), 2, "audit", "reopen", NULL, NULL), 13);
+	ck_assert_str_eq(out, "audit reopen\n");
+	ck_assert_int_eq(fmt(out, sizeof(out), 2, "audit", "rotate", NULL, NULL), -EINVAL);
+	ck_assert_int_eq(fmt(out, sizeof(out), 3, "audit", "reopen", "x", NULL), -EINVAL);
+	ck_assert_int_eq(fmt(out, sizeof(out), 3, "sandbox", "stats", "x", NULL), -EINVAL);
+}
+END_TEST
+
+/* One `sandbox stats` line: every key in its place, nothing after the last value. */
+START_TEST(stats_lines)
+{
+	struct ctl_stats_entry e;
+	const char *good = "box-1 profile default owner 1000 pid 4242 uptime_s 90061 conns 3 "
+			   "requests 18446744073709551615 refusals 7 bytes_up 1024 bytes_down 0";
+
+	ck_assert_int_eq(ctl_stats_parse(good, &e), 0);
+	ck_assert_str_eq(e.id, "box-1");
+	ck_assert_str_eq(e.profile, "default");
+	ck_assert_uint_eq(e.owner, 1000);
+	ck_assert_int_eq(e.pid, 4242);
+	ck_assert_uint_eq(e.uptime_s, 90061);
+	ck_assert_uint_eq(e.conns, 3);
+	ck_assert_uint_eq(e.requests, UINT64_MAX);
+	ck_assert_uint_eq(e.refusals, 7);
+	ck_assert_uint_eq(e.bytes_up, 1024);
+	ck_assert_uint_eq(e.bytes_down, 0);
+	ck_assert_int_eq(
+	    ctl_stats_parse("box profile - owner 0 pid 0 uptime_s 0 conns 0 requests 0 "
+			    "refusals 0 bytes_up 0 bytes_down 0",
+			    &e),
+	    0);
+	const char *bad[] = {
+		"",
+		"box", /* cut short */
+		"box profile default owner 1000 pid 1 uptime_s 1 conns 1 requests 1 refusals 1 "
+		"bytes_up 1",
+		/* a key out of its place */
+		"box owner 1000 profile default pid 1 uptime_s 1 conns 1 requests 1 refusals 1 "
+		"bytes_up 1 bytes_down 1",
+		/* something after the last value */
+		"box profile default owner 1 pid 1 uptime_s 1 conns 1 requests 1 refusals 1 bytes_up 1 "
+		"bytes_down 1 extra",
+		/* an id the daemon never gives */
+		".box profile default owner 1 pid 1 uptime_s 1 conns 1 requests 1 refusals 1 "
+		"bytes_up 1 bytes_down 1",
+		/* not a number */
+		"box profile default owner x pid 1 uptime_s 1 conns 1 requests 1 refusals 1 bytes_up 1 "
+		"bytes_down 1",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(ctl_stats_parse(bad[i], &e) == -EPROTO, "%s", bad[i]);
 }
 END_TEST
 
@@ -639,6 +692,7 @@ static Suite *ctl_suite(void)
 	tcase_add_test(x, call_timeout);
 	tcase_add_test(x, call_closed_without_answer);
 	tcase_add_test(x, call_malformed);
+	tcase_add_test(x, stats_lines);
 	tcase_add_test(x, call_answer_limit);
 	tcase_add_test(x, call_path_too_long);
 	suite_add_tcase(s, x);
