@@ -48,6 +48,13 @@
     agent's request; its failure is the upstream's, never the agent's end), audited,
     HANDSHAKE_RUNS times each; the origin never reads a request.
 
+  - tunnel_bytes_splice, tunnel_bytes_copy: an upstream streams 8 MiB into a CONNECT
+    tunnel; the agent (on the sandbox's Unix socket) reads 256 KiB, stops until the
+    daemon can pass on no more, and leaves: the close record's bytes_down is what the
+    agent's socket took of the tunnel, byte for byte (what it read and what its receive
+    queue holds), never what the daemon took from the upstream (issue 19 item 2).
+    Through the splice relay and the copy relay.
+
 Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] [--tests NAME...] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
 """
@@ -81,6 +88,8 @@ RESET_INJECT_RUNS = 200
 PLACEHOLDER = "agentsnet-placeholder-faults"
 FLOOD_BYTES = 4 << 20
 FLOOD_HOLD_S = 1.0
+STREAM_BYTES = 8 << 20
+STREAM_READ_BYTES = 256 << 10
 HANDSHAKE_HOLD_S = 0.3
 HANDSHAKE_RUNS = 20
 
@@ -110,6 +119,8 @@ profiles:
          owner: tests, reason: a loopback origin that resets}}
       - {{id: late, host: late.internal, tier: local, upstream: "127.0.0.1:{late_port}",
          owner: tests, reason: a loopback origin that accepts late}}
+      - {{id: stream, host: stream.internal, tier: local, upstream: "127.0.0.1:{stream_port}",
+         owner: tests, reason: a loopback origin that streams}}
       - id: inject
         host: api.internal
         tier: inject
@@ -337,6 +348,83 @@ class HeldHandshakeOrigin:
             pass
         finally:
             conn.close()
+
+
+class StreamOrigin:
+    """An origin that sends STREAM_BYTES on each connection as fast as it is taken, then
+    closes; errors (the daemon gone) end it quietly."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def answer(conn):
+        chunk = b"s" * 65536
+        with conn:
+            try:
+                for _ in range(STREAM_BYTES // len(chunk)):
+                    conn.sendall(chunk)
+            except OSError:
+                pass
+
+
+def queued(sock):
+    """The bytes waiting in <sock>'s receive queue (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+
+def t_tunnel_bytes(v, log):
+    """A tunnel's bytes_down is what the agent's socket took (issue 19 item 2)."""
+    errs = []
+    port = v["stream"].port
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(egress(v["sock_dir"], "agent"))
+    s.sendall(b"CONNECT stream.internal:%d HTTP/1.1\r\nHost: stream.internal:%d\r\n\r\n"
+              % (port, port))
+    head = read_head(s)
+    if not head.startswith(b"HTTP/1.1 200"):
+        s.close()
+        return ["the CONNECT got %r" % head[:200]]
+    body_before = len(head) - len(head.split(b"\r\n\r\n", 1)[0]) - 4  # read past the head
+    got = body_before
+    while got < STREAM_READ_BYTES:
+        chunk = s.recv(min(65536, STREAM_READ_BYTES - got))
+        if not chunk:
+            break
+        got += len(chunk)
+    # Until the daemon can pass on no more: the queue stops growing.
+    last, still_since = -1, time.monotonic()
+    while time.monotonic() - still_since < 0.5:
+        now = queued(s)
+        if now != last:
+            last, still_since = now, time.monotonic()
+        time.sleep(0.02)
+    took = got + last  # the tunnel's bytes: the CONNECT's answer is the daemon's own
+    s.close()
+    time.sleep(0.5)  # the daemon's close, then the writer's pass
+    records, _ = audit_lines(v["audit"])
+    closes = [r for r in records if r.get("event") == "close" and r.get("host") ==
+              "stream.internal"]
+    down = closes[-1].get("bytes_down") if closes else None
+    log("tunnel left after %d bytes read, %d queued: its socket took %d; the close record "
+        "says bytes_down %r" % (got, last, took, down))
+    if len(closes) != 1 or down != took:
+        errs.append("the close record's bytes_down is %r, want %d: what the agent's socket "
+                    "took of the tunnel (%d read, %d still queued)" % (down, took, got, last))
+    return errs
 
 
 def unacked(sock):
@@ -831,6 +919,7 @@ def main():
     origin_tls.load_cert_chain(os.path.join(pki, "leaf.pem"), os.path.join(pki, "leaf.key"))
     tls_reset = ResetOrigin(origin_tls)
     mismatch, dropped = HeldHandshakeOrigin(origin_tls), HeldHandshakeOrigin()
+    stream = StreamOrigin()
     upload_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # the slow reader's: a leaf for it
     upload_tls.load_cert_chain(*make_leaf(pki, "upload", os.path.join(pki, "ca.pem"),
                                           os.path.join(pki, "ca.key"), ("upload-tls.internal",)))
@@ -849,7 +938,9 @@ def main():
                  t_upstream_reset),
                 ("upstream_reset_inject", "continue", None, None, t_upstream_reset_inject),
                 ("upstream_fails_in_handshake", "continue", None, None,
-                 t_upstream_fails_in_handshake)):
+                 t_upstream_fails_in_handshake),
+                ("tunnel_bytes_splice", "continue", None, None, t_tunnel_bytes),
+                ("tunnel_bytes_copy", "continue", None, {"AN_NO_SPLICE": "1"}, t_tunnel_bytes)):
             if args.tests and name not in args.tests:
                 continue
             top = os.path.join(tmp, name)
@@ -860,7 +951,7 @@ def main():
             try:
                 v = {"name": name, "fsize": fsize, "env": env, "pki": pki,
                      "tls_reset": tls_reset, "late": LateOrigin(),
-                     "mismatch": mismatch, "dropped": dropped,
+                     "mismatch": mismatch, "dropped": dropped, "stream": stream,
                      "sock_dir": os.path.join(top, "run"), "ingress_port": free_port(),
                      "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(),
                      "slow_tls": SlowReader(upload_tls),
@@ -877,6 +968,7 @@ def main():
                                           slow_tls_port=v["slow_tls"].port,
                                           tls_reset_port=tls_reset.port,
                                           mismatch_port=mismatch.port,
+                                          stream_port=stream.port,
                                           dropped_port=dropped.port,
                                           late_port=v["late"].port,
                                           placeholder=PLACEHOLDER))
