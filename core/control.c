@@ -30,7 +30,8 @@
  *   sandbox stats              -> ok <n>, then n lines "<id> profile <p> owner <uid> pid
  *                                 <pid> uptime_s <s> conns <c> requests <r> refusals <d>
  *                                 bytes_up <u> bytes_down <v>" (engine_sandbox_stats; keys
- *                                 only ever appended)
+ *                                 only ever appended); a caller other than root sees
+ *                                 the sandboxes it registered only
  *   sandbox url <id>           -> ok <public URL> (or error no_ingress / no_such_sandbox)
  *   policy reload              -> ok policy generation <n>: ... (or error reload_refused)
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
@@ -119,10 +120,15 @@ static void list_one(void *arg, const struct engine_sandbox *sb)
 		   (int)(strlen(sb->path) - strlen("/egress.sock")), sb->path);
 }
 
-/* `sandbox stats`'s lines, and how many: counted as written, under one hold of the lock. */
+/*
+ * `sandbox stats`'s lines, and how many: counted as written, under one hold of
+ * the lock. A caller other than root sees the sandboxes it registered only:
+ * another tenant's traffic, and the process it lives with, are not its to see.
+ */
 struct stats_lines {
 	struct answer lines;
 	uint32_t count;
+	const struct verdict_caller *who; /* NULL or root: every sandbox */
 };
 
 static void stats_one(void *arg, const struct engine_sandbox_view *v)
@@ -131,6 +137,8 @@ static void stats_one(void *arg, const struct engine_sandbox_view *v)
 	struct answer *a = &out->lines;
 	const struct engine_sandbox *sb = v->sb;
 
+	if (out->who != NULL && out->who->uid != 0 && out->who->uid != sb->registrant)
+		return;
 	out->count++;
 	answer_add(a,
 		   "%s profile %s owner %u pid %d uptime_s %llu conns %u requests %llu refusals "
@@ -438,7 +446,7 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 		} else if (count == 1 && strcmp(w[0], "stats") == 0) {
 			handle_stats(e, &a);
 		} else if (sandbox && count == 2 && strcmp(w[1], "stats") == 0) {
-			struct stats_lines out = { .lines = { .fd = -1 } };
+			struct stats_lines out = { .lines = { .fd = -1 }, .who = who };
 			engine_sandbox_stats(e, &out, stats_one);
 			a.failed |= out.lines.failed;
 			answer_add(&a, "ok %u\n", out.count);

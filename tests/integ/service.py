@@ -24,7 +24,8 @@ the unit in deploy/systemd/ checked as systemd would read it.
   - node_view: `sandbox stats` counts each sandbox's decisions, refusals and delivered
     bytes (30 served on one sandbox, 5 refused on the other), open connections and
     uptime; a run-time sandbox removed and added again under its id counts from zero;
-    `agentsnet sandbox ls` prints them as a table (`--ids` the bare list), and
+    `agentsnet sandbox ls` prints them as a table (`--ids` the bare list), another
+    account of the control group sees none of root's sandboxes there, and
     `agentsnet top --once` ranks the sandbox that was busy during its interval first.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
@@ -60,6 +61,7 @@ daemon:
   socket_dir: {sock_dir}
   audit_log: {audit}
   workers: 2
+  control_group: nogroup
 resolver:
   servers: ["127.0.0.1:9"]
 profiles:
@@ -432,6 +434,15 @@ def t_node_view(v, log):
             rows.get("two", [None] * 9)[6] != "5":
         errs.append("agentsnet sandbox ls: exit %d, %r %r; want a table with one's 30 "
                     "decisions and two's 5 refusals" % (rc, out[-600:], err[-300:]))
+    # Another account of the control group sees none of root's sandboxes' traffic.
+    proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                           v["cli"], "sandbox", "ls", "--socket-dir", v["sock_dir"]],
+                          capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0 or proc.stdout.strip() != "no sandboxes":
+        errs.append("agentsnet sandbox ls as nobody (group nogroup): exit %d, %r %r; want "
+                    "no sandboxes (root's are not its to see)" % (proc.returncode,
+                                                                   proc.stdout[-400:],
+                                                                   proc.stderr[-300:]))
     rc, out, err = cli(v, "sandbox", "ls", "--ids")
     if rc != 0 or sorted(line.split()[0] for line in out.splitlines()) != ["one", "two"] or \
             any(len(line.split()) != 3 for line in out.splitlines()):
@@ -633,6 +644,7 @@ def main():
         print("service: FAIL: the unit's test runs the daemon as root under setpriv")
         return 1
     tmp = tempfile.mkdtemp(prefix="an-service-")
+    os.chmod(tmp, 0o755)  # node_view asks the control socket as another account
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
     failed = 0
