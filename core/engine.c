@@ -34,6 +34,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
@@ -191,6 +192,50 @@ static int sandbox_token_set(struct engine_sandbox *sb, const char *token)
 	return 0;
 }
 
+/* The manager's name for sandbox <id>'s listening socket (ENGINE_FDNAME_PREFIX). */
+static void sandbox_fdname(const char *id, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s%s", ENGINE_FDNAME_PREFIX, id);
+}
+
+static int inherited_by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct notify_fd *)a)->name, ((const struct notify_fd *)b)->name);
+}
+
+/* The socket the manager kept for sandbox <id>, taken from e->inherited (sorted); -1: none. */
+static int inherited_take(struct engine *e, const char *id)
+{
+	struct notify_fd key = { .fd = -1 };
+
+	if (e->inherited_count == 0)
+		return -1;
+	sandbox_fdname(id, key.name, sizeof(key.name));
+	struct notify_fd *hit = bsearch(&key, e->inherited, e->inherited_count,
+					sizeof(*e->inherited), inherited_by_name);
+	if (hit == NULL || hit->fd < 0)
+		return -1;
+	int fd = hit->fd;
+	hit->fd = -1;
+	return fd;
+}
+
+/* Closes what the manager gave back and no sandbox took, and has it forget them. */
+static void inherited_drop(struct engine *e)
+{
+	for (uint32_t i = 0; i < e->inherited_count; i++) {
+		if (e->inherited[i].fd < 0)
+			continue;
+		log_info("the service manager kept %s, which names no sandbox now: closed",
+			 e->inherited[i].name);
+		close(e->inherited[i].fd);
+		e->inherited[i].fd = -1;
+		if (e->manager != NULL)
+			(void)notify_forget_fd(e->manager, e->inherited[i].name);
+	}
+	e->inherited_count = 0;
+}
+
 static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t profile, bool dynamic,
 			bool fresh, uint32_t agent_uid, const char *token)
 {
@@ -219,23 +264,42 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 		log_error("sandbox %s: uid %u is another sandbox's already", id, agent_uid);
 		return -EBUSY;
 	}
-	ret = listen_unix(sb, e->cfg->socket_dir, fresh);
+	ret = listen_unix(sb, e->cfg->socket_dir, fresh, inherited_take(e, id));
 	if (ret != 0) {
 		if (pooled)
 			uidpool_release(&e->uids, agent_uid);
 		return ret;
+	}
+	if (e->manager != NULL) {
+		char name[NOTIFY_FDNAME_BYTES];
+		sandbox_fdname(id, name, sizeof(name));
+		int err = notify_store_fd(e->manager, name, sb->listen_fd);
+		if (err != 0)
+			log_warn("sandbox %s: the service manager keeps no copy of its socket: %s",
+				 id, strerror(-err));
 	}
 	sb->state = ENGINE_SANDBOX_ACTIVE;
 	e->sandbox_active++;
 	return 0;
 }
 
-static void sandbox_close(struct engine *e, struct engine_sandbox *sb)
+/*
+ * Closes sandbox <sb>'s slot. Its socket goes with it, and the manager's copy
+ * too, unless <for_next>: the daemon stops, and a manager keeps the socket
+ * (and its file) for the next one.
+ */
+static void sandbox_close(struct engine *e, struct engine_sandbox *sb, bool for_next)
 {
 	explicit_bzero(sb->ingress_token, sizeof(sb->ingress_token));
 	if (sb->listen_fd >= 0) {
 		close(sb->listen_fd);
-		unlink(sb->path);
+		if (!for_next || e->manager == NULL || !notify_on(e->manager))
+			unlink(sb->path);
+		if (!for_next && e->manager != NULL) {
+			char name[NOTIFY_FDNAME_BYTES];
+			sandbox_fdname(sb->id, name, sizeof(name));
+			(void)notify_forget_fd(e->manager, name);
+		}
 		sb->listen_fd = -1;
 	}
 	if (sb->state != ENGINE_SANDBOX_FREE) {
@@ -413,7 +477,7 @@ static void worker_release(struct worker *w)
 static void sandboxes_close(struct engine *e)
 {
 	for (uint32_t i = 0; i < e->sandbox_used && e->sandboxes != NULL; i++) {
-		sandbox_close(e, e->sandboxes[i]);
+		sandbox_close(e, e->sandboxes[i], true);
 		AN_FREE(&e->sandboxes[i]);
 	}
 	AN_FREE(&e->sandboxes);
@@ -559,6 +623,8 @@ int engine_start(struct engine *e)
 		ret = 0;
 	}
 	e->sandboxes_max = sandboxes_max_here(e);
+	if (e->inherited_count > 0)
+		qsort(e->inherited, e->inherited_count, sizeof(*e->inherited), inherited_by_name);
 	if (ret == 0)
 		ret = sandboxes_open(e);
 	if (ret == 0 && e->ingress_tls)
@@ -585,6 +651,7 @@ int engine_start(struct engine *e)
 		return ret;
 	}
 	registry_adopt(e);
+	inherited_drop(e); /* every sandbox that could take its socket back has */
 	if (!e->features.setsockopt_cmd)
 		log_warn("io_uring has no socket commands (Linux 6.7): an egress socket admits its "
 			 "agent's uid by its mode alone; connections are not checked against it "
@@ -654,7 +721,7 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 		ret = *ingress_fd < 0 ? *ingress_fd : 0;
 	}
 	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == ENGINE_SANDBOX_ACTIVE) {
-		sandbox_close(e, e->sandboxes[idx]);
+		sandbox_close(e, e->sandboxes[idx], false);
 		if (dynamic)
 			registry_drop(e, id);
 	}
@@ -808,7 +875,7 @@ static int sandbox_remove(struct engine *e, const char *id, bool file,
 	while (worker_cmd_wait(w, &cmd, 5000) != 0)
 		log_warn("sandbox %s: still closing its connections", id);
 	pthread_mutex_lock(&e->lock);
-	sandbox_close(e, sb);
+	sandbox_close(e, sb, false);
 	if (!file)
 		registry_drop(e, id);
 	pthread_mutex_unlock(&e->lock);

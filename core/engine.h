@@ -36,6 +36,7 @@
 #include <sys/un.h>
 
 #include "core/config.h"
+#include "core/notify.h"
 #include "core/ratelimit.h"
 #include "core/ring.h"
 #include "core/snapshot.h"
@@ -157,7 +158,20 @@ struct engine {
 	/* The uids given to root's sandboxes (cfg.sandbox_uid_*), under <lock>; a
 	 * test may set uids.host_free before engine_start. */
 	struct uidpool uids;
+	/* The service manager (core/notify.h; NULL: none): each sandbox's listening socket
+	 * is handed to it to keep (FDSTORE=1, named ENGINE_FDNAME_PREFIX and the id), so
+	 * that the next daemon, after a crash or a restart, is given it back and serves
+	 * the connections that waited in its queue meanwhile. */
+	const struct notify *manager;
+	/* What it gave back at this start ($LISTEN_FDS), sorted by name by engine_start,
+	 * which adopts each that is still a sandbox's socket and closes the rest; an
+	 * entry taken has fd -1. Set before engine_start; the engine's from then on. */
+	struct notify_fd *inherited;
+	uint32_t inherited_count;
 };
+
+/* The manager's name for sandbox <id>'s listening socket: this, then the id. */
+#define ENGINE_FDNAME_PREFIX "sandbox."
 
 /*
  * The sandboxes a daemon of <workers> workers with <pipes_per_worker> pipes

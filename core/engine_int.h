@@ -61,9 +61,14 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
  * Makes <sb>'s directory under <socket_dir> (<fresh>: whatever was there
  * removed first; otherwise kept only if ours) and its egress socket in it,
  * its agent's alone (0600) or anyone's (0666); sets sb->path and
- * sb->listen_fd. 0 or -errno, logged (-EIO where the kernel said -EACCES).
+ * sb->listen_fd. <inherited> (or -1), the listening socket the service
+ * manager kept for this sandbox, is taken instead of a new one when the
+ * sandbox is not <fresh> and it still is the socket at the path, listening,
+ * with the owner and mode it would be made with; else it is closed (and the
+ * path, which it held, made anew). 0 or -errno, logged (-EIO where the kernel
+ * said -EACCES).
  */
-int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh);
+int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, int inherited);
 
 /* The TCP listener on "addr:port" <text> (SO_REUSEPORT: one per worker). fd or -errno, logged. */
 int listen_tcp(const char *text);

@@ -32,6 +32,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/fsuid.h>
@@ -269,7 +270,38 @@ static int sandbox_dir_make(const char *socket_dir, const char *id, bool fresh, 
 	return ret;
 }
 
-int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh)
+/*
+ * Whether <fd>, given back by the service manager, still is the listening
+ * socket at sb->path with the owner and mode listen_unix would give it: then
+ * it is the sandbox's, with what waits in its queue. *<bound_here> says
+ * whether it was bound at the path at all (then the file is its, and may be
+ * replaced if it does not fit).
+ */
+static bool inherited_fits(const struct engine_sandbox *sb, int fd, bool *bound_here)
+{
+	struct sockaddr_un sun = { 0 };
+	socklen_t len = sizeof(sun);
+	int listening = 0, type = 0;
+	socklen_t olen = sizeof(int);
+	struct stat st;
+
+	*bound_here = getsockname(fd, (struct sockaddr *)&sun, &len) == 0 &&
+		      sun.sun_family == AF_UNIX && len > offsetof(struct sockaddr_un, sun_path) &&
+		      strncmp(sun.sun_path, sb->path, sizeof(sun.sun_path)) == 0;
+	if (!*bound_here)
+		return false;
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) != 0 || !listening)
+		return false;
+	olen = sizeof(int);
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &olen) != 0 || type != SOCK_STREAM)
+		return false;
+	bool any = sb->agent_uid == ENGINE_AGENT_ANY;
+	return lstat(sb->path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+	       (st.st_mode & 0777) == (any ? 0666u : 0600u) &&
+	       st.st_uid == (any ? geteuid() : (uid_t)sb->agent_uid);
+}
+
+int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, int inherited)
 {
 	char dir[PATH_MAX];
 
@@ -283,8 +315,24 @@ int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh)
 		return -ENAMETOOLONG;
 	}
 	ret = sandbox_dir_make(socket_dir, sb->id, fresh, dir);
-	if (ret != 0)
+	if (ret != 0) {
+		if (inherited >= 0)
+			close(inherited);
 		return ret == -EACCES ? -EIO : ret; /* -EACCES answers a caller's rights */
+	}
+	if (inherited >= 0) {
+		bool bound_here = false;
+		if (!fresh && inherited_fits(sb, inherited, &bound_here) &&
+		    fcntl(inherited, F_SETFL, fcntl(inherited, F_GETFL) | O_NONBLOCK) == 0) {
+			log_info("sandbox %s: serving the socket the service manager kept", sb->id);
+			sb->listen_fd = inherited;
+			return 0;
+		}
+		close(inherited);
+		/* Its file is the kept socket's, which the manager still holds open: made anew. */
+		if (bound_here && unlink(sb->path) == -1 && errno != ENOENT)
+			log_warn("sandbox %s: unlink %s: %s", sb->id, sb->path, strerror(errno));
+	}
 	/* An agent's uid known: its alone (and root's); the kernel refuses everyone else. */
 	bool any = sb->agent_uid == ENGINE_AGENT_ANY;
 	int fd = engine_listen_unix(sb->path, any ? 0666 : 0600,

@@ -6,7 +6,9 @@
 #include "core/notify.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -114,4 +116,91 @@ void notify_close(struct notify *n)
 		(void)close(n->fd);
 	n->fd = -1;
 	n->watchdog_usec = 0;
+}
+
+int notify_store_fd(const struct notify *n, const char *name, int fd)
+{
+	char state[NOTIFY_FDNAME_BYTES + 32];
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} control = { 0 };
+
+	AN_ASSERT(name != NULL && strchr(name, ':') == NULL && fd >= 0);
+	if (n->fd < 0)
+		return 0;
+	int len = snprintf(state, sizeof(state), "FDSTORE=1\nFDNAME=%s\n", name);
+	if (len < 0 || (size_t)len >= sizeof(state))
+		return -ENAMETOOLONG;
+	struct iovec iov = { .iov_base = state, .iov_len = (size_t)len };
+	struct msghdr msg = { .msg_name = (void *)&n->addr,
+			      .msg_namelen = n->addr_len,
+			      .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = control.buf,
+			      .msg_controllen = sizeof(control.buf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(n->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -errno : 0;
+}
+
+int notify_forget_fd(const struct notify *n, const char *name)
+{
+	char state[NOTIFY_FDNAME_BYTES + 32];
+
+	AN_ASSERT(name != NULL);
+	int len = snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s\n", name);
+	if (len < 0 || (size_t)len >= sizeof(state))
+		return -ENAMETOOLONG;
+	return notify_send(n, state);
+}
+
+/* The first fd the manager passes ($LISTEN_FDS counts from it: sd_listen_fds(3)). */
+#define NOTIFY_LISTEN_FDS_START 3
+
+int notify_listen_fds(struct notify_fd *out, uint32_t cap)
+{
+	const char *pid_text = getenv("LISTEN_PID");
+	const char *count_text = getenv("LISTEN_FDS");
+	const char *names = getenv("LISTEN_FDNAMES");
+	uint64_t pid = 0, count = 0;
+	int ret = 0;
+
+	if (count_text == NULL)
+		return 0;
+	if (!decimal_parse(count_text, &count) || count > INT32_MAX - NOTIFY_LISTEN_FDS_START ||
+	    (pid_text != NULL && !decimal_parse(pid_text, &pid)))
+		ret = -EINVAL;
+	else if (pid_text == NULL || pid != (uint64_t)getpid())
+		count = 0; /* another process's (our parent's, say) */
+	for (uint64_t i = 0; ret == 0 && i < count; i++) {
+		int fd = NOTIFY_LISTEN_FDS_START + (int)i;
+		size_t len = 0;
+		if (names != NULL) {
+			len = strcspn(names, ":");
+			if (len == 0 || len >= NOTIFY_FDNAME_BYTES)
+				ret = -EINVAL;
+		}
+		if (ret == 0 && (fcntl(fd, F_SETFD, FD_CLOEXEC) == -1 || i >= cap))
+			ret = i >= cap ? -E2BIG : -EBADF;
+		if (ret == 0) {
+			memcpy(out[i].name, names != NULL ? names : "unknown",
+			       names != NULL ? len : sizeof("unknown"));
+			out[i].name[names != NULL ? len : sizeof("unknown") - 1] = '\0';
+			out[i].fd = fd;
+			names = names != NULL && names[len] == ':' ? names + len + 1 : NULL;
+		}
+	}
+	if (ret != 0) {
+		for (uint64_t i = 0; i < count; i++)
+			(void)close(NOTIFY_LISTEN_FDS_START + (int)i);
+		count = 0;
+	}
+	(void)unsetenv("LISTEN_PID");
+	(void)unsetenv("LISTEN_FDS");
+	(void)unsetenv("LISTEN_FDNAMES");
+	return ret != 0 ? ret : (int)count;
 }

@@ -51,4 +51,31 @@ bool notify_on(const struct notify *n);
 /* Closes <n>'s socket; <n> is then off. */
 void notify_close(struct notify *n);
 
+/* A descriptor the manager keeps for the process, and its name (FDNAME: no ':'). */
+#define NOTIFY_FDNAME_BYTES 256u
+struct notify_fd {
+	char name[NOTIFY_FDNAME_BYTES];
+	int fd;
+};
+
+/*
+ * Hands <fd> to the manager to keep under <name> (FDSTORE=1, the descriptor
+ * sent with SCM_RIGHTS): systemd gives it back when it starts the service
+ * again ($LISTEN_FDS), after a crash or a restart. 0 (also when <n> is off),
+ * or -errno.
+ */
+int notify_store_fd(const struct notify *n, const char *name, int fd);
+
+/* Asks the manager to close what it keeps under <name> (FDSTOREREMOVE=1). 0 or -errno. */
+int notify_forget_fd(const struct notify *n, const char *name);
+
+/*
+ * The descriptors the manager passed to this process ($LISTEN_FDS from 3 on,
+ * for $LISTEN_PID, named by $LISTEN_FDNAMES), at most <cap> into <out>, each
+ * made close-on-exec; the variables are removed. Returns how many (0: none
+ * passed, or passed to another process), or -EINVAL for variables that do not
+ * read as the protocol says (the descriptors are then closed).
+ */
+int notify_listen_fds(struct notify_fd *out, uint32_t cap);
+
 #endif /* AN_CORE_NOTIFY_H */

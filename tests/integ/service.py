@@ -27,6 +27,13 @@ the unit in deploy/systemd/ checked as systemd would read it.
     `agentsnet sandbox ls` prints them as a table (`--ids` the bare list), another
     account of the control group sees none of root's sandboxes there, and
     `agentsnet top --once` ranks the sandbox that was busy during its interval first.
+  - kept_sockets: the daemon hands each sandbox's listening socket to the manager's
+    file descriptor store (FDSTORE=1, FDNAME=sandbox.<id>); while clients loop requests,
+    it is killed (SIGKILL) and, a second later, started again with the kept sockets
+    ($LISTEN_FDS, $LISTEN_FDNAMES), as systemd restarts a service: no request begun after
+    the kill fails (the connections wait in the kept socket's queue and are served by the
+    next daemon), the longest wait is reported, and the new daemon says it serves the
+    kept sockets. Without them (the same restart, no $LISTEN_FDS) requests fail.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
     its key settings, and the daemon serving, reloading and stopping under the unit's
@@ -50,7 +57,8 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import own_pass_args, own_pass_end, read_text, with_daemon, Fatal
+from integlib import (own_pass_args, own_pass_end, read_text, sanitizer_marks,
+                      with_daemon, Fatal)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WATCHDOG_S = 0.6
@@ -85,18 +93,29 @@ class Manager:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind("\0" + address[1:] if address.startswith("@") else address)
         self.states = []  # (time, {key: value})
+        self.store = {}  # FDNAME -> the descriptor it keeps (FDSTORE=1)
         self.lock = threading.Lock()
         threading.Thread(target=self.serve, daemon=True).start()
 
     def serve(self):
         while True:
             try:
-                data = self.sock.recv(65536)
+                data, fds, _, _ = socket.recv_fds(self.sock, 65536, 16)
             except OSError:
                 return
             fields = dict(line.split("=", 1) for line in data.decode().split("\n") if line)
             with self.lock:
                 self.states.append((time.monotonic(), fields))
+                # The file descriptor store, as systemd keeps it: by FDNAME.
+                name = fields.get("FDNAME")
+                if fields.get("FDSTORE") == "1" and name and fds:
+                    if name in self.store:
+                        os.close(self.store[name])
+                    self.store[name] = fds.pop(0)
+                elif fields.get("FDSTOREREMOVE") == "1" and name in self.store:
+                    os.close(self.store.pop(name))
+            for fd in fds:
+                os.close(fd)
 
     def since(self, t0, key=None):
         """The states received after <t0>, those holding <key> when given."""
@@ -115,6 +134,10 @@ class Manager:
 
     def close(self):
         self.sock.close()
+        with self.lock:
+            for fd in self.store.values():
+                os.close(fd)
+            self.store = {}
 
 
 def generation(state):
@@ -469,6 +492,115 @@ def t_node_view(v, log):
     return errs
 
 
+KEPT_GAP_S = 1.0
+KEPT_CLIENTS = 3
+
+
+def start_kept(args, v, env, pass_store):
+    """Starts a daemon on v's policy with <env>; with <pass_store>, the manager's kept
+    descriptors as systemd passes them ($LISTEN_FDS from 3, $LISTEN_FDNAMES)."""
+    store = sorted(v["manager"].store.items()) if pass_store else []
+    targets = list(range(3, 3 + len(store)))
+
+    def preexec():
+        for key, value in env.items():
+            os.environ[key] = value
+        # Above every target first, so that no dup2 overwrites a source not yet moved.
+        high = [os.dup2(fd, 100 + i) for i, (_, fd) in enumerate(store)]
+        for target, fd in zip(targets, high):
+            os.dup2(fd, target)
+        if store:
+            os.environ["LISTEN_FDS"] = str(len(store))
+            os.environ["LISTEN_PID"] = str(os.getpid())
+            os.environ["LISTEN_FDNAMES"] = ":".join(name for name, _ in store)
+
+    err = open(v["err"], "ab")
+    try:
+        return subprocess.Popen([args.daemon, "--config", v["policy"]], stdin=subprocess.DEVNULL,
+                                stdout=err, stderr=err, preexec_fn=preexec,
+                                pass_fds=targets)
+    finally:
+        err.close()
+
+
+def kept_run(args, v, log, pass_store):
+    """One SIGKILL and restart under load; returns (errors, failed of those begun once the
+    killed daemon was gone, failed of those in flight at the kill, the longest request in
+    s)."""
+    errs = []
+    m = v["manager"]
+    env = {"NOTIFY_SOCKET": m.address}
+    first = start_kept(args, v, env, False)
+    results, stop = [], threading.Event()
+    try:
+        if m.wait(0, "READY") is None:
+            return ["the first daemon said no READY=1"], 0, 0, 0
+        names = sorted(m.store)
+        if names != ["sandbox.one", "sandbox.two"]:
+            errs.append("the manager keeps %r, want sandbox.one and sandbox.two" % names)
+
+        def client():
+            while not stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    ok = served(egress(v["sock_dir"], "one")).startswith(b"HTTP/1.1 200")
+                except OSError:
+                    ok = False
+                results.append((t0, time.monotonic(), ok))
+
+        threads = [threading.Thread(target=client) for _ in range(KEPT_CLIENTS)]
+        for th in threads:
+            th.start()
+        time.sleep(1.0)
+        killed_at = time.monotonic()
+        first.kill()
+        first.wait()
+        dead_at = time.monotonic()  # a request begun before may have been the dead one's
+        time.sleep(KEPT_GAP_S)
+        second = start_kept(args, v, env, pass_store)
+        try:
+            ready = m.wait(killed_at, "READY", 30)
+            if ready is None:
+                errs.append("the daemon started again said no READY=1")
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            for th in threads:
+                th.join()
+            second.send_signal(signal.SIGTERM)
+            code = second.wait(30)
+            if code != 0:
+                errs.append("the daemon started again exited %d" % code)
+    finally:
+        stop.set()
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    after = [r for r in results if r[0] >= dead_at and not r[2]]
+    during = [r for r in results if r[0] < dead_at and r[1] > killed_at and not r[2]]
+    longest = max((r[1] - r[0] for r in results), default=0)
+    log("%s: %d requests, %d begun once the killed daemon was gone failed, %d in flight at "
+        "the kill failed; the longest took %.2f s" % ("kept sockets passed" if pass_store else "no sockets passed",
+                                 len(results), len(after), len(during), longest))
+    return errs, len(after), len(during), longest
+
+
+def t_kept_sockets(args, v, log):
+    """SIGKILL and a restart given the kept sockets: no request begun after the kill fails."""
+    errs, after, _, longest = kept_run(args, v, log, True)
+    if after:
+        errs.append("%d requests begun after the kill failed; want none (they wait in the kept "
+                    "socket's queue)" % after)
+    text = read_text(v["err"])
+    for sandbox in ("one", "two"):
+        if "sandbox %s: serving the socket the service manager kept" % sandbox not in text:
+            errs.append("the daemon started again does not say it serves %s's kept socket"
+                        % sandbox)
+    if longest > KEPT_GAP_S + 10:
+        errs.append("a request waited %.1f s" % longest)
+    return errs
+
+
 def make_install(v):
     """`make install` into a DESTDIR of its own; the tree's root."""
     dest = os.path.join(v["top"], "dest")
@@ -521,7 +653,7 @@ def t_unit(v, log):
         if settings.get(key) != [want]:
             errs.append("the unit's %s is %r, want %s" % (key, settings.get(key), want))
     for key in ("WatchdogSec", "RestrictAddressFamilies", "SystemCallFilter",
-                "CapabilityBoundingSet"):
+                "CapabilityBoundingSet", "FileDescriptorStoreMax"):
         if key not in settings:
             errs.append("the unit has no %s" % key)
     return errs
@@ -570,6 +702,8 @@ def run_test(args, name, test, log, tmp, origin_port):
         after = after_audit_rotation
     elif name == "bad_address":
         return bad_address(args, v)
+    elif name == "kept_sockets":
+        return kept_sockets(args, v, log)
 
     def preexec():
         for key, value in env.items():
@@ -621,6 +755,24 @@ def after_unit(v):
     return errs
 
 
+def kept_sockets(args, v, log):
+    """Runs t_kept_sockets with daemons of its own (one is killed); prints its outcome."""
+    v["manager"] = Manager(os.path.join(v["top"], "notify.sock"))
+    try:
+        errs = t_kept_sockets(args, v, log)
+    except (OSError, Fatal, subprocess.TimeoutExpired) as e:
+        errs = ["%s: %s" % (type(e).__name__, e)]
+    finally:
+        v["manager"].close()
+    marks = sanitizer_marks(read_text(v["err"]))
+    if marks:
+        errs.append("a sanitizer report in the daemons' stderr: %s" % read_text(v["err"])[-3000:])
+    print("service: kept_sockets: %s" % ("ok" if not errs else "FAIL"))
+    for e in errs:
+        print("  " + e)
+    return int(bool(errs))
+
+
 def bad_address(args, v):
     env = dict(os.environ, NOTIFY_SOCKET="relative/notify.sock")
     proc = subprocess.run([args.daemon, "--config", v["policy"]], env=env,
@@ -646,12 +798,13 @@ def main():
     tmp = tempfile.mkdtemp(prefix="an-service-")
     os.chmod(tmp, 0o755)  # node_view asks the control socket as another account
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
+    origin.handle_error = lambda *_: None  # a daemon killed under load resets its upstreams
     threading.Thread(target=origin.serve_forever, daemon=True).start()
     failed = 0
     try:
         for name, test in (("notify", t_notify), ("abstract", t_abstract),
                            ("bad_address", t_bad_address), ("audit_rotation", t_audit_rotation),
-                           ("node_view", t_node_view),
+                           ("node_view", t_node_view), ("kept_sockets", None),
                            ("unit", t_unit_served)):
             if args.tests and name not in args.tests:
                 continue

@@ -43,6 +43,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/notify.h"
+#include "core/pool.h"
 #include "core/ring.h"
 #include "policy/policy.h"
 #include "tls/term.h"
@@ -522,7 +523,7 @@ static int tls_open(const struct config *cfg, struct tls_term **out)
 }
 
 static int serve(const struct options *o, struct config *cfg, struct policy *pol,
-		 const struct notify *manager)
+		 const struct notify *manager, struct notify_fd *kept, uint32_t kept_count)
 {
 	struct engine e;
 	struct audit *audit = NULL;
@@ -575,6 +576,9 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 	e.term = tls != NULL ? &tls_term_ops : NULL;
 	e.term_arg = tls;
 	e.term_has_ca = tls != NULL && cfg->ca_cert != NULL;
+	e.manager = notify_on(manager) ? manager : NULL;
+	e.inherited = kept;
+	e.inherited_count = kept_count;
 	ret = engine_start(&e);
 	if (ret == 0) {
 		struct control ctl;
@@ -612,6 +616,29 @@ out:
 	return ret == 0 ? 0 : 1;
 }
 
+/* Descriptors a manager may pass at most: one a sandbox, and a few besides. */
+#define KEPT_SOCKETS_MAX (LIMITS_SANDBOXES_MAX + 16u)
+
+/*
+ * The descriptors the service manager passed ($LISTEN_FDS: its file descriptor
+ * store), into *<out> (owned, NULL when none). Their count, or -errno.
+ */
+static int kept_sockets(struct notify_fd **out)
+{
+	const char *count = getenv("LISTEN_FDS");
+	unsigned long n = count != NULL ? strtoul(count, NULL, 10) : 0;
+
+	*out = NULL;
+	if (n > KEPT_SOCKETS_MAX)
+		n = KEPT_SOCKETS_MAX; /* more: notify_listen_fds refuses them all, -E2BIG */
+	if (n > 0 && (*out = pool_calloc(n, sizeof(**out))) == NULL)
+		return -ENOMEM;
+	int ret = notify_listen_fds(*out, (uint32_t)n);
+	if (ret <= 0)
+		AN_FREE(out);
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	struct options o;
@@ -620,6 +647,7 @@ int main(int argc, char **argv)
 	sigset_t set;
 
 	struct notify manager;
+	struct notify_fd *kept = NULL;
 	int rc = parse_options(argc, argv, &o);
 	if (rc >= 0)
 		return rc;
@@ -631,6 +659,13 @@ int main(int argc, char **argv)
 		    "$NOTIFY_SOCKET or $WATCHDOG_USEC: %s (a path, or @ and an abstract name; "
 		    "a number of microseconds)",
 		    strerror(-rc));
+		return 1;
+	}
+	/* The sandboxes' sockets the manager kept across a crash or restart (engine.h). */
+	int kept_count = kept_sockets(&kept);
+	if (kept_count < 0) {
+		log_error("$LISTEN_FDS, $LISTEN_PID or $LISTEN_FDNAMES: %s", strerror(-kept_count));
+		notify_close(&manager);
 		return 1;
 	}
 	/* Every thread inherits this mask; only wait_for_stop takes the signals. */
@@ -660,8 +695,9 @@ int main(int argc, char **argv)
 		notify_close(&manager);
 		return 1;
 	}
-	rc = serve(&o, &cfg, pol, &manager); /* takes pol */
+	rc = serve(&o, &cfg, pol, &manager, kept, (uint32_t)kept_count); /* takes pol */
 	config_free(&cfg);
 	notify_close(&manager);
+	AN_FREE(&kept);
 	return rc;
 }
