@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,104 @@ START_TEST(test_watchdog)
 }
 END_TEST
 
+/* FDSTORE=1 carries the descriptor: the manager receives one for the same socket. */
+START_TEST(test_store_fd)
+{
+	char name[64], got[256];
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} control;
+	struct notify n;
+	int pair[2];
+
+	snprintf(name, sizeof(name), "@an-notify-store-%d", (int)getpid());
+	int fd = manager_bind(name);
+	env_clear();
+	setenv("NOTIFY_SOCKET", name, 1);
+	ck_assert_int_eq(notify_open(&n), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+	ck_assert_int_eq(notify_store_fd(&n, "sandbox.box", pair[0]), 0);
+	struct iovec iov = { .iov_base = got, .iov_len = sizeof(got) - 1 };
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = control.buf,
+			      .msg_controllen = sizeof(control.buf) };
+	ssize_t len = recvmsg(fd, &msg, MSG_DONTWAIT);
+	ck_assert_int_gt(len, 0);
+	got[len] = '\0';
+	ck_assert_str_eq(got, "FDSTORE=1\nFDNAME=sandbox.box\n");
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	ck_assert_ptr_nonnull(cm);
+	ck_assert_int_eq(cm->cmsg_type, SCM_RIGHTS);
+	int kept;
+	memcpy(&kept, CMSG_DATA(cm), sizeof(kept));
+	ck_assert_int_eq(write(kept, "x", 1), 1); /* the same socket: its peer reads it */
+	char c = 0;
+	ck_assert_int_eq(read(pair[1], &c, 1), 1);
+	ck_assert_int_eq(c, 'x');
+	ck_assert_int_eq(notify_forget_fd(&n, "sandbox.box"), 0);
+	manager_read(fd, got, sizeof(got));
+	ck_assert_str_eq(got, "FDSTOREREMOVE=1\nFDNAME=sandbox.box\n");
+	close(kept);
+	close(pair[0]);
+	close(pair[1]);
+	notify_close(&n);
+	close(fd);
+}
+END_TEST
+
+/*
+ * $LISTEN_FDS: descriptors from 3 on, named by $LISTEN_FDNAMES, for this pid only.
+ * Fds 3 and 4 are set aside while the test puts its own there.
+ */
+START_TEST(test_listen_fds)
+{
+	struct notify_fd got[4];
+	char pid[32];
+	int pair[2];
+
+	int saved3 = fcntl(3, F_DUPFD_CLOEXEC, 50), saved4 = fcntl(4, F_DUPFD_CLOEXEC, 50);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+	ck_assert_int_eq(dup2(pair[0], 3), 3);
+	ck_assert_int_eq(dup2(pair[1], 4), 4);
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	setenv("LISTEN_FDS", "2", 1);
+	setenv("LISTEN_PID", pid, 1);
+	setenv("LISTEN_FDNAMES", "sandbox.a:sandbox.b", 1);
+	ck_assert_int_eq(notify_listen_fds(got, 4), 2);
+	ck_assert_str_eq(got[0].name, "sandbox.a");
+	ck_assert_int_eq(got[0].fd, 3);
+	ck_assert_str_eq(got[1].name, "sandbox.b");
+	ck_assert_int_eq(got[1].fd, 4);
+	ck_assert_int_eq(fcntl(3, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+	ck_assert_ptr_null(getenv("LISTEN_FDS"));
+	ck_assert_ptr_null(getenv("LISTEN_FDNAMES"));
+	/* Another process's: none, and the descriptors untouched. */
+	setenv("LISTEN_FDS", "2", 1);
+	setenv("LISTEN_PID", "1", 1);
+	ck_assert_int_eq(notify_listen_fds(got, 4), 0);
+	ck_assert_int_ne(fcntl(3, F_GETFD), -1);
+	/* More than the caller has room for: refused, and closed. */
+	setenv("LISTEN_FDS", "2", 1);
+	setenv("LISTEN_PID", pid, 1);
+	ck_assert_int_eq(notify_listen_fds(got, 1), -E2BIG);
+	ck_assert_int_eq(fcntl(3, F_GETFD), -1);
+	ck_assert_int_eq(fcntl(4, F_GETFD), -1);
+	/* Not the protocol's numbers. */
+	setenv("LISTEN_FDS", "two", 1);
+	ck_assert_int_eq(notify_listen_fds(got, 4), -EINVAL);
+	setenv("LISTEN_FDS", "0", 1);
+	ck_assert_int_eq(notify_listen_fds(got, 4), 0);
+	close(pair[0]);
+	close(pair[1]);
+	if (saved3 >= 0)
+		dup2(saved3, 3);
+	if (saved4 >= 0)
+		dup2(saved4, 4);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("core/notify");
@@ -194,6 +293,8 @@ int main(void)
 	tcase_add_test(tc, test_abstract_socket);
 	tcase_add_test(tc, test_bad_addresses);
 	tcase_add_test(tc, test_watchdog);
+	tcase_add_test(tc, test_store_fd);
+	tcase_add_test(tc, test_listen_fds);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }
