@@ -112,11 +112,19 @@ static void answer_add(struct answer *a, const char *fmt, ...)
 	}
 }
 
+/* `sandbox ls`'s lines, and how many: counted as written, under one hold of the lock. */
+struct list_lines {
+	struct answer lines;
+	uint32_t count;
+};
+
 static void list_one(void *arg, const struct engine_sandbox *sb)
 {
-	struct answer *a = arg;
+	struct list_lines *out = arg;
 
-	answer_add(a, "%s %s %.*s\n", sb->id, sb->profile_name[0] ? sb->profile_name : "-",
+	out->count++;
+	answer_add(&out->lines, "%s %s %.*s\n", sb->id,
+		   sb->profile_name[0] ? sb->profile_name : "-",
 		   (int)(strlen(sb->path) - strlen("/egress.sock")), sb->path);
 }
 
@@ -147,12 +155,6 @@ static void stats_one(void *arg, const struct engine_sandbox_view *v)
 		   (int)sb->owner.pid, (unsigned long long)v->uptime_s, v->conns,
 		   (unsigned long long)v->requests, (unsigned long long)v->refusals,
 		   (unsigned long long)v->bytes_up, (unsigned long long)v->bytes_down);
-}
-
-static void count_one(void *arg, const struct engine_sandbox *sb)
-{
-	(void)sb;
-	(*(uint32_t *)arg)++;
 }
 
 static void handle_url(struct engine *e, const char *id, const struct verdict_caller *who,
@@ -454,10 +456,15 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 				answer_add(&a, "%.*s", (int)out.lines.len, out.lines.p);
 			AN_FREE(&out.lines.p);
 		} else if (sandbox && count == 2 && strcmp(w[1], "ls") == 0) {
-			uint32_t active = 0;
-			engine_sandbox_foreach(e, &active, count_one);
-			answer_add(&a, "ok %u\n", active);
-			engine_sandbox_foreach(e, &a, list_one);
+			/* Counted as listed: a sandbox added between two holds of the lock would
+			 * make the count disagree with the lines (the CLI checks they agree). */
+			struct list_lines out = { .lines = { .fd = -1 } };
+			engine_sandbox_foreach(e, &out, list_one);
+			a.failed |= out.lines.failed;
+			answer_add(&a, "ok %u\n", out.count);
+			if (out.lines.len > 0)
+				answer_add(&a, "%.*s", (int)out.lines.len, out.lines.p);
+			AN_FREE(&out.lines.p);
 		} else {
 			answer_add(&a, "error bad_request unknown request (see docs/control.md)\n");
 		}

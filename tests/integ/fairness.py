@@ -130,12 +130,13 @@ def answers_of(socks, wait_s):
     return [got[s] for s in socks]
 
 
-def served(path):
-    """One request through a new connection to <path>: the status line and body."""
+def served(path, host=b"model.internal"):
+    """One request for http://<host>/x through a new connection to <path>: every byte of
+    the answer (its status line first)."""
     with connect(path) as s:
         try:
-            s.sendall(b"GET http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n"
-                      b"Connection: close\r\n\r\n")
+            s.sendall(b"GET http://%s/x HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                      % (host, host))
         except OSError:
             pass  # refused before it was asked: the answer is read below
         data = b""

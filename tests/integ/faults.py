@@ -267,20 +267,15 @@ class SlowReader:
                           "state %d" % state, time.monotonic())
 
 
-class ResetOrigin:
-    """An origin that, on each connection, sends RESET_BYTES at once and then resets it
-    (SO_LINGER 0), once its kernel holds none of them unacknowledged (SIOCOUTQ 0), so
-    that every byte is in the daemon's kernel before the reset. With <tls> (an
-    ssl.SSLContext), it speaks TLS, reads a request head first and answers it with
-    RESET_BYTES of a body its close delimits."""
+class Listener:
+    """A loopback TCP origin: binds a port (self.port), accepts on a thread of its own and
+    gives each connection to self.answer(conn) on a thread of its own."""
 
-    def __init__(self, tls=None):
-        self.tls = tls
+    def __init__(self, backlog=64):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
+        self.sock.listen(backlog)
         self.port = self.sock.getsockname()[1]
-        self.payload = bytes(range(256)) * (RESET_BYTES // 256)
         threading.Thread(target=self.serve, daemon=True).start()
 
     def serve(self):
@@ -290,6 +285,22 @@ class ResetOrigin:
             except OSError:
                 return
             threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+
+    def answer(self, conn):
+        raise NotImplementedError
+
+
+class ResetOrigin(Listener):
+    """An origin that, on each connection, sends RESET_BYTES at once and then resets it
+    (SO_LINGER 0), once its kernel holds none of them unacknowledged (SIOCOUTQ 0), so
+    that every byte is in the daemon's kernel before the reset. With <tls> (an
+    ssl.SSLContext), it speaks TLS, reads a request head first and answers it with
+    RESET_BYTES of a body its close delimits."""
+
+    def __init__(self, tls=None):
+        self.tls = tls
+        self.payload = bytes(range(256)) * (RESET_BYTES // 256)
+        super().__init__()
 
     def answer(self, conn):
         try:
@@ -311,7 +322,7 @@ class ResetOrigin:
             conn.close()
 
 
-class HeldHandshakeOrigin:
+class HeldHandshakeOrigin(Listener):
     """An origin that holds each connection HANDSHAKE_HOLD_S before it answers the
     daemon's ClientHello; then, with <tls> (an ssl.SSLContext), takes its side of the
     handshake, noting any request it reads in self.requests; without, resets it
@@ -320,19 +331,7 @@ class HeldHandshakeOrigin:
     def __init__(self, tls=None):
         self.tls = tls
         self.requests = 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+        super().__init__()
 
     def answer(self, conn):
         try:
@@ -350,27 +349,11 @@ class HeldHandshakeOrigin:
             conn.close()
 
 
-class StreamOrigin:
+class StreamOrigin(Listener):
     """An origin that sends STREAM_BYTES on each connection as fast as it is taken, then
     closes; errors (the daemon gone) end it quietly."""
 
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def answer(conn):
+    def answer(self, conn):
         chunk = b"s" * 65536
         with conn:
             try:
