@@ -264,10 +264,16 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 		log_error("sandbox %s: uid %u is another sandbox's already", id, agent_uid);
 		return -EBUSY;
 	}
-	ret = listen_unix(sb, e->cfg->socket_dir, fresh, inherited_take(e, id));
+	int kept = inherited_take(e, id);
+	ret = listen_unix(sb, e->cfg->socket_dir, fresh, kept);
 	if (ret != 0) {
 		if (pooled)
 			uidpool_release(&e->uids, agent_uid);
+		if (kept >= 0 && e->manager != NULL) {
+			char name[NOTIFY_FDNAME_BYTES];
+			sandbox_fdname(id, name, sizeof(name));
+			(void)notify_forget_fd(e->manager, name); /* listen_unix closed ours */
+		}
 		return ret;
 	}
 	if (e->manager != NULL) {

@@ -306,18 +306,18 @@ int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, i
 	char dir[PATH_MAX];
 
 	int ret = layout_sandbox_dir(socket_dir, sb->id, dir, sizeof(dir));
-	if (ret != 0)
-		return ret;
-	int n = snprintf(sb->path, sizeof(sb->path), "%s/egress.sock", dir);
-	if (n < 0 || (size_t)n >= sizeof(sb->path)) {
+	int n = ret == 0 ? snprintf(sb->path, sizeof(sb->path), "%s/egress.sock", dir) : 0;
+	if (ret == 0 && (n < 0 || (size_t)n >= sizeof(sb->path))) {
 		log_error("sandbox %s: socket path %s/egress.sock is longer than %zu bytes", sb->id,
 			  dir, sizeof(sb->path) - 1);
-		return -ENAMETOOLONG;
+		ret = -ENAMETOOLONG;
 	}
-	ret = sandbox_dir_make(socket_dir, sb->id, fresh, dir);
+	if (ret == 0)
+		ret = sandbox_dir_make(socket_dir, sb->id, fresh, dir);
 	if (ret != 0) {
 		if (inherited >= 0)
-			close(inherited);
+			close(
+			    inherited); /* the manager still keeps it; dropped at the start's end */
 		return ret == -EACCES ? -EIO : ret; /* -EACCES answers a caller's rights */
 	}
 	if (inherited >= 0) {
