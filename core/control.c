@@ -112,15 +112,32 @@ static void answer_add(struct answer *a, const char *fmt, ...)
 	}
 }
 
-/* `sandbox ls`'s lines, and how many: counted as written, under one hold of the lock. */
-struct list_lines {
+/*
+ * A listing's lines and how many, counted as written under one hold of the
+ * engine's lock (`sandbox ls`, `sandbox stats`): counted apart, a sandbox added
+ * between two holds would make the count disagree with the lines, which the
+ * CLI checks. A caller other than root (<who>) is shown the sandboxes it
+ * registered only, where the listing says so.
+ */
+struct counted_lines {
 	struct answer lines;
 	uint32_t count;
+	const struct verdict_caller *who; /* NULL or root: every sandbox */
 };
+
+/* Answers "ok <count>" and then <out>'s lines, and releases them. */
+static void answer_counted(struct answer *a, struct counted_lines *out)
+{
+	a->failed |= out->lines.failed;
+	answer_add(a, "ok %u\n", out->count);
+	if (out->lines.len > 0)
+		answer_add(a, "%.*s", (int)out->lines.len, out->lines.p);
+	AN_FREE(&out->lines.p);
+}
 
 static void list_one(void *arg, const struct engine_sandbox *sb)
 {
-	struct list_lines *out = arg;
+	struct counted_lines *out = arg;
 
 	out->count++;
 	answer_add(&out->lines, "%s %s %.*s\n", sb->id,
@@ -128,20 +145,9 @@ static void list_one(void *arg, const struct engine_sandbox *sb)
 		   (int)(strlen(sb->path) - strlen("/egress.sock")), sb->path);
 }
 
-/*
- * `sandbox stats`'s lines, and how many: counted as written, under one hold of
- * the lock. A caller other than root sees the sandboxes it registered only:
- * another tenant's traffic, and the process it lives with, are not its to see.
- */
-struct stats_lines {
-	struct answer lines;
-	uint32_t count;
-	const struct verdict_caller *who; /* NULL or root: every sandbox */
-};
-
 static void stats_one(void *arg, const struct engine_sandbox_view *v)
 {
-	struct stats_lines *out = arg;
+	struct counted_lines *out = arg; /* another tenant's traffic is not the caller's */
 	struct answer *a = &out->lines;
 	const struct engine_sandbox *sb = v->sb;
 
@@ -448,23 +454,13 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 		} else if (count == 1 && strcmp(w[0], "stats") == 0) {
 			handle_stats(e, &a);
 		} else if (sandbox && count == 2 && strcmp(w[1], "stats") == 0) {
-			struct stats_lines out = { .lines = { .fd = -1 }, .who = who };
+			struct counted_lines out = { .lines = { .fd = -1 }, .who = who };
 			engine_sandbox_stats(e, &out, stats_one);
-			a.failed |= out.lines.failed;
-			answer_add(&a, "ok %u\n", out.count);
-			if (out.lines.len > 0)
-				answer_add(&a, "%.*s", (int)out.lines.len, out.lines.p);
-			AN_FREE(&out.lines.p);
+			answer_counted(&a, &out);
 		} else if (sandbox && count == 2 && strcmp(w[1], "ls") == 0) {
-			/* Counted as listed: a sandbox added between two holds of the lock would
-			 * make the count disagree with the lines (the CLI checks they agree). */
-			struct list_lines out = { .lines = { .fd = -1 } };
+			struct counted_lines out = { .lines = { .fd = -1 } };
 			engine_sandbox_foreach(e, &out, list_one);
-			a.failed |= out.lines.failed;
-			answer_add(&a, "ok %u\n", out.count);
-			if (out.lines.len > 0)
-				answer_add(&a, "%.*s", (int)out.lines.len, out.lines.p);
-			AN_FREE(&out.lines.p);
+			answer_counted(&a, &out);
 		} else {
 			answer_add(&a, "error bad_request unknown request (see docs/control.md)\n");
 		}

@@ -76,7 +76,7 @@ import time
 
 from fairness import Origin, control, egress, served
 from integlib import (make_leaf, make_pki, own_pass_args, own_pass_end, read_head, read_text,
-                      with_daemon, Fatal)
+                      upload_then_leave, with_daemon, Fatal)
 
 DISK_BYTES = 1 << 20
 RECOVER_S = 5  # the writer tries a failing file at least once a second
@@ -555,12 +555,7 @@ def t_early_flood(v, log):
         try:
             s.sendall(b"POST http://late.internal/ HTTP/1.1\r\nHost: late.internal\r\n"
                       b"Content-Length: %d\r\n\r\n" % FLOOD_BYTES + b"x" * FLOOD_BYTES)
-            data = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data, _ = read_to_end(s)
         except OSError as e:
             data = ("%s: %s" % (type(e).__name__, e)).encode()
     log("early flood of %d bytes: the agent got %r; the upstream received %r" % (
@@ -697,16 +692,7 @@ def abandon_upload(sock, slow, log, label):
     taking it, then closes <sock>: errors unless <slow> saw its connection reset within a
     second (issue 19 item 3: 100 ms is the target; a second is the margin a loaded CI
     machine needs, and far below what the upstream's reading on would take)."""
-    sock.settimeout(0.5)
-    sent = 0
-    try:
-        while sent < 8 << 20:
-            sent += sock.send(b"x" * 16384)
-    except (socket.timeout, ssl.SSLWantWriteError, BlockingIOError):
-        pass
-    time.sleep(0.3)
-    left = time.monotonic()
-    sock.close()
+    sent, left = upload_then_leave(sock)
     within(lambda: slow.ended is not None, 10)
     log("%s: upload abandoned after %d bytes: the upstream saw %r" % (
         label, sent, slow.ended and (slow.ended[0], round(slow.ended[1] - left, 3))))
@@ -885,8 +871,7 @@ def run_daemon(args, v, test, log):
 
 
 def main():
-    args, log = own_pass_args("agentsnet fault pass", lambda ap: ap.add_argument(
-        "--tests", nargs="*", default=None, help="run only these (by name)"))
+    args, log = own_pass_args("agentsnet fault pass", tests=True)
     if os.geteuid() != 0:
         print("faults: FAIL: a tmpfs of the pass's own is mounted: run as root")
         return 1

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import tempfile
@@ -189,6 +190,23 @@ def read_head(sock):
     return head
 
 
+def upload_then_leave(sock, pause_s=0.3):
+    """Sends a body on <sock> (its head already sent) until the daemon, held back by a slow
+    upstream, stops taking it (a send blocks 0.5 s), waits <pause_s>, and closes <sock>, as
+    an agent that abandons its upload. Returns (bytes sent, time.monotonic() of the close)."""
+    sock.settimeout(0.5)
+    sent = 0
+    try:
+        while sent < 8 << 20:
+            sent += sock.send(b"x" * 16384)
+    except (socket.timeout, ssl.SSLWantWriteError, BlockingIOError):
+        pass
+    time.sleep(pause_s)
+    left = time.monotonic()
+    sock.close()
+    return sent, left
+
+
 def read_text(path):
     try:
         with open(path, "r", encoding="utf-8", errors="replace") as f:
@@ -201,14 +219,17 @@ def sanitizer_marks(text):
     return [m for m in SANITIZER_MARKS if m in text]
 
 
-def own_pass_args(description, add=None):
-    """The options of a pass that starts daemons of its own (fairness.py, faults.py):
-    --daemon, --netns (given by run.sh; unused: loopback only) and -v, and what
-    <add>(parser) adds. Returns (args, log), log printing only under -v."""
+def own_pass_args(description, add=None, tests=False):
+    """The options of a pass that starts daemons of its own (fairness.py, faults.py,
+    service.py): --daemon, --netns (given by run.sh; unused: loopback only) and -v; with
+    <tests>, --tests NAME... (run only these); and what <add>(parser) adds. Returns
+    (args, log), log printing only under -v."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "san", "agentsnetd"))
     ap.add_argument("--netns", default=None, help="accepted for run.sh; unused")
     ap.add_argument("-v", action="store_true")
+    if tests:
+        ap.add_argument("--tests", nargs="*", default=None, help="run only these (by name)")
     if add is not None:
         add(ap)
     args = ap.parse_args()

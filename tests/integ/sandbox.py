@@ -70,7 +70,7 @@ from integlib import (Fatal, Procs, SKIP, Skip, add_run_args, agent_dir, audit_m
                       client_env, free_ports, load_cases, log, make_leaf, make_pki, netns_add,
                       netns_del, read_audit, read_text, render_file, run, run_and_tally,
                       sanitizer_marks, start_daemon, start_origin, stop_daemon, substitute,
-                      wait_for)
+                      upload_then_leave, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -2574,16 +2574,7 @@ def inject_upload_abandoned(t, ctx, path, auth):
     ts = tls_tunnel(t, ctx, path, "api.test:%d" % t.vars["https_port"])
     ts.sendall(b"POST /slow-read HTTP/1.1\r\nHost: api.test\r\n" + auth +
                b"Content-Length: 50000000\r\n\r\n")  # under the tier's 64 MiB
-    ts.settimeout(0.5)
-    sent = 0
-    try:
-        while sent < 8 << 20:  # until the daemon, held back by the origin, stops taking
-            sent += ts.send(b"x" * 16384)
-    except (socket.timeout, ssl.SSLWantWriteError, BlockingIOError):
-        pass
-    time.sleep(0.3)
-    left = time.monotonic()
-    ts.close()
+    sent, left = upload_then_leave(ts)
     ended = None
     while time.monotonic() - left < 15 and ended is None:
         lines = read_text(log_path).splitlines()

@@ -780,8 +780,7 @@ def bad_address(args, v):
 
 
 def main():
-    args, log = own_pass_args("agentsnet service pass", lambda ap: ap.add_argument(
-        "--tests", nargs="*", default=None, help="run only these (by name)"))
+    args, log = own_pass_args("agentsnet service pass", tests=True)
     if os.geteuid() != 0:
         print("service: FAIL: the unit's test runs the daemon as root under setpriv")
         return 1
