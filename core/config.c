@@ -37,6 +37,7 @@ int config_init_defaults(struct config *cfg)
 	cfg->idle_timeout_ms = LIMITS_IDLE_TIMEOUT_MS_DEFAULT;
 	cfg->body_timeout_ms = LIMITS_BODY_TIMEOUT_MS_DEFAULT;
 	cfg->response_timeout_ms = LIMITS_RESPONSE_TIMEOUT_MS_DEFAULT;
+	cfg->drain_timeout_ms = LIMITS_DRAIN_TIMEOUT_MS_DEFAULT;
 	cfg->sandbox_uid_first = LIMITS_SANDBOX_UID_FIRST_DEFAULT;
 	cfg->sandbox_uid_count = LIMITS_SANDBOX_UID_COUNT_DEFAULT;
 	cfg->sandboxes_per_user = LIMITS_SANDBOXES_PER_USER_DEFAULT;

@@ -68,6 +68,8 @@ struct config {
 	/* An upstream that sends no response head for this long once the request is
 	 * out: 504 upstream_timeout. */
 	uint32_t response_timeout_ms;
+	/* How long a stopping daemon lets what is in flight finish (engine_drain); 0: none. */
+	uint32_t drain_timeout_ms;
 	/* The uids (and gids) given to root's sandboxes, one each: first..first + count - 1. */
 	uint32_t sandbox_uid_first;
 	uint32_t sandbox_uid_count;

@@ -859,6 +859,68 @@ const struct snapshot_sandbox *snapshot_take(struct conn *c)
 	return sb->known ? sb : NULL;
 }
 
+uint32_t refusal_retry_after_s(const struct conn *c, enum reason why)
+{
+	if (c->retry_after_s != 0)
+		return c->retry_after_s;
+	return reason_status(why) == 503 ? 1u : 0u; /* a 503 always says when to come back */
+}
+
+/* ---- drain (engine_drain) ---------------------------------------------- */
+
+enum drain_answer drain_answer(const struct conn *c)
+{
+	const struct engine *e = c->w->e;
+
+	if (!c->w->draining)
+		return DRAIN_NONE;
+	/* The gateway's conns (public, or through its TLS front) and the TCP listener's
+	 * are handed on with every listener; a sandbox's with its socket. */
+	bool handed_on = (c->flags & F_TCP_CLIENT) || c->ingress ? e->drain.all_handed_on
+								 : e->drain.sandboxes_handed_on;
+	return handed_on ? DRAIN_CLOSE : DRAIN_REFUSE;
+}
+
+const struct http1_request *drain_request(struct conn *c, const struct http1_request *req,
+					  struct http1_request *closing)
+{
+	switch (drain_answer(c)) {
+	case DRAIN_NONE:
+		return req;
+	case DRAIN_CLOSE:
+		*closing = *req;
+		closing->keep_alive = false;
+		return closing;
+	case DRAIN_REFUSE:
+		break;
+	}
+	c->tier = TIER_DENY;
+	c->rule = NULL;
+	c->instruction = NULL;
+	c->retry_after_s = LIMITS_DRAIN_RETRY_AFTER_S;
+	respond(c, REASON_DAEMON_STOPPING);
+	return NULL;
+}
+
+/* A terminated tunnel between its requests (its mode's awaiting_request). */
+static bool conn_awaits_request(const struct conn *c)
+{
+	return conn_in_mode(c) && c->state == ST_TERM && c->mode->awaiting_request != NULL &&
+	       c->mode->awaiting_request(c);
+}
+
+void conn_drain(struct conn *c)
+{
+	/* Waiting for a request that has not begun: a short wait, then the close. */
+	if ((c->state == ST_HEAD && c->head_fill == 0) || conn_awaits_request(c))
+		timer_arm(c->w->timers, &c->timer, LIMITS_DRAIN_IDLE_MS);
+}
+
+uint32_t conn_next_request_ms(const struct conn *c)
+{
+	return c->w->draining ? LIMITS_DRAIN_IDLE_MS : c->w->e->cfg->idle_timeout_ms;
+}
+
 void decide(struct conn *c, const struct http1_request *req)
 {
 	const struct engine *e = c->w->e;
@@ -873,11 +935,15 @@ void decide(struct conn *c, const struct http1_request *req)
 		return;
 	}
 	if (audit_refuses(c)) {
+		c->tier = TIER_DENY; /* not the kept connection's last request's */
 		c->rule = NULL;
 		c->instruction = NULL;
 		respond(c, REASON_AUDIT_UNAVAILABLE); /* nothing is served that goes unrecorded */
 		return;
 	}
+	struct http1_request closing;
+	if ((req = drain_request(c, req, &closing)) == NULL)
+		return;
 	const struct snapshot_sandbox *under = snapshot_take(c);
 	if (under == NULL) {
 		c->rule = NULL;
@@ -1280,9 +1346,7 @@ void respond_with(struct conn *c, enum reason why, const char *detail, const cha
 		.port = c->port,
 		.sandbox = conn_sandbox_id(c, sandbox_id),
 		.audit_id = audit_id,
-		.retry_after_s = c->retry_after_s != 0       ? c->retry_after_s
-				 : reason_status(why) == 503 ? 1u
-							     : 0u,
+		.retry_after_s = refusal_retry_after_s(c, why),
 		.keep_alive = c->answer_keeps_conn,
 	};
 	ssize_t n = *buf ? deny_format(&d, *buf, WORKER_HEAD_BUFFER_BYTES) : -ENOMEM;
@@ -1336,7 +1400,7 @@ static void head_read_next(struct conn *c)
 	if (rest > 0)
 		head_deadline_arm(c);
 	else
-		timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+		timer_arm(c->w->timers, &c->timer, conn_next_request_ms(c));
 	if (head_recv_wanted(c) && (c->ops & op_bit(OP_HEAD_RECV)) == 0)
 		head_recv_arm(c);
 	if (rest > 0)
@@ -1467,7 +1531,8 @@ void conn_on_timer(struct conn *c)
 	case ST_TERM: {
 		if (c->mode->timer != NULL && c->mode->timer(c))
 			break;
-		uint64_t idle_ms = w->e->cfg->idle_timeout_ms;
+		uint64_t idle_ms =
+		    conn_awaits_request(c) ? conn_next_request_ms(c) : w->e->cfg->idle_timeout_ms;
 		uint64_t quiet = w->now_ms - c->active_ms;
 		if (quiet >= idle_ms)
 			conn_close(c);

@@ -260,6 +260,14 @@ void conn_on_timer(struct conn *c);
 void conn_on_buffers(struct conn *c);
 /* Aborts <c> (daemon stopping): closes both sides; freed when its ops are done. */
 void conn_abort(struct conn *c);
+/*
+ * A drain began (engine_drain; c->w->draining is set): <c>, waiting for a
+ * request that has not begun, is closed once quiet LIMITS_DRAIN_IDLE_MS; a
+ * request under way goes on (the next is answered as drain_answer says).
+ */
+void conn_drain(struct conn *c);
+/* How long <c> waits for its next request: daemon.timeouts.idle_ms, or the drain's quiet time. */
+uint32_t conn_next_request_ms(const struct conn *c);
 /* Upper bound of the op codes conn_on_cqe takes; user_data ops above it are the worker's. */
 #define CONN_OP_COUNT UD_OP_CONN_END
 

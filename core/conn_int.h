@@ -150,6 +150,9 @@ struct conn_mode {
 	bool (*pooled)(struct conn *c);
 	/* Any state: the conn ends, no op of its own in flight, its slots still open. */
 	void (*end)(struct conn *c);
+	/* ST_TERM modes: nothing of a request has come and no answer is under way (a
+	 * drain closes such a conn once quiet: conn_drain). NULL: never so. */
+	bool (*awaiting_request)(const struct conn *c);
 };
 
 /*
@@ -393,6 +396,25 @@ const struct snapshot_sandbox *snapshot_take(struct conn *c);
 /* Decides request <req> (proxy form) against the policy: refuses, or starts its tier. */
 void decide(struct conn *c, const struct http1_request *req);
 
+/* The Retry-After of <c>'s refusal <why>: c->retry_after_s, else 1 for a 503, else none. */
+uint32_t refusal_retry_after_s(const struct conn *c, enum reason why);
+
+/* What a request that arrives while the worker drains (engine_drain) gets. */
+enum drain_answer {
+	DRAIN_NONE = 0, /* no drain: served as ever */
+	DRAIN_CLOSE,    /* served, its answer closing the conn: a successor takes the next one */
+	DRAIN_REFUSE,   /* answered 503 daemon_stopping: no successor takes its listener */
+};
+/* <c>'s new request's answer under a drain: by whether its listener is handed on. */
+enum drain_answer drain_answer(const struct conn *c);
+/*
+ * Decides <req> of <c> under a drain: returns <req>, or <closing> (a copy of it
+ * that says Connection: close) for DRAIN_CLOSE, or NULL once <c> was refused
+ * daemon_stopping (DRAIN_REFUSE).
+ */
+const struct http1_request *drain_request(struct conn *c, const struct http1_request *req,
+					  struct http1_request *closing);
+
 /* The Unix socket address of a local upstream, stored in c->addrs (F_UNIX_UP). */
 struct sockaddr_un *conn_unix(struct conn *c);
 /* Opens a socket to the next address; none left: refuses (or closes a TLS front conn). */
@@ -469,6 +491,8 @@ void term_end(struct conn *c, enum term_status st);
 void term_abort(struct conn *c);
 /* The answer to a request refused inside the session; the conn closes after it. */
 void term_refuse(struct conn *c, enum reason why);
+/* The terminated session waits for its next request: no answer, body or head bytes pending. */
+bool term_awaiting_request(const struct conn *c);
 /* Drops <n> bytes from the front of the plaintext in the head buffer. */
 void term_drop(struct conn *c, uint32_t n);
 /* Takes the next request out of the plaintext; true when an answer or refusal started. */

@@ -48,6 +48,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/timer.h"
 #include "core/worker.h"
 
 static uint32_t worker_count_for(const struct config *cfg)
@@ -833,6 +834,28 @@ int engine_workers_answer(struct engine *e, uint32_t timeout_ms, uint32_t *late)
 		}
 	}
 	return ret;
+}
+
+uint64_t engine_drain(struct engine *e, bool successor, uint32_t drain_ms)
+{
+	struct worker_counters open = { 0 };
+
+	AN_ASSERT(e->workers != NULL);
+	e->drain.until_ms = timer_now_ms() + drain_ms;
+	e->drain.all_handed_on = successor;
+	e->drain.sandboxes_handed_on = successor || e->manager != NULL;
+	for (uint32_t i = 0; i < e->worker_count; i++) {
+		struct worker *w = &e->workers[i];
+		w->drain = (struct worker_cmd){ .kind = WORKER_CMD_DRAIN };
+		worker_cmd_post(w, &w->drain);
+	}
+	/* Each worker completes it by the drain's end, a turn late at most; a wedged
+	 * one is not waited for past a second more (engine_stop then joins it). */
+	for (uint32_t i = 0; i < e->worker_count; i++)
+		(void)worker_cmd_wait(&e->workers[i], &e->workers[i].drain, drain_ms + 1000u);
+	for (uint32_t i = 0; i < e->worker_count; i++)
+		worker_counters_add(&e->workers[i], &open);
+	return open.conns_open;
 }
 
 void engine_status_line(struct engine *e, char *out, size_t cap)

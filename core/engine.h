@@ -168,6 +168,14 @@ struct engine {
 	 * entry taken has fd -1. Set before engine_start; the engine's from then on. */
 	struct notify_fd *inherited;
 	uint32_t inherited_count;
+	/* The drain under way (engine_drain): set before the workers are told of it,
+	 * read-only after. A listener handed on stops accepting: what waits in its
+	 * queue is the next daemon's. */
+	struct {
+		uint64_t until_ms;        /* the workers' clock (timer_now_ms) */
+		bool sandboxes_handed_on; /* each sandbox's socket: a successor, or the manager */
+		bool all_handed_on;       /* every listener: a successor takes them all */
+	} drain;
 };
 
 /* The manager's name for sandbox <id>'s listening socket: this, then the id. */
@@ -189,6 +197,22 @@ uint32_t engine_sandboxes_max_for(uint64_t nofile, uint32_t workers, uint32_t pi
  * failure nothing is left running.
  */
 int engine_start(struct engine *e);
+
+/*
+ * Drains the workers ahead of engine_stop. <successor>: a process takes every
+ * listening socket over (an upgrade); without one, each sandbox's socket is
+ * still handed on when the service manager keeps it (e->manager), and the
+ * rest are not. A listener handed on stops accepting, so a connection that
+ * arrives meanwhile waits in its queue for the next daemon; the others go on
+ * accepting. A request that arrives during the drain is served, its answer
+ * closing its connection, when its listener is handed on, and is answered
+ * 503 daemon_stopping with Retry-After when not. What was under way when the
+ * drain began goes on; a connection with nothing under way is closed once it
+ * has been quiet LIMITS_DRAIN_IDLE_MS. Returns, once every worker's conns are
+ * gone or <drain_ms> has passed, how many conns are still open (engine_stop
+ * aborts them). The main thread's, once, before engine_stop.
+ */
+uint64_t engine_drain(struct engine *e, bool successor, uint32_t drain_ms);
 
 /*
  * Stops accepting, aborts every connection, joins the workers and closes the

@@ -118,4 +118,5 @@ const struct conn_mode fake_mode = {
 	.pump = term_pump_session,
 	.client_data = term_client_data,
 	.client_eof = term_eof,
+	.awaiting_request = term_awaiting_request,
 };

@@ -664,7 +664,7 @@ static void request_finish(struct conn *c)
 	if (next_len > 0)
 		head_deadline_arm(c); /* the next head began already */
 	else
-		timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+		timer_arm(c->w->timers, &c->timer, conn_next_request_ms(c));
 	if (next_len > 0)
 		head_parse(c);
 }

@@ -332,6 +332,9 @@ void ingress_decide(struct conn *c, const struct http1_request *req)
 		respond(c, refusal);
 		return;
 	}
+	struct http1_request closing;
+	if ((req = drain_request(c, req, &closing)) == NULL)
+		return;
 	c->ingress_upgrade = ingress_is_upgrade(req);
 	/* An upgrade carries no body: after the 101 the client's bytes are the new protocol's,
 	 * and a body still coming would meet the tunnel's relay on the same socket. */

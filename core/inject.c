@@ -380,7 +380,7 @@ static void inject_exchange_done(struct conn *c)
 	c->resp_holding = false;
 	c->resp_hold_over = false;
 	c->inject_phase = INJ_IDLE;
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	timer_arm(c->w->timers, &c->timer, conn_next_request_ms(c));
 	if (!c->resp_keep_alive || !c->keep_alive || c->upstream_dead)
 		term_end(c, TERM_CLOSED);
 }
@@ -448,13 +448,24 @@ static uint64_t inject_deadline(const struct conn *c, enum reason *why)
 	return UINT64_MAX;
 }
 
+static bool inject_awaiting_request(const struct conn *c)
+{
+	return c->inject_phase == INJ_IDLE && term_awaiting_request(c);
+}
+
+/* How long <c> may be quiet: the idle timeout, or between requests conn_next_request_ms. */
+static uint64_t inject_idle_ms(const struct conn *c)
+{
+	return inject_awaiting_request(c) ? conn_next_request_ms(c) : c->w->e->cfg->idle_timeout_ms;
+}
+
 /* Arms the timer for the nearer of the exchange's deadline and the idle timeout. */
 static void inject_deadline_arm(struct conn *c)
 {
 	enum reason why;
 	uint64_t now = c->w->now_ms;
 	uint64_t at = inject_deadline(c, &why);
-	uint64_t idle_at = c->active_ms + c->w->e->cfg->idle_timeout_ms;
+	uint64_t idle_at = c->active_ms + inject_idle_ms(c);
 
 	if (c->resp_holding)
 		return; /* the hold's timer is shorter than either, and re-arms this */
@@ -491,7 +502,7 @@ static bool inject_timer(struct conn *c)
 		term_pump(c);
 		return true;
 	}
-	if (now - c->active_ms >= c->w->e->cfg->idle_timeout_ms) {
+	if (now - c->active_ms >= inject_idle_ms(c)) {
 		conn_close(c);
 		return true;
 	}
@@ -929,4 +940,5 @@ const struct conn_mode inject_mode = {
 	.pooled = inject_take_pooled,
 	.parkable = inject_parkable,
 	.end = inject_end,
+	.awaiting_request = inject_awaiting_request,
 };

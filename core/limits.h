@@ -78,6 +78,16 @@
 #define LIMITS_IDLE_TIMEOUT_MS_DEFAULT     300000u
 #define LIMITS_BODY_TIMEOUT_MS_DEFAULT     30000u
 #define LIMITS_RESPONSE_TIMEOUT_MS_DEFAULT 300000u
+/* A stop's drain (core/engine.h, engine_drain): what is in flight may finish this long. */
+#define LIMITS_DRAIN_TIMEOUT_MS_DEFAULT 10000u
+/*
+ * During a drain, a connection with no request under way is closed once it
+ * has sent nothing for this long: time for a client that just read an answer
+ * to send its next request, which is served with Connection: close.
+ */
+#define LIMITS_DRAIN_IDLE_MS 1000u
+/* The Retry-After of a daemon_stopping refusal: about what a restart takes. */
+#define LIMITS_DRAIN_RETRY_AFTER_S 2u
 /*
  * The inject tier holds back the tail of what it read that could begin a copy
  * of the secret, whatever it is, until the next read or this long (in timer

@@ -92,6 +92,9 @@ static const struct reason_row reason_rows[] = {
 	[REASON_UPSTREAM_RESET] = { "upstream_reset", 502,
 				    "The upstream aborted the connection (a TCP reset) after what "
 				    "was relayed; the stream is incomplete. Retry the request." },
+	[REASON_DAEMON_STOPPING] = { "daemon_stopping", 503,
+				     "The proxy is stopping or restarting and takes no new request; "
+				     "retry after the time in Retry-After." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 12
+#define REASON_CONTRACT_VERSION 13
 
 enum tier {
 	TIER_DENY = 0,
@@ -61,6 +61,7 @@ enum reason {
 	REASON_INGRESS_TOKEN_REFUSED,
 	REASON_AUDIT_UNAVAILABLE,
 	REASON_UPSTREAM_RESET,
+	REASON_DAEMON_STOPPING,
 	REASON__COUNT,
 };
 

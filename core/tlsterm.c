@@ -126,7 +126,8 @@ void term_refuse(struct conn *c, enum reason why)
 			       .host_len = c->host_len,
 			       .port = c->port,
 			       .sandbox = conn_sandbox(c)->id,
-			       .audit_id = audit_id };
+			       .audit_id = audit_id,
+			       .retry_after_s = refusal_retry_after_s(c, why) };
 	ssize_t n = deny_format(&d, c->out, WORKER_HEAD_BUFFER_BYTES);
 	c->out_len = n > 0 ? (uint32_t)n : 0;
 	c->out_off = 0;
@@ -136,6 +137,12 @@ void term_refuse(struct conn *c, enum reason why)
 	c->head_fill = 0; /* nothing after a refused request is read */
 	if (n <= 0)
 		term_end(c, TERM_CLOSED);
+}
+
+bool term_awaiting_request(const struct conn *c)
+{
+	return c->out_len == 0 && c->head_fill == 0 && c->term_skip == 0 && !c->term_chunked &&
+	       !c->term_closing;
 }
 
 /* Drops <n> bytes from the front of the plaintext in the head buffer. */
@@ -186,6 +193,7 @@ bool term_request(struct conn *c)
 	ssize_t n = http1_parse_request(c->head, c->head_fill, &req, &why);
 	if (n == -EAGAIN)
 		return false;
+	c->retry_after_s = 0;
 	c->requests++;
 	c->w->stats.requests++;
 	/* c->host and c->port stay the CONNECT's: every audit names that host. */
@@ -210,6 +218,17 @@ bool term_request(struct conn *c)
 	}
 	if (audit_refuses(c)) {
 		term_refuse(c, REASON_AUDIT_UNAVAILABLE);
+		return true;
+	}
+	switch (drain_answer(c)) {
+	case DRAIN_NONE:
+		break;
+	case DRAIN_CLOSE:
+		req.keep_alive = false; /* served; its answer closes the session */
+		break;
+	case DRAIN_REFUSE:
+		c->retry_after_s = LIMITS_DRAIN_RETRY_AFTER_S;
+		term_refuse(c, REASON_DAEMON_STOPPING);
 		return true;
 	}
 	if (c->inject != NULL) {
@@ -242,7 +261,7 @@ enum term_status term_write_answer(struct conn *c)
 	c->out_len = 0;
 	c->answer_body = NULL;
 	c->answer_body_len = 0;
-	timer_arm(c->w->timers, &c->timer, c->w->e->cfg->idle_timeout_ms);
+	timer_arm(c->w->timers, &c->timer, conn_next_request_ms(c));
 	if (c->term_close_after)
 		term_end(c, TERM_CLOSED);
 	return TERM_OK;

@@ -51,6 +51,7 @@ struct worker_listener {
 	bool armed;       /* multishot accept in flight */
 	bool paused;      /* accept failed: re-armed after WORKER_ACCEPT_RETRY_MS */
 	bool removing;    /* its sandbox is being removed: freed once disarmed */
+	bool handed_on;   /* draining: its queue is the next daemon's, never accepted from again */
 	uint64_t retry_at_ms;
 	/* The ingress listener accepts one at a time, into here: the gateway
 	 * needs each client's address, which a multishot accept does not keep. */
@@ -66,7 +67,8 @@ enum worker_cmd_kind {
 	WORKER_CMD_REMOVE,    /* stop accepting, abort its conns; done when all are gone */
 	WORKER_CMD_ROUTE_ADD, /* the gateway routes <id> to <sandbox> (sent to every worker) */
 	WORKER_CMD_ROUTE_DEL, /* ... no longer */
-	WORKER_CMD_PING, /* completed at once: the worker's loop turns (the watchdog's proof) */
+	WORKER_CMD_PING,  /* completed at once: the worker's loop turns (the watchdog's proof) */
+	WORKER_CMD_DRAIN, /* engine_drain: done once no conn is left or the drain's time is up */
 };
 
 /* A request from the control path; the sender owns it and waits on <done> for removals. */
@@ -213,6 +215,11 @@ struct worker {
 	 * again only once it completed (ping_posted false). */
 	struct worker_cmd ping;
 	bool ping_posted;
+	/* engine_drain's command (the main thread's), and the worker's hold on it
+	 * from its start until it completes it (drain_pending: NULL once done). */
+	struct worker_cmd drain;
+	struct worker_cmd *drain_pending;
+	bool draining;       /* a drain began: read by the conns (core/conn.c, drain_answer) */
 	struct conn *live;   /* every conn not yet freed */
 	struct conn *nobufs; /* conns waiting for buffers to re-arm a receive */
 	uint64_t now_ms;     /* loop-turn clock */

@@ -32,6 +32,10 @@
  * event), and asking the worker through its command queue (a control-thread
  * wait on every worker, and a wake-up of each).
  *
+ * Draining (engine_drain, a command): the listeners a successor takes over
+ * stop accepting, requests that arrive are served with Connection: close or
+ * refused daemon_stopping (core/conn.c, drain_answer), and the command is
+ * completed once no conn is left or the drain's time is up.
  * Stopping: engine_stop writes the worker's eventfd; the worker stops its
  * accepts, aborts every live connection and keeps looping until nothing is in
  * flight, then checks that every pool is full again and reports a leak if not.
@@ -245,7 +249,8 @@ static void cmds_drop(struct worker *w)
 	while (list != NULL) {
 		struct worker_cmd *cmd = list;
 		list = cmd->next;
-		if (cmd->kind == WORKER_CMD_REMOVE || cmd->kind == WORKER_CMD_PING) {
+		if (cmd->kind == WORKER_CMD_REMOVE || cmd->kind == WORKER_CMD_PING ||
+		    cmd->kind == WORKER_CMD_DRAIN) {
 			cmd_complete(w, cmd);
 			continue;
 		}
@@ -330,6 +335,10 @@ static void conns_abort(struct worker *w, uint32_t sandbox)
 static void worker_begin_stop(struct worker *w)
 {
 	w->stopping = true;
+	if (w->drain_pending != NULL) {
+		cmd_complete(w, w->drain_pending); /* the stop ends it */
+		w->drain_pending = NULL;
+	}
 	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next)
 		accept_cancel(w, l);
 	conns_abort(w, WORKER_ALL_SANDBOXES);
@@ -494,6 +503,55 @@ static void cmd_route(struct worker *w, struct worker_cmd *cmd)
 	explicit_bzero(cmd->token, sizeof(cmd->token));
 }
 
+/* ---- drain (engine_drain) ----------------------------------------------- */
+
+/* Whether <l>'s queue is the next daemon's once a drain begins. */
+static bool listener_handed_on(const struct worker *w, const struct worker_listener *l)
+{
+	if (l->internal)
+		return false; /* only this daemon's TLS front connects to it */
+	if (l->tcp || l->ingress)
+		return w->e->drain.all_handed_on;
+	return w->e->drain.sandboxes_handed_on;
+}
+
+/*
+ * A drain begins: the listeners handed on stop accepting (for good), and each
+ * conn learns it (conn_drain: one with nothing under way gets a short quiet
+ * time). The drain is done at the first turn end with no conn left, or at the
+ * drain's end (drain_check).
+ */
+static void drain_begin(struct worker *w, struct worker_cmd *cmd)
+{
+	AN_ASSERT(w->drain_pending == NULL);
+	w->draining = true;
+	w->drain_pending = cmd;
+	for (struct worker_listener *l = w->listeners; l != NULL; l = l->next) {
+		if (!listener_handed_on(w, l))
+			continue;
+		l->handed_on = true;
+		if (l->paused) {
+			l->paused = false;
+			w->listeners_paused--;
+		}
+		accept_cancel(w, l);
+	}
+	for (struct conn *c = w->live; c != NULL; c = c->live_next)
+		conn_drain(c);
+}
+
+static void stats_publish(struct worker *w);
+
+/* The end of a loop turn while draining: done once no conn is left, or the time is up. */
+static void drain_check(struct worker *w)
+{
+	if (w->live != NULL && w->now_ms < w->e->drain.until_ms)
+		return;
+	stats_publish(w); /* engine_drain counts what is left open */
+	cmd_complete(w, w->drain_pending);
+	w->drain_pending = NULL;
+}
+
 static void worker_policy_refresh(struct worker *w);
 
 /*
@@ -529,6 +587,10 @@ static void run_cmds(struct worker *w)
 		}
 		if (cmd->kind == WORKER_CMD_PING) {
 			cmd_complete(w, cmd); /* the sender's: it waits on it */
+			continue;
+		}
+		if (cmd->kind == WORKER_CMD_DRAIN) {
+			drain_begin(w, cmd);
 			continue;
 		}
 		if (cmd->kind == WORKER_CMD_ROUTE_ADD || cmd->kind == WORKER_CMD_ROUTE_DEL) {
@@ -583,7 +645,7 @@ static void dispatch(struct worker *w, const struct sched_cqe *q)
 	} else if (op == WORKER_OP_ACCEPT) {
 		struct worker_listener *l = obj;
 		conn_on_accept(l, q->res, q->flags);
-		if (l->armed || w->stopping || l->paused || l->removing)
+		if (l->armed || w->stopping || l->paused || l->removing || l->handed_on)
 			return;
 		if (q->res < 0 && q->res != -ECANCELED) {
 			l->paused = true;
@@ -865,6 +927,12 @@ static int32_t wait_ms(struct worker *w)
 		t = (int32_t)WORKER_ACCEPT_RETRY_MS;
 	if (w->uppool.parked > 0 && (t < 0 || t > 1000))
 		t = 1000; /* parked upstreams expire on the loop's clock */
+	if (w->drain_pending != NULL) {
+		uint64_t until = w->e->drain.until_ms;
+		uint64_t left = until > w->now_ms ? until - w->now_ms : 0;
+		if (t < 0 || (uint64_t)t > left)
+			t = (int32_t)(left < INT32_MAX ? left : INT32_MAX);
+	}
 	if (w->stats_unpublished) {
 		/* Unpublished figures: wake when they are due, not at the next event. */
 		AN_ASSERT(w->stats_due_ms > w->now_ms);
@@ -963,6 +1031,8 @@ static void worker_loop(struct worker *w)
 			uppool_expire(&w->uppool, w->now_ms);
 		if (w->removals != NULL)
 			run_removals(w);
+		if (w->drain_pending != NULL)
+			drain_check(w);
 		stats_turn(w);
 	}
 	/* Submit the last closes so the kernel releases every descriptor. */

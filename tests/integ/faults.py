@@ -55,6 +55,14 @@
     queue holds), never what the daemon took from the upstream (issue 19 item 2).
     Through the splice relay and the copy relay.
 
+  - drain: the daemon is stopped (SIGTERM) with a kept-alive connection between
+    requests, a request waiting on a slow origin and an idle CONNECT tunnel, no service
+    manager keeping its sockets (daemon.timeouts.drain_ms DRAIN_MS): the waiting request
+    is answered 200; the kept-alive connection's next request, and a request on a new
+    connection, are answered at once 503 daemon_stopping with Retry-After and
+    Connection: close, and audited so; the daemon exits once the drain's time is up (the
+    tunnel aborted then), not before, and says how many it aborted.
+
 Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] [--tests NAME...] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
 """
@@ -64,6 +72,7 @@ import http.server
 import json
 import os
 import resource
+import signal
 import socket
 import ssl
 import subprocess
@@ -92,6 +101,8 @@ STREAM_BYTES = 8 << 20
 STREAM_READ_BYTES = 256 << 10
 HANDSHAKE_HOLD_S = 0.3
 HANDSHAKE_RUNS = 20
+DRAIN_MS = 3000  # the policy's daemon.timeouts.drain_ms
+DELAY_S = 1.0  # DelayedOrigin's wait before it answers
 
 POLICY = """version: 1
 daemon:
@@ -102,6 +113,7 @@ daemon:
   ingress: {{listen: "127.0.0.1:{ingress_port}"}}
   tcp_listen: "127.0.0.1:{tcp_port}"
   tcp_sandbox: agent
+  timeouts: {{drain_ms: {drain_ms}}}
   ca: {{cert: "{pki}/ca.pem", key: "{pki}/ca.key"}}
 resolver:
   servers: ["127.0.0.1:9"]
@@ -121,6 +133,15 @@ profiles:
          owner: tests, reason: a loopback origin that accepts late}}
       - {{id: stream, host: stream.internal, tier: local, upstream: "127.0.0.1:{stream_port}",
          owner: tests, reason: a loopback origin that streams}}
+      - id: canned
+        host: canned.internal
+        tier: fake
+        owner: tests
+        reason: answered by the daemon
+        responses: [{{status: 200, body: "canned\\n"}}]
+      - {{id: delayed, host: delayed.internal, tier: local,
+         upstream: "127.0.0.1:{delayed_port}", owner: tests,
+         reason: a loopback origin that answers late}}
       - id: inject
         host: api.internal
         tier: inject
@@ -359,6 +380,22 @@ class StreamOrigin(Listener):
             try:
                 for _ in range(STREAM_BYTES // len(chunk)):
                     conn.sendall(chunk)
+            except OSError:
+                pass
+
+
+class DelayedOrigin(Listener):
+    """An origin that reads a request head, waits DELAY_S, and answers 200 with a short
+    body, closing after it."""
+
+    def answer(self, conn):
+        with conn:
+            try:
+                conn.settimeout(10)
+                if b"\r\n\r\n" in read_head(conn):
+                    time.sleep(DELAY_S)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"
+                                 b"Connection: close\r\n\r\nlate\n")
             except OSError:
                 pass
 
@@ -841,6 +878,131 @@ def t_audit_file_size(v, log):
     return errs
 
 
+def answer_on(sock):
+    """The answer <sock> reads up to its end (or 5 s): every byte, b"" when none came."""
+    data = b""
+    sock.settimeout(5)
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    return data
+
+
+def head_of(answer):
+    return answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+
+
+def fake_session(v, agent_tls):
+    """A TLS session with the daemon through a CONNECT to canned.internal (the fake tier)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(egress(v["sock_dir"], "agent"))
+    s.sendall(b"CONNECT canned.internal:443 HTTP/1.1\r\nHost: canned.internal:443\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        if not chunk:
+            raise Fatal("the CONNECT to canned.internal got %r" % head)
+        head += chunk
+    return agent_tls.wrap_socket(s, server_hostname="canned.internal")
+
+
+def t_drain(v, log):
+    errs = []
+    path = egress(v["sock_dir"], "agent")
+    get = b"GET http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n\r\n"
+    kept = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    kept.connect(path)
+    kept.settimeout(5)
+    kept.sendall(get)
+    first = read_head(kept)
+    if status_of(first) != 200 or "connection: close" in head_of(first):
+        errs.append("the kept-alive connection's first answer: %r" % first[:200])
+    waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    waiting.connect(path)
+    waiting.sendall(b"GET http://delayed.internal/ HTTP/1.1\r\nHost: delayed.internal\r\n\r\n")
+    tunnel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tunnel.connect(path)
+    tunnel.settimeout(5)
+    tunnel.sendall(b"CONNECT model.internal:80 HTTP/1.1\r\nHost: model.internal:80\r\n\r\n")
+    if status_of(read_head(tunnel)) != 200:
+        errs.append("the tunnel was not opened")
+    idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    idle.connect(path)
+    idle.settimeout(5)
+    idle.sendall(get)
+    if status_of(read_head(idle)) != 200:
+        errs.append("the idle connection's first request was not served")
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    sessions = [fake_session(v, agent_tls) for _ in range(2)]
+    for session in sessions:
+        session.sendall(b"GET / HTTP/1.1\r\nHost: canned.internal\r\n\r\n")
+        answer = read_head(session)
+        while not answer.endswith(b"canned\n"):  # its body, to the last byte
+            chunk = session.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        if status_of(answer) != 200 or not answer.endswith(b"canned\n"):
+            errs.append("a fake session's first request: %r" % answer[:200])
+    time.sleep(0.3)  # the delayed request is with its origin
+    stopped = time.monotonic()
+    v["daemon"].send_signal(signal.SIGTERM)
+    time.sleep(0.2)  # the drain has begun
+    kept.sendall(get)
+    again = answer_on(kept)
+    fresh = served(path)
+    public = public_request(v["ingress_port"])
+    sessions[0].sendall(b"GET / HTTP/1.1\r\nHost: canned.internal\r\n\r\n")
+    inside = answer_on(sessions[0])
+    late = answer_on(waiting)
+    quiet = []
+    for what, sock in (("a kept-alive connection", idle), ("a fake session", sessions[1])):
+        end = answer_on(sock)
+        quiet.append(time.monotonic() - stopped)
+        if end:
+            errs.append("%s quiet through the drain got %r, want its end" % (what, end[:100]))
+        if not 0.7 <= quiet[-1] <= 2.0:
+            errs.append("%s quiet through the drain ended %.2f s after SIGTERM, want about "
+                        "1 s (LIMITS_DRAIN_IDLE_MS)" % (what, quiet[-1]))
+    log("during the drain: kept-alive %r; new %r; public %r; in a fake session %r; in flight "
+        "%r; the quiet ones ended %.2f s and %.2f s after SIGTERM" % (
+            again[:12], fresh[:12], public[:12], inside[:12], late[:12], quiet[0], quiet[1]))
+    for what, answer in (("the kept-alive connection's next request", again),
+                         ("a request on a new connection", fresh),
+                         ("a public request through the gateway", public),
+                         ("a request in a fake session", inside)):
+        head = head_of(answer)
+        if (status_of(answer) != 503 or "x-agent-reason: daemon_stopping" not in head or
+                "retry-after: 2" not in head or "connection: close" not in head):
+            errs.append("%s during the drain: %r, want 503 daemon_stopping with Retry-After: 2 "
+                        "and Connection: close" % (what, answer[:300]))
+    if status_of(late) != 200 or not late.endswith(b"late\n"):
+        errs.append("the request in flight when the drain began: %r, want its 200" % late[:300])
+    code = v["daemon"].wait(DRAIN_MS / 1000 + 10)
+    took = time.monotonic() - stopped
+    log("exit %d %.2f s after SIGTERM (drain_ms %d)" % (code, took, DRAIN_MS))
+    if not DRAIN_MS / 1000 - 0.3 <= took <= DRAIN_MS / 1000 + 2:
+        errs.append("the daemon exited %.2f s after SIGTERM, want the drain's %.1f s (the "
+                    "tunnel holds it)" % (took, DRAIN_MS / 1000))
+    if "1 connections left to abort" not in read_text(v["err"]):
+        errs.append("stderr does not say the drain left the tunnel to abort")
+    records, _ = audit_lines(v["audit"])
+    stopping = [r for r in records  # decisions, and the gateway's "ingress" record
+                if r.get("event") != "close" and r.get("reason") == "daemon_stopping"]
+    if len(stopping) != 4 or any(r.get("status") != 503 for r in stopping):
+        errs.append("daemon_stopping records: %r, want the 4 refusals with status 503"
+                    % stopping)
+    for s in [kept, waiting, tunnel, idle] + sessions:
+        s.close()
+    return errs
+
+
 def run_daemon(args, v, test, log):
     """Runs <test> against a daemon started with v["policy"] (under v["fsize"], a file size
     limit, when set; with v["env"] added to its environment), then stops it; returns how
@@ -867,7 +1029,8 @@ def run_daemon(args, v, test, log):
             print("  " + e)
         return int(bool(errs))
 
-    return with_daemon("faults", [args.daemon, "--config", v["policy"]], v["err"], body, limit)
+    return with_daemon("faults", [args.daemon, "--config", v["policy"]], v["err"], body, limit,
+                       started=lambda daemon: v.__setitem__("daemon", daemon))
 
 
 def main():
@@ -888,6 +1051,7 @@ def main():
     tls_reset = ResetOrigin(origin_tls)
     mismatch, dropped = HeldHandshakeOrigin(origin_tls), HeldHandshakeOrigin()
     stream = StreamOrigin()
+    delayed = DelayedOrigin()
     upload_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # the slow reader's: a leaf for it
     upload_tls.load_cert_chain(*make_leaf(pki, "upload", os.path.join(pki, "ca.pem"),
                                           os.path.join(pki, "ca.key"), ("upload-tls.internal",)))
@@ -908,7 +1072,8 @@ def main():
                 ("upstream_fails_in_handshake", "continue", None, None,
                  t_upstream_fails_in_handshake),
                 ("tunnel_bytes_splice", "continue", None, None, t_tunnel_bytes),
-                ("tunnel_bytes_copy", "continue", None, {"AN_NO_SPLICE": "1"}, t_tunnel_bytes)):
+                ("tunnel_bytes_copy", "continue", None, {"AN_NO_SPLICE": "1"}, t_tunnel_bytes),
+                ("drain", "continue", None, None, t_drain)):
             if args.tests and name not in args.tests:
                 continue
             top = os.path.join(tmp, name)
@@ -939,6 +1104,7 @@ def main():
                                           stream_port=stream.port,
                                           dropped_port=dropped.port,
                                           late_port=v["late"].port,
+                                          delayed_port=delayed.port, drain_ms=DRAIN_MS,
                                           placeholder=PLACEHOLDER))
                 failed += run_daemon(args, v, test, log)
             finally:

@@ -246,10 +246,10 @@ def own_pass_end(label, tmp, failed):
     return 1 if failed else 0
 
 
-def with_daemon(label, cmd, err_path, body, preexec_fn=None):
+def with_daemon(label, cmd, err_path, body, preexec_fn=None, started=None):
     """Runs <cmd> (an agentsnetd), its stdout and stderr to <err_path>, waits for its ready
-    line, calls body() (which returns how many of its checks failed), then stops it with
-    SIGTERM (SIGKILL after 30 s). Returns body's count, plus 1 when the daemon exited
+    line, calls started(its Popen), when given, then body() (which returns how many of its
+    checks failed), then stops it with SIGTERM (SIGKILL after 30 s), unless it ended. Returns body's count, plus 1 when the daemon exited
     non-zero or its stderr holds a sanitizer report ("<label>: daemon: FAIL", printed)."""
     with open(err_path, "wb") as err:
         daemon = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
@@ -260,6 +260,8 @@ def with_daemon(label, cmd, err_path, body, preexec_fn=None):
                  daemon.poll() is not None, 30, "agentsnetd: ready")
         if daemon.poll() is not None:
             raise Fatal("agentsnetd exited: " + read_text(err_path)[-3000:])
+        if started is not None:
+            started(daemon)
         failed += body()
     finally:
         daemon.send_signal(signal.SIGTERM)

@@ -34,6 +34,13 @@ the unit in deploy/systemd/ checked as systemd would read it.
     the kill fails (the connections wait in the kept socket's queue and are served by the
     next daemon), the longest wait is reported, and the new daemon says it serves the
     kept sockets. Without them (the same restart, no $LISTEN_FDS) requests fail.
+  - graceful_restart: as kept_sockets, but the daemon is stopped (SIGTERM) and started
+    again, while clients loop requests on new connections and on kept-alive ones: the
+    stopping daemon drains (each sandbox's socket handed on to the manager, so it stops
+    accepting): a request on a kept-alive connection is served with Connection: close,
+    a new connection waits in the kept socket's queue for the next daemon, and the
+    daemon exits as soon as its connections are done. No request fails; the longest
+    wait is reported.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
     its key settings, and the daemon serving, reloading and stopping under the unit's
@@ -591,6 +598,118 @@ def t_kept_sockets(args, v, log):
     return errs
 
 
+def kept_alive_client(path, stop, results):
+    """Loops GET requests on one connection to <path>, a new one after an answer that says
+    Connection: close (or a failure), until <stop>; appends (start, end, ok, what) to
+    <results>, ok when the answer was a whole 200."""
+    sock = None
+    while not stop.is_set():
+        t0 = time.monotonic()
+        what = ""
+        try:
+            if sock is None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(20)
+                sock.connect(path)
+            sock.sendall(b"GET http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n\r\n")
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise OSError("the connection ended before an answer's head")
+                data += chunk
+            head, body = data.split(b"\r\n\r\n", 1)
+            head = head.decode("latin-1").lower()
+            length = int(re.search(r"content-length: *(\d+)", head).group(1))
+            while len(body) < length:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise OSError("the connection ended inside an answer's body")
+                body += chunk
+            what = head.split("\r\n", 1)[0]
+            ok = head.startswith("http/1.1 200")
+            if "connection: close" in head:
+                sock.close()
+                sock = None
+        except (OSError, AttributeError) as e:
+            ok, what = False, "%s: %s" % (type(e).__name__, e)
+            if sock is not None:
+                sock.close()
+            sock = None
+        results.append((t0, time.monotonic(), ok, what))
+    if sock is not None:
+        sock.close()
+
+
+def t_graceful_restart(args, v, log):
+    """SIGTERM and a restart given the kept sockets, under requests on new and on kept-alive
+    connections: none fails."""
+    errs = []
+    m = v["manager"]
+    env = {"NOTIFY_SOCKET": m.address}
+    first = start_kept(args, v, env, False)
+    results, stop = [], threading.Event()
+    path = egress(v["sock_dir"], "one")
+
+    def client():
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                answer = served(path)
+                ok = answer.startswith(b"HTTP/1.1 200")
+            except OSError as e:
+                answer, ok = str(e).encode(), False
+            results.append((t0, time.monotonic(), ok, answer[:40].decode("latin-1")))
+
+    threads = [threading.Thread(target=client) for _ in range(KEPT_CLIENTS)]
+    threads += [threading.Thread(target=kept_alive_client, args=(path, stop, results))
+                for _ in range(KEPT_CLIENTS)]
+    second = None
+    try:
+        if m.wait(0, "READY") is None:
+            return ["the first daemon said no READY=1"]
+        for th in threads:
+            th.start()
+        time.sleep(1.0)
+        stopped_at = time.monotonic()
+        first.send_signal(signal.SIGTERM)
+        code = first.wait(30)
+        exited_at = time.monotonic()
+        if code != 0:
+            errs.append("the stopped daemon exited %d" % code)
+        time.sleep(KEPT_GAP_S)
+        second = start_kept(args, v, env, True)
+        if m.wait(exited_at, "READY", 30) is None:
+            errs.append("the daemon started again said no READY=1")
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for th in threads:
+            if th.ident is not None:
+                th.join()
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        if second is not None:
+            second.send_signal(signal.SIGTERM)
+            if second.wait(30) != 0:
+                errs.append("the daemon started again exited %d" % second.returncode)
+    failed = [r for r in results if not r[2]]
+    longest = max((r[1] - r[0] for r in results), default=0)
+    log("graceful restart: %d requests, %d failed; the stopping daemon exited %.2f s after "
+        "SIGTERM; the longest request took %.2f s" % (len(results), len(failed),
+                                                     exited_at - stopped_at, longest))
+    if failed:
+        errs.append("%d of %d requests failed across the restart, want none: %r"
+                    % (len(failed), len(results), sorted(set(r[3] for r in failed))[:5]))
+    if exited_at - stopped_at > 5:
+        errs.append("the stopping daemon took %.1f s to exit; its conns end with their "
+                    "requests" % (exited_at - stopped_at))
+    if "draining for up to" not in read_text(v["err"]):
+        errs.append("the stopping daemon does not say it drains")
+    return errs
+
+
 def make_install(v):
     """`make install` into a DESTDIR of its own; the tree's root."""
     dest = os.path.join(v["top"], "dest")
@@ -692,8 +811,8 @@ def run_test(args, name, test, log, tmp, origin_port):
         after = after_audit_rotation
     elif name == "bad_address":
         return bad_address(args, v)
-    elif name == "kept_sockets":
-        return kept_sockets(args, v, log)
+    elif name in ("kept_sockets", "graceful_restart"):
+        return kept_sockets(args, v, log, test)
 
     def preexec():
         for key, value in env.items():
@@ -745,11 +864,12 @@ def after_unit(v):
     return errs
 
 
-def kept_sockets(args, v, log):
-    """Runs t_kept_sockets with daemons of its own (one is killed); prints its outcome."""
+def kept_sockets(args, v, log, test):
+    """Runs <test> (t_kept_sockets, t_graceful_restart) with daemons of its own under one
+    stand-in manager; prints its outcome."""
     v["manager"] = Manager(os.path.join(v["top"], "notify.sock"))
     try:
-        errs = t_kept_sockets(args, v, log)
+        errs = test(args, v, log)
     except (OSError, Fatal, subprocess.TimeoutExpired) as e:
         errs = ["%s: %s" % (type(e).__name__, e)]
     finally:
@@ -757,7 +877,7 @@ def kept_sockets(args, v, log):
     marks = sanitizer_marks(read_text(v["err"]))
     if marks:
         errs.append("a sanitizer report in the daemons' stderr: %s" % read_text(v["err"])[-3000:])
-    print("service: kept_sockets: %s" % ("ok" if not errs else "FAIL"))
+    print("service: %s: %s" % (v["name"], "ok" if not errs else "FAIL"))
     for e in errs:
         print("  " + e)
     return int(bool(errs))
@@ -793,7 +913,8 @@ def main():
     try:
         for name, test in (("notify", t_notify), ("abstract", t_abstract),
                            ("bad_address", t_bad_address), ("audit_rotation", t_audit_rotation),
-                           ("node_view", t_node_view), ("kept_sockets", None),
+                           ("node_view", t_node_view), ("kept_sockets", t_kept_sockets),
+                           ("graceful_restart", t_graceful_restart),
                            ("unit", t_unit_served)):
             if args.tests and name not in args.tests:
                 continue

@@ -307,7 +307,8 @@ static void settings_compare(const struct config *run, const struct config *fres
 					 run->dns_timeout_ms != fresh->dns_timeout_ms ||
 					 run->idle_timeout_ms != fresh->idle_timeout_ms ||
 					 run->body_timeout_ms != fresh->body_timeout_ms ||
-					 run->response_timeout_ms != fresh->response_timeout_ms },
+					 run->response_timeout_ms != fresh->response_timeout_ms ||
+					 run->drain_timeout_ms != fresh->drain_timeout_ms },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(settings); i++) {
 		if (settings[i].differs)
@@ -522,6 +523,24 @@ static int tls_open(const struct config *cfg, struct tls_term **out)
 	return 0;
 }
 
+/*
+ * The stop's first half (engine_drain): what is under way may finish for up
+ * to <drain_ms>, and what arrives meanwhile is answered (or waits for the
+ * next daemon in a socket the manager keeps). 0: none, the stop aborts.
+ */
+static void drain(struct engine *e, uint32_t drain_ms)
+{
+	if (drain_ms == 0)
+		return;
+	uint64_t began_us = monotonic_usec();
+	log_info("draining for up to %u ms%s", drain_ms,
+		 e->manager != NULL ? " (each sandbox's socket kept for the next daemon)" : "");
+	uint64_t left = engine_drain(e, false, drain_ms);
+	log_info("drained in %llu ms, %llu connections left to abort",
+		 (unsigned long long)((monotonic_usec() - began_us) / 1000u),
+		 (unsigned long long)left);
+}
+
 static int serve(const struct options *o, struct config *cfg, struct policy *pol,
 		 const struct notify *manager, struct notify_fd *kept, uint32_t kept_count)
 {
@@ -605,6 +624,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		wait_for_stop(&d);
 		manager_tell(&d, "STOPPING=1\n");
 		control_stop(&ctl);
+		drain(&e, cfg->drain_timeout_ms);
 		ret = engine_stop(&e);
 		notice(audit, cfg->workers,
 		       ret == 0 ? "daemon_stopped" : "daemon_stopped_with_leak");

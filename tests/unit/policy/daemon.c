@@ -99,6 +99,8 @@ START_TEST(test_daemon_limits)
 		{ "timeouts: {body_ms", "}", 1, 3600000, offsetof(struct config, body_timeout_ms) },
 		{ "timeouts: {response_ms", "}", 1, 3600000,
 		  offsetof(struct config, response_timeout_ms) },
+		{ "timeouts: {drain_ms", "}", 0, 3600000,
+		  offsetof(struct config, drain_timeout_ms) },
 		{ "leaf_days", "", 1, 397, offsetof(struct config, leaf_days) },
 	};
 
@@ -124,6 +126,7 @@ START_TEST(test_daemon_settings)
 	ck_assert_uint_eq(cfg.head_timeout_ms, LIMITS_HEAD_TIMEOUT_MS_DEFAULT);
 	ck_assert_uint_eq(cfg.body_timeout_ms, LIMITS_BODY_TIMEOUT_MS_DEFAULT);
 	ck_assert_uint_eq(cfg.response_timeout_ms, LIMITS_RESPONSE_TIMEOUT_MS_DEFAULT);
+	ck_assert_uint_eq(cfg.drain_timeout_ms, LIMITS_DRAIN_TIMEOUT_MS_DEFAULT);
 	ck_assert_ptr_null(cfg.control_group);
 	expect_ok(MINIMAL "daemon:\n  control_group: agentsnet-ops\n");
 	ck_assert_str_eq(cfg.control_group, "agentsnet-ops");
