@@ -893,6 +893,24 @@ def answer_on(sock):
     return data
 
 
+def read_answer(sock):
+    """One answer on <sock>: its head, then its body to the last byte its Content-Length
+    says (what a kept-alive client reads before its next request)."""
+    answer = read_head(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return answer[:len(head) + 4] + body
+
+
 def head_of(answer):
     return answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
 
@@ -920,7 +938,7 @@ def t_drain(v, log):
     kept.connect(path)
     kept.settimeout(5)
     kept.sendall(get)
-    first = read_head(kept)
+    first = read_answer(kept)
     if status_of(first) != 200 or "connection: close" in head_of(first):
         errs.append("the kept-alive connection's first answer: %r" % first[:200])
     waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -936,18 +954,13 @@ def t_drain(v, log):
     idle.connect(path)
     idle.settimeout(5)
     idle.sendall(get)
-    if status_of(read_head(idle)) != 200:
+    if status_of(read_answer(idle)) != 200:
         errs.append("the idle connection's first request was not served")
     agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
     sessions = [fake_session(v, agent_tls) for _ in range(2)]
     for session in sessions:
         session.sendall(b"GET / HTTP/1.1\r\nHost: canned.internal\r\n\r\n")
-        answer = read_head(session)
-        while not answer.endswith(b"canned\n"):  # its body, to the last byte
-            chunk = session.recv(4096)
-            if not chunk:
-                break
-            answer += chunk
+        answer = read_answer(session)
         if status_of(answer) != 200 or not answer.endswith(b"canned\n"):
             errs.append("a fake session's first request: %r" % answer[:200])
     time.sleep(0.3)  # the delayed request is with its origin
