@@ -37,6 +37,12 @@
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
  *   audit reopen               -> ok audit reopened <path>: root only; the audit file
  *                                 opened afresh by its path, for a rotator (audit_reopen)
+ *   daemon handover            -> ok handover <n>, then the n listening sockets in
+ *                                 batches (core/handover.h); root only. The caller (a new
+ *                                 daemon, agentsnetd --upgrade) serves them, then says
+ *                                 "ready" -> ok draining: this daemon serves no more control
+ *                                 requests, drains and stops (engine_hand_over). Without
+ *                                 "ready" within CONTROL_HANDOVER_MS it goes on serving.
  *   stats                      -> ok workers <n> conns <open> ... audit_dropped <x> (one
  *                                 line of sums, keys in a fixed order: handle_stats)
  *   errors                     -> error <code> <message>
@@ -45,19 +51,23 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/handover.h"
 #include "core/audit.h"
 #include "core/engine.h"
 #include "core/log.h"
@@ -72,6 +82,8 @@
 #define CONTROL_VERSION          "0.1.0"
 /* How long `audit reopen` waits for the audit writer to act. */
 #define CONTROL_AUDIT_REOPEN_MS 5000u
+/* How long a handover waits for the new daemon at each step, its start included. */
+#define CONTROL_HANDOVER_MS 60000
 
 struct answer {
 	char *p;
@@ -591,6 +603,57 @@ static ssize_t read_line(int fd, char *buf, size_t cap)
 	return (ssize_t)len;
 }
 
+/*
+ * `daemon handover` from <who> on <sock>: every listening socket, then the
+ * new daemon's "ready" (each step within CONTROL_HANDOVER_MS), then this
+ * daemon hands over (engine_hand_over) and its control thread ends. Anything
+ * short of "ready" leaves this daemon serving as before, logged.
+ */
+static void handle_handover(struct control *ctl, int sock, const struct verdict_caller *who,
+			    pid_t pid)
+{
+	struct timeval tv = { .tv_sec = CONTROL_HANDOVER_MS / 1000 };
+	struct notify_fd *list = NULL;
+	uint32_t count = 0;
+	char line[CONTROL_LINE_BYTES_MAX];
+	char head[64];
+
+	if (who->uid != 0) {
+		const char *no = "error forbidden only root takes the daemon's sockets over\n";
+		send_reply(sock, no, strlen(no), -1);
+		return;
+	}
+	int ret = engine_handover_list(ctl->e, 1, &list, &count);
+	if (ret != 0) {
+		const char *no = "error internal out of memory\n";
+		send_reply(sock, no, strlen(no), -1);
+		return;
+	}
+	snprintf(list[count].name, sizeof(list[count].name), "control");
+	list[count++].fd = ctl->listen_fd;
+	(void)setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	(void)setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	int n = snprintf(head, sizeof(head), "ok handover %u\n", count);
+	send_reply(sock, head, (size_t)n, -1);
+	log_info("handover: passing %u listening sockets to pid %d", count, (int)pid);
+	ret = handover_send(sock, list, count);
+	pool_free(list);
+	if (ret != 0) {
+		log_warn("handover: %s: this daemon goes on serving", strerror(-ret));
+		return;
+	}
+	if (read_line(sock, line, sizeof(line)) < 0 || strcmp(line, "ready") != 0) {
+		log_warn("handover: the new daemon did not say it serves: this daemon goes on "
+			 "serving");
+		return;
+	}
+	const char *ok = "ok draining\n";
+	send_reply(sock, ok, strlen(ok), -1);
+	log_info("handover: pid %d serves every socket: this daemon drains and stops", (int)pid);
+	ctl->handed_over = true;
+	engine_hand_over(ctl->e);
+}
+
 static void serve_one(struct control *ctl, int fd)
 {
 	char line[CONTROL_LINE_BYTES_MAX];
@@ -630,6 +693,12 @@ static void serve_one(struct control *ctl, int fd)
 	int pass_fd = -1;
 	/* A caller the kernel cannot name is nobody the daemon may act for. */
 	char *out = NULL;
+	if (n >= 0 && known && strcmp(line, "daemon handover") == 0) {
+		handle_handover(ctl, fd, &who, cred.pid);
+		if (groups != few)
+			pool_free(groups);
+		return;
+	}
 	if (n >= 0 && known && strncmp(line, "sandbox limit ", 14) == 0) {
 		struct answer a = { .fd = -1 };
 		handle_limit(ctl, line, fd, cred.pid, &a);
@@ -696,11 +765,27 @@ static void *control_main(void *arg)
 			continue; /* EINTR, ECONNABORTED, EAGAIN: the next turn tells */
 		serve_one(ctl, fd);
 		close(fd);
+		if (ctl->handed_over)
+			break; /* the new daemon accepts here now */
 	}
 	return NULL;
 }
 
-int control_start(struct control *ctl, struct engine *e, gid_t group)
+/* Whether <fd> is a blocking stream socket listening at <path> (a predecessor's control socket). */
+static bool control_socket_fits(int fd, const char *path)
+{
+	struct sockaddr_un sun = { 0 };
+	socklen_t len = sizeof(sun);
+	int listening = 0;
+	socklen_t olen = sizeof(int);
+
+	return getsockname(fd, (struct sockaddr *)&sun, &len) == 0 && sun.sun_family == AF_UNIX &&
+	       strncmp(sun.sun_path, path, sizeof(sun.sun_path)) == 0 &&
+	       getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) == 0 && listening &&
+	       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0;
+}
+
+int control_start(struct control *ctl, struct engine *e, gid_t group, int kept)
 {
 	memset(ctl, 0, sizeof(*ctl));
 	ctl->e = e;
@@ -714,7 +799,14 @@ int control_start(struct control *ctl, struct engine *e, gid_t group)
 		close(ret);
 		ret = 0;
 	}
-	int fd = ret == 0 ? engine_listen_unix(ctl->path, 0660, (uid_t)-1, group, false) : ret;
+	int fd = ret == 0 && kept >= 0 && control_socket_fits(kept, ctl->path) ? kept : -1;
+	if (kept >= 0 && fd < 0)
+		close(kept);
+	if (fd >= 0)
+		log_info("control socket %s: serving the socket %s passed", ctl->path,
+			 e->inherited_from != NULL ? e->inherited_from : "the old daemon");
+	else
+		fd = ret == 0 ? engine_listen_unix(ctl->path, 0660, (uid_t)-1, group, false) : ret;
 	if (fd < 0) {
 		log_error("control socket %s: %s", ctl->path, strerror(-fd));
 		return fd;
@@ -730,7 +822,8 @@ int control_start(struct control *ctl, struct engine *e, gid_t group)
 		if (ctl->stop_fd >= 0)
 			close(ctl->stop_fd);
 		close(fd);
-		unlink(ctl->path);
+		if (!e->predecessor_serves)
+			unlink(ctl->path);
 		ctl->stop_fd = -1;
 		ctl->listen_fd = -1;
 		runlimit_free(&ctl->limits);
@@ -749,7 +842,8 @@ void control_stop(struct control *ctl)
 	runlimit_free(&ctl->limits);
 	close(ctl->stop_fd);
 	close(ctl->listen_fd);
-	unlink(ctl->path);
+	if (!ctl->handed_over && !ctl->e->predecessor_serves)
+		unlink(ctl->path); /* else the new daemon's, or still the old one's */
 	ctl->stop_fd = -1;
 	ctl->listen_fd = -1;
 }

@@ -11,6 +11,7 @@
 #define AN_CORE_CONTROL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -27,14 +28,17 @@ struct control {
 	pthread_t thread;
 	char path[108];
 	struct runlimits limits; /* the cgroups made for unprivileged runs (core/runlimit.h) */
+	bool handed_over; /* a new daemon serves the socket (daemon handover): the thread ended */
 };
 
 /*
  * Creates the control socket under <e>'s socket_dir (a stale one is
  * replaced, a live one is -EADDRINUSE), owned by group <group> when it is not
- * -1, and starts its thread. Returns 0 or -errno (logged).
+ * -1, and starts its thread. <kept> (or -1), the old daemon's control socket
+ * passed in an upgrade, is served instead when it listens at that path (else
+ * closed). Returns 0 or -errno (logged).
  */
-int control_start(struct control *ctl, struct engine *e, gid_t group);
+int control_start(struct control *ctl, struct engine *e, gid_t group, int kept);
 
 /* Stops the thread, closes and unlinks the socket. */
 void control_stop(struct control *ctl);

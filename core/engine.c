@@ -204,14 +204,13 @@ static int inherited_by_name(const void *a, const void *b)
 	return strcmp(((const struct notify_fd *)a)->name, ((const struct notify_fd *)b)->name);
 }
 
-/* The socket the manager kept for sandbox <id>, taken from e->inherited (sorted); -1: none. */
-static int inherited_take(struct engine *e, const char *id)
+int engine_inherited_take(struct engine *e, const char *name)
 {
 	struct notify_fd key = { .fd = -1 };
 
-	if (e->inherited_count == 0)
+	if (e->inherited_count == 0 || strlen(name) >= sizeof(key.name))
 		return -1;
-	sandbox_fdname(id, key.name, sizeof(key.name));
+	memcpy(key.name, name, strlen(name) + 1);
 	struct notify_fd *hit = bsearch(&key, e->inherited, e->inherited_count,
 					sizeof(*e->inherited), inherited_by_name);
 	if (hit == NULL || hit->fd < 0)
@@ -221,20 +220,76 @@ static int inherited_take(struct engine *e, const char *id)
 	return fd;
 }
 
-/* Closes what the manager gave back and no sandbox took, and has it forget them. */
+/* The socket kept for sandbox <id> (engine_inherited_take); -1: none. */
+static int inherited_take(struct engine *e, const char *id)
+{
+	char name[NOTIFY_FDNAME_BYTES];
+
+	sandbox_fdname(id, name, sizeof(name));
+	return engine_inherited_take(e, name);
+}
+
+/* Closes what was passed and nothing took, and has the manager forget them. */
 static void inherited_drop(struct engine *e)
 {
 	for (uint32_t i = 0; i < e->inherited_count; i++) {
 		if (e->inherited[i].fd < 0)
 			continue;
-		log_info("the service manager kept %s, which names no sandbox now: closed",
-			 e->inherited[i].name);
+		log_info("%s passed %s, which names nothing this daemon serves: closed",
+			 inherited_source(e), e->inherited[i].name);
 		close(e->inherited[i].fd);
 		e->inherited[i].fd = -1;
 		if (e->manager != NULL)
 			(void)notify_forget_fd(e->manager, e->inherited[i].name);
 	}
 	e->inherited_count = 0;
+}
+
+void engine_inet_listener_note(struct engine *e, const char *prefix, int fd)
+{
+	uint32_t same = 0;
+
+	AN_ASSERT(e->inet_listener_count < e->inet_listener_cap);
+	for (uint32_t i = 0; i < e->inet_listener_count; i++)
+		same += strncmp(e->inet_listeners[i].name, prefix, strlen(prefix)) == 0;
+	struct notify_fd *n = &e->inet_listeners[e->inet_listener_count++];
+	snprintf(n->name, sizeof(n->name), "%s%u", prefix, same);
+	n->fd = fd;
+}
+
+int engine_handover_list(struct engine *e, uint32_t extra, struct notify_fd **out, uint32_t *count)
+{
+	pthread_mutex_lock(&e->lock);
+	uint32_t cap = e->sandbox_used + e->inet_listener_count + 1 + extra;
+	struct notify_fd *list = pool_calloc(cap, sizeof(*list));
+	uint32_t n = 0;
+	for (uint32_t i = 0; list != NULL && i < e->sandbox_used; i++) {
+		const struct engine_sandbox *sb = e->sandboxes[i];
+		if (sb->state != ENGINE_SANDBOX_ACTIVE || sb->listen_fd < 0)
+			continue;
+		sandbox_fdname(sb->id, list[n].name, sizeof(list[n].name));
+		list[n++].fd = sb->listen_fd;
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (list == NULL)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < e->inet_listener_count; i++)
+		list[n++] = e->inet_listeners[i];
+	if (e->ingress_internal_fd >= 0) {
+		snprintf(list[n].name, sizeof(list[n].name), "%s", ENGINE_FDNAME_INGRESS_INTERNAL);
+		list[n++].fd = e->ingress_internal_fd;
+	}
+	AN_ASSERT(n + extra <= cap);
+	*out = list;
+	*count = n;
+	return 0;
+}
+
+void engine_hand_over(struct engine *e)
+{
+	atomic_store(&e->handed_over, true);
+	if (e->stop_request != NULL)
+		e->stop_request(e->stop_request_arg);
 }
 
 static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t profile, bool dynamic,
@@ -266,7 +321,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 		return -EBUSY;
 	}
 	int kept = inherited_take(e, id);
-	ret = listen_unix(sb, e->cfg->socket_dir, fresh, kept);
+	ret = listen_unix(sb, e->cfg->socket_dir, fresh, kept, inherited_source(e));
 	if (ret != 0) {
 		if (pooled)
 			uidpool_release(&e->uids, agent_uid);
@@ -300,7 +355,10 @@ static void sandbox_close(struct engine *e, struct engine_sandbox *sb, bool for_
 	explicit_bzero(sb->ingress_token, sizeof(sb->ingress_token));
 	if (sb->listen_fd >= 0) {
 		close(sb->listen_fd);
-		if (!for_next || e->manager == NULL || !notify_on(e->manager))
+		/* Kept for the next daemon: by the manager, or by a successor serving it already. */
+		bool kept = (e->manager != NULL && notify_on(e->manager)) ||
+			    atomic_load(&e->handed_over) || e->predecessor_serves;
+		if (!for_next || !kept)
 			unlink(sb->path);
 		if (!for_next && e->manager != NULL) {
 			char name[NOTIFY_FDNAME_BYTES];
@@ -460,13 +518,14 @@ static int worker_prepare(struct engine *e, struct worker *w, uint32_t index)
 			return ret;
 	}
 	if (cfg->tcp_listen != NULL) {
-		int fd = listen_tcp(cfg->tcp_listen);
+		int fd = listen_tcp(e, w, cfg->tcp_listen);
 		if (fd < 0)
 			return fd;
 		if (worker_listener_add(w, fd, (uint32_t)e->tcp_sandbox, true) != 0) {
 			close(fd);
 			return -ENOMEM;
 		}
+		engine_inet_listener_note(e, ENGINE_FDNAME_TCP, fd);
 	}
 	return 0;
 }
@@ -508,9 +567,12 @@ static void workers_join(struct engine *e, uint32_t started)
 	sandboxes_close(e);
 	if (e->ingress_internal_fd >= 0) {
 		close(e->ingress_internal_fd);
-		unlink(e->ingress_internal.sun_path);
+		if (!atomic_load(&e->handed_over) && !e->predecessor_serves)
+			unlink(e->ingress_internal.sun_path); /* else another daemon's too */
 	}
 	e->ingress_internal_fd = -1;
+	AN_FREE(&e->inet_listeners); /* the workers closed them */
+	e->inet_listener_count = 0;
 }
 
 /* Frees every snapshot: the workers are gone. One still held is a leak, kept as evidence. */
@@ -632,12 +694,18 @@ int engine_start(struct engine *e)
 	e->sandboxes_max = sandboxes_max_here(e);
 	if (e->inherited_count > 0)
 		qsort(e->inherited, e->inherited_count, sizeof(*e->inherited), inherited_by_name);
+	e->inet_listener_cap = 2 * e->worker_count + e->inherited_count;
+	e->inet_listeners = pool_calloc(e->inet_listener_cap, sizeof(*e->inet_listeners));
+	if (ret == 0 && e->inet_listeners == NULL)
+		ret = -ENOMEM;
 	if (ret == 0)
 		ret = sandboxes_open(e);
 	if (ret == 0 && e->ingress_tls)
 		ret = ingress_internal_open(e);
 	for (uint32_t i = 0; ret == 0 && i < e->worker_count; i++)
 		ret = worker_prepare(e, &e->workers[i], i);
+	if (ret == 0)
+		ret = inet_listeners_adopt_rest(e);
 	for (; ret == 0 && started < e->worker_count; started++) {
 		ret = -pthread_create(&e->workers[started].thread, NULL, worker_main,
 				      &e->workers[started]);

@@ -168,6 +168,24 @@ struct engine {
 	 * entry taken has fd -1. Set before engine_start; the engine's from then on. */
 	struct notify_fd *inherited;
 	uint32_t inherited_count;
+	/* Who passed them, for the logs: "the service manager" (NULL) or "the old daemon". */
+	const char *inherited_from;
+	/* The old daemon still serves the sockets it passed (an upgrade, until it
+	 * acknowledged the new one's ready): a failed start leaves their files. */
+	bool predecessor_serves;
+	/* The gateway's public listeners and the TCP listener's (SO_REUSEPORT, a
+	 * worker's each, and any more a predecessor had), named "ingress.<n>" and
+	 * "tcp.<n>" for a successor (engine_handover_list); made at start, unchanged
+	 * after, closed with their workers. */
+	struct notify_fd *inet_listeners;
+	uint32_t inet_listener_count;
+	uint32_t inet_listener_cap;
+	/* A successor serves every socket this daemon listens on (engine_hand_over):
+	 * the stop keeps their files, and its drain hands every listener on. */
+	atomic_bool handed_over;
+	/* Asks the daemon to stop, as SIGTERM does; called by engine_hand_over. NULL: none. */
+	void (*stop_request)(void *arg);
+	void *stop_request_arg;
 	/* The drain under way (engine_drain): set before the workers are told of it,
 	 * read-only after. A listener handed on stops accepting: what waits in its
 	 * queue is the next daemon's. */
@@ -180,6 +198,27 @@ struct engine {
 
 /* The manager's name for sandbox <id>'s listening socket: this, then the id. */
 #define ENGINE_FDNAME_PREFIX "sandbox."
+/* ... for the gateway's public listeners and the TCP listener's: this, then a number. */
+#define ENGINE_FDNAME_INGRESS "ingress."
+#define ENGINE_FDNAME_TCP     "tcp."
+/* ... for the gateway's internal socket (with TLS on the public listener). */
+#define ENGINE_FDNAME_INGRESS_INTERNAL "internal.ingress"
+
+/*
+ * Every socket the daemon listens on for traffic, named as engine_start takes
+ * them back (engine.inherited): each sandbox's, the gateway's public ones and
+ * the TCP listener's, and the gateway's internal one; into *<out> (owned,
+ * with room for <extra> more at its end), their count into *<count>. The
+ * descriptors stay the engine's. 0 or -ENOMEM. Any thread, after engine_start.
+ */
+int engine_handover_list(struct engine *e, uint32_t extra, struct notify_fd **out, uint32_t *count);
+
+/*
+ * A successor serves every socket engine_handover_list gave it: marks the
+ * engine handed over (its stop keeps the sockets' files, and its drain hands
+ * every listener on) and asks the daemon to stop (e->stop_request).
+ */
+void engine_hand_over(struct engine *e);
 
 /*
  * The sandboxes a daemon of <workers> workers with <pipes_per_worker> pipes

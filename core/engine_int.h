@@ -55,6 +55,21 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 		       uint32_t registrant, uint32_t agent_uid, const char *token, char *dir,
 		       size_t cap, int *ingress_fd);
 
+/* Who passed e->inherited, for the logs. */
+static inline const char *inherited_source(const struct engine *e)
+{
+	return e->inherited_from != NULL ? e->inherited_from : "the service manager";
+}
+
+/*
+ * The descriptor named <name> that a predecessor passed (e->inherited,
+ * sorted), taken out of it; -1: none.
+ */
+int engine_inherited_take(struct engine *e, const char *name);
+
+/* Records inet listener <fd> as "<prefix><n>" for a successor (e->inet_listeners). */
+void engine_inet_listener_note(struct engine *e, const char *prefix, int fd);
+
 /* ---- core/listen.c ----------------------------------------------------- */
 
 /*
@@ -65,13 +80,26 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
  * manager kept for this sandbox, is taken instead of a new one when the
  * sandbox is not <fresh> and it still is the socket at the path, listening,
  * with the owner and mode it would be made with; else it is closed (and the
- * path, which it held, made anew). 0 or -errno, logged (-EIO where the kernel
- * said -EACCES).
+ * path, which it held, made anew). <from> names who kept it, for the log.
+ * 0 or -errno, logged (-EIO where the kernel said -EACCES).
  */
-int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, int inherited);
+int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, int inherited,
+		const char *from);
 
-/* The TCP listener on "addr:port" <text> (SO_REUSEPORT: one per worker). fd or -errno, logged. */
-int listen_tcp(const char *text);
+/*
+ * The TCP listener on "addr:port" <text> (SO_REUSEPORT: one per worker) for
+ * worker <w>: a predecessor's "tcp.<index>" when it passed one listening
+ * there, else a new one. fd or -errno, logged.
+ */
+int listen_tcp(struct engine *e, const struct worker *w, const char *text);
+
+/*
+ * After every worker's listeners: the gateway's and the TCP listener's
+ * sockets a predecessor with more workers passed, each still listening where
+ * the configuration says, spread over the workers (their queues hold
+ * connections that must be served). 0 or -ENOMEM. Start-up only.
+ */
+int inet_listeners_adopt_rest(struct engine *e);
 
 /*
  * Adds the gateway's public listener (and with TLS the internal one) to

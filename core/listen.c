@@ -277,23 +277,35 @@ static int sandbox_dir_make(const char *socket_dir, const char *id, bool fresh, 
  * whether it was bound at the path at all (then the file is its, and may be
  * replaced if it does not fit).
  */
-static bool inherited_fits(const struct engine_sandbox *sb, int fd, bool *bound_here)
+/* Whether <fd> is a stream socket bound at <path> and listening, made non-blocking. */
+static bool unix_listening_at(int fd, const char *path)
 {
 	struct sockaddr_un sun = { 0 };
 	socklen_t len = sizeof(sun);
 	int listening = 0, type = 0;
 	socklen_t olen = sizeof(int);
+
+	if (getsockname(fd, (struct sockaddr *)&sun, &len) != 0 || sun.sun_family != AF_UNIX ||
+	    len <= offsetof(struct sockaddr_un, sun_path) ||
+	    strncmp(sun.sun_path, path, sizeof(sun.sun_path)) != 0)
+		return false;
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) != 0 || !listening)
+		return false;
+	olen = sizeof(int);
+	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &olen) == 0 && type == SOCK_STREAM &&
+	       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0;
+}
+
+static bool inherited_fits(const struct engine_sandbox *sb, int fd, bool *bound_here)
+{
+	struct sockaddr_un sun = { 0 };
+	socklen_t len = sizeof(sun);
 	struct stat st;
 
 	*bound_here = getsockname(fd, (struct sockaddr *)&sun, &len) == 0 &&
 		      sun.sun_family == AF_UNIX && len > offsetof(struct sockaddr_un, sun_path) &&
 		      strncmp(sun.sun_path, sb->path, sizeof(sun.sun_path)) == 0;
-	if (!*bound_here)
-		return false;
-	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) != 0 || !listening)
-		return false;
-	olen = sizeof(int);
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &olen) != 0 || type != SOCK_STREAM)
+	if (!*bound_here || !unix_listening_at(fd, sb->path))
 		return false;
 	bool any = sb->agent_uid == ENGINE_AGENT_ANY;
 	return lstat(sb->path, &st) == 0 && S_ISSOCK(st.st_mode) &&
@@ -301,7 +313,8 @@ static bool inherited_fits(const struct engine_sandbox *sb, int fd, bool *bound_
 	       st.st_uid == (any ? geteuid() : (uid_t)sb->agent_uid);
 }
 
-int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, int inherited)
+int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, int inherited,
+		const char *from)
 {
 	char dir[PATH_MAX];
 
@@ -322,9 +335,8 @@ int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, i
 	}
 	if (inherited >= 0) {
 		bool bound_here = false;
-		if (!fresh && inherited_fits(sb, inherited, &bound_here) &&
-		    fcntl(inherited, F_SETFL, fcntl(inherited, F_GETFL) | O_NONBLOCK) == 0) {
-			log_info("sandbox %s: serving the socket the service manager kept", sb->id);
+		if (!fresh && inherited_fits(sb, inherited, &bound_here)) {
+			log_info("sandbox %s: serving the socket %s kept", sb->id, from);
 			sb->listen_fd = inherited;
 			return 0;
 		}
@@ -398,10 +410,52 @@ static int listen_inet(const char *what, const char *text)
 	return fd;
 }
 
-int listen_tcp(const char *text)
+/* Whether <fd> is a stream socket listening on <text>'s address and port (a predecessor's). */
+static bool inet_fits(int fd, const char *text)
 {
-	int fd = listen_inet("tcp_listen", text);
+	struct sockaddr_storage want, have;
+	socklen_t want_len = 0, have_len = sizeof(have);
+	int listening = 0, type = 0;
+	socklen_t olen = sizeof(int);
 
+	if (parse_inet_addr(text, &want, &want_len) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&have, &have_len) != 0 || have_len != want_len ||
+	    memcmp(&have, &want, want_len) != 0)
+		return false;
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) != 0 || !listening)
+		return false;
+	olen = sizeof(int);
+	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &olen) == 0 && type == SOCK_STREAM &&
+	       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0;
+}
+
+/*
+ * The socket named <prefix><index> a predecessor passed, when it listens on
+ * <text>; else -1 (one that does not is closed: a changed address).
+ */
+static int inet_inherited(struct engine *e, const char *prefix, uint32_t index, const char *text)
+{
+	char name[NOTIFY_FDNAME_BYTES];
+
+	snprintf(name, sizeof(name), "%s%u", prefix, index);
+	int fd = engine_inherited_take(e, name);
+	if (fd < 0)
+		return -1;
+	if (inet_fits(fd, text))
+		return fd;
+	log_info("%s passed %s, which does not listen on %s: closed", inherited_source(e), name,
+		 text);
+	close(fd);
+	return -1;
+}
+
+int listen_tcp(struct engine *e, const struct worker *w, const char *text)
+{
+	int fd = inet_inherited(e, ENGINE_FDNAME_TCP, w->index, text);
+
+	if (fd >= 0)
+		return fd;
+	fd = listen_inet("tcp_listen", text);
 	if (fd < 0 && fd != -EINVAL)
 		log_error("tcp_listen %s: %s", text, strerror(-fd));
 	return fd;
@@ -419,7 +473,9 @@ int ingress_listen(struct engine *e, struct worker *w)
 	AN_ASSERT(cfg->ingress_listen != NULL);
 	if (!e->ingress_on)
 		return 0;
-	int fd = listen_inet("ingress.listen", cfg->ingress_listen);
+	int fd = inet_inherited(e, ENGINE_FDNAME_INGRESS, w->index, cfg->ingress_listen);
+	if (fd < 0)
+		fd = listen_inet("ingress.listen", cfg->ingress_listen);
 	if (fd == -EADDRINUSE && cfg->ingress_optional && w->index == 0) {
 		log_warn("ingress %s: %s: the gateway is off (give the daemon another "
 			 "address with --ingress ADDR)",
@@ -436,8 +492,39 @@ int ingress_listen(struct engine *e, struct worker *w)
 		close(fd);
 		return -ENOMEM;
 	}
+	engine_inet_listener_note(e, ENGINE_FDNAME_INGRESS, fd);
 	if (e->ingress_tls && worker_ingress_listener_add(w, e->ingress_internal_fd, true) != 0)
 		return -ENOMEM;
+	return 0;
+}
+
+int inet_listeners_adopt_rest(struct engine *e)
+{
+	const struct config *cfg = e->cfg;
+	uint32_t next = 0;
+
+	for (uint32_t i = 0; i < e->inherited_count; i++) {
+		struct notify_fd *kept = &e->inherited[i];
+		bool ingress =
+		    strncmp(kept->name, ENGINE_FDNAME_INGRESS, strlen(ENGINE_FDNAME_INGRESS)) == 0;
+		bool tcp = strncmp(kept->name, ENGINE_FDNAME_TCP, strlen(ENGINE_FDNAME_TCP)) == 0;
+		const char *text = ingress && e->ingress_on     ? cfg->ingress_listen
+				   : tcp && e->tcp_sandbox >= 0 ? cfg->tcp_listen
+								: NULL;
+		if (kept->fd < 0 || text == NULL || !inet_fits(kept->fd, text))
+			continue; /* closed with the rest (inherited_drop) */
+		struct worker *w = &e->workers[next++ % e->worker_count];
+		int ret = ingress
+			      ? worker_ingress_listener_add(w, kept->fd, false)
+			      : worker_listener_add(w, kept->fd, (uint32_t)e->tcp_sandbox, true);
+		if (ret != 0)
+			return ret;
+		log_info("%s passed %s, more than this daemon's workers make: worker %u serves it",
+			 inherited_source(e), kept->name, w->index);
+		engine_inet_listener_note(e, ingress ? ENGINE_FDNAME_INGRESS : ENGINE_FDNAME_TCP,
+					  kept->fd);
+		kept->fd = -1;
+	}
 	return 0;
 }
 
@@ -468,6 +555,13 @@ int ingress_internal_open(struct engine *e)
 		close(ret);
 		ret = 0;
 	}
+	int kept = ret == 0 ? engine_inherited_take(e, ENGINE_FDNAME_INGRESS_INTERNAL) : -1;
+	if (kept >= 0 && unix_listening_at(kept, sun->sun_path)) {
+		e->ingress_internal_fd = kept; /* the old daemon's TLS front may still connect */
+		return 0;
+	}
+	if (kept >= 0)
+		close(kept);
 	int fd =
 	    ret == 0 ? engine_listen_unix(sun->sun_path, 0600, (uid_t)-1, (gid_t)-1, true) : ret;
 	if (fd < 0) {

@@ -41,6 +41,11 @@ the unit in deploy/systemd/ checked as systemd would read it.
     a new connection waits in the kept socket's queue for the next daemon, and the
     daemon exits as soon as its connections are done. No request fails; the longest
     wait is reported.
+  - upgrade: UPGRADES upgrades in a row (agentsnetd --upgrade: the new daemon takes every
+    socket of the running one over its control socket, the old one drains and stops),
+    while clients loop requests on new and kept-alive connections to a sandbox's socket,
+    on a kept-alive connection to the TCP listener, and ping the control socket: no
+    request fails, each old daemon exits 0; the longest request is reported.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
     its key settings, and the daemon serving, reloading and stopping under the unit's
@@ -598,19 +603,28 @@ def t_kept_sockets(args, v, log):
     return errs
 
 
+def unix_to(path):
+    """A connect function for kept_alive_client: to the Unix socket at <path>."""
+    def connect():
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(20)
+        sock.connect(path)
+        return sock
+    return connect
+
+
 def kept_alive_client(path, stop, results):
-    """Loops GET requests on one connection to <path>, a new one after an answer that says
-    Connection: close (or a failure), until <stop>; appends (start, end, ok, what) to
-    <results>, ok when the answer was a whole 200."""
+    """Loops GET requests on one connection to <path> (a Unix socket's path, or a connect
+    function), a new one after an answer that says Connection: close (or a failure), until
+    <stop>; appends (start, end, ok, what) to <results>, ok when the answer was a whole 200."""
+    connect = unix_to(path) if isinstance(path, str) else path
     sock = None
     while not stop.is_set():
         t0 = time.monotonic()
         what = ""
         try:
             if sock is None:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(20)
-                sock.connect(path)
+                sock = connect()
             sock.sendall(b"GET http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n\r\n")
             data = b""
             while b"\r\n\r\n" not in data:
@@ -708,6 +722,151 @@ def t_graceful_restart(args, v, log):
     if "draining for up to" not in read_text(v["err"]):
         errs.append("the stopping daemon does not say it drains")
     return errs
+
+
+UPGRADES = 10
+
+
+def control_line(sock_dir, line):
+    """<line> asked on the control socket under <sock_dir>: the answer, or "" when none came."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(20)
+            s.connect(os.path.join(sock_dir, "control.sock"))
+            s.sendall(line.encode() + b"\n")
+            data = b""
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    return data.decode()
+                data += chunk
+    except OSError:
+        return ""
+
+
+def t_upgrade(args, v, log):
+    """UPGRADES upgrades (agentsnetd --upgrade) in a row under requests on new and kept-alive
+    connections to a sandbox's socket, on the TCP listener, and control requests: none
+    fails; each old daemon exits 0 once drained."""
+    errs = []
+    tcp_port = free_tcp_port()
+    text = read_text(v["policy"]).replace("  control_group: nogroup\n", "  control_group: nogroup\n"
+                        "  tcp_listen: \"127.0.0.1:%d\"\n  tcp_sandbox: one\n" % tcp_port)
+    with open(v["policy"], "w", encoding="utf-8") as f:
+        f.write(text)
+    cmd = [args.daemon, "--config", v["policy"]]
+
+    def spawn(n, upgrade):
+        err = open(os.path.join(v["top"], "daemon%d.stderr" % n), "wb")
+        try:
+            return subprocess.Popen(cmd + (["--upgrade"] if upgrade else []),
+                                    stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        finally:
+            err.close()
+
+    def tcp_connect():
+        sock = socket.create_connection(("127.0.0.1", tcp_port), timeout=20)
+        sock.settimeout(20)
+        return sock
+
+    daemons = [spawn(0, False)]
+    results, controls, stop = [], [], threading.Event()
+    path = egress(v["sock_dir"], "one")
+
+    def client():
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                answer = served(path)
+                ok = answer.startswith(b"HTTP/1.1 200")
+            except OSError as e:
+                answer, ok = str(e).encode(), False
+            results.append((t0, time.monotonic(), ok, answer[:40].decode("latin-1")))
+
+    def control_client():
+        while not stop.is_set():
+            t0 = time.monotonic()
+            answer = control_line(v["sock_dir"], "ping")
+            controls.append((t0, time.monotonic(), answer.startswith("ok agentsnetd"), answer))
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=client) for _ in range(KEPT_CLIENTS)]
+    threads += [threading.Thread(target=kept_alive_client, args=(path, stop, results))
+                for _ in range(KEPT_CLIENTS)]
+    threads += [threading.Thread(target=kept_alive_client, args=(tcp_connect, stop, results)),
+                threading.Thread(target=control_client)]
+    upgraded = 0
+    try:
+        deadline = time.monotonic() + 30
+        while not control_line(v["sock_dir"], "ping").startswith("ok") and \
+                time.monotonic() < deadline and daemons[0].poll() is None:
+            time.sleep(0.05)
+        for th in threads:
+            th.start()
+        time.sleep(0.5)
+        for n in range(1, UPGRADES + 1):
+            old = daemons[-1]
+            daemons.append(spawn(n, True))
+            try:
+                code = old.wait(30)
+            except subprocess.TimeoutExpired:
+                errs.append("upgrade %d: the old daemon did not stop within 30 s" % n)
+                break
+            if code != 0:
+                errs.append("upgrade %d: the old daemon exited %d" % (n, code))
+            if daemons[-1].poll() is not None:
+                errs.append("upgrade %d: the new daemon exited %d" % (n, daemons[-1].returncode))
+                break
+            upgraded += 1
+            time.sleep(0.3)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for th in threads:
+            if th.ident is not None:
+                th.join()
+        for d in daemons:
+            if d.poll() is None:
+                d.send_signal(signal.SIGTERM)
+                try:
+                    d.wait(30)
+                except subprocess.TimeoutExpired:
+                    d.kill()
+                    d.wait()
+    last = daemons[-1].returncode
+    failed = [r for r in results if not r[2]]
+    control_failed = [r for r in controls if not r[2]]
+    longest = max((r[1] - r[0] for r in results), default=0)
+    longest_control = max((r[1] - r[0] for r in controls), default=0)
+    log("upgrades: %d of %d; %d requests, %d failed, the longest took %.3f s; %d control "
+        "requests, %d failed, the longest took %.3f s" % (
+            upgraded, UPGRADES, len(results), len(failed), longest, len(controls),
+            len(control_failed), longest_control))
+    if upgraded != UPGRADES:
+        errs.append("%d of %d upgrades went through" % (upgraded, UPGRADES))
+    if failed:
+        errs.append("%d of %d requests failed across the upgrades, want none: %r"
+                    % (len(failed), len(results), sorted(set(r[3] for r in failed))[:5]))
+    if control_failed:
+        errs.append("%d of %d control requests failed: %r"
+                    % (len(control_failed), len(controls), control_failed[:3]))
+    if len(results) < 100:
+        errs.append("only %d requests were made" % len(results))
+    if last != 0:
+        errs.append("the last daemon exited %r" % last)
+    for n in range(UPGRADES + 1):
+        text = read_text(os.path.join(v["top"], "daemon%d.stderr" % n))
+        if sanitizer_marks(text):
+            errs.append("daemon %d: a sanitizer report: %s" % (n, text[-2000:]))
+        if n > 0 and "upgrade: every socket taken over" not in text:
+            errs.append("daemon %d does not say it took every socket over" % n)
+    return errs
+
+
+def free_tcp_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def make_install(v):
@@ -811,7 +970,7 @@ def run_test(args, name, test, log, tmp, origin_port):
         after = after_audit_rotation
     elif name == "bad_address":
         return bad_address(args, v)
-    elif name in ("kept_sockets", "graceful_restart"):
+    elif name in ("kept_sockets", "graceful_restart", "upgrade"):
         return kept_sockets(args, v, log, test)
 
     def preexec():
@@ -914,7 +1073,7 @@ def main():
         for name, test in (("notify", t_notify), ("abstract", t_abstract),
                            ("bad_address", t_bad_address), ("audit_rotation", t_audit_rotation),
                            ("node_view", t_node_view), ("kept_sockets", t_kept_sockets),
-                           ("graceful_restart", t_graceful_restart),
+                           ("graceful_restart", t_graceful_restart), ("upgrade", t_upgrade),
                            ("unit", t_unit_served)):
             if args.tests and name not in args.tests:
                 continue

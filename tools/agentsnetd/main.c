@@ -25,8 +25,10 @@
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,7 @@
 #include "core/control.h"
 #include "core/dns.h"
 #include "core/engine.h"
+#include "core/handover.h"
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/notify.h"
@@ -63,6 +66,7 @@ struct options {
 	bool no_ingress;     /* no gateway, whatever the policy says */
 	long workers;        /* -1: from the file */
 	bool debug;
+	bool upgrade; /* take the running daemon's sockets over (core/handover.h) */
 };
 
 static void usage(FILE *out)
@@ -71,9 +75,11 @@ static void usage(FILE *out)
 		"usage: agentsnetd [--config FILE] [--socket-dir DIR] [--audit FILE|-]\n"
 		"                  [--workers N] [--listen 127.0.0.1:PORT --listen-sandbox ID]\n"
 		"                  [--ca-dir DIR] [--ingress ADDR:PORT | --no-ingress]\n"
-		"                  [--debug]\n"
+		"                  [--debug] [--upgrade]\n"
 		"       agentsnetd --check-config FILE\n"
-		"With no --config, runs on the embedded default policy.\n");
+		"With no --config, runs on the embedded default policy. --upgrade takes every\n"
+		"socket of the daemon running on the same socket directory over, without a gap,\n"
+		"and has it drain and stop once this one serves.\n");
 }
 
 static int parse_number(const char *s, long max, long *out)
@@ -107,6 +113,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 		{ "ingress", required_argument, NULL, 'I' },
 		{ "no-ingress", no_argument, NULL, 'N' },
 		{ "debug", no_argument, NULL, 'd' },
+		{ "upgrade", no_argument, NULL, 'U' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -152,6 +159,9 @@ static int parse_options(int argc, char **argv, struct options *o)
 			break;
 		case 'd':
 			o->debug = true;
+			break;
+		case 'U':
+			o->upgrade = true;
 			break;
 		case 'V':
 			printf("agentsnetd %s\n", AGENTSNETD_VERSION);
@@ -526,23 +536,51 @@ static int tls_open(const struct config *cfg, struct tls_term **out)
 /*
  * The stop's first half (engine_drain): what is under way may finish for up
  * to <drain_ms>, and what arrives meanwhile is answered (or waits for the
- * next daemon in a socket the manager keeps). 0: none, the stop aborts.
+ * next daemon in a socket the manager keeps, or is the <successor>'s, which
+ * serves every socket already). 0: none, the stop aborts.
  */
-static void drain(struct engine *e, uint32_t drain_ms)
+static void drain(struct engine *e, bool successor, uint32_t drain_ms)
 {
 	if (drain_ms == 0)
 		return;
 	uint64_t began_us = monotonic_usec();
 	log_info("draining for up to %u ms%s", drain_ms,
-		 e->manager != NULL ? " (each sandbox's socket kept for the next daemon)" : "");
-	uint64_t left = engine_drain(e, false, drain_ms);
+		 successor            ? " (the new daemon serves every socket)"
+		 : e->manager != NULL ? " (each sandbox's socket kept for the next daemon)"
+				      : "");
+	uint64_t left = engine_drain(e, successor, drain_ms);
 	log_info("drained in %llu ms, %llu connections left to abort",
 		 (unsigned long long)((monotonic_usec() - began_us) / 1000u),
 		 (unsigned long long)left);
 }
 
+/* engine.stop_request: a successor serves; this daemon stops as on SIGTERM. */
+static void stop_self(void *arg)
+{
+	(void)arg;
+	(void)kill(getpid(), SIGTERM); /* the main thread's sigwait takes it */
+}
+
+/* The old daemon's control socket among <kept> (an upgrade's), taken out of it; -1: none. */
+static int kept_control_take(struct notify_fd *kept, uint32_t count)
+{
+	for (uint32_t i = 0; i < count; i++) {
+		if (kept[i].fd >= 0 && strcmp(kept[i].name, "control") == 0) {
+			int fd = kept[i].fd;
+			kept[i].fd = -1;
+			return fd;
+		}
+	}
+	return -1;
+}
+
+/*
+ * <handover> (or -1): the connection to the old daemon that passed <kept>
+ * (agentsnetd --upgrade); once this one serves, it is told "ready" there.
+ */
 static int serve(const struct options *o, struct config *cfg, struct policy *pol,
-		 const struct notify *manager, struct notify_fd *kept, uint32_t kept_count)
+		 const struct notify *manager, struct notify_fd *kept, uint32_t kept_count,
+		 int handover)
 {
 	struct engine e;
 	struct audit *audit = NULL;
@@ -596,15 +634,36 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 	e.term_arg = tls;
 	e.term_has_ca = tls != NULL && cfg->ca_cert != NULL;
 	e.manager = notify_on(manager) ? manager : NULL;
+	int kept_control = kept_control_take(kept, kept_count);
 	e.inherited = kept;
 	e.inherited_count = kept_count;
+	e.inherited_from = handover >= 0 ? "the old daemon" : NULL;
+	e.predecessor_serves = handover >= 0;
+	e.stop_request = stop_self;
 	ret = engine_start(&e);
 	if (ret == 0) {
 		struct control ctl;
 		gid_t group = (gid_t)-1;
 		ret = control_group_resolve(cfg->control_group, &group);
 		if (ret == 0)
-			ret = control_start(&ctl, &e, group);
+			ret = control_start(&ctl, &e, group, kept_control);
+		else if (kept_control >= 0)
+			close(kept_control);
+		kept_control = -1;
+		if (ret == 0 && handover >= 0) {
+			/* Both serve the sockets now; the old daemon drains once told. */
+			ret = handover_ready(handover);
+			handover = -1;
+			if (ret != 0) {
+				log_error("upgrade: the old daemon did not take the hand-over: %s; "
+					  "this one stops",
+					  strerror(-ret));
+				control_stop(&ctl);
+			} else {
+				e.predecessor_serves = false;
+				log_info("upgrade: every socket taken over; the old daemon drains");
+			}
+		}
 		if (ret != 0) {
 			engine_stop(&e);
 			goto out;
@@ -624,12 +683,16 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		wait_for_stop(&d);
 		manager_tell(&d, "STOPPING=1\n");
 		control_stop(&ctl);
-		drain(&e, cfg->drain_timeout_ms);
+		drain(&e, atomic_load(&e.handed_over), cfg->drain_timeout_ms);
 		ret = engine_stop(&e);
 		notice(audit, cfg->workers,
 		       ret == 0 ? "daemon_stopped" : "daemon_stopped_with_leak");
 	}
 out:
+	if (kept_control >= 0)
+		close(kept_control);
+	if (handover >= 0)
+		close(handover); /* the old daemon goes on serving */
 	tls_term_close(&tls);
 	dns_library_cleanup();
 	audit_close(audit);
@@ -657,6 +720,39 @@ static int kept_sockets(struct notify_fd **out)
 	if (ret <= 0)
 		AN_FREE(out);
 	return ret;
+}
+
+/*
+ * agentsnetd --upgrade: every socket of the daemon running on <cfg>'s socket
+ * directory, passed over its control socket, into *<kept> (*<kept_count>), and
+ * the connection to tell it "ready" on into *<handover>. 0, or -1 (logged).
+ */
+static int take_over(const struct config *cfg, int listen_fds, int *handover,
+		     struct notify_fd **kept, int *kept_count)
+{
+	char path[PATH_MAX];
+	char why[512];
+	uint32_t count = 0;
+
+	if (listen_fds > 0) {
+		log_error("--upgrade takes the running daemon's sockets, and the service manager "
+			  "passed some too ($LISTEN_FDS): one or the other");
+		return -1;
+	}
+	int n = snprintf(path, sizeof(path), "%s/control.sock", cfg->socket_dir);
+	if (n < 0 || (size_t)n >= sizeof(path)) {
+		log_error("--upgrade: %s/control.sock: path too long", cfg->socket_dir);
+		return -1;
+	}
+	AN_FREE(kept);
+	int ret = handover_take(path, handover, kept, &count, why, sizeof(why));
+	if (ret != 0) {
+		log_error("--upgrade: %s", why);
+		return -1;
+	}
+	log_info("upgrade: the old daemon passed %u listening sockets", count);
+	*kept_count = (int)count;
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -715,7 +811,14 @@ int main(int argc, char **argv)
 		notify_close(&manager);
 		return 1;
 	}
-	rc = serve(&o, &cfg, pol, &manager, kept, (uint32_t)kept_count); /* takes pol */
+	int handover = -1;
+	if (o.upgrade && take_over(&cfg, kept_count, &handover, &kept, &kept_count) != 0) {
+		policy_free(pol);
+		config_free(&cfg);
+		notify_close(&manager);
+		return 1;
+	}
+	rc = serve(&o, &cfg, pol, &manager, kept, (uint32_t)kept_count, handover); /* takes pol */
 	config_free(&cfg);
 	notify_close(&manager);
 	AN_FREE(&kept);
