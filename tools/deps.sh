@@ -9,7 +9,7 @@ set -eu
 
 BUILD_PKGS="build-essential pkg-config clang clang-format libclang-rt-14-dev liburing-dev libssl-dev libxxhash-dev \
 libc-ares-dev libyaml-dev libidn2-dev libpsl-dev libseccomp-dev libnghttp2-dev check \
-libbenchmark-dev iproute2 curl openssl python3 nodejs npm wrk systemd util-linux"
+libbenchmark-dev iproute2 curl openssl python3 python3-yaml nodejs npm wrk systemd util-linux"
 BENCH_PKGS="haproxy nginx-light squid-openssl tinyproxy mitmproxy"
 
 want="$BUILD_PKGS"
@@ -45,6 +45,24 @@ if [ -n "$missing" ]; then
 			$SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
 		fi
 	done
+fi
+
+# promtool (the service pass checks the metrics' exposition with `promtool check
+# metrics`): taken out of Debian's prometheus package, which is not installed, so
+# that no Prometheus server is set up to start on this host.
+tools_dir=/var/lib/agentsnet-tools
+if ! command -v promtool >/dev/null 2>&1 && [ ! -x $tools_dir/bin/promtool ]; then
+	SUDO=""
+	if [ "$(id -u)" -ne 0 ]; then
+		SUDO="sudo"
+	fi
+	echo "deps: promtool from Debian's prometheus package"
+	work=$(mktemp -d)
+	(cd "$work" && apt-get download -qq prometheus >/dev/null 2>&1) ||
+		{ $SUDO apt-get update -qq && (cd "$work" && apt-get download -qq prometheus >/dev/null); }
+	dpkg-deb -x "$work"/prometheus_*.deb "$work/x"
+	$SUDO install -D -m 0755 "$work/x/usr/bin/promtool" $tools_dir/bin/promtool
+	rm -rf "$work"
 fi
 
 # Node test client: undici's ProxyAgent gives Node 20's fetch() a proxy.

@@ -20,7 +20,9 @@
 # `python3 tests/integ/fairness.py -v` (AN_FAIRNESS_TIMEOUT_S, 60 s); the fault
 # pass (the audit log on a full disk) is `python3 tests/integ/faults.py -v`
 # (AN_FAULTS_TIMEOUT_S, 90 s); the service pass (what the daemon tells systemd,
-# the unit) is `python3 tests/integ/service.py -v` (AN_SERVICE_TIMEOUT_S, 120 s); the
+# the unit) is `python3 tests/integ/service.py -v` (AN_SERVICE_TIMEOUT_S, 180 s); the
+# Kubernetes recipe's pass (deploy/kubernetes/ against the binaries) is
+# `python3 tests/integ/deploy.py -v` (AN_DEPLOY_TIMEOUT_S, 60 s); the
 # adversarial pass (hostile bytes against the safe behaviour each must meet,
 # tests/adversarial/README.md) is `python3 tests/adversarial/run.py [--cases
 # 'GROUP/ID'] -v` (AN_ADVERSARIAL_TIMEOUT_S, 120 s).
@@ -85,7 +87,8 @@ if [ $# -eq 0 ]; then
 	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
 	run_pass fairness fairness.py "${AN_FAIRNESS_TIMEOUT_S:-60}"
 	run_pass faults faults.py "${AN_FAULTS_TIMEOUT_S:-90}"
-	run_pass service service.py "${AN_SERVICE_TIMEOUT_S:-120}"
+	run_pass service service.py "${AN_SERVICE_TIMEOUT_S:-180}"
+	run_pass deploy deploy.py "${AN_DEPLOY_TIMEOUT_S:-60}"
 	run_pass adversarial ../adversarial/run.py "${AN_ADVERSARIAL_TIMEOUT_S:-120}"
 fi
 case $rc in
