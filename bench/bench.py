@@ -69,6 +69,11 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
      the flooding sandbox's profile limited to 100 requests/s, at 1,000 connections: its
      refusals are part of its flood. Target: each ratio at most 1.2x (printed PASS or
      MISS).
+ 11. metrics (issue 20 item 3): the forward run of scenario 1 (64 connections) through a
+     daemon with its Prometheus listener on (daemon.metrics), scraped every second (far
+     more often than a Prometheus would), against the same through a daemon with it off,
+     each a daemon of its own, in turn METRICS_ROUNDS times: the ratio of the medians.
+     Target: at least 0.95x (within this machine's noise between runs).
 
 Prints one table, ratios first (agentsnetd / subject; the "better" column says
 whether higher or lower wins), and writes it as JSON (--results), after
@@ -92,6 +97,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 
 import peers
@@ -99,6 +105,9 @@ import peers
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEVELS = (1, 64, 512)
 WRK_SECONDS = 3
+# Scenario 11: rounds of (metrics off, metrics on), and how often the listener is scraped.
+METRICS_ROUNDS = 3
+METRICS_SCRAPE_S = 1.0
 RATE_SECONDS = 3
 THROUGHPUT_SECONDS = 4
 THROUGHPUT_REPEATS = 3  # target figures: median of this many, subjects interleaved
@@ -132,7 +141,7 @@ SUBJECTS = ("agentsnetd", "direct") + PEERS
 TUNNEL_SUBJECTS = ("agentsnetd", "unchecked", "direct") + PEERS
 # What --only (or AN_BENCH_ONLY) may name, in the order a whole run takes them.
 SCENARIOS = ("idle", "forward", "rate", "throughput", "fake", "intercept", "micro", "scaling",
-             "ingress", "fairness")
+             "ingress", "fairness", "metrics")
 # Scenarios with a daemon of their own: nothing else need start for them.
 OWN_DAEMON = {"micro", "ingress", "fairness"}
 # Scenario 10: QUIET_COUNT sandboxes of QUIET_RATE requests/s each (bench/quiet.py) beside
@@ -380,12 +389,15 @@ class Bench:
                 time.sleep(0.05)
         raise Broken("nothing listens on 127.0.0.1:%d" % port)
 
-    def start_daemon(self, workers=1, cpu=None, ingress=False):
+    def start_daemon(self, workers=1, cpu=None, ingress=False, metrics=False, tag=None):
         """agentsnetd on <workers>, pinned to <cpu> (default: the proxies' core); with
         <ingress> (scenario 9, a daemon of its own) also its ingress gateway on
-        self.ingress_port, INGRESS_PREFIX, for the sandboxes of profile bench."""
+        self.ingress_port, INGRESS_PREFIX, for the sandboxes of profile bench; with
+        <metrics> (scenario 11) its Prometheus listener on self.metrics_port. <tag> names
+        its files (default: by workers)."""
         self.workers = workers
-        tag = "ingress" if ingress else "%d" % workers
+        tag = tag or ("ingress" if ingress else "%d" % workers)
+        self.metrics_port = peers.free_port() if metrics else None
         self.tcp_port = peers.free_port()
         self.ingress_port = peers.free_port() if ingress else None
         self.sock_dir = os.path.join(self.work, "sock-" + tag)
@@ -407,7 +419,7 @@ daemon:
   tcp_sandbox: bench
   # One sandbox is all the bench measures: its share of the worker is the whole.
   sandbox_share_percent: 100
-%(gateway)sresolver:
+%(gateway)s%(metrics)sresolver:
   # Loopback only: the system resolver's address must never see a query.
   servers: ["127.0.0.1:9"]
   hosts: {%(name)s: [127.0.0.1], %(unchecked)s: [127.0.0.1], %(tls)s: [127.0.0.1]}
@@ -438,7 +450,9 @@ sandboxes: [{id: bench, profile: bench}]
 """ % {"sock": self.sock_dir, "w": self.work, "tcp": self.tcp_port, "name": ORIGIN_NAME,
        "workers": workers, "unchecked": UNCHECKED_NAME, "fake": FAKE_NAME, "body": json.dumps(FAKE_BODY), "tls": TLS_NAME,
        "placeholder": PLACEHOLDER, "origin_ca": self.origin_ca, "tag": tag,
-       "gateway": gateway, "profile_ingress": profile_ingress, "https": self.https_port})
+       "gateway": gateway, "profile_ingress": profile_ingress, "https": self.https_port,
+       "metrics": "  metrics: {listen: \"127.0.0.1:%d\"}\n" % self.metrics_port
+       if metrics else ""})
         self.daemon, self.daemon_out = self.start(
             [self.args.daemon, "--config", policy, "--workers", str(workers),
              "--ca-dir", self.ca_dir],
@@ -1360,6 +1374,55 @@ sandboxes: [{id: bench, profile: bench}]
                 str(k): {"quiet": q, "flood": f} for k, (q, f) in runs.items()}
             self.fair_rows("rate-limited flood: " if limited else "", runs)
 
+    # ---- 11. the metrics listener's cost --------------------------------------
+
+    def scrape_loop(self, stop, statuses):
+        """Scrapes the metrics listener every METRICS_SCRAPE_S until <stop>; each status
+        into <statuses>."""
+        while not stop.wait(METRICS_SCRAPE_S):
+            try:
+                statuses.append(http_get(("127.0.0.1", self.metrics_port), "/metrics")[0])
+            except (OSError, peers.ProbeFailed):
+                statuses.append(None)
+
+    def bench_metrics(self):
+        """11: forward requests/s with the metrics listener on and scraped, against off."""
+        figs = {"off": [], "on": []}
+        for r in range(METRICS_ROUNDS):
+            for on in (False, True):
+                self.start_daemon(metrics=on, tag="metrics-%s-%d" % ("on" if on else "off", r))
+                stop, statuses = threading.Event(), []
+                scraper = threading.Thread(target=self.scrape_loop, args=(stop, statuses))
+                try:
+                    if on:
+                        scraper.start()
+                    doc = self.wrk("agentsnetd", 64)
+                finally:
+                    stop.set()
+                    if on:
+                        scraper.join()
+                    self.stop_daemon()
+                if doc["requests"] == 0 or doc["errors"] > doc["requests"] // 100:
+                    raise Broken("wrk with metrics %s: %d errors in %d requests" % (
+                        "on" if on else "off", doc["errors"], doc["requests"]))
+                if on and (not statuses or any(x != 200 for x in statuses)):
+                    raise Broken("metrics scrapes during the run: %r" % statuses)
+                figs["on" if on else "off"].append(doc["rps"])
+        self.raw["metrics"] = figs
+        on, off = median(figs["on"]), median(figs["off"])
+        ratio = on / off if off else None
+        self.rows.append({"scenario": "11 metrics",
+                          "name": "forward requests/s, 64 conns: metrics on / off",
+                          "unit": "req/s", "better": "higher",
+                          "figures": {"agentsnetd": on, "agentsnetd-no-metrics": off},
+                          "ratios": {"metrics off": ratio},
+                          "target": {"vs": "metrics off", "bound": 0.95},
+                          "met": None if ratio is None else ratio >= 0.95,
+                          "notes": {"all": "%.0f req/s with metrics off: %.3fx; median of %d "
+                                           "runs each, in turn; scraped every %g s" % (
+                                               off, ratio or 0, METRICS_ROUNDS,
+                                               METRICS_SCRAPE_S)}})
+
 
 # ---- output -------------------------------------------------------------------
 
@@ -1516,6 +1579,8 @@ def main():
             b.bench_ingress()
         if "fairness" in run:
             b.bench_fairness()
+        if "metrics" in run:
+            b.bench_metrics()
     except (Broken, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         log("bench: FAIL: %s" % e)
         status = 1

@@ -38,6 +38,7 @@ int config_init_defaults(struct config *cfg)
 	cfg->body_timeout_ms = LIMITS_BODY_TIMEOUT_MS_DEFAULT;
 	cfg->response_timeout_ms = LIMITS_RESPONSE_TIMEOUT_MS_DEFAULT;
 	cfg->drain_timeout_ms = LIMITS_DRAIN_TIMEOUT_MS_DEFAULT;
+	cfg->metrics_sandboxes = LIMITS_METRICS_SANDBOXES_DEFAULT;
 	cfg->sandbox_uid_first = LIMITS_SANDBOX_UID_FIRST_DEFAULT;
 	cfg->sandbox_uid_count = LIMITS_SANDBOX_UID_COUNT_DEFAULT;
 	cfg->sandboxes_per_user = LIMITS_SANDBOXES_PER_USER_DEFAULT;
@@ -60,6 +61,7 @@ void config_free(struct config *cfg)
 	AN_FREE(&cfg->audit_path);
 	AN_FREE(&cfg->dns_servers);
 	AN_FREE(&cfg->tcp_listen);
+	AN_FREE(&cfg->metrics_listen);
 	AN_FREE(&cfg->tcp_sandbox);
 	AN_FREE(&cfg->control_group);
 	AN_FREE(&cfg->ca_cert);

@@ -24,10 +24,14 @@ struct config_sandbox {
 };
 
 struct config {
-	char *socket_dir;    /* owned; sandbox sockets: <socket_dir>/sandboxes/<id>/egress.sock */
-	char *audit_path;    /* owned; JSON lines, "-" for stdout */
-	char *dns_servers;   /* owned; c-ares CSV "ip[:port],...", NULL: /etc/resolv.conf */
-	char *tcp_listen;    /* owned; "127.0.0.1:PORT" or NULL: no TCP listener */
+	char *socket_dir;  /* owned; sandbox sockets: <socket_dir>/sandboxes/<id>/egress.sock */
+	char *audit_path;  /* owned; JSON lines, "-" for stdout */
+	char *dns_servers; /* owned; c-ares CSV "ip[:port],...", NULL: /etc/resolv.conf */
+	char *tcp_listen;  /* owned; "127.0.0.1:PORT" or NULL: no TCP listener */
+	/* owned; the Prometheus listener's loopback "address:port" (core/metrics.h), NULL: none */
+	char *metrics_listen;
+	/* Sandboxes with series of their own in the metrics (the busiest); the rest summed. */
+	uint32_t metrics_sandboxes;
 	char *tcp_sandbox;   /* owned; sandbox id TCP connections are served as */
 	char *control_group; /* owned; group allowed on the control socket, NULL: the daemon's */
 	char *ca_cert; /* owned; the agentsnet CA (PEM) the terminated tiers sign with, or NULL */

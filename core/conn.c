@@ -389,6 +389,7 @@ static void refuse_over_share(struct worker *w, const struct worker_listener *l,
 	AN_ASSERT(w->share_reply_len > 0);
 	refuse_static(w, slot, w->share_reply, w->share_reply_len);
 	w->stats.refused_share++;
+	decision_count(w, false, TIER_DENY, REASON_CONNECTION_SHARE_EXCEEDED);
 	struct audit_record *rec = audit_claim(w->audit);
 	if (rec == NULL)
 		return; /* counted as dropped by the ring */
@@ -951,7 +952,9 @@ void decide(struct conn *c, const struct http1_request *req)
 		respond(c, REASON_HOST_NOT_ALLOWED); /* never expected: fail closed */
 		return;
 	}
+	uint64_t deciding_us = timer_now_us();
 	e->ops->decide(c->snap->policy, under->profile, c->host, c->host_len, c->port, &v);
+	latency_observe(&c->w->decisions.decide, timer_now_us() - deciding_us);
 	c->tier = (uint8_t)v.tier;
 	c->rule = v.rule;
 	c->instruction = v.instruction;
@@ -1243,6 +1246,7 @@ static void on_socket(struct conn *c, int res)
 				  strlen(conn_unix(c)->sun_path) + 1);
 	else
 		set_nodelay(c, OP_NODELAY_U, c->ufd);
+	c->connect_started_us = (uint32_t)timer_now_us();
 	struct io_uring_sqe *sqe = conn_sqe(c, OP_CONNECT);
 	io_uring_prep_connect(sqe, c->ufd, &a->sa, len);
 	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK;
@@ -1275,6 +1279,8 @@ static void on_connect(struct conn *c, int res)
 		return;
 	}
 	AN_ASSERT(c->mode != NULL && c->mode->connected != NULL);
+	latency_observe(&c->w->decisions.connect,
+			(uint32_t)((uint32_t)timer_now_us() - c->connect_started_us));
 	c->mode->connected(c);
 }
 

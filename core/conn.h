@@ -175,13 +175,19 @@ struct conn {
 	uint64_t upstream_key; /* host+port hash of the open upstream (forwarding reuse) */
 	struct __kernel_timespec connect_ts;
 	int nodelay;
-	/* Who connected to a sandbox socket whose agent's uid is known (SO_PEERCRED,
-	 * read once after accept, before the head: conn_on_accept). */
-	struct {
-		int32_t pid;
-		uint32_t uid;
-		uint32_t gid;
-	} peer;
+	union {
+		/* Who connected to a sandbox socket whose agent's uid is known (SO_PEERCRED,
+		 * read once after accept, before the head: conn_on_accept); read no more
+		 * once the head is, unless refused (then nothing connects upstream). */
+		struct {
+			int32_t pid;
+			uint32_t uid;
+			uint32_t gid;
+		} peer;
+		/* An upstream connect's start, timer_now_us's low 32 bits (a connect lasts
+		 * at most an hour, under their 71 minutes' wrap), for the metrics. */
+		uint32_t connect_started_us;
+	};
 	uint64_t req_left;
 	uint64_t resp_left;
 	struct http1_chunked req_chunks;

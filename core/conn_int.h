@@ -339,6 +339,8 @@ void addr_format(const union conn_addr *a, char *out, size_t cap);
 void record_common(const struct conn *c, struct audit_record *rec);
 /* Writes the decision record for the current request; sets c->decision_id. */
 void audit_decision(struct conn *c, bool allowed, uint16_t status);
+/* Counts a decision of <w> for the metrics: allowed on <tier>, or refused <why>. */
+void decision_count(struct worker *w, bool allowed, enum tier tier, enum reason why);
 /* The same, with <detail> (NULL: none) in the record: what a reason code alone
  * does not say (the server name a tunnel's client sent, say). Never a secret. */
 void audit_decision_detail(struct conn *c, bool allowed, uint16_t status, const char *detail);

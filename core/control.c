@@ -68,6 +68,7 @@
 
 #include "core/an.h"
 #include "core/handover.h"
+#include "core/textbuf.h"
 #include "core/audit.h"
 #include "core/engine.h"
 #include "core/log.h"
@@ -85,44 +86,13 @@
 /* How long a handover waits for the new daemon at each step, its start included. */
 #define CONTROL_HANDOVER_MS 60000
 
+/* An answer being built (core/textbuf.h), and a descriptor sent with it (SCM_RIGHTS) or -1. */
 struct answer {
-	char *p;
-	size_t len;
-	size_t cap;
-	bool failed;
-	int fd; /* a descriptor sent with the answer (SCM_RIGHTS), or -1 */
+	struct textbuf text;
+	int fd;
 };
 
-static void answer_add(struct answer *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void answer_add(struct answer *a, const char *fmt, ...)
-{
-	va_list ap;
-
-	for (int attempt = 0; attempt < 2 && !a->failed; attempt++) {
-		va_start(ap, fmt);
-		int n = vsnprintf(a->p ? a->p + a->len : NULL, a->p ? a->cap - a->len : 0, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			a->failed = true;
-			return;
-		}
-		if (a->p != NULL && (size_t)n < a->cap - a->len) {
-			a->len += (size_t)n;
-			return;
-		}
-		size_t want =
-		    a->cap * 2 > a->len + (size_t)n + 1 ? a->cap * 2 : a->len + (size_t)n + 64;
-		char *grown = pool_realloc(a->p, want);
-		if (grown == NULL) {
-			a->failed = true;
-			return;
-		}
-		a->p = grown;
-		a->cap = want;
-	}
-}
+#define answer_add(a, ...) textbuf_add(&(a)->text, __VA_ARGS__)
 
 /*
  * A listing's lines and how many, counted as written under one hold of the
@@ -140,11 +110,11 @@ struct counted_lines {
 /* Answers "ok <count>" and then <out>'s lines, and releases them. */
 static void answer_counted(struct answer *a, struct counted_lines *out)
 {
-	a->failed |= out->lines.failed;
+	a->text.failed |= out->lines.text.failed;
 	answer_add(a, "ok %u\n", out->count);
-	if (out->lines.len > 0)
-		answer_add(a, "%.*s", (int)out->lines.len, out->lines.p);
-	AN_FREE(&out->lines.p);
+	if (out->lines.text.len > 0)
+		answer_add(a, "%.*s", (int)out->lines.text.len, out->lines.text.p);
+	textbuf_free(&out->lines.text);
 }
 
 static void list_one(void *arg, const struct engine_sandbox *sb)
@@ -477,19 +447,19 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 			answer_add(&a, "error bad_request unknown request (see docs/control.md)\n");
 		}
 	}
-	if (a.failed || fd == NULL) {
+	if (a.text.failed || fd == NULL) {
 		if (a.fd >= 0)
 			close(a.fd);
 		a.fd = -1;
 	}
 	if (fd != NULL)
 		*fd = a.fd;
-	if (a.failed) {
-		AN_FREE(&a.p);
+	if (a.text.failed) {
+		textbuf_free(&a.text);
 		return NULL;
 	}
-	*len = a.len;
-	return a.p;
+	*len = a.text.len;
+	return a.text.p;
 }
 
 /* Sends <len> bytes of <reply> on <sock>, the first of them with <fd> (SCM_RIGHTS) when >= 0. */
@@ -702,10 +672,10 @@ static void serve_one(struct control *ctl, int fd)
 	if (n >= 0 && known && strncmp(line, "sandbox limit ", 14) == 0) {
 		struct answer a = { .fd = -1 };
 		handle_limit(ctl, line, fd, cred.pid, &a);
-		out = a.failed ? NULL : a.p;
-		len = a.len;
-		if (a.failed)
-			AN_FREE(&a.p);
+		out = a.text.failed ? NULL : a.text.p;
+		len = a.text.len;
+		if (a.text.failed)
+			textbuf_free(&a.text);
 	} else if (n >= 0 && known) {
 		out = control_handle(ctl->e, line, &owner, &who, &len, &pass_fd);
 	}
@@ -771,18 +741,15 @@ static void *control_main(void *arg)
 	return NULL;
 }
 
-/* Whether <fd> is a blocking stream socket listening at <path> (a predecessor's control socket). */
+/* Whether <fd> is a stream socket listening at <path> (a predecessor's control socket), blocking. */
 static bool control_socket_fits(int fd, const char *path)
 {
 	struct sockaddr_un sun = { 0 };
 	socklen_t len = sizeof(sun);
-	int listening = 0;
-	socklen_t olen = sizeof(int);
 
 	return getsockname(fd, (struct sockaddr *)&sun, &len) == 0 && sun.sun_family == AF_UNIX &&
 	       strncmp(sun.sun_path, path, sizeof(sun.sun_path)) == 0 &&
-	       getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) == 0 && listening &&
-	       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0;
+	       engine_socket_listening(fd, false);
 }
 
 int control_start(struct control *ctl, struct engine *e, gid_t group, int kept)

@@ -260,7 +260,7 @@ void engine_inet_listener_note(struct engine *e, const char *prefix, int fd)
 int engine_handover_list(struct engine *e, uint32_t extra, struct notify_fd **out, uint32_t *count)
 {
 	pthread_mutex_lock(&e->lock);
-	uint32_t cap = e->sandbox_used + e->inet_listener_count + 1 + extra;
+	uint32_t cap = e->sandbox_used + e->inet_listener_count + 2 + extra;
 	struct notify_fd *list = pool_calloc(cap, sizeof(*list));
 	uint32_t n = 0;
 	for (uint32_t i = 0; list != NULL && i < e->sandbox_used; i++) {
@@ -278,6 +278,10 @@ int engine_handover_list(struct engine *e, uint32_t extra, struct notify_fd **ou
 	if (e->ingress_internal_fd >= 0) {
 		snprintf(list[n].name, sizeof(list[n].name), "%s", ENGINE_FDNAME_INGRESS_INTERNAL);
 		list[n++].fd = e->ingress_internal_fd;
+	}
+	if (e->metrics_fd >= 0) {
+		snprintf(list[n].name, sizeof(list[n].name), "%s", ENGINE_FDNAME_METRICS);
+		list[n++].fd = e->metrics_fd;
 	}
 	AN_ASSERT(n + extra <= cap);
 	*out = list;
@@ -682,6 +686,7 @@ int engine_start(struct engine *e)
 	e->ingress_on = e->cfg->ingress_listen != NULL;
 	e->ingress_tls = e->ingress_on && e->cfg->ingress_tls_cert != NULL;
 	e->ingress_internal_fd = -1;
+	e->metrics_fd = -1; /* metrics_start's, after the start */
 	/* Everything below is made in it: it must be ours, writable by nobody else, and so
 	 * must every directory above it be (root's or ours, or sticky). */
 	ret = engine_dir_ancestors_secure(e->cfg->socket_dir);

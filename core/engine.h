@@ -154,7 +154,8 @@ struct engine {
 	/* engine.term has a CA (the fake and inject tiers); a term without one
 	 * serves only the public listener's TLS. */
 	bool term_has_ca;
-	uint64_t reloads; /* snapshots published after the first */
+	uint64_t reloads;                 /* snapshots published after the first */
+	_Atomic uint64_t reloads_refused; /* reloads that left the running policy (the daemon's) */
 	/* The uids given to root's sandboxes (cfg.sandbox_uid_*), under <lock>; a
 	 * test may set uids.host_free before engine_start. */
 	struct uidpool uids;
@@ -183,6 +184,8 @@ struct engine {
 	/* A successor serves every socket this daemon listens on (engine_hand_over):
 	 * the stop keeps their files, and its drain hands every listener on. */
 	atomic_bool handed_over;
+	/* The metrics listener (core/metrics.h), for a successor; -1: none. Set by metrics_start. */
+	int metrics_fd;
 	/* Asks the daemon to stop, as SIGTERM does; called by engine_hand_over. NULL: none. */
 	void (*stop_request)(void *arg);
 	void *stop_request_arg;
@@ -203,6 +206,8 @@ struct engine {
 #define ENGINE_FDNAME_TCP     "tcp."
 /* ... for the gateway's internal socket (with TLS on the public listener). */
 #define ENGINE_FDNAME_INGRESS_INTERNAL "internal.ingress"
+/* ... for the metrics listener (core/metrics.h). */
+#define ENGINE_FDNAME_METRICS "metrics"
 
 /*
  * Every socket the daemon listens on for traffic, named as engine_start takes
@@ -424,5 +429,18 @@ int engine_dir_ancestors_secure(const char *dir);
  * the descriptor or -errno (-ENAMETOOLONG past sun_path). Any thread.
  */
 int engine_listen_unix(const char *path, mode_t mode, uid_t owner, gid_t group, bool nonblock);
+
+/*
+ * Whether <fd> is a stream socket that listens (one passed by a predecessor),
+ * made <nonblock> or blocking as its server wants it.
+ */
+bool engine_socket_listening(int fd, bool nonblock);
+
+/*
+ * A listening TCP socket on "address:port" <text>, its own (no SO_REUSEPORT:
+ * no other process may share the port), <nonblock> or blocking. The fd, or
+ * -errno (-EINVAL: not an address:port, logged).
+ */
+int engine_listen_inet(const char *text, bool nonblock);
 
 #endif /* AN_CORE_ENGINE_H */

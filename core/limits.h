@@ -86,6 +86,8 @@
  * to send its next request, which is served with Connection: close.
  */
 #define LIMITS_DRAIN_IDLE_MS 1000u
+/* Sandboxes with series of their own in the metrics by default (daemon.metrics.sandboxes). */
+#define LIMITS_METRICS_SANDBOXES_DEFAULT 20u
 /* The Retry-After of a daemon_stopping refusal: about what a restart takes. */
 #define LIMITS_DRAIN_RETRY_AFTER_S 2u
 /*

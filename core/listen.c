@@ -277,23 +277,32 @@ static int sandbox_dir_make(const char *socket_dir, const char *id, bool fresh, 
  * whether it was bound at the path at all (then the file is its, and may be
  * replaced if it does not fit).
  */
+bool engine_socket_listening(int fd, bool nonblock)
+{
+	int listening = 0, type = 0;
+	socklen_t len = sizeof(int);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening)
+		return false;
+	len = sizeof(int);
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
+		return false;
+	int flags = fcntl(fd, F_GETFL);
+	return flags != -1 &&
+	       fcntl(fd, F_SETFL, nonblock ? flags | O_NONBLOCK : flags & ~O_NONBLOCK) == 0;
+}
+
 /* Whether <fd> is a stream socket bound at <path> and listening, made non-blocking. */
 static bool unix_listening_at(int fd, const char *path)
 {
 	struct sockaddr_un sun = { 0 };
 	socklen_t len = sizeof(sun);
-	int listening = 0, type = 0;
-	socklen_t olen = sizeof(int);
 
 	if (getsockname(fd, (struct sockaddr *)&sun, &len) != 0 || sun.sun_family != AF_UNIX ||
 	    len <= offsetof(struct sockaddr_un, sun_path) ||
 	    strncmp(sun.sun_path, path, sizeof(sun.sun_path)) != 0)
 		return false;
-	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) != 0 || !listening)
-		return false;
-	olen = sizeof(int);
-	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &olen) == 0 && type == SOCK_STREAM &&
-	       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0;
+	return engine_socket_listening(fd, true);
 }
 
 static bool inherited_fits(const struct engine_sandbox *sb, int fd, bool *bound_here)
@@ -386,8 +395,11 @@ static int parse_inet_addr(const char *text, struct sockaddr_storage *out, sockl
 	return -EINVAL;
 }
 
-/* A listening TCP socket on <text> (SO_REUSEPORT: one per worker); <what> names it in logs. */
-static int listen_inet(const char *what, const char *text)
+/*
+ * A listening TCP socket on <text> (with <reuseport>, SO_REUSEPORT: one per
+ * worker); <what> names it in logs.
+ */
+static int listen_inet_as(const char *what, const char *text, bool reuseport)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = 0;
@@ -401,8 +413,25 @@ static int listen_inet(const char *what, const char *text)
 	if (fd == -1)
 		return -errno;
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == -1 ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == -1 ||
+	    (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == -1) ||
 	    bind(fd, (struct sockaddr *)&ss, len) == -1 || listen(fd, 4096) == -1) {
+		int ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static int listen_inet(const char *what, const char *text)
+{
+	return listen_inet_as(what, text, true);
+}
+
+int engine_listen_inet(const char *text, bool nonblock)
+{
+	int fd = listen_inet_as("metrics.listen", text, false);
+
+	if (fd >= 0 && !nonblock && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
 		int ret = -errno;
 		close(fd);
 		return ret;
@@ -415,18 +444,12 @@ static bool inet_fits(int fd, const char *text)
 {
 	struct sockaddr_storage want, have;
 	socklen_t want_len = 0, have_len = sizeof(have);
-	int listening = 0, type = 0;
-	socklen_t olen = sizeof(int);
 
 	if (parse_inet_addr(text, &want, &want_len) != 0 ||
 	    getsockname(fd, (struct sockaddr *)&have, &have_len) != 0 || have_len != want_len ||
 	    memcmp(&have, &want, want_len) != 0)
 		return false;
-	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) != 0 || !listening)
-		return false;
-	olen = sizeof(int);
-	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &olen) == 0 && type == SOCK_STREAM &&
-	       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0;
+	return engine_socket_listening(fd, true);
 }
 
 /*

@@ -75,13 +75,6 @@ void record_common(const struct conn *c, struct audit_record *rec)
 		audit_copy(rec->path, sizeof(rec->path), c->head + c->path_off, c->path_len);
 }
 
-/* <c> += <n>, its one writer being the caller: a relaxed load and store, no locked instruction. */
-static inline void count_add(_Atomic uint64_t *c, uint64_t n)
-{
-	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
-			      memory_order_relaxed);
-}
-
 /*
  * Counts for the conn's sandbox on its worker (worker_sandbox_counts, which
  * `sandbox stats` sums): <decisions> of which <refused>, and bytes delivered.
@@ -102,10 +95,19 @@ static void sandbox_count(struct conn *c, uint64_t decisions, uint64_t refused, 
 		atomic_store_explicit(&s->bytes_down, 0, memory_order_relaxed);
 		atomic_store_explicit(&s->generation, generation, memory_order_release);
 	}
-	count_add(&s->requests, decisions);
-	count_add(&s->refusals, refused);
-	count_add(&s->bytes_up, up);
-	count_add(&s->bytes_down, down);
+	counter_add(&s->requests, decisions);
+	counter_add(&s->refusals, refused);
+	counter_add(&s->bytes_up, up);
+	counter_add(&s->bytes_down, down);
+}
+
+void decision_count(struct worker *w, bool allowed, enum tier tier, enum reason why)
+{
+	if (allowed && AN_NEVER(tier >= TIER__COUNT))
+		return;
+	if (!allowed && AN_NEVER(why >= REASON__COUNT))
+		return;
+	counter_add(allowed ? &w->decisions.allowed[tier] : &w->decisions.refused[why], 1);
 }
 
 void audit_decision(struct conn *c, bool allowed, uint16_t status)
@@ -120,6 +122,7 @@ void audit_decision_detail(struct conn *c, bool allowed, uint16_t status, const 
 	c->decision_id = audit_next_id(ar);
 	c->status = status;
 	sandbox_count(c, 1, allowed ? 0 : 1, 0, 0);
+	decision_count(c->w, allowed, (enum tier)c->tier, (enum reason)c->reason);
 	if (c->front != NULL && c->front->record_at_end) {
 		c->reason = allowed ? (uint8_t)REASON_NONE : c->reason;
 		return; /* the request's one record is written when it ends: close_record */

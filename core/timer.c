@@ -22,6 +22,14 @@ uint64_t timer_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t timer_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 void timer_wheel_init(struct timer_wheel *w, uint64_t now_ms)
 {
 	w->now_tick = now_ms / LIMITS_TIMER_TICK_MS;

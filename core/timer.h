@@ -30,6 +30,8 @@ struct timer_wheel {
 
 /* Monotonic milliseconds (CLOCK_MONOTONIC_COARSE is too coarse for ticks). */
 uint64_t timer_now_ms(void);
+/* CLOCK_MONOTONIC in microseconds: for the latency histograms (core/worker-t.h). */
+uint64_t timer_now_us(void);
 /* Initialises an empty wheel whose clock starts at <now_ms>. */
 void timer_wheel_init(struct timer_wheel *w, uint64_t now_ms);
 /*

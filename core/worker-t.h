@@ -9,17 +9,20 @@
 #define AN_CORE_WORKER_T_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <sys/socket.h>
 
 #include "core/config.h"
+#include "core/counter.h"
 #include "core/dns.h"
 #include "core/ingress.h"
 #include "core/pipepool.h"
 #include "core/pool.h"
 #include "core/ratelimit.h"
+#include "core/reason.h"
 #include "core/ring.h"
 #include "core/sched.h"
 #include "core/share.h"
@@ -109,6 +112,19 @@ struct worker_sandbox_counts {
 	_Atomic uint64_t refusals;
 	_Atomic uint64_t bytes_up;
 	_Atomic uint64_t bytes_down;
+};
+
+/*
+ * What a worker decided, for the metrics (core/metrics.c): requests allowed
+ * by tier, refused by reason (every decision record's), and how long the
+ * policy took to decide and an upstream's TCP connect took. Single writer,
+ * as worker_sandbox_counts.
+ */
+struct worker_decision_counts {
+	_Atomic uint64_t allowed[TIER__COUNT];
+	_Atomic uint64_t refused[REASON__COUNT];
+	struct latency_histogram decide;
+	struct latency_histogram connect;
 };
 
 /* The sums of a sandbox's worker_sandbox_counts over the workers. */
@@ -228,6 +244,7 @@ struct worker {
 	int start_error; /* set before workers_ready is bumped */
 	struct worker_stats stats;
 	struct worker_sandbox_counts *sandbox_counts; /* owned, LIMITS_SANDBOXES_MAX */
+	struct worker_decision_counts decisions;
 	uint64_t stats_due_ms;  /* the earliest loop-turn clock of the next publication */
 	bool stats_unpublished; /* a turn ran since the last publication */
 	struct worker_published published;

@@ -58,6 +58,7 @@ enum {
 	UF_SANDBOX_UID_FIRST,
 	UF_SANDBOX_UID_COUNT,
 	UF_PER_USER,
+	UF_METRICS_SANDBOXES,
 	UF__COUNT
 };
 
@@ -95,6 +96,8 @@ static const struct uint_field uint_fields[] = {
 				   offsetof(struct config, sandbox_uid_count) },
 	[UF_PER_USER] = { "sandboxes_per_user", 1, LIMITS_SANDBOXES_MAX,
 			  offsetof(struct config, sandboxes_per_user) },
+	[UF_METRICS_SANDBOXES] = { "metrics.sandboxes", 0, POLICY_METRICS_SANDBOXES_MAX,
+				   offsetof(struct config, metrics_sandboxes) },
 };
 static_assert(AN_ARRAY_LEN(uint_fields) == UF__COUNT, "every staged integer needs a row");
 
@@ -138,25 +141,64 @@ static int stage_path(struct loader *ld, const char *what, bool dash_ok, char **
 	return 0;
 }
 
-static int stage_tcp_listen(struct loader *ld)
+/* <what>: a loopback address:port (what only this host's processes reach) into *<slot>. */
+static int stage_loopback_listen(struct loader *ld, const char *what, char **slot)
 {
 	char buf[HOSTPORT_BYTES];
 	struct sockaddr_storage ss;
 	uint16_t port = 0;
 
-	AN_ASSERT(ld->next.tcp_listen == NULL);
-	int rc = loader_ip_port(ld, "tcp_listen", true, &ss, &port);
+	AN_ASSERT(*slot == NULL);
+	int rc = loader_ip_port(ld, what, true, &ss, &port);
 	if (rc != 0)
 		return rc;
 	if (addr_classify((const struct sockaddr *)&ss) != ADDR_LOOPBACK)
 		return loader_fail(
 		    ld, ld->ev.start_mark,
-		    "tcp_listen must be a loopback address:port (127.0.0.1:PORT or [::1]:PORT)");
+		    "%s must be a loopback address:port (127.0.0.1:PORT or [::1]:PORT)", what);
 	loader_format_addr(&ss, port, buf, sizeof(buf));
-	ld->next.tcp_listen = pool_strndup(buf, strlen(buf));
-	if (ld->next.tcp_listen == NULL)
+	*slot = pool_strndup(buf, strlen(buf));
+	if (*slot == NULL)
 		return loader_fail_oom(ld);
 	AN_ASSERT(port != 0);
+	return 0;
+}
+
+static int stage_tcp_listen(struct loader *ld)
+{
+	return stage_loopback_listen(ld, "tcp_listen", &ld->next.tcp_listen);
+}
+
+/*
+ * daemon.metrics: the Prometheus listener (core/metrics.h), on a loopback
+ * address only (its series name every sandbox), and how many sandboxes get
+ * series of their own.
+ */
+enum { MK_LISTEN, MK_SANDBOXES, MK__COUNT };
+static const char *const metrics_keys[] = { [MK_LISTEN] = "listen", [MK_SANDBOXES] = "sandboxes" };
+static const struct keyset metrics_keyset = { "daemon.metrics", metrics_keys, MK__COUNT };
+
+static int parse_metrics(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "metrics");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &metrics_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < MK__COUNT);
+		rc = key == MK_LISTEN
+			 ? stage_loopback_listen(ld, "metrics.listen", &ld->next.metrics_listen)
+			 : stage_uint(ld, UF_METRICS_SANDBOXES);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	if ((seen & (1u << MK_LISTEN)) == 0)
+		return loader_fail(ld, start, "metrics needs listen");
 	return 0;
 }
 
@@ -634,6 +676,7 @@ enum {
 	DK_SANDBOX_UIDS,
 	DK_PER_USER,
 	DK_AUDIT_FAILURE,
+	DK_METRICS,
 	DK__COUNT
 };
 static const char *const daemon_keys[] = {
@@ -654,6 +697,7 @@ static const char *const daemon_keys[] = {
 	[DK_SANDBOX_UIDS] = "sandbox_uids",
 	[DK_PER_USER] = "sandboxes_per_user",
 	[DK_AUDIT_FAILURE] = "audit_failure",
+	[DK_METRICS] = "metrics",
 };
 static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
 static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
@@ -697,6 +741,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return stage_uint(ld, UF_PER_USER);
 	case DK_AUDIT_FAILURE:
 		return stage_audit_failure(ld);
+	case DK_METRICS:
+		return parse_metrics(ld);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -756,6 +802,7 @@ void loader_apply_config(struct loader *ld, struct config *cfg)
 	move_string(&cfg->dns_servers, &next->dns_servers);
 	move_string(&cfg->tcp_listen, &next->tcp_listen);
 	move_string(&cfg->tcp_sandbox, &next->tcp_sandbox);
+	move_string(&cfg->metrics_listen, &next->metrics_listen);
 	move_string(&cfg->control_group, &next->control_group);
 	move_string(&cfg->ca_cert, &next->ca_cert);
 	move_string(&cfg->ca_key, &next->ca_key);

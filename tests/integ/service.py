@@ -44,8 +44,15 @@ the unit in deploy/systemd/ checked as systemd would read it.
   - upgrade: UPGRADES upgrades in a row (agentsnetd --upgrade: the new daemon takes every
     socket of the running one over its control socket, the old one drains and stops),
     while clients loop requests on new and kept-alive connections to a sandbox's socket,
-    on a kept-alive connection to the TCP listener, and ping the control socket: no
-    request fails, each old daemon exits 0; the longest request is reported.
+    on a kept-alive connection to the TCP listener, ping the control socket and scrape
+    the metrics listener: no request fails, each old daemon exits 0; the longest request
+    is reported.
+  - metrics: the Prometheus listener (daemon.metrics, sandboxes: 1): a scrape taken while
+    another sandbox's refused requests loop passes `promtool check metrics`; after
+    METRICS_SERVED served and METRICS_REFUSED refused requests on one sandbox, the allowed
+    (tier local), refused (host_not_allowed), request, decision-latency and connect-latency
+    counts grew by exactly those; the per-sandbox series are one named and "_other";
+    another path is 404, POST 405, HEAD 200.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
     its key settings, and the daemon serving, reloading and stopping under the unit's
@@ -60,6 +67,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -541,16 +549,9 @@ def kept_run(args, v, log, pass_store):
         if names != ["sandbox.one", "sandbox.two"]:
             errs.append("the manager keeps %r, want sandbox.one and sandbox.two" % names)
 
-        def client():
-            while not stop.is_set():
-                t0 = time.monotonic()
-                try:
-                    ok = served(egress(v["sock_dir"], "one")).startswith(b"HTTP/1.1 200")
-                except OSError:
-                    ok = False
-                results.append((t0, time.monotonic(), ok))
-
-        threads = [threading.Thread(target=client) for _ in range(KEPT_CLIENTS)]
+        path = egress(v["sock_dir"], "one")
+        threads = [threading.Thread(target=new_conn_client, args=(path, stop, results))
+                   for _ in range(KEPT_CLIENTS)]
         for th in threads:
             th.start()
         time.sleep(1.0)
@@ -601,6 +602,19 @@ def t_kept_sockets(args, v, log):
     if longest > KEPT_GAP_S + 10:
         errs.append("a request waited %.1f s" % longest)
     return errs
+
+
+def new_conn_client(path, stop, results):
+    """Loops GET requests on <path> (a Unix socket's path), a new connection each, until
+    <stop>; appends (start, end, ok, what) to <results>, ok when the answer was a 200."""
+    while not stop.is_set():
+        t0 = time.monotonic()
+        try:
+            answer = served(path)
+            ok = answer.startswith(b"HTTP/1.1 200")
+        except OSError as e:
+            answer, ok = str(e).encode(), False
+        results.append((t0, time.monotonic(), ok, answer[:40].decode("latin-1")))
 
 
 def unix_to(path):
@@ -665,17 +679,8 @@ def t_graceful_restart(args, v, log):
     results, stop = [], threading.Event()
     path = egress(v["sock_dir"], "one")
 
-    def client():
-        while not stop.is_set():
-            t0 = time.monotonic()
-            try:
-                answer = served(path)
-                ok = answer.startswith(b"HTTP/1.1 200")
-            except OSError as e:
-                answer, ok = str(e).encode(), False
-            results.append((t0, time.monotonic(), ok, answer[:40].decode("latin-1")))
-
-    threads = [threading.Thread(target=client) for _ in range(KEPT_CLIENTS)]
+    threads = [threading.Thread(target=new_conn_client, args=(path, stop, results))
+               for _ in range(KEPT_CLIENTS)]
     threads += [threading.Thread(target=kept_alive_client, args=(path, stop, results))
                 for _ in range(KEPT_CLIENTS)]
     second = None
@@ -749,9 +754,10 @@ def t_upgrade(args, v, log):
     connections to a sandbox's socket, on the TCP listener, and control requests: none
     fails; each old daemon exits 0 once drained."""
     errs = []
-    tcp_port = free_tcp_port()
+    tcp_port, metrics_port = free_tcp_port(), free_tcp_port()
     text = read_text(v["policy"]).replace("  control_group: nogroup\n", "  control_group: nogroup\n"
-                        "  tcp_listen: \"127.0.0.1:%d\"\n  tcp_sandbox: one\n" % tcp_port)
+                        "  tcp_listen: \"127.0.0.1:%d\"\n  tcp_sandbox: one\n"
+                        "  metrics: {listen: \"127.0.0.1:%d\"}\n" % (tcp_port, metrics_port))
     with open(v["policy"], "w", encoding="utf-8") as f:
         f.write(text)
     cmd = [args.daemon, "--config", v["policy"]]
@@ -773,16 +779,6 @@ def t_upgrade(args, v, log):
     results, controls, stop = [], [], threading.Event()
     path = egress(v["sock_dir"], "one")
 
-    def client():
-        while not stop.is_set():
-            t0 = time.monotonic()
-            try:
-                answer = served(path)
-                ok = answer.startswith(b"HTTP/1.1 200")
-            except OSError as e:
-                answer, ok = str(e).encode(), False
-            results.append((t0, time.monotonic(), ok, answer[:40].decode("latin-1")))
-
     def control_client():
         while not stop.is_set():
             t0 = time.monotonic()
@@ -790,11 +786,22 @@ def t_upgrade(args, v, log):
             controls.append((t0, time.monotonic(), answer.startswith("ok agentsnetd"), answer))
             time.sleep(0.05)
 
-    threads = [threading.Thread(target=client) for _ in range(KEPT_CLIENTS)]
+    def scraper():
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                status = scrape(metrics_port)[0]
+            except OSError as e:
+                status = str(e)
+            controls.append((t0, time.monotonic(), status == 200, "scrape: %s" % status))
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=new_conn_client, args=(path, stop, results))
+               for _ in range(KEPT_CLIENTS)]
     threads += [threading.Thread(target=kept_alive_client, args=(path, stop, results))
                 for _ in range(KEPT_CLIENTS)]
     threads += [threading.Thread(target=kept_alive_client, args=(tcp_connect, stop, results)),
-                threading.Thread(target=control_client)]
+                threading.Thread(target=control_client), threading.Thread(target=scraper)]
     upgraded = 0
     try:
         deadline = time.monotonic() + 30
@@ -839,7 +846,7 @@ def t_upgrade(args, v, log):
     longest = max((r[1] - r[0] for r in results), default=0)
     longest_control = max((r[1] - r[0] for r in controls), default=0)
     log("upgrades: %d of %d; %d requests, %d failed, the longest took %.3f s; %d control "
-        "requests, %d failed, the longest took %.3f s" % (
+        "requests and scrapes, %d failed, the longest took %.3f s" % (
             upgraded, UPGRADES, len(results), len(failed), longest, len(controls),
             len(control_failed), longest_control))
     if upgraded != UPGRADES:
@@ -848,7 +855,7 @@ def t_upgrade(args, v, log):
         errs.append("%d of %d requests failed across the upgrades, want none: %r"
                     % (len(failed), len(results), sorted(set(r[3] for r in failed))[:5]))
     if control_failed:
-        errs.append("%d of %d control requests failed: %r"
+        errs.append("%d of %d control requests and scrapes failed: %r"
                     % (len(control_failed), len(controls), control_failed[:3]))
     if len(results) < 100:
         errs.append("only %d requests were made" % len(results))
@@ -867,6 +874,136 @@ def free_tcp_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+METRICS_SERVED = 40
+METRICS_REFUSED = 7
+PROMTOOL = shutil.which("promtool") or "/var/lib/agentsnet-tools/bin/promtool"
+
+
+def scrape(port, method="GET", path="/metrics"):
+    """(status, head, body) of <method> <path> on the metrics listener."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (method.encode(), path.encode()))
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), head.decode("latin-1"), body.decode()
+
+
+def series(body):
+    """{'name{labels}': value} of an exposition."""
+    out = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def t_metrics(args, v, log):
+    """The Prometheus listener, under load and after it: promtool's check, the counters."""
+    errs = []
+    port = free_tcp_port()
+    text = read_text(v["policy"]).replace(
+        "  control_group: nogroup\n",
+        "  control_group: nogroup\n  metrics: {listen: \"127.0.0.1:%d\", sandboxes: 1}\n" % port)
+    with open(v["policy"], "w", encoding="utf-8") as f:
+        f.write(text)
+    err = open(v["err"], "ab")
+    daemon = subprocess.Popen([args.daemon, "--config", v["policy"]], stdin=subprocess.DEVNULL,
+                              stdout=err, stderr=err)
+    err.close()
+    stop = threading.Event()
+    try:
+        deadline = time.monotonic() + 30
+        while "agentsnetd: ready" not in read_text(v["err"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        one, two = egress(v["sock_dir"], "one"), egress(v["sock_dir"], "two")
+        answers = []
+
+        def load():
+            while not stop.is_set():
+                served(two, b"elsewhere.example")  # refused; not counted below
+        # A scrape under load: another sandbox's requests keep the workers busy meanwhile.
+        loader = threading.Thread(target=load)
+        loader.start()
+        time.sleep(0.3)
+        status, head, under_load = scrape(port)
+        stop.set()
+        loader.join()
+        if status != 200 or "text/plain; version=0.0.4" not in head:
+            errs.append("a scrape under load: %d %r" % (status, head[:200]))
+        if not os.path.exists(PROMTOOL):
+            errs.append("promtool is not installed (tools/deps.sh installs it)")
+        else:
+            check = subprocess.run([PROMTOOL, "check", "metrics"], input=under_load,
+                                   capture_output=True, text=True, timeout=30)
+            log("promtool check metrics: exit %d %s" % (check.returncode,
+                                                      (check.stdout + check.stderr).strip()))
+            if check.returncode != 0 or (check.stdout + check.stderr).strip():
+                errs.append("promtool check metrics: exit %d: %s" % (
+                    check.returncode, (check.stdout + check.stderr)[:500]))
+        time.sleep(0.3)  # the workers publish what the load left
+        before = series(scrape(port)[2])
+        for _ in range(METRICS_SERVED):
+            answers.append(served(one))
+        for _ in range(METRICS_REFUSED):
+            answers.append(served(one, b"elsewhere.example"))
+        time.sleep(0.3)
+        after = series(scrape(port)[2])
+
+        def grew(key):
+            return after.get(key, 0) - before.get(key, 0)
+
+        want = {
+            'agentsnet_requests_allowed_total{tier="local"}': METRICS_SERVED,
+            'agentsnet_requests_refused_total{reason="host_not_allowed"}': METRICS_REFUSED,
+            'agentsnet_decision_duration_seconds_count': METRICS_SERVED + METRICS_REFUSED,
+            'agentsnet_upstream_connect_duration_seconds_count': METRICS_SERVED,
+            'agentsnet_requests_total': METRICS_SERVED + METRICS_REFUSED,
+        }
+        for key, n in want.items():
+            if grew(key) != n:
+                errs.append("%s grew by %r, want %d" % (key, grew(key), n))
+        log("after %d served and %d refused on one: %s" % (
+            METRICS_SERVED, METRICS_REFUSED,
+            ", ".join("%s +%g" % (k, grew(k)) for k in want)))
+        # sandboxes: 1: the busiest by requests named, the other summed; every decision is
+        # some sandbox's, so the per-sandbox series add up to the decisions.
+        named = sorted(k for k in after if k.startswith("agentsnet_sandbox_requests_total{"))
+        if len(named) != 2 or 'agentsnet_sandbox_requests_total{sandbox="_other"}' not in named:
+            errs.append("per-sandbox series with sandboxes: 1: %r, want one named and _other"
+                        % named)
+        decided = sum(value for key, value in after.items()
+                      if key.startswith(("agentsnet_requests_allowed_total{",
+                                         "agentsnet_requests_refused_total{")))
+        per_sandbox = sum(after[k] for k in named)
+        log("per-sandbox series: %r, %g decisions in them, %g in all" % (named, per_sandbox,
+                                                                        decided))
+        if per_sandbox != decided:
+            errs.append("the per-sandbox series hold %g decisions, the daemon made %g"
+                        % (per_sandbox, decided))
+        if any(not a.startswith(b"HTTP/1.1 200") for a in answers[:METRICS_SERVED]):
+            errs.append("a request of the counted ones was not served")
+        for method, path, code in (("GET", "/other", 404), ("POST", "/metrics", 405),
+                                   ("HEAD", "/metrics", 200)):
+            got = scrape(port, method, path)[0]
+            if got != code:
+                errs.append("%s %s: %d, want %d" % (method, path, got, code))
+    finally:
+        stop.set()
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(30)
+        if code != 0:
+            errs.append("the daemon exited %d" % code)
+    if sanitizer_marks(read_text(v["err"])):
+        errs.append("a sanitizer report: %s" % read_text(v["err"])[-2000:])
+    return errs
 
 
 def make_install(v):
@@ -970,7 +1107,7 @@ def run_test(args, name, test, log, tmp, origin_port):
         after = after_audit_rotation
     elif name == "bad_address":
         return bad_address(args, v)
-    elif name in ("kept_sockets", "graceful_restart", "upgrade"):
+    elif name in ("kept_sockets", "graceful_restart", "upgrade", "metrics"):
         return kept_sockets(args, v, log, test)
 
     def preexec():
@@ -1074,6 +1211,7 @@ def main():
                            ("bad_address", t_bad_address), ("audit_rotation", t_audit_rotation),
                            ("node_view", t_node_view), ("kept_sockets", t_kept_sockets),
                            ("graceful_restart", t_graceful_restart), ("upgrade", t_upgrade),
+                           ("metrics", t_metrics),
                            ("unit", t_unit_served)):
             if args.tests and name not in args.tests:
                 continue

@@ -45,6 +45,7 @@
 #include "core/handover.h"
 #include "core/limits.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "core/notify.h"
 #include "core/pool.h"
 #include "core/ring.h"
@@ -312,6 +313,8 @@ static void settings_compare(const struct config *run, const struct config *fres
 		{ "daemon.workers", run->workers != fresh->workers },
 		{ "daemon.conns_per_worker", run->conns_per_worker != fresh->conns_per_worker },
 		{ "daemon.pipes_per_worker", run->pipes_per_worker != fresh->pipes_per_worker },
+		{ "daemon.metrics", text_differs(run->metrics_listen, fresh->metrics_listen) ||
+					run->metrics_sandboxes != fresh->metrics_sandboxes },
 		{ "daemon timeouts", run->head_timeout_ms != fresh->head_timeout_ms ||
 					 run->connect_timeout_ms != fresh->connect_timeout_ms ||
 					 run->dns_timeout_ms != fresh->dns_timeout_ms ||
@@ -360,6 +363,7 @@ static int reload(void *arg, char *msg, size_t cap)
 		if (err[0] == '\0')
 			snprintf(err, sizeof(err), "%s", strerror(-ret));
 		log_error("reload refused, the running policy stays: %s", err);
+		atomic_fetch_add(&d->e->reloads_refused, 1);
 	}
 	/* The audit's detail field holds 127 bytes: the log line has the rest. */
 	snprintf(detail, sizeof(detail), "%s: %.100s",
@@ -561,11 +565,11 @@ static void stop_self(void *arg)
 	(void)kill(getpid(), SIGTERM); /* the main thread's sigwait takes it */
 }
 
-/* The old daemon's control socket among <kept> (an upgrade's), taken out of it; -1: none. */
-static int kept_control_take(struct notify_fd *kept, uint32_t count)
+/* The socket named <name> among <kept> (an upgrade's), taken out of it; -1: none. */
+static int kept_take(struct notify_fd *kept, uint32_t count, const char *name)
 {
 	for (uint32_t i = 0; i < count; i++) {
-		if (kept[i].fd >= 0 && strcmp(kept[i].name, "control") == 0) {
+		if (kept[i].fd >= 0 && strcmp(kept[i].name, name) == 0) {
 			int fd = kept[i].fd;
 			kept[i].fd = -1;
 			return fd;
@@ -634,7 +638,8 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 	e.term_arg = tls;
 	e.term_has_ca = tls != NULL && cfg->ca_cert != NULL;
 	e.manager = notify_on(manager) ? manager : NULL;
-	int kept_control = kept_control_take(kept, kept_count);
+	int kept_control = kept_take(kept, kept_count, "control");
+	int kept_metrics = kept_take(kept, kept_count, ENGINE_FDNAME_METRICS);
 	e.inherited = kept;
 	e.inherited_count = kept_count;
 	e.inherited_from = handover >= 0 ? "the old daemon" : NULL;
@@ -645,11 +650,18 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		struct control ctl;
 		gid_t group = (gid_t)-1;
 		ret = control_group_resolve(cfg->control_group, &group);
+		struct metrics metrics;
 		if (ret == 0)
 			ret = control_start(&ctl, &e, group, kept_control);
 		else if (kept_control >= 0)
 			close(kept_control);
 		kept_control = -1;
+		if (ret == 0) {
+			ret = metrics_start(&metrics, &e, kept_metrics);
+			kept_metrics = -1;
+			if (ret != 0)
+				control_stop(&ctl);
+		}
 		if (ret == 0 && handover >= 0) {
 			/* Both serve the sockets now; the old daemon drains once told. */
 			ret = handover_ready(handover);
@@ -658,6 +670,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 				log_error("upgrade: the old daemon did not take the hand-over: %s; "
 					  "this one stops",
 					  strerror(-ret));
+				metrics_stop(&metrics);
 				control_stop(&ctl);
 			} else {
 				e.predecessor_serves = false;
@@ -684,6 +697,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		manager_tell(&d, "STOPPING=1\n");
 		control_stop(&ctl);
 		drain(&e, atomic_load(&e.handed_over), cfg->drain_timeout_ms);
+		metrics_stop(&metrics);
 		ret = engine_stop(&e);
 		notice(audit, cfg->workers,
 		       ret == 0 ? "daemon_stopped" : "daemon_stopped_with_leak");
@@ -691,6 +705,8 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 out:
 	if (kept_control >= 0)
 		close(kept_control);
+	if (kept_metrics >= 0)
+		close(kept_metrics);
 	if (handover >= 0)
 		close(handover); /* the old daemon goes on serving */
 	tls_term_close(&tls);

@@ -193,6 +193,29 @@ START_TEST(test_tcp_listen)
 }
 END_TEST
 
+/* daemon.metrics: a loopback listener only, its listen mandatory, sandboxes 0..1000. */
+START_TEST(test_metrics)
+{
+	expect_error("version: 1\ndaemon:\n  metrics: {listen: \"0.0.0.0:9464\"}\n",
+		     "t.yaml:3:21: metrics.listen must be a loopback address:port (127.0.0.1:PORT "
+		     "or [::1]:PORT)");
+	expect_error("version: 1\ndaemon:\n  metrics: {listen: \"10.1.2.3:9464\"}\n",
+		     "t.yaml:3:21: metrics.listen must be a loopback address:port");
+	expect_error("version: 1\ndaemon:\n  metrics: {sandboxes: 5}\n",
+		     "t.yaml:3:12: metrics needs listen");
+	expect_error("version: 1\ndaemon:\n  metrics: {listen: \"127.0.0.1:1\", port: 2}\n",
+		     "t.yaml:3:36: unknown key \"port\" in daemon.metrics");
+	expect_error("version: 1\ndaemon:\n  metrics: {listen: \"127.0.0.1:1\", sandboxes: 1001}\n",
+		     "t.yaml:3:47: metrics.sandboxes must be 0..1000, got 1001");
+	expect_ok(MINIMAL "daemon:\n  metrics: {listen: \"127.0.0.1:9464\"}\n");
+	ck_assert_str_eq(cfg.metrics_listen, "127.0.0.1:9464");
+	ck_assert_uint_eq(cfg.metrics_sandboxes, LIMITS_METRICS_SANDBOXES_DEFAULT);
+	expect_ok(MINIMAL "daemon:\n  metrics: {listen: \"[::1]:9464\", sandboxes: 0}\n");
+	ck_assert_str_eq(cfg.metrics_listen, "[::1]:9464");
+	ck_assert_uint_eq(cfg.metrics_sandboxes, 0);
+}
+END_TEST
+
 /* --- daemon.ca and leaf_days ----------------------------------------------------------------- */
 
 /*
@@ -527,7 +550,7 @@ START_TEST(test_daemon_keys)
 		  "unknown key \"gateway\" in daemon (expected one of: socket_dir, audit_log, "
 		  "workers, conns_per_worker, pipes_per_worker, sandbox_share_percent, "
 		  "sandbox_completions_per_turn, tcp_listen, tcp_sandbox, timeouts, control_group, "
-		  "ca, leaf_days, ingress, sandbox_uids, sandboxes_per_user, audit_failure)" },
+		  "ca, leaf_days, ingress, sandbox_uids, sandboxes_per_user, audit_failure, metrics)" },
 	};
 
 	expect_refusals(cases, AN_ARRAY_LEN(cases));
@@ -770,6 +793,7 @@ int main(void)
 	tcase_add_test(tc, test_daemon_limits);
 	tcase_add_test(tc, test_daemon_settings);
 	tcase_add_test(tc, test_tcp_listen);
+	tcase_add_test(tc, test_metrics);
 	tcase_add_test(tc, test_daemon_ca);
 	tcase_add_test(tc, test_daemon_absent);
 	tcase_add_test(tc, test_daemon_listen);
