@@ -1075,18 +1075,24 @@ static void addrs_accept(struct conn *c, const struct sockaddr_storage *addrs, u
 
 	c->addr_count = 0;
 	c->addr_next = 0;
+	const struct sockaddr *refused = NULL;
 	for (uint32_t i = 0; i < count && c->addr_count < CONN_ADDRS_MAX; i++) {
 		const struct sockaddr *sa = (const struct sockaddr *)&addrs[i];
 		if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
 			continue;
-		if (checked && !e->ops->address_permitted(c->snap->policy, sa))
+		if (checked && !e->ops->address_permitted(c->snap->policy, sa)) {
+			refused = refused != NULL ? refused : sa;
 			continue;
+		}
 		size_t len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
 						      : sizeof(struct sockaddr_in6);
 		memcpy(&c->addrs[c->addr_count++], sa, len);
 	}
 	if (c->addr_count == 0) {
-		respond(c, REASON_PRIVATE_ADDRESS);
+		if (refused != NULL)
+			respond_private_address(c, refused);
+		else
+			respond(c, REASON_PRIVATE_ADDRESS); /* no IPv4 or IPv6 address at all */
 		return;
 	}
 	connect_next(c);
@@ -1305,12 +1311,41 @@ void respond_send(struct conn *c)
 
 void respond(struct conn *c, enum reason why)
 {
-	respond_with(c, why, NULL, NULL, 0);
+	respond_with(c, why, NULL);
 }
 
-void respond_with(struct conn *c, enum reason why, const char *detail, const char *reply,
-		  uint32_t reply_len)
+void respond_private_address(struct conn *c, const struct sockaddr *sa)
 {
+	char address[INET6_ADDRSTRLEN];
+	char detail[128];
+	char instruction[320];
+	const void *bytes = sa->sa_family == AF_INET6
+				? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+				: (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+
+	if (inet_ntop(sa->sa_family, bytes, address, sizeof(address)) == NULL) {
+		respond(c, REASON_PRIVATE_ADDRESS);
+		return;
+	}
+	const char *class = c->w->e->ops->address_class(sa);
+	snprintf(detail, sizeof(detail), "address %s class %s", address, class);
+	snprintf(instruction, sizeof(instruction),
+		 "%.*s resolved to %s, a %s address, which this sandbox may not reach; if it "
+		 "should, the operator adds it to resolver.allow_private. Do not retry.",
+		 (int)c->host_len, c->host, address, class);
+	const struct refusal_extra x = { .detail = detail,
+					 .instruction = instruction,
+					 .address = address,
+					 .address_class = class };
+	respond_with(c, REASON_PRIVATE_ADDRESS, &x);
+}
+
+void respond_with(struct conn *c, enum reason why, const struct refusal_extra *x)
+{
+	static const struct refusal_extra none = { 0 };
+	const char *detail = (x != NULL ? x : &none)->detail;
+	const char *reply = (x != NULL ? x : &none)->reply;
+	uint32_t reply_len = (x != NULL ? x : &none)->reply_len;
 	struct worker *w = c->w;
 	char audit_id[AUDIT_ID_BYTES];
 	char sandbox_id[CONFIG_SANDBOX_ID_BYTES_MAX];
@@ -1346,7 +1381,10 @@ void respond_with(struct conn *c, enum reason why, const char *detail, const cha
 	struct deny_info d = {
 		.reason = why,
 		.rule = c->rule,
-		.instruction = c->instruction,
+		.instruction =
+		    x != NULL && x->instruction != NULL ? x->instruction : c->instruction,
+		.address = x != NULL ? x->address : NULL,
+		.address_class = x != NULL ? x->address_class : NULL,
 		.host = c->host_len ? c->host : NULL,
 		.host_len = c->host_len,
 		.port = c->port,

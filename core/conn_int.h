@@ -429,13 +429,25 @@ void connect_next(struct conn *c);
 void respond_send(struct conn *c);
 /* Refuses the request for <why>: audit record, deny-contract answer, then linger. */
 void respond(struct conn *c, enum reason why);
+/* What a refusal says beyond its reason (respond_with); every field may be NULL. */
+struct refusal_extra {
+	const char *detail; /* the decision record's detail */
+	const char *reply;  /* static: what the client gets instead of the deny contract's
+				  * answer (a TLS alert where it speaks TLS, say); it closes */
+	uint32_t reply_len;
+	const char *instruction; /* instead of the rule's or the reason's */
+	const char *address;     /* private_address: the address refused and its class */
+	const char *address_class;
+};
+/* respond, with <x>'s detail, reply, instruction and address. */
+void respond_with(struct conn *c, enum reason why, const struct refusal_extra *x);
 /*
- * respond, with <detail> (NULL: none) in the decision record, and <reply>/
- * <reply_len> (static, NULL: the deny contract's answer) as what the client
- * gets instead: a TLS alert where the client speaks TLS, say. A reply closes.
+ * Refuses <c>'s request private_address, naming <sa>, the first address the
+ * policy refused, and its class in the record's detail, the answer's body and
+ * its instruction (the host is one the policy allows: nothing is learned of
+ * another).
  */
-void respond_with(struct conn *c, enum reason why, const char *detail, const char *reply,
-		  uint32_t reply_len);
+void respond_private_address(struct conn *c, const struct sockaddr *sa);
 /* Our answer is out: shut our side and drain the client until EOF or timeout. */
 void linger_start(struct conn *c);
 

@@ -108,6 +108,11 @@ static void format_body(const struct deny_info *d, const char *instruction, stru
 	put_json_field(o, "host", d->host, d->host_len, false);
 	put_str(o, ",\"port\":");
 	put_u32(o, d->port);
+	if (d->address != NULL && d->address_class != NULL) {
+		put_json_field(o, "address", d->address, strlen(d->address), false);
+		put_json_field(o, "address_class", d->address_class, strlen(d->address_class),
+			       false);
+	}
 	put_json_field(o, "sandbox", d->sandbox, d->sandbox ? strlen(d->sandbox) : 0, false);
 	put_json_field(o, "rule", d->rule, d->rule ? strlen(d->rule) : 0, false);
 	put_json_field(o, "audit_id", d->audit_id, d->audit_id ? strlen(d->audit_id) : 0, false);

@@ -24,7 +24,11 @@ struct deny_info {
 	const char *sandbox;
 	const char *audit_id;
 	uint32_t retry_after_s; /* 429/503: Retry-After seconds; 0 omits it */
-	bool keep_alive;        /* the connection stays open for the next request */
+	/* private_address: the address the policy refused and its class, in the body; NULL:
+	 * neither field. Only for a host the policy allows (nothing is told of others). */
+	const char *address;
+	const char *address_class;
+	bool keep_alive; /* the connection stays open for the next request */
 };
 
 /*

@@ -731,7 +731,8 @@ static bool inject_take_pooled(struct conn *c)
 	c->addr_count = 1;
 	c->addr_next = 0;
 	if (!w->e->ops->address_permitted(c->snap->policy, (const struct sockaddr *)&addr)) {
-		respond(c, REASON_PRIVATE_ADDRESS); /* a reload took the address away */
+		/* a reload took the address away */
+		respond_private_address(c, (const struct sockaddr *)&addr);
 		return true;
 	}
 	c->reused_upstream = true;

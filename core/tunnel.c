@@ -317,11 +317,12 @@ static void first_flight_refuse(struct conn *c, enum first_flight verdict, const
 		conn_close(c);
 		return;
 	}
-	if (tls)
-		respond_with(c, why, detail, tls_alert_unrecognized_name,
-			     sizeof(tls_alert_unrecognized_name) - 1);
-	else
-		respond_with(c, why, detail, NULL, 0);
+	const struct refusal_extra x = {
+		.detail = detail,
+		.reply = tls ? tls_alert_unrecognized_name : NULL,
+		.reply_len = tls ? (uint32_t)sizeof(tls_alert_unrecognized_name) - 1 : 0,
+	};
+	respond_with(c, why, &x);
 }
 
 /* The head buffer the first flight gathers in, taken again if a silent tunnel gave it

@@ -173,6 +173,8 @@ struct verdict_ops {
 	 * resolver.allow_private.
 	 */
 	bool (*address_permitted)(const void *policy, const struct sockaddr *sa);
+	/* The name of <sa>'s address class ("private", "loopback", ...: docs/policy.md). */
+	const char *(*address_class)(const struct sockaddr *sa);
 	/* The index of profile <name> (NUL-terminated), or -ENOENT. */
 	int (*profile_index)(const void *policy, const char *name);
 	/* Whether <who> may register sandboxes on profile <index> (root always may). */

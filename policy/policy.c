@@ -882,6 +882,11 @@ static bool policy_address_permitted(const void *snapshot, const struct sockaddr
 	return addr_permitted(p->allow, p->allow_count, sa);
 }
 
+static const char *policy_address_class(const struct sockaddr *sa)
+{
+	return addr_class_name(addr_classify(sa));
+}
+
 static int policy_profile_index_op(const void *policy, const char *name)
 {
 	return policy_profile_index(policy, name);
@@ -1008,6 +1013,7 @@ const struct verdict_ops policy_verdict_ops = {
 	.normalise_host = policy_normalise_host,
 	.static_lookup = policy_static_lookup,
 	.address_permitted = policy_address_permitted,
+	.address_class = policy_address_class,
 	.profile_index = policy_profile_index_op,
 	.profile_admits = policy_profile_admits_op,
 	.profile_name = policy_profile_name_op,

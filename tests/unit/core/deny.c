@@ -360,6 +360,34 @@ START_TEST(test_rule_retry_instruction)
 }
 END_TEST
 
+/* private_address names the refused address and its class after the port; both or neither. */
+START_TEST(test_address)
+{
+	struct response r;
+	struct json_dump j;
+	char want[256];
+
+	struct deny_info d = base_info(REASON_PRIVATE_ADDRESS);
+	d.address = "fd00:ec2::254";
+	d.address_class = "metadata";
+	size_t n = format_big(&d);
+	parse_response(out_big, n, &r);
+	ck_assert_uint_eq(r.status, 403);
+	decode_body(&r, &j);
+	json_expect(
+	    &j, "keys",
+	    "reason,status,instruction,host,port,address,address_class,sandbox,rule,audit_id");
+	json_expect(&j, "address", sxs("fd00:ec2::254", want, sizeof(want)));
+	json_expect(&j, "address_class", sxs("metadata", want, sizeof(want)));
+
+	d.address_class = NULL; /* half a pair is none */
+	n = format_big(&d);
+	parse_response(out_big, n, &r);
+	decode_body(&r, &j);
+	json_expect(&j, "keys", "reason,status,instruction,host,port,sandbox,rule,audit_id");
+}
+END_TEST
+
 /* A limit's 429 on a connection kept for the next request says so; nothing else changes. */
 START_TEST(test_keep_alive)
 {
@@ -636,6 +664,7 @@ static Suite *deny_suite(void)
 	tcase_add_test(tc, test_every_reason);
 	tcase_add_test(tc, test_rule_retry_instruction);
 	tcase_add_test(tc, test_keep_alive);
+	tcase_add_test(tc, test_address);
 	tcase_add_test(tc, test_nulls);
 	tcase_add_test(tc, test_host_escaped);
 	tcase_add_test(tc, test_header_injection);
