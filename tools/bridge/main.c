@@ -1054,7 +1054,8 @@ static int bridge_turn(struct bridge *b, int timeout_ms)
  * descriptor limit, the filter, the default signal mask and dispositions, then exec. Never
  * returns.
  */
-static _Noreturn void child_exec(struct bridge *b, scmp_filter_ctx filter, char **cmd, pid_t parent)
+static _Noreturn void child_exec(struct bridge *b, scmp_filter_ctx filter, char **cmd, pid_t parent,
+				 int go_fd)
 {
 	AN_ASSERT(cmd != NULL && cmd[0] != NULL);
 	AN_ASSERT(parent > 0);
@@ -1071,6 +1072,17 @@ static _Noreturn void child_exec(struct bridge *b, scmp_filter_ctx filter, char 
 		_exit(BRIDGE_EXIT_FAILURE);
 	}
 	(void)setrlimit(RLIMIT_NOFILE, &b->nofile_orig);
+	/* Not a step of the agent's before the bridge is under its own filter: the bridge says
+	 * so with a byte (or ends, and the agent with it). */
+	char go = 0;
+	ssize_t got;
+	do
+		got = read(go_fd, &go, 1);
+	while (got == -1 && errno == EINTR);
+	if (got != 1) {
+		_exit(BRIDGE_EXIT_FAILURE);
+	}
+	(void)close(go_fd);
 	if (filter != NULL) {
 		int rc = filter_load(filter);
 		if (rc != 0) {
@@ -1188,35 +1200,55 @@ static int bridge_wait(struct bridge *b)
 }
 
 /*
- * Forks the agent (under <filter>, when not NULL), then puts the bridge under <own> (released
- * here; the agent never inherits it). Returns the agent's pid, or -errno with no agent left.
+ * Forks the agent (under <filter>, when not NULL), puts the bridge under <own> (released
+ * here; the agent never inherits it), and only then lets the agent go on to its filter and
+ * exec, so no code of the agent's runs beside an unfiltered bridge. Returns the agent's
+ * pid, or -errno with no agent left.
  */
 static pid_t agent_start(struct bridge *b, const struct bridge_opts *o, scmp_filter_ctx filter,
 			 scmp_filter_ctx own)
 {
 	AN_ASSERT(b->agent_pid == 0);
 	pid_t parent = getpid();
-	pid_t pid = fork();
+	int go[2] = { -1, -1 };
+	bool piped = pipe2(go, O_CLOEXEC) == 0;
+	pid_t pid = piped ? fork() : -1;
 	if (pid == 0) {
-		child_exec(b, filter, o->cmd, parent);
+		(void)close(go[1]);
+		child_exec(b, filter, o->cmd, parent, go[0]);
 	}
 	if (pid == -1) {
 		int err = errno;
-		say("fork: %s", strerror(err));
+		say("%s: %s", piped ? "fork" : "pipe", strerror(err));
+		if (piped) {
+			(void)close(go[0]);
+			(void)close(go[1]);
+		}
 		if (own != NULL) {
 			seccomp_release(own);
 		}
 		return -err;
 	}
+	(void)close(go[0]);
 	int rc = own != NULL ? filter_load(own) : 0;
 	if (own != NULL) {
 		seccomp_release(own);
 	}
-	if (rc != 0) {
-		say("seccomp (the bridge's own filter): %s", strerror(-rc));
+	ssize_t sent = -1;
+	if (rc == 0) {
+		do
+			sent = write(go[1], "g", 1);
+		while (sent == -1 && errno == EINTR);
+	}
+	(void)close(go[1]);
+	if (rc != 0 || sent != 1) {
+		if (rc != 0)
+			say("seccomp (the bridge's own filter): %s", strerror(-rc));
+		else
+			say("starting the agent: %s", strerror(errno));
 		(void)kill(pid, SIGKILL);
 		(void)waitpid(pid, NULL, 0);
-		return rc;
+		return rc != 0 ? rc : -EPIPE;
 	}
 	return pid;
 }
