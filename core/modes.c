@@ -39,6 +39,12 @@ bool conn_mode_start(struct conn *c, const struct http1_request *req, const stru
 		respond(c, REASON_TIER_UNAVAILABLE); /* a credential never goes out in clear */
 		return true;
 	}
+	/* A terminated tier with no CA to sign its leaf: refused before any resolution or
+	 * connection (the fake tier connects nowhere; term_start refuses its CONNECT). */
+	if (v->tier == TIER_INJECT && !(c->w->e->term != NULL && c->w->e->term_has_ca)) {
+		respond(c, REASON_TIER_UNAVAILABLE);
+		return true;
+	}
 	c->inject = v->tier == TIER_INJECT ? v->inject : NULL;
 	if (v->tier == TIER_FAKE) {
 		c->fake = v->fake;

@@ -800,6 +800,21 @@ uint32_t policy_rule_count(const struct policy *p)
 	return p->rule_count;
 }
 
+void policy_terminated_rules(const struct policy *p, void *arg,
+			     void (*fn)(void *arg, const char *profile, const char *rule,
+					enum tier tier, uint32_t line))
+{
+	AN_ASSERT(p != NULL && fn != NULL);
+	for (uint32_t i = 0; i < p->profile_count; i++) {
+		const struct policy_profile *pr = &p->profiles[i];
+		for (uint32_t j = 0; j < pr->rule_count; j++) {
+			const struct acl_rule *r = &pr->rules[j];
+			if (r->tier == TIER_FAKE || r->tier == TIER_INJECT)
+				fn(arg, pr->name, r->id, (enum tier)r->tier, r->line);
+		}
+	}
+}
+
 static void policy_decide(const void *snapshot, uint32_t profile, const char *host, size_t host_len,
 			  uint16_t port, struct verdict *out)
 {

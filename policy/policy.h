@@ -281,6 +281,14 @@ const char *policy_profile_name(const struct policy *p, uint32_t index);
 uint32_t policy_rule_count(const struct policy *p);
 
 /*
+ * Calls <fn> for every rule of a terminated tier (fake, inject: the CA signs
+ * their leaves), with its profile, id, tier and line in the policy file.
+ */
+void policy_terminated_rules(const struct policy *p, void *arg,
+			     void (*fn)(void *arg, const char *profile, const char *rule,
+					enum tier tier, uint32_t line));
+
+/*
  * The table the daemon installs into the engine, with a struct policy as the
  * opaque snapshot. Every operation but release is thread-safe and never
  * allocates. decide sets verdict.fake on a TIER_FAKE verdict (NULL on every

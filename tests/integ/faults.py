@@ -63,6 +63,10 @@
     Connection: close, and audited so; the daemon exits once the drain's time is up (the
     tunnel aborted then), not before, and says how many it aborted.
 
+  - inject_without_ca: the daemon has no CA (the policy's daemon.ca left out): a CONNECT
+    to an inject rule's host is answered 403 tier_unavailable before any resolution or
+    connection (the rule's origin accepts nothing).
+
 Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] [--tests NAME...] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
 """
@@ -347,14 +351,16 @@ class HeldHandshakeOrigin(Listener):
     """An origin that holds each connection HANDSHAKE_HOLD_S before it answers the
     daemon's ClientHello; then, with <tls> (an ssl.SSLContext), takes its side of the
     handshake, noting any request it reads in self.requests; without, resets it
-    (SO_LINGER 0)."""
+    (SO_LINGER 0). self.accepted counts its connections."""
 
     def __init__(self, tls=None):
         self.tls = tls
         self.requests = 0
+        self.accepted = 0
         super().__init__()
 
     def answer(self, conn):
+        self.accepted += 1
         try:
             conn.settimeout(10)
             time.sleep(HANDSHAKE_HOLD_S)
@@ -1016,6 +1022,27 @@ def t_drain(v, log):
     return errs
 
 
+def t_inject_without_ca(v, log):
+    errs = []
+    dropped = v["dropped"]
+    before = dropped.accepted
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(egress(v["sock_dir"], "agent"))
+        s.sendall(b"CONNECT dropped.internal:%d HTTP/1.1\r\nHost: dropped.internal:%d\r\n\r\n"
+                  % (dropped.port, dropped.port))
+        answer = read_head(s)
+    time.sleep(0.5)
+    log("an inject CONNECT with no CA: %r; the origin accepted %d" % (
+        answer[:60], dropped.accepted - before))
+    if status_of(answer) != 403 or b"tier_unavailable" not in answer:
+        errs.append("an inject CONNECT with no CA: %r, want 403 tier_unavailable" % answer[:300])
+    if dropped.accepted != before:
+        errs.append("the inject rule's origin was connected to %d times; a refusal for want of "
+                    "a CA connects nowhere" % (dropped.accepted - before))
+    return errs
+
+
 def run_daemon(args, v, test, log):
     """Runs <test> against a daemon started with v["policy"] (under v["fsize"], a file size
     limit, when set; with v["env"] added to its environment), then stops it; returns how
@@ -1086,7 +1113,8 @@ def main():
                  t_upstream_fails_in_handshake),
                 ("tunnel_bytes_splice", "continue", None, None, t_tunnel_bytes),
                 ("tunnel_bytes_copy", "continue", None, {"AN_NO_SPLICE": "1"}, t_tunnel_bytes),
-                ("drain", "continue", None, None, t_drain)):
+                ("drain", "continue", None, None, t_drain),
+                ("inject_without_ca", "continue", None, None, t_inject_without_ca)):
             if args.tests and name not in args.tests:
                 continue
             top = os.path.join(tmp, name)
@@ -1106,7 +1134,9 @@ def main():
                      "policy": os.path.join(top, "policy.yaml"),
                      "err": os.path.join(top, "daemon.stderr")}
                 with open(v["policy"], "w", encoding="utf-8") as f:
-                    f.write(POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"],
+                    f.write((POLICY if name != "inject_without_ca" else
+                             "\n".join(line for line in POLICY.split("\n")
+                                       if not line.startswith("  ca: "))).format(sock_dir=v["sock_dir"], audit=v["audit"],
                                           failure=failure, port=origin.server_address[1],
                                           ingress_port=v["ingress_port"],
                                           tcp_port=v["tcp_port"], slow_port=v["slow"].port,

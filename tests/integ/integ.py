@@ -176,7 +176,8 @@ def check_json(errs, resp, want, present, absent):
 
 
 SPECIAL_KEYS = {"headers", "headers_present", "headers_absent", "connect_headers", "json",
-                "json_present", "json_absent", "body_contains", "error_contains"}
+                "json_present", "json_absent", "body_contains", "error_contains",
+                "stderr_contains"}
 
 
 def check_response(resp, want):
@@ -197,6 +198,9 @@ def check_response(resp, want):
         errs.append("body does not contain %r" % want["body_contains"])
     if "error_contains" in want and want["error_contains"] not in (resp.get("error") or ""):
         errs.append("error %r does not contain %r" % (resp.get("error"), want["error_contains"]))
+    for line in want.get("stderr_contains", []):
+        if line not in (resp.get("stderr") or ""):
+            errs.append("stderr %r does not contain %r" % (resp.get("stderr"), line))
     return errs
 
 
@@ -391,6 +395,11 @@ class Suite:
         return [got]
 
     def client_check_config(self, case, timeout):
+        # A secret file a case's inject rule may name ({{tmp}}/check-secret.txt, 0600).
+        secret = os.path.join(self.tmp, "check-secret.txt")
+        with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
+                  encoding="ascii") as f:
+            f.write("sk-check-config\n")
         if case.get("config_file") == "policy":
             path = self.vars["policy"]
         else:
@@ -401,7 +410,8 @@ class Suite:
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               timeout=timeout, env=daemon_env(), check=False)
         err = proc.stderr.decode("utf-8", "replace")
-        r = {"exit": proc.returncode, "stderr": err}
+        r = {"exit": proc.returncode, "stderr": err,
+             "stdout": proc.stdout.decode("utf-8", "replace")}
         r["sanitizer"] = [m for m in SANITIZER_MARKS if m in err]
         m = re.match(re.escape(path) + r":(\d+):(\d+): \S", err)
         if m:

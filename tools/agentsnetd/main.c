@@ -48,6 +48,7 @@
 #include "core/metrics.h"
 #include "core/notify.h"
 #include "core/pool.h"
+#include "core/reason.h"
 #include "core/ring.h"
 #include "policy/policy.h"
 #include "tls/term.h"
@@ -771,6 +772,24 @@ static int take_over(const struct config *cfg, int listen_fds, int *handover,
 	return 0;
 }
 
+/* --check-config on a policy with no daemon.ca: each rule a CA would serve, warned of. */
+struct no_ca_rules {
+	const char *path;
+};
+
+static void warn_no_ca(void *arg, const char *profile, const char *rule, enum tier tier,
+		       uint32_t line)
+{
+	const struct no_ca_rules *w = arg;
+
+	fprintf(stderr,
+		"%s:%u: warning: profile %s, rule %s (tier %s): the policy names no CA "
+		"(daemon.ca), so unless the daemon is given one (--ca-dir) its CONNECTs are "
+		"refused tier_unavailable%s\n",
+		w->path, line, profile, rule, reason_tier_name(tier),
+		tier == TIER_INJECT ? ", and its plain http:// requests always are" : "");
+}
+
 int main(int argc, char **argv)
 {
 	struct options o;
@@ -816,6 +835,10 @@ int main(int argc, char **argv)
 	if (o.check_path != NULL) {
 		printf("%s: ok (%u profiles, %u rules, %u sandboxes)\n", o.check_path,
 		       policy_profile_count(pol), policy_rule_count(pol), cfg.sandbox_count);
+		if (cfg.ca_cert == NULL) {
+			struct no_ca_rules warn = { .path = o.check_path };
+			policy_terminated_rules(pol, &warn, warn_no_ca);
+		}
 		policy_free(pol);
 		config_free(&cfg);
 		notify_close(&manager);
