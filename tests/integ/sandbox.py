@@ -887,6 +887,26 @@ sys.exit(%d)
 """
 
 
+# An agent that loops requests until a file appears, then prints what it saw: how many
+# were answered 200, how many failed (and the first few), and the longest.
+LOOP_PY = """
+import json, os, subprocess, sys, time
+ok, failed, longest = 0, [], 0.0
+while not os.path.exists(sys.argv[2]):
+    t = time.monotonic()
+    p = subprocess.run(["curl", "-sS", "--max-time", "30", "-o", "/dev/null", "-w",
+                        "%{http_code}", sys.argv[1]], capture_output=True, text=True)
+    longest = max(longest, time.monotonic() - t)
+    if p.returncode == 0 and p.stdout == "200":
+        ok += 1
+    else:
+        failed.append([p.returncode, p.stdout, p.stderr.strip()[:200]])
+print(json.dumps({"ok": ok, "failed": len(failed), "first_failures": failed[:5],
+                  "longest": round(longest, 3)}), flush=True)
+"""
+UPGRADES = 10
+
+
 def curl_code(tag, url, field="http_code"):
     """Shell: one curl request printing "<tag> <HTTP code>" (field http_connect: the
     proxy's answer to CONNECT)."""
@@ -1321,6 +1341,50 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
             return errs + self.leftovers(a)
 
         self.timed("daemon restarted while a sandbox runs: its next request succeeds", restart)
+
+    def t_upgrade(self):
+        def upgrade():
+            go = self.go("upgrade")
+            a = self.start(["python3", "-c", LOOP_PY, self.url(), go])
+            errs = []
+            try:
+                time.sleep(1.0)
+                for n in range(1, UPGRADES + 1):
+                    old = self.daemon
+                    self.daemon = start_daemon(self.procs, self.args.upns, self.args.daemon,
+                                               self.vars["policy"], self.daemon_err,
+                                               args=("--upgrade",))
+                    try:
+                        code = old.wait(30)
+                    except subprocess.TimeoutExpired:
+                        old.kill()
+                        old.wait()
+                        errs.append("upgrade %d: the old daemon did not stop in 30 s" % n)
+                        break
+                    if code != 0:
+                        errs.append("upgrade %d: the old daemon exited %d" % (n, code))
+                    time.sleep(0.3)
+                if a.sandbox not in self.listed():
+                    errs.append("the running sandbox %s is not listed after the upgrades"
+                                % a.sandbox)
+                time.sleep(0.5)
+            finally:
+                touch(go)
+                a.finish()
+            got = json_lines(a.stdout())
+            log("# %d upgrades under an agent's loop inside agentsnet run: %r" % (UPGRADES, got))
+            if not got.get("ok") or got.get("failed") != 0:
+                errs.append("the agent's requests across %d upgrades: %r, want none failed"
+                            % (UPGRADES, got))
+            if a.rc != 0:
+                errs.append("exit %s: %s" % (a.rc, a.stderr()[-1500:]))
+            text = read_text(self.daemon_err)
+            for mark in sanitizer_marks(text):
+                errs.append("daemon stderr contains %r" % mark)
+            return errs + self.leftovers(a)
+
+        self.timed("%d upgrades (agentsnetd --upgrade) while an agent loops requests inside "
+                   "agentsnet run: none fails, the sandbox stays registered" % UPGRADES, upgrade)
 
     def t_daemon_stopped(self):
         state = {}
@@ -3061,7 +3125,7 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
          "agent_cli_claude", "agent_cli_codex", "agent_cli_gemini",
-         "density", "daemon_restart", "daemon_stopped", "ingress", "stats", "env", "pty",
+         "density", "daemon_restart", "upgrade", "daemon_stopped", "ingress", "stats", "env", "pty",
          "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "root_races", "proc_host_wide", "misdirected"]
 
 
