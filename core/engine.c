@@ -245,7 +245,7 @@ static void inherited_drop(struct engine *e)
 	e->inherited_count = 0;
 }
 
-void engine_inet_listener_note(struct engine *e, const char *prefix, int fd)
+void engine_inet_listener_note(struct engine *e, const char *prefix, const char *name, int fd)
 {
 	uint32_t same = 0;
 
@@ -253,8 +253,18 @@ void engine_inet_listener_note(struct engine *e, const char *prefix, int fd)
 	for (uint32_t i = 0; i < e->inet_listener_count; i++)
 		same += strncmp(e->inet_listeners[i].name, prefix, strlen(prefix)) == 0;
 	struct notify_fd *n = &e->inet_listeners[e->inet_listener_count++];
-	snprintf(n->name, sizeof(n->name), "%s%u", prefix, same);
+	if (name != NULL)
+		snprintf(n->name, sizeof(n->name), "%s", name);
+	else
+		snprintf(n->name, sizeof(n->name), "%s%u", prefix, same);
 	n->fd = fd;
+	/* Kept by the manager too, as each sandbox's socket is: a restart refuses no client. */
+	if (e->manager != NULL) {
+		int err = notify_store_fd(e->manager, n->name, fd);
+		if (err != 0)
+			log_warn("%s: the service manager keeps no copy of it: %s", n->name,
+				 strerror(-err));
+	}
 }
 
 int engine_handover_list(struct engine *e, uint32_t extra, struct notify_fd **out, uint32_t *count)
@@ -529,7 +539,7 @@ static int worker_prepare(struct engine *e, struct worker *w, uint32_t index)
 			close(fd);
 			return -ENOMEM;
 		}
-		engine_inet_listener_note(e, ENGINE_FDNAME_TCP, fd);
+		engine_inet_listener_note(e, ENGINE_FDNAME_TCP, NULL, fd);
 	}
 	return 0;
 }
@@ -915,8 +925,9 @@ uint64_t engine_drain(struct engine *e, bool successor, uint32_t drain_ms)
 
 	AN_ASSERT(e->workers != NULL);
 	e->drain.until_ms = timer_now_ms() + drain_ms;
-	e->drain.all_handed_on = successor;
-	e->drain.sandboxes_handed_on = successor || e->manager != NULL;
+	/* A manager keeps every listener a successor would take but the internal one. */
+	e->drain.all_handed_on = successor || e->manager != NULL;
+	e->drain.sandboxes_handed_on = e->drain.all_handed_on;
 	for (uint32_t i = 0; i < e->worker_count; i++) {
 		struct worker *w = &e->workers[i];
 		w->drain = (struct worker_cmd){ .kind = WORKER_CMD_DRAIN };

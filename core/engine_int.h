@@ -67,8 +67,12 @@ static inline const char *inherited_source(const struct engine *e)
  */
 int engine_inherited_take(struct engine *e, const char *name);
 
-/* Records inet listener <fd> as "<prefix><n>" for a successor (e->inet_listeners). */
-void engine_inet_listener_note(struct engine *e, const char *prefix, int fd);
+/*
+ * Records inet listener <fd> for a successor (e->inet_listeners) as <name>
+ * (a predecessor's name for it) or, when NULL, "<prefix><n>", and hands it to
+ * the service manager to keep (FDSTORE), as each sandbox's socket is.
+ */
+void engine_inet_listener_note(struct engine *e, const char *prefix, const char *name, int fd);
 
 /* ---- core/listen.c ----------------------------------------------------- */
 

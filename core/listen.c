@@ -469,6 +469,8 @@ static int inet_inherited(struct engine *e, const char *prefix, uint32_t index, 
 	log_info("%s passed %s, which does not listen on %s: closed", inherited_source(e), name,
 		 text);
 	close(fd);
+	if (e->manager != NULL)
+		(void)notify_forget_fd(e->manager, name);
 	return -1;
 }
 
@@ -515,7 +517,7 @@ int ingress_listen(struct engine *e, struct worker *w)
 		close(fd);
 		return -ENOMEM;
 	}
-	engine_inet_listener_note(e, ENGINE_FDNAME_INGRESS, fd);
+	engine_inet_listener_note(e, ENGINE_FDNAME_INGRESS, NULL, fd);
 	if (e->ingress_tls && worker_ingress_listener_add(w, e->ingress_internal_fd, true) != 0)
 		return -ENOMEM;
 	return 0;
@@ -545,7 +547,7 @@ int inet_listeners_adopt_rest(struct engine *e)
 		log_info("%s passed %s, more than this daemon's workers make: worker %u serves it",
 			 inherited_source(e), kept->name, w->index);
 		engine_inet_listener_note(e, ingress ? ENGINE_FDNAME_INGRESS : ENGINE_FDNAME_TCP,
-					  kept->fd);
+					  kept->name, kept->fd);
 		kept->fd = -1;
 	}
 	return 0;

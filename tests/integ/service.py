@@ -33,7 +33,9 @@ the unit in deploy/systemd/ checked as systemd would read it.
     ($LISTEN_FDS, $LISTEN_FDNAMES), as systemd restarts a service: no request begun after
     the kill fails (the connections wait in the kept socket's queue and are served by the
     next daemon), the longest wait is reported, and the new daemon says it serves the
-    kept sockets. Without them (the same restart, no $LISTEN_FDS) requests fail.
+    kept sockets. Without them (the same restart, no $LISTEN_FDS) requests fail. The
+    gateway's public listener is kept too: a public request made while no daemon runs is
+    answered by the next one (404 for a sandbox that does not exist), never refused.
   - graceful_restart: as kept_sockets, but the daemon is stopped (SIGTERM) and started
     again, while clients loop requests on new connections and on kept-alive ones: the
     stopping daemon drains (each sandbox's socket handed on to the manager, so it stops
@@ -533,7 +535,7 @@ def start_kept(args, v, env, pass_store):
         err.close()
 
 
-def kept_run(args, v, log, pass_store):
+def kept_run(args, v, log, pass_store, during_gap=None):
     """One SIGKILL and restart under load; returns (errors, failed of those begun once the
     killed daemon was gone, failed of those in flight at the kill, the longest request in
     s)."""
@@ -545,7 +547,7 @@ def kept_run(args, v, log, pass_store):
     try:
         if m.wait(0, "READY") is None:
             return ["the first daemon said no READY=1"], 0, 0, 0
-        names = sorted(m.store)
+        names = sorted(n for n in m.store if n.startswith("sandbox."))
         if names != ["sandbox.one", "sandbox.two"]:
             errs.append("the manager keeps %r, want sandbox.one and sandbox.two" % names)
 
@@ -559,6 +561,9 @@ def kept_run(args, v, log, pass_store):
         first.kill()
         first.wait()
         dead_at = time.monotonic()  # a request begun before may have been the dead one's
+        gap = threading.Thread(target=during_gap) if during_gap is not None else None
+        if gap is not None:
+            gap.start()
         time.sleep(KEPT_GAP_S)
         second = start_kept(args, v, env, pass_store)
         try:
@@ -570,6 +575,8 @@ def kept_run(args, v, log, pass_store):
             stop.set()
             for th in threads:
                 th.join()
+            if gap is not None:
+                gap.join()
             second.send_signal(signal.SIGTERM)
             code = second.wait(30)
             if code != 0:
@@ -589,8 +596,37 @@ def kept_run(args, v, log, pass_store):
 
 
 def t_kept_sockets(args, v, log):
-    """SIGKILL and a restart given the kept sockets: no request begun after the kill fails."""
-    errs, after, _, longest = kept_run(args, v, log, True)
+    """SIGKILL and a restart given the kept sockets: no request begun after the kill fails,
+    and a public client of the gateway that connects while no daemon runs is answered by the
+    next one (its listener kept too), not refused."""
+    port = free_tcp_port()
+    text = read_text(v["policy"]).replace(
+        "  control_group: nogroup\n",
+        "  control_group: nogroup\n  ingress: {listen: \"127.0.0.1:%d\"}\n" % port)
+    with open(v["policy"], "w", encoding="utf-8") as f:
+        f.write(text)
+    public = {}
+
+    def public_client():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                s.sendall(b"GET /callbacks/nosuch/x HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          b"Connection: close\r\n\r\n")
+                data = b""
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            public["answer"] = data
+        except OSError as e:
+            public["answer"] = ("%s: %s" % (type(e).__name__, e)).encode()
+
+    errs, after, _, longest = kept_run(args, v, log, True, during_gap=public_client)
+    log("a public request made while no daemon ran: %r" % public.get("answer", b"")[:60])
+    if not public.get("answer", b"").startswith(b"HTTP/1.1 404"):
+        errs.append("a public request made while no daemon ran: %r, want the next daemon's "
+                    "404 (the gateway's listener kept)" % public.get("answer", b"")[:200])
     if after:
         errs.append("%d requests begun after the kill failed; want none (they wait in the kept "
                     "socket's queue)" % after)

@@ -551,7 +551,7 @@ static void drain(struct engine *e, bool successor, uint32_t drain_ms)
 	uint64_t began_us = monotonic_usec();
 	log_info("draining for up to %u ms%s", drain_ms,
 		 successor            ? " (the new daemon serves every socket)"
-		 : e->manager != NULL ? " (each sandbox's socket kept for the next daemon)"
+		 : e->manager != NULL ? " (every listener kept for the next daemon)"
 				      : "");
 	uint64_t left = engine_drain(e, successor, drain_ms);
 	log_info("drained in %llu ms, %llu connections left to abort",
