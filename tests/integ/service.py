@@ -595,30 +595,38 @@ def kept_run(args, v, log, pass_store, during_gap=None):
     return errs, len(after), len(during), longest
 
 
+def daemon_settings(v, lines):
+    """Adds <lines> (each a daemon: setting, indented) to v's policy."""
+    text = read_text(v["policy"]).replace("  control_group: nogroup\n",
+                                          "  control_group: nogroup\n" + lines)
+    with open(v["policy"], "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def tcp_exchange(port, request):
+    """<request> to 127.0.0.1:<port>: every byte of the answer, up to the connection's end."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(request)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+
+
 def t_kept_sockets(args, v, log):
     """SIGKILL and a restart given the kept sockets: no request begun after the kill fails,
     and a public client of the gateway that connects while no daemon runs is answered by the
     next one (its listener kept too), not refused."""
     port = free_tcp_port()
-    text = read_text(v["policy"]).replace(
-        "  control_group: nogroup\n",
-        "  control_group: nogroup\n  ingress: {listen: \"127.0.0.1:%d\"}\n" % port)
-    with open(v["policy"], "w", encoding="utf-8") as f:
-        f.write(text)
+    daemon_settings(v, "  ingress: {listen: \"127.0.0.1:%d\"}\n" % port)
     public = {}
 
     def public_client():
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
-                s.sendall(b"GET /callbacks/nosuch/x HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          b"Connection: close\r\n\r\n")
-                data = b""
-                while True:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-            public["answer"] = data
+            public["answer"] = tcp_exchange(port, b"GET /callbacks/nosuch/x HTTP/1.1\r\n"
+                                            b"Host: 127.0.0.1\r\nConnection: close\r\n\r\n")
         except OSError as e:
             public["answer"] = ("%s: %s" % (type(e).__name__, e)).encode()
 
@@ -791,11 +799,8 @@ def t_upgrade(args, v, log):
     fails; each old daemon exits 0 once drained."""
     errs = []
     tcp_port, metrics_port = free_tcp_port(), free_tcp_port()
-    text = read_text(v["policy"]).replace("  control_group: nogroup\n", "  control_group: nogroup\n"
-                        "  tcp_listen: \"127.0.0.1:%d\"\n  tcp_sandbox: one\n"
-                        "  metrics: {listen: \"127.0.0.1:%d\"}\n" % (tcp_port, metrics_port))
-    with open(v["policy"], "w", encoding="utf-8") as f:
-        f.write(text)
+    daemon_settings(v, "  tcp_listen: \"127.0.0.1:%d\"\n  tcp_sandbox: one\n"
+                    "  metrics: {listen: \"127.0.0.1:%d\"}\n" % (tcp_port, metrics_port))
     cmd = [args.daemon, "--config", v["policy"]]
 
     def spawn(n, upgrade):
@@ -919,14 +924,8 @@ PROMTOOL = shutil.which("promtool") or "/var/lib/agentsnet-tools/bin/promtool"
 
 def scrape(port, method="GET", path="/metrics"):
     """(status, head, body) of <method> <path> on the metrics listener."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (method.encode(), path.encode()))
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+    data = tcp_exchange(port, b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                        % (method.encode(), path.encode()))
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), head.decode("latin-1"), body.decode()
 
@@ -945,11 +944,7 @@ def t_metrics(args, v, log):
     """The Prometheus listener, under load and after it: promtool's check, the counters."""
     errs = []
     port = free_tcp_port()
-    text = read_text(v["policy"]).replace(
-        "  control_group: nogroup\n",
-        "  control_group: nogroup\n  metrics: {listen: \"127.0.0.1:%d\", sandboxes: 1}\n" % port)
-    with open(v["policy"], "w", encoding="utf-8") as f:
-        f.write(text)
+    daemon_settings(v, "  metrics: {listen: \"127.0.0.1:%d\", sandboxes: 1}\n" % port)
     err = open(v["err"], "ab")
     daemon = subprocess.Popen([args.daemon, "--config", v["policy"]], stdin=subprocess.DEVNULL,
                               stdout=err, stderr=err)
