@@ -28,6 +28,7 @@
 #include "core/reason.h"
 #include "core/snapshot.h"
 #include "core/textbuf.h"
+#include "core/timer.h"
 #include "core/worker.h"
 
 #define METRICS_VERSION "0.1.0"
@@ -364,10 +365,16 @@ static void serve_one(struct engine *e, int fd)
 	size_t fill = 0;
 	ssize_t parsed = -EAGAIN;
 
-	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	/* The whole head within METRICS_CLIENT_TIMEOUT_S, however it trickles in: one scrape at
+	 * a time, so a slow client must not hold the others (or the daemon's stop) longer. */
+	uint64_t deadline_ms = timer_now_ms() + METRICS_CLIENT_TIMEOUT_S * 1000u;
 	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	while (parsed == -EAGAIN && fill < sizeof(head)) {
-		ssize_t n = recv(fd, head + fill, sizeof(head) - fill, 0);
+		uint64_t now_ms = timer_now_ms();
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (now_ms >= deadline_ms || poll(&p, 1, (int)(deadline_ms - now_ms)) != 1)
+			return; /* too slow */
+		ssize_t n = recv(fd, head + fill, sizeof(head) - fill, MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)

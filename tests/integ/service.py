@@ -1021,6 +1021,29 @@ def t_metrics(args, v, log):
                         % (per_sandbox, decided))
         if any(not a.startswith(b"HTTP/1.1 200") for a in answers[:METRICS_SERVED]):
             errs.append("a request of the counted ones was not served")
+        # A client that trickles its head a byte a second holds the one scrape thread for
+        # METRICS_CLIENT_TIMEOUT_S (5 s) at most, not for as long as it trickles.
+        slow = socket.create_connection(("127.0.0.1", port), timeout=30)
+
+        def trickle():
+            try:
+                for ch in b"GET /metrics HTTP/1.1\r\nHost: x\r\n":
+                    slow.send(bytes([ch]))
+                    time.sleep(1)
+            except OSError:
+                pass
+        trickler = threading.Thread(target=trickle)
+        trickler.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        status = scrape(port)[0]
+        waited = time.monotonic() - t0
+        log("a scrape behind a client trickling its head: %d after %.1f s" % (status, waited))
+        if status != 200 or waited > 8:
+            errs.append("a scrape behind a trickling client: %d after %.1f s, want 200 within "
+                        "the 5 s the trickler may hold the thread" % (status, waited))
+        slow.close()
+        trickler.join()
         for method, path, code in (("GET", "/other", 404), ("POST", "/metrics", 405),
                                    ("HEAD", "/metrics", 200)):
             got = scrape(port, method, path)[0]
