@@ -89,7 +89,7 @@ import time
 
 from fairness import Origin, control, egress, served
 from integlib import (make_leaf, make_pki, own_pass_args, own_pass_end, read_head, read_text,
-                      upload_then_leave, with_daemon, Fatal)
+                      tcp_exchange, upload_then_leave, with_daemon, Fatal)
 
 DISK_BYTES = 1 << 20
 RECOVER_S = 5  # the writer tries a failing file at least once a second
@@ -244,15 +244,8 @@ def status_of(answer):
 
 def public_request(port):
     """One request to the gateway's public listener: what came back."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(b"GET /callbacks/agent/x HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                  b"Connection: close\r\n\r\n")
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
+    return tcp_exchange(port, b"GET /callbacks/agent/x HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        b"Connection: close\r\n\r\n", timeout=5)
 
 
 def free_port():

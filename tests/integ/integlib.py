@@ -190,6 +190,18 @@ def read_head(sock):
     return head
 
 
+def tcp_exchange(port, request, timeout=20):
+    """<request> to 127.0.0.1:<port>: every byte of the answer, up to the connection's end."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(request)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+
+
 def upload_then_leave(sock, pause_s=0.3):
     """Sends a body on <sock> (its head already sent) until the daemon, held back by a slow
     upstream, stops taking it (a send blocks 0.5 s), waits <pause_s>, and closes <sock>, as

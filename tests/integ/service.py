@@ -79,7 +79,7 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import (own_pass_args, own_pass_end, read_text, sanitizer_marks,
+from integlib import (own_pass_args, own_pass_end, read_text, sanitizer_marks, tcp_exchange,
                       with_daemon, Fatal)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -603,18 +603,6 @@ def daemon_settings(v, lines):
         f.write(text)
 
 
-def tcp_exchange(port, request):
-    """<request> to 127.0.0.1:<port>: every byte of the answer, up to the connection's end."""
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
-        s.sendall(request)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
-
-
 def t_kept_sockets(args, v, log):
     """SIGKILL and a restart given the kept sockets: no request begun after the kill fails,
     and a public client of the gateway that connects while no daemon runs is answered by the
@@ -646,6 +634,14 @@ def t_kept_sockets(args, v, log):
     if longest > KEPT_GAP_S + 10:
         errs.append("a request waited %.1f s" % longest)
     return errs
+
+
+def threads_stop(stop, threads):
+    """Sets <stop> and joins those of <threads> that were started."""
+    stop.set()
+    for th in threads:
+        if th.ident is not None:
+            th.join()
 
 
 def new_conn_client(path, stop, results):
@@ -746,10 +742,7 @@ def t_graceful_restart(args, v, log):
             errs.append("the daemon started again said no READY=1")
         time.sleep(1.0)
     finally:
-        stop.set()
-        for th in threads:
-            if th.ident is not None:
-                th.join()
+        threads_stop(stop, threads)
         if first.poll() is None:
             first.kill()
             first.wait()
@@ -869,10 +862,7 @@ def t_upgrade(args, v, log):
             time.sleep(0.3)
         time.sleep(0.5)
     finally:
-        stop.set()
-        for th in threads:
-            if th.ident is not None:
-                th.join()
+        threads_stop(stop, threads)
         for d in daemons:
             if d.poll() is None:
                 d.send_signal(signal.SIGTERM)
