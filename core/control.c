@@ -1,8 +1,9 @@
 /*
  * Control socket. One thread, one connection at a time: requests are rare
  * (a sandbox starting or ending) and each is short, so serial handling keeps
- * the engine's table changes trivially ordered. A client gets 5 seconds to
- * send its line, which is at most CONTROL_LINE_BYTES_MAX; anything else is
+ * the engine's table changes trivially ordered. A client gets 5 seconds in
+ * all to send its line (however it trickles in: it holds everyone's thread),
+ * which is at most CONTROL_LINE_BYTES_MAX; anything else is
  * answered "error bad_request". Answers are built in a growable buffer
  * because `sandbox ls` lists up to LIMITS_SANDBOXES_MAX lines.
  *
@@ -69,6 +70,7 @@
 #include "core/an.h"
 #include "core/handover.h"
 #include "core/textbuf.h"
+#include "core/timer.h"
 #include "core/audit.h"
 #include "core/engine.h"
 #include "core/log.h"
@@ -77,6 +79,8 @@
 #include "core/worker.h"
 
 #define CONTROL_LINE_BYTES_MAX 512u
+/* A request line must arrive whole within this; each send of the answer too. */
+#define CONTROL_LINE_MS 5000
 /* Supplementary groups of a caller read at once (SO_PEERGROUPS; more: a second read). */
 #define CONTROL_GROUPS_MAX       256
 #define CONTROL_REAP_INTERVAL_MS 1000
@@ -546,12 +550,23 @@ static void handle_limit(struct control *ctl, char *line, int sock, pid_t peer_p
 	}
 }
 
-/* Reads one line (up to '\n' or EOF) within the socket's receive timeout. */
-static ssize_t read_line(int fd, char *buf, size_t cap)
+/*
+ * Reads one line (up to '\n' or EOF) that must arrive whole by <deadline_ms>
+ * (timer_now_ms): a client trickling a byte at a time holds the one control
+ * thread no longer than that. Its length, or -EMSGSIZE past <cap>.
+ */
+static ssize_t read_line(int fd, char *buf, size_t cap, uint64_t deadline_ms)
 {
 	size_t got = 0;
 
 	while (got < cap - 1) {
+		uint64_t now = timer_now_ms();
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int ready = now < deadline_ms ? poll(&p, 1, (int)(deadline_ms - now)) : 0;
+		if (ready == -1 && errno == EINTR)
+			continue;
+		if (ready != 1)
+			break; /* the deadline: what came so far, which has no newline */
 		ssize_t n = read(fd, buf + got, cap - 1 - got);
 		if (n == -1 && errno == EINTR)
 			continue;
@@ -606,13 +621,14 @@ static void handle_handover(struct control *ctl, int sock, const struct verdict_
 	int n = snprintf(head, sizeof(head), "ok handover %u\n", count);
 	send_reply(sock, head, (size_t)n, -1);
 	log_info("handover: passing %u listening sockets to pid %d", count, (int)pid);
-	ret = handover_send(sock, list, count);
+	ret = handover_send(sock, list, count, timer_now_ms() + CONTROL_HANDOVER_MS);
 	pool_free(list);
 	if (ret != 0) {
 		log_warn("handover: %s: this daemon goes on serving", strerror(-ret));
 		return;
 	}
-	if (read_line(sock, line, sizeof(line)) < 0 || strcmp(line, "ready") != 0) {
+	if (read_line(sock, line, sizeof(line), timer_now_ms() + CONTROL_HANDOVER_MS) < 0 ||
+	    strcmp(line, "ready") != 0) {
 		log_warn("handover: the new daemon did not say it serves: this daemon goes on "
 			 "serving");
 		return;
@@ -627,7 +643,7 @@ static void handle_handover(struct control *ctl, int sock, const struct verdict_
 static void serve_one(struct control *ctl, int fd)
 {
 	char line[CONTROL_LINE_BYTES_MAX];
-	struct timeval tv = { .tv_sec = 5 };
+	struct timeval tv = { .tv_sec = CONTROL_LINE_MS / 1000 };
 	size_t len = 0;
 
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -659,7 +675,8 @@ static void serve_one(struct control *ctl, int fd)
 		.group_count = (uint32_t)(groups_len / sizeof(gid_t)),
 	};
 	static_assert(sizeof(gid_t) == sizeof(uint32_t), "SO_PEERGROUPS fills gid_t");
-	ssize_t n = read_line(fd, line, sizeof(line));
+	/* The line whole within the same 5 s, however it trickles in. */
+	ssize_t n = read_line(fd, line, sizeof(line), timer_now_ms() + CONTROL_LINE_MS);
 	int pass_fd = -1;
 	/* A caller the kernel cannot name is nobody the daemon may act for. */
 	char *out = NULL;
@@ -752,6 +769,43 @@ static bool control_socket_fits(int fd, const char *path)
 	       engine_socket_listening(fd, false);
 }
 
+/*
+ * Gives the passed control socket's file, "control.sock" in <dir_fd> (the
+ * socket directory: the daemon's, nobody else can put a name there), the
+ * group and mode this daemon's policy asks for (<group>, or the daemon's own
+ * gid when none): a group the policy no longer names loses its access now, not
+ * at the next restart. 0 or -errno (logged; the socket is not served).
+ */
+static int control_socket_retarget(int dir_fd, const char *path, gid_t group)
+{
+	struct stat st;
+	gid_t want = group != (gid_t)-1 ? group : getegid();
+
+	if (fstatat(dir_fd, "control.sock", &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+	    !S_ISSOCK(st.st_mode)) {
+		log_error("control socket %s: the passed socket's file is gone or not a socket",
+			  path);
+		return -ENOENT;
+	}
+	if (st.st_gid != want) {
+		if (fchownat(dir_fd, "control.sock", (uid_t)-1, want, AT_SYMLINK_NOFOLLOW) != 0) {
+			int err = errno;
+			log_error("control socket %s: chown to group %u: %s", path, (unsigned)want,
+				  strerror(err));
+			return -err;
+		}
+		log_info("control socket %s: group %u, was %u", path, (unsigned)want,
+			 (unsigned)st.st_gid);
+	}
+	/* fchmodat follows a link, but this name is a socket no one else can replace. */
+	if ((st.st_mode & 07777) != 0660 && fchmodat(dir_fd, "control.sock", 0660, 0) != 0) {
+		int err = errno;
+		log_error("control socket %s: chmod 0660: %s", path, strerror(err));
+		return -err;
+	}
+	return 0;
+}
+
 int control_start(struct control *ctl, struct engine *e, gid_t group, int kept)
 {
 	memset(ctl, 0, sizeof(*ctl));
@@ -761,19 +815,24 @@ int control_start(struct control *ctl, struct engine *e, gid_t group, int kept)
 	int n = snprintf(ctl->path, sizeof(ctl->path), "%s/control.sock", e->cfg->socket_dir);
 	if (n < 0 || (size_t)n >= sizeof(ctl->path))
 		return -ENAMETOOLONG;
-	int ret = engine_dir_secure(e->cfg->socket_dir, 0755);
-	if (ret >= 0) {
-		close(ret);
-		ret = 0;
-	}
+	int dir_fd = engine_dir_secure(e->cfg->socket_dir, 0755);
+	int ret = dir_fd >= 0 ? 0 : dir_fd;
 	int fd = ret == 0 && kept >= 0 && control_socket_fits(kept, ctl->path) ? kept : -1;
 	if (kept >= 0 && fd < 0)
 		close(kept);
+	if (fd >= 0 && (ret = control_socket_retarget(dir_fd, ctl->path, group)) != 0) {
+		close(fd);
+		fd = ret;
+	}
+	if (dir_fd >= 0)
+		close(dir_fd);
 	if (fd >= 0)
 		log_info("control socket %s: serving the socket %s passed", ctl->path,
 			 e->inherited_from != NULL ? e->inherited_from : "the old daemon");
+	else if (ret == 0)
+		fd = engine_listen_unix(ctl->path, 0660, (uid_t)-1, group, false);
 	else
-		fd = ret == 0 ? engine_listen_unix(ctl->path, 0660, (uid_t)-1, group, false) : ret;
+		fd = ret;
 	if (fd < 0) {
 		log_error("control socket %s: %s", ctl->path, strerror(-fd));
 		return fd;

@@ -36,7 +36,9 @@ struct control {
  * replaced, a live one is -EADDRINUSE), owned by group <group> when it is not
  * -1, and starts its thread. <kept> (or -1), the old daemon's control socket
  * passed in an upgrade, is served instead when it listens at that path (else
- * closed). Returns 0 or -errno (logged).
+ * closed), its file given <group> (the daemon's own gid when -1) and mode
+ * 0660 first, so that a group the new policy drops loses access at once.
+ * Returns 0 or -errno (logged).
  */
 int control_start(struct control *ctl, struct engine *e, gid_t group, int kept);
 

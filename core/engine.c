@@ -229,20 +229,80 @@ static int inherited_take(struct engine *e, const char *id)
 	return engine_inherited_take(e, name);
 }
 
-/* Closes what was passed and nothing took, and has the manager forget them. */
+int engine_stale_note(struct engine *e, const char *id)
+{
+	if (e->stale_count == e->stale_cap) {
+		uint32_t cap = e->stale_cap > 0 ? 2 * e->stale_cap : 16;
+		void *grown = pool_realloc(e->stale_ids, (size_t)cap * sizeof(*e->stale_ids));
+		if (grown == NULL) {
+			log_warn("sandbox %s: no memory to note its files for removal: left", id);
+			return -ENOMEM;
+		}
+		e->stale_ids = grown;
+		e->stale_cap = cap;
+	}
+	snprintf(e->stale_ids[e->stale_count++], sizeof(*e->stale_ids), "%s", id);
+	return 0;
+}
+
+/*
+ * Closes what was passed and nothing took, and has the manager forget them;
+ * a sandbox's socket file goes at engine_commit.
+ */
 static void inherited_drop(struct engine *e)
 {
+	size_t prefix = strlen(ENGINE_FDNAME_PREFIX);
+
 	for (uint32_t i = 0; i < e->inherited_count; i++) {
+		const char *name = e->inherited[i].name;
 		if (e->inherited[i].fd < 0)
 			continue;
 		log_info("%s passed %s, which names nothing this daemon serves: closed",
-			 inherited_source(e), e->inherited[i].name);
+			 inherited_source(e), name);
 		close(e->inherited[i].fd);
 		e->inherited[i].fd = -1;
 		if (e->manager != NULL)
-			(void)notify_forget_fd(e->manager, e->inherited[i].name);
+			(void)notify_forget_fd(e->manager, name);
+		if (strncmp(name, ENGINE_FDNAME_PREFIX, prefix) == 0 &&
+		    engine_sandbox_id_valid(name + prefix))
+			(void)engine_stale_note(e, name + prefix);
 	}
 	e->inherited_count = 0;
+}
+
+void engine_commit(struct engine *e)
+{
+	char dir[PATH_MAX];
+
+	AN_ASSERT(!e->predecessor_serves);
+	for (uint32_t i = 0; i < e->stale_count; i++) {
+		const char *id = e->stale_ids[i];
+		pthread_mutex_lock(&e->lock);
+		bool served = sandbox_find(e, id) >= 0; /* registered again since the start */
+		if (!served && registry_has(e, id)) {
+			registry_drop(e, id); /* its record and directory */
+			log_info("sandbox %s: not served by this daemon: its record and directory "
+				 "removed",
+				 id);
+		} else if (!served &&
+			   layout_sandbox_dir(e->cfg->socket_dir, id, dir, sizeof(dir)) == 0) {
+			/* A file sandbox the policy dropped: its socket goes, as a reload's. */
+			int dfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			struct stat st;
+			if (dfd >= 0 &&
+			    fstatat(dfd, "egress.sock", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISSOCK(st.st_mode) && unlinkat(dfd, "egress.sock", 0) == 0)
+				log_info("sandbox %s: not served by this daemon: %s/egress.sock "
+					 "removed",
+					 id, dir);
+			if (dfd >= 0)
+				close(dfd);
+		}
+		pthread_mutex_unlock(&e->lock);
+	}
+	AN_FREE(&e->stale_ids);
+	e->stale_count = 0;
+	e->stale_cap = 0;
 }
 
 void engine_inet_listener_note(struct engine *e, const char *prefix, const char *name, int fd)
@@ -335,7 +395,8 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 		return -EBUSY;
 	}
 	int kept = inherited_take(e, id);
-	ret = listen_unix(sb, e->cfg->socket_dir, fresh, kept, inherited_source(e));
+	ret = listen_unix(sb, e->cfg->socket_dir, fresh, kept, inherited_source(e),
+			  e->predecessor_serves);
 	if (ret != 0) {
 		if (pooled)
 			uidpool_release(&e->uids, agent_uid);
@@ -547,6 +608,7 @@ static int worker_prepare(struct engine *e, struct worker *w, uint32_t index)
 static void worker_release(struct worker *w)
 {
 	worker_listeners_free(w);
+	ingress_routes_free(&w->routes); /* a worker prepared and never started: its own */
 	if (w->wake_fd > 0)
 		close(w->wake_fd);
 	w->wake_fd = -1;
@@ -754,6 +816,8 @@ int engine_start(struct engine *e)
 
 int engine_stop(struct engine *e)
 {
+	AN_FREE(&e->stale_ids); /* engine_commit never ran: a start that did not commit */
+	e->stale_count = 0;
 	workers_join(e, e->worker_count);
 	snapshots_free(e);
 	pthread_mutex_destroy(&e->lock);

@@ -174,6 +174,13 @@ struct engine {
 	/* The old daemon still serves the sockets it passed (an upgrade, until it
 	 * acknowledged the new one's ready): a failed start leaves their files. */
 	bool predecessor_serves;
+	/* Sandboxes the start found kept or recorded that this daemon does not serve
+	 * (a passed socket nothing took, a run-time record the policy no longer
+	 * admits): their files go at engine_commit, once no predecessor serves
+	 * them. Ids, pool-allocated; the start's and engine_commit's. */
+	char (*stale_ids)[CONFIG_SANDBOX_ID_BYTES_MAX];
+	uint32_t stale_count;
+	uint32_t stale_cap;
 	/* The gateway's public listeners and the TCP listener's (SO_REUSEPORT, a
 	 * worker's each, and any more a predecessor had), named "ingress.<n>" and
 	 * "tcp.<n>" for a successor (engine_handover_list); made at start, unchanged
@@ -241,6 +248,16 @@ uint32_t engine_sandboxes_max_for(uint64_t nofile, uint32_t workers, uint32_t pi
  * failure nothing is left running.
  */
 int engine_start(struct engine *e);
+
+/*
+ * This daemon alone serves (at once after engine_start, or once an upgrade's
+ * old daemon took the hand-over): removes what the start left for a
+ * predecessor to go on serving, the socket files (and a run-time sandbox's
+ * record and directory) of every sandbox this daemon does not serve. A start
+ * that fails before it has removed nothing the old daemon serves. Main
+ * thread, once, after engine_start; engine_stop frees what it never ran for.
+ */
+void engine_commit(struct engine *e);
 
 /*
  * Drains the workers ahead of engine_stop. <successor>: a process takes every
@@ -435,6 +452,13 @@ int engine_listen_unix(const char *path, mode_t mode, uid_t owner, gid_t group, 
  * made <nonblock> or blocking as its server wants it.
  */
 bool engine_socket_listening(int fd, bool nonblock);
+
+/*
+ * Whether <fd> is a stream socket listening on "addr:port" <text> (as the
+ * loader normalised it) exactly, made non-blocking: a predecessor's listener
+ * that still fits what this daemon's policy asks for.
+ */
+bool engine_inet_listening_on(int fd, const char *text);
 
 /*
  * A listening TCP socket on "address:port" <text>, its own (no SO_REUSEPORT:

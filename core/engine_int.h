@@ -74,6 +74,13 @@ int engine_inherited_take(struct engine *e, const char *name);
  */
 void engine_inet_listener_note(struct engine *e, const char *prefix, const char *name, int fd);
 
+/*
+ * Sandbox <id>'s files (its socket, a run-time one's record and directory)
+ * are removed at engine_commit: at once when no predecessor serves them.
+ * Start-up only (the main thread). 0 or -ENOMEM (logged; then left in place).
+ */
+int engine_stale_note(struct engine *e, const char *id);
+
 /* ---- core/listen.c ----------------------------------------------------- */
 
 /*
@@ -85,10 +92,14 @@ void engine_inet_listener_note(struct engine *e, const char *prefix, const char 
  * sandbox is not <fresh> and it still is the socket at the path, listening,
  * with the owner and mode it would be made with; else it is closed (and the
  * path, which it held, made anew). <from> names who kept it, for the log.
+ * When <predecessor_serves> (an upgrade: the old daemon still serves that
+ * file), a socket bound at the path that does not fit is never replaced:
+ * -EEXIST, logged naming the sandbox, the owner and mode it has and those it
+ * would need, and the old daemon goes on serving it.
  * 0 or -errno, logged (-EIO where the kernel said -EACCES).
  */
 int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, int inherited,
-		const char *from);
+		const char *from, bool predecessor_serves);
 
 /*
  * The TCP listener on "addr:port" <text> (SO_REUSEPORT: one per worker) for
@@ -132,10 +143,14 @@ int registry_write(const struct engine *e, const char *id, const char *profile_n
 /* Removes run-time sandbox <id>'s record and directory; what cannot go is logged. */
 void registry_drop(const struct engine *e, const char *id);
 
+/* Whether run-time sandbox <id> has a record. */
+bool registry_has(const struct engine *e, const char *id);
+
 /*
  * Re-adopts every registry record through sandbox_add_locked; ones whose
  * owner is gone, whose registrant the policy no longer admits or that no
- * longer fit are logged and dropped. Start-up, once the workers serve.
+ * longer fit are logged and dropped (at engine_commit: an upgrade's old
+ * daemon may still serve them). Start-up, once the workers serve.
  */
 void registry_adopt(struct engine *e);
 

@@ -1,12 +1,15 @@
 /*
  * Handing listening sockets to a successor: the batches of core/handover.h.
- * Both sides block on the control connection, whose timeouts (SO_RCVTIMEO,
- * SO_SNDTIMEO) bound every wait.
+ * Both sides block on the control connection. Each step has a deadline
+ * (CLOCK_MONOTONIC, timer_now_ms) that bounds it whole: every wait polls for
+ * what is left of it, so a peer trickling a byte at a time cannot stretch a
+ * step past it; the socket's own timeouts stay as a backstop.
  */
 #include "core/handover.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdalign.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,6 +21,7 @@
 
 #include "core/an.h"
 #include "core/pool.h"
+#include "core/timer.h"
 
 #define HANDOVER_HEAD_MAX 32u /* "batch <k> <bytes>\n" */
 #define HANDOVER_ACK      "next\n"
@@ -29,9 +33,29 @@ static int errno_or(int fallback)
 						       : fallback;
 }
 
-static int send_rest(int sock, const char *p, size_t len)
+/* Waits until <sock> has <events> or <deadline_ms> passes: 0 or -ETIMEDOUT (or -errno). */
+static int wait_until(int sock, short events, uint64_t deadline_ms)
+{
+	for (;;) {
+		uint64_t now = timer_now_ms();
+		if (now >= deadline_ms)
+			return -ETIMEDOUT;
+		struct pollfd p = { .fd = sock, .events = events };
+		uint64_t left = deadline_ms - now;
+		int n = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+		if (n > 0)
+			return 0; /* ready, or an error or hang-up the call itself reports */
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+static int send_rest(int sock, const char *p, size_t len, uint64_t deadline_ms)
 {
 	while (len > 0) {
+		int ret = wait_until(sock, POLLOUT, deadline_ms);
+		if (ret != 0)
+			return ret;
 		ssize_t n = send(sock, p, len, MSG_NOSIGNAL);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -44,12 +68,15 @@ static int send_rest(int sock, const char *p, size_t len)
 }
 
 /* Reads the receiver's "next\n". 0, -EPROTO for anything else, or -errno. */
-static int ack_read(int sock)
+static int ack_read(int sock, uint64_t deadline_ms)
 {
 	char got[sizeof(HANDOVER_ACK) - 1];
 	size_t have = 0;
 
 	while (have < sizeof(got)) {
+		int ret = wait_until(sock, POLLIN, deadline_ms);
+		if (ret != 0)
+			return ret;
 		ssize_t n = recv(sock, got + have, sizeof(got) - have, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -61,7 +88,8 @@ static int ack_read(int sock)
 }
 
 /* One batch: <k> descriptors of <fds> with their names, in one sendmsg (and its rest). */
-static int batch_send(int sock, const struct notify_fd *fds, uint32_t k, char *text)
+static int batch_send(int sock, const struct notify_fd *fds, uint32_t k, char *text,
+		      uint64_t deadline_ms)
 {
 	alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * HANDOVER_BATCH_MAX)];
 	char head[HANDOVER_HEAD_MAX];
@@ -94,6 +122,9 @@ static int batch_send(int sock, const struct notify_fd *fds, uint32_t k, char *t
 			memcpy(CMSG_DATA(c) + i * sizeof(int), &fds[i].fd, sizeof(int));
 	}
 	ssize_t n;
+	int ret = wait_until(sock, POLLOUT, deadline_ms);
+	if (ret != 0)
+		return ret;
 	do
 		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
@@ -104,10 +135,10 @@ static int batch_send(int sock, const struct notify_fd *fds, uint32_t k, char *t
 	if (sent < (size_t)head_len)
 		return -EPIPE; /* a stream takes 32 bytes whole or fails: never seen */
 	sent -= (size_t)head_len;
-	return send_rest(sock, text + sent, text_len - sent);
+	return send_rest(sock, text + sent, text_len - sent, deadline_ms);
 }
 
-int handover_send(int sock, const struct notify_fd *fds, uint32_t count)
+int handover_send(int sock, const struct notify_fd *fds, uint32_t count, uint64_t deadline_ms)
 {
 	char *text = pool_malloc(HANDOVER_TEXT_MAX);
 	uint32_t done = 0;
@@ -115,10 +146,10 @@ int handover_send(int sock, const struct notify_fd *fds, uint32_t count)
 
 	while (ret == 0) {
 		uint32_t k = count - done < HANDOVER_BATCH_MAX ? count - done : HANDOVER_BATCH_MAX;
-		ret = batch_send(sock, fds + done, k, text);
+		ret = batch_send(sock, fds + done, k, text, deadline_ms);
 		if (ret != 0 || k == 0)
 			break;
-		ret = ack_read(sock);
+		ret = ack_read(sock, deadline_ms);
 		done += k;
 	}
 	pool_free(text);
@@ -135,7 +166,8 @@ static void fds_close(const int *fds, uint32_t n)
  * Reads one batch into <text> (its names) and <fds>, *<k> of each: 0, or
  * -errno with every descriptor of the batch closed.
  */
-static int batch_receive(int sock, char *text, size_t *text_len, int *fds, uint32_t *k)
+static int batch_receive(int sock, char *text, size_t *text_len, int *fds, uint32_t *k,
+			 uint64_t deadline_ms)
 {
 	alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * HANDOVER_BATCH_MAX)];
 	char head[HANDOVER_HEAD_MAX + 1];
@@ -154,6 +186,11 @@ static int batch_receive(int sock, char *text, size_t *text_len, int *fds, uint3
 		if (have == 0) {
 			msg.msg_control = control;
 			msg.msg_controllen = sizeof(control);
+		}
+		int ret = wait_until(sock, POLLIN, deadline_ms);
+		if (ret != 0) {
+			fds_close(fds, got_fds);
+			return ret;
 		}
 		ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
 		if (n < 0 && errno == EINTR)
@@ -194,6 +231,11 @@ static int batch_receive(int sock, char *text, size_t *text_len, int *fds, uint3
 		return -EPROTO;
 	}
 	for (size_t read_len = 0; read_len < want_text;) {
+		int ret = wait_until(sock, POLLIN, deadline_ms);
+		if (ret != 0) {
+			fds_close(fds, got_fds);
+			return ret;
+		}
 		ssize_t n = recv(sock, text + read_len, want_text - read_len, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -208,7 +250,8 @@ static int batch_receive(int sock, char *text, size_t *text_len, int *fds, uint3
 	return 0;
 }
 
-int handover_receive(int sock, struct notify_fd *out, uint32_t cap, uint32_t *count)
+int handover_receive(int sock, struct notify_fd *out, uint32_t cap, uint32_t *count,
+		     uint64_t deadline_ms)
 {
 	char *text = pool_malloc(HANDOVER_TEXT_MAX);
 	int fds[HANDOVER_BATCH_MAX];
@@ -218,7 +261,7 @@ int handover_receive(int sock, struct notify_fd *out, uint32_t cap, uint32_t *co
 	while (ret == 0) {
 		size_t text_len = 0;
 		uint32_t k = 0;
-		ret = batch_receive(sock, text, &text_len, fds, &k);
+		ret = batch_receive(sock, text, &text_len, fds, &k, deadline_ms);
 		if (ret != 0)
 			break;
 		if (k == 0)
@@ -248,7 +291,7 @@ int handover_receive(int sock, struct notify_fd *out, uint32_t cap, uint32_t *co
 			break;
 		}
 		got += k;
-		ret = send_rest(sock, HANDOVER_ACK, sizeof(HANDOVER_ACK) - 1);
+		ret = send_rest(sock, HANDOVER_ACK, sizeof(HANDOVER_ACK) - 1, deadline_ms);
 	}
 	pool_free(text);
 	if (ret != 0) {
@@ -261,12 +304,15 @@ int handover_receive(int sock, struct notify_fd *out, uint32_t cap, uint32_t *co
 }
 
 /* One line from <fd>, a byte at a time (what follows it may carry descriptors). */
-static int line_read(int fd, char *buf, size_t cap)
+static int line_read(int fd, char *buf, size_t cap, uint64_t deadline_ms)
 {
 	size_t len = 0;
 
 	while (len + 1 < cap) {
 		char ch;
+		int ret = wait_until(fd, POLLIN, deadline_ms);
+		if (ret != 0)
+			return ret;
 		ssize_t n = recv(fd, &ch, 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -308,9 +354,10 @@ int handover_take(const char *path, int *conn, struct notify_fd **out, uint32_t 
 			close(fd);
 		return ret;
 	}
-	int ret = send_rest(fd, "daemon handover\n", strlen("daemon handover\n"));
+	uint64_t deadline_ms = timer_now_ms() + HANDOVER_WAIT_S * 1000u; /* the whole take */
+	int ret = send_rest(fd, "daemon handover\n", strlen("daemon handover\n"), deadline_ms);
 	if (ret == 0)
-		ret = line_read(fd, line, sizeof(line));
+		ret = line_read(fd, line, sizeof(line), deadline_ms);
 	if (ret == 0 && (sscanf(line, "ok handover %" SCNu32 "%c", &want, &tail) != 1)) {
 		snprintf(why, cap, "the daemon on %s answered: %s", path, line);
 		ret = -EPROTO;
@@ -322,7 +369,7 @@ int handover_take(const char *path, int *conn, struct notify_fd **out, uint32_t 
 		ret = -ENOMEM;
 	uint32_t got = 0;
 	if (ret == 0) {
-		ret = handover_receive(fd, list, want, &got);
+		ret = handover_receive(fd, list, want, &got, deadline_ms);
 		if (ret == 0 && got != want) {
 			for (uint32_t i = 0; i < got; i++)
 				(void)close(list[i].fd);
@@ -346,10 +393,11 @@ int handover_take(const char *path, int *conn, struct notify_fd **out, uint32_t 
 int handover_ready(int conn)
 {
 	char line[64];
+	uint64_t deadline_ms = timer_now_ms() + HANDOVER_WAIT_S * 1000u;
 
-	int ret = send_rest(conn, "ready\n", strlen("ready\n"));
+	int ret = send_rest(conn, "ready\n", strlen("ready\n"), deadline_ms);
 	if (ret == 0)
-		ret = line_read(conn, line, sizeof(line));
+		ret = line_read(conn, line, sizeof(line), deadline_ms);
 	if (ret == 0 && strcmp(line, "ok draining") != 0)
 		ret = -EPROTO;
 	close(conn);

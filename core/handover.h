@@ -36,20 +36,23 @@
  * newline, under NOTIFY_FDNAME_BYTES) on the blocking stream socket <sock>,
  * in batches, each once the receiver asked for it, then the empty batch.
  * The descriptors stay the caller's. 0, or -errno (-EPROTO: the receiver
- * answered something else; -ETIMEDOUT: the socket's timeout passed).
+ * answered something else; -ETIMEDOUT: <deadline_ms>, on timer_now_ms's
+ * clock, passed before the whole exchange was done).
  */
-int handover_send(int sock, const struct notify_fd *fds, uint32_t count);
+int handover_send(int sock, const struct notify_fd *fds, uint32_t count, uint64_t deadline_ms);
 
 /*
  * Receives what handover_send sends on <sock>, at most <cap> descriptors
  * into <out> (each made close-on-exec), their count into *<count>. 0, or
  * -errno: -E2BIG past <cap>, -EPROTO for a batch whose text does not read
  * as above or whose descriptors are not as many as its names; on an error
- * every descriptor received is closed and *<count> is 0.
+ * every descriptor received is closed and *<count> is 0; -ETIMEDOUT when
+ * <deadline_ms> (timer_now_ms's clock) passed first.
  */
-int handover_receive(int sock, struct notify_fd *out, uint32_t cap, uint32_t *count);
+int handover_receive(int sock, struct notify_fd *out, uint32_t cap, uint32_t *count,
+		     uint64_t deadline_ms);
 
-/* How long the new daemon waits for the old one at each step (the old one's start aside). */
+/* How long the new daemon waits for the old one at each step, whole (the take, the ready). */
 #define HANDOVER_WAIT_S 60
 
 /*

@@ -305,28 +305,41 @@ static bool unix_listening_at(int fd, const char *path)
 	return engine_socket_listening(fd, true);
 }
 
-static bool inherited_fits(const struct engine_sandbox *sb, int fd, bool *bound_here)
+/* The owner and mode listen_unix gives <sb>'s socket. */
+static void socket_wanted(const struct engine_sandbox *sb, uid_t *owner, mode_t *mode)
+{
+	bool any = sb->agent_uid == ENGINE_AGENT_ANY;
+	*owner = any ? geteuid() : (uid_t)sb->agent_uid;
+	*mode = any ? 0666 : 0600;
+}
+
+static bool inherited_fits(const struct engine_sandbox *sb, int fd, bool *bound_here,
+			   struct stat *st)
 {
 	struct sockaddr_un sun = { 0 };
 	socklen_t len = sizeof(sun);
-	struct stat st;
+	uid_t owner;
+	mode_t mode;
 
+	memset(st, 0, sizeof(*st));
 	*bound_here = getsockname(fd, (struct sockaddr *)&sun, &len) == 0 &&
 		      sun.sun_family == AF_UNIX && len > offsetof(struct sockaddr_un, sun_path) &&
 		      strncmp(sun.sun_path, sb->path, sizeof(sun.sun_path)) == 0;
 	if (!*bound_here || !unix_listening_at(fd, sb->path))
 		return false;
-	bool any = sb->agent_uid == ENGINE_AGENT_ANY;
-	return lstat(sb->path, &st) == 0 && S_ISSOCK(st.st_mode) &&
-	       (st.st_mode & 0777) == (any ? 0666u : 0600u) &&
-	       st.st_uid == (any ? geteuid() : (uid_t)sb->agent_uid);
+	socket_wanted(sb, &owner, &mode);
+	return lstat(sb->path, st) == 0 && S_ISSOCK(st->st_mode) && (st->st_mode & 0777) == mode &&
+	       st->st_uid == owner;
 }
 
 int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, int inherited,
-		const char *from)
+		const char *from, bool predecessor_serves)
 {
 	char dir[PATH_MAX];
+	uid_t owner;
+	mode_t mode;
 
+	socket_wanted(sb, &owner, &mode);
 	int ret = layout_sandbox_dir(socket_dir, sb->id, dir, sizeof(dir));
 	int n = ret == 0 ? snprintf(sb->path, sizeof(sb->path), "%s/egress.sock", dir) : 0;
 	if (ret == 0 && (n < 0 || (size_t)n >= sizeof(sb->path))) {
@@ -344,20 +357,31 @@ int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, i
 	}
 	if (inherited >= 0) {
 		bool bound_here = false;
-		if (!fresh && inherited_fits(sb, inherited, &bound_here)) {
+		struct stat st;
+		if (!fresh && inherited_fits(sb, inherited, &bound_here, &st)) {
 			log_info("sandbox %s: serving the socket %s kept", sb->id, from);
 			sb->listen_fd = inherited;
 			return 0;
 		}
 		close(inherited);
+		if (bound_here && predecessor_serves && lstat(sb->path, &st) == 0) {
+			/* Its file is the old daemon's, serving its agent: never taken from it. */
+			log_error(
+			    "sandbox %s: the socket %s passed, %s, is uid %u's with mode %04o, "
+			    "and this policy makes it uid %u's with mode %04o: an upgrade "
+			    "keeps every socket as it is, so the old daemon goes on serving; "
+			    "restart the daemon to apply the change",
+			    sb->id, from, sb->path, (unsigned)st.st_uid,
+			    (unsigned)(st.st_mode & 07777), (unsigned)owner, (unsigned)mode);
+			return -EEXIST;
+		}
 		/* Its file is the kept socket's, which the manager still holds open: made anew. */
 		if (bound_here && unlink(sb->path) == -1 && errno != ENOENT)
 			log_warn("sandbox %s: unlink %s: %s", sb->id, sb->path, strerror(errno));
 	}
 	/* An agent's uid known: its alone (and root's); the kernel refuses everyone else. */
 	bool any = sb->agent_uid == ENGINE_AGENT_ANY;
-	int fd = engine_listen_unix(sb->path, any ? 0666 : 0600,
-				    any ? (uid_t)-1 : (uid_t)sb->agent_uid, (gid_t)-1, true);
+	int fd = engine_listen_unix(sb->path, mode, any ? (uid_t)-1 : owner, (gid_t)-1, true);
 	if (fd < 0) {
 		log_error("sandbox %s: %s: %s", sb->id, sb->path, strerror(-fd));
 		return fd == -EACCES ? -EIO : fd; /* -EACCES answers a caller's rights */
@@ -439,8 +463,7 @@ int engine_listen_inet(const char *text, bool nonblock)
 	return fd;
 }
 
-/* Whether <fd> is a stream socket listening on <text>'s address and port (a predecessor's). */
-static bool inet_fits(int fd, const char *text)
+bool engine_inet_listening_on(int fd, const char *text)
 {
 	struct sockaddr_storage want, have;
 	socklen_t want_len = 0, have_len = sizeof(have);
@@ -464,7 +487,7 @@ static int inet_inherited(struct engine *e, const char *prefix, uint32_t index, 
 	int fd = engine_inherited_take(e, name);
 	if (fd < 0)
 		return -1;
-	if (inet_fits(fd, text))
+	if (engine_inet_listening_on(fd, text))
 		return fd;
 	log_info("%s passed %s, which does not listen on %s: closed", inherited_source(e), name,
 		 text);
@@ -536,7 +559,7 @@ int inet_listeners_adopt_rest(struct engine *e)
 		const char *text = ingress && e->ingress_on     ? cfg->ingress_listen
 				   : tcp && e->tcp_sandbox >= 0 ? cfg->tcp_listen
 								: NULL;
-		if (kept->fd < 0 || text == NULL || !inet_fits(kept->fd, text))
+		if (kept->fd < 0 || text == NULL || !engine_inet_listening_on(kept->fd, text))
 			continue; /* closed with the rest (inherited_drop) */
 		struct worker *w = &e->workers[next++ % e->worker_count];
 		int ret = ingress

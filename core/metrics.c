@@ -456,9 +456,13 @@ int metrics_start(struct metrics *m, struct engine *e, int kept)
 	}
 	/* Non-blocking: after an upgrade the old daemon's thread may poll the same socket, and an
 	 * accept that lost the connection to the other process must not block its stop. */
-	int fd = kept >= 0 && engine_socket_listening(kept, true) ? kept : -1;
-	if (kept >= 0 && fd < 0)
+	int fd = kept >= 0 && engine_inet_listening_on(kept, e->cfg->metrics_listen) ? kept : -1;
+	if (kept >= 0 && fd < 0) {
+		log_info("metrics: the listener %s passed does not listen on %s: closed",
+			 e->inherited_from != NULL ? e->inherited_from : "the service manager",
+			 e->cfg->metrics_listen);
 		close(kept);
+	}
 	if (fd < 0)
 		fd = engine_listen_inet(e->cfg->metrics_listen, true);
 	if (fd < 0) {

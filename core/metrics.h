@@ -36,12 +36,17 @@ struct metrics {
 /*
  * Listens on e->cfg->metrics_listen and starts the thread; with no address
  * configured, does nothing and returns 0. <kept> (or -1), the old daemon's
- * listener passed in an upgrade, is served instead when it listens (else,
- * and without an address, closed). Sets e->metrics_fd. 0 or -errno (logged).
+ * listener passed in an upgrade, is served instead when it listens on that
+ * very address (else, and without an address, closed, and a listener made
+ * anew). Sets e->metrics_fd, which the control thread's handover reads: call
+ * it before control_start. 0 or -errno (logged).
  */
 int metrics_start(struct metrics *m, struct engine *e, int kept);
 
-/* Stops the thread and closes the listener (nothing when it never started). */
+/*
+ * Stops the thread and closes the listener (nothing when it never started or
+ * has stopped). After control_stop.
+ */
 void metrics_stop(struct metrics *m);
 
 /*

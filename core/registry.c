@@ -15,7 +15,9 @@
  * its record and directory go when it is removed (registry_drop); engine_stop
  * leaves the records for the next start, whose registry_adopt re-opens each
  * through engine.c's sandbox_add_locked, dropping the ones whose owner
- * process is gone or whose registrant the policy no longer admits.
+ * process is gone or whose registrant the policy no longer admits (at
+ * engine_commit, once no old daemon still serves them: an upgrade's start
+ * removes nothing until the old daemon has handed over).
  *
  * Callers: engine.c alone (core/engine_int.h): registry_write and
  * registry_drop with engine.lock held (or at start-up), registry_adopt once
@@ -29,6 +31,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -174,6 +177,15 @@ void registry_drop(const struct engine *e, const char *id)
 	sandbox_dir_remove(e, id);
 }
 
+bool registry_has(const struct engine *e, const char *id)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	registry_path(e, id, path, sizeof(path));
+	return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 /* Re-adopts every registry record; ones that no longer fit are logged and dropped. */
 void registry_adopt(struct engine *e)
 {
@@ -199,7 +211,7 @@ void registry_adopt(struct engine *e)
 		    (engine_owner_of(rec.owner.pid, &now) != 0 ||
 		     now.start_ticks != rec.owner.start_ticks)) {
 			/* Its agentsnet run ended while the daemon was down: nothing to adopt. */
-			registry_drop(e, de->d_name);
+			(void)engine_stale_note(e, de->d_name);
 			log_info("sandbox %s: its owner (pid %d) is gone; record removed",
 				 de->d_name, (int)rec.owner.pid);
 			explicit_bzero(&rec, sizeof(rec));
@@ -208,7 +220,7 @@ void registry_adopt(struct engine *e)
 		if (ret == 0 &&
 		    !registrant_admitted(e, snapshot_now(e)->policy, profile, rec.registrant)) {
 			/* Revoked while the daemon was down: as a reload would have done. */
-			registry_drop(e, de->d_name);
+			(void)engine_stale_note(e, de->d_name);
 			log_warn(
 			    "sandbox %s: the policy no longer lets uid %u register on profile %s: "
 			    "record removed",

@@ -55,6 +55,16 @@ the unit in deploy/systemd/ checked as systemd would read it.
     (tier local), refused (host_not_allowed), request, decision-latency and connect-latency
     counts grew by exactly those; the per-sandbox series are one named and "_other";
     another path is 404, POST 405, HEAD 200.
+  - upgrade_changes: upgrades to a policy that changes what the old daemon's sockets
+    were made for. One that gives a sandbox of the file another uid is refused: the new
+    daemon exits 1 naming the sandbox, with no sanitizer report, and the old one goes on
+    serving that sandbox's socket. One that drops the control socket's group, drops a
+    sandbox and moves the metrics listener: an account of the dropped group can no longer
+    connect to the control socket, the dropped sandbox's socket file is gone, the new
+    address is scraped, and the old daemon, held in its drain by a request its origin
+    never answers, no longer answers scrapes on the old one.
+  - control_trickle: a client trickling its control request a byte a second holds the
+    one control thread for 5 s at most: a ping behind it is answered within that.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
     its key settings, and the daemon serving, reloading and stopping under the unit's
@@ -901,6 +911,201 @@ def t_upgrade(args, v, log):
     return errs
 
 
+def as_nobody_ping(sock_dir):
+    """`ping` on the control socket as nobody (group nogroup alone): the answer, or the
+    error's name."""
+    script = ("import socket,sys\n"
+              "s=socket.socket(socket.AF_UNIX)\n"
+              "s.settimeout(10)\n"
+              "try:\n"
+              "    s.connect(sys.argv[1]); s.sendall(b'ping\\n'); print(s.recv(200).decode())\n"
+              "except OSError as e:\n"
+              "    print(type(e).__name__)\n")
+    proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                           sys.executable, "-c", script, os.path.join(sock_dir, "control.sock")],
+                          capture_output=True, text=True, timeout=30)
+    return proc.stdout.strip()
+
+
+def silent_origin():
+    """A TCP listener that accepts and never answers: (port, close)."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(16)
+    held = []
+
+    def accept_loop():
+        while True:
+            try:
+                held.append(lsock.accept()[0])
+            except OSError:
+                return
+    threading.Thread(target=accept_loop, daemon=True).start()
+
+    def close():
+        lsock.close()
+        for c in held:
+            c.close()
+    return lsock.getsockname()[1], close
+
+
+def t_upgrade_changes(args, v, log):
+    """Upgrades to a policy whose sandbox uid, control group, sandboxes and metrics
+    address differ from the running one's."""
+    errs = []
+    m_old, m_new = free_tcp_port(), free_tcp_port()
+    slow_port, slow_close = silent_origin()
+    base = read_text(v["policy"]).replace(
+        "owner: tests, reason: loopback origin}}\n",
+        "owner: tests, reason: loopback origin}}\n"
+        "      - {id: slow, host: slow.internal, tier: local, upstream: \"127.0.0.1:%d\",\n"
+        "         owner: tests, reason: an origin that never answers}\n" % slow_port)
+    old_policy = base.replace(
+        "  control_group: nogroup\n",
+        "  control_group: nogroup\n  timeouts: {drain_ms: 4000}\n"
+        "  metrics: {listen: \"127.0.0.1:%d\"}\n" % m_old) + \
+        "  - {id: gone, profile: service}\n"
+    policies = {
+        "old": old_policy,
+        "uid": old_policy.replace("  - {id: one, profile: service}",
+                                  "  - {id: one, profile: service, uid: 65534}"),
+        "new": base.replace("  control_group: nogroup\n",
+                            "  metrics: {listen: \"127.0.0.1:%d\"}\n" % m_new),
+    }
+    for name, text in policies.items():
+        with open(os.path.join(v["top"], name + ".yaml"), "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def spawn(name, upgrade):
+        err = open(os.path.join(v["top"], "daemon-%s.stderr" % name), "wb")
+        try:
+            return subprocess.Popen([args.daemon, "--config", os.path.join(v["top"], name + ".yaml")]
+                                    + (["--upgrade"] if upgrade else []),
+                                    stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        finally:
+            err.close()
+
+    daemons = [spawn("old", False)]
+    held = None
+    try:
+        deadline = time.monotonic() + 30
+        while not control_line(v["sock_dir"], "ping").startswith("ok") and \
+                time.monotonic() < deadline and daemons[0].poll() is None:
+            time.sleep(0.05)
+        if as_nobody_ping(v["sock_dir"]) != "ok agentsnetd " + control_line(
+                v["sock_dir"], "ping").split("ok agentsnetd ", 1)[-1].strip():
+            errs.append("before: nobody (group nogroup) cannot ping: %r"
+                        % as_nobody_ping(v["sock_dir"]))
+        # 1. Another uid for sandbox one: refused whole; the old daemon serves on.
+        refused_upgrade = spawn("uid", True)
+        daemons.append(refused_upgrade)
+        code = refused_upgrade.wait(60)
+        text = read_text(os.path.join(v["top"], "daemon-uid.stderr"))
+        log("an upgrade giving sandbox one uid 65534: exit %d: %s" % (
+            code, [line for line in text.splitlines() if "sandbox one" in line][:2]))
+        if code != 1 or "sandbox one" not in text or "restart" not in text:
+            errs.append("an upgrade giving sandbox one another uid: exit %d, want 1 naming "
+                        "the sandbox and a restart: %r" % (code, text[-800:]))
+        if sanitizer_marks(text):
+            errs.append("the refused upgrade: a sanitizer report: %s" % text[-2000:])
+        answer = served(egress(v["sock_dir"], "one"))
+        if not answer.startswith(b"HTTP/1.1 200") or daemons[0].poll() is not None:
+            errs.append("after the refused upgrade, sandbox one's request got %r (the old "
+                        "daemon %s)" % (answer[:80], "running" if daemons[0].poll() is None
+                                        else "exited"))
+        # 2. Hold the old daemon in its drain: a request its origin never answers.
+        held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        held.settimeout(20)
+        held.connect(egress(v["sock_dir"], "two"))
+        held.sendall(b"GET http://slow.internal/x HTTP/1.1\r\nHost: slow.internal\r\n\r\n")
+        time.sleep(0.3)
+        daemons.append(spawn("new", True))
+        deadline = time.monotonic() + 30
+        while "upgrade: every socket taken over" not in read_text(
+                os.path.join(v["top"], "daemon-new.stderr")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        draining = daemons[0].poll() is None
+        try:
+            old_scrape = scrape(m_old)[0]
+        except OSError as e:
+            old_scrape = type(e).__name__
+        try:
+            new_scrape = scrape(m_new)[0]
+        except OSError as e:
+            new_scrape = type(e).__name__
+        nobody = as_nobody_ping(v["sock_dir"])
+        gone = egress(v["sock_dir"], "gone")
+        log("after the upgrade (old daemon %s): scrape of the old address %r, of the new one "
+            "%r; nobody's ping %r; sandbox gone's socket %s" % (
+                "draining" if draining else "gone", old_scrape, new_scrape, nobody,
+                "left" if os.path.exists(gone) else "removed"))
+        if not draining:
+            errs.append("the old daemon was not held in its drain: the scrape check is void")
+        if old_scrape != "ConnectionRefusedError":
+            errs.append("the old metrics address during the old daemon's drain: %r, want "
+                        "refused (the old daemon stops its listener at the hand-over)"
+                        % old_scrape)
+        if new_scrape != 200:
+            errs.append("the new metrics address: %r, want 200" % new_scrape)
+        if nobody != "PermissionError":
+            errs.append("nobody (group nogroup, which the new policy no longer names) on the "
+                        "control socket: %r, want PermissionError" % nobody)
+        if os.path.exists(gone):
+            errs.append("sandbox gone, which the new policy drops: %s is left" % gone)
+        answer = served(egress(v["sock_dir"], "one"))
+        if not answer.startswith(b"HTTP/1.1 200"):
+            errs.append("after the upgrade, sandbox one's request got %r" % answer[:80])
+    finally:
+        if held is not None:
+            held.close()
+        for d in daemons:
+            if d.poll() is None:
+                d.send_signal(signal.SIGTERM)
+                try:
+                    d.wait(30)
+                except subprocess.TimeoutExpired:
+                    d.kill()
+                    d.wait()
+        slow_close()
+    for name in ("old", "new"):
+        text = read_text(os.path.join(v["top"], "daemon-%s.stderr" % name))
+        if sanitizer_marks(text):
+            errs.append("daemon %s: a sanitizer report: %s" % (name, text[-2000:]))
+    return errs
+
+
+def t_control_trickle(v, log):
+    """A ping behind a client trickling its request line a byte a second."""
+    errs = []
+    slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    slow.settimeout(30)
+    slow.connect(os.path.join(v["sock_dir"], "control.sock"))
+
+    def trickle():
+        try:
+            for ch in b"sandbox ls --the-rest-of-a-long-line\n":
+                slow.send(bytes([ch]))
+                time.sleep(1)
+        except OSError:
+            pass
+    trickler = threading.Thread(target=trickle)
+    trickler.start()
+    try:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        answer = control(v, "ping")
+        waited = time.monotonic() - t0
+    finally:
+        slow.close()
+        trickler.join()
+    log("a ping behind a trickling control client: %r after %.1f s" % (answer[:40], waited))
+    if not answer.startswith("ok") or waited > 7:
+        errs.append("a ping behind a trickling control client: %r after %.1f s, want ok "
+                    "within the 5 s the trickler may hold the thread" % (answer[:80], waited))
+    return errs
+
+
 def free_tcp_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -1151,7 +1356,7 @@ def run_test(args, name, test, log, tmp, origin_port):
         after = after_audit_rotation
     elif name == "bad_address":
         return bad_address(args, v)
-    elif name in ("kept_sockets", "graceful_restart", "upgrade", "metrics"):
+    elif name in ("kept_sockets", "graceful_restart", "upgrade", "upgrade_changes", "metrics"):
         return kept_sockets(args, v, log, test)
 
     def preexec():
@@ -1255,7 +1460,8 @@ def main():
                            ("bad_address", t_bad_address), ("audit_rotation", t_audit_rotation),
                            ("node_view", t_node_view), ("kept_sockets", t_kept_sockets),
                            ("graceful_restart", t_graceful_restart), ("upgrade", t_upgrade),
-                           ("metrics", t_metrics),
+                           ("upgrade_changes", t_upgrade_changes), ("metrics", t_metrics),
+                           ("control_trickle", t_control_trickle),
                            ("unit", t_unit_served)):
             if args.tests and name not in args.tests:
                 continue

@@ -649,20 +649,20 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 	ret = engine_start(&e);
 	if (ret == 0) {
 		struct control ctl;
-		gid_t group = (gid_t)-1;
-		ret = control_group_resolve(cfg->control_group, &group);
 		struct metrics metrics;
+		gid_t group = (gid_t)-1;
+		/* The metrics listener before the control thread, which may hand it over. */
+		ret = metrics_start(&metrics, &e, kept_metrics);
+		kept_metrics = -1;
 		if (ret == 0)
-			ret = control_start(&ctl, &e, group, kept_control);
+			ret = control_group_resolve(cfg->control_group, &group);
+		if (ret == 0)
+			ret = control_start(&ctl, &e, group, kept_control); /* takes it */
 		else if (kept_control >= 0)
 			close(kept_control);
 		kept_control = -1;
-		if (ret == 0) {
-			ret = metrics_start(&metrics, &e, kept_metrics);
-			kept_metrics = -1;
-			if (ret != 0)
-				control_stop(&ctl);
-		}
+		if (ret != 0)
+			metrics_stop(&metrics);
 		if (ret == 0 && handover >= 0) {
 			/* Both serve the sockets now; the old daemon drains once told. */
 			ret = handover_ready(handover);
@@ -671,8 +671,8 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 				log_error("upgrade: the old daemon did not take the hand-over: %s; "
 					  "this one stops",
 					  strerror(-ret));
-				metrics_stop(&metrics);
 				control_stop(&ctl);
+				metrics_stop(&metrics);
 			} else {
 				e.predecessor_serves = false;
 				log_info("upgrade: every socket taken over; the old daemon drains");
@@ -682,6 +682,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 			engine_stop(&e);
 			goto out;
 		}
+		engine_commit(&e); /* this daemon alone serves: what it left goes */
 		pthread_mutex_lock(&daemon_lock);
 		notice(audit, cfg->workers, "daemon_started");
 		pthread_mutex_unlock(&daemon_lock);
@@ -697,6 +698,9 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		wait_for_stop(&d);
 		manager_tell(&d, "STOPPING=1\n");
 		control_stop(&ctl);
+		/* Handed over: the successor answers scrapes, never both in turn. */
+		if (atomic_load(&e.handed_over))
+			metrics_stop(&metrics);
 		drain(&e, atomic_load(&e.handed_over), cfg->drain_timeout_ms);
 		metrics_stop(&metrics);
 		ret = engine_stop(&e);

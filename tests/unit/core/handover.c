@@ -2,7 +2,8 @@
  * core/handover.c: listening sockets handed to a successor arrive each under
  * its name, in order, across batches; a receiver over its room, a batch whose
  * descriptors and names disagree, a malformed head and a sender gone mid-way
- * are refused with every descriptor received closed.
+ * are refused with every descriptor received closed; a peer that trickles a
+ * byte at a time is given up at the step's deadline, not at each byte's.
  */
 #include "core/handover.h"
 
@@ -17,7 +18,14 @@
 #include <unistd.h>
 
 #include "core/an.h"
+#include "core/timer.h"
 #include "tests/unit/unit.h"
+
+/* A deadline no test here reaches. */
+static uint64_t far(void)
+{
+	return timer_now_ms() + 30000;
+}
 
 /* Open descriptors of this process now. */
 static int fds_open(void)
@@ -37,6 +45,7 @@ struct receiver {
 	struct notify_fd *out;
 	uint32_t cap;
 	uint32_t count;
+	uint64_t deadline_ms;
 	int ret;
 	pthread_t thread;
 };
@@ -45,7 +54,7 @@ static void *receive_main(void *arg)
 {
 	struct receiver *r = arg;
 
-	r->ret = handover_receive(r->sock, r->out, r->cap, &r->count);
+	r->ret = handover_receive(r->sock, r->out, r->cap, &r->count, r->deadline_ms);
 	if (r->ret != 0)
 		shutdown(r->sock,
 			 SHUT_RDWR); /* as a process that gives up: the sender sees the end */
@@ -54,7 +63,7 @@ static void *receive_main(void *arg)
 
 static void receiver_start(struct receiver *r, int sock, uint32_t cap)
 {
-	*r = (struct receiver){ .sock = sock, .cap = cap };
+	*r = (struct receiver){ .sock = sock, .cap = cap, .deadline_ms = far() };
 	r->out = calloc(cap > 0 ? cap : 1, sizeof(*r->out));
 	ck_assert_ptr_nonnull(r->out);
 	ck_assert_int_eq(pthread_create(&r->thread, NULL, receive_main, r), 0);
@@ -81,7 +90,7 @@ START_TEST(test_round_trip)
 	}
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	receiver_start(&r, sv[1], ROUND_TRIP_FDS);
-	ck_assert_int_eq(handover_send(sv[0], sent, ROUND_TRIP_FDS), 0);
+	ck_assert_int_eq(handover_send(sv[0], sent, ROUND_TRIP_FDS, far()), 0);
 	receiver_join(&r);
 	ck_assert_int_eq(r.ret, 0);
 	ck_assert_uint_eq(r.count, ROUND_TRIP_FDS);
@@ -111,7 +120,7 @@ START_TEST(test_nothing_to_hand)
 
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	receiver_start(&r, sv[1], 4);
-	ck_assert_int_eq(handover_send(sv[0], NULL, 0), 0);
+	ck_assert_int_eq(handover_send(sv[0], NULL, 0, far()), 0);
 	receiver_join(&r);
 	ck_assert_int_eq(r.ret, 0);
 	ck_assert_uint_eq(r.count, 0);
@@ -134,7 +143,7 @@ START_TEST(test_over_room)
 	}
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	receiver_start(&r, sv[1], 210); /* the first batch fits, the second does not */
-	int sent_ret = handover_send(sv[0], sent, AN_ARRAY_LEN(sent));
+	int sent_ret = handover_send(sv[0], sent, AN_ARRAY_LEN(sent), far());
 	receiver_join(&r);
 	ck_assert_int_eq(r.ret, -E2BIG);
 	ck_assert_uint_eq(r.count, 0);
@@ -242,8 +251,83 @@ START_TEST(test_receiver_answers_wrong)
 	}
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	ck_assert_int_eq(send(sv[1], "nope\n", 5, 0), 5); /* waiting before the first batch */
-	ck_assert_int_eq(handover_send(sv[0], sent, AN_ARRAY_LEN(sent)), -EPROTO);
+	ck_assert_int_eq(handover_send(sv[0], sent, AN_ARRAY_LEN(sent), far()), -EPROTO);
 	close(sv[0]);
+	close(sv[1]);
+}
+END_TEST
+
+/* Writes <text> a byte each <gap_ms> on <sock>, until done or the peer is gone. */
+struct trickler {
+	int sock;
+	const char *text;
+	unsigned gap_ms;
+	pthread_t thread;
+};
+
+static void *trickle_main(void *arg)
+{
+	const struct trickler *t = arg;
+
+	for (const char *p = t->text; *p != '\0'; p++) {
+		if (send(t->sock, p, 1, MSG_NOSIGNAL) != 1)
+			break;
+		usleep(t->gap_ms * 1000);
+	}
+	return NULL;
+}
+
+/* A sender that trickles a batch's head: the receiver gives up at its deadline, whole. */
+START_TEST(test_trickling_sender_timed_out)
+{
+	int sv[2];
+	struct receiver r;
+	/* 31 bytes, a byte each 40 ms: 1.2 s, each byte well within any per-read timeout. */
+	struct trickler t = { .text = "batch 1 2222222222222222222222\n", .gap_ms = 40 };
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	t.sock = sv[0];
+	uint64_t start = timer_now_ms();
+	r = (struct receiver){ .sock = sv[1], .cap = 8, .deadline_ms = start + 300 };
+	r.out = calloc(8, sizeof(*r.out));
+	ck_assert_ptr_nonnull(r.out);
+	ck_assert_int_eq(pthread_create(&t.thread, NULL, trickle_main, &t), 0);
+	ck_assert_int_eq(pthread_create(&r.thread, NULL, receive_main, &r), 0);
+	receiver_join(&r);
+	uint64_t took = timer_now_ms() - start;
+	ck_assert_int_eq(r.ret, -ETIMEDOUT);
+	ck_assert_msg(took < 800, "gave up after %llu ms, the deadline was 300",
+		      (unsigned long long)took);
+	close(sv[1]); /* the trickler's next send fails */
+	pthread_join(t.thread, NULL);
+	close(sv[0]);
+	free(r.out);
+}
+END_TEST
+
+/* A receiver that trickles its acknowledgement: the sender gives up at its deadline. */
+START_TEST(test_trickling_receiver_timed_out)
+{
+	struct notify_fd sent[250];
+	int sv[2];
+	/* Both batches' acknowledgements, a byte each 100 ms: 1 s in all. */
+	struct trickler t = { .text = "next\nnext\n", .gap_ms = 100 };
+
+	for (uint32_t i = 0; i < AN_ARRAY_LEN(sent); i++) {
+		snprintf(sent[i].name, sizeof(sent[i].name), "n%u", i);
+		sent[i].fd = STDERR_FILENO;
+	}
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	t.sock = sv[1];
+	ck_assert_int_eq(pthread_create(&t.thread, NULL, trickle_main, &t), 0);
+	uint64_t start = timer_now_ms();
+	int ret = handover_send(sv[0], sent, AN_ARRAY_LEN(sent), start + 300);
+	uint64_t took = timer_now_ms() - start;
+	ck_assert_int_eq(ret, -ETIMEDOUT);
+	ck_assert_msg(took < 800, "gave up after %llu ms, the deadline was 300",
+		      (unsigned long long)took);
+	close(sv[0]);
+	pthread_join(t.thread, NULL);
 	close(sv[1]);
 }
 END_TEST
@@ -259,6 +343,8 @@ int main(void)
 	tcase_add_test(tc, test_malformed_refused);
 	tcase_add_test(tc, test_sender_gone_mid_way);
 	tcase_add_test(tc, test_receiver_answers_wrong);
+	tcase_add_test(tc, test_trickling_sender_timed_out);
+	tcase_add_test(tc, test_trickling_receiver_timed_out);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }
