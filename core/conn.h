@@ -119,6 +119,9 @@ struct conn {
 	    upstream_reset : 1; /* the upstream holds a request cut short: upstream_close resets it */
 	bool client_reset : 1;     /* the upstream reset: a TCP client is reset at the close too */
 	bool upstream_aborted : 1; /* the upstream's connection ended in a reset (inject) */
+	/* A TLS handshake whose duration is still to be observed (term_handshakes_timed). */
+	bool agent_tls_timed : 1;
+	bool upstream_tls_timed : 1;
 	int32_t connect_err;
 	struct snapshot *snap; /* the current request's policy, held (core/snapshot.h) */
 	struct ratelimit_entry *rule_limit; /* the request's rule limits, counted in its conns */
@@ -184,9 +187,13 @@ struct conn {
 			uint32_t uid;
 			uint32_t gid;
 		} peer;
-		/* An upstream connect's start, timer_now_us's low 32 bits (a connect lasts
-		 * at most an hour, under their 71 minutes' wrap), for the metrics. */
-		uint32_t connect_started_us;
+		/* For the metrics, once the head is read, each timer_now_us's low 32 bits
+		 * (what they time lasts at most an hour, under their 71 minutes' wrap): */
+		struct {
+			uint32_t connect_started_us;      /* an upstream connect's start */
+			uint32_t agent_tls_started_us;    /* term_start: the agent's handshake */
+			uint32_t upstream_tls_started_us; /* the inject upstream's ClientHello */
+		};
 	};
 	uint64_t req_left;
 	uint64_t resp_left;

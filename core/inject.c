@@ -816,9 +816,12 @@ static void inject_start(struct conn *c)
 	term_start(c);
 	if (c->state != ST_TERM)
 		return;
-	if (!pooled)
+	if (!pooled) {
+		c->upstream_tls_started_us = (uint32_t)timer_now_us();
+		c->upstream_tls_timed = true;
 		(void)t->handshake(
 		    c->upstream_tls); /* the ClientHello, while the agent's arrives */
+	}
 	inject_flush_up(c);
 	inject_recv_arm(c);
 }

@@ -66,13 +66,15 @@ static void gauge(struct textbuf *t, const char *name, const char *help, uint64_
 	textbuf_add(t, "%s %llu\n", name, (unsigned long long)v);
 }
 
-/* The sum of the workers' <pick>ed histograms, printed in seconds. */
-static void histogram(struct textbuf *t, const struct engine *e, const char *name, const char *help,
-		      const struct latency_histogram *(*pick)(const struct worker *w))
+/* The sum of the workers' <pick>ed histograms, printed in seconds as <name>'s series of <labels>. */
+static void histogram_series(struct textbuf *t, const struct engine *e, const char *name,
+			     const char *labels,
+			     const struct latency_histogram *(*pick)(const struct worker *w))
 {
 	static const uint32_t bounds[LATENCY_BOUNDS] = LATENCY_BOUNDS_US;
 	uint64_t buckets[LATENCY_BOUNDS + 1] = { 0 };
 	uint64_t sum_us = 0;
+	const char *comma = labels[0] != '\0' ? "," : "";
 
 	for (uint32_t i = 0; i < e->worker_count; i++) {
 		const struct latency_histogram *h = pick(&e->workers[i]);
@@ -80,17 +82,28 @@ static void histogram(struct textbuf *t, const struct engine *e, const char *nam
 			buckets[b] += atomic_load_explicit(&h->buckets[b], memory_order_relaxed);
 		sum_us += atomic_load_explicit(&h->sum_us, memory_order_relaxed);
 	}
-	family(t, name, "histogram", help);
 	uint64_t cumulative = 0;
 	for (uint32_t b = 0; b < LATENCY_BOUNDS; b++) {
 		cumulative += buckets[b];
-		textbuf_add(t, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[b] / 1e6,
-			    (unsigned long long)cumulative);
+		textbuf_add(t, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, comma,
+			    bounds[b] / 1e6, (unsigned long long)cumulative);
 	}
 	cumulative += buckets[LATENCY_BOUNDS];
-	textbuf_add(t, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-		    (unsigned long long)cumulative, name, (double)sum_us / 1e6, name,
+	const char *open = labels[0] != '\0' ? "{" : "";
+	const char *close = labels[0] != '\0' ? "}" : "";
+	textbuf_add(t, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, comma,
 		    (unsigned long long)cumulative);
+	textbuf_add(t, "%s_sum%s%s%s %.6f\n%s_count%s%s%s %llu\n", name, open, labels, close,
+		    (double)sum_us / 1e6, name, open, labels, close,
+		    (unsigned long long)cumulative);
+}
+
+/* A family of one histogram, unlabelled (histogram_series). */
+static void histogram(struct textbuf *t, const struct engine *e, const char *name, const char *help,
+		      const struct latency_histogram *(*pick)(const struct worker *w))
+{
+	family(t, name, "histogram", help);
+	histogram_series(t, e, name, "", pick);
 }
 
 static const struct latency_histogram *decide_of(const struct worker *w)
@@ -101,6 +114,16 @@ static const struct latency_histogram *decide_of(const struct worker *w)
 static const struct latency_histogram *connect_of(const struct worker *w)
 {
 	return &w->decisions.connect;
+}
+
+static const struct latency_histogram *tls_agent_of(const struct worker *w)
+{
+	return &w->decisions.tls_agent;
+}
+
+static const struct latency_histogram *tls_upstream_of(const struct worker *w)
+{
+	return &w->decisions.tls_upstream;
 }
 
 /* The requests allowed by tier and refused by reason, summed over the workers. */
@@ -299,6 +322,14 @@ char *metrics_render(struct engine *e, size_t *len)
 		  "How long the policy took to decide a request.", decide_of);
 	histogram(&t, e, "agentsnet_upstream_connect_duration_seconds",
 		  "How long an upstream's TCP connect took, to its completion.", connect_of);
+	family(&t, "agentsnet_tls_handshake_duration_seconds", "histogram",
+	       "How long the TLS handshakes the daemon completed took: side agent, with an agent "
+	       "(fake and inject tiers, from the CONNECT's 200); side upstream, with an inject "
+	       "tier's upstream (from the ClientHello).");
+	histogram_series(&t, e, "agentsnet_tls_handshake_duration_seconds", "side=\"agent\"",
+			 tls_agent_of);
+	histogram_series(&t, e, "agentsnet_tls_handshake_duration_seconds", "side=\"upstream\"",
+			 tls_upstream_of);
 	counter(&t, "agentsnet_audit_records_written_total", "Audit records written.",
 		e->audit != NULL ? audit_written(e->audit) : 0);
 	counter(&t, "agentsnet_audit_records_dropped_total",

@@ -36,6 +36,7 @@
 #include "core/timer.h"
 
 static uint32_t term_feed_waiting(struct conn *c);
+static void term_handshakes_timed(struct conn *c);
 
 /* Sends what the session has for the client; once a close is out, lingers. */
 void term_flush(struct conn *c)
@@ -300,7 +301,30 @@ void term_pump(struct conn *c)
 		if (fed == 0)
 			break;
 	}
+	term_handshakes_timed(c);
 	term_recv_arm(c);
+}
+
+/*
+ * Observes each handshake under way (c->agent_tls_timed, ->upstream_tls_timed)
+ * that has completed: every session moves in term_pump, so this is at most
+ * one pump late. A handshake that fails is not a duration.
+ */
+static void term_handshakes_timed(struct conn *c)
+{
+	const struct term_ops *t = conn_term(c);
+	struct worker_decision_counts *d = &c->w->decisions;
+
+	if (c->agent_tls_timed && c->client_tls != NULL && t->established(c->client_tls)) {
+		c->agent_tls_timed = false;
+		latency_observe(&d->tls_agent,
+				(uint32_t)((uint32_t)timer_now_us() - c->agent_tls_started_us));
+	}
+	if (c->upstream_tls_timed && c->upstream_tls != NULL && t->established(c->upstream_tls)) {
+		c->upstream_tls_timed = false;
+		latency_observe(&d->tls_upstream,
+				(uint32_t)((uint32_t)timer_now_us() - c->upstream_tls_started_us));
+	}
 }
 
 /* The CONNECT is allowed on a fake rule: answer 200, then terminate its TLS. */
@@ -331,6 +355,8 @@ void term_start(struct conn *c)
 	}
 	audit_decision(c, true, 200);
 	c->state = ST_TERM;
+	c->agent_tls_started_us = (uint32_t)timer_now_us();
+	c->agent_tls_timed = true;
 	/* What came while the upstream was connected (inject) stays in the early
 	 * FIFO: the first pump feeds it, in order, after this. */
 	c->head_fill = 0;

@@ -117,14 +117,19 @@ struct worker_sandbox_counts {
 /*
  * What a worker decided, for the metrics (core/metrics.c): requests allowed
  * by tier, refused by reason (every decision record's), and how long the
- * policy took to decide and an upstream's TCP connect took. Single writer,
- * as worker_sandbox_counts.
+ * policy took to decide, an upstream's TCP connect took, and the TLS
+ * handshakes the daemon completed: with the agent (the fake and inject
+ * tiers, from the CONNECT's 200) and with the inject tier's upstream (from
+ * its ClientHello; a pooled session has none). Single writer, as
+ * worker_sandbox_counts.
  */
 struct worker_decision_counts {
 	_Atomic uint64_t allowed[TIER__COUNT];
 	_Atomic uint64_t refused[REASON__COUNT];
 	struct latency_histogram decide;
 	struct latency_histogram connect;
+	struct latency_histogram tls_agent;
+	struct latency_histogram tls_upstream;
 };
 
 /* The sums of a sandbox's worker_sandbox_counts over the workers. */

@@ -63,6 +63,11 @@
     Connection: close, and audited so; the daemon exits once the drain's time is up (the
     tunnel aborted then), not before, and says how many it aborted.
 
+  - tls_handshake_metrics: TLS_RUNS sessions on the fake tier and TLS_RUNS requests on the
+    inject tier, each a new agent session and a new upstream one: the metrics listener's
+    agentsnet_tls_handshake_duration_seconds grew by 2 * TLS_RUNS on side agent and
+    TLS_RUNS on side upstream; the upstream's mean is at least its origin's hold before
+    answering the ClientHello (HANDSHAKE_HOLD_S), the agent's below it.
   - inject_without_ca: the daemon has no CA (the policy's daemon.ca left out): a CONNECT
     to an inject rule's host is answered 403 tier_unavailable before any resolution or
     connection (the rule's origin accepts nothing).
@@ -89,6 +94,7 @@ import time
 
 from fairness import Origin, control, egress, served
 from integlib import (make_leaf, make_pki, own_pass_args, own_pass_end, read_head, read_text,
+                      scrape, series,
                       tcp_exchange, upload_then_leave, with_daemon, Fatal)
 
 DISK_BYTES = 1 << 20
@@ -105,6 +111,7 @@ STREAM_BYTES = 8 << 20
 STREAM_READ_BYTES = 256 << 10
 HANDSHAKE_HOLD_S = 0.3
 HANDSHAKE_RUNS = 20
+TLS_RUNS = 5
 DRAIN_MS = 3000  # the policy's daemon.timeouts.drain_ms
 DELAY_S = 1.0  # DelayedOrigin's wait before it answers
 
@@ -118,10 +125,11 @@ daemon:
   tcp_listen: "127.0.0.1:{tcp_port}"
   tcp_sandbox: agent
   timeouts: {{drain_ms: {drain_ms}}}
+  metrics: {{listen: "127.0.0.1:{metrics_port}"}}
   ca: {{cert: "{pki}/ca.pem", key: "{pki}/ca.key"}}
 resolver:
   servers: ["127.0.0.1:9"]
-  hosts: {{api.internal: [127.0.0.1], mismatch.internal: [127.0.0.1],
+  hosts: {{api.internal: [127.0.0.1], mismatch.internal: [127.0.0.1], held.internal: [127.0.0.1],
           dropped.internal: [127.0.0.1], upload-tls.internal: [127.0.0.1]}}
   allow_private: [127.0.0.1/32]
 profiles:
@@ -170,6 +178,15 @@ profiles:
         ports: [{mismatch_port}]
         owner: tests
         reason: a TLS origin whose certificate names another host
+        inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
+                 secret_file: "{pki}/secret.txt"}}
+        upstream_ca: "{pki}/ca.pem"
+      - id: held
+        host: held.internal
+        tier: inject
+        ports: [{held_port}]
+        owner: tests
+        reason: a TLS origin that holds its answer to the ClientHello
         inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
                  secret_file: "{pki}/secret.txt"}}
         upstream_ca: "{pki}/ca.pem"
@@ -343,11 +360,12 @@ class ResetOrigin(Listener):
 class HeldHandshakeOrigin(Listener):
     """An origin that holds each connection HANDSHAKE_HOLD_S before it answers the
     daemon's ClientHello; then, with <tls> (an ssl.SSLContext), takes its side of the
-    handshake, noting any request it reads in self.requests; without, resets it
-    (SO_LINGER 0). self.accepted counts its connections."""
+    handshake, noting any request it reads in self.requests and answering it <reply> when
+    given; without, resets it (SO_LINGER 0). self.accepted counts its connections."""
 
-    def __init__(self, tls=None):
+    def __init__(self, tls=None, reply=None):
         self.tls = tls
+        self.reply = reply
         self.requests = 0
         self.accepted = 0
         super().__init__()
@@ -363,6 +381,8 @@ class HeldHandshakeOrigin(Listener):
             conn = self.tls.wrap_socket(conn, server_side=True)
             if read_head(conn):
                 self.requests += 1
+                if self.reply is not None:
+                    conn.sendall(self.reply)
         except (OSError, ssl.SSLError):
             pass
         finally:
@@ -605,9 +625,9 @@ def t_early_flood(v, log):
     return errs
 
 
-def inject_exchange(v, port, agent_tls, host="api.internal"):
+def inject_exchange(v, port, agent_tls, host="api.internal", closing=False):
     """CONNECT to <host>:<port> (an inject rule's TLS origin), TLS with the daemon, one
-    request with the placeholder: every byte of the answer and how the agent's TLS ended
+    request with the placeholder (<closing>: with Connection: close): every byte of the answer and how the agent's TLS ended
     (read_to_end: "truncated", no close_notify, or "eof" after one); or None and what
     came instead of the CONNECT's 200."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -625,8 +645,9 @@ def inject_exchange(v, port, agent_tls, host="api.internal"):
         if not head.startswith(b"HTTP/1.1 200"):
             return None, "the CONNECT got %r" % head
         t = agent_tls.wrap_socket(s, server_hostname=host, suppress_ragged_eofs=False)
-        t.sendall(b"GET /v1 HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s"
-                  b"\r\n\r\n" % (host.encode(), port, PLACEHOLDER.encode()))
+        t.sendall(b"GET /v1 HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s\r\n%s"
+                  b"\r\n" % (host.encode(), port, PLACEHOLDER.encode(),
+                              b"Connection: close\r\n" if closing else b""))
         return read_to_end(t)
 
 
@@ -1015,6 +1036,44 @@ def t_drain(v, log):
     return errs
 
 
+def t_tls_handshake_metrics(v, log):
+    """The TLS handshake histogram counts each completed handshake once, by side, and
+    times it."""
+    errs = []
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    key = "agentsnet_tls_handshake_duration_seconds_%s{side=\"%s\"}"
+    before = series(scrape(v["metrics_port"])[2])
+    for i in range(TLS_RUNS):
+        with fake_session(v, agent_tls) as t:
+            t.sendall(b"GET / HTTP/1.1\r\nHost: canned.internal\r\nConnection: close\r\n\r\n")
+            answer, _ = read_to_end(t)
+        if not answer.startswith(b"HTTP/1.1 200"):
+            errs.append("fake session %d: %r" % (i, answer[:100]))
+        data, end = inject_exchange(v, v["held"].port, agent_tls, host="held.internal",
+                                    closing=True)
+        if data is None or not data.startswith(b"HTTP/1.1 200"):
+            errs.append("inject exchange %d: %r" % (i, end if data is None else data[:100]))
+    time.sleep(0.3)  # the workers publish
+    after = series(scrape(v["metrics_port"])[2])
+
+    def grew(what, side):
+        k = key % (what, side)
+        return after.get(k, 0) - before.get(k, 0)
+    counts = {side: grew("count", side) for side in ("agent", "upstream")}
+    means = {side: grew("sum", side) / counts[side] if counts[side] else None
+             for side in ("agent", "upstream")}
+    log("after %d fake sessions and %d inject requests: handshakes counted %r, mean seconds "
+        "%r (the origin holds its ServerHello %.1f s)" % (TLS_RUNS, TLS_RUNS, counts, means,
+                                                          HANDSHAKE_HOLD_S))
+    if counts != {"agent": 2 * TLS_RUNS, "upstream": TLS_RUNS}:
+        errs.append("handshakes counted %r, want agent %d, upstream %d" % (
+            counts, 2 * TLS_RUNS, TLS_RUNS))
+    elif not (means["upstream"] >= HANDSHAKE_HOLD_S and means["agent"] < HANDSHAKE_HOLD_S):
+        errs.append("mean handshake seconds %r: want the upstream's at least the origin's "
+                    "hold of %.1f s, the agent's below it" % (means, HANDSHAKE_HOLD_S))
+    return errs
+
+
 def t_inject_without_ca(v, log):
     errs = []
     dropped = v["dropped"]
@@ -1075,7 +1134,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="an-faults-")
     pki = os.path.join(tmp, "pki")
     os.mkdir(pki, 0o700)
-    make_pki(pki, names=("api.internal",))
+    make_pki(pki, names=("api.internal", "held.internal"))
     with open(os.open(os.path.join(pki, "secret.txt"), os.O_WRONLY | os.O_CREAT, 0o600), "w",
               encoding="ascii") as f:
         f.write("sk-faults-" + os.urandom(8).hex())
@@ -1083,6 +1142,8 @@ def main():
     origin_tls.load_cert_chain(os.path.join(pki, "leaf.pem"), os.path.join(pki, "leaf.key"))
     tls_reset = ResetOrigin(origin_tls)
     mismatch, dropped = HeldHandshakeOrigin(origin_tls), HeldHandshakeOrigin()
+    held = HeldHandshakeOrigin(origin_tls, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n"
+                               b"Connection: close\r\n\r\nok\n")
     stream = StreamOrigin()
     delayed = DelayedOrigin()
     upload_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # the slow reader's: a leaf for it
@@ -1107,6 +1168,7 @@ def main():
                 ("tunnel_bytes_splice", "continue", None, None, t_tunnel_bytes),
                 ("tunnel_bytes_copy", "continue", None, {"AN_NO_SPLICE": "1"}, t_tunnel_bytes),
                 ("drain", "continue", None, None, t_drain),
+                ("tls_handshake_metrics", "continue", None, None, t_tls_handshake_metrics),
                 ("inject_without_ca", "continue", None, None, t_inject_without_ca)):
             if args.tests and name not in args.tests:
                 continue
@@ -1121,6 +1183,7 @@ def main():
                      "mismatch": mismatch, "dropped": dropped, "stream": stream,
                      "sock_dir": os.path.join(top, "run"), "ingress_port": free_port(),
                      "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(),
+                     "metrics_port": free_port(), "held": held,
                      "slow_tls": SlowReader(upload_tls),
                      "audit": os.path.join(disk, "audit.jsonl"),
                      "filler": os.path.join(disk, "filler"),
@@ -1141,6 +1204,8 @@ def main():
                                           dropped_port=dropped.port,
                                           late_port=v["late"].port,
                                           delayed_port=delayed.port, drain_ms=DRAIN_MS,
+                                          metrics_port=v["metrics_port"],
+                                          held_port=held.port,
                                           placeholder=PLACEHOLDER))
                 failed += run_daemon(args, v, test, log)
             finally:

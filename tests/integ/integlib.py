@@ -219,6 +219,24 @@ def upload_then_leave(sock, pause_s=0.3):
     return sent, left
 
 
+def scrape(port, method="GET", path="/metrics"):
+    """(status, head, body) of <method> <path> on the metrics listener."""
+    data = tcp_exchange(port, b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                        % (method.encode(), path.encode()))
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), head.decode("latin-1"), body.decode()
+
+
+def series(body):
+    """{'name{labels}': value} of an exposition."""
+    out = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
 def read_text(path):
     try:
         with open(path, "r", encoding="utf-8", errors="replace") as f:

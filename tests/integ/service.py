@@ -89,8 +89,8 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import (own_pass_args, own_pass_end, read_text, sanitizer_marks, tcp_exchange,
-                      with_daemon, Fatal)
+from integlib import (own_pass_args, own_pass_end, read_text, sanitizer_marks, scrape, series,
+                      tcp_exchange, with_daemon, Fatal)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WATCHDOG_S = 0.6
@@ -1115,24 +1115,6 @@ def free_tcp_port():
 METRICS_SERVED = 40
 METRICS_REFUSED = 7
 PROMTOOL = shutil.which("promtool") or "/var/lib/agentsnet-tools/bin/promtool"
-
-
-def scrape(port, method="GET", path="/metrics"):
-    """(status, head, body) of <method> <path> on the metrics listener."""
-    data = tcp_exchange(port, b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-                        % (method.encode(), path.encode()))
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), head.decode("latin-1"), body.decode()
-
-
-def series(body):
-    """{'name{labels}': value} of an exposition."""
-    out = {}
-    for line in body.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
 
 
 def t_metrics(args, v, log):
