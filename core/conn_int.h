@@ -417,10 +417,27 @@ enum drain_answer drain_answer(const struct conn *c);
 const struct http1_request *drain_request(struct conn *c, const struct http1_request *req,
 					  struct http1_request *closing);
 
+/* ---- core/upstream.c: resolving and connecting --------------------------- */
+
+/*
+ * Resolves the allowed request's host (or the local rule's upstream) and
+ * connects to the first address the policy permits; refuses when none.
+ */
+void resolve_start(struct conn *c);
 /* The Unix socket address of a local upstream, stored in c->addrs (F_UNIX_UP). */
 struct sockaddr_un *conn_unix(struct conn *c);
 /* Opens a socket to the next address; none left: refuses (or closes a TLS front conn). */
 void connect_next(struct conn *c);
+/* The completions of connect_next's socket and of its connect (OP_SOCKET, OP_CONNECT). */
+void upstream_on_socket(struct conn *c, int res);
+void upstream_on_connect(struct conn *c, int res);
+
+/* ---- core/conn.c, for the files above --------------------------------------- */
+
+/* Sets TCP_NODELAY on <fd> (an op of its own, <op>: OP_NODELAY_C or OP_NODELAY_U). */
+void set_nodelay(struct conn *c, uint32_t op, int fd);
+/* Frees <c> when it is CLOSING with nothing left in flight; else nothing. */
+void conn_maybe_free(struct conn *c);
 
 /*
  * Sends c->out_ptr/out_len in RESPOND (a refusal, or a fake answer in clear)
