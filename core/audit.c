@@ -372,10 +372,8 @@ static char *put_name(char *p, const struct audit_name *n)
 static char *put_head(struct audit *a, char *p, uint64_t ts_us, uint64_t id, enum audit_kind kind)
 {
 	static const char *const events[] = {
-		[AUDIT_DECISION] = "decision",
-		[AUDIT_CLOSE] = "close",
-		[AUDIT_NOTICE] = "notice",
-		[AUDIT_INGRESS] = "ingress",
+		[AUDIT_DECISION] = "decision", [AUDIT_CLOSE] = "close", [AUDIT_NOTICE] = "notice",
+		[AUDIT_INGRESS] = "ingress",   [AUDIT_ALERT] = "alert",
 	};
 
 	AN_ASSERT((unsigned)kind < AN_ARRAY_LEN(events));
@@ -483,6 +481,45 @@ static char *put_ingress_fields(struct audit *a, char *p, const struct audit_rec
 	return put_json_str(p, rec->detail, sizeof(rec->detail));
 }
 
+/* The fields of an alert record, after the head (core/audit.h says which field holds what). */
+static char *put_alert_fields(char *p, const struct audit_record *rec)
+{
+	AN_ASSERT(rec->kind == AUDIT_ALERT);
+	p = put_lit(p, ",\"sandbox\":");
+	p = put_json_str(p, rec->sandbox, sizeof(rec->sandbox));
+	p = put_lit(p, ",\"detector\":");
+	p = put_json_str(p, rec->rule, sizeof(rec->rule));
+	p = put_lit(p, ",\"action\":");
+	p = put_json_str(p, rec->method, sizeof(rec->method));
+	p = put_lit(p, ",\"count\":");
+	p = put_u64(p, rec->bytes_up);
+	p = put_lit(p, ",\"window_s\":");
+	p = put_u64(p, rec->duration_ms);
+	p = put_lit(p, ",\"baseline\":");
+	p = put_u64(p, rec->bytes_down);
+	p = put_lit(p, ",\"host\":");
+	p = put_json_str(p, rec->host, sizeof(rec->host));
+	p = put_lit(p, ",\"suffix\":");
+	p = put_json_str(p, rec->addr, sizeof(rec->addr));
+	p = put_lit(p, ",\"names\":[");
+	const char *names = rec->path;
+	size_t left = strnlen(rec->path, sizeof(rec->path));
+	bool first = true;
+	while (left > 0) {
+		const char *nl = memchr(names, '\n', left);
+		size_t len = nl != NULL ? (size_t)(nl - names) : left;
+		if (!first)
+			*p++ = ',';
+		first = false;
+		p = put_json_str(p, names, len);
+		size_t step = nl != NULL ? len + 1 : len;
+		names += step;
+		left -= step;
+	}
+	p = put_lit(p, "],\"detail\":");
+	return put_json_str(p, rec->detail, sizeof(rec->detail));
+}
+
 /* One record as one JSON line into <buf> (AUDIT_LINE_WORST_BYTES); returns the length. */
 static size_t format_record(struct audit *a, const struct audit_record *rec, char *buf)
 {
@@ -497,6 +534,8 @@ static size_t format_record(struct audit *a, const struct audit_record *rec, cha
 		p = put_json_str(p, rec->detail, sizeof(rec->detail));
 	} else if (kind == AUDIT_INGRESS) {
 		p = put_ingress_fields(a, p, rec);
+	} else if (kind == AUDIT_ALERT) {
+		p = put_alert_fields(p, rec);
 	} else {
 		p = put_conn_fields(a, p, rec);
 	}

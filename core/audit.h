@@ -22,9 +22,16 @@ enum audit_kind {
 	AUDIT_CLOSE,        /* "event":"close" */
 	AUDIT_NOTICE,       /* "event":"notice": daemon-level (start, stop, config) */
 	AUDIT_INGRESS,      /* "event":"ingress": one public request to a sandbox */
+	AUDIT_ALERT,        /* "event":"alert": a detector fired (core/watch.c); fields below */
 	AUDIT__KINDS,
 };
 
+/*
+ * An alert record reuses the fields: rule is the detector, method the action
+ * ("none", "quarantine"), bytes_up the count, bytes_down the baseline,
+ * duration_ms the window in seconds, host the request's host, addr the
+ * suffix, path the names sampled (each ended by a newline), detail a sentence.
+ */
 /* Fixed-size record; strings are NUL-terminated and truncated to fit. */
 struct audit_record {
 	uint64_t ts_us;    /* CLOCK_REALTIME, microseconds; set by audit_commit */

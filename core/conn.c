@@ -919,6 +919,13 @@ uint32_t conn_next_request_ms(const struct conn *c)
 	return c->w->draining ? LIMITS_DRAIN_IDLE_MS : c->w->e->cfg->idle_timeout_ms;
 }
 
+bool conn_quarantined(const struct conn *c)
+{
+	return c->sandbox != WORKER_NO_SANDBOX && !c->ingress &&
+	       atomic_load_explicit(&c->w->e->sandboxes[c->sandbox]->quarantined,
+				    memory_order_relaxed);
+}
+
 void decide(struct conn *c, const struct http1_request *req)
 {
 	const struct engine *e = c->w->e;
@@ -947,6 +954,13 @@ void decide(struct conn *c, const struct http1_request *req)
 		c->rule = NULL;
 		c->instruction = NULL;
 		respond(c, REASON_HOST_NOT_ALLOWED); /* never expected: fail closed */
+		return;
+	}
+	if (conn_quarantined(c)) {
+		c->tier = TIER_DENY;
+		c->rule = NULL;
+		c->instruction = NULL;
+		respond(c, REASON_QUARANTINED); /* an alert's action: until `sandbox release` */
 		return;
 	}
 	uint64_t deciding_us = timer_now_us();

@@ -395,6 +395,8 @@ void request_copy(struct conn *c, const struct http1_request *req);
  * returns its sandbox under it; NULL when the snapshot does not know it.
  */
 const struct snapshot_sandbox *snapshot_take(struct conn *c);
+/* Whether <c>'s sandbox is in an alert's quarantine (core/watch.h): its requests are refused. */
+bool conn_quarantined(const struct conn *c);
 /* Decides request <req> (proxy form) against the policy: refuses, or starts its tier. */
 void decide(struct conn *c, const struct http1_request *req);
 
@@ -416,6 +418,13 @@ enum drain_answer drain_answer(const struct conn *c);
  */
 const struct http1_request *drain_request(struct conn *c, const struct http1_request *req,
 					  struct http1_request *closing);
+
+/* ---- core/watch.c: the anomaly detectors ---------------------------------- */
+
+/* Feeds <c>'s decision (allowed, or refused c->reason) to its sandbox's detectors. */
+void watch_decision(struct conn *c, bool allowed);
+/* Feeds <bytes> the agent sent on <c> (at its end) to its sandbox's upload detector. */
+void watch_upload(struct conn *c, uint64_t bytes);
 
 /* ---- core/upstream.c: resolving and connecting --------------------------- */
 

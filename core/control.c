@@ -34,6 +34,11 @@
  *                                 only ever appended); a caller other than root sees
  *                                 the sandboxes it registered only
  *   sandbox url <id>           -> ok <public URL> (or error no_ingress / no_such_sandbox)
+ *   sandbox release <id>       -> ok released: root only; lifts an alert's quarantine
+ *                                 (or error no_such_sandbox / not_quarantined)
+ *   alerts                     -> ok <n>, then n lines, each an alert as JSON, oldest
+ *                                 first (core/watch.h; the latest WATCH_RECENT); a caller
+ *                                 other than root sees its own sandboxes' only
  *   policy reload              -> ok policy generation <n>: ... (or error reload_refused)
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
  *   audit reopen               -> ok audit reopened <path>: root only; the audit file
@@ -71,6 +76,7 @@
 #include "core/handover.h"
 #include "core/textbuf.h"
 #include "core/timer.h"
+#include "core/watch.h"
 #include "core/audit.h"
 #include "core/engine.h"
 #include "core/log.h"
@@ -365,6 +371,41 @@ static void handle_stats(struct engine *e, struct answer *a)
 		   audit_failing(e->audit) ? 1 : 0);
 }
 
+/* `sandbox release <id>`: root's alone, the operator who lifts a quarantine. */
+static void handle_release(struct engine *e, const char *id, const struct verdict_caller *who,
+			   struct answer *a)
+{
+	if (who != NULL && who->uid != 0) {
+		answer_add(a, "error forbidden only root lifts a quarantine\n");
+		return;
+	}
+	int ret = watch_release(e, id);
+	if (ret == 0)
+		answer_add(a, "ok released %s\n", id);
+	else if (ret == -EALREADY)
+		answer_add(a, "error not_quarantined sandbox %s is not in quarantine\n", id);
+	else
+		answer_add(a, "error no_such_sandbox %s\n", id);
+}
+
+/* `alerts`: the latest alerts the caller may see, one JSON object a line. */
+static void handle_alerts(struct engine *e, const struct verdict_caller *who, struct answer *a)
+{
+	char line[4096];
+	struct watch_alert *list = pool_calloc(WATCH_RECENT, sizeof(*list));
+
+	if (list == NULL) {
+		answer_add(a, "error internal out of memory\n");
+		return;
+	}
+	uint32_t n = watch_recent_copy(e, who != NULL ? who->uid : 0, list, WATCH_RECENT);
+	answer_add(a, "ok %u\n", n);
+	for (uint32_t i = 0; i < n; i++)
+		if (watch_alert_json(&list[i], line, sizeof(line)) >= 0)
+			answer_add(a, "%s\n", line);
+	pool_free(list);
+}
+
 /* Splits <line> into at most 4 space-separated words; returns how many. */
 static int split_words(char *line, char **words, int max)
 {
@@ -428,6 +469,10 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 			handle_rm(e, w[2], who, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "url") == 0) {
 			handle_url(e, w[2], who, &a);
+		} else if (sandbox && count == 3 && strcmp(w[1], "release") == 0) {
+			handle_release(e, w[2], who, &a);
+		} else if (count == 1 && strcmp(w[0], "alerts") == 0) {
+			handle_alerts(e, who, &a);
 		} else if (count == 2 && strcmp(w[0], "policy") == 0 &&
 			   strcmp(w[1], "reload") == 0) {
 			handle_reload(e, &a);

@@ -49,6 +49,7 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/timer.h"
+#include "core/watch.h"
 #include "core/worker.h"
 
 static uint32_t worker_count_for(const struct config *cfg)
@@ -386,6 +387,7 @@ static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t prof
 	__atomic_store_n(&sb->ingress_rate.tat_us, 0, __ATOMIC_RELAXED);
 	sb->dynamic = dynamic;
 	sb->agent_uid = agent_uid;
+	atomic_store(&sb->quarantined, false);
 	sb->worker = e->next_worker++ % e->worker_count;
 	/* A uid of the pool is one sandbox's: given now (or named by the registry, re-adopted). */
 	bool pooled = uidpool_contains(&e->uids, agent_uid);
@@ -776,6 +778,8 @@ int engine_start(struct engine *e)
 	if (ret == 0 && e->inet_listeners == NULL)
 		ret = -ENOMEM;
 	if (ret == 0)
+		ret = watch_start(e);
+	if (ret == 0)
 		ret = sandboxes_open(e);
 	if (ret == 0 && e->ingress_tls)
 		ret = ingress_internal_open(e);
@@ -799,6 +803,7 @@ int engine_start(struct engine *e)
 	if (ret != 0) {
 		workers_join(e, started);
 		snapshots_free(e);
+		watch_stop(e);
 		pthread_mutex_destroy(&e->lock);
 		return ret;
 	}
@@ -820,6 +825,7 @@ int engine_stop(struct engine *e)
 	e->stale_count = 0;
 	workers_join(e, e->worker_count);
 	snapshots_free(e);
+	watch_stop(e);
 	pthread_mutex_destroy(&e->lock);
 	return atomic_load(&e->leaks) == 0 ? 0 : -EFAULT;
 }

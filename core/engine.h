@@ -107,7 +107,13 @@ struct engine_sandbox {
 	 * opens (or the registry's, re-adopted), wiped when it closes; written
 	 * under engine.lock, read by the workers from their route tables only. */
 	char ingress_token[CONFIG_INGRESS_TOKEN_BYTES];
+	/* An alert whose action is quarantine put it there (core/watch.c): every
+	 * request is refused quarantined until `sandbox release` clears it. Set by
+	 * a worker, cleared by the control thread, false when the slot opens. */
+	_Atomic bool quarantined;
 };
+
+struct watch_recent;
 
 struct engine {
 	const struct config *cfg; /* borrowed */
@@ -191,6 +197,8 @@ struct engine {
 	/* A successor serves every socket this daemon listens on (engine_hand_over):
 	 * the stop keeps their files, and its drain hands every listener on. */
 	atomic_bool handed_over;
+	/* The latest alerts (core/watch.h), for `alerts`; made by engine_start. */
+	struct watch_recent *alerts_recent;
 	/* The metrics listener (core/metrics.h), for a successor; -1: none. Set by metrics_start. */
 	int metrics_fd;
 	/* Asks the daemon to stop, as SIGTERM does; called by engine_hand_over. NULL: none. */

@@ -151,6 +151,33 @@ static void decisions(struct textbuf *t, const struct engine *e)
 			    reason_code((enum reason)k), (unsigned long long)refused[k]);
 }
 
+/* The alerts raised, by detector, and the sandboxes in quarantine now (core/watch.h). */
+static void alerts(struct textbuf *t, struct engine *e)
+{
+	uint64_t raised[ALERT__COUNT] = { 0 };
+	uint64_t quarantined = 0;
+
+	for (uint32_t i = 0; i < e->worker_count; i++)
+		for (uint32_t k = 0; k < ALERT__COUNT; k++)
+			raised[k] += atomic_load_explicit(&e->workers[i].alerts.raised[k],
+							  memory_order_relaxed);
+	family(t, "agentsnet_alerts_total", "counter",
+	       "Alerts raised by the anomaly detectors, by detector (docs/alerts.md).");
+	for (uint32_t k = 0; k < ALERT__COUNT; k++)
+		textbuf_add(t, "agentsnet_alerts_total{detector=\"%s\"} %llu\n",
+			    alert_detector_name((enum alert_detector)k),
+			    (unsigned long long)raised[k]);
+	pthread_mutex_lock(&e->lock);
+	for (uint32_t i = 0; i < e->sandbox_used; i++)
+		quarantined +=
+		    e->sandboxes[i]->state == ENGINE_SANDBOX_ACTIVE &&
+		    atomic_load_explicit(&e->sandboxes[i]->quarantined, memory_order_relaxed);
+	pthread_mutex_unlock(&e->lock);
+	family(t, "agentsnet_sandboxes_quarantined", "gauge",
+	       "Sandboxes an alert put in quarantine, not yet released.");
+	textbuf_add(t, "agentsnet_sandboxes_quarantined %llu\n", (unsigned long long)quarantined);
+}
+
 /* The per-sandbox series' gathering: every active sandbox's figures and id, then sorted. */
 struct sandbox_row {
 	struct engine_sandbox_view v; /* v.sb cleared: not to be touched outside the lock */
@@ -300,6 +327,7 @@ char *metrics_render(struct engine *e, size_t *len)
 	counter(&t, "agentsnet_requests_total", "Requests decided, allowed or refused.",
 		sum.requests);
 	decisions(&t, e);
+	alerts(&t, e);
 	family(&t, "agentsnet_relays_total", "counter",
 	       "CONNECT tunnels relayed, by relay (splice: zero-copy; copy: through buffers).");
 	textbuf_add(&t, "agentsnet_relays_total{relay=\"splice\"} %llu\n",

@@ -95,6 +95,10 @@ static const struct reason_row reason_rows[] = {
 	[REASON_DAEMON_STOPPING] = { "daemon_stopping", 503,
 				     "The proxy is stopping or restarting and takes no new request; "
 				     "retry after the time in Retry-After." },
+	[REASON_QUARANTINED] = { "quarantined", 403,
+				 "An alert quarantined this sandbox: the proxy refuses every request "
+				 "until an operator releases it (agentsnet sandbox release). Stop and "
+				 "report what you were doing; do not retry." },
 };
 static_assert(AN_ARRAY_LEN(reason_rows) == REASON__COUNT, "every reason code needs a row");
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Bumped when a code is added; never when one would be changed (it can't be). */
-#define REASON_CONTRACT_VERSION 13
+#define REASON_CONTRACT_VERSION 14
 
 enum tier {
 	TIER_DENY = 0,
@@ -62,6 +62,7 @@ enum reason {
 	REASON_AUDIT_UNAVAILABLE,
 	REASON_UPSTREAM_RESET,
 	REASON_DAEMON_STOPPING,
+	REASON_QUARANTINED,
 	REASON__COUNT,
 };
 

@@ -123,6 +123,7 @@ void audit_decision_detail(struct conn *c, bool allowed, uint16_t status, const 
 	c->status = status;
 	sandbox_count(c, 1, allowed ? 0 : 1, 0, 0);
 	decision_count(c->w, allowed, (enum tier)c->tier, (enum reason)c->reason);
+	watch_decision(c, allowed);
 	if (c->front != NULL && c->front->record_at_end) {
 		c->reason = allowed ? (uint8_t)REASON_NONE : c->reason;
 		return; /* the request's one record is written when it ends: close_record */
@@ -152,6 +153,7 @@ void conn_close_record(struct conn *c)
 	struct audit_ring *ar = c->w->audit;
 
 	sandbox_count(c, 0, 0, c->bytes_up + c->up.bytes, c->bytes_down + c->down.bytes);
+	watch_upload(c, c->bytes_up + c->up.bytes);
 	if (c->front != NULL && c->front->close_record != NULL) {
 		c->front->close_record(c);
 		return;

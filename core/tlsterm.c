@@ -221,6 +221,10 @@ bool term_request(struct conn *c)
 		term_refuse(c, REASON_AUDIT_UNAVAILABLE);
 		return true;
 	}
+	if (conn_quarantined(c)) {
+		term_refuse(c, REASON_QUARANTINED); /* a session opened before the alert */
+		return true;
+	}
 	switch (drain_answer(c)) {
 	case DRAIN_NONE:
 		break;

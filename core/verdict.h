@@ -143,6 +143,8 @@ struct verdict_caller {
 	uint32_t group_count;
 };
 
+struct alert_config;
+
 struct verdict_ops {
 	/*
 	 * Decides <host>/<host_len> (as the client sent it, not normalised) on
@@ -186,6 +188,12 @@ struct verdict_ops {
 	void (*profile_limits)(const void *policy, uint32_t index, struct verdict_limits *out);
 	/* The ingress settings of profile <index>; never NULL (the defaults when it has none). */
 	const struct verdict_ingress *(*profile_ingress)(const void *policy, uint32_t index);
+	/*
+	 * The compiled `alerts:` of profile <index> (core/alert.h): the global
+	 * section overridden by the profile's, over the defaults; never NULL,
+	 * borrowed from the policy. NULL op: every profile has the defaults.
+	 */
+	const struct alert_config *(*profile_alerts)(const void *policy, uint32_t index);
 	/*
 	 * Whether <buf>/<len> (a request head a sandbox on profile <profile> sent)
 	 * holds the placeholder of one of the profile's inject rules, other than

@@ -15,6 +15,7 @@
 
 #include <sys/socket.h>
 
+#include "core/alert.h"
 #include "core/config.h"
 #include "core/counter.h"
 #include "core/dns.h"
@@ -130,6 +131,17 @@ struct worker_decision_counts {
 	struct latency_histogram connect;
 	struct latency_histogram tls_agent;
 	struct latency_histogram tls_upstream;
+};
+
+/* One sandbox's detectors on a worker (core/watch.c), for the slot's <generation>. */
+struct worker_watch_slot {
+	uint32_t generation;
+	struct alert_state state;
+};
+
+/* The alerts a worker raised, by detector, for the metrics. Single writer. */
+struct worker_alert_counts {
+	_Atomic uint64_t raised[ALERT__COUNT];
 };
 
 /* The sums of a sandbox's worker_sandbox_counts over the workers. */
@@ -250,6 +262,8 @@ struct worker {
 	struct worker_stats stats;
 	struct worker_sandbox_counts *sandbox_counts; /* owned, LIMITS_SANDBOXES_MAX */
 	struct worker_decision_counts decisions;
+	struct worker_watch_slot *watch; /* owned, LIMITS_SANDBOXES_MAX: zero pages until used */
+	struct worker_alert_counts alerts;
 	uint64_t stats_due_ms;  /* the earliest loop-turn clock of the next publication */
 	bool stats_unpublished; /* a turn ran since the last publication */
 	struct worker_published published;

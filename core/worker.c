@@ -203,7 +203,8 @@ static int worker_setup(struct worker *w)
 	w->buckets = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*w->buckets));
 	/* Zero pages until a sandbox's traffic touches its entry. */
 	w->sandbox_counts = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*w->sandbox_counts));
-	if (w->buckets == NULL || w->sandbox_counts == NULL)
+	w->watch = pool_calloc(LIMITS_SANDBOXES_MAX, sizeof(*w->watch));
+	if (w->buckets == NULL || w->sandbox_counts == NULL || w->watch == NULL)
 		return -ENOMEM;
 	ret = ratelimit_table_init(&w->rule_buckets, rule_buckets_for(cfg->conns_per_worker));
 	if (ret != 0) {
@@ -300,6 +301,7 @@ static void worker_teardown(struct worker *w)
 	AN_FREE(&w->resp_rewrite);
 	AN_FREE(&w->buckets);
 	AN_FREE(&w->sandbox_counts);
+	AN_FREE(&w->watch);
 	ratelimit_table_free(&w->rule_buckets);
 	ingress_routes_free(&w->routes);
 	if (w->term != NULL)

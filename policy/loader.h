@@ -19,6 +19,8 @@
  *                      users and groups;
  *   policy/ingress.c   a profile's `ingress:` section, what the ingress gateway
  *                      lets through to its sandboxes;
+ *   policy/alerts.c    the `alerts:` sections, global and a profile's: the
+ *                      detectors' settings, merged key by key at the end;
  *   policy/policy.c    the document, sandboxes, the deny list, the limits every
  *                      section reads alike, the load itself, and the run-time
  *                      queries (verdict ops).
@@ -42,6 +44,7 @@
 #include <libpsl.h>
 #include <yaml.h>
 
+#include "core/alert.h"
 #include "core/an.h"
 #include "core/config.h"
 #include "core/verdict.h"
@@ -50,13 +53,32 @@
 #include "policy/policy.h"
 #include "policy/strtab.h"
 
+/*
+ * An `alerts:` section (policy/alerts.c): the values of the keys it gave and
+ * which it gave (given[d], bit AF_* of alerts.c, per detector) until the
+ * load's end, when cfg becomes the compiled config (the defaults, then the
+ * global section, then the profile's). The marks place the quiet_hours
+ * checks that need the merged result.
+ */
+struct policy_alerts {
+	struct alert_config cfg;
+	uint16_t given[ALERT__COUNT];
+	bool cooldown_given;
+	yaml_mark_t quiet_on;   /* the key `on` of quiet_hours */
+	yaml_mark_t quiet_from; /* the values of from and to */
+	yaml_mark_t quiet_to;
+};
+
 struct policy_profile {
 	char *name;
 	struct verdict_limits limits; /* each sandbox on the profile gets its own */
 	const struct verdict_ingress
 	    *ingress;                       /* profile_ingress: &ingress_own->vi or the defaults */
 	struct policy_ingress *ingress_own; /* owned; the `ingress:` section, NULL without one */
-	struct acl_rule *rules;             /* owned array of rule_count */
+	/* profile_alerts: &alerts_own->cfg, or the policy's global one (set at the load's end) */
+	const struct alert_config *alerts;
+	struct policy_alerts *alerts_own; /* owned; the `alerts:` section, NULL without one */
+	struct acl_rule *rules;           /* owned array of rule_count */
 	uint32_t rule_count;
 	uint32_t rule_cap;
 	struct acl acl; /* indexes rules; built when the profile's rules are complete */
@@ -121,6 +143,7 @@ struct policy_ingress {
 
 struct policy {
 	struct policy_profile *profiles;
+	struct policy_alerts alerts; /* the global `alerts:` (all zero without one), compiled */
 	struct policy_host *hosts;
 	struct addr_cidr *allow;   /* resolver.allow_private */
 	struct policy_fake *fakes; /* every fake rule's responses, in file order */
@@ -492,6 +515,25 @@ extern const struct verdict_ingress loader_ingress_default;
  * points into. 0, or an error.
  */
 int loader_ingress(struct loader *ld, struct policy_profile *pr);
+
+/* --- policy/alerts.c: the alerts: sections -------------------------------------------- */
+
+/*
+ * Reads an `alerts:` value, a mapping or `false` (every detector off), of
+ * the top level (<pr> NULL: into ld->p->alerts) or of profile <pr> (into a
+ * block pr->alerts_own it allocates). Nothing is merged yet: the global
+ * section may come after the profiles. 0, or an error.
+ */
+int loader_alerts(struct loader *ld, struct policy_profile *pr);
+
+/*
+ * Compiles every section once the whole document is read: the global one
+ * over the defaults (alert_config_defaults), then each profile's over that;
+ * points each profile's alerts at its config. Fails for a compiled
+ * quiet_hours that is on without both hours, or whose from equals its to,
+ * at the key of the section that made it so. 0, or an error.
+ */
+int loader_alerts_finish(struct loader *ld);
 
 /* --- policy/policy.c: the limits a profile, a rule and an ingress: section read -------- */
 

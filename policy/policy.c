@@ -5,8 +5,9 @@
  * per part (policy/loader.h, their shared header, lists them): the event
  * reader (yaml.c), hosts and addresses (host.c), the `daemon:`, `resolver:`
  * and `profiles:` sections (daemon.c, resolver.c, profile.c), and the
- * compilers of a rule's `responses` (fake.c) and `inject` (inject.c) and of
- * a profile's `ingress:` (ingress.c).
+ * compilers of a rule's `responses` (fake.c) and `inject` (inject.c), of
+ * a profile's `ingress:` (ingress.c), and of the `alerts:` sections, global
+ * and a profile's (alerts.c).
  *
  * libyaml's event API drives a recursive descent that mirrors the schema:
  * one function per section, each reading exactly the events its value may
@@ -224,10 +225,20 @@ static int parse_version(struct loader *ld)
 	return 0;
 }
 
-enum { TK_VERSION, TK_DAEMON, TK_RESOLVER, TK_PROFILES, TK_SANDBOXES, TK_DENY, TK__COUNT };
+enum {
+	TK_VERSION,
+	TK_DAEMON,
+	TK_RESOLVER,
+	TK_PROFILES,
+	TK_SANDBOXES,
+	TK_DENY,
+	TK_ALERTS,
+	TK__COUNT
+};
 static const char *const top_keys[] = {
 	[TK_VERSION] = "version",   [TK_DAEMON] = "daemon",       [TK_RESOLVER] = "resolver",
 	[TK_PROFILES] = "profiles", [TK_SANDBOXES] = "sandboxes", [TK_DENY] = "deny",
+	[TK_ALERTS] = "alerts",
 };
 
 /*
@@ -412,6 +423,8 @@ static int top_value(struct loader *ld, uint32_t key)
 		return loader_seq(ld, "sandboxes", LIMITS_SANDBOXES_MAX, false, sandbox_item, NULL);
 	case TK_DENY:
 		return loader_seq(ld, "deny", POLICY_DENY_MAX, false, deny_item, NULL);
+	case TK_ALERTS:
+		return loader_alerts(ld, NULL);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -491,6 +504,9 @@ static int parse_stream(struct loader *ld)
 	/* Built once the whole file is read: the deny list may come after the profiles. */
 	for (uint32_t i = 0; i < ld->p->profile_count && rc == 0; i++)
 		rc = profile_finish(ld, &ld->p->profiles[i]);
+	/* Merged once the whole file is read: the global `alerts:` may come after the profiles. */
+	if (rc == 0)
+		rc = loader_alerts_finish(ld);
 	if (rc == 0)
 		rc = resolve_refs(ld);
 	if (rc == 0)
@@ -711,6 +727,7 @@ void policy_free(struct policy *p)
 		AN_FREE(&pr->rules);
 		AN_FREE(&pr->name);
 		AN_FREE(&pr->ingress_own);
+		AN_FREE(&pr->alerts_own);
 		AN_FREE(&pr->users);
 		AN_FREE(&pr->groups);
 		AN_FREE(&pr->injects);
@@ -934,6 +951,18 @@ static const struct verdict_ingress *policy_profile_ingress_op(const void *polic
 	return vi;
 }
 
+static const struct alert_config *policy_profile_alerts_op(const void *policy, uint32_t index)
+{
+	const struct policy *p = policy;
+
+	AN_ASSERT(p != NULL);
+	AN_ASSERT(index < p->profile_count);
+	const struct alert_config *a = p->profiles[index].alerts;
+	AN_ASSERT(a != NULL);
+	AN_DASSERT(a->cooldown_s >= 1);
+	return a;
+}
+
 static bool policy_placeholder_elsewhere_op(const void *policy, uint32_t profile, const char *buf,
 					    size_t len, const struct verdict_inject *own)
 {
@@ -1034,6 +1063,7 @@ const struct verdict_ops policy_verdict_ops = {
 	.profile_name = policy_profile_name_op,
 	.profile_limits = policy_profile_limits_op,
 	.profile_ingress = policy_profile_ingress_op,
+	.profile_alerts = policy_profile_alerts_op,
 	.placeholder_elsewhere = policy_placeholder_elsewhere_op,
 	.profile_count = policy_profile_count_op,
 	.rule_count = policy_rule_count_op,

@@ -155,11 +155,31 @@ static_assert(POLICY_INJECT_SECRET_BYTES_MAX <= UINT32_MAX, "secret lengths fit 
 /* ingress.body_bytes: one webhook's body; past 1 GiB it is an upload, not a callback. */
 #define POLICY_INGRESS_BODY_BYTES_MAX (1u << 30)
 
+/*
+ * The `alerts:` section (policy/alerts.c), the settings of the detectors of
+ * core/alert.h: each bound is where a value stops making sense.
+ */
+/* cooldown_s and every window_s: a day; an incident a day apart is two incidents. */
+#define POLICY_ALERTS_SECONDS_MAX 86400u
+/* threshold: refusals, names or requests a minute; past a million, the detector is off. */
+#define POLICY_ALERTS_THRESHOLD_MAX 1000000u
+/* request_spike.factor: at least twice the baseline (less is noise), at most a thousand. */
+#define POLICY_ALERTS_FACTOR_MIN 2u
+#define POLICY_ALERTS_FACTOR_MAX 1000u
+/* new_host.warmup_s: a week; 0 alerts from the first request on. */
+#define POLICY_ALERTS_WARMUP_S_MAX 604800u
+/* upload.bytes: 1 PiB, far past what a window can carry, and well inside uint64_t. */
+#define POLICY_ALERTS_BYTES_MAX (1ull << 50)
+
 static_assert(VERDICT_INGRESS_BODY_DEFAULT >= 1 &&
 		  VERDICT_INGRESS_BODY_DEFAULT <= POLICY_INGRESS_BODY_BYTES_MAX,
 	      "the default body cap must be valid");
 static_assert(POLICY_INGRESS_HEADER_BYTES_MAX == POLICY_FAKE_HEADER_NAME_BYTES_MAX,
 	      "header names are bounded alike everywhere in the file");
+
+static_assert(POLICY_ALERTS_SECONDS_MAX <= UINT32_MAX && POLICY_ALERTS_WARMUP_S_MAX <= UINT32_MAX,
+	      "the alerts' seconds fit struct alert_detector_config");
+static_assert(POLICY_ALERTS_FACTOR_MIN >= 2u, "a factor of 1 alerts on the baseline itself");
 
 static_assert(POLICY_RULE_ID_BYTES_MAX >= POLICY_PROFILE_NAME_BYTES_MAX + 1 + 7,
 	      "default rule ids \"<profile>/<index>\" must fit");
@@ -301,6 +321,10 @@ void policy_terminated_rules(const struct policy *p, void *arg,
  * secret stays valid, and unwiped, until release. profile_ingress returns
  * the profile's struct verdict_ingress, built at load (the defaults for a
  * profile without `ingress:`), borrowed from the snapshot until release.
+ * profile_alerts returns the profile's struct alert_config, compiled at load
+ * (the defaults, then the global `alerts:`, then the profile's, key by key;
+ * the defaults alone for a policy without either), never NULL, borrowed
+ * from the snapshot until release.
  */
 extern const struct verdict_ops policy_verdict_ops;
 

@@ -1,7 +1,8 @@
 /*
  * The `profiles:` section: each profile's rules, its limits, and who may
  * register sandboxes on it (`users`, `groups`). A profile's `ingress:` is
- * ingress.c's, and a rule's `responses` and `inject` are fake.c's and
+ * ingress.c's, its `alerts:` alerts.c's, and a rule's `responses` and
+ * `inject` are fake.c's and
  * inject.c's; a rule's host is read by host.c, normalised as the engine
  * normalises the host an agent asks for, so the two compare as bytes.
  *
@@ -511,10 +512,10 @@ static int parse_registrants(struct loader *ld, struct policy_profile *pr, bool 
 			  registrant_item, &ctx);
 }
 
-enum { PK_RULES, PK_LIMITS, PK_INGRESS, PK_USERS, PK_GROUPS, PK__COUNT };
+enum { PK_RULES, PK_LIMITS, PK_INGRESS, PK_USERS, PK_GROUPS, PK_ALERTS, PK__COUNT };
 static const char *const profile_keys[] = {
 	[PK_RULES] = "rules", [PK_LIMITS] = "limits", [PK_INGRESS] = "ingress",
-	[PK_USERS] = "users", [PK_GROUPS] = "groups",
+	[PK_USERS] = "users", [PK_GROUPS] = "groups", [PK_ALERTS] = "alerts",
 };
 static_assert(AN_ARRAY_LEN(profile_keys) == PK__COUNT, "every profile key needs a name");
 static const struct keyset profile_keyset = { "a profile", profile_keys, PK__COUNT };
@@ -537,6 +538,8 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 			rc = loader_limits(ld, &profile_limit_keyset, &pr->limits);
 		else if (key == PK_USERS || key == PK_GROUPS)
 			rc = parse_registrants(ld, pr, key == PK_GROUPS);
+		else if (key == PK_ALERTS)
+			rc = loader_alerts(ld, pr);
 		else
 			rc = loader_ingress(ld, pr);
 	}

@@ -68,6 +68,12 @@
     agentsnet_tls_handshake_duration_seconds grew by 2 * TLS_RUNS on side agent and
     TLS_RUNS on side upstream; the upstream's mean is at least its origin's hold before
     answering the ClientHello (HANDSHAKE_HOLD_S), the agent's below it.
+  - alerts: the anomaly detectors (docs/alerts.md). A well-behaved agent (200 requests to
+    its allowed host and 5 mistakes) raises no alert; an exfiltration attempt (200 encoded
+    subdomains of a refused domain) raises exactly one, refused_names, within 5 s, listed
+    by `agentsnet alerts`; its profile's action quarantines the sandbox: its next request
+    to an allowed host is refused 403 quarantined and audited, until root's `agentsnet
+    sandbox release` (nobody's is refused), after which it is served again.
   - inject_without_ca: the daemon has no CA (the policy's daemon.ca left out): a CONNECT
     to an inject rule's host is answered 403 tier_unavailable before any resolution or
     connection (the rule's origin accepts nothing).
@@ -199,8 +205,15 @@ profiles:
         inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
                  secret_file: "{pki}/secret.txt"}}
         upstream_ca: "{pki}/ca.pem"
+  watched:
+    alerts:
+      refused_names: {{action: quarantine}}
+    rules:
+      - {{id: watched-model, host: model.internal, tier: local, upstream: "127.0.0.1:{port}",
+         owner: tests, reason: loopback origin}}
 sandboxes:
   - {{id: agent, profile: faults}}
+  - {{id: watched, profile: watched}}
 """
 
 
@@ -1074,6 +1087,74 @@ def t_tls_handshake_metrics(v, log):
     return errs
 
 
+def alert_records(v, sandbox):
+    return [r for r in audit_lines(v["audit"])[0]
+            if r.get("event") == "alert" and r.get("sandbox") == sandbox]
+
+
+def t_alerts(v, log):
+    """A well-behaved agent raises nothing; an exfiltration attempt one alert, which
+    quarantines its sandbox until released."""
+    errs = []
+    agent, watched = egress(v["sock_dir"], "agent"), egress(v["sock_dir"], "watched")
+    for i in range(200):
+        served(agent)
+    for i in range(5):
+        served(agent, b"typo%d.example" % i)
+    t0 = time.monotonic()
+    for i in range(200):
+        answer = served(watched, b"%08x.exfil.example" % (i * 2654435761 % 2**32))
+        if not answer.startswith(b"HTTP/1.1 403"):
+            errs.append("encoded name %d: %r" % (i, answer[:80]))
+            break
+    alerts = []
+    while time.monotonic() - t0 < 5 and not alerts:
+        time.sleep(0.1)
+        alerts = alert_records(v, "watched")
+    waited = time.monotonic() - t0
+    time.sleep(0.5)
+    alerts, calm = alert_records(v, "watched"), alert_records(v, "agent")
+    log("alerts: the attempt's %r after %.2f s; the well-behaved agent's %r" % (
+        [(a["detector"], a["action"], a["count"], a["suffix"]) for a in alerts], waited, calm))
+    if calm:
+        errs.append("the well-behaved agent raised %r" % calm)
+    if len(alerts) != 1 or alerts[0]["detector"] != "refused_names" or \
+            alerts[0]["action"] != "quarantine" or alerts[0]["suffix"] != "exfil.example" or \
+            waited > 5:
+        errs.append("the exfiltration attempt raised %r after %.1f s, want one refused_names "
+                    "alert within 5 s" % (alerts, waited))
+    cli = os.path.join(os.path.dirname(v["daemon_path"]), "agentsnet")
+    listed = subprocess.run([cli, "alerts", "--socket-dir", v["sock_dir"]],
+                            capture_output=True, text=True, timeout=30)
+    if listed.returncode != 0 or '"detector":"refused_names"' not in listed.stdout:
+        errs.append("agentsnet alerts: exit %d %r" % (listed.returncode, listed.stdout[-300:]))
+    answer = served(watched)
+    if b"X-Agent-Reason: quarantined" not in answer or not answer.startswith(b"HTTP/1.1 403"):
+        errs.append("a request of the quarantined sandbox got %r" % answer[:120])
+    nobody = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534",
+                             "--clear-groups", cli, "sandbox", "release", "watched",
+                             "--socket-dir", v["sock_dir"]], capture_output=True, text=True,
+                            timeout=30)
+    if nobody.returncode == 0:
+        errs.append("nobody released the quarantine: %r" % nobody.stdout)
+    if not served(watched).startswith(b"HTTP/1.1 403"):
+        errs.append("the quarantine lifted without root's release")
+    released = subprocess.run([cli, "sandbox", "release", "watched", "--socket-dir",
+                               v["sock_dir"]], capture_output=True, text=True, timeout=30)
+    answer = served(watched)
+    if released.returncode != 0 or not answer.startswith(b"HTTP/1.1 200"):
+        errs.append("after root's release (exit %d %r): %r" % (
+            released.returncode, released.stdout, answer[:80]))
+    time.sleep(0.5)
+    refused = [r for r in audit_lines(v["audit"])[0] if r.get("event") == "decision" and
+               r.get("sandbox") == "watched" and r.get("reason") == "quarantined" and
+               r.get("host") == "model.internal"]
+    if len(refused) != 2:
+        errs.append("%d decision records of model.internal say quarantined, want 2"
+                    % len(refused))
+    return errs
+
+
 def t_inject_without_ca(v, log):
     errs = []
     dropped = v["dropped"]
@@ -1169,6 +1250,7 @@ def main():
                 ("tunnel_bytes_copy", "continue", None, {"AN_NO_SPLICE": "1"}, t_tunnel_bytes),
                 ("drain", "continue", None, None, t_drain),
                 ("tls_handshake_metrics", "continue", None, None, t_tls_handshake_metrics),
+                ("alerts", "continue", None, None, t_alerts),
                 ("inject_without_ca", "continue", None, None, t_inject_without_ca)):
             if args.tests and name not in args.tests:
                 continue
@@ -1183,7 +1265,7 @@ def main():
                      "mismatch": mismatch, "dropped": dropped, "stream": stream,
                      "sock_dir": os.path.join(top, "run"), "ingress_port": free_port(),
                      "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(),
-                     "metrics_port": free_port(), "held": held,
+                     "metrics_port": free_port(), "held": held, "daemon_path": args.daemon,
                      "slow_tls": SlowReader(upload_tls),
                      "audit": os.path.join(disk, "audit.jsonl"),
                      "filler": os.path.join(disk, "filler"),

@@ -238,7 +238,9 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 {
 	AN_ASSERT(argc >= 1);
 	AN_ASSERT(argv[0] != NULL);
-	if ((strcmp(argv[0], "ping") == 0 || strcmp(argv[0], "stats") == 0) && argc == 1)
+	if ((strcmp(argv[0], "ping") == 0 || strcmp(argv[0], "stats") == 0 ||
+	     strcmp(argv[0], "alerts") == 0) &&
+	    argc == 1)
 		return snprintf(out, cap, "%s\n", argv[0]);
 	if (strcmp(argv[0], "policy") == 0 && argc == 2 &&
 	    (strcmp(argv[1], "reload") == 0 || strcmp(argv[1], "status") == 0))
@@ -253,6 +255,8 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 		return snprintf(out, cap, "sandbox rm %s\n", argv[2]);
 	if (strcmp(argv[1], "url") == 0 && argc == 3 && ctl_id_valid(argv[2]))
 		return snprintf(out, cap, "sandbox url %s\n", argv[2]);
+	if (strcmp(argv[1], "release") == 0 && argc == 3 && ctl_id_valid(argv[2]))
+		return snprintf(out, cap, "sandbox release %s\n", argv[2]);
 	if (strcmp(argv[1], "add") == 0 && argc == 4 && ctl_id_valid(argv[2]) &&
 	    ctl_profile_valid(argv[3]))
 		return snprintf(out, cap, "sandbox add %s %s\n", argv[2], argv[3]);

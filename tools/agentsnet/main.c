@@ -65,6 +65,8 @@ static const char usage_text[] =
     "       agentsnet sandbox add ID [--profile NAME] [--uid UID] [--socket-dir DIR]\n"
     "       agentsnet sandbox rm ID [--socket-dir DIR]\n"
     "       agentsnet sandbox ls [--ids] [--socket-dir DIR]\n"
+    "       agentsnet sandbox release ID [--socket-dir DIR]\n"
+    "       agentsnet alerts [--socket-dir DIR]\n"
     "       agentsnet top [--interval SECONDS] [--once] [--socket-dir DIR]\n"
     "       agentsnet policy reload|status [--socket-dir DIR]\n"
     "       agentsnet audit reopen [--socket-dir DIR]\n"
@@ -333,6 +335,12 @@ static int print_answer(const char *verb, struct ctl_reply *r)
 		}
 	} else if (strcmp(verb, "table") == 0) {
 		printf("no sandboxes\n");
+	} else if (strcmp(verb, "alerts") == 0) {
+		/* One alert a line, as JSON (docs/alerts.md), oldest first. */
+		for (const char *l = r->more; l != NULL; l = ctl_reply_next(r, l))
+			printf("%s\n", l);
+		if (r->more_count == 0)
+			printf("no alerts\n");
 	} else if (r->text[0] != '\0') {
 		printf("%s\n", r->text);
 	}
@@ -379,8 +387,8 @@ static int top_main(int argc, char **argv)
 	return top_run(path, (uint32_t)(interval_s * 1000.0), once, stdout);
 }
 
-/* `sandbox add|rm|ls ...`, `policy reload|status`, `audit reopen`, `ping` and `stats` (<argv>[0]
- * names which). */
+/* `sandbox add|rm|ls|release ...`, `policy reload|status`, `audit reopen`, `ping`, `stats`
+ * and `alerts` (<argv>[0] names which). */
 static int control_main(int argc, char **argv)
 {
 	static const struct option longs[] = {
@@ -417,7 +425,8 @@ static int control_main(int argc, char **argv)
 	for (int i = optind; i < argc && n < 4; i++)
 		words[n++] = argv[i];
 	/* A command of one word: the daemon's answer is its text. */
-	bool single = strcmp(argv[0], "ping") == 0 || strcmp(argv[0], "stats") == 0;
+	bool single = strcmp(argv[0], "ping") == 0 || strcmp(argv[0], "stats") == 0 ||
+		      strcmp(argv[0], "alerts") == 0;
 	bool add = strcmp(argv[0], "sandbox") == 0 && n >= 2 && strcmp(words[1], "add") == 0;
 	bool ls = strcmp(argv[0], "sandbox") == 0 && n == 2 && strcmp(words[1], "ls") == 0;
 	if (optind + n - 1 != argc || (single && n != 1) || (!single && n < 2) ||
@@ -1072,7 +1081,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "ca") == 0)
 		return ca_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "sandbox") == 0 || strcmp(cmd, "ping") == 0 || strcmp(cmd, "policy") == 0 ||
-	    strcmp(cmd, "audit") == 0 || strcmp(cmd, "stats") == 0)
+	    strcmp(cmd, "audit") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "alerts") == 0)
 		return control_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "top") == 0)
 		return top_main(argc - 1, argv + 1);

@@ -20,7 +20,7 @@ START_TEST(test_unknown_keys)
 {
 	expect_error(
 	    MINIMAL "foo: 1\n",
-	    "t.yaml:9:1: unknown key \"foo\" in the policy (expected one of: version, daemon, resolver, profiles, sandboxes, deny)");
+	    "t.yaml:9:1: unknown key \"foo\" in the policy (expected one of: version, daemon, resolver, profiles, sandboxes, deny, alerts)");
 	expect_error("version: 1\ndaemon:\n  workers: 1\n  sockets: /x\n",
 		     "t.yaml:4:3: unknown key \"sockets\" in daemon (expected one of: socket_dir,");
 	expect_error("version: 1\ndaemon:\n  timeouts:\n    head_ms: 5\n    tail_ms: 5\n",
@@ -30,7 +30,7 @@ START_TEST(test_unknown_keys)
 	expect_error(
 	    "version: 1\nprofiles:\n  p:\n    rules: []\n    methods: []\n",
 	    "t.yaml:5:5: unknown key \"methods\" in a profile (expected one of: rules, limits, "
-	    "ingress, users, groups)");
+	    "ingress, users, groups, alerts)");
 	expect_error(MINIMAL "      method: GET\n", "t.yaml:9:7: unknown key \"method\" in a rule");
 	expect_error(MINIMAL "sandboxes:\n  - id: s\n    profile: p\n    user: x\n",
 		     "t.yaml:12:5: unknown key \"user\" in a sandbox");
