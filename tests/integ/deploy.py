@@ -22,12 +22,31 @@ node would run.
     namespace leaves it no traffic.
   - capabilities: the daemon container drops every capability and adds back those of
     deploy/systemd/agentsnetd.service's CapabilityBoundingSet, no more.
-  - no_metrics: no Prometheus annotation and no container port anywhere (the daemon's
-    metrics listener takes a loopback address only: the pod's own), and daemonset.yaml
-    says how a collector in the pod scrapes it.
+  - metrics: the policy's daemon.metrics.listen is a loopback address, and the
+    kube-rbac-proxy container's --upstream is http://<that address>/; its --allow-paths is
+    /metrics alone, with no --ignore-paths and no insecure listener; its one container
+    port, named metrics, is its --secure-listen-address's port, with no hostPort, and the
+    pod's prometheus.io/ annotations name that port, https and /metrics; the pod is not on
+    the node's network; no other container declares a port, and no other object asks to
+    be scraped.
+  - metrics_proxy: the proxy runs as a uid other than root with runAsNonRoot, no
+    privilege escalation, a read-only root and no capability; its image is pinned by tag
+    or digest; it has requests and a memory limit; the pod mounts no token by default,
+    and the proxy alone mounts its service account's token and CA where in-cluster
+    clients look.
+  - metrics_rbac: the pod's service account (not "default") is among the resources and
+    bound once, to a ClusterRole granting exactly create on tokenreviews and
+    subjectaccessreviews; one ClusterRole grants non-resource URLs, exactly get
+    /metrics, for a scraper to be bound to.
+  - metrics_network: a NetworkPolicy of the daemon's namespace selects its pods and lets
+    in only the proxy's port, from peers named by a namespaceSelector.
+  - servicemonitor: servicemonitor.yaml, when present and not among the resources, has
+    a Service selecting the daemon's pods on the proxy's port, a ServiceMonitor scraping
+    it over https at /metrics with a token, and a binding to the scraper's ClusterRole.
   - image: the Dockerfile installs every binary the manifests run, where they run it.
   - live (root only): agentsnetd started with the DaemonSet's flags, its mounts mapped to
-    a temporary directory, answers the readiness probe, makes the agent pod's egress
+    a temporary directory, answers the readiness probe, serves its metrics at the
+    policy's daemon.metrics.listen (moved to a free port), makes the agent pod's egress
     socket in the directory the pod mounts (the pod's uid's, mode 0600); the
     policy-reload container's script, run as written, reloads the policy once at start
     and again when the file changes, leaves a file that does not load refused while the
@@ -50,15 +69,20 @@ string as written; a key repeated in a mapping, or an explicit tag, is refused.
 """
 
 import argparse
+import ipaddress
 import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 import yaml
 
@@ -70,6 +94,13 @@ DEFAULT_SOCKET_DIR = "/run/agentsnet"
 DEFAULT_AUDIT = "/var/log/agentsnet/audit.jsonl"
 NO_VALUE_FLAGS = {"--no-ingress", "--debug", "--help", "--version"}
 WAIT_S = 10
+PROXY_IMAGE = "kube-rbac-proxy"  # the image name of the metrics proxy's container
+METRICS_PATH = "/metrics"
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients look
+# What the proxy's ClusterRole grants, (API group, resource, verb), and the scraper's.
+PROXY_GRANTS = {("authentication.k8s.io", "tokenreviews", "create"),
+                ("authorization.k8s.io", "subjectaccessreviews", "create")}
+READER_GRANTS = {("nonResourceURL", METRICS_PATH, "get")}
 
 
 class YamlError(Exception):
@@ -211,6 +242,51 @@ def mount_covering(container, volumes, path):
     return best
 
 
+def image_name(container):
+    """The name of <container>'s image, without its registry, tag or digest."""
+    image = (container.get("image") or "").split("@", 1)[0]
+    return image.rsplit("/", 1)[-1].split(":", 1)[0]
+
+
+def host_port(addr):
+    """(host, port) of "host:port" or "[host]:port", port an int; (None, None) if it does not
+    read."""
+    m = re.fullmatch(r"\[([^\]]*)\]:(\d+)|([^:\[\]]*):(\d+)", addr or "")
+    if not m:
+        return None, None
+    return (m.group(1), int(m.group(2))) if m.group(1) is not None else \
+        (m.group(3), int(m.group(4)))
+
+
+def ip_of(host):
+    """<host> as an ipaddress object, or None when it is no IP address."""
+    try:
+        return ipaddress.ip_address(host or "")
+    except ValueError:
+        return None
+
+
+def grants(role):
+    """What a (Cluster)Role grants: a set of (API group, resource, verb), with
+    ("nonResourceURL", url, verb) for a non-resource URL."""
+    out = set()
+    for rule in as_list(role.get("rules")):
+        for verb in as_list(rule.get("verbs")):
+            for url in as_list(rule.get("nonResourceURLs")):
+                out.add(("nonResourceURL", url, verb))
+            for group in as_list(rule.get("apiGroups")):
+                for res in as_list(rule.get("resources")):
+                    out.add((group, res, verb))
+    return out
+
+
+def selects(selector, labels):
+    """True when the label selector <selector> (matchLabels only) matches <labels>."""
+    if not isinstance(selector, dict) or selector.get("matchExpressions"):
+        return False
+    return all((labels or {}).get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
 def run(cmd, env=None, timeout=10):
     return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, timeout=timeout)
@@ -270,6 +346,25 @@ class Recipe:
 
     def kind(self, k):
         return [(p, o) for p, o in self.objects if isinstance(o, dict) and o.get("kind") == k]
+
+    def proxy(self):
+        """(the DaemonSet's kube-rbac-proxy container, its flags) or a Fault."""
+        found = [c for c in as_list(self.ds_spec.get("containers"))
+                 if image_name(c) == PROXY_IMAGE]
+        if len(found) != 1:
+            raise Fault(self.ds_path, f"{len(found)} containers run {PROXY_IMAGE}, not 1: "
+                        "nothing (or more than one thing) serves the daemon's metrics")
+        return found[0], parse_flags(command_line(found[0]))
+
+    def proxy_port(self):
+        """The port of the proxy's --secure-listen-address, or a Fault."""
+        proxy, flags = self.proxy()
+        addr = flags.get("--secure-listen-address")
+        _, port = host_port(addr)
+        if port is None:
+            raise Fault(self.ds_path, f"the proxy's --secure-listen-address {addr} is no "
+                        "host:port: it serves no HTTPS")
+        return port
 
     def binary(self, name):
         return self.daemon_bin if name == "agentsnetd" else os.path.join(self.build, name)
@@ -522,23 +617,243 @@ def check_capabilities(r):
     return " ".join(sorted(have))
 
 
-def check_no_metrics(r):
+def check_metrics(r):
+    ppath, pol = r.policy()
+    listen = get(pol, "daemon", "metrics", "listen")
+    if listen is None:
+        raise Fault(ppath, "no daemon.metrics.listen: the daemon serves no metrics for the "
+                    "proxy to pass on")
+    host, port = host_port(listen)
+    if host is None or ip_of(host) is None or not ip_of(host).is_loopback:
+        raise Fault(ppath, f"daemon.metrics.listen {listen} is not a loopback address:port")
+    proxy, flags = r.proxy()
+    upstream = flags.get("--upstream", "")
+    up = urllib.parse.urlsplit(upstream)
+    try:
+        up_port = up.port
+    except ValueError:
+        up_port = None
+    if up.scheme != "http" or ip_of(up.hostname) != ip_of(host) or up_port != port \
+            or up.path not in ("", "/") or up.query:
+        raise Fault(r.ds_path, f"the proxy's --upstream {upstream or '(none)'} is not "
+                    f"http://{listen}/, the policy's daemon.metrics.listen")
+    allow = flags.get("--allow-paths")
+    if allow != METRICS_PATH:
+        raise Fault(r.ds_path, f"the proxy's --allow-paths is {allow or '(none)'}, not "
+                    f"{METRICS_PATH}: it would pass other paths on to the daemon")
+    for flag, why in (("--ignore-paths", "passes its paths on without authentication"),
+                      ("--insecure-listen-address", "serves without TLS")):
+        if flag in flags:
+            raise Fault(r.ds_path, f"the proxy's {flag} {why}")
+    sl_host, sl_port = flags.get("--secure-listen-address"), r.proxy_port()
+    sl_ip = ip_of(host_port(sl_host)[0])
+    if sl_ip is not None and sl_ip.is_loopback:
+        raise Fault(r.ds_path, f"the proxy listens on {sl_host}, a loopback address: no "
+                    "scraper reaches it")
+    ports = as_list(proxy.get("ports"))
+    named = [p for p in ports if p.get("name") == "metrics"]
+    if len(ports) != 1 or len(named) != 1 or named[0].get("containerPort") != str(sl_port) \
+            or named[0].get("protocol", "TCP") != "TCP":
+        raise Fault(r.ds_path, "the proxy's ports are not one TCP port named metrics, "
+                    f"{sl_port} (its --secure-listen-address's)")
+    if named[0].get("hostPort"):
+        raise Fault(r.ds_path, "the proxy's port has a hostPort: it would be open on the "
+                    "node's addresses")
+    if r.ds_spec.get("hostNetwork") == "true":
+        raise Fault(r.ds_path, "hostNetwork: 127.0.0.1 would be the node's loopback, open to "
+                    "its every process, and the proxy's port every interface of the node's")
+    annotations = get(r.ds, "spec", "template", "metadata", "annotations", default={}) or {}
+    want = {"prometheus.io/scrape": "true", "prometheus.io/port": str(sl_port),
+            "prometheus.io/scheme": "https", "prometheus.io/path": METRICS_PATH}
+    for key, value in want.items():
+        if annotations.get(key) != value:
+            raise Fault(r.ds_path, f"the pod's annotation {key} is "
+                        f"{annotations.get(key) or '(none)'}, not {value} (the proxy's "
+                        "port, over HTTPS)")
+    # Nothing else is reachable: no other container declares a port, no other object asks
+    # to be scraped.
     for path, obj in r.objects:
+        spec = get(obj, "spec", "template", "spec") or get(obj, "spec") or {}
+        for c in as_list(spec.get("containers")) if isinstance(spec, dict) else []:
+            if c is not proxy and c.get("ports"):
+                raise Fault(path, f"container {c.get('name')} declares ports: only the "
+                            "proxy's is meant to be reachable")
+        if obj is r.ds:
+            continue
         for meta in (get(obj, "metadata"), get(obj, "spec", "template", "metadata")):
             for key in (get(meta, "annotations", default={}) or {}):
                 if key.startswith("prometheus.io/"):
-                    raise Fault(path, f"annotation {key}: the daemon's metrics listener is "
-                                "loopback-only, in the pod's own namespace")
-        spec = get(obj, "spec", "template", "spec") or get(obj, "spec") or {}
-        for c in as_list(spec.get("containers")) if isinstance(spec, dict) else []:
-            if c.get("ports"):
-                raise Fault(path, f"container {c.get('name')} declares ports: the daemon has "
-                            "no listener that needs one (its metrics are loopback-only)")
-    with open(r.ds_path, encoding="utf-8") as f:
-        if not any("#" in line and "daemon.metrics" in line for line in f):
-            raise Fault(r.ds_path, "no comment says how daemon.metrics is scraped in "
-                        "the pod")
-    return "none declared; the comment names daemon.metrics"
+                    raise Fault(path, f"annotation {key} on {obj.get('kind')} "
+                                f"{get(obj, 'metadata', 'name')}: only the DaemonSet's pod "
+                                "serves metrics")
+    return f"{listen} <- {upstream}; https :{sl_port}{allow} annotated; no other port"
+
+
+def check_metrics_proxy(r):
+    proxy, _ = r.proxy()
+    name = proxy.get("name")
+    sc = proxy.get("securityContext") or {}
+    pod_sc = r.ds_spec.get("securityContext") or {}
+    uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
+    if sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) != "true" or uid in (None, "0"):
+        raise Fault(r.ds_path, f"the {name} container may run as root (runAsNonRoot "
+                    f"{sc.get('runAsNonRoot')}, runAsUser {uid}): give it both, not 0")
+    for key, value in (("allowPrivilegeEscalation", "false"), ("readOnlyRootFilesystem", "true")):
+        if sc.get(key) != value:
+            raise Fault(r.ds_path, f"the {name} container's {key} is "
+                        f"{sc.get(key) or '(unset)'}, not {value}")
+    caps = sc.get("capabilities") or {}
+    if sc.get("privileged") == "true" or "ALL" not in as_list(caps.get("drop")) \
+            or caps.get("add"):
+        raise Fault(r.ds_path, f"the {name} container does not drop every capability "
+                    f"(drop {as_list(caps.get('drop'))}, add {as_list(caps.get('add'))})")
+    image = proxy.get("image") or ""
+    tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
+    if "@sha256:" not in image and tag in ("", "latest"):
+        raise Fault(r.ds_path, f"the {name} image {image} is pinned by no tag or digest")
+    res = proxy.get("resources") or {}
+    if not get(res, "requests", "cpu") or not get(res, "requests", "memory") \
+            or not get(res, "limits", "memory"):
+        raise Fault(r.ds_path, f"the {name} container has no cpu and memory requests and "
+                    "memory limit")
+    # Its token: its own, in its container alone.
+    if r.ds_spec.get("automountServiceAccountToken") != "false":
+        raise Fault(r.ds_path, "automountServiceAccountToken is not false: every container "
+                    "of the pod gets the service account's token, the daemon's too")
+    mount, vol = mount_at(proxy, r.ds_volumes, TOKEN_DIR)
+    sources = as_list(get(vol, "projected", "sources"))
+    token = [get(s, "serviceAccountToken", "path") for s in sources]
+    ca = [i.get("path") for s in sources if get(s, "configMap", "name") == "kube-root-ca.crt"
+          for i in as_list(get(s, "configMap", "items")) if i.get("key") == "ca.crt"]
+    if mount is None or "token" not in token or "ca.crt" not in ca:
+        raise Fault(r.ds_path, f"the {name} container has no service account token and CA "
+                    f"at {TOKEN_DIR}: it cannot ask the API about a scraper")
+    for c in as_list(r.ds_spec.get("containers")):
+        if c is not proxy and any(m.get("name") == mount.get("name")
+                                  for m in as_list(c.get("volumeMounts"))):
+            raise Fault(r.ds_path, f"container {c.get('name')} mounts the service account's "
+                        f"token (volume {mount.get('name')}) too")
+    return f"{image}, uid {uid}, no capability, token in {name} alone"
+
+
+def check_metrics_rbac(r):
+    ns = get(r.ds, "metadata", "namespace", default="default")
+    sa = r.ds_spec.get("serviceAccountName")
+    if sa in (None, "default"):
+        raise Fault(r.ds_path, "the pod runs as its namespace's default service account: the "
+                    "proxy's rights would go to every pod that does")
+    if not any(get(o, "metadata", "name") == sa and get(o, "metadata", "namespace") == ns
+               for _, o in r.kind("ServiceAccount")):
+        raise Fault(r.kust_path, f"no ServiceAccount {ns}/{sa} (the DaemonSet's) among the "
+                    "resources")
+    bound = []
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        for path, b in r.kind(kind):
+            for s in as_list(b.get("subjects")):
+                s_ns = s.get("namespace") or get(b, "metadata", "namespace")
+                if s.get("kind") == "ServiceAccount" and s.get("name") == sa and s_ns == ns:
+                    bound.append((path, b))
+    if len(bound) != 1 or bound[0][1].get("kind") != "ClusterRoleBinding" \
+            or get(bound[0][1], "roleRef", "kind") != "ClusterRole":
+        raise Fault(r.kust_path, f"the service account {sa} is bound {len(bound)} times, not "
+                    "once to a ClusterRole (the proxy's)")
+    path, binding = bound[0]
+    role_name = get(binding, "roleRef", "name")
+    roles = [(p, o) for p, o in r.kind("ClusterRole") if get(o, "metadata", "name") == role_name]
+    if len(roles) != 1:
+        raise Fault(path, f"the ClusterRole {role_name} that {sa} is bound to is not among the "
+                    "resources")
+    have = grants(roles[0][1])
+    if have != PROXY_GRANTS:
+        extra, missing = sorted(have - PROXY_GRANTS), sorted(PROXY_GRANTS - have)
+        raise Fault(roles[0][0], f"ClusterRole {role_name} differs from what the proxy needs "
+                    f"(create tokenreviews and subjectaccessreviews): extra {extra or 'none'}, "
+                    f"missing {missing or 'none'}")
+    readers = [(p, o) for p, o in r.kind("ClusterRole")
+               if any(g[0] == "nonResourceURL" for g in grants(o))]
+    if len(readers) != 1:
+        raise Fault(r.kust_path, f"{len(readers)} ClusterRoles grant non-resource URLs, not 1 "
+                    f"(get {METRICS_PATH}, for a scraper to be bound to)")
+    rpath, reader = readers[0]
+    have = grants(reader)
+    if have != READER_GRANTS:
+        raise Fault(rpath, f"ClusterRole {get(reader, 'metadata', 'name')} grants "
+                    f"{sorted(have)}, not get {METRICS_PATH} alone")
+    return (f"{ns}/{sa} -> {role_name} (create tokenreviews, subjectaccessreviews); "
+            f"{get(reader, 'metadata', 'name')}: get {METRICS_PATH}")
+
+
+def check_metrics_network(r):
+    ns = get(r.ds, "metadata", "namespace", default="default")
+    labels = get(r.ds, "spec", "template", "metadata", "labels", default={}) or {}
+    port = str(r.proxy_port())
+    policies = [(p, o) for p, o in r.kind("NetworkPolicy")
+                if get(o, "metadata", "namespace", default="default") == ns
+                and selects(get(o, "spec", "podSelector"), labels)
+                and "Ingress" in (as_list(get(o, "spec", "policyTypes")) or ["Ingress"])]
+    if not policies:
+        raise Fault(r.ds_path, f"no NetworkPolicy of namespace {ns} limits who reaches the "
+                    f"daemon's pods: the proxy's port {port} is open to every pod")
+    froms = []
+    for path, np in policies:
+        name = get(np, "metadata", "name")
+        for rule in as_list(get(np, "spec", "ingress")):
+            ports = as_list(rule.get("ports"))
+            if not ports or any(str(p.get("port")) not in (port, "metrics")
+                                or p.get("protocol", "TCP") != "TCP" or p.get("endPort")
+                                for p in ports):
+                raise Fault(path, f"NetworkPolicy {name} lets in other ports than the "
+                            f"proxy's ({port}/TCP)")
+            peers = as_list(rule.get("from"))
+            if not peers:
+                raise Fault(path, f"NetworkPolicy {name} lets every source in to {port}")
+            for peer in peers:
+                sel = peer.get("namespaceSelector") if isinstance(peer, dict) else None
+                if not isinstance(sel, dict) or peer.get("ipBlock") \
+                        or not (sel.get("matchLabels") or sel.get("matchExpressions")):
+                    raise Fault(path, f"NetworkPolicy {name} lets in more than named "
+                                "namespaces (a peer without a namespaceSelector of its own)")
+                froms.append(",".join(f"{k}={v}" for k, v in
+                                      (sel.get("matchLabels") or {}).items()))
+    return f"ingress {port}/TCP from namespaces {' '.join(froms) or 'none'} only"
+
+
+def check_servicemonitor(r):
+    path = os.path.join(r.dir, "servicemonitor.yaml")
+    if not os.path.isfile(path):
+        return "none"
+    if "servicemonitor.yaml" in as_list(r.kust.get("resources")):
+        raise Fault(r.kust_path, "servicemonitor.yaml is among the resources: its kinds need "
+                    "the Prometheus Operator's CRDs")
+    docs = read_yaml(path)
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d.get("kind"), []).append(d)
+    ns = get(r.ds, "metadata", "namespace", default="default")
+    labels = get(r.ds, "spec", "template", "metadata", "labels", default={}) or {}
+    svcs = [s for s in by_kind.get("Service", []) if get(s, "metadata", "namespace") == ns
+            and selects({"matchLabels": get(s, "spec", "selector")}, labels)]
+    if len(svcs) != 1:
+        raise Fault(path, f"{len(svcs)} Services select the DaemonSet's pods, not 1")
+    port = str(r.proxy_port())
+    names = [p.get("name") for p in as_list(get(svcs[0], "spec", "ports"))
+             if p.get("targetPort") in ("metrics", port)]
+    monitors = [m for m in by_kind.get("ServiceMonitor", [])
+                if selects(get(m, "spec", "selector"), get(svcs[0], "metadata", "labels"))]
+    if not names or len(monitors) != 1:
+        raise Fault(path, f"no port of Service {get(svcs[0], 'metadata', 'name')} is the "
+                    "proxy's, or no ServiceMonitor (or more than one) selects it")
+    ends = [e for e in as_list(get(monitors[0], "spec", "endpoints")) if e.get("port") in names]
+    if len(ends) != 1 or ends[0].get("scheme") != "https" \
+            or ends[0].get("path") != METRICS_PATH \
+            or not (ends[0].get("bearerTokenFile") or ends[0].get("authorization")):
+        raise Fault(path, "the ServiceMonitor does not scrape the proxy's port over https at "
+                    f"{METRICS_PATH} with a token")
+    reader = [get(o, "metadata", "name") for _, o in r.kind("ClusterRole")
+              if any(g[0] == "nonResourceURL" for g in grants(o))]
+    if not any(get(b, "roleRef", "name") in reader for b in by_kind.get("ClusterRoleBinding", [])):
+        raise Fault(path, f"no ClusterRoleBinding binds the scraper to {', '.join(reader)}")
+    return f"Service port {names[0]} -> {port}, https {METRICS_PATH}, bound to {reader[0]}"
 
 
 def check_image(r):
@@ -655,6 +970,43 @@ class Live:
         if rc != 0:
             raise Fault(self.r.ds_path, f"agentsnetd exited {rc} on SIGTERM{self.daemon_log()}")
 
+    def move_metrics(self, text):
+        """The policy's text with daemon.metrics.listen moved to a free port of the same
+        address (the port as written may be taken on this machine), and the address."""
+        ppath, pol = self.r.policy()
+        listen = get(pol, "daemon", "metrics", "listen")
+        host, _ = host_port(listen)
+        if host is None:
+            return text, None  # the metrics check says why
+        if text.count(listen) != 1:
+            raise Fault(ppath, f"daemon.metrics.listen {listen} is not written once in the "
+                        "file: it cannot be moved to a free port here")
+        fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(fam, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        moved = f"[{host}]:{port}" if fam == socket.AF_INET6 else f"{host}:{port}"
+        return text.replace(listen, moved), moved
+
+    def scrape(self, addr):
+        """GET /metrics of the daemon at <addr>, as the proxy's --upstream sends it."""
+        if addr is None:
+            return "no metrics"
+        url = f"http://{addr}{METRICS_PATH}"
+        try:
+            no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with no_proxy.open(url, timeout=5) as res:
+                status, ctype = res.status, res.headers.get("Content-Type", "")
+                body = res.read().decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError) as e:
+            raise Fault(self.r.ds_path, f"the daemon does not answer {url}, the proxy's "
+                        f"upstream: {e}{self.daemon_log()}") from None
+        if status != 200 or not ctype.startswith("text/plain") \
+                or "agentsnet_build_info" not in body:
+            raise Fault(self.r.ds_path, f"{url} answered {status} {ctype}, not the "
+                        "daemon's metrics")
+        return f"GET {url} 200 (the policy's port moved to a free one)"
+
     def replace_policy(self, text):
         """As the kubelet updates a ConfigMap volume: the new file whole, in one step."""
         target = self.local(self.r.flags["--config"])
@@ -672,7 +1024,9 @@ class Live:
             self.map[m["mountPath"]] = local
         with open(policy_src, encoding="utf-8") as f:
             policy_text = f.read()
-        shutil.copyfile(policy_src, os.path.join(self.map[pmount["mountPath"]], key))
+        policy_text, metrics = self.move_metrics(policy_text)
+        with open(os.path.join(self.map[pmount["mountPath"]], key), "w", encoding="utf-8") as f:
+            f.write(policy_text)
         sd_local = self.local(r.socket_dir())
         audit_local = self.local(r.audit_path())
         if not under(sd_local, self.tmp) or not under(audit_local, self.tmp):
@@ -695,6 +1049,7 @@ class Live:
                  else probe[0], *[self.local(a) for a in probe[1:]]]
         self.wait("the readiness probe never passed",
                   lambda: run(probe, env=self.cli_env()).returncode == 0, r.ds_path)
+        scraped = self.scrape(metrics)
         # The agent pod's sandbox directory, on this "node".
         _, vol, sid = r.sandbox_mount()
         host_sd = r.host_socket_dir()
@@ -746,7 +1101,8 @@ class Live:
         gen4 = self.status()
         self.stop_daemon()
         self.stop()
-        return (f"ready; {sid}'s socket uid {st.st_uid} mode 600; generations {gen0} -> {gen1} "
+        return (f"ready; {scraped}; {sid}'s socket uid {st.st_uid} mode 600; "
+                f"generations {gen0} -> {gen1} "
                 f"(start) -> {gen2} (change) -> {gen2} (refused) -> {gen3} (fixed); "
                 f"restarted: 1 -> {gen4}")
 
@@ -769,7 +1125,11 @@ CHECKS = [
     ("paths", check_paths),
     ("agent_env", check_agent_env),
     ("capabilities", check_capabilities),
-    ("no_metrics", check_no_metrics),
+    ("metrics", check_metrics),
+    ("metrics_proxy", check_metrics_proxy),
+    ("metrics_rbac", check_metrics_rbac),
+    ("metrics_network", check_metrics_network),
+    ("servicemonitor", check_servicemonitor),
     ("image", check_image),
     ("live", check_live),
 ]
