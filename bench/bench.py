@@ -57,8 +57,10 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
      since the load core (wrk, the bridge, the sandbox's nginx) bounds both. Target: at
      least 1x nginx-proxy.
  10. fairness (issue 15 item 4): a daemon of its own (1 worker) with 100 quiet sandboxes,
-     each asking the fake tier 5 times a second on a keep-alive connection of its own
-     (bench/quiet.py: latency from when each request was due), and one flooding sandbox
+     each asking the fake tier 20 times a second on a keep-alive connection of its own
+     (`bench/loadgen quiet`, at real-time priority: paced to absolute deadlines, a latency
+     counting from the send, or from when the request was due if it had to wait for the
+     previous answer), and one flooding sandbox
      (wrk on the TCP listener, the same rule) of 50 then 1,000 connections, let run and
      stopped (SIGSTOP) in turn, a second each, 16 s: the quiet sandboxes' p99 while it
      runs against their p99 while it is stopped (its connections open and idle), the
@@ -144,11 +146,13 @@ SCENARIOS = ("idle", "forward", "rate", "throughput", "fake", "intercept", "micr
              "ingress", "fairness", "metrics")
 # Scenarios with a daemon of their own: nothing else need start for them.
 OWN_DAEMON = {"micro", "ingress", "fairness"}
-# Scenario 10: QUIET_COUNT sandboxes of QUIET_RATE requests/s each (bench/quiet.py) beside
+# Scenario 10: QUIET_COUNT sandboxes of QUIET_RATE requests/s each (`loadgen quiet`) beside
 # one flooding sandbox (wrk on the TCP listener) of each of FAIR_FLOODS connections.
+# QUIET_RATE: 2,000 requests/s in all, so a phase's p99 rests on the 16 slowest of the
+# 1,600 counted in it (at 5/s, on 4 of 400: one pause of the machine moved it).
 QUIET_PREFIX = "q"
 QUIET_COUNT = 100
-QUIET_RATE = 5
+QUIET_RATE = 20
 FAIR_SECONDS = 16
 FAIR_PHASE_S = 1.0  # the flood runs, then is stopped, this long each, in turn
 FAIR_SETTLE_S = 0.2  # the first part of each phase, not counted
@@ -157,12 +161,15 @@ FAIR_FLOODS = (50, 1000)
 FAIR_TARGET = 1.2  # quiet p99 under a flood / without it, in the same run
 FAIR_LIMIT_RPS = 100  # the flooding sandbox's profile limit in the limited run
 FAIR_NOTE = ("%d sandboxes, one keep-alive connection each on its egress socket, %d requests/s "
-             "each to the fake tier (answered by the daemon); the flood: wrk on the TCP "
-             "listener's sandbox, to the same rule; 1 worker; the quiet clients and wrk share "
-             "the load core, the quiet ones at real-time priority when run as root; the flood "
-             "let run and stopped in turn, %.0f s each, the first %.1f s of each not counted: "
-             "the median of the p99s of the phases it runs in / of those it is stopped in "
-             "(a pause of the machine falls in one phase)")
+             "each to the fake tier (answered by the daemon), from `loadgen quiet` (C, one "
+             "epoll thread, absolute deadlines; a latency counts from the send, or from when "
+             "the request was due if it waited for the previous answer); the flood: wrk on the "
+             "TCP listener's sandbox, to the same rule; 1 worker; the quiet client and wrk "
+             "share the load core, the quiet one at real-time priority when run as root; the "
+             "flood let run and stopped in turn, %.0f s each, the first %.1f s of each not "
+             "counted: the median of the p99s of the phases it runs in / of those it is "
+             "stopped in (a pause of the machine falls in one phase; the pooled ratio, which "
+             "one pause moves, is printed beside)")
 TLS_LEVELS = (1, 64)
 TLS_REQUESTS = 10000  # keep-alive requests per connection before a new one
 # The fixed-file table of one io_uring is capped at RLIMIT_NOFILE: 20,000 here,
@@ -1282,7 +1289,7 @@ sandboxes: [{id: bench, profile: bench}]
         read_until(self.daemon_out, "agentsnetd: ready", self.daemon, READY_TIMEOUT_S)
 
     def fair_run(self, flood):
-        """The quiet sandboxes' figures (bench/quiet.py's JSON, with its "on" and "off"
+        """The quiet sandboxes' figures (`loadgen quiet`'s JSON, with its "on" and "off"
         phases) over FAIR_SECONDS beside a flood of <flood> connections let run and
         stopped in turn, and the flood's wrk JSON."""
         env = dict(os.environ, BENCH_TARGET=FAKE_NAME)
@@ -1297,12 +1304,12 @@ sandboxes: [{id: bench, profile: bench}]
         rt = ["chrt", "-f", "1"] if os.geteuid() == 0 and shutil.which("chrt") else []
         try:
             time.sleep(FAIR_RAMP_S)
-            text = self.run_load([*rt, sys.executable, os.path.join(HERE, "quiet.py"), "--sock-dir",
-                                  self.sock_dir, "--prefix", QUIET_PREFIX, "--count",
-                                  str(QUIET_COUNT), "--rate", str(QUIET_RATE), "--seconds",
-                                  str(FAIR_SECONDS), "--host", FAKE_NAME, "--flood-pid",
-                                  str(wrk.pid), "--phase-seconds", str(FAIR_PHASE_S),
-                                  "--settle-seconds", str(FAIR_SETTLE_S)], FAIR_SECONDS + 60)
+            text = self.run_load([*rt, self.args.loadgen, "quiet", "--sock-dir", self.sock_dir,
+                                  "--prefix", QUIET_PREFIX, "--count", str(QUIET_COUNT),
+                                  "--rate", str(QUIET_RATE), "--seconds", str(FAIR_SECONDS),
+                                  "--host", FAKE_NAME, "--flood-pid", str(wrk.pid),
+                                  "--phase-seconds", str(FAIR_PHASE_S), "--settle-seconds",
+                                  str(FAIR_SETTLE_S)], FAIR_SECONDS + 60)
             quiet = json.loads([x for x in text.splitlines() if x.startswith("{")][-1])
             if quiet["errors"] or quiet["non_200"] or not quiet["on"]["requests"] or \
                     not quiet["off"]["requests"]:

@@ -14,6 +14,8 @@
  *           [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]
  *           [--header "NAME: VALUE"] [--requests K | --handshakes]
  *           [--concurrency C] [--threads T] [--seconds T]
+ *   loadgen quiet --sock-dir DIR [--prefix P] --count N [--rate R] [--seconds T]
+ *           [--host NAME] [--flood-pid PID] [--phase-seconds S] [--settle-seconds S]
  *
  * The origin speaks a one-byte protocol once a connection is up (directly or
  * through a tunnel): 'D' and it writes as fast as it can, 'U' and it reads
@@ -53,6 +55,28 @@
  * the run: a proxy that mints afresh gives a new random serial, so that is
  * the client's view of the proxy's leaf cache. It prints one JSON line.
  * OpenSSL allocates its own session state; the rest is static.
+ *
+ * quiet is the client of bench.py's fairness scenario: N sandboxes, few
+ * requests each. One keep-alive connection to each sandbox's egress socket
+ * (DIR/sandboxes/PNNN/egress.sock), which asks "GET http://NAME/" R times a
+ * second, the sandboxes' schedules spread evenly over a period (none fires
+ * with another). Deadlines are absolute (a timerfd on CLOCK_MONOTONIC), so a
+ * late send never shifts the ones after it. A latency counts from the send,
+ * unless the request had to wait for the answer before it (that came after
+ * it was due): then from when it was due, so a stall of the daemon counts
+ * in full and is never hidden by a send it delayed (coordinated omission),
+ * while this loop's own lateness (a timer's wake-up on a VM: about 100 us at
+ * p99, even at real-time priority) is not counted against the daemon. That
+ * is what bench/quiet.py, which this replaced, counted; the lateness of the
+ * sends is reported beside the latencies ("send_lag_p99_us"). With
+ * --flood-pid the flood (wrk) is let run and stopped in turn (SIGCONT,
+ * SIGSTOP), a phase each, starting running; a request counts in the figures
+ * of the phase it was due in, unless due in that phase's first
+ * --settle-seconds (the flood's requests in flight when it stopped are still
+ * being answered then). It prints one JSON line: the figures over every
+ * request, over each kind of phase ("on", "off") and each phase's own p99.
+ * Rejected: a Python client (its own pauses, garbage collection and
+ * millisecond timeouts, moved the p99 it measured from 0.1 to 2 ms).
  */
 #include <assert.h>
 #include <errno.h>
@@ -73,6 +97,7 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -136,6 +161,14 @@
 #define LOADGEN_TLS_REQUEST_BYTES_MAX 2048u
 /* Response bodies are read into this and dropped. */
 #define LOADGEN_TLS_SCRATCH_BYTES (16u * 1024u)
+/* Quiet sandboxes of one quiet run: the fairness scenario has 100. */
+#define LOADGEN_QUIET_MAX 1024u
+/* A quiet sandbox's requests/s: past this it is no longer quiet. */
+#define LOADGEN_QUIET_RATE_MAX 1000u
+/* Phases of one quiet run, each with a histogram of its own (8 KiB). */
+#define LOADGEN_QUIET_PHASES_MAX 512u
+/* --phase-seconds and --settle-seconds, read to the millisecond. */
+#define LOADGEN_QUIET_PHASE_MS_MAX 60000u
 
 static_assert(LOADGEN_IDLE_MAX < LOADGEN_FDS_MAX, "idle tunnels need descriptors");
 static_assert(LOADGEN_HEAD_BYTES_MAX < LOADGEN_BUF_BYTES, "the head is read into the buffer");
@@ -145,6 +178,10 @@ static_assert((uint64_t)LOADGEN_IO_TIMEOUT_S * 1000000000ull < (1ull << LOADGEN_
 	      "a cycle's timeout fits the histogram unclamped");
 static_assert(LOADGEN_PING_BYTES < LOADGEN_HEAD_BYTES_MAX, "the ping answer is small");
 static_assert(LOADGEN_TLS_THREADS_MAX <= LOADGEN_RATE_CONCURRENCY_MAX, "a thread has a slot");
+static_assert(LOADGEN_QUIET_MAX <= LOADGEN_IDLE_MAX, "--count is read against LOADGEN_IDLE_MAX");
+static_assert(LOADGEN_TLS_NAME_BYTES_MAX + LOADGEN_TLS_NAME_BYTES_MAX + 64u <
+		  LOADGEN_HEAD_BYTES_MAX,
+	      "a quiet request names the host twice");
 static_assert(LOADGEN_TLS_NAME_BYTES_MAX + LOADGEN_TLS_PATH_BYTES_MAX +
 		      LOADGEN_TLS_HEADER_BYTES_MAX + 64u <
 		  LOADGEN_TLS_REQUEST_BYTES_MAX,
@@ -157,6 +194,7 @@ enum loadgen_mode {
 	MODE_IDLE,
 	MODE_RATE,
 	MODE_TLS,
+	MODE_QUIET,
 };
 
 /* Per-descriptor origin state. */
@@ -189,13 +227,20 @@ struct loadgen_opts {
 	uint32_t seconds;
 	uint32_t hold_seconds;
 	uint32_t concurrency;
-	const char *ca_file; /* tls: the CA the server's leaf must chain to */
-	const char *sni;     /* tls: the name sent and verified; default: the authority's */
-	const char *path;    /* tls: the path asked for */
-	const char *header;  /* tls: one more header line, "NAME: VALUE", or NULL */
-	bool handshakes;     /* tls: one request per connection */
-	uint32_t requests;   /* tls: keep-alive requests per connection */
-	uint32_t threads;    /* tls: epoll threads sharing the connections */
+	const char *ca_file;  /* tls: the CA the server's leaf must chain to */
+	const char *sni;      /* tls: the name sent and verified; default: the authority's */
+	const char *path;     /* tls: the path asked for */
+	const char *header;   /* tls: one more header line, "NAME: VALUE", or NULL */
+	bool handshakes;      /* tls: one request per connection */
+	uint32_t requests;    /* tls: keep-alive requests per connection */
+	uint32_t threads;     /* tls: epoll threads sharing the connections */
+	const char *sock_dir; /* quiet: DIR of DIR/sandboxes/<prefix>NNN/egress.sock */
+	const char *prefix;   /* quiet: the sandboxes' id before their number */
+	const char *host;     /* quiet: the host asked for */
+	uint32_t rate;        /* quiet: requests/s of each sandbox */
+	uint32_t flood_pid;   /* quiet: let run and stopped in turn; 0: none */
+	uint32_t phase_ms;    /* quiet: how long the flood runs, then is stopped */
+	uint32_t settle_ms;   /* quiet: the first part of a phase, not counted */
 };
 
 static char io_buf[LOADGEN_BUF_BYTES];
@@ -239,6 +284,38 @@ static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 		return -EINVAL;
 	*out = (uint32_t)v;
 	return 0;
+}
+
+/* Seconds with an optional fraction ("0.2") into whole milliseconds, <max_ms> at most. */
+static int parse_ms(const char *s, uint32_t max_ms, uint32_t *out)
+{
+	char *end = NULL;
+
+	AN_ASSERT(s != NULL);
+	AN_ASSERT(max_ms > 0);
+	errno = 0;
+	double seconds = strtod(s, &end);
+	if (errno != 0 || end == s || *end != '\0' || !(seconds >= 0.0) ||
+	    seconds * 1000.0 > (double)max_ms)
+		return -EINVAL;
+	*out = (uint32_t)(seconds * 1000.0 + 0.5);
+	AN_ASSERT(*out <= max_ms);
+	return 0;
+}
+
+/* Whether <s> is a host name to put in a request line: no space, no control byte. */
+static bool host_valid(const char *s)
+{
+	size_t len = strnlen(s, LOADGEN_TLS_NAME_BYTES_MAX);
+
+	AN_ASSERT(s != NULL);
+	if (len == 0 || len >= LOADGEN_TLS_NAME_BYTES_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if ((unsigned char)s[i] <= ' ' || s[i] == 0x7f || s[i] == '/')
+			return false;
+	}
+	return true;
 }
 
 /* "a.b.c.d:port" (port 0 allowed for a listener) into <out>. */
@@ -353,6 +430,23 @@ static int opts_set(struct loadgen_opts *o, int opt, const char *arg)
 		return header_valid(arg) ? 0 : -EINVAL;
 	case 'j':
 		return parse_u32(arg, 1, LOADGEN_TLS_THREADS_MAX, &o->threads);
+	case 'D':
+		o->sock_dir = arg;
+		return 0;
+	case 'f':
+		o->prefix = arg;
+		return strlen(arg) < 64 ? 0 : -EINVAL;
+	case 'o':
+		o->host = arg;
+		return host_valid(arg) ? 0 : -EINVAL;
+	case 'v':
+		return parse_u32(arg, 1, LOADGEN_QUIET_RATE_MAX, &o->rate);
+	case 'F':
+		return parse_u32(arg, 1, INT32_MAX, &o->flood_pid);
+	case 'e':
+		return parse_ms(arg, LOADGEN_QUIET_PHASE_MS_MAX, &o->phase_ms);
+	case 'u':
+		return parse_ms(arg, LOADGEN_QUIET_PHASE_MS_MAX, &o->settle_ms);
 	default:
 		return -EINVAL;
 	}
@@ -372,6 +466,19 @@ static bool opts_peer_valid(const struct loadgen_opts *o)
 	return via_proxy && o->authority != NULL;
 }
 
+/* Whether a quiet run's options fit its tables, and its phases leave time to count. */
+static bool opts_quiet_valid(const struct loadgen_opts *o)
+{
+	AN_ASSERT(o != NULL);
+	AN_ASSERT(o->mode == MODE_QUIET);
+	if (o->sock_dir == NULL || o->count < 1 || o->count > LOADGEN_QUIET_MAX)
+		return false;
+	if (o->flood_pid == 0)
+		return true;
+	uint64_t phases = ((uint64_t)o->seconds * 1000u + o->phase_ms - 1u) / o->phase_ms;
+	return o->phase_ms >= 1 && o->settle_ms < o->phase_ms && phases <= LOADGEN_QUIET_PHASES_MAX;
+}
+
 /* Whether the options make sense together for the chosen mode. */
 static bool opts_valid(const struct loadgen_opts *o)
 {
@@ -388,6 +495,8 @@ static bool opts_valid(const struct loadgen_opts *o)
 		return opts_peer_valid(o) && o->count >= 1;
 	case MODE_TLS:
 		return opts_peer_valid(o) && o->ca_file != NULL && o->threads <= o->concurrency;
+	case MODE_QUIET:
+		return opts_quiet_valid(o);
 	case MODE_NONE:
 		return false;
 	}
@@ -402,12 +511,12 @@ static enum loadgen_mode mode_parse(const char *name)
 	} modes[] = {
 		{ "origin", MODE_ORIGIN }, { "throughput", MODE_THROUGHPUT },
 		{ "idle", MODE_IDLE },     { "rate", MODE_RATE },
-		{ "tls", MODE_TLS },
+		{ "tls", MODE_TLS },       { "quiet", MODE_QUIET },
 	};
 
 	AN_ASSERT(name != NULL);
 	/* Adding a mode: also its entry here, in opts_valid(), main() and usage(). */
-	AN_ASSERT(AN_ARRAY_LEN(modes) == MODE_TLS);
+	AN_ASSERT(AN_ARRAY_LEN(modes) == MODE_QUIET);
 	for (size_t i = 0; i < AN_ARRAY_LEN(modes); i++) {
 		if (strcmp(name, modes[i].name) == 0)
 			return modes[i].mode;
@@ -439,6 +548,13 @@ static int opts_parse(int argc, char **argv, struct loadgen_opts *o)
 		{ "handshakes", no_argument, NULL, 'K' },
 		{ "header", required_argument, NULL, 'E' },
 		{ "threads", required_argument, NULL, 'j' },
+		{ "sock-dir", required_argument, NULL, 'D' },
+		{ "prefix", required_argument, NULL, 'f' },
+		{ "host", required_argument, NULL, 'o' },
+		{ "rate", required_argument, NULL, 'v' },
+		{ "flood-pid", required_argument, NULL, 'F' },
+		{ "phase-seconds", required_argument, NULL, 'e' },
+		{ "settle-seconds", required_argument, NULL, 'u' },
 		{ NULL, 0, NULL, 0 },
 	};
 
@@ -452,6 +568,11 @@ static int opts_parse(int argc, char **argv, struct loadgen_opts *o)
 	o->path = "/";
 	o->requests = LOADGEN_TLS_REQUESTS_DEFAULT;
 	o->threads = 1;
+	o->prefix = "q";
+	o->host = "fake.bench";
+	o->rate = 5;
+	o->phase_ms = 1000;
+	o->settle_ms = 200;
 	if (argc < 2)
 		return -EINVAL;
 	o->mode = mode_parse(argv[1]);
@@ -2159,6 +2280,505 @@ out_free_ctx:
 	return err;
 }
 
+/* ---- quiet: paced requests of many sandboxes, beside a flood ------------ */
+
+/* One quiet sandbox's keep-alive connection and its request in flight. */
+struct quiet_conn {
+	int fd;
+	bool busy;         /* a request is in flight */
+	bool blocked;      /* the last answer came after the next request was due */
+	uint32_t in_bytes; /* of its answer */
+	uint64_t due_ns;   /* when the request in flight (or the next one) was due */
+	uint64_t sent_ns;  /* when the one in flight went out */
+	uint64_t start_ns; /* its latency counts from this: sent_ns or, blocked, due_ns */
+	char answer[LOADGEN_HEAD_BYTES_MAX];
+};
+
+/* Latencies of a set of requests: their histogram and the largest. */
+struct quiet_figures {
+	struct rate_hist hist;
+	uint64_t max_ns;
+};
+
+enum quiet_kind {
+	QUIET_ON = 0, /* the flood runs: the even phases */
+	QUIET_OFF,    /* the flood is stopped */
+	QUIET_KINDS,
+};
+
+struct quiet_run {
+	const struct loadgen_opts *o;
+	int ep;
+	int tfd; /* a timerfd armed at the next deadline, absolute */
+	size_t request_len;
+	char request[LOADGEN_HEAD_BYTES_MAX];
+	uint64_t start_ns;
+	uint64_t end_ns;
+	uint64_t period_ns; /* between a sandbox's requests */
+	uint64_t phase_ns;
+	uint64_t settle_ns;
+	uint64_t switch_ns;   /* the next phase's start (with a flood) */
+	uint32_t phase_index; /* the phase the flood is in now */
+	uint32_t phase_count;
+	uint64_t answered;
+	uint64_t errors;
+	uint64_t non_200;
+	struct quiet_figures every;
+	struct quiet_figures kinds[QUIET_KINDS];
+	struct rate_hist lags[QUIET_KINDS]; /* a send's lateness past its due time */
+	struct rate_hist phases[LOADGEN_QUIET_PHASES_MAX];
+	struct quiet_conn conns[LOADGEN_QUIET_MAX];
+};
+
+static struct quiet_run quiet_state;
+
+/* epoll's data for the timerfd: past every connection's index. */
+#define LOADGEN_QUIET_TIMER LOADGEN_QUIET_MAX
+
+static void quiet_figures_add(struct quiet_figures *f, uint64_t ns)
+{
+	hist_add(&f->hist, ns);
+	if (ns > f->max_ns)
+		f->max_ns = ns;
+	AN_ASSERT(f->max_ns >= ns);
+}
+
+/* Opens conn <index>'s connection to its sandbox's egress socket (blocking connect). */
+static int quiet_open(struct quiet_run *r, uint32_t index)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct quiet_conn *c = &r->conns[index];
+
+	AN_ASSERT(index < r->o->count);
+	AN_ASSERT(c->fd == -1);
+	int len = snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/sandboxes/%s%03u/egress.sock",
+			   r->o->sock_dir, r->o->prefix, index);
+	if (len < 0 || (size_t)len >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->fd == -1)
+		return -errno;
+	if (connect(c->fd, (struct sockaddr *)&addr, sizeof(addr)) == -1)
+		return -errno;
+	int err = set_nonblocking(c->fd);
+	if (err != 0)
+		return err;
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = index };
+	if (epoll_ctl(r->ep, EPOLL_CTL_ADD, c->fd, &ev) == -1)
+		return -errno;
+	c->busy = false;
+	c->blocked = false;
+	c->in_bytes = 0;
+	return 0;
+}
+
+static void quiet_close(struct quiet_conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd); /* epoll forgets it with its last reference */
+	c->fd = -1;
+	c->busy = false;
+	AN_ASSERT(c->fd == -1);
+}
+
+/*
+ * Counts conn <index>'s failure and opens it again; its next request is due
+ * now, so a broken connection skips no request and makes up none. 0, or
+ * -errno when the socket cannot be opened again (the daemon is gone).
+ */
+static int quiet_failed(struct quiet_run *r, uint32_t index, int err)
+{
+	struct quiet_conn *c = &r->conns[index];
+
+	AN_ASSERT(err < 0);
+	AN_ASSERT(index < r->o->count);
+	if (r->errors < LOADGEN_RATE_ERRORS_LOGGED_MAX)
+		fprintf(stderr, "loadgen: quiet: sandbox %u: %s\n", index, strerror(-err));
+	r->errors++;
+	quiet_close(c);
+	c->due_ns = now_ns();
+	return quiet_open(r, index);
+}
+
+/* The phase a request due at <due_ns> counts in, or -1 (no flood, or settling). */
+static int32_t quiet_phase_of(const struct quiet_run *r, uint64_t due_ns)
+{
+	AN_ASSERT(due_ns >= r->start_ns);
+	if (r->o->flood_pid == 0)
+		return -1;
+	uint64_t since = due_ns - r->start_ns;
+	if (since % r->phase_ns < r->settle_ns)
+		return -1;
+	AN_ASSERT(since / r->phase_ns < r->phase_count);
+	return (int32_t)(since / r->phase_ns);
+}
+
+/* The answer on <c> is whole at <now>, its status <status>: counts it, schedules the next. */
+static void quiet_done(struct quiet_run *r, struct quiet_conn *c, uint64_t now, uint32_t status)
+{
+	AN_ASSERT(c->busy);
+	AN_ASSERT(now >= c->sent_ns && c->sent_ns >= c->due_ns);
+	AN_ASSERT(c->start_ns == c->sent_ns || c->start_ns == c->due_ns);
+	uint64_t latency_ns = now - c->start_ns;
+	quiet_figures_add(&r->every, latency_ns);
+	int32_t phase = quiet_phase_of(r, c->due_ns);
+	if (phase >= 0) {
+		uint32_t kind = (uint32_t)phase & 1u;
+		quiet_figures_add(&r->kinds[kind], latency_ns);
+		if (c->start_ns == c->sent_ns) /* a blocked send's lag is the daemon's */
+			hist_add(&r->lags[kind], c->sent_ns - c->due_ns);
+		hist_add(&r->phases[phase], latency_ns);
+	}
+	r->answered++;
+	r->non_200 += status != 200;
+	c->busy = false;
+	c->in_bytes = 0;
+	c->due_ns += r->period_ns;
+	c->blocked = now > c->due_ns;
+}
+
+/* The status of a complete head's status line "HTTP/1.x NNN", or 0 if it has none. */
+static uint32_t quiet_status(const char *head, size_t len)
+{
+	static const char version[] = "HTTP/1.";
+
+	AN_ASSERT(head != NULL);
+	if (len < sizeof(version) - 1 + 5 || memcmp(head, version, sizeof(version) - 1) != 0)
+		return 0;
+	const char *p = head + (sizeof(version) - 1) + 2; /* past "HTTP/1.x " */
+	uint32_t status = 0;
+	for (uint32_t i = 0; i < 3; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return 0;
+		status = status * 10u + (uint32_t)(p[i] - '0');
+	}
+	AN_ASSERT(status <= 999);
+	return status;
+}
+
+/*
+ * Whether <c>'s answer is whole: 1 and its status in *<status>, 0 while
+ * some is missing, -EPROTO for bytes past its body (the daemon speaks only
+ * when spoken to), -EMSGSIZE when it does not fit the buffer. Its body is
+ * framed by Content-Length; none means none (as bench/quiet.py read it).
+ */
+static int quiet_answer_whole(const struct quiet_conn *c, uint32_t *status)
+{
+	size_t head_len = head_end(c->answer, c->in_bytes);
+
+	AN_ASSERT(c->in_bytes <= sizeof(c->answer));
+	if (head_len == 0)
+		return c->in_bytes == sizeof(c->answer) ? -EMSGSIZE : 0;
+	int64_t body_len = head_content_length(c->answer, head_len);
+	if (body_len < 0)
+		body_len = 0;
+	uint64_t whole = head_len + (uint64_t)body_len;
+	if (whole > sizeof(c->answer))
+		return -EMSGSIZE;
+	if (c->in_bytes > whole)
+		return -EPROTO;
+	if (c->in_bytes < whole)
+		return 0;
+	*status = quiet_status(c->answer, head_len);
+	return 1;
+}
+
+/* Reads what conn <index> has; counts its answer once whole. 0, or -errno to reopen it. */
+static int quiet_on_readable(struct quiet_run *r, uint32_t index)
+{
+	struct quiet_conn *c = &r->conns[index];
+	uint32_t status = 0;
+
+	AN_ASSERT(c->fd >= 0);
+	for (;;) {
+		if (c->in_bytes == sizeof(c->answer))
+			return -EMSGSIZE;
+		ssize_t n =
+		    io_some(c->fd, false, c->answer + c->in_bytes, sizeof(c->answer) - c->in_bytes);
+		if (n <= 0)
+			return (int)n;
+		if (!c->busy)
+			return -EPROTO; /* bytes that answer nothing */
+		c->in_bytes += (uint32_t)n;
+		int whole = quiet_answer_whole(c, &status);
+		if (whole < 0)
+			return whole;
+		if (whole == 1)
+			quiet_done(r, c, now_ns(), status);
+	}
+}
+
+/*
+ * Sends the request of every idle conn that is due by <now>. Returns the
+ * earliest due time of those still idle (INT64_MAX if none), or -errno when
+ * a failed conn cannot be opened again.
+ */
+static int64_t quiet_send_due(struct quiet_run *r, uint64_t now)
+{
+	uint64_t next_ns = UINT64_MAX;
+
+	AN_ASSERT(r->request_len > 0);
+	for (uint32_t i = 0; i < r->o->count; i++) {
+		struct quiet_conn *c = &r->conns[i];
+		if (c->busy)
+			continue;
+		if (c->due_ns > now) {
+			next_ns = c->due_ns < next_ns ? c->due_ns : next_ns;
+			continue;
+		}
+		c->sent_ns = now_ns();
+		c->start_ns = c->blocked ? c->due_ns : c->sent_ns;
+		int err = send_whole(c->fd, r->request, r->request_len);
+		if (err == 0) {
+			c->busy = true;
+			continue;
+		}
+		err = quiet_failed(r, i, err);
+		if (err != 0)
+			return err;
+		next_ns = c->due_ns < next_ns ? c->due_ns : next_ns; /* due now: the next turn */
+	}
+	AN_ASSERT(next_ns >= now);
+	return next_ns == UINT64_MAX ? INT64_MAX : (int64_t)next_ns;
+}
+
+/* Arms the timerfd at <at_ns> on CLOCK_MONOTONIC, absolute. */
+static int quiet_arm(const struct quiet_run *r, uint64_t at_ns)
+{
+	struct itimerspec its = { .it_value = { .tv_sec = (time_t)(at_ns / 1000000000ull),
+						.tv_nsec = (long)(at_ns % 1000000000ull) } };
+
+	AN_ASSERT(at_ns > 0); /* zero would disarm it */
+	AN_ASSERT(r->tfd >= 0);
+	if (timerfd_settime(r->tfd, TFD_TIMER_ABSTIME, &its, NULL) == -1)
+		return -errno;
+	return 0;
+}
+
+/* The flood's next phase begins: stops it or lets it run again. */
+static int quiet_switch(struct quiet_run *r)
+{
+	AN_ASSERT(r->o->flood_pid != 0);
+	AN_ASSERT(r->switch_ns <= now_ns());
+	r->phase_index++;
+	r->switch_ns += r->phase_ns;
+	int sig = r->phase_index % 2u == QUIET_ON ? SIGCONT : SIGSTOP;
+	if (kill((pid_t)r->o->flood_pid, sig) == -1)
+		return -errno;
+	return 0;
+}
+
+/* Handles one epoll event: the timer (nothing to do but drain it) or a readable conn. */
+static int quiet_on_event(struct quiet_run *r, const struct epoll_event *ev)
+{
+	uint64_t ticks;
+
+	if (ev->data.u64 == LOADGEN_QUIET_TIMER) {
+		/* Drained: a level-triggered timerfd with ticks unread would wake every wait. */
+		ssize_t n = read(r->tfd, &ticks, sizeof(ticks));
+		AN_ASSERT(n == (ssize_t)sizeof(ticks) || (n == -1 && errno == EAGAIN));
+		return 0;
+	}
+	uint32_t index = (uint32_t)ev->data.u64;
+	AN_ASSERT(index < r->o->count);
+	int err = quiet_on_readable(r, index);
+	if (err == 0)
+		return 0;
+	return quiet_failed(r, index, err);
+}
+
+/* Until the end: phases switched, due requests sent, answers read. 0, or -errno. */
+static int quiet_loop(struct quiet_run *r)
+{
+	struct epoll_event evs[LOADGEN_EVENTS_MAX];
+
+	AN_ASSERT(r->start_ns < r->end_ns);
+	AN_ASSERT(r->phase_index == 0);
+	for (uint64_t now = now_ns(); now < r->end_ns; now = now_ns()) {
+		while (r->o->flood_pid != 0 && now >= r->switch_ns) {
+			int err = quiet_switch(r);
+			if (err != 0)
+				return err;
+		}
+		int64_t next = quiet_send_due(r, now);
+		if (next < 0)
+			return (int)next;
+		uint64_t wake_ns = (uint64_t)next < r->end_ns ? (uint64_t)next : r->end_ns;
+		if (r->o->flood_pid != 0 && r->switch_ns < wake_ns)
+			wake_ns = r->switch_ns;
+		int err = quiet_arm(r, wake_ns);
+		if (err != 0)
+			return err;
+		int n = epoll_wait(r->ep, evs, LOADGEN_EVENTS_MAX, -1);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1)
+			return -errno;
+		for (int i = 0; i < n && err == 0; i++)
+			err = quiet_on_event(r, &evs[i]);
+		if (err != 0)
+			return err;
+	}
+	return 0;
+}
+
+/* The median of <values> (<n> > 0 of them), which it sorts. */
+static double median_of(double *values, uint32_t n)
+{
+	AN_ASSERT(n > 0);
+	for (uint32_t i = 1; i < n; i++) {
+		double v = values[i];
+		uint32_t j = i;
+		for (; j > 0 && values[j - 1] > v; j--)
+			values[j] = values[j - 1];
+		values[j] = v;
+	}
+	AN_ASSERT(values[0] <= values[n - 1]);
+	return n % 2u ? values[n / 2u] : (values[n / 2u - 1u] + values[n / 2u]) / 2.0;
+}
+
+/* Prints "p50_us": .. "max_us": .. of <f>, null for percentiles of none. */
+static void quiet_print_figures(const struct quiet_figures *f)
+{
+	const struct rate_hist *h = &f->hist;
+
+	printf("\"requests\": %llu, ", (unsigned long long)h->total);
+	if (h->total == 0) {
+		printf("\"p50_us\": null, \"p99_us\": null, \"p999_us\": null, \"max_us\": 0");
+		return;
+	}
+	printf("\"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, \"max_us\": %.1f",
+	       hist_percentile_us(h, 500), hist_percentile_us(h, 990), hist_percentile_us(h, 999),
+	       (double)f->max_ns / 1e3);
+}
+
+/* Prints "phase_p99_us": each phase's p99, by kind, and "median_p99_us": their medians. */
+static void quiet_print_phases(const struct quiet_run *r)
+{
+	static double p99s[QUIET_KINDS][LOADGEN_QUIET_PHASES_MAX];
+	static const char *const names[QUIET_KINDS] = { "on", "off" };
+	uint32_t n[QUIET_KINDS] = { 0, 0 };
+
+	AN_ASSERT(r->phase_count <= LOADGEN_QUIET_PHASES_MAX);
+	printf(", \"phase_p99_us\": {\"on\": [");
+	for (uint32_t kind = 0; kind < QUIET_KINDS; kind++) {
+		printf("%s", kind == QUIET_ON ? "" : "], \"off\": [");
+		for (uint32_t i = kind; i < r->phase_count; i += 2u) {
+			if (r->phases[i].total == 0)
+				continue;
+			p99s[kind][n[kind]] = hist_percentile_us(&r->phases[i], 990);
+			printf("%s%.1f", n[kind] ? ", " : "", p99s[kind][n[kind]]);
+			n[kind]++;
+		}
+	}
+	printf("]}, \"median_p99_us\": {");
+	for (uint32_t kind = 0; kind < QUIET_KINDS; kind++) {
+		printf("%s\"%s\": ", kind == QUIET_ON ? "" : ", ", names[kind]);
+		if (n[kind] == 0)
+			printf("null");
+		else
+			printf("%.1f", median_of(p99s[kind], n[kind]));
+	}
+	printf("}");
+}
+
+/* Prints the run's JSON line; fails it when no request was answered. */
+static int quiet_report(const struct quiet_run *r, uint64_t unanswered)
+{
+	static const char *const names[QUIET_KINDS] = { "on", "off" };
+
+	AN_ASSERT(r->every.hist.total == r->answered);
+	printf("{\"errors\": %llu, \"non_200\": %llu, \"unanswered\": %llu, \"seconds\": %.3f, ",
+	       (unsigned long long)r->errors, (unsigned long long)r->non_200,
+	       (unsigned long long)unanswered, (double)(now_ns() - r->start_ns) / 1e9);
+	quiet_print_figures(&r->every);
+	for (uint32_t kind = 0; kind < QUIET_KINDS && r->o->flood_pid != 0; kind++) {
+		const struct rate_hist *lag = &r->lags[kind];
+		printf(", \"%s\": {", names[kind]);
+		quiet_print_figures(&r->kinds[kind]);
+		printf(", \"send_lag_p99_us\": %.1f}", hist_percentile_us(lag, 990));
+	}
+	if (r->o->flood_pid != 0)
+		quiet_print_phases(r);
+	printf("}\n");
+	fflush(stdout);
+	AN_ASSERT(r->kinds[QUIET_ON].hist.total + r->kinds[QUIET_OFF].hist.total <= r->answered);
+	if (r->answered == 0) {
+		fprintf(stderr, "loadgen: quiet: no request answered\n");
+		return -EIO;
+	}
+	return 0;
+}
+
+/* The schedule: each conn's first request due within the first period, spread evenly. */
+static void quiet_plan(struct quiet_run *r, const struct loadgen_opts *o)
+{
+	int len = snprintf(r->request, sizeof(r->request),
+			   "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", o->host, o->host);
+
+	AN_ASSERT(len > 0 && (size_t)len < sizeof(r->request));
+	r->request_len = (size_t)len;
+	r->period_ns = 1000000000ull / o->rate;
+	r->phase_ns = (uint64_t)o->phase_ms * 1000000ull;
+	r->settle_ns = (uint64_t)o->settle_ms * 1000000ull;
+	r->start_ns = now_ns();
+	r->end_ns = r->start_ns + (uint64_t)o->seconds * 1000000000ull;
+	r->switch_ns = r->start_ns + r->phase_ns;
+	r->phase_count = (uint32_t)((r->end_ns - r->start_ns + r->phase_ns - 1u) / r->phase_ns);
+	for (uint32_t i = 0; i < o->count; i++)
+		r->conns[i].due_ns = r->start_ns + r->period_ns * i / o->count;
+	AN_ASSERT(o->flood_pid == 0 || r->phase_count <= LOADGEN_QUIET_PHASES_MAX);
+}
+
+/*
+ * Opens every conn, then runs the schedule for <o->seconds> (the flood let
+ * run at the start and at the end, whatever happened) and prints the JSON.
+ */
+static int run_quiet(const struct loadgen_opts *o)
+{
+	struct quiet_run *r = &quiet_state;
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = LOADGEN_QUIET_TIMER };
+	int err = 0;
+
+	AN_ASSERT(o->mode == MODE_QUIET);
+	AN_ASSERT(o->count >= 1 && o->count <= LOADGEN_QUIET_MAX);
+	memset(r, 0, sizeof(*r)); /* also touches every page before the clock starts */
+	r->o = o;
+	for (uint32_t i = 0; i < LOADGEN_QUIET_MAX; i++)
+		r->conns[i].fd = -1;
+	r->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (r->ep == -1)
+		return -errno;
+	r->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (r->tfd == -1 || epoll_ctl(r->ep, EPOLL_CTL_ADD, r->tfd, &ev) == -1) {
+		err = -errno;
+		goto out_close;
+	}
+	for (uint32_t i = 0; i < o->count && err == 0; i++)
+		err = quiet_open(r, i);
+	if (err != 0)
+		goto out_close;
+	quiet_plan(r, o);
+	if (o->flood_pid != 0 && kill((pid_t)o->flood_pid, SIGCONT) == -1)
+		err = -errno;
+	if (err == 0)
+		err = quiet_loop(r);
+	if (o->flood_pid != 0)
+		(void)kill((pid_t)o->flood_pid, SIGCONT);
+	uint64_t unanswered = 0;
+	for (uint32_t i = 0; i < o->count; i++)
+		unanswered += r->conns[i].busy;
+	if (err == 0)
+		err = quiet_report(r, unanswered);
+out_close:
+	for (uint32_t i = 0; i < o->count; i++)
+		quiet_close(&r->conns[i]);
+	if (r->tfd != -1)
+		close(r->tfd);
+	close(r->ep);
+	return err;
+}
+
 static int origin_listen(struct sockaddr_in *addr)
 {
 	socklen_t len = sizeof(*addr);
@@ -2435,6 +3055,8 @@ static void usage(void)
 	    "          [--authority NAME:PORT] --ca FILE [--sni NAME] [--path PATH]\n"
 	    "          [--header \"NAME: VALUE\"] [--requests K | --handshakes]\n"
 	    "          [--concurrency C] [--threads T] [--seconds T]\n"
+	    "  loadgen quiet --sock-dir DIR [--prefix P] --count N [--rate R] [--seconds T]\n"
+	    "          [--host NAME] [--flood-pid PID] [--phase-seconds S] [--settle-seconds S]\n"
 	    "\n"
 	    "Proxied, the CONNECT authority defaults to --target. The origin's commands:\n"
 	    "'D' sends, 'U' discards, 'P' answers %u bytes and waits for the next.\n",
@@ -2467,6 +3089,9 @@ int main(int argc, char **argv)
 		break;
 	case MODE_TLS:
 		err = run_tls(&o);
+		break;
+	case MODE_QUIET:
+		err = run_quiet(&o);
 		break;
 	case MODE_NONE:
 	default:
