@@ -1081,16 +1081,7 @@ def t_control_trickle(v, log):
     slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     slow.settimeout(30)
     slow.connect(os.path.join(v["sock_dir"], "control.sock"))
-
-    def trickle():
-        try:
-            for ch in b"sandbox ls --the-rest-of-a-long-line\n":
-                slow.send(bytes([ch]))
-                time.sleep(1)
-        except OSError:
-            pass
-    trickler = threading.Thread(target=trickle)
-    trickler.start()
+    trickler = trickle(slow, b"sandbox ls --the-rest-of-a-long-line\n")
     try:
         time.sleep(0.5)
         t0 = time.monotonic()
@@ -1104,6 +1095,21 @@ def t_control_trickle(v, log):
         errs.append("a ping behind a trickling control client: %r after %.1f s, want ok "
                     "within the 5 s the trickler may hold the thread" % (answer[:80], waited))
     return errs
+
+
+def trickle(sock, data):
+    """A started thread that sends <data> on <sock> a byte a second, until done or the
+    socket is closed."""
+    def run():
+        try:
+            for ch in data:
+                sock.send(bytes([ch]))
+                time.sleep(1)
+        except OSError:
+            pass
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
 def free_tcp_port():
@@ -1201,16 +1207,7 @@ def t_metrics(args, v, log):
         # A client that trickles its head a byte a second holds the one scrape thread for
         # METRICS_CLIENT_TIMEOUT_S (5 s) at most, not for as long as it trickles.
         slow = socket.create_connection(("127.0.0.1", port), timeout=30)
-
-        def trickle():
-            try:
-                for ch in b"GET /metrics HTTP/1.1\r\nHost: x\r\n":
-                    slow.send(bytes([ch]))
-                    time.sleep(1)
-            except OSError:
-                pass
-        trickler = threading.Thread(target=trickle)
-        trickler.start()
+        trickler = trickle(slow, b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
         time.sleep(0.5)
         t0 = time.monotonic()
         status = scrape(port)[0]
