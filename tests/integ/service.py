@@ -796,6 +796,18 @@ def control_line(sock_dir, line):
         return ""
 
 
+def daemons_stop(daemons):
+    """Stops each of <daemons> still running: SIGTERM, then SIGKILL after 30 s."""
+    for d in daemons:
+        if d.poll() is None:
+            d.send_signal(signal.SIGTERM)
+            try:
+                d.wait(30)
+            except subprocess.TimeoutExpired:
+                d.kill()
+                d.wait()
+
+
 def t_upgrade(args, v, log):
     """UPGRADES upgrades (agentsnetd --upgrade) in a row under requests on new and kept-alive
     connections to a sandbox's socket, on the TCP listener, and control requests: none
@@ -873,14 +885,7 @@ def t_upgrade(args, v, log):
         time.sleep(0.5)
     finally:
         threads_stop(stop, threads)
-        for d in daemons:
-            if d.poll() is None:
-                d.send_signal(signal.SIGTERM)
-                try:
-                    d.wait(30)
-                except subprocess.TimeoutExpired:
-                    d.kill()
-                    d.wait()
+        daemons_stop(daemons)
     last = daemons[-1].returncode
     failed = [r for r in results if not r[2]]
     control_failed = [r for r in controls if not r[2]]
@@ -1059,14 +1064,7 @@ def t_upgrade_changes(args, v, log):
     finally:
         if held is not None:
             held.close()
-        for d in daemons:
-            if d.poll() is None:
-                d.send_signal(signal.SIGTERM)
-                try:
-                    d.wait(30)
-                except subprocess.TimeoutExpired:
-                    d.kill()
-                    d.wait()
+        daemons_stop(daemons)
         slow_close()
     for name in ("old", "new"):
         text = read_text(os.path.join(v["top"], "daemon-%s.stderr" % name))
