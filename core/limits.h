@@ -28,16 +28,32 @@
 #define LIMITS_SQ_ENTRIES 4096u
 #define LIMITS_CQ_ENTRIES 16384u
 /*
- * Completions of one sandbox a worker handles in one loop turn (core/sched.c);
- * the rest wait for the next turn. A turn so lasts at most this many of each
- * busy sandbox's handlers before other sandboxes' answers are submitted: a
- * flood's request costs the turn about 8 us here (its handler and its send,
- * which the enter runs), so a turn of 8 is some 70 us. With 32, 100 quiet
- * sandboxes' p50 beside a flood of 1,000 connections was 0.8 ms, with 8 about
- * 0.3 ms (0.2 ms without a flood), and the flood was served no slower: 8
- * SQEs an enter already share its cost (docs/engine-notes.md).
+ * Completions of one sandbox a worker handles in one loop turn (core/sched.c)
+ * while another sandbox has work too; the rest wait for the next turn. A
+ * quiet sandbox's answer waits at most for the turn under way, and a turn
+ * lasts about this many handlers of each busy sandbox, with the sends the
+ * next enter runs for them (a flood's request costs the worker some 45 us
+ * here, most of it in that enter). Measured with bench scenario 10 (100 quiet
+ * sandboxes beside a flood of 1,000 connections, their p99 with the flood
+ * over without): 8 made it 1.9x, 2 made it 2.4x, 1 made it 0.85x; 1 costs the
+ * flood a quarter of its rate (16,000 requests/s against 22,000: an enter per
+ * handler), which is the price of the others' latency and is paid only while
+ * they have work (LIMITS_SANDBOX_CQES_ALONE).
  */
-#define LIMITS_SANDBOX_CQES_PER_TURN 8u
+#define LIMITS_SANDBOX_CQES_PER_TURN 1u
+/*
+ * The quantum while one sandbox alone has had work for
+ * LIMITS_SCHED_SHARED_HOLD_MS: a turn then shares the enter's cost between 8
+ * of its handlers (32 served a lone flood no faster), and a sandbox whose work
+ * arrives after a silence waits for at most such a turn, some 200 us under a
+ * flood, before the shared quantum takes over.
+ */
+#define LIMITS_SANDBOX_CQES_ALONE 8u
+/*
+ * How long the shared quantum holds after the last turn that served two
+ * sandboxes: a quiet sandbox asking once a second keeps every turn short.
+ */
+#define LIMITS_SCHED_SHARED_HOLD_MS 1000u
 /*
  * A turn whose enter brought at least LIMITS_CQ_PULL_MIN completions asks the
  * kernel for more, without waiting, up to this many times (core/worker.c,
@@ -161,6 +177,9 @@ static_assert((LIMITS_BUFRING_ENTRIES & (LIMITS_BUFRING_ENTRIES - 1)) == 0,
 static_assert(LIMITS_DEFERRED_CQES >= 2 * LIMITS_CQES_PER_TURN,
 	      "the waiting completions must take a reaped batch beside what already waits");
 static_assert(LIMITS_SANDBOX_CQES_PER_TURN >= 1, "every sandbox gets a turn");
+static_assert(LIMITS_SANDBOX_CQES_ALONE >= LIMITS_SANDBOX_CQES_PER_TURN &&
+		  LIMITS_SANDBOX_CQES_ALONE <= LIMITS_CQES_PER_TURN,
+	      "a lone sandbox's quantum is at least the shared one and at most a batch");
 static_assert((LIMITS_TIMER_SLOTS & (LIMITS_TIMER_SLOTS - 1)) == 0,
 	      "timer slots must be a power of two");
 static_assert(LIMITS_FILE_SLOTS_RESERVED < LIMITS_FIXED_FILES_PER_WORKER / 2,

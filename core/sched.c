@@ -22,6 +22,16 @@
  * here (core/worker.c, wait_ms), so a deferred completion costs a turn, not a
  * sleep.
  *
+ * The quantum: a turn lasts about a quantum of each busy key's handlers, and
+ * a quiet key's answer waits for the turn under way, so the quantum is what
+ * the busy cost the quiet. One is the fairest, but each turn costs an enter,
+ * and a lone key's one-completion turns would cost it a quarter of its rate
+ * for nobody's benefit. So a turn is shared (quanta.shared) once a second key
+ * is served in it, and for quanta.shared_hold_ms after the last such turn;
+ * otherwise a lone busy key has quanta.alone a turn, and a key whose work
+ * comes after a silence waits for one such turn at most (its completion still
+ * runs ahead of the busy key's waiting ones).
+ *
  * Order: a key with completions waiting admits no new one (it queues behind
  * them), and its queue is served oldest first, only after the turn has
  * reaped all it reaps; a key without is admitted until its quantum is used,
@@ -58,14 +68,15 @@
 #include "core/an.h"
 #include "core/pool.h"
 
-int sched_init(struct sched *s, uint32_t key_count, uint32_t capacity, uint32_t quantum)
+int sched_init(struct sched *s, uint32_t key_count, uint32_t capacity, struct sched_quanta quanta)
 {
 	AN_ASSERT(capacity > 0 && capacity < SCHED_NIL);
-	AN_ASSERT(quantum >= 1);
+	AN_ASSERT(quanta.shared >= 1 && quanta.alone >= quanta.shared);
 	AN_ASSERT(key_count > 0 && key_count < SCHED_KEY_NONE && key_count < SCHED_NIL);
 	*s = (struct sched){ .capacity = capacity,
 			     .key_count = key_count,
-			     .quantum = quantum,
+			     .quanta = quanta,
+			     .quantum = quanta.alone,
 			     .turn = 1,
 			     .free_head = SCHED_NIL,
 			     .ready_head = SCHED_NIL,
@@ -87,8 +98,14 @@ void sched_destroy(struct sched *s)
 	AN_FREE(&s->keys);
 }
 
-void sched_turn(struct sched *s)
+void sched_turn(struct sched *s, uint64_t now_ms)
 {
+	if (s->keys_served >= 2)
+		s->shared_until_ms = now_ms + s->quanta.shared_hold_ms;
+	s->keys_served = 0;
+	s->quantum = now_ms < s->shared_until_ms ? s->quanta.shared : s->quanta.alone;
+	if (s->quantum == s->quanta.shared)
+		s->shared_turns++;
 	s->deferred += s->count; /* each still waiting has waited one more turn */
 	s->turn++;
 	if (s->turn == 0) {
@@ -101,15 +118,22 @@ void sched_turn(struct sched *s)
 	s->round_left = s->ready_count;
 }
 
-/* Counts one completion of <k> against this turn's quantum; false once it is used. */
+/*
+ * Counts one completion of <k> against this turn's quantum; false once it is
+ * used. The second key served in a turn makes the rest of the turn shared: a
+ * key that has had more than the shared quantum already has its turn's share.
+ */
 static bool quantum_take(struct sched *s, struct sched_key *k)
 {
 	if (k->turn != s->turn) {
 		k->turn = s->turn;
 		k->used = 0;
+		if (++s->keys_served == 2 && s->quantum != s->quanta.shared) {
+			s->quantum = s->quanta.shared;
+			s->shared_turns++;
+		}
 	}
-	AN_DASSERT(k->used <= s->quantum);
-	if (k->used == s->quantum)
+	if (k->used >= s->quantum)
 		return false;
 	k->used++;
 	return true;

@@ -46,6 +46,19 @@ struct sched_key {
 	uint32_t next_ready;
 };
 
+/*
+ * A key's quantum, the completions it may have handled in one turn: <shared>
+ * while two or more keys have work, <alone> (at least <shared>) while one key
+ * alone has had work for <shared_hold_ms>. A turn in which a second key is
+ * served is shared from then on, and the shared quantum holds for
+ * <shared_hold_ms> after the last such turn.
+ */
+struct sched_quanta {
+	uint32_t shared;
+	uint32_t alone;
+	uint32_t shared_hold_ms;
+};
+
 struct sched {
 	struct sched_node *nodes; /* owned, capacity entries: the waiting and the free */
 	struct sched_key *keys;   /* owned, key_count entries (zeroed pages touched on use) */
@@ -58,27 +71,32 @@ struct sched {
 	uint32_t ready_count;
 	uint32_t round_left; /* keys of the ready list this turn has still to visit */
 	uint32_t key_count;
-	uint32_t quantum; /* completions a key may have handled in one turn */
+	struct sched_quanta quanta;
+	uint32_t quantum;     /* this turn's: quanta.shared or quanta.alone */
+	uint32_t keys_served; /* keys that have had a completion handled in this turn */
 	uint32_t turn;
-	uint64_t deferred; /* turns completions waited, summed (a counter for the logs) */
+	uint64_t shared_until_ms; /* the shared quantum holds for turns that start before it */
+	uint64_t deferred;        /* turns completions waited, summed (a counter for the logs) */
+	uint64_t shared_turns;    /* turns that ran with the shared quantum (a counter) */
 };
 
 /*
  * Sets up <s> for keys 0..<key_count>-1, <capacity> waiting completions at
- * most, and <quantum> (at least 1) completions of a key per turn. Returns 0
+ * most, and the <quanta> (shared at least 1, alone at least shared). Returns 0
  * or -ENOMEM; <s> owns what it allocates until sched_destroy.
  */
-int sched_init(struct sched *s, uint32_t key_count, uint32_t capacity, uint32_t quantum);
+int sched_init(struct sched *s, uint32_t key_count, uint32_t capacity, struct sched_quanta quanta);
 
 /* Releases what <s> owns. Asserts that no completion is still waiting. */
 void sched_destroy(struct sched *s);
 
 /*
- * Starts a loop turn: every key's quantum is whole again, and the round over
- * the keys with completions waiting starts at the one after where the last
- * turn stopped.
+ * Starts a loop turn at <now_ms> (a monotonic clock, never going back): every
+ * key's quantum is whole again, shared or alone as the last turns had one key
+ * or more (struct sched_quanta), and the round over the keys with completions
+ * waiting starts at the one after where the last turn stopped.
  */
-void sched_turn(struct sched *s);
+void sched_turn(struct sched *s, uint64_t now_ms);
 
 /*
  * Takes into *<out> the next waiting completion this turn may run, counting

@@ -14,13 +14,14 @@
  *          counters out for the control thread.
  *
  * Turns are shared (core/sched.c): a sandbox's completions past its quantum
- * of the turn (LIMITS_SANDBOX_CQES_PER_TURN) wait in that sandbox's queue for
- * the next turn, so one busy sandbox cannot make a turn, and every other
- * sandbox's answers submitted at its end, as long as its own backlog. A
+ * of the turn wait in that sandbox's queue for the next turn, so one busy
+ * sandbox cannot make a turn, and every other sandbox's answers submitted at
+ * its end, as long as its own backlog. The quantum is
+ * daemon.sandbox_completions_per_turn (docs/policy.md) while two sandboxes or
+ * more have work, LIMITS_SANDBOX_CQES_ALONE while one alone has. A
  * deferred head receive of a conn reading a head first hands its bytes to the
  * conn (conn_cqe_defer): the buffers a flood's requests arrive in do not wait
  * there, where they would drain the ring every sandbox receives from.
- * The quantum is daemon.sandbox_completions_per_turn (docs/policy.md).
  *
  * Counters: the worker owns them and bumps them with plain increments. Other
  * threads read only the published copy (relaxed atomic stores here, relaxed
@@ -155,10 +156,15 @@ static int share_setup(struct worker *w)
 /* The turn-taking between sandboxes, with the configured quantum. */
 static int sched_setup(struct worker *w)
 {
-	uint32_t quantum = w->e->cfg->sandbox_completions_per_turn;
+	uint32_t shared = w->e->cfg->sandbox_completions_per_turn;
+	struct sched_quanta quanta = {
+		.shared = shared,
+		.alone = shared > LIMITS_SANDBOX_CQES_ALONE ? shared : LIMITS_SANDBOX_CQES_ALONE,
+		.shared_hold_ms = LIMITS_SCHED_SHARED_HOLD_MS,
+	};
 
-	AN_ASSERT(quantum >= 1 && quantum <= LIMITS_CQES_PER_TURN);
-	int ret = sched_init(&w->sched, SHARE_KEYS, LIMITS_DEFERRED_CQES, quantum);
+	AN_ASSERT(shared >= 1 && shared <= LIMITS_CQES_PER_TURN);
+	int ret = sched_init(&w->sched, SHARE_KEYS, LIMITS_DEFERRED_CQES, quanta);
 	if (ret != 0)
 		log_error("worker %u: turn-taking: %s", w->index, strerror(-ret));
 	return ret;
@@ -279,13 +285,13 @@ static void worker_teardown(struct worker *w)
 	log_info(
 	    "worker %u: stopped: accepted=%llu requests=%llu denied=%llu splice=%llu "
 	    "copy=%llu overload=%llu over_share=%llu upstreams_reused=%llu cqes=%llu enters=%llu "
-	    "deferred=%llu",
+	    "deferred=%llu shared_turns=%llu",
 	    w->index, (unsigned long long)w->stats.accepted, (unsigned long long)w->stats.requests,
 	    (unsigned long long)w->stats.denied, (unsigned long long)w->stats.splice_relays,
 	    (unsigned long long)w->stats.copy_relays, (unsigned long long)w->stats.refused_overload,
 	    (unsigned long long)w->stats.refused_share, (unsigned long long)w->uppool.reused,
 	    (unsigned long long)w->stats.cqes, (unsigned long long)w->stats.enters,
-	    (unsigned long long)w->sched.deferred);
+	    (unsigned long long)w->sched.deferred, (unsigned long long)w->sched.shared_turns);
 	if (w->policy != NULL)
 		snapshot_leave(w->policy, w->index);
 	w->policy = NULL;
@@ -1021,7 +1027,7 @@ static void worker_loop(struct worker *w)
 		/* Timers first: this also moves the wheel's clock to now, so timers
 		 * the handlers below arm count from now, not from the last wake-up. */
 		run_timers(w);
-		sched_turn(&w->sched);
+		sched_turn(&w->sched, w->now_ms);
 		/* What arrived first, then what waited: a quiet sandbox's answer goes
 		 * into the ring ahead of a busy one's quantum (core/sched.c). */
 		run_reaped(w, batch);

@@ -5,7 +5,9 @@
  * ready and a hundred keys with one each; every quiet key is handled in the
  * first turn that sees it, before the flood's waiting ones, the flood a
  * quantum a turn, every key's completions in the order they came, none lost
- * and none left behind.
+ * and none left behind. Then the quanta's switch: a lone busy key has the
+ * larger quantum, a turn that serves a second key and the turns of the hold
+ * after it the shared one.
  */
 #include <signal.h>
 
@@ -14,6 +16,17 @@
 #include "tests/unit/unit.h"
 
 enum { KEYS = 1024, QUANTUM = 32, FLOODER = 1000, FLOOD = 1000, QUIET = 100 };
+
+/* The same quantum shared or alone: the turn-taking without its switch. */
+static struct sched_quanta fixed(uint32_t quantum)
+{
+	return (struct sched_quanta){ .shared = quantum, .alone = quantum, .shared_hold_ms = 0 };
+}
+
+/* The worker's quanta: one a key while keys share the turns, eight alone, a second's hold. */
+static const struct sched_quanta WORKER_QUANTA = { .shared = 1,
+						   .alone = 8,
+						   .shared_hold_ms = 1000 };
 
 /* What a test's "handlers" saw: per key, how many and the last sequence number. */
 struct seen {
@@ -37,14 +50,14 @@ static void handle(struct seen *w, const struct sched_cqe *q, uint32_t turn)
 	w->handled_as[q->key] = w->handled++;
 }
 
-/* One loop turn as the worker takes it: <n> new completions, then the waiting. */
+/* One loop turn as the worker takes it, at <now_ms>: <n> new completions, then the waiting. */
 static uint32_t turn(struct sched *s, struct seen *w, const struct sched_cqe *batch, uint32_t n,
-		     uint32_t t)
+		     uint32_t t, uint64_t now_ms)
 {
 	uint32_t ran = 0;
 	struct sched_cqe q;
 
-	sched_turn(s);
+	sched_turn(s, now_ms);
 	for (uint32_t i = 0; i < n; i++) {
 		if (sched_admit(s, batch[i].key)) {
 			handle(w, &batch[i], t);
@@ -79,7 +92,7 @@ static uint32_t arrivals(struct sched_cqe *batch, uint64_t *seq)
 static uint32_t flood_start(struct sched *s, struct seen *w, struct sched_cqe *batch, uint64_t *seq)
 {
 	memset(w, 0, sizeof(*w));
-	ck_assert_int_eq(sched_init(s, KEYS, 2048, QUANTUM), 0);
+	ck_assert_int_eq(sched_init(s, KEYS, 2048, fixed(QUANTUM)), 0);
 	return arrivals(batch, seq);
 }
 
@@ -92,7 +105,7 @@ START_TEST(test_quiet_keys_are_served_in_the_first_turn)
 	uint32_t n = flood_start(&s, &w, batch, &seq);
 	ck_assert_uint_eq(n, FLOOD + QUIET);
 	/* The turn runs a quantum of the flood and every quiet key's completion. */
-	ck_assert_uint_eq(turn(&s, &w, batch, n, 1), QUANTUM + QUIET);
+	ck_assert_uint_eq(turn(&s, &w, batch, n, 1, 0), QUANTUM + QUIET);
 	for (uint32_t k = 0; k < QUIET; k++) {
 		ck_assert_uint_eq(w.count[k], 1);
 		ck_assert_uint_eq(w.turn_of_first[k], 1);
@@ -104,7 +117,7 @@ START_TEST(test_quiet_keys_are_served_in_the_first_turn)
 	uint64_t waits = s.count;
 	while (s.count > 0) {
 		uint32_t before = w.count[FLOODER];
-		ck_assert_uint_le(turn(&s, &w, NULL, 0, ++t), QUANTUM);
+		ck_assert_uint_le(turn(&s, &w, NULL, 0, ++t, 0), QUANTUM);
 		ck_assert_uint_eq(w.count[FLOODER] - before,
 				  s.count > 0 ? QUANTUM : FLOOD - before);
 		waits += s.count;
@@ -125,7 +138,7 @@ START_TEST(test_new_quiet_work_beats_an_old_backlog)
 	struct sched s;
 	uint64_t seq = 0;
 	uint32_t n = flood_start(&s, &w, batch, &seq);
-	(void)turn(&s, &w, batch, n, 1);
+	(void)turn(&s, &w, batch, n, 1, 0);
 	/* Turn 2: the backlog waits, yet a quiet key's new completion runs in this turn,
 	 * after only a quantum of the flood; the flood's new ones queue behind its old. */
 	struct sched_cqe more[3] = {
@@ -134,13 +147,13 @@ START_TEST(test_new_quiet_work_beats_an_old_backlog)
 		{ .ud = ++seq, .key = FLOODER },
 	};
 	uint32_t before = w.handled;
-	ck_assert_uint_eq(turn(&s, &w, more, 3, 2), QUANTUM + 1);
+	ck_assert_uint_eq(turn(&s, &w, more, 3, 2, 0), QUANTUM + 1);
 	ck_assert_uint_eq(w.count[3], 2);
 	/* ... first of all in its turn: its answer goes out ahead of the flood's. */
 	ck_assert_uint_eq(w.handled_as[3], before);
 	ck_assert_uint_eq(s.count, FLOOD - 2 * QUANTUM + 2);
 	while (s.count > 0)
-		(void)turn(&s, &w, NULL, 0, 3);
+		(void)turn(&s, &w, NULL, 0, 3, 0);
 	ck_assert_uint_eq(w.count[FLOODER], FLOOD + 2);
 	ck_assert_uint_eq(w.last[FLOODER], (uint32_t)seq);
 	sched_destroy(&s);
@@ -151,8 +164,8 @@ START_TEST(test_refused_key_stays_refused_for_the_turn)
 {
 	struct sched s;
 
-	ck_assert_int_eq(sched_init(&s, KEYS, 64, 2), 0);
-	sched_turn(&s);
+	ck_assert_int_eq(sched_init(&s, KEYS, 64, fixed(2)), 0);
+	sched_turn(&s, 0);
 	ck_assert(sched_admit(&s, 5));
 	ck_assert(sched_admit(&s, 5));
 	/* N + 1 is refused, and stays refused whatever else runs. */
@@ -162,7 +175,7 @@ START_TEST(test_refused_key_stays_refused_for_the_turn)
 	/* The worker's own completions are never counted nor refused. */
 	for (int i = 0; i < 100; i++)
 		ck_assert(sched_admit(&s, SCHED_KEY_NONE));
-	sched_turn(&s);
+	sched_turn(&s, 0);
 	ck_assert(sched_admit(&s, 5));
 	ck_assert(sched_admit(&s, KEYS - 1));
 	sched_destroy(&s);
@@ -175,8 +188,8 @@ START_TEST(test_queues_keep_order_and_reuse_nodes)
 	struct sched_cqe q;
 
 	/* Room for 8, filled and emptied five times: nodes are taken back and given again. */
-	ck_assert_int_eq(sched_init(&s, KEYS, 8, 1), 0);
-	sched_turn(&s);
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, fixed(1)), 0);
+	sched_turn(&s, 0);
 	ck_assert(!sched_next_waiting(&s, &q));
 	for (uint64_t round = 0; round < 5; round++) {
 		/* Keys 1 and 2 interleaved; key 1 became ready first. */
@@ -190,7 +203,7 @@ START_TEST(test_queues_keep_order_and_reuse_nodes)
 		ck_assert(!sched_room(&s, 1));
 		/* A quantum of 1: one of each key a turn, key 1 then key 2, each oldest first. */
 		for (uint64_t t = 0; t < 4; t++) {
-			sched_turn(&s);
+			sched_turn(&s, 0);
 			for (uint64_t k = 0; k < 2; k++) {
 				ck_assert(sched_next_waiting(&s, &q));
 				ck_assert_uint_eq(q.key, 1 + k);
@@ -216,14 +229,14 @@ START_TEST(test_busy_keys_take_turns)
 	struct sched_cqe q;
 	uint32_t got[BUSY] = { 0 };
 
-	ck_assert_int_eq(sched_init(&s, KEYS, 64, Q), 0);
-	sched_turn(&s);
+	ck_assert_int_eq(sched_init(&s, KEYS, 64, fixed(Q)), 0);
+	sched_turn(&s, 0);
 	for (uint32_t i = 0; i < EACH; i++)
 		for (uint32_t k = 0; k < BUSY; k++)
 			sched_defer(&s, &(struct sched_cqe){ .ud = i, .key = 10 + k });
 	/* Each turn, each busy key a quantum, in the order they became ready, oldest first. */
 	for (uint32_t t = 0; t < EACH / Q; t++) {
-		sched_turn(&s);
+		sched_turn(&s, 0);
 		for (uint32_t k = 0; k < BUSY; k++) {
 			for (uint32_t j = 0; j < Q; j++) {
 				ck_assert(sched_next_waiting(&s, &q));
@@ -240,7 +253,7 @@ START_TEST(test_busy_keys_take_turns)
 	}
 	ck_assert_uint_eq(s.count, 0);
 	/* Once its queue is empty, a key is admitted again (quantum whole at the turn). */
-	sched_turn(&s);
+	sched_turn(&s, 0);
 	ck_assert(sched_admit(&s, 10));
 	sched_destroy(&s);
 }
@@ -251,12 +264,12 @@ START_TEST(test_waiting_key_refused_before_its_turn)
 	struct sched s;
 	struct sched_cqe q;
 
-	ck_assert_int_eq(sched_init(&s, KEYS, 8, 4), 0);
-	sched_turn(&s);
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, fixed(4)), 0);
+	sched_turn(&s, 0);
 	sched_defer(&s, &(struct sched_cqe){ .ud = 1, .key = 5 });
 	/* The next turn reaps first: a new one of key 5 must not pass the one waiting,
 	 * though the key's quantum is whole; it goes behind it, and both run in order. */
-	sched_turn(&s);
+	sched_turn(&s, 0);
 	ck_assert(!sched_admit(&s, 5));
 	sched_defer(&s, &(struct sched_cqe){ .ud = 2, .key = 5 });
 	ck_assert(!sched_admit(&s, 5));
@@ -278,14 +291,14 @@ START_TEST(test_turn_stamp_wraps)
 {
 	struct sched s;
 
-	ck_assert_int_eq(sched_init(&s, KEYS, 8, 1), 0);
-	sched_turn(&s);
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, fixed(1)), 0);
+	sched_turn(&s, 0);
 	ck_assert(sched_admit(&s, 2));
 	/* 2^32 turns later the stamp would match again: the wrap clears the stamps. */
 	s.turn = UINT32_MAX;
 	s.keys[2].turn = 1;
 	s.keys[2].used = 1;
-	sched_turn(&s);
+	sched_turn(&s, 0);
 	ck_assert_uint_eq(s.turn, 1);
 	ck_assert(sched_admit(&s, 2));
 	sched_destroy(&s);
@@ -296,7 +309,7 @@ START_TEST(test_destroy_with_waiting_aborts)
 {
 	struct sched s;
 
-	ck_assert_int_eq(sched_init(&s, KEYS, 8, 1), 0);
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, fixed(1)), 0);
 	sched_defer(&s, &(struct sched_cqe){ .ud = 1, .key = 1 });
 	sched_destroy(&s);
 }
@@ -306,7 +319,7 @@ START_TEST(test_defer_past_capacity_aborts)
 {
 	struct sched s;
 
-	ck_assert_int_eq(sched_init(&s, KEYS, 2, 1), 0);
+	ck_assert_int_eq(sched_init(&s, KEYS, 2, fixed(1)), 0);
 	for (int i = 0; i < 3; i++)
 		sched_defer(&s, &(struct sched_cqe){ .ud = 1, .key = 1 });
 }
@@ -316,8 +329,106 @@ START_TEST(test_key_past_the_end_aborts)
 {
 	struct sched s;
 
-	ck_assert_int_eq(sched_init(&s, KEYS, 8, 1), 0);
+	ck_assert_int_eq(sched_init(&s, KEYS, 8, fixed(1)), 0);
 	(void)sched_admit(&s, KEYS);
+}
+END_TEST
+
+/* How many of <key>'s waiting completions one turn at <now_ms> runs. */
+static uint32_t waiting_run(struct sched *s, uint32_t key, uint64_t now_ms)
+{
+	struct sched_cqe q;
+	uint32_t n = 0;
+
+	sched_turn(s, now_ms);
+	while (sched_next_waiting(s, &q)) {
+		ck_assert_uint_eq(q.key, key);
+		n++;
+	}
+	return n;
+}
+
+START_TEST(test_lone_busy_key_has_the_alone_quantum)
+{
+	struct sched s;
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 64, WORKER_QUANTA), 0);
+	for (uint64_t i = 0; i < 20; i++)
+		sched_defer(&s, &(struct sched_cqe){ .ud = i, .key = FLOODER });
+	/* Alone, it has eight a turn, never the shared one. */
+	ck_assert_uint_eq(waiting_run(&s, FLOODER, 0), 8);
+	ck_assert_uint_eq(waiting_run(&s, FLOODER, 5000), 8);
+	ck_assert_uint_eq(waiting_run(&s, FLOODER, 5001), 4);
+	ck_assert_uint_eq(s.shared_turns, 0);
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_second_key_makes_the_turn_shared)
+{
+	struct sched s;
+
+	ck_assert_int_eq(sched_init(&s, KEYS, 64, WORKER_QUANTA), 0);
+	sched_turn(&s, 100);
+	for (int i = 0; i < 8; i++)
+		ck_assert(sched_admit(&s, FLOODER));
+	ck_assert(!sched_admit(&s, FLOODER));
+	/* A quiet key's completion runs, and the rest of the turn is shared: the
+	 * busy key, past one already, stays refused, and so does the quiet key's
+	 * second. */
+	ck_assert(sched_admit(&s, 7));
+	ck_assert(!sched_admit(&s, 7));
+	ck_assert(!sched_admit(&s, FLOODER));
+	ck_assert_uint_eq(s.shared_turns, 1);
+	/* The turns of the second after it are shared, though the busy key is alone in them. */
+	for (uint64_t now = 101; now < 1101; now += 250) {
+		sched_turn(&s, now);
+		ck_assert(sched_admit(&s, FLOODER));
+		ck_assert(!sched_admit(&s, FLOODER));
+	}
+	/* A second after the turn that followed the last shared one, it has its eight again. */
+	sched_turn(&s, 1101);
+	for (int i = 0; i < 8; i++)
+		ck_assert(sched_admit(&s, FLOODER));
+	ck_assert(!sched_admit(&s, FLOODER));
+	ck_assert_uint_eq(s.shared_turns, 5);
+	sched_destroy(&s);
+}
+END_TEST
+
+START_TEST(test_shared_turns_hold_while_a_quiet_key_asks)
+{
+	static struct seen w;
+	struct sched s;
+	uint64_t seq = 0;
+	uint64_t now = 0;
+
+	memset(&w, 0, sizeof(w));
+	ck_assert_int_eq(sched_init(&s, KEYS, 4096, WORKER_QUANTA), 0);
+	/* The flood alone for a while: 3,000 completions waiting, 8 a turn. */
+	for (uint32_t i = 0; i < 3000; i++)
+		sched_defer(&s, &(struct sched_cqe){ .ud = ++seq, .key = FLOODER });
+	for (uint32_t t = 0; t < 10; t++, now++)
+		ck_assert_uint_eq(turn(&s, &w, NULL, 0, (uint32_t)now, now), 8);
+	/* A quiet key asks every 400 ms: from its first turn on, each turn runs one
+	 * of the flood's, with the quiet key's own first. */
+	for (uint32_t t = 0; t < 2000; t++, now++) {
+		struct sched_cqe quiet = { .ud = ++seq, .key = 3 };
+		bool asks = t % 400 == 0;
+		uint32_t before = w.count[FLOODER];
+		ck_assert_uint_eq(turn(&s, &w, &quiet, asks ? 1 : 0, (uint32_t)now, now),
+				  asks ? 2 : 1);
+		ck_assert_uint_eq(w.count[FLOODER], before + 1);
+		if (asks)
+			ck_assert_uint_lt(w.handled_as[3], w.handled_as[FLOODER]);
+	}
+	/* The quiet key gone silent, a second on the flood has its eight again. */
+	now += 1000;
+	ck_assert_uint_eq(turn(&s, &w, NULL, 0, (uint32_t)now, now), 8);
+	while (s.count > 0)
+		(void)turn(&s, &w, NULL, 0, (uint32_t)now, now);
+	ck_assert_uint_eq(w.count[FLOODER], 3000);
+	sched_destroy(&s);
 }
 END_TEST
 
@@ -333,6 +444,9 @@ static Suite *sched_suite(void)
 	tcase_add_test(tc, test_busy_keys_take_turns);
 	tcase_add_test(tc, test_waiting_key_refused_before_its_turn);
 	tcase_add_test(tc, test_turn_stamp_wraps);
+	tcase_add_test(tc, test_lone_busy_key_has_the_alone_quantum);
+	tcase_add_test(tc, test_second_key_makes_the_turn_shared);
+	tcase_add_test(tc, test_shared_turns_hold_while_a_quiet_key_asks);
 	suite_add_tcase(s, tc);
 	TCase *tc_abort = tcase_create("abort");
 	tcase_add_test_raise_signal(tc_abort, test_destroy_with_waiting_aborts, SIGABRT);

@@ -49,7 +49,7 @@ START_TEST(test_docs_example)
 	ck_assert_uint_eq(cfg.conns_per_worker, 32768);
 	ck_assert_uint_eq(cfg.pipes_per_worker, 128);
 	ck_assert_uint_eq(cfg.sandbox_share_percent, 75);
-	ck_assert_uint_eq(cfg.sandbox_completions_per_turn, 8);
+	ck_assert_uint_eq(cfg.sandbox_completions_per_turn, 1);
 	ck_assert_uint_eq(cfg.head_timeout_ms, 10000);
 	ck_assert_uint_eq(cfg.connect_timeout_ms, 10000);
 	ck_assert_uint_eq(cfg.dns_timeout_ms, 5000);
