@@ -980,7 +980,7 @@ void decide(struct conn *c, const struct http1_request *req)
 		respond(c, refusal);
 		return;
 	}
-	if (placeholder_misdirected(c, c->head, c->head_len, v.inject)) {
+	if (verdict_placeholder_misdirected(c, &v)) {
 		rule_limit_release(c);
 		respond(c, REASON_PLACEHOLDER_MISDIRECTED);
 		return;

@@ -567,6 +567,12 @@ extern const struct conn_mode inject_mode;
  */
 bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
 			     const struct verdict_inject *own);
+/*
+ * The same for the head of <c> under verdict <v>, whatever its tier: the
+ * spine's guard before any mode starts (a placeholder is the sandbox's, and
+ * may leave only towards its own rule).
+ */
+bool verdict_placeholder_misdirected(struct conn *c, const struct verdict *v);
 /* Rewrites request <req> (<head_len> bytes) into c->out, then sends it upstream. */
 void inject_request(struct conn *c, const struct http1_request *req, size_t head_len);
 /* Receives the upstream's next ciphertext, unless one runs, a buffer waits or it ended. */

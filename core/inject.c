@@ -761,6 +761,15 @@ bool placeholder_misdirected(struct conn *c, const char *head, size_t len,
 	return true;
 }
 
+/*
+ * The spine's guard, on every tier: whether the head of <c> carries a
+ * placeholder of the sandbox that the rule of <v> does not send.
+ */
+bool verdict_placeholder_misdirected(struct conn *c, const struct verdict *v)
+{
+	return placeholder_misdirected(c, c->head, c->head_len, v->inject);
+}
+
 /* True when the upstream may serve another agent connection (see inject_park). */
 static bool inject_parkable(const struct conn *c)
 {
