@@ -62,6 +62,11 @@ void config_free(struct config *cfg)
 	AN_FREE(&cfg->dns_servers);
 	AN_FREE(&cfg->tcp_listen);
 	AN_FREE(&cfg->metrics_listen);
+	AN_FREE(&cfg->alert_webhook_url);
+	if (cfg->alert_webhook_authorization != NULL)
+		pool_free_secret(cfg->alert_webhook_authorization,
+				 strlen(cfg->alert_webhook_authorization) + 1);
+	cfg->alert_webhook_authorization = NULL;
 	AN_FREE(&cfg->tcp_sandbox);
 	AN_FREE(&cfg->control_group);
 	AN_FREE(&cfg->ca_cert);

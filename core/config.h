@@ -32,6 +32,12 @@ struct config {
 	char *metrics_listen;
 	/* Sandboxes with series of their own in the metrics (the busiest); the rest summed. */
 	uint32_t metrics_sandboxes;
+	/* `daemon.alert_webhook` (core/webhook.h): owned; the http:// URL alerts are POSTed
+	 * to, NULL: none; its Authorization value (owned, a secret: wiped when freed), NULL:
+	 * none; a try's timeout. */
+	char *alert_webhook_url;
+	char *alert_webhook_authorization;
+	uint32_t alert_webhook_timeout_ms;
 	char *tcp_sandbox;   /* owned; sandbox id TCP connections are served as */
 	char *control_group; /* owned; group allowed on the control socket, NULL: the daemon's */
 	char *ca_cert; /* owned; the agentsnet CA (PEM) the terminated tiers sign with, or NULL */

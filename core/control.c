@@ -77,6 +77,7 @@
 #include "core/textbuf.h"
 #include "core/timer.h"
 #include "core/watch.h"
+#include "core/webhook.h"
 #include "core/audit.h"
 #include "core/engine.h"
 #include "core/log.h"
@@ -355,11 +356,16 @@ static void handle_stats(struct engine *e, struct answer *a)
 	uint64_t written = e->audit != NULL ? audit_written(e->audit) : 0;
 	uint64_t dropped = e->audit != NULL ? audit_dropped(e->audit) : 0;
 	uint64_t lost = e->audit != NULL ? audit_lost(e->audit) : 0;
+	const struct webhook *wh = e->alerts_webhook;
+	uint64_t hook_delivered = wh != NULL ? atomic_load(&wh->delivered) : 0;
+	uint64_t hook_failed = wh != NULL ? atomic_load(&wh->failed) : 0;
+	uint64_t hook_dropped = wh != NULL ? atomic_load(&wh->dropped) : 0;
 	answer_add(a,
 		   "ok workers %u conns %llu accepted %llu refused_overload %llu requests %llu "
 		   "denied %llu splice_relays %llu copy_relays %llu upstreams_reused %llu "
 		   "leaf_hits %llu leaf_misses %llu leaf_mints %llu audit_written %llu "
-		   "audit_dropped %llu misdirected %llu audit_lost %llu audit_failing %d\n",
+		   "audit_dropped %llu misdirected %llu audit_lost %llu audit_failing %d "
+		   "webhook_delivered %llu webhook_failed %llu webhook_dropped %llu\n",
 		   e->worker_count, (unsigned long long)sum.conns_open,
 		   (unsigned long long)sum.accepted, (unsigned long long)sum.refused_overload,
 		   (unsigned long long)sum.requests, (unsigned long long)sum.denied,
@@ -368,7 +374,8 @@ static void handle_stats(struct engine *e, struct answer *a)
 		   (unsigned long long)sum.leaf_misses, (unsigned long long)sum.leaf_mints,
 		   (unsigned long long)written, (unsigned long long)dropped,
 		   (unsigned long long)sum.misdirected, (unsigned long long)lost,
-		   audit_failing(e->audit) ? 1 : 0);
+		   audit_failing(e->audit) ? 1 : 0, (unsigned long long)hook_delivered,
+		   (unsigned long long)hook_failed, (unsigned long long)hook_dropped);
 }
 
 /* `sandbox release <id>`: root's alone, the operator who lifts a quarantine. */

@@ -199,6 +199,7 @@ struct engine {
 	atomic_bool handed_over;
 	/* The latest alerts (core/watch.h), for `alerts`; made by engine_start. */
 	struct watch_recent *alerts_recent;
+	struct webhook *alerts_webhook; /* owned; NULL: no daemon.alert_webhook */
 	/* The metrics listener (core/metrics.h), for a successor; -1: none. Set by metrics_start. */
 	int metrics_fd;
 	/* Asks the daemon to stop, as SIGTERM does; called by engine_hand_over. NULL: none. */

@@ -29,6 +29,7 @@
 #include "core/snapshot.h"
 #include "core/textbuf.h"
 #include "core/timer.h"
+#include "core/webhook.h"
 #include "core/worker.h"
 
 #define METRICS_VERSION "0.1.0"
@@ -176,6 +177,22 @@ static void alerts(struct textbuf *t, struct engine *e)
 	family(t, "agentsnet_sandboxes_quarantined", "gauge",
 	       "Sandboxes an alert put in quarantine, not yet released.");
 	textbuf_add(t, "agentsnet_sandboxes_quarantined %llu\n", (unsigned long long)quarantined);
+	const struct webhook *wh = e->alerts_webhook;
+	if (wh == NULL)
+		return;
+	family(t, "agentsnet_alert_webhook_total", "counter",
+	       "Alerts the webhook delivered (2xx), failed (refused or out of tries) or dropped "
+	       "(queue full, daemon stopping).");
+	textbuf_add(t, "agentsnet_alert_webhook_total{result=\"delivered\"} %llu\n",
+		    (unsigned long long)atomic_load(&wh->delivered));
+	textbuf_add(t, "agentsnet_alert_webhook_total{result=\"failed\"} %llu\n",
+		    (unsigned long long)atomic_load(&wh->failed));
+	textbuf_add(t, "agentsnet_alert_webhook_total{result=\"dropped\"} %llu\n",
+		    (unsigned long long)atomic_load(&wh->dropped));
+	counter(
+	    t, "agentsnet_alert_webhook_retries_total",
+	    "Tries of an alert after its first (the receiver failed or answered 408, 429, 5xx).",
+	    atomic_load(&wh->retried));
 }
 
 /* The per-sandbox series' gathering: every active sandbox's figures and id, then sorted. */

@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/snapshot.h"
+#include "core/webhook.h"
 
 int watch_start(struct engine *e)
 {
@@ -29,11 +30,27 @@ int watch_start(struct engine *e)
 	if (e->alerts_recent == NULL)
 		return -ENOMEM;
 	pthread_mutex_init(&e->alerts_recent->lock, NULL);
-	return 0;
+	if (e->cfg->alert_webhook_url == NULL)
+		return 0;
+	e->alerts_webhook = pool_calloc(1, sizeof(*e->alerts_webhook));
+	int ret = e->alerts_webhook == NULL
+		      ? -ENOMEM
+		      : webhook_start(e->alerts_webhook, e->cfg->alert_webhook_url,
+				      e->cfg->alert_webhook_authorization,
+				      e->cfg->alert_webhook_timeout_ms);
+	if (ret != 0) {
+		AN_FREE(&e->alerts_webhook);
+		watch_stop(e);
+	}
+	return ret;
 }
 
 void watch_stop(struct engine *e)
 {
+	if (e->alerts_webhook != NULL) {
+		webhook_stop(e->alerts_webhook);
+		AN_FREE(&e->alerts_webhook);
+	}
 	if (e->alerts_recent == NULL)
 		return;
 	pthread_mutex_destroy(&e->alerts_recent->lock);
@@ -177,7 +194,10 @@ static void alert_raise(struct worker *w, uint32_t slot, const struct alert_even
 	snprintf(a->sandbox, sizeof(a->sandbox), "%s", sb->id);
 	a->registrant = sb->registrant;
 	a->ev = *ev;
+	struct watch_alert sent = *a;
 	pthread_mutex_unlock(&recent->lock);
+	if (e->alerts_webhook != NULL)
+		webhook_enqueue(e->alerts_webhook, &sent); /* a copy: the thread posts it */
 }
 
 /* Whether <c> is a sandbox's own request the detectors see (not the gateway's public ones). */

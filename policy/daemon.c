@@ -25,13 +25,19 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/an.h"
 #include "core/config.h"
+#include "core/keyfile.h"
 #include "core/pool.h"
+#include "core/webhook.h"
 #include "policy/addr.h"
 
 struct uint_field {
@@ -59,6 +65,7 @@ enum {
 	UF_SANDBOX_UID_COUNT,
 	UF_PER_USER,
 	UF_METRICS_SANDBOXES,
+	UF_WEBHOOK_TIMEOUT,
 	UF__COUNT
 };
 
@@ -98,6 +105,9 @@ static const struct uint_field uint_fields[] = {
 			  offsetof(struct config, sandboxes_per_user) },
 	[UF_METRICS_SANDBOXES] = { "metrics.sandboxes", 0, POLICY_METRICS_SANDBOXES_MAX,
 				   offsetof(struct config, metrics_sandboxes) },
+	[UF_WEBHOOK_TIMEOUT] = { "alert_webhook.timeout_ms", POLICY_TIMEOUT_MS_MIN,
+				 POLICY_WEBHOOK_TIMEOUT_MS_MAX,
+				 offsetof(struct config, alert_webhook_timeout_ms) },
 };
 static_assert(AN_ARRAY_LEN(uint_fields) == UF__COUNT, "every staged integer needs a row");
 
@@ -199,6 +209,123 @@ static int parse_metrics(struct loader *ld)
 		return rc;
 	if ((seen & (1u << MK_LISTEN)) == 0)
 		return loader_fail(ld, start, "metrics needs listen");
+	return 0;
+}
+
+/*
+ * daemon.alert_webhook (core/webhook.h): the URL alerts are POSTed to, an
+ * optional file holding the Authorization header's value, a try's timeout.
+ * The URL is checked here, at its line; the daemon reads what was staged.
+ */
+enum { WK_URL, WK_AUTHORIZATION_FILE, WK_TIMEOUT, WK__COUNT };
+static const char *const webhook_keys[] = { [WK_URL] = "url",
+					    [WK_AUTHORIZATION_FILE] = "authorization_file",
+					    [WK_TIMEOUT] = "timeout_ms" };
+static const struct keyset webhook_keyset = { "daemon.alert_webhook", webhook_keys, WK__COUNT };
+
+static int stage_webhook_url(struct loader *ld)
+{
+	struct webhook_target target;
+	char why[160];
+
+	AN_ASSERT(ld->next.alert_webhook_url == NULL);
+	int rc = loader_scalar(ld, "alert_webhook.url", "a string");
+	if (rc != 0)
+		return rc;
+	if (!loader_text_is_clean(ev_text(ld), ev_len(ld)) ||
+	    webhook_target_parse(ev_text(ld), ev_len(ld), &target, why, sizeof(why)) != 0)
+		return loader_fail(ld, ld->ev.start_mark, "alert_webhook.url %s",
+				   loader_text_is_clean(ev_text(ld), ev_len(ld))
+				       ? why
+				       : "has a control character");
+	ld->next.alert_webhook_url = pool_strndup(ev_text(ld), ev_len(ld));
+	if (ld->next.alert_webhook_url == NULL)
+		return loader_fail_oom(ld);
+	return 0;
+}
+
+/*
+ * authorization_file: its content (one trailing newline dropped) is the
+ * Authorization header's value, "Bearer ..." say; a secret, so the file must
+ * be the daemon's user's and readable by it alone (core/keyfile.h), and its
+ * bytes printable ASCII (a header line cannot carry others).
+ */
+static int stage_webhook_authorization(struct loader *ld)
+{
+	static const char what[] = "alert_webhook.authorization_file";
+	char path[PATH_MAX];
+	const char *call = NULL;
+	char *buf = NULL;
+	size_t got = 0;
+	char why[128];
+	struct stat st;
+
+	AN_ASSERT(ld->next.alert_webhook_authorization == NULL);
+	int rc = loader_file_value(ld, what, path, sizeof(path));
+	if (rc != 0)
+		return rc;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd == -1)
+		return loader_fail(ld, ld->ev.start_mark, "%s %s: open: %s", what, path,
+				   strerror(errno));
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    keyfile_check(&st, why, sizeof(why)) != 0) {
+		close(fd);
+		return loader_fail(ld, ld->ev.start_mark, "%s %s: %s", what, path, why);
+	}
+	rc = loader_file_load(fd, WEBHOOK_AUTHORIZATION_BYTES_MAX + 1u, &buf, &got, &call);
+	close(fd);
+	if (rc != 0)
+		return loader_fail_file_load(ld, what, path, rc, call,
+					     WEBHOOK_AUTHORIZATION_BYTES_MAX + 1u);
+	size_t len = got > 0 && buf[got - 1] == '\n' ? got - 1 : got;
+	buf[len] = '\0';
+	size_t bad = len;
+	for (size_t i = 0; i < len; i++) {
+		if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] > 0x7e) {
+			bad = i;
+			break;
+		}
+	}
+	if (len == 0 || len > WEBHOOK_AUTHORIZATION_BYTES_MAX || bad < len) {
+		pool_free_secret(buf, got + 1);
+		if (len == 0)
+			return loader_fail(ld, ld->ev.start_mark, "%s %s: the file is empty", what,
+					   path);
+		if (bad < len)
+			return loader_fail(ld, ld->ev.start_mark,
+					   "%s %s: a byte that is not printable ASCII at position "
+					   "%zu: a header line cannot carry it",
+					   what, path, bad + 1);
+		return loader_fail(ld, ld->ev.start_mark, "%s %s: longer than %u bytes", what, path,
+				   WEBHOOK_AUTHORIZATION_BYTES_MAX);
+	}
+	/* The secret's bytes and their length, as config_free wipes them (strlen + 1). */
+	ld->next.alert_webhook_authorization = buf;
+	return 0;
+}
+
+static int parse_alert_webhook(struct loader *ld)
+{
+	uint32_t seen = 0;
+	uint32_t key = 0;
+
+	int rc = loader_start(ld, YAML_MAPPING_START_EVENT, "alert_webhook");
+	if (rc != 0)
+		return rc;
+	yaml_mark_t start = ld->ev.start_mark;
+	while ((rc = loader_key(ld, &webhook_keyset, &seen, &key)) > 0) {
+		AN_ASSERT(key < WK__COUNT);
+		rc = key == WK_URL                  ? stage_webhook_url(ld)
+		     : key == WK_AUTHORIZATION_FILE ? stage_webhook_authorization(ld)
+						    : stage_uint(ld, UF_WEBHOOK_TIMEOUT);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	if ((seen & (1u << WK_URL)) == 0)
+		return loader_fail(ld, start, "alert_webhook needs url");
 	return 0;
 }
 
@@ -677,6 +804,7 @@ enum {
 	DK_PER_USER,
 	DK_AUDIT_FAILURE,
 	DK_METRICS,
+	DK_ALERT_WEBHOOK,
 	DK__COUNT
 };
 static const char *const daemon_keys[] = {
@@ -698,6 +826,7 @@ static const char *const daemon_keys[] = {
 	[DK_PER_USER] = "sandboxes_per_user",
 	[DK_AUDIT_FAILURE] = "audit_failure",
 	[DK_METRICS] = "metrics",
+	[DK_ALERT_WEBHOOK] = "alert_webhook",
 };
 static_assert(AN_ARRAY_LEN(daemon_keys) == DK__COUNT, "every daemon key needs a name");
 static const struct keyset daemon_keyset = { "daemon", daemon_keys, DK__COUNT };
@@ -743,6 +872,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		return stage_audit_failure(ld);
 	case DK_METRICS:
 		return parse_metrics(ld);
+	case DK_ALERT_WEBHOOK:
+		return parse_alert_webhook(ld);
 	default:
 		(void)AN_NEVER(true);
 		return -EINVAL;
@@ -803,6 +934,14 @@ void loader_apply_config(struct loader *ld, struct config *cfg)
 	move_string(&cfg->tcp_listen, &next->tcp_listen);
 	move_string(&cfg->tcp_sandbox, &next->tcp_sandbox);
 	move_string(&cfg->metrics_listen, &next->metrics_listen);
+	move_string(&cfg->alert_webhook_url, &next->alert_webhook_url);
+	if (next->alert_webhook_authorization != NULL) {
+		if (cfg->alert_webhook_authorization != NULL)
+			pool_free_secret(cfg->alert_webhook_authorization,
+					 strlen(cfg->alert_webhook_authorization) + 1);
+		cfg->alert_webhook_authorization = next->alert_webhook_authorization;
+		next->alert_webhook_authorization = NULL;
+	}
 	move_string(&cfg->control_group, &next->control_group);
 	move_string(&cfg->ca_cert, &next->ca_cert);
 	move_string(&cfg->ca_key, &next->ca_key);

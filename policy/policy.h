@@ -126,6 +126,8 @@ static_assert(POLICY_INJECT_SECRET_BYTES_MAX <= UINT32_MAX, "secret lengths fit 
 #define POLICY_SANDBOX_SHARE_PERCENT_MIN 10u
 /* daemon.metrics.sandboxes at most: each is a handful of series on every scrape. */
 #define POLICY_METRICS_SANDBOXES_MAX 1000u
+/* daemon.alert_webhook.timeout_ms: a try of one alert at most (core/webhook.h). */
+#define POLICY_WEBHOOK_TIMEOUT_MS_MAX 60000u
 /* sandbox_completions_per_turn: past a CQ batch, one turn could run a sandbox's whole batch. */
 #define POLICY_SANDBOX_COMPLETIONS_PER_TURN_MAX 256u
 /* daemon.leaf_days: at most the CA/Browser Forum's 397 days (tls/ca.h TLS_CA_LEAF_DAYS_MAX). */

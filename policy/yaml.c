@@ -240,7 +240,7 @@ static void list_keys(const struct keyset *ks, char *buf, size_t cap)
 int loader_key(struct loader *ld, const struct keyset *ks, uint32_t *seen, uint32_t *key)
 {
 	char shown[SHOW_BYTES];
-	char expected[256];
+	char expected[512]; /* the daemon section's keys, the longest list */
 
 	AN_ASSERT(ks->count <= 32);
 	AN_ASSERT(*seen < (1ull << ks->count));

@@ -28,6 +28,8 @@ Both serve the same resources from the fixture directory <dir>:
                        X-Agent-Instruction): no proxy may relay it
     GET  /redirect?to=URL   302 to URL (percent-decoded)
     GET  /ws           with Upgrade: websocket: 101, then an echo of every byte
+    POST /alert-hook   the alert webhook's receiver: each POST logged to DIR/webhook.log,
+                       an alert's first try answered 503, the next 204
     *    /echo         JSON: method, path, request headers (names lower case),
                        body length, sha256 and text, and the peer address
     GET  /files/PATH   the static file DIR/files/PATH (a dumb-HTTP git
@@ -711,9 +713,35 @@ class Handler(http.server.BaseHTTPRequestHandler):
             f.write(how + "\n")
         self.close_connection = True
 
+    def alert_hook(self, body):
+        """The alert webhook's receiver (daemon.alert_webhook): each POST appended to
+        DIR/webhook.log as one JSON line {"t": its time, "authorization": the header,
+        "content_type", "body": the JSON it carried}; the first POST of each alert (its
+        seq) is answered 503, so the daemon must try it again, the next 204."""
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+        seq = doc.get("seq") if isinstance(doc, dict) else None
+        with LOG_LOCK:
+            first = seq not in self.server.hook_seen
+            self.server.hook_seen.add(seq)
+            with open(os.path.join(self.server.fixture_dir, "webhook.log"), "a",
+                      encoding="utf-8") as f:
+                f.write(json.dumps({"t": time.time(), "answered": 503 if first else 204,
+                                    "authorization": self.headers.get("Authorization"),
+                                    "content_type": self.headers.get("Content-Type"),
+                                    "body": doc}) + "\n")
+        self.send_response(503 if first else 204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def route(self):
         if self.path == "/slow-read" and self.command == "POST":
             self.slow_read()
+            return
+        if self.path == "/alert-hook" and self.command == "POST":
+            self.alert_hook(self.read_body())
             return
         body = self.read_body()
         path = self.path.split("?", 1)[0]
@@ -778,6 +806,7 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def __init__(self, name, fixture_dir, log_path, tls_ctx, model_secret):
         self.name = name
         self.fixture_dir = fixture_dir
+        self.hook_seen = set()  # the alerts (seq) the webhook receiver has seen
         self.log_path = log_path
         self.tls_ctx = tls_ctx
         self.model_secret = model_secret
@@ -807,6 +836,7 @@ class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def __init__(self, path, fixture_dir, log_path, model_secret):
         self.name = "unix"
         self.fixture_dir = fixture_dir
+        self.hook_seen = set()  # the alerts (seq) the webhook receiver has seen
         self.log_path = log_path
         self.model_secret = model_secret
         if os.path.exists(path):

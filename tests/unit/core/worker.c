@@ -243,7 +243,7 @@ START_TEST(test_stats_line)
 		 "requests 1006 denied 1008 splice_relays 1010 copy_relays 1012 "
 		 "upstreams_reused 1014 leaf_hits 1016 leaf_misses 1020 "
 		 "leaf_mints 1018 audit_written 0 audit_dropped 0 misdirected 1022 audit_lost 0 "
-		 "audit_failing 0\n");
+		 "audit_failing 0 webhook_delivered 0 webhook_failed 0 webhook_dropped 0\n");
 	ck_assert_uint_eq(len, strlen(out));
 	pool_free(out);
 	/* Unpublished changes do not show; `stats` never waits on a worker. */

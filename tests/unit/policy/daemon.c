@@ -216,6 +216,80 @@ START_TEST(test_metrics)
 }
 END_TEST
 
+/* --- daemon.alert_webhook ------------------------------------------------------------------ */
+
+/* daemon.alert_webhook in flow style, after a valid policy. */
+#define WEBHOOK(fields) MINIMAL "daemon:\n  alert_webhook: {" fields "}\n"
+
+/* A file of <text> with <mode>, made afresh; its path (static). */
+static const char *webhook_file(const char *text, mode_t mode)
+{
+	static char path[64];
+
+	snprintf(path, sizeof(path), "/tmp/agentsnet-webhook-XXXXXX");
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	ck_assert_int_eq(fchmod(fd, mode), 0);
+	close(fd);
+	return path;
+}
+
+START_TEST(test_alert_webhook)
+{
+	char yaml[512];
+
+	expect_ok(WEBHOOK("url: \"http://127.0.0.1:9000/hooks/a?x=1\""));
+	ck_assert_str_eq(cfg.alert_webhook_url, "http://127.0.0.1:9000/hooks/a?x=1");
+	ck_assert_ptr_null(cfg.alert_webhook_authorization);
+	expect_ok(WEBHOOK("url: \"http://[::1]\", timeout_ms: 60000"));
+	ck_assert_uint_eq(cfg.alert_webhook_timeout_ms, 60000);
+	static const struct refusal bad[] = {
+		{ WEBHOOK("url: \"http://[::1]\", timeout_ms: 60001"), "60001",
+		  "alert_webhook.timeout_ms must be 1..60000, got 60001" },
+		{ WEBHOOK("url: \"https://hooks.example/x\""), "\"https",
+		  "alert_webhook.url is https://: the webhook posts to a loopback relay over "
+		  "http:// (docs/alerts.md), which forwards alerts on over TLS" },
+		{ WEBHOOK("url: \"http://10.0.0.1/x\""), "\"http",
+		  "alert_webhook.url must name a loopback address (127.0.0.1, [::1] or "
+		  "localhost): the webhook posts to a relay on this host" },
+		{ WEBHOOK("url: \"http://127.0.0.1:0/\""), "\"http",
+		  "alert_webhook.url has a port that is not 1..65535" },
+		{ WEBHOOK("url: \"http://127.0.0.1:65536/\""), "\"http",
+		  "alert_webhook.url has a port that is not 1..65535" },
+		{ WEBHOOK("url: \"http://127.0.0.1/a b\""), "\"http",
+		  "alert_webhook.url has a path byte that is not visible ASCII, or a '#'" },
+		{ WEBHOOK("url: \"ftp://127.0.0.1/\""), "\"ftp",
+		  "alert_webhook.url must begin with http://" },
+		{ WEBHOOK("url: \"http://127.0.0.1/\", retries: 3"), "retries",
+		  "unknown key \"retries\" in daemon.alert_webhook (expected one of: url, "
+		  "authorization_file, timeout_ms)" },
+	};
+	expect_refusals(bad, AN_ARRAY_LEN(bad));
+	expect_error_at_needle(WEBHOOK("timeout_ms: 5"), "{", "alert_webhook needs url");
+	/* The authorization file: read, its newline dropped; refused when others may read it. */
+	const char *good = webhook_file("Bearer t0ken\n", 0600);
+	snprintf(yaml, sizeof(yaml),
+		 WEBHOOK("url: \"http://localhost:1/\", authorization_file: %s"), good);
+	expect_ok(yaml);
+	ck_assert_str_eq(cfg.alert_webhook_authorization, "Bearer t0ken");
+	unlink(good);
+	const char *open_to_all = webhook_file("Bearer t0ken\n", 0644);
+	snprintf(yaml, sizeof(yaml),
+		 WEBHOOK("url: \"http://localhost:1/\", authorization_file: %s"), open_to_all);
+	ck_assert_int_ne(load(yaml), 0);
+	ck_assert_msg(strstr(err, "mode 0644") != NULL && strstr(err, open_to_all) != NULL, "%s",
+		      err);
+	unlink(open_to_all);
+	const char *control = webhook_file("Bearer a\tb\n", 0600);
+	snprintf(yaml, sizeof(yaml),
+		 WEBHOOK("url: \"http://localhost:1/\", authorization_file: %s"), control);
+	ck_assert_int_ne(load(yaml), 0);
+	ck_assert_msg(strstr(err, "not printable ASCII at position 9") != NULL, "%s", err);
+	unlink(control);
+}
+END_TEST
+
 /* --- daemon.ca and leaf_days ----------------------------------------------------------------- */
 
 /*
@@ -550,7 +624,8 @@ START_TEST(test_daemon_keys)
 		  "unknown key \"gateway\" in daemon (expected one of: socket_dir, audit_log, "
 		  "workers, conns_per_worker, pipes_per_worker, sandbox_share_percent, "
 		  "sandbox_completions_per_turn, tcp_listen, tcp_sandbox, timeouts, control_group, "
-		  "ca, leaf_days, ingress, sandbox_uids, sandboxes_per_user, audit_failure, metrics)" },
+		  "ca, leaf_days, ingress, sandbox_uids, sandboxes_per_user, audit_failure, metrics, "
+		  "alert_webhook)" },
 	};
 
 	expect_refusals(cases, AN_ARRAY_LEN(cases));
@@ -794,6 +869,7 @@ int main(void)
 	tcase_add_test(tc, test_daemon_settings);
 	tcase_add_test(tc, test_tcp_listen);
 	tcase_add_test(tc, test_metrics);
+	tcase_add_test(tc, test_alert_webhook);
 	tcase_add_test(tc, test_daemon_ca);
 	tcase_add_test(tc, test_daemon_absent);
 	tcase_add_test(tc, test_daemon_listen);
