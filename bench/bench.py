@@ -76,6 +76,11 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
      more often than a Prometheus would), against the same through a daemon with it off,
      each a daemon of its own, in turn METRICS_ROUNDS times: the ratio of the medians.
      Target: at least 0.95x (within this machine's noise between runs).
+ 12. alerts (issue 21): the forward run of scenario 1 (64 connections) and the new-tunnel run
+     of scenario 2 (64 connections) through a daemon with the anomaly detectors on (the
+     defaults, as every policy has them) and through one with `alerts: false`, each a daemon
+     of its own, in turn ALERTS_ROUNDS times: the ratios of the medians. Target: at least
+     0.95x each.
 
 Prints one table, ratios first (agentsnetd / subject; the "better" column says
 whether higher or lower wins), and writes it as JSON (--results), after
@@ -109,6 +114,8 @@ LEVELS = (1, 64, 512)
 WRK_SECONDS = 3
 # Scenario 11: rounds of (metrics off, metrics on), and how often the listener is scraped.
 METRICS_ROUNDS = 3
+ALERTS_ROUNDS = 3  # scenario 12: detectors on and off, in turn, this many times each
+ALERTS_TARGET = 0.95  # on / off, forward and new tunnels: within this machine's noise
 METRICS_SCRAPE_S = 1.0
 RATE_SECONDS = 3
 THROUGHPUT_SECONDS = 4
@@ -143,7 +150,7 @@ SUBJECTS = ("agentsnetd", "direct") + PEERS
 TUNNEL_SUBJECTS = ("agentsnetd", "unchecked", "direct") + PEERS
 # What --only (or AN_BENCH_ONLY) may name, in the order a whole run takes them.
 SCENARIOS = ("idle", "forward", "rate", "throughput", "fake", "intercept", "micro", "scaling",
-             "ingress", "fairness", "metrics")
+             "ingress", "fairness", "metrics", "alerts")
 # Scenarios with a daemon of their own: nothing else need start for them.
 OWN_DAEMON = {"micro", "ingress", "fairness"}
 # Scenario 10: QUIET_COUNT sandboxes of QUIET_RATE requests/s each (`loadgen quiet`) beside
@@ -396,12 +403,14 @@ class Bench:
                 time.sleep(0.05)
         raise Broken("nothing listens on 127.0.0.1:%d" % port)
 
-    def start_daemon(self, workers=1, cpu=None, ingress=False, metrics=False, tag=None):
+    def start_daemon(self, workers=1, cpu=None, ingress=False, metrics=False, tag=None,
+                     alerts=True):
         """agentsnetd on <workers>, pinned to <cpu> (default: the proxies' core); with
         <ingress> (scenario 9, a daemon of its own) also its ingress gateway on
         self.ingress_port, INGRESS_PREFIX, for the sandboxes of profile bench; with
-        <metrics> (scenario 11) its Prometheus listener on self.metrics_port. <tag> names
-        its files (default: by workers)."""
+        <metrics> (scenario 11) its Prometheus listener on self.metrics_port; without
+        <alerts> (scenario 12) the policy turns every detector off. <tag> names its files
+        (default: by workers)."""
         self.workers = workers
         tag = tag or ("ingress" if ingress else "%d" % workers)
         self.metrics_port = peers.free_port() if metrics else None
@@ -431,7 +440,7 @@ daemon:
   servers: ["127.0.0.1:9"]
   hosts: {%(name)s: [127.0.0.1], %(unchecked)s: [127.0.0.1], %(tls)s: [127.0.0.1]}
   allow_private: [127.0.0.1/32]
-profiles:
+%(alerts)sprofiles:
   bench:
 %(profile_ingress)s    rules:
       - {host: %(name)s, tier: passthrough, owner: bench, reason: loopback bench origins}
@@ -459,7 +468,7 @@ sandboxes: [{id: bench, profile: bench}]
        "placeholder": PLACEHOLDER, "origin_ca": self.origin_ca, "tag": tag,
        "gateway": gateway, "profile_ingress": profile_ingress, "https": self.https_port,
        "metrics": "  metrics: {listen: \"127.0.0.1:%d\"}\n" % self.metrics_port
-       if metrics else ""})
+       if metrics else "", "alerts": "" if alerts else "alerts: false\n"})
         self.daemon, self.daemon_out = self.start(
             [self.args.daemon, "--config", policy, "--workers", str(workers),
              "--ca-dir", self.ca_dir],
@@ -1430,6 +1439,40 @@ sandboxes: [{id: bench, profile: bench}]
                                                off, ratio or 0, METRICS_ROUNDS,
                                                METRICS_SCRAPE_S)}})
 
+    # ---- 12. the anomaly detectors' cost ---------------------------------------
+
+    def bench_alerts(self):
+        """12: forward requests/s and new tunnels/s with the detectors on, against off."""
+        figs = {"forward": {"off": [], "on": []}, "rate": {"off": [], "on": []}}
+        for r in range(ALERTS_ROUNDS):
+            for on in (False, True):
+                self.start_daemon(alerts=on, tag="alerts-%s-%d" % ("on" if on else "off", r))
+                try:
+                    doc = self.wrk("agentsnetd", 64)
+                    cycles = self.rate("agentsnetd", 64)
+                finally:
+                    self.stop_daemon()
+                if doc["requests"] == 0 or doc["errors"] > doc["requests"] // 100:
+                    raise Broken("wrk with the detectors %s: %d errors in %d requests" % (
+                        "on" if on else "off", doc["errors"], doc["requests"]))
+                figs["forward"]["on" if on else "off"].append(doc["rps"])
+                figs["rate"]["on" if on else "off"].append(cycles["per_s"])
+        self.raw["alerts"] = figs
+        for kind, name, unit in (("forward", "forward requests/s, 64 conns", "req/s"),
+                                 ("rate", "new tunnels/s, 64 conns", "cycles/s")):
+            on, off = median(figs[kind]["on"]), median(figs[kind]["off"])
+            ratio = on / off if off else None
+            self.rows.append({"scenario": "12 alerts",
+                              "name": "%s: detectors on / off" % name,
+                              "unit": unit, "better": "higher",
+                              "figures": {"agentsnetd": on, "agentsnetd-no-alerts": off},
+                              "ratios": {"detectors off": ratio},
+                              "target": {"vs": "detectors off", "bound": ALERTS_TARGET},
+                              "met": None if ratio is None else ratio >= ALERTS_TARGET,
+                              "notes": {"all": "%.0f with the detectors off: %.3fx; median of "
+                                               "%d runs each, in turn" % (
+                                                   off, ratio or 0, ALERTS_ROUNDS)}})
+
 
 # ---- output -------------------------------------------------------------------
 
@@ -1588,6 +1631,8 @@ def main():
             b.bench_fairness()
         if "metrics" in run:
             b.bench_metrics()
+        if "alerts" in run:
+            b.bench_alerts()
     except (Broken, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         log("bench: FAIL: %s" % e)
         status = 1

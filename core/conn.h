@@ -29,12 +29,15 @@ struct relay {
 	bool
 	    reset; /* ... and then failed: the destination is reset, not shut, once it has it all */
 	bool holds_buf;
-	bool full_fill;         /* the last splice-in was large: the source is streaming */
-	bool poll_out;          /* the poll in flight waits for the destination to drain */
-	uint16_t bid;           /* copy path: the provided buffer being sent */
-	uint32_t buf_off;       /* copy path: sent so far from the buffer */
-	uint32_t buf_len;       /* copy path: bytes in the buffer */
-	uint32_t pipe_bytes;    /* splice path: bytes inside the pipe */
+	bool full_fill;      /* the last splice-in was large: the source is streaming */
+	bool poll_out;       /* the poll in flight waits for the destination to drain */
+	uint16_t bid;        /* copy path: the provided buffer being sent */
+	uint32_t buf_off;    /* copy path: sent so far from the buffer */
+	uint32_t buf_len;    /* copy path: bytes in the buffer */
+	uint32_t pipe_bytes; /* splice path: bytes inside the pipe */
+	/* c->up only: of the conn's bytes up (c->bytes_up + up.bytes), the KiB the upload
+	 * detector has seen (core/watch.c, modulo 2^32); in what was padding. */
+	uint32_t watched_kib;
 	struct pipe_pair *pipe; /* splice path: held only while bytes move */
 	uint64_t bytes;         /* relayed so far */
 };

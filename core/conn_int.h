@@ -423,8 +423,12 @@ const struct http1_request *drain_request(struct conn *c, const struct http1_req
 
 /* Feeds <c>'s decision (allowed, or refused c->reason) to its sandbox's detectors. */
 void watch_decision(struct conn *c, bool allowed);
-/* Feeds <bytes> the agent sent on <c> (at its end) to its sandbox's upload detector. */
-void watch_upload(struct conn *c, uint64_t bytes);
+/*
+ * Feeds what the agent sent on <c> since the last call to its sandbox's upload
+ * detector: whole KiB once a second while it is open (watch_uploads_sweep), so
+ * a tunnel that stays open is counted as it goes, and the rest <at_end>.
+ */
+void watch_upload(struct conn *c, bool at_end);
 
 /* ---- core/upstream.c: resolving and connecting --------------------------- */
 

@@ -162,6 +162,9 @@ struct engine {
 	bool term_has_ca;
 	uint64_t reloads;                 /* snapshots published after the first */
 	_Atomic uint64_t reloads_refused; /* reloads that left the running policy (the daemon's) */
+	/* Bumped at each quarantine (core/watch.c): every worker then cuts the open
+	 * connections of the sandboxes in quarantine (watch_quarantine_cut). */
+	_Atomic uint32_t quarantine_epoch;
 	/* The uids given to root's sandboxes (cfg.sandbox_uid_*), under <lock>; a
 	 * test may set uids.host_free before engine_start. */
 	struct uidpool uids;

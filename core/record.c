@@ -153,7 +153,7 @@ void conn_close_record(struct conn *c)
 	struct audit_ring *ar = c->w->audit;
 
 	sandbox_count(c, 0, 0, c->bytes_up + c->up.bytes, c->bytes_down + c->down.bytes);
-	watch_upload(c, c->bytes_up + c->up.bytes);
+	watch_upload(c, true);
 	if (c->front != NULL && c->front->close_record != NULL) {
 		c->front->close_record(c);
 		return;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/an.h"
 #include "core/audit.h"
@@ -172,6 +173,49 @@ static void alert_record(struct worker *w, const struct engine_sandbox *sb,
 	audit_commit(w->audit, rec);
 }
 
+/*
+ * A sandbox went into quarantine: every worker (this one at its next turn,
+ * the others woken through their eventfd) cuts what it has open.
+ */
+static void quarantine_announce(struct worker *w)
+{
+	struct engine *e = w->e;
+	uint64_t one = 1;
+
+	atomic_fetch_add_explicit(&e->quarantine_epoch, 1, memory_order_release);
+	for (uint32_t i = 0; i < e->worker_count; i++) {
+		if (i == w->index)
+			continue;
+		if (write(e->workers[i].wake_fd, &one, sizeof(one)) != sizeof(one))
+			log_error("worker %u: waking worker %u for a quarantine: %s", w->index, i,
+				  strerror(errno));
+	}
+}
+
+void watch_quarantine_cut(struct worker *w)
+{
+	struct engine *e = w->e;
+	uint32_t epoch = atomic_load_explicit(&e->quarantine_epoch, memory_order_acquire);
+
+	if (epoch == w->quarantine_seen)
+		return;
+	w->quarantine_seen = epoch;
+	for (struct conn *c = w->live, *next; c != NULL; c = next) {
+		next = c->live_next;
+		if (c->sandbox == WORKER_NO_SANDBOX || c->ingress ||
+		    !atomic_load_explicit(&e->sandboxes[c->sandbox]->quarantined,
+					  memory_order_relaxed))
+			continue;
+		if (c->state != ST_TUNNEL && c->state != ST_FORWARD && c->state != ST_TERM &&
+		    c->state != ST_RESOLVE && c->state != ST_CONNECT)
+			continue;
+		log_info("conn %llx: sandbox %s is in quarantine: cut", (unsigned long long)c->id,
+			 e->sandboxes[c->sandbox]->id);
+		c->reason = (uint8_t)REASON_QUARANTINED;
+		conn_abort(c); /* may free c, never another */
+	}
+}
+
 /* Everything an alert leads to: the record, the counter, the recent list, a quarantine. */
 static void alert_raise(struct worker *w, uint32_t slot, const struct alert_event *ev)
 {
@@ -181,10 +225,12 @@ static void alert_raise(struct worker *w, uint32_t slot, const struct alert_even
 
 	alert_record(w, sb, ev);
 	counter_add(&w->alerts.raised[ev->detector], 1);
-	if (ev->action == ALERT_ACTION_QUARANTINE && !atomic_exchange(&sb->quarantined, true))
+	if (ev->action == ALERT_ACTION_QUARANTINE && !atomic_exchange(&sb->quarantined, true)) {
 		log_warn("sandbox %s: quarantined by the %s alert; `agentsnet sandbox release %s` "
 			 "lifts it",
 			 sb->id, alert_detector_name(ev->detector), sb->id);
+		quarantine_announce(w);
+	}
 	(void)clock_gettime(CLOCK_REALTIME, &now);
 	struct watch_recent *recent = e->alerts_recent;
 	pthread_mutex_lock(&recent->lock); /* rare: once per detector and cooldown */
@@ -239,14 +285,33 @@ void watch_decision(struct conn *c, bool allowed)
 		alert_raise(c->w, c->sandbox, &events[i]);
 }
 
-void watch_upload(struct conn *c, uint64_t bytes)
+void watch_upload(struct conn *c, bool at_end)
 {
 	struct alert_event ev;
 
-	if (!watched(c) || bytes == 0)
+	/* The gateway's conns, not watched, restart their counts at each request. */
+	if (!watched(c))
+		return;
+	uint64_t total = c->bytes_up + c->up.bytes;
+	uint32_t kib = (uint32_t)(total >> 10);
+	uint64_t bytes = (uint64_t)(uint32_t)(kib - c->up.watched_kib) << 10;
+	c->up.watched_kib = kib;
+	if (at_end)
+		bytes += total & 1023u; /* the last part KiB, seen by no sweep */
+	if (bytes == 0)
 		return;
 	if (alert_observe_upload(state_of(c), config_of(c), bytes, c->w->now_ms, &ev) == 1)
 		alert_raise(c->w, c->sandbox, &ev);
+}
+
+void watch_uploads_sweep(struct worker *w)
+{
+	if (w->now_ms < w->uploads_swept_ms + WATCH_UPLOAD_SWEEP_MS)
+		return;
+	w->uploads_swept_ms = w->now_ms;
+	for (struct conn *c = w->live; c != NULL; c = c->live_next)
+		if (c->state != ST_CLOSING)
+			watch_upload(c, false);
 }
 
 uint32_t watch_recent_copy(struct engine *e, uint32_t uid, struct watch_alert *out, uint32_t cap)

@@ -57,6 +57,28 @@ uint32_t watch_recent_copy(struct engine *e, uint32_t uid, struct watch_alert *o
  */
 int watch_release(struct engine *e, const char *id);
 
+/*
+ * Cuts what is open of the sandboxes in quarantine, once each quarantine: a
+ * connection relaying (a tunnel, a forwarded request and its body, a
+ * terminated session) or about to (resolving, connecting) is aborted, its
+ * close record saying quarantined; one reading a head or answering is left,
+ * since its request is refused or answered anyway. The worker's, once a turn:
+ * one atomic load when nothing changed.
+ */
+struct worker;
+void watch_quarantine_cut(struct worker *w);
+
+/* How often the bytes up of open connections are fed to the upload detector. */
+#define WATCH_UPLOAD_SWEEP_MS 1000u
+
+/*
+ * Once WATCH_UPLOAD_SWEEP_MS have passed since the last time: what each open
+ * connection's agent sent since, to its sandbox's upload detector (a tunnel
+ * that stays open is counted as it goes, not at its end). The worker's, once
+ * a turn; O(its live conns) a second.
+ */
+void watch_uploads_sweep(struct worker *w);
+
 /* The JSON body of an alert (the webhook's and `alerts`'), NUL-ended, into <out>/<cap>. */
 int watch_alert_json(const struct watch_alert *a, char *out, size_t cap);
 

@@ -252,10 +252,12 @@ struct worker {
 	 * from its start until it completes it (drain_pending: NULL once done). */
 	struct worker_cmd drain;
 	struct worker_cmd *drain_pending;
-	bool draining;       /* a drain began: read by the conns (core/conn.c, drain_answer) */
-	struct conn *live;   /* every conn not yet freed */
-	struct conn *nobufs; /* conns waiting for buffers to re-arm a receive */
-	uint64_t now_ms;     /* loop-turn clock */
+	bool draining;            /* a drain began: read by the conns (core/conn.c, drain_answer) */
+	struct conn *live;        /* every conn not yet freed */
+	uint32_t quarantine_seen; /* the engine's quarantine_epoch this worker has cut for */
+	uint64_t uploads_swept_ms; /* the last watch_uploads_sweep, on now_ms's clock */
+	struct conn *nobufs;       /* conns waiting for buffers to re-arm a receive */
+	uint64_t now_ms;           /* loop-turn clock */
 	uint64_t next_conn_seq;
 	bool stopping;
 	int start_error; /* set before workers_ready is bumped */

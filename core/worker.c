@@ -64,6 +64,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/ud.h"
+#include "core/watch.h"
 
 static void accept_arm(struct worker *w, struct worker_listener *l)
 {
@@ -1032,6 +1033,8 @@ static void worker_loop(struct worker *w)
 		 * into the ring ahead of a busy one's quantum (core/sched.c). */
 		run_reaped(w, batch);
 		run_deferred(w);
+		watch_quarantine_cut(w);
+		watch_uploads_sweep(w);
 		dns_tick(&w->dns);
 		run_nobufs(w);
 		run_paused_accepts(w);

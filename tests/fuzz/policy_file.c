@@ -14,6 +14,7 @@
  * fuzz-sources: policy/ingress.c policy/acl.c policy/hostname.c policy/addr.c policy/strtab.c
  * fuzz-sources: policy/alerts.c
  * fuzz-sources: core/config.c core/an.c core/reason.c core/pool.c core/keyfile.c core/alert.c
+ * fuzz-sources: core/webhook_target.c
  * fuzz-libs: yaml-0.1 libxxhash libidn2 libpsl
  */
 #include <errno.h>

@@ -73,7 +73,11 @@
     subdomains of a refused domain) raises exactly one, refused_names, within 5 s, listed
     by `agentsnet alerts`; its profile's action quarantines the sandbox: its next request
     to an allowed host is refused 403 quarantined and audited, until root's `agentsnet
-    sandbox release` (nobody's is refused), after which it is served again.
+    sandbox release` (nobody's is refused), after which it is served again; a tunnel it
+    held open is cut within a second of the alert, its close record saying
+    quarantined; before it, an upload over the profile's ceiling through a tunnel that
+    stays open is alerted while it is open (the detector counts open connections each
+    second, not only at their end).
   - inject_without_ca: the daemon has no CA (the policy's daemon.ca left out): a CONNECT
     to an inject rule's host is answered 403 tier_unavailable before any resolution or
     connection (the rule's origin accepts nothing).
@@ -119,6 +123,8 @@ HANDSHAKE_HOLD_S = 0.3
 HANDSHAKE_RUNS = 20
 TLS_RUNS = 5
 DRAIN_MS = 3000  # the policy's daemon.timeouts.drain_ms
+# The watched profile's upload ceiling (alerts.upload.bytes): t_alerts sends twice it.
+UPLOAD_CEILING = 1 << 20
 DELAY_S = 1.0  # DelayedOrigin's wait before it answers
 
 POLICY = """version: 1
@@ -208,9 +214,13 @@ profiles:
   watched:
     alerts:
       refused_names: {{action: quarantine}}
+      upload: {{bytes: {upload_ceiling}, window_s: 60}}
     rules:
       - {{id: watched-model, host: model.internal, tier: local, upstream: "127.0.0.1:{port}",
          owner: tests, reason: loopback origin}}
+      - {{id: watched-sink, host: sink.internal, tier: local,
+         upstream: "127.0.0.1:{sink_port}", owner: tests,
+         reason: an upload that stays open; a tunnel open at the alert}}
 sandboxes:
   - {{id: agent, profile: faults}}
   - {{id: watched, profile: watched}}
@@ -282,6 +292,36 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class Sink:
+    """An origin that reads all it is sent on each connection, as fast as it comes, and
+    keeps the connection open until the peer ends it: how many bytes it took so far in
+    .got."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        self.got = 0
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def accept_loop(self):
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+
+    def serve(self, conn):
+        with conn:
+            try:
+                while True:
+                    data = conn.recv(1 << 20)
+                    if not data:
+                        return
+                    self.got += len(data)
+            except OSError:
+                pass
 
 
 class SlowReader:
@@ -1101,6 +1141,42 @@ def t_alerts(v, log):
         served(agent)
     for i in range(5):
         served(agent, b"typo%d.example" % i)
+    # An upload over the ceiling through a tunnel that stays open: alerted as it goes.
+    port = v["sink"].port
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sink.settimeout(10)
+    sink.connect(watched)
+    sink.sendall(b"CONNECT sink.internal:%d HTTP/1.1\r\nHost: sink.internal:%d\r\n\r\n"
+                 % (port, port))
+    head = read_head(sink)
+    if not head.startswith(b"HTTP/1.1 200"):
+        errs.append("the watched sandbox's upload tunnel: %r" % head[:200])
+    sent_at = time.monotonic()
+    sink.sendall(b"x" * (2 * UPLOAD_CEILING))
+    uploads = []
+    while time.monotonic() - sent_at < 5 and not uploads:
+        time.sleep(0.1)
+        uploads = [a for a in alert_records(v, "watched") if a["detector"] == "upload"]
+    log("alerts: the upload through an open tunnel: %r after %.2f s, %d bytes taken" % (
+        [(a["detector"], a["count"]) for a in uploads], time.monotonic() - sent_at,
+        v["sink"].got))
+    closed = [r for r in audit_lines(v["audit"])[0] if r.get("event") == "close" and
+              r.get("sandbox") == "watched" and r.get("host") == "sink.internal"]
+    if len(uploads) != 1 or closed:
+        errs.append("an upload of %d bytes through an open tunnel: alerts %r, close records "
+                    "%r; want one upload alert while it is open" % (
+                        2 * UPLOAD_CEILING, uploads, closed))
+    sink.close()
+    # A tunnel the watched sandbox holds open when the alert comes (the sink never ends it).
+    tunnel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tunnel.settimeout(10)
+    tunnel.connect(watched)
+    tunnel.sendall(b"CONNECT sink.internal:%d HTTP/1.1\r\nHost: sink.internal:%d\r\n\r\n"
+                   % (port, port))
+    head = read_head(tunnel)
+    if not head.startswith(b"HTTP/1.1 200"):
+        errs.append("the watched sandbox's tunnel: %r" % head[:200])
+    tunnel.sendall(b"held open")
     t0 = time.monotonic()
     for i in range(200):
         answer = served(watched, b"%08x.exfil.example" % (i * 2654435761 % 2**32))
@@ -1110,10 +1186,11 @@ def t_alerts(v, log):
     alerts = []
     while time.monotonic() - t0 < 5 and not alerts:
         time.sleep(0.1)
-        alerts = alert_records(v, "watched")
+        alerts = [a for a in alert_records(v, "watched") if a["detector"] != "upload"]
     waited = time.monotonic() - t0
     time.sleep(0.5)
-    alerts, calm = alert_records(v, "watched"), alert_records(v, "agent")
+    alerts = [a for a in alert_records(v, "watched") if a["detector"] != "upload"]
+    calm = alert_records(v, "agent")
     log("alerts: the attempt's %r after %.2f s; the well-behaved agent's %r" % (
         [(a["detector"], a["action"], a["count"], a["suffix"]) for a in alerts], waited, calm))
     if calm:
@@ -1123,6 +1200,29 @@ def t_alerts(v, log):
             waited > 5:
         errs.append("the exfiltration attempt raised %r after %.1f s, want one refused_names "
                     "alert within 5 s" % (alerts, waited))
+    # The quarantine cut the held tunnel: it ends (a FIN or a reset) within a second of the
+    # alert.
+    cut_at = None
+    tunnel.settimeout(0.2)
+    while cut_at is None and time.monotonic() - t0 < waited + 1:
+        try:
+            if not tunnel.recv(1 << 20):
+                cut_at = time.monotonic()
+        except ConnectionResetError:
+            cut_at = time.monotonic()
+        except socket.timeout:
+            pass
+    tunnel.close()
+    log("alerts: the open tunnel %s" % ("found cut %.2f s after the attempt began" % (cut_at - t0)
+                                         if cut_at else "still open"))
+    if cut_at is None:
+        errs.append("the watched sandbox's open tunnel still relayed 1 s after its alert")
+    time.sleep(0.5)
+    cut = [r for r in audit_lines(v["audit"])[0] if r.get("event") == "close" and
+           r.get("sandbox") == "watched" and r.get("host") == "sink.internal"]
+    if sorted(r.get("reason") for r in cut) != ["none", "quarantined"]:
+        errs.append("the two tunnels' close records (the upload's, ended by the agent; the "
+                    "held one, cut): %r" % cut)
     cli = os.path.join(os.path.dirname(v["daemon_path"]), "agentsnet")
     listed = subprocess.run([cli, "alerts", "--socket-dir", v["sock_dir"]],
                             capture_output=True, text=True, timeout=30)
@@ -1264,7 +1364,7 @@ def main():
                      "tls_reset": tls_reset, "late": LateOrigin(),
                      "mismatch": mismatch, "dropped": dropped, "stream": stream,
                      "sock_dir": os.path.join(top, "run"), "ingress_port": free_port(),
-                     "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(),
+                     "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(), "sink": Sink(),
                      "metrics_port": free_port(), "held": held, "daemon_path": args.daemon,
                      "slow_tls": SlowReader(upload_tls),
                      "audit": os.path.join(disk, "audit.jsonl"),
@@ -1288,6 +1388,8 @@ def main():
                                           delayed_port=delayed.port, drain_ms=DRAIN_MS,
                                           metrics_port=v["metrics_port"],
                                           held_port=held.port,
+                                          sink_port=v["sink"].port,
+                                          upload_ceiling=UPLOAD_CEILING,
                                           placeholder=PLACEHOLDER))
                 failed += run_daemon(args, v, test, log)
             finally:

@@ -91,6 +91,14 @@ STATS_KEYS = ["workers", "conns", "accepted", "refused_overload", "requests", "d
               "audit_failing", "webhook_delivered", "webhook_failed", "webhook_dropped"]
 # The alert webhook's Authorization value (daemon.alert_webhook.authorization_file).
 WEBHOOK_AUTHORIZATION = "Bearer it-webhook-token-7f3a"
+# The well-behaved agent of t_calm: for CALM_MIN_S, requests to its allowed host (one
+# every CALM_GAP_S after the last; at least CALM_REQUESTS in all) and, every
+# CALM_MISTAKE_EVERY of them, CALM_MISTAKES in all, one to a host it may not reach.
+CALM_REQUESTS = 200
+CALM_GAP_S = 0.1
+CALM_MISTAKES = 5
+CALM_MISTAKE_EVERY = 40
+CALM_MIN_S = 60
 # Encoded names one exfiltration attempt asks for, and how soon its alert must be out.
 EXFIL_NAMES = 200
 ALERT_WITHIN_S = 5
@@ -432,6 +440,7 @@ class Pass:
         self.seq = 0
         self.markers = []  # MARK_VAR=<id> of every run, swept at the end
         self.ids = set()  # the sandbox id of every run
+        self.calm = None  # t_calm's agent, running beside the tests after it
         self.base_ns = {}
         self.daemon = None
         self.ca_args = []
@@ -1956,6 +1965,60 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                    "nothing; redirect_denied, 413 body_too_large, a WebSocket upgrade; the "
                    "secret in no response, audit or log", inject)
 
+    def t_calm(self):
+        """A well-behaved agent under the default detectors (issue 21): requests to its
+        allowed host for CALM_MIN_S (at least CALM_REQUESTS), CALM_MISTAKES to hosts it may
+        not reach, raise no alert. It runs beside the tests after it (none restarts the
+        daemon), and is checked at the pass's end (calm_finish)."""
+        # date +%s counts whole seconds: a second more makes the minute whole.
+        script = ("end=$(($(date +%%s) + %d)); i=0; while [ $(date +%%s) -lt $end ]; do "
+                  "i=$((i+1)); "
+                  "if [ $((i %% %d)) -eq 0 ] && [ $i -le %d ]; then "
+                  "curl -sS --max-time 5 -o /dev/null -w 'mistake %%{http_code}\\n' "
+                  "http://typo$i.example.invalid/; else "
+                  "curl -sS --max-time 5 -o /dev/null -w 'ok %%{http_code}\\n' %s; fi; "
+                  "sleep %s; done | sort | uniq -c" % (
+                      CALM_MIN_S + 1, CALM_MISTAKE_EVERY, CALM_MISTAKE_EVERY * CALM_MISTAKES,
+                      self.url(), CALM_GAP_S))
+        try:
+            self.calm = self.start(["sh", "-c", script])
+        except Fatal as e:
+            self.result("a well-behaved agent for a minute: no alert", [str(e)])
+
+    def calm_finish(self):
+        """The end of t_calm's agent: every request answered as its policy says, at least
+        CALM_MIN_S long, no alert record of its sandbox, nothing left behind."""
+        a, self.calm = self.calm, None
+
+        def calm():
+            a.finish(timeout=CALM_MIN_S + RUN_TIMEOUT_S)
+            errs = self.leftovers(a)
+            out = a.stdout()
+            counts = {" ".join(x.split()[1:]): int(x.split()[0])
+                      for x in out.splitlines() if len(x.split()) == 3}
+            if a.rc != 0 or set(counts) != {"ok 200", "mistake 403"} or \
+                    counts["ok 200"] < CALM_REQUESTS or counts["mistake 403"] != CALM_MISTAKES:
+                errs.append("the agent exited %s with %r, want only 'ok 200' (at least %d) and "
+                            "%d 'mistake 403'; stderr %r" % (
+                                a.rc, out, CALM_REQUESTS, CALM_MISTAKES, a.stderr()[-600:]))
+            if a.secs < CALM_MIN_S:
+                errs.append("the workload took %.1f s, not the minute it must" % a.secs)
+            time.sleep(AUDIT_WAIT_S)
+            records, _ = read_audit(self.vars["audit"])
+            alerts = [r for r in records if r.get("event") == "alert" and
+                      r.get("sandbox") == a.sandbox]
+            if alerts:
+                errs.append("alerts of the well-behaved agent: %r" % alerts)
+            refused = [r for r in records if r.get("event") == "decision" and
+                       r.get("sandbox") == a.sandbox and r.get("decision") == "deny"]
+            if len(refused) != CALM_MISTAKES:
+                errs.append("%d refusals audited, want %d" % (len(refused), CALM_MISTAKES))
+            return errs
+
+        self.timed("a well-behaved agent for a minute (at least %d requests to its host, %d "
+                   "to hosts it may not reach) beside the tests after t_stats, under the "
+                   "default detectors: no alert" % (CALM_REQUESTS, CALM_MISTAKES), calm)
+
     def t_exfiltration(self):
         """A prompt-injected exfiltration from inside `agentsnet run` (issue 21): the agent
         asks for EXFIL_NAMES encoded subdomains of a refused domain, then POSTs 2 MiB to its
@@ -3233,7 +3296,7 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "release_bridge", "two_sandboxes", "socket_dir_outside_run", "cli", "ca_init",
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
          "agent_cli_claude", "agent_cli_codex", "agent_cli_gemini",
-         "density", "daemon_restart", "upgrade", "daemon_stopped", "ingress", "stats", "env", "pty",
+         "density", "daemon_restart", "upgrade", "daemon_stopped", "ingress", "stats", "calm", "env", "pty",
          "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "root_races", "proc_host_wide", "misdirected", "exfiltration"]
 
 
@@ -3440,6 +3503,8 @@ def run_pass(t, cases, tests):
                                 read_text(t.daemon_err)[-3000:]])
                 continue
             getattr(t, "t_" + name)()
+        if t.calm is not None:
+            t.calm_finish()
     finally:
         setup.down()
 

@@ -1,0 +1,116 @@
+/*
+ * The webhook's URL (core/webhook.h), parsed apart from the thread so the
+ * policy's loader can check it at its line: pure, libc only.
+ */
+#include "core/webhook.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/an.h"
+
+static int fail_why(char *why, size_t cap, const char *msg)
+{
+	snprintf(why, cap, "%s", msg);
+	return -EINVAL;
+}
+
+/* "localhost", a 127.0.0.0/8 literal or "[::1]" with its port into <t>; -EINVAL otherwise. */
+static int target_address(const char *host, size_t host_len, uint16_t port,
+			  struct webhook_target *t)
+{
+	char text[48];
+
+	if (host_len == 0 || host_len >= sizeof(text))
+		return -EINVAL;
+	memcpy(text, host, host_len);
+	text[host_len] = '\0';
+	memset(&t->addr, 0, sizeof(t->addr));
+	if (strcmp(text, "localhost") == 0)
+		snprintf(text, sizeof(text), "127.0.0.1");
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&t->addr;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&t->addr;
+	if (inet_pton(AF_INET, text, &v4->sin_addr) == 1) {
+		if ((ntohl(v4->sin_addr.s_addr) >> 24) != 127)
+			return -EINVAL;
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons(port);
+		t->addr_len = sizeof(*v4);
+		snprintf(t->host, sizeof(t->host), "%s:%u", text, port);
+		return 0;
+	}
+	if (text[0] == '[' && text[host_len - 1] == ']') {
+		text[host_len - 1] = '\0';
+		if (inet_pton(AF_INET6, text + 1, &v6->sin6_addr) != 1 ||
+		    !IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr))
+			return -EINVAL;
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons(port);
+		t->addr_len = sizeof(*v6);
+		snprintf(t->host, sizeof(t->host), "[::1]:%u", port);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int webhook_target_parse(const char *url, size_t len, struct webhook_target *t, char *why,
+			 size_t cap)
+{
+	static const char scheme[] = "http://";
+	const size_t scheme_len = sizeof(scheme) - 1;
+
+	AN_ASSERT(url != NULL && t != NULL && cap > 0);
+	if (len > WEBHOOK_URL_BYTES_MAX)
+		return fail_why(why, cap, "is longer than 2048 bytes");
+	if (len >= 8 && strncasecmp(url, "https://", 8) == 0)
+		return fail_why(why, cap,
+				"is https://: the webhook posts to a loopback relay over http:// "
+				"(docs/alerts.md), which forwards alerts on over TLS");
+	if (len < scheme_len || strncasecmp(url, scheme, scheme_len) != 0)
+		return fail_why(why, cap, "must begin with http://");
+	const char *p = url + scheme_len;
+	const char *end = url + len;
+	const char *slash = memchr(p, '/', (size_t)(end - p));
+	const char *authority_end = slash != NULL ? slash : end;
+	/* The port follows the last ':' after any ']' of an IPv6 literal. */
+	const char *bracket = memchr(p, ']', (size_t)(authority_end - p));
+	const char *colon_from = bracket != NULL ? bracket : p;
+	const char *colon = memchr(colon_from, ':', (size_t)(authority_end - colon_from));
+	uint32_t port = 80;
+	if (colon != NULL) {
+		if (colon + 1 == authority_end || authority_end - colon > 6)
+			return fail_why(why, cap, "has a port that is not 1..65535");
+		port = 0;
+		for (const char *d = colon + 1; d < authority_end; d++) {
+			if (*d < '0' || *d > '9')
+				return fail_why(why, cap, "has a port that is not 1..65535");
+			port = port * 10 + (uint32_t)(*d - '0');
+		}
+		if (port == 0 || port > 65535)
+			return fail_why(why, cap, "has a port that is not 1..65535");
+	}
+	const char *host_end = colon != NULL ? colon : authority_end;
+	if (target_address(p, (size_t)(host_end - p), (uint16_t)port, t) != 0)
+		return fail_why(why, cap,
+				"must name a loopback address (127.0.0.1, [::1] or localhost): "
+				"the webhook posts to a relay on this host");
+	size_t path_len = slash != NULL ? (size_t)(end - slash) : 1;
+	if (path_len > WEBHOOK_PATH_BYTES_MAX)
+		return fail_why(why, cap, "has a path longer than 1024 bytes");
+	if (slash == NULL) {
+		memcpy(t->path, "/", 2);
+		return 0;
+	}
+	for (const char *c = slash; c < end; c++) {
+		if (*c <= 0x20 || *c >= 0x7f || *c == '#')
+			return fail_why(why, cap,
+					"has a path byte that is not visible ASCII, or a '#'");
+	}
+	memcpy(t->path, slash, path_len);
+	t->path[path_len] = '\0';
+	return 0;
+}
