@@ -1132,6 +1132,21 @@ def alert_records(v, sandbox):
             if r.get("event") == "alert" and r.get("sandbox") == sandbox]
 
 
+def sink_tunnel(v, egress_path, what, errs):
+    """A CONNECT tunnel to the Sink through the sandbox socket <egress_path>; a refused
+    CONNECT is added to <errs>, named by <what>."""
+    port = v["sink"].port
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(egress_path)
+    s.sendall(b"CONNECT sink.internal:%d HTTP/1.1\r\nHost: sink.internal:%d\r\n\r\n"
+              % (port, port))
+    head = read_head(s)
+    if not head.startswith(b"HTTP/1.1 200"):
+        errs.append("the watched sandbox's %s tunnel: %r" % (what, head[:200]))
+    return s
+
+
 def t_alerts(v, log):
     """A well-behaved agent raises nothing; an exfiltration attempt one alert, which
     quarantines its sandbox until released."""
@@ -1142,15 +1157,7 @@ def t_alerts(v, log):
     for i in range(5):
         served(agent, b"typo%d.example" % i)
     # An upload over the ceiling through a tunnel that stays open: alerted as it goes.
-    port = v["sink"].port
-    sink = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sink.settimeout(10)
-    sink.connect(watched)
-    sink.sendall(b"CONNECT sink.internal:%d HTTP/1.1\r\nHost: sink.internal:%d\r\n\r\n"
-                 % (port, port))
-    head = read_head(sink)
-    if not head.startswith(b"HTTP/1.1 200"):
-        errs.append("the watched sandbox's upload tunnel: %r" % head[:200])
+    sink = sink_tunnel(v, watched, "upload", errs)
     sent_at = time.monotonic()
     sink.sendall(b"x" * (2 * UPLOAD_CEILING))
     uploads = []
@@ -1168,14 +1175,7 @@ def t_alerts(v, log):
                         2 * UPLOAD_CEILING, uploads, closed))
     sink.close()
     # A tunnel the watched sandbox holds open when the alert comes (the sink never ends it).
-    tunnel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    tunnel.settimeout(10)
-    tunnel.connect(watched)
-    tunnel.sendall(b"CONNECT sink.internal:%d HTTP/1.1\r\nHost: sink.internal:%d\r\n\r\n"
-                   % (port, port))
-    head = read_head(tunnel)
-    if not head.startswith(b"HTTP/1.1 200"):
-        errs.append("the watched sandbox's tunnel: %r" % head[:200])
+    tunnel = sink_tunnel(v, watched, "held", errs)
     tunnel.sendall(b"held open")
     t0 = time.monotonic()
     for i in range(200):
