@@ -63,6 +63,7 @@ void config_free(struct config *cfg)
 	AN_FREE(&cfg->tcp_listen);
 	AN_FREE(&cfg->metrics_listen);
 	AN_FREE(&cfg->alert_webhook_url);
+	AN_FREE(&cfg->alert_webhook_ca_file);
 	if (cfg->alert_webhook_authorization != NULL)
 		pool_free_secret(cfg->alert_webhook_authorization,
 				 strlen(cfg->alert_webhook_authorization) + 1);

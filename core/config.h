@@ -32,11 +32,13 @@ struct config {
 	char *metrics_listen;
 	/* Sandboxes with series of their own in the metrics (the busiest); the rest summed. */
 	uint32_t metrics_sandboxes;
-	/* `daemon.alert_webhook` (core/webhook.h): owned; the http:// URL alerts are POSTed
-	 * to, NULL: none; its Authorization value (owned, a secret: wiped when freed), NULL:
-	 * none; a try's timeout. */
+	/* `daemon.alert_webhook` (core/webhook.h): owned; the URL alerts are POSTed to, NULL:
+	 * none; its Authorization value (owned, a secret: wiped when freed), NULL: none; the
+	 * PEM roots an https receiver is verified against (owned), NULL: the system's; a
+	 * try's timeout. */
 	char *alert_webhook_url;
 	char *alert_webhook_authorization;
+	char *alert_webhook_ca_file;
 	uint32_t alert_webhook_timeout_ms;
 	char *tcp_sandbox;   /* owned; sandbox id TCP connections are served as */
 	char *control_group; /* owned; group allowed on the control socket, NULL: the daemon's */

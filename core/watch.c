@@ -34,11 +34,14 @@ int watch_start(struct engine *e)
 	if (e->cfg->alert_webhook_url == NULL)
 		return 0;
 	e->alerts_webhook = pool_calloc(1, sizeof(*e->alerts_webhook));
-	int ret = e->alerts_webhook == NULL
-		      ? -ENOMEM
-		      : webhook_start(e->alerts_webhook, e->cfg->alert_webhook_url,
-				      e->cfg->alert_webhook_authorization,
-				      e->cfg->alert_webhook_timeout_ms);
+	const struct webhook_options o = { .url = e->cfg->alert_webhook_url,
+					   .authorization = e->cfg->alert_webhook_authorization,
+					   .timeout_ms = e->cfg->alert_webhook_timeout_ms,
+					   .ca_file = e->cfg->alert_webhook_ca_file,
+					   .dns_servers = e->cfg->dns_servers,
+					   .term = e->term,
+					   .term_arg = e->term_arg };
+	int ret = e->alerts_webhook == NULL ? -ENOMEM : webhook_start(e->alerts_webhook, &o);
 	if (ret != 0) {
 		AN_FREE(&e->alerts_webhook);
 		watch_stop(e);

@@ -15,12 +15,14 @@
  */
 #include "core/webhook.h"
 
+#include <ares.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "core/an.h"
@@ -59,13 +61,15 @@ static int wait_for(const struct webhook *wh, int fd, short events, uint64_t dea
 }
 
 /* Writes <len> bytes of <buf> to <fd> before <deadline_ms>: 0 or -errno. */
-static int write_all(const struct webhook *wh, int fd, const char *buf, size_t len,
+static int write_all(const struct webhook *wh, int fd, const void *buf, size_t len,
 		     uint64_t deadline_ms)
 {
+	const char *at = buf;
+
 	while (len > 0) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+		ssize_t n = send(fd, at, len, MSG_NOSIGNAL);
 		if (n > 0) {
-			buf += n;
+			at += n;
 			len -= (size_t)n;
 			continue;
 		}
@@ -79,31 +83,156 @@ static int write_all(const struct webhook *wh, int fd, const char *buf, size_t l
 }
 
 /*
+ * One try's connection: a socket, and over https the TLS client session on
+ * it (NULL over http). Every call below keeps to the try's deadline.
+ */
+struct link {
+	int fd;
+	void *tls;
+};
+
+/* Over https, fails the try with the session's reason kept for the log: -EBADMSG. */
+static int tls_failed(struct webhook *wh, const struct link *l)
+{
+	snprintf(wh->tls_error, sizeof(wh->tls_error), "TLS: %s", wh->term->error(l->tls));
+	return -EBADMSG;
+}
+
+/* Sends the ciphertext the session has waiting: 0 or -errno. */
+static int tls_flush(struct webhook *wh, const struct link *l, uint64_t deadline_ms)
+{
+	const uint8_t *data;
+	size_t n;
+
+	while ((n = wh->term->out_peek(l->tls, &data)) > 0) {
+		int ret = write_all(wh, l->fd, data, n, deadline_ms);
+		if (ret != 0)
+			return ret;
+		wh->term->out_consume(l->tls, n);
+	}
+	return 0;
+}
+
+/* Reads what ciphertext the socket has into the session (its end too): 0 or -errno. */
+static int tls_pull(struct webhook *wh, const struct link *l, uint64_t deadline_ms)
+{
+	uint8_t buf[16384];
+
+	for (;;) {
+		ssize_t n = recv(l->fd, buf, sizeof(buf), 0);
+		if (n == 0) {
+			wh->term->feed_eof(l->tls);
+			return 0;
+		}
+		if (n > 0) {
+			for (size_t fed = 0; fed < (size_t)n;) {
+				ssize_t took = wh->term->feed(l->tls, buf + fed, (size_t)n - fed);
+				if (took <= 0)
+					return took < 0 ? (int)took : -EPROTO;
+				fed += (size_t)took;
+			}
+			return 0;
+		}
+		if (errno != EAGAIN && errno != EINTR)
+			return -errno;
+		int ret = wait_for(wh, l->fd, POLLIN, deadline_ms);
+		if (ret != 0)
+			return ret;
+	}
+}
+
+/* Over https, the handshake, the receiver's certificate verified: 0 or -errno. */
+static int link_handshake(struct webhook *wh, const struct link *l, uint64_t deadline_ms)
+{
+	for (;;) {
+		enum term_status st = wh->term->handshake(l->tls);
+		int ret = tls_flush(wh, l, deadline_ms);
+		if (ret != 0)
+			return ret;
+		if (st == TERM_OK && wh->term->established(l->tls))
+			return 0;
+		if (st == TERM_ERROR || st == TERM_CLOSED)
+			return tls_failed(wh, l);
+		if (st == TERM_WANT_READ && (ret = tls_pull(wh, l, deadline_ms)) != 0)
+			return ret;
+	}
+}
+
+/* Sends <len> bytes of <buf> (encrypted over https): 0 or -errno. */
+static int link_send(struct webhook *wh, const struct link *l, const char *buf, size_t len,
+		     uint64_t deadline_ms)
+{
+	if (l->tls == NULL)
+		return write_all(wh, l->fd, buf, len, deadline_ms);
+	while (len > 0) {
+		size_t took = 0;
+		enum term_status st = wh->term->write(l->tls, buf, len, &took);
+		int ret = tls_flush(wh, l, deadline_ms);
+		if (ret != 0)
+			return ret;
+		if (st == TERM_ERROR || st == TERM_CLOSED)
+			return tls_failed(wh, l);
+		if (st == TERM_WANT_READ && (ret = tls_pull(wh, l, deadline_ms)) != 0)
+			return ret;
+		buf += took;
+		len -= took;
+	}
+	return 0;
+}
+
+/* Receives up to <cap> bytes into <buf>: how many, 0 at the end, or -errno. */
+static ssize_t link_recv(struct webhook *wh, const struct link *l, char *buf, size_t cap,
+			 uint64_t deadline_ms)
+{
+	for (;;) {
+		if (l->tls != NULL) {
+			size_t n = 0;
+			enum term_status st = wh->term->read(l->tls, buf, cap, &n);
+			if (st == TERM_OK && n > 0)
+				return (ssize_t)n;
+			if (st == TERM_CLOSED)
+				return 0;
+			if (st == TERM_ERROR)
+				return tls_failed(wh, l);
+			int ret = tls_flush(wh, l, deadline_ms);
+			if (ret == 0 && st == TERM_WANT_READ)
+				ret = tls_pull(wh, l, deadline_ms);
+			if (ret != 0)
+				return ret;
+			continue;
+		}
+		ssize_t n = recv(l->fd, buf, cap, 0);
+		if (n >= 0)
+			return n;
+		if (errno != EAGAIN && errno != EINTR)
+			return -errno;
+		int ret = wait_for(wh, l->fd, POLLIN, deadline_ms);
+		if (ret != 0)
+			return ret;
+	}
+}
+
+/*
  * Reads the answer's status line before <deadline_ms>: its status (100..599),
  * or -EPROTO (not HTTP/1.x NNN), -ETIMEDOUT, -ECANCELED, -errno.
  */
-static int read_status(const struct webhook *wh, int fd, uint64_t deadline_ms)
+static int read_status(struct webhook *wh, const struct link *l, uint64_t deadline_ms)
 {
 	char line[256];
 	size_t fill = 0;
 
 	for (;;) {
-		ssize_t n = recv(fd, line + fill, sizeof(line) - 1 - fill, 0);
-		if (n > 0) {
-			fill += (size_t)n;
-			line[fill] = '\0';
-			if (memchr(line, '\n', fill) != NULL || fill == sizeof(line) - 1)
-				break;
-			continue;
-		}
+		ssize_t n = link_recv(wh, l, line + fill, sizeof(line) - 1 - fill, deadline_ms);
+		if (n < 0)
+			return (int)n;
 		if (n == 0)
 			break;
-		if (errno != EAGAIN && errno != EINTR)
-			return -errno;
-		int ret = wait_for(wh, fd, POLLIN, deadline_ms);
-		if (ret != 0)
-			return ret;
+		fill += (size_t)n;
+		line[fill] = '\0';
+		if (memchr(line, '\n', fill) != NULL || fill == sizeof(line) - 1)
+			break;
 	}
+	line[fill] = '\0';
 	unsigned status = 0;
 	char minor = 0;
 	if (sscanf(line, "HTTP/1.%c %3u", &minor, &status) != 2 || status < 100 || status > 599)
@@ -111,11 +240,167 @@ static int read_status(const struct webhook *wh, int fd, uint64_t deadline_ms)
 	return (int)status;
 }
 
+/* A non-blocking socket connected to <addr> before <deadline_ms>: the fd, or -errno. */
+static int connect_to(const struct webhook *wh, const struct sockaddr *addr, socklen_t len,
+		      uint64_t deadline_ms)
+{
+	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int ret = 0;
+	if (connect(fd, addr, len) != 0) {
+		ret = errno == EINPROGRESS ? wait_for(wh, fd, POLLOUT, deadline_ms) : -errno;
+		int err = 0;
+		socklen_t err_len = sizeof(err);
+		if (ret == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0 &&
+		    err != 0)
+			ret = -err;
+	}
+	if (ret != 0) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+struct lookup {
+	bool done;
+	int status;
+	struct ares_addrinfo *result;
+};
+
+static void lookup_done(void *arg, int status, int timeouts, struct ares_addrinfo *result)
+{
+	struct lookup *lk = arg;
+
+	(void)timeouts;
+	lk->done = true;
+	lk->status = status;
+	lk->result = result;
+}
+
+/*
+ * Resolves the https host before <deadline_ms> (the stop wakes it): 0 and
+ * *<out> (ares_freeaddrinfo it), -EHOSTUNREACH (no address), -ETIMEDOUT,
+ * -ECANCELED.
+ */
+static int resolve(struct webhook *wh, uint64_t deadline_ms, struct ares_addrinfo **out)
+{
+	ares_channel channel = wh->resolver;
+	struct ares_addrinfo_hints hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct lookup lk = { 0 };
+	char port[8];
+
+	snprintf(port, sizeof(port), "%u", wh->target.port);
+	ares_getaddrinfo(channel, wh->target.name, port, &hints, lookup_done, &lk);
+	while (!lk.done) {
+		ares_socket_t socks[ARES_GETSOCK_MAXNUM];
+		struct pollfd p[ARES_GETSOCK_MAXNUM + 1];
+		nfds_t n = 0;
+		int bits = ares_getsock(channel, socks, ARES_GETSOCK_MAXNUM);
+		for (int i = 0; i < ARES_GETSOCK_MAXNUM; i++) {
+			short events = (short)((ARES_GETSOCK_READABLE(bits, i) ? POLLIN : 0) |
+					       (ARES_GETSOCK_WRITABLE(bits, i) ? POLLOUT : 0));
+			if (events != 0)
+				p[n++] = (struct pollfd){ .fd = socks[i], .events = events };
+		}
+		p[n] = (struct pollfd){ .fd = wh->stop_fd, .events = POLLIN };
+		uint64_t now = timer_now_ms();
+		if (now >= deadline_ms) {
+			ares_cancel(channel); /* calls lookup_done with ARES_ECANCELLED */
+			return -ETIMEDOUT;
+		}
+		struct timeval cap = { .tv_sec = (time_t)((deadline_ms - now) / 1000u),
+				       .tv_usec =
+					   (suseconds_t)((deadline_ms - now) % 1000u) * 1000 };
+		struct timeval wait;
+		struct timeval *tv = ares_timeout(channel, &cap, &wait);
+		int ms = (int)(tv->tv_sec * 1000 + tv->tv_usec / 1000);
+		int ready = poll(p, n + 1, ms > 0 ? ms : 1);
+		if (ready < 0 && errno != EINTR)
+			return -errno;
+		if (p[n].revents != 0) {
+			ares_cancel(channel);
+			return -ECANCELED;
+		}
+		if (ready <= 0) {
+			ares_process_fd(channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD); /* timeouts */
+			continue;
+		}
+		for (nfds_t i = 0; i < n; i++) {
+			if (p[i].revents == 0)
+				continue;
+			bool readable = (p[i].revents & (POLLIN | POLLERR | POLLHUP)) != 0;
+			bool writable = (p[i].revents & POLLOUT) != 0;
+			ares_process_fd(channel, readable ? p[i].fd : ARES_SOCKET_BAD,
+					writable ? p[i].fd : ARES_SOCKET_BAD);
+		}
+	}
+	if (lk.status != ARES_SUCCESS || lk.result == NULL || lk.result->nodes == NULL) {
+		if (lk.result != NULL)
+			ares_freeaddrinfo(lk.result);
+		snprintf(wh->tls_error, sizeof(wh->tls_error), "%s does not resolve: %s",
+			 wh->target.name, ares_strerror(lk.status));
+		return -EHOSTUNREACH;
+	}
+	*out = lk.result;
+	return 0;
+}
+
+/*
+ * The try's connection before <deadline_ms>: http, to the loopback address;
+ * https, to each address the name resolves to in turn, until one connects,
+ * then the handshake. 0 and *<l>, or -errno (*<l> holds nothing).
+ */
+static int link_open(struct webhook *wh, struct link *l, uint64_t deadline_ms)
+{
+	*l = (struct link){ .fd = -1 };
+	if (!wh->target.tls) {
+		l->fd = connect_to(wh, (const struct sockaddr *)&wh->target.addr,
+				   wh->target.addr_len, deadline_ms);
+		return l->fd < 0 ? l->fd : 0;
+	}
+	struct ares_addrinfo *ai = NULL;
+	int ret = resolve(wh, deadline_ms, &ai);
+	if (ret != 0)
+		return ret;
+	ret = -EHOSTUNREACH;
+	for (const struct ares_addrinfo_node *a = ai->nodes; a != NULL && l->fd < 0;
+	     a = a->ai_next) {
+		ret = connect_to(wh, a->ai_addr, (socklen_t)a->ai_addrlen, deadline_ms);
+		if (ret >= 0)
+			l->fd = ret;
+		if (ret == -ECANCELED || ret == -ETIMEDOUT)
+			break;
+	}
+	ares_freeaddrinfo(ai);
+	if (l->fd < 0)
+		return ret;
+	l->tls = wh->term->client_new(wh->term_state, wh->target.name, strlen(wh->target.name),
+				      wh->ca_file);
+	ret = l->tls == NULL ? -ENOMEM : link_handshake(wh, l, deadline_ms);
+	if (ret == -ENOMEM)
+		snprintf(wh->tls_error, sizeof(wh->tls_error),
+			 "TLS: no client session (out of memory, or %s does not load)",
+			 wh->ca_file != NULL ? wh->ca_file : "the system roots");
+	return ret;
+}
+
+static void link_close(struct webhook *wh, struct link *l)
+{
+	if (l->tls != NULL)
+		wh->term->session_free(l->tls);
+	if (l->fd >= 0)
+		close(l->fd);
+	*l = (struct link){ .fd = -1 };
+}
+
 /* One try of <body>: the receiver's status, or -errno (a transport failure). */
 static int try_once(struct webhook *wh, const char *body, size_t body_len)
 {
 	char head[WEBHOOK_HEAD_BYTES];
 	uint64_t deadline = timer_now_ms() + wh->timeout_ms;
+	struct link l;
 
 	int n = snprintf(head, sizeof(head),
 			 "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: agentsnetd\r\n"
@@ -127,26 +412,15 @@ static int try_once(struct webhook *wh, const char *body, size_t body_len)
 			 wh->authorization != NULL ? "\r\n" : "");
 	if (n < 0 || (size_t)n >= sizeof(head))
 		return -ENOSPC;
-	int fd = socket(wh->target.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	int ret = 0;
-	if (connect(fd, (const struct sockaddr *)&wh->target.addr, wh->target.addr_len) != 0) {
-		ret = errno == EINPROGRESS ? wait_for(wh, fd, POLLOUT, deadline) : -errno;
-		int err = 0;
-		socklen_t err_len = sizeof(err);
-		if (ret == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0 &&
-		    err != 0)
-			ret = -err;
-	}
+	int ret = link_open(wh, &l, deadline);
 	if (ret == 0)
-		ret = write_all(wh, fd, head, (size_t)n, deadline);
+		ret = link_send(wh, &l, head, (size_t)n, deadline);
 	if (ret == 0)
-		ret = write_all(wh, fd, body, body_len, deadline);
+		ret = link_send(wh, &l, body, body_len, deadline);
 	if (ret == 0)
-		ret = read_status(wh, fd, deadline);
+		ret = read_status(wh, &l, deadline);
 	explicit_bzero(head, sizeof(head)); /* it held the authorization */
-	close(fd);
+	link_close(wh, &l);
 	return ret;
 }
 
@@ -200,16 +474,20 @@ static void deliver(struct webhook *wh, const struct watch_alert *a)
 		return;
 	}
 	atomic_fetch_add(&wh->failed, 1);
+	const char *scheme = wh->target.tls ? "https" : "http";
 	if (result > 0)
-		log_warn("webhook: alert %llu (%s, sandbox %s) not delivered: http://%s%s "
+		log_warn("webhook: alert %llu (%s, sandbox %s) not delivered: %s://%s%s "
 			 "answered %d",
 			 (unsigned long long)a->seq, alert_detector_name(a->ev.detector),
-			 a->sandbox, wh->target.host, wh->target.path, result);
+			 a->sandbox, scheme, wh->target.host, wh->target.path, result);
 	else
-		log_warn("webhook: alert %llu (%s, sandbox %s) not delivered: http://%s%s: %s",
+		log_warn("webhook: alert %llu (%s, sandbox %s) not delivered: %s://%s%s: %s",
 			 (unsigned long long)a->seq, alert_detector_name(a->ev.detector),
-			 a->sandbox, wh->target.host, wh->target.path,
-			 result == -EPROTO ? "not an HTTP answer" : strerror(-result));
+			 a->sandbox, scheme, wh->target.host, wh->target.path,
+			 result == -EPROTO ? "not an HTTP answer"
+			 : result == -EBADMSG || result == -EHOSTUNREACH || result == -ENOMEM
+			     ? wh->tls_error
+			     : strerror(-result));
 }
 
 static void *webhook_main(void *arg)
@@ -234,38 +512,98 @@ static void *webhook_main(void *arg)
 	return NULL;
 }
 
-int webhook_start(struct webhook *wh, const char *url, const char *authorization,
-		  uint32_t timeout_ms)
+/* Over https: the resolver's channel and the TLS client's state. 0, or -errno logged. */
+static int tls_open(struct webhook *wh, const struct webhook_options *o)
+{
+	char err[160];
+
+	if (o->term == NULL) {
+		log_error("webhook: the URL is https:// and this daemon has no TLS client");
+		return -EINVAL;
+	}
+	wh->term = o->term;
+	wh->term_state = o->term->worker_new(o->term_arg, UINT32_MAX, err, sizeof(err));
+	if (wh->term_state == NULL) {
+		log_error("webhook: TLS: %s", err);
+		return -ENOMEM;
+	}
+	if (o->ca_file != NULL &&
+	    (wh->ca_file = pool_strndup(o->ca_file, strlen(o->ca_file))) == NULL)
+		return -ENOMEM;
+	struct ares_options opts = { .timeout = (int)(wh->timeout_ms / 3 ? wh->timeout_ms / 3 : 1),
+				     .tries = 2 };
+	ares_channel channel = NULL;
+	if (ares_init_options(&channel, &opts, ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES) !=
+	    ARES_SUCCESS) {
+		log_error("webhook: the resolver does not start");
+		return -ENOMEM;
+	}
+	wh->resolver = channel;
+	if (o->dns_servers != NULL &&
+	    ares_set_servers_ports_csv(channel, o->dns_servers) != ARES_SUCCESS) {
+		log_error("webhook: the resolver does not take dns_servers %s", o->dns_servers);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* What <wh> owns but its thread: for webhook_start's failures and webhook_stop. */
+static void release(struct webhook *wh)
+{
+	if (wh->stop_fd >= 0)
+		close(wh->stop_fd);
+	wh->stop_fd = -1;
+	if (wh->authorization != NULL)
+		pool_free_secret(wh->authorization, strlen(wh->authorization) + 1);
+	wh->authorization = NULL;
+	if (wh->resolver != NULL)
+		ares_destroy(wh->resolver);
+	wh->resolver = NULL;
+	if (wh->term_state != NULL)
+		wh->term->worker_free(wh->term_state);
+	wh->term_state = NULL;
+	AN_FREE(&wh->ca_file);
+}
+
+int webhook_start(struct webhook *wh, const struct webhook_options *o)
 {
 	char why[160];
 
-	AN_ASSERT(url != NULL);
+	AN_ASSERT(o != NULL && o->url != NULL);
 	*wh = (struct webhook){ .stop_fd = -1,
-				.timeout_ms =
-				    timeout_ms != 0 ? timeout_ms : WEBHOOK_TIMEOUT_MS_DEFAULT };
-	if (webhook_target_parse(url, strlen(url), &wh->target, why, sizeof(why)) != 0) {
+				.timeout_ms = o->timeout_ms != 0 ? o->timeout_ms
+								 : WEBHOOK_TIMEOUT_MS_DEFAULT };
+	if (webhook_target_parse(o->url, strlen(o->url), &wh->target, why, sizeof(why)) != 0) {
 		log_error("webhook: the URL %s", why);
 		return -EINVAL;
 	}
-	if (authorization != NULL) {
-		wh->authorization = pool_strndup(authorization, strlen(authorization));
+	int ret = wh->target.tls ? tls_open(wh, o) : 0;
+	if (ret == 0 && o->authorization != NULL) {
+		wh->authorization = pool_strndup(o->authorization, strlen(o->authorization));
 		if (wh->authorization == NULL)
-			return -ENOMEM;
+			ret = -ENOMEM;
+	}
+	if (ret == 0 && (wh->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0)
+		ret = -errno;
+	if (ret != 0) {
+		release(wh);
+		return ret;
 	}
 	pthread_mutex_init(&wh->lock, NULL);
 	pthread_cond_init(&wh->wake, NULL);
-	wh->stop_fd = eventfd(0, EFD_CLOEXEC);
-	int ret = wh->stop_fd < 0 ? -errno : -pthread_create(&wh->thread, NULL, webhook_main, wh);
+	ret = -pthread_create(&wh->thread, NULL, webhook_main, wh);
 	if (ret != 0) {
 		log_error("webhook: cannot start its thread: %s", strerror(-ret));
 		pthread_cond_destroy(&wh->wake);
 		pthread_mutex_destroy(&wh->lock);
-		webhook_stop(wh);
+		release(wh);
 		return ret;
 	}
 	(void)pthread_setname_np(wh->thread, "an-webhook");
 	wh->started = true;
-	log_info("webhook: alerts go to http://%s%s", wh->target.host, wh->target.path);
+	log_info("webhook: alerts go to %s://%s%s%s%s", wh->target.tls ? "https" : "http",
+		 wh->target.host, wh->target.path, wh->ca_file != NULL ? ", verified against " : "",
+		 wh->ca_file != NULL ? wh->ca_file : "");
 	return 0;
 }
 
@@ -310,10 +648,5 @@ void webhook_stop(struct webhook *wh)
 			 "log)",
 			 left);
 	}
-	if (wh->stop_fd >= 0)
-		close(wh->stop_fd);
-	wh->stop_fd = -1;
-	if (wh->authorization != NULL)
-		pool_free_secret(wh->authorization, strlen(wh->authorization) + 1);
-	wh->authorization = NULL;
+	release(wh);
 }

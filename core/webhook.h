@@ -12,10 +12,15 @@
  * refuse it again). Every outcome is counted (stats, metrics) and a failure
  * is logged with the receiver's status or the error.
  *
- * The URL is http:// to a loopback address: a node-local relay (Alertmanager,
- * Vector, a sidecar) that forwards alerts on, over TLS, to where they page.
- * An alert names sandboxes and the hosts they tried, and an authorization
- * value may go with it: neither crosses a network in clear text.
+ * The URL is https:// to any host, or http:// to a loopback address (a
+ * node-local relay: Alertmanager, Vector, a sidecar). An alert names
+ * sandboxes and the hosts they tried, and an authorization value may go with
+ * it: neither crosses a network in clear text. Over https the receiver's
+ * certificate is verified against the system roots or the policy's
+ * `ca_file`, for the URL's name or address, through the daemon's TLS client
+ * (core/term.h's client session: core/ does not include tls/); a name is
+ * resolved at each try, from the thread, with c-ares and the daemon's
+ * `dns_servers`, so a receiver that moves is followed.
  */
 #ifndef AN_CORE_WEBHOOK_H
 #define AN_CORE_WEBHOOK_H
@@ -26,6 +31,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/limits.h"
+#include "core/term.h"
 #include "core/watch.h"
 
 /* Alerts waiting for delivery at most. */
@@ -40,19 +47,29 @@
 /* One try's time at most when the policy names none: connect, send, answer. */
 #define WEBHOOK_TIMEOUT_MS_DEFAULT 5000u
 
-/* Where alerts go: a parsed http:// URL. */
+/* Where alerts go: a parsed URL. */
 struct webhook_target {
+	bool tls;      /* https:// */
+	uint16_t port; /* 1..65535 */
+	/* http://: the loopback address, fixed at the parse. */
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
-	char host[64];                         /* the Host header: "127.0.0.1:9000", "[::1]:80" */
+	/* https://: the host as the URL names it, lower case, an IPv6 literal without its
+	 * brackets: what is resolved, sent as SNI (a name) and checked in the certificate. */
+	char name[LIMITS_HOST_BYTES_MAX + 1];
+	char host[LIMITS_HOST_BYTES_MAX + 9];  /* the Host header: "127.0.0.1:9000", "[::1]:80" */
 	char path[WEBHOOK_PATH_BYTES_MAX + 1]; /* origin form, "/" at least */
 };
 
 /*
- * Parses <url> (<len> bytes): http://ADDRESS[:PORT][/PATH], ADDRESS a loopback
- * IPv4 literal, [::1] or localhost, PORT 1..65535 (80 if none), PATH visible
- * ASCII without '#'. 0 and *<t> set, or -EINVAL with <why> (<cap> bytes)
- * saying what is wrong. Pure.
+ * Parses <url> (<len> bytes), scheme and host case-insensitive:
+ *   https://HOST[:PORT][/PATH], HOST a DNS name (letters, digits, '-' and
+ *     '.', labels of 1..63 bytes), an IPv4 literal or a bracketed IPv6 one;
+ *     PORT 443 if none;
+ *   http://ADDRESS[:PORT][/PATH], ADDRESS a loopback IPv4 literal, [::1] or
+ *     localhost; PORT 80 if none.
+ * PORT is 1..65535, PATH visible ASCII without '#'; no user part. 0 and *<t>
+ * set, or -EINVAL with <why> (<cap> bytes) saying what is wrong. Pure.
  */
 int webhook_target_parse(const char *url, size_t len, struct webhook_target *t, char *why,
 			 size_t cap);
@@ -61,6 +78,14 @@ struct webhook {
 	struct webhook_target target;
 	char *authorization; /* owned (wiped at the end); NULL: no Authorization header */
 	uint32_t timeout_ms;
+	/* https:// only: the TLS client, its state (the thread's alone) and the roots to
+	 * verify against (owned; NULL: the system's); the resolver (an ares channel). */
+	const struct term_ops *term;
+	void *term_state;
+	char *ca_file;
+	void *resolver;
+	char tls_error[LIMITS_HOST_BYTES_MAX +
+		       160]; /* the last TLS or lookup failure, for the log; the thread's */
 	pthread_t thread;
 	bool started;
 	int stop_fd;          /* an eventfd written at the stop: wakes every wait of a try */
@@ -77,13 +102,23 @@ struct webhook {
 	_Atomic uint64_t retried;   /* tries after the first */
 };
 
+/* How to reach the receiver: what the policy's daemon.alert_webhook says, and the daemon's. */
+struct webhook_options {
+	const char *url;           /* checked by the policy's loader, parsed again here */
+	const char *authorization; /* copied; NULL: none */
+	uint32_t timeout_ms;       /* a try's; 0: WEBHOOK_TIMEOUT_MS_DEFAULT */
+	const char *ca_file;       /* https: PEM roots (copied); NULL: the system's */
+	const char *dns_servers;   /* https: c-ares CSV; NULL: /etc/resolv.conf */
+	/* https: the daemon's TLS client and its argument; NULL refuses an https URL. */
+	const struct term_ops *term;
+	void *term_arg;
+};
+
 /*
- * Starts delivering to <url> (checked by the policy's loader, parsed again
- * here), with <authorization> (copied; NULL: none) and <timeout_ms> a try.
- * 0, -EINVAL (the URL) or -errno; on failure nothing is left to stop.
+ * Starts delivering as <o> says. 0, -EINVAL (the URL, or https without a
+ * TLS client) or -errno, logged; on failure nothing is left to stop.
  */
-int webhook_start(struct webhook *wh, const char *url, const char *authorization,
-		  uint32_t timeout_ms);
+int webhook_start(struct webhook *wh, const struct webhook_options *o);
 
 /* Queues <a> for delivery, or drops and counts it when WEBHOOK_QUEUE wait. Any thread; never
  * waits for the network. */

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -214,12 +215,14 @@ static int parse_metrics(struct loader *ld)
 
 /*
  * daemon.alert_webhook (core/webhook.h): the URL alerts are POSTed to, an
- * optional file holding the Authorization header's value, a try's timeout.
- * The URL is checked here, at its line; the daemon reads what was staged.
+ * optional file holding the Authorization header's value, the roots an
+ * https receiver is verified against, a try's timeout. The URL is checked
+ * here, at its line; the daemon reads what was staged.
  */
-enum { WK_URL, WK_AUTHORIZATION_FILE, WK_TIMEOUT, WK__COUNT };
+enum { WK_URL, WK_AUTHORIZATION_FILE, WK_CA_FILE, WK_TIMEOUT, WK__COUNT };
 static const char *const webhook_keys[] = { [WK_URL] = "url",
 					    [WK_AUTHORIZATION_FILE] = "authorization_file",
+					    [WK_CA_FILE] = "ca_file",
 					    [WK_TIMEOUT] = "timeout_ms" };
 static const struct keyset webhook_keyset = { "daemon.alert_webhook", webhook_keys, WK__COUNT };
 
@@ -305,6 +308,28 @@ static int stage_webhook_authorization(struct loader *ld)
 	return 0;
 }
 
+/* ca_file: PEM roots for an https receiver; checked here (a regular file), read by the daemon. */
+static int stage_webhook_ca_file(struct loader *ld)
+{
+	static const char what[] = "alert_webhook.ca_file";
+	char path[PATH_MAX];
+	struct stat st;
+
+	AN_ASSERT(ld->next.alert_webhook_ca_file == NULL);
+	int rc = loader_file_value(ld, what, path, sizeof(path));
+	if (rc != 0)
+		return rc;
+	if (stat(path, &st) == -1)
+		return loader_fail(ld, ld->ev.start_mark, "%s %s: stat: %s", what, path,
+				   strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return loader_fail(ld, ld->ev.start_mark, "%s %s: not a regular file", what, path);
+	ld->next.alert_webhook_ca_file = pool_strndup(path, strlen(path));
+	if (ld->next.alert_webhook_ca_file == NULL)
+		return loader_fail_oom(ld);
+	return 0;
+}
+
 static int parse_alert_webhook(struct loader *ld)
 {
 	uint32_t seen = 0;
@@ -318,6 +343,7 @@ static int parse_alert_webhook(struct loader *ld)
 		AN_ASSERT(key < WK__COUNT);
 		rc = key == WK_URL                  ? stage_webhook_url(ld)
 		     : key == WK_AUTHORIZATION_FILE ? stage_webhook_authorization(ld)
+		     : key == WK_CA_FILE            ? stage_webhook_ca_file(ld)
 						    : stage_uint(ld, UF_WEBHOOK_TIMEOUT);
 		if (rc != 0)
 			return rc;
@@ -326,6 +352,11 @@ static int parse_alert_webhook(struct loader *ld)
 		return rc;
 	if ((seen & (1u << WK_URL)) == 0)
 		return loader_fail(ld, start, "alert_webhook needs url");
+	if ((seen & (1u << WK_CA_FILE)) != 0 &&
+	    strncasecmp(ld->next.alert_webhook_url, "https://", 8) != 0)
+		return loader_fail(ld, start,
+				   "alert_webhook.ca_file is for an https:// url; this one is "
+				   "http://");
 	return 0;
 }
 
@@ -935,6 +966,7 @@ void loader_apply_config(struct loader *ld, struct config *cfg)
 	move_string(&cfg->tcp_sandbox, &next->tcp_sandbox);
 	move_string(&cfg->metrics_listen, &next->metrics_listen);
 	move_string(&cfg->alert_webhook_url, &next->alert_webhook_url);
+	move_string(&cfg->alert_webhook_ca_file, &next->alert_webhook_ca_file);
 	if (next->alert_webhook_authorization != NULL) {
 		if (cfg->alert_webhook_authorization != NULL)
 			pool_free_secret(cfg->alert_webhook_authorization,

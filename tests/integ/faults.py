@@ -78,6 +78,12 @@
     quarantined; before it, an upload over the profile's ceiling through a tunnel that
     stays open is alerted while it is open (the detector counts open connections each
     second, not only at their end).
+  - webhook_https: the alert webhook posts to https://localhost (daemon.alert_webhook, its
+    ca_file the pass's CA, an authorization_file): while the receiver shows another CA's
+    leaf for localhost, each try is abandoned in the handshake (the receiver sees "unknown
+    ca") and nothing is posted; once it shows a leaf of the pass's CA, a later try
+    delivers the refused_names alert of an exfiltration attempt, once, with the
+    Authorization of the file; stats and the retries counter agree.
   - inject_without_ca: the daemon has no CA (the policy's daemon.ca left out): a CONNECT
     to an inject rule's host is answered 403 tier_unavailable before any resolution or
     connection (the rule's origin accepts nothing).
@@ -126,6 +132,7 @@ DRAIN_MS = 3000  # the policy's daemon.timeouts.drain_ms
 # The watched profile's upload ceiling (alerts.upload.bytes): t_alerts sends twice it.
 UPLOAD_CEILING = 1 << 20
 DELAY_S = 1.0  # DelayedOrigin's wait before it answers
+WEBHOOK_AUTHORIZATION = "Bearer faults-webhook-token"  # webhook_https's authorization_file
 
 POLICY = """version: 1
 daemon:
@@ -139,7 +146,7 @@ daemon:
   timeouts: {{drain_ms: {drain_ms}}}
   metrics: {{listen: "127.0.0.1:{metrics_port}"}}
   ca: {{cert: "{pki}/ca.pem", key: "{pki}/ca.key"}}
-resolver:
+{webhook}resolver:
   servers: ["127.0.0.1:9"]
   hosts: {{api.internal: [127.0.0.1], mismatch.internal: [127.0.0.1], held.internal: [127.0.0.1],
           dropped.internal: [127.0.0.1], upload-tls.internal: [127.0.0.1]}}
@@ -376,6 +383,51 @@ class Listener:
 
     def answer(self, conn):
         raise NotImplementedError
+
+
+class HookReceiver(Listener):
+    """The alert webhook's receiver over TLS, for the name "localhost": until .trust() is
+    called it shows the certificate of <untrusted> (an ssl.SSLContext whose leaf another
+    CA signed), then that of <trusted>. Each handshake its client abandons is noted in
+    .refused (time, error), each POST in .posts (time, Authorization, JSON body), and
+    answered 200."""
+
+    def __init__(self, trusted, untrusted):
+        self.trusted, self.untrusted = trusted, untrusted
+        self.trusted_at = None
+        self.refused, self.posts = [], []
+        super().__init__()
+
+    def trust(self):
+        self.trusted_at = time.monotonic()
+
+    def answer(self, conn):
+        ctx = self.trusted if self.trusted_at is not None else self.untrusted
+        try:
+            conn.settimeout(10)
+            conn = ctx.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError) as e:
+            self.refused.append((time.monotonic(), str(e)))
+            conn.close()
+            return
+        try:
+            data = read_head(conn)
+            head, _, body = data.partition(b"\r\n\r\n")
+            fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:]
+                          if b": " in line)
+            want = int(fields.get(b"Content-Length", b"0"))
+            while len(body) < want:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+            self.posts.append((time.monotonic(), fields.get(b"Authorization", b"").decode(),
+                               json.loads(body)))
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        except (OSError, ssl.SSLError, ValueError):
+            pass
+        finally:
+            conn.close()
 
 
 class ResetOrigin(Listener):
@@ -1255,6 +1307,50 @@ def t_alerts(v, log):
     return errs
 
 
+def t_webhook_https(v, log):
+    """An alert goes to an https receiver whose certificate is verified: refused while the
+    receiver shows another CA's leaf for its name, delivered by a later try once it shows
+    one of the policy's ca_file."""
+    errs = []
+    hook = v["hook"]
+    watched = egress(v["sock_dir"], "watched")
+    t0 = time.monotonic()
+    for i in range(200):
+        if not served(watched, b"%08x.exfil.example" % (i * 2654435761 % 2**32)).startswith(
+                b"HTTP/1.1 403"):
+            errs.append("encoded name %d was not refused" % i)
+            break
+    if not within(lambda: hook.refused or hook.posts, 5):
+        errs.append("no try reached the receiver within 5 s of the attempt")
+        return errs
+    hook.trust()
+    within(lambda: hook.posts, 10)
+    log("webhook_https: refused handshakes %r; posts %r (trusted %.2f s after the attempt)"
+        % ([(round(t - t0, 2), e) for t, e in hook.refused],
+           [(round(t - t0, 2), a, b.get("detector")) for t, a, b in hook.posts],
+           hook.trusted_at - t0))
+    early = [p for p in hook.posts if p[0] < hook.trusted_at]
+    if early:
+        errs.append("the webhook posted to a receiver whose certificate no CA of its own "
+                    "signed: %r" % early)
+    if not any("unknown ca" in e for _, e in hook.refused):
+        errs.append("the untrusted receiver's handshakes ended otherwise: %r" % hook.refused)
+    if len(hook.posts) != 1 or hook.posts[0][1] != WEBHOOK_AUTHORIZATION or \
+            hook.posts[0][2].get("detector") != "refused_names" or \
+            hook.posts[0][2].get("sandbox") != "watched":
+        errs.append("posts once trusted: %r, want one refused_names alert of watched with "
+                    "Authorization %r" % (hook.posts, WEBHOOK_AUTHORIZATION))
+    figures = stats(v)
+    if figures["webhook_delivered"] != 1 or figures["webhook_failed"] != 0:
+        errs.append("stats: webhook_delivered %d webhook_failed %d, want 1 and 0" % (
+            figures["webhook_delivered"], figures["webhook_failed"]))
+    retried = series(scrape(v["metrics_port"])[2]).get("agentsnet_alert_webhook_retries_total")
+    if not retried or retried < len(hook.refused):
+        errs.append("agentsnet_alert_webhook_retries_total %r after %d refused tries" % (
+            retried, len(hook.refused)))
+    return errs
+
+
 def t_inject_without_ca(v, log):
     errs = []
     dropped = v["dropped"]
@@ -1274,6 +1370,14 @@ def t_inject_without_ca(v, log):
         errs.append("the inject rule's origin was connected to %d times; a refusal for want of "
                     "a CA connects nowhere" % (dropped.accepted - before))
     return errs
+
+
+def webhook_section(name, port, pki):
+    """The policy's daemon.alert_webhook line for test <name> (webhook_https alone has one)."""
+    if name != "webhook_https":
+        return ""
+    return ('  alert_webhook: {url: "https://localhost:%d/alert-hook", ca_file: "%s/ca.pem", '
+            'authorization_file: "%s/hook.auth"}\n' % (port, pki, pki))
 
 
 def run_daemon(args, v, test, log):
@@ -1330,6 +1434,16 @@ def main():
     upload_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # the slow reader's: a leaf for it
     upload_tls.load_cert_chain(*make_leaf(pki, "upload", os.path.join(pki, "ca.pem"),
                                           os.path.join(pki, "ca.key"), ("upload-tls.internal",)))
+    # The webhook's receiver: a leaf for localhost from the pass's CA, and one from another.
+    hook_tls, other_tls = (ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER) for _ in range(2))
+    hook_tls.load_cert_chain(*make_leaf(pki, "hook", os.path.join(pki, "ca.pem"),
+                                        os.path.join(pki, "ca.key"), ("localhost",)))
+    other = os.path.join(pki, "other")
+    os.mkdir(other, 0o700)
+    other_tls.load_cert_chain(*make_pki(other, names=("localhost",))[1:])
+    with open(os.open(os.path.join(pki, "hook.auth"), os.O_WRONLY | os.O_CREAT, 0o600), "w",
+              encoding="ascii") as f:
+        f.write(WEBHOOK_AUTHORIZATION + "\n")
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
     failed = 0
@@ -1351,6 +1465,7 @@ def main():
                 ("drain", "continue", None, None, t_drain),
                 ("tls_handshake_metrics", "continue", None, None, t_tls_handshake_metrics),
                 ("alerts", "continue", None, None, t_alerts),
+                ("webhook_https", "continue", None, None, t_webhook_https),
                 ("inject_without_ca", "continue", None, None, t_inject_without_ca)):
             if args.tests and name not in args.tests:
                 continue
@@ -1367,6 +1482,7 @@ def main():
                      "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(), "sink": Sink(),
                      "metrics_port": free_port(), "held": held, "daemon_path": args.daemon,
                      "slow_tls": SlowReader(upload_tls),
+                     "hook": HookReceiver(hook_tls, other_tls),
                      "audit": os.path.join(disk, "audit.jsonl"),
                      "filler": os.path.join(disk, "filler"),
                      "policy": os.path.join(top, "policy.yaml"),
@@ -1390,6 +1506,7 @@ def main():
                                           held_port=held.port,
                                           sink_port=v["sink"].port,
                                           upload_ceiling=UPLOAD_CEILING,
+                                          webhook=webhook_section(name, v["hook"].port, pki),
                                           placeholder=PLACEHOLDER))
                 failed += run_daemon(args, v, test, log)
             finally:

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -316,6 +317,12 @@ static void settings_compare(const struct config *run, const struct config *fres
 		{ "daemon.pipes_per_worker", run->pipes_per_worker != fresh->pipes_per_worker },
 		{ "daemon.metrics", text_differs(run->metrics_listen, fresh->metrics_listen) ||
 					run->metrics_sandboxes != fresh->metrics_sandboxes },
+		{ "daemon.alert_webhook",
+		  text_differs(run->alert_webhook_url, fresh->alert_webhook_url) ||
+		      text_differs(run->alert_webhook_authorization,
+				   fresh->alert_webhook_authorization) ||
+		      text_differs(run->alert_webhook_ca_file, fresh->alert_webhook_ca_file) ||
+		      run->alert_webhook_timeout_ms != fresh->alert_webhook_timeout_ms },
 		{ "daemon timeouts", run->head_timeout_ms != fresh->head_timeout_ms ||
 					 run->connect_timeout_ms != fresh->connect_timeout_ms ||
 					 run->dns_timeout_ms != fresh->dns_timeout_ms ||
@@ -510,13 +517,16 @@ static int tls_open(const struct config *cfg, struct tls_term **out)
 {
 	char err[512];
 	bool public_tls = cfg->ingress_listen != NULL && cfg->ingress_tls_cert != NULL;
+	/* The alert webhook's client sessions come from here too (core/webhook.h). */
+	bool webhook_tls = cfg->alert_webhook_url != NULL &&
+			   strncasecmp(cfg->alert_webhook_url, "https://", 8) == 0;
 
 	*out = NULL;
 	if (cfg->ca_cert == NULL)
 		log_info(
 		    "no CA (daemon.ca or --ca-dir): CONNECTs to fake-response rules are refused "
 		    "tier_unavailable; plain http:// ones are answered");
-	if (cfg->ca_cert == NULL && !public_tls)
+	if (cfg->ca_cert == NULL && !public_tls && !webhook_tls)
 		return 0;
 	int ret = tls_library_init(err, sizeof(err));
 	if (ret == 0)

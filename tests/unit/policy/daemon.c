@@ -244,15 +244,42 @@ START_TEST(test_alert_webhook)
 	ck_assert_ptr_null(cfg.alert_webhook_authorization);
 	expect_ok(WEBHOOK("url: \"http://[::1]\", timeout_ms: 60000"));
 	ck_assert_uint_eq(cfg.alert_webhook_timeout_ms, 60000);
+	/* https: any host, verified against the system roots or ca_file. */
+	expect_ok(WEBHOOK("url: \"HTTPS://Hooks.Example:8443/page\""));
+	ck_assert_ptr_null(cfg.alert_webhook_ca_file);
+	expect_ok(WEBHOOK("url: \"https://[2001:db8::1]/x\", ca_file: /etc/hostname"));
+	ck_assert_str_eq(cfg.alert_webhook_ca_file, "/etc/hostname");
 	static const struct refusal bad[] = {
 		{ WEBHOOK("url: \"http://[::1]\", timeout_ms: 60001"), "60001",
 		  "alert_webhook.timeout_ms must be 1..60000, got 60001" },
-		{ WEBHOOK("url: \"https://hooks.example/x\""), "\"https",
-		  "alert_webhook.url is https://: the webhook posts to a loopback relay over "
-		  "http:// (docs/alerts.md), which forwards alerts on over TLS" },
 		{ WEBHOOK("url: \"http://10.0.0.1/x\""), "\"http",
-		  "alert_webhook.url must name a loopback address (127.0.0.1, [::1] or "
-		  "localhost): the webhook posts to a relay on this host" },
+		  "alert_webhook.url is http:// to an address that is not loopback (127.0.0.1, "
+		  "[::1] or localhost): alerts leave this host only over https://" },
+		{ WEBHOOK("url: \"http://hooks.example/x\""), "\"http",
+		  "alert_webhook.url is http:// to an address that is not loopback (127.0.0.1, "
+		  "[::1] or localhost): alerts leave this host only over https://" },
+		{ WEBHOOK("url: \"https://user:pw@hooks.example/x\""), "\"https",
+		  "alert_webhook.url has a user part: put a credential in authorization_file" },
+		{ WEBHOOK("url: \"https://hooks_x.example/\""), "\"https",
+		  "alert_webhook.url must name a host: a DNS name, an IPv4 address or a "
+		  "bracketed IPv6 one" },
+		{ WEBHOOK("url: \"https://a..example/\""), "\"https",
+		  "alert_webhook.url must name a host: a DNS name, an IPv4 address or a "
+		  "bracketed IPv6 one" },
+		{ WEBHOOK("url: \"https://[fe80::1%25eth0]/\""), "\"https",
+		  "alert_webhook.url must name a host: a DNS name, an IPv4 address or a "
+		  "bracketed IPv6 one" },
+		{ WEBHOOK("url: \"https:///x\""), "\"https",
+		  "alert_webhook.url must name a host: a DNS name, an IPv4 address or a "
+		  "bracketed IPv6 one" },
+		{ WEBHOOK("url: \"http://127.0.0.1/\", ca_file: /etc/hostname"), "{",
+		  "alert_webhook.ca_file is for an https:// url; this one is http://" },
+		{ WEBHOOK("url: \"https://h.example/\", ca_file: /nonexistent/ca.pem"),
+		  "/nonexistent",
+		  "alert_webhook.ca_file /nonexistent/ca.pem: stat: No such file or "
+		  "directory" },
+		{ WEBHOOK("url: \"https://h.example/\", ca_file: /etc"), "/etc",
+		  "alert_webhook.ca_file /etc: not a regular file" },
 		{ WEBHOOK("url: \"http://127.0.0.1:0/\""), "\"http",
 		  "alert_webhook.url has a port that is not 1..65535" },
 		{ WEBHOOK("url: \"http://127.0.0.1:65536/\""), "\"http",
@@ -260,10 +287,10 @@ START_TEST(test_alert_webhook)
 		{ WEBHOOK("url: \"http://127.0.0.1/a b\""), "\"http",
 		  "alert_webhook.url has a path byte that is not visible ASCII, or a '#'" },
 		{ WEBHOOK("url: \"ftp://127.0.0.1/\""), "\"ftp",
-		  "alert_webhook.url must begin with http://" },
+		  "alert_webhook.url must begin with https:// or http://" },
 		{ WEBHOOK("url: \"http://127.0.0.1/\", retries: 3"), "retries",
 		  "unknown key \"retries\" in daemon.alert_webhook (expected one of: url, "
-		  "authorization_file, timeout_ms)" },
+		  "authorization_file, ca_file, timeout_ms)" },
 	};
 	expect_refusals(bad, AN_ARRAY_LEN(bad));
 	expect_error_at_needle(WEBHOOK("timeout_ms: 5"), "{", "alert_webhook needs url");
