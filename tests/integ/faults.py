@@ -84,6 +84,11 @@
     ca") and nothing is posted; once it shows a leaf of the pass's CA, a later try
     delivers the refused_names alert of an exfiltration attempt, once, with the
     Authorization of the file; stats and the retries counter agree.
+  - misdirected_refusal: inside a fake-tier TLS session, the watched sandbox sends its
+    inject rule's placeholder to another host; the misdirected alert quarantines the
+    sandbox (misdirected: {action: quarantine}) while the session writes its refusal:
+    the agent reads the whole 403 placeholder_misdirected (its JSON body to the end)
+    before the session ends, and its next CONNECT is refused 403 quarantined.
   - inject_without_ca: the daemon has no CA (the policy's daemon.ca left out): a CONNECT
     to an inject rule's host is answered 403 tier_unavailable before any resolution or
     connection (the rule's origin accepts nothing).
@@ -222,7 +227,23 @@ profiles:
     alerts:
       refused_names: {{action: quarantine}}
       upload: {{bytes: {upload_ceiling}, window_s: 60}}
+      misdirected: {{action: quarantine}}
     rules:
+      - id: watched-api
+        host: api.internal
+        tier: inject
+        ports: [{tls_reset_port}]
+        owner: tests
+        reason: the placeholder misdirected_refusal sends elsewhere
+        inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
+                 secret_file: "{pki}/secret.txt"}}
+        upstream_ca: "{pki}/ca.pem"
+      - id: watched-canned
+        host: canned.internal
+        tier: fake
+        owner: tests
+        reason: answered by the daemon
+        responses: [{{status: 200, body: "canned\\n"}}]
       - {{id: watched-model, host: model.internal, tier: local, upstream: "127.0.0.1:{port}",
          owner: tests, reason: loopback origin}}
       - {{id: watched-sink, host: sink.internal, tier: local,
@@ -1351,6 +1372,50 @@ def t_webhook_https(v, log):
     return errs
 
 
+def t_misdirected_refusal(v, log):
+    """A refusal inside a TLS session whose alert quarantines the sandbox is still written
+    whole before the session ends; the sandbox's next CONNECT is refused quarantined."""
+    errs = []
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    for run in range(2):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(egress(v["sock_dir"], "watched"))
+        s.sendall(b"CONNECT canned.internal:443 HTTP/1.1\r\nHost: canned.internal:443\r\n\r\n")
+        head = read_head(s)
+        if run == 1:
+            if not head.startswith(b"HTTP/1.1 403") or b"X-Agent-Reason: quarantined" not in head:
+                errs.append("the quarantined sandbox's next CONNECT got %r" % head[:200])
+            s.close()
+            break
+        if not head.startswith(b"HTTP/1.1 200"):
+            errs.append("the CONNECT to canned.internal got %r" % head[:200])
+            return errs
+        t = agent_tls.wrap_socket(s, server_hostname="canned.internal")
+        t.sendall(b"GET / HTTP/1.1\r\nHost: canned.internal\r\nAuthorization: Bearer %s\r\n\r\n"
+                  % PLACEHOLDER.encode())
+        answer = b""
+        try:
+            while True:
+                chunk = t.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        except (OSError, ssl.SSLError) as e:
+            log("misdirected_refusal: the session ended with %r" % e)
+        t.close()
+        log("misdirected_refusal: the answer %r" % answer[:120])
+        if not answer.startswith(b"HTTP/1.1 403") or \
+                b"X-Agent-Reason: placeholder_misdirected" not in answer or \
+                not answer.rstrip().endswith(b"}"):
+            errs.append("the misdirected placeholder's answer: %r, want its whole 403 "
+                        "placeholder_misdirected" % answer[:300])
+    alerts = [a for a in alert_records(v, "watched")]
+    if [(a["detector"], a["action"]) for a in alerts] != [("misdirected", "quarantine")]:
+        errs.append("alerts %r, want one misdirected quarantine" % alerts)
+    return errs
+
+
 def t_inject_without_ca(v, log):
     errs = []
     dropped = v["dropped"]
@@ -1466,6 +1531,7 @@ def main():
                 ("tls_handshake_metrics", "continue", None, None, t_tls_handshake_metrics),
                 ("alerts", "continue", None, None, t_alerts),
                 ("webhook_https", "continue", None, None, t_webhook_https),
+                ("misdirected_refusal", "continue", None, None, t_misdirected_refusal),
                 ("inject_without_ca", "continue", None, None, t_inject_without_ca)):
             if args.tests and name not in args.tests:
                 continue
