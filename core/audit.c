@@ -63,6 +63,7 @@
 
 #include "core/an.h"
 #include "core/limits.h"
+#include "core/log.h"
 #include "core/pool.h"
 
 /* Output buffer: one write() per pass under load, a few hundred records. */
@@ -635,11 +636,10 @@ static size_t writer_gap_notice(struct audit *a, char *line, uint64_t now_us)
 static void writer_gap_over(struct audit *a, uint64_t now_us)
 {
 	a->notice_seq++;
-	fprintf(stderr,
-		"agentsnetd: audit: writing again: %llu records lost in %llu ms (an audit_gap "
-		"notice says so)\n",
-		(unsigned long long)a->gap_lost,
-		(unsigned long long)((now_us - a->gap_from_us) / 1000u));
+	log_warn("audit: writing again: %llu records lost in %llu ms (an audit_gap notice says "
+		 "so)",
+		 (unsigned long long)a->gap_lost,
+		 (unsigned long long)((now_us - a->gap_from_us) / 1000u));
 	a->write_failing = false;
 	a->gap_lost = 0;
 	atomic_store_explicit(&a->failing, false, memory_order_relaxed);
@@ -821,8 +821,7 @@ static void writer_reopen(struct audit *a)
 	if (err == 0) {
 		struct stat st;
 		if (a->fd_regular && fsync(a->fd) == -1)
-			fprintf(stderr, "agentsnetd: audit: fsync before reopening: %s\n",
-				strerror(errno));
+			log_error("audit: fsync before reopening: %s", strerror(errno));
 		AN_ASSERT(a->fd_owned);
 		(void)close(a->fd);
 		a->fd = fd;
@@ -833,9 +832,8 @@ static void writer_reopen(struct audit *a)
 		writer_notice_end(a, p);
 		writer_flush(a);
 	} else {
-		fprintf(stderr,
-			"agentsnetd: audit: reopen %s: %s (writing on to the file open before)\n",
-			a->path != NULL ? a->path : "-", strerror(-err));
+		log_error("audit: reopen %s: %s (writing on to the file open before)",
+			  a->path != NULL ? a->path : "-", strerror(-err));
 	}
 	atomic_store_explicit(&a->reopen_result, err, memory_order_relaxed);
 	atomic_store_explicit(&a->reopen_done, asked, memory_order_release);
@@ -859,7 +857,7 @@ static void writer_final(struct audit *a)
 	writer_flush(a);
 	AN_ASSERT(a->out_len == 0);
 	if (a->fd_regular && fsync(a->fd) == -1)
-		fprintf(stderr, "agentsnetd: audit: fsync: %s\n", strerror(errno));
+		log_error("audit: fsync: %s", strerror(errno));
 }
 
 static void *writer_main(void *arg)
@@ -995,7 +993,7 @@ static void audit_destroy(struct audit *a)
 	AN_FREE(&a->out);
 	AN_FREE(&a->path);
 	if (a->fd_owned && close(a->fd) == -1)
-		fprintf(stderr, "agentsnetd: audit: close: %s\n", strerror(errno));
+		log_error("audit: close: %s", strerror(errno));
 	pool_free(a);
 }
 

@@ -1,7 +1,10 @@
 /*
- * Operator log: one line per event on standard error, "agentsnetd: <level>:
- * <message>". Not the audit trail (core/audit.h) and not on the data path:
- * the engine logs start-up, shutdown and faults, never per request.
+ * Operator log: one line per event on standard error,
+ * "2026-12-05T12:40:01.123Z agentsnetd: <level>: <message>", the time UTC to
+ * the millisecond. When standard error is the systemd journal
+ * ($JOURNAL_STREAM names it), the journal stamps each line and the time is
+ * left out. Not the audit trail (core/audit.h) and not on the data path: the
+ * engine logs start-up, shutdown and faults, never per request.
  */
 #ifndef AN_CORE_LOG_H
 #define AN_CORE_LOG_H
@@ -13,10 +16,16 @@ enum log_level {
 	LOG_DEBUG,
 };
 
-/* Messages above <level> are discarded. Default LOG_INFO. Call before threads start. */
+/*
+ * Messages above <level> are discarded (default LOG_INFO); whether lines carry
+ * the time is decided here, from $JOURNAL_STREAM and standard error. Call
+ * before threads start.
+ */
 void log_set_level(enum log_level level);
 /* Formats and writes one line atomically (a single write). Any thread. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* As log_msg, but "agentsnetd: <message>" with no level: the start's "ready" line. */
+void log_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)

@@ -65,6 +65,12 @@ the unit in deploy/systemd/ checked as systemd would read it.
     never answers, no longer answers scrapes on the old one.
   - control_trickle: a client trickling its control request a byte a second holds the
     one control thread for 5 s at most: a ping behind it is answered within that.
+  - signals: SIGUSR2, SIGQUIT, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGXCPU, SIGTSTP,
+    SIGTTIN, SIGTTOU and three real-time signals sent to the daemon: it is neither ended
+    nor stopped (its state S or R), serves a request, and logs each as ignored; every
+    line of its log begins with the time (UTC, milliseconds) and "agentsnetd: ".
+  - journal: $JOURNAL_STREAM names the daemon's stderr (as systemd's does the journal's):
+    no line carries the time (the journal stamps it), the ready line included.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
     its key settings, and the daemon serving, reloading and stopping under the unit's
@@ -317,6 +323,53 @@ def t_abstract(v, log):
     beats = m.since(0, "WATCHDOG")
     log("abstract: READY=1, %d WATCHDOG=1 in 1 s" % len(beats))
     return ["WATCHDOG=1 %d times, none asked of this process" % len(beats)] if beats else []
+
+
+# The daemon's log line: the time (UTC, milliseconds), then "agentsnetd: ".
+STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z agentsnetd: ")
+# Signals agentsnetd does not use whose default would end or stop it: each is logged, ignored.
+UNUSED_SIGNALS = ("SIGUSR2", "SIGQUIT", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGPWR",
+                  "SIGXCPU", "SIGTSTP", "SIGTTIN", "SIGTTOU")
+
+
+def t_signals(v, log):
+    """Signals the daemon does not use are logged and ignored; it serves on; every line of
+    its log carries the time."""
+    errs = []
+    sent = [(name, getattr(signal, name)) for name in UNUSED_SIGNALS]
+    sent += [("SIGRTMIN+%d" % i, signal.SIGRTMIN + i) for i in (0, 5)] + [
+        ("SIGRTMAX", signal.SIGRTMAX)]
+    for name, number in sent:
+        os.kill(v["pid"], number)
+        time.sleep(0.05)
+    time.sleep(0.3)
+    with open("/proc/%d/stat" % v["pid"], encoding="ascii") as f:
+        state = f.read().rsplit(")", 1)[1].split()[0]
+    answer = served(egress(v["sock_dir"], "one"))
+    text = read_text(v["err"])
+    log("signals: state %s after %d signals; %r" % (state, len(sent), answer[:40]))
+    if state not in ("S", "R") or not answer.startswith(b"HTTP/1.1 200"):
+        errs.append("after %s: the daemon is in state %s and answered %r" % (
+            ", ".join(n for n, _ in sent), state, answer[:120]))
+    for name, number in sent:
+        if "(%d): not one agentsnetd uses; ignored" % number not in text:
+            errs.append("no log line says %s (%d) was ignored" % (name, number))
+    unstamped = [x for x in text.splitlines() if x and not STAMPED.match(x)]
+    if unstamped:
+        errs.append("log lines without the time: %r" % unstamped[:5])
+    return errs
+
+
+def t_journal(v, log):
+    """Standard error is the journal's ($JOURNAL_STREAM names it): no line carries the time."""
+    text = read_text(v["err"])
+    stamped = [x for x in text.splitlines() if STAMPED.match(x)]
+    bare = [x for x in text.splitlines() if x.startswith("agentsnetd: ")]
+    log("journal: %d lines, %d with the time" % (len(bare) + len(stamped), len(stamped)))
+    if stamped or not any(x.startswith("agentsnetd: ready") for x in bare):
+        return ["with $JOURNAL_STREAM naming stderr: %d lines carry the time, ready line %r" % (
+            len(stamped), [x for x in text.splitlines() if "ready" in x][:1])]
+    return []
 
 
 def t_bad_address(v, log):
@@ -1331,6 +1384,11 @@ def run_test(args, name, test, log, tmp, origin_port):
         after = after_unit
     elif name == "audit_rotation":
         after = after_audit_rotation
+    elif name == "journal":
+        with open(v["err"], "wb"):
+            pass
+        st = os.stat(v["err"])
+        env = {"JOURNAL_STREAM": "%d:%d" % (st.st_dev, st.st_ino)}
     elif name == "bad_address":
         return bad_address(args, v)
     elif name in ("kept_sockets", "graceful_restart", "upgrade", "upgrade_changes", "metrics"):
@@ -1438,7 +1496,8 @@ def main():
                            ("node_view", t_node_view), ("kept_sockets", t_kept_sockets),
                            ("graceful_restart", t_graceful_restart), ("upgrade", t_upgrade),
                            ("upgrade_changes", t_upgrade_changes), ("metrics", t_metrics),
-                           ("control_trickle", t_control_trickle),
+                           ("control_trickle", t_control_trickle), ("signals", t_signals),
+                           ("journal", t_journal),
                            ("unit", t_unit_served)):
             if args.tests and name not in args.tests:
                 continue

@@ -412,6 +412,51 @@ static void watchdog_tick(struct daemon *d, uint32_t wait_ms)
 }
 
 /*
+ * The signals the daemon takes (stop, reload, reopen the audit log) and those
+ * it does not use whose default would end or stop it (SIGUSR2, SIGQUIT,
+ * SIGALRM, the job-control stops, the real-time ones, ...): every thread
+ * blocks both, and wait_for_stop takes them, so a stray `kill -USR2` or a
+ * terminal's Ctrl-\ is logged and ignored rather than the end of every
+ * sandbox's network. SIGPIPE is blocked too (a send to a closed socket is an
+ * error return); SIGSEGV and the other synchronous faults keep their default.
+ */
+static void signals_used(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGUSR1);
+}
+
+static void signals_ignored(sigset_t *set)
+{
+	static const int fatal_unused[] = {
+		SIGUSR2, SIGQUIT,   SIGALRM, SIGVTALRM, SIGPROF, SIGIO,
+		SIGPWR,  SIGSTKFLT, SIGXCPU, SIGTSTP,   SIGTTIN, SIGTTOU
+	};
+
+	sigemptyset(set);
+	for (size_t i = 0; i < AN_ARRAY_LEN(fatal_unused); i++)
+		sigaddset(set, fatal_unused[i]);
+	for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++)
+		sigaddset(set, sig);
+}
+
+/* Every signal wait_for_stop takes: the used and the ignored. */
+static void signals_taken(sigset_t *set)
+{
+	sigset_t ignored;
+
+	signals_used(set);
+	signals_ignored(&ignored);
+	for (int sig = 1; sig <= SIGRTMAX; sig++) {
+		if (sigismember(&ignored, sig) == 1)
+			sigaddset(set, sig);
+	}
+}
+
+/*
  * Blocks until SIGINT or SIGTERM; each SIGHUP reloads the policy, each SIGUSR1
  * reopens the audit file. Under a
  * service manager, wakes every quarter of the watchdog's interval for its
@@ -430,11 +475,9 @@ static void wait_for_stop(struct daemon *d)
 	uint32_t wait_ms = (uint32_t)(tick_ms / (d->cfg->workers > 0 ? d->cfg->workers : 1u) + 1u);
 	uint64_t next_ms = monotonic_usec() / 1000u + tick_ms;
 
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGUSR1);
+	sigset_t ignored;
+	signals_taken(&set);
+	signals_ignored(&ignored);
 	for (;;) {
 		if (tick_ms == 0) {
 			if (sigwait(&set, &sig) != 0)
@@ -468,6 +511,14 @@ static void wait_for_stop(struct daemon *d)
 			else
 				log_error("audit: reopen %s: %s", d->cfg->audit_path,
 					  strerror(-ret));
+			continue;
+		}
+		if (sigismember(&ignored, sig) == 1) {
+			const char *name = sigabbrev_np(sig);
+			log_warn("signal %s%s (%d): not one agentsnetd uses; ignored (SIGTERM or "
+				 "SIGINT stops it, SIGHUP reloads the policy, SIGUSR1 reopens the "
+				 "audit log)",
+				 name != NULL ? "SIG" : "", name != NULL ? name : "", sig);
 			continue;
 		}
 		log_info("signal %d: stopping", sig);
@@ -699,9 +750,8 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		pthread_mutex_lock(&e.lock); /* the control thread may be adding sandboxes */
 		uint32_t active = e.sandbox_active;
 		pthread_mutex_unlock(&e.lock);
-		fprintf(stderr,
-			"agentsnetd: ready (%u sandboxes, %u workers, audit %s, control %s)\n",
-			active, cfg->workers, cfg->audit_path, ctl.path);
+		log_status("ready (%u sandboxes, %u workers, audit %s, control %s)", active,
+			   cfg->workers, cfg->audit_path, ctl.path);
 		char ready[64];
 		snprintf(ready, sizeof(ready), "READY=1\nMAINPID=%ld\n", (long)getpid());
 		manager_tell(&d, ready);
@@ -834,11 +884,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Every thread inherits this mask; only wait_for_stop takes the signals. */
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGUSR1);
+	signals_taken(&set);
 	sigaddset(&set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	if (load(&o, &cfg, &pol) != 0) {
