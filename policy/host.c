@@ -29,6 +29,7 @@
 #include "core/pool.h"
 #include "policy/acl.h"
 #include "policy/addr.h"
+#include "policy/preset.h"
 
 /* The port of a "host:port": 1..65535 in decimal, no sign, no leading zero. NULL, or why not. */
 static const char *parse_hostport_port(const char *s, size_t len, uint16_t *port)
@@ -159,6 +160,13 @@ static int wildcard_host(struct loader *ld, char *norm, const char *shown)
 	}
 	/* Explicit entries only: the list's implicit "*" would make every unknown
 	 * TLD's names ("corp.internal") public suffixes. */
+	const struct preset *cover = preset_covering(norm);
+	if (ld->psl != NULL && cover != NULL &&
+	    psl_is_public_suffix2(ld->psl, norm, PSL_TYPE_ANY | PSL_TYPE_NO_STAR_RULE))
+		return loader_fail(
+		    ld, ld->ev.start_mark,
+		    "host \"%s\" is refused: %s is a public suffix, where anyone may register names; the %s@%u preset lists the exact hosts under it that its clients use (presets: [%s@%u])",
+		    shown, norm, cover->name, cover->version, cover->name, cover->version);
 	if (ld->psl != NULL &&
 	    psl_is_public_suffix2(ld->psl, norm, PSL_TYPE_ANY | PSL_TYPE_NO_STAR_RULE))
 		return loader_fail(

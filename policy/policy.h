@@ -26,6 +26,8 @@
  * holds two snapshots, so this also bounds the daemon's policy memory.
  */
 #define POLICY_RULES_MAX (1u << 18)
+/* Presets one profile names at most (policy/preset.h). */
+#define POLICY_PRESETS_MAX 32u
 /* Entries of a profile's `users`, and of its `groups`, at most. */
 #define POLICY_REGISTRANTS_MAX 256u
 /* Profiles: at most one per sandbox is ever useful. */

@@ -37,6 +37,7 @@
 #include "core/pool.h"
 #include "core/reason.h"
 #include "policy/acl.h"
+#include "policy/preset.h"
 #include "policy/strtab.h"
 
 /* A profile's and a rule's limits: the same keys and bounds, named apart in messages. */
@@ -423,7 +424,7 @@ static int rule_item(struct loader *ld, void *ctx, uint32_t index)
 	uint32_t seen = 0;
 	uint32_t key = 0;
 
-	AN_ASSERT(index == pr->rule_count);
+	AN_ASSERT(index <= pr->rule_count); /* presets add rules too */
 	if (ld->p->rule_count >= POLICY_RULES_MAX)
 		return loader_fail(ld, ld->ev.start_mark, "the policy has more than %u rules",
 				   POLICY_RULES_MAX);
@@ -512,10 +513,149 @@ static int parse_registrants(struct loader *ld, struct policy_profile *pr, bool 
 			  registrant_item, &ctx);
 }
 
-enum { PK_RULES, PK_LIMITS, PK_INGRESS, PK_USERS, PK_GROUPS, PK_ALERTS, PK__COUNT };
+/* --- presets (policy/preset.h) ------------------------------------------- */
+
+/* <err> past its "<name>:LINE:COLUMN: " (loader_fail's), or all of it when it has none. */
+static const char *message_of(const char *err, const char *name)
+{
+	size_t len = strlen(name);
+
+	if (strncmp(err, name, len) != 0)
+		return err;
+	const char *c = err + len;
+	for (int field = 0; field < 2; field++) {
+		if (*c++ != ':' || *c < '0' || *c > '9')
+			return err;
+		while (*c >= '0' && *c <= '9')
+			c++;
+	}
+	return c[0] == ':' && c[1] == ' ' ? c + 2 : err;
+}
+
+/*
+ * Reads preset <p>'s rules, as <a> fills them in, into the profile: the
+ * file's parser is set aside and the rule reader runs on the preset's YAML.
+ * A fault is reported at <at>, the presets entry, with the preset named; the
+ * rules' line is the entry's.
+ */
+static int preset_read(struct loader *ld, struct profile_ctx *pc, const struct preset *p,
+		       const struct preset_args *a, yaml_mark_t at)
+{
+	char why[256];
+	char *yaml = pool_malloc(PRESET_YAML_BYTES_MAX);
+
+	if (yaml == NULL)
+		return loader_fail_oom(ld);
+	int n = preset_rules_yaml(p, a, yaml, PRESET_YAML_BYTES_MAX, why, sizeof(why));
+	if (n < 0) {
+		pool_free(yaml);
+		return loader_fail(ld, at, "preset %s", why);
+	}
+	yaml_parser_t file_parser = ld->parser;
+	yaml_event_t file_ev = ld->ev;
+	bool file_ev_live = ld->ev_live;
+	const char *file_input = ld->input;
+	size_t file_input_len = ld->input_len;
+	uint32_t first_rule = pc->profile->rule_count;
+	AN_ASSERT(!ld->ev_again);
+	ld->ev_live = false;
+	ld->input = yaml;
+	ld->input_len = (size_t)n;
+	int rc = 0;
+	if (!yaml_parser_initialize(&ld->parser)) {
+		rc = loader_fail_oom(ld);
+	} else {
+		yaml_parser_set_input_string(&ld->parser, (const unsigned char *)yaml, (size_t)n);
+		rc = loader_next(ld); /* the stream's start */
+		if (rc == 0)
+			rc = loader_next(ld); /* the document's */
+		if (rc == 0)
+			rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, pc);
+		if (ld->ev_live)
+			yaml_event_delete(&ld->ev);
+		yaml_parser_delete(&ld->parser);
+	}
+	ld->parser = file_parser;
+	ld->ev = file_ev;
+	ld->ev_live = file_ev_live;
+	ld->ev_again = false;
+	ld->input = file_input;
+	ld->input_len = file_input_len;
+	explicit_bzero(yaml, (size_t)n); /* it named the secret's file or variable */
+	pool_free(yaml);
+	for (uint32_t i = first_rule; i < pc->profile->rule_count; i++) {
+		pc->profile->rules[i].line = loader_mark_u32(at.line);
+		pc->profile->rules[i].col = loader_mark_u32(at.column);
+	}
+	if (rc == -EINVAL && ld->err_cap > 0) {
+		/* "<file>:L:C: message" at the preset's own text: the message, at the entry. */
+		char *msg = pool_strndup(ld->err, strnlen(ld->err, ld->err_cap));
+		if (msg == NULL)
+			return loader_fail_oom(ld);
+		rc = loader_fail(ld, at, "preset %s@%u: %s", p->name, p->version,
+				 message_of(msg, ld->name));
+		pool_free(msg);
+	}
+	return rc;
+}
+
+enum { PE_NAME, PE_SECRET_FILE, PE_SECRET_ENV, PE_PLACEHOLDER, PE__COUNT };
+static const char *const preset_entry_keys[] = { [PE_NAME] = "name",
+						 [PE_SECRET_FILE] = "secret_file",
+						 [PE_SECRET_ENV] = "secret_env",
+						 [PE_PLACEHOLDER] = "placeholder" };
+static const struct keyset preset_entry_keyset = { "a presets entry", preset_entry_keys,
+						   PE__COUNT };
+
+/* A presets entry: "name@version", or {name: ..., secret_file | secret_env: ..., placeholder: ...}. */
+static int preset_item(struct loader *ld, void *ctx, uint32_t index)
+{
+	struct profile_ctx *pc = ctx;
+	char *values[PE__COUNT] = { NULL };
+	char why[256];
+	uint32_t seen = 0;
+	uint32_t key = 0;
+	int rc = 0;
+
+	(void)index;
+	AN_ASSERT(ld->ev_again);
+	yaml_mark_t at = ld->ev.start_mark;
+	if (ld->ev.type == YAML_SCALAR_EVENT) {
+		rc = loader_scalar(ld, "a presets entry", "a string");
+		if (rc == 0 && (values[PE_NAME] = pool_strndup(ev_text(ld), ev_len(ld))) == NULL)
+			rc = loader_fail_oom(ld);
+	} else {
+		rc = loader_start(ld, YAML_MAPPING_START_EVENT, "a presets entry");
+		while (rc == 0 && (rc = loader_key(ld, &preset_entry_keyset, &seen, &key)) > 0) {
+			rc = loader_scalar(ld, preset_entry_keys[key], "a string");
+			if (rc == 0 &&
+			    (values[key] = pool_strndup(ev_text(ld), ev_len(ld))) == NULL)
+				rc = loader_fail_oom(ld);
+		}
+		if (rc == 0 && values[PE_NAME] == NULL)
+			rc = loader_fail(ld, at,
+					 "missing mandatory key \"name\" in a presets entry");
+	}
+	const struct preset *p = NULL;
+	if (rc == 0 &&
+	    (p = preset_find(values[PE_NAME], strlen(values[PE_NAME]), why, sizeof(why))) == NULL)
+		rc = loader_fail(ld, at, "%s", why);
+	if (rc == 0) {
+		const struct preset_args a = { .secret_file = values[PE_SECRET_FILE],
+					       .secret_env = values[PE_SECRET_ENV],
+					       .placeholder = values[PE_PLACEHOLDER] };
+		rc = preset_read(ld, pc, p, &a, at);
+	}
+	for (uint32_t i = 0; i < PE__COUNT; i++)
+		pool_free(values[i]);
+	return rc;
+}
+
+enum { PK_RULES, PK_PRESETS, PK_LIMITS, PK_INGRESS, PK_USERS, PK_GROUPS, PK_ALERTS, PK__COUNT };
 static const char *const profile_keys[] = {
-	[PK_RULES] = "rules", [PK_LIMITS] = "limits", [PK_INGRESS] = "ingress",
-	[PK_USERS] = "users", [PK_GROUPS] = "groups", [PK_ALERTS] = "alerts",
+	[PK_RULES] = "rules",     [PK_PRESETS] = "presets", [PK_LIMITS] = "limits",
+	[PK_INGRESS] = "ingress", [PK_USERS] = "users",     [PK_GROUPS] = "groups",
+	[PK_ALERTS] = "alerts",
 };
 static_assert(AN_ARRAY_LEN(profile_keys) == PK__COUNT, "every profile key needs a name");
 static const struct keyset profile_keyset = { "a profile", profile_keys, PK__COUNT };
@@ -534,6 +674,8 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 		AN_ASSERT(key < PK__COUNT);
 		if (key == PK_RULES)
 			rc = loader_seq(ld, "rules", POLICY_RULES_MAX, false, rule_item, &pc);
+		else if (key == PK_PRESETS)
+			rc = loader_seq(ld, "presets", POLICY_PRESETS_MAX, false, preset_item, &pc);
 		else if (key == PK_LIMITS)
 			rc = loader_limits(ld, &profile_limit_keyset, &pr->limits);
 		else if (key == PK_USERS || key == PK_GROUPS)
@@ -545,7 +687,8 @@ static int parse_profile(struct loader *ld, struct policy_profile *pr)
 	}
 	strtab_free(&pc.ids);
 	strtab_free(&pc.placeholders);
-	if (rc == 0)
+	/* rules, presets or both: a profile names what it may reach. */
+	if (rc == 0 && (seen & (1u << PK_PRESETS)) == 0)
 		rc = loader_check_mandatory(ld, &profile_keyset, 1u << PK_RULES, seen, start);
 	AN_ASSERT(rc <= 0);
 	return rc;

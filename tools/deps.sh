@@ -9,7 +9,7 @@ set -eu
 
 BUILD_PKGS="build-essential pkg-config clang clang-format libclang-rt-14-dev liburing-dev libssl-dev libxxhash-dev \
 libc-ares-dev libyaml-dev libidn2-dev libpsl-dev libseccomp-dev libnghttp2-dev check \
-libbenchmark-dev iproute2 curl openssl python3 python3-yaml nodejs npm wrk systemd util-linux"
+libbenchmark-dev iproute2 curl openssl python3 python3-yaml python3-pip git nodejs npm wrk systemd util-linux"
 BENCH_PKGS="haproxy nginx-light squid-openssl tinyproxy mitmproxy"
 
 want="$BUILD_PKGS"
@@ -25,6 +25,7 @@ for p in $want; do
 		nodejs) command -v node >/dev/null 2>&1 && continue ;;
 		npm) command -v npm >/dev/null 2>&1 && continue ;;
 		python3) command -v python3 >/dev/null 2>&1 && continue ;;
+		python3-pip) python3 -m pip --version >/dev/null 2>&1 && continue ;;
 		esac
 		missing="$missing $p"
 	fi

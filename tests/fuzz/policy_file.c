@@ -12,7 +12,7 @@
  * fuzz-sources: policy/policy.c policy/yaml.c policy/host.c policy/daemon.c
  * fuzz-sources: policy/resolver.c policy/profile.c policy/fake.c policy/inject.c
  * fuzz-sources: policy/ingress.c policy/acl.c policy/hostname.c policy/addr.c policy/strtab.c
- * fuzz-sources: policy/alerts.c
+ * fuzz-sources: policy/alerts.c policy/preset.c
  * fuzz-sources: core/config.c core/an.c core/reason.c core/pool.c core/keyfile.c core/alert.c
  * fuzz-sources: core/webhook_target.c
  * fuzz-libs: yaml-0.1 libxxhash libidn2 libpsl

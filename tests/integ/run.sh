@@ -22,7 +22,10 @@
 # (AN_FAULTS_TIMEOUT_S, 90 s); the service pass (what the daemon tells systemd,
 # the unit) is `python3 tests/integ/service.py -v` (AN_SERVICE_TIMEOUT_S, 180 s); the
 # Kubernetes recipe's pass (deploy/kubernetes/ against the binaries) is
-# `python3 tests/integ/deploy.py -v` (AN_DEPLOY_TIMEOUT_S, 60 s); the
+# `python3 tests/integ/deploy.py -v` (AN_DEPLOY_TIMEOUT_S, 60 s); the preset
+# pass (npm, pip, git and a model API's client through the presets, against
+# stand-ins of the real hosts) is `python3 tests/integ/presets.py -v`
+# (AN_PRESETS_TIMEOUT_S, 120 s); the
 # adversarial pass (hostile bytes against the safe behaviour each must meet,
 # tests/adversarial/README.md) is `python3 tests/adversarial/run.py [--cases
 # 'GROUP/ID'] -v` (AN_ADVERSARIAL_TIMEOUT_S, 120 s).
@@ -89,6 +92,7 @@ if [ $# -eq 0 ]; then
 	run_pass faults faults.py "${AN_FAULTS_TIMEOUT_S:-90}"
 	run_pass service service.py "${AN_SERVICE_TIMEOUT_S:-180}"
 	run_pass deploy deploy.py "${AN_DEPLOY_TIMEOUT_S:-60}"
+	run_pass presets presets.py "${AN_PRESETS_TIMEOUT_S:-120}"
 	run_pass adversarial ../adversarial/run.py "${AN_ADVERSARIAL_TIMEOUT_S:-120}"
 fi
 case $rc in

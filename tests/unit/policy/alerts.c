@@ -580,7 +580,7 @@ START_TEST(test_keys)
 		     "t.yaml:4:5: missing mandatory key \"rules\" in a profile");
 	expect_error(BASE "    alert: {}\n",
 		     "t.yaml:5:5: unknown key \"alert\" in a profile (expected one of: rules, "
-		     "limits, ingress, users, groups, alerts)");
+		     "presets, limits, ingress, users, groups, alerts)");
 }
 END_TEST
 

@@ -58,6 +58,17 @@ START_TEST(test_rule_hosts)
 		     "t.yaml:5:13: host \"*.co.uk\" is refused: co.uk is a public suffix");
 	expect_error(HEAD RULE("\"*.github.io\""),
 		     "t.yaml:5:13: host \"*.github.io\" is refused: github.io is a public suffix");
+	/* ... and where a preset lists the exact hosts under one, the refusal points to it. */
+	expect_error(HEAD RULE("\"*.githubusercontent.com\""),
+		     "t.yaml:5:13: host \"*.githubusercontent.com\" is refused: "
+		     "githubusercontent.com is a public suffix, where anyone may register names; "
+		     "the github@1 preset lists the exact hosts under it that its clients use "
+		     "(presets: [github@1])");
+	/* A host a preset holds, named again by a rule of the profile: one of them must go. */
+	expect_error(
+	    HEAD RULE("registry.npmjs.org") "    presets: [npm@1]\n",
+	    "t.yaml:9:15: duplicate host \"registry.npmjs.org\" in profile \"p\" (first at "
+	    "line 5)");
 	expect_ok(HEAD RULE("\"*.example.co.uk\"") RULE("\"*.corp.internal\""));
 	expect_ok(HEAD RULE("\"*.bbc.co.uk\"") RULE("\"[2001:db8::1]\"") RULE("192.0.2.1")
 		      RULE("\"*.example.com\"") RULE("example.com"));

@@ -416,7 +416,7 @@ START_TEST(test_profile_keys)
 		     "t.yaml:4:5: missing mandatory key \"rules\" in a profile");
 	expect_error("version: 1\nprofiles:\n  p:\n    rules: []\n    ingres: {}\n",
 		     "t.yaml:5:5: unknown key \"ingres\" in a profile (expected one of: rules, "
-		     "limits, ingress, users, groups, alerts)");
+		     "presets, limits, ingress, users, groups, alerts)");
 }
 END_TEST
 

@@ -45,6 +45,106 @@ START_TEST(test_rule_tier)
 }
 END_TEST
 
+/* --- presets (policy/preset.h) --------------------------------------------------------- */
+
+/* A profile "p" of presets <entries> (flow items) and no rules of its own. */
+#define PRESETS(entries) "version: 1\nprofiles:\n  p:\n    presets: [" entries "]\n"
+
+START_TEST(test_presets_expand)
+{
+	uint32_t count = 0;
+	const struct preset *all = preset_all(&count);
+
+	ck_assert_int_eq(setenv("AGENTSNET_TEST_KEY", "secret-1", 1), 0);
+	/* The rules every profile holds beside its own (the built-in deny list). */
+	expect_ok(PRESETS(""));
+	uint32_t builtin = pol->profiles[0].rule_count;
+	/* Every preset loads alone, and each of its hosts is its rule's, on the tier it says. */
+	for (uint32_t i = 0; i < count; i++) {
+		const struct preset *pr = &all[i];
+		expect_ok(textf(pr->inject != NULL ? PRESETS("{name: %s@%u, secret_env: "
+							     "AGENTSNET_TEST_KEY}")
+						   : PRESETS("%s@%u"),
+				pr->name, pr->version));
+		ck_assert_uint_eq(pol->profiles[0].rule_count, builtin + pr->host_count);
+		for (uint32_t h = 0; h < pr->host_count; h++) {
+			const struct preset_host *host = &pr->hosts[h];
+			ck_assert_ptr_null(strchr(host->host, '*'));
+			struct verdict v = decide_port(0, host->host, host->ports[0]);
+			ck_assert_str_eq(reason_tier_name(v.tier),
+					 pr->inject != NULL ? "inject" : "passthrough");
+			ck_assert_str_eq(v.rule, textf("%s.%s", pr->name, host->id));
+			ck_assert_uint_eq(pol->profiles[0].rules[h].line, 4); /* the entry's */
+		}
+		/* Nothing else: the next port, or another name, is refused. */
+		ck_assert_str_eq(reason_tier_name(decide_port(0, pr->hosts[0].host, 8443).tier),
+				 "deny");
+		ck_assert_str_eq(reason_tier_name(decide(0, "evil.example").tier), "deny");
+	}
+	/* Beside the profile's own rules, in the order the keys come. */
+	expect_ok("version: 1\nprofiles:\n  p:\n    rules:\n" RULE(
+	    "a.test") "    presets: [npm@1, github@1]\n");
+	ck_assert_uint_eq(pol->profiles[0].rule_count, builtin + 1 + 1 + 6);
+	ck_assert_str_eq(decide(0, "raw.githubusercontent.com").rule, "github.raw");
+	ck_assert_str_eq(reason_tier_name(decide(0, "gist.githubusercontent.com").tier), "deny");
+	/* A placeholder of the entry's own. */
+	expect_ok(PRESETS("{name: openai@1, secret_env: AGENTSNET_TEST_KEY, placeholder: "
+			  "sk-placeholder-9}"));
+	ck_assert_str_eq(decide(0, "api.openai.com").inject->placeholder, "sk-placeholder-9");
+}
+END_TEST
+
+START_TEST(test_presets_refused)
+{
+	static const struct refusal bad[] = {
+		{ PRESETS("npm"), "npm",
+		  "preset \"npm\" needs a version, \"npm@1\": a version never changes, so the "
+		  "policy says which list it means" },
+		{ PRESETS("npm@2"), "npm@2",
+		  "preset \"npm@2\" has no such version (there is: npm@1)" },
+		{ PRESETS("npm@"), "npm@",
+		  "preset \"npm@\" has no such version (there is: npm@1)" },
+		{ PRESETS("npm@01x"), "npm@01x",
+		  "preset \"npm@01x\" has no such version (there is: npm@1)" },
+		{ PRESETS("left-pad@1"), "left-pad",
+		  "no preset \"left-pad@1\" (there are: anthropic, crates, debian, github, gitlab, "
+		  "gomod, google-ai, maven, npm, openai, pypi, ubuntu)" },
+		{ PRESETS("anthropic@1"), "anthropic",
+		  "preset anthropic@1 injects a credential: name exactly one of secret_file and "
+		  "secret_env ({name: anthropic@1, secret_file: PATH})" },
+		{ PRESETS("{name: anthropic@1, secret_env: A, secret_file: /b}"), "{name",
+		  "preset anthropic@1 injects a credential: name exactly one of secret_file and "
+		  "secret_env ({name: anthropic@1, secret_file: PATH})" },
+		{ PRESETS("{name: npm@1, secret_env: AGENTSNET_TEST_KEY}"), "{name",
+		  "preset npm@1 is a passthrough preset: it takes no secret_file, secret_env or "
+		  "placeholder" },
+		{ PRESETS("{name: anthropic@1, secret_env: AGENTSNET_NO_SUCH_KEY}"), "{name",
+		  "preset anthropic@1: secret_env AGENTSNET_NO_SUCH_KEY: the daemon's environment "
+		  "has no such variable" },
+		{ PRESETS(
+		      "{name: anthropic@1, secret_env: AGENTSNET_TEST_KEY, placeholder: short}"),
+		  "{name", "preset anthropic@1: placeholder must be 8-256 bytes, got 5" },
+		{ PRESETS("{name: anthropic@1, secret_env: \"A\\tB\"}"), "{name",
+		  "preset anthropic@1: secret_env must be printable ASCII" },
+		{ PRESETS("{secret_env: A}"), "{secret",
+		  "missing mandatory key \"name\" in a presets entry" },
+		{ PRESETS("{name: npm@1, version: 2}"), "version: 2",
+		  "unknown key \"version\" in a presets entry (expected one of: name, secret_file, "
+		  "secret_env, placeholder)" },
+		{ PRESETS("npm@1, npm@1"), "npm@1]",
+		  "preset npm@1: duplicate rule id \"npm.registry\" in profile \"p\" (first at line "
+		  "4)" },
+		{ PRESETS("[npm@1]"), "[npm@1]", "a presets entry must be a mapping" },
+	};
+	ck_assert_int_eq(setenv("AGENTSNET_TEST_KEY", "secret-1", 1), 0);
+	ck_assert_int_eq(unsetenv("AGENTSNET_NO_SUCH_KEY"), 0);
+	expect_refusals(bad, AN_ARRAY_LEN(bad));
+	/* Neither rules nor presets: a profile must name what it may reach. */
+	expect_error("version: 1\nprofiles:\n  p:\n    limits: {concurrent: 1}\n",
+		     "t.yaml:4:5: missing mandatory key \"rules\" in a profile");
+}
+END_TEST
+
 START_TEST(test_rule_ports)
 {
 	expect_error(HEAD "    - host: a.test\n      ports: [0]\n",
@@ -486,6 +586,8 @@ int main(void)
 	Suite *s = policytest_suite("policy/profile", "profile", setup, &tc);
 
 	tcase_add_test(tc, test_rule_tier);
+	tcase_add_test(tc, test_presets_expand);
+	tcase_add_test(tc, test_presets_refused);
 	tcase_add_test(tc, test_rule_ports);
 	tcase_add_test(tc, test_rule_ports_limit);
 	tcase_add_test(tc, test_rule_server_name_check);

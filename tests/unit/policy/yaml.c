@@ -27,10 +27,9 @@ START_TEST(test_unknown_keys)
 		     "t.yaml:5:5: unknown key \"tail_ms\" in daemon.timeouts");
 	expect_error("version: 1\nresolver:\n  nameservers: []\n",
 		     "t.yaml:3:3: unknown key \"nameservers\" in resolver");
-	expect_error(
-	    "version: 1\nprofiles:\n  p:\n    rules: []\n    methods: []\n",
-	    "t.yaml:5:5: unknown key \"methods\" in a profile (expected one of: rules, limits, "
-	    "ingress, users, groups, alerts)");
+	expect_error("version: 1\nprofiles:\n  p:\n    rules: []\n    methods: []\n",
+		     "t.yaml:5:5: unknown key \"methods\" in a profile (expected one of: rules, "
+		     "presets, limits, ingress, users, groups, alerts)");
 	expect_error(MINIMAL "      method: GET\n", "t.yaml:9:7: unknown key \"method\" in a rule");
 	expect_error(MINIMAL "sandboxes:\n  - id: s\n    profile: p\n    user: x\n",
 		     "t.yaml:12:5: unknown key \"user\" in a sandbox");
