@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "core/layout.h"
 #include "core/limits.h"
 #include "core/pool.h"
 
@@ -43,7 +44,7 @@ int config_init_defaults(struct config *cfg)
 	cfg->sandbox_uid_count = LIMITS_SANDBOX_UID_COUNT_DEFAULT;
 	cfg->sandboxes_per_user = LIMITS_SANDBOXES_PER_USER_DEFAULT;
 	/* The prefix is never NULL: a gateway named in the file without one uses it. */
-	if (config_set_string(&cfg->socket_dir, "/run/agentsnet") != 0 ||
+	if (config_set_string(&cfg->socket_dir, LAYOUT_SOCKET_DIR_DEFAULT) != 0 ||
 	    config_set_string(&cfg->audit_path, "/var/log/agentsnet/audit.jsonl") != 0 ||
 	    config_set_string(&cfg->ingress_prefix, "/callbacks") != 0) {
 		config_free(cfg);

@@ -1114,11 +1114,8 @@ void respond_private_address(struct conn *c, const struct sockaddr *sa)
 		return;
 	}
 	const char *class = c->w->e->ops->address_class(sa);
-	snprintf(detail, sizeof(detail), "address %s class %s", address, class);
-	snprintf(instruction, sizeof(instruction),
-		 "%.*s resolved to %s, a %s address, which this sandbox may not reach; if it "
-		 "should, the operator adds it to resolver.allow_private. Do not retry.",
-		 (int)c->host_len, c->host, address, class);
+	deny_private_address_text(c->host, c->host_len, address, class, detail, sizeof(detail),
+				  instruction, sizeof(instruction));
 	const struct refusal_extra x = { .detail = detail,
 					 .instruction = instruction,
 					 .address = address,

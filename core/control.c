@@ -327,13 +327,34 @@ static void handle_audit_reopen(struct engine *e, const struct verdict_caller *w
 			   e->cfg->audit_path, strerror(-ret));
 }
 
+/*
+ * The policy served: its generation and size, the reloads, whether the
+ * daemon has a CA (the terminated tiers need one), the digest of its text
+ * and where it came from, last (a path may hold spaces): "source embedded"
+ * or "source file <path>" ("?" for a path a line cannot carry). Keys are
+ * only ever appended before source.
+ */
 static void handle_status(struct engine *e, struct answer *a)
 {
+	const char *digest = "-";
+	const char *path = NULL;
+
 	pthread_mutex_lock(&e->lock);
 	const struct snapshot *s = atomic_load(&e->current);
-	answer_add(a, "ok generation %llu profiles %u rules %u reloads %llu\n",
+	if (e->ops->source != NULL)
+		path = e->ops->source(s->policy, &digest);
+	bool printable = path != NULL;
+	for (const char *c = path; printable && *c != '\0'; c++)
+		printable = (unsigned char)*c >= 0x20 && (unsigned char)*c != 0x7f;
+	answer_add(a,
+		   "ok generation %llu profiles %u rules %u reloads %llu ca %d digest %s source "
+		   "%s%s\n",
 		   (unsigned long long)s->generation, s->profiles, s->rules,
-		   (unsigned long long)e->reloads);
+		   (unsigned long long)e->reloads, e->term_has_ca ? 1 : 0, digest,
+		   path == NULL ? "embedded" : "file ",
+		   path == NULL ? ""
+		   : printable  ? path
+				: "?");
 	pthread_mutex_unlock(&e->lock);
 }
 

@@ -163,3 +163,15 @@ ssize_t deny_format(const struct deny_info *d, char *out, size_t cap)
 	AN_ASSERT(o.len - head_len == b.len);
 	return (ssize_t)o.len;
 }
+
+void deny_private_address_text(const char *host, size_t host_len, const char *address,
+			       const char *address_class, char *detail, size_t detail_cap,
+			       char *instruction, size_t instruction_cap)
+{
+	AN_ASSERT(host != NULL && address != NULL && address_class != NULL);
+	snprintf(detail, detail_cap, "address %s class %s", address, address_class);
+	snprintf(instruction, instruction_cap,
+		 "%.*s resolved to %s, a %s address, which this sandbox may not reach; if it "
+		 "should, the operator adds it to resolver.allow_private. Do not retry.",
+		 (int)host_len, host, address, address_class);
+}

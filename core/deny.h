@@ -40,4 +40,15 @@ struct deny_info {
  */
 ssize_t deny_format(const struct deny_info *d, char *out, size_t cap);
 
+/*
+ * A private_address refusal's audit detail ("address <a> class <c>", into
+ * <detail>/<detail_cap>) and instruction (into <instruction>/<instruction_cap>)
+ * for <host>/<host_len>, which resolved to <address> of class <address_class>
+ * (docs/policy.md). The engine's refusal and `agentsnet check --resolve` both
+ * write them here, so the two say the same.
+ */
+void deny_private_address_text(const char *host, size_t host_len, const char *address,
+			       const char *address_class, char *detail, size_t detail_cap,
+			       char *instruction, size_t instruction_cap);
+
 #endif /* AN_CORE_DENY_H */

@@ -24,6 +24,9 @@ int layout_registry_record(const char *socket_dir, const char *id, char *out, si
 /* Writes "<socket_dir>/cgroups" to <out>/<cap>: core/runlimit.c's records. 0 or -ENAMETOOLONG. */
 int layout_cgroups_dir(const char *socket_dir, char *out, size_t cap);
 
+/* The socket directory when neither the policy nor the command line names one. */
+#define LAYOUT_SOCKET_DIR_DEFAULT "/run/agentsnet"
+
 /* Directory levels below a sandbox's directory that its removal descends, at most. */
 #define LAYOUT_REMOVE_DEPTH 16u
 

@@ -35,14 +35,12 @@ bool conn_mode_start(struct conn *c, const struct http1_request *req, const stru
 	c->upstream_local = v->tier == TIER_LOCAL ? v->upstream : NULL;
 	c->tunnel_checks_name =
 	    req->is_connect && v->tier == TIER_PASSTHROUGH && !v->server_name_any;
-	if (v->tier == TIER_INJECT && !req->is_connect) {
-		respond(c, REASON_TIER_UNAVAILABLE); /* a credential never goes out in clear */
-		return true;
-	}
-	/* A terminated tier with no CA to sign its leaf: refused before any resolution or
-	 * connection (the fake tier connects nowhere; term_start refuses its CONNECT). */
-	if (v->tier == TIER_INJECT && !(c->w->e->term != NULL && c->w->e->term_has_ca)) {
-		respond(c, REASON_TIER_UNAVAILABLE);
+	/* A credential never goes out in clear, and a terminated tier with no CA to sign its
+	 * leaf is refused before any resolution or connection. */
+	enum reason why =
+	    verdict_mode_refusal(v, req->is_connect, c->w->e->term != NULL && c->w->e->term_has_ca);
+	if (why != REASON_NONE) {
+		respond(c, why);
 		return true;
 	}
 	c->inject = v->tier == TIER_INJECT ? v->inject : NULL;

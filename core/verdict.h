@@ -224,6 +224,12 @@ struct verdict_ops {
 	const char *(*terminated_host)(const void *policy, uint64_t *cursor, size_t *len);
 	/* Frees the snapshot; no operation may be called on it afterwards. Control path. */
 	void (*release)(const void *policy);
+	/*
+	 * What the policy was loaded from: the file's path as given, NULL for
+	 * the embedded default; *<digest> the hex digest of its text (its
+	 * bytes, not the files it names). NULL op: nothing is known.
+	 */
+	const char *(*source)(const void *policy, const char **digest);
 };
 
 /*
@@ -245,6 +251,24 @@ static inline enum reason verdict_refusal(const struct verdict *v)
 	if (v->tier != TIER_PASSTHROUGH && v->tier != TIER_LOCAL)
 		return REASON_TIER_UNAVAILABLE;
 	if (v->tier == TIER_LOCAL && v->upstream == NULL)
+		return REASON_TIER_UNAVAILABLE;
+	return REASON_NONE;
+}
+
+/*
+ * What the engine answers, before any resolution or connection, for an
+ * allowed <v> (verdict_refusal REASON_NONE) of a request that is a CONNECT
+ * or not (<is_connect>), on a daemon that has a CA or not (<has_ca>): a
+ * terminated tier needs the CA to sign the agent's leaf, and a credential
+ * never goes out in clear (an inject rule refuses plain http://). REASON_NONE
+ * or REASON_TIER_UNAVAILABLE. core/modes.c and `agentsnet check` both call it.
+ */
+static inline enum reason verdict_mode_refusal(const struct verdict *v, bool is_connect,
+					       bool has_ca)
+{
+	if (v->tier == TIER_INJECT && (!is_connect || !has_ca))
+		return REASON_TIER_UNAVAILABLE;
+	if (v->tier == TIER_FAKE && is_connect && !has_ca)
 		return REASON_TIER_UNAVAILABLE;
 	return REASON_NONE;
 }

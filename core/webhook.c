@@ -15,8 +15,8 @@
  */
 #include "core/webhook.h"
 
-#include <ares.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +27,7 @@
 
 #include "core/an.h"
 #include "core/log.h"
+#include "core/lookup.h"
 #include "core/pool.h"
 #include "core/timer.h"
 
@@ -263,90 +264,6 @@ static int connect_to(const struct webhook *wh, const struct sockaddr *addr, soc
 	return fd;
 }
 
-struct lookup {
-	bool done;
-	int status;
-	struct ares_addrinfo *result;
-};
-
-static void lookup_done(void *arg, int status, int timeouts, struct ares_addrinfo *result)
-{
-	struct lookup *lk = arg;
-
-	(void)timeouts;
-	lk->done = true;
-	lk->status = status;
-	lk->result = result;
-}
-
-/*
- * Resolves the https host before <deadline_ms> (the stop wakes it): 0 and
- * *<out> (ares_freeaddrinfo it), -EHOSTUNREACH (no address), -ETIMEDOUT,
- * -ECANCELED.
- */
-static int resolve(struct webhook *wh, uint64_t deadline_ms, struct ares_addrinfo **out)
-{
-	ares_channel channel = wh->resolver;
-	struct ares_addrinfo_hints hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
-	struct lookup lk = { 0 };
-	char port[8];
-
-	snprintf(port, sizeof(port), "%u", wh->target.port);
-	ares_getaddrinfo(channel, wh->target.name, port, &hints, lookup_done, &lk);
-	while (!lk.done) {
-		ares_socket_t socks[ARES_GETSOCK_MAXNUM];
-		struct pollfd p[ARES_GETSOCK_MAXNUM + 1];
-		nfds_t n = 0;
-		int bits = ares_getsock(channel, socks, ARES_GETSOCK_MAXNUM);
-		for (int i = 0; i < ARES_GETSOCK_MAXNUM; i++) {
-			short events = (short)((ARES_GETSOCK_READABLE(bits, i) ? POLLIN : 0) |
-					       (ARES_GETSOCK_WRITABLE(bits, i) ? POLLOUT : 0));
-			if (events != 0)
-				p[n++] = (struct pollfd){ .fd = socks[i], .events = events };
-		}
-		p[n] = (struct pollfd){ .fd = wh->stop_fd, .events = POLLIN };
-		uint64_t now = timer_now_ms();
-		if (now >= deadline_ms) {
-			ares_cancel(channel); /* calls lookup_done with ARES_ECANCELLED */
-			return -ETIMEDOUT;
-		}
-		struct timeval cap = { .tv_sec = (time_t)((deadline_ms - now) / 1000u),
-				       .tv_usec =
-					   (suseconds_t)((deadline_ms - now) % 1000u) * 1000 };
-		struct timeval wait;
-		struct timeval *tv = ares_timeout(channel, &cap, &wait);
-		int ms = (int)(tv->tv_sec * 1000 + tv->tv_usec / 1000);
-		int ready = poll(p, n + 1, ms > 0 ? ms : 1);
-		if (ready < 0 && errno != EINTR)
-			return -errno;
-		if (p[n].revents != 0) {
-			ares_cancel(channel);
-			return -ECANCELED;
-		}
-		if (ready <= 0) {
-			ares_process_fd(channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD); /* timeouts */
-			continue;
-		}
-		for (nfds_t i = 0; i < n; i++) {
-			if (p[i].revents == 0)
-				continue;
-			bool readable = (p[i].revents & (POLLIN | POLLERR | POLLHUP)) != 0;
-			bool writable = (p[i].revents & POLLOUT) != 0;
-			ares_process_fd(channel, readable ? p[i].fd : ARES_SOCKET_BAD,
-					writable ? p[i].fd : ARES_SOCKET_BAD);
-		}
-	}
-	if (lk.status != ARES_SUCCESS || lk.result == NULL || lk.result->nodes == NULL) {
-		if (lk.result != NULL)
-			ares_freeaddrinfo(lk.result);
-		snprintf(wh->tls_error, sizeof(wh->tls_error), "%s does not resolve: %s",
-			 wh->target.name, ares_strerror(lk.status));
-		return -EHOSTUNREACH;
-	}
-	*out = lk.result;
-	return 0;
-}
-
 /*
  * The try's connection before <deadline_ms>: http, to the loopback address;
  * https, to each address the name resolves to in turn, until one connects,
@@ -360,20 +277,26 @@ static int link_open(struct webhook *wh, struct link *l, uint64_t deadline_ms)
 				   wh->target.addr_len, deadline_ms);
 		return l->fd < 0 ? l->fd : 0;
 	}
-	struct ares_addrinfo *ai = NULL;
-	int ret = resolve(wh, deadline_ms, &ai);
-	if (ret != 0)
-		return ret;
-	ret = -EHOSTUNREACH;
-	for (const struct ares_addrinfo_node *a = ai->nodes; a != NULL && l->fd < 0;
-	     a = a->ai_next) {
-		ret = connect_to(wh, a->ai_addr, (socklen_t)a->ai_addrlen, deadline_ms);
+	struct sockaddr_storage addrs[WEBHOOK_ADDRESSES_MAX];
+	uint64_t now = timer_now_ms();
+	int count =
+	    lookup_addresses(wh->dns_servers, wh->target.name, wh->target.port,
+			     (uint32_t)(deadline_ms > now ? deadline_ms - now : 1), wh->stop_fd,
+			     addrs, WEBHOOK_ADDRESSES_MAX, wh->tls_error, sizeof(wh->tls_error));
+	if (count < 0)
+		return count;
+	int ret = -EHOSTUNREACH;
+	for (int i = 0; i < count && l->fd < 0; i++) {
+		const struct sockaddr *sa = (const struct sockaddr *)&addrs[i];
+		ret = connect_to(wh, sa,
+				 sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+							  : sizeof(struct sockaddr_in6),
+				 deadline_ms);
 		if (ret >= 0)
 			l->fd = ret;
 		if (ret == -ECANCELED || ret == -ETIMEDOUT)
 			break;
 	}
-	ares_freeaddrinfo(ai);
 	if (l->fd < 0)
 		return ret;
 	l->tls = wh->term->client_new(wh->term_state, wh->target.name, strlen(wh->target.name),
@@ -512,7 +435,7 @@ static void *webhook_main(void *arg)
 	return NULL;
 }
 
-/* Over https: the resolver's channel and the TLS client's state. 0, or -errno logged. */
+/* Over https: the TLS client's state and the resolver's servers. 0, or -errno logged. */
 static int tls_open(struct webhook *wh, const struct webhook_options *o)
 {
 	char err[160];
@@ -530,20 +453,9 @@ static int tls_open(struct webhook *wh, const struct webhook_options *o)
 	if (o->ca_file != NULL &&
 	    (wh->ca_file = pool_strndup(o->ca_file, strlen(o->ca_file))) == NULL)
 		return -ENOMEM;
-	struct ares_options opts = { .timeout = (int)(wh->timeout_ms / 3 ? wh->timeout_ms / 3 : 1),
-				     .tries = 2 };
-	ares_channel channel = NULL;
-	if (ares_init_options(&channel, &opts, ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES) !=
-	    ARES_SUCCESS) {
-		log_error("webhook: the resolver does not start");
-		return -ENOMEM;
-	}
-	wh->resolver = channel;
 	if (o->dns_servers != NULL &&
-	    ares_set_servers_ports_csv(channel, o->dns_servers) != ARES_SUCCESS) {
-		log_error("webhook: the resolver does not take dns_servers %s", o->dns_servers);
-		return -EINVAL;
-	}
+	    (wh->dns_servers = pool_strndup(o->dns_servers, strlen(o->dns_servers))) == NULL)
+		return -ENOMEM;
 	return 0;
 }
 
@@ -556,9 +468,7 @@ static void release(struct webhook *wh)
 	if (wh->authorization != NULL)
 		pool_free_secret(wh->authorization, strlen(wh->authorization) + 1);
 	wh->authorization = NULL;
-	if (wh->resolver != NULL)
-		ares_destroy(wh->resolver);
-	wh->resolver = NULL;
+	AN_FREE(&wh->dns_servers);
 	if (wh->term_state != NULL)
 		wh->term->worker_free(wh->term_state);
 	wh->term_state = NULL;

@@ -37,6 +37,8 @@
 
 /* Alerts waiting for delivery at most. */
 #define WEBHOOK_QUEUE 64u
+/* Addresses of an https receiver's name tried at most, in the answer's order. */
+#define WEBHOOK_ADDRESSES_MAX 8
 /* Tries of one alert at most, the first included. */
 #define WEBHOOK_ATTEMPTS 5u
 /* The URL's bytes at most, and its path's. */
@@ -79,11 +81,12 @@ struct webhook {
 	char *authorization; /* owned (wiped at the end); NULL: no Authorization header */
 	uint32_t timeout_ms;
 	/* https:// only: the TLS client, its state (the thread's alone) and the roots to
-	 * verify against (owned; NULL: the system's); the resolver (an ares channel). */
+	 * verify against (owned; NULL: the system's); the resolver's servers (owned; NULL:
+	 * the system's). */
 	const struct term_ops *term;
 	void *term_state;
 	char *ca_file;
-	void *resolver;
+	char *dns_servers;
 	char tls_error[LIMITS_HOST_BYTES_MAX +
 		       160]; /* the last TLS or lookup failure, for the log; the thread's */
 	pthread_t thread;

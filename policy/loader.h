@@ -165,6 +165,10 @@ struct policy {
 	uint32_t inject_count;
 	uint32_t inject_cap;
 	uint32_t rule_count;
+	/* Where the text came from (the file's path as given; owned), NULL: the embedded
+	 * default; and the XXH3-128 of the text, in hex (policy_digest). */
+	char *source;
+	char digest[POLICY_DIGEST_HEX_BYTES + 1];
 };
 
 /* A sandbox's profile as written, resolved once every profile is known. */

@@ -35,15 +35,19 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pwd.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <libpsl.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 #include <yaml.h>
 
 #include "core/an.h"
@@ -565,6 +569,13 @@ static int load_buffer(const char *name, const char *yaml, size_t len, bool embe
 	}
 	yaml_parser_set_input_string(&ld.parser, (const unsigned char *)yaml, len);
 	int rc = parse_stream(&ld);
+	if (rc == 0 && !embedded && (ld.p->source = pool_strndup(name, strlen(name))) == NULL)
+		rc = loader_fail_oom(&ld);
+	if (rc == 0) {
+		XXH128_hash_t h = XXH3_128bits(yaml, len);
+		snprintf(ld.p->digest, sizeof(ld.p->digest), "%016llx%016llx",
+			 (unsigned long long)h.high64, (unsigned long long)h.low64);
+	}
 	if (rc == 0) {
 		loader_apply_config(&ld, cfg);
 		*out = ld.p;
@@ -660,6 +671,15 @@ int policy_load_file(const char *path, struct config *cfg, struct policy **out, 
 		snprintf(err, err_cap, "%s: larger than %u bytes", path, POLICY_FILE_BYTES_MAX);
 	else if (err_cap > 0)
 		snprintf(err, err_cap, "%s: read: %s", path, strerror(-rc));
+	/* The source by its absolute path: what another process, elsewhere, can open. */
+	char absolute[PATH_MAX];
+	if (rc == 0 && path[0] != '/' && realpath(path, absolute) != NULL) {
+		char *kept = pool_strndup(absolute, strlen(absolute));
+		if (kept != NULL) {
+			pool_free((*out)->source);
+			(*out)->source = kept;
+		}
+	}
 	pool_free(buf);
 	return rc;
 }
@@ -712,10 +732,22 @@ const char *policy_default_yaml(void)
 	return default_yaml;
 }
 
+const char *policy_source(const struct policy *p)
+{
+	return p->source;
+}
+
+const char *policy_digest(const struct policy *p)
+{
+	AN_ASSERT(strlen(p->digest) == POLICY_DIGEST_HEX_BYTES);
+	return p->digest;
+}
+
 void policy_free(struct policy *p)
 {
 	if (p == NULL)
 		return;
+	AN_FREE(&p->source);
 	AN_ASSERT(p->profile_count <= p->profile_cap);
 	AN_ASSERT(p->host_count <= p->host_cap);
 	for (uint32_t i = 0; i < p->profile_count; i++) {
@@ -1052,6 +1084,14 @@ static void policy_release_op(const void *policy)
 	policy_free((struct policy *)(uintptr_t)policy);
 }
 
+static const char *policy_source_op(const void *policy, const char **digest)
+{
+	const struct policy *p = policy;
+
+	*digest = policy_digest(p);
+	return policy_source(p);
+}
+
 const struct verdict_ops policy_verdict_ops = {
 	.decide = policy_decide,
 	.normalise_host = policy_normalise_host,
@@ -1070,4 +1110,5 @@ const struct verdict_ops policy_verdict_ops = {
 	.fake_response = policy_fake_response_op,
 	.terminated_host = policy_terminated_host_op,
 	.release = policy_release_op,
+	.source = policy_source_op,
 };

@@ -26,6 +26,8 @@
  * holds two snapshots, so this also bounds the daemon's policy memory.
  */
 #define POLICY_RULES_MAX (1u << 18)
+/* The digest of a policy's text (policy_digest): XXH3-128, in hex. */
+#define POLICY_DIGEST_HEX_BYTES 32u
 /* Presets one profile names at most (policy/preset.h). */
 #define POLICY_PRESETS_MAX 32u
 /* Entries of a profile's `users`, and of its `groups`, at most. */
@@ -302,6 +304,14 @@ uint32_t policy_profile_count(const struct policy *p);
 const char *policy_profile_name(const struct policy *p, uint32_t index);
 
 /* Rules in all profiles of <p>. */
+/*
+ * What <p> was loaded from: the file's absolute path (policy_load_file; the
+ * name as given by policy_load_buffer; NULL: the embedded default), and the digest of its text (POLICY_DIGEST_HEX_BYTES hex digits):
+ * two loads of the same bytes have the same digest, so `agentsnet check`
+ * can tell whether the file it reads is the one a daemon serves.
+ */
+const char *policy_source(const struct policy *p);
+const char *policy_digest(const struct policy *p);
 uint32_t policy_rule_count(const struct policy *p);
 
 /*

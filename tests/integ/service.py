@@ -69,6 +69,14 @@ the unit in deploy/systemd/ checked as systemd would read it.
     SIGTTIN, SIGTTOU and three real-time signals sent to the daemon: it is neither ended
     nor stopped (its state S or R), serves a request, and logs each as ignored; every
     line of its log begins with the time (UTC, milliseconds) and "agentsnetd: ".
+  - check: `agentsnet check --socket-dir DIR` (no --config) answers from the policy the
+    daemon serves and says so ("<file>, as the daemon on DIR serves it (generation 1)");
+    once the file is edited (a rule for inside.internal, listed at 10.0.0.5 in
+    resolver.hosts) it says the daemon serves an earlier text; after `policy reload`,
+    the daemon refuses inside.internal 403 private_address and `check --resolve` gives
+    the same reason, the audit record's detail and the refusal's instruction; without
+    --resolve it allows and says the connection checks the address; with no daemon on
+    the directory it answers from the embedded default and says so.
   - journal: $JOURNAL_STREAM names the daemon's stderr (as systemd's does the journal's):
     no line carries the time (the journal stamps it), the ready line included.
   - unit: `systemd-analyze verify` on deploy/systemd/agentsnetd.service as `make install`
@@ -357,6 +365,70 @@ def t_signals(v, log):
     unstamped = [x for x in text.splitlines() if x and not STAMPED.match(x)]
     if unstamped:
         errs.append("log lines without the time: %r" % unstamped[:5])
+    return errs
+
+
+def check_cli(v, *words):
+    """`agentsnet check --socket-dir <the daemon's> <words>`: (exit, {field: value}, stderr)."""
+    proc = subprocess.run([v["cli"], "check", "--socket-dir", v["sock_dir"], *words],
+                          capture_output=True, text=True, timeout=60)
+    fields = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    return proc.returncode, fields, proc.stderr
+
+
+def t_check(v, log):
+    """`agentsnet check` without --config answers from the policy the daemon serves, says a
+    file edited since it loaded is newer, and --resolve refuses a private address with the
+    detail and instruction of the daemon's own refusal."""
+    errs = []
+    served_line = "%s, as the daemon on %s serves it (generation %%d)" % (
+        os.path.realpath(v["policy"]), v["sock_dir"])
+    rc, got, err = check_cli(v, "--sandbox", "one", "http://model.internal/x")
+    log("check: %r" % got)
+    if rc != 0 or got.get("policy") != served_line % 1 or got.get("rule") != "model":
+        errs.append("the served policy's answer: exit %d %r %s" % (rc, got, err))
+    # A rule added to the file, not yet loaded: the check says the file is newer.
+    with open(v["policy"], encoding="utf-8") as f:
+        text = f.read()
+    text = text.replace("servers: [\"127.0.0.1:9\"]",
+                        "servers: [\"127.0.0.1:9\"]\n  hosts: {inside.internal: [10.0.0.5]}")
+    text = text.replace("    rules:\n", "    rules:\n      - {id: inside, host: inside.internal, "
+                        "tier: passthrough, owner: tests, reason: a private address}\n", 1)
+    with open(v["policy"], "w", encoding="utf-8") as f:
+        f.write(text)
+    rc, got, err = check_cli(v, "--sandbox", "one", "http://inside.internal/x")
+    if "earlier text of it (generation 1)" not in got.get("policy", "") or \
+            "earlier text" not in err:
+        errs.append("a file edited after the load: exit %d %r %s" % (rc, got, err))
+    if not control(v, "policy reload").startswith("ok"):
+        errs.append("policy reload refused the edited file")
+    # The daemon's refusal of the private address, and the check's with --resolve.
+    answer = served(egress(v["sock_dir"], "one"), b"inside.internal")
+    head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    live = dict(line.split(": ", 1) for line in head.split("\r\n")[1:] if ": " in line)
+    time.sleep(0.5)
+    records = [r for r in (json.loads(line) for line in read_text(v["audit"]).splitlines()
+                           if '"private_address"' in line) if r.get("event") == "decision"]
+    rc, got, err = check_cli(v, "--sandbox", "one", "--resolve", "http://inside.internal/x")
+    log("check --resolve: %r; live %r; audit %r" % (got, head.split("\r\n")[0], records))
+    if not answer.startswith(b"HTTP/1.1 403") or not records:
+        errs.append("the daemon's answer to inside.internal: %r, records %r" % (
+            answer[:200], records))
+    elif rc != 1 or got.get("policy") != served_line % 2 or \
+            got.get("reason") != "private_address" or \
+            got.get("detail") != records[-1].get("detail") or \
+            got.get("instruction") != live.get("X-Agent-Instruction"):
+        errs.append("check --resolve: exit %d %r %s; the daemon's detail %r, instruction %r" % (
+            rc, got, err, records[-1].get("detail"), live.get("X-Agent-Instruction")))
+    # Without --resolve the decision is the rule's, and says what a connection would check.
+    rc, got, err = check_cli(v, "--sandbox", "one", "http://inside.internal/x")
+    if rc != 0 or "--resolve checks it now" not in got.get("at connect", ""):
+        errs.append("without --resolve: exit %d %r %s" % (rc, got, err))
+    # No daemon on the directory: the embedded default, said so.
+    proc = subprocess.run([v["cli"], "check", "--socket-dir", os.path.join(v["top"], "none"),
+                           "https://example.com/"], capture_output=True, text=True, timeout=60)
+    if "policy: the embedded default (no daemon answers on" not in proc.stdout:
+        errs.append("no daemon: %r %r" % (proc.stdout, proc.stderr))
     return errs
 
 
@@ -1497,6 +1569,7 @@ def main():
                            ("graceful_restart", t_graceful_restart), ("upgrade", t_upgrade),
                            ("upgrade_changes", t_upgrade_changes), ("metrics", t_metrics),
                            ("control_trickle", t_control_trickle), ("signals", t_signals),
+                           ("check", t_check),
                            ("journal", t_journal),
                            ("unit", t_unit_served)):
             if args.tests and name not in args.tests:

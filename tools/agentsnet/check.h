@@ -12,9 +12,10 @@
 
 /*
  * Runs `agentsnet check [--config FILE] [--sandbox ID | --profile NAME]
- * [--socket-dir DIR] URL [METHOD]`; <argv>[0] is "check". Prints the
- * decision to stdout, problems to stderr. Returns a CHECK_EXIT_* code.
+ * [--socket-dir DIR] [--resolve] URL [METHOD]`; <argv>[0] is "check";
+ * <socket_dir> is the directory without --socket-dir. Prints the decision
+ * to stdout, problems to stderr. Returns a CHECK_EXIT_* code.
  */
-int check_main(int argc, char **argv);
+int check_main(int argc, char **argv, const char *socket_dir);
 
 #endif /* AN_TOOLS_AGENTSNET_CHECK_H */

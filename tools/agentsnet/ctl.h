@@ -16,6 +16,7 @@
  *   audit reopen               -> ok audit reopened <path> | error <code> <message>
  *   policy reload              -> ok <what was loaded> | error reload_refused <why>
  *   policy status              -> ok generation <n> profiles <p> rules <r> reloads <k>
+ *                                 ca <0|1> digest <hex> source embedded|file <path>
  *   stats                      -> ok workers <n> conns <c> ... (docs/control.md)
  */
 #ifndef AN_TOOLS_AGENTSNET_CTL_H

@@ -47,7 +47,7 @@
 #include "tools/agentsnet/selftest.h"
 
 #define AGENTSNET_VERSION        "0.1.0"
-#define AGENTSNET_SOCKET_DIR     "/run/agentsnet"
+#define AGENTSNET_SOCKET_DIR     LAYOUT_SOCKET_DIR_DEFAULT
 #define AGENTSNET_SOCKET_DIR_ENV "AGENTSNET_SOCKET_DIR"
 #define AGENTSNET_BRIDGE_NAME    "agentsnet-bridge"
 #define AGENTSNET_PROFILE        "default"
@@ -1088,7 +1088,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "run") == 0)
 		return run_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "check") == 0)
-		return check_main(argc - 1, argv + 1);
+		return check_main(argc - 1, argv + 1, default_socket_dir());
 	if (strcmp(cmd, "selftest") == 0)
 		return selftest_main(argc - 1, argv + 1);
 	return usage_error("unknown command");

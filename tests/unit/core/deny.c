@@ -389,6 +389,53 @@ START_TEST(test_address)
 END_TEST
 
 /* A limit's 429 on a connection kept for the next request says so; nothing else changes. */
+/* The private_address refusal's words, the engine's and `agentsnet check --resolve`'s. */
+START_TEST(test_private_address_text)
+{
+	char detail[128];
+	char instruction[320];
+
+	deny_private_address_text("inside.test:ignored", 11, "10.0.0.5", "private", detail,
+				  sizeof(detail), instruction, sizeof(instruction));
+	ck_assert_str_eq(detail, "address 10.0.0.5 class private");
+	ck_assert_str_eq(instruction,
+			 "inside.test resolved to 10.0.0.5, a private address, which this sandbox "
+			 "may not reach; if it should, the operator adds it to "
+			 "resolver.allow_private. Do not retry.");
+	/* Cut to the buffers, never past them. */
+	deny_private_address_text("h", 1, "fd00::1", "ula", detail, 8, instruction, 8);
+	ck_assert_str_eq(detail, "address");
+	ck_assert_str_eq(instruction, "h resol");
+}
+END_TEST
+
+/* Refused before any resolution: a credential in clear, a terminated tier with no CA. */
+START_TEST(test_mode_refusal)
+{
+	static const struct {
+		enum tier tier;
+		bool is_connect;
+		bool has_ca;
+		enum reason want;
+	} cases[] = {
+		{ TIER_INJECT, true, true, REASON_NONE },
+		{ TIER_INJECT, false, true, REASON_TIER_UNAVAILABLE },
+		{ TIER_INJECT, true, false, REASON_TIER_UNAVAILABLE },
+		{ TIER_FAKE, true, false, REASON_TIER_UNAVAILABLE },
+		{ TIER_FAKE, false, false, REASON_NONE }, /* plain http: answered in clear */
+		{ TIER_FAKE, true, true, REASON_NONE },
+		{ TIER_PASSTHROUGH, true, false, REASON_NONE },
+		{ TIER_LOCAL, false, false, REASON_NONE },
+	};
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		struct verdict v = { .tier = cases[i].tier };
+		ck_assert_msg(verdict_mode_refusal(&v, cases[i].is_connect, cases[i].has_ca) ==
+				  cases[i].want,
+			      "case %zu", i);
+	}
+}
+END_TEST
+
 START_TEST(test_keep_alive)
 {
 	struct response r;
@@ -665,6 +712,8 @@ static Suite *deny_suite(void)
 	tcase_add_test(tc, test_rule_retry_instruction);
 	tcase_add_test(tc, test_keep_alive);
 	tcase_add_test(tc, test_address);
+	tcase_add_test(tc, test_private_address_text);
+	tcase_add_test(tc, test_mode_refusal);
 	tcase_add_test(tc, test_nulls);
 	tcase_add_test(tc, test_host_escaped);
 	tcase_add_test(tc, test_header_injection);
