@@ -149,7 +149,8 @@ check: deps
 	$(Q)$(MAKE) --no-print-directory all $(UNIT_BIN)
 	$(Q)$(MAKE) --no-print-directory test
 
-demo: deps
+demo:
+	$(Q)./tools/deps.sh demo
 	$(Q)$(MAKE) --no-print-directory build/rel/agentsnetd build/rel/agentsnet \
 		build/rel/agentsnet-bridge
 	$(Q)demo/run.sh

@@ -5,7 +5,17 @@
 #
 #   tools/deps.sh            build + test packages
 #   tools/deps.sh bench      also the peers and load tools used by `make bench`
+#   tools/deps.sh demo       only what `make demo` needs (DEMO_PKGS below), said
+#                            before it is installed
 set -eu
+
+# `make demo`: a C compiler and the libraries the daemon, the CLI and the bridge link
+# (the bridge statically: libseccomp's archive), and what the walkthrough runs: curl
+# inside the sandbox, python3 for the stand-in model server and the audit's check,
+# the CA roots the demo's bundle starts from.
+DEMO_BUILD_PKGS="gcc make libc6-dev pkg-config liburing-dev libssl-dev libxxhash-dev \
+libc-ares-dev libyaml-dev libidn2-dev libpsl-dev libseccomp-dev"
+DEMO_RUN_PKGS="curl python3 ca-certificates"
 
 BUILD_PKGS="build-essential pkg-config clang clang-format libclang-rt-14-dev liburing-dev libssl-dev libxxhash-dev \
 libc-ares-dev libyaml-dev libidn2-dev libpsl-dev libseccomp-dev libnghttp2-dev check \
@@ -15,6 +25,9 @@ BENCH_PKGS="haproxy nginx-light squid-openssl tinyproxy mitmproxy"
 want="$BUILD_PKGS"
 if [ "${1:-}" = "bench" ]; then
 	want="$want $BENCH_PKGS"
+fi
+if [ "${1:-}" = "demo" ]; then
+	want="$DEMO_BUILD_PKGS $DEMO_RUN_PKGS"
 fi
 
 missing=""
@@ -36,6 +49,11 @@ if [ -n "$missing" ]; then
 	if [ "$(id -u)" -ne 0 ]; then
 		SUDO="sudo"
 	fi
+	if [ "${1:-}" = "demo" ]; then
+		echo "deps: the demo needs, and this host lacks:$missing"
+		echo "deps:   to build agentsnetd, agentsnet and agentsnet-bridge: $DEMO_BUILD_PKGS"
+		echo "deps:   to run the walkthrough: $DEMO_RUN_PKGS"
+	fi
 	echo "deps: installing:$missing"
 	$SUDO apt-get update -qq
 	# Peers are started by the benchmark itself, never as system services.
@@ -46,6 +64,11 @@ if [ -n "$missing" ]; then
 			$SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
 		fi
 	done
+fi
+
+# The demo needs nothing below: the test suite's tools.
+if [ "${1:-}" = "demo" ]; then
+	exit 0
 fi
 
 # promtool (the service pass checks the metrics' exposition with `promtool check
