@@ -41,10 +41,13 @@ static int lookup_run(ares_channel channel, const struct lookup *lk, uint64_t de
 		ares_socket_t socks[ARES_GETSOCK_MAXNUM];
 		struct pollfd p[ARES_GETSOCK_MAXNUM + 1];
 		nfds_t n = 0;
-		int bits = ares_getsock(channel, socks, ARES_GETSOCK_MAXNUM);
-		for (int i = 0; i < ARES_GETSOCK_MAXNUM; i++) {
-			short events = (short)((ARES_GETSOCK_READABLE(bits, i) ? POLLIN : 0) |
-					       (ARES_GETSOCK_WRITABLE(bits, i) ? POLLOUT : 0));
+		/* The bitmask's writable half reaches bit 31: read it unsigned, not through the
+		 * macros' signed shifts. */
+		unsigned bits = (unsigned)ares_getsock(channel, socks, ARES_GETSOCK_MAXNUM);
+		for (unsigned i = 0; i < ARES_GETSOCK_MAXNUM; i++) {
+			bool readable = (bits & (1u << i)) != 0;
+			bool writable = (bits & (1u << (i + ARES_GETSOCK_MAXNUM))) != 0;
+			short events = (short)((readable ? POLLIN : 0) | (writable ? POLLOUT : 0));
 			if (events != 0)
 				p[n++] = (struct pollfd){ .fd = socks[i], .events = events };
 		}

@@ -651,7 +651,8 @@ int policy_load_file(const char *path, struct config *cfg, struct policy **out, 
 	AN_ASSERT(path != NULL && out != NULL);
 	AN_ASSERT(err != NULL || err_cap == 0);
 	*out = NULL;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO or a device in the path's place never holds the open. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd == -1) {
 		int e = errno;
 		if (err_cap > 0)
@@ -660,7 +661,22 @@ int policy_load_file(const char *path, struct config *cfg, struct policy **out, 
 	}
 	struct stat st;
 	int rc = 0;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > POLICY_FILE_BYTES_MAX)
+	if (fstat(fd, &st) != 0) {
+		int e = errno;
+		close(fd);
+		if (err_cap > 0)
+			snprintf(err, err_cap, "%s: fstat: %s", path, strerror(e));
+		return -e;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		bool dir = S_ISDIR(st.st_mode);
+		close(fd);
+		if (err_cap > 0)
+			snprintf(err, err_cap, "%s: %s", path,
+				 dir ? "read: Is a directory" : "not a regular file");
+		return dir ? -EISDIR : -EINVAL;
+	}
+	if (st.st_size > POLICY_FILE_BYTES_MAX)
 		rc = -EFBIG;
 	if (rc == 0)
 		rc = read_all(fd, &buf, &len);

@@ -405,7 +405,10 @@ static int rule_finish(struct loader *ld, struct profile_ctx *pc, struct acl_rul
 		if (r->id == NULL)
 			return loader_fail_oom(ld);
 	}
-	rc = strtab_insert(&pc->ids, r->id, strlen(r->id), index, &first);
+	/* By its place among the profile's rules, which presets add to too (not <index>,
+	 * its place in one sequence). */
+	rc = strtab_insert(&pc->ids, r->id, strlen(r->id), (uint32_t)(r - pc->profile->rules),
+			   &first);
 	if (rc == -EEXIST)
 		return loader_fail(ld, id_mark,
 				   "duplicate rule id \"%s\" in profile \"%s\" (first at line %u)",
@@ -622,12 +625,18 @@ static int preset_item(struct loader *ld, void *ctx, uint32_t index)
 	yaml_mark_t at = ld->ev.start_mark;
 	if (ld->ev.type == YAML_SCALAR_EVENT) {
 		rc = loader_scalar(ld, "a presets entry", "a string");
+		if (rc == 0 && !loader_text_is_clean(ev_text(ld), ev_len(ld)))
+			rc = loader_fail(ld, at, "a presets entry has a control character");
 		if (rc == 0 && (values[PE_NAME] = pool_strndup(ev_text(ld), ev_len(ld))) == NULL)
 			rc = loader_fail_oom(ld);
 	} else {
 		rc = loader_start(ld, YAML_MAPPING_START_EVENT, "a presets entry");
 		while (rc == 0 && (rc = loader_key(ld, &preset_entry_keyset, &seen, &key)) > 0) {
 			rc = loader_scalar(ld, preset_entry_keys[key], "a string");
+			if (rc == 0 && !loader_text_is_clean(ev_text(ld), ev_len(ld)))
+				rc =
+				    loader_fail(ld, ld->ev.start_mark, "%s has a control character",
+						preset_entry_keys[key]);
 			if (rc == 0 &&
 			    (values[key] = pool_strndup(ev_text(ld), ev_len(ld))) == NULL)
 				rc = loader_fail_oom(ld);

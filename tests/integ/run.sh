@@ -25,7 +25,10 @@
 # `python3 tests/integ/deploy.py -v` (AN_DEPLOY_TIMEOUT_S, 60 s); the preset
 # pass (npm, pip, git and a model API's client through the presets, against
 # stand-ins of the real hosts) is `python3 tests/integ/presets.py -v`
-# (AN_PRESETS_TIMEOUT_S, 120 s); the
+# (AN_PRESETS_TIMEOUT_S, 120 s); the walkthrough pass (demo/README.md's commands run
+# as written, in a namespace of its own, against stand-ins of the npm registry and the
+# hosted model API; the Docker steps only where `docker info` works) is
+# `python3 tests/integ/walkthrough.py -v` (AN_WALKTHROUGH_TIMEOUT_S, 180 s); the
 # adversarial pass (hostile bytes against the safe behaviour each must meet,
 # tests/adversarial/README.md) is `python3 tests/adversarial/run.py [--cases
 # 'GROUP/ID'] -v` (AN_ADVERSARIAL_TIMEOUT_S, 120 s).
@@ -93,6 +96,7 @@ if [ $# -eq 0 ]; then
 	run_pass service service.py "${AN_SERVICE_TIMEOUT_S:-180}"
 	run_pass deploy deploy.py "${AN_DEPLOY_TIMEOUT_S:-60}"
 	run_pass presets presets.py "${AN_PRESETS_TIMEOUT_S:-120}"
+	run_pass walkthrough walkthrough.py "${AN_WALKTHROUGH_TIMEOUT_S:-180}"
 	run_pass adversarial ../adversarial/run.py "${AN_ADVERSARIAL_TIMEOUT_S:-120}"
 fi
 case $rc in

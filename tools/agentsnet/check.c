@@ -248,7 +248,9 @@ static int choose_policy(const struct check_options *o, const char *default_dir,
 	const char *dir = o->socket_dir != NULL ? o->socket_dir : default_dir;
 	snprintf(sock, sizeof(sock), "%s/%s", dir, CTL_SOCKET_NAME);
 	int ret = ctl_call(sock, "policy status\n", CHECK_STATUS_TIMEOUT_MS, &r, err, sizeof(err));
-	if (ret != 0 && ctl_unreachable(ret)) {
+	/* A socket that accepted and then did not answer is a daemon, slow or stuck: not "none". */
+	if (ret != 0 && ctl_unreachable(ret) && ret != -ETIMEDOUT && ret != -ECONNRESET &&
+	    ret != -EPIPE) {
 		if (load_policy(NULL, cfg, pol) != 0)
 			return -1;
 		snprintf(origin->line, sizeof(origin->line),

@@ -515,6 +515,11 @@ static void wait_for_stop(struct daemon *d)
 		}
 		if (sigismember(&ignored, sig) == 1) {
 			const char *name = sigabbrev_np(sig);
+			char rt[16];
+			if (name == NULL && sig >= SIGRTMIN && sig <= SIGRTMAX) {
+				snprintf(rt, sizeof(rt), "RTMIN+%d", sig - SIGRTMIN);
+				name = rt;
+			}
 			log_warn("signal %s%s (%d): not one agentsnetd uses; ignored (SIGTERM or "
 				 "SIGINT stops it, SIGHUP reloads the policy, SIGUSR1 reopens the "
 				 "audit log)",

@@ -373,6 +373,11 @@ START_TEST(test_files)
 	ck_assert_str_eq(err, textf("%s: open: No such file or directory", path));
 	ck_assert_int_eq(policy_load_file("/tmp", &cfg, &pol, err, sizeof(err)), -EISDIR);
 	ck_assert_str_eq(err, "/tmp: read: Is a directory");
+	/* A FIFO in the file's place is refused at once, never waited on for a writer. */
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	ck_assert_int_eq(policy_load_file(path, &cfg, &pol, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, textf("%s: not a regular file", path));
+	unlink(path);
 	/* The buffer form refuses the same size. */
 	ck_assert_int_eq(
 	    policy_load_buffer("big", "", POLICY_FILE_BYTES_MAX + 1u, &cfg, &pol, err, sizeof(err)),

@@ -124,8 +124,11 @@ START_TEST(test_presets_refused)
 		{ PRESETS(
 		      "{name: anthropic@1, secret_env: AGENTSNET_TEST_KEY, placeholder: short}"),
 		  "{name", "preset anthropic@1: placeholder must be 8-256 bytes, got 5" },
-		{ PRESETS("{name: anthropic@1, secret_env: \"A\\tB\"}"), "{name",
-		  "preset anthropic@1: secret_env must be printable ASCII" },
+		{ PRESETS("{name: anthropic@1, secret_env: \"A\\tB\"}"), "\"A",
+		  "secret_env has a control character" },
+		{ PRESETS("{name: anthropic@1, secret_file: \"key\\0junk\"}"), "\"key",
+		  "secret_file has a control character" },
+		{ PRESETS("\"npm@1\\0x\""), "\"npm", "a presets entry has a control character" },
 		{ PRESETS("{secret_env: A}"), "{secret",
 		  "missing mandatory key \"name\" in a presets entry" },
 		{ PRESETS("{name: npm@1, version: 2}"), "version: 2",
@@ -136,6 +139,11 @@ START_TEST(test_presets_refused)
 		  "4)" },
 		{ PRESETS("[npm@1]"), "[npm@1]", "a presets entry must be a mapping" },
 	};
+	/* A duplicate id names where its first rule is, presets' rules counted. */
+	expect_error("version: 1\nprofiles:\n  p:\n    rules:\n" RULE("a.test")
+			 RULE("b.test") "    presets: [pypi@1, npm@1, pypi@1]\n",
+		     "t.yaml:13:30: preset pypi@1: duplicate rule id \"pypi.index\" in profile "
+		     "\"p\" (first at line 13)");
 	ck_assert_int_eq(setenv("AGENTSNET_TEST_KEY", "secret-1", 1), 0);
 	ck_assert_int_eq(unsetenv("AGENTSNET_NO_SUCH_KEY"), 0);
 	expect_refusals(bad, AN_ARRAY_LEN(bad));
