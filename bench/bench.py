@@ -163,7 +163,10 @@ QUIET_RATE = 20
 FAIR_SECONDS = 16
 FAIR_PHASE_S = 1.0  # the flood runs, then is stopped, this long each, in turn
 FAIR_SETTLE_S = 0.2  # the first part of each phase, not counted
-FAIR_RAMP_S = 1  # the flood runs this long before the quiet sandboxes' latency counts
+FAIR_RAMP_S = 1  # the flood runs this long before the quiet sandboxes start
+# The quiet sandboxes' first second, the flood running, counts in no phase: fresh connections
+# are slow for about half a second with no flood at all (`loadgen quiet --warmup-seconds`).
+FAIR_WARMUP_S = 1
 FAIR_FLOODS = (50, 1000)
 FAIR_TARGET = 1.2  # quiet p99 under a flood / without it, in the same run
 FAIR_LIMIT_RPS = 100  # the flooding sandbox's profile limit in the limited run
@@ -174,7 +177,8 @@ FAIR_NOTE = ("%d sandboxes, one keep-alive connection each on its egress socket,
              "TCP listener's sandbox, to the same rule; 1 worker; the quiet client and wrk "
              "share the load core, the quiet one at real-time priority when run as root; the "
              "flood let run and stopped in turn, %.0f s each, the first %.1f s of each not "
-             "counted: the median of the p99s of the phases it runs in / of those it is "
+             "counted, nor the quiet sandboxes' first %.0f s (a warm-up, the flood running): "
+             "the median of the p99s of the phases it runs in / of those it is "
              "stopped in (a pause of the machine falls in one phase; the pooled ratio, which "
              "one pause moves, is printed beside)")
 TLS_LEVELS = (1, 64)
@@ -1304,7 +1308,7 @@ sandboxes: [{id: bench, profile: bench}]
         env = dict(os.environ, BENCH_TARGET=FAKE_NAME)
         env.pop("BENCH_PATH", None)
         wrk, out = self.start(["wrk", "-t1", "-c%d" % flood, "-d%ds" % (
-            FAIR_SECONDS + 2 * FAIR_RAMP_S), "--timeout", "5s", "-s",
+            FAIR_SECONDS + FAIR_WARMUP_S + 2 * FAIR_RAMP_S), "--timeout", "5s", "-s",
             os.path.join(HERE, "forward.lua"), "http://127.0.0.1:%d/" % self.tcp_port],
             "wrk-fair-%d.out" % flood, self.load_cpu, env=env)
         # Real-time priority on the load core (root only): wrk there must not delay the
@@ -1318,7 +1322,8 @@ sandboxes: [{id: bench, profile: bench}]
                                   "--rate", str(QUIET_RATE), "--seconds", str(FAIR_SECONDS),
                                   "--host", FAKE_NAME, "--flood-pid", str(wrk.pid),
                                   "--phase-seconds", str(FAIR_PHASE_S), "--settle-seconds",
-                                  str(FAIR_SETTLE_S)], FAIR_SECONDS + 60)
+                                  str(FAIR_SETTLE_S), "--warmup-seconds", str(FAIR_WARMUP_S)],
+                                 FAIR_SECONDS + FAIR_WARMUP_S + 60)
             quiet = json.loads([x for x in text.splitlines() if x.startswith("{")][-1])
             if quiet["errors"] or quiet["non_200"] or not quiet["on"]["requests"] or \
                     not quiet["off"]["requests"]:
@@ -1349,7 +1354,7 @@ sandboxes: [{id: bench, profile: bench}]
         """Rows of one daemon's runs, <runs>: {flood conns: (quiet, flood)}; each flood's
         ratio of the phases' median p99s against FAIR_TARGET, printed PASS or MISS too."""
         notes = {"agentsnetd (info)": FAIR_NOTE % (QUIET_COUNT, QUIET_RATE, FAIR_PHASE_S,
-                                                    FAIR_SETTLE_S)}
+                                                    FAIR_SETTLE_S, FAIR_WARMUP_S)}
         for conns, (quiet, flood) in runs.items():
             on, off = quiet["median_p99_us"]["on"], quiet["median_p99_us"]["off"]
             ratio = on / off if off else float("inf")
