@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/an.h"
@@ -365,11 +366,43 @@ static int open_socket(const char *path, uint32_t timeout_ms, char *err, size_t 
 	return fd;
 }
 
-static int send_all(int fd, const char *data, size_t len)
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/*
+ * Lets the next send or receive on <fd> wait only for what is left until
+ * <deadline_ms> (monotonic), so that the whole call, not each read, is
+ * bounded: a daemon that answers a byte a second is cut off too. Returns 0,
+ * or -ETIMEDOUT once the deadline has passed.
+ */
+static int deadline_arm(int fd, uint64_t deadline_ms)
+{
+	uint64_t now = monotonic_ms();
+
+	if (now >= deadline_ms)
+		return -ETIMEDOUT;
+	uint64_t left = deadline_ms - now;
+	struct timeval tv = { .tv_sec = (time_t)(left / 1000u),
+			      .tv_usec = (suseconds_t)(left % 1000u) * 1000 };
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == -1 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) == -1)
+		return -errno;
+	return 0;
+}
+
+static int send_all(int fd, const char *data, size_t len, uint64_t deadline_ms)
 {
 	AN_ASSERT(fd >= 0);
 	AN_ASSERT(data != NULL);
 	while (len > 0) {
+		int armed = deadline_arm(fd, deadline_ms);
+		if (armed != 0)
+			return armed;
 		ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
 		if (n == -1 && errno == EINTR)
 			continue;
@@ -417,7 +450,7 @@ static ssize_t recv_with_fd(int fd, char *buf, size_t len, int *passed)
 	return n;
 }
 
-static ssize_t recv_all(int fd, char **buf, int *passed)
+static ssize_t recv_all(int fd, char **buf, int *passed, uint64_t deadline_ms)
 {
 	size_t cap = CTL_READ_FIRST_BYTES, len = 0;
 	char probe;
@@ -437,6 +470,9 @@ static ssize_t recv_all(int fd, char **buf, int *passed)
 			cap = next;
 		}
 		bool full = len == cap;
+		int armed = deadline_arm(fd, deadline_ms);
+		if (armed != 0)
+			return armed;
 		ssize_t n =
 		    recv_with_fd(fd, full ? &probe : *buf + len, full ? 1 : cap - len, passed);
 		if (n == -1 && errno == EINTR)
@@ -461,13 +497,14 @@ int ctl_call(const char *path, const char *request, uint32_t timeout_ms, struct 
 	AN_ASSERT(r != NULL);
 	AN_ASSERT(err != NULL);
 	*r = (struct ctl_reply){ .code = "", .text = "" };
+	uint64_t deadline_ms = monotonic_ms() + timeout_ms;
 	int fd = open_socket(path, timeout_ms, err, err_len);
 	if (fd < 0)
 		return fd;
 	int passed = -1;
-	ssize_t ret = send_all(fd, request, strlen(request));
+	ssize_t ret = send_all(fd, request, strlen(request), deadline_ms);
 	if (ret == 0)
-		ret = recv_all(fd, &buf, &passed);
+		ret = recv_all(fd, &buf, &passed, deadline_ms);
 	close(fd);
 	if (ret == -ETIMEDOUT)
 		snprintf(err, err_len, "agentsnetd did not answer on %s within %u ms", path,

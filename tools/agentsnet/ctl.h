@@ -123,8 +123,8 @@ int ctl_request_format(char *out, size_t cap, int argc, const char *const *argv)
 
 /*
  * Sends <request> (one line, newline included) to the control socket at
- * <path> and reads the answer until the daemon closes, waiting at most
- * <timeout_ms> for each read and write. On success <r> owns the parsed
+ * <path> and reads the answer until the daemon closes, all of it (connect,
+ * send and every read) within <timeout_ms>. On success <r> owns the parsed
  * answer (ok or error). Returns 0, or -ENOENT/-ECONNREFUSED/-EACCES and the
  * other connect errors (the daemon is not reachable), -ENAMETOOLONG (<path>
  * does not fit a socket address), -ETIMEDOUT, -EMSGSIZE (answer over

@@ -446,7 +446,7 @@ END_TEST
 
 /* ---- The exchange, against a forked one-shot server. ---- */
 
-enum server_mode { SERVE_ANSWER, SERVE_SILENT, SERVE_CLOSE, SERVE_BYTES };
+enum server_mode { SERVE_ANSWER, SERVE_SILENT, SERVE_CLOSE, SERVE_BYTES, SERVE_TRICKLE };
 
 struct server {
 	char dir[64];
@@ -469,6 +469,15 @@ static void server_child(int lfd, enum server_mode mode, const char *answer, siz
 	}
 	if (mode == SERVE_ANSWER && send(c, answer, strlen(answer), MSG_NOSIGNAL) == -1)
 		_exit(12);
+	if (mode == SERVE_TRICKLE) {
+		/* "ok " and then a byte every 50 ms, never the newline. */
+		if (send(c, "ok ", 3, MSG_NOSIGNAL) != 3)
+			_exit(13);
+		struct timespec gap = { .tv_sec = 0, .tv_nsec = 50000000L };
+		while (send(c, "x", 1, MSG_NOSIGNAL) == 1)
+			nanosleep(&gap, NULL);
+		_exit(0);
+	}
 	if (mode == SERVE_BYTES) {
 		/* "ok " then 'x' up to <bytes>, the last one a newline. */
 		static char chunk[65536];
@@ -601,6 +610,27 @@ START_TEST(call_timeout)
 }
 END_TEST
 
+/* A daemon that answers a byte every 50 ms is cut off at the call's deadline, not per read. */
+START_TEST(call_timeout_trickle)
+{
+	struct server s;
+	struct ctl_reply r;
+	char err[256];
+	struct timespec t0, t1;
+
+	server_start(&s, SERVE_TRICKLE, NULL, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int ret = call(&s, "ping\n", 300, &r, err, sizeof(err));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ck_assert_int_eq(ret, -ETIMEDOUT);
+	ck_assert_ptr_nonnull(strstr(err, "did not answer"));
+	ck_assert_ptr_null(r.buf);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	ck_assert_msg(secs < 2.0, "the call took %.2f s against a 0.3 s deadline", secs);
+	server_stop(&s);
+}
+END_TEST
+
 START_TEST(call_closed_without_answer)
 {
 	struct server s;
@@ -690,6 +720,7 @@ static Suite *ctl_suite(void)
 	tcase_add_test(x, call_not_running);
 	tcase_add_test(x, call_stale_socket);
 	tcase_add_test(x, call_timeout);
+	tcase_add_test(x, call_timeout_trickle);
 	tcase_add_test(x, call_closed_without_answer);
 	tcase_add_test(x, call_malformed);
 	tcase_add_test(x, stats_lines);
