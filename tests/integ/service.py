@@ -65,6 +65,9 @@ the unit in deploy/systemd/ checked as systemd would read it.
     never answers, no longer answers scrapes on the old one.
   - control_trickle: a client trickling its control request a byte a second holds the
     one control thread for 5 s at most: a ping behind it is answered within that.
+  - control_checks: the control socket's own checks: its mode (0660) and group, every
+    kind of bad id in `sandbox add` refused with nothing made, `sandbox rm` of a policy-file
+    sandbox refused (it still serves), a 511-byte line read and a 512-byte one refused.
   - signals: SIGUSR2, SIGQUIT, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGXCPU, SIGTSTP,
     SIGTTIN, SIGTTOU and three real-time signals sent to the daemon: it is neither ended
     nor stopped (its state S or R), serves a request, and logs each as ignored; every
@@ -89,6 +92,7 @@ Runs as its own pass: python3 tests/integ/service.py [--daemon PATH] [--tests NA
 """
 
 import ctypes
+import grp
 import http.server
 import json
 import os
@@ -96,6 +100,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -1220,6 +1225,85 @@ def t_control_trickle(v, log):
     return errs
 
 
+# Sandbox ids the control socket must refuse, every kind: a path step up, the directory
+# itself, a separator, a hidden name, bytes outside the id alphabet, over the length limit.
+BAD_SANDBOX_IDS = ("../x", "..", ".", "a/b", "/abs", ".hidden", "x%2f..", "a\\b", "a*", "ü",
+                   "x" * 300)
+
+
+def tree_of(top):
+    """Every path under <top> (relative), links not followed."""
+    found = set()
+    for root, dirs, files in os.walk(top, followlinks=False):
+        for name in dirs + files:
+            found.add(os.path.relpath(os.path.join(root, name), top))
+    return found
+
+
+def control_raw(v, data):
+    """The answer to <data> sent as one control request. The daemon reads at most a line's
+    bytes and closes: a longer send may meet the reset of that close, after which the
+    answer already queued is still read."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(os.path.join(v["sock_dir"], "control.sock"))
+        try:
+            s.sendall(data)
+        except OSError:
+            pass
+        got = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got.decode("utf-8", "replace")
+
+
+def t_control_checks(v, log):
+    """The control socket's own checks (docs/control.md): its mode and group; a bad id in
+    `sandbox add` refused (bad_id) with nothing made anywhere; `sandbox rm` of a policy-file sandbox
+    refused, the sandbox still serving; a line of 511 bytes read, one of 512 (and of 64 KiB)
+    refused as too long, the daemon answering after it."""
+    errs = []
+    path = os.path.join(v["sock_dir"], "control.sock")
+    st = os.lstat(path)
+    nogroup = grp.getgrnam("nogroup").gr_gid
+    if not stat.S_ISSOCK(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o660 or \
+            st.st_uid != 0 or st.st_gid != nogroup:
+        errs.append("control.sock: mode %o uid %d gid %d, want a socket 0660 root:nogroup "
+                    "(%d)" % (st.st_mode, st.st_uid, st.st_gid, nogroup))
+    parent = os.path.dirname(v["sock_dir"])
+    before = tree_of(parent)
+    for bad in BAD_SANDBOX_IDS:
+        answer = control(v, "sandbox add %s service" % bad)
+        if not answer.startswith("error bad_id"):
+            errs.append("sandbox add %r: %r, want error bad_id" % (bad, answer[:120]))
+    made = tree_of(parent) - before
+    if made:
+        errs.append("refused sandbox adds left %r" % sorted(made)[:10])
+    answer = control(v, "sandbox rm one")
+    if not answer.startswith("error bad_request") or "policy file" not in answer:
+        errs.append("sandbox rm of the policy file's sandbox: %r" % answer[:120])
+    if not served(egress(v["sock_dir"], "one")).startswith(b"HTTP/1.1 200"):
+        errs.append("the policy file's sandbox does not serve after the refused rm")
+    for size, too_long in ((511, False), (512, True), (65536, True)):
+        answer = control_raw(v, b"ping" + b" " * (size - 5) + b"\n")  # <size> bytes
+        said_too_long = "line too long" in answer
+        if said_too_long != too_long or not answer.startswith("error bad_request" if too_long
+                                                              else ("ok", "error")):
+            errs.append("a %d-byte line: %r, want %s" % (
+                size, answer[:120], "refused as too long" if too_long else "read whole"))
+    if not control(v, "ping").startswith("ok"):
+        errs.append("ping after the long lines: no ok")
+    log("control checks: mode %o gid %d, %d bad ids refused, %d paths made" % (
+        stat.S_IMODE(st.st_mode), st.st_gid, len(BAD_SANDBOX_IDS), len(made)))
+    return errs
+
+
 def trickle(sock, data):
     """A started thread that sends <data> on <sock> a byte a second, until done or the
     socket is closed."""
@@ -1568,7 +1652,8 @@ def main():
                            ("node_view", t_node_view), ("kept_sockets", t_kept_sockets),
                            ("graceful_restart", t_graceful_restart), ("upgrade", t_upgrade),
                            ("upgrade_changes", t_upgrade_changes), ("metrics", t_metrics),
-                           ("control_trickle", t_control_trickle), ("signals", t_signals),
+                           ("control_trickle", t_control_trickle),
+                           ("control_checks", t_control_checks), ("signals", t_signals),
                            ("check", t_check),
                            ("journal", t_journal),
                            ("unit", t_unit_served)):
