@@ -7,6 +7,8 @@
 #   tools/deps.sh bench      also the peers and load tools used by `make bench`
 #   tools/deps.sh demo       only what `make demo` needs (DEMO_PKGS below), said
 #                            before it is installed
+#   tools/deps.sh footprint  debootstrap, for tools/demo-footprint.sh (which counts
+#                            what `make demo` installs on a fresh Debian 12)
 set -eu
 
 # `make demo`: a C compiler and the libraries the daemon, the CLI and the bridge link
@@ -21,6 +23,7 @@ BUILD_PKGS="build-essential pkg-config clang clang-format libclang-rt-14-dev lib
 libc-ares-dev libyaml-dev libidn2-dev libpsl-dev libseccomp-dev libnghttp2-dev check \
 libbenchmark-dev iproute2 curl openssl python3 python3-yaml python3-pip git nodejs npm wrk systemd util-linux"
 BENCH_PKGS="haproxy nginx-light squid-openssl tinyproxy mitmproxy"
+FOOTPRINT_PKGS="debootstrap"
 
 want="$BUILD_PKGS"
 if [ "${1:-}" = "bench" ]; then
@@ -28,6 +31,14 @@ if [ "${1:-}" = "bench" ]; then
 fi
 if [ "${1:-}" = "demo" ]; then
 	want="$DEMO_BUILD_PKGS $DEMO_RUN_PKGS"
+fi
+if [ "${1:-}" = "footprint" ]; then
+	want="$FOOTPRINT_PKGS"
+fi
+# AN_DEPS_LIST=1: print the set's packages and install nothing.
+if [ "${AN_DEPS_LIST:-0}" = 1 ]; then
+	echo $want
+	exit 0
 fi
 
 missing=""
@@ -66,8 +77,8 @@ if [ -n "$missing" ]; then
 	done
 fi
 
-# The demo needs nothing below: the test suite's tools.
-if [ "${1:-}" = "demo" ]; then
+# The demo and the footprint count need nothing below: the test suite's tools.
+if [ "${1:-}" = "demo" ] || [ "${1:-}" = "footprint" ]; then
 	exit 0
 fi
 
