@@ -1,5 +1,5 @@
 /*
- * bench/loadgen: the load client and the origin of the CONNECT benchmarks in
+ * bench/loadgen.c: the load client and the origin of the CONNECT benchmarks in
  * bench/run.sh (wrk cannot send CONNECT).
  *
  *   loadgen origin --listen HOST:PORT [--http] [--reset-pinged]
@@ -68,7 +68,7 @@
  * in full and is never hidden by a send it delayed (coordinated omission),
  * while this loop's own lateness (a timer's wake-up on a VM: about 100 us at
  * p99, even at real-time priority) is not counted against the daemon. That
- * is what bench/quiet.py, which this replaced, counted; the lateness of the
+ * is what the Python client this replaced counted; the lateness of the
  * sends is reported beside the latencies ("send_lag_p99_us"). With
  * --flood-pid the flood (wrk) is let run and stopped in turn (SIGCONT,
  * SIGSTOP), a phase each, starting running; a request counts in the figures
@@ -2475,7 +2475,7 @@ static uint32_t quiet_status(const char *head, size_t len)
  * Whether <c>'s answer is whole: 1 and its status in *<status>, 0 while
  * some is missing, -EPROTO for bytes past its body (the daemon speaks only
  * when spoken to), -EMSGSIZE when it does not fit the buffer. Its body is
- * framed by Content-Length; none means none (as bench/quiet.py read it).
+ * framed by Content-Length; none means none (as the Python client it replaced read it).
  */
 static int quiet_answer_whole(const struct quiet_conn *c, uint32_t *status)
 {

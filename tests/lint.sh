@@ -7,7 +7,9 @@
 #     tls/, tools/; policy/ and tls/ include neither each other nor tools/;
 #     core/conn.[ch], core/conn_int.h and the connection's mode files do not
 #     include core/worker.h, only its types (core/worker-t.h, which declares
-#     no function), and call none of its functions.
+#     no function), and call none of its functions;
+#  5. every path into the tree a document or a source cites exists
+#     (tests/lint-paths.py).
 set -u
 cd "$(dirname "$0")/.."
 fail=0
@@ -48,6 +50,7 @@ for f in $proj; do
 done
 
 python3 tests/lint-deps.py . || fail=1
+python3 tests/lint-paths.py . || fail=1
 
 [ $fail -eq 0 ] && echo "  LINT    ok"
 exit $fail

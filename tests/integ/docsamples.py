@@ -147,8 +147,8 @@ def code_values(source, pattern):
     return set(re.findall(pattern, text))
 
 
-# The audit's enumerations, as the code spells them: tiers (core/verdict or policy),
-# reasons (core/reason.c), events (core/audit.c).
+# The audit's enumerations, as the code spells them: reasons (core/reason.c), events
+# (core/audit.c); the tiers, as docs/audit.md lists them.
 KNOWN_VALUES = {
     "reason": code_values("core/reason.c", r'\] = \{ "([a-z_]+)"'),
     "event": code_values("core/audit.c", r'\] = "([a-z_]+)"'),
