@@ -882,6 +882,7 @@ static void relay_arm(struct conn *c, int dir)
 		sqe->flags |= IOSQE_FIXED_FILE;
 		return;
 	}
+	c->w->stats.copy_relays++; /* no splice at all: a copy (docs/control.md) */
 	r->state = R_RECV;
 	prep_recv_select(c, dir_op(dir, ROP_RECV), relay_src(c, dir));
 }

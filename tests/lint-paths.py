@@ -2,7 +2,9 @@
 """`make lint`, the paths the tree cites: every path into this repository that a
 document (README.md, demo/ and bench/ READMEs, docs/*.md) or a source file (C
 under core/, policy/, tls/, tools/, bench/; the Python tests; the Makefile) names
-exists, so that a renamed or removed file leaves no reference behind.
+exists, so that a renamed or removed file leaves no reference behind. A module
+named without its extension (core/conn, a unit suite's binary) counts when its
+.c or .h exists.
 
 A path is a word that starts with one of the tree's top directories (core/,
 policy/, tls/, tools/, tests/, docs/, bench/, demo/, deploy/). Not checked: what
@@ -49,7 +51,8 @@ def missing(root):
                     if PATTERN.search(line[m.start():m.end() + 2]) or \
                             any(g.search(path) for g in GENERATED):
                         continue
-                    if not os.path.exists(os.path.join(root, path)):
+                    if not any(os.path.exists(os.path.join(root, path + ext))
+                               for ext in ("", ".c", ".h")):
                         found.append("%s:%d: %s does not exist" % (name, n, path))
     return found
 

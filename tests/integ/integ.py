@@ -18,12 +18,21 @@ which client, what request, the expected response and the audit records it
 must leave. After the cases the daemon gets SIGTERM and must exit 0 with a
 stderr free of sanitizer reports; then the audit file is checked as a whole.
 
-Prints one line per check and a closing "integ: N passed, N failed".
-Exit 0 pass, 1 fail, 77 skip (with the reason).
+A case file without an expectation ("expect" or "expect_each"), with an empty one, or
+with a key the harness does not know (at the top, in an expectation, or an audit
+operator other than min, present, contains) is refused: a failure naming the file and
+the key. A "direct" case needs a "control" request through the proxy. When a tunnel
+case (0[12]*) ran, the daemon's relay counters (`stats`) must show splice_relays > 0,
+or, with AN_NO_SPLICE set (run.sh's rerun), copy_relays > 0 and splice_relays 0.
+
+Prints one line per check and a closing "integ: N passed, N failed, N skipped".
+Exit 0 pass, 1 fail, 77 skip (with the reason); under CI=true a missing tool or a
+caller that is not root is a failure, not a skip.
 """
 
 import argparse
 import base64
+import fnmatch
 import functools
 import hashlib
 import json
@@ -32,6 +41,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +49,7 @@ import time
 
 import reload
 from integlib import (Fatal, Procs, SANITIZER_MARKS, SKIP, Skip, add_run_args, audit_match,
-                      client_hello,
+                      case_key_errors, client_hello,
                       checked_preflight, client_env, daemon_env, free_ports, load_cases, log,
                       make_pki, netns_add, netns_del, read_audit, read_text, render_file,
                       run_and_tally, start_daemon, start_origin, stop_daemon, substitute, wait_for)
@@ -53,6 +63,11 @@ PROXY_ADDR = "127.0.0.1:8080"
 SANDBOX = "sb1"
 OTHER_SANDBOX = "sb2"
 CASE_TIMEOUT_S = 60
+# The tunnel cases (relayed CONNECT tunnels), which run.sh runs again with AN_NO_SPLICE=1.
+TUNNEL_CASES = "0[12]*"
+# How long the relay counters may take to show a worker's last figures (published at most
+# 100 ms late, docs/control.md): generous.
+STATS_WAIT_S = 5
 
 
 # ---- fixtures ---------------------------------------------------------------
@@ -178,6 +193,34 @@ def check_json(errs, resp, want, present, absent):
 SPECIAL_KEYS = {"headers", "headers_present", "headers_absent", "connect_headers", "json",
                 "json_present", "json_absent", "body_contains", "error_contains",
                 "stderr_contains"}
+# Result fields an "expect" block may compare for equality: what the clients report
+# (client.py, fetch.js, client_curl, client_check_config). Any other key is refused.
+RESULT_KEYS = {"status", "reason", "body_len", "body_sha256", "body", "trailer",
+               "connect_status", "http_version", "num_connects", "curl_exit", "results",
+               "exit", "line", "col", "eof"}
+# The keys a case file may have (cases/README.md); any other is refused.
+CASE_KEYS = {"description", "client", "url", "urls", "method", "headers", "body", "curl_args",
+             "proxy", "requests", "request", "responses", "connect", "sandbox", "shut_wr",
+             "wait_close_s", "targets", "control", "config", "config_file", "timeout_s",
+             "expect", "expect_each", "same_connection", "forwarder_connections", "audit",
+             "audit_same_conn", "closed_after_s", "elapsed_s", "leftover_hex"}
+
+
+def case_errors(case):
+    """Why this case must be refused (case_key_errors, cases/README.md), plus what a
+    client needs: a "direct" case (connects that must fail) needs its "control", a
+    request through the proxy in the same case, or it passes with the daemon down."""
+    errs = case_key_errors(os.path.join(HERE, "cases", case["name"] + ".json"), case,
+                           CASE_KEYS, SPECIAL_KEYS | RESULT_KEYS, "expect", "expect_each")
+    clients = sorted(n[len("client_"):] for n in dir(Suite) if n.startswith("client_"))
+    if case.get("client") not in clients:
+        errs.append("tests/integ/cases/%s.json: client %r, want one of %s"
+                    % (case["name"], case.get("client"), ", ".join(clients)))
+    if case.get("client") == "direct" and "control" not in case:
+        errs.append("tests/integ/cases/%s.json: a \"direct\" case needs a \"control\" "
+                    "request through the proxy (its connects fail with the daemon down too)"
+                    % case["name"])
+    return errs
 
 
 def check_response(resp, want):
@@ -391,8 +434,17 @@ class Suite:
         return out
 
     def client_direct(self, case, timeout):
+        """The direct connects, then the case's "control": the same sandbox's request
+        through the proxy (urllib), which must be served, so that the refusals are the
+        namespace's and the daemon was up and serving meanwhile. Two results: the
+        connects' and the control's."""
         got = self.run_python({"mode": "direct", "targets": case["targets"]}, timeout)
-        return [got]
+        ctl = case["control"]
+        control = self.run_python({"mode": "urllib", "url": ctl["url"],
+                                   "proxy": "http://" + PROXY_ADDR, "cafile": self.vars["ca"],
+                                   "method": ctl.get("method", "GET"), "headers": {},
+                                   "body": None, "timeout_s": timeout - 5}, timeout)
+        return [got, control]
 
     def client_check_config(self, case, timeout):
         # A secret file a case's inject rule may name ({{tmp}}/check-secret.txt, 0600).
@@ -422,6 +474,10 @@ class Suite:
 
     def run_case(self, case):
         name = case["name"]
+        refused = case_errors(case)
+        if refused:
+            self.result(name, ["refused, not run: " + e for e in refused])
+            return
         timeout = case.get("timeout_s", CASE_TIMEOUT_S)
         handler = getattr(self, "client_" + case["client"])
         self.last_extra = None
@@ -436,7 +492,7 @@ class Suite:
             self.result(name, ["harness error: %s: %s" % (type(e).__name__, e)])
             return
         errs = []
-        wants = case.get("expect_each") or [case.get("expect", {})]
+        wants = case["expect_each"] if "expect_each" in case else [case["expect"]]
         if len(results) != len(wants):
             errs.append("%d responses, want %d" % (len(results), len(wants)))
         for i, (resp, want) in enumerate(zip(results, wants)):
@@ -529,6 +585,68 @@ class Suite:
         errs = stop_daemon(self.daemon, self.daemon_err_path)
         self.result("daemon stops on SIGTERM with exit 0 and a clean stderr (%.1fs)"
                     % (time.monotonic() - t0), errs)
+
+    # ---- the relay counters -------------------------------------------------
+
+    def stats(self):
+        """The control socket's `stats` line as {key: int} (docs/control.md)."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        try:
+            s.connect(os.path.join(self.vars["sock_dir"], "control.sock"))
+            s.sendall(b"stats\n")
+            data = b""
+            while True:
+                got = s.recv(65536)
+                if not got:
+                    break
+                data += got
+        finally:
+            s.close()
+        words = data.decode().split()
+        if not words or words[0] != "ok" or len(words) % 2 != 1:
+            raise Fatal("stats: %r, want \"ok\" and key value pairs" % data[:500])
+        return {k: int(v) for k, v in zip(words[1::2], words[2::2])}
+
+    def check_relays(self, names):
+        """Which relay moved the tunnels' bytes, by the daemon's counters: with AN_NO_SPLICE
+        set (run.sh's rerun of the tunnel cases; the daemon reads the same environment)
+        the copy relay alone (copy_relays > 0, splice_relays 0); without it, splice took
+        part (splice_relays > 0). Only when a tunnel case (TUNNEL_CASES) ran; with
+        AN_NO_SPLICE set and none run, a failure: the rerun would prove nothing."""
+        no_splice = "AN_NO_SPLICE" in os.environ
+        tunnels = [n for n in names if fnmatch.fnmatch(n, TUNNEL_CASES)]
+        label = ("relay counters: AN_NO_SPLICE set, the copy relay alone moved the tunnels' "
+                 "bytes (copy_relays > 0, splice_relays 0)" if no_splice else
+                 "relay counters: the tunnels' bytes were spliced (splice_relays > 0)")
+        if not tunnels:
+            if no_splice:
+                self.result(label, ["no tunnel case (%s) ran, so nothing shows the copy relay"
+                                    % TUNNEL_CASES])
+            return
+        key = "copy_relays" if no_splice else "splice_relays"
+        deadline = time.monotonic() + STATS_WAIT_S
+        try:
+            while True:
+                got = self.stats()
+                if got.get(key, 0) > 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        except (OSError, Fatal) as e:
+            self.result(label, ["reading stats: %s" % e])
+            return
+        errs = []
+        if "splice_relays" not in got or "copy_relays" not in got:
+            errs.append("stats lacks splice_relays or copy_relays: %r" % got)
+        elif no_splice and (got["copy_relays"] == 0 or got["splice_relays"] != 0):
+            errs.append("after %d tunnel cases: copy_relays %d, splice_relays %d; want copy "
+                        "> 0 and splice 0" % (len(tunnels), got["copy_relays"],
+                                              got["splice_relays"]))
+        elif not no_splice and got["splice_relays"] == 0:
+            errs.append("after %d tunnel cases: splice_relays 0 (copy_relays %d); want > 0"
+                        % (len(tunnels), got["copy_relays"]))
+        self.result("%s: splice %s, copy %s" % (label, got.get("splice_relays"),
+                                                got.get("copy_relays")), errs)
 
     # ---- the audit file -----------------------------------------------------
 
@@ -640,8 +758,8 @@ def run_suite(suite, cases):
     log("# origin https:%d http:%d, closed tcp:%d, silent resolver udp:%d" % (
         ports["https_port"], ports["http_port"], closed_port, dns_port))
 
-    static = [c for c in cases if c["client"] == "check_config"]
-    live = [c for c in cases if c["client"] != "check_config"]
+    static = [c for c in cases if c.get("client") == "check_config"]
+    live = [c for c in cases if c.get("client") != "check_config"]
     for case in static:
         suite.run_case(substitute(case, suite.vars))
     if not live:
@@ -658,6 +776,8 @@ def run_suite(suite, cases):
             log("# agentsnetd exited %d during %s; stderr:\n%s" % (
                 suite.daemon.returncode, case["name"],
                 read_text(suite.daemon_err_path)[-4000:]))
+    if suite.daemon.poll() is None:
+        suite.check_relays([c["name"] for c in live])
     if args.cases is None and suite.daemon.poll() is None:
         reload.run(suite)  # last: it rewrites the policy file under the running daemon
     suite.procs.stop(suite.forwarder)

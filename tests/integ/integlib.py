@@ -396,7 +396,40 @@ def read_audit(path):
     return records, errs
 
 
+AUDIT_OPS = ("min", "present", "contains")
+
+
+def audit_want_errors(want):
+    """What is wrong with one audit expectation ({field: value, or {"min": n},
+    {"present": true} or {"contains": s}}): a key that would match every record, or
+    an empty one. [] when it is sound."""
+    if not isinstance(want, dict) or not want:
+        return ["audit expectation %r: want a non-empty object of record fields"
+                % (want,)]
+    errs = []
+    for key, value in want.items():
+        if not isinstance(value, dict):
+            continue
+        if not value:
+            errs.append("audit field %r: an empty operator object matches every record"
+                        % key)
+        for op in value:
+            if op not in AUDIT_OPS:
+                errs.append("audit field %r: unknown operator %r (known: %s)"
+                            % (key, op, ", ".join(AUDIT_OPS)))
+        if "present" in value and value["present"] is not True:
+            errs.append("audit field %r: \"present\" must be true, not %r"
+                        % (key, value["present"]))
+    return errs
+
+
 def audit_match(rec, want):
+    """Whether record <rec> meets <want>: each key equal, or {"min": n}, {"present":
+    true}, {"contains": s}. An expectation audit_want_errors finds fault with raises
+    ValueError: an unknown operator would otherwise match every record."""
+    errs = audit_want_errors(want)
+    if errs:
+        raise ValueError("; ".join(errs))
     for key, value in want.items():
         got = rec.get(key)
         if isinstance(value, dict):
@@ -463,11 +496,23 @@ def add_run_args(ap, netns_help):
     ap.add_argument("-v", "--verbose", action="store_true")
 
 
+def ci():
+    """Whether this is a CI run (the CI variable set, as CI services and .ci/run set it):
+    there a check that cannot run is a failure, unless the pass's documented list of
+    skips names it."""
+    return os.environ.get("CI", "") not in ("", "0", "false")
+
+
 def checked_preflight(name, preflight, args):
-    """preflight(args): None to go on, else the exit status (SKIP or 1), the reason logged."""
+    """preflight(args): None to go on, else the exit status (SKIP or 1), the reason logged.
+    Under CI (ci()) a Skip is a failure: CI installs every tool (tools/deps.sh) and runs
+    as root, so a pass that cannot run there is broken, not optional."""
     try:
         preflight(args)
     except Skip as e:
+        if ci():
+            log("%s: FAIL: skipped under CI=true, where a pass must run: %s" % (name, e))
+            return 1
         log("%s: SKIP: %s" % (name, e))
         return SKIP
     except Fatal as e:
@@ -499,9 +544,11 @@ def run_tests(t, names, needs_daemon=lambda name: True):
 
 
 def run_and_tally(name, suite, args, body, cleanup=None):
-    """Runs body() for <suite> (with .passed, .failed and .tmp): a set-up failure counts
-    as one failed test, cleanup() always runs, .tmp is kept with --keep (or on a failure
-    with -v) and removed otherwise. Returns the exit status, the tally logged."""
+    """Runs body() for <suite> (with .passed, .failed and .tmp, and .skipped, a list of
+    (check, reason), when it has one): a set-up failure counts as one failed test,
+    cleanup() always runs, .tmp is kept with --keep (or on a failure with -v) and removed
+    otherwise. Returns the exit status, the tally logged: 1 on a failure, else SKIP (77)
+    when a check was skipped (a "SKIP:" line naming each, which run.sh reports), else 0."""
     try:
         body()
     except Fatal as e:
@@ -517,11 +564,61 @@ def run_and_tally(name, suite, args, body, cleanup=None):
             log("# kept %s" % suite.tmp)
         else:
             shutil.rmtree(suite.tmp, ignore_errors=True)
+    skipped = getattr(suite, "skipped", [])
     if suite.failed == 0 and suite.passed == 0:
-        log("%s: nothing ran" % name)
+        log("%s: nothing ran%s" % (name, " (%d skipped)" % len(skipped) if skipped else ""))
         return 1
-    log("%s: %d passed, %d failed" % (name, suite.passed, suite.failed))
+    log("%s: %d passed, %d failed, %d skipped%s" % (
+        name, suite.passed, suite.failed, len(skipped),
+        " (%s)" % "; ".join("%s: %s" % s for s in skipped) if skipped else ""))
+    if skipped and not suite.failed:
+        # Not a pass: run.sh counts the pass as skipped, with this line as its reason.
+        log("%s: SKIP: %d check%s not run: %s" % (name, len(skipped), "s" * (len(skipped) > 1),
+                                                  "; ".join("%s: %s" % s for s in skipped)))
+        return SKIP
     return 1 if suite.failed else 0
+
+
+def case_key_errors(path, case, case_keys, expect_keys, expect_field="expect",
+                    each_field=None):
+    """Why the case file <path> must be refused, naming the file and the key: a key the
+    harness does not know (<case_keys>, besides "name"), no expectation at all (neither
+    <expect_field> nor <each_field> with a non-empty object), an expectation key outside
+    <expect_keys>, or an audit expectation that would match every record. A case with
+    nothing to hold its result to passes on anything, and an unknown key is a check
+    silently not made."""
+    where = os.path.relpath(path, ROOT)
+    errs = ["%s: unknown key %r" % (where, k) for k in case
+            if k != "name" and k not in case_keys]
+    wants = []
+    if each_field is not None and each_field in case:
+        if expect_field in case:
+            errs.append("%s: both %r and %r: one of them would be ignored"
+                        % (where, expect_field, each_field))
+        wants = case[each_field]
+        if not isinstance(wants, list) or not wants:
+            errs.append("%s: %r must be a non-empty list" % (where, each_field))
+            wants = []
+    elif expect_field in case:
+        wants = [case[expect_field]]
+    else:
+        errs.append("%s: no expectation (%r%s): it would pass on anything"
+                    % (where, expect_field, " or %r" % each_field if each_field else ""))
+    for i, want in enumerate(wants):
+        label = "%s[%d]" % (each_field, i) if each_field in case else expect_field
+        if not isinstance(want, dict) or not want:
+            errs.append("%s: %s is %r: an empty expectation passes on anything"
+                        % (where, label, want))
+            continue
+        errs += ["%s: %s: unknown expectation key %r" % (where, label, k) for k in want
+                 if k not in expect_keys]
+    audit = case.get("audit", [])
+    if not isinstance(audit, list):
+        errs.append("%s: \"audit\" must be a list of records" % where)
+        audit = []
+    for want in audit:
+        errs += ["%s: audit: %s" % (where, e) for e in audit_want_errors(want)]
+    return errs
 
 
 def load_cases(case_dir, pattern):

@@ -33,8 +33,19 @@ account must not gain through the daemon) in hostboundary.py.
     sandbox.py --probe JSON           (inside a sandbox: side-door probes)
     sandbox.py --host-fixtures JSON   (in the host netns: DNS, listeners)
 
-Prints one line per check and a closing "sandbox: N passed, N failed".
+Prints one line per check and a closing "sandbox: N passed, N failed, N skipped" (the
+skipped named with their reasons). A check that cannot run here (an agent CLI not
+installed) is a skip, counted there; under CI=true it is a failure, as is a missing tool
+or a caller that is not root (exit 77 elsewhere): no skip is allowed there. A pass that
+skipped a check and failed none exits 77, its "SKIP:" line naming each.
 Exit 0 pass, 1 fail, 77 skip (with the reason).
+
+A case file without "expect", or with a key the harness does not know (at the top, in
+"expect" or "outside", or an audit operator other than min, present, contains), is
+refused: a failure naming the file and the key. An exact decision count
+("audit_decisions", and the code tests' counts) is read only after an audit barrier
+(Pass.audit_barrier: marker requests through the parked sandbox whose records must
+appear), so a 0 cannot be read before the audit writer could have flushed.
 """
 
 import argparse
@@ -66,7 +77,7 @@ import traceback
 from containment import ContainmentTests
 from hostboundary import HostBoundaryTests
 from integlib import (Fatal, Procs, SKIP, Skip, add_run_args, agent_dir, audit_match,
-                      checked_preflight, pass_tmp,
+                      case_key_errors, checked_preflight, ci, pass_tmp,
                       client_env, free_ports, load_cases, log, make_leaf, make_pki, netns_add,
                       netns_del, read_audit, read_text, render_file, run, run_and_tally,
                       sanitizer_marks, start_daemon, start_origin, stop_daemon, substitute,
@@ -444,6 +455,19 @@ class Pass:
         self.base_ns = {}
         self.daemon = None
         self.ca_args = []
+        self.skipped = []  # (check, reason) of each check that could not run here
+        self.barriers = 0  # audit barriers made (audit_barrier)
+
+    def skip(self, name, why, allowed=()):
+        """Check <name> cannot run here, for reason <why>: counted in the summary's
+        skipped. Under CI (integlib.ci()) a failure instead, unless <name> is one of
+        <allowed>, the checks the pass's docstring lists as skips allowed there."""
+        if ci() and name not in allowed:
+            self.result(name, ["not run under CI=true, where a skip is a failure unless "
+                               "documented: " + why])
+            return
+        self.skipped.append((name, why))
+        log("# skip - %s: %s" % (name, why))
 
     def result(self, name, errs, detail=None):
         if errs:
@@ -632,8 +656,43 @@ class Pass:
         return [r for r in records if r.get("sandbox") == sandbox and
                 r.get("event") == "decision"]
 
+    def audit_barrier(self):
+        """Proof that the audit writer has written every record decided before this call:
+        two marker requests, one after the other, each a plain GET through the parked
+        sandbox's socket (it-parked) with a path of its own, whose decision record must
+        appear. The writer drains every worker's ring in one pass, then writes
+        (core/audit.c): once the first marker is in the file, the pass that wrote it is
+        over, and the second marker's record is written after a whole pass that began
+        later, so after every record enqueued before the call. Returns what went wrong
+        ([] when the barrier held)."""
+        errs = []
+        sock = self.vars["parked_sock"]
+        port = self.vars["http_port"]
+        for _ in range(2):
+            self.barriers += 1
+            path = "/small.json?audit-barrier=%d-%d" % (os.getpid(), self.barriers)
+            req = ("GET http://origin.test:%d%s HTTP/1.1\r\nHost: origin.test:%d\r\n"
+                   "Connection: close\r\n\r\n" % (port, path, port)).encode()
+            answer = unix_exchange(sock, req)
+            if not answer.startswith(b"HTTP/1.1 200 "):
+                return ["audit barrier: the marker request %s through %s: %r"
+                        % (path, sock, answer[:300])]
+
+            def written(path=path):
+                return any(r.get("path") == path for r in self.decisions("it-parked"))
+            try:
+                wait_for(written, AUDIT_WAIT_S, "the marker's record")
+            except Fatal:
+                errs.append("audit barrier: no decision record of the marker request %s "
+                            "within %ds, so nothing shows the writer has caught up"
+                            % (path, AUDIT_WAIT_S))
+                return errs
+        return errs
+
     def check_audit(self, sandbox, wants, count):
-        """Every want matched by a decision record of <sandbox>; exactly <count> of them."""
+        """Every want matched by a decision record of <sandbox>; exactly <count> of them,
+        counted once audit_barrier shows every record decided so far is written (so a 0,
+        or any count, is not read before the writer could have flushed)."""
         def done():
             got = self.decisions(sandbox)
             return all(any(audit_match(r, w) for r in got) for w in wants) and \
@@ -642,9 +701,10 @@ class Pass:
             wait_for(done, AUDIT_WAIT_S, "audit records")
         except Fatal:
             pass
+        errs = self.audit_barrier() if count is not None else []
         got = self.decisions(sandbox)
-        errs = ["audit: no decision record of %s matches %s" % (sandbox, json.dumps(w))
-                for w in wants if not any(audit_match(r, w) for r in got)]
+        errs += ["audit: no decision record of %s matches %s" % (sandbox, json.dumps(w))
+                 for w in wants if not any(audit_match(r, w) for r in got)]
         if count is not None and len(got) != count:
             errs.append("audit: %d decision records for %s, want %d: %s" % (
                 len(got), sandbox, count, json.dumps(got)[:1500]))
@@ -669,9 +729,13 @@ class Pass:
 
     def run_case(self, case):
         name = case["name"]
+        refused = case_errors(case)
+        if refused:
+            self.result(name, ["refused, not run: " + e for e in refused])
+            return
         t0 = time.monotonic()
         sandbox = self.sandbox_id(name.split("-", 1)[-1])
-        want = case.get("expect", {})
+        want = case["expect"]
         if "probe" in case:
             case["command"] = ["python3", self.vars["sandbox_py"], "--probe",
                                json.dumps(case["probe"])]
@@ -694,6 +758,35 @@ class Pass:
         self.result("%s (%.1fs)" % (name, time.monotonic() - t0), errs, detail)
         if self.args.verbose and not errs:
             log("    %s" % detail.replace("\n", "\n    ")[:1500])
+
+
+# The keys of a case file (sandbox-cases/README.md) and of its "expect" and "outside"
+# blocks (check_output): any other is refused, as is a case without "expect".
+CASE_KEYS = {"description", "command", "probe", "run_args", "env", "expect", "audit",
+             "audit_decisions", "outside", "outside_command"}
+EXPECT_KEYS = {"exit", "exit_not", "stdout_sha256", "stdout_contains", "stdout_lacks",
+               "stdout_count", "stderr_contains", "env", "env_same", "results", "results_not",
+               "results_lacks"}
+
+
+def case_errors(case):
+    """Why a case file must be refused (integlib.case_key_errors), naming the file and the
+    key; its control ("outside") is held to the same keys, and it needs a command."""
+    path = os.path.join(CASE_DIR, case["name"] + ".json")
+    errs = case_key_errors(path, case, CASE_KEYS, EXPECT_KEYS)
+    where = os.path.relpath(path, ROOT)
+    if "outside" in case:
+        out = case["outside"]
+        if not isinstance(out, dict) or not out:
+            errs.append("%s: outside is %r: an empty control passes on anything" % (where, out))
+        else:
+            errs += ["%s: outside: unknown expectation key %r" % (where, k) for k in out
+                     if k not in EXPECT_KEYS]
+    if ("command" in case) == ("probe" in case):
+        errs.append("%s: want exactly one of \"command\" and \"probe\"" % where)
+    if "audit_decisions" in case and not isinstance(case["audit_decisions"], int):
+        errs.append("%s: audit_decisions %r is not a number" % (where, case["audit_decisions"]))
+    return errs
 
 
 def check_output(where, rc, out, err, want):
@@ -819,6 +912,30 @@ require('node:https').get(process.argv[1], (r) => {
   r.on('end', () => console.log('status', r.statusCode, h.digest('hex')));
 }).on('error', (e) => { console.log('error', e.code || String(e)); process.exitCode = 1; });
 """
+# The control of the Node 20 cases: the same runtime told to use the proxy, with nothing
+# but its core modules (no undici): a CONNECT to $HTTPS_PROXY for argv[1]'s host and port,
+# then https.get over that tunnel (the CA from NODE_EXTRA_CA_CERTS, as for any TLS).
+# Prints "status N SHA256", or "error CODE" (exit 1) when the proxy path fails.
+CONNECT_GET_JS = """
+const crypto = require('node:crypto');
+const http = require('node:http');
+const https = require('node:https');
+const tls = require('node:tls');
+const fail = (e) => { console.log('error', e.code || String(e)); process.exitCode = 1; };
+const u = new URL(process.argv[1]);
+const p = new URL(process.env.HTTPS_PROXY);
+http.request({host: p.hostname, port: p.port, method: 'CONNECT', path: u.host,
+              headers: {host: u.host}, timeout: 15000})
+  .on('connect', (res, sock) => {
+    if (res.statusCode !== 200) { sock.destroy(); return fail('CONNECT_' + res.statusCode); }
+    https.get(u, {createConnection: () => tls.connect({socket: sock, servername: u.hostname})},
+      (r) => {
+        const h = crypto.createHash('sha256');
+        r.on('data', (d) => h.update(d));
+        r.on('end', () => console.log('status', r.statusCode, h.digest('hex')));
+      }).on('error', fail);
+  }).on('error', fail).on('timeout', function () { this.destroy(new Error('timeout')); }).end();
+"""
 URLLIB_PY = """
 import hashlib, sys, urllib.request
 body = urllib.request.urlopen(sys.argv[1], timeout=15).read()
@@ -835,6 +952,7 @@ def js_vars(undici):
                 "OPTS", "{dispatcher: new EnvHttpProxyAgent(), signal: "
                 "AbortSignal.timeout(15000)}")),
         "https_get_js": HTTPS_GET_JS,
+        "connect_get_js": CONNECT_GET_JS,
         "urllib_py": URLLIB_PY,
     }
 
@@ -2316,14 +2434,10 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                    % agent_cli_version(), agent_cli)
 
     def agent_cli_absent(self, title, why):
-        """Harness <title> is not installed: a skip, said so; under CI (the CI variable set,
-        as CI services and .ci/run set it), where tools/deps.sh installed tests/integ/node
-        from its lock, a failure."""
-        if os.environ.get("CI", "") not in ("", "0", "false"):
-            self.result("agent cli: %s through the inject tier" % title,
-                        ["not run under CI: " + why])
-        else:
-            log("# skip - agent cli through the inject tier: %s" % why)
+        """Harness <title> is not installed: a skip, counted in the summary (Pass.skip);
+        under CI (the CI variable set, as CI services and .ci/run set it), where
+        tools/deps.sh installed tests/integ/node from its lock, a failure."""
+        self.skip("agent cli: %s through the inject tier" % title, why)
 
     def agent_clis_missing(self, name):
         """Why t_agent_cli_<name> cannot run here (Node 24 or the CLI not installed), or
