@@ -152,12 +152,19 @@ def schema_instance(schema):
     return None
 
 
+def private_log(path, mode):
+    """<path> opened to append (<mode> "a" text, "ab" bytes), made 0600 if new: the logs
+    hold what the origin received, the inject tier's real secret among it, and a sandbox
+    sees the host's filesystem, so they are root's alone."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return open(fd, mode, encoding=None if "b" in mode else "utf-8")
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "agentsnet-integ-origin"
 
     def log_message(self, fmt, *args):
-        with LOG_LOCK, open(self.server.log_path, "a", encoding="utf-8") as f:
+        with LOG_LOCK, private_log(self.server.log_path, "a") as f:
             f.write("%s %s %s\n" % (self.server.name, self.address_string(), fmt % args))
 
     def read_body(self):
@@ -426,7 +433,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         }
         out = json.dumps(doc, sort_keys=True).encode("utf-8")
         # What the origin received, for the tests that check what reached it.
-        with LOG_LOCK, open(os.path.join(self.server.fixture_dir, "echo.log"), "ab") as f:
+        with LOG_LOCK, private_log(os.path.join(self.server.fixture_dir, "echo.log"),
+                                       "ab") as f:
             f.write(out + b"\n")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -654,8 +662,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             self.answer_model(api, key, path, body)
         finally:
-            with LOG_LOCK, open(os.path.join(self.server.fixture_dir, "model.log"), "a",
-                                encoding="utf-8") as f:
+            with LOG_LOCK, private_log(os.path.join(self.server.fixture_dir, "model.log"),
+                                           "a") as f:
                 f.write("%s %s %s key=%s status=%s body=%d/%s end=%s stream=%d\n" % (
                     self.server.name, self.command, path, key, self.answered, len(body),
                     self.headers.get("Content-Length", "-"), self.ended, self.streamed))
@@ -708,8 +716,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         # After a peer's reset the socket is CLOSE (7); after its FIN, CLOSE_WAIT (8).
         state = self.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
         how = "reset" if state == 7 else "eof" if state == 8 else "state %d" % state
-        with LOG_LOCK, open(os.path.join(self.server.fixture_dir, "slow-read.log"), "a",
-                            encoding="utf-8") as f:
+        with LOG_LOCK, private_log(os.path.join(self.server.fixture_dir, "slow-read.log"),
+                                       "a") as f:
             f.write(how + "\n")
         self.close_connection = True
 
@@ -726,8 +734,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with LOG_LOCK:
             first = seq not in self.server.hook_seen
             self.server.hook_seen.add(seq)
-            with open(os.path.join(self.server.fixture_dir, "webhook.log"), "a",
-                      encoding="utf-8") as f:
+            with private_log(os.path.join(self.server.fixture_dir, "webhook.log"), "a") as f:
                 f.write(json.dumps({"t": time.time(), "answered": 503 if first else 204,
                                     "authorization": self.headers.get("Authorization"),
                                     "content_type": self.headers.get("Content-Type"),
@@ -818,14 +825,14 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             try:
                 request = self.tls_ctx.wrap_socket(request, server_side=True)
             except (ssl.SSLError, OSError) as e:
-                with LOG_LOCK, open(self.log_path, "a", encoding="utf-8") as f:
+                with LOG_LOCK, private_log(self.log_path, "a") as f:
                     f.write("%s %s tls handshake failed: %s\n" % (self.name, client_address, e))
                 return
             request.settimeout(None)
         self.RequestHandlerClass(request, client_address, self)
 
     def handle_error(self, request, client_address):
-        with LOG_LOCK, open(self.log_path, "a", encoding="utf-8") as f:
+        with LOG_LOCK, private_log(self.log_path, "a") as f:
             f.write("%s %s error: %r\n" % (self.name, client_address, sys.exc_info()[1]))
 
 

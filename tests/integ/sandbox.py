@@ -101,7 +101,8 @@ STATS_KEYS = ["workers", "conns", "accepted", "refused_overload", "requests", "d
               "leaf_mints", "audit_written", "audit_dropped", "misdirected", "audit_lost",
               "audit_failing", "webhook_delivered", "webhook_failed", "webhook_dropped"]
 # The alert webhook's Authorization value (daemon.alert_webhook.authorization_file).
-WEBHOOK_AUTHORIZATION = "Bearer it-webhook-token-7f3a"
+# Made anew each run, as INJECT_SECRET is.
+WEBHOOK_AUTHORIZATION = "Bearer it-webhook-token-" + os.urandom(4).hex()
 # The well-behaved agent of t_calm: for CALM_MIN_S, requests to its allowed host (one
 # every CALM_GAP_S after the last; at least CALM_REQUESTS in all) and, every
 # CALM_MISTAKE_EVERY of them, CALM_MISTAKES in all, one to a host it may not reach.
@@ -2251,6 +2252,56 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                    "webhook within %d s through a 503; with quarantine the upload is refused "
                    "in-band" % (EXFIL_NAMES, ALERT_WITHIN_S), exfiltration)
 
+    def t_secrets_unseen(self):
+        """Every secret the pass uses (the inject rule's, the webhook's Authorization) is
+        out of the agent's reach, probed from inside `agentsnet run` after the tests that
+        put them in files and logs (inject, agent_cli, exfiltration): no file the agent
+        can read holds one (every readable regular file under the pass's directory, /etc,
+        /run, /var, /root, /home and the agent's home, listed by the agent and read by the
+        harness), nor its environment, nor any process's environ or cmdline it can read.
+        The agent is never told a secret: it lists and dumps, the harness looks."""
+        secrets = {"the inject secret": INJECT_SECRET.encode(),
+                   "the webhook token": WEBHOOK_AUTHORIZATION.split()[-1].encode()}
+        roots = [self.vars["tmp"], "/etc", "/run", "/var", "/root", "/home", "$HOME"]
+        script = ("for d in %s; do find \"$d\" -xdev -type f -readable 2>/dev/null; done | "
+                  "sed 's/^/readable /'; env; "
+                  "for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null; done | "
+                  "tr '\\0' '\\n'" % " ".join(roots))
+
+        def probe():
+            a = self.agent(["sh", "-c", script])
+            errs = self.leftovers(a)
+            out = a.stdout().encode("utf-8", "surrogateescape")
+            files = [line[len("readable "):] for line in a.stdout().splitlines()
+                     if line.startswith("readable ")]
+            if a.rc != 0 or not any(f.startswith(self.vars["tmp"]) for f in files):
+                errs.append("the probe exited %s and listed %d files, none of the pass's: %r"
+                            % (a.rc, len(files), a.stderr()[-600:]))
+            for what, secret in secrets.items():
+                if secret in out:
+                    errs.append("%s is in the agent's environment or a process it can read"
+                                % what)
+            private = ("/tmp/", "/var/tmp/", "/dev/shm/")  # the sandbox's own instances
+            held = []
+            for path in files:
+                if path.startswith(private) or not os.path.isfile(path):
+                    continue
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read(64 << 20)
+                except OSError:
+                    continue
+                held += ["%s holds %s" % (path, what) for what, secret in secrets.items()
+                         if secret in data]
+            errs += ["the agent can read a file that holds a secret: " + h for h in held]
+            log("# secrets probe: %d readable files listed, %d checked" % (
+                len(files), len([f for f in files if not f.startswith(private)])))
+            return errs
+
+        self.timed("no secret the pass uses is within the agent's reach: no file it can "
+                   "read (the fixtures' logs included), nor any environment or command line "
+                   "it can see", probe)
+
     def t_misdirected(self):
         """A placeholder sent where its rule does not send it (issue 17 item 7): the
         default profile's inject placeholder in a header or the query of a plain request to
@@ -2868,7 +2919,9 @@ def stats_traffic(t, path):
     return errs
 
 
-INJECT_SECRET = "sk-real-secret-never-in-the-sandbox-5f0c9e"
+# Made anew each run, so that no file of the tree (this one is copied where the agents
+# read it) holds the secret: 42 characters, as the masked answers' asterisks count.
+INJECT_SECRET = "sk-real-secret-never-in-the-sandbox-" + os.urandom(3).hex()
 HOLD_SAMPLES = 8  # per kind of tail in t_inject's check of the masker's hold
 INJECT_PLACEHOLDER = "agentsnet-placeholder-0001"
 
@@ -3422,7 +3475,8 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "unprivileged", "identity", "limits", "rule_limits", "fake", "inject", "agent_cli",
          "agent_cli_claude", "agent_cli_codex", "agent_cli_gemini",
          "density", "daemon_restart", "upgrade", "daemon_stopped", "ingress", "stats", "calm", "env", "pty",
-         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "root_races", "proc_host_wide", "misdirected", "exfiltration"]
+         "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "root_races", "proc_host_wide", "misdirected", "exfiltration",
+         "secrets_unseen"]
 
 
 def preflight(args):
