@@ -5,7 +5,12 @@
 # public requests through the gateway to servers in such sandboxes), the
 # fairness pass and the adversarial pass (tests/adversarial/run.py: hostile
 # bytes, each against the safe behaviour it must meet).
-# Exit 0 pass, 1 fail, 77 skip (the reason is printed).
+# Exit 0 pass, 1 fail, 77 skip (the reason is printed). A pass that exits 77
+# is counted as skipped, never as passed: the run ends with a summary of every
+# pass's result, "integ: passes: integ PASS, sandbox SKIP, ...; skipped:
+# sandbox (<reason>)", the reason being the pass's last "SKIP:" line. Any
+# failure or timeout makes the run exit 1; else any skip makes it exit 77.
+# With CI=true (.ci/run) a skip fails the run (docs/testing.md, "Skips").
 #
 #   tests/integ/run.sh [integ.py options, e.g. --cases '04*' -v --keep]
 #
@@ -38,58 +43,125 @@ cd "$(dirname "$0")/../.."
 daemon=${AGENTSNETD:-build/san/agentsnetd}
 limit=${AN_INTEG_TIMEOUT_S:-900}
 ns="agentsnet-it-$$"
+rc=0
+results=""
+skipped=""
+
+# Appends <text> to the list in the variable named <var>, comma-separated.
+append() {
+	eval "cur=\${$1}"
+	if [ -z "$cur" ]; then
+		eval "$1=\$2"
+	else
+		eval "$1=\"\$cur, \$2\""
+	fi
+}
+
+# The final line: every pass's result and every skip with its reason.
+summary() {
+	echo "integ: passes: ${results:-none run}; skipped: ${skipped:-none}"
+}
+
+# Counts pass <name> as skipped for <why>; with CI=true a skip fails the run.
+skip() {
+	append skipped "$1 ($2)"
+	if [ "${CI:-}" = true ]; then
+		echo "integ: FAIL: $1 skipped with CI=true ($2): no integration skip is allowed in CI"
+		rc=1
+	elif [ $rc -eq 0 ]; then
+		rc=77
+	fi
+}
+
+# Counts pass <name>'s exit status <st> (its output in <log>): PASS, SKIP, TIMEOUT or FAIL.
+record() {
+	case $2 in
+	0) append results "$1 PASS" ;;
+	77)
+		append results "$1 SKIP"
+		why=$(grep 'SKIP' "$3" | tail -n 1)
+		if [ -z "$why" ]; then
+			why="no reason printed: $(tail -n 1 "$3")"
+		fi
+		skip "$1" "${why#*SKIP: }"
+		;;
+	124 | 137)
+		append results "$1 TIMEOUT"
+		echo "integ: FAIL: $1 pass timed out"
+		rc=1
+		;;
+	*)
+		append results "$1 FAIL (exit $2)"
+		rc=1
+		;;
+	esac
+}
+
+# The run itself cannot start: counted as the skip of pass "run.sh".
+cannot_run() {
+	echo "integ: SKIP: $1"
+	skip run.sh "$1"
+	summary
+	exit $rc
+}
 
 if [ "$(id -u)" -ne 0 ]; then
-	echo "integ: SKIP: network namespaces need root"
-	exit 77
+	cannot_run "network namespaces need root"
 fi
 for tool in ip python3 timeout; do
 	if ! command -v "$tool" >/dev/null 2>&1; then
-		echo "integ: SKIP: $tool is not installed"
-		exit 77
+		cannot_run "$tool is not installed"
 	fi
 done
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-	echo "integ: SKIP: python3 >= 3.11 needed"
-	exit 77
+	cannot_run "python3 >= 3.11 needed"
 fi
 
+logs=$(mktemp -d /tmp/agentsnet-integ-logs.XXXXXX)
 cleanup() {
 	ip netns del "$ns" 2>/dev/null
 	ip netns del "$ns-up" 2>/dev/null
-	rm -rf "/etc/netns/$ns" "/run/$ns" "/run/$ns-dbus"
+	rm -rf "/etc/netns/$ns" "/run/$ns" "/run/$ns-dbus" "$logs"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
-timeout --kill-after=15 "$limit" python3 -u tests/integ/integ.py --daemon "$daemon" \
-	--netns "$ns" "$@"
-rc=$?
+# Runs pass <name>'s command (the rest of the arguments), its output shown as it comes and
+# kept in $logs/<name>.log (a skip's reason is read there), then counts its exit status.
+run_logged() {
+	name=$1
+	shift
+	{
+		"$@"
+		echo $? >"$logs/$name.rc"
+	} 2>&1 | tee "$logs/$name.log"
+	record "$name" "$(cat "$logs/$name.rc" 2>/dev/null || echo 1)" "$logs/$name.log"
+}
+
+run_logged integ timeout --kill-after=15 "$limit" python3 -u tests/integ/integ.py \
+	--daemon "$daemon" --netns "$ns" "$@"
 # The copy relay with splice switched off (the kill switch of the fast path):
 # the tunnel cases again, bytes checked by sha256 both ways.
 if [ $rc -eq 0 ] && [ $# -eq 0 ]; then
 	echo "integ: tunnel cases again with AN_NO_SPLICE=1 (copy relay)"
-	AN_NO_SPLICE=1 timeout --kill-after=15 "$limit" python3 -u tests/integ/integ.py \
-		--daemon "$daemon" --netns "$ns" --cases '0[12]*'
-	rc=$?
+	run_logged no-splice env AN_NO_SPLICE=1 timeout --kill-after=15 "$limit" python3 -u \
+		tests/integ/integ.py --daemon "$daemon" --netns "$ns" --cases '0[12]*'
+elif [ $# -eq 0 ]; then
+	append results "no-splice NOT RUN (integ did not pass)"
 fi
-# A pass of its own: <name> <script> <timeout in s>. A timeout or a failure
-# (anything but 0, or 77 for a skip) makes the run fail.
+# A pass of its own: <name> <script> <timeout in s>. A timeout or a failure makes the run
+# fail; a skip (77) is counted as one (and fails the run with CI=true).
 run_pass() {
 	echo "integ: $1 pass (tests/integ/$2)"
-	timeout --kill-after=15 "$3" python3 -u "tests/integ/$2" --daemon "$daemon" --netns "$ns"
-	case $? in
-	0 | 77) ;;
-	124 | 137) echo "integ: FAIL: $1 pass timed out" && rc=1 ;;
-	*) rc=1 ;;
-	esac
+	run_logged "$1" timeout --kill-after=15 "$3" python3 -u "tests/integ/$2" \
+		--daemon "$daemon" --netns "$ns"
 }
 # The sandbox pass reuses the names: its host namespace is "$ns", its daemon's
 # socket directory /run/$ns (both removed by cleanup above). The ingress pass
 # (public requests through the gateway to servers in `agentsnet run`
 # sandboxes) reuses them too.
 if [ $# -eq 0 ]; then
-	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-300}"
+	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-420}"
 	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
 	run_pass fairness fairness.py "${AN_FAIRNESS_TIMEOUT_S:-60}"
 	run_pass faults faults.py "${AN_FAULTS_TIMEOUT_S:-90}"
@@ -97,17 +169,8 @@ if [ $# -eq 0 ]; then
 	run_pass deploy deploy.py "${AN_DEPLOY_TIMEOUT_S:-60}"
 	run_pass presets presets.py "${AN_PRESETS_TIMEOUT_S:-120}"
 	run_pass walkthrough walkthrough.py "${AN_WALKTHROUGH_TIMEOUT_S:-180}"
+	run_pass docsamples docsamples.py "${AN_DOCSAMPLES_TIMEOUT_S:-60}"
 	run_pass adversarial ../adversarial/run.py "${AN_ADVERSARIAL_TIMEOUT_S:-120}"
 fi
-case $rc in
-0 | 1 | 77) ;;
-124 | 137)
-	echo "integ: FAIL: global timeout of ${limit}s"
-	rc=1
-	;;
-*)
-	echo "integ: FAIL: integ.py exited $rc"
-	rc=1
-	;;
-esac
+summary
 exit $rc

@@ -1,13 +1,26 @@
 /*
  * What every libcheck suite's main() shares: run the suite, turn the result
  * into an exit status (tests/run-unit.sh reads only that). And the helpers
- * more than one suite needs: probing a tool, reading a whole file, and guard
- * areas for parsers and writers that must stay inside their bounds.
+ * more than one suite needs: recording a skip, probing a tool, reading a whole
+ * file, and guard areas for parsers and writers that must stay inside their
+ * bounds.
+ *
+ * A skip is never silent. libcheck knows only pass and fail, so a test that
+ * cannot run (all or part of its checks) here calls unit_skip() and returns:
+ * the skip is printed ("SKIP: <test>: <why>") and appended to the file named
+ * by $AN_UNIT_SKIP_FILE, which tests/run-unit.sh sets, counts and prints in
+ * its summary; with CI=true, a skip that is not on the allowlist in
+ * docs/testing.md ("Skips") fails the run. A bare `printf("skip...")` and
+ * `return` is what this replaces: run-unit.sh fails a log that holds one.
  */
 #ifndef AN_TESTS_UNIT_UNIT_H
 #define AN_TESTS_UNIT_UNIT_H
 
 #include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +28,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/pool.h"
@@ -22,7 +36,73 @@
 /* main()'s status for a suite that cannot run here (tests/run-unit.sh: skipped). */
 #define UNIT_SKIP 77
 
-/* Whether the shell command <probe> succeeds; prints "skip: <why>" when it does not. */
+/* The environment variable naming the file each skip is appended to (one line each). */
+#define UNIT_SKIP_FILE_ENV "AN_UNIT_SKIP_FILE"
+
+/* How long a skip's line may be; a longer reason is cut, never split. */
+#define UNIT_SKIP_LINE_BYTES_MAX 512u
+
+/*
+ * Records that <test> skips (the rest of) its checks for the reason <fmt>,
+ * <ap>: prints "SKIP: <test>: <why>" on stderr and appends the same line, with
+ * one write (O_APPEND: whole lines even from the suite's forked children), to
+ * the file named by $AN_UNIT_SKIP_FILE when it is set. A failure to record
+ * aborts (a failed test, or a crashed suite from main()): a skip that no one
+ * can count must not pass. No ck_assert here: main() may call it too.
+ */
+static inline void unit_skip_record(const char *test, const char *fmt, va_list ap)
+{
+	char why[UNIT_SKIP_LINE_BYTES_MAX], line[UNIT_SKIP_LINE_BYTES_MAX + 64];
+
+	vsnprintf(why, sizeof(why), fmt, ap);
+	for (char *c = why; *c != '\0'; c++) {
+		if (*c == '\n')
+			*c = ' ';
+	}
+	int n = snprintf(line, sizeof(line), "SKIP: %s: %s\n", test, why);
+	if (n <= 0)
+		abort();
+	size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+	line[len - 1] = '\n';
+	fputs(line, stderr);
+	const char *path = getenv(UNIT_SKIP_FILE_ENV);
+	if (path == NULL || path[0] == '\0')
+		return;
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd == -1 || write(fd, line, len) != (ssize_t)len || close(fd) == -1) {
+		fprintf(stderr, "cannot record a skip in %s: %s\n", path, strerror(errno));
+		abort();
+	}
+}
+
+/*
+ * Records that the running test skips (the rest of) its checks, for the
+ * reason <fmt> (printf-style, no newline): see unit_skip_record(). The caller
+ * returns right after. Returns true, so that a helper can say
+ * `return !unit_skip(...)` for "go on or not".
+ */
+__attribute__((format(printf, 1, 2))) static inline bool unit_skip(const char *fmt, ...)
+{
+	va_list ap;
+	const char *test = tcase_name();
+
+	va_start(ap, fmt);
+	unit_skip_record(test != NULL ? test : "(suite)", fmt, ap);
+	va_end(ap);
+	return true;
+}
+
+/* Records that the whole suite skips, from main() before unit_run(), for the reason <fmt>. */
+__attribute__((format(printf, 1, 2))) static inline void unit_suite_skip(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	unit_skip_record("(suite)", fmt, ap);
+	va_end(ap);
+}
+
+/* Whether the shell command <probe> succeeds; records the suite's skip for <why> when not. */
 static inline bool unit_can(const char *probe, const char *why)
 {
 	char cmd[512];
@@ -30,8 +110,28 @@ static inline bool unit_can(const char *probe, const char *why)
 	snprintf(cmd, sizeof(cmd), "%s >/dev/null 2>&1", probe);
 	if (system(cmd) == 0)
 		return true;
-	printf("skip: %s\n", why);
+	unit_suite_skip("%s", why);
 	return false;
+}
+
+/*
+ * Drops (<on> false) or gives back (<on> true, when permitted) the effective
+ * CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH of the calling thread, so that a
+ * check of "an unreadable file is refused" runs as root too, instead of being
+ * left out because root reads everything. Unprivileged, it changes nothing.
+ */
+static inline void unit_dac_override(bool on)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+	const uint32_t bits = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
+
+	ck_assert_int_eq(syscall(SYS_capget, &hdr, data), 0);
+	if (on)
+		data[0].effective |= bits & data[0].permitted;
+	else
+		data[0].effective &= ~bits;
+	ck_assert_int_eq(syscall(SYS_capset, &hdr, data), 0);
 }
 
 /*

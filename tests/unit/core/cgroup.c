@@ -22,7 +22,7 @@
  * Every cgroup is named agentsnet/unit-<pid>-<test>; main() removes any a
  * failed test left, and fails if a passing one left any.
  *
- * Skipped (each returns early and prints "skip: ..."): the twelve real tests
+ * Skipped (each records it with unit_skip() and returns): the twelve real tests
  * when not root or when the host has no cgroup hierarchy; real_v2_files on a
  * v1 host, so 1 of 24 on this project's test machine (v1 hybrid, its v2 tree
  * has no controller); real_v1_files, real_v1_nested and
@@ -506,11 +506,11 @@ static bool real_ready(void)
 	const struct cgroup_req rq = { .err = err, .err_len = sizeof(err) };
 
 	if (geteuid() != 0) {
-		printf("skip: real cgroups need root\n");
+		unit_skip("real cgroups need root");
 		return false;
 	}
 	if (cgroup_detect(CGROUP_ROOT_DEFAULT, base, sizeof(base), &rq) < 0) {
-		printf("skip: real cgroups: %s\n", err);
+		unit_skip("real cgroups: %s", err);
 		return false;
 	}
 	return true;
@@ -703,7 +703,7 @@ START_TEST(real_v1_files)
 	if (!real_ready())
 		return;
 	if (real_version() != 1) {
-		printf("skip: real_v1_files: the host's cgroups are v2\n");
+		unit_skip("the host's cgroups are v2");
 		return;
 	}
 	real_create(&cg, "v1", 8, 64 * MIB);
@@ -723,7 +723,7 @@ START_TEST(real_v2_files)
 		return;
 	/* This machine (v1 hybrid, no controller in its v2 tree) always skips here. */
 	if (real_version() != 2) {
-		printf("skip: real_v2_files: the host's cgroups are v1\n");
+		unit_skip("the host's cgroups are v1");
 		return;
 	}
 	real_create(&cg, "v2", 8, 64 * MIB);
@@ -943,8 +943,10 @@ START_TEST(real_v1_nested)
 	struct cgroup_sandbox outer;
 	char id[64], err[512], want[PATH_MAX + 128];
 
-	if (!real_ready() || real_version() != 1) {
-		printf("skip: real_v1_nested: the host's cgroups are not v1\n");
+	if (!real_ready())
+		return;
+	if (real_version() != 1) {
+		unit_skip("the host's cgroups are v2");
 		return;
 	}
 	real_create(&outer, "outer", 64, 0);
@@ -976,8 +978,10 @@ START_TEST(real_v1_nested_under_another)
 	char id[64], err[512], want[PATH_MAX + 128];
 	int release;
 
-	if (!real_ready() || real_version() != 1) {
-		printf("skip: real_v1_nested_under_another: the host's cgroups are not v1\n");
+	if (!real_ready())
+		return;
+	if (real_version() != 1) {
+		unit_skip("the host's cgroups are v2");
 		return;
 	}
 	real_create(&outer, "outer2", 64, 0);

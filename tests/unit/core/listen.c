@@ -15,7 +15,7 @@
  * another uid's or writable by others, and kept when it is ours. The
  * directories above the socket directory: refused when another uid's or
  * writable by others without the sticky bit.
- * The uid and group cases need root (skipped otherwise, printing "skip: ...").
+ * The uid and group cases need root (skipped otherwise, unit_skip() recording why).
  */
 #include "../../../core/listen.c"
 
@@ -71,7 +71,7 @@ START_TEST(dir_refused)
 	ck_assert_int_eq(symlink(path, link), 0);
 	ck_assert_int_lt(engine_dir_secure(link, 0755), 0);
 	if (geteuid() != 0) {
-		fprintf(stderr, "skip: dir_refused's other-uid case needs root\n");
+		unit_skip("its other-uid case needs root");
 		return;
 	}
 	ck_assert_int_eq(chown(path, 65534, 65534), 0);
@@ -117,7 +117,7 @@ START_TEST(socket_made_with_its_mode)
 	umask(old);
 	ck_assert_uint_eq(seen_umask, 077);
 	if (geteuid() != 0) {
-		fprintf(stderr, "skip: socket_made_with_its_mode's group case needs root\n");
+		unit_skip("its group case needs root");
 		return;
 	}
 	/* An agent's: its uid's, 0600 (bind makes it the daemon's, then lchown). */
@@ -156,7 +156,7 @@ START_TEST(ancestors_checked)
 	ck_assert_int_eq(chmod(a, 0755), 0);
 	ck_assert_int_eq(engine_dir_ancestors_secure("relative/x"), -EINVAL);
 	if (geteuid() != 0) {
-		fprintf(stderr, "skip: ancestors_checked's other-owner case needs root\n");
+		unit_skip("its other-owner case needs root");
 		return;
 	}
 	ck_assert_int_eq(chown(a, 65534, 65534), 0);
@@ -195,7 +195,7 @@ START_TEST(sandbox_dir_fresh_or_kept)
 	ck_assert_int_eq(sandbox_dir_make(sock_dir, "box", false, d), -EPERM);
 	ck_assert_int_eq(chmod(d, 0755), 0);
 	if (geteuid() != 0) {
-		fprintf(stderr, "skip: sandbox_dir_fresh_or_kept's other-uid case needs root\n");
+		unit_skip("its other-uid case needs root");
 		return;
 	}
 	ck_assert_int_eq(chown(d, 65534, 65534), 0);

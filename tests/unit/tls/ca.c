@@ -255,7 +255,7 @@ START_TEST(test_load_key_file_mode)
 	struct tls_ca *ca = load_ok(ca_pem, ca_key, 7);
 	tls_ca_free(&ca);
 	if (geteuid() != 0) {
-		fprintf(stderr, "skip: test_load_key_file_mode's other-owner case needs root\n");
+		unit_skip("its other-owner case needs root");
 		return;
 	}
 	ck_assert_int_eq(chown(ca_key, 65534, 65534), 0);

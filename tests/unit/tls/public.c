@@ -583,7 +583,7 @@ START_TEST(test_error_key_file_mode)
 	ck_assert_msg(tls_term_public_load(e, chain_pem, key, err, sizeof(err)) == 0, "%s", err);
 	tls_term_close(&e);
 	if (geteuid() != 0) {
-		fprintf(stderr, "skip: test_error_key_file_mode's other-owner case needs root\n");
+		unit_skip("its other-owner case needs root");
 		return;
 	}
 	ck_assert_int_eq(chown(key, 65534, 65534), 0);

@@ -381,7 +381,7 @@ START_TEST(openssl_verify_accepts)
 	char err[512], cert[PATH_MAX], bundle[PATH_MAX];
 
 	if (!have_openssl_cli()) {
-		fprintf(stderr, "skip: no openssl command\n");
+		unit_skip("no openssl command");
 		return;
 	}
 	env_setup(&e);
@@ -447,7 +447,7 @@ START_TEST(bundle_with_host_roots)
 	size_t bundle_len = 0, host_len = 0;
 
 	if (access(CA_HOST_ROOTS_DEFAULT, R_OK) != 0) {
-		fprintf(stderr, "skip: no %s\n", CA_HOST_ROOTS_DEFAULT);
+		unit_skip("no %s", CA_HOST_ROOTS_DEFAULT);
 		return;
 	}
 	env_setup(&e);
@@ -640,7 +640,7 @@ START_TEST(write_failure_cleans_up)
 	struct rlimit rl = { .rlim_cur = 4096, .rlim_max = RLIM_INFINITY };
 
 	if (access(CA_HOST_ROOTS_DEFAULT, R_OK) != 0) {
-		fprintf(stderr, "skip: no %s\n", CA_HOST_ROOTS_DEFAULT);
+		unit_skip("no %s", CA_HOST_ROOTS_DEFAULT);
 		return;
 	}
 	env_setup(&e);

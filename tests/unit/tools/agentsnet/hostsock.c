@@ -9,7 +9,7 @@
  * namespace (a child's, made with unshare) is not in ours and is in the list
  * of that namespace, and the caller is back in its own namespace after; the
  * bounds of hostsock_add. The netns test needs CAP_SYS_ADMIN (skipped
- * otherwise, printing "skip: ...").
+ * otherwise, unit_skip() recording why).
  */
 #include "../../../../tools/agentsnet/hostsock.c"
 
@@ -123,7 +123,7 @@ START_TEST(other_netns)
 	struct stat before, after;
 
 	if (geteuid() != 0) {
-		fprintf(stderr, "skip: other_netns needs root\n");
+		unit_skip("needs root");
 		return;
 	}
 	snprintf(path, sizeof(path), "%s/other-netns.sock", dir);

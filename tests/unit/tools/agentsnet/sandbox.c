@@ -199,7 +199,7 @@ static void check_group(const char *name, bool want)
 
 	const struct group *gr = getgrnam(name);
 	if (gr == NULL) {
-		fprintf(stderr, "skip: no group %s here\n", name);
+		unit_skip("no group %s here", name);
 		return;
 	}
 	gid_t gid = gr->gr_gid;
@@ -232,6 +232,59 @@ static bool find_member_of_privileged(char *name, size_t cap)
 	return found;
 }
 
+/* The user the fixture below adds: no other privilege than its supplementary group 0. */
+#define WHEEL_USER "an-unit-wheel"
+
+/* Copies the file at <from> to <to>; with <wheel>, adds WHEEL_USER to group 0's members. */
+static void copy_adding_wheel(const char *from, FILE *to, bool wheel)
+{
+	char line[4096];
+	FILE *f = fopen(from, "r");
+
+	ck_assert_msg(f != NULL, "open %s", from);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		size_t len = strcspn(line, "\n");
+		line[len] = '\0';
+		bool no_member = len > 0 && line[len - 1] == ':';
+		if (wheel && strncmp(line, "root:x:0:", 9) == 0)
+			fprintf(to, "%s%s%s\n", line, no_member ? "" : ",", WHEEL_USER);
+		else
+			fprintf(to, "%s\n", line);
+	}
+	fclose(f);
+}
+
+/*
+ * The fixture a host may lack: as root, in a mount namespace of this test's own (its
+ * forked child), /etc/passwd and /etc/group are bind-mounted copies that add WHEEL_USER
+ * (uid and gid 4244, nothing privileged) as a member of group 0. Nothing on the host
+ * changes, and nothing is left behind when the test dies. Writes the user's name to <name>.
+ */
+static void add_member_of_root(char *name, size_t cap)
+{
+	char dir[PATH_MAX], pw[PATH_MAX + 16], gr[PATH_MAX + 16];
+
+	ck_assert_int_eq(unshare(CLONE_NEWNS), 0);
+	ck_assert_int_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+	snprintf(dir, sizeof(dir), "%s/wheel-XXXXXX", run_dir);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(pw, sizeof(pw), "%s/passwd", dir);
+	snprintf(gr, sizeof(gr), "%s/group", dir);
+	FILE *f = fopen(pw, "w");
+	ck_assert_ptr_nonnull(f);
+	copy_adding_wheel("/etc/passwd", f, false);
+	fprintf(f, "%s:x:4244:4244::/nonexistent:/usr/sbin/nologin\n", WHEEL_USER);
+	ck_assert_int_eq(fclose(f), 0);
+	f = fopen(gr, "w");
+	ck_assert_ptr_nonnull(f);
+	copy_adding_wheel("/etc/group", f, true);
+	fprintf(f, "%s:x:4244:\n", WHEEL_USER);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(mount(pw, "/etc/passwd", NULL, MS_BIND, NULL), 0);
+	ck_assert_int_eq(mount(gr, "/etc/group", NULL, MS_BIND, NULL), 0);
+	snprintf(name, cap, "%s", WHEEL_USER);
+}
+
 START_TEST(group_privileged)
 {
 	struct sandbox_user u;
@@ -248,8 +301,10 @@ START_TEST(group_privileged)
 	check_group("nogroup", false);
 	ck_assert_int_eq(sandbox_user_parse("nobody:disk", &u, err, sizeof(err)), -EPERM);
 	ck_assert_ptr_nonnull(strstr(err, "group disk"));
-	if (!find_member_of_privileged(name, sizeof(name))) {
-		fprintf(stderr, "skip: no user here is in a privileged group\n");
+	if (geteuid() == 0) {
+		add_member_of_root(name, sizeof(name));
+	} else if (!find_member_of_privileged(name, sizeof(name))) {
+		unit_skip("no user here is in a privileged group (as root the test makes one)");
 		return;
 	}
 	ck_assert_int_eq(sandbox_user_parse(name, &u, err, sizeof(err)), -EPERM);
@@ -356,7 +411,7 @@ static bool forbid_userns(void)
 	char err[512], map[64];
 
 	if (sandbox_userns_allowed(err, sizeof(err)) != 0) {
-		fprintf(stderr, "skip: %s\n", err);
+		unit_skip("%s", err);
 		return false;
 	}
 	uid_t uid = geteuid();
@@ -783,7 +838,7 @@ START_TEST(ww_budget_cut)
 	char t[256], mi[PATH_MAX], path[PATH_MAX];
 
 	if (geteuid() != 0) {
-		fprintf(stderr, "skip: needs root to give directories another owner\n");
+		unit_skip("needs root to give directories another owner");
 		return;
 	}
 	struct ww_list *l = ww_tree(t, sizeof(t), mi, sizeof(mi));
@@ -1017,17 +1072,17 @@ static struct sandbox_spec layout_spec(const struct layout *l, char **cmd, bool 
 	return s;
 }
 
-/* Whether this host lets us build the sandbox in this mode; prints why not. */
+/* Whether this host lets us build the sandbox in this mode; records the skip if not. */
 static bool can_run(bool userns)
 {
 	char err[512];
 
 	if (!userns && sandbox_needs_userns()) {
-		fprintf(stderr, "skip: not privileged (no CAP_SYS_ADMIN)\n");
+		unit_skip("not privileged (no CAP_SYS_ADMIN)");
 		return false;
 	}
 	if (userns && sandbox_userns_allowed(err, sizeof(err)) != 0) {
-		fprintf(stderr, "skip: %s\n", err);
+		unit_skip("%s", err);
 		return false;
 	}
 	return true;
@@ -1260,10 +1315,12 @@ START_TEST(inside_as_nobody)
 	char dir[PATH_MAX];
 	pid_t sleepers[TEST_PIDS_MAX + 8];
 
-	if (geteuid() != 0 || !can_run(true)) {
-		fprintf(stderr, "skip: needs root to become nobody, and user namespaces\n");
+	if (geteuid() != 0) {
+		unit_skip("needs root to become nobody");
 		return;
 	}
+	if (!can_run(true))
+		return;
 	snprintf(dir, sizeof(dir), "%s/nobody-XXXXXX", run_dir);
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	ck_assert_int_eq(chown(dir, 65534, 65534), 0);

@@ -1221,7 +1221,9 @@ END_TEST
 START_TEST(test_filter_matters)
 {
 	if (geteuid() != 0) {
-		return; /* unprivileged, raw sockets, mount and the rest are EPERM anyway */
+		/* Unprivileged, raw sockets, mount and the rest are EPERM anyway. */
+		unit_skip("needs root (unprivileged, the kernel refuses the probes anyway)");
+		return;
 	}
 	victim_start();
 	bool uring = uring_enabled();
@@ -1345,6 +1347,7 @@ START_TEST(test_filter_no_new_privs)
 {
 	for (int as_nobody = 0; as_nobody < 2; as_nobody++) {
 		if (geteuid() != 0 && !as_nobody) {
+			unit_skip("its root case needs root");
 			continue;
 		}
 		pid_t pid = fork();
@@ -1659,6 +1662,7 @@ static _Noreturn void clients_child(void)
 START_TEST(test_filter_agent_clients)
 {
 	if (geteuid() != 0) {
+		unit_skip("needs root");
 		return;
 	}
 	pid_t pid = fork();
@@ -1938,6 +1942,7 @@ static int fd_unread(int fd)
 START_TEST(test_relay_yield_resumes)
 {
 	if (geteuid() != 0) {
+		unit_skip("needs root");
 		return;
 	}
 	dir_make();
