@@ -882,7 +882,6 @@ static void relay_arm(struct conn *c, int dir)
 		sqe->flags |= IOSQE_FIXED_FILE;
 		return;
 	}
-	c->w->stats.copy_relays++; /* no splice at all: a copy (docs/control.md) */
 	r->state = R_RECV;
 	prep_recv_select(c, dir_op(dir, ROP_RECV), relay_src(c, dir));
 }
@@ -1076,6 +1075,8 @@ static void on_relay(struct conn *c, int dir, uint32_t rop, int res, uint32_t cq
 			r->eof = true;
 			relay_shut(c, dir);
 		} else {
+			if (c->w->pipes.capacity == 0)
+				c->w->stats.copy_relays++; /* no splice at all (docs/control.md) */
 			r->buf_off = 0;
 			r->buf_len = (uint32_t)res;
 			r->state = R_SEND;

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """`make lint`, the paths the tree cites: every path into this repository that a
-document (README.md, demo/ and bench/ READMEs, docs/*.md) or a source file (C
-under core/, policy/, tls/, tools/, bench/; the Python tests; the Makefile) names
-exists, so that a renamed or removed file leaves no reference behind. A module
-named without its extension (core/conn, a unit suite's binary) counts when its
-.c or .h exists.
+document (README.md, the READMEs of demo/, bench/ and tests/, docs/*.md) or a
+source file (C under core/, policy/, tls/, tools/, bench/; the Python tests; the
+shell scripts; the Makefile and .ci/run) names exists, so that a renamed or
+removed file leaves no reference behind. A module named without its extension
+(core/conn, a unit suite's binary) counts when its .c or .h exists. Only files
+git tracks are read, when the tree is a checkout.
 
 A path is a word that starts with one of the tree's top directories (core/,
 policy/, tls/, tools/, tests/, docs/, bench/, demo/, deploy/). Not checked: what
@@ -19,6 +20,7 @@ Exit status: 0 clean, 1 a cited path is missing (each named with file:line).
 import glob
 import os
 import re
+import subprocess
 import sys
 
 TOPS = ("core", "policy", "tls", "tools", "tests", "docs", "bench", "demo", "deploy")
@@ -28,15 +30,33 @@ GENERATED = (re.compile(r"\.o$"), re.compile(r"^bench/results/"),
 PATTERN = re.compile(r"[*<\[]|NNN|\.\.\.")
 
 
+def tracked(root):
+    """The files git tracks under <root>, or None outside a checkout (what a run or
+    tools/deps.sh installs, such as tests/integ/node's modules, is never scanned)."""
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return set(out.decode("utf-8", "replace").split("\0")) - {""}
+
+
 def sources(root):
     names = ["README.md", "demo/README.md", "bench/README.md", "Makefile"]
+    names += glob.glob("tests/**/README.md", root_dir=root, recursive=True)
     names += glob.glob("docs/*.md", root_dir=root)
     for top in ("core", "policy", "tls", "tools", "bench"):
         for ext in ("c", "h", "cc"):
             names += glob.glob("%s/**/*.%s" % (top, ext), root_dir=root, recursive=True)
     names += glob.glob("tests/**/*.py", root_dir=root, recursive=True)
-    names += glob.glob("tests/**/*.sh", root_dir=root, recursive=True)
-    return sorted(n for n in set(names) if os.path.isfile(os.path.join(root, n)))
+    for top in ("tests", "tools", "bench", "demo", "deploy"):
+        names += glob.glob("%s/**/*.sh" % top, root_dir=root, recursive=True)
+    names += [".ci/run"]
+    names = {n for n in names if "node_modules" not in n.split("/")}
+    known = tracked(root)
+    if known is not None:
+        names &= known
+    return sorted(n for n in names if os.path.isfile(os.path.join(root, n)))
 
 
 def missing(root):

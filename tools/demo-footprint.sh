@@ -41,6 +41,9 @@ rm -f "$root.log"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
+# Slaves: the cleanup's unmounts must never reach the host's own mounts.
+mount --make-rslave "$root/sys"
+mount --make-rslave "$root/dev"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 mkdir -p "$root/src"
 (cd "$here" && git ls-files -z | xargs -0 tar -cf -) | tar -xf - -C "$root/src"
@@ -52,7 +55,12 @@ fresh=$(installed)
 echo "footprint: fresh bookworm minbase: $fresh packages installed"
 chroot "$root" apt-get update -qq
 full=$(AN_DEPS_LIST=1 sh "$here/tools/deps.sh")
-would=$(chroot "$root" apt-get -s install --no-install-recommends $full | grep -c '^Inst ' || true)
+if ! chroot "$root" apt-get -s install --no-install-recommends $full >"$root/dry-run.txt" 2>&1; then
+	echo "footprint: apt-get -s of the whole set failed:" >&2
+	tail -n 20 "$root/dry-run.txt" >&2
+	exit 1
+fi
+would=$(grep -c '^Inst ' "$root/dry-run.txt" || true)
 echo "footprint: the whole build-and-test set (tools/deps.sh) would install $would packages"
 chroot "$root" sh -c 'cd /src && sh tools/deps.sh demo' >/dev/null
 demo=$(installed)

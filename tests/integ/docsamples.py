@@ -32,6 +32,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 
 from fairness import egress, served
@@ -80,20 +81,22 @@ def samples():
     for path in DOCS:
         text = open(path, encoding="utf-8").read()
         rel = os.path.relpath(path, ROOT)
-        for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
+        # A fence may be indented (a sample inside a list item): its body is dedented.
+        for m in re.finditer(r"^([ \t]*)```(\w*)\n(.*?)^[ \t]*```", text, re.S | re.M):
             line = text.count("\n", 0, m.start()) + 2
-            lang, body = m.group(1), m.group(2)
+            lang = m.group(2)
+            body = textwrap.dedent(m.group(3)) if m.group(1) else m.group(3)
             if lang == "json":
                 found.append((rel, line, "json", body))
             elif body.startswith("$ agentsnet"):
                 found.append((rel, line, "transcript", body.splitlines()))
             else:
                 for n, row in enumerate(body.splitlines()):
-                    if row.startswith('{"ts"'):
-                        found.append((rel, line + n, "json", row))
+                    if row.lstrip().startswith('{"ts"'):
+                        found.append((rel, line + n, "json", row.strip()))
         for n, row in enumerate(text.splitlines(), 1):
-            if row.startswith('{"ts"'):
-                found.append((rel, n, "json", row))
+            if row.lstrip().startswith('{"ts"'):
+                found.append((rel, n, "json", row.strip()))
     seen, out = set(), []
     for rel, line, kind, value in found:
         if (rel, line) in seen:
@@ -224,6 +227,9 @@ def main():
     with open(policy, "w", encoding="utf-8") as f:
         f.write(POLICY.format(sock_dir=sock_dir, audit=audit, port=origin.server_address[1]))
     found = samples()
+    if not found:
+        print("docsamples: FAIL: no sample found in %d documents" % len(DOCS))
+        return 1
     state = {}
 
     def body():

@@ -2263,28 +2263,46 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
         secrets = {"the inject secret": INJECT_SECRET.encode(),
                    "the webhook token": WEBHOOK_AUTHORIZATION.split()[-1].encode()}
         roots = [self.vars["tmp"], "/etc", "/run", "/var", "/root", "/home", "$HOME"]
-        script = ("for d in %s; do find \"$d\" -xdev -type f -readable 2>/dev/null; done | "
+        script = ("for d in %s; do find \"$d\" -type f -readable 2>/dev/null; done | "
                   "sed 's/^/readable /'; env; "
                   "for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null; done | "
                   "tr '\\0' '\\n'" % " ".join(roots))
 
+        # The controls: a file the agent may read must be listed (the listing works), and
+        # the pass's own secret files exist, hold their secrets and must not be listed.
+        control = os.path.join(self.vars["tmp"], "probe-control.txt")
+        held_by = {os.path.join(self.vars["tmp"], "secret.txt"): secrets["the inject secret"],
+                   os.path.join(self.vars["tmp"], "webhook.auth"): secrets["the webhook token"]}
+
         def probe():
+            with open(control, "w", encoding="ascii") as f:
+                f.write("readable by all\n")
+            os.chmod(control, 0o644)
+            errs = []
+            for path, secret in held_by.items():
+                with open(path, "rb") as f:
+                    if secret not in f.read():
+                        errs.append("%s does not hold its secret: nothing to hide" % path)
             a = self.agent(["sh", "-c", script])
-            errs = self.leftovers(a)
+            errs += self.leftovers(a)
             out = a.stdout().encode("utf-8", "surrogateescape")
             files = [line[len("readable "):] for line in a.stdout().splitlines()
                      if line.startswith("readable ")]
-            if a.rc != 0 or not any(f.startswith(self.vars["tmp"]) for f in files):
-                errs.append("the probe exited %s and listed %d files, none of the pass's: %r"
-                            % (a.rc, len(files), a.stderr()[-600:]))
+            if a.rc != 0 or control not in files:
+                errs.append("the probe exited %s and listed %d files, not %s: %r"
+                            % (a.rc, len(files), control, a.stderr()[-600:]))
+            errs += ["the agent can read %s" % p for p in held_by if p in files]
             for what, secret in secrets.items():
                 if secret in out:
                     errs.append("%s is in the agent's environment or a process it can read"
                                 % what)
             private = ("/tmp/", "/var/tmp/", "/dev/shm/")  # the sandbox's own instances
-            held = []
+            held, unseen = [], 0
             for path in files:
-                if path.startswith(private) or not os.path.isfile(path):
+                if path.startswith(private):
+                    continue
+                if not os.path.isfile(path):
+                    unseen += 1  # the sandbox's own (its /run/agentsnet, its mounts)
                     continue
                 try:
                     with open(path, "rb") as f:
@@ -2294,8 +2312,9 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                 held += ["%s holds %s" % (path, what) for what, secret in secrets.items()
                          if secret in data]
             errs += ["the agent can read a file that holds a secret: " + h for h in held]
-            log("# secrets probe: %d readable files listed, %d checked" % (
-                len(files), len([f for f in files if not f.startswith(private)])))
+            log("# secrets probe: %d readable files listed, %d checked on the host, %d the "
+                "sandbox's own" % (len(files), len(files) - unseen - len(
+                    [f for f in files if f.startswith(private)]), unseen))
             return errs
 
         self.timed("no secret the pass uses is within the agent's reach: no file it can "
