@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 
-from integlib import (own_pass_args, own_pass_end, read_audit, read_head, wait_for, with_daemon,
+from integlib import (control_exchange, own_pass_args, own_pass_end, read_audit, read_head, wait_for, with_daemon,
                       Fatal)
 
 CONNS_PER_WORKER = 64
@@ -362,17 +362,9 @@ def t_keep_crowded(v, log):
 
 
 def control(v, line):
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
-        s.connect(os.path.join(v["sock_dir"], "control.sock"))
-        s.sendall(line.encode() + b"\n")
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return data.decode()
+    """The daemon's answer to control request <line> (no newline), as text."""
+    return control_exchange(os.path.join(v["sock_dir"], "control.sock"),
+                            line.encode() + b"\n").decode()
 
 
 def t_sandbox_bound(v, log):

@@ -1205,6 +1205,16 @@ def alert_records(v, sandbox):
             if r.get("event") == "alert" and r.get("sandbox") == sandbox]
 
 
+def alert_records_settled(v, sandbox, within_s=5, settle_s=0.5):
+    """<sandbox>'s alert records once the audit writer has written them: the first within
+    <within_s>, then whatever else comes within <settle_s> more (a second alert would)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and not alert_records(v, sandbox):
+        time.sleep(0.05)
+    time.sleep(settle_s)
+    return alert_records(v, sandbox)
+
+
 def sink_tunnel(v, egress_path, what, errs):
     """A CONNECT tunnel to the Sink through the sandbox socket <egress_path>; a refused
     CONNECT is added to <errs>, named by <what>."""
@@ -1410,7 +1420,7 @@ def t_misdirected_refusal(v, log):
                 not answer.rstrip().endswith(b"}"):
             errs.append("the misdirected placeholder's answer: %r, want its whole 403 "
                         "placeholder_misdirected" % answer[:300])
-    alerts = [a for a in alert_records(v, "watched")]
+    alerts = alert_records_settled(v, "watched")
     if [(a["detector"], a["action"]) for a in alerts] != [("misdirected", "quarantine")]:
         errs.append("alerts %r, want one misdirected quarantine" % alerts)
     return errs

@@ -49,6 +49,7 @@ import time
 
 import reload
 from integlib import (Fatal, Procs, SANITIZER_MARKS, SKIP, Skip, add_run_args, audit_match,
+                      control_exchange,
                       case_key_errors, client_hello,
                       checked_preflight, client_env, daemon_env, free_ports, load_cases, log,
                       make_pki, netns_add, netns_del, read_audit, read_text, render_file,
@@ -590,19 +591,8 @@ class Suite:
 
     def stats(self):
         """The control socket's `stats` line as {key: int} (docs/control.md)."""
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(10)
-        try:
-            s.connect(os.path.join(self.vars["sock_dir"], "control.sock"))
-            s.sendall(b"stats\n")
-            data = b""
-            while True:
-                got = s.recv(65536)
-                if not got:
-                    break
-                data += got
-        finally:
-            s.close()
+        data = control_exchange(os.path.join(self.vars["sock_dir"], "control.sock"),
+                                b"stats\n")
         words = data.decode().split()
         if not words or words[0] != "ok" or len(words) % 2 != 1:
             raise Fatal("stats: %r, want \"ok\" and key value pairs" % data[:500])

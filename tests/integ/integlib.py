@@ -385,6 +385,30 @@ def stop_daemon(daemon, err_path):
 # ---- the audit file ---------------------------------------------------------
 
 
+def control_exchange(path, data, timeout=10):
+    """The daemon's whole answer (bytes) to <data>, a request line with its newline, on the
+    control socket at <path>. The daemon reads at most a line's bytes and closes: a longer
+    send may meet the reset of that close, after which the answer already queued is still
+    read. A connect that fails raises OSError."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        try:
+            s.sendall(data)
+        except OSError:
+            pass
+        got = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
 def read_audit(path):
     """Returns (records, errors): one record per JSON line."""
     records, errs = [], []

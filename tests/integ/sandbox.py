@@ -77,7 +77,7 @@ import traceback
 from containment import ContainmentTests
 from hostboundary import HostBoundaryTests
 from integlib import (Fatal, Procs, SKIP, Skip, add_run_args, agent_dir, audit_match,
-                      case_key_errors, checked_preflight, ci, pass_tmp,
+                      case_key_errors, checked_preflight, ci, control_exchange, pass_tmp,
                       client_env, free_ports, load_cases, log, make_leaf, make_pki, netns_add,
                       netns_del, read_audit, read_text, render_file, run, run_and_tally,
                       sanitizer_marks, start_daemon, start_origin, stop_daemon, substitute,
@@ -485,20 +485,9 @@ class Pass:
     # ---- the control socket -------------------------------------------------
 
     def ctl(self, line):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(10)
-        try:
-            s.connect(self.vars["control"])
-            s.sendall(line.encode() + b"\n")
-            data = b""
-            while True:
-                got = s.recv(65536)
-                if not got:
-                    break
-                data += got
-        finally:
-            s.close()
-        return data.decode().splitlines()
+        """The lines of the daemon's answer to control request <line> (no newline)."""
+        answer = control_exchange(self.vars["control"], line.encode() + b"\n")
+        return answer.decode().splitlines()
 
     def listed(self):
         lines = self.ctl("sandbox ls")

@@ -108,8 +108,8 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import (own_pass_args, own_pass_end, read_text, sanitizer_marks, scrape, series,
-                      tcp_exchange, with_daemon, Fatal)
+from integlib import (control_exchange, own_pass_args, own_pass_end, read_text, sanitizer_marks,
+                      scrape, series, tcp_exchange, with_daemon, Fatal)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WATCHDOG_S = 0.6
@@ -1241,26 +1241,9 @@ def tree_of(top):
 
 
 def control_raw(v, data):
-    """The answer to <data> sent as one control request. The daemon reads at most a line's
-    bytes and closes: a longer send may meet the reset of that close, after which the
-    answer already queued is still read."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
-        s.connect(os.path.join(v["sock_dir"], "control.sock"))
-        try:
-            s.sendall(data)
-        except OSError:
-            pass
-        got = b""
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            got += chunk
-    return got.decode("utf-8", "replace")
+    """The answer to <data> sent as one control request, even when over the line limit."""
+    return control_exchange(os.path.join(v["sock_dir"], "control.sock"), data).decode(
+        "utf-8", "replace")
 
 
 def t_control_checks(v, log):
