@@ -40,8 +40,8 @@ import tempfile
 import threading
 import time
 
-from integlib import (control_exchange, own_pass_args, own_pass_end, read_audit, read_head, wait_for, with_daemon,
-                      Fatal)
+from integlib import (control_exchange, own_pass_args, own_pass_end, read_audit, read_head,
+                      recv_all, wait_for, with_daemon, Fatal)
 
 CONNS_PER_WORKER = 64
 FLOOD_CONNS = 100
@@ -139,16 +139,7 @@ def served(path, host=b"model.internal"):
                       % (host, host))
         except OSError:
             pass  # refused before it was asked: the answer is read below
-        data = b""
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            data += chunk
-    return data
+        return recv_all(s)
 
 
 def check_share_answer(data):

@@ -294,12 +294,7 @@ def with_daemon(label, cmd, err_path, body, preexec_fn=None, started=None):
             started(daemon)
         failed += body()
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            code = daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            code = daemon.wait()
+        code, _ = terminate(daemon, 30)
     text = read_text(err_path)
     if code != 0 or sanitizer_marks(text):
         print("%s: daemon: FAIL: exit %d, stderr:\n%s" % (label, code, text[-4000:]))
@@ -364,13 +359,9 @@ def start_daemon(procs, upns, daemon, policy, err_path, extra_env=None, args=())
 
 def stop_daemon(daemon, err_path):
     """SIGTERM; returns the problems: a non-zero exit, a hang, a sanitizer report."""
-    daemon.send_signal(signal.SIGTERM)
     errs = []
-    try:
-        code = daemon.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        daemon.kill()
-        code = daemon.wait()
+    code, killed = terminate(daemon, STOP_TIMEOUT_S)
+    if killed:
         errs.append("did not exit within %ds of SIGTERM" % STOP_TIMEOUT_S)
     if code != 0:
         errs.append("exit status %d, want 0" % code)
@@ -397,16 +388,34 @@ def control_exchange(path, data, timeout=10):
             s.sendall(data)
         except OSError:
             pass
-        got = b""
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            got += chunk
-    return got
+        return recv_all(s)
+
+
+def recv_all(sock):
+    """Every byte <sock> sends until its end: an EOF, or an error (a reset, a timeout),
+    after which what came before it is still the answer."""
+    got = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            return got
+        if not chunk:
+            return got
+        got += chunk
+
+
+def terminate(proc, grace_s):
+    """Stops <proc> unless it has ended: SIGTERM, then SIGKILL once <grace_s> have passed.
+    Returns (its exit status, whether it had to be killed)."""
+    if proc.poll() is not None:
+        return proc.returncode, False
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(grace_s), False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(), True
 
 
 def read_audit(path):

@@ -109,7 +109,7 @@ import time
 
 from fairness import Origin, control, egress, served
 from integlib import (control_exchange, own_pass_args, own_pass_end, read_text, sanitizer_marks,
-                      scrape, series, tcp_exchange, with_daemon, Fatal)
+                      scrape, series, tcp_exchange, terminate, with_daemon, Fatal)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WATCHDOG_S = 0.6
@@ -929,13 +929,7 @@ def control_line(sock_dir, line):
 def daemons_stop(daemons):
     """Stops each of <daemons> still running: SIGTERM, then SIGKILL after 30 s."""
     for d in daemons:
-        if d.poll() is None:
-            d.send_signal(signal.SIGTERM)
-            try:
-                d.wait(30)
-            except subprocess.TimeoutExpired:
-                d.kill()
-                d.wait()
+        terminate(d, 30)
 
 
 def t_upgrade(args, v, log):

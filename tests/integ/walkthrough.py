@@ -123,7 +123,7 @@ import time
 import traceback
 import urllib.parse
 
-from integlib import make_pki, own_pass_args, own_pass_end, read_text
+from integlib import make_pki, own_pass_args, own_pass_end, read_text, terminate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -891,13 +891,7 @@ class Walk:
             for e in self.stop_bg(b):
                 self.fail(b.label, e)
         for p in self.helpers:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            terminate(p, 10)
 
     # -- a command, its substitutions and skips
     def fill(self, text, section):
