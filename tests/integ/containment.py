@@ -37,13 +37,25 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   it, and host-sockets finds none that accepts. (The init process's namespace, which root
   also lists, is out of reach on this test machine: its PID 1 refuses /proc/1/ns/net; the
   unit test of tools/agentsnet/hostsock.c lists another namespace through a descriptor.)
+- t_user_groups: `agentsnet run --user U` (as root) where U is privileged only through a
+  supplementary group: a member of group 0, of disk, of adm. Each is refused with a usage
+  error (exit 2) that names U and the group, and the agent's command never ran (the marker
+  it writes first is not there). The control: a user whose supplementary group is harmless
+  runs, and inside `id -G` shows its primary gid alone (outside, the same user switched to
+  with its groups, setpriv --init-groups, shows both: so the check can fail). The users
+  exist only in a mount namespace of each run's own (copies of /etc/passwd and /etc/group
+  bind-mounted over the host's, as the unit test group_privileged does): nothing of the
+  host changes, and nothing is left when the test dies.
 """
 
 import errno
 import fcntl
+import grp
 import os
+import pwd
 import re
 import select
+import shutil
 import struct
 import subprocess
 import termios
@@ -51,7 +63,7 @@ import time
 import tty
 
 from hostboundary import CONNECT_PY
-from integlib import log
+from integlib import AGENT_DIR_OWNER, log
 
 # The probes `agentsnet selftest` must report (docs/sandbox.md), each closed.
 SELFTEST_PROBES = ["dns", "tcp-host", "vsock", "sockets", "io-uring", "unix-abstract",
@@ -282,6 +294,38 @@ ROOT_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", 
 # Sockets the flood binds in all: past tools/agentsnet/hostsock.h's HOSTSOCK_MAX (65,536), in four
 # processes (each holds its sockets open: 20,000 descriptors a process at most).
 FLOOD_PROCS, FLOOD_EACH = 4, 17000
+
+
+# t_user_groups' users (name, supplementary group): privileged through that group alone...
+GROUPS_REFUSED = [("an-it-wheel", "root"), ("an-it-disk", "disk"), ("an-it-adm", "adm")]
+# ... and the control, whose supplementary group (made by the fixture) is harmless.
+GROUPS_PLAIN = ("an-it-plain", "an-it-harmless")
+
+# The fixture's wrapper (a host_cmd <pre>): in a mount namespace of its own, the copies $1 and
+# $2 bind-mounted over /etc/passwd and /etc/group, then the command.
+GROUPS_PRE = 'mount --bind "$1" /etc/passwd && mount --bind "$2" /etc/group && shift 2 && ' \
+    'exec "$@"'
+
+
+def free_ids(count, start=4250):
+    """<count> numbers from <start> up that are neither a uid nor a gid of the host."""
+    def known(n):
+        try:
+            pwd.getpwuid(n)
+            return True
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(n)
+            return True
+        except KeyError:
+            return False
+    out, n = [], start
+    while len(out) < count:
+        if not known(n):
+            out.append(n)
+        n += 1
+    return out
 
 
 class ContainmentTests:
@@ -751,6 +795,131 @@ class ContainmentTests:
         what = ("/proc/key-users, /proc/timer_list and /sys/kernel/vmcoreinfo read empty "
                 "inside; outside they do not")
         self.both_modes(what, masked)
+
+    # ---- --user: no privilege through a supplementary group ------------------------
+
+    def groups_fixture(self, where):
+        """Copies of the host's /etc/passwd and /etc/group in the new directory <where>, adding
+        GROUPS_REFUSED's and GROUPS_PLAIN's users (uids the host does not know), each of
+        primary group AGENT_DIR_OWNER's (which may write the sync directory, where the agent
+        would leave its marker) and a member of its group, and GROUPS_PLAIN's group. Returns
+        ({name: uid}, the harmless group's gid, the <pre> of host_cmd that runs a command
+        with the copies bound over the host's in a mount namespace of its own)."""
+        users = GROUPS_REFUSED + [GROUPS_PLAIN]
+        ids = free_ids(len(users) + 1)
+        uids = {name: uid for (name, _), uid in zip(users, ids)}
+        harmless_gid = ids[-1]
+        members = {}
+        for name, group in users:
+            members.setdefault(group, []).append(name)
+        os.mkdir(where, 0o755)
+        passwd, group_file = os.path.join(where, "passwd"), os.path.join(where, "group")
+        with open("/etc/passwd", encoding="utf-8") as f:
+            text = f.read()
+        with open(passwd, "w", encoding="utf-8") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+            for name, _ in users:
+                f.write("%s:x:%d:%d::/nonexistent:/usr/sbin/nologin\n"
+                        % (name, uids[name], AGENT_DIR_OWNER[1]))
+        with open("/etc/group", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        for i, line in enumerate(lines):
+            fields = line.split(":")
+            if len(fields) == 4 and fields[0] in members:
+                added = members.pop(fields[0])
+                fields[3] = ",".join([m for m in fields[3].split(",") if m] + added)
+                lines[i] = ":".join(fields)
+        lines.append("%s:x:%d:%s" % (GROUPS_PLAIN[1], harmless_gid,
+                                      ",".join(members.pop(GROUPS_PLAIN[1]))))
+        if members:
+            raise RuntimeError("the host's /etc/group has no group %s" % ", ".join(members))
+        with open(group_file, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        for path in (passwd, group_file):
+            os.chmod(path, 0o644)
+        pre = ["unshare", "--mount", "--propagation", "private", "sh", "-c", GROUPS_PRE,
+               "groups-fixture", passwd, group_file]
+        return uids, harmless_gid, pre
+
+    def t_user_groups(self):
+        where = os.path.join(self.tmp, "user-groups-%d" % os.getpid())
+        uids, harmless_gid, pre = {}, None, None
+        primary = AGENT_DIR_OWNER[1]
+
+        def marker_of(name):
+            return os.path.join(self.vars["sync"], "ran-%s-%d" % (name, os.getpid()))
+
+        def agent_cmd(name):
+            # The marker first: a refused user's command must not have run at all. Then who
+            # the agent is, and one request through the sandbox (the run works).
+            return ["sh", "-c", ': >"$0" && id -u && id -g && id -G && curl -sS --max-time 15 '
+                    '-o /dev/null -w "req %{http_code}\\n" "$1"', marker_of(name), self.url()]
+
+        def refused(name, group):
+            marker = marker_of(name)
+            a = self.start(agent_cmd(name), run_args=["--user", name], pre=pre).finish()
+            err = a.stderr()
+            errs = []
+            if a.rc != 2:
+                errs.append("exit %s, want 2 (a usage error); stdout %r" % (a.rc, a.stdout()))
+            for want in ("--user %s:" % name, "is a member of group %s (" % group):
+                if want not in err:
+                    errs.append("stderr does not name %r: %r" % (want, err[-800:]))
+            if os.path.exists(marker):
+                errs.append("the agent's command ran: %s was written" % marker)
+            if os.path.exists(a.nsfile):
+                errs.append("the agent ran (the wrapper wrote %s)" % a.nsfile)
+            return errs + self.leftovers(a, need_ns=False)
+
+        def plain():
+            name = GROUPS_PLAIN[0]
+            uid = uids[name]
+            # The control: switched to with its groups, outside, the user has both.
+            outside = subprocess.run(
+                self.host_cmd(["setpriv", "--reuid=%d" % uid, "--regid=%d" % primary,
+                               "--init-groups", "id", "-G"], pre=pre),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                timeout=60, check=False)
+            errs = []
+            got = sorted(outside.stdout.decode().split())
+            if got != sorted([str(primary), str(harmless_gid)]):
+                errs.append("the control, outside with its groups: id -G says %r (stderr %r), "
+                            "want %d and %d" % (got, outside.stderr.decode()[-400:], primary,
+                                                harmless_gid))
+            a = self.start(agent_cmd(name), run_args=["--user", name], pre=pre).finish()
+            want = [str(uid), str(primary), str(primary), "req 200"]
+            lines = a.stdout().split("\n")[:-1]
+            if a.rc != 0 or lines != want:
+                errs.append("exit %s, stdout %r, want 0 and %r (uid, gid, id -G the primary "
+                            "gid alone, the request); stderr %r" % (a.rc, lines, want,
+                                                                     a.stderr()[-800:]))
+            marker = marker_of(name)
+            st = os.stat(marker) if os.path.exists(marker) else None
+            if st is None or (st.st_uid, st.st_gid) != (uid, primary):
+                errs.append("%s on the host: %s, want owner %d:%d" % (
+                    marker, st and (st.st_uid, st.st_gid), uid, primary))
+            errs += self.check_audit(a.sandbox, [{"host": "origin.test", "decision": "allow"}],
+                                     1)
+            return errs + self.leftovers(a)
+
+        try:
+            try:
+                uids, harmless_gid, pre = self.groups_fixture(where)
+            except (OSError, RuntimeError) as e:
+                self.result("--user with a supplementary group: the users' fixture", [str(e)])
+                return
+            for name, group in GROUPS_REFUSED:
+                self.timed("root caller, --user %s (a member of group %s besides its own): "
+                           "exit 2 naming the user and the group; the command never ran"
+                           % (name, group), lambda name=name, group=group: refused(name, group))
+            self.timed("root caller, --user %s (a member of the harmless %s): runs, and id -G "
+                       "inside is its primary gid alone (outside, with its groups, both)"
+                       % GROUPS_PLAIN, plain)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+            for name in uids:
+                if os.path.exists(marker_of(name)):
+                    os.unlink(marker_of(name))
 
     # ---- agentsnet selftest -----------------------------------------------------------
 

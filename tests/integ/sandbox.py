@@ -3484,7 +3484,7 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "agent_cli_claude", "agent_cli_codex", "agent_cli_gemini",
          "density", "daemon_restart", "upgrade", "daemon_stopped", "ingress", "stats", "calm", "env", "pty",
          "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "root_races", "proc_host_wide", "misdirected", "exfiltration",
-         "secrets_unseen"]
+         "secrets_unseen", "user_groups"]
 
 
 def preflight(args):

@@ -11,12 +11,24 @@
  * interval at N-1 and N ms; the wait bound while figures are unpublished,
  * and none once they are out; no TLS, a back-end without the op, a worker
  * without a term state; sums over two workers and the exact `stats` line.
+ *
+ * The leak check at exit (TCase "exit"): a real engine (engine_start, one
+ * worker thread running this file's worker_main, engine_stop) with a small
+ * policy and no sandbox. A stub term's worker_new, which worker_setup calls
+ * on the worker's own thread once its pools exist, takes one conn from the
+ * worker's pool and keeps it: the worker's teardown must count a leak and
+ * engine_stop return -EFAULT (the daemon then exits 1 and audits
+ * daemon_stopped_with_leak). Without the take, the same cycle must stop clean:
+ * 0, no leak, and the teardown went all the way (the term state freed).
  */
 #include "../../../core/worker.c"
 
 #include <check.h>
 
+#include "core/audit.h"
+#include "core/config.h"
 #include "core/control.h"
+#include "policy/policy.h"
 #include "tests/unit/unit.h"
 
 #define WT_CONNS   4u
@@ -258,6 +270,128 @@ START_TEST(test_stats_line)
 }
 END_TEST
 
+/* --- the leak check at exit ------------------------------------------------------------- */
+
+#define WT_EXIT_POLICY                              \
+	"version: 1\nprofiles:\n  p:\n    rules:\n" \
+	"    - host: a.test\n      tier: passthrough\n      owner: o\n      reason: r\n"
+
+static struct config exit_cfg;
+static struct audit *exit_audit;
+static char exit_dir[] = "/tmp/an-unit-worker-XXXXXX";
+static bool exit_take;      /* worker_new keeps one conn from the worker's pool */
+static void *exit_taken;    /* the conn it kept */
+static uint32_t exit_frees; /* worker_free calls: the teardown's clean path ran */
+/*
+ * The worker as worker_new left it, the conn taken: engine_stop frees the
+ * workers' array, and what a leaking worker keeps as evidence (its pools, its
+ * ring) must stay reachable, or LeakSanitizer would fail the test at exit.
+ */
+static struct worker exit_evidence;
+
+/* Worker thread, in worker_setup once the pools exist. */
+static void *exit_worker_new(void *arg, uint32_t index, char *err, size_t cap)
+{
+	struct engine *e = arg;
+	struct worker *w = &e->workers[index];
+
+	(void)err;
+	(void)cap;
+	if (exit_take) {
+		exit_taken = pool_take(&w->conns);
+		if (exit_taken == NULL)
+			return NULL; /* engine_start fails: the test says so */
+		exit_evidence = *w;
+	}
+	return &stub_state[index];
+}
+
+static void exit_worker_free(void *worker_state)
+{
+	ck_assert_ptr_eq(worker_state, &stub_state[0]);
+	exit_frees++;
+}
+
+static const struct term_ops exit_term = { .worker_new = exit_worker_new,
+					   .worker_free = exit_worker_free };
+
+static void exit_setup(void)
+{
+	char err[512];
+	char path[64];
+	struct policy *pol = NULL;
+
+	memset(&eng, 0, sizeof(eng));
+	exit_take = false;
+	exit_taken = NULL;
+	exit_frees = 0;
+	ck_assert_ptr_nonnull(mkdtemp(exit_dir));
+	ck_assert_int_eq(config_init_defaults(&exit_cfg), 0);
+	int rc = policy_load_buffer("t.yaml", WT_EXIT_POLICY, strlen(WT_EXIT_POLICY), &exit_cfg,
+				    &pol, err, sizeof(err));
+	ck_assert_msg(rc == 0, "policy: %s", err);
+	snprintf(path, sizeof(path), "%s/run", exit_dir);
+	ck_assert_int_eq(config_set_string(&exit_cfg.socket_dir, path), 0);
+	snprintf(path, sizeof(path), "%s/audit.log", exit_dir);
+	ck_assert_int_eq(config_set_string(&exit_cfg.audit_path, path), 0);
+	ck_assert_int_eq(config_set_string(&exit_cfg.dns_servers, "127.0.0.1"), 0);
+	exit_cfg.workers = 1;
+	exit_cfg.conns_per_worker = 64; /* the pools of a small daemon: quick to make */
+	exit_cfg.pipes_per_worker = 4;
+	ck_assert_int_eq(audit_open(exit_cfg.audit_path, exit_cfg.workers + 1, &exit_audit), 0);
+	rc = ring_probe(&eng.features);
+	ck_assert_msg(rc == 0, "io_uring: %s", strerror(-rc));
+	eng.cfg = &exit_cfg;
+	eng.policy = pol; /* the engine's from engine_start on */
+	eng.ops = &policy_verdict_ops;
+	eng.audit = exit_audit;
+	eng.term = &exit_term;
+	eng.term_arg = &eng;
+}
+
+static void exit_teardown(void)
+{
+	char cmd[128];
+
+	audit_close(exit_audit);
+	exit_audit = NULL;
+	config_free(&exit_cfg);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", exit_dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Starts the engine (one worker, serving) and stops it: engine_stop's result. */
+static int exit_cycle(void)
+{
+	int rc = engine_start(&eng);
+
+	ck_assert_msg(rc == 0, "engine_start: %s", strerror(-rc));
+	ck_assert_uint_eq(eng.worker_count, 1);
+	ck_assert_uint_eq(atomic_load(&eng.workers_ready), 1);
+	return engine_stop(&eng);
+}
+
+/* A clean stop: nothing taken, nothing counted, 0 (the daemon's exit status 0). */
+START_TEST(test_exit_clean)
+{
+	ck_assert_int_eq(exit_cycle(), 0);
+	ck_assert_uint_eq(atomic_load(&eng.leaks), 0);
+	ck_assert_uint_eq(exit_frees, 1);
+}
+END_TEST
+
+/* One conn still out of its pool at the worker's exit: a leak, and -EFAULT (exit status 1). */
+START_TEST(test_exit_leak)
+{
+	exit_take = true;
+	ck_assert_int_eq(exit_cycle(), -EFAULT);
+	ck_assert_ptr_nonnull(exit_taken);
+	ck_assert_uint_eq(atomic_load(&eng.leaks), 1);
+	ck_assert_uint_eq(pool_in_use(&exit_evidence.conns), 1);
+	ck_assert_uint_eq(exit_frees, 0); /* the evidence is kept: no teardown past the check */
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
 	Suite *s = suite_create("core/worker");
@@ -269,6 +403,11 @@ static Suite *worker_suite(void)
 	tcase_add_test(tc, test_wait_bound);
 	tcase_add_test(tc, test_no_tls);
 	tcase_add_test(tc, test_stats_line);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("exit");
+	tcase_add_checked_fixture(tc, exit_setup, exit_teardown);
+	tcase_add_test(tc, test_exit_clean);
+	tcase_add_test(tc, test_exit_leak);
 	suite_add_tcase(s, tc);
 	return s;
 }
