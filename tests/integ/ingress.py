@@ -95,6 +95,9 @@ BODY_BYTES = 1024  # profile default's ingress.body_bytes
 LINE_MAX = 8192  # LIMITS_REQUEST_LINE_BYTES_MAX: a request line this long is fine, one more 414
 HEAD_MAX = 16384  # LIMITS_HEAD_BYTES_MAX: a head this large is fine, one more 431
 BURST, RATE = 3, 1  # profile limited's ingress.limits
+CONCURRENT = 3  # profile capped's ingress.limits.concurrent
+CONCURRENT_RETRY_S = 1  # the Retry-After of a concurrency_limited (docs/reasons.md)
+HOLD_WAIT_S = 5  # the agent has every request sent to be held by then (it takes ms)
 NOT_LISTENING_S = 3  # a 502 agent_not_listening comes within this, not a hang
 STALLED_REQUESTS = 40  # public requests waiting at once on an ingress socket nobody accepts on
 REAP_WAIT_S = 5
@@ -754,6 +757,8 @@ class Tests(Pass):
             self.start_agent("a", self.agent_cmd("a"), "listening"),
             self.start_agent("b", self.agent_cmd("b"), "listening"),
             self.start_agent("lim", self.agent_cmd("lim"), "listening", profile="limited"),
+            self.start_agent("cap", self.agent_cmd("cap"), "listening", profile="capped"),
+            self.start_agent("cap2", self.agent_cmd("cap2"), "listening", profile="capped"),
             self.start_agent("open", self.agent_cmd("open"), "listening", profile="open"),
             self.start_agent("tok", self.agent_cmd("tok"), "listening", profile="tokened"),
             self.start_agent("once", self.agent_cmd("once", 1, self.vars["once_go"]),
@@ -1502,6 +1507,127 @@ class Tests(Pass):
         self.timed("limits (burst %d, %d/s): 429 rate_limited with Retry-After past the burst, "
                    "never reaching the agent; a request after Retry-After seconds succeeds"
                    % (BURST, RATE), rate)
+
+    def t_concurrent(self):
+        """The profile's ingress.limits.concurrent, each sandbox's own: CONCURRENT public
+        requests the agent holds open are served; one more is 429 concurrency_limited with
+        Retry-After: 1 and audited under the X-Agent-Audit-Id it carries, never reaching
+        the agent, and so again after Retry-After while all are held; once one ends (its
+        connection left open, idle) a retry is served. Each request on its own connection:
+        the workers (2) accept them in turn, and the count is the sandbox's."""
+        def concurrent():
+            sid, errs, held = self.sid["cap"], [], []
+            before = len(self.seen("cap"))
+            gos = [os.path.join(self.vars["sync"], "cap-go-%d" % i) for i in range(CONCURRENT)]
+            refused = []  # the 429s: (what, path, answer)
+
+            def limited(what, rest):
+                """GET cap's <rest>: the problems of its answer as a 429
+                concurrency_limited."""
+                r = self.req("cap", rest)
+                refused.append((what, self.target("cap", rest), r))
+                doc, bad = r.json() or {}, refusal(r, 429, "concurrency_limited")
+                if r.status is not None and r.get("Retry-After") != str(CONCURRENT_RETRY_S):
+                    bad.append("Retry-After %r, want %d" % (r.get("Retry-After"),
+                                                          CONCURRENT_RETRY_S))
+                if r.status is not None and (not r.get("X-Agent-Audit-Id") or
+                                             doc.get("audit_id") != r.get("X-Agent-Audit-Id")):
+                    bad.append("X-Agent-Audit-Id %r, the body's audit_id %r" % (
+                        r.get("X-Agent-Audit-Id"), doc.get("audit_id")))
+                if r.status is not None and doc.get("sandbox") != sid:
+                    bad.append("the body names sandbox %r, want %s" % (doc.get("sandbox"), sid))
+                return ["%s: %s" % (what, e) for e in bad]
+
+            def held_answer(i):
+                c, target = held[i]
+                touch(gos[i])
+                try:
+                    r = c.response()
+                except (OSError, EOFError, ValueError) as e:
+                    r = Resp(client=c.client, error="%s: %s" % (type(e).__name__, e))
+                self.want(r, {"sandbox": sid, "method": "GET", "path": target})
+                if r.status != 200 or (r.json() or {}).get("released") is not True:
+                    return ["held request %d of %d: %r, want 200 once released" % (
+                        i + 1, CONCURRENT, r)]
+                return []
+
+            try:
+                for go in gos:
+                    c = Conn(self.port, HOLD_WAIT_S + 10)
+                    target = self.target("cap", "/hold?go=" + os.path.basename(go))
+                    held.append((c, target))
+                    c.send(build("GET", target, self.host()))
+                try:
+                    wait_for(lambda: len(self.seen("cap")) - before >= CONCURRENT, HOLD_WAIT_S,
+                             "the agent to hold %d requests" % CONCURRENT)
+                except Fatal:
+                    errs.append("the agent got %d of the %d requests sent to be held: %r" % (
+                        len(self.seen("cap")) - before, CONCURRENT,
+                        self.seen_paths("cap")[before:]))
+                    for i in range(CONCURRENT):
+                        errs += held_answer(i)
+                    return errs
+                errs += limited("request %d with %d held" % (CONCURRENT + 1, CONCURRENT),
+                                "/over-1")
+                r = self.req("cap2", "/other")
+                if r.status != 200 or (r.json() or {}).get("path") != "/other":
+                    errs.append("another sandbox on the profile meanwhile: %r, want 200 (the "
+                                "count is each sandbox's)" % r)
+                time.sleep(CONCURRENT_RETRY_S)
+                errs += limited("again after Retry-After, %d still held" % CONCURRENT,
+                                "/over-2")
+                errs += held_answer(0)
+                time.sleep(CONCURRENT_RETRY_S)
+                r = self.req("cap", "/after-release")
+                if r.status != 200 or (r.json() or {}).get("path") != "/after-release":
+                    errs.append("after Retry-After once one held request ended (its connection "
+                                "still open, idle): %r, want 200" % r)
+                for i in range(1, CONCURRENT):
+                    errs += held_answer(i)
+            finally:
+                for go in gos:
+                    touch(go)
+                for c, _ in held:
+                    c.close()
+            paths = self.seen_paths("cap")[before:]
+            want = sorted(t[len(self.target("cap")):] for _, t in held) + ["/after-release"]
+            if sorted(paths[:CONCURRENT]) + paths[CONCURRENT:] != want:
+                errs.append("the agent saw %r, want the %d held (any order), /after-release"
+                            % (paths, CONCURRENT))
+            return errs + self.refusals_audited(sid, refused)
+
+        self.timed("limits (concurrent %d): %d requests held open by the agent are served; one "
+                   "more is 429 concurrency_limited with Retry-After: %d, audited under its "
+                   "X-Agent-Audit-Id, never reaching the agent, and again after Retry-After while "
+                   "all are held; once one ends, a retry is served; another sandbox on the "
+                   "profile is served meanwhile" % (CONCURRENT, CONCURRENT, CONCURRENT_RETRY_S),
+                   concurrent)
+
+    def refusals_audited(self, sid, refused):
+        """The problems of the audit's records of <refused> ((what, path, answer) of GETs
+        from <sid> refused concurrency_limited), each found by the X-Agent-Audit-Id its
+        answer carries."""
+        ids = {r.get("X-Agent-Audit-Id"): (what, path, r) for what, path, r in refused
+               if r.get("X-Agent-Audit-Id")}
+
+        def records():
+            return {x.get("id"): x for x in read_audit(self.vars["audit"])[0]
+                    if x.get("id") in ids}
+        try:
+            wait_for(lambda: len(records()) == len(ids), AUDIT_WAIT_S, "the refusals' records")
+        except Fatal:
+            pass
+        got, errs = records(), []
+        for audit_id, (what, path, r) in ids.items():
+            rec = got.get(audit_id)
+            want = {"event": "ingress", "sandbox": sid, "decision": "deny",
+                    "reason": "concurrency_limited", "method": "GET", "path": path,
+                    "status": 429, "client": r.client}
+            bad = [k for k, v in want.items() if rec is not None and rec.get(k) != v]
+            if rec is None or bad:
+                errs.append("%s: the audit record %s: %s, want %s" % (
+                    what, audit_id, json.dumps(rec)[:400], json.dumps(want)))
+        return errs
 
     def t_smuggling(self):
         def smuggling():
@@ -2937,8 +3063,8 @@ def audit_field(got, want):
 CI_ALLOWED_SKIPS = ()
 
 TESTS = ["static", "headers", "body_limit", "escape", "escape_forms", "isolation", "token",
-         "websocket", "sse", "keepalive", "methods", "rate", "smuggling", "head_limits",
-         "not_found", "finish", "audit", "origins", "flags", "embedded", "tls"]
+         "websocket", "sse", "keepalive", "methods", "rate", "concurrent", "smuggling",
+         "head_limits", "not_found", "finish", "audit", "origins", "flags", "embedded", "tls"]
 
 
 def preflight(args):
@@ -3015,6 +3141,12 @@ class Setup:
             errs = t.stop_daemon()
             t.result("daemon stops on SIGTERM with exit 0 and a clean stderr (%.1fs)"
                      % (time.monotonic() - t0), errs)
+        elif t.daemon is not None:
+            # Gone before its SIGTERM (a crash, an assertion): a failure even when every
+            # test selected had passed before it went.
+            t.result("daemon stops on SIGTERM with exit 0 and a clean stderr",
+                     ["it had exited already, status %d; stderr:\n%s" % (
+                         t.daemon.returncode, read_text(t.daemon_err)[-3000:])])
         t.procs.stop_all()
         if self.home_ns is not None:
             if ctypes.CDLL(None, use_errno=True).setns(self.home_ns, CLONE_NEWNET) != 0:
@@ -3090,9 +3222,24 @@ def self_test():
             errs.append("an unmasked frame: %d, opcode %d %r; want a close with 1002" % (
                 status, op, payload))
         c.close()
+        # /hold answers only once its go file exists beside the log, and says it came.
+        c = Conn(port, 5)
+        c.send(build("GET", "/hold?go=self-go", host))
+        c.s.settimeout(0.5)
+        try:
+            early = c.s.recv(65536)
+        except socket.timeout:
+            early = None
+        c.s.settimeout(5)
+        touch(os.path.join(tmp, "self-go"))
+        r = c.response()
+        if early is not None or r.status != 200 or (r.json() or {}).get("released") is not True:
+            errs.append("/hold: %r before its go file, then %r; want nothing, then 200 with "
+                        "released true" % (early, r))
+        c.close()
         paths = [json.loads(x)["path"] for x in read_text(log_path).splitlines()]
         want = ["/echo-1?q=1", "/echo-2?q=1", "/body", "/chunked", "/head", "/sse?mode=chunked",
-                "/sse?mode=close", "/ws", "/ws"]
+                "/sse?mode=close", "/ws", "/ws", "/hold?go=self-go"]
         if paths != want:
             errs.append("the agent's log: %r, want %r" % (paths, want))
         once_log = os.path.join(tmp, "once.log")

@@ -17,6 +17,10 @@ else did. Answers:
                                       percent-decoded) and a small HTML body: the
                                       answers the gateway isolates; h= on /ws adds
                                       fields to the 101 too
+    GET /hold?go=<name>               held open: answered (as anything else, with
+                                      "released": true) once the file <name> exists
+                                      beside --log, or after HOLD_MAX_S ("released":
+                                      false); the request is logged as it arrives
     anything else                     200, JSON: what the request looked like
 
     agent.py --log FILE [--port N] [--once N]
@@ -42,6 +46,7 @@ import ws  # noqa: E402
 
 SSE_EVENTS = 3
 SSE_GAP_S = 0.3
+HOLD_MAX_S = 60  # a held request is answered by then, released or not
 LOG_LOCK = threading.Lock()
 
 
@@ -91,6 +96,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.sse("mode=close" in self.path)
         if path == "/answer":
             return self.answer()
+        if path == "/hold":
+            return self.echo(dict(rec, released=self.hold()))
+        return self.echo(rec)
+
+    def echo(self, rec):
+        """200, JSON: <rec>."""
         out = json.dumps(rec).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -105,6 +116,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if name.startswith("do_"):
             return self.handle_any
         raise AttributeError(name)
+
+    def hold(self):
+        """Waits for the file the query's go=<name> (letters, digits, - and _) names beside
+        --log; True once it exists, False after HOLD_MAX_S or for no such name."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        name = (query.get("go") or [""])[0]
+        if not name.isascii() or not name.replace("-", "").replace("_", "").isalnum():
+            return False
+        go = os.path.join(os.path.dirname(self.log_path), name)
+        deadline = time.monotonic() + HOLD_MAX_S
+        while not os.path.exists(go):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
     def asked_fields(self):
         """The (name, value) pairs of the query's h=<Name: value> parameters, in order."""
