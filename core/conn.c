@@ -55,11 +55,14 @@
  * added past this budget goes into a mode's part of the union, or the budget is argued. */
 static_assert(sizeof(struct conn) <= 1008, "struct conn over its budget");
 
+#define OVERLOADED_BODY     "{\"reason\":\"overloaded\",\"status\":503}\n"
+#define OVERLOADED_BODY_LEN "37"
+static_assert(sizeof(OVERLOADED_BODY) - 1 == 37, "OVERLOADED_BODY_LEN is the body's length");
 static const char reply_overloaded[] =
     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     "X-Agent-Reason: overloaded\r\nX-Agent-Instruction: The proxy is at its connection limit; "
-    "retry after a short wait.\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 40\r\n"
-    "\r\n{\"reason\":\"overloaded\",\"status\":503}\n\n\n";
+    "retry after a short wait.\r\nRetry-After: 1\r\nConnection: close\r\n"
+    "Content-Length: " OVERLOADED_BODY_LEN "\r\n\r\n" OVERLOADED_BODY;
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -371,11 +374,37 @@ static void refuse_static(struct worker *w, int slot, const char *reply, size_t 
 	io_uring_sqe_set_data64(sqe, 0);
 }
 
-/* The conn pool is empty: answer 503 from static memory and close, untracked. */
-static void refuse_overloaded(struct worker *w, int slot)
+/*
+ * The decision record of a connection refused at accept, with no conn to
+ * hang it on: <reason>, its status, <l>'s sandbox (none for the public
+ * listener), a conn number of its own. Counted as a decision too.
+ */
+static void audit_accept_refusal(struct worker *w, const struct worker_listener *l,
+				 enum reason reason)
+{
+	decision_count(w, false, TIER_DENY, reason);
+	struct audit_record *rec = audit_claim(w->audit);
+	if (rec == NULL)
+		return; /* counted as dropped by the ring */
+	rec->kind = AUDIT_DECISION;
+	rec->id = audit_next_id(w->audit);
+	rec->conn_id = ((uint64_t)w->index << 48) | ++w->next_conn_seq;
+	rec->allowed = false;
+	rec->status = reason_status(reason);
+	rec->reason = (uint8_t)reason;
+	if (l->sandbox != WORKER_NO_SANDBOX) {
+		const char *id = w->e->sandboxes[l->sandbox]->id;
+		audit_copy(rec->sandbox, sizeof(rec->sandbox), id, strlen(id));
+	}
+	audit_commit(w->audit, rec);
+}
+
+/* The conn pool is empty: answer 503 from static memory, close, and audit it. */
+static void refuse_overloaded(struct worker *w, const struct worker_listener *l, int slot)
 {
 	refuse_static(w, slot, reply_overloaded, sizeof(reply_overloaded) - 1);
 	w->stats.refused_overload++;
+	audit_accept_refusal(w, l, REASON_OVERLOADED);
 }
 
 /*
@@ -388,21 +417,7 @@ static void refuse_over_share(struct worker *w, const struct worker_listener *l,
 	AN_ASSERT(w->share_reply_len > 0);
 	refuse_static(w, slot, w->share_reply, w->share_reply_len);
 	w->stats.refused_share++;
-	decision_count(w, false, TIER_DENY, REASON_CONNECTION_SHARE_EXCEEDED);
-	struct audit_record *rec = audit_claim(w->audit);
-	if (rec == NULL)
-		return; /* counted as dropped by the ring */
-	rec->kind = AUDIT_DECISION;
-	rec->id = audit_next_id(w->audit);
-	rec->conn_id = ((uint64_t)w->index << 48) | ++w->next_conn_seq;
-	rec->allowed = false;
-	rec->status = reason_status(REASON_CONNECTION_SHARE_EXCEEDED);
-	rec->reason = (uint8_t)REASON_CONNECTION_SHARE_EXCEEDED;
-	if (l->sandbox != WORKER_NO_SANDBOX) {
-		const char *id = w->e->sandboxes[l->sandbox]->id;
-		audit_copy(rec->sandbox, sizeof(rec->sandbox), id, strlen(id));
-	}
-	audit_commit(w->audit, rec);
+	audit_accept_refusal(w, l, REASON_CONNECTION_SHARE_EXCEEDED);
 }
 
 void set_nodelay(struct conn *c, uint32_t op, int fd)
@@ -488,7 +503,7 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 	}
 	struct conn *c = w->stopping || share_full(&w->share) ? NULL : pool_take(&w->conns);
 	if (c == NULL) {
-		refuse_overloaded(w, res);
+		refuse_overloaded(w, l, res);
 		return;
 	}
 	share_take(&w->share, share_key);

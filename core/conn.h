@@ -230,7 +230,7 @@ struct conn {
 			uint32_t resp_off;   /* response bytes relayed to the agent */
 			uint32_t resp_scan;  /* response bytes whose framing is accounted for */
 			uint64_t term_req_bytes;  /* this request's body bytes sent upstream */
-			uint64_t term_resp_bytes; /* this response's bytes relayed to the agent */
+			uint64_t term_resp_bytes; /* this response's body bytes for the agent */
 			/* the body's framing state at resp_off, and where the body begins in resp */
 			struct http1_chunked resp_chunks_sent;
 			uint32_t resp_body_at;

@@ -366,6 +366,8 @@ static void inject_frame(struct conn *c)
 			c->resp_done = c->resp_chunks.done;
 		}
 		c->resp_scan += take;
+		c->term_resp_bytes +=
+		    take; /* the body's bytes (a chunked one's with its framing) */
 	}
 }
 
@@ -585,7 +587,6 @@ static enum term_status inject_upstream_side(struct conn *c)
 	if (st != TERM_OK)
 		return st;
 	c->resp_fill += (uint32_t)n;
-	c->term_resp_bytes += n;
 	c->resp_hold_over = false; /* a new tail: held as long as any */
 	inject_frame(c);
 	if (c->resp_refusal != REASON_NONE) {
@@ -602,10 +603,18 @@ static enum term_status inject_upstream_side(struct conn *c)
 			term_end(c, TERM_CLOSED);
 		}
 	} else if (c->term_resp_bytes > LIMITS_TERM_RESPONSE_BYTES_MAX) {
+		/* The body passed the limit in this read (no read follows one that did): its
+		 * bytes past the limit are dropped, those before it relayed, and then the
+		 * session is cut (inject_pump: no close_notify, so the agent cannot take the
+		 * short body for the whole). */
+		uint32_t over = (uint32_t)(c->term_resp_bytes - LIMITS_TERM_RESPONSE_BYTES_MAX);
+		AN_ASSERT(over <= c->resp_scan - c->resp_off);
+		c->resp_scan -= over;
+		c->resp_fill = c->resp_scan;
+		c->term_resp_bytes = LIMITS_TERM_RESPONSE_BYTES_MAX;
 		c->reason = REASON_RESPONSE_TRUNCATED;
 		audit_decision(c, false, reason_status(REASON_RESPONSE_TRUNCATED));
 		c->upstream_dead = true;
-		term_end(c, TERM_ERROR); /* what was relayed stands; the rest is cut */
 	}
 	return TERM_OK;
 }
@@ -679,7 +688,10 @@ static void inject_pump(struct conn *c)
 	    c->resp_off == c->resp_scan || (!c->resp_done && c->resp_off >= inject_relay_limit(c));
 	if (c->upstream_dead && (c->resp_done || c->resp_started) && all_out && !c->term_closing &&
 	    c->state == ST_TERM) {
-		if (c->upstream_aborted && c->inject_phase == INJ_RESPONSE && !c->resp_done) {
+		if (c->reason == REASON_RESPONSE_TRUNCATED) {
+			term_abort(c); /* cut at the limit: never to be read as whole */
+		} else if (c->upstream_aborted && c->inject_phase == INJ_RESPONSE &&
+			   !c->resp_done) {
 			c->reason = REASON_UPSTREAM_RESET;
 			term_abort(c); /* cut by a reset: the agent must not read it as whole */
 		} else {

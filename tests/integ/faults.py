@@ -93,6 +93,22 @@
     to an inject rule's host is answered 403 tier_unavailable before any resolution or
     connection (the rule's origin accepts nothing).
 
+  - overloaded: the daemon's least pool (daemon.conns_per_worker POOL_CONNS, one worker,
+    sandbox_share_percent 100 so that no share refuses first) held whole by idle
+    connections: a new connection on the agent's socket, another sandbox's, the TCP
+    listener and the gateway is answered at once, unasked, 503 overloaded (Retry-After: 1,
+    Connection: close, its JSON body as long as its Content-Length) and closed;
+    refused_overload and agentsnet_connections_overloaded_total count each; the held ones
+    are still open and served; once they close, new connections are served again; each
+    refusal has its decision record (reason overloaded, status 503, the listener's sandbox).
+  - response_truncated: an inject origin answers bodies of LIMITS_TERM_RESPONSE_BYTES_MAX
+    (read from core/limits.h) + 1 bytes, by Content-Length and delimited by its close, and
+    of exactly the limit: a body over it reaches the agent byte for byte up to the limit
+    (less BIG_SLACK at most), then the agent's TLS ends without a close_notify (which would
+    pass a close-delimited one for whole); one of the limit passes whole;
+    the close records say response_truncated, response_truncated, none. About 1 GiB each:
+    4 s each under the sanitized build on a quiet machine, 12 under load.
+
 Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] [--tests NAME...] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
 """
@@ -101,6 +117,7 @@ import fcntl
 import http.server
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -113,9 +130,9 @@ import termios
 import threading
 import time
 
-from fairness import Origin, control, egress, served
-from integlib import (make_leaf, make_pki, own_pass_args, own_pass_end, read_head, read_text,
-                      scrape, series,
+from fairness import Origin, answers_of, connect, control, egress, served
+from integlib import (ROOT, make_leaf, make_pki, own_pass_args, own_pass_end, read_head,
+                      read_text, recv_all, scrape, series,
                       tcp_exchange, upload_then_leave, with_daemon, Fatal)
 
 DISK_BYTES = 1 << 20
@@ -138,6 +155,12 @@ DRAIN_MS = 3000  # the policy's daemon.timeouts.drain_ms
 UPLOAD_CEILING = 1 << 20
 DELAY_S = 1.0  # DelayedOrigin's wait before it answers
 WEBHOOK_AUTHORIZATION = "Bearer faults-webhook-token"  # webhook_https's authorization_file
+POOL_CONNS = 16  # overloaded's daemon.conns_per_worker: the least the policy takes
+# response_truncated's answers: (body bytes less LIMITS_TERM_RESPONSE_BYTES_MAX, framing).
+BIG_RUNS = ((1, "length"), (1, "close"), (0, "length"))
+BODY_CHUNK = bytes(range(256)) * 4096  # BigOrigin's body, 1 MiB at a time
+BIG_SLACK = 64  # how far short of the limit a cut body may stop: a tail the masking holds
+#                back, shorter than the secret
 
 POLICY = """version: 1
 daemon:
@@ -145,7 +168,7 @@ daemon:
   audit_log: {audit}
   audit_failure: {failure}
   workers: 1
-  ingress: {{listen: "127.0.0.1:{ingress_port}"}}
+{pool}  ingress: {{listen: "127.0.0.1:{ingress_port}"}}
   tcp_listen: "127.0.0.1:{tcp_port}"
   tcp_sandbox: agent
   timeouts: {{drain_ms: {drain_ms}}}
@@ -154,7 +177,8 @@ daemon:
 {webhook}resolver:
   servers: ["127.0.0.1:9"]
   hosts: {{api.internal: [127.0.0.1], mismatch.internal: [127.0.0.1], held.internal: [127.0.0.1],
-          dropped.internal: [127.0.0.1], upload-tls.internal: [127.0.0.1]}}
+          dropped.internal: [127.0.0.1], upload-tls.internal: [127.0.0.1],
+          big.internal: [127.0.0.1]}}
   allow_private: [127.0.0.1/32]
 profiles:
   faults:
@@ -220,6 +244,15 @@ profiles:
         ports: [{dropped_port}]
         owner: tests
         reason: an origin that resets before its handshake
+        inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
+                 secret_file: "{pki}/secret.txt"}}
+        upstream_ca: "{pki}/ca.pem"
+      - id: big
+        host: big.internal
+        tier: inject
+        ports: [{big_port}]
+        owner: tests
+        reason: a TLS origin that answers a body as long as its request asks
         inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
                  secret_file: "{pki}/secret.txt"}}
         upstream_ca: "{pki}/ca.pem"
@@ -751,11 +784,13 @@ def t_early_flood(v, log):
     return errs
 
 
-def inject_exchange(v, port, agent_tls, host="api.internal", closing=False):
+def inject_exchange(v, port, agent_tls, host="api.internal", closing=False, path=b"/v1",
+                    read=None):
     """CONNECT to <host>:<port> (an inject rule's TLS origin), TLS with the daemon, one
-    request with the placeholder (<closing>: with Connection: close): every byte of the answer and how the agent's TLS ended
-    (read_to_end: "truncated", no close_notify, or "eof" after one); or None and what
-    came instead of the CONNECT's 200."""
+    request for <path> with the placeholder (<closing>: with Connection: close): every byte
+    of the answer and how the agent's TLS ended (read_to_end: "truncated", no close_notify,
+    or "eof" after one), or what <read>(the agent's TLS socket) returns instead; or None
+    and what came instead of the CONNECT's 200."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect(egress(v["sock_dir"], "agent"))
@@ -771,10 +806,10 @@ def inject_exchange(v, port, agent_tls, host="api.internal", closing=False):
         if not head.startswith(b"HTTP/1.1 200"):
             return None, "the CONNECT got %r" % head
         t = agent_tls.wrap_socket(s, server_hostname=host, suppress_ragged_eofs=False)
-        t.sendall(b"GET /v1 HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s\r\n%s"
-                  b"\r\n" % (host.encode(), port, PLACEHOLDER.encode(),
+        t.sendall(b"GET %s HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s\r\n%s"
+                  b"\r\n" % (path, host.encode(), port, PLACEHOLDER.encode(),
                               b"Connection: close\r\n" if closing else b""))
-        return read_to_end(t)
+        return (read or read_to_end)(t)
 
 
 def inject_through(v, port, agent_tls):
@@ -1447,6 +1482,260 @@ def t_inject_without_ca(v, log):
     return errs
 
 
+def check_overloaded(answer):
+    """The problems with <answer> as the pool's refusal (docs/reasons.md, overloaded): 503,
+    X-Agent-Reason overloaded, an instruction, Retry-After: 1, Connection: close and the JSON
+    body its Content-Length says; empty when it is one."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    fields = {k.strip().lower(): x.strip() for k, _, x in
+              (line.partition(":") for line in lines[1:])}
+    errs = []
+    if not sep or status_of(answer) != 503:
+        errs.append("status line %r, want 503" % lines[0])
+    if fields.get("x-agent-reason") != "overloaded":
+        errs.append("X-Agent-Reason %r" % fields.get("x-agent-reason"))
+    if not fields.get("x-agent-instruction"):
+        errs.append("no X-Agent-Instruction")
+    if fields.get("retry-after") != "1":
+        errs.append("Retry-After %r, want 1" % fields.get("retry-after"))
+    if fields.get("connection", "").lower() != "close":
+        errs.append("Connection %r, want close" % fields.get("connection"))
+    if fields.get("content-length") != str(len(body)):
+        errs.append("Content-Length %r for a body of %d bytes" % (fields.get("content-length"),
+                                                                 len(body)))
+    try:
+        doc = json.loads(body)
+        if doc.get("reason") != "overloaded" or doc.get("status") != 503:
+            errs.append("body %r" % doc)
+    except ValueError:
+        errs.append("body is not JSON: %r" % body[:200])
+    return errs
+
+
+def overloaded_count(v):
+    """stats' refused_overload and the metrics' agentsnet_connections_overloaded_total."""
+    return (stats(v)["refused_overload"],
+            series(scrape(v["metrics_port"])[2]).get("agentsnet_connections_overloaded_total"))
+
+
+def t_overloaded(v, log):
+    """The worker's connection pool (conns_per_worker POOL_CONNS, no share) held whole by
+    idle connections: a new one, on any listener, is answered 503 overloaded at once and
+    closed, counted by stats and the metrics and audited (a decision record naming the
+    listener's sandbox); the held ones are still served, and once they close, new ones are
+    too."""
+    errs = []
+    agent, watched = egress(v["sock_dir"], "agent"), egress(v["sock_dir"], "watched")
+    before = overloaded_count(v)
+    held = [connect(agent) for _ in range(POOL_CONNS)]
+    try:
+        if not within(lambda: stats(v)["conns"] == POOL_CONNS, 5):
+            return ["%d idle connections held, the daemon counts %d open, want %d" % (
+                POOL_CONNS, stats(v)["conns"], POOL_CONNS)]
+        over = {"the agent's socket": connect(agent),
+                "another sandbox's socket": connect(watched),
+                "the TCP listener": socket.create_connection(("127.0.0.1", v["tcp_port"]),
+                                                             timeout=5),
+                "the gateway's listener": socket.create_connection(
+                    ("127.0.0.1", v["ingress_port"]), timeout=5)}
+        for what, sock in over.items():
+            with sock:
+                answer = recv_all(sock)  # nothing sent: what the daemon says unasked
+            log("overloaded: a connection to %s with %d held: %r" % (what, POOL_CONNS,
+                                                                     answer[:60]))
+            bad = check_overloaded(answer)
+            if bad:
+                errs.append("a connection to %s with the pool's %d held: %s; got %r" % (
+                    what, POOL_CONNS, "; ".join(bad), answer[:300]))
+        want = (before[0] + len(over), (before[1] or 0) + len(over))
+        within(lambda: overloaded_count(v) == want, 5)  # the workers publish
+        after = overloaded_count(v)
+        log("overloaded: refused_overload, agentsnet_connections_overloaded_total %r -> %r"
+            % (before, after))
+        if after != want:
+            errs.append("refused_overload and agentsnet_connections_overloaded_total went "
+                        "%r -> %r, want %r: one for each refusal" % (before, after, want))
+        # Each refusal is audited: a decision record with the code and the listener's
+        # sandbox (the TCP listener's is the agent; the gateway's none).
+        want_sandboxes = ["agent", "watched", "agent", None]
+
+        def refusals():
+            return sorted((r.get("sandbox") for r in audit_lines(v["audit"])[0]
+                           if r.get("event") == "decision" and r.get("reason") == "overloaded"),
+                          key=str)
+        within(lambda: len(refusals()) >= len(want_sandboxes), 5)  # the writer flushes
+        got = refusals()
+        records = [r for r in audit_lines(v["audit"])[0] if r.get("reason") == "overloaded"]
+        log("overloaded: the refusals' records: %s" % records)
+        if got != sorted(want_sandboxes, key=str):
+            errs.append("the overloaded refusals' decision records name the sandboxes %r, "
+                        "want %r: one per refusal" % (got, sorted(want_sandboxes, key=str)))
+        for r in records:
+            if r.get("status") != 503 or r.get("decision") != "deny":
+                errs.append("an overloaded refusal's record says status %r decision %r, "
+                            "want 503 deny: %r" % (r.get("status"), r.get("decision"), r))
+        # The refusals took nothing from the held connections: each is open, told nothing,
+        # and one asked is served (one: a forwarded request takes buffers of the worker's
+        # head pool, which has as many as its conns).
+        told = [x for x in answers_of(held, 0.2) if x != b""]
+        if told:
+            errs.append("held connections were told %r once the pool had refused" % told[:3])
+        held[0].sendall(b"GET http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n"
+                        b"Connection: close\r\n\r\n")
+        answer = recv_all(held[0])
+        if status_of(answer) != 200:
+            errs.append("a held connection, asked once the pool had refused: %r" % answer[:200])
+    finally:
+        for sock in held:
+            sock.close()
+    if not within(lambda: stats(v)["conns"] == 0, 5):
+        errs.append("%d connections still open 5 s after the held ones closed" %
+                    stats(v)["conns"])
+    for what, answer in (("the agent's socket", served(agent)),
+                         ("another sandbox's socket", served(watched))):
+        if status_of(answer) != 200:
+            errs.append("a request on %s once the held connections closed: %r" % (
+                what, answer[:200]))
+    return errs
+
+
+def limit_of(name):
+    """The value of <name>, a #define of core/limits.h whose value is an integer expression
+    of literals (such as (1ull << 30))."""
+    text = read_text(os.path.join(ROOT, "core", "limits.h"))
+    found = re.search(r"^#define %s\s+(.+?)\s*$" % re.escape(name), text, re.M)
+    if not found:
+        raise Fatal("core/limits.h defines no %s" % name)
+    expr = re.sub(r"\b(\d+)(?:ull|ul|ll|u|l)\b", r"\1", found.group(1), flags=re.I)
+    if not re.fullmatch(r"[0-9\s()<>*+-]+", expr):
+        raise Fatal("%s is %r: not an expression of literals" % (name, found.group(1)))
+    return int(eval(expr, {"__builtins__": {}}))  # digits and operators only
+
+
+class BigOrigin(Listener):
+    """A TLS origin (<tls>, an ssl.SSLContext) that answers GET /<n>/<framing> with a body
+    of <n> bytes, byte i being i % 256, framed by a Content-Length ("length") or by its
+    close ("close"), sent as fast as it is taken; then it closes (no close_notify). How the
+    last answer went is in .ended: "whole", or the error that cut it and how many bytes of
+    the body the origin's kernel had taken."""
+
+    def __init__(self, tls):
+        self.tls = tls
+        self.ended = None
+        super().__init__()
+
+    def answer(self, conn):
+        sent = 0
+        try:
+            conn.settimeout(30)
+            conn = self.tls.wrap_socket(conn, server_side=True)
+            target = read_head(conn).split(b" ", 2)[1].split(b"/")
+            size, framing = int(target[1]), target[2]
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n%s\r\n"
+                         % (b"Content-Length: %d\r\n" % size if framing == b"length" else
+                            b"Connection: close\r\n"))
+            view = memoryview(BODY_CHUNK)
+            while sent < size:
+                n = min(len(view), size - sent)
+                conn.sendall(view[:n])
+                sent += n
+            self.ended = "whole"
+        except (OSError, ssl.SSLError, ValueError, IndexError) as e:
+            self.ended = "%s after %d" % (type(e).__name__, sent)
+        finally:
+            conn.close()
+
+
+def read_counted(sock):
+    """Reads <sock> to its end, as read_to_end does, keeping only the answer's head: (the
+    head, the body's bytes, whether each byte was its offset % 256, how it ended)."""
+    buf = memoryview(bytearray(1 << 20))
+    check = memoryview(BODY_CHUNK + BODY_CHUNK[:256])
+    head, body, ordered = b"", None, True
+    while True:
+        try:
+            n = sock.recv_into(buf)
+        except ConnectionResetError:
+            return head, body, ordered, "reset"
+        except ssl.SSLEOFError:
+            return head, body, ordered, "truncated"
+        except socket.timeout:
+            return head, body, ordered, "timeout"
+        except (OSError, ssl.SSLError) as e:
+            return head, body, ordered, type(e).__name__
+        if n == 0:
+            return head, body, ordered, "eof"
+        data = buf[:n]
+        if body is None:
+            head += bytes(data)
+            if b"\r\n\r\n" not in head:
+                continue
+            head, _, rest = head.partition(b"\r\n\r\n")
+            data, body = memoryview(rest), 0
+        ordered = ordered and data == check[body % 256:body % 256 + len(data)]
+        body += len(data)
+
+
+def t_response_truncated(v, log):
+    """On the inject tier, a response body over LIMITS_TERM_RESPONSE_BYTES_MAX is cut: the
+    agent gets the body up to the cut (at the limit, less a read at most), byte for byte,
+    then its connection ends short of the body (a Content-Length's, or a close-delimited
+    one's: no close_notify); each close record says response_truncated. A body of exactly
+    the limit passes whole."""
+    errs = []
+    limit = limit_of("LIMITS_TERM_RESPONSE_BYTES_MAX")
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    big = v["big"]
+    for over, framing in BIG_RUNS:
+        size = limit + over
+        t0 = time.monotonic()
+        got = inject_exchange(v, big.port, agent_tls, host="big.internal",
+                              path=b"/%d/%s" % (size, framing.encode()), read=read_counted)
+        took = time.monotonic() - t0
+        if got[0] is None:
+            errs.append("a %d-byte body (%s): %s" % (size, framing, got[1]))
+            continue
+        head, body, ordered, end = got
+        log("response_truncated: a body of limit%+d bytes (%s): the agent got %r bytes of it "
+            "(limit%+d), %s, its TLS ended %s; the origin %s; %.1f s" % (
+                size - limit, framing, body, (body or 0) - limit,
+                "in order" if ordered else "NOT in order", end, big.ended, took))
+        what = "a body of %d bytes, the limit%+d (%s)" % (size, size - limit, framing)
+        if status_of(head + b"\r\n\r\n") != 200 or body is None:
+            errs.append("%s: the agent got %r, want the origin's 200" % (what, head[:200]))
+            continue
+        if not ordered:
+            errs.append("%s: the body the agent got is not the origin's, byte for byte" % what)
+        if size <= limit and (body != size or end != "eof"):
+            errs.append("%s: the agent got %d bytes of it and its TLS ended %s, want it whole "
+                        "(the origin's close ends it)" % (what, body, end))
+        if size > limit and (not limit - BIG_SLACK <= body <= limit or end == "eof"):
+            errs.append("%s: the agent got %d bytes of it and its TLS ended %s; want what came "
+                        "up to the limit (within %d bytes: a tail the masking holds back), "
+                        "then an end that is not the body's (a close_notify would end a "
+                        "close-delimited one)" % (what, body, end, BIG_SLACK))
+    want = ["response_truncated" if over > 0 else "none" for over, _ in BIG_RUNS]
+
+    def close_reasons():
+        return [r.get("reason") for r in audit_lines(v["audit"])[0]
+                if r.get("event") == "close" and r.get("host") == "big.internal"]
+    within(lambda: len(close_reasons()) >= len(want), 5)  # the writer's pass
+    reasons = close_reasons()
+    log("response_truncated: the close records' reasons %r" % reasons)
+    if reasons != want:
+        errs.append("the close records' reasons %r, want %r" % (reasons, want))
+    return errs
+
+
+def pool_section(name):
+    """The policy's daemon lines for test <name> that bound its connections (overloaded
+    alone has them: the least pool, and no share, so that the pool runs out first)."""
+    if name != "overloaded":
+        return ""
+    return "  conns_per_worker: %d\n  sandbox_share_percent: 100\n" % POOL_CONNS
+
+
 def webhook_section(name, port, pki):
     """The policy's daemon.alert_webhook line for test <name> (webhook_https alone has one)."""
     if name != "webhook_https":
@@ -1513,6 +1802,10 @@ def main():
     hook_tls, other_tls = (ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER) for _ in range(2))
     hook_tls.load_cert_chain(*make_leaf(pki, "hook", os.path.join(pki, "ca.pem"),
                                         os.path.join(pki, "ca.key"), ("localhost",)))
+    big_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # response_truncated's origin
+    big_tls.load_cert_chain(*make_leaf(pki, "big", os.path.join(pki, "ca.pem"),
+                                       os.path.join(pki, "ca.key"), ("big.internal",)))
+    big = BigOrigin(big_tls)
     other = os.path.join(pki, "other")
     os.mkdir(other, 0o700)
     other_tls.load_cert_chain(*make_pki(other, names=("localhost",))[1:])
@@ -1542,7 +1835,9 @@ def main():
                 ("alerts", "continue", None, None, t_alerts),
                 ("webhook_https", "continue", None, None, t_webhook_https),
                 ("misdirected_refusal", "continue", None, None, t_misdirected_refusal),
-                ("inject_without_ca", "continue", None, None, t_inject_without_ca)):
+                ("inject_without_ca", "continue", None, None, t_inject_without_ca),
+                ("overloaded", "continue", None, None, t_overloaded),
+                ("response_truncated", "continue", None, None, t_response_truncated)):
             if args.tests and name not in args.tests:
                 continue
             top = os.path.join(tmp, name)
@@ -1552,7 +1847,7 @@ def main():
                             "tmpfs", disk], check=True)
             try:
                 v = {"name": name, "fsize": fsize, "env": env, "pki": pki,
-                     "tls_reset": tls_reset, "late": LateOrigin(),
+                     "tls_reset": tls_reset, "late": LateOrigin(), "big": big,
                      "mismatch": mismatch, "dropped": dropped, "stream": stream,
                      "sock_dir": os.path.join(top, "run"), "ingress_port": free_port(),
                      "tcp_port": free_port(), "slow": SlowReader(), "reset": ResetOrigin(), "sink": Sink(),
@@ -1583,6 +1878,7 @@ def main():
                                           sink_port=v["sink"].port,
                                           upload_ceiling=UPLOAD_CEILING,
                                           webhook=webhook_section(name, v["hook"].port, pki),
+                                          pool=pool_section(name), big_port=big.port,
                                           placeholder=PLACEHOLDER))
                 failed += run_daemon(args, v, test, log)
             finally:

@@ -7,9 +7,10 @@
 # bytes, each against the safe behaviour it must meet).
 # Exit 0 pass, 1 fail, 77 skip (the reason is printed). A pass that exits 77
 # is counted as skipped, never as passed: the run ends with a summary of every
-# pass's result, "integ: passes: integ PASS, sandbox SKIP, ...; skipped:
-# sandbox (<reason>)", the reason being the pass's last "SKIP:" line. Any
-# failure or timeout makes the run exit 1; else any skip makes it exit 77.
+# pass's result and duration, "integ: passes: integ PASS 80s, sandbox SKIP 1s,
+# ...; skipped: sandbox (<reason>)", the reason being the pass's last "SKIP:"
+# line. Any failure or timeout makes the run exit 1; else any skip makes it
+# exit 77.
 # With CI=true (.ci/run) a skip fails the run (docs/testing.md, "Skips").
 #
 #   tests/integ/run.sh [integ.py options, e.g. --cases '04*' -v --keep]
@@ -24,7 +25,7 @@
 # fairness pass (one sandbox's flood against another's requests) is
 # `python3 tests/integ/fairness.py -v` (AN_FAIRNESS_TIMEOUT_S, 60 s); the fault
 # pass (the audit log on a full disk) is `python3 tests/integ/faults.py -v`
-# (AN_FAULTS_TIMEOUT_S, 90 s); the service pass (what the daemon tells systemd,
+# (AN_FAULTS_TIMEOUT_S, 240 s); the service pass (what the daemon tells systemd,
 # the unit) is `python3 tests/integ/service.py -v` (AN_SERVICE_TIMEOUT_S, 180 s); the
 # Kubernetes recipe's pass (deploy/kubernetes/ against the binaries) is
 # `python3 tests/integ/deploy.py -v` (AN_DEPLOY_TIMEOUT_S, 60 s); the preset
@@ -77,12 +78,13 @@ skip() {
 	fi
 }
 
-# Counts pass <name>'s exit status <st> (its output in <log>): PASS, SKIP, TIMEOUT or FAIL.
+# Counts pass <name>'s exit status <st> (its output in <log>, its duration <s> in seconds):
+# PASS, SKIP, TIMEOUT or FAIL, each with the duration.
 record() {
 	case $2 in
-	0) append results "$1 PASS" ;;
+	0) append results "$1 PASS ${4}s" ;;
 	77)
-		append results "$1 SKIP"
+		append results "$1 SKIP ${4}s"
 		why=$(grep 'SKIP' "$3" | tail -n 1)
 		if [ -z "$why" ]; then
 			why="no reason printed: $(tail -n 1 "$3")"
@@ -90,12 +92,12 @@ record() {
 		skip "$1" "${why#*SKIP: }"
 		;;
 	124 | 137)
-		append results "$1 TIMEOUT"
+		append results "$1 TIMEOUT ${4}s"
 		echo "integ: FAIL: $1 pass timed out"
 		rc=1
 		;;
 	*)
-		append results "$1 FAIL (exit $2)"
+		append results "$1 FAIL (exit $2) ${4}s"
 		rc=1
 		;;
 	esac
@@ -135,11 +137,13 @@ trap 'exit 1' INT TERM HUP
 run_logged() {
 	name=$1
 	shift
+	started=$(date +%s)
 	{
 		"$@"
 		echo $? >"$logs/$name.rc"
 	} 2>&1 | tee "$logs/$name.log"
-	record "$name" "$(cat "$logs/$name.rc" 2>/dev/null || echo 1)" "$logs/$name.log"
+	record "$name" "$(cat "$logs/$name.rc" 2>/dev/null || echo 1)" "$logs/$name.log" \
+		$(($(date +%s) - started))
 }
 
 run_logged integ timeout --kill-after=15 "$limit" python3 -u tests/integ/integ.py \
@@ -168,7 +172,7 @@ if [ $# -eq 0 ]; then
 	run_pass sandbox sandbox.py "${AN_SANDBOX_TIMEOUT_S:-420}"
 	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
 	run_pass fairness fairness.py "${AN_FAIRNESS_TIMEOUT_S:-60}"
-	run_pass faults faults.py "${AN_FAULTS_TIMEOUT_S:-90}"
+	run_pass faults faults.py "${AN_FAULTS_TIMEOUT_S:-240}"
 	run_pass service service.py "${AN_SERVICE_TIMEOUT_S:-180}"
 	run_pass deploy deploy.py "${AN_DEPLOY_TIMEOUT_S:-60}"
 	run_pass presets presets.py "${AN_PRESETS_TIMEOUT_S:-120}"
