@@ -831,6 +831,35 @@ static enum reason limits_refusal(struct conn *c, const struct verdict_limits *l
 	return REASON_NONE;
 }
 
+enum reason session_limits_refusal(struct conn *c)
+{
+	struct worker *w = c->w;
+	const struct engine_sandbox *sb = conn_sandbox(c);
+	uint32_t retry = 0;
+
+	c->retry_after_s = 0;
+	if (c->session_tokens_taken) {
+		c->session_tokens_taken = false; /* the CONNECT took this request's tokens */
+		return REASON_NONE;
+	}
+	struct ratelimit_entry *e = c->rule_limit;
+	if (e != NULL &&
+	    !ratelimit_take(&e->bucket, &e->limits, sb->generation, w->now_ms, &retry)) {
+		c->retry_after_s = retry;
+		return REASON_RATE_LIMITED;
+	}
+	/* The sandbox's bucket is shared with its requests in clear: the limits they are
+	 * decided under (the worker's policy), the session's own if a reload dropped it. */
+	const struct snapshot_sandbox *now = &w->policy->sandboxes[c->sandbox];
+	const struct snapshot_sandbox *under = now->known ? now : &c->snap->sandboxes[c->sandbox];
+	if (!ratelimit_take(&w->buckets[c->sandbox], &under->limits, sb->generation, w->now_ms,
+			    &retry)) {
+		c->retry_after_s = retry;
+		return REASON_RATE_LIMITED;
+	}
+	return REASON_NONE;
+}
+
 /*
  * Whether the connection of request <req>, refused <why>, stays open for the
  * next request: a limit's 429 only (the agent is told to retry after a wait,
@@ -989,6 +1018,7 @@ void decide(struct conn *c, const struct http1_request *req)
 		refusal = rule_limits_refusal(c, &v);
 	if (refusal == REASON_NONE)
 		refusal = limits_refusal(c, &under->limits);
+	c->session_tokens_taken = refusal == REASON_NONE;
 	if (refusal != REASON_NONE) {
 		rule_limit_release(c); /* a refused request holds no connection on its rule */
 		c->answer_keeps_conn = refusal_keeps(c, req, refusal);

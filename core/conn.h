@@ -125,6 +125,8 @@ struct conn {
 	/* A TLS handshake whose duration is still to be observed (term_handshakes_timed). */
 	bool agent_tls_timed : 1;
 	bool upstream_tls_timed : 1;
+	/* A terminated session's CONNECT took the rate tokens of its first request. */
+	bool session_tokens_taken : 1;
 	int32_t connect_err;
 	struct snapshot *snap; /* the current request's policy, held (core/snapshot.h) */
 	struct ratelimit_entry *rule_limit; /* the request's rule limits, counted in its conns */

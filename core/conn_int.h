@@ -399,6 +399,15 @@ const struct snapshot_sandbox *snapshot_take(struct conn *c);
 bool conn_quarantined(const struct conn *c);
 /* Decides request <req> (proxy form) against the policy: refuses, or starts its tier. */
 void decide(struct conn *c, const struct http1_request *req);
+/*
+ * The rate limits on a request inside a terminated session (fake, inject),
+ * which decide() never sees: a token of the session's rule (its entry, taken
+ * at the CONNECT) and of the sandbox's bucket. The CONNECT took those of the
+ * session's first request, so a session of one request costs one token, as
+ * a request in clear does, and a flood of handshakes is limited too. Sets
+ * c->retry_after_s; REASON_RATE_LIMITED or REASON_NONE.
+ */
+enum reason session_limits_refusal(struct conn *c);
 
 /* The Retry-After of <c>'s refusal <why>: c->retry_after_s, else 1 for a 503, else none. */
 uint32_t refusal_retry_after_s(const struct conn *c, enum reason why);

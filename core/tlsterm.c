@@ -111,8 +111,13 @@ void term_abort(struct conn *c)
 	c->term_closing = true;
 }
 
-/* The answer to a request refused inside the session; the conn closes after it. */
-void term_refuse(struct conn *c, enum reason why)
+/*
+ * The answer to a request refused inside the session. Unless <keep>, the
+ * conn closes after it and nothing read after the request is looked at;
+ * with <keep> (a limit's 429 to a keep-alive request with no body, whose
+ * head the caller dropped) the session waits for the next request.
+ */
+static void term_refuse_as(struct conn *c, enum reason why, bool keep)
 {
 	char audit_id[AUDIT_ID_BYTES];
 
@@ -128,16 +133,23 @@ void term_refuse(struct conn *c, enum reason why)
 			       .port = c->port,
 			       .sandbox = conn_sandbox(c)->id,
 			       .audit_id = audit_id,
-			       .retry_after_s = refusal_retry_after_s(c, why) };
+			       .retry_after_s = refusal_retry_after_s(c, why),
+			       .keep_alive = keep };
 	ssize_t n = deny_format(&d, c->out, WORKER_HEAD_BUFFER_BYTES);
 	c->out_len = n > 0 ? (uint32_t)n : 0;
 	c->out_off = 0;
 	c->answer_body = NULL;
 	c->answer_body_len = 0;
-	c->term_close_after = true;
-	c->head_fill = 0; /* nothing after a refused request is read */
+	c->term_close_after = !keep;
+	if (!keep)
+		c->head_fill = 0; /* nothing after a refused request is read */
 	if (n <= 0)
 		term_end(c, TERM_CLOSED);
+}
+
+void term_refuse(struct conn *c, enum reason why)
+{
+	term_refuse_as(c, why, false);
 }
 
 bool term_awaiting_request(const struct conn *c)
@@ -234,6 +246,15 @@ bool term_request(struct conn *c)
 	case DRAIN_REFUSE:
 		c->retry_after_s = LIMITS_DRAIN_RETRY_AFTER_S;
 		term_refuse(c, REASON_DAEMON_STOPPING);
+		return true;
+	}
+	why = session_limits_refusal(c);
+	if (why != REASON_NONE) {
+		/* As in clear (conn.c, refusal_keeps): retried on this session after Retry-After. */
+		bool keep = req.keep_alive && req.body == HTTP1_BODY_NONE;
+		if (keep)
+			term_drop(c, (uint32_t)n);
+		term_refuse_as(c, why, keep);
 		return true;
 	}
 	if (c->inject != NULL) {

@@ -21,6 +21,14 @@ one profile, whose one rule relays model.internal to a plain-HTTP origin on loop
     the same connection gets 200.
 With --share 100 (the share turned off) those two fail: the flood fills the worker
 and quiet is refused.
+  - session_limited: a third daemon, with a CA, on the terminated tiers (issue 23 item 3):
+    several requests on one kept-alive TLS session through the proxy, to a fake rule and
+    an inject rule with rule limits (burst 3, 1 a second) and to a fake rule of a profile
+    with sandbox limits (the same). Every request in the session counts: the one over
+    the bucket (the 3rd or the 4th, as the CONNECT may have taken a token) is answered
+    in the session, 429 rate_limited with Retry-After, the rule's id, Connection:
+    keep-alive and an X-Agent-Audit-Id that names its own deny record (one record, of
+    the session's conn, its path); after Retry-After the same session is served.
   - sandbox_bound: a second daemon under 1,100 open files: `sandbox add` answers
     `error limit` once its listeners reach the bound docs/control.md gives, never
     `error internal` (EMFILE), and a removal makes room again.
@@ -35,13 +43,14 @@ import os
 import resource
 import select
 import socket
+import ssl
 import sys
 import tempfile
 import threading
 import time
 
-from integlib import (control_exchange, own_pass_args, own_pass_end, read_audit, read_head,
-                      recv_all, wait_for, with_daemon, Fatal)
+from integlib import (control_exchange, make_pki, own_pass_args, own_pass_end, read_audit,
+                      read_head, recv_all, wait_for, with_daemon, Fatal)
 
 CONNS_PER_WORKER = 64
 FLOOD_CONNS = 100
@@ -83,6 +92,45 @@ sandboxes:
 {extra}"""
 # The share daemon's sandboxes more (the bound daemon's count of listeners has no room).
 LIMITED = "  - {id: limited, profile: limited}\n  - {id: crowded, profile: crowded}\n"
+
+# The session daemon (t_session_limited): the terminated tiers, each limit's burst SESSION_BURST
+# at 1 a second. The test CA is the agentsnet CA and signs the inject upstream's leaf.
+SESSION_BURST = 3
+SESSION_PLACEHOLDER = "agentsnet-placeholder-fair"
+SESSION_POLICY = """version: 1
+daemon:
+  socket_dir: {sock_dir}
+  audit_log: {audit}
+  workers: 2
+  ca: {{cert: "{ca}", key: "{ca_key}"}}
+resolver:
+  hosts: {{inject.test: [127.0.0.1]}}
+  allow_private: [127.0.0.1/32]
+profiles:
+  session-rule:
+    rules:
+      - {{id: fake-limited, host: fake.test, tier: fake, owner: tests, reason: rule limits,
+         limits: {{requests_per_second: 1, burst: {burst}}},
+         responses: [{{status: 200, headers: {{Content-Type: text/plain}}, body: "fake\\n"}}]}}
+      - id: inject-limited
+        host: inject.test
+        tier: inject
+        ports: [{tls_port}]
+        owner: tests
+        reason: rule limits
+        limits: {{requests_per_second: 1, burst: {burst}}}
+        inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
+                 secret_file: "{secret}"}}
+        upstream_ca: "{ca}"
+  session-sandbox:
+    limits: {{requests_per_second: 1, burst: {burst}}}
+    rules:
+      - {{id: fake-free, host: fake.test, tier: fake, owner: tests, reason: sandbox limits,
+         responses: [{{status: 200, headers: {{Content-Type: text/plain}}, body: "fake\\n"}}]}}
+sandboxes:
+  - {{id: session-rule, profile: session-rule}}
+  - {{id: session-sandbox, profile: session-sandbox}}
+"""
 
 
 class Origin(http.server.BaseHTTPRequestHandler):
@@ -352,6 +400,120 @@ def t_keep_crowded(v, log):
     return errs
 
 
+def tls_session(v, sandbox, host, port):
+    """A TLS session with the daemon, for <host>:<port>, through a CONNECT on <sandbox>'s
+    egress socket: the terminated tier's leaf, verified against the test CA."""
+    s = connect(egress(v["sock_dir"], sandbox))
+    try:
+        s.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                  % (host.encode(), port, host.encode(), port))
+        head = read_head(s)
+        if not head.startswith(b"HTTP/1.1 200 "):
+            raise Fatal("CONNECT %s:%d on %s: %r" % (host, port, sandbox, head[:300]))
+        return ssl.create_default_context(cafile=v["ca"]).wrap_socket(s, server_hostname=host)
+    except BaseException:
+        s.close()
+        raise
+
+
+def session_limited(v, log, label, sandbox, host, port, rule, tier, more=b""):
+    """Requests on one TLS session to <host> (<more>: header lines they carry) until one is
+    refused: the problems with what the docs promise (t_session_limited)."""
+    errs = []
+    statuses, refusal = [], None
+    with tls_session(v, sandbox, host, port) as tls:
+        for i in range(SESSION_BURST + 2):
+            got = exchange(tls, b"GET /r%d HTTP/1.1\r\nHost: %s\r\n%s\r\n"
+                           % (i, host.encode(), more))
+            if got is None:
+                return ["%s: the session ended after %s" % (label, statuses)]
+            statuses.append(int(got[0].split()[1]))
+            if statuses[-1] != 200:
+                refusal = got
+                break
+        log("session_limited: %s: %s" % (label, statuses))
+        if refusal is None:
+            return ["%s: %d requests on one session, none refused (%s): the requests inside "
+                    "a terminated session are not counted against the limit"
+                    % (label, len(statuses), statuses)]
+        served = len(statuses) - 1
+        line, fields, body = refusal
+        if served not in (SESSION_BURST - 1, SESSION_BURST):
+            errs.append("%s: %d served before the refusal, want %d (or %d, the CONNECT "
+                        "taking a token)" % (label, served, SESSION_BURST, SESSION_BURST - 1))
+        retry = fields.get("retry-after", "")
+        if not line.startswith("HTTP/1.1 429 ") or \
+                fields.get("x-agent-reason") != "rate_limited" or not retry.isdigit() or \
+                int(retry) < 1 or fields.get("x-agent-rule") != rule:
+            errs.append("%s: the refusal %r %r, want 429 rate_limited, Retry-After >= 1, "
+                        "X-Agent-Rule %s" % (label, line, fields, rule))
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = {}
+        if doc.get("reason") != "rate_limited" or doc.get("audit_id") is None or \
+                doc.get("audit_id") != fields.get("x-agent-audit-id"):
+            errs.append("%s: the refusal's body %r, want reason rate_limited and the "
+                        "X-Agent-Audit-Id as audit_id" % (label, body[:300]))
+        if fields.get("connection", "").lower() != "keep-alive":
+            errs.append("%s: the 429 says Connection: %r, want keep-alive (docs/policy.md: "
+                        "a limit's 429 keeps the connection)" % (label,
+                                                                   fields.get("connection")))
+        else:
+            time.sleep(int(retry) + 0.1 if retry.isdigit() else 1.1)
+            again = exchange(tls, b"GET /again HTTP/1.1\r\nHost: %s\r\n%s\r\n"
+                             % (host.encode(), more))
+            if again is None or not again[0].startswith("HTTP/1.1 200 "):
+                errs.append("%s: after Retry-After, the same session: %r, want 200"
+                            % (label, again))
+    errs += session_audit_errs(v, label, fields.get("x-agent-audit-id"), "/r%d" % served,
+                               rule, tier)
+    return errs
+
+
+def session_audit_errs(v, label, audit_id, path, rule, tier):
+    """The refusal's X-Agent-Audit-Id <audit_id> names exactly one record: the deny
+    decision rate_limited 429 of the refused request (<path>, <rule>, <tier>), on the
+    session's conn (that of the session's first request, /r0)."""
+    if audit_id is None:
+        return ["%s: the refusal has no X-Agent-Audit-Id" % label]
+
+    def records():
+        got, _ = read_audit(v["audit"])
+        return got if any(r.get("id") == audit_id for r in got) else None
+    try:
+        got = wait_for(records, 5, "the record %s" % audit_id)
+    except Fatal as e:
+        return ["%s: %s" % (label, e)]
+    named = [r for r in got if r.get("id") == audit_id]
+    want = {"event": "decision", "decision": "deny", "reason": "rate_limited", "status": 429,
+            "tier": tier, "rule": rule, "method": "GET", "path": path}
+    if len(named) != 1 or any(named[0].get(k) != x for k, x in want.items()):
+        return ["%s: X-Agent-Audit-Id %s names %r, want one record %r" % (label, audit_id,
+                                                                          named, want)]
+    first = [r for r in got if r.get("event") == "decision" and r.get("path") == "/r0" and
+             r.get("conn") == named[0].get("conn") and r.get("decision") == "allow"]
+    if len(first) != 1:
+        return ["%s: the refusal's record is on conn %s, where no allowed /r0 is: not the "
+                "session's" % (label, named[0].get("conn"))]
+    return []
+
+
+def t_session_limited(v, log):
+    """Rate limits inside TLS-terminated sessions: a rule's on the fake tier and the inject
+    tier, a sandbox's on the fake tier (session_limited)."""
+    auth = b"Authorization: Bearer %s\r\n" % SESSION_PLACEHOLDER.encode()
+    errs = []
+    for args in (("fake tier, rule limits", "session-rule", "fake.test", 443, "fake-limited",
+                  "fake"),
+                 ("inject tier, rule limits", "session-rule", "inject.test", v["tls_port"],
+                  "inject-limited", "inject", auth),
+                 ("fake tier, sandbox limits", "session-sandbox", "fake.test", 443, "fake-free",
+                  "fake")):
+        errs += session_limited(v, log, *args)
+    return errs
+
+
 def control(v, line):
     """The daemon's answer to control request <line> (no newline), as text."""
     return control_exchange(os.path.join(v["sock_dir"], "control.sock"),
@@ -423,6 +585,35 @@ def run_daemon(args, v, tests, log, nofile=None):
                        v["policy"] + ".err", body, limit)
 
 
+def run_session_daemon(args, tmp, log):
+    """The session daemon (SESSION_POLICY) and its HTTPS origin for the inject rule: runs
+    t_session_limited; returns how many failed."""
+    top = os.path.join(tmp, "session")
+    os.mkdir(top, 0o755)
+    ca, leaf, key = make_pki(top, ("inject.test",))
+    tls_origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(leaf, key)
+    tls_origin.socket = ctx.wrap_socket(tls_origin.socket, server_side=True)
+    threading.Thread(target=tls_origin.serve_forever, daemon=True).start()
+    secret = os.path.join(top, "secret.txt")
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w",
+              encoding="ascii") as f:
+        f.write("sk-fair-%s\n" % os.urandom(8).hex())
+    v = {"sock_dir": os.path.join(top, "run"), "audit": os.path.join(top, "audit.jsonl"),
+         "policy": os.path.join(top, "policy.yaml"), "ca": ca,
+         "tls_port": tls_origin.server_address[1]}
+    with open(v["policy"], "w", encoding="utf-8") as f:
+        f.write(SESSION_POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"], ca=ca,
+                                      ca_key=os.path.join(top, "ca.key"), burst=SESSION_BURST,
+                                      tls_port=v["tls_port"], placeholder=SESSION_PLACEHOLDER,
+                                      secret=secret))
+    try:
+        return run_daemon(args, v, (("session_limited", t_session_limited),), log)
+    finally:
+        tls_origin.shutdown()
+
+
 def main():
     args, log = own_pass_args(
         "agentsnet fairness pass",
@@ -451,6 +642,7 @@ def main():
                                       conns=CONNS_PER_WORKER, share=args.share, pipes=pipes,
                                       port=origin.server_address[1], extra=extra))
             failed += run_daemon(args, v, tests, log, nofile)
+        failed += run_session_daemon(args, tmp, log)
     finally:
         origin.shutdown()
     return own_pass_end("fairness", tmp, failed)

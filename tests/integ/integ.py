@@ -18,6 +18,13 @@ which client, what request, the expected response and the audit records it
 must leave. After the cases the daemon gets SIGTERM and must exit 0 with a
 stderr free of sanitizer reports; then the audit file is checked as a whole.
 
+Every head a case's client saw (the answer's, and curl's CONNECT answer's) that carries
+X-Agent-Reason or X-Agent-Audit-Id must carry both, and once the daemon stopped its
+X-Agent-Audit-Id must name exactly one audit record: the deny decision of the answer's
+reason and status (refusals are audited, on every tier). On a run of every case, the
+refusals so checked must include a CONNECT's, a plain-HTTP request's, one inside a fake
+session and one inside an inject session, and a rate limit's (LINK_KINDS).
+
 A case file without an expectation ("expect" or "expect_each"), with an empty one, or
 with a key the harness does not know (at the top, in an expectation, or an audit
 operator other than min, present, contains) is refused: a failure naming the file and
@@ -66,6 +73,9 @@ OTHER_SANDBOX = "sb2"
 CASE_TIMEOUT_S = 60
 # The tunnel cases (relayed CONNECT tunnels), which run.sh runs again with AN_NO_SPLICE=1.
 TUNNEL_CASES = "0[12]*"
+# The names of the origin's leaf: the inject rules' upstreams are origin.py's HTTPS origin.
+ORIGIN_NAMES = ("origin.test", "inject.test")
+INJECT_SECRET = "sk-integ-secret-" + os.urandom(8).hex()
 # How long the relay counters may take to show a worker's last figures (published at most
 # 100 ms late, docs/control.md): generous.
 STATS_WAIT_S = 5
@@ -248,13 +258,54 @@ def check_response(resp, want):
     return errs
 
 
-def check_refusal(resp, refusals):
-    """The deny contract, for any response carrying X-Agent-Reason."""
+# The one refusal that carries no X-Agent-Audit-Id: it is sent before the connection has any
+# state (docs/reasons.md); its record is checked by fairness.py.
+NO_AUDIT_ID = ("connection_share_exceeded",)
+
+
+# What the audit link check must have covered on a run of every case (check_audit_links).
+LINK_KINDS = ("a CONNECT refusal", "a plain-HTTP refusal", "a refusal in a fake session",
+              "a refusal in an inject session", "a rate_limited refusal")
+
+
+def link_kinds(rec):
+    """The LINK_KINDS a refusal's record <rec> stands for."""
+    sessions = {"fake": "a refusal in a fake session", "inject": "a refusal in an inject session"}
+    if rec.get("tier") in sessions and rec.get("method") != "CONNECT":
+        kinds = {sessions[rec["tier"]]}
+    elif rec.get("method") == "CONNECT":
+        kinds = {"a CONNECT refusal"}
+    else:
+        kinds = {"a plain-HTTP refusal"}
+    if rec.get("reason") == "rate_limited":
+        kinds.add("a rate_limited refusal")
+    return kinds
+
+
+def check_refusal(resp, case, links):
+    """The deny contract, for any response carrying X-Agent-Reason, and the audit link of
+    every head the client saw (the answer's, and curl's CONNECT answer's): a head with
+    X-Agent-Reason or X-Agent-Audit-Id must carry both (but NO_AUDIT_ID), and goes to
+    <links> ({case, where, audit_id, reason, status, body}), each checked against the
+    audit file once the daemon stopped (Suite.check_audit_links)."""
+    errs, link = [], None
+    for where, head, status in (("CONNECT answer", resp.get("connect_headers"),
+                                 resp.get("connect_status")),
+                                ("answer", resp.get("headers"), resp.get("status"))):
+        head = head or {}
+        reason, audit_id = head.get("x-agent-reason"), head.get("x-agent-audit-id")
+        if reason is None and audit_id is None:
+            continue
+        if audit_id is None and reason not in NO_AUDIT_ID:
+            errs.append("the %s (%s, %s) has no X-Agent-Audit-Id" % (where, status, reason))
+        elif audit_id is not None:
+            link = {"case": case, "where": where, "audit_id": audit_id, "reason": reason,
+                    "status": status, "body": None}
+            links.append(link)
     headers = resp.get("headers") or {}
     reason = headers.get("x-agent-reason")
     if reason is None:
-        return []
-    errs = []
+        return errs
     instruction = headers.get("x-agent-instruction", "")
     if not instruction or "\n" in instruction or "\r" in instruction:
         errs.append("X-Agent-Instruction missing or not one line: %r" % instruction)
@@ -282,7 +333,8 @@ def check_refusal(resp, refusals):
         errs.append("body rule %r != X-Agent-Rule %r" % (doc.get("rule"), rule))
     if rule is None and doc.get("rule"):
         errs.append("body rule %r without an X-Agent-Rule header" % doc.get("rule"))
-    refusals.append(doc)
+    if link is not None and link["where"] == "answer":
+        link["body"] = doc  # its host, port and sandbox are the record's too
     return errs
 
 
@@ -295,7 +347,7 @@ class Suite:
         self.procs = Procs()
         self.passed = 0
         self.failed = 0
-        self.refusals = []  # deny bodies seen, checked against the audit file
+        self.links = []  # the audit ids of the answers seen (check_refusal)
         self.audit_wants = []  # (case name, expected records, same connection)
         self.tmp = None
         self.vars = {}
@@ -335,7 +387,7 @@ class Suite:
         hdr = os.path.join(self.tmp, "curl.headers")
         cmd = ["curl", "-sS", "--max-time", str(timeout - 5), "-x",
                case.get("proxy", "http://" + PROXY_ADDR), "--cacert", self.vars["ca"],
-               "-D", hdr, "-w", "%{json}\\n", *case.get("curl_args", [])]
+               "-D", hdr, "-w", "%{json}\\n%{header_json}\\n", *case.get("curl_args", [])]
         bodies = []
         for i, url in enumerate(urls):
             bodies.append(os.path.join(self.tmp, "curl.body.%d" % i))
@@ -346,7 +398,10 @@ class Suite:
         proc = subprocess.run(self.in_sandbox(cmd), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, timeout=timeout,
                               env=client_env(self.tmp), check=False)
-        transfers = [json.loads(x) for x in proc.stdout.decode().splitlines() if x.strip()]
+        # Two JSON documents a transfer: its figures (%{json}), then the head of its last
+        # response ({name: [values]}, %{header_json}).
+        docs = json_documents(proc.stdout.decode())
+        transfers, heads = docs[0::2], docs[1::2]
         blocks = parse_header_blocks(read_text(hdr))
         out = []
         for i, path in enumerate(bodies):
@@ -368,6 +423,10 @@ class Suite:
                     r["headers"] = blocks[-1]
             elif len(urls) == 1 and blocks:
                 r["headers"] = blocks[-1]
+            elif i < len(heads) and t.get("http_code"):
+                # One head a transfer: several URLs, some on one connection (no CONNECT
+                # of theirs), so -D's file does not say which head is whose.
+                r["headers"] = {k.lower(): ", ".join(v) for k, v in heads[i].items()}
             out.append(r)
         return out
 
@@ -499,7 +558,7 @@ class Suite:
         for i, (resp, want) in enumerate(zip(results, wants)):
             prefix = "response %d: " % (i + 1) if len(wants) > 1 else ""
             errs += [prefix + e for e in check_response(resp, want)]
-            errs += [prefix + e for e in check_refusal(resp, self.refusals)]
+            errs += [prefix + e for e in check_refusal(resp, name, self.links)]
             if resp.get("sanitizer"):
                 errs.append("stderr contains %s:\n%s" % (resp["sanitizer"], resp["stderr"][-3000:]))
             if case["client"] == "check_config" and want.get("exit") == 1 and "line" not in resp:
@@ -671,23 +730,59 @@ class Suite:
                 for r in records if r.get("dropped") or r.get("lost")]
         self.result("audit: no record was dropped", lost)
 
-        by_id = {str(r.get("id")): r for r in records}
-        bad = []
-        for doc in self.refusals:
-            rec = by_id.get(str(doc.get("audit_id")))
-            if rec is None:
-                bad.append("audit_id %r (%s %s:%s) has no record" % (
-                    doc.get("audit_id"), doc.get("reason"), doc.get("host"), doc.get("port")))
+        self.check_audit_links(records)
+
+    def check_audit_links(self, records):
+        """Refusals are audited (issue 23 item 3), whatever the tier: the X-Agent-Audit-Id
+        of every head a case saw names exactly one record, a decision of its answer's
+        reason (deny) and status, and, when the answer had a body, of the body's host,
+        port and sandbox."""
+        by_id = {}
+        for r in records:
+            by_id.setdefault(str(r.get("id")), []).append(r)
+        bad, tiers, kinds = [], {}, set()
+        for link in self.links:
+            label = "%s: the %s's X-Agent-Audit-Id %s (%s %s)" % (
+                link["case"], link["where"], link["audit_id"], link["status"], link["reason"])
+            found = by_id.get(link["audit_id"], [])
+            if len(found) != 1:
+                bad.append("%s names %d records, want exactly 1: %r" % (label, len(found),
+                                                                          found[:3]))
                 continue
-            for field in ("reason", "host", "port", "sandbox"):
-                if field in doc and rec.get(field) != doc[field] and (rec.get(field) or doc[field]):
-                    bad.append("audit_id %s: record %s %r != body %r" % (
-                        doc.get("audit_id"), field, rec.get(field), doc[field]))
-            if rec.get("event") != "decision" or rec.get("decision") != "deny":
-                bad.append("audit_id %s: record is not a deny decision: %r"
-                           % (doc.get("audit_id"), rec))
-        self.result("audit: each of %d refusals' audit_id names its deny decision record"
-                    % len(self.refusals), bad)
+            rec = found[0]
+            want = {"event": "decision", "decision": "deny" if link["reason"] else "allow",
+                    "reason": link["reason"] or "none", "status": link["status"]}
+            for field in ("host", "port", "sandbox"):
+                doc = link["body"] or {}
+                if field in doc and (rec.get(field) or doc[field]):
+                    want[field] = doc[field]
+            diff = {k: (rec.get(k), v) for k, v in want.items() if rec.get(k) != v}
+            if diff:
+                bad.append("%s: the record differs (record, answer): %s; record %r"
+                           % (label, diff, rec))
+                continue
+            tiers[rec.get("tier")] = tiers.get(rec.get("tier"), 0) + 1
+            kinds.update(link_kinds(rec))
+        if self.args.cases is None:
+            bad += ["no case's answer linked a refusal of this kind (%s): the check does not "
+                    "cover it" % k for k in LINK_KINDS if k not in kinds]
+        self.result("audit: each of %d refusals' X-Agent-Audit-Id names exactly one record, "
+                    "the deny decision of its reason and status (by tier: %s)" % (
+                        len(self.links), ", ".join("%s %d" % kv for kv in sorted(tiers.items()))
+                        or "none"), bad)
+
+
+def json_documents(text):
+    """The JSON documents of <text>, one after another (whitespace between them)."""
+    dec = json.JSONDecoder()
+    docs, at = [], 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return docs
+        doc, at = dec.raw_decode(text, at)
+        docs.append(doc)
 
 
 def parse_header_blocks(text):
@@ -727,7 +822,11 @@ def render_policy(suite):
 def run_suite(suite, cases):
     args = suite.args
     t0 = time.monotonic()
-    ca_pem, leaf_pem, leaf_key = make_pki(suite.tmp)
+    ca_pem, leaf_pem, leaf_key = make_pki(suite.tmp, ORIGIN_NAMES)
+    # The inject rules' secret (policy.yaml.in), made anew each run: the daemon's own, 0600.
+    with open(os.open(os.path.join(suite.tmp, "inject-secret.txt"),
+                      os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="ascii") as f:
+        f.write(INJECT_SECRET + "\n")
     suite.vars.update(make_data(suite.tmp))
     log("# fixtures ready in %.1fs (%s)" % (time.monotonic() - t0, suite.tmp))
     netns_add(args.upns)
@@ -742,6 +841,7 @@ def run_suite(suite, cases):
         "dns_port": dns_port, "audit": os.path.join(suite.tmp, "audit.jsonl"),
         "policy": os.path.join(suite.tmp, "policy.yaml"), "proxy": "http://" + PROXY_ADDR,
         "sandbox": SANDBOX, "other_sandbox": OTHER_SANDBOX,
+        "inject_masked": "Bearer " + "*" * len(INJECT_SECRET),
     })
     render_policy(suite)
     suite.start_silent_resolver(dns_port)

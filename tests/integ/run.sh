@@ -178,6 +178,7 @@ if [ $# -eq 0 ]; then
 	run_pass presets presets.py "${AN_PRESETS_TIMEOUT_S:-120}"
 	run_pass walkthrough walkthrough.py "${AN_WALKTHROUGH_TIMEOUT_S:-180}"
 	run_pass docsamples docsamples.py "${AN_DOCSAMPLES_TIMEOUT_S:-60}"
+	run_pass deps deps.py "${AN_DEPS_TIMEOUT_S:-120}"
 	run_pass adversarial ../adversarial/run.py "${AN_ADVERSARIAL_TIMEOUT_S:-120}"
 fi
 summary
