@@ -46,6 +46,22 @@ run_env, timed, leftovers, userns_allowed, vars) they use.
   exist only in a mount namespace of each run's own (copies of /etc/passwd and /etc/group
   bind-mounted over the host's, as the unit test group_privileged does): nothing of the
   host changes, and nothing is left when the test dies.
+- t_readonly: directories the agent's uid owns in the host's /usr, /etc and /opt, and an
+  --ro-bind source: a write there is EROFS inside (the mount, not the mode, refuses it),
+  and the mount table shows the root, every mount of /usr, /etc, /opt and the --ro-bind
+  read-only; the --bind source beside them is written, and outside the same uid writes
+  all of them (the control). As root's nobody and unprivileged.
+- t_default_limits: without --pids-max and --memory-max, the run's cgroup (read on the
+  host while it runs) holds pids.max 4096 (4097 in the daemon's, which counts the run) and
+  a memory limit of 4G; with the flags the same files follow them (the control).
+- t_memlock: RLIMIT_MEMLOCK inside is 4 MiB: 3 MiB is locked, 5 MiB refused (ENOMEM);
+  outside, the same uid locks 5 MiB (the control).
+- t_fds_closed: descriptors 7 and 8 the caller of `agentsnet run` holds do not reach the
+  agent (it holds 0, 1, 2); outside, the same command started the same way holds them.
+- t_selftest_status: `agentsnet selftest` that cannot run (no daemon at --socket-dir, a
+  probe that does not exist) exits 125 saying why; with --bridge naming a stand-in that
+  runs the agent without the bridge's seccomp filters (a weaker sandbox, for real), the
+  probes it lets through (io-uring among them) are OPEN, counted, and it exits 1.
 """
 
 import errno
@@ -58,6 +74,7 @@ import select
 import shutil
 import struct
 import subprocess
+import sys
 import termios
 import time
 import tty
@@ -982,3 +999,280 @@ class ContainmentTests:
             self.result("agentsnet selftest unprivileged: this host refuses unprivileged user "
                         "namespaces, so `agentsnet run` cannot run unprivileged here",
                         ["unprivileged user namespaces are refused on this host"])
+
+    # ---- the host's system directories: read-only ------------------------------------
+
+    def t_readonly(self):
+        tag = "agentsnet-it-ro-%d" % os.getpid()
+        # Host directories the agent's uid owns (so only the mount can refuse a write there),
+        # in the system directories the sandbox shows read-only, and an --ro-bind source; the
+        # --bind source beside it is the control inside (it must stay writable).
+        system = [os.path.join("/usr/local", tag), os.path.join("/etc", tag),
+                  os.path.join("/opt", tag)]
+        top = os.path.join("/var/lib", tag)
+        ro_src, rw_src = os.path.join(top, "ro"), os.path.join(top, "rw")
+
+        def readonly(user):
+            a = self.agent(["python3", "-c", WRITE_PY] + system + [ro_src, rw_src], user=user,
+                           run_args=["--ro-bind", ro_src, "--bind", rw_src])
+            inside = dict(line.split(" ", 1) for line in a.stdout().splitlines() if " " in line)
+            errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
+            for path in system + [ro_src]:
+                if inside.get(path) != "EROFS":
+                    errs.append("%s inside: %r, want EROFS (a read-only mount)" % (
+                        path, inside.get(path)))
+            if inside.get(rw_src) != "written":
+                errs.append("--bind %s inside: %r, want written" % (rw_src, inside.get(rw_src)))
+            # The mount table inside: the root, each system directory and the --ro-bind
+            # source are mounts, read-only, and so is every mount below a system directory.
+            mounts = inside.get("mounts", "").split()
+            points = {m.rsplit(":", 1)[0] for m in mounts}
+            for where in ("/", "/usr", "/etc", "/opt", ro_src):
+                if where not in points:
+                    errs.append("%s is no mount inside: %r" % (where, mounts))
+            for m in mounts:
+                where, how = m.rsplit(":", 1)
+                top = "/" + where.split("/")[1] if where != "/" else "/"
+                if how != "ro" and (top in ("/usr", "/etc", "/opt") or where in ("/", ro_src)):
+                    errs.append("%s is mounted read-write inside" % where)
+            # The control: the same writes outside, as the same uid, all succeed.
+            who = user or (AGENT_DIR_OWNER[0], AGENT_DIR_OWNER[0])
+            p = subprocess.run(self.host_cmd(["python3", "-c", WRITE_PY] + system + [ro_src],
+                                             who), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=60, check=False)
+            outside = dict(line.split(" ", 1) for line in p.stdout.decode().splitlines()
+                           if " " in line)
+            for path in system + [ro_src]:
+                if outside.get(path) != "written":
+                    errs.append("the control, outside as uid %d: %s: %r (want written)" % (
+                        who[0], path, outside.get(path)))
+            return errs + self.leftovers(a)
+
+        try:
+            for d in system + [ro_src, rw_src]:
+                os.makedirs(d, mode=0o755)
+                os.chown(d, AGENT_DIR_OWNER[0], AGENT_DIR_OWNER[0])
+            self.both_modes("the host's /usr, /etc, /opt and an --ro-bind source: a write by "
+                            "their owner's uid is EROFS inside (a --bind source is written; "
+                            "outside all are)", readonly)
+        finally:
+            for d in system + [top]:
+                shutil.rmtree(d, ignore_errors=True)
+
+    # ---- the defaults of --pids-max and --memory-max -----------------------------------
+
+    def t_default_limits(self):
+        run_cgroups = sys.modules[type(self).__module__].run_cgroups
+
+        def limits_of(a):
+            """{"pids": ..., "memory": ...} of <a>'s cgroup, read on the host while it runs."""
+            got = {}
+            for d in run_cgroups(a.sandbox):
+                for key, name in (("pids", "pids.max"), ("memory", "memory.max"),
+                                  ("memory", "memory.limit_in_bytes")):
+                    path = os.path.join(d, name)
+                    if os.path.exists(path):
+                        got[key] = read_first(path)
+            return got
+
+        def defaults(user, run_args=(), want=None):
+            go = self.go("limits")
+            a = self.start(["sh", "-c", "echo ready; " + WAIT_FILE_SH % go], user=user,
+                           run_args=list(run_args))
+            try:
+                a.wait_out("ready")
+                got = limits_of(a)
+                dirs = run_cgroups(a.sandbox)
+            finally:
+                with open(go, "w", encoding="ascii"):
+                    pass
+                a.finish()
+            # The daemon's cgroup (agentsnet/<id>.<pid>, `sandbox limit`) counts the run
+            # itself as one more pid; the run's own (agentsnet/<id>) does not.
+            by_daemon = any(os.path.basename(d) != a.sandbox for d in dirs)
+            want = dict(want or {"pids": 4096, "memory": 4 << 30})
+            want["pids"] += 1 if by_daemon else 0
+            want = {k: str(v) for k, v in want.items()}
+            errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
+            if got != want:
+                errs.append("the run's cgroup (%s): %r, want %r" % (
+                    ", ".join(dirs) or "none found", got, want))
+            return errs + self.leftovers(a)
+
+        self.both_modes("without --pids-max and --memory-max, the run's cgroup holds 4096 pids "
+                        "(one more, the run, in the daemon's) and 4G", defaults)
+        # The control: the same files follow the flags, so they are the run's own.
+        self.timed("the control: --pids-max 100 --memory-max 256M show in the same files",
+                   lambda: defaults(None, ["--pids-max", "100", "--memory-max", "256M"],
+                                    {"pids": 100, "memory": 256 << 20}))
+
+    # ---- RLIMIT_MEMLOCK ----------------------------------------------------------------
+
+    def t_memlock(self):
+        def memlock(user):
+            a = self.agent(["python3", "-c", MLOCK_PY], user=user)
+            errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
+            want = ["limit %d %d" % (4 << 20, 4 << 20), "mlock 3 ok", "mlock 5 ENOMEM"]
+            if a.stdout().split("\n")[:3] != want:
+                errs.append("inside: %r, want %r" % (a.stdout(), want))
+            # The control: outside, as the same uid, the host's limit lets 5 MiB be locked.
+            who = user or (AGENT_DIR_OWNER[0], AGENT_DIR_OWNER[0])
+            p = subprocess.run(self.host_cmd(["python3", "-c", MLOCK_PY], who),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                               check=False)
+            out = p.stdout.decode().split("\n")
+            if len(out) < 3 or out[2] != "mlock 5 ok":
+                errs.append("the control, outside as uid %d: %r (want mlock 5 ok)" % (
+                    who[0], p.stdout.decode() + p.stderr.decode()[-300:]))
+            return errs + self.leftovers(a)
+
+        self.both_modes("RLIMIT_MEMLOCK is 4 MiB inside: 3 MiB locks, 5 MiB is refused "
+                        "(outside, the same uid locks 5 MiB)", memlock)
+
+    # ---- descriptors of the caller ---------------------------------------------------
+
+    def t_fds_closed(self):
+        # The caller holds descriptors 7 (a file) and 8 (a directory) when it starts the run.
+        pre = ["sh", "-c", 'exec 7<"$0" 8<"$1"; shift; exec "$@"', "/etc/hostname", "/"]
+
+        def closed(user):
+            a = self.agent(["python3", "-c", FDS_PY], user=user, pre=pre)
+            errs = [] if a.rc == 0 else ["exit %s: %s" % (a.rc, a.stderr()[-1500:])]
+            if a.stdout().strip() != "fds 0 1 2":
+                errs.append("the agent holds %r, want fds 0 1 2" % a.stdout().strip())
+            # The control: the same command after the same pre, outside, holds 7 and 8.
+            p = subprocess.run(self.host_cmd(["python3", "-c", FDS_PY], user, pre),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                               stdin=subprocess.DEVNULL, check=False)
+            if p.stdout.decode().strip() != "fds 0 1 2 7 8":
+                errs.append("the control, outside: %r, want fds 0 1 2 7 8" % (
+                    p.stdout.decode() + p.stderr.decode()[-300:]))
+            return errs + self.leftovers(a)
+
+        self.both_modes("descriptors 7 and 8 of agentsnet run's caller do not reach the agent "
+                        "(outside, the same command holds them)", closed)
+
+    # ---- agentsnet selftest's exit status -----------------------------------------------
+
+    def t_selftest_status(self):
+        def cmd(extra, user=None, home=None):
+            argv = [self.vars["agentsnet"], "selftest"] + extra
+            p = subprocess.run(self.host_cmd(argv, user), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               env=self.run_env(home), timeout=SELFTEST_TIMEOUT_S, check=False)
+            return p.returncode, p.stdout.decode("utf-8", "replace"), \
+                p.stderr.decode("utf-8", "replace")
+
+        def could_not_run():
+            errs = []
+            empty = os.path.join(self.tmp, "no-daemon-%d" % os.getpid())
+            os.makedirs(empty, exist_ok=True)
+            try:
+                for extra, says in (
+                        (["--socket-dir", empty], "agentsnetd is not running"),
+                        (["--socket-dir", self.vars["sock_dir"], "--probe",
+                          "/nonexistent/agentsnet-probe"], "/nonexistent/agentsnet-probe")):
+                    rc, out, err = cmd(extra)
+                    if rc != 125 or says not in err:
+                        errs.append("selftest %s: exit %d, stderr %r (want 125 naming %r)"
+                                    % (" ".join(extra), rc, err[-500:], says))
+                    if "closed:" in out:
+                        errs.append("selftest %s reported probes: %r" % (extra, out[-500:]))
+            finally:
+                os.rmdir(empty)
+            return errs
+
+        def open_probe():
+            # A weaker sandbox, honestly: --bridge names a stand-in that runs the agent
+            # directly, without the bridge's seccomp filters. The probes run for real.
+            weak = os.path.join(self.tmp, "bridge-without-filters")
+            with open(weak, "w", encoding="ascii") as f:
+                f.write(WEAK_BRIDGE_SH)
+            os.chmod(weak, 0o755)
+            rc, out, err = cmd(["--socket-dir", self.vars["sock_dir"], "--bridge", weak])
+            opened = [line.split()[0] for line in out.splitlines()
+                      if len(line.split()) > 1 and line.split()[1] == "OPEN:"]
+            summary = re.search(r"^selftest: \d+ closed, (\d+) OPEN", out, re.M)
+            errs = []
+            if rc != 1:
+                errs.append("exit %d, want 1 (a probe OPEN); stdout:\n%s\nstderr:\n%s" % (
+                    rc, out[-3000:], err[-1500:]))
+            if not opened or "io-uring" not in opened:
+                errs.append("no probe OPEN without the filters (io-uring must be): %r" % opened)
+            if not summary or int(summary.group(1)) != len(opened):
+                errs.append("the summary does not count the %d OPEN: %r" % (
+                    len(opened), out[-300:]))
+            left = [s for s in self.listed() if s.startswith("selftest-")]
+            if left:
+                errs.append("selftest left sandboxes registered: %r" % left)
+            log("# selftest with a bridge without filters: OPEN %s" % ", ".join(opened))
+            return errs
+
+        self.timed("agentsnet selftest that cannot run (no daemon at --socket-dir, no probe "
+                   "binary): exit 125, saying why", could_not_run)
+        self.timed("agentsnet selftest --bridge of a stand-in without the seccomp filters: "
+                   "the probes it lets through are OPEN, exit 1", open_probe)
+
+
+def read_first(path):
+    with open(path, encoding="ascii") as f:
+        return f.read().split("\n")[0].strip()
+
+
+# t_readonly's writer: for each argument, "<path> written" or "<path> <errno name>" after
+# trying to make a file in it; then "mounts <point>:<ro|rw> ..." of the mount table.
+WRITE_PY = r"""
+import errno, os, sys
+for d in sys.argv[1:]:
+    try:
+        with open(os.path.join(d, "written-%d" % os.getpid()), "w") as f:
+            f.write("x")
+        print(d, "written")
+    except OSError as e:
+        print(d, errno.errorcode.get(e.errno, str(e.errno)))
+seen = []
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    seen.append("%s:%s" % (f[4], "ro" if "ro" in f[5].split(",") else "rw"))
+print("mounts", " ".join(seen))
+"""
+
+# t_default_limits' agent waits for the file $0... as sh -c's script: WAIT_FILE_SH % path.
+WAIT_FILE_SH = 'while [ ! -e "%s" ]; do sleep 0.05; done'
+
+# t_memlock's agent: its RLIMIT_MEMLOCK, then mlock of 3 MiB and of 5 MiB.
+MLOCK_PY = r"""
+import ctypes, errno, mmap, resource
+print("limit %d %d" % resource.getrlimit(resource.RLIMIT_MEMLOCK))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mlock.argtypes = libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+for mib in (3, 5):
+    size = mib << 20
+    m = mmap.mmap(-1, size)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    if libc.mlock(addr, size) == 0:
+        print("mlock", mib, "ok")
+        libc.munlock(addr, size)
+    else:
+        print("mlock", mib, errno.errorcode.get(ctypes.get_errno(), "?"))
+"""
+
+# t_fds_closed's agent: the descriptors it holds, below 1024.
+FDS_PY = r"""
+import os
+held = []
+for fd in range(1024):
+    try:
+        os.fstat(fd)
+        held.append(str(fd))
+    except OSError:
+        pass
+print("fds", " ".join(held))
+"""
+
+# t_selftest_status' stand-in bridge: skips the bridge's options and runs the agent directly.
+WEAK_BRIDGE_SH = """#!/bin/sh
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done
+shift
+exec "$@"
+"""

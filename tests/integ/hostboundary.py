@@ -42,13 +42,39 @@ sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
   symlink to a root-owned file in it) is removed whole, never followed, and replaced by
   a fresh one of the daemon's at the next registration; a sandbox of the policy file
   whose directory is someone else's is refused at reload, naming it.
+- t_no_uid_socket: root's `sandbox add` without a uid (a container's agent, whose uid the
+  daemon cannot know): egress.sock is 0666, and any account connects.
+- t_release_unquarantined: `sandbox release` of a sandbox in no quarantine is
+  `error not_quarantined`, and the sandbox stays.
+- The tests below run against a SecondDaemon of SECOND_POLICY, beside the pass's:
+- t_uid_range: daemon.sandbox_uids of one uid: while a sandbox holds it, `owned new` is
+  `error limit` and root's `agentsnet run` without --user fails (125) saying so; once it is
+  removed, the same request is served (the control).
+- t_no_cgroup: a daemon with no cgroup hierarchy in view (`ip netns exec`'s fresh sysfs)
+  and no CAP_SYS_ADMIN to mount one (the systemd unit's bounding set): `sandbox limit` is
+  `error unsupported` (the pass's daemon: ok); an unprivileged run against it runs and
+  says on stderr that its memory is not limited (against the pass's daemon it does not);
+  an unprivileged `agentsnet selftest` against it says memory `not-limited`, 0 OPEN, exit 0.
+- t_token_url: on a profile with `ingress.token: required`, `sandbox url` tells the token
+  to root and to the registrant, and is `error forbidden` to another account (a URL without
+  a token is told to anyone: the control); after a restart the policy file's sandbox has a
+  new token and a run-time one (re-adopted) its old one (the control).
+- t_alerts_own: sandboxes of root and of the unprivileged account each past the refusals
+  threshold: root's `alerts` lists both, the account's its own alone.
+- t_internal: the socket directory's file system remounted read-only: `sandbox add` is
+  `error internal Read-only file system` (mkdir failed), served again once writable.
 """
 
+import errno
 import json
 import os
+import re
+import shutil
 import stat
 import subprocess
 import time
+
+from integlib import Fatal, control_exchange, free_ports, start_daemon, stop_daemon, wait_for
 
 RACE_SECONDS = 10
 RACE_TIMEOUT_S = RACE_SECONDS + 60
@@ -739,3 +765,416 @@ class HostBoundaryTests:
                    "renames against %d s of registering and removing one id: the root-owned "
                    "target's mode never changes, nothing is planted, every registration gets "
                    "a fresh directory of the daemon's" % RACE_SECONDS, race)
+
+    def t_no_uid_socket(self):
+        def no_uid():
+            errs = []
+            sid = "it-nouid-%d" % os.getpid()
+            self.ids.add(sid)  # the connections below leave close records under it
+            got = self.ctl("sandbox add %s other" % sid)
+            if not got or not got[0].startswith("ok "):
+                return ["root's sandbox add without a uid: %r" % got]
+            try:
+                path = os.path.join(got[0][3:], "egress.sock")
+                st = os.lstat(path)
+                if not stat.S_ISSOCK(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o666:
+                    errs.append("egress.sock of a sandbox without a uid: mode %o, want 666"
+                                % stat.S_IMODE(st.st_mode))
+                # Any account may connect: the agent's uid is not known to the daemon.
+                for uid in (OTHER_UID, self.unpriv_uid):
+                    c = self.connect_as(uid, path)
+                    if c != "connected":
+                        errs.append("uid %d connecting: %s, want connected" % (uid, c))
+            finally:
+                self.ctl("sandbox rm %s" % sid)
+            return errs
+
+        self.timed("root's `sandbox add` without a uid (a container's agent): egress.sock "
+                   "mode 0666, any account connects", no_uid)
+
+    def t_release_unquarantined(self):
+        def release():
+            errs = []
+            got = self.ctl("sandbox release it-parked")
+            if not got or not got[0].startswith("error not_quarantined sandbox it-parked is "
+                                                 "not in quarantine"):
+                errs.append("release of it-parked (in no quarantine): %r" % got)
+            if "it-parked" not in self.listed():
+                errs.append("it-parked is gone")
+            return errs
+
+        self.timed("`sandbox release` of a sandbox in no quarantine: error not_quarantined",
+                   release)
+
+    # ---- a second daemon of a policy of its own ---------------------------------------
+
+    def t_uid_range(self):
+        def exhausted(d):
+            errs = []
+            first = d.uid_first
+            got = d.ctl("sandbox add it2-a default owned new")
+            if not got.startswith("ok uid %d " % first):
+                return ["the one uid of the range: %r, want ok uid %d" % (got, first)]
+            try:
+                got = d.ctl("sandbox add it2-b default owned new")
+                if not got.startswith("error limit "):
+                    errs.append("a second sandbox with the range's one uid taken: %r, want "
+                                "error limit" % got)
+                if "it2-b" in d.listed():
+                    errs.append("it2-b was registered anyway")
+                # What an operator sees: root's agentsnet run without --user fails (125).
+                a = self.start(["sh", "-c", "echo ran"], own_uid=True,
+                               socket_dir=d.sock_dir).finish()
+                if a.rc != 125 or "ran" in a.stdout() or "error limit" not in a.stderr():
+                    errs.append("agentsnet run with no uid left: exit %s, stdout %r, stderr %r "
+                                "(want 125 saying error limit)" % (a.rc, a.stdout(),
+                                                                    a.stderr()[-500:]))
+                errs += self.leftovers(a, need_ns=False)
+            finally:
+                d.ctl("sandbox rm it2-a")
+            # The control: the uid freed, the same request is served.
+            got = d.ctl("sandbox add it2-b default owned new")
+            if not got.startswith("ok uid %d " % first):
+                errs.append("once it2-a is removed: %r, want ok uid %d" % (got, first))
+            d.ctl("sandbox rm it2-b")
+            return errs
+
+        self.with_second("daemon.sandbox_uids of one uid: `owned new` while it is held is "
+                         "error limit (agentsnet run says so, 125); served once it is freed",
+                         exhausted)
+
+    def t_no_cgroup(self):
+        sid = "it-nocg-%d" % os.getpid()
+
+        def limit(control):
+            p = subprocess.run(self.host_cmd(["python3", "-c", LIMIT_PY, control, sid],
+                                             (self.unpriv_uid, self.unpriv_uid)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                               check=False)
+            return (p.stdout.decode().splitlines() or ["(none) " + p.stderr.decode()[-300:]])
+
+        def unsupported(d):
+            errs = []
+            got = limit(d.control)
+            if len(got) != 3 or not got[0].startswith("ok ") or \
+                    not got[1].startswith("error unsupported ") or got[2] != "ok":
+                errs.append("a daemon with no cgroup hierarchy: add, limit, rm: %r (want the "
+                            "limit error unsupported)" % got)
+            # The control: the pass's daemon, which has the hierarchies, makes the cgroup.
+            got = limit(self.vars["control"])
+            if len(got) != 3 or got[1] != "ok":
+                errs.append("the control, the pass's daemon: add, limit, rm: %r (want ok)"
+                            % got)
+            return errs
+
+        def run_says(d):
+            errs = []
+            user = (self.unpriv_uid, self.unpriv_uid)
+            a = self.start(["sh", "-c", "echo ran"], user=user, socket_dir=d.sock_dir,
+                           wrap=False).finish()
+            if a.rc != 0 or a.stdout() != "ran\n" or MEMORY_UNLIMITED not in a.stderr():
+                errs.append("unprivileged run, no cgroup: exit %s, stdout %r, stderr %r (want "
+                            "it run, saying %r)" % (a.rc, a.stdout(), a.stderr()[-800:],
+                                                    MEMORY_UNLIMITED))
+            errs += self.leftovers(a, need_ns=False)
+            # The control: against the pass's daemon, which makes the cgroup, no such line.
+            c = self.start(["sh", "-c", "echo ran"], user=user, wrap=False).finish()
+            if c.rc != 0 or MEMORY_UNLIMITED in c.stderr():
+                errs.append("the control, the pass's daemon: exit %s, stderr %r" % (
+                    c.rc, c.stderr()[-800:]))
+            return errs + self.leftovers(c, need_ns=False)
+
+        def selftest(d):
+            home = os.path.join(self.tmp, "home-nocg-%d" % self.unpriv_uid)
+            os.makedirs(home, mode=0o755, exist_ok=True)
+            os.chown(home, self.unpriv_uid, self.unpriv_uid)
+            p = subprocess.run(self.host_cmd([self.vars["agentsnet"], "selftest", "--socket-dir",
+                                              d.sock_dir],
+                                             (self.unpriv_uid, self.unpriv_uid)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, env=self.run_env({"HOME": home}),
+                               timeout=120, check=False)
+            out = p.stdout.decode("utf-8", "replace")
+            errs = []
+            memory = [line for line in out.splitlines() if line.startswith("memory ")]
+            if p.returncode != 0:
+                errs.append("exit %d, want 0 (memory not limited fails nothing); stdout:\n%s\n"
+                            "stderr:\n%s" % (p.returncode, out[-3000:],
+                                             p.stderr.decode()[-1500:]))
+            if len(memory) != 1 or memory[0].split()[1] != "not-limited:":
+                errs.append("the memory probe: %r, want not-limited" % memory)
+            if not re.search(r"^selftest: \d+ closed, 0 OPEN, 1 not limited$", out, re.M):
+                errs.append("the summary: %r" % out[-300:])
+            return errs
+
+        self.with_second("`sandbox limit` on a daemon with no cgroup hierarchy in view (and no "
+                         "CAP_SYS_ADMIN to mount one): error unsupported (the pass's daemon: "
+                         "ok)", unsupported, no_cgroup=True)
+        self.with_second("unprivileged agentsnet run with no cgroup to be had: it runs and says "
+                         "on stderr its memory is not limited (not against the pass's daemon)",
+                         run_says, no_cgroup=True)
+        if self.userns_allowed():
+            self.with_second("unprivileged agentsnet selftest with no cgroup to be had: memory "
+                             "not-limited, 0 OPEN, exit 0", selftest, no_cgroup=True)
+        else:
+            self.result("unprivileged agentsnet selftest with no cgroup: this host refuses "
+                        "unprivileged user namespaces", ["no unprivileged user namespaces"])
+
+    def t_token_url(self):
+        def tokens(d):
+            errs = []
+            token = re.compile(r"\?agentsnet_token=([A-Za-z0-9_-]{43})$")
+            mine = "it2-mine-%d" % os.getpid()
+            for who, line in ((0, "sandbox add it2-rt tok"), (0, "sandbox add it2-open open"),
+                              (self.unpriv_uid, "sandbox add %s tok" % mine)):
+                got = d.ctl(line) if who == 0 else d.unpriv_ctl(line)
+                if not got.startswith("ok "):
+                    return ["%s (uid %d): %r" % (line, who, got)]
+            want = {  # (caller, sandbox): told the URL with its token, or forbidden
+                (0, "it2-file"): "token", (0, "it2-rt"): "token", (0, mine): "token",
+                (self.unpriv_uid, mine): "token",
+                (self.unpriv_uid, "it2-file"): "forbidden",
+                (self.unpriv_uid, "it2-rt"): "forbidden",
+                # The control: a URL without a token is told to anyone.
+                (self.unpriv_uid, "it2-open"): "plain"}
+            told = {}
+            for (who, sid), what in want.items():
+                line = "sandbox url %s" % sid
+                got = d.ctl(line) if who == 0 else d.unpriv_ctl(line)
+                m = token.search(got)
+                kind = "token" if got.startswith("ok ") and m else \
+                    "plain" if got.startswith("ok ") and "agentsnet_token" not in got else \
+                    "forbidden" if got.startswith("error forbidden ") else got
+                if kind != what:
+                    errs.append("uid %d, sandbox url %s: %r, want %s" % (who, sid, got, what))
+                if kind == "forbidden" and "agentsnet_token" in got:
+                    errs.append("the refusal holds the token: %r" % got)
+                if m and who == 0:
+                    told[sid] = m.group(1)
+            # A new start: the policy file's sandbox gets a new token, the run-time one
+            # (re-adopted from its registry record) keeps its own: the control.
+            errs += d.restart()
+            for sid, same in (("it2-file", False), ("it2-rt", True)):
+                m = token.search(d.ctl("sandbox url %s" % sid))
+                if not m or sid not in told or (m.group(1) == told[sid]) != same:
+                    errs.append("%s's token after a restart: %s, before %s (want %s)" % (
+                        sid, m and m.group(1), told.get(sid), "the same" if same else "a new one"))
+            for line in ("sandbox rm it2-rt", "sandbox rm it2-open", "sandbox rm %s" % mine):
+                d.ctl(line)
+            return errs
+
+        self.with_second("ingress token: required: `sandbox url` tells the token to root and "
+                         "the registrant only (forbidden to another; a URL without one to "
+                         "anyone); the policy file's sandbox gets a new token at each start, a "
+                         "run-time one keeps its own", tokens)
+
+    def t_alerts_own(self):
+        def alerts(d):
+            errs = []
+            mine, roots = "it2-u-%d" % os.getpid(), "it2-r-%d" % os.getpid()
+            for who, sid in ((self.unpriv_uid, mine), (0, roots)):
+                line = "sandbox add %s open" % sid
+                got = d.ctl(line) if who == 0 else d.unpriv_ctl(line)
+                if not got.startswith("ok "):
+                    return ["%s (uid %d): %r" % (line, who, got)]
+                # Refused requests through its own socket, past the threshold of 3.
+                path = os.path.join(got[3:], "egress.sock")
+                for i in range(4):
+                    got = self.run_as(who, REQUEST_PY, path, "http://refused.test/%d" % i)
+                    if not got.startswith("HTTP/1.1 403"):
+                        errs.append("uid %d, request %d through %s: %r" % (who, i, sid, got))
+
+            def sandboxes(who):
+                got = self.run_as(who, ALERTS_PY, d.control)
+                return got.split()[1:] if got.startswith("ok ") else [got]
+            try:
+                wait_for(lambda: sorted(sandboxes(0)) == sorted([mine, roots]), 10,
+                         "root sees both sandboxes' alerts")
+            except Fatal:
+                errs.append("root's alerts: %r, want %s and %s" % (sandboxes(0), mine, roots))
+            got = sandboxes(self.unpriv_uid)
+            if got != [mine]:
+                errs.append("uid %d's alerts: %r, want %s's alone" % (self.unpriv_uid, got, mine))
+            d.ctl("sandbox rm %s" % mine)
+            d.ctl("sandbox rm %s" % roots)
+            return errs
+
+        self.with_second("`alerts`: root sees every sandbox's, an account other than root only "
+                         "those of the sandboxes it registered", alerts)
+
+    def t_internal(self):
+        def internal(d):
+            errs = []
+            got = d.ctl("sandbox add it2-before open")
+            if not got.startswith("ok "):
+                return ["the control, before: sandbox add: %r" % got]
+            d.ctl("sandbox rm it2-before")
+            # The file system of the socket directory turns read-only: making the sandbox's
+            # directory fails (EROFS), a system call's failure the daemon names.
+            subprocess.run(["mount", "-o", "remount,ro", d.sock_dir], check=True)
+            try:
+                got = d.ctl("sandbox add it2-rofs open")
+                if got != "error internal %s" % os.strerror(errno.EROFS):
+                    errs.append("sandbox add on a read-only socket directory: %r, want error "
+                                "internal %s" % (got, os.strerror(errno.EROFS)))
+                if "it2-rofs" in d.listed():
+                    errs.append("it2-rofs was registered anyway")
+            finally:
+                subprocess.run(["mount", "-o", "remount,rw", d.sock_dir], check=True)
+            got = d.ctl("sandbox add it2-after open")
+            if not got.startswith("ok "):
+                errs.append("the file system writable again: sandbox add: %r" % got)
+            d.ctl("sandbox rm it2-after")
+            return errs
+
+        self.with_second("a system call that fails (mkdir on a socket directory made read-only): "
+                         "error internal naming the error; served again after", internal,
+                         own_fs=True)
+
+    def with_second(self, name, fn, no_cgroup=False, own_fs=False):
+        """Runs test <fn>(daemon) against a SecondDaemon of its own, reported as <name>."""
+        def run():
+            d = SecondDaemon(self, no_cgroup, own_fs)
+            errs = []
+            try:
+                d.start()
+                errs = fn(d)
+            finally:
+                errs += d.close()
+            return errs
+        self.timed(name, run)
+
+
+# The second daemon's policy: one uid in daemon.sandbox_uids, a gateway, profile tok
+# (ingress tokens required) with a sandbox of the policy file on it, profile open (which
+# refuses every request), and an alert at the third refusal.
+SECOND_POLICY = """version: 1
+daemon:
+  socket_dir: {sock_dir}
+  audit_log: {audit}
+  workers: 1
+  control_group: nogroup
+  sandbox_uids: {{first: {uid_first}, count: 1}}
+  ingress: {{listen: "127.0.0.1:{port}"}}
+alerts:
+  refusals: {{threshold: 3, window_s: 60}}
+resolver:
+  hosts: {{origin.test: [127.0.0.1]}}
+  allow_private: [127.0.0.1/32]
+profiles:
+  default:
+    groups: [nogroup]
+    rules:
+      - {{id: origin, host: origin.test, tier: passthrough, owner: tests, reason: loopback}}
+  tok:
+    groups: [nogroup]
+    ingress: {{token: required}}
+    rules: []
+  open:
+    groups: [nogroup]
+    rules: []
+sandboxes:
+  - {{id: it2-file, profile: tok}}
+"""
+
+# What an unprivileged `agentsnet run` says when no cgroup holds its memory
+# (tools/agentsnet/sandbox.c; docs/sandbox.md: "said on stderr").
+MEMORY_UNLIMITED = "its memory is not limited"
+
+# t_no_cgroup's caller, as the unprivileged account: argv = control socket, sandbox id.
+# Registers <id> owned, asks for a limit, removes it; prints each answer's first line.
+LIMIT_PY = CTL_CALL_PY + r"""
+import sys
+ctl, sid = sys.argv[1:3]
+for line in ("sandbox add %s default owned" % sid, "sandbox limit %s 64 %d" % (sid, 64 << 20),
+             "sandbox rm %s" % sid):
+    print((call(ctl, line).splitlines() or ["(no answer)"])[0], flush=True)
+"""
+
+
+# `alerts` on the control socket argv[1]: "ok <sandbox> ..." (the sandbox of each alert,
+# oldest first), or the answer's first line.
+ALERTS_PY = CTL_CALL_PY + r"""
+import json, sys
+lines = call(sys.argv[1], "alerts").splitlines()
+if lines and lines[0].startswith("ok "):
+    print("ok", " ".join(json.loads(l)["sandbox"] for l in lines[1:]))
+else:
+    print(lines[0] if lines else "(no answer)")
+"""
+
+
+class SecondDaemon:
+    """An agentsnetd of SECOND_POLICY beside the pass's, in the upstream namespace, with a
+    socket directory of its own. <no_cgroup>: started without CAP_SYS_ADMIN in its bounding
+    set (as the systemd unit's), so in the namespace `ip netns exec` gives it (a fresh sysfs:
+    no cgroup hierarchy in view) it cannot mount them either."""
+
+    def __init__(self, t, no_cgroup, own_fs=False):
+        self.t = t
+        t.seq += 1
+        tag = "%d-%d" % (os.getpid(), t.seq)
+        self.dir = os.path.join(t.tmp, "second-" + tag)
+        self.sock_dir = "/run/agentsnet-it2-" + tag
+        self.control = os.path.join(self.sock_dir, "control.sock")
+        self.err = os.path.join(self.dir, "agentsnetd.err")
+        self.policy = os.path.join(self.dir, "policy.yaml")
+        # Past the pass daemon's range (SANDBOX_UID_FIRST on, SANDBOX_UID_COUNT of them).
+        self.uid_first = SANDBOX_UID_FIRST + SANDBOX_UID_COUNT + os.getpid() % 100000
+        self.no_cgroup = no_cgroup
+        self.own_fs = own_fs
+        self.mounted = False
+        self.proc = None
+
+    def start(self):
+        if self.proc is None and not os.path.isdir(self.dir):
+            os.mkdir(self.dir, 0o755)
+            port, _ = free_ports(self.t.args.upns)
+            with open(self.policy, "w", encoding="ascii") as f:
+                f.write(SECOND_POLICY.format(sock_dir=self.sock_dir, uid_first=self.uid_first,
+                                             audit=os.path.join(self.dir, "audit.jsonl"),
+                                             port=port))
+            if self.own_fs:
+                # The socket directory on a file system of its own (a test may remount it).
+                os.mkdir(self.sock_dir, 0o755)
+                subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs",
+                                self.sock_dir], check=True)
+                self.mounted = True
+        daemon = self.t.args.daemon
+        if self.no_cgroup:
+            daemon = os.path.join(self.dir, "agentsnetd-no-sys-admin")
+            with open(daemon, "w", encoding="ascii") as f:
+                f.write('#!/bin/sh\nexec setpriv --bounding-set -sys_admin -- "%s" "$@"\n'
+                        % os.path.abspath(self.t.args.daemon))
+            os.chmod(daemon, 0o755)
+        self.proc = start_daemon(self.t.procs, self.t.args.upns, daemon, self.policy, self.err)
+
+    def restart(self):
+        errs = ["second daemon stop: " + e for e in stop_daemon(self.proc, self.err)]
+        self.proc = None
+        self.start()
+        return errs
+
+    def ctl(self, line):
+        """Root's request <line>: the answer's first line."""
+        return (self.lines(line) or ["(no answer)"])[0]
+
+    def lines(self, line):
+        return control_exchange(self.control, line.encode() + b"\n").decode().splitlines()
+
+    def unpriv_ctl(self, line):
+        return self.t.run_as(self.t.unpriv_uid, CTL_PY, self.control, line)
+
+    def listed(self):
+        return {line.split()[0] for line in self.lines("sandbox ls")[1:]}
+
+    def close(self):
+        errs = []
+        if self.proc is not None:
+            errs = ["second daemon stop: " + e for e in stop_daemon(self.proc, self.err)]
+            self.proc = None
+        if self.mounted:
+            subprocess.run(["umount", "-l", self.sock_dir], check=False)
+            self.mounted = False
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
+        return errs

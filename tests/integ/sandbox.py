@@ -3486,7 +3486,9 @@ TESTS = ["detector", "exit_status", "stdio", "signals", "orphans", "killed", "de
          "agent_cli_claude", "agent_cli_codex", "agent_cli_gemini",
          "density", "daemon_restart", "upgrade", "daemon_stopped", "ingress", "stats", "calm", "env", "pty",
          "selftest", "dir_race", "dir_leftover", "second_account", "egress_owner", "own_uid", "peer_check", "revoke", "run_cgroup", "socket_flood", "late_socket", "root_races", "proc_host_wide", "misdirected", "exfiltration",
-         "secrets_unseen", "user_groups"]
+         "secrets_unseen", "user_groups", "readonly", "default_limits", "memlock", "fds_closed",
+         "selftest_status", "no_uid_socket", "release_unquarantined",
+         "uid_range", "no_cgroup", "token_url", "alerts_own", "internal"]
 
 
 def preflight(args):

@@ -2624,6 +2624,39 @@ START_TEST(test_main_bridge_not_dumpable)
 END_TEST
 
 /*
+ * An agent pod (docs/fleet.md): the sandbox's directory is the daemon's (root's, 0755) and the
+ * bridge runs as the sandbox's uid, so it cannot make the ingress socket there. It says
+ * "ingress disabled" naming the path and why, makes nothing, and runs the agent all the same.
+ * The control: as root, in the same directory, the socket is made and nothing is said.
+ */
+START_TEST(test_main_ingress_disabled)
+{
+	if (geteuid() != 0) {
+		unit_skip("needs root (to run the bridge as nobody beside a directory of root's)");
+		return;
+	}
+	dir_make();
+	ck_assert_int_eq(chmod(test_dir, 0755), 0);
+	char err[4096];
+	char want[512];
+	char *exit7[] = { "sh", "-c", "exit 7", NULL };
+	const struct run_how as_pod = { .tty = -1, .nobody = true };
+	struct run r;
+	run_start_how(&r, NULL, NULL, exit7, &as_pod);
+	ck_assert_int_eq(run_wait(&r, err, sizeof(err)), 7);
+	snprintf(want, sizeof(want), "agentsnet-bridge: ingress disabled: %s: %s\n", r.ingress,
+		 strerror(EACCES));
+	ck_assert_msg(strstr(err, want) != NULL, "stderr %s lacks %s", err, want);
+	ck_assert_ptr_nonnull(strstr(err, "agentsnet-bridge: ready\n"));
+	/* The control: root may write the directory, so ingress is made and not disabled. */
+	char *check[] = { "sh", "-c", "test -S \"$0\" && exit 7", r.ingress, NULL };
+	run_start(&r, NULL, NULL, check);
+	ck_assert_int_eq(run_wait(&r, err, sizeof(err)), 7);
+	ck_assert_msg(strstr(err, "ingress disabled") == NULL, "as root: %s", err);
+}
+END_TEST
+
+/*
  * With a pty as stdin, the agent's session takes it as its controlling terminal, both when
  * the bridge has no controlling terminal (agentsnet run) and when its session held this one
  * (docker run -it: the bridge gives it up, and the hang-up that sends is not passed on, or
@@ -2713,6 +2746,7 @@ static Suite *bridge_suite(void)
 	tcase_add_test(pid1, test_main_filters_loaded);
 	tcase_add_test(pid1, test_main_bridge_not_dumpable);
 	tcase_add_test(pid1, test_main_agent_terminal);
+	tcase_add_test(pid1, test_main_ingress_disabled);
 	suite_add_tcase(s, pid1);
 	return s;
 }
