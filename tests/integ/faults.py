@@ -7,11 +7,12 @@
     Once the filler is removed, the writer finds the file again within a few seconds:
     audit_failing 0, an "audit_gap" notice whose lost count is stats' audit_lost
     and whose from..to spans the outage, stderr says so, and the records of the
-    requests after it are written.
+    requests after it are written. Meanwhile the metrics say agentsnet_audit_failing 1
+    and count the lost records.
   - audit_full_refuse: the same with audit_failure: refuse: while the disk is full,
     requests are answered 503 audit_unavailable with Retry-After (after the one whose
-    records found the disk full), a public request through the gateway too, and
-    served again once it is not.
+    records found the disk full), a public request through the gateway too, and one
+    inside a fake-tier TLS session opened before, and served again once it is not.
 
   - audit_file_size: the daemon runs under a file size limit (RLIMIT_FSIZE, 64 KiB):
     once the audit log reaches it, each write fails (EFBIG) and is counted lost, the
@@ -77,7 +78,8 @@
     held open is cut within a second of the alert, its close record saying
     quarantined; before it, an upload over the profile's ceiling through a tunnel that
     stays open is alerted while it is open (the detector counts open connections each
-    second, not only at their end).
+    second, not only at their end). agentsnet_alerts_total grows by one for each of the two
+    detectors, and agentsnet_sandboxes_quarantined is 1 until the release, 0 after.
   - webhook_https: the alert webhook posts to https://localhost (daemon.alert_webhook, its
     ca_file the pass's CA, an authorization_file): while the receiver shows another CA's
     leaf for localhost, each try is abandoned in the handshake (the receiver sees "unknown
@@ -91,7 +93,9 @@
     before the session ends, and its next CONNECT is refused 403 quarantined.
   - inject_without_ca: the daemon has no CA (the policy's daemon.ca left out): a CONNECT
     to an inject rule's host is answered 403 tier_unavailable before any resolution or
-    connection (the rule's origin accepts nothing).
+    connection (the rule's origin accepts nothing), and so is one to a fake rule's host;
+    the start-up log says so; `agentsnet check` on the same file answers tier_unavailable
+    for both, with its note.
 
   - overloaded: the daemon's least pool (daemon.conns_per_worker POOL_CONNS, one worker,
     sandbox_share_percent 100 so that no share refuses first) held whole by idle
@@ -108,6 +112,32 @@
     pass a close-delimited one for whole); one of the limit passes whole;
     the close records say response_truncated, response_truncated, none. About 1 GiB each:
     4 s each under the sanitized build on a quiet machine, 12 under load.
+
+  - upstream_closes: a local rule's upstream that reads the request head and then closes
+    (a FIN), or resets: 502 upstream_unreachable, audited.
+  - connect_timeout: a local rule's upstream whose accept queue is full (its SYNs go
+    unanswered), timeouts.connect_ms CONNECT_MS: 504 upstream_timeout after about that
+    long, audited.
+  - forward_keep: three plain requests on one kept-alive agent connection reach their
+    origin on one connection (docs/design.md 6).
+  - metrics: the metrics listener against what made each figure and against stats: a
+    refused series for every code of core/reason.c's table; agentsnet_connections with
+    HELD open; _accepted_total one per connection made; the relays of a tunnel; an inject
+    request on a kept upstream (upstreams_reused in stats too; the second of two agent
+    connections); the leaf cache; a misdirected placeholder; the audit counters;
+    agentsnet_policy_generation and _policy_reloads_total after one applied reload and one
+    refused.
+  - check: `agentsnet check --config` on the pass's policy: `response: 200 (7 bytes)` for
+    the fake rule, the inject rule's `inject:` line, never its secret.
+  - webhook_refused: an http:// webhook receiver that answers 400: one POST, no retry,
+    webhook_failed 1, the status logged.
+  - webhook_queue: NOISY sandboxes raise an alert each while the receiver holds the
+    first's try: the queue takes WEBHOOK_QUEUE, the rest are dropped and counted (stats,
+    metrics); at the stop the queued ones and the one in flight are dropped, logged.
+  - webhook_moves: the daemon in a mount namespace whose /etc/hosts is the pass's file:
+    the webhook's name first says 127.0.0.2 (a listener there ends each try), then
+    127.0.0.1; a later try delivers there (the name resolved at each try, /etc/hosts
+    first; resolver.hosts, which says 127.0.0.3, unused).
 
 Runs as its own pass: python3 tests/integ/faults.py [--daemon PATH] [--tests NAME...] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
@@ -156,6 +186,10 @@ UPLOAD_CEILING = 1 << 20
 DELAY_S = 1.0  # DelayedOrigin's wait before it answers
 WEBHOOK_AUTHORIZATION = "Bearer faults-webhook-token"  # webhook_https's authorization_file
 POOL_CONNS = 16  # overloaded's daemon.conns_per_worker: the least the policy takes
+CONNECT_MS = 500  # connect_timeout's daemon.timeouts.connect_ms
+HELD = 5  # metrics: connections held open at once for the agentsnet_connections gauge
+NOISY = 70  # webhook_queue's sandboxes, each raising an alert: past the webhook's queue
+WEBHOOK_RETRY_S = 1.5  # three times the webhook's first wait before a try again (0.5 s)
 # response_truncated's answers: (body bytes less LIMITS_TERM_RESPONSE_BYTES_MAX, framing).
 BIG_RUNS = ((1, "length"), (1, "close"), (0, "length"))
 BODY_CHUNK = bytes(range(256)) * 4096  # BigOrigin's body, 1 MiB at a time
@@ -171,14 +205,15 @@ daemon:
 {pool}  ingress: {{listen: "127.0.0.1:{ingress_port}"}}
   tcp_listen: "127.0.0.1:{tcp_port}"
   tcp_sandbox: agent
-  timeouts: {{drain_ms: {drain_ms}}}
+  timeouts: {{drain_ms: {drain_ms}{connect_ms}}}
   metrics: {{listen: "127.0.0.1:{metrics_port}"}}
   ca: {{cert: "{pki}/ca.pem", key: "{pki}/ca.key"}}
 {webhook}resolver:
   servers: ["127.0.0.1:9"]
   hosts: {{api.internal: [127.0.0.1], mismatch.internal: [127.0.0.1], held.internal: [127.0.0.1],
           dropped.internal: [127.0.0.1], upload-tls.internal: [127.0.0.1],
-          big.internal: [127.0.0.1]}}
+          big.internal: [127.0.0.1], keep-tls.internal: [127.0.0.1],
+          hook.internal: [127.0.0.3]}}
   allow_private: [127.0.0.1/32]
 profiles:
   faults:
@@ -199,6 +234,25 @@ profiles:
         owner: tests
         reason: answered by the daemon
         responses: [{{status: 200, body: "canned\\n"}}]
+      - {{id: keep, host: keep.internal, tier: local, upstream: "127.0.0.1:{keep_port}",
+         owner: tests, reason: a loopback origin that keeps its connections}}
+      - {{id: closes, host: closes.internal, tier: local,
+         upstream: "127.0.0.1:{closes_port}", owner: tests,
+         reason: a loopback origin that closes before answering}}
+      - {{id: resets, host: resets.internal, tier: local,
+         upstream: "127.0.0.1:{resets_port}", owner: tests,
+         reason: a loopback origin that resets before answering}}
+      - {{id: full, host: full.internal, tier: local, upstream: "127.0.0.1:{full_port}",
+         owner: tests, reason: a loopback origin whose accept queue is full}}
+      - id: keep-tls
+        host: keep-tls.internal
+        tier: inject
+        ports: [{keep_tls_port}]
+        owner: tests
+        reason: a TLS origin that keeps its connections
+        inject: {{header: Authorization, prefix: "Bearer ", placeholder: {placeholder},
+                 secret_file: "{pki}/secret.txt"}}
+        upstream_ca: "{pki}/ca.pem"
       - {{id: delayed, host: delayed.internal, tier: local,
          upstream: "127.0.0.1:{delayed_port}", owner: tests,
          reason: a loopback origin that answers late}}
@@ -282,10 +336,16 @@ profiles:
       - {{id: watched-sink, host: sink.internal, tier: local,
          upstream: "127.0.0.1:{sink_port}", owner: tests,
          reason: an upload that stays open; a tunnel open at the alert}}
+  noisy:
+    alerts:
+      refused_names: {{threshold: 1}}
+    rules:
+      - {{id: noisy-model, host: model.internal, tier: local, upstream: "127.0.0.1:{port}",
+         owner: tests, reason: loopback origin}}
 sandboxes:
   - {{id: agent, profile: faults}}
   - {{id: watched, profile: watched}}
-"""
+{sandboxes}"""
 
 
 def stats(v):
@@ -971,12 +1031,22 @@ def t_audit_full_continue(v, log):
     if during.get("audit_failing") != 1 or during.get("audit_lost", 0) < 40:
         errs.append("stats while the disk is full: audit_failing %r audit_lost %r, want 1 "
                     "and at least 40" % (during.get("audit_failing"), during.get("audit_lost")))
+    m = series(scrape(v["metrics_port"])[2])
+    failing = (m.get("agentsnet_audit_failing"), m.get("agentsnet_audit_records_lost_total"))
+    log("metrics while full: agentsnet_audit_failing %r agentsnet_audit_records_lost_total %r"
+        % failing)
+    if failing[0] != 1 or not failing[1] or failing[1] < during.get("audit_lost", 0):
+        errs.append("the metrics while the disk is full: agentsnet_audit_failing %r "
+                    "agentsnet_audit_records_lost_total %r, want 1 and stats' audit_lost %r "
+                    "at least" % (failing + (during.get("audit_lost"),)))
     _, torn = audit_lines(v["audit"])
     if torn:
         errs.append("the audit file holds torn lines while the disk is full: %r" % torn[:3])
     os.unlink(v["filler"])
     if not within(lambda: stats(v).get("audit_failing") == 0, RECOVER_S):
         errs.append("audit_failing still 1 %d s after the disk had room again" % RECOVER_S)
+    if series(scrape(v["metrics_port"])[2]).get("agentsnet_audit_failing") != 0:
+        errs.append("agentsnet_audit_failing is not 0 once the audit is written again")
     for _ in range(3):
         if status_of(served(path)) != 200:
             errs.append("a request after the disk had room was not served")
@@ -1011,6 +1081,12 @@ def t_audit_full_refuse(v, log):
     path = egress(v["sock_dir"], "agent")
     if status_of(served(path)) != 200:
         errs.append("a request before the disk filled was not served")
+    # A fake session opened (and one request served in it) while the audit is written.
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    session = fake_session(v, agent_tls)
+    session.sendall(b"GET / HTTP/1.1\r\nHost: canned.internal\r\n\r\n")
+    if status_of(read_answer(session)) != 200:
+        errs.append("a request in a fake session before the disk filled was not served")
     time.sleep(0.3)
     fill(v["filler"])
     answers = [served(path) for _ in range(10)]
@@ -1031,6 +1107,15 @@ def t_audit_full_refuse(v, log):
     if status_of(public) != 503 or b"audit_unavailable" not in public:
         errs.append("a public request while the disk is full: %r, want 503 audit_unavailable"
                     % public[:200])
+    # And a request inside the terminated tunnel opened before.
+    session.sendall(b"GET / HTTP/1.1\r\nHost: canned.internal\r\n\r\n")
+    inside = read_answer(session)
+    session.close()
+    log("disk full, refuse: inside a fake session %r" % inside[:60])
+    if status_of(inside) != 503 or "x-agent-reason: audit_unavailable" not in \
+            head_of(inside) or "retry-after: 1" not in head_of(inside):
+        errs.append("a request inside a fake session while the disk is full: %r, want 503 "
+                    "audit_unavailable with Retry-After: 1" % inside[:300])
     os.unlink(v["filler"])
     if not within(lambda: stats(v).get("audit_failing") == 0, RECOVER_S):
         errs.append("audit_failing still 1 %d s after the disk had room again" % RECOVER_S)
@@ -1265,11 +1350,18 @@ def sink_tunnel(v, egress_path, what, errs):
     return s
 
 
+def alert_metrics(v):
+    """agentsnet_alerts_total{detector} and agentsnet_sandboxes_quarantined: {series: value}."""
+    return {k: x for k, x in series(scrape(v["metrics_port"])[2]).items()
+            if k.startswith("agentsnet_alerts_total{") or k == "agentsnet_sandboxes_quarantined"}
+
+
 def t_alerts(v, log):
     """A well-behaved agent raises nothing; an exfiltration attempt one alert, which
     quarantines its sandbox until released."""
     errs = []
     agent, watched = egress(v["sock_dir"], "agent"), egress(v["sock_dir"], "watched")
+    m0 = alert_metrics(v)
     for i in range(200):
         served(agent)
     for i in range(5):
@@ -1346,6 +1438,17 @@ def t_alerts(v, log):
                             capture_output=True, text=True, timeout=30)
     if listed.returncode != 0 or '"detector":"refused_names"' not in listed.stdout:
         errs.append("agentsnet alerts: exit %d %r" % (listed.returncode, listed.stdout[-300:]))
+    # The metrics: one alert of each detector that fired, the sandbox in quarantine.
+    m1 = alert_metrics(v)
+    grew = {k: m1[k] - m0.get(k, 0) for k in m1 if m1[k] != m0.get(k, 0)}
+    log("alerts: the metrics grew %r" % grew)
+    if set(m1) != set(m0) or not any(k.startswith("agentsnet_alerts_total{") for k in m1):
+        errs.append("the alert series changed from %r to %r" % (sorted(m0), sorted(m1)))
+    if grew != {'agentsnet_alerts_total{detector="upload"}': 1,
+                'agentsnet_alerts_total{detector="refused_names"}': 1,
+                "agentsnet_sandboxes_quarantined": 1}:
+        errs.append("the alert metrics grew %r, want one upload and one refused_names alert, "
+                    "one sandbox quarantined" % grew)
     answer = served(watched)
     if b"X-Agent-Reason: quarantined" not in answer or not answer.startswith(b"HTTP/1.1 403"):
         errs.append("a request of the quarantined sandbox got %r" % answer[:120])
@@ -1363,6 +1466,9 @@ def t_alerts(v, log):
     if released.returncode != 0 or not answer.startswith(b"HTTP/1.1 200"):
         errs.append("after root's release (exit %d %r): %r" % (
             released.returncode, released.stdout, answer[:80]))
+    if alert_metrics(v).get("agentsnet_sandboxes_quarantined") != 0:
+        errs.append("agentsnet_sandboxes_quarantined %r once released, want 0" %
+                    alert_metrics(v).get("agentsnet_sandboxes_quarantined"))
     time.sleep(0.5)
     refused = [r for r in audit_lines(v["audit"])[0] if r.get("event") == "decision" and
                r.get("sandbox") == "watched" and r.get("reason") == "quarantined" and
@@ -1479,6 +1585,26 @@ def t_inject_without_ca(v, log):
     if dropped.accepted != before:
         errs.append("the inject rule's origin was connected to %d times; a refusal for want of "
                     "a CA connects nowhere" % (dropped.accepted - before))
+    # A fake rule's host over TLS needs the CA as much (docs/policy.md, rule responses).
+    with connect(egress(v["sock_dir"], "agent")) as s:
+        s.sendall(b"CONNECT canned.internal:443 HTTP/1.1\r\nHost: canned.internal:443\r\n\r\n")
+        answer = read_head(s)
+    log("a fake CONNECT with no CA: %r" % answer[:60])
+    if status_of(answer) != 403 or b"X-Agent-Reason: tier_unavailable" not in answer:
+        errs.append("a fake CONNECT with no CA: %r, want 403 tier_unavailable" % answer[:300])
+    if "no CA (daemon.ca or --ca-dir): CONNECTs to fake-response rules are refused " \
+            "tier_unavailable; plain http:// ones are answered" not in read_text(v["err"]):
+        errs.append("the start-up log does not say that without a CA CONNECTs to fake rules "
+                    "are refused tier_unavailable")
+    # agentsnet check on the same file answers as the daemon does, with its note.
+    for url in ("https://canned.internal/", "https://api.internal:%d/v1" % v["tls_reset"].port):
+        code, out = check_cli(v, "--sandbox", "agent", url)
+        log("agentsnet check %s with no CA: exit %d\n%s" % (url, code, out))
+        lines = out.split("\n")
+        if code != 1 or "reason: tier_unavailable" not in lines or not any(
+                x.startswith("note: ") and "--ca-dir" in x for x in lines):
+            errs.append("agentsnet check %s on a policy with no CA: exit %d %r, want 1, "
+                        "tier_unavailable and a note" % (url, code, out[-600:]))
     return errs
 
 
@@ -1600,13 +1726,13 @@ def t_overloaded(v, log):
     return errs
 
 
-def limit_of(name):
-    """The value of <name>, a #define of core/limits.h whose value is an integer expression
+def limit_of(name, header="limits.h"):
+    """The value of <name>, a #define of core/<header> whose value is an integer expression
     of literals (such as (1ull << 30))."""
-    text = read_text(os.path.join(ROOT, "core", "limits.h"))
+    text = read_text(os.path.join(ROOT, "core", header))
     found = re.search(r"^#define %s\s+(.+?)\s*$" % re.escape(name), text, re.M)
     if not found:
-        raise Fatal("core/limits.h defines no %s" % name)
+        raise Fatal("core/%s defines no %s" % (header, name))
     expr = re.sub(r"\b(\d+)(?:ull|ul|ll|u|l)\b", r"\1", found.group(1), flags=re.I)
     if not re.fullmatch(r"[0-9\s()<>*+-]+", expr):
         raise Fatal("%s is %r: not an expression of literals" % (name, found.group(1)))
@@ -1728,6 +1854,533 @@ def t_response_truncated(v, log):
     return errs
 
 
+class KeepOrigin(Listener):
+    """An origin that answers every request head on a connection 200 with a short body
+    (Content-Length: 3), keeping the connection for the next one: .accepted counts its
+    connections and .requests the requests it answered. With <tls> (an ssl.SSLContext), it
+    speaks TLS."""
+
+    def __init__(self, tls=None):
+        self.tls = tls
+        self.accepted = 0
+        self.requests = 0
+        super().__init__()
+
+    def answer(self, conn):
+        self.accepted += 1
+        try:
+            conn.settimeout(30)
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                data = data.split(b"\r\n\r\n", 1)[1]
+                self.requests += 1
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            conn.close()
+
+
+class CloseOrigin(Listener):
+    """An origin that reads a request head and then ends its connection without a byte of
+    answer: with a FIN, or with <reset> a reset (SO_LINGER 0). .requests counts the heads
+    it read."""
+
+    def __init__(self, reset=False):
+        self.reset = reset
+        self.requests = 0
+        super().__init__()
+
+    def answer(self, conn):
+        try:
+            conn.settimeout(10)
+            if b"\r\n\r\n" in read_head(conn):
+                self.requests += 1
+            if self.reset:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+class FullOrigin:
+    """An origin whose listener has no room for a connection (backlog 0, filled by one of
+    its own, never accepted): a connect to it waits for SYN retransmits until its caller
+    gives up. close() ends both sockets."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(0)
+        self.port = self.sock.getsockname()[1]
+        self.filler = None
+
+    def arm(self):
+        self.filler = socket.create_connection(("127.0.0.1", self.port))
+
+    def close(self):
+        for s in (self.filler, self.sock):
+            if s is not None:
+                s.close()
+
+
+def decisions_of(v, host):
+    """The decision records of <host> (reason, status), once the writer wrote them."""
+    return [(r.get("reason"), r.get("status")) for r in audit_lines(v["audit"])[0]
+            if r.get("event") == "decision" and r.get("host") == host]
+
+
+def t_upstream_closes(v, log):
+    """An upstream that closes or resets its connection after reading the request head,
+    before a byte of answer: the request is answered 502 upstream_unreachable, audited."""
+    errs = []
+    agent = egress(v["sock_dir"], "agent")
+    for host, origin in (("closes.internal", v["closes"]), ("resets.internal", v["resets"])):
+        before = origin.requests
+        answer = served(agent, host.encode())
+        log("upstream_closes: %s (it %s after the head): %r" % (
+            host, "resets" if origin.reset else "closes", answer[:120]))
+        head = head_of(answer)
+        if status_of(answer) != 502 or "x-agent-reason: upstream_unreachable" not in head:
+            errs.append("%s, whose upstream %s before answering: %r, want 502 "
+                        "upstream_unreachable" % (host, "resets" if origin.reset else
+                                                  "closes", answer[:300]))
+        if origin.requests != before + 1:
+            errs.append("%s: the origin read %d request heads, want 1 (else the answer is "
+                        "not its end's)" % (host, origin.requests - before))
+        within(lambda: decisions_of(v, host), 5)  # the writer's pass
+        if decisions_of(v, host) != [("upstream_unreachable", 502)]:
+            errs.append("%s: decision records %r, want one upstream_unreachable 502" % (
+                host, decisions_of(v, host)))
+    return errs
+
+
+def t_connect_timeout(v, log):
+    """An upstream whose listener answers no SYN (its accept queue full): the request is
+    answered 504 upstream_timeout once timeouts.connect_ms (CONNECT_MS) has passed, and
+    audited so."""
+    errs = []
+    full = v["full"]
+    full.arm()
+    try:
+        with connect(egress(v["sock_dir"], "agent")) as s:
+            s.settimeout(CONNECT_MS / 1000 * 5 + 5)
+            t0 = time.monotonic()
+            s.sendall(b"GET http://full.internal/x HTTP/1.1\r\nHost: full.internal\r\n"
+                      b"Connection: close\r\n\r\n")
+            answer = recv_all(s)
+            took = time.monotonic() - t0
+    finally:
+        full.close()
+    log("connect_timeout: a connect that is never answered, connect_ms %d: %r after %.2f s"
+        % (CONNECT_MS, answer[:120], took))
+    head = head_of(answer)
+    if status_of(answer) != 504 or "x-agent-reason: upstream_timeout" not in head:
+        errs.append("a connect never answered, connect_ms %d: %r after %.2f s, want 504 "
+                    "upstream_timeout" % (CONNECT_MS, answer[:300], took))
+    elif not CONNECT_MS / 1000 * 0.9 <= took <= CONNECT_MS / 1000 * 5:
+        errs.append("the 504 came %.2f s after the request, want about connect_ms's %.1f s"
+                    % (took, CONNECT_MS / 1000))
+    within(lambda: decisions_of(v, "full.internal"), 5)  # the writer's pass
+    if decisions_of(v, "full.internal") != [("upstream_timeout", 504)]:
+        errs.append("decision records %r, want one upstream_timeout 504" %
+                    decisions_of(v, "full.internal"))
+    return errs
+
+
+def t_forward_keep(v, log):
+    """Forwarding keeps the upstream for the connection's next request to the same host and
+    port (docs/design.md 6): three requests on one kept-alive agent connection reach the
+    origin on one connection of its."""
+    errs = []
+    keep = v["keep"]
+    before = (keep.accepted, keep.requests)
+    get = b"GET http://keep.internal/x HTTP/1.1\r\nHost: keep.internal\r\n\r\n"
+    with connect(egress(v["sock_dir"], "agent")) as s:
+        answers = []
+        for _ in range(3):
+            s.sendall(get)
+            answers.append(read_answer(s))
+    got = (keep.accepted - before[0], keep.requests - before[1])
+    log("forward_keep: 3 requests on one agent connection: answers %r; the origin took %d "
+        "connections for %d requests" % ([a[:12] for a in answers], got[0], got[1]))
+    if [status_of(a) for a in answers] != [200, 200, 200]:
+        errs.append("three requests on one kept-alive connection: %r, want 200 each" %
+                    [a[:100] for a in answers])
+    if got != (1, 3):
+        errs.append("the origin took %d connections for %d requests, want 1 for the 3: the "
+                    "upstream kept for the next request to its host and port" % got)
+    return errs
+
+
+def reason_codes():
+    """Every reason code of core/reason.c's table but "none" (which refuses nothing)."""
+    text = read_text(os.path.join(ROOT, "core", "reason.c"))
+    codes = re.findall(r'^\s*\[REASON_[A-Z0-9_]+\]\s*=\s*\{\s*"([a-z0-9_]+)"', text, re.M)
+    if len(codes) < 10:
+        raise Fatal("core/reason.c: %d reason codes read, its table has more" % len(codes))
+    return [c for c in codes if c != "none"]
+
+
+def grown(after, before, key):
+    return after.get(key, 0) - before.get(key, 0)
+
+
+def inject_keep_exchange(v, agent_tls):
+    """One request with the placeholder on a new agent connection through the keep-tls
+    inject rule: the answer, or what came instead of the CONNECT's 200."""
+    port = v["keep_tls"].port
+    got = inject_exchange(v, port, agent_tls, host="keep-tls.internal", read=read_answer)
+    return got[1].encode() if isinstance(got, tuple) else got  # (None, why) without a 200
+
+
+def t_metrics(v, log):
+    """The metrics listener's counters against the events that make them and stats:
+    a refused series for every reason code of core/reason.c, the connections gauge and
+    accepted counter, the relays, a reused inject upstream (stats' upstreams_reused too),
+    the leaf cache, a misdirected placeholder, the audit counters, the policy's generation
+    and reloads, applied and refused."""
+    errs = []
+    agent = egress(v["sock_dir"], "agent")
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    time.sleep(0.3)  # the start-up's publications
+    m0, s0 = series(scrape(v["metrics_port"])[2]), stats(v)
+    refused = {k[len('agentsnet_requests_refused_total{reason="'):-2] for k in m0
+               if k.startswith('agentsnet_requests_refused_total{')}
+    codes = reason_codes()
+    log("metrics: %d refused series, %d codes in core/reason.c" % (len(refused), len(codes)))
+    if refused != set(codes):
+        errs.append("agentsnet_requests_refused_total's reasons: missing %r, not codes %r" % (
+            sorted(set(codes) - refused), sorted(refused - set(codes))))
+    # Connections: HELD open at once, then the gauge; accepted grows by each one made.
+    held = [connect(agent) for _ in range(HELD)]
+    within(lambda: stats(v)["conns"] == HELD, 5)  # the workers publish
+    open_now = series(scrape(v["metrics_port"])[2]).get("agentsnet_connections")
+    for s in held:
+        s.close()
+    if open_now != HELD:
+        errs.append("agentsnet_connections %r with %d idle connections open, want %d" % (
+            open_now, HELD, HELD))
+    # One refused request, a tunnel with bytes each way, two inject requests on two agent
+    # connections (the second on the kept upstream), a misdirected placeholder in a fake
+    # session: connections HELD + 5, plus what the fake sessions took.
+    denied = served(agent, b"nowhere.example")
+    if status_of(denied) != 403:
+        errs.append("a request to a host no rule names: %r" % denied[:100])
+    with connect(agent) as s:
+        s.sendall(b"CONNECT keep.internal:%d HTTP/1.1\r\nHost: keep.internal:%d\r\n\r\n"
+                  % (v["keep"].port, v["keep"].port))
+        if status_of(read_head(s)) != 200:
+            errs.append("the tunnel to keep.internal was not opened")
+        s.sendall(b"GET /x HTTP/1.1\r\nHost: keep.internal\r\n\r\n")
+        if status_of(read_answer(s)) != 200:
+            errs.append("the request through the tunnel was not answered")
+    keep_tls = v["keep_tls"]
+    answers = [inject_keep_exchange(v, agent_tls)]
+    # The first agent connection's end parks its upstream: once the daemon counts no
+    # connection open, the second finds it.
+    within(lambda: stats(v)["conns"] == 0, 5)
+    answers.append(inject_keep_exchange(v, agent_tls))
+    if [status_of(a) for a in answers] != [200, 200]:
+        errs.append("two inject requests: %r, want 200 each" % [a[:100] for a in answers])
+    with fake_session(v, agent_tls) as t:
+        t.sendall(b"GET / HTTP/1.1\r\nHost: canned.internal\r\nAuthorization: Bearer %s\r\n"
+                  b"Connection: close\r\n\r\n" % PLACEHOLDER.encode())
+        misdirected, _ = read_to_end(t)
+    if b"placeholder_misdirected" not in misdirected:
+        errs.append("the placeholder sent to canned.internal: %r" % misdirected[:200])
+    made = HELD + 5
+    # The policy reloaded once as it is, and once broken (a file that does not load).
+    applied = control(v, "policy reload")
+    with open(v["policy"], encoding="utf-8") as f:
+        text = f.read()
+    try:
+        with open(v["policy"], "w", encoding="utf-8") as f:
+            f.write(text + "\nbroken: [\n")
+        broken = control(v, "policy reload")
+    finally:
+        with open(v["policy"], "w", encoding="utf-8") as f:
+            f.write(text)
+    log("metrics: reloads answered %r, then %r" % (applied.strip(), broken.strip()[:100]))
+    want = {"agentsnet_connections_accepted_total": made,
+            'agentsnet_requests_refused_total{reason="host_not_allowed"}': 1,
+            'agentsnet_requests_refused_total{reason="placeholder_misdirected"}': 1,
+            "agentsnet_placeholder_misdirected_total": 1,
+            "agentsnet_upstreams_reused_total": 1,
+            "agentsnet_policy_generation": 1,
+            'agentsnet_policy_reloads_total{result="applied"}': 1,
+            'agentsnet_policy_reloads_total{result="refused"}': 1}
+
+    def settled():
+        m = series(scrape(v["metrics_port"])[2])
+        return all(grown(m, m0, k) == n for k, n in want.items()) and m
+    m1 = within(settled, 5) and settled() or series(scrape(v["metrics_port"])[2])
+    s1 = stats(v)
+    for key, n in want.items():
+        if grown(m1, m0, key) != n:
+            errs.append("%s grew %r, want %d" % (key, grown(m1, m0, key), n))
+    if (keep_tls.accepted, keep_tls.requests) != (1, 2):
+        errs.append("the inject origin took %d connections for %d requests, want 1 for 2" % (
+            keep_tls.accepted, keep_tls.requests))
+    # stats and the metrics say the same of what both count.
+    pairs = (("upstreams_reused", "agentsnet_upstreams_reused_total"),
+             ("splice_relays", 'agentsnet_relays_total{relay="splice"}'),
+             ("copy_relays", 'agentsnet_relays_total{relay="copy"}'),
+             ("leaf_hits", "agentsnet_leaf_cache_hits_total"),
+             ("leaf_misses", "agentsnet_leaf_cache_misses_total"),
+             ("leaf_mints", "agentsnet_leaves_minted_total"),
+             ("misdirected", "agentsnet_placeholder_misdirected_total"),
+             ("accepted", "agentsnet_connections_accepted_total"))
+    log("metrics: grown %r" % {m: (grown(s1, s0, s), grown(m1, m0, m)) for s, m in pairs})
+    if grown(s1, s0, "upstreams_reused") != 1:
+        errs.append("stats' upstreams_reused grew %d for an inject request on a kept upstream, "
+                    "want 1" % grown(s1, s0, "upstreams_reused"))
+    # The relays: the tunnel's bytes went through one relay or the other.
+    relays = grown(m1, m0, 'agentsnet_relays_total{relay="splice"}') + \
+        grown(m1, m0, 'agentsnet_relays_total{relay="copy"}')
+    if relays < 2:
+        errs.append("agentsnet_relays_total grew %r for a tunnel with bytes each way, want at "
+                    "least 2" % relays)
+    # The leaf cache: three agent handshakes (two inject, one fake) each looked a leaf up.
+    looked = grown(m1, m0, "agentsnet_leaf_cache_hits_total") + \
+        grown(m1, m0, "agentsnet_leaf_cache_misses_total")
+    if looked < 3 or m1.get("agentsnet_leaves_minted_total", 0) < 1:
+        errs.append("the leaf cache counted %r look-ups for 3 handshakes, %r leaves minted" % (
+            looked, m1.get("agentsnet_leaves_minted_total")))
+    # The audit counters: the writer's, read by both when asked (audit_failing and _lost:
+    # audit_full_continue, while the disk is full).
+    for _ in range(50):
+        m2, s2 = series(scrape(v["metrics_port"])[2]), stats(v)
+        if m2.get("agentsnet_audit_records_written_total") == s2["audit_written"]:
+            break
+        time.sleep(0.1)
+    records = len(audit_lines(v["audit"])[0])
+    if not 0 < m2.get("agentsnet_audit_records_written_total", 0) == s2["audit_written"] or \
+            m2.get("agentsnet_audit_records_written_total") > records:
+        errs.append("agentsnet_audit_records_written_total %r, stats' audit_written %r, the "
+                    "file's records %d" % (m2.get("agentsnet_audit_records_written_total"),
+                                           s2["audit_written"], records))
+    for s, m in pairs:
+        if s1.get(s) != m1.get(m):
+            errs.append("stats' %s %r, the metrics' %s %r" % (s, s1.get(s), m, m1.get(m)))
+    if (m2.get("agentsnet_audit_failing"), m2.get("agentsnet_audit_records_lost_total"),
+            m2.get("agentsnet_audit_records_dropped_total")) != (0, 0, 0):
+        errs.append("agentsnet_audit_failing, _lost_total, _dropped_total %r with the audit "
+                    "written, want 0 each" % ((m2.get("agentsnet_audit_failing"),
+                                                m2.get("agentsnet_audit_records_lost_total"),
+                                                m2.get("agentsnet_audit_records_dropped_total")),))
+    return errs
+
+
+def check_cli(v, *args):
+    """agentsnet check --config <the pass's policy> ARGS: (exit status, stdout + stderr)."""
+    cli = os.path.join(os.path.dirname(v["daemon_path"]), "agentsnet")
+    done = subprocess.run([cli, "check", "--config", v["policy"], "--socket-dir",
+                           v["sock_dir"], *args], capture_output=True, text=True, timeout=30)
+    return done.returncode, done.stdout + done.stderr
+
+
+def t_check(v, log):
+    """agentsnet check on the pass's policy (with a CA): a fake rule prints the response the
+    request would get, `response: <status> (<n> bytes)`; an inject rule its header, its
+    placeholder and require, never the secret."""
+    errs = []
+    secret = read_text(os.path.join(v["pki"], "secret.txt")).strip()
+    code, out = check_cli(v, "--sandbox", "agent", "https://canned.internal/")
+    log("check: a fake rule: exit %d\n%s" % (code, out))
+    if code != 0 or "\nresponse: 200 (7 bytes)\n" not in "\n" + out or "tier: fake" not in out:
+        errs.append("agentsnet check of a fake rule: exit %d %r, want 0 and `response: 200 (7 "
+                    "bytes)`" % (code, out[-600:]))
+    port = v["tls_reset"].port
+    code, out = check_cli(v, "--sandbox", "agent", "https://api.internal:%d/v1" % port)
+    log("check: an inject rule: exit %d\n%s" % (code, out))
+    line = "inject: Authorization (placeholder %s, require yes)" % PLACEHOLDER
+    if code != 0 or line not in out.split("\n"):
+        errs.append("agentsnet check of an inject rule: exit %d %r, want 0 and %r" % (
+            code, out[-600:], line))
+    if secret in out:
+        errs.append("agentsnet check printed the inject rule's secret")
+    return errs
+
+
+class PlainHook(Listener):
+    """The alert webhook's receiver over plain HTTP (loopback): each POST's body in .posts
+    (time, JSON), answered <status> (an int); or, with <status> None, left unanswered until
+    its connection ends (the daemon's try holds it)."""
+
+    def __init__(self, status):
+        self.status = status
+        self.posts = []
+        super().__init__()
+
+    def answer(self, conn):
+        with conn:
+            try:
+                conn.settimeout(120)
+                data = read_head(conn)
+                head, _, body = data.partition(b"\r\n\r\n")
+                want = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", head).group(1))
+                while len(body) < want:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    body += chunk
+                self.posts.append((time.monotonic(), json.loads(body)))
+                if self.status is None:
+                    conn.recv(1)  # until the daemon ends the try
+                    return
+                conn.sendall(b"HTTP/1.1 %d Refused\r\nContent-Length: 0\r\nConnection: close"
+                             b"\r\n\r\n" % self.status)
+            except (OSError, ValueError, AttributeError):
+                pass
+
+
+def webhook_counts(v):
+    """stats' webhook figures and the metrics' agentsnet_alert_webhook_total{result} and
+    retries: {name: value}."""
+    now, m = stats(v), series(scrape(v["metrics_port"])[2])
+    out = {k: now[k] for k in ("webhook_delivered", "webhook_failed", "webhook_dropped")}
+    for result in ("delivered", "failed", "dropped"):
+        out[result] = m.get('agentsnet_alert_webhook_total{result="%s"}' % result)
+    out["retries"] = m.get("agentsnet_alert_webhook_retries_total")
+    return out
+
+
+def exfiltrate(v, sandbox, errs, names=200):
+    """<names> refused names under exfil.example from <sandbox>: a refused_names alert."""
+    path = egress(v["sock_dir"], sandbox)
+    for i in range(names):
+        if not served(path, b"%08x.exfil.example" % (i * 2654435761 % 2**32)).startswith(
+                b"HTTP/1.1 403"):
+            errs.append("%s: encoded name %d was not refused" % (sandbox, i))
+            return
+
+
+def t_webhook_refused(v, log):
+    """A webhook receiver that answers 400 (neither 2xx nor one tried again) fails the alert
+    at its first try: one POST, no retry, webhook_failed 1, the failure logged with the
+    status."""
+    errs = []
+    hook = v["plain_hook"]
+    exfiltrate(v, "watched", errs)
+    within(lambda: hook.posts, 5)
+    time.sleep(WEBHOOK_RETRY_S)  # a second try would have come by now
+    counts = webhook_counts(v)
+    log("webhook_refused: posts %d; counts %r" % (len(hook.posts), counts))
+    if len(hook.posts) != 1 or hook.posts[0][1].get("detector") != "refused_names":
+        errs.append("a receiver answering 400 got %d posts %r, want the alert once, never "
+                    "tried again" % (len(hook.posts), [p[1] for p in hook.posts][:3]))
+    if counts != {"webhook_delivered": 0, "webhook_failed": 1, "webhook_dropped": 0,
+                  "delivered": 0, "failed": 1, "dropped": 0, "retries": 0}:
+        errs.append("stats and metrics %r, want the one alert failed, no retry" % counts)
+    logged = [x for x in read_text(v["err"]).split("\n") if "webhook" in x and "answered 400"
+              in x]
+    if not logged:
+        errs.append("stderr does not log the receiver's 400 for the failed alert")
+    return errs
+
+
+def t_webhook_queue(v, log):
+    """The webhook's queue holds WEBHOOK_QUEUE alerts (core/webhook.h): with the receiver
+    holding the first alert's try, NOISY alerts in all find the queue full past
+    WEBHOOK_QUEUE, and the newest are dropped, counted (stats webhook_dropped, the
+    metrics' dropped); at the stop, the queued ones and the one in flight are dropped too,
+    logged; every alert is in the audit log."""
+    errs = []
+    hook = v["plain_hook"]
+    queue = limit_of("WEBHOOK_QUEUE", "webhook.h")
+    first = egress(v["sock_dir"], "noisy-0")
+    served(first, b"first.refused.example")  # a refused_names alert
+    if not within(lambda: hook.posts, 5):
+        return ["the first alert was not posted within 5 s"]
+    for i in range(1, NOISY):
+        served(egress(v["sock_dir"], "noisy-%d" % i), b"x.refused.example")
+    raised = NOISY
+    want_dropped = raised - 1 - queue
+    within(lambda: alert_count(v) == raised and
+           webhook_counts(v)["webhook_dropped"] == want_dropped, 5)
+    counts = webhook_counts(v)
+    log("webhook_queue: %d alerts raised (%d audited); one in flight; counts %r" % (
+        raised, alert_count(v), counts))
+    if alert_count(v) != raised:
+        errs.append("%d alert records, want %d (one by each of %d sandboxes)" % (
+            alert_count(v), raised, NOISY))
+    if counts["webhook_dropped"] != want_dropped or counts["dropped"] != want_dropped:
+        errs.append("webhook_dropped %r, the metrics' dropped %r, want %d: %d alerts, one in "
+                    "flight, a queue of %d" % (counts["webhook_dropped"], counts["dropped"],
+                                               want_dropped, raised, queue))
+    if len(hook.posts) != 1:
+        errs.append("the receiver got %d posts while it held the first" % len(hook.posts))
+    v["daemon"].send_signal(signal.SIGTERM)
+    code = v["daemon"].wait(30)
+    text = read_text(v["err"])
+    if code != 0 or "webhook: %d alerts not delivered: the daemon stops" % queue \
+            not in text or "not delivered: the daemon stops" not in text.replace(
+                "%d alerts not delivered" % queue, ""):
+        errs.append("at the stop (exit %d), stderr does not say the %d queued alerts and the "
+                    "one in flight were not delivered: %r" % (
+                        code, queue, [x for x in text.split("\n") if "webhook" in x]))
+    return errs
+
+
+def alert_count(v):
+    return sum(1 for r in audit_lines(v["audit"])[0] if r.get("event") == "alert")
+
+
+def t_webhook_moves(v, log):
+    """The webhook's name is resolved at each try, /etc/hosts first (the daemon runs in a
+    mount namespace of its own, its /etc/hosts a file of the pass's): while the name says
+    127.0.0.2, where another listener ends each connection at once, each try fails there;
+    once the file says 127.0.0.1, the next try delivers to the receiver. The policy's
+    resolver.hosts, which names 127.0.0.3 for it, is the sandboxes' and not used."""
+    errs = []
+    hook, wrong = v["hook"], v["wrong_hook"]
+    hook.trust()
+    exfiltrate(v, "watched", errs)
+    if not within(lambda: wrong.accepted >= 1, 5):
+        return errs + ["no try reached the address /etc/hosts first named within 5 s"]
+    with open(v["hosts"], "w", encoding="ascii") as f:  # the same file, the mount's
+        f.write("127.0.0.1 localhost\n127.0.0.1 hook.internal\n")
+    moved = time.monotonic()
+    within(lambda: hook.posts, 10)
+    counts = webhook_counts(v)
+    log("webhook_moves: %d tries at 127.0.0.2 before the move; posts %r %.2f s after it; "
+        "counts %r" % (wrong.accepted, [(round(t - moved, 2), b.get("detector"))
+                                       for t, _, b in hook.posts], time.monotonic() - moved,
+                       counts))
+    if len(hook.posts) != 1 or hook.posts[0][2].get("detector") != "refused_names":
+        errs.append("posts to where the name moved: %r, want the alert once" % hook.posts)
+    if counts["webhook_delivered"] != 1 or not counts["retries"]:
+        errs.append("stats and metrics %r, want the alert delivered by a try after the first"
+                    % counts)
+    return errs
+
+
+class Dropper(Listener):
+    """A listener on 127.0.0.2:<port> that ends each connection at once; .accepted counts
+    them."""
+
+    def __init__(self, port):  # Listener's loop, on its own address
+        self.accepted = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.2", port))
+        self.sock.listen(16)
+        self.port = port
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def answer(self, conn):
+        self.accepted += 1
+        conn.close()
+
+
 def pool_section(name):
     """The policy's daemon lines for test <name> that bound its connections (overloaded
     alone has them: the least pool, and no share, so that the pool runs out first)."""
@@ -1736,12 +2389,27 @@ def pool_section(name):
     return "  conns_per_worker: %d\n  sandbox_share_percent: 100\n" % POOL_CONNS
 
 
-def webhook_section(name, port, pki):
-    """The policy's daemon.alert_webhook line for test <name> (webhook_https alone has one)."""
-    if name != "webhook_https":
+def webhook_section(name, v, pki):
+    """The policy's daemon.alert_webhook line for test <name> (the webhook_ tests alone have
+    one): https to v["hook"] by the name localhost, or hook.internal (webhook_moves); http
+    to v["plain_hook"] (webhook_refused, webhook_queue; the queue's a try as long as the
+    policy allows)."""
+    if name in ("webhook_https", "webhook_moves"):
+        return ('  alert_webhook: {url: "https://%s:%d/alert-hook", ca_file: "%s/ca.pem", '
+                'authorization_file: "%s/hook.auth"}\n' % (
+                    "localhost" if name == "webhook_https" else "hook.internal",
+                    v["hook"].port, pki, pki))
+    if name in ("webhook_refused", "webhook_queue"):
+        return ('  alert_webhook: {url: "http://127.0.0.1:%d/alert-hook", timeout_ms: %d}\n'
+                % (v["plain_hook"].port, 60000 if name == "webhook_queue" else 5000))
+    return ""
+
+
+def sandboxes_section(name):
+    """The policy's sandboxes past agent and watched: webhook_queue's NOISY noisy ones."""
+    if name != "webhook_queue":
         return ""
-    return ('  alert_webhook: {url: "https://localhost:%d/alert-hook", ca_file: "%s/ca.pem", '
-            'authorization_file: "%s/hook.auth"}\n' % (port, pki, pki))
+    return "".join("  - {id: noisy-%d, profile: noisy}\n" % i for i in range(NOISY))
 
 
 def run_daemon(args, v, test, log):
@@ -1770,7 +2438,11 @@ def run_daemon(args, v, test, log):
             print("  " + e)
         return int(bool(errs))
 
-    return with_daemon("faults", [args.daemon, "--config", v["policy"]], v["err"], body, limit,
+    cmd = [args.daemon, "--config", v["policy"]]
+    if v.get("hosts"):  # the daemon's /etc/hosts the pass's file, in a mount namespace
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'mount --bind "$0" /etc/hosts && exec "$@"', v["hosts"]] + cmd
+    return with_daemon("faults", cmd, v["err"], body, limit,
                        started=lambda daemon: v.__setitem__("daemon", daemon))
 
 
@@ -1801,7 +2473,12 @@ def main():
     # The webhook's receiver: a leaf for localhost from the pass's CA, and one from another.
     hook_tls, other_tls = (ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER) for _ in range(2))
     hook_tls.load_cert_chain(*make_leaf(pki, "hook", os.path.join(pki, "ca.pem"),
-                                        os.path.join(pki, "ca.key"), ("localhost",)))
+                                        os.path.join(pki, "ca.key"),
+                                        ("localhost", "hook.internal")))
+    keep_tls_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # metrics' reused inject upstream
+    keep_tls_ctx.load_cert_chain(*make_leaf(pki, "keep", os.path.join(pki, "ca.pem"),
+                                            os.path.join(pki, "ca.key"),
+                                            ("keep-tls.internal",)))
     big_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # response_truncated's origin
     big_tls.load_cert_chain(*make_leaf(pki, "big", os.path.join(pki, "ca.pem"),
                                        os.path.join(pki, "ca.key"), ("big.internal",)))
@@ -1814,7 +2491,7 @@ def main():
         f.write(WEBHOOK_AUTHORIZATION + "\n")
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
-    failed = 0
+    failed = ran = 0
     try:
         for name, failure, fsize, env, test in (
                 ("audit_full_continue", "continue", None, None, t_audit_full_continue),
@@ -1837,7 +2514,15 @@ def main():
                 ("misdirected_refusal", "continue", None, None, t_misdirected_refusal),
                 ("inject_without_ca", "continue", None, None, t_inject_without_ca),
                 ("overloaded", "continue", None, None, t_overloaded),
-                ("response_truncated", "continue", None, None, t_response_truncated)):
+                ("response_truncated", "continue", None, None, t_response_truncated),
+                ("upstream_closes", "continue", None, None, t_upstream_closes),
+                ("connect_timeout", "continue", None, None, t_connect_timeout),
+                ("forward_keep", "continue", None, None, t_forward_keep),
+                ("metrics", "continue", None, None, t_metrics),
+                ("check", "continue", None, None, t_check),
+                ("webhook_refused", "continue", None, None, t_webhook_refused),
+                ("webhook_queue", "continue", None, None, t_webhook_queue),
+                ("webhook_moves", "continue", None, None, t_webhook_moves)):
             if args.tests and name not in args.tests:
                 continue
             top = os.path.join(tmp, name)
@@ -1854,10 +2539,19 @@ def main():
                      "metrics_port": free_port(), "held": held, "daemon_path": args.daemon,
                      "slow_tls": SlowReader(upload_tls),
                      "hook": HookReceiver(hook_tls, other_tls),
+                     "keep": KeepOrigin(), "keep_tls": KeepOrigin(keep_tls_ctx),
+                     "closes": CloseOrigin(), "resets": CloseOrigin(reset=True),
+                     "full": FullOrigin(),
+                     "plain_hook": PlainHook(None if name == "webhook_queue" else 400),
                      "audit": os.path.join(disk, "audit.jsonl"),
                      "filler": os.path.join(disk, "filler"),
                      "policy": os.path.join(top, "policy.yaml"),
                      "err": os.path.join(top, "daemon.stderr")}
+                if name == "webhook_moves":
+                    v["wrong_hook"] = Dropper(v["hook"].port)
+                    v["hosts"] = os.path.join(top, "hosts")
+                    with open(v["hosts"], "w", encoding="ascii") as f:
+                        f.write("127.0.0.1 localhost\n127.0.0.2 hook.internal\n")
                 with open(v["policy"], "w", encoding="utf-8") as f:
                     f.write((POLICY if name != "inject_without_ca" else
                              "\n".join(line for line in POLICY.split("\n")
@@ -1877,14 +2571,27 @@ def main():
                                           held_port=held.port,
                                           sink_port=v["sink"].port,
                                           upload_ceiling=UPLOAD_CEILING,
-                                          webhook=webhook_section(name, v["hook"].port, pki),
+                                          webhook=webhook_section(name, v, pki),
+                                          sandboxes=sandboxes_section(name),
+                                          keep_port=v["keep"].port,
+                                          keep_tls_port=v["keep_tls"].port,
+                                          closes_port=v["closes"].port,
+                                          resets_port=v["resets"].port,
+                                          full_port=v["full"].port,
+                                          connect_ms=(", connect_ms: %d" % CONNECT_MS
+                                                      if name == "connect_timeout" else ""),
                                           pool=pool_section(name), big_port=big.port,
                                           placeholder=PLACEHOLDER))
+                ran += 1
                 failed += run_daemon(args, v, test, log)
             finally:
                 subprocess.run(["umount", disk], check=False)
     finally:
         origin.shutdown()
+    print("faults: %d passed, %d failed" % (ran - failed, failed))
+    if ran == 0:
+        print("faults: no test named %s" % " ".join(args.tests or []))
+        failed = 1
     return own_pass_end("faults", tmp, failed)
 
 
