@@ -160,7 +160,7 @@ class Run:
         self.ports = set() if values is None else {values["port"], values["tls_port"]}
         self.errors = []
         self.audit_ids = set()
-        self.refusals = []  # the deny bodies it got, checked against the audit file
+        self.refusals = []  # integ.check_refusal's links: each checked against the audit
         self.client = None
         self.window_us = (0, 0)
         self.secs = 0.0
@@ -308,7 +308,7 @@ def check_response(label, resp, want, run):
     if reason is not None:
         as_integ = {"status": resp.status, "headers": resp.headers(),
                     "body": resp.body.decode("utf-8", "replace")}
-        errs += ["%s: %s" % (label, e) for e in check_refusal(as_integ, run.refusals)]
+        errs += ["%s: %s" % (label, e) for e in check_refusal(as_integ, label, run.refusals)]
         audit_id = resp.header("X-Agent-Audit-Id")
         if audit_id:
             run.audit_ids.add(audit_id)

@@ -23,14 +23,22 @@ bound to its own loopback address (127.0.0.2, ...) so that what the agent
 and the audit are told is the real client, not the daemon's own socket.
 Then daemons whose certificate or key does not load, which must not start.
 
-The test before it ("embedded") starts agentsnetd with no --config, on the
-embedded default policy, in the upstream namespace too, its socket directory
-and audit file under this pass's temporary directory (nothing in /run/agentsnet
-or /var/log): its gateway is 127.0.0.1:8090, so an `agentsnet run` under it
-gets AGENT_PUBLIC_URL http://127.0.0.1:8090/callbacks/<id>, and a request to
-that URL reaches the agent. When 8090 is already taken there as the test
-begins, the daemon must start anyway, warn that the gateway is off and give
-the sandbox no AGENT_PUBLIC_URL: the test checks that instead, and says which.
+The tests before it ("embedded", "embedded_taken") start agentsnetd with no
+--config, on the embedded default policy, in the upstream namespace too, its
+socket directory and audit file under this pass's temporary directory (nothing
+in /run/agentsnet or /var/log): its gateway is 127.0.0.1:8090, so an
+`agentsnet run` under it gets AGENT_PUBLIC_URL
+http://127.0.0.1:8090/callbacks/<id>, and a request to that URL reaches the
+agent. When 8090 is already taken there as the test begins, the daemon must
+start anyway, warn that the gateway is off, give the sandbox no
+AGENT_PUBLIC_URL and answer `sandbox url` with error no_ingress: "embedded"
+checks that instead, and says which; "embedded_taken" always checks it, with
+8090 held by a listener of the pass before the daemon starts. "egress" starts
+one more daemon (ingress/limits.yaml.in, its own socket directory, audit file and
+TCP listener) for what needs sandboxes of known limits and no agent: plain
+http:// requests on their egress sockets (and its TCP listener) to fake rules,
+answered by the daemon itself, against the profile and rule limits and the
+refused_names alert.
 
 Every agent server records each request it gets (ingress/agent.py --log), so
 a check that something never reached a sandbox reads that sandbox's own log,
@@ -134,6 +142,17 @@ EC_P256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"
 EMBEDDED_HOST, EMBEDDED_PORT = "127.0.0.1", 8090
 EMBEDDED_RATE, EMBEDDED_BURST = 50, 100
 EMBEDDED_REQUESTS = 3
+# t_egress (ingress/limits.yaml.in): the profile's burst, the refused requests sent
+# before it, the rule's refusals, the TCP listener's connections (spread over 2 workers:
+# each gets more than a burst but with a chance of about 1e-7 that one does not).
+EGRESS_BURST = 5
+EGRESS_DENIED = 8
+EGRESS_RULE_REFUSED = 4
+EGRESS_TCP_CONNS = 40
+# The alerts' refused_names: a threshold over the names it counts under a domain, which
+# fires at that bound (docs/policy.md, alerts).
+NAMES_THRESHOLD = 40
+NAMES_KEPT = 32
 
 
 # ---- a raw HTTP/1.1 client ---------------------------------------------------------
@@ -171,13 +190,23 @@ class Resp:
 class Conn:
     """One TCP connection to the public listener, read as HTTP/1.1 responses; over TLS
     with the client context <tls> (the handshake done here, SNI <name>), from the
-    loopback address <source> when given."""
+    loopback address <source> when given; with <unix>, to that Unix socket instead."""
 
-    def __init__(self, port, timeout=5.0, tls=None, source=None, name="127.0.0.1"):
-        s = socket.create_connection(("127.0.0.1", port), timeout=timeout,
-                                     source_address=(source, 0) if source else None)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.client = "%s:%d" % s.getsockname()[:2]
+    def __init__(self, port, timeout=5.0, tls=None, source=None, name="127.0.0.1", unix=None):
+        if unix is not None:  # a sandbox's egress socket (t_egress)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(timeout)
+            try:
+                s.connect(unix)
+            except OSError:
+                s.close()
+                raise
+            self.client = unix
+        else:
+            s = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                         source_address=(source, 0) if source else None)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.client = "%s:%d" % s.getsockname()[:2]
         if tls is not None:
             try:
                 s = tls.wrap_socket(s, server_hostname=name)
@@ -2270,7 +2299,7 @@ class Tests(Pass):
         daemon without a gateway (a warning, no AGENT_PUBLIC_URL). It stops cleanly."""
         t0 = time.monotonic()
         self.emb = {"daemon": None, "agent": None, "case": None}
-        errs = check_errs(self.embedded)
+        errs = check_errs(lambda: self.embedded("embedded"))
         listen = "%s:%d" % (EMBEDDED_HOST, EMBEDDED_PORT)
         if self.emb["case"] == "taken":
             what = ("%s was taken: the daemon starts anyway, warns that the gateway on %d is "
@@ -2286,15 +2315,48 @@ class Tests(Pass):
                     "--audit of this pass): %s; it stops on SIGTERM with exit 0 and a clean "
                     "stderr (%.1fs)" % (what, time.monotonic() - t0), errs)
 
-    def embedded(self):
+    def t_embedded_taken(self):
+        """README.md: when 8090 is taken the daemon starts without the gateway, with a
+        warning; docs/control.md: `sandbox url` then answers error no_ingress. A listener
+        of this pass holds 127.0.0.1:8090 (in the upstream namespace, where the daemon
+        runs) before agentsnetd starts with no --config, so that case runs on every run,
+        not only when the port happens to be taken (t_embedded's other branch)."""
+        t0 = time.monotonic()
+        self.emb = {"daemon": None, "agent": None, "case": None}
+        hold = socket.socket()
+        try:
+            hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                hold.bind((EMBEDDED_HOST, EMBEDDED_PORT))
+                hold.listen(1)
+                held = "held by this pass"
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise Fatal("binding %s:%d: %s" % (EMBEDDED_HOST, EMBEDDED_PORT, e))
+                held = "taken already"
+            errs = check_errs(lambda: self.embedded("embedded-taken"))
+            if self.emb["case"] != "taken":
+                errs.append("%s:%d was %s, yet the probe found it free: the taken case did "
+                            "not run" % (EMBEDDED_HOST, EMBEDDED_PORT, held))
+        finally:
+            hold.close()
+        self.result("agentsnetd on the embedded default policy with %s:%d %s: it starts "
+                    "without the gateway, warns that the gateway on %d is off, the sandbox "
+                    "gets no AGENT_PUBLIC_URL, sandbox url answers error no_ingress, nothing "
+                    "is audited; it stops on SIGTERM with exit 0 and a clean stderr (%.1fs)"
+                    % (EMBEDDED_HOST, EMBEDDED_PORT, held, EMBEDDED_PORT,
+                       time.monotonic() - t0), errs)
+
+    def embedded(self, role):
         """The probe of 127.0.0.1:8090, then the daemon in the upstream namespace (where the
-        pass's daemons run and its public clients are), its files in tmp/embedded."""
+        pass's daemons run and its public clients are), its files in tmp/<role>, its
+        sandbox's agent logging as <role>."""
         taken = port_taken(EMBEDDED_HOST, EMBEDDED_PORT)
         self.emb["case"] = "taken" if taken else "free"
-        log("# embedded: %s:%d was %s when the check began (a probe bind, closed): the %s "
-            "case ran" % (EMBEDDED_HOST, EMBEDDED_PORT, self.emb["case"],
+        log("# %s: %s:%d was %s when the check began (a probe bind, closed): the %s "
+            "case ran" % (role, EMBEDDED_HOST, EMBEDDED_PORT, self.emb["case"],
                           "gateway-off" if taken else "gateway"))
-        d = os.path.join(self.tmp, "embedded")
+        d = os.path.join(self.tmp, role)
         os.mkdir(d)
         err_path = os.path.join(d, "daemon.stderr")
         sock_dir = os.path.join(d, "run")
@@ -2302,7 +2364,7 @@ class Tests(Pass):
         self.vars.update({"sock_dir": sock_dir, "control": os.path.join(sock_dir, "control.sock"),
                           "audit": os.path.join(d, "audit.jsonl")})
         try:
-            errs = self.embedded_run(taken, err_path)
+            errs = self.embedded_run(role, taken, err_path)
             p, self.emb["daemon"] = self.emb["daemon"], None
             return errs + ["the daemon's stop: " + e for e in stop_daemon(p, err_path)]
         finally:
@@ -2312,13 +2374,13 @@ class Tests(Pass):
                 try:
                     a.finish(20)
                 except Fatal as e:
-                    log("# embedded: %s" % e)
+                    log("# %s: %s" % (role, e))
             if self.emb["daemon"] is not None:
                 self.procs.stop(self.emb["daemon"])
             self.vars.clear()
             self.vars.update(saved)
 
-    def embedded_run(self, taken, err_path):
+    def embedded_run(self, role, taken, err_path):
         """agentsnetd --socket-dir --audit (nothing else), then one `agentsnet run` of
         agent.py under it; the problems, the sandbox stopped and nothing of it left."""
         argv = ["ip", "netns", "exec", self.args.upns, self.args.daemon, "--socket-dir",
@@ -2350,24 +2412,24 @@ class Tests(Pass):
         for opt, path in (("--socket-dir", self.vars["control"]), ("--audit", self.vars["audit"])):
             if not os.path.exists(path):
                 errs.append("%s is not there: the daemon did not take %s" % (path, opt))
-        sid = self.sid["embedded"] = self.sandbox_id("embedded")
-        a = self.emb["agent"] = self.start(self.agent_cmd("embedded"), sandbox=sid)
+        sid = self.sid[role] = self.sandbox_id(role)
+        a = self.emb["agent"] = self.start(self.agent_cmd(role), sandbox=sid)
         self.wait_agents([(a, "listening")])
         url = self.info[sid].get("public_url")
         reply = self.ctl("sandbox url %s" % sid)
         if taken:
             errs += self.embedded_off(url, reply)
         else:
-            errs += self.embedded_gateway(sid, url, reply)
-        log("# embedded: %s; AGENT_PUBLIC_URL %s; sandbox url: %r" % (
-            (warned or [x for x in lines if "agentsnetd: ready" in x] or ["?"])[0],
+            errs += self.embedded_gateway(role, sid, url, reply)
+        log("# %s: %s; AGENT_PUBLIC_URL %s; sandbox url: %r" % (
+            role, (warned or [x for x in lines if "agentsnetd: ready" in x] or ["?"])[0],
             "unset" if url is None else repr(url), reply))
         a.proc.send_signal(signal.SIGTERM)
         a.finish(20)
         self.emb["agent"] = None
         return errs + self.leftovers(a)
 
-    def embedded_gateway(self, sid, url, reply):
+    def embedded_gateway(self, role, sid, url, reply):
         """The gateway on 127.0.0.1:8090: <url> (AGENT_PUBLIC_URL inside) and the control
         socket's <reply> name it, and requests to it from here reach the agent, audited."""
         want = "http://%s:%d%s/%s" % (EMBEDDED_HOST, EMBEDDED_PORT, PREFIX, sid)
@@ -2376,7 +2438,7 @@ class Tests(Pass):
             errs.append("AGENT_PUBLIC_URL inside is %r, want %r" % (url, want))
         if reply != ["ok " + want]:
             errs.append("sandbox url %s: %r, want ok %s" % (sid, reply, want))
-        out = os.path.join(self.tmp, "embedded", "curl.out")
+        out = os.path.join(self.tmp, role, "curl.out")
         sent, clients = [], []
         for n in range(EMBEDDED_REQUESTS):
             rest = "/embedded-%d?from=host" % n
@@ -2403,8 +2465,8 @@ class Tests(Pass):
                                 target, p.returncode, code, read_text(out)[:300], rest,
                                 EMBEDDED_HOST, EMBEDDED_PORT, PREFIX, sid,
                                 p.stderr.decode()[-500:]))
-        if self.seen_paths("embedded") != sent:
-            errs.append("the agent recorded %r, want %r" % (self.seen_paths("embedded"), sent))
+        if self.seen_paths(role) != sent:
+            errs.append("the agent recorded %r, want %r" % (self.seen_paths(role), sent))
         return errs + self.embedded_audit(sid, clients)
 
     def embedded_audit(self, sid, clients):
@@ -2440,6 +2502,193 @@ class Tests(Pass):
         recs = [r for r in read_audit(self.vars["audit"])[0] if r.get("event") == "ingress"]
         if recs:
             errs.append("ingress records without a gateway: %s" % json.dumps(recs)[:400])
+        return errs
+
+    # ---- egress limits (a daemon of its own: ingress/limits.yaml.in) ----------------------
+
+    def t_egress(self):
+        """On the way out, with a daemon of its own (ingress/limits.yaml.in): docs/policy.md's
+        profile and rule limits (a profile with a burst of EGRESS_BURST a sandbox, a fake
+        rule under it and one with a rule limit of burst 1, its TCP listener's sandbox on
+        2 workers; plain http:// requests the daemon answers itself), then docs/alerts.md's
+        refused_names on a sandbox of its own (profile watched)."""
+        d = os.path.join(self.tmp, "egress-limits")
+        os.mkdir(d)
+        err_path = os.path.join(d, "daemon.stderr")
+        sock_dir = os.path.join(d, "run")
+        tcp_port = free_port()
+        policy = os.path.join(d, "policy.yaml")
+        render_file(os.path.join(FIXTURES, "limits.yaml.in"), policy, {
+            "sock_dir": sock_dir, "audit": os.path.join(d, "audit.jsonl"),
+            "dns_port": self.vars["dns_port"], "tcp_port": tcp_port, "burst": EGRESS_BURST,
+            "names_threshold": NAMES_THRESHOLD})
+        t0 = time.monotonic()
+        try:
+            p = self.start_daemon(policy, err_path=err_path)
+        except Fatal as e:
+            self.result("egress limits: the daemon of limits.yaml.in starts", [str(e)])
+            return
+        egress = lambda sid: os.path.join(sock_dir, "sandboxes", sid, "egress.sock")  # noqa
+        try:
+            self.timed("egress limits: only requests the rules allow count: %d refused "
+                       "host_not_allowed, then a burst of %d allowed requests all served, "
+                       "the next 429 rate_limited" % (EGRESS_DENIED, EGRESS_BURST),
+                       lambda: self.egress_denied_first(egress("denied-first")))
+            self.timed("egress limits: the rule's limit is taken first: the requests its "
+                       "burst of 1 refuses (429, X-Agent-Rule: strict) spend none of the "
+                       "sandbox's tokens: %d more to another host are served, then 429"
+                       % (EGRESS_BURST - 1), lambda: self.egress_rule_first(egress("rule-first")))
+            self.timed("egress limits: the TCP listener's sandbox has a bucket per worker: "
+                       "of %d connections' requests spread over 2 workers, 2 x %d are served"
+                       % (EGRESS_TCP_CONNS, EGRESS_BURST), lambda: self.egress_tcp(tcp_port))
+            self.timed("alerts: refused names are compared whatever their case and grouped "
+                       "by their registrable domain (example.co.uk, from the public suffix "
+                       "list); a refused_names threshold of %d fires at the %d names it "
+                       "counts, not before" % (NAMES_THRESHOLD, NAMES_KEPT),
+                       lambda: self.egress_names(egress("names"), os.path.join(d, "audit.jsonl")))
+        finally:
+            errs = stop_daemon(p, err_path)
+            self.result("egress limits: the daemon stops on SIGTERM with exit 0 and a clean "
+                        "stderr (%.1fs in all)" % (time.monotonic() - t0), errs)
+
+    def egress_names(self, path, audit):
+        """NAMES_KEPT - 1 distinct names under example.co.uk (three parents: grouped by the
+        registrable domain, not the parent), each refused twice more in other cases: no
+        alert; the next distinct name: one refused_names alert, count NAMES_KEPT."""
+        def refuse(host):
+            c = Conn(0, unix=path)
+            try:
+                r = self.egress_get(c, host)
+            finally:
+                c.close()
+            if r.status != 403 or r.get("X-Agent-Reason") != "host_not_allowed":
+                errs.append("GET http://%s/: %r, want 403 host_not_allowed" % (host, r))
+
+        def alerts():
+            return [r for r in read_audit(audit)[0] if r.get("event") == "alert"]
+
+        errs = []
+        for i in range(NAMES_KEPT - 1):
+            name = "n%02d.p%d.example.co.uk" % (i, i % 3)
+            for host in (name, name.upper(), name[:4].upper() + name[4:]):
+                refuse(host)
+        # The audit writer is behind the answers: a marker's own record comes after theirs.
+        refuse("marker.names.test")
+        wait_for(lambda: any(r.get("host") == "marker.names.test" for r in
+                             read_audit(audit)[0]), AUDIT_WAIT_S, "the marker's record")
+        early = alerts()
+        if early:
+            errs.append("alerts after %d distinct names (%d refusals in three cases each): "
+                        "%s" % (NAMES_KEPT - 1, 3 * (NAMES_KEPT - 1), json.dumps(early)[:600]))
+        refuse("n%02d.p0.example.co.uk" % (NAMES_KEPT - 1))
+        try:
+            wait_for(lambda: alerts(), AUDIT_WAIT_S, "a refused_names alert record")
+        except Fatal:
+            pass
+        got = alerts()
+        if len(got) != 1 or got[0].get("detector") != "refused_names" or \
+                got[0].get("sandbox") != "names" or got[0].get("count") != NAMES_KEPT or \
+                got[0].get("suffix") != "example.co.uk":
+            errs.append("alert records after distinct name %d: %s, want one of "
+                        "refused_names, sandbox names, count %d, suffix example.co.uk" % (
+                            NAMES_KEPT, json.dumps(got)[:800], NAMES_KEPT))
+        return errs
+
+    def egress_get(self, c, host):
+        """GET http://<host>/ on the Conn <c>, kept alive; its answer."""
+        c.send(build("GET", "http://%s/" % host, host))
+        return c.response()
+
+    def egress_denied_first(self, path):
+        errs = []
+        t0 = time.monotonic()
+        for n in range(EGRESS_DENIED):
+            c = Conn(0, unix=path)
+            try:
+                r = self.egress_get(c, "denied-%d.test" % n)
+            finally:
+                c.close()
+            if r.status != 403 or r.get("X-Agent-Reason") != "host_not_allowed":
+                errs.append("GET http://denied-%d.test/: %r, want 403 host_not_allowed" % (n, r))
+        c = Conn(0, unix=path)
+        try:
+            got = [self.egress_get(c, "open.test") for _ in range(EGRESS_BURST + 1)]
+        finally:
+            c.close()
+        secs = time.monotonic() - t0
+        served = [r for r in got[:EGRESS_BURST] if r.status == 200 and r.body == b"open\n"]
+        if len(served) != EGRESS_BURST:
+            errs.append("after %d refused requests, %d of the burst of %d were served "
+                        "(%r): the refused ones spent tokens" % (EGRESS_DENIED, len(served),
+                                                                 EGRESS_BURST, got))
+        errs += self.egress_limited(got[-1], "the request after the burst", secs)
+        return errs
+
+    def egress_rule_first(self, path):
+        errs = []
+        t0 = time.monotonic()
+        c = Conn(0, unix=path)
+        try:
+            first = self.egress_get(c, "strict.test")
+            refused = [self.egress_get(c, "strict.test") for _ in range(EGRESS_RULE_REFUSED)]
+            rest = [self.egress_get(c, "open.test") for _ in range(EGRESS_BURST)]
+        finally:
+            c.close()
+        secs = time.monotonic() - t0
+        if first.status != 200 or first.body != b"strict\n":
+            errs.append("the first GET http://strict.test/: %r, want 200 strict" % first)
+        for r in refused:
+            if r.status != 429 or r.get("X-Agent-Reason") != "rate_limited" or \
+                    r.get("X-Agent-Rule") != "strict":
+                errs.append("GET http://strict.test/ past its rule's burst: %r (X-Agent-Rule "
+                            "%r), want 429 rate_limited of rule strict" % (
+                                r, r.get("X-Agent-Rule")))
+        served = [r for r in rest[:-1] if r.status == 200 and r.body == b"open\n"]
+        if len(served) != EGRESS_BURST - 1:
+            errs.append("after the rule refused %d requests, %d of the sandbox's %d tokens "
+                        "left were served (%r): the rule's refusals spent the sandbox's"
+                        % (EGRESS_RULE_REFUSED, len(served), EGRESS_BURST - 1, rest))
+        errs += self.egress_limited(rest[-1], "the request after the sandbox's burst", secs)
+        return errs
+
+    def egress_limited(self, r, what, secs):
+        """<r>, <what>, must be the sandbox's 429 rate_limited; a check that took <secs>
+        since the bucket was full, a second or more, proves nothing (a token came back)."""
+        if secs >= 1:
+            return ["the check took %.1fs, a token's refill: it cannot tell (%s: %r)" % (
+                secs, what, r)]
+        if r.status != 429 or r.get("X-Agent-Reason") != "rate_limited" or \
+                not (r.get("Retry-After") or "").isdigit():
+            return ["%s: %r, want 429 rate_limited with a Retry-After" % (what, r)]
+        return []
+
+    def egress_tcp(self, port):
+        """EGRESS_TCP_CONNS connections to the TCP listener (SO_REUSEPORT: the kernel
+        spreads them over the 2 workers), all open before one request on each."""
+        conns, errs = [], []
+        try:
+            for _ in range(EGRESS_TCP_CONNS):
+                conns.append(Conn(port))
+            t0 = time.monotonic()
+            for c in conns:
+                c.send(build("GET", "http://open.test/", "open.test"))
+            got = [c.response() for c in conns]
+            secs = time.monotonic() - t0
+        finally:
+            for c in conns:
+                c.close()
+        served = sum(1 for r in got if r.status == 200)
+        limited = sum(1 for r in got if r.status == 429 and
+                      r.get("X-Agent-Reason") == "rate_limited")
+        if secs >= 1:
+            errs.append("the requests took %.1fs, a token's refill: the count cannot tell"
+                        % secs)
+        if served != 2 * EGRESS_BURST or served + limited != EGRESS_TCP_CONNS:
+            errs.append("%d served, %d refused rate_limited of %d, want %d served (a burst "
+                        "of %d on each of 2 workers; one bucket for the sandbox serves %d): "
+                        "%r" % (served, limited, EGRESS_TCP_CONNS, 2 * EGRESS_BURST,
+                                EGRESS_BURST, EGRESS_BURST,
+                                [r.status for r in got]))
         return errs
 
     # ---- the public listener over TLS (daemon.ingress.tls) ------------------------------
@@ -3064,7 +3313,8 @@ CI_ALLOWED_SKIPS = ()
 
 TESTS = ["static", "headers", "body_limit", "escape", "escape_forms", "isolation", "token",
          "websocket", "sse", "keepalive", "methods", "rate", "concurrent", "smuggling",
-         "head_limits", "not_found", "finish", "audit", "origins", "flags", "embedded", "tls"]
+         "head_limits", "not_found", "finish", "audit", "origins", "flags", "embedded",
+         "embedded_taken", "egress", "tls"]
 
 
 def preflight(args):
@@ -3162,8 +3412,10 @@ def run_pass(t, tests):
     setup = Setup(t)
     try:
         setup.up()
-        # origins, flags, embedded and tls start daemons of their own.
-        run_tests(t, tests, lambda name: name not in ("origins", "flags", "embedded", "tls"))
+        # origins, flags, embedded, embedded_taken, egress and tls start daemons of their
+        # own.
+        run_tests(t, tests, lambda name: name not in ("origins", "flags", "embedded",
+                                                      "embedded_taken", "egress", "tls"))
     finally:
         setup.down()
 

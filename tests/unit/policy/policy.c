@@ -433,6 +433,31 @@ START_TEST(test_global_deny)
 }
 END_TEST
 
+/* docs/policy.md, top level: deny holds at most 4096 entries (the documented figure, not
+ * POLICY_DENY_MAX, so that a change of the limit fails here until the docs follow). The
+ * 4096th is decided; one more refuses the file at the entry past the limit. */
+#define DENY_DOCUMENTED 4096u
+
+START_TEST(test_global_deny_limit)
+{
+	struct gen g;
+
+	gen_open(&g);
+	fprintf(g.f, MINIMAL "deny:\n");
+	for (uint32_t i = 0; i < DENY_DOCUMENTED; i++)
+		fprintf(g.f, "  - d%u.deny.test\n", i);
+	fflush(g.f);
+	ck_assert_msg(load(g.buf) == 0, "%u deny entries: %s", DENY_DOCUMENTED, err);
+	struct verdict v = decide(0, textf("d%u.deny.test", DENY_DOCUMENTED - 1));
+	ck_assert_int_eq(v.tier, TIER_DENY);
+	ck_assert_str_eq(v.rule, textf("deny/%u", DENY_DOCUMENTED));
+	fprintf(g.f, "  - over.deny.test\n");
+	expect_error(gen_close(&g), textf("t.yaml:%u:5: deny has more than %u entries",
+					  9 + DENY_DOCUMENTED + 1, DENY_DOCUMENTED));
+	pool_free(g.buf);
+}
+END_TEST
+
 /* The name audit records carry: as decide reads the host, or -1 when no rule could name it. */
 START_TEST(test_normalise_host)
 {
@@ -484,6 +509,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_docs_example);
 	tcase_add_test(tc, test_global_deny);
+	tcase_add_test(tc, test_global_deny_limit);
 	tcase_add_test(tc, test_normalise_host);
 	tcase_add_test(tc, test_default_policy);
 	tcase_add_test(tc, test_sandbox_uid);
