@@ -26,7 +26,7 @@
 # `python3 tests/integ/fairness.py -v` (AN_FAIRNESS_TIMEOUT_S, 60 s); the fault
 # pass (the audit log on a full disk) is `python3 tests/integ/faults.py -v`
 # (AN_FAULTS_TIMEOUT_S, 240 s); the service pass (what the daemon tells systemd,
-# the unit) is `python3 tests/integ/service.py -v` (AN_SERVICE_TIMEOUT_S, 180 s); the
+# the unit) is `python3 tests/integ/service.py -v` (AN_SERVICE_TIMEOUT_S, 360 s); the
 # Kubernetes recipe's pass (deploy/kubernetes/ against the binaries) is
 # `python3 tests/integ/deploy.py -v` (AN_DEPLOY_TIMEOUT_S, 60 s); the preset
 # pass (npm, pip, git and a model API's client through the presets, against
@@ -173,7 +173,7 @@ if [ $# -eq 0 ]; then
 	run_pass ingress ingress.py "${AN_INGRESS_TIMEOUT_S:-150}"
 	run_pass fairness fairness.py "${AN_FAIRNESS_TIMEOUT_S:-60}"
 	run_pass faults faults.py "${AN_FAULTS_TIMEOUT_S:-240}"
-	run_pass service service.py "${AN_SERVICE_TIMEOUT_S:-180}"
+	run_pass service service.py "${AN_SERVICE_TIMEOUT_S:-360}"
 	run_pass deploy deploy.py "${AN_DEPLOY_TIMEOUT_S:-60}"
 	run_pass presets presets.py "${AN_PRESETS_TIMEOUT_S:-120}"
 	run_pass walkthrough walkthrough.py "${AN_WALKTHROUGH_TIMEOUT_S:-180}"

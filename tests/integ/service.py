@@ -86,6 +86,37 @@ the unit in deploy/systemd/ checked as systemd would read it.
     puts it (DESTDIR; its paths pointed there, since verify wants ExecStart to exist),
     its key settings, and the daemon serving, reloading and stopping under the unit's
     capability bounding set and no_new_privs (setpriv), as systemd would start it.
+  - options: --workers 3 runs 3 workers (the policy says 2); --listen/--listen-sandbox two
+    serves a TCP listener whose request is decided for sandbox two; SIGPIPE does nothing;
+    without $WATCHDOG_USEC, STATUS= comes every 5 s and no WATCHDOG=1; SIGINT stops the
+    daemon as SIGTERM does (STOPPING=1, a drain, exit 0); the audit trail begins with the
+    daemon_started notice and has daemon_stopped.
+  - embedded: the unit's ExecStart without /etc/default/agentsnetd serves the embedded
+    default policy, and reloads (control socket, SIGHUP) reload that same policy.
+  - no_peer_check: with io_uring's socket commands turned off (AN_NO_URING_SETSOCKOPT, as
+    before Linux 6.7) the daemon says at start that it skips the peer check; without, not.
+  - control_group_missing, ingress_unbindable, no_io_uring: a start refused (exit 1, the
+    reason said, nothing served): a control_group that does not exist, an ingress.listen
+    in use, io_uring_setup refused by a seccomp filter (a filter on another call: starts).
+  - reload_start_only: a reload changing daemon.workers, resolver.servers, the timeouts,
+    ingress.tls and alert_webhook warns naming each and applies none of them (2 workers,
+    the gateway's first certificate), while the sandbox it adds serves.
+  - stop_order: during a stop's drain the control socket answers no one.
+  - no_drain: drain_ms 0: SIGTERM ends the daemon at once, the request under way cut.
+  - forbidden: `daemon handover` and `audit reopen` by nobody: error forbidden.
+  - handover_no_ready: a successor that takes every socket and answers another line than
+    ready, or leaves: the daemon serves on and says so.
+  - reopen_failed: `audit reopen` of a path that is a directory: error reopen_failed, a
+    line on stderr, the records going on to the file open before.
+  - old_daemon: --upgrade against a daemon that does not know `daemon handover`: exit 1,
+    that daemon's error printed.
+  - top_interval: `agentsnet top --interval 0.1` prints four frames well within 2 s.
+  - kept_refit: after a SIGKILL, kept sockets whose mode, owner, listening or path no
+    longer fit are made anew, the one that fits taken back, one naming no sandbox dropped
+    from the store (FDSTOREREMOVE=1); `sandbox rm` of a run-time sandbox drops its socket.
+  - upgrade_revoked: an upgrade revoking a run-time sandbox's registrant that fails before
+    `ready` leaves its record and directory (the old daemon serves it); one that goes
+    through removes them.
 
 Runs as its own pass: python3 tests/integ/service.py [--daemon PATH] [--tests NAME...] -v
 (--netns, given by tests/integ/run.sh, is accepted and unused: loopback only).
@@ -100,6 +131,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -108,8 +140,9 @@ import threading
 import time
 
 from fairness import Origin, control, egress, served
-from integlib import (control_exchange, own_pass_args, own_pass_end, read_text, sanitizer_marks,
-                      scrape, series, tcp_exchange, terminate, with_daemon, Fatal)
+from integlib import (control_exchange, make_leaf, make_pki, own_pass_args, own_pass_end,
+                      read_text, recv_all, sanitizer_marks, scrape, series, tcp_exchange,
+                      terminate, wait_for, with_daemon, Fatal)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WATCHDOG_S = 0.6
@@ -648,29 +681,39 @@ KEPT_GAP_S = 1.0
 KEPT_CLIENTS = 3
 
 
+# Run between the fork and the daemon: moves the descriptors named in argv[1] (their numbers
+# in the caller, passed through) to 3, 4, ... in that order, closes the rest of them, and
+# becomes the daemon (argv[2:]), whose pid $LISTEN_PID names. (A preexec_fn cannot do it:
+# subprocess's own pipe to the child may sit on one of the target numbers.)
+PLACE_FDS = """import os, sys
+src = [int(x) for x in sys.argv[1].split(",") if x]
+high = [os.dup2(fd, 1000 + i) for i, fd in enumerate(src)]
+for fd in src:
+    os.close(fd)
+for i, fd in enumerate(high):
+    os.dup2(fd, 3 + i)
+    os.close(fd)
+if src:
+    os.environ["LISTEN_PID"] = str(os.getpid())
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
 def start_kept(args, v, env, pass_store):
     """Starts a daemon on v's policy with <env>; with <pass_store>, the manager's kept
     descriptors as systemd passes them ($LISTEN_FDS from 3, $LISTEN_FDNAMES)."""
     store = sorted(v["manager"].store.items()) if pass_store else []
-    targets = list(range(3, 3 + len(store)))
-
-    def preexec():
-        for key, value in env.items():
-            os.environ[key] = value
-        # Above every target first, so that no dup2 overwrites a source not yet moved.
-        high = [os.dup2(fd, 100 + i) for i, (_, fd) in enumerate(store)]
-        for target, fd in zip(targets, high):
-            os.dup2(fd, target)
-        if store:
-            os.environ["LISTEN_FDS"] = str(len(store))
-            os.environ["LISTEN_PID"] = str(os.getpid())
-            os.environ["LISTEN_FDNAMES"] = ":".join(name for name, _ in store)
-
+    child_env = dict(os.environ, **env)
+    if store:
+        child_env["LISTEN_FDS"] = str(len(store))
+        child_env["LISTEN_FDNAMES"] = ":".join(name for name, _ in store)
+    fds = [fd for _, fd in store]
     err = open(v["err"], "ab")
     try:
-        return subprocess.Popen([args.daemon, "--config", v["policy"]], stdin=subprocess.DEVNULL,
-                                stdout=err, stderr=err, preexec_fn=preexec,
-                                pass_fds=targets)
+        return subprocess.Popen([sys.executable, "-c", PLACE_FDS, ",".join(map(str, fds)),
+                                 args.daemon, "--config", v["policy"]],
+                                stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=child_env,
+                                pass_fds=fds)
     finally:
         err.close()
 
@@ -1085,8 +1128,8 @@ def t_upgrade_changes(args, v, log):
     m_old, m_new = free_tcp_port(), free_tcp_port()
     slow_port, slow_close = silent_origin()
     base = read_text(v["policy"]).replace(
-        "owner: tests, reason: loopback origin}}\n",
-        "owner: tests, reason: loopback origin}}\n"
+        "owner: tests, reason: loopback origin}\n",
+        "owner: tests, reason: loopback origin}\n"
         "      - {id: slow, host: slow.internal, tier: local, upstream: \"127.0.0.1:%d\",\n"
         "         owner: tests, reason: an origin that never answers}\n" % slow_port)
     old_policy = base.replace(
@@ -1441,8 +1484,10 @@ def unit_settings(path):
 
 
 def t_unit(v, log):
-    """systemd-analyze verify on the installed unit; the daemon under the unit's capability
-    bounding set and no_new_privs serves, reloads and stops (run_unit_daemon)."""
+    """What make install put where (the binaries, the unit, the documents under
+    share/doc/agentsnet); systemd-analyze verify on the installed unit; the daemon under the
+    unit's capability bounding set and no_new_privs serves, reloads and stops
+    (run_unit_daemon)."""
     errs = []
     dest = v["dest"]
     unit = os.path.join(dest, "lib", "systemd", "system", "agentsnetd.service")
@@ -1452,6 +1497,15 @@ def t_unit(v, log):
                    "bin/agentsnet-probe"):
         if not os.access(os.path.join(dest, "usr", "local", binary), os.X_OK):
             errs.append("make install did not install /usr/local/%s" % binary)
+    # The documents (docs/operating.md, "Installing"): README.md and every docs/*.md, as
+    # they are in the tree, under share/doc/agentsnet.
+    docs = os.path.join(dest, "usr", "local", "share", "doc", "agentsnet")
+    for name in ["README.md"] + ["docs/" + x for x in sorted(os.listdir(os.path.join(ROOT, "docs")))
+                                 if x.endswith(".md")]:
+        installed = os.path.join(docs, os.path.basename(name))
+        if not os.path.isfile(installed) or read_text(installed) != read_text(
+                os.path.join(ROOT, name)):
+            errs.append("make install did not install %s as %s" % (name, installed))
     # Verified on this host's systemd, the binary paths pointed into DESTDIR (verify wants
     # ExecStart to exist): the unit as `make install` wrote it, but for that prefix.
     copy = os.path.join(v["top"], "agentsnetd.service")
@@ -1483,7 +1537,914 @@ def unit_caps(path):
     return "-all," + ",".join("+" + c.lower().replace("cap_", "", 1) for c in caps)
 
 
+# ---- the daemon's options, start, stop and reload (docs/operating.md, README.md) ----
+
+
+def spawn(args, v, extra=(), env=None, err=None, config=None):
+    """agentsnetd on v's policy (or <config>; False: none) with the options <extra> and the
+    variables <env> added, its output appended to <err> (v's daemon.stderr): the Popen."""
+    cmd = [args.daemon] + ([] if config is False else ["--config", config or v["policy"]])
+    with open(err or v["err"], "ab") as f:
+        return subprocess.Popen(cmd + list(extra), stdin=subprocess.DEVNULL, stdout=f, stderr=f,
+                                env=dict(os.environ, **(env or {})))
+
+
+def await_ready(proc, err, since=0):
+    """Waits for the ready line past offset <since> of the log <err>; raises Fatal when the
+    daemon exits first."""
+    wait_for(lambda: "agentsnetd: ready" in read_text(err)[since:] or proc.poll() is not None,
+             30, "agentsnetd: ready")
+    if proc.poll() is not None:
+        raise Fatal("agentsnetd exited %d: %s" % (proc.returncode, read_text(err)[-2000:]))
+
+
+def stopped(proc, errs, what="the daemon"):
+    """Stops <proc> (SIGTERM, SIGKILL after 30 s), noting in <errs> an exit other than 0."""
+    code, killed = terminate(proc, 30)
+    if code != 0 or killed:
+        errs.append("%s exited %d%s" % (what, code, " (killed)" if killed else ""))
+
+
+def worker_threads(pid):
+    """How many threads of <pid> are workers (named an-worker<N>)."""
+    return sum(read_text("/proc/%d/task/%s/comm" % (pid, tid)).startswith("an-worker")
+               for tid in os.listdir("/proc/%d/task" % pid))
+
+
+def proc_state(pid):
+    with open("/proc/%d/stat" % pid, encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def audit_records(path):
+    return [json.loads(line) for line in read_text(path).splitlines() if line.strip()]
+
+
+STATUS_EVERY_S = 5.0
+
+
+def t_options(args, v, log):
+    """--workers N runs N workers (the policy says 2); --listen/--listen-sandbox serves a TCP
+    listener as that sandbox; SIGPIPE does nothing; without a watchdog STATUS= comes every
+    5 s; SIGINT stops it as SIGTERM does (STOPPING=1, a drain, exit 0); the audit trail
+    begins with daemon_started and has daemon_stopped once stopped."""
+    errs = []
+    m = v["manager"]
+    port = free_tcp_port()
+    daemon = spawn(args, v, ["--workers", "3", "--listen", "127.0.0.1:%d" % port,
+                             "--listen-sandbox", "two"], {"NOTIFY_SOCKET": m.address})
+    try:
+        await_ready(daemon, v["err"])
+        ready = m.wait(0, "READY")
+        workers = worker_threads(daemon.pid)
+        log("options: %d worker threads with --workers 3 (the policy says 2)" % workers)
+        if workers != 3 or "on 3 workers" not in read_text(v["err"]):
+            errs.append("--workers 3: %d threads named an-worker*, log %r; want 3" % (
+                workers, [x for x in read_text(v["err"]).splitlines() if "workers" in x][:2]))
+        # The TCP listener, as sandbox two: the first request the daemon decides.
+        answer = tcp_exchange(port, b"GET http://model.internal/x HTTP/1.1\r\n"
+                              b"Host: model.internal\r\nConnection: close\r\n\r\n")
+        wait_for(lambda: any(r.get("event") == "decision" for r in audit_records(v["audit"])),
+                 10, "the TCP request's decision record")
+        decided = [r for r in audit_records(v["audit"]) if r.get("event") == "decision"]
+        log("options: --listen answered %r, decided for %r" % (
+            answer[:30], [r.get("sandbox") for r in decided]))
+        if not answer.startswith(b"HTTP/1.1 200") or \
+                [r.get("sandbox") for r in decided] != ["two"]:
+            errs.append("--listen 127.0.0.1:%d --listen-sandbox two: %r, decisions for %r; "
+                        "want 200 decided for sandbox two" % (
+                            port, answer[:120], [r.get("sandbox") for r in decided]))
+        # SIGPIPE: nothing; the daemon serves on.
+        os.kill(daemon.pid, signal.SIGPIPE)
+        time.sleep(0.3)
+        state = proc_state(daemon.pid) if daemon.poll() is None else "exited %d" % daemon.poll()
+        answer = served(egress(v["sock_dir"], "one")) if daemon.poll() is None else b""
+        log("options: after SIGPIPE the daemon is %s and answers %r" % (state, answer[:30]))
+        if state not in ("S", "R") or not answer.startswith(b"HTTP/1.1 200"):
+            return errs + ["after SIGPIPE: the daemon is %s, answered %r; want it serving"
+                           % (state, answer[:80])]
+        # Without $WATCHDOG_USEC: STATUS= alone every 5 s, no WATCHDOG=1.
+        if ready is None:
+            errs.append("no READY=1")
+        else:
+            t_ready = ready[0]
+            for n in (1, 2):
+                wait_until(lambda: len([s for s in m.since(t_ready, "STATUS")
+                                        if "READY" not in s[1]]) >= n, STATUS_EVERY_S * 5)
+            times = [t_ready] + [t for t, f in m.since(t_ready, "STATUS") if "READY" not in f]
+            gaps = [b - a for a, b in zip(times, times[1:3])]
+            log("options: STATUS= %s s apart; %d WATCHDOG=1" % (
+                ", ".join("%.2f" % g for g in gaps), len(m.since(0, "WATCHDOG"))))
+            if len(gaps) != 2 or min(gaps) < STATUS_EVERY_S - 0.5 or m.since(0, "WATCHDOG"):
+                errs.append("without a watchdog: STATUS= %r s apart, %d WATCHDOG=1; want "
+                            "every 5 s and none" % (gaps, len(m.since(0, "WATCHDOG"))))
+        # SIGINT stops it as SIGTERM does.
+        t0 = time.monotonic()
+        daemon.send_signal(signal.SIGINT)
+        try:
+            code = daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            code = "still running 30 s after SIGINT"
+        text = read_text(v["err"])
+        log("options: SIGINT: exit %r, STOPPING=1 %s" % (
+            code, "sent" if m.since(t0, "STOPPING") else "not sent"))
+        if code != 0 or not m.since(t0, "STOPPING") or "signal 2: stopping" not in text or \
+                "draining for up to" not in text:
+            errs.append("SIGINT: exit %r, STOPPING=1 %s, log %r; want exit 0, STOPPING=1, "
+                        "the stop and its drain logged" % (
+                            code, bool(m.since(t0, "STOPPING")), text.splitlines()[-3:]))
+    finally:
+        stopped(daemon, [])
+    notices = [r.get("detail") for r in audit_records(v["audit"]) if r.get("event") == "notice"]
+    log("options: the audit's notices %r" % notices)
+    if not notices or notices[0] != "daemon_started" or "daemon_stopped" not in notices:
+        errs.append("the audit's notices %r: want daemon_started first, daemon_stopped at the "
+                    "stop" % notices)
+    return errs
+
+
+UNIT_ENV_FILE = "/etc/default/agentsnetd"
+
+
+def unit_command(unit):
+    """The unit's ExecStart as systemd runs it without <UNIT_ENV_FILE>: its words, the
+    variables that file would set expanded to none; raises Fatal when the unit reads the
+    file otherwise than as an optional EnvironmentFile or names another variable."""
+    settings = unit_settings(unit)
+    if settings.get("EnvironmentFile") != ["-" + UNIT_ENV_FILE]:
+        raise Fatal("the unit's EnvironmentFile is %r, want the optional -%s" % (
+            settings.get("EnvironmentFile"), UNIT_ENV_FILE))
+    words = " ".join(settings.get("ExecStart", [])).split()
+    words = [w for w in words if w not in ("$AGENTSNETD_OPTIONS", "${AGENTSNETD_OPTIONS}")]
+    if not words or any("$" in w or w.startswith("-") and "config" in w for w in words):
+        raise Fatal("the unit's ExecStart %r: want the binary, options only from %s" % (
+            settings.get("ExecStart"), UNIT_ENV_FILE))
+    return words
+
+
+def t_embedded(args, v, log):
+    """The unit's ExecStart without /etc/default/agentsnetd (its only options the file's
+    $AGENTSNETD_OPTIONS) serves the embedded default policy, and a reload (control socket,
+    SIGHUP) reloads that same embedded policy."""
+    errs = []
+    words = unit_command(UNIT)
+    log("embedded: the unit runs %r" % words)
+    # The unit's command but for the binary, and the socket directory and audit trail in
+    # this test's directory (the defaults are the host's); no public gateway, whose built-in
+    # port another pass may hold.
+    daemon = spawn(args, v, words[1:] + ["--socket-dir", v["sock_dir"], "--audit", v["audit"],
+                                         "--no-ingress"], config=False)
+    try:
+        await_ready(daemon, v["err"])
+        before = control(v, "policy status")
+        steps = [control(v, "policy reload")]
+        t0 = time.monotonic()
+        daemon.send_signal(signal.SIGHUP)
+        wait_until(lambda: "generation 3 " in control(v, "policy status"), 10)
+        after = control(v, "policy status")
+        log("embedded: %s; reload %r; then %s" % (before.strip(), steps[0].strip(),
+                                                  after.strip()))
+        digest = re.search(r"digest (\S+)", before)
+        if not before.startswith("ok generation 1 ") or \
+                not before.rstrip("\n").endswith("source embedded"):
+            errs.append("without %s: policy status %r, want generation 1 from the embedded "
+                        "source" % (UNIT_ENV_FILE, before))
+        if not steps[0].startswith("ok") or not after.startswith("ok generation 3 ") or \
+                not after.rstrip("\n").endswith("source embedded") or digest is None or \
+                "digest %s " % digest.group(1) not in after:
+            errs.append("reloads of the embedded policy: %r, then %r; want generation 3, the "
+                        "same digest, source embedded" % (steps[0], after))
+        if time.monotonic() - t0 > 10:
+            errs.append("SIGHUP's reload took over 10 s")
+    finally:
+        stopped(daemon, errs)
+    return errs
+
+
+def t_no_peer_check(args, v, log):
+    """A daemon whose io_uring cannot set socket options (Linux before 6.7; forced by
+    AN_NO_URING_SETSOCKOPT, core/ring.c) says at start that it skips the peer check; one
+    that can (this kernel) does not."""
+    errs = []
+    said = {}
+    for forced in (True, False):
+        err = os.path.join(v["top"], "daemon-%s.stderr" % ("forced" if forced else "plain"))
+        daemon = spawn(args, v, env={"AN_NO_URING_SETSOCKOPT": "1"} if forced else {},
+                       err=err)
+        try:
+            await_ready(daemon, err)
+        finally:
+            stopped(daemon, errs)
+        text = read_text(err)
+        said[forced] = [x for x in text.splitlines() if "peer_not_agent" in x]
+        if not forced and "setsockopt_cmd=yes" not in text:
+            errs.append("this kernel's io_uring sets no socket option: the control run is void")
+    log("no peer check: forced %r; plain %r" % (said[True], said[False]))
+    if len(said[True]) != 1 or "no socket commands" not in said[True][0]:
+        errs.append("without io_uring's socket commands: %r, want one line saying the peer "
+                    "check is skipped" % said[True])
+    if said[False]:
+        errs.append("with them: %r, want no such line" % said[False])
+    return errs
+
+
+def refused_start(args, v, log, what, want, env=None, extra=()):
+    """Starts a daemon that must not start: [] when it exits 1 within 30 s with <want> in
+    its output, before any ready line, and leaves no control socket."""
+    err = os.path.join(v["top"], "refused.stderr")
+    proc = spawn(args, v, extra, env, err)
+    wait_until(lambda: proc.poll() is not None or "agentsnetd: ready" in read_text(err), 30)
+    started = proc.poll() is None
+    code, _ = terminate(proc, 30)
+    out = read_text(err)
+    log("%s: exit %d: %s" % (what, code, [x for x in out.splitlines() if want in x][:1]))
+    sock = os.path.join(v["sock_dir"], "control.sock")
+    if started or code != 1 or want not in out or "agentsnetd: ready" in out or \
+            os.path.exists(sock) or sanitizer_marks(out):
+        return ["%s: %s, exit %d, %s; want exit 1 saying %r, nothing served: %r" % (
+            what, "it started" if started else "it did not start", code,
+            "a control socket left" if os.path.exists(sock) else "no control socket", want,
+            out[-800:])]
+    return []
+
+
+def t_control_group_missing(args, v, log):
+    """daemon.control_group must exist when the daemon starts."""
+    text = read_text(v["policy"]).replace("control_group: nogroup", "control_group: an-nosuch")
+    with open(v["policy"], "w", encoding="utf-8") as f:
+        f.write(text)
+    return refused_start(args, v, log, "control_group an-nosuch",
+                         "daemon.control_group: no group named an-nosuch")
+
+
+def t_ingress_unbindable(args, v, log):
+    """A policy file's daemon.ingress.listen that cannot be bound stops the start."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        daemon_settings(v, "  ingress: {listen: \"127.0.0.1:%d\"}\n" % port)
+        return refused_start(args, v, log, "ingress.listen on a port in use",
+                             "127.0.0.1:%d" % port)
+
+
+# io_uring_setup's number, the one system call the filter below refuses, and the BPF of
+# a seccomp filter that answers it EPERM (as kernel.io_uring_disabled does) and lets the
+# rest through: struct sock_filter {u16 code; u8 jt, jf; u32 k} (linux/filter.h).
+IO_URING_SETUP = {"x86_64": 425, "aarch64": 425}
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7fff0000, 0x00050000
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(SockFilter))]
+
+
+def refuse_syscall(number):
+    """A preexec_fn that installs a seccomp filter refusing system call <number> EPERM."""
+    prog = (SockFilter * 4)(
+        SockFilter(BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+        SockFilter(BPF_JEQ_K, 0, 1, number),
+        SockFilter(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | 1),  # EPERM
+        SockFilter(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+    fprog = SockFprog(4, prog)
+
+    def preexec():
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
+                libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+            os._exit(99)
+    return preexec
+
+
+def t_no_io_uring(args, v, log):
+    """A daemon whose io_uring_setup is refused (a seccomp filter of its own, as a runtime's
+    profile or kernel.io_uring_disabled would) stops with "io_uring is unavailable"; the
+    same filter on another call (getpriority) lets it start: the control run."""
+    number = IO_URING_SETUP.get(os.uname().machine)
+    if number is None:
+        return ["no io_uring_setup number known for %s" % os.uname().machine]
+    errs = []
+    for refused, nr in ((True, number), (False, 140)):  # 140: getpriority (x86_64)
+        err = os.path.join(v["top"], "daemon-%d.stderr" % nr)
+        with open(err, "wb") as f:
+            proc = subprocess.Popen([args.daemon, "--config", v["policy"]],
+                                    stdin=subprocess.DEVNULL, stdout=f, stderr=f,
+                                    preexec_fn=refuse_syscall(nr))
+        try:
+            if refused:
+                code = proc.wait(30)
+                text = read_text(err)
+                log("no io_uring: exit %d: %s" % (code, [x for x in text.splitlines()
+                                                         if "io_uring" in x][:1]))
+                if code != 1 or "io_uring is unavailable: Operation not permitted" not in \
+                        text or "agentsnetd: ready" in text or sanitizer_marks(text):
+                    errs.append("io_uring_setup refused: exit %d, %r; want exit 1 saying "
+                                "io_uring is unavailable" % (code, text[-600:]))
+            else:
+                await_ready(proc, err)
+        finally:
+            # The refused one has exited 1 (checked above); the control run must exit 0.
+            stopped(proc, [] if refused else errs,
+                    "the daemon under a filter of system call %d" % nr)
+    return errs
+
+
+def t_reload_start_only(args, v, log):
+    """A reload that changes start-only settings (daemon.workers, resolver.servers, the
+    timeouts, ingress.tls, alert_webhook) warns naming each and applies none: the workers
+    stay 2, the gateway serves the certificate it started with; the rest reloads."""
+    errs = []
+    ca_pem, leaf_pem, leaf_key = make_pki(v["top"], ("127.0.0.1",))
+    ca_key = os.path.join(v["top"], "ca.key")
+    other_pem, other_key = make_leaf(v["top"], "other", ca_pem, ca_key, ("other.test",))
+    ingress_port, hook_port = free_tcp_port(), free_tcp_port()
+    daemon_settings(v, "  ingress: {listen: \"127.0.0.1:%d\", tls: {cert: %s, key: %s}}\n"
+                    "  alert_webhook: {url: \"http://127.0.0.1:%d/hook\"}\n" % (
+                        ingress_port, leaf_pem, leaf_key, hook_port))
+    daemon = spawn(args, v)
+    try:
+        await_ready(daemon, v["err"])
+        first = gateway_certificate(ingress_port)
+        text = read_text(v["policy"])
+        for old, new in (("workers: 2", "workers: 3"),
+                         ("127.0.0.1:9\"]", "127.0.0.1:10\"]"),
+                         ("  control_group: nogroup\n",
+                          "  control_group: nogroup\n  timeouts: {drain_ms: 2000}\n"),
+                         ("cert: %s, key: %s" % (leaf_pem, leaf_key),
+                          "cert: %s, key: %s" % (other_pem, other_key)),
+                         ("127.0.0.1:%d/hook" % hook_port, "127.0.0.1:%d/hook" % (hook_port + 1)),
+                         ("  - {id: two, profile: service}\n",
+                          "  - {id: two, profile: service}\n  - {id: three, profile: service}\n")):
+            if old not in text:
+                raise Fatal("the policy holds no %r to change" % old)
+            text = text.replace(old, new)
+        with open(v["policy"], "w", encoding="utf-8") as f:
+            f.write(text)
+        since = len(read_text(v["err"]))
+        answer = control(v, "policy reload")
+        warned = [x.split("reload: ", 1)[1].split(" changed")[0]
+                  for x in read_text(v["err"])[since:].splitlines() if "read at start only" in x]
+        log("reload of start-only settings: %r; warned about %r" % (answer.strip(), warned))
+        want = ["daemon.ingress", "resolver.servers", "daemon.workers", "daemon.alert_webhook",
+                "daemon timeouts"]
+        if not answer.startswith("ok") or sorted(warned) != sorted(want):
+            errs.append("the reload: %r, warnings naming %r; want ok and one warning for "
+                        "each of %r" % (answer, warned, want))
+        if not served(egress(v["sock_dir"], "three")).startswith(b"HTTP/1.1 200"):
+            errs.append("the sandbox the same reload added does not serve")
+        workers = worker_threads(daemon.pid)
+        now = gateway_certificate(ingress_port)
+        log("after it: %d workers; the gateway's certificate %s" % (
+            workers, "the same" if now == first else "another"))
+        if workers != 2:
+            errs.append("after the reload: %d workers, want the 2 it started with" % workers)
+        if now != first:
+            errs.append("after the reload: the gateway serves another certificate; want the "
+                        "one it started with")
+    finally:
+        stopped(daemon, errs)
+    return errs
+
+
+def gateway_certificate(port):
+    """The DER certificate the TLS listener on 127.0.0.1:<port> presents."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="gateway.test") as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+def slow_rule(v, port):
+    """Adds a rule for slow.internal, whose origin at <port> never answers, to v's policy."""
+    text = read_text(v["policy"])
+    if "reason: loopback origin}\n" not in text:
+        raise Fatal("the policy has no rule to add slow.internal after")
+    text = text.replace(
+        "reason: loopback origin}\n",
+        "reason: loopback origin}\n"
+        "      - {id: slow, host: slow.internal, tier: local, upstream: \"127.0.0.1:%d\",\n"
+        "         owner: tests, reason: an origin that never answers}\n" % port)
+    with open(v["policy"], "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def held_request(v):
+    """A connection to sandbox one whose request (to slow.internal) is never answered."""
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    held.settimeout(30)
+    held.connect(egress(v["sock_dir"], "one"))
+    held.sendall(b"GET http://slow.internal/x HTTP/1.1\r\nHost: slow.internal\r\n\r\n")
+    return held
+
+
+def t_stop_order(args, v, log):
+    """At SIGTERM the control socket stops first: while a held request keeps the daemon in
+    its drain, the control socket answers no one."""
+    errs = []
+    port, close_origin = silent_origin()
+    slow_rule(v, port)
+    daemon_settings(v, "  timeouts: {drain_ms: 3000}\n")
+    daemon = spawn(args, v)
+    held = None
+    try:
+        await_ready(daemon, v["err"])
+        if not control_line(v["sock_dir"], "ping").startswith("ok"):
+            errs.append("no ping answered before the stop: the check is void")
+        held = held_request(v)
+        time.sleep(0.3)
+        daemon.send_signal(signal.SIGTERM)
+        wait_for(lambda: "draining for up to" in read_text(v["err"]) or
+                 daemon.poll() is not None, 10, "the drain")
+        answer = control_line(v["sock_dir"], "ping")
+        draining = daemon.poll() is None and "drained in" not in read_text(v["err"])
+        log("stop order: during the drain (%s) a ping gets %r" % (
+            "under way" if draining else "over", answer))
+        if not draining:
+            errs.append("the daemon was not in its drain: the check is void")
+        if answer:
+            errs.append("during the drain the control socket answered %r; want it stopped "
+                        "first" % answer[:80])
+    finally:
+        if held is not None:
+            held.close()
+        stopped(daemon, errs)
+        close_origin()
+    return errs
+
+
+def t_no_drain(args, v, log):
+    """drain_ms: 0: SIGTERM aborts at once, a request under way cut, no drain logged."""
+    errs = []
+    port, close_origin = silent_origin()
+    slow_rule(v, port)
+    daemon_settings(v, "  timeouts: {drain_ms: 0}\n")
+    daemon = spawn(args, v)
+    held = None
+    try:
+        await_ready(daemon, v["err"])
+        held = held_request(v)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            code = daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            code = None
+        took = time.monotonic() - t0
+        cut = recv_all(held)
+        log("no drain: exit %r %.2f s after SIGTERM; the held request got %r" % (
+            code, took, cut[:40]))
+        if code != 0 or took > 3 or "draining for up to" in read_text(v["err"]):
+            errs.append("drain_ms 0: exit %r %.1f s after SIGTERM, %s; want exit 0 at once "
+                        "(within 3 s; the default drain is 10 s), no drain" % (
+                            code, took, "a drain logged" if "draining for up to" in
+                            read_text(v["err"]) else "no drain logged"))
+        if cut.startswith(b"HTTP/1.1 200"):
+            errs.append("the held request was answered: %r" % cut[:80])
+    finally:
+        if held is not None:
+            held.close()
+        stopped(daemon, errs)
+        close_origin()
+    return errs
+
+
+# ---- the control socket's refusals and a handover without ready (docs/control.md) ----
+
+
+def as_nobody_control(v, line):
+    """<line> asked on the control socket as nobody (group nogroup, the control group)."""
+    script = ("import socket,sys\n"
+              "s=socket.socket(socket.AF_UNIX)\n"
+              "s.settimeout(10)\n"
+              "s.connect(sys.argv[1]); s.sendall(sys.argv[2].encode()+b'\\n')\n"
+              "print(s.recv(400).decode())\n")
+    proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                           sys.executable, "-c", script, os.path.join(v["sock_dir"],
+                                                                       "control.sock"), line],
+                          capture_output=True, text=True, timeout=30)
+    return (proc.stdout + proc.stderr).strip()
+
+
+def t_forbidden(v, log):
+    """`daemon handover` and `audit reopen` by another caller than root: error forbidden;
+    the same asked by root are answered (the control run), and the daemon serves on."""
+    errs = []
+    for line in ("daemon handover", "audit reopen"):
+        answer = as_nobody_control(v, line)
+        log("forbidden: %s as nobody: %r" % (line, answer))
+        if not answer.startswith("error forbidden"):
+            errs.append("%s as nobody (of the control group): %r, want error forbidden" % (
+                line, answer[:200]))
+    if not control(v, "audit reopen").startswith("ok audit reopened"):
+        errs.append("audit reopen as root is not answered ok: the control run fails")
+    if not control(v, "ping").startswith("ok") or \
+            not served(egress(v["sock_dir"], "one")).startswith(b"HTTP/1.1 200"):
+        errs.append("after the refusals the daemon does not serve")
+    return errs
+
+
+def read_byte_line(sock, fds):
+    """One line from <sock>, a byte at a time, the descriptors that come with it added to
+    <fds>."""
+    line = b""
+    while not line.endswith(b"\n"):
+        data, got, _, _ = socket.recv_fds(sock, 1, 256)
+        if not data:
+            raise Fatal("the daemon closed the handover after %r" % line)
+        line += data
+        fds.extend(got)
+    return line.decode()
+
+
+def handover_take(sock_dir):
+    """Asks `daemon handover` as root and takes every socket as agentsnetd --upgrade does
+    (core/handover.h), but never says ready: (the connection, the descriptors, the names)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    s.connect(os.path.join(sock_dir, "control.sock"))
+    s.sendall(b"daemon handover\n")
+    fds, names = [], []
+    head = read_byte_line(s, fds)
+    if not head.startswith("ok handover "):
+        raise Fatal("daemon handover: %r" % head)
+    while True:
+        batch = read_byte_line(s, fds).split()
+        if len(batch) != 3 or batch[0] != "batch":
+            raise Fatal("a batch head %r" % batch)
+        text = b""
+        while len(text) < int(batch[2]):
+            data, got, _, _ = socket.recv_fds(s, int(batch[2]) - len(text), 256)
+            if not data:
+                raise Fatal("the daemon closed the handover in a batch")
+            text += data
+            fds.extend(got)
+        names += text.decode().split()
+        if int(batch[1]) == 0:
+            return s, fds, names
+        s.sendall(b"next\n")
+
+
+def t_handover_no_ready(v, log):
+    """A successor that takes every socket (`daemon handover`) and leaves without `ready`:
+    the daemon goes on serving (its control socket and sandboxes), and says so."""
+    errs = []
+    for how in ("another line than ready", "the connection closed"):
+        try:
+            s, fds, names = handover_take(v["sock_dir"])
+        except OSError as e:
+            errs.append("before the handover with %s: the daemon does not answer: %s" % (how, e))
+            break
+        try:
+            if how.startswith("another"):
+                s.sendall(b"readyish\n")
+                answer = recv_all(s)
+            else:
+                answer = b""
+        finally:
+            s.close()
+            for fd in fds:
+                os.close(fd)
+        said = wait_until(lambda: read_text(v["err"]).count("did not say it serves") >= (
+            1 if how.startswith("another") else 2), 10)
+        ping = control_line(v["sock_dir"], "ping")
+        answers = [answer_of(egress(v["sock_dir"], sb)) for sb in ("one", "two")]
+        log("handover without ready (%s): %d sockets taken (%s); then %r, ping %r, %r" % (
+            how, len(fds), ",".join(names), answer[:40], ping.strip(),
+            [a[:15] for a in answers]))
+        if sorted(names) != ["control", "sandbox.one", "sandbox.two"] or len(fds) != 3:
+            errs.append("%s: the handover passed %r (%d descriptors)" % (how, names, len(fds)))
+        if answer.startswith(b"ok draining") or not ping.startswith("ok agentsnetd") or \
+                any(not a.startswith(b"HTTP/1.1 200") for a in answers) or not said:
+            errs.append("after a handover with %s: %r, ping %r, requests %r, %s; want the "
+                        "daemon serving on, saying so" % (
+                            how, answer[:80], ping[:80], [a[:40] for a in answers],
+                            "logged" if said else "no log line"))
+    return errs
+
+
+def t_reopen_failed(v, log):
+    """`audit reopen` of a path that cannot be opened: error reopen_failed on the control
+    socket, said on stderr, the daemon writing on to the file it had."""
+    errs = []
+    moved = v["audit"] + ".1"
+    os.rename(v["audit"], moved)
+    os.mkdir(v["audit"])  # the path a directory: no file opens there
+    try:
+        since = len(read_text(v["err"]))
+        answer = control(v, "audit reopen")
+        said = [x for x in read_text(v["err"])[since:].splitlines()
+                if "audit: reopen %s: Is a directory" % v["audit"] in x]
+        before = len(read_text(moved).splitlines())
+        ok = served(egress(v["sock_dir"], "one"))
+        wait_for(lambda: len(read_text(moved).splitlines()) > before, 10,
+                 "the next record in the file the daemon had")
+        log("reopen failed: %r; stderr %r" % (answer.strip(), said[-1:]))
+        if not answer.startswith("error reopen_failed") or not said or \
+                not ok.startswith(b"HTTP/1.1 200"):
+            errs.append("audit reopen onto a directory: %r, stderr %r; want error "
+                        "reopen_failed and a line on stderr" % (answer[:200], said[-2:]))
+    finally:
+        os.rmdir(v["audit"])
+        os.rename(moved, v["audit"])
+    return errs
+
+
+def t_old_daemon(args, v, log):
+    """agentsnetd --upgrade against a daemon without `daemon handover` (a stand-in that
+    answers it as an unknown request): exit 1, the old daemon's error printed."""
+    os.makedirs(v["sock_dir"], mode=0o755)
+    path = os.path.join(v["sock_dir"], "control.sock")
+    old = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old.bind(path)
+    old.listen(4)
+    refusal = "error bad_request unknown request (see docs/control.md)"
+    asked = []
+
+    def serve():
+        while True:
+            try:
+                c, _ = old.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(10)
+                try:
+                    asked.append(c.recv(512).decode().strip())
+                    c.sendall(refusal.encode() + b"\n")
+                except OSError:
+                    pass
+
+    th = threading.Thread(target=serve)
+    th.start()
+    try:
+        proc = subprocess.run([args.daemon, "--config", v["policy"], "--upgrade"],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        old.shutdown(socket.SHUT_RDWR)
+        old.close()
+        th.join()
+    out = proc.stdout + proc.stderr
+    log("old daemon: asked %r; --upgrade exit %d: %s" % (
+        asked, proc.returncode, [x for x in out.splitlines() if "upgrade" in x][:2]))
+    if asked != ["daemon handover"] or proc.returncode != 1 or refusal not in out or \
+            sanitizer_marks(out) or "agentsnetd: ready" in out:
+        return ["--upgrade against a daemon without daemon handover: asked %r, exit %d, %r; "
+                "want exit 1 printing %r" % (asked, proc.returncode, out[-800:], refusal)]
+    return []
+
+
+TOP_INTERVAL_S = 0.1
+TOP_FRAMES = 4
+
+
+def t_top_interval(v, log):
+    """`agentsnet top --interval 0.1` refreshes ten times a second: four frames come well
+    before the default interval (1 s) would give two, none sooner than the interval."""
+    proc = subprocess.Popen([v["cli"], "top", "--interval", str(TOP_INTERVAL_S),
+                             "--socket-dir", v["sock_dir"]], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    times = []
+    t0 = time.monotonic()
+    try:
+        while len(times) < TOP_FRAMES and time.monotonic() - t0 < 10:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("agentsnet top: "):
+                times.append((time.monotonic(), line.strip()))
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    took = times[-1][0] - t0 if times else 0
+    gaps = [b[0] - a[0] for a, b in zip(times, times[1:])]
+    log("top --interval %.1f: %d frames in %.2f s (%s)" % (
+        TOP_INTERVAL_S, len(times), took, times[:1]))
+    if len(times) != TOP_FRAMES or took > 2.0 or min(gaps) < TOP_INTERVAL_S * 0.8 or \
+            "every 0.1 s" not in times[0][1]:
+        return ["agentsnet top --interval %.1f: %d frames in %.2f s, gaps %r; want %d within "
+                "2 s (the default gives one a second), each an interval apart, saying every "
+                "0.1 s" % (TOP_INTERVAL_S, len(times), took, gaps, TOP_FRAMES)]
+    return []
+
+
+def t_upgrade_revoked(args, v, log):
+    """An upgrade to a policy that no longer lets a run-time sandbox's registrant (nobody)
+    register on its profile: one that fails after the new process read the registry but
+    before `ready` (a control group that does not exist) leaves the record and directory,
+    and the old daemon serving that sandbox; one that goes through removes them."""
+    errs = []
+    base = read_text(v["policy"])
+    if "  service:\n    rules:\n" not in base:
+        raise Fatal("the policy has no profile service to give users")
+    policies = {
+        "old": base.replace("  service:\n    rules:\n", "  service:\n    users: [nobody]\n"
+                            "    rules:\n"),
+        "failing": base.replace("  service:\n    rules:\n", "  service:\n    users: []\n"
+                                "    rules:\n").replace("control_group: nogroup",
+                                                        "control_group: an-nosuch"),
+        "new": base.replace("  service:\n    rules:\n", "  service:\n    users: []\n"
+                            "    rules:\n"),
+    }
+    for name, text in policies.items():
+        with open(os.path.join(v["top"], name + ".yaml"), "w", encoding="utf-8") as f:
+            f.write(text)
+    record = os.path.join(v["sock_dir"], "registry", "rev")
+    directory = os.path.join(v["sock_dir"], "sandboxes", "rev")
+
+    def run(name, upgrade):
+        err = os.path.join(v["top"], "daemon-%s.stderr" % name)
+        return spawn(args, v, ["--upgrade"] if upgrade else [], err=err,
+                     config=os.path.join(v["top"], name + ".yaml")), err
+
+    old, old_err = run("old", False)
+    daemons = [old]
+    try:
+        await_ready(old, old_err)
+        added = as_nobody_control(v, "sandbox add rev service")
+        have = (os.path.exists(record), os.path.isdir(directory))
+        log("upgrade revoked: nobody's sandbox add: %r; record, directory %r" % (added, have))
+        if not added.startswith("ok") or have != (True, True):
+            return ["nobody's sandbox add rev service: %r, record and directory %r" % (
+                added, have)]
+        failing, failing_err = run("failing", True)
+        daemons.append(failing)
+        code = failing.wait(60)
+        text = read_text(failing_err)
+        have = (os.path.exists(record), os.path.isdir(directory))
+        answer = answer_of(egress(v["sock_dir"], "rev"))
+        log("an upgrade that fails before ready: exit %d; record, directory %r; rev %r" % (
+            code, have, answer[:15]))
+        if code != 1 or "no longer lets uid 65534 register" not in text or \
+                "no group named an-nosuch" not in text:
+            errs.append("the failing upgrade: exit %d, %r; want exit 1 after it read the "
+                        "registry (its warning about rev) and failed on the control group" % (
+                            code, text[-800:]))
+        if have != (True, True) or not answer.startswith(b"HTTP/1.1 200") or \
+                old.poll() is not None:
+            errs.append("after an upgrade that failed before ready: record, directory %r, "
+                        "rev answered %r, the old daemon %s; want both left and served" % (
+                            have, answer[:60], "running" if old.poll() is None else "exited"))
+        new, new_err = run("new", True)
+        daemons.append(new)
+        code = old.wait(30)
+        gone = wait_until(lambda: not os.path.exists(record) and
+                          not os.path.exists(directory), 10)
+        log("the upgrade: the old daemon exited %d; record and directory %s" % (
+            code, "removed" if gone else "left"))
+        if code != 0 or not gone or "upgrade: every socket taken over" not in \
+                read_text(new_err):
+            errs.append("the upgrade that went through: the old daemon exited %d, record "
+                        "and directory %s; want them removed" % (code, "removed" if gone
+                                                                 else "left"))
+    finally:
+        daemons_stop(daemons)
+    for name in ("old", "failing", "new"):
+        text = read_text(os.path.join(v["top"], "daemon-%s.stderr" % name))
+        if sanitizer_marks(text):
+            errs.append("daemon %s: a sanitizer report: %s" % (name, text[-2000:]))
+    return errs
+
+
+# ---- kept sockets that no longer fit (docs/operating.md, "Restarts strand no sandbox") ----
+
+REFIT = {"one": "its mode changed (0644)", "two": "not listening (a socket bound at its path)",
+         "three": "another owner (uid 65534)", "five": "bound at another path",
+         "four": "as it was made"}
+
+
+def t_kept_refit(args, v, log):
+    """After a kill, the kept sockets tampered with (mode, listening, owner, path) are made
+    anew, the one that fits is taken back, one naming no sandbox is dropped from the store
+    (FDSTOREREMOVE=1); a run-time sandbox's removal drops its socket from the store too."""
+    errs = []
+    m = v["manager"]
+    with open(v["policy"], "a", encoding="utf-8") as f:
+        f.write("".join("  - {id: %s, profile: service}\n" % sb
+                        for sb in ("three", "four", "five")))
+    env = {"NOTIFY_SOCKET": m.address}
+    first = start_kept(args, v, env, False)
+    second, held, passed = None, [], {}
+    try:
+        if m.wait(0, "READY") is None:
+            return ["the first daemon said no READY=1"]
+        first.kill()
+        first.wait()
+        paths = {sb: egress(v["sock_dir"], sb) for sb in REFIT}
+        os.chmod(paths["one"], 0o644)
+        os.chown(paths["three"], 65534, -1)
+        os.unlink(paths["two"])
+        for name, where, listening in (("sandbox.two", paths["two"], False),
+                                       ("sandbox.five", os.path.join(v["top"], "else.sock"), True),
+                                       ("sandbox.gone", os.path.join(v["top"], "gone.sock"), True)):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(where)
+            if listening:
+                s.listen(4)
+            held.append(s)
+            with m.lock:
+                if name in m.store:
+                    os.close(m.store[name])
+                m.store[name] = os.dup(s.fileno())
+        os.chmod(paths["two"], 0o666)
+        # Each socket passed, by its identity (a file's inode number is reused once freed;
+        # a socket held open keeps its own): a dup of each, held until the end.
+        with m.lock:
+            passed.update({sb: os.dup(m.store["sandbox." + sb]) for sb in REFIT})
+        since, t_restart = len(read_text(v["err"])), time.monotonic()
+        second = start_kept(args, v, env, True)
+        if m.wait(t_restart, "READY", 30) is None:
+            return errs + ["the daemon started again said no READY=1"]
+        text = read_text(v["err"])[since:]
+        for sb, how in REFIT.items():
+            kept = "sandbox %s: serving the socket the service manager kept" % sb in text
+            st = os.lstat(paths[sb])
+            answer = answer_of(paths[sb])
+            with m.lock:
+                now = m.store.get("sandbox." + sb)
+                same = now is not None and os.fstat(now).st_ino == os.fstat(passed[sb]).st_ino
+            log("kept socket %s: %s: %s, %s; %r" % (sb, how, "taken back" if kept else
+                                                    "made anew", "the same socket stored" if
+                                                    same else "another socket stored",
+                                                    answer[:15]))
+            want = sb == "four"
+            if kept != want or same != want or stat.S_IMODE(st.st_mode) != 0o666 or \
+                    st.st_uid != 0 or not answer.startswith(b"HTTP/1.1 200"):
+                errs.append("sandbox %s's kept socket, %s: %s, %s, mode %o uid %d, %r; want "
+                            "it %s" % (sb, how, "taken back" if kept else "made anew",
+                                       "the same socket stored" if same else "another",
+                                       stat.S_IMODE(st.st_mode), st.st_uid, answer[:60],
+                                       "taken back" if want else "made anew, 0666 root's"))
+        dropped = [f for _, f in m.since(t_restart, "FDSTOREREMOVE")
+                   if f.get("FDNAME") == "sandbox.gone"]
+        if not dropped or "sandbox.gone" in m.store:
+            errs.append("the kept socket naming no sandbox (sandbox.gone): %s from the store" % (
+                "dropped" if dropped else "not dropped"))
+        # A run-time sandbox removed: its socket dropped from the store.
+        t0 = time.monotonic()
+        added = control(v, "sandbox add six service")
+        stored = m.wait(t0, "FDSTORE")
+        removed = control(v, "sandbox rm six")
+        gone = wait_until(lambda: [f for _, f in m.since(t0, "FDSTOREREMOVE")
+                                   if f.get("FDNAME") == "sandbox.six"], 10)
+        log("sandbox six: %s; stored %r; %s; removed from the store: %r" % (
+            added.strip()[:30], stored and stored[1].get("FDNAME"), removed.strip(), gone))
+        if not added.startswith("ok") or not stored or \
+                stored[1].get("FDNAME") != "sandbox.six" or not removed.startswith("ok"):
+            errs.append("sandbox six: add %r, stored %r, rm %r" % (added, stored, removed))
+        elif not gone or "sandbox.six" in m.store:
+            errs.append("sandbox rm six: no FDSTOREREMOVE=1 for sandbox.six; the store keeps %r"
+                        % sorted(m.store))
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        if second is not None:
+            stopped(second, errs, "the daemon started again")
+        for s in held:
+            s.close()
+        for fd in passed.values():
+            os.close(fd)
+    return errs
+
+
+def answer_of(path):
+    """served(<path>), or the name of the error that stopped it, as bytes."""
+    try:
+        return served(path)
+    except OSError as e:
+        return type(e).__name__.encode()
+
+
+def wait_until(pred, timeout):
+    """pred()'s first true value within <timeout> s, else its last."""
+    deadline = time.monotonic() + timeout
+    got = pred()
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = pred()
+    return got
+
+
 # ---- running them ------------------------------------------------------------
+
+
+# The tests that start their daemons themselves (<test>(args, v, log)), under one stand-in
+# manager each.
+OWN_DAEMONS = ("kept_sockets", "graceful_restart", "upgrade", "upgrade_changes", "metrics",
+               "options", "embedded", "no_peer_check", "control_group_missing",
+               "ingress_unbindable", "no_io_uring", "reload_start_only", "stop_order",
+               "no_drain", "old_daemon", "kept_refit", "upgrade_revoked")
 
 
 def run_test(args, name, test, log, tmp, origin_port):
@@ -1525,7 +2486,7 @@ def run_test(args, name, test, log, tmp, origin_port):
         env = {"JOURNAL_STREAM": "%d:%d" % (st.st_dev, st.st_ino)}
     elif name == "bad_address":
         return bad_address(args, v)
-    elif name in ("kept_sockets", "graceful_restart", "upgrade", "upgrade_changes", "metrics"):
+    elif name in OWN_DAEMONS:
         return kept_sockets(args, v, log, test)
 
     def preexec():
@@ -1623,7 +2584,7 @@ def main():
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
     origin.handle_error = lambda *_: None  # a daemon killed under load resets its upstreams
     threading.Thread(target=origin.serve_forever, daemon=True).start()
-    failed = 0
+    failed = ran = 0
     try:
         for name, test in (("notify", t_notify), ("abstract", t_abstract),
                            ("bad_address", t_bad_address), ("audit_rotation", t_audit_rotation),
@@ -1634,12 +2595,27 @@ def main():
                            ("control_checks", t_control_checks), ("signals", t_signals),
                            ("check", t_check),
                            ("journal", t_journal),
-                           ("unit", t_unit_served)):
+                           ("unit", t_unit_served), ("options", t_options),
+                           ("embedded", t_embedded), ("no_peer_check", t_no_peer_check),
+                           ("control_group_missing", t_control_group_missing),
+                           ("ingress_unbindable", t_ingress_unbindable),
+                           ("no_io_uring", t_no_io_uring),
+                           ("reload_start_only", t_reload_start_only),
+                           ("stop_order", t_stop_order), ("no_drain", t_no_drain),
+                           ("forbidden", t_forbidden), ("handover_no_ready", t_handover_no_ready),
+                           ("reopen_failed", t_reopen_failed), ("old_daemon", t_old_daemon),
+                           ("top_interval", t_top_interval), ("kept_refit", t_kept_refit),
+                           ("upgrade_revoked", t_upgrade_revoked)):
             if args.tests and name not in args.tests:
                 continue
+            ran += 1
             failed += run_test(args, name, test, log, tmp, origin.server_address[1])
     finally:
         origin.shutdown()
+    print("service: %d passed, %d failed" % (ran - failed, failed))
+    if ran == 0:
+        print("service: no test named %s" % " ".join(args.tests or []))
+        failed = 1
     return own_pass_end("service", tmp, failed)
 
 
