@@ -31,6 +31,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import time
@@ -52,6 +53,11 @@ WRK_PATH = "/small.json?wrk"
 SANDBOX_LIMITS = "  sandbox-limited:\n    limits: {requests_per_second: 1, burst: 3}\n"
 SANDBOX_BURST = 3
 RULE_BURST = 2
+# check_rule_bucket reloads limited.test's limits with this burst: a bucket kept across the
+# reload would have refilled 1 token a second since it was emptied, one started full has
+# them all at once, and the two differ until the check has taken RULE_BURST_RELOADED - 1 s.
+RULE_LIMITS = "limits: {requests_per_second: 1, burst: %d}" % RULE_BURST
+RULE_BURST_RELOADED = 10
 # wrk runs until the reload checks under load are done, and at least WRK_MIN_SECONDS (then
 # SIGINT: it prints its summary).
 WRK_MIN_SECONDS = 8
@@ -253,12 +259,11 @@ def check_sighup(r, tunnel):
     r.write(r.base.replace(KEEP_RULE, RELOAD_RULE))
     t0 = time.monotonic()
     r.suite.daemon.send_signal(signal.SIGHUP)
-    wait_for(lambda: r.generation() > before, 5, "a new policy generation after SIGHUP")
+    # An event, not a speed: how fast a reload lands is no bound of make check's.
+    wait_for(lambda: r.generation() > before, 30, "a new policy generation after SIGHUP")
     took = time.monotonic() - t0
     r.triggers.append(r.file_rule)
     r.reloaded()
-    if took > 1.0:
-        errs.append("the new generation took %.2fs, want <= 1s" % took)
     for host, want in (("reload.test", "200"), ("keep.test", "403")):
         got = r.status_of(host)
         if got != want:
@@ -555,27 +560,34 @@ def refusal_errs(what, headers):
 def check_rule_bucket(r):
     """docs/policy.md, "Rule limits": rules are numbered afresh by every policy load, so a
     reload starts every rule's bucket full. limited.test's (burst 2, 1 a second) emptied on
-    a kept-alive connection, then reloaded: the same connection gets its burst again at
-    once, then 429. A bucket kept across the reload would have refilled less than one
-    token in the second this takes."""
+    a kept-alive connection, then a reload raising its burst to RULE_BURST_RELOADED: the
+    same connection gets all of it at once, then 429. A bucket kept across the reload
+    would hold only what 1 a second refilled since the 429 (counted from the time the
+    check took, so a slow machine makes it unable to tell, never wrong)."""
     errs = []
     url = "http://limited.test:%d/small.json?rule-bucket=" % r.vars["http_port"]
+    if RULE_LIMITS not in r.base:
+        r.suite.result("reload: a rule's bucket starts full",
+                       ["policy.yaml.in lacks %r" % RULE_LIMITS])
+        return
+    raised = r.base.replace(RULE_LIMITS, RULE_LIMITS.replace(
+        "burst: %d" % RULE_BURST, "burst: %d" % RULE_BURST_RELOADED))
     with Egress(r.egress("sb1")) as conn:
         statuses, refusal = until_refused(conn, url + "before-", RULE_BURST + 2)
         emptied = time.monotonic()
         errs += refusal_errs("limited.test before the reload %s" % statuses, refusal)
-        answer = reload_file(r, r.base)
+        answer = reload_file(r, raised)
         if not answer.startswith("ok "):
             errs.append("the reload: %r" % answer)
-        after, refusal = until_refused(conn, url + "after-", RULE_BURST + 2)
+        after, refusal = until_refused(conn, url + "after-", RULE_BURST_RELOADED + 2)
         took = time.monotonic() - emptied
-    if after != [200] * RULE_BURST + [429]:
+    if after != [200] * RULE_BURST_RELOADED + [429]:
         errs.append("after the reload, on the same connection: %s, want %d x 200 then 429"
-                    % (after, RULE_BURST))
+                    % (after, RULE_BURST_RELOADED))
     errs += refusal_errs("limited.test after the reload", refusal)
-    if took >= 1.0:
-        errs.append("from the 429 to the last answer after the reload took %.2f s, over the "
-                    "second in which a kept bucket refills less than a token: the check "
+    if 1 + int(took) >= RULE_BURST_RELOADED:
+        errs.append("from the 429 to the last answer after the reload took %.2f s, in which "
+                    "a kept bucket refills as many tokens as a new one holds: the check "
                     "cannot tell" % took)
     r.suite.result("reload: a rule's bucket starts full (limited.test: %s before, %s after "
                    "the reload, %.2f s apart)" % (statuses, after, took), errs)
@@ -585,9 +597,11 @@ def check_sandbox_bucket(r):
     """docs/control.md: a sandbox's rate-limit bucket keeps its tokens across a reload (at
     most the new burst), so reloading is no way around a limit; the new rate holds.
     sb-limited (1 a second, burst 3): emptied, then a reload to burst 10 gives it no new
-    tokens (no more served than the time since refilled); 3.5 s and one request later
-    (2.5 tokens), a reload to burst 1 at 2 a second leaves it one; 0.75 s after that one
-    is spent, a token is back (2 a second; at 1 a second it would not be)."""
+    tokens (no more served than the time since refilled); 9.5 s and one request later
+    (8.5 tokens), a reload to burst 1 at 2 a second leaves it one; 0.75 s after that one
+    is spent, a token is back (2 a second; at 1 a second it would not be). Each count is
+    bounded by what the time the check took could have refilled, so a slow machine makes
+    a check unable to tell (and fail saying so) only past several seconds."""
     errs = []
     url = "http://origin.test:%d/small.json?sandbox-bucket=" % r.vars["http_port"]
 
@@ -616,25 +630,28 @@ def check_sandbox_bucket(r):
         errs += refusal_errs("after the reload to burst 10", refusal)
         if bound >= 6:
             errs.append("%.2f s from the 429 to the last answer: the check cannot tell" % took)
-        time.sleep(3.5)  # 3 tokens and more under burst 10
-        # One request takes a token: the bucket holds 2.5 as the reload comes, over its
+    # 9 tokens and more under burst 10; then a new connection, as the daemon closes an
+    # idle one at idle_ms (6 s): the bucket is the sandbox's, not the connection's.
+    time.sleep(9.5)
+    with Egress(r.egress("sb-limited")) as conn:
+        # One request takes a token: the bucket holds 8.5 as the reload comes, over its
         # new burst (a bucket that is only refilled at a take would hide a missing cut).
         status, headers, _ = conn.ask(url + "c")
         if status != 200:
-            errs.append("3.5 s after the 429 under burst 10: %d %r, want 200" % (status,
+            errs.append("9.5 s after the 429 under burst 10: %d %r, want 200" % (status,
                                                                                 headers))
         answer = reload_file(r, limits(2, 1))
         if not answer.startswith("ok "):
             errs.append("the reload to burst 1: %r" % answer)
         reloaded = time.monotonic()
-        lowered, refusal = until_refused(conn, url + "c-", 4)
+        lowered, refusal = until_refused(conn, url + "c-", 10)
         bound = 1 + int(2 * (time.monotonic() - reloaded))  # 2 a second since the reload
         if not 1 <= lowered.count(200) <= bound:
-            errs.append("with 2.5 tokens, after a reload to burst 1: %s, want 1 (kept, cut "
+            errs.append("with 8.5 tokens, after a reload to burst 1: %s, want 1 (kept, cut "
                         "to the new burst; %d at most by the time it took)" % (lowered, bound))
-        if bound >= 2:
-            errs.append("the reload to burst 1 and its answers took over 0.5 s: the check "
-                        "cannot tell a bucket cut to 1 from one refilled at 2 a second")
+        if bound >= 8:
+            errs.append("the reload to burst 1 and its answers took over 3.5 s: the check "
+                        "cannot tell a bucket cut to 1 from one left at 8.5")
         errs += refusal_errs("after the reload to burst 1", refusal)
         time.sleep(0.75)  # 1.5 tokens at 2 a second; 0.75 at the old 1
         status, headers, _ = conn.ask(url + "d")
@@ -643,6 +660,97 @@ def check_sandbox_bucket(r):
                         % (status, headers))
     r.suite.result("reload: a sandbox's bucket keeps its tokens (emptied %s; burst 10: %s; "
                    "burst 1 at 2/s: %s; then 200 at the new rate)" % (first, raised, lowered),
+                   errs)
+
+
+INTEG_RULES = "profiles:\n  integ:\n    rules:\n"
+BODY_RULE = ("      - id: bodyfile\n        host: bodyfile.test\n        tier: fake\n"
+             "        owner: tests\n        reason: a body_file each reload reads again\n"
+             "        responses:\n          - {status: 200, body_file: \"%s\"}\n")
+PLACEHOLDER = "agentsnet-placeholder-integ"  # policy.yaml.in's inject rule
+
+
+def inject_echo(r):
+    """The Authorization the origin's /echo saw from the inject rule (masked by the daemon
+    on the way back: "Bearer " and one * a byte of the secret it sent), and the body."""
+    port = r.vars["https_port"]
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    raw.settimeout(30)
+    raw.connect(r.egress("sb1"))
+    raw.sendall(b"CONNECT inject.test:%d HTTP/1.1\r\nHost: inject.test:%d\r\n\r\n"
+                % (port, port))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        got = raw.recv(1)
+        if not got:
+            break
+        head += got
+    if not head.startswith(b"HTTP/1.1 200"):
+        raw.close()
+        return None, head
+    tls = ssl.create_default_context(cafile=r.vars["ca"]).wrap_socket(
+        raw, server_hostname="inject.test")
+    with tls:
+        tls.sendall(b"GET /echo?case=reload-secret HTTP/1.1\r\nHost: inject.test:%d\r\n"
+                    b"Authorization: Bearer %s\r\nConnection: close\r\n\r\n"
+                    % (port, PLACEHOLDER.encode()))
+        resp = http.client.HTTPResponse(tls)
+        resp.begin()
+        body = resp.read()
+    try:
+        return json.loads(body)["headers"].get("authorization"), body
+    except (ValueError, KeyError, AttributeError):
+        return None, body
+
+
+def check_files_reread(r):
+    """docs/policy.md: a reload reads a fake rule's body_file again, and an inject rule's
+    rotated secret_file: the answer after a reload of the same policy is the file's new
+    body; the inject rule sends the new secret (a secret of another length, whose masked
+    echo is as long as it is) and the old one no more."""
+    errs = []
+    body_path = os.path.join(r.vars["tmp"], "reload-body.txt")
+    if INTEG_RULES not in r.base:
+        r.suite.result("reload: a reload reads a body_file and a rotated secret_file again",
+                       ["the policy has no integ profile's rules to add bodyfile.test to"])
+        return
+    text = r.base.replace(INTEG_RULES, INTEG_RULES + BODY_RULE % body_path)
+    bodies = []
+    for body in (b"the first body\n", b"the second body, after a reload\n"):
+        with open(body_path, "wb") as f:
+            f.write(body)
+        answer = reload_file(r, text)
+        with Egress(r.egress("sb1")) as conn:
+            status, _, got = conn.ask("http://bodyfile.test/x")
+        bodies.append(got)
+        if not answer.startswith("ok") or status != 200 or got != body:
+            errs.append("body_file holding %r, reloaded (%r): %d %r" % (
+                body, answer.strip()[:120], status, got[:100]))
+    secret_path = os.path.join(r.vars["tmp"], "inject-secret.txt")
+    old = read_text(secret_path).strip()
+    new = "sk-rotated-" + os.urandom(16).hex()
+    before, _ = inject_echo(r)
+    try:
+        with open(secret_path, "w", encoding="ascii") as f:  # keeps its mode, 0600
+            f.write(new + "\n")
+        answer = reload_file(r, text)
+        after, raw = inject_echo(r)
+    finally:
+        with open(secret_path, "w", encoding="ascii") as f:
+            f.write(old + "\n")
+    log("# reload: bodies %r; the secret's masked echo %r before the rotation, %r after" % (
+        bodies, before, after))
+    if before != "Bearer " + "*" * len(old):
+        errs.append("before the rotation the origin's echo was %r, want the old secret "
+                    "masked (%d *)" % (before, len(old)))
+    if after != "Bearer " + "*" * len(new):
+        errs.append("after the rotation and a reload (%r) the origin's echo was %r, want the "
+                    "new secret masked (%d *, the old had %d)" % (
+                        answer.strip()[:120], after, len(new), len(old)))
+    if new.encode() in raw or old.encode() in raw:
+        errs.append("a secret came back unmasked: %r" % raw[:300])
+    r.suite.result("reload: a reload reads a body_file and a rotated secret_file again "
+                   "(the fake answer's new body; the new secret sent, masked on the way back)",
                    errs)
 
 
@@ -699,7 +807,8 @@ def run(suite):
     check_under_load(r, triggers)
     try:
         for title, check in (("a rule's bucket starts full", check_rule_bucket),
-                             ("a sandbox's bucket keeps its tokens", check_sandbox_bucket)):
+                             ("a sandbox's bucket keeps its tokens", check_sandbox_bucket),
+                             ("files read again", check_files_reread)):
             try:
                 check(r)
             except (OSError, http.client.HTTPException) as e:
