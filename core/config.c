@@ -39,6 +39,7 @@ int config_init_defaults(struct config *cfg)
 	cfg->body_timeout_ms = LIMITS_BODY_TIMEOUT_MS_DEFAULT;
 	cfg->response_timeout_ms = LIMITS_RESPONSE_TIMEOUT_MS_DEFAULT;
 	cfg->drain_timeout_ms = LIMITS_DRAIN_TIMEOUT_MS_DEFAULT;
+	cfg->handover_timeout_ms = LIMITS_HANDOVER_TIMEOUT_MS_DEFAULT;
 	cfg->metrics_sandboxes = LIMITS_METRICS_SANDBOXES_DEFAULT;
 	cfg->sandbox_uid_first = LIMITS_SANDBOX_UID_FIRST_DEFAULT;
 	cfg->sandbox_uid_count = LIMITS_SANDBOX_UID_COUNT_DEFAULT;

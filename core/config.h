@@ -82,6 +82,9 @@ struct config {
 	uint32_t response_timeout_ms;
 	/* How long a stopping daemon lets what is in flight finish (engine_drain); 0: none. */
 	uint32_t drain_timeout_ms;
+	/* How long `daemon handover` waits for each step of the successor, its "ready"
+	 * last; past it this daemon goes on serving. */
+	uint32_t handover_timeout_ms;
 	/* The uids (and gids) given to root's sandboxes, one each: first..first + count - 1. */
 	uint32_t sandbox_uid_first;
 	uint32_t sandbox_uid_count;

@@ -48,7 +48,8 @@
  *                                 daemon, agentsnetd --upgrade) serves them, then says
  *                                 "ready" -> ok draining: this daemon serves no more control
  *                                 requests, drains and stops (engine_hand_over). Without
- *                                 "ready" within CONTROL_HANDOVER_MS it goes on serving.
+ *                                 "ready" within daemon.timeouts.handover_ms it goes on
+ *                                 serving.
  *   stats                      -> ok workers <n> conns <open> ... audit_dropped <x> (one
  *                                 line of sums, keys in a fixed order: handle_stats)
  *   errors                     -> error <code> <message>
@@ -94,8 +95,6 @@
 #define CONTROL_VERSION          "0.1.0"
 /* How long `audit reopen` waits for the audit writer to act. */
 #define CONTROL_AUDIT_REOPEN_MS 5000u
-/* How long a handover waits for the new daemon at each step, its start included. */
-#define CONTROL_HANDOVER_MS 60000
 
 /* An answer being built (core/textbuf.h), and a descriptor sent with it (SCM_RIGHTS) or -1. */
 struct answer {
@@ -663,14 +662,15 @@ static ssize_t read_line(int fd, char *buf, size_t cap, uint64_t deadline_ms)
 
 /*
  * `daemon handover` from <who> on <sock>: every listening socket, then the
- * new daemon's "ready" (each step within CONTROL_HANDOVER_MS), then this
+ * new daemon's "ready" (each step within daemon.timeouts.handover_ms), then this
  * daemon hands over (engine_hand_over) and its control thread ends. Anything
  * short of "ready" leaves this daemon serving as before, logged.
  */
 static void handle_handover(struct control *ctl, int sock, const struct verdict_caller *who,
 			    pid_t pid)
 {
-	struct timeval tv = { .tv_sec = CONTROL_HANDOVER_MS / 1000 };
+	uint32_t wait_ms = ctl->e->cfg->handover_timeout_ms;
+	struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
 	struct notify_fd *list = NULL;
 	uint32_t count = 0;
 	char line[CONTROL_LINE_BYTES_MAX];
@@ -694,13 +694,13 @@ static void handle_handover(struct control *ctl, int sock, const struct verdict_
 	int n = snprintf(head, sizeof(head), "ok handover %u\n", count);
 	send_reply(sock, head, (size_t)n, -1);
 	log_info("handover: passing %u listening sockets to pid %d", count, (int)pid);
-	ret = handover_send(sock, list, count, timer_now_ms() + CONTROL_HANDOVER_MS);
+	ret = handover_send(sock, list, count, timer_now_ms() + wait_ms);
 	pool_free(list);
 	if (ret != 0) {
 		log_warn("handover: %s: this daemon goes on serving", strerror(-ret));
 		return;
 	}
-	if (read_line(sock, line, sizeof(line), timer_now_ms() + CONTROL_HANDOVER_MS) < 0 ||
+	if (read_line(sock, line, sizeof(line), timer_now_ms() + wait_ms) < 0 ||
 	    strcmp(line, "ready") != 0) {
 		log_warn("handover: the new daemon did not say it serves: this daemon goes on "
 			 "serving");

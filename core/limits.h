@@ -96,6 +96,8 @@
 #define LIMITS_RESPONSE_TIMEOUT_MS_DEFAULT 300000u
 /* A stop's drain (core/engine.h, engine_drain): what is in flight may finish this long. */
 #define LIMITS_DRAIN_TIMEOUT_MS_DEFAULT 10000u
+/* `daemon handover` (core/control.c): each step of the successor's, its "ready" last. */
+#define LIMITS_HANDOVER_TIMEOUT_MS_DEFAULT 60000u
 /*
  * During a drain, a connection with no request under way is closed once it
  * has sent nothing for this long: time for a client that just read an answer

@@ -61,6 +61,7 @@ enum {
 	UF_BODY,
 	UF_RESPONSE,
 	UF_DRAIN,
+	UF_HANDOVER,
 	UF_LEAF_DAYS,
 	UF_SANDBOX_UID_FIRST,
 	UF_SANDBOX_UID_COUNT,
@@ -95,6 +96,8 @@ static const struct uint_field uint_fields[] = {
 	/* 0: no drain; the stop aborts what is open at once. */
 	[UF_DRAIN] = { "drain_ms", 0, POLICY_TIMEOUT_MS_MAX,
 		       offsetof(struct config, drain_timeout_ms) },
+	[UF_HANDOVER] = { "handover_ms", POLICY_TIMEOUT_MS_MIN, POLICY_TIMEOUT_MS_MAX,
+			  offsetof(struct config, handover_timeout_ms) },
 	[UF_LEAF_DAYS] = { "leaf_days", POLICY_LEAF_DAYS_MIN, POLICY_LEAF_DAYS_MAX,
 			   offsetof(struct config, leaf_days) },
 	[UF_SANDBOX_UID_FIRST] = { "sandbox_uids.first", POLICY_SANDBOX_UID_FIRST_MIN,
@@ -413,9 +416,10 @@ static int stage_control_group(struct loader *ld)
 }
 
 /* In UF_HEAD's order: a key's field is UF_HEAD + its index. */
-static const char *const timeout_keys[] = { "head_ms", "connect_ms",  "dns_ms",  "idle_ms",
-					    "body_ms", "response_ms", "drain_ms" };
-static_assert(UF_HEAD + 6 == UF_DRAIN, "timeout_keys follow the UF_ order");
+static const char *const timeout_keys[] = { "head_ms", "connect_ms",  "dns_ms",   "idle_ms",
+					    "body_ms", "response_ms", "drain_ms", "handover_ms" };
+static_assert(UF_HEAD + 6 == UF_DRAIN && UF_DRAIN + 1 == UF_HANDOVER,
+	      "timeout_keys follow the UF_ order");
 static const struct keyset timeout_keyset = { "daemon.timeouts", timeout_keys,
 					      AN_ARRAY_LEN(timeout_keys) };
 

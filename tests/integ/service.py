@@ -2093,28 +2093,48 @@ def handover_take(sock_dir):
         s.sendall(b"next\n")
 
 
+HANDOVER_MS = 1000  # handover_no_ready's daemon.timeouts.handover_ms
+
+
 def t_handover_no_ready(v, log):
-    """A successor that takes every socket (`daemon handover`) and leaves without `ready`:
-    the daemon goes on serving (its control socket and sandboxes), and says so."""
+    """A successor that takes every socket (`daemon handover`) and leaves without `ready`
+    (another line, the connection closed, or silence past daemon.timeouts.handover_ms,
+    HANDOVER_MS here): the daemon goes on serving (its control socket and sandboxes), and
+    says so; the silent one is given up no sooner than HANDOVER_MS after the last socket
+    went, and well before the default 60 s."""
     errs = []
-    for how in ("another line than ready", "the connection closed"):
+    for n, how in enumerate(("another line than ready", "the connection closed",
+                             "silence past handover_ms"), 1):
         try:
             s, fds, names = handover_take(v["sock_dir"])
         except OSError as e:
             errs.append("before the handover with %s: the daemon does not answer: %s" % (how, e))
             break
+        taken = time.monotonic()
         try:
             if how.startswith("another"):
                 s.sendall(b"readyish\n")
                 answer = recv_all(s)
+            elif how.startswith("silence"):
+                s.settimeout(5 * HANDOVER_MS / 1000)
+                try:
+                    answer = recv_all(s)  # the daemon's end of the connection, given up
+                except OSError as e:
+                    answer = ("no end within %.1f s: %s" % (5 * HANDOVER_MS / 1000, e)).encode()
+                waited = time.monotonic() - taken
+                log("handover: a silent successor given up after %.2f s (handover_ms %d)" % (
+                    waited, HANDOVER_MS))
+                if not HANDOVER_MS / 1000 - 0.05 <= waited < 5 * HANDOVER_MS / 1000:
+                    errs.append("a silent successor was given up %.2f s after the sockets "
+                                "went, want handover_ms (%d ms) at the earliest and within "
+                                "5 times it" % (waited, HANDOVER_MS))
             else:
                 answer = b""
         finally:
             s.close()
             for fd in fds:
                 os.close(fd)
-        said = wait_until(lambda: read_text(v["err"]).count("did not say it serves") >= (
-            1 if how.startswith("another") else 2), 10)
+        said = wait_until(lambda: read_text(v["err"]).count("did not say it serves") >= n, 10)
         ping = control_line(v["sock_dir"], "ping")
         answers = [answer_of(egress(v["sock_dir"], sb)) for sb in ("one", "two")]
         log("handover without ready (%s): %d sockets taken (%s); then %r, ping %r, %r" % (
@@ -2456,6 +2476,8 @@ def run_test(args, name, test, log, tmp, origin_port):
          "err": os.path.join(top, "daemon.stderr")}
     with open(v["policy"], "w", encoding="utf-8") as f:
         f.write(POLICY.format(sock_dir=v["sock_dir"], audit=v["audit"], port=origin_port))
+    if name == "handover_no_ready":
+        daemon_settings(v, "  timeouts: {handover_ms: %d}\n" % HANDOVER_MS)
     env = {}
     after = None
     cmd = [args.daemon, "--config", v["policy"]]

@@ -329,7 +329,8 @@ static void settings_compare(const struct config *run, const struct config *fres
 					 run->idle_timeout_ms != fresh->idle_timeout_ms ||
 					 run->body_timeout_ms != fresh->body_timeout_ms ||
 					 run->response_timeout_ms != fresh->response_timeout_ms ||
-					 run->drain_timeout_ms != fresh->drain_timeout_ms },
+					 run->drain_timeout_ms != fresh->drain_timeout_ms ||
+					 run->handover_timeout_ms != fresh->handover_timeout_ms },
 	};
 	for (size_t i = 0; i < AN_ARRAY_LEN(settings); i++) {
 		if (settings[i].differs)

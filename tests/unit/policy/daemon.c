@@ -101,6 +101,8 @@ START_TEST(test_daemon_limits)
 		  offsetof(struct config, response_timeout_ms) },
 		{ "timeouts: {drain_ms", "}", 0, 3600000,
 		  offsetof(struct config, drain_timeout_ms) },
+		{ "timeouts: {handover_ms", "}", 1, 3600000,
+		  offsetof(struct config, handover_timeout_ms) },
 		{ "leaf_days", "", 1, 397, offsetof(struct config, leaf_days) },
 	};
 
@@ -127,6 +129,7 @@ START_TEST(test_daemon_settings)
 	ck_assert_uint_eq(cfg.body_timeout_ms, LIMITS_BODY_TIMEOUT_MS_DEFAULT);
 	ck_assert_uint_eq(cfg.response_timeout_ms, LIMITS_RESPONSE_TIMEOUT_MS_DEFAULT);
 	ck_assert_uint_eq(cfg.drain_timeout_ms, LIMITS_DRAIN_TIMEOUT_MS_DEFAULT);
+	ck_assert_uint_eq(cfg.handover_timeout_ms, LIMITS_HANDOVER_TIMEOUT_MS_DEFAULT);
 	ck_assert_ptr_null(cfg.control_group);
 	expect_ok(MINIMAL "daemon:\n  control_group: agentsnet-ops\n");
 	ck_assert_str_eq(cfg.control_group, "agentsnet-ops");
