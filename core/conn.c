@@ -772,13 +772,12 @@ void request_copy(struct conn *c, const struct http1_request *req)
  * table): connections on the rule at once, then its request rate. Checked
  * before the sandbox's own limits, so a request the rule refuses spends
  * none of the sandbox's tokens. A table with no idle entry left refuses
- * rather than let the request through unlimited.
+ * rather than let the request through unlimited (ratelimit_rule_refusal).
  */
 static enum reason rule_limits_refusal(struct conn *c, const struct verdict *v)
 {
 	struct worker *w = c->w;
 	const struct verdict_limits *l = &v->rule_limits;
-	uint32_t retry = 0;
 
 	rule_limit_release(c);
 	if (v->rule_index == VERDICT_RULE_NONE ||
@@ -788,20 +787,8 @@ static enum reason rule_limits_refusal(struct conn *c, const struct verdict *v)
 					   .slot = c->sandbox,
 					   .generation = conn_sandbox(c)->generation,
 					   .rule_index = v->rule_index };
-	struct ratelimit_entry *e = ratelimit_table_get(&w->rule_buckets, &key, l, w->now_ms);
-	c->retry_after_s = 1;
-	if (e == NULL)
-		return REASON_RATE_LIMITED;
-	if (l->concurrent != 0 && e->conns >= l->concurrent)
-		return REASON_CONCURRENCY_LIMITED;
-	if (!ratelimit_take(&e->bucket, &e->limits, key.generation, w->now_ms, &retry)) {
-		c->retry_after_s = retry;
-		return REASON_RATE_LIMITED;
-	}
-	c->retry_after_s = 0;
-	e->conns++;
-	c->rule_limit = e;
-	return REASON_NONE;
+	return ratelimit_rule_refusal(&w->rule_buckets, &key, l, w->now_ms, &c->rule_limit,
+				      &c->retry_after_s);
 }
 
 /*

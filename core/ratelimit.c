@@ -284,3 +284,26 @@ struct ratelimit_entry *ratelimit_table_find(const struct ratelimit_table *t,
 	uint32_t entry = t->slots[slot].entry;
 	return entry != 0 ? &t->entries[entry - 1] : NULL;
 }
+
+enum reason ratelimit_rule_refusal(struct ratelimit_table *t, const struct ratelimit_key *k,
+				   const struct verdict_limits *l, uint64_t now_ms,
+				   struct ratelimit_entry **entry, uint32_t *retry_after_s)
+{
+	uint32_t retry = 0;
+
+	*entry = NULL;
+	*retry_after_s = 1;
+	struct ratelimit_entry *e = ratelimit_table_get(t, k, l, now_ms);
+	if (e == NULL)
+		return REASON_RATE_LIMITED; /* nothing idle to reuse: refused, not unlimited */
+	if (l->concurrent != 0 && e->conns >= l->concurrent)
+		return REASON_CONCURRENCY_LIMITED;
+	if (!ratelimit_take(&e->bucket, &e->limits, k->generation, now_ms, &retry)) {
+		*retry_after_s = retry;
+		return REASON_RATE_LIMITED;
+	}
+	*retry_after_s = 0;
+	e->conns++;
+	*entry = e;
+	return REASON_NONE;
+}

@@ -115,9 +115,10 @@ void ratelimit_table_free(struct ratelimit_table *t);
  * burst (never primed, or no requests_per_second, counts as refilled), so it
  * is indistinguishable from a fresh one and forgetting it changes no answer.
  * When none is idle, returns NULL: the caller must refuse the request with
- * 429 (rate_limited, Retry-After: 1) rather than serve it unlimited. Finding
- * a victim scans the entries from a clock hand: O(1) amortised while idle
- * entries are common, O(capacity) when none is.
+ * 429 (rate_limited, Retry-After: 1) rather than serve it unlimited
+ * (ratelimit_rule_refusal does). Finding a victim scans the entries from a
+ * clock hand: O(1) amortised while idle entries are common, O(capacity)
+ * when none is.
  *
  * The caller takes tokens with ratelimit_take(&e->bucket, &e->limits,
  * e->key.generation, now_ms, ...) and counts its connections in e->conns
@@ -131,6 +132,24 @@ void ratelimit_table_free(struct ratelimit_table *t);
 struct ratelimit_entry *ratelimit_table_get(struct ratelimit_table *t,
 					    const struct ratelimit_key *k,
 					    const struct verdict_limits *l, uint64_t now_ms);
+
+/*
+ * The per-rule limits' answer to one request of key <k> under its rule's
+ * limits <l> (verdict.rule_limits, not all zero) at <now_ms>, from <t>:
+ *   - REASON_RATE_LIMITED, *<retry_after_s> 1, when <t> has no entry for <k>
+ *     and none to give (ratelimit_table_get's NULL: refused, never unlimited);
+ *   - REASON_CONCURRENCY_LIMITED, *<retry_after_s> 1, when l->concurrent is
+ *     set and the entry counts that many connections already (no token taken);
+ *   - REASON_RATE_LIMITED, *<retry_after_s> ratelimit_take's (>= 1), when the
+ *     entry's bucket has no token;
+ *   - else REASON_NONE, *<retry_after_s> 0: a token taken and the
+ *     connection counted (conns + 1) in *<entry>, which the caller keeps
+ *     until that connection is done on the rule, then decrements its conns.
+ * *<entry> is NULL on every refusal. Worker thread only.
+ */
+enum reason ratelimit_rule_refusal(struct ratelimit_table *t, const struct ratelimit_key *k,
+				   const struct verdict_limits *l, uint64_t now_ms,
+				   struct ratelimit_entry **entry, uint32_t *retry_after_s);
 
 /* The entry of <k>, or NULL; never makes or evicts one. Worker thread only. */
 struct ratelimit_entry *ratelimit_table_find(const struct ratelimit_table *t,

@@ -5,9 +5,12 @@
  * one entry per (sandbox, rule, generations), eviction of idle entries only
  * (the refill boundary at N and N+1), NULL when nothing is idle, and a
  * randomized run against a plain reference that checks the probing
- * invariant after every operation. Last the shared limiter: its burst, a
- * Retry-After that is honoured, a slow rate, no limit, and two threads
- * taking at once, which together get exactly the burst.
+ * invariant after every operation. Then the rules' answer on it
+ * (ratelimit_rule_refusal): a full table refuses 429 with Retry-After 1,
+ * the concurrent limit at N and N+1 spends no token, the rate at N-1 and
+ * N ms. Last the shared limiter: its burst, a Retry-After that is
+ * honoured, a slow rate, no limit, and two threads taking at once, which
+ * together get exactly the burst.
  */
 #include "../../../core/ratelimit.c"
 
@@ -522,6 +525,112 @@ START_TEST(table_random_vs_reference)
 }
 END_TEST
 
+/* --- the per-rule limits' answer ---------------------------------------------------------- */
+
+/* One ratelimit_rule_refusal: its reason; the entry and Retry-After in *<e>, *<retry>. */
+static enum reason rule_ask(struct ratelimit_table *t, uint32_t rule,
+			    const struct verdict_limits *l, uint64_t now_ms,
+			    struct ratelimit_entry **e, uint32_t *retry)
+{
+	const struct ratelimit_key k = key(1, 1, rule, 1);
+	static struct ratelimit_entry stale;
+
+	*e = &stale; /* every answer sets it: NULL on a refusal */
+	*retry = 77;
+	return ratelimit_rule_refusal(t, &k, l, now_ms, e, retry);
+}
+
+/*
+ * A table of one entry, held by a connection: another rule's request is
+ * refused 429 with Retry-After 1, never let through unlimited; once the
+ * holder is gone and its bucket refilled (N-1 ms: not yet; N: yes), the
+ * entry is the other rule's.
+ */
+START_TEST(rule_refusal_full_table)
+{
+	struct ratelimit_table t;
+	const struct verdict_limits l = { .requests_per_second = 1, .burst = 1 };
+	struct ratelimit_entry *e = NULL, *held = NULL;
+	uint32_t retry = 0;
+
+	ck_assert_int_eq(ratelimit_table_init(&t, 1), 0);
+	ck_assert_int_eq(rule_ask(&t, 3, &l, 1000, &held, &retry), REASON_NONE);
+	ck_assert_ptr_nonnull(held);
+	ck_assert_uint_eq(held->conns, 1);
+	ck_assert_uint_eq(retry, 0);
+	ck_assert_int_eq(rule_ask(&t, 4, &l, 1000, &e, &retry), REASON_RATE_LIMITED);
+	ck_assert_ptr_null(e);
+	ck_assert_uint_eq(retry, 1);
+	ck_assert_uint_eq(t.full, 1);
+	ck_assert_uint_eq(held->conns, 1); /* the holder's entry is untouched */
+	ck_assert_uint_eq(held->key.rule_index, 3);
+	held->conns--; /* its connection closes; its bucket is empty until 2000 */
+	ck_assert_int_eq(rule_ask(&t, 4, &l, 1999, &e, &retry), REASON_RATE_LIMITED);
+	ck_assert_uint_eq(retry, 1);
+	ck_assert_uint_eq(t.full, 2);
+	ck_assert_int_eq(rule_ask(&t, 4, &l, 2000, &e, &retry), REASON_NONE);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_uint_eq(e->key.rule_index, 4);
+	ck_assert_uint_eq(e->conns, 1);
+	ck_assert_uint_eq(t.evictions, 1);
+	ratelimit_table_free(&t);
+}
+END_TEST
+
+/*
+ * The rule's connections at once: N pass, N+1 is refused (Retry-After 1)
+ * without spending a token or counting a connection; one closing lets the
+ * next in, on the token the refusal left.
+ */
+START_TEST(rule_refusal_concurrent)
+{
+	struct ratelimit_table t;
+	const struct verdict_limits l = { .requests_per_second = 1, .burst = 3, .concurrent = 2 };
+	struct ratelimit_entry *e = NULL, *first = NULL;
+	uint32_t retry = 0;
+
+	ck_assert_int_eq(ratelimit_table_init(&t, 4), 0);
+	ck_assert_int_eq(rule_ask(&t, 0, &l, 500, &first, &retry), REASON_NONE);
+	ck_assert_int_eq(rule_ask(&t, 0, &l, 500, &e, &retry), REASON_NONE);
+	ck_assert_ptr_eq(e, first); /* one entry per (sandbox, rule, generations) */
+	ck_assert_uint_eq(first->conns, 2);
+	ck_assert_int_eq(rule_ask(&t, 0, &l, 500, &e, &retry), REASON_CONCURRENCY_LIMITED);
+	ck_assert_ptr_null(e);
+	ck_assert_uint_eq(retry, 1);
+	ck_assert_uint_eq(first->conns, 2);
+	first->conns--;
+	ck_assert_int_eq(rule_ask(&t, 0, &l, 500, &e, &retry), REASON_NONE); /* the 3rd token */
+	ck_assert_ptr_eq(e, first);
+	ck_assert_uint_eq(first->conns, 2);
+	ck_assert_uint_eq(retry, 0);
+	ratelimit_table_free(&t);
+}
+END_TEST
+
+/* The rule's rate: the burst passes, the next is refused with the bucket's Retry-After. */
+START_TEST(rule_refusal_rate)
+{
+	struct ratelimit_table t;
+	const struct verdict_limits l = { .requests_per_second = 2, .burst = 2 };
+	struct ratelimit_entry *e = NULL, *first = NULL;
+	uint32_t retry = 0;
+
+	ck_assert_int_eq(ratelimit_table_init(&t, 4), 0);
+	ck_assert_int_eq(rule_ask(&t, 9, &l, 100, &first, &retry), REASON_NONE);
+	ck_assert_int_eq(rule_ask(&t, 9, &l, 100, &e, &retry), REASON_NONE);
+	ck_assert_uint_eq(first->conns, 2); /* no concurrent limit: every one counted */
+	ck_assert_int_eq(rule_ask(&t, 9, &l, 100, &e, &retry), REASON_RATE_LIMITED);
+	ck_assert_ptr_null(e);
+	ck_assert_uint_eq(retry, 1);
+	ck_assert_uint_eq(first->conns, 2);
+	/* Half a second makes one token: N-1 ms refused, N ms served. */
+	ck_assert_int_eq(rule_ask(&t, 9, &l, 599, &e, &retry), REASON_RATE_LIMITED);
+	ck_assert_int_eq(rule_ask(&t, 9, &l, 600, &e, &retry), REASON_NONE);
+	ck_assert_uint_eq(first->conns, 3);
+	ratelimit_table_free(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("core/ratelimit");
@@ -538,6 +647,9 @@ int main(void)
 	tcase_add_test(tc, table_keys_isolated);
 	tcase_add_test(tc, table_evicts_only_idle);
 	tcase_add_test(tc, table_random_vs_reference);
+	tcase_add_test(tc, rule_refusal_full_table);
+	tcase_add_test(tc, rule_refusal_concurrent);
+	tcase_add_test(tc, rule_refusal_rate);
 	tcase_add_test(tc, shared_burst_then_refused);
 	tcase_add_test(tc, shared_slow_rate_and_unlimited);
 	tcase_add_test(tc, shared_two_threads_get_the_burst);

@@ -1,0 +1,359 @@
+/*
+ * Unit tests for the sandbox table's bookkeeping (core/engine.c):
+ * engine_sandbox_add and engine_sandbox_remove on a real engine
+ * (engine_start with one worker, a stub term, as tests/unit/core/worker.c's
+ * "exit" does), with a small policy that has a profile anyone may use, one
+ * only root may, and a sandbox of the policy file.
+ *
+ * The .c is included, so registered_by (the per-user count) is reached
+ * directly. Checked: the id's rule (length 63 and 64, the first byte, each
+ * byte outside the set), a missing profile, a duplicate, the per-user limit
+ * at N and N+1 (and per user), who may register for which uid, removal by
+ * the registrant or root only, a sandbox of the file that `rm` may not
+ * remove, the uids of daemon.sandbox_uids (given by the pool only, at its
+ * last uid and one past it), and a full table (its bound from
+ * RLIMIT_NOFILE: engine_sandboxes_max_for) at N and N+1, with a freed slot
+ * reused.
+ */
+#include "../../../core/engine.c"
+
+#include <check.h>
+#include <sys/resource.h>
+
+#include "core/audit.h"
+#include "core/config.h"
+#include "policy/policy.h"
+#include "tests/unit/unit.h"
+
+#define ET_RULE "    - host: a.test\n      tier: passthrough\n      owner: o\n      reason: r\n"
+#define ET_POLICY                                                                                 \
+	"version: 1\nsandboxes:\n  - {id: f1, profile: p}\nprofiles:\n  p:\n    rules:\n" ET_RULE \
+	"  shut:\n    users: [root]\n    rules:\n" ET_RULE
+/* How many sandboxes the full-table test's RLIMIT_NOFILE leaves room for (f1 included). */
+#define ET_MAX 3u
+
+static struct engine eng;
+static struct config cfg;
+static struct audit *audit;
+static char dir[] = "/tmp/ane-XXXXXX"; /* short: a 63-byte id's socket path fits 107 bytes */
+static char stub_state;
+
+/*
+ * Empties the suite's directory (made by main, removed after every test ran,
+ * so that a failed test, whose teardown does not run, leaves nothing behind).
+ */
+static void dir_clear(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/r' '%s/audit.log'", dir, dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static const struct verdict_caller root = { .uid = 0 };
+static const struct verdict_caller u = { .uid = 4242, .gid = 4242 };
+static const struct verdict_caller other = { .uid = 4343, .gid = 4343 };
+
+static void *stub_worker_new(void *arg, uint32_t index, char *err, size_t cap)
+{
+	(void)arg;
+	(void)index;
+	(void)err;
+	(void)cap;
+	return &stub_state;
+}
+
+static void stub_worker_free(void *worker_state)
+{
+	ck_assert_ptr_eq(worker_state, &stub_state);
+}
+
+static const struct term_ops stub_term = { .worker_new = stub_worker_new,
+					   .worker_free = stub_worker_free };
+
+/* Loads the policy and starts the engine; <nofile> (0: unchanged) is RLIMIT_NOFILE's soft limit. */
+static void start(rlim_t nofile)
+{
+	char err[512];
+	char path[64];
+	struct policy *pol = NULL;
+
+	memset(&eng, 0, sizeof(eng));
+	dir_clear();
+	ck_assert_int_eq(config_init_defaults(&cfg), 0);
+	int rc = policy_load_buffer("t.yaml", ET_POLICY, strlen(ET_POLICY), &cfg, &pol, err,
+				    sizeof(err));
+	ck_assert_msg(rc == 0, "policy: %s", err);
+	snprintf(path, sizeof(path), "%s/r", dir);
+	ck_assert_int_eq(config_set_string(&cfg.socket_dir, path), 0);
+	snprintf(path, sizeof(path), "%s/audit.log", dir);
+	ck_assert_int_eq(config_set_string(&cfg.audit_path, path), 0);
+	ck_assert_int_eq(config_set_string(&cfg.dns_servers, "127.0.0.1"), 0);
+	cfg.workers = 1;
+	cfg.conns_per_worker = 64;
+	cfg.pipes_per_worker = 4;
+	cfg.sandboxes_per_user = 2;
+	if (nofile != 0) {
+		struct rlimit rl;
+		ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+		ck_assert_uint_le(nofile, rl.rlim_max);
+		rl.rlim_cur = nofile;
+		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	ck_assert_int_eq(audit_open(cfg.audit_path, cfg.workers + 1, &audit), 0);
+	rc = ring_probe(&eng.features);
+	ck_assert_msg(rc == 0, "io_uring: %s", strerror(-rc));
+	eng.cfg = &cfg;
+	eng.policy = pol;
+	eng.ops = &policy_verdict_ops;
+	eng.audit = audit;
+	eng.term = &stub_term;
+	eng.term_arg = &eng;
+	rc = engine_start(&eng);
+	ck_assert_msg(rc == 0, "engine_start: %s", strerror(-rc));
+}
+
+static void setup(void)
+{
+	start(0);
+}
+
+static void teardown(void)
+{
+	ck_assert_int_eq(engine_stop(&eng), 0);
+	audit_close(audit);
+	audit = NULL;
+	config_free(&cfg);
+	dir_clear();
+}
+
+/* engine_sandbox_add of <id> on <profile> by <who> for ENGINE_AGENT_ANY: its result. */
+static int add(const char *id, const char *profile, const struct verdict_caller *who)
+{
+	char out[256];
+	uint32_t agent = ENGINE_AGENT_ANY;
+
+	return engine_sandbox_add(&eng, id, profile, NULL, who, &agent, out, sizeof(out), NULL);
+}
+
+static int rm(const char *id, const struct verdict_caller *who)
+{
+	uint32_t registrant = 0;
+
+	return engine_sandbox_remove(&eng, id, who, &registrant);
+}
+
+/* The sandbox <id> is in the table, active, and its socket's directory is there. */
+static void expect_active(const char *id)
+{
+	char path[256];
+	struct stat st;
+
+	pthread_mutex_lock(&eng.lock);
+	int idx = sandbox_find(&eng, id);
+	bool active = idx >= 0 && eng.sandboxes[idx]->state == ENGINE_SANDBOX_ACTIVE;
+	pthread_mutex_unlock(&eng.lock);
+	ck_assert_msg(active, "%s is not active", id);
+	snprintf(path, sizeof(path), "%s/sandboxes/%s/egress.sock", cfg.socket_dir, id);
+	ck_assert_msg(stat(path, &st) == 0 && S_ISSOCK(st.st_mode), "%s", path);
+}
+
+static bool is_there(const char *id)
+{
+	pthread_mutex_lock(&eng.lock);
+	int idx = sandbox_find(&eng, id);
+	pthread_mutex_unlock(&eng.lock);
+	return idx >= 0;
+}
+
+/* The id: [A-Za-z0-9_.-]{1,63}, not starting with '.'. */
+START_TEST(test_id)
+{
+	char id[65];
+	char out[256];
+	uint32_t agent = ENGINE_AGENT_ANY;
+
+	memset(id, 'a', 64);
+	id[63] = '\0';
+	ck_assert_int_eq(add(id, "p", NULL), 0); /* 63 bytes */
+	expect_active(id);
+	id[63] = 'b';
+	id[64] = '\0';
+	ck_assert_int_eq(add(id, "p", NULL), -EINVAL); /* 64 */
+	ck_assert_int_eq(add("", "p", NULL), -EINVAL);
+	ck_assert_int_eq(add(".a", "p", NULL), -EINVAL);
+	ck_assert_int_eq(add("a.", "p", NULL), 0);
+	ck_assert_int_eq(add("Az09_.-", "p", NULL), 0);
+	const char *bad[] = {
+		"a/b", "a b", "a\\b", "a:b", "a@b", "a\x7f", "a\xc3\xa9", "..", "a~"
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(add(bad[i], "p", NULL) == -EINVAL, "%s", bad[i]);
+	ck_assert(!engine_sandbox_id_valid(".."));
+	/* A refused id sets no ingress socket. */
+	int fd = 99;
+	ck_assert_int_eq(
+	    engine_sandbox_add(&eng, "a/b", "p", NULL, NULL, &agent, out, sizeof(out), &fd),
+	    -EINVAL);
+	ck_assert_int_eq(fd, -1);
+}
+END_TEST
+
+/* A missing profile, a duplicate id (the policy file's too), then removal and re-adding. */
+START_TEST(test_profile_and_duplicate)
+{
+	ck_assert_int_eq(add("s1", "nope", NULL), -ENOENT);
+	ck_assert(!is_there("s1"));
+	ck_assert_int_eq(add("s1", "p", NULL), 0);
+	expect_active("s1");
+	ck_assert_int_eq(add("s1", "p", NULL), -EEXIST);
+	ck_assert_int_eq(add("s1", "shut", NULL), -EEXIST);
+	ck_assert_int_eq(add("f1", "p", NULL), -EEXIST); /* the policy file's */
+	ck_assert_int_eq(rm("s1", NULL), 0);
+	ck_assert(!is_there("s1"));
+	ck_assert_int_eq(rm("s1", NULL), -ENOENT);
+	ck_assert_int_eq(add("s1", "p", NULL), 0);
+	ck_assert_int_eq(rm("nope", NULL), -ENOENT);
+	ck_assert_int_eq(rm("f1", &root), -EPERM); /* the file's: a reload removes it */
+	ck_assert(is_there("f1"));
+}
+END_TEST
+
+/*
+ * Who may: a profile that does not admit the caller, another user's uid,
+ * daemon.sandboxes_per_user (2) at N and N+1, counted per user, and only
+ * for sandboxes still there; root is not counted.
+ */
+START_TEST(test_per_user)
+{
+	char out[256];
+	uint32_t agent = other.uid;
+
+	ck_assert_int_eq(add("x", "shut", &u), -EACCES);
+	ck_assert_int_eq(
+	    engine_sandbox_add(&eng, "x", "p", NULL, &u, &agent, out, sizeof(out), NULL), -EACCES);
+	agent = u.uid;
+	ck_assert_int_eq(
+	    engine_sandbox_add(&eng, "u1", "p", NULL, &u, &agent, out, sizeof(out), NULL), 0);
+	ck_assert_int_eq(add("u2", "p", &u), 0);
+	ck_assert_uint_eq(registered_by(&eng, u.uid), 2);
+	ck_assert_int_eq(add("u3", "p", &u), -EDQUOT);
+	ck_assert(!is_there("u3"));
+	ck_assert_int_eq(add("o1", "p", &other), 0);
+	ck_assert_int_eq(add("o2", "p", &other), 0);
+	ck_assert_int_eq(add("r1", "shut", &root), 0);
+	ck_assert_int_eq(add("r2", "p", &root), 0);
+	ck_assert_int_eq(add("r3", "p", NULL), 0);
+	ck_assert_int_eq(rm("u1", &u), 0);
+	ck_assert_uint_eq(registered_by(&eng, u.uid), 1);
+	ck_assert_int_eq(add("u3", "p", &u), 0);
+	ck_assert_int_eq(add("u4", "p", &u), -EDQUOT);
+}
+END_TEST
+
+/* Removal: by the user who registered it or root; another user learns whose it is. */
+START_TEST(test_owner_only_removal)
+{
+	uint32_t registrant = 0;
+
+	ck_assert_int_eq(add("u1", "p", &u), 0);
+	ck_assert_int_eq(add("u2", "p", &u), 0);
+	ck_assert_int_eq(add("r1", "p", &root), 0);
+	ck_assert_int_eq(engine_sandbox_remove(&eng, "u1", &other, &registrant), -EACCES);
+	ck_assert_uint_eq(registrant, u.uid);
+	expect_active("u1");
+	ck_assert_int_eq(rm("r1", &u), -EACCES);
+	ck_assert(is_there("r1"));
+	ck_assert_int_eq(rm("u1", &u), 0);
+	ck_assert_int_eq(rm("u2", &root), 0);
+	ck_assert_int_eq(rm("r1", NULL), 0); /* the daemon itself (the orphans' reaper) */
+	ck_assert(!is_there("u1") && !is_there("u2") && !is_there("r1"));
+}
+END_TEST
+
+/*
+ * daemon.sandbox_uids (the default pool): root gets a new uid of it, which
+ * no one may then ask for by number (-ERANGE), nor a second sandbox share;
+ * a user may not ask for a new one (-EACCES).
+ */
+START_TEST(test_pool_uid)
+{
+	char out[256];
+	uint32_t agent = ENGINE_AGENT_NEW, again = ENGINE_AGENT_NEW;
+
+	ck_assert_int_eq(
+	    engine_sandbox_add(&eng, "n1", "p", NULL, &root, &agent, out, sizeof(out), NULL), 0);
+	ck_assert_uint_ge(agent, cfg.sandbox_uid_first);
+	ck_assert_uint_lt(agent, cfg.sandbox_uid_first + cfg.sandbox_uid_count);
+	ck_assert_int_eq(
+	    engine_sandbox_add(&eng, "n2", "p", NULL, &root, &again, out, sizeof(out), NULL), 0);
+	ck_assert_uint_ne(again, agent); /* one uid, one sandbox */
+	uint32_t asked = agent;
+	ck_assert_int_eq(
+	    engine_sandbox_add(&eng, "n3", "p", NULL, &root, &asked, out, sizeof(out), NULL),
+	    -ERANGE);
+	asked =
+	    cfg.sandbox_uid_first + cfg.sandbox_uid_count - 1; /* the pool's last, free or not */
+	ck_assert_int_eq(
+	    engine_sandbox_add(&eng, "n3", "p", NULL, &root, &asked, out, sizeof(out), NULL),
+	    -ERANGE);
+	asked = cfg.sandbox_uid_first + cfg.sandbox_uid_count; /* one past it */
+	ck_assert_int_eq(
+	    engine_sandbox_add(&eng, "n3", "p", NULL, &root, &asked, out, sizeof(out), NULL), 0);
+	asked = ENGINE_AGENT_NEW;
+	ck_assert_int_eq(
+	    engine_sandbox_add(&eng, "n4", "p", NULL, &u, &asked, out, sizeof(out), NULL), -EACCES);
+	ck_assert(!is_there("n4"));
+}
+END_TEST
+
+/*
+ * A full table: RLIMIT_NOFILE leaves room for ET_MAX sandboxes
+ * (engine_sandboxes_max_for), f1 one of them; the ET_MAX-th passes, the
+ * next is refused -ENOSPC; a removal frees a slot that the next add reuses.
+ */
+START_TEST(test_table_full)
+{
+	uint64_t held =
+	    LIMITS_FDS_RESERVED + 1u * (2u * 4u + LIMITS_FDS_PER_WORKER); /* 1 worker, 4 pipes */
+
+	start(held + ET_MAX);
+	ck_assert_uint_eq(eng.sandboxes_max, ET_MAX);
+	ck_assert_int_eq(add("s1", "p", NULL), 0);
+	ck_assert_int_eq(add("s2", "p", NULL), 0);
+	ck_assert_int_eq(add("s3", "p", NULL), -ENOSPC);
+	ck_assert(!is_there("s3"));
+	ck_assert_int_eq(rm("s1", NULL), 0);
+	uint32_t used = eng.sandbox_used;
+	ck_assert_int_eq(add("s3", "p", NULL), 0);
+	ck_assert_uint_eq(eng.sandbox_used, used); /* s1's slot, not a new one */
+	expect_active("s3");
+	ck_assert_int_eq(add("s4", "p", NULL), -ENOSPC);
+}
+END_TEST
+
+int main(void)
+{
+	char cmd[128];
+	Suite *s = suite_create("core/engine");
+	TCase *tc = tcase_create("sandboxes");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_id);
+	tcase_add_test(tc, test_profile_and_duplicate);
+	tcase_add_test(tc, test_per_user);
+	tcase_add_test(tc, test_owner_only_removal);
+	tcase_add_test(tc, test_pool_uid);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("full");
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_table_full);
+	suite_add_tcase(s, tc);
+	if (mkdtemp(dir) == NULL)
+		return EXIT_FAILURE;
+	int ret = unit_run(s);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? ret : EXIT_FAILURE;
+}
