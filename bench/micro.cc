@@ -17,6 +17,17 @@
  *   audit_emit             audit_next_id, audit_claim, filling the record as
  *                          core/conn.c's audit_decision does, audit_commit; the
  *                          writer thread runs, writing to /dev/null.
+ *   baseline_lookup/1000000/<hit|miss>
+ *                          the same lookups in a plain hash table of the same
+ *                          keys (std::unordered_set of the rules' hosts and
+ *                          suffixes): the host as sent, then each suffix after
+ *                          a dot. No normalising, no ports, no tiers: the floor
+ *                          policy_lookup and decision are measured against.
+ *   baseline_build/1000000 that hash table built from the rules, in ms: the
+ *                          floor of policy_build.
+ *   baseline_sign          one ECDSA P-256 signature (SHA-256) of 512 bytes, a
+ *                          new message each time, by EVP_DigestSign: the floor
+ *                          of tls_leaf_mint.
  *   tls_leaf_mint          tls_leaf_mint of a leaf for a new host each time (what a
  *                          leaf-cache miss costs a worker: one ECDSA P-256 signature
  *                          and the certificate around it), and X509_free; the CA is
@@ -81,10 +92,13 @@ extern "C" {
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fcntl.h>
 #include <memory>
 #include <netinet/in.h>
 #include <string>
+#include <string_view>
 #include <sys/stat.h>
+#include <unordered_set>
 #include <unistd.h>
 #include <vector>
 
@@ -562,6 +576,85 @@ void bm_policy_build(benchmark::State &state, uint32_t rule_count)
 	state.SetItemsProcessed((int64_t)state.iterations() * rule_count);
 }
 
+/* ---- baselines: what a plain hash table and a bare signature cost ---- */
+
+using host_set = std::unordered_set<std::string_view>;
+
+/* The rules' hosts (a wildcard's suffix as its key) in a plain hash table. */
+void host_set_fill(const acl_fixture &f, host_set &set)
+{
+	for (const struct acl_rule &r : f.rules)
+		set.emplace(r.host, r.host_len);
+}
+
+/* The host as sent, then each suffix after a dot: true when one is a key. */
+bool host_set_find(const host_set &set, const host_ref &h)
+{
+	std::string_view q(h.text, h.len);
+
+	for (;;) {
+		if (set.find(q) != set.end())
+			return true;
+		size_t dot = q.find('.');
+		if (dot == std::string_view::npos)
+			return false;
+		q.remove_prefix(dot + 1);
+	}
+}
+
+host_set *baseline_set;
+uint32_t baseline_set_rules;
+
+void bm_baseline_lookup(benchmark::State &state, uint32_t rule_count, bool hit)
+{
+	acl_fixture *f = fixture_for(rule_count);
+	if (f == nullptr) {
+		state.SkipWithError("fixture set-up failed (see stderr)");
+		return;
+	}
+	if (baseline_set == nullptr || baseline_set_rules != rule_count) {
+		delete baseline_set;
+		baseline_set = new host_set();
+		host_set_fill(*f, *baseline_set);
+		baseline_set_rules = rule_count;
+	}
+	const host_ref *hosts = hit ? f->hits.data() : f->misses.data();
+	for (uint32_t k = 0; k < LOOKUP_HOSTS; k++) {
+		if (host_set_find(*baseline_set, hosts[k]) != hit) {
+			state.SkipWithError("the hash table decides a host otherwise");
+			return;
+		}
+	}
+	uint32_t next = 0;
+	for (auto _ : state) {
+		bool found = host_set_find(*baseline_set, hosts[next++ & (LOOKUP_HOSTS - 1)]);
+		benchmark::DoNotOptimize(found);
+	}
+	state.SetItemsProcessed((int64_t)state.iterations());
+	report_percentiles(state, [&](size_t k) {
+		bool found = host_set_find(*baseline_set, hosts[(next + k) & (LOOKUP_HOSTS - 1)]);
+		benchmark::DoNotOptimize(found);
+	});
+}
+
+void bm_baseline_build(benchmark::State &state, uint32_t rule_count)
+{
+	acl_fixture *f = fixture_for(rule_count);
+	if (f == nullptr) {
+		state.SkipWithError("fixture set-up failed (see stderr)");
+		return;
+	}
+	for (auto _ : state) {
+		auto set = std::make_unique<host_set>();
+		host_set_fill(*f, *set);
+		benchmark::DoNotOptimize(set->size());
+		state.PauseTiming();
+		set.reset();
+		state.ResumeTiming();
+	}
+	state.SetItemsProcessed((int64_t)state.iterations() * rule_count);
+}
+
 /* ---- audit_emit ---- */
 
 /*
@@ -729,11 +822,16 @@ X509 *mint_ca_cert(EVP_PKEY *key)
 	return ok ? x : nullptr;
 }
 
+/* 0600: tls_ca_load refuses a key group or others may read. */
 bool write_pem(const std::string &path, X509 *cert, EVP_PKEY *key)
 {
-	FILE *f = fopen(path.c_str(), "w");
-	if (f == nullptr)
+	int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : nullptr;
+	if (f == nullptr) {
+		if (fd >= 0)
+			close(fd);
 		return false;
+	}
 	bool ok = cert != nullptr
 		      ? PEM_write_X509(f, cert) == 1
 		      : PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
@@ -801,6 +899,39 @@ void bm_tls_leaf_mint(benchmark::State &state)
 		state.SkipWithError("tls_leaf_mint failed");
 }
 
+/* One ECDSA P-256 signature of a new 512-byte message: what a mint cannot do without. */
+void bm_baseline_sign(benchmark::State &state)
+{
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	if (key == nullptr || md == nullptr) {
+		EVP_MD_CTX_free(md);
+		EVP_PKEY_free(key);
+		state.SkipWithError("no P-256 key");
+		return;
+	}
+	unsigned char msg[512] = { 0 };
+	unsigned char sig[128];
+	uint64_t next = 0;
+	bool failed = false;
+	auto one = [&](size_t) {
+		size_t sig_len = sizeof(sig);
+		uint64_t n = next++;
+		memcpy(msg, &n, sizeof(n));
+		failed |= EVP_DigestSignInit(md, nullptr, EVP_sha256(), nullptr, key) != 1 ||
+			  EVP_DigestSign(md, sig, &sig_len, msg, sizeof(msg)) != 1;
+		benchmark::DoNotOptimize(sig_len);
+	};
+	for (auto _ : state)
+		one(0);
+	state.SetItemsProcessed((int64_t)state.iterations());
+	report_percentiles(state, one, MINT_SAMPLES);
+	EVP_MD_CTX_free(md);
+	EVP_PKEY_free(key);
+	if (failed)
+		state.SkipWithError("EVP_DigestSign failed");
+}
+
 void register_all()
 {
 	struct head_shape {
@@ -824,10 +955,20 @@ void register_all()
 					     true);
 		benchmark::RegisterBenchmark((base + "/miss").c_str(), bm_policy_lookup, rules,
 					     false);
-		if (rules == 1000000)
+		if (rules == 1000000) {
 			benchmark::RegisterBenchmark(
 			    (std::string("decision/") + std::to_string(rules)).c_str(), bm_decision,
 			    rules);
+			std::string floor = "baseline_lookup/" + std::to_string(rules);
+			benchmark::RegisterBenchmark((floor + "/hit").c_str(), bm_baseline_lookup,
+						     rules, true);
+			benchmark::RegisterBenchmark((floor + "/miss").c_str(), bm_baseline_lookup,
+						     rules, false);
+			benchmark::RegisterBenchmark(
+			    ("baseline_build/" + std::to_string(rules)).c_str(), bm_baseline_build,
+			    rules)
+			    ->Unit(benchmark::kMillisecond);
+		}
 		if (rules >= 100000)
 			benchmark::RegisterBenchmark(
 			    ("policy_build/" + std::to_string(rules)).c_str(), bm_policy_build,
@@ -836,6 +977,8 @@ void register_all()
 	}
 	benchmark::RegisterBenchmark("audit_emit", bm_audit_emit);
 	benchmark::RegisterBenchmark("tls_leaf_mint", bm_tls_leaf_mint)
+	    ->Unit(benchmark::kMicrosecond);
+	benchmark::RegisterBenchmark("baseline_sign", bm_baseline_sign)
 	    ->Unit(benchmark::kMicrosecond);
 }
 
@@ -850,6 +993,7 @@ int main(int argc, char **argv)
 		return 1;
 	benchmark::RunSpecifiedBenchmarks();
 	benchmark::Shutdown();
+	delete baseline_set;
 	fixture_cached.reset();
 	audit_bench_close();
 	tls_ca_free(&mint_ca);

@@ -1177,6 +1177,19 @@ def read_answer(sock):
     return answer[:len(head) + 4] + body
 
 
+def still_open(sock):
+    """Whether the peer has not ended <sock> (reset or EOF) yet; nothing is read."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.settimeout(5)
+
+
 def head_of(answer):
     return answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
 
@@ -1246,9 +1259,16 @@ def t_drain(v, log):
         quiet.append(time.monotonic() - stopped)
         if end:
             errs.append("%s quiet through the drain got %r, want its end" % (what, end[:100]))
-        if not 0.7 <= quiet[-1] <= 2.0:
-            errs.append("%s quiet through the drain ended %.2f s after SIGTERM, want about "
-                        "1 s (LIMITS_DRAIN_IDLE_MS)" % (what, quiet[-1]))
+        # Not before LIMITS_DRAIN_IDLE_MS (1 s); and by that limit, not the drain's end:
+        # the tunnel, which the drain aborts only at its end, must still be open (an
+        # order of events, where a bound on the time would flake on a slow machine).
+        if quiet[-1] < 0.7:
+            errs.append("%s quiet through the drain ended %.2f s after SIGTERM, before "
+                        "LIMITS_DRAIN_IDLE_MS (1 s)" % (what, quiet[-1]))
+        if not still_open(tunnel):
+            errs.append("%s quiet through the drain ended %.2f s after SIGTERM, once the "
+                        "tunnel was cut: at the drain's end, not LIMITS_DRAIN_IDLE_MS"
+                        % (what, quiet[-1]))
     log("during the drain: kept-alive %r; new %r; public %r; in a fake session %r; in flight "
         "%r; the quiet ones ended %.2f s and %.2f s after SIGTERM" % (
             again[:12], fresh[:12], public[:12], inside[:12], late[:12], quiet[0], quiet[1]))
@@ -1263,10 +1283,12 @@ def t_drain(v, log):
                         "and Connection: close" % (what, answer[:300]))
     if status_of(late) != 200 or not late.endswith(b"late\n"):
         errs.append("the request in flight when the drain began: %r, want its 200" % late[:300])
-    code = v["daemon"].wait(DRAIN_MS / 1000 + 10)
+    code = v["daemon"].wait(DRAIN_MS / 1000 * 5 + 10)
     took = time.monotonic() - stopped
     log("exit %d %.2f s after SIGTERM (drain_ms %d)" % (code, took, DRAIN_MS))
-    if not DRAIN_MS / 1000 - 0.3 <= took <= DRAIN_MS / 1000 + 2:
+    # Not before drain_ms (the tunnel holds the drain); the upper bound, five times it,
+    # only catches a drain that never ends.
+    if not DRAIN_MS / 1000 - 0.3 <= took <= DRAIN_MS / 1000 * 5:
         errs.append("the daemon exited %.2f s after SIGTERM, want the drain's %.1f s (the "
                     "tunnel holds it)" % (took, DRAIN_MS / 1000))
     if "1 connections left to abort" not in read_text(v["err"]):

@@ -868,7 +868,7 @@ def run_suite(suite, cases):
                 read_text(suite.daemon_err_path)[-4000:]))
     if suite.daemon.poll() is None:
         suite.check_relays([c["name"] for c in live])
-    if args.cases is None and suite.daemon.poll() is None:
+    if (args.cases is None or args.reload) and suite.daemon.poll() is None:
         reload.run(suite)  # last: it rewrites the policy file under the running daemon
     suite.procs.stop(suite.forwarder)
     suite.stop_daemon()
@@ -879,6 +879,8 @@ def main():
     ap = argparse.ArgumentParser(description="agentsnet integration suite")
     ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "san", "agentsnetd"))
     add_run_args(ap, "name of the sandbox namespace (the upstream one adds -up)")
+    ap.add_argument("--reload", action="store_true",
+                    help="run reload.py's checks after the --cases selected too")
     args = ap.parse_args()
     args.daemon = os.path.abspath(args.daemon)
     args.upns = args.netns + "-up"

@@ -11,6 +11,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,19 +259,26 @@ START_TEST(test_receiver_answers_wrong)
 }
 END_TEST
 
-/* Writes <text> a byte each <gap_ms> on <sock>, until done or the peer is gone. */
+/*
+ * Writes <text> a byte each <gap_ms> on <sock>, until done or the peer is gone;
+ * <whole> is set as the last byte goes out, so a side that gave up at its
+ * deadline is told from one that waited the trickle out, with no clock.
+ */
 struct trickler {
 	int sock;
 	const char *text;
 	unsigned gap_ms;
+	atomic_bool whole;
 	pthread_t thread;
 };
 
 static void *trickle_main(void *arg)
 {
-	const struct trickler *t = arg;
+	struct trickler *t = arg;
 
 	for (const char *p = t->text; *p != '\0'; p++) {
+		if (p[1] == '\0')
+			atomic_store(&t->whole, true); /* before the peer can have the last byte */
 		if (send(t->sock, p, 1, MSG_NOSIGNAL) != 1)
 			break;
 		usleep(t->gap_ms * 1000);
@@ -282,22 +291,24 @@ START_TEST(test_trickling_sender_timed_out)
 {
 	int sv[2];
 	struct receiver r;
-	/* 31 bytes, a byte each 40 ms: 1.2 s, each byte well within any per-read timeout. */
-	struct trickler t = { .text = "batch 1 2222222222222222222222\n", .gap_ms = 40 };
+	/*
+	 * 31 bytes, a byte each 100 ms: the last after 3 s, ten times the deadline, each byte
+	 * well within any per-read timeout. The receiver must give up while the
+	 * trickle goes on (an event, not a bound on its duration).
+	 */
+	struct trickler t = { .text = "batch 1 2222222222222222222222\n", .gap_ms = 100 };
 
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	t.sock = sv[0];
-	uint64_t start = timer_now_ms();
-	r = (struct receiver){ .sock = sv[1], .cap = 8, .deadline_ms = start + 300 };
+	r = (struct receiver){ .sock = sv[1], .cap = 8, .deadline_ms = timer_now_ms() + 300 };
 	r.out = calloc(8, sizeof(*r.out));
 	ck_assert_ptr_nonnull(r.out);
 	ck_assert_int_eq(pthread_create(&t.thread, NULL, trickle_main, &t), 0);
 	ck_assert_int_eq(pthread_create(&r.thread, NULL, receive_main, &r), 0);
 	receiver_join(&r);
-	uint64_t took = timer_now_ms() - start;
 	ck_assert_int_eq(r.ret, -ETIMEDOUT);
-	ck_assert_msg(took < 800, "gave up after %llu ms, the deadline was 300",
-		      (unsigned long long)took);
+	ck_assert_msg(!atomic_load(&t.whole),
+		      "the receiver waited out the whole trickled head, past its deadline");
 	close(sv[1]); /* the trickler's next send fails */
 	pthread_join(t.thread, NULL);
 	close(sv[0]);
@@ -310,8 +321,12 @@ START_TEST(test_trickling_receiver_timed_out)
 {
 	struct notify_fd sent[250];
 	int sv[2];
-	/* Both batches' acknowledgements, a byte each 100 ms: 1 s in all. */
-	struct trickler t = { .text = "next\nnext\n", .gap_ms = 100 };
+	/*
+	 * Both batches' acknowledgements, a byte each 250 ms: the last after 2.25 s,
+	 * over seven times the deadline. The sender must give up while the trickle
+	 * goes on.
+	 */
+	struct trickler t = { .text = "next\nnext\n", .gap_ms = 250 };
 
 	for (uint32_t i = 0; i < AN_ARRAY_LEN(sent); i++) {
 		snprintf(sent[i].name, sizeof(sent[i].name), "n%u", i);
@@ -320,12 +335,10 @@ START_TEST(test_trickling_receiver_timed_out)
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	t.sock = sv[1];
 	ck_assert_int_eq(pthread_create(&t.thread, NULL, trickle_main, &t), 0);
-	uint64_t start = timer_now_ms();
-	int ret = handover_send(sv[0], sent, AN_ARRAY_LEN(sent), start + 300);
-	uint64_t took = timer_now_ms() - start;
+	int ret = handover_send(sv[0], sent, AN_ARRAY_LEN(sent), timer_now_ms() + 300);
 	ck_assert_int_eq(ret, -ETIMEDOUT);
-	ck_assert_msg(took < 800, "gave up after %llu ms, the deadline was 300",
-		      (unsigned long long)took);
+	ck_assert_msg(!atomic_load(&t.whole),
+		      "the sender waited out the trickled acknowledgement, past its deadline");
 	close(sv[0]);
 	pthread_join(t.thread, NULL);
 	close(sv[1]);

@@ -251,14 +251,16 @@ static void gen_rules(FILE *f, uint32_t first, uint32_t n)
 }
 
 /*
- * About 0.2 s in a release build, most of it libyaml. Under ASan every one of
- * libyaml's ~2M allocations goes through the sanitizer's allocator, which
- * triples the time; the bound there only catches a gross (e.g. quadratic) loss.
+ * About 0.2 s of CPU in a release build, most of it libyaml; 1.4 s under ASan,
+ * where every one of libyaml's ~2M allocations goes through the sanitizer's
+ * allocator. The bound is seven times that and only catches a gross loss (a
+ * quadratic one would take hours); how fast a policy builds is the bench's
+ * measure (bench/micro.cc's policy_build, against a hash table of the same keys).
  */
 #if defined(__SANITIZE_ADDRESS__)
-#define LOAD_100K_SECONDS_MAX 3.0
+#define LOAD_100K_SECONDS_MAX 10.0
 #else
-#define LOAD_100K_SECONDS_MAX 1.0
+#define LOAD_100K_SECONDS_MAX 2.0
 #endif
 
 START_TEST(test_100k_rules_fast)
