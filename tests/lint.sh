@@ -9,7 +9,9 @@
 #     include core/worker.h, only its types (core/worker-t.h, which declares
 #     no function), and call none of its functions;
 #  5. every path into the tree a document or a source cites exists
-#     (tests/lint-paths.py).
+#     (tests/lint-paths.py);
+#  6. every promise of README.md and docs/ names a test that exists and runs
+#     (docs/testing.md, "Promises"; tests/lint-promises.py).
 set -u
 cd "$(dirname "$0")/.."
 fail=0
@@ -51,6 +53,7 @@ done
 
 python3 tests/lint-deps.py . || fail=1
 python3 tests/lint-paths.py . || fail=1
+python3 tests/lint-promises.py . || fail=1
 
 [ $fail -eq 0 ] && echo "  LINT    ok"
 exit $fail

@@ -1880,13 +1880,24 @@ class KeepOrigin(Listener):
     """An origin that answers every request head on a connection 200 with a short body
     (Content-Length: 3), keeping the connection for the next one: .accepted counts its
     connections and .requests the requests it answered. With <tls> (an ssl.SSLContext), it
-    speaks TLS."""
+    speaks TLS. With <hold> (bytes), a request whose line holds them is never answered: the
+    connection is read until its peer ends it, and .held_ends gets how ("eof" or the error)."""
 
-    def __init__(self, tls=None):
+    def __init__(self, tls=None, hold=None):
         self.tls = tls
+        self.hold = hold
         self.accepted = 0
         self.requests = 0
+        self.held_ends = []
         super().__init__()
+
+    def held(self, conn):
+        try:
+            while conn.recv(65536):
+                pass
+            self.held_ends.append("eof")
+        except (OSError, ssl.SSLError) as e:
+            self.held_ends.append(type(e).__name__)
 
     def answer(self, conn):
         self.accepted += 1
@@ -1901,7 +1912,10 @@ class KeepOrigin(Listener):
                     if not chunk:
                         return
                     data += chunk
-                data = data.split(b"\r\n\r\n", 1)[1]
+                line, data = data.split(b"\r\n", 1)[0], data.split(b"\r\n\r\n", 1)[1]
+                if self.hold is not None and self.hold in line:
+                    self.held(conn)
+                    return
                 self.requests += 1
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
         except (OSError, ssl.SSLError):
@@ -2054,6 +2068,45 @@ def reason_codes():
 
 def grown(after, before, key):
     return after.get(key, 0) - before.get(key, 0)
+
+
+HOLD_RESPONSE_MS = 1000  # inject_timeout_fresh's daemon.timeouts.response_ms
+
+
+def t_inject_timeout_fresh(v, log):
+    """docs/reasons.md, upstream_timeout: an inject upstream that sends no response head
+    within response_ms (HOLD_RESPONSE_MS here) is answered 504 to the agent, and that
+    upstream, holding a request cut short, is never used again: the daemon ends its
+    connection, and the next request to the rule goes on a new one (where an upstream that
+    answered is reused: t_metrics, t_forward_keep)."""
+    errs = []
+    hold = v["keep_tls"]  # the keep-tls rule's origin, holding what asks for /hold
+    hold.hold = b"/hold"
+    port = hold.port
+    agent_tls = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    t0 = time.monotonic()
+    got = inject_exchange(v, port, agent_tls, host="keep-tls.internal", path=b"/hold",
+                          read=read_answer)
+    took = time.monotonic() - t0
+    first = got[1].encode() if isinstance(got, tuple) else got
+    ended = within(lambda: hold.held_ends, 5 * HOLD_RESPONSE_MS / 1000)
+    second = inject_exchange(v, port, agent_tls, host="keep-tls.internal", path=b"/x",
+                             read=read_answer)
+    second = second[1].encode() if isinstance(second, tuple) else second
+    log("inject timeout: %r after %.2f s; the held upstream ended %r; then %r; the origin "
+        "accepted %d, answered %d" % (first[:40], took, hold.held_ends, second[:20],
+                                      hold.accepted, hold.requests))
+    if status_of(first) != 504 or b"upstream_timeout" not in first:
+        errs.append("a request the inject upstream never answers: %r after %.2f s, want 504 "
+                    "upstream_timeout" % (first[:200], took))
+    if not ended:
+        errs.append("the upstream that timed out was not ended within %.1f s of the 504 (it "
+                    "holds a request cut short)" % (5 * HOLD_RESPONSE_MS / 1000))
+    if status_of(second) != 200 or (hold.accepted, hold.requests) != (2, 1):
+        errs.append("the next request: %r, the origin accepted %d connections and answered "
+                    "%d; want 200 on a new connection (2 accepted, 1 answered)" % (
+                        second[:100], hold.accepted, hold.requests))
+    return errs
 
 
 def inject_keep_exchange(v, agent_tls):
@@ -2535,6 +2588,7 @@ def main():
                 ("webhook_https", "continue", None, None, t_webhook_https),
                 ("misdirected_refusal", "continue", None, None, t_misdirected_refusal),
                 ("inject_without_ca", "continue", None, None, t_inject_without_ca),
+                ("inject_timeout_fresh", "continue", None, None, t_inject_timeout_fresh),
                 ("overloaded", "continue", None, None, t_overloaded),
                 ("response_truncated", "continue", None, None, t_response_truncated),
                 ("upstream_closes", "continue", None, None, t_upstream_closes),
@@ -2601,7 +2655,10 @@ def main():
                                           resets_port=v["resets"].port,
                                           full_port=v["full"].port,
                                           connect_ms=(", connect_ms: %d" % CONNECT_MS
-                                                      if name == "connect_timeout" else ""),
+                                                      if name == "connect_timeout" else
+                                                      ", response_ms: %d" % HOLD_RESPONSE_MS
+                                                      if name == "inject_timeout_fresh"
+                                                      else ""),
                                           pool=pool_section(name), big_port=big.port,
                                           placeholder=PLACEHOLDER))
                 ran += 1
