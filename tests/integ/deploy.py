@@ -86,9 +86,10 @@ import urllib.request
 
 import yaml
 
+from integlib import ci, print_counts, skip_pass
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-SKIP = 77
 CLI_UNREACHABLE = 3  # `agentsnet`: no daemon on the control socket
 DEFAULT_SOCKET_DIR = "/run/agentsnet"
 DEFAULT_AUDIT = "/var/log/agentsnet/audit.jsonl"
@@ -1152,15 +1153,15 @@ def main():
     for b in (daemon, os.path.join(args.build, "agentsnet"),
               os.path.join(args.build, "agentsnet-bridge")):
         if not os.access(b, os.X_OK):
-            print(f"deploy: SKIP: {rel(b)} is not built (run make)")
-            return SKIP
+            return skip_pass("deploy", f"{rel(b)} is not built (run make)")
     try:
         recipe = Recipe(os.path.abspath(args.dir), args.build, args.daemon)
     except (Fault, YamlError, OSError) as e:
         print(f"FAIL read: {e}")
-        print("deploy: 0 passed, 1 failed")
+        print_counts("deploy", 0, 1)
         return 1
     passed = failed = 0
+    skipped = []
     for name, fn in CHECKS:
         t0 = time.monotonic()
         try:
@@ -1170,13 +1171,19 @@ def main():
             failed += 1
             continue
         if what is None:
-            print(f"skip {name}: needs root", flush=True)
+            if ci():
+                print(f"FAIL {name}: needs root, and under CI=true a skip is a failure",
+                      flush=True)
+                failed += 1
+            else:
+                print(f"skip {name}: needs root", flush=True)
+                skipped.append((name, "needs root"))
             continue
         passed += 1
         detail = f": {what}" if args.verbose else ""
         print(f"ok   {name} ({time.monotonic() - t0:.1f} s){detail}", flush=True)
-    print(f"deploy: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    print_counts("deploy", passed, failed, skipped)
+    return 1 if failed else 77 if skipped else 0
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 
-from integlib import ROOT, own_pass_args, own_pass_end
+from integlib import ROOT, own_pass_args, own_pass_end, print_counts, skip_pass
 
 STUBS = ("apt-get", "sudo", "systemctl", "npm")
 MISSING = ("curl", "libyaml-dev")  # both in the demo's set and the whole set
@@ -148,10 +148,9 @@ def main():
     args, log = own_pass_args("agentsnet set-up pass (tools/deps.sh)")
     del args
     if shutil.which("dpkg-query") is None:
-        print("deps: SKIP: dpkg-query is not installed (not a Debian host)")
-        return 77
+        return skip_pass("deps", "dpkg-query is not installed (not a Debian host)")
     tmp = tempfile.mkdtemp(prefix="an-deps-")
-    failed = 0
+    failed = ran = 0
     for name, test in (("present", t_present), ("missing_demo", t_missing_demo),
                        ("missing_all", t_missing_all)):
         try:
@@ -162,7 +161,8 @@ def main():
         for e in errs:
             print("  " + e)
         failed += bool(errs)
-    print("deps: %d passed, %d failed" % (3 - failed, failed))
+        ran += 1
+    print_counts("deps", ran - failed, failed)
     return own_pass_end("deps", tmp, failed)
 
 

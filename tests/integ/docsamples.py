@@ -36,7 +36,8 @@ import textwrap
 import threading
 
 from fairness import egress, served
-from integlib import own_pass_args, own_pass_end, read_audit, wait_for, with_daemon, Fatal
+from integlib import (own_pass_args, own_pass_end, print_counts, read_audit, wait_for,
+                      with_daemon, Fatal)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DOCS = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "demo", "README.md")] + \
@@ -231,6 +232,7 @@ def main():
         print("docsamples: FAIL: no sample found in %d documents" % len(DOCS))
         return 1
     state = {}
+    wrong = set()  # the samples found wrong, by file:line
 
     def body():
         sock = egress(sock_dir, "agent-1")
@@ -244,7 +246,10 @@ def main():
         errs = []
         for rel, line, kind, value in found:
             if kind == "transcript":
-                errs += check_transcript("%s:%d" % (rel, line), value, tmp, args, sock_dir)
+                these = check_transcript("%s:%d" % (rel, line), value, tmp, args, sock_dir)
+                errs += these
+                if these:
+                    wrong.add("%s:%d" % (rel, line))
         state["cli_errs"] = errs
         return 0
 
@@ -270,13 +275,17 @@ def main():
         checked = 0
         for rel, line, kind, value in found:
             if kind == "json":
-                errs += check_json("%s:%d" % (rel, line), value, (shapes, values), body_keys)
+                these = check_json("%s:%d" % (rel, line), value, (shapes, values), body_keys)
+                errs += these
+                if these:
+                    wrong.add("%s:%d" % (rel, line))
             checked += 1
         log("docsamples: %d samples checked (%d JSON, %d transcripts) in %d documents" % (
             checked, sum(1 for s in found if s[2] == "json"),
             sum(1 for s in found if s[2] == "transcript"), len(DOCS)))
     except Fatal as e:
         errs = [str(e)]
+        wrong = None  # the pass itself failed: no sample's count means anything
     finally:
         origin.shutdown()
     for e in errs:
@@ -284,6 +293,10 @@ def main():
     if not errs:
         print("docsamples: ok: %d samples, every one as the daemon and the CLI print it"
               % len(found))
+    if wrong is None:  # a fault of the pass itself (the daemon, the requests)
+        print_counts("docsamples", 0, 1)
+    else:
+        print_counts("docsamples", len(found) - len(wrong), len(wrong))
     return own_pass_end("docsamples", tmp, len(errs))
 
 

@@ -49,10 +49,12 @@ import tempfile
 import threading
 import time
 
-from integlib import (control_exchange, make_pki, own_pass_args, own_pass_end, read_audit,
+from integlib import (control_exchange, make_pki, own_pass_args, own_pass_end, print_counts,
+                      read_audit, skip_pass,
                       read_head, recv_all, wait_for, with_daemon, Fatal)
 
 CONNS_PER_WORKER = 64
+TALLY = []  # each test's outcome in turn, True when it passed: the closing counts
 FLOOD_CONNS = 100
 QUIET_CONNS = 8
 ANSWER_WAIT_S = 2.0
@@ -575,6 +577,7 @@ def run_daemon(args, v, tests, log, nofile=None):
         failed = 0
         for name, test in tests:
             errs = test(v, log)
+            TALLY.append(not errs)
             print("fairness: %s: %s" % (name, "ok" if not errs else "FAIL"))
             for e in errs:
                 print("  " + e)
@@ -620,8 +623,7 @@ def main():
         lambda ap: ap.add_argument("--share", type=int, default=75,
                                    help="sandbox_share_percent (100: off)"))
     if os.geteuid() != 0:
-        print("fairness: SKIP: the daemon's socket directory checks want root")
-        return 77
+        return skip_pass("fairness", "the daemon's socket directory checks want root")
 
     tmp = tempfile.mkdtemp(prefix="an-fair-")
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
@@ -645,6 +647,7 @@ def main():
         failed += run_session_daemon(args, tmp, log)
     finally:
         origin.shutdown()
+    print_counts("fairness", TALLY.count(True), failed)  # failed: the daemons' faults too
     return own_pass_end("fairness", tmp, failed)
 
 

@@ -161,7 +161,8 @@ import threading
 import time
 
 from fairness import Origin, answers_of, connect, control, egress, served
-from integlib import (ROOT, make_leaf, make_pki, own_pass_args, own_pass_end, read_head,
+from integlib import (ROOT, make_leaf, make_pki, own_pass_args, own_pass_end, print_counts,
+                      read_head,
                       read_text, recv_all, scrape, series,
                       tcp_exchange, upload_then_leave, with_daemon, Fatal)
 
@@ -2667,7 +2668,7 @@ def main():
                 subprocess.run(["umount", disk], check=False)
     finally:
         origin.shutdown()
-    print("faults: %d passed, %d failed" % (ran - failed, failed))
+    print_counts("faults", ran - failed, failed)
     if ran == 0:
         print("faults: no test named %s" % " ".join(args.tests or []))
         failed = 1

@@ -266,6 +266,24 @@ def own_pass_args(description, add=None, tests=False):
     return args, (print if args.v else (lambda *_: None))
 
 
+def print_counts(label, passed, failed, skipped=()):
+    """Prints a pass's closing counts, "<label>: P passed, F failed, S skipped", with each
+    skip's reason after it: run.sh reads that line of every pass into make check's summary
+    and fails a pass that ends without one. <skipped>: (what, why) pairs."""
+    reasons = "; ".join("%s: %s" % s for s in skipped)
+    print("%s: %d passed, %d failed, %d skipped%s" % (
+        label, passed, failed, len(skipped), " (%s)" % reasons if reasons else ""), flush=True)
+
+
+def skip_pass(label, why):
+    """A whole pass that cannot run here, for <why>: its "SKIP:" line (the reason run.sh
+    reports) and its counts, one skipped. Returns SKIP, the exit status run.sh counts as a
+    skip (a failure under CI)."""
+    print("%s: SKIP: %s" % (label, why))
+    print_counts(label, 0, 0, [(label, why)])
+    return SKIP
+
+
 def own_pass_end(label, tmp, failed):
     """A pass's end: its directory <tmp> removed when nothing failed, else kept and named.
     Returns its exit code."""
@@ -601,9 +619,7 @@ def run_and_tally(name, suite, args, body, cleanup=None):
     if suite.failed == 0 and suite.passed == 0:
         log("%s: nothing ran%s" % (name, " (%d skipped)" % len(skipped) if skipped else ""))
         return 1
-    log("%s: %d passed, %d failed, %d skipped%s" % (
-        name, suite.passed, suite.failed, len(skipped),
-        " (%s)" % "; ".join("%s: %s" % s for s in skipped) if skipped else ""))
+    print_counts(name, suite.passed, suite.failed, skipped)
     if skipped and not suite.failed:
         # Not a pass: run.sh counts the pass as skipped, with this line as its reason.
         log("%s: SKIP: %d check%s not run: %s" % (name, len(skipped), "s" * (len(skipped) > 1),

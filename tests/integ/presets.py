@@ -54,8 +54,8 @@ import threading
 import time
 import zipfile
 
-from integlib import (client_env, make_pki, own_pass_args, own_pass_end, read_audit,
-                      with_daemon, Fatal)
+from integlib import (client_env, make_pki, own_pass_args, own_pass_end, print_counts,
+                      read_audit, skip_pass, with_daemon, Fatal)
 
 CHECKS = ("npm", "pip", "git", "anthropic", "refused")
 CLIENT_TIMEOUT_S = 45
@@ -526,8 +526,7 @@ def main():
         print("presets: FAIL: the pass's network namespace: %s" % e)
         return 1
     if skip is not None:
-        print("presets: SKIP: " + skip)
-        return 77
+        return skip_pass("presets", skip)
     for tool in ("npm", "git", "curl", "openssl"):
         if shutil.which(tool) is None:
             print("presets: FAIL: %s is not installed (tools/deps.sh installs it)" % tool)
@@ -592,6 +591,8 @@ def main():
         # stand-ins' CA; the child's, before its exec.
         os.environ["SSL_CERT_FILE"] = v["origin_ca"]
 
+    passed = []  # each check's outcome in turn, True when it passed
+
     def body():
         failed = 0
         for name in CHECKS:
@@ -608,6 +609,7 @@ def main():
             for e in errs:
                 print("  " + e.replace("\n", "\n  "))
             failed += bool(errs)
+            passed.append(not errs)
         return failed
 
     try:
@@ -619,6 +621,7 @@ def main():
     finally:
         srv.shutdown()
         srv.server_close()
+    print_counts("presets", passed.count(True), failed)  # failed: the daemon's faults too
     log("presets: %.1f s in all" % (time.monotonic() - t_start))
     return own_pass_end("presets", tmp, failed)
 

@@ -7,7 +7,8 @@
 # bytes, each against the safe behaviour it must meet).
 # Exit 0 pass, 1 fail, 77 skip (the reason is printed). A pass that exits 77
 # is counted as skipped, never as passed: the run ends with a summary of every
-# pass's result and duration, "integ: passes: integ PASS 80s, sandbox SKIP 1s,
+# pass's result, duration and counts, "integ: passes: integ PASS 80s (117 passed, 0 failed,
+# 0 skipped), sandbox SKIP 1s (...),
 # ...; skipped: sandbox (<reason>)", the reason being the pass's last "SKIP:"
 # line. Any failure or timeout makes the run exit 1; else any skip makes it
 # exit 77.
@@ -47,6 +48,9 @@ ns="agentsnet-it-$$"
 rc=0
 results=""
 skipped=""
+total_passed=0
+total_failed=0
+total_skipped=0
 
 # Appends <text> to the list in the variable named <var>, comma-separated.
 append() {
@@ -61,6 +65,7 @@ append() {
 # The final line: every pass's result and every skip with its reason.
 summary() {
 	echo "integ: passes: ${results:-none run}; skipped: ${skipped:-none}"
+	echo "integ: in all: $total_passed passed, $total_failed failed, $total_skipped skipped"
 }
 
 # Counts pass <name> as skipped for <why>; with CI=true a skip fails the run.
@@ -79,12 +84,30 @@ skip() {
 }
 
 # Counts pass <name>'s exit status <st> (its output in <log>, its duration <s> in seconds):
-# PASS, SKIP, TIMEOUT or FAIL, each with the duration.
+# PASS, SKIP, TIMEOUT or FAIL, each with the duration and the pass's own counts, its last
+# "<label>: P passed, F failed, S skipped" line (integlib.print_counts; the adversarial
+# pass's has "N pending, " before the skips), added to the totals. A pass that ends
+# without that line fails: every harness says what it ran.
 record() {
+	counts=$(grep -E '^[a-z-]+: [0-9]+ passed, [0-9]+ failed, ([0-9]+ pending, )?[0-9]+ skipped' \
+		"$3" | tail -n 1)
+	if [ -n "$counts" ]; then
+		set -- "$1" "$2" "$3" "$4" "$(echo "$counts" | sed -E 's/^[a-z-]+: //; s/ \(.*//')"
+		total_passed=$((total_passed + $(echo "$5" | sed -E 's/^([0-9]+) passed.*/\1/')))
+		total_failed=$((total_failed + $(echo "$5" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+		total_skipped=$((total_skipped + $(echo "$5" | sed -E 's/.* ([0-9]+) skipped.*/\1/')))
+	elif [ "$2" = 0 ] || [ "$2" = 77 ]; then
+		echo "integ: FAIL: $1 ended without its counts line (N passed, N failed, N skipped)"
+		set -- "$1" 1 "$3" "$4" "no counts"
+		total_failed=$((total_failed + 1))
+	else # failed or timed out before its counts: one failure in the totals
+		set -- "$1" "$2" "$3" "$4" "no counts"
+		total_failed=$((total_failed + 1))
+	fi
 	case $2 in
-	0) append results "$1 PASS ${4}s" ;;
+	0) append results "$1 PASS ${4}s ($5)" ;;
 	77)
-		append results "$1 SKIP ${4}s"
+		append results "$1 SKIP ${4}s ($5)"
 		why=$(grep 'SKIP' "$3" | tail -n 1)
 		if [ -z "$why" ]; then
 			why="no reason printed: $(tail -n 1 "$3")"
@@ -92,12 +115,12 @@ record() {
 		skip "$1" "${why#*SKIP: }"
 		;;
 	124 | 137)
-		append results "$1 TIMEOUT ${4}s"
+		append results "$1 TIMEOUT ${4}s ($5)"
 		echo "integ: FAIL: $1 pass timed out"
 		rc=1
 		;;
 	*)
-		append results "$1 FAIL (exit $2) ${4}s"
+		append results "$1 FAIL (exit $2) ${4}s ($5)"
 		rc=1
 		;;
 	esac

@@ -141,6 +141,7 @@ import time
 
 from fairness import Origin, control, egress, served
 from integlib import (control_exchange, make_leaf, make_pki, own_pass_args, own_pass_end,
+                      print_counts,
                       read_text, recv_all, sanitizer_marks, scrape, series, tcp_exchange,
                       terminate, wait_for, with_daemon, Fatal)
 
@@ -2640,7 +2641,7 @@ def main():
             failed += run_test(args, name, test, log, tmp, origin.server_address[1])
     finally:
         origin.shutdown()
-    print("service: %d passed, %d failed" % (ran - failed, failed))
+    print_counts("service", ran - failed, failed)
     if ran == 0:
         print("service: no test named %s" % " ".join(args.tests or []))
         failed = 1

@@ -123,7 +123,7 @@ import time
 import traceback
 import urllib.parse
 
-from integlib import make_pki, own_pass_args, own_pass_end, read_text, terminate
+from integlib import make_pki, own_pass_args, own_pass_end, print_counts, read_text, terminate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -1315,6 +1315,10 @@ def main():
     if w.ran == 0:
         print("walkthrough: FAIL: no command ran")
         failed += 1
+    # Counted by section (a section passes when all it ran passed); each skipped command
+    # is a skip of its own.
+    print_counts("walkthrough", len(w.order) - sum(bool(w.results[x]) for x in w.order),
+                 failed, [(section, reason) for section, _, reason in w.skips])
     return own_pass_end("walkthrough", tmp, failed)
 
 
