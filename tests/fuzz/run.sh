@@ -32,10 +32,13 @@ printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
 # shellcheck disable=SC2086 # $flags is a list
 if ! $cc $flags -o "$out/.probe" "$probe" >/dev/null 2>&1; then
 	echo "  SKIP    fuzz: $cc cannot build a libFuzzer binary (install clang and libclang-rt-dev)"
+	echo "fuzz: 0 passed, 0 failed, 1 skipped (fuzz: $cc cannot build a libFuzzer binary)"
 	exit 77
 fi
 
 fail=0
+passed=0
+failed=0
 for f in tests/fuzz/*.c; do
 	[ -e "$f" ] || continue
 	name=$(basename "$f" .c)
@@ -51,6 +54,7 @@ for f in tests/fuzz/*.c; do
 		echo "  FAIL    $name: build failed"
 		sed 's/^/    /' "$out/$name.build.log"
 		fail=1
+		failed=$((failed + 1))
 		continue
 	fi
 	seeds=tests/fuzz/corpus/$name
@@ -76,9 +80,13 @@ for f in tests/fuzz/*.c; do
 		echo "  FAIL    $name (exit $rc), log: $out/$name.log"
 		tail -n 60 "$out/$name.log" | sed 's/^/    /'
 		fail=1
+		failed=$((failed + 1))
 	else
 		runs=$(sed -n 's/^stat::number_of_executed_units:[[:space:]]*//p' "$out/$name.log")
 		echo "  PASS    $name (${runs:-?} runs)"
+		passed=$((passed + 1))
 	fi
 done
+# The closing counts, one per fuzzer, as every harness of make check ends (docs/testing.md).
+echo "fuzz: $passed passed, $failed failed, 0 skipped"
 exit $fail
