@@ -73,7 +73,12 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
      phases interleaved so that a drift of the machine falls on both alike, each kind's
      p99 the median of its phases' own (a pause of the machine of a few ms, which this
      host has with the daemon idle, lands in one phase: pooled, it moved the ratio
-     between 0.07x and 7x from run to run; the pooled ratio is printed beside). Then again,
+     between 0.07x and 7x from run to run; the pooled ratio is printed beside). The
+     stopped phases are the reference: when their median p99 is over FAIR_REFERENCE_SPREAD
+     times their lower quartile, the machine paused in a third of them or more (an RT
+     thread on this idle host wakes over 0.5 ms late 1.8 times a second), and the run is
+     made again, at most FAIR_TRIES times (not measured if none holds); only the stopped
+     phases decide it, never the ratio. Then again,
      the flooding sandbox's profile limited to 100 requests/s, at 1,000 connections: its
      refusals are part of its flood. Target: each ratio at most 1.2x (printed PASS or
      MISS).
@@ -194,6 +199,13 @@ FAIR_RAMP_S = 1  # the flood runs this long before the quiet sandboxes start
 FAIR_WARMUP_S = 1
 FAIR_FLOODS = (50, 1000)
 FAIR_TARGET = 1.2  # quiet p99 under a flood / without it, in the same run
+# The reference (the stopped phases' median p99) holds when that median is at most this many
+# times their lower quartile. This host pauses now and then with the daemon idle (an RT
+# thread sleeping 1 ms on each core woke over 0.5 ms late 1.8 times a second, median 1.4
+# ms, up to 20 ms); when that hits a third of the phases or more, the median is a pause's.
+# Measured: 1.05-1.4 in calm runs, 2.8-8.4 in runs paused throughout.
+FAIR_REFERENCE_SPREAD = 2.0
+FAIR_TRIES = 3  # runs of one flood until its reference holds; none held: not measured
 FAIR_LIMIT_RPS = 100  # the flooding sandbox's profile limit in the limited run
 FAIR_NOTE = ("%d sandboxes, one keep-alive connection each on its egress socket, %d requests/s "
              "each to the fake tier (answered by the daemon), from `loadgen quiet` (C, one "
@@ -205,7 +217,9 @@ FAIR_NOTE = ("%d sandboxes, one keep-alive connection each on its egress socket,
              "counted, nor the quiet sandboxes' first %.0f s (a warm-up, the flood running): "
              "the median of the p99s of the phases it runs in / of those it is "
              "stopped in (a pause of the machine falls in one phase; the pooled ratio, which "
-             "one pause moves, is printed beside)")
+             "one pause moves, is printed beside); a run whose stopped phases disagree (their "
+             "median over %.1fx their lower quartile: the machine paused in a third or more) "
+             "is made again, at most %d tries, and is not measured if none holds")
 TLS_LEVELS = (1, 64)
 TLS_REQUESTS = 10000  # keep-alive requests per connection before a new one
 # The fixed-file table of one io_uring is capped at RLIMIT_NOFILE: 20,000 here,
@@ -333,6 +347,15 @@ def cpu_seconds(pids):
 
 def median(xs):
     return sorted(xs)[len(xs) // 2]
+
+
+def lower_quartile(xs):
+    """The 25th percentile of <xs> (non-empty), interpolated between neighbours."""
+    xs = sorted(xs)
+    at = (len(xs) - 1) * 0.25
+    low = int(at)
+    high = min(low + 1, len(xs) - 1)
+    return xs[low] + (xs[high] - xs[low]) * (at - low)
 
 
 class Bench:
@@ -1346,11 +1369,17 @@ sandboxes: [{id: bench, profile: bench}]
         limits = ("    limits: {requests_per_second: %d}\n" % FAIR_LIMIT_RPS) if limited else ""
         policy = os.path.join(self.work, "bench-%s.yaml" % tag)
         with open(policy, "w", encoding="ascii") as f:
+            # AN_BENCH_FAIR_QUANTUM=N: the daemon's sandbox_completions_per_turn (default
+            # 1); a large one serves the flood's completions in bulk, the control that
+            # shows the target catches an unfair worker (docs/engine-notes.md).
+            quantum = os.environ.get("AN_BENCH_FAIR_QUANTUM")
             f.write("version: 1\ndaemon:\n  socket_dir: %s\n  audit_log: %s/audit-%s.jsonl\n"
-                    "  workers: 1\n  tcp_listen: 127.0.0.1:%d\n  tcp_sandbox: flood\n"
+                    % (self.sock_dir, self.work, tag))
+            if quantum:
+                f.write("  sandbox_completions_per_turn: %d\n" % int(quantum))
+            f.write("  workers: 1\n  tcp_listen: 127.0.0.1:%d\n  tcp_sandbox: flood\n"
                     "resolver:\n  servers: [\"127.0.0.1:9\"]\nprofiles:\n  quiet:\n%s"
-                    "  flood:\n%s%s" % (self.sock_dir, self.work, tag, self.tcp_port, rule,
-                                        limits, rule))
+                    "  flood:\n%s%s" % (self.tcp_port, rule, limits, rule))
             f.write("sandboxes:\n  - {id: flood, profile: flood}\n")
             for i in range(QUIET_COUNT):
                 f.write("  - {id: %s%03d, profile: quiet}\n" % (QUIET_PREFIX, i))
@@ -1408,16 +1437,57 @@ sandboxes: [{id: bench, profile: bench}]
                                  flood_doc["rps"], flood_doc["non_2xx"]))
         return quiet, flood_doc
 
+    @staticmethod
+    def fair_reference_spread(quiet):
+        """How far the stopped phases' p99s disagree: their median over their lower
+        quartile (None when there are none). The stopped phases are the reference; when
+        the machine paused in about a third of them or more, their median is a pause's,
+        not the daemon's, and this passes FAIR_REFERENCE_SPREAD."""
+        off = quiet["phase_p99_us"]["off"]
+        if not off or not lower_quartile(off):
+            return None
+        return quiet["median_p99_us"]["off"] / lower_quartile(off)
+
+    def fair_measure(self, conns):
+        """fair_run(<conns>) until its reference holds (fair_reference_spread at most
+        FAIR_REFERENCE_SPREAD), at most FAIR_TRIES times: (quiet, flood, spreads), the last
+        try's figures and every try's spread. Only the stopped phases decide a retry, never
+        the ratio the target is held to."""
+        spreads = []
+        for attempt in range(1, FAIR_TRIES + 1):
+            quiet, flood = self.fair_run(conns)
+            spread = self.fair_reference_spread(quiet)
+            spreads.append(spread)
+            if spread is not None and spread <= FAIR_REFERENCE_SPREAD:
+                break
+            log("bench: fairness: flood %d: try %d of %d: the reference did not hold (stopped "
+                "phases' median / lower quartile %s, over %.1f): the machine paused in too "
+                "many of them; %s" % (conns, attempt, FAIR_TRIES,
+                                      "-" if spread is None else "%.2f" % spread,
+                                      FAIR_REFERENCE_SPREAD,
+                                      "again" if attempt < FAIR_TRIES else "not measured"))
+        return quiet, flood, spreads
+
     def fair_rows(self, what, runs):
-        """Rows of one daemon's runs, <runs>: {flood conns: (quiet, flood)}; each flood's
-        ratio of the phases' median p99s against FAIR_TARGET, printed PASS or MISS too."""
+        """Rows of one daemon's runs, <runs>: {flood conns: (quiet, flood, spreads)}; each
+        flood's ratio of the phases' median p99s against FAIR_TARGET, printed PASS or MISS
+        too, or not measured when no try's reference held."""
         notes = {"agentsnetd (info)": FAIR_NOTE % (QUIET_COUNT, QUIET_RATE, FAIR_PHASE_S,
-                                                    FAIR_SETTLE_S, FAIR_WARMUP_S)}
-        for conns, (quiet, flood) in runs.items():
+                                                    FAIR_SETTLE_S, FAIR_WARMUP_S,
+                                                    FAIR_REFERENCE_SPREAD, FAIR_TRIES)}
+        for conns, (quiet, flood, spreads) in runs.items():
             on, off = quiet["median_p99_us"]["on"], quiet["median_p99_us"]["off"]
-            ratio = on / off if on is not None and off else None  # None: not measured
-            per = {"agentsnetd (info)": "each phase's p99, flood running: %s; stopped: %s" % (
-                quiet["phase_p99_us"]["on"], quiet["phase_p99_us"]["off"])}
+            held = spreads[-1] is not None and spreads[-1] <= FAIR_REFERENCE_SPREAD
+            ratio = on / off if held and on is not None and off else None  # None: not measured
+            tries = ", ".join("-" if x is None else "%.2f" % x for x in spreads)
+            per = {"agentsnetd (info)": "each phase's p99, flood running: %s; stopped: %s; "
+                   "the reference's spread of each try: %s" % (
+                       quiet["phase_p99_us"]["on"], quiet["phase_p99_us"]["off"], tries)}
+            ratio_notes = dict(notes)
+            if ratio is None:
+                ratio_notes["agentsnetd"] = ("not measured: in each of %d tries the machine "
+                                             "paused in too many reference phases (spreads "
+                                             "%s)" % (len(spreads), tries))
             self.row("10 fairness", "%squiet p99, a flood of %d conns stopped (the reference; "
                      "median of the phases)" % (what, conns), "us", {"agentsnetd": off}, False,
                      None, notes)
@@ -1425,7 +1495,7 @@ sandboxes: [{id: bench, profile: bench}]
                      "phases)" % (what, conns), "us", {"agentsnetd": on}, False, None, per)
             self.row("10 fairness", "%squiet p99 with / without a flood of %d conns"
                      % (what, conns), "x", {"agentsnetd": ratio}, False, (None, FAIR_TARGET),
-                     notes)
+                     ratio_notes)
             self.row("10 fairness", "%squiet p99 over every phase of a kind, flood running / "
                      "stopped, %d conns (a pause of the machine moves it)" % (what, conns), "x",
                      {"agentsnetd": quiet["on"]["p99_us"] / quiet["off"]["p99_us"]
@@ -1435,10 +1505,11 @@ sandboxes: [{id: bench, profile: bench}]
                      {"agentsnetd": flood["rps"]}, True, None,
                      {"agentsnetd (info)": "non-2xx: %d" % flood["non_2xx"]})
             print("fairness: %sflood of %d conns: quiet p99 %s us running / %s us stopped "
-                  "(medians of the phases) = %s, target <= %.1fx: %s" % (
+                  "(medians of the phases) = %s, target <= %.1fx: %s (tries %d, the "
+                  "reference's spread %s)" % (
                       what, conns, on, off, "-" if ratio is None else "%.2fx" % ratio,
                       FAIR_TARGET, "not measured" if ratio is None else
-                      "PASS" if ratio <= FAIR_TARGET else "MISS"))
+                      "PASS" if ratio <= FAIR_TARGET else "MISS", len(spreads), tries))
 
     def bench_fairness(self):
         """10: QUIET_COUNT quiet sandboxes' p99 with and without one flooding sandbox, then
@@ -1447,11 +1518,12 @@ sandboxes: [{id: bench, profile: bench}]
             self.start_fair_daemon(limited)
             floods = FAIR_FLOODS if not limited else FAIR_FLOODS[-1:]
             try:
-                runs = {conns: self.fair_run(conns) for conns in floods}
+                runs = {conns: self.fair_measure(conns) for conns in floods}
             finally:
                 self.stop_daemon()
             self.raw.setdefault("fairness", {})["limited" if limited else "open"] = {
-                str(k): {"quiet": q, "flood": f} for k, (q, f) in runs.items()}
+                str(k): {"quiet": q, "flood": f, "reference_spreads": sp}
+                for k, (q, f, sp) in runs.items()}
             self.fair_rows("rate-limited flood: " if limited else "", runs)
 
     # ---- 11. the metrics listener's cost --------------------------------------
