@@ -9,8 +9,8 @@
  * count, each bad_request answer's text, the uid and decimal parsers at
  * their bounds, and who may ask what (audit reopen, sandbox release).
  *
- * TCase "engine": a real engine (engine_start with one worker, as
- * tests/unit/core/worker.c's "exit" does; a stub term) with a small policy:
+ * TCase "engine": a real engine (tests/unit/core/enginetest.h: engine_start
+ * with one worker, a stub term) with a small policy:
  * `sandbox add` / `rm` / `ls` and each of their error answers, the id's
  * check, a caller registering for another uid, the per-user limit at N and
  * N+1, removal by the registrant or root only, `sandbox stats` showing a
@@ -24,15 +24,17 @@
 #include "core/audit.h"
 #include "core/config.h"
 #include "policy/policy.h"
+#include "tests/unit/core/enginetest.h"
 #include "tests/unit/unit.h"
 
-static struct engine eng;
+/* The engine: zeroed for TCase "parse", running for "engine" (enginetest.h). */
+static struct enginetest et;
 
 /* control_handle's answer to <line> from <who> (NULL: the daemon itself), compared whole. */
 static void expect_answer(const char *line, const struct verdict_caller *who, const char *want)
 {
 	size_t len = 0;
-	char *out = control_handle(&eng, line, NULL, who, &len, NULL);
+	char *out = control_handle(&et.eng, line, NULL, who, &len, NULL);
 
 	ck_assert_ptr_nonnull(out);
 	ck_assert_str_eq(out, want);
@@ -54,7 +56,7 @@ static char *padded_ping(size_t n)
 
 static void parse_setup(void)
 {
-	memset(&eng, 0, sizeof(eng));
+	memset(&et.eng, 0, sizeof(et.eng));
 }
 
 #define PONG    "ok agentsnetd " CONTROL_VERSION "\n"
@@ -116,14 +118,14 @@ START_TEST(test_add_uid_text)
 	expect_answer("sandbox add a p uid x", NULL, plain);
 	expect_answer("sandbox add a p uid new", NULL, plain); /* "new" is owned's alone */
 	char *out =
-	    control_handle(&eng, "sandbox add a p owned 4294967294", &owner, NULL, &len, NULL);
+	    control_handle(&et.eng, "sandbox add a p owned 4294967294", &owner, NULL, &len, NULL);
 	ck_assert_str_eq(out, owned);
 	pool_free(out);
 	/* "owned" without a caller's pid, whatever follows. */
 	expect_answer("sandbox add a p owned", NULL,
 		      "error bad_request \"owned\" needs a caller pid\n");
 	const struct engine_owner no_pid = { .pid = 0 };
-	out = control_handle(&eng, "sandbox add a p owned new", &no_pid, NULL, &len, NULL);
+	out = control_handle(&et.eng, "sandbox add a p owned new", &no_pid, NULL, &len, NULL);
 	ck_assert_str_eq(out, "error bad_request \"owned\" needs a caller pid\n");
 	pool_free(out);
 }
@@ -178,7 +180,7 @@ START_TEST(test_limit_text)
 		{ "sandbox limit a x 2", usage },   { "sandbox limit a 1 -2", usage },
 		{ "sandbox limit .a 1 2", bad_id }, { "sandbox limit a/b 1 2", bad_id },
 	};
-	struct control ctl = { .e = &eng };
+	struct control ctl = { .e = &et.eng };
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char line[64];
@@ -259,7 +261,7 @@ END_TEST
 static char *serve(const char *req, size_t n)
 {
 	static char got[4096];
-	struct control ctl = { .e = &eng, .listen_fd = -1, .stop_fd = -1 };
+	struct control ctl = { .e = &et.eng, .listen_fd = -1, .stop_fd = -1 };
 	int sv[2];
 	size_t have = 0;
 
@@ -301,10 +303,7 @@ END_TEST
 	"  shut:\n    users: [root]\n    rules:\n"                                       \
 	"    - host: a.test\n      tier: passthrough\n      owner: o\n      reason: r\n"
 
-static struct config cfg;
-static struct audit *audit;
 static char dir[] = "/tmp/anc-XXXXXX"; /* short: a 63-byte id's socket path fits 107 bytes */
-static char stub_state;
 
 /*
  * Empties the suite's directory (made by main, removed after every test ran,
@@ -318,63 +317,18 @@ static void dir_clear(void)
 	ck_assert_int_eq(system(cmd), 0);
 }
 
-static void *stub_worker_new(void *arg, uint32_t index, char *err, size_t cap)
-{
-	(void)arg;
-	(void)index;
-	(void)err;
-	(void)cap;
-	return &stub_state;
-}
-
-static void stub_worker_free(void *worker_state)
-{
-	ck_assert_ptr_eq(worker_state, &stub_state);
-}
-
-static const struct term_ops stub_term = { .worker_new = stub_worker_new,
-					   .worker_free = stub_worker_free };
-
 static void engine_setup(void)
 {
-	char err[512];
-	char path[64];
-	struct policy *pol = NULL;
-
-	memset(&eng, 0, sizeof(eng));
 	dir_clear();
-	ck_assert_int_eq(config_init_defaults(&cfg), 0);
-	int rc = policy_load_buffer("t.yaml", CT_POLICY, strlen(CT_POLICY), &cfg, &pol, err,
-				    sizeof(err));
-	ck_assert_msg(rc == 0, "policy: %s", err);
-	snprintf(path, sizeof(path), "%s/r", dir);
-	ck_assert_int_eq(config_set_string(&cfg.socket_dir, path), 0);
-	snprintf(path, sizeof(path), "%s/audit.log", dir);
-	ck_assert_int_eq(config_set_string(&cfg.audit_path, path), 0);
-	ck_assert_int_eq(config_set_string(&cfg.dns_servers, "127.0.0.1"), 0);
-	cfg.workers = 1;
-	cfg.conns_per_worker = 64;
-	cfg.pipes_per_worker = 4;
-	cfg.sandboxes_per_user = 2;
-	ck_assert_int_eq(audit_open(cfg.audit_path, cfg.workers + 1, &audit), 0);
-	rc = ring_probe(&eng.features);
-	ck_assert_msg(rc == 0, "io_uring: %s", strerror(-rc));
-	eng.cfg = &cfg;
-	eng.policy = pol;
-	eng.ops = &policy_verdict_ops;
-	eng.audit = audit;
-	eng.term = &stub_term;
-	eng.term_arg = &eng;
-	rc = engine_start(&eng);
-	ck_assert_msg(rc == 0, "engine_start: %s", strerror(-rc));
+	enginetest_prepare(&et, dir, "r", CT_POLICY, NULL);
+	et.cfg.sandboxes_per_user = 2;
+	enginetest_start(&et);
 }
 
 static void engine_teardown(void)
 {
-	ck_assert_int_eq(engine_stop(&eng), 0);
-	audit_close(audit);
-	audit = NULL;
-	config_free(&cfg);
+	ck_assert_int_eq(engine_stop(&et.eng), 0);
+	enginetest_release(&et);
 	dir_clear();
 }
 
@@ -383,7 +337,7 @@ static void expect_added(const char *line, const struct verdict_caller *who, con
 {
 	char want[256];
 
-	snprintf(want, sizeof(want), "ok %s/sandboxes/%s\n", cfg.socket_dir, id);
+	snprintf(want, sizeof(want), "ok %s/sandboxes/%s\n", et.cfg.socket_dir, id);
 	expect_answer(line, who, want);
 }
 
@@ -398,7 +352,7 @@ START_TEST(test_add_rm_ls)
 		      "error no_such_profile the policy has no profile nope\n");
 	expect_answer("sandbox add .s p", NULL,
 		      "error bad_id sandbox ids are [A-Za-z0-9_.-]{1,63}, not starting with '.'\n");
-	snprintf(want, sizeof(want), "ok 1\ns1 p %s/sandboxes/s1\n", cfg.socket_dir);
+	snprintf(want, sizeof(want), "ok 1\ns1 p %s/sandboxes/s1\n", et.cfg.socket_dir);
 	expect_answer("sandbox ls", NULL, want);
 	expect_answer("sandbox rm s2", NULL, "error no_such_sandbox no run-time sandbox s2\n");
 	expect_answer("sandbox rm s1", NULL, "ok\n");
@@ -493,13 +447,13 @@ START_TEST(test_stats_own)
 	expect_added("sandbox add u1 p", &u, "u1");
 	expect_added("sandbox add o1 p", &other, "o1");
 	expect_added("sandbox add r1 p", &root, "r1");
-	char *out = control_handle(&eng, "sandbox stats", NULL, &u, &len, NULL);
+	char *out = control_handle(&et.eng, "sandbox stats", NULL, &u, &len, NULL);
 	ck_assert_ptr_nonnull(out);
 	ck_assert_uint_eq(lines_of(out), 2);
 	ck_assert(line_starts(out, 0, "ok 1"));
 	ck_assert_msg(line_starts(out, 1, "u1 profile p owner 4242 pid 0 uptime_s "), "%s", out);
 	pool_free(out);
-	out = control_handle(&eng, "sandbox stats", NULL, &root, &len, NULL);
+	out = control_handle(&et.eng, "sandbox stats", NULL, &root, &len, NULL);
 	ck_assert_ptr_nonnull(out);
 	ck_assert_uint_eq(lines_of(out), 4);
 	ck_assert(line_starts(out, 0, "ok 3"));

@@ -1,8 +1,8 @@
 /*
  * Unit tests for the sandbox table's bookkeeping (core/engine.c):
  * engine_sandbox_add and engine_sandbox_remove on a real engine
- * (engine_start with one worker, a stub term, as tests/unit/core/worker.c's
- * "exit" does), with a small policy that has a profile anyone may use, one
+ * (tests/unit/core/enginetest.h: engine_start with one worker, a stub term),
+ * with a small policy that has a profile anyone may use, one
  * only root may, and a sandbox of the policy file.
  *
  * The .c is included, so registered_by (the per-user count) is reached
@@ -23,6 +23,7 @@
 #include "core/audit.h"
 #include "core/config.h"
 #include "policy/policy.h"
+#include "tests/unit/core/enginetest.h"
 #include "tests/unit/unit.h"
 
 #define ET_RULE "    - host: a.test\n      tier: passthrough\n      owner: o\n      reason: r\n"
@@ -32,11 +33,8 @@
 /* How many sandboxes the full-table test's RLIMIT_NOFILE leaves room for (f1 included). */
 #define ET_MAX 3u
 
-static struct engine eng;
-static struct config cfg;
-static struct audit *audit;
+static struct enginetest et;           /* the engine under test, its config and its audit log */
 static char dir[] = "/tmp/ane-XXXXXX"; /* short: a 63-byte id's socket path fits 107 bytes */
-static char stub_state;
 
 /*
  * Empties the suite's directory (made by main, removed after every test ran,
@@ -54,45 +52,10 @@ static const struct verdict_caller root = { .uid = 0 };
 static const struct verdict_caller u = { .uid = 4242, .gid = 4242 };
 static const struct verdict_caller other = { .uid = 4343, .gid = 4343 };
 
-static void *stub_worker_new(void *arg, uint32_t index, char *err, size_t cap)
-{
-	(void)arg;
-	(void)index;
-	(void)err;
-	(void)cap;
-	return &stub_state;
-}
-
-static void stub_worker_free(void *worker_state)
-{
-	ck_assert_ptr_eq(worker_state, &stub_state);
-}
-
-static const struct term_ops stub_term = { .worker_new = stub_worker_new,
-					   .worker_free = stub_worker_free };
-
 /* Loads the policy and starts the engine; <nofile> (0: unchanged) is RLIMIT_NOFILE's soft limit. */
 static void start(rlim_t nofile)
 {
-	char err[512];
-	char path[64];
-	struct policy *pol = NULL;
-
-	memset(&eng, 0, sizeof(eng));
 	dir_clear();
-	ck_assert_int_eq(config_init_defaults(&cfg), 0);
-	int rc = policy_load_buffer("t.yaml", ET_POLICY, strlen(ET_POLICY), &cfg, &pol, err,
-				    sizeof(err));
-	ck_assert_msg(rc == 0, "policy: %s", err);
-	snprintf(path, sizeof(path), "%s/r", dir);
-	ck_assert_int_eq(config_set_string(&cfg.socket_dir, path), 0);
-	snprintf(path, sizeof(path), "%s/audit.log", dir);
-	ck_assert_int_eq(config_set_string(&cfg.audit_path, path), 0);
-	ck_assert_int_eq(config_set_string(&cfg.dns_servers, "127.0.0.1"), 0);
-	cfg.workers = 1;
-	cfg.conns_per_worker = 64;
-	cfg.pipes_per_worker = 4;
-	cfg.sandboxes_per_user = 2;
 	if (nofile != 0) {
 		struct rlimit rl;
 		ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
@@ -100,17 +63,9 @@ static void start(rlim_t nofile)
 		rl.rlim_cur = nofile;
 		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	}
-	ck_assert_int_eq(audit_open(cfg.audit_path, cfg.workers + 1, &audit), 0);
-	rc = ring_probe(&eng.features);
-	ck_assert_msg(rc == 0, "io_uring: %s", strerror(-rc));
-	eng.cfg = &cfg;
-	eng.policy = pol;
-	eng.ops = &policy_verdict_ops;
-	eng.audit = audit;
-	eng.term = &stub_term;
-	eng.term_arg = &eng;
-	rc = engine_start(&eng);
-	ck_assert_msg(rc == 0, "engine_start: %s", strerror(-rc));
+	enginetest_prepare(&et, dir, "r", ET_POLICY, NULL);
+	et.cfg.sandboxes_per_user = 2;
+	enginetest_start(&et);
 }
 
 static void setup(void)
@@ -120,10 +75,8 @@ static void setup(void)
 
 static void teardown(void)
 {
-	ck_assert_int_eq(engine_stop(&eng), 0);
-	audit_close(audit);
-	audit = NULL;
-	config_free(&cfg);
+	ck_assert_int_eq(engine_stop(&et.eng), 0);
+	enginetest_release(&et);
 	dir_clear();
 }
 
@@ -133,14 +86,14 @@ static int add(const char *id, const char *profile, const struct verdict_caller 
 	char out[256];
 	uint32_t agent = ENGINE_AGENT_ANY;
 
-	return engine_sandbox_add(&eng, id, profile, NULL, who, &agent, out, sizeof(out), NULL);
+	return engine_sandbox_add(&et.eng, id, profile, NULL, who, &agent, out, sizeof(out), NULL);
 }
 
 static int rm(const char *id, const struct verdict_caller *who)
 {
 	uint32_t registrant = 0;
 
-	return engine_sandbox_remove(&eng, id, who, &registrant);
+	return engine_sandbox_remove(&et.eng, id, who, &registrant);
 }
 
 /* The sandbox <id> is in the table, active, and its socket's directory is there. */
@@ -149,20 +102,20 @@ static void expect_active(const char *id)
 	char path[256];
 	struct stat st;
 
-	pthread_mutex_lock(&eng.lock);
-	int idx = sandbox_find(&eng, id);
-	bool active = idx >= 0 && eng.sandboxes[idx]->state == ENGINE_SANDBOX_ACTIVE;
-	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_lock(&et.eng.lock);
+	int idx = sandbox_find(&et.eng, id);
+	bool active = idx >= 0 && et.eng.sandboxes[idx]->state == ENGINE_SANDBOX_ACTIVE;
+	pthread_mutex_unlock(&et.eng.lock);
 	ck_assert_msg(active, "%s is not active", id);
-	snprintf(path, sizeof(path), "%s/sandboxes/%s/egress.sock", cfg.socket_dir, id);
+	snprintf(path, sizeof(path), "%s/sandboxes/%s/egress.sock", et.cfg.socket_dir, id);
 	ck_assert_msg(stat(path, &st) == 0 && S_ISSOCK(st.st_mode), "%s", path);
 }
 
 static bool is_there(const char *id)
 {
-	pthread_mutex_lock(&eng.lock);
-	int idx = sandbox_find(&eng, id);
-	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_lock(&et.eng.lock);
+	int idx = sandbox_find(&et.eng, id);
+	pthread_mutex_unlock(&et.eng.lock);
 	return idx >= 0;
 }
 
@@ -193,7 +146,7 @@ START_TEST(test_id)
 	/* A refused id sets no ingress socket. */
 	int fd = 99;
 	ck_assert_int_eq(
-	    engine_sandbox_add(&eng, "a/b", "p", NULL, NULL, &agent, out, sizeof(out), &fd),
+	    engine_sandbox_add(&et.eng, "a/b", "p", NULL, NULL, &agent, out, sizeof(out), &fd),
 	    -EINVAL);
 	ck_assert_int_eq(fd, -1);
 }
@@ -231,12 +184,13 @@ START_TEST(test_per_user)
 
 	ck_assert_int_eq(add("x", "shut", &u), -EACCES);
 	ck_assert_int_eq(
-	    engine_sandbox_add(&eng, "x", "p", NULL, &u, &agent, out, sizeof(out), NULL), -EACCES);
+	    engine_sandbox_add(&et.eng, "x", "p", NULL, &u, &agent, out, sizeof(out), NULL),
+	    -EACCES);
 	agent = u.uid;
 	ck_assert_int_eq(
-	    engine_sandbox_add(&eng, "u1", "p", NULL, &u, &agent, out, sizeof(out), NULL), 0);
+	    engine_sandbox_add(&et.eng, "u1", "p", NULL, &u, &agent, out, sizeof(out), NULL), 0);
 	ck_assert_int_eq(add("u2", "p", &u), 0);
-	ck_assert_uint_eq(registered_by(&eng, u.uid), 2);
+	ck_assert_uint_eq(registered_by(&et.eng, u.uid), 2);
 	ck_assert_int_eq(add("u3", "p", &u), -EDQUOT);
 	ck_assert(!is_there("u3"));
 	ck_assert_int_eq(add("o1", "p", &other), 0);
@@ -245,7 +199,7 @@ START_TEST(test_per_user)
 	ck_assert_int_eq(add("r2", "p", &root), 0);
 	ck_assert_int_eq(add("r3", "p", NULL), 0);
 	ck_assert_int_eq(rm("u1", &u), 0);
-	ck_assert_uint_eq(registered_by(&eng, u.uid), 1);
+	ck_assert_uint_eq(registered_by(&et.eng, u.uid), 1);
 	ck_assert_int_eq(add("u3", "p", &u), 0);
 	ck_assert_int_eq(add("u4", "p", &u), -EDQUOT);
 }
@@ -259,7 +213,7 @@ START_TEST(test_owner_only_removal)
 	ck_assert_int_eq(add("u1", "p", &u), 0);
 	ck_assert_int_eq(add("u2", "p", &u), 0);
 	ck_assert_int_eq(add("r1", "p", &root), 0);
-	ck_assert_int_eq(engine_sandbox_remove(&eng, "u1", &other, &registrant), -EACCES);
+	ck_assert_int_eq(engine_sandbox_remove(&et.eng, "u1", &other, &registrant), -EACCES);
 	ck_assert_uint_eq(registrant, u.uid);
 	expect_active("u1");
 	ck_assert_int_eq(rm("r1", &u), -EACCES);
@@ -282,27 +236,28 @@ START_TEST(test_pool_uid)
 	uint32_t agent = ENGINE_AGENT_NEW, again = ENGINE_AGENT_NEW;
 
 	ck_assert_int_eq(
-	    engine_sandbox_add(&eng, "n1", "p", NULL, &root, &agent, out, sizeof(out), NULL), 0);
-	ck_assert_uint_ge(agent, cfg.sandbox_uid_first);
-	ck_assert_uint_lt(agent, cfg.sandbox_uid_first + cfg.sandbox_uid_count);
+	    engine_sandbox_add(&et.eng, "n1", "p", NULL, &root, &agent, out, sizeof(out), NULL), 0);
+	ck_assert_uint_ge(agent, et.cfg.sandbox_uid_first);
+	ck_assert_uint_lt(agent, et.cfg.sandbox_uid_first + et.cfg.sandbox_uid_count);
 	ck_assert_int_eq(
-	    engine_sandbox_add(&eng, "n2", "p", NULL, &root, &again, out, sizeof(out), NULL), 0);
+	    engine_sandbox_add(&et.eng, "n2", "p", NULL, &root, &again, out, sizeof(out), NULL), 0);
 	ck_assert_uint_ne(again, agent); /* one uid, one sandbox */
 	uint32_t asked = agent;
 	ck_assert_int_eq(
-	    engine_sandbox_add(&eng, "n3", "p", NULL, &root, &asked, out, sizeof(out), NULL),
+	    engine_sandbox_add(&et.eng, "n3", "p", NULL, &root, &asked, out, sizeof(out), NULL),
 	    -ERANGE);
-	asked =
-	    cfg.sandbox_uid_first + cfg.sandbox_uid_count - 1; /* the pool's last, free or not */
+	asked = et.cfg.sandbox_uid_first + et.cfg.sandbox_uid_count -
+		1; /* the pool's last, free or not */
 	ck_assert_int_eq(
-	    engine_sandbox_add(&eng, "n3", "p", NULL, &root, &asked, out, sizeof(out), NULL),
+	    engine_sandbox_add(&et.eng, "n3", "p", NULL, &root, &asked, out, sizeof(out), NULL),
 	    -ERANGE);
-	asked = cfg.sandbox_uid_first + cfg.sandbox_uid_count; /* one past it */
+	asked = et.cfg.sandbox_uid_first + et.cfg.sandbox_uid_count; /* one past it */
 	ck_assert_int_eq(
-	    engine_sandbox_add(&eng, "n3", "p", NULL, &root, &asked, out, sizeof(out), NULL), 0);
+	    engine_sandbox_add(&et.eng, "n3", "p", NULL, &root, &asked, out, sizeof(out), NULL), 0);
 	asked = ENGINE_AGENT_NEW;
 	ck_assert_int_eq(
-	    engine_sandbox_add(&eng, "n4", "p", NULL, &u, &asked, out, sizeof(out), NULL), -EACCES);
+	    engine_sandbox_add(&et.eng, "n4", "p", NULL, &u, &asked, out, sizeof(out), NULL),
+	    -EACCES);
 	ck_assert(!is_there("n4"));
 }
 END_TEST
@@ -318,15 +273,15 @@ START_TEST(test_table_full)
 	    LIMITS_FDS_RESERVED + 1u * (2u * 4u + LIMITS_FDS_PER_WORKER); /* 1 worker, 4 pipes */
 
 	start(held + ET_MAX);
-	ck_assert_uint_eq(eng.sandboxes_max, ET_MAX);
+	ck_assert_uint_eq(et.eng.sandboxes_max, ET_MAX);
 	ck_assert_int_eq(add("s1", "p", NULL), 0);
 	ck_assert_int_eq(add("s2", "p", NULL), 0);
 	ck_assert_int_eq(add("s3", "p", NULL), -ENOSPC);
 	ck_assert(!is_there("s3"));
 	ck_assert_int_eq(rm("s1", NULL), 0);
-	uint32_t used = eng.sandbox_used;
+	uint32_t used = et.eng.sandbox_used;
 	ck_assert_int_eq(add("s3", "p", NULL), 0);
-	ck_assert_uint_eq(eng.sandbox_used, used); /* s1's slot, not a new one */
+	ck_assert_uint_eq(et.eng.sandbox_used, used); /* s1's slot, not a new one */
 	expect_active("s3");
 	ck_assert_int_eq(add("s4", "p", NULL), -ENOSPC);
 }

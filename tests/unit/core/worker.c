@@ -29,6 +29,7 @@
 #include "core/config.h"
 #include "core/control.h"
 #include "policy/policy.h"
+#include "tests/unit/core/enginetest.h"
 #include "tests/unit/unit.h"
 
 #define WT_CONNS   4u
@@ -276,8 +277,8 @@ END_TEST
 	"version: 1\nprofiles:\n  p:\n    rules:\n" \
 	"    - host: a.test\n      tier: passthrough\n      owner: o\n      reason: r\n"
 
-static struct config exit_cfg;
-static struct audit *exit_audit;
+/* The exit TCase's engine (tests/unit/core/enginetest.h), its config and audit log. */
+static struct enginetest exit_et;
 static char exit_dir[] = "/tmp/an-unit-worker-XXXXXX";
 static bool exit_take;      /* worker_new keeps one conn from the worker's pool */
 static void *exit_taken;    /* the conn it kept */
@@ -317,45 +318,18 @@ static const struct term_ops exit_term = { .worker_new = exit_worker_new,
 
 static void exit_setup(void)
 {
-	char err[512];
-	char path[64];
-	struct policy *pol = NULL;
-
-	memset(&eng, 0, sizeof(eng));
 	exit_take = false;
 	exit_taken = NULL;
 	exit_frees = 0;
 	ck_assert_ptr_nonnull(mkdtemp(exit_dir));
-	ck_assert_int_eq(config_init_defaults(&exit_cfg), 0);
-	int rc = policy_load_buffer("t.yaml", WT_EXIT_POLICY, strlen(WT_EXIT_POLICY), &exit_cfg,
-				    &pol, err, sizeof(err));
-	ck_assert_msg(rc == 0, "policy: %s", err);
-	snprintf(path, sizeof(path), "%s/run", exit_dir);
-	ck_assert_int_eq(config_set_string(&exit_cfg.socket_dir, path), 0);
-	snprintf(path, sizeof(path), "%s/audit.log", exit_dir);
-	ck_assert_int_eq(config_set_string(&exit_cfg.audit_path, path), 0);
-	ck_assert_int_eq(config_set_string(&exit_cfg.dns_servers, "127.0.0.1"), 0);
-	exit_cfg.workers = 1;
-	exit_cfg.conns_per_worker = 64; /* the pools of a small daemon: quick to make */
-	exit_cfg.pipes_per_worker = 4;
-	ck_assert_int_eq(audit_open(exit_cfg.audit_path, exit_cfg.workers + 1, &exit_audit), 0);
-	rc = ring_probe(&eng.features);
-	ck_assert_msg(rc == 0, "io_uring: %s", strerror(-rc));
-	eng.cfg = &exit_cfg;
-	eng.policy = pol; /* the engine's from engine_start on */
-	eng.ops = &policy_verdict_ops;
-	eng.audit = exit_audit;
-	eng.term = &exit_term;
-	eng.term_arg = &eng;
+	enginetest_prepare(&exit_et, exit_dir, "run", WT_EXIT_POLICY, &exit_term);
 }
 
 static void exit_teardown(void)
 {
 	char cmd[128];
 
-	audit_close(exit_audit);
-	exit_audit = NULL;
-	config_free(&exit_cfg);
+	enginetest_release(&exit_et);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", exit_dir);
 	ck_assert_int_eq(system(cmd), 0);
 }
@@ -363,19 +337,19 @@ static void exit_teardown(void)
 /* Starts the engine (one worker, serving) and stops it: engine_stop's result. */
 static int exit_cycle(void)
 {
-	int rc = engine_start(&eng);
+	int rc = engine_start(&exit_et.eng);
 
 	ck_assert_msg(rc == 0, "engine_start: %s", strerror(-rc));
-	ck_assert_uint_eq(eng.worker_count, 1);
-	ck_assert_uint_eq(atomic_load(&eng.workers_ready), 1);
-	return engine_stop(&eng);
+	ck_assert_uint_eq(exit_et.eng.worker_count, 1);
+	ck_assert_uint_eq(atomic_load(&exit_et.eng.workers_ready), 1);
+	return engine_stop(&exit_et.eng);
 }
 
 /* A clean stop: nothing taken, nothing counted, 0 (the daemon's exit status 0). */
 START_TEST(test_exit_clean)
 {
 	ck_assert_int_eq(exit_cycle(), 0);
-	ck_assert_uint_eq(atomic_load(&eng.leaks), 0);
+	ck_assert_uint_eq(atomic_load(&exit_et.eng.leaks), 0);
 	ck_assert_uint_eq(exit_frees, 1);
 }
 END_TEST
@@ -386,7 +360,7 @@ START_TEST(test_exit_leak)
 	exit_take = true;
 	ck_assert_int_eq(exit_cycle(), -EFAULT);
 	ck_assert_ptr_nonnull(exit_taken);
-	ck_assert_uint_eq(atomic_load(&eng.leaks), 1);
+	ck_assert_uint_eq(atomic_load(&exit_et.eng.leaks), 1);
 	ck_assert_uint_eq(pool_in_use(&exit_evidence.conns), 1);
 	ck_assert_uint_eq(exit_frees, 0); /* the evidence is kept: no teardown past the check */
 }
