@@ -64,6 +64,19 @@ static const char reply_overloaded[] =
     "retry after a short wait.\r\nRetry-After: 1\r\nConnection: close\r\n"
     "Content-Length: " OVERLOADED_BODY_LEN "\r\n\r\n" OVERLOADED_BODY;
 
+/* What a connection accepted while its worker stops is told: the drain's answer, from static
+ * memory (core/reason.c's daemon_stopping), with the drain's Retry-After. */
+#define STOPPING_BODY     "{\"reason\":\"daemon_stopping\",\"status\":503}\n"
+#define STOPPING_BODY_LEN "42"
+static_assert(sizeof(STOPPING_BODY) - 1 == 42, "STOPPING_BODY_LEN is the body's length");
+static_assert(LIMITS_DRAIN_RETRY_AFTER_S == 2, "reply_stopping's Retry-After is the drain's");
+static const char reply_stopping[] =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    "X-Agent-Reason: daemon_stopping\r\nX-Agent-Instruction: The proxy is stopping or "
+    "restarting and takes no new request; retry after the time in Retry-After.\r\n"
+    "Retry-After: 2\r\nConnection: close\r\nContent-Length: " STOPPING_BODY_LEN
+    "\r\n\r\n" STOPPING_BODY;
+
 /* ---- small helpers ---------------------------------------------------- */
 
 void close_slot(struct conn *c, int32_t *slot)
@@ -399,6 +412,16 @@ static void audit_accept_refusal(struct worker *w, const struct worker_listener 
 	audit_commit(w->audit, rec);
 }
 
+/*
+ * The worker stops (its accepts cancelled, but this one completed first): answer
+ * 503 daemon_stopping from static memory, close, and audit it; not an overload.
+ */
+static void refuse_stopping(struct worker *w, const struct worker_listener *l, int slot)
+{
+	refuse_static(w, slot, reply_stopping, sizeof(reply_stopping) - 1);
+	audit_accept_refusal(w, l, REASON_DAEMON_STOPPING);
+}
+
 /* The conn pool is empty: answer 503 from static memory, close, and audit it. */
 static void refuse_overloaded(struct worker *w, const struct worker_listener *l, int slot)
 {
@@ -496,12 +519,16 @@ void conn_on_accept(struct worker_listener *l, int res, uint32_t cqe_flags)
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 		return;
 	}
+	if (w->stopping) {
+		refuse_stopping(w, l, res);
+		return;
+	}
 	uint32_t share_key = l->sandbox == WORKER_NO_SANDBOX ? SHARE_KEY_PUBLIC : l->sandbox;
-	if (!w->stopping && !share_full(&w->share) && !share_admits(&w->share, share_key)) {
+	if (!share_full(&w->share) && !share_admits(&w->share, share_key)) {
 		refuse_over_share(w, l, res);
 		return;
 	}
-	struct conn *c = w->stopping || share_full(&w->share) ? NULL : pool_take(&w->conns);
+	struct conn *c = share_full(&w->share) ? NULL : pool_take(&w->conns);
 	if (c == NULL) {
 		refuse_overloaded(w, l, res);
 		return;
