@@ -963,6 +963,65 @@ START_TEST(test_connect_aborted)
 }
 END_TEST
 
+/*
+ * Completes, as the kernel would, the resolver's polls in flight (ops of the
+ * worker's dns, not of a conn) with <res>; drops their removes.
+ */
+static void dns_polls_complete(int res)
+{
+	for (uint32_t i = 0; i < flight_count;) {
+		if (ud_op(flight[i].user_data) != DNS_OP_POLL) {
+			i++;
+			continue;
+		}
+		struct dns_poll *slot = ud_object(flight[i].user_data);
+		flight_remove(i);
+		dns_on_cqe(&wk.dns, slot, res);
+		sq_take();
+	}
+}
+
+/*
+ * A name with no static entry and a resolver that never answers: the
+ * lookup's deadline is daemon.timeouts.dns_ms from the decision, exactly:
+ * nothing one tick before it, 502 dns_failed at it (was dns_ms plus one
+ * second; case 046 checks the answer end to end, with a window a shared
+ * machine cannot fail, so the deadline itself is held here). The conn, its
+ * answer sent, is kept while c-ares holds it (F_DNS) and freed once the
+ * lookup ends.
+ */
+START_TEST(test_dns_deadline)
+{
+	cfg.dns_timeout_ms = 2000;
+	dns_init(&wk.dns, &wk.ring, "127.0.0.1:9", cfg.dns_timeout_ms); /* discard: no answer */
+	verdict_pass();
+	struct conn *c = accept_one(CT_SLOT);
+	uint64_t decided_ms = wk.now_ms;
+	recv_text(c, "CONNECT nx.test:443 HTTP/1.1\r\nHost: nx.test:443\r\n\r\n");
+	ck_assert_uint_eq(c->state, ST_RESOLVE);
+	ck_assert(c->flags & F_DNS);
+	ck_assert(timer_armed(&c->timer));
+	ck_assert_uint_eq(c->timer.expires_tick, due_tick(cfg.dns_timeout_ms));
+	advance_to(decided_ms + cfg.dns_timeout_ms - LIMITS_TIMER_TICK_MS);
+	ck_assert_uint_eq(c->state, ST_RESOLVE);
+	ck_assert_uint_eq(prepared_op(IORING_OP_SEND, NULL), 0);
+	advance_to(decided_ms + cfg.dns_timeout_ms);
+	ck_assert_uint_eq(c->state, ST_RESPOND);
+	const char *answer = sent_text();
+	ck_assert_int_eq(strncmp(answer, "HTTP/1.1 502 ", 13), 0);
+	expect_has(answer, "X-Agent-Reason: dns_failed\r\n");
+	conn_abort(c);
+	sq_take();
+	ck_assert_uint_eq(pool_in_use(&wk.conns), 1); /* the lookup holds it */
+	dns_shutdown(&wk.dns);                        /* the lookup ends: -ECANCELED */
+	sq_take();
+	dns_polls_complete(-ECANCELED);
+	ck_assert_uint_eq(wk.dns.polls_pending, 0);
+	finish();
+	ck_assert_uint_eq(pool_in_use(&wk.conns), 0);
+}
+END_TEST
+
 /* ---- early data ------------------------------------------------------------------------- */
 
 /* A provided buffer as a receive hands it over: <len> bytes of <fill>. */
@@ -1376,6 +1435,7 @@ static Suite *conn_suite(void)
 	tcase_add_test(tc, test_ops_one_per_kind);
 	tcase_add_test(tc, test_freed_after_last_completion);
 	tcase_add_test(tc, test_connect_aborted);
+	tcase_add_test(tc, test_dns_deadline);
 	tcase_add_test(tc, test_accept_overloaded);
 	tcase_add_test(tc, test_accept_stopping);
 	tcase_add_test(tc, test_peer_credentials);
