@@ -75,7 +75,7 @@ Scenarios (issue 4), each with 1, 64 and 512 connections where it makes sense:
      host has with the daemon idle, lands in one phase: pooled, it moved the ratio
      between 0.07x and 7x from run to run; the pooled ratio is printed beside). The
      stopped phases are the reference: when their median p99 is over FAIR_REFERENCE_SPREAD
-     times their lower quartile, the machine paused in a third of them or more (an RT
+     times the calmest one's, pauses hit half of them or more (an RT
      thread on this idle host wakes over 0.5 ms late 1.8 times a second), and the run is
      made again, at most FAIR_TRIES times (not measured if none holds); only the stopped
      phases decide it, never the ratio. Then again,
@@ -200,11 +200,11 @@ FAIR_WARMUP_S = 1
 FAIR_FLOODS = (50, 1000)
 FAIR_TARGET = 1.2  # quiet p99 under a flood / without it, in the same run
 # The reference (the stopped phases' median p99) holds when that median is at most this many
-# times their lower quartile. This host pauses now and then with the daemon idle (an RT
-# thread sleeping 1 ms on each core woke over 0.5 ms late 1.8 times a second, median 1.4
-# ms, up to 20 ms); when that hits a third of the phases or more, the median is a pause's.
-# Measured: 1.05-1.4 in calm runs, 2.8-8.4 in runs paused throughout.
-FAIR_REFERENCE_SPREAD = 2.0
+# times the calmest stopped phase's. This host pauses now and then with the daemon idle (an
+# RT thread sleeping 1 ms on each core woke over 0.5 ms late 1.8 times a second, median 1.4
+# ms, up to 20 ms); when that hits half the phases or more, the median is a pause's.
+# Measured (2026-12-06): 1.16-1.92 in calm runs, 3.5-9.3 in runs paused throughout.
+FAIR_REFERENCE_SPREAD = 2.5
 FAIR_TRIES = 3  # runs of one flood until its reference holds; none held: not measured
 FAIR_LIMIT_RPS = 100  # the flooding sandbox's profile limit in the limited run
 FAIR_NOTE = ("%d sandboxes, one keep-alive connection each on its egress socket, %d requests/s "
@@ -218,7 +218,7 @@ FAIR_NOTE = ("%d sandboxes, one keep-alive connection each on its egress socket,
              "the median of the p99s of the phases it runs in / of those it is "
              "stopped in (a pause of the machine falls in one phase; the pooled ratio, which "
              "one pause moves, is printed beside); a run whose stopped phases disagree (their "
-             "median over %.1fx their lower quartile: the machine paused in a third or more) "
+             "median over %.1fx the calmest: pauses in half of them or more) "
              "is made again, at most %d tries, and is not measured if none holds")
 TLS_LEVELS = (1, 64)
 TLS_REQUESTS = 10000  # keep-alive requests per connection before a new one
@@ -347,15 +347,6 @@ def cpu_seconds(pids):
 
 def median(xs):
     return sorted(xs)[len(xs) // 2]
-
-
-def lower_quartile(xs):
-    """The 25th percentile of <xs> (non-empty), interpolated between neighbours."""
-    xs = sorted(xs)
-    at = (len(xs) - 1) * 0.25
-    low = int(at)
-    high = min(low + 1, len(xs) - 1)
-    return xs[low] + (xs[high] - xs[low]) * (at - low)
 
 
 class Bench:
@@ -1439,14 +1430,15 @@ sandboxes: [{id: bench, profile: bench}]
 
     @staticmethod
     def fair_reference_spread(quiet):
-        """How far the stopped phases' p99s disagree: their median over their lower
-        quartile (None when there are none). The stopped phases are the reference; when
-        the machine paused in about a third of them or more, their median is a pause's,
-        not the daemon's, and this passes FAIR_REFERENCE_SPREAD."""
+        """How far the stopped phases' p99s disagree: their median over their calmest
+        (None when there are none). The stopped phases are the reference; when the machine
+        paused in half of them or more, their median is a pause's, not the daemon's, and
+        this passes FAIR_REFERENCE_SPREAD (the calmest, not a quartile, so that a reference
+        paused in all but a few phases is caught too)."""
         off = quiet["phase_p99_us"]["off"]
-        if not off or not lower_quartile(off):
+        if not off or not min(off):
             return None
-        return quiet["median_p99_us"]["off"] / lower_quartile(off)
+        return quiet["median_p99_us"]["off"] / min(off)
 
     def fair_measure(self, conns):
         """fair_run(<conns>) until its reference holds (fair_reference_spread at most
@@ -1458,11 +1450,13 @@ sandboxes: [{id: bench, profile: bench}]
             quiet, flood = self.fair_run(conns)
             spread = self.fair_reference_spread(quiet)
             spreads.append(spread)
+            self.raw.setdefault("fairness_tries", []).append({
+                "conns": conns, "spread": spread, "median_p99_us": quiet["median_p99_us"],
+                "phase_p99_us": quiet["phase_p99_us"]})
             if spread is not None and spread <= FAIR_REFERENCE_SPREAD:
                 break
             log("bench: fairness: flood %d: try %d of %d: the reference did not hold (stopped "
-                "phases' median / lower quartile %s, over %.1f): the machine paused in too "
-                "many of them; %s" % (conns, attempt, FAIR_TRIES,
+                "phases' median / calmest %s, over %.1f): pauses in half of them or more; %s" % (conns, attempt, FAIR_TRIES,
                                       "-" if spread is None else "%.2f" % spread,
                                       FAIR_REFERENCE_SPREAD,
                                       "again" if attempt < FAIR_TRIES else "not measured"))
@@ -1485,9 +1479,10 @@ sandboxes: [{id: bench, profile: bench}]
                        quiet["phase_p99_us"]["on"], quiet["phase_p99_us"]["off"], tries)}
             ratio_notes = dict(notes)
             if ratio is None:
-                ratio_notes["agentsnetd"] = ("not measured: in each of %d tries the machine "
-                                             "paused in too many reference phases (spreads "
-                                             "%s)" % (len(spreads), tries))
+                ratio_notes["agentsnetd"] = ("not measured: in each of %d tries the stopped "
+                                             "phases disagreed (median / calmest %s, over "
+                                             "%.1f); raw.fairness_tries holds every try" % (
+                                                 len(spreads), tries, FAIR_REFERENCE_SPREAD))
             self.row("10 fairness", "%squiet p99, a flood of %d conns stopped (the reference; "
                      "median of the phases)" % (what, conns), "us", {"agentsnetd": off}, False,
                      None, notes)

@@ -1182,6 +1182,9 @@ def main():
         passed += 1
         detail = f": {what}" if args.verbose else ""
         print(f"ok   {name} ({time.monotonic() - t0:.1f} s){detail}", flush=True)
+    if skipped and not failed:
+        print("deploy: SKIP: %d checks not run: %s" % (
+            len(skipped), "; ".join("%s: %s" % s for s in skipped)))
     print_counts("deploy", passed, failed, skipped)
     return 1 if failed else 77 if skipped else 0
 

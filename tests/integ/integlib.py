@@ -563,11 +563,12 @@ def checked_preflight(name, preflight, args):
     except Skip as e:
         if ci():
             log("%s: FAIL: skipped under CI=true, where a pass must run: %s" % (name, e))
+            print_counts(name, 0, 1)
             return 1
-        log("%s: SKIP: %s" % (name, e))
-        return SKIP
+        return skip_pass(name, str(e))
     except Fatal as e:
         log("%s: FAIL: %s" % (name, e))
+        print_counts(name, 0, 1)
         return 1
     return None
 

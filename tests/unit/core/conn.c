@@ -1315,7 +1315,9 @@ START_TEST(test_accept_overloaded)
 	const char *answer = sent_text();
 	expect_has(answer, "HTTP/1.1 503 ");
 	expect_has(answer, "X-Agent-Reason: overloaded\r\n");
+	expect_has(answer, reason_instruction(REASON_OVERLOADED));
 	expect_has(answer, "Retry-After: 1\r\n");
+	ck_assert_uint_eq(atomic_load(&wk.decisions.refused[REASON_OVERLOADED]), 1);
 	expect_length_whole(answer);
 	ck_assert_uint_eq(prepared_closes(CT_SLOT + (int)CT_CONNS), 1);
 	ck_assert_uint_eq(prepared[0].opcode, IORING_OP_SEND);
@@ -1349,13 +1351,17 @@ START_TEST(test_accept_stopping)
 	const char *answer = sent_text();
 	ck_assert_int_eq(strncmp(answer, "HTTP/1.1 503 ", 13), 0);
 	expect_has(answer, "X-Agent-Reason: daemon_stopping\r\n");
-	expect_has(answer, "X-Agent-Instruction: ");
+	expect_has(answer, reason_instruction(REASON_DAEMON_STOPPING));
 	expect_has(answer, "Retry-After: 2\r\n");
 	expect_has(answer, "Connection: close\r\n");
 	expect_has(answer, "\"reason\":\"daemon_stopping\"");
 	expect_length_whole(answer);
 	ck_assert_uint_eq(prepared_closes(CT_SLOT), 1);
 	ck_assert_uint_eq(prepared[1].opcode, IORING_OP_CLOSE);
+	/* Its decision record's reason (audit_accept_refusal counts it as it writes it). */
+	ck_assert_uint_eq(atomic_load(&wk.decisions.refused[REASON_DAEMON_STOPPING]), 1);
+	ck_assert_uint_eq(atomic_load(&wk.decisions.refused[REASON_OVERLOADED]), 0);
+	ck_assert_uint_eq(wk.stats.refused_share, 0);
 	wk.stopping = false;
 	finish();
 }
