@@ -371,12 +371,41 @@ void conn_abort(struct conn *c)
 /* ---- accept ---------------------------------------------------------- */
 
 /*
- * Sends the <len> bytes of static <reply> on accepted <slot> and closes it,
- * untracked. Hard-linked: a send that fails or falls short (a peer gone
- * already) must still close the slot, or a flood of resets would leak it.
+ * What a client of the gateway's TLS listener is told when refused at accept:
+ * no session exists to carry an HTTP answer, and plaintext HTTP would read as
+ * a broken record. A fatal internal_error alert (RFC 8446 section 6: an
+ * alert sent before the handshake is a plaintext record; section 6.2: an
+ * internal error unrelated to the peer makes it impossible to continue) says
+ * "the server, not you" in the protocol the client speaks. The refusal's
+ * reason is in its audit record.
  */
-static void refuse_static(struct worker *w, int slot, const char *reply, size_t len)
+static const unsigned char reply_tls_refused[] = {
+	0x15,       /* ContentType alert */
+	0x03, 0x03, /* legacy_record_version TLS 1.2, as every TLS 1.3 record has it */
+	0x00, 0x02, /* length */
+	0x02,       /* AlertLevel fatal */
+	0x50,       /* AlertDescription internal_error (80) */
+};
+
+/* True: <l>'s clients speak TLS before anything (the gateway's public listener with TLS). */
+static bool listener_speaks_tls(const struct worker *w, const struct worker_listener *l)
 {
+	return l->ingress && !l->internal && w->e->ingress_tls;
+}
+
+/*
+ * Sends the <len> bytes of static <reply> on accepted <slot> and closes it,
+ * untracked; on a listener whose clients speak TLS, the TLS alert instead.
+ * Hard-linked: a send that fails or falls short (a peer gone already) must
+ * still close the slot, or a flood of resets would leak it.
+ */
+static void refuse_static(struct worker *w, const struct worker_listener *l, int slot,
+			  const char *reply, size_t len)
+{
+	if (listener_speaks_tls(w, l)) {
+		reply = (const char *)reply_tls_refused;
+		len = sizeof(reply_tls_refused);
+	}
 	struct io_uring_sqe *sqe = ring_sqe(&w->ring);
 	io_uring_prep_send(sqe, slot, reply, len, MSG_NOSIGNAL);
 	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK | IOSQE_CQE_SKIP_SUCCESS;
@@ -418,14 +447,14 @@ static void audit_accept_refusal(struct worker *w, const struct worker_listener 
  */
 static void refuse_stopping(struct worker *w, const struct worker_listener *l, int slot)
 {
-	refuse_static(w, slot, reply_stopping, sizeof(reply_stopping) - 1);
+	refuse_static(w, l, slot, reply_stopping, sizeof(reply_stopping) - 1);
 	audit_accept_refusal(w, l, REASON_DAEMON_STOPPING);
 }
 
 /* The conn pool is empty: answer 503 from static memory, close, and audit it. */
 static void refuse_overloaded(struct worker *w, const struct worker_listener *l, int slot)
 {
-	refuse_static(w, slot, reply_overloaded, sizeof(reply_overloaded) - 1);
+	refuse_static(w, l, slot, reply_overloaded, sizeof(reply_overloaded) - 1);
 	w->stats.refused_overload++;
 	audit_accept_refusal(w, l, REASON_OVERLOADED);
 }
@@ -438,7 +467,7 @@ static void refuse_overloaded(struct worker *w, const struct worker_listener *l,
 static void refuse_over_share(struct worker *w, const struct worker_listener *l, int slot)
 {
 	AN_ASSERT(w->share_reply_len > 0);
-	refuse_static(w, slot, w->share_reply, w->share_reply_len);
+	refuse_static(w, l, slot, w->share_reply, w->share_reply_len);
 	w->stats.refused_share++;
 	audit_accept_refusal(w, l, REASON_CONNECTION_SHARE_EXCEEDED);
 }

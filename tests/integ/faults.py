@@ -105,6 +105,11 @@
     refused_overload and agentsnet_connections_overloaded_total count each; the held ones
     are still open and served; once they close, new connections are served again; each
     refusal has its decision record (reason overloaded, status 503, the listener's sandbox).
+  - overloaded_tls: the same pool held whole, with daemon.ingress.tls on: a connection to
+    the gateway's TLS listener is told, unasked, the one record of a fatal internal_error
+    TLS alert (no plaintext HTTP into a handshake), and a TLS client's handshake fails on
+    it; each is counted and audited as overloaded with no sandbox; once the held
+    connections close, a handshake completes.
   - response_truncated: an inject origin answers bodies of LIMITS_TERM_RESPONSE_BYTES_MAX
     (read from core/limits.h) + 1 bytes, by Content-Length and delimited by its close, and
     of exactly the limit: a body over it reaches the agent byte for byte up to the limit
@@ -203,7 +208,7 @@ daemon:
   audit_log: {audit}
   audit_failure: {failure}
   workers: 1
-{pool}  ingress: {{listen: "127.0.0.1:{ingress_port}"}}
+{pool}  ingress: {{listen: "127.0.0.1:{ingress_port}"{ingress_tls}}}
   tcp_listen: "127.0.0.1:{tcp_port}"
   tcp_sandbox: agent
   timeouts: {{drain_ms: {drain_ms}{connect_ms}}}
@@ -1749,6 +1754,76 @@ def t_overloaded(v, log):
     return errs
 
 
+# A fatal internal_error alert in one plaintext TLS record (RFC 8446 section 6).
+TLS_INTERNAL_ERROR_ALERT = bytes((0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50))
+
+
+def t_overloaded_tls(v, log):
+    """With daemon.ingress.tls and the pool held whole, a client of the gateway's TLS
+    listener refused at accept is told so in TLS: the one record of a fatal internal_error
+    alert, never plaintext HTTP into its handshake (which a TLS client reads as a broken
+    record); a TLS client's handshake fails on that alert; each refusal is audited as
+    overloaded with no sandbox and counted; once the held connections close, the listener
+    completes handshakes again."""
+    errs = []
+    agent = egress(v["sock_dir"], "agent")
+    before = overloaded_count(v)
+    held = [connect(agent) for _ in range(POOL_CONNS)]
+    try:
+        if not within(lambda: stats(v)["conns"] == POOL_CONNS, 5):
+            return ["%d idle connections held, the daemon counts %d open, want %d" % (
+                POOL_CONNS, stats(v)["conns"], POOL_CONNS)]
+        with socket.create_connection(("127.0.0.1", v["ingress_port"]), timeout=5) as sock:
+            answer = recv_all(sock)  # nothing sent: what the daemon says unasked
+        log("overloaded_tls: a raw connection to the TLS listener: %r" % answer[:60])
+        if answer != TLS_INTERNAL_ERROR_ALERT:
+            errs.append("a connection to the gateway's TLS listener with the pool held was "
+                        "told %r, want the TLS alert %r" % (answer[:200],
+                                                            TLS_INTERNAL_ERROR_ALERT))
+        client = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+        try:
+            with socket.create_connection(("127.0.0.1", v["ingress_port"]), timeout=5) as raw:
+                with client.wrap_socket(raw, server_hostname="gateway.internal"):
+                    errs.append("a TLS handshake with the pool held completed")
+        except ssl.SSLError as e:
+            log("overloaded_tls: a TLS client's handshake: %s" % e)
+            if "internal error" not in str(e).lower():
+                errs.append("a TLS client with the pool held failed with %r, want the "
+                            "internal_error alert" % str(e))
+        except OSError as e:
+            errs.append("a TLS client with the pool held: %s, want the internal_error "
+                        "alert" % e)
+        want = (before[0] + 2, (before[1] or 0) + 2)
+        within(lambda: overloaded_count(v) == want, 5)  # the workers publish
+        if overloaded_count(v) != want:
+            errs.append("refused_overload and its metric went %r -> %r, want %r" % (
+                before, overloaded_count(v), want))
+
+        def refusals():
+            return [r for r in audit_lines(v["audit"])[0]
+                    if r.get("event") == "decision" and r.get("reason") == "overloaded"]
+        within(lambda: len(refusals()) >= 2, 5)  # the writer flushes
+        got = refusals()
+        if len(got) != 2 or any(r.get("sandbox") is not None or r.get("status") != 503
+                                for r in got):
+            errs.append("the refusals' records: %r, want 2 overloaded, status 503, no "
+                        "sandbox" % got)
+    finally:
+        for sock in held:
+            sock.close()
+    if not within(lambda: stats(v)["conns"] == 0, 5):
+        errs.append("%d connections still open 5 s after the held ones closed" %
+                    stats(v)["conns"])
+    client = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
+    try:
+        with socket.create_connection(("127.0.0.1", v["ingress_port"]), timeout=5) as raw:
+            with client.wrap_socket(raw, server_hostname="gateway.internal") as tls:
+                log("overloaded_tls: after: a handshake, %s" % tls.version())
+    except (OSError, ssl.SSLError) as e:
+        errs.append("a TLS client once the held connections closed: %s" % e)
+    return errs
+
+
 def limit_of(name, header="limits.h"):
     """The value of <name>, a #define of core/<header> whose value is an integer expression
     of literals (such as (1ull << 30))."""
@@ -2458,11 +2533,19 @@ class Dropper(Listener):
 
 
 def pool_section(name):
-    """The policy's daemon lines for test <name> that bound its connections (overloaded
-    alone has them: the least pool, and no share, so that the pool runs out first)."""
-    if name != "overloaded":
+    """The policy's daemon lines for test <name> that bound its connections (the overloaded
+    tests alone have them: the least pool, and no share, so that the pool runs out first)."""
+    if name not in ("overloaded", "overloaded_tls"):
         return ""
     return "  conns_per_worker: %d\n  sandbox_share_percent: 100\n" % POOL_CONNS
+
+
+def ingress_tls_section(name, pki):
+    """The gateway's TLS for test <name> (overloaded_tls alone): a leaf for 127.0.0.1 from
+    the pass's CA."""
+    if name != "overloaded_tls":
+        return ""
+    return ', tls: {cert: "%s/gateway.pem", key: "%s/gateway.key"}' % (pki, pki)
 
 
 def webhook_section(name, v, pki):
@@ -2559,6 +2642,8 @@ def main():
     big_tls.load_cert_chain(*make_leaf(pki, "big", os.path.join(pki, "ca.pem"),
                                        os.path.join(pki, "ca.key"), ("big.internal",)))
     big = BigOrigin(big_tls)
+    make_leaf(pki, "gateway", os.path.join(pki, "ca.pem"), os.path.join(pki, "ca.key"),
+              ("gateway.internal",))  # overloaded_tls's public listener
     other = os.path.join(pki, "other")
     os.mkdir(other, 0o700)
     other_tls.load_cert_chain(*make_pki(other, names=("localhost",))[1:])
@@ -2591,6 +2676,7 @@ def main():
                 ("inject_without_ca", "continue", None, None, t_inject_without_ca),
                 ("inject_timeout_fresh", "continue", None, None, t_inject_timeout_fresh),
                 ("overloaded", "continue", None, None, t_overloaded),
+                ("overloaded_tls", "continue", None, None, t_overloaded_tls),
                 ("response_truncated", "continue", None, None, t_response_truncated),
                 ("upstream_closes", "continue", None, None, t_upstream_closes),
                 ("connect_timeout", "continue", None, None, t_connect_timeout),
@@ -2661,6 +2747,7 @@ def main():
                                                       if name == "inject_timeout_fresh"
                                                       else ""),
                                           pool=pool_section(name), big_port=big.port,
+                                          ingress_tls=ingress_tls_section(name, pki),
                                           placeholder=PLACEHOLDER))
                 ran += 1
                 failed += run_daemon(args, v, test, log)

@@ -1368,6 +1368,60 @@ START_TEST(test_accept_stopping)
 END_TEST
 
 /*
+ * The gateway's public listener with TLS on: a client refused at accept (the
+ * worker stopping, the pool full) is sent a fatal internal_error TLS alert,
+ * the 7 bytes of one plaintext alert record, never plaintext HTTP into its
+ * handshake; its decision is audited with the reason as on any listener.
+ * The internal listener behind it, and the public one without TLS, still
+ * answer in HTTP (the relay carries the internal one's answer through TLS).
+ */
+START_TEST(test_accept_tls_listener)
+{
+	static const unsigned char alert[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50 };
+	const struct ct_sqe *s = NULL;
+	struct worker_listener public_tls = {
+		.w = &wk, .fd = -1, .sandbox = WORKER_NO_SANDBOX, .ingress = true, .armed = true
+	};
+	struct worker_listener internal = public_tls;
+
+	internal.internal = true;
+	eng.ingress_tls = true;
+	wk.stopping = true;
+	conn_on_accept(&public_tls, CT_SLOT, IORING_CQE_F_MORE);
+	sq_take();
+	ck_assert_uint_eq(prepared_op(IORING_OP_SEND, &s), 1);
+	ck_assert_uint_eq(s->len, sizeof(alert));
+	ck_assert_int_eq(memcmp((const void *)(uintptr_t)s->addr, alert, sizeof(alert)), 0);
+	ck_assert_uint_eq(s->flags, IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK | IOSQE_CQE_SKIP_SUCCESS);
+	ck_assert_uint_eq(prepared_closes(CT_SLOT), 1);
+	ck_assert_uint_eq(atomic_load(&wk.decisions.refused[REASON_DAEMON_STOPPING]), 1);
+
+	conn_on_accept(&internal, CT_SLOT + 1, IORING_CQE_F_MORE);
+	sq_take();
+	ck_assert_int_eq(strncmp(sent_text(), "HTTP/1.1 503 ", 13), 0);
+	eng.ingress_tls = false;
+	conn_on_accept(&public_tls, CT_SLOT + 2, IORING_CQE_F_MORE);
+	sq_take();
+	ck_assert_int_eq(strncmp(sent_text(), "HTTP/1.1 503 ", 13), 0);
+	wk.stopping = false;
+
+	/* The pool full: the same alert, counted as the overload it is. */
+	eng.ingress_tls = true;
+	for (int i = 0; i < (int)CT_CONNS; i++)
+		accept_one(CT_SLOT + 3 + i);
+	conn_on_accept(&public_tls, CT_SLOT + 3 + (int)CT_CONNS, IORING_CQE_F_MORE);
+	sq_take();
+	ck_assert_uint_eq(prepared_op(IORING_OP_SEND, &s), 1);
+	ck_assert_uint_eq(s->len, sizeof(alert));
+	ck_assert_int_eq(memcmp((const void *)(uintptr_t)s->addr, alert, sizeof(alert)), 0);
+	ck_assert_uint_eq(wk.stats.refused_overload, 1);
+	ck_assert_uint_eq(atomic_load(&wk.decisions.refused[REASON_OVERLOADED]), 1);
+	eng.ingress_tls = false;
+	finish();
+}
+END_TEST
+
+/*
  * A sandbox that knows its agent's uid: the peer's credentials are asked
  * before any byte is read; the agent and root go on to the head receive, a
  * stranger or an answer that is not a whole ucred is refused 403
@@ -1444,6 +1498,7 @@ static Suite *conn_suite(void)
 	tcase_add_test(tc, test_dns_deadline);
 	tcase_add_test(tc, test_accept_overloaded);
 	tcase_add_test(tc, test_accept_stopping);
+	tcase_add_test(tc, test_accept_tls_listener);
 	tcase_add_test(tc, test_peer_credentials);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("early");
