@@ -686,6 +686,10 @@ START_TEST(test_refusal_keeps)
 	parsed(&c, "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1\r\n\r\n",
 	       &req, 1);
 	ck_assert(!refusal_keeps(&c, &req, REASON_RATE_LIMITED));
+	/* Content-Length: 0 frames no body: nothing to read past the head. */
+	parsed(&c, "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 0\r\n\r\n",
+	       &req, 0);
+	ck_assert(refusal_keeps(&c, &req, REASON_RATE_LIMITED));
 	parsed(&c,
 	       "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n",
 	       &req, 0);
