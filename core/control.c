@@ -260,7 +260,11 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 		answer_add(a, "error limit the daemon serves its maximum number of sandboxes\n");
 		break;
 	default:
-		answer_add(a, "error internal %s\n", strerror(-ret));
+		if (engine_err_errno(ret) != 0)
+			answer_add(a, "error internal sandbox %s: its socket or record: %s\n", id,
+				   engine_err_text(ret));
+		else
+			answer_add(a, "error internal %s\n", engine_err_text(ret));
 		break;
 	}
 }

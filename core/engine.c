@@ -869,6 +869,7 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	struct worker_cmd *cmd = pool_calloc(1, sizeof(*cmd));
 	int idx = cmd != NULL ? sandbox_slot(e) : -1;
 	int ret = cmd == NULL ? -ENOMEM : idx < 0 ? -ENOSPC : 0;
+	bool stepped = ret == 0; /* from here a failure is a socket or file step's */
 	if (ret == 0)
 		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
 				   origin == SANDBOX_FROM_CONTROL, agent_uid, token);
@@ -887,7 +888,7 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	}
 	if (ret != 0) {
 		pool_free(cmd);
-		return ret;
+		return stepped && ret != -ENOMEM ? ENGINE_ERR_SYSTEM(-ret) : ret;
 	}
 	struct engine_sandbox *sb = e->sandboxes[idx];
 	sb->owner = owner != NULL ? *owner : (struct engine_owner){ 0 };
@@ -931,6 +932,12 @@ static int agent_uid_settle(struct engine *e, const struct verdict_caller *who, 
 	if (uidpool_contains(&e->uids, *agent_uid))
 		return -ERANGE;
 	return 0;
+}
+
+const char *engine_err_text(int ret)
+{
+	int err = engine_err_errno(ret);
+	return strerror(err != 0 ? err : -ret);
 }
 
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
@@ -1254,7 +1261,7 @@ static uint32_t swap_open_new(struct engine *e, const struct config *file)
 		if (ret == 0)
 			opened++;
 		else
-			log_warn("reload: sandbox %s: not opened: %s", id, strerror(-ret));
+			log_warn("reload: sandbox %s: not opened: %s", id, engine_err_text(ret));
 	}
 	return opened;
 }

@@ -319,9 +319,27 @@ int engine_stop(struct engine *e);
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
  * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached), -EUSERS
  * (every uid of the range is given), -ERANGE, -EDQUOT (<who>, not root,
- * holds daemon.sandboxes_per_user sandboxes already), or the -errno of a
- * failed socket step. Control path only (takes the lock).
+ * holds daemon.sandboxes_per_user sandboxes already), -ENOMEM, or
+ * ENGINE_ERR_SYSTEM(errno) when a socket or file step failed (its errno
+ * kept apart from the refusals: a full disk is not a full table, nor a
+ * missing directory a missing profile). Control path only (takes the lock).
  */
+/*
+ * A failed socket or file step of a sandbox's add, as engine_sandbox_add
+ * returns it: ENGINE_ERR_SYSTEM(<errno>), below every -errno (the kernel's
+ * are under 4096). engine_err_errno gives the errno back, 0 for any other
+ * result; engine_err_text says what any result means (strerror's words).
+ */
+#define ENGINE_ERR_SYSTEM_BASE    4096
+#define ENGINE_ERR_SYSTEM(errnum) (-ENGINE_ERR_SYSTEM_BASE - (errnum))
+
+static inline int engine_err_errno(int ret)
+{
+	return ret <= -ENGINE_ERR_SYSTEM_BASE ? -ret - ENGINE_ERR_SYSTEM_BASE : 0;
+}
+
+const char *engine_err_text(int ret);
+
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
 		       const struct engine_owner *owner, const struct verdict_caller *who,
 		       uint32_t *agent_uid, char *dir, size_t cap, int *ingress_fd);

@@ -79,7 +79,7 @@ int registry_write(const struct engine *e, const char *id, const char *profile_n
 	n += snprintf(line + n, sizeof(line) - (size_t)n, "token %s\n", token);
 	AN_ASSERT((size_t)n < sizeof(line));
 	ssize_t wrote = write(fd, line, (size_t)n);
-	ret = wrote == n ? 0 : -EIO;
+	ret = wrote == n ? 0 : wrote < 0 ? -errno : -EIO; /* -EIO: short */
 	explicit_bzero(line, sizeof(line));
 	close(fd);
 	return ret;
@@ -242,7 +242,7 @@ void registry_adopt(struct engine *e)
 			log_info("sandbox %s: re-adopted (profile %s)", de->d_name, profile);
 		else if (ret != -EEXIST)
 			log_warn("sandbox %s: registry record not adopted: %s", de->d_name,
-				 strerror(-ret));
+				 engine_err_text(ret));
 	}
 	closedir(d);
 }

@@ -62,7 +62,9 @@ sandbox.py's Tests, whose helpers (ctl, host_cmd, timed, vars, tmp) they use.
 - t_alerts_own: sandboxes of root and of the unprivileged account each past the refusals
   threshold: root's `alerts` lists both, the account's its own alone.
 - t_internal: the socket directory's file system remounted read-only: `sandbox add` is
-  `error internal Read-only file system` (mkdir failed), served again once writable.
+  `error internal` naming the sandbox and `Read-only file system` (mkdir failed); with no
+  inode left on it, `error internal` naming `No space left on device`, never `error limit`
+  (the daemon's table is far from full) nor `no_such_profile`; served again after each.
 """
 
 import errno
@@ -1014,9 +1016,11 @@ class HostBoundaryTests:
             subprocess.run(["mount", "-o", "remount,ro", d.sock_dir], check=True)
             try:
                 got = d.ctl("sandbox add it2-rofs open")
-                if got != "error internal %s" % os.strerror(errno.EROFS):
-                    errs.append("sandbox add on a read-only socket directory: %r, want error "
-                                "internal %s" % (got, os.strerror(errno.EROFS)))
+                want = "error internal sandbox it2-rofs: its socket or record: %s" % (
+                    os.strerror(errno.EROFS))
+                if got != want:
+                    errs.append("sandbox add on a read-only socket directory: %r, want %r" % (
+                        got, want))
                 if "it2-rofs" in d.listed():
                     errs.append("it2-rofs was registered anyway")
             finally:
@@ -1025,10 +1029,30 @@ class HostBoundaryTests:
             if not got.startswith("ok "):
                 errs.append("the file system writable again: sandbox add: %r" % got)
             d.ctl("sandbox rm it2-after")
+            # No inode left (the file system's inodes capped at those in use): the mkdir
+            # fails with ENOSPC, whose value is the code of a full sandbox table's answer.
+            fs = os.statvfs(d.sock_dir)
+            subprocess.run(["mount", "-o", "remount,nr_inodes=%d" % (fs.f_files - fs.f_ffree),
+                            d.sock_dir], check=True)
+            try:
+                got = d.ctl("sandbox add it2-full open")
+                want = "error internal sandbox it2-full: its socket or record: %s" % (
+                    os.strerror(errno.ENOSPC))
+                if got != want:
+                    errs.append("sandbox add with no inode left: %r, want %r" % (got, want))
+                if "it2-full" in d.listed():
+                    errs.append("it2-full was registered anyway")
+            finally:
+                subprocess.run(["mount", "-o", "remount,nr_inodes=0", d.sock_dir], check=True)
+            got = d.ctl("sandbox add it2-room open")
+            if not got.startswith("ok "):
+                errs.append("inodes free again: sandbox add: %r" % got)
+            d.ctl("sandbox rm it2-room")
             return errs
 
-        self.with_second("a system call that fails (mkdir on a socket directory made read-only): "
-                         "error internal naming the error; served again after", internal,
+        self.with_second("a system call that fails (mkdir on a socket directory made read-only, "
+                         "or with no inode left): error internal naming the error, never a "
+                         "refusal's code; served again after", internal,
                          own_fs=True)
 
     def with_second(self, name, fn, no_cgroup=False, own_fs=False):

@@ -19,6 +19,7 @@
 #include "../../../core/control.c"
 
 #include <check.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "core/audit.h"
@@ -361,6 +362,38 @@ START_TEST(test_add_rm_ls)
 }
 END_TEST
 
+/*
+ * A socket or file step that fails is told as what it is, with its errno,
+ * never as a refusal whose code an errno of the same value names (a full
+ * disk's ENOSPC read "the daemon serves its maximum number of sandboxes", a
+ * missing directory's ENOENT "no such profile"); nothing of the sandbox is
+ * left. Here the registry's directory is writable by others, which the
+ * daemon refuses to write a record into (EPERM).
+ */
+START_TEST(test_add_step_failed)
+{
+	char path[PATH_MAX];
+
+	expect_added("sandbox add s1 p", NULL, "s1");
+	snprintf(path, sizeof(path), "%s/registry", et.cfg.socket_dir);
+	ck_assert_int_eq(chmod(path, 0777), 0);
+	expect_answer("sandbox add s2 p", NULL,
+		      "error internal sandbox s2: its socket or record: Operation not permitted\n");
+	ck_assert_int_eq(chmod(path, 0700), 0);
+	snprintf(path, sizeof(path), "ok 1\ns1 p %s/sandboxes/s1\n", et.cfg.socket_dir);
+	expect_answer("sandbox ls", NULL, path);
+	expect_added("sandbox add s2 p", NULL, "s2");
+	/* The encoding: an errno comes back whole, and is no refusal's code. */
+	ck_assert_int_eq(engine_err_errno(ENGINE_ERR_SYSTEM(ENOSPC)), ENOSPC);
+	ck_assert_int_eq(engine_err_errno(ENGINE_ERR_SYSTEM(ENOENT)), ENOENT);
+	ck_assert_int_eq(engine_err_errno(-ENOSPC), 0);
+	ck_assert_int_eq(engine_err_errno(-ENOENT), 0);
+	ck_assert_int_ne(ENGINE_ERR_SYSTEM(1), -4095);
+	ck_assert_str_eq(engine_err_text(ENGINE_ERR_SYSTEM(ENOSPC)), strerror(ENOSPC));
+	ck_assert_str_eq(engine_err_text(-EEXIST), strerror(EEXIST));
+}
+END_TEST
+
 /* The id: 63 bytes pass, 64 are refused. */
 START_TEST(test_add_id_length)
 {
@@ -486,6 +519,7 @@ static Suite *control_suite(void)
 	tcase_add_checked_fixture(tc, engine_setup, engine_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_add_rm_ls);
+	tcase_add_test(tc, test_add_step_failed);
 	tcase_add_test(tc, test_add_id_length);
 	tcase_add_test(tc, test_add_who);
 	tcase_add_test(tc, test_stats_own);
