@@ -1373,6 +1373,69 @@ START_TEST(test_accept_stopping)
 END_TEST
 
 /*
+ * A sandbox at its share of the worker (sandbox_share_percent 50 of 4 conns:
+ * 2) has its next connection answered at accept with the worker's formatted
+ * 429 connection_share_exceeded (Retry-After: 1), from no pool, the send
+ * hard-linked to the close, audited and counted as a share refusal, not an
+ * overload; on the gateway's TLS listener the same refusal is the TLS alert.
+ * A conn freed makes room again.
+ */
+START_TEST(test_accept_over_share)
+{
+	const struct deny_info share_deny = { .reason = REASON_CONNECTION_SHARE_EXCEEDED,
+					      .retry_after_s = 1 };
+	const struct ct_sqe *s = NULL;
+	struct worker_listener public_tls = {
+		.w = &wk, .fd = -1, .sandbox = WORKER_NO_SANDBOX, .ingress = true, .armed = true
+	};
+
+	share_destroy(&wk.share);
+	ck_assert_int_eq(share_init(&wk.share, CT_CONNS, 50), 0);
+	ssize_t n = deny_format(&share_deny, wk.share_reply, sizeof(wk.share_reply));
+	ck_assert_int_gt(n, 0);
+	wk.share_reply_len = (uint32_t)n;
+	accept_one(CT_SLOT);
+	accept_one(CT_SLOT + 1);
+	conn_on_accept(&lis, CT_SLOT + 2, IORING_CQE_F_MORE);
+	sq_take();
+	ck_assert_uint_eq(pool_in_use(&wk.conns), 2);
+	ck_assert_uint_eq(prepared_op(IORING_OP_SEND, &s), 1);
+	ck_assert_uint_eq(s->flags, IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK | IOSQE_CQE_SKIP_SUCCESS);
+	const char *answer = sent_text();
+	expect_has(answer, "HTTP/1.1 429 ");
+	expect_has(answer, "X-Agent-Reason: connection_share_exceeded\r\n");
+	expect_has(answer, "Retry-After: 1\r\n");
+	expect_length_whole(answer);
+	ck_assert_uint_eq(prepared_closes(CT_SLOT + 2), 1);
+	ck_assert_uint_eq(wk.stats.refused_share, 1);
+	ck_assert_uint_eq(wk.stats.refused_overload, 0);
+	ck_assert_uint_eq(atomic_load(&wk.decisions.refused[REASON_CONNECTION_SHARE_EXCEEDED]), 1);
+
+	/* The public key's share on the TLS listener: 2 held by the sandbox leave it room for 1. */
+	eng.ingress_tls = true;
+	wk.share.held[SHARE_KEY_PUBLIC] = 1; /* as if one gateway conn were held */
+	wk.share.total++;
+	conn_on_accept(&public_tls, CT_SLOT + 3, IORING_CQE_F_MORE);
+	sq_take();
+	wk.share.held[SHARE_KEY_PUBLIC] = 0;
+	wk.share.total--;
+	eng.ingress_tls = false;
+	ck_assert_uint_eq(prepared_op(IORING_OP_SEND, &s), 1);
+	ck_assert_uint_eq(s->len, 7);
+	ck_assert_uint_eq(((const unsigned char *)(uintptr_t)s->addr)[0], 0x15);
+	ck_assert_uint_eq(wk.stats.refused_share, 2);
+
+	/* Once its conns are freed, the share counts them no more: admitted again. */
+	finish();
+	ck_assert_uint_eq(wk.share.held[0], 0);
+	accept_one(CT_SLOT + 4);
+	accept_one(CT_SLOT + 5);
+	ck_assert_uint_eq(wk.share.held[0], 2);
+	finish();
+}
+END_TEST
+
+/*
  * The gateway's public listener with TLS on: a client refused at accept (the
  * worker stopping, the pool full) is sent a fatal internal_error TLS alert,
  * the 7 bytes of one plaintext alert record, never plaintext HTTP into its
@@ -1503,6 +1566,7 @@ static Suite *conn_suite(void)
 	tcase_add_test(tc, test_dns_deadline);
 	tcase_add_test(tc, test_accept_overloaded);
 	tcase_add_test(tc, test_accept_stopping);
+	tcase_add_test(tc, test_accept_over_share);
 	tcase_add_test(tc, test_accept_tls_listener);
 	tcase_add_test(tc, test_peer_credentials);
 	suite_add_tcase(s, tc);
