@@ -1241,6 +1241,14 @@ void respond_with(struct conn *c, enum reason why, const struct refusal_extra *x
 	audit_format_id(w->e->audit, c->decision_id, audit_id);
 	if (c->ufd >= 0)
 		upstream_close(c);
+	if (c->front != NULL && c->front->client_speaks_tls) {
+		if (c->state == ST_TERM) {
+			conn_close(c); /* the session runs: a plaintext record would break it */
+			return;
+		}
+		reply = (const char *)reply_tls_refused;
+		reply_len = sizeof(reply_tls_refused);
+	}
 	if (reply != NULL) {
 		c->answer_keeps_conn = false;
 		c->out_ptr = reply;

@@ -185,6 +185,10 @@ struct conn_front {
 	void (*close_record)(struct conn *c);
 	/* A request's decision writes no record; close_record writes its one. */
 	bool record_at_end;
+	/* Its client speaks TLS before anything, so no HTTP answer can reach it: a
+	 * refusal (audited as any) is a TLS alert before the session runs, a close
+	 * once it does (respond_with). */
+	bool client_speaks_tls;
 };
 
 /* core/modes.c: which mode serves a conn. */

@@ -807,4 +807,5 @@ const struct conn_front gateway_tls_front = {
 	.unreachable = tlsrelay_unreachable,
 	.sandbox_id = tlsrelay_sandbox_id,
 	.close_record = tlsrelay_close_record,
+	.client_speaks_tls = true,
 };

@@ -2541,8 +2541,8 @@ def pool_section(name):
 
 
 def ingress_tls_section(name, pki):
-    """The gateway's TLS for test <name> (overloaded_tls alone): a leaf for 127.0.0.1 from
-    the pass's CA."""
+    """The gateway's TLS for test <name> (overloaded_tls alone): a leaf for gateway.internal
+    from the pass's CA (its clients connect to 127.0.0.1 and name it)."""
     if name != "overloaded_tls":
         return ""
     return ', tls: {cert: "%s/gateway.pem", key: "%s/gateway.key"}' % (pki, pki)

@@ -1489,6 +1489,55 @@ START_TEST(test_accept_tls_listener)
 }
 END_TEST
 
+/* A TLS session stub for the gateway's TLS front: made, freed, never driven. */
+static int stub_session;
+static void *stub_public_new(void *worker_term)
+{
+	(void)worker_term;
+	return &stub_session;
+}
+static void stub_session_free(void *session)
+{
+	(void)session;
+}
+static const struct term_ops stub_term = { .public_new = stub_public_new,
+					   .session_free = stub_session_free };
+
+/*
+ * A conn of the gateway's TLS front refused before its session runs (here:
+ * no socket for the internal connection, ENFILE) is audited and sent the TLS
+ * alert, never plaintext HTTP: its client speaks TLS first. Any refusal of
+ * such a conn goes through respond_with, so this holds for each.
+ */
+START_TEST(test_tls_front_refusal)
+{
+	static const unsigned char alert[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50 };
+	struct worker_listener public_tls = {
+		.w = &wk, .fd = -1, .sandbox = WORKER_NO_SANDBOX, .ingress = true, .armed = true
+	};
+	const struct ct_sqe *s = NULL;
+
+	eng.term = &stub_term;
+	wk.term = (void *)&stub_session;
+	eng.ingress_tls = true;
+	conn_on_accept(&public_tls, CT_SLOT, IORING_CQE_F_MORE);
+	sq_take();
+	struct conn *c = wk.live;
+	ck_assert_ptr_nonnull(c);
+	ck_assert_ptr_eq(c->front, &gateway_tls_front);
+	ck_assert_uint_eq(prepared_op(IORING_OP_SOCKET, NULL), 1);
+	complete(c, OP_SOCKET, -ENFILE, 0);
+	ck_assert_uint_eq(prepared_op(IORING_OP_SEND, &s), 1);
+	ck_assert_uint_eq(s->len, sizeof(alert));
+	ck_assert_int_eq(memcmp((const void *)(uintptr_t)s->addr, alert, sizeof(alert)), 0);
+	ck_assert_uint_eq(atomic_load(&wk.decisions.refused[REASON_OVERLOADED]), 1);
+	finish();
+	eng.ingress_tls = false;
+	wk.term = NULL;
+	eng.term = NULL;
+}
+END_TEST
+
 /*
  * A sandbox that knows its agent's uid: the peer's credentials are asked
  * before any byte is read; the agent and root go on to the head receive, a
@@ -1568,6 +1617,7 @@ static Suite *conn_suite(void)
 	tcase_add_test(tc, test_accept_stopping);
 	tcase_add_test(tc, test_accept_over_share);
 	tcase_add_test(tc, test_accept_tls_listener);
+	tcase_add_test(tc, test_tls_front_refusal);
 	tcase_add_test(tc, test_peer_credentials);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("early");
