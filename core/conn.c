@@ -909,18 +909,15 @@ enum reason session_limits_refusal(struct conn *c)
  * and a flood that reconnects after each refusal costs the worker an accept,
  * a close and an audit record more than it costs the flooder), and only
  * where HTTP/1.1 allows it with the framing intact: a keep-alive request with
- * no body (none framed, or Content-Length: 0; a chunked body, even an empty
- * one, is bytes not read yet). A CONNECT only with nothing sent after its
- * head: bytes an agent sends before the 200 (an optimistic ClientHello) are
- * not a request.
+ * no body (http1_request_bodiless). A CONNECT only with nothing sent after
+ * its head: bytes an agent sends before the 200 (an optimistic ClientHello)
+ * are not a request. tlsterm.c keeps a session's the same way.
  */
 static bool refusal_keeps(const struct conn *c, const struct http1_request *req, enum reason why)
 {
 	if (why != REASON_RATE_LIMITED && why != REASON_CONCURRENCY_LIMITED)
 		return false;
-	bool bodiless = req->body == HTTP1_BODY_NONE ||
-			(req->body == HTTP1_BODY_LENGTH && req->content_length == 0);
-	if (!req->keep_alive || !bodiless)
+	if (!req->keep_alive || !http1_request_bodiless(req))
 		return false;
 	AN_ASSERT(c->head_len <= c->head_fill);
 	return !req->is_connect || (c->head_fill == c->head_len && c->early_count == 0);

@@ -794,6 +794,12 @@ bool http1_request_upgrades(const struct http1_request *req)
 	return false;
 }
 
+bool http1_request_bodiless(const struct http1_request *req)
+{
+	return req->body == HTTP1_BODY_NONE ||
+	       (req->body == HTTP1_BODY_LENGTH && req->content_length == 0);
+}
+
 bool http1_host_names(const char *field, size_t field_len, const char *host, size_t host_len,
 		      uint16_t port)
 {

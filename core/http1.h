@@ -133,6 +133,13 @@ bool http1_name_is(const char *name, size_t len, const char *lit);
 bool http1_request_upgrades(const struct http1_request *req);
 
 /*
+ * Whether request <req> has no body bytes after its head: none framed, or a
+ * Content-Length of 0. A chunked body, even an empty one, has bytes (its last
+ * chunk) that are not read yet.
+ */
+bool http1_request_bodiless(const struct http1_request *req);
+
+/*
  * Steps through a comma-separated field value (RFC 9110 section 5.6.1): from
  * *<pp> up to <end>, skips commas and OWS, sets <elem>/<elem_len> to the next
  * element with its OWS trimmed, and moves *<pp> past it. Empty elements are

@@ -251,7 +251,7 @@ bool term_request(struct conn *c)
 	why = session_limits_refusal(c);
 	if (why != REASON_NONE) {
 		/* As in clear (conn.c, refusal_keeps): retried on this session after Retry-After. */
-		bool keep = req.keep_alive && req.body == HTTP1_BODY_NONE;
+		bool keep = req.keep_alive && http1_request_bodiless(&req);
 		if (keep)
 			term_drop(c, (uint32_t)n);
 		term_refuse_as(c, why, keep);

@@ -28,7 +28,8 @@ and quiet is refused.
     the bucket (the 3rd or the 4th, as the CONNECT may have taken a token) is answered
     in the session, 429 rate_limited with Retry-After, the rule's id, Connection:
     keep-alive and an X-Agent-Audit-Id that names its own deny record (one record, of
-    the session's conn, its path); after Retry-After the same session is served.
+    the session's conn, its path); after Retry-After the same session is served. The
+    sandbox's again with requests that carry Content-Length: 0: kept just the same.
   - sandbox_bound: a second daemon under 1,100 open files: `sandbox add` answers
     `error limit` once its listeners reach the bound docs/control.md gives, never
     `error internal` (EMFILE), and a removal makes room again.
@@ -286,6 +287,8 @@ GET = b"GET http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n\r\n"
 CONNECT = b"CONNECT model.internal:80 HTTP/1.1\r\nHost: model.internal:80\r\n\r\n"
 POST = (b"POST http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n"
         b"Content-Length: 5\r\n\r\nhello")
+POST_EMPTY = (b"POST http://model.internal/x HTTP/1.1\r\nHost: model.internal\r\n"
+              b"Content-Length: 0\r\n\r\n")
 
 
 def closed_within(s, wait_s):
@@ -302,8 +305,9 @@ def closed_within(s, wait_s):
 
 
 def t_keep_refused(v, log):
-    """A request over the sandbox's rate limit gets 429 on a connection that stays open: the
-    same connection gets 200 after Retry-After. One with a body is refused and closed."""
+    """A request over the sandbox's rate limit (a POST framed by Content-Length: 0, which has
+    no body as much as a GET) gets 429 on a connection that stays open: the same connection
+    gets 200 after Retry-After. One with a body is refused and closed."""
     errs = []
     path = egress(v["sock_dir"], "limited")
     time.sleep(1.1)  # a whole token: earlier passes may have spent it
@@ -311,7 +315,7 @@ def t_keep_refused(v, log):
         first = exchange(s, GET)
         if first is None or not first[0].startswith("HTTP/1.1 200 "):
             return ["the first request: %r, want 200" % (first,)]
-        second = exchange(s, GET)
+        second = exchange(s, POST_EMPTY)
         if second is None:
             return ["the request over the limit: the connection ended without an answer"]
         line, fields, _ = second
@@ -503,7 +507,9 @@ def session_audit_errs(v, label, audit_id, path, rule, tier):
 
 def t_session_limited(v, log):
     """Rate limits inside TLS-terminated sessions: a rule's on the fake tier and the inject
-    tier, a sandbox's on the fake tier (session_limited)."""
+    tier, a sandbox's on the fake tier (session_limited); then the sandbox's again with
+    requests framed by Content-Length: 0, no body as much as none framed, so its 429 keeps
+    the session too."""
     auth = b"Authorization: Bearer %s\r\n" % SESSION_PLACEHOLDER.encode()
     errs = []
     for args in (("fake tier, rule limits", "session-rule", "fake.test", 443, "fake-limited",
@@ -511,7 +517,11 @@ def t_session_limited(v, log):
                  ("inject tier, rule limits", "session-rule", "inject.test", v["tls_port"],
                   "inject-limited", "inject", auth),
                  ("fake tier, sandbox limits", "session-sandbox", "fake.test", 443, "fake-free",
-                  "fake")):
+                  "fake"),
+                 ("fake tier, sandbox limits, Content-Length: 0", "session-sandbox",
+                  "fake.test", 443, "fake-free", "fake", b"Content-Length: 0\r\n")):
+        if args[0].endswith("Content-Length: 0"):
+            time.sleep(SESSION_BURST + 0.5)  # the sandbox's bucket full again (1 a second)
         errs += session_limited(v, log, *args)
     return errs
 

@@ -305,6 +305,30 @@ START_TEST(test_request_upgrades)
 }
 END_TEST
 
+/* No body: none framed, or Content-Length: 0; any other length, or chunked (even empty), has. */
+START_TEST(test_request_bodiless)
+{
+	static const struct {
+		const char *head;
+		bool bodiless;
+	} cases[] = {
+		{ "GET / HTTP/1.1\r\nHost: a\r\n\r\n", true },
+		{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", true },
+		{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 000\r\n\r\n", true },
+		{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\n", false },
+		{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", false },
+	};
+	struct http1_request req;
+	enum reason why;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_gt(req_parse(cases[i].head, &req, &why), 0);
+		ck_assert_msg(http1_request_bodiless(&req) == cases[i].bodiless, "%s",
+			      cases[i].head);
+	}
+}
+END_TEST
+
 START_TEST(test_connect_host_names_the_target)
 {
 	struct http1_request req;
@@ -2148,6 +2172,7 @@ static Suite *http1_suite(void)
 	tcase_add_test(tc, test_connect_host_names_the_target);
 	tcase_add_test(tc, test_request_line_shape);
 	tcase_add_test(tc, test_request_upgrades);
+	tcase_add_test(tc, test_request_bodiless);
 	tcase_add_test(tc, test_authority_split);
 	tcase_add_test(tc, test_connect_ip);
 	tcase_add_test(tc, test_absolute_form);
