@@ -585,6 +585,17 @@ static bool u64_parse(const char *text, uint64_t *out)
 	return true;
 }
 
+/* The answer's code for runlimit_apply's <ret>, not 0: a system call's failure is internal. */
+static const char *limit_answer_code(int ret)
+{
+	return ret == -ENOENT       ? "no_such_sandbox"
+	       : ret == -EACCES     ? "forbidden"
+	       : ret == -EEXIST     ? "exists"
+	       : ret == -EINVAL     ? "bad_request"
+	       : ret == -EOPNOTSUPP ? "unsupported"
+				    : "internal";
+}
+
 /*
  * `sandbox limit <id> <pids_max> <memory_max_bytes>` from <peer_pid> on <sock>:
  * answered here rather than in control_handle, since it acts on the caller's
@@ -609,12 +620,7 @@ static void handle_limit(struct control *ctl, char *line, int sock, pid_t peer_p
 	}
 	int ret = runlimit_apply(&ctl->limits, ctl->e, w[2], sock, peer_pid, pids_max, memory_max,
 				 err, sizeof(err));
-	const char *code = ret == -ENOENT       ? "no_such_sandbox"
-			   : ret == -EACCES     ? "forbidden"
-			   : ret == -EEXIST     ? "exists"
-			   : ret == -EINVAL     ? "bad_request"
-			   : ret == -EOPNOTSUPP ? "unsupported"
-						: "internal";
+	const char *code = limit_answer_code(ret);
 	if (ret == 0) {
 		log_info("sandbox %s: cgroup made for its run (pid %d): pids %" PRIu64
 			 " memory %" PRIu64,

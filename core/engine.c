@@ -125,22 +125,23 @@ static uint32_t sandboxes_max_here(const struct engine *e)
 }
 
 /*
- * A free slot, allocating a new one past sandbox_used if needed; -1 when full
- * (LIMITS_SANDBOXES_MAX, or as many listeners as the descriptors allow).
+ * A free slot, allocating a new one past sandbox_used if needed; -ENOSPC when
+ * full (LIMITS_SANDBOXES_MAX, or as many listeners as the descriptors allow),
+ * -ENOMEM when a new one cannot be had.
  */
 static int sandbox_slot(struct engine *e)
 {
 	if (e->sandbox_active >= e->sandboxes_max)
-		return -1;
+		return -ENOSPC;
 	for (uint32_t i = 0; i < e->sandbox_used; i++) {
 		if (e->sandboxes[i]->state == ENGINE_SANDBOX_FREE)
 			return (int)i;
 	}
 	if (e->sandbox_used == LIMITS_SANDBOXES_MAX)
-		return -1;
+		return -ENOSPC;
 	struct engine_sandbox *sb = pool_calloc(1, sizeof(*sb));
 	if (sb == NULL)
-		return -1;
+		return -ENOMEM;
 	sb->listen_fd = -1;
 	e->sandboxes[e->sandbox_used] = sb;
 	return (int)e->sandbox_used++;
@@ -505,14 +506,14 @@ static int sandboxes_open(struct engine *e)
 	e->tcp_sandbox = -1;
 	for (uint32_t i = 0; i < cfg->sandbox_count; i++) {
 		int idx = sandbox_slot(e);
-		if (idx < 0 && e->sandbox_active >= e->sandboxes_max) {
+		if (idx == -ENOSPC && e->sandbox_active >= e->sandboxes_max) {
 			log_error(
 			    "%u sandboxes in the policy file, room for %u (a descriptor each)",
 			    cfg->sandbox_count, e->sandboxes_max);
 			return -EMFILE;
 		}
 		if (idx < 0)
-			return -ENOMEM;
+			return idx;
 		const char *id = cfg->sandboxes[i].id;
 		int ret = sandbox_open(e, idx, id, cfg->sandboxes[i].profile, false, false,
 				       cfg->sandboxes[i].agent_uid, NULL);
@@ -867,8 +868,8 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	if (sandbox_find(e, id) >= 0)
 		return -EEXIST;
 	struct worker_cmd *cmd = pool_calloc(1, sizeof(*cmd));
-	int idx = cmd != NULL ? sandbox_slot(e) : -1;
-	int ret = cmd == NULL ? -ENOMEM : idx < 0 ? -ENOSPC : 0;
+	int idx = cmd != NULL ? sandbox_slot(e) : -ENOMEM;
+	int ret = idx < 0 ? idx : 0;
 	bool stepped = ret == 0; /* from here a failure is a socket or file step's */
 	if (ret == 0)
 		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
@@ -883,7 +884,8 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	}
 	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == ENGINE_SANDBOX_ACTIVE) {
 		sandbox_close(e, e->sandboxes[idx], false);
-		if (dynamic)
+		/* A record re-adopted stays for the next start: a full disk now loses no sandbox. */
+		if (origin == SANDBOX_FROM_CONTROL)
 			registry_drop(e, id);
 	}
 	if (ret != 0) {

@@ -96,7 +96,7 @@ int engine_stale_note(struct engine *e, const char *id);
  * file), a socket bound at the path that does not fit is never replaced:
  * -EEXIST, logged naming the sandbox, the owner and mode it has and those it
  * would need, and the old daemon goes on serving it.
- * 0 or -errno, logged (-EIO where the kernel said -EACCES).
+ * 0 or -errno, logged.
  */
 int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, int inherited,
 		const char *from, bool predecessor_serves);
@@ -134,7 +134,9 @@ int ingress_socket_make(const char *id, const char *dir);
 /*
  * Writes run-time sandbox <id>'s record (profile, owner, registrant, agent
  * uid, ingress token: the record is the daemon's alone, 0600 in a 0700
- * directory, as the token's secrecy needs). 0 or -errno.
+ * directory, as the token's secrecy needs), whole or not at all: written
+ * beside it and renamed over any record there, which a failure leaves as it
+ * was. 0 or -errno.
  */
 int registry_write(const struct engine *e, const char *id, const char *profile_name,
 		   const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid,

@@ -353,7 +353,7 @@ int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, i
 		if (inherited >= 0)
 			close(
 			    inherited); /* the manager still keeps it; dropped at the start's end */
-		return ret == -EACCES ? -EIO : ret; /* -EACCES answers a caller's rights */
+		return ret;
 	}
 	if (inherited >= 0) {
 		bool bound_here = false;
@@ -384,7 +384,7 @@ int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, i
 	int fd = engine_listen_unix(sb->path, mode, any ? (uid_t)-1 : owner, (gid_t)-1, true);
 	if (fd < 0) {
 		log_error("sandbox %s: %s: %s", sb->id, sb->path, strerror(-fd));
-		return fd == -EACCES ? -EIO : fd; /* -EACCES answers a caller's rights */
+		return fd;
 	}
 	sb->listen_fd = fd;
 	return 0;

@@ -55,7 +55,6 @@ int registry_write(const struct engine *e, const char *id, const char *profile_n
 		   const char *token)
 {
 	char dir[PATH_MAX];
-	char path[PATH_MAX];
 
 	int ret = layout_registry_dir(e->cfg->socket_dir, dir, sizeof(dir));
 	if (ret != 0)
@@ -63,11 +62,18 @@ int registry_write(const struct engine *e, const char *id, const char *profile_n
 	int dfd = engine_dir_secure(dir, 0700);
 	if (dfd < 0)
 		return dfd;
-	close(dfd);
-	registry_path(e, id, path, sizeof(path));
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd == -1)
-		return -errno;
+	/* The record is <dir>/<id> (layout_registry_record). Written whole beside it, then renamed over it: a record is never seen half
+	 * written, and a failed write (a full disk) leaves the one there as it was.
+	 * The temporary name starts with '.', which no id does (registry_adopt skips it). */
+	char tmp[CONFIG_SANDBOX_ID_BYTES_MAX + 8];
+	int n_tmp = snprintf(tmp, sizeof(tmp), ".%s.new", id);
+	AN_ASSERT(n_tmp > 0 && (size_t)n_tmp < sizeof(tmp));
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd == -1) {
+		ret = -errno;
+		close(dfd);
+		return ret;
+	}
 	char line[REGISTRY_RECORD_BYTES];
 	int n = snprintf(line, sizeof(line), "profile %s\n", profile_name);
 	if (owner != NULL && owner->pid > 0)
@@ -81,7 +87,13 @@ int registry_write(const struct engine *e, const char *id, const char *profile_n
 	ssize_t wrote = write(fd, line, (size_t)n);
 	ret = wrote == n ? 0 : wrote < 0 ? -errno : -EIO; /* -EIO: short */
 	explicit_bzero(line, sizeof(line));
-	close(fd);
+	if (close(fd) == -1 && ret == 0)
+		ret = -errno;
+	if (ret == 0 && renameat(dfd, tmp, dfd, id) == -1)
+		ret = -errno;
+	if (ret != 0)
+		(void)unlinkat(dfd, tmp, 0);
+	close(dfd);
 	return ret;
 }
 

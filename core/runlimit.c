@@ -310,7 +310,7 @@ int runlimit_apply(struct runlimits *l, struct engine *e, const char *id, int so
 	int pidfd = peer_pidfd(sock, peer_pid);
 	if (pidfd < 0) {
 		snprintf(err, err_len, "pidfd of the caller: %s", strerror(-pidfd));
-		return pidfd == -ESRCH ? -ESRCH : -EACCES;
+		return pidfd == -ESRCH ? -ESRCH : ENGINE_ERR_SYSTEM(-pidfd);
 	}
 	/* Read while the pidfd's process lives: then <now> is that process's, not a successor's. */
 	int rc = engine_owner_of(peer_pid, &now) == 0 && pidfd_alive(pidfd) ? 0 : -ESRCH;
@@ -335,9 +335,13 @@ int runlimit_apply(struct runlimits *l, struct engine *e, const char *id, int so
 		r->owner = now;
 		rc =
 		    make_and_enter(l, r, peer_pid, pidfd, pids_max, memory_max_bytes, err, err_len);
+		/* A failed mkdir, open or write in the hierarchy is the system's, not a refusal
+		 * whose code an errno of the same value names (EACCES, EEXIST, ENOENT). */
+		if (rc != 0 && rc != -EOPNOTSUPP && rc != -ESRCH)
+			rc = ENGINE_ERR_SYSTEM(-rc);
 	}
 	if (rc == 0) {
-		rc = list_add(l, r);
+		rc = list_add(l, r); /* 0 or -ENOMEM */
 		if (rc != 0) {
 			/* The caller stays in it: leave the cgroup to the kernel's empty-tree rules. */
 			snprintf(err, err_len, "out of memory");

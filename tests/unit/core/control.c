@@ -19,6 +19,7 @@
 #include "../../../core/control.c"
 
 #include <check.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -192,6 +193,40 @@ START_TEST(test_limit_text)
 		ck_assert_msg(strcmp(a.text.p, cases[i][1]) == 0, "%s: %s", cases[i][0], a.text.p);
 		textbuf_free(&a.text);
 	}
+}
+END_TEST
+
+/*
+ * `sandbox limit` whose system call fails is answered internal, never with the
+ * refusal an errno of that value would name: here the caller's pidfd cannot
+ * be had (no descriptor left, EMFILE), which read "error forbidden".
+ */
+START_TEST(test_limit_system_failure)
+{
+	struct control ctl = { .e = &et.eng };
+	struct answer a = { .fd = -1 };
+	struct rlimit saved, low;
+	char line[] = "sandbox limit s1 10 0";
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	int lowest_free = dup(0);
+	ck_assert_int_ge(lowest_free, 0);
+	close(lowest_free);
+	low = saved;
+	low.rlim_cur = (rlim_t)lowest_free; /* every descriptor below it is in use */
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	handle_limit(&ctl, line, -1, getpid(), &a);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	ck_assert_ptr_nonnull(a.text.p);
+	ck_assert_str_eq(a.text.p, "error internal pidfd of the caller: Too many open files\n");
+	textbuf_free(&a.text);
+	/* The codes: a refusal's errno names its refusal; the same errno from a system call does not. */
+	ck_assert_str_eq(limit_answer_code(-EACCES), "forbidden");
+	ck_assert_str_eq(limit_answer_code(ENGINE_ERR_SYSTEM(EACCES)), "internal");
+	ck_assert_str_eq(limit_answer_code(-EEXIST), "exists");
+	ck_assert_str_eq(limit_answer_code(ENGINE_ERR_SYSTEM(EEXIST)), "internal");
+	ck_assert_str_eq(limit_answer_code(-ENOENT), "no_such_sandbox");
+	ck_assert_str_eq(limit_answer_code(ENGINE_ERR_SYSTEM(ENOENT)), "internal");
 }
 END_TEST
 
@@ -388,7 +423,12 @@ START_TEST(test_add_step_failed)
 	ck_assert_int_eq(engine_err_errno(ENGINE_ERR_SYSTEM(ENOENT)), ENOENT);
 	ck_assert_int_eq(engine_err_errno(-ENOSPC), 0);
 	ck_assert_int_eq(engine_err_errno(-ENOENT), 0);
-	ck_assert_int_ne(ENGINE_ERR_SYSTEM(1), -4095);
+	for (int e = 1; e < ENGINE_ERR_SYSTEM_BASE; e++) {
+		ck_assert_int_lt(ENGINE_ERR_SYSTEM(e),
+				 -4095); /* below every -errno the kernel has */
+		ck_assert_int_eq(engine_err_errno(ENGINE_ERR_SYSTEM(e)), e);
+		ck_assert_int_eq(engine_err_errno(-e), 0);
+	}
 	ck_assert_str_eq(engine_err_text(ENGINE_ERR_SYSTEM(ENOSPC)), strerror(ENOSPC));
 	ck_assert_str_eq(engine_err_text(-EEXIST), strerror(EEXIST));
 }
@@ -511,6 +551,7 @@ static Suite *control_suite(void)
 	tcase_add_test(tc, test_who_may);
 	tcase_add_test(tc, test_u64_parse);
 	tcase_add_test(tc, test_limit_text);
+	tcase_add_test(tc, test_limit_system_failure);
 	tcase_add_test(tc, test_read_line);
 	tcase_add_test(tc, test_read_line_deadline);
 	tcase_add_test(tc, test_serve_one);

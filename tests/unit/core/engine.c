@@ -287,6 +287,54 @@ START_TEST(test_table_full)
 }
 END_TEST
 
+/* The text of <path>, a small file, into <text> (NUL-terminated); its length, or -1. */
+static ssize_t file_text(const char *path, char *text, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	size_t n = fread(text, 1, cap - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	return (ssize_t)n;
+}
+
+/*
+ * A run-time sandbox whose record cannot be rewritten when a restart
+ * re-adopts it (here the file size limit, as a full disk would) is not
+ * served, but its record stays whole for the next start, never truncated
+ * nor removed, and its directory (which its agent may have mounted) stays.
+ */
+START_TEST(test_readoption_keeps_record)
+{
+	char record[256], before[512], after[512];
+	struct rlimit saved, tiny;
+
+	ck_assert_int_eq(add("keep1", "p", NULL), 0);
+	snprintf(record, sizeof(record), "%s/registry/keep1", et.cfg.socket_dir);
+	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
+	ck_assert_int_eq(engine_stop(&et.eng), 0);
+	enginetest_release(&et);
+
+	enginetest_prepare(&et, dir, "r", ET_POLICY, NULL);
+	ck_assert(signal(SIGXFSZ, SIG_IGN) != SIG_ERR);
+	ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &saved), 0);
+	tiny = saved;
+	tiny.rlim_cur = 8; /* no record fits */
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &tiny), 0);
+	int rc = engine_start(&et.eng);
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
+	ck_assert_msg(rc == 0, "engine_start: %s", strerror(-rc));
+	ck_assert(!is_there("keep1"));
+	ck_assert_int_eq(file_text(record, after, sizeof(after)), (ssize_t)strlen(before));
+	ck_assert_str_eq(after, before);
+	snprintf(record, sizeof(record), "%s/sandboxes/keep1", et.cfg.socket_dir);
+	struct stat st;
+	ck_assert_int_eq(stat(record, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+}
+END_TEST
+
 int main(void)
 {
 	char cmd[128];
@@ -300,6 +348,7 @@ int main(void)
 	tcase_add_test(tc, test_per_user);
 	tcase_add_test(tc, test_owner_only_removal);
 	tcase_add_test(tc, test_pool_uid);
+	tcase_add_test(tc, test_readoption_keeps_record);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("full");
 	tcase_add_checked_fixture(tc, NULL, teardown);
