@@ -1170,6 +1170,11 @@ bool audit_failing(const struct audit *a)
 /* How often audit_reopen looks whether the writer has acted. */
 #define AUDIT_REOPEN_POLL_NS 1000000L
 
+bool audit_reopenable(const struct audit *a)
+{
+	return a->path != NULL;
+}
+
 int audit_reopen(struct audit *a, uint32_t timeout_ms)
 {
 	const struct timespec poll = { .tv_sec = 0, .tv_nsec = AUDIT_REOPEN_POLL_NS };

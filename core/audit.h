@@ -116,6 +116,9 @@ bool audit_failing(const struct audit *a);
  */
 int audit_reopen(struct audit *a, uint32_t timeout_ms);
 
+/* Whether <a> writes to a file by its path, which audit_reopen can reopen (not standard output). */
+bool audit_reopenable(const struct audit *a);
+
 /*
  * Drains every ring, writes a final notice with the drop count, stops the
  * writer and releases everything. Producers must have stopped. NULL is fine.

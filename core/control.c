@@ -318,11 +318,19 @@ static void handle_audit_reopen(struct engine *e, const struct verdict_caller *w
 		answer_add(a, "error forbidden only root reopens the audit file\n");
 		return;
 	}
-	int ret = e->audit != NULL ? audit_reopen(e->audit, CONTROL_AUDIT_REOPEN_MS) : -EINVAL;
+	if (e->audit == NULL || !audit_reopenable(e->audit)) {
+		answer_add(a, "error bad_request the audit goes to standard output\n");
+		return;
+	}
+	/* From here every failure is the reopen's, whatever its errno (an EINVAL of the open too). */
+	int ret = audit_reopen(e->audit, CONTROL_AUDIT_REOPEN_MS);
 	if (ret == 0)
 		answer_add(a, "ok audit reopened %s\n", e->cfg->audit_path);
-	else if (ret == -EINVAL)
-		answer_add(a, "error bad_request the audit goes to standard output\n");
+	else if (ret == -ETIMEDOUT)
+		answer_add(a,
+			   "error reopen_failed %s: the audit writer did not act within %u ms "
+			   "(the audit goes on to the file open before)\n",
+			   e->cfg->audit_path, (unsigned)CONTROL_AUDIT_REOPEN_MS);
 	else
 		answer_add(a,
 			   "error reopen_failed %s: %s (the audit goes on to the file open "

@@ -1001,6 +1001,7 @@ START_TEST(test_reopen_fails)
 	ck_assert_int_eq(mkdir(dir, 0755), 0);
 	snprintf(path, sizeof(path), "%s/audit.log", dir);
 	ck_assert_int_eq(audit_open(path, 1, &a), 0);
+	ck_assert(audit_reopenable(a));
 	ck_assert_int_eq(unlink(path), 0);
 	ck_assert_int_eq(rmdir(dir), 0);
 	write_file(dir, "a file where the directory was\n"); /* mkdir and open both fail */
@@ -1020,6 +1021,7 @@ START_TEST(test_reopen_stdout)
 	struct audit *a = NULL;
 
 	ck_assert_int_eq(audit_open("-", 1, &a), 0);
+	ck_assert(!audit_reopenable(a));
 	ck_assert_int_eq(audit_reopen(a, 1000), -EINVAL);
 	audit_close(a);
 }
