@@ -1673,6 +1673,26 @@ def overloaded_count(v):
             series(scrape(v["metrics_port"])[2]).get("agentsnet_connections_overloaded_total"))
 
 
+def hold_pool(v, path):
+    """POOL_CONNS idle connections to egress socket <path>, the worker's whole pool (the
+    overloaded tests' policy): (them, None once the daemon counts them all open, else the
+    problem)."""
+    held = [connect(path) for _ in range(POOL_CONNS)]
+    if within(lambda: stats(v)["conns"] == POOL_CONNS, 5):
+        return held, None
+    return held, "%d idle connections held, the daemon counts %d open, want %d" % (
+        POOL_CONNS, stats(v)["conns"], POOL_CONNS)
+
+
+def release_pool(v, held):
+    """Closes what hold_pool opened: the problems if the daemon still counts any open."""
+    for sock in held:
+        sock.close()
+    if within(lambda: stats(v)["conns"] == 0, 5):
+        return []
+    return ["%d connections still open 5 s after the held ones closed" % stats(v)["conns"]]
+
+
 def t_overloaded(v, log):
     """The worker's connection pool (conns_per_worker POOL_CONNS, no share) held whole by
     idle connections: a new one, on any listener, is answered 503 overloaded at once and
@@ -1682,11 +1702,10 @@ def t_overloaded(v, log):
     errs = []
     agent, watched = egress(v["sock_dir"], "agent"), egress(v["sock_dir"], "watched")
     before = overloaded_count(v)
-    held = [connect(agent) for _ in range(POOL_CONNS)]
+    held, unheld = hold_pool(v, agent)
     try:
-        if not within(lambda: stats(v)["conns"] == POOL_CONNS, 5):
-            return ["%d idle connections held, the daemon counts %d open, want %d" % (
-                POOL_CONNS, stats(v)["conns"], POOL_CONNS)]
+        if unheld:
+            return [unheld]
         over = {"the agent's socket": connect(agent),
                 "another sandbox's socket": connect(watched),
                 "the TCP listener": socket.create_connection(("127.0.0.1", v["tcp_port"]),
@@ -1741,11 +1760,7 @@ def t_overloaded(v, log):
         if status_of(answer) != 200:
             errs.append("a held connection, asked once the pool had refused: %r" % answer[:200])
     finally:
-        for sock in held:
-            sock.close()
-    if not within(lambda: stats(v)["conns"] == 0, 5):
-        errs.append("%d connections still open 5 s after the held ones closed" %
-                    stats(v)["conns"])
+        errs += release_pool(v, held)
     for what, answer in (("the agent's socket", served(agent)),
                          ("another sandbox's socket", served(watched))):
         if status_of(answer) != 200:
@@ -1768,11 +1783,10 @@ def t_overloaded_tls(v, log):
     errs = []
     agent = egress(v["sock_dir"], "agent")
     before = overloaded_count(v)
-    held = [connect(agent) for _ in range(POOL_CONNS)]
+    held, unheld = hold_pool(v, agent)
     try:
-        if not within(lambda: stats(v)["conns"] == POOL_CONNS, 5):
-            return ["%d idle connections held, the daemon counts %d open, want %d" % (
-                POOL_CONNS, stats(v)["conns"], POOL_CONNS)]
+        if unheld:
+            return [unheld]
         with socket.create_connection(("127.0.0.1", v["ingress_port"]), timeout=5) as sock:
             answer = recv_all(sock)  # nothing sent: what the daemon says unasked
         log("overloaded_tls: a raw connection to the TLS listener: %r" % answer[:60])
@@ -1809,11 +1823,7 @@ def t_overloaded_tls(v, log):
             errs.append("the refusals' records: %r, want 2 overloaded, status 503, no "
                         "sandbox" % got)
     finally:
-        for sock in held:
-            sock.close()
-    if not within(lambda: stats(v)["conns"] == 0, 5):
-        errs.append("%d connections still open 5 s after the held ones closed" %
-                    stats(v)["conns"])
+        errs += release_pool(v, held)
     client = ssl.create_default_context(cafile=os.path.join(v["pki"], "ca.pem"))
     try:
         with socket.create_connection(("127.0.0.1", v["ingress_port"]), timeout=5) as raw:

@@ -1013,42 +1013,35 @@ class HostBoundaryTests:
             d.ctl("sandbox rm it2-before")
             # The file system of the socket directory turns read-only: making the sandbox's
             # directory fails (EROFS), a system call's failure the daemon names.
-            subprocess.run(["mount", "-o", "remount,ro", d.sock_dir], check=True)
-            try:
-                got = d.ctl("sandbox add it2-rofs open")
-                want = "error internal sandbox it2-rofs: its socket or record: %s" % (
-                    os.strerror(errno.EROFS))
-                if got != want:
-                    errs.append("sandbox add on a read-only socket directory: %r, want %r" % (
-                        got, want))
-                if "it2-rofs" in d.listed():
-                    errs.append("it2-rofs was registered anyway")
-            finally:
-                subprocess.run(["mount", "-o", "remount,rw", d.sock_dir], check=True)
-            got = d.ctl("sandbox add it2-after open")
-            if not got.startswith("ok "):
-                errs.append("the file system writable again: sandbox add: %r" % got)
-            d.ctl("sandbox rm it2-after")
+            refused_while(d, "remount,ro", "remount,rw", "it2-rofs", errno.EROFS, errs)
             # No inode left (the file system's inodes capped at those in use): the mkdir
             # fails with ENOSPC, whose value is the code of a full sandbox table's answer.
             fs = os.statvfs(d.sock_dir)
-            subprocess.run(["mount", "-o", "remount,nr_inodes=%d" % (fs.f_files - fs.f_ffree),
-                            d.sock_dir], check=True)
-            try:
-                got = d.ctl("sandbox add it2-full open")
-                want = "error internal sandbox it2-full: its socket or record: %s" % (
-                    os.strerror(errno.ENOSPC))
-                if got != want:
-                    errs.append("sandbox add with no inode left: %r, want %r" % (got, want))
-                if "it2-full" in d.listed():
-                    errs.append("it2-full was registered anyway")
-            finally:
-                subprocess.run(["mount", "-o", "remount,nr_inodes=0", d.sock_dir], check=True)
-            got = d.ctl("sandbox add it2-room open")
-            if not got.startswith("ok "):
-                errs.append("inodes free again: sandbox add: %r" % got)
-            d.ctl("sandbox rm it2-room")
+            refused_while(d, "remount,nr_inodes=%d" % (fs.f_files - fs.f_ffree),
+                          "remount,nr_inodes=0", "it2-full", errno.ENOSPC, errs)
             return errs
+
+        def refused_while(d, mount_opts, restore_opts, sid, errnum, errs):
+            """With the socket directory remounted <mount_opts>, `sandbox add <sid>` is
+            error internal naming <errnum> and registers nothing; remounted <restore_opts>,
+            an add is served again."""
+            subprocess.run(["mount", "-o", mount_opts, d.sock_dir], check=True)
+            try:
+                got = d.ctl("sandbox add %s open" % sid)
+                want = "error internal sandbox %s: its socket or record: %s" % (
+                    sid, os.strerror(errnum))
+                if got != want:
+                    errs.append("sandbox add, socket directory %s: %r, want %r" % (
+                        mount_opts, got, want))
+                if sid in d.listed():
+                    errs.append("%s was registered anyway" % sid)
+            finally:
+                subprocess.run(["mount", "-o", restore_opts, d.sock_dir], check=True)
+            got = d.ctl("sandbox add %s-after open" % sid)
+            if not got.startswith("ok "):
+                errs.append("the socket directory %s again: sandbox add: %r" % (restore_opts,
+                                                                                got))
+            d.ctl("sandbox rm %s-after" % sid)
 
         self.with_second("a system call that fails (mkdir on a socket directory made read-only, "
                          "or with no inode left): error internal naming the error, never a "
