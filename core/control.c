@@ -326,10 +326,11 @@ static void handle_audit_reopen(struct engine *e, const struct verdict_caller *w
 	int ret = audit_reopen(e->audit, CONTROL_AUDIT_REOPEN_MS);
 	if (ret == 0)
 		answer_add(a, "ok audit reopened %s\n", e->cfg->audit_path);
-	else if (ret == -ETIMEDOUT)
+	else if (ret == -ETIMEDOUT) /* the ask stands: the writer acts on it once it can */
 		answer_add(a,
-			   "error reopen_failed %s: the audit writer did not act within %u ms "
-			   "(the audit goes on to the file open before)\n",
+			   "error reopen_failed %s: the audit writer did not act within %u ms; it "
+			   "reopens the file once it can (the new file begins with an "
+			   "audit_reopened notice)\n",
 			   e->cfg->audit_path, (unsigned)CONTROL_AUDIT_REOPEN_MS);
 	else
 		answer_add(a,

@@ -884,9 +884,13 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	}
 	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == ENGINE_SANDBOX_ACTIVE) {
 		sandbox_close(e, e->sandboxes[idx], false);
-		/* A record re-adopted stays for the next start: a full disk now loses no sandbox. */
+		/* A record re-adopted stays for the next start: a full disk now loses no sandbox.
+		 * Its uid of the pool stays given, to the record, so that no other sandbox gets
+		 * the uid its agent (still running, perhaps) and the next start's adoption hold. */
 		if (origin == SANDBOX_FROM_CONTROL)
 			registry_drop(e, id);
+		else if (uidpool_contains(&e->uids, agent_uid))
+			(void)uidpool_take(&e->uids, agent_uid);
 	}
 	if (ret != 0) {
 		pool_free(cmd);

@@ -622,7 +622,7 @@ void tlsrelay_connect(struct conn *c)
 	c->client_tls = t != NULL && w->term != NULL ? t->public_new(w->term) : NULL;
 	c->out = c->client_tls != NULL ? pool_take(&w->heads) : NULL;
 	if (c->out == NULL) {
-		conn_close(c); /* out of memory: the client sees the connection end */
+		respond(c, REASON_OVERLOADED); /* no session or buffer: the alert, audited */
 		return;
 	}
 	memcpy(conn_unix(c), &w->e->ingress_internal, sizeof(struct sockaddr_un));
@@ -771,11 +771,14 @@ static void gateway_tls_buffers(struct conn *c)
 	term_recv_arm(c);
 }
 
-/* No internal socket to connect to: no HTTP can be spoken before the TLS is. */
+/*
+ * The internal socket took no connection (its backlog full, or gone): the
+ * daemon's own fault, told as an overload, the TLS alert (respond_with).
+ */
 static void tlsrelay_unreachable(struct conn *c)
 {
 	log_warn("ingress: %s: %s", c->w->e->ingress_internal.sun_path, strerror(-c->connect_err));
-	conn_close(c);
+	respond(c, REASON_OVERLOADED);
 }
 
 /* It only decrypts: the conn it hands the requests to routes them. */

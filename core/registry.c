@@ -50,6 +50,30 @@ static void registry_path(const struct engine *e, const char *id, char *out, siz
 	AN_ASSERT(ret == 0);
 }
 
+/* The temporary name of <id>'s record while it is written, into <out>. */
+static void registry_tmp_name(const char *id, char *out, size_t cap)
+{
+	int n = snprintf(out, cap, ".%s.new", id);
+	AN_ASSERT(n > 0 && (size_t)n < cap);
+}
+
+/* Writes <len> bytes of <p> to <fd>, a short write resumed: 0, or the -errno that stopped it. */
+static int write_whole(int fd, const char *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 int registry_write(const struct engine *e, const char *id, const char *profile_name,
 		   const struct engine_owner *owner, uint32_t registrant, uint32_t agent_uid,
 		   const char *token)
@@ -62,13 +86,16 @@ int registry_write(const struct engine *e, const char *id, const char *profile_n
 	int dfd = engine_dir_secure(dir, 0700);
 	if (dfd < 0)
 		return dfd;
-	/* The record is <dir>/<id> (layout_registry_record). Written whole beside it, then renamed over it: a record is never seen half
-	 * written, and a failed write (a full disk) leaves the one there as it was.
-	 * The temporary name starts with '.', which no id does (registry_adopt skips it). */
+	/* The record is <dir>/<id> (layout_registry_record), written whole beside it and
+	 * synced, then renamed over it: a record is never seen half written, and a failed
+	 * write (a full disk) leaves the one there as it was. The temporary name starts
+	 * with '.', which no id does (registry_adopt skips it); one a crash left is
+	 * removed first, and the new one made exclusively, so nothing in its place
+	 * (a FIFO, a link) is ever opened. */
 	char tmp[CONFIG_SANDBOX_ID_BYTES_MAX + 8];
-	int n_tmp = snprintf(tmp, sizeof(tmp), ".%s.new", id);
-	AN_ASSERT(n_tmp > 0 && (size_t)n_tmp < sizeof(tmp));
-	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	registry_tmp_name(id, tmp, sizeof(tmp));
+	(void)unlinkat(dfd, tmp, 0);
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd == -1) {
 		ret = -errno;
 		close(dfd);
@@ -84,9 +111,10 @@ int registry_write(const struct engine *e, const char *id, const char *profile_n
 		n += snprintf(line + n, sizeof(line) - (size_t)n, "agent %u\n", agent_uid);
 	n += snprintf(line + n, sizeof(line) - (size_t)n, "token %s\n", token);
 	AN_ASSERT((size_t)n < sizeof(line));
-	ssize_t wrote = write(fd, line, (size_t)n);
-	ret = wrote == n ? 0 : wrote < 0 ? -errno : -EIO; /* -EIO: short */
+	ret = write_whole(fd, line, (size_t)n);
 	explicit_bzero(line, sizeof(line));
+	if (ret == 0 && fsync(fd) == -1)
+		ret = -errno;
 	if (close(fd) == -1 && ret == 0)
 		ret = -errno;
 	if (ret == 0 && renameat(dfd, tmp, dfd, id) == -1)
@@ -183,9 +211,17 @@ static void sandbox_dir_remove(const struct engine *e, const char *id)
 void registry_drop(const struct engine *e, const char *id)
 {
 	char path[PATH_MAX];
+	char tmp[CONFIG_SANDBOX_ID_BYTES_MAX + 8];
 
 	registry_path(e, id, path, sizeof(path));
 	unlink(path);
+	/* A temporary a crash left beside it holds the token too. */
+	registry_tmp_name(id, tmp, sizeof(tmp));
+	char *slash = strrchr(path, '/');
+	AN_ASSERT(slash != NULL);
+	int n = snprintf(slash + 1, sizeof(path) - (size_t)(slash + 1 - path), "%s", tmp);
+	if (n > 0 && (size_t)n < sizeof(path) - (size_t)(slash + 1 - path))
+		unlink(path);
 	sandbox_dir_remove(e, id);
 }
 

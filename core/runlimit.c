@@ -278,8 +278,11 @@ static int make_and_enter(const struct runlimits *l, struct runlimit *r, pid_t p
 	snprintf(name, sizeof(name), "%s.%d", r->id, (int)pid);
 	int rc = cgroup_create_under(&r->cg, l->root, name, pid, pids_max, memory_max_bytes, err,
 				     err_len);
+	/* No hierarchy or controller for it, or none this daemon may make a cgroup in
+	 * (core/cgroup.h: the caller falls back): unsupported here, not a failure. */
+	bool cannot_here = rc == -ENOENT || rc == -EACCES || rc == -EPERM || rc == -EROFS;
 	if (rc != 0)
-		return rc == -ENOENT ? -EOPNOTSUPP : rc; /* no hierarchy or controller for it */
+		return cannot_here ? -EOPNOTSUPP : rc;
 	rc = cgroup_enter(&r->cg, pid, err, err_len);
 	/* Alive after the write: the pid was still its own when written (never reused). */
 	if (rc == 0 && !pidfd_alive(pidfd)) {

@@ -63,7 +63,7 @@ struct runlimits {
  * not owned by the calling process), -EEXIST (already limited), -EINVAL (no
  * limit), -ESRCH (the caller died during the move; nothing is left),
  * -EOPNOTSUPP (the host has no hierarchy or controller for a limit asked
- * for), -ENOMEM, or ENGINE_ERR_SYSTEM(errno) when a system call failed (the
+ * for, or none this daemon may make a cgroup in), -ENOMEM, or ENGINE_ERR_SYSTEM(errno) when a system call failed (the
  * caller's pidfd, or a mkdir, open or write of the cgroup's making:
  * core/cgroup.h), kept apart from the refusals above.
  */

@@ -1504,10 +1504,11 @@ static const struct term_ops stub_term = { .public_new = stub_public_new,
 					   .session_free = stub_session_free };
 
 /*
- * A conn of the gateway's TLS front refused before its session runs (here:
- * no socket for the internal connection, ENFILE) is audited and sent the TLS
- * alert, never plaintext HTTP: its client speaks TLS first. Any refusal of
- * such a conn goes through respond_with, so this holds for each.
+ * A conn of the gateway's TLS front refused before its session runs (no
+ * socket for the internal connection, ENFILE; the internal socket refusing
+ * the connect) is audited and sent the TLS alert, never plaintext HTTP nor a
+ * silent close: its client speaks TLS first. Any refusal of such a conn goes
+ * through respond_with, so this holds for each.
  */
 START_TEST(test_tls_front_refusal)
 {
@@ -1531,6 +1532,23 @@ START_TEST(test_tls_front_refusal)
 	ck_assert_uint_eq(s->len, sizeof(alert));
 	ck_assert_int_eq(memcmp((const void *)(uintptr_t)s->addr, alert, sizeof(alert)), 0);
 	ck_assert_uint_eq(atomic_load(&wk.decisions.refused[REASON_OVERLOADED]), 1);
+	ck_assert_uint_ne(c->decision_id, 0); /* its decision record written */
+	finish();
+
+	/* The internal socket refuses the connect: the same alert, audited. */
+	conn_on_accept(&public_tls, CT_SLOT + 1, IORING_CQE_F_MORE);
+	sq_take();
+	c = wk.live;
+	complete(c, OP_SOCKET, CT_SLOT + 2, 0);
+	ck_assert_uint_eq(prepared_op(IORING_OP_CONNECT, NULL), 1);
+	complete(c, OP_CONNECT, -ECONNREFUSED, 0);
+	if (c->ops & op_bit(OP_CONNECT_TIMEOUT)) /* its linked timeout, cancelled with it */
+		complete(c, OP_CONNECT_TIMEOUT, -ECANCELED, 0);
+	ck_assert_uint_eq(prepared_op(IORING_OP_SEND, &s), 1);
+	ck_assert_uint_eq(s->len, sizeof(alert));
+	ck_assert_int_eq(memcmp((const void *)(uintptr_t)s->addr, alert, sizeof(alert)), 0);
+	ck_assert_uint_eq(atomic_load(&wk.decisions.refused[REASON_OVERLOADED]), 2);
+	ck_assert_uint_ne(c->decision_id, 0);
 	finish();
 	eng.ingress_tls = false;
 	wk.term = NULL;

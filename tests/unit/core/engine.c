@@ -303,14 +303,20 @@ static ssize_t file_text(const char *path, char *text, size_t cap)
  * A run-time sandbox whose record cannot be rewritten when a restart
  * re-adopts it (here the file size limit, as a full disk would) is not
  * served, but its record stays whole for the next start, never truncated
- * nor removed, and its directory (which its agent may have mounted) stays.
+ * nor removed, and its directory (which its agent may have mounted) stays,
+ * and so does its uid of daemon.sandbox_uids: no new sandbox is given it.
  */
 START_TEST(test_readoption_keeps_record)
 {
 	char record[256], before[512], after[512];
 	struct rlimit saved, tiny;
 
-	ck_assert_int_eq(add("keep1", "p", NULL), 0);
+	char out[256];
+	uint32_t kept_uid = ENGINE_AGENT_NEW;
+
+	ck_assert_int_eq(engine_sandbox_add(&et.eng, "keep1", "p", NULL, &root, &kept_uid, out,
+					    sizeof(out), NULL),
+			 0);
 	snprintf(record, sizeof(record), "%s/registry/keep1", et.cfg.socket_dir);
 	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
 	ck_assert_int_eq(engine_stop(&et.eng), 0);
@@ -332,6 +338,16 @@ START_TEST(test_readoption_keeps_record)
 	struct stat st;
 	ck_assert_int_eq(stat(record, &st), 0);
 	ck_assert(S_ISDIR(st.st_mode));
+	/* Its uid stays the record's: a new sandbox is given another. */
+	for (int i = 0; i < 4; i++) {
+		uint32_t fresh = ENGINE_AGENT_NEW;
+		char id[16];
+		snprintf(id, sizeof(id), "new%d", i);
+		ck_assert_int_eq(engine_sandbox_add(&et.eng, id, "p", NULL, &root, &fresh, out,
+						    sizeof(out), NULL),
+				 0);
+		ck_assert_uint_ne(fresh, kept_uid);
+	}
 }
 END_TEST
 

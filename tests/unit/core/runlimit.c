@@ -2,7 +2,9 @@
  * Unit tests for core/runlimit.c's records of the cgroups it made: a record
  * is read back only when every directory it names is the daemon's making
  * under the hierarchies' root (".../agentsnet/<id>.<pid>", no ".."), since
- * what it names is removed as root; anything else is refused whole.
+ * what it names is removed as root; anything else is refused whole. And
+ * what a daemon that may not make cgroups answers: unsupported, not a
+ * failure (make_and_enter as uid 65534, on the host's real hierarchies).
  */
 #include "../../../core/runlimit.c"
 
@@ -100,6 +102,26 @@ START_TEST(record_is_not_followed)
 }
 END_TEST
 
+/*
+ * A daemon that may not make a cgroup where the hierarchies are (not root,
+ * nothing delegated: mkdir's EACCES or EPERM; none mounted: ENOENT) answers
+ * unsupported, the class the caller falls back on, never internal nor a
+ * refusal's code. Run as nobody (dropped in the test's own process, which
+ * check forks); as any user other than root it runs as that user.
+ */
+START_TEST(cannot_make_here_is_unsupported)
+{
+	struct runlimits l = { .root = ROOT };
+	struct runlimit r = { .id = "unit-cannot" };
+	char err[256];
+
+	if (geteuid() == 0)
+		ck_assert_int_eq(setresuid(65534, 65534, 65534), 0);
+	int rc = make_and_enter(&l, &r, getpid(), -1, 8, 0, err, sizeof(err));
+	ck_assert_msg(rc == -EOPNOTSUPP, "make_and_enter: %d (%s)", rc, err);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("runlimit");
@@ -108,6 +130,9 @@ int main(void)
 	tcase_add_test(tc, record_v1_and_v2);
 	tcase_add_test(tc, record_refused);
 	tcase_add_test(tc, record_is_not_followed);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("cannot");
+	tcase_add_test(tc, cannot_make_here_is_unsupported);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }
