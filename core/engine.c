@@ -874,7 +874,10 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	if (ret == 0)
 		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
 				   origin == SANDBOX_FROM_CONTROL, agent_uid, token);
-	if (ret == 0 && dynamic)
+	/* A record re-adopted with its token is the record there: not written again, so a
+	 * full disk does not keep a restart from serving it. */
+	bool had_record = dynamic && registry_has(e, id);
+	if (ret == 0 && dynamic && (origin == SANDBOX_FROM_CONTROL || token == NULL))
 		ret = registry_write(e, id, profile_name, owner, registrant, agent_uid,
 				     e->sandboxes[idx]->ingress_token);
 	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
@@ -884,13 +887,10 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	}
 	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == ENGINE_SANDBOX_ACTIVE) {
 		sandbox_close(e, e->sandboxes[idx], false);
-		/* A record re-adopted stays for the next start: a full disk now loses no sandbox.
-		 * Its uid of the pool stays given, to the record, so that no other sandbox gets
-		 * the uid its agent (still running, perhaps) and the next start's adoption hold. */
-		if (origin == SANDBOX_FROM_CONTROL)
+		/* Only a record this add made goes: one there before (a record a restart could
+		 * not adopt) stays for the next start, with its directory (registry_adopt). */
+		if (origin == SANDBOX_FROM_CONTROL && !had_record)
 			registry_drop(e, id);
-		else if (uidpool_contains(&e->uids, agent_uid))
-			(void)uidpool_take(&e->uids, agent_uid);
 	}
 	if (ret != 0) {
 		pool_free(cmd);

@@ -643,7 +643,7 @@ static void tlsrelay_start(struct conn *c)
 	ssize_t n = ingress_proxy_write(&c->client.sa, (const struct sockaddr *)&e->ingress_addr,
 					c->out, WORKER_HEAD_BUFFER_BYTES);
 	if (n <= 0) {
-		conn_close(c);
+		respond(c, REASON_OVERLOADED); /* no PROXY header to send: the alert, audited */
 		return;
 	}
 	c->state = ST_TERM;

@@ -276,6 +276,7 @@ void registry_adopt(struct engine *e)
 			explicit_bzero(&rec, sizeof(rec));
 			continue;
 		}
+		bool held = false;
 		if (ret == 0) {
 			pthread_mutex_lock(&e->lock);
 			ret = sandbox_add_locked(e, de->d_name, profile, SANDBOX_FROM_REGISTRY,
@@ -283,14 +284,21 @@ void registry_adopt(struct engine *e)
 						 rec.registrant, rec.agent_uid,
 						 rec.token[0] != '\0' ? rec.token : NULL,
 						 sandbox_dir, sizeof(sandbox_dir), NULL);
+			/* Not adopted, the record stays for the next start (a full table, a
+			 * socket that could not be made): so does its uid of the pool, given to
+			 * no other sandbox meanwhile, since its agent may run on as it. */
+			if (ret != 0 && ret != -EEXIST && uidpool_contains(&e->uids, rec.agent_uid))
+				held = uidpool_take(&e->uids, rec.agent_uid) == 0;
 			pthread_mutex_unlock(&e->lock);
 		}
 		explicit_bzero(&rec, sizeof(rec));
 		if (ret == 0)
 			log_info("sandbox %s: re-adopted (profile %s)", de->d_name, profile);
 		else if (ret != -EEXIST)
-			log_warn("sandbox %s: registry record not adopted: %s", de->d_name,
-				 engine_err_text(ret));
+			log_warn(
+			    "sandbox %s: registry record not adopted: %s; the record stays for "
+			    "the next start%s",
+			    de->d_name, engine_err_text(ret), held ? ", and its uid with it" : "");
 	}
 	closedir(d);
 }

@@ -338,8 +338,9 @@ int runlimit_apply(struct runlimits *l, struct engine *e, const char *id, int so
 		r->owner = now;
 		rc =
 		    make_and_enter(l, r, peer_pid, pidfd, pids_max, memory_max_bytes, err, err_len);
-		/* A failed mkdir, open or write in the hierarchy is the system's, not a refusal
-		 * whose code an errno of the same value names (EACCES, EEXIST, ENOENT). */
+		/* Any other failure of the making or the move (an EEXIST of a cgroup left
+		 * behind, an EACCES of cgroup.procs) is the system's, not a refusal whose code
+		 * an errno of the same value names. */
 		if (rc != 0 && rc != -EOPNOTSUPP && rc != -ESRCH)
 			rc = ENGINE_ERR_SYSTEM(-rc);
 	}

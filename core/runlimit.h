@@ -63,9 +63,10 @@ struct runlimits {
  * not owned by the calling process), -EEXIST (already limited), -EINVAL (no
  * limit), -ESRCH (the caller died during the move; nothing is left),
  * -EOPNOTSUPP (the host has no hierarchy or controller for a limit asked
- * for, or none this daemon may make a cgroup in), -ENOMEM, or ENGINE_ERR_SYSTEM(errno) when a system call failed (the
- * caller's pidfd, or a mkdir, open or write of the cgroup's making:
- * core/cgroup.h), kept apart from the refusals above.
+ * for, or none this daemon may make a cgroup in: cgroup_create_under's
+ * ENOENT, EACCES, EPERM, EROFS), -ENOMEM, or ENGINE_ERR_SYSTEM(errno) when
+ * another system call failed (the caller's pidfd, the cgroup's making, the
+ * move), kept apart from the refusals above.
  */
 int runlimit_apply(struct runlimits *l, struct engine *e, const char *id, int sock, pid_t peer_pid,
 		   uint64_t pids_max, uint64_t memory_max_bytes, char *err, size_t err_len);

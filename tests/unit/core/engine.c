@@ -299,55 +299,102 @@ static ssize_t file_text(const char *path, char *text, size_t cap)
 	return (ssize_t)n;
 }
 
+/* Stops the engine and starts it again on the same directory (<nofile>: 0, or RLIMIT_NOFILE). */
+static void restart(rlim_t nofile)
+{
+	ck_assert_int_eq(engine_stop(&et.eng), 0);
+	enginetest_release(&et);
+	enginetest_prepare(&et, dir, "r", ET_POLICY, NULL);
+	if (nofile != 0) {
+		struct rlimit rl;
+		ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+		rl.rlim_cur = nofile;
+		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	enginetest_start(&et);
+}
+
+/* engine_sandbox_add of <id> on p by root, with a new uid of the pool: that uid. */
+static uint32_t add_pooled(const char *id)
+{
+	char out[256];
+	uint32_t uid = ENGINE_AGENT_NEW;
+
+	ck_assert_int_eq(
+	    engine_sandbox_add(&et.eng, id, "p", NULL, &root, &uid, out, sizeof(out), NULL), 0);
+	return uid;
+}
+
 /*
- * A run-time sandbox whose record cannot be rewritten when a restart
- * re-adopts it (here the file size limit, as a full disk would) is not
- * served, but its record stays whole for the next start, never truncated
- * nor removed, and its directory (which its agent may have mounted) stays,
- * and so does its uid of daemon.sandbox_uids: no new sandbox is given it.
+ * A restart on a full disk (the file size limit at 8 bytes across it) re-adopts
+ * a run-time sandbox: its record, which has its token, is not written again,
+ * and stays byte for byte.
  */
-START_TEST(test_readoption_keeps_record)
+START_TEST(test_readoption_full_disk)
 {
 	char record[256], before[512], after[512];
 	struct rlimit saved, tiny;
 
-	char out[256];
-	uint32_t kept_uid = ENGINE_AGENT_NEW;
-
-	ck_assert_int_eq(engine_sandbox_add(&et.eng, "keep1", "p", NULL, &root, &kept_uid, out,
-					    sizeof(out), NULL),
-			 0);
+	add_pooled("keep1");
 	snprintf(record, sizeof(record), "%s/registry/keep1", et.cfg.socket_dir);
 	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
-	ck_assert_int_eq(engine_stop(&et.eng), 0);
-	enginetest_release(&et);
-
-	enginetest_prepare(&et, dir, "r", ET_POLICY, NULL);
 	ck_assert(signal(SIGXFSZ, SIG_IGN) != SIG_ERR);
 	ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &saved), 0);
 	tiny = saved;
 	tiny.rlim_cur = 8; /* no record fits */
 	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &tiny), 0);
-	int rc = engine_start(&et.eng);
+	restart(0);
 	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
-	ck_assert_msg(rc == 0, "engine_start: %s", strerror(-rc));
-	ck_assert(!is_there("keep1"));
+	expect_active("keep1");
 	ck_assert_int_eq(file_text(record, after, sizeof(after)), (ssize_t)strlen(before));
 	ck_assert_str_eq(after, before);
-	snprintf(record, sizeof(record), "%s/sandboxes/keep1", et.cfg.socket_dir);
-	struct stat st;
-	ck_assert_int_eq(stat(record, &st), 0);
-	ck_assert(S_ISDIR(st.st_mode));
-	/* Its uid stays the record's: a new sandbox is given another. */
-	for (int i = 0; i < 4; i++) {
-		uint32_t fresh = ENGINE_AGENT_NEW;
-		char id[16];
-		snprintf(id, sizeof(id), "new%d", i);
-		ck_assert_int_eq(engine_sandbox_add(&et.eng, id, "p", NULL, &root, &fresh, out,
-						    sizeof(out), NULL),
-				 0);
-		ck_assert_uint_ne(fresh, kept_uid);
-	}
+}
+END_TEST
+
+/*
+ * A restart with room for fewer sandboxes than its records (RLIMIT_NOFILE:
+ * f1 and one more) adopts what fits; a record it could not adopt stays whole,
+ * with its directory, and its uid of daemon.sandbox_uids stays given (no new
+ * sandbox gets it: its agent may run on as it). A `sandbox add` of that id
+ * that fails (its record unwritable) leaves the record there too.
+ */
+START_TEST(test_readoption_not_adopted)
+{
+	uint64_t held =
+	    LIMITS_FDS_RESERVED + 1u * (2u * 4u + LIMITS_FDS_PER_WORKER); /* 1 worker, 4 pipes */
+	char record[256], before[512], after[512];
+	uint32_t uid[2];
+
+	start(0);
+	uid[0] = add_pooled("s1");
+	uid[1] = add_pooled("s2");
+	restart(held + 2);
+	ck_assert(is_there("s1") != is_there("s2"));
+	int lost = is_there("s1") ? 1 : 0;
+	const char *lost_id = lost == 0 ? "s1" : "s2";
+	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, lost_id);
+	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
+	snprintf(after, sizeof(after), "agent %u\n", uid[lost]);
+	ck_assert_ptr_nonnull(strstr(before, after));
+	pthread_mutex_lock(&et.eng.lock);
+	int taken = uidpool_take(&et.eng.uids, uid[lost]);
+	pthread_mutex_unlock(&et.eng.lock);
+	ck_assert_int_ne(taken, 0); /* given already: to the record */
+
+	/* Room again (the one adopted removed), and the record can't be written: the add of
+	 * the kept id fails and its record stays as it was. */
+	ck_assert_int_eq(rm(lost == 0 ? "s2" : "s1", &root), 0);
+	struct rlimit saved, tiny;
+	ck_assert(signal(SIGXFSZ, SIG_IGN) != SIG_ERR);
+	ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &saved), 0);
+	tiny = saved;
+	tiny.rlim_cur = 8;
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &tiny), 0);
+	int rc = add(lost_id, "p", &root);
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
+	ck_assert_int_eq(engine_err_errno(rc), EFBIG);
+	ck_assert_int_eq(file_text(record, after, sizeof(after)), (ssize_t)strlen(before));
+	ck_assert_str_eq(after, before);
 }
 END_TEST
 
@@ -364,12 +411,13 @@ int main(void)
 	tcase_add_test(tc, test_per_user);
 	tcase_add_test(tc, test_owner_only_removal);
 	tcase_add_test(tc, test_pool_uid);
-	tcase_add_test(tc, test_readoption_keeps_record);
+	tcase_add_test(tc, test_readoption_full_disk);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("full");
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_table_full);
+	tcase_add_test(tc, test_readoption_not_adopted);
 	suite_add_tcase(s, tc);
 	if (mkdtemp(dir) == NULL)
 		return EXIT_FAILURE;

@@ -11,6 +11,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include "tests/unit/unit.h"
@@ -115,9 +116,14 @@ START_TEST(cannot_make_here_is_unsupported)
 	struct runlimit r = { .id = "unit-cannot" };
 	char err[256];
 
-	if (geteuid() == 0)
-		ck_assert_int_eq(setresuid(65534, 65534, 65534), 0);
+	if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+			       setresuid(65534, 65534, 65534) != 0)) {
+		unit_skip("root here cannot become nobody (a user namespace mapping only root)");
+		return;
+	}
 	int rc = make_and_enter(&l, &r, getpid(), -1, 8, 0, err, sizeof(err));
+	if (rc == 0)
+		(void)cgroup_remove_now(&r.cg); /* nobody may make one here: leave nothing */
 	ck_assert_msg(rc == -EOPNOTSUPP, "make_and_enter: %d (%s)", rc, err);
 }
 END_TEST
