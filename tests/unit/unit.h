@@ -247,4 +247,23 @@ static inline int unit_run(Suite *s)
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+/*
+ * unit_run for a suite that works in a directory of its own: makes <dir> (a
+ * mkdtemp template, filled in here) first and removes it after every test ran,
+ * failed ones too (whose teardowns do not run). EXIT_FAILURE also when the
+ * directory cannot be made or removed.
+ */
+static inline int unit_run_in_dir(Suite *s, char *dir)
+{
+	char cmd[128];
+
+	if (mkdtemp(dir) == NULL)
+		return EXIT_FAILURE;
+	int ret = unit_run(s);
+	int n = snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (n <= 0 || (size_t)n >= sizeof(cmd))
+		return EXIT_FAILURE;
+	return system(cmd) == 0 ? ret : EXIT_FAILURE;
+}
+
 #endif /* AN_TESTS_UNIT_UNIT_H */

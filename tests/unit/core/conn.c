@@ -1651,11 +1651,5 @@ static Suite *conn_suite(void)
 /* The suite's directory is made here and removed after every test ran, failed ones too. */
 int main(void)
 {
-	char cmd[128];
-
-	if (mkdtemp(dir) == NULL)
-		return EXIT_FAILURE;
-	int ret = unit_run(conn_suite());
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? ret : EXIT_FAILURE;
+	return unit_run_in_dir(conn_suite(), dir);
 }

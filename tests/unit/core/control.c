@@ -570,11 +570,5 @@ static Suite *control_suite(void)
 
 int main(void)
 {
-	char cmd[128];
-
-	if (mkdtemp(dir) == NULL)
-		return EXIT_FAILURE;
-	int ret = unit_run(control_suite());
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? ret : EXIT_FAILURE;
+	return unit_run_in_dir(control_suite(), dir);
 }

@@ -400,7 +400,6 @@ END_TEST
 
 int main(void)
 {
-	char cmd[128];
 	Suite *s = suite_create("core/engine");
 	TCase *tc = tcase_create("sandboxes");
 
@@ -419,9 +418,5 @@ int main(void)
 	tcase_add_test(tc, test_table_full);
 	tcase_add_test(tc, test_readoption_not_adopted);
 	suite_add_tcase(s, tc);
-	if (mkdtemp(dir) == NULL)
-		return EXIT_FAILURE;
-	int ret = unit_run(s);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? ret : EXIT_FAILURE;
+	return unit_run_in_dir(s, dir);
 }
