@@ -874,16 +874,23 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	if (ret == 0)
 		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
 				   origin == SANDBOX_FROM_CONTROL, agent_uid, token);
+	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
+	/* The record is written last, so that no failed step replaces one there before. */
+	if (ret == 0 && ingress_fd != NULL) {
+		int fd = ingress_socket_make(id, dir);
+		ret = fd < 0 ? fd : 0;
+		*ingress_fd = fd < 0 ? -1 : fd;
+	}
 	/* A record re-adopted with its token is the record there: not written again, so a
 	 * full disk does not keep a restart from serving it. */
 	bool had_record = dynamic && registry_has(e, id);
 	if (ret == 0 && dynamic && (origin == SANDBOX_FROM_CONTROL || token == NULL))
 		ret = registry_write(e, id, profile_name, owner, registrant, agent_uid,
 				     e->sandboxes[idx]->ingress_token);
-	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
-	if (ret == 0 && ingress_fd != NULL) {
-		*ingress_fd = ingress_socket_make(id, dir);
-		ret = *ingress_fd < 0 ? *ingress_fd : 0;
+	if (ret != 0 && ingress_fd != NULL && *ingress_fd >= 0) {
+		close(*ingress_fd);
+		*ingress_fd = -1;
+		ingress_socket_remove(dir);
 	}
 	if (ret != 0 && idx >= 0 && e->sandboxes[idx]->state == ENGINE_SANDBOX_ACTIVE) {
 		sandbox_close(e, e->sandboxes[idx], false);

@@ -129,6 +129,9 @@ int ingress_internal_open(struct engine *e);
 /* Owned sandbox <id>'s <dir>/ingress.sock, listening, 0600. The fd or -errno, logged. */
 int ingress_socket_make(const char *id, const char *dir);
 
+/* Removes <dir>/ingress.sock, the socket ingress_socket_make made (its fd closed first). */
+void ingress_socket_remove(const char *dir);
+
 /* ---- core/registry.c --------------------------------------------------- */
 
 /*

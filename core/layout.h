@@ -5,6 +5,7 @@
  *   <socket_dir>/control.sock              the control socket
  *   <socket_dir>/sandboxes/<id>/           a sandbox's directory (mounted into it)
  *   <socket_dir>/sandboxes/<id>/egress.sock
+ *   <socket_dir>/sandboxes/<id>/ingress.sock   an owned sandbox's (core/listen.c)
  *   <socket_dir>/registry/<id>             a run-time sandbox's record (never mounted)
  *
  * No dependency beyond libc, so any binary of the project may link it.

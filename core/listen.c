@@ -620,6 +620,13 @@ int ingress_internal_open(struct engine *e)
 	return 0;
 }
 
+/* <dir>/ingress.sock into <path>: 0, or -ENAMETOOLONG. */
+static int ingress_socket_path(const char *dir, char path[PATH_MAX])
+{
+	int n = snprintf(path, PATH_MAX, "%s/ingress.sock", dir);
+	return n > 0 && n < PATH_MAX ? 0 : -ENAMETOOLONG;
+}
+
 /*
  * The ingress socket of owned sandbox <id>, <dir>/ingress.sock, made by the
  * daemon in its own directory (mode 0600: only the daemon connects) and
@@ -630,11 +637,18 @@ int ingress_socket_make(const char *id, const char *dir)
 {
 	char path[PATH_MAX];
 
-	int n = snprintf(path, sizeof(path), "%s/ingress.sock", dir);
-	int fd = n > 0 && (size_t)n < sizeof(path)
-		     ? engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, false)
-		     : -ENAMETOOLONG;
+	int fd = ingress_socket_path(dir, path);
+	if (fd == 0)
+		fd = engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, false);
 	if (fd < 0)
 		log_error("sandbox %s: %s/ingress.sock: %s", id, dir, strerror(-fd));
 	return fd;
+}
+
+void ingress_socket_remove(const char *dir)
+{
+	char path[PATH_MAX];
+
+	if (ingress_socket_path(dir, path) == 0)
+		(void)unlink(path);
 }

@@ -13,7 +13,9 @@
  * remove, the uids of daemon.sandbox_uids (given by the pool only, at its
  * last uid and one past it), and a full table (its bound from
  * RLIMIT_NOFILE: engine_sandboxes_max_for) at N and N+1, with a freed slot
- * reused.
+ * reused; records a restart could not adopt, kept with their uids, and left
+ * as they were by a failed add of their id (its record unwritable, its
+ * ingress socket too long a path).
  */
 #include "../../../core/engine.c"
 
@@ -32,9 +34,15 @@
 	"  shut:\n    users: [root]\n    rules:\n" ET_RULE
 /* How many sandboxes the full-table test's RLIMIT_NOFILE leaves room for (f1 included). */
 #define ET_MAX 3u
+/* The descriptors the engine holds beside its sandboxes' (engine_sandboxes_max_for): 1 worker,
+ * 4 pipes. */
+#define ET_FDS_HELD (LIMITS_FDS_RESERVED + 1u * (2u * 4u + LIMITS_FDS_PER_WORKER))
 
-static struct enginetest et;           /* the engine under test, its config and its audit log */
-static char dir[] = "/tmp/ane-XXXXXX"; /* short: a 63-byte id's socket path fits 107 bytes */
+static struct enginetest et; /* the engine under test, its config and its audit log */
+static char dir[] = "/tmp/ane-XXXXXX";
+/* The socket directory, <dir>/ET_SOCKETS: a 63-byte id's egress socket path is 107 bytes, the
+ * most sun_path holds, and its ingress socket's (one byte longer) too long. */
+#define ET_SOCKETS "socks"
 
 /*
  * Empties the suite's directory (made by main, removed after every test ran,
@@ -44,7 +52,7 @@ static void dir_clear(void)
 {
 	char cmd[128];
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s/r' '%s/audit.log'", dir, dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/" ET_SOCKETS "' '%s/audit.log'", dir, dir);
 	ck_assert_int_eq(system(cmd), 0);
 }
 
@@ -63,7 +71,7 @@ static void start(rlim_t nofile)
 		rl.rlim_cur = nofile;
 		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	}
-	enginetest_prepare(&et, dir, "r", ET_POLICY, NULL);
+	enginetest_prepare(&et, dir, ET_SOCKETS, ET_POLICY, NULL);
 	et.cfg.sandboxes_per_user = 2;
 	enginetest_start(&et);
 }
@@ -269,10 +277,7 @@ END_TEST
  */
 START_TEST(test_table_full)
 {
-	uint64_t held =
-	    LIMITS_FDS_RESERVED + 1u * (2u * 4u + LIMITS_FDS_PER_WORKER); /* 1 worker, 4 pipes */
-
-	start(held + ET_MAX);
+	start(ET_FDS_HELD + ET_MAX);
 	ck_assert_uint_eq(et.eng.sandboxes_max, ET_MAX);
 	ck_assert_int_eq(add("s1", "p", NULL), 0);
 	ck_assert_int_eq(add("s2", "p", NULL), 0);
@@ -304,7 +309,7 @@ static void restart(rlim_t nofile)
 {
 	ck_assert_int_eq(engine_stop(&et.eng), 0);
 	enginetest_release(&et);
-	enginetest_prepare(&et, dir, "r", ET_POLICY, NULL);
+	enginetest_prepare(&et, dir, ET_SOCKETS, ET_POLICY, NULL);
 	if (nofile != 0) {
 		struct rlimit rl;
 		ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
@@ -360,15 +365,13 @@ END_TEST
  */
 START_TEST(test_readoption_not_adopted)
 {
-	uint64_t held =
-	    LIMITS_FDS_RESERVED + 1u * (2u * 4u + LIMITS_FDS_PER_WORKER); /* 1 worker, 4 pipes */
 	char record[256], before[512], after[512];
 	uint32_t uid[2];
 
 	start(0);
 	uid[0] = add_pooled("s1");
 	uid[1] = add_pooled("s2");
-	restart(held + 2);
+	restart(ET_FDS_HELD + 2);
 	ck_assert(is_there("s1") != is_there("s2"));
 	int lost = is_there("s1") ? 1 : 0;
 	const char *lost_id = lost == 0 ? "s1" : "s2";
@@ -398,6 +401,42 @@ START_TEST(test_readoption_not_adopted)
 }
 END_TEST
 
+/*
+ * An owned sandbox's add (its ingress socket wanted) over a record a restart
+ * could not adopt, whose ingress socket cannot be made (its path, one byte
+ * longer than the egress socket's, too long for sun_path): the add fails, and
+ * the record, written after the socket, stays as it was.
+ */
+START_TEST(test_kept_record_ingress_fails)
+{
+	char id[2][64], record[256], before[512], after[512], out[256];
+
+	for (int i = 0; i < 2; i++) {
+		memset(id[i], 'k', 62);
+		id[i][62] = (char)('a' + i);
+		id[i][63] = '\0';
+	}
+	start(0);
+	add_pooled(id[0]);
+	add_pooled(id[1]);
+	restart(ET_FDS_HELD + 2); /* room for f1 and one of the two */
+	ck_assert(is_there(id[0]) != is_there(id[1]));
+	int lost = is_there(id[0]) ? 1 : 0;
+	ck_assert_int_eq(rm(id[1 - lost], &root), 0);
+	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
+	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
+
+	uint32_t agent = ENGINE_AGENT_NEW;
+	int ingress = 0;
+	int rc = engine_sandbox_add(&et.eng, id[lost], "p", NULL, &root, &agent, out, sizeof(out),
+				    &ingress);
+	ck_assert_int_eq(engine_err_errno(rc), ENAMETOOLONG);
+	ck_assert_int_eq(ingress, -1);
+	ck_assert_int_eq(file_text(record, after, sizeof(after)), (ssize_t)strlen(before));
+	ck_assert_str_eq(after, before);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("core/engine");
@@ -417,6 +456,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_table_full);
 	tcase_add_test(tc, test_readoption_not_adopted);
+	tcase_add_test(tc, test_kept_record_ingress_fails);
 	suite_add_tcase(s, tc);
 	return unit_run_in_dir(s, dir);
 }
