@@ -81,6 +81,7 @@
 #include "core/webhook.h"
 #include "core/audit.h"
 #include "core/engine.h"
+#include "core/layout.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/uid.h"
@@ -203,6 +204,14 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 		answer_add(
 		    a,
 		    "error bad_id sandbox ids are [A-Za-z0-9_.-]{1,63}, not starting with '.'\n");
+		break;
+	case -ENAMETOOLONG:
+		answer_add(a,
+			   "error bad_id sandbox id %s is %zu bytes; the daemon's socket_dir %s "
+			   "leaves room for %zu (its socket's path would be over the 107 bytes a "
+			   "Unix socket's holds)\n",
+			   id, strlen(id), e->cfg->socket_dir,
+			   layout_sandbox_id_room(e->cfg->socket_dir));
 		break;
 	case -ENOENT:
 		answer_add(a, "error no_such_profile the policy has no profile %s\n", profile);

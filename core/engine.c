@@ -814,6 +814,13 @@ int engine_start(struct engine *e)
 		log_warn("io_uring has no socket commands (Linux 6.7): an egress socket admits its "
 			 "agent's uid by its mode alone; connections are not checked against it "
 			 "(peer_not_agent)");
+	size_t id_room = layout_sandbox_id_room(e->cfg->socket_dir);
+	if (id_room < CONFIG_SANDBOX_ID_BYTES_MAX - 1)
+		log_warn(
+		    "socket_dir %s leaves room for sandbox ids of %zu bytes, not %u: a longer "
+		    "one's socket path would be over the 107 bytes a Unix socket's holds, and "
+		    "its add is refused (bad_id); a socket_dir of 20 bytes or fewer takes any id",
+		    e->cfg->socket_dir, id_room, CONFIG_SANDBOX_ID_BYTES_MAX - 1);
 	log_info("serving %u sandboxes on %u workers%s%s%s%s", e->sandbox_active, e->worker_count,
 		 e->cfg->tcp_listen ? ", tcp " : "", e->cfg->tcp_listen ? e->cfg->tcp_listen : "",
 		 e->ingress_on ? ", ingress " : "", e->ingress_on ? e->cfg->ingress_listen : "");
@@ -961,6 +968,9 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 		*ingress_fd = -1;
 	if (!engine_sandbox_id_valid(id))
 		return -EINVAL;
+	/* Refused as it is, before any step: its sockets' paths could not be made. */
+	if (strlen(id) > layout_sandbox_id_room(e->cfg->socket_dir))
+		return -ENAMETOOLONG;
 	pthread_mutex_lock(&e->lock);
 	const void *policy = snapshot_now(e)->policy;
 	int profile = e->ops->profile_index(policy, profile_name);

@@ -316,8 +316,9 @@ int engine_stop(struct engine *e);
  * sandbox holds, given until the sandbox is removed, is written back to
  * *<agent_uid>. A uid of that range is never named by a caller (-ERANGE).
  * Returns 0,
- * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'), -ENOENT (no
- * such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached), -EUSERS
+ * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'),
+ * -ENAMETOOLONG (<id> is longer than the socket directory leaves room for:
+ * layout_sandbox_id_room), -ENOENT (no such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached), -EUSERS
  * (every uid of the range is given), -ERANGE, -EDQUOT (<who>, not root,
  * holds daemon.sandboxes_per_user sandboxes already), -ENOMEM, or
  * ENGINE_ERR_SYSTEM(errno) when a socket or file step failed (its errno

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "core/an.h"
@@ -39,6 +40,14 @@ int layout_sandbox_dir(const char *socket_dir, const char *id, char *out, size_t
 {
 	AN_ASSERT(id[0] != '\0');
 	return join_path(out, cap, socket_dir, "/sandboxes/", id);
+}
+
+size_t layout_sandbox_id_room(const char *socket_dir)
+{
+	const size_t cap = sizeof(((struct sockaddr_un *)NULL)->sun_path) - 1;
+	size_t fixed =
+	    strlen(socket_dir) + strlen("/sandboxes/") + strlen("/" LAYOUT_INGRESS_SOCKET);
+	return fixed < cap ? cap - fixed : 0;
 }
 
 int layout_registry_dir(const char *socket_dir, char *out, size_t cap)

@@ -25,6 +25,18 @@ int layout_registry_record(const char *socket_dir, const char *id, char *out, si
 /* Writes "<socket_dir>/cgroups" to <out>/<cap>: core/runlimit.c's records. 0 or -ENAMETOOLONG. */
 int layout_cgroups_dir(const char *socket_dir, char *out, size_t cap);
 
+/* The file names of a sandbox's sockets in its directory. */
+#define LAYOUT_EGRESS_SOCKET  "egress.sock"
+#define LAYOUT_INGRESS_SOCKET "ingress.sock"
+
+/*
+ * The longest sandbox id whose sockets' paths under <socket_dir> fit a Unix
+ * socket address (sun_path, 107 bytes and its NUL): the longer of the two,
+ * "<socket_dir>/sandboxes/<id>/ingress.sock", decides. 0 when none fits. Ids
+ * are at most 63 bytes; a socket directory over 20 bytes leaves fewer.
+ */
+size_t layout_sandbox_id_room(const char *socket_dir);
+
 /* The socket directory when neither the policy nor the command line names one. */
 #define LAYOUT_SOCKET_DIR_DEFAULT "/run/agentsnet"
 

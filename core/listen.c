@@ -623,7 +623,7 @@ int ingress_internal_open(struct engine *e)
 /* <dir>/ingress.sock into <path>: 0, or -ENAMETOOLONG. */
 static int ingress_socket_path(const char *dir, char path[PATH_MAX])
 {
-	int n = snprintf(path, PATH_MAX, "%s/ingress.sock", dir);
+	int n = snprintf(path, PATH_MAX, "%s/" LAYOUT_INGRESS_SOCKET, dir);
 	return n > 0 && n < PATH_MAX ? 0 : -ENAMETOOLONG;
 }
 

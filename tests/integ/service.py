@@ -66,7 +66,8 @@ the unit in deploy/systemd/ checked as systemd would read it.
   - control_trickle: a client trickling its control request a byte a second holds the
     one control thread for 5 s at most: a ping behind it is answered within that.
   - control_checks: the control socket's own checks: its mode (0660) and group, every
-    kind of bad id in `sandbox add` refused with nothing made, `sandbox rm` of a policy-file
+    kind of bad id in `sandbox add` refused with nothing made (an id longer than the socket
+    directory leaves room for too), `sandbox rm` of a policy-file
     sandbox refused (it still serves), a 511-byte line read and a 512-byte one refused.
   - signals: SIGUSR2, SIGQUIT, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGXCPU, SIGTSTP,
     SIGTTIN, SIGTTOU and three real-time signals sent to the daemon: it is neither ended
@@ -1289,7 +1290,8 @@ def control_raw(v, data):
 
 def t_control_checks(v, log):
     """The control socket's own checks (docs/control.md): its mode and group; a bad id in
-    `sandbox add` refused (bad_id) with nothing made anywhere; `sandbox rm` of a policy-file sandbox
+    `sandbox add` refused (bad_id) with nothing made anywhere, and so is an id longer than the
+    socket directory leaves room for (one of the room's length added); `sandbox rm` of a policy-file sandbox
     refused, the sandbox still serving; a line of 511 bytes read, one of 512 (and of 64 KiB)
     refused as too long, the daemon answering after it."""
     errs = []
@@ -1306,9 +1308,26 @@ def t_control_checks(v, log):
         answer = control(v, "sandbox add %s service" % bad)
         if not answer.startswith("error bad_id"):
             errs.append("sandbox add %r: %r, want error bad_id" % (bad, answer[:120]))
+    # An id longer than the socket directory leaves room for: its ingress socket's path,
+    # <sock_dir>/sandboxes/<id>/ingress.sock, must fit the 107 bytes of sun_path.
+    room = min(63, 107 - len(v["sock_dir"]) - len("/sandboxes//ingress.sock"))
+    if room < 63:
+        long_id = "r" * (room + 1)
+        answer = control(v, "sandbox add %s service" % long_id)
+        want = "error bad_id sandbox id %s is %d bytes; the daemon's socket_dir %s leaves " \
+            "room for %d" % (long_id, room + 1, v["sock_dir"], room)
+        if not answer.startswith(want):
+            errs.append("sandbox add of a %d-byte id: %r, want %r" % (
+                room + 1, answer[:200], want))
     made = tree_of(parent) - before
     if made:
         errs.append("refused sandbox adds left %r" % sorted(made)[:10])
+    fits = "r" * room
+    answer = control(v, "sandbox add %s service" % fits)
+    if not answer.startswith("ok"):
+        errs.append("sandbox add of a %d-byte id, the room left: %r" % (room, answer[:200]))
+    elif not control(v, "sandbox rm %s" % fits).startswith("ok"):
+        errs.append("sandbox rm of the %d-byte id: no ok" % room)
     answer = control(v, "sandbox rm one")
     if not answer.startswith("error bad_request") or "policy file" not in answer:
         errs.append("sandbox rm of the policy file's sandbox: %r" % answer[:120])
@@ -1324,8 +1343,10 @@ def t_control_checks(v, log):
                 size, answer[:120], "refused as too long" if too_long else "read whole"))
     if not control(v, "ping").startswith("ok"):
         errs.append("ping after the long lines: no ok")
-    log("control checks: mode %o gid %d, %d bad ids refused, %d paths made" % (
-        stat.S_IMODE(st.st_mode), st.st_gid, len(BAD_SANDBOX_IDS), len(made)))
+    log("control checks: mode %o gid %d, %d bad ids refused, %d paths made; a %d-byte socket "
+        "directory, room for %d-byte ids" % (stat.S_IMODE(st.st_mode), st.st_gid,
+                                              len(BAD_SANDBOX_IDS), len(made),
+                                              len(v["sock_dir"]), room))
     return errs
 
 

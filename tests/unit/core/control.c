@@ -12,7 +12,7 @@
  * TCase "engine": a real engine (tests/unit/core/enginetest.h: engine_start
  * with one worker, a stub term) with a small policy:
  * `sandbox add` / `rm` / `ls` and each of their error answers, the id's
- * check, a caller registering for another uid, the per-user limit at N and
+ * check (its length against the socket directory's room too), a caller registering for another uid, the per-user limit at N and
  * N+1, removal by the registrant or root only, `sandbox stats` showing a
  * user its own sandboxes only, and `release` and `url`'s refusals.
  */
@@ -339,7 +339,10 @@ END_TEST
 	"  shut:\n    users: [root]\n    rules:\n"                                       \
 	"    - host: a.test\n      tier: passthrough\n      owner: o\n      reason: r\n"
 
-static char dir[] = "/tmp/anc-XXXXXX"; /* short: a 63-byte id's socket path fits 107 bytes */
+static char dir[] = "/tmp/anc-XXXXXX";
+/* The socket directory's name in <dir>: "sock" makes it 20 bytes, the most that leaves room for
+ * a 63-byte id (layout_sandbox_id_room). */
+static const char *sockets = "sock";
 
 /*
  * Empties the suite's directory (made by main, removed after every test ran,
@@ -349,14 +352,14 @@ static void dir_clear(void)
 {
 	char cmd[128];
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s/r' '%s/audit.log'", dir, dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/sock* '%s/audit.log'", dir, dir);
 	ck_assert_int_eq(system(cmd), 0);
 }
 
 static void engine_setup(void)
 {
 	dir_clear();
-	enginetest_prepare(&et, dir, "r", CT_POLICY, NULL);
+	enginetest_prepare(&et, dir, sockets, CT_POLICY, NULL);
 	et.cfg.sandboxes_per_user = 2;
 	enginetest_start(&et);
 }
@@ -448,6 +451,36 @@ START_TEST(test_add_id_length)
 	snprintf(line, sizeof(line), "sandbox add %s p", id);
 	expect_answer(line, NULL,
 		      "error bad_id sandbox ids are [A-Za-z0-9_.-]{1,63}, not starting with '.'\n");
+}
+END_TEST
+
+/*
+ * An id longer than the socket directory leaves room for: a 21-byte one
+ * leaves 62 bytes, so a 63-byte id is refused (bad_id, saying both lengths),
+ * with nothing made, and a 62-byte one is added.
+ */
+START_TEST(test_add_id_room)
+{
+	char line[128], want[512], id[64], path[256];
+	struct stat st;
+
+	engine_teardown();
+	sockets = "sock5";
+	engine_setup();
+	memset(id, 'a', 63);
+	id[63] = '\0';
+	snprintf(line, sizeof(line), "sandbox add %s p", id);
+	snprintf(want, sizeof(want),
+		 "error bad_id sandbox id %s is 63 bytes; the daemon's socket_dir %s leaves room "
+		 "for 62 (its socket's path would be over the 107 bytes a Unix socket's holds)\n",
+		 id, et.cfg.socket_dir);
+	expect_answer(line, NULL, want);
+	snprintf(path, sizeof(path), "%s/sandboxes/%s", et.cfg.socket_dir, id);
+	ck_assert_int_eq(lstat(path, &st), -1);
+	id[62] = '\0';
+	snprintf(line, sizeof(line), "sandbox add %s p", id);
+	expect_added(line, NULL, id);
+	sockets = "sock";
 }
 END_TEST
 
@@ -562,6 +595,7 @@ static Suite *control_suite(void)
 	tcase_add_test(tc, test_add_rm_ls);
 	tcase_add_test(tc, test_add_step_failed);
 	tcase_add_test(tc, test_add_id_length);
+	tcase_add_test(tc, test_add_id_room);
 	tcase_add_test(tc, test_add_who);
 	tcase_add_test(tc, test_stats_own);
 	suite_add_tcase(s, tc);

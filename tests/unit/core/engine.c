@@ -14,8 +14,9 @@
  * last uid and one past it), and a full table (its bound from
  * RLIMIT_NOFILE: engine_sandboxes_max_for) at N and N+1, with a freed slot
  * reused; records a restart could not adopt, kept with their uids, and left
- * as they were by a failed add of their id (its record unwritable, its
- * ingress socket too long a path).
+ * as they were by a failed add of their id (its record unwritable, any
+ * step starved of descriptors); an id longer than the socket directory
+ * leaves room for, refused before anything is made.
  */
 #include "../../../core/engine.c"
 
@@ -40,9 +41,9 @@
 
 static struct enginetest et; /* the engine under test, its config and its audit log */
 static char dir[] = "/tmp/ane-XXXXXX";
-/* The socket directory, <dir>/ET_SOCKETS: a 63-byte id's egress socket path is 107 bytes, the
- * most sun_path holds, and its ingress socket's (one byte longer) too long. */
-#define ET_SOCKETS "socks"
+/* The socket directory's name in <dir>: "sock" makes it 20 bytes, the most that leaves room for
+ * a 63-byte id (layout_sandbox_id_room). */
+static const char *sockets = "sock";
 
 /*
  * Empties the suite's directory (made by main, removed after every test ran,
@@ -52,7 +53,7 @@ static void dir_clear(void)
 {
 	char cmd[128];
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s/" ET_SOCKETS "' '%s/audit.log'", dir, dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/sock* '%s/audit.log'", dir, dir);
 	ck_assert_int_eq(system(cmd), 0);
 }
 
@@ -71,7 +72,7 @@ static void start(rlim_t nofile)
 		rl.rlim_cur = nofile;
 		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	}
-	enginetest_prepare(&et, dir, ET_SOCKETS, ET_POLICY, NULL);
+	enginetest_prepare(&et, dir, sockets, ET_POLICY, NULL);
 	et.cfg.sandboxes_per_user = 2;
 	enginetest_start(&et);
 }
@@ -309,7 +310,7 @@ static void restart(rlim_t nofile)
 {
 	ck_assert_int_eq(engine_stop(&et.eng), 0);
 	enginetest_release(&et);
-	enginetest_prepare(&et, dir, ET_SOCKETS, ET_POLICY, NULL);
+	enginetest_prepare(&et, dir, sockets, ET_POLICY, NULL);
 	if (nofile != 0) {
 		struct rlimit rl;
 		ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
@@ -402,20 +403,18 @@ START_TEST(test_readoption_not_adopted)
 END_TEST
 
 /*
- * An owned sandbox's add (its ingress socket wanted) over a record a restart
- * could not adopt, whose ingress socket cannot be made (its path, one byte
- * longer than the egress socket's, too long for sun_path): the add fails, and
- * the record, written after the socket, stays as it was.
+ * An owned sandbox's add over a record a restart could not adopt, with every
+ * step in turn starved of descriptors (the soft RLIMIT_NOFILE leaving 0, 1,
+ * 2, ... free): each add that fails leaves the record as it was, hands back
+ * no ingress descriptor and leaves no sandbox; the one that succeeds replaces
+ * it. The record is written last, so no failed step after it replaces it.
  */
-START_TEST(test_kept_record_ingress_fails)
+START_TEST(test_kept_record_failed_add)
 {
-	char id[2][64], record[256], before[512], after[512], out[256];
+	char id[2][3] = { "s1", "s2" };
+	char record[256], before[512], after[512], out[256];
+	int spare[64];
 
-	for (int i = 0; i < 2; i++) {
-		memset(id[i], 'k', 62);
-		id[i][62] = (char)('a' + i);
-		id[i][63] = '\0';
-	}
 	start(0);
 	add_pooled(id[0]);
 	add_pooled(id[1]);
@@ -426,14 +425,139 @@ START_TEST(test_kept_record_ingress_fails)
 	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
 	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
 
-	uint32_t agent = ENGINE_AGENT_NEW;
+	struct rlimit saved, tight;
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	unsigned failed = 0;
+	int rc = -1;
+	for (unsigned free_fds = 0; rc != 0 && free_fds < AN_ARRAY_LEN(spare); free_fds++) {
+		/* Every descriptor below the tight limit taken, then <free_fds> given back. */
+		int lowest = dup(0);
+		ck_assert_int_ge(lowest, 0);
+		close(lowest);
+		tight = saved;
+		tight.rlim_cur = (rlim_t)lowest + AN_ARRAY_LEN(spare);
+		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &tight), 0);
+		unsigned taken = 0;
+		while (taken < AN_ARRAY_LEN(spare) && (spare[taken] = dup(0)) >= 0)
+			taken++;
+		ck_assert_uint_eq(taken, AN_ARRAY_LEN(spare)); /* no hole below the limit */
+		for (unsigned i = 0; i < free_fds; i++)
+			close(spare[--taken]);
+		uint32_t agent = ENGINE_AGENT_NEW;
+		int ingress = 0;
+		rc = engine_sandbox_add(&et.eng, id[lost], "p", NULL, &root, &agent, out,
+					sizeof(out), &ingress);
+		while (taken > 0)
+			close(spare[--taken]);
+		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
+		if (rc == 0) {
+			ck_assert_int_ge(ingress, 0);
+			close(ingress);
+			break;
+		}
+		failed++;
+		ck_assert_msg(engine_err_errno(rc) == EMFILE, "%u free: %d", free_fds, rc);
+		ck_assert_int_eq(ingress, -1);
+		ck_assert(!is_there(id[lost]));
+		ck_assert_int_eq(file_text(record, after, sizeof(after)), (ssize_t)strlen(before));
+		ck_assert_str_eq(after, before);
+	}
+	ck_assert_int_eq(rc, 0);
+	ck_assert_uint_ge(failed,
+			  3); /* the directory's, the egress and the ingress socket's steps */
+	ck_assert_int_gt(file_text(record, after, sizeof(after)), 8);
+	ck_assert_str_ne(after, before);
+}
+END_TEST
+
+/* sandbox_add_locked of <id> by root for ENGINE_AGENT_ANY, past engine_sandbox_add's checks. */
+static int add_unchecked(const char *id, int *ingress_fd)
+{
+	char out[256];
+
+	pthread_mutex_lock(&et.eng.lock);
+	int rc = sandbox_add_locked(&et.eng, id, "p", SANDBOX_FROM_CONTROL, NULL, 0,
+				    ENGINE_AGENT_ANY, NULL, out, sizeof(out), ingress_fd);
+	pthread_mutex_unlock(&et.eng.lock);
+	return rc;
+}
+
+/*
+ * The order of an add's steps, below engine_sandbox_add's refusal of an id
+ * too long for the socket directory: over a record a restart could not
+ * adopt, an owned sandbox's add whose ingress socket cannot be made (a 63-byte
+ * id in a 21-byte socket directory: its egress socket's path is 107 bytes,
+ * its ingress socket's 108) fails, and the record, written after the socket,
+ * stays as it was.
+ */
+START_TEST(test_kept_record_ingress_fails)
+{
+	char id[2][64], record[256], before[512], after[512];
+
+	sockets = "sock5";
+	start(0);
+	for (int i = 0; i < 2; i++) {
+		memset(id[i], 'k', 62);
+		id[i][62] = (char)('a' + i);
+		id[i][63] = '\0';
+		ck_assert_int_eq(add_unchecked(id[i], NULL), 0);
+	}
+	restart(ET_FDS_HELD + 2); /* room for f1 and one of the two */
+	ck_assert(is_there(id[0]) != is_there(id[1]));
+	int lost = is_there(id[0]) ? 1 : 0;
+	ck_assert_int_eq(rm(id[1 - lost], &root), 0);
+	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
+	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
+
 	int ingress = 0;
-	int rc = engine_sandbox_add(&et.eng, id[lost], "p", NULL, &root, &agent, out, sizeof(out),
-				    &ingress);
-	ck_assert_int_eq(engine_err_errno(rc), ENAMETOOLONG);
+	ck_assert_int_eq(add_unchecked(id[lost], &ingress), ENGINE_ERR_SYSTEM(ENAMETOOLONG));
 	ck_assert_int_eq(ingress, -1);
+	ck_assert(!is_there(id[lost]));
 	ck_assert_int_eq(file_text(record, after, sizeof(after)), (ssize_t)strlen(before));
 	ck_assert_str_eq(after, before);
+	sockets = "sock";
+}
+END_TEST
+
+/*
+ * An id longer than the socket directory leaves room for (a 21-byte one: 62
+ * bytes) is refused before anything is made; at the room's length, an owned
+ * sandbox's ingress socket, the longer path, is made.
+ */
+START_TEST(test_id_room)
+{
+	char id[64], path[256], out[256];
+	struct stat st;
+
+	ck_assert_int_eq(engine_stop(&et.eng), 0);
+	enginetest_release(&et);
+	sockets = "sock5";
+	start(0);
+	ck_assert_uint_eq(strlen(et.cfg.socket_dir), 21);
+	memset(id, 'i', 63);
+	id[63] = '\0';
+	uint32_t agent = ENGINE_AGENT_NEW;
+	int ingress = 0;
+	int rc =
+	    engine_sandbox_add(&et.eng, id, "p", NULL, &root, &agent, out, sizeof(out), &ingress);
+	ck_assert_int_eq(rc, -ENAMETOOLONG);
+	ck_assert_int_eq(ingress, -1);
+	snprintf(path, sizeof(path), "%s/sandboxes/%s", et.cfg.socket_dir, id);
+	ck_assert_int_eq(lstat(path, &st), -1);
+	snprintf(path, sizeof(path), "%s/registry/%s", et.cfg.socket_dir, id);
+	ck_assert_int_eq(lstat(path, &st), -1);
+
+	id[62] = '\0';
+	agent = ENGINE_AGENT_NEW;
+	rc = engine_sandbox_add(&et.eng, id, "p", NULL, &root, &agent, out, sizeof(out), &ingress);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_ge(ingress, 0);
+	close(ingress);
+	snprintf(path, sizeof(path), "%s/sandboxes/%s/ingress.sock", et.cfg.socket_dir, id);
+	ck_assert_uint_eq(strlen(path), 107);
+	ck_assert_int_eq(lstat(path, &st), 0);
+	ck_assert(S_ISSOCK(st.st_mode));
+	sockets = "sock";
 }
 END_TEST
 
@@ -450,12 +574,14 @@ int main(void)
 	tcase_add_test(tc, test_owner_only_removal);
 	tcase_add_test(tc, test_pool_uid);
 	tcase_add_test(tc, test_readoption_full_disk);
+	tcase_add_test(tc, test_id_room);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("full");
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_table_full);
 	tcase_add_test(tc, test_readoption_not_adopted);
+	tcase_add_test(tc, test_kept_record_failed_add);
 	tcase_add_test(tc, test_kept_record_ingress_fails);
 	suite_add_tcase(s, tc);
 	return unit_run_in_dir(s, dir);

@@ -1,5 +1,6 @@
 /*
  * Unit tests for core/layout.c: the paths, exact fit at N and refusal at N+1,
+ * the room a socket directory leaves for ids (at 63, 62, 1 and 0),
  * and a removal that takes the sandbox's directory away completely (its
  * subdirectories too) without following a symlink planted anywhere in it.
  */
@@ -39,6 +40,35 @@ START_TEST(paths_at_limit)
 	/* "/s/registry/b" is 13 bytes: it fits in 14, and one byte more does not. */
 	ck_assert_int_eq(layout_registry_record("/s", "b", out, 14), 0);
 	ck_assert_int_eq(layout_registry_record("/s", "bb", out, 14), -ENAMETOOLONG);
+}
+END_TEST
+
+/*
+ * The id room: "<dir>/sandboxes/<id>/ingress.sock" is 24 bytes beside <dir>
+ * and <id>, and sun_path holds 107: a 20-byte directory leaves 63 (every id),
+ * 21 leaves 62, 83 none, and the default directory more than any id needs.
+ */
+START_TEST(id_room)
+{
+	char socket_dir[128];
+
+	memset(socket_dir, 'd', sizeof(socket_dir));
+	socket_dir[0] = '/';
+	socket_dir[20] = '\0';
+	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 63);
+	socket_dir[20] = 'd';
+	socket_dir[21] = '\0';
+	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 62);
+	socket_dir[21] = 'd';
+	socket_dir[82] = '\0';
+	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 1);
+	socket_dir[82] = 'd';
+	socket_dir[83] = '\0';
+	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 0);
+	socket_dir[83] = 'd';
+	socket_dir[127] = '\0';
+	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 0);
+	ck_assert_uint_ge(layout_sandbox_id_room(LAYOUT_SOCKET_DIR_DEFAULT), 63);
 }
 END_TEST
 
@@ -119,6 +149,7 @@ int main(void)
 	TCase *tc = tcase_create("layout");
 	tcase_add_test(tc, paths);
 	tcase_add_test(tc, paths_at_limit);
+	tcase_add_test(tc, id_room);
 	tcase_add_test(tc, remove_never_follows_links);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
