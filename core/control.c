@@ -211,7 +211,7 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 			   "leaves room for %zu (its socket's path would be over the 107 bytes a "
 			   "Unix socket's holds)\n",
 			   id, strlen(id), e->cfg->socket_dir,
-			   layout_sandbox_id_room(e->cfg->socket_dir));
+			   layout_sandbox_id_room(e->cfg->socket_dir, owner != NULL));
 		break;
 	case -ENOENT:
 		answer_add(a, "error no_such_profile the policy has no profile %s\n", profile);

@@ -247,9 +247,20 @@ int engine_stale_note(struct engine *e, const char *id)
 	return 0;
 }
 
+/* Sandbox <id> is noted for removal at engine_commit already. */
+static bool stale_noted(const struct engine *e, const char *id)
+{
+	for (uint32_t i = 0; i < e->stale_count; i++)
+		if (strcmp(e->stale_ids[i], id) == 0)
+			return true;
+	return false;
+}
+
 /*
  * Closes what was passed and nothing took, and has the manager forget them;
- * a sandbox's socket file goes at engine_commit.
+ * a sandbox's socket file goes at engine_commit, but for one whose registry
+ * record registry_adopt kept (a start that could not adopt it): that record
+ * and its directory stay for the next start.
  */
 static void inherited_drop(struct engine *e)
 {
@@ -265,9 +276,10 @@ static void inherited_drop(struct engine *e)
 		e->inherited[i].fd = -1;
 		if (e->manager != NULL)
 			(void)notify_forget_fd(e->manager, name);
+		const char *id = name + prefix;
 		if (strncmp(name, ENGINE_FDNAME_PREFIX, prefix) == 0 &&
-		    engine_sandbox_id_valid(name + prefix))
-			(void)engine_stale_note(e, name + prefix);
+		    engine_sandbox_id_valid(id) && !(registry_has(e, id) && !stale_noted(e, id)))
+			(void)engine_stale_note(e, id);
 	}
 	e->inherited_count = 0;
 }
@@ -814,13 +826,19 @@ int engine_start(struct engine *e)
 		log_warn("io_uring has no socket commands (Linux 6.7): an egress socket admits its "
 			 "agent's uid by its mode alone; connections are not checked against it "
 			 "(peer_not_agent)");
-	size_t id_room = layout_sandbox_id_room(e->cfg->socket_dir);
-	if (id_room < CONFIG_SANDBOX_ID_BYTES_MAX - 1)
+	size_t id_room = layout_sandbox_id_room(e->cfg->socket_dir, true);
+	if (id_room == 0)
 		log_warn(
-		    "socket_dir %s leaves room for sandbox ids of %zu bytes, not %u: a longer "
-		    "one's socket path would be over the 107 bytes a Unix socket's holds, and "
-		    "its add is refused (bad_id); a socket_dir of 20 bytes or fewer takes any id",
-		    e->cfg->socket_dir, id_room, CONFIG_SANDBOX_ID_BYTES_MAX - 1);
+		    "socket_dir %s is %zu bytes: no owned sandbox (agentsnet run's) can have its "
+		    "sockets there, each add is refused (bad_id), since a Unix socket's path "
+		    "holds 107 bytes; a socket_dir of 20 bytes or fewer takes any id",
+		    e->cfg->socket_dir, strlen(e->cfg->socket_dir));
+	else if (id_room < CONFIG_SANDBOX_ID_BYTES_MAX - 1)
+		log_warn("socket_dir %s leaves room for sandbox ids of %zu bytes (one more without "
+			 "an ingress socket), not %u: a longer id's socket path would be over the "
+			 "107 bytes a Unix socket's holds, and its add is refused (bad_id); a "
+			 "socket_dir of 20 bytes or fewer takes any id",
+			 e->cfg->socket_dir, id_room, CONFIG_SANDBOX_ID_BYTES_MAX - 1);
 	log_info("serving %u sandboxes on %u workers%s%s%s%s", e->sandbox_active, e->worker_count,
 		 e->cfg->tcp_listen ? ", tcp " : "", e->cfg->tcp_listen ? e->cfg->tcp_listen : "",
 		 e->ingress_on ? ", ingress " : "", e->ingress_on ? e->cfg->ingress_listen : "");
@@ -878,9 +896,12 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	int idx = cmd != NULL ? sandbox_slot(e) : -ENOMEM;
 	int ret = idx < 0 ? idx : 0;
 	bool stepped = ret == 0; /* from here a failure is a socket or file step's */
+	/* A record there before (one a restart could not adopt) keeps its directory, which
+	 * its agent may have mounted: only a new registration's is made fresh. */
+	bool had_record = dynamic && registry_has(e, id);
 	if (ret == 0)
 		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
-				   origin == SANDBOX_FROM_CONTROL, agent_uid, token);
+				   origin == SANDBOX_FROM_CONTROL && !had_record, agent_uid, token);
 	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
 	/* The record is written last, so that no failed step replaces one there before. */
 	if (ret == 0 && ingress_fd != NULL) {
@@ -890,7 +911,6 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	}
 	/* A record re-adopted with its token is the record there: not written again, so a
 	 * full disk does not keep a restart from serving it. */
-	bool had_record = dynamic && registry_has(e, id);
 	if (ret == 0 && dynamic && (origin == SANDBOX_FROM_CONTROL || token == NULL))
 		ret = registry_write(e, id, profile_name, owner, registrant, agent_uid,
 				     e->sandboxes[idx]->ingress_token);
@@ -969,7 +989,7 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	if (!engine_sandbox_id_valid(id))
 		return -EINVAL;
 	/* Refused as it is, before any step: its sockets' paths could not be made. */
-	if (strlen(id) > layout_sandbox_id_room(e->cfg->socket_dir))
+	if (strlen(id) > layout_sandbox_id_room(e->cfg->socket_dir, ingress_fd != NULL))
 		return -ENAMETOOLONG;
 	pthread_mutex_lock(&e->lock);
 	const void *policy = snapshot_now(e)->policy;
@@ -979,6 +999,13 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	if (profile >= 0 && who != NULL && e->ops->profile_admits != NULL &&
 	    !e->ops->profile_admits(policy, (uint32_t)profile, who))
 		ret = -EACCES;
+	/* A record a start could not adopt is its registrant's still (its agent may run on):
+	 * only that uid or root registers its id again. */
+	uint32_t kept_by = 0;
+	if (ret == 0 && profile >= 0 && who != NULL && who->uid != 0 && sandbox_find(e, id) < 0 &&
+	    registry_has(e, id) &&
+	    (registry_registrant(e, id, &kept_by) != 0 || kept_by != who->uid))
+		ret = -EEXIST;
 	/* A caller other than root registers for its own uid, never for someone else's. */
 	if (ret == 0 && profile >= 0 && sandbox_find(e, id) < 0)
 		ret = agent_uid_settle(e, who, agent_uid);

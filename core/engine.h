@@ -317,10 +317,13 @@ int engine_stop(struct engine *e);
  * *<agent_uid>. A uid of that range is never named by a caller (-ERANGE).
  * Returns 0,
  * -EINVAL (<id> is not [A-Za-z0-9_.-]{1,63} or starts with '.'),
- * -ENAMETOOLONG (<id> is longer than the socket directory leaves room for:
- * layout_sandbox_id_room), -ENOENT (no such profile), -EEXIST, -ENOSPC (LIMITS_SANDBOXES_MAX reached), -EUSERS
- * (every uid of the range is given), -ERANGE, -EDQUOT (<who>, not root,
- * holds daemon.sandboxes_per_user sandboxes already), -ENOMEM, or
+ * -ENAMETOOLONG (<id> is longer than the socket directory leaves room for,
+ * with its ingress socket or without: layout_sandbox_id_room), -ENOENT (no
+ * such profile), -EEXIST (also: <id> has a record a start could not adopt,
+ * and <who> is neither root nor its registrant), -ENOSPC
+ * (LIMITS_SANDBOXES_MAX reached), -EUSERS (every uid of the range is
+ * given), -ERANGE, -EDQUOT (<who>, not root, holds
+ * daemon.sandboxes_per_user sandboxes already), -ENOMEM, or
  * ENGINE_ERR_SYSTEM(errno) when a socket or file step failed (its errno
  * kept apart from the refusals: a full disk is not a full table, nor a
  * missing directory a missing profile). Control path only (takes the lock).

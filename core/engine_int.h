@@ -85,7 +85,8 @@ int engine_stale_note(struct engine *e, const char *id);
 
 /*
  * Makes <sb>'s directory under <socket_dir> (<fresh>: whatever was there
- * removed first; otherwise kept only if ours) and its egress socket in it,
+ * removed first, and the directory removed again when its socket cannot be
+ * made; otherwise kept only if ours) and its egress socket in it,
  * its agent's alone (0600) or anyone's (0666); sets sb->path and
  * sb->listen_fd. <inherited> (or -1), the listening socket the service
  * manager kept for this sandbox, is taken instead of a new one when the
@@ -150,6 +151,10 @@ void registry_drop(const struct engine *e, const char *id);
 
 /* Whether run-time sandbox <id> has a record. */
 bool registry_has(const struct engine *e, const char *id);
+
+/* The uid that registered run-time sandbox <id>, from its record (0: root, or a record without
+ * one), into *<registrant>. 0, or -errno (-EINVAL: the record is malformed). */
+int registry_registrant(const struct engine *e, const char *id, uint32_t *registrant);
 
 /*
  * Re-adopts every registry record through sandbox_add_locked; ones whose

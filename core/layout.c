@@ -42,11 +42,11 @@ int layout_sandbox_dir(const char *socket_dir, const char *id, char *out, size_t
 	return join_path(out, cap, socket_dir, "/sandboxes/", id);
 }
 
-size_t layout_sandbox_id_room(const char *socket_dir)
+size_t layout_sandbox_id_room(const char *socket_dir, bool with_ingress)
 {
 	const size_t cap = sizeof(((struct sockaddr_un *)NULL)->sun_path) - 1;
-	size_t fixed =
-	    strlen(socket_dir) + strlen("/sandboxes/") + strlen("/" LAYOUT_INGRESS_SOCKET);
+	size_t fixed = strlen(socket_dir) + strlen("/sandboxes/") +
+		       strlen(with_ingress ? "/" LAYOUT_INGRESS_SOCKET : "/" LAYOUT_EGRESS_SOCKET);
 	return fixed < cap ? cap - fixed : 0;
 }
 

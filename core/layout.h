@@ -13,6 +13,7 @@
 #ifndef AN_CORE_LAYOUT_H
 #define AN_CORE_LAYOUT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Writes "<socket_dir>/sandboxes/<id>" to <out>/<cap>. 0 or -ENAMETOOLONG. */
@@ -30,12 +31,17 @@ int layout_cgroups_dir(const char *socket_dir, char *out, size_t cap);
 #define LAYOUT_INGRESS_SOCKET "ingress.sock"
 
 /*
- * The longest sandbox id whose sockets' paths under <socket_dir> fit a Unix
- * socket address (sun_path, 107 bytes and its NUL): the longer of the two,
- * "<socket_dir>/sandboxes/<id>/ingress.sock", decides. 0 when none fits. Ids
- * are at most 63 bytes; a socket directory over 20 bytes leaves fewer.
+ * The longest sandbox id whose socket paths under <socket_dir> fit a Unix
+ * socket address (sun_path: 107 bytes and its NUL):
+ * "<socket_dir>/sandboxes/<id>/egress.sock", and with <with_ingress> (an
+ * owned sandbox's) "<socket_dir>/sandboxes/<id>/ingress.sock", one byte
+ * longer. 0 when none fits. Ids are at most 63 bytes; a socket directory over
+ * 20 bytes leaves an owned sandbox fewer.
  */
-size_t layout_sandbox_id_room(const char *socket_dir);
+size_t layout_sandbox_id_room(const char *socket_dir, bool with_ingress);
+
+/* The longest socket directory whose control.sock's path fits a Unix socket address (107 bytes). */
+#define LAYOUT_SOCKET_DIR_BYTES_MAX (107u - (sizeof("/control.sock") - 1u))
 
 /* The socket directory when neither the policy nor the command line names one. */
 #define LAYOUT_SOCKET_DIR_DEFAULT "/run/agentsnet"

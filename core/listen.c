@@ -255,14 +255,21 @@ static int sandbox_dir_make(const char *socket_dir, const char *id, bool fresh, 
 	}
 	if (ret == -EEXIST && !fresh) {
 		int fd = openat(pfd, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		ret = fd >= 0 && fstat(fd, &st) == 0 && dir_ours(&st) ? 0 : -EPERM;
+		/* Only what is there decides: a failure of our own (no descriptor left) is its. */
+		bool theirs = fd == -1 && (errno == ENOTDIR || errno == ELOOP);
+		ret = fd == -1 ? -errno : fstat(fd, &st) == -1 ? -errno : 0;
+		theirs = theirs || (ret == 0 && !dir_ours(&st));
 		if (fd >= 0)
 			close(fd);
-		if (ret != 0)
+		if (theirs) {
+			ret = -EPERM;
 			log_error(
 			    "sandbox %s: %s exists and is not a directory of the daemon's that "
 			    "nobody else can write: refused (remove it)",
 			    id, dir);
+		} else if (ret != 0) {
+			log_error("sandbox %s: %s: %s", id, dir, strerror(-ret));
+		}
 	} else if (ret != 0 && ret != -ENOTEMPTY) {
 		log_error("sandbox %s: mkdir %s: %s", id, dir, strerror(-ret));
 	}
@@ -384,6 +391,8 @@ int listen_unix(struct engine_sandbox *sb, const char *socket_dir, bool fresh, i
 	int fd = engine_listen_unix(sb->path, mode, any ? (uid_t)-1 : owner, (gid_t)-1, true);
 	if (fd < 0) {
 		log_error("sandbox %s: %s: %s", sb->id, sb->path, strerror(-fd));
+		if (fresh) /* made for this add alone: nothing of it stays */
+			(void)layout_sandbox_dir_remove(socket_dir, sb->id);
 		return fd;
 	}
 	sb->listen_fd = fd;

@@ -198,6 +198,18 @@ static int registry_read(const struct engine *e, const char *id, char *profile, 
 	return ret;
 }
 
+int registry_registrant(const struct engine *e, const char *id, uint32_t *registrant)
+{
+	char profile[CONFIG_SANDBOX_ID_BYTES_MAX];
+	struct registry_record rec;
+
+	int ret = registry_read(e, id, profile, sizeof(profile), &rec);
+	if (ret == 0)
+		*registrant = rec.registrant;
+	explicit_bzero(&rec, sizeof(rec));
+	return ret;
+}
+
 /* Removes a run-time sandbox's directory; what cannot go is logged and left. */
 static void sandbox_dir_remove(const struct engine *e, const char *id)
 {

@@ -37,6 +37,7 @@
 #include "core/an.h"
 #include "core/config.h"
 #include "core/keyfile.h"
+#include "core/layout.h"
 #include "core/pool.h"
 #include "core/webhook.h"
 #include "policy/addr.h"
@@ -871,8 +872,16 @@ static int daemon_value(struct loader *ld, uint32_t key)
 	AN_ASSERT(key < DK__COUNT);
 	AN_ASSERT(ld->ev_live);
 	switch (key) {
-	case DK_SOCKET_DIR:
-		return stage_path(ld, "socket_dir", false, &ld->next.socket_dir);
+	case DK_SOCKET_DIR: {
+		int rc = stage_path(ld, "socket_dir", false, &ld->next.socket_dir);
+		if (rc == 0 && strlen(ld->next.socket_dir) > LAYOUT_SOCKET_DIR_BYTES_MAX)
+			return loader_fail(
+			    ld, ld->ev.start_mark,
+			    "socket_dir must be at most %u bytes: its control.sock's "
+			    "path must fit the 107 bytes of a Unix socket's",
+			    (unsigned)LAYOUT_SOCKET_DIR_BYTES_MAX);
+		return rc;
+	}
 	case DK_AUDIT_LOG:
 		return stage_path(ld, "audit_log", true, &ld->next.audit_path);
 	case DK_WORKERS:

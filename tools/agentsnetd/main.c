@@ -44,6 +44,7 @@
 #include "core/dns.h"
 #include "core/engine.h"
 #include "core/handover.h"
+#include "core/layout.h"
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -204,8 +205,20 @@ static int apply_overrides(const struct options *o, struct config *cfg)
 {
 	int ret = 0;
 
-	if (o->socket_dir != NULL)
+	if (o->socket_dir != NULL) {
+		/* As the policy's daemon.socket_dir must be (policy/daemon.c). */
+		if (o->socket_dir[0] != '/' ||
+		    strlen(o->socket_dir) > LAYOUT_SOCKET_DIR_BYTES_MAX) {
+			fprintf(
+			    stderr,
+			    "agentsnetd: --socket-dir %s: must be an absolute path of at most %u "
+			    "bytes (its control.sock's path must fit the 107 bytes of a Unix "
+			    "socket's)\n",
+			    o->socket_dir, (unsigned)LAYOUT_SOCKET_DIR_BYTES_MAX);
+			return -1;
+		}
 		ret |= config_set_string(&cfg->socket_dir, o->socket_dir);
+	}
 	if (o->audit_path != NULL)
 		ret |= config_set_string(&cfg->audit_path, o->audit_path);
 	if (o->tcp_listen != NULL)

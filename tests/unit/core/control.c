@@ -455,9 +455,10 @@ START_TEST(test_add_id_length)
 END_TEST
 
 /*
- * An id longer than the socket directory leaves room for: a 21-byte one
- * leaves 62 bytes, so a 63-byte id is refused (bad_id, saying both lengths),
- * with nothing made, and a 62-byte one is added.
+ * An id longer than the socket directory leaves room for: a 22-byte one
+ * leaves a sandbox without an ingress socket 62 bytes, so a 63-byte id is
+ * refused (bad_id, saying both lengths), with nothing made, and a 62-byte one
+ * is added.
  */
 START_TEST(test_add_id_room)
 {
@@ -465,8 +466,9 @@ START_TEST(test_add_id_room)
 	struct stat st;
 
 	engine_teardown();
-	sockets = "sock5";
+	sockets = "sock56";
 	engine_setup();
+	ck_assert_uint_eq(strlen(et.cfg.socket_dir), 22);
 	memset(id, 'a', 63);
 	id[63] = '\0';
 	snprintf(line, sizeof(line), "sandbox add %s p", id);

@@ -15,7 +15,9 @@
  * RLIMIT_NOFILE: engine_sandboxes_max_for) at N and N+1, with a freed slot
  * reused; records a restart could not adopt, kept with their uids, and left
  * as they were by a failed add of their id (its record unwritable, any
- * step starved of descriptors); an id longer than the socket directory
+ * step starved of descriptors), kept through a start given their sockets
+ * back, and their registrant's alone (or root's) to add again; a new id's
+ * failed add leaving nothing; an id longer than the socket directory
  * leaves room for, refused before anything is made.
  */
 #include "../../../core/engine.c"
@@ -403,17 +405,69 @@ START_TEST(test_readoption_not_adopted)
 END_TEST
 
 /*
+ * engine_sandbox_add of owned sandbox <id> (its ingress socket wanted) by root
+ * for a new uid, with every descriptor below a tight soft RLIMIT_NOFILE taken
+ * but <free_fds>: its result. A failure hands back no ingress descriptor; a
+ * success's is closed here.
+ */
+static int add_owned_starved(const char *id, unsigned free_fds)
+{
+	int spare[64];
+	char out[256];
+	struct rlimit saved, tight;
+
+	ck_assert_uint_lt(free_fds, AN_ARRAY_LEN(spare));
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	int lowest = dup(0);
+	ck_assert_int_ge(lowest, 0);
+	close(lowest);
+	tight = saved;
+	tight.rlim_cur = (rlim_t)lowest + AN_ARRAY_LEN(spare);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &tight), 0);
+	unsigned taken = 0;
+	while (taken < AN_ARRAY_LEN(spare) && (spare[taken] = dup(0)) >= 0)
+		taken++;
+	ck_assert_uint_eq(taken, AN_ARRAY_LEN(spare)); /* no hole below the limit */
+	for (unsigned i = 0; i < free_fds; i++)
+		close(spare[--taken]);
+	uint32_t agent = ENGINE_AGENT_NEW;
+	int ingress = 0;
+	int rc =
+	    engine_sandbox_add(&et.eng, id, "p", NULL, &root, &agent, out, sizeof(out), &ingress);
+	while (taken > 0)
+		close(spare[--taken]);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	if (rc == 0) {
+		ck_assert_int_ge(ingress, 0);
+		close(ingress);
+	} else {
+		ck_assert_msg(engine_err_errno(rc) == EMFILE, "%u free: %d", free_fds, rc);
+		ck_assert_int_eq(ingress, -1);
+	}
+	return rc;
+}
+
+/* Whether <path> is there (a link not followed). */
+static bool path_there(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0;
+}
+
+/*
  * An owned sandbox's add over a record a restart could not adopt, with every
- * step in turn starved of descriptors (the soft RLIMIT_NOFILE leaving 0, 1,
- * 2, ... free): each add that fails leaves the record as it was, hands back
- * no ingress descriptor and leaves no sandbox; the one that succeeds replaces
- * it. The record is written last, so no failed step after it replaces it.
+ * step in turn starved of descriptors (0, 1, 2, ... left free): each add that
+ * fails leaves the record as it was, and the directory with what it holds (an
+ * agent still running may have it mounted), hands back no ingress descriptor
+ * and leaves no sandbox; the one that succeeds replaces the record and keeps
+ * the directory. The record is written last, so no failed step after it
+ * replaces it.
  */
 START_TEST(test_kept_record_failed_add)
 {
 	char id[2][3] = { "s1", "s2" };
-	char record[256], before[512], after[512], out[256];
-	int spare[64];
+	char record[256], before[512], after[512], marker[256];
 
 	start(0);
 	add_pooled(id[0]);
@@ -424,49 +478,120 @@ START_TEST(test_kept_record_failed_add)
 	ck_assert_int_eq(rm(id[1 - lost], &root), 0);
 	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
 	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
+	snprintf(marker, sizeof(marker), "%s/sandboxes/%s/marker", et.cfg.socket_dir, id[lost]);
+	ck_assert_int_eq(mkdir(marker, 0700), 0);
 
-	struct rlimit saved, tight;
-	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
 	unsigned failed = 0;
-	int rc = -1;
-	for (unsigned free_fds = 0; rc != 0 && free_fds < AN_ARRAY_LEN(spare); free_fds++) {
-		/* Every descriptor below the tight limit taken, then <free_fds> given back. */
-		int lowest = dup(0);
-		ck_assert_int_ge(lowest, 0);
-		close(lowest);
-		tight = saved;
-		tight.rlim_cur = (rlim_t)lowest + AN_ARRAY_LEN(spare);
-		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &tight), 0);
-		unsigned taken = 0;
-		while (taken < AN_ARRAY_LEN(spare) && (spare[taken] = dup(0)) >= 0)
-			taken++;
-		ck_assert_uint_eq(taken, AN_ARRAY_LEN(spare)); /* no hole below the limit */
-		for (unsigned i = 0; i < free_fds; i++)
-			close(spare[--taken]);
-		uint32_t agent = ENGINE_AGENT_NEW;
-		int ingress = 0;
-		rc = engine_sandbox_add(&et.eng, id[lost], "p", NULL, &root, &agent, out,
-					sizeof(out), &ingress);
-		while (taken > 0)
-			close(spare[--taken]);
-		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
-		if (rc == 0) {
-			ck_assert_int_ge(ingress, 0);
-			close(ingress);
-			break;
-		}
+	while (add_owned_starved(id[lost], failed) != 0) {
 		failed++;
-		ck_assert_msg(engine_err_errno(rc) == EMFILE, "%u free: %d", free_fds, rc);
-		ck_assert_int_eq(ingress, -1);
 		ck_assert(!is_there(id[lost]));
 		ck_assert_int_eq(file_text(record, after, sizeof(after)), (ssize_t)strlen(before));
 		ck_assert_str_eq(after, before);
+		ck_assert_msg(path_there(marker), "%u free: the directory was emptied", failed - 1);
 	}
-	ck_assert_int_eq(rc, 0);
-	ck_assert_uint_ge(failed,
-			  3); /* the directory's, the egress and the ingress socket's steps */
+	ck_assert_uint_ge(failed, 2); /* the egress and the ingress socket's steps at least */
 	ck_assert_int_gt(file_text(record, after, sizeof(after)), 8);
 	ck_assert_str_ne(after, before);
+	ck_assert(path_there(marker));
+}
+END_TEST
+
+/*
+ * A new owned sandbox's add with every step in turn starved of descriptors:
+ * each that fails leaves nothing, neither its directory nor a record.
+ */
+START_TEST(test_new_failed_add_leaves_nothing)
+{
+	char dir_path[256], record[256];
+
+	snprintf(dir_path, sizeof(dir_path), "%s/sandboxes/n1", et.cfg.socket_dir);
+	snprintf(record, sizeof(record), "%s/registry/n1", et.cfg.socket_dir);
+	unsigned failed = 0;
+	while (add_owned_starved("n1", failed) != 0) {
+		failed++;
+		ck_assert(!is_there("n1"));
+		ck_assert_msg(!path_there(dir_path), "%u free: %s left", failed - 1, dir_path);
+		ck_assert_msg(!path_there(record), "%u free: %s left", failed - 1, record);
+	}
+	ck_assert_uint_ge(failed, 2);
+	expect_active("n1");
+	ck_assert(path_there(record));
+}
+END_TEST
+
+/*
+ * A kept record (a restart could not adopt it) is its registrant's still:
+ * another user's add of its id is refused (exists), leaving the record and
+ * the directory as they were; its registrant's succeeds.
+ */
+START_TEST(test_kept_record_registrant)
+{
+	char id[2][3] = { "u1", "u2" };
+	char record[256], before[512], after[512], marker[256];
+
+	start(0);
+	ck_assert_int_eq(add(id[0], "p", &u), 0);
+	ck_assert_int_eq(add(id[1], "p", &u), 0);
+	restart(ET_FDS_HELD + 2);
+	ck_assert(is_there(id[0]) != is_there(id[1]));
+	int lost = is_there(id[0]) ? 1 : 0;
+	ck_assert_int_eq(rm(id[1 - lost], &u), 0);
+	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
+	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
+	snprintf(marker, sizeof(marker), "%s/sandboxes/%s/marker", et.cfg.socket_dir, id[lost]);
+	ck_assert_int_eq(mkdir(marker, 0700), 0);
+
+	ck_assert_int_eq(add(id[lost], "p", &other), -EEXIST);
+	ck_assert_int_eq(file_text(record, after, sizeof(after)), (ssize_t)strlen(before));
+	ck_assert_str_eq(after, before);
+	ck_assert(path_there(marker));
+	ck_assert_int_eq(add(id[lost], "p", &u), 0);
+	expect_active(id[lost]);
+	ck_assert(path_there(marker));
+}
+END_TEST
+
+/*
+ * A start given the sandboxes' sockets back (as a service manager or an old
+ * daemon passes them) that cannot adopt one of them (a full table) closes the
+ * socket it could not place, and its commit leaves that sandbox's record and
+ * directory for the next start.
+ */
+START_TEST(test_kept_record_passed_socket)
+{
+	static struct notify_fd passed[2];
+	const char *id[2] = { "s1", "s2" };
+	char record[256], before[512], after[512], sandbox_dir[256];
+
+	start(0);
+	for (int i = 0; i < 2; i++) {
+		add_pooled(id[i]);
+		pthread_mutex_lock(&et.eng.lock);
+		int idx = sandbox_find(&et.eng, id[i]);
+		passed[i].fd = dup(et.eng.sandboxes[idx]->listen_fd);
+		pthread_mutex_unlock(&et.eng.lock);
+		ck_assert_int_ge(passed[i].fd, 0);
+		snprintf(passed[i].name, sizeof(passed[i].name), ENGINE_FDNAME_PREFIX "%s", id[i]);
+	}
+	ck_assert_int_eq(engine_stop(&et.eng), 0);
+	enginetest_release(&et);
+	enginetest_prepare(&et, dir, sockets, ET_POLICY, NULL);
+	struct rlimit rl;
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = ET_FDS_HELD + 2;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	et.eng.inherited = passed;
+	et.eng.inherited_count = 2;
+	enginetest_start(&et);
+	ck_assert(is_there(id[0]) != is_there(id[1]));
+	int lost = is_there(id[0]) ? 1 : 0;
+	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
+	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
+	engine_commit(&et.eng);
+	ck_assert_int_eq(file_text(record, after, sizeof(after)), (ssize_t)strlen(before));
+	ck_assert_str_eq(after, before);
+	snprintf(sandbox_dir, sizeof(sandbox_dir), "%s/sandboxes/%s", et.cfg.socket_dir, id[lost]);
+	ck_assert(path_there(sandbox_dir));
 }
 END_TEST
 
@@ -575,6 +700,7 @@ int main(void)
 	tcase_add_test(tc, test_pool_uid);
 	tcase_add_test(tc, test_readoption_full_disk);
 	tcase_add_test(tc, test_id_room);
+	tcase_add_test(tc, test_new_failed_add_leaves_nothing);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("full");
 	tcase_add_checked_fixture(tc, NULL, teardown);
@@ -582,6 +708,8 @@ int main(void)
 	tcase_add_test(tc, test_table_full);
 	tcase_add_test(tc, test_readoption_not_adopted);
 	tcase_add_test(tc, test_kept_record_failed_add);
+	tcase_add_test(tc, test_kept_record_registrant);
+	tcase_add_test(tc, test_kept_record_passed_socket);
 	tcase_add_test(tc, test_kept_record_ingress_fails);
 	suite_add_tcase(s, tc);
 	return unit_run_in_dir(s, dir);

@@ -1,6 +1,7 @@
 /*
  * Unit tests for core/layout.c: the paths, exact fit at N and refusal at N+1,
- * the room a socket directory leaves for ids (at 63, 62, 1 and 0),
+ * the room a socket directory leaves for ids (at 63, 62, 1 and 0, with and
+ * without an ingress socket),
  * and a removal that takes the sandbox's directory away completely (its
  * subdirectories too) without following a symlink planted anywhere in it.
  */
@@ -45,30 +46,27 @@ END_TEST
 
 /*
  * The id room: "<dir>/sandboxes/<id>/ingress.sock" is 24 bytes beside <dir>
- * and <id>, and sun_path holds 107: a 20-byte directory leaves 63 (every id),
- * 21 leaves 62, 83 none, and the default directory more than any id needs.
+ * and <id> (egress.sock's path 23), and sun_path holds 107: a 20-byte
+ * directory leaves an owned sandbox 63 (every id), 21 leaves 62 (and 63
+ * without the ingress socket), 82 one byte (two), 83 none (one), and the
+ * default directory more than any id needs.
  */
 START_TEST(id_room)
 {
 	char socket_dir[128];
+	const struct {
+		size_t dir_len, owned, unowned;
+	} cases[] = { { 20, 63, 64 }, { 21, 62, 63 }, { 82, 1, 2 },
+		      { 83, 0, 1 },   { 84, 0, 0 },   { 127, 0, 0 } };
 
-	memset(socket_dir, 'd', sizeof(socket_dir));
-	socket_dir[0] = '/';
-	socket_dir[20] = '\0';
-	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 63);
-	socket_dir[20] = 'd';
-	socket_dir[21] = '\0';
-	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 62);
-	socket_dir[21] = 'd';
-	socket_dir[82] = '\0';
-	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 1);
-	socket_dir[82] = 'd';
-	socket_dir[83] = '\0';
-	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 0);
-	socket_dir[83] = 'd';
-	socket_dir[127] = '\0';
-	ck_assert_uint_eq(layout_sandbox_id_room(socket_dir), 0);
-	ck_assert_uint_ge(layout_sandbox_id_room(LAYOUT_SOCKET_DIR_DEFAULT), 63);
+	for (size_t i = 0; i < AN_ARRAY_LEN(cases); i++) {
+		memset(socket_dir, 'd', sizeof(socket_dir));
+		socket_dir[0] = '/';
+		socket_dir[cases[i].dir_len] = '\0';
+		ck_assert_uint_eq(layout_sandbox_id_room(socket_dir, true), cases[i].owned);
+		ck_assert_uint_eq(layout_sandbox_id_room(socket_dir, false), cases[i].unowned);
+	}
+	ck_assert_uint_ge(layout_sandbox_id_room(LAYOUT_SOCKET_DIR_DEFAULT, true), 63);
 }
 END_TEST
 
