@@ -830,7 +830,7 @@ int engine_start(struct engine *e)
 	if (id_room == 0)
 		log_warn(
 		    "socket_dir %s is %zu bytes: no owned sandbox (agentsnet run's) can have its "
-		    "sockets there, each add is refused (bad_id), since a Unix socket's path "
+		    "sockets there, and its add is refused (bad_id), since a Unix socket's path "
 		    "holds 107 bytes; a socket_dir of 20 bytes or fewer takes any id",
 		    e->cfg->socket_dir, strlen(e->cfg->socket_dir));
 	else if (id_room < CONFIG_SANDBOX_ID_BYTES_MAX - 1)
@@ -896,12 +896,13 @@ int sandbox_add_locked(struct engine *e, const char *id, const char *profile_nam
 	int idx = cmd != NULL ? sandbox_slot(e) : -ENOMEM;
 	int ret = idx < 0 ? idx : 0;
 	bool stepped = ret == 0; /* from here a failure is a socket or file step's */
-	/* A record there before (one a restart could not adopt) keeps its directory, which
-	 * its agent may have mounted: only a new registration's is made fresh. */
+	/* A registration's directory is made fresh, also over a record a restart could not
+	 * adopt: an agent of that record's that still runs, its mount of the old directory,
+	 * never reaches a sandbox registered again (maybe on another profile). */
 	bool had_record = dynamic && registry_has(e, id);
 	if (ret == 0)
 		ret = sandbox_open(e, idx, id, (uint32_t)profile, dynamic,
-				   origin == SANDBOX_FROM_CONTROL && !had_record, agent_uid, token);
+				   origin == SANDBOX_FROM_CONTROL, agent_uid, token);
 	(void)layout_sandbox_dir(e->cfg->socket_dir, id, dir, cap);
 	/* The record is written last, so that no failed step replaces one there before. */
 	if (ret == 0 && ingress_fd != NULL) {
@@ -1003,9 +1004,14 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	 * only that uid or root registers its id again. */
 	uint32_t kept_by = 0;
 	if (ret == 0 && profile >= 0 && who != NULL && who->uid != 0 && sandbox_find(e, id) < 0 &&
-	    registry_has(e, id) &&
-	    (registry_registrant(e, id, &kept_by) != 0 || kept_by != who->uid))
-		ret = -EEXIST;
+	    registry_has(e, id)) {
+		int read = registry_registrant(e, id, &kept_by);
+		/* A malformed record is root's, as registry_read says of one without a registrant. */
+		if (read == -EINVAL || (read == 0 && kept_by != who->uid))
+			ret = -EEXIST;
+		else if (read != 0)
+			ret = ENGINE_ERR_SYSTEM(-read);
+	}
 	/* A caller other than root registers for its own uid, never for someone else's. */
 	if (ret == 0 && profile >= 0 && sandbox_find(e, id) < 0)
 		ret = agent_uid_settle(e, who, agent_uid);
