@@ -299,7 +299,7 @@ static void handle_rm(struct engine *e, const char *id, const struct verdict_cal
 			   "root may remove it\n",
 			   id, registrant);
 	} else {
-		answer_add(a, "error internal %s\n", strerror(-ret));
+		answer_add(a, "error internal %s\n", engine_err_text(ret));
 	}
 }
 

@@ -1091,6 +1091,31 @@ void engine_status_line(struct engine *e, char *out, size_t cap)
 }
 
 /* Removes sandbox <id>: a run-time one, or with <file> one from the policy file. */
+/*
+ * Removes the record of run-time sandbox <id> that a start could not adopt,
+ * with its directory, for its registrant or root (<who> NULL: root); its uid
+ * of the pool stays given until the daemon stops (its agent may run on).
+ * Caller holds the lock. As sandbox_remove.
+ */
+static int kept_record_remove(struct engine *e, const char *id, const struct verdict_caller *who,
+			      uint32_t *registrant_out)
+{
+	uint32_t kept_by = 0;
+	int read = registry_registrant(e, id, &kept_by);
+
+	/* A malformed record is root's, as registry_read says of one without a registrant. */
+	if (read != 0 && read != -EINVAL)
+		return ENGINE_ERR_SYSTEM(-read);
+	if (who != NULL && who->uid != 0 && (read != 0 || who->uid != kept_by)) {
+		if (registrant_out != NULL)
+			*registrant_out = kept_by;
+		return -EACCES;
+	}
+	registry_drop(e, id);
+	log_info("sandbox %s: its record, which a start could not adopt, removed", id);
+	return 0;
+}
+
 static int sandbox_remove(struct engine *e, const char *id, bool file,
 			  const struct verdict_caller *who, uint32_t *registrant_out)
 {
@@ -1098,6 +1123,11 @@ static int sandbox_remove(struct engine *e, const char *id, bool file,
 
 	pthread_mutex_lock(&e->lock);
 	int idx = sandbox_find(e, id);
+	if (idx < 0 && !file && engine_sandbox_id_valid(id) && registry_has(e, id)) {
+		int ret = kept_record_remove(e, id, who, registrant_out);
+		pthread_mutex_unlock(&e->lock);
+		return ret;
+	}
 	int ret = idx < 0 ? -ENOENT : 0;
 	struct engine_sandbox *sb = idx >= 0 ? e->sandboxes[idx] : NULL;
 	if (ret == 0 && (sb->dynamic == file || sb->state != ENGINE_SANDBOX_ACTIVE))

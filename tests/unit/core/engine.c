@@ -16,9 +16,9 @@
  * reused; records a restart could not adopt, kept with their uids, and left
  * as they were by a failed add of their id (its record unwritable, any
  * step starved of descriptors), kept through a start given their sockets
- * back, and their registrant's alone (or root's) to add again; a new id's
- * failed add leaving nothing; an id longer than the socket directory
- * leaves room for, refused before anything is made.
+ * back, and their registrant's alone (or root's) to add again or remove;
+ * a new id's failed add leaving nothing; an id longer than the socket
+ * directory leaves room for, refused before anything is made.
  */
 #include "../../../core/engine.c"
 
@@ -534,6 +534,48 @@ START_TEST(test_new_failed_add_leaves_nothing)
 END_TEST
 
 /*
+ * Makes a kept record: <who> adds both <id>s, and a restart with room for f1
+ * and one of them adopts one, which is then removed. The index of the other,
+ * whose record the start kept.
+ */
+static int keep_one(char id[2][3], const struct verdict_caller *who)
+{
+	start(0);
+	ck_assert_int_eq(add(id[0], "p", who), 0);
+	ck_assert_int_eq(add(id[1], "p", who), 0);
+	restart(ET_FDS_HELD + 2);
+	ck_assert(is_there(id[0]) != is_there(id[1]));
+	int lost = is_there(id[0]) ? 1 : 0;
+	ck_assert_int_eq(rm(id[1 - lost], who), 0);
+	return lost;
+}
+
+/*
+ * `sandbox rm` of a kept record's id: another user's is refused (forbidden,
+ * naming the registrant), the record there still; its registrant's removes
+ * the record and the directory; then the id is no sandbox's.
+ */
+START_TEST(test_kept_record_rm)
+{
+	char id[2][3] = { "u1", "u2" };
+	char record[256], sandbox_dir[256];
+	uint32_t registrant = 0;
+
+	int lost = keep_one(id, &u);
+	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
+	snprintf(sandbox_dir, sizeof(sandbox_dir), "%s/sandboxes/%s", et.cfg.socket_dir, id[lost]);
+	ck_assert(path_there(record) && path_there(sandbox_dir));
+	ck_assert_int_eq(engine_sandbox_remove(&et.eng, id[lost], &other, &registrant), -EACCES);
+	ck_assert_uint_eq(registrant, u.uid);
+	ck_assert(path_there(record) && path_there(sandbox_dir));
+	ck_assert_int_eq(rm(id[lost], &u), 0);
+	ck_assert(!path_there(record) && !path_there(sandbox_dir));
+	ck_assert_int_eq(rm(id[lost], &u), -ENOENT);
+	ck_assert_int_eq(rm("../x", &root), -ENOENT);
+}
+END_TEST
+
+/*
  * A kept record (a restart could not adopt it) is its registrant's still:
  * another user's add of its id is refused (exists), leaving the record and
  * the directory as they were (so is its registrant's, told the errno, when
@@ -546,13 +588,7 @@ START_TEST(test_kept_record_registrant)
 	char id[2][3] = { "u1", "u2" };
 	char record[256], before[512], after[512], marker[256];
 
-	start(0);
-	ck_assert_int_eq(add(id[0], "p", &u), 0);
-	ck_assert_int_eq(add(id[1], "p", &u), 0);
-	restart(ET_FDS_HELD + 2);
-	ck_assert(is_there(id[0]) != is_there(id[1]));
-	int lost = is_there(id[0]) ? 1 : 0;
-	ck_assert_int_eq(rm(id[1 - lost], &u), 0);
+	int lost = keep_one(id, &u);
 	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
 	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
 	snprintf(marker, sizeof(marker), "%s/sandboxes/%s/marker", et.cfg.socket_dir, id[lost]);
@@ -733,6 +769,7 @@ int main(void)
 	tcase_add_test(tc, test_readoption_not_adopted);
 	tcase_add_test(tc, test_kept_record_failed_add);
 	tcase_add_test(tc, test_kept_record_registrant);
+	tcase_add_test(tc, test_kept_record_rm);
 	tcase_add_test(tc, test_kept_record_passed_socket);
 	tcase_add_test(tc, test_kept_record_ingress_fails);
 	suite_add_tcase(s, tc);
