@@ -442,6 +442,21 @@ static void fds_release(struct starved *st)
 }
 
 /*
+ * With run-time sandboxes <first> and <second> registered by <who>: a restart
+ * with room for f1 and one of them adopts one, which <who> then removes. 0
+ * when the start kept <first>'s record (did not adopt it), 1 for <second>'s.
+ */
+static int restart_keeping_one(const char *first, const char *second,
+			       const struct verdict_caller *who)
+{
+	restart(ET_FDS_HELD + 2);
+	ck_assert(is_there(first) != is_there(second));
+	int kept = is_there(first) ? 1 : 0;
+	ck_assert_int_eq(rm(kept == 0 ? second : first, who), 0);
+	return kept;
+}
+
+/*
  * engine_sandbox_add of owned sandbox <id> (its ingress socket wanted) by root
  * for a new uid, with <free_fds> descriptors free (fds_starve): its result. A
  * failure hands back no ingress descriptor; a success's is closed here.
@@ -490,10 +505,7 @@ START_TEST(test_kept_record_failed_add)
 	start(0);
 	add_pooled(id[0]);
 	add_pooled(id[1]);
-	restart(ET_FDS_HELD + 2); /* room for f1 and one of the two */
-	ck_assert(is_there(id[0]) != is_there(id[1]));
-	int lost = is_there(id[0]) ? 1 : 0;
-	ck_assert_int_eq(rm(id[1 - lost], &root), 0);
+	int lost = restart_keeping_one(id[0], id[1], &root);
 	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
 	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
 
@@ -533,21 +545,13 @@ START_TEST(test_new_failed_add_leaves_nothing)
 }
 END_TEST
 
-/*
- * Makes a kept record: <who> adds both <id>s, and a restart with room for f1
- * and one of them adopts one, which is then removed. The index of the other,
- * whose record the start kept.
- */
+/* Makes a kept record: <who> adds both <id>s, then restart_keeping_one. */
 static int keep_one(char id[2][3], const struct verdict_caller *who)
 {
 	start(0);
 	ck_assert_int_eq(add(id[0], "p", who), 0);
 	ck_assert_int_eq(add(id[1], "p", who), 0);
-	restart(ET_FDS_HELD + 2);
-	ck_assert(is_there(id[0]) != is_there(id[1]));
-	int lost = is_there(id[0]) ? 1 : 0;
-	ck_assert_int_eq(rm(id[1 - lost], who), 0);
-	return lost;
+	return restart_keeping_one(id[0], id[1], who);
 }
 
 /*
@@ -687,10 +691,7 @@ START_TEST(test_kept_record_ingress_fails)
 		id[i][63] = '\0';
 		ck_assert_int_eq(add_unchecked(id[i], NULL), 0);
 	}
-	restart(ET_FDS_HELD + 2); /* room for f1 and one of the two */
-	ck_assert(is_there(id[0]) != is_there(id[1]));
-	int lost = is_there(id[0]) ? 1 : 0;
-	ck_assert_int_eq(rm(id[1 - lost], &root), 0);
+	int lost = restart_keeping_one(id[0], id[1], &root);
 	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
 	ck_assert_int_gt(file_text(record, before, sizeof(before)), 8);
 
