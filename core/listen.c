@@ -8,7 +8,8 @@
  * (a file bind mount pins the inode and is stranded when the socket is
  * re-created). A path already bound by a live process is refused
  * (-EADDRINUSE): the daemon never unlinks a socket someone is serving. A
- * stale one (connect refused) is replaced. The optional TCP listener is bound
+ * stale one (connect refused) is replaced, and so is anything else in its
+ * place, a symlink never followed. The optional TCP listener is bound
  * once per worker with SO_REUSEPORT so the kernel spreads its connections
  * over the cores.
  *
@@ -164,20 +165,41 @@ int engine_dir_ancestors_secure(const char *path)
 	return 0;
 }
 
-/* -EADDRINUSE when a live process serves <sun>, 0 when the path is free or stale. */
+/*
+ * -EADDRINUSE when a live process serves <sun>, 0 when the path is free or
+ * was stale (removed). The name is probed through a descriptor of the name
+ * itself (O_PATH|O_NOFOLLOW), the connect going by /proc/self/fd: a symlink
+ * or any other file in the socket's place is removed, never followed, so the
+ * daemon never connects, as root, to a socket elsewhere on the host that a
+ * link planted here points at.
+ */
 static int socket_path_claim(const struct sockaddr_un *sun)
 {
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd == -1)
+	int path_fd = open(sun->sun_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (path_fd == -1)
+		return errno == ENOENT ? 0 : -errno;
+	struct stat st;
+	bool stale = false;
+	int ret = fstat(path_fd, &st) == -1 ? -errno : 0;
+	if (ret == 0 && !S_ISSOCK(st.st_mode)) {
+		stale = true;
+	} else if (ret == 0) {
+		struct sockaddr_un via = { .sun_family = AF_UNIX };
+		snprintf(via.sun_path, sizeof(via.sun_path), "/proc/self/fd/%d", path_fd);
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd == -1)
+			ret = -errno;
+		else if (connect(fd, (const struct sockaddr *)&via, sizeof(via)) == 0)
+			ret = -EADDRINUSE;
+		else
+			stale = errno == ECONNREFUSED;
+		if (fd != -1)
+			close(fd);
+	}
+	close(path_fd);
+	if (stale && unlink(sun->sun_path) == -1 && errno != ENOENT)
 		return -errno;
-	int ret = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
-	int err = errno;
-	close(fd);
-	if (ret == 0)
-		return -EADDRINUSE;
-	if (err == ECONNREFUSED && unlink(sun->sun_path) == -1 && errno != ENOENT)
-		return -errno;
-	return 0;
+	return ret;
 }
 
 int engine_listen_unix(const char *path, mode_t mode, uid_t owner, gid_t group, bool nonblock)

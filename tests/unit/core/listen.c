@@ -9,7 +9,8 @@
  * engine_listen_unix makes a socket of mode 0666 and 0600, one of an
  * agent's uid (0600, that uid's), and with a group,
  * as bind makes it, under umask 077, while the process's umask, as another
- * thread sees it, never changes. sandbox_dir_make: a fresh registration
+ * thread sees it, never changes. In a socket's place, a live socket is
+ * refused and anything else replaced, a symlink never connected through. sandbox_dir_make: a fresh registration
  * removes what is in its place (a subdirectory, a link) and makes its own; a
  * kept one (the policy file's, the registry's) is refused when it is
  * another uid's or writable by others, and kept when it is ours. The
@@ -206,6 +207,57 @@ START_TEST(sandbox_dir_fresh_or_kept)
 }
 END_TEST
 
+/*
+ * A name in a socket's place: a live socket is refused (never unlinked), a
+ * stale one replaced, and a symlink (to a live socket elsewhere) or a regular
+ * file removed and replaced without the daemon connecting through it.
+ */
+START_TEST(socket_place_claimed)
+{
+	char dir[128], path[160], elsewhere[160];
+	struct stat st;
+
+	path_of(dir, sizeof(dir), "claim");
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/egress.sock", dir);
+	int live = engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true);
+	ck_assert_int_ge(live, 0);
+	ck_assert_int_eq(engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true), -EADDRINUSE);
+	int probe = accept4(live, NULL, NULL, SOCK_CLOEXEC); /* the claim's probe, already closed */
+	ck_assert_int_ge(probe, 0);
+	close(probe);
+	close(live);
+	int fd = engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true); /* stale now */
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+
+	path_of(elsewhere, sizeof(elsewhere), "host.sock");
+	int host = engine_listen_unix(elsewhere, 0600, (uid_t)-1, (gid_t)-1, true);
+	ck_assert_int_ge(host, 0);
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(symlink(elsewhere, path), 0);
+	fd = engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(lstat(path, &st), 0);
+	ck_assert(S_ISSOCK(st.st_mode));
+	/* The host's socket was never connected to, and is still there. */
+	ck_assert_int_eq(accept4(host, NULL, NULL, SOCK_CLOEXEC), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(lstat(elsewhere, &st), 0);
+	ck_assert(S_ISSOCK(st.st_mode));
+	close(host);
+	close(fd);
+
+	ck_assert_int_eq(unlink(path), 0);
+	int file = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ck_assert_int_ge(file, 0);
+	close(file);
+	fd = engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+}
+END_TEST
+
 /* Each listener is a descriptor: the bound is what the open-files limit leaves, at N and N+1. */
 START_TEST(sandboxes_bounded_by_descriptors)
 {
@@ -237,6 +289,7 @@ int main(void)
 	tcase_add_test(t, dir_made_with_its_mode);
 	tcase_add_test(t, dir_refused);
 	tcase_add_test(t, socket_made_with_its_mode);
+	tcase_add_test(t, socket_place_claimed);
 	tcase_add_test(t, ancestors_checked);
 	tcase_add_test(t, sandbox_dir_fresh_or_kept);
 	tcase_add_test(t, sandboxes_bounded_by_descriptors);
