@@ -7,6 +7,7 @@
  *   <socket_dir>/sandboxes/<id>/egress.sock
  *   <socket_dir>/sandboxes/<id>/ingress.sock   an owned sandbox's (core/listen.c)
  *   <socket_dir>/registry/<id>             a run-time sandbox's record (never mounted)
+ *   <socket_dir>/internal/ingress.sock     the TLS gateway's internal socket
  *
  * No dependency beyond libc, so any binary of the project may link it.
  */
@@ -40,8 +41,14 @@ int layout_cgroups_dir(const char *socket_dir, char *out, size_t cap);
  */
 size_t layout_sandbox_id_room(const char *socket_dir, bool with_ingress);
 
-/* The longest socket directory whose control.sock's path fits a Unix socket address (107 bytes). */
-#define LAYOUT_SOCKET_DIR_BYTES_MAX (107u - (sizeof("/control.sock") - 1u))
+/* The TLS gateway's internal socket, under the socket directory. */
+#define LAYOUT_INTERNAL_INGRESS_SOCKET "internal/ingress.sock"
+
+/*
+ * The longest socket directory whose sockets of fixed name (control.sock and
+ * the longer internal/ingress.sock) fit a Unix socket address (107 bytes).
+ */
+#define LAYOUT_SOCKET_DIR_BYTES_MAX (107u - sizeof("/" LAYOUT_INTERNAL_INGRESS_SOCKET) + 1u)
 
 /* The socket directory when neither the policy nor the command line names one. */
 #define LAYOUT_SOCKET_DIR_DEFAULT "/run/agentsnet"

@@ -607,6 +607,12 @@ int inet_listeners_adopt_rest(struct engine *e)
 	return 0;
 }
 
+_Static_assert(LAYOUT_SOCKET_DIR_BYTES_MAX + sizeof("/" LAYOUT_INTERNAL_INGRESS_SOCKET) <=
+		   sizeof(((struct sockaddr_un *)0)->sun_path),
+	       "the internal socket's path fits under any socket_dir the policy takes");
+_Static_assert(sizeof("/" LAYOUT_INTERNAL_INGRESS_SOCKET) >= sizeof("/control.sock"),
+	       "the internal socket's is the longest fixed path under socket_dir");
+
 /*
  * With TLS on the public listener: the internal socket the decrypted
  * connections come back in on, in a directory only the daemon may enter
@@ -621,13 +627,16 @@ int ingress_internal_open(struct engine *e)
 	AN_ASSERT(e->ingress_tls && e->ingress_internal_fd < 0);
 	if (parse_inet_addr(cfg->ingress_listen, &e->ingress_addr, &len) != 0)
 		return -EINVAL;
-	int n = snprintf(dir, sizeof(dir), "%s/internal", cfg->socket_dir);
 	struct sockaddr_un *sun = &e->ingress_internal;
-	int m = snprintf(sun->sun_path, sizeof(sun->sun_path), "%s/ingress.sock", dir);
-	if (n <= 0 || (size_t)n >= sizeof(dir) || m <= 0 || (size_t)m >= sizeof(sun->sun_path)) {
-		log_error("ingress: %s/internal/ingress.sock: path too long", cfg->socket_dir);
+	int m = snprintf(sun->sun_path, sizeof(sun->sun_path), "%s/" LAYOUT_INTERNAL_INGRESS_SOCKET,
+			 cfg->socket_dir);
+	if (m <= 0 || (size_t)m >= sizeof(sun->sun_path)) {
+		log_error("ingress: %s/" LAYOUT_INTERNAL_INGRESS_SOCKET ": path too long",
+			  cfg->socket_dir);
 		return -ENAMETOOLONG;
 	}
+	snprintf(dir, sizeof(dir), "%s", sun->sun_path);
+	*strrchr(dir, '/') = '\0'; /* <socket_dir>/internal */
 	sun->sun_family = AF_UNIX;
 	int ret = engine_dir_secure(dir, 0700);
 	if (ret >= 0) {

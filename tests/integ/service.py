@@ -1355,8 +1355,8 @@ def t_control_checks(v, log):
 
 
 def t_socket_dir_bounds(v, log):
-    """The socket directory's bounds (docs/policy.md): --socket-dir relative, or of 95 bytes
-    (its control.sock's path one past the 107 of sun_path), stops the daemon at once, exit 1,
+    """The socket directory's bounds (docs/policy.md): --socket-dir relative, or of 86 bytes
+    (its internal/ingress.sock's path one past the 107 of sun_path), stops the daemon at once, exit 1,
     naming the flag and the bound, with nothing made; the daemon serving this pass's longer
     socket directory warned at its start how long a sandbox id may be there."""
     errs = []
@@ -1365,12 +1365,12 @@ def t_socket_dir_bounds(v, log):
         "ingress socket), not 63" % (v["sock_dir"], room)
     if room < 63 and warning not in read_text(v["err"]):
         errs.append("no start-up warning %r in the daemon's log" % warning)
-    too_long = os.path.join(v["top"], "s" * (94 - len(v["top"])))  # 95 bytes
+    too_long = os.path.join(v["top"], "s" * (85 - len(v["top"])))  # 86 bytes
     for bad in ("relative/run", too_long):
         proc = subprocess.run([v["daemon"], "--config", v["policy"], "--socket-dir", bad,
                                "--audit", "-"], stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, timeout=30)
-        want = "--socket-dir %s: must be an absolute path of at most 94 bytes" % bad
+        want = "--socket-dir %s: must be an absolute path of at most 85 bytes" % bad
         log("socket_dir bounds: --socket-dir of %d bytes: exit %d, %r" % (
             len(bad), proc.returncode, proc.stderr.strip()[-160:]))
         if proc.returncode != 1 or want not in proc.stderr:

@@ -157,15 +157,16 @@ START_TEST(test_daemon_settings)
 	path[POLICY_PATH_BYTES_MAX + 1] = '\0';
 	expect_error(textf(MINIMAL "daemon:\n  audit_log: %s\n", path),
 		     "t.yaml:10:14: audit_log must be at most 4095 bytes");
-	/* socket_dir: 94 bytes accepted (its control.sock's path is 107), 95 refused. */
+	/* socket_dir: 85 bytes accepted (its internal/ingress.sock's path is 107), 86 refused. */
 	path[LAYOUT_SOCKET_DIR_BYTES_MAX] = '\0';
 	expect_ok(textf(MINIMAL "daemon:\n  socket_dir: %s\n", path));
-	ck_assert_uint_eq(strlen(cfg.socket_dir), 94);
+	ck_assert_uint_eq(strlen(cfg.socket_dir), 85);
 	path[LAYOUT_SOCKET_DIR_BYTES_MAX] = 'p';
 	path[LAYOUT_SOCKET_DIR_BYTES_MAX + 1] = '\0';
-	expect_error(textf(MINIMAL "daemon:\n  socket_dir: %s\n", path),
-		     "t.yaml:10:15: socket_dir must be at most 94 bytes: its control.sock's path "
-		     "must fit the 107 bytes of a Unix socket's");
+	expect_error(
+	    textf(MINIMAL "daemon:\n  socket_dir: %s\n", path),
+	    "t.yaml:10:15: socket_dir must be at most 85 bytes: the paths of its sockets "
+	    "(internal/ingress.sock the longest) must fit the 107 bytes of a Unix socket's");
 }
 END_TEST
 
