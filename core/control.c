@@ -27,6 +27,9 @@
  *                              <id>, a cgroup with those limits the caller is moved into
  *                              (core/runlimit.h; 0: no limit of that kind)
  *   sandbox rm <id>            -> ok
+ *   sandbox rm <id> owned      -> ok, when <id> is the calling process's registration
+ *                                 (what `agentsnet run` sends at its end); else
+ *                                 error not_owner, and nothing removed
  *   sandbox ls                 -> ok <n>, then n lines "<id> <profile> <directory>"
  *   sandbox stats              -> ok <n>, then n lines "<id> profile <p> owner <uid> pid
  *                                 <pid> uptime_s <s> conns <c> requests <r> refusals <d>
@@ -278,11 +281,12 @@ static void handle_add(struct engine *e, const char *id, const char *profile,
 	}
 }
 
+/* `sandbox rm <id>`, or with <only_owner> `sandbox rm <id> owned`: that process's registration only. */
 static void handle_rm(struct engine *e, const char *id, const struct verdict_caller *who,
-		      struct answer *a)
+		      const struct engine_owner *only_owner, struct answer *a)
 {
 	uint32_t registrant = 0;
-	int ret = engine_sandbox_remove(e, id, who, &registrant);
+	int ret = engine_sandbox_remove(e, id, who, only_owner, &registrant);
 
 	if (ret == 0) {
 		log_info("sandbox %s: removed", id);
@@ -298,6 +302,13 @@ static void handle_rm(struct engine *e, const char *id, const struct verdict_cal
 			   "error forbidden sandbox %s was registered by uid %u: only that user or "
 			   "root may remove it\n",
 			   id, registrant);
+	} else if (ret == -ESTALE) {
+		log_info("sandbox %s: pid %d's removal of its registration left another's", id,
+			 only_owner != NULL ? (int)only_owner->pid : 0);
+		answer_add(a,
+			   "error not_owner sandbox %s is registered, but not by the calling "
+			   "process (registered again since): left as it is\n",
+			   id);
 	} else {
 		answer_add(a, "error internal %s\n", engine_err_text(ret));
 	}
@@ -515,7 +526,13 @@ char *control_handle(struct engine *e, const char *line, const struct engine_own
 			else
 				handle_add(e, w[2], w[3], owner, who, agent_uid, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "rm") == 0) {
-			handle_rm(e, w[2], who, &a);
+			handle_rm(e, w[2], who, NULL, &a);
+		} else if (sandbox && count == 4 && strcmp(w[1], "rm") == 0 &&
+			   strcmp(w[3], "owned") == 0) {
+			if (owner == NULL || owner->pid <= 0)
+				answer_add(&a, "error bad_request \"owned\" needs a caller pid\n");
+			else
+				handle_rm(e, w[2], who, owner, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "url") == 0) {
 			handle_url(e, w[2], who, &a);
 		} else if (sandbox && count == 3 && strcmp(w[1], "release") == 0) {

@@ -1005,7 +1005,7 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 	uint32_t kept_by = 0;
 	if (ret == 0 && profile >= 0 && who != NULL && who->uid != 0 && sandbox_find(e, id) < 0 &&
 	    registry_has(e, id)) {
-		int read = registry_registrant(e, id, &kept_by);
+		int read = registry_registrant(e, id, &kept_by, NULL);
 		/* A malformed record is root's, as registry_read says of one without a registrant. */
 		if (read == -EINVAL || (read == 0 && kept_by != who->uid))
 			ret = -EEXIST;
@@ -1097,11 +1097,18 @@ void engine_status_line(struct engine *e, char *out, size_t cap)
  * of the pool stays given until the daemon stops (its agent may run on).
  * Caller holds the lock. As sandbox_remove.
  */
+/* Whether <a> and <b> are one process: its pid, and its start time (the pid may be reused). */
+static bool owner_same(const struct engine_owner *a, const struct engine_owner *b)
+{
+	return a->pid > 0 && a->pid == b->pid && a->start_ticks == b->start_ticks;
+}
+
 static int kept_record_remove(struct engine *e, const char *id, const struct verdict_caller *who,
-			      uint32_t *registrant_out)
+			      const struct engine_owner *only_owner, uint32_t *registrant_out)
 {
 	uint32_t kept_by = 0;
-	int read = registry_registrant(e, id, &kept_by);
+	struct engine_owner kept_owner = { 0 };
+	int read = registry_registrant(e, id, &kept_by, &kept_owner);
 
 	/* A malformed record is root's, as registry_read says of one without a registrant. */
 	if (read != 0 && read != -EINVAL)
@@ -1111,20 +1118,23 @@ static int kept_record_remove(struct engine *e, const char *id, const struct ver
 			*registrant_out = kept_by;
 		return -EACCES;
 	}
+	if (only_owner != NULL && (read != 0 || !owner_same(&kept_owner, only_owner)))
+		return -ESTALE;
 	registry_drop(e, id);
 	log_info("sandbox %s: its record, which a start could not adopt, removed", id);
 	return 0;
 }
 
 static int sandbox_remove(struct engine *e, const char *id, bool file,
-			  const struct verdict_caller *who, uint32_t *registrant_out)
+			  const struct verdict_caller *who, const struct engine_owner *only_owner,
+			  uint32_t *registrant_out)
 {
 	struct worker_cmd cmd = { .kind = WORKER_CMD_REMOVE };
 
 	pthread_mutex_lock(&e->lock);
 	int idx = sandbox_find(e, id);
 	if (idx < 0 && !file && engine_sandbox_id_valid(id) && registry_has(e, id)) {
-		int ret = kept_record_remove(e, id, who, registrant_out);
+		int ret = kept_record_remove(e, id, who, only_owner, registrant_out);
 		pthread_mutex_unlock(&e->lock);
 		return ret;
 	}
@@ -1135,6 +1145,9 @@ static int sandbox_remove(struct engine *e, const char *id, bool file,
 	/* Only the user who registered it, or root, may take it away. */
 	if (ret == 0 && who != NULL && who->uid != 0 && who->uid != sb->registrant)
 		ret = -EACCES;
+	/* A removal for one process's registration leaves any other under that id. */
+	if (ret == 0 && only_owner != NULL && !owner_same(&sb->owner, only_owner))
+		ret = -ESTALE;
 	if (ret != 0) {
 		if (ret == -EACCES && registrant_out != NULL)
 			*registrant_out = sb->registrant;
@@ -1159,9 +1172,9 @@ static int sandbox_remove(struct engine *e, const char *id, bool file,
 }
 
 int engine_sandbox_remove(struct engine *e, const char *id, const struct verdict_caller *who,
-			  uint32_t *registrant)
+			  const struct engine_owner *only_owner, uint32_t *registrant)
 {
-	return sandbox_remove(e, id, false, who, registrant);
+	return sandbox_remove(e, id, false, who, only_owner, registrant);
 }
 
 struct owned_sandbox {
@@ -1198,13 +1211,14 @@ uint32_t engine_sandbox_reap_orphans(struct engine *e)
 	for (uint32_t i = 0; i < owned; i++) {
 		if (owner_alive(&list[i].owner))
 			continue;
-		/* -ENOENT: removed meanwhile (its agentsnet run ran `sandbox rm` after all). */
-		int ret = engine_sandbox_remove(e, list[i].id, NULL, NULL);
+		/* -ENOENT: removed meanwhile (its agentsnet run ran `sandbox rm` after all);
+		 * -ESTALE: registered again meanwhile, by a process that is not gone. */
+		int ret = engine_sandbox_remove(e, list[i].id, NULL, &list[i].owner, NULL);
 		if (ret == 0) {
 			removed++;
 			log_info("sandbox %s: its owner (pid %d) is gone; removed", list[i].id,
 				 (int)list[i].owner.pid);
-		} else if (ret != -ENOENT) {
+		} else if (ret != -ENOENT && ret != -ESTALE) {
 			log_warn("sandbox %s: its owner is gone, but removing it failed: %s",
 				 list[i].id, strerror(-ret));
 		}
@@ -1369,7 +1383,7 @@ static uint32_t swap_close_dropped(struct engine *e, const struct config *file)
 				memcpy(id, sb->id, sizeof(id));
 		}
 		pthread_mutex_unlock(&e->lock);
-		if (found && sandbox_remove(e, id, true, NULL, NULL) != 0)
+		if (found && sandbox_remove(e, id, true, NULL, NULL, NULL) != 0)
 			break; /* removed meanwhile: nothing else can be left */
 		removed += found;
 	}
@@ -1409,7 +1423,7 @@ static uint32_t swap_close_unadmitted(struct engine *e)
 		log_warn("sandbox %s: the policy no longer lets uid %u register on profile %s: "
 			 "removed",
 			 id, registrant, profile);
-		removed += sandbox_remove(e, id, false, NULL, NULL) == 0;
+		removed += sandbox_remove(e, id, false, NULL, NULL, NULL) == 0;
 	}
 	return removed;
 }

@@ -354,14 +354,18 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
  * Waits for the worker (at most a few seconds). With <who> (the control
  * socket's caller; NULL: the daemon itself), only its registrant or root may:
  * -EACCES otherwise, with the registrant's uid in *<registrant> (may be
- * NULL). An id not served whose record a start could not adopt has that
- * record and its directory removed, by the same rule (a malformed record:
- * root alone); its uid of the pool stays given while the daemon runs.
- * Returns 0, -ENOENT, -EPERM (the sandbox comes from the policy file),
- * -EACCES, -ETIMEDOUT, or ENGINE_ERR_SYSTEM(errno) (a record unreadable).
+ * NULL). With <only_owner> (an `agentsnet run` unregistering at its end, the
+ * reaper), only the registration tied to that process (pid and start time)
+ * is removed: -ESTALE, and nothing removed, when the id is registered
+ * otherwise (again, by another process, since). An id not served whose
+ * record a start could not adopt has that record and its directory removed,
+ * by the same rules (a malformed record: root alone, and no owner's); its
+ * uid of the pool stays given while the daemon runs. Returns 0, -ENOENT,
+ * -EPERM (the sandbox comes from the policy file), -EACCES, -ESTALE,
+ * -ETIMEDOUT, or ENGINE_ERR_SYSTEM(errno) (a record unreadable).
  */
 int engine_sandbox_remove(struct engine *e, const char *id, const struct verdict_caller *who,
-			  uint32_t *registrant);
+			  const struct engine_owner *only_owner, uint32_t *registrant);
 
 /*
  * Removes every run-time sandbox whose owner process is gone (an

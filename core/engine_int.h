@@ -152,9 +152,14 @@ void registry_drop(const struct engine *e, const char *id);
 /* Whether run-time sandbox <id> has a record. */
 bool registry_has(const struct engine *e, const char *id);
 
-/* The uid that registered run-time sandbox <id>, from its record (0: root, or a record without
- * one), into *<registrant>. 0, or -errno (-EINVAL: the record is malformed). */
-int registry_registrant(const struct engine *e, const char *id, uint32_t *registrant);
+/*
+ * The uid that registered run-time sandbox <id>, from its record (0: root, or
+ * a record without one), into *<registrant>, and, when <owner> is not NULL,
+ * the process it is tied to into *<owner> (pid 0: none). 0, or -errno
+ * (-EINVAL: the record is malformed).
+ */
+int registry_registrant(const struct engine *e, const char *id, uint32_t *registrant,
+			struct engine_owner *owner);
 
 /*
  * Re-adopts every registry record through sandbox_add_locked; ones whose

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -64,6 +65,28 @@ int layout_registry_record(const char *socket_dir, const char *id, char *out, si
 {
 	AN_ASSERT(id[0] != '\0');
 	return join_path(out, cap, socket_dir, "/registry/", id);
+}
+
+int layout_registry_record_owner(const char *path, int *owner_pid)
+{
+	char text[1024]; /* a record is far shorter (core/registry.c) */
+	int pid = 0;
+
+	*owner_pid = 0;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1)
+		return -errno;
+	ssize_t n = read(fd, text, sizeof(text) - 1);
+	int err = n < 0 ? -errno : 0;
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? err : -EINVAL;
+	text[n] = '\0';
+	const char *line = strstr(text, "\nowner ");
+	if (line != NULL && (sscanf(line + 7, "%d", &pid) != 1 || pid <= 0))
+		return -EINVAL;
+	*owner_pid = pid;
+	return 0;
 }
 
 /*

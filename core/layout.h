@@ -24,6 +24,15 @@ int layout_registry_dir(const char *socket_dir, char *out, size_t cap);
 /* Writes "<socket_dir>/registry/<id>" to <out>/<cap>. 0 or -ENAMETOOLONG. */
 int layout_registry_record(const char *socket_dir, const char *id, char *out, size_t cap);
 
+/*
+ * Reads into *<owner_pid> the pid of the process registry record <path>
+ * ties its sandbox to (its "owner <pid> <ticks>" line, as core/registry.c
+ * writes it; 0: the record names none), opened O_NOFOLLOW. 0, -ENOENT (no
+ * record), -EINVAL (not a record: empty, or an owner line without a pid),
+ * or another -errno.
+ */
+int layout_registry_record_owner(const char *path, int *owner_pid);
+
 /* Writes "<socket_dir>/cgroups" to <out>/<cap>: core/runlimit.c's records. 0 or -ENAMETOOLONG. */
 int layout_cgroups_dir(const char *socket_dir, char *out, size_t cap);
 

@@ -198,7 +198,8 @@ static int registry_read(const struct engine *e, const char *id, char *profile, 
 	return ret;
 }
 
-int registry_registrant(const struct engine *e, const char *id, uint32_t *registrant)
+int registry_registrant(const struct engine *e, const char *id, uint32_t *registrant,
+			struct engine_owner *owner)
 {
 	char profile[CONFIG_SANDBOX_ID_BYTES_MAX];
 	struct registry_record rec;
@@ -206,6 +207,8 @@ int registry_registrant(const struct engine *e, const char *id, uint32_t *regist
 	int ret = registry_read(e, id, profile, sizeof(profile), &rec);
 	if (ret == 0)
 		*registrant = rec.registrant;
+	if (ret == 0 && owner != NULL)
+		*owner = rec.owner;
 	explicit_bzero(&rec, sizeof(rec));
 	return ret;
 }

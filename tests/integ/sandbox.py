@@ -1276,6 +1276,38 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                     first.rc, first.stderr()[-1000:]))
             return errs + self.leftovers(first)
 
+        def registered_again():
+            # A run whose registration went (here `sandbox rm`; in life a restart that could
+            # not adopt it), its id registered again meanwhile: the run's end leaves that.
+            go = self.go("again")
+            first = self.start(["sh", "-c", "echo ready; " + WAIT_SH % go])
+            errs = []
+            try:
+                first.wait_out("ready")
+                entry = [l.split() for l in self.ctl("sandbox ls")[1:]
+                         if l.split()[0] == first.sandbox]
+                profile = entry[0][1] if entry else "default"
+                for line in ("sandbox rm %s" % first.sandbox,
+                             "sandbox add %s %s" % (first.sandbox, profile)):
+                    got = self.ctl(line)
+                    if not got or not got[0].startswith("ok"):
+                        errs.append("%s: %r" % (line, got))
+            finally:
+                touch(go)
+                first.finish()
+            try:
+                if first.sandbox not in self.listed():
+                    errs.append("the run's end removed the sandbox registered again under "
+                                "its id (stderr %r)" % first.stderr()[-600:])
+                if "not_owner" not in first.stderr():
+                    errs.append("the run did not say it left the id's new registration: %r"
+                                % first.stderr()[-600:])
+                if first.rc != 0:
+                    errs.append("exit %s, want the agent's 0" % first.rc)
+            finally:
+                self.ctl("sandbox rm %s" % first.sandbox)
+            return errs + self.leftovers(first)
+
         def no_daemon():
             missing = "/run/%s-nodaemon" % self.args.netns
             a = self.agent(["true"], socket_dir=missing)
@@ -1299,6 +1331,9 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
 
         self.timed("a second agentsnet run with a live sandbox's id fails (exists) and leaves "
                    "the first one working", duplicate)
+        self.timed("agentsnet run whose id was registered again while it ran (its own "
+                   "registration removed) leaves that registration at its end (not_owner)",
+                   registered_again)
         self.timed("agentsnet run without a daemon: clear error naming the control socket",
                    no_daemon)
         self.timed("agentsnet run --profile of an unknown profile: clear error", bad_profile)

@@ -254,6 +254,10 @@ static int format_checked(char *out, size_t cap, int argc, const char *const *ar
 		return snprintf(out, cap, "sandbox %s\n", argv[1]);
 	if (strcmp(argv[1], "rm") == 0 && argc == 3 && ctl_id_valid(argv[2]))
 		return snprintf(out, cap, "sandbox rm %s\n", argv[2]);
+	/* "owned": only the calling process's registration of that id (core/control.c). */
+	if (strcmp(argv[1], "rm") == 0 && argc == 4 && ctl_id_valid(argv[2]) &&
+	    strcmp(argv[3], "owned") == 0)
+		return snprintf(out, cap, "sandbox rm %s owned\n", argv[2]);
 	if (strcmp(argv[1], "url") == 0 && argc == 3 && ctl_id_valid(argv[2]))
 		return snprintf(out, cap, "sandbox url %s\n", argv[2]);
 	if (strcmp(argv[1], "release") == 0 && argc == 3 && ctl_id_valid(argv[2]))

@@ -16,7 +16,7 @@
  * (sandbox_wait takes them synchronously), so every exit path, a signal
  * included, goes through the `sandbox rm` at the end. Only a SIGKILL skips
  * it; the sandbox itself still dies then (PR_SET_PDEATHSIG), and the daemon
- * keeps the registration until `agentsnet sandbox rm`.
+ * removes the registration once it sees the run gone (it looks once a second).
  */
 #include <assert.h>
 #include <errno.h>
@@ -707,9 +707,11 @@ static int run_resolve(const struct run_options *o, char *bridge, char *ca, char
 
 /*
  * The daemon is gone, so it cannot remove our registration: do what its
- * `sandbox rm` would (the record, then the directory and what is in it), so
- * a restarted daemon does not re-adopt a sandbox that no longer runs. Only
- * this sandbox's own files; unlinkat never follows a link.
+ * `sandbox rm ... owned` would (the record, then the directory and what is in
+ * it), so a restarted daemon does not re-adopt a sandbox that no longer
+ * runs. Only this sandbox's own files, and only while the record is this
+ * run's (a record another process registered under the id since is left);
+ * unlinkat never follows a link.
  */
 static void sandbox_remove_files(const struct run_options *o)
 {
@@ -717,6 +719,22 @@ static void sandbox_remove_files(const struct run_options *o)
 
 	if (layout_registry_record(o->socket_dir, o->id, path, sizeof(path)) != 0)
 		return;
+	int owner = 0;
+	int read = layout_registry_record_owner(path, &owner);
+	if (read != 0 && read != -ENOENT) {
+		fprintf(stderr,
+			"agentsnet: %s: %s (agentsnetd drops it when it next starts, if its "
+			"process is gone)\n",
+			path, read == -EINVAL ? "not a record" : strerror(-read));
+		return;
+	}
+	/* A record of no process (`sandbox add` without "owned") or of another is not ours. */
+	if (read == 0 && owner != (int)getpid()) {
+		fprintf(stderr,
+			"agentsnet: %s is not this run's (its process: %d): left as it is\n", path,
+			(int)owner);
+		return;
+	}
 	if (unlink(path) == -1 && errno != ENOENT) {
 		fprintf(stderr, "agentsnet: %s: %s (agentsnetd drops it when it next starts)\n",
 			path, strerror(errno));
@@ -727,9 +745,14 @@ static void sandbox_remove_files(const struct run_options *o)
 		fprintf(stderr, "agentsnet: sandbox %s's directory: %s\n", o->id, strerror(-ret));
 }
 
+/*
+ * Unregisters this run's sandbox: its own registration only ("owned"), so
+ * that a run whose registration a daemon restart dropped leaves alone the
+ * one registered under its id since (error not_owner).
+ */
 static void sandbox_remove(const struct run_options *o)
 {
-	const char *words[] = { "sandbox", "rm", o->id };
+	const char *words[] = { "sandbox", "rm", o->id, "owned" };
 	struct ctl_reply r;
 
 	AN_ASSERT(o->id != NULL);
@@ -739,7 +762,7 @@ static void sandbox_remove(const struct run_options *o)
 		fprintf(stderr, "agentsnet: agentsnetd is gone; removing sandbox %s's files\n",
 			o->id);
 		sandbox_remove_files(o);
-	} else if (rc != CTL_EXIT_OK) {
+	} else if (rc != CTL_EXIT_OK && strcmp(r.code, "not_owner") != 0) {
 		fprintf(stderr, "agentsnet: could not unregister sandbox %s (see above)\n", o->id);
 	}
 	ctl_reply_free(&r);

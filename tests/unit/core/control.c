@@ -400,6 +400,49 @@ START_TEST(test_add_rm_ls)
 }
 END_TEST
 
+/* control_handle's answer to <line> from process <owner>, as root, compared whole. */
+static void expect_answer_from(const char *line, const struct engine_owner *owner, const char *want)
+{
+	const struct verdict_caller root = { .uid = 0 };
+	size_t len = 0;
+	char *out = control_handle(&et.eng, line, owner, &root, &len, NULL);
+
+	ck_assert_ptr_nonnull(out);
+	ck_assert_str_eq(out, want);
+	pool_free(out);
+}
+
+/*
+ * `sandbox rm <id> owned`: the calling process's registration only; another
+ * process's (or one tied to none) is left, told not_owner; without a caller's
+ * pid it is a bad request.
+ */
+START_TEST(test_rm_owned)
+{
+	struct engine_owner self = { 0 }, other;
+	const char *not_owner = "error not_owner sandbox s1 is registered, but not by the calling "
+				"process (registered again since): left as it is\n";
+
+	ck_assert_int_eq(engine_owner_of(getpid(), &self), 0);
+	other = self;
+	other.start_ticks++;
+	expect_added("sandbox add s1 p", NULL, "s1");
+	expect_answer_from("sandbox rm s1 owned", &self, not_owner);
+	expect_answer("sandbox rm s1", NULL, "ok\n");
+	size_t len = 0;
+	char *out = control_handle(&et.eng, "sandbox add s1 p owned", &self, NULL, &len, NULL);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_msg(strncmp(out, "ok ", 3) == 0, "%s", out);
+	pool_free(out);
+	expect_answer_from("sandbox rm s1 owned", &other, not_owner);
+	expect_answer("sandbox rm s1 owned", NULL,
+		      "error bad_request \"owned\" needs a caller pid\n");
+	expect_answer_from("sandbox rm s1 owned", &self, "ok\n");
+	expect_answer_from("sandbox rm s1 owned", &self,
+			   "error no_such_sandbox no run-time sandbox s1\n");
+}
+END_TEST
+
 /*
  * A socket or file step that fails is told as what it is, with its errno,
  * never as a refusal whose code an errno of the same value names (a full
@@ -595,6 +638,7 @@ static Suite *control_suite(void)
 	tcase_add_checked_fixture(tc, engine_setup, engine_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_add_rm_ls);
+	tcase_add_test(tc, test_rm_owned);
 	tcase_add_test(tc, test_add_step_failed);
 	tcase_add_test(tc, test_add_id_length);
 	tcase_add_test(tc, test_add_id_room);

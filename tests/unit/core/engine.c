@@ -104,7 +104,24 @@ static int rm(const char *id, const struct verdict_caller *who)
 {
 	uint32_t registrant = 0;
 
-	return engine_sandbox_remove(&et.eng, id, who, &registrant);
+	return engine_sandbox_remove(&et.eng, id, who, NULL, &registrant);
+}
+
+/* engine_sandbox_add of <id> on "p" by <who>, tied to process <owner>: its result. */
+static int add_tied(const char *id, const struct engine_owner *owner,
+		    const struct verdict_caller *who)
+{
+	char out[256];
+	uint32_t agent = ENGINE_AGENT_ANY;
+
+	return engine_sandbox_add(&et.eng, id, "p", owner, who, &agent, out, sizeof(out), NULL);
+}
+
+/* `sandbox rm <id> owned` from process <owner>, as <who>: its result. */
+static int rm_tied(const char *id, const struct engine_owner *owner,
+		   const struct verdict_caller *who)
+{
+	return engine_sandbox_remove(&et.eng, id, who, owner, NULL);
 }
 
 /* The sandbox <id> is in the table, active, and its socket's directory is there. */
@@ -224,7 +241,7 @@ START_TEST(test_owner_only_removal)
 	ck_assert_int_eq(add("u1", "p", &u), 0);
 	ck_assert_int_eq(add("u2", "p", &u), 0);
 	ck_assert_int_eq(add("r1", "p", &root), 0);
-	ck_assert_int_eq(engine_sandbox_remove(&et.eng, "u1", &other, &registrant), -EACCES);
+	ck_assert_int_eq(engine_sandbox_remove(&et.eng, "u1", &other, NULL, &registrant), -EACCES);
 	ck_assert_uint_eq(registrant, u.uid);
 	expect_active("u1");
 	ck_assert_int_eq(rm("r1", &u), -EACCES);
@@ -569,13 +586,66 @@ START_TEST(test_kept_record_rm)
 	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
 	snprintf(sandbox_dir, sizeof(sandbox_dir), "%s/sandboxes/%s", et.cfg.socket_dir, id[lost]);
 	ck_assert(path_there(record) && path_there(sandbox_dir));
-	ck_assert_int_eq(engine_sandbox_remove(&et.eng, id[lost], &other, &registrant), -EACCES);
+	ck_assert_int_eq(engine_sandbox_remove(&et.eng, id[lost], &other, NULL, &registrant),
+			 -EACCES);
 	ck_assert_uint_eq(registrant, u.uid);
 	ck_assert(path_there(record) && path_there(sandbox_dir));
 	ck_assert_int_eq(rm(id[lost], &u), 0);
 	ck_assert(!path_there(record) && !path_there(sandbox_dir));
 	ck_assert_int_eq(rm(id[lost], &u), -ENOENT);
 	ck_assert_int_eq(rm("../x", &root), -ENOENT);
+}
+END_TEST
+
+/*
+ * `sandbox rm <id> owned` (an `agentsnet run` at its end, the reaper) removes
+ * that process's registration only: not one of the same pid started at
+ * another time (a reused pid), not one tied to no process, not the one
+ * another process registered under the id after its own was removed; each
+ * refusal (-ESTALE) leaves the sandbox served. A kept record (a restart could
+ * not adopt it) goes by the same rule: its own process removes it, another
+ * cannot.
+ */
+START_TEST(test_owned_removal)
+{
+	struct engine_owner self = { 0 }, reused, later;
+
+	start(0);
+	ck_assert_int_eq(engine_owner_of(getpid(), &self), 0);
+	reused = self;
+	reused.start_ticks++;
+	later = self;
+	later.start_ticks += 2;
+	ck_assert_int_eq(add_tied("o1", &self, &root), 0);
+	ck_assert_int_eq(rm_tied("o1", &reused, &root), -ESTALE);
+	expect_active("o1");
+	ck_assert_int_eq(rm_tied("o1", &self, &root), 0);
+	ck_assert(!is_there("o1"));
+	ck_assert_int_eq(add("o2", "p", &root), 0);
+	ck_assert_int_eq(rm_tied("o2", &self, &root), -ESTALE);
+	expect_active("o2");
+	/* The run's registration dropped, the id registered again by another: left to it. */
+	ck_assert_int_eq(add_tied("o3", &self, &root), 0);
+	ck_assert_int_eq(rm("o3", &root), 0);
+	ck_assert_int_eq(add_tied("o3", &later, &root), 0);
+	ck_assert_int_eq(rm_tied("o3", &self, &root), -ESTALE);
+	expect_active("o3");
+	ck_assert_int_eq(rm_tied("o3", &later, NULL), 0);
+	ck_assert_int_eq(rm_tied("o3", &self, &root), -ENOENT);
+
+	/* A kept record tied to this process. */
+	char id[2][3] = { "k1", "k2" };
+	char record[256];
+	ck_assert_int_eq(rm("o2", &root), 0);
+	ck_assert_int_eq(add_tied(id[0], &self, &u), 0);
+	ck_assert_int_eq(add_tied(id[1], &self, &u), 0);
+	int lost = restart_keeping_one(id[0], id[1], &u);
+	snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id[lost]);
+	ck_assert(path_there(record));
+	ck_assert_int_eq(rm_tied(id[lost], &reused, &u), -ESTALE);
+	ck_assert(path_there(record));
+	ck_assert_int_eq(rm_tied(id[lost], &self, &u), 0);
+	ck_assert(!path_there(record));
 }
 END_TEST
 
@@ -771,6 +841,7 @@ int main(void)
 	tcase_add_test(tc, test_kept_record_failed_add);
 	tcase_add_test(tc, test_kept_record_registrant);
 	tcase_add_test(tc, test_kept_record_rm);
+	tcase_add_test(tc, test_owned_removal);
 	tcase_add_test(tc, test_kept_record_passed_socket);
 	tcase_add_test(tc, test_kept_record_ingress_fails);
 	suite_add_tcase(s, tc);

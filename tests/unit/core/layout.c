@@ -3,7 +3,9 @@
  * the room a socket directory leaves for ids (at 63, 62, 1 and 0, with and
  * without an ingress socket),
  * and a removal that takes the sandbox's directory away completely (its
- * subdirectories too) without following a symlink planted anywhere in it.
+ * subdirectories too) without following a symlink planted anywhere in it;
+ * the owner a registry record names, as `agentsnet run` reads it when the
+ * daemon is gone.
  */
 #include "../../../core/layout.c"
 
@@ -141,6 +143,43 @@ START_TEST(remove_never_follows_links)
 }
 END_TEST
 
+/* A record's owner as core/registry.c writes it; none; not a record; no record; a link not followed. */
+START_TEST(record_owner)
+{
+	char root[] = "/tmp/an-layout-XXXXXX";
+	char path[256], link[256];
+	int pid = -1;
+
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(path, sizeof(path), "%s/box", root);
+	ck_assert_int_eq(layout_registry_record_owner(path, &pid), -ENOENT);
+	const struct {
+		const char *text;
+		int ret, pid;
+	} cases[] = {
+		{ "profile p\nowner 4242 987654\nregistrant 0\n", 0, 4242 },
+		{ "profile p\nregistrant 1000\nagent 1000\n", 0, 0 },
+		{ "profile p\nowner x 1\n", -EINVAL, 0 },
+		{ "profile p\nowner -3 1\n", -EINVAL, 0 },
+		{ "", -EINVAL, 0 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		FILE *f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		fputs(cases[i].text, f);
+		ck_assert_int_eq(fclose(f), 0);
+		ck_assert_int_eq(layout_registry_record_owner(path, &pid), cases[i].ret);
+		ck_assert_int_eq(pid, cases[i].pid);
+	}
+	snprintf(link, sizeof(link), "%s/link", root);
+	ck_assert_int_eq(symlink(path, link), 0);
+	ck_assert_int_eq(layout_registry_record_owner(link, &pid), -ELOOP);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("layout");
@@ -149,6 +188,7 @@ int main(void)
 	tcase_add_test(tc, paths_at_limit);
 	tcase_add_test(tc, id_room);
 	tcase_add_test(tc, remove_never_follows_links);
+	tcase_add_test(tc, record_owner);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }

@@ -149,6 +149,9 @@ START_TEST(requests)
 	ck_assert_str_eq(out, "sandbox ls\n");
 	ck_assert_int_eq(fmt(out, sizeof(out), 3, "sandbox", "rm", "box", NULL), 15);
 	ck_assert_str_eq(out, "sandbox rm box\n");
+	ck_assert_int_eq(fmt(out, sizeof(out), 4, "sandbox", "rm", "box", "owned"), 21);
+	ck_assert_str_eq(out, "sandbox rm box owned\n");
+	ck_assert_int_eq(fmt(out, sizeof(out), 4, "sandbox", "rm", "box", "mine"), -EINVAL);
 	ck_assert_int_eq(fmt(out, sizeof(out), 4, "sandbox", "add", "box", "default"), 24);
 	ck_assert_str_eq(out, "sandbox add box default\n");
 	ck_assert_int_eq(fmt(out, sizeof(out), 2, "sandbox", "stats", NULL, NULL), 14);
