@@ -247,6 +247,29 @@ int engine_stale_note(struct engine *e, const char *id)
 	return 0;
 }
 
+int engine_kept_record_note(struct engine *e, const char *id, const struct engine_owner *owner,
+			    uint32_t uid, bool holds_uid)
+{
+	if (e->kept_record_count == e->kept_record_cap) {
+		uint32_t cap = e->kept_record_cap > 0 ? 2 * e->kept_record_cap : 8;
+		void *grown = pool_realloc(e->kept_records, (size_t)cap * sizeof(*e->kept_records));
+		if (grown == NULL) {
+			log_warn("sandbox %s: no memory to note its record's process: the record "
+				 "and its uid kept until the daemon stops",
+				 id);
+			return -ENOMEM;
+		}
+		e->kept_records = grown;
+		e->kept_record_cap = cap;
+	}
+	struct engine_kept_record *k = &e->kept_records[e->kept_record_count++];
+	snprintf(k->id, sizeof(k->id), "%s", id);
+	k->owner = *owner;
+	k->uid = uid;
+	k->holds_uid = holds_uid;
+	return 0;
+}
+
 /* Sandbox <id> is noted for removal at engine_commit already. */
 static bool stale_noted(const struct engine *e, const char *id)
 {
@@ -849,6 +872,8 @@ int engine_stop(struct engine *e)
 {
 	AN_FREE(&e->stale_ids); /* engine_commit never ran: a start that did not commit */
 	e->stale_count = 0;
+	AN_FREE(&e->kept_records);
+	e->kept_record_count = e->kept_record_cap = 0;
 	workers_join(e, e->worker_count);
 	snapshots_free(e);
 	watch_stop(e);
@@ -1090,19 +1115,19 @@ void engine_status_line(struct engine *e, char *out, size_t cap)
 		 sandboxes, (unsigned long long)sum.conns_open, (unsigned long long)generation);
 }
 
-/* Removes sandbox <id>: a run-time one, or with <file> one from the policy file. */
-/*
- * Removes the record of run-time sandbox <id> that a start could not adopt,
- * with its directory, for its registrant or root (<who> NULL: root); its uid
- * of the pool stays given until the daemon stops (its agent may run on).
- * Caller holds the lock. As sandbox_remove.
- */
 /* Whether <a> and <b> are one process: its pid, and its start time (the pid may be reused). */
 static bool owner_same(const struct engine_owner *a, const struct engine_owner *b)
 {
 	return a->pid > 0 && a->pid == b->pid && a->start_ticks == b->start_ticks;
 }
 
+/*
+ * Removes the record of run-time sandbox <id> that a start could not adopt,
+ * with its directory, for its registrant or root (<who> NULL: root), and with
+ * <only_owner> only for the process it is tied to; its uid of the pool stays
+ * given while that process runs (its agent may run on; kept_records_reap).
+ * Caller holds the lock. As sandbox_remove.
+ */
 static int kept_record_remove(struct engine *e, const char *id, const struct verdict_caller *who,
 			      const struct engine_owner *only_owner, uint32_t *registrant_out)
 {
@@ -1125,6 +1150,7 @@ static int kept_record_remove(struct engine *e, const char *id, const struct ver
 	return 0;
 }
 
+/* Removes sandbox <id>: a run-time one, or with <file> one from the policy file. */
 static int sandbox_remove(struct engine *e, const char *id, bool file,
 			  const struct verdict_caller *who, const struct engine_owner *only_owner,
 			  uint32_t *registrant_out)
@@ -1192,6 +1218,57 @@ static bool owner_alive(const struct engine_owner *o)
 	return engine_owner_of(o->pid, &now) == 0 && now.start_ticks == o->start_ticks;
 }
 
+/*
+ * Kept record <k>'s process is gone, and the sandbox it ran with it: the
+ * record and the directory go while they are still that record's (not
+ * removed, not registered again since), and the uid of the pool it held is
+ * given back. Whether <k> was still noted.
+ */
+static bool kept_record_reap(struct engine *e, const struct engine_kept_record *k)
+{
+	uint32_t registrant = 0;
+	struct engine_owner recorded = { 0 };
+	bool noted = false;
+
+	pthread_mutex_lock(&e->lock);
+	for (uint32_t i = 0; i < e->kept_record_count && !noted; i++) {
+		const struct engine_kept_record *at = &e->kept_records[i];
+		if (strcmp(at->id, k->id) != 0 || !owner_same(&at->owner, &k->owner))
+			continue;
+		e->kept_records[i] = e->kept_records[--e->kept_record_count];
+		noted = true;
+	}
+	if (noted && sandbox_find(e, k->id) < 0 && registry_has(e, k->id) &&
+	    registry_registrant(e, k->id, &registrant, &recorded) == 0 &&
+	    owner_same(&recorded, &k->owner)) {
+		registry_drop(e, k->id);
+		log_info("sandbox %s: its owner (pid %d) is gone; its record, which a start could "
+			 "not adopt, removed with its directory",
+			 k->id, (int)k->owner.pid);
+	}
+	if (noted && k->holds_uid) {
+		uidpool_release(&e->uids, k->uid);
+		log_info("sandbox %s: uid %u, which its record held, given back", k->id, k->uid);
+	}
+	pthread_mutex_unlock(&e->lock);
+	return noted;
+}
+
+/* kept_record_reap for every kept record whose process is gone; owners checked outside the lock. */
+static void kept_records_reap(struct engine *e)
+{
+	pthread_mutex_lock(&e->lock);
+	uint32_t count = e->kept_record_count;
+	struct engine_kept_record *list = count > 0 ? pool_calloc(count, sizeof(*list)) : NULL;
+	if (list != NULL)
+		memcpy(list, e->kept_records, (size_t)count * sizeof(*list));
+	pthread_mutex_unlock(&e->lock);
+	for (uint32_t i = 0; list != NULL && i < count; i++)
+		if (!owner_alive(&list[i].owner))
+			(void)kept_record_reap(e, &list[i]);
+	pool_free(list);
+}
+
 uint32_t engine_sandbox_reap_orphans(struct engine *e)
 {
 	uint32_t owned = 0, removed = 0;
@@ -1224,6 +1301,7 @@ uint32_t engine_sandbox_reap_orphans(struct engine *e)
 		}
 	}
 	pool_free(list);
+	kept_records_reap(e);
 	return removed;
 }
 

@@ -69,6 +69,14 @@ struct engine_owner {
 	uint64_t start_ticks; /* /proc/<pid>/stat field 22 */
 };
 
+/* A record a start could not adopt, tied to a process (an `agentsnet run`'s), while that runs. */
+struct engine_kept_record {
+	char id[CONFIG_SANDBOX_ID_BYTES_MAX];
+	struct engine_owner owner;
+	uint32_t uid;   /* the agent's uid, of the pool when <holds_uid> */
+	bool holds_uid; /* the pool's uid is given to this record */
+};
+
 /*
  * Reads the small file <path> (opened O_RDONLY | O_CLOEXEC | <flags>, O_NOFOLLOW
  * say) with one read of at most <cap> - 1 bytes into <buf>, NUL-terminated:
@@ -190,6 +198,14 @@ struct engine {
 	char (*stale_ids)[CONFIG_SANDBOX_ID_BYTES_MAX];
 	uint32_t stale_count;
 	uint32_t stale_cap;
+	/* The records a start could not adopt that are tied to a process, with the uid
+	 * of the pool each holds (their agents may run on as them): once that process
+	 * is gone (its sandbox with it), engine_sandbox_reap_orphans removes the record
+	 * and directory if they are still that record's, and gives the uid back.
+	 * Under <lock>; pool-allocated. */
+	struct engine_kept_record *kept_records;
+	uint32_t kept_record_count;
+	uint32_t kept_record_cap;
 	/* The gateway's public listeners and the TCP listener's (SO_REUSEPORT, a
 	 * worker's each, and any more a predecessor had), named "ingress.<n>" and
 	 * "tcp.<n>" for a successor (engine_handover_list); made at start, unchanged
@@ -360,7 +376,8 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
  * otherwise (again, by another process, since). An id not served whose
  * record a start could not adopt has that record and its directory removed,
  * by the same rules (a malformed record: root alone, and no owner's); its
- * uid of the pool stays given while the daemon runs. Returns 0, -ENOENT,
+ * uid of the pool stays given while the process it is tied to runs
+ * (engine_sandbox_reap_orphans gives it back). Returns 0, -ENOENT,
  * -EPERM (the sandbox comes from the policy file), -EACCES, -ESTALE,
  * -ETIMEDOUT, or ENGINE_ERR_SYSTEM(errno) (a record unreadable).
  */
@@ -370,7 +387,9 @@ int engine_sandbox_remove(struct engine *e, const char *id, const struct verdict
 /*
  * Removes every run-time sandbox whose owner process is gone (an
  * `agentsnet run` that was SIGKILLed cannot unregister itself), as
- * engine_sandbox_remove does, and logs each. The owners are checked outside
+ * engine_sandbox_remove does, and logs each; gives back the uid of the pool
+ * of each record a start could not adopt whose process is gone, with its
+ * record and directory while they are still that record's. The owners are checked outside
  * the lock, so adds and removes are not held up by /proc reads. Returns how
  * many were removed. Control path only.
  */

@@ -81,6 +81,16 @@ void engine_inet_listener_note(struct engine *e, const char *prefix, const char 
  */
 int engine_stale_note(struct engine *e, const char *id);
 
+/*
+ * Notes that the record of run-time sandbox <id>, which a start could not
+ * adopt, is tied to process <owner> (pid > 0) and, with <holds_uid>, holds
+ * <uid> of the pool (engine.h, engine_kept_record). Caller holds the lock. 0
+ * or -ENOMEM (logged; the record and uid are then kept until the daemon
+ * stops).
+ */
+int engine_kept_record_note(struct engine *e, const char *id, const struct engine_owner *owner,
+			    uint32_t uid, bool holds_uid);
+
 /* ---- core/listen.c ----------------------------------------------------- */
 
 /*

@@ -304,6 +304,10 @@ void registry_adopt(struct engine *e)
 			 * no other sandbox meanwhile, since its agent may run on as it. */
 			if (ret != 0 && ret != -EEXIST && uidpool_contains(&e->uids, rec.agent_uid))
 				held = uidpool_take(&e->uids, rec.agent_uid) == 0;
+			/* Until its process is gone (engine_sandbox_reap_orphans). */
+			if (ret != 0 && ret != -EEXIST && rec.owner.pid > 0)
+				(void)engine_kept_record_note(e, de->d_name, &rec.owner,
+							      rec.agent_uid, held);
 			pthread_mutex_unlock(&e->lock);
 		}
 		explicit_bzero(&rec, sizeof(rec));

@@ -24,6 +24,7 @@
 
 #include <check.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include "core/audit.h"
 #include "core/config.h"
@@ -649,6 +650,98 @@ START_TEST(test_owned_removal)
 }
 END_TEST
 
+/* Whether <uid> of the pool is given (to a sandbox or a kept record). */
+static bool uid_given(uint32_t uid)
+{
+	pthread_mutex_lock(&et.eng.lock);
+	int taken = uidpool_take(&et.eng.uids, uid);
+	if (taken == 0)
+		uidpool_release(&et.eng.uids, uid);
+	pthread_mutex_unlock(&et.eng.lock);
+	return taken != 0;
+}
+
+/*
+ * Two sandboxes tied to process <owner>, with <pooled> a uid of the pool each
+ * (else any agent uid), and a restart with room for one: the id whose record
+ * was kept, its agent's uid in *<uid>.
+ */
+static const char *keep_one_tied(const struct engine_owner *owner, bool pooled, uint32_t *uid)
+{
+	static const char *const ids[2] = { "t1", "t2" };
+	char out[256];
+	uint32_t given[2];
+
+	start(0);
+	for (int i = 0; i < 2; i++) {
+		given[i] = pooled ? ENGINE_AGENT_NEW : ENGINE_AGENT_ANY;
+		ck_assert_int_eq(engine_sandbox_add(&et.eng, ids[i], "p", owner, &root, &given[i],
+						    out, sizeof(out), NULL),
+				 0);
+	}
+	restart(ET_FDS_HELD + 2);
+	ck_assert(is_there(ids[0]) != is_there(ids[1]));
+	int lost = is_there(ids[0]) ? 1 : 0;
+	*uid = given[lost];
+	return ids[lost];
+}
+
+/*
+ * A kept record tied to a process, and its uid of the pool, are kept while
+ * that process runs; once it is gone the reaper (once a second) removes the
+ * record and the directory and gives the uid back; a record registered again
+ * since stays, the old uid given back all the same. A record without a uid of
+ * the pool goes the same way.
+ */
+START_TEST(test_kept_record_reaped)
+{
+	char record[256], sandbox_dir[256];
+	struct engine_owner owner = { 0 };
+	struct rlimit files;
+	uint32_t uid = 0;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &files), 0);
+	for (int round = 0; round < 3; round++) {
+		bool again = round == 1, pooled = round != 2;
+		pid_t child = fork();
+		ck_assert_int_ge(child, 0);
+		if (child == 0) {
+			alarm(60); /* gone even if the test is not there to kill it */
+			pause();
+			_exit(0);
+		}
+		ck_assert_int_eq(engine_owner_of(child, &owner), 0);
+		const char *id = keep_one_tied(&owner, pooled, &uid);
+		snprintf(record, sizeof(record), "%s/registry/%s", et.cfg.socket_dir, id);
+		snprintf(sandbox_dir, sizeof(sandbox_dir), "%s/sandboxes/%s", et.cfg.socket_dir,
+			 id);
+		ck_assert(!pooled || uid_given(uid));
+		ck_assert_uint_eq(engine_sandbox_reap_orphans(&et.eng), 0); /* it runs */
+		ck_assert(path_there(record) && path_there(sandbox_dir));
+		ck_assert(!pooled || uid_given(uid));
+		if (again) {
+			/* The adopted one removed, room for one again: the kept id registered anew. */
+			ck_assert_int_eq(rm(strcmp(id, "t1") == 0 ? "t2" : "t1", &root), 0);
+			ck_assert_int_eq(add(id, "p", &root), 0);
+		}
+		ck_assert_int_eq(kill(child, SIGKILL), 0);
+		ck_assert_int_eq(waitpid(child, NULL, 0), child);
+		(void)engine_sandbox_reap_orphans(&et.eng);
+		ck_assert_msg(!pooled || !uid_given(uid), "uid %u still held", uid);
+		if (again) {
+			expect_active(id);
+			ck_assert(path_there(record));
+		} else {
+			ck_assert(!path_there(record) && !path_there(sandbox_dir));
+		}
+		ck_assert_int_eq(engine_stop(&et.eng), 0);
+		enginetest_release(&et);
+		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &files), 0);
+	}
+	start(0); /* for the fixture's teardown */
+}
+END_TEST
+
 /*
  * A kept record (a restart could not adopt it) is its registrant's still:
  * another user's add of its id is refused (exists), leaving the record and
@@ -842,6 +935,7 @@ int main(void)
 	tcase_add_test(tc, test_kept_record_registrant);
 	tcase_add_test(tc, test_kept_record_rm);
 	tcase_add_test(tc, test_owned_removal);
+	tcase_add_test(tc, test_kept_record_reaped);
 	tcase_add_test(tc, test_kept_record_passed_socket);
 	tcase_add_test(tc, test_kept_record_ingress_fails);
 	suite_add_tcase(s, tc);
