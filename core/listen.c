@@ -166,12 +166,29 @@ int engine_dir_ancestors_secure(const char *path)
 }
 
 /*
+ * Connects to <addr> without waiting: -EADDRINUSE when a process listens
+ * there (a full backlog included), -ECONNREFUSED when nothing does, or
+ * another -errno (-ENOENT: no such name).
+ */
+static int socket_probe(const struct sockaddr_un *addr)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd == -1)
+		return -errno;
+	int ret = connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0 ? 0 : -errno;
+	close(fd);
+	return ret == 0 || ret == -EAGAIN ? -EADDRINUSE : ret;
+}
+
+/*
  * -EADDRINUSE when a live process serves <sun>, 0 when the path is free or
- * was stale (removed). The name is probed through a descriptor of the name
- * itself (O_PATH|O_NOFOLLOW), the connect going by /proc/self/fd: a symlink
- * or any other file in the socket's place is removed, never followed, so the
- * daemon never connects, as root, to a socket elsewhere on the host that a
- * link planted here points at.
+ * was stale (removed), or another -errno. The name is probed through a
+ * descriptor of the name itself (O_PATH|O_NOFOLLOW), the connect going by
+ * /proc/self/fd: a symlink or any other file in the socket's place is
+ * removed, never followed, so the daemon never connects, as root, to a
+ * socket elsewhere on the host that a link planted here points at. Without
+ * /proc the connect goes by the name, just seen to be a socket in a
+ * directory nobody else may write (engine_dir_secure).
  */
 static int socket_path_claim(const struct sockaddr_un *sun)
 {
@@ -179,26 +196,19 @@ static int socket_path_claim(const struct sockaddr_un *sun)
 	if (path_fd == -1)
 		return errno == ENOENT ? 0 : -errno;
 	struct stat st;
-	bool stale = false;
 	int ret = fstat(path_fd, &st) == -1 ? -errno : 0;
-	if (ret == 0 && !S_ISSOCK(st.st_mode)) {
-		stale = true;
-	} else if (ret == 0) {
+	bool stale = ret == 0 && !S_ISSOCK(st.st_mode);
+	if (ret == 0 && !stale) {
 		struct sockaddr_un via = { .sun_family = AF_UNIX };
 		snprintf(via.sun_path, sizeof(via.sun_path), "/proc/self/fd/%d", path_fd);
-		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd == -1)
-			ret = -errno;
-		else if (connect(fd, (const struct sockaddr *)&via, sizeof(via)) == 0)
-			ret = -EADDRINUSE;
-		else
-			stale = errno == ECONNREFUSED;
-		if (fd != -1)
-			close(fd);
+		ret = socket_probe(&via);
+		if (ret == -ENOENT && access("/proc/self/fd", F_OK) != 0)
+			ret = socket_probe(sun);
+		stale = ret == -ECONNREFUSED;
 	}
 	close(path_fd);
-	if (stale && unlink(sun->sun_path) == -1 && errno != ENOENT)
-		return -errno;
+	if (stale || ret == -ENOENT) /* -ENOENT: gone meanwhile */
+		ret = unlink(sun->sun_path) == -1 && errno != ENOENT ? -errno : 0;
 	return ret;
 }
 

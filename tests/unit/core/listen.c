@@ -10,7 +10,8 @@
  * agent's uid (0600, that uid's), and with a group,
  * as bind makes it, under umask 077, while the process's umask, as another
  * thread sees it, never changes. In a socket's place, a live socket is
- * refused and anything else replaced, a symlink never connected through. sandbox_dir_make: a fresh registration
+ * refused (at once, its backlog full or not) and anything else replaced, a
+ * symlink never connected through; without /proc, by the name. sandbox_dir_make: a fresh registration
  * removes what is in its place (a subdirectory, a link) and makes its own; a
  * kept one (the policy file's, the registry's) is refused when it is
  * another uid's or writable by others, and kept when it is ours. The
@@ -23,7 +24,9 @@
 #include <check.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include "core/limits.h"
 #include "tests/unit/unit.h"
 
@@ -258,6 +261,83 @@ START_TEST(socket_place_claimed)
 }
 END_TEST
 
+/*
+ * A live socket whose backlog is full is live still: refused at once
+ * (-EADDRINUSE), the claim never waiting for room in its queue.
+ */
+START_TEST(socket_claim_full_backlog)
+{
+	char dir[128], path[160];
+	int queued[64];
+	unsigned n = 0;
+
+	path_of(dir, sizeof(dir), "full");
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/control.sock", dir);
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	ck_assert_uint_lt(strlen(path), sizeof(sun.sun_path));
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	int live = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(live, 0);
+	ck_assert_int_eq(bind(live, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	ck_assert_int_eq(listen(live, 0), 0);
+	for (; n < 64; n++) {
+		queued[n] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		ck_assert_int_ge(queued[n], 0);
+		if (connect(queued[n], (struct sockaddr *)&sun, sizeof(sun)) != 0) {
+			ck_assert_int_eq(errno, EAGAIN);
+			close(queued[n]);
+			break;
+		}
+	}
+	ck_assert_uint_lt(n, 64); /* the backlog is full */
+	ck_assert_int_eq(engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true), -EADDRINUSE);
+	for (unsigned i = 0; i < n; i++)
+		close(queued[i]);
+	close(live);
+}
+END_TEST
+
+/*
+ * Without /proc (a mount namespace of the test's own, /proc detached) a
+ * stale socket is still told from a live one: replaced, and a live one
+ * refused.
+ */
+START_TEST(socket_claim_without_proc)
+{
+	char dir[128], path[160];
+
+	if (geteuid() != 0) {
+		unit_skip("detaching /proc needs root");
+		return;
+	}
+	path_of(dir, sizeof(dir), "noproc");
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/egress.sock", dir);
+	int fd = engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true);
+	ck_assert_int_ge(fd, 0);
+	close(fd); /* stale now */
+	pid_t child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		if (unshare(CLONE_NEWNS) != 0 ||
+		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		    umount2("/proc", MNT_DETACH) != 0 || access("/proc/self/fd", F_OK) == 0)
+			_exit(2);
+		int again = engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true);
+		if (again < 0)
+			_exit(3);
+		_exit(engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true) == -EADDRINUSE
+			  ? 0
+			  : 4);
+	}
+	int status = 0;
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+}
+END_TEST
+
 /* Each listener is a descriptor: the bound is what the open-files limit leaves, at N and N+1. */
 START_TEST(sandboxes_bounded_by_descriptors)
 {
@@ -290,6 +370,8 @@ int main(void)
 	tcase_add_test(t, dir_refused);
 	tcase_add_test(t, socket_made_with_its_mode);
 	tcase_add_test(t, socket_place_claimed);
+	tcase_add_test(t, socket_claim_full_backlog);
+	tcase_add_test(t, socket_claim_without_proc);
 	tcase_add_test(t, ancestors_checked);
 	tcase_add_test(t, sandbox_dir_fresh_or_kept);
 	tcase_add_test(t, sandboxes_bounded_by_descriptors);
