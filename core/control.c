@@ -303,11 +303,12 @@ static void handle_rm(struct engine *e, const char *id, const struct verdict_cal
 			   "root may remove it\n",
 			   id, registrant);
 	} else if (ret == -ESTALE) {
-		log_info("sandbox %s: pid %d's removal of its registration left another's", id,
-			 only_owner != NULL ? (int)only_owner->pid : 0);
+		log_info("sandbox %s: pid %d asked to remove its own registration, which this is "
+			 "not: left",
+			 id, only_owner != NULL ? (int)only_owner->pid : 0);
 		answer_add(a,
-			   "error not_owner sandbox %s is registered, but not by the calling "
-			   "process (registered again since): left as it is\n",
+			   "error not_owner sandbox %s is not the calling process's registration "
+			   "(registered without \"owned\", or again since): left as it is\n",
 			   id);
 	} else {
 		answer_add(a, "error internal %s\n", engine_err_text(ret));

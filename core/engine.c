@@ -48,6 +48,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/procstart.h"
 #include "core/timer.h"
 #include "core/watch.h"
 #include "core/worker.h"
@@ -504,23 +505,10 @@ ssize_t engine_read_small(const char *path, int flags, char *buf, size_t cap)
 
 int engine_owner_of(int32_t pid, struct engine_owner *o)
 {
-	char path[64];
-	char stat[1024];
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (engine_read_small(path, 0, stat, sizeof(stat)) < 0)
-		return -ESRCH;
-	/* The command name may hold spaces and parentheses: fields count from the last ')'. */
-	char *p = strrchr(stat, ')');
-	if (p != NULL && (p[1] != ' ' || p[2] == 'Z' || p[2] == 'X'))
-		return -ESRCH; /* exited, not yet reaped: gone all the same */
-	for (int field = 2; p != NULL && field < 22; field++)
-		p = strchr(p + 1, ' ');
-	if (p == NULL)
-		return -ESRCH;
 	uint64_t ticks = 0;
-	for (p++; *p >= '0' && *p <= '9'; p++)
-		ticks = ticks * 10 + (uint64_t)(*p - '0');
+
+	if (proc_start_ticks(pid, &ticks) != 0)
+		return -ESRCH;
 	o->pid = pid;
 	o->start_ticks = ticks;
 	return 0;

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -67,25 +68,33 @@ int layout_registry_record(const char *socket_dir, const char *id, char *out, si
 	return join_path(out, cap, socket_dir, "/registry/", id);
 }
 
-int layout_registry_record_owner(const char *path, int *owner_pid)
+int layout_registry_record_owner(const char *path, int *owner_pid, unsigned long long *owner_ticks)
 {
 	char text[1024]; /* a record is far shorter (core/registry.c) */
+	struct stat st;
 	int pid = 0;
+	unsigned long long ticks = 0;
 
 	*owner_pid = 0;
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	*owner_ticks = 0;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd == -1)
 		return -errno;
-	ssize_t n = read(fd, text, sizeof(text) - 1);
-	int err = n < 0 ? -errno : 0;
+	int ret = fstat(fd, &st) != 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+	ssize_t n = ret == 0 ? read(fd, text, sizeof(text) - 1) : 0;
+	if (n < 0)
+		ret = -errno;
 	close(fd);
-	if (n <= 0)
-		return n < 0 ? err : -EINVAL;
+	if (ret != 0)
+		return ret;
+	if (n == 0)
+		return -EINVAL;
 	text[n] = '\0';
 	const char *line = strstr(text, "\nowner ");
-	if (line != NULL && (sscanf(line + 7, "%d", &pid) != 1 || pid <= 0))
+	if (line != NULL && (sscanf(line + 7, "%d %llu", &pid, &ticks) != 2 || pid <= 0))
 		return -EINVAL;
 	*owner_pid = pid;
+	*owner_ticks = ticks;
 	return 0;
 }
 

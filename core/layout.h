@@ -25,13 +25,15 @@ int layout_registry_dir(const char *socket_dir, char *out, size_t cap);
 int layout_registry_record(const char *socket_dir, const char *id, char *out, size_t cap);
 
 /*
- * Reads into *<owner_pid> the pid of the process registry record <path>
- * ties its sandbox to (its "owner <pid> <ticks>" line, as core/registry.c
- * writes it; 0: the record names none), opened O_NOFOLLOW. 0, -ENOENT (no
- * record), -EINVAL (not a record: empty, or an owner line without a pid),
- * or another -errno.
+ * Reads into *<owner_pid> and *<owner_ticks> the process registry record
+ * <path> ties its sandbox to (its "owner <pid> <ticks>" line, as
+ * core/registry.c writes it: its pid and start time, core/procstart.h; pid
+ * 0: the record names none). The record is opened O_NOFOLLOW|O_NONBLOCK and
+ * must be a regular file. 0, -ENOENT (no record), -EINVAL (not a record: not
+ * a regular file, empty, or an owner line without a pid and start time), or
+ * another -errno.
  */
-int layout_registry_record_owner(const char *path, int *owner_pid);
+int layout_registry_record_owner(const char *path, int *owner_pid, unsigned long long *owner_ticks);
 
 /* Writes "<socket_dir>/cgroups" to <out>/<cap>: core/runlimit.c's records. 0 or -ENAMETOOLONG. */
 int layout_cgroups_dir(const char *socket_dir, char *out, size_t cap);

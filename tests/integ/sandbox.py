@@ -1611,6 +1611,42 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                 self.ctl("sandbox rm %s" % a.sandbox)
             return errs
 
+        def foreign_record():
+            # The daemon gone, the run removes its record itself, but only its own: here
+            # the record names the run's pid with another start time (a process that had
+            # the pid before: a registration made under the id since, in another life).
+            go = self.go("foreign")
+            a = self.start(["sh", "-c", "echo ready; " + WAIT_SH % go])
+            record = os.path.join(self.vars["sock_dir"], "registry", a.sandbox)
+            errs, owner, kept = [], None, None
+            try:
+                a.wait_out("ready")
+                errs += self.restart_daemon(start=False)
+                text = read_text(record)
+                owner = re.search(r"^owner (\d+) (\d+)$", text, re.M)
+                if owner is None:
+                    errs.append("no owner line in %s: %r" % (record, text))
+                else:
+                    with open(record, "w", encoding="utf-8") as f:
+                        f.write(text.replace(owner.group(0), "owner %s %d" % (
+                            owner.group(1), int(owner.group(2)) + 1)))
+            finally:
+                touch(go)
+                a.finish()
+                kept = os.path.exists(record)
+                if self.daemon is None:
+                    self.restart_daemon(stop=False)
+            if owner is not None and not kept:
+                errs.append("agentsnet run removed %s, which names another process (stderr "
+                            "%r)" % (record, a.stderr()[-800:]))
+            elif owner is not None and "is not this run's" not in a.stderr():
+                errs.append("agentsnet run did not say the record is not its: %r"
+                            % a.stderr()[-800:])
+            # The next daemon drops it: the process it names is gone.
+            if os.path.exists(record):
+                errs.append("the next daemon kept %s, whose process is gone" % record)
+            return errs + self.leftovers(a)
+
         self.timed("daemon stopped mid-run: the agent's next request fails with a clear error "
                    "within %ds and agentsnet run exits with the agent's status" % DOWN_ERROR_S,
                    stopped)
@@ -1621,6 +1657,9 @@ class Tests(ContainmentTests, HostBoundaryTests, Pass):
                    "registry record is left", nothing_left)
         self.timed("daemon stopped mid-run: the next daemon does not re-adopt the dead sandbox, "
                    "and removes the cgroup the stopped one made for its run", not_readopted)
+        self.timed("daemon stopped mid-run: agentsnet run leaves a record that names another "
+                   "process (its pid, another start time); the next daemon drops it",
+                   foreign_record)
 
     # ---- an unprivileged caller ---------------------------------------------
 

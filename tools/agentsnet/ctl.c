@@ -304,6 +304,12 @@ int ctl_request_format(char *out, size_t cap, int argc, const char *const *argv)
 	return n;
 }
 
+bool ctl_daemon_gone(int err)
+{
+	AN_ASSERT(err <= 0);
+	return err == -ENOENT || err == -ENOTDIR || err == -ECONNREFUSED;
+}
+
 bool ctl_unreachable(int err)
 {
 	AN_ASSERT(err <= 0);

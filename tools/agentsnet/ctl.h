@@ -137,4 +137,12 @@ int ctl_call(const char *path, const char *request, uint32_t timeout_ms, struct 
 /* Whether a ctl_call error means "the daemon is not reachable" (exit 3). */
 bool ctl_unreachable(int err);
 
+/*
+ * Whether a ctl_call error means the daemon is gone: no control socket, or
+ * nothing listens on it. Not a timeout or a refused permission (a daemon
+ * may be there, busy or out of reach), so only this lets `agentsnet run`
+ * remove its sandbox's files itself.
+ */
+bool ctl_daemon_gone(int err);
+
 #endif /* AN_TOOLS_AGENTSNET_CTL_H */

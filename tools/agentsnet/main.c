@@ -37,6 +37,7 @@
 
 #include "core/an.h"
 #include "core/layout.h"
+#include "core/procstart.h"
 #include "core/uid.h"
 #include "tools/agentsnet/cainit.h"
 #include "tools/agentsnet/check.h"
@@ -292,20 +293,24 @@ static void control_path(const char *socket_dir, char *out, size_t cap)
 /*
  * Sends the request <words> (<n> of them) to the daemon under <socket_dir>
  * and prints what went wrong, if anything. Returns an exit code; <r> holds
- * the answer, if there was one, for the caller to free.
+ * the answer, if there was one, for the caller to free; *<call_err> the
+ * exchange's own error (ctl_call's: 0 when the daemon answered).
  */
-static int control(const char *socket_dir, int n, const char *const *words, struct ctl_reply *r)
+static int control_call(const char *socket_dir, int n, const char *const *words,
+			struct ctl_reply *r, int *call_err)
 {
 	char path[PATH_MAX], req[CTL_REQUEST_BYTES_MAX], err[PATH_MAX + 128];
 
 	AN_ASSERT(n >= 1);
 	AN_ASSERT(r != NULL);
 	*r = (struct ctl_reply){ .code = "", .text = "" };
+	*call_err = 0;
 	if (ctl_request_format(req, sizeof(req), n, words) < 0)
 		return usage_error("bad request: sandbox ids and profile names are "
 				   "[A-Za-z0-9_.-]{1,63}, not starting with '.'");
 	control_path(socket_dir, path, sizeof(path));
 	int ret = ctl_call(path, req, CTL_TIMEOUT_MS_DEFAULT, r, err, sizeof(err));
+	*call_err = ret;
 	if (ret != 0) {
 		fprintf(stderr, "agentsnet: %s\n", err);
 		return ctl_unreachable(ret) ? CTL_EXIT_UNREACHABLE : CTL_EXIT_ERROR;
@@ -315,6 +320,13 @@ static int control(const char *socket_dir, int n, const char *const *words, stru
 		return CTL_EXIT_ERROR;
 	}
 	return CTL_EXIT_OK;
+}
+
+/* control_call, when the caller needs no more than the exit code. */
+static int control(const char *socket_dir, int n, const char *const *words, struct ctl_reply *r)
+{
+	int call_err = 0;
+	return control_call(socket_dir, n, words, r, &call_err);
 }
 
 static int print_answer(const char *verb, struct ctl_reply *r)
@@ -720,7 +732,9 @@ static void sandbox_remove_files(const struct run_options *o)
 	if (layout_registry_record(o->socket_dir, o->id, path, sizeof(path)) != 0)
 		return;
 	int owner = 0;
-	int read = layout_registry_record_owner(path, &owner);
+	unsigned long long owner_ticks = 0;
+	uint64_t my_ticks = 0;
+	int read = layout_registry_record_owner(path, &owner, &owner_ticks);
 	if (read != 0 && read != -ENOENT) {
 		fprintf(stderr,
 			"agentsnet: %s: %s (agentsnetd drops it when it next starts, if its "
@@ -728,8 +742,11 @@ static void sandbox_remove_files(const struct run_options *o)
 			path, read == -EINVAL ? "not a record" : strerror(-read));
 		return;
 	}
-	/* A record of no process (`sandbox add` without "owned") or of another is not ours. */
-	if (read == 0 && owner != (int)getpid()) {
+	/* A record of no process (`sandbox add` without "owned") or of another is not
+	 * ours: this process is its pid and start time (the daemon's pid namespace may
+	 * be another, the start time is the same in every one). */
+	if (read == 0 && (owner != (int)getpid() || proc_start_ticks(owner, &my_ticks) != 0 ||
+			  my_ticks != owner_ticks)) {
 		fprintf(stderr,
 			"agentsnet: %s is not this run's (its process: %d): left as it is\n", path,
 			(int)owner);
@@ -757,11 +774,18 @@ static void sandbox_remove(const struct run_options *o)
 
 	AN_ASSERT(o->id != NULL);
 	AN_ASSERT(o->socket_dir != NULL);
-	int rc = control(o->socket_dir, (int)AN_ARRAY_LEN(words), words, &r);
-	if (rc == CTL_EXIT_UNREACHABLE) {
+	int call_err = 0;
+	int rc = control_call(o->socket_dir, (int)AN_ARRAY_LEN(words), words, &r, &call_err);
+	if (rc == CTL_EXIT_UNREACHABLE && ctl_daemon_gone(call_err)) {
 		fprintf(stderr, "agentsnet: agentsnetd is gone; removing sandbox %s's files\n",
 			o->id);
 		sandbox_remove_files(o);
+	} else if (rc == CTL_EXIT_UNREACHABLE) {
+		/* There may be a daemon, busy or out of reach: its files are its to remove. */
+		fprintf(stderr,
+			"agentsnet: could not unregister sandbox %s (see above); agentsnetd "
+			"removes it within a second of this run's end\n",
+			o->id);
 	} else if (rc != CTL_EXIT_OK && strcmp(r.code, "not_owner") != 0) {
 		fprintf(stderr, "agentsnet: could not unregister sandbox %s (see above)\n", o->id);
 	}

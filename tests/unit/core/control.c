@@ -420,8 +420,9 @@ static void expect_answer_from(const char *line, const struct engine_owner *owne
 START_TEST(test_rm_owned)
 {
 	struct engine_owner self = { 0 }, other;
-	const char *not_owner = "error not_owner sandbox s1 is registered, but not by the calling "
-				"process (registered again since): left as it is\n";
+	const char *not_owner = "error not_owner sandbox s1 is not the calling process's "
+				"registration (registered without \"owned\", or again since): left "
+				"as it is\n";
 
 	ck_assert_int_eq(engine_owner_of(getpid(), &self), 0);
 	other = self;

@@ -149,31 +149,39 @@ START_TEST(record_owner)
 	char root[] = "/tmp/an-layout-XXXXXX";
 	char path[256], link[256];
 	int pid = -1;
+	unsigned long long ticks = 1;
 
 	ck_assert_ptr_nonnull(mkdtemp(root));
 	snprintf(path, sizeof(path), "%s/box", root);
-	ck_assert_int_eq(layout_registry_record_owner(path, &pid), -ENOENT);
+	ck_assert_int_eq(layout_registry_record_owner(path, &pid, &ticks), -ENOENT);
+	/* A FIFO in its place: refused at once, never waited on. */
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	ck_assert_int_eq(layout_registry_record_owner(path, &pid, &ticks), -EINVAL);
+	ck_assert_int_eq(unlink(path), 0);
 	const struct {
 		const char *text;
 		int ret, pid;
+		unsigned long long ticks;
 	} cases[] = {
-		{ "profile p\nowner 4242 987654\nregistrant 0\n", 0, 4242 },
-		{ "profile p\nregistrant 1000\nagent 1000\n", 0, 0 },
-		{ "profile p\nowner x 1\n", -EINVAL, 0 },
-		{ "profile p\nowner -3 1\n", -EINVAL, 0 },
-		{ "", -EINVAL, 0 },
+		{ "profile p\nowner 4242 987654\nregistrant 0\n", 0, 4242, 987654 },
+		{ "profile p\nregistrant 1000\nagent 1000\n", 0, 0, 0 },
+		{ "profile p\nowner x 1\n", -EINVAL, 0, 0 },
+		{ "profile p\nowner -3 1\n", -EINVAL, 0, 0 },
+		{ "profile p\nowner 4242\n", -EINVAL, 0, 0 },
+		{ "", -EINVAL, 0, 0 },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		FILE *f = fopen(path, "w");
 		ck_assert_ptr_nonnull(f);
 		fputs(cases[i].text, f);
 		ck_assert_int_eq(fclose(f), 0);
-		ck_assert_int_eq(layout_registry_record_owner(path, &pid), cases[i].ret);
+		ck_assert_int_eq(layout_registry_record_owner(path, &pid, &ticks), cases[i].ret);
 		ck_assert_int_eq(pid, cases[i].pid);
+		ck_assert_uint_eq(ticks, cases[i].ticks);
 	}
 	snprintf(link, sizeof(link), "%s/link", root);
 	ck_assert_int_eq(symlink(path, link), 0);
-	ck_assert_int_eq(layout_registry_record_owner(link, &pid), -ELOOP);
+	ck_assert_int_eq(layout_registry_record_owner(link, &pid, &ticks), -ELOOP);
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	ck_assert_int_eq(system(cmd), 0);

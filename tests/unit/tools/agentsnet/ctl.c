@@ -567,6 +567,7 @@ START_TEST(call_not_running)
 	    ctl_call("/tmp/an-no-such-dir/control.sock", "ping\n", 1000, &r, err, sizeof(err));
 	ck_assert_int_eq(ret, -ENOENT);
 	ck_assert(ctl_unreachable(ret));
+	ck_assert(ctl_daemon_gone(ret));
 	ck_assert_str_eq(err, "agentsnetd is not running (no control socket at "
 			      "/tmp/an-no-such-dir/control.sock)");
 	ck_assert_ptr_null(r.buf);
@@ -591,6 +592,7 @@ START_TEST(call_stale_socket)
 	int ret = call(&s, "ping\n", 1000, &r, err, sizeof(err));
 	ck_assert_int_eq(ret, -ECONNREFUSED);
 	ck_assert(ctl_unreachable(ret));
+	ck_assert(ctl_daemon_gone(ret));
 	ck_assert_ptr_nonnull(strstr(err, "agentsnetd is not running"));
 	unlink(s.path);
 	rmdir(s.dir);
@@ -607,6 +609,8 @@ START_TEST(call_timeout)
 	int ret = call(&s, "ping\n", 200, &r, err, sizeof(err));
 	ck_assert_int_eq(ret, -ETIMEDOUT);
 	ck_assert(ctl_unreachable(ret));
+	ck_assert(!ctl_daemon_gone(ret)); /* busy, not gone: agentsnet run leaves its files */
+	ck_assert(!ctl_daemon_gone(-EACCES) && !ctl_daemon_gone(-EPERM));
 	ck_assert_ptr_nonnull(strstr(err, "did not answer"));
 	ck_assert_ptr_null(r.buf);
 	server_stop(&s);
