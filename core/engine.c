@@ -538,6 +538,15 @@ static int sandboxes_open(struct engine *e)
 		if (idx < 0)
 			return idx;
 		const char *id = cfg->sandboxes[i].id;
+		size_t room = layout_sandbox_id_room(cfg->socket_dir, false);
+		if (strlen(id) > room) {
+			log_error(
+			    "sandbox %s (the policy file's): its id is %zu bytes; socket_dir %s "
+			    "leaves room for %zu (its egress socket's path must fit the 107 "
+			    "bytes of a Unix socket's)",
+			    id, strlen(id), cfg->socket_dir, room);
+			return -ENAMETOOLONG;
+		}
 		int ret = sandbox_open(e, idx, id, cfg->sandboxes[i].profile, false, false,
 				       cfg->sandboxes[i].agent_uid, NULL);
 		if (ret != 0)

@@ -877,8 +877,8 @@ static int daemon_value(struct loader *ld, uint32_t key)
 		if (rc == 0 && strlen(ld->next.socket_dir) > LAYOUT_SOCKET_DIR_BYTES_MAX)
 			return loader_fail(
 			    ld, ld->ev.start_mark,
-			    "socket_dir must be at most %u bytes: the paths of its sockets "
-			    "(" LAYOUT_INTERNAL_INGRESS_SOCKET " the longest) must fit the "
+			    "socket_dir must be at most %u bytes: the paths of its sockets of fixed "
+			    "name (" LAYOUT_INTERNAL_INGRESS_SOCKET " the longest) must fit the "
 			    "107 bytes of a Unix socket's",
 			    (unsigned)LAYOUT_SOCKET_DIR_BYTES_MAX);
 		return rc;

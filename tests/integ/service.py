@@ -1358,7 +1358,9 @@ def t_socket_dir_bounds(v, log):
     """The socket directory's bounds (docs/policy.md): --socket-dir relative, or of 86 bytes
     (its internal/ingress.sock's path one past the 107 of sun_path), stops the daemon at once, exit 1,
     naming the flag and the bound, with nothing made; the daemon serving this pass's longer
-    socket directory warned at its start how long a sandbox id may be there."""
+    socket directory warned at its start how long a sandbox id may be there; a sandbox of
+    the policy file whose id the socket directory leaves no room for stops the start,
+    exit 1, naming it, its length and the room."""
     errs = []
     room = 107 - len(v["sock_dir"]) - len("/sandboxes//ingress.sock")
     warning = "socket_dir %s leaves room for sandbox ids of %d bytes (one more without an " \
@@ -1378,6 +1380,25 @@ def t_socket_dir_bounds(v, log):
                 bad, proc.returncode, proc.stderr[-300:], want))
         if os.path.lexists(bad) or os.path.lexists(os.path.join(v["top"], "relative")):
             errs.append("--socket-dir %r refused, yet made" % bad)
+    # A sandbox of the policy file whose id the socket directory leaves no room for stops
+    # the start, naming it, its length and the room.
+    long_dir = os.path.join(v["top"], "l" * (70 - len(v["top"])))  # 71 bytes: room 13
+    long_id = "i" * 40
+    policy = os.path.join(v["top"], "long-id.yaml")
+    with open(policy, "w", encoding="utf-8") as f:
+        f.write("version: 1\nprofiles:\n  default:\n    rules: []\nsandboxes:\n"
+                "  - id: %s\n    profile: default\n" % long_id)
+    proc = subprocess.run([v["daemon"], "--config", policy, "--socket-dir", long_dir,
+                           "--audit", "-", "--no-ingress"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=30)
+    want = "sandbox %s (the policy file's): its id is 40 bytes; socket_dir %s leaves room " \
+        "for 13" % (long_id, long_dir)
+    log("socket_dir bounds: a 40-byte sandbox id under %d bytes: exit %d" % (
+        len(long_dir), proc.returncode))
+    if proc.returncode != 1 or want not in proc.stderr:
+        errs.append("a policy-file sandbox too long for its socket_dir: exit %d, stderr %r; "
+                    "want exit 1 and %r" % (proc.returncode, proc.stderr[-600:], want))
+    shutil.rmtree(long_dir, ignore_errors=True)
     return errs
 
 

@@ -212,8 +212,9 @@ static int apply_overrides(const struct options *o, struct config *cfg)
 			fprintf(
 			    stderr,
 			    "agentsnetd: --socket-dir %s: must be an absolute path of at most %u "
-			    "bytes (the paths of its sockets, " LAYOUT_INTERNAL_INGRESS_SOCKET
-			    " the longest, must fit the 107 bytes of a Unix socket's)\n",
+			    "bytes (the paths of its sockets of fixed name, " LAYOUT_INTERNAL_INGRESS_SOCKET
+			    " the longest, must fit the 107 bytes "
+			    "of a Unix socket's)\n",
 			    o->socket_dir, (unsigned)LAYOUT_SOCKET_DIR_BYTES_MAX);
 			return -1;
 		}

@@ -165,8 +165,8 @@ START_TEST(test_daemon_settings)
 	path[LAYOUT_SOCKET_DIR_BYTES_MAX + 1] = '\0';
 	expect_error(
 	    textf(MINIMAL "daemon:\n  socket_dir: %s\n", path),
-	    "t.yaml:10:15: socket_dir must be at most 85 bytes: the paths of its sockets "
-	    "(internal/ingress.sock the longest) must fit the 107 bytes of a Unix socket's");
+	    "t.yaml:10:15: socket_dir must be at most 85 bytes: the paths of its sockets of fixed "
+	    "name (internal/ingress.sock the longest) must fit the 107 bytes of a Unix socket's");
 }
 END_TEST
 
