@@ -11,8 +11,10 @@
  * own directory is made exclusively: EEXIST is refused, never reused, since
  * an existing cgroup's limits and members could be anyone's, and a failed
  * cgroup_create removes only what it made. The shared "agentsnet" parent is
- * made when missing and never removed: a concurrent cgroup_create may be
- * about to make its own <id> in it.
+ * made when missing; v1 removes it once empty (below the caller's own
+ * cgroup, a parent left behind would keep its owner from removing that), so
+ * a concurrent cgroup_create that finds it gone under it makes it again
+ * (cgroup_make).
  *
  * v1: <base> is the caller's own cgroup in each hierarchy (/proc/self/cgroup), so a sandbox
  * stays inside the limits its caller had (a container's, a login session's) and adds its own.
@@ -57,6 +59,9 @@
  */
 #define CGROUP_RMDIR_TRIES    100
 #define CGROUP_RMDIR_PAUSE_NS 10000000L
+/* cgroup_make's tries while the shared parent is taken away under it (each an rmdir of
+ * another sandbox's cleanup, which succeeds only while the parent is empty). */
+#define CGROUP_MAKE_TRIES 8
 /* cgroup.controllers and cgroup.subtree_control hold a dozen short names at most. */
 #define CGROUP_LIST_BYTES 512
 /* A uint64_t or a pid_t in decimal, with its NUL. */
@@ -68,8 +73,11 @@ struct cgroup_env {
 	bool nest_own; /* v1: below the caller's own cgroup of each hierarchy (/proc/self/cgroup) */
 	/* Tests only (NULL on the kernel): give a new cgroup the files the kernel would... */
 	void (*made)(int dir_fd, const char *path);
-	/* ...and take them away before its rmdir (<parent_fd> holds <name>). */
+	/* ...and take them away before its rmdir (<parent_fd> holds <name>); */
 	void (*unmaking)(int parent_fd, const char *name);
+	/* and act in the moment between finding the shared parent in <base_fd> and
+	 * opening it, when a concurrent cgroup_remove may take it away. */
+	void (*parent_found)(int base_fd);
 };
 
 static const struct cgroup_env cgroup_env_kernel = { .check_fs = true, .nest_own = true };
@@ -248,6 +256,8 @@ static int parent_open(int base_fd, const char *base, const struct cgroup_req *r
 		made = true;
 	else if (errno != EEXIST)
 		return fail(rq->err, rq->err_len, errno, "mkdir", base, CGROUP_PARENT_NAME);
+	else if (rq->env->parent_found != NULL)
+		rq->env->parent_found(base_fd);
 	int fd = open_dir_at(base_fd, CGROUP_PARENT_NAME);
 	if (fd < 0)
 		return fail(rq->err, rq->err_len, -fd, "open", base, CGROUP_PARENT_NAME);
@@ -284,9 +294,15 @@ static int cgroup_make(int base_fd, const char *base, const struct cgroup_req *r
 	char parent[PATH_MAX];
 
 	int fd = -ENOENT;
-	/* ENOENT: a cgroup_remove took the empty parent away between our open and mkdir. */
-	for (int tries = 0; fd == -ENOENT && tries < 3; tries++) {
+	/* ENOENT: a cgroup_remove (v1, remove_parent_if_empty) took the empty parent away
+	 * between our finding it and opening it, or between our opening it and our mkdir;
+	 * once our <id> is in it, it stays. */
+	for (int tries = 0; fd == -ENOENT && tries < CGROUP_MAKE_TRIES; tries++) {
 		int parent_fd = parent_open(base_fd, base, rq, parent, sizeof(parent));
+		if (parent_fd == -ENOENT) {
+			fd = parent_fd;
+			continue;
+		}
 		if (parent_fd < 0)
 			return parent_fd;
 		fd = child_make(parent_fd, parent, rq, path, cap);

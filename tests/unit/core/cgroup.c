@@ -8,7 +8,8 @@
  * subtree_control read back, the optional files (memsw, swap.max, oom.group)
  * written only when present, a missing hierarchy or controller refused only
  * when its limit is asked for, a live id refused without harm to it, a
- * failed create undone, and no symlink ever followed.
+ * failed create undone, the shared parent made again when another sandbox's
+ * cleanup takes it away under a create, and no symlink ever followed.
  *
  * Real (as root, on whatever the host mounts at /sys/fs/cgroup): a child in
  * a cgroup with pids_max 8 forks until fork fails with EAGAIN, at exactly 8
@@ -339,6 +340,57 @@ START_TEST(fake_v1_undo)
 	ck_assert(!exists(parent, "u"));
 	snprintf(parent, sizeof(parent), "%s/memory/agentsnet", root);
 	ck_assert(!exists(parent, "u"));
+	fake_root_remove(root);
+}
+END_TEST
+
+/* How many more times parent_taken_away removes the shared parent it was found. */
+static int parent_removals;
+
+/* A concurrent sandbox's cleanup (v1, the parent empty) taking the shared parent away. */
+static void parent_taken_away(int base_fd)
+{
+	if (parent_removals == 0)
+		return;
+	parent_removals--;
+	fake_unmaking(base_fd, "agentsnet");
+	ck_assert_int_eq(unlinkat(base_fd, "agentsnet", AT_REMOVEDIR), 0);
+}
+
+/*
+ * The shared parent found, then taken away before it is opened (another
+ * sandbox's cleanup): the make goes round and makes it again, in each
+ * hierarchy, and the sandbox's cgroup has its limits.
+ */
+START_TEST(fake_v1_parent_taken_away)
+{
+	char root[ROOT_BYTES], err[512];
+	struct cgroup_sandbox cg;
+	const struct cgroup_env env = {
+		.made = fake_made,
+		.unmaking = fake_unmaking,
+		.parent_found = parent_taken_away,
+	};
+	struct cgroup_req rq = {
+		.id = "first",
+		.pids_max = 8,
+		.memory_max_bytes = 64 * MIB,
+		.env = &fake_env,
+		.err = err,
+		.err_len = sizeof(err),
+	};
+
+	fake_root(root, sizeof(root), 1, true);
+	ck_assert_int_eq(cgroup_create_env(&cg, root, 1, &rq), 0); /* the parents made */
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
+	rq.env = &env;
+	rq.id = "second";
+	parent_removals = 2; /* the pids parent, then the memory one */
+	ck_assert_msg(cgroup_create_env(&cg, root, 1, &rq) == 0, "%s", err);
+	ck_assert_int_eq(parent_removals, 0);
+	expect_file(cg.pids_dir, "pids.max", "8");
+	expect_file(cg.memory_dir, "memory.limit_in_bytes", "67108864");
+	ck_assert_int_eq(cgroup_remove_env(&cg, &fake_env, CGROUP_RMDIR_TRIES, false), 0);
 	fake_root_remove(root);
 }
 END_TEST
@@ -1035,6 +1087,7 @@ static Suite *cgroup_suite(void)
 	tcase_add_test(f, fake_v1_no_limit_no_memsw);
 	tcase_add_test(f, fake_v1_no_memory_hierarchy);
 	tcase_add_test(f, fake_v1_undo);
+	tcase_add_test(f, fake_v1_parent_taken_away);
 	tcase_add_test(f, fake_exists);
 	tcase_add_test(f, fake_symlinks);
 	tcase_add_test(f, fake_not_a_cgroup_fs);
