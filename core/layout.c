@@ -92,7 +92,10 @@ int layout_registry_record_owner(const char *path, int *owner_pid, unsigned long
 	text[n] = '\0';
 	const char *line = strstr(text, "\nowner ");
 	if (line != NULL && (sscanf(line + 7, "%d %llu", &pid, &ticks) != 2 || pid <= 0))
-		return -EINVAL;
+		ret = -EINVAL;
+	explicit_bzero(text, sizeof(text)); /* the record's token line, the ingress secret */
+	if (ret != 0)
+		return ret;
 	*owner_pid = pid;
 	*owner_ticks = ticks;
 	return 0;

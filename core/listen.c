@@ -167,8 +167,9 @@ int engine_dir_ancestors_secure(const char *path)
 
 /*
  * Connects to <addr> without waiting: -EADDRINUSE when a process listens
- * there (a full backlog included), -ECONNREFUSED when nothing does, or
- * another -errno (-ENOENT: no such name).
+ * there (a full backlog included) or a datagram socket is bound there,
+ * -ECONNREFUSED when nothing listens, or another -errno (-ENOENT: no such
+ * name).
  */
 static int socket_probe(const struct sockaddr_un *addr)
 {
@@ -177,7 +178,8 @@ static int socket_probe(const struct sockaddr_un *addr)
 		return -errno;
 	int ret = connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0 ? 0 : -errno;
 	close(fd);
-	return ret == 0 || ret == -EAGAIN ? -EADDRINUSE : ret;
+	/* EPROTOTYPE: a datagram socket is bound there, someone's, not ours to remove. */
+	return ret == 0 || ret == -EAGAIN || ret == -EPROTOTYPE ? -EADDRINUSE : ret;
 }
 
 /*
@@ -202,12 +204,14 @@ static int socket_path_claim(const struct sockaddr_un *sun)
 		struct sockaddr_un via = { .sun_family = AF_UNIX };
 		snprintf(via.sun_path, sizeof(via.sun_path), "/proc/self/fd/%d", path_fd);
 		ret = socket_probe(&via);
-		if (ret == -ENOENT && access("/proc/self/fd", F_OK) != 0)
+		if (ret == -ENOENT && access("/proc/self/fd", F_OK) != 0) {
 			ret = socket_probe(sun);
+			ret = ret == -ENOENT ? 0 : ret; /* gone meanwhile: free */
+		}
 		stale = ret == -ECONNREFUSED;
 	}
 	close(path_fd);
-	if (stale || ret == -ENOENT) /* -ENOENT: gone meanwhile */
+	if (stale)
 		ret = unlink(sun->sun_path) == -1 && errno != ENOENT ? -errno : 0;
 	return ret;
 }

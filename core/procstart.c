@@ -16,7 +16,10 @@ int proc_start_ticks(int32_t pid, uint64_t *ticks)
 	char path[64];
 	char stat[1024];
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (pid == 0)
+		snprintf(path, sizeof(path), "/proc/self/stat");
+	else
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd == -1)
 		return -ESRCH;

@@ -743,9 +743,10 @@ static void sandbox_remove_files(const struct run_options *o)
 		return;
 	}
 	/* A record of no process (`sandbox add` without "owned") or of another is not
-	 * ours: this process is its pid and start time (the daemon's pid namespace may
-	 * be another, the start time is the same in every one). */
-	if (read == 0 && (owner != (int)getpid() || proc_start_ticks(owner, &my_ticks) != 0 ||
+	 * ours: this process is its pid and start time (core/procstart.h: a run in
+	 * another pid or time namespace than the daemon's matches no record, and
+	 * leaves the files to the daemon's next start). */
+	if (read == 0 && (owner != (int)getpid() || proc_start_ticks(0, &my_ticks) != 0 ||
 			  my_ticks != owner_ticks)) {
 		fprintf(stderr,
 			"agentsnet: %s is not this run's (its process: %d): left as it is\n", path,

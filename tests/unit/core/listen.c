@@ -251,6 +251,17 @@ START_TEST(socket_place_claimed)
 	close(host);
 	close(fd);
 
+	/* A datagram socket bound there is someone's: refused, left. */
+	ck_assert_int_eq(unlink(path), 0);
+	struct sockaddr_un dgram_at = { .sun_family = AF_UNIX };
+	memcpy(dgram_at.sun_path, path, strlen(path) + 1);
+	int dgram = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(dgram, 0);
+	ck_assert_int_eq(bind(dgram, (struct sockaddr *)&dgram_at, sizeof(dgram_at)), 0);
+	ck_assert_int_eq(engine_listen_unix(path, 0600, (uid_t)-1, (gid_t)-1, true), -EADDRINUSE);
+	ck_assert_int_eq(lstat(path, &st), 0);
+	close(dgram);
+
 	ck_assert_int_eq(unlink(path), 0);
 	int file = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	ck_assert_int_ge(file, 0);

@@ -20,6 +20,8 @@ START_TEST(own_start)
 	ck_assert_int_eq(proc_start_ticks(getpid(), &first), 0);
 	ck_assert_int_eq(proc_start_ticks(getpid(), &again), 0);
 	ck_assert_uint_eq(first, again);
+	ck_assert_int_eq(proc_start_ticks(0, &again), 0); /* /proc/self */
+	ck_assert_uint_eq(first, again);
 }
 END_TEST
 
