@@ -126,7 +126,11 @@ def on_int(*_):
     os._exit(5)
 signal.signal(signal.SIGINT, on_int)
 say("ready", size())
-time.sleep(25)
+# Short sleeps, never one long one: CPython runs a handler between bytecodes, so a
+# signal landing between the write above and the start of a sleep would wait out the
+# whole sleep (and a ^C sent then would find the interpreter exiting, SIGINT default).
+for _ in range(250):
+    time.sleep(0.1)
 sys.exit(9)
 """
 
