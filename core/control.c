@@ -846,6 +846,18 @@ static int64_t now_ms(void)
 static void *control_main(void *arg)
 {
 	struct control *ctl = arg;
+
+	while (ctl->held) {
+		struct pollfd p[2] = { { .fd = ctl->stop_fd, .events = POLLIN },
+				       { .fd = ctl->release_fd, .events = POLLIN } };
+		int n = poll(p, 2, -1);
+		if (n == -1 && errno != EINTR)
+			return NULL;
+		if (n > 0 && p[0].revents != 0)
+			return NULL; /* control_stop */
+		if (n > 0 && p[1].revents != 0)
+			ctl->held = false;
+	}
 	int64_t next_reap = now_ms() + CONTROL_REAP_INTERVAL_MS;
 
 	for (;;) {
@@ -925,12 +937,14 @@ static int control_socket_retarget(int dir_fd, const char *path, gid_t group)
 	return 0;
 }
 
-int control_start(struct control *ctl, struct engine *e, gid_t group, int kept)
+int control_start(struct control *ctl, struct engine *e, gid_t group, int kept, bool held)
 {
 	memset(ctl, 0, sizeof(*ctl));
 	ctl->e = e;
 	ctl->listen_fd = -1;
 	ctl->stop_fd = -1;
+	ctl->release_fd = -1;
+	ctl->held = held;
 	int n = snprintf(ctl->path, sizeof(ctl->path), "%s/control.sock", e->cfg->socket_dir);
 	if (n < 0 || (size_t)n >= sizeof(ctl->path))
 		return -ENAMETOOLONG;
@@ -960,20 +974,35 @@ int control_start(struct control *ctl, struct engine *e, gid_t group, int kept)
 	ctl->limits.socket_dir = e->cfg->socket_dir;
 	runlimit_adopt(&ctl->limits, e);
 	ctl->stop_fd = eventfd(0, EFD_CLOEXEC);
-	ret = ctl->stop_fd == -1 ? -errno : -pthread_create(&ctl->thread, NULL, control_main, ctl);
+	ctl->release_fd = eventfd(0, EFD_CLOEXEC);
+	ret = ctl->stop_fd == -1 || ctl->release_fd == -1
+		  ? -errno
+		  : -pthread_create(&ctl->thread, NULL, control_main, ctl);
 	if (ret == 0)
 		(void)pthread_setname_np(ctl->thread, "an-control");
 	if (ret != 0) {
 		if (ctl->stop_fd >= 0)
 			close(ctl->stop_fd);
+		if (ctl->release_fd >= 0)
+			close(ctl->release_fd);
 		close(fd);
 		if (!e->predecessor_serves)
 			unlink(ctl->path);
 		ctl->stop_fd = -1;
+		ctl->release_fd = -1;
 		ctl->listen_fd = -1;
 		runlimit_free(&ctl->limits);
 	}
 	return ret;
+}
+
+void control_release(struct control *ctl)
+{
+	uint64_t one = 1;
+
+	AN_ASSERT(ctl->release_fd >= 0);
+	ssize_t n = write(ctl->release_fd, &one, sizeof(one));
+	AN_ASSERT(n == (ssize_t)sizeof(one));
 }
 
 void control_stop(struct control *ctl)
@@ -986,9 +1015,11 @@ void control_stop(struct control *ctl)
 	pthread_join(ctl->thread, NULL);
 	runlimit_free(&ctl->limits);
 	close(ctl->stop_fd);
+	close(ctl->release_fd);
 	close(ctl->listen_fd);
 	if (!ctl->handed_over && !ctl->e->predecessor_serves)
 		unlink(ctl->path); /* else the new daemon's, or still the old one's */
 	ctl->stop_fd = -1;
+	ctl->release_fd = -1;
 	ctl->listen_fd = -1;
 }

@@ -24,7 +24,9 @@ struct verdict_caller;
 struct control {
 	struct engine *e; /* borrowed */
 	int listen_fd;
-	int stop_fd; /* eventfd: control_stop wakes the thread's poll */
+	int stop_fd;    /* eventfd: control_stop wakes the thread's poll */
+	int release_fd; /* eventfd: control_release ends <held> */
+	bool held;      /* the thread's: neither accepting nor reaping until released */
 	pthread_t thread;
 	char path[108];
 	struct runlimits limits; /* the cgroups made for unprivileged runs (core/runlimit.h) */
@@ -38,11 +40,18 @@ struct control {
  * passed in an upgrade, is served instead when it listens at that path (else
  * closed), its file given <group> (the daemon's own gid when -1) and mode
  * 0660 first, so that a group the new policy drops loses access at once.
+ * With <held> (an upgrade, until the old daemon took the hand-over) the
+ * thread neither accepts nor reaps until control_release: a request it
+ * served meanwhile would be lost if the hand-over then failed, the old
+ * daemon serving on without it; callers wait in the socket's queue.
  * Returns 0 or -errno (logged).
  */
-int control_start(struct control *ctl, struct engine *e, gid_t group, int kept);
+int control_start(struct control *ctl, struct engine *e, gid_t group, int kept, bool held);
 
-/* Stops the thread, closes and unlinks the socket. */
+/* Ends control_start's <held>: the thread accepts and reaps from now on. */
+void control_release(struct control *ctl);
+
+/* Stops the thread (held or not), closes and unlinks the socket. */
 void control_stop(struct control *ctl);
 
 /*

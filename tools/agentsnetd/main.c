@@ -738,7 +738,8 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 		if (ret == 0)
 			ret = control_group_resolve(cfg->control_group, &group);
 		if (ret == 0)
-			ret = control_start(&ctl, &e, group, kept_control); /* takes it */
+			/* Held in an upgrade: the old daemon serves until it takes the hand-over. */
+			ret = control_start(&ctl, &e, group, kept_control, handover >= 0);
 		else if (kept_control >= 0)
 			close(kept_control);
 		kept_control = -1;
@@ -756,6 +757,7 @@ static int serve(const struct options *o, struct config *cfg, struct policy *pol
 				metrics_stop(&metrics);
 			} else {
 				e.predecessor_serves = false;
+				control_release(&ctl);
 				log_info("upgrade: every socket taken over; the old daemon drains");
 			}
 		}

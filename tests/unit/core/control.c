@@ -400,6 +400,51 @@ START_TEST(test_add_rm_ls)
 }
 END_TEST
 
+/* A client of <path> that sent "ping": its socket, the answer not yet read. */
+static int ping_sent(const char *path)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+
+	ck_assert_uint_lt(strlen(path), sizeof(sun.sun_path));
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	ck_assert_int_eq(write(fd, "ping\n", 5), 5);
+	return fd;
+}
+
+/*
+ * An upgrade's control thread, held until the hand-over is taken: a caller
+ * waits in the queue, unanswered, and is answered once it is released; a
+ * held thread stops when told to.
+ */
+START_TEST(test_held_until_released)
+{
+	struct control ctl;
+	char answer[64] = { 0 };
+
+	ck_assert_int_eq(control_start(&ctl, &et.eng, (gid_t)-1, -1, true), 0);
+	int fd = ping_sent(ctl.path);
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	ck_assert_int_eq(poll(&p, 1, 300), 0); /* nobody serves it yet */
+	control_release(&ctl);
+	ck_assert_int_eq(poll(&p, 1, 5000), 1);
+	ck_assert_int_gt(read(fd, answer, sizeof(answer) - 1), 0);
+	ck_assert_msg(strncmp(answer, "ok agentsnetd ", 14) == 0, "%s", answer);
+	close(fd);
+	control_stop(&ctl);
+
+	ck_assert_int_eq(control_start(&ctl, &et.eng, (gid_t)-1, -1, true), 0);
+	fd = ping_sent(ctl.path);
+	control_stop(&ctl); /* held: ends without serving */
+	p.fd = fd;
+	ck_assert_int_eq(poll(&p, 1, 5000), 1);
+	ck_assert_int_le(read(fd, answer, sizeof(answer) - 1), 0); /* closed, unanswered */
+	close(fd);
+}
+END_TEST
+
 /* control_handle's answer to <line> from process <owner>, as root, compared whole. */
 static void expect_answer_from(const char *line, const struct engine_owner *owner, const char *want)
 {
@@ -640,6 +685,7 @@ static Suite *control_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_add_rm_ls);
 	tcase_add_test(tc, test_rm_owned);
+	tcase_add_test(tc, test_held_until_released);
 	tcase_add_test(tc, test_add_step_failed);
 	tcase_add_test(tc, test_add_id_length);
 	tcase_add_test(tc, test_add_id_room);
