@@ -2,7 +2,7 @@
  * What every libcheck suite's main() shares: run the suite, turn the result
  * into an exit status (tests/run-unit.sh reads only that). And the helpers
  * more than one suite needs: recording a skip, probing a tool, reading a whole
- * file, and guard areas for parsers and writers that must stay inside their
+ * file, a Unix socket's address, and guard areas for parsers and writers that must stay inside their
  * bounds.
  *
  * A skip is never silent. libcheck knows only pass and fail, so a test that
@@ -27,8 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "core/pool.h"
@@ -132,6 +134,16 @@ static inline void unit_dac_override(bool on)
 	else
 		data[0].effective &= ~bits;
 	ck_assert_int_eq(syscall(SYS_capset, &hdr, data), 0);
+}
+
+/* <path> as a Unix socket's address, for bind or connect; the test fails when it does not fit. */
+static inline struct sockaddr_un unit_unix_addr(const char *path)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+
+	ck_assert_uint_lt(strlen(path), sizeof(sun.sun_path));
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	return sun;
 }
 
 /*

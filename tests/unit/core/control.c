@@ -403,10 +403,7 @@ END_TEST
 /* A client of <path> that sent "ping": its socket, the answer not yet read. */
 static int ping_sent(const char *path)
 {
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-
-	ck_assert_uint_lt(strlen(path), sizeof(sun.sun_path));
-	memcpy(sun.sun_path, path, strlen(path) + 1);
+	struct sockaddr_un sun = unit_unix_addr(path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);

@@ -253,8 +253,7 @@ START_TEST(socket_place_claimed)
 
 	/* A datagram socket bound there is someone's: refused, left. */
 	ck_assert_int_eq(unlink(path), 0);
-	struct sockaddr_un dgram_at = { .sun_family = AF_UNIX };
-	memcpy(dgram_at.sun_path, path, strlen(path) + 1);
+	struct sockaddr_un dgram_at = unit_unix_addr(path);
 	int dgram = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(dgram, 0);
 	ck_assert_int_eq(bind(dgram, (struct sockaddr *)&dgram_at, sizeof(dgram_at)), 0);
@@ -285,9 +284,7 @@ START_TEST(socket_claim_full_backlog)
 	path_of(dir, sizeof(dir), "full");
 	ck_assert_int_eq(mkdir(dir, 0755), 0);
 	snprintf(path, sizeof(path), "%s/control.sock", dir);
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	ck_assert_uint_lt(strlen(path), sizeof(sun.sun_path));
-	memcpy(sun.sun_path, path, strlen(path) + 1);
+	struct sockaddr_un sun = unit_unix_addr(path);
 	int live = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(live, 0);
 	ck_assert_int_eq(bind(live, (struct sockaddr *)&sun, sizeof(sun)), 0);
