@@ -3,7 +3,9 @@
  * daemon, the control socket and the tests see core/engine.h):
  *
  *   core/engine.c    start and stop, the workers, the sandbox table (add,
- *                    remove, reap), the policy swap;
+ *                    remove, reap);
+ *   core/reload.c    the policy swap (a reload) and the retired snapshots'
+ *                    collection;
  *   core/listen.c    the sockets the engine listens on (each sandbox's
  *                    egress socket, the TCP listener, the gateway's public
  *                    and internal listeners, an owned sandbox's ingress
@@ -36,6 +38,21 @@ enum sandbox_origin {
 
 /* The snapshot published now. Caller holds the lock, or is start-up (the only writers). */
 struct snapshot *snapshot_now(const struct engine *e);
+
+/* The slot of sandbox <id>, active or being removed, or -1. Under the lock (or at start-up). */
+int sandbox_find(const struct engine *e, const char *id);
+
+/* Records in <s> that slot <idx> is on profile <profile> of s->policy. Caller holds the lock. */
+void snapshot_sandbox_set(const struct engine *e, struct snapshot *s, int idx, uint32_t profile);
+
+/*
+ * Removes sandbox <id>: a run-time one, or with <file> one from the policy
+ * file; as engine_sandbox_remove (<who>, <only_owner>, <registrant_out>).
+ * Waits until its worker has closed its connections. Takes the lock: the
+ * caller must not hold it. 0 or -errno.
+ */
+int sandbox_remove(struct engine *e, const char *id, bool file, const struct verdict_caller *who,
+		   const struct engine_owner *only_owner, uint32_t *registrant_out);
 
 /*
  * Whether <policy> still lets <uid> register on profile <profile_name> (the
