@@ -1094,8 +1094,12 @@ void decide(struct conn *c, const struct http1_request *req)
 	c->flags &= (uint8_t)~F_REUSABLE;
 	c->upstream_key = key;
 	c->reused_upstream = c->ufd >= 0;
+	/* The upstream the last request left open (only a mode that marks it reusable
+	 * does, and only for a request of the same form, host, port and tier) is
+	 * connected already: the mode goes on over it. */
 	if (c->ufd >= 0) {
-		forward_start(c);
+		AN_ASSERT(c->mode->connected != NULL);
+		c->mode->connected(c);
 		return;
 	}
 	if (c->mode->pooled != NULL && c->mode->pooled(c))

@@ -161,11 +161,6 @@ void snapshot_sandbox_set(const struct engine *e, struct snapshot *s, int idx, u
 }
 
 /*
- * Fills slot <idx> for <id> on profile <profile> of the current snapshot and
- * opens its socket; the slot stays FREE on failure. Caller holds the lock
- * (or is start-up).
- */
-/*
  * Sets <sb>'s ingress token: <token> (the registry's, INGRESS_TOKEN_CHARS of
  * base64url), or one drawn now from the kernel's random source. 0 or -errno.
  */
@@ -398,6 +393,11 @@ void engine_hand_over(struct engine *e)
 		e->stop_request(e->stop_request_arg);
 }
 
+/*
+ * Fills slot <idx> for <id> on profile <profile> of the current snapshot and
+ * opens its socket; the slot stays FREE on failure. Caller holds the lock
+ * (or is start-up).
+ */
 static int sandbox_open(struct engine *e, int idx, const char *id, uint32_t profile, bool dynamic,
 			bool fresh, uint32_t agent_uid, const char *token)
 {

@@ -53,16 +53,16 @@ enum engine_sandbox_state {
 	ENGINE_SANDBOX_REMOVING, /* its worker is closing the listener and connections */
 };
 
-/*
- * The process a run-time sandbox lives as long as (`agentsnet run`), named by
- * pid and start time so a recycled pid is not mistaken for it. pid 0: none,
- * the registration is permanent until `sandbox rm`.
- */
 /* A sandbox whose agent's uid is not known: its egress socket is open to every uid. */
 #define ENGINE_AGENT_ANY CONFIG_AGENT_ANY
 /* Asked of engine_sandbox_add by root: a uid of the sandbox's own, from daemon.sandbox_uids. */
 #define ENGINE_AGENT_NEW (UINT32_MAX - 1)
 
+/*
+ * The process a run-time sandbox lives as long as (`agentsnet run`), named by
+ * pid and start time so a recycled pid is not mistaken for it. pid 0: none,
+ * the registration is permanent until `sandbox rm`.
+ */
 struct engine_owner {
 	int32_t pid;
 	uint32_t uid;         /* the caller's user */
@@ -312,6 +312,22 @@ uint64_t engine_drain(struct engine *e, bool successor, uint32_t drain_ms);
 int engine_stop(struct engine *e);
 
 /*
+ * A failed socket or file step of a sandbox's add, as engine_sandbox_add
+ * returns it: ENGINE_ERR_SYSTEM(<errno>), below every -errno (the kernel's
+ * are under 4096). engine_err_errno gives the errno back, 0 for any other
+ * result; engine_err_text says what any result means (strerror's words).
+ */
+#define ENGINE_ERR_SYSTEM_BASE    4096
+#define ENGINE_ERR_SYSTEM(errnum) (-ENGINE_ERR_SYSTEM_BASE - (errnum))
+
+static inline int engine_err_errno(int ret)
+{
+	return ret <= -ENGINE_ERR_SYSTEM_BASE ? -ret - ENGINE_ERR_SYSTEM_BASE : 0;
+}
+
+const char *engine_err_text(int ret);
+
+/*
  * Adds sandbox <id> on profile <profile_name> while the engine runs: creates
  * its directory and listening socket, records it in the registry (with
  * <owner> when not NULL: a later start drops the record if that process is
@@ -344,22 +360,6 @@ int engine_stop(struct engine *e);
  * kept apart from the refusals: a full disk is not a full table, nor a
  * missing directory a missing profile). Control path only (takes the lock).
  */
-/*
- * A failed socket or file step of a sandbox's add, as engine_sandbox_add
- * returns it: ENGINE_ERR_SYSTEM(<errno>), below every -errno (the kernel's
- * are under 4096). engine_err_errno gives the errno back, 0 for any other
- * result; engine_err_text says what any result means (strerror's words).
- */
-#define ENGINE_ERR_SYSTEM_BASE    4096
-#define ENGINE_ERR_SYSTEM(errnum) (-ENGINE_ERR_SYSTEM_BASE - (errnum))
-
-static inline int engine_err_errno(int ret)
-{
-	return ret <= -ENGINE_ERR_SYSTEM_BASE ? -ret - ENGINE_ERR_SYSTEM_BASE : 0;
-}
-
-const char *engine_err_text(int ret);
-
 int engine_sandbox_add(struct engine *e, const char *id, const char *profile_name,
 		       const struct engine_owner *owner, const struct verdict_caller *who,
 		       uint32_t *agent_uid, char *dir, size_t cap, int *ingress_fd);
@@ -367,7 +367,8 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
 /*
  * Removes run-time sandbox <id>: its worker stops accepting and aborts its
  * connections; then the socket, registry record and directory are removed.
- * Waits for the worker (at most a few seconds). With <who> (the control
+ * Waits for the worker as long as it takes, logging every 5 s that it still
+ * closes the sandbox's connections. With <who> (the control
  * socket's caller; NULL: the daemon itself), only its registrant or root may:
  * -EACCES otherwise, with the registrant's uid in *<registrant> (may be
  * NULL). With <only_owner> (an `agentsnet run` unregistering at its end, the
@@ -378,8 +379,8 @@ int engine_sandbox_add(struct engine *e, const char *id, const char *profile_nam
  * by the same rules (a malformed record: root alone, and no owner's); its
  * uid of the pool stays given while the process it is tied to runs
  * (engine_sandbox_reap_orphans gives it back). Returns 0, -ENOENT,
- * -EPERM (the sandbox comes from the policy file), -EACCES, -ESTALE,
- * -ETIMEDOUT, or ENGINE_ERR_SYSTEM(errno) (a record unreadable).
+ * -EPERM (the sandbox comes from the policy file), -EACCES, -ESTALE, or
+ * ENGINE_ERR_SYSTEM(errno) (a record unreadable).
  */
 int engine_sandbox_remove(struct engine *e, const char *id, const struct verdict_caller *who,
 			  const struct engine_owner *only_owner, uint32_t *registrant);

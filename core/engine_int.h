@@ -15,7 +15,8 @@
  *
  * The sandbox table is engine.c's: the others change a sandbox only through
  * the slot engine.c hands them, with engine.lock held (or at start-up,
- * before any worker runs), as each contract below says.
+ * before any worker runs), as each contract below says; reload.c besides
+ * renames a file sandbox's profile (profile_name) when the file does.
  */
 #ifndef AN_CORE_ENGINE_INT_H
 #define AN_CORE_ENGINE_INT_H
@@ -42,14 +43,18 @@ struct snapshot *snapshot_now(const struct engine *e);
 /* The slot of sandbox <id>, active or being removed, or -1. Under the lock (or at start-up). */
 int sandbox_find(const struct engine *e, const char *id);
 
-/* Records in <s> that slot <idx> is on profile <profile> of s->policy. Caller holds the lock. */
+/*
+ * Records in <s> that slot <idx> is on profile <profile> of s->policy. Caller
+ * holds the lock (or is start-up).
+ */
 void snapshot_sandbox_set(const struct engine *e, struct snapshot *s, int idx, uint32_t profile);
 
 /*
  * Removes sandbox <id>: a run-time one, or with <file> one from the policy
  * file; as engine_sandbox_remove (<who>, <only_owner>, <registrant_out>).
  * Waits until its worker has closed its connections. Takes the lock: the
- * caller must not hold it. 0 or -errno.
+ * caller must not hold it. 0, -ENOENT, -EPERM (<file> and <id> disagree on
+ * where the sandbox comes from), -EACCES, -ESTALE or ENGINE_ERR_SYSTEM(errno).
  */
 int sandbox_remove(struct engine *e, const char *id, bool file, const struct verdict_caller *who,
 		   const struct engine_owner *only_owner, uint32_t *registrant_out);

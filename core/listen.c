@@ -313,13 +313,6 @@ static int sandbox_dir_make(const char *socket_dir, const char *id, bool fresh, 
 	return ret;
 }
 
-/*
- * Whether <fd>, given back by the service manager, still is the listening
- * socket at sb->path with the owner and mode listen_unix would give it: then
- * it is the sandbox's, with what waits in its queue. *<bound_here> says
- * whether it was bound at the path at all (then the file is its, and may be
- * replaced if it does not fit).
- */
 bool engine_socket_listening(int fd, bool nonblock)
 {
 	int listening = 0, type = 0;
@@ -356,6 +349,13 @@ static void socket_wanted(const struct engine_sandbox *sb, uid_t *owner, mode_t 
 	*mode = any ? 0666 : 0600;
 }
 
+/*
+ * Whether <fd>, given back by the service manager, still is the listening
+ * socket at sb->path with the owner and mode listen_unix would give it: then
+ * it is the sandbox's, with what waits in its queue. *<bound_here> says
+ * whether it was bound at the path at all (then the file is its, and may be
+ * replaced if it does not fit).
+ */
 static bool inherited_fits(const struct engine_sandbox *sb, int fd, bool *bound_here,
 			   struct stat *st)
 {

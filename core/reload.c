@@ -6,15 +6,16 @@
  * unchanged; the TCP listener's sandbox is still named), so that a reload is
  * taken whole or not at all. It then publishes the new snapshot with one
  * pointer store under engine.lock and wakes the workers, which adopt it
- * between completions; no connection in flight is dropped. After the swap it
- * opens the file sandboxes the file adds, removes the ones it drops, and
- * removes every run-time sandbox whose registrant the new policy no longer
- * admits to its profile.
+ * between completions; the swap drops no connection in flight. After it,
+ * the file sandboxes the file adds are opened, the ones it drops removed,
+ * and so is every run-time sandbox whose registrant the new policy no longer
+ * admits to its profile; a sandbox removed has its connections aborted.
  *
  * The snapshots a swap retires are freed once no worker can reach them
  * (engine_policy_collect), outside the lock. The sandbox table is
- * core/engine.c's: this file changes it only through the calls
- * core/engine_int.h gives, as their contracts say.
+ * core/engine.c's: this file reads it under engine.lock and changes it only
+ * through the calls core/engine_int.h gives, but for a file sandbox's
+ * profile_name, renamed when the file renames its profile (swap_fill).
  */
 #include "core/engine.h"
 #include "core/engine_int.h"
@@ -30,7 +31,7 @@
 #include "core/an.h"
 #include "core/log.h"
 #include "core/snapshot.h"
-#include "core/worker.h"
+#include "core/worker-t.h"
 
 /* The index in <file> of file sandbox <id>, or -1 when the file no longer names it. */
 static int file_sandbox_find(const struct config *file, const char *id)

@@ -20,10 +20,10 @@
 #include "core/log.h"
 #include "core/pool.h"
 
-/* getsockopt: a pidfd of the peer as it connected (Linux 6.5; older glibc lacks the name). */
 /* Owned sandboxes copied out of the table at once by runlimit_adopt. */
 #define RUNLIMIT_ADOPT_BATCH 256
 
+/* getsockopt: a pidfd of the peer as it connected (Linux 6.5; older glibc lacks the name). */
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
@@ -194,7 +194,6 @@ static int record_read(const char *path, const char *root, const char *name,
 	return 0;
 }
 
-/* Whether <l> holds the cgroup named <name> (<id>.<pid>). */
 /* Drops the record of <r>'s cgroup, gone now. */
 static void record_drop_of(const struct runlimits *l, const struct runlimit *r)
 {
@@ -204,6 +203,7 @@ static void record_drop_of(const struct runlimits *l, const struct runlimit *r)
 	record_drop(l, name);
 }
 
+/* Whether <l> holds the cgroup named <name> (<id>.<pid>). */
 static bool list_has_name(const struct runlimits *l, const char *name)
 {
 	char have[CONFIG_SANDBOX_ID_BYTES_MAX + 16];

@@ -56,7 +56,6 @@ void term_flush(struct conn *c)
 	}
 }
 
-/* The session ended (<st> CLOSED or ERROR): audit why, queue close_notify. */
 /*
  * The client's TLS handshake failed: an agent that does not trust the CA, a
  * public client with no protocol or cipher in common, bytes that are not
@@ -88,6 +87,7 @@ static void tls_failure_audit(struct conn *c, const char *why)
 	audit_commit(ar, rec);
 }
 
+/* The session ended (<st> CLOSED or ERROR): audit why, queue close_notify. */
 void term_end(struct conn *c, enum term_status st)
 {
 	const struct term_ops *t = conn_term(c);

@@ -303,15 +303,17 @@ uint32_t policy_profile_count(const struct policy *p);
 /* The name of profile <index> (< policy_profile_count), borrowed from <p>. */
 const char *policy_profile_name(const struct policy *p, uint32_t index);
 
-/* Rules in all profiles of <p>. */
 /*
  * What <p> was loaded from: the file's absolute path (policy_load_file; the
- * name as given by policy_load_buffer; NULL: the embedded default), and the digest of its text (POLICY_DIGEST_HEX_BYTES hex digits):
- * two loads of the same bytes have the same digest, so `agentsnet check`
- * can tell whether the file it reads is the one a daemon serves.
+ * name as given by policy_load_buffer; NULL: the embedded default), and the
+ * digest of its text (POLICY_DIGEST_HEX_BYTES hex digits): two loads of the
+ * same bytes have the same digest, so `agentsnet check` can tell whether the
+ * file it reads is the one a daemon serves.
  */
 const char *policy_source(const struct policy *p);
 const char *policy_digest(const struct policy *p);
+
+/* Rules in all profiles of <p>. */
 uint32_t policy_rule_count(const struct policy *p);
 
 /*

@@ -424,11 +424,6 @@ static int send_all(int fd, const char *data, size_t len, uint64_t deadline_ms)
 	return 0;
 }
 
-/*
- * Reads until the peer closes into *buf (owned, one spare byte); returns the
- * length. A full buffer at the limit reads one more byte: EOF then means the
- * answer was exactly CTL_REPLY_BYTES_MAX bytes long, a byte means more.
- */
 /* recv() that also takes a descriptor sent with the bytes (SCM_RIGHTS) into *<passed>. */
 static ssize_t recv_with_fd(int fd, char *buf, size_t len, int *passed)
 {
@@ -460,6 +455,11 @@ static ssize_t recv_with_fd(int fd, char *buf, size_t len, int *passed)
 	return n;
 }
 
+/*
+ * Reads until the peer closes into *buf (owned, one spare byte); returns the
+ * length. A full buffer at the limit reads one more byte: EOF then means the
+ * answer was exactly CTL_REPLY_BYTES_MAX bytes long, a byte means more.
+ */
 static ssize_t recv_all(int fd, char **buf, int *passed, uint64_t deadline_ms)
 {
 	size_t cap = CTL_READ_FIRST_BYTES, len = 0;

@@ -603,15 +603,6 @@ static void sys_read_only(const struct child_ctx *c)
 }
 
 /*
- * A sysfs of the sandbox's own over the host's, read-only: it shows the
- * sandbox's network namespace (only lo under /sys/class/net), and none of
- * the mounts below the host's /sys (the cgroup hierarchies, whose files tell
- * the host's layout, debugfs, securityfs, ...). The kernel allows it in a
- * user namespace too, which owns the network namespace, unless something
- * covers part of the host's sysfs; then the host's stays, read-only, and one
- * line says so.
- */
-/*
  * The sysfs files that tell of the host's kernel and firmware rather than the
  * sandbox: where the kernel's image lies in physical memory (vmcoreinfo), the
  * boot loader's parameters, the firmware's tables; hidden as /proc's are.
@@ -634,6 +625,15 @@ static void mask_sys(const struct child_ctx *c)
 	}
 }
 
+/*
+ * A sysfs of the sandbox's own over the host's, read-only: it shows the
+ * sandbox's network namespace (only lo under /sys/class/net), and none of
+ * the mounts below the host's /sys (the cgroup hierarchies, whose files tell
+ * the host's layout, debugfs, securityfs, ...). The kernel allows it in a
+ * user namespace too, which owns the network namespace, unless something
+ * covers part of the host's sysfs; then the host's stays, read-only, and one
+ * line says so.
+ */
 static void mount_sys(const struct child_ctx *c)
 {
 	AN_ASSERT(c->err_fd >= 0);

@@ -2,8 +2,8 @@
  * What the parts of `agentsnet run`'s sandbox share, and nothing else includes:
  * tools/agentsnet/sandbox.c (the checks, the start and the supervision), tools/agentsnet/wwdirs.c
  * (the host's world-writable directories), tools/agentsnet/sockmask.c (the host's socket
- * files to mask) and tools/agentsnet/sandbox_child.c (the child's setup inside the
- * namespaces). One file per job; what the parent finds before the clone is the
+ * files to mask), tools/agentsnet/sandbox_root.c (the sandbox's root) and
+ * tools/agentsnet/sandbox_child.c (the child's setup inside the namespaces). One file per job; what the parent finds before the clone is the
  * child's to use, so its types live here.
  */
 #ifndef AN_TOOLS_AGENTSNET_SANDBOX_INT_H

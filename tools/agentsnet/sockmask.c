@@ -71,18 +71,6 @@ static int socket_order(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/*
- * Past SANDBOX_SOCKET_MASKS_MAX sockets: hides directories whole (masked ww
- * entries) until the rest fit, never / nor one holding what the run keeps.
- * Each step hides the directory, at any depth, holding the fewest of them
- * that is enough to finish (the deeper of equals), or failing that the one
- * holding the most: a thousand
- * sibling directories of one socket each (or a tree of them) are hidden at
- * their common parent in one step, not one by one until the hidden
- * directories run out. Sorted by strcmp, the sockets under any directory
- * are contiguous. Returns the sockets left to mask one by one, or -E2BIG
- * with <err>.
- */
 /* hostsock_pick_dir's filter: a directory the list has room for that holds nothing kept. */
 static bool collapse_may_hide(const char *path, size_t len, void *arg)
 {
@@ -93,6 +81,17 @@ static bool collapse_may_hide(const char *path, size_t len, void *arg)
 	return ww_kept(c->ww, dir) < 0 && c->ww->n < SANDBOX_WW_MAX;
 }
 
+/*
+ * Past SANDBOX_SOCKET_MASKS_MAX sockets: hides directories whole (masked ww
+ * entries) until the rest fit, never / nor one holding what the run keeps.
+ * Each step hides the directory, at any depth, holding the fewest of them
+ * that is enough to finish (the deeper of equals), or failing that the one
+ * holding the most: a thousand sibling directories of one socket each (or a
+ * tree of them) are hidden at their common parent in one step, not one by
+ * one until the hidden directories run out. Sorted by strcmp, the sockets
+ * under any directory are contiguous. Returns the sockets left to mask one
+ * by one, or -E2BIG with <err>.
+ */
 static long sockets_collapse(struct child_ctx *c, const char **paths, size_t n, char *err,
 			     size_t err_len)
 {
